@@ -1,0 +1,62 @@
+/* The envelope: what travels through Kafka (proto/envelope.proto), with validation. */
+#ifndef CP_ENVELOPE_H
+#define CP_ENVELOPE_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include "error.h"
+#include "labels.h"
+
+#define CP_ENVELOPE_MAJOR 1
+#define CP_ENVELOPE_MINOR 0
+
+typedef enum cp_kind {
+    CP_KIND_CPU = 1,   /* summed over time */
+    CP_KIND_ALLOC = 2, /* summed over time */
+    CP_KIND_INUSE = 3, /* a gauge: latest snapshot per instance */
+} cp_kind;
+
+/* "cpu", "alloc", "inuse"; NULL for anything else. */
+const char *cp_kind_name(int kind);
+/* Parses a kind name; returns the kind or 0. */
+int cp_kind_parse(const char *name);
+
+#define CP_TENANT_MAX 64
+#define CP_DEFAULT_TENANT "default"
+
+typedef struct cp_envelope {
+    uint32_t format_major, format_minor;
+    char *tenant;      /* owned */
+    cp_labels labels;  /* owned */
+    cp_kind kind;
+    int64_t window_start_ns, window_duration_ns;
+    char *producer_id; /* owned */
+    uint64_t sequence;
+    uint64_t dropped_samples, dropped_windows;
+    int cumulative;
+    char *engine;      /* owned, may be NULL */
+    uint8_t *pprof;    /* owned */
+    size_t pprof_len;
+} cp_envelope;
+
+/* Frees what e owns and zeroes it. */
+void cp_envelope_close(cp_envelope *e);
+
+/* Checks the fields a reader relies on (version, tenant, labels, kind, window, producer,
+ * payload present and at most max_pprof bytes); err names the field. */
+int cp_envelope_validate(const cp_envelope *e, size_t max_pprof, cp_err *err);
+
+/* Serialises e (format_major/minor filled in if zero) and appends it to out. */
+int cp_envelope_encode(const cp_envelope *e, cp_buf *out);
+
+/* Parses and validates an envelope. On success *out owns copies of everything; on failure
+ * *out is zeroed and the code is CP_EENVELOPE, CP_EVERSION or CP_ENOMEM. Unknown fields are
+ * ignored. The pprof payload is not decoded here. */
+int cp_envelope_decode(const uint8_t *buf, size_t len, size_t max_pprof, cp_envelope *out,
+                       cp_err *err);
+
+/* Series key for Kafka partitioning: tenant, kind and every label, in a stable text form
+ * (so one series stays on one partition); appended to out. */
+int cp_envelope_series_key(const cp_envelope *e, cp_buf *out);
+
+#endif

@@ -1,0 +1,39 @@
+/* pprof wire format: strict decoding (raw or gzip'd) into a cp_profile, and encoding. */
+#ifndef CP_PPROF_H
+#define CP_PPROF_H
+
+#include "profile.h"
+
+/* Bounds applied while decoding; anything beyond them is rejected with CP_ELIMIT. */
+typedef struct cp_pprof_limits {
+    size_t max_bytes;      /* encoded size after gunzip */
+    uint32_t max_samples;
+    uint32_t max_locations; /* also bounds functions and mappings */
+    uint32_t max_depth;     /* locations in one sample */
+    uint32_t max_strings;
+    size_t max_string_bytes; /* all strings together */
+} cp_pprof_limits;
+
+/* Generous defaults suitable for windows of a real service (64 MiB, 4M samples, ...). */
+void cp_pprof_limits_default(cp_pprof_limits *lim);
+
+/* True if buf starts with the gzip magic bytes. */
+int cp_is_gzip(const uint8_t *buf, size_t len);
+
+/* gunzips src into out, refusing to produce more than max_out bytes (CP_ELIMIT). */
+int cp_gunzip(const uint8_t *src, size_t len, size_t max_out, cp_buf *out, cp_err *err);
+/* gzips src into out at the given zlib level (1..9). */
+int cp_gzip(const uint8_t *src, size_t len, int level, cp_buf *out);
+
+/* Decodes a pprof profile (gzip'd or raw, detected by magic) and validates it: every id
+ * and index in range, unique nonzero ids, string 0 empty, one value per sample type, and
+ * the limits (lim may be NULL for the defaults). On success *out is a new profile owned by
+ * the caller, whose ids are dense (input ids are renumbered). On failure *out is NULL, the
+ * code is CP_EPPROF, CP_ELIMIT, CP_EGZIP or CP_ENOMEM, and err names the field and index. */
+int cp_pprof_decode(const uint8_t *buf, size_t len, const cp_pprof_limits *lim,
+                    cp_profile **out, cp_err *err);
+
+/* Encodes p as pprof and appends it to out: gzip'd when gzip_level > 0 (1..9), else raw. */
+int cp_pprof_encode(const cp_profile *p, int gzip_level, cp_buf *out);
+
+#endif

@@ -1,0 +1,137 @@
+/* Growable arrays, byte buffers, whole-file I/O and hashing. */
+#include "vec.h"
+#include "error.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <fcntl.h>
+
+int cp_vec_grow_(void **v, uint32_t *cap, size_t need, size_t elt)
+{
+    if (need <= *cap) return 0;
+    if (need > UINT32_MAX / 2) return CP_ENOMEM;
+    size_t ncap = *cap ? *cap : 8;
+    while (ncap < need) ncap *= 2;
+    void *nv = realloc(*v, ncap * elt);
+    if (!nv) return CP_ENOMEM;
+    *v = nv;
+    *cap = (uint32_t)ncap;
+    return 0;
+}
+
+void cp_buf_close(cp_buf *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
+int cp_buf_reserve(cp_buf *b, size_t extra)
+{
+    if (b->len + extra <= b->cap) return 0;
+    size_t ncap = b->cap ? b->cap : 256;
+    while (ncap < b->len + extra) ncap *= 2;
+    uint8_t *nd = realloc(b->data, ncap);
+    if (!nd) return CP_ENOMEM;
+    b->data = nd;
+    b->cap = ncap;
+    return 0;
+}
+
+int cp_buf_append(cp_buf *b, const void *p, size_t n)
+{
+    if (cp_buf_reserve(b, n)) return CP_ENOMEM;
+    if (n) memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+int cp_buf_printf(cp_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) return CP_EINVAL;
+    if (cp_buf_reserve(b, (size_t)n + 1)) return CP_ENOMEM;
+    va_start(ap, fmt);
+    vsnprintf((char *)b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+    return 0;
+}
+
+uint8_t *cp_buf_steal(cp_buf *b, size_t *len)
+{
+    uint8_t *d = b->data;
+    if (len) *len = b->len;
+    b->data = NULL;
+    b->len = b->cap = 0;
+    return d;
+}
+
+int cp_read_file(const char *path, cp_buf *out)
+{
+    int fd = strcmp(path, "-") == 0 ? 0 : open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return CP_EIO;
+    for (;;) {
+        if (cp_buf_reserve(out, 65536)) {
+            if (fd) close(fd);
+            return CP_ENOMEM;
+        }
+        ssize_t n = read(fd, out->data + out->len, out->cap - out->len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            if (fd) close(fd);
+            return CP_EIO;
+        }
+        if (n == 0) break;
+        out->len += (size_t)n;
+    }
+    if (fd) close(fd);
+    return 0;
+}
+
+int cp_write_file(const char *path, const void *data, size_t len)
+{
+    int fd = strcmp(path, "-") == 0 ? 1 : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return CP_EIO;
+    const uint8_t *p = data;
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            if (fd != 1) close(fd);
+            return CP_EIO;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    if (fd != 1 && close(fd) != 0) return CP_EIO;
+    return 0;
+}
+
+/* A small, fast, well-mixed hash (64-bit multiply-xorshift over 8-byte words). */
+uint64_t cp_hash_bytes(const void *p, size_t n, uint64_t seed)
+{
+    const uint8_t *s = p;
+    uint64_t h = seed ^ (n * 0x9e3779b97f4a7c15ULL);
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ (w * 0xff51afd7ed558ccdULL)) * 0xc4ceb9fe1a85ec53ULL;
+        h ^= h >> 31;
+        s += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, s, n);
+    h = (h ^ (w * 0xff51afd7ed558ccdULL)) * 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    return h ^ (h >> 29);
+}
