@@ -1,0 +1,87 @@
+/* The profile store: a LevelDB-backed, time-indexed, per-tenant store of profile windows
+ * with rollups. This header is the contract between ingest (writer) and query (readers).
+ * All functions are safe to call from several threads at once (one writer, many readers).
+ *
+ * CONTRACT NOTE (from the lead): the query-facing functions below are what query/ codes
+ * against. The store's owner may add functions and fields, but must not change these
+ * signatures without updating query/. */
+#ifndef CP_STORE_H
+#define CP_STORE_H
+
+#include <stdint.h>
+#include "envelope.h"
+#include "profile.h"
+#include "selector.h"
+
+typedef struct cp_store cp_store;
+
+typedef struct cp_store_options {
+    const char *path;            /* directory; created if missing */
+    int64_t retention_raw_ns;    /* raw windows kept this long (0 = forever) */
+    int64_t retention_rollup_ns; /* rollup levels kept this long (0 = forever) */
+    /* further tuning fields may be added by the store's owner */
+} cp_store_options;
+
+int cp_store_open(const cp_store_options *opt, cp_store **out, cp_err *err);
+void cp_store_close(cp_store *s); /* NULL is fine */
+
+/* --- reading (query/) ------------------------------------------------------------- */
+
+typedef struct cp_query_limits {
+    int64_t max_range_ns;   /* 0 = unlimited */
+    uint64_t max_blocks;    /* blocks read per query, 0 = unlimited */
+    int64_t deadline_ns;    /* CLOCK_MONOTONIC absolute deadline, 0 = none -> CP_ELIMIT */
+} cp_query_limits;
+
+/* The merged profile of kind over every window whose start lies in [from_ns, to_ns), of
+ * every series of tenant matched by sel. cpu/alloc: summed. inuse: per instance the last
+ * snapshot within the range, summed over instances. *out is a new profile (owned by the
+ * caller) carrying time_nanos = from, duration = to - from, the stored sample types,
+ * period type and period. No match gives an empty profile with the kind's sample types. */
+int cp_store_query(cp_store *s, const char *tenant, cp_kind kind, const cp_selector *sel,
+                   int64_t from_ns, int64_t to_ns, const cp_query_limits *lim,
+                   cp_profile **out, cp_err *err);
+
+/* One series: its labels, its kind and the time span of its stored windows. */
+typedef struct cp_series_info {
+    cp_labels labels;
+    cp_kind kind;
+    int64_t first_ns, last_ns;
+} cp_series_info;
+typedef CP_VEC(cp_series_info) cp_series_list;
+void cp_series_list_close(cp_series_list *l);
+
+/* Series of tenant matched by sel with at least one window starting in [from, to). */
+int cp_store_series(cp_store *s, const char *tenant, const cp_selector *sel, int64_t from_ns,
+                    int64_t to_ns, cp_series_list *out, cp_err *err);
+
+typedef CP_VEC(char *) cp_string_list; /* owned strings */
+void cp_string_list_close(cp_string_list *l);
+
+/* Sorted label names / values of one name, over all series of tenant. */
+int cp_store_label_names(cp_store *s, const char *tenant, cp_string_list *out, cp_err *err);
+int cp_store_label_values(cp_store *s, const char *tenant, const char *name,
+                          cp_string_list *out, cp_err *err);
+
+/* Totals per step: out[i * ntypes + t] is the total of sample type t over the windows
+ * starting in [from + i*step, from + (i+1)*step). *nsteps = ceil((to-from)/step); *ntypes
+ * from the kind. inuse steps use the same rule as cp_store_query within each step.
+ * *out is malloc'ed, owned by the caller. */
+int cp_store_timeline(cp_store *s, const char *tenant, cp_kind kind, const cp_selector *sel,
+                      int64_t from_ns, int64_t to_ns, int64_t step_ns,
+                      const cp_query_limits *lim, int64_t **out, uint32_t *nsteps,
+                      uint32_t *ntypes, cp_err *err);
+
+typedef struct cp_store_stats {
+    uint64_t disk_bytes;    /* approximate size of the LevelDB files */
+    uint64_t windows;       /* windows stored since open (this process) */
+    uint64_t series;        /* distinct series known */
+} cp_store_stats;
+void cp_store_get_stats(cp_store *s, cp_store_stats *out);
+
+/* --- writing (ingest/) -------------------------------------------------------------
+ * Defined by the store's owner: ingest writes decoded envelopes together with the Kafka
+ * offsets (topic, partition, next offset) in one atomic, synced LevelDB batch, and reads
+ * the stored offsets back on partition assignment. */
+
+#endif
