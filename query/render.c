@@ -309,6 +309,10 @@ void cp_render_value(int64_t v, const char *unit, char *buf, size_t len)
         {"bytes", {"B", "kB", "MB", "GB", "TB", NULL}, {1, 1024., 1048576., 1073741824.,
                                                         1099511627776.}},
     };
+    if (v == 0) {
+        snprintf(buf, len, "0");
+        return;
+    }
     for (size_t i = 0; unit && i < sizeof scales / sizeof scales[0]; i++) {
         if (strcmp(unit, scales[i].unit) != 0) continue;
         double a = v < 0 ? -(double)v : (double)v;
