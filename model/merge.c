@@ -157,6 +157,27 @@ static int map_strings(cp_merger *m, const cp_profile *p)
     return 0;
 }
 
+/* Field by field: the structs have padding, which memcmp would compare. */
+static int fn_eq(const cp_function *a, const cp_function *b)
+{
+    return a->name == b->name && a->system_name == b->system_name && a->filename == b->filename &&
+           a->start_line == b->start_line;
+}
+
+static int lines_eq(const cp_line *a, const cp_line *b, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (a[i].function_id != b[i].function_id || a[i].line != b[i].line) return 0;
+    return 1;
+}
+
+static int labels_eq(const cp_label *a, const cp_label *b, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (label_cmp(&a[i], &b[i]) != 0) return 0;
+    return 1;
+}
+
 static int map_functions(cp_merger *m, const cp_profile *p)
 {
     cp_profile *o = m->out;
@@ -169,7 +190,7 @@ static int map_functions(cp_merger *m, const cp_profile *p)
                                    (uint64_t)k.start_line);
         uint32_t h = (uint32_t)h64, slot;
         if (tbl_grow(&m->fns)) return CP_ENOMEM;
-        TBL_FIND(&m->fns, h, memcmp(&o->functions.v[cand], &k, sizeof k) == 0, slot);
+        TBL_FIND(&m->fns, h, fn_eq(&o->functions.v[cand], &k), slot);
         if (!m->fns.ids[slot]) {
             uint32_t id;
             if (cp_profile_add_function(o, &k, &id)) return CP_ENOMEM;
@@ -233,7 +254,7 @@ static int loc_eq(const cp_profile *o, uint32_t cand, uint32_t mapping_id, uint6
     if (l->mapping_id != mapping_id || l->nlines != nlines || l->is_folded != is_folded) return 0;
     uint64_t r = l->address - (mapping_id ? o->mappings.v[mapping_id - 1].start : 0);
     if (r != rel) return 0;
-    return nlines == 0 || memcmp(o->lines.v + l->line_off, lines, nlines * sizeof *lines) == 0;
+    return lines_eq(o->lines.v + l->line_off, lines, nlines);
 }
 
 static int map_locations(cp_merger *m, const cp_profile *p)
@@ -288,7 +309,7 @@ static int sample_eq(const cp_profile *o, uint32_t cand, const uint32_t *locs, u
     const cp_sample *s = &o->samples.v[cand];
     return s->nlocs == nlocs && s->nlabels == nlabels &&
            memcmp(o->stack.v + s->loc_off, locs, nlocs * sizeof *locs) == 0 &&
-           (nlabels == 0 || memcmp(o->labels.v + s->label_off, labels, nlabels * sizeof *labels) == 0);
+           labels_eq(o->labels.v + s->label_off, labels, nlabels);
 }
 
 static int map_samples(cp_merger *m, const cp_profile *p, double factor)

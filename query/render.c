@@ -295,6 +295,19 @@ int cp_render_value_index(const cp_profile *p, const char *name, int *vi, cp_err
                       list);
 }
 
+int cp_render_default_index(const cp_profile *p)
+{
+    int vi = 0;
+    cp_render_value_index(p, NULL, &vi, NULL);
+    return vi;
+}
+
+int cp_render_find_index(const cp_profile *p, const char *type)
+{
+    int vi;
+    return cp_render_value_index(p, type, &vi, NULL) ? -1 : vi;
+}
+
 void cp_render_value(int64_t v, const char *unit, char *buf, size_t len)
 {
     static const struct {

@@ -17,6 +17,11 @@
  * "samples", "alloc_space"...). CP_EINVAL with err listing the types if there is none. */
 int cp_render_value_index(const cp_profile *p, const char *name, int *vi, cp_err *err);
 
+/* The sample type shown by default: default_sample_type if set, else the last (pprof). */
+int cp_render_default_index(const cp_profile *p);
+/* Resolves a sample type name (or NULL for the default) to its index; -1 if absent. */
+int cp_render_find_index(const cp_profile *p, const char *type);
+
 /* Drops, in place, every sample with a frame matching ignore, and, if focus is given, every
  * sample with no frame matching focus (POSIX extended regexes, unanchored, matched against
  * function names; NULL or "" = no filter). CP_EPARSE naming the bad regex. */
