@@ -602,7 +602,8 @@ static void ep_series(cp_api *a, const char *tenant, const cp_params *pa,
         cp_http_error(r, 400, "%s", err.msg);
         return;
     }
-    int64_t now = cp_now_ns(), from = 0, to = INT64_MAX;
+    /* Default: all of time the store accepts (2^62 ns is year 2116). */
+    int64_t now = cp_now_ns(), from = 0, to = (1LL << 62) - 1;
     const char *fs = cp_params_get(pa, "from"), *ts = cp_params_get(pa, "to");
     if (fs && *fs && cp_parse_time(fs, now, &from, &err)) {
         cp_http_error(r, 400, "bad from: %s", err.msg);
