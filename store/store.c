@@ -1603,6 +1603,30 @@ static int visit(qctx *q, const cp_ser *ser, int64_t from, int64_t to, block_fn 
 
 typedef CP_VEC(cp_ser *) servec;
 
+/* Selector semantics of model/selector.h (an absent label matches as ""), evaluated here
+ * on the parsed matchers so the store does not depend on the parser's module. */
+static int sel_match(const cp_selector *sel, const cp_labels *l)
+{
+    for (uint32_t i = 0; sel && i < sel->n; i++) {
+        const cp_matcher *m = &sel->m[i];
+        const char *v = cp_labels_get(l, m->name);
+        if (!v) v = "";
+        int hit;
+        switch (m->op) {
+        case CP_MATCH_EQ: hit = strcmp(v, m->value) == 0; break;
+        case CP_MATCH_NE: hit = strcmp(v, m->value) != 0; break;
+        case CP_MATCH_RE:
+        case CP_MATCH_NRE:
+            hit = m->has_re ? regexec(&m->re, v, 0, NULL, 0) == 0 : strcmp(v, m->value) == 0;
+            if (m->op == CP_MATCH_NRE) hit = !hit;
+            break;
+        default: hit = 0;
+        }
+        if (!hit) return 0;
+    }
+    return 1;
+}
+
 /* Series of t of kind (0 = any) matched by sel. Uses the label index for the first
  * non-empty equality matcher, then checks every matcher. Caller holds the read lock. */
 static int match_series(qctx *q, tenant *t, int kind, const cp_selector *sel, servec *out)
@@ -1614,7 +1638,7 @@ static int match_series(qctx *q, tenant *t, int kind, const cp_selector *sel, se
     if (!eq) {
         for (uint32_t i = 0; i < t->series.n; i++) {
             cp_ser *s = t->series.v[i];
-            if ((kind && (int)s->kind != kind) || (sel && sel->n && !cp_selector_match(sel, &s->labels)))
+            if ((kind && (int)s->kind != kind) || !sel_match(sel, &s->labels))
                 continue;
             if (cp_vec_push(out, s)) return cp_err_set(q->err, CP_ENOMEM, "query");
         }
@@ -1637,7 +1661,7 @@ static int match_series(qctx *q, tenant *t, int kind, const cp_selector *sel, se
         uint32_t id = cp_get_be32((const uint8_t *)key + k.len);
         if (id == 0 || id > t->series.n) continue; /* created after this query's snapshot */
         cp_ser *s = t->series.v[id - 1];
-        if ((kind && (int)s->kind != kind) || !cp_selector_match(sel, &s->labels)) continue;
+        if ((kind && (int)s->kind != kind) || !sel_match(sel, &s->labels)) continue;
         if (cp_vec_push(out, s)) {
             rc = cp_err_set(q->err, CP_ENOMEM, "query");
             break;
