@@ -254,7 +254,7 @@ static int loc_eq(const cp_profile *o, uint32_t cand, uint32_t mapping_id, uint6
     if (l->mapping_id != mapping_id || l->nlines != nlines || l->is_folded != is_folded) return 0;
     uint64_t r = l->address - (mapping_id ? o->mappings.v[mapping_id - 1].start : 0);
     if (r != rel) return 0;
-    return lines_eq(o->lines.v + l->line_off, lines, nlines);
+    return nlines == 0 || lines_eq(o->lines.v + l->line_off, lines, nlines);
 }
 
 static int map_locations(cp_merger *m, const cp_profile *p)
@@ -307,9 +307,10 @@ static int sample_eq(const cp_profile *o, uint32_t cand, const uint32_t *locs, u
                      const cp_label *labels, uint32_t nlabels)
 {
     const cp_sample *s = &o->samples.v[cand];
+    /* (n == 0 ||: no pointer arithmetic on the NULL of an empty array) */
     return s->nlocs == nlocs && s->nlabels == nlabels &&
-           memcmp(o->stack.v + s->loc_off, locs, nlocs * sizeof *locs) == 0 &&
-           labels_eq(o->labels.v + s->label_off, labels, nlabels);
+           (nlocs == 0 || memcmp(o->stack.v + s->loc_off, locs, nlocs * sizeof *locs) == 0) &&
+           (nlabels == 0 || labels_eq(o->labels.v + s->label_off, labels, nlabels));
 }
 
 static int map_samples(cp_merger *m, const cp_profile *p, double factor)
