@@ -198,7 +198,8 @@ int main(int argc, char **argv)
         cp_broker_options bo = {.partitions = (int)d.cfg.embedded_partitions};
         if (cp_broker_create(&bo, &d.broker, &err)) goto fail_msg;
         bootstrap = cp_broker_bootstraps(d.broker);
-        cp_log_info("embedded Kafka broker (in memory, about 5 MiB per partition) at %s",
+        cp_log_info("Kafka bootstrap servers: %s (the embedded broker: in memory, about 5 MiB "
+                    "per partition; served at /api/v1/brokers)",
                     bootstrap);
     } else {
         cp_log_info("Kafka bootstrap servers: %s", bootstrap);

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "config.h"
+#include "pprof.h"
 #include "fixture.h"
 #include "qtest.h"
 
@@ -185,6 +186,56 @@ TEST(serves_a_store_and_stops_cleanly)
     CHECK(system(cmd) == 0);
 }
 
+/* The whole pipeline with no Kafka installed: contprofd hosts the embedded broker, `contprof
+ * import --server` finds it through /api/v1/brokers, ingest stores the window, and the
+ * query returns the file's totals. */
+TEST(embedded_broker_import_to_query)
+{
+    char dir[] = "/tmp/cpqd-XXXXXX";
+    CHECK(mkdtemp(dir));
+    char store[200];
+    snprintf(store, sizeof store, "%s/store", dir);
+    const char *args[] = {"--data", store, "--http", "127.0.0.1:0", NULL};
+    proc p = {0};
+    start_daemon(&p, dir, args);
+    const char *src = getenv("CP_SOURCE_DIR");
+    char file[512], cmd[2048];
+    snprintf(file, sizeof file, "%s/tests/fuzz/corpus/fuzz_pprof/go_cpu.pb.gz", src ? src : ".");
+    cp_buf b = {0};
+    CHECK(cp_read_file(file, &b) == 0);
+    cp_profile *want = NULL;
+    CHECK(cp_pprof_decode(b.data, b.len, NULL, &want, NULL) == 0);
+    cp_buf_close(&b);
+    snprintf(cmd, sizeof cmd,
+             "%s/query/contprof import --server http://127.0.0.1:%d --service gosvc "
+             "--at 1764000000 --duration 10s '%s' >/dev/null 2>&1",
+             bindir(), p.port, file);
+    CHECK(system(cmd) == 0);
+    /* Ingest is asynchronous (and the first consumer-group join takes ~3 s). */
+    int64_t got = -1;
+    for (int i = 0; i < 300 && got != cp_profile_total(want, 1); i++) {
+        cp_http_result r = get(p.port, "/api/v1/profile?select=%7Bservice%3D%22gosvc%22%7D"
+                                       "&from=1764000000&to=1764000010&format=pprof",
+                               NULL);
+        CHECK_EQ(r.status, 200);
+        cp_profile *q = NULL;
+        CHECK(cp_pprof_decode(r.body.data, r.body.len, NULL, &q, NULL) == 0);
+        got = q->sample_types.n > 1 ? cp_profile_total(q, 1) : 0;
+        cp_profile_destroy(q);
+        cp_buf_close(&r.body);
+        if (got != cp_profile_total(want, 1)) usleep(50000);
+    }
+    CHECK_EQ(got, cp_profile_total(want, 1));
+    cp_profile_destroy(want);
+    cp_http_result r = get(p.port, "/metrics", NULL);
+    CHECK_CONTAINS((char *)r.body.data, "contprof_ingest_windows_total 1\n");
+    CHECK_CONTAINS((char *)r.body.data, "contprof_ingest_dlq_total{reason=\"pprof\"} 0\n");
+    cp_buf_close(&r.body);
+    CHECK_EQ(stop_daemon(&p, SIGTERM), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
 TEST(tokens_from_config)
 {
     char dir[] = "/tmp/cpqd-XXXXXX";
@@ -266,5 +317,6 @@ TEST(config_parser)
     cp_config_close(&c);
 }
 
-TEST_MAIN(T(serves_a_store_and_stops_cleanly), T(tokens_from_config), T(startup_errors),
+TEST_MAIN(T(serves_a_store_and_stops_cleanly), T(embedded_broker_import_to_query),
+          T(tokens_from_config), T(startup_errors),
           T(config_parser))
