@@ -57,6 +57,7 @@ struct conn {
     int err_status;
     char err_msg[160];
     int complete;  /* a whole request was parsed and waits to be dispatched */
+    int in_message; /* a request has begun: its bytes must all arrive within the idle timeout */
     int busy;      /* a request is being answered */
     int keep_alive;
     int closing;
@@ -300,7 +301,9 @@ static int count_header(conn *c, size_t n)
 
 static int on_message_begin(http_parser *p)
 {
-    conn_reset_request(p->data);
+    conn *c = p->data;
+    conn_reset_request(c);
+    c->in_message = 1;
     return 0;
 }
 
@@ -366,6 +369,7 @@ static int on_message_complete(http_parser *p)
 {
     conn *c = p->data;
     c->complete = 1;
+    c->in_message = 0;
     c->keep_alive = http_should_keep_alive(p);
     snprintf(c->method, sizeof c->method, "%s", http_method_str((enum http_method)p->method));
     http_parser_pause(p, 1); /* one request at a time; the rest stays in c->in */
@@ -577,7 +581,8 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         uv_read_stop(st);
         c->reading = 0;
     }
-    if (!c->busy) conn_arm_idle(c);
+    /* A trickling client cannot stretch one request past the idle timeout (slowloris). */
+    if (!c->busy && !c->in_message) conn_arm_idle(c);
     conn_process(c);
 }
 
