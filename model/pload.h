@@ -13,8 +13,8 @@ typedef int (*cp_pload_read_fn)(void *ctx, size_t i, cp_buf *out, cp_err *err);
 
 /* Decodes inputs 0..n-1 with `threads` threads (0 = one per CPU, at most 8; the caller's
  * thread is one of them) and adds their merge to m. On failure the code is returned, err
- * says why and *failed_index names the first failing input in input order; m is then
- * unchanged. */
+ * says why and *failed_index names the first failing input in input order; when an input
+ * fails, m is unchanged. */
 int cp_pload_merge(size_t n, cp_pload_read_fn read, void *ctx, const cp_pprof_limits *lim,
                    int threads, cp_merger *m, size_t *failed_index, cp_err *err);
 
