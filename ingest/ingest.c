@@ -285,15 +285,23 @@ static void handle(cp_ingest *in, rd_kafka_message_t *m)
 static void update_lag(cp_ingest *in)
 {
     int64_t lag = 0;
+    uint32_t np = 0;
     for (uint32_t i = 0; i < in->parts.n; i++) {
         if (!in->parts.v[i].assigned) continue;
-        int64_t lo = 0, hi = 0;
-        if (rd_kafka_get_watermark_offsets(in->rk, in->topic, (int32_t)i, &lo, &hi)) continue;
+        np++;
+        int64_t lo = -1, hi = -1;
+        if (rd_kafka_get_watermark_offsets(in->rk, in->topic, (int32_t)i, &lo, &hi) || hi < 0 ||
+            lo < 0) {
+            lag = -1; /* no fetch answer yet for this partition */
+            break;
+        }
+        /* nothing stored yet: everything from the log start is behind */
         int64_t pos = in->parts.v[i].next >= 0 ? in->parts.v[i].next : lo;
         if (hi > pos) lag += hi - pos;
     }
     pthread_mutex_lock(&in->mu);
-    in->st.lag = lag;
+    in->st.lag = np ? lag : -1;
+    in->st.partitions = np;
     pthread_mutex_unlock(&in->mu);
 }
 

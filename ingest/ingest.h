@@ -58,7 +58,9 @@ typedef struct cp_ingest_stats {
     uint64_t dlq_failed; /* bad messages whose DLQ produce failed (still skipped) */
     uint64_t gap;        /* messages lost because the broker dropped them before we read */
     uint64_t batches;    /* LevelDB writes */
-    int64_t lag;         /* messages behind the high watermarks of assigned partitions */
+    int64_t lag;         /* messages behind the high watermarks of the assigned
+                            partitions; -1 while unknown */
+    uint32_t partitions; /* assigned partitions */
     int running;         /* the consumer thread is up */
     int failed;          /* stopped on a store error; error says which */
     char error[256];
