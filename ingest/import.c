@@ -196,10 +196,10 @@ static int send_one(imp *im, const char *file, cp_kind kind, int cumulative, con
     e.cumulative = cumulative;
     if (cp_labels_set(&e.labels, "service", im->service)) rc = 1;
     for (int i = 0; i < im->nlabels && !rc; i++) {
-        char *eq = strchr(im->labels[i], '=');
-        *eq = 0;
-        rc = cp_labels_set(&e.labels, im->labels[i], eq + 1) != 0;
-        *eq = '=';
+        const char *eq = strchr(im->labels[i], '=');
+        char name[CP_LABEL_NAME_MAX + 1];
+        snprintf(name, sizeof name, "%.*s", (int)(eq - im->labels[i]), im->labels[i]);
+        rc = cp_labels_set(&e.labels, name, eq + 1) != 0;
     }
     if (!rc) rc = cp_pprof_encode(p, 0, &pp) != 0;
     e.pprof = pp.data;
