@@ -66,6 +66,11 @@ static cp_profile *reordered(const cp_profile *p)
     return q;
 }
 
+static void free_windows(void)
+{
+    for (int i = 0; i < 8; i++) cp_profile_destroy(windows[i]);
+}
+
 static cp_profile *merge_all(cp_profile **ps, int n)
 {
     cp_merger *m = cp_merger_create();
@@ -96,6 +101,7 @@ TEST(totals_add_up)
     CHECK(out->samples.n <= 2000);
     CHECK_EQ(out->mappings.n, 1);
     cp_profile_destroy(out);
+    free_windows();
 }
 
 TEST(order_does_not_matter)
@@ -112,6 +118,11 @@ TEST(order_does_not_matter)
     CHECK_EQ(a->samples.n, b->samples.n);
     free(ca);
     free(cb);
+    for (int i = 0; i < 8; i++)
+        if (i % 2) cp_profile_destroy(rev[i]);
+    cp_profile_destroy(a);
+    cp_profile_destroy(b);
+    free_windows();
 }
 
 TEST(empty_profile_changes_nothing)
@@ -129,6 +140,11 @@ TEST(empty_profile_changes_nothing)
     CHECK_EQ(a->time_nanos, b->time_nanos);
     free(ca);
     free(cb);
+    cp_profile_destroy(a);
+    cp_profile_destroy(b);
+    cp_profile_destroy(empty);
+    cp_profile_destroy(same_types);
+    free_windows();
 }
 
 TEST(incompatible_types_refused)
@@ -150,7 +166,10 @@ TEST(incompatible_types_refused)
     cp_profile *out = cp_merger_finish(m);
     CHECK_EQ(cp_profile_total(out, 0), cp_profile_total(windows[0], 0));
     cp_profile_destroy(out);
+    cp_profile_destroy(heap);
+    cp_profile_destroy(one);
     cp_merger_destroy(m);
+    free_windows();
 }
 
 TEST(scaled_merge_subtracts)
@@ -170,7 +189,10 @@ TEST(scaled_merge_subtracts)
     CHECK_EQ(cp_merger_add(m, windows[2], &err), 0);
     cp_profile *again = cp_merger_finish(m);
     CHECK_EQ(cp_profile_total(again, 0), cp_profile_total(windows[2], 0));
+    cp_profile_destroy(out);
+    cp_profile_destroy(again);
     cp_merger_destroy(m);
+    free_windows();
 }
 
 TEST(labels_keep_samples_apart)
@@ -216,6 +238,7 @@ TEST(scale_and_select_types)
     CHECK_EQ(cp_profile_select_types(p, bad, 1, &err), CP_EINVAL);
     CHECK_CONTAINS(err.msg, "\"alloc_space\" is not in the profile");
     cp_profile_destroy(p);
+    free_windows();
 }
 
 TEST_MAIN(T(totals_add_up), T(order_does_not_matter), T(empty_profile_changes_nothing),
