@@ -58,6 +58,7 @@ func main() {
 	pprof.StopCPUProfile()
 	f.Close()
 	runtime.GC()
+	runtime.GC()
 	h, err := os.Create(filepath.Join(dir, "heap.pprof"))
 	if err != nil {
 		panic(err)
