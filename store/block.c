@@ -109,12 +109,33 @@ static uint64_t gcd64(uint64_t a, uint64_t b)
     return a;
 }
 
-/* Sorts row indexes by stack id (qsort with a thread-local comparator context). */
-static _Thread_local const cp_acc *tl_acc;
-static int cmp_rows_tl(const void *x, const void *y)
+/* Sorts rows by stack id: LSD radix sort of (id << 32 | row) keys on the id's bytes,
+ * skipping bytes that are the same in every key. */
+static int sort_rows(const cp_acc *a, uint32_t *ord)
 {
-    uint32_t a = tl_acc->ids.v[*(const uint32_t *)x], b = tl_acc->ids.v[*(const uint32_t *)y];
-    return a < b ? -1 : a > b;
+    uint32_t n = a->ids.n;
+    uint64_t *k = malloc(sizeof(uint64_t) * (n ? n : 1) * 2);
+    if (!k) return CP_ENOMEM;
+    uint64_t *tmp = k + n;
+    uint32_t all_or = 0, all_and = UINT32_MAX;
+    for (uint32_t i = 0; i < n; i++) {
+        k[i] = (uint64_t)a->ids.v[i] << 32 | i;
+        all_or |= a->ids.v[i];
+        all_and &= a->ids.v[i];
+    }
+    for (int shift = 32; shift < 64; shift += 8) {
+        if (!(((all_or ^ all_and) >> (shift - 32)) & 0xff)) continue;
+        uint32_t cnt[257] = {0};
+        for (uint32_t i = 0; i < n; i++) cnt[((k[i] >> shift) & 0xff) + 1]++;
+        for (int b = 0; b < 256; b++) cnt[b + 1] += cnt[b];
+        for (uint32_t i = 0; i < n; i++) tmp[cnt[(k[i] >> shift) & 0xff]++] = k[i];
+        uint64_t *t = k;
+        k = tmp;
+        tmp = t;
+    }
+    for (uint32_t i = 0; i < n; i++) ord[i] = (uint32_t)k[i];
+    free(k < tmp ? k : tmp);
+    return 0;
 }
 
 int cp_block_encode(cp_acc *a, cp_buf *out)
@@ -124,9 +145,10 @@ int cp_block_encode(cp_acc *a, cp_buf *out)
     uint8_t *raw = NULL;
     int rc = CP_ENOMEM;
     if (!ord) return CP_ENOMEM;
-    for (uint32_t i = 0; i < n; i++) ord[i] = i;
-    tl_acc = a;
-    qsort(ord, n, sizeof *ord, cmp_rows_tl);
+    if (sort_rows(a, ord)) {
+        free(ord);
+        return CP_ENOMEM;
+    }
 
     uint64_t div[CP_MAX_TYPES];
     for (uint32_t t = 0; t < nt; t++) {

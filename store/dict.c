@@ -114,6 +114,20 @@ static void put_entry(cp_dict *d, uint8_t kind, uint32_t id, const uint8_t *v, s
  * Strings
  * --------------------------------------------------------------------------------- */
 
+/* String hash: length plus up to 56 sampled bytes (the first 24, 8 from the middle, the
+ * last 24). Long symbol names share prefixes and lengths rarely all at once; a full compare
+ * on every hash hit keeps it exact. Much cheaper than hashing every byte of every name of
+ * every window. */
+static uint64_t str_hash(const char *s, size_t n)
+{
+    if (n <= 56) return cp_hash_bytes(s, n, 0x5157);
+    uint64_t w[7];
+    memcpy(w, s, 24);
+    memcpy(w + 3, s + n / 2 - 4, 8);
+    memcpy(w + 4, s + n - 24, 24);
+    return cp_hash_bytes(w, sizeof w, 0x5157 ^ n);
+}
+
 typedef struct skey {
     const char *s;
     size_t len;
@@ -150,7 +164,7 @@ int cp_dict_string(cp_dict *d, const char *s, size_t len, uint32_t *id)
         *id = 0;
         return 0;
     }
-    uint64_t h = cp_hash_bytes(s, len, 0x5157);
+    uint64_t h = str_hash(s, len);
     skey k = {s, len};
     uint32_t got = idx_find(&d->si, h, str_eq, d, &k);
     if (got) {
@@ -438,7 +452,7 @@ int cp_dict_load(cp_dict *d, uint8_t kind, uint32_t id, const uint8_t *v, size_t
     int rc = 0;
     switch (kind) {
     case CP_D_STRING: {
-        uint64_t h = cp_hash_bytes(v, len, 0x5157);
+        uint64_t h = str_hash((const char *)v, len);
         if ((rc = str_append(d, (const char *)v, len))) break;
         rc = idx_insert(&d->si, h, id);
         got = id;
