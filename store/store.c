@@ -1962,6 +1962,12 @@ int cp_store_timeline(cp_store *s, const char *tenant_name, cp_kind kind, const 
     tenant *t = tenant_name ? tenant_find(s, tenant_name, strlen(tenant_name)) : NULL;
     if (t) rc = match_series(&q, t, (int)kind, sel, &ss);
     if (!rc) rc = set_types(p, kind, &ss, &qt);
+    int64_t *span = rc ? NULL : malloc(sizeof(int64_t) * 2 * (ss.n + 1));
+    if (!rc && !span) rc = CP_ENOMEM;
+    for (uint32_t i = 0; !rc && i < ss.n; i++) {
+        span[2 * i] = ss.v[i]->first_ns;
+        span[2 * i + 1] = ss.v[i]->last_ns;
+    }
     pthread_rwlock_unlock(&s->lock);
     int64_t *res = NULL;
     if (rc) {
@@ -1979,7 +1985,7 @@ int cp_store_timeline(cp_store *s, const char *tenant_name, cp_kind kind, const 
         for (uint64_t k = 0; k < n && !rc; k++) {
             int64_t a = from_ns + (int64_t)k * step_ns;
             int64_t b = a + step_ns < to_ns ? a + step_ns : to_ns;
-            if (b <= ss.v[i]->first_ns || a > ss.v[i]->last_ns) continue;
+            if (b <= span[2 * i] || a > span[2 * i + 1]) continue;
             addctx ac = {NULL, colmap, res + k * qt.n};
             rc = visit(&q, ss.v[i], a, b, add_block, &ac);
         }
@@ -1987,6 +1993,7 @@ int cp_store_timeline(cp_store *s, const char *tenant_name, cp_kind kind, const 
 done:
     qctx_close(&q);
     free(ss.v);
+    free(span);
     cp_profile_destroy(p);
     if (rc) {
         free(res);

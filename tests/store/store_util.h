@@ -27,11 +27,13 @@ static inline char *tmpdir(const char *tag)
     return p;
 }
 
-static inline void rmtree(const char *p)
+/* Removes p and frees the string (from tmpdir). */
+static inline void rmtree(char *p)
 {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", p);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", p);
+    free(p);
 }
 
 static inline uint64_t dir_bytes(const char *path)
