@@ -27,7 +27,8 @@
 #define NDISTINCT 32
 #define NSERIES 8
 
-static cp_buf payload[NDISTINCT];
+static cp_buf payload[NDISTINCT], rawload[NDISTINCT];
+static int use_raw;
 static long nwin;
 static cp_ingest *ing;
 static const char *bootstraps;
@@ -69,8 +70,9 @@ static void envelope_for(long i, cp_buf *enc, cp_buf *key)
     e.window_duration_ns = 10 * SEC;
     e.producer_id = inst;
     e.sequence = (uint64_t)(i / NSERIES);
-    e.pprof = payload[(i * 7) % NDISTINCT].data;
-    e.pprof_len = payload[(i * 7) % NDISTINCT].len;
+    cp_buf *pl = use_raw ? rawload : payload;
+    e.pprof = pl[(i * 7) % NDISTINCT].data;
+    e.pprof_len = pl[(i * 7) % NDISTINCT].len;
     enc->len = key->len = 0;
     cp_envelope_encode(&e, enc);
     cp_envelope_series_key(&e, key);
@@ -98,7 +100,8 @@ static void *producer(void *arg)
         }
         envelope_for(i, &enc, &key);
         while (rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(CP_TOPIC_PROFILES),
-                                 RD_KAFKA_V_VALUE(enc.data, enc.len), RD_KAFKA_V_KEY(key.data, key.len),
+                                 RD_KAFKA_V_VALUE(enc.data, enc.len),
+                                 RD_KAFKA_V_KEY(key.data, key.len),
                                  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END))
             rd_kafka_poll(rk, 10);
         rd_kafka_poll(rk, 0);
@@ -124,6 +127,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < NDISTINCT; i++) {
         cp_profile *w = cp_synth_cpu_window(sy, 1000, T0, 10 * SEC);
         cp_pprof_encode(w, 6, &payload[i]);
+        cp_pprof_encode(w, 0, &rawload[i]);
         gz += (double)payload[i].len;
         cp_profile_destroy(w);
     }
@@ -132,43 +136,49 @@ int main(int argc, char **argv)
     char path[512];
     cp_err err = {0};
 
-    /* 1. decode + store on this thread, no Kafka */
-    snprintf(path, sizeof path, "%s/direct", argv[1]);
-    cp_store_options so = {.path = path};
-    cp_store *s = NULL;
-    if (cp_store_open(&so, &s, &err)) goto fail;
-    cp_store_batch *b = cp_store_batch_create(s);
-    cp_buf enc = {0}, key = {0};
-    long ndirect = nwin < 2000 ? nwin : 2000;
-    double t0 = now_s(), c0 = thread_cpu();
-    for (long i = 0; i < ndirect; i++) {
-        envelope_for(i, &enc, &key);
-        cp_envelope e;
-        cp_profile *p = NULL;
-        if (cp_envelope_decode(enc.data, enc.len, 64u << 20, &e, &err) ||
-            cp_pprof_decode(e.pprof, e.pprof_len, NULL, &p, &err) ||
-            cp_store_batch_add(b, &e, p, 0, &err))
-            goto fail;
-        cp_profile_destroy(p);
-        cp_envelope_close(&e);
-        if (i % 512 == 511 && cp_store_batch_commit(b, &err)) goto fail;
+    /* 1. decode + store on this thread, no Kafka: gzip'd payloads, then raw ones (an
+     * agent may send raw pprof and let Kafka's lz4 compress the batch) */
+    for (use_raw = 0; use_raw < 2; use_raw++) {
+        snprintf(path, sizeof path, "%s/direct%d", argv[1], use_raw);
+        cp_store_options so = {.path = path};
+        cp_store *s = NULL;
+        if (cp_store_open(&so, &s, &err)) goto fail;
+        cp_store_batch *b = cp_store_batch_create(s);
+        cp_buf enc = {0}, key = {0};
+        long ndirect = nwin < 2000 ? nwin : 2000;
+        double t0 = now_s(), c0 = thread_cpu();
+        for (long i = 0; i < ndirect; i++) {
+            envelope_for(i, &enc, &key);
+            cp_envelope e;
+            cp_profile *p = NULL;
+            if (cp_envelope_decode(enc.data, enc.len, 64u << 20, &e, &err) ||
+                cp_pprof_decode(e.pprof, e.pprof_len, NULL, &p, &err) ||
+                cp_store_batch_add(b, &e, p, 0, &err))
+                goto fail;
+            cp_profile_destroy(p);
+            cp_envelope_close(&e);
+            if (i % 512 == 511 && cp_store_batch_commit(b, &err)) goto fail;
+        }
+        if (cp_store_batch_commit(b, &err)) goto fail;
+        double t1 = now_s(), c1 = thread_cpu();
+        printf("direct%s_windows %ld\n", use_raw ? "_raw" : "", ndirect);
+        printf("direct%s_windows_per_s %.0f\n", use_raw ? "_raw" : "", (double)ndirect / (t1 - t0));
+        printf("direct%s_windows_per_cpu_s %.0f\n", use_raw ? "_raw" : "",
+               (double)ndirect / (c1 - c0));
+        cp_store_batch_destroy(b);
+        cp_store_close(s);
+        cp_buf_close(&enc);
+        cp_buf_close(&key);
     }
-    if (cp_store_batch_commit(b, &err)) goto fail;
-    double t1 = now_s(), c1 = thread_cpu();
-    printf("direct_windows %ld\n", ndirect);
-    printf("direct_windows_per_s %.0f\n", (double)ndirect / (t1 - t0));
-    printf("direct_windows_per_cpu_s %.0f\n", (double)ndirect / (c1 - c0));
-    cp_store_batch_destroy(b);
-    cp_store_close(s);
-    cp_buf_close(&enc);
-    cp_buf_close(&key);
+    use_raw = 0;
 
     /* 2. through Kafka */
     cp_broker *br = NULL;
     if (cp_broker_create(NULL, &br, &err)) goto fail;
     bootstraps = cp_broker_bootstraps(br);
     snprintf(path, sizeof path, "%s/kafka", argv[1]);
-    so.path = path;
+    cp_store_options so = {.path = path};
+    cp_store *s = NULL;
     if (cp_store_open(&so, &s, &err)) goto fail;
     cp_ingest_options io = {.brokers = bootstraps, .batch_max_messages = 512, .batch_max_ms = 200};
     if (cp_ingest_create(&io, s, &ing, &err) || cp_ingest_start(ing, &err)) goto fail;
@@ -206,7 +216,10 @@ int main(int argc, char **argv)
     cp_ingest_destroy(ing);
     cp_store_close(s);
     cp_broker_destroy(br);
-    for (int i = 0; i < NDISTINCT; i++) cp_buf_close(&payload[i]);
+    for (int i = 0; i < NDISTINCT; i++) {
+        cp_buf_close(&payload[i]);
+        cp_buf_close(&rawload[i]);
+    }
     return st.windows == (uint64_t)nwin ? 0 : 1;
 fail:
     fprintf(stderr, "bench_ingest: %s\n", err.msg);

@@ -102,7 +102,8 @@ static int build(const char *dir, long n, int nseries)
     printf("bytes_per_window %.0f\n", (double)st.disk_bytes / (double)n);
     printf("gzip_bytes_per_window %.0f\n", gz);
     printf("storage_ratio_pct %.2f\n", 100.0 * (double)st.disk_bytes / (double)n / gz);
-    for (int i = 0; i < NDISTINCT; i++) cp_profile_destroy(w[i]);
+    for (int i = 0; i < NDISTINCT; i++)
+        cp_profile_destroy(w[i]);
     cp_synth_destroy(sy);
     return 0;
 }
@@ -169,8 +170,7 @@ int main(int argc, char **argv)
 {
     if (argc >= 3 && !strcmp(argv[1], "build"))
         return build(argv[2], argc > 3 ? atol(argv[3]) : 60480, argc > 4 ? atoi(argv[4]) : 1);
-    if (argc >= 3 && !strcmp(argv[1], "query"))
-        return query(argv[2], argc > 3 ? atoi(argv[3]) : 9);
+    if (argc >= 3 && !strcmp(argv[1], "query")) return query(argv[2], argc > 3 ? atoi(argv[3]) : 9);
     fprintf(stderr, "usage: bench_store build DIR [WINDOWS [SERIES]] | query DIR [REPS]\n");
     return 2;
 }

@@ -45,7 +45,9 @@ static int64_t qtotal(cp_store *s, cp_kind kind, int col)
 {
     int64_t now = (int64_t)time(NULL) * SEC;
     cp_profile *p = NULL;
-    CHECK_EQ(cp_store_query(s, "acme", kind, NULL, now - 86400 * SEC, now + 86400 * SEC, NULL, &p, NULL), 0);
+    CHECK_EQ(
+        cp_store_query(s, "acme", kind, NULL, now - 86400 * SEC, now + 86400 * SEC, NULL, &p, NULL),
+        0);
     int64_t t = cp_profile_total(p, (uint32_t)col);
     cp_profile_destroy(p);
     return t;
@@ -56,7 +58,8 @@ TEST(go_profiles_round_trip)
     char *dir = tmpdir("import");
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "cd '%s' && GOCACHE='%s/gocache' HOME='%s' GOFLAGS= go run '%s/tests/ingest/genprof.go' '%s'",
+             "cd '%s' && GOCACHE='%s/gocache' HOME='%s' GOFLAGS= go run "
+             "'%s/tests/ingest/genprof.go' '%s'",
              dir, dir, dir, getenv("CP_SOURCE_DIR"), dir);
     CHECK(system(cmd) == 0);
     char cpu[600], heap[600], bad[600];
@@ -70,8 +73,8 @@ TEST(go_profiles_round_trip)
     cp_broker *b = NULL;
     CHECK_EQ(cp_broker_create(NULL, &b, NULL), 0);
     const char *bs = cp_broker_bootstraps(b);
-    char *argv[] = {"import", "--brokers", (char *)bs, "--tenant", "acme", "--service", "goapp",
-                    "--label", "version=1.0", cpu, heap, NULL};
+    char *argv[] = {"import", "--brokers", (char *)bs,    "--tenant", "acme", "--service",
+                    "goapp",  "--label",   "version=1.0", cpu,        heap,   NULL};
     CHECK_EQ(cp_cmd_import(11, argv), 0);
     /* a bad file: refused with a non-zero exit, the good ones still go */
     char *argv2[] = {"import", "--brokers", (char *)bs, "--tenant", "other", bad, cpu, NULL};

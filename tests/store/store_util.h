@@ -81,8 +81,10 @@ static inline void sel_add(cp_selector *s, const char *name, const char *op, con
     memset(m, 0, sizeof *m);
     m->name = strdup(name);
     m->value = strdup(value);
-    m->op = !strcmp(op, "=") ? CP_MATCH_EQ : !strcmp(op, "!=") ? CP_MATCH_NE
-          : !strcmp(op, "=~") ? CP_MATCH_RE : CP_MATCH_NRE;
+    m->op = !strcmp(op, "=")    ? CP_MATCH_EQ
+            : !strcmp(op, "!=") ? CP_MATCH_NE
+            : !strcmp(op, "=~") ? CP_MATCH_RE
+                                : CP_MATCH_NRE;
     if (m->op == CP_MATCH_RE || m->op == CP_MATCH_NRE) {
         char re[600];
         snprintf(re, sizeof re, "^(%s)$", value);
