@@ -1,6 +1,7 @@
 /* The store on a real LevelDB on disk: exact totals, rollups equal to raw windows,
  * restart, inuse and cumulative semantics, tenants, duplicates, retention, versions. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <leveldb/c.h>
 
 #include "merge.h"
@@ -547,7 +548,7 @@ TEST(bad_inputs_refused_batch_usable)
 
 /* One writer and several readers at once: readers always see whole batches. */
 static cp_store *cs;
-static volatile int stop_readers;
+static atomic_int stop_readers;
 static void *reader(void *arg)
 {
     (void)arg;
