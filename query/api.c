@@ -828,6 +828,7 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
             cp_buf_printf(&r->body, "{\"status\":\"ok\"}\n");
         } else if (strcmp(req->path, "/metrics") == 0) {
             ep_metrics(a, r);
+            r->compressible = 1;
         } else if (strcmp(req->path, "/api/v1/brokers") == 0) {
             if (cp_buf_printf(&r->body, "{\"brokers\":") || json_str(&r->body, a->brokers) ||
                 cp_buf_printf(&r->body, "}\n"))
@@ -846,6 +847,7 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
         cp_params_close(&pa);
         return;
     }
+    r->compressible = 1; /* unset below for answers that are gzip'd pprof already */
     switch (ep) {
     case EP_PROFILE: ep_profile(a, tenant, &pa, req, r); break;
     case EP_DIFF: ep_diff(a, tenant, &pa, req, r); break;
@@ -855,4 +857,5 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
     case EP_VALUES: ep_values(a, tenant, &pa, req, r); break;
     }
     cp_params_close(&pa);
+    if (strcmp(r->content_type, "application/octet-stream") == 0) r->compressible = 0;
 }

@@ -35,6 +35,7 @@ int cp_config_init(cp_config *c)
     c->max_response_bytes = 256u << 20;
     c->max_header_bytes = 16384;
     c->max_url_bytes = 8192;
+    c->gzip_min_bytes = 8192;
     if (set_str(&c->data_dir, "/var/lib/contprof") || set_str(&c->http_host, "127.0.0.1") ||
         set_str(&c->brokers, "") || set_str(&c->log_level, "info")) {
         cp_config_close(c);
@@ -156,6 +157,7 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
         {"query.max_response_bytes", 3, &c->max_response_bytes},
         {"http.max_header_bytes", 3, &c->max_header_bytes},
         {"http.max_url_bytes", 3, &c->max_url_bytes},
+        {"http.gzip_min_bytes", 3, &c->gzip_min_bytes},
         {"store.cache_bytes", 3, &c->cache_bytes},
         {"query.max_blocks", 4, &c->max_blocks},
     };

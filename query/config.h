@@ -26,7 +26,7 @@ typedef struct cp_config {
     /* query limits */
     int64_t max_range_ns, query_timeout_ns, idle_timeout_ns;
     uint32_t concurrency, max_queued, max_connections, max_nodes_default, max_nodes_limit;
-    size_t max_response_bytes, max_header_bytes, max_url_bytes, cache_bytes;
+    size_t max_response_bytes, max_header_bytes, max_url_bytes, cache_bytes, gzip_min_bytes;
     uint64_t max_blocks;
     CP_VEC(cp_kv) kafka;  /* kafka.<prop> = value, prefix stripped */
     CP_VEC(cp_kv) tokens; /* token.<tenant> = secret: key = tenant, value = secret */

@@ -257,6 +257,7 @@ int main(int argc, char **argv)
     ho.max_response_bytes = d.cfg.max_response_bytes;
     ho.max_header_bytes = d.cfg.max_header_bytes;
     ho.max_url_bytes = d.cfg.max_url_bytes;
+    ho.gzip_min_bytes = d.cfg.gzip_min_bytes;
     ho.query_timeout_ns = d.cfg.query_timeout_ns;
     ho.idle_timeout_ns = d.cfg.idle_timeout_ns;
     ho.handle = cp_api_handle;

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "pprof.h" /* cp_gzip */
 
 typedef struct conn conn;
 typedef struct job job;
@@ -52,7 +53,10 @@ struct conn {
     cp_buf url, body, auth;
     char field[32];
     size_t field_len;
-    int field_overflow, in_value, is_auth;
+    int field_overflow, in_value, is_auth, is_ae;
+    int accepts_gzip; /* Accept-Encoding names gzip */
+    char ae[64];      /* the start of the Accept-Encoding header */
+    size_t ae_len;
     size_t header_bytes;
     int err_status;
     char err_msg[160];
@@ -144,7 +148,9 @@ static void conn_reset_request(conn *c)
 {
     c->url.len = c->body.len = c->auth.len = 0;
     c->field_len = 0;
-    c->field_overflow = c->in_value = c->is_auth = 0;
+    c->field_overflow = c->in_value = c->is_auth = c->is_ae = 0;
+    c->ae_len = 0;
+    c->accepts_gzip = 0;
     c->header_bytes = 0;
     c->err_status = 0;
     c->err_msg[0] = 0;
@@ -343,8 +349,19 @@ static int on_header_value(http_parser *p, const char *at, size_t n)
         c->is_auth = !c->field_overflow && c->field_len == 13 &&
                      strncasecmp(c->field, "authorization", 13) == 0;
         if (c->is_auth) c->auth.len = 0;
+        c->is_ae = !c->field_overflow && c->field_len == 15 &&
+                   strncasecmp(c->field, "accept-encoding", 15) == 0;
+        if (c->is_ae) c->ae_len = 0;
     }
     if (c->is_auth && cp_buf_append(&c->auth, at, n)) return fail(c, 503, "out of memory");
+    if (c->is_ae) {
+        size_t k = n < sizeof c->ae - 1 - c->ae_len ? n : sizeof c->ae - 1 - c->ae_len;
+        memcpy(c->ae + c->ae_len, at, k);
+        c->ae_len += k;
+        c->ae[c->ae_len] = 0;
+        /* "gzip" listed, and not refused with q=0 (a rare form, treated as no). */
+        c->accepts_gzip = strstr(c->ae, "gzip") && !strstr(c->ae, "gzip;q=0");
+    }
     return 0;
 }
 
@@ -401,11 +418,31 @@ static void job_finish(job *j)
     job_free(j);
 }
 
+/* gzip's a compressible answer for a client that accepts it (on the thread that made it). */
+static void maybe_gzip(const cp_http_server *s, const cp_http_request *req, cp_http_response *r)
+{
+    if (!s->opt.gzip_min_bytes || !req->accepts_gzip || !r->compressible ||
+        r->body.len < s->opt.gzip_min_bytes)
+        return;
+    size_t hl = strlen(r->extra_headers);
+    static const char h[] = "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n";
+    if (hl + sizeof h > sizeof r->extra_headers) return;
+    cp_buf z = {0};
+    if (cp_gzip(r->body.data, r->body.len, 1, &z)) {
+        cp_buf_close(&z);
+        return; /* send it uncompressed */
+    }
+    cp_buf_close(&r->body);
+    r->body = z;
+    memcpy(r->extra_headers + hl, h, sizeof h);
+}
+
 static void work_cb(uv_work_t *w)
 {
     job *j = (job *)w;
     cp_http_server *s = j->c->srv;
     s->opt.handle(s->opt.ctx, &j->req, &j->resp);
+    maybe_gzip(s, &j->req, &j->resp);
 }
 
 static void pump(cp_http_server *s);
@@ -480,6 +517,7 @@ static void conn_dispatch(conn *c)
     j->req.path = path;
     j->req.query = query;
     j->req.authorization = auth;
+    j->req.accepts_gzip = c->accepts_gzip;
     j->req.body = body;
     j->req.body_len = body ? c->body.len : 0;
     j->req.received_ns = cp_mono_ns();
@@ -505,6 +543,7 @@ static void conn_dispatch(conn *c)
         return;
     }
     s->opt.handle(s->opt.ctx, &j->req, &j->resp);
+    maybe_gzip(s, &j->req, &j->resp);
 respond:
     job_finish(j);
 }
@@ -634,6 +673,7 @@ void cp_http_options_default(cp_http_options *o)
     o->max_header_bytes = 16384;
     o->max_body_bytes = 65536;
     o->max_response_bytes = 256u << 20;
+    o->gzip_min_bytes = 8192;
     o->max_connections = 1024;
     o->concurrency = 4;
     o->max_queued = 256;

@@ -17,6 +17,7 @@ typedef struct cp_http_request {
     const char *path;          /* the URL's path, not decoded ("/api/v1/profile") */
     const char *query;         /* the raw query string after '?', "" if none */
     const char *authorization; /* the Authorization header or NULL */
+    int accepts_gzip;          /* Accept-Encoding lists gzip */
     const uint8_t *body;
     size_t body_len;
     int64_t received_ns;       /* CLOCK_MONOTONIC when the request was complete */
@@ -28,6 +29,7 @@ typedef struct cp_http_response {
     int status;                /* 200 unless set */
     char content_type[64];     /* "application/json" unless set */
     char extra_headers[256];   /* complete header lines ("Name: value\r\n"), may be "" */
+    int compressible;          /* text worth gzip'ing when the client accepts it */
     cp_buf body;
 } cp_http_response;
 
@@ -49,6 +51,8 @@ typedef struct cp_http_options {
     size_t max_header_bytes;   /* request line + headers, 431 beyond; default 16 KiB */
     size_t max_body_bytes;     /* 413 beyond; default 64 KiB */
     size_t max_response_bytes; /* a larger handler answer becomes an error; default 256 MiB */
+    size_t gzip_min_bytes;     /* compressible answers at least this big are gzip'd for
+                                  clients that accept it (level 1); 0 = never; default 8 KiB */
     uint32_t max_connections;  /* further connections get 503 and are closed; default 1024 */
     uint32_t concurrency;      /* heavy requests running at once; default 4 */
     uint32_t max_queued;       /* heavy requests waiting; 503 beyond; default 256 */

@@ -166,6 +166,26 @@ TEST(profile_formats)
     CHECK_CONTAINS(body(&r), tot);
     CHECK_CONTAINS(body(&r), "\"type\":\"cpu\",\"from\":\"2025-11-24T16:00:00.000Z\"");
     CHECK_CONTAINS(body(&r), "{\"name\":\"c\",\"self\":1800,\"total\":1800}");
+
+    /* A client that accepts gzip gets the same JSON compressed. */
+    {
+        char req[512];
+        int n = snprintf(req, sizeof req,
+                         "GET /api/v1/profile?from=%lld&to=%lld&format=json&sample_type=samples "
+                         "HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip, deflate\r\n\r\n",
+                         (long long)T0, (long long)T0 + 3600);
+        cp_http_result z;
+        cp_err err = {0};
+        CHECK(cp_http_raw("127.0.0.1", f.port, req, (size_t)n, 10000, &z, &err) == 0);
+        CHECK_EQ(z.status, 200);
+        CHECK(cp_is_gzip(z.body.data, z.body.len));
+        cp_buf plain = {0};
+        CHECK(cp_gunzip(z.body.data, z.body.len, 1 << 24, &plain, &err) == 0);
+        CHECK_EQ(plain.len, r.body.len);
+        CHECK(memcmp(plain.data, r.body.data, plain.len) == 0);
+        cp_buf_close(&plain);
+        cp_buf_close(&z.body);
+    }
     cp_buf_close(&r.body);
 
     /* max_nodes keeps totals honest. */
