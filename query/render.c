@@ -221,40 +221,56 @@ typedef struct kids {
     uint32_t *ids;
 } kids;
 
-typedef struct sort_ctx {
-    const tree *t;
-    const names *nm;
-} sort_ctx;
-
-static int cmp_by_name(const void *a, const void *b, void *arg)
+static int cmp_name_ptr(const void *a, const void *b, void *arg)
 {
-    const sort_ctx *c = arg;
-    const tnode *x = &c->t->n.v[*(const uint32_t *)a], *y = &c->t->n.v[*(const uint32_t *)b];
-    return strcmp(c->nm->s.v[x->name], c->nm->s.v[y->name]);
+    const names *nm = arg;
+    return strcmp(nm->s.v[*(const uint32_t *)a], nm->s.v[*(const uint32_t *)b]);
 }
 
-/* keep may be NULL (all). */
+static int cmp_child(const void *a, const void *b, void *arg)
+{
+    const uint32_t *order = arg; /* node -> rank of its name */
+    uint32_t x = order[*(const uint32_t *)a], y = order[*(const uint32_t *)b];
+    return x < y ? -1 : x > y;
+}
+
+/* keep may be NULL (all). Children are sorted by name: the distinct names are sorted once
+ * and children compare by their name's rank. */
 static int kids_build(const tree *t, const names *nm, const uint8_t *keep, kids *k)
 {
     uint32_t n = t->n.n;
     k->off = calloc((size_t)n + 1, sizeof *k->off);
     k->ids = malloc(((size_t)n + 1) * sizeof *k->ids);
-    if (!k->off || !k->ids) return CP_ENOMEM;
+    uint32_t *fill = malloc(((size_t)n + 1) * sizeof *fill);
+    uint32_t *byname = malloc(((size_t)nm->s.n + 1) * sizeof *byname);
+    uint32_t *name_rank = malloc(((size_t)nm->s.n + 1) * sizeof *name_rank);
+    uint32_t *node_rank = malloc(((size_t)n + 1) * sizeof *node_rank);
+    int rc = 0;
+    if (!k->off || !k->ids || !fill || !byname || !name_rank || !node_rank) {
+        rc = CP_ENOMEM;
+        goto out;
+    }
+    for (uint32_t i = 0; i < nm->s.n; i++) byname[i] = i;
+    qsort_r(byname, nm->s.n, sizeof *byname, cmp_name_ptr, (void *)nm);
+    for (uint32_t i = 0; i < nm->s.n; i++) name_rank[byname[i]] = i;
+    node_rank[0] = 0;
+    for (uint32_t i = 1; i < n; i++) node_rank[i] = name_rank[t->n.v[i].name];
     for (uint32_t i = 1; i < n; i++)
         if (!keep || keep[i]) k->off[t->n.v[i].parent + 1]++;
     for (uint32_t i = 0; i < n; i++) k->off[i + 1] += k->off[i];
-    uint32_t *fill = malloc(((size_t)n + 1) * sizeof *fill);
-    if (!fill) return CP_ENOMEM;
     memcpy(fill, k->off, ((size_t)n + 1) * sizeof *fill);
     for (uint32_t i = 1; i < n; i++)
         if (!keep || keep[i]) k->ids[fill[t->n.v[i].parent]++] = i;
-    free(fill);
-    sort_ctx sc = {t, nm};
     for (uint32_t i = 0; i < n; i++)
         if (k->off[i + 1] - k->off[i] > 1)
-            qsort_r(k->ids + k->off[i], k->off[i + 1] - k->off[i], sizeof *k->ids, cmp_by_name,
-                    &sc);
-    return 0;
+            qsort_r(k->ids + k->off[i], k->off[i + 1] - k->off[i], sizeof *k->ids, cmp_child,
+                    node_rank);
+out:
+    free(fill);
+    free(byname);
+    free(name_rank);
+    free(node_rank);
+    return rc;
 }
 
 static void kids_close(kids *k)
@@ -579,15 +595,35 @@ out:
 
 /* ---- JSON tree ---------------------------------------------------------------------- */
 
-static int cmp_rank(const void *a, const void *b, void *arg)
+/* Pruning order: heaviest first; at equal weight parents (shallower) first, so that the kept
+ * set stays connected. */
+typedef struct rank {
+    int64_t key;
+    uint32_t depth, id;
+} rank;
+
+static int cmp_rank(const void *a, const void *b)
 {
-    const tree *t = arg;
-    const tnode *x = &t->n.v[*(const uint32_t *)a], *y = &t->n.v[*(const uint32_t *)b];
-    int64_t vx = llabs(x->total[0]) > llabs(x->total[1]) ? llabs(x->total[0]) : llabs(x->total[1]);
-    int64_t vy = llabs(y->total[0]) > llabs(y->total[1]) ? llabs(y->total[0]) : llabs(y->total[1]);
-    if (vx != vy) return vx > vy ? -1 : 1;
+    const rank *x = a, *y = b;
+    if (x->key != y->key) return x->key > y->key ? -1 : 1;
     if (x->depth != y->depth) return x->depth < y->depth ? -1 : 1;
-    return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Appends a decimal integer (faster than printf on the hot path). */
+static int put_i64(cp_buf *b, int64_t v)
+{
+    char tmp[24];
+    int n = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) tmp[n++] = '-';
+    if (cp_buf_reserve(b, (size_t)n)) return CP_ENOMEM;
+    while (n) b->data[b->len++] = (uint8_t)tmp[--n];
+    return 0;
 }
 
 int cp_render_tree_json(const cp_profile *p, int vi, const cp_profile *base, int base_vi,
@@ -597,7 +633,9 @@ int cp_render_tree_json(const cp_profile *p, int vi, const cp_profile *base, int
     frames fr = {0}, fb = {0};
     tree t = {0};
     kids k = {0};
-    uint32_t *order = NULL, *stack = NULL, *pos = NULL;
+    rank *order = NULL;
+    uint32_t *stack = NULL, *pos = NULL, *esc_off = NULL;
+    cp_buf esc = {0}; /* every distinct name JSON-escaped once */
     uint8_t *keep = NULL;
     int rc = frames_build(p, &nm, &fr);
     if (!rc && base) rc = frames_build(base, &nm, &fb);
@@ -619,13 +657,17 @@ int cp_render_tree_json(const cp_profile *p, int vi, const cp_profile *base, int
             rc = CP_ENOMEM;
             goto out;
         }
-        for (uint32_t i = 0; i < n; i++) order[i] = i;
-        qsort_r(order, n, sizeof *order, cmp_rank, &t);
+        for (uint32_t i = 0; i < n; i++) {
+            const tnode *x = &t.n.v[i];
+            int64_t a0 = llabs(x->total[0]), a1 = llabs(x->total[1]);
+            order[i] = (rank){a0 > a1 ? a0 : a1, x->depth, i};
+        }
+        qsort(order, n, sizeof *order, cmp_rank);
         memset(keep, 0, n);
         keep[0] = 1;
         kept = 1;
         for (uint32_t i = 0; i < n && kept <= max_nodes; i++) {
-            uint32_t id = order[i];
+            uint32_t id = order[i].id;
             if (id == 0 || !keep[t.n.v[id].parent]) continue;
             keep[id] = 1;
             kept++;
@@ -639,6 +681,20 @@ int cp_render_tree_json(const cp_profile *p, int vi, const cp_profile *base, int
         }
     }
     if ((rc = kids_build(&t, &nm, keep, &k))) goto out;
+    esc_off = malloc(((size_t)nm.s.n + 1) * sizeof *esc_off);
+    if (!esc_off) {
+        rc = CP_ENOMEM;
+        goto out;
+    }
+    for (uint32_t i = 0; i < nm.s.n && !rc; i++) {
+        esc_off[i] = (uint32_t)esc.len;
+        rc = cp_json_escape(&esc, nm.s.v[i], strlen(nm.s.v[i]));
+    }
+    esc_off[nm.s.n] = (uint32_t)esc.len;
+    if (rc || esc.len > UINT32_MAX / 2) {
+        rc = CP_ENOMEM;
+        goto out;
+    }
     const cp_profile *tp = p->sample_types.n ? p : base;
     int tvi = p->sample_types.n ? vi : base_vi;
     rc = cp_buf_printf(out, "{%s\"sample_type\":{\"type\":\"", extra_json ? extra_json : "");
@@ -672,15 +728,22 @@ int cp_render_tree_json(const cp_profile *p, int vi, const cp_profile *base, int
         uint32_t node = stack[sp - 1];
         const tnode *tn = &t.n.v[node];
         if (!opened) {
-            const char *name = node ? nm.s.v[tn->name] : "total";
             rc = cp_buf_append(out, "{\"name\":\"", 9);
-            if (!rc) rc = cp_json_escape(out, name, strlen(name));
-            if (!rc)
-                rc = cp_buf_printf(out, "\",\"self\":%" PRId64 ",\"total\":%" PRId64, tn->self[0],
-                                   tn->total[0]);
-            if (!rc && base)
-                rc = cp_buf_printf(out, ",\"base_self\":%" PRId64 ",\"base_total\":%" PRId64,
-                                   tn->self[1], tn->total[1]);
+            if (!rc && node)
+                rc = cp_buf_append(out, esc.data + esc_off[tn->name],
+                                   esc_off[tn->name + 1] - esc_off[tn->name]);
+            else if (!rc)
+                rc = cp_buf_append(out, "total", 5);
+            if (!rc) rc = cp_buf_append(out, "\",\"self\":", 9);
+            if (!rc) rc = put_i64(out, tn->self[0]);
+            if (!rc) rc = cp_buf_append(out, ",\"total\":", 9);
+            if (!rc) rc = put_i64(out, tn->total[0]);
+            if (!rc && base) {
+                rc = cp_buf_append(out, ",\"base_self\":", 13);
+                if (!rc) rc = put_i64(out, tn->self[1]);
+                if (!rc) rc = cp_buf_append(out, ",\"base_total\":", 14);
+                if (!rc) rc = put_i64(out, tn->total[1]);
+            }
             if (!rc && k.off[node + 1] > k.off[node]) rc = cp_buf_append(out, ",\"children\":[", 13);
             opened = 1;
         }
@@ -701,6 +764,8 @@ int cp_render_tree_json(const cp_profile *p, int vi, const cp_profile *base, int
     if (!rc) rc = cp_buf_append(out, "}", 1);
 out:
     free(order);
+    free(esc_off);
+    cp_buf_close(&esc);
     free(stack);
     free(pos);
     free(keep);

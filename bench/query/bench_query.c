@@ -19,6 +19,7 @@
 #include "client.h"
 #include "http.h"
 #include "pprof.h"
+#include "render.h"
 #include "store.h"
 #include "synth.h"
 
@@ -378,6 +379,34 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_query: 7 d total %lld, want %lld\n", (long long)total7,
                 (long long)nwin * 1000);
         g_fail = 1;
+    }
+
+    /* The renderers alone, on the 7 d profile. */
+    {
+        cp_profile *p = NULL;
+        if (cp_store_query(s, "default", CP_KIND_CPU, &all, S(T0), S(T0 + span), NULL, &p, &err))
+            die("store query", &err);
+        const char *names[] = {"render json tree, 20,000 nodes", "render folded", "render top",
+                               "encode pprof (gzip level 1)"};
+        for (int r = 0; r < 4; r++) {
+            size_t len = 0;
+            for (int i = 0; i < 7; i++) {
+                cp_buf b = {0};
+                double t0 = now_s();
+                int rc = r == 0   ? cp_render_tree_json(p, 1, NULL, 0, 20000, NULL, &b)
+                         : r == 1 ? cp_render_folded(p, 1, &b)
+                         : r == 2 ? cp_render_top(p, 1, 0, &b)
+                                  : cp_pprof_encode(p, 1, &b);
+                ts[i] = now_s() - t0;
+                if (rc) die(names[r], NULL);
+                len = b.len;
+                cp_buf_close(&b);
+            }
+            char name[96];
+            snprintf(name, sizeof name, "7 d: %s (%zu kB): median", names[r], len / 1024);
+            row(name, median(ts, 7) * 1000, "ms", NULL, 0);
+        }
+        cp_profile_destroy(p);
     }
 
     srv v = {0};

@@ -433,6 +433,8 @@ TEST(diff_of_windows_and_versions)
     qfx_close(&f, 1);
 }
 
+static int run_cli(const char *args, char *out, size_t len);
+
 TEST(tokens_and_tenant_isolation)
 {
     qfx f = {0};
@@ -485,6 +487,22 @@ TEST(tokens_and_tenant_isolation)
     r = qfx_get(&f, "/api/v1/series", "s3cret-beta");
     CHECK_CONTAINS(body(&r), "\"count\":1}");
     cp_buf_close(&r.body);
+    /* The CLI passes --token or CONTPROF_TOKEN, and shows the 401 as it came. */
+    static char out[8192];
+    char args[512];
+    snprintf(args, sizeof args, "top --server %s --from %lld --to %lld --sample-type samples",
+             f.url, (long long)T0, (long long)T0 + 3600);
+    CHECK_EQ(run_cli(args, out, sizeof out), 1);
+    CHECK_CONTAINS(out, "server answered 401: {\"error\":\"missing Authorization: Bearer token\"}");
+    char args2[600];
+    snprintf(args2, sizeof args2, "%s --token s3cret-beta", args);
+    CHECK_EQ(run_cli(args2, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "  beta_only\n");
+    setenv("CONTPROF_TOKEN", "s3cret-alpha", 1);
+    CHECK_EQ(run_cli(args, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "  slow\n");
+    CHECK(!strstr(out, "beta_only"));
+    unsetenv("CONTPROF_TOKEN");
     /* Health stays open. */
     r = qfx_get(&f, "/healthz", NULL);
     CHECK_EQ(r.status, 200);
