@@ -192,6 +192,52 @@ int main(int argc, char **argv)
     if (cp_store_open(&so, &d.store, &err)) goto fail_msg;
     cp_log_info("store %s open", d.cfg.data_dir);
 
+    CP_VEC(cp_api_token) toks = {0};
+    for (uint32_t i = 0; i < d.cfg.tokens.n; i++) {
+        cp_api_token t = {d.cfg.tokens.v[i].value, d.cfg.tokens.v[i].key};
+        if (cp_vec_push(&toks, t)) goto fail_msg;
+    }
+    cp_api_options ao;
+    cp_api_options_default(&ao);
+    ao.store = d.store;
+    ao.tokens = toks.v;
+    ao.ntokens = toks.n;
+    ao.max_range_ns = d.cfg.max_range_ns;
+    ao.max_blocks = d.cfg.max_blocks;
+    ao.max_nodes_default = d.cfg.max_nodes_default;
+    ao.max_nodes_limit = d.cfg.max_nodes_limit;
+    ao.brokers = d.cfg.brokers;
+    ao.ingest_stats = ingest_stats_cb;
+    ao.ingest_arg = &d;
+    d.api = cp_api_create(&ao);
+    free(toks.v);
+    if (!d.api) goto fail_msg;
+
+    d.loop = uv_default_loop();
+    cp_http_options ho;
+    cp_http_options_default(&ho);
+    ho.host = d.cfg.http_host;
+    ho.port = d.cfg.http_port;
+    ho.concurrency = d.cfg.concurrency;
+    ho.max_queued = d.cfg.max_queued;
+    ho.max_connections = d.cfg.max_connections;
+    ho.max_response_bytes = d.cfg.max_response_bytes;
+    ho.max_header_bytes = d.cfg.max_header_bytes;
+    ho.max_url_bytes = d.cfg.max_url_bytes;
+    ho.gzip_min_bytes = d.cfg.gzip_min_bytes;
+    ho.query_timeout_ns = d.cfg.query_timeout_ns;
+    ho.idle_timeout_ns = d.cfg.idle_timeout_ns;
+    ho.handle = cp_api_handle;
+    ho.is_light = cp_api_is_light;
+    ho.observe = cp_api_observe;
+    ho.ctx = d.api;
+    if (cp_http_server_create(d.loop, &ho, &d.http, &err)) goto fail_msg;
+    cp_log_info("query API on http://%s%s%s:%d/ (%s)",
+                strchr(d.cfg.http_host, ':') ? "[" : "", d.cfg.http_host,
+                strchr(d.cfg.http_host, ':') ? "]" : "", cp_http_server_port(d.http),
+                d.cfg.tokens.n ? "tokens required" : "single tenant \"default\", no tokens");
+
+    /* Kafka after the HTTP port is bound: a port conflict fails before anything is consumed. */
     const char *bootstrap = d.cfg.brokers;
 #ifdef CP_HAVE_INGEST
     if (!*bootstrap) {
@@ -225,50 +271,7 @@ int main(int argc, char **argv)
     cp_log_warn("built without ingest/: serving queries only; nothing is consumed");
 #endif
 
-    CP_VEC(cp_api_token) toks = {0};
-    for (uint32_t i = 0; i < d.cfg.tokens.n; i++) {
-        cp_api_token t = {d.cfg.tokens.v[i].value, d.cfg.tokens.v[i].key};
-        if (cp_vec_push(&toks, t)) goto fail_msg;
-    }
-    cp_api_options ao;
-    cp_api_options_default(&ao);
-    ao.store = d.store;
-    ao.tokens = toks.v;
-    ao.ntokens = toks.n;
-    ao.max_range_ns = d.cfg.max_range_ns;
-    ao.max_blocks = d.cfg.max_blocks;
-    ao.max_nodes_default = d.cfg.max_nodes_default;
-    ao.max_nodes_limit = d.cfg.max_nodes_limit;
-    ao.brokers = bootstrap;
-    ao.ingest_stats = ingest_stats_cb;
-    ao.ingest_arg = &d;
-    d.api = cp_api_create(&ao);
-    free(toks.v);
-    if (!d.api) goto fail_msg;
-
-    d.loop = uv_default_loop();
-    cp_http_options ho;
-    cp_http_options_default(&ho);
-    ho.host = d.cfg.http_host;
-    ho.port = d.cfg.http_port;
-    ho.concurrency = d.cfg.concurrency;
-    ho.max_queued = d.cfg.max_queued;
-    ho.max_connections = d.cfg.max_connections;
-    ho.max_response_bytes = d.cfg.max_response_bytes;
-    ho.max_header_bytes = d.cfg.max_header_bytes;
-    ho.max_url_bytes = d.cfg.max_url_bytes;
-    ho.gzip_min_bytes = d.cfg.gzip_min_bytes;
-    ho.query_timeout_ns = d.cfg.query_timeout_ns;
-    ho.idle_timeout_ns = d.cfg.idle_timeout_ns;
-    ho.handle = cp_api_handle;
-    ho.is_light = cp_api_is_light;
-    ho.observe = cp_api_observe;
-    ho.ctx = d.api;
-    if (cp_http_server_create(d.loop, &ho, &d.http, &err)) goto fail_msg;
-    cp_log_info("query API on http://%s%s%s:%d/ (%s)",
-                strchr(d.cfg.http_host, ':') ? "[" : "", d.cfg.http_host,
-                strchr(d.cfg.http_host, ':') ? "]" : "", cp_http_server_port(d.http),
-                d.cfg.tokens.n ? "tokens required" : "single tenant \"default\", no tokens");
+    if (cp_api_set_brokers(d.api, bootstrap)) goto fail_msg;
 
     uv_signal_init(d.loop, &d.sigint);
     uv_signal_init(d.loop, &d.sigterm);
