@@ -29,6 +29,8 @@ struct cp_ingest {
     char *topic, *dlq_topic, *brokers;
     cp_store *store;
     cp_store_batch *batch;
+    cp_pprof_decoder *dec; /* reused for every message: no allocation once warm */
+    cp_profile *prof;
     rd_kafka_t *rk;  /* consumer */
     rd_kafka_t *dlq; /* producer for the dead-letter topic */
     int cooperative;
@@ -251,12 +253,12 @@ static void handle(cp_ingest *in, rd_kafka_message_t *m)
         pthread_mutex_unlock(&in->mu);
     }
     cp_envelope env;
-    cp_profile *prof = NULL;
+    cp_profile *prof = in->prof;
     cp_err err = {0};
     int rc = cp_envelope_decode(m->payload, m->len, in->o.max_message_bytes, &env, &err);
     if (rc) {
         to_dlq(in, m, dlq_reason_of(rc, 0), err.msg);
-    } else if ((rc = cp_pprof_decode(env.pprof, env.pprof_len, &in->limits, &prof, &err))) {
+    } else if ((rc = cp_pprof_decoder_decode(in->dec, env.pprof, env.pprof_len, prof, &err))) {
         to_dlq(in, m, dlq_reason_of(rc, 1), err.msg);
     } else {
         rc = cp_store_batch_add(in->batch, &env, prof, m->partition, &err);
@@ -271,12 +273,10 @@ static void handle(cp_ingest *in, rd_kafka_message_t *m)
             snprintf(msg, sizeof msg, "%s [%d] offset %lld: %s", topic, m->partition,
                      (long long)m->offset, err.msg);
             fail(in, msg);
-            cp_profile_destroy(prof);
             cp_envelope_close(&env);
             return; /* the offset does not move */
         }
     }
-    cp_profile_destroy(prof);
     cp_envelope_close(&env);
     p->next = m->offset + 1;
     cp_store_batch_set_offset(in->batch, topic, m->partition, p->next);
@@ -395,8 +395,10 @@ int cp_ingest_create(const cp_ingest_options *opt, cp_store *store, cp_ingest **
     in->dlq_topic = strdup(opt->dlq_topic ? opt->dlq_topic : CP_TOPIC_DLQ);
     in->brokers = strdup(opt->brokers);
     in->batch = cp_store_batch_create(store);
+    in->dec = cp_pprof_decoder_create(&in->limits);
+    in->prof = cp_profile_create();
     int rc;
-    if (!in->topic || !in->dlq_topic || !in->brokers || !in->batch) {
+    if (!in->topic || !in->dlq_topic || !in->brokers || !in->batch || !in->dec || !in->prof) {
         rc = cp_err_set(err, CP_ENOMEM, "ingest");
         goto fail;
     }
@@ -495,6 +497,8 @@ void cp_ingest_destroy(cp_ingest *in)
         rd_kafka_destroy(in->dlq);
     }
     cp_store_batch_destroy(in->batch);
+    cp_pprof_decoder_destroy(in->dec);
+    cp_profile_destroy(in->prof);
     free(in->parts.v);
     free(in->topic);
     free(in->dlq_topic);

@@ -560,7 +560,7 @@ int cp_store_open(const cp_store_options *opt, cp_store **out, cp_err *err)
     s->retention[0] = opt->retention_raw_ns;
     for (int l = 1; l < CP_NLEVELS; l++)
         s->retention[l] = opt->retention_rollup_ns;
-    s->bucket_rows_max = opt->bucket_cache_entries ? opt->bucket_cache_entries : (4u << 20);
+    s->bucket_rows_max = opt->bucket_cache_entries ? opt->bucket_cache_entries : (2u << 20);
     s->opts = leveldb_options_create();
     s->cache = leveldb_cache_create_lru(opt->cache_bytes ? opt->cache_bytes : (64u << 20));
     s->filter = leveldb_filterpolicy_create_bloom(10);

@@ -22,7 +22,7 @@ typedef struct cp_store_options {
     /* further tuning fields may be added by the store's owner */
     size_t cache_bytes;          /* LevelDB block cache; 0 = 64 MiB */
     size_t bucket_cache_entries; /* writer's cache of open rollup buckets (stack rows);
-                                    0 = 4 Mi rows */
+                                    0 = 2 Mi rows, about 60 MB */
 } cp_store_options;
 
 int cp_store_open(const cp_store_options *opt, cp_store **out, cp_err *err);

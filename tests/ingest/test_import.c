@@ -1,6 +1,10 @@
 /* `contprof import` of real Go profiles (written by runtime/pprof at test time) through the
  * embedded broker into the store: the totals come back as `go tool pprof -raw` reports
  * them; a heap profile yields alloc (cumulative) and inuse; bad files are refused. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "import.h"
@@ -53,6 +57,41 @@ static int64_t qtotal(cp_store *s, cp_kind kind, int col)
     return t;
 }
 
+/* A stand-in for contprofd's GET /api/v1/brokers: answers one request. */
+static int srv_fd;
+static const char *srv_brokers;
+static void *serve_one(void *arg)
+{
+    (void)arg;
+    int c = accept(srv_fd, NULL, NULL);
+    char req[2048];
+    ssize_t n = read(c, req, sizeof req - 1);
+    CHECK(n > 0);
+    req[n] = 0;
+    CHECK(strstr(req, "GET /api/v1/brokers ") == req);
+    char resp[1024];
+    int len =
+        snprintf(resp, sizeof resp,
+                 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{\"brokers\":\"%s\"}",
+                 srv_brokers);
+    CHECK(write(c, resp, (size_t)len) == len);
+    close(c);
+    return NULL;
+}
+
+static int serve_brokers(const char *brokers, pthread_t *th)
+{
+    srv_brokers = brokers;
+    srv_fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK(bind(srv_fd, (struct sockaddr *)&a, sizeof a) == 0);
+    CHECK(listen(srv_fd, 4) == 0);
+    socklen_t al = sizeof a;
+    getsockname(srv_fd, (struct sockaddr *)&a, &al);
+    pthread_create(th, NULL, serve_one, NULL);
+    return ntohs(a.sin_port);
+}
+
 TEST(go_profiles_round_trip)
 {
     char *dir = tmpdir("import");
@@ -81,6 +120,14 @@ TEST(go_profiles_round_trip)
     CHECK_EQ(cp_cmd_import(7, argv2), 1);
     char *argv3[] = {"import", "--brokers", (char *)bs, "--label", "bad label", cpu, NULL};
     CHECK_EQ(cp_cmd_import(6, argv3), 2);
+    /* --server: the broker list comes from GET /api/v1/brokers */
+    pthread_t th;
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", serve_brokers(bs, &th));
+    char *argv4[] = {"import", "--server", url, "--tenant", "viaserver", cpu, NULL};
+    CHECK_EQ(cp_cmd_import(6, argv4), 0);
+    pthread_join(th, NULL);
+    close(srv_fd);
 
     char sdir[600];
     snprintf(sdir, sizeof sdir, "%s/store", dir);
@@ -88,7 +135,7 @@ TEST(go_profiles_round_trip)
     cp_store *s = NULL;
     CHECK_EQ(cp_store_open(&so, &s, NULL), 0);
     cp_ingest *in = ingest_start(bs, s, 64);
-    wait_messages(in, 4, 60);
+    wait_messages(in, 5, 60);
     cp_ingest_destroy(in);
 
     int64_t want[8];
@@ -96,12 +143,20 @@ TEST(go_profiles_round_trip)
     CHECK(want[0] > 0);
     CHECK_EQ(qtotal(s, CP_KIND_CPU, 0), want[0]);
     CHECK_EQ(qtotal(s, CP_KIND_CPU, 1), want[1]);
+    int64_t want_cpu = want[1];
     CHECK_EQ(pprof_raw_totals(heap, want, 8), 4);
     CHECK(want[3] > 0); /* the start-up allocations are still in use */
     CHECK_EQ(qtotal(s, CP_KIND_ALLOC, 0), want[0]);
     CHECK_EQ(qtotal(s, CP_KIND_ALLOC, 1), want[1]);
     CHECK_EQ(qtotal(s, CP_KIND_INUSE, 0), want[2]);
     CHECK_EQ(qtotal(s, CP_KIND_INUSE, 1), want[3]);
+    cp_profile *vs = NULL;
+    int64_t now = (int64_t)time(NULL) * SEC;
+    CHECK_EQ(cp_store_query(s, "viaserver", CP_KIND_CPU, NULL, now - 86400 * SEC, now + 86400 * SEC,
+                            NULL, &vs, NULL),
+             0);
+    CHECK_EQ(cp_profile_total(vs, 1), want_cpu);
+    cp_profile_destroy(vs);
     /* the labels came along */
     cp_string_list l = {0};
     CHECK_EQ(cp_store_label_values(s, "acme", "version", &l, NULL), 0);
