@@ -285,6 +285,28 @@ TEST(bad_requests_are_4xx_json)
     qfx_close(&f, 1);
 }
 
+/* A query that would read more store blocks than allowed is a 400 naming the limit. */
+TEST(block_limit_is_400)
+{
+    qfx f = {0};
+    qfx_open_store(&f, NULL);
+    fill_cpu(&f, "default", 360);
+    cp_api_options ao;
+    cp_api_options_default(&ao);
+    ao.max_blocks = 2;
+    qfx_serve(&f, &ao, 2);
+    char pq[256];
+    snprintf(pq, sizeof pq, "/api/v1/profile?from=%lld&to=%lld&format=top", (long long)T0 + 5,
+             (long long)T0 + 3595);
+    expect_error(&f, 400, "query exceeds a limit: ", pq);
+    snprintf(pq, sizeof pq, "/api/v1/profile?from=%lld&to=%lld&format=top", (long long)T0,
+             (long long)T0 + 10);
+    cp_http_result r = qfx_get(&f, pq, NULL);
+    CHECK_EQ(r.status, 200);
+    cp_buf_close(&r.body);
+    qfx_close(&f, 1);
+}
+
 TEST(series_labels_timeline_metrics)
 {
     qfx f = {0};
@@ -578,6 +600,6 @@ TEST(cli_against_the_server)
     qfx_close(&f, 1);
 }
 
-TEST_MAIN(T(profile_formats), T(bad_requests_are_4xx_json), T(series_labels_timeline_metrics),
+TEST_MAIN(T(profile_formats), T(bad_requests_are_4xx_json), T(block_limit_is_400), T(series_labels_timeline_metrics),
           T(inuse_is_last_snapshot_per_instance), T(diff_of_windows_and_versions),
           T(tokens_and_tenant_isolation), T(cli_against_the_server))
