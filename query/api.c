@@ -237,9 +237,14 @@ static int parse_range(cp_api *a, const char *fs, const char *ts, const char *fn
         cp_http_error(r, 400, "%s (%s) is after %s (%s)", fname, f, tname, t);
         return -1;
     }
-    if (a->o.max_range_ns && *to - *from > a->o.max_range_ns) {
+    int64_t span;
+    if (__builtin_sub_overflow(*to, *from, &span) || span >= (1LL << 62)) {
+        cp_http_error(r, 400, "window %s..%s spans more than 146 years", fname, tname);
+        return -1;
+    }
+    if (a->o.max_range_ns && span > a->o.max_range_ns) {
         cp_http_error(r, 400, "window %s..%s of %.0f s exceeds the longest allowed window of %.0f s",
-                      fname, tname, (double)(*to - *from) / 1e9, (double)a->o.max_range_ns / 1e9);
+                      fname, tname, (double)span / 1e9, (double)a->o.max_range_ns / 1e9);
         return -1;
     }
     return 0;

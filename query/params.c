@@ -305,13 +305,14 @@ int cp_parse_time(const char *s, int64_t now_ns, int64_t *out_ns, cp_err *err)
             return 0;
         }
         if ((*r != '-' && *r != '+') || cp_parse_duration(r + 1, 0, &d, NULL)) goto bad;
-        *out_ns = *r == '-' ? now_ns - d : now_ns + d;
+        if (*r == '-' ? __builtin_sub_overflow(now_ns, d, out_ns)
+                      : __builtin_add_overflow(now_ns, d, out_ns))
+            goto bad;
         return 0;
     }
     if (s[0] == '-') {
         if (cp_parse_duration(s + 1, 0, &d, NULL)) goto bad;
-        /* "-1700000000" would be a time before 1970: not supported, reported as bad. */
-        *out_ns = now_ns - d;
+        if (__builtin_sub_overflow(now_ns, d, out_ns)) goto bad;
         return 0;
     }
     if (strlen(s) >= 20 && s[4] == '-') {

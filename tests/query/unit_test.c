@@ -141,6 +141,8 @@ TEST(times_and_durations)
     CHECK(cp_parse_duration("2w", 0, &d, &err) == 0);
     CHECK_EQ(d, 14 * 86400LL * 1000000000LL);
     CHECK_EQ(cp_parse_time("0001-01-01T00:00:00Z", now, &t, &err), CP_EPARSE);
+    CHECK_EQ(cp_parse_time("now+15000w", now, &t, &err), CP_EPARSE); /* past int64 */
+    CHECK(cp_parse_time("-15000w", now, &t, &err) == 0);
     CHECK_EQ(cp_parse_time("9999-12-31T23:59:59Z", now, &t, &err), CP_EPARSE);
     CHECK_EQ(cp_parse_duration("0s", 0, &d, &err), CP_EPARSE);
     CHECK_EQ(cp_parse_duration("5y", 0, &d, &err), CP_EPARSE);
