@@ -83,6 +83,7 @@ static int on_rdone(http_parser *p)
     resp_ctx *c = p->data;
     c->done = 1;
     c->out->status = (int)p->status_code;
+    http_parser_pause(p, 1); /* one response per request: ignore anything after it */
     return 0;
 }
 
@@ -163,7 +164,8 @@ static int exchange(int fd, const char *who, const void *req, size_t len, int64_
             return cp_err_set(err, CP_ELIMIT, "%s: response larger than %zu bytes", who,
                               c.max_body);
         if (c.nomem) return cp_err_set(err, CP_ENOMEM, "%s: out of memory", who);
-        if (HTTP_PARSER_ERRNO(&hp) != HPE_OK || (used != (size_t)n && !c.done))
+        if (c.done) break;
+        if (HTTP_PARSER_ERRNO(&hp) != HPE_OK || used != (size_t)n)
             return cp_err_set(err, CP_EIO, "%s: malformed response: %s", who,
                               http_errno_description(HTTP_PARSER_ERRNO(&hp)));
         if (n == 0 && !c.done)
