@@ -367,25 +367,37 @@ static const char *pstr(const cp_profile *p, uint32_t sid, size_t *len)
     return s;
 }
 
-static int str_same(const cp_dict *d, uint32_t did, const cp_profile *p, uint32_t sid)
+/* Content equality of dict string did and profile string sid; smap (profile sid -> dict
+ * id + 1) remembers what was found equal, so each profile string is compared once. */
+static int str_same(const cp_dict *d, uint32_t did, const cp_profile *p, uint32_t sid,
+                    uint32_t *smap)
 {
+    if (sid && sid < p->strs.off.n && smap[sid]) return smap[sid] - 1 == did;
     size_t a, b;
     const char *x = cp_dict_str(d, did, &a), *y = pstr(p, sid, &b);
-    return a == b && memcmp(x, y, a) == 0;
+    if (a != b || memcmp(x, y, a)) return 0;
+    if (sid && sid < p->strs.off.n) smap[sid] = did + 1;
+    return 1;
 }
 
-static int fn_same(const cp_dict *d, uint32_t dfid, const cp_profile *p, uint32_t pfid)
+static int fn_same(const cp_dict *d, uint32_t dfid, const cp_profile *p, uint32_t pfid,
+                   uint32_t *smap, uint32_t *fmap)
 {
     if (!pfid || pfid > p->functions.n) return dfid == 0;
+    if (fmap[pfid]) return fmap[pfid] == dfid;
     if (!dfid || dfid > d->fn.n) return 0;
     const cp_function *df = &d->fn.v[dfid - 1], *pf = &p->functions.v[pfid - 1];
-    return df->start_line == pf->start_line && str_same(d, df->name, p, pf->name) &&
-           str_same(d, df->system_name, p, pf->system_name) &&
-           str_same(d, df->filename, p, pf->filename);
+    if (df->start_line == pf->start_line && str_same(d, df->name, p, pf->name, smap) &&
+        str_same(d, df->system_name, p, pf->system_name, smap) &&
+        str_same(d, df->filename, p, pf->filename, smap)) {
+        fmap[pfid] = dfid;
+        return 1;
+    }
+    return 0;
 }
 
 int cp_dict_location_known(const cp_dict *d, const cp_profile *p, const cp_location *l,
-                           uint32_t mid, uint32_t *id)
+                           uint32_t mid, uint32_t *smap, uint32_t *fmap, uint32_t *id)
 {
     const cp_idx *x = &d->ai;
     if (!x->nslots || !l->address || (size_t)l->line_off + l->nlines > p->lines.n) return 0;
@@ -400,7 +412,8 @@ int cp_dict_location_known(const cp_dict *d, const cp_profile *p, const cp_locat
         uint32_t j = 0;
         for (; j < l->nlines; j++) {
             const cp_line *a = &d->lines.v[dl->line_off + j], *b = &p->lines.v[l->line_off + j];
-            if (a->line != b->line || !fn_same(d, a->function_id, p, b->function_id)) break;
+            if (a->line != b->line || !fn_same(d, a->function_id, p, b->function_id, smap, fmap))
+                break;
         }
         if (j == l->nlines) {
             *id = x->ids[i];
