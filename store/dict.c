@@ -92,6 +92,7 @@ void cp_dict_close(cp_dict *d)
     idx_close(&d->mi);
     idx_close(&d->li);
     idx_close(&d->ki);
+    idx_close(&d->ai);
     memset(d, 0, sizeof *d);
 }
 
@@ -305,8 +306,15 @@ static int loc_eq(const cp_dict *d, uint32_t id, const void *key)
     return 1;
 }
 
+static uint64_t addr_hash(uint32_t mid, uint64_t addr)
+{
+    return cp_hash_u64(cp_hash_u64(0xadd7, mid), addr);
+}
+
 static int loc_add(cp_dict *d, const cp_location *l, const cp_line *lines, uint64_t h, uint32_t *id)
 {
+    if (l->address && idx_insert(&d->ai, addr_hash(l->mapping_id, l->address), d->loc.n + 1))
+        return CP_ENOMEM;
     if (cp_vec_reserve(&d->lines, (size_t)d->lines.n + l->nlines)) return CP_ENOMEM;
     cp_location nl = *l;
     nl.line_off = d->lines.n;
@@ -344,6 +352,74 @@ int cp_dict_location(cp_dict *d, const cp_location *l, const cp_line *lines, uin
     }
     put_entry(d, CP_D_LOCATION, *id, v, (size_t)(p - v));
     if (v != sv) free(v);
+    return 0;
+}
+
+/* String sid of p (its length from the table's offsets). */
+static const char *pstr(const cp_profile *p, uint32_t sid, size_t *len)
+{
+    if (sid == 0 || sid >= p->strs.off.n) {
+        *len = 0;
+        return "";
+    }
+    const char *s = p->strs.buf + p->strs.off.v[sid];
+    *len = sid + 1 < p->strs.off.n ? p->strs.off.v[sid + 1] - p->strs.off.v[sid] - 1 : strlen(s);
+    return s;
+}
+
+/* Content equality of dict string did and profile string sid; smap (profile sid -> dict
+ * id + 1) remembers what was found equal, so each profile string is compared once. */
+static int str_same(const cp_dict *d, uint32_t did, const cp_profile *p, uint32_t sid,
+                    uint32_t *smap)
+{
+    if (sid && sid < p->strs.off.n && smap[sid]) return smap[sid] - 1 == did;
+    size_t a, b;
+    const char *x = cp_dict_str(d, did, &a), *y = pstr(p, sid, &b);
+    if (a != b || memcmp(x, y, a)) return 0;
+    if (sid && sid < p->strs.off.n) smap[sid] = did + 1;
+    return 1;
+}
+
+static int fn_same(const cp_dict *d, uint32_t dfid, const cp_profile *p, uint32_t pfid,
+                   uint32_t *smap, uint32_t *fmap)
+{
+    if (!pfid || pfid > p->functions.n) return dfid == 0;
+    if (fmap[pfid]) return fmap[pfid] == dfid;
+    if (!dfid || dfid > d->fn.n) return 0;
+    const cp_function *df = &d->fn.v[dfid - 1], *pf = &p->functions.v[pfid - 1];
+    if (df->start_line == pf->start_line && str_same(d, df->name, p, pf->name, smap) &&
+        str_same(d, df->system_name, p, pf->system_name, smap) &&
+        str_same(d, df->filename, p, pf->filename, smap)) {
+        fmap[pfid] = dfid;
+        return 1;
+    }
+    return 0;
+}
+
+int cp_dict_location_known(const cp_dict *d, const cp_profile *p, const cp_location *l,
+                           uint32_t mid, uint32_t *smap, uint32_t *fmap, uint32_t *id)
+{
+    const cp_idx *x = &d->ai;
+    if (!x->nslots || !l->address || (size_t)l->line_off + l->nlines > p->lines.n) return 0;
+    uint64_t h = addr_hash(mid, l->address);
+    uint32_t m = x->nslots - 1, i = (uint32_t)h & m;
+    for (; x->ids[i]; i = (i + 1) & m) {
+        if (x->hs[i] != h) continue;
+        const cp_location *dl = &d->loc.v[x->ids[i] - 1];
+        if (dl->address != l->address || dl->mapping_id != mid || dl->is_folded != l->is_folded ||
+            dl->nlines != l->nlines)
+            continue;
+        uint32_t j = 0;
+        for (; j < l->nlines; j++) {
+            const cp_line *a = &d->lines.v[dl->line_off + j], *b = &p->lines.v[l->line_off + j];
+            if (a->line != b->line || !fn_same(d, a->function_id, p, b->function_id, smap, fmap))
+                break;
+        }
+        if (j == l->nlines) {
+            *id = x->ids[i];
+            return 1;
+        }
+    }
     return 0;
 }
 

@@ -956,6 +956,9 @@ static int profile_to_acc(cp_store_batch *B, tenant *t, const cp_profile *p, con
             }
             nl.mapping_id = *mm;
         }
+        if (cp_dict_location_known(d, p, l, nl.mapping_id, B->strmap.v, B->fnmap.v,
+                                   &B->locmap.v[i + 1]))
+            continue;
         lines.n = 0;
         if (cp_vec_reserve(&lines, l->nlines ? l->nlines : 1)) {
             rc = CP_ENOMEM;

@@ -86,6 +86,7 @@ typedef struct cp_dict {
     CP_VEC(uint32_t) stk_locs;
     CP_VEC(cp_label) stk_labels;
     cp_idx si, fi, mi, li, ki;
+    cp_idx ai; /* (mapping, address) -> locations, for cp_dict_location_known */
     /* Where new entries are written (set by the writer for the current batch). */
     leveldb_writebatch_t *wb;
     const char *tenant;
@@ -112,6 +113,14 @@ int cp_dict_mapping(cp_dict *d, const cp_mapping *m, uint32_t *id);
 int cp_dict_location(cp_dict *d, const cp_location *l, const cp_line *lines, uint32_t *id);
 int cp_dict_stack(cp_dict *d, const uint32_t *locs, uint32_t nlocs, const cp_label *labels,
                   uint32_t nlabels, uint32_t *id);
+
+/* The fast path for a location of profile p whose mapping is dict mapping mid: a dict
+ * location with the same mapping and address whose lines and functions have the same
+ * content (compared, not hashed). smap (profile string id -> dict id + 1, sized for p's
+ * strings) and fmap (profile function id -> dict id, sized functions + 1) cache what is
+ * known equal, as the interning path does. Returns 1 and *id, or 0 (intern it normally). */
+int cp_dict_location_known(const cp_dict *d, const cp_profile *p, const cp_location *l,
+                           uint32_t mid, uint32_t *smap, uint32_t *fmap, uint32_t *id);
 
 /* Loads one stored entry ('D' key after the tenant prefix: kind, be32 id) at open. Entries
  * must come in id order per kind. */

@@ -36,7 +36,7 @@ int main(int argc, char **argv)
         return 1;
     }
     uint64_t last = 0;
-    for (int i = 0; i < 6000; i++) {
+    for (int i = 0; i < 24000; i++) {
         cp_ingest_stats st;
         cp_ingest_get_stats(in, &st);
         if (st.failed) {
@@ -57,6 +57,6 @@ int main(int argc, char **argv)
         }
         usleep(5000);
     }
-    fprintf(stderr, "harness: did not catch up in 30 s\n");
+    fprintf(stderr, "harness: did not catch up in 120 s\n");
     return 1;
 }

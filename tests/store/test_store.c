@@ -546,6 +546,33 @@ TEST(bad_inputs_refused_batch_usable)
     rmtree(dir);
 }
 
+/* The same address symbolized differently (another build, a re-symbolization) stays two
+ * locations: the (mapping, address) fast path compares content. */
+TEST(same_address_other_function)
+{
+    char *dir = tmpdir("store");
+    cp_store *s = open_store(dir, 0, 0);
+    cp_store_batch *b = cp_store_batch_create(s);
+    const char *n1[1] = {"alloc_a"}, *n2[1] = {"alloc_z"};
+    int64_t v1[1] = {5}, v2[1] = {7};
+    cp_profile *p1 = mem_profile(1, n1, v1, 1), *p2 = mem_profile(1, n2, v2, 1);
+    add(b, "acme", CP_KIND_ALLOC, "service=x", T0, "p", 1, p1, 0);
+    add(b, "acme", CP_KIND_ALLOC, "service=x", T0 + WIN, "p", 2, p2, 0);
+    commit(b);
+    add(b, "acme", CP_KIND_ALLOC, "service=x", T0 + 2 * WIN, "p", 3, p1, 0);
+    commit(b);
+    cp_profile *p = query(s, "acme", CP_KIND_ALLOC, NULL, T0, T0 + 3 * WIN);
+    CHECK_EQ(value_of(p, "alloc_a", 0), 10);
+    CHECK_EQ(value_of(p, "alloc_z", 0), 7);
+    CHECK_EQ(p->samples.n, 2);
+    cp_profile_destroy(p);
+    cp_profile_destroy(p1);
+    cp_profile_destroy(p2);
+    cp_store_batch_destroy(b);
+    cp_store_close(s);
+    rmtree(dir);
+}
+
 /* One writer and several readers at once: readers always see whole batches. */
 static cp_store *cs;
 static atomic_int stop_readers;
@@ -595,4 +622,4 @@ TEST(concurrent_readers)
 TEST_MAIN(T(exact_totals_and_rollups), T(timeline_matches_queries), T(inuse_is_a_gauge),
           T(cumulative_alloc_not_double_counted), T(duplicates_dropped),
           T(tenants_isolated_and_labels), T(retention_frees_disk), T(unknown_version_refused),
-          T(bad_inputs_refused_batch_usable), T(concurrent_readers))
+          T(bad_inputs_refused_batch_usable), T(same_address_other_function), T(concurrent_readers))
