@@ -1,0 +1,14 @@
+/* Subcommands of the `contprof` CLI. Each takes argv with argv[0] = the command name and
+ * returns the process exit code (0 ok, 1 failure, 2 usage error). */
+#ifndef CP_CLI_H
+#define CP_CLI_H
+
+typedef struct cp_cli_command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} cp_cli_command;
+
+int cp_cmd_merge(int argc, char **argv);
+
+#endif

@@ -1,0 +1,98 @@
+/* `contprof merge`: merges pprof files offline with the streaming merger. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "merge.h"
+#include "pprof.h"
+#include "render.h"
+
+static void merge_usage(FILE *f)
+{
+    fprintf(f, "usage: contprof merge [-o OUT] [--format pprof|top|folded] [--sample-index TYPE] FILE...\n"
+               "  Merges pprof profiles (raw or gzip'd) following pprof's rules.\n"
+               "  -o OUT             write here instead of stdout\n"
+               "  --format pprof     gzip'd pprof, like `pprof -proto` (default)\n"
+               "  --format top       flat/cum table, like `pprof -top`\n"
+               "  --format folded    folded stacks, one line per stack\n"
+               "  --sample-index T   sample type for top/folded (default: the profile's default)\n");
+}
+
+int cp_cmd_merge(int argc, char **argv)
+{
+    static const struct option opts[] = {{"output", required_argument, 0, 'o'},
+                                         {"format", required_argument, 0, 'f'},
+                                         {"sample-index", required_argument, 0, 's'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *out_path = "-", *format = "pprof", *sample_index = NULL;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "o:f:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'o': out_path = optarg; break;
+        case 'f': format = optarg; break;
+        case 's': sample_index = optarg; break;
+        case 'h': merge_usage(stdout); return 0;
+        default: merge_usage(stderr); return 2;
+        }
+    }
+    if (strcmp(format, "pprof") && strcmp(format, "top") && strcmp(format, "folded")) {
+        fprintf(stderr, "contprof merge: unknown format \"%s\" (pprof, top or folded)\n", format);
+        return 2;
+    }
+    if (optind >= argc) {
+        merge_usage(stderr);
+        return 2;
+    }
+    cp_merger *m = cp_merger_create();
+    cp_buf in = {0}, out = {0};
+    cp_profile *merged = NULL;
+    cp_err err = {0};
+    int status = 1;
+    if (!m) goto done;
+    for (int i = optind; i < argc; i++) {
+        cp_profile *p = NULL;
+        in.len = 0;
+        if (cp_read_file(argv[i], &in)) {
+            fprintf(stderr, "contprof merge: cannot read %s\n", argv[i]);
+            goto done;
+        }
+        if (cp_pprof_decode(in.data, in.len, NULL, &p, &err) || cp_merger_add(m, p, &err)) {
+            fprintf(stderr, "contprof merge: %s: %s\n", argv[i], err.msg);
+            cp_profile_destroy(p);
+            goto done;
+        }
+        cp_profile_destroy(p);
+    }
+    if (!(merged = cp_merger_finish(m))) goto done;
+    int rc;
+    if (!strcmp(format, "pprof")) {
+        rc = cp_pprof_encode(merged, 6, &out);
+    } else {
+        int idx = cp_render_find_index(merged, sample_index);
+        if (idx < 0) {
+            fprintf(stderr, "contprof merge: sample type \"%s\" is not in the profiles\n",
+                    sample_index ? sample_index : "");
+            goto done;
+        }
+        rc = !strcmp(format, "top") ? cp_render_top(merged, idx, 0, &out) : cp_render_folded(merged, idx, &out);
+    }
+    if (rc) {
+        fprintf(stderr, "contprof merge: %s\n", cp_strerror(rc));
+        goto done;
+    }
+    if (cp_write_file(out_path, out.data, out.len)) {
+        fprintf(stderr, "contprof merge: cannot write %s\n", out_path);
+        goto done;
+    }
+    status = 0;
+done:
+    cp_profile_destroy(merged);
+    cp_merger_destroy(m);
+    cp_buf_close(&in);
+    cp_buf_close(&out);
+    return status;
+}

@@ -1,0 +1,182 @@
+/* The envelope: round trip, validation naming the field, version handling, unknown fields. */
+#include "test.h"
+#include "envelope.h"
+#include "envelope.pb-c.h"
+
+static void fill(cp_envelope *e)
+{
+    static uint8_t payload[] = {0x1f, 0x8b, 1, 2, 3};
+    memset(e, 0, sizeof *e);
+    e->tenant = strdup("acme");
+    cp_labels_set(&e->labels, "service", "api");
+    cp_labels_set(&e->labels, "isolate", "worker");
+    cp_labels_set(&e->labels, "version", "1.2");
+    e->kind = CP_KIND_ALLOC;
+    e->window_start_ns = 1700000000000000000LL;
+    e->window_duration_ns = 10000000000LL;
+    e->producer_id = strdup("host-1/1234/abcd");
+    e->sequence = 42;
+    e->dropped_samples = 3;
+    e->cumulative = 1;
+    e->engine = strdup("perf-task-clock 1ms");
+    e->pprof = malloc(sizeof payload);
+    memcpy(e->pprof, payload, sizeof payload);
+    e->pprof_len = sizeof payload;
+}
+
+TEST(roundtrip)
+{
+    cp_envelope e, d;
+    cp_buf b = {0};
+    cp_err err = {0};
+    fill(&e);
+    CHECK_EQ(cp_envelope_encode(&e, &b), 0);
+    CHECK_EQ(cp_envelope_decode(b.data, b.len, 1 << 20, &d, &err), 0);
+    CHECK_STREQ(d.tenant, "acme");
+    CHECK_STREQ(cp_labels_get(&d.labels, "service"), "api");
+    CHECK_STREQ(cp_labels_get(&d.labels, "isolate"), "worker");
+    CHECK_EQ(d.labels.p.n, 3);
+    CHECK_STREQ(d.labels.p.v[0].name, "isolate"); /* sorted */
+    CHECK_EQ(d.kind, CP_KIND_ALLOC);
+    CHECK_EQ(d.window_start_ns, e.window_start_ns);
+    CHECK_EQ(d.sequence, 42);
+    CHECK_EQ(d.dropped_samples, 3);
+    CHECK_EQ(d.cumulative, 1);
+    CHECK_EQ(d.format_major, CP_ENVELOPE_MAJOR);
+    CHECK_STREQ(d.engine, "perf-task-clock 1ms");
+    CHECK_EQ(d.pprof_len, e.pprof_len);
+    CHECK(memcmp(d.pprof, e.pprof, e.pprof_len) == 0);
+    cp_buf key = {0};
+    cp_envelope_series_key(&d, &key);
+    cp_buf_append(&key, "", 1);
+    CHECK_STREQ((char *)key.data, "acme/alloc{isolate=\"worker\",service=\"api\",version=\"1.2\"}");
+    cp_buf_close(&key);
+    cp_buf_close(&b);
+    cp_envelope_close(&e);
+    cp_envelope_close(&d);
+}
+
+static int decode_pb(Contprof__Envelope *pb, cp_err *err)
+{
+    size_t n = contprof__envelope__get_packed_size(pb);
+    uint8_t *b = malloc(n + 16);
+    contprof__envelope__pack(pb, b);
+    cp_envelope d;
+    int rc = cp_envelope_decode(b, n, 1 << 20, &d, err);
+    cp_envelope_close(&d);
+    free(b);
+    return rc;
+}
+
+static void pb_fill(Contprof__Envelope *pb)
+{
+    static uint8_t payload[] = {1, 2, 3};
+    contprof__envelope__init(pb);
+    pb->format_major = 1;
+    pb->tenant = (char *)"t";
+    pb->kind = CONTPROF__KIND__KIND_CPU;
+    pb->window_start_ns = 1;
+    pb->window_duration_ns = 10;
+    pb->producer_id = (char *)"p";
+    pb->pprof.data = payload;
+    pb->pprof.len = sizeof payload;
+}
+
+TEST(version_checks)
+{
+    Contprof__Envelope pb;
+    cp_err err = {0};
+    pb_fill(&pb);
+    CHECK_EQ(decode_pb(&pb, &err), 0);
+    pb.format_minor = 9; /* a newer minor of the same major is read */
+    CHECK_EQ(decode_pb(&pb, &err), 0);
+    pb.format_major = 2;
+    CHECK_EQ(decode_pb(&pb, &err), CP_EVERSION);
+    CHECK_CONTAINS(err.msg, "envelope format 2.9 is not supported");
+    pb.format_major = 0;
+    CHECK_EQ(decode_pb(&pb, &err), CP_EVERSION);
+}
+
+TEST(unknown_fields_ignored)
+{
+    Contprof__Envelope pb;
+    cp_err err = {0};
+    pb_fill(&pb);
+    size_t n = contprof__envelope__get_packed_size(&pb);
+    uint8_t *b = malloc(n + 16);
+    contprof__envelope__pack(&pb, b);
+    /* field 99, varint 5; and field 100, bytes "hi" */
+    const uint8_t extra[] = {0x98, 0x06, 0x05, 0xa2, 0x06, 0x02, 'h', 'i'};
+    memcpy(b + n, extra, sizeof extra);
+    cp_envelope d;
+    CHECK_EQ(cp_envelope_decode(b, n + sizeof extra, 1 << 20, &d, &err), 0);
+    CHECK_STREQ(d.tenant, "t");
+    cp_envelope_close(&d);
+    free(b);
+}
+
+TEST(validation_names_the_field)
+{
+    Contprof__Envelope pb;
+    cp_err err = {0};
+    pb_fill(&pb);
+    pb.kind = 9;
+    CHECK_EQ(decode_pb(&pb, &err), CP_EENVELOPE);
+    CHECK_CONTAINS(err.msg, "kind 9 is unknown");
+    pb_fill(&pb);
+    pb.tenant = (char *)"a/b";
+    CHECK_EQ(decode_pb(&pb, &err), CP_EENVELOPE);
+    CHECK_CONTAINS(err.msg, "tenant \"a/b\" is invalid");
+    pb_fill(&pb);
+    pb.window_duration_ns = 0;
+    CHECK_EQ(decode_pb(&pb, &err), CP_EENVELOPE);
+    CHECK_CONTAINS(err.msg, "window_duration_ns 0");
+    pb_fill(&pb);
+    pb.producer_id = (char *)"";
+    CHECK_EQ(decode_pb(&pb, &err), CP_EENVELOPE);
+    CHECK_CONTAINS(err.msg, "producer_id");
+    pb_fill(&pb);
+    pb.pprof.len = 0;
+    CHECK_EQ(decode_pb(&pb, &err), CP_EENVELOPE);
+    CHECK_CONTAINS(err.msg, "pprof payload is empty");
+    pb_fill(&pb);
+    Contprof__Label l1 = CONTPROF__LABEL__INIT, l2 = CONTPROF__LABEL__INIT, *ls[2] = {&l1, &l2};
+    l1.name = (char *)"service";
+    l1.value = (char *)"a";
+    l2.name = (char *)"service";
+    l2.value = (char *)"b";
+    pb.labels = ls;
+    pb.n_labels = 2;
+    CHECK_EQ(decode_pb(&pb, &err), CP_EENVELOPE);
+    CHECK_CONTAINS(err.msg, "label \"service\" appears twice");
+    l2.name = (char *)"9bad";
+    CHECK_EQ(decode_pb(&pb, &err), CP_EENVELOPE);
+    CHECK_CONTAINS(err.msg, "name \"9bad\" is invalid");
+    const uint8_t junk[] = {0x0a, 0xff};
+    cp_envelope d;
+    CHECK_EQ(cp_envelope_decode(junk, sizeof junk, 1 << 20, &d, &err), CP_EENVELOPE);
+    CHECK_CONTAINS(err.msg, "not a valid envelope");
+}
+
+TEST(labels_sorted_and_formatted)
+{
+    cp_labels l = {0};
+    cp_labels_set(&l, "z", "1");
+    cp_labels_set(&l, "a", "q\"uote");
+    cp_labels_set(&l, "m", "2");
+    cp_labels_set(&l, "m", "3");
+    cp_buf b = {0};
+    cp_labels_format(&l, &b);
+    cp_buf_append(&b, "", 1);
+    CHECK_STREQ((char *)b.data, "{a=\"q\\\"uote\",m=\"3\",z=\"1\"}");
+    CHECK(cp_labels_get(&l, "q") == NULL);
+    CHECK(cp_label_name_valid("_ok9"));
+    CHECK(!cp_label_name_valid("9no"));
+    CHECK(!cp_label_name_valid(""));
+    CHECK(!cp_label_name_valid("a-b"));
+    cp_buf_close(&b);
+    cp_labels_close(&l);
+}
+
+TEST_MAIN(T(roundtrip), T(version_checks), T(unknown_fields_ignored), T(validation_names_the_field),
+          T(labels_sorted_and_formatted))

@@ -1,0 +1,303 @@
+/* The pprof codec: round trips and one specific error for each class of malformed input. */
+#include "test.h"
+#include "pprof.h"
+#include "profile.pb-c.h"
+#include "synth.h"
+#include "util.h"
+
+static cp_profile *window(uint64_t seed)
+{
+    cp_synth *s = cp_synth_create(seed, 2000);
+    CHECK(s);
+    cp_profile *p = cp_synth_cpu_window(s, 1000, 1700000000000000000LL, 10000000000LL);
+    CHECK(p);
+    cp_synth_destroy(s);
+    return p;
+}
+
+TEST(roundtrip_raw_and_gzip)
+{
+    cp_profile *p = window(1);
+    for (int level = 0; level <= 6; level += 6) {
+        cp_buf b1 = {0}, b2 = {0};
+        CHECK_EQ(cp_pprof_encode(p, level, &b1), 0);
+        CHECK_EQ(cp_is_gzip(b1.data, b1.len), level > 0);
+        cp_profile *q = NULL;
+        cp_err err = {0};
+        CHECK_EQ(cp_pprof_decode(b1.data, b1.len, NULL, &q, &err), 0);
+        CHECK_EQ(q->samples.n, p->samples.n);
+        CHECK_EQ(q->locations.n, p->locations.n);
+        CHECK_EQ(q->functions.n, p->functions.n);
+        CHECK_EQ(cp_profile_total(q, 1), cp_profile_total(p, 1));
+        CHECK_EQ(q->time_nanos, p->time_nanos);
+        CHECK_EQ(q->duration_nanos, p->duration_nanos);
+        CHECK_EQ(q->period, p->period);
+        CHECK_STREQ(cp_profile_str(q, q->period_type.type), "cpu");
+        char *c1 = canonical(p), *c2 = canonical(q);
+        CHECK_STREQ(c1, c2);
+        /* re-encoding the decoded profile gives the same bytes */
+        CHECK_EQ(cp_pprof_encode(q, 0, &b2), 0);
+        cp_buf b3 = {0};
+        CHECK_EQ(cp_pprof_encode(p, 0, &b3), 0);
+        CHECK_EQ(b2.len, b3.len);
+        CHECK(memcmp(b2.data, b3.data, b2.len) == 0);
+        free(c1);
+        free(c2);
+        cp_buf_close(&b1);
+        cp_buf_close(&b2);
+        cp_buf_close(&b3);
+        cp_profile_destroy(q);
+    }
+    cp_profile_destroy(p);
+}
+
+/* Builds a small valid profile with protobuf-c so tests can damage one field at a time. */
+typedef struct pbfix {
+    Perftools__Profiles__Profile p;
+    Perftools__Profiles__ValueType vt, *vtp[1];
+    Perftools__Profiles__Function f[2], *fp[2];
+    Perftools__Profiles__Line ln[2], *lnp[2];
+    Perftools__Profiles__Location l[2], *lp[2];
+    Perftools__Profiles__Mapping m, *mp[1];
+    Perftools__Profiles__Sample s, *sp[1];
+    uint64_t locids[2];
+    int64_t val[1];
+    char *strs[5];
+} pbfix;
+
+static void fix_init(pbfix *x)
+{
+    memset(x, 0, sizeof *x);
+    perftools__profiles__profile__init(&x->p);
+    static char s0[] = "", s1[] = "samples", s2[] = "count", s3[] = "main", s4[] = "work";
+    x->strs[0] = s0; x->strs[1] = s1; x->strs[2] = s2; x->strs[3] = s3; x->strs[4] = s4;
+    x->p.string_table = x->strs;
+    x->p.n_string_table = 5;
+    perftools__profiles__value_type__init(&x->vt);
+    x->vt.type = 1;
+    x->vt.unit = 2;
+    x->vtp[0] = &x->vt;
+    x->p.sample_type = x->vtp;
+    x->p.n_sample_type = 1;
+    perftools__profiles__mapping__init(&x->m);
+    x->m.id = 1;
+    x->m.memory_start = 0x1000;
+    x->m.memory_limit = 0x9000;
+    x->mp[0] = &x->m;
+    x->p.mapping = x->mp;
+    x->p.n_mapping = 1;
+    for (int i = 0; i < 2; i++) {
+        perftools__profiles__function__init(&x->f[i]);
+        x->f[i].id = (uint64_t)i + 1;
+        x->f[i].name = 3 + i;
+        x->fp[i] = &x->f[i];
+        perftools__profiles__line__init(&x->ln[i]);
+        x->ln[i].function_id = (uint64_t)i + 1;
+        x->ln[i].line = 10;
+        x->lnp[i] = &x->ln[i];
+        perftools__profiles__location__init(&x->l[i]);
+        x->l[i].id = (uint64_t)i + 1;
+        x->l[i].mapping_id = 1;
+        x->l[i].address = 0x1100 + (uint64_t)i;
+        x->l[i].line = &x->lnp[i];
+        x->l[i].n_line = 1;
+        x->lp[i] = &x->l[i];
+        x->locids[i] = (uint64_t)(2 - i); /* leaf work, then main */
+    }
+    x->p.function = x->fp;
+    x->p.n_function = 2;
+    x->p.location = x->lp;
+    x->p.n_location = 2;
+    perftools__profiles__sample__init(&x->s);
+    x->s.location_id = x->locids;
+    x->s.n_location_id = 2;
+    x->val[0] = 7;
+    x->s.value = x->val;
+    x->s.n_value = 1;
+    x->sp[0] = &x->s;
+    x->p.sample = x->sp;
+    x->p.n_sample = 1;
+}
+
+static int decode_fix(pbfix *x, cp_err *err)
+{
+    size_t n = perftools__profiles__profile__get_packed_size(&x->p);
+    uint8_t *b = malloc(n);
+    perftools__profiles__profile__pack(&x->p, b);
+    cp_profile *p = NULL;
+    int rc = cp_pprof_decode(b, n, NULL, &p, err);
+    CHECK((rc == 0) == (p != NULL));
+    cp_profile_destroy(p);
+    free(b);
+    return rc;
+}
+
+TEST(fixture_is_valid)
+{
+    pbfix x;
+    cp_err err = {0};
+    fix_init(&x);
+    CHECK_EQ(decode_fix(&x, &err), 0);
+}
+
+TEST(error_truncated)
+{
+    cp_profile *p = window(2), *q = NULL;
+    cp_buf b = {0};
+    cp_err err = {0};
+    CHECK_EQ(cp_pprof_encode(p, 0, &b), 0);
+    CHECK_EQ(cp_pprof_decode(b.data, b.len - 7, NULL, &q, &err), CP_EPPROF);
+    CHECK(q == NULL);
+    CHECK_CONTAINS(err.msg, "truncated");
+    cp_buf_close(&b);
+    cp_profile_destroy(p);
+}
+
+TEST(error_huge_length)
+{
+    /* field 2 (sample), wire type 2, length 2^40 */
+    const uint8_t b[] = {0x12, 0x80, 0x80, 0x80, 0x80, 0x80, 0x20, 0x00};
+    cp_profile *q = NULL;
+    cp_err err = {0};
+    CHECK_EQ(cp_pprof_decode(b, sizeof b, NULL, &q, &err), CP_EPPROF);
+    CHECK_CONTAINS(err.msg, "declares length 1099511627776");
+}
+
+TEST(error_missing_empty_string0)
+{
+    pbfix x;
+    cp_err err = {0};
+    fix_init(&x);
+    static char bad[] = "oops";
+    x.strs[0] = bad;
+    CHECK_EQ(decode_fix(&x, &err), CP_EPPROF);
+    CHECK_CONTAINS(err.msg, "string_table[0] is not the empty string");
+    x.p.n_string_table = 0;
+    CHECK_EQ(decode_fix(&x, &err), CP_EPPROF);
+    CHECK_CONTAINS(err.msg, "string_table is empty");
+}
+
+TEST(error_out_of_range_ids)
+{
+    pbfix x;
+    cp_err err = {0};
+    fix_init(&x);
+    x.locids[0] = 99;
+    CHECK_EQ(decode_fix(&x, &err), CP_EPPROF);
+    CHECK_CONTAINS(err.msg, "sample[0].location_id[0]: location 99 not found");
+    fix_init(&x);
+    x.ln[1].function_id = 5;
+    CHECK_EQ(decode_fix(&x, &err), CP_EPPROF);
+    CHECK_CONTAINS(err.msg, "location[1] (id 2).line[0]: function_id 5 not found");
+    fix_init(&x);
+    x.l[0].mapping_id = 3;
+    CHECK_EQ(decode_fix(&x, &err), CP_EPPROF);
+    CHECK_CONTAINS(err.msg, "mapping_id 3 not found");
+    fix_init(&x);
+    x.f[1].name = 42;
+    CHECK_EQ(decode_fix(&x, &err), CP_EPPROF);
+    CHECK_CONTAINS(err.msg, "function[1] (id 2).name: string index 42 out of range");
+    fix_init(&x);
+    x.vt.unit = -1;
+    CHECK_EQ(decode_fix(&x, &err), CP_EPPROF);
+    CHECK_CONTAINS(err.msg, "sample_type[0].unit: string index -1");
+}
+
+TEST(error_wrong_value_count)
+{
+    pbfix x;
+    cp_err err = {0};
+    fix_init(&x);
+    x.s.n_value = 0;
+    CHECK_EQ(decode_fix(&x, &err), CP_EPPROF);
+    CHECK_CONTAINS(err.msg, "sample[0] has 0 values (profile has 1 sample types)");
+}
+
+TEST(error_duplicate_and_zero_ids)
+{
+    pbfix x;
+    cp_err err = {0};
+    fix_init(&x);
+    x.f[1].id = 1;
+    CHECK_EQ(decode_fix(&x, &err), CP_EPPROF);
+    CHECK_CONTAINS(err.msg, "function[1]: duplicate id 1");
+    fix_init(&x);
+    x.l[0].id = 0;
+    CHECK_EQ(decode_fix(&x, &err), CP_EPPROF);
+    CHECK_CONTAINS(err.msg, "location[0]: id is 0");
+}
+
+TEST(sparse_ids_are_renumbered)
+{
+    pbfix x;
+    cp_err err = {0};
+    fix_init(&x);
+    x.l[0].id = 1000;
+    x.l[1].id = 77;
+    x.locids[0] = 77;
+    x.locids[1] = 1000;
+    x.f[0].id = 5;
+    x.ln[0].function_id = 5;
+    size_t n = perftools__profiles__profile__get_packed_size(&x.p);
+    uint8_t *b = malloc(n);
+    perftools__profiles__profile__pack(&x.p, b);
+    cp_profile *p = NULL;
+    CHECK_EQ(cp_pprof_decode(b, n, NULL, &p, &err), 0);
+    /* leaf is location id 77 = x.l[1] -> function 2 "work" */
+    const cp_location *leaf = &p->locations.v[p->stack.v[0] - 1];
+    CHECK_STREQ(cp_profile_str(p, p->functions.v[p->lines.v[leaf->line_off].function_id - 1].name), "work");
+    cp_profile_destroy(p);
+    free(b);
+}
+
+TEST(error_bad_gzip)
+{
+    cp_profile *p = window(3), *q = NULL;
+    cp_buf b = {0};
+    cp_err err = {0};
+    CHECK_EQ(cp_pprof_encode(p, 6, &b), 0);
+    b.data[b.len / 2] ^= 0xff;
+    b.data[b.len / 2 + 1] ^= 0x55;
+    int rc = cp_pprof_decode(b.data, b.len, NULL, &q, &err);
+    CHECK_EQ(rc, CP_EGZIP);
+    CHECK_CONTAINS(err.msg, "gzip");
+    CHECK_EQ(cp_pprof_decode(b.data, 20, NULL, &q, &err), CP_EGZIP);
+    CHECK_CONTAINS(err.msg, "truncated");
+    cp_buf_close(&b);
+    cp_profile_destroy(p);
+}
+
+TEST(error_limits)
+{
+    cp_profile *p = window(4), *q = NULL;
+    cp_buf b = {0};
+    cp_err err = {0};
+    cp_pprof_limits lim;
+    CHECK_EQ(cp_pprof_encode(p, 6, &b), 0);
+    cp_pprof_limits_default(&lim);
+    lim.max_samples = 10;
+    CHECK_EQ(cp_pprof_decode(b.data, b.len, &lim, &q, &err), CP_ELIMIT);
+    CHECK_CONTAINS(err.msg, "samples (limit 10)");
+    cp_pprof_limits_default(&lim);
+    lim.max_depth = 12;
+    CHECK_EQ(cp_pprof_decode(b.data, b.len, &lim, &q, &err), CP_ELIMIT);
+    CHECK_CONTAINS(err.msg, "stack depth limit 12");
+    cp_pprof_limits_default(&lim);
+    lim.max_bytes = 1000; /* a gzip bomb guard: inflating stops at the limit */
+    CHECK_EQ(cp_pprof_decode(b.data, b.len, &lim, &q, &err), CP_ELIMIT);
+    CHECK_CONTAINS(err.msg, "1000-byte limit");
+    cp_pprof_limits_default(&lim);
+    lim.max_strings = 50;
+    CHECK_EQ(cp_pprof_decode(b.data, b.len, &lim, &q, &err), CP_ELIMIT);
+    CHECK_CONTAINS(err.msg, "strings (limit 50)");
+    cp_pprof_limits_default(&lim);
+    lim.max_locations = 50;
+    CHECK_EQ(cp_pprof_decode(b.data, b.len, &lim, &q, &err), CP_ELIMIT);
+    cp_buf_close(&b);
+    cp_profile_destroy(p);
+}
+
+TEST_MAIN(T(roundtrip_raw_and_gzip), T(fixture_is_valid), T(error_truncated), T(error_huge_length),
+          T(error_missing_empty_string0), T(error_out_of_range_ids), T(error_wrong_value_count),
+          T(error_duplicate_and_zero_ids), T(sparse_ids_are_renumbered), T(error_bad_gzip),
+          T(error_limits))
