@@ -171,7 +171,7 @@ static uint32_t bucket_find(uint32_t iso, const char *thread, const uint64_t *pc
             memset(nb, 0, offsetof(cp_alloc_bucket, pcs));
             nb->hash = h;
             nb->isolate = iso;
-            if (!iso) strncpy(nb->thread, thread, sizeof(nb->thread) - 1);
+            if (!iso) memcpy(nb->thread, thread, sizeof(nb->thread));
             nb->nframes = n;
             memcpy(nb->pcs, pcs, n * sizeof(uint64_t));
             S->bidx[i] = ++S->nbuckets;
@@ -296,16 +296,27 @@ static inline void on_free(void *p)
     pthread_mutex_unlock(&g_lock);
 }
 
-void cp_alloc_snapshot(cp_bucket_fn fn, void *arg)
+uint32_t cp_alloc_nbuckets(void)
 {
-    if (!S) return;
+    if (!S) return 0;
     pthread_mutex_lock(&g_lock);
-    for (uint32_t i = 0; i < S->nbuckets; i++) {
-        fn(arg, &S->buckets[i]);
+    uint32_t n = S->nbuckets;
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
+
+uint32_t cp_alloc_snapshot(cp_alloc_bucket *out, uint32_t cap)
+{
+    if (!S) return 0;
+    pthread_mutex_lock(&g_lock);
+    uint32_t n = S->nbuckets < cap ? S->nbuckets : cap;
+    for (uint32_t i = 0; i < n; i++) {
+        out[i] = S->buckets[i];
         S->buckets[i].alloc_objects = 0;
         S->buckets[i].alloc_bytes = 0;
     }
     pthread_mutex_unlock(&g_lock);
+    return n;
 }
 
 void cp_alloc_atfork_prepare(void)

@@ -11,7 +11,9 @@
 #include <time.h>
 
 #include "contprof.h"
+#include "error.h"
 #include "unwind.h"
+#include "vec.h"
 
 #define CP_TLS __attribute__((tls_model("initial-exec"))) __thread
 
@@ -138,10 +140,11 @@ typedef struct cp_alloc_bucket {
 int cp_alloc_init(void);
 /* Arms sampling with mean rate bytes (0 disables). */
 void cp_alloc_set_rate(int64_t rate);
-/* Agent: calls fn for every bucket under the sampler's lock, then zeroes the window
- * counters. fn must not allocate through malloc (it runs with the lock held). */
-typedef void (*cp_bucket_fn)(void *arg, const cp_alloc_bucket *b);
-void cp_alloc_snapshot(cp_bucket_fn fn, void *arg);
+/* Number of buckets so far (they are never removed). */
+uint32_t cp_alloc_nbuckets(void);
+/* Agent: copies at most cap buckets to out and zeroes their window counters, under the
+ * sampler's lock (nothing allocates while it is held). Returns how many were copied. */
+uint32_t cp_alloc_snapshot(cp_alloc_bucket *out, uint32_t cap);
 extern atomic_uint_fast64_t cp_alloc_dropped;
 void cp_alloc_atfork_prepare(void);
 void cp_alloc_atfork_parent(void);

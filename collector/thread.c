@@ -34,6 +34,13 @@ static pthread_key_t g_key;
 static int g_key_ok;
 pid_t cp_agent_tid; /* set by agent.c; never sampled */
 
+static void set_name(char *dst, const char *src)
+{
+    size_t n = strnlen(src, 15);
+    memcpy(dst, src, n);
+    dst[n] = 0;
+}
+
 static pid_t my_tid(void)
 {
     return (pid_t)syscall(SYS_gettid);
@@ -368,7 +375,7 @@ void cp_threads_refresh_names(void)
         if (k <= 0) continue;
         buf[k] = 0;
         buf[strcspn(buf, "\n")] = 0;
-        if (strncmp(buf, t->name, 16) != 0) snprintf(t->name, sizeof(t->name), "%s", buf);
+        if (strncmp(buf, t->name, 16) != 0) set_name(t->name, buf);
     }
 }
 
@@ -490,13 +497,15 @@ typedef int (*setname_fn)(pthread_t, const char *);
 typedef struct start_arg {
     void *(*fn)(void *);
     void *arg;
+    int agent; /* created by the agent (librdkafka's threads): neither sampled nor hooked */
 } start_arg;
 
 static void *start_thunk(void *p)
 {
     start_arg sa = *(start_arg *)p;
     cp_real_free(p);
-    cp_thread_register_self();
+    if (sa.agent) cp_in_agent = 1;
+    else cp_thread_register_self();
     return sa.fn(sa.arg);
 }
 
@@ -510,6 +519,7 @@ CONTPROF_EXTERN int pthread_create(pthread_t *th, const pthread_attr_t *attr,
     if (!sa) return real(th, attr, fn, arg); /* degrade: the thread is scanned later */
     sa->fn = fn;
     sa->arg = arg;
+    sa->agent = cp_in_agent;
     int rc = real(th, attr, start_thunk, sa);
     if (rc != 0) cp_real_free(sa);
     return rc;
@@ -527,7 +537,7 @@ CONTPROF_EXTERN int pthread_setname_np(pthread_t th, const char *name)
             cp_thread *t = atomic_load(&cp_threads[i]);
             if (t && t->own_tls && pthread_equal(t->self, th) &&
                 atomic_load(&t->state) == CP_T_LIVE)
-                snprintf(t->name, sizeof(t->name), "%s", name);
+                set_name(t->name, name);
         }
     }
     return rc;
