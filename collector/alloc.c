@@ -237,7 +237,9 @@ __attribute__((noinline)) static void sample_slow(void *p, size_t n)
 {
     int64_t rate = atomic_load_explicit(&g_rate, memory_order_relaxed);
     if (rate <= 0) {
-        t_until = 1 << 20; /* look again soon: sampling may be switched on */
+        /* Look again soon: sampling may be switched on, and the first sample after that
+         * must not wait for a stale countdown. */
+        t_until = 4096;
         return;
     }
     if (cp_in_agent) {
