@@ -64,6 +64,7 @@ typedef struct cp_thread {
     int own_tls; /* registered on its own thread (TLS points here) */
     uintptr_t stack_lo, stack_hi;
     int perf_fd;
+    void *perf_ring; /* perf's mmap'd buffer: overflows are counted there, none lost */
     int has_timer;
     timer_t timer;
     char name[16];

@@ -75,6 +75,35 @@ static void ring_push(cp_thread *t, const cp_sample_rec *r)
     atomic_store_explicit(&t->head, h + 1, memory_order_release);
 }
 
+/* Counts the overflows recorded in a perf ring since the last call and frees their space.
+ * Signals for several overflows can merge into one; the ring still counts each. */
+#define PERF_RING_PAGES 1
+static uint64_t perf_consume(void *ring)
+{
+    struct perf_event_mmap_page *pg = ring;
+    uint64_t head = __atomic_load_n(&pg->data_head, __ATOMIC_ACQUIRE);
+    uint64_t tail = pg->data_tail;
+    uint64_t size = pg->data_size ? pg->data_size : 4096u * PERF_RING_PAGES;
+    const uint8_t *data = (const uint8_t *)ring + (pg->data_offset ? pg->data_offset : 4096);
+    uint64_t n = 0;
+    while (tail + sizeof(struct perf_event_header) <= head) {
+        struct perf_event_header h;
+        uint64_t off = tail % size;
+        memcpy(&h, data + off, sizeof(h)); /* headers are 8-aligned: never wrap */
+        if (h.size == 0) break;
+        if (h.type == PERF_RECORD_SAMPLE) {
+            n++;
+        } else if (h.type == PERF_RECORD_LOST) {
+            uint64_t lost;
+            memcpy(&lost, data + (off + 16) % size, sizeof(lost));
+            n += lost;
+        }
+        tail += h.size;
+    }
+    __atomic_store_n(&pg->data_tail, head, __ATOMIC_RELEASE);
+    return n;
+}
+
 static void handler(int sig, siginfo_t *si, void *ucv)
 {
     (void)sig;
@@ -93,8 +122,14 @@ static void handler(int sig, siginfo_t *si, void *ucv)
         atomic_fetch_add(&cp_dropped_samples, weight);
         goto out;
     }
-    if (si->si_code != SI_TIMER && t->perf_fd >= 0)
-        ioctl(t->perf_fd, PERF_EVENT_IOC_REFRESH, 1);
+    if (si->si_code != SI_TIMER && t->perf_fd >= 0) {
+        if (t->perf_ring) {
+            weight = perf_consume(t->perf_ring);
+            if (!weight) goto out; /* a signal for overflows already counted */
+        } else {
+            ioctl(t->perf_fd, PERF_EVENT_IOC_REFRESH, 1);
+        }
+    }
     if (!atomic_load_explicit(&g_cpu_on, memory_order_relaxed)) goto out;
 
     ucontext_t *uc = ucv;
@@ -161,21 +196,36 @@ static int arm_perf(cp_thread *t)
     a.type = PERF_TYPE_SOFTWARE;
     a.config = PERF_COUNT_SW_TASK_CLOCK;
     a.sample_period = (uint64_t)cp_period_ns;
+    a.sample_type = PERF_SAMPLE_IP;
     a.wakeup_events = 1;
     a.exclude_kernel = 1;
     a.exclude_hv = 1;
     a.disabled = 1;
     int fd = (int)syscall(SYS_perf_event_open, &a, t->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
     if (fd < 0) return -errno;
+    /* With a ring the event never stops and each overflow is counted there; without one
+     * (perf_event_mlock_kb exhausted) each signal re-arms it for one more overflow. */
+    void *ring = mmap(NULL, 4096u * (1 + PERF_RING_PAGES), PROT_READ | PROT_WRITE, MAP_SHARED,
+                      fd, 0);
+    if (ring == MAP_FAILED) ring = NULL;
     struct f_owner_ex own = {.type = F_OWNER_TID, .pid = t->tid};
     if (fcntl(fd, F_SETFL, O_ASYNC) < 0 || fcntl(fd, F_SETSIG, g_sig) < 0 ||
-        fcntl(fd, F_SETOWN_EX, &own) < 0 || ioctl(fd, PERF_EVENT_IOC_RESET, 0) < 0 ||
-        ioctl(fd, PERF_EVENT_IOC_REFRESH, 1) < 0) {
+        fcntl(fd, F_SETOWN_EX, &own) < 0 || ioctl(fd, PERF_EVENT_IOC_RESET, 0) < 0) {
         int e = -errno;
+        if (ring) munmap(ring, 4096u * (1 + PERF_RING_PAGES));
         close(fd);
         return e;
     }
+    t->perf_ring = ring;
     t->perf_fd = fd;
+    if (ioctl(fd, ring ? PERF_EVENT_IOC_ENABLE : PERF_EVENT_IOC_REFRESH, ring ? 0 : 1) < 0) {
+        int e = -errno;
+        if (ring) munmap(ring, 4096u * (1 + PERF_RING_PAGES));
+        close(fd);
+        t->perf_fd = -1;
+        t->perf_ring = NULL;
+        return e;
+    }
     return 0;
 }
 
@@ -223,8 +273,11 @@ static void disarm(cp_thread *t)
 {
     if (t->perf_fd >= 0) {
         ioctl(t->perf_fd, PERF_EVENT_IOC_DISABLE, 0);
-        close(t->perf_fd);
+        int fd = t->perf_fd;
         t->perf_fd = -1;
+        if (t->perf_ring) munmap(t->perf_ring, 4096u * (1 + PERF_RING_PAGES));
+        t->perf_ring = NULL;
+        close(fd);
     }
     if (t->has_timer) {
         timer_delete(t->timer);
@@ -263,6 +316,7 @@ static void slot_init(cp_thread *t, pid_t tid)
 {
     t->tid = tid;
     t->perf_fd = -1;
+    t->perf_ring = NULL;
     t->has_timer = 0;
     t->stack_lo = t->stack_hi = 0;
     t->own_tls = 0;
@@ -399,6 +453,8 @@ void cp_threads_after_fork_child(void)
         if (!t) continue;
         /* perf fds are inherited but count the parent's threads; timers are not. */
         if (t->perf_fd >= 0) close(t->perf_fd);
+        if (t->perf_ring) munmap(t->perf_ring, 4096u * (1 + PERF_RING_PAGES));
+        t->perf_ring = NULL;
         t->perf_fd = -1;
         t->has_timer = 0;
         atomic_store(&t->head, 0);

@@ -390,10 +390,11 @@ TEST(same_output_cxx)
     same_output("cxx", 1);
 }
 
-/* fork+exec: the parent, the forked child (a new instance) and the exec'd children */
+/* fork+exec: the parent, the forked child (a new instance) and the two exec'd children
+ * each leave profiles of their own */
 TEST(same_output_fork_exec)
 {
-    same_output("forkexec", 3);
+    same_output("forkexec", 4);
 }
 
 /* ------------------------------------------------------------------------------------
