@@ -34,8 +34,9 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* Runs CPW with args; env: NULL-terminated "K=V" strings added to the environment. */
-static void run(const char *const *args, const char *const *env, run_res *r)
+/* Runs prog with args; env: NULL-terminated "K=V" strings added to the environment. */
+static void run_prog(const char *prog, const char *const *args, const char *const *env,
+                     run_res *r)
 {
     int fd[2];
     CHECK(pipe(fd) == 0);
@@ -50,10 +51,10 @@ static void run(const char *const *args, const char *const *env, run_res *r)
         for (int i = 0; env && env[i]; i++) putenv((char *)env[i]);
         char *argv[16];
         int n = 0;
-        argv[n++] = (char *)CPW;
+        argv[n++] = (char *)prog;
         for (int i = 0; args[i] && n < 15; i++) argv[n++] = (char *)args[i];
         argv[n] = NULL;
-        execv(CPW, argv);
+        execv(prog, argv);
         _exit(127);
     }
     close(fd[1]);
@@ -64,6 +65,11 @@ static void run(const char *const *args, const char *const *env, run_res *r)
     close(fd[0]);
     CHECK(waitpid(pid, &r->status, 0) == pid);
     r->secs = now_s() - t0;
+}
+
+static void run(const char *const *args, const char *const *env, run_res *r)
+{
+    run_prog(CPW, args, env, r);
 }
 
 static char g_dir[256];
@@ -482,7 +488,43 @@ TEST(timer_fallback_1000hz)
     remove_dir();
 }
 
-TEST_MAIN(T(cpu_ratio), T(inuse_startup), T(alloc_volume), T(churn_inuse_zero),
+/* ------------------------------------------------------------------------------------
+ * Isolates through the API: a linked program runs two isolates on one thread */
+
+static int has_func(const cp_profile *p, const char *fn)
+{
+    for (uint32_t i = 0; i < p->functions.n; i++)
+        if (!strcmp(cp_profile_str(p, p->functions.v[i].name), fn)) return 1;
+    return 0;
+}
+
+TEST(isolates_api)
+{
+    make_dir();
+    const char *env[] = {outdir_env(), "CONTPROF_WINDOW=10s", NULL};
+    const char *args[] = {NULL};
+    run_res r;
+    run_prog(CPW_ISO, args, env, &r);
+    CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+    CHECK_STREQ(r.out, "ok\n");
+    pset s;
+    load(g_dir, &s);
+    const cp_profile *a = last_of(&s, "cpu", "js-a"), *b = last_of(&s, "cpu", "js-b");
+    CHECK(a && b);
+    int64_t na = func_total(a, "interp_loop", 1), nb = func_total(b, "interp_loop", 1);
+    printf("js-a %.3fs js-b %.3fs\n", na / 1e9, nb / 1e9);
+    CHECK(na > 0 && nb > 0);
+    CHECK(fabs((double)na / (double)nb - 3.0) < 0.6);
+    /* language frames from the walker, on top of the native stack */
+    CHECK(has_func(a, "renderCart") && !has_func(a, "computeTax"));
+    CHECK(has_func(b, "computeTax") && !has_func(b, "renderCart"));
+    CHECK(func_total(a, "renderCart", 1) > na / 2);
+    CHECK(func_total(a, "main.js:<toplevel>", 1) > na / 2);
+    pset_free(&s);
+    remove_dir();
+}
+
+TEST_MAIN(T(isolates_api), T(cpu_ratio), T(inuse_startup), T(alloc_volume), T(churn_inuse_zero),
           T(same_output_threads), T(same_output_realloc_memalign), T(same_output_cxx),
           T(same_output_fork_exec), T(unreachable_broker), T(perf_1000hz),
           T(timer_fallback_1000hz))
