@@ -444,6 +444,24 @@ TEST(same_output_fork_exec)
     same_output("forkexec", 4);
 }
 
+/* A chain of 60 execs at 1000 Hz on both engines: a sample signal pending at exec would
+ * kill the next image (default action of SIGPROF). */
+TEST(exec_chain_survives)
+{
+    make_dir();
+    const char *args[] = {"execchain", "60", NULL};
+    const char *engines[] = {"CONTPROF_CPU_ENGINE=perf", "CONTPROF_CPU_ENGINE=timer"};
+    for (int i = 0; i < 2; i++) {
+        const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_CPU_HZ=1000", engines[i], NULL};
+        run_res r;
+        run(args, env, &r);
+        if (WIFSIGNALED(r.status)) fprintf(stderr, "killed by signal %d\n", WTERMSIG(r.status));
+        CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+        CHECK_STREQ(r.out, "chain done\n");
+    }
+    remove_dir();
+}
+
 /* ------------------------------------------------------------------------------------
  * 6. No reachable broker: the host is unaffected and the drops are counted */
 
@@ -579,5 +597,5 @@ TEST(isolates_api)
 
 TEST_MAIN(T(isolates_api), T(cpu_ratio), T(inuse_startup), T(alloc_volume), T(churn_inuse_zero),
           T(same_output_threads), T(same_output_realloc_memalign), T(same_output_cxx),
-          T(same_output_fork_exec), T(unreachable_broker), T(perf_1000hz),
+          T(same_output_fork_exec), T(exec_chain_survives), T(unreachable_broker), T(perf_1000hz),
           T(timer_fallback_1000hz))
