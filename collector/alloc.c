@@ -31,8 +31,13 @@ typedef struct real_fns {
 static real_fns real;
 static int resolving;
 
-/* dlsym itself allocates: those requests are served from here and never freed. */
-static _Alignas(64) char pool[64 * 1024];
+/* dlsym itself allocates: those requests are served from here and never freed. The same
+ * pool is the agent's emergency reserve: when the allocator fails the agent's own threads,
+ * they are served from here, because libdw and librdkafka do not survive a NULL from
+ * malloc (measured: libdw crashes in dwarf_getsrclines). The agent then degrades
+ * (cp_agent_oom). In .bss: untouched pages cost nothing. */
+static _Alignas(64) char pool[8 << 20];
+atomic_int cp_agent_oom;
 static atomic_size_t pool_used;
 
 static inline int in_pool(const void *p)
@@ -116,6 +121,7 @@ static atomic_llong g_rate;       /* mean bytes between samples; 0 = off */
 atomic_uint_fast64_t cp_alloc_dropped;
 
 static CP_TLS int64_t t_until;
+CP_TLS int cp_agent_thread;
 static CP_TLS uint64_t t_rng;
 static CP_TLS int t_init;
 
@@ -234,10 +240,14 @@ static int live_remove(uintptr_t p, live_entry *out)
 __attribute__((noinline)) static void sample_slow(void *p, size_t n)
 {
     int64_t rate = atomic_load_explicit(&g_rate, memory_order_relaxed);
-    if (rate <= 0) {
+    if (rate <= 0 && !cp_agent_thread) {
         /* Look again later: sampling may be switched on (cp_alloc_set_rate resets the
          * starting thread's countdown; other threads catch up within 64 MiB). */
         t_until = (int64_t)64 << 20;
+        return;
+    }
+    if (cp_agent_thread) {
+        t_until = INT64_MIN / 4; /* every allocation takes the checked path */
         return;
     }
     if (cp_in_agent) {
@@ -342,9 +352,26 @@ void cp_alloc_atfork_child(void)
  * The interposed family */
 
 /* The sampled case, out of line so the common one is a tail call into the allocator. */
+/* An allocation of the agent's own threads failed: serve it from the reserve. */
+static void *agent_reserve(size_t n, size_t align)
+{
+    atomic_store(&cp_agent_oom, 1);
+    return pool_alloc(n, align);
+}
+
+#define AGENT_RESCUE(p, n, align)                                                      \
+    do {                                                                               \
+        if (__builtin_expect(!(p), 0) && cp_agent_thread) (p) = agent_reserve((n), (align)); \
+    } while (0)
+
 __attribute__((noinline, cold)) static void *malloc_sampled(size_t n)
 {
     void *p = real.malloc(n);
+    if (cp_agent_thread) {
+        t_until = INT64_MIN / 4;
+        AGENT_RESCUE(p, n, 16);
+        return p;
+    }
     if (p) sample_slow(p, n);
     return p;
 }
@@ -379,6 +406,7 @@ CONTPROF_EXTERN void *calloc(size_t a, size_t b)
         if (!real.calloc) return pool_alloc(n, 16);
     }
     void *p = real.calloc(a, b);
+    AGENT_RESCUE(p, n, 16); /* the pool is zeroed and never reused */
     on_alloc(p, n);
     return p;
 }
@@ -428,6 +456,7 @@ CONTPROF_EXTERN void *realloc(void *p, size_t n)
     }
     if (!p) {
         void *q = real.realloc(NULL, n);
+        AGENT_RESCUE(q, n, 16);
         on_alloc(q, n);
         return q;
     }
@@ -446,6 +475,14 @@ CONTPROF_EXTERN void *realloc(void *p, size_t n)
         pthread_mutex_unlock(&g_lock);
     }
     void *q = real.realloc(p, n);
+    if (!q && cp_agent_thread) {
+        q = agent_reserve(n, 16);
+        if (q) {
+            size_t have = real.malloc_usable_size ? real.malloc_usable_size(p) : 0;
+            memcpy(q, p, have < n ? have : n);
+            real.free(p);
+        }
+    }
     if (!q) {
         if (had) { /* p is still valid and still live */
             pthread_mutex_lock(&g_lock);
@@ -478,6 +515,7 @@ CONTPROF_EXTERN int posix_memalign(void **out, size_t align, size_t n)
         return 0;
     }
     int rc = real.posix_memalign(out, align, n);
+    if (rc != 0 && cp_agent_thread && (*out = agent_reserve(n, align)) != NULL) rc = 0;
     if (rc == 0) on_alloc(*out, n);
     return rc;
 }
@@ -487,6 +525,7 @@ CONTPROF_EXTERN void *aligned_alloc(size_t align, size_t n)
     resolve();
     if (!real.aligned_alloc) return pool_alloc(n, align);
     void *p = real.aligned_alloc(align, n);
+    AGENT_RESCUE(p, n, align);
     on_alloc(p, n);
     return p;
 }
@@ -496,6 +535,7 @@ CONTPROF_EXTERN void *memalign(size_t align, size_t n)
     resolve();
     if (!real.memalign) return pool_alloc(n, align);
     void *p = real.memalign(align, n);
+    AGENT_RESCUE(p, n, align);
     on_alloc(p, n);
     return p;
 }

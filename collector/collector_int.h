@@ -86,6 +86,10 @@ extern atomic_uint cp_threads_hwm; /* slots ever used */
 extern CP_TLS cp_thread *cp_self;
 /* Set while the agent's own code runs on a thread: allocations are not sampled. */
 extern CP_TLS int cp_in_agent;
+/* Set for the whole life of the agent's threads (its own and librdkafka's): their failed
+ * allocations are served from a reserve, and cp_agent_oom is raised. */
+extern CP_TLS int cp_agent_thread;
+extern atomic_int cp_agent_oom;
 
 /* Engine string such as "perf-task-clock 1ms" or "posix-cpu-timer 4ms". */
 extern char cp_engine[64];

@@ -571,7 +571,7 @@ static void *start_thunk(void *p)
 {
     start_arg sa = *(start_arg *)p;
     cp_real_free(p);
-    if (sa.agent) cp_in_agent = 1;
+    if (sa.agent) cp_in_agent = cp_agent_thread = 1;
     else cp_thread_register_self();
     return sa.fn(sa.arg);
 }
