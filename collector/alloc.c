@@ -264,7 +264,9 @@ __attribute__((noinline)) static void sample_slow(void *p, size_t n)
     cp_thread *t = cp_self ? cp_self : cp_thread_register_self();
     uint64_t pcs[CP_MAX_FRAMES];
     /* frames to skip: sample_slow, then the hook (malloc, calloc, ...) */
-    int nf = t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, 2) : 0;
+    int nf = t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, 2,
+                                &t->ucache_alloc)
+               : 0;
     uint32_t iso = 0;
     char thread[16] = "";
     if (t) {

@@ -76,6 +76,8 @@ typedef struct cp_thread {
     /* A sample waiting for the walker at the next safe point. */
     atomic_int pending;
     cp_sample_rec pend;
+    cp_ucache ucache_sig;   /* the signal handler's */
+    cp_ucache ucache_alloc; /* the allocation path's */
     cp_sample_rec ring[CP_RING];
 } cp_thread;
 

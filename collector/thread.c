@@ -155,7 +155,8 @@ static void handler(int sig, siginfo_t *si, void *ucv)
         t->pend.isolate = iso;
         t->pend.weight = weight;
         t->pend.nframes =
-            (uint32_t)cp_unwind(&r, t->stack_lo, t->stack_hi, t->pend.pcs, CP_MAX_FRAMES);
+            (uint32_t)cp_unwind(&r, t->stack_lo, t->stack_hi, t->pend.pcs, CP_MAX_FRAMES,
+                                &t->ucache_sig);
         atomic_store_explicit(&t->pending, 1, memory_order_release);
         goto out;
     }
@@ -169,7 +170,8 @@ static void handler(int sig, siginfo_t *si, void *ucv)
     cp_sample_rec *slot = &t->ring[h & (CP_RING - 1)];
     slot->isolate = iso;
     slot->weight = weight;
-    slot->nframes = (uint32_t)cp_unwind(&r, t->stack_lo, t->stack_hi, slot->pcs, CP_MAX_FRAMES);
+    slot->nframes = (uint32_t)cp_unwind(&r, t->stack_lo, t->stack_hi, slot->pcs, CP_MAX_FRAMES,
+                                        &t->ucache_sig);
     atomic_store_explicit(&t->head, h + 1, memory_order_release);
 out:
     errno = saved_errno;
