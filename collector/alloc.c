@@ -29,6 +29,12 @@ typedef struct real_fns {
 } real_fns;
 
 static real_fns real;
+/* The fast paths call through these: boot stubs until the next allocator is found, so
+ * the fast paths need no NULL test. */
+static void *malloc_boot(size_t n);
+static void free_boot(void *p);
+static void *(*hot_malloc)(size_t) = malloc_boot;
+static void (*hot_free)(void *) = free_boot;
 static int resolving;
 
 /* dlsym itself allocates: those requests are served from here and never freed. The same
@@ -72,6 +78,8 @@ static void resolve(void)
     r.malloc_usable_size = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
     r.free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
     real = r;
+    if (r.malloc) hot_malloc = r.malloc;
+    if (r.free) hot_free = r.free;
     resolving = 0;
 }
 
@@ -124,6 +132,13 @@ static CP_TLS int64_t t_until;
 CP_TLS int cp_agent_thread;
 static CP_TLS uint64_t t_rng;
 static CP_TLS int t_init;
+
+/* The free filter's slot: cheap, since every free computes it. Chunks are 16-aligned;
+ * the page bits are folded in so page-aligned big blocks do not share a few slots. */
+static inline uint32_t filter_idx(uintptr_t p)
+{
+    return (uint32_t)((p >> 4) ^ (p >> 20)) & ((1u << FILTER_BITS) - 1);
+}
 
 static inline uint64_t ptr_hash(uintptr_t p)
 {
@@ -198,7 +213,7 @@ static void live_insert(uintptr_t p, uint32_t bucket, double w, uint64_t size)
     S->live[i] = (live_entry){.ptr = p, .bucket = bucket, .w = w, .size = size};
     S->nlive++;
     /* saturating: a counter at 255 stays there (always "maybe"), never wraps to 0 */
-    atomic_uchar *c = &filter[ptr_hash(p) >> (64 - FILTER_BITS)];
+    atomic_uchar *c = &filter[filter_idx(p)];
     if (atomic_load_explicit(c, memory_order_relaxed) != 255)
         atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
     cp_alloc_bucket *b = &S->buckets[bucket];
@@ -217,7 +232,7 @@ static int live_remove(uintptr_t p, live_entry *out)
     cp_alloc_bucket *b = &S->buckets[S->live[i].bucket];
     b->inuse_objects -= S->live[i].w;
     b->inuse_bytes -= S->live[i].w * (double)S->live[i].size;
-    atomic_uchar *c = &filter[ptr_hash(p) >> (64 - FILTER_BITS)];
+    atomic_uchar *c = &filter[filter_idx(p)];
     if (atomic_load_explicit(c, memory_order_relaxed) != 255)
         atomic_fetch_sub_explicit(c, 1, memory_order_relaxed);
     S->nlive--;
@@ -298,7 +313,7 @@ static inline void on_alloc(void *p, size_t n)
 /* Before the block goes back to the allocator: another thread may get it next. */
 static inline void on_free(void *p)
 {
-    if (!atomic_load_explicit(&filter[ptr_hash((uintptr_t)p) >> (64 - FILTER_BITS)],
+    if (!atomic_load_explicit(&filter[filter_idx((uintptr_t)p)],
                               memory_order_relaxed))
         return;
     pthread_mutex_lock(&g_lock);
@@ -368,6 +383,7 @@ static void *agent_reserve(size_t n, size_t align)
 
 __attribute__((noinline, cold)) static void *malloc_sampled(size_t n)
 {
+    if (!real.malloc) return malloc_boot(n);
     void *p = real.malloc(n);
     if (cp_agent_thread) {
         t_until = INT64_MIN / 4;
@@ -381,18 +397,16 @@ __attribute__((noinline, cold)) static void *malloc_sampled(size_t n)
 __attribute__((noinline, cold)) static void *malloc_boot(size_t n)
 {
     resolve();
-    if (!real.malloc) return pool_alloc(n, 16);
-    return malloc(n);
+    if (!real.malloc) return pool_alloc(n, 16); /* dlsym's own requests */
+    return real.malloc(n);
 }
 
 CONTPROF_EXTERN void *malloc(size_t n)
 {
-    void *(*f)(size_t) = real.malloc;
-    if (__builtin_expect(!f, 0)) return malloc_boot(n);
     /* Decided before the call (same distribution): the common path is a tail call. */
     int64_t left = t_until - (int64_t)n;
     t_until = left;
-    if (__builtin_expect(left > 0, 1)) return f(n);
+    if (__builtin_expect(left > 0, 1)) return hot_malloc(n);
     return malloc_sampled(n);
 }
 
@@ -423,22 +437,17 @@ __attribute__((noinline, cold)) static void free_sampled(void *p)
 __attribute__((noinline, cold)) static void free_boot(void *p)
 {
     resolve();
-    if (real.free) free(p);
+    if (real.free) real.free(p); /* else: during dlsym itself; the block is kept */
 }
 
 CONTPROF_EXTERN void free(void *p)
 {
     if (__builtin_expect(in_pool(p), 0)) return;
-    void (*f)(void *) = real.free;
-    if (__builtin_expect(!f, 0)) {
-        free_boot(p);
-        return;
-    }
     /* A sampled block leaves the table before the allocator can hand it out again. */
-    if (__builtin_expect(atomic_load_explicit(&filter[ptr_hash((uintptr_t)p) >> (64 - FILTER_BITS)],
+    if (__builtin_expect(atomic_load_explicit(&filter[filter_idx((uintptr_t)p)],
                                               memory_order_relaxed) != 0, 0))
         free_sampled(p);
-    f(p);
+    hot_free(p);
 }
 
 CONTPROF_EXTERN void *realloc(void *p, size_t n)
@@ -470,7 +479,7 @@ CONTPROF_EXTERN void *realloc(void *p, size_t n)
      * handed to another thread as soon as realloc moves it). */
     live_entry old = {0};
     int had = 0;
-    if (atomic_load_explicit(&filter[ptr_hash((uintptr_t)p) >> (64 - FILTER_BITS)],
+    if (atomic_load_explicit(&filter[filter_idx((uintptr_t)p)],
                              memory_order_relaxed)) {
         pthread_mutex_lock(&g_lock);
         had = live_remove((uintptr_t)p, &old);
