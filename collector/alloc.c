@@ -46,6 +46,17 @@ static _Alignas(64) char pool[8 << 20];
 atomic_int cp_agent_oom;
 static atomic_size_t pool_used;
 
+#define FILTER_BITS 16 /* 64 KiB of counters: stays in cache */
+/* Counting filter over sampled live pointers. In .bss: pages never written cost nothing. */
+static atomic_uchar filter[1u << FILTER_BITS];
+
+/* The free filter's slot: cheap, since every free computes it. Chunks are 16-aligned;
+ * the page bits are folded in so page-aligned big blocks do not share a few slots. */
+static inline uint32_t filter_idx(uintptr_t p)
+{
+    return (uint32_t)((p >> 4) ^ (p >> 20)) & ((1u << FILTER_BITS) - 1);
+}
+
 static inline int in_pool(const void *p)
 {
     return (uintptr_t)p - (uintptr_t)pool < sizeof(pool); /* NULL is not in it */
@@ -59,6 +70,11 @@ static void *pool_alloc(size_t n, size_t align)
         start = (cur + align - 1) & ~(align - 1);
         if (start + n > sizeof(pool)) return NULL;
     } while (!atomic_compare_exchange_weak(&pool_used, &cur, start + n));
+    /* Pool blocks answer "maybe" in the free filter for good, so free's fast path needs
+     * no range check: the out-of-line path recognises them. */
+    atomic_uchar *c = &filter[filter_idx((uintptr_t)(pool + start))];
+    if (atomic_load_explicit(c, memory_order_relaxed) != 255)
+        atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
     return pool + start; /* zeroed: static storage, never reused */
 }
 
@@ -101,7 +117,6 @@ void cp_real_free(void *p)
 
 #define LIVE_BITS 15 /* 32768 sampled live blocks, 1 MiB: beyond that, counted drops */
 #define LIVE_CAP (1u << LIVE_BITS)
-#define FILTER_BITS 16 /* 64 KiB of counters: stays in cache */
 #define BUCKET_CAP 16384u
 #define BUCKET_IDX_CAP (BUCKET_CAP * 2)
 
@@ -122,8 +137,6 @@ typedef struct alloc_state {
 } alloc_state;
 
 static alloc_state *S;            /* mmap'd: untouched pages cost no memory */
-/* Counting filter over sampled live pointers. In .bss: pages never written cost nothing. */
-static atomic_uchar filter[1u << FILTER_BITS];
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_llong g_rate;       /* mean bytes between samples; 0 = off */
 atomic_uint_fast64_t cp_alloc_dropped;
@@ -132,13 +145,6 @@ static CP_TLS int64_t t_until;
 CP_TLS int cp_agent_thread;
 static CP_TLS uint64_t t_rng;
 static CP_TLS int t_init;
-
-/* The free filter's slot: cheap, since every free computes it. Chunks are 16-aligned;
- * the page bits are folded in so page-aligned big blocks do not share a few slots. */
-static inline uint32_t filter_idx(uintptr_t p)
-{
-    return (uint32_t)((p >> 4) ^ (p >> 20)) & ((1u << FILTER_BITS) - 1);
-}
 
 static inline uint64_t ptr_hash(uintptr_t p)
 {
@@ -427,11 +433,14 @@ CONTPROF_EXTERN void *calloc(size_t a, size_t b)
     return p;
 }
 
-__attribute__((noinline, cold)) static void free_sampled(void *p)
+/* The filter said "maybe": a bootstrap/reserve block (kept), or possibly a sampled one. */
+__attribute__((noinline, cold)) static void free_maybe(void *p)
 {
+    if (in_pool(p)) return;
     pthread_mutex_lock(&g_lock);
-    live_remove((uintptr_t)p, NULL);
+    if (S) live_remove((uintptr_t)p, NULL);
     pthread_mutex_unlock(&g_lock);
+    hot_free(p);
 }
 
 __attribute__((noinline, cold)) static void free_boot(void *p)
@@ -442,11 +451,12 @@ __attribute__((noinline, cold)) static void free_boot(void *p)
 
 CONTPROF_EXTERN void free(void *p)
 {
-    if (__builtin_expect(in_pool(p), 0)) return;
     /* A sampled block leaves the table before the allocator can hand it out again. */
     if (__builtin_expect(atomic_load_explicit(&filter[filter_idx((uintptr_t)p)],
-                                              memory_order_relaxed) != 0, 0))
-        free_sampled(p);
+                                              memory_order_relaxed) != 0, 0)) {
+        free_maybe(p);
+        return;
+    }
     hot_free(p);
 }
 
