@@ -16,8 +16,6 @@
 #include "window.h"
 
 struct contprof_isolate cp_isolates[CP_MAX_ISOLATES];
-extern pid_t cp_agent_tid;
-uint64_t cp_window_take_dropped(void);
 
 static struct {
     pthread_mutex_t mu;

@@ -93,6 +93,9 @@ extern CP_TLS int cp_in_agent;
 extern CP_TLS int cp_agent_thread;
 extern atomic_int cp_agent_oom;
 
+/* The agent thread's tid (never registered, never sampled). */
+extern pid_t cp_agent_tid;
+
 /* Engine string such as "perf-task-clock 1ms" or "posix-cpu-timer 4ms". */
 extern char cp_engine[64];
 extern int64_t cp_period_ns;

@@ -625,7 +625,6 @@ void cp_window_abandon(void)
     memset(&syms, 0, sizeof(syms));
 }
 
-uint64_t cp_window_take_dropped(void);
 uint64_t cp_window_take_dropped(void)
 {
     uint64_t d = cpu.dropped;

@@ -29,6 +29,9 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg);
 
 /* Frees the symbol cache and the CPU table. */
 void cp_window_reset(void);
+/* CPU samples the aggregation table had no room for since the last call. */
+uint64_t cp_window_take_dropped(void);
+
 /* After fork in the child: forgets both without freeing (they may be inconsistent). */
 void cp_window_abandon(void);
 
