@@ -45,6 +45,7 @@ agent() { # HZ RATE CMD...
 i=0
 while [ $i -lt "$REPS" ]; do
     run cpu_base "$CPB" cpu 2 "$UC"
+    run cpu_base2 "$CPB" cpu 2 "$UC"
     run cpu_100 agent 100 -1 "$CPB" cpu 2 "$UC"
     run cpu_1000 agent 1000 -1 "$CPB" cpu 2 "$UC"
     if [ -n "$GPERF" ]; then
@@ -74,6 +75,8 @@ row() { # name value op floor
     printf '%s | %s | %s %s | %s\n' "$1" "$2" "$3" "$4" "$ok"
 }
 
+# the same program twice without the agent: how far this machine moves a ratio by itself
+printf 'collector.noise_base_vs_base_cpu_ratio | %s | (reference) | -\n' "$(ratio cpu_base2 cpu_base)"
 c100=$(ratio cpu_100 cpu_base)
 c1000=$(ratio cpu_1000 cpu_base)
 row collector.cpu_100hz_cpu_ratio "$c100" "<=" 1.01
