@@ -3,6 +3,7 @@
  * per-isolate cpu/alloc/inuse profiles wrapped in envelopes. */
 #include "window.h"
 
+#include <dlfcn.h>
 #include <elfutils/libdwfl.h>
 #include <math.h>
 #include <stdio.h>
@@ -127,8 +128,23 @@ static void cpu_clear(void)
 typedef struct sym {
     uint64_t pc; /* 0 = empty */
     char *name, *file;
+    char *mangled; /* the symbol's own name when name was demangled, else NULL */
     int64_t line;
 } sym;
+
+/* C++ names are demangled with the program's own C++ runtime: a mangled name comes from
+ * C++ code, so __cxa_demangle is loaded whenever it is needed (looked up once). */
+typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
+static demangle_fn find_demangler(void)
+{
+    static int looked;
+    static demangle_fn fn;
+    if (!looked) {
+        looked = 1;
+        fn = (demangle_fn)dlsym(RTLD_DEFAULT, "__cxa_demangle");
+    }
+    return fn;
+}
 
 #define SYM_CAP (1u << 15)
 
@@ -164,6 +180,7 @@ static void syms_clear(void)
     if (syms.tab) {
         for (uint32_t i = 0; i < SYM_CAP; i++) {
             free(syms.tab[i].name);
+            free(syms.tab[i].mangled);
             free(syms.tab[i].file);
         }
         free(syms.tab);
@@ -197,6 +214,7 @@ static void syms_refresh(const cp_modules *mods)
     if (syms.tab && mods && mods->subs != syms.subs) {
         for (uint32_t i = 0; i < SYM_CAP; i++) {
             free(syms.tab[i].name);
+            free(syms.tab[i].mangled);
             free(syms.tab[i].file);
         }
         memset(syms.tab, 0, SYM_CAP * sizeof(sym));
@@ -224,6 +242,7 @@ static const sym *symbolize(uint64_t pc)
         /* the cache is bounded: start over rather than grow */
         for (uint32_t j = 0; j < SYM_CAP; j++) {
             free(syms.tab[j].name);
+            free(syms.tab[j].mangled);
             free(syms.tab[j].file);
         }
         memset(syms.tab, 0, SYM_CAP * sizeof(sym));
@@ -236,7 +255,17 @@ static const sym *symbolize(uint64_t pc)
     Dwfl_Module *m = syms.dwfl ? dwfl_addrmodule(syms.dwfl, pc) : NULL;
     if (m) {
         const char *name = dwfl_module_addrname(m, pc);
-        if (name) s->name = strdup(name);
+        if (name && name[0] == '_' && name[1] == 'Z' && find_demangler()) {
+            int st = -1;
+            char *d = find_demangler()(name, NULL, NULL, &st);
+            if (d && st == 0) {
+                s->name = d;
+                s->mangled = strdup(name);
+            } else {
+                free(d);
+            }
+        }
+        if (name && !s->name) s->name = strdup(name);
         Dwfl_Line *l = dwfl_module_getsrc(m, pc);
         if (l) {
             int line = 0;
@@ -261,6 +290,10 @@ typedef struct builder {
     uint32_t *loc_id;
     uint32_t loc_cap;
     uint32_t *map_id;
+    /* (name, system name, file) string ids -> function id */
+    uint64_t *fn_key;
+    uint32_t *fn_id;
+    uint32_t fn_cap, fn_n;
     int err;
 } builder;
 
@@ -283,6 +316,8 @@ static void b_close(builder *b)
     free(b->loc_pc);
     free(b->loc_id);
     free(b->map_id);
+    free(b->fn_key);
+    free(b->fn_id);
 }
 
 static uint32_t str_id(builder *b, const char *s)
@@ -316,12 +351,49 @@ static uint32_t mapping_for(builder *b, uint64_t pc)
     return id;
 }
 
-static uint32_t add_function(builder *b, const char *name, const char *file)
+static uint32_t add_function(builder *b, const char *name, const char *sys, const char *file)
 {
     cp_function f = {.name = str_id(b, name), .system_name = 0, .filename = str_id(b, file)};
-    f.system_name = f.name;
+    f.system_name = sys ? str_id(b, sys) : f.name;
+    uint64_t key = cp_hash_u64(cp_hash_u64(f.name, f.system_name), f.filename) | 1;
+    if (b->fn_n * 2 >= b->fn_cap) { /* grow the index */
+        uint32_t nc = b->fn_cap ? b->fn_cap * 2 : 256;
+        uint64_t *nk = calloc(nc, sizeof(uint64_t));
+        uint32_t *ni = calloc(nc, sizeof(uint32_t));
+        if (!nk || !ni) {
+            free(nk);
+            free(ni);
+            b->err = CP_ENOMEM;
+            return 0;
+        }
+        for (uint32_t i = 0; i < b->fn_cap; i++) {
+            if (!b->fn_id[i]) continue;
+            uint32_t j = (uint32_t)b->fn_key[i] & (nc - 1);
+            while (ni[j]) j = (j + 1) & (nc - 1);
+            nk[j] = b->fn_key[i];
+            ni[j] = b->fn_id[i];
+        }
+        free(b->fn_key);
+        free(b->fn_id);
+        b->fn_key = nk;
+        b->fn_id = ni;
+        b->fn_cap = nc;
+    }
+    uint32_t mask = b->fn_cap - 1, i = (uint32_t)key & mask;
+    for (; b->fn_id[i]; i = (i + 1) & mask) {
+        const cp_function *g = &b->p->functions.v[b->fn_id[i] - 1];
+        if (b->fn_key[i] == key && g->name == f.name && g->system_name == f.system_name &&
+            g->filename == f.filename)
+            return b->fn_id[i];
+    }
     uint32_t id = 0;
-    if (cp_profile_add_function(b->p, &f, &id) != 0) b->err = CP_ENOMEM;
+    if (cp_profile_add_function(b->p, &f, &id) != 0) {
+        b->err = CP_ENOMEM;
+        return 0;
+    }
+    b->fn_key[i] = key;
+    b->fn_id[i] = id;
+    b->fn_n++;
     return id;
 }
 
@@ -370,7 +442,7 @@ static uint32_t location_for(builder *b, uint64_t pc)
         const char *fn = NULL, *file = NULL;
         int64_t ln = 0;
         if (cp_lang_get((uint32_t)(pc & 0xffffffffu), &fn, &file, &ln) == 0) {
-            line.function_id = add_function(b, fn, file);
+            line.function_id = add_function(b, fn, NULL, file);
             line.line = ln;
         }
         addr = 0;
@@ -378,7 +450,7 @@ static uint32_t location_for(builder *b, uint64_t pc)
         mapping = mapping_for(b, pc);
         const sym *s = symbolize(pc);
         if (s->name) {
-            line.function_id = add_function(b, s->name, s->file);
+            line.function_id = add_function(b, s->name, s->mangled, s->file);
             line.line = s->line;
         }
     }

@@ -437,6 +437,32 @@ TEST(same_output_cxx)
     same_output("cxx", 1);
 }
 
+/* C++ allocations: operator new demangled (system_name keeps the symbol) */
+TEST(cxx_names_demangled)
+{
+    make_dir();
+    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_ALLOC_RATE=65536", NULL};
+    const char *args[] = {"cxx", NULL};
+    run_res r;
+    run(args, env, &r);
+    CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+    pset s;
+    load(g_dir, &s);
+    int found = 0;
+    for (int i = 0; i < s.n; i++) {
+        const cp_profile *p = s.f[i].p;
+        if (strcmp(s.f[i].kind, "alloc")) continue;
+        for (uint32_t j = 0; j < p->functions.n; j++)
+            if (!strcmp(cp_profile_str(p, p->functions.v[j].name), "operator new(unsigned long)") &&
+                !strcmp(cp_profile_str(p, p->functions.v[j].system_name), "_Znwm"))
+                found = 1;
+    }
+    CHECK(found);
+    CHECK(sum_kind(&s, "alloc", "cpw", "operator new(unsigned long)", 1) > 0);
+    pset_free(&s);
+    remove_dir();
+}
+
 /* fork+exec: the parent, the forked child (a new instance) and the two exec'd children
  * each leave profiles of their own */
 TEST(same_output_fork_exec)
@@ -642,6 +668,6 @@ TEST(isolates_api)
 }
 
 TEST_MAIN(T(isolates_api), T(cpu_ratio), T(inuse_startup), T(alloc_volume), T(churn_inuse_zero),
-          T(same_output_threads), T(same_output_realloc_memalign), T(same_output_cxx),
+          T(same_output_threads), T(same_output_realloc_memalign), T(same_output_cxx), T(cxx_names_demangled),
           T(same_output_fork_exec), T(exec_chain_survives), T(agent_out_of_memory), T(unreachable_broker), T(perf_1000hz),
           T(timer_fallback_1000hz))
