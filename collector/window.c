@@ -4,6 +4,8 @@
 #include "window.h"
 
 #include <dlfcn.h>
+#include <dwarf.h>
+#include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <math.h>
 #include <stdio.h>
@@ -125,11 +127,22 @@ static void cpu_clear(void)
 /* ------------------------------------------------------------------------------------
  * Symbols */
 
-typedef struct sym {
-    uint64_t pc; /* 0 = empty */
+typedef struct sym_line {
     char *name, *file;
     char *mangled; /* the symbol's own name when name was demangled, else NULL */
     int64_t line;
+} sym_line;
+
+/* One address: its function (name, file:line) and, when the compiler inlined calls
+ * there, the inlined functions innermost first (from DWARF scopes). */
+#define SYM_MAX_INLINE 8
+typedef struct sym {
+    uint64_t pc; /* 0 = empty */
+    char *name, *file;
+    char *mangled;
+    int64_t line;
+    uint32_t ninl;
+    sym_line *inl; /* owned, ninl entries */
 } sym;
 
 /* C++ names are demangled with the program's own C++ runtime: a mangled name comes from
@@ -168,6 +181,19 @@ static int own_debuginfo_only(Dwfl_Module *mod, void **userdata, const char *mod
     return -1;
 }
 
+static void sym_free(sym *s)
+{
+    free(s->name);
+    free(s->mangled);
+    free(s->file);
+    for (uint32_t k = 0; k < s->ninl; k++) {
+        free(s->inl[k].name);
+        free(s->inl[k].mangled);
+        free(s->inl[k].file);
+    }
+    free(s->inl);
+}
+
 static char *dwfl_debuginfo_path;
 static Dwfl_Callbacks dwfl_cbs = {
     .find_elf = dwfl_linux_proc_find_elf,
@@ -179,9 +205,7 @@ static void syms_clear(void)
 {
     if (syms.tab) {
         for (uint32_t i = 0; i < SYM_CAP; i++) {
-            free(syms.tab[i].name);
-            free(syms.tab[i].mangled);
-            free(syms.tab[i].file);
+            sym_free(&syms.tab[i]);
         }
         free(syms.tab);
     }
@@ -213,13 +237,88 @@ static void syms_refresh(const cp_modules *mods)
     /* addresses of unloaded objects may now mean something else */
     if (syms.tab && mods && mods->subs != syms.subs) {
         for (uint32_t i = 0; i < SYM_CAP; i++) {
-            free(syms.tab[i].name);
-            free(syms.tab[i].mangled);
-            free(syms.tab[i].file);
+            sym_free(&syms.tab[i]);
         }
         memset(syms.tab, 0, SYM_CAP * sizeof(sym));
         syms.n = 0;
     }
+}
+
+/* Sets *name (demangled when possible) and *mangled from a symbol or linkage name. */
+static void set_name(const char *raw, char **name, char **mangled)
+{
+    if (raw[0] == '_' && raw[1] == 'Z' && find_demangler()) {
+        int st = -1;
+        char *d = find_demangler()(raw, NULL, NULL, &st);
+        if (d && st == 0) {
+            *name = d;
+            *mangled = strdup(raw);
+            return;
+        }
+        free(d);
+    }
+    *name = strdup(raw);
+}
+
+static const char *die_string(Dwarf_Die *die, int at)
+{
+    Dwarf_Attribute a;
+    return dwarf_attr_integrate(die, at, &a) ? dwarf_formstring(&a) : NULL;
+}
+
+/* Fills s->inl from the DWARF scopes at pc; on return *file and *line are where the
+ * outermost function is (the call site of the outermost inlined call, if any). */
+static void inline_frames(Dwfl_Module *m, uint64_t pc, sym *s, const char **file, int *line)
+{
+    Dwarf_Addr bias = 0;
+    Dwarf_Die *cu = dwfl_module_addrdie(m, pc, &bias);
+    if (!cu) return;
+    Dwarf_Die *scopes = NULL;
+    int n = dwarf_getscopes(cu, pc - bias, &scopes);
+    if (n <= 0) return;
+    Dwarf_Files *files = NULL;
+    size_t nfiles = 0;
+    if (dwarf_getsrcfiles(cu, &files, &nfiles) != 0) files = NULL;
+    sym_line tmp[SYM_MAX_INLINE];
+    uint32_t k = 0;
+    for (int i = 0; i < n; i++) {
+        int tag = dwarf_tag(&scopes[i]);
+        if (tag == DW_TAG_subprogram) break;
+        if (tag != DW_TAG_inlined_subroutine) continue;
+        const char *raw = die_string(&scopes[i], DW_AT_linkage_name);
+        if (!raw) raw = die_string(&scopes[i], DW_AT_MIPS_linkage_name);
+        if (!raw) raw = die_string(&scopes[i], DW_AT_name);
+        if (raw && k < SYM_MAX_INLINE) { /* deeper chains keep their outer frames only */
+            sym_line *l = &tmp[k];
+            memset(l, 0, sizeof(*l));
+            set_name(raw, &l->name, &l->mangled);
+            l->file = *file ? strdup(*file) : NULL;
+            l->line = *line;
+            k++;
+        }
+        /* the enclosing function continues at this call site */
+        Dwarf_Attribute a;
+        Dwarf_Word cf = 0, cl = 0;
+        const char *cfile = NULL;
+        if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_file, &a), &cf) == 0 && files)
+            cfile = dwarf_filesrc(files, cf, NULL, NULL);
+        if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_line, &a), &cl) != 0) cl = 0;
+        *file = cfile;
+        *line = (int)cl;
+    }
+    free(scopes);
+    if (k == 0) return;
+    s->inl = malloc(k * sizeof(sym_line));
+    if (!s->inl) {
+        for (uint32_t j = 0; j < k; j++) {
+            free(tmp[j].name);
+            free(tmp[j].mangled);
+            free(tmp[j].file);
+        }
+        return;
+    }
+    memcpy(s->inl, tmp, k * sizeof(sym_line));
+    s->ninl = k;
 }
 
 static const sym *symbolize(uint64_t pc)
@@ -241,9 +340,7 @@ static const sym *symbolize(uint64_t pc)
     if (syms.n >= SYM_CAP / 2) {
         /* the cache is bounded: start over rather than grow */
         for (uint32_t j = 0; j < SYM_CAP; j++) {
-            free(syms.tab[j].name);
-            free(syms.tab[j].mangled);
-            free(syms.tab[j].file);
+            sym_free(&syms.tab[j]);
         }
         memset(syms.tab, 0, SYM_CAP * sizeof(sym));
         syms.n = 0;
@@ -255,23 +352,14 @@ static const sym *symbolize(uint64_t pc)
     Dwfl_Module *m = syms.dwfl ? dwfl_addrmodule(syms.dwfl, pc) : NULL;
     if (m) {
         const char *name = dwfl_module_addrname(m, pc);
-        if (name && name[0] == '_' && name[1] == 'Z' && find_demangler()) {
-            int st = -1;
-            char *d = find_demangler()(name, NULL, NULL, &st);
-            if (d && st == 0) {
-                s->name = d;
-                s->mangled = strdup(name);
-            } else {
-                free(d);
-            }
-        }
-        if (name && !s->name) s->name = strdup(name);
+        if (name) set_name(name, &s->name, &s->mangled);
         Dwfl_Line *l = dwfl_module_getsrc(m, pc);
         if (l) {
             int line = 0;
             const char *file = dwfl_lineinfo(l, NULL, &line, NULL, NULL, NULL);
             if (file) {
-                s->file = strdup(file);
+                if (s->name) inline_frames(m, pc, s, &file, &line);
+                if (file) s->file = strdup(file);
                 s->line = line;
             }
         }
@@ -343,7 +431,8 @@ static uint32_t mapping_for(builder *b, uint64_t pc)
         .offset = m->file_offset,
         .filename = str_id(b, m->path),
         .build_id = str_id(b, hex),
-        .flags = CP_MAP_HAS_FUNCTIONS | CP_MAP_HAS_FILENAMES | CP_MAP_HAS_LINE_NUMBERS,
+        .flags = CP_MAP_HAS_FUNCTIONS | CP_MAP_HAS_FILENAMES | CP_MAP_HAS_LINE_NUMBERS |
+                 CP_MAP_HAS_INLINE_FRAMES,
     };
     uint32_t id = 0;
     if (cp_profile_add_mapping(b->p, &mp, &id) != 0) b->err = CP_ENOMEM;
@@ -450,8 +539,24 @@ static uint32_t location_for(builder *b, uint64_t pc)
         mapping = mapping_for(b, pc);
         const sym *s = symbolize(pc);
         if (s->name) {
-            line.function_id = add_function(b, s->name, s->mangled, s->file);
-            line.line = s->line;
+            /* inlined functions first (leaf first), then the function itself */
+            cp_line lines[SYM_MAX_INLINE + 1];
+            uint32_t nl = 0;
+            for (uint32_t k = 0; k < s->ninl; k++) {
+                lines[nl].function_id =
+                    add_function(b, s->inl[k].name, s->inl[k].mangled, s->inl[k].file);
+                lines[nl++].line = s->inl[k].line;
+            }
+            lines[nl].function_id = add_function(b, s->name, s->mangled, s->file);
+            lines[nl++].line = s->line;
+            uint32_t id = 0;
+            if (cp_profile_add_location(b->p, addr, mapping, lines, nl, &id) != 0) {
+                b->err = CP_ENOMEM;
+                return 0;
+            }
+            b->loc_pc[i] = pc;
+            b->loc_id[i] = id;
+            return id;
         }
     }
     uint32_t id = 0;

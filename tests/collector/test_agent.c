@@ -437,7 +437,8 @@ TEST(same_output_cxx)
     same_output("cxx", 1);
 }
 
-/* C++ allocations: operator new demangled (system_name keeps the symbol) */
+/* C++ allocations: operator new demangled (system_name keeps the symbol), inlined
+ * functions as inline frames of their location */
 TEST(cxx_names_demangled)
 {
     make_dir();
@@ -459,6 +460,10 @@ TEST(cxx_names_demangled)
     }
     CHECK(found);
     CHECK(sum_kind(&s, "alloc", "cpw", "operator new(unsigned long)", 1) > 0);
+    /* std::make_unique is inlined into cpw_cxx: it appears as an inline frame */
+    CHECK(sum_kind(&s, "alloc", "cpw",
+                   "std::__detail::_MakeUniq<Wide>::__single_object std::make_unique<Wide>()",
+                   1) > 0);
     pset_free(&s);
     remove_dir();
 }
