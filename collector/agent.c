@@ -303,7 +303,8 @@ static void drain(void)
         if (st != CP_T_LIVE && st != CP_T_DEAD) continue;
         unsigned h = atomic_load_explicit(&t->head, memory_order_acquire);
         unsigned tl = atomic_load_explicit(&t->tail, memory_order_relaxed);
-        for (; tl != h; tl++) cp_window_add_cpu(&t->ring[tl & (CP_RING - 1)], t->name);
+        for (; tl != h; tl++)
+            cp_window_add_cpu(&t->ring[tl & (CP_RING - 1)], t->name);
         atomic_store_explicit(&t->tail, tl, memory_order_release);
     }
 }
@@ -471,8 +472,10 @@ static void strip_preload(void)
         if (w < 0 || (size_t)w >= sizeof(out) - o) break;
         o += (size_t)w;
     }
-    if (o) setenv("LD_PRELOAD", out, 1);
-    else unsetenv("LD_PRELOAD");
+    if (o)
+        setenv("LD_PRELOAD", out, 1);
+    else
+        unsetenv("LD_PRELOAD");
 }
 
 CONTPROF_EXTERN int contprof_start(const contprof_options *opts)
@@ -524,11 +527,14 @@ CONTPROF_EXTERN void contprof_stop(void)
         ts.tv_nsec -= 1000000000;
     }
     int rc = 0;
-    while (!A.finished && rc == 0) rc = pthread_cond_timedwait(&A.cv, &A.mu, &ts);
+    while (!A.finished && rc == 0)
+        rc = pthread_cond_timedwait(&A.cv, &A.mu, &ts);
     int done = A.finished;
     pthread_mutex_unlock(&A.mu);
-    if (done) pthread_join(A.th, NULL);
-    else pthread_detach(A.th);
+    if (done)
+        pthread_join(A.th, NULL);
+    else
+        pthread_detach(A.th);
     cp_alloc_set_rate(0);
     atomic_store(&A.running, 0);
 }
@@ -545,8 +551,7 @@ __attribute__((constructor)) static void contprof_ctor(void)
     const char *pl = getenv("LD_PRELOAD");
     const char *dis = getenv("CONTPROF_DISABLE");
     if (dis && *dis && strcmp(dis, "0") != 0) return;
-    if ((pl && strstr(pl, "libcontprof")) || getenv("CONTPROF_AUTOSTART"))
-        contprof_start(NULL);
+    if ((pl && strstr(pl, "libcontprof")) || getenv("CONTPROF_AUTOSTART")) contprof_start(NULL);
 }
 
 __attribute__((destructor)) static void contprof_dtor(void)

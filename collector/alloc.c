@@ -136,9 +136,9 @@ typedef struct alloc_state {
     cp_alloc_bucket buckets[BUCKET_CAP];
 } alloc_state;
 
-static alloc_state *S;            /* mmap'd: untouched pages cost no memory */
+static alloc_state *S; /* mmap'd: untouched pages cost no memory */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static atomic_llong g_rate;       /* mean bytes between samples; 0 = off */
+static atomic_llong g_rate; /* mean bytes between samples; 0 = off */
 atomic_uint_fast64_t cp_alloc_dropped;
 
 static CP_TLS int64_t t_until;
@@ -215,7 +215,8 @@ static void live_insert(uintptr_t p, uint32_t bucket, double w, uint64_t size)
     }
     uint32_t mask = LIVE_CAP - 1;
     uint32_t i = (uint32_t)ptr_hash(p) & mask;
-    while (S->live[i].ptr) i = (i + 1) & mask;
+    while (S->live[i].ptr)
+        i = (i + 1) & mask;
     S->live[i] = (live_entry){.ptr = p, .bucket = bucket, .w = w, .size = size};
     S->nlive++;
     /* saturating: a counter at 255 stays there (always "maybe"), never wraps to 0 */
@@ -232,7 +233,8 @@ static int live_remove(uintptr_t p, live_entry *out)
 {
     uint32_t mask = LIVE_CAP - 1;
     uint32_t i = (uint32_t)ptr_hash(p) & mask;
-    while (S->live[i].ptr && S->live[i].ptr != p) i = (i + 1) & mask;
+    while (S->live[i].ptr && S->live[i].ptr != p)
+        i = (i + 1) & mask;
     if (!S->live[i].ptr) return 0;
     if (out) *out = S->live[i];
     cp_alloc_bucket *b = &S->buckets[S->live[i].bucket];
@@ -285,9 +287,8 @@ __attribute__((noinline)) static void sample_slow(void *p, size_t n)
     cp_thread *t = cp_self ? cp_self : cp_thread_register_self();
     uint64_t pcs[CP_MAX_FRAMES];
     /* frames to skip: sample_slow, then the hook (malloc, calloc, ...) */
-    int nf = t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, 2,
-                                &t->ucache_alloc)
-               : 0;
+    int nf =
+        t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, 2, &t->ucache_alloc) : 0;
     uint32_t iso = 0;
     char thread[16] = "";
     if (t) {
@@ -319,9 +320,7 @@ static inline void on_alloc(void *p, size_t n)
 /* Before the block goes back to the allocator: another thread may get it next. */
 static inline void on_free(void *p)
 {
-    if (!atomic_load_explicit(&filter[filter_idx((uintptr_t)p)],
-                              memory_order_relaxed))
-        return;
+    if (!atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed)) return;
     pthread_mutex_lock(&g_lock);
     live_remove((uintptr_t)p, NULL);
     pthread_mutex_unlock(&g_lock);
@@ -382,9 +381,9 @@ static void *agent_reserve(size_t n, size_t align)
     return pool_alloc(n, align);
 }
 
-#define AGENT_RESCUE(p, n, align)                                                      \
-    do {                                                                               \
-        if (__builtin_expect(!(p), 0) && cp_agent_thread) (p) = agent_reserve((n), (align)); \
+#define AGENT_RESCUE(p, n, align)                                                                  \
+    do {                                                                                           \
+        if (__builtin_expect(!(p), 0) && cp_agent_thread) (p) = agent_reserve((n), (align));       \
     } while (0)
 
 __attribute__((noinline, cold)) static void *malloc_sampled(size_t n)
@@ -452,8 +451,9 @@ __attribute__((noinline, cold)) static void free_boot(void *p)
 CONTPROF_EXTERN void free(void *p)
 {
     /* A sampled block leaves the table before the allocator can hand it out again. */
-    if (__builtin_expect(atomic_load_explicit(&filter[filter_idx((uintptr_t)p)],
-                                              memory_order_relaxed) != 0, 0)) {
+    if (__builtin_expect(
+            atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed) != 0,
+            0)) {
         free_maybe(p);
         return;
     }
@@ -489,8 +489,7 @@ CONTPROF_EXTERN void *realloc(void *p, size_t n)
      * handed to another thread as soon as realloc moves it). */
     live_entry old = {0};
     int had = 0;
-    if (atomic_load_explicit(&filter[filter_idx((uintptr_t)p)],
-                             memory_order_relaxed)) {
+    if (atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed)) {
         pthread_mutex_lock(&g_lock);
         had = live_remove((uintptr_t)p, &old);
         pthread_mutex_unlock(&g_lock);

@@ -64,7 +64,8 @@ static int cpu_grow(void)
     for (uint32_t i = 0; i < cpu.cap; i++) {
         if (!cpu.e[i].hash) continue;
         uint32_t j = (uint32_t)cpu.e[i].hash & (ncap - 1);
-        while (ne[j].hash) j = (j + 1) & (ncap - 1);
+        while (ne[j].hash)
+            j = (j + 1) & (ncap - 1);
         ne[j] = cpu.e[i];
     }
     free(cpu.e);
@@ -119,7 +120,8 @@ void cp_window_add_cpu(const cp_sample_rec *r, const char *thread)
 
 static void cpu_clear(void)
 {
-    for (uint32_t i = 0; i < cpu.cap; i++) free(cpu.e[i].pcs);
+    for (uint32_t i = 0; i < cpu.cap; i++)
+        free(cpu.e[i].pcs);
     free(cpu.e);
     memset(&cpu, 0, sizeof(cpu));
 }
@@ -172,9 +174,8 @@ static struct {
  * the host tens of MiB. By default only an object's own symbols and DWARF are used; the
  * mappings' build ids let a server symbolize the rest. CONTPROF_DEBUGINFO=1 opts in. */
 static int own_debuginfo_only(Dwfl_Module *mod, void **userdata, const char *modname,
-                              Dwarf_Addr base, const char *file_name,
-                              const char *debuglink_file, GElf_Word debuglink_crc,
-                              char **debuginfo_file_name)
+                              Dwarf_Addr base, const char *file_name, const char *debuglink_file,
+                              GElf_Word debuglink_crc, char **debuginfo_file_name)
 {
     (void)mod, (void)userdata, (void)modname, (void)base, (void)file_name;
     (void)debuglink_file, (void)debuglink_crc, (void)debuginfo_file_name;
@@ -335,7 +336,8 @@ static const sym *symbolize(uint64_t pc)
     }
     uint32_t mask = SYM_CAP - 1;
     uint32_t i = (uint32_t)cp_hash_u64(0, pc) & mask;
-    while (syms.tab[i].pc && syms.tab[i].pc != pc) i = (i + 1) & mask;
+    while (syms.tab[i].pc && syms.tab[i].pc != pc)
+        i = (i + 1) & mask;
     if (syms.tab[i].pc == pc) return &syms.tab[i];
     if (syms.n >= SYM_CAP / 2) {
         /* the cache is bounded: start over rather than grow */
@@ -458,7 +460,8 @@ static uint32_t add_function(builder *b, const char *name, const char *sys, cons
         for (uint32_t i = 0; i < b->fn_cap; i++) {
             if (!b->fn_id[i]) continue;
             uint32_t j = (uint32_t)b->fn_key[i] & (nc - 1);
-            while (ni[j]) j = (j + 1) & (nc - 1);
+            while (ni[j])
+                j = (j + 1) & (nc - 1);
             nk[j] = b->fn_key[i];
             ni[j] = b->fn_id[i];
         }
@@ -499,7 +502,8 @@ static int loc_grow(builder *b)
     for (uint32_t i = 0; i < b->loc_cap; i++) {
         if (!b->loc_id[i]) continue;
         uint32_t j = (uint32_t)cp_hash_u64(0, b->loc_pc[i]) & (ncap - 1);
-        while (nid[j]) j = (j + 1) & (ncap - 1);
+        while (nid[j])
+            j = (j + 1) & (ncap - 1);
         npc[j] = b->loc_pc[i];
         nid[j] = b->loc_id[i];
     }
@@ -521,7 +525,8 @@ static uint32_t location_for(builder *b, uint64_t pc)
     }
     uint32_t mask = b->loc_cap - 1;
     uint32_t i = (uint32_t)cp_hash_u64(0, pc) & mask;
-    while (b->loc_id[i] && b->loc_pc[i] != pc) i = (i + 1) & mask;
+    while (b->loc_id[i] && b->loc_pc[i] != pc)
+        i = (i + 1) & mask;
     if (b->loc_id[i]) return b->loc_id[i];
 
     cp_line line = {0};
@@ -673,8 +678,7 @@ static int emit_profile(builder *b, int kind, const iso_key *k, const cp_window_
     e.producer_id = strdup(m->producer_id);
     e.engine = strdup(cp_engine);
     if (!e.tenant || !e.producer_id || !e.engine) goto fail;
-    if (add_labels_text(&e.labels, cp_cfg.labels) || add_labels_text(&e.labels, ilabels))
-        goto fail;
+    if (add_labels_text(&e.labels, cp_cfg.labels) || add_labels_text(&e.labels, ilabels)) goto fail;
     if (cp_labels_set(&e.labels, CP_LABEL_SERVICE, cp_cfg.service) ||
         (cp_cfg.version[0] && cp_labels_set(&e.labels, CP_LABEL_VERSION, cp_cfg.version)) ||
         cp_labels_set(&e.labels, CP_LABEL_INSTANCE, m->instance) ||
@@ -754,8 +758,7 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
                 int alloc = kind == CP_KIND_ALLOC;
                 if (cp_profile_add_sample_type(b.p, alloc ? "alloc_objects" : "inuse_objects",
                                                "count") ||
-                    cp_profile_add_sample_type(b.p, alloc ? "alloc_space" : "inuse_space",
-                                               "bytes"))
+                    cp_profile_add_sample_type(b.p, alloc ? "alloc_space" : "inuse_space", "bytes"))
                     b.err = CP_ENOMEM;
                 b.p->period_type.type = str_id(&b, "space");
                 b.p->period_type.unit = str_id(&b, "bytes");
@@ -777,8 +780,10 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
             /* An isolate with CPU or allocations gets all three kinds each window, so a
              * quiet kind reads as zero rather than as missing. */
             (void)any;
-            if (!b.err) rc = emit_profile(&b, kind, k, m, emit, arg);
-            else rc = b.err;
+            if (!b.err)
+                rc = emit_profile(&b, kind, k, m, emit, arg);
+            else
+                rc = b.err;
             b_close(&b);
         }
     }
