@@ -20,6 +20,9 @@ typedef struct cp_store_options {
     int64_t retention_raw_ns;    /* raw windows kept this long (0 = forever) */
     int64_t retention_rollup_ns; /* rollup levels kept this long (0 = forever) */
     /* further tuning fields may be added by the store's owner */
+    size_t cache_bytes;          /* LevelDB block cache; 0 = 64 MiB */
+    size_t bucket_cache_entries; /* writer's cache of open rollup buckets (stack rows);
+                                    0 = 4 Mi rows */
 } cp_store_options;
 
 int cp_store_open(const cp_store_options *opt, cp_store **out, cp_err *err);
@@ -80,8 +83,56 @@ typedef struct cp_store_stats {
 void cp_store_get_stats(cp_store *s, cp_store_stats *out);
 
 /* --- writing (ingest/) -------------------------------------------------------------
- * Defined by the store's owner: ingest writes decoded envelopes together with the Kafka
- * offsets (topic, partition, next offset) in one atomic, synced LevelDB batch, and reads
- * the stored offsets back on partition assignment. */
+ * One writer at a time (ingest's thread): windows and the Kafka offsets (topic, partition,
+ * next offset) that produced them go into one batch, written by cp_store_batch_commit as a
+ * single atomic, synced LevelDB write. Readers never see half a batch. A failed commit
+ * leaves the store refusing further writes (CP_ESTORE): reopen it. */
+
+typedef struct cp_store_batch cp_store_batch;
+
+/* A reusable batch for the writer; NULL on out of memory. */
+cp_store_batch *cp_store_batch_create(cp_store *s);
+/* Frees b; anything added and not committed is dropped (the store must then be reopened
+ * before writing again, as with a failed commit). NULL is fine. */
+void cp_store_batch_destroy(cp_store_batch *b);
+
+#define CP_STORE_DUPLICATE 1 /* cp_store_batch_add: (producer, sequence) already stored */
+
+/* Adds one window: the envelope's tenant, kind, labels, window, producer and sequence, and
+ * its decoded profile p (not retained). Duplicates are detected per (tenant, producer,
+ * dedup_scope) -- ingest passes the Kafka partition -- and return CP_STORE_DUPLICATE with
+ * nothing stored. Cumulative alloc inputs (e->cumulative) are stored as the delta from the
+ * previous input of the same series and producer. Returns 0; CP_EINVAL / CP_EINCOMPAT /
+ * CP_ELIMIT for an input the store cannot take (err names the field; the batch is
+ * unchanged and usable); CP_ENOMEM or CP_ESTORE otherwise. */
+int cp_store_batch_add(cp_store_batch *b, const cp_envelope *e, const cp_profile *p,
+                       int32_t dedup_scope, cp_err *err);
+
+/* Records that topic/partition continues at next_offset once this batch is committed. */
+int cp_store_batch_set_offset(cp_store_batch *b, const char *topic, int32_t partition,
+                              int64_t next_offset);
+
+/* Windows added since the last commit. */
+uint32_t cp_store_batch_windows(const cp_store_batch *b);
+
+/* Writes everything added (and the offsets) in one synced LevelDB write, then empties b
+ * for reuse. An empty batch with offsets still writes them. */
+int cp_store_batch_commit(cp_store_batch *b, cp_err *err);
+
+/* The stored next offset of topic/partition: 0, or CP_ENOTFOUND when none is stored. */
+int cp_store_get_offset(cp_store *s, const char *topic, int32_t partition,
+                        int64_t *next_offset, cp_err *err);
+
+/* One bounded step of retention: deletes at most max_keys blocks older than their level's
+ * retention at now_ns and compacts the deleted key ranges so the disk space is given
+ * back. Call it from the writer's thread, between batches, every few seconds; a cursor
+ * makes successive calls cover every series. *deleted (may be NULL) gets the count. */
+int cp_store_maintain(cp_store *s, int64_t now_ns, uint32_t max_keys, uint32_t *deleted,
+                      cp_err *err);
+
+/* The default sample types of a kind, as an empty profile would carry them:
+ * cpu samples/count + cpu/nanoseconds, alloc alloc_objects/count + alloc_space/bytes,
+ * inuse inuse_objects/count + inuse_space/bytes. */
+int cp_store_kind_types(cp_kind kind, cp_profile *p);
 
 #endif

@@ -1,0 +1,31 @@
+/* The embedded broker: librdkafka's mock cluster hosted inside this process, so contprofd
+ * runs with no Kafka installed. It is memory only: each partition keeps at most about
+ * 5 MiB (or 100,000 message sets); older messages are dropped and a consumer that falls
+ * that far behind finds its offset out of range. Point contprofd at a real Kafka for
+ * anything that must survive a restart of the daemon. All rd_kafka_mock use is here. */
+#ifndef CP_BROKER_H
+#define CP_BROKER_H
+
+#include "error.h"
+
+#define CP_TOPIC_PROFILES "contprof.profiles"
+#define CP_TOPIC_DLQ "contprof.profiles.dlq"
+
+typedef struct cp_broker cp_broker;
+
+typedef struct cp_broker_options {
+    int brokers;    /* mock brokers (0 = 1) */
+    int partitions; /* partitions of contprof.profiles (0 = 4); the DLQ gets 1 */
+} cp_broker_options;
+
+/* Starts the mock cluster on 127.0.0.1 (kernel-chosen ports) and creates both topics.
+ * opt may be NULL. *out is owned by the caller (cp_broker_destroy). */
+int cp_broker_create(const cp_broker_options *opt, cp_broker **out, cp_err *err);
+
+/* The bootstrap list ("127.0.0.1:port,..."), valid until cp_broker_destroy. */
+const char *cp_broker_bootstraps(const cp_broker *b);
+
+/* Stops the cluster; everything in it is gone. NULL is fine. */
+void cp_broker_destroy(cp_broker *b);
+
+#endif

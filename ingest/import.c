@@ -1,0 +1,399 @@
+/* `contprof import`: reads pprof files (raw or gzip'd), wraps each in an envelope (a Go heap
+ * profile becomes a cumulative alloc envelope and an inuse envelope) and produces them to
+ * contprof.profiles, keyed by series so a series stays on one partition. */
+#include "import.h"
+#include "envelope.h"
+#include "error.h"
+#include "pprof.h"
+
+#include <errno.h>
+#include <librdkafka/rdkafka.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TOPIC "contprof.profiles"
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: contprof import [--server URL | --brokers LIST] [--tenant T] [--service S]\n"
+            "                       [--label k=v]... [--at TIME --duration D] FILE...\n"
+            "  --server URL    ask contprofd (GET /api/v1/brokers) where Kafka is\n"
+            "                  (default http://127.0.0.1:7070)\n"
+            "  --brokers LIST  Kafka bootstrap servers, host:port,...\n"
+            "  --tenant T      tenant (default \"default\")\n"
+            "  --service S     service label (default \"import\")\n"
+            "  --label k=v     another label (repeatable)\n"
+            "  --at TIME       window start (RFC 3339 or unix seconds) instead of the\n"
+            "                  profile's time_nanos\n"
+            "  --duration D    window length (10s, 1m, ...) instead of duration_nanos\n");
+}
+
+/* RFC 3339 (2024-05-01T12:00:00Z, fractions and offsets allowed) or unix seconds. */
+static int parse_time(const char *s, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    double d = strtod(s, &end);
+    if (!errno && end != s && !*end) {
+        *out = (int64_t)(d * 1e9);
+        return 0;
+    }
+    struct tm tm = {0};
+    const char *p = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (!p) return -1;
+    int64_t frac = 0, scale = 100000000;
+    if (*p == '.')
+        for (p++; *p >= '0' && *p <= '9'; p++, scale /= 10) frac += (*p - '0') * scale;
+    int64_t off = 0;
+    if (*p == 'Z' || *p == 'z') {
+        p++;
+    } else if (*p == '+' || *p == '-') {
+        int h, m;
+        if (sscanf(p + 1, "%2d:%2d", &h, &m) != 2) return -1;
+        off = (*p == '+' ? 1 : -1) * ((int64_t)h * 3600 + m * 60);
+        p += 6;
+    } else {
+        return -1;
+    }
+    if (*p) return -1;
+    *out = ((int64_t)timegm(&tm) - off) * 1000000000LL + frac;
+    return 0;
+}
+
+static int parse_duration(const char *s, int64_t *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || v <= 0) return -1;
+    double mul = 1e9;
+    if (!strcmp(end, "ns")) mul = 1;
+    else if (!strcmp(end, "us")) mul = 1e3;
+    else if (!strcmp(end, "ms")) mul = 1e6;
+    else if (!strcmp(end, "s") || !*end) mul = 1e9;
+    else if (!strcmp(end, "m")) mul = 60e9;
+    else if (!strcmp(end, "h")) mul = 3600e9;
+    else if (!strcmp(end, "d")) mul = 86400e9;
+    else return -1;
+    *out = (int64_t)(v * mul);
+    return 0;
+}
+
+/* GET URL/api/v1/brokers -> {"brokers":"h:p,..."}. A small HTTP/1.0 client: we write the
+ * request and only read the status line and a JSON string field of the body. */
+static char *ask_server(const char *url, char *why, size_t whylen)
+{
+    const char *h = url;
+    if (!strncmp(h, "http://", 7)) h += 7;
+    else if (strstr(h, "://")) {
+        snprintf(why, whylen, "only http:// servers are supported: %s", url);
+        return NULL;
+    }
+    char host[256], port[16] = "80";
+    size_t hl = strcspn(h, ":/");
+    if (hl >= sizeof host) hl = sizeof host - 1;
+    memcpy(host, h, hl);
+    host[hl] = 0;
+    if (h[hl] == ':') snprintf(port, sizeof port, "%.*s", (int)strcspn(h + hl + 1, "/"), h + hl + 1);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+    int ge = getaddrinfo(host, port, &hints, &ai);
+    if (ge) {
+        snprintf(why, whylen, "%s: %s", url, gai_strerror(ge));
+        return NULL;
+    }
+    int fd = -1;
+    for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+        if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen)) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(ai);
+    if (fd < 0) {
+        snprintf(why, whylen, "cannot connect to %s: %s", url, strerror(errno));
+        return NULL;
+    }
+    char req[512];
+    int n = snprintf(req, sizeof req,
+                     "GET /api/v1/brokers HTTP/1.0\r\nHost: %s\r\nAccept: application/json\r\n\r\n",
+                     host);
+    if (write(fd, req, (size_t)n) != n) {
+        close(fd);
+        snprintf(why, whylen, "%s: write failed", url);
+        return NULL;
+    }
+    char buf[65536];
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof buf - 1 && (r = read(fd, buf + len, sizeof buf - 1 - len)) > 0) len += (size_t)r;
+    close(fd);
+    buf[len] = 0;
+    int status = 0;
+    if (sscanf(buf, "HTTP/%*d.%*d %d", &status) != 1 || status != 200) {
+        snprintf(why, whylen, "%s/api/v1/brokers answered %.80s", url, buf);
+        return NULL;
+    }
+    char *body = strstr(buf, "\r\n\r\n");
+    char *k = body ? strstr(body, "\"brokers\"") : NULL;
+    char *q = k ? strchr(k + 9, '"') : NULL;
+    char *e = q ? strchr(q + 1, '"') : NULL;
+    if (!e) {
+        snprintf(why, whylen, "%s/api/v1/brokers: no \"brokers\" in the answer", url);
+        return NULL;
+    }
+    *e = 0;
+    return strdup(q + 1);
+}
+
+typedef struct imp {
+    rd_kafka_t *rk;
+    int failed, delivered;
+    const char *tenant, *service;
+    char **labels; /* k=v */
+    int nlabels;
+    int64_t at, dur;
+    char producer[128];
+    uint64_t seq;
+} imp;
+
+static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    imp *im = opaque;
+    if (m->err) {
+        im->failed++;
+        fprintf(stderr, "contprof import: delivery failed: %s\n", rd_kafka_err2str(m->err));
+    } else {
+        im->delivered++;
+    }
+}
+
+static int has_type(const cp_profile *p, const char *t) { return cp_profile_find_type(p, t) >= 0; }
+
+/* Produces one envelope of kind with profile p (encoded raw; Kafka compresses). */
+static int send_one(imp *im, const char *file, cp_kind kind, int cumulative, const cp_profile *p)
+{
+    cp_envelope e = {0};
+    cp_buf pp = {0}, enc = {0}, key = {0};
+    int rc = 0;
+    e.tenant = (char *)im->tenant;
+    e.kind = kind;
+    e.window_start_ns = im->at ? im->at : p->time_nanos;
+    e.window_duration_ns = im->dur ? im->dur : p->duration_nanos;
+    if (!e.window_start_ns) {
+        fprintf(stderr, "contprof import: %s: the profile has no time_nanos; give --at\n", file);
+        return 1;
+    }
+    if (e.window_duration_ns <= 0) e.window_duration_ns = 10000000000LL;
+    e.producer_id = im->producer;
+    e.sequence = ++im->seq;
+    e.cumulative = cumulative;
+    if (cp_labels_set(&e.labels, "service", im->service)) rc = 1;
+    for (int i = 0; i < im->nlabels && !rc; i++) {
+        char *eq = strchr(im->labels[i], '=');
+        *eq = 0;
+        rc = cp_labels_set(&e.labels, im->labels[i], eq + 1) != 0;
+        *eq = '=';
+    }
+    if (!rc) rc = cp_pprof_encode(p, 0, &pp) != 0;
+    e.pprof = pp.data;
+    e.pprof_len = pp.len;
+    if (!rc) rc = cp_envelope_encode(&e, &enc) != 0 || cp_envelope_series_key(&e, &key) != 0;
+    if (rc) {
+        fprintf(stderr, "contprof import: %s: out of memory\n", file);
+    } else {
+        for (int tries = 0;; tries++) {
+            rd_kafka_resp_err_t ke = rd_kafka_producev(
+                im->rk, RD_KAFKA_V_TOPIC(TOPIC), RD_KAFKA_V_VALUE(enc.data, enc.len),
+                RD_KAFKA_V_KEY(key.data, key.len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                RD_KAFKA_V_END);
+            if (!ke) break;
+            if (ke != RD_KAFKA_RESP_ERR__QUEUE_FULL || tries > 600) {
+                fprintf(stderr, "contprof import: %s: %s\n", file, rd_kafka_err2str(ke));
+                rc = 1;
+                break;
+            }
+            rd_kafka_poll(im->rk, 100);
+        }
+    }
+    cp_labels_close(&e.labels);
+    cp_buf_close(&pp);
+    cp_buf_close(&enc);
+    cp_buf_close(&key);
+    return rc;
+}
+
+static int import_file(imp *im, const char *file)
+{
+    cp_buf b = {0};
+    if (cp_read_file(file, &b)) {
+        fprintf(stderr, "contprof import: cannot read %s: %s\n", file, strerror(errno));
+        return 1;
+    }
+    cp_profile *p = NULL;
+    cp_err err = {0};
+    int rc = cp_pprof_decode(b.data, b.len, NULL, &p, &err);
+    cp_buf_close(&b);
+    if (rc) {
+        fprintf(stderr, "contprof import: %s: %s\n", file, err.msg);
+        return 1;
+    }
+    int alloc = has_type(p, "alloc_objects") && has_type(p, "alloc_space");
+    int inuse = has_type(p, "inuse_objects") && has_type(p, "inuse_space");
+    if (alloc || inuse) {
+        if (alloc) {
+            cp_profile *a = cp_profile_clone(p);
+            const char *t[2] = {"alloc_objects", "alloc_space"};
+            rc = !a || cp_profile_select_types(a, t, 2, &err) || send_one(im, file, CP_KIND_ALLOC, 1, a);
+            cp_profile_destroy(a);
+        }
+        if (inuse && !rc) {
+            cp_profile *u = cp_profile_clone(p);
+            const char *t[2] = {"inuse_objects", "inuse_space"};
+            rc = !u || cp_profile_select_types(u, t, 2, &err) || send_one(im, file, CP_KIND_INUSE, 0, u);
+            cp_profile_destroy(u);
+        }
+    } else if (p->sample_types.n) {
+        /* CPU and anything else sampled over time (samples/count + cpu/nanoseconds, ...) */
+        rc = send_one(im, file, CP_KIND_CPU, 0, p);
+    } else {
+        fprintf(stderr, "contprof import: %s: the profile has no sample types\n", file);
+        rc = 1;
+    }
+    cp_profile_destroy(p);
+    return rc;
+}
+
+int cp_cmd_import(int argc, char **argv)
+{
+    imp im = {0};
+    const char *server = NULL, *brokers = NULL;
+    im.tenant = CP_DEFAULT_TENANT;
+    im.service = "import";
+    char **files = calloc((size_t)argc + 1, sizeof *files);
+    im.labels = calloc((size_t)argc + 1, sizeof *im.labels);
+    int nfiles = 0, rc = 0;
+    char *fetched = NULL;
+    if (!files || !im.labels) return 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage();
+            goto out;
+        } else if (a[0] == '-' && a[1] == '-' && !v) {
+            fprintf(stderr, "contprof import: %s needs a value\n", a);
+            rc = 2;
+            goto out;
+        } else if (!strcmp(a, "--server")) server = argv[++i];
+        else if (!strcmp(a, "--brokers")) brokers = argv[++i];
+        else if (!strcmp(a, "--tenant")) im.tenant = argv[++i];
+        else if (!strcmp(a, "--service")) im.service = argv[++i];
+        else if (!strcmp(a, "--label")) {
+            const char *eq = strchr(v, '=');
+            char name[CP_LABEL_NAME_MAX + 2] = {0};
+            if (eq && (size_t)(eq - v) <= CP_LABEL_NAME_MAX) memcpy(name, v, (size_t)(eq - v));
+            if (!eq || !cp_label_name_valid(name)) {
+                fprintf(stderr, "contprof import: --label %s: expected name=value with a name "
+                                "like [A-Za-z_][A-Za-z0-9_]*\n", v);
+                rc = 2;
+                goto out;
+            }
+            im.labels[im.nlabels++] = argv[++i];
+        } else if (!strcmp(a, "--at")) {
+            if (parse_time(argv[++i], &im.at)) {
+                fprintf(stderr, "contprof import: --at %s: not RFC 3339 or unix seconds\n", v);
+                rc = 2;
+                goto out;
+            }
+        } else if (!strcmp(a, "--duration")) {
+            if (parse_duration(argv[++i], &im.dur)) {
+                fprintf(stderr, "contprof import: --duration %s: expected e.g. 10s, 1m\n", v);
+                rc = 2;
+                goto out;
+            }
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "contprof import: unknown option %s\n", a);
+            usage();
+            rc = 2;
+            goto out;
+        } else {
+            files[nfiles++] = argv[i];
+        }
+    }
+    if (!nfiles) {
+        usage();
+        rc = 2;
+        goto out;
+    }
+    if (server && brokers) {
+        fprintf(stderr, "contprof import: give --server or --brokers, not both\n");
+        rc = 2;
+        goto out;
+    }
+    if (!brokers) {
+        char why[300];
+        fetched = ask_server(server ? server : "http://127.0.0.1:7070", why, sizeof why);
+        if (!fetched) {
+            fprintf(stderr, "contprof import: %s\n", why);
+            rc = 1;
+            goto out;
+        }
+        brokers = fetched;
+    }
+    char host[64] = "host";
+    gethostname(host, sizeof host - 1);
+    snprintf(im.producer, sizeof im.producer, "import-%s-%d-%lld", host, (int)getpid(),
+             (long long)time(NULL));
+    char es[512];
+    rd_kafka_conf_t *c = rd_kafka_conf_new();
+    if (rd_kafka_conf_set(c, "bootstrap.servers", brokers, es, sizeof es) ||
+        rd_kafka_conf_set(c, "enable.idempotence", "true", es, sizeof es) ||
+        rd_kafka_conf_set(c, "compression.type", "lz4", es, sizeof es) ||
+        rd_kafka_conf_set(c, "message.max.bytes", "16777216", es, sizeof es) ||
+        rd_kafka_conf_set(c, "message.timeout.ms", "60000", es, sizeof es)) {
+        fprintf(stderr, "contprof import: kafka: %s\n", es);
+        rd_kafka_conf_destroy(c);
+        rc = 1;
+        goto out;
+    }
+    rd_kafka_conf_set_dr_msg_cb(c, dr_cb);
+    rd_kafka_conf_set_opaque(c, &im);
+    im.rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, es, sizeof es);
+    if (!im.rk) {
+        fprintf(stderr, "contprof import: kafka: %s\n", es);
+        rd_kafka_conf_destroy(c);
+        rc = 1;
+        goto out;
+    }
+    int bar = nfiles >= 20 && isatty(2), bad = 0;
+    for (int i = 0; i < nfiles; i++) {
+        bad += import_file(&im, files[i]) != 0;
+        rd_kafka_poll(im.rk, 0);
+        if (bar && (i % 8 == 0 || i == nfiles - 1)) {
+            int w = 40, done = (i + 1) * w / nfiles;
+            fprintf(stderr, "\r[%.*s%*s] %d/%d files", done,
+                    "########################################", w - done, "", i + 1, nfiles);
+        }
+    }
+    if (bar) fputc('\n', stderr);
+    rd_kafka_resp_err_t fe = rd_kafka_flush(im.rk, 60000);
+    if (fe) fprintf(stderr, "contprof import: %s: %d messages not delivered\n",
+                    rd_kafka_err2str(fe), rd_kafka_outq_len(im.rk));
+    fprintf(stderr, "contprof import: %d envelope(s) from %d file(s) delivered to %s%s\n",
+            im.delivered, nfiles - bad, brokers,
+            bad ? "; some files were skipped (see above)" : "");
+    rc = bad || im.failed || fe ? 1 : 0;
+out:
+    if (im.rk) rd_kafka_destroy(im.rk);
+    free(fetched);
+    free(files);
+    free(im.labels);
+    return rc;
+}

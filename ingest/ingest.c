@@ -1,0 +1,506 @@
+/* The ingest consumer: one thread polls Kafka, validates each envelope and its pprof,
+ * adds the window to a store batch together with the partition's next offset, and writes
+ * the batch as one synced LevelDB write every batch_max_messages or batch_max_ms. On
+ * assignment it seeks each partition to the offset stored with the data, so a SIGKILL at
+ * any moment loses nothing and stores nothing twice. */
+#include "ingest.h"
+#include "broker.h"
+#include "envelope.h"
+#include "log.h"
+
+#include <librdkafka/rdkafka.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_PARTITIONS 65536
+
+typedef struct part {
+    int assigned;
+    int64_t next; /* next offset to store; -1 = none stored */
+} part;
+
+struct cp_ingest {
+    cp_ingest_options o;
+    cp_pprof_limits limits;
+    char *topic, *dlq_topic, *brokers;
+    cp_store *store;
+    cp_store_batch *batch;
+    rd_kafka_t *rk;  /* consumer */
+    rd_kafka_t *dlq; /* producer for the dead-letter topic */
+    int cooperative;
+    CP_VEC(part) parts;
+    uint32_t pending;    /* messages whose offsets are in the open batch */
+    int64_t batch_start; /* monotonic ns of the first pending message */
+    int dlq_pending;
+    pthread_t th;
+    int started;
+    atomic_int stop;
+    pthread_mutex_t mu;
+    cp_ingest_stats st;
+    atomic_uint_fast64_t dlq_failed;
+};
+
+static const char *const reason_names[] = {
+#define CP_DLQ_NAME_(n, s) s,
+    CP_DLQ_REASON_MAP(CP_DLQ_NAME_)
+#undef CP_DLQ_NAME_
+};
+
+const char *cp_dlq_reason_name(int r)
+{
+    return r >= 0 && r < CP_DLQ_NREASONS ? reason_names[r] : NULL;
+}
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t real_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void fail(cp_ingest *in, const char *msg)
+{
+    pthread_mutex_lock(&in->mu);
+    if (!in->st.failed) {
+        in->st.failed = 1;
+        snprintf(in->st.error, sizeof in->st.error, "%s", msg);
+    }
+    pthread_mutex_unlock(&in->mu);
+    cp_log_error("ingest stopped: %s", msg);
+    atomic_store(&in->stop, 1);
+}
+
+static part *part_get(cp_ingest *in, int32_t p)
+{
+    if (p < 0 || p >= MAX_PARTITIONS) return NULL;
+    if ((uint32_t)p >= in->parts.n) {
+        if (cp_vec_reserve(&in->parts, (size_t)p + 1)) return NULL;
+        while (in->parts.n <= (uint32_t)p) in->parts.v[in->parts.n++] = (part){0, -1};
+    }
+    return &in->parts.v[p];
+}
+
+/* ---------------------------------------------------------------------------------
+ * Batches
+ * --------------------------------------------------------------------------------- */
+
+/* Writes the open batch (windows and offsets) in one synced write. 0 or an error (the
+ * ingest is then failed). */
+static int commit(cp_ingest *in)
+{
+    if (!in->pending) return 0;
+    if (in->dlq_pending) {
+        /* bad messages are in the DLQ before their offsets are passed */
+        rd_kafka_resp_err_t fe = rd_kafka_flush(in->dlq, 10000);
+        if (fe) cp_log_error("ingest: DLQ flush: %s", rd_kafka_err2str(fe));
+        in->dlq_pending = 0;
+    }
+    uint32_t w = cp_store_batch_windows(in->batch);
+    cp_err err = {0};
+    int rc = cp_store_batch_commit(in->batch, &err);
+    if (rc) {
+        fail(in, err.msg);
+        return rc;
+    }
+    pthread_mutex_lock(&in->mu);
+    in->st.windows += w;
+    in->st.batches++;
+    pthread_mutex_unlock(&in->mu);
+    in->pending = 0;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------
+ * Rebalancing: seek to the offsets stored with the data
+ * --------------------------------------------------------------------------------- */
+
+static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *parts, void *opaque)
+{
+    cp_ingest *in = opaque;
+    /* whatever happens next, the open batch is written first */
+    commit(in);
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        for (int i = 0; i < parts->cnt; i++) {
+            rd_kafka_topic_partition_t *tp = &parts->elems[i];
+            int64_t next;
+            cp_err e = {0};
+            int rc = cp_store_get_offset(in->store, tp->topic, tp->partition, &next, &e);
+            part *p = part_get(in, tp->partition);
+            if (rc == 0) {
+                tp->offset = next;
+            } else {
+                if (rc != CP_ENOTFOUND) cp_log_error("ingest: %s", e.msg);
+                tp->offset = RD_KAFKA_OFFSET_BEGINNING;
+                next = -1;
+            }
+            if (p) {
+                p->assigned = 1;
+                p->next = next;
+            }
+            cp_log_info("ingest: assigned %s [%d] at %s%lld", tp->topic, tp->partition,
+                        next < 0 ? "the beginning " : "offset ", (long long)(next < 0 ? 0 : next));
+        }
+        if (in->cooperative) {
+            rd_kafka_error_t *ke = rd_kafka_incremental_assign(rk, parts);
+            if (ke) {
+                cp_log_error("ingest: incremental assign: %s", rd_kafka_error_string(ke));
+                rd_kafka_error_destroy(ke);
+            }
+        } else {
+            rd_kafka_assign(rk, parts);
+        }
+    } else {
+        for (int i = 0; i < parts->cnt; i++) {
+            part *p = part_get(in, parts->elems[i].partition);
+            if (p) p->assigned = 0;
+        }
+        if (in->cooperative) {
+            rd_kafka_error_t *ke = rd_kafka_incremental_unassign(rk, parts);
+            if (ke) rd_kafka_error_destroy(ke);
+        } else {
+            rd_kafka_assign(rk, NULL);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------
+ * Messages
+ * --------------------------------------------------------------------------------- */
+
+static void dlq_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    cp_ingest *in = opaque;
+    if (m->err) {
+        atomic_fetch_add(&in->dlq_failed, 1);
+        cp_log_error("ingest: DLQ delivery failed: %s", rd_kafka_err2str(m->err));
+    }
+}
+
+static void to_dlq(cp_ingest *in, const rd_kafka_message_t *m, int reason, const char *why)
+{
+    const char *topic = rd_kafka_topic_name(m->rkt);
+    char src[320];
+    snprintf(src, sizeof src, "%s/%d/%lld", topic, m->partition, (long long)m->offset);
+    cp_log_warn("ingest: %s [%d] offset %lld -> %s (%s): %s", topic, m->partition,
+                (long long)m->offset, in->dlq_topic, reason_names[reason], why);
+    pthread_mutex_lock(&in->mu);
+    in->st.dlq[reason]++;
+    pthread_mutex_unlock(&in->mu);
+    for (int attempt = 0; attempt < 100; attempt++) {
+        rd_kafka_resp_err_t e = rd_kafka_producev(
+            in->dlq, RD_KAFKA_V_TOPIC(in->dlq_topic),
+            RD_KAFKA_V_VALUE(m->payload, m->len), RD_KAFKA_V_KEY(m->key, m->key_len),
+            RD_KAFKA_V_HEADER("contprof-reason", reason_names[reason], -1),
+            RD_KAFKA_V_HEADER("contprof-error", why, -1),
+            RD_KAFKA_V_HEADER("contprof-source", src, -1),
+            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+        if (!e) {
+            in->dlq_pending = 1;
+            return;
+        }
+        if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+            cp_log_error("ingest: DLQ produce for %s: %s", src, rd_kafka_err2str(e));
+            break;
+        }
+        rd_kafka_poll(in->dlq, 100);
+    }
+    atomic_fetch_add(&in->dlq_failed, 1);
+}
+
+static int dlq_reason_of(int rc, int stage)
+{
+    if (rc == CP_ELIMIT) return CP_DLQ_LIMIT;
+    if (stage == 0) return rc == CP_EVERSION ? CP_DLQ_VERSION : CP_DLQ_ENVELOPE;
+    if (stage == 1) return rc == CP_ENOMEM ? CP_DLQ_LIMIT : CP_DLQ_PPROF;
+    return CP_DLQ_REJECTED;
+}
+
+static void handle(cp_ingest *in, rd_kafka_message_t *m)
+{
+    const char *topic = rd_kafka_topic_name(m->rkt);
+    part *p = part_get(in, m->partition);
+    pthread_mutex_lock(&in->mu);
+    in->st.messages++;
+    in->st.bytes += m->len;
+    pthread_mutex_unlock(&in->mu);
+    if (!p || (p->next >= 0 && m->offset < p->next)) {
+        pthread_mutex_lock(&in->mu);
+        in->st.skipped++;
+        pthread_mutex_unlock(&in->mu);
+        return;
+    }
+    if (p->next >= 0 && m->offset > p->next) {
+        cp_log_warn("ingest: %s [%d]: offsets %lld..%lld are gone from the broker (lost)", topic,
+                    m->partition, (long long)p->next, (long long)m->offset - 1);
+        pthread_mutex_lock(&in->mu);
+        in->st.gap += (uint64_t)(m->offset - p->next);
+        pthread_mutex_unlock(&in->mu);
+    }
+    cp_envelope env;
+    cp_profile *prof = NULL;
+    cp_err err = {0};
+    int rc = cp_envelope_decode(m->payload, m->len, in->o.max_message_bytes, &env, &err);
+    if (rc) {
+        to_dlq(in, m, dlq_reason_of(rc, 0), err.msg);
+    } else if ((rc = cp_pprof_decode(env.pprof, env.pprof_len, &in->limits, &prof, &err))) {
+        to_dlq(in, m, dlq_reason_of(rc, 1), err.msg);
+    } else {
+        rc = cp_store_batch_add(in->batch, &env, prof, m->partition, &err);
+        if (rc == CP_STORE_DUPLICATE) {
+            pthread_mutex_lock(&in->mu);
+            in->st.duplicates++;
+            pthread_mutex_unlock(&in->mu);
+        } else if (rc == CP_EINVAL || rc == CP_EINCOMPAT || rc == CP_ELIMIT) {
+            to_dlq(in, m, dlq_reason_of(rc, 2), err.msg);
+        } else if (rc) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "%s [%d] offset %lld: %s", topic, m->partition,
+                     (long long)m->offset, err.msg);
+            fail(in, msg);
+            cp_profile_destroy(prof);
+            cp_envelope_close(&env);
+            return; /* the offset does not move */
+        }
+    }
+    cp_profile_destroy(prof);
+    cp_envelope_close(&env);
+    p->next = m->offset + 1;
+    cp_store_batch_set_offset(in->batch, topic, m->partition, p->next);
+    if (!in->pending++) in->batch_start = mono_ns();
+}
+
+static void update_lag(cp_ingest *in)
+{
+    int64_t lag = 0;
+    uint32_t np = 0;
+    for (uint32_t i = 0; i < in->parts.n; i++) {
+        if (!in->parts.v[i].assigned) continue;
+        np++;
+        int64_t lo = -1, hi = -1;
+        if (rd_kafka_get_watermark_offsets(in->rk, in->topic, (int32_t)i, &lo, &hi) || hi < 0 ||
+            lo < 0) {
+            lag = -1; /* no fetch answer yet for this partition */
+            break;
+        }
+        /* nothing stored yet: everything from the log start is behind */
+        int64_t pos = in->parts.v[i].next >= 0 ? in->parts.v[i].next : lo;
+        if (hi > pos) lag += hi - pos;
+    }
+    pthread_mutex_lock(&in->mu);
+    in->st.lag = np ? lag : -1;
+    in->st.partitions = np;
+    pthread_mutex_unlock(&in->mu);
+}
+
+static void *run(void *arg)
+{
+    cp_ingest *in = arg;
+    int64_t last_maint = mono_ns(), last_lag = 0;
+    int64_t max_wait = (int64_t)in->o.batch_max_ms * 1000000;
+    pthread_mutex_lock(&in->mu);
+    in->st.running = 1;
+    pthread_mutex_unlock(&in->mu);
+    while (!atomic_load(&in->stop)) {
+        int timeout = 100;
+        if (in->pending) {
+            int64_t left = in->batch_start + max_wait - mono_ns();
+            timeout = left <= 0 ? 0 : (int)(left / 1000000) + 1;
+            if (timeout > 100) timeout = 100;
+        }
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(in->rk, timeout);
+        if (m) {
+            if (!m->err) {
+                handle(in, m);
+            } else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+                cp_log_warn("ingest: consumer: %s", rd_kafka_message_errstr(m));
+            }
+            rd_kafka_message_destroy(m);
+        }
+        if (atomic_load(&in->stop) && !in->pending) break;
+        int64_t now = mono_ns();
+        if (in->pending &&
+            (in->pending >= in->o.batch_max_messages || now - in->batch_start >= max_wait) &&
+            commit(in))
+            break;
+        rd_kafka_poll(in->dlq, 0);
+        if (now - last_lag >= 1000000000LL) {
+            update_lag(in);
+            last_lag = now;
+        }
+        if (now - last_maint >= (int64_t)in->o.maintain_every_ms * 1000000) {
+            if (commit(in)) break;
+            cp_err err = {0};
+            uint32_t del = 0;
+            if (cp_store_maintain(in->store, real_ns(), in->o.maintain_max_keys, &del, &err))
+                cp_log_error("ingest: retention: %s", err.msg);
+            else if (del)
+                cp_log_info("ingest: retention removed %u blocks", del);
+            last_maint = mono_ns();
+        }
+    }
+    if (!in->st.failed) commit(in);
+    rd_kafka_flush(in->dlq, 10000);
+    pthread_mutex_lock(&in->mu);
+    in->st.running = 0;
+    pthread_mutex_unlock(&in->mu);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------
+ * Lifecycle
+ * --------------------------------------------------------------------------------- */
+
+static int conf_set(rd_kafka_conf_t *c, const char *k, const char *v, cp_err *err)
+{
+    char es[512];
+    if (rd_kafka_conf_set(c, k, v, es, sizeof es) != RD_KAFKA_CONF_OK)
+        return cp_err_set(err, CP_EINVAL, "kafka property %s: %s", k, es);
+    return 0;
+}
+
+int cp_ingest_create(const cp_ingest_options *opt, cp_store *store, cp_ingest **out,
+                     cp_err *err)
+{
+    *out = NULL;
+    if (!opt || !opt->brokers || !*opt->brokers)
+        return cp_err_set(err, CP_EINVAL, "ingest: no brokers given");
+    cp_ingest *in = calloc(1, sizeof *in);
+    if (!in) return cp_err_set(err, CP_ENOMEM, "ingest");
+    pthread_mutex_init(&in->mu, NULL);
+    in->o = *opt;
+    in->store = store;
+    if (!in->o.batch_max_messages) in->o.batch_max_messages = 512;
+    if (!in->o.batch_max_ms) in->o.batch_max_ms = 200;
+    if (!in->o.max_message_bytes) in->o.max_message_bytes = 64u << 20;
+    if (!in->o.maintain_every_ms) in->o.maintain_every_ms = 10000;
+    if (!in->o.maintain_max_keys) in->o.maintain_max_keys = 20000;
+    if (opt->limits) in->limits = *opt->limits;
+    else cp_pprof_limits_default(&in->limits);
+    in->topic = strdup(opt->topic ? opt->topic : CP_TOPIC_PROFILES);
+    in->dlq_topic = strdup(opt->dlq_topic ? opt->dlq_topic : CP_TOPIC_DLQ);
+    in->brokers = strdup(opt->brokers);
+    in->batch = cp_store_batch_create(store);
+    int rc;
+    if (!in->topic || !in->dlq_topic || !in->brokers || !in->batch) {
+        rc = cp_err_set(err, CP_ENOMEM, "ingest");
+        goto fail;
+    }
+    char es[512];
+    /* the consumer */
+    rd_kafka_conf_t *c = rd_kafka_conf_new();
+    if ((rc = conf_set(c, "bootstrap.servers", opt->brokers, err)) ||
+        (rc = conf_set(c, "group.id", opt->group_id ? opt->group_id : "contprofd", err)) ||
+        (rc = conf_set(c, "enable.auto.commit", "false", err)) ||
+        (rc = conf_set(c, "enable.auto.offset.store", "false", err)) ||
+        (rc = conf_set(c, "auto.offset.reset", "earliest", err)) ||
+        (rc = conf_set(c, "fetch.wait.max.ms", "50", err)) ||
+        (rc = conf_set(c, "client.id", "contprofd-ingest", err))) {
+        rd_kafka_conf_destroy(c);
+        goto fail;
+    }
+    for (const char *const *kv = opt->kafka_props; kv && kv[0] && kv[1]; kv += 2)
+        if ((rc = conf_set(c, kv[0], kv[1], err))) {
+            rd_kafka_conf_destroy(c);
+            goto fail;
+        }
+    rd_kafka_conf_set_rebalance_cb(c, rebalance_cb);
+    rd_kafka_conf_set_opaque(c, in);
+    in->rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, es, sizeof es);
+    if (!in->rk) {
+        rd_kafka_conf_destroy(c);
+        rc = cp_err_set(err, CP_EKAFKA, "ingest: consumer: %s", es);
+        goto fail;
+    }
+    rd_kafka_poll_set_consumer(in->rk);
+    in->cooperative = !strcmp(rd_kafka_rebalance_protocol(in->rk) ? rd_kafka_rebalance_protocol(in->rk) : "", "COOPERATIVE");
+    /* the DLQ producer */
+    rd_kafka_conf_t *pc = rd_kafka_conf_new();
+    if ((rc = conf_set(pc, "bootstrap.servers", opt->brokers, err)) ||
+        (rc = conf_set(pc, "enable.idempotence", "true", err)) ||
+        (rc = conf_set(pc, "linger.ms", "5", err)) ||
+        (rc = conf_set(pc, "client.id", "contprofd-dlq", err))) {
+        rd_kafka_conf_destroy(pc);
+        goto fail;
+    }
+    for (const char *const *kv = opt->kafka_props; kv && kv[0] && kv[1]; kv += 2)
+        rd_kafka_conf_set(pc, kv[0], kv[1], es, sizeof es); /* consumer-only ones are ignored */
+    rd_kafka_conf_set_dr_msg_cb(pc, dlq_dr_cb);
+    rd_kafka_conf_set_opaque(pc, in);
+    in->dlq = rd_kafka_new(RD_KAFKA_PRODUCER, pc, es, sizeof es);
+    if (!in->dlq) {
+        rd_kafka_conf_destroy(pc);
+        rc = cp_err_set(err, CP_EKAFKA, "ingest: DLQ producer: %s", es);
+        goto fail;
+    }
+    in->st.lag = -1;
+    *out = in;
+    return 0;
+fail:
+    cp_ingest_destroy(in);
+    return rc;
+}
+
+int cp_ingest_start(cp_ingest *in, cp_err *err)
+{
+    if (in->started) return 0;
+    rd_kafka_topic_partition_list_t *t = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(t, in->topic, RD_KAFKA_PARTITION_UA);
+    rd_kafka_resp_err_t ke = rd_kafka_subscribe(in->rk, t);
+    rd_kafka_topic_partition_list_destroy(t);
+    if (ke) return cp_err_set(err, CP_EKAFKA, "ingest: subscribe to %s: %s", in->topic, rd_kafka_err2str(ke));
+    atomic_store(&in->stop, 0);
+    if (pthread_create(&in->th, NULL, run, in))
+        return cp_err_set(err, CP_ENOMEM, "ingest: cannot start the thread");
+    in->started = 1;
+    return 0;
+}
+
+void cp_ingest_stop(cp_ingest *in)
+{
+    if (!in || !in->started) return;
+    atomic_store(&in->stop, 1);
+    pthread_join(in->th, NULL);
+    in->started = 0;
+    /* leaving the group runs the revoke callback on this thread: it commits (nothing) */
+    rd_kafka_consumer_close(in->rk);
+}
+
+void cp_ingest_destroy(cp_ingest *in)
+{
+    if (!in) return;
+    cp_ingest_stop(in);
+    if (in->rk) rd_kafka_destroy(in->rk);
+    if (in->dlq) {
+        rd_kafka_flush(in->dlq, 5000);
+        rd_kafka_purge(in->dlq, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        rd_kafka_destroy(in->dlq);
+    }
+    cp_store_batch_destroy(in->batch);
+    free(in->parts.v);
+    free(in->topic);
+    free(in->dlq_topic);
+    free(in->brokers);
+    pthread_mutex_destroy(&in->mu);
+    free(in);
+}
+
+void cp_ingest_get_stats(cp_ingest *in, cp_ingest_stats *out)
+{
+    pthread_mutex_lock(&in->mu);
+    *out = in->st;
+    pthread_mutex_unlock(&in->mu);
+    out->dlq_failed = atomic_load(&in->dlq_failed);
+}

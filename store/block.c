@@ -1,0 +1,267 @@
+/* The stack accumulator (stack id -> values) and the block codec: sorted (stack id delta,
+ * values / column divisor) varints, lz4-compressed. See format.h for the layout. */
+#include "store_int.h"
+
+#include <lz4.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------------------
+ * Accumulator
+ * --------------------------------------------------------------------------------- */
+
+void cp_acc_init(cp_acc *a, uint32_t ntypes)
+{
+    memset(a, 0, sizeof *a);
+    a->ntypes = ntypes;
+}
+
+void cp_acc_close(cp_acc *a)
+{
+    if (!a) return;
+    free(a->ids.v);
+    free(a->vals.v);
+    free(a->slots);
+    memset(a, 0, sizeof *a);
+}
+
+void cp_acc_reset(cp_acc *a, uint32_t ntypes)
+{
+    a->ids.n = 0;
+    a->vals.n = 0;
+    a->ntypes = ntypes;
+    a->time_ns = 0;
+    a->windows = 0;
+    if (a->slots) memset(a->slots, 0, sizeof(uint32_t) * a->nslots);
+}
+
+static inline uint32_t acc_hash(uint32_t id) { return id * 2654435761u; }
+
+static int acc_rehash(cp_acc *a, uint32_t nslots)
+{
+    uint32_t *s = calloc(nslots, sizeof *s);
+    if (!s) return CP_ENOMEM;
+    for (uint32_t i = 0; i < a->ids.n; i++) {
+        uint32_t h = acc_hash(a->ids.v[i]) & (nslots - 1);
+        while (s[h]) h = (h + 1) & (nslots - 1);
+        s[h] = i + 1;
+    }
+    free(a->slots);
+    a->slots = s;
+    a->nslots = nslots;
+    return 0;
+}
+
+int64_t *cp_acc_row(cp_acc *a, uint32_t id)
+{
+    if ((a->ids.n + 1) * 2 > a->nslots &&
+        acc_rehash(a, a->nslots ? a->nslots * 2 : 64))
+        return NULL;
+    uint32_t mask = a->nslots - 1, h = acc_hash(id) & mask;
+    while (a->slots[h]) {
+        uint32_t r = a->slots[h] - 1;
+        if (a->ids.v[r] == id) return a->vals.v + (size_t)r * a->ntypes;
+        h = (h + 1) & mask;
+    }
+    if (cp_vec_push(&a->ids, id)) return NULL;
+    if (cp_vec_reserve(&a->vals, (size_t)a->vals.n + a->ntypes)) {
+        a->ids.n--;
+        return NULL;
+    }
+    int64_t *row = a->vals.v + a->vals.n;
+    memset(row, 0, sizeof(int64_t) * a->ntypes);
+    a->vals.n += a->ntypes;
+    a->slots[h] = a->ids.n;
+    return row;
+}
+
+int cp_acc_add(cp_acc *dst, const cp_acc *src, int64_t factor)
+{
+    for (uint32_t i = 0; i < src->ids.n; i++) {
+        int64_t *row = cp_acc_row(dst, src->ids.v[i]);
+        if (!row) return CP_ENOMEM;
+        const int64_t *s = src->vals.v + (size_t)i * src->ntypes;
+        for (uint32_t t = 0; t < dst->ntypes && t < src->ntypes; t++)
+            row[t] = cp_add_wrap(row[t], (int64_t)((uint64_t)s[t] * (uint64_t)factor));
+    }
+    return 0;
+}
+
+int cp_acc_copy(cp_acc *dst, const cp_acc *src)
+{
+    cp_acc_reset(dst, src->ntypes);
+    dst->time_ns = src->time_ns;
+    dst->windows = src->windows;
+    return cp_acc_add(dst, src, 1);
+}
+
+/* ---------------------------------------------------------------------------------
+ * Block codec
+ * --------------------------------------------------------------------------------- */
+
+static uint64_t gcd64(uint64_t a, uint64_t b)
+{
+    while (b) {
+        uint64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Sorts row indexes by stack id (qsort with a thread-local comparator context). */
+static _Thread_local const cp_acc *tl_acc;
+static int cmp_rows_tl(const void *x, const void *y)
+{
+    uint32_t a = tl_acc->ids.v[*(const uint32_t *)x], b = tl_acc->ids.v[*(const uint32_t *)y];
+    return a < b ? -1 : a > b;
+}
+
+int cp_block_encode(cp_acc *a, cp_buf *out)
+{
+    uint32_t n = a->ids.n, nt = a->ntypes;
+    uint32_t *ord = malloc(sizeof(uint32_t) * (n ? n : 1));
+    uint8_t *raw = NULL;
+    int rc = CP_ENOMEM;
+    if (!ord) return CP_ENOMEM;
+    for (uint32_t i = 0; i < n; i++) ord[i] = i;
+    tl_acc = a;
+    qsort(ord, n, sizeof *ord, cmp_rows_tl);
+
+    uint64_t div[CP_MAX_TYPES];
+    for (uint32_t t = 0; t < nt; t++) {
+        uint64_t g = 0;
+        for (uint32_t i = 0; i < n && g != 1; i++) {
+            int64_t v = a->vals.v[(size_t)i * nt + t];
+            uint64_t av = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+            g = gcd64(g, av);
+        }
+        div[t] = g ? g : 1;
+    }
+    size_t cap = 32 + 20 * (size_t)nt + (size_t)n * 10 * (1 + nt);
+    raw = malloc(cap);
+    if (!raw) goto done;
+    uint8_t *p = raw;
+    p = cp_put_uv(p, cp_zz(a->time_ns));
+    p = cp_put_uv(p, a->windows);
+    p = cp_put_uv(p, nt);
+    for (uint32_t t = 0; t < nt; t++) {
+        int64_t tot = 0;
+        for (uint32_t i = 0; i < n; i++) tot = cp_add_wrap(tot, a->vals.v[(size_t)i * nt + t]);
+        p = cp_put_uv(p, div[t]);
+        p = cp_put_uv(p, cp_zz(tot));
+    }
+    p = cp_put_uv(p, n);
+    uint32_t prev = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t i = ord[k], id = a->ids.v[i];
+        p = cp_put_uv(p, id - prev);
+        prev = id;
+        const int64_t *row = a->vals.v + (size_t)i * nt;
+        for (uint32_t t = 0; t < nt; t++) {
+            /* exact: every value is a multiple of div[t]; divide in the unsigned domain so
+             * INT64_MIN stays well defined */
+            int64_t q = div[t] == 1 ? row[t] : (int64_t)((uint64_t)row[t] / div[t]);
+            if (row[t] < 0 && div[t] != 1)
+                q = -(int64_t)(((uint64_t)0 - (uint64_t)row[t]) / div[t]);
+            p = cp_put_uv(p, cp_zz(q));
+        }
+    }
+    size_t rawlen = (size_t)(p - raw);
+    int bound = LZ4_compressBound((int)rawlen);
+    if ((rc = cp_buf_reserve(out, 11 + (size_t)bound))) goto done;
+    uint8_t *o = out->data + out->len;
+    uint8_t *q = o + 1;
+    q = cp_put_uv(q, rawlen);
+    int clen = rawlen > 64 ? LZ4_compress_default((const char *)raw, (char *)q, (int)rawlen,
+                                                  bound)
+                           : 0;
+    if (clen > 0 && (size_t)clen < rawlen) {
+        o[0] = CP_BLOCK_LZ4;
+        out->len += (size_t)(q - o) + (size_t)clen;
+    } else {
+        o[0] = CP_BLOCK_RAW;
+        memcpy(q, raw, rawlen);
+        out->len += (size_t)(q - o) + rawlen;
+    }
+    rc = 0;
+done:
+    free(ord);
+    free(raw);
+    return rc;
+}
+
+int cp_block_it_init(cp_block_it *it, const uint8_t *v, size_t len, cp_buf *scratch,
+                     cp_err *err)
+{
+    memset(it, 0, sizeof *it);
+    if (len < 2) return cp_err_set(err, CP_ESTORE, "block of %zu bytes is too short", len);
+    cp_rd r = {v + 1, v + len, 0};
+    uint64_t rawlen = cp_get_uv(&r);
+    if (r.bad || rawlen > CP_BLOCK_MAX_RAW)
+        return cp_err_set(err, CP_ESTORE, "block: bad raw length");
+    if (v[0] == CP_BLOCK_RAW) {
+        if ((uint64_t)(r.end - r.p) != rawlen)
+            return cp_err_set(err, CP_ESTORE, "block: raw length %llu but %zu bytes stored",
+                              (unsigned long long)rawlen, (size_t)(r.end - r.p));
+        it->r = r;
+    } else if (v[0] == CP_BLOCK_LZ4) {
+        scratch->len = 0;
+        if (cp_buf_reserve(scratch, rawlen + 1)) return cp_err_set(err, CP_ENOMEM, "block");
+        int got = LZ4_decompress_safe((const char *)r.p, (char *)scratch->data,
+                                      (int)(r.end - r.p), (int)rawlen);
+        if (got < 0 || (uint64_t)got != rawlen)
+            return cp_err_set(err, CP_ESTORE, "block: lz4 payload does not decompress");
+        it->r.p = scratch->data;
+        it->r.end = scratch->data + rawlen;
+    } else {
+        return cp_err_set(err, CP_ESTORE, "block: unknown codec %u", v[0]);
+    }
+    it->time_ns = cp_get_sv(&it->r);
+    it->windows = cp_get_uv(&it->r);
+    uint64_t nt = cp_get_uv(&it->r);
+    if (it->r.bad || nt > CP_MAX_TYPES)
+        return cp_err_set(err, CP_ESTORE, "block: bad type count");
+    it->ntypes = (uint32_t)nt;
+    for (uint32_t t = 0; t < nt; t++) {
+        it->div[t] = cp_get_uv(&it->r);
+        it->total[t] = cp_get_sv(&it->r);
+        if (!it->div[t]) it->r.bad = 1;
+    }
+    it->left = cp_get_uv(&it->r);
+    if (it->r.bad || it->left > (uint64_t)(it->r.end - it->r.p))
+        return cp_err_set(err, CP_ESTORE, "block: bad header");
+    return 0;
+}
+
+int cp_block_it_next(cp_block_it *it, uint32_t *id, int64_t *vals)
+{
+    if (!it->left) return 0;
+    it->left--;
+    uint64_t d = cp_get_uv(&it->r);
+    for (uint32_t t = 0; t < it->ntypes; t++)
+        vals[t] = (int64_t)((uint64_t)cp_get_sv(&it->r) * it->div[t]);
+    if (it->r.bad || d > UINT32_MAX - it->id || (d == 0 && it->id != 0)) return CP_ESTORE;
+    it->id += (uint32_t)d;
+    *id = it->id;
+    return 1;
+}
+
+int cp_block_load(cp_acc *a, const uint8_t *v, size_t len, cp_buf *scratch, cp_err *err)
+{
+    cp_block_it it;
+    int rc = cp_block_it_init(&it, v, len, scratch, err);
+    if (rc) return rc;
+    cp_acc_reset(a, it.ntypes);
+    a->time_ns = it.time_ns;
+    a->windows = it.windows;
+    int64_t vals[CP_MAX_TYPES];
+    uint32_t id;
+    while ((rc = cp_block_it_next(&it, &id, vals)) == 1) {
+        int64_t *row = cp_acc_row(a, id);
+        if (!row) return cp_err_set(err, CP_ENOMEM, "block");
+        memcpy(row, vals, sizeof(int64_t) * it.ntypes);
+    }
+    if (rc < 0) return cp_err_set(err, CP_ESTORE, "block: corrupt entry");
+    return 0;
+}

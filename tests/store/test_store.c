@@ -1,0 +1,581 @@
+/* The store on a real LevelDB on disk: exact totals, rollups equal to raw windows,
+ * restart, inuse and cumulative semantics, tenants, duplicates, retention, versions. */
+#include <pthread.h>
+#include <leveldb/c.h>
+
+#include "merge.h"
+#include "store.h"
+#include "store_util.h"
+#include "synth.h"
+#include "model/util.h"
+
+#define WIN (10 * SEC)
+
+static cp_store *open_store(const char *dir, int64_t raw_ret, int64_t roll_ret)
+{
+    cp_store_options o = {.path = dir, .retention_raw_ns = raw_ret, .retention_rollup_ns = roll_ret};
+    cp_store *s = NULL;
+    cp_err err = {0};
+    int rc = cp_store_open(&o, &s, &err);
+    if (rc) fprintf(stderr, "open: %s\n", err.msg);
+    CHECK_EQ(rc, 0);
+    return s;
+}
+
+static void add(cp_store_batch *b, const char *tenant, cp_kind kind, const char *labels,
+                int64_t start, const char *producer, uint64_t seq, const cp_profile *p, int want)
+{
+    cp_envelope e;
+    make_env(&e, tenant, kind, labels, start, WIN, producer, seq);
+    cp_err err = {0};
+    int rc = cp_store_batch_add(b, &e, p, 0, &err);
+    if (rc != want) fprintf(stderr, "add: rc %d: %s\n", rc, err.msg);
+    CHECK_EQ(rc, want);
+    cp_envelope_close(&e);
+}
+
+static void commit(cp_store_batch *b)
+{
+    cp_err err = {0};
+    int rc = cp_store_batch_commit(b, &err);
+    if (rc) fprintf(stderr, "commit: %s\n", err.msg);
+    CHECK_EQ(rc, 0);
+}
+
+static cp_profile *query(cp_store *s, const char *tenant, cp_kind kind, const cp_selector *sel,
+                         int64_t from, int64_t to)
+{
+    cp_profile *p = NULL;
+    cp_err err = {0};
+    int rc = cp_store_query(s, tenant, kind, sel, from, to, NULL, &p, &err);
+    if (rc) fprintf(stderr, "query: %s\n", err.msg);
+    CHECK_EQ(rc, 0);
+    CHECK(p);
+    return p;
+}
+
+/* N windows of one cpu series starting at T0 + i*WIN (with a gap pattern), kept for checks. */
+#define NWIN 720
+static cp_profile *wins[NWIN];
+static int64_t starts[NWIN];
+
+static void make_windows(uint64_t seed)
+{
+    cp_synth *sy = cp_synth_create(seed, 2000);
+    for (int i = 0; i < NWIN; i++) {
+        starts[i] = T0 + (int64_t)i * WIN + (i / 100) * 3600 * SEC; /* hour-long gaps */
+        wins[i] = cp_synth_cpu_window(sy, 200 + (uint32_t)(i % 7) * 50, starts[i], WIN);
+        CHECK(wins[i]);
+    }
+    cp_synth_destroy(sy);
+}
+
+static void fill(cp_store *s, const char *tenant, const char *labels)
+{
+    cp_store_batch *b = cp_store_batch_create(s);
+    for (int i = 0; i < NWIN; i++) {
+        add(b, tenant, CP_KIND_CPU, labels, starts[i], "prod-1", (uint64_t)i, wins[i], 0);
+        if (i % 37 == 36) commit(b);
+    }
+    commit(b);
+    cp_store_batch_destroy(b);
+}
+
+/* The merge of every window starting in [from, to), by the model's merger. */
+static char *expected(int64_t from, int64_t to, int64_t *tot0, int64_t *tot1)
+{
+    cp_merger *m = cp_merger_create();
+    for (int i = 0; i < NWIN; i++)
+        if (starts[i] >= from && starts[i] < to) CHECK_EQ(cp_merger_add(m, wins[i], NULL), 0);
+    cp_profile *p = cp_merger_finish(m);
+    *tot0 = p->sample_types.n ? cp_profile_total(p, 0) : 0;
+    *tot1 = p->sample_types.n ? cp_profile_total(p, 1) : 0;
+    char *c = canonical(p);
+    cp_profile_destroy(p);
+    cp_merger_destroy(m);
+    return c;
+}
+
+static void check_range(cp_store *s, int64_t from, int64_t to)
+{
+    int64_t e0, e1;
+    char *want = expected(from, to, &e0, &e1);
+    cp_profile *p = query(s, "acme", CP_KIND_CPU, NULL, from, to);
+    CHECK_EQ(p->sample_types.n, 2);
+    CHECK_EQ(cp_profile_total(p, 0), e0);
+    CHECK_EQ(cp_profile_total(p, 1), e1);
+    CHECK_EQ(p->time_nanos, from);
+    CHECK_EQ(p->duration_nanos, to - from);
+    char *got = canonical(p);
+    if (strcmp(got, want)) {
+        fprintf(stderr, "range [%lld, %lld): content differs\n", (long long)(from - T0),
+                (long long)(to - T0));
+        CHECK(0);
+    }
+    free(got);
+    free(want);
+    cp_profile_destroy(p);
+}
+
+TEST(exact_totals_and_rollups)
+{
+    char *dir = tmpdir("store");
+    make_windows(11);
+    cp_store *s = open_store(dir, 0, 0);
+    fill(s, "acme", "service=api,instance=a");
+    /* everything, then many unaligned ranges: rollups + raw must equal merging the windows */
+    check_range(s, T0 - 1000 * SEC, starts[NWIN - 1] + 1000 * SEC);
+    uint64_t x = 88172645463325252ULL;
+    int64_t span = starts[NWIN - 1] - T0 + WIN;
+    for (int k = 0; k < 40; k++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int64_t a = T0 - 50 * SEC + (int64_t)(x % (uint64_t)span);
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int64_t len = (int64_t)(x % (uint64_t)(span / (k % 3 + 1)));
+        check_range(s, a, a + len);
+    }
+    /* a window belongs to a query iff its start is in [from, to) */
+    check_range(s, starts[5], starts[6]);
+    check_range(s, starts[5] + 1, starts[6] + 1);
+    /* no data: the kind's types, empty */
+    cp_profile *p = query(s, "acme", CP_KIND_ALLOC, NULL, T0, T0 + 3600 * SEC);
+    CHECK_EQ(p->samples.n, 0);
+    CHECK_STREQ(cp_profile_str(p, p->sample_types.v[0].type), "alloc_objects");
+    cp_profile_destroy(p);
+    cp_store_stats st;
+    cp_store_get_stats(s, &st);
+    CHECK_EQ(st.windows, NWIN);
+    CHECK_EQ(st.series, 1);
+    CHECK(st.disk_bytes > 0);
+    cp_store_close(s);
+    /* restart: same answers */
+    s = open_store(dir, 0, 0);
+    check_range(s, T0 - 1000 * SEC, starts[NWIN - 1] + 1000 * SEC);
+    check_range(s, starts[100] + 7 * SEC, starts[400] + 3 * SEC);
+    cp_store_close(s);
+    rmtree(dir);
+}
+
+TEST(timeline_matches_queries)
+{
+    char *dir = tmpdir("store");
+    make_windows(12);
+    cp_store *s = open_store(dir, 0, 0);
+    fill(s, "acme", "service=api");
+    int64_t from = T0 + 17 * SEC, to = starts[NWIN - 1] + WIN, step = 1800 * SEC;
+    int64_t *tl = NULL;
+    uint32_t ns = 0, nt = 0;
+    cp_err err = {0};
+    CHECK_EQ(cp_store_timeline(s, "acme", CP_KIND_CPU, NULL, from, to, step, NULL, &tl, &ns, &nt, &err), 0);
+    CHECK_EQ(nt, 2);
+    CHECK_EQ(ns, (uint32_t)((to - from + step - 1) / step));
+    int64_t sum = 0;
+    for (uint32_t i = 0; i < ns; i++) {
+        int64_t a = from + (int64_t)i * step, b = a + step < to ? a + step : to;
+        cp_profile *p = query(s, "acme", CP_KIND_CPU, NULL, a, b);
+        CHECK_EQ(tl[i * nt + 0], cp_profile_total(p, 0));
+        CHECK_EQ(tl[i * nt + 1], cp_profile_total(p, 1));
+        sum += tl[i * nt + 1];
+        cp_profile_destroy(p);
+    }
+    int64_t e0, e1;
+    free(expected(from, to, &e0, &e1));
+    CHECK_EQ(sum, e1);
+    free(tl);
+    cp_store_close(s);
+    rmtree(dir);
+}
+
+/* A tiny profile: one stack per (name, value) pair, inuse or alloc types. */
+static cp_profile *mem_profile(int alloc, const char **names, const int64_t *vals, int n)
+{
+    cp_profile *p = cp_profile_create();
+    cp_profile_add_sample_type(p, alloc ? "alloc_objects" : "inuse_objects", "count");
+    cp_profile_add_sample_type(p, alloc ? "alloc_space" : "inuse_space", "bytes");
+    cp_profile_intern_cstr(p, "space", &p->period_type.type);
+    cp_profile_intern_cstr(p, "bytes", &p->period_type.unit);
+    p->period = 524288;
+    uint32_t root;
+    cp_function f = {0};
+    cp_profile_intern_cstr(p, "main", &f.name);
+    uint32_t fid;
+    cp_profile_add_function(p, &f, &fid);
+    cp_line ln = {fid, 1};
+    cp_profile_add_location(p, 0x1000, 0, &ln, 1, &root);
+    for (int i = 0; i < n; i++) {
+        cp_function g = {0};
+        cp_profile_intern_cstr(p, names[i], &g.name);
+        uint32_t gid, lid;
+        cp_profile_add_function(p, &g, &gid);
+        cp_line l2 = {gid, 10};
+        cp_profile_add_location(p, 0x2000 + (uint64_t)i * 16, 0, &l2, 1, &lid);
+        uint32_t stack[2] = {lid, root};
+        int64_t v[2] = {vals[i], vals[i] * 64};
+        cp_profile_add_sample(p, stack, 2, v, NULL, 0);
+    }
+    return p;
+}
+
+static int64_t value_of(const cp_profile *p, const char *fn, int col)
+{
+    int64_t v = 0;
+    for (uint32_t i = 0; i < p->samples.n; i++) {
+        const cp_sample *s = &p->samples.v[i];
+        const cp_location *l = &p->locations.v[p->stack.v[s->loc_off] - 1];
+        const cp_function *f = &p->functions.v[p->lines.v[l->line_off].function_id - 1];
+        if (!strcmp(cp_profile_str(p, f->name), fn)) v += cp_profile_sample_values(p, i)[col];
+    }
+    return v;
+}
+
+TEST(inuse_is_a_gauge)
+{
+    char *dir = tmpdir("store");
+    cp_store *s = open_store(dir, 0, 0);
+    cp_store_batch *b = cp_store_batch_create(s);
+    const char *names[2] = {"startup_cache", "request_buf"};
+    /* two instances, 3 hours of windows; startup_cache allocated at start and kept */
+    for (int i = 0; i < 1080; i++) {
+        for (int inst = 0; inst < 2; inst++) {
+            int64_t vals[2] = {1000 + inst, i + 1};
+            cp_profile *p = mem_profile(0, names, vals, 2);
+            add(b, "acme", CP_KIND_INUSE, inst ? "service=api,instance=b" : "service=api,instance=a",
+                T0 + (int64_t)i * WIN, inst ? "pb" : "pa", (uint64_t)i, p, 0);
+            cp_profile_destroy(p);
+        }
+        if (i % 100 == 99) commit(b);
+    }
+    commit(b);
+    /* a window long after the start: the start-up allocation is there, once per instance */
+    int64_t from = T0 + 7000 * SEC, to = T0 + 7300 * SEC;
+    cp_profile *p = query(s, "acme", CP_KIND_INUSE, NULL, from, to);
+    CHECK_EQ(value_of(p, "startup_cache", 0), 1000 + 1001);
+    /* last snapshot within the range: window index 729 (start 7290 s) */
+    CHECK_EQ(value_of(p, "request_buf", 0), 2 * 730);
+    cp_profile_destroy(p);
+    /* whole range: the last snapshot of each instance */
+    p = query(s, "acme", CP_KIND_INUSE, NULL, T0 - 3600 * SEC, T0 + 86400 * SEC);
+    CHECK_EQ(value_of(p, "request_buf", 0), 2 * 1080);
+    CHECK_EQ(value_of(p, "startup_cache", 1), (1000 + 1001) * 64);
+    cp_profile_destroy(p);
+    /* one instance via a selector */
+    cp_selector sel = {0};
+    sel_add(&sel, "instance", "=", "b");
+    p = query(s, "acme", CP_KIND_INUSE, &sel, T0, T0 + 65 * SEC);
+    CHECK_EQ(value_of(p, "startup_cache", 0), 1001);
+    CHECK_EQ(value_of(p, "request_buf", 0), 7);
+    cp_profile_destroy(p);
+    sel_free(&sel);
+    /* timeline uses the same rule per step */
+    int64_t *tl;
+    uint32_t ns, nt;
+    CHECK_EQ(cp_store_timeline(s, "acme", CP_KIND_INUSE, NULL, T0, T0 + 3 * 3600 * SEC, 3600 * SEC,
+                               NULL, &tl, &ns, &nt, NULL), 0);
+    CHECK_EQ(ns, 3);
+    CHECK_EQ(tl[0], 2001 + 2 * 360);
+    CHECK_EQ(tl[2 * nt], 2001 + 2 * 1080);
+    free(tl);
+    cp_store_batch_destroy(b);
+    cp_store_close(s);
+    rmtree(dir);
+}
+
+TEST(cumulative_alloc_not_double_counted)
+{
+    char *dir = tmpdir("store");
+    cp_store *s = open_store(dir, 0, 0);
+    cp_store_batch *b = cp_store_batch_create(s);
+    const char *names[2] = {"alloc_a", "alloc_b"};
+    int64_t cum[2] = {0, 0};
+    /* a Go-like heap profile: totals since process start, growing */
+    for (int i = 0; i < 200; i++) {
+        cum[0] += 3;
+        cum[1] += i % 5;
+        cp_profile *p = mem_profile(1, names, cum, 2);
+        cp_envelope e;
+        make_env(&e, "acme", CP_KIND_ALLOC, "service=go", T0 + (int64_t)i * WIN, WIN, "gop-1", (uint64_t)i);
+        e.cumulative = 1;
+        CHECK_EQ(cp_store_batch_add(b, &e, p, 0, NULL), 0);
+        cp_envelope_close(&e);
+        cp_profile_destroy(p);
+        if (i == 120) { /* restart in the middle: the previous input comes back from disk */
+            commit(b);
+            cp_store_batch_destroy(b);
+            cp_store_close(s);
+            s = open_store(dir, 0, 0);
+            b = cp_store_batch_create(s);
+        }
+    }
+    commit(b);
+    cp_profile *p = query(s, "acme", CP_KIND_ALLOC, NULL, T0, T0 + 86400 * SEC);
+    CHECK_EQ(value_of(p, "alloc_a", 0), cum[0]);
+    CHECK_EQ(value_of(p, "alloc_b", 0), cum[1]);
+    CHECK_EQ(value_of(p, "alloc_b", 1), cum[1] * 64);
+    cp_profile_destroy(p);
+    /* a window in the middle holds only its own allocations */
+    p = query(s, "acme", CP_KIND_ALLOC, NULL, T0 + 50 * WIN, T0 + 51 * WIN);
+    CHECK_EQ(value_of(p, "alloc_a", 0), 3);
+    cp_profile_destroy(p);
+    cp_store_batch_destroy(b);
+    cp_store_close(s);
+    rmtree(dir);
+}
+
+TEST(duplicates_dropped)
+{
+    char *dir = tmpdir("store");
+    make_windows(13);
+    cp_store *s = open_store(dir, 0, 0);
+    cp_store_batch *b = cp_store_batch_create(s);
+    add(b, "acme", CP_KIND_CPU, "service=api", starts[0], "p", 10, wins[0], 0);
+    add(b, "acme", CP_KIND_CPU, "service=api", starts[0], "p", 10, wins[0], CP_STORE_DUPLICATE);
+    add(b, "acme", CP_KIND_CPU, "service=api", starts[2], "p", 12, wins[2], 0);
+    add(b, "acme", CP_KIND_CPU, "service=api", starts[1], "p", 11, wins[1], 0); /* late, not a dup */
+    commit(b);
+    cp_store_batch_destroy(b);
+    cp_store_close(s);
+    s = open_store(dir, 0, 0);
+    b = cp_store_batch_create(s);
+    add(b, "acme", CP_KIND_CPU, "service=api", starts[1], "p", 11, wins[1], CP_STORE_DUPLICATE);
+    add(b, "acme", CP_KIND_CPU, "service=api", starts[0], "p", 10, wins[0], CP_STORE_DUPLICATE);
+    add(b, "acme", CP_KIND_CPU, "service=api", starts[0], "q", 10, wins[0], 0); /* other producer */
+    commit(b);
+    int64_t e0, e1;
+    free(expected(starts[0], starts[3], &e0, &e1));
+    cp_profile *p = query(s, "acme", CP_KIND_CPU, NULL, starts[0], starts[3]);
+    CHECK_EQ(cp_profile_total(p, 1), e1 + cp_profile_total(wins[0], 1));
+    cp_profile_destroy(p);
+    cp_store_batch_destroy(b);
+    cp_store_close(s);
+    rmtree(dir);
+}
+
+TEST(tenants_isolated_and_labels)
+{
+    char *dir = tmpdir("store");
+    make_windows(14);
+    cp_store *s = open_store(dir, 0, 0);
+    cp_store_batch *b = cp_store_batch_create(s);
+    for (int i = 0; i < 50; i++) {
+        add(b, "acme", CP_KIND_CPU, "service=api,version=1.2", starts[i], "p", (uint64_t)i, wins[i], 0);
+        add(b, "globex", CP_KIND_CPU, "service=web,version=9", starts[i], "p", (uint64_t)i, wins[i + 50], 0);
+        add(b, "acme", CP_KIND_CPU, "service=worker,version=1.3,isolate=w1", starts[i], "p2", (uint64_t)i, wins[i + 100], 0);
+    }
+    commit(b);
+    int64_t e0, e1;
+    cp_profile *p = query(s, "globex", CP_KIND_CPU, NULL, T0, T0 + 86400 * SEC);
+    free(expected(starts[50], starts[100], &e0, &e1));
+    CHECK_EQ(cp_profile_total(p, 1), e1);
+    cp_profile_destroy(p);
+    p = query(s, "nobody", CP_KIND_CPU, NULL, T0, T0 + 86400 * SEC);
+    CHECK_EQ(p->samples.n, 0);
+    cp_profile_destroy(p);
+    /* selectors: =, !=, =~, !~ */
+    cp_selector sel = {0};
+    sel_add(&sel, "service", "=", "api");
+    p = query(s, "acme", CP_KIND_CPU, &sel, T0, T0 + 86400 * SEC);
+    free(expected(starts[0], starts[50], &e0, &e1));
+    CHECK_EQ(cp_profile_total(p, 1), e1);
+    cp_profile_destroy(p);
+    sel_free(&sel);
+    sel_add(&sel, "service", "=", "web"); /* globex's label value, asked of acme */
+    p = query(s, "acme", CP_KIND_CPU, &sel, T0, T0 + 86400 * SEC);
+    CHECK_EQ(p->samples.n, 0);
+    cp_profile_destroy(p);
+    sel_free(&sel);
+    sel_add(&sel, "version", "=~", "1\\..*");
+    sel_add(&sel, "isolate", "!~", "w.*");
+    sel_add(&sel, "service", "!=", "worker");
+    p = query(s, "acme", CP_KIND_CPU, &sel, T0, T0 + 86400 * SEC);
+    free(expected(starts[0], starts[50], &e0, &e1));
+    CHECK_EQ(cp_profile_total(p, 1), e1);
+    cp_profile_destroy(p);
+    sel_free(&sel);
+    /* label names and values, sorted, per tenant */
+    cp_string_list l = {0};
+    CHECK_EQ(cp_store_label_names(s, "acme", &l, NULL), 0);
+    CHECK_EQ(l.n, 3);
+    CHECK_STREQ(l.v[0], "isolate");
+    CHECK_STREQ(l.v[1], "service");
+    CHECK_STREQ(l.v[2], "version");
+    cp_string_list_close(&l);
+    CHECK_EQ(cp_store_label_values(s, "acme", "service", &l, NULL), 0);
+    CHECK_EQ(l.n, 2);
+    CHECK_STREQ(l.v[0], "api");
+    CHECK_STREQ(l.v[1], "worker");
+    cp_string_list_close(&l);
+    CHECK_EQ(cp_store_label_values(s, "globex", "service", &l, NULL), 0);
+    CHECK_EQ(l.n, 1);
+    CHECK_STREQ(l.v[0], "web");
+    cp_string_list_close(&l);
+    /* series with a window in range */
+    cp_series_list sl = {0};
+    CHECK_EQ(cp_store_series(s, "acme", NULL, T0, T0 + 86400 * SEC, &sl, NULL), 0);
+    CHECK_EQ(sl.n, 2);
+    CHECK_EQ(sl.v[0].first_ns, starts[0]);
+    CHECK_EQ(sl.v[0].last_ns, starts[49]);
+    cp_series_list_close(&sl);
+    CHECK_EQ(cp_store_series(s, "acme", NULL, starts[49] + 1, T0 + 86400 * SEC, &sl, NULL), 0);
+    CHECK_EQ(sl.n, 0);
+    cp_series_list_close(&sl);
+    cp_store_batch_destroy(b);
+    cp_store_close(s);
+    rmtree(dir);
+}
+
+TEST(retention_frees_disk)
+{
+    char *dir = tmpdir("store");
+    make_windows(15);
+    /* raw windows kept 1 h, rollups 1 day */
+    cp_store *s = open_store(dir, 3600 * SEC, 86400 * SEC);
+    cp_store_batch *b = cp_store_batch_create(s);
+    for (int r = 0; r < 6; r++) /* 6 series, so there is real data to give back */
+        for (int i = 0; i < NWIN; i++) {
+            char lab[64];
+            snprintf(lab, sizeof lab, "service=s%d", r);
+            add(b, "acme", CP_KIND_CPU, lab, starts[i], "p", (uint64_t)(r * NWIN + i), wins[i], 0);
+            if (i % 60 == 59) commit(b);
+        }
+    commit(b);
+    cp_store_batch_destroy(b);
+    cp_store_close(s);
+    s = open_store(dir, 3600 * SEC, 86400 * SEC);
+    uint64_t before = dir_bytes(dir);
+    int64_t last = starts[NWIN - 1];
+    int64_t e0, e1;
+    free(expected(T0, last + WIN, &e0, &e1));
+    /* now = just after the last window: raw windows older than 1 h go, in bounded steps */
+    uint32_t del = 0, total = 0, steps = 0;
+    do {
+        CHECK_EQ(cp_store_maintain(s, last + WIN, 500, &del, NULL), 0);
+        total += del;
+        steps++;
+    } while (del && steps < 1000);
+    CHECK(steps > 2);  /* bounded: it took several steps */
+    CHECK(total > 6 * 500);
+    /* rollups still answer the old ranges (at 1 min resolution and above) */
+    cp_profile *p = query(s, "acme", CP_KIND_CPU, NULL, T0 - 3600 * SEC, last + WIN);
+    CHECK_EQ(cp_profile_total(p, 1), 6 * e1);
+    cp_profile_destroy(p);
+    /* a day later, everything is gone and the disk is given back */
+    do {
+        CHECK_EQ(cp_store_maintain(s, last + 3 * 86400 * SEC, 1000, &del, NULL), 0);
+    } while (del);
+    p = query(s, "acme", CP_KIND_CPU, NULL, T0 - 3600 * SEC, last + WIN);
+    CHECK_EQ(p->samples.n, 0);
+    cp_profile_destroy(p);
+    cp_store_close(s);
+    uint64_t after = dir_bytes(dir);
+    fprintf(stderr, "disk before %llu after %llu\n", (unsigned long long)before, (unsigned long long)after);
+    CHECK(after < before / 2);
+    rmtree(dir);
+}
+
+TEST(unknown_version_refused)
+{
+    char *dir = tmpdir("store");
+    cp_store *s = open_store(dir, 0, 0);
+    cp_store_close(s);
+    char *e = NULL;
+    leveldb_options_t *o = leveldb_options_create();
+    leveldb_t *db = leveldb_open(o, dir, &e);
+    CHECK(!e);
+    leveldb_writeoptions_t *wo = leveldb_writeoptions_create();
+    char rec[18] = "contprof-store\0\0\0\x63";
+    leveldb_put(db, wo, "\0V", 2, rec, 18, &e);
+    CHECK(!e);
+    leveldb_close(db);
+    leveldb_writeoptions_destroy(wo);
+    leveldb_options_destroy(o);
+    cp_store_options so = {.path = dir};
+    cp_err err = {0};
+    CHECK_EQ(cp_store_open(&so, &s, &err), CP_EVERSION);
+    CHECK(s == NULL);
+    CHECK_CONTAINS(err.msg, "format version 99");
+    rmtree(dir);
+}
+
+TEST(bad_inputs_refused_batch_usable)
+{
+    char *dir = tmpdir("store");
+    make_windows(16);
+    cp_store *s = open_store(dir, 0, 0);
+    cp_store_batch *b = cp_store_batch_create(s);
+    add(b, "acme", CP_KIND_CPU, "service=api", starts[0], "p", 1, wins[0], 0);
+    /* the same series with other sample types */
+    const char *names[1] = {"x"};
+    int64_t v[1] = {1};
+    cp_profile *m = mem_profile(1, names, v, 1);
+    cp_envelope e;
+    make_env(&e, "acme", CP_KIND_CPU, "service=api", starts[1], WIN, "p", 2);
+    cp_err err = {0};
+    CHECK_EQ(cp_store_batch_add(b, &e, m, 0, &err), CP_EINCOMPAT);
+    CHECK_CONTAINS(err.msg, "alloc_objects");
+    cp_envelope_close(&e);
+    make_env(&e, "bad\ttenant", CP_KIND_CPU, "service=api", starts[1], WIN, "p", 3);
+    CHECK_EQ(cp_store_batch_add(b, &e, wins[1], 0, &err), CP_EINVAL);
+    cp_envelope_close(&e);
+    cp_profile_destroy(m);
+    add(b, "acme", CP_KIND_CPU, "service=api", starts[1], "p", 4, wins[1], 0);
+    commit(b);
+    int64_t e0, e1;
+    free(expected(starts[0], starts[2], &e0, &e1));
+    cp_profile *p = query(s, "acme", CP_KIND_CPU, NULL, T0, T0 + 86400 * SEC);
+    CHECK_EQ(cp_profile_total(p, 1), e1);
+    cp_profile_destroy(p);
+    /* bad query arguments */
+    CHECK_EQ(cp_store_query(s, "acme", CP_KIND_CPU, NULL, T0 + 10, T0, NULL, &p, &err), CP_EINVAL);
+    cp_query_limits lim = {.max_range_ns = 3600 * SEC};
+    CHECK_EQ(cp_store_query(s, "acme", CP_KIND_CPU, NULL, T0, T0 + 7200 * SEC, &lim, &p, &err), CP_ELIMIT);
+    cp_store_batch_destroy(b);
+    cp_store_close(s);
+    rmtree(dir);
+}
+
+/* One writer and several readers at once: readers always see whole batches. */
+static cp_store *cs;
+static volatile int stop_readers;
+static void *reader(void *arg)
+{
+    (void)arg;
+    while (!stop_readers) {
+        cp_profile *p = NULL;
+        CHECK_EQ(cp_store_query(cs, "acme", CP_KIND_CPU, NULL, T0, T0 + 30 * 86400 * SEC, NULL, &p, NULL), 0);
+        /* every committed batch holds 10 windows of 200+ samples: totals move in whole batches */
+        cp_profile_destroy(p);
+        cp_series_list sl;
+        CHECK_EQ(cp_store_series(cs, "acme", NULL, T0, T0 + 86400 * SEC, &sl, NULL), 0);
+        cp_series_list_close(&sl);
+    }
+    return NULL;
+}
+
+TEST(concurrent_readers)
+{
+    char *dir = tmpdir("store");
+    make_windows(17);
+    cs = open_store(dir, 0, 0);
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) pthread_create(&th[i], NULL, reader, NULL);
+    cp_store_batch *b = cp_store_batch_create(cs);
+    for (int i = 0; i < 300; i++) {
+        add(b, "acme", CP_KIND_CPU, "service=api", starts[i], "p", (uint64_t)i, wins[i], 0);
+        if (i % 10 == 9) commit(b);
+    }
+    stop_readers = 1;
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    int64_t e0, e1;
+    free(expected(T0, starts[300], &e0, &e1));
+    cp_profile *p = query(cs, "acme", CP_KIND_CPU, NULL, T0, T0 + 30 * 86400 * SEC);
+    CHECK_EQ(cp_profile_total(p, 1), e1);
+    cp_profile_destroy(p);
+    cp_store_batch_destroy(b);
+    cp_store_close(cs);
+    rmtree(dir);
+}
+
+TEST_MAIN(T(exact_totals_and_rollups), T(timeline_matches_queries), T(inuse_is_a_gauge),
+          T(cumulative_alloc_not_double_counted), T(duplicates_dropped),
+          T(tenants_isolated_and_labels), T(retention_frees_disk), T(unknown_version_refused),
+          T(bad_inputs_refused_batch_usable), T(concurrent_readers))
