@@ -5,9 +5,29 @@
 #include <string.h>
 
 #include "cli.h"
+/* `run` (the agent launcher) and `import` come from other stages; CMake defines these when
+ * their libraries exist, so the CLI links either way. */
+#ifdef CP_HAVE_CMD_RUN
+#include "cmd_run.h"
+#endif
+#ifdef CP_HAVE_CMD_IMPORT
+#include "import.h"
+#endif
 
 static const cp_cli_command commands[] = {
     {"merge", cp_cmd_merge, "merge pprof files (raw or gzip) into one: pprof, top or folded"},
+    {"query", cp_cmd_query, "the merged profile of a window from contprofd (pprof, json, ...)"},
+    {"top", cp_cmd_top, "the table view of a window, like pprof -top"},
+    {"series", cp_cmd_series, "series with data in a window"},
+    {"labels", cp_cmd_labels, "label names, or the values of one label"},
+    {"diff", cp_cmd_diff, "compare two windows or two selections (json or pprof)"},
+    {"timeline", cp_cmd_timeline, "totals per step over a window"},
+#ifdef CP_HAVE_CMD_RUN /* from collector/ (cpcollector_cli) */
+    {"run", cp_cmd_run, "run a program under the profiling agent"},
+#endif
+#ifdef CP_HAVE_CMD_IMPORT /* from ingest/ (cpingest_cli) */
+    {"import", cp_cmd_import, "send existing pprof files to contprofd through Kafka"},
+#endif
 };
 
 static void usage(FILE *f)

@@ -10,5 +10,11 @@ typedef struct cp_cli_command {
 } cp_cli_command;
 
 int cp_cmd_merge(int argc, char **argv);
+int cp_cmd_query(int argc, char **argv);
+int cp_cmd_top(int argc, char **argv);
+int cp_cmd_series(int argc, char **argv);
+int cp_cmd_labels(int argc, char **argv);
+int cp_cmd_diff(int argc, char **argv);
+int cp_cmd_timeline(int argc, char **argv);
 
 #endif

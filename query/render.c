@@ -1,193 +1,702 @@
-/* Table and folded-stack views of a profile. */
+/* Renderers of merged profiles: frame naming, the call-tree (a trie of frame names built from
+ * every sample's stack), and the top, folded and JSON views on top of it. */
 #include "render.h"
 
 #include <inttypes.h>
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "http.h" /* cp_json_escape */
+
+/* ---- frame names -------------------------------------------------------------------- */
+
+/* Distinct frame names, interned by content across one or two profiles. */
+typedef struct names {
+    CP_VEC(const char *) s;
+    uint32_t *slots; /* index + 1 */
+    uint32_t nslots;
+    CP_VEC(char *) owned; /* synthesized names ("0x1234") */
+} names;
+
+static void names_close(names *n)
+{
+    free(n->s.v);
+    free(n->slots);
+    for (uint32_t i = 0; i < n->owned.n; i++) free(n->owned.v[i]);
+    free(n->owned.v);
+    memset(n, 0, sizeof *n);
+}
+
+static int names_grow(names *n)
+{
+    uint32_t ns = n->nslots ? n->nslots * 2 : 1024;
+    uint32_t *sl = calloc(ns, sizeof *sl);
+    if (!sl) return CP_ENOMEM;
+    for (uint32_t i = 0; i < n->s.n; i++) {
+        uint64_t h = cp_hash_bytes(n->s.v[i], strlen(n->s.v[i]), 7);
+        uint32_t j = (uint32_t)h & (ns - 1);
+        while (sl[j]) j = (j + 1) & (ns - 1);
+        sl[j] = i + 1;
+    }
+    free(n->slots);
+    n->slots = sl;
+    n->nslots = ns;
+    return 0;
+}
+
+static int names_intern(names *n, const char *s, uint32_t *id)
+{
+    if ((size_t)(n->s.n + 1) * 2 > n->nslots && names_grow(n)) return CP_ENOMEM;
+    size_t len = strlen(s);
+    uint32_t j = (uint32_t)cp_hash_bytes(s, len, 7) & (n->nslots - 1);
+    while (n->slots[j]) {
+        const char *o = n->s.v[n->slots[j] - 1];
+        if (strcmp(o, s) == 0) {
+            *id = n->slots[j] - 1;
+            return 0;
+        }
+        j = (j + 1) & (n->nslots - 1);
+    }
+    if (cp_vec_push(&n->s, s)) return CP_ENOMEM;
+    n->slots[j] = n->s.n;
+    *id = n->s.n - 1;
+    return 0;
+}
+
+/* Per location of one profile: its frames (name ids), leaf first. */
+typedef struct frames {
+    CP_VEC(uint32_t) off; /* per location: offset into ids; off[nlocs] = end */
+    CP_VEC(uint32_t) ids;
+} frames;
+
+static void frames_close(frames *f)
+{
+    free(f->off.v);
+    free(f->ids.v);
+}
+
+static int frames_build(const cp_profile *p, names *nm, frames *f)
+{
+    if (cp_vec_reserve(&f->off, (size_t)p->locations.n + 1)) return CP_ENOMEM;
+    for (uint32_t i = 0; i < p->locations.n; i++) {
+        const cp_location *loc = &p->locations.v[i];
+        f->off.v[f->off.n++] = f->ids.n;
+        uint32_t id;
+        int any = 0;
+        for (uint32_t k = 0; k < loc->nlines; k++) {
+            if (loc->line_off + k >= p->lines.n) break;
+            uint32_t fid = p->lines.v[loc->line_off + k].function_id;
+            if (fid == 0 || fid > p->functions.n) continue;
+            const cp_function *fn = &p->functions.v[fid - 1];
+            const char *name = cp_profile_str(p, fn->name);
+            if (!*name) name = cp_profile_str(p, fn->system_name);
+            if (!*name) continue;
+            if (names_intern(nm, name, &id) || cp_vec_push(&f->ids, id)) return CP_ENOMEM;
+            any = 1;
+        }
+        if (!any) {
+            char buf[32];
+            snprintf(buf, sizeof buf, "0x%" PRIx64, loc->address);
+            char *d = strdup(buf);
+            if (!d || cp_vec_push(&nm->owned, d)) {
+                free(d);
+                return CP_ENOMEM;
+            }
+            if (names_intern(nm, d, &id) || cp_vec_push(&f->ids, id)) return CP_ENOMEM;
+        }
+    }
+    f->off.v[f->off.n] = f->ids.n;
+    return 0;
+}
+
+/* ---- the call tree ------------------------------------------------------------------ */
+
+typedef struct tnode {
+    uint32_t name, parent, depth;
+    int64_t self[2], total[2];
+} tnode;
+
+typedef struct tree {
+    CP_VEC(tnode) n;  /* node 0 is the root */
+    uint32_t *slots;  /* (parent, name) -> node index + 1 */
+    uint32_t nslots;
+} tree;
+
+static void tree_close(tree *t)
+{
+    free(t->n.v);
+    free(t->slots);
+}
+
+static uint32_t tree_hash(uint32_t parent, uint32_t name)
+{
+    return (uint32_t)cp_hash_u64(((uint64_t)parent << 32) | name, 0x51);
+}
+
+static int tree_grow(tree *t)
+{
+    uint32_t ns = t->nslots ? t->nslots * 2 : 4096;
+    uint32_t *sl = calloc(ns, sizeof *sl);
+    if (!sl) return CP_ENOMEM;
+    for (uint32_t i = 1; i < t->n.n; i++) {
+        uint32_t j = tree_hash(t->n.v[i].parent, t->n.v[i].name) & (ns - 1);
+        while (sl[j]) j = (j + 1) & (ns - 1);
+        sl[j] = i + 1;
+    }
+    free(t->slots);
+    t->slots = sl;
+    t->nslots = ns;
+    return 0;
+}
+
+static int tree_init(tree *t)
+{
+    memset(t, 0, sizeof *t);
+    tnode root = {.name = UINT32_MAX};
+    if (cp_vec_push(&t->n, root)) return CP_ENOMEM;
+    return tree_grow(t);
+}
+
+static int tree_child(tree *t, uint32_t parent, uint32_t name, uint32_t *out)
+{
+    if ((size_t)(t->n.n + 1) * 2 > t->nslots && tree_grow(t)) return CP_ENOMEM;
+    uint32_t j = tree_hash(parent, name) & (t->nslots - 1);
+    while (t->slots[j]) {
+        tnode *o = &t->n.v[t->slots[j] - 1];
+        if (o->parent == parent && o->name == name) {
+            *out = t->slots[j] - 1;
+            return 0;
+        }
+        j = (j + 1) & (t->nslots - 1);
+    }
+    tnode nn = {.name = name, .parent = parent, .depth = t->n.v[parent].depth + 1};
+    if (cp_vec_push(&t->n, nn)) return CP_ENOMEM;
+    t->slots[j] = t->n.n;
+    *out = t->n.n - 1;
+    return 0;
+}
+
+/* Adds every sample of p (value column vi) to slot of t. */
+static int tree_add(tree *t, const cp_profile *p, int vi, const frames *f, int slot)
+{
+    CP_VEC(uint32_t) path = {0};
+    int rc = 0;
+    uint32_t nt = p->sample_types.n;
+    for (uint32_t s = 0; s < p->samples.n; s++) {
+        const cp_sample *sm = &p->samples.v[s];
+        int64_t v = p->values.v[(size_t)s * nt + (uint32_t)vi];
+        if (v == 0) continue;
+        path.n = 0;
+        /* Stack is leaf first; walk it backwards to go root -> leaf. */
+        for (uint32_t k = sm->nlocs; k-- > 0;) {
+            uint32_t lid = p->stack.v[sm->loc_off + k];
+            if (lid == 0 || lid > p->locations.n) continue;
+            uint32_t a = f->off.v[lid - 1], b = f->off.v[lid];
+            for (uint32_t q = b; q-- > a;) {
+                if (cp_vec_push(&path, f->ids.v[q])) {
+                    rc = CP_ENOMEM;
+                    goto out;
+                }
+            }
+        }
+        uint32_t node = 0;
+        t->n.v[0].total[slot] += v;
+        for (uint32_t k = 0; k < path.n; k++) {
+            if ((rc = tree_child(t, node, path.v[k], &node))) goto out;
+            t->n.v[node].total[slot] += v;
+        }
+        t->n.v[node].self[slot] += v;
+    }
+out:
+    free(path.v);
+    return rc;
+}
+
+/* Children of each node in CSR form, sorted by name. */
+typedef struct kids {
+    uint32_t *off; /* n + 1 */
+    uint32_t *ids;
+} kids;
+
+typedef struct sort_ctx {
+    const tree *t;
+    const names *nm;
+} sort_ctx;
+
+static int cmp_by_name(const void *a, const void *b, void *arg)
+{
+    const sort_ctx *c = arg;
+    const tnode *x = &c->t->n.v[*(const uint32_t *)a], *y = &c->t->n.v[*(const uint32_t *)b];
+    return strcmp(c->nm->s.v[x->name], c->nm->s.v[y->name]);
+}
+
+/* keep may be NULL (all). */
+static int kids_build(const tree *t, const names *nm, const uint8_t *keep, kids *k)
+{
+    uint32_t n = t->n.n;
+    k->off = calloc((size_t)n + 1, sizeof *k->off);
+    k->ids = malloc(((size_t)n + 1) * sizeof *k->ids);
+    if (!k->off || !k->ids) return CP_ENOMEM;
+    for (uint32_t i = 1; i < n; i++)
+        if (!keep || keep[i]) k->off[t->n.v[i].parent + 1]++;
+    for (uint32_t i = 0; i < n; i++) k->off[i + 1] += k->off[i];
+    uint32_t *fill = malloc(((size_t)n + 1) * sizeof *fill);
+    if (!fill) return CP_ENOMEM;
+    memcpy(fill, k->off, ((size_t)n + 1) * sizeof *fill);
+    for (uint32_t i = 1; i < n; i++)
+        if (!keep || keep[i]) k->ids[fill[t->n.v[i].parent]++] = i;
+    free(fill);
+    sort_ctx sc = {t, nm};
+    for (uint32_t i = 0; i < n; i++)
+        if (k->off[i + 1] - k->off[i] > 1)
+            qsort_r(k->ids + k->off[i], k->off[i + 1] - k->off[i], sizeof *k->ids, cmp_by_name,
+                    &sc);
+    return 0;
+}
+
+static void kids_close(kids *k)
+{
+    free(k->off);
+    free(k->ids);
+}
+
+/* ---- value columns and units -------------------------------------------------------- */
+
+int cp_render_value_index(const cp_profile *p, const char *name, int *vi, cp_err *err)
+{
+    if (p->sample_types.n == 0) {
+        *vi = 0;
+        return name && *name ? cp_err_set(err, CP_EINVAL,
+                                          "sample type '%.64s' not in an empty profile", name)
+                             : 0;
+    }
+    if (!name || !*name) {
+        *vi = (int)p->sample_types.n - 1;
+        if (p->default_sample_type) {
+            const char *d = cp_profile_str(p, p->default_sample_type);
+            int i = cp_profile_find_type(p, d);
+            if (i >= 0) *vi = i;
+        }
+        return 0;
+    }
+    int i = cp_profile_find_type(p, name);
+    if (i >= 0) {
+        *vi = i;
+        return 0;
+    }
+    char list[200] = "";
+    size_t l = 0;
+    for (uint32_t t = 0; t < p->sample_types.n && l < sizeof list - 70; t++)
+        l += (size_t)snprintf(list + l, sizeof list - l, "%s%.60s", t ? ", " : "",
+                              cp_profile_str(p, p->sample_types.v[t].type));
+    return cp_err_set(err, CP_EINVAL, "unknown sample type '%.64s' (profile has: %s)", name,
+                      list);
+}
+
 int cp_render_default_index(const cp_profile *p)
 {
-    if (p->default_sample_type)
-        for (uint32_t i = 0; i < p->sample_types.n; i++)
-            if (p->sample_types.v[i].type == p->default_sample_type) return (int)i;
-    return (int)p->sample_types.n - 1;
+    int vi = 0;
+    cp_render_value_index(p, NULL, &vi, NULL);
+    return vi;
 }
 
 int cp_render_find_index(const cp_profile *p, const char *type)
 {
-    if (!type || !*type) return cp_render_default_index(p);
-    return cp_profile_find_type(p, type);
+    int vi;
+    return cp_render_value_index(p, type, &vi, NULL) ? -1 : vi;
 }
 
 void cp_render_value(int64_t v, const char *unit, char *buf, size_t len)
 {
-    double a = (double)(v < 0 ? -v : v);
-    if (strcmp(unit, "nanoseconds") == 0) {
-        if (a >= 1e9) snprintf(buf, len, "%.2fs", (double)v / 1e9);
-        else if (a >= 1e6) snprintf(buf, len, "%.2fms", (double)v / 1e6);
-        else if (a >= 1e3) snprintf(buf, len, "%.2fus", (double)v / 1e3);
-        else snprintf(buf, len, "%" PRId64 "ns", v);
-    } else if (strcmp(unit, "bytes") == 0) {
-        if (a >= 1073741824.0) snprintf(buf, len, "%.2fGB", (double)v / 1073741824.0);
-        else if (a >= 1048576.0) snprintf(buf, len, "%.2fMB", (double)v / 1048576.0);
-        else if (a >= 1024.0) snprintf(buf, len, "%.2fkB", (double)v / 1024.0);
-        else snprintf(buf, len, "%" PRId64 "B", v);
-    } else {
-        snprintf(buf, len, "%" PRId64, v);
+    static const struct {
+        const char *unit;
+        const char *sfx[6];
+        double step[6];
+    } scales[] = {
+        {"nanoseconds", {"ns", "us", "ms", "s", NULL}, {1, 1e3, 1e6, 1e9}},
+        {"microseconds", {"us", "ms", "s", NULL}, {1, 1e3, 1e6}},
+        {"milliseconds", {"ms", "s", NULL}, {1, 1e3}},
+        {"seconds", {"s", NULL}, {1}},
+        {"bytes", {"B", "kB", "MB", "GB", "TB", NULL}, {1, 1024., 1048576., 1073741824.,
+                                                        1099511627776.}},
+    };
+    if (v == 0) {
+        snprintf(buf, len, "0");
+        return;
     }
+    for (size_t i = 0; unit && i < sizeof scales / sizeof scales[0]; i++) {
+        if (strcmp(unit, scales[i].unit) != 0) continue;
+        double a = v < 0 ? -(double)v : (double)v;
+        int k = 0;
+        while (scales[i].sfx[k + 1] && a >= scales[i].step[k + 1]) k++;
+        double x = (double)v / scales[i].step[k];
+        if (x == (double)(int64_t)x)
+            snprintf(buf, len, "%" PRId64 "%s", (int64_t)x, scales[i].sfx[k]);
+        else
+            snprintf(buf, len, "%.2f%s", x, scales[i].sfx[k]);
+        return;
+    }
+    snprintf(buf, len, "%" PRId64, v);
 }
 
-typedef struct row {
-    uint32_t fn; /* function id */
+/* ---- filter ------------------------------------------------------------------------- */
+
+int cp_render_filter(cp_profile *p, const char *focus, const char *ignore, cp_err *err)
+{
+    int has_f = focus && *focus, has_i = ignore && *ignore;
+    if (!has_f && !has_i) return 0;
+    regex_t fre, ire;
+    int rc;
+    if (has_f && (rc = regcomp(&fre, focus, REG_EXTENDED | REG_NOSUB))) {
+        char m[128];
+        regerror(rc, &fre, m, sizeof m);
+        return cp_err_set(err, CP_EPARSE, "bad focus regex '%.64s': %s", focus, m);
+    }
+    if (has_i && (rc = regcomp(&ire, ignore, REG_EXTENDED | REG_NOSUB))) {
+        char m[128];
+        regerror(rc, &ire, m, sizeof m);
+        if (has_f) regfree(&fre);
+        return cp_err_set(err, CP_EPARSE, "bad ignore regex '%.64s': %s", ignore, m);
+    }
+    names nm = {0};
+    frames fr = {0};
+    uint8_t *nmatch = NULL, *lmatch = NULL; /* bit 1 focus, bit 2 ignore */
+    rc = frames_build(p, &nm, &fr);
+    if (rc) goto out;
+    nmatch = calloc((size_t)nm.s.n + 1, 1);
+    lmatch = calloc((size_t)p->locations.n + 1, 1);
+    if (!nmatch || !lmatch) {
+        rc = CP_ENOMEM;
+        goto out;
+    }
+    for (uint32_t i = 0; i < nm.s.n; i++) {
+        if (has_f && regexec(&fre, nm.s.v[i], 0, NULL, 0) == 0) nmatch[i] |= 1;
+        if (has_i && regexec(&ire, nm.s.v[i], 0, NULL, 0) == 0) nmatch[i] |= 2;
+    }
+    for (uint32_t l = 0; l < p->locations.n; l++)
+        for (uint32_t q = fr.off.v[l]; q < fr.off.v[l + 1]; q++) lmatch[l + 1] |= nmatch[fr.ids.v[q]];
+    uint32_t nt = p->sample_types.n, w = 0;
+    for (uint32_t s = 0; s < p->samples.n; s++) {
+        const cp_sample *sm = &p->samples.v[s];
+        uint8_t m = 0;
+        for (uint32_t k = 0; k < sm->nlocs; k++) {
+            uint32_t lid = p->stack.v[sm->loc_off + k];
+            if (lid <= p->locations.n) m |= lmatch[lid];
+        }
+        if ((m & 2) || (has_f && !(m & 1))) continue;
+        if (w != s) {
+            p->samples.v[w] = *sm;
+            memmove(p->values.v + (size_t)w * nt, p->values.v + (size_t)s * nt,
+                    nt * sizeof *p->values.v);
+        }
+        w++;
+    }
+    p->samples.n = w;
+    p->values.n = w * nt;
+out:
+    if (has_f) regfree(&fre);
+    if (has_i) regfree(&ire);
+    free(nmatch);
+    free(lmatch);
+    frames_close(&fr);
+    names_close(&nm);
+    return rc ? cp_err_set(err, rc, "out of memory while filtering") : 0;
+}
+
+/* ---- top ---------------------------------------------------------------------------- */
+
+typedef struct toprow {
+    uint32_t name;
     int64_t flat, cum;
-} row;
+} toprow;
 
-static int row_cmp(const void *a, const void *b)
+static int cmp_top(const void *a, const void *b, void *arg)
 {
-    const row *x = a, *y = b;
-    int64_t fx = x->flat < 0 ? -x->flat : x->flat, fy = y->flat < 0 ? -y->flat : y->flat;
-    if (fx != fy) return fx > fy ? -1 : 1;
-    int64_t cx = x->cum < 0 ? -x->cum : x->cum, cy = y->cum < 0 ? -y->cum : y->cum;
-    if (cx != cy) return cx > cy ? -1 : 1;
-    return x->fn < y->fn ? -1 : x->fn > y->fn;
+    const toprow *x = a, *y = b;
+    const names *nm = arg;
+    if (x->flat != y->flat) return x->flat > y->flat ? -1 : 1;
+    if (x->cum != y->cum) return x->cum > y->cum ? -1 : 1;
+    return strcmp(nm->s.v[x->name], nm->s.v[y->name]);
 }
 
-/* Name of a location's innermost function, or its address. */
-static const char *frame_name(const cp_profile *p, const cp_location *l, uint32_t line, char *tmp, size_t n)
+int cp_render_top(const cp_profile *p, int vi, uint32_t max_rows, cp_buf *out)
 {
-    if (line < l->nlines) {
-        const cp_function *f = &p->functions.v[p->lines.v[l->line_off + line].function_id - 1];
-        const char *s = cp_profile_str(p, f->name);
-        if (*s) return s;
-        s = cp_profile_str(p, f->system_name);
-        if (*s) return s;
-    }
-    snprintf(tmp, n, "0x%" PRIx64, l->address);
-    return tmp;
-}
-
-int cp_render_top(const cp_profile *p, int index, uint32_t max_rows, cp_buf *out)
-{
-    uint32_t nv = p->sample_types.n, nf = p->functions.n;
-    if (index < 0 || (uint32_t)index >= nv) return CP_EINVAL;
-    row *rows = calloc((size_t)nf + 1, sizeof *rows);
-    uint32_t *seen = calloc((size_t)nf + 1, sizeof *seen);
+    names nm = {0};
+    frames fr = {0};
+    toprow *rows = NULL;
+    uint32_t *seen = NULL;
+    CP_VEC(uint32_t) path = {0};
+    int rc = frames_build(p, &nm, &fr);
+    if (rc) goto out;
+    rows = calloc((size_t)nm.s.n + 1, sizeof *rows);
+    seen = calloc((size_t)nm.s.n + 1, sizeof *seen);
     if (!rows || !seen) {
-        free(rows);
-        free(seen);
-        return CP_ENOMEM;
+        rc = CP_ENOMEM;
+        goto out;
     }
+    for (uint32_t i = 0; i < nm.s.n; i++) rows[i].name = i;
+    uint32_t nt = p->sample_types.n;
     int64_t total = 0;
-    for (uint32_t i = 0; i < p->samples.n; i++) {
-        const cp_sample *s = &p->samples.v[i];
-        int64_t v = p->values.v[(size_t)i * nv + (uint32_t)index];
+    for (uint32_t s = 0; nt && s < p->samples.n; s++) {
+        const cp_sample *sm = &p->samples.v[s];
+        int64_t v = p->values.v[(size_t)s * nt + (uint32_t)vi];
         if (!v) continue;
         total += v;
-        for (uint32_t k = 0; k < s->nlocs; k++) {
-            const cp_location *l = &p->locations.v[p->stack.v[s->loc_off + k] - 1];
-            for (uint32_t j = 0; j < l->nlines; j++) {
-                uint32_t f = p->lines.v[l->line_off + j].function_id;
-                if (k == 0 && j == 0) rows[f].flat += v;
-                if (seen[f] != i + 1) { /* count each function once per sample */
-                    seen[f] = i + 1;
-                    rows[f].cum += v;
+        int leaf = 1;
+        for (uint32_t k = 0; k < sm->nlocs; k++) {
+            uint32_t lid = p->stack.v[sm->loc_off + k];
+            if (lid == 0 || lid > p->locations.n) continue;
+            for (uint32_t q = fr.off.v[lid - 1]; q < fr.off.v[lid]; q++) {
+                uint32_t id = fr.ids.v[q];
+                if (leaf) rows[id].flat += v;
+                leaf = 0;
+                if (seen[id] != s + 1) {
+                    seen[id] = s + 1;
+                    rows[id].cum += v;
                 }
             }
         }
     }
-    uint32_t n = 0;
-    for (uint32_t f = 1; f <= nf; f++)
-        if (rows[f].flat || rows[f].cum) rows[n++] = (row){f, rows[f].flat, rows[f].cum};
-    qsort(rows, n, sizeof *rows, row_cmp);
-    const char *type = cp_profile_str(p, p->sample_types.v[index].type);
-    const char *unit = cp_profile_str(p, p->sample_types.v[index].unit);
-    char tb[32], fb[32], cb[32];
-    cp_render_value(total, unit, tb, sizeof tb);
-    int rc = cp_buf_printf(out, "Type: %s\nShowing nodes accounting for %s, 100%% of %s total\n", type, tb, tb);
-    rc |= cp_buf_printf(out, "%10s %6s %6s %10s %6s\n", "flat", "flat%", "sum%", "cum", "cum%");
-    double d = total ? (double)total : 1.0, sum = 0;
-    for (uint32_t i = 0; i < n && (!max_rows || i < max_rows) && !rc; i++) {
-        const cp_function *f = &p->functions.v[rows[i].fn - 1];
-        const char *name = cp_profile_str(p, f->name);
-        sum += (double)rows[i].flat;
-        cp_render_value(rows[i].flat, unit, fb, sizeof fb);
-        cp_render_value(rows[i].cum, unit, cb, sizeof cb);
-        rc = cp_buf_printf(out, "%10s %5.2f%% %5.2f%% %10s %5.2f%%  %s\n", fb, 100.0 * (double)rows[i].flat / d,
-                           100.0 * sum / d, cb, 100.0 * (double)rows[i].cum / d, *name ? name : "?");
+    uint32_t nrows = 0;
+    for (uint32_t i = 0; i < nm.s.n; i++)
+        if (rows[i].flat || rows[i].cum) rows[nrows++] = rows[i];
+    qsort_r(rows, nrows, sizeof *rows, cmp_top, &nm);
+    const char *unit = nt ? cp_profile_str(p, p->sample_types.v[vi].unit) : "";
+    uint32_t shown = max_rows && max_rows < nrows ? max_rows : nrows;
+    int64_t shown_flat = 0;
+    for (uint32_t i = 0; i < shown; i++) shown_flat += rows[i].flat;
+    char a[32], b[32], c[32];
+    cp_render_value(shown_flat, unit, a, sizeof a);
+    cp_render_value(total, unit, b, sizeof b);
+    double pct = total ? 100.0 * (double)shown_flat / (double)total : 0;
+    rc = cp_buf_printf(out, "Type: %s\nShowing nodes accounting for %s, %.2f%% of %s total\n",
+                       nt ? cp_profile_str(p, p->sample_types.v[vi].type) : "(empty)", a, pct,
+                       b);
+    if (!rc && shown < nrows)
+        rc = cp_buf_printf(out, "Showing top %u nodes out of %u\n", shown, nrows);
+    if (!rc) rc = cp_buf_printf(out, "%10s %6s %6s %10s %6s\n", "flat", "flat%", "sum%", "cum",
+                                "cum%");
+    int64_t sum = 0;
+    for (uint32_t i = 0; !rc && i < shown; i++) {
+        sum += rows[i].flat;
+        cp_render_value(rows[i].flat, unit, a, sizeof a);
+        cp_render_value(rows[i].cum, unit, c, sizeof c);
+        double t = total ? (double)total : 1;
+        rc = cp_buf_printf(out, "%10s %5.2f%% %5.2f%% %10s %5.2f%%  %s\n", a,
+                           100.0 * (double)rows[i].flat / t, 100.0 * (double)sum / t, c,
+                           100.0 * (double)rows[i].cum / t, nm.s.v[rows[i].name]);
     }
+out:
+    free(path.v);
     free(rows);
     free(seen);
-    return rc ? CP_ENOMEM : 0;
+    frames_close(&fr);
+    names_close(&nm);
+    return rc;
 }
 
-typedef struct folded_row {
-    size_t off, len; /* stack text in the scratch buffer */
-    int64_t v;
-} folded_row;
+/* ---- folded ------------------------------------------------------------------------- */
 
-/* Compares two stacks by text; ctx is the scratch buffer (qsort_r: renderers run on
- * several threads at once, so no global). */
-static int folded_cmp(const void *a, const void *b, void *ctx)
+static int append_frame_name(cp_buf *b, const char *s)
 {
-    const folded_row *x = a, *y = b;
-    const char *text = ctx;
-    size_t n = x->len < y->len ? x->len : y->len;
-    int c = memcmp(text + x->off, text + y->off, n);
-    return c ? c : (x->len > y->len) - (x->len < y->len);
-}
-
-/* Appends the root-first frame names of sample i to b, ';'-separated. */
-static int folded_stack(const cp_profile *p, const cp_sample *s, cp_buf *b)
-{
-    char tmp[32];
-    int first = 1;
-    /* root first: the last location, and within a location the caller (last line) first */
-    for (uint32_t k = s->nlocs; k-- > 0;) {
-        const cp_location *l = &p->locations.v[p->stack.v[s->loc_off + k] - 1];
-        uint32_t nl = l->nlines ? l->nlines : 1;
-        for (uint32_t j = nl; j-- > 0;) {
-            const char *name = frame_name(p, l, j, tmp, sizeof tmp);
-            if (!first && cp_buf_append(b, ";", 1)) return CP_ENOMEM;
-            first = 0;
-            /* ';' separates frames and a newline ends the stack: keep them out of names */
-            for (const char *c = name; *c; c++) {
-                char ch = *c == ';' ? ':' : *c == '\n' ? ' ' : *c;
-                if (cp_buf_append(b, &ch, 1)) return CP_ENOMEM;
-            }
-        }
+    size_t n = strlen(s);
+    if (cp_buf_reserve(b, n)) return CP_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (ch == ';' || ch == '\n' || ch == '\r') ch = '_';
+        b->data[b->len++] = (uint8_t)ch;
     }
     return 0;
 }
 
-int cp_render_folded(const cp_profile *p, int index, cp_buf *out)
+int cp_render_folded(const cp_profile *p, int vi, cp_buf *out)
 {
-    uint32_t nv = p->sample_types.n;
-    if (index < 0 || (uint32_t)index >= nv) return CP_EINVAL;
-    /* Samples that differ only in addresses or line numbers fold to the same names: sum
-     * them, so each stack is one line. */
-    cp_buf text = {0};
-    folded_row *rows = malloc(((size_t)p->samples.n + 1) * sizeof *rows);
-    uint32_t n = 0;
-    int rc = rows ? 0 : CP_ENOMEM;
-    for (uint32_t i = 0; i < p->samples.n && !rc; i++) {
-        int64_t v = p->values.v[(size_t)i * nv + (uint32_t)index];
-        if (!v) continue;
-        size_t off = text.len;
-        rc = folded_stack(p, &p->samples.v[i], &text);
-        rows[n++] = (folded_row){off, text.len - off, v};
+    names nm = {0};
+    frames fr = {0};
+    tree t = {0};
+    kids k = {0};
+    uint32_t *stack = NULL, *pos = NULL;
+    int rc = frames_build(p, &nm, &fr);
+    if (!rc) rc = tree_init(&t);
+    if (!rc && p->sample_types.n) rc = tree_add(&t, p, vi, &fr, 0);
+    if (!rc) rc = kids_build(&t, &nm, NULL, &k);
+    if (rc) goto out;
+    /* Depth-first, in name order; each node with self != 0 prints its path. */
+    stack = malloc(((size_t)t.n.n + 1) * sizeof *stack);
+    pos = malloc(((size_t)t.n.n + 1) * sizeof *pos);
+    if (!stack || !pos) {
+        rc = CP_ENOMEM;
+        goto out;
     }
-    if (!rc) {
-        qsort_r(rows, n, sizeof *rows, folded_cmp, text.data);
-        for (uint32_t i = 0; i < n && !rc; i++) {
-            int64_t v = rows[i].v;
-            while (i + 1 < n && folded_cmp(&rows[i], &rows[i + 1], text.data) == 0) v += rows[++i].v;
-            if (v == 0) continue;
-            rc = cp_buf_append(out, text.data + rows[i].off, rows[i].len) ||
-                 cp_buf_printf(out, " %" PRId64 "\n", v) ? CP_ENOMEM : 0;
+    uint32_t sp = 0;
+    stack[0] = 0;
+    pos[0] = k.off[0];
+    sp = 1;
+    while (sp) {
+        uint32_t node = stack[sp - 1];
+        if (pos[sp - 1] == k.off[node]) {
+            const tnode *tn = &t.n.v[node];
+            if (node && tn->self[0]) {
+                for (uint32_t d = 1; d < sp && !rc; d++) {
+                    if (d > 1) rc = cp_buf_append(out, ";", 1);
+                    if (!rc) rc = append_frame_name(out, nm.s.v[t.n.v[stack[d]].name]);
+                }
+                if (!rc) rc = cp_buf_printf(out, " %" PRId64 "\n", tn->self[0]);
+                if (rc) goto out;
+            }
+        }
+        if (pos[sp - 1] < k.off[node + 1]) {
+            uint32_t child = k.ids[pos[sp - 1]++];
+            stack[sp] = child;
+            pos[sp] = k.off[child];
+            sp++;
+        } else {
+            sp--;
         }
     }
-    free(rows);
-    cp_buf_close(&text);
+out:
+    free(stack);
+    free(pos);
+    kids_close(&k);
+    tree_close(&t);
+    frames_close(&fr);
+    names_close(&nm);
+    return rc;
+}
+
+/* ---- JSON tree ---------------------------------------------------------------------- */
+
+static int cmp_rank(const void *a, const void *b, void *arg)
+{
+    const tree *t = arg;
+    const tnode *x = &t->n.v[*(const uint32_t *)a], *y = &t->n.v[*(const uint32_t *)b];
+    int64_t vx = llabs(x->total[0]) > llabs(x->total[1]) ? llabs(x->total[0]) : llabs(x->total[1]);
+    int64_t vy = llabs(y->total[0]) > llabs(y->total[1]) ? llabs(y->total[0]) : llabs(y->total[1]);
+    if (vx != vy) return vx > vy ? -1 : 1;
+    if (x->depth != y->depth) return x->depth < y->depth ? -1 : 1;
+    return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
+}
+
+int cp_render_tree_json(const cp_profile *p, int vi, const cp_profile *base, int base_vi,
+                        uint32_t max_nodes, const char *extra_json, cp_buf *out)
+{
+    names nm = {0};
+    frames fr = {0}, fb = {0};
+    tree t = {0};
+    kids k = {0};
+    uint32_t *order = NULL, *stack = NULL, *pos = NULL;
+    uint8_t *keep = NULL;
+    int rc = frames_build(p, &nm, &fr);
+    if (!rc && base) rc = frames_build(base, &nm, &fb);
+    if (!rc) rc = tree_init(&t);
+    if (!rc && p->sample_types.n) rc = tree_add(&t, p, vi, &fr, 0);
+    if (!rc && base && base->sample_types.n) rc = tree_add(&t, base, base_vi, &fb, 1);
+    if (rc) goto out;
+    uint32_t n = t.n.n, kept = n;
+    keep = malloc(n);
+    if (!keep) {
+        rc = CP_ENOMEM;
+        goto out;
+    }
+    memset(keep, 1, n);
+    if (max_nodes && n - 1 > max_nodes) {
+        /* Keep the root plus the max_nodes heaviest nodes whose parents are kept. */
+        order = malloc((size_t)n * sizeof *order);
+        if (!order) {
+            rc = CP_ENOMEM;
+            goto out;
+        }
+        for (uint32_t i = 0; i < n; i++) order[i] = i;
+        qsort_r(order, n, sizeof *order, cmp_rank, &t);
+        memset(keep, 0, n);
+        keep[0] = 1;
+        kept = 1;
+        for (uint32_t i = 0; i < n && kept <= max_nodes; i++) {
+            uint32_t id = order[i];
+            if (id == 0 || !keep[t.n.v[id].parent]) continue;
+            keep[id] = 1;
+            kept++;
+        }
+        /* Fold each pruned subtree's total into its kept parent's self. */
+        for (uint32_t i = 1; i < n; i++) {
+            if (keep[i] || !keep[t.n.v[i].parent]) continue;
+            tnode *par = &t.n.v[t.n.v[i].parent];
+            par->self[0] += t.n.v[i].total[0];
+            par->self[1] += t.n.v[i].total[1];
+        }
+    }
+    if ((rc = kids_build(&t, &nm, keep, &k))) goto out;
+    const cp_profile *tp = p->sample_types.n ? p : base;
+    int tvi = p->sample_types.n ? vi : base_vi;
+    rc = cp_buf_printf(out, "{%s\"sample_type\":{\"type\":\"", extra_json ? extra_json : "");
+    if (!rc && tp && tp->sample_types.n) {
+        const char *ty = cp_profile_str(tp, tp->sample_types.v[tvi].type);
+        const char *un = cp_profile_str(tp, tp->sample_types.v[tvi].unit);
+        rc = cp_json_escape(out, ty, strlen(ty));
+        if (!rc) rc = cp_buf_printf(out, "\",\"unit\":\"");
+        if (!rc) rc = cp_json_escape(out, un, strlen(un));
+    } else if (!rc) {
+        rc = cp_buf_printf(out, "\",\"unit\":\"");
+    }
+    if (!rc) {
+        rc = cp_buf_printf(out, "\"},\"total\":%" PRId64 ",", t.n.v[0].total[0]);
+        if (!rc && base) rc = cp_buf_printf(out, "\"base_total\":%" PRId64 ",", t.n.v[0].total[1]);
+        if (!rc)
+            rc = cp_buf_printf(out, "\"nodes\":%u,\"total_nodes\":%u,\"root\":", kept - 1, n - 1);
+    }
+    if (rc) goto out;
+    stack = malloc(((size_t)n + 1) * sizeof *stack);
+    pos = malloc(((size_t)n + 1) * sizeof *pos);
+    if (!stack || !pos) {
+        rc = CP_ENOMEM;
+        goto out;
+    }
+    uint32_t sp = 1;
+    stack[0] = 0;
+    pos[0] = k.off[0];
+    int opened = 0; /* whether stack top's object has been opened */
+    while (sp && !rc) {
+        uint32_t node = stack[sp - 1];
+        const tnode *tn = &t.n.v[node];
+        if (!opened) {
+            const char *name = node ? nm.s.v[tn->name] : "total";
+            rc = cp_buf_append(out, "{\"name\":\"", 9);
+            if (!rc) rc = cp_json_escape(out, name, strlen(name));
+            if (!rc)
+                rc = cp_buf_printf(out, "\",\"self\":%" PRId64 ",\"total\":%" PRId64, tn->self[0],
+                                   tn->total[0]);
+            if (!rc && base)
+                rc = cp_buf_printf(out, ",\"base_self\":%" PRId64 ",\"base_total\":%" PRId64,
+                                   tn->self[1], tn->total[1]);
+            if (!rc && k.off[node + 1] > k.off[node]) rc = cp_buf_append(out, ",\"children\":[", 13);
+            opened = 1;
+        }
+        if (rc) break;
+        if (pos[sp - 1] < k.off[node + 1]) {
+            if (pos[sp - 1] > k.off[node]) rc = cp_buf_append(out, ",", 1);
+            uint32_t child = k.ids[pos[sp - 1]++];
+            stack[sp] = child;
+            pos[sp] = k.off[child];
+            sp++;
+            opened = 0;
+        } else {
+            rc = k.off[node + 1] > k.off[node] ? cp_buf_append(out, "]}", 2)
+                                               : cp_buf_append(out, "}", 1);
+            sp--;
+        }
+    }
+    if (!rc) rc = cp_buf_append(out, "}", 1);
+out:
+    free(order);
+    free(stack);
+    free(pos);
+    free(keep);
+    kids_close(&k);
+    tree_close(&t);
+    frames_close(&fr);
+    frames_close(&fb);
+    names_close(&nm);
     return rc;
 }

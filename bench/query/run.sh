@@ -1,0 +1,15 @@
+#!/bin/sh
+# Query benchmarks: prints rows "name | value | floor | ok".
+# usage: bench/query/run.sh [BUILD_DIR] [bench_query options]
+#   --windows N      windows in the store (default 60480 = 7 days of 10 s)
+#   --go-windows N   windows merged by `go tool pprof -proto` to extrapolate from (default 360)
+#   --wrk-seconds S  wrk duration (default 30; 0 skips)
+#   --dir DIR        work directory (default /tmp/contprof-bench-query; the store is reused)
+# Needs golang-go and wrk. The store takes a few minutes to build the first time.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+build=${1:-$here/../../build}
+[ $# -gt 0 ] && shift
+make -C "$build" bench_query >/dev/null
+printf '%-44s | %13s | %12s | %s\n' name value floor ok
+exec "$build/bench/query/bench_query" "$@"

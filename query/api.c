@@ -1,0 +1,858 @@
+/* The query API: each endpoint parses and checks its parameters (every mistake is a 4xx
+ * naming it), asks the store for the tenant's data, and renders the answer. Endpoints that
+ * touch the store run on the threadpool; health, metrics and brokers on the loop. */
+#include "api.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "envelope.h"
+#include "log.h"
+#include "merge.h"
+#include "params.h"
+#include "pprof.h"
+#include "render.h"
+#include "selector.h"
+
+/* Upper bounds (seconds) of the query latency histogram. */
+static const double g_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                   0.25,  0.5,    1,     2.5,  5,    10,   30};
+#define NBUCKETS (sizeof g_buckets / sizeof g_buckets[0])
+
+enum { EP_PROFILE, EP_DIFF, EP_TIMELINE, EP_SERIES, EP_LABELS, EP_VALUES, EP_OTHER, EP_COUNT };
+static const char *const g_ep_names[EP_COUNT] = {"profile", "diff",   "timeline", "series",
+                                                 "labels",  "values", "other"};
+
+struct cp_api {
+    cp_api_options o;
+    char *brokers;
+    cp_api_token *tokens;
+    size_t ntokens;
+    /* Metrics, touched only on the loop thread (observe and /metrics). */
+    uint64_t hist[EP_COUNT][NBUCKETS + 1];
+    double hist_sum[EP_COUNT];
+    uint64_t hist_count[EP_COUNT];
+    uint64_t by_class[6]; /* 1xx..5xx */
+    int64_t started_ns;
+};
+
+void cp_api_options_default(cp_api_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->max_range_ns = 400LL * 86400 * 1000000000LL;
+    o->max_nodes_default = 20000;
+    o->max_nodes_limit = 200000;
+    o->max_steps = 11000;
+    o->brokers = "";
+}
+
+cp_api *cp_api_create(const cp_api_options *o)
+{
+    cp_api *a = calloc(1, sizeof *a);
+    if (!a) return NULL;
+    a->o = *o;
+    a->brokers = strdup(o->brokers ? o->brokers : "");
+    if (!a->brokers) goto fail;
+    if (o->ntokens) {
+        a->tokens = calloc(o->ntokens, sizeof *a->tokens);
+        if (!a->tokens) goto fail;
+        for (size_t i = 0; i < o->ntokens; i++) {
+            a->tokens[i].token = strdup(o->tokens[i].token);
+            a->tokens[i].tenant = strdup(o->tokens[i].tenant);
+            a->ntokens = i + 1;
+            if (!a->tokens[i].token || !a->tokens[i].tenant) goto fail;
+        }
+    }
+    a->o.tokens = NULL;
+    a->o.brokers = NULL;
+    a->started_ns = cp_now_ns();
+    return a;
+fail:
+    cp_api_destroy(a);
+    return NULL;
+}
+
+void cp_api_destroy(cp_api *a)
+{
+    if (!a) return;
+    for (size_t i = 0; i < a->ntokens; i++) {
+        free((char *)a->tokens[i].token);
+        free((char *)a->tokens[i].tenant);
+    }
+    free(a->tokens);
+    free(a->brokers);
+    free(a);
+}
+
+int cp_api_set_brokers(cp_api *a, const char *brokers)
+{
+    char *d = strdup(brokers ? brokers : "");
+    if (!d) return CP_ENOMEM;
+    free(a->brokers);
+    a->brokers = d;
+    return 0;
+}
+
+/* ---- routing ------------------------------------------------------------------------ */
+
+static int ep_of(const char *path)
+{
+    if (strcmp(path, "/api/v1/profile") == 0) return EP_PROFILE;
+    if (strcmp(path, "/api/v1/diff") == 0) return EP_DIFF;
+    if (strcmp(path, "/api/v1/timeline") == 0) return EP_TIMELINE;
+    if (strcmp(path, "/api/v1/series") == 0) return EP_SERIES;
+    if (strcmp(path, "/api/v1/labels") == 0) return EP_LABELS;
+    if (strncmp(path, "/api/v1/labels/", 15) == 0) return EP_VALUES;
+    return EP_OTHER;
+}
+
+int cp_api_is_light(void *api, const cp_http_request *req)
+{
+    (void)api;
+    return ep_of(req->path) == EP_OTHER || strcmp(req->method, "GET") != 0;
+}
+
+void cp_api_observe(void *api, const cp_http_request *req, int status, int heavy,
+                    double seconds)
+{
+    cp_api *a = api;
+    int cls = status / 100;
+    if (cls >= 1 && cls <= 5) a->by_class[cls]++;
+    if (!heavy) return;
+    int ep = ep_of(req->path);
+    size_t b = 0;
+    while (b < NBUCKETS && seconds > g_buckets[b]) b++;
+    a->hist[ep][b]++;
+    a->hist_sum[ep] += seconds;
+    a->hist_count[ep]++;
+}
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+static void set_type(cp_http_response *r, const char *t)
+{
+    snprintf(r->content_type, sizeof r->content_type, "%s", t);
+}
+
+static void oom(cp_http_response *r)
+{
+    cp_buf_close(&r->body);
+    cp_http_error(r, 503, "out of memory while answering");
+}
+
+/* Constant-time comparison of a presented token with a configured one. */
+static int token_eq(const char *a, size_t alen, const char *b)
+{
+    size_t blen = strlen(b);
+    unsigned char d = (unsigned char)(alen != blen);
+    for (size_t i = 0; i < blen; i++) d |= (unsigned char)(b[i] ^ (i < alen ? a[i] : 0));
+    return d == 0;
+}
+
+/* Resolves the tenant; on failure sets a 401 and returns NULL. */
+static const char *authenticate(cp_api *a, const cp_http_request *req, cp_http_response *r)
+{
+    if (a->ntokens == 0) return CP_DEFAULT_TENANT;
+    const char *h = req->authorization;
+    if (!h) {
+        cp_http_error(r, 401, "missing Authorization: Bearer token");
+        snprintf(r->extra_headers, sizeof r->extra_headers,
+                 "WWW-Authenticate: Bearer realm=\"contprof\"\r\n");
+        return NULL;
+    }
+    while (*h == ' ') h++;
+    if (strncasecmp(h, "Bearer ", 7) != 0) {
+        cp_http_error(r, 401, "Authorization header is not a Bearer token");
+        snprintf(r->extra_headers, sizeof r->extra_headers,
+                 "WWW-Authenticate: Bearer realm=\"contprof\"\r\n");
+        return NULL;
+    }
+    h += 7;
+    while (*h == ' ') h++;
+    size_t n = strlen(h);
+    while (n && (h[n - 1] == ' ' || h[n - 1] == '\t')) n--;
+    const char *tenant = NULL;
+    for (size_t i = 0; i < a->ntokens; i++)
+        if (token_eq(h, n, a->tokens[i].token) && !tenant) tenant = a->tokens[i].tenant;
+    if (!tenant) {
+        cp_http_error(r, 401, "invalid token");
+        snprintf(r->extra_headers, sizeof r->extra_headers,
+                 "WWW-Authenticate: Bearer realm=\"contprof\", error=\"invalid_token\"\r\n");
+    }
+    return tenant;
+}
+
+/* The common parameters of profile-like endpoints. */
+typedef struct qargs {
+    cp_kind kind;
+    cp_selector sel;
+    int64_t from, to;
+} qargs;
+
+static int parse_kind(const char *s, cp_kind *out, const char *pname, cp_http_response *r)
+{
+    if (!s || !*s) s = "cpu";
+    int k = cp_kind_parse(s);
+    if (!k) {
+        cp_http_error(r, 400, "unknown %s '%.64s' (expected cpu, alloc or inuse)", pname, s);
+        return -1;
+    }
+    *out = (cp_kind)k;
+    return 0;
+}
+
+static int parse_selector(const char *s, cp_selector *out, const char *pname,
+                          cp_http_response *r)
+{
+    cp_err err = {0};
+    if (cp_selector_parse(s ? s : "", out, &err)) {
+        cp_http_error(r, 400, "bad %s: %s", pname, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Parses from/to (names given) with defaults now-1h / now and checks the range. */
+static int parse_range(cp_api *a, const char *fs, const char *ts, const char *fname,
+                       const char *tname, int64_t now, int64_t *from, int64_t *to,
+                       cp_http_response *r)
+{
+    cp_err err = {0};
+    if (!fs || !*fs) *from = now - 3600LL * 1000000000LL;
+    else if (cp_parse_time(fs, now, from, &err)) {
+        cp_http_error(r, 400, "bad %s: %s", fname, err.msg);
+        return -1;
+    }
+    if (!ts || !*ts) *to = now;
+    else if (cp_parse_time(ts, now, to, &err)) {
+        cp_http_error(r, 400, "bad %s: %s", tname, err.msg);
+        return -1;
+    }
+    if (*from > *to) {
+        char f[40], t[40];
+        cp_format_time(*from, f, sizeof f);
+        cp_format_time(*to, t, sizeof t);
+        cp_http_error(r, 400, "%s (%s) is after %s (%s)", fname, f, tname, t);
+        return -1;
+    }
+    if (a->o.max_range_ns && *to - *from > a->o.max_range_ns) {
+        cp_http_error(r, 400, "window %s..%s of %.0f s exceeds the longest allowed window of %.0f s",
+                      fname, tname, (double)(*to - *from) / 1e9, (double)a->o.max_range_ns / 1e9);
+        return -1;
+    }
+    return 0;
+}
+
+/* Maps a store failure to a response. */
+static void store_error(const cp_http_request *req, int rc, const cp_err *err,
+                        cp_http_response *r)
+{
+    const char *msg = err->msg[0] ? err->msg : cp_strerror(rc);
+    if (rc == CP_ELIMIT) {
+        if (req->deadline_ns && cp_mono_ns() >= req->deadline_ns)
+            cp_http_error(r, 503, "query exceeded its time limit: %s", msg);
+        else
+            cp_http_error(r, 400, "query exceeds a limit: %s", msg);
+    } else if (rc == CP_EINVAL || rc == CP_EPARSE) {
+        cp_http_error(r, 400, "%s", msg);
+    } else if (rc == CP_ENOMEM) {
+        cp_http_error(r, 503, "out of memory: %s", msg);
+    } else {
+        cp_log_error("query %s: %s", req->path, msg);
+        cp_http_error(r, 500, "%s", msg);
+    }
+}
+
+static void limits_of(cp_api *a, const cp_http_request *req, cp_query_limits *lim)
+{
+    lim->max_range_ns = a->o.max_range_ns;
+    lim->max_blocks = a->o.max_blocks;
+    lim->deadline_ns = req->deadline_ns;
+}
+
+static int parse_max_nodes(cp_api *a, const char *s, uint32_t def, uint32_t *out,
+                           cp_http_response *r)
+{
+    if (!s || !*s) {
+        *out = def;
+        return 0;
+    }
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end || s[0] == '-' || v > a->o.max_nodes_limit) {
+        cp_http_error(r, 400, "bad max_nodes '%.32s' (expected 0..%u; 0 = no pruning up to the limit)",
+                      s, a->o.max_nodes_limit);
+        return -1;
+    }
+    *out = v ? (uint32_t)v : a->o.max_nodes_limit;
+    return 0;
+}
+
+static int json_str(cp_buf *b, const char *s)
+{
+    if (cp_buf_append(b, "\"", 1) || cp_json_escape(b, s, strlen(s)) || cp_buf_append(b, "\"", 1))
+        return CP_ENOMEM;
+    return 0;
+}
+
+/* ---- /api/v1/profile ---------------------------------------------------------------- */
+
+static const char *const g_profile_params[] = {"type",   "select", "from",      "to",
+                                               "format", "focus",  "ignore",    "max_nodes",
+                                               "sample_type", NULL};
+
+/* Renders p in format; the profile may be filtered in place. */
+static void render_profile(cp_api *a, const cp_params *pa, cp_profile *p, const char *kind,
+                           int64_t from, int64_t to, const char *format, cp_http_response *r)
+{
+    cp_err err = {0};
+    if (cp_render_filter(p, cp_params_get(pa, "focus"), cp_params_get(pa, "ignore"), &err)) {
+        cp_http_error(r, 400, "%s", err.msg);
+        return;
+    }
+    int vi = 0;
+    if (strcmp(format, "pprof") != 0 &&
+        cp_render_value_index(p, cp_params_get(pa, "sample_type"), &vi, &err)) {
+        cp_http_error(r, 400, "%s", err.msg);
+        return;
+    }
+    int rc;
+    if (strcmp(format, "pprof") == 0) {
+        rc = cp_pprof_encode(p, 6, &r->body);
+        set_type(r, "application/octet-stream");
+        snprintf(r->extra_headers, sizeof r->extra_headers,
+                 "Content-Disposition: attachment; filename=\"%s.pb.gz\"\r\n", kind);
+    } else if (strcmp(format, "folded") == 0) {
+        rc = cp_render_folded(p, vi, &r->body);
+        set_type(r, "text/plain; charset=utf-8");
+    } else if (strcmp(format, "top") == 0) {
+        uint32_t rows;
+        if (parse_max_nodes(a, cp_params_get(pa, "max_nodes"), 0, &rows, r)) return;
+        rc = cp_render_top(p, vi, rows, &r->body);
+        set_type(r, "text/plain; charset=utf-8");
+    } else {
+        uint32_t mn;
+        if (parse_max_nodes(a, cp_params_get(pa, "max_nodes"), a->o.max_nodes_default, &mn, r))
+            return;
+        char f[40], t[40], extra[256];
+        cp_format_time(from, f, sizeof f);
+        cp_format_time(to, t, sizeof t);
+        snprintf(extra, sizeof extra,
+                 "\"type\":\"%s\",\"from\":\"%s\",\"to\":\"%s\",\"duration_ns\":%" PRId64
+                 ",\"period\":%" PRId64 ",",
+                 kind, f, t, to - from, p->period);
+        rc = cp_render_tree_json(p, vi, NULL, 0, mn, extra, &r->body);
+        set_type(r, "application/json");
+    }
+    if (rc) oom(r);
+}
+
+static int parse_format(const char *s, const char *const *allowed, const char **out,
+                        cp_http_response *r)
+{
+    if (!s || !*s) {
+        *out = allowed[0];
+        return 0;
+    }
+    for (const char *const *f = allowed; *f; f++)
+        if (strcmp(*f, s) == 0) {
+            *out = *f;
+            return 0;
+        }
+    char list[96] = "";
+    size_t l = 0;
+    for (const char *const *f = allowed; *f; f++)
+        l += (size_t)snprintf(list + l, sizeof list - l, "%s%s", l ? ", " : "", *f);
+    cp_http_error(r, 400, "unknown format '%.32s' (expected one of %s)", s, list);
+    return -1;
+}
+
+static void ep_profile(cp_api *a, const char *tenant, const cp_params *pa,
+                       const cp_http_request *req, cp_http_response *r)
+{
+    static const char *const formats[] = {"pprof", "json", "folded", "top", NULL};
+    cp_err err = {0};
+    if (cp_params_check(pa, g_profile_params, &err)) {
+        cp_http_error(r, 400, "%s", err.msg);
+        return;
+    }
+    qargs q = {0};
+    const char *format;
+    int64_t now = cp_now_ns();
+    if (parse_kind(cp_params_get(pa, "type"), &q.kind, "type", r) ||
+        parse_format(cp_params_get(pa, "format"), formats, &format, r) ||
+        parse_range(a, cp_params_get(pa, "from"), cp_params_get(pa, "to"), "from", "to", now,
+                    &q.from, &q.to, r) ||
+        parse_selector(cp_params_get(pa, "select"), &q.sel, "select", r))
+        return;
+    cp_query_limits lim;
+    limits_of(a, req, &lim);
+    cp_profile *p = NULL;
+    int rc = cp_store_query(a->o.store, tenant, q.kind, &q.sel, q.from, q.to, &lim, &p, &err);
+    cp_selector_close(&q.sel);
+    if (rc) {
+        store_error(req, rc, &err, r);
+        return;
+    }
+    render_profile(a, pa, p, cp_kind_name(q.kind), q.from, q.to, format, r);
+    cp_profile_destroy(p);
+}
+
+/* ---- /api/v1/diff ------------------------------------------------------------------- */
+
+static void ep_diff(cp_api *a, const char *tenant, const cp_params *pa,
+                    const cp_http_request *req, cp_http_response *r)
+{
+    static const char *const allowed[] = {"type", "select", "from", "to", "base_select",
+                                          "base_from", "base_to", "format", "focus", "ignore",
+                                          "max_nodes", "sample_type", NULL};
+    static const char *const formats[] = {"json", "pprof", NULL};
+    cp_err err = {0};
+    if (cp_params_check(pa, allowed, &err)) {
+        cp_http_error(r, 400, "%s", err.msg);
+        return;
+    }
+    cp_kind kind;
+    const char *format;
+    int64_t now = cp_now_ns(), from, to, bfrom, bto;
+    cp_selector sel = {0}, bsel = {0};
+    cp_profile *p = NULL, *b = NULL;
+    const char *bs = cp_params_get(pa, "base_select");
+    const char *bf = cp_params_get(pa, "base_from"), *bt = cp_params_get(pa, "base_to");
+    if (parse_kind(cp_params_get(pa, "type"), &kind, "type", r) ||
+        parse_format(cp_params_get(pa, "format"), formats, &format, r) ||
+        parse_range(a, cp_params_get(pa, "from"), cp_params_get(pa, "to"), "from", "to", now,
+                    &from, &to, r) ||
+        parse_range(a, bf ? bf : cp_params_get(pa, "from"), bt ? bt : cp_params_get(pa, "to"),
+                    "base_from", "base_to", now, &bfrom, &bto, r) ||
+        parse_selector(cp_params_get(pa, "select"), &sel, "select", r) ||
+        parse_selector(bs ? bs : cp_params_get(pa, "select"), &bsel, "base_select", r))
+        goto out;
+    cp_query_limits lim;
+    limits_of(a, req, &lim);
+    int rc = cp_store_query(a->o.store, tenant, kind, &sel, from, to, &lim, &p, &err);
+    if (!rc) rc = cp_store_query(a->o.store, tenant, kind, &bsel, bfrom, bto, &lim, &b, &err);
+    if (rc) {
+        store_error(req, rc, &err, r);
+        goto out;
+    }
+    const char *focus = cp_params_get(pa, "focus"), *ignore = cp_params_get(pa, "ignore");
+    if (cp_render_filter(p, focus, ignore, &err) || cp_render_filter(b, focus, ignore, &err)) {
+        cp_http_error(r, 400, "%s", err.msg);
+        goto out;
+    }
+    if (strcmp(format, "pprof") == 0) {
+        /* pprof's -base: the target merged with the base scaled by -1. */
+        cp_merger *m = cp_merger_create();
+        cp_profile *d = NULL;
+        if (!m) {
+            oom(r);
+            goto out;
+        }
+        rc = cp_merger_add(m, p, &err);
+        if (!rc) rc = cp_merger_add_scaled(m, b, -1, &err);
+        if (!rc) d = cp_merger_finish(m);
+        cp_merger_destroy(m);
+        if (rc) {
+            cp_http_error(r, 400, "cannot diff: %s", err.msg);
+            goto out;
+        }
+        if (!d) {
+            oom(r);
+            goto out;
+        }
+        d->time_nanos = from;
+        d->duration_nanos = to - from;
+        rc = cp_pprof_encode(d, 6, &r->body);
+        cp_profile_destroy(d);
+        if (rc) {
+            oom(r);
+            goto out;
+        }
+        set_type(r, "application/octet-stream");
+        snprintf(r->extra_headers, sizeof r->extra_headers,
+                 "Content-Disposition: attachment; filename=\"%s-diff.pb.gz\"\r\n",
+                 cp_kind_name(kind));
+        goto out;
+    }
+    int vi = 0, bvi = 0;
+    const char *st = cp_params_get(pa, "sample_type");
+    if (cp_render_value_index(p, st, &vi, &err) || cp_render_value_index(b, st, &bvi, &err)) {
+        cp_http_error(r, 400, "%s", err.msg);
+        goto out;
+    }
+    uint32_t mn;
+    if (parse_max_nodes(a, cp_params_get(pa, "max_nodes"), a->o.max_nodes_default, &mn, r))
+        goto out;
+    char f[40], t[40], f2[40], t2[40], extra[320];
+    cp_format_time(from, f, sizeof f);
+    cp_format_time(to, t, sizeof t);
+    cp_format_time(bfrom, f2, sizeof f2);
+    cp_format_time(bto, t2, sizeof t2);
+    snprintf(extra, sizeof extra,
+             "\"type\":\"%s\",\"from\":\"%s\",\"to\":\"%s\",\"base_from\":\"%s\",\"base_to\":"
+             "\"%s\",",
+             cp_kind_name(kind), f, t, f2, t2);
+    if (cp_render_tree_json(p, vi, b, bvi, mn, extra, &r->body)) oom(r);
+out:
+    cp_selector_close(&sel);
+    cp_selector_close(&bsel);
+    cp_profile_destroy(p);
+    cp_profile_destroy(b);
+}
+
+/* ---- /api/v1/timeline --------------------------------------------------------------- */
+
+static void kind_types(cp_kind k, uint32_t i, const char **type, const char **unit)
+{
+    static const char *const names[3][2][2] = {
+        {{"samples", "count"}, {"cpu", "nanoseconds"}},
+        {{"alloc_objects", "count"}, {"alloc_space", "bytes"}},
+        {{"inuse_objects", "count"}, {"inuse_space", "bytes"}},
+    };
+    if (k >= CP_KIND_CPU && k <= CP_KIND_INUSE && i < 2) {
+        *type = names[k - 1][i][0];
+        *unit = names[k - 1][i][1];
+    } else {
+        *type = "value";
+        *unit = "count";
+    }
+}
+
+static void ep_timeline(cp_api *a, const char *tenant, const cp_params *pa,
+                        const cp_http_request *req, cp_http_response *r)
+{
+    static const char *const allowed[] = {"type", "select", "from", "to", "step", NULL};
+    cp_err err = {0};
+    if (cp_params_check(pa, allowed, &err)) {
+        cp_http_error(r, 400, "%s", err.msg);
+        return;
+    }
+    qargs q = {0};
+    int64_t now = cp_now_ns(), step = 0;
+    if (parse_kind(cp_params_get(pa, "type"), &q.kind, "type", r) ||
+        parse_range(a, cp_params_get(pa, "from"), cp_params_get(pa, "to"), "from", "to", now,
+                    &q.from, &q.to, r))
+        return;
+    const char *ss = cp_params_get(pa, "step");
+    if (ss && *ss) {
+        if (cp_parse_duration(ss, 0, &step, &err)) {
+            cp_http_error(r, 400, "bad step: %s", err.msg);
+            return;
+        }
+    } else {
+        /* About 300 points, in whole multiples of the 10 s window. */
+        int64_t w = 10LL * 1000000000LL;
+        step = (q.to - q.from) / 300;
+        step = step <= w ? w : (step + w - 1) / w * w;
+    }
+    if (q.to > q.from && (q.to - q.from) / step >= (int64_t)a->o.max_steps) {
+        cp_http_error(r, 400, "step %.3f s gives more than %u points for this window",
+                      (double)step / 1e9, a->o.max_steps);
+        return;
+    }
+    if (parse_selector(cp_params_get(pa, "select"), &q.sel, "select", r)) return;
+    cp_query_limits lim;
+    limits_of(a, req, &lim);
+    int64_t *vals = NULL;
+    uint32_t nsteps = 0, ntypes = 0;
+    int rc = cp_store_timeline(a->o.store, tenant, q.kind, &q.sel, q.from, q.to, step, &lim,
+                               &vals, &nsteps, &ntypes, &err);
+    cp_selector_close(&q.sel);
+    if (rc) {
+        store_error(req, rc, &err, r);
+        return;
+    }
+    char f[40], t[40];
+    cp_format_time(q.from, f, sizeof f);
+    cp_format_time(q.to, t, sizeof t);
+    cp_buf *b = &r->body;
+    rc = cp_buf_printf(b,
+                       "{\"type\":\"%s\",\"from\":\"%s\",\"to\":\"%s\",\"step_seconds\":%.3f,"
+                       "\"sample_types\":[",
+                       cp_kind_name(q.kind), f, t, (double)step / 1e9);
+    for (uint32_t i = 0; !rc && i < ntypes; i++) {
+        const char *ty, *un;
+        kind_types(q.kind, i, &ty, &un);
+        rc = cp_buf_printf(b, "%s{\"type\":\"%s\",\"unit\":\"%s\"}", i ? "," : "", ty, un);
+    }
+    if (!rc) rc = cp_buf_printf(b, "],\"points\":[");
+    for (uint32_t s = 0; !rc && s < nsteps; s++) {
+        int64_t ts = q.from + (int64_t)s * step;
+        rc = cp_buf_printf(b, "%s[%.3f", s ? "," : "", (double)ts / 1e9);
+        for (uint32_t i = 0; !rc && i < ntypes; i++)
+            rc = cp_buf_printf(b, ",%" PRId64, vals[(size_t)s * ntypes + i]);
+        if (!rc) rc = cp_buf_append(b, "]", 1);
+    }
+    if (!rc) rc = cp_buf_printf(b, "]}\n");
+    free(vals);
+    if (rc) oom(r);
+}
+
+/* ---- /api/v1/series, labels, values ------------------------------------------------- */
+
+static void ep_series(cp_api *a, const char *tenant, const cp_params *pa,
+                      const cp_http_request *req, cp_http_response *r)
+{
+    static const char *const allowed[] = {"select", "from", "to", "type", NULL};
+    cp_err err = {0};
+    if (cp_params_check(pa, allowed, &err)) {
+        cp_http_error(r, 400, "%s", err.msg);
+        return;
+    }
+    /* Default: all of time the store accepts (2^62 ns is year 2116). */
+    int64_t now = cp_now_ns(), from = 0, to = (1LL << 62) - 1;
+    const char *fs = cp_params_get(pa, "from"), *ts = cp_params_get(pa, "to");
+    if (fs && *fs && cp_parse_time(fs, now, &from, &err)) {
+        cp_http_error(r, 400, "bad from: %s", err.msg);
+        return;
+    }
+    if (ts && *ts && cp_parse_time(ts, now, &to, &err)) {
+        cp_http_error(r, 400, "bad to: %s", err.msg);
+        return;
+    }
+    if (from > to) {
+        cp_http_error(r, 400, "from is after to");
+        return;
+    }
+    cp_kind kind = 0;
+    const char *tys = cp_params_get(pa, "type");
+    if (tys && *tys && parse_kind(tys, &kind, "type", r)) return;
+    cp_selector sel = {0};
+    if (parse_selector(cp_params_get(pa, "select"), &sel, "select", r)) return;
+    cp_series_list l = {0};
+    int rc = cp_store_series(a->o.store, tenant, &sel, from, to, &l, &err);
+    cp_selector_close(&sel);
+    if (rc) {
+        store_error(req, rc, &err, r);
+        return;
+    }
+    cp_buf *b = &r->body;
+    rc = cp_buf_printf(b, "{\"series\":[");
+    uint32_t shown = 0;
+    for (uint32_t i = 0; !rc && i < l.n; i++) {
+        const cp_series_info *s = &l.v[i];
+        if (kind && s->kind != kind) continue;
+        char f[40], t[40];
+        cp_format_time(s->first_ns, f, sizeof f);
+        cp_format_time(s->last_ns, t, sizeof t);
+        rc = cp_buf_printf(b, "%s{\"type\":\"%s\",\"labels\":{", shown ? "," : "",
+                           cp_kind_name(s->kind) ? cp_kind_name(s->kind) : "unknown");
+        for (uint32_t j = 0; !rc && j < s->labels.p.n; j++) {
+            if (j) rc = cp_buf_append(b, ",", 1);
+            if (!rc) rc = json_str(b, s->labels.p.v[j].name);
+            if (!rc) rc = cp_buf_append(b, ":", 1);
+            if (!rc) rc = json_str(b, s->labels.p.v[j].value);
+        }
+        if (!rc) rc = cp_buf_printf(b, "},\"first\":\"%s\",\"last\":\"%s\"}", f, t);
+        shown++;
+    }
+    if (!rc) rc = cp_buf_printf(b, "],\"count\":%u}\n", shown);
+    cp_series_list_close(&l);
+    if (rc) oom(r);
+}
+
+static void string_list_json(const char *key, const char *name, cp_string_list *l,
+                             cp_http_response *r)
+{
+    cp_buf *b = &r->body;
+    int rc = cp_buf_printf(b, "{");
+    if (!rc && name) {
+        rc = cp_buf_printf(b, "\"name\":");
+        if (!rc) rc = json_str(b, name);
+        if (!rc) rc = cp_buf_printf(b, ",");
+    }
+    if (!rc) rc = cp_buf_printf(b, "\"%s\":[", key);
+    for (uint32_t i = 0; !rc && i < l->n; i++) {
+        if (i) rc = cp_buf_append(b, ",", 1);
+        if (!rc) rc = json_str(b, l->v[i]);
+    }
+    if (!rc) rc = cp_buf_printf(b, "]}\n");
+    if (rc) oom(r);
+}
+
+static void ep_labels(cp_api *a, const char *tenant, const cp_params *pa,
+                      const cp_http_request *req, cp_http_response *r)
+{
+    static const char *const allowed[] = {NULL};
+    cp_err err = {0};
+    if (cp_params_check(pa, allowed, &err)) {
+        cp_http_error(r, 400, "%s", err.msg);
+        return;
+    }
+    cp_string_list l = {0};
+    int rc = cp_store_label_names(a->o.store, tenant, &l, &err);
+    if (rc) store_error(req, rc, &err, r);
+    else string_list_json("labels", NULL, &l, r);
+    cp_string_list_close(&l);
+}
+
+static void ep_values(cp_api *a, const char *tenant, const cp_params *pa,
+                      const cp_http_request *req, cp_http_response *r)
+{
+    static const char *const allowed[] = {NULL};
+    cp_err err = {0};
+    if (cp_params_check(pa, allowed, &err)) {
+        cp_http_error(r, 400, "%s", err.msg);
+        return;
+    }
+    const char *rest = req->path + strlen("/api/v1/labels/");
+    size_t n = strlen(rest);
+    if (n < 8 || strcmp(rest + n - 7, "/values") != 0) {
+        cp_http_error(r, 404, "unknown path '%.128s' (expected /api/v1/labels/NAME/values)",
+                      req->path);
+        return;
+    }
+    char name[CP_LABEL_NAME_MAX + 1];
+    size_t nl = n - 7;
+    if (nl > CP_LABEL_NAME_MAX) nl = CP_LABEL_NAME_MAX;
+    memcpy(name, rest, nl);
+    name[nl] = 0;
+    if (n - 7 > CP_LABEL_NAME_MAX || !cp_label_name_valid(name)) {
+        cp_http_error(r, 400, "bad label name '%.*s' (expected [A-Za-z_][A-Za-z0-9_]*)",
+                      (int)(n - 7 > 128 ? 128 : n - 7), rest);
+        return;
+    }
+    cp_string_list l = {0};
+    int rc = cp_store_label_values(a->o.store, tenant, name, &l, &err);
+    if (rc) store_error(req, rc, &err, r);
+    else string_list_json("values", name, &l, r);
+    cp_string_list_close(&l);
+}
+
+/* ---- light endpoints ---------------------------------------------------------------- */
+
+static void ep_metrics(cp_api *a, cp_http_response *r)
+{
+    cp_buf *b = &r->body;
+    int rc = 0;
+    set_type(r, "text/plain; version=0.0.4; charset=utf-8");
+#define P(...) \
+    if (!rc) rc = cp_buf_printf(b, __VA_ARGS__)
+    P("# HELP contprof_http_responses_total HTTP responses by status class.\n"
+      "# TYPE contprof_http_responses_total counter\n");
+    for (int c = 1; c <= 5; c++)
+        P("contprof_http_responses_total{code=\"%dxx\"} %" PRIu64 "\n", c, a->by_class[c]);
+    P("# HELP contprof_query_duration_seconds Time to answer store-backed queries, arrival to "
+      "response.\n# TYPE contprof_query_duration_seconds histogram\n");
+    for (int ep = 0; ep < EP_OTHER; ep++) {
+        uint64_t cum = 0;
+        for (size_t i = 0; i < NBUCKETS; i++) {
+            cum += a->hist[ep][i];
+            P("contprof_query_duration_seconds_bucket{endpoint=\"%s\",le=\"%g\"} %" PRIu64 "\n",
+              g_ep_names[ep], g_buckets[i], cum);
+        }
+        cum += a->hist[ep][NBUCKETS];
+        P("contprof_query_duration_seconds_bucket{endpoint=\"%s\",le=\"+Inf\"} %" PRIu64 "\n",
+          g_ep_names[ep], cum);
+        P("contprof_query_duration_seconds_sum{endpoint=\"%s\"} %.6f\n", g_ep_names[ep],
+          a->hist_sum[ep]);
+        P("contprof_query_duration_seconds_count{endpoint=\"%s\"} %" PRIu64 "\n", g_ep_names[ep],
+          a->hist_count[ep]);
+    }
+    if (a->o.store) {
+        cp_store_stats st = {0};
+        cp_store_get_stats(a->o.store, &st);
+        P("# HELP contprof_store_disk_bytes Approximate size of the store on disk.\n"
+          "# TYPE contprof_store_disk_bytes gauge\ncontprof_store_disk_bytes %" PRIu64 "\n",
+          st.disk_bytes);
+        P("# HELP contprof_store_series Distinct series in the store.\n"
+          "# TYPE contprof_store_series gauge\ncontprof_store_series %" PRIu64 "\n",
+          st.series);
+        P("# HELP contprof_store_windows_written_total Windows stored by this process.\n"
+          "# TYPE contprof_store_windows_written_total counter\n"
+          "contprof_store_windows_written_total %" PRIu64 "\n",
+          st.windows);
+    }
+    if (a->o.ingest_stats) {
+        cp_api_ingest_stats in = {0};
+        a->o.ingest_stats(a->o.ingest_arg, &in);
+        if (in.available) {
+            P("# HELP contprof_ingest_messages_total Kafka messages consumed.\n"
+              "# TYPE contprof_ingest_messages_total counter\n"
+              "contprof_ingest_messages_total %" PRIu64 "\n",
+              in.messages_total);
+            P("# HELP contprof_ingest_windows_total Windows written to the store by ingest.\n"
+              "# TYPE contprof_ingest_windows_total counter\n"
+              "contprof_ingest_windows_total %" PRIu64 "\n",
+              in.windows_total);
+            P("# HELP contprof_ingest_bytes_total Payload bytes consumed.\n"
+              "# TYPE contprof_ingest_bytes_total counter\n"
+              "contprof_ingest_bytes_total %" PRIu64 "\n",
+              in.bytes_total);
+            P("# HELP contprof_ingest_duplicates_total Envelopes dropped as duplicates.\n"
+              "# TYPE contprof_ingest_duplicates_total counter\n"
+              "contprof_ingest_duplicates_total %" PRIu64 "\n",
+              in.duplicates_total);
+            P("# HELP contprof_ingest_windows_per_second Recent ingest rate.\n"
+              "# TYPE contprof_ingest_windows_per_second gauge\n"
+              "contprof_ingest_windows_per_second %.3f\n",
+              in.windows_per_second);
+            P("# HELP contprof_ingest_consumer_lag Messages behind the end of the partitions "
+              "(-1 unknown).\n# TYPE contprof_ingest_consumer_lag gauge\n"
+              "contprof_ingest_consumer_lag %" PRId64 "\n",
+              in.consumer_lag);
+            P("# HELP contprof_ingest_dlq_total Messages sent to the dead-letter queue, by "
+              "reason.\n# TYPE contprof_ingest_dlq_total counter\n");
+            for (uint32_t i = 0; i < in.ndlq && i < CP_API_DLQ_REASONS; i++) {
+                P("contprof_ingest_dlq_total{reason=\"");
+                if (!rc) rc = cp_json_escape(b, in.dlq[i].reason ? in.dlq[i].reason : "",
+                                             strlen(in.dlq[i].reason ? in.dlq[i].reason : ""));
+                P("\"} %" PRIu64 "\n", in.dlq[i].count);
+            }
+        }
+    }
+    P("# HELP contprof_uptime_seconds Seconds since the query API started.\n"
+      "# TYPE contprof_uptime_seconds gauge\ncontprof_uptime_seconds %.0f\n",
+      (double)(cp_now_ns() - a->started_ns) / 1e9);
+#undef P
+    if (rc) oom(r);
+}
+
+/* ---- dispatch ----------------------------------------------------------------------- */
+
+void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
+{
+    cp_api *a = api;
+    int ep = ep_of(req->path);
+    if (strcmp(req->method, "GET") != 0) {
+        cp_http_error(r, 405, "method %s not allowed on %.128s (only GET)", req->method,
+                      req->path);
+        snprintf(r->extra_headers, sizeof r->extra_headers, "Allow: GET\r\n");
+        return;
+    }
+    if (ep == EP_OTHER) {
+        if (strcmp(req->path, "/healthz") == 0) {
+            cp_buf_printf(&r->body, "{\"status\":\"ok\"}\n");
+        } else if (strcmp(req->path, "/metrics") == 0) {
+            ep_metrics(a, r);
+        } else if (strcmp(req->path, "/api/v1/brokers") == 0) {
+            if (cp_buf_printf(&r->body, "{\"brokers\":") || json_str(&r->body, a->brokers) ||
+                cp_buf_printf(&r->body, "}\n"))
+                oom(r);
+        } else {
+            cp_http_error(r, 404, "unknown path '%.128s'", req->path);
+        }
+        return;
+    }
+    const char *tenant = authenticate(a, req, r);
+    if (!tenant) return;
+    cp_params pa = {0};
+    cp_err err = {0};
+    if (cp_params_parse(req->query, &pa, &err)) {
+        cp_http_error(r, err.code == CP_ENOMEM ? 503 : 400, "%s", err.msg);
+        cp_params_close(&pa);
+        return;
+    }
+    switch (ep) {
+    case EP_PROFILE: ep_profile(a, tenant, &pa, req, r); break;
+    case EP_DIFF: ep_diff(a, tenant, &pa, req, r); break;
+    case EP_TIMELINE: ep_timeline(a, tenant, &pa, req, r); break;
+    case EP_SERIES: ep_series(a, tenant, &pa, req, r); break;
+    case EP_LABELS: ep_labels(a, tenant, &pa, req, r); break;
+    case EP_VALUES: ep_values(a, tenant, &pa, req, r); break;
+    }
+    cp_params_close(&pa);
+}

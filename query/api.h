@@ -1,0 +1,63 @@
+/* The query API of contprofd: routes, parameters, tenants and tokens, and the JSON, pprof and
+ * text answers, on top of the store's query functions. Plugs into the HTTP server as its
+ * handler (cp_api_handle, cp_api_is_light, cp_api_observe with the cp_api as ctx). */
+#ifndef CP_QUERY_API_H
+#define CP_QUERY_API_H
+
+#include <stdint.h>
+
+#include "http.h"
+#include "store.h"
+
+/* Ingest numbers for /metrics, filled by the daemon's callback on the loop thread. */
+#define CP_API_DLQ_REASONS 16
+typedef struct cp_api_ingest_stats {
+    int available;              /* 0: no ingest in this process (metrics left out) */
+    uint64_t messages_total;    /* Kafka messages consumed */
+    uint64_t windows_total;     /* windows written to the store */
+    uint64_t bytes_total;       /* payload bytes consumed */
+    uint64_t duplicates_total;  /* dropped as duplicates */
+    double windows_per_second;  /* recent ingest rate */
+    int64_t consumer_lag;       /* messages behind the partitions' ends, -1 = unknown */
+    uint32_t ndlq;
+    struct {
+        const char *reason;     /* valid until the callback is called again */
+        uint64_t count;
+    } dlq[CP_API_DLQ_REASONS];
+} cp_api_ingest_stats;
+typedef void (*cp_api_stats_fn)(void *arg, cp_api_ingest_stats *out);
+
+typedef struct cp_api_token {
+    const char *token, *tenant;
+} cp_api_token;
+
+typedef struct cp_api_options {
+    cp_store *store;               /* not owned */
+    const cp_api_token *tokens;    /* ntokens == 0: every request is the default tenant */
+    size_t ntokens;
+    int64_t max_range_ns;          /* longest [from, to); 0 = unlimited */
+    uint64_t max_blocks;           /* store blocks per query; 0 = unlimited */
+    uint32_t max_nodes_default;    /* json tree nodes when max_nodes is not given */
+    uint32_t max_nodes_limit;      /* largest max_nodes accepted */
+    uint32_t max_steps;            /* timeline points */
+    const char *brokers;           /* bootstrap list served at /api/v1/brokers; copied */
+    cp_api_stats_fn ingest_stats;  /* may be NULL */
+    void *ingest_arg;
+} cp_api_options;
+
+typedef struct cp_api cp_api;
+
+void cp_api_options_default(cp_api_options *o);
+/* Returns a new API object (copies what it needs from o) or NULL on out of memory. */
+cp_api *cp_api_create(const cp_api_options *o);
+void cp_api_destroy(cp_api *a); /* NULL is fine */
+/* Replaces the broker list (the embedded broker starts after the API). Loop thread only. */
+int cp_api_set_brokers(cp_api *a, const char *brokers);
+
+/* cp_http_options.handle / is_light / observe with ctx = the cp_api. */
+void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *resp);
+int cp_api_is_light(void *api, const cp_http_request *req);
+void cp_api_observe(void *api, const cp_http_request *req, int status, int heavy,
+                    double seconds);
+
+#endif

@@ -1,0 +1,263 @@
+/* Parsing of contprofd's configuration file and settings. */
+#include "config.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "params.h"
+
+static int set_str(char **dst, const char *v)
+{
+    char *d = strdup(v);
+    if (!d) return CP_ENOMEM;
+    free(*dst);
+    *dst = d;
+    return 0;
+}
+
+int cp_config_init(cp_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->http_port = 7070;
+    c->embedded_partitions = 4;
+    c->retention_raw_ns = 7LL * 86400 * 1000000000LL;
+    c->retention_rollup_ns = 90LL * 86400 * 1000000000LL;
+    c->max_range_ns = 400LL * 86400 * 1000000000LL;
+    c->query_timeout_ns = 30LL * 1000000000LL;
+    c->idle_timeout_ns = 60LL * 1000000000LL;
+    c->concurrency = 4;
+    c->max_queued = 256;
+    c->max_connections = 1024;
+    c->max_nodes_default = 20000;
+    c->max_nodes_limit = 200000;
+    c->max_response_bytes = 256u << 20;
+    c->max_header_bytes = 16384;
+    c->max_url_bytes = 8192;
+    if (set_str(&c->data_dir, "/var/lib/contprof") || set_str(&c->http_host, "127.0.0.1") ||
+        set_str(&c->brokers, "") || set_str(&c->log_level, "info")) {
+        cp_config_close(c);
+        return CP_ENOMEM;
+    }
+    return 0;
+}
+
+static void kvs_close(void *vec)
+{
+    CP_VEC(cp_kv) *v = vec;
+    for (uint32_t i = 0; i < v->n; i++) {
+        free(v->v[i].key);
+        free(v->v[i].value);
+    }
+    free(v->v);
+    v->v = NULL;
+    v->n = v->cap = 0;
+}
+
+void cp_config_close(cp_config *c)
+{
+    free(c->data_dir);
+    free(c->http_host);
+    free(c->brokers);
+    free(c->topic);
+    free(c->dlq_topic);
+    free(c->group_id);
+    free(c->log_level);
+    kvs_close(&c->kafka);
+    kvs_close(&c->tokens);
+    memset(c, 0, sizeof *c);
+}
+
+int cp_config_is_loopback(const char *host)
+{
+    return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0 ||
+           strcmp(host, "localhost") == 0;
+}
+
+int cp_config_set_listen(cp_config *c, const char *addr, cp_err *err)
+{
+    const char *colon = strrchr(addr, ':');
+    char host[256];
+    if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof host) goto bad;
+    size_t hl = (size_t)(colon - addr);
+    const char *h = addr;
+    if (addr[0] == '[') {
+        if (hl < 3 || addr[hl - 1] != ']') goto bad;
+        h = addr + 1;
+        hl -= 2;
+    }
+    memcpy(host, h, hl);
+    host[hl] = 0;
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end || colon[1] == 0 || port < 0 || port > 65535) goto bad;
+    if (strcmp(host, "localhost") == 0) snprintf(host, sizeof host, "127.0.0.1");
+    if (set_str(&c->http_host, host)) return cp_err_set(err, CP_ENOMEM, "out of memory");
+    c->http_port = (int)port;
+    return 0;
+bad:
+    return cp_err_set(err, CP_EPARSE, "listen address '%.100s': expected HOST:PORT or [V6]:PORT",
+                      addr);
+}
+
+static int parse_u64(const char *v, uint64_t max, uint64_t *out)
+{
+    char *end;
+    if (!isdigit((unsigned char)v[0])) return -1;
+    unsigned long long x = strtoull(v, &end, 10);
+    uint64_t mul = 1;
+    if (*end == 'k' || *end == 'K') mul = 1024, end++;
+    else if (*end == 'M') mul = 1024 * 1024, end++;
+    else if (*end == 'G') mul = 1024ULL * 1024 * 1024, end++;
+    if (*end || x > max / mul) return -1;
+    *out = x * mul;
+    return 0;
+}
+
+static int push_kv(void *vec, const char *k, const char *v)
+{
+    CP_VEC(cp_kv) *kv = vec;
+    for (uint32_t i = 0; i < kv->n; i++)
+        if (strcmp(kv->v[i].key, k) == 0) return set_str(&kv->v[i].value, v);
+    cp_kv e = {strdup(k), strdup(v)};
+    if (!e.key || !e.value || cp_vec_push(kv, e)) {
+        free(e.key);
+        free(e.value);
+        return CP_ENOMEM;
+    }
+    return 0;
+}
+
+int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
+{
+    struct {
+        const char *key;
+        int kind; /* 0 str, 1 duration, 2 u32, 3 size, 4 u64 */
+        void *dst;
+    } tab[] = {
+        {"data", 0, &c->data_dir},
+        {"brokers", 0, &c->brokers},
+        {"topic", 0, &c->topic},
+        {"dlq_topic", 0, &c->dlq_topic},
+        {"group_id", 0, &c->group_id},
+        {"log.level", 0, &c->log_level},
+        {"retention.raw", 1, &c->retention_raw_ns},
+        {"retention.rollup", 1, &c->retention_rollup_ns},
+        {"query.max_range", 1, &c->max_range_ns},
+        {"query.timeout", 1, &c->query_timeout_ns},
+        {"http.idle_timeout", 1, &c->idle_timeout_ns},
+        {"query.concurrency", 2, &c->concurrency},
+        {"query.max_queued", 2, &c->max_queued},
+        {"http.max_connections", 2, &c->max_connections},
+        {"query.max_nodes", 2, &c->max_nodes_default},
+        {"query.max_nodes_limit", 2, &c->max_nodes_limit},
+        {"embedded.partitions", 2, &c->embedded_partitions},
+        {"query.max_response_bytes", 3, &c->max_response_bytes},
+        {"http.max_header_bytes", 3, &c->max_header_bytes},
+        {"http.max_url_bytes", 3, &c->max_url_bytes},
+        {"store.cache_bytes", 3, &c->cache_bytes},
+        {"query.max_blocks", 4, &c->max_blocks},
+    };
+    if (strcmp(key, "listen") == 0) return cp_config_set_listen(c, value, err);
+    if (strncmp(key, "kafka.", 6) == 0 && key[6]) {
+        if (strcmp(key, "kafka.bootstrap.servers") == 0)
+            return set_str(&c->brokers, value) ? cp_err_set(err, CP_ENOMEM, "out of memory") : 0;
+        return push_kv(&c->kafka, key + 6, value) ? cp_err_set(err, CP_ENOMEM, "out of memory")
+                                                  : 0;
+    }
+    if (strncmp(key, "token.", 6) == 0) {
+        const char *tenant = key + 6;
+        size_t tl = strlen(tenant);
+        int ok = tl > 0 && tl <= 64;
+        for (size_t i = 0; ok && i < tl; i++)
+            ok = isalnum((unsigned char)tenant[i]) || tenant[i] == '_' || tenant[i] == '-' ||
+                 tenant[i] == '.';
+        if (!ok)
+            return cp_err_set(err, CP_EPARSE,
+                              "'%.80s': tenant names are 1..64 of [A-Za-z0-9_.-]", key);
+        if (strlen(value) < 8)
+            return cp_err_set(err, CP_EPARSE, "'%.80s': a token must be at least 8 characters",
+                              key);
+        return push_kv(&c->tokens, tenant, value) ? cp_err_set(err, CP_ENOMEM, "out of memory")
+                                                  : 0;
+    }
+    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {
+        if (strcmp(tab[i].key, key) != 0) continue;
+        uint64_t u;
+        switch (tab[i].kind) {
+        case 0:
+            return set_str(tab[i].dst, value) ? cp_err_set(err, CP_ENOMEM, "out of memory") : 0;
+        case 1:
+            if (cp_parse_duration(value, 1, tab[i].dst, NULL))
+                return cp_err_set(err, CP_EPARSE,
+                                  "'%s': bad duration '%.64s' (e.g. 30s, 7d; 0 = unlimited)",
+                                  key, value);
+            return 0;
+        case 2:
+            if (parse_u64(value, UINT32_MAX, &u) || (!u && strcmp(key, "query.max_nodes")))
+                return cp_err_set(err, CP_EPARSE, "'%s': expected a positive integer, got '%.64s'",
+                                  key, value);
+            *(uint32_t *)tab[i].dst = (uint32_t)u;
+            return 0;
+        case 3:
+            if (parse_u64(value, SIZE_MAX, &u))
+                return cp_err_set(err, CP_EPARSE, "'%s': expected a size like 65536, 64k, 256M, got "
+                                  "'%.64s'", key, value);
+            *(size_t *)tab[i].dst = (size_t)u;
+            return 0;
+        case 4:
+            if (parse_u64(value, UINT64_MAX, &u))
+                return cp_err_set(err, CP_EPARSE, "'%s': expected an integer, got '%.64s'", key,
+                                  value);
+            *(uint64_t *)tab[i].dst = u;
+            return 0;
+        }
+    }
+    return cp_err_set(err, CP_EPARSE, "unknown setting '%.80s'", key);
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s)) s++;
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1])) s[--n] = 0;
+    return s;
+}
+
+int cp_config_load(cp_config *c, const char *path, cp_err *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return cp_err_set(err, CP_EIO, "cannot open config file %s", path);
+    char line[4096];
+    int lineno = 0, rc = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        if (!strchr(line, '\n') && !feof(f)) {
+            rc = cp_err_set(err, CP_EPARSE, "%s:%d: line longer than %zu bytes", path, lineno,
+                            sizeof line - 2);
+            break;
+        }
+        char *s = trim(line);
+        if (!*s || *s == '#' || *s == ';') continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            rc = cp_err_set(err, CP_EPARSE, "%s:%d: expected 'key = value'", path, lineno);
+            break;
+        }
+        *eq = 0;
+        char *k = trim(s), *v = trim(eq + 1);
+        size_t vl = strlen(v);
+        if (vl >= 2 && ((v[0] == '"' && v[vl - 1] == '"') || (v[0] == '\'' && v[vl - 1] == '\''))) {
+            v[vl - 1] = 0;
+            v++;
+        }
+        cp_err e2 = {0};
+        if ((rc = cp_config_set(c, k, v, &e2))) {
+            cp_err_set(err, rc, "%s:%d: %s", path, lineno, e2.msg);
+            break;
+        }
+    }
+    fclose(f);
+    return rc;
+}

@@ -1,0 +1,53 @@
+/* contprofd's configuration: a file of `key = value` lines (# comments), overridden by the
+ * command line. Unknown keys are errors naming the line, so typos do not pass silently;
+ * `kafka.<property>` lines go to librdkafka as they are and `token.<tenant>` lines map bearer
+ * tokens to tenants. */
+#ifndef CP_QUERY_CONFIG_H
+#define CP_QUERY_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "vec.h"
+
+typedef struct cp_kv {
+    char *key, *value; /* owned */
+} cp_kv;
+
+typedef struct cp_config {
+    char *data_dir;          /* data = DIR (default /var/lib/contprof) */
+    char *http_host;         /* listen = HOST:PORT (default 127.0.0.1:7070) */
+    int http_port;
+    char *brokers;           /* brokers = LIST; "" = embedded broker */
+    char *topic, *dlq_topic, *group_id;
+    uint32_t embedded_partitions;
+    int64_t retention_raw_ns, retention_rollup_ns;
+    /* query limits */
+    int64_t max_range_ns, query_timeout_ns, idle_timeout_ns;
+    uint32_t concurrency, max_queued, max_connections, max_nodes_default, max_nodes_limit;
+    size_t max_response_bytes, max_header_bytes, max_url_bytes, cache_bytes;
+    uint64_t max_blocks;
+    CP_VEC(cp_kv) kafka;  /* kafka.<prop> = value, prefix stripped */
+    CP_VEC(cp_kv) tokens; /* token.<tenant> = secret: key = tenant, value = secret */
+    char *log_level;
+} cp_config;
+
+/* Sets every default. cp_config_close frees what is set. */
+int cp_config_init(cp_config *c);
+void cp_config_close(cp_config *c);
+
+/* Applies one setting (as from a file line or the command line). CP_EPARSE names the key
+ * and what was expected. */
+int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err);
+
+/* Reads a file of `key = value` lines; err names the file and line. */
+int cp_config_load(cp_config *c, const char *path, cp_err *err);
+
+/* Splits "host:port" or "[v6]:port" into c->http_host / c->http_port. */
+int cp_config_set_listen(cp_config *c, const char *addr, cp_err *err);
+
+/* 1 if host is a loopback address (127.0.0.0/8, ::1, localhost). */
+int cp_config_is_loopback(const char *host);
+
+#endif

@@ -1,0 +1,304 @@
+/* contprofd: the daemon that owns a store. It opens the store, hosts the embedded Kafka
+ * broker when no brokers are configured, runs the ingest consumer into the store, and
+ * answers the query API over HTTP, all in one process (LevelDB allows one per database).
+ * SIGINT/SIGTERM stop it cleanly: in-flight batch written, queries answered, store closed. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "config.h"
+#include "http.h"
+#include "log.h"
+#include "store.h"
+#ifdef CP_HAVE_INGEST
+#include "broker.h"
+#include "ingest.h"
+#endif
+
+typedef struct daemon {
+    cp_config cfg;
+    uv_loop_t *loop;
+    cp_store *store;
+    cp_api *api;
+    cp_http_server *http;
+    uv_signal_t sigint, sigterm;
+    uv_timer_t rate_timer;
+    int stopping;
+#ifdef CP_HAVE_INGEST
+    cp_broker *broker;
+    cp_ingest *ingest;
+#endif
+    /* ingest rate, sampled by rate_timer */
+    uint64_t last_windows;
+    int64_t last_ns;
+    double rate;
+} daemon_t;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: contprofd [--config FILE] [--data DIR] [--http ADDR:PORT] [--brokers LIST]\n"
+            "  --config FILE     key = value settings (see query/README.md)\n"
+            "  --data DIR        the store's directory (default /var/lib/contprof)\n"
+            "  --http ADDR:PORT  the query API's address (default 127.0.0.1:7070)\n"
+            "  --brokers LIST    Kafka bootstrap servers; none = the embedded broker\n");
+}
+
+/* ---- metrics bridge ----------------------------------------------------------------- */
+
+static void ingest_stats_cb(void *arg, cp_api_ingest_stats *out)
+{
+    daemon_t *d = arg;
+    memset(out, 0, sizeof *out);
+#ifdef CP_HAVE_INGEST
+    if (!d->ingest) return;
+    cp_ingest_stats st;
+    cp_ingest_get_stats(d->ingest, &st);
+    out->available = 1;
+    out->messages_total = st.messages;
+    out->windows_total = st.windows;
+    out->bytes_total = st.bytes;
+    out->duplicates_total = st.duplicates;
+    out->windows_per_second = d->rate;
+    out->consumer_lag = st.lag;
+    for (int r = 0; r < CP_DLQ_NREASONS && r < CP_API_DLQ_REASONS; r++) {
+        out->dlq[out->ndlq].reason = cp_dlq_reason_name(r);
+        out->dlq[out->ndlq].count = st.dlq[r];
+        out->ndlq++;
+    }
+#else
+    (void)d;
+#endif
+}
+
+static void on_rate_timer(uv_timer_t *t)
+{
+    daemon_t *d = t->data;
+#ifdef CP_HAVE_INGEST
+    if (!d->ingest) return;
+    cp_ingest_stats st;
+    cp_ingest_get_stats(d->ingest, &st);
+    int64_t now = cp_mono_ns();
+    if (d->last_ns) {
+        double dt = (double)(now - d->last_ns) / 1e9;
+        double inst = dt > 0 ? (double)(st.windows - d->last_windows) / dt : 0;
+        d->rate = d->rate ? 0.7 * d->rate + 0.3 * inst : inst;
+    }
+    d->last_ns = now;
+    d->last_windows = st.windows;
+    if (st.failed) cp_log_error("ingest stopped: %s", st.error);
+#else
+    (void)d;
+#endif
+}
+
+/* ---- shutdown ----------------------------------------------------------------------- */
+
+static void on_http_closed(void *arg)
+{
+    daemon_t *d = arg;
+    uv_close((uv_handle_t *)&d->sigint, NULL);
+    uv_close((uv_handle_t *)&d->sigterm, NULL);
+    uv_close((uv_handle_t *)&d->rate_timer, NULL);
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    daemon_t *d = s->data;
+    if (d->stopping) {
+        cp_log_warn("second signal %d: still finishing; send SIGKILL to abandon", signum);
+        return;
+    }
+    d->stopping = 1;
+    cp_log_info("signal %d: stopping (finishing the in-flight batch and queries)", signum);
+#ifdef CP_HAVE_INGEST
+    /* Blocks until the in-flight batch is written with its offsets. */
+    if (d->ingest) cp_ingest_stop(d->ingest);
+#endif
+    cp_http_server_shutdown(d->http, on_http_closed, d);
+}
+
+/* ---- start-up ----------------------------------------------------------------------- */
+
+static int apply_log_level(const char *lvl)
+{
+    static const char *const names[] = {"error", "warn", "info", "debug"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(lvl, names[i]) == 0) {
+            cp_log_level = i;
+            return 0;
+        }
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {{"config", required_argument, 0, 'c'},
+                                         {"data", required_argument, 0, 'd'},
+                                         {"http", required_argument, 0, 'H'},
+                                         {"brokers", required_argument, 0, 'b'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *config = NULL, *data = NULL, *http = NULL, *brokers = NULL;
+    int c;
+    while ((c = getopt_long(argc, argv, "c:d:H:b:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': config = optarg; break;
+        case 'd': data = optarg; break;
+        case 'H': http = optarg; break;
+        case 'b': brokers = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "contprofd: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    daemon_t d;
+    memset(&d, 0, sizeof d);
+    cp_err err = {0};
+    int status = 1;
+    if (cp_config_init(&d.cfg)) return 1;
+    if (config && cp_config_load(&d.cfg, config, &err)) goto fail_msg;
+    if (data && cp_config_set(&d.cfg, "data", data, &err)) goto fail_msg;
+    if (http && cp_config_set_listen(&d.cfg, http, &err)) goto fail_msg;
+    if (brokers && cp_config_set(&d.cfg, "brokers", brokers, &err)) goto fail_msg;
+    if (apply_log_level(d.cfg.log_level)) {
+        cp_err_set(&err, CP_EINVAL, "log.level '%s': expected error, warn, info or debug",
+                   d.cfg.log_level);
+        goto fail_msg;
+    }
+    if (d.cfg.tokens.n == 0 && !cp_config_is_loopback(d.cfg.http_host)) {
+        cp_err_set(&err, CP_EINVAL,
+                   "refusing to listen on %s without tokens: configure token.<tenant> = SECRET "
+                   "lines, or listen on a loopback address",
+                   d.cfg.http_host);
+        goto fail_msg;
+    }
+    /* libuv sizes its threadpool once, at first use: give every query slot a thread. */
+    char tp[16];
+    snprintf(tp, sizeof tp, "%u", d.cfg.concurrency < 128 ? d.cfg.concurrency : 128);
+    setenv("UV_THREADPOOL_SIZE", tp, 0);
+
+    cp_store_options so = {.path = d.cfg.data_dir,
+                           .retention_raw_ns = d.cfg.retention_raw_ns,
+                           .retention_rollup_ns = d.cfg.retention_rollup_ns,
+                           .cache_bytes = d.cfg.cache_bytes};
+    if (cp_store_open(&so, &d.store, &err)) goto fail_msg;
+    cp_log_info("store %s open", d.cfg.data_dir);
+
+    const char *bootstrap = d.cfg.brokers;
+#ifdef CP_HAVE_INGEST
+    if (!*bootstrap) {
+        cp_broker_options bo = {.partitions = (int)d.cfg.embedded_partitions};
+        if (cp_broker_create(&bo, &d.broker, &err)) goto fail_msg;
+        bootstrap = cp_broker_bootstraps(d.broker);
+        cp_log_info("Kafka bootstrap servers: %s (the embedded broker: in memory, about 5 MiB "
+                    "per partition; served at /api/v1/brokers)",
+                    bootstrap);
+    } else {
+        cp_log_info("Kafka bootstrap servers: %s", bootstrap);
+    }
+    CP_VEC(const char *) props = {0};
+    for (uint32_t i = 0; i < d.cfg.kafka.n; i++)
+        if (cp_vec_push(&props, d.cfg.kafka.v[i].key) ||
+            cp_vec_push(&props, d.cfg.kafka.v[i].value)) {
+            cp_err_set(&err, CP_ENOMEM, "out of memory");
+            goto fail_msg;
+        }
+    if (cp_vec_push(&props, NULL)) goto fail_msg;
+    cp_ingest_options io = {.brokers = bootstrap,
+                            .group_id = d.cfg.group_id,
+                            .topic = d.cfg.topic,
+                            .dlq_topic = d.cfg.dlq_topic,
+                            .kafka_props = props.v};
+    int irc = cp_ingest_create(&io, d.store, &d.ingest, &err);
+    free(props.v);
+    if (irc) goto fail_msg;
+    if (cp_ingest_start(d.ingest, &err)) goto fail_msg;
+#else
+    cp_log_warn("built without ingest/: serving queries only; nothing is consumed");
+#endif
+
+    CP_VEC(cp_api_token) toks = {0};
+    for (uint32_t i = 0; i < d.cfg.tokens.n; i++) {
+        cp_api_token t = {d.cfg.tokens.v[i].value, d.cfg.tokens.v[i].key};
+        if (cp_vec_push(&toks, t)) goto fail_msg;
+    }
+    cp_api_options ao;
+    cp_api_options_default(&ao);
+    ao.store = d.store;
+    ao.tokens = toks.v;
+    ao.ntokens = toks.n;
+    ao.max_range_ns = d.cfg.max_range_ns;
+    ao.max_blocks = d.cfg.max_blocks;
+    ao.max_nodes_default = d.cfg.max_nodes_default;
+    ao.max_nodes_limit = d.cfg.max_nodes_limit;
+    ao.brokers = bootstrap;
+    ao.ingest_stats = ingest_stats_cb;
+    ao.ingest_arg = &d;
+    d.api = cp_api_create(&ao);
+    free(toks.v);
+    if (!d.api) goto fail_msg;
+
+    d.loop = uv_default_loop();
+    cp_http_options ho;
+    cp_http_options_default(&ho);
+    ho.host = d.cfg.http_host;
+    ho.port = d.cfg.http_port;
+    ho.concurrency = d.cfg.concurrency;
+    ho.max_queued = d.cfg.max_queued;
+    ho.max_connections = d.cfg.max_connections;
+    ho.max_response_bytes = d.cfg.max_response_bytes;
+    ho.max_header_bytes = d.cfg.max_header_bytes;
+    ho.max_url_bytes = d.cfg.max_url_bytes;
+    ho.query_timeout_ns = d.cfg.query_timeout_ns;
+    ho.idle_timeout_ns = d.cfg.idle_timeout_ns;
+    ho.handle = cp_api_handle;
+    ho.is_light = cp_api_is_light;
+    ho.observe = cp_api_observe;
+    ho.ctx = d.api;
+    if (cp_http_server_create(d.loop, &ho, &d.http, &err)) goto fail_msg;
+    cp_log_info("query API on http://%s%s%s:%d/ (%s)",
+                strchr(d.cfg.http_host, ':') ? "[" : "", d.cfg.http_host,
+                strchr(d.cfg.http_host, ':') ? "]" : "", cp_http_server_port(d.http),
+                d.cfg.tokens.n ? "tokens required" : "single tenant \"default\", no tokens");
+
+    uv_signal_init(d.loop, &d.sigint);
+    uv_signal_init(d.loop, &d.sigterm);
+    d.sigint.data = d.sigterm.data = &d;
+    uv_signal_start(&d.sigint, on_signal, SIGINT);
+    uv_signal_start(&d.sigterm, on_signal, SIGTERM);
+    signal(SIGPIPE, SIG_IGN);
+    uv_timer_init(d.loop, &d.rate_timer);
+    d.rate_timer.data = &d;
+    uv_timer_start(&d.rate_timer, on_rate_timer, 5000, 5000);
+
+    uv_run(d.loop, UV_RUN_DEFAULT);
+    status = 0;
+    cp_log_info("stopped cleanly");
+    goto out;
+fail_msg:
+    cp_log_error("contprofd: %s", err.msg[0] ? err.msg : "out of memory");
+    if (d.http && d.loop) {
+        /* A server that failed to listen still holds a handle: close it. */
+        cp_http_server_shutdown(d.http, NULL, NULL);
+        uv_run(d.loop, UV_RUN_DEFAULT);
+    }
+out:
+    cp_http_server_destroy(d.http);
+#ifdef CP_HAVE_INGEST
+    cp_ingest_destroy(d.ingest);
+    cp_broker_destroy(d.broker);
+#endif
+    cp_api_destroy(d.api);
+    cp_store_close(d.store);
+    if (d.loop) uv_loop_close(d.loop);
+    cp_config_close(&d.cfg);
+    return status;
+}

@@ -1,0 +1,734 @@
+/* The HTTP/1.1 server behind contprofd's API: libuv for I/O, Debian's http-parser for the
+ * protocol. One connection handles one request at a time (pipelined requests wait in the
+ * input buffer); heavy requests go through a bounded FIFO onto libuv's threadpool. */
+#include "http.h"
+
+#include <http_parser.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <limits.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+
+typedef struct conn conn;
+typedef struct job job;
+
+struct cp_http_server {
+    uv_loop_t *loop;
+    uv_tcp_t listener;
+    int listening;
+    int port;
+    cp_http_options opt;
+    conn *conns; /* doubly linked */
+    uint32_t nconns;
+    job *qhead, *qtail; /* waiting heavy requests */
+    uint32_t nqueued, nrunning;
+    int shutting_down, listener_closed;
+    void (*shutdown_cb)(void *);
+    void *shutdown_arg;
+};
+
+struct job {
+    uv_work_t work;
+    job *next;
+    conn *c;
+    cp_http_request req;
+    cp_http_response resp;
+    int heavy;
+};
+
+struct conn {
+    uv_tcp_t tcp; /* first: handle->data is not needed to find the conn */
+    uv_timer_t idle;
+    int nhandles; /* open handles; freed at 0 */
+    cp_http_server *srv;
+    conn *prev, *next;
+    http_parser parser;
+    cp_buf in; /* received bytes not yet parsed */
+    /* The request being parsed. */
+    cp_buf url, body, auth;
+    char field[32];
+    size_t field_len;
+    int field_overflow, in_value, is_auth;
+    size_t header_bytes;
+    int err_status;
+    char err_msg[160];
+    int complete;  /* a whole request was parsed and waits to be dispatched */
+    int busy;      /* a request is being answered */
+    int keep_alive;
+    int closing;
+    int reading;
+    char method[16];
+};
+
+typedef struct write_req {
+    uv_write_t w;
+    conn *c;
+    char *head;
+    cp_buf body;
+    int close_after;
+} write_req;
+
+static http_parser_settings g_settings;
+
+int64_t cp_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* ---- JSON helpers ------------------------------------------------------------------- */
+
+int cp_json_escape(cp_buf *b, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    if (cp_buf_reserve(b, n + 2)) return CP_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char esc[7];
+        size_t el = 0;
+        switch (c) {
+        case '"': memcpy(esc, "\\\"", 2); el = 2; break;
+        case '\\': memcpy(esc, "\\\\", 2); el = 2; break;
+        case '\n': memcpy(esc, "\\n", 2); el = 2; break;
+        case '\r': memcpy(esc, "\\r", 2); el = 2; break;
+        case '\t': memcpy(esc, "\\t", 2); el = 2; break;
+        default:
+            if (c < 0x20 || c == 0x7f) {
+                memcpy(esc, "\\u00", 4);
+                esc[4] = hex[c >> 4];
+                esc[5] = hex[c & 15];
+                el = 6;
+            }
+        }
+        if (el) {
+            if (cp_buf_append(b, esc, el)) return CP_ENOMEM;
+        } else if (cp_buf_append(b, &s[i], 1)) {
+            return CP_ENOMEM;
+        }
+    }
+    return 0;
+}
+
+void cp_http_error(cp_http_response *resp, int status, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    resp->status = status;
+    snprintf(resp->content_type, sizeof resp->content_type, "application/json");
+    resp->body.len = 0;
+    if (cp_buf_append(&resp->body, "{\"error\":\"", 10) ||
+        cp_json_escape(&resp->body, msg, strlen(msg)) ||
+        cp_buf_append(&resp->body, "\"}\n", 3)) {
+        /* Out of memory: an empty body still carries the status. */
+        resp->body.len = 0;
+    }
+}
+
+/* ---- connections -------------------------------------------------------------------- */
+
+static void conn_process(conn *c);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
+static void server_maybe_finished(cp_http_server *s);
+
+static void conn_reset_request(conn *c)
+{
+    c->url.len = c->body.len = c->auth.len = 0;
+    c->field_len = 0;
+    c->field_overflow = c->in_value = c->is_auth = 0;
+    c->header_bytes = 0;
+    c->err_status = 0;
+    c->err_msg[0] = 0;
+    c->complete = 0;
+}
+
+static void conn_free_if_closed(conn *c)
+{
+    if (c->nhandles > 0) return;
+    cp_http_server *s = c->srv;
+    if (c->prev) c->prev->next = c->next;
+    else s->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    s->nconns--;
+    cp_buf_close(&c->in);
+    cp_buf_close(&c->url);
+    cp_buf_close(&c->body);
+    cp_buf_close(&c->auth);
+    free(c);
+    server_maybe_finished(s);
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    conn *c = h->data;
+    c->nhandles--;
+    conn_free_if_closed(c);
+}
+
+static void conn_close(conn *c)
+{
+    if (c->closing) return;
+    c->closing = 1;
+    uv_timer_stop(&c->idle);
+    uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+    uv_close((uv_handle_t *)&c->idle, on_handle_closed);
+}
+
+static void on_idle(uv_timer_t *t)
+{
+    conn *c = t->data;
+    if (!c->busy) conn_close(c);
+}
+
+static void conn_arm_idle(conn *c)
+{
+    uint64_t ms = (uint64_t)(c->srv->opt.idle_timeout_ns / 1000000);
+    if (ms == 0) ms = 1;
+    uv_timer_start(&c->idle, on_idle, ms, 0);
+}
+
+static void on_written(uv_write_t *w, int status)
+{
+    write_req *wr = (write_req *)w;
+    conn *c = wr->c;
+    free(wr->head);
+    cp_buf_close(&wr->body);
+    int close_after = wr->close_after;
+    free(wr);
+    c->busy = 0;
+    if (c->closing) return;
+    if (status < 0 || close_after || c->srv->shutting_down) {
+        conn_close(c);
+        return;
+    }
+    conn_arm_idle(c);
+    conn_process(c);
+    if (!c->reading && !c->closing) {
+        c->reading = 1;
+        uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    }
+}
+
+/* Queues resp on c (taking its body) and closes afterwards unless keep-alive. */
+static void conn_send(conn *c, cp_http_response *resp, int keep_alive)
+{
+    cp_http_server *s = c->srv;
+    if (resp->body.len > s->opt.max_response_bytes) {
+        size_t n = resp->body.len;
+        cp_buf_close(&resp->body);
+        cp_http_error(resp, 400,
+                      "response of %zu bytes exceeds the limit of %zu bytes; narrow the "
+                      "selector or window, or use max_nodes",
+                      n, s->opt.max_response_bytes);
+    }
+    if (!resp->status) resp->status = 200;
+    if (!resp->content_type[0])
+        snprintf(resp->content_type, sizeof resp->content_type, "application/json");
+    if (c->closing) {
+        cp_buf_close(&resp->body);
+        return;
+    }
+    write_req *wr = calloc(1, sizeof *wr);
+    char *head = malloc(512 + sizeof resp->extra_headers);
+    if (!wr || !head) {
+        free(wr);
+        free(head);
+        cp_buf_close(&resp->body);
+        conn_close(c);
+        return;
+    }
+    if (s->shutting_down) keep_alive = 0;
+    const char *reason = http_status_str((enum http_status)resp->status);
+    int hl = snprintf(head, 512 + sizeof resp->extra_headers,
+                      "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                      "Cache-Control: no-store\r\n%sConnection: %s\r\n\r\n",
+                      resp->status, reason, resp->content_type, resp->body.len,
+                      resp->extra_headers, keep_alive ? "keep-alive" : "close");
+    wr->c = c;
+    wr->head = head;
+    wr->body = resp->body;
+    memset(&resp->body, 0, sizeof resp->body);
+    wr->close_after = !keep_alive;
+    uv_buf_t bufs[2] = {uv_buf_init(head, (unsigned)hl),
+                        uv_buf_init((char *)wr->body.data, (unsigned)wr->body.len)};
+    c->busy = 1;
+    uv_timer_stop(&c->idle);
+    if (uv_write(&wr->w, (uv_stream_t *)&c->tcp, bufs, wr->body.len ? 2 : 1, on_written)) {
+        free(head);
+        cp_buf_close(&wr->body);
+        free(wr);
+        c->busy = 0;
+        conn_close(c);
+    }
+}
+
+static void conn_send_error(conn *c, int status, const char *msg, int keep_alive)
+{
+    cp_http_response resp = {0};
+    cp_http_error(&resp, status, "%s", msg);
+    conn_send(c, &resp, keep_alive);
+}
+
+/* ---- http-parser callbacks ---------------------------------------------------------- */
+
+static int fail(conn *c, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(conn *c, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err_msg, sizeof c->err_msg, fmt, ap);
+    va_end(ap);
+    c->err_status = status;
+    return 1; /* stops the parser */
+}
+
+static int count_header(conn *c, size_t n)
+{
+    c->header_bytes += n;
+    if (c->header_bytes > c->srv->opt.max_header_bytes)
+        return fail(c, 431, "request headers exceed %zu bytes", c->srv->opt.max_header_bytes);
+    return 0;
+}
+
+static int on_message_begin(http_parser *p)
+{
+    conn_reset_request(p->data);
+    return 0;
+}
+
+static int on_url(http_parser *p, const char *at, size_t n)
+{
+    conn *c = p->data;
+    if (c->url.len + n > c->srv->opt.max_url_bytes)
+        return fail(c, 414, "request URL exceeds %zu bytes", c->srv->opt.max_url_bytes);
+    if (count_header(c, n)) return 1;
+    return cp_buf_append(&c->url, at, n) ? fail(c, 503, "out of memory") : 0;
+}
+
+static int on_header_field(http_parser *p, const char *at, size_t n)
+{
+    conn *c = p->data;
+    if (count_header(c, n)) return 1;
+    if (c->in_value) {
+        c->in_value = 0;
+        c->field_len = 0;
+        c->field_overflow = 0;
+    }
+    if (c->field_len + n >= sizeof c->field) {
+        c->field_overflow = 1;
+    } else {
+        memcpy(c->field + c->field_len, at, n);
+        c->field_len += n;
+    }
+    return 0;
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t n)
+{
+    conn *c = p->data;
+    if (count_header(c, n)) return 1;
+    if (!c->in_value) {
+        c->in_value = 1;
+        c->is_auth = !c->field_overflow && c->field_len == 13 &&
+                     strncasecmp(c->field, "authorization", 13) == 0;
+        if (c->is_auth) c->auth.len = 0;
+    }
+    if (c->is_auth && cp_buf_append(&c->auth, at, n)) return fail(c, 503, "out of memory");
+    return 0;
+}
+
+static int on_headers_complete(http_parser *p)
+{
+    conn *c = p->data;
+    if (p->content_length != ULLONG_MAX && p->content_length > c->srv->opt.max_body_bytes)
+        return fail(c, 413, "request body of %llu bytes exceeds %zu bytes",
+                    (unsigned long long)p->content_length, c->srv->opt.max_body_bytes);
+    return 0;
+}
+
+static int on_body(http_parser *p, const char *at, size_t n)
+{
+    conn *c = p->data;
+    if (c->body.len + n > c->srv->opt.max_body_bytes)
+        return fail(c, 413, "request body exceeds %zu bytes", c->srv->opt.max_body_bytes);
+    return cp_buf_append(&c->body, at, n) ? fail(c, 503, "out of memory") : 0;
+}
+
+static int on_message_complete(http_parser *p)
+{
+    conn *c = p->data;
+    c->complete = 1;
+    c->keep_alive = http_should_keep_alive(p);
+    snprintf(c->method, sizeof c->method, "%s", http_method_str((enum http_method)p->method));
+    http_parser_pause(p, 1); /* one request at a time; the rest stays in c->in */
+    return 0;
+}
+
+/* ---- dispatch ----------------------------------------------------------------------- */
+
+static void job_free(job *j)
+{
+    free((char *)j->req.path);
+    free((char *)j->req.query);
+    free((char *)j->req.authorization);
+    free((uint8_t *)j->req.body);
+    cp_buf_close(&j->resp.body);
+    free(j);
+}
+
+static void job_finish(job *j)
+{
+    conn *c = j->c;
+    cp_http_server *s = c->srv;
+    int heavy = j->heavy;
+    int status = j->resp.status ? j->resp.status : 200;
+    conn_send(c, &j->resp, c->keep_alive);
+    if (s->opt.observe)
+        s->opt.observe(s->opt.ctx, &j->req, status, heavy,
+                       (double)(cp_mono_ns() - j->req.received_ns) / 1e9);
+    job_free(j);
+}
+
+static void work_cb(uv_work_t *w)
+{
+    job *j = (job *)w;
+    cp_http_server *s = j->c->srv;
+    s->opt.handle(s->opt.ctx, &j->req, &j->resp);
+}
+
+static void pump(cp_http_server *s);
+
+static void after_work_cb(uv_work_t *w, int status)
+{
+    job *j = (job *)w;
+    cp_http_server *s = j->c->srv;
+    s->nrunning--;
+    if (status == UV_ECANCELED) cp_http_error(&j->resp, 503, "query cancelled");
+    j->heavy = 1;
+    job_finish(j);
+    pump(s);
+    server_maybe_finished(s);
+}
+
+static void pump(cp_http_server *s)
+{
+    while (s->nrunning < s->opt.concurrency && s->qhead) {
+        job *j = s->qhead;
+        s->qhead = j->next;
+        if (!s->qhead) s->qtail = NULL;
+        s->nqueued--;
+        if (j->req.deadline_ns && cp_mono_ns() >= j->req.deadline_ns) {
+            cp_http_error(&j->resp, 503,
+                          "query waited past its deadline of %.1f s in the queue (server busy)",
+                          (double)s->opt.query_timeout_ns / 1e9);
+            j->heavy = 1;
+            job_finish(j);
+            continue;
+        }
+        s->nrunning++;
+        if (uv_queue_work(s->loop, &j->work, work_cb, after_work_cb)) {
+            s->nrunning--;
+            cp_http_error(&j->resp, 503, "cannot schedule the query");
+            job_finish(j);
+        }
+    }
+}
+
+/* Turns the parsed request into a job and runs it inline or queues it. */
+static void conn_dispatch(conn *c)
+{
+    cp_http_server *s = c->srv;
+    job *j = calloc(1, sizeof *j);
+    if (!j) {
+        conn_send_error(c, 503, "out of memory", 0);
+        return;
+    }
+    j->c = c;
+    c->busy = 1;
+    uv_timer_stop(&c->idle);
+    const char *u = c->url.len ? (const char *)c->url.data : "/";
+    size_t ulen = c->url.len ? c->url.len : 1;
+    struct http_parser_url pu;
+    http_parser_url_init(&pu);
+    if (http_parser_parse_url(u, ulen, 0, &pu) || !(pu.field_set & (1 << UF_PATH))) {
+        cp_http_error(&j->resp, 400, "malformed request target");
+        goto respond;
+    }
+    char *path = strndup(u + pu.field_data[UF_PATH].off, pu.field_data[UF_PATH].len);
+    char *query = (pu.field_set & (1 << UF_QUERY))
+                      ? strndup(u + pu.field_data[UF_QUERY].off, pu.field_data[UF_QUERY].len)
+                      : strdup("");
+    char *auth = c->auth.len ? strndup((const char *)c->auth.data, c->auth.len) : NULL;
+    uint8_t *body = NULL;
+    if (c->body.len) {
+        body = malloc(c->body.len);
+        if (body) memcpy(body, c->body.data, c->body.len);
+    }
+    j->req.method = c->method;
+    j->req.path = path;
+    j->req.query = query;
+    j->req.authorization = auth;
+    j->req.body = body;
+    j->req.body_len = body ? c->body.len : 0;
+    j->req.received_ns = cp_mono_ns();
+    j->req.deadline_ns = s->opt.query_timeout_ns ? j->req.received_ns + s->opt.query_timeout_ns
+                                                 : 0;
+    if (!path || !query || (c->auth.len && !auth) || (c->body.len && !body)) {
+        cp_http_error(&j->resp, 503, "out of memory");
+        goto respond;
+    }
+    if (!s->opt.is_light || !s->opt.is_light(s->opt.ctx, &j->req)) {
+        if (s->nqueued >= s->opt.max_queued) {
+            cp_http_error(&j->resp, 503,
+                          "too many queries in flight (%u running, %u queued); retry later",
+                          s->nrunning, s->nqueued);
+            j->heavy = 1;
+            goto respond;
+        }
+        if (s->qtail) s->qtail->next = j;
+        else s->qhead = j;
+        s->qtail = j;
+        s->nqueued++;
+        pump(s);
+        return;
+    }
+    s->opt.handle(s->opt.ctx, &j->req, &j->resp);
+respond:
+    job_finish(j);
+}
+
+/* Parses buffered input until a request is complete (and dispatched) or input runs out. */
+static void conn_process(conn *c)
+{
+    while (!c->busy && !c->closing && c->in.len > 0) {
+        if (HTTP_PARSER_ERRNO(&c->parser) == HPE_PAUSED) http_parser_pause(&c->parser, 0);
+        size_t n = http_parser_execute(&c->parser, &g_settings, (const char *)c->in.data,
+                                       c->in.len);
+        enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
+        if (c->err_status) {
+            conn_send_error(c, c->err_status, c->err_msg, 0);
+            c->in.len = 0;
+            return;
+        }
+        if (e != HPE_OK && e != HPE_PAUSED) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "malformed HTTP request: %s", http_errno_description(e));
+            int status = e == HPE_HEADER_OVERFLOW ? 431 : 400;
+            conn_send_error(c, status, msg, 0);
+            c->in.len = 0;
+            return;
+        }
+        if (n > c->in.len) n = c->in.len;
+        memmove(c->in.data, c->in.data + n, c->in.len - n);
+        c->in.len -= n;
+        if (c->parser.upgrade) {
+            conn_send_error(c, 400, "protocol upgrades are not supported", 0);
+            c->in.len = 0;
+            return;
+        }
+        if (c->complete) {
+            c->complete = 0;
+            conn_dispatch(c);
+            continue;
+        }
+        if (n == 0) break;
+    }
+    if (!c->busy && !c->closing && c->srv->shutting_down) conn_close(c);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    conn *c = h->data;
+    (void)suggested;
+    if (cp_buf_reserve(&c->in, 65536)) {
+        buf->base = NULL;
+        buf->len = 0;
+        return;
+    }
+    buf->base = (char *)c->in.data + c->in.len;
+    buf->len = c->in.cap - c->in.len;
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    conn *c = st->data;
+    (void)buf;
+    if (nread < 0) {
+        if (!c->busy) conn_close(c);
+        else {
+            uv_read_stop(st);
+            c->keep_alive = 0;
+        }
+        return;
+    }
+    if (nread == 0) return;
+    c->in.len += (size_t)nread;
+    /* Bound what a client may pipeline while a request is being answered. */
+    size_t cap = c->srv->opt.max_header_bytes + c->srv->opt.max_body_bytes + 65536;
+    if (c->busy && c->in.len > cap) {
+        uv_read_stop(st);
+        c->reading = 0;
+    }
+    if (!c->busy) conn_arm_idle(c);
+    conn_process(c);
+}
+
+static void on_connection(uv_stream_t *ls, int status)
+{
+    cp_http_server *s = ls->data;
+    if (status < 0) {
+        cp_log_warn("http: accept failed: %s", uv_strerror(status));
+        return;
+    }
+    conn *c = calloc(1, sizeof *c);
+    if (!c) return;
+    c->srv = s;
+    uv_tcp_init(s->loop, &c->tcp);
+    uv_timer_init(s->loop, &c->idle);
+    c->tcp.data = c;
+    c->idle.data = c;
+    c->nhandles = 2;
+    c->next = s->conns;
+    if (s->conns) s->conns->prev = c;
+    s->conns = c;
+    s->nconns++;
+    if (uv_accept(ls, (uv_stream_t *)&c->tcp)) {
+        conn_close(c);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    http_parser_init(&c->parser, HTTP_REQUEST);
+    c->parser.data = c;
+    if (s->nconns > s->opt.max_connections || s->shutting_down) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "too many connections (limit %u)", s->opt.max_connections);
+        conn_send_error(c, 503, s->shutting_down ? "server is shutting down" : msg, 0);
+        return;
+    }
+    conn_arm_idle(c);
+    c->reading = 1;
+    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}
+
+/* ---- server ------------------------------------------------------------------------- */
+
+void cp_http_options_default(cp_http_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->host = "127.0.0.1";
+    o->port = 7070;
+    o->max_url_bytes = 8192;
+    o->max_header_bytes = 16384;
+    o->max_body_bytes = 65536;
+    o->max_response_bytes = 256u << 20;
+    o->max_connections = 1024;
+    o->concurrency = 4;
+    o->max_queued = 256;
+    o->query_timeout_ns = 30000000000LL;
+    o->idle_timeout_ns = 60000000000LL;
+}
+
+int cp_http_server_create(uv_loop_t *loop, const cp_http_options *opt, cp_http_server **out,
+                          cp_err *err)
+{
+    *out = NULL;
+    if (!g_settings.on_message_complete) {
+        g_settings.on_message_begin = on_message_begin;
+        g_settings.on_url = on_url;
+        g_settings.on_header_field = on_header_field;
+        g_settings.on_header_value = on_header_value;
+        g_settings.on_headers_complete = on_headers_complete;
+        g_settings.on_body = on_body;
+        g_settings.on_message_complete = on_message_complete;
+    }
+    cp_http_server *s = calloc(1, sizeof *s);
+    if (!s) return cp_err_set(err, CP_ENOMEM, "http: out of memory");
+    s->loop = loop;
+    s->opt = *opt;
+    if (!s->opt.concurrency) s->opt.concurrency = 1;
+    if (!s->opt.max_connections) s->opt.max_connections = 1;
+    s->listener_closed = 1;
+    struct sockaddr_storage addr;
+    int rc;
+    if (strchr(opt->host, ':'))
+        rc = uv_ip6_addr(opt->host, opt->port, (struct sockaddr_in6 *)&addr);
+    else
+        rc = uv_ip4_addr(opt->host, opt->port, (struct sockaddr_in *)&addr);
+    if (rc) {
+        free(s);
+        return cp_err_set(err, CP_EINVAL, "http: bad listen address '%s': %s", opt->host,
+                          uv_strerror(rc));
+    }
+    uv_tcp_init(loop, &s->listener);
+    s->listener.data = s;
+    s->listener_closed = 0;
+    rc = uv_tcp_bind(&s->listener, (struct sockaddr *)&addr, 0);
+    if (!rc) rc = uv_listen((uv_stream_t *)&s->listener, 511, on_connection);
+    if (rc) {
+        cp_err_set(err, CP_EIO, "http: cannot listen on %s:%d: %s", opt->host, opt->port,
+                   uv_strerror(rc));
+        *out = s; /* the caller must shut it down to close the handle */
+        s->shutting_down = 1;
+        return CP_EIO;
+    }
+    s->listening = 1;
+    struct sockaddr_storage bound;
+    int blen = sizeof bound;
+    uv_tcp_getsockname(&s->listener, (struct sockaddr *)&bound, &blen);
+    s->port = bound.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&bound)->sin6_port)
+                                          : ntohs(((struct sockaddr_in *)&bound)->sin_port);
+    *out = s;
+    return 0;
+}
+
+int cp_http_server_port(const cp_http_server *s)
+{
+    return s->port;
+}
+
+static void on_listener_closed(uv_handle_t *h)
+{
+    cp_http_server *s = h->data;
+    s->listener_closed = 1;
+    server_maybe_finished(s);
+}
+
+static void server_maybe_finished(cp_http_server *s)
+{
+    if (!s->shutting_down || !s->listener_closed || s->nconns || s->nrunning || s->nqueued)
+        return;
+    if (s->shutdown_cb) {
+        void (*cb)(void *) = s->shutdown_cb;
+        s->shutdown_cb = NULL;
+        cb(s->shutdown_arg);
+    }
+}
+
+void cp_http_server_shutdown(cp_http_server *s, void (*cb)(void *arg), void *arg)
+{
+    s->shutting_down = 1;
+    s->shutdown_cb = cb;
+    s->shutdown_arg = arg;
+    if (!uv_is_closing((uv_handle_t *)&s->listener)) {
+        s->listener_closed = 0;
+        uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+    }
+    for (conn *c = s->conns, *next; c; c = next) {
+        next = c->next;
+        if (!c->busy) conn_close(c);
+    }
+    server_maybe_finished(s);
+}
+
+void cp_http_server_destroy(cp_http_server *s)
+{
+    free(s);
+}

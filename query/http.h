@@ -1,0 +1,92 @@
+/* A small HTTP/1.1 server on libuv with Debian's http-parser: keep-alive and pipelining,
+ * bounded URL, headers and body, idle timeouts, a connection cap, and a work queue that runs
+ * heavy requests on libuv's threadpool with bounded concurrency so the event loop never
+ * stalls. Every error the server produces itself is a JSON body {"error":"..."}. */
+#ifndef CP_QUERY_HTTP_H
+#define CP_QUERY_HTTP_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "error.h"
+#include "vec.h"
+
+/* A parsed request, valid for the duration of the handler call. */
+typedef struct cp_http_request {
+    const char *method;        /* "GET", "POST", ... */
+    const char *path;          /* the URL's path, not decoded ("/api/v1/profile") */
+    const char *query;         /* the raw query string after '?', "" if none */
+    const char *authorization; /* the Authorization header or NULL */
+    const uint8_t *body;
+    size_t body_len;
+    int64_t received_ns;       /* CLOCK_MONOTONIC when the request was complete */
+    int64_t deadline_ns;       /* CLOCK_MONOTONIC deadline for heavy requests, 0 = none */
+} cp_http_request;
+
+/* What a handler fills in. The server owns it and frees body after writing. */
+typedef struct cp_http_response {
+    int status;                /* 200 unless set */
+    char content_type[64];     /* "application/json" unless set */
+    char extra_headers[256];   /* complete header lines ("Name: value\r\n"), may be "" */
+    cp_buf body;
+} cp_http_response;
+
+/* Handles one request. Runs on the loop thread for light requests and on a threadpool
+ * thread for heavy ones; must be thread-safe in the latter case. */
+typedef void (*cp_http_handler_fn)(void *ctx, const cp_http_request *req,
+                                   cp_http_response *resp);
+/* 1 if the request is cheap (health, metrics, static answers, errors) and may run on the
+ * loop thread, bypassing the query queue; 0 to run it on the threadpool. */
+typedef int (*cp_http_is_light_fn)(void *ctx, const cp_http_request *req);
+/* Called on the loop thread after every response is queued, for metrics. */
+typedef void (*cp_http_observe_fn)(void *ctx, const cp_http_request *req, int status,
+                                   int heavy, double seconds);
+
+typedef struct cp_http_options {
+    const char *host;          /* "127.0.0.1" */
+    int port;                  /* 0 = kernel-chosen (read it back with cp_http_server_port) */
+    size_t max_url_bytes;      /* 414 beyond; default 8 KiB */
+    size_t max_header_bytes;   /* request line + headers, 431 beyond; default 16 KiB */
+    size_t max_body_bytes;     /* 413 beyond; default 64 KiB */
+    size_t max_response_bytes; /* a larger handler answer becomes an error; default 256 MiB */
+    uint32_t max_connections;  /* further connections get 503 and are closed; default 1024 */
+    uint32_t concurrency;      /* heavy requests running at once; default 4 */
+    uint32_t max_queued;       /* heavy requests waiting; 503 beyond; default 256 */
+    int64_t query_timeout_ns;  /* deadline of a heavy request from its arrival; default 30 s */
+    int64_t idle_timeout_ns;   /* a connection silent this long is closed; default 60 s */
+    cp_http_handler_fn handle;
+    cp_http_is_light_fn is_light; /* NULL = everything heavy */
+    cp_http_observe_fn observe;   /* may be NULL */
+    void *ctx;
+} cp_http_options;
+
+typedef struct cp_http_server cp_http_server;
+
+/* Fills o with the defaults above (handler fields NULL). */
+void cp_http_options_default(cp_http_options *o);
+
+/* Binds and listens on loop. *out is owned by the caller and freed by
+ * cp_http_server_destroy. Returns 0, CP_EIO (err names the address and reason) or
+ * CP_ENOMEM. The loop must be run by the caller. */
+int cp_http_server_create(uv_loop_t *loop, const cp_http_options *opt, cp_http_server **out,
+                          cp_err *err);
+/* The port actually bound. */
+int cp_http_server_port(const cp_http_server *s);
+/* Stops accepting, closes idle connections, lets in-flight requests finish and answers
+ * them, and closes everything once done; cb (may be NULL) runs on the loop when the last
+ * handle is closed. The server must then be freed with cp_http_server_destroy. */
+void cp_http_server_shutdown(cp_http_server *s, void (*cb)(void *arg), void *arg);
+/* Frees a server after shutdown completed (or one that never listened). NULL is fine. */
+void cp_http_server_destroy(cp_http_server *s);
+
+/* Sets resp to status with body {"error":"<msg>"} (msg printf-formatted, JSON-escaped). */
+void cp_http_error(cp_http_response *resp, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Appends s JSON-escaped (without quotes) to b. */
+int cp_json_escape(cp_buf *b, const char *s, size_t n);
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+int64_t cp_mono_ns(void);
+
+#endif

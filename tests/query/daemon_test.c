@@ -1,0 +1,322 @@
+/* Black-box tests of contprofd: the real binary on a real store directory, found by its log
+ * line, queried over HTTP, stopped by SIGTERM and SIGINT; configuration errors and the
+ * loopback rule. Also the config parser itself. */
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "config.h"
+#include "pprof.h"
+#include "fixture.h"
+#include "qtest.h"
+
+#define S(x) ((int64_t)(x) * 1000000000LL)
+static const int64_t T0 = 1764000000;
+
+typedef struct proc {
+    pid_t pid;
+    char log[256];
+    int port;
+} proc;
+
+static const char *bindir(void)
+{
+    const char *b = getenv("CP_BINARY_DIR");
+    return b ? b : "build";
+}
+
+static void slurp(const char *path, char *out, size_t len)
+{
+    out[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    size_t n = fread(out, 1, len - 1, f);
+    out[n] = 0;
+    fclose(f);
+}
+
+/* Starts contprofd with args (NULL-terminated), stderr to a log; waits for its port. */
+static void start_daemon(proc *p, const char *dir, const char *const *args)
+{
+    snprintf(p->log, sizeof p->log, "%s/contprofd-%d.log", dir, (int)getpid());
+    unlink(p->log);
+    char bin[512];
+    snprintf(bin, sizeof bin, "%s/query/contprofd", bindir());
+    p->pid = fork();
+    CHECK(p->pid >= 0);
+    if (p->pid == 0) {
+        FILE *f = freopen(p->log, "w", stderr);
+        (void)f;
+        const char *argv[32] = {bin};
+        int n = 1;
+        for (; args[n - 1] && n < 31; n++) argv[n] = args[n - 1];
+        argv[n] = NULL;
+        execv(bin, (char **)argv);
+        _exit(127);
+    }
+    char buf[8192];
+    for (int i = 0; i < 300; i++) {
+        slurp(p->log, buf, sizeof buf);
+        const char *m = strstr(buf, "query API on http://127.0.0.1:");
+        if (m) {
+            p->port = atoi(m + strlen("query API on http://127.0.0.1:"));
+            return;
+        }
+        int st;
+        if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
+            fprintf(stderr, "contprofd exited early:\n%s\n", buf);
+            CHECK(0);
+        }
+        usleep(20000);
+    }
+    fprintf(stderr, "contprofd did not start:\n%s\n", buf);
+    CHECK(0);
+}
+
+static int stop_daemon(proc *p, int sig)
+{
+    kill(p->pid, sig);
+    int st = 0;
+    for (int i = 0; i < 1000; i++) {
+        if (waitpid(p->pid, &st, WNOHANG) == p->pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        usleep(10000);
+    }
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, &st, 0);
+    CHECK(!"contprofd did not stop within 10 s");
+    return -1;
+}
+
+static cp_http_result get(int port, const char *pq, const char *token)
+{
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    cp_http_result r;
+    cp_err err = {0};
+    int rc = cp_http_get(url, pq, token, 30000, 0, &r, &err);
+    if (rc) fprintf(stderr, "GET %s: %s\n", pq, err.msg);
+    CHECK(rc == 0);
+    cp_buf_append(&r.body, "", 1);
+    r.body.len--;
+    return r;
+}
+
+/* Runs contprofd to completion (for start-up errors); returns the status and the log. */
+static int run_daemon(const char *dir, const char *const *args, char *log, size_t len)
+{
+    proc p = {0};
+    snprintf(p.log, sizeof p.log, "%s/contprofd-fail.log", dir);
+    char bin[512];
+    snprintf(bin, sizeof bin, "%s/query/contprofd", bindir());
+    p.pid = fork();
+    if (p.pid == 0) {
+        FILE *f = freopen(p.log, "w", stderr);
+        (void)f;
+        const char *argv[32] = {bin};
+        int n = 1;
+        for (; args[n - 1] && n < 31; n++) argv[n] = args[n - 1];
+        argv[n] = NULL;
+        execv(bin, (char **)argv);
+        _exit(127);
+    }
+    int st;
+    waitpid(p.pid, &st, 0);
+    slurp(p.log, log, len);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+TEST(serves_a_store_and_stops_cleanly)
+{
+    /* Fill a store, close it, hand the directory to the daemon. */
+    qfx f = {0};
+    qfx_open_store(&f, NULL);
+    for (int w = 0; w < 30; w++) {
+        cp_profile *p = qt_cpu_profile();
+        qt_add(p, "main;work", 4, 40000000);
+        qfx_add(&f, "default", CP_KIND_CPU, "service=api,instance=i1", S(T0 + 10 * w), p);
+        cp_profile_destroy(p);
+    }
+    qfx_commit(&f);
+    char dir[128], store[160];
+    snprintf(dir, sizeof dir, "%s", f.dir);
+    snprintf(store, sizeof store, "%s", f.dir);
+    qfx_close(&f, 0);
+    char conf[200];
+    snprintf(conf, sizeof conf, "%s.conf", dir);
+    FILE *cf = fopen(conf, "w");
+    fprintf(cf, "# test config\nlisten = 127.0.0.1:0\nquery.concurrency = 2\n"
+                "query.max_range = 30d\nbrokers = 127.0.0.1:9\n");
+    fclose(cf);
+    const char *args[] = {"--config", conf, "--data", store, NULL};
+    proc p = {0};
+    start_daemon(&p, "/tmp", args);
+    cp_http_result r = get(p.port, "/healthz", NULL);
+    CHECK_EQ(r.status, 200);
+    cp_buf_close(&r.body);
+    char pq[256];
+    snprintf(pq, sizeof pq, "/api/v1/profile?format=folded&sample_type=samples&from=%lld&to=%lld",
+             (long long)T0, (long long)T0 + 3600);
+    r = get(p.port, pq, NULL);
+    CHECK_EQ(r.status, 200);
+    CHECK_STREQ((char *)r.body.data, "main;work 120\n");
+    cp_buf_close(&r.body);
+    r = get(p.port, "/api/v1/profile?from=-60d", NULL);
+    CHECK_EQ(r.status, 400); /* query.max_range from the config */
+    cp_buf_close(&r.body);
+    r = get(p.port, "/api/v1/brokers", NULL);
+    CHECK_STREQ((char *)r.body.data, "{\"brokers\":\"127.0.0.1:9\"}\n");
+    cp_buf_close(&r.body);
+    r = get(p.port, "/metrics", NULL);
+    CHECK_CONTAINS((char *)r.body.data, "contprof_store_series 1\n");
+    CHECK_CONTAINS((char *)r.body.data, "contprof_query_duration_seconds_count{endpoint=\"profile\"} 2\n");
+    cp_buf_close(&r.body);
+    CHECK_EQ(stop_daemon(&p, SIGTERM), 0);
+    char log[8192];
+    slurp(p.log, log, sizeof log);
+    CHECK_CONTAINS(log, "stopped cleanly");
+    /* The store was closed properly: it opens again, and SIGINT stops it too. */
+    start_daemon(&p, "/tmp", args);
+    r = get(p.port, pq, NULL);
+    CHECK_STREQ((char *)r.body.data, "main;work 120\n");
+    cp_buf_close(&r.body);
+    CHECK_EQ(stop_daemon(&p, SIGINT), 0);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s' '%s'", dir, conf, p.log);
+    CHECK(system(cmd) == 0);
+}
+
+/* The whole pipeline with no Kafka installed: contprofd hosts the embedded broker, `contprof
+ * import --server` finds it through /api/v1/brokers, ingest stores the window, and the
+ * query returns the file's totals. */
+TEST(embedded_broker_import_to_query)
+{
+    char dir[] = "/tmp/cpqd-XXXXXX";
+    CHECK(mkdtemp(dir));
+    char store[200];
+    snprintf(store, sizeof store, "%s/store", dir);
+    const char *args[] = {"--data", store, "--http", "127.0.0.1:0", NULL};
+    proc p = {0};
+    start_daemon(&p, dir, args);
+    const char *src = getenv("CP_SOURCE_DIR");
+    char file[512], cmd[2048];
+    snprintf(file, sizeof file, "%s/tests/fuzz/corpus/fuzz_pprof/go_cpu.pb.gz", src ? src : ".");
+    cp_buf b = {0};
+    CHECK(cp_read_file(file, &b) == 0);
+    cp_profile *want = NULL;
+    CHECK(cp_pprof_decode(b.data, b.len, NULL, &want, NULL) == 0);
+    cp_buf_close(&b);
+    snprintf(cmd, sizeof cmd,
+             "%s/query/contprof import --server http://127.0.0.1:%d --service gosvc "
+             "--at 1764000000 --duration 10s '%s' >/dev/null 2>&1",
+             bindir(), p.port, file);
+    CHECK(system(cmd) == 0);
+    /* Ingest is asynchronous (and the first consumer-group join takes ~3 s). */
+    int64_t got = -1;
+    for (int i = 0; i < 300 && got != cp_profile_total(want, 1); i++) {
+        cp_http_result r = get(p.port, "/api/v1/profile?select=%7Bservice%3D%22gosvc%22%7D"
+                                       "&from=1764000000&to=1764000010&format=pprof",
+                               NULL);
+        CHECK_EQ(r.status, 200);
+        cp_profile *q = NULL;
+        CHECK(cp_pprof_decode(r.body.data, r.body.len, NULL, &q, NULL) == 0);
+        got = q->sample_types.n > 1 ? cp_profile_total(q, 1) : 0;
+        cp_profile_destroy(q);
+        cp_buf_close(&r.body);
+        if (got != cp_profile_total(want, 1)) usleep(50000);
+    }
+    CHECK_EQ(got, cp_profile_total(want, 1));
+    cp_profile_destroy(want);
+    cp_http_result r = get(p.port, "/metrics", NULL);
+    CHECK_CONTAINS((char *)r.body.data, "contprof_ingest_windows_total 1\n");
+    CHECK_CONTAINS((char *)r.body.data, "contprof_ingest_dlq_total{reason=\"pprof\"} 0\n");
+    cp_buf_close(&r.body);
+    CHECK_EQ(stop_daemon(&p, SIGTERM), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
+TEST(tokens_from_config)
+{
+    char dir[] = "/tmp/cpqd-XXXXXX";
+    CHECK(mkdtemp(dir));
+    char conf[200], store[200];
+    snprintf(conf, sizeof conf, "%s/c.conf", dir);
+    snprintf(store, sizeof store, "%s/store", dir);
+    FILE *cf = fopen(conf, "w");
+    fprintf(cf, "listen = 127.0.0.1:0\nbrokers = 127.0.0.1:9\ntoken.alpha = 'alpha-secret-1'\n");
+    fclose(cf);
+    const char *args[] = {"--config", conf, "--data", store, NULL};
+    proc p = {0};
+    start_daemon(&p, dir, args);
+    cp_http_result r = get(p.port, "/api/v1/labels", NULL);
+    CHECK_EQ(r.status, 401);
+    cp_buf_close(&r.body);
+    r = get(p.port, "/api/v1/labels", "alpha-secret-1");
+    CHECK_EQ(r.status, 200);
+    CHECK_STREQ((char *)r.body.data, "{\"labels\":[]}\n");
+    cp_buf_close(&r.body);
+    CHECK_EQ(stop_daemon(&p, SIGTERM), 0);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
+TEST(startup_errors)
+{
+    char dir[] = "/tmp/cpqd-XXXXXX";
+    CHECK(mkdtemp(dir));
+    char conf[200], store[200], log[8192];
+    snprintf(conf, sizeof conf, "%s/c.conf", dir);
+    snprintf(store, sizeof store, "%s/store", dir);
+    const char *a1[] = {"--data", store, "--http", "0.0.0.0:0", "--brokers", "x:1", NULL};
+    CHECK_EQ(run_daemon(dir, a1, log, sizeof log), 1);
+    CHECK_CONTAINS(log, "refusing to listen on 0.0.0.0 without tokens");
+    FILE *cf = fopen(conf, "w");
+    fprintf(cf, "listen = 127.0.0.1:0\nquery.timeout = soon\n");
+    fclose(cf);
+    const char *a2[] = {"--config", conf, "--data", store, NULL};
+    CHECK_EQ(run_daemon(dir, a2, log, sizeof log), 1);
+    CHECK_CONTAINS(log, "c.conf:2: 'query.timeout': bad duration 'soon'");
+    const char *a3[] = {"--data", store, "--http", "127.0.0.1", NULL};
+    CHECK_EQ(run_daemon(dir, a3, log, sizeof log), 1);
+    CHECK_CONTAINS(log, "listen address '127.0.0.1': expected HOST:PORT");
+    const char *a4[] = {"--bogus", NULL};
+    CHECK_EQ(run_daemon(dir, a4, log, sizeof log), 2);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
+TEST(config_parser)
+{
+    cp_config c;
+    cp_err err = {0};
+    CHECK(cp_config_init(&c) == 0);
+    CHECK(cp_config_set(&c, "kafka.security.protocol", "SASL_SSL", &err) == 0);
+    CHECK(cp_config_set(&c, "kafka.bootstrap.servers", "k1:9092,k2:9092", &err) == 0);
+    CHECK(cp_config_set(&c, "token.team-a", "0123456789", &err) == 0);
+    CHECK(cp_config_set(&c, "retention.raw", "14d", &err) == 0);
+    CHECK(cp_config_set(&c, "query.max_response_bytes", "64M", &err) == 0);
+    CHECK(cp_config_set(&c, "listen", "[::1]:8080", &err) == 0);
+    CHECK_STREQ(c.brokers, "k1:9092,k2:9092");
+    CHECK_EQ(c.kafka.n, 1);
+    CHECK_STREQ(c.kafka.v[0].key, "security.protocol");
+    CHECK_STREQ(c.tokens.v[0].key, "team-a");
+    CHECK_EQ(c.retention_raw_ns, S(14 * 86400));
+    CHECK_EQ(c.max_response_bytes, 64u << 20);
+    CHECK_STREQ(c.http_host, "::1");
+    CHECK_EQ(c.http_port, 8080);
+    CHECK(cp_config_is_loopback("::1") && cp_config_is_loopback("127.0.0.2") &&
+          !cp_config_is_loopback("10.0.0.1"));
+    CHECK_EQ(cp_config_set(&c, "token.bad name", "0123456789", &err), CP_EPARSE);
+    CHECK_EQ(cp_config_set(&c, "query.concurrency", "0", &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "'query.concurrency': expected a positive integer");
+    CHECK_EQ(cp_config_set(&c, "query.max_response_bytes", "lots", &err), CP_EPARSE);
+    CHECK_EQ(cp_config_set(&c, "listen", "host:99999", &err), CP_EPARSE);
+    cp_config_close(&c);
+}
+
+TEST_MAIN(T(serves_a_store_and_stops_cleanly), T(embedded_broker_import_to_query),
+          T(tokens_from_config), T(startup_errors),
+          T(config_parser))

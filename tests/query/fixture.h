@@ -1,0 +1,158 @@
+/* A query API fixture for tests and benchmarks: a real store in a fresh directory, the API
+ * and the HTTP server on 127.0.0.1 with a kernel-chosen port, run on their own loop thread;
+ * windows are written straight through the store's writer API (no Kafka). */
+#ifndef CP_QFIXTURE_H
+#define CP_QFIXTURE_H
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "client.h"
+#include "http.h"
+#include "store.h"
+#include "test.h"
+
+typedef struct qfx {
+    char dir[128];
+    cp_store *store;
+    cp_store_batch *batch;
+    cp_api *api;
+    uv_loop_t loop;
+    uv_async_t stop;
+    cp_http_server *srv;
+    pthread_t th;
+    int port;
+    char url[64];
+    uint64_t seq;
+} qfx;
+
+static void qfx_on_shut(void *arg)
+{
+    qfx *f = arg;
+    uv_close((uv_handle_t *)&f->stop, NULL);
+}
+
+static void qfx_on_stop(uv_async_t *a)
+{
+    qfx *f = a->data;
+    cp_http_server_shutdown(f->srv, qfx_on_shut, f);
+}
+
+static void *qfx_run(void *arg)
+{
+    qfx *f = arg;
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+/* Opens a store in a new temporary directory (or dir if given). */
+static inline void qfx_open_store(qfx *f, const char *dir)
+{
+    if (dir) {
+        snprintf(f->dir, sizeof f->dir, "%s", dir);
+    } else {
+        snprintf(f->dir, sizeof f->dir, "/tmp/cpq-XXXXXX");
+        CHECK(mkdtemp(f->dir));
+    }
+    cp_store_options so = {.path = f->dir};
+    cp_err err = {0};
+    if (cp_store_open(&so, &f->store, &err)) fprintf(stderr, "store: %s\n", err.msg);
+    CHECK(f->store);
+    f->batch = cp_store_batch_create(f->store);
+    CHECK(f->batch);
+}
+
+/* Starts the API and server; api options may be NULL for defaults. */
+static inline void qfx_serve(qfx *f, const cp_api_options *ao, uint32_t concurrency)
+{
+    cp_api_options o;
+    if (ao) o = *ao;
+    else cp_api_options_default(&o);
+    o.store = f->store;
+    f->api = cp_api_create(&o);
+    CHECK(f->api);
+    uv_loop_init(&f->loop);
+    cp_http_options ho;
+    cp_http_options_default(&ho);
+    ho.port = 0;
+    ho.handle = cp_api_handle;
+    ho.is_light = cp_api_is_light;
+    ho.observe = cp_api_observe;
+    ho.ctx = f->api;
+    ho.concurrency = concurrency ? concurrency : 2;
+    cp_err err = {0};
+    CHECK(cp_http_server_create(&f->loop, &ho, &f->srv, &err) == 0);
+    f->port = cp_http_server_port(f->srv);
+    snprintf(f->url, sizeof f->url, "http://127.0.0.1:%d", f->port);
+    uv_async_init(&f->loop, &f->stop, qfx_on_stop);
+    f->stop.data = f;
+    pthread_create(&f->th, NULL, qfx_run, f);
+}
+
+static inline void qfx_close(qfx *f, int remove_dir)
+{
+    if (f->srv) {
+        uv_async_send(&f->stop);
+        pthread_join(f->th, NULL);
+        uv_loop_close(&f->loop);
+        cp_http_server_destroy(f->srv);
+    }
+    cp_api_destroy(f->api);
+    cp_store_batch_destroy(f->batch);
+    cp_store_close(f->store);
+    if (remove_dir) {
+        char cmd[200];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
+        CHECK(system(cmd) == 0);
+    }
+}
+
+/* Adds one window of kind for tenant and labels ("k=v,k=v") starting at start_s. */
+static inline void qfx_add(qfx *f, const char *tenant, cp_kind kind, const char *labels,
+                           int64_t start_ns, const cp_profile *p)
+{
+    cp_envelope e = {0};
+    e.tenant = (char *)tenant;
+    e.kind = kind;
+    e.window_start_ns = start_ns;
+    e.window_duration_ns = 10000000000LL;
+    e.producer_id = (char *)"qtest";
+    e.sequence = ++f->seq;
+    char tmp[512];
+    snprintf(tmp, sizeof tmp, "%s", labels);
+    for (char *save = NULL, *kv = strtok_r(tmp, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '=');
+        CHECK(eq);
+        *eq = 0;
+        CHECK(cp_labels_set(&e.labels, kv, eq + 1) == 0);
+    }
+    cp_err err = {0};
+    int rc = cp_store_batch_add(f->batch, &e, p, 0, &err);
+    if (rc) fprintf(stderr, "batch_add: %s\n", err.msg);
+    CHECK(rc == 0);
+    cp_labels_close(&e.labels);
+}
+
+static inline void qfx_commit(qfx *f)
+{
+    cp_err err = {0};
+    int rc = cp_store_batch_commit(f->batch, &err);
+    if (rc) fprintf(stderr, "commit: %s\n", err.msg);
+    CHECK(rc == 0);
+}
+
+static inline cp_http_result qfx_get(qfx *f, const char *pq, const char *token)
+{
+    cp_http_result r;
+    cp_err err = {0};
+    int rc = cp_http_get(f->url, pq, token, 60000, 0, &r, &err);
+    if (rc) fprintf(stderr, "GET %s: %s\n", pq, err.msg);
+    CHECK(rc == 0);
+    cp_buf_append(&r.body, "", 1); /* NUL-terminate for string checks */
+    r.body.len--;
+    return r;
+}
+
+#endif

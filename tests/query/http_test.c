@@ -1,0 +1,325 @@
+/* Tests of the HTTP server with a stub handler, over real TCP on 127.0.0.1: keep-alive and
+ * pipelining, size limits, malformed requests, the query queue (503), deadlines, response
+ * limits, and that slow queries do not stall light requests. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "client.h"
+#include "http.h"
+#include "test.h"
+
+typedef struct server {
+    uv_loop_t loop;
+    uv_async_t stop;
+    cp_http_server *s;
+    pthread_t th;
+    int port;
+} server;
+
+static atomic_int g_running;
+
+static void handler(void *ctx, const cp_http_request *req, cp_http_response *resp)
+{
+    (void)ctx;
+    if (strcmp(req->path, "/sleep") == 0) {
+        atomic_fetch_add(&g_running, 1);
+        int ms = atoi(req->query + 2);
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        atomic_fetch_sub(&g_running, 1);
+        cp_buf_printf(&resp->body, "{\"slept\":%d}", ms);
+    } else if (strcmp(req->path, "/big") == 0) {
+        size_t n = (size_t)atol(req->query + 2);
+        cp_buf_reserve(&resp->body, n);
+        memset(resp->body.data, 'x', n);
+        resp->body.len = n;
+        snprintf(resp->content_type, sizeof resp->content_type, "text/plain");
+    } else if (strncmp(req->path, "/light", 6) == 0 || strcmp(req->path, "/echo") == 0) {
+        cp_buf_printf(&resp->body, "%s %s?%s auth=%s", req->method, req->path, req->query,
+                      req->authorization ? req->authorization : "-");
+        snprintf(resp->content_type, sizeof resp->content_type, "text/plain");
+    } else {
+        cp_http_error(resp, 404, "unknown path '%s'", req->path);
+    }
+}
+
+static int is_light(void *ctx, const cp_http_request *req)
+{
+    (void)ctx;
+    return strncmp(req->path, "/light", 6) == 0;
+}
+
+static void on_shut(void *arg)
+{
+    server *sv = arg;
+    uv_close((uv_handle_t *)&sv->stop, NULL);
+}
+
+static void on_stop(uv_async_t *a)
+{
+    server *sv = a->data;
+    cp_http_server_shutdown(sv->s, on_shut, sv);
+}
+
+static void *run(void *arg)
+{
+    server *sv = arg;
+    uv_run(&sv->loop, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+static server *start(uint32_t concurrency, uint32_t max_queued, int64_t timeout_ms)
+{
+    server *sv = calloc(1, sizeof *sv);
+    uv_loop_init(&sv->loop);
+    cp_http_options o;
+    cp_http_options_default(&o);
+    o.port = 0;
+    o.handle = handler;
+    o.is_light = is_light;
+    o.concurrency = concurrency;
+    o.max_queued = max_queued;
+    o.max_header_bytes = 4096;
+    o.max_url_bytes = 2048;
+    o.max_body_bytes = 1024;
+    o.max_response_bytes = 1 << 20;
+    o.query_timeout_ns = timeout_ms * 1000000LL;
+    cp_err err = {0};
+    CHECK(cp_http_server_create(&sv->loop, &o, &sv->s, &err) == 0);
+    sv->port = cp_http_server_port(sv->s);
+    CHECK(sv->port > 0);
+    uv_async_init(&sv->loop, &sv->stop, on_stop);
+    sv->stop.data = sv;
+    pthread_create(&sv->th, NULL, run, sv);
+    return sv;
+}
+
+static void stop(server *sv)
+{
+    uv_async_send(&sv->stop);
+    pthread_join(sv->th, NULL);
+    CHECK(uv_loop_close(&sv->loop) == 0);
+    cp_http_server_destroy(sv->s);
+    free(sv);
+}
+
+static char *body(cp_http_result *r)
+{
+    cp_buf_append(&r->body, "", 1);
+    return (char *)r->body.data;
+}
+
+static cp_http_result get(server *sv, const char *pq, const char *token)
+{
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", sv->port);
+    cp_http_result r;
+    cp_err err = {0};
+    int rc = cp_http_get(url, pq, token, 10000, 0, &r, &err);
+    if (rc) fprintf(stderr, "get %s: %s\n", pq, err.msg);
+    CHECK(rc == 0);
+    return r;
+}
+
+static cp_http_result raw(server *sv, const char *req, size_t len)
+{
+    cp_http_result r;
+    cp_err err = {0};
+    int rc = cp_http_raw("127.0.0.1", sv->port, req, len, 10000, &r, &err);
+    if (rc) fprintf(stderr, "raw: %s\n", err.msg);
+    CHECK(rc == 0);
+    return r;
+}
+
+TEST(get_and_errors_are_json)
+{
+    server *sv = start(2, 8, 5000);
+    cp_http_result r = get(sv, "/echo?a=1&b=%7B", "tok");
+    CHECK_EQ(r.status, 200);
+    CHECK_STREQ(body(&r), "GET /echo?a=1&b=%7B auth=Bearer tok");
+    cp_buf_close(&r.body);
+    r = get(sv, "/nope", NULL);
+    CHECK_EQ(r.status, 404);
+    CHECK_STREQ(r.content_type, "application/json");
+    CHECK_CONTAINS(body(&r), "{\"error\":\"unknown path '/nope'\"}");
+    cp_buf_close(&r.body);
+    stop(sv);
+}
+
+TEST(keep_alive_and_pipelining)
+{
+    server *sv = start(2, 8, 5000);
+    /* Three pipelined requests in one write, the last one closing the connection. */
+    const char *req = "GET /light/1 HTTP/1.1\r\nHost: x\r\n\r\n"
+                      "GET /sleep?x=50 HTTP/1.1\r\nHost: x\r\n\r\n"
+                      "GET /light/3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)sv->port)};
+    a.sin_addr.s_addr = htonl(0x7f000001);
+    CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    CHECK(write(fd, req, strlen(req)) == (ssize_t)strlen(req));
+    char buf[8192];
+    size_t got = 0;
+    ssize_t n;
+    while ((n = read(fd, buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)n;
+    buf[got] = 0;
+    close(fd);
+    const char *p1 = strstr(buf, "GET /light/1?");
+    const char *p2 = strstr(buf, "{\"slept\":50}");
+    const char *p3 = strstr(buf, "GET /light/3?");
+    CHECK(p1 && p2 && p3 && p1 < p2 && p2 < p3); /* answered in order */
+    CHECK_CONTAINS(buf, "Connection: keep-alive");
+    CHECK_CONTAINS(buf, "Connection: close");
+    stop(sv);
+}
+
+TEST(limits_give_4xx_json)
+{
+    server *sv = start(2, 8, 5000);
+    char big[8192];
+    int n = snprintf(big, sizeof big, "GET /echo HTTP/1.1\r\nHost: x\r\nX-Big: ");
+    memset(big + n, 'a', 5000);
+    n += 5000;
+    n += snprintf(big + n, sizeof big - (size_t)n, "\r\n\r\n");
+    cp_http_result r = raw(sv, big, (size_t)n);
+    CHECK_EQ(r.status, 431);
+    CHECK_CONTAINS(body(&r), "{\"error\":\"request headers exceed 4096 bytes\"}");
+    cp_buf_close(&r.body);
+
+    n = snprintf(big, sizeof big, "GET /echo?");
+    memset(big + n, 'a', 3000);
+    n += 3000;
+    n += snprintf(big + n, sizeof big - (size_t)n, " HTTP/1.1\r\nHost: x\r\n\r\n");
+    r = raw(sv, big, (size_t)n);
+    CHECK_EQ(r.status, 414);
+    CHECK_CONTAINS(body(&r), "request URL exceeds 2048 bytes");
+    cp_buf_close(&r.body);
+
+    const char *post = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n";
+    r = raw(sv, post, strlen(post));
+    CHECK_EQ(r.status, 413);
+    CHECK_CONTAINS(body(&r), "request body of 5000 bytes exceeds 1024 bytes");
+    cp_buf_close(&r.body);
+
+    const char *junk = "HELLO WORLD\r\n\r\n";
+    r = raw(sv, junk, strlen(junk));
+    CHECK_EQ(r.status, 400);
+    CHECK_CONTAINS(body(&r), "{\"error\":\"malformed HTTP request: ");
+    cp_buf_close(&r.body);
+
+    const char *bad_target = "GET http://[::1 HTTP/1.1\r\nHost: x\r\n\r\n";
+    r = raw(sv, bad_target, strlen(bad_target));
+    CHECK(r.status == 400);
+    cp_buf_close(&r.body);
+
+    r = get(sv, "/big?n=2000000", NULL);
+    CHECK_EQ(r.status, 400);
+    CHECK_CONTAINS(body(&r), "response of 2000000 bytes exceeds the limit of 1048576 bytes");
+    cp_buf_close(&r.body);
+    r = get(sv, "/big?n=1000", NULL);
+    CHECK_EQ(r.status, 200);
+    CHECK_EQ(r.body.len, 1000);
+    cp_buf_close(&r.body);
+    stop(sv);
+}
+
+typedef struct bg {
+    server *sv;
+    const char *pq;
+    cp_http_result r;
+    pthread_t th;
+} bg;
+
+static void *bg_get(void *arg)
+{
+    bg *b = arg;
+    b->r = get(b->sv, b->pq, NULL);
+    return NULL;
+}
+
+static void wait_running(int n)
+{
+    for (int i = 0; i < 2000 && atomic_load(&g_running) < n; i++) usleep(1000);
+    CHECK(atomic_load(&g_running) >= n);
+}
+
+TEST(queue_full_is_503_and_loop_stays_responsive)
+{
+    server *sv = start(1, 1, 10000);
+    bg a = {.sv = sv, .pq = "/sleep?x=600"}, b = {.sv = sv, .pq = "/sleep?x=10"};
+    pthread_create(&a.th, NULL, bg_get, &a);
+    wait_running(1);
+    pthread_create(&b.th, NULL, bg_get, &b);
+    usleep(100000); /* b is now queued behind a */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    cp_http_result r = get(sv, "/light/x", NULL); /* not stalled by the running query */
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    CHECK_EQ(r.status, 200);
+    CHECK((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 < 300);
+    cp_buf_close(&r.body);
+    r = get(sv, "/sleep?x=1", NULL);
+    CHECK_EQ(r.status, 503);
+    CHECK_CONTAINS(body(&r), "too many queries in flight (1 running, 1 queued)");
+    cp_buf_close(&r.body);
+    pthread_join(a.th, NULL);
+    pthread_join(b.th, NULL);
+    CHECK_EQ(a.r.status, 200);
+    CHECK_EQ(b.r.status, 200);
+    cp_buf_close(&a.r.body);
+    cp_buf_close(&b.r.body);
+    stop(sv);
+}
+
+TEST(deadline_in_queue_is_503)
+{
+    server *sv = start(1, 8, 200);
+    bg a = {.sv = sv, .pq = "/sleep?x=500"}, b = {.sv = sv, .pq = "/sleep?x=1"};
+    pthread_create(&a.th, NULL, bg_get, &a);
+    wait_running(1);
+    pthread_create(&b.th, NULL, bg_get, &b);
+    pthread_join(a.th, NULL);
+    pthread_join(b.th, NULL);
+    CHECK_EQ(a.r.status, 200);
+    CHECK_EQ(b.r.status, 503);
+    CHECK_CONTAINS(body(&b.r), "waited past its deadline");
+    cp_buf_close(&a.r.body);
+    cp_buf_close(&b.r.body);
+    stop(sv);
+}
+
+TEST(shutdown_answers_in_flight_queries)
+{
+    server *sv = start(2, 8, 5000);
+    bg a = {.sv = sv, .pq = "/sleep?x=300"};
+    pthread_create(&a.th, NULL, bg_get, &a);
+    wait_running(1);
+    stop(sv); /* returns only after the in-flight query was answered */
+    pthread_join(a.th, NULL);
+    CHECK_EQ(a.r.status, 200);
+    CHECK_STREQ(body(&a.r), "{\"slept\":300}");
+    cp_buf_close(&a.r.body);
+}
+
+TEST(many_concurrent_clients)
+{
+    server *sv = start(4, 256, 10000);
+    enum { N = 48 };
+    static bg c[N];
+    for (int i = 0; i < N; i++) {
+        c[i].sv = sv;
+        c[i].pq = i % 2 ? "/sleep?x=5" : "/echo";
+        pthread_create(&c[i].th, NULL, bg_get, &c[i]);
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_join(c[i].th, NULL);
+        CHECK_EQ(c[i].r.status, 200);
+        cp_buf_close(&c[i].r.body);
+    }
+    stop(sv);
+}
+
+TEST_MAIN(T(get_and_errors_are_json), T(keep_alive_and_pipelining), T(limits_give_4xx_json),
+          T(queue_full_is_503_and_loop_stays_responsive), T(deadline_in_queue_is_503),
+          T(shutdown_answers_in_flight_queries), T(many_concurrent_clients))

@@ -1,0 +1,274 @@
+/* Unit tests of the query stage's parsers and renderers: selectors, times, durations,
+ * query strings, and the top / folded / JSON views. */
+#include <regex.h>
+
+#include "params.h"
+#include "qtest.h"
+#include "render.h"
+#include "selector.h"
+
+/* ---- selectors ---------------------------------------------------------------------- */
+
+static int sel_ok(const char *text, const char *const *kv)
+{
+    cp_selector s;
+    cp_err err = {0};
+    CHECK(cp_selector_parse(text, &s, &err) == 0);
+    cp_labels l = {0};
+    for (; kv && kv[0]; kv += 2) CHECK(cp_labels_set(&l, kv[0], kv[1]) == 0);
+    int m = cp_selector_match(&s, &l);
+    cp_labels_close(&l);
+    cp_selector_close(&s);
+    return m;
+}
+
+static void sel_err(const char *text, const char *needle)
+{
+    cp_selector s;
+    cp_err err = {0};
+    CHECK_EQ(cp_selector_parse(text, &s, &err), CP_EPARSE);
+    CHECK_EQ(s.n, 0);
+    CHECK_CONTAINS(err.msg, needle);
+}
+
+TEST(selector_matches)
+{
+    const char *api[] = {"service", "api", "isolate", "worker3", "version", "1.3", NULL};
+    CHECK(sel_ok("", api));
+    CHECK(sel_ok("{}", api));
+    CHECK(sel_ok(" { } ", api));
+    CHECK(sel_ok("{service=\"api\"}", api));
+    CHECK(sel_ok("service=\"api\"", api));
+    CHECK(!sel_ok("{service=\"ap\"}", api));
+    CHECK(sel_ok("{service=\"api\",isolate=~\"worker.*\",version!=\"1.2\"}", api));
+    CHECK(!sel_ok("{service=\"api\",isolate=~\"worker.*\",version!=\"1.3\"}", api));
+    CHECK(!sel_ok("{isolate=~\"worker\"}", api)); /* anchored */
+    CHECK(sel_ok("{isolate=~\"worker|worker3\"}", api)); /* anchored around the alternation */
+    CHECK(!sel_ok("{isolate=~\"x|worker\"}", api));
+    CHECK(sel_ok("{isolate!~\"main.*\"}", api));
+    CHECK(sel_ok("{absent=\"\"}", api));
+    CHECK(!sel_ok("{absent!=\"\"}", api));
+    CHECK(sel_ok("{ service = 'api' , }", api));
+    CHECK(sel_ok("{version=~`1\\.[0-9]`}", api));
+    const char *q[] = {"path", "a\"b\\c", NULL};
+    CHECK(sel_ok("{path=\"a\\\"b\\\\c\"}", q));
+}
+
+TEST(selector_errors_name_the_byte)
+{
+    sel_err("{service=\"api\"", "expected ',' or '}' at byte 14");
+    sel_err("{service~\"api\"}", "expected one of = != =~ !~ after the label name at byte 8");
+    sel_err("{9x=\"a\"}", "expected a label name at byte 1");
+    sel_err("{a=b}", "expected a quoted label value at byte 3");
+    sel_err("{a=\"b}", "string opened at byte 3 is not closed");
+    sel_err("{a=~\"(\"}", "bad regular expression at byte 4");
+    sel_err("{a=\"b\"} x", "end of selector after '}' at byte 8");
+    sel_err("{a=\"b\" c=\"d\"}", "expected ',' or '}' at byte 7");
+    char big[CP_SELECTOR_MAX + 10];
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    sel_err(big, "limit 4096");
+}
+
+/* ---- times, durations, query strings ------------------------------------------------ */
+
+TEST(times_and_durations)
+{
+    int64_t t, d, now = 1764424800LL * 1000000000LL; /* 2025-11-29T14:00:00Z */
+    cp_err err = {0};
+    CHECK(cp_parse_time("2025-11-29T14:00:00Z", now, &t, &err) == 0);
+    CHECK_EQ(t, now);
+    CHECK(cp_parse_time("2025-11-29T15:00:00.5+01:00", now, &t, &err) == 0);
+    CHECK_EQ(t, now + 500000000LL);
+    CHECK(cp_parse_time("1764424800", now, &t, &err) == 0);
+    CHECK_EQ(t, now);
+    CHECK(cp_parse_time("1764424800.25", now, &t, &err) == 0);
+    CHECK_EQ(t, now + 250000000LL);
+    CHECK(cp_parse_time("now", now, &t, &err) == 0);
+    CHECK_EQ(t, now);
+    CHECK(cp_parse_time("now-15m", now, &t, &err) == 0);
+    CHECK_EQ(t, now - 900LL * 1000000000LL);
+    CHECK(cp_parse_time("now+1h", now, &t, &err) == 0);
+    CHECK_EQ(t, now + 3600LL * 1000000000LL);
+    CHECK(cp_parse_time("-1h", now, &t, &err) == 0);
+    CHECK_EQ(t, now - 3600LL * 1000000000LL);
+    CHECK(cp_parse_time("-7d", now, &t, &err) == 0);
+    CHECK_EQ(t, now - 7 * 86400LL * 1000000000LL);
+    const char *bad[] = {"", "yesterday", "2025-13-01T00:00:00Z", "2025-02-29T00:00:00Z",
+                         "2025-11-29T14:00:00", "now-", "now-15x", "-", "12abc", "1e9",
+                         "2025-11-29T14:00:00+1:00", "99999999999999999999", NULL};
+    for (const char **b = bad; *b; b++) {
+        CHECK_EQ(cp_parse_time(*b, now, &t, &err), CP_EPARSE);
+        CHECK_CONTAINS(err.msg, "bad time");
+    }
+    CHECK(cp_parse_duration("1h30m", 0, &d, &err) == 0);
+    CHECK_EQ(d, 5400LL * 1000000000LL);
+    CHECK(cp_parse_duration("90", 0, &d, &err) == 0);
+    CHECK_EQ(d, 90LL * 1000000000LL);
+    CHECK(cp_parse_duration("1.5s", 0, &d, &err) == 0);
+    CHECK_EQ(d, 1500000000LL);
+    CHECK(cp_parse_duration("2w", 0, &d, &err) == 0);
+    CHECK_EQ(d, 14 * 86400LL * 1000000000LL);
+    CHECK_EQ(cp_parse_duration("0s", 0, &d, &err), CP_EPARSE);
+    CHECK_EQ(cp_parse_duration("5y", 0, &d, &err), CP_EPARSE);
+    CHECK_EQ(cp_parse_duration("10 s", 0, &d, &err), CP_EPARSE);
+    CHECK_EQ(cp_parse_duration("99999999999w", 0, &d, &err), CP_EPARSE);
+    char buf[40];
+    cp_format_time(now + 5000000, buf, sizeof buf);
+    CHECK_STREQ(buf, "2025-11-29T14:00:00.005Z");
+}
+
+TEST(query_strings)
+{
+    cp_params p = {0};
+    cp_err err = {0};
+    CHECK(cp_params_parse("select=%7Bservice%3D%22api%22%7D&from=now-1h&x=a+b&flag", &p, &err) ==
+          0);
+    CHECK_STREQ(cp_params_get(&p, "select"), "{service=\"api\"}");
+    CHECK_STREQ(cp_params_get(&p, "x"), "a b");
+    CHECK_STREQ(cp_params_get(&p, "flag"), "");
+    CHECK(cp_params_get(&p, "to") == NULL);
+    const char *allowed[] = {"select", "from", "x", NULL};
+    CHECK_EQ(cp_params_check(&p, allowed, &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "unknown parameter 'flag'");
+    cp_params_close(&p);
+    CHECK_EQ(cp_params_parse("a=1&a=2", &p, &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "'a' given more than once");
+    cp_params_close(&p);
+    CHECK_EQ(cp_params_parse("a=%zz", &p, &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "bad percent escape");
+    cp_params_close(&p);
+    CHECK_EQ(cp_params_parse("a=%4", &p, &err), CP_EPARSE);
+    cp_params_close(&p);
+    CHECK_EQ(cp_params_parse("a=%00", &p, &err), CP_EPARSE);
+    cp_params_close(&p);
+    char many[1024] = "";
+    for (int i = 0; i < 70; i++) snprintf(many + strlen(many), 16, "p%d=1&", i);
+    CHECK_EQ(cp_params_parse(many, &p, &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "more than 64");
+    cp_params_close(&p);
+}
+
+/* ---- renderers ---------------------------------------------------------------------- */
+
+static cp_profile *sample_profile(void)
+{
+    cp_profile *p = qt_cpu_profile();
+    qt_add(p, "main;a;b", 3, 30000000);
+    qt_add(p, "main;a", 2, 20000000);
+    qt_add(p, "main;c", 5, 50000000);
+    qt_add(p, "main;a;b;a", 1, 10000000); /* recursion: a counted once in cum */
+    return p;
+}
+
+static char *cstr(cp_buf *b)
+{
+    cp_buf_append(b, "", 1);
+    return (char *)b->data;
+}
+
+TEST(render_folded)
+{
+    cp_profile *p = sample_profile();
+    cp_buf b = {0};
+    CHECK(cp_render_folded(p, 1, &b) == 0);
+    CHECK_STREQ(cstr(&b), "main;a 20000000\nmain;a;b 30000000\nmain;a;b;a 10000000\n"
+                          "main;c 50000000\n");
+    cp_buf_close(&b);
+    CHECK(cp_render_folded(p, 0, &b) == 0);
+    CHECK_STREQ(cstr(&b), "main;a 2\nmain;a;b 3\nmain;a;b;a 1\nmain;c 5\n");
+    cp_buf_close(&b);
+    cp_profile_destroy(p);
+}
+
+TEST(render_top)
+{
+    cp_profile *p = sample_profile();
+    int vi = -1;
+    cp_err err = {0};
+    CHECK(cp_render_value_index(p, NULL, &vi, &err) == 0);
+    CHECK_EQ(vi, 1); /* the last sample type, as pprof */
+    CHECK(cp_render_value_index(p, "samples", &vi, &err) == 0);
+    CHECK_EQ(vi, 0);
+    CHECK_EQ(cp_render_value_index(p, "bogus", &vi, &err), CP_EINVAL);
+    CHECK_CONTAINS(err.msg, "profile has: samples, cpu");
+    cp_buf b = {0};
+    CHECK(cp_render_top(p, 1, 0, &b) == 0);
+    const char *s = cstr(&b);
+    CHECK_CONTAINS(s, "Showing nodes accounting for 110ms, 100.00% of 110ms total");
+    CHECK_CONTAINS(s, "      flat  flat%   sum%        cum   cum%");
+    CHECK_CONTAINS(s, "      50ms 45.45% 45.45%       50ms 45.45%  c\n");
+    CHECK_CONTAINS(s, "      30ms 27.27% 72.73%       60ms 54.55%  a\n");
+    CHECK_CONTAINS(s, "      30ms 27.27% 100.00%       40ms 36.36%  b\n");
+    CHECK_CONTAINS(s, "         0  0.00% 100.00%      110ms 100.00%  main\n");
+    cp_buf_close(&b);
+    CHECK(cp_render_top(p, 1, 2, &b) == 0);
+    CHECK_CONTAINS(cstr(&b), "Showing top 2 nodes out of 4");
+    cp_buf_close(&b);
+    cp_profile_destroy(p);
+    char v[32];
+    cp_render_value(1200000000, "nanoseconds", v, sizeof v);
+    CHECK_STREQ(v, "1.20s");
+    cp_render_value(3 * 1048576 + 524288, "bytes", v, sizeof v);
+    CHECK_STREQ(v, "3.50MB");
+    cp_render_value(42, "count", v, sizeof v);
+    CHECK_STREQ(v, "42");
+}
+
+TEST(render_json_tree_and_pruning)
+{
+    cp_profile *p = sample_profile();
+    cp_buf b = {0};
+    CHECK(cp_render_tree_json(p, 0, NULL, 0, 0, "\"x\":1,", &b) == 0);
+    CHECK_STREQ(cstr(&b),
+                "{\"x\":1,\"sample_type\":{\"type\":\"samples\",\"unit\":\"count\"},\"total\":11,"
+                "\"nodes\":5,\"total_nodes\":5,\"root\":{\"name\":\"total\",\"self\":0,\"total\":"
+                "11,\"children\":[{\"name\":\"main\",\"self\":0,\"total\":11,\"children\":["
+                "{\"name\":\"a\",\"self\":2,\"total\":6,\"children\":[{\"name\":\"b\",\"self\":3,"
+                "\"total\":4,\"children\":[{\"name\":\"a\",\"self\":1,\"total\":1}]}]},"
+                "{\"name\":\"c\",\"self\":5,\"total\":5}]}]}}");
+    cp_buf_close(&b);
+    /* Three nodes: main (11), a (6), c (5); b's subtree (4) folds into a's self. */
+    CHECK(cp_render_tree_json(p, 0, NULL, 0, 3, NULL, &b) == 0);
+    CHECK_CONTAINS(cstr(&b), "\"nodes\":3,\"total_nodes\":5");
+    CHECK_CONTAINS(cstr(&b), "{\"name\":\"a\",\"self\":6,\"total\":6}");
+    CHECK_CONTAINS(cstr(&b), "{\"name\":\"c\",\"self\":5,\"total\":5}");
+    cp_buf_close(&b);
+    /* A diff tree carries both sides. */
+    cp_profile *base = qt_cpu_profile();
+    qt_add(base, "main;c", 7, 0);
+    qt_add(base, "main;d", 1, 0);
+    CHECK(cp_render_tree_json(p, 0, base, 0, 0, NULL, &b) == 0);
+    CHECK_CONTAINS(cstr(&b), "\"total\":11,\"base_total\":8");
+    CHECK_CONTAINS(cstr(&b), "{\"name\":\"c\",\"self\":5,\"total\":5,\"base_self\":7,"
+                             "\"base_total\":7}");
+    CHECK_CONTAINS(cstr(&b), "{\"name\":\"d\",\"self\":0,\"total\":0,\"base_self\":1,"
+                             "\"base_total\":1}");
+    cp_buf_close(&b);
+    cp_profile_destroy(base);
+    cp_profile_destroy(p);
+}
+
+TEST(render_filter)
+{
+    cp_profile *p = sample_profile();
+    cp_err err = {0};
+    CHECK(cp_render_filter(p, "^b$", NULL, &err) == 0);
+    CHECK_EQ(p->samples.n, 2);
+    CHECK_EQ(cp_profile_total(p, 0), 4);
+    cp_profile_destroy(p);
+    p = sample_profile();
+    CHECK(cp_render_filter(p, NULL, "^c$", &err) == 0);
+    CHECK_EQ(cp_profile_total(p, 0), 6);
+    CHECK(cp_render_filter(p, "a", "b", &err) == 0);
+    CHECK_EQ(cp_profile_total(p, 0), 2);
+    CHECK_EQ(cp_render_filter(p, "(", NULL, &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "bad focus regex '('");
+    CHECK_EQ(cp_render_filter(p, NULL, "[", &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "bad ignore regex '['");
+    cp_profile_destroy(p);
+}
+
+TEST_MAIN(T(selector_matches), T(selector_errors_name_the_byte), T(times_and_durations),
+          T(query_strings), T(render_folded), T(render_top), T(render_json_tree_and_pruning),
+          T(render_filter))
