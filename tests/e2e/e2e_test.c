@@ -123,8 +123,9 @@ static void daemon_start(daemon_t *d, const char *dir, const char *brokers)
     CHECK(f);
     fprintf(f, "---- start\n");
     fclose(f);
-    const char *argv[] = {bin, "--data", data, "--http", "127.0.0.1:0", "--brokers", brokers,
-                          NULL};
+    /* brokers NULL: contprofd's embedded broker */
+    const char *argv[] = {bin, "--data", data, "--http", "127.0.0.1:0",
+                          brokers ? "--brokers" : NULL, brokers, NULL};
     d->pid = spawn(argv, d->log);
     /* the log is appended to: look for the line after the last start marker */
     static char buf[1 << 16];
@@ -549,4 +550,55 @@ TEST(demo_through_the_whole_pipeline)
     CHECK(system(cmd) == 0);
 }
 
-TEST_MAIN(T(demo_through_the_whole_pipeline))
+/* The README's demo run twice on one data directory, with contprofd's embedded broker:
+ * the second broker starts empty while the store holds the first one's offsets. Every
+ * window of each run must arrive (none skipped as "already stored"). */
+TEST(rerun_with_the_embedded_broker_loses_nothing)
+{
+    char dir[] = "/tmp/contprof-rerun-XXXXXX";
+    CHECK(mkdtemp(dir));
+    char cbin[512], dbin[512];
+    snprintf(cbin, sizeof cbin, "%s/query/contprof", bindir());
+    snprintf(dbin, sizeof dbin, "%s/tests/demo/demo_service", bindir());
+    for (int run = 1; run <= 2; run++) {
+        daemon_t d = {0};
+        daemon_start(&d, dir, NULL);
+        char url[64], files[600], alog[600];
+        snprintf(url, sizeof url, "http://127.0.0.1:%d", d.port);
+        snprintf(files, sizeof files, "%s/windows-%d", dir, run);
+        snprintf(alog, sizeof alog, "%s/demo-%d.log", dir, run);
+        const char *aargv[] = {cbin, "run", "--server", url, "--service", "rerun", "--window",
+                               "1s", "--output-dir", files, "--", dbin, "--duration", "6", NULL};
+        pid_t demo = spawn(aargv, alog);
+        CHECK_EQ(wait_exit(demo, 60), 0);
+        truth t;
+        truth_load(&t, files);
+        CHECK(t.n > 0);
+        int64_t want_samples, want_cpu, got = -1;
+        truth_sum(&t, CP_KIND_CPU, t.first_start, t.last_end, &want_samples, &want_cpu);
+        char sel[128];
+        snprintf(sel, sizeof sel, "{service=\"rerun\",instance=~\".*:%d\"}", (int)demo);
+        for (int64_t end = now_ns() + 30 * SEC; now_ns() < end; usleep(250000)) {
+            cp_profile *p = query(d.port, "cpu", sel, t.first_start, t.last_end, NULL);
+            got = total_of(p, "cpu");
+            cp_profile_destroy(p);
+            if (got == want_cpu) break;
+        }
+        fprintf(stderr, "rerun %d: %zu windows, cpu ns: agent %lld, store %lld\n", run, t.n,
+                (long long)want_cpu, (long long)got);
+        CHECK_EQ(got, want_cpu);
+        int64_t want_objs, want_bytes;
+        truth_sum(&t, CP_KIND_ALLOC, t.first_start, t.last_end, &want_objs, &want_bytes);
+        cp_profile *p = query(d.port, "alloc", sel, t.first_start, t.last_end, NULL);
+        CHECK_EQ(total_of(p, "alloc_space"), want_bytes);
+        cp_profile_destroy(p);
+        free(t.w);
+        kill(d.pid, SIGTERM);
+        CHECK_EQ(wait_exit(d.pid, 30), 0);
+    }
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
+TEST_MAIN(T(demo_through_the_whole_pipeline), T(rerun_with_the_embedded_broker_loses_nothing))
