@@ -75,7 +75,7 @@ static void fail(cp_ingest *in, const char *msg)
     pthread_mutex_lock(&in->mu);
     if (!in->st.failed) {
         in->st.failed = 1;
-        snprintf(in->st.error, sizeof in->st.error, "%s", msg);
+        snprintf(in->st.error, sizeof in->st.error, "%.*s", (int)sizeof in->st.error - 1, msg);
     }
     pthread_mutex_unlock(&in->mu);
     cp_log_error("ingest stopped: %s", msg);
