@@ -1,0 +1,527 @@
+/* Allocation sampling: the malloc family interposed over the next allocator (dlsym with a
+ * static bootstrap pool), byte-based Poisson sampling with a thread-local countdown, and
+ * the table of sampled live blocks that matches frees. The unsampled paths cost a TLS
+ * subtraction (allocations) or one byte load from a 64 KiB counting filter (frees). */
+#include <dlfcn.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "collector_int.h"
+
+/* ------------------------------------------------------------------------------------
+ * The next allocator */
+
+typedef struct real_fns {
+    void *(*malloc)(size_t);
+    void *(*calloc)(size_t, size_t);
+    void *(*realloc)(void *, size_t);
+    void (*free)(void *);
+    int (*posix_memalign)(void **, size_t, size_t);
+    void *(*aligned_alloc)(size_t, size_t);
+    void *(*memalign)(size_t, size_t);
+    void *(*valloc)(size_t);
+    void *(*pvalloc)(size_t);
+    size_t (*malloc_usable_size)(void *);
+} real_fns;
+
+static real_fns real;
+static int resolving;
+
+/* dlsym itself allocates: those requests are served from here and never freed. */
+static _Alignas(64) char pool[64 * 1024];
+static atomic_size_t pool_used;
+
+static inline int in_pool(const void *p)
+{
+    return (uintptr_t)p - (uintptr_t)pool < sizeof(pool); /* NULL is not in it */
+}
+
+static void *pool_alloc(size_t n, size_t align)
+{
+    if (align < 16) align = 16;
+    size_t cur = atomic_load(&pool_used), start;
+    do {
+        start = (cur + align - 1) & ~(align - 1);
+        if (start + n > sizeof(pool)) return NULL;
+    } while (!atomic_compare_exchange_weak(&pool_used, &cur, start + n));
+    return pool + start; /* zeroed: static storage, never reused */
+}
+
+static void resolve(void)
+{
+    if (real.free || resolving) return;
+    resolving = 1;
+    real_fns r;
+    r.malloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
+    r.calloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "calloc");
+    r.realloc = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
+    r.posix_memalign = (int (*)(void **, size_t, size_t))dlsym(RTLD_NEXT, "posix_memalign");
+    r.aligned_alloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "aligned_alloc");
+    r.memalign = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "memalign");
+    r.valloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "valloc");
+    r.pvalloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "pvalloc");
+    r.malloc_usable_size = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
+    r.free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
+    real = r;
+    resolving = 0;
+}
+
+void *cp_real_malloc(size_t n)
+{
+    resolve();
+    return real.malloc ? real.malloc(n) : pool_alloc(n, 16);
+}
+
+void cp_real_free(void *p)
+{
+    if (!p || in_pool(p)) return;
+    resolve();
+    if (real.free) real.free(p);
+}
+
+/* ------------------------------------------------------------------------------------
+ * Sampled state */
+
+#define LIVE_BITS 15 /* 32768 sampled live blocks, 1 MiB: beyond that, counted drops */
+#define LIVE_CAP (1u << LIVE_BITS)
+#define FILTER_BITS 16 /* 64 KiB of counters: stays in cache */
+#define BUCKET_CAP 16384u
+#define BUCKET_IDX_CAP (BUCKET_CAP * 2)
+
+typedef struct live_entry {
+    uintptr_t ptr; /* 0 = empty */
+    uint32_t bucket;
+    uint32_t _pad;
+    double w; /* 1 / P(sampled) */
+    uint64_t size;
+} live_entry;
+
+typedef struct alloc_state {
+    live_entry live[LIVE_CAP];
+    uint32_t nlive;
+    uint32_t bidx[BUCKET_IDX_CAP]; /* bucket index + 1 */
+    uint32_t nbuckets;
+    cp_alloc_bucket buckets[BUCKET_CAP];
+} alloc_state;
+
+static alloc_state *S;            /* mmap'd: untouched pages cost no memory */
+/* Counting filter over sampled live pointers. In .bss: pages never written cost nothing. */
+static atomic_uchar filter[1u << FILTER_BITS];
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_llong g_rate;       /* mean bytes between samples; 0 = off */
+atomic_uint_fast64_t cp_alloc_dropped;
+
+static CP_TLS int64_t t_until;
+static CP_TLS uint64_t t_rng;
+static CP_TLS int t_init;
+
+static inline uint64_t ptr_hash(uintptr_t p)
+{
+    uint64_t h = (uint64_t)p * 0x9e3779b97f4a7c15ULL;
+    return h ^ (h >> 29);
+}
+
+int cp_alloc_init(void)
+{
+    if (S) return 0;
+    void *m = mmap(NULL, sizeof(alloc_state), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return CP_ENOMEM;
+    S = m;
+    return 0;
+}
+
+void cp_alloc_set_rate(int64_t rate)
+{
+    atomic_store(&g_rate, S ? rate : 0);
+    t_until = 0; /* the calling thread (the constructor's) re-draws at once */
+    t_init = 0;
+}
+
+static double draw(int64_t rate)
+{
+    uint64_t x = t_rng ? t_rng : ((uint64_t)cp_mono_ns() ^ (uint64_t)(uintptr_t)&t_rng) | 1;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    t_rng = x;
+    double u = ((x >> 11) + 0.5) / 9007199254740992.0; /* (0,1) */
+    return -log(u) * (double)rate;
+}
+
+static uint32_t bucket_find(uint32_t iso, const char *thread, const uint64_t *pcs, uint32_t n)
+{
+    uint64_t h = cp_hash_bytes(pcs, n * sizeof(uint64_t), iso);
+    if (!iso) h = cp_hash_bytes(thread, strnlen(thread, 16), h);
+    uint32_t mask = BUCKET_IDX_CAP - 1;
+    for (uint32_t i = (uint32_t)h & mask;; i = (i + 1) & mask) {
+        uint32_t b = S->bidx[i];
+        if (b == 0) {
+            if (S->nbuckets == BUCKET_CAP) return UINT32_MAX;
+            cp_alloc_bucket *nb = &S->buckets[S->nbuckets];
+            memset(nb, 0, offsetof(cp_alloc_bucket, pcs));
+            nb->hash = h;
+            nb->isolate = iso;
+            if (!iso) memcpy(nb->thread, thread, sizeof(nb->thread));
+            nb->nframes = n;
+            memcpy(nb->pcs, pcs, n * sizeof(uint64_t));
+            S->bidx[i] = ++S->nbuckets;
+            return S->nbuckets - 1;
+        }
+        cp_alloc_bucket *c = &S->buckets[b - 1];
+        if (c->hash == h && c->isolate == iso && c->nframes == n &&
+            (iso || strncmp(c->thread, thread, 16) == 0) &&
+            memcmp(c->pcs, pcs, n * sizeof(uint64_t)) == 0)
+            return b - 1;
+    }
+}
+
+static void live_insert(uintptr_t p, uint32_t bucket, double w, uint64_t size)
+{
+    if (S->nlive >= LIVE_CAP - LIVE_CAP / 8) {
+        atomic_fetch_add(&cp_alloc_dropped, 1);
+        return;
+    }
+    uint32_t mask = LIVE_CAP - 1;
+    uint32_t i = (uint32_t)ptr_hash(p) & mask;
+    while (S->live[i].ptr) i = (i + 1) & mask;
+    S->live[i] = (live_entry){.ptr = p, .bucket = bucket, .w = w, .size = size};
+    S->nlive++;
+    /* saturating: a counter at 255 stays there (always "maybe"), never wraps to 0 */
+    atomic_uchar *c = &filter[ptr_hash(p) >> (64 - FILTER_BITS)];
+    if (atomic_load_explicit(c, memory_order_relaxed) != 255)
+        atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+    cp_alloc_bucket *b = &S->buckets[bucket];
+    b->inuse_objects += w;
+    b->inuse_bytes += w * (double)size;
+}
+
+/* Removes p if it is a sampled live block; backward-shift deletion keeps probes short. */
+static int live_remove(uintptr_t p, live_entry *out)
+{
+    uint32_t mask = LIVE_CAP - 1;
+    uint32_t i = (uint32_t)ptr_hash(p) & mask;
+    while (S->live[i].ptr && S->live[i].ptr != p) i = (i + 1) & mask;
+    if (!S->live[i].ptr) return 0;
+    if (out) *out = S->live[i];
+    cp_alloc_bucket *b = &S->buckets[S->live[i].bucket];
+    b->inuse_objects -= S->live[i].w;
+    b->inuse_bytes -= S->live[i].w * (double)S->live[i].size;
+    atomic_uchar *c = &filter[ptr_hash(p) >> (64 - FILTER_BITS)];
+    if (atomic_load_explicit(c, memory_order_relaxed) != 255)
+        atomic_fetch_sub_explicit(c, 1, memory_order_relaxed);
+    S->nlive--;
+    uint32_t j = i;
+    for (;;) {
+        S->live[i].ptr = 0;
+        for (;;) {
+            j = (j + 1) & mask;
+            if (!S->live[j].ptr) return 1;
+            uint32_t k = (uint32_t)ptr_hash(S->live[j].ptr) & mask;
+            /* move j back to i if its home k is not cyclically in (i, j] */
+            if (i <= j ? (i < k && k <= j) : (i < k || k <= j)) continue;
+            break;
+        }
+        S->live[i] = S->live[j];
+        i = j;
+    }
+}
+
+__attribute__((noinline)) static void sample_slow(void *p, size_t n)
+{
+    int64_t rate = atomic_load_explicit(&g_rate, memory_order_relaxed);
+    if (rate <= 0) {
+        /* Look again later: sampling may be switched on (cp_alloc_set_rate resets the
+         * starting thread's countdown; other threads catch up within 64 MiB). */
+        t_until = (int64_t)64 << 20;
+        return;
+    }
+    if (cp_in_agent) {
+        t_until = (int64_t)draw(rate);
+        return;
+    }
+    if (!t_init) {
+        t_init = 1;
+        t_until = (int64_t)draw(rate) - (int64_t)n;
+        if (t_until > 0) return;
+    }
+    t_until = (int64_t)draw(rate);
+    cp_in_agent = 1;
+    cp_thread *t = cp_self ? cp_self : cp_thread_register_self();
+    uint64_t pcs[CP_MAX_FRAMES];
+    /* frames to skip: sample_slow, then the hook (malloc, calloc, ...) */
+    int nf = t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, 2) : 0;
+    uint32_t iso = 0;
+    char thread[16] = "";
+    if (t) {
+        unsigned d = atomic_load(&t->iso_depth);
+        if (d) iso = t->iso_stack[(d > 16 ? 16 : d) - 1];
+        if (!iso) memcpy(thread, t->name, sizeof(thread));
+    }
+    double w = 1.0 / (1.0 - exp(-(double)n / (double)rate));
+    pthread_mutex_lock(&g_lock);
+    uint32_t b = bucket_find(iso, thread, pcs, (uint32_t)nf);
+    if (b == UINT32_MAX) {
+        atomic_fetch_add(&cp_alloc_dropped, 1);
+    } else {
+        S->buckets[b].alloc_objects += w;
+        S->buckets[b].alloc_bytes += w * (double)n;
+        live_insert((uintptr_t)p, b, w, n);
+    }
+    pthread_mutex_unlock(&g_lock);
+    cp_in_agent = 0;
+}
+
+static inline void on_alloc(void *p, size_t n)
+{
+    if (__builtin_expect(!p, 0)) return;
+    t_until -= (int64_t)n;
+    if (__builtin_expect(t_until <= 0, 0)) sample_slow(p, n);
+}
+
+/* Before the block goes back to the allocator: another thread may get it next. */
+static inline void on_free(void *p)
+{
+    if (!atomic_load_explicit(&filter[ptr_hash((uintptr_t)p) >> (64 - FILTER_BITS)],
+                              memory_order_relaxed))
+        return;
+    pthread_mutex_lock(&g_lock);
+    live_remove((uintptr_t)p, NULL);
+    pthread_mutex_unlock(&g_lock);
+}
+
+uint32_t cp_alloc_nbuckets(void)
+{
+    if (!S) return 0;
+    pthread_mutex_lock(&g_lock);
+    uint32_t n = S->nbuckets;
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
+
+uint32_t cp_alloc_snapshot(cp_alloc_bucket *out, uint32_t cap)
+{
+    if (!S) return 0;
+    pthread_mutex_lock(&g_lock);
+    uint32_t n = S->nbuckets < cap ? S->nbuckets : cap;
+    for (uint32_t i = 0; i < n; i++) {
+        out[i] = S->buckets[i];
+        S->buckets[i].alloc_objects = 0;
+        S->buckets[i].alloc_bytes = 0;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return n;
+}
+
+void cp_alloc_atfork_prepare(void)
+{
+    pthread_mutex_lock(&g_lock);
+}
+
+void cp_alloc_atfork_parent(void)
+{
+    pthread_mutex_unlock(&g_lock);
+}
+
+void cp_alloc_atfork_child(void)
+{
+    /* The child's window starts now; what is live in it stays live. */
+    if (S)
+        for (uint32_t i = 0; i < S->nbuckets; i++) {
+            S->buckets[i].alloc_objects = 0;
+            S->buckets[i].alloc_bytes = 0;
+        }
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* ------------------------------------------------------------------------------------
+ * The interposed family */
+
+/* The sampled case, out of line so the common one is a tail call into the allocator. */
+__attribute__((noinline, cold)) static void *malloc_sampled(size_t n)
+{
+    void *p = real.malloc(n);
+    if (p) sample_slow(p, n);
+    return p;
+}
+
+__attribute__((noinline, cold)) static void *malloc_boot(size_t n)
+{
+    resolve();
+    if (!real.malloc) return pool_alloc(n, 16);
+    return malloc(n);
+}
+
+CONTPROF_EXTERN void *malloc(size_t n)
+{
+    void *(*f)(size_t) = real.malloc;
+    if (__builtin_expect(!f, 0)) return malloc_boot(n);
+    /* Decided before the call (same distribution): the common path is a tail call. */
+    int64_t left = t_until - (int64_t)n;
+    t_until = left;
+    if (__builtin_expect(left > 0, 1)) return f(n);
+    return malloc_sampled(n);
+}
+
+CONTPROF_EXTERN void *calloc(size_t a, size_t b)
+{
+    size_t n;
+    if (__builtin_mul_overflow(a, b, &n)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (__builtin_expect(!real.calloc, 0)) {
+        resolve();
+        if (!real.calloc) return pool_alloc(n, 16);
+    }
+    void *p = real.calloc(a, b);
+    on_alloc(p, n);
+    return p;
+}
+
+__attribute__((noinline, cold)) static void free_sampled(void *p)
+{
+    pthread_mutex_lock(&g_lock);
+    live_remove((uintptr_t)p, NULL);
+    pthread_mutex_unlock(&g_lock);
+}
+
+__attribute__((noinline, cold)) static void free_boot(void *p)
+{
+    resolve();
+    if (real.free) free(p);
+}
+
+CONTPROF_EXTERN void free(void *p)
+{
+    if (__builtin_expect(in_pool(p), 0)) return;
+    void (*f)(void *) = real.free;
+    if (__builtin_expect(!f, 0)) {
+        free_boot(p);
+        return;
+    }
+    /* A sampled block leaves the table before the allocator can hand it out again. */
+    if (__builtin_expect(atomic_load_explicit(&filter[ptr_hash((uintptr_t)p) >> (64 - FILTER_BITS)],
+                                              memory_order_relaxed) != 0, 0))
+        free_sampled(p);
+    f(p);
+}
+
+CONTPROF_EXTERN void *realloc(void *p, size_t n)
+{
+    if (p && in_pool(p)) {
+        /* a bootstrap block moves to the real heap */
+        void *q = malloc(n);
+        if (q) {
+            size_t have = (size_t)(pool + sizeof(pool) - (char *)p);
+            memcpy(q, p, have < n ? have : n);
+        }
+        return q;
+    }
+    if (__builtin_expect(!real.realloc, 0)) {
+        resolve();
+        if (!real.realloc) return pool_alloc(n, 16);
+    }
+    if (!p) {
+        void *q = real.realloc(NULL, n);
+        on_alloc(q, n);
+        return q;
+    }
+    if (n == 0) {
+        on_free(p);
+        return real.realloc(p, 0);
+    }
+    /* The old block may be a sampled one; take it out first (its address may be
+     * handed to another thread as soon as realloc moves it). */
+    live_entry old = {0};
+    int had = 0;
+    if (atomic_load_explicit(&filter[ptr_hash((uintptr_t)p) >> (64 - FILTER_BITS)],
+                             memory_order_relaxed)) {
+        pthread_mutex_lock(&g_lock);
+        had = live_remove((uintptr_t)p, &old);
+        pthread_mutex_unlock(&g_lock);
+    }
+    void *q = real.realloc(p, n);
+    if (!q) {
+        if (had) { /* p is still valid and still live */
+            pthread_mutex_lock(&g_lock);
+            live_insert(old.ptr, old.bucket, old.w, old.size);
+            pthread_mutex_unlock(&g_lock);
+        }
+        return NULL;
+    }
+    on_alloc(q, n);
+    return q;
+}
+
+CONTPROF_EXTERN void *reallocarray(void *p, size_t a, size_t b)
+{
+    size_t n;
+    if (__builtin_mul_overflow(a, b, &n)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return realloc(p, n);
+}
+
+CONTPROF_EXTERN int posix_memalign(void **out, size_t align, size_t n)
+{
+    resolve();
+    if (!real.posix_memalign) {
+        void *p = pool_alloc(n, align);
+        if (!p) return ENOMEM;
+        *out = p;
+        return 0;
+    }
+    int rc = real.posix_memalign(out, align, n);
+    if (rc == 0) on_alloc(*out, n);
+    return rc;
+}
+
+CONTPROF_EXTERN void *aligned_alloc(size_t align, size_t n)
+{
+    resolve();
+    if (!real.aligned_alloc) return pool_alloc(n, align);
+    void *p = real.aligned_alloc(align, n);
+    on_alloc(p, n);
+    return p;
+}
+
+CONTPROF_EXTERN void *memalign(size_t align, size_t n)
+{
+    resolve();
+    if (!real.memalign) return pool_alloc(n, align);
+    void *p = real.memalign(align, n);
+    on_alloc(p, n);
+    return p;
+}
+
+CONTPROF_EXTERN void *valloc(size_t n)
+{
+    resolve();
+    if (!real.valloc) return pool_alloc(n, 4096);
+    void *p = real.valloc(n);
+    on_alloc(p, n);
+    return p;
+}
+
+CONTPROF_EXTERN void *pvalloc(size_t n)
+{
+    resolve();
+    if (!real.pvalloc) return pool_alloc(n, 4096);
+    void *p = real.pvalloc(n);
+    on_alloc(p, n);
+    return p;
+}
+
+CONTPROF_EXTERN size_t malloc_usable_size(void *p)
+{
+    if (!p) return 0;
+    if (in_pool(p)) return (size_t)(pool + sizeof(pool) - (char *)p);
+    resolve();
+    return real.malloc_usable_size ? real.malloc_usable_size(p) : 0;
+}

@@ -1,0 +1,112 @@
+/* `contprof run`: translates options into CONTPROF_* variables, asks contprofd for its
+ * brokers when given --server, puts libcontprof.so in LD_PRELOAD and execs the program. */
+#include "cmd_run.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "http.h"
+
+#ifndef CP_LIBCONTPROF_BUILD
+#define CP_LIBCONTPROF_BUILD ""
+#endif
+#ifndef CP_LIBCONTPROF_INSTALLED
+#define CP_LIBCONTPROF_INSTALLED "/usr/local/lib/libcontprof.so.0"
+#endif
+
+static int usage(void)
+{
+    fprintf(stderr,
+            "usage: contprof run [--server URL | --brokers LIST] [--service S] [--version V]\n"
+            "         [--tenant T] [--label k=v]... [--cpu-hz N] [--alloc-rate BYTES]\n"
+            "         [--window DURATION] [--output-dir DIR] [--topic T] [--no-children]\n"
+            "         -- CMD [ARGS...]\n");
+    return 2;
+}
+
+static const char *lib_path(void)
+{
+    const char *env = getenv("CONTPROF_LIB");
+    if (env && *env) return env;
+    if (CP_LIBCONTPROF_BUILD[0] && access(CP_LIBCONTPROF_BUILD, R_OK) == 0)
+        return CP_LIBCONTPROF_BUILD;
+    return CP_LIBCONTPROF_INSTALLED;
+}
+
+int cp_cmd_run(int argc, char **argv)
+{
+    static const struct {
+        const char *opt, *env;
+    } simple[] = {
+        {"--brokers", "CONTPROF_BROKERS"},   {"--service", "CONTPROF_SERVICE"},
+        {"--version", "CONTPROF_VERSION"},   {"--tenant", "CONTPROF_TENANT"},
+        {"--cpu-hz", "CONTPROF_CPU_HZ"},     {"--alloc-rate", "CONTPROF_ALLOC_RATE"},
+        {"--window", "CONTPROF_WINDOW"},     {"--output-dir", "CONTPROF_OUTPUT_DIR"},
+        {"--topic", "CONTPROF_TOPIC"},
+    };
+    const char *server = NULL;
+    char labels[4096] = "";
+    const char *old_labels = getenv("CONTPROF_LABELS");
+    if (old_labels) snprintf(labels, sizeof(labels), "%s", old_labels);
+    int i = 1;
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        }
+        if (a[0] != '-') break;
+        if (strcmp(a, "--no-children") == 0) {
+            setenv("CONTPROF_CHILDREN", "0", 1);
+            continue;
+        }
+        if (i + 1 >= argc) return usage();
+        const char *v = argv[++i];
+        int done = 0;
+        for (size_t k = 0; k < sizeof(simple) / sizeof(simple[0]); k++)
+            if (strcmp(a, simple[k].opt) == 0) {
+                setenv(simple[k].env, v, 1);
+                done = 1;
+            }
+        if (done) continue;
+        if (strcmp(a, "--server") == 0) {
+            server = v;
+        } else if (strcmp(a, "--label") == 0) {
+            if (!strchr(v, '=')) {
+                fprintf(stderr, "contprof run: --label %s: expected k=v\n", v);
+                return 2;
+            }
+            size_t l = strlen(labels);
+            snprintf(labels + l, sizeof(labels) - l, "%s%s", l ? "," : "", v);
+        } else {
+            fprintf(stderr, "contprof run: unknown option %s\n", a);
+            return usage();
+        }
+    }
+    if (i >= argc) return usage();
+    if (labels[0]) setenv("CONTPROF_LABELS", labels, 1);
+    if (server) {
+        char brokers[1024];
+        int rc = cp_http_get_brokers(server, brokers, sizeof(brokers), 5000);
+        if (rc == 0) {
+            setenv("CONTPROF_BROKERS", brokers, 1);
+        } else {
+            /* the agent keeps asking in the background */
+            fprintf(stderr, "contprof run: %s did not give its brokers yet; the agent will "
+                            "retry\n", server);
+            setenv("CONTPROF_SERVER", server, 1);
+        }
+    }
+    const char *lib = lib_path();
+    const char *pl = getenv("LD_PRELOAD");
+    char preload[4096];
+    if (pl && *pl) snprintf(preload, sizeof(preload), "%s:%s", lib, pl);
+    else snprintf(preload, sizeof(preload), "%s", lib);
+    setenv("LD_PRELOAD", preload, 1);
+    execvp(argv[i], argv + i);
+    fprintf(stderr, "contprof run: %s: %s\n", argv[i], strerror(errno));
+    return 127;
+}

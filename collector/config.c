@@ -1,0 +1,108 @@
+/* The agent's configuration: contprof_options fields first, CONTPROF_* environment
+ * variables for what they leave unset, then defaults. No allocation. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+
+#include "collector_int.h"
+
+cp_config cp_cfg;
+
+static void copy(char *dst, size_t cap, const char *opt, const char *env, const char *def)
+{
+    const char *v = opt && opt[0] ? opt : NULL;
+    if (!v && env) v = getenv(env);
+    if (!v || !v[0]) v = def;
+    if (!v) v = "";
+    snprintf(dst, cap, "%s", v);
+}
+
+int64_t cp_parse_duration_ms(const char *s)
+{
+    if (!s || !*s) return -1;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0) return -1;
+    double mul = 1; /* bare numbers are milliseconds */
+    if (strcmp(end, "ms") == 0) mul = 1;
+    else if (strcmp(end, "s") == 0) mul = 1000;
+    else if (strcmp(end, "m") == 0) mul = 60000;
+    else if (strcmp(end, "h") == 0) mul = 3600000;
+    else if (*end) return -1;
+    return (int64_t)(v * mul);
+}
+
+static int64_t env_int(const char *name, int64_t def)
+{
+    const char *s = getenv(name);
+    if (!s || !*s) return def;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (*end) return def;
+    return v;
+}
+
+static void program_name(char *out, size_t cap)
+{
+    FILE *f = fopen("/proc/self/comm", "re");
+    out[0] = 0;
+    if (f) {
+        if (fgets(out, (int)cap, f)) out[strcspn(out, "\n")] = 0;
+        fclose(f);
+    }
+    if (!out[0]) snprintf(out, cap, "unknown");
+}
+
+void cp_config_load(cp_config *c, const contprof_options *o)
+{
+    static const contprof_options none;
+    if (!o) o = &none;
+    memset(c, 0, sizeof(*c));
+    char prog[64];
+    program_name(prog, sizeof(prog));
+    copy(c->service, sizeof(c->service), o->service, "CONTPROF_SERVICE", prog);
+    copy(c->version, sizeof(c->version), o->version, "CONTPROF_VERSION", "");
+    copy(c->tenant, sizeof(c->tenant), o->tenant, "CONTPROF_TENANT", "default");
+    copy(c->labels, sizeof(c->labels), o->labels, "CONTPROF_LABELS", "");
+    copy(c->brokers, sizeof(c->brokers), o->brokers, "CONTPROF_BROKERS", "");
+    copy(c->server, sizeof(c->server), o->server, "CONTPROF_SERVER", "");
+    copy(c->topic, sizeof(c->topic), o->topic, "CONTPROF_TOPIC", "contprof.profiles");
+    copy(c->output_dir, sizeof(c->output_dir), o->output_dir, "CONTPROF_OUTPUT_DIR", "");
+
+    if (!c->output_dir[0] && !c->brokers[0] && !c->server[0]) {
+        /* no transport at all: keep the windows for offline use */
+        const char *tmp = getenv("TMPDIR");
+        snprintf(c->output_dir, sizeof(c->output_dir), "%s/contprof", tmp && *tmp ? tmp : "/tmp");
+    }
+
+    int64_t hz = o->cpu_hz ? o->cpu_hz : env_int("CONTPROF_CPU_HZ", 100);
+    if (hz < 0) hz = 0;
+    if (hz > 1000) hz = 1000;
+    c->cpu_hz = (int)hz;
+
+    int64_t rate = o->alloc_rate ? o->alloc_rate : env_int("CONTPROF_ALLOC_RATE", 524288);
+    c->alloc_rate = rate < 0 ? 0 : rate;
+
+    int64_t win = o->window_ms;
+    if (!win) {
+        const char *w = getenv("CONTPROF_WINDOW");
+        win = w ? cp_parse_duration_ms(w) : 10000;
+        if (win <= 0) win = 10000;
+    }
+    if (win < 100) win = 100;
+    c->window_ns = win * 1000000;
+
+    int ch = o->children;
+    if (!ch) ch = env_int("CONTPROF_CHILDREN", 1) ? 1 : -1;
+    c->children = ch > 0;
+
+    const char *f = getenv("CONTPROF_FLUSH_MS");
+    c->flush_ms = f ? cp_parse_duration_ms(f) : 1000;
+    if (c->flush_ms < 0) c->flush_ms = 1000;
+    c->kafka_queue = (int)env_int("CONTPROF_KAFKA_QUEUE", 256);
+    if (c->kafka_queue < 2) c->kafka_queue = 2;
+    const char *eng = getenv("CONTPROF_CPU_ENGINE");
+    c->force_timer = eng && strcmp(eng, "timer") == 0;
+}

@@ -1,0 +1,102 @@
+/* contprof.h: the public API of libcontprof, the continuous-profiling agent. Preloaded
+ * (LD_PRELOAD) it starts by itself from CONTPROF_* environment variables; linked in, a
+ * program calls contprof_start. Runtimes that run many isolates (interpreters, worker
+ * pools) attribute samples with the isolate API below. */
+#ifndef CONTPROF_H
+#define CONTPROF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define CONTPROF_EXTERN __attribute__((visibility("default")))
+#else
+#define CONTPROF_EXTERN
+#endif
+
+/* Settings; every field has an environment variable (in brackets) that is used when the
+ * field is zero/NULL. Strings are copied by contprof_start. */
+typedef struct contprof_options {
+    const char *service;    /* [CONTPROF_SERVICE] default: program name */
+    const char *version;    /* [CONTPROF_VERSION] default: "" (label omitted) */
+    const char *tenant;     /* [CONTPROF_TENANT] default: "default" */
+    const char *labels;     /* [CONTPROF_LABELS] extra labels "k=v,k2=v2" */
+    int cpu_hz;             /* [CONTPROF_CPU_HZ] default 100, max 1000; <0 disables CPU */
+    int64_t alloc_rate;     /* [CONTPROF_ALLOC_RATE] mean bytes between samples, default
+                               524288; <0 disables allocation sampling */
+    int64_t window_ms;      /* [CONTPROF_WINDOW] "10s", "500ms"; default 10 s */
+    const char *brokers;    /* [CONTPROF_BROKERS] Kafka bootstrap "host:port,..." */
+    const char *server;     /* [CONTPROF_SERVER] contprofd URL to ask for brokers */
+    const char *topic;      /* [CONTPROF_TOPIC] default "contprof.profiles" */
+    const char *output_dir; /* [CONTPROF_OUTPUT_DIR] write gzip'd pprof files here */
+    int children;           /* [CONTPROF_CHILDREN] 1: exec'd children are profiled too
+                               (LD_PRELOAD kept), -1: not; default 1 */
+} contprof_options;
+
+/* Starts the agent: CPU timers on every thread, allocation sampling, and the agent thread
+ * that ships a window of profiles every window_ms. opts may be NULL (environment only).
+ * Idempotent: a second call while running returns 0 and changes nothing. Returns 0 or a
+ * negative errno-style code; on failure the process is unaffected. Never blocks for long,
+ * never aborts. */
+CONTPROF_EXTERN int contprof_start(const contprof_options *opts);
+
+/* Stops sampling, writes the last (partial) window and flushes it, waiting at most
+ * CONTPROF_FLUSH_MS (default 1000 ms). Safe to call when not running. */
+CONTPROF_EXTERN void contprof_stop(void);
+
+/* 1 if the agent is running. */
+CONTPROF_EXTERN int contprof_running(void);
+
+/* --- isolates ------------------------------------------------------------------------
+ * By default every thread is its own isolate, named after the thread (so a pool of
+ * identically named threads forms one isolate). A runtime that runs several logical
+ * isolates on its threads creates them here and marks which one a thread is executing. */
+
+typedef struct contprof_isolate contprof_isolate;
+
+/* Creates an isolate named name (label isolate=name) with extra labels "k=v,k2=v2" (may
+ * be NULL). Returns NULL on out of memory or if the agent's isolate table (4096) is full.
+ * The agent owns it; the caller releases it with contprof_isolate_destroy. Samples taken
+ * while a thread is inside it are attributed to it. */
+CONTPROF_EXTERN contprof_isolate *contprof_isolate_create(const char *name, const char *labels);
+
+/* Ends the isolate: samples it already has are still reported in the current window,
+ * then it is freed. Threads must have left it. NULL is fine. */
+CONTPROF_EXTERN void contprof_isolate_destroy(contprof_isolate *iso);
+
+/* Marks the current thread as executing iso until contprof_isolate_leave. Nesting
+ * returns to the previous isolate on leave. Cheap (a thread-local store). */
+CONTPROF_EXTERN void contprof_isolate_enter(contprof_isolate *iso);
+CONTPROF_EXTERN void contprof_isolate_leave(void);
+
+/* A language frame that a walker reports. Strings need only live until the walker
+ * returns; the agent copies them. */
+typedef struct contprof_frame {
+    const char *function;
+    const char *file; /* may be NULL */
+    int64_t line;     /* 0 if unknown */
+} contprof_frame;
+
+/* Called at a safe point (see contprof_safepoint) on the thread that was sampled: writes
+ * at most max frames, innermost first, to out and returns how many. */
+typedef int (*contprof_walker)(void *arg, contprof_frame *out, int max);
+
+/* Registers (or with NULL, removes) the walker of iso. */
+CONTPROF_EXTERN void contprof_isolate_set_walker(contprof_isolate *iso, contprof_walker fn,
+                                                 void *arg);
+
+/* Called by a runtime at its safe points (function entry, loop back-edges). If a CPU sample
+ * of this thread is waiting for language frames, calls the walker of the current isolate
+ * and attaches the frames to it (on top of the native stack). Costs one thread-local load
+ * otherwise. Never from a signal handler. */
+CONTPROF_EXTERN void contprof_safepoint(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,181 @@
+/* The agent's Kafka producer: lz4, idempotent, never RD_KAFKA_MSG_F_BLOCK; a bounded
+ * backlog that drops the oldest window when full; delivery reports served by the agent
+ * thread through cp_kafka_poll. librdkafka's log lines are kept off the host's stderr. */
+#include "kafka.h"
+
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+typedef struct msg {
+    uint8_t *value, *key;
+    size_t len, klen;
+} msg;
+
+struct cp_kafka {
+    rd_kafka_t *rk;
+    rd_kafka_topic_t *rkt;
+    char topic[256];
+    msg *q; /* ring */
+    uint32_t head, n, cap;
+    uint64_t dropped;
+    int fatal;
+};
+
+static void quiet_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    (void)rk, (void)level, (void)fac, (void)buf;
+}
+
+static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    (void)reason;
+    cp_kafka *k = opaque;
+    if (err == RD_KAFKA_RESP_ERR__FATAL || rd_kafka_fatal_error(rk, NULL, 0)) k->fatal = 1;
+}
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    cp_kafka *k = opaque;
+    if (m->err) k->dropped++;
+}
+
+int cp_kafka_create(const char *brokers, const char *topic, int queue, cp_kafka **out,
+                    char *err, size_t errlen)
+{
+    *out = NULL;
+    cp_kafka *k = calloc(1, sizeof(*k));
+    if (!k) return CP_ENOMEM;
+    snprintf(k->topic, sizeof(k->topic), "%s", topic);
+    k->cap = (uint32_t)(queue / 2 > 1 ? queue / 2 : 1);
+    k->q = calloc(k->cap, sizeof(msg));
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    if (!k->q || !conf) goto nomem;
+    char qs[32];
+    snprintf(qs, sizeof(qs), "%d", queue - (int)k->cap > 1 ? queue - (int)k->cap : 1);
+    const char *kv[][2] = {
+        {"bootstrap.servers", brokers},
+        {"compression.type", "lz4"},
+        {"enable.idempotence", "true"},
+        {"queue.buffering.max.messages", qs},
+        {"queue.buffering.max.kbytes", "65536"},
+        {"linger.ms", "50"},
+        {"message.timeout.ms", "60000"},
+        {"socket.keepalive.enable", "true"},
+        {"client.id", "contprof-agent"},
+    };
+    for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
+        if (rd_kafka_conf_set(conf, kv[i][0], kv[i][1], err, errlen) != RD_KAFKA_CONF_OK) {
+            rd_kafka_conf_destroy(conf);
+            free(k->q);
+            free(k);
+            return CP_EKAFKA;
+        }
+    rd_kafka_conf_set_log_cb(conf, quiet_log);
+    rd_kafka_conf_set_error_cb(conf, on_error);
+    rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+    rd_kafka_conf_set_opaque(conf, k);
+    k->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, errlen);
+    if (!k->rk) {
+        rd_kafka_conf_destroy(conf);
+        free(k->q);
+        free(k);
+        return CP_EKAFKA;
+    }
+    k->rkt = rd_kafka_topic_new(k->rk, topic, NULL);
+    if (!k->rkt) {
+        snprintf(err, errlen, "topic %s: %s", topic, rd_kafka_err2str(rd_kafka_last_error()));
+        rd_kafka_destroy(k->rk);
+        free(k->q);
+        free(k);
+        return CP_EKAFKA;
+    }
+    *out = k;
+    return 0;
+nomem:
+    if (conf) rd_kafka_conf_destroy(conf);
+    free(k->q);
+    free(k);
+    return CP_ENOMEM;
+}
+
+static void pump(cp_kafka *k)
+{
+    while (k->n > 0) {
+        msg *m = &k->q[k->head];
+        int rc = rd_kafka_produce(k->rkt, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_FREE, m->value,
+                                  m->len, m->key, m->klen, NULL);
+        if (rc != 0) {
+            rd_kafka_resp_err_t e = rd_kafka_last_error();
+            if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL) return; /* keep it for later */
+            free(m->value);
+            k->dropped++;
+            if (e == RD_KAFKA_RESP_ERR__FATAL) k->fatal = 1;
+        }
+        free(m->key); /* librdkafka copies keys */
+        m->value = m->key = NULL;
+        k->head = (k->head + 1) % k->cap;
+        k->n--;
+    }
+}
+
+void cp_kafka_send(cp_kafka *k, uint8_t *value, size_t len, uint8_t *key, size_t klen)
+{
+    if (k->n == k->cap) { /* drop the oldest */
+        msg *o = &k->q[k->head];
+        free(o->value);
+        free(o->key);
+        k->head = (k->head + 1) % k->cap;
+        k->n--;
+        k->dropped++;
+    }
+    msg *m = &k->q[(k->head + k->n) % k->cap];
+    *m = (msg){.value = value, .len = len, .key = key, .klen = klen};
+    k->n++;
+    pump(k);
+}
+
+void cp_kafka_poll(cp_kafka *k)
+{
+    rd_kafka_poll(k->rk, 0);
+    pump(k);
+}
+
+uint64_t cp_kafka_take_dropped(cp_kafka *k)
+{
+    uint64_t d = k->dropped;
+    k->dropped = 0;
+    return d;
+}
+
+int cp_kafka_failed(cp_kafka *k)
+{
+    return k->fatal;
+}
+
+void cp_kafka_destroy(cp_kafka *k, int timeout_ms)
+{
+    if (!k) return;
+    pump(k);
+    if (timeout_ms > 0) rd_kafka_flush(k->rk, timeout_ms);
+    rd_kafka_purge(k->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    rd_kafka_poll(k->rk, 0);
+    for (uint32_t i = 0; i < k->n; i++) {
+        msg *m = &k->q[(k->head + i) % k->cap];
+        free(m->value);
+        free(m->key);
+    }
+    rd_kafka_topic_destroy(k->rkt);
+    rd_kafka_destroy(k->rk);
+    free(k->q);
+    free(k);
+}
+
+void cp_kafka_abandon(cp_kafka *k)
+{
+    (void)k;
+}

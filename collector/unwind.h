@@ -1,0 +1,63 @@
+/* The signal-safe unwinder: a snapshot of the loaded modules (built off the signal path
+ * with dl_iterate_phdr) and a DWARF CFI interpreter that reads each module's in-memory
+ * .eh_frame_hdr/.eh_frame, so stacks go through code built without frame pointers. */
+#ifndef CP_UNWIND_H
+#define CP_UNWIND_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#define CP_MAX_FRAMES 64
+#define CP_MODULE_PATH_MAX 256
+#define CP_BUILD_ID_MAX 32
+
+/* One loaded object's executable segment. Addresses are run-time addresses. */
+typedef struct cp_module {
+    uintptr_t lo, hi;       /* executable PT_LOAD range */
+    uintptr_t bias;         /* dlpi_addr */
+    uint64_t file_offset;   /* p_offset of that segment (for the pprof mapping) */
+    const uint8_t *eh_hdr;  /* .eh_frame_hdr, NULL if none or unusable */
+    const int32_t *table;   /* its sorted (initial location, FDE) table, datarel sdata4 */
+    uint32_t count;
+    uint32_t build_id_len;
+    uint8_t build_id[CP_BUILD_ID_MAX];
+    char path[CP_MODULE_PATH_MAX];
+} cp_module;
+
+/* An immutable snapshot, published to signal handlers through one atomic pointer. */
+typedef struct cp_modules {
+    size_t map_len; /* bytes of the mmap holding this struct */
+    uint64_t adds, subs; /* dl_iterate_phdr counters at snapshot time */
+    uint32_t n;
+    cp_module m[];
+} cp_modules;
+
+/* Rebuilds the snapshot if objects were loaded or unloaded since the last one (or always
+ * when force). Never from a signal handler. Waits for handlers still reading the old
+ * snapshot before unmapping it. Returns 0 or CP_ENOMEM (the old snapshot then stays). */
+int cp_modules_refresh(int force);
+
+/* The current snapshot (may be NULL). Only the agent thread may hold it across calls to
+ * cp_modules_refresh: it is the only one that frees. */
+const cp_modules *cp_modules_current(void);
+
+/* The module whose executable range holds pc, or NULL. */
+const cp_module *cp_modules_find(const cp_modules *mods, uintptr_t pc);
+
+/* Registers at the start of the unwind (x86-64). */
+typedef struct cp_uregs {
+    uintptr_t pc, sp, fp;
+} cp_uregs;
+
+/* Unwinds from r, reading the stack only inside [stack_lo, stack_hi) (0,0: leaf only).
+ * Writes at most max addresses to pcs: the first is r->pc, the others are return
+ * addresses minus one (inside the call instruction). Async-signal-safe: no locks, no
+ * allocation, no dl_iterate_phdr. Returns the number of frames. */
+int cp_unwind(const cp_uregs *r, uintptr_t stack_lo, uintptr_t stack_hi, uint64_t *pcs,
+              int max);
+
+/* Captures the caller's registers and unwinds from there, skipping `skip` frames of the
+ * caller's own; for the allocation path. Same contract as cp_unwind. */
+int cp_unwind_here(uintptr_t stack_lo, uintptr_t stack_hi, uint64_t *pcs, int max, int skip);
+
+#endif

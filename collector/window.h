@@ -1,0 +1,35 @@
+/* One window of profiles: CPU samples aggregated as the agent drains the rings, then at the
+ * window's end, per isolate, the cpu, alloc and inuse profiles, symbolized and encoded as
+ * envelopes. Agent thread only. */
+#ifndef CP_WINDOW_H
+#define CP_WINDOW_H
+
+#include <stdint.h>
+
+#include "collector_int.h"
+#include "envelope.h"
+
+/* Adds one drained CPU sample of a thread named thread (used when r->isolate is 0). */
+void cp_window_add_cpu(const cp_sample_rec *r, const char *thread);
+
+/* Receives each finished envelope; takes ownership of e's contents (cp_envelope_close). */
+typedef void (*cp_emit_fn)(cp_envelope *e, void *arg);
+
+typedef struct cp_window_meta {
+    int64_t start_ns, end_ns;
+    const char *instance, *producer_id;
+    uint64_t *sequence;        /* incremented per envelope */
+    uint64_t dropped_samples;  /* since the previous window */
+    uint64_t dropped_windows;  /* carried from the transport */
+} cp_window_meta;
+
+/* Builds and emits every isolate's profiles for the window and resets the CPU table.
+ * Returns 0 or CP_ENOMEM (the window is then lost and counted by the caller). */
+int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg);
+
+/* Frees the symbol cache and the CPU table. */
+void cp_window_reset(void);
+/* After fork in the child: forgets both without freeing (they may be inconsistent). */
+void cp_window_abandon(void);
+
+#endif

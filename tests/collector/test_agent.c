@@ -1,0 +1,583 @@
+/* Black-box tests of libcontprof: real programs (work.c) run under LD_PRELOAD in
+ * output-dir mode; the pprof files they leave are decoded with cp_pprof_decode and checked.
+ * Each TEST is its own ctest process. */
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pprof.h"
+#include "profile.h"
+#include "test.h"
+
+/* ------------------------------------------------------------------------------------
+ * Running programs */
+
+typedef struct run_res {
+    int status;
+    double secs;
+    char out[1 << 16];
+} run_res;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Runs prog with args; env: NULL-terminated "K=V" strings added to the environment. */
+static void run_prog(const char *prog, const char *const *args, const char *const *env,
+                     run_res *r)
+{
+    int fd[2];
+    CHECK(pipe(fd) == 0);
+    double t0 = now_s();
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        dup2(fd[1], 1);
+        close(fd[0]);
+        close(fd[1]);
+        unsetenv("LD_PRELOAD");
+        for (int i = 0; env && env[i]; i++) putenv((char *)env[i]);
+        char *argv[16];
+        int n = 0;
+        argv[n++] = (char *)prog;
+        for (int i = 0; args[i] && n < 15; i++) argv[n++] = (char *)args[i];
+        argv[n] = NULL;
+        execv(prog, argv);
+        _exit(127);
+    }
+    close(fd[1]);
+    size_t len = 0;
+    ssize_t k;
+    while ((k = read(fd[0], r->out + len, sizeof(r->out) - 1 - len)) > 0) len += (size_t)k;
+    r->out[len] = 0;
+    close(fd[0]);
+    CHECK(waitpid(pid, &r->status, 0) == pid);
+    r->secs = now_s() - t0;
+}
+
+static void run(const char *const *args, const char *const *env, run_res *r)
+{
+    run_prog(CPW, args, env, r);
+}
+
+static char g_dir[256];
+
+static const char *make_dir(void)
+{
+    snprintf(g_dir, sizeof(g_dir), "/tmp/contprof-test-%d", (int)getpid());
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
+    CHECK(system(cmd) == 0);
+    CHECK(mkdir(g_dir, 0755) == 0);
+    return g_dir;
+}
+
+static void remove_dir(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+}
+
+/* ------------------------------------------------------------------------------------
+ * Reading the profiles: files are SERVICE.PID.SEQ.KIND.ISOLATE.pb.gz */
+
+typedef struct pfile {
+    int pid, seq;
+    char kind[8], iso[64];
+    cp_profile *p;
+} pfile;
+
+typedef struct pset {
+    pfile *f;
+    int n;
+} pset;
+
+static int cmp_pfile(const void *a, const void *b)
+{
+    const pfile *x = a, *y = b;
+    if (x->pid != y->pid) return x->pid - y->pid;
+    return x->seq - y->seq;
+}
+
+static void load(const char *dir, pset *s)
+{
+    memset(s, 0, sizeof(*s));
+    DIR *d = opendir(dir);
+    CHECK(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strstr(e->d_name, ".pb.gz") || strstr(e->d_name, ".tmp")) continue;
+        char name[256], *tok[8], *save;
+        snprintf(name, sizeof(name), "%s", e->d_name);
+        int nt = 0;
+        for (char *t = strtok_r(name, ".", &save); t && nt < 8; t = strtok_r(NULL, ".", &save))
+            tok[nt++] = t;
+        CHECK(nt == 7);
+        s->f = realloc(s->f, (size_t)(s->n + 1) * sizeof(pfile));
+        pfile *f = &s->f[s->n++];
+        f->pid = atoi(tok[1]);
+        f->seq = atoi(tok[2]);
+        snprintf(f->kind, sizeof(f->kind), "%s", tok[3]);
+        snprintf(f->iso, sizeof(f->iso), "%s", tok[4]);
+        char path[600];
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        cp_buf b = {0};
+        CHECK(cp_read_file(path, &b) == 0);
+        cp_err err = {0};
+        int rc = cp_pprof_decode(b.data, b.len, NULL, &f->p, &err);
+        if (rc != 0) fprintf(stderr, "%s: %s\n", path, err.msg);
+        CHECK(rc == 0);
+        cp_buf_close(&b);
+    }
+    closedir(d);
+    qsort(s->f, (size_t)s->n, sizeof(pfile), cmp_pfile);
+}
+
+static void pset_free(pset *s)
+{
+    for (int i = 0; i < s->n; i++) cp_profile_destroy(s->f[i].p);
+    free(s->f);
+}
+
+static const char *loc_func(const cp_profile *p, uint32_t loc_id)
+{
+    const cp_location *l = &p->locations.v[loc_id - 1];
+    if (!l->nlines) return "";
+    const cp_line *ln = &p->lines.v[l->line_off];
+    if (!ln->function_id) return "";
+    return cp_profile_str(p, p->functions.v[ln->function_id - 1].name);
+}
+
+static const char *loc_file(const cp_profile *p, uint32_t loc_id)
+{
+    const cp_location *l = &p->locations.v[loc_id - 1];
+    if (!l->mapping_id) return "";
+    return cp_profile_str(p, p->mappings.v[l->mapping_id - 1].filename);
+}
+
+/* Sum of column t over samples where a frame of an object whose path contains obj lies
+ * below (callers' side of) function fn. */
+static int64_t below_in(const cp_profile *p, const char *fn, const char *obj, int t)
+{
+    int64_t sum = 0;
+    for (uint32_t i = 0; i < p->samples.n; i++) {
+        const cp_sample *s = &p->samples.v[i];
+        int seen = 0, hit = 0;
+        for (uint32_t j = 0; j < s->nlocs && !hit; j++) {
+            uint32_t id = p->stack.v[s->loc_off + j];
+            if (!strcmp(loc_func(p, id), fn)) seen = 1;
+            else if (seen && strstr(loc_file(p, id), obj)) hit = 1;
+        }
+        if (hit) sum += cp_profile_sample_values(p, i)[t];
+    }
+    return sum;
+}
+
+/* Sum of value column t over samples whose stack contains function fn (NULL: all). */
+static int64_t func_total(const cp_profile *p, const char *fn, int t)
+{
+    int64_t sum = 0;
+    for (uint32_t i = 0; i < p->samples.n; i++) {
+        const cp_sample *s = &p->samples.v[i];
+        int hit = fn == NULL;
+        for (uint32_t j = 0; j < s->nlocs && !hit; j++)
+            hit = strcmp(loc_func(p, p->stack.v[s->loc_off + j]), fn) == 0;
+        if (hit) sum += cp_profile_sample_values(p, i)[t];
+    }
+    return sum;
+}
+
+/* Sums column t of every profile of kind (and isolate, if not NULL) over stacks with fn. */
+static int64_t sum_kind(const pset *s, const char *kind, const char *iso, const char *fn,
+                        int t)
+{
+    int64_t sum = 0;
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->f[i].kind, kind) && (!iso || !strcmp(s->f[i].iso, iso)))
+            sum += func_total(s->f[i].p, fn, t);
+    return sum;
+}
+
+/* The last profile of kind for isolate (highest sequence of the first pid). */
+static const cp_profile *last_of(const pset *s, const char *kind, const char *iso)
+{
+    const cp_profile *p = NULL;
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->f[i].kind, kind) && !strcmp(s->f[i].iso, iso) &&
+            s->f[i].pid == s->f[0].pid)
+            p = s->f[i].p;
+    return p;
+}
+
+/* The value after "name=" in the profile's comments, or -1. */
+static long long comment_num(const cp_profile *p, const char *name)
+{
+    char key[64];
+    snprintf(key, sizeof(key), "%s=", name);
+    for (uint32_t i = 0; i < p->comments.n; i++) {
+        const char *c = strstr(cp_profile_str(p, p->comments.v[i]), key);
+        if (c) return atoll(c + strlen(key));
+    }
+    return -1;
+}
+
+static const char *comment_str(const cp_profile *p, const char *prefix)
+{
+    for (uint32_t i = 0; i < p->comments.n; i++) {
+        const char *c = cp_profile_str(p, p->comments.v[i]);
+        if (!strncmp(c, prefix, strlen(prefix))) return c + strlen(prefix);
+    }
+    return "";
+}
+
+static int count_iso(const pset *s, const char *kind, const char *iso)
+{
+    int n = 0;
+    for (int i = 0; i < s->n; i++)
+        n += !strcmp(s->f[i].kind, kind) && !strcmp(s->f[i].iso, iso);
+    return n;
+}
+
+#define PRELOAD "LD_PRELOAD=" CP_LIB
+
+static char env_dir[300];
+static const char *outdir_env(void)
+{
+    snprintf(env_dir, sizeof(env_dir), "CONTPROF_OUTPUT_DIR=%s", g_dir);
+    return env_dir;
+}
+
+/* ------------------------------------------------------------------------------------
+ * 1. Two named threads, 3:1 CPU, each its own isolate */
+
+TEST(cpu_ratio)
+{
+    make_dir();
+    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_CPU_HZ=250", "CONTPROF_WINDOW=1s",
+                         NULL};
+    const char *args[] = {"ratio", "0.4", NULL};
+    run_res r;
+    run(args, env, &r);
+    CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+    CHECK_STREQ(r.out, "done\n");
+    pset s;
+    load(g_dir, &s);
+    CHECK(count_iso(&s, "cpu", "alpha") > 0);
+    CHECK(count_iso(&s, "cpu", "beta") > 0);
+    int64_t a = sum_kind(&s, "cpu", "alpha", "burn_alpha", 1);
+    int64_t b = sum_kind(&s, "cpu", "beta", "burn_beta", 1);
+    /* each thread's isolate holds only its own function */
+    CHECK_EQ(sum_kind(&s, "cpu", "alpha", "burn_beta", 1), 0);
+    CHECK_EQ(sum_kind(&s, "cpu", "beta", "burn_alpha", 1), 0);
+    /* the stack goes below the thread function into libc (start_thread, clone3: no frame
+     * pointers there); those frames stay unsymbolized addresses in libc's mapping unless
+     * CONTPROF_DEBUGINFO=1, for a server to resolve by build id */
+    int64_t below = 0;
+    for (int i = 0; i < s.n; i++)
+        if (!strcmp(s.f[i].kind, "cpu") && !strcmp(s.f[i].iso, "alpha"))
+            below += below_in(s.f[i].p, "alpha", "libc.so", 1);
+    CHECK(below > a / 2);
+    /* mappings carry build ids and addresses for that */
+    const cp_profile *ap = last_of(&s, "cpu", "alpha");
+    int libc_ok = 0;
+    for (uint32_t i = 0; i < ap->mappings.n; i++) {
+        const cp_mapping *m = &ap->mappings.v[i];
+        if (strstr(cp_profile_str(ap, m->filename), "libc.so") &&
+            strlen(cp_profile_str(ap, m->build_id)) == 40 && m->limit > m->start)
+            libc_ok = 1;
+    }
+    CHECK(libc_ok);
+    double ratio = (double)a / (double)b;
+    printf("alpha %.3fs beta %.3fs ratio %.3f\n", a / 1e9, b / 1e9, ratio);
+    CHECK(b > 0);
+    CHECK(fabs(ratio - 3.0) <= 0.15);
+    CHECK(fabs(a / 1e9 - 1.2) < 0.2);
+    pset_free(&s);
+    remove_dir();
+}
+
+/* ------------------------------------------------------------------------------------
+ * 2. 64 MiB allocated at start and kept: inuse of the last window shows it */
+
+TEST(inuse_startup)
+{
+    make_dir();
+    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_WINDOW=2s", "CPW_CTOR_ALLOC=1",
+                         NULL};
+    const char *args[] = {"startup", "30", NULL};
+    run_res r;
+    run(args, env, &r);
+    CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+    CHECK_STREQ(r.out, "7\n");
+    pset s;
+    load(g_dir, &s);
+    const cp_profile *last = last_of(&s, "inuse", "cpw");
+    CHECK(last != NULL);
+    int64_t bytes = func_total(last, "startup_alloc", 1);
+    printf("inuse in startup_alloc: %.2f MiB (of %.2f MiB)\n", bytes / 1048576.0,
+           func_total(last, NULL, 1) / 1048576.0);
+    CHECK(fabs((double)bytes - 64.0 * 1048576) <= 0.10 * 64 * 1048576);
+    /* allocated in a constructor of the program, before main: captured too */
+    int64_t ctor = func_total(last, "ctor_alloc", 1);
+    printf("inuse in ctor_alloc: %.2f MiB (of 8)\n", ctor / 1048576.0);
+    CHECK(fabs((double)ctor - 8.0 * 1048576) <= 0.25 * 8 * 1048576);
+    /* about 15 windows in 30 s, each with an inuse profile */
+    CHECK(count_iso(&s, "inuse", "cpw") >= 12);
+    pset_free(&s);
+    remove_dir();
+}
+
+/* ------------------------------------------------------------------------------------
+ * 3. A known volume of mixed sizes is estimated within 10% */
+
+TEST(alloc_volume)
+{
+    make_dir();
+    const char *env[] = {PRELOAD, outdir_env(), NULL};
+    const char *args[] = {"mixed", "1024", NULL};
+    run_res r;
+    run(args, env, &r);
+    CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+    double truth = atof(r.out);
+    CHECK(truth >= 1024.0 * 1048576);
+    pset s;
+    load(g_dir, &s);
+    double est = (double)sum_kind(&s, "alloc", "cpw", "mixed_alloc", 1);
+    printf("true %.1f MiB, estimated %.1f MiB (%.2f%%)\n", truth / 1048576, est / 1048576,
+           100 * (est - truth) / truth);
+    CHECK(fabs(est - truth) <= 0.10 * truth);
+    pset_free(&s);
+    remove_dir();
+}
+
+/* ------------------------------------------------------------------------------------
+ * 4. Allocate/free loops leave inuse near zero */
+
+TEST(churn_inuse_zero)
+{
+    make_dir();
+    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_WINDOW=500ms", NULL};
+    const char *args[] = {"churn", NULL};
+    run_res r;
+    run(args, env, &r);
+    CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+    double truth = atof(r.out);
+    pset s;
+    load(g_dir, &s);
+    double alloc = (double)sum_kind(&s, "alloc", NULL, "churn_alloc", 1);
+    printf("allocated %.1f MiB, estimated %.1f MiB\n", truth / 1048576, alloc / 1048576);
+    CHECK(alloc > 0.8 * truth); /* the frees were matched against real samples */
+    /* inuse at the end, over every isolate: what the churn threads left is nothing */
+    int64_t left = 0;
+    for (int i = 0; i < s.n; i++)
+        if (!strcmp(s.f[i].kind, "inuse") && s.f[i].seq >= s.f[s.n - 1].seq - 3)
+            left += func_total(s.f[i].p, "churn_alloc", 1);
+    printf("inuse left in churn_alloc: %lld bytes\n", (long long)left);
+    CHECK(left == 0);
+    pset_free(&s);
+    remove_dir();
+}
+
+/* ------------------------------------------------------------------------------------
+ * 5. Same output with and without the agent */
+
+static void same_output(const char *mode, int expect_child_profiles)
+{
+    make_dir();
+    const char *args[] = {mode, NULL};
+    const char *plain_env[] = {NULL};
+    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_CPU_HZ=1000",
+                         "CONTPROF_ALLOC_RATE=4096", "CONTPROF_WINDOW=200ms", NULL};
+    run_res *a = malloc(sizeof(run_res)), *b = malloc(sizeof(run_res));
+    run(args, plain_env, a);
+    run(args, env, b);
+    CHECK(WIFEXITED(a->status) && WEXITSTATUS(a->status) == 0);
+    CHECK(WIFEXITED(b->status) && WEXITSTATUS(b->status) == 0);
+    if (strcmp(a->out, b->out) != 0)
+        fprintf(stderr, "without:\n%s\nwith:\n%s\n", a->out, b->out);
+    CHECK_STREQ(a->out, b->out);
+    pset s;
+    load(g_dir, &s);
+    CHECK(s.n > 0); /* the agent really ran (at a high sampling rate) */
+    int pids = 1;
+    for (int i = 1; i < s.n; i++) pids += s.f[i].pid != s.f[i - 1].pid;
+    printf("%s: %d profiles from %d processes\n", mode, s.n, pids);
+    CHECK(pids >= expect_child_profiles);
+    pset_free(&s);
+    free(a);
+    free(b);
+    remove_dir();
+}
+
+TEST(same_output_threads)
+{
+    same_output("mt", 1);
+}
+
+TEST(same_output_realloc_memalign)
+{
+    same_output("realloc", 1);
+}
+
+TEST(same_output_cxx)
+{
+    same_output("cxx", 1);
+}
+
+/* fork+exec: the parent, the forked child (a new instance) and the two exec'd children
+ * each leave profiles of their own */
+TEST(same_output_fork_exec)
+{
+    same_output("forkexec", 4);
+}
+
+/* ------------------------------------------------------------------------------------
+ * 6. No reachable broker: the host is unaffected and the drops are counted */
+
+TEST(unreachable_broker)
+{
+    make_dir();
+    const char *args[] = {"startup", "3", NULL};
+    const char *plain_env[] = {NULL};
+    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_BROKERS=127.0.0.1:1",
+                         "CONTPROF_WINDOW=200ms", "CONTPROF_KAFKA_QUEUE=4",
+                         "CONTPROF_FLUSH_MS=500", NULL};
+    run_res *a = malloc(sizeof(run_res)), *b = malloc(sizeof(run_res));
+    run(args, plain_env, a);
+    run(args, env, b);
+    CHECK(WIFEXITED(b->status) && WEXITSTATUS(b->status) == 0);
+    CHECK_STREQ(a->out, b->out);
+    printf("without %.2fs, with an unreachable broker %.2fs\n", a->secs, b->secs);
+    /* bounded flush at exit: at most the flush time and a little more */
+    CHECK(b->secs < a->secs + 1.5);
+    pset s;
+    load(g_dir, &s);
+    long long dropped = 0;
+    for (int i = 0; i < s.n; i++) {
+        long long d = comment_num(s.f[i].p, "dropped_windows");
+        CHECK(d >= 0);
+        dropped += d;
+    }
+    printf("%d windows written, dropped_windows reported: %lld\n", s.n, dropped);
+    CHECK(dropped > 0);
+    pset_free(&s);
+    free(a);
+    free(b);
+    remove_dir();
+}
+
+/* ------------------------------------------------------------------------------------
+ * 7. 1000 Hz on the perf-event engine: about 1000 samples per CPU second */
+
+TEST(perf_1000hz)
+{
+    make_dir();
+    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_CPU_HZ=1000", NULL};
+    const char *args[] = {"solo", "1.5", NULL};
+    run_res r;
+    run(args, env, &r);
+    CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+    double cpu = atof(r.out);
+    pset s;
+    load(g_dir, &s);
+    const cp_profile *p = last_of(&s, "cpu", "cpw");
+    CHECK(p != NULL);
+    printf("engine: %s\n", comment_str(p, "engine="));
+    CHECK_STREQ(comment_str(p, "engine="), "perf-task-clock 1ms");
+    int64_t n = sum_kind(&s, "cpu", "cpw", "burn_solo", 0);
+    double rate = (double)n / cpu;
+    printf("%lld samples in burn_solo over %.3f CPU s: %.1f per CPU second\n", (long long)n,
+           cpu, rate);
+    CHECK(rate > 950 && rate < 1050);
+    /* symbolized with file:line from the program's own debug info */
+    int file_ok = 0;
+    for (uint32_t i = 0; i < p->locations.n; i++) {
+        const cp_location *l = &p->locations.v[i];
+        if (!l->nlines) continue;
+        const cp_line *ln = &p->lines.v[l->line_off];
+        const cp_function *f = &p->functions.v[ln->function_id - 1];
+        if (!strcmp(cp_profile_str(p, f->name), "burn_solo") &&
+            strstr(cp_profile_str(p, f->filename), "work.c") && ln->line > 0)
+            file_ok = 1;
+    }
+    CHECK(file_ok);
+    pset_free(&s);
+    remove_dir();
+}
+
+/* The timer fallback reports its real resolution and weights samples by overruns. */
+TEST(timer_fallback_1000hz)
+{
+    make_dir();
+    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_CPU_HZ=1000",
+                         "CONTPROF_CPU_ENGINE=timer", NULL};
+    const char *args[] = {"solo", "1.5", NULL};
+    run_res r;
+    run(args, env, &r);
+    CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+    double cpu = atof(r.out);
+    pset s;
+    load(g_dir, &s);
+    const cp_profile *p = last_of(&s, "cpu", "cpw");
+    CHECK(p != NULL);
+    CHECK_STREQ(comment_str(p, "engine="), "posix-cpu-timer 4ms");
+    double ns = (double)sum_kind(&s, "cpu", "cpw", "burn_solo", 1);
+    printf("timer engine: %.3f s of CPU attributed, %.3f s measured\n", ns / 1e9, cpu);
+    CHECK(fabs(ns / 1e9 - cpu) <= 0.1 * cpu);
+    pset_free(&s);
+    remove_dir();
+}
+
+/* ------------------------------------------------------------------------------------
+ * Isolates through the API: a linked program runs two isolates on one thread */
+
+static int has_func(const cp_profile *p, const char *fn)
+{
+    for (uint32_t i = 0; i < p->functions.n; i++)
+        if (!strcmp(cp_profile_str(p, p->functions.v[i].name), fn)) return 1;
+    return 0;
+}
+
+TEST(isolates_api)
+{
+    make_dir();
+    const char *env[] = {outdir_env(), "CONTPROF_WINDOW=10s", NULL};
+    const char *args[] = {NULL};
+    run_res r;
+    run_prog(CPW_ISO, args, env, &r);
+    CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+    CHECK_STREQ(r.out, "ok\n");
+    pset s;
+    load(g_dir, &s);
+    const cp_profile *a = last_of(&s, "cpu", "js-a"), *b = last_of(&s, "cpu", "js-b");
+    CHECK(a && b);
+    int64_t na = func_total(a, "interp_loop", 1), nb = func_total(b, "interp_loop", 1);
+    printf("js-a %.3fs js-b %.3fs\n", na / 1e9, nb / 1e9);
+    CHECK(na > 0 && nb > 0);
+    CHECK(fabs((double)na / (double)nb - 3.0) < 0.6);
+    /* language frames from the walker, on top of the native stack */
+    CHECK(has_func(a, "renderCart") && !has_func(a, "computeTax"));
+    CHECK(has_func(b, "computeTax") && !has_func(b, "renderCart"));
+    CHECK(func_total(a, "renderCart", 1) > na / 2);
+    CHECK(func_total(a, "main.js:<toplevel>", 1) > na / 2);
+    pset_free(&s);
+    remove_dir();
+}
+
+TEST_MAIN(T(isolates_api), T(cpu_ratio), T(inuse_startup), T(alloc_volume), T(churn_inuse_zero),
+          T(same_output_threads), T(same_output_realloc_memalign), T(same_output_cxx),
+          T(same_output_fork_exec), T(unreachable_broker), T(perf_1000hz),
+          T(timer_fallback_1000hz))
