@@ -35,37 +35,34 @@
 
     // Loads a tree {sample_type, total, root}; diff trees also carry base_total/base_self.
     setData(json) {
-      const nodes = [];
-      const stack = [[json.root, -1, 0]];
-      // Preorder with an explicit stack (trees can be deeper than the JS call stack).
+      // Preorder with explicit stacks (trees can be deeper than the JS call stack).
+      const objs = [], par = [], dep = [];
+      const stack = [json.root], sp = [-1], sd = [0];
       while (stack.length) {
-        const [node, parent, depth] = stack.pop();
-        nodes.push([node, parent, depth]);
-        const me = nodes.length - 1;
-        const kids = node.children || [];
-        for (let k = kids.length - 1; k >= 0; k--) stack.push([kids[k], me, depth + 1]);
+        const node = stack.pop(), p = sp.pop(), d = sd.pop();
+        const me = objs.length;
+        objs.push(node); par.push(p); dep.push(d);
+        const kids = node.children;
+        if (kids) for (let k = kids.length - 1; k >= 0; k--) { stack.push(kids[k]); sp.push(me); sd.push(d + 1); }
       }
-      const n = this.n = nodes.length;
+      const n = this.n = objs.length;
       this.name = new Array(n);
       this.self = new Float64Array(n);
       this.total = new Float64Array(n);
       this.bself = new Float64Array(n);
       this.btotal = new Float64Array(n);
       this.x = new Float64Array(n);
-      this.parent = new Int32Array(n);
-      this.depth = new Int32Array(n);
-      this.size = new Int32Array(n);
+      this.parent = Int32Array.from(par);
+      this.depth = Int32Array.from(dep);
+      this.size = new Int32Array(n).fill(1);
       const cursor = new Float64Array(n); // next free x inside each node
       for (let i = 0; i < n; i++) {
-        const [node, p, d] = nodes[i];
+        const node = objs[i], p = par[i];
         this.name[i] = node.name;
         this.self[i] = node.self;
         this.total[i] = node.total;
         this.bself[i] = node.base_self || 0;
         this.btotal[i] = node.base_total || 0;
-        this.parent[i] = p;
-        this.depth[i] = d;
-        this.size[i] = 1;
         if (p >= 0) { this.x[i] = cursor[p]; cursor[p] += node.total; }
         cursor[i] = this.x[i];
       }
@@ -74,16 +71,13 @@
       this.diff = json.base_total !== undefined;
       this.baseRoot = json.base_total || 0;
       this.colors = new Array(n);
-      const cache = new Map();
       for (let i = 0; i < n; i++) {
         if (this.diff) {
           const p = this.total[0] ? this.total[i] / this.total[0] : 0;
           const q = this.baseRoot ? this.btotal[i] / this.baseRoot : 0;
           this.colors[i] = cp.diffColor(Math.max(p, q) ? (p - q) / Math.max(p, q) : 0);
         } else {
-          let c = cache.get(this.name[i]);
-          if (!c) { c = cp.nameColor(this.name[i]); cache.set(this.name[i], c); }
-          this.colors[i] = c;
+          this.colors[i] = cp.nameColor(this.name[i]);
         }
       }
       this.colors[0] = this.diff ? this.colors[0] : 'hsl(30,10%,80%)';
@@ -188,6 +182,7 @@
     // Zooms to frame i (0 = reset), animating the view over ~150 ms.
     zoomTo(i, instant) {
       if (i < 0 || i >= this.n) return;
+      this.sel = i;
       const from = { ...this.view };
       const to = { x0: this.x[i], w: this.total[i] || 1 };
       const growing = this.size[i] > this.size[this.zoom];

@@ -134,14 +134,23 @@ function hash(s) {
 }
 
 // A warm, light colour per package (the name up to its last '.' or '::' before any '('),
-// so dark text stays readable and one library's frames share a hue.
+// so dark text stays readable and one library's frames share a hue. From a fixed palette,
+// so colouring 20,000 frames allocates nothing.
+const PALETTE = [];
+for (let k = 0; k < 64; k++)
+  PALETTE.push(`hsl(${10 + (k * 7) % 45},${70 + (k * 13) % 20}%,${62 + (k * 5) % 14}%)`);
+const pkgColor = new Map();
 cp.nameColor = function (name) {
-  const base = name.replace(/\(.*$/, '');
-  const cut = Math.max(base.lastIndexOf('.'), base.lastIndexOf('::'));
-  const h = hash(cut > 0 ? base.slice(0, cut) : base);
-  const hue = 10 + (h % 45);          // red-orange to yellow
-  const light = 62 + ((h >>> 8) % 14); // 62..75 %
-  return `hsl(${hue},${70 + ((h >>> 16) % 20)}%,${light}%)`;
+  let end = name.indexOf('(');
+  if (end < 0) end = name.length;
+  const cut = Math.max(name.lastIndexOf('.', end - 1), name.lastIndexOf('::', end - 1));
+  const pkg = cut > 0 ? name.slice(0, cut) : name.slice(0, end);
+  let c = pkgColor.get(pkg);
+  if (!c) {
+    c = PALETTE[hash(pkg) % PALETTE.length];
+    if (pkgColor.size < 100000) pkgColor.set(pkg, c);
+  }
+  return c;
 };
 
 // Diff colour for a relative change r in [-1, 1]: red for growth, blue for shrinkage,
