@@ -54,16 +54,7 @@ async function main() {
     const t10 = [now - 3000, now - 2700, now - 2400], t11 = [now - 1500, now - 1200, now - 900];
     for (const t of t10) h.importCpu(bindir, dir, d.url, V10, { service: 'shop', version: '1.0' }, t);
     for (const t of t11) h.importCpu(bindir, dir, d.url, V11, { service: 'shop', version: '1.1' }, t);
-    const big = h.bigFolded(20001);
-    // In windows of a few subtrees each: one pprof of 20,000 minimal locations exceeds
-    // cp_pprof_decode's allocation budget (8x the wire size) and is rejected as "not a
-    // valid pprof protobuf".
-    const parts = [{}, {}, {}, {}, {}, {}, {}, {}];
-    for (const [k, v] of Object.entries(big)) {
-      const top = k.split(';')[1] || '';
-      parts[(Number(top.replace(/\D+/g, ' ').trim().split(' ').pop()) || 0) % parts.length][k] = v;
-    }
-    parts.forEach((part, i) => h.importCpu(bindir, dir, d.url, part, { service: 'big', version: '9' }, now - 600 + 10 * i));
+    const big = h.importBig(bindir, dir, d.url, 20000, now - 600);
     await h.waitTotal(d.url, '{service="shop",version="1.0"}', now - 3600, now, 3 * sum(V10));
     await h.waitTotal(d.url, '{service="shop",version="1.1"}', now - 3600, now, 3 * sum(V11));
     await h.waitTotal(d.url, '{service="big"}', now - 3600, now, sum(big));
