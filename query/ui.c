@@ -33,9 +33,12 @@ static const cp_ui_asset *find(const char *name)
 int cp_ui_serve(const char *path, cp_http_response *r)
 {
     const char *name;
-    if (strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0) name = "index.html";
-    else if (strncmp(path, "/ui/", 4) == 0) name = path + 4;
-    else return 0;
+    if (strcmp(path, "/") == 0 || strcmp(path, "/index.html") == 0)
+        name = "index.html";
+    else if (strncmp(path, "/ui/", 4) == 0)
+        name = path + 4;
+    else
+        return 0;
     const cp_ui_asset *a = find(name);
     if (!a) {
         cp_http_error(r, 404, "no UI file '%.128s'", path);
