@@ -271,7 +271,7 @@
   $('baseselect').addEventListener('change', () => { state.base_select = $('baseselect').value.trim(); reload(); });
   $('diff').addEventListener('change', () => { state.diff = $('diff').checked ? '1' : ''; reload(); });
   $('brush').addEventListener('change', () => { timeline.active = $('brush').value; timeline.draw(); });
-  for (const f of document.querySelectorAll('form')) f.addEventListener('submit', e => e.preventDefault());
+  for (const f of document.querySelectorAll('header form')) f.addEventListener('submit', e => e.preventDefault());
 
   $('download').addEventListener('click', async e => {
     e.preventDefault();

@@ -62,6 +62,8 @@
         path.push(i);
       }
       this.rows = [...by.values()];
+      for (const r of this.rows)
+        r.delta = (f.total[0] ? r.total / f.total[0] : 0) - (f.baseRoot ? r.btotal / f.baseRoot : 0);
       this.all = f.total[0];
       this.unit = f.unit;
       this.diff = f.diff;
@@ -72,15 +74,24 @@
       const k = this.key, d = this.dir;
       this.rows.sort((a, b) => (k === 'name' ? a.name.localeCompare(b.name) : a[k] - b[k]) * d ||
         a.name.localeCompare(b.name));
-      for (const th of this.table.tHead.rows[0].cells)
+      if (!this.diff && k === 'delta') { this.key = 'self'; return this.render(); }
+      for (const th of this.table.tHead.rows[0].cells) {
+        if (th.dataset.key === 'delta') th.hidden = !this.diff;
         th.setAttribute('aria-sort', th.dataset.key === k ? (d > 0 ? 'ascending' : 'descending') : 'none');
+      }
       const u = this.unit, all = this.all;
       const cell = v => `<td class="num">${cp.fmt(v, u)}<span class="pct">${cp.pct(v, all)}</span></td>`;
+      const change = r => {
+        if (!this.diff) return '';
+        const pts = (r.delta * 100).toFixed(2);
+        const cls = r.delta > 0.0005 ? 'up' : r.delta < -0.0005 ? 'down' : '';
+        return `<td class="num ${cls}">${r.delta > 0 ? '+' : ''}${pts} pts</td>`;
+      };
       const html = [];
       for (const r of this.rows.slice(0, MAX_ROWS))
-        html.push(`<tr tabindex="0" data-name="${cp.esc(r.name)}"><td class="fn" title="${cp.esc(r.name)}">${cp.esc(r.name)}</td>${cell(r.self)}${cell(r.total)}</tr>`);
+        html.push(`<tr tabindex="0" data-name="${cp.esc(r.name)}"><td class="fn" title="${cp.esc(r.name)}">${cp.esc(r.name)}</td>${cell(r.self)}${cell(r.total)}${change(r)}</tr>`);
       if (this.rows.length > MAX_ROWS)
-        html.push(`<tr class="more"><td colspan="3">${this.rows.length - MAX_ROWS} more functions; search to find them</td></tr>`);
+        html.push(`<tr class="more"><td colspan="4">${this.rows.length - MAX_ROWS} more functions; search to find them</td></tr>`);
       this.body.innerHTML = html.join('');
     }
   }

@@ -7,6 +7,7 @@ const cp = window.cp = {};
 // Formats v in unit the way pprof does: 1.20s, 10ms, 3.50MB, 42.
 cp.fmt = function (v, unit) {
   const a = Math.abs(v);
+  if (!v) return '0';
   const f = (x, s) => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2)) + s;
   if (unit === 'nanoseconds') {
     if (a >= 3600e9) return f(v / 3600e9, 'h');
@@ -85,16 +86,23 @@ cp.get = async function (path, params, binary) {
   }
 };
 
+// Shows the token dialog (once, however many requests are waiting); resolves to whether a
+// token was entered.
+let asking = null;
 cp.askToken = function () {
   const dlg = document.getElementById('tokendialog');
-  return new Promise(resolve => {
-    dlg.onclose = () => {
-      cp.token = document.getElementById('token').value.trim();
-      sessionStorage.setItem('contprof.token', cp.token);
-      resolve(!!cp.token);
-    };
-    dlg.showModal();
-  });
+  if (!asking) {
+    asking = new Promise(resolve => {
+      dlg.addEventListener('close', () => {
+        cp.token = document.getElementById('token').value.trim();
+        sessionStorage.setItem('contprof.token', cp.token);
+        asking = null;
+        resolve(!!cp.token);
+      }, { once: true });
+      dlg.showModal();
+    });
+  }
+  return asking;
 };
 
 // ---- selectors --------------------------------------------------------------------------

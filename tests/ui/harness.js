@@ -10,11 +10,13 @@ const { chromium } = require('playwright-core');
 const pprof = require('./pprof');
 
 // Starts contprofd --data DIR/store on a kernel-chosen port; resolves to {url, stop()}.
-async function startDaemon(bindir, dir) {
+// args replaces the default --http 127.0.0.1:0 (e.g. ['--config', FILE]).
+async function startDaemon(bindir, dir, args) {
   const bin = path.join(bindir, 'query', 'contprofd');
   const log = path.join(dir, 'contprofd.log');
   const fd = fs.openSync(log, 'w');
-  const child = spawn(bin, ['--data', path.join(dir, 'store'), '--http', '127.0.0.1:0'], { stdio: ['ignore', fd, fd] });
+  const child = spawn(bin, ['--data', path.join(dir, 'store'), ...(args || ['--http', '127.0.0.1:0'])],
+    { stdio: ['ignore', fd, fd] });
   let exited = null;
   child.on('exit', code => { exited = code; });
   for (let i = 0; i < 500; i++) {
