@@ -1,7 +1,7 @@
 /* Allocation sampling: the malloc family interposed over the next allocator (dlsym with a
  * static bootstrap pool), byte-based Poisson sampling with a thread-local countdown, and
  * the table of sampled live blocks that matches frees. The unsampled paths cost a TLS
- * subtraction (allocations) or one byte load from a counting filter (frees). */
+ * subtraction (allocations) or one byte load from a 64 KiB counting filter (frees). */
 #include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
@@ -35,9 +35,9 @@ static int resolving;
 static _Alignas(64) char pool[64 * 1024];
 static atomic_size_t pool_used;
 
-static int in_pool(const void *p)
+static inline int in_pool(const void *p)
 {
-    return (const char *)p >= pool && (const char *)p < pool + sizeof(pool);
+    return (uintptr_t)p - (uintptr_t)pool < sizeof(pool); /* NULL is not in it */
 }
 
 static void *pool_alloc(size_t n, size_t align)
@@ -86,9 +86,9 @@ void cp_real_free(void *p)
 /* ------------------------------------------------------------------------------------
  * Sampled state */
 
-#define LIVE_BITS 17
+#define LIVE_BITS 15 /* 32768 sampled live blocks, 1 MiB: beyond that, counted drops */
 #define LIVE_CAP (1u << LIVE_BITS)
-#define FILTER_BITS 18
+#define FILTER_BITS 16 /* 64 KiB of counters: stays in cache */
 #define BUCKET_CAP 16384u
 #define BUCKET_IDX_CAP (BUCKET_CAP * 2)
 
@@ -109,8 +109,8 @@ typedef struct alloc_state {
 } alloc_state;
 
 static alloc_state *S;            /* mmap'd: untouched pages cost no memory */
-static atomic_uchar *filter;      /* counting filter over sampled live pointers */
-static atomic_uint g_live_any;    /* nonzero once anything was sampled */
+/* Counting filter over sampled live pointers. In .bss: pages never written cost nothing. */
+static atomic_uchar filter[1u << FILTER_BITS];
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_llong g_rate;       /* mean bytes between samples; 0 = off */
 atomic_uint_fast64_t cp_alloc_dropped;
@@ -131,13 +131,6 @@ int cp_alloc_init(void)
     void *m = mmap(NULL, sizeof(alloc_state), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) return CP_ENOMEM;
-    void *f = mmap(NULL, (size_t)1 << FILTER_BITS, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (f == MAP_FAILED) {
-        munmap(m, sizeof(alloc_state));
-        return CP_ENOMEM;
-    }
-    filter = f;
     S = m;
     return 0;
 }
@@ -145,6 +138,8 @@ int cp_alloc_init(void)
 void cp_alloc_set_rate(int64_t rate)
 {
     atomic_store(&g_rate, S ? rate : 0);
+    t_until = 0; /* the calling thread (the constructor's) re-draws at once */
+    t_init = 0;
 }
 
 static double draw(int64_t rate)
@@ -196,8 +191,10 @@ static void live_insert(uintptr_t p, uint32_t bucket, double w, uint64_t size)
     while (S->live[i].ptr) i = (i + 1) & mask;
     S->live[i] = (live_entry){.ptr = p, .bucket = bucket, .w = w, .size = size};
     S->nlive++;
-    atomic_fetch_add_explicit(&filter[ptr_hash(p) >> (64 - FILTER_BITS)], 1,
-                              memory_order_relaxed);
+    /* saturating: a counter at 255 stays there (always "maybe"), never wraps to 0 */
+    atomic_uchar *c = &filter[ptr_hash(p) >> (64 - FILTER_BITS)];
+    if (atomic_load_explicit(c, memory_order_relaxed) != 255)
+        atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
     cp_alloc_bucket *b = &S->buckets[bucket];
     b->inuse_objects += w;
     b->inuse_bytes += w * (double)size;
@@ -214,8 +211,9 @@ static int live_remove(uintptr_t p, live_entry *out)
     cp_alloc_bucket *b = &S->buckets[S->live[i].bucket];
     b->inuse_objects -= S->live[i].w;
     b->inuse_bytes -= S->live[i].w * (double)S->live[i].size;
-    atomic_fetch_sub_explicit(&filter[ptr_hash(p) >> (64 - FILTER_BITS)], 1,
-                              memory_order_relaxed);
+    atomic_uchar *c = &filter[ptr_hash(p) >> (64 - FILTER_BITS)];
+    if (atomic_load_explicit(c, memory_order_relaxed) != 255)
+        atomic_fetch_sub_explicit(c, 1, memory_order_relaxed);
     S->nlive--;
     uint32_t j = i;
     for (;;) {
@@ -237,9 +235,9 @@ __attribute__((noinline)) static void sample_slow(void *p, size_t n)
 {
     int64_t rate = atomic_load_explicit(&g_rate, memory_order_relaxed);
     if (rate <= 0) {
-        /* Look again soon: sampling may be switched on, and the first sample after that
-         * must not wait for a stale countdown. */
-        t_until = 4096;
+        /* Look again later: sampling may be switched on (cp_alloc_set_rate resets the
+         * starting thread's countdown; other threads catch up within 64 MiB). */
+        t_until = (int64_t)64 << 20;
         return;
     }
     if (cp_in_agent) {
@@ -273,7 +271,6 @@ __attribute__((noinline)) static void sample_slow(void *p, size_t n)
         S->buckets[b].alloc_objects += w;
         S->buckets[b].alloc_bytes += w * (double)n;
         live_insert((uintptr_t)p, b, w, n);
-        atomic_store_explicit(&g_live_any, 1, memory_order_relaxed);
     }
     pthread_mutex_unlock(&g_lock);
     cp_in_agent = 0;
@@ -289,7 +286,6 @@ static inline void on_alloc(void *p, size_t n)
 /* Before the block goes back to the allocator: another thread may get it next. */
 static inline void on_free(void *p)
 {
-    if (__builtin_expect(!atomic_load_explicit(&g_live_any, memory_order_relaxed), 1)) return;
     if (!atomic_load_explicit(&filter[ptr_hash((uintptr_t)p) >> (64 - FILTER_BITS)],
                               memory_order_relaxed))
         return;
@@ -345,15 +341,30 @@ void cp_alloc_atfork_child(void)
 /* ------------------------------------------------------------------------------------
  * The interposed family */
 
+/* The sampled case, out of line so the common one is a tail call into the allocator. */
+__attribute__((noinline, cold)) static void *malloc_sampled(size_t n)
+{
+    void *p = real.malloc(n);
+    if (p) sample_slow(p, n);
+    return p;
+}
+
+__attribute__((noinline, cold)) static void *malloc_boot(size_t n)
+{
+    resolve();
+    if (!real.malloc) return pool_alloc(n, 16);
+    return malloc(n);
+}
+
 CONTPROF_EXTERN void *malloc(size_t n)
 {
-    if (__builtin_expect(!real.malloc, 0)) {
-        resolve();
-        if (!real.malloc) return pool_alloc(n, 16);
-    }
-    void *p = real.malloc(n);
-    on_alloc(p, n);
-    return p;
+    void *(*f)(size_t) = real.malloc;
+    if (__builtin_expect(!f, 0)) return malloc_boot(n);
+    /* Decided before the call (same distribution): the common path is a tail call. */
+    int64_t left = t_until - (int64_t)n;
+    t_until = left;
+    if (__builtin_expect(left > 0, 1)) return f(n);
+    return malloc_sampled(n);
 }
 
 CONTPROF_EXTERN void *calloc(size_t a, size_t b)
@@ -372,15 +383,32 @@ CONTPROF_EXTERN void *calloc(size_t a, size_t b)
     return p;
 }
 
+__attribute__((noinline, cold)) static void free_sampled(void *p)
+{
+    pthread_mutex_lock(&g_lock);
+    live_remove((uintptr_t)p, NULL);
+    pthread_mutex_unlock(&g_lock);
+}
+
+__attribute__((noinline, cold)) static void free_boot(void *p)
+{
+    resolve();
+    if (real.free) free(p);
+}
+
 CONTPROF_EXTERN void free(void *p)
 {
-    if (!p || in_pool(p)) return;
-    if (__builtin_expect(!real.free, 0)) {
-        resolve();
-        if (!real.free) return;
+    if (__builtin_expect(in_pool(p), 0)) return;
+    void (*f)(void *) = real.free;
+    if (__builtin_expect(!f, 0)) {
+        free_boot(p);
+        return;
     }
-    on_free(p);
-    real.free(p);
+    /* A sampled block leaves the table before the allocator can hand it out again. */
+    if (__builtin_expect(atomic_load_explicit(&filter[ptr_hash((uintptr_t)p) >> (64 - FILTER_BITS)],
+                                              memory_order_relaxed) != 0, 0))
+        free_sampled(p);
+    f(p);
 }
 
 CONTPROF_EXTERN void *realloc(void *p, size_t n)
@@ -411,8 +439,7 @@ CONTPROF_EXTERN void *realloc(void *p, size_t n)
      * handed to another thread as soon as realloc moves it). */
     live_entry old = {0};
     int had = 0;
-    if (atomic_load_explicit(&g_live_any, memory_order_relaxed) &&
-        atomic_load_explicit(&filter[ptr_hash((uintptr_t)p) >> (64 - FILTER_BITS)],
+    if (atomic_load_explicit(&filter[ptr_hash((uintptr_t)p) >> (64 - FILTER_BITS)],
                              memory_order_relaxed)) {
         pthread_mutex_lock(&g_lock);
         had = live_remove((uintptr_t)p, &old);

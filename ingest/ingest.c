@@ -206,12 +206,12 @@ static void to_dlq(cp_ingest *in, const rd_kafka_message_t *m, int reason, const
     pthread_mutex_unlock(&in->mu);
     for (int attempt = 0; attempt < 100; attempt++) {
         rd_kafka_resp_err_t e = rd_kafka_producev(
-            in->dlq, RD_KAFKA_V_TOPIC(in->dlq_topic),
-            RD_KAFKA_V_VALUE(m->payload, m->len), RD_KAFKA_V_KEY(m->key, m->key_len),
+            in->dlq, RD_KAFKA_V_TOPIC(in->dlq_topic), RD_KAFKA_V_VALUE(m->payload, m->len),
+            RD_KAFKA_V_KEY(m->key, m->key_len),
             RD_KAFKA_V_HEADER("contprof-reason", reason_names[reason], -1),
             RD_KAFKA_V_HEADER("contprof-error", why, -1),
-            RD_KAFKA_V_HEADER("contprof-source", src, -1),
-            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+            RD_KAFKA_V_HEADER("contprof-source", src, -1), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+            RD_KAFKA_V_END);
         if (!e) {
             in->dlq_pending = 1;
             return;
@@ -377,8 +377,7 @@ static int conf_set(rd_kafka_conf_t *c, const char *k, const char *v, cp_err *er
     return 0;
 }
 
-int cp_ingest_create(const cp_ingest_options *opt, cp_store *store, cp_ingest **out,
-                     cp_err *err)
+int cp_ingest_create(const cp_ingest_options *opt, cp_store *store, cp_ingest **out, cp_err *err)
 {
     *out = NULL;
     if (!opt || !opt->brokers || !*opt->brokers)
@@ -393,8 +392,10 @@ int cp_ingest_create(const cp_ingest_options *opt, cp_store *store, cp_ingest **
     if (!in->o.max_message_bytes) in->o.max_message_bytes = 64u << 20;
     if (!in->o.maintain_every_ms) in->o.maintain_every_ms = 10000;
     if (!in->o.maintain_max_keys) in->o.maintain_max_keys = 20000;
-    if (opt->limits) in->limits = *opt->limits;
-    else cp_pprof_limits_default(&in->limits);
+    if (opt->limits)
+        in->limits = *opt->limits;
+    else
+        cp_pprof_limits_default(&in->limits);
     in->topic = strdup(opt->topic ? opt->topic : CP_TOPIC_PROFILES);
     in->dlq_topic = strdup(opt->dlq_topic ? opt->dlq_topic : CP_TOPIC_DLQ);
     in->brokers = strdup(opt->brokers);
@@ -431,7 +432,9 @@ int cp_ingest_create(const cp_ingest_options *opt, cp_store *store, cp_ingest **
         goto fail;
     }
     rd_kafka_poll_set_consumer(in->rk);
-    in->cooperative = !strcmp(rd_kafka_rebalance_protocol(in->rk) ? rd_kafka_rebalance_protocol(in->rk) : "", "COOPERATIVE");
+    in->cooperative =
+        !strcmp(rd_kafka_rebalance_protocol(in->rk) ? rd_kafka_rebalance_protocol(in->rk) : "",
+                "COOPERATIVE");
     /* the DLQ producer */
     rd_kafka_conf_t *pc = rd_kafka_conf_new();
     if ((rc = conf_set(pc, "bootstrap.servers", opt->brokers, err)) ||
@@ -466,7 +469,9 @@ int cp_ingest_start(cp_ingest *in, cp_err *err)
     rd_kafka_topic_partition_list_add(t, in->topic, RD_KAFKA_PARTITION_UA);
     rd_kafka_resp_err_t ke = rd_kafka_subscribe(in->rk, t);
     rd_kafka_topic_partition_list_destroy(t);
-    if (ke) return cp_err_set(err, CP_EKAFKA, "ingest: subscribe to %s: %s", in->topic, rd_kafka_err2str(ke));
+    if (ke)
+        return cp_err_set(err, CP_EKAFKA, "ingest: subscribe to %s: %s", in->topic,
+                          rd_kafka_err2str(ke));
     atomic_store(&in->stop, 0);
     if (pthread_create(&in->th, NULL, run, in))
         return cp_err_set(err, CP_ENOMEM, "ingest: cannot start the thread");

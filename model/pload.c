@@ -1,6 +1,9 @@
-/* Parallel decode, ordered merge (see pload.h). Workers claim input indices in order and
- * park each decoded profile in a ring slot; the caller merges slot after slot. The ring
- * bounds memory to a few decoded profiles per worker. */
+/* Parallel decode and merge (see pload.h). Worker w takes the contiguous block
+ * [w*n/T, (w+1)*n/T) of the inputs, decodes each with its own reusable decoder into one
+ * reusable profile and merges it into its own merger; the caller then merges the T partial
+ * results in worker order. Merging is order-independent in content, and the fixed
+ * partition makes the ids in the output the same from run to run. Memory is bounded by T
+ * decoders, T profiles and T partial results. */
 #include "pload.h"
 
 #include <pthread.h>
@@ -8,101 +11,87 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef struct slot {
-    int state; /* 0 empty, 1 ready */
-    int rc;
-    cp_profile *p;
-    cp_err err;
-} slot;
+#define MAX_THREADS 8
 
-typedef struct pool {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    size_t n, next, merged, nslots;
-    int stop;
-    slot *slots;
+typedef struct worker {
+    pthread_t tid;
+    size_t begin, end;      /* inputs [begin, end) */
     cp_pload_read_fn read;
     void *ctx;
     const cp_pprof_limits *lim;
-} pool;
+    cp_profile *result;     /* partial merge */
+    int rc;
+    size_t failed;          /* index of the failing input */
+    cp_err err;
+} worker;
 
-static void *worker(void *arg)
+static void *work(void *arg)
 {
-    pool *pl = arg;
+    worker *w = arg;
+    cp_pprof_decoder *d = cp_pprof_decoder_create(w->lim);
+    cp_profile *p = cp_profile_create();
+    cp_merger *m = cp_merger_create();
     cp_buf in = {0};
-    pthread_mutex_lock(&pl->mu);
-    for (;;) {
-        /* claim the next index once its slot is free (the ring bounds memory) */
-        while (!pl->stop && pl->next < pl->n && pl->next >= pl->merged + pl->nslots)
-            pthread_cond_wait(&pl->cv, &pl->mu);
-        if (pl->stop || pl->next >= pl->n) break;
-        size_t i = pl->next++;
-        pthread_mutex_unlock(&pl->mu);
-
-        slot r = {1, 0, NULL, {0, ""}};
-        in.len = 0;
-        r.rc = pl->read(pl->ctx, i, &in, &r.err);
-        if (!r.rc) r.rc = cp_pprof_decode(in.data, in.len, pl->lim, &r.p, &r.err);
-
-        pthread_mutex_lock(&pl->mu);
-        pl->slots[i % pl->nslots] = r;
-        pthread_cond_broadcast(&pl->cv);
+    if (!d || !p || !m) {
+        w->rc = cp_err_set(&w->err, CP_ENOMEM, "out of memory starting a decoder");
+        w->failed = w->begin;
+        goto done;
     }
-    pthread_mutex_unlock(&pl->mu);
+    for (size_t i = w->begin; i < w->end; i++) {
+        in.len = 0;
+        if ((w->rc = w->read(w->ctx, i, &in, &w->err)) ||
+            (w->rc = cp_pprof_decoder_decode(d, in.data, in.len, p, &w->err)) ||
+            (w->rc = cp_merger_add(m, p, &w->err))) {
+            w->failed = i;
+            goto done;
+        }
+    }
+    if (!(w->result = cp_merger_finish(m))) {
+        w->rc = cp_err_set(&w->err, CP_ENOMEM, "out of memory finishing a merge");
+        w->failed = w->begin;
+    }
+done:
     cp_buf_close(&in);
+    cp_merger_destroy(m);
+    cp_profile_destroy(p);
+    cp_pprof_decoder_destroy(d);
     return NULL;
 }
 
 int cp_pload_merge(size_t n, cp_pload_read_fn read, void *ctx, const cp_pprof_limits *lim,
                    int threads, cp_merger *m, size_t *failed_index, cp_err *err)
 {
+    worker ws[MAX_THREADS];
     if (threads <= 0) {
         long c = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = c < 1 ? 1 : c > 8 ? 8 : (int)c;
+        threads = c < 1 ? 1 : (int)(c > MAX_THREADS ? MAX_THREADS : c);
     }
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
     if ((size_t)threads > n) threads = n ? (int)n : 1;
-    pool pl = {.n = n, .nslots = (size_t)threads * 4, .read = read, .ctx = ctx, .lim = lim};
-    pthread_t tids[8];
-    int started = 0, rc = 0;
-    pl.slots = calloc(pl.nslots, sizeof *pl.slots);
-    if (!pl.slots) return cp_err_set(err, CP_ENOMEM, "out of memory");
-    pthread_mutex_init(&pl.mu, NULL);
-    pthread_cond_init(&pl.cv, NULL);
-    for (; started < threads && started < 8; started++)
-        if (pthread_create(&tids[started], NULL, worker, &pl)) break;
-    if (!started) {
-        rc = cp_err_set(err, CP_ENOMEM, "cannot start decoder threads");
-        goto done;
+    memset(ws, 0, sizeof ws);
+    for (int t = 0; t < threads; t++) {
+        ws[t] = (worker){.begin = n * (size_t)t / (size_t)threads, .end = n * (size_t)(t + 1) / (size_t)threads,
+                         .read = read, .ctx = ctx, .lim = lim};
     }
-    for (size_t i = 0; i < n && !rc; i++) {
-        slot *s = &pl.slots[i % pl.nslots];
-        pthread_mutex_lock(&pl.mu);
-        while (!s->state) pthread_cond_wait(&pl.cv, &pl.mu);
-        slot r = *s;
-        memset(s, 0, sizeof *s);
-        pthread_mutex_unlock(&pl.mu);
-        if (!r.rc) r.rc = cp_merger_add(m, r.p, &r.err);
-        cp_profile_destroy(r.p);
-        pthread_mutex_lock(&pl.mu);
-        pl.merged = i + 1;
-        pthread_cond_broadcast(&pl.cv);
-        pthread_mutex_unlock(&pl.mu);
-        if (r.rc) {
-            rc = r.rc;
-            if (err) *err = r.err;
-            if (failed_index) *failed_index = i;
+    /* worker 0 runs on the calling thread; the others on their own */
+    int started = 1;
+    for (; started < threads; started++)
+        if (pthread_create(&ws[started].tid, NULL, work, &ws[started])) break;
+    for (int t = started; t < threads; t++) work(&ws[t]); /* could not start: do it here */
+    work(&ws[0]);
+    for (int t = 1; t < started; t++) pthread_join(ws[t].tid, NULL);
+
+    int rc = 0;
+    for (int t = 0; t < threads && !rc; t++) {
+        if ((rc = ws[t].rc)) { /* the first failure in input order */
+            if (err) *err = ws[t].err;
+            if (failed_index) *failed_index = ws[t].failed;
         }
     }
-done:
-    pthread_mutex_lock(&pl.mu);
-    pl.stop = 1;
-    pthread_cond_broadcast(&pl.cv);
-    pthread_mutex_unlock(&pl.mu);
-    for (int t = 0; t < started; t++) pthread_join(tids[t], NULL);
-    for (size_t i = 0; i < pl.nslots; i++) cp_profile_destroy(pl.slots[i].p);
-    free(pl.slots);
-    pthread_mutex_destroy(&pl.mu);
-    pthread_cond_destroy(&pl.cv);
+    for (int t = 0; t < threads; t++) {
+        if (!rc && (rc = cp_merger_add(m, ws[t].result, err)) && failed_index) *failed_index = ws[t].begin;
+        cp_profile_destroy(ws[t].result);
+    }
     return rc;
 }
 

@@ -1,6 +1,6 @@
-/* Parallel loading: decode many pprof inputs on worker threads while the calling thread
- * merges them, in input order (so the result does not depend on timing). Decoding
- * (gunzip + parse) costs more than merging, and it is independent per input. */
+/* Parallel loading: decode and merge many pprof inputs on several threads, each merging a
+ * fixed share of the inputs, then merge the shares. The result's content is what a
+ * one-by-one merge gives; its ids do not depend on timing. */
 #ifndef CP_PLOAD_H
 #define CP_PLOAD_H
 
@@ -11,9 +11,10 @@
  * from worker threads, several at once, for distinct i. */
 typedef int (*cp_pload_read_fn)(void *ctx, size_t i, cp_buf *out, cp_err *err);
 
-/* Decodes inputs 0..n-1 with `threads` workers (0 = one per CPU, at most 8) and adds each to
- * m in order. Stops at the first failure: the code is returned and err says which input
- * (its index is in *failed_index) and why. */
+/* Decodes inputs 0..n-1 with `threads` threads (0 = one per CPU, at most 8; the caller's
+ * thread is one of them) and adds their merge to m. On failure the code is returned, err
+ * says why and *failed_index names the first failing input in input order; when an input
+ * fails, m is unchanged. */
 int cp_pload_merge(size_t n, cp_pload_read_fn read, void *ctx, const cp_pprof_limits *lim,
                    int threads, cp_merger *m, size_t *failed_index, cp_err *err);
 

@@ -94,7 +94,8 @@ static int gunzip_diagnose(const uint8_t *src, size_t len, cp_err *err)
 
 /* libdeflate decompresses whole buffers 2-3x faster than zlib's streaming inflate; the
  * gzip trailer's ISIZE (size mod 2^32) is the first guess for the output size. */
-int cp_gunzip(const uint8_t *src, size_t len, size_t max_out, cp_buf *out, cp_err *err)
+static int gunzip_with(struct libdeflate_decompressor *d, const uint8_t *src, size_t len, size_t max_out,
+                       cp_buf *out, cp_err *err)
 {
     if (len < 18 || !cp_is_gzip(src, len))
         return cp_err_set(err, CP_EGZIP, "gzip data truncated: %zu bytes, shorter than a gzip header and trailer", len);
@@ -102,8 +103,6 @@ int cp_gunzip(const uint8_t *src, size_t len, size_t max_out, cp_buf *out, cp_er
                    (size_t)src[len - 1] << 24;
     if (guess > max_out) guess = max_out;
     if (guess < 64) guess = 64;
-    struct libdeflate_decompressor *d = libdeflate_alloc_decompressor();
-    if (!d) return cp_err_set(err, CP_ENOMEM, "out of memory allocating a decompressor");
     int rc = 0;
     for (;;) {
         size_t got = 0, used = 0;
@@ -130,6 +129,14 @@ int cp_gunzip(const uint8_t *src, size_t len, size_t max_out, cp_buf *out, cp_er
         rc = gunzip_diagnose(src, len, err);
         break;
     }
+    return rc;
+}
+
+int cp_gunzip(const uint8_t *src, size_t len, size_t max_out, cp_buf *out, cp_err *err)
+{
+    struct libdeflate_decompressor *d = libdeflate_alloc_decompressor();
+    if (!d) return cp_err_set(err, CP_ENOMEM, "out of memory allocating a decompressor");
+    int rc = gunzip_with(d, src, len, max_out, out, err);
     libdeflate_free_decompressor(d);
     return rc;
 }
@@ -395,6 +402,29 @@ static inline uint32_t idmap_get(const idmap *m, uint64_t id)
 /* ===== decoding ===================================================================== */
 
 typedef CP_VEC(rd) rd_vec;
+typedef CP_VEC(uint64_t) u64_vec;
+typedef CP_VEC(int64_t) i64_vec;
+
+/* Scratch memory of the decoder, kept between profiles so that decoding a stream of
+ * windows does not allocate once it has warmed up. */
+typedef struct scratch {
+    rd_vec types, samples, maps, locs, fns, strs;
+    u64_vec ids, tmp;
+    i64_vec comments;
+} scratch;
+
+static void scratch_close(scratch *sc)
+{
+    free(sc->types.v);
+    free(sc->samples.v);
+    free(sc->maps.v);
+    free(sc->locs.v);
+    free(sc->fns.v);
+    free(sc->strs.v);
+    free(sc->ids.v);
+    free(sc->tmp.v);
+    free(sc->comments.v);
+}
 
 /* Checks a string index: in [0, nstr). */
 #define CHECK_STR(val, ...)                                                            \
@@ -436,14 +466,16 @@ typedef CP_VEC(rd) rd_vec;
         }                                                                              \
     } while (0)
 
-static int decode_wire(const uint8_t *buf, size_t len, const cp_pprof_limits *lim, cp_profile *p, cp_err *err)
+static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_pprof_limits *lim, cp_profile *p,
+                       cp_err *err)
 {
     int rc = 0;
     rd top = {buf, buf + len}, f;
-    rd_vec types = {0}, samples = {0}, maps = {0}, locs = {0}, fns = {0}, strs = {0};
-    CP_VEC(uint64_t) ids = {0};
-    CP_VEC(int64_t) comments = {0};
-    CP_VEC(uint64_t) tmp = {0};
+    rd_vec *types = &sc->types, *samples = &sc->samples, *maps = &sc->maps, *locs = &sc->locs,
+           *fns = &sc->fns, *strs = &sc->strs;
+    u64_vec *ids = &sc->ids, *tmp = &sc->tmp;
+    i64_vec *comments = &sc->comments;
+    types->n = samples->n = maps->n = locs->n = fns->n = strs->n = ids->n = tmp->n = comments->n = 0;
     rd period_type = {NULL, NULL};
     int64_t scal[15] = {0};
     idmap mm = {0}, lm = {0}, fm = {0};
@@ -454,8 +486,8 @@ static int decode_wire(const uint8_t *buf, size_t len, const cp_pprof_limits *li
     while (top.p < top.end) {
         size_t at = (size_t)(top.p - buf);
         if (rd_key(&top, &field, &wt)) MALFORMED("field key at byte %zu", at);
-        rd_vec *dst = field == 1 ? &types : field == 2 ? &samples : field == 3 ? &maps : field == 4 ? &locs
-                    : field == 5 ? &fns : field == 6 ? &strs : NULL;
+        rd_vec *dst = field == 1 ? types : field == 2 ? samples : field == 3 ? maps : field == 4 ? locs
+                    : field == 5 ? fns : field == 6 ? strs : NULL;
         if (dst || field == 11) {
             if (wt != WT_LEN) {
                 rc = cp_err_set(err, CP_EPPROF, "field %u at byte %zu: wire type %u, expected length-delimited", field, at, wt);
@@ -468,7 +500,7 @@ static int decode_wire(const uint8_t *buf, size_t len, const cp_pprof_limits *li
                 period_type = f;
             }
         } else if (field == 13) {
-            READ_REPEATED(&top, wt, &comments, int64_t, "comment at byte %zu", at);
+            READ_REPEATED(&top, wt, comments, int64_t, "comment at byte %zu", at);
         } else if (field >= 7 && field <= 14) {
             uint64_t v;
             if (wt != WT_VARINT) {
@@ -483,12 +515,12 @@ static int decode_wire(const uint8_t *buf, size_t len, const cp_pprof_limits *li
     }
 
     /* --- limits and the string table --- */
-    nstr = strs.n;
+    nstr = strs->n;
     if (nstr == 0) {
         rc = cp_err_set(err, CP_EPPROF, "string_table is empty (string_table[0] must be \"\")");
         goto out;
     }
-    if (strs.v[0].end != strs.v[0].p) {
+    if (strs->v[0].end != strs->v[0].p) {
         rc = cp_err_set(err, CP_EPPROF, "string_table[0] is not the empty string");
         goto out;
     }
@@ -496,21 +528,21 @@ static int decode_wire(const uint8_t *buf, size_t len, const cp_pprof_limits *li
         rc = cp_err_set(err, CP_ELIMIT, "string_table has %zu strings (limit %u)", nstr, lim->max_strings);
         goto out;
     }
-    if (samples.n > lim->max_samples) {
-        rc = cp_err_set(err, CP_ELIMIT, "profile has %u samples (limit %u)", samples.n, lim->max_samples);
+    if (samples->n > lim->max_samples) {
+        rc = cp_err_set(err, CP_ELIMIT, "profile has %u samples (limit %u)", samples->n, lim->max_samples);
         goto out;
     }
-    if (locs.n > lim->max_locations || fns.n > lim->max_locations || maps.n > lim->max_locations) {
+    if (locs->n > lim->max_locations || fns->n > lim->max_locations || maps->n > lim->max_locations) {
         rc = cp_err_set(err, CP_ELIMIT, "profile has %u locations, %u functions, %u mappings (limit %u each)",
-                        locs.n, fns.n, maps.n, lim->max_locations);
+                        locs->n, fns->n, maps->n, lim->max_locations);
         goto out;
     }
-    if (types.n > 64) {
-        rc = cp_err_set(err, CP_ELIMIT, "profile has %u sample types (limit 64)", types.n);
+    if (types->n > 64) {
+        rc = cp_err_set(err, CP_ELIMIT, "profile has %u sample types (limit 64)", types->n);
         goto out;
     }
     size_t sbytes = 0;
-    for (size_t i = 0; i < nstr; i++) sbytes += (size_t)(strs.v[i].end - strs.v[i].p) + 1;
+    for (size_t i = 0; i < nstr; i++) sbytes += (size_t)(strs->v[i].end - strs->v[i].p) + 1;
     if (sbytes > lim->max_string_bytes) {
         rc = cp_err_set(err, CP_ELIMIT, "strings take %zu bytes (limit %zu)", sbytes, lim->max_string_bytes);
         goto out;
@@ -525,17 +557,17 @@ static int decode_wire(const uint8_t *buf, size_t len, const cp_pprof_limits *li
         p->strs.cap = sbytes;
     }
     for (size_t i = 0; i < nstr; i++) {
-        size_t n = (size_t)(strs.v[i].end - strs.v[i].p);
+        size_t n = (size_t)(strs->v[i].end - strs->v[i].p);
         p->strs.off.v[i] = (uint32_t)p->strs.len;
-        memcpy(p->strs.buf + p->strs.len, strs.v[i].p, n);
+        memcpy(p->strs.buf + p->strs.len, strs->v[i].p, n);
         p->strs.buf[p->strs.len + n] = 0;
         p->strs.len += n + 1;
     }
     p->strs.off.n = (uint32_t)nstr;
 
     /* --- header --- */
-    for (uint32_t i = 0; i < types.n; i++) {
-        rd r = types.v[i];
+    for (uint32_t i = 0; i < types->n; i++) {
+        rd r = types->v[i];
         uint64_t v, t = 0, u = 0;
         while (r.p < r.end) {
             if (rd_key(&r, &field, &wt)) MALFORMED("sample_type[%u]", i);
@@ -576,16 +608,16 @@ static int decode_wire(const uint8_t *buf, size_t len, const cp_pprof_limits *li
     p->time_nanos = scal[9];
     p->duration_nanos = scal[10];
     p->period = scal[12];
-    for (uint32_t i = 0; i < comments.n; i++) {
-        CHECK_STR(comments.v[i], "comment[%u]", i);
-        if (cp_vec_push(&p->comments, (uint32_t)comments.v[i])) goto nomem;
+    for (uint32_t i = 0; i < comments->n; i++) {
+        CHECK_STR(comments->v[i], "comment[%u]", i);
+        if (cp_vec_push(&p->comments, (uint32_t)comments->v[i])) goto nomem;
     }
 
     /* --- mappings --- */
-    if (cp_vec_reserve(&p->mappings, maps.n) || cp_vec_reserve(&ids, maps.n)) goto nomem;
-    ids.n = 0;
-    for (uint32_t i = 0; i < maps.n; i++) {
-        rd r = maps.v[i];
+    if (cp_vec_reserve(&p->mappings, maps->n) || cp_vec_reserve(ids, maps->n)) goto nomem;
+    ids->n = 0;
+    for (uint32_t i = 0; i < maps->n; i++) {
+        rd r = maps->v[i];
         uint64_t v[11] = {0};
         while (r.p < r.end) {
             if (rd_key(&r, &field, &wt)) MALFORMED("mapping[%u]", i);
@@ -596,19 +628,19 @@ static int decode_wire(const uint8_t *buf, size_t len, const cp_pprof_limits *li
         }
         CHECK_STR(v[5], "mapping[%u] (id %llu).filename", i, (unsigned long long)v[1]);
         CHECK_STR(v[6], "mapping[%u] (id %llu).build_id", i, (unsigned long long)v[1]);
-        ids.v[ids.n++] = v[1];
+        ids->v[ids->n++] = v[1];
         p->mappings.v[p->mappings.n++] = (cp_mapping){
             .start = v[2], .limit = v[3], .offset = v[4], .filename = (uint32_t)v[5], .build_id = (uint32_t)v[6],
             .flags = (v[7] ? CP_MAP_HAS_FUNCTIONS : 0) | (v[8] ? CP_MAP_HAS_FILENAMES : 0) |
                      (v[9] ? CP_MAP_HAS_LINE_NUMBERS : 0) | (v[10] ? CP_MAP_HAS_INLINE_FRAMES : 0)};
     }
-    if ((rc = idmap_build(&mm, "mapping", ids.v, ids.n, err))) goto out;
+    if ((rc = idmap_build(&mm, "mapping", ids->v, ids->n, err))) goto out;
 
     /* --- functions --- */
-    if (cp_vec_reserve(&p->functions, fns.n) || cp_vec_reserve(&ids, fns.n)) goto nomem;
-    ids.n = 0;
-    for (uint32_t i = 0; i < fns.n; i++) {
-        rd r = fns.v[i];
+    if (cp_vec_reserve(&p->functions, fns->n) || cp_vec_reserve(ids, fns->n)) goto nomem;
+    ids->n = 0;
+    for (uint32_t i = 0; i < fns->n; i++) {
+        rd r = fns->v[i];
         uint64_t v[6] = {0};
         while (r.p < r.end) {
             if (rd_key(&r, &field, &wt)) MALFORMED("function[%u]", i);
@@ -620,16 +652,16 @@ static int decode_wire(const uint8_t *buf, size_t len, const cp_pprof_limits *li
         CHECK_STR(v[2], "function[%u] (id %llu).name", i, (unsigned long long)v[1]);
         CHECK_STR(v[3], "function[%u] (id %llu).system_name", i, (unsigned long long)v[1]);
         CHECK_STR(v[4], "function[%u] (id %llu).filename", i, (unsigned long long)v[1]);
-        ids.v[ids.n++] = v[1];
+        ids->v[ids->n++] = v[1];
         p->functions.v[p->functions.n++] = (cp_function){(uint32_t)v[2], (uint32_t)v[3], (uint32_t)v[4], (int64_t)v[5]};
     }
-    if ((rc = idmap_build(&fm, "function", ids.v, ids.n, err))) goto out;
+    if ((rc = idmap_build(&fm, "function", ids->v, ids->n, err))) goto out;
 
     /* --- locations: ids first (samples and nothing else refer to them) --- */
-    if (cp_vec_reserve(&p->locations, locs.n) || cp_vec_reserve(&ids, locs.n)) goto nomem;
-    ids.n = 0;
-    for (uint32_t i = 0; i < locs.n; i++) {
-        rd r = locs.v[i];
+    if (cp_vec_reserve(&p->locations, locs->n) || cp_vec_reserve(ids, locs->n)) goto nomem;
+    ids->n = 0;
+    for (uint32_t i = 0; i < locs->n; i++) {
+        rd r = locs->v[i];
         uint64_t v[6] = {0};
         cp_location cl = {.line_off = p->lines.n};
         while (r.p < r.end) {
@@ -650,7 +682,7 @@ static int decode_wire(const uint8_t *buf, size_t len, const cp_pprof_limits *li
                 }
                 /* function ids are resolved below, once the location's id is known */
                 if (cp_vec_push(&p->lines, ((cp_line){(uint32_t)0, (int64_t)line}))) goto nomem;
-                if (cp_vec_push(&tmp, fid)) goto nomem;
+                if (cp_vec_push(tmp, fid)) goto nomem;
                 cl.nlines++;
             } else if (field >= 1 && field <= 5) {
                 WANT_VARINT(wt, "location");
@@ -661,40 +693,40 @@ static int decode_wire(const uint8_t *buf, size_t len, const cp_pprof_limits *li
             cl.mapping_id = idmap_get(&mm, v[2]);
             if (!cl.mapping_id) {
                 rc = cp_err_set(err, CP_EPPROF, "location[%u] (id %llu): mapping_id %llu not found (profile has %u mappings)",
-                                i, (unsigned long long)v[1], (unsigned long long)v[2], maps.n);
+                                i, (unsigned long long)v[1], (unsigned long long)v[2], maps->n);
                 goto out;
             }
         }
         for (uint32_t k = 0; k < cl.nlines; k++) {
-            uint64_t fid = tmp.v[tmp.n - cl.nlines + k];
+            uint64_t fid = tmp->v[tmp->n - cl.nlines + k];
             uint32_t d = idmap_get(&fm, fid);
             if (!d) {
                 rc = cp_err_set(err, CP_EPPROF, "location[%u] (id %llu).line[%u]: function_id %llu not found (profile has %u functions)",
-                                i, (unsigned long long)v[1], k, (unsigned long long)fid, fns.n);
+                                i, (unsigned long long)v[1], k, (unsigned long long)fid, fns->n);
                 goto out;
             }
             p->lines.v[cl.line_off + k].function_id = d;
         }
-        tmp.n = 0;
+        tmp->n = 0;
         cl.address = v[3];
         cl.is_folded = v[5] != 0;
-        ids.v[ids.n++] = v[1];
+        ids->v[ids->n++] = v[1];
         p->locations.v[p->locations.n++] = cl;
     }
-    if ((rc = idmap_build(&lm, "location", ids.v, ids.n, err))) goto out;
+    if ((rc = idmap_build(&lm, "location", ids->v, ids->n, err))) goto out;
 
     /* --- samples --- */
-    size_t nv = types.n;
-    if (cp_vec_reserve(&p->samples, samples.n) || cp_vec_reserve(&p->values, (size_t)samples.n * nv)) goto nomem;
-    for (uint32_t i = 0; i < samples.n; i++) {
-        rd r = samples.v[i];
+    size_t nv = types->n;
+    if (cp_vec_reserve(&p->samples, samples->n) || cp_vec_reserve(&p->values, (size_t)samples->n * nv)) goto nomem;
+    for (uint32_t i = 0; i < samples->n; i++) {
+        rd r = samples->v[i];
         cp_sample cs = {.loc_off = p->stack.n, .label_off = p->labels.n};
         uint32_t values_at = p->values.n;
-        tmp.n = 0;
+        tmp->n = 0;
         while (r.p < r.end) {
             if (rd_key(&r, &field, &wt)) MALFORMED("sample[%u]", i);
             if (field == 1) {
-                READ_REPEATED64(&r, wt, &tmp, "sample[%u].location_id", i);
+                READ_REPEATED64(&r, wt, tmp, "sample[%u].location_id", i);
             } else if (field == 2) {
                 READ_REPEATED64(&r, wt, &p->values, "sample[%u].value", i);
             } else if (field == 3) {
@@ -728,21 +760,21 @@ static int decode_wire(const uint8_t *buf, size_t len, const cp_pprof_limits *li
                             p->values.n - values_at, nv);
             goto out;
         }
-        if (tmp.n > lim->max_depth) {
-            rc = cp_err_set(err, CP_ELIMIT, "sample[%u] has %u locations (stack depth limit %u)", i, tmp.n, lim->max_depth);
+        if (tmp->n > lim->max_depth) {
+            rc = cp_err_set(err, CP_ELIMIT, "sample[%u] has %u locations (stack depth limit %u)", i, tmp->n, lim->max_depth);
             goto out;
         }
-        if (cp_vec_reserve(&p->stack, (size_t)p->stack.n + tmp.n)) goto nomem;
-        for (uint32_t k = 0; k < tmp.n; k++) {
-            uint32_t lid = lm.dense ? (tmp.v[k] - 1 < locs.n ? (uint32_t)tmp.v[k] : 0) : idmap_get(&lm, tmp.v[k]);
+        if (cp_vec_reserve(&p->stack, (size_t)p->stack.n + tmp->n)) goto nomem;
+        for (uint32_t k = 0; k < tmp->n; k++) {
+            uint32_t lid = lm.dense ? (tmp->v[k] - 1 < locs->n ? (uint32_t)tmp->v[k] : 0) : idmap_get(&lm, tmp->v[k]);
             if (!lid) {
                 rc = cp_err_set(err, CP_EPPROF, "sample[%u].location_id[%u]: location %llu not found (profile has %u locations)",
-                                i, k, (unsigned long long)tmp.v[k], locs.n);
+                                i, k, (unsigned long long)tmp->v[k], locs->n);
                 goto out;
             }
             p->stack.v[p->stack.n++] = lid;
         }
-        cs.nlocs = tmp.n;
+        cs.nlocs = tmp->n;
         p->samples.v[p->samples.n++] = cs;
     }
     goto out;
@@ -752,49 +784,73 @@ out:
     idmap_close(&mm);
     idmap_close(&lm);
     idmap_close(&fm);
-    free(types.v);
-    free(samples.v);
-    free(maps.v);
-    free(locs.v);
-    free(fns.v);
-    free(strs.v);
-    free(ids.v);
-    free(comments.v);
-    free(tmp.v);
+    return rc;
+}
+
+struct cp_pprof_decoder {
+    cp_pprof_limits lim;
+    struct libdeflate_decompressor *inflater;
+    cp_buf raw;
+    scratch sc;
+};
+
+cp_pprof_decoder *cp_pprof_decoder_create(const cp_pprof_limits *lim)
+{
+    cp_pprof_decoder *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    if (lim) d->lim = *lim;
+    else cp_pprof_limits_default(&d->lim);
+    if (!(d->inflater = libdeflate_alloc_decompressor())) {
+        free(d);
+        return NULL;
+    }
+    return d;
+}
+
+void cp_pprof_decoder_destroy(cp_pprof_decoder *d)
+{
+    if (!d) return;
+    if (d->inflater) libdeflate_free_decompressor(d->inflater);
+    cp_buf_close(&d->raw);
+    scratch_close(&d->sc);
+    free(d);
+}
+
+int cp_pprof_decoder_decode(cp_pprof_decoder *d, const uint8_t *buf, size_t len, cp_profile *p,
+                            cp_err *err)
+{
+    int rc;
+    cp_profile_reset(p);
+    if (cp_is_gzip(buf, len)) {
+        d->raw.len = 0;
+        if ((rc = gunzip_with(d->inflater, buf, len, d->lim.max_bytes, &d->raw, err))) return rc;
+        buf = d->raw.data;
+        len = d->raw.len;
+    } else if (len > d->lim.max_bytes) {
+        return cp_err_set(err, CP_ELIMIT, "profile is %zu bytes (limit %zu)", len, d->lim.max_bytes);
+    }
+    if ((rc = wire_scan(buf, len, d->lim.max_bytes, err))) return rc;
+    if ((rc = decode_wire(&d->sc, buf, len, &d->lim, p, err))) cp_profile_reset(p);
+    /* a huge input must not pin its scratch memory for the decoder's lifetime */
+    if (d->raw.cap > (4u << 20)) cp_buf_close(&d->raw);
     return rc;
 }
 
 int cp_pprof_decode(const uint8_t *buf, size_t len, const cp_pprof_limits *lim,
                     cp_profile **out, cp_err *err)
 {
-    cp_pprof_limits dl;
-    cp_buf raw = {0};
+    cp_pprof_decoder *d = cp_pprof_decoder_create(lim);
+    cp_profile *p = cp_profile_create();
     int rc;
     *out = NULL;
-    if (!lim) {
-        cp_pprof_limits_default(&dl);
-        lim = &dl;
-    }
-    if (cp_is_gzip(buf, len)) {
-        if ((rc = cp_gunzip(buf, len, lim->max_bytes, &raw, err))) goto done;
-        buf = raw.data;
-        len = raw.len;
-    } else if (len > lim->max_bytes) {
-        return cp_err_set(err, CP_ELIMIT, "profile is %zu bytes (limit %zu)", len, lim->max_bytes);
-    }
-    if ((rc = wire_scan(buf, len, lim->max_bytes, err))) goto done;
-    cp_profile *p = cp_profile_create();
-    if (!p) {
+    if (!d || !p) {
         rc = cp_err_set(err, CP_ENOMEM, "out of memory");
-        goto done;
+    } else if ((rc = cp_pprof_decoder_decode(d, buf, len, p, err)) == 0) {
+        *out = p;
+        p = NULL;
     }
-    if ((rc = decode_wire(buf, len, lim, p, err))) {
-        cp_profile_destroy(p);
-        goto done;
-    }
-    *out = p;
-done:
-    cp_buf_close(&raw);
+    cp_profile_destroy(p);
+    cp_pprof_decoder_destroy(d);
     return rc;
 }
 

@@ -25,8 +25,11 @@ int main(int argc, char **argv)
      * need not expire first */
     snprintf(group, sizeof group, "harness-%d", (int)getpid());
     static const char *const props[] = {"session.timeout.ms", "6000", NULL};
-    cp_ingest_options o = {.brokers = argv[2], .group_id = group, .kafka_props = props,
-                           .batch_max_messages = 16, .batch_max_ms = 20};
+    cp_ingest_options o = {.brokers = argv[2],
+                           .group_id = group,
+                           .kafka_props = props,
+                           .batch_max_messages = 16,
+                           .batch_max_ms = 20};
     cp_ingest *in = NULL;
     if (cp_ingest_create(&o, s, &in, &err) || cp_ingest_start(in, &err)) {
         fprintf(stderr, "harness: %s\n", err.msg);

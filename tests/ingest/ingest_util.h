@@ -24,14 +24,14 @@ static inline rd_kafka_t *producer(const char *bootstraps)
     return rk;
 }
 
-static inline void produce_raw(rd_kafka_t *rk, const void *v, size_t len, const void *key, size_t klen)
+static inline void produce_raw(rd_kafka_t *rk, const void *v, size_t len, const void *key,
+                               size_t klen)
 {
     for (;;) {
-        rd_kafka_resp_err_t e = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(CP_TOPIC_PROFILES),
-                                                  RD_KAFKA_V_VALUE((void *)v, len),
-                                                  RD_KAFKA_V_KEY((void *)key, klen),
-                                                  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                                  RD_KAFKA_V_END);
+        rd_kafka_resp_err_t e =
+            rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(CP_TOPIC_PROFILES),
+                              RD_KAFKA_V_VALUE((void *)v, len), RD_KAFKA_V_KEY((void *)key, klen),
+                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
         if (!e) return;
         CHECK(e == RD_KAFKA_RESP_ERR__QUEUE_FULL);
         rd_kafka_poll(rk, 50);
@@ -95,7 +95,8 @@ static inline cp_profile *mini_window(uint64_t seed, uint32_t nsamples, int64_t 
     for (uint32_t k = 0; k < nsamples; k++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         uint32_t depth = 3 + (uint32_t)(x % 6), st[8];
-        for (uint32_t d = 0; d < depth; d++) st[d] = locs[(x >> (8 + 4 * d)) % 30];
+        for (uint32_t d = 0; d < depth; d++)
+            st[d] = locs[(x >> (8 + 4 * d)) % 30];
         int64_t v[2] = {1 + (int64_t)(x % 3), 0};
         v[1] = v[0] * 10000000;
         cp_profile_add_sample(p, st, depth, v, NULL, 0);
@@ -104,12 +105,14 @@ static inline cp_profile *mini_window(uint64_t seed, uint32_t nsamples, int64_t 
 }
 
 /* Kafka properties for tests: a killed member must leave the group fast. */
-static const char *const test_props[] = {"session.timeout.ms", "6000", "heartbeat.interval.ms", "500",
-                                         NULL};
+static const char *const test_props[] = {"session.timeout.ms", "6000", "heartbeat.interval.ms",
+                                         "500", NULL};
 
 static inline cp_ingest *ingest_start(const char *brokers, cp_store *s, uint32_t batch)
 {
-    cp_ingest_options o = {.brokers = brokers, .kafka_props = test_props, .batch_max_messages = batch,
+    cp_ingest_options o = {.brokers = brokers,
+                           .kafka_props = test_props,
+                           .batch_max_messages = batch,
                            .batch_max_ms = 50};
     cp_ingest *in = NULL;
     cp_err err = {0};
@@ -130,7 +133,9 @@ static inline void wait_messages(cp_ingest *in, uint64_t n, double secs)
         CHECK(!st.failed);
         if (st.messages >= n && st.lag == 0) break;
         if (now_s() > end) {
-            fprintf(stderr, "timeout: %llu of %llu messages, lag %lld, windows %llu dup %llu skipped %llu dlq %llu/%llu/%llu/%llu/%llu gap %llu\n",
+            fprintf(stderr,
+                    "timeout: %llu of %llu messages, lag %lld, windows %llu dup %llu skipped %llu "
+                    "dlq %llu/%llu/%llu/%llu/%llu gap %llu\n",
                     (unsigned long long)st.messages, (unsigned long long)n, (long long)st.lag,
                     (unsigned long long)st.windows, (unsigned long long)st.duplicates,
                     (unsigned long long)st.skipped, (unsigned long long)st.dlq[0],

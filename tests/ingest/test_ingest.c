@@ -33,7 +33,9 @@ static cp_store *open_store(const char *dir)
 static int64_t total(cp_store *s, const char *tenant, cp_kind kind, int col)
 {
     cp_profile *p = NULL;
-    CHECK_EQ(cp_store_query(s, tenant, kind, NULL, T0 - 86400 * SEC, T0 + 30 * 86400 * SEC, NULL, &p, NULL), 0);
+    CHECK_EQ(cp_store_query(s, tenant, kind, NULL, T0 - 86400 * SEC, T0 + 30 * 86400 * SEC, NULL,
+                            &p, NULL),
+             0);
     int64_t t = p->sample_types.n > (uint32_t)col ? cp_profile_total(p, (uint32_t)col) : 0;
     cp_profile_destroy(p);
     return t;
@@ -167,7 +169,8 @@ TEST(bad_inputs_to_dlq_and_ingest_goes_on)
         cp_envelope_close(&e);
         cp_buf_close(&enc);
         /* then one bad one of each class */
-        make_env(&e, "acme", CP_KIND_CPU, "service=api", T0 + i * WIN, WIN, "bad", (uint64_t)(100 + i));
+        make_env(&e, "acme", CP_KIND_CPU, "service=api", T0 + i * WIN, WIN, "bad",
+                 (uint64_t)(100 + i));
         switch (i) {
         case 0: /* not an envelope */
             produce_raw(rk, "\xff\xff\xff garbage", 12, key, 1);
@@ -190,7 +193,8 @@ TEST(bad_inputs_to_dlq_and_ingest_goes_on)
             cp_profile_add_sample_type(q, "samples", "count");
             cp_profile_add_sample_type(q, "cpu", "nanoseconds");
             uint32_t locs[100];
-            for (int k = 0; k < 100; k++) cp_profile_add_location(q, 0x1000 + (uint64_t)k, 0, NULL, 0, &locs[k]);
+            for (int k = 0; k < 100; k++)
+                cp_profile_add_location(q, 0x1000 + (uint64_t)k, 0, NULL, 0, &locs[k]);
             int64_t v[2] = {1, 10};
             cp_profile_add_sample(q, locs, 100, v, NULL, 0);
             cp_buf qb = {0};
@@ -239,7 +243,8 @@ TEST(bad_inputs_to_dlq_and_ingest_goes_on)
     cp_pprof_limits lim;
     cp_pprof_limits_default(&lim);
     lim.max_depth = 64;
-    cp_ingest_options o = {.brokers = bs, .kafka_props = test_props, .batch_max_ms = 50, .limits = &lim};
+    cp_ingest_options o = {
+        .brokers = bs, .kafka_props = test_props, .batch_max_ms = 50, .limits = &lim};
     cp_ingest *in = NULL;
     cp_err err = {0};
     CHECK_EQ(cp_ingest_create(&o, s, &in, &err), 0);
