@@ -723,7 +723,9 @@ static int emit_profile(builder *b, int kind, const iso_key *k, const cp_window_
     e.sequence = (*m->sequence)++;
     e.dropped_samples = m->dropped_samples;
     e.dropped_windows = m->dropped_windows;
-    e.cumulative = kind == CP_KIND_INUSE;
+    /* cumulative means "alloc totals since process start" (envelope.proto); the agent's
+     * alloc is per window and inuse is a gauge by its kind, so neither is cumulative. */
+    e.cumulative = 0;
     e.pprof = cp_buf_steal(&buf, &e.pprof_len);
     emit(&e, arg);
     return 0;

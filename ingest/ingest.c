@@ -21,6 +21,7 @@
 typedef struct part {
     int assigned;
     int64_t next; /* next offset to store; -1 = none stored */
+    int ours;     /* next was set by this process (it belongs to the broker's current log) */
 } part;
 
 struct cp_ingest {
@@ -76,7 +77,7 @@ static void fail(cp_ingest *in, const char *msg)
     pthread_mutex_lock(&in->mu);
     if (!in->st.failed) {
         in->st.failed = 1;
-        snprintf(in->st.error, sizeof in->st.error, "%s", msg);
+        snprintf(in->st.error, sizeof in->st.error, "%.*s", (int)sizeof in->st.error - 1, msg);
     }
     pthread_mutex_unlock(&in->mu);
     cp_log_error("ingest stopped: %s", msg);
@@ -88,8 +89,7 @@ static part *part_get(cp_ingest *in, int32_t p)
     if (p < 0 || p >= MAX_PARTITIONS) return NULL;
     if ((uint32_t)p >= in->parts.n) {
         if (cp_vec_reserve(&in->parts, (size_t)p + 1)) return NULL;
-        while (in->parts.n <= (uint32_t)p)
-            in->parts.v[in->parts.n++] = (part){0, -1};
+        while (in->parts.n <= (uint32_t)p) in->parts.v[in->parts.n++] = (part){0, -1, 0};
     }
     return &in->parts.v[p];
 }
@@ -141,6 +141,10 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             cp_err e = {0};
             int rc = cp_store_get_offset(in->store, tp->topic, tp->partition, &next, &e);
             part *p = part_get(in, tp->partition);
+            /* A new log (contprofd's embedded broker starts empty): offsets stored by an
+             * earlier process point into a log that is gone; skipping up to them would drop
+             * new messages as if they were stored. */
+            if (rc == 0 && in->o.new_log && !(p && p->ours)) rc = CP_ENOTFOUND;
             if (rc == 0) {
                 tp->offset = next;
             } else {
@@ -279,6 +283,7 @@ static void handle(cp_ingest *in, rd_kafka_message_t *m)
     }
     cp_envelope_close(&env);
     p->next = m->offset + 1;
+    p->ours = 1;
     cp_store_batch_set_offset(in->batch, topic, m->partition, p->next);
     if (!in->pending++) in->batch_start = mono_ns();
 }

@@ -26,8 +26,12 @@ typedef struct cp_ingest_options {
     uint32_t batch_max_ms;         /* longest a message waits for its write; 0 = 200 */
     size_t max_message_bytes;      /* envelope payload limit; 0 = 64 MiB */
     const cp_pprof_limits *limits; /* pprof decoding limits; NULL = defaults */
-    uint32_t maintain_every_ms;    /* retention step period; 0 = 10000 */
-    uint32_t maintain_max_keys;    /* blocks deleted per step; 0 = 20000 */
+    uint32_t maintain_every_ms;  /* retention step period; 0 = 10000 */
+    uint32_t maintain_max_keys;  /* blocks deleted per step; 0 = 20000 */
+    /* 1 = the broker's log is newer than the offsets in the store (contprofd's embedded
+     * broker starts empty at every start): offsets stored by earlier processes are ignored
+     * and each partition is read from the beginning. Duplicates are still dropped. */
+    int new_log;
 } cp_ingest_options;
 
 /* Why a message went to the dead-letter topic (the "contprof-reason" header). */

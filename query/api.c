@@ -15,6 +15,7 @@
 #include "pprof.h"
 #include "render.h"
 #include "selector.h"
+#include "ui.h"
 
 /* Upper bounds (seconds) of the query latency histogram. */
 static const double g_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
@@ -838,7 +839,7 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
             if (cp_buf_printf(&r->body, "{\"brokers\":") || json_str(&r->body, a->brokers) ||
                 cp_buf_printf(&r->body, "}\n"))
                 oom(r);
-        } else {
+        } else if (!cp_ui_serve(req->path, r)) {
             cp_http_error(r, 404, "unknown path '%.128s'", req->path);
         }
         return;

@@ -262,7 +262,8 @@ int main(int argc, char **argv)
                             .group_id = d.cfg.group_id,
                             .topic = d.cfg.topic,
                             .dlq_topic = d.cfg.dlq_topic,
-                            .kafka_props = props.v};
+                            .kafka_props = props.v,
+                            .new_log = d.broker != NULL};
     int irc = cp_ingest_create(&io, d.store, &d.ingest, &err);
     free(props.v);
     if (irc) goto fail_msg;

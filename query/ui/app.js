@@ -1,0 +1,306 @@
+// The page: holds the view's state, mirrors it in the URL (so a view can be shared), loads
+// labels, the timeline and the merged profile (or diff) from the API, and wires the
+// pickers, timeline, flamegraph, table, search and download together.
+'use strict';
+
+(function () {
+  const $ = id => document.getElementById(id);
+  const DEFAULTS = {
+    type: 'cpu', select: '', from: '-1h', to: 'now', span: '6h', diff: '',
+    base_select: '', base_from: '', base_to: '', zoom: '', search: '', sort: 'self', dir: 'desc',
+  };
+  const SPANS = { '1h': 3600, '6h': 21600, '24h': 86400, '7d': 604800 };
+  const TARGET = '#ea580c', BASE = '#2563eb';
+
+  const state = { ...DEFAULTS };
+  let labelNames = [];
+  let loaded = null;   // {from, to, base_from, base_to} of the profile on screen, unix seconds
+  let loadSeq = 0;
+
+  // ---- state <-> URL ------------------------------------------------------------------
+
+  function readURL() {
+    const q = new URLSearchParams(location.search);
+    for (const k of Object.keys(DEFAULTS)) state[k] = q.has(k) ? q.get(k) : DEFAULTS[k];
+    if (!SPANS[state.span]) state.span = DEFAULTS.span;
+  }
+
+  function writeURL() {
+    const q = new URLSearchParams();
+    for (const k of Object.keys(DEFAULTS)) if (state[k] !== DEFAULTS[k]) q.set(k, state[k]);
+    const url = location.pathname + (q.toString() ? '?' + q : '');
+    if (url !== location.pathname + location.search) history.replaceState(null, '', url);
+  }
+
+  function status(msg, isError) {
+    const s = $('status');
+    s.textContent = msg;
+    s.className = isError ? 'error' : '';
+  }
+
+  // ---- label pickers ------------------------------------------------------------------
+
+  async function loadLabels() {
+    try {
+      labelNames = (await cp.get('/api/v1/labels')).labels || [];
+    } catch (e) {
+      status('labels: ' + e.message, true);
+      labelNames = [];
+    }
+    const values = {};
+    await Promise.all(labelNames.map(async n => {
+      try { values[n] = (await cp.get('/api/v1/labels/' + encodeURIComponent(n) + '/values')).values || []; }
+      catch (e) { values[n] = []; }
+    }));
+    buildPickers($('pickers'), values, 'select');
+    buildPickers($('basepickers'), values, 'base_select');
+  }
+
+  // One <select> per label name; each sets or clears name="value" in the selector field.
+  function buildPickers(box, values, key) {
+    box.textContent = '';
+    for (const name of labelNames) {
+      const vals = values[name] || [];
+      if (!vals.length || vals.length > 500) continue;
+      const label = document.createElement('label');
+      label.textContent = name + ' ';
+      const sel = document.createElement('select');
+      sel.dataset.label = name;
+      sel.add(new Option('any', ''));
+      for (const v of vals) sel.add(new Option(v, v));
+      sel.addEventListener('change', () => {
+        state[key] = cp.setEq(currentSelect(key), name, sel.value);
+        syncInputs();
+        reload();
+      });
+      label.appendChild(sel);
+      box.appendChild(label);
+    }
+  }
+
+  function currentSelect(key) {
+    return key === 'base_select' ? (state.base_select || state.select) : state.select;
+  }
+
+  // Puts the state into the form controls.
+  function syncInputs() {
+    $('type').value = state.type;
+    $('span').value = state.span;
+    $('select').value = state.select;
+    $('baseselect').value = state.base_select;
+    $('baseselect').placeholder = state.select || 'same as target';
+    $('search').value = state.search;
+    $('diff').checked = !!state.diff;
+    $('diffcontrols').hidden = !state.diff;
+    for (const [box, key] of [['pickers', 'select'], ['basepickers', 'base_select']]) {
+      const eq = cp.parseEq(currentSelect(key));
+      for (const s of $(box).querySelectorAll('select')) {
+        const v = eq[s.dataset.label] || '';
+        if (v && ![...s.options].some(o => o.value === v)) s.add(new Option(v, v));
+        s.value = v;
+      }
+    }
+  }
+
+  // ---- timeline -----------------------------------------------------------------------
+
+  const timeline = new cp.Timeline($('timeline'), {
+    select(which, from, to) {
+      if (which === 'base') { state.base_from = String(from); state.base_to = String(to); }
+      else { state.from = String(from); state.to = String(to); }
+      reload();
+    },
+  });
+
+  // The timeline's span: the last `span` up to now, or one around the window if it is older.
+  function spanOf(nowSec, from, to) {
+    const len = SPANS[state.span];
+    if (to > nowSec - len && from >= nowSec - len) return [nowSec - len, nowSec];
+    const w = Math.max(len, (to - from) * 1.2);
+    const end = Math.min(nowSec, to + (w - (to - from)) / 2);
+    return [end - w, end];
+  }
+
+  async function loadTimeline(nowSec, from, to, seq) {
+    const span = spanOf(nowSec, from, to);
+    try {
+      const t = await cp.get('/api/v1/timeline', {
+        type: state.type, select: state.select, from: Math.floor(span[0]), to: Math.ceil(span[1]),
+      });
+      if (seq !== loadSeq) return;
+      const st = t.sample_types || [];
+      timeline.setData(t.points || [], span, st.length ? st[st.length - 1].unit : '');
+    } catch (e) {
+      if (seq === loadSeq) { timeline.setData([], span, ''); status('timeline: ' + e.message, true); }
+    }
+    timeline.setWindow('target', from, to, TARGET);
+    if (state.diff && state.base_from) timeline.setWindow('base', loaded.base_from, loaded.base_to, BASE);
+    else timeline.clearWindow('base');
+    timeline.active = state.diff ? $('brush').value : 'target';
+  }
+
+  // ---- flamegraph, table, search --------------------------------------------------------
+
+  const flame = new cp.Flame($('flame'), $('tip'), {
+    zoom(i) {
+      state.zoom = i > 0 ? flame.pathOf(i).slice(1).map(j => flame.name[j]).join(';') : '';
+      crumbs();
+      writeURL();
+    },
+  });
+
+  const table = new cp.Table($('table'), {
+    pick(name) {
+      const i = flame.heaviest(name);
+      if (i < 0) return;
+      state.search = '^' + name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&') + '$';
+      $('search').value = state.search;
+      applySearch();
+      flame.sel = i;
+      flame.zoomTo(i);
+      $('flame').scrollIntoView({ block: 'nearest' });
+    },
+    sort(key, dir) {
+      state.sort = key;
+      state.dir = dir > 0 ? 'asc' : 'desc';
+      writeURL();
+    },
+  });
+
+  function crumbs() {
+    const nav = $('crumbs');
+    nav.textContent = '';
+    const path = flame.n ? flame.pathOf(flame.zoom) : [0];
+    path.forEach((i, k) => {
+      if (k) nav.append(' › ');
+      const b = document.createElement('button');
+      b.type = 'button';
+      b.textContent = k ? flame.name[i] : 'all';
+      b.title = k ? flame.name[i] : 'Reset zoom';
+      if (k === path.length - 1) b.setAttribute('aria-current', 'true');
+      b.addEventListener('click', () => flame.zoomTo(i));
+      nav.appendChild(b);
+    });
+    if (path.length > 1) {
+      const r = document.createElement('button');
+      r.type = 'button';
+      r.className = 'reset';
+      r.textContent = 'Reset zoom';
+      r.addEventListener('click', () => flame.zoomTo(0));
+      nav.appendChild(r);
+    }
+  }
+
+  function applySearch() {
+    const q = state.search;
+    let re = null;
+    if (q) {
+      try { re = new RegExp(q, 'i'); } catch (e) { re = new RegExp(q.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'), 'i'); }
+    }
+    const r = flame.search(re);
+    $('matches').textContent = r ? `${r.functions} function${r.functions === 1 ? '' : 's'} · ${cp.pct(r.total, flame.total[0])} of total` : '';
+    $('matches').dataset.share = r && flame.total[0] ? String(r.total / flame.total[0]) : '';
+  }
+
+  let searchTimer = 0;
+  $('search').addEventListener('input', () => {
+    clearTimeout(searchTimer);
+    searchTimer = setTimeout(() => { state.search = $('search').value; applySearch(); writeURL(); }, 120);
+  });
+
+  // ---- loading --------------------------------------------------------------------------
+
+  function profileRequest(format) {
+    const q = { type: state.type, select: state.select, from: loaded.from, to: loaded.to, format };
+    if (!state.diff) return ['/api/v1/profile', q];
+    q.base_select = state.base_select || state.select;
+    q.base_from = loaded.base_from;
+    q.base_to = loaded.base_to;
+    return ['/api/v1/diff', q];
+  }
+
+  async function reload() {
+    const seq = ++loadSeq;
+    writeURL();
+    syncInputs();
+    const nowSec = Math.floor(Date.now() / 1000);
+    const from = Math.floor(cp.toSec(state.from, nowSec)), to = Math.ceil(cp.toSec(state.to, nowSec));
+    loaded = { from, to };
+    loaded.base_from = state.base_from ? Math.floor(cp.toSec(state.base_from, nowSec)) : from;
+    loaded.base_to = state.base_to ? Math.ceil(cp.toSec(state.base_to, nowSec)) : to;
+    let text = `${cp.timeText(from)} → ${cp.timeText(to)} (${cp.durText(to - from)})`;
+    if (state.diff) text += ` vs base ${cp.timeText(loaded.base_from)} → ${cp.timeText(loaded.base_to)}` +
+      (state.base_select && state.base_select !== state.select ? ' ' + state.base_select : '');
+    $('window').textContent = text;
+    loadTimeline(nowSec, from, to, seq);
+    status('Loading…');
+    document.body.classList.add('loading');
+    try {
+      const [path, q] = profileRequest('json');
+      const t0 = performance.now();
+      const json = await cp.get(path, q);
+      if (seq !== loadSeq) return;
+      const fetched = performance.now() - t0;
+      flame.setData(json);
+      const z = state.zoom ? flame.findPath(state.zoom.split(';')) : 0;
+      if (z) flame.zoomTo(z, true);
+      crumbs();
+      applySearch();
+      table.setSort(state.sort, state.dir === 'asc' ? 1 : -1);
+      table.setData(flame);
+      const u = flame.unit;
+      let msg = `Total ${cp.fmt(json.total, u)}`;
+      if (flame.diff) msg += ` (base ${cp.fmt(json.base_total, u)})`;
+      msg += ` · ${json.nodes} of ${json.total_nodes} frames · fetched in ${fetched.toFixed(0)} ms, drawn in ${flame.lastDrawMs.toFixed(1)} ms`;
+      status(json.total || json.base_total ? msg : 'No data in this window for this selection.');
+    } catch (e) {
+      if (seq === loadSeq) status(e.message, true);
+    } finally {
+      if (seq === loadSeq) {
+        document.body.classList.remove('loading');
+        document.body.dataset.loaded = String(seq);
+      }
+    }
+  }
+
+  // ---- controls -------------------------------------------------------------------------
+
+  $('type').addEventListener('change', () => { state.type = $('type').value; state.zoom = ''; reload(); });
+  $('span').addEventListener('change', () => { state.span = $('span').value; reload(); });
+  $('select').addEventListener('change', () => { state.select = $('select').value.trim(); reload(); });
+  $('baseselect').addEventListener('change', () => { state.base_select = $('baseselect').value.trim(); reload(); });
+  $('diff').addEventListener('change', () => { state.diff = $('diff').checked ? '1' : ''; reload(); });
+  $('brush').addEventListener('change', () => { timeline.active = $('brush').value; timeline.draw(); });
+  for (const f of document.querySelectorAll('header form')) f.addEventListener('submit', e => e.preventDefault());
+
+  $('download').addEventListener('click', async e => {
+    e.preventDefault();
+    if (!loaded) return;
+    const [path, q] = profileRequest('pprof');
+    try {
+      const buf = await cp.get(path, q, true);
+      const a = document.createElement('a');
+      a.href = URL.createObjectURL(new Blob([buf], { type: 'application/octet-stream' }));
+      a.download = `${state.type}${state.diff ? '-diff' : ''}-${loaded.from}-${loaded.to}.pb.gz`;
+      document.body.appendChild(a);
+      a.click();
+      a.remove();
+      setTimeout(() => URL.revokeObjectURL(a.href), 10000);
+    } catch (err) {
+      status('download: ' + err.message, true);
+    }
+  });
+
+  let resizeTimer = 0;
+  window.addEventListener('resize', () => {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(() => { timeline.resize(); if (flame.n) flame.resize(); }, 100);
+  });
+
+  // Tests and benchmarks reach the parts through here.
+  cp.app = { state, flame, table, timeline, reload };
+
+  readURL();
+  syncInputs();
+  loadLabels().then(() => { syncInputs(); return reload(); }).then(() => { document.body.dataset.ready = '1'; });
+})();

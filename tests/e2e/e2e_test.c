@@ -1,0 +1,604 @@
+/* The end-to-end test: the demo service under the agent -> Kafka -> contprofd's ingest ->
+ * store -> query API, all real processes, with a restart of contprofd in the middle. The
+ * agent also writes every window it produces to files (--output-dir): they are the ground
+ * truth the store's answers are compared with, window by window. See README.md for why the
+ * broker runs in a process of its own. */
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "client.h"
+#include "envelope.h"
+#include "pprof.h"
+#include "test.h"
+
+#define SEC 1000000000LL
+#define DEMO_SECONDS 34 /* long enough for an inuse window >= 20 s after start */
+#define LATE_AFTER 6    /* batch-export starts then */
+
+/* ---- processes ----------------------------------------------------------------------- */
+
+static const char *bindir(void)
+{
+    const char *b = getenv("CP_BINARY_DIR");
+    return b ? b : "build";
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * SEC + ts.tv_nsec;
+}
+
+static void slurp(const char *path, char *out, size_t len)
+{
+    out[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    size_t n = fread(out, 1, len - 1, f);
+    out[n] = 0;
+    fclose(f);
+}
+
+/* Every process this test started, killed at exit if still running: a failed CHECK
+ * leaves nothing behind. */
+static pid_t children[8];
+static int nchildren;
+
+static void kill_children(void)
+{
+    for (int i = 0; i < nchildren; i++)
+        if (children[i] > 0 && waitpid(children[i], NULL, WNOHANG) == 0) {
+            kill(children[i], SIGKILL);
+            waitpid(children[i], NULL, 0);
+        }
+}
+
+/* Starts argv with stdout and stderr appended to log. */
+static pid_t spawn(const char *const *argv, const char *log)
+{
+    fflush(NULL);
+    if (!nchildren) atexit(kill_children);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid > 0 && nchildren < 8) children[nchildren++] = pid;
+    if (pid == 0) {
+        FILE *f = freopen(log, "a", stdout);
+        f = f ? freopen(log, "a", stderr) : NULL;
+        (void)f;
+        execv(argv[0], (char **)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits (at most timeout_s) for needle in log and returns the text after it. */
+static const char *wait_for_log(pid_t pid, const char *log, const char *needle, int timeout_s)
+{
+    static char buf[1 << 16];
+    for (int64_t end = now_ns() + timeout_s * SEC; now_ns() < end; usleep(20000)) {
+        slurp(log, buf, sizeof buf);
+        const char *m = strstr(buf, needle);
+        if (m) return m + strlen(needle);
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) break;
+    }
+    fprintf(stderr, "no \"%s\" in %s within %d s:\n%s\n", needle, log, timeout_s, buf);
+    CHECK(0);
+    return NULL;
+}
+
+/* Waits at most timeout_s for pid; returns its exit status (128+signal if killed). */
+static int wait_exit(pid_t pid, int timeout_s)
+{
+    int st = 0;
+    for (int64_t end = now_ns() + timeout_s * SEC; now_ns() < end; usleep(20000))
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    fprintf(stderr, "process %d did not exit within %d s\n", (int)pid, timeout_s);
+    CHECK(0);
+    return -1;
+}
+
+typedef struct daemon {
+    pid_t pid;
+    int port;
+    char log[512];
+} daemon_t;
+
+static void daemon_start(daemon_t *d, const char *dir, const char *brokers)
+{
+    char bin[512], data[512];
+    snprintf(bin, sizeof bin, "%s/query/contprofd", bindir());
+    snprintf(data, sizeof data, "%s/data", dir);
+    snprintf(d->log, sizeof d->log, "%s/contprofd.log", dir);
+    FILE *f = fopen(d->log, "a");
+    CHECK(f);
+    fprintf(f, "---- start\n");
+    fclose(f);
+    /* brokers NULL: contprofd's embedded broker */
+    const char *argv[] = {bin, "--data", data, "--http", "127.0.0.1:0",
+                          brokers ? "--brokers" : NULL, brokers, NULL};
+    d->pid = spawn(argv, d->log);
+    /* the log is appended to: look for the line after the last start marker */
+    static char buf[1 << 16];
+    for (int64_t end = now_ns() + 30 * SEC; now_ns() < end; usleep(20000)) {
+        slurp(d->log, buf, sizeof buf);
+        char *start = buf, *m;
+        while ((m = strstr(start + 1, "---- start"))) start = m;
+        if ((m = strstr(start, "query API on http://127.0.0.1:"))) {
+            d->port = atoi(m + strlen("query API on http://127.0.0.1:"));
+            return;
+        }
+    }
+    fprintf(stderr, "contprofd did not start:\n%s\n", buf);
+    CHECK(0);
+}
+
+/* ---- queries ------------------------------------------------------------------------- */
+
+static void fmt_time(int64_t ns, char *out, size_t len)
+{
+    snprintf(out, len, "%lld.%09lld", (long long)(ns / SEC), (long long)(ns % SEC));
+}
+
+static cp_buf get(int port, const char *pq)
+{
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    cp_http_result r;
+    cp_err err = {0};
+    if (cp_http_get(url, pq, NULL, 30000, 0, &r, &err)) {
+        fprintf(stderr, "GET %s: %s\n", pq, err.msg);
+        CHECK(0);
+    }
+    if (r.status != 200) {
+        fprintf(stderr, "GET %s: %d %.*s\n", pq, r.status, (int)r.body.len, (char *)r.body.data);
+        CHECK(0);
+    }
+    CHECK(cp_buf_append(&r.body, "", 1) == 0); /* NUL-terminated for strstr */
+    r.body.len--;
+    return r.body;
+}
+
+/* The merged profile of [from, to) for selector sel, as pprof, decoded. */
+static cp_profile *query(int port, const char *type, const char *sel, int64_t from, int64_t to,
+                         cp_buf *raw)
+{
+    cp_buf pq = {0};
+    char f[40], t[40];
+    fmt_time(from, f, sizeof f);
+    fmt_time(to, t, sizeof t);
+    char head[160];
+    snprintf(head, sizeof head, "/api/v1/profile?format=pprof&type=%s&from=%s&to=%s&select=",
+             type, f, t);
+    CHECK(cp_buf_append(&pq, head, strlen(head)) == 0);
+    CHECK(cp_url_encode(&pq, sel) == 0);
+    CHECK(cp_buf_append(&pq, "", 1) == 0);
+    cp_buf body = get(port, (char *)pq.data);
+    cp_buf_close(&pq);
+    cp_profile *p = NULL;
+    cp_err err = {0};
+    if (cp_pprof_decode(body.data, body.len, NULL, &p, &err)) {
+        fprintf(stderr, "profile of %s: %s\n", type, err.msg);
+        CHECK(0);
+    }
+    if (raw) *raw = body;
+    else cp_buf_close(&body);
+    return p;
+}
+
+static int64_t total_of(const cp_profile *p, const char *type)
+{
+    int t = cp_profile_find_type(p, type);
+    return t < 0 ? 0 : cp_profile_total(p, (uint32_t)t);
+}
+
+static int stack_has(const cp_profile *p, const cp_sample *s, const char *fn)
+{
+    for (uint32_t i = 0; i < s->nlocs; i++) {
+        const cp_location *l = &p->locations.v[p->stack.v[s->loc_off + i] - 1];
+        for (uint32_t k = 0; k < l->nlines; k++) {
+            uint32_t f = p->lines.v[l->line_off + k].function_id;
+            if (f && strcmp(cp_profile_str(p, p->functions.v[f - 1].name), fn) == 0) return 1;
+        }
+    }
+    return 0;
+}
+
+/* Sum of column type over the samples whose stack contains fn. */
+static int64_t value_under(const cp_profile *p, const char *type, const char *fn)
+{
+    int t = cp_profile_find_type(p, type);
+    CHECK(t >= 0);
+    int64_t sum = 0;
+    for (uint32_t i = 0; i < p->samples.n; i++)
+        if (stack_has(p, &p->samples.v[i], fn)) sum += cp_profile_sample_values(p, i)[t];
+    return sum;
+}
+
+/* The function with the most self (leaf) value of column type, and that value. */
+static const char *top_self(const cp_profile *p, const char *type, int64_t *out)
+{
+    int t = cp_profile_find_type(p, type);
+    CHECK(t >= 0);
+    int64_t *self = calloc(p->functions.n + 1, sizeof *self);
+    CHECK(self);
+    for (uint32_t i = 0; i < p->samples.n; i++) {
+        const cp_sample *s = &p->samples.v[i];
+        if (!s->nlocs) continue;
+        const cp_location *l = &p->locations.v[p->stack.v[s->loc_off] - 1];
+        if (l->nlines) self[p->lines.v[l->line_off].function_id] += cp_profile_sample_values(p, i)[t];
+    }
+    uint32_t best = 0;
+    for (uint32_t f = 1; f <= p->functions.n; f++)
+        if (self[f] > self[best]) best = f;
+    *out = self[best];
+    free(self);
+    return best ? cp_profile_str(p, p->functions.v[best - 1].name) : "";
+}
+
+/* ---- ground truth: the agent's own files --------------------------------------------- */
+
+typedef struct window_file {
+    int kind;
+    char isolate[64];
+    int64_t start, duration;
+    int64_t v0, v1; /* totals of the two sample types (samples/cpu, objects/bytes) */
+} window_file;
+
+typedef struct truth {
+    window_file *w;
+    size_t n;
+    int64_t first_start, last_end;
+} truth;
+
+/* Reads every window the agent wrote to dir: <service>.<pid>.<seq>.<kind>.<isolate>.pb.gz */
+static void truth_load(truth *t, const char *dir)
+{
+    memset(t, 0, sizeof *t);
+    DIR *d = opendir(dir);
+    CHECK(d);
+    struct dirent *e;
+    size_t cap = 0;
+    t->first_start = INT64_MAX;
+    while ((e = readdir(d))) {
+        size_t nl = strlen(e->d_name);
+        if (nl < 7 || strcmp(e->d_name + nl - 6, ".pb.gz") != 0) continue;
+        char name[256], *parts[6] = {0};
+        snprintf(name, sizeof name, "%s", e->d_name);
+        int np = 0;
+        for (char *sv, *tok = strtok_r(name, ".", &sv); tok && np < 6; tok = strtok_r(NULL, ".", &sv))
+            parts[np++] = tok;
+        CHECK(np == 6);
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        cp_buf b = {0};
+        CHECK(cp_read_file(path, &b) == 0);
+        cp_profile *p = NULL;
+        cp_err err = {0};
+        if (cp_pprof_decode(b.data, b.len, NULL, &p, &err)) {
+            fprintf(stderr, "%s: %s\n", path, err.msg);
+            CHECK(0);
+        }
+        cp_buf_close(&b);
+        if (t->n == cap) {
+            cap = cap ? 2 * cap : 256;
+            t->w = realloc(t->w, cap * sizeof *t->w);
+            CHECK(t->w);
+        }
+        window_file *w = &t->w[t->n++];
+        w->kind = cp_kind_parse(parts[3]);
+        CHECK(w->kind);
+        snprintf(w->isolate, sizeof w->isolate, "%s", parts[4]);
+        w->start = p->time_nanos;
+        w->duration = p->duration_nanos;
+        w->v0 = cp_profile_total(p, 0);
+        w->v1 = cp_profile_total(p, 1);
+        if (w->start < t->first_start) t->first_start = w->start;
+        if (w->start + w->duration > t->last_end) t->last_end = w->start + w->duration;
+        cp_profile_destroy(p);
+    }
+    closedir(d);
+}
+
+static void truth_sum(const truth *t, int kind, int64_t from, int64_t to, int64_t *v0, int64_t *v1)
+{
+    *v0 = *v1 = 0;
+    for (size_t i = 0; i < t->n; i++)
+        if (t->w[i].kind == kind && t->w[i].start >= from && t->w[i].start < to) {
+            *v0 += t->w[i].v0;
+            *v1 += t->w[i].v1;
+        }
+}
+
+static size_t count_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) n += strstr(e->d_name, ".pb.gz") && !strstr(e->d_name, ".tmp");
+    closedir(d);
+    return n;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* `go tool pprof -top` on file: the "of N total" number for sample index si. */
+static long long go_pprof_total(const char *file, const char *si)
+{
+    char cmd[1400], out[8192];
+    snprintf(cmd, sizeof cmd, "go tool pprof -sample_index=%s -top -nodecount=1 %s 2>&1", si,
+             file);
+    FILE *p = popen(cmd, "r");
+    CHECK(p);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    int rc = pclose(p);
+    if (rc != 0) fprintf(stderr, "%s:\n%s\n", cmd, out);
+    CHECK(rc == 0);
+    const char *m = strstr(out, "% of ");
+    if (!m) fprintf(stderr, "%s:\n%s\n", cmd, out);
+    CHECK(m);
+    return atoll(m + 5);
+}
+
+/* ---- the test ------------------------------------------------------------------------ */
+
+TEST(demo_through_the_whole_pipeline)
+{
+    char dir[] = "/tmp/contprof-e2e-XXXXXX";
+    CHECK(mkdtemp(dir));
+    char files[600], blog[600], alog[600];
+    snprintf(files, sizeof files, "%s/windows", dir);
+    snprintf(blog, sizeof blog, "%s/broker.log", dir);
+    snprintf(alog, sizeof alog, "%s/demo.log", dir);
+    fprintf(stderr, "e2e: working in %s\n", dir);
+
+    /* The broker, in a process of its own so that it outlives contprofd's restart. */
+    char bbin[512];
+    snprintf(bbin, sizeof bbin, "%s/tests/e2e/e2e_broker", bindir());
+    const char *bargv[] = {bbin, NULL};
+    pid_t broker = spawn(bargv, blog);
+    char brokers[256];
+    sscanf(wait_for_log(broker, blog, "bootstrap ", 20), "%255s", brokers);
+
+    daemon_t d = {0};
+    daemon_start(&d, dir, brokers);
+
+    /* The demo service under the agent: Kafka, and files as the ground truth. */
+    char cbin[512], dbin[512], dur[16], late[16];
+    snprintf(cbin, sizeof cbin, "%s/query/contprof", bindir());
+    snprintf(dbin, sizeof dbin, "%s/tests/demo/demo_service", bindir());
+    snprintf(dur, sizeof dur, "%d", DEMO_SECONDS);
+    snprintf(late, sizeof late, "%d", LATE_AFTER);
+    const char *aargv[] = {cbin, "run", "--brokers", brokers, "--service", "e2e", "--window", "2s",
+                           "--output-dir", files, "--", dbin, "--duration", dur, "--late-after",
+                           late, NULL};
+    int64_t t_demo = now_ns();
+    pid_t demo = spawn(aargv, alog);
+
+    /* The first profiles become queryable. */
+    int64_t t_first = 0;
+    for (int64_t end = now_ns() + 30 * SEC; now_ns() < end && !t_first; usleep(200000)) {
+        cp_buf b = get(d.port, "/api/v1/series?from=-10m&to=now");
+        if (strstr((char *)b.data, "\"service\":\"e2e\"")) t_first = now_ns();
+        cp_buf_close(&b);
+    }
+    CHECK(t_first);
+    fprintf(stderr, "e2e: first profiles queryable %.1f s after the demo started\n",
+            (double)(t_first - t_demo) / SEC);
+
+    /* Restart contprofd in the middle: stop it cleanly, let the agent produce at least two
+     * windows into the broker meanwhile, start it again on the same data directory. */
+    while (now_ns() - t_demo < 12 * SEC) usleep(100000);
+    kill(d.pid, SIGTERM);
+    CHECK_EQ(wait_exit(d.pid, 30), 0);
+    size_t at_stop = count_files(files);
+    for (int64_t end = now_ns() + 20 * SEC; now_ns() < end; usleep(100000))
+        if (count_files(files) >= at_stop + 2 * 3) break; /* 2 windows x 3 kinds */
+    CHECK(count_files(files) >= at_stop + 6);
+    daemon_start(&d, dir, brokers);
+
+    CHECK_EQ(wait_exit(demo, DEMO_SECONDS + 60), 0);
+    truth t;
+    truth_load(&t, files);
+    fprintf(stderr, "e2e: the agent wrote %zu windows from %lld to %lld\n", t.n,
+            (long long)t.first_start, (long long)t.last_end);
+    CHECK(t.n > 0);
+    const char *svc = "{service=\"e2e\"}";
+    int64_t from = t.first_start, to = t.last_end;
+
+    /* Loses nothing: once ingest has caught up, every window is in the store exactly once
+     * (polled: bounded, because ingest of the last windows may still be under way). */
+    int64_t want_cpu, want_samples, store_cpu = -1;
+    truth_sum(&t, CP_KIND_CPU, from, to, &want_samples, &want_cpu);
+    for (int64_t end = now_ns() + 30 * SEC; now_ns() < end; usleep(250000)) {
+        cp_profile *p = query(d.port, "cpu", svc, from, to, NULL);
+        store_cpu = total_of(p, "cpu");
+        cp_profile_destroy(p);
+        if (store_cpu == want_cpu) break;
+    }
+    fprintf(stderr, "e2e: cpu ns: agent %lld, store %lld\n", (long long)want_cpu,
+            (long long)store_cpu);
+    CHECK_EQ(store_cpu, want_cpu);
+
+    /* Window by window, each kind: the store's answer equals the agent's files. Windows
+     * share their start across isolates; a query of [start - 0.5 ms, start + 0.5 ms) holds
+     * exactly one window of each isolate. */
+    int64_t *starts = malloc(t.n * sizeof *starts);
+    CHECK(starts);
+    size_t ns = 0;
+    for (size_t i = 0; i < t.n; i++) starts[ns++] = t.w[i].start;
+    qsort(starts, ns, sizeof *starts, cmp_i64);
+    size_t nu = 0;
+    for (size_t i = 0; i < ns; i++)
+        if (!nu || starts[i] != starts[nu - 1]) starts[nu++] = starts[i];
+    static const struct {
+        int kind;
+        const char *name, *t0, *t1;
+    } kinds[] = {{CP_KIND_CPU, "cpu", "samples", "cpu"},
+                 {CP_KIND_ALLOC, "alloc", "alloc_objects", "alloc_space"},
+                 {CP_KIND_INUSE, "inuse", "inuse_objects", "inuse_space"}};
+    int64_t sum_windows[3][2] = {{0}};
+    for (size_t i = 0; i < nu; i++)
+        for (int k = 0; k < 3; k++) {
+            cp_profile *p = query(d.port, kinds[k].name, svc, starts[i] - SEC / 2000,
+                                  starts[i] + SEC / 2000, NULL);
+            int64_t w0, w1;
+            truth_sum(&t, kinds[k].kind, starts[i] - SEC / 2000, starts[i] + SEC / 2000, &w0, &w1);
+            int64_t s0 = total_of(p, kinds[k].t0), s1 = total_of(p, kinds[k].t1);
+            if (s0 != w0 || s1 != w1)
+                fprintf(stderr, "window %zu (start %lld) %s: store %lld/%lld, agent %lld/%lld\n", i,
+                        (long long)starts[i], kinds[k].name, (long long)s0, (long long)s1,
+                        (long long)w0, (long long)w1);
+            CHECK_EQ(s0, w0);
+            CHECK_EQ(s1, w1);
+            sum_windows[k][0] += s0;
+            sum_windows[k][1] += s1;
+            cp_profile_destroy(p);
+        }
+    fprintf(stderr, "e2e: %zu windows, each equal to the agent's files\n", nu);
+
+    /* The exported pprof of the whole run: its totals are the sum of the windows, in our
+     * decoder and in `go tool pprof`. */
+    for (int k = 0; k < 2; k++) {
+        cp_buf raw;
+        cp_profile *p = query(d.port, kinds[k].name, svc, from, to, &raw);
+        CHECK_EQ(total_of(p, kinds[k].t0), sum_windows[k][0]);
+        CHECK_EQ(total_of(p, kinds[k].t1), sum_windows[k][1]);
+        char path[700];
+        snprintf(path, sizeof path, "%s/%s.pb.gz", dir, kinds[k].name);
+        FILE *f = fopen(path, "wb");
+        CHECK(f && fwrite(raw.data, 1, raw.len, f) == raw.len);
+        fclose(f);
+        cp_buf_close(&raw);
+        CHECK_EQ(go_pprof_total(path, kinds[k].t0), sum_windows[k][0]);
+        cp_profile_destroy(p);
+    }
+    fprintf(stderr, "e2e: go tool pprof totals equal the sum of the windows\n");
+
+    /* The planted problems. */
+    cp_profile *cpu = query(d.port, "cpu", svc, from, to, NULL);
+    int64_t self;
+    const char *top = top_self(cpu, "cpu", &self);
+    fprintf(stderr, "e2e: top self-CPU %s (%.0f%%)\n", top, 100.0 * self / total_of(cpu, "cpu"));
+    CHECK_STREQ(top, "json_replacer");
+    CHECK(value_under(cpu, "cpu", "metrics_report") > 0);
+    cp_profile_destroy(cpu);
+
+    cp_profile *alloc = query(d.port, "alloc", svc, from, to, NULL);
+    int64_t span = value_under(alloc, "alloc_space", "trace_span_record");
+    int64_t all = total_of(alloc, "alloc_space");
+    fprintf(stderr, "e2e: trace_span_record allocated %.0f%% of alloc_space\n", 100.0 * span / all);
+    CHECK(span * 2 > all);
+    cp_profile_destroy(alloc);
+
+    /* The start-up allocation, in the inuse answer of a window at least 20 s after start. */
+    size_t late_w = 0;
+    while (late_w < nu && starts[late_w] < t.first_start + 20 * SEC) late_w++;
+    CHECK(late_w < nu);
+    cp_profile *inuse = query(d.port, "inuse", svc, starts[late_w] - SEC / 2000,
+                              starts[late_w] + SEC / 2000, NULL);
+    int64_t geo = value_under(inuse, "inuse_space", "geo_table_load");
+    fprintf(stderr, "e2e: %.1f s after start, geo_table_load holds %.1f MiB in use\n",
+            (double)(starts[late_w] - t.first_start) / SEC, geo / 1048576.0);
+    CHECK(llabs(geo - (64LL << 20)) < (64LL << 20) / 10);
+    cp_profile_destroy(inuse);
+
+    /* One isolate selected: only its frames. */
+    cp_profile *m = query(d.port, "cpu", "{service=\"e2e\",isolate=\"metrics\"}", from, to, NULL);
+    CHECK(value_under(m, "cpu", "metrics_snapshot") > 0);
+    static const char *const others[] = {"json_replacer", "http_worker_main", "trace_span_record",
+                                         "export_compress_batch", "batch_export_main", "main"};
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        if (value_under(m, "cpu", others[i]) != 0) fprintf(stderr, "metrics has %s\n", others[i]);
+        CHECK_EQ(value_under(m, "cpu", others[i]), 0);
+    }
+    cp_profile_destroy(m);
+
+    /* The late isolate: nothing before it was created, its own work after. */
+    const char *late_sel = "{service=\"e2e\",isolate=\"batch-export\"}";
+    cp_profile *early = query(d.port, "cpu", late_sel, from, from + (LATE_AFTER - 2) * SEC, NULL);
+    CHECK_EQ(total_of(early, "cpu"), 0);
+    cp_profile_destroy(early);
+    cp_profile *lp = query(d.port, "cpu", late_sel, from, to, NULL);
+    CHECK(value_under(lp, "cpu", "export_compress_batch") > 0);
+    CHECK_EQ(value_under(lp, "cpu", "json_replacer"), 0);
+    cp_profile_destroy(lp);
+
+    kill(d.pid, SIGTERM);
+    CHECK_EQ(wait_exit(d.pid, 30), 0);
+    kill(broker, SIGTERM);
+    CHECK_EQ(wait_exit(broker, 30), 0);
+    free(starts);
+    free(t.w);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
+/* The README's demo run twice on one data directory, with contprofd's embedded broker:
+ * the second broker starts empty while the store holds the first one's offsets. Every
+ * window of each run must arrive (none skipped as "already stored"). */
+TEST(rerun_with_the_embedded_broker_loses_nothing)
+{
+    char dir[] = "/tmp/contprof-rerun-XXXXXX";
+    CHECK(mkdtemp(dir));
+    char cbin[512], dbin[512];
+    snprintf(cbin, sizeof cbin, "%s/query/contprof", bindir());
+    snprintf(dbin, sizeof dbin, "%s/tests/demo/demo_service", bindir());
+    for (int run = 1; run <= 2; run++) {
+        daemon_t d = {0};
+        daemon_start(&d, dir, NULL);
+        char url[64], files[600], alog[600];
+        snprintf(url, sizeof url, "http://127.0.0.1:%d", d.port);
+        snprintf(files, sizeof files, "%s/windows-%d", dir, run);
+        snprintf(alog, sizeof alog, "%s/demo-%d.log", dir, run);
+        const char *aargv[] = {cbin, "run", "--server", url, "--service", "rerun", "--window",
+                               "1s", "--output-dir", files, "--", dbin, "--duration", "6", NULL};
+        pid_t demo = spawn(aargv, alog);
+        CHECK_EQ(wait_exit(demo, 60), 0);
+        truth t;
+        truth_load(&t, files);
+        CHECK(t.n > 0);
+        int64_t want_samples, want_cpu, got = -1;
+        truth_sum(&t, CP_KIND_CPU, t.first_start, t.last_end, &want_samples, &want_cpu);
+        char sel[128];
+        snprintf(sel, sizeof sel, "{service=\"rerun\",instance=~\".*:%d\"}", (int)demo);
+        for (int64_t end = now_ns() + 30 * SEC; now_ns() < end; usleep(250000)) {
+            cp_profile *p = query(d.port, "cpu", sel, t.first_start, t.last_end, NULL);
+            got = total_of(p, "cpu");
+            cp_profile_destroy(p);
+            if (got == want_cpu) break;
+        }
+        fprintf(stderr, "rerun %d: %zu windows, cpu ns: agent %lld, store %lld\n", run, t.n,
+                (long long)want_cpu, (long long)got);
+        CHECK_EQ(got, want_cpu);
+        int64_t want_objs, want_bytes;
+        truth_sum(&t, CP_KIND_ALLOC, t.first_start, t.last_end, &want_objs, &want_bytes);
+        cp_profile *p = query(d.port, "alloc", sel, t.first_start, t.last_end, NULL);
+        CHECK_EQ(total_of(p, "alloc_space"), want_bytes);
+        cp_profile_destroy(p);
+        free(t.w);
+        kill(d.pid, SIGTERM);
+        CHECK_EQ(wait_exit(d.pid, 30), 0);
+    }
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
+TEST_MAIN(T(demo_through_the_whole_pipeline), T(rerun_with_the_embedded_broker_loses_nothing))
