@@ -8,7 +8,7 @@
 #include <string.h>
 
 struct cp_broker {
-    rd_kafka_t *rk;                  /* the handle that owns the cluster */
+    rd_kafka_t *rk; /* the handle that owns the cluster */
     rd_kafka_mock_cluster_t *mc;
     char *bootstraps;
 };
@@ -49,7 +49,8 @@ int cp_broker_create(const cp_broker_options *opt, cp_broker **out, cp_err *err)
         goto fail;
     }
     cp_log_info("embedded Kafka (in-memory mock cluster, %d broker(s), %s with %d partitions) "
-                "at %s", nb, CP_TOPIC_PROFILES, np, b->bootstraps);
+                "at %s",
+                nb, CP_TOPIC_PROFILES, np, b->bootstraps);
     *out = b;
     return 0;
 fail:
@@ -57,7 +58,10 @@ fail:
     return rc;
 }
 
-const char *cp_broker_bootstraps(const cp_broker *b) { return b->bootstraps; }
+const char *cp_broker_bootstraps(const cp_broker *b)
+{
+    return b->bootstraps;
+}
 
 void cp_broker_destroy(cp_broker *b)
 {

@@ -49,7 +49,8 @@ static int parse_time(const char *s, int64_t *out)
     if (!p) return -1;
     int64_t frac = 0, scale = 100000000;
     if (*p == '.')
-        for (p++; *p >= '0' && *p <= '9'; p++, scale /= 10) frac += (*p - '0') * scale;
+        for (p++; *p >= '0' && *p <= '9'; p++, scale /= 10)
+            frac += (*p - '0') * scale;
     int64_t off = 0;
     if (*p == 'Z' || *p == 'z') {
         p++;
@@ -72,14 +73,22 @@ static int parse_duration(const char *s, int64_t *out)
     double v = strtod(s, &end);
     if (end == s || v <= 0) return -1;
     double mul = 1e9;
-    if (!strcmp(end, "ns")) mul = 1;
-    else if (!strcmp(end, "us")) mul = 1e3;
-    else if (!strcmp(end, "ms")) mul = 1e6;
-    else if (!strcmp(end, "s") || !*end) mul = 1e9;
-    else if (!strcmp(end, "m")) mul = 60e9;
-    else if (!strcmp(end, "h")) mul = 3600e9;
-    else if (!strcmp(end, "d")) mul = 86400e9;
-    else return -1;
+    if (!strcmp(end, "ns"))
+        mul = 1;
+    else if (!strcmp(end, "us"))
+        mul = 1e3;
+    else if (!strcmp(end, "ms"))
+        mul = 1e6;
+    else if (!strcmp(end, "s") || !*end)
+        mul = 1e9;
+    else if (!strcmp(end, "m"))
+        mul = 60e9;
+    else if (!strcmp(end, "h"))
+        mul = 3600e9;
+    else if (!strcmp(end, "d"))
+        mul = 86400e9;
+    else
+        return -1;
     *out = (int64_t)(v * mul);
     return 0;
 }
@@ -89,7 +98,8 @@ static int parse_duration(const char *s, int64_t *out)
 static char *ask_server(const char *url, char *why, size_t whylen)
 {
     const char *h = url;
-    if (!strncmp(h, "http://", 7)) h += 7;
+    if (!strncmp(h, "http://", 7))
+        h += 7;
     else if (strstr(h, "://")) {
         snprintf(why, whylen, "only http:// servers are supported: %s", url);
         return NULL;
@@ -99,7 +109,8 @@ static char *ask_server(const char *url, char *why, size_t whylen)
     if (hl >= sizeof host) hl = sizeof host - 1;
     memcpy(host, h, hl);
     host[hl] = 0;
-    if (h[hl] == ':') snprintf(port, sizeof port, "%.*s", (int)strcspn(h + hl + 1, "/"), h + hl + 1);
+    if (h[hl] == ':')
+        snprintf(port, sizeof port, "%.*s", (int)strcspn(h + hl + 1, "/"), h + hl + 1);
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
     int ge = getaddrinfo(host, port, &hints, &ai);
     if (ge) {
@@ -131,7 +142,8 @@ static char *ask_server(const char *url, char *why, size_t whylen)
     char buf[65536];
     size_t len = 0;
     ssize_t r;
-    while (len < sizeof buf - 1 && (r = read(fd, buf + len, sizeof buf - 1 - len)) > 0) len += (size_t)r;
+    while (len < sizeof buf - 1 && (r = read(fd, buf + len, sizeof buf - 1 - len)) > 0)
+        len += (size_t)r;
     close(fd);
     buf[len] = 0;
     int status = 0;
@@ -174,7 +186,10 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
     }
 }
 
-static int has_type(const cp_profile *p, const char *t) { return cp_profile_find_type(p, t) >= 0; }
+static int has_type(const cp_profile *p, const char *t)
+{
+    return cp_profile_find_type(p, t) >= 0;
+}
 
 /* Produces one envelope of kind with profile p (encoded raw; Kafka compresses). */
 static int send_one(imp *im, const char *file, cp_kind kind, int cumulative, const cp_profile *p)
@@ -196,10 +211,10 @@ static int send_one(imp *im, const char *file, cp_kind kind, int cumulative, con
     e.cumulative = cumulative;
     if (cp_labels_set(&e.labels, "service", im->service)) rc = 1;
     for (int i = 0; i < im->nlabels && !rc; i++) {
-        char *eq = strchr(im->labels[i], '=');
-        *eq = 0;
-        rc = cp_labels_set(&e.labels, im->labels[i], eq + 1) != 0;
-        *eq = '=';
+        const char *eq = strchr(im->labels[i], '=');
+        char name[CP_LABEL_NAME_MAX + 1];
+        snprintf(name, sizeof name, "%.*s", (int)(eq - im->labels[i]), im->labels[i]);
+        rc = cp_labels_set(&e.labels, name, eq + 1) != 0;
     }
     if (!rc) rc = cp_pprof_encode(p, 0, &pp) != 0;
     e.pprof = pp.data;
@@ -250,13 +265,15 @@ static int import_file(imp *im, const char *file)
         if (alloc) {
             cp_profile *a = cp_profile_clone(p);
             const char *t[2] = {"alloc_objects", "alloc_space"};
-            rc = !a || cp_profile_select_types(a, t, 2, &err) || send_one(im, file, CP_KIND_ALLOC, 1, a);
+            rc = !a || cp_profile_select_types(a, t, 2, &err) ||
+                 send_one(im, file, CP_KIND_ALLOC, 1, a);
             cp_profile_destroy(a);
         }
         if (inuse && !rc) {
             cp_profile *u = cp_profile_clone(p);
             const char *t[2] = {"inuse_objects", "inuse_space"};
-            rc = !u || cp_profile_select_types(u, t, 2, &err) || send_one(im, file, CP_KIND_INUSE, 0, u);
+            rc = !u || cp_profile_select_types(u, t, 2, &err) ||
+                 send_one(im, file, CP_KIND_INUSE, 0, u);
             cp_profile_destroy(u);
         }
     } else if (p->sample_types.n) {
@@ -291,17 +308,23 @@ int cp_cmd_import(int argc, char **argv)
             fprintf(stderr, "contprof import: %s needs a value\n", a);
             rc = 2;
             goto out;
-        } else if (!strcmp(a, "--server")) server = argv[++i];
-        else if (!strcmp(a, "--brokers")) brokers = argv[++i];
-        else if (!strcmp(a, "--tenant")) im.tenant = argv[++i];
-        else if (!strcmp(a, "--service")) im.service = argv[++i];
+        } else if (!strcmp(a, "--server"))
+            server = argv[++i];
+        else if (!strcmp(a, "--brokers"))
+            brokers = argv[++i];
+        else if (!strcmp(a, "--tenant"))
+            im.tenant = argv[++i];
+        else if (!strcmp(a, "--service"))
+            im.service = argv[++i];
         else if (!strcmp(a, "--label")) {
             const char *eq = strchr(v, '=');
             char name[CP_LABEL_NAME_MAX + 2] = {0};
             if (eq && (size_t)(eq - v) <= CP_LABEL_NAME_MAX) memcpy(name, v, (size_t)(eq - v));
             if (!eq || !cp_label_name_valid(name)) {
-                fprintf(stderr, "contprof import: --label %s: expected name=value with a name "
-                                "like [A-Za-z_][A-Za-z0-9_]*\n", v);
+                fprintf(stderr,
+                        "contprof import: --label %s: expected name=value with a name "
+                        "like [A-Za-z_][A-Za-z0-9_]*\n",
+                        v);
                 rc = 2;
                 goto out;
             }
@@ -384,8 +407,9 @@ int cp_cmd_import(int argc, char **argv)
     }
     if (bar) fputc('\n', stderr);
     rd_kafka_resp_err_t fe = rd_kafka_flush(im.rk, 60000);
-    if (fe) fprintf(stderr, "contprof import: %s: %d messages not delivered\n",
-                    rd_kafka_err2str(fe), rd_kafka_outq_len(im.rk));
+    if (fe)
+        fprintf(stderr, "contprof import: %s: %d messages not delivered\n", rd_kafka_err2str(fe),
+                rd_kafka_outq_len(im.rk));
     fprintf(stderr, "contprof import: %d envelope(s) from %d file(s) delivered to %s%s\n",
             im.delivered, nfiles - bad, brokers,
             bad ? "; some files were skipped (see above)" : "");

@@ -86,7 +86,8 @@ static part *part_get(cp_ingest *in, int32_t p)
     if (p < 0 || p >= MAX_PARTITIONS) return NULL;
     if ((uint32_t)p >= in->parts.n) {
         if (cp_vec_reserve(&in->parts, (size_t)p + 1)) return NULL;
-        while (in->parts.n <= (uint32_t)p) in->parts.v[in->parts.n++] = (part){0, -1};
+        while (in->parts.n <= (uint32_t)p)
+            in->parts.v[in->parts.n++] = (part){0, -1};
     }
     return &in->parts.v[p];
 }
@@ -201,12 +202,12 @@ static void to_dlq(cp_ingest *in, const rd_kafka_message_t *m, int reason, const
     pthread_mutex_unlock(&in->mu);
     for (int attempt = 0; attempt < 100; attempt++) {
         rd_kafka_resp_err_t e = rd_kafka_producev(
-            in->dlq, RD_KAFKA_V_TOPIC(in->dlq_topic),
-            RD_KAFKA_V_VALUE(m->payload, m->len), RD_KAFKA_V_KEY(m->key, m->key_len),
+            in->dlq, RD_KAFKA_V_TOPIC(in->dlq_topic), RD_KAFKA_V_VALUE(m->payload, m->len),
+            RD_KAFKA_V_KEY(m->key, m->key_len),
             RD_KAFKA_V_HEADER("contprof-reason", reason_names[reason], -1),
             RD_KAFKA_V_HEADER("contprof-error", why, -1),
-            RD_KAFKA_V_HEADER("contprof-source", src, -1),
-            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+            RD_KAFKA_V_HEADER("contprof-source", src, -1), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+            RD_KAFKA_V_END);
         if (!e) {
             in->dlq_pending = 1;
             return;
@@ -285,15 +286,23 @@ static void handle(cp_ingest *in, rd_kafka_message_t *m)
 static void update_lag(cp_ingest *in)
 {
     int64_t lag = 0;
+    uint32_t np = 0;
     for (uint32_t i = 0; i < in->parts.n; i++) {
         if (!in->parts.v[i].assigned) continue;
-        int64_t lo = 0, hi = 0;
-        if (rd_kafka_get_watermark_offsets(in->rk, in->topic, (int32_t)i, &lo, &hi)) continue;
+        np++;
+        int64_t lo = -1, hi = -1;
+        if (rd_kafka_get_watermark_offsets(in->rk, in->topic, (int32_t)i, &lo, &hi) || hi < 0 ||
+            lo < 0) {
+            lag = -1; /* no fetch answer yet for this partition */
+            break;
+        }
+        /* nothing stored yet: everything from the log start is behind */
         int64_t pos = in->parts.v[i].next >= 0 ? in->parts.v[i].next : lo;
         if (hi > pos) lag += hi - pos;
     }
     pthread_mutex_lock(&in->mu);
-    in->st.lag = lag;
+    in->st.lag = np ? lag : -1;
+    in->st.partitions = np;
     pthread_mutex_unlock(&in->mu);
 }
 
@@ -363,8 +372,7 @@ static int conf_set(rd_kafka_conf_t *c, const char *k, const char *v, cp_err *er
     return 0;
 }
 
-int cp_ingest_create(const cp_ingest_options *opt, cp_store *store, cp_ingest **out,
-                     cp_err *err)
+int cp_ingest_create(const cp_ingest_options *opt, cp_store *store, cp_ingest **out, cp_err *err)
 {
     *out = NULL;
     if (!opt || !opt->brokers || !*opt->brokers)
@@ -379,8 +387,10 @@ int cp_ingest_create(const cp_ingest_options *opt, cp_store *store, cp_ingest **
     if (!in->o.max_message_bytes) in->o.max_message_bytes = 64u << 20;
     if (!in->o.maintain_every_ms) in->o.maintain_every_ms = 10000;
     if (!in->o.maintain_max_keys) in->o.maintain_max_keys = 20000;
-    if (opt->limits) in->limits = *opt->limits;
-    else cp_pprof_limits_default(&in->limits);
+    if (opt->limits)
+        in->limits = *opt->limits;
+    else
+        cp_pprof_limits_default(&in->limits);
     in->topic = strdup(opt->topic ? opt->topic : CP_TOPIC_PROFILES);
     in->dlq_topic = strdup(opt->dlq_topic ? opt->dlq_topic : CP_TOPIC_DLQ);
     in->brokers = strdup(opt->brokers);
@@ -417,7 +427,9 @@ int cp_ingest_create(const cp_ingest_options *opt, cp_store *store, cp_ingest **
         goto fail;
     }
     rd_kafka_poll_set_consumer(in->rk);
-    in->cooperative = !strcmp(rd_kafka_rebalance_protocol(in->rk) ? rd_kafka_rebalance_protocol(in->rk) : "", "COOPERATIVE");
+    in->cooperative =
+        !strcmp(rd_kafka_rebalance_protocol(in->rk) ? rd_kafka_rebalance_protocol(in->rk) : "",
+                "COOPERATIVE");
     /* the DLQ producer */
     rd_kafka_conf_t *pc = rd_kafka_conf_new();
     if ((rc = conf_set(pc, "bootstrap.servers", opt->brokers, err)) ||
@@ -452,7 +464,9 @@ int cp_ingest_start(cp_ingest *in, cp_err *err)
     rd_kafka_topic_partition_list_add(t, in->topic, RD_KAFKA_PARTITION_UA);
     rd_kafka_resp_err_t ke = rd_kafka_subscribe(in->rk, t);
     rd_kafka_topic_partition_list_destroy(t);
-    if (ke) return cp_err_set(err, CP_EKAFKA, "ingest: subscribe to %s: %s", in->topic, rd_kafka_err2str(ke));
+    if (ke)
+        return cp_err_set(err, CP_EKAFKA, "ingest: subscribe to %s: %s", in->topic,
+                          rd_kafka_err2str(ke));
     atomic_store(&in->stop, 0);
     if (pthread_create(&in->th, NULL, run, in))
         return cp_err_set(err, CP_ENOMEM, "ingest: cannot start the thread");

@@ -15,28 +15,28 @@
 typedef struct cp_ingest cp_ingest;
 
 typedef struct cp_ingest_options {
-    const char *brokers;    /* bootstrap.servers (required) */
-    const char *group_id;   /* consumer group; NULL = "contprofd" */
-    const char *topic;      /* NULL = "contprof.profiles" */
-    const char *dlq_topic;  /* NULL = "contprof.profiles.dlq" */
+    const char *brokers;   /* bootstrap.servers (required) */
+    const char *group_id;  /* consumer group; NULL = "contprofd" */
+    const char *topic;     /* NULL = "contprof.profiles" */
+    const char *dlq_topic; /* NULL = "contprof.profiles.dlq" */
     /* Extra librdkafka properties, NULL-terminated name, value pairs, applied to the
      * consumer and the DLQ producer (security.protocol, sasl.*, ssl.*, ...). */
     const char *const *kafka_props;
-    uint32_t batch_max_messages; /* messages per LevelDB write; 0 = 512 */
-    uint32_t batch_max_ms;       /* longest a message waits for its write; 0 = 200 */
-    size_t max_message_bytes;    /* envelope payload limit; 0 = 64 MiB */
+    uint32_t batch_max_messages;   /* messages per LevelDB write; 0 = 512 */
+    uint32_t batch_max_ms;         /* longest a message waits for its write; 0 = 200 */
+    size_t max_message_bytes;      /* envelope payload limit; 0 = 64 MiB */
     const cp_pprof_limits *limits; /* pprof decoding limits; NULL = defaults */
-    uint32_t maintain_every_ms;  /* retention step period; 0 = 10000 */
-    uint32_t maintain_max_keys;  /* blocks deleted per step; 0 = 20000 */
+    uint32_t maintain_every_ms;    /* retention step period; 0 = 10000 */
+    uint32_t maintain_max_keys;    /* blocks deleted per step; 0 = 20000 */
 } cp_ingest_options;
 
 /* Why a message went to the dead-letter topic (the "contprof-reason" header). */
-#define CP_DLQ_REASON_MAP(X)                                                           \
-    X(ENVELOPE, "envelope")   /* not a decodable / valid envelope */                    \
-    X(VERSION, "version")     /* unknown envelope major version */                      \
-    X(PPROF, "pprof")         /* payload is not a valid (gzip'd) pprof */               \
-    X(LIMIT, "limit")         /* over a size / count limit */                           \
-    X(REJECTED, "rejected")   /* the store refused it (e.g. sample types changed) */
+#define CP_DLQ_REASON_MAP(X)                                                                       \
+    X(ENVELOPE, "envelope") /* not a decodable / valid envelope */                                 \
+    X(VERSION, "version")   /* unknown envelope major version */                                   \
+    X(PPROF, "pprof")       /* payload is not a valid (gzip'd) pprof */                            \
+    X(LIMIT, "limit")       /* over a size / count limit */                                        \
+    X(REJECTED, "rejected") /* the store refused it (e.g. sample types changed) */
 
 typedef enum cp_dlq_reason {
 #define CP_DLQ_ENUM_(n, s) CP_DLQ_##n,
@@ -58,7 +58,9 @@ typedef struct cp_ingest_stats {
     uint64_t dlq_failed; /* bad messages whose DLQ produce failed (still skipped) */
     uint64_t gap;        /* messages lost because the broker dropped them before we read */
     uint64_t batches;    /* LevelDB writes */
-    int64_t lag;         /* messages behind the high watermarks of assigned partitions */
+    int64_t lag;         /* messages behind the high watermarks of the assigned
+                            partitions; -1 while unknown */
+    uint32_t partitions; /* assigned partitions */
     int running;         /* the consumer thread is up */
     int failed;          /* stopped on a store error; error says which */
     char error[256];
@@ -66,8 +68,7 @@ typedef struct cp_ingest_stats {
 
 /* Creates the consumer (group, enable.auto.commit=false) and the DLQ producer for store
  * (not owned; must outlive the ingest). Does not consume yet. */
-int cp_ingest_create(const cp_ingest_options *opt, cp_store *store, cp_ingest **out,
-                     cp_err *err);
+int cp_ingest_create(const cp_ingest_options *opt, cp_store *store, cp_ingest **out, cp_err *err);
 
 /* Starts the consumer thread. */
 int cp_ingest_start(cp_ingest *in, cp_err *err);

@@ -150,8 +150,9 @@ static int map_strings(cp_merger *m, const cp_profile *p)
     m->str_map.n = 0;
     if (cp_vec_reserve(&m->str_map, p->strs.off.n)) return CP_ENOMEM;
     for (uint32_t i = 0; i < p->strs.off.n; i++) {
+        size_t end = i + 1 < p->strs.off.n ? p->strs.off.v[i + 1] : p->strs.len;
         const char *s = p->strs.buf + p->strs.off.v[i];
-        if (cp_profile_intern(m->out, s, strlen(s), &m->str_map.v[i])) return CP_ENOMEM;
+        if (cp_profile_intern(m->out, s, end - p->strs.off.v[i] - 1, &m->str_map.v[i])) return CP_ENOMEM;
     }
     m->str_map.n = p->strs.off.n;
     return 0;

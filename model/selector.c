@@ -3,6 +3,7 @@
  * Errors name the byte offset where the text stopped making sense. */
 #include "selector.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -141,6 +142,128 @@ static int parse_string(sel_parser *p, char **out)
     return 0;
 }
 
+/* ---- regex complexity guard -------------------------------------------------------- */
+
+#define RE_MAX_COST 10000
+#define RE_MAX_DEPTH 64
+#define RE_MAX_BOUND 255
+
+typedef struct re_frame {
+    uint64_t total; /* cost of this group so far */
+    uint64_t last;  /* cost of the latest atom (what a quantifier applies to) */
+    int quantified; /* the latest atom already has a quantifier */
+} re_frame;
+
+static uint64_t sat_mul(uint64_t a, uint64_t b)
+{
+    return a && b > UINT64_MAX / a ? UINT64_MAX : a * b;
+}
+
+int cp_regex_check(const char *re, cp_err *err)
+{
+    re_frame st[RE_MAX_DEPTH + 1];
+    int sp = 0;
+    memset(&st[0], 0, sizeof st[0]);
+    size_t n = strlen(re);
+    for (size_t i = 0; i < n; i++) {
+        re_frame *f = &st[sp];
+        char c = re[i];
+        uint64_t atom = 0;
+        if (c == '\\') {
+            if (i + 1 < n && re[i + 1] >= '1' && re[i + 1] <= '9')
+                return cp_err_set(err, CP_EPARSE,
+                                  "regular expression uses a backreference at byte %zu (not "
+                                  "supported)",
+                                  i);
+            i++;
+            atom = 1;
+        } else if (c == '[') {
+            size_t j = i + 1;
+            if (j < n && re[j] == '^') j++;
+            if (j < n && re[j] == ']') j++;
+            while (j < n && re[j] != ']') {
+                if (re[j] == '[' && j + 1 < n && (re[j + 1] == ':' || re[j + 1] == '.' ||
+                                                   re[j + 1] == '=')) {
+                    char close = re[j + 1];
+                    j += 2;
+                    while (j + 1 < n && !(re[j] == close && re[j + 1] == ']')) j++;
+                    j += 2;
+                } else {
+                    j++;
+                }
+            }
+            i = j < n ? j : n; /* an unclosed bracket is left to regcomp to report */
+            atom = 1;
+        } else if (c == '(') {
+            if (sp == RE_MAX_DEPTH)
+                return cp_err_set(err, CP_EPARSE,
+                                  "regular expression nests groups deeper than %d at byte %zu",
+                                  RE_MAX_DEPTH, i);
+            sp++;
+            memset(&st[sp], 0, sizeof st[sp]);
+            continue;
+        } else if (c == ')' && sp > 0) {
+            atom = st[sp].total ? st[sp].total : 1;
+            sp--;
+            f = &st[sp];
+        } else if (c == '|') {
+            f->last = 0;
+            f->quantified = 0;
+            continue;
+        } else if (c == '*' || c == '+' || c == '?' || c == '{') {
+            uint64_t factor = c == '+' ? 2 : 1;
+            size_t at = i;
+            if (c == '{') {
+                size_t j = i + 1;
+                uint64_t lo = 0, hi = 0;
+                int dl = 0, dh = 0, comma = 0;
+                while (j < n && re[j] >= '0' && re[j] <= '9' && dl < 6) lo = lo * 10 + (uint64_t)(re[j++] - '0'), dl++;
+                if (j < n && re[j] == ',') {
+                    comma = 1;
+                    j++;
+                    while (j < n && re[j] >= '0' && re[j] <= '9' && dh < 6) hi = hi * 10 + (uint64_t)(re[j++] - '0'), dh++;
+                }
+                if (j >= n || re[j] != '}' || !dl) {
+                    atom = 1; /* not an interval: a literal brace (or regcomp's error) */
+                    goto add;
+                }
+                if (!comma) hi = lo;
+                if (comma && !dh) hi = lo + 1;
+                if (lo > RE_MAX_BOUND || hi > RE_MAX_BOUND)
+                    return cp_err_set(err, CP_EPARSE,
+                                      "regular expression repeats more than %d times at byte %zu",
+                                      RE_MAX_BOUND, at);
+                factor = (hi > lo ? hi : lo) + 1;
+                i = j;
+            }
+            if (f->quantified)
+                return cp_err_set(err, CP_EPARSE,
+                                  "regular expression has stacked repetition operators at byte %zu",
+                                  at);
+            if (f->last) {
+                uint64_t grown = sat_mul(f->last, factor);
+                f->total = f->total - f->last + grown;
+                f->last = grown;
+            }
+            f->quantified = 1;
+            goto check;
+        } else {
+            atom = 1;
+        }
+    add:
+        f->total += atom;
+        f->last = atom;
+        f->quantified = 0;
+    check:
+        if (f->total > RE_MAX_COST)
+            return cp_err_set(err, CP_EPARSE,
+                              "regular expression too complex at byte %zu (expands past %d "
+                              "nodes)",
+                              i, RE_MAX_COST);
+    }
+    return 0;
+}
+
 static void matcher_close(cp_matcher *m)
 {
     free(m->name);
@@ -177,6 +300,10 @@ static int parse_matcher(sel_parser *p, cp_matcher *m)
     rc = parse_string(p, &m->value);
     if (rc) return rc;
     if (m->op == CP_MATCH_RE || m->op == CP_MATCH_NRE) {
+        cp_err rerr = {0};
+        if (cp_regex_check(m->value, &rerr))
+            return cp_err_set(p->err, CP_EPARSE, "selector: value at byte %zu: %s", vpos,
+                              rerr.msg);
         size_t n = strlen(m->value);
         char *anchored = malloc(n + 5);
         if (!anchored) return cp_err_set(p->err, CP_ENOMEM, "selector: out of memory");

@@ -26,6 +26,11 @@ typedef struct cp_selector {
  * CP_EPARSE and err says what was expected at which byte. */
 int cp_selector_parse(const char *text, cp_selector *out, cp_err *err);
 void cp_selector_close(cp_selector *s);
+/* Refuses regular expressions that would make glibc's regcomp blow up (stacked repetition
+ * operators such as "a++*", bounds over 255, nested repetitions expanding past 10,000
+ * nodes, nesting deeper than 64): CP_EPARSE with err naming the byte offset within re.
+ * Used for selectors and for every other regex a user sends (focus, ignore). */
+int cp_regex_check(const char *re, cp_err *err);
 /* 1 if value (NULL = label absent, matched as "") satisfies m. */
 int cp_matcher_match(const cp_matcher *m, const char *value);
 /* 1 if every matcher holds for l. */

@@ -57,6 +57,7 @@ struct conn {
     int err_status;
     char err_msg[160];
     int complete;  /* a whole request was parsed and waits to be dispatched */
+    int in_message; /* a request has begun: its bytes must all arrive within the idle timeout */
     int busy;      /* a request is being answered */
     int keep_alive;
     int closing;
@@ -87,30 +88,30 @@ int cp_json_escape(cp_buf *b, const char *s, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
     if (cp_buf_reserve(b, n + 2)) return CP_ENOMEM;
+    size_t run = 0; /* start of the pending run of bytes that need no escape */
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\' && c != 0x7f) continue;
+        if (i > run && cp_buf_append(b, s + run, i - run)) return CP_ENOMEM;
+        run = i + 1;
         char esc[7];
-        size_t el = 0;
+        size_t el = 2;
+        esc[0] = '\\';
         switch (c) {
-        case '"': memcpy(esc, "\\\"", 2); el = 2; break;
-        case '\\': memcpy(esc, "\\\\", 2); el = 2; break;
-        case '\n': memcpy(esc, "\\n", 2); el = 2; break;
-        case '\r': memcpy(esc, "\\r", 2); el = 2; break;
-        case '\t': memcpy(esc, "\\t", 2); el = 2; break;
+        case '"': esc[1] = '"'; break;
+        case '\\': esc[1] = '\\'; break;
+        case '\n': esc[1] = 'n'; break;
+        case '\r': esc[1] = 'r'; break;
+        case '\t': esc[1] = 't'; break;
         default:
-            if (c < 0x20 || c == 0x7f) {
-                memcpy(esc, "\\u00", 4);
-                esc[4] = hex[c >> 4];
-                esc[5] = hex[c & 15];
-                el = 6;
-            }
+            memcpy(esc, "\\u00", 4);
+            esc[4] = hex[c >> 4];
+            esc[5] = hex[c & 15];
+            el = 6;
         }
-        if (el) {
-            if (cp_buf_append(b, esc, el)) return CP_ENOMEM;
-        } else if (cp_buf_append(b, &s[i], 1)) {
-            return CP_ENOMEM;
-        }
+        if (cp_buf_append(b, esc, el)) return CP_ENOMEM;
     }
+    if (n > run && cp_buf_append(b, s + run, n - run)) return CP_ENOMEM;
     return 0;
 }
 
@@ -300,7 +301,9 @@ static int count_header(conn *c, size_t n)
 
 static int on_message_begin(http_parser *p)
 {
-    conn_reset_request(p->data);
+    conn *c = p->data;
+    conn_reset_request(c);
+    c->in_message = 1;
     return 0;
 }
 
@@ -366,6 +369,7 @@ static int on_message_complete(http_parser *p)
 {
     conn *c = p->data;
     c->complete = 1;
+    c->in_message = 0;
     c->keep_alive = http_should_keep_alive(p);
     snprintf(c->method, sizeof c->method, "%s", http_method_str((enum http_method)p->method));
     http_parser_pause(p, 1); /* one request at a time; the rest stays in c->in */
@@ -577,7 +581,8 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         uv_read_stop(st);
         c->reading = 0;
     }
-    if (!c->busy) conn_arm_idle(c);
+    /* A trickling client cannot stretch one request past the idle timeout (slowloris). */
+    if (!c->busy && !c->in_message) conn_arm_idle(c);
     conn_process(c);
 }
 

@@ -289,6 +289,7 @@ static int parse_rfc3339(const char *s, int64_t *out)
     }
     if (*p) return -1;
     int64_t secs = days_from_civil(Y, M, D) * 86400 + h * 3600 + m * 60 + sec - off;
+    if (secs < -9200000000LL || secs > 9200000000LL) return -1; /* beyond int64 nanoseconds */
     *out = secs * 1000000000LL + frac;
     return 0;
 }

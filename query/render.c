@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "http.h" /* cp_json_escape */
+#include "selector.h" /* cp_regex_check */
 
 /* ---- frame names -------------------------------------------------------------------- */
 
@@ -349,6 +350,11 @@ int cp_render_filter(cp_profile *p, const char *focus, const char *ignore, cp_er
     if (!has_f && !has_i) return 0;
     regex_t fre, ire;
     int rc;
+    cp_err gerr = {0};
+    if (has_f && cp_regex_check(focus, &gerr))
+        return cp_err_set(err, CP_EPARSE, "bad focus regex '%.64s': %s", focus, gerr.msg);
+    if (has_i && cp_regex_check(ignore, &gerr))
+        return cp_err_set(err, CP_EPARSE, "bad ignore regex '%.64s': %s", ignore, gerr.msg);
     if (has_f && (rc = regcomp(&fre, focus, REG_EXTENDED | REG_NOSUB))) {
         char m[128];
         regerror(rc, &fre, m, sizeof m);

@@ -35,7 +35,10 @@ void cp_acc_reset(cp_acc *a, uint32_t ntypes)
     if (a->slots) memset(a->slots, 0, sizeof(uint32_t) * a->nslots);
 }
 
-static inline uint32_t acc_hash(uint32_t id) { return id * 2654435761u; }
+static inline uint32_t acc_hash(uint32_t id)
+{
+    return id * 2654435761u;
+}
 
 static int acc_rehash(cp_acc *a, uint32_t nslots)
 {
@@ -43,7 +46,8 @@ static int acc_rehash(cp_acc *a, uint32_t nslots)
     if (!s) return CP_ENOMEM;
     for (uint32_t i = 0; i < a->ids.n; i++) {
         uint32_t h = acc_hash(a->ids.v[i]) & (nslots - 1);
-        while (s[h]) h = (h + 1) & (nslots - 1);
+        while (s[h])
+            h = (h + 1) & (nslots - 1);
         s[h] = i + 1;
     }
     free(a->slots);
@@ -54,8 +58,7 @@ static int acc_rehash(cp_acc *a, uint32_t nslots)
 
 int64_t *cp_acc_row(cp_acc *a, uint32_t id)
 {
-    if ((a->ids.n + 1) * 2 > a->nslots &&
-        acc_rehash(a, a->nslots ? a->nslots * 2 : 64))
+    if ((a->ids.n + 1) * 2 > a->nslots && acc_rehash(a, a->nslots ? a->nslots * 2 : 64))
         return NULL;
     uint32_t mask = a->nslots - 1, h = acc_hash(id) & mask;
     while (a->slots[h]) {
@@ -109,12 +112,37 @@ static uint64_t gcd64(uint64_t a, uint64_t b)
     return a;
 }
 
-/* Sorts row indexes by stack id (qsort with a thread-local comparator context). */
-static _Thread_local const cp_acc *tl_acc;
-static int cmp_rows_tl(const void *x, const void *y)
+/* Sorts rows by stack id: LSD radix sort of (id << 32 | row) keys on the id's bytes,
+ * skipping bytes that are the same in every key. */
+static int sort_rows(const cp_acc *a, uint32_t *ord)
 {
-    uint32_t a = tl_acc->ids.v[*(const uint32_t *)x], b = tl_acc->ids.v[*(const uint32_t *)y];
-    return a < b ? -1 : a > b;
+    uint32_t n = a->ids.n;
+    uint64_t *k = malloc(sizeof(uint64_t) * (n ? n : 1) * 2);
+    if (!k) return CP_ENOMEM;
+    uint64_t *tmp = k + n;
+    uint32_t all_or = 0, all_and = UINT32_MAX;
+    for (uint32_t i = 0; i < n; i++) {
+        k[i] = (uint64_t)a->ids.v[i] << 32 | i;
+        all_or |= a->ids.v[i];
+        all_and &= a->ids.v[i];
+    }
+    for (int shift = 32; shift < 64; shift += 8) {
+        if (!(((all_or ^ all_and) >> (shift - 32)) & 0xff)) continue;
+        uint32_t cnt[257] = {0};
+        for (uint32_t i = 0; i < n; i++)
+            cnt[((k[i] >> shift) & 0xff) + 1]++;
+        for (int b = 0; b < 256; b++)
+            cnt[b + 1] += cnt[b];
+        for (uint32_t i = 0; i < n; i++)
+            tmp[cnt[(k[i] >> shift) & 0xff]++] = k[i];
+        uint64_t *t = k;
+        k = tmp;
+        tmp = t;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        ord[i] = (uint32_t)k[i];
+    free(k < tmp ? k : tmp);
+    return 0;
 }
 
 int cp_block_encode(cp_acc *a, cp_buf *out)
@@ -124,9 +152,10 @@ int cp_block_encode(cp_acc *a, cp_buf *out)
     uint8_t *raw = NULL;
     int rc = CP_ENOMEM;
     if (!ord) return CP_ENOMEM;
-    for (uint32_t i = 0; i < n; i++) ord[i] = i;
-    tl_acc = a;
-    qsort(ord, n, sizeof *ord, cmp_rows_tl);
+    if (sort_rows(a, ord)) {
+        free(ord);
+        return CP_ENOMEM;
+    }
 
     uint64_t div[CP_MAX_TYPES];
     for (uint32_t t = 0; t < nt; t++) {
@@ -147,7 +176,8 @@ int cp_block_encode(cp_acc *a, cp_buf *out)
     p = cp_put_uv(p, nt);
     for (uint32_t t = 0; t < nt; t++) {
         int64_t tot = 0;
-        for (uint32_t i = 0; i < n; i++) tot = cp_add_wrap(tot, a->vals.v[(size_t)i * nt + t]);
+        for (uint32_t i = 0; i < n; i++)
+            tot = cp_add_wrap(tot, a->vals.v[(size_t)i * nt + t]);
         p = cp_put_uv(p, div[t]);
         p = cp_put_uv(p, cp_zz(tot));
     }
@@ -173,9 +203,8 @@ int cp_block_encode(cp_acc *a, cp_buf *out)
     uint8_t *o = out->data + out->len;
     uint8_t *q = o + 1;
     q = cp_put_uv(q, rawlen);
-    int clen = rawlen > 64 ? LZ4_compress_default((const char *)raw, (char *)q, (int)rawlen,
-                                                  bound)
-                           : 0;
+    int clen =
+        rawlen > 64 ? LZ4_compress_default((const char *)raw, (char *)q, (int)rawlen, bound) : 0;
     if (clen > 0 && (size_t)clen < rawlen) {
         o[0] = CP_BLOCK_LZ4;
         out->len += (size_t)(q - o) + (size_t)clen;
@@ -191,8 +220,7 @@ done:
     return rc;
 }
 
-int cp_block_it_init(cp_block_it *it, const uint8_t *v, size_t len, cp_buf *scratch,
-                     cp_err *err)
+int cp_block_it_init(cp_block_it *it, const uint8_t *v, size_t len, cp_buf *scratch, cp_err *err)
 {
     memset(it, 0, sizeof *it);
     if (len < 2) return cp_err_set(err, CP_ESTORE, "block of %zu bytes is too short", len);
@@ -208,8 +236,8 @@ int cp_block_it_init(cp_block_it *it, const uint8_t *v, size_t len, cp_buf *scra
     } else if (v[0] == CP_BLOCK_LZ4) {
         scratch->len = 0;
         if (cp_buf_reserve(scratch, rawlen + 1)) return cp_err_set(err, CP_ENOMEM, "block");
-        int got = LZ4_decompress_safe((const char *)r.p, (char *)scratch->data,
-                                      (int)(r.end - r.p), (int)rawlen);
+        int got = LZ4_decompress_safe((const char *)r.p, (char *)scratch->data, (int)(r.end - r.p),
+                                      (int)rawlen);
         if (got < 0 || (uint64_t)got != rawlen)
             return cp_err_set(err, CP_ESTORE, "block: lz4 payload does not decompress");
         it->r.p = scratch->data;
@@ -220,8 +248,7 @@ int cp_block_it_init(cp_block_it *it, const uint8_t *v, size_t len, cp_buf *scra
     it->time_ns = cp_get_sv(&it->r);
     it->windows = cp_get_uv(&it->r);
     uint64_t nt = cp_get_uv(&it->r);
-    if (it->r.bad || nt > CP_MAX_TYPES)
-        return cp_err_set(err, CP_ESTORE, "block: bad type count");
+    if (it->r.bad || nt > CP_MAX_TYPES) return cp_err_set(err, CP_ESTORE, "block: bad type count");
     it->ntypes = (uint32_t)nt;
     for (uint32_t t = 0; t < nt; t++) {
         it->div[t] = cp_get_uv(&it->r);

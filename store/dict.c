@@ -38,7 +38,8 @@ static int idx_insert(cp_idx *x, uint64_t h, uint32_t id)
 {
     if ((x->n + 1) * 4 > x->nslots * 3 && idx_grow(x)) return CP_ENOMEM;
     uint32_t m = x->nslots - 1, i = (uint32_t)h & m;
-    while (x->ids[i]) i = (i + 1) & m;
+    while (x->ids[i])
+        i = (i + 1) & m;
     x->ids[i] = id;
     x->hs[i] = h;
     x->n++;
@@ -47,8 +48,7 @@ static int idx_insert(cp_idx *x, uint64_t h, uint32_t id)
 
 typedef int (*eq_fn)(const cp_dict *d, uint32_t id, const void *key);
 
-static uint32_t idx_find(const cp_idx *x, uint64_t h, eq_fn eq, const cp_dict *d,
-                         const void *key)
+static uint32_t idx_find(const cp_idx *x, uint64_t h, eq_fn eq, const cp_dict *d, const void *key)
 {
     if (!x->nslots) return 0;
     uint32_t m = x->nslots - 1, i = (uint32_t)h & m;
@@ -114,6 +114,20 @@ static void put_entry(cp_dict *d, uint8_t kind, uint32_t id, const uint8_t *v, s
  * Strings
  * --------------------------------------------------------------------------------- */
 
+/* String hash: length plus up to 56 sampled bytes (the first 24, 8 from the middle, the
+ * last 24). Long symbol names share prefixes and lengths rarely all at once; a full compare
+ * on every hash hit keeps it exact. Much cheaper than hashing every byte of every name of
+ * every window. */
+static uint64_t str_hash(const char *s, size_t n)
+{
+    if (n <= 56) return cp_hash_bytes(s, n, 0x5157);
+    uint64_t w[7];
+    memcpy(w, s, 24);
+    memcpy(w + 3, s + n / 2 - 4, 8);
+    memcpy(w + 4, s + n - 24, 24);
+    return cp_hash_bytes(w, sizeof w, 0x5157 ^ n);
+}
+
 typedef struct skey {
     const char *s;
     size_t len;
@@ -132,7 +146,8 @@ static int str_append(cp_dict *d, const char *s, size_t len)
     if (d->slen + len + 1 > UINT32_MAX) return CP_ENOMEM;
     if (d->slen + len + 1 > d->scap) {
         size_t cap = d->scap * 2;
-        while (cap < d->slen + len + 1) cap *= 2;
+        while (cap < d->slen + len + 1)
+            cap *= 2;
         char *nb = realloc(d->sbuf, cap);
         if (!nb) return CP_ENOMEM;
         d->sbuf = nb;
@@ -150,7 +165,7 @@ int cp_dict_string(cp_dict *d, const char *s, size_t len, uint32_t *id)
         *id = 0;
         return 0;
     }
-    uint64_t h = cp_hash_bytes(s, len, 0x5157);
+    uint64_t h = str_hash(s, len);
     skey k = {s, len};
     uint32_t got = idx_find(&d->si, h, str_eq, d, &k);
     if (got) {
@@ -184,8 +199,8 @@ static uint64_t fn_hash(const cp_function *f)
 static int fn_eq(const cp_dict *d, uint32_t id, const void *key)
 {
     const cp_function *a = &d->fn.v[id - 1], *b = key;
-    return a->name == b->name && a->system_name == b->system_name &&
-           a->filename == b->filename && a->start_line == b->start_line;
+    return a->name == b->name && a->system_name == b->system_name && a->filename == b->filename &&
+           a->start_line == b->start_line;
 }
 
 int cp_dict_function(cp_dict *d, const cp_function *f, uint32_t *id)
@@ -290,8 +305,7 @@ static int loc_eq(const cp_dict *d, uint32_t id, const void *key)
     return 1;
 }
 
-static int loc_add(cp_dict *d, const cp_location *l, const cp_line *lines, uint64_t h,
-                   uint32_t *id)
+static int loc_add(cp_dict *d, const cp_location *l, const cp_line *lines, uint64_t h, uint32_t *id)
 {
     if (cp_vec_reserve(&d->lines, (size_t)d->lines.n + l->nlines)) return CP_ENOMEM;
     cp_location nl = *l;
@@ -401,7 +415,8 @@ int cp_dict_stack(cp_dict *d, const uint32_t *locs, uint32_t nlocs, const cp_lab
     uint8_t sv[1024], *v = cap <= sizeof sv ? sv : malloc(cap), *p = v;
     if (!v) return CP_ENOMEM;
     p = cp_put_uv(p, nlocs);
-    for (uint32_t i = 0; i < nlocs; i++) p = cp_put_uv(p, locs[i]);
+    for (uint32_t i = 0; i < nlocs; i++)
+        p = cp_put_uv(p, locs[i]);
     p = cp_put_uv(p, nlabels);
     for (uint32_t i = 0; i < nlabels; i++) {
         p = cp_put_uv(p, labels[i].key);
@@ -418,18 +433,28 @@ int cp_dict_stack(cp_dict *d, const uint32_t *locs, uint32_t nlocs, const cp_lab
  * Loading at open
  * --------------------------------------------------------------------------------- */
 
-int cp_dict_load(cp_dict *d, uint8_t kind, uint32_t id, const uint8_t *v, size_t len,
-                 cp_err *err)
+int cp_dict_load(cp_dict *d, uint8_t kind, uint32_t id, const uint8_t *v, size_t len, cp_err *err)
 {
     cp_rd r = {v, v + len, 0};
     uint32_t expect;
     switch (kind) {
-    case CP_D_STRING: expect = d->soff.n - 1; break;
-    case CP_D_FUNCTION: expect = d->fn.n + 1; break;
-    case CP_D_MAPPING: expect = d->map.n + 1; break;
-    case CP_D_LOCATION: expect = d->loc.n + 1; break;
-    case CP_D_STACK: expect = d->stk.n + 1; break;
-    default: return cp_err_set(err, CP_ESTORE, "dictionary entry of unknown kind 0x%02x", kind);
+    case CP_D_STRING:
+        expect = d->soff.n - 1;
+        break;
+    case CP_D_FUNCTION:
+        expect = d->fn.n + 1;
+        break;
+    case CP_D_MAPPING:
+        expect = d->map.n + 1;
+        break;
+    case CP_D_LOCATION:
+        expect = d->loc.n + 1;
+        break;
+    case CP_D_STACK:
+        expect = d->stk.n + 1;
+        break;
+    default:
+        return cp_err_set(err, CP_ESTORE, "dictionary entry of unknown kind 0x%02x", kind);
     }
     if (id != expect)
         return cp_err_set(err, CP_ESTORE, "dictionary '%c' of tenant %s: id %u where %u expected",
@@ -438,7 +463,7 @@ int cp_dict_load(cp_dict *d, uint8_t kind, uint32_t id, const uint8_t *v, size_t
     int rc = 0;
     switch (kind) {
     case CP_D_STRING: {
-        uint64_t h = cp_hash_bytes(v, len, 0x5157);
+        uint64_t h = str_hash((const char *)v, len);
         if ((rc = str_append(d, (const char *)v, len))) break;
         rc = idx_insert(&d->si, h, id);
         got = id;
@@ -501,7 +526,8 @@ int cp_dict_load(cp_dict *d, uint8_t kind, uint32_t id, const uint8_t *v, size_t
         }
         uint32_t *locs = malloc(sizeof(uint32_t) * (n ? n : 1));
         if (!locs) return cp_err_set(err, CP_ENOMEM, "dictionary");
-        for (uint32_t i = 0; i < n; i++) locs[i] = (uint32_t)cp_get_uv(&r);
+        for (uint32_t i = 0; i < n; i++)
+            locs[i] = (uint32_t)cp_get_uv(&r);
         uint64_t nl = cp_get_uv(&r);
         cp_label *labels = NULL;
         if (r.bad || nl > len) {
@@ -530,7 +556,7 @@ int cp_dict_load(cp_dict *d, uint8_t kind, uint32_t id, const uint8_t *v, size_t
     }
     if (rc) return cp_err_set(err, rc, "dictionary of tenant %s: out of memory", d->tenant);
     if (r.bad || got != id)
-        return cp_err_set(err, CP_ESTORE, "dictionary '%c' entry %u of tenant %s is corrupt",
-                          kind, id, d->tenant);
+        return cp_err_set(err, CP_ESTORE, "dictionary '%c' entry %u of tenant %s is corrupt", kind,
+                          id, d->tenant);
     return 0;
 }

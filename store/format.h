@@ -83,8 +83,8 @@
  * aligned bucket of cp_level_ns[L] (UTC-aligned): the sum (cpu, alloc) or the latest
  * snapshot (inuse) of the windows whose start lies in the bucket. */
 #define CP_NLEVELS 5
-static const int64_t cp_level_ns[CP_NLEVELS] = {
-    0, 60LL * 1000000000, 600LL * 1000000000, 3600LL * 1000000000, 86400LL * 1000000000};
+static const int64_t cp_level_ns[CP_NLEVELS] = {0, 60LL * 1000000000, 600LL * 1000000000,
+                                                3600LL * 1000000000, 86400LL * 1000000000};
 
 /* --- encoding helpers ------------------------------------------------------------- */
 static inline void cp_put_be32(uint8_t *p, uint32_t v)
@@ -106,11 +106,23 @@ static inline uint64_t cp_get_be64(const uint8_t *p)
     return (uint64_t)cp_get_be32(p) << 32 | cp_get_be32(p + 4);
 }
 /* Signed time -> order-preserving unsigned. */
-static inline uint64_t cp_time_key(int64_t t) { return (uint64_t)t ^ (1ULL << 63); }
-static inline int64_t cp_time_unkey(uint64_t k) { return (int64_t)(k ^ (1ULL << 63)); }
+static inline uint64_t cp_time_key(int64_t t)
+{
+    return (uint64_t)t ^ (1ULL << 63);
+}
+static inline int64_t cp_time_unkey(uint64_t k)
+{
+    return (int64_t)(k ^ (1ULL << 63));
+}
 
-static inline uint64_t cp_zz(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
-static inline int64_t cp_unzz(uint64_t v) { return (int64_t)(v >> 1) ^ -(int64_t)(v & 1); }
+static inline uint64_t cp_zz(int64_t v)
+{
+    return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+}
+static inline int64_t cp_unzz(uint64_t v)
+{
+    return (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
+}
 
 /* Appends a varint at p (room for 10 bytes); returns the new end. */
 static inline uint8_t *cp_put_uv(uint8_t *p, uint64_t v)
@@ -144,7 +156,10 @@ static inline uint64_t cp_get_uv(cp_rd *r)
     r->bad = 1;
     return 0;
 }
-static inline int64_t cp_get_sv(cp_rd *r) { return cp_unzz(cp_get_uv(r)); }
+static inline int64_t cp_get_sv(cp_rd *r)
+{
+    return cp_unzz(cp_get_uv(r));
+}
 /* Reads a length-prefixed string; returns a pointer into the buffer (not NUL-terminated). */
 static inline const uint8_t *cp_get_str(cp_rd *r, size_t *len)
 {

@@ -70,7 +70,7 @@ typedef struct strmap {
         const char *k;
         size_t len;
         void *v;
-    } *s;
+    } * s;
     uint32_t n, cap;
 } strmap;
 
@@ -111,10 +111,10 @@ struct cp_store_batch {
     CP_VEC(prod *) dirty_prods;
     cp_acc win, prev;
     cp_buf scratch, vbuf, kbuf;
-    CP_VEC(uint32_t) locmap;  /* profile location id -> dict location id */
-    CP_VEC(uint32_t) stack;   /* one sample's dict locations */
-    CP_VEC(cp_label) labels;  /* one sample's labels, dict string ids */
-    CP_VEC(uint32_t) strmap;  /* profile string id -> dict string id (0 = not yet) */
+    CP_VEC(uint32_t) locmap; /* profile location id -> dict location id */
+    CP_VEC(uint32_t) stack;  /* one sample's dict locations */
+    CP_VEC(cp_label) labels; /* one sample's labels, dict string ids */
+    CP_VEC(uint32_t) strmap; /* profile string id -> dict string id (0 = not yet) */
     CP_VEC(uint32_t) fnmap, mapmap;
 };
 
@@ -131,7 +131,10 @@ static char *xstrndup(const char *s, size_t n)
     return d;
 }
 
-static uint64_t sm_hash(const char *k, size_t len) { return cp_hash_bytes(k, len, 0x5e5); }
+static uint64_t sm_hash(const char *k, size_t len)
+{
+    return cp_hash_bytes(k, len, 0x5e5);
+}
 
 static void *sm_get(const strmap *m, const char *k, size_t len)
 {
@@ -154,7 +157,8 @@ static int sm_put(strmap *m, const char *k, size_t len, void *v)
         for (uint32_t i = 0; i < m->cap; i++) {
             if (!m->s[i].k) continue;
             uint32_t j = (uint32_t)sm_hash(m->s[i].k, m->s[i].len) & (nc - 1);
-            while (ns[j].k) j = (j + 1) & (nc - 1);
+            while (ns[j].k)
+                j = (j + 1) & (nc - 1);
             ns[j] = m->s[i];
         }
         free(m->s);
@@ -162,7 +166,8 @@ static int sm_put(strmap *m, const char *k, size_t len, void *v)
         m->cap = nc;
     }
     uint32_t i = (uint32_t)sm_hash(k, len) & (m->cap - 1);
-    while (m->s[i].k) i = (i + 1) & (m->cap - 1);
+    while (m->s[i].k)
+        i = (i + 1) & (m->cap - 1);
     m->s[i] = (struct sm_slot){k, len, v};
     m->n++;
     return 0;
@@ -248,7 +253,8 @@ static void ser_free(cp_ser *s)
 static void tenant_free(tenant *t)
 {
     if (!t) return;
-    for (uint32_t i = 0; i < t->series.n; i++) ser_free(t->series.v[i]);
+    for (uint32_t i = 0; i < t->series.n; i++)
+        ser_free(t->series.v[i]);
     free(t->series.v);
     free(t->by_key.s);
     for (uint32_t i = 0; i < t->prods.cap; i++) {
@@ -277,8 +283,7 @@ static tenant *tenant_add(cp_store *s, const char *name, size_t len)
 {
     tenant *t = calloc(1, sizeof *t);
     if (!t) return NULL;
-    if (cp_dict_init(&t->dict) || !(t->name = xstrndup(name, len)) ||
-        cp_vec_push(&s->tenants, t)) {
+    if (cp_dict_init(&t->dict) || !(t->name = xstrndup(name, len)) || cp_vec_push(&s->tenants, t)) {
         tenant_free(t);
         return NULL;
     }
@@ -385,8 +390,7 @@ static int ser_decode(tenant *t, uint32_t id, const uint8_t *v, size_t len, cp_s
     s->windows = cp_get_uv(&r);
     if (r.bad || !s->period_type || !s->period_unit || !cp_kind_name((int)s->kind)) {
         ser_free(s);
-        return cp_err_set(err, CP_ESTORE, "series %u of tenant %s: corrupt record", id,
-                          t->name);
+        return cp_err_set(err, CP_ESTORE, "series %u of tenant %s: corrupt record", id, t->name);
     }
     if (ser_identity(s->kind, &s->labels, &key)) {
         ser_free(s);
@@ -427,8 +431,7 @@ static int check_version(cp_store *s, cp_err *err)
     size_t vlen = 0;
     char *v = leveldb_get(s->db, s->ropts, vkey, 2, &vlen, &e);
     if (e) {
-        int rc = cp_err_set(err, CP_ESTORE, "store %s: reading the format record: %s",
-                            s->path, e);
+        int rc = cp_err_set(err, CP_ESTORE, "store %s: reading the format record: %s", s->path, e);
         leveldb_free(e);
         return rc;
     }
@@ -441,8 +444,7 @@ static int check_version(cp_store *s, cp_err *err)
         else if (cp_get_be32((const uint8_t *)v + ml) != CP_STORE_FORMAT_VERSION)
             rc = cp_err_set(err, CP_EVERSION,
                             "store %s has format version %u; this contprofd reads version %u only",
-                            s->path, cp_get_be32((const uint8_t *)v + ml),
-                            CP_STORE_FORMAT_VERSION);
+                            s->path, cp_get_be32((const uint8_t *)v + ml), CP_STORE_FORMAT_VERSION);
         leveldb_free(v);
         return rc;
     }
@@ -496,8 +498,8 @@ static int load_tenants(cp_store *s, cp_err *err)
             size_t vl;
             const char *v = leveldb_iter_value(it, &vl);
             if ((rc = cp_dict_load(&t->dict, (uint8_t)key[n],
-                                   cp_get_be32((const uint8_t *)key + n + 1),
-                                   (const uint8_t *)v, vl, err)))
+                                   cp_get_be32((const uint8_t *)key + n + 1), (const uint8_t *)v,
+                                   vl, err)))
                 break;
         }
         /* series */
@@ -508,8 +510,8 @@ static int load_tenants(cp_store *s, cp_err *err)
             if (kl != n + 4 || memcmp(key, k, n)) break;
             uint32_t id = cp_get_be32((const uint8_t *)key + n);
             if (id != t->series.n + 1) {
-                rc = cp_err_set(err, CP_ESTORE, "tenant %s: series %u where %u expected",
-                                t->name, id, t->series.n + 1);
+                rc = cp_err_set(err, CP_ESTORE, "tenant %s: series %u where %u expected", t->name,
+                                id, t->series.n + 1);
                 break;
             }
             size_t vl;
@@ -556,7 +558,8 @@ int cp_store_open(const cp_store_options *opt, cp_store **out, cp_err *err)
         goto fail;
     }
     s->retention[0] = opt->retention_raw_ns;
-    for (int l = 1; l < CP_NLEVELS; l++) s->retention[l] = opt->retention_rollup_ns;
+    for (int l = 1; l < CP_NLEVELS; l++)
+        s->retention[l] = opt->retention_rollup_ns;
     s->bucket_rows_max = opt->bucket_cache_entries ? opt->bucket_cache_entries : (4u << 20);
     s->opts = leveldb_options_create();
     s->cache = leveldb_cache_create_lru(opt->cache_bytes ? opt->cache_bytes : (64u << 20));
@@ -594,7 +597,8 @@ void cp_store_close(cp_store *s)
     buckets_drop(s, 0);
     free(s->buckets.v);
     free(s->bslots);
-    for (uint32_t i = 0; i < s->tenants.n; i++) tenant_free(s->tenants.v[i]);
+    for (uint32_t i = 0; i < s->tenants.n; i++)
+        tenant_free(s->tenants.v[i]);
     free(s->tenants.v);
     if (s->db) leveldb_close(s->db);
     if (s->opts) leveldb_options_destroy(s->opts);
@@ -623,7 +627,8 @@ static void bslots_rebuild(cp_store *s)
     for (uint32_t i = 0; i < s->buckets.n; i++) {
         bucket *b = s->buckets.v[i];
         uint32_t h = (uint32_t)bkt_hash(b->ser, b->level, b->start) & (s->nbslots - 1);
-        while (s->bslots[h]) h = (h + 1) & (s->nbslots - 1);
+        while (s->bslots[h])
+            h = (h + 1) & (s->nbslots - 1);
         s->bslots[h] = i + 1;
     }
 }
@@ -688,7 +693,8 @@ static int bucket_get(cp_store_batch *B, cp_ser *ser, int level, int64_t start, 
     b->start = start;
     cp_acc_init(&b->acc, ser->ntypes);
     uint32_t h = (uint32_t)bkt_hash(ser, level, start) & (s->nbslots - 1);
-    while (s->bslots[h]) h = (h + 1) & (s->nbslots - 1);
+    while (s->bslots[h])
+        h = (h + 1) & (s->nbslots - 1);
     s->bslots[h] = s->buckets.n;
     *out = b;
     /* may it exist on disk? only if a committed window started inside it */
@@ -708,8 +714,9 @@ static int bucket_get(cp_store_batch *B, cp_ser *ser, int level, int64_t start, 
     int rc = cp_block_load(&b->acc, (const uint8_t *)v, vl, &B->scratch, err);
     leveldb_free(v);
     if (rc == 0 && b->acc.ntypes != ser->ntypes)
-        rc = cp_err_set(err, CP_ESTORE, "series %u of tenant %s: block with %u types, series has %u",
-                        ser->id, ser->t->name, b->acc.ntypes, ser->ntypes);
+        rc =
+            cp_err_set(err, CP_ESTORE, "series %u of tenant %s: block with %u types, series has %u",
+                       ser->id, ser->t->name, b->acc.ntypes, ser->ntypes);
     if (rc) cp_acc_reset(&b->acc, ser->ntypes); /* a damaged block is replaced */
     s->bucket_rows += b->acc.ids.n;
     return rc == CP_ENOMEM ? rc : 0;
@@ -755,7 +762,10 @@ void cp_store_batch_destroy(cp_store_batch *b)
     free(b);
 }
 
-uint32_t cp_store_batch_windows(const cp_store_batch *b) { return b->windows; }
+uint32_t cp_store_batch_windows(const cp_store_batch *b)
+{
+    return b->windows;
+}
 
 int cp_store_batch_set_offset(cp_store_batch *b, const char *topic, int32_t partition,
                               int64_t next_offset)
@@ -767,8 +777,8 @@ int cp_store_batch_set_offset(cp_store_batch *b, const char *topic, int32_t part
     return 0;
 }
 
-int cp_store_get_offset(cp_store *s, const char *topic, int32_t partition,
-                        int64_t *next_offset, cp_err *err)
+int cp_store_get_offset(cp_store *s, const char *topic, int32_t partition, int64_t *next_offset,
+                        cp_err *err)
 {
     uint8_t k[300];
     size_t kl = key_offset(k, sizeof k, topic, partition);
@@ -776,8 +786,8 @@ int cp_store_get_offset(cp_store *s, const char *topic, int32_t partition,
     size_t vl;
     char *v = leveldb_get(s->db, s->ropts, (const char *)k, kl, &vl, &e);
     if (e) {
-        int rc = cp_err_set(err, CP_ESTORE, "store: reading offset of %s/%d: %s", topic,
-                            partition, e);
+        int rc =
+            cp_err_set(err, CP_ESTORE, "store: reading offset of %s/%d: %s", topic, partition, e);
         leveldb_free(e);
         return rc;
     }
@@ -794,8 +804,8 @@ int cp_store_get_offset(cp_store *s, const char *topic, int32_t partition,
 
 /* --- producers (duplicate detection) ----------------------------------------------- */
 
-static int prod_get(cp_store_batch *B, tenant *t, const char *producer, int32_t scope,
-                    prod **out, cp_err *err)
+static int prod_get(cp_store_batch *B, tenant *t, const char *producer, int32_t scope, prod **out,
+                    cp_err *err)
 {
     size_t pl = strlen(producer);
     char kbuf[600];
@@ -834,8 +844,10 @@ static int prod_get(cp_store_batch *B, tenant *t, const char *producer, int32_t 
         for (int i = 0; i < 4; i++) {
             uint64_t w = 0;
             for (int j = 0; j < 8; j++) {
-                if (r.p >= r.end) r.bad = 1;
-                else w |= (uint64_t)*r.p++ << (8 * j);
+                if (r.p >= r.end)
+                    r.bad = 1;
+                else
+                    w |= (uint64_t)*r.p++ << (8 * j);
             }
             p->bits[i] = w;
         }
@@ -890,8 +902,7 @@ static void prod_mark(prod *p, uint64_t seq, int64_t now)
 
 /* --- converting a profile to (stack id, values) ------------------------------------ */
 
-static int map_str(cp_store_batch *B, cp_dict *d, const cp_profile *p, uint32_t sid,
-                   uint32_t *out)
+static int map_str(cp_store_batch *B, cp_dict *d, const cp_profile *p, uint32_t sid, uint32_t *out)
 {
     if (sid == 0 || sid >= B->strmap.n) {
         *out = 0;
@@ -920,8 +931,8 @@ static int vec_zero(void *vecp, size_t n)
 
 /* Interns p's stacks into t's dictionaries and sums its samples into B->win (width =
  * the series' types, mapped by colmap). Caller holds the write lock. */
-static int profile_to_acc(cp_store_batch *B, tenant *t, const cp_profile *p,
-                          const int *colmap, uint32_t ntypes, cp_err *err)
+static int profile_to_acc(cp_store_batch *B, tenant *t, const cp_profile *p, const int *colmap,
+                          uint32_t ntypes, cp_err *err)
 {
     cp_dict *d = &t->dict;
     if (vec_zero(&B->strmap, p->strs.off.n) || vec_zero(&B->fnmap, p->functions.n + 1) ||
@@ -979,8 +990,7 @@ static int profile_to_acc(cp_store_batch *B, tenant *t, const cp_profile *p,
         const cp_sample *sm = &p->samples.v[i];
         B->stack.n = 0;
         B->labels.n = 0;
-        if (cp_vec_reserve(&B->stack, sm->nlocs + 1) ||
-            cp_vec_reserve(&B->labels, sm->nlabels + 1))
+        if (cp_vec_reserve(&B->stack, sm->nlocs + 1) || cp_vec_reserve(&B->labels, sm->nlabels + 1))
             return cp_err_set(err, CP_ENOMEM, "store");
         for (uint32_t j = 0; j < sm->nlocs; j++) {
             uint32_t lid = sm->loc_off + j < p->stack.n ? p->stack.v[sm->loc_off + j] : 0;
@@ -1140,7 +1150,8 @@ static int cumulative_delta(cp_store_batch *B, cp_ser *ser, const char *producer
     if (!ser->cum_dirty) {
         ser->cum_dirty = 1;
         int dup = 0;
-        for (uint32_t i = 0; i < B->dirty_series.n; i++) dup |= B->dirty_series.v[i] == ser;
+        for (uint32_t i = 0; i < B->dirty_series.n; i++)
+            dup |= B->dirty_series.v[i] == ser;
         if (!dup && cp_vec_push(&B->dirty_series, ser)) return cp_err_set(err, CP_ENOMEM, "store");
     }
     return 0;
@@ -1187,8 +1198,7 @@ int cp_store_batch_add(cp_store_batch *B, const cp_envelope *e, const cp_profile
     if (rc) return rc;
     if (prod_seen(pr, e->sequence)) return CP_STORE_DUPLICATE;
 
-    if ((rc = ser_identity(e->kind, &e->labels, &B->kbuf)))
-        return cp_err_set(err, rc, "store");
+    if ((rc = ser_identity(e->kind, &e->labels, &B->kbuf))) return cp_err_set(err, rc, "store");
     cp_ser *ser = sm_get(&t->by_key, (const char *)B->kbuf.data, B->kbuf.len);
     int colmap[CP_MAX_TYPES];
     if (ser) {
@@ -1200,12 +1210,14 @@ int cp_store_batch_add(cp_store_batch *B, const cp_envelope *e, const cp_profile
             for (uint32_t j = 0; j < ser->ntypes; j++)
                 if (!strcmp(ser->type[j], ty) && !strcmp(ser->unit[j], un)) colmap[c] = (int)j;
             if (colmap[c] < 0)
-                return cp_err_set(err, CP_EINCOMPAT,
-                                  "profile: sample type %s/%s is not one of series %u's types (first is %s/%s)",
-                                  ty, un, ser->id, ser->type[0], ser->unit[0]);
+                return cp_err_set(
+                    err, CP_EINCOMPAT,
+                    "profile: sample type %s/%s is not one of series %u's types (first is %s/%s)",
+                    ty, un, ser->id, ser->type[0], ser->unit[0]);
         }
     } else {
-        for (uint32_t c = 0; c < p->sample_types.n; c++) colmap[c] = (int)c;
+        for (uint32_t c = 0; c < p->sample_types.n; c++)
+            colmap[c] = (int)c;
     }
 
     /* --- from here on the batch changes --- */
@@ -1214,8 +1226,10 @@ int cp_store_batch_add(cp_store_batch *B, const cp_envelope *e, const cp_profile
     if (!ser) {
         cp_buf ident = {0};
         rc = cp_buf_append(&ident, B->kbuf.data, B->kbuf.len);
-        if (!rc) rc = ser_create(B, t, e, p, &ident, &ser, err);
-        else cp_err_set(err, rc, "store");
+        if (!rc)
+            rc = ser_create(B, t, e, p, &ident, &ser, err);
+        else
+            cp_err_set(err, rc, "store");
         cp_buf_close(&ident);
     }
     if (!rc) rc = profile_to_acc(B, t, p, colmap, ser->ntypes, err);
@@ -1235,7 +1249,8 @@ int cp_store_batch_add(cp_store_batch *B, const cp_envelope *e, const cp_profile
     if (!ser->meta_dirty) {
         ser->meta_dirty = 1;
         int dup = 0;
-        for (uint32_t i = 0; i < B->dirty_series.n; i++) dup |= B->dirty_series.v[i] == ser;
+        for (uint32_t i = 0; i < B->dirty_series.n; i++)
+            dup |= B->dirty_series.v[i] == ser;
         if (!dup && cp_vec_push(&B->dirty_series, ser)) {
             rc = cp_err_set(err, CP_ENOMEM, "store");
             goto broken;
@@ -1274,8 +1289,7 @@ int cp_store_batch_commit(cp_store_batch *B, cp_err *err)
         B->vbuf.len = 0;
         if ((rc = cp_block_encode(&b->acc, &B->vbuf))) goto fail;
         size_t kl = key_block(k, b->ser, b->level, b->start);
-        leveldb_writebatch_put(B->wb, (const char *)k, kl, (const char *)B->vbuf.data,
-                               B->vbuf.len);
+        leveldb_writebatch_put(B->wb, (const char *)k, kl, (const char *)B->vbuf.data, B->vbuf.len);
     }
     /* series records and cumulative inputs */
     for (uint32_t i = 0; i < B->dirty_series.n; i++) {
@@ -1297,8 +1311,8 @@ int cp_store_batch_commit(cp_store_batch *B, cp_err *err)
             size_t pl = strlen(ser->cum_producer);
             if (pl > 512) pl = 512;
             memcpy(k + n + 4, ser->cum_producer, pl);
-            leveldb_writebatch_put(B->wb, (const char *)k, n + 4 + pl,
-                                   (const char *)B->vbuf.data, B->vbuf.len);
+            leveldb_writebatch_put(B->wb, (const char *)k, n + 4 + pl, (const char *)B->vbuf.data,
+                                   B->vbuf.len);
         }
     }
     /* producers */
@@ -1313,7 +1327,8 @@ int cp_store_batch_commit(cp_store_batch *B, cp_err *err)
         uint8_t v[64], *q = v;
         q = cp_put_uv(q, p->hwm);
         for (int w = 0; w < 4; w++)
-            for (int j = 0; j < 8; j++) *q++ = (uint8_t)(p->bits[w] >> (8 * j));
+            for (int j = 0; j < 8; j++)
+                *q++ = (uint8_t)(p->bits[w] >> (8 * j));
         q = cp_put_uv(q, cp_zz(p->last_seen));
         leveldb_writebatch_put(B->wb, (const char *)k, n + p->keylen, (const char *)v,
                                (size_t)(q - v));
@@ -1321,16 +1336,18 @@ int cp_store_batch_commit(cp_store_batch *B, cp_err *err)
     char *e = NULL;
     leveldb_write(s->db, s->wsync, B->wb, &e);
     if (e) {
-        rc = cp_err_set(err, CP_ESTORE, "store %s: synced write of %u windows failed: %s",
-                        s->path, B->windows, e);
+        rc = cp_err_set(err, CP_ESTORE, "store %s: synced write of %u windows failed: %s", s->path,
+                        B->windows, e);
         leveldb_free(e);
         goto fail;
     }
     atomic_fetch_add(&s->windows, B->windows);
-    for (uint32_t i = 0; i < s->buckets.n; i++) s->buckets.v[i]->dirty = 0;
+    for (uint32_t i = 0; i < s->buckets.n; i++)
+        s->buckets.v[i]->dirty = 0;
     for (uint32_t i = 0; i < B->dirty_series.n; i++)
         B->dirty_series.v[i]->meta_dirty = B->dirty_series.v[i]->cum_dirty = 0;
-    for (uint32_t i = 0; i < B->dirty_prods.n; i++) B->dirty_prods.v[i]->dirty = 0;
+    for (uint32_t i = 0; i < B->dirty_prods.n; i++)
+        B->dirty_prods.v[i]->dirty = 0;
     /* keep the cache bounded: raw windows rarely come back; rollups do */
     if (s->bucket_rows > s->bucket_rows_max) {
         buckets_drop(s, 0);
@@ -1369,7 +1386,8 @@ int cp_store_maintain(cp_store *s, int64_t now_ns, uint32_t max_keys, uint32_t *
                       cp_err *err)
 {
     uint32_t done = 0, visits = 0, total = 0;
-    for (uint32_t i = 0; i < s->tenants.n; i++) total += s->tenants.v[i]->series.n;
+    for (uint32_t i = 0; i < s->tenants.n; i++)
+        total += s->tenants.v[i]->series.n;
     int rc = 0;
     leveldb_writebatch_t *wb = leveldb_writebatch_create();
     uint8_t k0[CP_TENANT_KEY_MAX + 16], k1[CP_TENANT_KEY_MAX + 16];
@@ -1462,7 +1480,8 @@ int cp_store_kind_types(cp_kind kind, cp_profile *p)
             return rc;
         break;
     }
-    default: return CP_EINVAL;
+    default:
+        return CP_EINVAL;
     }
     p->period_type.type = a;
     p->period_type.unit = b;
@@ -1613,14 +1632,19 @@ static int sel_match(const cp_selector *sel, const cp_labels *l)
         if (!v) v = "";
         int hit;
         switch (m->op) {
-        case CP_MATCH_EQ: hit = strcmp(v, m->value) == 0; break;
-        case CP_MATCH_NE: hit = strcmp(v, m->value) != 0; break;
+        case CP_MATCH_EQ:
+            hit = strcmp(v, m->value) == 0;
+            break;
+        case CP_MATCH_NE:
+            hit = strcmp(v, m->value) != 0;
+            break;
         case CP_MATCH_RE:
         case CP_MATCH_NRE:
             hit = m->has_re ? regexec(&m->re, v, 0, NULL, 0) == 0 : strcmp(v, m->value) == 0;
             if (m->op == CP_MATCH_NRE) hit = !hit;
             break;
-        default: hit = 0;
+        default:
+            hit = 0;
         }
         if (!hit) return 0;
     }
@@ -1638,8 +1662,7 @@ static int match_series(qctx *q, tenant *t, int kind, const cp_selector *sel, se
     if (!eq) {
         for (uint32_t i = 0; i < t->series.n; i++) {
             cp_ser *s = t->series.v[i];
-            if ((kind && (int)s->kind != kind) || !sel_match(sel, &s->labels))
-                continue;
+            if ((kind && (int)s->kind != kind) || !sel_match(sel, &s->labels)) continue;
             if (cp_vec_push(out, s)) return cp_err_set(q->err, CP_ENOMEM, "query");
         }
         return 0;
@@ -1674,8 +1697,8 @@ static int match_series(qctx *q, tenant *t, int kind, const cp_selector *sel, se
 static int check_range(int64_t from, int64_t to, const cp_query_limits *lim, cp_err *err)
 {
     if (from <= -TIME_LIMIT || from >= TIME_LIMIT || to <= -TIME_LIMIT || to >= TIME_LIMIT)
-        return cp_err_set(err, CP_EINVAL, "time range [%lld, %lld) out of bounds",
-                          (long long)from, (long long)to);
+        return cp_err_set(err, CP_EINVAL, "time range [%lld, %lld) out of bounds", (long long)from,
+                          (long long)to);
     if (from > to)
         return cp_err_set(err, CP_EINVAL, "from (%lld) is after to (%lld)", (long long)from,
                           (long long)to);
@@ -1806,7 +1829,11 @@ static int out_loc(outmap *o, uint32_t lid, uint32_t *out)
 static int build_profile(const tenant *t, const cp_acc *acc, cp_profile *p, cp_err *err)
 {
     const cp_dict *d = &t->dict;
-    outmap o = {d, p, calloc(d->soff.n + 1, 4), calloc(d->fn.n + 1, 4), calloc(d->map.n + 1, 4),
+    outmap o = {d,
+                p,
+                calloc(d->soff.n + 1, 4),
+                calloc(d->fn.n + 1, 4),
+                calloc(d->map.n + 1, 4),
                 calloc(d->loc.n + 1, 4)};
     CP_VEC(uint32_t) locs = {0};
     CP_VEC(cp_label) labels = {0};
@@ -1815,7 +1842,8 @@ static int build_profile(const tenant *t, const cp_acc *acc, cp_profile *p, cp_e
     for (uint32_t i = 0; i < acc->ids.n && !rc; i++) {
         const int64_t *row = acc->vals.v + (size_t)i * acc->ntypes;
         int nz = 0;
-        for (uint32_t c = 0; c < acc->ntypes; c++) nz |= row[c] != 0;
+        for (uint32_t c = 0; c < acc->ntypes; c++)
+            nz |= row[c] != 0;
         if (!nz) continue;
         uint32_t sid = acc->ids.v[i];
         if (sid == 0 || sid > d->stk.n) {
@@ -1848,8 +1876,10 @@ static int build_profile(const tenant *t, const cp_acc *acc, cp_profile *p, cp_e
     free(locs.v);
     free(labels.v);
     if (rc == CP_ESTORE)
-        return cp_err_set(err, rc, "tenant %s: a block refers to a stack or location missing "
-                                   "from the dictionary", t->name);
+        return cp_err_set(err, rc,
+                          "tenant %s: a block refers to a stack or location missing "
+                          "from the dictionary",
+                          t->name);
     if (rc) return cp_err_set(err, rc, "query: building the profile");
     return 0;
 }
@@ -1886,8 +1916,8 @@ static int set_types(cp_profile *p, cp_kind kind, const servec *ss, qtypes *qt)
 }
 
 int cp_store_query(cp_store *s, const char *tenant_name, cp_kind kind, const cp_selector *sel,
-                   int64_t from_ns, int64_t to_ns, const cp_query_limits *lim,
-                   cp_profile **out, cp_err *err)
+                   int64_t from_ns, int64_t to_ns, const cp_query_limits *lim, cp_profile **out,
+                   cp_err *err)
 {
     *out = NULL;
     if (!cp_kind_name((int)kind)) return cp_err_set(err, CP_EINVAL, "unknown kind %d", (int)kind);
@@ -1938,9 +1968,8 @@ done:
 }
 
 int cp_store_timeline(cp_store *s, const char *tenant_name, cp_kind kind, const cp_selector *sel,
-                      int64_t from_ns, int64_t to_ns, int64_t step_ns,
-                      const cp_query_limits *lim, int64_t **out, uint32_t *nsteps,
-                      uint32_t *ntypes, cp_err *err)
+                      int64_t from_ns, int64_t to_ns, int64_t step_ns, const cp_query_limits *lim,
+                      int64_t **out, uint32_t *nsteps, uint32_t *ntypes, cp_err *err)
 {
     *out = NULL;
     *nsteps = *ntypes = 0;
@@ -1962,6 +1991,12 @@ int cp_store_timeline(cp_store *s, const char *tenant_name, cp_kind kind, const 
     tenant *t = tenant_name ? tenant_find(s, tenant_name, strlen(tenant_name)) : NULL;
     if (t) rc = match_series(&q, t, (int)kind, sel, &ss);
     if (!rc) rc = set_types(p, kind, &ss, &qt);
+    int64_t *span = rc ? NULL : malloc(sizeof(int64_t) * 2 * (ss.n + 1));
+    if (!rc && !span) rc = CP_ENOMEM;
+    for (uint32_t i = 0; !rc && i < ss.n; i++) {
+        span[2 * i] = ss.v[i]->first_ns;
+        span[2 * i + 1] = ss.v[i]->last_ns;
+    }
     pthread_rwlock_unlock(&s->lock);
     int64_t *res = NULL;
     if (rc) {
@@ -1979,7 +2014,7 @@ int cp_store_timeline(cp_store *s, const char *tenant_name, cp_kind kind, const 
         for (uint64_t k = 0; k < n && !rc; k++) {
             int64_t a = from_ns + (int64_t)k * step_ns;
             int64_t b = a + step_ns < to_ns ? a + step_ns : to_ns;
-            if (b <= ss.v[i]->first_ns || a > ss.v[i]->last_ns) continue;
+            if (b <= span[2 * i] || a > span[2 * i + 1]) continue;
             addctx ac = {NULL, colmap, res + k * qt.n};
             rc = visit(&q, ss.v[i], a, b, add_block, &ac);
         }
@@ -1987,6 +2022,7 @@ int cp_store_timeline(cp_store *s, const char *tenant_name, cp_kind kind, const 
 done:
     qctx_close(&q);
     free(ss.v);
+    free(span);
     cp_profile_destroy(p);
     if (rc) {
         free(res);
@@ -2008,7 +2044,8 @@ static int exists_block(qctx *q, void *arg, const uint8_t *v, size_t len)
 void cp_series_list_close(cp_series_list *l)
 {
     if (!l) return;
-    for (uint32_t i = 0; i < l->n; i++) cp_labels_close(&l->v[i].labels);
+    for (uint32_t i = 0; i < l->n; i++)
+        cp_labels_close(&l->v[i].labels);
     free(l->v);
     memset(l, 0, sizeof *l);
 }
@@ -2016,7 +2053,8 @@ void cp_series_list_close(cp_series_list *l)
 void cp_string_list_close(cp_string_list *l)
 {
     if (!l) return;
-    for (uint32_t i = 0; i < l->n; i++) free(l->v[i]);
+    for (uint32_t i = 0; i < l->n; i++)
+        free(l->v[i]);
     free(l->v);
     memset(l, 0, sizeof *l);
 }
@@ -2054,8 +2092,8 @@ int cp_store_series(cp_store *s, const char *tenant_name, const cp_selector *sel
 
 /* Walks the label index of a tenant: distinct names (name == NULL) or the distinct values
  * of one name, in byte order. */
-static int label_walk(cp_store *s, const char *tenant_name, const char *name,
-                      cp_string_list *out, cp_err *err)
+static int label_walk(cp_store *s, const char *tenant_name, const char *name, cp_string_list *out,
+                      cp_err *err)
 {
     memset(out, 0, sizeof *out);
     if (!tenant_name || !valid_name(tenant_name, CP_TENANT_KEY_MAX)) return 0;
@@ -2064,8 +2102,7 @@ static int label_walk(cp_store *s, const char *tenant_name, const char *name,
     uint8_t z = 0, type = CP_K_LABEL;
     int rc = 0;
     if (cp_buf_append(&pre, tenant_name, tl) || cp_buf_append(&pre, &z, 1) ||
-        cp_buf_append(&pre, &type, 1) ||
-        (name && cp_buf_append(&pre, name, strlen(name) + 1))) {
+        cp_buf_append(&pre, &type, 1) || (name && cp_buf_append(&pre, name, strlen(name) + 1))) {
         rc = cp_err_set(err, CP_ENOMEM, "labels");
         goto done;
     }
@@ -2108,8 +2145,8 @@ int cp_store_label_names(cp_store *s, const char *tenant, cp_string_list *out, c
     return label_walk(s, tenant, NULL, out, err);
 }
 
-int cp_store_label_values(cp_store *s, const char *tenant, const char *name,
-                          cp_string_list *out, cp_err *err)
+int cp_store_label_values(cp_store *s, const char *tenant, const char *name, cp_string_list *out,
+                          cp_err *err)
 {
     if (!name) return cp_err_set(err, CP_EINVAL, "label name missing");
     return label_walk(s, tenant, name, out, err);
@@ -2120,7 +2157,8 @@ void cp_store_get_stats(cp_store *s, cp_store_stats *out)
     memset(out, 0, sizeof *out);
     out->windows = atomic_load(&s->windows);
     pthread_rwlock_rdlock(&s->lock);
-    for (uint32_t i = 0; i < s->tenants.n; i++) out->series += s->tenants.v[i]->series.n;
+    for (uint32_t i = 0; i < s->tenants.n; i++)
+        out->series += s->tenants.v[i]->series.n;
     pthread_rwlock_unlock(&s->lock);
     DIR *d = opendir(s->path);
     if (!d) return;

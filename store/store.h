@@ -31,9 +31,9 @@ void cp_store_close(cp_store *s); /* NULL is fine */
 /* --- reading (query/) ------------------------------------------------------------- */
 
 typedef struct cp_query_limits {
-    int64_t max_range_ns;   /* 0 = unlimited */
-    uint64_t max_blocks;    /* blocks read per query, 0 = unlimited */
-    int64_t deadline_ns;    /* CLOCK_MONOTONIC absolute deadline, 0 = none -> CP_ELIMIT */
+    int64_t max_range_ns; /* 0 = unlimited */
+    uint64_t max_blocks;  /* blocks read per query, 0 = unlimited */
+    int64_t deadline_ns;  /* CLOCK_MONOTONIC absolute deadline, 0 = none -> CP_ELIMIT */
 } cp_query_limits;
 
 /* The merged profile of kind over every window whose start lies in [from_ns, to_ns), of
@@ -42,8 +42,8 @@ typedef struct cp_query_limits {
  * caller) carrying time_nanos = from, duration = to - from, the stored sample types,
  * period type and period. No match gives an empty profile with the kind's sample types. */
 int cp_store_query(cp_store *s, const char *tenant, cp_kind kind, const cp_selector *sel,
-                   int64_t from_ns, int64_t to_ns, const cp_query_limits *lim,
-                   cp_profile **out, cp_err *err);
+                   int64_t from_ns, int64_t to_ns, const cp_query_limits *lim, cp_profile **out,
+                   cp_err *err);
 
 /* One series: its labels, its kind and the time span of its stored windows. */
 typedef struct cp_series_info {
@@ -63,22 +63,21 @@ void cp_string_list_close(cp_string_list *l);
 
 /* Sorted label names / values of one name, over all series of tenant. */
 int cp_store_label_names(cp_store *s, const char *tenant, cp_string_list *out, cp_err *err);
-int cp_store_label_values(cp_store *s, const char *tenant, const char *name,
-                          cp_string_list *out, cp_err *err);
+int cp_store_label_values(cp_store *s, const char *tenant, const char *name, cp_string_list *out,
+                          cp_err *err);
 
 /* Totals per step: out[i * ntypes + t] is the total of sample type t over the windows
  * starting in [from + i*step, from + (i+1)*step). *nsteps = ceil((to-from)/step); *ntypes
  * from the kind. inuse steps use the same rule as cp_store_query within each step.
  * *out is malloc'ed, owned by the caller. */
 int cp_store_timeline(cp_store *s, const char *tenant, cp_kind kind, const cp_selector *sel,
-                      int64_t from_ns, int64_t to_ns, int64_t step_ns,
-                      const cp_query_limits *lim, int64_t **out, uint32_t *nsteps,
-                      uint32_t *ntypes, cp_err *err);
+                      int64_t from_ns, int64_t to_ns, int64_t step_ns, const cp_query_limits *lim,
+                      int64_t **out, uint32_t *nsteps, uint32_t *ntypes, cp_err *err);
 
 typedef struct cp_store_stats {
-    uint64_t disk_bytes;    /* approximate size of the LevelDB files */
-    uint64_t windows;       /* windows stored since open (this process) */
-    uint64_t series;        /* distinct series known */
+    uint64_t disk_bytes; /* approximate size of the LevelDB files */
+    uint64_t windows;    /* windows stored since open (this process) */
+    uint64_t series;     /* distinct series known */
 } cp_store_stats;
 void cp_store_get_stats(cp_store *s, cp_store_stats *out);
 
@@ -120,8 +119,8 @@ uint32_t cp_store_batch_windows(const cp_store_batch *b);
 int cp_store_batch_commit(cp_store_batch *b, cp_err *err);
 
 /* The stored next offset of topic/partition: 0, or CP_ENOTFOUND when none is stored. */
-int cp_store_get_offset(cp_store *s, const char *topic, int32_t partition,
-                        int64_t *next_offset, cp_err *err);
+int cp_store_get_offset(cp_store *s, const char *topic, int32_t partition, int64_t *next_offset,
+                        cp_err *err);
 
 /* One bounded step of retention: deletes at most max_keys blocks older than their level's
  * retention at now_ns and compacts the deleted key ranges so the disk space is given

@@ -20,7 +20,7 @@ typedef struct cp_acc {
     CP_VEC(int64_t) vals; /* ids.n * ntypes */
     uint32_t *slots;      /* open addressing: row + 1, 0 = empty */
     uint32_t nslots;
-    int64_t time_ns;      /* see the block format */
+    int64_t time_ns; /* see the block format */
     uint64_t windows;
 } cp_acc;
 
@@ -57,8 +57,7 @@ typedef struct cp_block_it {
 } cp_block_it;
 
 /* Returns 0, or CP_ESTORE (err says what is corrupt) for a damaged block. */
-int cp_block_it_init(cp_block_it *it, const uint8_t *v, size_t len, cp_buf *scratch,
-                     cp_err *err);
+int cp_block_it_init(cp_block_it *it, const uint8_t *v, size_t len, cp_buf *scratch, cp_err *err);
 /* 1 and the next entry (vals gets ntypes values), 0 at the end, CP_ESTORE if corrupt. */
 int cp_block_it_next(cp_block_it *it, uint32_t *id, int64_t *vals);
 /* Decodes a whole block into a (reset to the block's width). */
@@ -116,7 +115,6 @@ int cp_dict_stack(cp_dict *d, const uint32_t *locs, uint32_t nlocs, const cp_lab
 
 /* Loads one stored entry ('D' key after the tenant prefix: kind, be32 id) at open. Entries
  * must come in id order per kind. */
-int cp_dict_load(cp_dict *d, uint8_t kind, uint32_t id, const uint8_t *v, size_t len,
-                 cp_err *err);
+int cp_dict_load(cp_dict *d, uint8_t kind, uint32_t id, const uint8_t *v, size_t len, cp_err *err);
 
 #endif

@@ -2,6 +2,7 @@
  * incompatible inputs are refused by name, and content is deduplicated. */
 #include "test.h"
 #include "merge.h"
+#include "pload.h"
 #include "pprof.h"
 #include "synth.h"
 #include "util.h"
@@ -241,6 +242,55 @@ TEST(scale_and_select_types)
     free_windows();
 }
 
-TEST_MAIN(T(totals_add_up), T(order_does_not_matter), T(empty_profile_changes_nothing),
+/* Inputs for pload tests: encoded windows in memory, one of them possibly damaged. */
+typedef struct mem_inputs {
+    cp_buf b[8];
+} mem_inputs;
+
+static int read_mem(void *ctx, size_t i, cp_buf *out, cp_err *err)
+{
+    (void)err;
+    mem_inputs *in = ctx;
+    return cp_buf_append(out, in->b[i].data, in->b[i].len);
+}
+
+TEST(parallel_load_equals_sequential)
+{
+    make_windows();
+    mem_inputs in;
+    memset(&in, 0, sizeof in);
+    for (int i = 0; i < 8; i++) CHECK_EQ(cp_pprof_encode(windows[i], i % 2 ? 6 : 0, &in.b[i]), 0);
+    cp_profile *seq = merge_all(windows, 8);
+    char *cs = canonical(seq);
+    for (int threads = 1; threads <= 4; threads++) {
+        cp_merger *m = cp_merger_create();
+        cp_err err = {0};
+        size_t bad = 99;
+        CHECK_EQ(cp_pload_merge(8, read_mem, &in, NULL, threads, m, &bad, &err), 0);
+        cp_profile *par = cp_merger_finish(m);
+        char *cp = canonical(par);
+        CHECK(strcmp(cs, cp) == 0);
+        CHECK_EQ(par->duration_nanos, seq->duration_nanos);
+        free(cp);
+        cp_profile_destroy(par);
+        cp_merger_destroy(m);
+    }
+    /* a damaged input is named by index, and the merger is left as it was */
+    in.b[5].len = in.b[5].len / 2;
+    cp_merger *m = cp_merger_create();
+    cp_err err = {0};
+    size_t bad = 99;
+    CHECK_EQ(cp_pload_merge(8, read_mem, &in, NULL, 3, m, &bad, &err), CP_EGZIP);
+    CHECK_EQ(bad, 5);
+    CHECK_CONTAINS(err.msg, "truncated");
+    CHECK_EQ(cp_merger_count(m), 0);
+    cp_merger_destroy(m);
+    free(cs);
+    cp_profile_destroy(seq);
+    for (int i = 0; i < 8; i++) cp_buf_close(&in.b[i]);
+    free_windows();
+}
+
+TEST_MAIN(T(parallel_load_equals_sequential), T(totals_add_up), T(order_does_not_matter), T(empty_profile_changes_nothing),
           T(incompatible_types_refused), T(scaled_merge_subtracts), T(labels_keep_samples_apart),
           T(scale_and_select_types))

@@ -18,6 +18,7 @@ typedef struct server {
 } server;
 
 static atomic_int g_running;
+static int64_t g_idle_ms = 60000;
 
 static void handler(void *ctx, const cp_http_request *req, cp_http_response *resp)
 {
@@ -85,6 +86,7 @@ static server *start(uint32_t concurrency, uint32_t max_queued, int64_t timeout_
     o.max_body_bytes = 1024;
     o.max_response_bytes = 1 << 20;
     o.query_timeout_ns = timeout_ms * 1000000LL;
+    o.idle_timeout_ns = g_idle_ms * 1000000LL;
     cp_err err = {0};
     CHECK(cp_http_server_create(&sv->loop, &o, &sv->s, &err) == 0);
     sv->port = cp_http_server_port(sv->s);
@@ -320,6 +322,36 @@ TEST(many_concurrent_clients)
     stop(sv);
 }
 
-TEST_MAIN(T(get_and_errors_are_json), T(keep_alive_and_pipelining), T(limits_give_4xx_json),
+/* A client trickling one request byte by byte is cut off after the idle timeout, even though
+ * it keeps sending; an idle keep-alive connection is closed too. */
+TEST(slow_clients_are_cut_off)
+{
+    g_idle_ms = 300;
+    server *sv = start(2, 8, 5000);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)sv->port)};
+    a.sin_addr.s_addr = htonl(0x7f000001);
+    CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    const char *req = "GET /echo HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    int closed_at = -1;
+    for (int i = 0; req[i] && closed_at < 0; i++) {
+        if (send(fd, req + i, 1, MSG_NOSIGNAL) != 1) closed_at = i;
+        usleep(50000);
+        char b;
+        if (recv(fd, &b, 1, MSG_DONTWAIT) == 0) closed_at = i;
+    }
+    CHECK(closed_at > 0 && closed_at < 20); /* ~300 ms at 50 ms per byte */
+    close(fd);
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    char b;
+    struct timeval tv = {2, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    CHECK(recv(fd, &b, 1, 0) == 0); /* closed by the server, before the 2 s timeout */
+    close(fd);
+    stop(sv);
+}
+
+TEST_MAIN(T(get_and_errors_are_json), T(slow_clients_are_cut_off), T(keep_alive_and_pipelining), T(limits_give_4xx_json),
           T(queue_full_is_503_and_loop_stays_responsive), T(deadline_in_queue_is_503),
           T(shutdown_answers_in_flight_queries), T(many_concurrent_clients))

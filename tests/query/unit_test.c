@@ -70,6 +70,37 @@ TEST(selector_errors_name_the_byte)
     sel_err(big, "limit 4096");
 }
 
+TEST(regex_guard)
+{
+    cp_err err = {0};
+    const char *ok[] = {"worker.*", "(a|b)+", "[a-z]{2,5}", "x{3}", "a{2,}", "[]a]*", "\\++",
+                        "[[:alpha:]]+x?", "((ab)*c)+", "a{", "{", ")", "v1\\.[0-9]+", NULL};
+    for (const char **r = ok; *r; r++) {
+        if (cp_regex_check(*r, &err)) fprintf(stderr, "%s: %s\n", *r, err.msg);
+        CHECK(cp_regex_check(*r, &err) == 0);
+    }
+    CHECK_EQ(cp_regex_check("w+++++++++++++++++++++++*", &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "stacked repetition operators at byte 2");
+    CHECK_EQ(cp_regex_check("a*{2}", &err), CP_EPARSE);
+    CHECK_EQ(cp_regex_check("(a*)*\\1", &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "backreference at byte 5");
+    CHECK_EQ(cp_regex_check("a{1000}", &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "repeats more than 255 times at byte 1");
+    CHECK_EQ(cp_regex_check("((a{100}){100}){100}", &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "too complex");
+    CHECK_EQ(cp_regex_check("((((((((((((((((a+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+", &err), CP_EPARSE);
+    char deep[200] = "";
+    for (int i = 0; i < 70; i++) strcat(deep, "(");
+    CHECK_EQ(cp_regex_check(deep, &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "deeper than 64 at byte 64");
+    sel_err("{a=~\"x{300}\"}", "selector: value at byte 4: regular expression repeats more than "
+                                "255 times at byte 1");
+    cp_profile *p = qt_cpu_profile();
+    CHECK_EQ(cp_render_filter(p, "a**", NULL, &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "bad focus regex 'a**': regular expression has stacked repetition");
+    cp_profile_destroy(p);
+}
+
 /* ---- times, durations, query strings ------------------------------------------------ */
 
 TEST(times_and_durations)
@@ -109,6 +140,8 @@ TEST(times_and_durations)
     CHECK_EQ(d, 1500000000LL);
     CHECK(cp_parse_duration("2w", 0, &d, &err) == 0);
     CHECK_EQ(d, 14 * 86400LL * 1000000000LL);
+    CHECK_EQ(cp_parse_time("0001-01-01T00:00:00Z", now, &t, &err), CP_EPARSE);
+    CHECK_EQ(cp_parse_time("9999-12-31T23:59:59Z", now, &t, &err), CP_EPARSE);
     CHECK_EQ(cp_parse_duration("0s", 0, &d, &err), CP_EPARSE);
     CHECK_EQ(cp_parse_duration("5y", 0, &d, &err), CP_EPARSE);
     CHECK_EQ(cp_parse_duration("10 s", 0, &d, &err), CP_EPARSE);
@@ -269,6 +302,6 @@ TEST(render_filter)
     cp_profile_destroy(p);
 }
 
-TEST_MAIN(T(selector_matches), T(selector_errors_name_the_byte), T(times_and_durations),
+TEST_MAIN(T(selector_matches), T(selector_errors_name_the_byte), T(regex_guard), T(times_and_durations),
           T(query_strings), T(render_folded), T(render_top), T(render_json_tree_and_pruning),
           T(render_filter))

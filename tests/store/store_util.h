@@ -27,11 +27,13 @@ static inline char *tmpdir(const char *tag)
     return p;
 }
 
-static inline void rmtree(const char *p)
+/* Removes p and frees the string (from tmpdir). */
+static inline void rmtree(char *p)
 {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", p);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", p);
+    free(p);
 }
 
 static inline uint64_t dir_bytes(const char *path)
@@ -79,8 +81,10 @@ static inline void sel_add(cp_selector *s, const char *name, const char *op, con
     memset(m, 0, sizeof *m);
     m->name = strdup(name);
     m->value = strdup(value);
-    m->op = !strcmp(op, "=") ? CP_MATCH_EQ : !strcmp(op, "!=") ? CP_MATCH_NE
-          : !strcmp(op, "=~") ? CP_MATCH_RE : CP_MATCH_NRE;
+    m->op = !strcmp(op, "=")    ? CP_MATCH_EQ
+            : !strcmp(op, "!=") ? CP_MATCH_NE
+            : !strcmp(op, "=~") ? CP_MATCH_RE
+                                : CP_MATCH_NRE;
     if (m->op == CP_MATCH_RE || m->op == CP_MATCH_NRE) {
         char re[600];
         snprintf(re, sizeof re, "^(%s)$", value);

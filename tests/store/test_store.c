@@ -1,6 +1,7 @@
 /* The store on a real LevelDB on disk: exact totals, rollups equal to raw windows,
  * restart, inuse and cumulative semantics, tenants, duplicates, retention, versions. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <leveldb/c.h>
 
 #include "merge.h"
@@ -13,7 +14,8 @@
 
 static cp_store *open_store(const char *dir, int64_t raw_ret, int64_t roll_ret)
 {
-    cp_store_options o = {.path = dir, .retention_raw_ns = raw_ret, .retention_rollup_ns = roll_ret};
+    cp_store_options o = {
+        .path = dir, .retention_raw_ns = raw_ret, .retention_rollup_ns = roll_ret};
     cp_store *s = NULL;
     cp_err err = {0};
     int rc = cp_store_open(&o, &s, &err);
@@ -166,7 +168,9 @@ TEST(timeline_matches_queries)
     int64_t *tl = NULL;
     uint32_t ns = 0, nt = 0;
     cp_err err = {0};
-    CHECK_EQ(cp_store_timeline(s, "acme", CP_KIND_CPU, NULL, from, to, step, NULL, &tl, &ns, &nt, &err), 0);
+    CHECK_EQ(
+        cp_store_timeline(s, "acme", CP_KIND_CPU, NULL, from, to, step, NULL, &tl, &ns, &nt, &err),
+        0);
     CHECK_EQ(nt, 2);
     CHECK_EQ(ns, (uint32_t)((to - from + step - 1) / step));
     int64_t sum = 0;
@@ -239,8 +243,9 @@ TEST(inuse_is_a_gauge)
         for (int inst = 0; inst < 2; inst++) {
             int64_t vals[2] = {1000 + inst, i + 1};
             cp_profile *p = mem_profile(0, names, vals, 2);
-            add(b, "acme", CP_KIND_INUSE, inst ? "service=api,instance=b" : "service=api,instance=a",
-                T0 + (int64_t)i * WIN, inst ? "pb" : "pa", (uint64_t)i, p, 0);
+            add(b, "acme", CP_KIND_INUSE,
+                inst ? "service=api,instance=b" : "service=api,instance=a", T0 + (int64_t)i * WIN,
+                inst ? "pb" : "pa", (uint64_t)i, p, 0);
             cp_profile_destroy(p);
         }
         if (i % 100 == 99) commit(b);
@@ -270,7 +275,8 @@ TEST(inuse_is_a_gauge)
     int64_t *tl;
     uint32_t ns, nt;
     CHECK_EQ(cp_store_timeline(s, "acme", CP_KIND_INUSE, NULL, T0, T0 + 3 * 3600 * SEC, 3600 * SEC,
-                               NULL, &tl, &ns, &nt, NULL), 0);
+                               NULL, &tl, &ns, &nt, NULL),
+             0);
     CHECK_EQ(ns, 3);
     CHECK_EQ(tl[0], 2001 + 2 * 360);
     CHECK_EQ(tl[2 * nt], 2001 + 2 * 1080);
@@ -293,7 +299,8 @@ TEST(cumulative_alloc_not_double_counted)
         cum[1] += i % 5;
         cp_profile *p = mem_profile(1, names, cum, 2);
         cp_envelope e;
-        make_env(&e, "acme", CP_KIND_ALLOC, "service=go", T0 + (int64_t)i * WIN, WIN, "gop-1", (uint64_t)i);
+        make_env(&e, "acme", CP_KIND_ALLOC, "service=go", T0 + (int64_t)i * WIN, WIN, "gop-1",
+                 (uint64_t)i);
         e.cumulative = 1;
         CHECK_EQ(cp_store_batch_add(b, &e, p, 0, NULL), 0);
         cp_envelope_close(&e);
@@ -330,7 +337,8 @@ TEST(duplicates_dropped)
     add(b, "acme", CP_KIND_CPU, "service=api", starts[0], "p", 10, wins[0], 0);
     add(b, "acme", CP_KIND_CPU, "service=api", starts[0], "p", 10, wins[0], CP_STORE_DUPLICATE);
     add(b, "acme", CP_KIND_CPU, "service=api", starts[2], "p", 12, wins[2], 0);
-    add(b, "acme", CP_KIND_CPU, "service=api", starts[1], "p", 11, wins[1], 0); /* late, not a dup */
+    add(b, "acme", CP_KIND_CPU, "service=api", starts[1], "p", 11, wins[1],
+        0); /* late, not a dup */
     commit(b);
     cp_store_batch_destroy(b);
     cp_store_close(s);
@@ -357,9 +365,12 @@ TEST(tenants_isolated_and_labels)
     cp_store *s = open_store(dir, 0, 0);
     cp_store_batch *b = cp_store_batch_create(s);
     for (int i = 0; i < 50; i++) {
-        add(b, "acme", CP_KIND_CPU, "service=api,version=1.2", starts[i], "p", (uint64_t)i, wins[i], 0);
-        add(b, "globex", CP_KIND_CPU, "service=web,version=9", starts[i], "p", (uint64_t)i, wins[i + 50], 0);
-        add(b, "acme", CP_KIND_CPU, "service=worker,version=1.3,isolate=w1", starts[i], "p2", (uint64_t)i, wins[i + 100], 0);
+        add(b, "acme", CP_KIND_CPU, "service=api,version=1.2", starts[i], "p", (uint64_t)i, wins[i],
+            0);
+        add(b, "globex", CP_KIND_CPU, "service=web,version=9", starts[i], "p", (uint64_t)i,
+            wins[i + 50], 0);
+        add(b, "acme", CP_KIND_CPU, "service=worker,version=1.3,isolate=w1", starts[i], "p2",
+            (uint64_t)i, wins[i + 100], 0);
     }
     commit(b);
     int64_t e0, e1;
@@ -452,7 +463,7 @@ TEST(retention_frees_disk)
         total += del;
         steps++;
     } while (del && steps < 1000);
-    CHECK(steps > 2);  /* bounded: it took several steps */
+    CHECK(steps > 2); /* bounded: it took several steps */
     CHECK(total > 6 * 500);
     /* rollups still answer the old ranges (at 1 min resolution and above) */
     cp_profile *p = query(s, "acme", CP_KIND_CPU, NULL, T0 - 3600 * SEC, last + WIN);
@@ -467,7 +478,8 @@ TEST(retention_frees_disk)
     cp_profile_destroy(p);
     cp_store_close(s);
     uint64_t after = dir_bytes(dir);
-    fprintf(stderr, "disk before %llu after %llu\n", (unsigned long long)before, (unsigned long long)after);
+    fprintf(stderr, "disk before %llu after %llu\n", (unsigned long long)before,
+            (unsigned long long)after);
     CHECK(after < before / 2);
     rmtree(dir);
 }
@@ -527,7 +539,8 @@ TEST(bad_inputs_refused_batch_usable)
     /* bad query arguments */
     CHECK_EQ(cp_store_query(s, "acme", CP_KIND_CPU, NULL, T0 + 10, T0, NULL, &p, &err), CP_EINVAL);
     cp_query_limits lim = {.max_range_ns = 3600 * SEC};
-    CHECK_EQ(cp_store_query(s, "acme", CP_KIND_CPU, NULL, T0, T0 + 7200 * SEC, &lim, &p, &err), CP_ELIMIT);
+    CHECK_EQ(cp_store_query(s, "acme", CP_KIND_CPU, NULL, T0, T0 + 7200 * SEC, &lim, &p, &err),
+             CP_ELIMIT);
     cp_store_batch_destroy(b);
     cp_store_close(s);
     rmtree(dir);
@@ -535,13 +548,15 @@ TEST(bad_inputs_refused_batch_usable)
 
 /* One writer and several readers at once: readers always see whole batches. */
 static cp_store *cs;
-static volatile int stop_readers;
+static atomic_int stop_readers;
 static void *reader(void *arg)
 {
     (void)arg;
     while (!stop_readers) {
         cp_profile *p = NULL;
-        CHECK_EQ(cp_store_query(cs, "acme", CP_KIND_CPU, NULL, T0, T0 + 30 * 86400 * SEC, NULL, &p, NULL), 0);
+        CHECK_EQ(cp_store_query(cs, "acme", CP_KIND_CPU, NULL, T0, T0 + 30 * 86400 * SEC, NULL, &p,
+                                NULL),
+                 0);
         /* every committed batch holds 10 windows of 200+ samples: totals move in whole batches */
         cp_profile_destroy(p);
         cp_series_list sl;
@@ -557,14 +572,16 @@ TEST(concurrent_readers)
     make_windows(17);
     cs = open_store(dir, 0, 0);
     pthread_t th[3];
-    for (int i = 0; i < 3; i++) pthread_create(&th[i], NULL, reader, NULL);
+    for (int i = 0; i < 3; i++)
+        pthread_create(&th[i], NULL, reader, NULL);
     cp_store_batch *b = cp_store_batch_create(cs);
     for (int i = 0; i < 300; i++) {
         add(b, "acme", CP_KIND_CPU, "service=api", starts[i], "p", (uint64_t)i, wins[i], 0);
         if (i % 10 == 9) commit(b);
     }
     stop_readers = 1;
-    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
     int64_t e0, e1;
     free(expected(T0, starts[300], &e0, &e1));
     cp_profile *p = query(cs, "acme", CP_KIND_CPU, NULL, T0, T0 + 30 * 86400 * SEC);

@@ -1,0 +1,176 @@
+/* Store benchmarks, and a harness that builds a 7-day store for query benchmarks.
+ *   bench_store build DIR [WINDOWS [SERIES]]  N realistic 10 s CPU windows (2,000 distinct
+ *       stacks of depth 10-60, 1,000 samples each) of one service, written through the
+ *       store's batch API (synced LevelDB writes); prints write speed and bytes on disk per
+ *       window (all levels, after a full compaction) against the windows' gzip'd pprof size.
+ *   bench_store query DIR [REPS]  the merged profile of the whole store and of random
+ *       unaligned 24 h windows; prints milliseconds.
+ * The store is written for tenant "default", labels service=bench,instance=i<k>, starting at
+ * BENCH_T0 (2024-01-01T00:00:00Z), so other benchmarks can reuse it. */
+#include <leveldb/c.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "pprof.h"
+#include "store.h"
+#include "synth.h"
+
+#define BENCH_T0 1704067200000000000LL
+#define SEC 1000000000LL
+#define NDISTINCT 48
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void die(const char *what, const cp_err *e)
+{
+    fprintf(stderr, "bench_store: %s: %s\n", what, e ? e->msg : "");
+    exit(1);
+}
+
+static int build(const char *dir, long n, int nseries)
+{
+    cp_synth *sy = cp_synth_create(42, 2000);
+    cp_profile *w[NDISTINCT];
+    double gz = 0;
+    for (int i = 0; i < NDISTINCT; i++) {
+        w[i] = cp_synth_cpu_window(sy, 1000, BENCH_T0, 10 * SEC);
+        cp_buf b = {0};
+        cp_pprof_encode(w[i], 6, &b);
+        gz += (double)b.len;
+        cp_buf_close(&b);
+    }
+    gz /= NDISTINCT;
+    cp_store_options o = {.path = dir};
+    cp_store *s = NULL;
+    cp_err err = {0};
+    if (cp_store_open(&o, &s, &err)) die("open", &err);
+    cp_store_batch *b = cp_store_batch_create(s);
+    double t0 = now_s(), c0 = cpu_s();
+    for (long i = 0; i < n; i++) {
+        int ser = (int)(i % nseries);
+        long k = i / nseries;
+        cp_envelope e = {0};
+        char inst[32];
+        snprintf(inst, sizeof inst, "i%d", ser);
+        e.tenant = "default";
+        cp_labels_set(&e.labels, "service", "bench");
+        cp_labels_set(&e.labels, "instance", inst);
+        e.kind = CP_KIND_CPU;
+        e.window_start_ns = BENCH_T0 + k * 10 * SEC;
+        e.window_duration_ns = 10 * SEC;
+        e.producer_id = inst;
+        e.sequence = (uint64_t)k;
+        if (cp_store_batch_add(b, &e, w[(i * 7) % NDISTINCT], 0, &err)) die("add", &err);
+        cp_labels_close(&e.labels);
+        if (i % 256 == 255 && cp_store_batch_commit(b, &err)) die("commit", &err);
+    }
+    if (cp_store_batch_commit(b, &err)) die("commit", &err);
+    double t1 = now_s(), c1 = cpu_s();
+    cp_store_batch_destroy(b);
+    cp_store_close(s);
+    /* steady state: what LevelDB's compactions converge to */
+    char *e = NULL;
+    leveldb_options_t *lo = leveldb_options_create();
+    leveldb_t *db = leveldb_open(lo, dir, &e);
+    if (e) die(e, NULL);
+    leveldb_compact_range(db, NULL, 0, NULL, 0);
+    leveldb_close(db);
+    leveldb_options_destroy(lo);
+    if (cp_store_open(&o, &s, &err)) die("reopen", &err);
+    cp_store_stats st;
+    cp_store_get_stats(s, &st);
+    cp_store_close(s);
+    printf("windows %ld\n", n);
+    printf("write_windows_per_s %.0f\n", (double)n / (t1 - t0));
+    printf("write_windows_per_cpu_s %.0f\n", (double)n / (c1 - c0));
+    printf("disk_bytes %llu\n", (unsigned long long)st.disk_bytes);
+    printf("bytes_per_window %.0f\n", (double)st.disk_bytes / (double)n);
+    printf("gzip_bytes_per_window %.0f\n", gz);
+    printf("storage_ratio_pct %.2f\n", 100.0 * (double)st.disk_bytes / (double)n / gz);
+    for (int i = 0; i < NDISTINCT; i++)
+        cp_profile_destroy(w[i]);
+    cp_synth_destroy(sy);
+    return 0;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int query(const char *dir, int reps)
+{
+    cp_store_options o = {.path = dir};
+    cp_store *s = NULL;
+    cp_err err = {0};
+    if (cp_store_open(&o, &s, &err)) die("open", &err);
+    cp_series_list sl;
+    if (cp_store_series(s, "default", NULL, 0, (1LL << 62) - 1, &sl, &err)) die("series", &err);
+    int64_t first = INT64_MAX, last = INT64_MIN;
+    for (uint32_t i = 0; i < sl.n; i++) {
+        if (sl.v[i].first_ns < first) first = sl.v[i].first_ns;
+        if (sl.v[i].last_ns > last) last = sl.v[i].last_ns;
+    }
+    cp_series_list_close(&sl);
+    if (first > last) die("empty store", NULL);
+    double *t = calloc((size_t)reps, sizeof *t);
+    int64_t tot = 0;
+    uint32_t nsamples = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_s();
+        cp_profile *p = NULL;
+        if (cp_store_query(s, "default", CP_KIND_CPU, NULL, first, last + 1, NULL, &p, &err))
+            die("query", &err);
+        t[r] = now_s() - t0;
+        tot = cp_profile_total(p, 0);
+        nsamples = p->samples.n;
+        cp_profile_destroy(p);
+    }
+    qsort(t, (size_t)reps, sizeof *t, cmp_d);
+    printf("whole_range_s %.0f\n", (double)(last - first) / 1e9);
+    printf("whole_ms_median %.2f\n", t[reps / 2] * 1000);
+    printf("whole_samples %u total %lld\n", nsamples, (long long)tot);
+    uint64_t x = 0x2545F4914F6CDD1DULL;
+    int64_t span = last - first - 86400 * SEC;
+    for (int r = 0; r < reps; r++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int64_t a = first + (span > 0 ? (int64_t)(x % (uint64_t)span) : 0) + 1234567;
+        double t0 = now_s();
+        cp_profile *p = NULL;
+        if (cp_store_query(s, "default", CP_KIND_CPU, NULL, a, a + 86400 * SEC, NULL, &p, &err))
+            die("query", &err);
+        t[r] = now_s() - t0;
+        cp_profile_destroy(p);
+    }
+    qsort(t, (size_t)reps, sizeof *t, cmp_d);
+    printf("day_ms_median %.2f\n", t[reps / 2] * 1000);
+    printf("day_ms_max %.2f\n", t[reps - 1] * 1000);
+    free(t);
+    cp_store_close(s);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 3 && !strcmp(argv[1], "build"))
+        return build(argv[2], argc > 3 ? atol(argv[3]) : 60480, argc > 4 ? atoi(argv[4]) : 1);
+    if (argc >= 3 && !strcmp(argv[1], "query")) return query(argv[2], argc > 3 ? atoi(argv[3]) : 9);
+    fprintf(stderr, "usage: bench_store build DIR [WINDOWS [SERIES]] | query DIR [REPS]\n");
+    return 2;
+}

@@ -1,0 +1,116 @@
+/* `contprof import` of real Go profiles (written by runtime/pprof at test time) through the
+ * embedded broker into the store: the totals come back as `go tool pprof -raw` reports
+ * them; a heap profile yields alloc (cumulative) and inuse; bad files are refused. */
+#include <time.h>
+
+#include "import.h"
+#include "ingest_util.h"
+
+/* Sums every value column of `go tool pprof -raw file`. Returns the number of columns. */
+static int pprof_raw_totals(const char *file, int64_t *tot, int max)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "go tool pprof -raw '%s' 2>/dev/null", file);
+    FILE *f = popen(cmd, "r");
+    CHECK(f);
+    char line[8192];
+    int in_samples = 0, header = 0, ncols = 0;
+    memset(tot, 0, sizeof(int64_t) * (size_t)max);
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "Samples:", 8)) {
+            in_samples = 1;
+            header = 1;
+            continue;
+        }
+        if (!in_samples) continue;
+        if (!strncmp(line, "Locations", 9)) break;
+        if (header) {
+            header = 0;
+            continue;
+        }
+        char *colon = strchr(line, ':');
+        if (!colon || strchr(line, '[')) continue;
+        *colon = 0;
+        int c = 0;
+        char *save = NULL;
+        for (char *t = strtok_r(line, " \t", &save); t && c < max; t = strtok_r(NULL, " \t", &save))
+            tot[c++] += strtoll(t, NULL, 10);
+        if (c > ncols) ncols = c;
+    }
+    CHECK(pclose(f) == 0);
+    return ncols;
+}
+
+static int64_t qtotal(cp_store *s, cp_kind kind, int col)
+{
+    int64_t now = (int64_t)time(NULL) * SEC;
+    cp_profile *p = NULL;
+    CHECK_EQ(
+        cp_store_query(s, "acme", kind, NULL, now - 86400 * SEC, now + 86400 * SEC, NULL, &p, NULL),
+        0);
+    int64_t t = cp_profile_total(p, (uint32_t)col);
+    cp_profile_destroy(p);
+    return t;
+}
+
+TEST(go_profiles_round_trip)
+{
+    char *dir = tmpdir("import");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && GOCACHE='%s/gocache' HOME='%s' GOFLAGS= go run "
+             "'%s/tests/ingest/genprof.go' '%s'",
+             dir, dir, dir, getenv("CP_SOURCE_DIR"), dir);
+    CHECK(system(cmd) == 0);
+    char cpu[600], heap[600], bad[600];
+    snprintf(cpu, sizeof cpu, "%s/cpu.pprof", dir);
+    snprintf(heap, sizeof heap, "%s/heap.pprof", dir);
+    snprintf(bad, sizeof bad, "%s/bad.pprof", dir);
+    FILE *f = fopen(bad, "w");
+    fputs("not a profile", f);
+    fclose(f);
+
+    cp_broker *b = NULL;
+    CHECK_EQ(cp_broker_create(NULL, &b, NULL), 0);
+    const char *bs = cp_broker_bootstraps(b);
+    char *argv[] = {"import", "--brokers", (char *)bs,    "--tenant", "acme", "--service",
+                    "goapp",  "--label",   "version=1.0", cpu,        heap,   NULL};
+    CHECK_EQ(cp_cmd_import(11, argv), 0);
+    /* a bad file: refused with a non-zero exit, the good ones still go */
+    char *argv2[] = {"import", "--brokers", (char *)bs, "--tenant", "other", bad, cpu, NULL};
+    CHECK_EQ(cp_cmd_import(7, argv2), 1);
+    char *argv3[] = {"import", "--brokers", (char *)bs, "--label", "bad label", cpu, NULL};
+    CHECK_EQ(cp_cmd_import(6, argv3), 2);
+
+    char sdir[600];
+    snprintf(sdir, sizeof sdir, "%s/store", dir);
+    cp_store_options so = {.path = sdir};
+    cp_store *s = NULL;
+    CHECK_EQ(cp_store_open(&so, &s, NULL), 0);
+    cp_ingest *in = ingest_start(bs, s, 64);
+    wait_messages(in, 4, 60);
+    cp_ingest_destroy(in);
+
+    int64_t want[8];
+    CHECK_EQ(pprof_raw_totals(cpu, want, 8), 2);
+    CHECK(want[0] > 0);
+    CHECK_EQ(qtotal(s, CP_KIND_CPU, 0), want[0]);
+    CHECK_EQ(qtotal(s, CP_KIND_CPU, 1), want[1]);
+    CHECK_EQ(pprof_raw_totals(heap, want, 8), 4);
+    CHECK(want[3] > 0); /* the start-up allocations are still in use */
+    CHECK_EQ(qtotal(s, CP_KIND_ALLOC, 0), want[0]);
+    CHECK_EQ(qtotal(s, CP_KIND_ALLOC, 1), want[1]);
+    CHECK_EQ(qtotal(s, CP_KIND_INUSE, 0), want[2]);
+    CHECK_EQ(qtotal(s, CP_KIND_INUSE, 1), want[3]);
+    /* the labels came along */
+    cp_string_list l = {0};
+    CHECK_EQ(cp_store_label_values(s, "acme", "version", &l, NULL), 0);
+    CHECK_EQ(l.n, 1);
+    CHECK_STREQ(l.v[0], "1.0");
+    cp_string_list_close(&l);
+    cp_store_close(s);
+    cp_broker_destroy(b);
+    rmtree(dir);
+}
+
+TEST_MAIN(T(go_profiles_round_trip))
