@@ -42,14 +42,14 @@
 
   async function loadLabels() {
     try {
-      labelNames = (await cp.get('/api/v1/labels')).labels || [];
+      labelNames = (await cp.get('api/v1/labels')).labels || [];
     } catch (e) {
       status('labels: ' + e.message, true);
       labelNames = [];
     }
     const values = {};
     await Promise.all(labelNames.map(async n => {
-      try { values[n] = (await cp.get('/api/v1/labels/' + encodeURIComponent(n) + '/values')).values || []; }
+      try { values[n] = (await cp.get('api/v1/labels/' + encodeURIComponent(n) + '/values')).values || []; }
       catch (e) { values[n] = []; }
     }));
     buildPickers($('pickers'), values, 'select');
@@ -145,7 +145,7 @@
   async function loadTimeline(nowSec, from, to, seq) {
     const span = spanOf(nowSec, from, to);
     try {
-      const t = await cp.get('/api/v1/timeline', {
+      const t = await cp.get('api/v1/timeline', {
         type: state.type, select: state.select, from: Math.floor(span[0]), to: Math.ceil(span[1]),
         step: stepOf(span) + 's',
       });
@@ -237,11 +237,11 @@
   function profileRequest(format) {
     const q = { type: state.type, select: state.select, from: loaded.from, to: loaded.to, format };
     if (format !== 'pprof') q.sample_type = state.sample_type;
-    if (!state.diff) return ['/api/v1/profile', q];
+    if (!state.diff) return ['api/v1/profile', q];
     q.base_select = state.base_select || state.select;
     q.base_from = loaded.base_from;
     q.base_to = loaded.base_to;
-    return ['/api/v1/diff', q];
+    return ['api/v1/diff', q];
   }
 
   async function reload() {
