@@ -157,6 +157,7 @@
     } catch (e) {
       if (seq === loadSeq) { timeline.setData([], span, ''); status('timeline: ' + e.message, true); }
     }
+    if (seq !== loadSeq) return;
     timeline.setWindow('target', from, to, TARGET);
     if (state.diff && state.base_from) timeline.setWindow('base', loaded.base_from, loaded.base_to, BASE);
     else timeline.clearWindow('base');
