@@ -509,10 +509,15 @@ static int append_frame_name(cp_buf *b, const char *s)
 {
     size_t n = strlen(s);
     if (cp_buf_reserve(b, n)) return CP_ENOMEM;
-    for (size_t i = 0; i < n; i++) {
-        char ch = s[i];
-        if (ch == ';' || ch == '\n' || ch == '\r') ch = '_';
-        b->data[b->len++] = (uint8_t)ch;
+    /* Copy runs; ';' and line breaks would break the format and become '_'. */
+    while (n) {
+        size_t run = strcspn(s, ";\n\r");
+        memcpy(b->data + b->len, s, run);
+        b->len += run;
+        if (run == n) break;
+        b->data[b->len++] = '_';
+        s += run + 1;
+        n -= run + 1;
     }
     return 0;
 }

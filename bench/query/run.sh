@@ -10,6 +10,5 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../../build}
 [ $# -gt 0 ] && shift
-make -C "$build" bench_query >/dev/null
-printf '%-44s | %13s | %12s | %s\n' name value floor ok
+cmake --build "$build" --target bench_query >/dev/null
 exec "$build/bench/query/bench_query" "$@"

@@ -145,8 +145,10 @@ TEST(serves_a_store_and_stops_cleanly)
     char conf[200];
     snprintf(conf, sizeof conf, "%s.conf", dir);
     FILE *cf = fopen(conf, "w");
+    /* The test data is from 2025: keep it forever, or retention would remove it. */
     fprintf(cf, "# test config\nlisten = 127.0.0.1:0\nquery.concurrency = 2\n"
-                "query.max_range = 30d\nbrokers = 127.0.0.1:9\n");
+                "query.max_range = 30d\nbrokers = 127.0.0.1:9\nretention.raw = 0\n"
+                "retention.rollup = 0\n");
     fclose(cf);
     const char *args[] = {"--config", conf, "--data", store, NULL};
     proc p = {0};
@@ -193,9 +195,13 @@ TEST(embedded_broker_import_to_query)
 {
     char dir[] = "/tmp/cpqd-XXXXXX";
     CHECK(mkdtemp(dir));
-    char store[200];
+    char store[200], conf[200];
     snprintf(store, sizeof store, "%s/store", dir);
-    const char *args[] = {"--data", store, "--http", "127.0.0.1:0", NULL};
+    snprintf(conf, sizeof conf, "%s/c.conf", dir);
+    FILE *cf = fopen(conf, "w");
+    fprintf(cf, "retention.raw = 0\nretention.rollup = 0\n"); /* the window is from 2025 */
+    fclose(cf);
+    const char *args[] = {"--config", conf, "--data", store, "--http", "127.0.0.1:0", NULL};
     proc p = {0};
     start_daemon(&p, dir, args);
     const char *src = getenv("CP_SOURCE_DIR");
