@@ -6,7 +6,7 @@
 (function () {
   const $ = id => document.getElementById(id);
   const DEFAULTS = {
-    type: 'cpu', select: '', from: '-1h', to: 'now', span: '6h', diff: '',
+    type: 'cpu', sample_type: '', select: '', from: '-1h', to: 'now', span: '6h', diff: '',
     base_select: '', base_from: '', base_to: '', zoom: '', search: '', sort: 'self', dir: 'desc',
   };
   const SPANS = { '1h': 3600, '6h': 21600, '24h': 86400, '7d': 604800 };
@@ -42,14 +42,14 @@
 
   async function loadLabels() {
     try {
-      labelNames = (await cp.get('/api/v1/labels')).labels || [];
+      labelNames = (await cp.get('api/v1/labels')).labels || [];
     } catch (e) {
       status('labels: ' + e.message, true);
       labelNames = [];
     }
     const values = {};
     await Promise.all(labelNames.map(async n => {
-      try { values[n] = (await cp.get('/api/v1/labels/' + encodeURIComponent(n) + '/values')).values || []; }
+      try { values[n] = (await cp.get('api/v1/labels/' + encodeURIComponent(n) + '/values')).values || []; }
       catch (e) { values[n] = []; }
     }));
     buildPickers($('pickers'), values, 'select');
@@ -121,18 +121,43 @@
     return [end - w, end];
   }
 
+  // A round step giving at most ~240 bars (stored windows are 10 s).
+  function stepOf(span) {
+    const want = (span[1] - span[0]) / 240;
+    const steps = [10, 20, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
+    return steps.find(s => s >= want) || 86400;
+  }
+
+  // Fills the Value menu from the timeline's sample types; returns the chosen index.
+  function sampleTypes(st) {
+    const sel = $('sampletype');
+    const names = st.map(t => t.type);
+    if (sel.options.length !== names.length || names.some((n, i) => sel.options[i].value !== n)) {
+      sel.textContent = '';
+      for (const t of st) sel.add(new Option(`${t.type} (${t.unit})`, t.type));
+    }
+    let i = names.indexOf(state.sample_type);
+    if (i < 0) i = names.length - 1; // the API's default: the last
+    sel.value = names[i] || '';
+    return i;
+  }
+
   async function loadTimeline(nowSec, from, to, seq) {
     const span = spanOf(nowSec, from, to);
     try {
-      const t = await cp.get('/api/v1/timeline', {
+      const t = await cp.get('api/v1/timeline', {
         type: state.type, select: state.select, from: Math.floor(span[0]), to: Math.ceil(span[1]),
+        step: stepOf(span) + 's',
       });
       if (seq !== loadSeq) return;
       const st = t.sample_types || [];
-      timeline.setData(t.points || [], span, st.length ? st[st.length - 1].unit : '');
+      const col = sampleTypes(st);
+      const points = (t.points || []).map(p => [p[0], p[1 + col] || 0]);
+      timeline.setData(points, span, st.length ? st[col].unit : '');
     } catch (e) {
       if (seq === loadSeq) { timeline.setData([], span, ''); status('timeline: ' + e.message, true); }
     }
+    if (seq !== loadSeq) return;
     timeline.setWindow('target', from, to, TARGET);
     if (state.diff && state.base_from) timeline.setWindow('base', loaded.base_from, loaded.base_to, BASE);
     else timeline.clearWindow('base');
@@ -212,11 +237,12 @@
 
   function profileRequest(format) {
     const q = { type: state.type, select: state.select, from: loaded.from, to: loaded.to, format };
-    if (!state.diff) return ['/api/v1/profile', q];
+    if (format !== 'pprof') q.sample_type = state.sample_type;
+    if (!state.diff) return ['api/v1/profile', q];
     q.base_select = state.base_select || state.select;
     q.base_from = loaded.base_from;
     q.base_to = loaded.base_to;
-    return ['/api/v1/diff', q];
+    return ['api/v1/diff', q];
   }
 
   async function reload() {
@@ -265,7 +291,13 @@
 
   // ---- controls -------------------------------------------------------------------------
 
-  $('type').addEventListener('change', () => { state.type = $('type').value; state.zoom = ''; reload(); });
+  $('type').addEventListener('change', () => {
+    state.type = $('type').value;
+    state.sample_type = '';
+    state.zoom = '';
+    reload();
+  });
+  $('sampletype').addEventListener('change', () => { state.sample_type = $('sampletype').value; reload(); });
   $('span').addEventListener('change', () => { state.span = $('span').value; reload(); });
   $('select').addEventListener('change', () => { state.select = $('select').value.trim(); reload(); });
   $('baseselect').addEventListener('change', () => { state.base_select = $('baseselect').value.trim(); reload(); });

@@ -67,7 +67,7 @@ cp.durText = function (s) {
 
 cp.token = sessionStorage.getItem('contprof.token') || '';
 
-// GETs path?params; resolves to parsed JSON (or an ArrayBuffer if binary). A 401 asks for a
+// GETs path?params (path relative to the page, so a proxy may serve it under a prefix); resolves to parsed JSON (or an ArrayBuffer if binary). A 401 asks for a
 // token once and retries. Errors carry the server's {"error": ...} message.
 cp.get = async function (path, params, binary) {
   const qs = new URLSearchParams();

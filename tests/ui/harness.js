@@ -99,18 +99,11 @@ function bigFolded(n) {
   return out;
 }
 
-// Imports a profile of `frames` frames for {service="big"} from atSec on and returns its
-// folded stacks. It is split into windows of a few subtrees each: one pprof of 20,000
-// minimal locations exceeds cp_pprof_decode's allocation budget (8x the wire size) and is
-// rejected as "not a valid pprof protobuf"; the store merges the windows back.
+// Imports a profile of `frames` frames as one window of {service="big"} at atSec and
+// returns its folded stacks.
 function importBig(bindir, dir, url, frames, atSec) {
   const big = bigFolded(frames + 1);
-  const parts = [{}, {}, {}, {}, {}, {}, {}, {}];
-  for (const [k, v] of Object.entries(big)) {
-    const m = /Func(\d+)/.exec(k.split(';')[1] || '');
-    parts[(m ? Number(m[1]) : 0) % parts.length][k] = v;
-  }
-  parts.forEach((part, i) => importCpu(bindir, dir, url, part, { service: 'big', version: '9' }, atSec + 10 * i));
+  importCpu(bindir, dir, url, big, { service: 'big', version: '9' }, atSec);
   return big;
 }
 

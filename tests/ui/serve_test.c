@@ -13,7 +13,7 @@ TEST(page_at_root)
     CHECK_CONTAINS(r.extra_headers, "Content-Security-Policy: default-src 'self'");
     cp_buf_append(&r.body, "", 1);
     CHECK_CONTAINS((char *)r.body.data, "<title>contprof</title>");
-    CHECK_CONTAINS((char *)r.body.data, "/ui/app.js");
+    CHECK_CONTAINS((char *)r.body.data, "src=\"ui/app.js\"");
     cp_buf_close(&r.body);
 }
 
