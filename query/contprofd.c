@@ -214,6 +214,14 @@ int main(int argc, char **argv)
     if (!d.api) goto fail_msg;
 
     d.loop = uv_default_loop();
+    /* Signals before the port is announced: a SIGTERM that arrives while HTTP binds or
+     * Kafka connects is held by libuv and handled once the loop runs: a clean stop. */
+    uv_signal_init(d.loop, &d.sigint);
+    uv_signal_init(d.loop, &d.sigterm);
+    d.sigint.data = d.sigterm.data = &d;
+    uv_signal_start(&d.sigint, on_signal, SIGINT);
+    uv_signal_start(&d.sigterm, on_signal, SIGTERM);
+    signal(SIGPIPE, SIG_IGN);
     cp_http_options ho;
     cp_http_options_default(&ho);
     ho.host = d.cfg.http_host;
@@ -274,12 +282,6 @@ int main(int argc, char **argv)
 
     if (cp_api_set_brokers(d.api, bootstrap)) goto fail_msg;
 
-    uv_signal_init(d.loop, &d.sigint);
-    uv_signal_init(d.loop, &d.sigterm);
-    d.sigint.data = d.sigterm.data = &d;
-    uv_signal_start(&d.sigint, on_signal, SIGINT);
-    uv_signal_start(&d.sigterm, on_signal, SIGTERM);
-    signal(SIGPIPE, SIG_IGN);
     uv_timer_init(d.loop, &d.rate_timer);
     d.rate_timer.data = &d;
     uv_timer_start(&d.rate_timer, on_rate_timer, 5000, 5000);
