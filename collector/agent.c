@@ -140,6 +140,8 @@ CONTPROF_EXTERN contprof_isolate *contprof_isolate_create(const char *name, cons
         iso->labels = labels ? strdup(labels) : NULL;
         atomic_store(&iso->walker, NULL);
         atomic_store(&iso->walker_arg, NULL);
+        atomic_store(&iso->request, NULL);
+        atomic_store(&iso->request_arg, NULL);
         if (!iso->name || (labels && !iso->labels)) {
             free(iso->name);
             free(iso->labels);
@@ -160,6 +162,7 @@ CONTPROF_EXTERN void contprof_isolate_destroy(contprof_isolate *iso)
 {
     if (!iso) return;
     atomic_store(&iso->walker, NULL);
+    atomic_store(&iso->request, NULL);
     atomic_store(&iso->state, CP_ISO_DYING); /* freed by the agent after its last window */
 }
 
@@ -187,6 +190,25 @@ CONTPROF_EXTERN void contprof_isolate_set_walker(contprof_isolate *iso, contprof
     atomic_store(&iso->walker, NULL);
     atomic_store(&iso->walker_arg, arg);
     atomic_store(&iso->walker, fn);
+}
+
+CONTPROF_EXTERN void contprof_isolate_set_request(contprof_isolate *iso,
+                                                  contprof_safepoint_request fn, void *arg)
+{
+    if (!iso) return;
+    atomic_store(&iso->request, NULL);
+    atomic_store(&iso->request_arg, arg);
+    atomic_store(&iso->request, fn);
+}
+
+int cp_lang_ids(const contprof_frame *fr, int n, uint64_t *ids)
+{
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        uint32_t id;
+        if (fr[i].function && cp_lang_intern(&fr[i], &id) == 0) ids[m++] = CP_LANG_TAG | id;
+    }
+    return m;
 }
 
 static void isolates_reap(void)

@@ -279,6 +279,87 @@ __attribute__((noinline)) static void sample_slow(void *p, size_t n)
     cp_in_agent = 0;
 }
 
+/* ------------------------------------------------------------------------------------
+ * Runtime allocators (contprof.h): blocks a runtime reports itself */
+
+CONTPROF_EXTERN int contprof_alloc_should_sample(size_t n)
+{
+    int64_t rate = atomic_load_explicit(&g_rate, memory_order_relaxed);
+    if (rate <= 0 || cp_in_agent) return 0;
+    t_until -= (int64_t)n;
+    if (__builtin_expect(t_until > 0, 1)) return 0;
+    if (!t_init) {
+        t_init = 1;
+        t_until = (int64_t)draw(rate) - (int64_t)n;
+        if (t_until > 0) return 0;
+    }
+    t_until = (int64_t)draw(rate);
+    return 1;
+}
+
+CONTPROF_EXTERN void contprof_alloc_record(void *p, size_t n, const contprof_frame *frames,
+                                           int nframes)
+{
+    int64_t rate = atomic_load_explicit(&g_rate, memory_order_relaxed);
+    if (!p || rate <= 0 || cp_in_agent || !S) return;
+    cp_in_agent = 1;
+    cp_thread *t = cp_self ? cp_self : cp_thread_register_self();
+    uint64_t pcs[CP_MAX_FRAMES];
+    int m = 0;
+    if (frames && nframes > 0) {
+        if (nframes > 32) nframes = 32;
+        m = cp_lang_ids(frames, nframes, pcs);
+    }
+    /* below the language frames, the native stack from the caller down */
+    int nf = t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs + m, CP_MAX_FRAMES - m, 1) : 0;
+    nf += m;
+    uint32_t iso = 0;
+    char thread[16] = "";
+    if (t) {
+        unsigned d = atomic_load(&t->iso_depth);
+        if (d) iso = t->iso_stack[(d > 16 ? 16 : d) - 1];
+        if (!iso) memcpy(thread, t->name, sizeof(thread));
+    }
+    double w = 1.0 / (1.0 - exp(-(double)n / (double)rate));
+    pthread_mutex_lock(&g_lock);
+    uint32_t b = bucket_find(iso, thread, pcs, (uint32_t)nf);
+    if (b == UINT32_MAX) {
+        atomic_fetch_add(&cp_alloc_dropped, 1);
+    } else {
+        S->buckets[b].alloc_objects += w;
+        S->buckets[b].alloc_bytes += w * (double)n;
+        live_insert((uintptr_t)p, b, w, n);
+        atomic_store_explicit(&g_live_any, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&g_lock);
+    cp_in_agent = 0;
+}
+
+CONTPROF_EXTERN void contprof_alloc_forget(void *p)
+{
+    if (!p || !S) return;
+    if (__builtin_expect(!atomic_load_explicit(&g_live_any, memory_order_relaxed), 1)) return;
+    if (!atomic_load_explicit(&filter[ptr_hash((uintptr_t)p) >> (64 - FILTER_BITS)],
+                              memory_order_relaxed))
+        return;
+    pthread_mutex_lock(&g_lock);
+    live_remove((uintptr_t)p, NULL);
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* The countdown is parked far away: the fast path of malloc stays one subtraction. */
+CONTPROF_EXTERN int64_t contprof_alloc_pause(void)
+{
+    int64_t saved = t_until;
+    t_until = INT64_MAX / 2;
+    return saved;
+}
+
+CONTPROF_EXTERN void contprof_alloc_resume(int64_t token)
+{
+    t_until = token;
+}
+
 static inline void on_alloc(void *p, size_t n)
 {
     if (__builtin_expect(!p, 0)) return;

@@ -117,12 +117,16 @@ struct contprof_isolate {
     char *name, *labels;
     _Atomic(contprof_walker) walker;
     void *_Atomic walker_arg;
+    _Atomic(contprof_safepoint_request) request;
+    void *_Atomic request_arg;
 };
 extern struct contprof_isolate cp_isolates[CP_MAX_ISOLATES];
 
 /* Language frames interned by the safepoint: id -> function/file/line. */
 int cp_lang_intern(const contprof_frame *f, uint32_t *id);
 int cp_lang_get(uint32_t id, const char **function, const char **file, int64_t *line);
+/* Interns frames (innermost first) and writes their tagged ids to ids; returns how many. */
+int cp_lang_ids(const contprof_frame *fr, int n, uint64_t *ids);
 
 /* ------------------------------------------------------------------------------------
  * Allocation sampling (alloc.c) */

@@ -95,6 +95,47 @@ CONTPROF_EXTERN void contprof_isolate_set_walker(contprof_isolate *iso, contprof
  * otherwise. Never from a signal handler. */
 CONTPROF_EXTERN void contprof_safepoint(void);
 
+/* Optional: asks a runtime for a safe point soon. Called from the signal handler, on the
+ * sampled thread, each time a sample of iso starts (or keeps) waiting for language frames;
+ * it must be async-signal-safe (Lua's lua_sethook is). Without it the sample waits for the
+ * runtime's next contprof_safepoint call. CPU time of signals that arrive while a sample
+ * is waiting is added to that sample's weight, so waiting does not bias totals. */
+typedef void (*contprof_safepoint_request)(void *arg);
+
+/* Registers (or with NULL, removes) the safe-point request of iso. */
+CONTPROF_EXTERN void contprof_isolate_set_request(contprof_isolate *iso,
+                                                  contprof_safepoint_request fn, void *arg);
+
+/* --- runtime allocators ---------------------------------------------------------------
+ * A runtime with its own allocator hook (Lua's lua_Alloc) reports its blocks itself, with
+ * the same byte-based sampling as the malloc family, so that sampled blocks carry
+ * language frames and are matched on free whichever allocator is underneath:
+ *
+ *     int s = contprof_alloc_should_sample(n);       // before: decide, walk if s
+ *     contprof_alloc_forget(old);                    // a block about to be freed/moved
+ *     int64_t tok = contprof_alloc_pause();          // the malloc family below does not
+ *     p = underlying_alloc(old, n);                  //   sample this call
+ *     contprof_alloc_resume(tok);
+ *     if (s && p) contprof_alloc_record(p, n, frames, nframes);
+ */
+
+/* Counts n bytes toward this thread's next sample; 1 if this block is to be sampled. */
+CONTPROF_EXTERN int contprof_alloc_should_sample(size_t n);
+
+/* Records sampled block p of n bytes, attributed to the current isolate, with the native
+ * stack of the caller under frames (innermost first; copied). Weighted like malloc. */
+CONTPROF_EXTERN void contprof_alloc_record(void *p, size_t n, const contprof_frame *frames,
+                                           int nframes);
+
+/* p is about to go back to the allocator (freed, or moved by a realloc): if it was
+ * sampled it leaves the inuse profile. NULL is fine. */
+CONTPROF_EXTERN void contprof_alloc_forget(void *p);
+
+/* Suspends the malloc family's sampling on this thread (not its free matching) until
+ * contprof_alloc_resume(token); pairs nest. */
+CONTPROF_EXTERN int64_t contprof_alloc_pause(void);
+CONTPROF_EXTERN void contprof_alloc_resume(int64_t token);
+
 #ifdef __cplusplus
 }
 #endif

@@ -147,6 +147,12 @@ static void handler(int sig, siginfo_t *si, void *ucv)
         /* Language frames are added at the next safe point; a sample still waiting
          * from before goes out without them. */
         if (atomic_load_explicit(&t->pending, memory_order_relaxed)) {
+            if (t->pend.isolate == iso) {
+                /* Still waiting for the safe point: this period of CPU time goes to the
+                 * same sample, whose language frames the safe point will supply. */
+                t->pend.weight += weight;
+                goto request;
+            }
             ring_push(t, &t->pend);
             atomic_store_explicit(&t->pending, 0, memory_order_relaxed);
         }
@@ -155,6 +161,10 @@ static void handler(int sig, siginfo_t *si, void *ucv)
         t->pend.nframes =
             (uint32_t)cp_unwind(&r, t->stack_lo, t->stack_hi, t->pend.pcs, CP_MAX_FRAMES);
         atomic_store_explicit(&t->pending, 1, memory_order_release);
+    request:;
+        contprof_safepoint_request rq =
+            atomic_load_explicit(&cp_isolates[iso - 1].request, memory_order_acquire);
+        if (rq) rq(atomic_load_explicit(&cp_isolates[iso - 1].request_arg, memory_order_relaxed));
         goto out;
     }
 
@@ -619,13 +629,9 @@ CONTPROF_EXTERN void contprof_safepoint(void)
             contprof_frame fr[32];
             int k = fn(atomic_load(&cp_isolates[iso - 1].walker_arg), fr, 32);
             if (k > 32) k = 32;
+            if (k < 0) k = 0;
             uint64_t ids[32];
-            int m = 0;
-            for (int i = 0; i < k; i++) {
-                uint32_t id;
-                if (fr[i].function && cp_lang_intern(&fr[i], &id) == 0)
-                    ids[m++] = CP_LANG_TAG | id;
-            }
+            int m = cp_lang_ids(fr, k, ids);
             /* language frames go on top (leaf side) of the native stack */
             uint32_t keep = r->nframes;
             if (keep + (uint32_t)m > CP_MAX_FRAMES) keep = CP_MAX_FRAMES - (uint32_t)m;
