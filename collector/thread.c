@@ -626,6 +626,9 @@ CONTPROF_EXTERN void contprof_safepoint(void)
         contprof_walker fn = iso && iso <= CP_MAX_ISOLATES ? atomic_load(&cp_isolates[iso - 1].walker)
                                                            : NULL;
         if (fn) {
+            /* the walker and the interning are the agent's work: not sampled */
+            int saved_in_agent = cp_in_agent;
+            cp_in_agent = 1;
             contprof_frame fr[32];
             int k = fn(atomic_load(&cp_isolates[iso - 1].walker_arg), fr, 32);
             if (k > 32) k = 32;
@@ -638,6 +641,7 @@ CONTPROF_EXTERN void contprof_safepoint(void)
             memmove(r->pcs + m, r->pcs, keep * sizeof(uint64_t));
             memcpy(r->pcs, ids, (size_t)m * sizeof(uint64_t));
             r->nframes = keep + (uint32_t)m;
+            cp_in_agent = saved_in_agent;
         }
         ring_push(t, r);
         atomic_store(&t->pending, 0);

@@ -30,6 +30,8 @@ typedef struct script {
     lua_State *L;
     pthread_mutex_t mu;
     long requests, errors, reopens;
+    long moves;         /* requests served by another thread than the one before */
+    pthread_t last;
     char last_error[256];
 } script;
 
@@ -79,6 +81,8 @@ static int call(script *s, lua_State *L, int narg, int nres)
     if (rc != LUA_OK) {
         const char *m = lua_tostring(L, -1);
         snprintf(s->last_error, sizeof(s->last_error), "%s", m ? m : "?");
+        for (char *c = s->last_error; *c; c++)
+            if (*c == '\n' || *c == '\t') *c = ' '; /* one line per script in the report */
         lua_pop(L, 1);
     }
     return rc;
@@ -152,6 +156,8 @@ static void *worker(void *arg)
         long i = atomic_fetch_add(&H.next, 1) % H.n;
         script *s = &H.s[i];
         pthread_mutex_lock(&s->mu);
+        if (s->requests > 0 && !pthread_equal(s->last, pthread_self())) s->moves++;
+        s->last = pthread_self();
         serve(s);
         pthread_mutex_unlock(&s->mu);
         atomic_fetch_add(&H.done, 1);
@@ -223,8 +229,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < H.n; i++) {
         script *s = &H.s[i];
         total += s->requests;
-        printf("script %s requests %ld errors %ld reopens %ld%s%s\n", s->name, s->requests,
-               s->errors, s->reopens, s->errors ? " last_error " : "",
+        printf("script %s requests %ld errors %ld reopens %ld moves %ld%s%s\n", s->name,
+               s->requests, s->errors, s->reopens, s->moves, s->errors ? " last_error " : "",
                s->errors ? s->last_error : "");
         if (s->L) lua_close(s->L);
         pthread_mutex_destroy(&s->mu);

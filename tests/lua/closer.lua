@@ -1,7 +1,7 @@
 -- Builds some data at load, then asks the host to close and reopen its state every
 -- fifth request: states are closed while the agent profiles them.
 local data = {}
-for i = 1, 20000 do data[i] = {i, tostring(i)} end
+for i = 1, 5000 do data[i] = {i, tostring(i)} end
 local calls = 0
 function handle(n)
   calls = calls + 1

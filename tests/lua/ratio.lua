@@ -1,7 +1,10 @@
--- Two functions burning CPU 3:1 per request (same loop, 3x the iterations).
-local function spin(n)
-  local x = 0
-  for i = 1, n do x = (x * 31 + i) % 1000003 end
+-- Two functions burning CPU 3:1 per request: burn_a for 3*n microseconds of CPU time,
+-- burn_b for n (run with one worker thread: os.clock is the process's CPU time).
+local function spin(us)
+  local x, stop = 0, os.clock() + us / 1e6
+  repeat
+    for i = 1, 1000 do x = (x * 31 + i) % 1000003 end
+  until os.clock() >= stop
   return x
 end
 
