@@ -1,7 +1,7 @@
 /* Allocation sampling: the malloc family interposed over the next allocator (dlsym with a
  * static bootstrap pool), byte-based Poisson sampling with a thread-local countdown, and
  * the table of sampled live blocks that matches frees. The unsampled paths cost a TLS
- * subtraction (allocations) or one byte load from a counting filter (frees). */
+ * subtraction (allocations) or one byte load from a 64 KiB counting filter (frees). */
 #include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
@@ -86,9 +86,9 @@ void cp_real_free(void *p)
 /* ------------------------------------------------------------------------------------
  * Sampled state */
 
-#define LIVE_BITS 17
+#define LIVE_BITS 15 /* 32768 sampled live blocks, 1 MiB: beyond that, counted drops */
 #define LIVE_CAP (1u << LIVE_BITS)
-#define FILTER_BITS 18
+#define FILTER_BITS 16 /* 64 KiB of counters: stays in cache */
 #define BUCKET_CAP 16384u
 #define BUCKET_IDX_CAP (BUCKET_CAP * 2)
 
@@ -145,6 +145,8 @@ int cp_alloc_init(void)
 void cp_alloc_set_rate(int64_t rate)
 {
     atomic_store(&g_rate, S ? rate : 0);
+    t_until = 0; /* the calling thread (the constructor's) re-draws at once */
+    t_init = 0;
 }
 
 static double draw(int64_t rate)
@@ -196,8 +198,10 @@ static void live_insert(uintptr_t p, uint32_t bucket, double w, uint64_t size)
     while (S->live[i].ptr) i = (i + 1) & mask;
     S->live[i] = (live_entry){.ptr = p, .bucket = bucket, .w = w, .size = size};
     S->nlive++;
-    atomic_fetch_add_explicit(&filter[ptr_hash(p) >> (64 - FILTER_BITS)], 1,
-                              memory_order_relaxed);
+    /* saturating: a counter at 255 stays there (always "maybe"), never wraps to 0 */
+    atomic_uchar *c = &filter[ptr_hash(p) >> (64 - FILTER_BITS)];
+    if (atomic_load_explicit(c, memory_order_relaxed) != 255)
+        atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
     cp_alloc_bucket *b = &S->buckets[bucket];
     b->inuse_objects += w;
     b->inuse_bytes += w * (double)size;
@@ -214,8 +218,9 @@ static int live_remove(uintptr_t p, live_entry *out)
     cp_alloc_bucket *b = &S->buckets[S->live[i].bucket];
     b->inuse_objects -= S->live[i].w;
     b->inuse_bytes -= S->live[i].w * (double)S->live[i].size;
-    atomic_fetch_sub_explicit(&filter[ptr_hash(p) >> (64 - FILTER_BITS)], 1,
-                              memory_order_relaxed);
+    atomic_uchar *c = &filter[ptr_hash(p) >> (64 - FILTER_BITS)];
+    if (atomic_load_explicit(c, memory_order_relaxed) != 255)
+        atomic_fetch_sub_explicit(c, 1, memory_order_relaxed);
     S->nlive--;
     uint32_t j = i;
     for (;;) {
@@ -237,9 +242,9 @@ __attribute__((noinline)) static void sample_slow(void *p, size_t n)
 {
     int64_t rate = atomic_load_explicit(&g_rate, memory_order_relaxed);
     if (rate <= 0) {
-        /* Look again soon: sampling may be switched on, and the first sample after that
-         * must not wait for a stale countdown. */
-        t_until = 4096;
+        /* Look again later: sampling may be switched on (cp_alloc_set_rate resets the
+         * starting thread's countdown; other threads catch up within 64 MiB). */
+        t_until = (int64_t)64 << 20;
         return;
     }
     if (cp_in_agent) {

@@ -139,10 +139,23 @@ static struct {
     uint32_t n;
 } syms;
 
+/* Separate debug files (/usr/lib/debug, libc6-dbg...) are large: reading them would cost
+ * the host tens of MiB. By default only an object's own symbols and DWARF are used; the
+ * mappings' build ids let a server symbolize the rest. CONTPROF_DEBUGINFO=1 opts in. */
+static int own_debuginfo_only(Dwfl_Module *mod, void **userdata, const char *modname,
+                              Dwarf_Addr base, const char *file_name,
+                              const char *debuglink_file, GElf_Word debuglink_crc,
+                              char **debuginfo_file_name)
+{
+    (void)mod, (void)userdata, (void)modname, (void)base, (void)file_name;
+    (void)debuglink_file, (void)debuglink_crc, (void)debuginfo_file_name;
+    return -1;
+}
+
 static char *dwfl_debuginfo_path;
-static const Dwfl_Callbacks dwfl_cbs = {
+static Dwfl_Callbacks dwfl_cbs = {
     .find_elf = dwfl_linux_proc_find_elf,
-    .find_debuginfo = dwfl_standard_find_debuginfo,
+    .find_debuginfo = own_debuginfo_only,
     .debuginfo_path = &dwfl_debuginfo_path,
 };
 
@@ -163,6 +176,9 @@ static void syms_refresh(const cp_modules *mods)
 {
     if (syms.dwfl && mods && mods->adds == syms.adds && mods->subs == syms.subs) return;
     if (syms.dwfl) dwfl_end(syms.dwfl);
+    const char *di = getenv("CONTPROF_DEBUGINFO");
+    dwfl_cbs.find_debuginfo =
+        di && strcmp(di, "1") == 0 ? dwfl_standard_find_debuginfo : own_debuginfo_only;
     syms.dwfl = dwfl_begin(&dwfl_cbs);
     if (syms.dwfl) {
         dwfl_report_begin(syms.dwfl);

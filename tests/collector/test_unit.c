@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <search.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -46,11 +47,14 @@ static int cmp_capture(const void *a, const void *b)
     return *(const int *)a - *(const int *)b;
 }
 
+/* lfind: a libc function that calls back and that ASan does not intercept */
 __attribute__((noinline)) void unit_caller_of_qsort(void)
 {
     int v[64];
     for (int i = 0; i < 64; i++) v[i] = 64 - i;
-    qsort(v, 64, sizeof(int), cmp_capture);
+    int key = 1;
+    size_t n = 64;
+    if (!lfind(&key, v, &n, sizeof(int), cmp_capture)) abort();
     __asm__ volatile("" ::: "memory");
 }
 
@@ -82,7 +86,7 @@ TEST(unwind_through_libc)
         if (strstr(obj_of(g_pcs[i]), "libc.so")) saw_libc = 1;
         /* the caller is only reached by unwinding through qsort's frames (no frame
          * pointers in Debian's libc) */
-        if (g_pcs[i] > caller && g_pcs[i] < caller + 256 && saw_libc) saw_caller = 1;
+        if (g_pcs[i] > caller && g_pcs[i] < caller + 4096 && saw_libc) saw_caller = 1;
         if (!strcmp(s, "_start") && saw_caller) saw_start = 1;
     }
     CHECK(saw_libc);
@@ -108,7 +112,7 @@ TEST(modules_have_build_ids)
     CHECK(cp_modules_refresh(1) == 0);
     const cp_modules *m = cp_modules_current();
     CHECK(m && m->n >= 2);
-    const cp_module *libc = cp_modules_find(m, (uintptr_t)&qsort);
+    const cp_module *libc = cp_modules_find(m, (uintptr_t)&lfind);
     CHECK(libc != NULL);
     CHECK(strstr(libc->path, "libc.so") != NULL);
     CHECK(libc->build_id_len == 20);

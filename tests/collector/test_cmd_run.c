@@ -1,0 +1,128 @@
+/* `contprof run`: options become CONTPROF_* variables and LD_PRELOAD, --server asks a
+ * (fake) contprofd for its brokers, and the program really runs under the agent. */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cmd_run.h"
+#include "test.h"
+
+/* Runs cp_cmd_run(argv) in a child with stdout captured into out. Returns the status. */
+static int run_cmd(char **argv, char *out, size_t cap)
+{
+    int fd[2];
+    CHECK(pipe(fd) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        dup2(fd[1], 1);
+        close(fd[0]);
+        close(fd[1]);
+        int argc = 0;
+        while (argv[argc]) argc++;
+        _exit(cp_cmd_run(argc, argv));
+    }
+    close(fd[1]);
+    size_t len = 0;
+    ssize_t k;
+    while (len + 1 < cap && (k = read(fd[0], out + len, cap - 1 - len)) > 0) len += (size_t)k;
+    out[len] = 0;
+    close(fd[0]);
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+TEST(run_output_dir)
+{
+    char dir[128];
+    snprintf(dir, sizeof(dir), "/tmp/contprof-run-%d", (int)getpid());
+    char *argv[] = {"run", "--output-dir", dir, "--service", "runsvc", "--label", "team=x",
+                    "--cpu-hz", "250", "--window", "500ms", "--", CPW, "solo", "0.3", NULL};
+    char out[4096];
+    CHECK_EQ(run_cmd(argv, out, sizeof(out)), 0);
+    CHECK(atof(out) >= 0.3);
+    DIR *d = opendir(dir);
+    CHECK(d != NULL);
+    int cpu = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strncmp(e->d_name, "runsvc.", 7) && strstr(e->d_name, ".cpu.cpw.pb.gz")) cpu++;
+        if (e->d_name[0] != '.') {
+            char p[512];
+            snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+            unlink(p);
+        }
+    }
+    closedir(d);
+    rmdir(dir);
+    printf("%d cpu profiles from `contprof run`\n", cpu);
+    CHECK(cpu >= 1);
+}
+
+typedef struct fake {
+    int fd;
+    char req[1024];
+} fake;
+
+static void *serve(void *arg)
+{
+    fake *f = arg;
+    int c = accept(f->fd, NULL, NULL);
+    if (c < 0) return NULL;
+    ssize_t n = recv(c, f->req, sizeof(f->req) - 1, 0);
+    f->req[n > 0 ? n : 0] = 0;
+    const char *r = "HTTP/1.1 200 OK\r\nContent-Length: 30\r\n\r\n{\"brokers\": \"127.0.0.1:1\"}    ";
+    if (send(c, r, strlen(r), MSG_NOSIGNAL) < 0) perror("send");
+    close(c);
+    return NULL;
+}
+
+TEST(run_server_env)
+{
+    fake f;
+    f.fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK(bind(f.fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    socklen_t l = sizeof(a);
+    CHECK(getsockname(f.fd, (struct sockaddr *)&a, &l) == 0);
+    CHECK(listen(f.fd, 1) == 0);
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, serve, &f) == 0);
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", ntohs(a.sin_port));
+    setenv("CONTPROF_FLUSH_MS", "100", 1);
+    char *argv[] = {"run", "--server", url, "--tenant", "acme", "--no-children", "--",
+                    "/usr/bin/env", NULL};
+    char out[65536];
+    CHECK_EQ(run_cmd(argv, out, sizeof(out)), 0);
+    pthread_join(th, NULL);
+    close(f.fd);
+    CHECK_CONTAINS(f.req, "GET /api/v1/brokers HTTP/1.1");
+    CHECK_CONTAINS(out, "CONTPROF_BROKERS=127.0.0.1:1\n");
+    CHECK_CONTAINS(out, "CONTPROF_TENANT=acme\n");
+    CHECK_CONTAINS(out, "CONTPROF_CHILDREN=0\n");
+    /* --no-children: the agent took itself out of LD_PRELOAD before env ran */
+    CHECK(strstr(out, "libcontprof") == NULL);
+}
+
+TEST(run_usage)
+{
+    char out[256];
+    char *a1[] = {"run", "--bogus", "x", "--", "true", NULL};
+    CHECK_EQ(run_cmd(a1, out, sizeof(out)), 2);
+    char *a2[] = {"run", "--service", NULL};
+    CHECK_EQ(run_cmd(a2, out, sizeof(out)), 2);
+    char *a3[] = {"run", "--", "/nonexistent/program", NULL};
+    CHECK_EQ(run_cmd(a3, out, sizeof(out)), 127);
+}
+
+TEST_MAIN(T(run_output_dir), T(run_server_env), T(run_usage))
