@@ -238,8 +238,8 @@ static int resume_in(lua_State *L, lua_State *co, int narg)
 
 static int co_resume(lua_State *L)
 {
+    luaL_checktype(L, 1, LUA_TTHREAD); /* the message of Debian's 5.4.4 */
     lua_State *co = lua_tothread(L, 1);
-    luaL_argexpected(L, co, 1, "coroutine");
     int r = resume_in(L, co, lua_gettop(L) - 1);
     if (r < 0) {
         lua_pushboolean(L, 0);
