@@ -309,15 +309,14 @@ CONTPROF_EXTERN void contprof_alloc_record(void *p, size_t n, const contprof_fra
     if (!p || rate <= 0 || cp_in_agent || !S) return;
     cp_in_agent = 1;
     cp_thread *t = cp_self ? cp_self : cp_thread_register_self();
-    uint64_t pcs[CP_MAX_FRAMES];
+    uint64_t pcs[CP_MAX_FRAMES], ids[32];
     int m = 0;
     if (frames && nframes > 0) {
         if (nframes > 32) nframes = 32;
-        m = cp_lang_ids(frames, nframes, pcs);
+        m = cp_lang_ids(frames, nframes, ids);
     }
-    /* below the language frames, the native stack from the caller down */
-    int nf = t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs + m, CP_MAX_FRAMES - m, 1) : 0;
-    nf += m;
+    /* the native stack from the caller down, joined with the language frames */
+    int nf = t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, 1) : 0;
     uint32_t iso = 0;
     char thread[16] = "";
     if (t) {
@@ -325,6 +324,7 @@ CONTPROF_EXTERN void contprof_alloc_record(void *p, size_t n, const contprof_fra
         if (d) iso = t->iso_stack[(d > 16 ? 16 : d) - 1];
         if (!iso) memcpy(thread, t->name, sizeof(thread));
     }
+    nf = (int)cp_lang_join(iso, pcs, (uint32_t)nf, ids, (uint32_t)m);
     double w = 1.0 / (1.0 - exp(-(double)n / (double)rate));
     pthread_mutex_lock(&g_lock);
     uint32_t b = bucket_find(iso, thread, pcs, (uint32_t)nf);

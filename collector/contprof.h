@@ -106,6 +106,14 @@ typedef void (*contprof_safepoint_request)(void *arg);
 CONTPROF_EXTERN void contprof_isolate_set_request(contprof_isolate *iso,
                                                   contprof_safepoint_request fn, void *arg);
 
+/* Optional: the runtime's own native code (e.g. the text of liblua). Where a native stack
+ * passes through it, its language frames replace the native frames from the innermost to
+ * just above the outermost frame in [lo, hi): native code the runtime called stays on top,
+ * the runtime's entry point (e.g. lua_pcallk) and its callers stay below. Without it the
+ * language frames go on top of the whole native stack. */
+CONTPROF_EXTERN void contprof_isolate_set_runtime_code(contprof_isolate *iso, uintptr_t lo,
+                                                       uintptr_t hi);
+
 /* --- runtime allocators ---------------------------------------------------------------
  * A runtime with its own allocator hook (Lua's lua_Alloc) reports its blocks itself, with
  * the same byte-based sampling as the malloc family, so that sampled blocks carry

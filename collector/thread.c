@@ -635,12 +635,9 @@ CONTPROF_EXTERN void contprof_safepoint(void)
             if (k < 0) k = 0;
             uint64_t ids[32];
             int m = cp_lang_ids(fr, k, ids);
-            /* language frames go on top (leaf side) of the native stack */
-            uint32_t keep = r->nframes;
-            if (keep + (uint32_t)m > CP_MAX_FRAMES) keep = CP_MAX_FRAMES - (uint32_t)m;
-            memmove(r->pcs + m, r->pcs, keep * sizeof(uint64_t));
-            memcpy(r->pcs, ids, (size_t)m * sizeof(uint64_t));
-            r->nframes = keep + (uint32_t)m;
+            /* language frames go on top (leaf side) of the native stack, or in place of
+             * the runtime's own frames */
+            r->nframes = cp_lang_join(iso, r->pcs, r->nframes, ids, (uint32_t)m);
             cp_in_agent = saved_in_agent;
         }
         ring_push(t, r);

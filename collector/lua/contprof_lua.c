@@ -4,8 +4,11 @@
  * same way); allocations go through a wrapped lua_Alloc that samples them with the agent's
  * byte countdown and walks the Lua stack before the block is handed to Lua. */
 #include <errno.h>
+#include <link.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,12 +21,23 @@
 
 #define TLS_IE __attribute__((tls_model("initial-exec"))) __thread
 
+/* Names of functions that Lua cannot name from their call site (called from C, like a
+ * host's entry point, or through pcall): found among the globals at a hook, where the
+ * Lua API may be used, and remembered for allocation samples, where it may not. */
+#define NAMES 128
+typedef struct fn_name {
+    char source[64]; /* "" = empty slot */
+    int line;
+    char name[40]; /* "" = not a global */
+} fn_name;
+
 struct contprof_lua {
     contprof_isolate *_Atomic iso; /* NULL once detached */
     lua_State *main;
     void *main_block; /* the block lua_close frees last: the state itself */
     lua_Alloc orig;
     void *orig_ud;
+    fn_name names[NAMES]; /* only touched by the thread running the state */
 };
 
 /* ------------------------------------------------------------------------------------
@@ -88,8 +102,44 @@ static void copy_tail(char *dst, size_t cap, const char *src)
     snprintf(dst, cap, "%s", src);
 }
 
+static fn_name *name_slot(contprof_lua *h, const char *source, int line)
+{
+    uint32_t x = 2166136261u ^ (uint32_t)line;
+    for (const char *c = source; *c; c++) x = (x ^ (uint8_t)*c) * 16777619u;
+    for (uint32_t i = 0; i < NAMES; i++) {
+        fn_name *e = &h->names[(x + i) % NAMES];
+        if (!e->source[0] || (e->line == line && strncmp(e->source, source, 63) == 0))
+            return e;
+    }
+    return &h->names[x % NAMES]; /* full: reuse */
+}
+
+/* The global variable holding the function of frame ar, into e (api: the Lua API may be
+ * called, i.e. at a hook or between calls, never inside the allocator). */
+static void find_global(lua_State *L, lua_Debug *ar, fn_name *e)
+{
+    e->name[0] = 0;
+    if (!lua_checkstack(L, 4)) return; /* never raises */
+    int top = lua_gettop(L);
+    lua_Debug fa = *ar;
+    if (!lua_getinfo(L, "f", &fa)) return;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+    if (lua_type(L, -1) == LUA_TTABLE) {
+        lua_pushnil(L);
+        while (lua_next(L, -2)) {
+            if (lua_type(L, -2) == LUA_TSTRING && lua_rawequal(L, -1, top + 1)) {
+                snprintf(e->name, sizeof(e->name), "%s", lua_tostring(L, -2));
+                break;
+            }
+            lua_pop(L, 1);
+        }
+    }
+    lua_settop(L, top);
+}
+
 /* One frame of L at level into out (strings in buf); 0 if it is skipped. */
-static int describe(lua_State *L, lua_Debug *ar, frame_buf *buf, contprof_frame *out)
+static int describe(contprof_lua *h, lua_State *L, lua_Debug *ar, int api, frame_buf *buf,
+                    contprof_frame *out)
 {
     if (!lua_getinfo(L, "Sln", ar)) return 0;
     if (ar->what[0] == 'C') { /* a C function: only when Lua knows its name */
@@ -104,8 +154,18 @@ static int describe(lua_State *L, lua_Debug *ar, frame_buf *buf, contprof_frame 
         snprintf(buf->function, FN_CAP, "main chunk");
     else if (ar->name && ar->name[0] && ar->name[0] != '?')
         snprintf(buf->function, FN_CAP, "%s", ar->name);
-    else
-        snprintf(buf->function, FN_CAP, "%s:%d", ar->short_src, ar->linedefined);
+    else {
+        fn_name *e = name_slot(h, ar->source, ar->linedefined);
+        if (!e->source[0] && api) {
+            find_global(L, ar, e);
+            snprintf(e->source, sizeof(e->source), "%s", ar->source);
+            e->line = ar->linedefined;
+        }
+        if (e->source[0] && e->name[0])
+            snprintf(buf->function, FN_CAP, "%s", e->name);
+        else
+            snprintf(buf->function, FN_CAP, "%s:%d", ar->short_src, ar->linedefined);
+    }
     *out = (contprof_frame){.function = buf->function, .file = buf->file,
                             .line = ar->currentline > 0 ? ar->currentline : 0};
     return 1;
@@ -113,7 +173,7 @@ static int describe(lua_State *L, lua_Debug *ar, frame_buf *buf, contprof_frame 
 
 /* Innermost first: the running coroutine, then whoever resumed it, down to the entry of
  * the state on this thread. Only states this thread is running are read. */
-static int walk(const contprof_lua *h, contprof_frame *out, int max)
+static int walk(contprof_lua *h, contprof_frame *out, int max, int api)
 {
     unsigned d = t_depth;
     if (d == 0 || d > RUN_MAX || max <= 0) return 0;
@@ -124,7 +184,7 @@ static int walk(const contprof_lua *h, contprof_frame *out, int max)
         if (e->h != h) break;
         lua_Debug ar;
         for (int level = 0; n < max && lua_getstack(e->L, level, &ar); level++)
-            n += describe(e->L, &ar, &t_buf[n], &out[n]);
+            n += describe(h, e->L, &ar, api, &t_buf[n], &out[n]);
         if (e->kind == RUN_ENTER) break;
     }
     return n;
@@ -132,9 +192,9 @@ static int walk(const contprof_lua *h, contprof_frame *out, int max)
 
 static int walker(void *arg, contprof_frame *out, int max)
 {
-    const contprof_lua *h = arg;
+    contprof_lua *h = arg;
     if (!run_top(h)) return 0; /* a sample left over from a state this thread left */
-    return walk(h, out, max);
+    return walk(h, out, max, 1); /* at the hook or at contprof_lua_leave */
 }
 
 /* ------------------------------------------------------------------------------------
@@ -192,7 +252,7 @@ static void *alloc(void *ud, void *ptr, size_t osize, size_t nsize)
     /* Walk before the block exists: while Lua grows its stack, the frames point into the
      * old one until the call returns. */
     if (sample && atomic_load_explicit(&h->iso, memory_order_relaxed) && run_top(h))
-        nf = walk(h, fr, WALK_MAX);
+        nf = walk(h, fr, WALK_MAX, 0);
     if (ptr) contprof_alloc_forget(ptr);
     int64_t tok = contprof_alloc_pause();
     void *r = h->orig(h->orig_ud, ptr, osize, nsize);
@@ -300,6 +360,36 @@ static int patch_protected(lua_State *L)
 }
 
 /* ------------------------------------------------------------------------------------
+ * The interpreter's code: its native frames give way to the Lua frames */
+
+static uintptr_t g_code_lo, g_code_hi;
+static pthread_once_t g_code_once = PTHREAD_ONCE_INIT;
+
+static int find_segment(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    uintptr_t pc = (uintptr_t)arg;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+        if (pc < lo || pc >= hi) continue;
+        /* Lua linked into the program itself: its range would swallow the host's frames */
+        if (info->dlpi_name && info->dlpi_name[0]) {
+            g_code_lo = lo;
+            g_code_hi = hi;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+static void find_code(void)
+{
+    dl_iterate_phdr(find_segment, (void *)(uintptr_t)&lua_pcallk);
+}
+
+/* ------------------------------------------------------------------------------------
  * API */
 
 int contprof_lua_attach(lua_State *L, const char *name, const char *labels, contprof_lua **out)
@@ -333,6 +423,8 @@ int contprof_lua_attach(lua_State *L, const char *name, const char *labels, cont
         }
         lua_setallocf(L, alloc, h);
     }
+    pthread_once(&g_code_once, find_code);
+    contprof_isolate_set_runtime_code(iso, g_code_lo, g_code_hi);
     contprof_isolate_set_walker(iso, walker, h);
     contprof_isolate_set_request(iso, request, h);
     atomic_store(&h->iso, iso);
