@@ -393,9 +393,16 @@ TEST(close_reopen_no_growth)
     long n1 = script_num(&r1, "closer", "reopens"), n4 = script_num(&r4, "closer", "reopens");
     double m1 = total_num(&r1, "maxrss_kb"), m4 = total_num(&r4, "maxrss_kb");
     printf("reopens %ld -> %ld, maxrss %.0f kB -> %.0f kB\n", n1, n4, m1, m4);
-    CHECK(n4 > n1 + 100);
+    CHECK(n1 > 10 && n4 > 2 * n1);
+#ifndef __SANITIZE_ADDRESS__
     /* a leaked state of this script is ~0.6 MiB: hundreds more would show */
     CHECK(m4 < m1 + 8 * 1024);
+#else
+    /* ASan's quarantine holds freed memory; its leak check at the host's exit (a nonzero
+     * status, caught by run_host) is the test here */
+    (void)m1;
+    (void)m4;
+#endif
     remove_dir();
 }
 
