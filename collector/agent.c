@@ -511,10 +511,7 @@ static void atfork_child(void)
     cp_agent_tid = 0;
     cp_threads_after_fork_child();
     new_instance();
-    int saved = cp_in_agent;
-    cp_in_agent = 1;
-    cp_window_reset();
-    cp_in_agent = saved;
+    cp_window_abandon();
     if (start_agent_thread() != 0) atomic_store(&A.running, 0);
 }
 

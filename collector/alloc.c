@@ -35,9 +35,9 @@ static int resolving;
 static _Alignas(64) char pool[64 * 1024];
 static atomic_size_t pool_used;
 
-static int in_pool(const void *p)
+static inline int in_pool(const void *p)
 {
-    return (const char *)p >= pool && (const char *)p < pool + sizeof(pool);
+    return (uintptr_t)p - (uintptr_t)pool < sizeof(pool); /* NULL is not in it */
 }
 
 static void *pool_alloc(size_t n, size_t align)
@@ -109,8 +109,8 @@ typedef struct alloc_state {
 } alloc_state;
 
 static alloc_state *S;            /* mmap'd: untouched pages cost no memory */
-static atomic_uchar *filter;      /* counting filter over sampled live pointers */
-static atomic_uint g_live_any;    /* nonzero once anything was sampled */
+/* Counting filter over sampled live pointers. In .bss: pages never written cost nothing. */
+static atomic_uchar filter[1u << FILTER_BITS];
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_llong g_rate;       /* mean bytes between samples; 0 = off */
 atomic_uint_fast64_t cp_alloc_dropped;
@@ -131,13 +131,6 @@ int cp_alloc_init(void)
     void *m = mmap(NULL, sizeof(alloc_state), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) return CP_ENOMEM;
-    void *f = mmap(NULL, (size_t)1 << FILTER_BITS, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (f == MAP_FAILED) {
-        munmap(m, sizeof(alloc_state));
-        return CP_ENOMEM;
-    }
-    filter = f;
     S = m;
     return 0;
 }
@@ -278,7 +271,6 @@ __attribute__((noinline)) static void sample_slow(void *p, size_t n)
         S->buckets[b].alloc_objects += w;
         S->buckets[b].alloc_bytes += w * (double)n;
         live_insert((uintptr_t)p, b, w, n);
-        atomic_store_explicit(&g_live_any, 1, memory_order_relaxed);
     }
     pthread_mutex_unlock(&g_lock);
     cp_in_agent = 0;
@@ -375,7 +367,6 @@ static inline void on_alloc(void *p, size_t n)
 /* Before the block goes back to the allocator: another thread may get it next. */
 static inline void on_free(void *p)
 {
-    if (__builtin_expect(!atomic_load_explicit(&g_live_any, memory_order_relaxed), 1)) return;
     if (!atomic_load_explicit(&filter[ptr_hash((uintptr_t)p) >> (64 - FILTER_BITS)],
                               memory_order_relaxed))
         return;
@@ -431,15 +422,30 @@ void cp_alloc_atfork_child(void)
 /* ------------------------------------------------------------------------------------
  * The interposed family */
 
+/* The sampled case, out of line so the common one is a tail call into the allocator. */
+__attribute__((noinline, cold)) static void *malloc_sampled(size_t n)
+{
+    void *p = real.malloc(n);
+    if (p) sample_slow(p, n);
+    return p;
+}
+
+__attribute__((noinline, cold)) static void *malloc_boot(size_t n)
+{
+    resolve();
+    if (!real.malloc) return pool_alloc(n, 16);
+    return malloc(n);
+}
+
 CONTPROF_EXTERN void *malloc(size_t n)
 {
-    if (__builtin_expect(!real.malloc, 0)) {
-        resolve();
-        if (!real.malloc) return pool_alloc(n, 16);
-    }
-    void *p = real.malloc(n);
-    on_alloc(p, n);
-    return p;
+    void *(*f)(size_t) = real.malloc;
+    if (__builtin_expect(!f, 0)) return malloc_boot(n);
+    /* Decided before the call (same distribution): the common path is a tail call. */
+    int64_t left = t_until - (int64_t)n;
+    t_until = left;
+    if (__builtin_expect(left > 0, 1)) return f(n);
+    return malloc_sampled(n);
 }
 
 CONTPROF_EXTERN void *calloc(size_t a, size_t b)
@@ -458,15 +464,32 @@ CONTPROF_EXTERN void *calloc(size_t a, size_t b)
     return p;
 }
 
+__attribute__((noinline, cold)) static void free_sampled(void *p)
+{
+    pthread_mutex_lock(&g_lock);
+    live_remove((uintptr_t)p, NULL);
+    pthread_mutex_unlock(&g_lock);
+}
+
+__attribute__((noinline, cold)) static void free_boot(void *p)
+{
+    resolve();
+    if (real.free) free(p);
+}
+
 CONTPROF_EXTERN void free(void *p)
 {
-    if (!p || in_pool(p)) return;
-    if (__builtin_expect(!real.free, 0)) {
-        resolve();
-        if (!real.free) return;
+    if (__builtin_expect(in_pool(p), 0)) return;
+    void (*f)(void *) = real.free;
+    if (__builtin_expect(!f, 0)) {
+        free_boot(p);
+        return;
     }
-    on_free(p);
-    real.free(p);
+    /* A sampled block leaves the table before the allocator can hand it out again. */
+    if (__builtin_expect(atomic_load_explicit(&filter[ptr_hash((uintptr_t)p) >> (64 - FILTER_BITS)],
+                                              memory_order_relaxed) != 0, 0))
+        free_sampled(p);
+    f(p);
 }
 
 CONTPROF_EXTERN void *realloc(void *p, size_t n)
@@ -497,8 +520,7 @@ CONTPROF_EXTERN void *realloc(void *p, size_t n)
      * handed to another thread as soon as realloc moves it). */
     live_entry old = {0};
     int had = 0;
-    if (atomic_load_explicit(&g_live_any, memory_order_relaxed) &&
-        atomic_load_explicit(&filter[ptr_hash((uintptr_t)p) >> (64 - FILTER_BITS)],
+    if (atomic_load_explicit(&filter[ptr_hash((uintptr_t)p) >> (64 - FILTER_BITS)],
                              memory_order_relaxed)) {
         pthread_mutex_lock(&g_lock);
         had = live_remove((uintptr_t)p, &old);

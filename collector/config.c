@@ -71,6 +71,12 @@ void cp_config_load(cp_config *c, const contprof_options *o)
     copy(c->topic, sizeof(c->topic), o->topic, "CONTPROF_TOPIC", "contprof.profiles");
     copy(c->output_dir, sizeof(c->output_dir), o->output_dir, "CONTPROF_OUTPUT_DIR", "");
 
+    if (!c->output_dir[0] && !c->brokers[0] && !c->server[0]) {
+        /* no transport at all: keep the windows for offline use */
+        const char *tmp = getenv("TMPDIR");
+        snprintf(c->output_dir, sizeof(c->output_dir), "%s/contprof", tmp && *tmp ? tmp : "/tmp");
+    }
+
     int64_t hz = o->cpu_hz ? o->cpu_hz : env_int("CONTPROF_CPU_HZ", 100);
     if (hz < 0) hz = 0;
     if (hz > 1000) hz = 1000;

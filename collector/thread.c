@@ -30,6 +30,7 @@ atomic_uint_fast64_t cp_dropped_samples;
 static int g_sig = SIGPROF;
 static atomic_int g_cpu_on;
 static int g_use_perf;
+static int g_perf_user_only; /* set once kernel time turned out not to be allowed */
 static pthread_key_t g_key;
 static int g_key_ok;
 pid_t cp_agent_tid; /* set by agent.c; never sampled */
@@ -208,10 +209,16 @@ static int arm_perf(cp_thread *t)
     a.sample_period = (uint64_t)cp_period_ns;
     a.sample_type = PERF_SAMPLE_IP;
     a.wakeup_events = 1;
-    a.exclude_kernel = 1;
     a.exclude_hv = 1;
     a.disabled = 1;
+    /* Time in system calls is CPU time too (the timer engine counts it); only where
+     * perf_event_paranoid forbids that are samples limited to user mode. */
+    a.exclude_kernel = g_perf_user_only;
     int fd = (int)syscall(SYS_perf_event_open, &a, t->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd < 0 && !a.exclude_kernel && (errno == EACCES || errno == EPERM)) {
+        g_perf_user_only = a.exclude_kernel = 1;
+        fd = (int)syscall(SYS_perf_event_open, &a, t->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    }
     if (fd < 0) return -errno;
     /* With a ring the event never stops and each overflow is counted there; without one
      * (perf_event_mlock_kb exhausted) each signal re-arms it for one more overflow. */

@@ -610,6 +610,14 @@ void cp_window_reset(void)
     syms_clear();
 }
 
+void cp_window_abandon(void)
+{
+    /* The parent's agent may have been half way through changing these when it forked:
+     * forget them without touching them (the memory is lost once per fork). */
+    memset(&cpu, 0, sizeof(cpu));
+    memset(&syms, 0, sizeof(syms));
+}
+
 uint64_t cp_window_take_dropped(void);
 uint64_t cp_window_take_dropped(void)
 {

@@ -27,7 +27,9 @@ typedef struct cp_window_meta {
  * Returns 0 or CP_ENOMEM (the window is then lost and counted by the caller). */
 int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg);
 
-/* Frees the symbol cache and the CPU table (at stop, or after fork). */
+/* Frees the symbol cache and the CPU table. */
 void cp_window_reset(void);
+/* After fork in the child: forgets both without freeing (they may be inconsistent). */
+void cp_window_abandon(void);
 
 #endif

@@ -150,8 +150,9 @@ static int map_strings(cp_merger *m, const cp_profile *p)
     m->str_map.n = 0;
     if (cp_vec_reserve(&m->str_map, p->strs.off.n)) return CP_ENOMEM;
     for (uint32_t i = 0; i < p->strs.off.n; i++) {
+        size_t end = i + 1 < p->strs.off.n ? p->strs.off.v[i + 1] : p->strs.len;
         const char *s = p->strs.buf + p->strs.off.v[i];
-        if (cp_profile_intern(m->out, s, strlen(s), &m->str_map.v[i])) return CP_ENOMEM;
+        if (cp_profile_intern(m->out, s, end - p->strs.off.v[i] - 1, &m->str_map.v[i])) return CP_ENOMEM;
     }
     m->str_map.n = p->strs.off.n;
     return 0;
@@ -254,7 +255,7 @@ static int loc_eq(const cp_profile *o, uint32_t cand, uint32_t mapping_id, uint6
     if (l->mapping_id != mapping_id || l->nlines != nlines || l->is_folded != is_folded) return 0;
     uint64_t r = l->address - (mapping_id ? o->mappings.v[mapping_id - 1].start : 0);
     if (r != rel) return 0;
-    return lines_eq(o->lines.v + l->line_off, lines, nlines);
+    return nlines == 0 || lines_eq(o->lines.v + l->line_off, lines, nlines);
 }
 
 static int map_locations(cp_merger *m, const cp_profile *p)
@@ -307,9 +308,10 @@ static int sample_eq(const cp_profile *o, uint32_t cand, const uint32_t *locs, u
                      const cp_label *labels, uint32_t nlabels)
 {
     const cp_sample *s = &o->samples.v[cand];
+    /* (n == 0 ||: no pointer arithmetic on the NULL of an empty array) */
     return s->nlocs == nlocs && s->nlabels == nlabels &&
-           memcmp(o->stack.v + s->loc_off, locs, nlocs * sizeof *locs) == 0 &&
-           labels_eq(o->labels.v + s->label_off, labels, nlabels);
+           (nlocs == 0 || memcmp(o->stack.v + s->loc_off, locs, nlocs * sizeof *locs) == 0) &&
+           (nlabels == 0 || labels_eq(o->labels.v + s->label_off, labels, nlabels));
 }
 
 static int map_samples(cp_merger *m, const cp_profile *p, double factor)

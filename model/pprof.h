@@ -33,6 +33,16 @@ int cp_gzip(const uint8_t *src, size_t len, int level, cp_buf *out);
 int cp_pprof_decode(const uint8_t *buf, size_t len, const cp_pprof_limits *lim,
                     cp_profile **out, cp_err *err);
 
+/* A reusable decoder: the same checks as cp_pprof_decode, with its scratch memory (gunzip
+ * buffer, field tables) kept between calls, so a stream of windows decodes without
+ * allocating once warm. One decoder per thread. */
+typedef struct cp_pprof_decoder cp_pprof_decoder;
+cp_pprof_decoder *cp_pprof_decoder_create(const cp_pprof_limits *lim); /* NULL lim: defaults */
+void cp_pprof_decoder_destroy(cp_pprof_decoder *d);
+/* Decodes into p, which is reset first and keeps its allocations; on failure p is empty. */
+int cp_pprof_decoder_decode(cp_pprof_decoder *d, const uint8_t *buf, size_t len, cp_profile *p,
+                            cp_err *err);
+
 /* Encodes p as pprof and appends it to out: gzip'd when gzip_level > 0 (1..9), else raw. */
 int cp_pprof_encode(const cp_profile *p, int gzip_level, cp_buf *out);
 

@@ -17,8 +17,8 @@ static int strtab_rehash(cp_strtab *t, uint32_t nslots)
     uint32_t *slots = calloc(nslots, sizeof *slots);
     if (!slots) return CP_ENOMEM;
     for (uint32_t i = 0; i < t->off.n; i++) {
-        const char *s = t->buf + t->off.v[i];
-        uint32_t h = (uint32_t)str_hash(s, strlen(s));
+        size_t end = i + 1 < t->off.n ? t->off.v[i + 1] : t->len;
+        uint32_t h = (uint32_t)str_hash(t->buf + t->off.v[i], end - t->off.v[i] - 1);
         uint32_t j = h & (nslots - 1);
         while (slots[j]) j = (j + 1) & (nslots - 1);
         slots[j] = i + 1;
@@ -67,8 +67,8 @@ int cp_profile_intern(cp_profile *p, const char *s, size_t len, uint32_t *id)
     uint32_t j = h & (t->nslots - 1);
     while (t->slots[j]) {
         uint32_t i = t->slots[j] - 1;
-        const char *c = t->buf + t->off.v[i];
-        if (strncmp(c, s, len) == 0 && c[len] == 0 && memchr(s, 0, len) == NULL) {
+        size_t end = i + 1 < t->off.n ? t->off.v[i + 1] : t->len; /* strings are back to back */
+        if (end - t->off.v[i] == len + 1 && memcmp(t->buf + t->off.v[i], s, len) == 0) {
             *id = i;
             return 0;
         }

@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "merge.h"
+#include "pload.h"
 #include "pprof.h"
 #include "render.h"
 
@@ -48,24 +49,15 @@ int cp_cmd_merge(int argc, char **argv)
         return 2;
     }
     cp_merger *m = cp_merger_create();
-    cp_buf in = {0}, out = {0};
+    cp_buf out = {0};
     cp_profile *merged = NULL;
     cp_err err = {0};
     int status = 1;
     if (!m) goto done;
-    for (int i = optind; i < argc; i++) {
-        cp_profile *p = NULL;
-        in.len = 0;
-        if (cp_read_file(argv[i], &in)) {
-            fprintf(stderr, "contprof merge: cannot read %s\n", argv[i]);
-            goto done;
-        }
-        if (cp_pprof_decode(in.data, in.len, NULL, &p, &err) || cp_merger_add(m, p, &err)) {
-            fprintf(stderr, "contprof merge: %s: %s\n", argv[i], err.msg);
-            cp_profile_destroy(p);
-            goto done;
-        }
-        cp_profile_destroy(p);
+    size_t bad = 0;
+    if (cp_pload_merge((size_t)(argc - optind), cp_pload_read_file, argv + optind, NULL, 0, m, &bad, &err)) {
+        fprintf(stderr, "contprof merge: %s: %s\n", argv[optind + (int)bad], err.msg);
+        goto done;
     }
     if (!(merged = cp_merger_finish(m))) goto done;
     int rc;
@@ -92,7 +84,6 @@ int cp_cmd_merge(int argc, char **argv)
 done:
     cp_profile_destroy(merged);
     cp_merger_destroy(m);
-    cp_buf_close(&in);
     cp_buf_close(&out);
     return status;
 }

@@ -4,7 +4,8 @@
  * then the peak RSS in KiB. On a shared machine the CPU time is the steadier measure.
  *   cpb cpu THREADS UNITS     CPU-bound, recursive calls (stacks ~20 deep)
  *   cpb malloc THREADS UNITS  malloc/free-heavy: 16-527 bytes, one in 64 of 4-8 KiB, 256
- *                             blocks per thread kept live at any time */
+ *                             blocks per thread kept live at any time, each block
+ *                             written in full; about 40% of the time is in malloc/free */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -72,8 +73,7 @@ static void *malloc_thread(void *a)
         size_t n = 16 + ((s >> 20) & 511);
         if (((s >> 8) & 63) == 0) n = 4096 + ((s >> 30) & 4095);
         char *p = malloc(n);
-        p[0] = (char)i;
-        p[n - 1] = (char)i;
+        memset(p, (int)i, n); /* programs initialise what they allocate */
         slot[k] = p;
     }
     for (int k = 0; k < 256; k++) free(slot[k]);

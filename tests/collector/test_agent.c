@@ -502,6 +502,18 @@ TEST(perf_1000hz)
     printf("%lld samples in burn_solo over %.3f CPU s: %.1f per CPU second\n", (long long)n,
            cpu, rate);
     CHECK(rate > 950 && rate < 1050);
+    /* symbolized with file:line from the program's own debug info */
+    int file_ok = 0;
+    for (uint32_t i = 0; i < p->locations.n; i++) {
+        const cp_location *l = &p->locations.v[i];
+        if (!l->nlines) continue;
+        const cp_line *ln = &p->lines.v[l->line_off];
+        const cp_function *f = &p->functions.v[ln->function_id - 1];
+        if (!strcmp(cp_profile_str(p, f->name), "burn_solo") &&
+            strstr(cp_profile_str(p, f->filename), "work.c") && ln->line > 0)
+            file_ok = 1;
+    }
+    CHECK(file_ok);
     pset_free(&s);
     remove_dir();
 }

@@ -2,6 +2,7 @@
  * incompatible inputs are refused by name, and content is deduplicated. */
 #include "test.h"
 #include "merge.h"
+#include "pload.h"
 #include "pprof.h"
 #include "synth.h"
 #include "util.h"
@@ -66,6 +67,11 @@ static cp_profile *reordered(const cp_profile *p)
     return q;
 }
 
+static void free_windows(void)
+{
+    for (int i = 0; i < 8; i++) cp_profile_destroy(windows[i]);
+}
+
 static cp_profile *merge_all(cp_profile **ps, int n)
 {
     cp_merger *m = cp_merger_create();
@@ -96,6 +102,7 @@ TEST(totals_add_up)
     CHECK(out->samples.n <= 2000);
     CHECK_EQ(out->mappings.n, 1);
     cp_profile_destroy(out);
+    free_windows();
 }
 
 TEST(order_does_not_matter)
@@ -112,6 +119,11 @@ TEST(order_does_not_matter)
     CHECK_EQ(a->samples.n, b->samples.n);
     free(ca);
     free(cb);
+    for (int i = 0; i < 8; i++)
+        if (i % 2) cp_profile_destroy(rev[i]);
+    cp_profile_destroy(a);
+    cp_profile_destroy(b);
+    free_windows();
 }
 
 TEST(empty_profile_changes_nothing)
@@ -129,6 +141,11 @@ TEST(empty_profile_changes_nothing)
     CHECK_EQ(a->time_nanos, b->time_nanos);
     free(ca);
     free(cb);
+    cp_profile_destroy(a);
+    cp_profile_destroy(b);
+    cp_profile_destroy(empty);
+    cp_profile_destroy(same_types);
+    free_windows();
 }
 
 TEST(incompatible_types_refused)
@@ -150,7 +167,10 @@ TEST(incompatible_types_refused)
     cp_profile *out = cp_merger_finish(m);
     CHECK_EQ(cp_profile_total(out, 0), cp_profile_total(windows[0], 0));
     cp_profile_destroy(out);
+    cp_profile_destroy(heap);
+    cp_profile_destroy(one);
     cp_merger_destroy(m);
+    free_windows();
 }
 
 TEST(scaled_merge_subtracts)
@@ -170,7 +190,10 @@ TEST(scaled_merge_subtracts)
     CHECK_EQ(cp_merger_add(m, windows[2], &err), 0);
     cp_profile *again = cp_merger_finish(m);
     CHECK_EQ(cp_profile_total(again, 0), cp_profile_total(windows[2], 0));
+    cp_profile_destroy(out);
+    cp_profile_destroy(again);
     cp_merger_destroy(m);
+    free_windows();
 }
 
 TEST(labels_keep_samples_apart)
@@ -216,8 +239,58 @@ TEST(scale_and_select_types)
     CHECK_EQ(cp_profile_select_types(p, bad, 1, &err), CP_EINVAL);
     CHECK_CONTAINS(err.msg, "\"alloc_space\" is not in the profile");
     cp_profile_destroy(p);
+    free_windows();
 }
 
-TEST_MAIN(T(totals_add_up), T(order_does_not_matter), T(empty_profile_changes_nothing),
+/* Inputs for pload tests: encoded windows in memory, one of them possibly damaged. */
+typedef struct mem_inputs {
+    cp_buf b[8];
+} mem_inputs;
+
+static int read_mem(void *ctx, size_t i, cp_buf *out, cp_err *err)
+{
+    (void)err;
+    mem_inputs *in = ctx;
+    return cp_buf_append(out, in->b[i].data, in->b[i].len);
+}
+
+TEST(parallel_load_equals_sequential)
+{
+    make_windows();
+    mem_inputs in;
+    memset(&in, 0, sizeof in);
+    for (int i = 0; i < 8; i++) CHECK_EQ(cp_pprof_encode(windows[i], i % 2 ? 6 : 0, &in.b[i]), 0);
+    cp_profile *seq = merge_all(windows, 8);
+    char *cs = canonical(seq);
+    for (int threads = 1; threads <= 4; threads++) {
+        cp_merger *m = cp_merger_create();
+        cp_err err = {0};
+        size_t bad = 99;
+        CHECK_EQ(cp_pload_merge(8, read_mem, &in, NULL, threads, m, &bad, &err), 0);
+        cp_profile *par = cp_merger_finish(m);
+        char *cp = canonical(par);
+        CHECK(strcmp(cs, cp) == 0);
+        CHECK_EQ(par->duration_nanos, seq->duration_nanos);
+        free(cp);
+        cp_profile_destroy(par);
+        cp_merger_destroy(m);
+    }
+    /* a damaged input is named by index, and the merger is left as it was */
+    in.b[5].len = in.b[5].len / 2;
+    cp_merger *m = cp_merger_create();
+    cp_err err = {0};
+    size_t bad = 99;
+    CHECK_EQ(cp_pload_merge(8, read_mem, &in, NULL, 3, m, &bad, &err), CP_EGZIP);
+    CHECK_EQ(bad, 5);
+    CHECK_CONTAINS(err.msg, "truncated");
+    CHECK_EQ(cp_merger_count(m), 0);
+    cp_merger_destroy(m);
+    free(cs);
+    cp_profile_destroy(seq);
+    for (int i = 0; i < 8; i++) cp_buf_close(&in.b[i]);
+    free_windows();
+}
+
+TEST_MAIN(T(parallel_load_equals_sequential), T(totals_add_up), T(order_does_not_matter), T(empty_profile_changes_nothing),
           T(incompatible_types_refused), T(scaled_merge_subtracts), T(labels_keep_samples_apart),
           T(scale_and_select_types))
