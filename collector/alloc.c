@@ -326,7 +326,6 @@ CONTPROF_EXTERN void contprof_alloc_record(void *p, size_t n, const contprof_fra
         S->buckets[b].alloc_objects += w;
         S->buckets[b].alloc_bytes += w * (double)n;
         live_insert((uintptr_t)p, b, w, n);
-        atomic_store_explicit(&g_live_any, 1, memory_order_relaxed);
     }
     pthread_mutex_unlock(&g_lock);
     cp_in_agent = 0;
@@ -335,7 +334,6 @@ CONTPROF_EXTERN void contprof_alloc_record(void *p, size_t n, const contprof_fra
 CONTPROF_EXTERN void contprof_alloc_forget(void *p)
 {
     if (!p || !S) return;
-    if (__builtin_expect(!atomic_load_explicit(&g_live_any, memory_order_relaxed), 1)) return;
     if (!atomic_load_explicit(&filter[ptr_hash((uintptr_t)p) >> (64 - FILTER_BITS)],
                               memory_order_relaxed))
         return;
