@@ -95,11 +95,19 @@ typedef struct frame_buf {
 /* The frames' strings must outlive the walker (the agent copies them afterwards). */
 static __thread frame_buf t_buf[WALK_MAX];
 
+/* The walk runs at every sample: plain copies, not snprintf. */
+static void copy_str(char *dst, size_t cap, const char *src)
+{
+    size_t n = strnlen(src, cap - 1);
+    memcpy(dst, src, n);
+    dst[n] = 0;
+}
+
 static void copy_tail(char *dst, size_t cap, const char *src)
 {
     size_t n = strlen(src);
     if (n >= cap) src += n - (cap - 1); /* keep the end of long paths: the file name */
-    snprintf(dst, cap, "%s", src);
+    copy_str(dst, cap, src);
 }
 
 static fn_name *name_slot(contprof_lua *h, const char *source, int line)
@@ -144,16 +152,16 @@ static int describe(contprof_lua *h, lua_State *L, lua_Debug *ar, int api, frame
     if (!lua_getinfo(L, "Sln", ar)) return 0;
     if (ar->what[0] == 'C') { /* a C function: only when Lua knows its name */
         if (!ar->name) return 0;
-        snprintf(buf->function, FN_CAP, "%s", ar->name);
+        copy_str(buf->function, FN_CAP, ar->name);
         *out = (contprof_frame){.function = buf->function, .file = "[C]", .line = 0};
         return 1;
     }
     const char *src = ar->source && ar->source[0] == '@' ? ar->source + 1 : ar->short_src;
     copy_tail(buf->file, FILE_CAP, src);
     if (ar->what[0] == 'm')
-        snprintf(buf->function, FN_CAP, "main chunk");
+        copy_str(buf->function, FN_CAP, "main chunk");
     else if (ar->name && ar->name[0] && ar->name[0] != '?')
-        snprintf(buf->function, FN_CAP, "%s", ar->name);
+        copy_str(buf->function, FN_CAP, ar->name);
     else {
         fn_name *e = name_slot(h, ar->source, ar->linedefined);
         if (!e->source[0] && api) {
@@ -162,7 +170,7 @@ static int describe(contprof_lua *h, lua_State *L, lua_Debug *ar, int api, frame
             e->line = ar->linedefined;
         }
         if (e->source[0] && e->name[0])
-            snprintf(buf->function, FN_CAP, "%s", e->name);
+            copy_str(buf->function, FN_CAP, e->name);
         else
             snprintf(buf->function, FN_CAP, "%s:%d", ar->short_src, ar->linedefined);
     }
