@@ -240,7 +240,7 @@ static void release(contprof_lua *h)
     }
 }
 
-static void *alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+static void *contprof_lua_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
     contprof_lua *h = ud;
     if (nsize == 0) {
@@ -273,7 +273,7 @@ static contprof_lua *handle_of(lua_State *L)
 {
     void *ud = NULL;
     lua_Alloc f = lua_getallocf(L, &ud);
-    return f == alloc ? ud : NULL;
+    return f == contprof_lua_alloc ? ud : NULL;
 }
 
 /* ------------------------------------------------------------------------------------
@@ -429,7 +429,7 @@ int contprof_lua_attach(lua_State *L, const char *name, const char *labels, cont
             lua_pop(L, 1);
             goto nomem;
         }
-        lua_setallocf(L, alloc, h);
+        lua_setallocf(L, contprof_lua_alloc, h);
     }
     pthread_once(&g_code_once, find_code);
     contprof_isolate_set_runtime_code(iso, g_code_lo, g_code_hi);
