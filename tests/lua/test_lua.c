@@ -287,6 +287,30 @@ TEST(cpu_ratio)
     remove_dir();
 }
 
+/* CPU inside a long C call (the hook can only fire after it returns) is weighted in full
+ * and lands on the Lua function that made the call: sort_big (C sort) and spin_for (Lua)
+ * get the same CPU time per request. */
+TEST(cpu_in_long_c_call)
+{
+    make_dir();
+    const char *env[] = {"CONTPROF_CPU_HZ=1000", "CONTPROF_WINDOW=10s", NULL};
+    const char *args[] = {"-t", "1", "-d", "4", "cfunc=cfunc.lua", NULL};
+    run_res r;
+    run_host(args, env, &r);
+    pset s;
+    load(&s);
+    int64_t c = sum_kind(&s, "cpu", "cfunc", "sort_big", 1);
+    int64_t l = sum_kind(&s, "cpu", "cfunc", "spin_for", 1);
+    int64_t all = sum_kind(&s, "cpu", "cfunc", NULL, 1);
+    printf("sort_big %.3fs spin_for %.3fs ratio %.3f; isolate %.3fs\n", c / 1e9, l / 1e9,
+           l ? (double)c / (double)l : 0, all / 1e9);
+    CHECK(c > 0 && l > 0);
+    CHECK(fabs((double)c / (double)l - 1.0) <= 0.05);
+    CHECK((double)(c + l) >= 0.9 * (double)all);
+    pset_free(&s);
+    remove_dir();
+}
+
 /* ------------------------------------------------------------------------------------
  * 2. Three isolates on a pool of two threads: each profile holds only its own functions */
 
@@ -406,5 +430,5 @@ TEST(close_reopen_no_growth)
     remove_dir();
 }
 
-TEST_MAIN(T(cpu_ratio), T(three_isolates_two_threads), T(inuse_built_at_load),
+TEST_MAIN(T(cpu_ratio), T(cpu_in_long_c_call), T(three_isolates_two_threads), T(inuse_built_at_load),
           T(errors_coroutines_close), T(close_reopen_no_growth))
