@@ -404,7 +404,7 @@ static void finish_window(int64_t end)
 static void *agent_main(void *arg)
 {
     (void)arg;
-    cp_in_agent = 1;
+    cp_in_agent = cp_agent_thread = 1;
     cp_agent_tid = (pid_t)syscall(SYS_gettid);
     sigset_t all;
     sigfillset(&all);

@@ -29,10 +29,21 @@ typedef struct real_fns {
 } real_fns;
 
 static real_fns real;
+/* The fast paths call through these: boot stubs until the next allocator is found, so
+ * the fast paths need no NULL test. */
+static void *malloc_boot(size_t n);
+static void free_boot(void *p);
+static void *(*hot_malloc)(size_t) = malloc_boot;
+static void (*hot_free)(void *) = free_boot;
 static int resolving;
 
-/* dlsym itself allocates: those requests are served from here and never freed. */
-static _Alignas(64) char pool[64 * 1024];
+/* dlsym itself allocates: those requests are served from here and never freed. The same
+ * pool is the agent's emergency reserve: when the allocator fails the agent's own threads,
+ * they are served from here, because libdw and librdkafka do not survive a NULL from
+ * malloc (measured: libdw crashes in dwarf_getsrclines). The agent then degrades
+ * (cp_agent_oom). In .bss: untouched pages cost nothing. */
+static _Alignas(64) char pool[8 << 20];
+atomic_int cp_agent_oom;
 static atomic_size_t pool_used;
 
 static inline int in_pool(const void *p)
@@ -67,6 +78,8 @@ static void resolve(void)
     r.malloc_usable_size = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
     r.free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
     real = r;
+    if (r.malloc) hot_malloc = r.malloc;
+    if (r.free) hot_free = r.free;
     resolving = 0;
 }
 
@@ -116,8 +129,16 @@ static atomic_llong g_rate;       /* mean bytes between samples; 0 = off */
 atomic_uint_fast64_t cp_alloc_dropped;
 
 static CP_TLS int64_t t_until;
+CP_TLS int cp_agent_thread;
 static CP_TLS uint64_t t_rng;
 static CP_TLS int t_init;
+
+/* The free filter's slot: cheap, since every free computes it. Chunks are 16-aligned;
+ * the page bits are folded in so page-aligned big blocks do not share a few slots. */
+static inline uint32_t filter_idx(uintptr_t p)
+{
+    return (uint32_t)((p >> 4) ^ (p >> 20)) & ((1u << FILTER_BITS) - 1);
+}
 
 static inline uint64_t ptr_hash(uintptr_t p)
 {
@@ -192,7 +213,7 @@ static void live_insert(uintptr_t p, uint32_t bucket, double w, uint64_t size)
     S->live[i] = (live_entry){.ptr = p, .bucket = bucket, .w = w, .size = size};
     S->nlive++;
     /* saturating: a counter at 255 stays there (always "maybe"), never wraps to 0 */
-    atomic_uchar *c = &filter[ptr_hash(p) >> (64 - FILTER_BITS)];
+    atomic_uchar *c = &filter[filter_idx(p)];
     if (atomic_load_explicit(c, memory_order_relaxed) != 255)
         atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
     cp_alloc_bucket *b = &S->buckets[bucket];
@@ -211,7 +232,7 @@ static int live_remove(uintptr_t p, live_entry *out)
     cp_alloc_bucket *b = &S->buckets[S->live[i].bucket];
     b->inuse_objects -= S->live[i].w;
     b->inuse_bytes -= S->live[i].w * (double)S->live[i].size;
-    atomic_uchar *c = &filter[ptr_hash(p) >> (64 - FILTER_BITS)];
+    atomic_uchar *c = &filter[filter_idx(p)];
     if (atomic_load_explicit(c, memory_order_relaxed) != 255)
         atomic_fetch_sub_explicit(c, 1, memory_order_relaxed);
     S->nlive--;
@@ -234,10 +255,14 @@ static int live_remove(uintptr_t p, live_entry *out)
 __attribute__((noinline)) static void sample_slow(void *p, size_t n)
 {
     int64_t rate = atomic_load_explicit(&g_rate, memory_order_relaxed);
-    if (rate <= 0) {
+    if (rate <= 0 && !cp_agent_thread) {
         /* Look again later: sampling may be switched on (cp_alloc_set_rate resets the
          * starting thread's countdown; other threads catch up within 64 MiB). */
         t_until = (int64_t)64 << 20;
+        return;
+    }
+    if (cp_agent_thread) {
+        t_until = INT64_MIN / 4; /* every allocation takes the checked path */
         return;
     }
     if (cp_in_agent) {
@@ -254,7 +279,9 @@ __attribute__((noinline)) static void sample_slow(void *p, size_t n)
     cp_thread *t = cp_self ? cp_self : cp_thread_register_self();
     uint64_t pcs[CP_MAX_FRAMES];
     /* frames to skip: sample_slow, then the hook (malloc, calloc, ...) */
-    int nf = t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, 2) : 0;
+    int nf = t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, 2,
+                                &t->ucache_alloc)
+               : 0;
     uint32_t iso = 0;
     char thread[16] = "";
     if (t) {
@@ -365,7 +392,7 @@ static inline void on_alloc(void *p, size_t n)
 /* Before the block goes back to the allocator: another thread may get it next. */
 static inline void on_free(void *p)
 {
-    if (!atomic_load_explicit(&filter[ptr_hash((uintptr_t)p) >> (64 - FILTER_BITS)],
+    if (!atomic_load_explicit(&filter[filter_idx((uintptr_t)p)],
                               memory_order_relaxed))
         return;
     pthread_mutex_lock(&g_lock);
@@ -421,9 +448,27 @@ void cp_alloc_atfork_child(void)
  * The interposed family */
 
 /* The sampled case, out of line so the common one is a tail call into the allocator. */
+/* An allocation of the agent's own threads failed: serve it from the reserve. */
+static void *agent_reserve(size_t n, size_t align)
+{
+    atomic_store(&cp_agent_oom, 1);
+    return pool_alloc(n, align);
+}
+
+#define AGENT_RESCUE(p, n, align)                                                      \
+    do {                                                                               \
+        if (__builtin_expect(!(p), 0) && cp_agent_thread) (p) = agent_reserve((n), (align)); \
+    } while (0)
+
 __attribute__((noinline, cold)) static void *malloc_sampled(size_t n)
 {
+    if (!real.malloc) return malloc_boot(n);
     void *p = real.malloc(n);
+    if (cp_agent_thread) {
+        t_until = INT64_MIN / 4;
+        AGENT_RESCUE(p, n, 16);
+        return p;
+    }
     if (p) sample_slow(p, n);
     return p;
 }
@@ -431,18 +476,16 @@ __attribute__((noinline, cold)) static void *malloc_sampled(size_t n)
 __attribute__((noinline, cold)) static void *malloc_boot(size_t n)
 {
     resolve();
-    if (!real.malloc) return pool_alloc(n, 16);
-    return malloc(n);
+    if (!real.malloc) return pool_alloc(n, 16); /* dlsym's own requests */
+    return real.malloc(n);
 }
 
 CONTPROF_EXTERN void *malloc(size_t n)
 {
-    void *(*f)(size_t) = real.malloc;
-    if (__builtin_expect(!f, 0)) return malloc_boot(n);
     /* Decided before the call (same distribution): the common path is a tail call. */
     int64_t left = t_until - (int64_t)n;
     t_until = left;
-    if (__builtin_expect(left > 0, 1)) return f(n);
+    if (__builtin_expect(left > 0, 1)) return hot_malloc(n);
     return malloc_sampled(n);
 }
 
@@ -458,6 +501,7 @@ CONTPROF_EXTERN void *calloc(size_t a, size_t b)
         if (!real.calloc) return pool_alloc(n, 16);
     }
     void *p = real.calloc(a, b);
+    AGENT_RESCUE(p, n, 16); /* the pool is zeroed and never reused */
     on_alloc(p, n);
     return p;
 }
@@ -472,22 +516,17 @@ __attribute__((noinline, cold)) static void free_sampled(void *p)
 __attribute__((noinline, cold)) static void free_boot(void *p)
 {
     resolve();
-    if (real.free) free(p);
+    if (real.free) real.free(p); /* else: during dlsym itself; the block is kept */
 }
 
 CONTPROF_EXTERN void free(void *p)
 {
     if (__builtin_expect(in_pool(p), 0)) return;
-    void (*f)(void *) = real.free;
-    if (__builtin_expect(!f, 0)) {
-        free_boot(p);
-        return;
-    }
     /* A sampled block leaves the table before the allocator can hand it out again. */
-    if (__builtin_expect(atomic_load_explicit(&filter[ptr_hash((uintptr_t)p) >> (64 - FILTER_BITS)],
+    if (__builtin_expect(atomic_load_explicit(&filter[filter_idx((uintptr_t)p)],
                                               memory_order_relaxed) != 0, 0))
         free_sampled(p);
-    f(p);
+    hot_free(p);
 }
 
 CONTPROF_EXTERN void *realloc(void *p, size_t n)
@@ -507,6 +546,7 @@ CONTPROF_EXTERN void *realloc(void *p, size_t n)
     }
     if (!p) {
         void *q = real.realloc(NULL, n);
+        AGENT_RESCUE(q, n, 16);
         on_alloc(q, n);
         return q;
     }
@@ -518,13 +558,21 @@ CONTPROF_EXTERN void *realloc(void *p, size_t n)
      * handed to another thread as soon as realloc moves it). */
     live_entry old = {0};
     int had = 0;
-    if (atomic_load_explicit(&filter[ptr_hash((uintptr_t)p) >> (64 - FILTER_BITS)],
+    if (atomic_load_explicit(&filter[filter_idx((uintptr_t)p)],
                              memory_order_relaxed)) {
         pthread_mutex_lock(&g_lock);
         had = live_remove((uintptr_t)p, &old);
         pthread_mutex_unlock(&g_lock);
     }
     void *q = real.realloc(p, n);
+    if (!q && cp_agent_thread) {
+        q = agent_reserve(n, 16);
+        if (q) {
+            size_t have = real.malloc_usable_size ? real.malloc_usable_size(p) : 0;
+            memcpy(q, p, have < n ? have : n);
+            real.free(p);
+        }
+    }
     if (!q) {
         if (had) { /* p is still valid and still live */
             pthread_mutex_lock(&g_lock);
@@ -557,6 +605,7 @@ CONTPROF_EXTERN int posix_memalign(void **out, size_t align, size_t n)
         return 0;
     }
     int rc = real.posix_memalign(out, align, n);
+    if (rc != 0 && cp_agent_thread && (*out = agent_reserve(n, align)) != NULL) rc = 0;
     if (rc == 0) on_alloc(*out, n);
     return rc;
 }
@@ -566,6 +615,7 @@ CONTPROF_EXTERN void *aligned_alloc(size_t align, size_t n)
     resolve();
     if (!real.aligned_alloc) return pool_alloc(n, align);
     void *p = real.aligned_alloc(align, n);
+    AGENT_RESCUE(p, n, align);
     on_alloc(p, n);
     return p;
 }
@@ -575,6 +625,7 @@ CONTPROF_EXTERN void *memalign(size_t align, size_t n)
     resolve();
     if (!real.memalign) return pool_alloc(n, align);
     void *p = real.memalign(align, n);
+    AGENT_RESCUE(p, n, align);
     on_alloc(p, n);
     return p;
 }

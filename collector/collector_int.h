@@ -76,6 +76,8 @@ typedef struct cp_thread {
     /* A sample waiting for the walker at the next safe point. */
     atomic_int pending;
     cp_sample_rec pend;
+    cp_ucache ucache_sig;   /* the signal handler's */
+    cp_ucache ucache_alloc; /* the allocation path's */
     cp_sample_rec ring[CP_RING];
 } cp_thread;
 
@@ -86,6 +88,10 @@ extern atomic_uint cp_threads_hwm; /* slots ever used */
 extern CP_TLS cp_thread *cp_self;
 /* Set while the agent's own code runs on a thread: allocations are not sampled. */
 extern CP_TLS int cp_in_agent;
+/* Set for the whole life of the agent's threads (its own and librdkafka's): their failed
+ * allocations are served from a reserve, and cp_agent_oom is raised. */
+extern CP_TLS int cp_agent_thread;
+extern atomic_int cp_agent_oom;
 
 /* Engine string such as "perf-task-clock 1ms" or "posix-cpu-timer 4ms". */
 extern char cp_engine[64];

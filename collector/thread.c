@@ -3,6 +3,7 @@
  * own lock-free ring, and the pthread_create/pthread_setname_np hooks that bring new
  * threads in. */
 #include <dirent.h>
+#include <stdarg.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -160,7 +161,8 @@ static void handler(int sig, siginfo_t *si, void *ucv)
         t->pend.isolate = iso;
         t->pend.weight = weight;
         t->pend.nframes =
-            (uint32_t)cp_unwind(&r, t->stack_lo, t->stack_hi, t->pend.pcs, CP_MAX_FRAMES);
+            (uint32_t)cp_unwind(&r, t->stack_lo, t->stack_hi, t->pend.pcs, CP_MAX_FRAMES,
+                                &t->ucache_sig);
         atomic_store_explicit(&t->pending, 1, memory_order_release);
     request:;
         contprof_safepoint_request rq =
@@ -178,7 +180,8 @@ static void handler(int sig, siginfo_t *si, void *ucv)
     cp_sample_rec *slot = &t->ring[h & (CP_RING - 1)];
     slot->isolate = iso;
     slot->weight = weight;
-    slot->nframes = (uint32_t)cp_unwind(&r, t->stack_lo, t->stack_hi, slot->pcs, CP_MAX_FRAMES);
+    slot->nframes = (uint32_t)cp_unwind(&r, t->stack_lo, t->stack_hi, slot->pcs, CP_MAX_FRAMES,
+                                        &t->ucache_sig);
     atomic_store_explicit(&t->head, h + 1, memory_order_release);
 out:
     errno = saved_errno;
@@ -506,8 +509,11 @@ static int perf_usable(void)
     return 1;
 }
 
+void cp_exec_resolve(void);
+
 int cp_cpu_start(void)
 {
+    cp_exec_resolve();
     if (!g_key_ok && pthread_key_create(&g_key, thread_exit) == 0) g_key_ok = 1;
     if (cp_cfg.cpu_hz <= 0) {
         snprintf(cp_engine, sizeof(cp_engine), "off");
@@ -577,7 +583,7 @@ static void *start_thunk(void *p)
 {
     start_arg sa = *(start_arg *)p;
     cp_real_free(p);
-    if (sa.agent) cp_in_agent = 1;
+    if (sa.agent) cp_in_agent = cp_agent_thread = 1;
     else cp_thread_register_self();
     return sa.fn(sa.arg);
 }
@@ -651,4 +657,138 @@ CONTPROF_EXTERN void contprof_safepoint(void)
         atomic_store(&t->pending, 0);
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+/* ------------------------------------------------------------------------------------
+ * exec: a sample signal still pending when the image is replaced would be delivered to
+ * the new program with the default action (terminate). Before exec the calling thread's
+ * event is disarmed and a pending signal discarded (ignoring a signal drops it); other
+ * threads vanish with the old image. If exec fails, the event is re-armed. */
+
+typedef int (*execve_fn)(const char *, char *const[], char *const[]);
+typedef int (*execvpe_fn)(const char *, char *const[], char *const[]);
+typedef int (*execv_fn)(const char *, char *const[]);
+
+static struct {
+    execve_fn execve;
+    execvpe_fn execvpe;
+    execv_fn execv, execvp;
+} rx;
+
+/* Resolved at start: dlsym after fork in a threaded program is best avoided. */
+void cp_exec_resolve(void)
+{
+    if (!rx.execve) rx.execve = (execve_fn)dlsym(RTLD_NEXT, "execve");
+    if (!rx.execvpe) rx.execvpe = (execvpe_fn)dlsym(RTLD_NEXT, "execvpe");
+    if (!rx.execv) rx.execv = (execv_fn)dlsym(RTLD_NEXT, "execv");
+    if (!rx.execvp) rx.execvp = (execv_fn)dlsym(RTLD_NEXT, "execvp");
+}
+
+static cp_thread *before_exec(void)
+{
+    if (!rx.execve) cp_exec_resolve();
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, g_sig);
+    pthread_sigmask(SIG_BLOCK, &set, &old);
+    cp_thread *t = cp_self ? cp_self : find_by_tid(my_tid());
+    if (t) disarm(t);
+    struct sigaction ign, cur;
+    memset(&ign, 0, sizeof(ign));
+    ign.sa_handler = SIG_IGN;
+    if (sigaction(g_sig, &ign, &cur) == 0) sigaction(g_sig, &cur, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return t;
+}
+
+static void after_failed_exec(cp_thread *t)
+{
+    int e = errno;
+    if (t && atomic_load(&t->state) == CP_T_LIVE) arm(t);
+    errno = e;
+}
+
+CONTPROF_EXTERN int execve(const char *path, char *const argv[], char *const envp[])
+{
+    cp_thread *t = before_exec();
+    if (!rx.execve) return errno = ENOSYS, -1;
+    int rc = rx.execve(path, argv, envp);
+    after_failed_exec(t);
+    return rc;
+}
+
+CONTPROF_EXTERN int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+    cp_thread *t = before_exec();
+    if (!rx.execvpe) return errno = ENOSYS, -1;
+    int rc = rx.execvpe(file, argv, envp);
+    after_failed_exec(t);
+    return rc;
+}
+
+CONTPROF_EXTERN int execv(const char *path, char *const argv[])
+{
+    cp_thread *t = before_exec();
+    if (!rx.execv) return errno = ENOSYS, -1;
+    int rc = rx.execv(path, argv);
+    after_failed_exec(t);
+    return rc;
+}
+
+CONTPROF_EXTERN int execvp(const char *file, char *const argv[])
+{
+    cp_thread *t = before_exec();
+    if (!rx.execvp) return errno = ENOSYS, -1;
+    int rc = rx.execvp(file, argv);
+    after_failed_exec(t);
+    return rc;
+}
+
+/* The variadic forms collect their arguments on the stack (no malloc: exec is called
+ * between fork and exec, where only async-signal-safe functions are allowed). */
+#define CP_EXEC_MAX_ARGS 1024
+#define COLLECT_ARGS(arg0, ap, argv, n)                                                \
+    do {                                                                               \
+        argv[0] = (char *)(arg0);                                                      \
+        n = 1;                                                                         \
+        while (n < CP_EXEC_MAX_ARGS && (argv[n] = va_arg(ap, char *)) != NULL) n++;    \
+        if (n == CP_EXEC_MAX_ARGS) {                                                   \
+            va_end(ap);                                                                \
+            errno = E2BIG;                                                             \
+            return -1;                                                                 \
+        }                                                                              \
+    } while (0)
+
+CONTPROF_EXTERN int execl(const char *path, const char *arg, ...)
+{
+    char *argv[CP_EXEC_MAX_ARGS];
+    int n;
+    va_list ap;
+    va_start(ap, arg);
+    COLLECT_ARGS(arg, ap, argv, n);
+    va_end(ap);
+    return execv(path, argv);
+}
+
+CONTPROF_EXTERN int execlp(const char *file, const char *arg, ...)
+{
+    char *argv[CP_EXEC_MAX_ARGS];
+    int n;
+    va_list ap;
+    va_start(ap, arg);
+    COLLECT_ARGS(arg, ap, argv, n);
+    va_end(ap);
+    return execvp(file, argv);
+}
+
+CONTPROF_EXTERN int execle(const char *path, const char *arg, ...)
+{
+    char *argv[CP_EXEC_MAX_ARGS];
+    int n;
+    va_list ap;
+    va_start(ap, arg);
+    COLLECT_ARGS(arg, ap, argv, n);
+    char *const *envp = va_arg(ap, char *const *);
+    va_end(ap);
+    return execve(path, argv, envp);
 }

@@ -613,8 +613,50 @@ static inline uintptr_t load(uintptr_t a)
     return v;
 }
 
+/* The rule for lookup: from the cache, or computed (and cached). 1 if a usable CFI rule. */
+static int rule_for(const cp_modules *mods, uintptr_t lookup, cfi_row *row, cp_ucache *cache)
+{
+    cp_ucache_ent *ent = NULL;
+    if (cache) {
+        if (cache->mods != (const void *)mods) {
+            memset(cache->e, 0, sizeof(cache->e));
+            cache->mods = mods;
+        }
+        ent = &cache->e[(lookup ^ (lookup >> 9)) & (CP_UCACHE_SIZE - 1)];
+        if (ent->pc == lookup && ent->kind) {
+            if (ent->kind != 1) return 0;
+            row->cfa_kind = CFA_REG;
+            row->cfa_reg = ent->cfa_reg;
+            row->cfa_off = ent->cfa_off;
+            row->rbp_rule = ent->rbp_rule;
+            row->rbp_off = ent->rbp_off;
+            row->ra_rule = RULE_OFFSET;
+            row->ra_off = ent->ra_off;
+            return 1;
+        }
+    }
+    const cp_module *m = cp_modules_find(mods, lookup);
+    int ok = m && find_row(m, lookup, row) && row->cfa_kind != CFA_BAD &&
+             row->ra_rule == RULE_OFFSET &&
+             (row->cfa_reg == REG_RSP || row->cfa_reg == REG_RBP) &&
+             row->cfa_off == (int32_t)row->cfa_off && row->rbp_off == (int32_t)row->rbp_off &&
+             row->ra_off == (int32_t)row->ra_off;
+    if (ent) {
+        ent->pc = lookup;
+        ent->kind = ok ? 1 : 2;
+        if (ok) {
+            ent->cfa_reg = row->cfa_reg;
+            ent->cfa_off = (int32_t)row->cfa_off;
+            ent->rbp_rule = row->rbp_rule;
+            ent->rbp_off = (int32_t)row->rbp_off;
+            ent->ra_off = (int32_t)row->ra_off;
+        }
+    }
+    return ok;
+}
+
 int cp_unwind(const cp_uregs *r, uintptr_t stack_lo, uintptr_t stack_hi, uint64_t *pcs,
-              int max)
+              int max, cp_ucache *cache)
 {
     if (max <= 0) return 0;
     int n = 0;
@@ -630,11 +672,9 @@ int cp_unwind(const cp_uregs *r, uintptr_t stack_lo, uintptr_t stack_hi, uint64_
     int leaf = 1;
     while (n < max) {
         uintptr_t lookup = leaf ? pc : pc - 1;
-        const cp_module *m = cp_modules_find(mods, lookup);
         cfi_row row;
         uintptr_t cfa, ra, nfp = fp;
-        if (m && find_row(m, lookup, &row) && row.cfa_kind != CFA_BAD &&
-            row.ra_rule == RULE_OFFSET && (row.cfa_reg == REG_RSP || row.cfa_reg == REG_RBP)) {
+        if (rule_for(mods, lookup, &row, cache)) {
             cfa = (row.cfa_reg == REG_RSP ? sp : fp) + (uintptr_t)row.cfa_off;
             uintptr_t ra_at = cfa + (uintptr_t)row.ra_off;
             if (!in_stack(ra_at, lo, stack_hi)) break;
@@ -667,7 +707,8 @@ int cp_unwind(const cp_uregs *r, uintptr_t stack_lo, uintptr_t stack_hi, uint64_
 }
 
 __attribute__((noinline)) int cp_unwind_here(uintptr_t stack_lo, uintptr_t stack_hi,
-                                             uint64_t *pcs, int max, int skip)
+                                             uint64_t *pcs, int max, int skip,
+                                             cp_ucache *cache)
 {
     uint64_t tmp[CP_MAX_FRAMES + 8];
     cp_uregs r;
@@ -677,7 +718,7 @@ __attribute__((noinline)) int cp_unwind_here(uintptr_t stack_lo, uintptr_t stack
                      : "=r"(r.pc), "=r"(r.sp), "=r"(r.fp));
     int want = max + skip + 1;
     if (want > (int)(sizeof(tmp) / sizeof(tmp[0]))) want = (int)(sizeof(tmp) / sizeof(tmp[0]));
-    int n = cp_unwind(&r, stack_lo, stack_hi, tmp, want);
+    int n = cp_unwind(&r, stack_lo, stack_hi, tmp, want, cache);
     int drop = skip + 1; /* this function's own frame too */
     if (n <= drop) return 0;
     int out = n - drop;

@@ -49,15 +49,31 @@ typedef struct cp_uregs {
     uintptr_t pc, sp, fp;
 } cp_uregs;
 
+/* A direct-mapped cache of unwind rules by address. One writer only: each thread has one
+ * for its signal handler and one for its allocation path (a handler may interrupt the
+ * allocation path, never itself). Zero-initialised memory is an empty cache. */
+#define CP_UCACHE_SIZE 512
+typedef struct cp_ucache_ent {
+    uint64_t pc;
+    uint8_t kind; /* 1: CFI rule below, 2: no usable CFI (frame pointer) */
+    uint8_t cfa_reg, rbp_rule, _pad;
+    int32_t cfa_off, rbp_off, ra_off;
+} cp_ucache_ent;
+typedef struct cp_ucache {
+    const void *mods; /* the snapshot the entries came from */
+    cp_ucache_ent e[CP_UCACHE_SIZE];
+} cp_ucache;
+
 /* Unwinds from r, reading the stack only inside [stack_lo, stack_hi) (0,0: leaf only).
  * Writes at most max addresses to pcs: the first is r->pc, the others are return
- * addresses minus one (inside the call instruction). Async-signal-safe: no locks, no
- * allocation, no dl_iterate_phdr. Returns the number of frames. */
+ * addresses minus one (inside the call instruction). cache may be NULL. Async-signal-safe:
+ * no locks, no allocation, no dl_iterate_phdr. Returns the number of frames. */
 int cp_unwind(const cp_uregs *r, uintptr_t stack_lo, uintptr_t stack_hi, uint64_t *pcs,
-              int max);
+              int max, cp_ucache *cache);
 
 /* Captures the caller's registers and unwinds from there, skipping `skip` frames of the
  * caller's own; for the allocation path. Same contract as cp_unwind. */
-int cp_unwind_here(uintptr_t stack_lo, uintptr_t stack_hi, uint64_t *pcs, int max, int skip);
+int cp_unwind_here(uintptr_t stack_lo, uintptr_t stack_hi, uint64_t *pcs, int max, int skip,
+                   cp_ucache *cache);
 
 #endif

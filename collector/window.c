@@ -174,6 +174,7 @@ static void syms_clear(void)
 
 static void syms_refresh(const cp_modules *mods)
 {
+    if (atomic_load(&cp_agent_oom)) return; /* see symbolize */
     if (syms.dwfl && mods && mods->adds == syms.adds && mods->subs == syms.subs) return;
     if (syms.dwfl) dwfl_end(syms.dwfl);
     const char *di = getenv("CONTPROF_DEBUGINFO");
@@ -206,6 +207,11 @@ static void syms_refresh(const cp_modules *mods)
 static const sym *symbolize(uint64_t pc)
 {
     static sym none;
+    if (atomic_load(&cp_agent_oom)) {
+        /* out of memory once: libdw is not used again (addresses and build ids remain) */
+        if (syms.dwfl) dwfl_end(syms.dwfl);
+        syms.dwfl = NULL;
+    }
     if (!syms.tab) {
         syms.tab = calloc(SYM_CAP, sizeof(sym));
         if (!syms.tab) return &none;
@@ -475,8 +481,9 @@ static int emit_profile(builder *b, int kind, const iso_key *k, const cp_window_
     snprintf(comment, sizeof(comment), "isolate=%s", iname);
     if (cp_profile_intern_cstr(p, comment, &cid) || cp_vec_push(&p->comments, cid))
         return CP_ENOMEM;
-    snprintf(comment, sizeof(comment), "dropped_samples=%llu dropped_windows=%llu",
-             (unsigned long long)m->dropped_samples, (unsigned long long)m->dropped_windows);
+    snprintf(comment, sizeof(comment), "dropped_samples=%llu dropped_windows=%llu%s",
+             (unsigned long long)m->dropped_samples, (unsigned long long)m->dropped_windows,
+             atomic_load(&cp_agent_oom) ? " agent_out_of_memory=1" : "");
     if (cp_profile_intern_cstr(p, comment, &cid) || cp_vec_push(&p->comments, cid))
         return CP_ENOMEM;
 

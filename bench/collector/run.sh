@@ -20,7 +20,7 @@ trap 'rm -rf "$TMP"' EXIT
 # run VARIANT CMD...: appends "cpu maxrss" of one run to $TMP/VARIANT
 run() {
     v=$1; shift
-    out=$("$@") || { echo "collector bench: $v failed" >&2; exit 1; }
+    out=$("$@" 2>>"$TMP/stderr") || { echo "collector bench: $v failed" >&2; cat "$TMP/stderr" >&2; exit 1; }
     echo "$out" | awk '{print $2, $3}' >> "$TMP/$v"
 }
 
@@ -36,8 +36,8 @@ while [ $i -lt "$REPS" ]; do
     run cpu_100 agent 100 -1 "$CPB" cpu 2 "$UC"
     run cpu_1000 agent 1000 -1 "$CPB" cpu 2 "$UC"
     if [ -n "$GPERF" ]; then
-        run gperf_100 env CPUPROFILE_QUIET=1 CPUPROFILE="$TMP/g.prof" CPUPROFILE_FREQUENCY=100 LD_PRELOAD="$GPERF" "$CPB" cpu 2 "$UC"
-        run gperf_1000 env CPUPROFILE_QUIET=1 CPUPROFILE="$TMP/g.prof" CPUPROFILE_FREQUENCY=1000 LD_PRELOAD="$GPERF" "$CPB" cpu 2 "$UC"
+        run gperf_100 env CPUPROFILE="$TMP/g.prof" CPUPROFILE_FREQUENCY=100 LD_PRELOAD="$GPERF" "$CPB" cpu 2 "$UC"
+        run gperf_1000 env CPUPROFILE="$TMP/g.prof" CPUPROFILE_FREQUENCY=1000 LD_PRELOAD="$GPERF" "$CPB" cpu 2 "$UC"
     fi
     run malloc_base "$CPB" malloc 2 "$UM"
     run malloc_agent agent 100 524288 "$CPB" malloc 2 "$UM"

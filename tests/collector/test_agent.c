@@ -444,6 +444,70 @@ TEST(same_output_fork_exec)
     same_output("forkexec", 4);
 }
 
+/* Allocations of the agent's thread fail on a schedule (every 3rd, every 17th): the host
+ * runs as without the agent, and the agent degrades (says so) instead of crashing. */
+TEST(agent_out_of_memory)
+{
+    make_dir();
+    const char *args[] = {"mt", NULL};
+    const char *plain_env[] = {NULL};
+    run_res *a = malloc(sizeof(run_res)), *b = malloc(sizeof(run_res));
+    run(args, plain_env, a);
+    const char *every[] = {"CP_FAIL_EVERY=3", "CP_FAIL_EVERY=17"};
+    char report[300];
+    snprintf(report, sizeof(report), "CP_FAIL_REPORT=%s/failures", g_dir);
+    for (int i = 0; i < 2; i++) {
+        const char *env[] = {"LD_PRELOAD=" CP_LIB ":" CP_FAILMALLOC, outdir_env(), every[i],
+                             report, "CONTPROF_CPU_HZ=1000", "CONTPROF_ALLOC_RATE=8192",
+                             "CONTPROF_WINDOW=200ms", NULL};
+        run(args, env, b);
+        if (WIFSIGNALED(b->status)) fprintf(stderr, "killed by signal %d\n", WTERMSIG(b->status));
+        CHECK(WIFEXITED(b->status) && WEXITSTATUS(b->status) == 0);
+        CHECK_STREQ(a->out, b->out);
+        char path[320];
+        snprintf(path, sizeof(path), "%s/failures", g_dir);
+        FILE *f = fopen(path, "r");
+        CHECK(f != NULL);
+        unsigned long calls = 0, failed = 0;
+        CHECK(fscanf(f, "%lu %lu", &calls, &failed) == 2);
+        fclose(f);
+        unlink(path);
+        printf("%s: %lu of %lu agent allocations failed\n", every[i], failed, calls);
+        CHECK(failed > 0);
+    }
+    pset s;
+    load(g_dir, &s);
+    int degraded = 0;
+    for (int i = 0; i < s.n; i++)
+        for (uint32_t j = 0; j < s.f[i].p->comments.n; j++)
+            if (strstr(cp_profile_str(s.f[i].p, s.f[i].p->comments.v[j]),
+                       "agent_out_of_memory=1"))
+                degraded = 1;
+    CHECK(s.n > 0 && degraded);
+    pset_free(&s);
+    free(a);
+    free(b);
+    remove_dir();
+}
+
+/* A chain of 60 execs at 1000 Hz on both engines: a sample signal pending at exec would
+ * kill the next image (default action of SIGPROF). */
+TEST(exec_chain_survives)
+{
+    make_dir();
+    const char *args[] = {"execchain", "60", NULL};
+    const char *engines[] = {"CONTPROF_CPU_ENGINE=perf", "CONTPROF_CPU_ENGINE=timer"};
+    for (int i = 0; i < 2; i++) {
+        const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_CPU_HZ=1000", engines[i], NULL};
+        run_res r;
+        run(args, env, &r);
+        if (WIFSIGNALED(r.status)) fprintf(stderr, "killed by signal %d\n", WTERMSIG(r.status));
+        CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+        CHECK_STREQ(r.out, "chain done\n");
+    }
+    remove_dir();
+}
+
 /* ------------------------------------------------------------------------------------
  * 6. No reachable broker: the host is unaffected and the drops are counted */
 
@@ -579,5 +643,5 @@ TEST(isolates_api)
 
 TEST_MAIN(T(isolates_api), T(cpu_ratio), T(inuse_startup), T(alloc_volume), T(churn_inuse_zero),
           T(same_output_threads), T(same_output_realloc_memalign), T(same_output_cxx),
-          T(same_output_fork_exec), T(unreachable_broker), T(perf_1000hz),
+          T(same_output_fork_exec), T(exec_chain_survives), T(agent_out_of_memory), T(unreachable_broker), T(perf_1000hz),
           T(timer_fallback_1000hz))

@@ -23,6 +23,7 @@
  * Unwinding */
 
 static uint64_t g_pcs[CP_MAX_FRAMES];
+static cp_ucache *g_cache;
 static int g_n;
 
 static void stack_bounds(uintptr_t *lo, uintptr_t *hi)
@@ -42,7 +43,7 @@ static int cmp_capture(const void *a, const void *b)
     if (g_n == 0) {
         uintptr_t lo, hi;
         stack_bounds(&lo, &hi);
-        g_n = cp_unwind_here(lo, hi, g_pcs, CP_MAX_FRAMES, 0);
+        g_n = cp_unwind_here(lo, hi, g_pcs, CP_MAX_FRAMES, 0, g_cache);
     }
     return *(const int *)a - *(const int *)b;
 }
@@ -72,8 +73,30 @@ static const char *obj_of(uint64_t pc)
     return "?";
 }
 
+static void unwind_through_libc_with(cp_ucache *cache);
+
 TEST(unwind_through_libc)
 {
+    /* without a cache, then with one twice (filling it, then reading from it) */
+    static cp_ucache cache;
+    unwind_through_libc_with(NULL);
+    unwind_through_libc_with(&cache);
+    uint64_t first[CP_MAX_FRAMES];
+    int n1 = g_n;
+    memcpy(first, g_pcs, sizeof(first));
+    unwind_through_libc_with(&cache);
+    CHECK_EQ(g_n, n1);
+    /* the same frames through libc and back into unit_caller_of_qsort (the call sites of
+     * its callers differ between the calls) */
+    int k = 0;
+    while (k < n1 && !strstr(obj_of(g_pcs[k]), "libc.so")) k++;
+    CHECK(k + 1 < n1);
+    CHECK(memcmp(first, g_pcs, (size_t)(k + 2) * sizeof(uint64_t)) == 0);
+}
+
+static void unwind_through_libc_with(cp_ucache *cache)
+{
+    g_cache = cache;
     CHECK(cp_modules_refresh(1) == 0);
     g_n = 0;
     unit_caller_of_qsort();
@@ -99,12 +122,12 @@ TEST(unwind_stays_in_bounds)
     /* a stack window of nothing: only the leaf is reported */
     cp_uregs r = {.pc = (uintptr_t)unit_caller_of_qsort, .sp = 0, .fp = 0};
     uint64_t pcs[4];
-    CHECK_EQ(cp_unwind(&r, 0, 0, pcs, 4), 1);
+    CHECK_EQ(cp_unwind(&r, 0, 0, pcs, 4, NULL), 1);
     /* garbage registers inside a real stack range stop cleanly */
     uintptr_t lo, hi;
     stack_bounds(&lo, &hi);
     cp_uregs g = {.pc = 0x1234, .sp = hi - 64, .fp = 0xdeadbeef};
-    CHECK(cp_unwind(&g, lo, hi, pcs, 4) >= 1);
+    CHECK(cp_unwind(&g, lo, hi, pcs, 4, NULL) >= 1);
 }
 
 TEST(modules_have_build_ids)

@@ -284,6 +284,25 @@ static int mode_forkexec(const char *self)
     return 0;
 }
 
+/* Replaces itself n times, burning a little CPU in each image (a sample signal pending
+ * at exec must not reach the next image). */
+static int mode_execchain(const char *self, int n)
+{
+    if (n <= 0) {
+        printf("chain done\n");
+        return 0;
+    }
+    burn_solo(0.01);
+    char arg[16];
+    snprintf(arg, sizeof(arg), "%d", n - 1);
+    if (n % 2) execl(self, self, "execchain", arg, (char *)NULL);
+    else {
+        char *argv[] = {(char *)self, "execchain", arg, NULL};
+        execvp(self, argv);
+    }
+    return 127;
+}
+
 int cpw_cxx(void); /* work_cxx.cc */
 
 int main(int argc, char **argv)
@@ -301,6 +320,7 @@ int main(int argc, char **argv)
     if (!strcmp(m, "realloc")) return mode_realloc();
     if (!strcmp(m, "forkexec")) return mode_forkexec(argv[0]);
     if (!strcmp(m, "cxx")) return cpw_cxx();
+    if (!strcmp(m, "execchain")) return mode_execchain(argv[0], (int)x);
     if (!strcmp(m, "echo")) {
         burn_solo(0.3); /* enough CPU to leave a profile behind */
         printf("echo %s\n", argc > 2 ? argv[2] : "");
