@@ -335,7 +335,8 @@ CONTPROF_EXTERN void contprof_alloc_record(void *p, size_t n, const contprof_fra
         m = cp_lang_ids(frames, nframes, ids);
     }
     /* the native stack from the caller down, joined with the language frames */
-    int nf = t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, 1) : 0;
+    int nf = t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, 1, &t->ucache_alloc)
+               : 0;
     uint32_t iso = 0;
     char thread[16] = "";
     if (t) {
@@ -361,9 +362,7 @@ CONTPROF_EXTERN void contprof_alloc_record(void *p, size_t n, const contprof_fra
 CONTPROF_EXTERN void contprof_alloc_forget(void *p)
 {
     if (!p || !S) return;
-    if (!atomic_load_explicit(&filter[ptr_hash((uintptr_t)p) >> (64 - FILTER_BITS)],
-                              memory_order_relaxed))
-        return;
+    if (!atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed)) return;
     pthread_mutex_lock(&g_lock);
     live_remove((uintptr_t)p, NULL);
     pthread_mutex_unlock(&g_lock);
