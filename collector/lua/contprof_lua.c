@@ -1,7 +1,7 @@
 /* The Lua adapter: each attached lua_State is a contprof isolate. CPU samples get their Lua
  * stack at the next VM instruction through a one-shot count hook that the agent's signal
- * handler arms (lua_sethook is async-signal-safe by design; lua.c arms its SIGINT hook the
- * same way); allocations go through a wrapped lua_Alloc that samples them with the agent's
+ * handler arms (Lua's ldebug.c: lua_sethook "can be called during a signal"; lua.c arms its
+ * SIGINT hook the same way); allocations go through a wrapped lua_Alloc that samples them with the agent's
  * byte countdown and walks the Lua stack before the block is handed to Lua. */
 #include <errno.h>
 #include <link.h>
