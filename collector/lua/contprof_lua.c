@@ -1,8 +1,8 @@
 /* The Lua adapter: each attached lua_State is a contprof isolate. CPU samples get their Lua
  * stack at the next VM instruction through a one-shot count hook that the agent's signal
  * handler arms (Lua's ldebug.c: lua_sethook "can be called during a signal"; lua.c arms its
- * SIGINT hook the same way); allocations go through a wrapped lua_Alloc that samples them with the agent's
- * byte countdown and walks the Lua stack before the block is handed to Lua. */
+ * SIGINT hook the same way); allocations go through a wrapped lua_Alloc that samples them with the
+ * agent's byte countdown and walks the Lua stack before the block is handed to Lua. */
 #include <errno.h>
 #include <link.h>
 #include <pthread.h>
@@ -113,11 +113,11 @@ static void copy_tail(char *dst, size_t cap, const char *src)
 static fn_name *name_slot(contprof_lua *h, const char *source, int line)
 {
     uint32_t x = 2166136261u ^ (uint32_t)line;
-    for (const char *c = source; *c; c++) x = (x ^ (uint8_t)*c) * 16777619u;
+    for (const char *c = source; *c; c++)
+        x = (x ^ (uint8_t)*c) * 16777619u;
     for (uint32_t i = 0; i < NAMES; i++) {
         fn_name *e = &h->names[(x + i) % NAMES];
-        if (!e->source[0] || (e->line == line && strncmp(e->source, source, 63) == 0))
-            return e;
+        if (!e->source[0] || (e->line == line && strncmp(e->source, source, 63) == 0)) return e;
     }
     return &h->names[x % NAMES]; /* full: reuse */
 }
@@ -174,7 +174,8 @@ static int describe(contprof_lua *h, lua_State *L, lua_Debug *ar, int api, frame
         else
             snprintf(buf->function, FN_CAP, "%s:%d", ar->short_src, ar->linedefined);
     }
-    *out = (contprof_frame){.function = buf->function, .file = buf->file,
+    *out = (contprof_frame){.function = buf->function,
+                            .file = buf->file,
                             .line = ar->currentline > 0 ? ar->currentline : 0};
     return 1;
 }
@@ -201,7 +202,7 @@ static int walk(contprof_lua *h, contprof_frame *out, int max, int api)
 static int walker(void *arg, contprof_frame *out, int max)
 {
     contprof_lua *h = arg;
-    if (!run_top(h)) return 0; /* a sample left over from a state this thread left */
+    if (!run_top(h)) return 0;   /* a sample left over from a state this thread left */
     return walk(h, out, max, 1); /* at the hook or at contprof_lua_leave */
 }
 
@@ -470,7 +471,8 @@ void contprof_lua_leave(lua_State *L)
     /* back to below the innermost enter of this state (a longjmp may have skipped the
      * end of a resume) */
     unsigned i = d > RUN_MAX ? RUN_MAX : d;
-    while (i > 0 && !(t_run[i - 1].h == h && t_run[i - 1].kind == RUN_ENTER)) i--;
+    while (i > 0 && !(t_run[i - 1].h == h && t_run[i - 1].kind == RUN_ENTER))
+        i--;
     if (d > RUN_MAX || i == 0) {
         if (d > 0) run_restore(d - 1);
     } else {

@@ -30,7 +30,7 @@ typedef struct script {
     lua_State *L;
     pthread_mutex_t mu;
     long requests, errors, reopens;
-    long moves;         /* requests served by another thread than the one before */
+    long moves; /* requests served by another thread than the one before */
     pthread_t last;
     char last_error[256];
 } script;
@@ -181,13 +181,27 @@ int main(int argc, char **argv)
     int c;
     while ((c = getopt(argc, argv, "t:d:n:a:Al:h")) != -1) {
         switch (c) {
-        case 't': H.threads = atoi(optarg); break;
-        case 'd': H.seconds = atof(optarg); break;
-        case 'n': H.max_requests = atol(optarg); break;
-        case 'a': H.arg = (lua_Integer)atoll(optarg); break;
-        case 'A': H.agent = 0; break;
-        case 'l': H.labels = optarg; break;
-        default: usage(); return 2;
+        case 't':
+            H.threads = atoi(optarg);
+            break;
+        case 'd':
+            H.seconds = atof(optarg);
+            break;
+        case 'n':
+            H.max_requests = atol(optarg);
+            break;
+        case 'a':
+            H.arg = (lua_Integer)atoll(optarg);
+            break;
+        case 'A':
+            H.agent = 0;
+            break;
+        case 'l':
+            H.labels = optarg;
+            break;
+        default:
+            usage();
+            return 2;
         }
     }
     if (optind >= argc || H.threads < 1 || H.threads > 256) {
@@ -220,7 +234,8 @@ int main(int argc, char **argv)
         started++;
     }
     if (!started) return 1;
-    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
     double wall = mono() - t0, cpu = cpu_secs() - c0;
 
     /* the agent's last window sees every state still open */

@@ -58,11 +58,13 @@ static void run_host(const char *const *args, const char *const *env, run_res *r
         snprintf(dir, sizeof(dir), "CONTPROF_OUTPUT_DIR=%s", g_dir);
         putenv(dir);
         putenv("CONTPROF_SERVICE=luahost");
-        for (int i = 0; env && env[i]; i++) putenv((char *)env[i]);
+        for (int i = 0; env && env[i]; i++)
+            putenv((char *)env[i]);
         char *argv[32];
         int n = 0;
         argv[n++] = (char *)CP_LUA_HOST;
-        for (int i = 0; args[i] && n < 31; i++) argv[n++] = (char *)args[i];
+        for (int i = 0; args[i] && n < 31; i++)
+            argv[n++] = (char *)args[i];
         argv[n] = NULL;
         execv(CP_LUA_HOST, argv);
         _exit(127);
@@ -70,7 +72,8 @@ static void run_host(const char *const *args, const char *const *env, run_res *r
     close(fd[1]);
     size_t len = 0;
     ssize_t k;
-    while ((k = read(fd[0], r->out + len, sizeof(r->out) - 1 - len)) > 0) len += (size_t)k;
+    while ((k = read(fd[0], r->out + len, sizeof(r->out) - 1 - len)) > 0)
+        len += (size_t)k;
     r->out[len] = 0;
     close(fd[0]);
     CHECK(waitpid(pid, &r->status, 0) == pid);
@@ -160,7 +163,8 @@ static void load(pset *s)
 
 static void pset_free(pset *s)
 {
-    for (int i = 0; i < s->n; i++) cp_profile_destroy(s->f[i].p);
+    for (int i = 0; i < s->n; i++)
+        cp_profile_destroy(s->f[i].p);
     free(s->f);
 }
 
@@ -232,7 +236,8 @@ static const cp_profile *last_of(const pset *s, const char *kind, const char *is
 static int count_kind(const pset *s, const char *kind, const char *iso)
 {
     int n = 0;
-    for (int i = 0; i < s->n; i++) n += !strcmp(s->f[i].kind, kind) && !strcmp(s->f[i].iso, iso);
+    for (int i = 0; i < s->n; i++)
+        n += !strcmp(s->f[i].kind, kind) && !strcmp(s->f[i].iso, iso);
     return n;
 }
 
@@ -317,10 +322,11 @@ TEST(cpu_in_long_c_call)
 TEST(three_isolates_two_threads)
 {
     make_dir();
-    const char *env[] = {"CONTPROF_CPU_HZ=500", "CONTPROF_WINDOW=1s",
-                         "CONTPROF_ALLOC_RATE=65536", NULL};
-    const char *args[] = {"-t", "2", "-d", "3", "-a", "20000", "alpha=alpha.lua",
-                          "beta=beta.lua", "gamma=gamma.lua", NULL};
+    const char *env[] = {"CONTPROF_CPU_HZ=500", "CONTPROF_WINDOW=1s", "CONTPROF_ALLOC_RATE=65536",
+                         NULL};
+    const char *args[] = {
+        "-t", "2", "-d", "3", "-a", "20000", "alpha=alpha.lua", "beta=beta.lua", "gamma=gamma.lua",
+        NULL};
     run_res r;
     run_host(args, env, &r);
     const char *names[] = {"alpha", "beta", "gamma"};
@@ -354,8 +360,8 @@ TEST(inuse_built_at_load)
 {
     make_dir();
     const char *env[] = {"CONTPROF_WINDOW=1s", NULL};
-    const char *args[] = {"-t", "2", "-d", "6", "-a", "1000", "big=bigtable.lua",
-                          "alpha=alpha.lua", NULL};
+    const char *args[] = {"-t", "2", "-d", "6", "-a", "1000", "big=bigtable.lua", "alpha=alpha.lua",
+                          NULL};
     run_res r;
     run_host(args, env, &r);
     pset s;
@@ -383,10 +389,11 @@ TEST(inuse_built_at_load)
 TEST(errors_coroutines_close)
 {
     make_dir();
-    const char *env[] = {"CONTPROF_CPU_HZ=1000", "CONTPROF_WINDOW=1s",
-                         "CONTPROF_ALLOC_RATE=16384", NULL};
-    const char *args[] = {"-t", "2", "-d", "3", "-a", "400", "err=errors.lua",
-                          "coro=coro.lua", "closer=closer.lua", NULL};
+    const char *env[] = {"CONTPROF_CPU_HZ=1000", "CONTPROF_WINDOW=1s", "CONTPROF_ALLOC_RATE=16384",
+                         NULL};
+    const char *args[] = {
+        "-t", "2", "-d", "3", "-a", "400", "err=errors.lua", "coro=coro.lua", "closer=closer.lua",
+        NULL};
     run_res r;
     run_host(args, env, &r);
     long req = script_num(&r, "err", "requests");
@@ -430,5 +437,5 @@ TEST(close_reopen_no_growth)
     remove_dir();
 }
 
-TEST_MAIN(T(cpu_ratio), T(cpu_in_long_c_call), T(three_isolates_two_threads), T(inuse_built_at_load),
-          T(errors_coroutines_close), T(close_reopen_no_growth))
+TEST_MAIN(T(cpu_ratio), T(cpu_in_long_c_call), T(three_isolates_two_threads),
+          T(inuse_built_at_load), T(errors_coroutines_close), T(close_reopen_no_growth))

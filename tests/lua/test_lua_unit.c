@@ -133,7 +133,8 @@ static const char *coroutine_semantics =
     "  local ok, v = pcall(function() return coroutine.yield(5) + 1 end); return ok, v\n"
     "end)\n"
     "assert(co2() == 5); local o, vv = co2(41); assert(o and vv == 42)\n"
-    "local co3 = coroutine.create(function() return coroutine.isyieldable(), coroutine.running() end)\n"
+    "local co3 = coroutine.create(function() return coroutine.isyieldable(), coroutine.running() "
+    "end)\n"
     "local _, y, r, ismain = coroutine.resume(co3); assert(y and r == co3 and ismain == false)\n"
     "assert(not pcall(coroutine.wrap, 1))\n"
     /* deeper than the adapter's per-thread stack of 32 running states */
@@ -153,7 +154,8 @@ TEST(coroutines_as_stock)
     lua_close(S);
     lua_State *L = new_state();
     CHECK_EQ(contprof_lua_attach(L, "coro", NULL, NULL), 0);
-    for (int i = 0; i < 5; i++) run_ok(L, coroutine_semantics);
+    for (int i = 0; i < 5; i++)
+        run_ok(L, coroutine_semantics);
     lua_close(L);
     stop_agent();
 }
@@ -185,9 +187,11 @@ TEST(nesting_states)
     CHECK_EQ(contprof_lua_attach(B, "b", NULL, NULL), 0);
     for (int i = 0; i < 50; i++) {
         contprof_lua_enter(A);
-        for (int j = 0; j < 40; j++) contprof_lua_enter(B); /* deeper than tracked */
+        for (int j = 0; j < 40; j++)
+            contprof_lua_enter(B); /* deeper than tracked */
         run_ok(B, "local x = 0 for i = 1, 1e5 do x = x + i end return 'ok'");
-        for (int j = 0; j < 40; j++) contprof_lua_leave(B);
+        for (int j = 0; j < 40; j++)
+            contprof_lua_leave(B);
         run_ok(A, "local x = 0 for i = 1, 1e5 do x = x + i end return 'ok'");
         contprof_lua_leave(A);
     }
