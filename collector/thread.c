@@ -106,6 +106,8 @@ static uint64_t perf_consume(void *ring)
     return n;
 }
 
+#define CP_PEND_MAX_WEIGHT 256
+
 static void handler(int sig, siginfo_t *si, void *ucv)
 {
     (void)sig;
@@ -149,9 +151,11 @@ static void handler(int sig, siginfo_t *si, void *ucv)
         /* Language frames are added at the next safe point; a sample still waiting
          * from before goes out without them. */
         if (atomic_load_explicit(&t->pending, memory_order_relaxed)) {
-            if (t->pend.isolate == iso) {
+            if (t->pend.isolate == iso && t->pend.weight < CP_PEND_MAX_WEIGHT) {
                 /* Still waiting for the safe point: this period of CPU time goes to the
-                 * same sample, whose language frames the safe point will supply. */
+                 * same sample, whose language frames the safe point will supply. (A
+                 * runtime that never reaches one still ships its CPU time, without
+                 * language frames, every CP_PEND_MAX_WEIGHT periods.) */
                 t->pend.weight += weight;
                 goto request;
             }
