@@ -306,36 +306,18 @@ __attribute__((noinline)) static void sample_slow(void *p, size_t n)
 /* ------------------------------------------------------------------------------------
  * Runtime allocators (contprof.h): blocks a runtime reports itself */
 
-CONTPROF_EXTERN int contprof_alloc_should_sample(size_t n)
+/* Records sampled runtime block p with frames from the walker; the native stack starts at
+ * the caller of contprof_alloc_through. */
+__attribute__((noinline)) static void record_runtime(void *p, size_t n, int64_t rate,
+                                                     const uint64_t *ids, uint32_t m)
 {
-    int64_t rate = atomic_load_explicit(&g_rate, memory_order_relaxed);
-    if (rate <= 0 || cp_in_agent) return 0;
-    t_until -= (int64_t)n;
-    if (__builtin_expect(t_until > 0, 1)) return 0;
-    if (!t_init) {
-        t_init = 1;
-        t_until = (int64_t)draw(rate) - (int64_t)n;
-        if (t_until > 0) return 0;
-    }
-    t_until = (int64_t)draw(rate);
-    return 1;
-}
-
-CONTPROF_EXTERN void contprof_alloc_record(void *p, size_t n, const contprof_frame *frames,
-                                           int nframes)
-{
-    int64_t rate = atomic_load_explicit(&g_rate, memory_order_relaxed);
-    if (!p || rate <= 0 || cp_in_agent || !S) return;
-    cp_in_agent = 1;
     cp_thread *t = cp_self ? cp_self : cp_thread_register_self();
-    uint64_t pcs[CP_MAX_FRAMES], ids[32];
-    int m = 0;
-    if (frames && nframes > 0) {
-        if (nframes > 32) nframes = 32;
-        m = cp_lang_ids(frames, nframes, ids);
-    }
-    /* the native stack from the caller down, joined with the language frames */
-    int nf = t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, 1, &t->ucache_alloc)
+    uint64_t pcs[CP_MAX_FRAMES];
+    /* frames to skip: record_runtime, through_sampled, contprof_alloc_through (when it
+     * tail-calls through_sampled, the runtime's allocator function goes instead: the stack
+     * then starts in the runtime, whose frames the language frames replace) */
+    int nf = t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, 3,
+                                &t->ucache_alloc)
                : 0;
     uint32_t iso = 0;
     char thread[16] = "";
@@ -344,7 +326,7 @@ CONTPROF_EXTERN void contprof_alloc_record(void *p, size_t n, const contprof_fra
         if (d) iso = t->iso_stack[(d > 16 ? 16 : d) - 1];
         if (!iso) memcpy(thread, t->name, sizeof(thread));
     }
-    nf = (int)cp_lang_join(iso, pcs, (uint32_t)nf, ids, (uint32_t)m);
+    nf = (int)cp_lang_join(iso, pcs, (uint32_t)nf, ids, m);
     double w = 1.0 / (1.0 - exp(-(double)n / (double)rate));
     pthread_mutex_lock(&g_lock);
     uint32_t b = bucket_find(iso, thread, pcs, (uint32_t)nf);
@@ -356,29 +338,76 @@ CONTPROF_EXTERN void contprof_alloc_record(void *p, size_t n, const contprof_fra
         live_insert((uintptr_t)p, b, w, n);
     }
     pthread_mutex_unlock(&g_lock);
-    cp_in_agent = 0;
 }
 
-CONTPROF_EXTERN void contprof_alloc_forget(void *p)
+/* The countdown ran out: decide as sample_slow does, walk, call, record. */
+__attribute__((noinline, cold)) static void *
+through_sampled(contprof_realloc_fn fn, void *ud, void *ptr, size_t osize, size_t nsize,
+                contprof_walker walker, void *walker_arg)
 {
-    if (!p || !S) return;
-    if (!atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed)) return;
+    int64_t rate = atomic_load_explicit(&g_rate, memory_order_relaxed);
+    int sample = 0;
+    if (rate <= 0) {
+        t_until = (int64_t)64 << 20; /* as sample_slow: look again later */
+    } else if (cp_in_agent || cp_agent_thread) {
+        t_until = (int64_t)draw(rate);
+    } else if (!t_init) {
+        t_init = 1;
+        t_until = (int64_t)draw(rate) - (int64_t)nsize;
+        sample = t_until <= 0;
+        if (sample) t_until = (int64_t)draw(rate);
+    } else {
+        t_until = (int64_t)draw(rate);
+        sample = S != NULL;
+    }
+    uint64_t ids[32];
+    uint32_t m = 0;
+    if (sample) {
+        cp_in_agent = 1; /* the walker's and interning's allocations are not sampled */
+        if (walker) {
+            contprof_frame fr[32];
+            int k = walker(walker_arg, fr, 32);
+            if (k > 32) k = 32;
+            if (k > 0) m = (uint32_t)cp_lang_ids(fr, k, ids);
+        }
+        cp_in_agent = 0;
+    }
+    int64_t saved = t_until;
+    t_until = INT64_MAX / 2;
+    void *r = fn(ud, ptr, osize, nsize);
+    t_until = saved;
+    if (sample && r) {
+        cp_in_agent = 1;
+        record_runtime(r, nsize, rate, ids, m);
+        cp_in_agent = 0;
+    }
+    return r;
+}
+
+__attribute__((noinline, cold)) static void forget_sampled(void *p)
+{
     pthread_mutex_lock(&g_lock);
     live_remove((uintptr_t)p, NULL);
     pthread_mutex_unlock(&g_lock);
 }
 
-/* The countdown is parked far away: the fast path of malloc stays one subtraction. */
-CONTPROF_EXTERN int64_t contprof_alloc_pause(void)
+CONTPROF_EXTERN void *contprof_alloc_through(contprof_realloc_fn fn, void *ud, void *ptr,
+                                             size_t osize, size_t nsize,
+                                             contprof_walker walker, void *walker_arg)
 {
-    int64_t saved = t_until;
+    /* A sampled block leaves the table before the allocator can hand it out again. */
+    if (ptr && __builtin_expect(atomic_load_explicit(&filter[filter_idx((uintptr_t)ptr)],
+                                                     memory_order_relaxed) != 0,
+                                0))
+        forget_sampled(ptr);
+    int64_t left = t_until - (int64_t)nsize;
+    if (__builtin_expect(nsize != 0 && left <= 0, 0))
+        return through_sampled(fn, ud, ptr, osize, nsize, walker, walker_arg);
+    /* the malloc family underneath does not count these bytes again */
     t_until = INT64_MAX / 2;
-    return saved;
-}
-
-CONTPROF_EXTERN void contprof_alloc_resume(int64_t token)
-{
-    t_until = token;
+    void *r = fn(ud, ptr, osize, nsize);
+    t_until = left;
+    return r;
 }
 
 static inline void on_alloc(void *p, size_t n)

@@ -115,34 +115,23 @@ CONTPROF_EXTERN void contprof_isolate_set_runtime_code(contprof_isolate *iso, ui
                                                        uintptr_t hi);
 
 /* --- runtime allocators ---------------------------------------------------------------
- * A runtime with its own allocator hook (Lua's lua_Alloc) reports its blocks itself, with
- * the same byte-based sampling as the malloc family, so that sampled blocks carry
- * language frames and are matched on free whichever allocator is underneath:
- *
- *     int s = contprof_alloc_should_sample(n);       // before: decide, walk if s
- *     contprof_alloc_forget(old);                    // a block about to be freed/moved
- *     int64_t tok = contprof_alloc_pause();          // the malloc family below does not
- *     p = underlying_alloc(old, n);                  //   sample this call
- *     contprof_alloc_resume(tok);
- *     if (s && p) contprof_alloc_record(p, n, frames, nframes);
- */
+ * A runtime with its own allocator hook (Lua's lua_Alloc) routes each call through the
+ * agent, so that its blocks are sampled like malloc's, carry language frames, and are
+ * matched on free whichever allocator is underneath. */
 
-/* Counts n bytes toward this thread's next sample; 1 if this block is to be sampled. */
-CONTPROF_EXTERN int contprof_alloc_should_sample(size_t n);
+/* An allocator in lua_Alloc's shape: ptr NULL = new block, nsize 0 = free ptr. */
+typedef void *(*contprof_realloc_fn)(void *ud, void *ptr, size_t osize, size_t nsize);
 
-/* Records sampled block p of n bytes, attributed to the current isolate, with the native
- * stack of the caller under frames (innermost first; copied). Weighted like malloc. */
-CONTPROF_EXTERN void contprof_alloc_record(void *p, size_t n, const contprof_frame *frames,
-                                           int nframes);
-
-/* p is about to go back to the allocator (freed, or moved by a realloc): if it was
- * sampled it leaves the inuse profile. NULL is fine. */
-CONTPROF_EXTERN void contprof_alloc_forget(void *p);
-
-/* Suspends the malloc family's sampling on this thread (not its free matching) until
- * contprof_alloc_resume(token); pairs nest. */
-CONTPROF_EXTERN int64_t contprof_alloc_pause(void);
-CONTPROF_EXTERN void contprof_alloc_resume(int64_t token);
+/* Returns fn(ud, ptr, osize, nsize), with the malloc family's sampling paused during the
+ * call (nothing counts twice). A freed or moved ptr leaves the inuse profile first. The
+ * nsize bytes of a new block count toward the thread's next sample (same byte-based
+ * sampling and weights as malloc); a sampled block is recorded for the current isolate
+ * with the caller's native stack under the language frames that walker (may be NULL)
+ * writes, called before fn while the runtime's own state is still as it was. One call,
+ * no lock unless sampled or ptr may be a sampled block. */
+CONTPROF_EXTERN void *contprof_alloc_through(contprof_realloc_fn fn, void *ud, void *ptr,
+                                             size_t osize, size_t nsize,
+                                             contprof_walker walker, void *walker_arg);
 
 #ifdef __cplusplus
 }

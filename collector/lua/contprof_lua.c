@@ -92,6 +92,8 @@ typedef struct frame_buf {
     char file[FILE_CAP];
 } frame_buf;
 
+_Static_assert(sizeof(((fn_name *)0)->name) <= FN_CAP, "a cached name fits a frame");
+
 /* The frames' strings must outlive the walker (the agent copies them afterwards). */
 static __thread frame_buf t_buf[WALK_MAX];
 
@@ -170,7 +172,7 @@ static int describe(contprof_lua *h, lua_State *L, lua_Debug *ar, int api, frame
             e->line = ar->linedefined;
         }
         if (e->source[0] && e->name[0])
-            copy_str(buf->function, FN_CAP, e->name);
+            memcpy(buf->function, e->name, sizeof(e->name)); /* NUL-terminated */
         else
             snprintf(buf->function, FN_CAP, "%s:%d", ar->short_src, ar->linedefined);
     }
@@ -241,32 +243,24 @@ static void release(contprof_lua *h)
     }
 }
 
+/* Called by the agent before a sampled block is allocated: while Lua grows its stack,
+ * the frames point into the old one until the call returns. No Lua API here. */
+static int alloc_walker(void *arg, contprof_frame *out, int max)
+{
+    contprof_lua *h = arg;
+    if (!atomic_load_explicit(&h->iso, memory_order_relaxed) || !run_top(h)) return 0;
+    return walk(h, out, max, 0);
+}
+
 static void *contprof_lua_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
     contprof_lua *h = ud;
-    if (nsize == 0) {
-        contprof_alloc_forget(ptr);
-        int64_t tok = contprof_alloc_pause();
-        void *r = h->orig(h->orig_ud, ptr, osize, 0);
-        contprof_alloc_resume(tok);
-        if (ptr && ptr == h->main_block) { /* lua_close is done with the state */
-            release(h);
-            free(h);
-        }
-        return r;
+    void *r = contprof_alloc_through((contprof_realloc_fn)h->orig, h->orig_ud, ptr, osize,
+                                     nsize, alloc_walker, h);
+    if (nsize == 0 && ptr && ptr == h->main_block) { /* lua_close is done with the state */
+        release(h);
+        free(h);
     }
-    int sample = contprof_alloc_should_sample(nsize);
-    contprof_frame fr[WALK_MAX];
-    int nf = 0;
-    /* Walk before the block exists: while Lua grows its stack, the frames point into the
-     * old one until the call returns. */
-    if (sample && atomic_load_explicit(&h->iso, memory_order_relaxed) && run_top(h))
-        nf = walk(h, fr, WALK_MAX, 0);
-    if (ptr) contprof_alloc_forget(ptr);
-    int64_t tok = contprof_alloc_pause();
-    void *r = h->orig(h->orig_ud, ptr, osize, nsize);
-    contprof_alloc_resume(tok);
-    if (sample && r) contprof_alloc_record(r, nsize, fr, nf);
     return r;
 }
 
