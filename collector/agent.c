@@ -16,8 +16,6 @@
 #include "window.h"
 
 struct contprof_isolate cp_isolates[CP_MAX_ISOLATES];
-extern pid_t cp_agent_tid;
-uint64_t cp_window_take_dropped(void);
 
 static struct {
     pthread_mutex_t mu;
@@ -239,9 +237,12 @@ uint32_t cp_lang_join(uint32_t iso, uint64_t *pcs, uint32_t n, const uint64_t *i
     uint64_t out[CP_MAX_FRAMES];
     uint32_t k = 0;
     if (first == n) first = last = 0; /* not through the runtime: all native below */
-    for (uint32_t i = 0; i < first && k < CP_MAX_FRAMES; i++) out[k++] = pcs[i];
-    for (uint32_t i = 0; i < m && k < CP_MAX_FRAMES; i++) out[k++] = ids[i];
-    for (uint32_t i = last; i < n && k < CP_MAX_FRAMES; i++) out[k++] = pcs[i];
+    for (uint32_t i = 0; i < first && k < CP_MAX_FRAMES; i++)
+        out[k++] = pcs[i];
+    for (uint32_t i = 0; i < m && k < CP_MAX_FRAMES; i++)
+        out[k++] = ids[i];
+    for (uint32_t i = last; i < n && k < CP_MAX_FRAMES; i++)
+        out[k++] = pcs[i];
     memcpy(pcs, out, k * sizeof(uint64_t));
     return k;
 }
@@ -362,7 +363,8 @@ static void drain(void)
         if (st != CP_T_LIVE && st != CP_T_DEAD) continue;
         unsigned h = atomic_load_explicit(&t->head, memory_order_acquire);
         unsigned tl = atomic_load_explicit(&t->tail, memory_order_relaxed);
-        for (; tl != h; tl++) cp_window_add_cpu(&t->ring[tl & (CP_RING - 1)], t->name);
+        for (; tl != h; tl++)
+            cp_window_add_cpu(&t->ring[tl & (CP_RING - 1)], t->name);
         atomic_store_explicit(&t->tail, tl, memory_order_release);
     }
 }
@@ -530,8 +532,10 @@ static void strip_preload(void)
         if (w < 0 || (size_t)w >= sizeof(out) - o) break;
         o += (size_t)w;
     }
-    if (o) setenv("LD_PRELOAD", out, 1);
-    else unsetenv("LD_PRELOAD");
+    if (o)
+        setenv("LD_PRELOAD", out, 1);
+    else
+        unsetenv("LD_PRELOAD");
 }
 
 CONTPROF_EXTERN int contprof_start(const contprof_options *opts)
@@ -583,11 +587,14 @@ CONTPROF_EXTERN void contprof_stop(void)
         ts.tv_nsec -= 1000000000;
     }
     int rc = 0;
-    while (!A.finished && rc == 0) rc = pthread_cond_timedwait(&A.cv, &A.mu, &ts);
+    while (!A.finished && rc == 0)
+        rc = pthread_cond_timedwait(&A.cv, &A.mu, &ts);
     int done = A.finished;
     pthread_mutex_unlock(&A.mu);
-    if (done) pthread_join(A.th, NULL);
-    else pthread_detach(A.th);
+    if (done)
+        pthread_join(A.th, NULL);
+    else
+        pthread_detach(A.th);
     cp_alloc_set_rate(0);
     atomic_store(&A.running, 0);
 }
@@ -604,8 +611,7 @@ __attribute__((constructor)) static void contprof_ctor(void)
     const char *pl = getenv("LD_PRELOAD");
     const char *dis = getenv("CONTPROF_DISABLE");
     if (dis && *dis && strcmp(dis, "0") != 0) return;
-    if ((pl && strstr(pl, "libcontprof")) || getenv("CONTPROF_AUTOSTART"))
-        contprof_start(NULL);
+    if ((pl && strstr(pl, "libcontprof")) || getenv("CONTPROF_AUTOSTART")) contprof_start(NULL);
 }
 
 __attribute__((destructor)) static void contprof_dtor(void)

@@ -46,6 +46,17 @@ static _Alignas(64) char pool[8 << 20];
 atomic_int cp_agent_oom;
 static atomic_size_t pool_used;
 
+#define FILTER_BITS 16 /* 64 KiB of counters: stays in cache */
+/* Counting filter over sampled live pointers. In .bss: pages never written cost nothing. */
+static atomic_uchar filter[1u << FILTER_BITS];
+
+/* The free filter's slot: cheap, since every free computes it. Chunks are 16-aligned;
+ * the page bits are folded in so page-aligned big blocks do not share a few slots. */
+static inline uint32_t filter_idx(uintptr_t p)
+{
+    return (uint32_t)((p >> 4) ^ (p >> 20)) & ((1u << FILTER_BITS) - 1);
+}
+
 static inline int in_pool(const void *p)
 {
     return (uintptr_t)p - (uintptr_t)pool < sizeof(pool); /* NULL is not in it */
@@ -59,6 +70,11 @@ static void *pool_alloc(size_t n, size_t align)
         start = (cur + align - 1) & ~(align - 1);
         if (start + n > sizeof(pool)) return NULL;
     } while (!atomic_compare_exchange_weak(&pool_used, &cur, start + n));
+    /* Pool blocks answer "maybe" in the free filter for good, so free's fast path needs
+     * no range check: the out-of-line path recognises them. */
+    atomic_uchar *c = &filter[filter_idx((uintptr_t)(pool + start))];
+    if (atomic_load_explicit(c, memory_order_relaxed) != 255)
+        atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
     return pool + start; /* zeroed: static storage, never reused */
 }
 
@@ -101,7 +117,6 @@ void cp_real_free(void *p)
 
 #define LIVE_BITS 15 /* 32768 sampled live blocks, 1 MiB: beyond that, counted drops */
 #define LIVE_CAP (1u << LIVE_BITS)
-#define FILTER_BITS 16 /* 64 KiB of counters: stays in cache */
 #define BUCKET_CAP 16384u
 #define BUCKET_IDX_CAP (BUCKET_CAP * 2)
 
@@ -121,24 +136,15 @@ typedef struct alloc_state {
     cp_alloc_bucket buckets[BUCKET_CAP];
 } alloc_state;
 
-static alloc_state *S;            /* mmap'd: untouched pages cost no memory */
-/* Counting filter over sampled live pointers. In .bss: pages never written cost nothing. */
-static atomic_uchar filter[1u << FILTER_BITS];
+static alloc_state *S; /* mmap'd: untouched pages cost no memory */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static atomic_llong g_rate;       /* mean bytes between samples; 0 = off */
+static atomic_llong g_rate; /* mean bytes between samples; 0 = off */
 atomic_uint_fast64_t cp_alloc_dropped;
 
 static CP_TLS int64_t t_until;
 CP_TLS int cp_agent_thread;
 static CP_TLS uint64_t t_rng;
 static CP_TLS int t_init;
-
-/* The free filter's slot: cheap, since every free computes it. Chunks are 16-aligned;
- * the page bits are folded in so page-aligned big blocks do not share a few slots. */
-static inline uint32_t filter_idx(uintptr_t p)
-{
-    return (uint32_t)((p >> 4) ^ (p >> 20)) & ((1u << FILTER_BITS) - 1);
-}
 
 static inline uint64_t ptr_hash(uintptr_t p)
 {
@@ -209,7 +215,8 @@ static void live_insert(uintptr_t p, uint32_t bucket, double w, uint64_t size)
     }
     uint32_t mask = LIVE_CAP - 1;
     uint32_t i = (uint32_t)ptr_hash(p) & mask;
-    while (S->live[i].ptr) i = (i + 1) & mask;
+    while (S->live[i].ptr)
+        i = (i + 1) & mask;
     S->live[i] = (live_entry){.ptr = p, .bucket = bucket, .w = w, .size = size};
     S->nlive++;
     /* saturating: a counter at 255 stays there (always "maybe"), never wraps to 0 */
@@ -226,7 +233,8 @@ static int live_remove(uintptr_t p, live_entry *out)
 {
     uint32_t mask = LIVE_CAP - 1;
     uint32_t i = (uint32_t)ptr_hash(p) & mask;
-    while (S->live[i].ptr && S->live[i].ptr != p) i = (i + 1) & mask;
+    while (S->live[i].ptr && S->live[i].ptr != p)
+        i = (i + 1) & mask;
     if (!S->live[i].ptr) return 0;
     if (out) *out = S->live[i];
     cp_alloc_bucket *b = &S->buckets[S->live[i].bucket];
@@ -279,9 +287,8 @@ __attribute__((noinline)) static void sample_slow(void *p, size_t n)
     cp_thread *t = cp_self ? cp_self : cp_thread_register_self();
     uint64_t pcs[CP_MAX_FRAMES];
     /* frames to skip: sample_slow, then the hook (malloc, calloc, ...) */
-    int nf = t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, 2,
-                                &t->ucache_alloc)
-               : 0;
+    int nf =
+        t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, 2, &t->ucache_alloc) : 0;
     uint32_t iso = 0;
     char thread[16] = "";
     if (t) {
@@ -316,9 +323,8 @@ __attribute__((noinline)) static void record_runtime(void *p, size_t n, int64_t 
     /* frames to skip: record_runtime, through_sampled, contprof_alloc_through (when it
      * tail-calls through_sampled, the runtime's allocator function goes instead: the stack
      * then starts in the runtime, whose frames the language frames replace) */
-    int nf = t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, 3,
-                                &t->ucache_alloc)
-               : 0;
+    int nf =
+        t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, 3, &t->ucache_alloc) : 0;
     uint32_t iso = 0;
     char thread[16] = "";
     if (t) {
@@ -341,9 +347,10 @@ __attribute__((noinline)) static void record_runtime(void *p, size_t n, int64_t 
 }
 
 /* The countdown ran out: decide as sample_slow does, walk, call, record. */
-__attribute__((noinline, cold)) static void *
-through_sampled(contprof_realloc_fn fn, void *ud, void *ptr, size_t osize, size_t nsize,
-                contprof_walker walker, void *walker_arg)
+__attribute__((noinline, cold)) static void *through_sampled(contprof_realloc_fn fn, void *ud,
+                                                             void *ptr, size_t osize, size_t nsize,
+                                                             contprof_walker walker,
+                                                             void *walker_arg)
 {
     int64_t rate = atomic_load_explicit(&g_rate, memory_order_relaxed);
     int sample = 0;
@@ -392,8 +399,8 @@ __attribute__((noinline, cold)) static void forget_sampled(void *p)
 }
 
 CONTPROF_EXTERN void *contprof_alloc_through(contprof_realloc_fn fn, void *ud, void *ptr,
-                                             size_t osize, size_t nsize,
-                                             contprof_walker walker, void *walker_arg)
+                                             size_t osize, size_t nsize, contprof_walker walker,
+                                             void *walker_arg)
 {
     /* A sampled block leaves the table before the allocator can hand it out again. */
     if (ptr && __builtin_expect(atomic_load_explicit(&filter[filter_idx((uintptr_t)ptr)],
@@ -420,9 +427,7 @@ static inline void on_alloc(void *p, size_t n)
 /* Before the block goes back to the allocator: another thread may get it next. */
 static inline void on_free(void *p)
 {
-    if (!atomic_load_explicit(&filter[filter_idx((uintptr_t)p)],
-                              memory_order_relaxed))
-        return;
+    if (!atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed)) return;
     pthread_mutex_lock(&g_lock);
     live_remove((uintptr_t)p, NULL);
     pthread_mutex_unlock(&g_lock);
@@ -483,9 +488,9 @@ static void *agent_reserve(size_t n, size_t align)
     return pool_alloc(n, align);
 }
 
-#define AGENT_RESCUE(p, n, align)                                                      \
-    do {                                                                               \
-        if (__builtin_expect(!(p), 0) && cp_agent_thread) (p) = agent_reserve((n), (align)); \
+#define AGENT_RESCUE(p, n, align)                                                                  \
+    do {                                                                                           \
+        if (__builtin_expect(!(p), 0) && cp_agent_thread) (p) = agent_reserve((n), (align));       \
     } while (0)
 
 __attribute__((noinline, cold)) static void *malloc_sampled(size_t n)
@@ -534,11 +539,14 @@ CONTPROF_EXTERN void *calloc(size_t a, size_t b)
     return p;
 }
 
-__attribute__((noinline, cold)) static void free_sampled(void *p)
+/* The filter said "maybe": a bootstrap/reserve block (kept), or possibly a sampled one. */
+__attribute__((noinline, cold)) static void free_maybe(void *p)
 {
+    if (in_pool(p)) return;
     pthread_mutex_lock(&g_lock);
-    live_remove((uintptr_t)p, NULL);
+    if (S) live_remove((uintptr_t)p, NULL);
     pthread_mutex_unlock(&g_lock);
+    hot_free(p);
 }
 
 __attribute__((noinline, cold)) static void free_boot(void *p)
@@ -549,11 +557,13 @@ __attribute__((noinline, cold)) static void free_boot(void *p)
 
 CONTPROF_EXTERN void free(void *p)
 {
-    if (__builtin_expect(in_pool(p), 0)) return;
     /* A sampled block leaves the table before the allocator can hand it out again. */
-    if (__builtin_expect(atomic_load_explicit(&filter[filter_idx((uintptr_t)p)],
-                                              memory_order_relaxed) != 0, 0))
-        free_sampled(p);
+    if (__builtin_expect(
+            atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed) != 0,
+            0)) {
+        free_maybe(p);
+        return;
+    }
     hot_free(p);
 }
 
@@ -586,8 +596,7 @@ CONTPROF_EXTERN void *realloc(void *p, size_t n)
      * handed to another thread as soon as realloc moves it). */
     live_entry old = {0};
     int had = 0;
-    if (atomic_load_explicit(&filter[filter_idx((uintptr_t)p)],
-                             memory_order_relaxed)) {
+    if (atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed)) {
         pthread_mutex_lock(&g_lock);
         had = live_remove((uintptr_t)p, &old);
         pthread_mutex_unlock(&g_lock);

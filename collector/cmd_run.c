@@ -41,10 +41,10 @@ int cp_cmd_run(int argc, char **argv)
     static const struct {
         const char *opt, *env;
     } simple[] = {
-        {"--brokers", "CONTPROF_BROKERS"},   {"--service", "CONTPROF_SERVICE"},
-        {"--version", "CONTPROF_VERSION"},   {"--tenant", "CONTPROF_TENANT"},
-        {"--cpu-hz", "CONTPROF_CPU_HZ"},     {"--alloc-rate", "CONTPROF_ALLOC_RATE"},
-        {"--window", "CONTPROF_WINDOW"},     {"--output-dir", "CONTPROF_OUTPUT_DIR"},
+        {"--brokers", "CONTPROF_BROKERS"}, {"--service", "CONTPROF_SERVICE"},
+        {"--version", "CONTPROF_VERSION"}, {"--tenant", "CONTPROF_TENANT"},
+        {"--cpu-hz", "CONTPROF_CPU_HZ"},   {"--alloc-rate", "CONTPROF_ALLOC_RATE"},
+        {"--window", "CONTPROF_WINDOW"},   {"--output-dir", "CONTPROF_OUTPUT_DIR"},
         {"--topic", "CONTPROF_TOPIC"},
     };
     const char *server = NULL;
@@ -95,16 +95,20 @@ int cp_cmd_run(int argc, char **argv)
             setenv("CONTPROF_BROKERS", brokers, 1);
         } else {
             /* the agent keeps asking in the background */
-            fprintf(stderr, "contprof run: %s did not give its brokers yet; the agent will "
-                            "retry\n", server);
+            fprintf(stderr,
+                    "contprof run: %s did not give its brokers yet; the agent will "
+                    "retry\n",
+                    server);
             setenv("CONTPROF_SERVER", server, 1);
         }
     }
     const char *lib = lib_path();
     const char *pl = getenv("LD_PRELOAD");
     char preload[4096];
-    if (pl && *pl) snprintf(preload, sizeof(preload), "%s:%s", lib, pl);
-    else snprintf(preload, sizeof(preload), "%s", lib);
+    if (pl && *pl)
+        snprintf(preload, sizeof(preload), "%s:%s", lib, pl);
+    else
+        snprintf(preload, sizeof(preload), "%s", lib);
     setenv("LD_PRELOAD", preload, 1);
     execvp(argv[i], argv + i);
     fprintf(stderr, "contprof run: %s: %s\n", argv[i], strerror(errno));

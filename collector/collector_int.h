@@ -22,8 +22,8 @@
 
 typedef struct cp_config {
     char service[128], version[128], tenant[64];
-    char labels[1024]; /* "k=v,k=v" */
-    int cpu_hz;        /* 0: off */
+    char labels[1024];  /* "k=v,k=v" */
+    int cpu_hz;         /* 0: off */
     int64_t alloc_rate; /* 0: off */
     int64_t window_ns;
     char brokers[1024], server[512], topic[256], output_dir[1024];
@@ -49,7 +49,7 @@ extern cp_config cp_cfg;
 typedef struct cp_sample_rec {
     uint32_t isolate; /* explicit isolate id, 0 = the thread's own */
     uint32_t nframes;
-    uint64_t weight;  /* periods of CPU time */
+    uint64_t weight; /* periods of CPU time */
     uint64_t pcs[CP_MAX_FRAMES];
 } cp_sample_rec;
 
@@ -93,13 +93,16 @@ extern CP_TLS int cp_in_agent;
 extern CP_TLS int cp_agent_thread;
 extern atomic_int cp_agent_oom;
 
+/* The agent thread's tid (never registered, never sampled). */
+extern pid_t cp_agent_tid;
+
 /* Engine string such as "perf-task-clock 1ms" or "posix-cpu-timer 4ms". */
 extern char cp_engine[64];
 extern int64_t cp_period_ns;
 extern atomic_uint_fast64_t cp_dropped_samples; /* process-wide (no thread slot, etc.) */
 
-int cp_cpu_start(void);    /* installs the handler and arms all known threads */
-void cp_cpu_stop(void);    /* disarms every thread */
+int cp_cpu_start(void); /* installs the handler and arms all known threads */
+void cp_cpu_stop(void); /* disarms every thread */
 /* Registers the calling thread (TLS, stack bounds, CPU timer). Idempotent. */
 cp_thread *cp_thread_register_self(void);
 /* Agent: finds threads in /proc/self/task that are not registered and arms them. */

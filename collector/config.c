@@ -26,11 +26,16 @@ int64_t cp_parse_duration_ms(const char *s)
     double v = strtod(s, &end);
     if (errno || end == s || v < 0) return -1;
     double mul = 1; /* bare numbers are milliseconds */
-    if (strcmp(end, "ms") == 0) mul = 1;
-    else if (strcmp(end, "s") == 0) mul = 1000;
-    else if (strcmp(end, "m") == 0) mul = 60000;
-    else if (strcmp(end, "h") == 0) mul = 3600000;
-    else if (*end) return -1;
+    if (strcmp(end, "ms") == 0)
+        mul = 1;
+    else if (strcmp(end, "s") == 0)
+        mul = 1000;
+    else if (strcmp(end, "m") == 0)
+        mul = 60000;
+    else if (strcmp(end, "h") == 0)
+        mul = 3600000;
+    else if (*end)
+        return -1;
     return (int64_t)(v * mul);
 }
 

@@ -130,8 +130,8 @@ typedef void *(*contprof_realloc_fn)(void *ud, void *ptr, size_t osize, size_t n
  * writes, called before fn while the runtime's own state is still as it was. One call,
  * no lock unless sampled or ptr may be a sampled block. */
 CONTPROF_EXTERN void *contprof_alloc_through(contprof_realloc_fn fn, void *ud, void *ptr,
-                                             size_t osize, size_t nsize,
-                                             contprof_walker walker, void *walker_arg);
+                                             size_t osize, size_t nsize, contprof_walker walker,
+                                             void *walker_arg);
 
 #ifdef __cplusplus
 }

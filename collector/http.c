@@ -67,7 +67,8 @@ int cp_http_get_brokers(const char *url, char *out, size_t cap, int timeout_ms)
     hostport[hl] = 0;
     const char *prefix = h + hl;
     size_t pl = strlen(prefix);
-    while (pl > 0 && prefix[pl - 1] == '/') pl--;
+    while (pl > 0 && prefix[pl - 1] == '/')
+        pl--;
     char *colon = strrchr(hostport, ':');
     if (colon && !strchr(colon, ']')) {
         *colon = 0;
@@ -114,7 +115,8 @@ int cp_http_get_brokers(const char *url, char *out, size_t cap, int timeout_ms)
     const char *k = strstr(body, "\"brokers\"");
     if (!k) return CP_EPARSE;
     k += 9;
-    while (*k == ' ' || *k == ':' || *k == '\t' || *k == '\r' || *k == '\n') k++;
+    while (*k == ' ' || *k == ':' || *k == '\t' || *k == '\r' || *k == '\n')
+        k++;
     if (*k != '"') return CP_EPARSE;
     k++;
     size_t o = 0;

@@ -44,8 +44,8 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     if (m->err) k->dropped++;
 }
 
-int cp_kafka_create(const char *brokers, const char *topic, int queue, cp_kafka **out,
-                    char *err, size_t errlen)
+int cp_kafka_create(const char *brokers, const char *topic, int queue, cp_kafka **out, char *err,
+                    size_t errlen)
 {
     *out = NULL;
     cp_kafka *k = calloc(1, sizeof(*k));
@@ -58,14 +58,10 @@ int cp_kafka_create(const char *brokers, const char *topic, int queue, cp_kafka 
     char qs[32];
     snprintf(qs, sizeof(qs), "%d", queue - (int)k->cap > 1 ? queue - (int)k->cap : 1);
     const char *kv[][2] = {
-        {"bootstrap.servers", brokers},
-        {"compression.type", "lz4"},
-        {"enable.idempotence", "true"},
-        {"queue.buffering.max.messages", qs},
-        {"queue.buffering.max.kbytes", "65536"},
-        {"linger.ms", "50"},
-        {"message.timeout.ms", "60000"},
-        {"socket.keepalive.enable", "true"},
+        {"bootstrap.servers", brokers},          {"compression.type", "lz4"},
+        {"enable.idempotence", "true"},          {"queue.buffering.max.messages", qs},
+        {"queue.buffering.max.kbytes", "65536"}, {"linger.ms", "50"},
+        {"message.timeout.ms", "60000"},         {"socket.keepalive.enable", "true"},
         {"client.id", "contprof-agent"},
     };
     for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)

@@ -164,9 +164,8 @@ static void handler(int sig, siginfo_t *si, void *ucv)
         }
         t->pend.isolate = iso;
         t->pend.weight = weight;
-        t->pend.nframes =
-            (uint32_t)cp_unwind(&r, t->stack_lo, t->stack_hi, t->pend.pcs, CP_MAX_FRAMES,
-                                &t->ucache_sig);
+        t->pend.nframes = (uint32_t)cp_unwind(&r, t->stack_lo, t->stack_hi, t->pend.pcs,
+                                              CP_MAX_FRAMES, &t->ucache_sig);
         atomic_store_explicit(&t->pending, 1, memory_order_release);
     request:;
         contprof_safepoint_request rq =
@@ -184,8 +183,8 @@ static void handler(int sig, siginfo_t *si, void *ucv)
     cp_sample_rec *slot = &t->ring[h & (CP_RING - 1)];
     slot->isolate = iso;
     slot->weight = weight;
-    slot->nframes = (uint32_t)cp_unwind(&r, t->stack_lo, t->stack_hi, slot->pcs, CP_MAX_FRAMES,
-                                        &t->ucache_sig);
+    slot->nframes =
+        (uint32_t)cp_unwind(&r, t->stack_lo, t->stack_hi, slot->pcs, CP_MAX_FRAMES, &t->ucache_sig);
     atomic_store_explicit(&t->head, h + 1, memory_order_release);
 out:
     errno = saved_errno;
@@ -229,8 +228,8 @@ static int arm_perf(cp_thread *t)
     if (fd < 0) return -errno;
     /* With a ring the event never stops and each overflow is counted there; without one
      * (perf_event_mlock_kb exhausted) each signal re-arms it for one more overflow. */
-    void *ring = mmap(NULL, 4096u * (1 + PERF_RING_PAGES), PROT_READ | PROT_WRITE, MAP_SHARED,
-                      fd, 0);
+    void *ring =
+        mmap(NULL, 4096u * (1 + PERF_RING_PAGES), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (ring == MAP_FAILED) ring = NULL;
     struct f_owner_ex own = {.type = F_OWNER_TID, .pid = t->tid};
     if (fcntl(fd, F_SETFL, O_ASYNC) < 0 || fcntl(fd, F_SETSIG, g_sig) < 0 ||
@@ -288,8 +287,10 @@ static void arm(cp_thread *t)
     if (arm_timer(t) < 0) {
         static atomic_int warned;
         if (!atomic_exchange(&warned, 1))
-            fprintf(stderr, "contprof: cannot arm a CPU timer for thread %d (ulimit -i?); "
-                            "some threads are not sampled\n", (int)t->tid);
+            fprintf(stderr,
+                    "contprof: cannot arm a CPU timer for thread %d (ulimit -i?); "
+                    "some threads are not sampled\n",
+                    (int)t->tid);
     }
 }
 
@@ -325,8 +326,8 @@ static cp_thread *slot_acquire(void)
         atomic_fetch_sub(&cp_threads_hwm, 1);
         return NULL;
     }
-    cp_thread *t = mmap(NULL, sizeof(cp_thread), PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    cp_thread *t =
+        mmap(NULL, sizeof(cp_thread), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (t == MAP_FAILED) {
         /* the slot index stays empty (NULL) and is skipped */
         return NULL;
@@ -485,8 +486,10 @@ void cp_threads_after_fork_child(void)
         atomic_store(&t->tail, 0);
         atomic_store(&t->dropped, 0);
         atomic_store(&t->pending, 0);
-        if (t == cp_self) t->tid = tid;
-        else atomic_store(&t->state, CP_T_FREE);
+        if (t == cp_self)
+            t->tid = tid;
+        else
+            atomic_store(&t->state, CP_T_FREE);
     }
     if (cp_self) {
         atomic_store(&cp_self->state, CP_T_LIVE);
@@ -573,8 +576,7 @@ void cp_cpu_stop(void)
 /* ------------------------------------------------------------------------------------
  * Hooks */
 
-typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *),
-                                 void *);
+typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
 typedef int (*setname_fn)(pthread_t, const char *);
 
 typedef struct start_arg {
@@ -587,13 +589,15 @@ static void *start_thunk(void *p)
 {
     start_arg sa = *(start_arg *)p;
     cp_real_free(p);
-    if (sa.agent) cp_in_agent = cp_agent_thread = 1;
-    else cp_thread_register_self();
+    if (sa.agent)
+        cp_in_agent = cp_agent_thread = 1;
+    else
+        cp_thread_register_self();
     return sa.fn(sa.arg);
 }
 
-CONTPROF_EXTERN int pthread_create(pthread_t *th, const pthread_attr_t *attr,
-                                   void *(*fn)(void *), void *arg)
+CONTPROF_EXTERN int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
+                                   void *arg)
 {
     static pthread_create_fn real;
     if (!real) real = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
@@ -640,8 +644,8 @@ CONTPROF_EXTERN void contprof_safepoint(void)
     if (atomic_load(&t->pending)) {
         cp_sample_rec *r = &t->pend;
         uint32_t iso = r->isolate;
-        contprof_walker fn = iso && iso <= CP_MAX_ISOLATES ? atomic_load(&cp_isolates[iso - 1].walker)
-                                                           : NULL;
+        contprof_walker fn =
+            iso && iso <= CP_MAX_ISOLATES ? atomic_load(&cp_isolates[iso - 1].walker) : NULL;
         if (fn) {
             /* the walker and the interning are the agent's work: not sampled */
             int saved_in_agent = cp_in_agent;
@@ -751,16 +755,17 @@ CONTPROF_EXTERN int execvp(const char *file, char *const argv[])
 /* The variadic forms collect their arguments on the stack (no malloc: exec is called
  * between fork and exec, where only async-signal-safe functions are allowed). */
 #define CP_EXEC_MAX_ARGS 1024
-#define COLLECT_ARGS(arg0, ap, argv, n)                                                \
-    do {                                                                               \
-        argv[0] = (char *)(arg0);                                                      \
-        n = 1;                                                                         \
-        while (n < CP_EXEC_MAX_ARGS && (argv[n] = va_arg(ap, char *)) != NULL) n++;    \
-        if (n == CP_EXEC_MAX_ARGS) {                                                   \
-            va_end(ap);                                                                \
-            errno = E2BIG;                                                             \
-            return -1;                                                                 \
-        }                                                                              \
+#define COLLECT_ARGS(arg0, ap, argv, n)                                                            \
+    do {                                                                                           \
+        argv[0] = (char *)(arg0);                                                                  \
+        n = 1;                                                                                     \
+        while (n < CP_EXEC_MAX_ARGS && (argv[n] = va_arg(ap, char *)) != NULL)                     \
+            n++;                                                                                   \
+        if (n == CP_EXEC_MAX_ARGS) {                                                               \
+            va_end(ap);                                                                            \
+            errno = E2BIG;                                                                         \
+            return -1;                                                                             \
+        }                                                                                          \
     } while (0)
 
 CONTPROF_EXTERN int execl(const char *path, const char *arg, ...)

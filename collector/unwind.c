@@ -40,8 +40,8 @@ static void read_build_id(const struct dl_phdr_info *info, cp_module *m)
             const uint8_t *desc = name + ((nh->n_namesz + 3) & ~3u);
             const uint8_t *next = desc + ((nh->n_descsz + 3) & ~3u);
             if (next > end) break;
-            if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 &&
-                memcmp(name, "GNU", 4) == 0 && nh->n_descsz <= CP_BUILD_ID_MAX) {
+            if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && memcmp(name, "GNU", 4) == 0 &&
+                nh->n_descsz <= CP_BUILD_ID_MAX) {
                 memcpy(m->build_id, desc, nh->n_descsz);
                 m->build_id_len = nh->n_descsz;
                 return;
@@ -61,9 +61,17 @@ static void read_eh_hdr(const struct dl_phdr_info *info, cp_module *m)
         if (h[0] != 1 || h[2] != 0x03 || h[3] != 0x3b) return;
         size_t ptrlen;
         switch (h[1] & 0x0f) {
-        case 0x03: case 0x0b: ptrlen = 4; break;
-        case 0x04: case 0x0c: case 0x00: ptrlen = 8; break;
-        default: return;
+        case 0x03:
+        case 0x0b:
+            ptrlen = 4;
+            break;
+        case 0x04:
+        case 0x0c:
+        case 0x00:
+            ptrlen = 8;
+            break;
+        default:
+            return;
         }
         uint32_t count;
         memcpy(&count, h + 4 + ptrlen, 4);
@@ -169,8 +177,7 @@ int cp_modules_refresh(int force)
             struct timespec ts = {0, 100000};
             nanosleep(&ts, NULL);
         }
-        if (atomic_load(&g_readers) == 0)
-            munmap(old, old->map_len);
+        if (atomic_load(&g_readers) == 0) munmap(old, old->map_len);
         /* else: leak it rather than risk a handler reading freed memory */
     }
     return 0;
@@ -187,9 +194,12 @@ const cp_module *cp_modules_find(const cp_modules *mods, uintptr_t pc)
     uint32_t lo = 0, hi = mods->n;
     while (lo < hi) {
         uint32_t mid = (lo + hi) / 2;
-        if (pc < mods->m[mid].lo) hi = mid;
-        else if (pc >= mods->m[mid].hi) lo = mid + 1;
-        else return &mods->m[mid];
+        if (pc < mods->m[mid].lo)
+            hi = mid;
+        else if (pc >= mods->m[mid].hi)
+            lo = mid + 1;
+        else
+            return &mods->m[mid];
     }
     return NULL;
 }
@@ -257,13 +267,21 @@ static int read_enc(const uint8_t **pp, const uint8_t *end, uint8_t enc, uintptr
     uintptr_t base = 0, v;
     if (enc == 0xff) return 0;
     switch (enc & 0x70) {
-    case 0x00: break;
-    case 0x10: base = (uintptr_t)p; break;
-    case 0x30: base = datarel; break;
-    default: return 0;
+    case 0x00:
+        break;
+    case 0x10:
+        base = (uintptr_t)p;
+        break;
+    case 0x30:
+        base = datarel;
+        break;
+    default:
+        return 0;
     }
     switch (enc & 0x0f) {
-    case 0x00: case 0x04: case 0x0c: {
+    case 0x00:
+    case 0x04:
+    case 0x0c: {
         if (p + 8 > end) return 0;
         uint64_t x;
         memcpy(&x, p, 8);
@@ -303,9 +321,14 @@ static int read_enc(const uint8_t **pp, const uint8_t *end, uint8_t enc, uintptr
         p += 2;
         break;
     }
-    case 0x01: v = (uintptr_t)uleb(&p, end); break;
-    case 0x09: v = (uintptr_t)sleb(&p, end); break;
-    default: return 0;
+    case 0x01:
+        v = (uintptr_t)uleb(&p, end);
+        break;
+    case 0x09:
+        v = (uintptr_t)sleb(&p, end);
+        break;
+    default:
+        return 0;
     }
     if (enc & 0x80) return 0; /* indirect: not used in .eh_frame FDE ranges */
     *out = base + v;
@@ -328,7 +351,8 @@ static int parse_cie(const uint8_t *cie, cie_info *ci)
     if (id != 0) return 0;
     uint8_t version = *p++;
     const char *aug = (const char *)p;
-    while (p < end && *p) p++;
+    while (p < end && *p)
+        p++;
     if (p >= end) return 0;
     p++;
     if (aug[0] == 'e' && aug[1] == 'h') p += 8;
@@ -346,15 +370,23 @@ static int parse_cie(const uint8_t *cie, cie_info *ci)
             aug_end = p + n;
             break;
         }
-        case 'R': ci->fde_enc = *p++; break;
-        case 'L': p++; break;
+        case 'R':
+            ci->fde_enc = *p++;
+            break;
+        case 'L':
+            p++;
+            break;
         case 'P': {
             uint8_t enc = *p++;
             uintptr_t dummy;
             if (!read_enc(&p, end, enc & 0x7f, 0, &dummy)) return 0;
             break;
         }
-        case 'S': case 'B': case 'e': case 'h': break;
+        case 'S':
+        case 'B':
+        case 'e':
+        case 'h':
+            break;
         default:
             if (!aug_end) return 0; /* unknown, but 'z' tells how to skip it */
             goto done;
@@ -398,7 +430,8 @@ static int run_cfi(const uint8_t *p, const uint8_t *end, const cie_info *ci, uin
             goto restore;
         }
         switch (op) {
-        case 0x00: break; /* nop */
+        case 0x00:
+            break;   /* nop */
         case 0x01: { /* set_loc */
             uintptr_t v;
             if (!read_enc(&p, end, ci->fde_enc, 0, &v)) return 0;
@@ -514,8 +547,10 @@ static int run_cfi(const uint8_t *p, const uint8_t *end, const cie_info *ci, uin
         case 0x14: /* val_offset */
         case 0x15: /* val_offset_sf */
             reg = uleb(&p, end);
-            if (op == 0x14) (void)uleb(&p, end);
-            else (void)sleb(&p, end);
+            if (op == 0x14)
+                (void)uleb(&p, end);
+            else
+                (void)sleb(&p, end);
             if (reg == REG_RBP) row->rbp_rule = RULE_OTHER;
             if (reg == REG_RA) row->ra_rule = RULE_OTHER;
             break;
@@ -561,8 +596,10 @@ static int find_row(const cp_module *m, uintptr_t pc, cfi_row *row)
     uint32_t lo = 0, hi = m->count;
     while (hi - lo > 1) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if (base + (intptr_t)t[2 * mid] <= pc) lo = mid;
-        else hi = mid;
+        if (base + (intptr_t)t[2 * mid] <= pc)
+            lo = mid;
+        else
+            hi = mid;
     }
     if (base + (intptr_t)t[2 * lo] > pc) return 0;
     const uint8_t *fde = (const uint8_t *)(base + (intptr_t)t[2 * lo + 1]);
@@ -637,8 +674,7 @@ static int rule_for(const cp_modules *mods, uintptr_t lookup, cfi_row *row, cp_u
     }
     const cp_module *m = cp_modules_find(mods, lookup);
     int ok = m && find_row(m, lookup, row) && row->cfa_kind != CFA_BAD &&
-             row->ra_rule == RULE_OFFSET &&
-             (row->cfa_reg == REG_RSP || row->cfa_reg == REG_RBP) &&
+             row->ra_rule == RULE_OFFSET && (row->cfa_reg == REG_RSP || row->cfa_reg == REG_RBP) &&
              row->cfa_off == (int32_t)row->cfa_off && row->rbp_off == (int32_t)row->rbp_off &&
              row->ra_off == (int32_t)row->ra_off;
     if (ent) {
@@ -655,8 +691,8 @@ static int rule_for(const cp_modules *mods, uintptr_t lookup, cfi_row *row, cp_u
     return ok;
 }
 
-int cp_unwind(const cp_uregs *r, uintptr_t stack_lo, uintptr_t stack_hi, uint64_t *pcs,
-              int max, cp_ucache *cache)
+int cp_unwind(const cp_uregs *r, uintptr_t stack_lo, uintptr_t stack_hi, uint64_t *pcs, int max,
+              cp_ucache *cache)
 {
     if (max <= 0) return 0;
     int n = 0;
@@ -688,8 +724,7 @@ int cp_unwind(const cp_uregs *r, uintptr_t stack_lo, uintptr_t stack_hi, uint64_
             }
         } else {
             /* No usable CFI (JIT code, stripped objects): follow the frame pointer. */
-            if (!in_stack(fp, lo, stack_hi) || !in_stack(fp + 8, lo, stack_hi) || fp < sp)
-                break;
+            if (!in_stack(fp, lo, stack_hi) || !in_stack(fp + 8, lo, stack_hi) || fp < sp) break;
             nfp = load(fp);
             ra = load(fp + 8);
             cfa = fp + 16;
@@ -706,9 +741,8 @@ int cp_unwind(const cp_uregs *r, uintptr_t stack_lo, uintptr_t stack_hi, uint64_
     return n;
 }
 
-__attribute__((noinline)) int cp_unwind_here(uintptr_t stack_lo, uintptr_t stack_hi,
-                                             uint64_t *pcs, int max, int skip,
-                                             cp_ucache *cache)
+__attribute__((noinline)) int cp_unwind_here(uintptr_t stack_lo, uintptr_t stack_hi, uint64_t *pcs,
+                                             int max, int skip, cp_ucache *cache)
 {
     uint64_t tmp[CP_MAX_FRAMES + 8];
     cp_uregs r;

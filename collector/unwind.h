@@ -13,11 +13,11 @@
 
 /* One loaded object's executable segment. Addresses are run-time addresses. */
 typedef struct cp_module {
-    uintptr_t lo, hi;       /* executable PT_LOAD range */
-    uintptr_t bias;         /* dlpi_addr */
-    uint64_t file_offset;   /* p_offset of that segment (for the pprof mapping) */
-    const uint8_t *eh_hdr;  /* .eh_frame_hdr, NULL if none or unusable */
-    const int32_t *table;   /* its sorted (initial location, FDE) table, datarel sdata4 */
+    uintptr_t lo, hi;      /* executable PT_LOAD range */
+    uintptr_t bias;        /* dlpi_addr */
+    uint64_t file_offset;  /* p_offset of that segment (for the pprof mapping) */
+    const uint8_t *eh_hdr; /* .eh_frame_hdr, NULL if none or unusable */
+    const int32_t *table;  /* its sorted (initial location, FDE) table, datarel sdata4 */
     uint32_t count;
     uint32_t build_id_len;
     uint8_t build_id[CP_BUILD_ID_MAX];
@@ -26,7 +26,7 @@ typedef struct cp_module {
 
 /* An immutable snapshot, published to signal handlers through one atomic pointer. */
 typedef struct cp_modules {
-    size_t map_len; /* bytes of the mmap holding this struct */
+    size_t map_len;      /* bytes of the mmap holding this struct */
     uint64_t adds, subs; /* dl_iterate_phdr counters at snapshot time */
     uint32_t n;
     cp_module m[];
@@ -68,8 +68,8 @@ typedef struct cp_ucache {
  * Writes at most max addresses to pcs: the first is r->pc, the others are return
  * addresses minus one (inside the call instruction). cache may be NULL. Async-signal-safe:
  * no locks, no allocation, no dl_iterate_phdr. Returns the number of frames. */
-int cp_unwind(const cp_uregs *r, uintptr_t stack_lo, uintptr_t stack_hi, uint64_t *pcs,
-              int max, cp_ucache *cache);
+int cp_unwind(const cp_uregs *r, uintptr_t stack_lo, uintptr_t stack_hi, uint64_t *pcs, int max,
+              cp_ucache *cache);
 
 /* Captures the caller's registers and unwinds from there, skipping `skip` frames of the
  * caller's own; for the allocation path. Same contract as cp_unwind. */

@@ -3,6 +3,9 @@
  * per-isolate cpu/alloc/inuse profiles wrapped in envelopes. */
 #include "window.h"
 
+#include <dlfcn.h>
+#include <dwarf.h>
+#include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <math.h>
 #include <stdio.h>
@@ -61,7 +64,8 @@ static int cpu_grow(void)
     for (uint32_t i = 0; i < cpu.cap; i++) {
         if (!cpu.e[i].hash) continue;
         uint32_t j = (uint32_t)cpu.e[i].hash & (ncap - 1);
-        while (ne[j].hash) j = (j + 1) & (ncap - 1);
+        while (ne[j].hash)
+            j = (j + 1) & (ncap - 1);
         ne[j] = cpu.e[i];
     }
     free(cpu.e);
@@ -116,7 +120,8 @@ void cp_window_add_cpu(const cp_sample_rec *r, const char *thread)
 
 static void cpu_clear(void)
 {
-    for (uint32_t i = 0; i < cpu.cap; i++) free(cpu.e[i].pcs);
+    for (uint32_t i = 0; i < cpu.cap; i++)
+        free(cpu.e[i].pcs);
     free(cpu.e);
     memset(&cpu, 0, sizeof(cpu));
 }
@@ -124,11 +129,37 @@ static void cpu_clear(void)
 /* ------------------------------------------------------------------------------------
  * Symbols */
 
+typedef struct sym_line {
+    char *name, *file;
+    char *mangled; /* the symbol's own name when name was demangled, else NULL */
+    int64_t line;
+} sym_line;
+
+/* One address: its function (name, file:line) and, when the compiler inlined calls
+ * there, the inlined functions innermost first (from DWARF scopes). */
+#define SYM_MAX_INLINE 8
 typedef struct sym {
     uint64_t pc; /* 0 = empty */
     char *name, *file;
+    char *mangled;
     int64_t line;
+    uint32_t ninl;
+    sym_line *inl; /* owned, ninl entries */
 } sym;
+
+/* C++ names are demangled with the program's own C++ runtime: a mangled name comes from
+ * C++ code, so __cxa_demangle is loaded whenever it is needed (looked up once). */
+typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
+static demangle_fn find_demangler(void)
+{
+    static int looked;
+    static demangle_fn fn;
+    if (!looked) {
+        looked = 1;
+        fn = (demangle_fn)dlsym(RTLD_DEFAULT, "__cxa_demangle");
+    }
+    return fn;
+}
 
 #define SYM_CAP (1u << 15)
 
@@ -143,13 +174,25 @@ static struct {
  * the host tens of MiB. By default only an object's own symbols and DWARF are used; the
  * mappings' build ids let a server symbolize the rest. CONTPROF_DEBUGINFO=1 opts in. */
 static int own_debuginfo_only(Dwfl_Module *mod, void **userdata, const char *modname,
-                              Dwarf_Addr base, const char *file_name,
-                              const char *debuglink_file, GElf_Word debuglink_crc,
-                              char **debuginfo_file_name)
+                              Dwarf_Addr base, const char *file_name, const char *debuglink_file,
+                              GElf_Word debuglink_crc, char **debuginfo_file_name)
 {
     (void)mod, (void)userdata, (void)modname, (void)base, (void)file_name;
     (void)debuglink_file, (void)debuglink_crc, (void)debuginfo_file_name;
     return -1;
+}
+
+static void sym_free(sym *s)
+{
+    free(s->name);
+    free(s->mangled);
+    free(s->file);
+    for (uint32_t k = 0; k < s->ninl; k++) {
+        free(s->inl[k].name);
+        free(s->inl[k].mangled);
+        free(s->inl[k].file);
+    }
+    free(s->inl);
 }
 
 static char *dwfl_debuginfo_path;
@@ -163,8 +206,7 @@ static void syms_clear(void)
 {
     if (syms.tab) {
         for (uint32_t i = 0; i < SYM_CAP; i++) {
-            free(syms.tab[i].name);
-            free(syms.tab[i].file);
+            sym_free(&syms.tab[i]);
         }
         free(syms.tab);
     }
@@ -196,12 +238,88 @@ static void syms_refresh(const cp_modules *mods)
     /* addresses of unloaded objects may now mean something else */
     if (syms.tab && mods && mods->subs != syms.subs) {
         for (uint32_t i = 0; i < SYM_CAP; i++) {
-            free(syms.tab[i].name);
-            free(syms.tab[i].file);
+            sym_free(&syms.tab[i]);
         }
         memset(syms.tab, 0, SYM_CAP * sizeof(sym));
         syms.n = 0;
     }
+}
+
+/* Sets *name (demangled when possible) and *mangled from a symbol or linkage name. */
+static void set_name(const char *raw, char **name, char **mangled)
+{
+    if (raw[0] == '_' && raw[1] == 'Z' && find_demangler()) {
+        int st = -1;
+        char *d = find_demangler()(raw, NULL, NULL, &st);
+        if (d && st == 0) {
+            *name = d;
+            *mangled = strdup(raw);
+            return;
+        }
+        free(d);
+    }
+    *name = strdup(raw);
+}
+
+static const char *die_string(Dwarf_Die *die, int at)
+{
+    Dwarf_Attribute a;
+    return dwarf_attr_integrate(die, at, &a) ? dwarf_formstring(&a) : NULL;
+}
+
+/* Fills s->inl from the DWARF scopes at pc; on return *file and *line are where the
+ * outermost function is (the call site of the outermost inlined call, if any). */
+static void inline_frames(Dwfl_Module *m, uint64_t pc, sym *s, const char **file, int *line)
+{
+    Dwarf_Addr bias = 0;
+    Dwarf_Die *cu = dwfl_module_addrdie(m, pc, &bias);
+    if (!cu) return;
+    Dwarf_Die *scopes = NULL;
+    int n = dwarf_getscopes(cu, pc - bias, &scopes);
+    if (n <= 0) return;
+    Dwarf_Files *files = NULL;
+    size_t nfiles = 0;
+    if (dwarf_getsrcfiles(cu, &files, &nfiles) != 0) files = NULL;
+    sym_line tmp[SYM_MAX_INLINE];
+    uint32_t k = 0;
+    for (int i = 0; i < n; i++) {
+        int tag = dwarf_tag(&scopes[i]);
+        if (tag == DW_TAG_subprogram) break;
+        if (tag != DW_TAG_inlined_subroutine) continue;
+        const char *raw = die_string(&scopes[i], DW_AT_linkage_name);
+        if (!raw) raw = die_string(&scopes[i], DW_AT_MIPS_linkage_name);
+        if (!raw) raw = die_string(&scopes[i], DW_AT_name);
+        if (raw && k < SYM_MAX_INLINE) { /* deeper chains keep their outer frames only */
+            sym_line *l = &tmp[k];
+            memset(l, 0, sizeof(*l));
+            set_name(raw, &l->name, &l->mangled);
+            l->file = *file ? strdup(*file) : NULL;
+            l->line = *line;
+            k++;
+        }
+        /* the enclosing function continues at this call site */
+        Dwarf_Attribute a;
+        Dwarf_Word cf = 0, cl = 0;
+        const char *cfile = NULL;
+        if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_file, &a), &cf) == 0 && files)
+            cfile = dwarf_filesrc(files, cf, NULL, NULL);
+        if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_line, &a), &cl) != 0) cl = 0;
+        *file = cfile;
+        *line = (int)cl;
+    }
+    free(scopes);
+    if (k == 0) return;
+    s->inl = malloc(k * sizeof(sym_line));
+    if (!s->inl) {
+        for (uint32_t j = 0; j < k; j++) {
+            free(tmp[j].name);
+            free(tmp[j].mangled);
+            free(tmp[j].file);
+        }
+        return;
+    }
+    memcpy(s->inl, tmp, k * sizeof(sym_line));
+    s->ninl = k;
 }
 
 static const sym *symbolize(uint64_t pc)
@@ -218,13 +336,13 @@ static const sym *symbolize(uint64_t pc)
     }
     uint32_t mask = SYM_CAP - 1;
     uint32_t i = (uint32_t)cp_hash_u64(0, pc) & mask;
-    while (syms.tab[i].pc && syms.tab[i].pc != pc) i = (i + 1) & mask;
+    while (syms.tab[i].pc && syms.tab[i].pc != pc)
+        i = (i + 1) & mask;
     if (syms.tab[i].pc == pc) return &syms.tab[i];
     if (syms.n >= SYM_CAP / 2) {
         /* the cache is bounded: start over rather than grow */
         for (uint32_t j = 0; j < SYM_CAP; j++) {
-            free(syms.tab[j].name);
-            free(syms.tab[j].file);
+            sym_free(&syms.tab[j]);
         }
         memset(syms.tab, 0, SYM_CAP * sizeof(sym));
         syms.n = 0;
@@ -236,13 +354,14 @@ static const sym *symbolize(uint64_t pc)
     Dwfl_Module *m = syms.dwfl ? dwfl_addrmodule(syms.dwfl, pc) : NULL;
     if (m) {
         const char *name = dwfl_module_addrname(m, pc);
-        if (name) s->name = strdup(name);
+        if (name) set_name(name, &s->name, &s->mangled);
         Dwfl_Line *l = dwfl_module_getsrc(m, pc);
         if (l) {
             int line = 0;
             const char *file = dwfl_lineinfo(l, NULL, &line, NULL, NULL, NULL);
             if (file) {
-                s->file = strdup(file);
+                if (s->name) inline_frames(m, pc, s, &file, &line);
+                if (file) s->file = strdup(file);
                 s->line = line;
             }
         }
@@ -261,6 +380,10 @@ typedef struct builder {
     uint32_t *loc_id;
     uint32_t loc_cap;
     uint32_t *map_id;
+    /* (name, system name, file) string ids -> function id */
+    uint64_t *fn_key;
+    uint32_t *fn_id;
+    uint32_t fn_cap, fn_n;
     int err;
 } builder;
 
@@ -283,6 +406,8 @@ static void b_close(builder *b)
     free(b->loc_pc);
     free(b->loc_id);
     free(b->map_id);
+    free(b->fn_key);
+    free(b->fn_id);
 }
 
 static uint32_t str_id(builder *b, const char *s)
@@ -308,7 +433,8 @@ static uint32_t mapping_for(builder *b, uint64_t pc)
         .offset = m->file_offset,
         .filename = str_id(b, m->path),
         .build_id = str_id(b, hex),
-        .flags = CP_MAP_HAS_FUNCTIONS | CP_MAP_HAS_FILENAMES | CP_MAP_HAS_LINE_NUMBERS,
+        .flags = CP_MAP_HAS_FUNCTIONS | CP_MAP_HAS_FILENAMES | CP_MAP_HAS_LINE_NUMBERS |
+                 CP_MAP_HAS_INLINE_FRAMES,
     };
     uint32_t id = 0;
     if (cp_profile_add_mapping(b->p, &mp, &id) != 0) b->err = CP_ENOMEM;
@@ -316,12 +442,50 @@ static uint32_t mapping_for(builder *b, uint64_t pc)
     return id;
 }
 
-static uint32_t add_function(builder *b, const char *name, const char *file)
+static uint32_t add_function(builder *b, const char *name, const char *sys, const char *file)
 {
     cp_function f = {.name = str_id(b, name), .system_name = 0, .filename = str_id(b, file)};
-    f.system_name = f.name;
+    f.system_name = sys ? str_id(b, sys) : f.name;
+    uint64_t key = cp_hash_u64(cp_hash_u64(f.name, f.system_name), f.filename) | 1;
+    if (b->fn_n * 2 >= b->fn_cap) { /* grow the index */
+        uint32_t nc = b->fn_cap ? b->fn_cap * 2 : 256;
+        uint64_t *nk = calloc(nc, sizeof(uint64_t));
+        uint32_t *ni = calloc(nc, sizeof(uint32_t));
+        if (!nk || !ni) {
+            free(nk);
+            free(ni);
+            b->err = CP_ENOMEM;
+            return 0;
+        }
+        for (uint32_t i = 0; i < b->fn_cap; i++) {
+            if (!b->fn_id[i]) continue;
+            uint32_t j = (uint32_t)b->fn_key[i] & (nc - 1);
+            while (ni[j])
+                j = (j + 1) & (nc - 1);
+            nk[j] = b->fn_key[i];
+            ni[j] = b->fn_id[i];
+        }
+        free(b->fn_key);
+        free(b->fn_id);
+        b->fn_key = nk;
+        b->fn_id = ni;
+        b->fn_cap = nc;
+    }
+    uint32_t mask = b->fn_cap - 1, i = (uint32_t)key & mask;
+    for (; b->fn_id[i]; i = (i + 1) & mask) {
+        const cp_function *g = &b->p->functions.v[b->fn_id[i] - 1];
+        if (b->fn_key[i] == key && g->name == f.name && g->system_name == f.system_name &&
+            g->filename == f.filename)
+            return b->fn_id[i];
+    }
     uint32_t id = 0;
-    if (cp_profile_add_function(b->p, &f, &id) != 0) b->err = CP_ENOMEM;
+    if (cp_profile_add_function(b->p, &f, &id) != 0) {
+        b->err = CP_ENOMEM;
+        return 0;
+    }
+    b->fn_key[i] = key;
+    b->fn_id[i] = id;
+    b->fn_n++;
     return id;
 }
 
@@ -338,7 +502,8 @@ static int loc_grow(builder *b)
     for (uint32_t i = 0; i < b->loc_cap; i++) {
         if (!b->loc_id[i]) continue;
         uint32_t j = (uint32_t)cp_hash_u64(0, b->loc_pc[i]) & (ncap - 1);
-        while (nid[j]) j = (j + 1) & (ncap - 1);
+        while (nid[j])
+            j = (j + 1) & (ncap - 1);
         npc[j] = b->loc_pc[i];
         nid[j] = b->loc_id[i];
     }
@@ -360,7 +525,8 @@ static uint32_t location_for(builder *b, uint64_t pc)
     }
     uint32_t mask = b->loc_cap - 1;
     uint32_t i = (uint32_t)cp_hash_u64(0, pc) & mask;
-    while (b->loc_id[i] && b->loc_pc[i] != pc) i = (i + 1) & mask;
+    while (b->loc_id[i] && b->loc_pc[i] != pc)
+        i = (i + 1) & mask;
     if (b->loc_id[i]) return b->loc_id[i];
 
     cp_line line = {0};
@@ -370,7 +536,7 @@ static uint32_t location_for(builder *b, uint64_t pc)
         const char *fn = NULL, *file = NULL;
         int64_t ln = 0;
         if (cp_lang_get((uint32_t)(pc & 0xffffffffu), &fn, &file, &ln) == 0) {
-            line.function_id = add_function(b, fn, file);
+            line.function_id = add_function(b, fn, NULL, file);
             line.line = ln;
         }
         addr = 0;
@@ -378,8 +544,24 @@ static uint32_t location_for(builder *b, uint64_t pc)
         mapping = mapping_for(b, pc);
         const sym *s = symbolize(pc);
         if (s->name) {
-            line.function_id = add_function(b, s->name, s->file);
-            line.line = s->line;
+            /* inlined functions first (leaf first), then the function itself */
+            cp_line lines[SYM_MAX_INLINE + 1];
+            uint32_t nl = 0;
+            for (uint32_t k = 0; k < s->ninl; k++) {
+                lines[nl].function_id =
+                    add_function(b, s->inl[k].name, s->inl[k].mangled, s->inl[k].file);
+                lines[nl++].line = s->inl[k].line;
+            }
+            lines[nl].function_id = add_function(b, s->name, s->mangled, s->file);
+            lines[nl++].line = s->line;
+            uint32_t id = 0;
+            if (cp_profile_add_location(b->p, addr, mapping, lines, nl, &id) != 0) {
+                b->err = CP_ENOMEM;
+                return 0;
+            }
+            b->loc_pc[i] = pc;
+            b->loc_id[i] = id;
+            return id;
         }
     }
     uint32_t id = 0;
@@ -496,8 +678,7 @@ static int emit_profile(builder *b, int kind, const iso_key *k, const cp_window_
     e.producer_id = strdup(m->producer_id);
     e.engine = strdup(cp_engine);
     if (!e.tenant || !e.producer_id || !e.engine) goto fail;
-    if (add_labels_text(&e.labels, cp_cfg.labels) || add_labels_text(&e.labels, ilabels))
-        goto fail;
+    if (add_labels_text(&e.labels, cp_cfg.labels) || add_labels_text(&e.labels, ilabels)) goto fail;
     if (cp_labels_set(&e.labels, CP_LABEL_SERVICE, cp_cfg.service) ||
         (cp_cfg.version[0] && cp_labels_set(&e.labels, CP_LABEL_VERSION, cp_cfg.version)) ||
         cp_labels_set(&e.labels, CP_LABEL_INSTANCE, m->instance) ||
@@ -577,8 +758,7 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
                 int alloc = kind == CP_KIND_ALLOC;
                 if (cp_profile_add_sample_type(b.p, alloc ? "alloc_objects" : "inuse_objects",
                                                "count") ||
-                    cp_profile_add_sample_type(b.p, alloc ? "alloc_space" : "inuse_space",
-                                               "bytes"))
+                    cp_profile_add_sample_type(b.p, alloc ? "alloc_space" : "inuse_space", "bytes"))
                     b.err = CP_ENOMEM;
                 b.p->period_type.type = str_id(&b, "space");
                 b.p->period_type.unit = str_id(&b, "bytes");
@@ -600,8 +780,10 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
             /* An isolate with CPU or allocations gets all three kinds each window, so a
              * quiet kind reads as zero rather than as missing. */
             (void)any;
-            if (!b.err) rc = emit_profile(&b, kind, k, m, emit, arg);
-            else rc = b.err;
+            if (!b.err)
+                rc = emit_profile(&b, kind, k, m, emit, arg);
+            else
+                rc = b.err;
             b_close(&b);
         }
     }
@@ -625,7 +807,6 @@ void cp_window_abandon(void)
     memset(&syms, 0, sizeof(syms));
 }
 
-uint64_t cp_window_take_dropped(void);
 uint64_t cp_window_take_dropped(void)
 {
     uint64_t d = cpu.dropped;

@@ -18,9 +18,9 @@ typedef void (*cp_emit_fn)(cp_envelope *e, void *arg);
 typedef struct cp_window_meta {
     int64_t start_ns, end_ns;
     const char *instance, *producer_id;
-    uint64_t *sequence;        /* incremented per envelope */
-    uint64_t dropped_samples;  /* since the previous window */
-    uint64_t dropped_windows;  /* carried from the transport */
+    uint64_t *sequence;       /* incremented per envelope */
+    uint64_t dropped_samples; /* since the previous window */
+    uint64_t dropped_windows; /* carried from the transport */
 } cp_window_meta;
 
 /* Builds and emits every isolate's profiles for the window and resets the CPU table.
@@ -29,6 +29,9 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg);
 
 /* Frees the symbol cache and the CPU table. */
 void cp_window_reset(void);
+/* CPU samples the aggregation table had no room for since the last call. */
+uint64_t cp_window_take_dropped(void);
+
 /* After fork in the child: forgets both without freeing (they may be inconsistent). */
 void cp_window_abandon(void);
 

@@ -41,7 +41,8 @@ static volatile uint64_t sink;
 
 __attribute__((noinline)) static uint64_t leaf(uint64_t x)
 {
-    for (int i = 0; i < 200; i++) x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    for (int i = 0; i < 200; i++)
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
     return x;
 }
 
@@ -56,7 +57,8 @@ __attribute__((noinline)) static uint64_t deep(uint64_t x, int d)
 static void *cpu_thread(void *a)
 {
     uint64_t x = (uintptr_t)a;
-    for (long i = 0; i < units * 20000; i++) x = deep(x, 20);
+    for (long i = 0; i < units * 20000; i++)
+        x = deep(x, 20);
     sink += x;
     return NULL;
 }
@@ -76,7 +78,8 @@ static void *malloc_thread(void *a)
         memset(p, (int)i, n); /* programs initialise what they allocate */
         slot[k] = p;
     }
-    for (int k = 0; k < 256; k++) free(slot[k]);
+    for (int k = 0; k < 256; k++)
+        free(slot[k]);
     return NULL;
 }
 
@@ -92,8 +95,10 @@ int main(int argc, char **argv)
     pthread_t t[64];
     if (n < 1 || n > 64) return 2;
     double t0 = now_s(), c0 = cpu_s();
-    for (int i = 0; i < n; i++) pthread_create(&t[i], NULL, fn, (void *)(uintptr_t)i);
-    for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < n; i++)
+        pthread_create(&t[i], NULL, fn, (void *)(uintptr_t)i);
+    for (int i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
     printf("%.6f %.6f %ld\n", now_s() - t0, cpu_s() - c0, maxrss_kib());
     return 0;
 }

@@ -24,8 +24,10 @@ static int on_agent_thread(void)
     if (state) return state == 1;
     char name[17] = "";
     prctl(PR_GET_NAME, name, 0, 0, 0);
-    if (!strcmp(name, "contprof-agent")) state = 1;
-    else if (++looks > 64) state = 2; /* the agent names itself before it allocates */
+    if (!strcmp(name, "contprof-agent"))
+        state = 1;
+    else if (++looks > 64)
+        state = 2; /* the agent names itself before it allocates */
     return state == 1;
 }
 

@@ -35,8 +35,7 @@ static double now_s(void)
 }
 
 /* Runs prog with args; env: NULL-terminated "K=V" strings added to the environment. */
-static void run_prog(const char *prog, const char *const *args, const char *const *env,
-                     run_res *r)
+static void run_prog(const char *prog, const char *const *args, const char *const *env, run_res *r)
 {
     int fd[2];
     CHECK(pipe(fd) == 0);
@@ -48,11 +47,13 @@ static void run_prog(const char *prog, const char *const *args, const char *cons
         close(fd[0]);
         close(fd[1]);
         unsetenv("LD_PRELOAD");
-        for (int i = 0; env && env[i]; i++) putenv((char *)env[i]);
+        for (int i = 0; env && env[i]; i++)
+            putenv((char *)env[i]);
         char *argv[16];
         int n = 0;
         argv[n++] = (char *)prog;
-        for (int i = 0; args[i] && n < 15; i++) argv[n++] = (char *)args[i];
+        for (int i = 0; args[i] && n < 15; i++)
+            argv[n++] = (char *)args[i];
         argv[n] = NULL;
         execv(prog, argv);
         _exit(127);
@@ -60,7 +61,8 @@ static void run_prog(const char *prog, const char *const *args, const char *cons
     close(fd[1]);
     size_t len = 0;
     ssize_t k;
-    while ((k = read(fd[0], r->out + len, sizeof(r->out) - 1 - len)) > 0) len += (size_t)k;
+    while ((k = read(fd[0], r->out + len, sizeof(r->out) - 1 - len)) > 0)
+        len += (size_t)k;
     r->out[len] = 0;
     close(fd[0]);
     CHECK(waitpid(pid, &r->status, 0) == pid);
@@ -148,7 +150,8 @@ static void load(const char *dir, pset *s)
 
 static void pset_free(pset *s)
 {
-    for (int i = 0; i < s->n; i++) cp_profile_destroy(s->f[i].p);
+    for (int i = 0; i < s->n; i++)
+        cp_profile_destroy(s->f[i].p);
     free(s->f);
 }
 
@@ -178,8 +181,10 @@ static int64_t below_in(const cp_profile *p, const char *fn, const char *obj, in
         int seen = 0, hit = 0;
         for (uint32_t j = 0; j < s->nlocs && !hit; j++) {
             uint32_t id = p->stack.v[s->loc_off + j];
-            if (!strcmp(loc_func(p, id), fn)) seen = 1;
-            else if (seen && strstr(loc_file(p, id), obj)) hit = 1;
+            if (!strcmp(loc_func(p, id), fn))
+                seen = 1;
+            else if (seen && strstr(loc_file(p, id), obj))
+                hit = 1;
         }
         if (hit) sum += cp_profile_sample_values(p, i)[t];
     }
@@ -201,8 +206,7 @@ static int64_t func_total(const cp_profile *p, const char *fn, int t)
 }
 
 /* Sums column t of every profile of kind (and isolate, if not NULL) over stacks with fn. */
-static int64_t sum_kind(const pset *s, const char *kind, const char *iso, const char *fn,
-                        int t)
+static int64_t sum_kind(const pset *s, const char *kind, const char *iso, const char *fn, int t)
 {
     int64_t sum = 0;
     for (int i = 0; i < s->n; i++)
@@ -216,8 +220,7 @@ static const cp_profile *last_of(const pset *s, const char *kind, const char *is
 {
     const cp_profile *p = NULL;
     for (int i = 0; i < s->n; i++)
-        if (!strcmp(s->f[i].kind, kind) && !strcmp(s->f[i].iso, iso) &&
-            s->f[i].pid == s->f[0].pid)
+        if (!strcmp(s->f[i].kind, kind) && !strcmp(s->f[i].iso, iso) && s->f[i].pid == s->f[0].pid)
             p = s->f[i].p;
     return p;
 }
@@ -266,8 +269,7 @@ static const char *outdir_env(void)
 TEST(cpu_ratio)
 {
     make_dir();
-    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_CPU_HZ=250", "CONTPROF_WINDOW=1s",
-                         NULL};
+    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_CPU_HZ=250", "CONTPROF_WINDOW=1s", NULL};
     const char *args[] = {"ratio", "0.4", NULL};
     run_res r;
     run(args, env, &r);
@@ -315,8 +317,7 @@ TEST(cpu_ratio)
 TEST(inuse_startup)
 {
     make_dir();
-    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_WINDOW=2s", "CPW_CTOR_ALLOC=1",
-                         NULL};
+    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_WINDOW=2s", "CPW_CTOR_ALLOC=1", NULL};
     const char *args[] = {"startup", "30", NULL};
     run_res r;
     run(args, env, &r);
@@ -399,21 +400,25 @@ static void same_output(const char *mode, int expect_child_profiles)
     make_dir();
     const char *args[] = {mode, NULL};
     const char *plain_env[] = {NULL};
-    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_CPU_HZ=1000",
-                         "CONTPROF_ALLOC_RATE=4096", "CONTPROF_WINDOW=200ms", NULL};
+    const char *env[] = {PRELOAD,
+                         outdir_env(),
+                         "CONTPROF_CPU_HZ=1000",
+                         "CONTPROF_ALLOC_RATE=4096",
+                         "CONTPROF_WINDOW=200ms",
+                         NULL};
     run_res *a = malloc(sizeof(run_res)), *b = malloc(sizeof(run_res));
     run(args, plain_env, a);
     run(args, env, b);
     CHECK(WIFEXITED(a->status) && WEXITSTATUS(a->status) == 0);
     CHECK(WIFEXITED(b->status) && WEXITSTATUS(b->status) == 0);
-    if (strcmp(a->out, b->out) != 0)
-        fprintf(stderr, "without:\n%s\nwith:\n%s\n", a->out, b->out);
+    if (strcmp(a->out, b->out) != 0) fprintf(stderr, "without:\n%s\nwith:\n%s\n", a->out, b->out);
     CHECK_STREQ(a->out, b->out);
     pset s;
     load(g_dir, &s);
     CHECK(s.n > 0); /* the agent really ran (at a high sampling rate) */
     int pids = 1;
-    for (int i = 1; i < s.n; i++) pids += s.f[i].pid != s.f[i - 1].pid;
+    for (int i = 1; i < s.n; i++)
+        pids += s.f[i].pid != s.f[i - 1].pid;
     printf("%s: %d profiles from %d processes\n", mode, s.n, pids);
     CHECK(pids >= expect_child_profiles);
     pset_free(&s);
@@ -437,6 +442,37 @@ TEST(same_output_cxx)
     same_output("cxx", 1);
 }
 
+/* C++ allocations: operator new demangled (system_name keeps the symbol), inlined
+ * functions as inline frames of their location */
+TEST(cxx_names_demangled)
+{
+    make_dir();
+    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_ALLOC_RATE=65536", NULL};
+    const char *args[] = {"cxx", NULL};
+    run_res r;
+    run(args, env, &r);
+    CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+    pset s;
+    load(g_dir, &s);
+    int found = 0;
+    for (int i = 0; i < s.n; i++) {
+        const cp_profile *p = s.f[i].p;
+        if (strcmp(s.f[i].kind, "alloc")) continue;
+        for (uint32_t j = 0; j < p->functions.n; j++)
+            if (!strcmp(cp_profile_str(p, p->functions.v[j].name), "operator new(unsigned long)") &&
+                !strcmp(cp_profile_str(p, p->functions.v[j].system_name), "_Znwm"))
+                found = 1;
+    }
+    CHECK(found);
+    CHECK(sum_kind(&s, "alloc", "cpw", "operator new(unsigned long)", 1) > 0);
+    /* std::make_unique is inlined into cpw_cxx: it appears as an inline frame */
+    CHECK(sum_kind(&s, "alloc", "cpw",
+                   "std::__detail::_MakeUniq<Wide>::__single_object std::make_unique<Wide>()",
+                   1) > 0);
+    pset_free(&s);
+    remove_dir();
+}
+
 /* fork+exec: the parent, the forked child (a new instance) and the two exec'd children
  * each leave profiles of their own */
 TEST(same_output_fork_exec)
@@ -457,9 +493,14 @@ TEST(agent_out_of_memory)
     char report[300];
     snprintf(report, sizeof(report), "CP_FAIL_REPORT=%s/failures", g_dir);
     for (int i = 0; i < 2; i++) {
-        const char *env[] = {"LD_PRELOAD=" CP_LIB ":" CP_FAILMALLOC, outdir_env(), every[i],
-                             report, "CONTPROF_CPU_HZ=1000", "CONTPROF_ALLOC_RATE=8192",
-                             "CONTPROF_WINDOW=200ms", NULL};
+        const char *env[] = {"LD_PRELOAD=" CP_LIB ":" CP_FAILMALLOC,
+                             outdir_env(),
+                             every[i],
+                             report,
+                             "CONTPROF_CPU_HZ=1000",
+                             "CONTPROF_ALLOC_RATE=8192",
+                             "CONTPROF_WINDOW=200ms",
+                             NULL};
         run(args, env, b);
         if (WIFSIGNALED(b->status)) fprintf(stderr, "killed by signal %d\n", WTERMSIG(b->status));
         CHECK(WIFEXITED(b->status) && WEXITSTATUS(b->status) == 0);
@@ -480,8 +521,7 @@ TEST(agent_out_of_memory)
     int degraded = 0;
     for (int i = 0; i < s.n; i++)
         for (uint32_t j = 0; j < s.f[i].p->comments.n; j++)
-            if (strstr(cp_profile_str(s.f[i].p, s.f[i].p->comments.v[j]),
-                       "agent_out_of_memory=1"))
+            if (strstr(cp_profile_str(s.f[i].p, s.f[i].p->comments.v[j]), "agent_out_of_memory=1"))
                 degraded = 1;
     CHECK(s.n > 0 && degraded);
     pset_free(&s);
@@ -516,9 +556,13 @@ TEST(unreachable_broker)
     make_dir();
     const char *args[] = {"startup", "3", NULL};
     const char *plain_env[] = {NULL};
-    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_BROKERS=127.0.0.1:1",
-                         "CONTPROF_WINDOW=200ms", "CONTPROF_KAFKA_QUEUE=4",
-                         "CONTPROF_FLUSH_MS=500", NULL};
+    const char *env[] = {PRELOAD,
+                         outdir_env(),
+                         "CONTPROF_BROKERS=127.0.0.1:1",
+                         "CONTPROF_WINDOW=200ms",
+                         "CONTPROF_KAFKA_QUEUE=4",
+                         "CONTPROF_FLUSH_MS=500",
+                         NULL};
     run_res *a = malloc(sizeof(run_res)), *b = malloc(sizeof(run_res));
     run(args, plain_env, a);
     run(args, env, b);
@@ -563,8 +607,8 @@ TEST(perf_1000hz)
     CHECK_STREQ(comment_str(p, "engine="), "perf-task-clock 1ms");
     int64_t n = sum_kind(&s, "cpu", "cpw", "burn_solo", 0);
     double rate = (double)n / cpu;
-    printf("%lld samples in burn_solo over %.3f CPU s: %.1f per CPU second\n", (long long)n,
-           cpu, rate);
+    printf("%lld samples in burn_solo over %.3f CPU s: %.1f per CPU second\n", (long long)n, cpu,
+           rate);
     CHECK(rate > 950 && rate < 1050);
     /* symbolized with file:line from the program's own debug info */
     int file_ok = 0;
@@ -586,8 +630,8 @@ TEST(perf_1000hz)
 TEST(timer_fallback_1000hz)
 {
     make_dir();
-    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_CPU_HZ=1000",
-                         "CONTPROF_CPU_ENGINE=timer", NULL};
+    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_CPU_HZ=1000", "CONTPROF_CPU_ENGINE=timer",
+                         NULL};
     const char *args[] = {"solo", "1.5", NULL};
     run_res r;
     run(args, env, &r);
@@ -643,5 +687,5 @@ TEST(isolates_api)
 
 TEST_MAIN(T(isolates_api), T(cpu_ratio), T(inuse_startup), T(alloc_volume), T(churn_inuse_zero),
           T(same_output_threads), T(same_output_realloc_memalign), T(same_output_cxx),
-          T(same_output_fork_exec), T(exec_chain_survives), T(agent_out_of_memory), T(unreachable_broker), T(perf_1000hz),
-          T(timer_fallback_1000hz))
+          T(cxx_names_demangled), T(same_output_fork_exec), T(exec_chain_survives),
+          T(agent_out_of_memory), T(unreachable_broker), T(perf_1000hz), T(timer_fallback_1000hz))

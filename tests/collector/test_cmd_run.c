@@ -27,13 +27,15 @@ static int run_cmd(char **argv, char *out, size_t cap)
         close(fd[0]);
         close(fd[1]);
         int argc = 0;
-        while (argv[argc]) argc++;
+        while (argv[argc])
+            argc++;
         _exit(cp_cmd_run(argc, argv));
     }
     close(fd[1]);
     size_t len = 0;
     ssize_t k;
-    while (len + 1 < cap && (k = read(fd[0], out + len, cap - 1 - len)) > 0) len += (size_t)k;
+    while (len + 1 < cap && (k = read(fd[0], out + len, cap - 1 - len)) > 0)
+        len += (size_t)k;
     out[len] = 0;
     close(fd[0]);
     int st;
@@ -45,8 +47,9 @@ TEST(run_output_dir)
 {
     char dir[128];
     snprintf(dir, sizeof(dir), "/tmp/contprof-run-%d", (int)getpid());
-    char *argv[] = {"run", "--output-dir", dir, "--service", "runsvc", "--label", "team=x",
-                    "--cpu-hz", "250", "--window", "500ms", "--", CPW, "solo", "0.3", NULL};
+    char *argv[] = {"run",    "--output-dir", dir,   "--service", "runsvc", "--label",
+                    "team=x", "--cpu-hz",     "250", "--window",  "500ms",  "--",
+                    CPW,      "solo",         "0.3", NULL};
     char out[4096];
     CHECK_EQ(run_cmd(argv, out, sizeof(out)), 0);
     CHECK(atof(out) >= 0.3);
@@ -80,7 +83,8 @@ static void *serve(void *arg)
     if (c < 0) return NULL;
     ssize_t n = recv(c, f->req, sizeof(f->req) - 1, 0);
     f->req[n > 0 ? n : 0] = 0;
-    const char *r = "HTTP/1.1 200 OK\r\nContent-Length: 30\r\n\r\n{\"brokers\": \"127.0.0.1:1\"}    ";
+    const char *r =
+        "HTTP/1.1 200 OK\r\nContent-Length: 30\r\n\r\n{\"brokers\": \"127.0.0.1:1\"}    ";
     if (send(c, r, strlen(r), MSG_NOSIGNAL) < 0) perror("send");
     close(c);
     return NULL;
@@ -100,8 +104,8 @@ TEST(run_server_env)
     char url[64];
     snprintf(url, sizeof(url), "http://127.0.0.1:%d", ntohs(a.sin_port));
     setenv("CONTPROF_FLUSH_MS", "100", 1);
-    char *argv[] = {"run", "--server", url, "--tenant", "acme", "--no-children", "--",
-                    "/usr/bin/env", NULL};
+    char *argv[] = {"run", "--server",     url, "--tenant", "acme", "--no-children",
+                    "--",  "/usr/bin/env", NULL};
     char out[65536];
     CHECK_EQ(run_cmd(argv, out, sizeof(out)), 0);
     pthread_join(th, NULL);

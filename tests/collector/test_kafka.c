@@ -112,7 +112,8 @@ TEST(envelopes_through_kafka)
             producer = producer_buf;
         }
         CHECK_STREQ(e.producer_id, producer);
-        for (int i = 0; i < nseq; i++) CHECK(seen_seq[i] != e.sequence);
+        for (int i = 0; i < nseq; i++)
+            CHECK(seen_seq[i] != e.sequence);
         if (nseq < 512) seen_seq[nseq++] = e.sequence;
         /* key = the series identity */
         cp_buf key = {0};

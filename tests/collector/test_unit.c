@@ -52,7 +52,8 @@ static int cmp_capture(const void *a, const void *b)
 __attribute__((noinline)) void unit_caller_of_qsort(void)
 {
     int v[64];
-    for (int i = 0; i < 64; i++) v[i] = 64 - i;
+    for (int i = 0; i < 64; i++)
+        v[i] = 64 - i;
     int key = 1;
     size_t n = 64;
     if (!lfind(&key, v, &n, sizeof(int), cmp_capture)) abort();
@@ -89,7 +90,8 @@ TEST(unwind_through_libc)
     /* the same frames through libc and back into unit_caller_of_qsort (the call sites of
      * its callers differ between the calls) */
     int k = 0;
-    while (k < n1 && !strstr(obj_of(g_pcs[k]), "libc.so")) k++;
+    while (k < n1 && !strstr(obj_of(g_pcs[k]), "libc.so"))
+        k++;
     CHECK(k + 1 < n1);
     CHECK(memcmp(first, g_pcs, (size_t)(k + 2) * sizeof(uint64_t)) == 0);
 }

@@ -20,14 +20,15 @@ static double thread_cpu(void)
 
 static volatile uint64_t sink;
 
-#define BURN(name)                                                                     \
-    __attribute__((noinline)) void name(double secs)                                   \
-    {                                                                                  \
-        double t0 = thread_cpu();                                                      \
-        uint64_t x = 1;                                                                \
-        while (thread_cpu() - t0 < secs)                                               \
-            for (int i = 0; i < 20000; i++) x = x * 6364136223846793005ULL + 1;        \
-        sink += x;                                                                     \
+#define BURN(name)                                                                                 \
+    __attribute__((noinline)) void name(double secs)                                               \
+    {                                                                                              \
+        double t0 = thread_cpu();                                                                  \
+        uint64_t x = 1;                                                                            \
+        while (thread_cpu() - t0 < secs)                                                           \
+            for (int i = 0; i < 20000; i++)                                                        \
+                x = x * 6364136223846793005ULL + 1;                                                \
+        sink += x;                                                                                 \
     }
 BURN(burn_alpha)
 BURN(burn_beta)
@@ -134,8 +135,9 @@ static int mode_mixed(double mib)
     uint64_t s = 42, total = 0, target = (uint64_t)(mib * 1048576);
     while (total < target) {
         uint64_t r = lcg(&s) % 100;
-        size_t n = r < 60 ? 16 + lcg(&s) % 256 : r < 95 ? 1024 + lcg(&s) % 16384
-                                                         : 65536 + lcg(&s) % (1 << 20);
+        size_t n = r < 60   ? 16 + lcg(&s) % 256
+                   : r < 95 ? 1024 + lcg(&s) % 16384
+                            : 65536 + lcg(&s) % (1 << 20);
         char *p = mixed_alloc(n);
         p[0] = 1;
         total += n;
@@ -164,7 +166,8 @@ static void *churn_thread(void *a)
         ((char *)slots[k])[0] = (char)i;
         sum += n;
     }
-    for (int k = 0; k < 64; k++) free(slots[k]);
+    for (int k = 0; k < 64; k++)
+        free(slots[k]);
     return (void *)(uintptr_t)sum;
 }
 
@@ -172,7 +175,8 @@ static void *churn_thread(void *a)
 static int mode_churn(void)
 {
     pthread_t t[2];
-    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, churn_thread, (void *)(uintptr_t)(i + 1));
+    for (int i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, churn_thread, (void *)(uintptr_t)(i + 1));
     uint64_t total = 0;
     for (int i = 0; i < 2; i++) {
         void *r;
@@ -197,8 +201,10 @@ static void *mt_thread(void *p)
     for (int i = 0; i < 200000; i++) {
         size_t n = 1 + lcg(&s) % 300;
         unsigned char *b = malloc(n);
-        for (size_t j = 0; j < n; j++) b[j] = (unsigned char)(lcg(&s));
-        for (size_t j = 0; j < n; j++) h = (h ^ b[j]) * 1099511628211ULL;
+        for (size_t j = 0; j < n; j++)
+            b[j] = (unsigned char)(lcg(&s));
+        for (size_t j = 0; j < n; j++)
+            h = (h ^ b[j]) * 1099511628211ULL;
         if (i % 7 == 0) {
             void *al;
             if (posix_memalign(&al, 64, n) == 0) {
@@ -295,7 +301,8 @@ static int mode_execchain(const char *self, int n)
     burn_solo(0.01);
     char arg[16];
     snprintf(arg, sizeof(arg), "%d", n - 1);
-    if (n % 2) execl(self, self, "execchain", arg, (char *)NULL);
+    if (n % 2)
+        execl(self, self, "execchain", arg, (char *)NULL);
     else {
         char *argv[] = {(char *)self, "execchain", arg, NULL};
         execvp(self, argv);

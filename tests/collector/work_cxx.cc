@@ -26,7 +26,8 @@ extern "C" int cpw_cxx(void)
         delete[] arr;
         if (i % 1000 == 0) m.erase(m.begin());
     }
-    for (auto &kv : m) h = h * 31 + kv.second.size();
+    for (auto &kv : m)
+        h = h * 31 + kv.second.size();
     std::printf("%llu %zu\n", (unsigned long long)h, m.size());
     return 0;
 }

@@ -38,7 +38,8 @@ __attribute__((noinline)) void interp_loop(vm *v, double secs)
     double t0 = thread_cpu();
     uint64_t x = 1;
     while (thread_cpu() - t0 < secs) {
-        for (int i = 0; i < 2000; i++) x = x * 6364136223846793005ULL + 1;
+        for (int i = 0; i < 2000; i++)
+            x = x * 6364136223846793005ULL + 1;
         v->line = 10 + (int)(x & 3);
         contprof_safepoint();
     }
