@@ -1,9 +1,9 @@
 #!/bin/sh
 # Lua adapter overhead: a CPU-bound Lua workload (cpu.lua in 4 states, 2 worker threads)
-# in contprof-lua-host, without the agent (-A) and with it at 100 Hz and 1000 Hz,
-# alternated in one run. Each repetition runs the variants back to back and divides the
-# process CPU time of the same number of requests by the baseline's of that repetition;
-# the median of REPS ratios is reported. Prints rows "name | value | floor | ok".
+# in contprof-lua-host, without the agent (-A, twice: the A/A row is the machine's noise)
+# and with it at 100 Hz and 1000 Hz, alternated in one run (REPS repetitions, the order
+# rotating). Every run serves the same number of requests; its process CPU time is
+# compared as the end of this file says. Prints rows "name | value | floor | ok".
 # The agent runs with its default 10 s window: a run is shorter, so the cost of building
 # and writing a window (once per 10 s in production) is not in the ratio; sampling, the
 # Lua hook and walk, allocation sampling and the agent thread's 100 ms drains are.
@@ -35,9 +35,15 @@ agent() { # HZ HOST ARGS...
 
 i=0
 while [ $i -lt "$REPS" ]; do
-    run base "$HOST" -A
-    run hz100 agent 100 "$HOST"
-    run hz1000 agent 1000 "$HOST"
+    # the order rotates with each repetition: no variant always runs first or last
+    for k in 0 1 2 3; do
+        case $(((i + k) % 4)) in
+        0) run base "$HOST" -A ;;
+        1) run hz100 agent 100 "$HOST" ;;
+        2) run hz1000 agent 1000 "$HOST" ;;
+        3) run base2 "$HOST" -A ;;
+        esac
+    done
     rm -rf "$TMP/out"
     i=$((i + 1))
 done
@@ -58,7 +64,15 @@ row() { # name value op floor
     printf '%s | %s | %s %s | %s\n' "$1" "$2" "$3" "$4" "$ok"
 }
 
-base_cpu=$(awk '{ s += $1 } END { printf "%.3f", s / NR }' "$TMP/base")
-printf 'lua.baseline_cpu_s_per_run | %s | (reference) | -\n' "$base_cpu"
-row lua.cpu_100hz_cpu_ratio "$(ratio hz100 base)" "<=" 1.03
-printf 'lua.cpu_1000hz_cpu_ratio | %s | (reported) | -\n' "$(ratio hz1000 base)"
+# Interference from other load only ever adds CPU time (shared cores, caches), so the
+# least CPU time of each variant over the repetitions is its own cost; the gating rows
+# divide those minima. The median of per-repetition ratios is printed for reference.
+min_of() { cat "$@" | awk 'NR == 1 || $1 < m { m = $1 } END { printf "%.4f", m }'; }
+mratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.4f", a / b }'; }
+mb=$(min_of "$TMP/base" "$TMP/base2")
+printf 'lua.baseline_cpu_s_per_run_min | %s | (reference) | -\n' "$mb"
+printf 'lua.noise_a_a_cpu_ratio | %s | (reference) | -\n' "$(mratio "$(min_of "$TMP/base2")" "$(min_of "$TMP/base")")"
+row lua.cpu_100hz_cpu_ratio "$(mratio "$(min_of "$TMP/hz100")" "$mb")" "<=" 1.03
+printf 'lua.cpu_1000hz_cpu_ratio | %s | (reported) | -\n' "$(mratio "$(min_of "$TMP/hz1000")" "$mb")"
+printf 'lua.cpu_100hz_median_ratio | %s | (reference) | -\n' "$(ratio hz100 base)"
+printf 'lua.cpu_1000hz_median_ratio | %s | (reference) | -\n' "$(ratio hz1000 base)"
