@@ -8,12 +8,12 @@
 # and writing a window (once per 10 s in production) is not in the ratio; sampling, the
 # Lua hook and walk, allocation sampling and the agent thread's 100 ms drains are.
 #   bench/lua/run.sh [BUILD_DIR]   (default: build)
-# Environment: REPS (default 9), REQUESTS (default 1500), ARG (default 20: fib(20) ...).
+# Environment: REPS (default 15), REQUESTS (default 1500), ARG (default 20: fib(20) ...).
 set -u
 BUILD=${1:-${BUILD_DIR:-build}}
 HOST=$BUILD/collector/lua/contprof-lua-host
 DIR=$(cd "$(dirname "$0")" && pwd)
-REPS=${REPS:-9}
+REPS=${REPS:-15}
 REQ=${REQUESTS:-1500}
 ARG=${ARG:-20}
 TMP=$(mktemp -d)
