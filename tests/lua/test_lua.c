@@ -327,16 +327,18 @@ TEST(cpu_with_script_hook)
     run_host(args, env, &r);
     pset s;
     load(&s);
-    int busy = 0;
+    int64_t most = 0; /* the most CPU any one window holds */
     for (int i = 0; i < s.n; i++)
-        if (!strcmp(s.f[i].kind, "cpu") && !strcmp(s.f[i].iso, "hooked") &&
-            func_total(s.f[i].p, NULL, 1) > 300000000)
-            busy++;
+        if (!strcmp(s.f[i].kind, "cpu") && !strcmp(s.f[i].iso, "hooked")) {
+            int64_t v = func_total(s.f[i].p, NULL, 1);
+            if (v > most) most = v;
+        }
     int64_t all = sum_kind(&s, "cpu", "hooked", NULL, 1);
     double cpu = total_num(&r, "cpu");
-    printf("windows with > 0.3 s: %d; isolate %.3fs of %.3fs\n", busy, all / 1e9, cpu);
-    CHECK(busy >= 2);
+    printf("busiest window %.3fs; isolate %.3fs of %.3fs\n", most / 1e9, all / 1e9, cpu);
     CHECK((double)all > 0.8 * cpu * 1e9);
+    /* 3.5 s of CPU spread over the 1 s windows it ran in, not all shipped at the end */
+    CHECK((double)most < 0.6 * (double)all);
     pset_free(&s);
     remove_dir();
 }
