@@ -3,12 +3,52 @@
  * thread through cp_kafka_poll. librdkafka's log lines are kept off the host's stderr. */
 #include "kafka.h"
 
+#include <dlfcn.h>
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "error.h"
+
+/* librdkafka (with libssl, libcrypto, libsasl2...) is loaded on first use, on the agent
+ * thread: a program profiled without brokers never maps it, and exec'd children start
+ * faster. */
+#define CP_RK_FUNCS(X)                                                                             \
+    X(rd_kafka_conf_destroy)                                                                       \
+    X(rd_kafka_conf_new) X(rd_kafka_conf_set) X(rd_kafka_conf_set_dr_msg_cb)                       \
+        X(rd_kafka_conf_set_error_cb) X(rd_kafka_conf_set_log_cb) X(rd_kafka_conf_set_opaque)      \
+            X(rd_kafka_destroy) X(rd_kafka_err2str) X(rd_kafka_fatal_error) X(rd_kafka_flush)      \
+                X(rd_kafka_last_error) X(rd_kafka_new) X(rd_kafka_poll) X(rd_kafka_produce)        \
+                    X(rd_kafka_purge) X(rd_kafka_topic_destroy) X(rd_kafka_topic_new)
+
+static struct {
+    int tried, ok;
+#define CP_RK_FIELD(f) __typeof__(&f) f;
+    CP_RK_FUNCS(CP_RK_FIELD)
+#undef CP_RK_FIELD
+} rk;
+
+static int rk_load(char *err, size_t errlen)
+{
+    if (rk.tried) return rk.ok ? 0 : CP_EKAFKA;
+    rk.tried = 1;
+    void *h = dlopen("librdkafka.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) h = dlopen("librdkafka.so", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(err, errlen, "cannot load librdkafka: %s", dlerror());
+        return CP_EKAFKA;
+    }
+#define CP_RK_LOAD(f)                                                                              \
+    if (!(rk.f = (__typeof__(rk.f))dlsym(h, #f))) {                                                \
+        snprintf(err, errlen, "librdkafka lacks %s", #f);                                          \
+        return CP_EKAFKA;                                                                          \
+    }
+    CP_RK_FUNCS(CP_RK_LOAD)
+#undef CP_RK_LOAD
+    rk.ok = 1;
+    return 0;
+}
 
 typedef struct msg {
     uint8_t *value, *key;
@@ -30,11 +70,11 @@ static void quiet_log(const rd_kafka_t *rk, int level, const char *fac, const ch
     (void)rk, (void)level, (void)fac, (void)buf;
 }
 
-static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+static void on_error(rd_kafka_t *h, int err, const char *reason, void *opaque)
 {
     (void)reason;
     cp_kafka *k = opaque;
-    if (err == RD_KAFKA_RESP_ERR__FATAL || rd_kafka_fatal_error(rk, NULL, 0)) k->fatal = 1;
+    if (err == RD_KAFKA_RESP_ERR__FATAL || rk.rd_kafka_fatal_error(h, NULL, 0)) k->fatal = 1;
 }
 
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
@@ -48,12 +88,14 @@ int cp_kafka_create(const char *brokers, const char *topic, int queue, cp_kafka 
                     size_t errlen)
 {
     *out = NULL;
+    int lrc = rk_load(err, errlen);
+    if (lrc) return lrc;
     cp_kafka *k = calloc(1, sizeof(*k));
     if (!k) return CP_ENOMEM;
     snprintf(k->topic, sizeof(k->topic), "%s", topic);
     k->cap = (uint32_t)(queue / 2 > 1 ? queue / 2 : 1);
     k->q = calloc(k->cap, sizeof(msg));
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_t *conf = rk.rd_kafka_conf_new();
     if (!k->q || !conf) goto nomem;
     char qs[32];
     snprintf(qs, sizeof(qs), "%d", queue - (int)k->cap > 1 ? queue - (int)k->cap : 1);
@@ -65,27 +107,27 @@ int cp_kafka_create(const char *brokers, const char *topic, int queue, cp_kafka 
         {"client.id", "contprof-agent"},
     };
     for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
-        if (rd_kafka_conf_set(conf, kv[i][0], kv[i][1], err, errlen) != RD_KAFKA_CONF_OK) {
-            rd_kafka_conf_destroy(conf);
+        if (rk.rd_kafka_conf_set(conf, kv[i][0], kv[i][1], err, errlen) != RD_KAFKA_CONF_OK) {
+            rk.rd_kafka_conf_destroy(conf);
             free(k->q);
             free(k);
             return CP_EKAFKA;
         }
-    rd_kafka_conf_set_log_cb(conf, quiet_log);
-    rd_kafka_conf_set_error_cb(conf, on_error);
-    rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
-    rd_kafka_conf_set_opaque(conf, k);
-    k->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, errlen);
+    rk.rd_kafka_conf_set_log_cb(conf, quiet_log);
+    rk.rd_kafka_conf_set_error_cb(conf, on_error);
+    rk.rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+    rk.rd_kafka_conf_set_opaque(conf, k);
+    k->rk = rk.rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, errlen);
     if (!k->rk) {
-        rd_kafka_conf_destroy(conf);
+        rk.rd_kafka_conf_destroy(conf);
         free(k->q);
         free(k);
         return CP_EKAFKA;
     }
-    k->rkt = rd_kafka_topic_new(k->rk, topic, NULL);
+    k->rkt = rk.rd_kafka_topic_new(k->rk, topic, NULL);
     if (!k->rkt) {
-        snprintf(err, errlen, "topic %s: %s", topic, rd_kafka_err2str(rd_kafka_last_error()));
-        rd_kafka_destroy(k->rk);
+        snprintf(err, errlen, "topic %s: %s", topic, rk.rd_kafka_err2str(rk.rd_kafka_last_error()));
+        rk.rd_kafka_destroy(k->rk);
         free(k->q);
         free(k);
         return CP_EKAFKA;
@@ -93,7 +135,7 @@ int cp_kafka_create(const char *brokers, const char *topic, int queue, cp_kafka 
     *out = k;
     return 0;
 nomem:
-    if (conf) rd_kafka_conf_destroy(conf);
+    if (conf) rk.rd_kafka_conf_destroy(conf);
     free(k->q);
     free(k);
     return CP_ENOMEM;
@@ -103,10 +145,10 @@ static void pump(cp_kafka *k)
 {
     while (k->n > 0) {
         msg *m = &k->q[k->head];
-        int rc = rd_kafka_produce(k->rkt, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_FREE, m->value,
-                                  m->len, m->key, m->klen, NULL);
+        int rc = rk.rd_kafka_produce(k->rkt, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_FREE, m->value,
+                                     m->len, m->key, m->klen, NULL);
         if (rc != 0) {
-            rd_kafka_resp_err_t e = rd_kafka_last_error();
+            rd_kafka_resp_err_t e = rk.rd_kafka_last_error();
             if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL) return; /* keep it for later */
             free(m->value);
             k->dropped++;
@@ -137,7 +179,7 @@ void cp_kafka_send(cp_kafka *k, uint8_t *value, size_t len, uint8_t *key, size_t
 
 void cp_kafka_poll(cp_kafka *k)
 {
-    rd_kafka_poll(k->rk, 0);
+    rk.rd_kafka_poll(k->rk, 0);
     pump(k);
 }
 
@@ -157,16 +199,16 @@ void cp_kafka_destroy(cp_kafka *k, int timeout_ms)
 {
     if (!k) return;
     pump(k);
-    if (timeout_ms > 0) rd_kafka_flush(k->rk, timeout_ms);
-    rd_kafka_purge(k->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-    rd_kafka_poll(k->rk, 0);
+    if (timeout_ms > 0) rk.rd_kafka_flush(k->rk, timeout_ms);
+    rk.rd_kafka_purge(k->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    rk.rd_kafka_poll(k->rk, 0);
     for (uint32_t i = 0; i < k->n; i++) {
         msg *m = &k->q[(k->head + i) % k->cap];
         free(m->value);
         free(m->key);
     }
-    rd_kafka_topic_destroy(k->rkt);
-    rd_kafka_destroy(k->rk);
+    rk.rd_kafka_topic_destroy(k->rkt);
+    rk.rd_kafka_destroy(k->rk);
     free(k->q);
     free(k);
 }

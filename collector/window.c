@@ -129,6 +129,38 @@ static void cpu_clear(void)
 /* ------------------------------------------------------------------------------------
  * Symbols */
 
+/* libdw (with libelf, liblzma, libbz2) is loaded on the agent thread the first time
+ * something is symbolized: programs that exit before their first sample never map it. */
+#define CP_DW_FUNCS(X)                                                                             \
+    X(dwarf_attr)                                                                                  \
+    X(dwarf_attr_integrate) X(dwarf_filesrc) X(dwarf_formstring) X(dwarf_formudata)                \
+        X(dwarf_getscopes) X(dwarf_getsrcfiles) X(dwarf_tag) X(dwfl_addrmodule) X(dwfl_begin)      \
+            X(dwfl_end) X(dwfl_lineinfo) X(dwfl_linux_proc_find_elf) X(dwfl_linux_proc_report)     \
+                X(dwfl_module_addrdie) X(dwfl_module_addrname) X(dwfl_module_getsrc)               \
+                    X(dwfl_report_begin) X(dwfl_report_end) X(dwfl_standard_find_debuginfo)
+
+static struct {
+    int tried, ok;
+#define CP_DW_FIELD(f) __typeof__(&f) f;
+    CP_DW_FUNCS(CP_DW_FIELD)
+#undef CP_DW_FIELD
+} dw;
+
+static int dw_load(void)
+{
+    if (dw.tried) return dw.ok;
+    dw.tried = 1;
+    void *h = dlopen("libdw.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) h = dlopen("libdw.so", RTLD_NOW | RTLD_LOCAL);
+    if (!h) return 0;
+#define CP_DW_LOAD(f)                                                                              \
+    if (!(dw.f = (__typeof__(dw.f))dlsym(h, #f))) return 0;
+    CP_DW_FUNCS(CP_DW_LOAD)
+#undef CP_DW_LOAD
+    dw.ok = 1;
+    return 1;
+}
+
 typedef struct sym_line {
     char *name, *file;
     char *mangled; /* the symbol's own name when name was demangled, else NULL */
@@ -197,7 +229,6 @@ static void sym_free(sym *s)
 
 static char *dwfl_debuginfo_path;
 static Dwfl_Callbacks dwfl_cbs = {
-    .find_elf = dwfl_linux_proc_find_elf,
     .find_debuginfo = own_debuginfo_only,
     .debuginfo_path = &dwfl_debuginfo_path,
 };
@@ -210,24 +241,26 @@ static void syms_clear(void)
         }
         free(syms.tab);
     }
-    if (syms.dwfl) dwfl_end(syms.dwfl);
+    if (syms.dwfl) dw.dwfl_end(syms.dwfl);
     memset(&syms, 0, sizeof(syms));
 }
 
 static void syms_refresh(const cp_modules *mods)
 {
     if (atomic_load(&cp_agent_oom)) return; /* see symbolize */
+    if (!dw_load()) return;                 /* names stay addresses */
     if (syms.dwfl && mods && mods->adds == syms.adds && mods->subs == syms.subs) return;
-    if (syms.dwfl) dwfl_end(syms.dwfl);
+    if (syms.dwfl) dw.dwfl_end(syms.dwfl);
     const char *di = getenv("CONTPROF_DEBUGINFO");
+    dwfl_cbs.find_elf = dw.dwfl_linux_proc_find_elf;
     dwfl_cbs.find_debuginfo =
-        di && strcmp(di, "1") == 0 ? dwfl_standard_find_debuginfo : own_debuginfo_only;
-    syms.dwfl = dwfl_begin(&dwfl_cbs);
+        di && strcmp(di, "1") == 0 ? dw.dwfl_standard_find_debuginfo : own_debuginfo_only;
+    syms.dwfl = dw.dwfl_begin(&dwfl_cbs);
     if (syms.dwfl) {
-        dwfl_report_begin(syms.dwfl);
-        if (dwfl_linux_proc_report(syms.dwfl, getpid()) != 0 ||
-            dwfl_report_end(syms.dwfl, NULL, NULL) != 0) {
-            dwfl_end(syms.dwfl);
+        dw.dwfl_report_begin(syms.dwfl);
+        if (dw.dwfl_linux_proc_report(syms.dwfl, getpid()) != 0 ||
+            dw.dwfl_report_end(syms.dwfl, NULL, NULL) != 0) {
+            dw.dwfl_end(syms.dwfl);
             syms.dwfl = NULL;
         }
     }
@@ -264,7 +297,7 @@ static void set_name(const char *raw, char **name, char **mangled)
 static const char *die_string(Dwarf_Die *die, int at)
 {
     Dwarf_Attribute a;
-    return dwarf_attr_integrate(die, at, &a) ? dwarf_formstring(&a) : NULL;
+    return dw.dwarf_attr_integrate(die, at, &a) ? dw.dwarf_formstring(&a) : NULL;
 }
 
 /* Fills s->inl from the DWARF scopes at pc; on return *file and *line are where the
@@ -272,18 +305,18 @@ static const char *die_string(Dwarf_Die *die, int at)
 static void inline_frames(Dwfl_Module *m, uint64_t pc, sym *s, const char **file, int *line)
 {
     Dwarf_Addr bias = 0;
-    Dwarf_Die *cu = dwfl_module_addrdie(m, pc, &bias);
+    Dwarf_Die *cu = dw.dwfl_module_addrdie(m, pc, &bias);
     if (!cu) return;
     Dwarf_Die *scopes = NULL;
-    int n = dwarf_getscopes(cu, pc - bias, &scopes);
+    int n = dw.dwarf_getscopes(cu, pc - bias, &scopes);
     if (n <= 0) return;
     Dwarf_Files *files = NULL;
     size_t nfiles = 0;
-    if (dwarf_getsrcfiles(cu, &files, &nfiles) != 0) files = NULL;
+    if (dw.dwarf_getsrcfiles(cu, &files, &nfiles) != 0) files = NULL;
     sym_line tmp[SYM_MAX_INLINE];
     uint32_t k = 0;
     for (int i = 0; i < n; i++) {
-        int tag = dwarf_tag(&scopes[i]);
+        int tag = dw.dwarf_tag(&scopes[i]);
         if (tag == DW_TAG_subprogram) break;
         if (tag != DW_TAG_inlined_subroutine) continue;
         const char *raw = die_string(&scopes[i], DW_AT_linkage_name);
@@ -301,9 +334,9 @@ static void inline_frames(Dwfl_Module *m, uint64_t pc, sym *s, const char **file
         Dwarf_Attribute a;
         Dwarf_Word cf = 0, cl = 0;
         const char *cfile = NULL;
-        if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_file, &a), &cf) == 0 && files)
-            cfile = dwarf_filesrc(files, cf, NULL, NULL);
-        if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_line, &a), &cl) != 0) cl = 0;
+        if (dw.dwarf_formudata(dw.dwarf_attr(&scopes[i], DW_AT_call_file, &a), &cf) == 0 && files)
+            cfile = dw.dwarf_filesrc(files, cf, NULL, NULL);
+        if (dw.dwarf_formudata(dw.dwarf_attr(&scopes[i], DW_AT_call_line, &a), &cl) != 0) cl = 0;
         *file = cfile;
         *line = (int)cl;
     }
@@ -327,7 +360,7 @@ static const sym *symbolize(uint64_t pc)
     static sym none;
     if (atomic_load(&cp_agent_oom)) {
         /* out of memory once: libdw is not used again (addresses and build ids remain) */
-        if (syms.dwfl) dwfl_end(syms.dwfl);
+        if (syms.dwfl) dw.dwfl_end(syms.dwfl);
         syms.dwfl = NULL;
     }
     if (!syms.tab) {
@@ -351,14 +384,14 @@ static const sym *symbolize(uint64_t pc)
     sym *s = &syms.tab[i];
     s->pc = pc;
     syms.n++;
-    Dwfl_Module *m = syms.dwfl ? dwfl_addrmodule(syms.dwfl, pc) : NULL;
+    Dwfl_Module *m = syms.dwfl ? dw.dwfl_addrmodule(syms.dwfl, pc) : NULL;
     if (m) {
-        const char *name = dwfl_module_addrname(m, pc);
+        const char *name = dw.dwfl_module_addrname(m, pc);
         if (name) set_name(name, &s->name, &s->mangled);
-        Dwfl_Line *l = dwfl_module_getsrc(m, pc);
+        Dwfl_Line *l = dw.dwfl_module_getsrc(m, pc);
         if (l) {
             int line = 0;
-            const char *file = dwfl_lineinfo(l, NULL, &line, NULL, NULL, NULL);
+            const char *file = dw.dwfl_lineinfo(l, NULL, &line, NULL, NULL, NULL);
             if (file) {
                 if (s->name) inline_frames(m, pc, s, &file, &line);
                 if (file) s->file = strdup(file);
@@ -709,7 +742,6 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
 {
     cp_modules_refresh(0);
     const cp_modules *mods = cp_modules_current();
-    syms_refresh(mods);
 
     /* Copied into memory allocated before taking the sampler's lock. */
     bucket_copy bc = {0};
@@ -728,6 +760,7 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
         iso_add(&isos, &k);
     }
 
+    if (isos.n) syms_refresh(mods); /* loads libdw the first time there is something */
     int rc = 0;
     for (uint32_t ii = 0; ii < isos.n; ii++) {
         const iso_key *k = &isos.k[ii];
