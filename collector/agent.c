@@ -138,6 +138,10 @@ CONTPROF_EXTERN contprof_isolate *contprof_isolate_create(const char *name, cons
         iso->labels = labels ? strdup(labels) : NULL;
         atomic_store(&iso->walker, NULL);
         atomic_store(&iso->walker_arg, NULL);
+        atomic_store(&iso->request, NULL);
+        atomic_store(&iso->request_arg, NULL);
+        atomic_store(&iso->code_lo, 0);
+        atomic_store(&iso->code_hi, 0);
         if (!iso->name || (labels && !iso->labels)) {
             free(iso->name);
             free(iso->labels);
@@ -158,6 +162,7 @@ CONTPROF_EXTERN void contprof_isolate_destroy(contprof_isolate *iso)
 {
     if (!iso) return;
     atomic_store(&iso->walker, NULL);
+    atomic_store(&iso->request, NULL);
     atomic_store(&iso->state, CP_ISO_DYING); /* freed by the agent after its last window */
 }
 
@@ -185,6 +190,61 @@ CONTPROF_EXTERN void contprof_isolate_set_walker(contprof_isolate *iso, contprof
     atomic_store(&iso->walker, NULL);
     atomic_store(&iso->walker_arg, arg);
     atomic_store(&iso->walker, fn);
+}
+
+CONTPROF_EXTERN void contprof_isolate_set_request(contprof_isolate *iso,
+                                                  contprof_safepoint_request fn, void *arg)
+{
+    if (!iso) return;
+    atomic_store(&iso->request, NULL);
+    atomic_store(&iso->request_arg, arg);
+    atomic_store(&iso->request, fn);
+}
+
+int cp_lang_ids(const contprof_frame *fr, int n, uint64_t *ids)
+{
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        uint32_t id;
+        if (fr[i].function && cp_lang_intern(&fr[i], &id) == 0) ids[m++] = CP_LANG_TAG | id;
+    }
+    return m;
+}
+
+CONTPROF_EXTERN void contprof_isolate_set_runtime_code(contprof_isolate *iso, uintptr_t lo,
+                                                       uintptr_t hi)
+{
+    if (!iso) return;
+    atomic_store(&iso->code_hi, 0);
+    atomic_store(&iso->code_lo, lo);
+    atomic_store(&iso->code_hi, lo < hi ? hi : 0);
+}
+
+uint32_t cp_lang_join(uint32_t iso, uint64_t *pcs, uint32_t n, const uint64_t *ids, uint32_t m)
+{
+    uintptr_t lo = 0, hi = 0;
+    if (iso && iso <= CP_MAX_ISOLATES) {
+        hi = atomic_load(&cp_isolates[iso - 1].code_hi);
+        lo = atomic_load(&cp_isolates[iso - 1].code_lo);
+    }
+    uint32_t first = n, last = n; /* innermost and outermost frames in the runtime */
+    if (lo < hi && m > 0)
+        for (uint32_t i = 0; i < n; i++)
+            if (pcs[i] >= lo && pcs[i] < hi) {
+                if (first == n) first = i;
+                last = i;
+            }
+    uint64_t out[CP_MAX_FRAMES];
+    uint32_t k = 0;
+    if (first == n) first = last = 0; /* not through the runtime: all native below */
+    for (uint32_t i = 0; i < first && k < CP_MAX_FRAMES; i++)
+        out[k++] = pcs[i];
+    for (uint32_t i = 0; i < m && k < CP_MAX_FRAMES; i++)
+        out[k++] = ids[i];
+    for (uint32_t i = last; i < n && k < CP_MAX_FRAMES; i++)
+        out[k++] = pcs[i];
+    memcpy(pcs, out, k * sizeof(uint64_t));
+    return k;
 }
 
 static void isolates_reap(void)

@@ -310,6 +310,113 @@ __attribute__((noinline)) static void sample_slow(void *p, size_t n)
     cp_in_agent = 0;
 }
 
+/* ------------------------------------------------------------------------------------
+ * Runtime allocators (contprof.h): blocks a runtime reports itself */
+
+/* Records sampled runtime block p with frames from the walker; the native stack starts at
+ * the caller of contprof_alloc_through. */
+__attribute__((noinline)) static void record_runtime(void *p, size_t n, int64_t rate,
+                                                     const uint64_t *ids, uint32_t m)
+{
+    cp_thread *t = cp_self ? cp_self : cp_thread_register_self();
+    uint64_t pcs[CP_MAX_FRAMES];
+    /* frames to skip: record_runtime, through_sampled, contprof_alloc_through (when it
+     * tail-calls through_sampled, the runtime's allocator function goes instead: the stack
+     * then starts in the runtime, whose frames the language frames replace) */
+    int nf =
+        t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, 3, &t->ucache_alloc) : 0;
+    uint32_t iso = 0;
+    char thread[16] = "";
+    if (t) {
+        unsigned d = atomic_load(&t->iso_depth);
+        if (d) iso = t->iso_stack[(d > 16 ? 16 : d) - 1];
+        if (!iso) memcpy(thread, t->name, sizeof(thread));
+    }
+    nf = (int)cp_lang_join(iso, pcs, (uint32_t)nf, ids, m);
+    double w = 1.0 / (1.0 - exp(-(double)n / (double)rate));
+    pthread_mutex_lock(&g_lock);
+    uint32_t b = bucket_find(iso, thread, pcs, (uint32_t)nf);
+    if (b == UINT32_MAX) {
+        atomic_fetch_add(&cp_alloc_dropped, 1);
+    } else {
+        S->buckets[b].alloc_objects += w;
+        S->buckets[b].alloc_bytes += w * (double)n;
+        live_insert((uintptr_t)p, b, w, n);
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* The countdown ran out: decide as sample_slow does, walk, call, record. */
+__attribute__((noinline, cold)) static void *through_sampled(contprof_realloc_fn fn, void *ud,
+                                                             void *ptr, size_t osize, size_t nsize,
+                                                             contprof_walker walker,
+                                                             void *walker_arg)
+{
+    int64_t rate = atomic_load_explicit(&g_rate, memory_order_relaxed);
+    int sample = 0;
+    if (rate <= 0) {
+        t_until = (int64_t)64 << 20; /* as sample_slow: look again later */
+    } else if (cp_in_agent || cp_agent_thread) {
+        t_until = (int64_t)draw(rate);
+    } else if (!t_init) {
+        t_init = 1;
+        t_until = (int64_t)draw(rate) - (int64_t)nsize;
+        sample = t_until <= 0;
+        if (sample) t_until = (int64_t)draw(rate);
+    } else {
+        t_until = (int64_t)draw(rate);
+        sample = S != NULL;
+    }
+    uint64_t ids[32];
+    uint32_t m = 0;
+    if (sample) {
+        cp_in_agent = 1; /* the walker's and interning's allocations are not sampled */
+        if (walker) {
+            contprof_frame fr[32];
+            int k = walker(walker_arg, fr, 32);
+            if (k > 32) k = 32;
+            if (k > 0) m = (uint32_t)cp_lang_ids(fr, k, ids);
+        }
+        cp_in_agent = 0;
+    }
+    int64_t saved = t_until;
+    t_until = INT64_MAX / 2;
+    void *r = fn(ud, ptr, osize, nsize);
+    t_until = saved;
+    if (sample && r) {
+        cp_in_agent = 1;
+        record_runtime(r, nsize, rate, ids, m);
+        cp_in_agent = 0;
+    }
+    return r;
+}
+
+__attribute__((noinline, cold)) static void forget_sampled(void *p)
+{
+    pthread_mutex_lock(&g_lock);
+    live_remove((uintptr_t)p, NULL);
+    pthread_mutex_unlock(&g_lock);
+}
+
+CONTPROF_EXTERN void *contprof_alloc_through(contprof_realloc_fn fn, void *ud, void *ptr,
+                                             size_t osize, size_t nsize, contprof_walker walker,
+                                             void *walker_arg)
+{
+    /* A sampled block leaves the table before the allocator can hand it out again. */
+    if (ptr && __builtin_expect(atomic_load_explicit(&filter[filter_idx((uintptr_t)ptr)],
+                                                     memory_order_relaxed) != 0,
+                                0))
+        forget_sampled(ptr);
+    int64_t left = t_until - (int64_t)nsize;
+    if (__builtin_expect(nsize != 0 && left <= 0, 0))
+        return through_sampled(fn, ud, ptr, osize, nsize, walker, walker_arg);
+    /* the malloc family underneath does not count these bytes again */
+    t_until = INT64_MAX / 2;
+    void *r = fn(ud, ptr, osize, nsize);
+    t_until = left;
+    return r;
+}
+
 static inline void on_alloc(void *p, size_t n)
 {
     if (__builtin_expect(!p, 0)) return;

@@ -126,12 +126,21 @@ struct contprof_isolate {
     char *name, *labels;
     _Atomic(contprof_walker) walker;
     void *_Atomic walker_arg;
+    _Atomic(contprof_safepoint_request) request;
+    void *_Atomic request_arg;
+    _Atomic uintptr_t code_lo, code_hi; /* the runtime's native code, or 0, 0 */
 };
 extern struct contprof_isolate cp_isolates[CP_MAX_ISOLATES];
 
 /* Language frames interned by the safepoint: id -> function/file/line. */
 int cp_lang_intern(const contprof_frame *f, uint32_t *id);
 int cp_lang_get(uint32_t id, const char **function, const char **file, int64_t *line);
+/* Interns frames (innermost first) and writes their tagged ids to ids; returns how many. */
+int cp_lang_ids(const contprof_frame *fr, int n, uint64_t *ids);
+/* Joins m language frame ids into the native stack pcs[0..n) (leaf first, capacity
+ * CP_MAX_FRAMES) as contprof_isolate_set_runtime_code says for isolate iso (0: on top).
+ * Returns the new number of frames. */
+uint32_t cp_lang_join(uint32_t iso, uint64_t *pcs, uint32_t n, const uint64_t *ids, uint32_t m);
 
 /* ------------------------------------------------------------------------------------
  * Allocation sampling (alloc.c) */

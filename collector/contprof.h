@@ -95,6 +95,44 @@ CONTPROF_EXTERN void contprof_isolate_set_walker(contprof_isolate *iso, contprof
  * otherwise. Never from a signal handler. */
 CONTPROF_EXTERN void contprof_safepoint(void);
 
+/* Optional: asks a runtime for a safe point soon. Called from the signal handler, on the
+ * sampled thread, each time a sample of iso starts (or keeps) waiting for language frames;
+ * it must be async-signal-safe (Lua's lua_sethook is). Without it the sample waits for the
+ * runtime's next contprof_safepoint call. CPU time of signals that arrive while a sample
+ * is waiting is added to that sample's weight, so waiting does not bias totals. */
+typedef void (*contprof_safepoint_request)(void *arg);
+
+/* Registers (or with NULL, removes) the safe-point request of iso. */
+CONTPROF_EXTERN void contprof_isolate_set_request(contprof_isolate *iso,
+                                                  contprof_safepoint_request fn, void *arg);
+
+/* Optional: the runtime's own native code (e.g. the text of liblua). Where a native stack
+ * passes through it, its language frames replace the native frames from the innermost to
+ * just above the outermost frame in [lo, hi): native code the runtime called stays on top,
+ * the runtime's entry point (e.g. lua_pcallk) and its callers stay below. Without it the
+ * language frames go on top of the whole native stack. */
+CONTPROF_EXTERN void contprof_isolate_set_runtime_code(contprof_isolate *iso, uintptr_t lo,
+                                                       uintptr_t hi);
+
+/* --- runtime allocators ---------------------------------------------------------------
+ * A runtime with its own allocator hook (Lua's lua_Alloc) routes each call through the
+ * agent, so that its blocks are sampled like malloc's, carry language frames, and are
+ * matched on free whichever allocator is underneath. */
+
+/* An allocator in lua_Alloc's shape: ptr NULL = new block, nsize 0 = free ptr. */
+typedef void *(*contprof_realloc_fn)(void *ud, void *ptr, size_t osize, size_t nsize);
+
+/* Returns fn(ud, ptr, osize, nsize), with the malloc family's sampling paused during the
+ * call (nothing counts twice). A freed or moved ptr leaves the inuse profile first. The
+ * nsize bytes of a new block count toward the thread's next sample (same byte-based
+ * sampling and weights as malloc); a sampled block is recorded for the current isolate
+ * with the caller's native stack under the language frames that walker (may be NULL)
+ * writes, called before fn while the runtime's own state is still as it was. One call,
+ * no lock unless sampled or ptr may be a sampled block. */
+CONTPROF_EXTERN void *contprof_alloc_through(contprof_realloc_fn fn, void *ud, void *ptr,
+                                             size_t osize, size_t nsize, contprof_walker walker,
+                                             void *walker_arg);
+
 #ifdef __cplusplus
 }
 #endif

@@ -106,6 +106,8 @@ static uint64_t perf_consume(void *ring)
     return n;
 }
 
+#define CP_PEND_MAX_WEIGHT 256
+
 static void handler(int sig, siginfo_t *si, void *ucv)
 {
     (void)sig;
@@ -149,6 +151,14 @@ static void handler(int sig, siginfo_t *si, void *ucv)
         /* Language frames are added at the next safe point; a sample still waiting
          * from before goes out without them. */
         if (atomic_load_explicit(&t->pending, memory_order_relaxed)) {
+            if (t->pend.isolate == iso && t->pend.weight < CP_PEND_MAX_WEIGHT) {
+                /* Still waiting for the safe point: this period of CPU time goes to the
+                 * same sample, whose language frames the safe point will supply. (A
+                 * runtime that never reaches one still ships its CPU time, without
+                 * language frames, every CP_PEND_MAX_WEIGHT periods.) */
+                t->pend.weight += weight;
+                goto request;
+            }
             ring_push(t, &t->pend);
             atomic_store_explicit(&t->pending, 0, memory_order_relaxed);
         }
@@ -157,6 +167,10 @@ static void handler(int sig, siginfo_t *si, void *ucv)
         t->pend.nframes = (uint32_t)cp_unwind(&r, t->stack_lo, t->stack_hi, t->pend.pcs,
                                               CP_MAX_FRAMES, &t->ucache_sig);
         atomic_store_explicit(&t->pending, 1, memory_order_release);
+    request:;
+        contprof_safepoint_request rq =
+            atomic_load_explicit(&cp_isolates[iso - 1].request, memory_order_acquire);
+        if (rq) rq(atomic_load_explicit(&cp_isolates[iso - 1].request_arg, memory_order_relaxed));
         goto out;
     }
 
@@ -633,21 +647,19 @@ CONTPROF_EXTERN void contprof_safepoint(void)
         contprof_walker fn =
             iso && iso <= CP_MAX_ISOLATES ? atomic_load(&cp_isolates[iso - 1].walker) : NULL;
         if (fn) {
+            /* the walker and the interning are the agent's work: not sampled */
+            int saved_in_agent = cp_in_agent;
+            cp_in_agent = 1;
             contprof_frame fr[32];
             int k = fn(atomic_load(&cp_isolates[iso - 1].walker_arg), fr, 32);
             if (k > 32) k = 32;
+            if (k < 0) k = 0;
             uint64_t ids[32];
-            int m = 0;
-            for (int i = 0; i < k; i++) {
-                uint32_t id;
-                if (fr[i].function && cp_lang_intern(&fr[i], &id) == 0) ids[m++] = CP_LANG_TAG | id;
-            }
-            /* language frames go on top (leaf side) of the native stack */
-            uint32_t keep = r->nframes;
-            if (keep + (uint32_t)m > CP_MAX_FRAMES) keep = CP_MAX_FRAMES - (uint32_t)m;
-            memmove(r->pcs + m, r->pcs, keep * sizeof(uint64_t));
-            memcpy(r->pcs, ids, (size_t)m * sizeof(uint64_t));
-            r->nframes = keep + (uint32_t)m;
+            int m = cp_lang_ids(fr, k, ids);
+            /* language frames go on top (leaf side) of the native stack, or in place of
+             * the runtime's own frames */
+            r->nframes = cp_lang_join(iso, r->pcs, r->nframes, ids, (uint32_t)m);
+            cp_in_agent = saved_in_agent;
         }
         ring_push(t, r);
         atomic_store(&t->pending, 0);

@@ -1,0 +1,18 @@
+-- Two functions burning CPU 3:1 per request: burn_a for 3*n microseconds of CPU time,
+-- burn_b for n (run with one worker thread: os.clock is the process's CPU time).
+local function spin(us)
+  local x, stop = 0, os.clock() + us / 1e6
+  repeat
+    for i = 1, 1000 do x = (x * 31 + i) % 1000003 end
+  until os.clock() >= stop
+  return x
+end
+
+-- no tail calls: Lua drops the frame of a function that ends in one
+function burn_a(n) local r = spin(3 * n); return r end
+function burn_b(n) local r = spin(n); return r end
+
+function handle(n)
+  local r = burn_a(n) + burn_b(n)
+  return r
+end
