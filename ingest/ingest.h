@@ -28,6 +28,8 @@ typedef struct cp_ingest_options {
     const cp_pprof_limits *limits; /* pprof decoding limits; NULL = defaults */
     uint32_t maintain_every_ms;    /* retention step period; 0 = 10000 */
     uint32_t maintain_max_keys;    /* blocks deleted per step; 0 = 20000 */
+    uint32_t decode_threads;       /* threads decoding pprof, this one included;
+                                      0 = one per CPU, at most 4 */
 } cp_ingest_options;
 
 /* Why a message went to the dead-letter topic (the "contprof-reason" header). */
