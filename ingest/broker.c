@@ -63,6 +63,15 @@ const char *cp_broker_bootstraps(const cp_broker *b)
     return b->bootstraps;
 }
 
+int cp_broker_set_up(cp_broker *b, int broker_id, int up, cp_err *err)
+{
+    rd_kafka_resp_err_t e = up ? rd_kafka_mock_broker_set_up(b->mc, broker_id)
+                               : rd_kafka_mock_broker_set_down(b->mc, broker_id);
+    if (e)
+        return cp_err_set(err, CP_EKAFKA, "embedded broker %d: %s", broker_id, rd_kafka_err2str(e));
+    return 0;
+}
+
 void cp_broker_destroy(cp_broker *b)
 {
     if (!b) return;

@@ -25,6 +25,10 @@ int cp_broker_create(const cp_broker_options *opt, cp_broker **out, cp_err *err)
 /* The bootstrap list ("127.0.0.1:port,..."), valid until cp_broker_destroy. */
 const char *cp_broker_bootstraps(const cp_broker *b);
 
+/* Fault injection for tests: takes mock broker broker_id (1..brokers) down (up = 0) or
+ * back up (up = 1). Connections to it fail meanwhile; its data is kept. */
+int cp_broker_set_up(cp_broker *b, int broker_id, int up, cp_err *err);
+
 /* Stops the cluster; everything in it is gone. NULL is fine. */
 void cp_broker_destroy(cp_broker *b);
 

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAX_PARTITIONS 65536
 
@@ -24,14 +25,33 @@ typedef struct part {
     int ours;     /* next was set by this process (it belongs to the broker's current log) */
 } part;
 
+typedef struct slot {
+    rd_kafka_message_t *m;
+    int todo; /* passed the offset checks */
+    int rc_env, rc_prof;
+    cp_envelope env;
+    cp_profile *prof;
+    cp_err err;
+} slot;
+
 struct cp_ingest {
     cp_ingest_options o;
     cp_pprof_limits limits;
     char *topic, *dlq_topic, *brokers;
     cp_store *store;
     cp_store_batch *batch;
-    cp_pprof_decoder *dec; /* reused for every message: no allocation once warm */
-    cp_profile *prof;
+    /* decoding: up to chunk_max messages are polled, decoded by nthreads threads (this
+     * one included; one reusable decoder each), then stored in order by this thread */
+    uint32_t nthreads, chunk_max, nslots;
+    cp_pprof_decoder **decs;
+    slot *slots;
+    pthread_t *workers;
+    uint32_t nworkers;
+    pthread_mutex_t wmu;
+    pthread_cond_t wgo, wdone;
+    uint64_t gen;
+    uint32_t ndone;
+    int wquit;
     rd_kafka_t *rk;  /* consumer */
     rd_kafka_t *dlq; /* producer for the dead-letter topic */
     int cooperative;
@@ -235,20 +255,67 @@ static int dlq_reason_of(int rc, int stage)
     return CP_DLQ_REJECTED;
 }
 
-static void handle(cp_ingest *in, rd_kafka_message_t *m)
+/* Counts m and decides whether it is to be stored: not below the stored offset, and its
+ * partition still ours (a rebalance may run while a chunk is being polled). */
+static int admit(cp_ingest *in, rd_kafka_message_t *m)
 {
-    const char *topic = rd_kafka_topic_name(m->rkt);
     part *p = part_get(in, m->partition);
     pthread_mutex_lock(&in->mu);
     in->st.messages++;
     in->st.bytes += m->len;
+    int skip = !p || !p->assigned || (p->next >= 0 && m->offset < p->next);
+    if (skip) in->st.skipped++;
     pthread_mutex_unlock(&in->mu);
-    if (!p || (p->next >= 0 && m->offset < p->next)) {
-        pthread_mutex_lock(&in->mu);
-        in->st.skipped++;
-        pthread_mutex_unlock(&in->mu);
-        return;
+    return !skip;
+}
+
+static void decode_slot(cp_ingest *in, slot *sl, cp_pprof_decoder *dec)
+{
+    sl->err.code = 0;
+    sl->err.msg[0] = 0;
+    sl->rc_prof = 0;
+    sl->rc_env =
+        cp_envelope_decode(sl->m->payload, sl->m->len, in->o.max_message_bytes, &sl->env, &sl->err);
+    if (!sl->rc_env)
+        sl->rc_prof =
+            cp_pprof_decoder_decode(dec, sl->env.pprof, sl->env.pprof_len, sl->prof, &sl->err);
+}
+
+static void decode_share(cp_ingest *in, uint32_t tid)
+{
+    for (uint32_t i = tid; i < in->nslots; i += in->nthreads)
+        if (in->slots[i].todo) decode_slot(in, &in->slots[i], in->decs[tid]);
+}
+
+static void *worker(void *arg)
+{
+    cp_ingest *in = ((void **)arg)[0];
+    uint32_t tid = (uint32_t)(uintptr_t)((void **)arg)[1];
+    free(arg);
+    uint64_t seen = 0;
+    pthread_mutex_lock(&in->wmu);
+    for (;;) {
+        while (in->gen == seen && !in->wquit)
+            pthread_cond_wait(&in->wgo, &in->wmu);
+        if (in->wquit) break;
+        seen = in->gen;
+        pthread_mutex_unlock(&in->wmu);
+        decode_share(in, tid);
+        pthread_mutex_lock(&in->wmu);
+        in->ndone++;
+        pthread_cond_signal(&in->wdone);
     }
+    pthread_mutex_unlock(&in->wmu);
+    return NULL;
+}
+
+/* Stores one decoded message (or sends it to the DLQ) and moves its partition's offset.
+ * Returns -1 when the ingest failed (the offset does not move). */
+static int apply(cp_ingest *in, slot *sl)
+{
+    rd_kafka_message_t *m = sl->m;
+    const char *topic = rd_kafka_topic_name(m->rkt);
+    part *p = part_get(in, m->partition);
     if (p->next >= 0 && m->offset > p->next) {
         cp_log_warn("ingest: %s [%d]: offsets %lld..%lld are gone from the broker (lost)", topic,
                     m->partition, (long long)p->next, (long long)m->offset - 1);
@@ -256,16 +323,14 @@ static void handle(cp_ingest *in, rd_kafka_message_t *m)
         in->st.gap += (uint64_t)(m->offset - p->next);
         pthread_mutex_unlock(&in->mu);
     }
-    cp_envelope env;
-    cp_profile *prof = in->prof;
-    cp_err err = {0};
-    int rc = cp_envelope_decode(m->payload, m->len, in->o.max_message_bytes, &env, &err);
-    if (rc) {
-        to_dlq(in, m, dlq_reason_of(rc, 0), err.msg);
-    } else if ((rc = cp_pprof_decoder_decode(in->dec, env.pprof, env.pprof_len, prof, &err))) {
-        to_dlq(in, m, dlq_reason_of(rc, 1), err.msg);
+    int rc = 0;
+    if (sl->rc_env) {
+        to_dlq(in, m, dlq_reason_of(sl->rc_env, 0), sl->err.msg);
+    } else if (sl->rc_prof) {
+        to_dlq(in, m, dlq_reason_of(sl->rc_prof, 1), sl->err.msg);
     } else {
-        rc = cp_store_batch_add(in->batch, &env, prof, m->partition, &err);
+        cp_err err = {0};
+        rc = cp_store_batch_add(in->batch, &sl->env, sl->prof, m->partition, &err);
         if (rc == CP_STORE_DUPLICATE) {
             pthread_mutex_lock(&in->mu);
             in->st.duplicates++;
@@ -277,15 +342,50 @@ static void handle(cp_ingest *in, rd_kafka_message_t *m)
             snprintf(msg, sizeof msg, "%s [%d] offset %lld: %s", topic, m->partition,
                      (long long)m->offset, err.msg);
             fail(in, msg);
-            cp_envelope_close(&env);
-            return; /* the offset does not move */
+            return -1;
         }
     }
-    cp_envelope_close(&env);
     p->next = m->offset + 1;
     p->ours = 1;
     cp_store_batch_set_offset(in->batch, topic, m->partition, p->next);
     if (!in->pending++) in->batch_start = mono_ns();
+    return 0;
+}
+
+/* Admits, decodes (in parallel) and stores the polled chunk, in order. */
+static void process_chunk(cp_ingest *in)
+{
+    uint32_t todo = 0;
+    for (uint32_t i = 0; i < in->nslots; i++) {
+        slot *sl = &in->slots[i];
+        sl->todo = admit(in, sl->m);
+        memset(&sl->env, 0, sizeof sl->env);
+        todo += sl->todo;
+    }
+    if (todo > 1 && in->nworkers) {
+        pthread_mutex_lock(&in->wmu);
+        in->gen++;
+        in->ndone = 0;
+        pthread_cond_broadcast(&in->wgo);
+        pthread_mutex_unlock(&in->wmu);
+        decode_share(in, 0);
+        pthread_mutex_lock(&in->wmu);
+        while (in->ndone < in->nworkers)
+            pthread_cond_wait(&in->wdone, &in->wmu);
+        pthread_mutex_unlock(&in->wmu);
+    } else {
+        for (uint32_t i = 0; i < in->nslots; i++)
+            if (in->slots[i].todo) decode_slot(in, &in->slots[i], in->decs[0]);
+    }
+    int failed = 0;
+    for (uint32_t i = 0; i < in->nslots; i++) {
+        slot *sl = &in->slots[i];
+        if (sl->todo && !failed) failed = apply(in, sl) < 0;
+        cp_envelope_close(&sl->env);
+        rd_kafka_message_destroy(sl->m);
+        sl->m = NULL;
+    }
+    in->nslots = 0;
 }
 
 static void update_lag(cp_ingest *in)
@@ -327,14 +427,19 @@ static void *run(void *arg)
             if (timeout > 100) timeout = 100;
         }
         rd_kafka_message_t *m = rd_kafka_consumer_poll(in->rk, timeout);
-        if (m) {
+        while (m) {
             if (!m->err) {
-                handle(in, m);
-            } else if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-                cp_log_warn("ingest: consumer: %s", rd_kafka_message_errstr(m));
+                in->slots[in->nslots++].m = m;
+            } else {
+                if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+                    cp_log_warn("ingest: consumer: %s", rd_kafka_message_errstr(m));
+                rd_kafka_message_destroy(m);
             }
-            rd_kafka_message_destroy(m);
+            if (in->nslots >= in->chunk_max) break;
+            m = rd_kafka_consumer_poll(in->rk, 0);
         }
+        if (in->nslots) process_chunk(in);
+        if (in->st.failed) break;
         if (atomic_load(&in->stop) && !in->pending) break;
         int64_t now = mono_ns();
         if (in->pending &&
@@ -400,12 +505,57 @@ int cp_ingest_create(const cp_ingest_options *opt, cp_store *store, cp_ingest **
     in->dlq_topic = strdup(opt->dlq_topic ? opt->dlq_topic : CP_TOPIC_DLQ);
     in->brokers = strdup(opt->brokers);
     in->batch = cp_store_batch_create(store);
-    in->dec = cp_pprof_decoder_create(&in->limits);
-    in->prof = cp_profile_create();
     int rc;
-    if (!in->topic || !in->dlq_topic || !in->brokers || !in->batch || !in->dec || !in->prof) {
+    if (!in->topic || !in->dlq_topic || !in->brokers || !in->batch) {
         rc = cp_err_set(err, CP_ENOMEM, "ingest");
         goto fail;
+    }
+    /* decoding threads */
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    in->nthreads = opt->decode_threads ? opt->decode_threads
+                                       : (uint32_t)(ncpu < 1   ? 1
+                                                    : ncpu > 4 ? 4
+                                                               : ncpu);
+    if (in->nthreads > 16) in->nthreads = 16;
+    in->chunk_max = 8 * in->nthreads;
+    in->decs = calloc(in->nthreads, sizeof *in->decs);
+    in->slots = calloc(in->chunk_max, sizeof *in->slots);
+    if (!in->decs || !in->slots) {
+        rc = cp_err_set(err, CP_ENOMEM, "ingest");
+        goto fail;
+    }
+    for (uint32_t i = 0; i < in->nthreads; i++)
+        if (!(in->decs[i] = cp_pprof_decoder_create(&in->limits))) {
+            rc = cp_err_set(err, CP_ENOMEM, "ingest");
+            goto fail;
+        }
+    for (uint32_t i = 0; i < in->chunk_max; i++)
+        if (!(in->slots[i].prof = cp_profile_create())) {
+            rc = cp_err_set(err, CP_ENOMEM, "ingest");
+            goto fail;
+        }
+    pthread_mutex_init(&in->wmu, NULL);
+    pthread_cond_init(&in->wgo, NULL);
+    pthread_cond_init(&in->wdone, NULL);
+    in->workers = calloc(in->nthreads, sizeof *in->workers);
+    if (!in->workers) {
+        rc = cp_err_set(err, CP_ENOMEM, "ingest");
+        goto fail;
+    }
+    for (uint32_t i = 1; i < in->nthreads; i++) {
+        void **arg = malloc(2 * sizeof *arg);
+        if (!arg) {
+            rc = cp_err_set(err, CP_ENOMEM, "ingest");
+            goto fail;
+        }
+        arg[0] = in;
+        arg[1] = (void *)(uintptr_t)i;
+        if (pthread_create(&in->workers[in->nworkers], NULL, worker, arg)) {
+            free(arg);
+            rc = cp_err_set(err, CP_ENOMEM, "ingest: decoder thread");
+            goto fail;
+        }
+        in->nworkers++;
     }
     char es[512];
     /* the consumer */
@@ -502,8 +652,26 @@ void cp_ingest_destroy(cp_ingest *in)
         rd_kafka_destroy(in->dlq);
     }
     cp_store_batch_destroy(in->batch);
-    cp_pprof_decoder_destroy(in->dec);
-    cp_profile_destroy(in->prof);
+    if (in->workers) {
+        pthread_mutex_lock(&in->wmu);
+        in->wquit = 1;
+        pthread_cond_broadcast(&in->wgo);
+        pthread_mutex_unlock(&in->wmu);
+        for (uint32_t i = 0; i < in->nworkers; i++)
+            pthread_join(in->workers[i], NULL);
+        pthread_mutex_destroy(&in->wmu);
+        pthread_cond_destroy(&in->wgo);
+        pthread_cond_destroy(&in->wdone);
+        free(in->workers);
+    }
+    for (uint32_t i = 0; in->decs && i < in->nthreads; i++)
+        cp_pprof_decoder_destroy(in->decs[i]);
+    free(in->decs);
+    for (uint32_t i = 0; in->slots && i < in->chunk_max; i++) {
+        if (in->slots[i].m) rd_kafka_message_destroy(in->slots[i].m);
+        cp_profile_destroy(in->slots[i].prof);
+    }
+    free(in->slots);
     free(in->parts.v);
     free(in->topic);
     free(in->dlq_topic);

@@ -26,8 +26,10 @@ typedef struct cp_ingest_options {
     uint32_t batch_max_ms;         /* longest a message waits for its write; 0 = 200 */
     size_t max_message_bytes;      /* envelope payload limit; 0 = 64 MiB */
     const cp_pprof_limits *limits; /* pprof decoding limits; NULL = defaults */
-    uint32_t maintain_every_ms;  /* retention step period; 0 = 10000 */
-    uint32_t maintain_max_keys;  /* blocks deleted per step; 0 = 20000 */
+    uint32_t maintain_every_ms;    /* retention step period; 0 = 10000 */
+    uint32_t maintain_max_keys;    /* blocks deleted per step; 0 = 20000 */
+    uint32_t decode_threads;       /* threads decoding pprof, this one included;
+                                      0 = one per CPU, at most 4 */
     /* 1 = the broker's log is newer than the offsets in the store (contprofd's embedded
      * broker starts empty at every start): offsets stored by earlier processes are ignored
      * and each partition is read from the beginning. Duplicates are still dropped. */

@@ -278,6 +278,36 @@ TEST(bad_inputs_to_dlq_and_ingest_goes_on)
     rmtree(dir);
 }
 
+/* The broker goes down for a while during an ingest: nothing is lost or doubled. */
+TEST(broker_outage)
+{
+    const char *bs = start_broker();
+    char *dir = tmpdir("ingest");
+    cp_store *s = open_store(dir);
+    rd_kafka_t *rk = producer(bs);
+    cp_ingest *in = ingest_start(bs, s, 32);
+    int64_t want = produce_windows(rk, NULL, 0, 200, 4, 30);
+    flush(rk);
+    wait_messages(in, 200, 60);
+    CHECK_EQ(cp_broker_set_up(broker, 1, 0, NULL), 0);
+    want += produce_windows(rk, NULL, 200, 200, 4, 30); /* queued in the producer */
+    usleep(2500000);
+    CHECK_EQ(cp_broker_set_up(broker, 1, 1, NULL), 0);
+    flush(rk);
+    wait_messages(in, 400, 90);
+    cp_ingest_stop(in);
+    cp_ingest_stats st;
+    cp_ingest_get_stats(in, &st);
+    CHECK_EQ(st.windows, 400);
+    CHECK_EQ(st.gap, 0);
+    cp_ingest_destroy(in);
+    CHECK_EQ(total(s, "acme", CP_KIND_CPU, 1), want);
+    rd_kafka_destroy(rk);
+    cp_store_close(s);
+    cp_broker_destroy(broker);
+    rmtree(dir);
+}
+
 /* SIGKILL the ingesting process at random moments; then every window is stored once. */
 TEST(sigkill_exactly_once)
 {
@@ -346,4 +376,4 @@ TEST(sigkill_exactly_once)
 }
 
 TEST_MAIN(T(pipeline_exact_totals_restart_duplicates), T(bad_inputs_to_dlq_and_ingest_goes_on),
-          T(sigkill_exactly_once))
+          T(broker_outage), T(sigkill_exactly_once))
