@@ -223,7 +223,8 @@ int cp_regex_check(const char *re, cp_err *err)
                     j++;
                     while (j < n && re[j] >= '0' && re[j] <= '9' && dh < 6) hi = hi * 10 + (uint64_t)(re[j++] - '0'), dh++;
                 }
-                if (j >= n || re[j] != '}' || !dl) {
+                /* glibc also reads "{,n}" as an interval, {0,n} */
+                if (j >= n || re[j] != '}' || (!dl && !(comma && dh))) {
                     atom = 1; /* not an interval: a literal brace (or regcomp's error) */
                     goto add;
                 }

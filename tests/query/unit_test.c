@@ -86,6 +86,8 @@ TEST(regex_guard)
     CHECK_CONTAINS(err.msg, "backreference at byte 5");
     CHECK_EQ(cp_regex_check("a{1000}", &err), CP_EPARSE);
     CHECK_CONTAINS(err.msg, "repeats more than 255 times at byte 1");
+    CHECK_EQ(cp_regex_check("a{,24444}", &err), CP_EPARSE); /* glibc's {,n} is {0,n} */
+    CHECK_CONTAINS(err.msg, "repeats more than 255 times at byte 1");
     CHECK_EQ(cp_regex_check("((a{100}){100}){100}", &err), CP_EPARSE);
     CHECK_CONTAINS(err.msg, "too complex");
     CHECK_EQ(cp_regex_check("((((((((((((((((a+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+", &err), CP_EPARSE);
