@@ -260,6 +260,17 @@ static int live_remove(uintptr_t p, live_entry *out)
     }
 }
 
+/* Whom an allocation on thread t belongs to: the isolate entered innermost, or (iso 0)
+ * the thread, by its name. t may be NULL (not registered: no isolate, no name). */
+static void sample_owner(const cp_thread *t, uint32_t *iso, char thread[16])
+{
+    if (!t) return;
+    unsigned d = atomic_load(&t->iso_depth);
+    if (d) *iso = t->iso_stack[(d > 16 ? 16 : d) - 1];
+    if (!*iso) memcpy(thread, t->name, 16);
+}
+
+
 __attribute__((noinline)) static void sample_slow(void *p, size_t n)
 {
     int64_t rate = atomic_load_explicit(&g_rate, memory_order_relaxed);
@@ -291,11 +302,7 @@ __attribute__((noinline)) static void sample_slow(void *p, size_t n)
         t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, 2, &t->ucache_alloc) : 0;
     uint32_t iso = 0;
     char thread[16] = "";
-    if (t) {
-        unsigned d = atomic_load(&t->iso_depth);
-        if (d) iso = t->iso_stack[(d > 16 ? 16 : d) - 1];
-        if (!iso) memcpy(thread, t->name, sizeof(thread));
-    }
+    sample_owner(t, &iso, thread);
     double w = 1.0 / (1.0 - exp(-(double)n / (double)rate));
     pthread_mutex_lock(&g_lock);
     uint32_t b = bucket_find(iso, thread, pcs, (uint32_t)nf);
@@ -327,11 +334,7 @@ __attribute__((noinline)) static void record_runtime(void *p, size_t n, int64_t 
         t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, 3, &t->ucache_alloc) : 0;
     uint32_t iso = 0;
     char thread[16] = "";
-    if (t) {
-        unsigned d = atomic_load(&t->iso_depth);
-        if (d) iso = t->iso_stack[(d > 16 ? 16 : d) - 1];
-        if (!iso) memcpy(thread, t->name, sizeof(thread));
-    }
+    sample_owner(t, &iso, thread);
     nf = (int)cp_lang_join(iso, pcs, (uint32_t)nf, ids, m);
     double w = 1.0 / (1.0 - exp(-(double)n / (double)rate));
     pthread_mutex_lock(&g_lock);
