@@ -275,10 +275,12 @@ static inline long rd_packed(rd *pk, uint64_t *dst)
         if ((wt) == WT_LEN) {                                                          \
             rd pk_;                                                                    \
             if (rd_len((r), &pk_)) MALFORMED(__VA_ARGS__);                             \
-            if (cp_vec_reserve((vec), (size_t)(vec)->n + (size_t)(pk_.end - pk_.p))) goto nomem; \
-            long got_ = rd_packed(&pk_, (uint64_t *)(void *)((vec)->v + (vec)->n));              \
-            if (got_ < 0) MALFORMED(__VA_ARGS__);                                      \
-            (vec)->n += (uint32_t)got_;                                                \
+            if (pk_.p < pk_.end) { /* an empty run: nothing (and no NULL + 0) */      \
+                if (cp_vec_reserve((vec), (size_t)(vec)->n + (size_t)(pk_.end - pk_.p))) goto nomem; \
+                long got_ = rd_packed(&pk_, (uint64_t *)(void *)((vec)->v + (vec)->n)); \
+                if (got_ < 0) MALFORMED(__VA_ARGS__);                                  \
+                (vec)->n += (uint32_t)got_;                                            \
+            }                                                                          \
         } else if ((wt) == WT_VARINT) {                                                \
             uint64_t v_;                                                               \
             if (rd_varint((r), &v_)) MALFORMED(__VA_ARGS__);                           \
@@ -977,7 +979,7 @@ int cp_pprof_encode(const cp_profile *p, int gzip_level, cp_buf *out)
         ss[i].n_location_id = s->nlocs;
         ss[i].location_id = stack + s->loc_off;
         ss[i].n_value = nv;
-        ss[i].value = p->values.v + (size_t)i * nv;
+        ss[i].value = nv ? p->values.v + (size_t)i * nv : NULL; /* no types: no values array */
         ss[i].n_label = s->nlabels;
         ss[i].label = lbps + s->label_off;
         pb.sample[i] = &ss[i];

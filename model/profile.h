@@ -116,7 +116,7 @@ int cp_profile_add_sample(cp_profile *p, const uint32_t *locs, uint32_t nlocs,
 
 static inline const int64_t *cp_profile_sample_values(const cp_profile *p, uint32_t i)
 {
-    return p->values.v + (size_t)i * p->sample_types.n;
+    return p->sample_types.n ? p->values.v + (size_t)i * p->sample_types.n : NULL;
 }
 
 /* Index of the sample type named type (e.g. "cpu"), or -1. */
