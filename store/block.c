@@ -248,7 +248,9 @@ int cp_block_it_init(cp_block_it *it, const uint8_t *v, size_t len, cp_buf *scra
     it->time_ns = cp_get_sv(&it->r);
     it->windows = cp_get_uv(&it->r);
     uint64_t nt = cp_get_uv(&it->r);
-    if (it->r.bad || nt > CP_MAX_TYPES) return cp_err_set(err, CP_ESTORE, "block: bad type count");
+    if (it->r.bad || nt == 0 || nt > CP_MAX_TYPES)
+        return cp_err_set(err, CP_ESTORE, "block: bad type count %llu (1 to %d)",
+                          (unsigned long long)nt, CP_MAX_TYPES);
     it->ntypes = (uint32_t)nt;
     for (uint32_t t = 0; t < nt; t++) {
         it->div[t] = cp_get_uv(&it->r);
