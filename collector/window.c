@@ -3,6 +3,7 @@
  * per-isolate cpu/alloc/inuse profiles wrapped in envelopes. */
 #include "window.h"
 
+#include <sys/auxv.h>
 #include <dlfcn.h>
 #include <dwarf.h>
 #include <elfutils/libdw.h>
@@ -433,6 +434,7 @@ static int b_init(builder *b, const cp_modules *mods)
     return 0;
 }
 
+
 static void b_close(builder *b)
 {
     cp_profile_destroy(b->p);
@@ -473,6 +475,14 @@ static uint32_t mapping_for(builder *b, uint64_t pc)
     if (cp_profile_add_mapping(b->p, &mp, &id) != 0) b->err = CP_ENOMEM;
     b->map_id[idx] = id;
     return id;
+}
+
+/* pprof takes the first mapping for the program ("File:" in go tool pprof): put the main
+ * executable's (the one holding the entry point) first. */
+static void b_main_mapping_first(builder *b)
+{
+    unsigned long entry = getauxval(AT_ENTRY);
+    if (b->mods && entry) (void)mapping_for(b, (uint64_t)entry);
 }
 
 static uint32_t add_function(builder *b, const char *name, const char *sys, const char *file)
@@ -773,6 +783,7 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
                 rc = CP_ENOMEM;
                 continue;
             }
+            b_main_mapping_first(&b);
             int any = 0;
             if (kind == CP_KIND_CPU) {
                 if (cp_profile_add_sample_type(b.p, "samples", "count") ||
