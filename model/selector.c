@@ -152,6 +152,12 @@ typedef struct re_frame {
     uint64_t total; /* cost of this group so far */
     uint64_t last;  /* cost of the latest atom (what a quantifier applies to) */
     int quantified; /* the latest atom already has a quantifier */
+    /* Whether things can match the empty string: glibc's matcher takes exponential time on
+     * a repeated group that can, such as (()+){84} or (a*)*. */
+    int last_nullable; /* the latest atom */
+    int seq_before;    /* the current alternative, up to the latest atom */
+    int seq_nullable;  /* the current alternative, latest atom included */
+    int any_nullable;  /* some earlier alternative of this group */
 } re_frame;
 
 static uint64_t sat_mul(uint64_t a, uint64_t b)
@@ -164,11 +170,13 @@ int cp_regex_check(const char *re, cp_err *err)
     re_frame st[RE_MAX_DEPTH + 1];
     int sp = 0;
     memset(&st[0], 0, sizeof st[0]);
+    st[0].seq_nullable = 1;
     size_t n = strlen(re);
     for (size_t i = 0; i < n; i++) {
         re_frame *f = &st[sp];
         char c = re[i];
         uint64_t atom = 0;
+        int nullable = 0; /* of the atom being added */
         if (c == '\\') {
             if (i + 1 < n && re[i + 1] >= '1' && re[i + 1] <= '9')
                 return cp_err_set(err, CP_EPARSE,
@@ -201,18 +209,24 @@ int cp_regex_check(const char *re, cp_err *err)
                                   RE_MAX_DEPTH, i);
             sp++;
             memset(&st[sp], 0, sizeof st[sp]);
+            st[sp].seq_nullable = 1;
             continue;
         } else if (c == ')' && sp > 0) {
             atom = st[sp].total ? st[sp].total : 1;
+            nullable = st[sp].any_nullable || st[sp].seq_nullable;
             sp--;
             f = &st[sp];
         } else if (c == '|') {
             f->last = 0;
             f->quantified = 0;
+            f->any_nullable |= f->seq_nullable;
+            f->seq_nullable = 1;
+            f->last_nullable = 0;
             continue;
         } else if (c == '*' || c == '+' || c == '?' || c == '{') {
             uint64_t factor = c == '+' ? 2 : 1;
             size_t at = i;
+            int min_zero = 0; /* an interval {0,n} */
             if (c == '{') {
                 size_t j = i + 1;
                 uint64_t lo = 0, hi = 0;
@@ -228,6 +242,7 @@ int cp_regex_check(const char *re, cp_err *err)
                     atom = 1; /* not an interval: a literal brace (or regcomp's error) */
                     goto add;
                 }
+                min_zero = lo == 0;
                 if (!comma) hi = lo;
                 if (comma && !dh) hi = lo + 1;
                 if (lo > RE_MAX_BOUND || hi > RE_MAX_BOUND)
@@ -241,6 +256,16 @@ int cp_regex_check(const char *re, cp_err *err)
                 return cp_err_set(err, CP_EPARSE,
                                   "regular expression has stacked repetition operators at byte %zu",
                                   at);
+            int repeats = c == '*' || c == '+' || (c == '{' && factor > 2);
+            if (f->last_nullable && repeats)
+                return cp_err_set(err, CP_EPARSE,
+                                  "regular expression repeats a group that can match nothing at "
+                                  "byte %zu",
+                                  at);
+            if (c == '*' || c == '?' || (c == '{' && min_zero)) { /* the atom may be absent */
+                f->last_nullable = 1;
+                f->seq_nullable = f->seq_before;
+            }
             if (f->last) {
                 uint64_t grown = sat_mul(f->last, factor);
                 f->total = f->total - f->last + grown;
@@ -255,6 +280,9 @@ int cp_regex_check(const char *re, cp_err *err)
         f->total += atom;
         f->last = atom;
         f->quantified = 0;
+        f->last_nullable = nullable;
+        f->seq_before = f->seq_nullable;
+        f->seq_nullable = f->seq_nullable && nullable;
     check:
         if (f->total > RE_MAX_COST)
             return cp_err_set(err, CP_EPARSE,

@@ -88,6 +88,13 @@ TEST(regex_guard)
     CHECK_CONTAINS(err.msg, "repeats more than 255 times at byte 1");
     CHECK_EQ(cp_regex_check("a{,24444}", &err), CP_EPARSE); /* glibc's {,n} is {0,n} */
     CHECK_CONTAINS(err.msg, "repeats more than 255 times at byte 1");
+    /* groups that can match nothing, repeated: exponential time in glibc's matcher */
+    CHECK_EQ(cp_regex_check("(()+){84}", &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "repeats a group that can match nothing at byte 3");
+    CHECK_EQ(cp_regex_check("(a|)*", &err), CP_EPARSE);
+    CHECK_EQ(cp_regex_check("((a*)b?)*", &err), CP_EPARSE);
+    CHECK_EQ(cp_regex_check("(a|b)*", &err), 0);
+    CHECK_EQ(cp_regex_check("(ab?)+x{0,3}", &err), 0);
     CHECK_EQ(cp_regex_check("((a{100}){100}){100}", &err), CP_EPARSE);
     CHECK_CONTAINS(err.msg, "too complex");
     CHECK_EQ(cp_regex_check("((((((((((((((((a+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+", &err), CP_EPARSE);
