@@ -185,6 +185,11 @@ int cp_regex_check(const char *re, cp_err *err)
                                   i);
             i++;
             atom = 1;
+            /* GNU's zero-width escapes (word boundaries, buffer ends) match nothing */
+            nullable = i < n && strchr("bB<>`'", re[i]) != NULL;
+        } else if (c == '^' || c == '$') {
+            atom = 1;
+            nullable = 1; /* anchors match nothing */
         } else if (c == '[') {
             size_t j = i + 1;
             if (j < n && re[j] == '^') j++;

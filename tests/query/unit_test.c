@@ -92,6 +92,8 @@ TEST(regex_guard)
     CHECK_EQ(cp_regex_check("(()+){84}", &err), CP_EPARSE);
     CHECK_CONTAINS(err.msg, "repeats a group that can match nothing at byte 3");
     CHECK_EQ(cp_regex_check("(a|)*", &err), CP_EPARSE);
+    CHECK_EQ(cp_regex_check("($)+){42}", &err), CP_EPARSE); /* anchors match nothing */
+    CHECK_EQ(cp_regex_check("(\\b)*", &err), CP_EPARSE);
     CHECK_EQ(cp_regex_check("((a*)b?)*", &err), CP_EPARSE);
     CHECK_EQ(cp_regex_check("(a|b)*", &err), 0);
     CHECK_EQ(cp_regex_check("(ab?)+x{0,3}", &err), 0);
