@@ -337,8 +337,8 @@ static void transport_tick(void)
     }
     if (!A.kafka && A.brokers[0]) {
         char err[256];
-        if (cp_kafka_create(A.brokers, cp_cfg.topic, cp_cfg.kafka_queue, &A.kafka, err,
-                            sizeof(err)) != 0) {
+        if (cp_kafka_create(A.brokers, cp_cfg.topic, cp_cfg.kafka_queue, cp_cfg.kafka_props,
+                            &A.kafka, err, sizeof(err)) != 0) {
             static int warned;
             if (!warned++) fprintf(stderr, "contprof: kafka: %s\n", err);
             A.brokers[0] = cp_cfg.server[0] ? 0 : A.brokers[0];

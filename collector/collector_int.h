@@ -31,6 +31,9 @@ typedef struct cp_config {
     int64_t flush_ms;
     int kafka_queue; /* envelopes waiting in the agent plus librdkafka */
     int force_timer; /* CONTPROF_CPU_ENGINE=timer */
+    /* librdkafka properties from CONTPROF_KAFKA_<NAME>=value (NAME lowercased, '_' -> '.';
+     * e.g. CONTPROF_KAFKA_SECURITY_PROTOCOL=SASL_SSL), as "name=value\n" lines. */
+    char kafka_props[4096];
 } cp_config;
 
 /* Fills c from opts (may be NULL) and the environment. */

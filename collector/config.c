@@ -60,6 +60,32 @@ static void program_name(char *out, size_t cap)
     if (!out[0]) snprintf(out, cap, "unknown");
 }
 
+/* Collects CONTPROF_KAFKA_<NAME>=value variables as librdkafka "name=value" lines (the
+ * agent's SASL/SSL settings); CONTPROF_KAFKA_QUEUE is the agent's own. What does not fit
+ * in cap is left out whole. */
+static void kafka_props_from_env(char *out, size_t cap)
+{
+    extern char **environ;
+    size_t len = 0;
+    out[0] = 0;
+    for (char **e = environ; e && *e; e++) {
+        const char *v = *e;
+        if (strncmp(v, "CONTPROF_KAFKA_", 15) != 0 || strncmp(v, "CONTPROF_KAFKA_QUEUE=", 21) == 0)
+            continue;
+        const char *eq = strchr(v, '=');
+        if (!eq || eq == v + 15) continue;
+        size_t need = strlen(v + 15) + 1; /* "name=value\n" */
+        if (len + need + 1 > cap) continue;
+        for (const char *c = v + 15; c < eq; c++)
+            out[len++] = *c == '_' ? '.' : (char)(*c >= 'A' && *c <= 'Z' ? *c - 'A' + 'a' : *c);
+        size_t vl = strlen(eq);
+        memcpy(out + len, eq, vl);
+        len += vl;
+        out[len++] = '\n';
+        out[len] = 0;
+    }
+}
+
 void cp_config_load(cp_config *c, const contprof_options *o)
 {
     static const contprof_options none;
@@ -110,4 +136,5 @@ void cp_config_load(cp_config *c, const contprof_options *o)
     if (c->kafka_queue < 2) c->kafka_queue = 2;
     const char *eng = getenv("CONTPROF_CPU_ENGINE");
     c->force_timer = eng && strcmp(eng, "timer") == 0;
+    kafka_props_from_env(c->kafka_props, sizeof(c->kafka_props));
 }

@@ -84,8 +84,8 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     if (m->err) k->dropped++;
 }
 
-int cp_kafka_create(const char *brokers, const char *topic, int queue, cp_kafka **out, char *err,
-                    size_t errlen)
+int cp_kafka_create(const char *brokers, const char *topic, int queue, const char *props,
+                    cp_kafka **out, char *err, size_t errlen)
 {
     *out = NULL;
     int lrc = rk_load(err, errlen);
@@ -106,13 +106,27 @@ int cp_kafka_create(const char *brokers, const char *topic, int queue, cp_kafka 
         {"message.timeout.ms", "60000"},         {"socket.keepalive.enable", "true"},
         {"client.id", "contprof-agent"},
     };
-    for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
-        if (rk.rd_kafka_conf_set(conf, kv[i][0], kv[i][1], err, errlen) != RD_KAFKA_CONF_OK) {
-            rk.rd_kafka_conf_destroy(conf);
-            free(k->q);
-            free(k);
-            return CP_EKAFKA;
+    int bad = 0;
+    for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]) && !bad; i++)
+        bad = rk.rd_kafka_conf_set(conf, kv[i][0], kv[i][1], err, errlen) != RD_KAFKA_CONF_OK;
+    for (const char *l = props; l && *l && !bad;) { /* "name=value\n" lines */
+        const char *nl = strchr(l, '\n'), *eq = strchr(l, '=');
+        size_t ll = nl ? (size_t)(nl - l) : strlen(l);
+        char line[1024];
+        if (eq && eq < l + ll && ll < sizeof(line)) {
+            memcpy(line, l, ll);
+            line[ll] = 0;
+            line[eq - l] = 0;
+            bad = rk.rd_kafka_conf_set(conf, line, line + (eq - l) + 1, err, errlen) != RD_KAFKA_CONF_OK;
         }
+        l += ll + (nl ? 1 : 0);
+    }
+    if (bad) {
+        rk.rd_kafka_conf_destroy(conf);
+        free(k->q);
+        free(k);
+        return CP_EKAFKA;
+    }
     rk.rd_kafka_conf_set_log_cb(conf, quiet_log);
     rk.rd_kafka_conf_set_error_cb(conf, on_error);
     rk.rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);

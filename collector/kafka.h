@@ -10,9 +10,11 @@
 typedef struct cp_kafka cp_kafka;
 
 /* Creates a producer for brokers/topic holding at most queue messages (backlog plus
- * librdkafka's own queue). Returns 0 or CP_EKAFKA/CP_ENOMEM with a reason in err. */
-int cp_kafka_create(const char *brokers, const char *topic, int queue, cp_kafka **out, char *err,
-                    size_t errlen);
+ * librdkafka's own queue). props (may be NULL) holds further librdkafka properties as
+ * "name=value" lines, applied last (SASL/SSL settings). Returns 0 or CP_EKAFKA/CP_ENOMEM
+ * with a reason in err. */
+int cp_kafka_create(const char *brokers, const char *topic, int queue, const char *props,
+                    cp_kafka **out, char *err, size_t errlen);
 
 /* Queues one message; takes ownership of value and key (both malloc'd). */
 void cp_kafka_send(cp_kafka *k, uint8_t *value, size_t len, uint8_t *key, size_t klen);

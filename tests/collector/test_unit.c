@@ -168,6 +168,14 @@ TEST(config_from_env)
     CHECK_EQ(c.window_ns, 3000000000LL);
     CHECK_EQ(c.alloc_rate, 0);
     CHECK_EQ(c.children, 1);
+    CHECK_STREQ(c.kafka_props, "");
+    setenv("CONTPROF_KAFKA_SECURITY_PROTOCOL", "SASL_SSL", 1);
+    setenv("CONTPROF_KAFKA_QUEUE", "64", 1); /* the agent's own, not a Kafka property */
+    cp_config_load(&c, NULL);
+    CHECK_STREQ(c.kafka_props, "security.protocol=SASL_SSL\n");
+    CHECK_EQ(c.kafka_queue, 64);
+    unsetenv("CONTPROF_KAFKA_SECURITY_PROTOCOL");
+    unsetenv("CONTPROF_KAFKA_QUEUE");
     contprof_options o = {.service = "api", .cpu_hz = 99, .window_ms = 500};
     cp_config_load(&c, &o);
     CHECK_STREQ(c.service, "api"); /* options win over the environment */
@@ -189,7 +197,12 @@ TEST(kafka_backlog_drops_oldest)
 {
     cp_kafka *k;
     char err[256];
-    CHECK(cp_kafka_create("127.0.0.1:1", "contprof.profiles", 8, &k, err, sizeof(err)) == 0);
+    /* properties from CONTPROF_KAFKA_* reach librdkafka, which names a bad one */
+    CHECK(cp_kafka_create("127.0.0.1:1", "t", 8, "socket.timeout.ms=5000\nno.such.property=1\n", &k,
+                          err, sizeof(err)) == CP_EKAFKA);
+    CHECK(strstr(err, "no.such.property") != NULL);
+    CHECK(cp_kafka_create("127.0.0.1:1", "contprof.profiles", 8, "socket.timeout.ms=5000\n", &k, err,
+                          sizeof(err)) == 0);
     double t0 = now_s();
     for (int i = 0; i < 20; i++) {
         uint8_t *v = malloc(100), *key = malloc(8);

@@ -123,7 +123,8 @@ TEST(agent_env_names_only_known_variables)
             name[k] = p[k - 1], k++;
         name[k] = '"';
         name[k + 1] = 0;
-        int known = 0;
+        /* CONTPROF_KAFKA_<property> is a family: librdkafka checks the property itself */
+        int known = strncmp(name, "\"CONTPROF_KAFKA_", 16) == 0 && strstr(src[0], "\"CONTPROF_KAFKA_\"");
         for (int i = 0; i < 3; i++) known |= strstr(src[i], name) != NULL;
         if (!known) fprintf(stderr, "agent.env: %s is read nowhere in the agent\n", name);
         CHECK(known);
