@@ -6,6 +6,5 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:-$here/../../build}" && pwd)
 make -C "$build" contprofd contprof >/dev/null
-"$here/../../tests/ui/install.sh" "$build"
-printf '%-44s | %13s | %12s | %s\n' name value floor ok
+"$here/../../tests/ui/install.sh" "$build" >&2
 NODE_PATH="$build/tests/ui/node_modules" exec node "$here/bench.js" "$build"
