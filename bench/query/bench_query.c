@@ -6,6 +6,7 @@
  *     extrapolated to 7 days (pprof's merge is linear in its input), and the ratio,
  *   - wrk with 64 connections on mixed queries: errors, p50, p99.
  * Prints rows "name | value | floor | ok". */
+#include <signal.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -327,6 +328,9 @@ static void run_wrk(const char *dir, const srv *v, int seconds)
 
 int main(int argc, char **argv)
 {
+    /* the HTTP server runs in this process, as in contprofd, which ignores SIGPIPE too: a
+     * client (wrk) closing a connection mid-answer must not kill the benchmark */
+    signal(SIGPIPE, SIG_IGN);
     const char *dir = "/tmp/contprof-bench-query";
     int nwin = 60480, go_n = 360, wrk_s = 30;
     static const struct option opts[] = {{"dir", required_argument, 0, 'd'},
