@@ -46,7 +46,6 @@ median() { sort -n "$1" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) 
 b=$(median "$base") a=$(median "$agent") ratio=$(median "$ratios")
 rm -f "$base" "$agent" "$ratios"
 ok=$(awk -v r="$ratio" 'BEGIN { print (r <= 1.10 ? "ok" : "FAIL") }')
-printf '%-44s | %13s | %12s | %s\n' name value floor ok
 printf '%-44s | %13s | %12s | %s\n' "e2e demo cpu/request, no agent (us)" "$b" "-" "-"
 printf '%-44s | %13s | %12s | %s\n' "e2e demo cpu/request, agent+Kafka (us)" "$a" "-" "-"
 printf '%-44s | %13s | %12s | %s\n' "e2e demo overhead (agent/no agent, median)" "$ratio" "<= 1.10" "$ok"
