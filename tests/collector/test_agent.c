@@ -17,6 +17,7 @@
 #include "pprof.h"
 #include "profile.h"
 #include "test.h"
+#include "pfiles.h"
 
 /* ------------------------------------------------------------------------------------
  * Running programs */
@@ -94,66 +95,7 @@ static void remove_dir(void)
 }
 
 /* ------------------------------------------------------------------------------------
- * Reading the profiles: files are SERVICE.PID.SEQ.KIND.ISOLATE.pb.gz */
-
-typedef struct pfile {
-    int pid, seq;
-    char kind[8], iso[64];
-    cp_profile *p;
-} pfile;
-
-typedef struct pset {
-    pfile *f;
-    int n;
-} pset;
-
-static int cmp_pfile(const void *a, const void *b)
-{
-    const pfile *x = a, *y = b;
-    if (x->pid != y->pid) return x->pid - y->pid;
-    return x->seq - y->seq;
-}
-
-static void load(const char *dir, pset *s)
-{
-    memset(s, 0, sizeof(*s));
-    DIR *d = opendir(dir);
-    CHECK(d);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (!strstr(e->d_name, ".pb.gz") || strstr(e->d_name, ".tmp")) continue;
-        char name[256], *tok[8], *save;
-        snprintf(name, sizeof(name), "%s", e->d_name);
-        int nt = 0;
-        for (char *t = strtok_r(name, ".", &save); t && nt < 8; t = strtok_r(NULL, ".", &save))
-            tok[nt++] = t;
-        CHECK(nt == 7);
-        s->f = realloc(s->f, (size_t)(s->n + 1) * sizeof(pfile));
-        pfile *f = &s->f[s->n++];
-        f->pid = atoi(tok[1]);
-        f->seq = atoi(tok[2]);
-        snprintf(f->kind, sizeof(f->kind), "%s", tok[3]);
-        snprintf(f->iso, sizeof(f->iso), "%s", tok[4]);
-        char path[600];
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        cp_buf b = {0};
-        CHECK(cp_read_file(path, &b) == 0);
-        cp_err err = {0};
-        int rc = cp_pprof_decode(b.data, b.len, NULL, &f->p, &err);
-        if (rc != 0) fprintf(stderr, "%s: %s\n", path, err.msg);
-        CHECK(rc == 0);
-        cp_buf_close(&b);
-    }
-    closedir(d);
-    qsort(s->f, (size_t)s->n, sizeof(pfile), cmp_pfile);
-}
-
-static void pset_free(pset *s)
-{
-    for (int i = 0; i < s->n; i++)
-        cp_profile_destroy(s->f[i].p);
-    free(s->f);
-}
+ * Reading the profiles (loaded by pfiles.h) */
 
 static const char *loc_func(const cp_profile *p, uint32_t loc_id)
 {
@@ -276,7 +218,7 @@ TEST(cpu_ratio)
     CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
     CHECK_STREQ(r.out, "done\n");
     pset s;
-    load(g_dir, &s);
+    pset_load(g_dir, &s);
     CHECK(count_iso(&s, "cpu", "alpha") > 0);
     CHECK(count_iso(&s, "cpu", "beta") > 0);
     int64_t a = sum_kind(&s, "cpu", "alpha", "burn_alpha", 1);
@@ -324,7 +266,7 @@ TEST(inuse_startup)
     CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
     CHECK_STREQ(r.out, "7\n");
     pset s;
-    load(g_dir, &s);
+    pset_load(g_dir, &s);
     const cp_profile *last = last_of(&s, "inuse", "cpw");
     CHECK(last != NULL);
     int64_t bytes = func_total(last, "startup_alloc", 1);
@@ -355,7 +297,7 @@ TEST(alloc_volume)
     double truth = atof(r.out);
     CHECK(truth >= 1024.0 * 1048576);
     pset s;
-    load(g_dir, &s);
+    pset_load(g_dir, &s);
     double est = (double)sum_kind(&s, "alloc", "cpw", "mixed_alloc", 1);
     printf("true %.1f MiB, estimated %.1f MiB (%.2f%%)\n", truth / 1048576, est / 1048576,
            100 * (est - truth) / truth);
@@ -377,7 +319,7 @@ TEST(churn_inuse_zero)
     CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
     double truth = atof(r.out);
     pset s;
-    load(g_dir, &s);
+    pset_load(g_dir, &s);
     double alloc = (double)sum_kind(&s, "alloc", NULL, "churn_alloc", 1);
     printf("allocated %.1f MiB, estimated %.1f MiB\n", truth / 1048576, alloc / 1048576);
     CHECK(alloc > 0.8 * truth); /* the frees were matched against real samples */
@@ -414,7 +356,7 @@ static void same_output(const char *mode, int expect_child_profiles)
     if (strcmp(a->out, b->out) != 0) fprintf(stderr, "without:\n%s\nwith:\n%s\n", a->out, b->out);
     CHECK_STREQ(a->out, b->out);
     pset s;
-    load(g_dir, &s);
+    pset_load(g_dir, &s);
     CHECK(s.n > 0); /* the agent really ran (at a high sampling rate) */
     int pids = 1;
     for (int i = 1; i < s.n; i++)
@@ -453,7 +395,7 @@ TEST(cxx_names_demangled)
     run(args, env, &r);
     CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
     pset s;
-    load(g_dir, &s);
+    pset_load(g_dir, &s);
     int found = 0;
     for (int i = 0; i < s.n; i++) {
         const cp_profile *p = s.f[i].p;
@@ -517,7 +459,7 @@ TEST(agent_out_of_memory)
         CHECK(failed > 0);
     }
     pset s;
-    load(g_dir, &s);
+    pset_load(g_dir, &s);
     int degraded = 0;
     for (int i = 0; i < s.n; i++)
         for (uint32_t j = 0; j < s.f[i].p->comments.n; j++)
@@ -572,7 +514,7 @@ TEST(unreachable_broker)
     /* bounded flush at exit: at most the flush time and a little more */
     CHECK(b->secs < a->secs + 1.5);
     pset s;
-    load(g_dir, &s);
+    pset_load(g_dir, &s);
     long long dropped = 0;
     for (int i = 0; i < s.n; i++) {
         long long d = comment_num(s.f[i].p, "dropped_windows");
@@ -600,7 +542,7 @@ TEST(perf_1000hz)
     CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
     double cpu = atof(r.out);
     pset s;
-    load(g_dir, &s);
+    pset_load(g_dir, &s);
     const cp_profile *p = last_of(&s, "cpu", "cpw");
     CHECK(p != NULL);
     printf("engine: %s\n", comment_str(p, "engine="));
@@ -638,7 +580,7 @@ TEST(timer_fallback_1000hz)
     CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
     double cpu = atof(r.out);
     pset s;
-    load(g_dir, &s);
+    pset_load(g_dir, &s);
     const cp_profile *p = last_of(&s, "cpu", "cpw");
     CHECK(p != NULL);
     CHECK_STREQ(comment_str(p, "engine="), "posix-cpu-timer 4ms");
@@ -669,7 +611,7 @@ TEST(isolates_api)
     CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
     CHECK_STREQ(r.out, "ok\n");
     pset s;
-    load(g_dir, &s);
+    pset_load(g_dir, &s);
     const cp_profile *a = last_of(&s, "cpu", "js-a"), *b = last_of(&s, "cpu", "js-b");
     CHECK(a && b);
     int64_t na = func_total(a, "interp_loop", 1), nb = func_total(b, "interp_loop", 1);

@@ -14,6 +14,7 @@
 #include "pprof.h"
 #include "profile.h"
 #include "test.h"
+#include "pfiles.h"
 
 /* ------------------------------------------------------------------------------------
  * Running the host */
@@ -109,64 +110,7 @@ static double total_num(const run_res *r, const char *key)
 }
 
 /* ------------------------------------------------------------------------------------
- * Reading the profiles: files are SERVICE.PID.SEQ.KIND.ISOLATE.pb.gz */
-
-typedef struct pfile {
-    int seq;
-    char kind[8], iso[64];
-    cp_profile *p;
-} pfile;
-
-typedef struct pset {
-    pfile *f;
-    int n;
-} pset;
-
-static int cmp_pfile(const void *a, const void *b)
-{
-    return ((const pfile *)a)->seq - ((const pfile *)b)->seq;
-}
-
-static void load(pset *s)
-{
-    memset(s, 0, sizeof(*s));
-    DIR *d = opendir(g_dir);
-    CHECK(d);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (!strstr(e->d_name, ".pb.gz") || strstr(e->d_name, ".tmp")) continue;
-        char name[256], *tok[8], *save;
-        snprintf(name, sizeof(name), "%s", e->d_name);
-        int nt = 0;
-        for (char *t = strtok_r(name, ".", &save); t && nt < 8; t = strtok_r(NULL, ".", &save))
-            tok[nt++] = t;
-        CHECK(nt == 7);
-        s->f = realloc(s->f, (size_t)(s->n + 1) * sizeof(pfile));
-        CHECK(s->f);
-        pfile *f = &s->f[s->n++];
-        f->seq = atoi(tok[2]);
-        snprintf(f->kind, sizeof(f->kind), "%s", tok[3]);
-        snprintf(f->iso, sizeof(f->iso), "%s", tok[4]);
-        char path[600];
-        snprintf(path, sizeof(path), "%s/%s", g_dir, e->d_name);
-        cp_buf b = {0};
-        CHECK(cp_read_file(path, &b) == 0);
-        cp_err err = {0};
-        int rc = cp_pprof_decode(b.data, b.len, NULL, &f->p, &err);
-        if (rc != 0) fprintf(stderr, "%s: %s\n", path, err.msg);
-        CHECK(rc == 0);
-        cp_buf_close(&b);
-    }
-    closedir(d);
-    qsort(s->f, (size_t)s->n, sizeof(pfile), cmp_pfile);
-}
-
-static void pset_free(pset *s)
-{
-    for (int i = 0; i < s->n; i++)
-        cp_profile_destroy(s->f[i].p);
-    free(s->f);
-}
+ * Reading the profiles (loaded by pfiles.h) */
 
 static const cp_function *loc_fn(const cp_profile *p, uint32_t loc_id)
 {
@@ -268,7 +212,7 @@ TEST(cpu_ratio)
     run_res r;
     run_host(args, env, &r);
     pset s;
-    load(&s);
+    pset_load(g_dir, &s);
     int64_t a = sum_kind(&s, "cpu", "ratio", "burn_a", 1);
     int64_t b = sum_kind(&s, "cpu", "ratio", "burn_b", 1);
     int64_t all = sum_kind(&s, "cpu", "ratio", NULL, 1);
@@ -303,7 +247,7 @@ TEST(cpu_in_long_c_call)
     run_res r;
     run_host(args, env, &r);
     pset s;
-    load(&s);
+    pset_load(g_dir, &s);
     int64_t c = sum_kind(&s, "cpu", "cfunc", "sort_big", 1);
     int64_t l = sum_kind(&s, "cpu", "cfunc", "spin_for", 1);
     int64_t all = sum_kind(&s, "cpu", "cfunc", NULL, 1);
@@ -326,7 +270,7 @@ TEST(cpu_with_script_hook)
     run_res r;
     run_host(args, env, &r);
     pset s;
-    load(&s);
+    pset_load(g_dir, &s);
     int64_t most = 0; /* the most CPU any one window holds */
     for (int i = 0; i < s.n; i++)
         if (!strcmp(s.f[i].kind, "cpu") && !strcmp(s.f[i].iso, "hooked")) {
@@ -358,7 +302,7 @@ TEST(three_isolates_two_threads)
     run_host(args, env, &r);
     const char *names[] = {"alpha", "beta", "gamma"};
     pset s;
-    load(&s);
+    pset_load(g_dir, &s);
     for (int i = 0; i < 3; i++) {
         char own[32];
         snprintf(own, sizeof(own), "work_%s", names[i]);
@@ -392,7 +336,7 @@ TEST(inuse_built_at_load)
     run_res r;
     run_host(args, env, &r);
     pset s;
-    load(&s);
+    pset_load(g_dir, &s);
     CHECK(count_kind(&s, "inuse", "big") >= 4);
     int idx = -1;
     const cp_profile *p = last_of(&s, "inuse", "big", &idx);
@@ -428,7 +372,7 @@ TEST(errors_coroutines_close)
     CHECK(script_num(&r, "coro", "requests") > 10 && script_num(&r, "coro", "errors") == 0);
     CHECK(script_num(&r, "closer", "errors") == 0 && script_num(&r, "closer", "reopens") >= 10);
     pset s;
-    load(&s);
+    pset_load(g_dir, &s);
     /* frames from inside coroutines, through wrap and resume */
     CHECK(iso_has_func(&s, NULL, "coro", "gen_body"));
     CHECK(iso_has_func(&s, NULL, "coro", "inner"));

@@ -1,0 +1,72 @@
+/* Reading what the agent writes in output-dir mode: SERVICE.PID.SEQ.KIND.ISOLATE.pb.gz
+ * files, each decoded with the model's decoder, sorted by process and sequence. Shared by
+ * the tests that run real programs under the agent (tests/collector, tests/lua). */
+#ifndef CP_TEST_PFILES_H
+#define CP_TEST_PFILES_H
+
+#include <dirent.h>
+
+#include "pprof.h"
+#include "test.h"
+
+typedef struct pfile {
+    int pid, seq;
+    char kind[8], iso[64];
+    cp_profile *p;
+} pfile;
+
+typedef struct pset {
+    pfile *f;
+    int n;
+} pset;
+
+static int pfile_cmp(const void *a, const void *b)
+{
+    const pfile *x = a, *y = b;
+    if (x->pid != y->pid) return x->pid - y->pid;
+    return x->seq - y->seq;
+}
+
+/* Loads every finished profile file of dir into s (which it initialises). */
+static void pset_load(const char *dir, pset *s)
+{
+    memset(s, 0, sizeof(*s));
+    DIR *d = opendir(dir);
+    CHECK(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strstr(e->d_name, ".pb.gz") || strstr(e->d_name, ".tmp")) continue;
+        char name[256], *tok[8], *save;
+        snprintf(name, sizeof(name), "%s", e->d_name);
+        int nt = 0;
+        for (char *t = strtok_r(name, ".", &save); t && nt < 8; t = strtok_r(NULL, ".", &save))
+            tok[nt++] = t;
+        CHECK(nt == 7);
+        s->f = realloc(s->f, (size_t)(s->n + 1) * sizeof(pfile));
+        CHECK(s->f);
+        pfile *f = &s->f[s->n++];
+        f->pid = atoi(tok[1]);
+        f->seq = atoi(tok[2]);
+        snprintf(f->kind, sizeof(f->kind), "%s", tok[3]);
+        snprintf(f->iso, sizeof(f->iso), "%s", tok[4]);
+        char path[600];
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        cp_buf b = {0};
+        CHECK(cp_read_file(path, &b) == 0);
+        cp_err err = {0};
+        int rc = cp_pprof_decode(b.data, b.len, NULL, &f->p, &err);
+        if (rc != 0) fprintf(stderr, "%s: %s\n", path, err.msg);
+        CHECK(rc == 0);
+        cp_buf_close(&b);
+    }
+    closedir(d);
+    qsort(s->f, (size_t)s->n, sizeof(pfile), pfile_cmp);
+}
+
+static void pset_free(pset *s)
+{
+    for (int i = 0; i < s->n; i++) cp_profile_destroy(s->f[i].p);
+    free(s->f);
+}
+
+#endif
