@@ -7,10 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A hash set of output entries (index + 1), with their hashes kept for cheap growth. */
+/* A hash set of output entries (index + 1) with their hashes, side by side so that a
+ * probe touches one cache line. */
+typedef struct tslot {
+    uint32_t id, hash; /* id 0: empty */
+} tslot;
+
 typedef struct tbl {
-    uint32_t *ids;
-    uint32_t *hashes;
+    tslot *s;
     uint32_t mask, n;
 } tbl;
 
@@ -24,34 +28,32 @@ struct cp_merger {
 
 static void tbl_close(tbl *t)
 {
-    free(t->ids);
-    free(t->hashes);
+    free(t->s);
     memset(t, 0, sizeof *t);
 }
 
-static int tbl_grow(tbl *t)
+static int tbl_grow_slow(tbl *t);
+
+/* Makes room for one more entry (load factor at most 3/4). */
+static inline int tbl_grow(tbl *t)
 {
-    if ((size_t)(t->n + 1) * 4 <= (size_t)(t->mask + 1) * 3 && t->ids) return 0;
-    uint32_t cap = t->ids ? (t->mask + 1) * 2 : 1024;
-    uint32_t *ids = calloc(cap, sizeof *ids), *hs = malloc(cap * sizeof *hs);
-    if (!ids || !hs) {
-        free(ids);
-        free(hs);
-        return CP_ENOMEM;
+    if ((size_t)(t->n + 1) * 4 <= (size_t)(t->mask + 1) * 3 && t->s) return 0;
+    return tbl_grow_slow(t);
+}
+
+static int tbl_grow_slow(tbl *t)
+{
+    uint32_t cap = t->s ? (t->mask + 1) * 2 : 1024;
+    tslot *ns = calloc(cap, sizeof *ns);
+    if (!ns) return CP_ENOMEM;
+    for (uint32_t i = 0; t->s && i <= t->mask; i++) {
+        if (!t->s[i].id) continue;
+        uint32_t j = t->s[i].hash & (cap - 1);
+        while (ns[j].id) j = (j + 1) & (cap - 1);
+        ns[j] = t->s[i];
     }
-    if (t->ids) {
-        for (uint32_t i = 0; i <= t->mask; i++) {
-            if (!t->ids[i]) continue;
-            uint32_t j = t->hashes[i] & (cap - 1);
-            while (ids[j]) j = (j + 1) & (cap - 1);
-            ids[j] = t->ids[i];
-            hs[j] = t->hashes[i];
-        }
-    }
-    free(t->ids);
-    free(t->hashes);
-    t->ids = ids;
-    t->hashes = hs;
+    free(t->s);
+    t->s = ns;
     t->mask = cap - 1;
     return 0;
 }
@@ -60,9 +62,9 @@ static int tbl_grow(tbl *t)
 #define TBL_FIND(t, h, eq_expr, slot_out)                                              \
     do {                                                                               \
         uint32_t j_ = (h) & (t)->mask;                                                 \
-        while ((t)->ids[j_]) {                                                         \
-            if ((t)->hashes[j_] == (h)) {                                              \
-                uint32_t cand = (t)->ids[j_] - 1;                                      \
+        while ((t)->s[j_].id) {                                                        \
+            if ((t)->s[j_].hash == (h)) {                                              \
+                uint32_t cand = (t)->s[j_].id - 1;                                     \
                 (void)cand;                                                            \
                 if (eq_expr) break;                                                    \
             }                                                                          \
@@ -70,6 +72,13 @@ static int tbl_grow(tbl *t)
         }                                                                              \
         (slot_out) = j_;                                                               \
     } while (0)
+
+/* Fills an empty slot found by TBL_FIND. */
+static inline void tbl_set(tbl *t, uint32_t slot, uint32_t id, uint32_t h)
+{
+    t->s[slot] = (tslot){id, h};
+    t->n++;
+}
 
 cp_merger *cp_merger_create(void)
 {
@@ -187,19 +196,17 @@ static int map_functions(cp_merger *m, const cp_profile *p)
     for (uint32_t i = 0; i < p->functions.n; i++) {
         const cp_function *f = &p->functions.v[i];
         cp_function k = {sm[f->name], sm[f->system_name], sm[f->filename], f->start_line};
-        uint64_t h64 = cp_hash_u64(cp_hash_u64(cp_hash_u64(cp_hash_u64(1, k.name), k.system_name), k.filename),
-                                   (uint64_t)k.start_line);
+        uint64_t h64 = cp_hash_mix((uint64_t)k.name << 32 | k.system_name,
+                                   ((uint64_t)k.filename << 32) ^ (uint64_t)k.start_line);
         uint32_t h = (uint32_t)h64, slot;
         if (tbl_grow(&m->fns)) return CP_ENOMEM;
         TBL_FIND(&m->fns, h, fn_eq(&o->functions.v[cand], &k), slot);
-        if (!m->fns.ids[slot]) {
+        if (!m->fns.s[slot].id) {
             uint32_t id;
             if (cp_profile_add_function(o, &k, &id)) return CP_ENOMEM;
-            m->fns.ids[slot] = id;
-            m->fns.hashes[slot] = h;
-            m->fns.n++;
+            tbl_set(&m->fns, slot, id, h);
         }
-        m->fn_map.v[i + 1] = m->fns.ids[slot];
+        m->fn_map.v[i + 1] = m->fns.s[slot].id;
     }
     return 0;
 }
@@ -234,16 +241,14 @@ static int map_mappings(cp_merger *m, const cp_profile *p)
                               o->mappings.v[cand].filename, c),
                   memcmp(c, k, sizeof k) == 0),
                  slot);
-        if (!m->maps.ids[slot]) {
+        if (!m->maps.s[slot].id) {
             uint32_t id;
             if (cp_profile_add_mapping(o, &mp, &id)) return CP_ENOMEM;
-            m->maps.ids[slot] = id;
-            m->maps.hashes[slot] = h;
-            m->maps.n++;
+            tbl_set(&m->maps, slot, id, h);
         } else {
-            o->mappings.v[m->maps.ids[slot] - 1].flags |= mp.flags;
+            o->mappings.v[m->maps.s[slot].id - 1].flags |= mp.flags;
         }
-        m->map_map.v[i + 1] = m->maps.ids[slot];
+        m->map_map.v[i + 1] = m->maps.s[slot].id;
     }
     return 0;
 }
@@ -270,12 +275,12 @@ static int map_locations(cp_merger *m, const cp_profile *p)
         uint32_t nl = l->nlines;
         cp_line *lp = lines;
         if (nl > 64 && !(lp = malloc(nl * sizeof *lp))) return CP_ENOMEM;
-        uint64_t h64 = cp_hash_u64(cp_hash_u64(cp_hash_u64(3, mid), rel), l->is_folded);
+        uint64_t h64 = cp_hash_mix((uint64_t)mid << 1 | (l->is_folded != 0), rel);
         for (uint32_t k = 0; k < nl; k++) {
             const cp_line *src = &p->lines.v[l->line_off + k];
             lp[k].function_id = m->fn_map.v[src->function_id];
             lp[k].line = src->line;
-            h64 = cp_hash_u64(cp_hash_u64(h64, lp[k].function_id), (uint64_t)lp[k].line);
+            h64 = cp_hash_mix(h64 ^ lp[k].function_id, (uint64_t)lp[k].line);
         }
         uint32_t h = (uint32_t)h64, slot;
         int rc = 0;
@@ -284,7 +289,7 @@ static int map_locations(cp_merger *m, const cp_profile *p)
             goto next;
         }
         TBL_FIND(&m->locs, h, loc_eq(o, cand, mid, rel, l->is_folded, lp, nl), slot);
-        if (!m->locs.ids[slot]) {
+        if (!m->locs.s[slot].id) {
             uint32_t id;
             uint64_t addr = rel + (mid ? o->mappings.v[mid - 1].start : 0);
             if (cp_profile_add_location(o, addr, mid, lp, nl, &id)) {
@@ -292,11 +297,9 @@ static int map_locations(cp_merger *m, const cp_profile *p)
                 goto next;
             }
             o->locations.v[id - 1].is_folded = l->is_folded;
-            m->locs.ids[slot] = id;
-            m->locs.hashes[slot] = h;
-            m->locs.n++;
+            tbl_set(&m->locs, slot, id, h);
         }
-        m->loc_map.v[i + 1] = m->locs.ids[slot];
+        m->loc_map.v[i + 1] = m->locs.s[slot].id;
     next:
         if (lp != lines) free(lp);
         if (rc) return rc;
@@ -323,12 +326,10 @@ static int map_samples(cp_merger *m, const cp_profile *p, double factor)
         m->key_locs.n = m->key_labels.n = 0;
         if (cp_vec_reserve(&m->key_locs, s->nlocs) || cp_vec_reserve(&m->key_labels, s->nlabels))
             return CP_ENOMEM;
-        uint64_t h64 = 4;
-        for (uint32_t k = 0; k < s->nlocs; k++) {
-            uint32_t id = m->loc_map.v[p->stack.v[s->loc_off + k]];
-            m->key_locs.v[k] = id;
-            h64 = cp_hash_u64(h64, id);
-        }
+        const uint32_t *lm = m->loc_map.v, *in = p->stack.v + s->loc_off;
+        uint32_t *key = m->key_locs.v;
+        for (uint32_t k = 0; k < s->nlocs; k++) key[k] = lm[in[k]];
+        uint64_t h64 = cp_hash_bytes(key, (size_t)s->nlocs * sizeof *key, 4);
         for (uint32_t k = 0; k < s->nlabels; k++) {
             cp_label l = p->labels.v[s->label_off + k];
             l.key = m->str_map.v[l.key];
@@ -345,15 +346,13 @@ static int map_samples(cp_merger *m, const cp_profile *p, double factor)
         if (tbl_grow(&m->smps)) return CP_ENOMEM;
         TBL_FIND(&m->smps, h, sample_eq(o, cand, m->key_locs.v, s->nlocs, m->key_labels.v, s->nlabels), slot);
         const int64_t *src = cp_profile_sample_values(p, i);
-        if (!m->smps.ids[slot]) {
+        if (!m->smps.s[slot].id) {
             int64_t zero[64] = {0};
             if (cp_profile_add_sample(o, m->key_locs.v, s->nlocs, zero, m->key_labels.v, s->nlabels))
                 return CP_ENOMEM;
-            m->smps.ids[slot] = o->samples.n;
-            m->smps.hashes[slot] = h;
-            m->smps.n++;
+            tbl_set(&m->smps, slot, o->samples.n, h);
         }
-        int64_t *dst = o->values.v + (size_t)(m->smps.ids[slot] - 1) * nv;
+        int64_t *dst = o->values.v + (size_t)(m->smps.s[slot].id - 1) * nv;
         if (factor == 1.0)
             for (uint32_t k = 0; k < nv; k++) dst[k] += src[k];
         else

@@ -2,6 +2,7 @@
  * protobuf-c allocates every submessage separately; an arena allocator makes that a bump
  * of a pointer and lets one free release a whole decoded profile. */
 #include "pprof.h"
+#include "wire.h"
 #include "profile.pb-c.h"
 
 #include <stdio.h>
@@ -171,77 +172,7 @@ void cp_pprof_limits_default(cp_pprof_limits *lim)
 /* ===== wire reading ================================================================
  * The decoder reads the protobuf wire format itself, straight into the flat model: no
  * intermediate message tree, no allocation per submessage, no strlen. protoc-c's generated
- * code is used for encoding and, in tests, to build inputs. */
-
-typedef struct rd {
-    const uint8_t *p, *end;
-} rd;
-
-enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
-
-static inline __attribute__((always_inline)) int rd_varint(rd *r, uint64_t *out)
-{
-    if (r->p < r->end && *r->p < 0x80) { /* most varints here are one or two bytes */
-        *out = *r->p++;
-        return 0;
-    }
-    if (r->end - r->p >= 2 && r->p[1] < 0x80) {
-        *out = (uint64_t)(r->p[0] & 0x7f) | (uint64_t)r->p[1] << 7;
-        r->p += 2;
-        return 0;
-    }
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-        if (r->p >= r->end) return -1;
-        uint8_t b = *r->p++;
-        v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *out = v;
-            return 0;
-        }
-    }
-    return -1; /* more than 10 bytes */
-}
-
-/* Reads a field key; 0 ok, -1 on a malformed key. */
-static inline __attribute__((always_inline)) int rd_key(rd *r, uint32_t *field, uint32_t *wt)
-{
-    uint64_t k;
-    if (rd_varint(r, &k) || (k >> 3) == 0 || (k >> 3) > 0x1fffffff) return -1;
-    *field = (uint32_t)(k >> 3);
-    *wt = (uint32_t)(k & 7);
-    return 0;
-}
-
-/* Reads a length-delimited payload into sub. */
-static inline __attribute__((always_inline)) int rd_len(rd *r, rd *sub)
-{
-    uint64_t n;
-    if (rd_varint(r, &n) || n > (uint64_t)(r->end - r->p)) return -1;
-    sub->p = r->p;
-    sub->end = r->p + n;
-    r->p += n;
-    return 0;
-}
-
-static inline int rd_skip(rd *r, uint32_t wt)
-{
-    uint64_t v;
-    rd sub;
-    switch (wt) {
-    case WT_VARINT: return rd_varint(r, &v);
-    case WT_LEN: return rd_len(r, &sub);
-    case WT_I64:
-        if (r->end - r->p < 8) return -1;
-        r->p += 8;
-        return 0;
-    case WT_I32:
-        if (r->end - r->p < 4) return -1;
-        r->p += 4;
-        return 0;
-    }
-    return -1;
-}
+ * code is used for encoding and, in tests, to build inputs. The cursor is in wire.h. */
 
 /* Appends a packed run of varints to dst, which must have room for (end - p) values (each
  * takes at least one byte). Returns the count, or -1 if a varint is malformed. */
@@ -410,8 +341,9 @@ typedef CP_VEC(int64_t) i64_vec;
 /* Scratch memory of the decoder, kept between profiles so that decoding a stream of
  * windows does not allocate once it has warmed up. */
 typedef struct scratch {
-    rd_vec types, samples, maps, locs, fns, strs;
+    rd_vec types, samples, maps;
     u64_vec ids, tmp;
+    u64_vec fn_ids, loc_ids, loc_maps, line_fns; /* raw ids, resolved once all are known */
     i64_vec comments;
 } scratch;
 
@@ -420,9 +352,10 @@ static void scratch_close(scratch *sc)
     free(sc->types.v);
     free(sc->samples.v);
     free(sc->maps.v);
-    free(sc->locs.v);
-    free(sc->fns.v);
-    free(sc->strs.v);
+    free(sc->fn_ids.v);
+    free(sc->loc_ids.v);
+    free(sc->loc_maps.v);
+    free(sc->line_fns.v);
     free(sc->ids.v);
     free(sc->tmp.v);
     free(sc->comments.v);
@@ -468,38 +401,162 @@ static void scratch_close(scratch *sc)
         }                                                                              \
     } while (0)
 
+/* A string index as stored in the model (uint32); larger ones are out of range whatever
+ * the table, and are clamped so that the range check below catches them. */
+static inline uint32_t str_idx(uint64_t v)
+{
+    return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+}
+
+/* Parses one Function message into p (string indices checked later, once the table is
+ * known) and its id into ids. */
+static int parse_function(rd r, uint32_t i, cp_profile *p, u64_vec *ids, cp_err *err)
+{
+    int rc = 0;
+    uint32_t field, wt;
+    uint64_t v[6] = {0};
+    while (r.p < r.end) {
+        if (rd_key(&r, &field, &wt)) MALFORMED("function[%u]", i);
+        if (field >= 1 && field <= 5) {
+            WANT_VARINT(wt, "function");
+            if (rd_varint(&r, &v[field])) MALFORMED("function[%u]", i);
+        } else if (rd_skip(&r, wt)) MALFORMED("function[%u]", i);
+    }
+    if (cp_vec_push(ids, v[1]) ||
+        cp_vec_push(&p->functions, ((cp_function){str_idx(v[2]), str_idx(v[3]), str_idx(v[4]), (int64_t)v[5]})))
+        return cp_err_set(err, CP_ENOMEM, "out of memory decoding profile");
+out:
+    return rc;
+}
+
+/* Parses one Location message into p; its id, its mapping id and its lines' function ids
+ * go to scratch, to be resolved once every mapping and function is known. */
+static int parse_location(rd r, uint32_t i, cp_profile *p, scratch *sc, cp_err *err)
+{
+    int rc = 0;
+    uint32_t field, wt;
+    uint64_t v[6] = {0};
+    cp_location cl = {.line_off = p->lines.n};
+    while (r.p < r.end) {
+        if (rd_key(&r, &field, &wt)) MALFORMED("location[%u]", i);
+        if (field == 4) {
+            rd ln;
+            uint64_t fid = 0, line = 0, x;
+            if (wt != WT_LEN || rd_len(&r, &ln)) MALFORMED("location[%u].line[%u]", i, cl.nlines);
+            while (ln.p < ln.end) {
+                uint32_t lf, lw;
+                if (rd_key(&ln, &lf, &lw)) MALFORMED("location[%u].line[%u]", i, cl.nlines);
+                if (lf >= 1 && lf <= 3) {
+                    WANT_VARINT(lw, "line");
+                    if (rd_varint(&ln, &x)) MALFORMED("location[%u].line[%u]", i, cl.nlines);
+                    if (lf == 1) fid = x;
+                    else if (lf == 2) line = x;
+                } else if (rd_skip(&ln, lw)) MALFORMED("location[%u].line[%u]", i, cl.nlines);
+            }
+            if (cp_vec_push(&p->lines, ((cp_line){0, (int64_t)line})) || cp_vec_push(&sc->line_fns, fid))
+                goto nomem;
+            cl.nlines++;
+        } else if (field >= 1 && field <= 5) {
+            WANT_VARINT(wt, "location");
+            if (rd_varint(&r, &v[field])) MALFORMED("location[%u]", i);
+        } else if (rd_skip(&r, wt)) MALFORMED("location[%u]", i);
+    }
+    cl.address = v[3];
+    cl.is_folded = v[5] != 0;
+    if (cp_vec_push(&sc->loc_ids, v[1]) || cp_vec_push(&sc->loc_maps, v[2]) || cp_vec_push(&p->locations, cl))
+        goto nomem;
+    return 0;
+nomem:
+    rc = cp_err_set(err, CP_ENOMEM, "out of memory decoding profile");
+out:
+    return rc;
+}
+
+/* Appends string_table entry p->strs.off.n to the profile's table. */
+static int add_string(cp_profile *p, rd s)
+{
+    cp_strtab *t = &p->strs;
+    size_t n = (size_t)(s.end - s.p);
+    if (t->len + n + 1 > t->cap) {
+        size_t ncap = t->cap ? t->cap : 4096;
+        while (ncap < t->len + n + 1) ncap *= 2;
+        char *nb = realloc(t->buf, ncap);
+        if (!nb) return CP_ENOMEM;
+        t->buf = nb;
+        t->cap = ncap;
+    }
+    if (cp_vec_push(&t->off, (uint32_t)t->len)) return CP_ENOMEM;
+    memcpy(t->buf + t->len, s.p, n);
+    t->buf[t->len + n] = 0;
+    t->len += n + 1;
+    return 0;
+}
+
+/* One pass over the top-level fields: strings, functions and locations are parsed where
+ * they stand; sample types, samples and mappings are remembered for after, since they
+ * are checked against (or refer to) what may come later. */
 static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_pprof_limits *lim, cp_profile *p,
                        cp_err *err)
 {
     int rc = 0;
     rd top = {buf, buf + len}, f;
-    rd_vec *types = &sc->types, *samples = &sc->samples, *maps = &sc->maps, *locs = &sc->locs,
-           *fns = &sc->fns, *strs = &sc->strs;
+    rd_vec *types = &sc->types, *samples = &sc->samples, *maps = &sc->maps;
     u64_vec *ids = &sc->ids, *tmp = &sc->tmp;
     i64_vec *comments = &sc->comments;
-    types->n = samples->n = maps->n = locs->n = fns->n = strs->n = ids->n = tmp->n = comments->n = 0;
+    types->n = samples->n = maps->n = ids->n = tmp->n = comments->n = 0;
+    sc->fn_ids.n = sc->loc_ids.n = sc->loc_maps.n = sc->line_fns.n = 0;
     rd period_type = {NULL, NULL};
     int64_t scal[15] = {0};
     idmap mm = {0}, lm = {0}, fm = {0};
     uint32_t field, wt;
-    size_t nstr = 0;
+    size_t nstr = 0, sbytes = 0;
+    int first_str_empty = 1;
+    p->strs.len = 0;
+    p->strs.off.n = 0;
+    if (p->strs.slots) { /* the intern index is rebuilt by the next intern, if any */
+        free(p->strs.slots);
+        p->strs.slots = NULL;
+        p->strs.nslots = 0;
+    }
 
-    /* --- pass 1: find every top-level field --- */
+    /* --- the one pass over the top-level fields --- */
     while (top.p < top.end) {
         size_t at = (size_t)(top.p - buf);
         if (rd_key(&top, &field, &wt)) MALFORMED("field key at byte %zu", at);
-        rd_vec *dst = field == 1 ? types : field == 2 ? samples : field == 3 ? maps : field == 4 ? locs
-                    : field == 5 ? fns : field == 6 ? strs : NULL;
-        if (dst || field == 11) {
+        if ((field >= 1 && field <= 6) || field == 11) {
             if (wt != WT_LEN) {
                 rc = cp_err_set(err, CP_EPPROF, "field %u at byte %zu: wire type %u, expected length-delimited", field, at, wt);
                 goto out;
             }
             if (rd_len(&top, &f)) MALFORMED("field %u at byte %zu", field, at);
-            if (dst) {
-                if (cp_vec_push(dst, f)) goto nomem;
-            } else {
-                period_type = f;
+            switch (field) {
+            case 1: if (cp_vec_push(types, f)) goto nomem; break;
+            case 2: if (cp_vec_push(samples, f)) goto nomem; break;
+            case 3: if (cp_vec_push(maps, f)) goto nomem; break;
+            case 4:
+                if (p->locations.n >= lim->max_locations) goto too_many;
+                if ((rc = parse_location(f, p->locations.n, p, sc, err))) goto out;
+                break;
+            case 5:
+                if (p->functions.n >= lim->max_locations) goto too_many;
+                if ((rc = parse_function(f, p->functions.n, p, &sc->fn_ids, err))) goto out;
+                break;
+            case 6:
+                if (nstr == 0) first_str_empty = f.p == f.end;
+                if (++nstr > lim->max_strings) {
+                    rc = cp_err_set(err, CP_ELIMIT, "string_table has more than %u strings (limit %u)",
+                                    lim->max_strings, lim->max_strings);
+                    goto out;
+                }
+                sbytes += (size_t)(f.end - f.p) + 1;
+                if (sbytes > lim->max_string_bytes) {
+                    rc = cp_err_set(err, CP_ELIMIT, "strings take more than %zu bytes (limit %zu)",
+                                    lim->max_string_bytes, lim->max_string_bytes);
+                    goto out;
+                }
+                if (add_string(p, f)) goto nomem;
+                break;
+            default: period_type = f; break;
             }
         } else if (field == 13) {
             READ_REPEATED(&top, wt, comments, int64_t, "comment at byte %zu", at);
@@ -517,56 +574,30 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
     }
 
     /* --- limits and the string table --- */
-    nstr = strs->n;
     if (nstr == 0) {
         rc = cp_err_set(err, CP_EPPROF, "string_table is empty (string_table[0] must be \"\")");
         goto out;
     }
-    if (strs->v[0].end != strs->v[0].p) {
+    if (!first_str_empty) {
         rc = cp_err_set(err, CP_EPPROF, "string_table[0] is not the empty string");
-        goto out;
-    }
-    if (nstr > lim->max_strings) {
-        rc = cp_err_set(err, CP_ELIMIT, "string_table has %zu strings (limit %u)", nstr, lim->max_strings);
         goto out;
     }
     if (samples->n > lim->max_samples) {
         rc = cp_err_set(err, CP_ELIMIT, "profile has %u samples (limit %u)", samples->n, lim->max_samples);
         goto out;
     }
-    if (locs->n > lim->max_locations || fns->n > lim->max_locations || maps->n > lim->max_locations) {
-        rc = cp_err_set(err, CP_ELIMIT, "profile has %u locations, %u functions, %u mappings (limit %u each)",
-                        locs->n, fns->n, maps->n, lim->max_locations);
+    if (maps->n > lim->max_locations) {
+    too_many:
+        rc = cp_err_set(err, CP_ELIMIT, "profile has over %u locations, functions or mappings (limit %u each)",
+                        lim->max_locations, lim->max_locations);
         goto out;
     }
     if (types->n > 64) {
         rc = cp_err_set(err, CP_ELIMIT, "profile has %u sample types (limit 64)", types->n);
         goto out;
     }
-    size_t sbytes = 0;
-    for (size_t i = 0; i < nstr; i++) sbytes += (size_t)(strs->v[i].end - strs->v[i].p) + 1;
-    if (sbytes > lim->max_string_bytes) {
-        rc = cp_err_set(err, CP_ELIMIT, "strings take %zu bytes (limit %zu)", sbytes, lim->max_string_bytes);
-        goto out;
-    }
-    p->strs.len = 0;
-    p->strs.off.n = 0;
-    if (cp_vec_reserve(&p->strs.off, nstr)) goto nomem;
-    if (sbytes > p->strs.cap) {
-        char *nb = realloc(p->strs.buf, sbytes);
-        if (!nb) goto nomem;
-        p->strs.buf = nb;
-        p->strs.cap = sbytes;
-    }
-    for (size_t i = 0; i < nstr; i++) {
-        size_t n = (size_t)(strs->v[i].end - strs->v[i].p);
-        p->strs.off.v[i] = (uint32_t)p->strs.len;
-        memcpy(p->strs.buf + p->strs.len, strs->v[i].p, n);
-        p->strs.buf[p->strs.len + n] = 0;
-        p->strs.len += n + 1;
-    }
-    p->strs.off.n = (uint32_t)nstr;
 
+    nstr = p->strs.off.n;
     /* --- header --- */
     for (uint32_t i = 0; i < types->n; i++) {
         rd r = types->v[i];
@@ -638,84 +669,41 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
     }
     if ((rc = idmap_build(&mm, "mapping", ids->v, ids->n, err))) goto out;
 
-    /* --- functions --- */
-    if (cp_vec_reserve(&p->functions, fns->n) || cp_vec_reserve(ids, fns->n)) goto nomem;
-    ids->n = 0;
-    for (uint32_t i = 0; i < fns->n; i++) {
-        rd r = fns->v[i];
-        uint64_t v[6] = {0};
-        while (r.p < r.end) {
-            if (rd_key(&r, &field, &wt)) MALFORMED("function[%u]", i);
-            if (field >= 1 && field <= 5) {
-                WANT_VARINT(wt, "function");
-                if (rd_varint(&r, &v[field])) MALFORMED("function[%u]", i);
-            } else if (rd_skip(&r, wt)) MALFORMED("function[%u]", i);
-        }
-        CHECK_STR(v[2], "function[%u] (id %llu).name", i, (unsigned long long)v[1]);
-        CHECK_STR(v[3], "function[%u] (id %llu).system_name", i, (unsigned long long)v[1]);
-        CHECK_STR(v[4], "function[%u] (id %llu).filename", i, (unsigned long long)v[1]);
-        ids->v[ids->n++] = v[1];
-        p->functions.v[p->functions.n++] = (cp_function){(uint32_t)v[2], (uint32_t)v[3], (uint32_t)v[4], (int64_t)v[5]};
+    /* --- functions: string indices, then the id map --- */
+    for (uint32_t i = 0; i < p->functions.n; i++) {
+        const cp_function *fn = &p->functions.v[i];
+        unsigned long long id = (unsigned long long)sc->fn_ids.v[i];
+        CHECK_STR(fn->name, "function[%u] (id %llu).name", i, id);
+        CHECK_STR(fn->system_name, "function[%u] (id %llu).system_name", i, id);
+        CHECK_STR(fn->filename, "function[%u] (id %llu).filename", i, id);
     }
-    if ((rc = idmap_build(&fm, "function", ids->v, ids->n, err))) goto out;
+    if ((rc = idmap_build(&fm, "function", sc->fn_ids.v, sc->fn_ids.n, err))) goto out;
 
-    /* --- locations: ids first (samples and nothing else refer to them) --- */
-    if (cp_vec_reserve(&p->locations, locs->n) || cp_vec_reserve(ids, locs->n)) goto nomem;
-    ids->n = 0;
-    for (uint32_t i = 0; i < locs->n; i++) {
-        rd r = locs->v[i];
-        uint64_t v[6] = {0};
-        cp_location cl = {.line_off = p->lines.n};
-        while (r.p < r.end) {
-            if (rd_key(&r, &field, &wt)) MALFORMED("location[%u]", i);
-            if (field == 4) {
-                rd ln;
-                uint64_t fid = 0, line = 0, x;
-                if (wt != WT_LEN || rd_len(&r, &ln)) MALFORMED("location[%u].line[%u]", i, cl.nlines);
-                while (ln.p < ln.end) {
-                    uint32_t lf, lw;
-                    if (rd_key(&ln, &lf, &lw)) MALFORMED("location[%u].line[%u]", i, cl.nlines);
-                    if (lf >= 1 && lf <= 3) {
-                        WANT_VARINT(lw, "line");
-                        if (rd_varint(&ln, &x)) MALFORMED("location[%u].line[%u]", i, cl.nlines);
-                        if (lf == 1) fid = x;
-                        else if (lf == 2) line = x;
-                    } else if (rd_skip(&ln, lw)) MALFORMED("location[%u].line[%u]", i, cl.nlines);
-                }
-                /* function ids are resolved below, once the location's id is known */
-                if (cp_vec_push(&p->lines, ((cp_line){(uint32_t)0, (int64_t)line}))) goto nomem;
-                if (cp_vec_push(tmp, fid)) goto nomem;
-                cl.nlines++;
-            } else if (field >= 1 && field <= 5) {
-                WANT_VARINT(wt, "location");
-                if (rd_varint(&r, &v[field])) MALFORMED("location[%u]", i);
-            } else if (rd_skip(&r, wt)) MALFORMED("location[%u]", i);
-        }
-        if (v[2]) {
-            cl.mapping_id = idmap_get(&mm, v[2]);
-            if (!cl.mapping_id) {
+    /* --- locations: mappings and functions resolved, then the id map --- */
+    for (uint32_t i = 0; i < p->locations.n; i++) {
+        cp_location *cl = &p->locations.v[i];
+        uint64_t mid = sc->loc_maps.v[i];
+        if (mid) {
+            cl->mapping_id = idmap_get(&mm, mid);
+            if (!cl->mapping_id) {
                 rc = cp_err_set(err, CP_EPPROF, "location[%u] (id %llu): mapping_id %llu not found (profile has %u mappings)",
-                                i, (unsigned long long)v[1], (unsigned long long)v[2], maps->n);
+                                i, (unsigned long long)sc->loc_ids.v[i], (unsigned long long)mid, maps->n);
                 goto out;
             }
         }
-        for (uint32_t k = 0; k < cl.nlines; k++) {
-            uint64_t fid = tmp->v[tmp->n - cl.nlines + k];
+        for (uint32_t k = 0; k < cl->nlines; k++) {
+            uint64_t fid = sc->line_fns.v[cl->line_off + k];
             uint32_t d = idmap_get(&fm, fid);
             if (!d) {
                 rc = cp_err_set(err, CP_EPPROF, "location[%u] (id %llu).line[%u]: function_id %llu not found (profile has %u functions)",
-                                i, (unsigned long long)v[1], k, (unsigned long long)fid, fns->n);
+                                i, (unsigned long long)sc->loc_ids.v[i], k, (unsigned long long)fid, p->functions.n);
                 goto out;
             }
-            p->lines.v[cl.line_off + k].function_id = d;
+            p->lines.v[cl->line_off + k].function_id = d;
         }
-        tmp->n = 0;
-        cl.address = v[3];
-        cl.is_folded = v[5] != 0;
-        ids->v[ids->n++] = v[1];
-        p->locations.v[p->locations.n++] = cl;
     }
-    if ((rc = idmap_build(&lm, "location", ids->v, ids->n, err))) goto out;
+    if ((rc = idmap_build(&lm, "location", sc->loc_ids.v, sc->loc_ids.n, err))) goto out;
+    uint32_t nlocs_total = p->locations.n;
 
     /* --- samples --- */
     size_t nv = types->n;
@@ -727,7 +715,61 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
         tmp->n = 0;
         while (r.p < r.end) {
             if (rd_key(&r, &field, &wt)) MALFORMED("sample[%u]", i);
-            if (field == 1) {
+            if (field == 1 && wt == WT_LEN && lm.dense && tmp->n == 0) {
+                /* the common case: a packed run of dense ids, checked and stored at once
+                 * (once an id went to tmp, the rest follow it there, keeping the order) */
+                rd pk;
+                if (rd_len(&r, &pk)) MALFORMED("sample[%u].location_id", i);
+                if (pk.p == pk.end) continue;
+                if (cp_vec_reserve(&p->stack, (size_t)p->stack.n + (size_t)(pk.end - pk.p))) goto nomem;
+                uint32_t *dst = p->stack.v + p->stack.n;
+                const uint8_t *q = pk.p;
+                uint64_t nloc = nlocs_total;
+                /* Ids of one or two bytes, without a branch on which (they mix at random):
+                 * three ids from each 8-byte load, so that finding where the next id
+                 * starts costs shifts, not loads. Anything else (a longer varint, a bad id,
+                 * the last bytes) goes to the general loop below. */
+                while (pk.end - q >= 8) {
+                    uint64_t w;
+                    memcpy(&w, q, 8);
+                    unsigned used = 0;
+                    for (int k = 0; k < 3; k++) {
+                        uint32_t b0 = (uint32_t)w & 0xff, b1 = (uint32_t)(w >> 8) & 0xff, c = b0 >> 7;
+                        uint64_t id = (b0 & 0x7f) | ((b1 << 7) & (0u - c));
+                        if ((c & (b1 >> 7)) || id - 1 >= nloc) goto general;
+                        *dst++ = (uint32_t)id;
+                        w >>= 8 + 8 * c;
+                        used += 1 + c;
+                    }
+                    q += used;
+                    continue;
+                general:
+                    q += used;
+                    break;
+                }
+                while (q < pk.end) {
+                    uint64_t id;
+                    if (q[0] < 0x80) {
+                        id = q[0];
+                        q++;
+                    } else if (pk.end - q >= 2 && q[1] < 0x80) {
+                        id = (uint64_t)(q[0] & 0x7f) | (uint64_t)q[1] << 7;
+                        q += 2;
+                    } else {
+                        rd one = {q, pk.end};
+                        if (rd_varint(&one, &id)) MALFORMED("sample[%u].location_id", i);
+                        q = one.p;
+                    }
+                    if (id - 1 >= nloc) {
+                        rc = cp_err_set(err, CP_EPPROF,
+                                        "sample[%u].location_id[%u]: location %llu not found (profile has %u locations)",
+                                        i, (uint32_t)(dst - (p->stack.v + cs.loc_off)), (unsigned long long)id, nlocs_total);
+                        goto out;
+                    }
+                    *dst++ = (uint32_t)id;
+                }
+                p->stack.n = (uint32_t)(dst - p->stack.v);
+            } else if (field == 1) {
                 READ_REPEATED64(&r, wt, tmp, "sample[%u].location_id", i);
             } else if (field == 2) {
                 READ_REPEATED64(&r, wt, &p->values, "sample[%u].value", i);
@@ -762,21 +804,23 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
                             p->values.n - values_at, nv);
             goto out;
         }
-        if (tmp->n > lim->max_depth) {
-            rc = cp_err_set(err, CP_ELIMIT, "sample[%u] has %u locations (stack depth limit %u)", i, tmp->n, lim->max_depth);
+        /* ids that came one by one (unpacked) or need the id map were collected in tmp */
+        uint32_t depth = p->stack.n - cs.loc_off + tmp->n;
+        if (depth > lim->max_depth) {
+            rc = cp_err_set(err, CP_ELIMIT, "sample[%u] has %u locations (stack depth limit %u)", i, depth, lim->max_depth);
             goto out;
         }
         if (cp_vec_reserve(&p->stack, (size_t)p->stack.n + tmp->n)) goto nomem;
         for (uint32_t k = 0; k < tmp->n; k++) {
-            uint32_t lid = lm.dense ? (tmp->v[k] - 1 < locs->n ? (uint32_t)tmp->v[k] : 0) : idmap_get(&lm, tmp->v[k]);
+            uint32_t lid = lm.dense ? (tmp->v[k] - 1 < nlocs_total ? (uint32_t)tmp->v[k] : 0) : idmap_get(&lm, tmp->v[k]);
             if (!lid) {
                 rc = cp_err_set(err, CP_EPPROF, "sample[%u].location_id[%u]: location %llu not found (profile has %u locations)",
-                                i, k, (unsigned long long)tmp->v[k], locs->n);
+                                i, p->stack.n - cs.loc_off, (unsigned long long)tmp->v[k], nlocs_total);
                 goto out;
             }
             p->stack.v[p->stack.n++] = lid;
         }
-        cs.nlocs = tmp->n;
+        cs.nlocs = p->stack.n - cs.loc_off;
         p->samples.v[p->samples.n++] = cs;
     }
     goto out;
@@ -831,8 +875,15 @@ int cp_pprof_decoder_decode(cp_pprof_decoder *d, const uint8_t *buf, size_t len,
     } else if (len > d->lim.max_bytes) {
         return cp_err_set(err, CP_ELIMIT, "profile is %zu bytes (limit %zu)", len, d->lim.max_bytes);
     }
-    if ((rc = wire_scan(buf, len, d->lim.max_bytes, err))) return rc;
-    if ((rc = decode_wire(&d->sc, buf, len, &d->lim, p, err))) cp_profile_reset(p);
+    /* The wire scan only explains failures: damage to the framing (truncation, a huge
+     * length) gets its own message rather than whatever the decoder tripped over first. */
+    if ((rc = decode_wire(&d->sc, buf, len, &d->lim, p, err))) {
+        cp_profile_reset(p);
+        if (rc != CP_ENOMEM) {
+            int wrc = wire_scan(buf, len, d->lim.max_bytes, err);
+            if (wrc) rc = wrc;
+        }
+    }
     /* a huge input must not pin its scratch memory for the decoder's lifetime */
     if (d->raw.cap > (4u << 20)) cp_buf_close(&d->raw);
     return rc;

@@ -12,16 +12,17 @@ static uint64_t str_hash(const char *s, size_t len)
     return cp_hash_bytes(s, len, 0x5bd1e995);
 }
 
+/* Slots hold (hash << 32 | id + 1): a probe compares hashes before touching strings. */
 static int strtab_rehash(cp_strtab *t, uint32_t nslots)
 {
-    uint32_t *slots = calloc(nslots, sizeof *slots);
+    uint64_t *slots = calloc(nslots, sizeof *slots);
     if (!slots) return CP_ENOMEM;
     for (uint32_t i = 0; i < t->off.n; i++) {
         size_t end = i + 1 < t->off.n ? t->off.v[i + 1] : t->len;
         uint32_t h = (uint32_t)str_hash(t->buf + t->off.v[i], end - t->off.v[i] - 1);
         uint32_t j = h & (nslots - 1);
         while (slots[j]) j = (j + 1) & (nslots - 1);
-        slots[j] = i + 1;
+        slots[j] = (uint64_t)h << 32 | (i + 1);
     }
     free(t->slots);
     t->slots = slots;
@@ -66,15 +67,17 @@ int cp_profile_intern(cp_profile *p, const char *s, size_t len, uint32_t *id)
     uint32_t h = (uint32_t)str_hash(s, len);
     uint32_t j = h & (t->nslots - 1);
     while (t->slots[j]) {
-        uint32_t i = t->slots[j] - 1;
-        size_t end = i + 1 < t->off.n ? t->off.v[i + 1] : t->len; /* strings are back to back */
-        if (end - t->off.v[i] == len + 1 && memcmp(t->buf + t->off.v[i], s, len) == 0) {
-            *id = i;
-            return 0;
+        if ((uint32_t)(t->slots[j] >> 32) == h) {
+            uint32_t i = (uint32_t)t->slots[j] - 1;
+            size_t end = i + 1 < t->off.n ? t->off.v[i + 1] : t->len; /* strings are back to back */
+            if (end - t->off.v[i] == len + 1 && memcmp(t->buf + t->off.v[i], s, len) == 0) {
+                *id = i;
+                return 0;
+            }
         }
         j = (j + 1) & (t->nslots - 1);
     }
-    uint32_t *slots = t->slots;
+    uint64_t *slots = t->slots;
     uint32_t nslots = t->nslots;
     t->slots = NULL; /* keep append_str from dropping the index we are about to extend */
     int rc = cp_profile_append_str(p, s, len);
@@ -82,7 +85,7 @@ int cp_profile_intern(cp_profile *p, const char *s, size_t len, uint32_t *id)
     t->nslots = nslots;
     if (rc) return rc;
     *id = t->off.n - 1;
-    t->slots[j] = t->off.n;
+    t->slots[j] = (uint64_t)h << 32 | t->off.n;
     return 0;
 }
 
@@ -131,7 +134,7 @@ void cp_profile_reset(cp_profile *p)
     if (p->strs.slots) memset(p->strs.slots, 0, p->strs.nslots * sizeof *p->strs.slots);
     if (p->strs.slots) {
         uint32_t h = (uint32_t)str_hash("", 0);
-        p->strs.slots[h & (p->strs.nslots - 1)] = 1;
+        p->strs.slots[h & (p->strs.nslots - 1)] = (uint64_t)h << 32 | 1;
     }
     p->sample_types.n = 0;
     memset(&p->period_type, 0, sizeof p->period_type);

@@ -60,7 +60,7 @@ typedef struct cp_strtab {
     char *buf;
     size_t len, cap;
     CP_VEC(uint32_t) off; /* offset of string i in buf */
-    uint32_t *slots;      /* open addressing: string id + 1, 0 = empty */
+    uint64_t *slots;      /* open addressing: hash << 32 | (string id + 1), 0 = empty */
     uint32_t nslots;
 } cp_strtab;
 

@@ -51,5 +51,12 @@ static inline uint64_t cp_hash_u64(uint64_t h, uint64_t v)
     h *= 0xbf58476d1ce4e5b9ULL;
     return h ^ (h >> 32);
 }
+/* Hashes two words with one folded 64x64->128 multiply: cheaper than two cp_hash_u64 and
+ * as well mixed for table keys (equal keys are always compared in full). */
+static inline uint64_t cp_hash_mix(uint64_t a, uint64_t b)
+{
+    __uint128_t r = (__uint128_t)(a ^ 0xa0761d6478bd642fULL) * (b ^ 0xe7037ed1a0b428dbULL);
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
+}
 
 #endif

@@ -140,6 +140,74 @@ TEST(fixture_is_valid)
     CHECK_EQ(decode_fix(&x, &err), 0);
 }
 
+/* Decodes the fixture with one extra sample appended as raw bytes (a protobuf message may
+ * be extended by concatenation) and returns the decoded profile, or NULL with err set. */
+static cp_profile *decode_fix_plus_sample(pbfix *x, const uint8_t *smp, size_t n, cp_err *err)
+{
+    size_t len = perftools__profiles__profile__get_packed_size(&x->p);
+    uint8_t *b = malloc(len + 2 + n);
+    perftools__profiles__profile__pack(&x->p, b);
+    CHECK(n < 128);
+    b[len] = 0x12; /* field 2 (sample), length-delimited */
+    b[len + 1] = (uint8_t)n;
+    memcpy(b + len + 2, smp, n);
+    cp_profile *p = NULL;
+    cp_pprof_decode(b, len + 2 + n, NULL, &p, err);
+    free(b);
+    return p;
+}
+
+static void check_stack(const cp_profile *p, uint32_t smp, const uint32_t *want, uint32_t n)
+{
+    CHECK(smp < p->samples.n);
+    CHECK_EQ(p->samples.v[smp].nlocs, n);
+    for (uint32_t k = 0; k < n; k++) CHECK_EQ(p->stack.v[p->samples.v[smp].loc_off + k], want[k]);
+}
+
+/* Location ids come packed (short and long runs, read 8 bytes at a time), one by one, or
+ * both in one sample; the order is kept, and a bad id deep in a run is named by its index. */
+TEST(location_ids_packed_unpacked_mixed)
+{
+    pbfix x;
+    cp_err err = {0};
+    fix_init(&x);
+    /* unpacked 2, then a packed run [1]: stack 2,1 */
+    const uint8_t a[] = {0x08, 0x02, 0x0a, 0x01, 0x01, 0x10, 0x05};
+    cp_profile *p = decode_fix_plus_sample(&x, a, sizeof a, &err);
+    CHECK(p);
+    check_stack(p, 1, (const uint32_t[]){2, 1}, 2);
+    cp_profile_destroy(p);
+    /* a packed run [1], then unpacked 2: stack 1,2 */
+    const uint8_t b[] = {0x0a, 0x01, 0x01, 0x08, 0x02, 0x10, 0x05};
+    CHECK((p = decode_fix_plus_sample(&x, b, sizeof b, &err)));
+    check_stack(p, 1, (const uint32_t[]){1, 2}, 2);
+    cp_profile_destroy(p);
+    /* a long run with a two-byte varint for 2 (0x82 0x00) among one-byte ids */
+    const uint8_t c[] = {0x0a, 0x0d, 1, 2, 1, 0x82, 0x00, 2, 1, 2, 1, 2, 1, 2, 1, 0x10, 0x05};
+    CHECK((p = decode_fix_plus_sample(&x, c, sizeof c, &err)));
+    check_stack(p, 1, (const uint32_t[]){1, 2, 1, 2, 2, 1, 2, 1, 2, 1, 2, 1}, 12);
+    cp_profile_destroy(p);
+    /* id 9 at index 10 of a long run: reported with its index */
+    const uint8_t d[] = {0x0a, 0x0c, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 9, 1, 0x10, 0x05};
+    CHECK(!decode_fix_plus_sample(&x, d, sizeof d, &err));
+    CHECK_CONTAINS(err.msg, "sample[1].location_id[10]: location 9 not found");
+    /* a three-byte varint id (2^14 + 1) in a run */
+    const uint8_t e[] = {0x0a, 0x0b, 1, 2, 1, 2, 1, 2, 1, 2, 0x81, 0x80, 0x01, 0x10, 0x05};
+    CHECK(!decode_fix_plus_sample(&x, e, sizeof e, &err));
+    CHECK_CONTAINS(err.msg, "sample[1].location_id[8]: location 16385 not found");
+}
+
+TEST(error_huge_string_index)
+{
+    pbfix x;
+    cp_err err = {0};
+    fix_init(&x);
+    x.f[0].filename = 1ull << 40;
+    CHECK_EQ(decode_fix(&x, &err), CP_EPPROF);
+    CHECK_CONTAINS(err.msg, "function[0] (id 1).filename: string index");
+    CHECK_CONTAINS(err.msg, "out of range");
+}
+
 TEST(error_truncated)
 {
     cp_profile *p = window(2), *q = NULL;
@@ -297,7 +365,8 @@ TEST(error_limits)
     cp_profile_destroy(p);
 }
 
-TEST_MAIN(T(roundtrip_raw_and_gzip), T(fixture_is_valid), T(error_truncated), T(error_huge_length),
+TEST_MAIN(T(roundtrip_raw_and_gzip), T(fixture_is_valid), T(location_ids_packed_unpacked_mixed),
+          T(error_huge_string_index), T(error_truncated), T(error_huge_length),
           T(error_missing_empty_string0), T(error_out_of_range_ids), T(error_wrong_value_count),
           T(error_duplicate_and_zero_ids), T(sparse_ids_are_renumbered), T(error_bad_gzip),
           T(error_limits))

@@ -1,0 +1,80 @@
+/* Reading the protobuf wire format: bounds-checked cursors over a buffer, shared by the
+ * pprof and envelope decoders (internal to model/). Every reader returns 0 or -1 on
+ * malformed input and never reads outside [p, end). */
+#ifndef CP_WIRE_H
+#define CP_WIRE_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+typedef struct rd {
+    const uint8_t *p, *end;
+} rd;
+
+enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
+
+static inline __attribute__((always_inline)) int rd_varint(rd *r, uint64_t *out)
+{
+    if (r->p < r->end && *r->p < 0x80) { /* most varints here are one or two bytes */
+        *out = *r->p++;
+        return 0;
+    }
+    if (r->end - r->p >= 2 && r->p[1] < 0x80) {
+        *out = (uint64_t)(r->p[0] & 0x7f) | (uint64_t)r->p[1] << 7;
+        r->p += 2;
+        return 0;
+    }
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (r->p >= r->end) return -1;
+        uint8_t b = *r->p++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *out = v;
+            return 0;
+        }
+    }
+    return -1; /* more than 10 bytes */
+}
+
+/* Reads a field key; 0 ok, -1 on a malformed key. */
+static inline __attribute__((always_inline)) int rd_key(rd *r, uint32_t *field, uint32_t *wt)
+{
+    uint64_t k;
+    if (rd_varint(r, &k) || (k >> 3) == 0 || (k >> 3) > 0x1fffffff) return -1;
+    *field = (uint32_t)(k >> 3);
+    *wt = (uint32_t)(k & 7);
+    return 0;
+}
+
+/* Reads a length-delimited payload into sub. */
+static inline __attribute__((always_inline)) int rd_len(rd *r, rd *sub)
+{
+    uint64_t n;
+    if (rd_varint(r, &n) || n > (uint64_t)(r->end - r->p)) return -1;
+    sub->p = r->p;
+    sub->end = r->p + n;
+    r->p += n;
+    return 0;
+}
+
+static inline int rd_skip(rd *r, uint32_t wt)
+{
+    uint64_t v;
+    rd sub;
+    switch (wt) {
+    case WT_VARINT: return rd_varint(r, &v);
+    case WT_LEN: return rd_len(r, &sub);
+    case WT_I64:
+        if (r->end - r->p < 8) return -1;
+        r->p += 8;
+        return 0;
+    case WT_I32:
+        if (r->end - r->p < 4) return -1;
+        r->p += 4;
+        return 0;
+    }
+    return -1;
+}
+
+#endif
