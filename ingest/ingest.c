@@ -275,7 +275,7 @@ static void decode_slot(cp_ingest *in, slot *sl, cp_pprof_decoder *dec)
     sl->err.msg[0] = 0;
     sl->rc_prof = 0;
     sl->rc_env =
-        cp_envelope_decode(sl->m->payload, sl->m->len, in->o.max_message_bytes, &sl->env, &sl->err);
+        cp_envelope_decode_view(sl->m->payload, sl->m->len, in->o.max_message_bytes, &sl->env, &sl->err);
     if (!sl->rc_env)
         sl->rc_prof =
             cp_pprof_decoder_decode(dec, sl->env.pprof, sl->env.pprof_len, sl->prof, &sl->err);

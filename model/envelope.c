@@ -1,6 +1,7 @@
 /* Envelope encoding, decoding and validation over protoc-c's generated code. */
 #include "envelope.h"
 #include "envelope.pb-c.h"
+#include "wire.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +29,7 @@ void cp_envelope_close(cp_envelope *e)
     cp_labels_close(&e->labels);
     free(e->producer_id);
     free(e->engine);
-    free(e->pprof);
+    if (!e->pprof_borrowed) free(e->pprof);
     memset(e, 0, sizeof *e);
 }
 
@@ -112,58 +113,162 @@ int cp_envelope_encode(const cp_envelope *e, cp_buf *out)
     return 0;
 }
 
-int cp_envelope_decode(const uint8_t *buf, size_t len, size_t max_pprof, cp_envelope *out,
-                       cp_err *err)
+/* Proto3 strings are UTF-8: shortest forms only, no surrogates, at most U+10FFFF. */
+static int utf8_valid(const uint8_t *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t k = c >= 0xc2 && c <= 0xdf ? 1 : c >= 0xe0 && c <= 0xef ? 2 : c >= 0xf0 && c <= 0xf4 ? 3 : 0;
+        if (!k || n - i <= k) return 0;
+        uint8_t lo = 0x80, hi = 0xbf; /* the second byte's range, narrower after some leads */
+        if (c == 0xe0) lo = 0xa0;
+        else if (c == 0xed) hi = 0x9f;
+        else if (c == 0xf0) lo = 0x90;
+        else if (c == 0xf4) hi = 0x8f;
+        if (s[i + 1] < lo || s[i + 1] > hi) return 0;
+        for (size_t j = 2; j <= k; j++)
+            if ((s[i + j] & 0xc0) != 0x80) return 0;
+        i += k + 1;
+    }
+    return 1;
+}
+
+/* A string field as a NUL-terminated copy; a NUL inside would silently cut it short. */
+static int dup_str(rd f, const char *what, char **out, cp_err *err)
+{
+    size_t n = (size_t)(f.end - f.p);
+    if (memchr(f.p, 0, n)) return cp_err_set(err, CP_EENVELOPE, "%s contains a NUL byte", what);
+    if (!utf8_valid(f.p, n)) return cp_err_set(err, CP_EENVELOPE, "%s is not valid UTF-8", what);
+    char *s = malloc(n + 1);
+    if (!s) return cp_err_set(err, CP_ENOMEM, "out of memory decoding envelope");
+    memcpy(s, f.p, n);
+    s[n] = 0;
+    free(*out); /* a repeated scalar field: the last one wins, as in protobuf */
+    *out = s;
+    return 0;
+}
+
+static int decode_label(rd r, uint32_t i, cp_labels *labels, cp_err *err)
+{
+    char *name = NULL, *value = NULL;
+    int rc = 0;
+    while (r.p < r.end && !rc) {
+        uint32_t field, wt;
+        rd f;
+        if (rd_key(&r, &field, &wt) || (wt == WT_LEN ? rd_len(&r, &f) : rd_skip(&r, wt))) {
+            rc = cp_err_set(err, CP_EENVELOPE, "label %u: truncated or bad wire format", i);
+        } else if ((field == 1 || field == 2) && wt != WT_LEN) {
+            rc = cp_err_set(err, CP_EENVELOPE, "label %u: field %u has wire type %u, expected a string", i, field, wt);
+        } else if (field == 1) {
+            rc = dup_str(f, "label name", &name, err);
+        } else if (field == 2) {
+            rc = dup_str(f, "label value", &value, err);
+        }
+    }
+    if (!rc && cp_labels_get(labels, name ? name : ""))
+        rc = cp_err_set(err, CP_EENVELOPE, "label \"%.64s\" appears twice", name ? name : "");
+    if (!rc && cp_labels_set(labels, name ? name : "", value ? value : ""))
+        rc = cp_err_set(err, CP_ENOMEM, "out of memory decoding envelope");
+    free(name);
+    free(value);
+    return rc;
+}
+
+/* The envelope's own wire decoder (protobuf-c's unpack would copy the payload, the bulk of
+ * the message, into a new allocation). borrow: the payload points into buf. */
+static int decode(const uint8_t *buf, size_t len, size_t max_pprof, int borrow, cp_envelope *out, cp_err *err)
 {
     memset(out, 0, sizeof *out);
     if (max_pprof && len > max_pprof + 65536)
         return cp_err_set(err, CP_ELIMIT, "envelope is %zu bytes (limit %zu)", len, max_pprof + 65536);
-    Contprof__Envelope *pb = contprof__envelope__unpack(NULL, len, buf);
-    if (!pb)
-        return cp_err_set(err, CP_EENVELOPE, "not a valid envelope protobuf (%zu bytes): truncated or bad wire format", len);
-    int rc = CP_ENOMEM;
-    out->format_major = pb->format_major;
-    out->format_minor = pb->format_minor;
-    if (pb->format_major != CP_ENVELOPE_MAJOR) {
-        rc = cp_err_set(err, CP_EVERSION, "envelope format %u.%u is not supported (this reader knows %d.x)",
-                        pb->format_major, pb->format_minor, CP_ENVELOPE_MAJOR);
-        goto fail;
-    }
-    if (pb->n_labels > CP_LABELS_MAX) {
-        rc = cp_err_set(err, CP_EENVELOPE, "%zu labels (at most %d)", pb->n_labels, CP_LABELS_MAX);
-        goto fail;
-    }
-    if (!(out->tenant = strdup(pb->tenant)) || !(out->producer_id = strdup(pb->producer_id)) ||
-        !(out->engine = strdup(pb->engine)))
-        goto nomem;
-    for (size_t i = 0; i < pb->n_labels; i++) {
-        if (cp_labels_get(&out->labels, pb->labels[i]->name)) {
-            rc = cp_err_set(err, CP_EENVELOPE, "label \"%.64s\" appears twice", pb->labels[i]->name);
+    rd r = {buf, buf + len}, pprof = {NULL, NULL};
+    uint64_t v[13] = {0};
+    uint32_t nlabels = 0;
+    int rc = 0;
+    while (r.p < r.end) {
+        size_t at = (size_t)(r.p - buf);
+        uint32_t field, wt;
+        rd f = {NULL, NULL};
+        if (rd_key(&r, &field, &wt) || (wt == WT_LEN ? rd_len(&r, &f) : wt == WT_VARINT && field <= 12
+                                                                         ? rd_varint(&r, &v[field])
+                                                                         : rd_skip(&r, wt))) {
+            rc = cp_err_set(err, CP_EENVELOPE, "not a valid envelope protobuf (%zu bytes): truncated or bad wire format at byte %zu",
+                            len, at);
             goto fail;
         }
-        if (cp_labels_set(&out->labels, pb->labels[i]->name, pb->labels[i]->value)) goto nomem;
+        int want_len = field == 3 || field == 4 || field == 8 || field == 13 || field == 15;
+        if (field <= 15 && field != 14 && want_len != (wt == WT_LEN)) {
+            rc = cp_err_set(err, CP_EENVELOPE, "envelope field %u at byte %zu has wire type %u, expected %s", field, at,
+                            wt, want_len ? "length-delimited" : "varint");
+            goto fail;
+        }
+        switch (field) {
+        case 3: rc = dup_str(f, "tenant", &out->tenant, err); break;
+        case 4:
+            if (++nlabels > CP_LABELS_MAX) {
+                rc = cp_err_set(err, CP_EENVELOPE, "more than %d labels", CP_LABELS_MAX);
+                break;
+            }
+            rc = decode_label(f, nlabels - 1, &out->labels, err);
+            break;
+        case 8: rc = dup_str(f, "producer_id", &out->producer_id, err); break;
+        case 13: rc = dup_str(f, "engine", &out->engine, err); break;
+        case 15: pprof = f; break;
+        }
+        if (rc) goto fail;
     }
-    out->kind = (cp_kind)pb->kind;
-    out->window_start_ns = pb->window_start_ns;
-    out->window_duration_ns = pb->window_duration_ns;
-    out->sequence = pb->sequence;
-    out->dropped_samples = pb->dropped_samples;
-    out->dropped_windows = pb->dropped_windows;
-    out->cumulative = pb->cumulative;
-    out->pprof_len = pb->pprof.len;
-    if (pb->pprof.len) {
-        if (!(out->pprof = malloc(pb->pprof.len))) goto nomem;
-        memcpy(out->pprof, pb->pprof.data, pb->pprof.len);
+    out->format_major = (uint32_t)v[1];
+    out->format_minor = (uint32_t)v[2];
+    if (v[1] != CP_ENVELOPE_MAJOR) {
+        rc = cp_err_set(err, CP_EVERSION, "envelope format %llu.%llu is not supported (this reader knows %d.x)",
+                        (unsigned long long)v[1], (unsigned long long)v[2], CP_ENVELOPE_MAJOR);
+        goto fail;
+    }
+    if ((!out->tenant && !(out->tenant = strdup(""))) || (!out->producer_id && !(out->producer_id = strdup(""))) ||
+        (!out->engine && !(out->engine = strdup("")))) {
+        rc = cp_err_set(err, CP_ENOMEM, "out of memory decoding envelope");
+        goto fail;
+    }
+    out->kind = (cp_kind)(int32_t)v[5];
+    out->window_start_ns = (int64_t)v[6];
+    out->window_duration_ns = (int64_t)v[7];
+    out->sequence = v[9];
+    out->dropped_samples = v[10];
+    out->dropped_windows = v[11];
+    out->cumulative = v[12] != 0;
+    out->pprof_len = (size_t)(pprof.end - pprof.p);
+    if (out->pprof_len) {
+        if (borrow) {
+            out->pprof = (uint8_t *)(uintptr_t)pprof.p;
+            out->pprof_borrowed = 1;
+        } else {
+            if (!(out->pprof = malloc(out->pprof_len))) {
+                rc = cp_err_set(err, CP_ENOMEM, "out of memory decoding envelope");
+                goto fail;
+            }
+            memcpy(out->pprof, pprof.p, out->pprof_len);
+        }
     }
     if ((rc = cp_envelope_validate(out, max_pprof, err))) goto fail;
-    contprof__envelope__free_unpacked(pb, NULL);
     return 0;
-nomem:
-    rc = cp_err_set(err, CP_ENOMEM, "out of memory decoding envelope");
 fail:
-    contprof__envelope__free_unpacked(pb, NULL);
     cp_envelope_close(out);
     return rc;
+}
+
+int cp_envelope_decode(const uint8_t *buf, size_t len, size_t max_pprof, cp_envelope *out, cp_err *err)
+{
+    return decode(buf, len, max_pprof, 0, out, err);
+}
+
+int cp_envelope_decode_view(const uint8_t *buf, size_t len, size_t max_pprof, cp_envelope *out, cp_err *err)
+{
+    return decode(buf, len, max_pprof, 1, out, err);
 }
 
 int cp_envelope_series_key(const cp_envelope *e, cp_buf *out)

@@ -35,8 +35,9 @@ typedef struct cp_envelope {
     uint64_t dropped_samples, dropped_windows;
     int cumulative;
     char *engine;      /* owned, may be NULL */
-    uint8_t *pprof;    /* owned */
+    uint8_t *pprof;    /* owned, unless pprof_borrowed */
     size_t pprof_len;
+    int pprof_borrowed; /* pprof points into the buffer given to cp_envelope_decode_view */
 } cp_envelope;
 
 /* Frees what e owns and zeroes it. */
@@ -54,6 +55,10 @@ int cp_envelope_encode(const cp_envelope *e, cp_buf *out);
  * ignored. The pprof payload is not decoded here. */
 int cp_envelope_decode(const uint8_t *buf, size_t len, size_t max_pprof, cp_envelope *out,
                        cp_err *err);
+/* The same, except that out->pprof points into buf (no copy of the payload, the bulk of the
+ * message): buf must outlive *out. */
+int cp_envelope_decode_view(const uint8_t *buf, size_t len, size_t max_pprof, cp_envelope *out,
+                            cp_err *err);
 
 /* Series key for Kafka partitioning: tenant, kind and every label, in a stable text form
  * (so one series stays on one partition); appended to out. */

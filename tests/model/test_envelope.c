@@ -158,6 +158,65 @@ TEST(validation_names_the_field)
     CHECK_CONTAINS(err.msg, "not a valid envelope");
 }
 
+/* The view decoder borrows the payload from the buffer; the copying one owns a copy. Both
+ * reject strings that are not UTF-8 or hold a NUL, and known fields of the wrong wire type. */
+TEST(view_and_strict_strings)
+{
+    cp_envelope e, d, v;
+    cp_buf b = {0};
+    cp_err err = {0};
+    fill(&e);
+    CHECK_EQ(cp_envelope_encode(&e, &b), 0);
+    CHECK_EQ(cp_envelope_decode_view(b.data, b.len, 1 << 20, &v, &err), 0);
+    CHECK(v.pprof_borrowed);
+    CHECK(v.pprof >= b.data && v.pprof + v.pprof_len <= b.data + b.len);
+    CHECK_EQ(v.pprof_len, e.pprof_len);
+    CHECK(memcmp(v.pprof, e.pprof, e.pprof_len) == 0);
+    CHECK_EQ(cp_envelope_decode(b.data, b.len, 1 << 20, &d, &err), 0);
+    CHECK(!d.pprof_borrowed);
+    CHECK(d.pprof < b.data || d.pprof >= b.data + b.len);
+    CHECK_STREQ(d.producer_id, v.producer_id);
+    cp_envelope_close(&v); /* must not free the borrowed payload (ASan would tell) */
+    cp_envelope_close(&d);
+
+    /* producer_id (field 8) = "a\0b", then "\xc3\x28" (a bad UTF-8 sequence) */
+    const char *bad[] = {"a\0b", "\xc3\x28", "\xed\xa0\x80" /* a surrogate */, "\xe2\x82" /* cut short */};
+    const size_t badlen[] = {3, 2, 3, 2};
+    const char *want[] = {"producer_id contains a NUL byte", "producer_id is not valid UTF-8",
+                          "producer_id is not valid UTF-8", "producer_id is not valid UTF-8"};
+    for (int i = 0; i < 4; i++) {
+        cp_buf m = {0};
+        cp_buf_append(&m, b.data, b.len);
+        const uint8_t key[] = {0x42, (uint8_t)badlen[i]}; /* field 8, length-delimited */
+        cp_buf_append(&m, key, sizeof key);
+        cp_buf_append(&m, bad[i], badlen[i]);
+        CHECK_EQ(cp_envelope_decode_view(m.data, m.len, 1 << 20, &v, &err), CP_EENVELOPE);
+        CHECK_CONTAINS(err.msg, want[i]);
+        cp_buf_close(&m);
+    }
+    /* valid multi-byte UTF-8 passes, and the last value of a repeated scalar wins */
+    cp_buf m = {0};
+    cp_buf_append(&m, b.data, b.len);
+    const uint8_t ok[] = {0x42, 0x06, 'h', 0xc3, 0xa9, 0xe2, 0x82};
+    cp_buf_append(&m, ok, sizeof ok);
+    const uint8_t ok2[] = {0xac};
+    cp_buf_append(&m, ok2, 1);
+    CHECK_EQ(cp_envelope_decode_view(m.data, m.len, 1 << 20, &v, &err), 0);
+    CHECK_STREQ(v.producer_id, "h\xc3\xa9\xe2\x82\xac");
+    cp_envelope_close(&v);
+    /* the tenant (field 3) as a varint */
+    m.len = 0;
+    cp_buf_append(&m, b.data, b.len);
+    const uint8_t wt[] = {0x18, 0x01};
+    cp_buf_append(&m, wt, sizeof wt);
+    CHECK_EQ(cp_envelope_decode_view(m.data, m.len, 1 << 20, &v, &err), CP_EENVELOPE);
+    CHECK_CONTAINS(err.msg, "envelope field 3 at byte");
+    CHECK_CONTAINS(err.msg, "expected length-delimited");
+    cp_buf_close(&m);
+    cp_buf_close(&b);
+    cp_envelope_close(&e);
+}
+
 TEST(labels_sorted_and_formatted)
 {
     cp_labels l = {0};
@@ -179,4 +238,4 @@ TEST(labels_sorted_and_formatted)
 }
 
 TEST_MAIN(T(roundtrip), T(version_checks), T(unknown_fields_ignored), T(validation_names_the_field),
-          T(labels_sorted_and_formatted))
+          T(labels_sorted_and_formatted), T(view_and_strict_strings))
