@@ -32,7 +32,7 @@ void cp_acc_reset(cp_acc *a, uint32_t ntypes)
     a->ntypes = ntypes;
     a->time_ns = 0;
     a->windows = 0;
-    if (a->slots) memset(a->slots, 0, sizeof(uint32_t) * a->nslots);
+    if (a->slots) memset(a->slots, 0, sizeof *a->slots * a->nslots);
 }
 
 static inline uint32_t acc_hash(uint32_t id)
@@ -42,13 +42,13 @@ static inline uint32_t acc_hash(uint32_t id)
 
 static int acc_rehash(cp_acc *a, uint32_t nslots)
 {
-    uint32_t *s = calloc(nslots, sizeof *s);
+    uint64_t *s = calloc(nslots, sizeof *s);
     if (!s) return CP_ENOMEM;
     for (uint32_t i = 0; i < a->ids.n; i++) {
         uint32_t h = acc_hash(a->ids.v[i]) & (nslots - 1);
         while (s[h])
             h = (h + 1) & (nslots - 1);
-        s[h] = i + 1;
+        s[h] = (uint64_t)a->ids.v[i] << 32 | (i + 1);
     }
     free(a->slots);
     a->slots = s;
@@ -56,16 +56,15 @@ static int acc_rehash(cp_acc *a, uint32_t nslots)
     return 0;
 }
 
+/* The row of stack id, created (zeroed) if absent. A slot holds the id next to the row
+ * number, so a probe reads one word. */
 int64_t *cp_acc_row(cp_acc *a, uint32_t id)
 {
     if ((a->ids.n + 1) * 2 > a->nslots && acc_rehash(a, a->nslots ? a->nslots * 2 : 64))
         return NULL;
     uint32_t mask = a->nslots - 1, h = acc_hash(id) & mask;
-    while (a->slots[h]) {
-        uint32_t r = a->slots[h] - 1;
-        if (a->ids.v[r] == id) return a->vals.v + (size_t)r * a->ntypes;
-        h = (h + 1) & mask;
-    }
+    for (uint64_t sl; (sl = a->slots[h]); h = (h + 1) & mask)
+        if ((uint32_t)(sl >> 32) == id) return a->vals.v + (size_t)((uint32_t)sl - 1) * a->ntypes;
     if (cp_vec_push(&a->ids, id)) return NULL;
     if (cp_vec_reserve(&a->vals, (size_t)a->vals.n + a->ntypes)) {
         a->ids.n--;
@@ -74,7 +73,7 @@ int64_t *cp_acc_row(cp_acc *a, uint32_t id)
     int64_t *row = a->vals.v + a->vals.n;
     memset(row, 0, sizeof(int64_t) * a->ntypes);
     a->vals.n += a->ntypes;
-    a->slots[h] = a->ids.n;
+    a->slots[h] = (uint64_t)id << 32 | a->ids.n;
     return row;
 }
 

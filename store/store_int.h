@@ -18,7 +18,7 @@ typedef struct cp_acc {
     uint32_t ntypes;
     CP_VEC(uint32_t) ids; /* stack ids in insertion order */
     CP_VEC(int64_t) vals; /* ids.n * ntypes */
-    uint32_t *slots;      /* open addressing: row + 1, 0 = empty */
+    uint64_t *slots;      /* open addressing: stack id << 32 | (row + 1), 0 = empty */
     uint32_t nslots;
     int64_t time_ns; /* see the block format */
     uint64_t windows;
