@@ -477,6 +477,7 @@ static int add_string(cp_profile *p, rd s)
 {
     cp_strtab *t = &p->strs;
     size_t n = (size_t)(s.end - s.p);
+    if (t->len + n + 1 > UINT32_MAX) return CP_ENOMEM; /* offsets are 32-bit */
     if (t->len + n + 1 > t->cap) {
         size_t ncap = t->cap ? t->cap : 4096;
         while (ncap < t->len + n + 1) ncap *= 2;

@@ -3,7 +3,7 @@
  * the agent sends them) produced to the embedded broker (librdkafka mock cluster) and
  * consumed by cp_ingest into a store with synced LevelDB writes. Also the same decode +
  * store path on one thread without Kafka, for gzip'd and raw payloads.
- *   bench_ingest DIR [WINDOWS [direct]]   (direct: skip the Kafka part)
+ *   bench_ingest DIR [WINDOWS [direct|kafka]]   (only that part, for profiling)
  * Prints key value lines. */
 #include <signal.h>
 #include <stdio.h>
@@ -151,7 +151,8 @@ int main(int argc, char **argv)
 
     /* 1. decode + store on this thread, no Kafka: gzip'd payloads, then raw ones (an
      * agent may send raw pprof and let Kafka's lz4 compress the batch) */
-    for (use_raw = 0; use_raw < 2; use_raw++) {
+    int only_kafka = argc > 3 && !strcmp(argv[3], "kafka"); /* for profiling */
+    for (use_raw = 0; use_raw < 2 && !only_kafka; use_raw++) {
         snprintf(path, sizeof path, "%s/direct%d", argv[1], use_raw);
         cp_store_options so = {.path = path};
         cp_store *s = NULL;
