@@ -13,6 +13,7 @@
 #include "collector_int.h"
 #include "http.h"
 #include "kafka.h"
+#include "pprof.h"
 #include "window.h"
 
 struct contprof_isolate cp_isolates[CP_MAX_ISOLATES];
@@ -283,21 +284,30 @@ static void write_file(const cp_envelope *e)
     snprintf(path, sizeof(path), "%s/%s.%d.%06llu.%s.%s.pb.gz", cp_cfg.output_dir, svc,
              (int)getpid(), (unsigned long long)e->sequence, cp_kind_name(e->kind), iso);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        A.dropped_windows++;
-        return;
+    /* pprof files are gzip'd by convention; the envelope's payload may be raw */
+    cp_buf gz = {0};
+    const uint8_t *data = e->pprof;
+    size_t len = e->pprof_len;
+    if (!cp_is_gzip(data, len)) {
+        if (cp_gzip(data, len, 6, &gz) != 0) {
+            A.dropped_windows++;
+            return;
+        }
+        data = gz.data;
+        len = gz.len;
     }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     size_t off = 0;
-    while (off < e->pprof_len) {
-        ssize_t w = write(fd, e->pprof + off, e->pprof_len - off);
+    while (fd >= 0 && off < len) {
+        ssize_t w = write(fd, data + off, len - off);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) break;
         off += (size_t)w;
     }
-    close(fd);
-    if (off == e->pprof_len && rename(tmp, path) == 0) return;
-    unlink(tmp);
+    if (fd >= 0) close(fd);
+    cp_buf_close(&gz);
+    if (fd >= 0 && off == len && rename(tmp, path) == 0) return;
+    if (fd >= 0) unlink(tmp);
     A.dropped_windows++;
 }
 

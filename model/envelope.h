@@ -21,6 +21,11 @@ const char *cp_kind_name(int kind);
 /* Parses a kind name; returns the kind or 0. */
 int cp_kind_parse(const char *name);
 
+/* Producers send the pprof payload raw up to this size (Kafka's lz4 compresses the batch,
+ * once) and gzip'd beyond it, to stay under Kafka's default 1 MB message limit. Readers
+ * accept both. */
+#define CP_RAW_PPROF_MAX (512u << 10)
+
 #define CP_TENANT_MAX 64
 #define CP_DEFAULT_TENANT "default"
 
