@@ -32,6 +32,7 @@ static struct {
     cp_kafka *kafka;
     char brokers[1024];
     int64_t next_resolve;
+    int64_t next_refetch, refetch_backoff; /* asking the server again (refetch_brokers) */
     int atfork_done;
 } A = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
@@ -323,17 +324,48 @@ static void emit(cp_envelope *e, void *arg)
     cp_envelope_close(e);
 }
 
+/* With a server: how long the brokers must stay unreachable before the agent asks the
+ * server again (contprofd may have restarted with its embedded broker on a new port), and
+ * the pause between such questions while they stay so (doubling up to the maximum). */
+#define BROKERS_STALE_NS (5 * (int64_t)1000000000)
+#define REFETCH_MIN_NS (5 * (int64_t)1000000000)
+#define REFETCH_MAX_NS (60 * (int64_t)1000000000)
+
+/* The brokers have been down a while: asks the server for its list (at most 2 s, on the
+ * agent's thread) and, if it changed, drops the producer so that it is rebuilt on the new
+ * list. What the old producer still held is counted in dropped_windows. */
+static void refetch_brokers(int64_t now)
+{
+    A.refetch_backoff = A.refetch_backoff ? A.refetch_backoff * 2 : REFETCH_MIN_NS;
+    if (A.refetch_backoff > REFETCH_MAX_NS) A.refetch_backoff = REFETCH_MAX_NS;
+    A.next_refetch = now + A.refetch_backoff;
+    char b[sizeof(A.brokers)];
+    if (cp_http_get_brokers(cp_cfg.server, b, sizeof(b), 2000) != 0 || !strcmp(b, A.brokers))
+        return;
+    snprintf(A.brokers, sizeof(A.brokers), "%s", b);
+    A.dropped_windows += cp_kafka_take_dropped(A.kafka);
+    A.dropped_windows += cp_kafka_destroy(A.kafka, 0);
+    A.kafka = NULL;
+}
+
 static void transport_tick(void)
 {
-    if (!A.brokers[0] && cp_cfg.server[0] && cp_mono_ns() >= A.next_resolve) {
-        A.next_resolve = cp_mono_ns() + 30 * (int64_t)1000000000;
+    int64_t now = cp_mono_ns();
+    if (!A.brokers[0] && cp_cfg.server[0] && now >= A.next_resolve) {
+        A.next_resolve = now + 30 * (int64_t)1000000000;
         if (cp_http_get_brokers(cp_cfg.server, A.brokers, sizeof(A.brokers), 2000) != 0)
             A.brokers[0] = 0;
     }
     if (A.kafka && cp_kafka_failed(A.kafka)) {
         A.dropped_windows += cp_kafka_take_dropped(A.kafka);
-        cp_kafka_destroy(A.kafka, 0);
+        A.dropped_windows += cp_kafka_destroy(A.kafka, 0);
         A.kafka = NULL;
+    }
+    if (A.kafka && cp_cfg.server[0]) {
+        if (cp_kafka_down_ns(A.kafka) < BROKERS_STALE_NS)
+            A.refetch_backoff = 0;
+        else if (now >= A.next_refetch)
+            refetch_brokers(now);
     }
     if (!A.kafka && A.brokers[0]) {
         char err[256];
@@ -447,7 +479,7 @@ static void *agent_main(void *arg)
         }
     }
     if (A.kafka) {
-        cp_kafka_destroy(A.kafka, (int)cp_cfg.flush_ms);
+        (void)cp_kafka_destroy(A.kafka, (int)cp_cfg.flush_ms); /* exit: nowhere to report */
         A.kafka = NULL;
     }
     pthread_mutex_lock(&A.mu);
