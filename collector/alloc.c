@@ -354,9 +354,9 @@ __attribute__((noinline)) static void sample_record(void *p, size_t n, int64_t r
     cp_in_agent = 1; /* registering and unwinding do not sample themselves */
     cp_thread *t = cp_self ? cp_self : cp_thread_register_self();
     uint64_t pcs[CP_MAX_FRAMES];
-    int nf = t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, skip,
-                                &t->ucache_alloc)
-               : 0;
+    int nf =
+        t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, skip, &t->ucache_alloc)
+          : 0;
     uint32_t iso = 0;
     char thread[16] = "";
     sample_owner(t, &iso, thread);
@@ -411,7 +411,8 @@ __attribute__((noinline, cold)) static void *through_sampled(contprof_realloc_fn
 static inline void forget_if_sampled(void *p)
 {
     if (__builtin_expect(
-            atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed) != 0, 0)) {
+            atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed) != 0,
+            0)) {
         pthread_mutex_lock(&g_lock);
         if (S) live_remove((uintptr_t)p, NULL);
         pthread_mutex_unlock(&g_lock);
@@ -491,14 +492,14 @@ void cp_alloc_atfork_child(void)
 /* Subtracts n from the thread's countdown in place and jumps to `label` when it went
  * negative. C would load, subtract, store and test: GCC does not fuse them. */
 #if defined(__x86_64__)
-#define COUNT_DOWN(n, label)                                                                      \
-    __asm__ goto("subq %1, %0\n\tjs %l[" #label "]"                                              \
-                 : /* no outputs: GCC 12 drops the label's code with one */                       \
+#define COUNT_DOWN(n, label)                                                                       \
+    __asm__ goto("subq %1, %0\n\tjs %l[" #label "]"                                                \
+                 : /* no outputs: GCC 12 drops the label's code with one */                        \
                  : "m"(t_until), "r"((uint64_t)(n))                                                \
                  : "cc", "memory"                                                                  \
                  : label)
 #else
-#define COUNT_DOWN(n, label)                                                                      \
+#define COUNT_DOWN(n, label)                                                                       \
     do {                                                                                           \
         t_until -= (int64_t)(n);                                                                   \
         if (__builtin_expect(t_until < 0, 0)) goto label;                                          \

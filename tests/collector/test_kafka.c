@@ -2,24 +2,20 @@
  * runs under the agent with CONTPROF_BROKERS pointing at it, and the envelopes read back
  * from topic contprof.profiles are decoded and checked (labels, key, sequence, payload).
  * Also: `contprof run --server` follows a contprofd whose broker moved. */
-#include <arpa/inet.h>
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 #include <math.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <fcntl.h>
 #include <unistd.h>
 
 #include "cmd_run.h"
 #include "envelope.h"
+#include "fake_contprofd.h"
 #include "pprof.h"
 #include "test.h"
 
@@ -64,16 +60,30 @@ static rd_kafka_t *consumer(const char *bootstraps)
     return rk;
 }
 
-TEST(envelopes_through_kafka)
+/* A librdkafka handle that hosts mock clusters. */
+static rd_kafka_t *mock_host(void)
 {
     char err[256];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
     rd_kafka_t *host = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
     CHECK(host != NULL);
+    return host;
+}
+
+/* A one-broker mock cluster with topic contprof.profiles (4 partitions). */
+static rd_kafka_mock_cluster_t *mock_cluster(rd_kafka_t *host)
+{
     rd_kafka_mock_cluster_t *mc = rd_kafka_mock_cluster_new(host, 1);
     CHECK(mc != NULL);
     CHECK(rd_kafka_mock_topic_create(mc, "contprof.profiles", 4, 1) == 0);
+    return mc;
+}
+
+TEST(envelopes_through_kafka)
+{
+    rd_kafka_t *host = mock_host();
+    rd_kafka_mock_cluster_t *mc = mock_cluster(host);
     const char *boot = rd_kafka_mock_cluster_bootstraps(mc);
 
     CHECK_EQ(run_agent(boot), 0);
@@ -154,38 +164,6 @@ TEST(envelopes_through_kafka)
 /* ------------------------------------------------------------------------------------
  * A contprofd that moves its broker */
 
-typedef struct fake_server {
-    int fd;
-    pthread_mutex_t mu;
-    char brokers[256]; /* what GET /api/v1/brokers answers now */
-    int requests;
-    volatile int stop;
-} fake_server;
-
-static void *fake_serve(void *arg)
-{
-    fake_server *f = arg;
-    while (!f->stop) {
-        struct pollfd p = {.fd = f->fd, .events = POLLIN};
-        if (poll(&p, 1, 100) <= 0) continue;
-        int c = accept(f->fd, NULL, NULL);
-        if (c < 0) continue;
-        char req[1024];
-        ssize_t n = recv(c, req, sizeof(req) - 1, 0);
-        req[n > 0 ? n : 0] = 0;
-        char body[300], resp[512];
-        pthread_mutex_lock(&f->mu);
-        if (strstr(req, "GET /api/v1/brokers")) f->requests++;
-        snprintf(body, sizeof(body), "{\"brokers\": \"%s\"}", f->brokers);
-        pthread_mutex_unlock(&f->mu);
-        snprintf(resp, sizeof(resp), "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n\r\n%s",
-                 strlen(body), body);
-        if (send(c, resp, strlen(resp), MSG_NOSIGNAL) < 0) perror("send");
-        close(c);
-    }
-    return NULL;
-}
-
 /* Waits up to secs for an envelope on the cluster at bootstraps; copies its producer id. */
 static int first_envelope(const char *bootstraps, double secs, char *producer, size_t cap)
 {
@@ -208,40 +186,17 @@ static int first_envelope(const char *bootstraps, double secs, char *producer, s
     return got;
 }
 
-static rd_kafka_mock_cluster_t *cluster(rd_kafka_t *host)
-{
-    rd_kafka_mock_cluster_t *mc = rd_kafka_mock_cluster_new(host, 1);
-    CHECK(mc != NULL);
-    CHECK(rd_kafka_mock_topic_create(mc, "contprof.profiles", 4, 1) == 0);
-    return mc;
-}
-
 /* `contprof run --server URL`: the agent got the broker list once; contprofd restarts
  * with its broker on another port. The agent must ask the server again and deliver to the
  * new broker, as the same instance (same producer id), without restarting the program. */
 TEST(server_broker_moves)
 {
-    char err[256];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
-    rd_kafka_t *host = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-    CHECK(host != NULL);
-    rd_kafka_mock_cluster_t *a = cluster(host);
+    rd_kafka_t *host = mock_host();
+    rd_kafka_mock_cluster_t *a = mock_cluster(host);
     char boot_a[256];
     snprintf(boot_a, sizeof(boot_a), "%s", rd_kafka_mock_cluster_bootstraps(a));
-
-    fake_server f = {.mu = PTHREAD_MUTEX_INITIALIZER};
-    snprintf(f.brokers, sizeof(f.brokers), "%s", boot_a);
-    f.fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    CHECK(bind(f.fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
-    socklen_t l = sizeof(sa);
-    CHECK(getsockname(f.fd, (struct sockaddr *)&sa, &l) == 0);
-    CHECK(listen(f.fd, 8) == 0);
-    pthread_t th;
-    CHECK(pthread_create(&th, NULL, fake_serve, &f) == 0);
-    char url[64];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d", ntohs(sa.sin_port));
+    fake_contprofd f;
+    fake_contprofd_start(&f, boot_a);
 
     pid_t pid = fork();
     CHECK(pid >= 0);
@@ -253,7 +208,7 @@ TEST(server_broker_moves)
         setenv("CONTPROF_SERVICE", "movingbroker", 1);
         unsetenv("CONTPROF_OUTPUT_DIR");
         unsetenv("CONTPROF_BROKERS");
-        char *argv[] = {"run", "--server", url, "--", CPW, "startup", "40", NULL};
+        char *argv[] = {"run", "--server", f.url, "--", CPW, "startup", "40", NULL};
         _exit(cp_cmd_run(7, argv));
     }
     char prod_a[256] = "", prod_b[256] = "";
@@ -261,21 +216,16 @@ TEST(server_broker_moves)
 
     /* contprofd restarts: its broker is gone, a new one listens elsewhere */
     rd_kafka_mock_cluster_destroy(a);
-    rd_kafka_mock_cluster_t *b = cluster(host);
+    rd_kafka_mock_cluster_t *b = mock_cluster(host);
     char boot_b[256];
     snprintf(boot_b, sizeof(boot_b), "%s", rd_kafka_mock_cluster_bootstraps(b));
-    pthread_mutex_lock(&f.mu);
-    snprintf(f.brokers, sizeof(f.brokers), "%s", boot_b);
-    int before = f.requests;
-    pthread_mutex_unlock(&f.mu);
+    int before = fake_contprofd_move(&f, boot_b);
     int got_b = first_envelope(boot_b, 40, prod_b, sizeof(prod_b));
 
     int alive = waitpid(pid, NULL, WNOHANG) == 0;
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    f.stop = 1;
-    pthread_join(th, NULL);
-    close(f.fd);
+    fake_contprofd_stop(&f);
     printf("broker %s -> %s; server asked %d times before the move, %d in all; "
            "producer %s / %s\n",
            boot_a, boot_b, before, f.requests, prod_a, prod_b);
