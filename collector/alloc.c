@@ -59,11 +59,11 @@ static atomic_int pool_mixed;
  * runtime blocks (contprof_alloc_through). In .bss: pages never written cost nothing. */
 static atomic_uchar filter[1u << FILTER_BITS];
 
-/* The free filter's slot. Chunks are 16-aligned; the page bits are folded in so
- * page-aligned blocks do not share a few slots. */
+/* The free filter's slot. Chunks are 16-aligned; bits 16-31 are folded in so that
+ * page-aligned blocks (whose bits 4-11 are 0) do not share a few slots. */
 static inline uint32_t filter_idx(uintptr_t p)
 {
-    return (uint32_t)((p >> 4) ^ (p >> 12) ^ (p >> 28)) & ((1u << FILTER_BITS) - 1);
+    return (uint32_t)((p >> 4) ^ (p >> 16)) & ((1u << FILTER_BITS) - 1);
 }
 
 static inline int in_pool(const void *p)
@@ -601,12 +601,28 @@ slow:
     return calloc_slow(a, b, n);
 }
 
-/* A page-aligned pointer: NULL, a bootstrap/reserve block (kept), or possibly a sampled
- * one, which leaves the table before the allocator can hand its address out again. */
-__attribute__((noinline, cold)) static void free_aligned(void *p)
+/* The filter said maybe: p may be a sampled block. */
+__attribute__((noinline, cold)) static void free_listed(void *p)
+{
+    pthread_mutex_lock(&g_lock);
+    if (S) live_remove((uintptr_t)p, NULL);
+    pthread_mutex_unlock(&g_lock);
+    atomic_load_explicit(&hot_free, memory_order_relaxed)(p);
+}
+
+/* A page-aligned pointer: NULL, a bootstrap block (kept), possibly a sampled one (it
+ * leaves the table before the allocator can hand its address out again), or an
+ * unsampled one. No call on the common way through, so no frame: glibc's caches hand a
+ * freed sampled block's address out again, and its later frees come here too. */
+__attribute__((noinline)) static void free_aligned(void *p)
 {
     if (!p || in_pool(p)) return;
-    forget_if_sampled(p);
+    if (__builtin_expect(
+            atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed) != 0,
+            0)) {
+        free_listed(p);
+        return;
+    }
     atomic_load_explicit(&hot_free, memory_order_relaxed)(p);
 }
 
