@@ -533,7 +533,8 @@ static void *agent_reserve(size_t n, size_t align)
     } while (0)
 
 /* The slow paths below are reached by tail calls from the hooks, so the stack a sample
- * records starts at the hook's caller: 2 frames to skip (sample_record, the slow path). */
+ * records starts at the hook's caller: 2 frames to skip (sample_record, the slow path),
+ * one more where a hook calls its slow path (posix_memalign, realloc_listed). */
 #define HOOK_SKIP 2
 
 __attribute__((noinline, cold)) static void *malloc_boot(size_t n)
@@ -639,7 +640,7 @@ CONTPROF_EXTERN void free(void *p)
  * must be page-aligned: a block that is not moves into one (one copy, which glibc's own
  * realloc would often have made; a page-aligned block then stays so where glibc grows it
  * in place or by mremap). */
-__attribute__((noinline, cold)) static void *realloc_slow(void *p, size_t n)
+__attribute__((noinline, cold)) static void *realloc_slow(void *p, size_t n, int skip)
 {
     int64_t rate = sample_decide(n);
     void *q;
@@ -666,7 +667,7 @@ __attribute__((noinline, cold)) static void *realloc_slow(void *p, size_t n)
     memcpy(q, p, have < n ? have : n);
     real.free(p);
 sampled:
-    if (q) sample_record(q, n, rate, HOOK_SKIP, NULL, 0);
+    if (q) sample_record(q, n, rate, skip, NULL, 0);
     return q;
 unsampled:
     if (!q && cp_agent_thread && (q = agent_reserve(n, 16)) != NULL) {
@@ -688,6 +689,34 @@ __attribute__((noinline, cold)) static void *realloc_pool(void *p, size_t n)
     return q;
 }
 
+/* realloc(p, n) of a page-aligned p, n > 0: p may be a sampled block. It leaves the
+ * table first (its address may be handed to another thread as soon as realloc moves it)
+ * and comes back if realloc fails. */
+__attribute__((noinline, cold)) static void *realloc_listed(void *p, size_t n)
+{
+    live_entry old = {0};
+    int had = 0;
+    if (atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed)) {
+        pthread_mutex_lock(&g_lock);
+        had = S && live_remove((uintptr_t)p, &old);
+        pthread_mutex_unlock(&g_lock);
+    }
+    void *q;
+    COUNT_DOWN(n, slow);
+    q = real.realloc(p, n);
+    if (__builtin_expect(!q, 0) && cp_agent_thread) q = realloc_slow(p, n, HOOK_SKIP + 1);
+    goto done;
+slow:
+    q = realloc_slow(p, n, HOOK_SKIP + 1);
+done:
+    if (!q && had) { /* p is still valid and still live */
+        pthread_mutex_lock(&g_lock);
+        live_insert(old.ptr, old.bucket, old.w, old.size);
+        pthread_mutex_unlock(&g_lock);
+    }
+    return q;
+}
+
 CONTPROF_EXTERN void *realloc(void *p, size_t n)
 {
     if (!p) return malloc(n);
@@ -700,30 +729,13 @@ CONTPROF_EXTERN void *realloc(void *p, size_t n)
         if (page_aligned(p)) forget_if_sampled(p);
         return real.realloc(p, 0);
     }
-    /* The old block may be a sampled one; take it out first (its address may be handed
-     * to another thread as soon as realloc moves it). */
-    live_entry old = {0};
-    int had = 0;
-    if (__builtin_expect(page_aligned(p), 0) &&
-        atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed)) {
-        pthread_mutex_lock(&g_lock);
-        had = S && live_remove((uintptr_t)p, &old);
-        pthread_mutex_unlock(&g_lock);
-    }
-    void *q;
+    if (__builtin_expect(page_aligned(p), 0)) return realloc_listed(p, n);
     COUNT_DOWN(n, slow);
-    q = real.realloc(p, n);
-    if (__builtin_expect(!q, 0) && cp_agent_thread) q = realloc_slow(p, n);
-    goto done;
-slow:
-    q = realloc_slow(p, n);
-done:
-    if (!q && had) { /* p is still valid and still live */
-        pthread_mutex_lock(&g_lock);
-        live_insert(old.ptr, old.bucket, old.w, old.size);
-        pthread_mutex_unlock(&g_lock);
-    }
+    void *q = real.realloc(p, n);
+    if (__builtin_expect(!q, 0) && cp_agent_thread) return realloc_slow(p, n, HOOK_SKIP);
     return q;
+slow:
+    return realloc_slow(p, n, HOOK_SKIP);
 }
 
 CONTPROF_EXTERN void *reallocarray(void *p, size_t a, size_t b)
@@ -738,12 +750,12 @@ CONTPROF_EXTERN void *reallocarray(void *p, size_t a, size_t b)
 
 /* posix_memalign, aligned_alloc and memalign: align is a power of two (the caller checked).
  * A sampled block gets at least page alignment. */
-__attribute__((noinline, cold)) static void *memalign_slow(size_t align, size_t n)
+__attribute__((noinline, cold)) static void *memalign_slow(size_t align, size_t n, int skip)
 {
     int64_t rate = sample_decide(n);
     void *p = rate ? alloc_tagged(align, n) : NULL;
     if (p) {
-        sample_record(p, n, rate, HOOK_SKIP, NULL, 0);
+        sample_record(p, n, rate, skip, NULL, 0);
         return p;
     }
     p = real.memalign(align, n);
@@ -773,7 +785,7 @@ CONTPROF_EXTERN int posix_memalign(void **out, size_t align, size_t n)
     return rc;
 slow:;
     int saved = errno; /* posix_memalign reports through its result, not errno */
-    void *p = memalign_slow(align, n);
+    void *p = memalign_slow(align, n, HOOK_SKIP + 1); /* called, not tail-called */
     int e = p ? 0 : errno == EINVAL ? EINVAL : ENOMEM;
     errno = saved;
     if (p) *out = p;
@@ -790,7 +802,7 @@ CONTPROF_EXTERN void *aligned_alloc(size_t align, size_t n)
     AGENT_RESCUE(p, n, align);
     return p;
 slow:
-    return memalign_slow(align, n);
+    return memalign_slow(align, n, HOOK_SKIP);
 }
 
 CONTPROF_EXTERN void *memalign(size_t align, size_t n)
@@ -803,7 +815,7 @@ CONTPROF_EXTERN void *memalign(size_t align, size_t n)
     AGENT_RESCUE(p, n, align);
     return p;
 slow:
-    return memalign_slow(align, n);
+    return memalign_slow(align, n, HOOK_SKIP);
 }
 
 /* valloc and pvalloc: page-aligned anyway. */
