@@ -2,23 +2,24 @@
 # Collector overhead: the same workloads (cpb) with and without libcontprof, in one run.
 # Prints rows "name | value | floor | ok".
 #   bench/collector/run.sh [BUILD_DIR]   (default: build)
-# Environment: REPS (default 7), UNITS_CPU (default 200, about 1.3 s), UNITS_MALLOC
-# (default 15).
+# Environment: REPS (default 7), UNITS_CPU (default 200, about 1.3 s of CPU),
+# UNITS_MALLOC (default 15).
 #
 # Timed rows. On this shared 2-core machine the CPU time of a fixed amount of work moves
 # by 10-25% from one run to the next (measured: the same program run twice in a row,
-# 1.00-1.26), and one core is steadily 1-12% slower than the other: more than the
-# overheads measured. So:
-#   - paired and concurrent: a variant and a baseline run at the same time, each pinned
-#     (taskset) to its own core, so both see the same machine; then again with the cores
-#     swapped. The pair's ratio is the geometric mean of the two ratios, in which a
-#     core's own speed cancels. Each workload runs one thread (one core per run);
+# ratios 1.00-1.26), and the two cores differ, in ways that change over seconds: more
+# than the overheads measured. Run side by side on two cores, two copies of the same
+# program still differed by 0.95-1.13. So:
+#   - a variant and a baseline run at the same time pinned (taskset) to the *same* core:
+#     the scheduler interleaves them every few milliseconds, so both see the same core in
+#     the same conditions. Measured: the same program against itself, 0.998-1.002. Each
+#     workload runs one thread; with two cores or more, a second such pair runs on core 1
+#     at the same time (two ratios per repetition);
 #   - CPU time is user + system of the whole process (every thread, the agent's too);
-#   - steady state: each thread first warms up (about 1.1 s, past the first 1 s window,
-#     so the agent's start-up, loading libdw and the first symbolization, are behind
-#     it), then only the rest is measured. Windows are 1 s (10 times the default rate);
-#   - the row is the median over REPS repetitions, and a `_spread` row gives their range.
-# With one core, the variant and its baseline run one after the other instead.
+#   - steady state: each thread first warms up (about 1.1 s of CPU, past the first 1 s
+#     window, so the agent's start-up, loading libdw and the first symbolization, are
+#     behind it), then only the rest is measured. Windows are 1 s (10 times the default);
+#   - the row is the median over all pairs, and a `_spread` row gives their range.
 #
 # Instruction rows (cachegrind, deterministic; when valgrind is installed):
 #   cpu_instr_per_sample      agent instructions per CPU sample (handler, unwinding a
@@ -47,18 +48,18 @@ WC=${WARMUP_CPU:-170}
 UM=${UNITS_MALLOC:-15}
 WM=${WARMUP_MALLOC:-5}
 NCPU=$(nproc)
-CONC=0
-if [ "$NCPU" -gt 1 ] && command -v taskset > /dev/null 2>&1; then CONC=1; fi
+CORES=0
+[ "$NCPU" -gt 1 ] && CORES="0 1"
+command -v taskset > /dev/null 2>&1 || { echo "collector bench: needs taskset (util-linux)" >&2; exit 1; }
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 [ -x "$CPB" ] && [ -f "$LIB" ] || { echo "collector bench: build $CPB and $LIB first" >&2; exit 1; }
 
-# cmd VARIANT CORE: runs one variant (pinned to CORE with two cores or more) and prints
-# cpb's line "wall cpu maxrss"
+# cmd VARIANT CORE: runs one variant pinned to CORE and prints cpb's line
+# "wall cpu maxrss"
 cmd() {
-    pin=""
-    [ "$CONC" = 1 ] && pin="taskset -c $2"
-    out="$TMP/out.$2"
+    pin="taskset -c $2"
+    out="$TMP/out.$1.$2"
     case $1 in
     cpu_base | cpu_base2) $pin "$CPB" cpu 1 "$UC" "$WC" ;;
     cpu_100 | cpu_1000)
@@ -75,25 +76,20 @@ cmd() {
     rm -rf "$out"
 }
 
-# pair VARIANT BASE: appends the pair's ratio to $TMP/VARIANT.r and "variant base" peak
-# RSS to $TMP/VARIANT.rss
+# pair VARIANT BASE: on each core of $CORES at once, VARIANT and BASE side by side on
+# that core; appends each core's ratio to $TMP/VARIANT.r and "variant base" peak RSS to
+# $TMP/VARIANT.rss
 pair() {
-    for cores in "0 1" "1 0"; do
-        set -- "$1" "$2" $cores
-        if [ "$CONC" = 1 ]; then
-            cmd "$1" "$3" > "$TMP/a" 2>> "$TMP/stderr" &
-            cmd "$2" "$4" > "$TMP/b" 2>> "$TMP/stderr"
-            wait
-        else
-            cmd "$1" 0 > "$TMP/a" 2>> "$TMP/stderr"
-            cmd "$2" 0 > "$TMP/b" 2>> "$TMP/stderr"
-        fi
-        [ -s "$TMP/a" ] && [ -s "$TMP/b" ] || { echo "collector bench: $1 or $2 failed" >&2; cat "$TMP/stderr" >&2; exit 1; }
-        paste "$TMP/a" "$TMP/b" >> "$TMP/$1.runs"
-        echo "$(awk '{print $3}' "$TMP/a") $(awk '{print $3}' "$TMP/b")" >> "$TMP/$1.rss"
+    for c in $CORES; do
+        cmd "$1" "$c" > "$TMP/a.$c" 2>> "$TMP/stderr" &
+        cmd "$2" "$c" > "$TMP/b.$c" 2>> "$TMP/stderr" &
     done
-    # the geometric mean of the two orientations: each core's own speed cancels
-    tail -2 "$TMP/$1.runs" | awk '{ p = (NR == 1) ? $2 / $5 : p * $2 / $5 } END { print sqrt(p) }' >> "$TMP/$1.r"
+    wait
+    for c in $CORES; do
+        [ -s "$TMP/a.$c" ] && [ -s "$TMP/b.$c" ] || { echo "collector bench: $1 or $2 failed" >&2; cat "$TMP/stderr" >&2; exit 1; }
+        paste "$TMP/a.$c" "$TMP/b.$c" | awk '{ print $2 / $5 }' >> "$TMP/$1.r"
+        paste "$TMP/a.$c" "$TMP/b.$c" | awk '{ print $3, $6 }' >> "$TMP/$1.rss"
+    done
 }
 
 VARIANTS="cpu_base2 cpu_100 cpu_1000"
@@ -126,8 +122,7 @@ timed() {
     ref "${1}_spread" "$(spread < "$TMP/$4.r")"
 }
 
-if [ "$CONC" = 1 ]; then how="concurrent pairs on cores 0 and 1, swapped"; else how="sequential pairs"; fi
-ref collector.bench_setup "$REPS reps, $how, $WC+$UC cpu units"
+ref collector.bench_setup "$REPS reps x cores $CORES, variant and baseline side by side on one core, $WC+$UC cpu units"
 # the same program against itself: how far this machine moves a ratio by itself
 timed collector.noise_base_vs_base_cpu_ratio - - cpu_base2
 timed collector.cpu_100hz_cpu_ratio "<=" 1.01 cpu_100
