@@ -2,8 +2,8 @@
 # Collector overhead: the same workloads (cpb) with and without libcontprof, in one run.
 # Prints rows "name | value | floor | ok".
 #   bench/collector/run.sh [BUILD_DIR]   (default: build)
-# Environment: REPS (default 7), UNITS_CPU (default 200, about 1.3 s of CPU),
-# UNITS_MALLOC (default 15).
+# Environment: REPS (default 7), UNITS_CPU (default 200, about 1.3 s of CPU) after
+# WARMUP_CPU (170), UNITS_MALLOC (150, about 1.5 s) after WARMUP_MALLOC (150).
 #
 # Timed rows. On this shared 2-core machine the CPU time of a fixed amount of work moves
 # by 10-25% from one run to the next (measured: the same program run twice in a row,
@@ -45,8 +45,8 @@ GPERF=$(ls /usr/lib/x86_64-linux-gnu/libprofiler.so.0 2>/dev/null || true)
 REPS=${REPS:-7}
 UC=${UNITS_CPU:-200}
 WC=${WARMUP_CPU:-170}
-UM=${UNITS_MALLOC:-15}
-WM=${WARMUP_MALLOC:-5}
+UM=${UNITS_MALLOC:-150}
+WM=${WARMUP_MALLOC:-150}
 NCPU=$(nproc)
 CORES=0
 [ "$NCPU" -gt 1 ] && CORES="0 1"
@@ -109,6 +109,16 @@ while [ $i -lt "$REPS" ]; do
     i=$((i + 1))
 done
 
+# samples DIR: CPU samples in the agent's profiles written there
+samples() { "$BUILD/query/contprof" merge --format top --sample-index samples "$1"/*.cpu.* | awk 'NR == 2 { gsub(",", "", $5); print $5 }'; }
+# gperf_samples FILE...: samples in gperftools' CPU profiles (64-bit words: a 5-word header,
+# then records "count depth pc..." up to the trailer "0 1 0")
+gperf_samples() {
+    cat "$@" | od -An -v -t u8 | tr -s ' ' '\n' | awk 'NF { w[n++] = $1 } END {
+        i = 5; t = 0
+        while (i + 2 < n) { if (w[i] == 0 && w[i + 1] == 1 && w[i + 2] == 0) break; t += w[i]; i += 2 + w[i + 1] }
+        print t }'
+}
 median() { sort -g | awk '{ v[NR] = $1 } END { printf "%.4f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 spread() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.4f-%.4f", lo, hi }'; }
 row() { # name value op floor
@@ -122,7 +132,7 @@ timed() {
     ref "${1}_spread" "$(spread < "$TMP/$4.r")"
 }
 
-ref collector.bench_setup "$REPS reps x cores $CORES, variant and baseline side by side on one core, $WC+$UC cpu units"
+ref collector.bench_setup "$REPS reps x cores $CORES, variant and baseline side by side on one core, $WC+$UC cpu units, $WM+$UM malloc units"
 # the same program against itself: how far this machine moves a ratio by itself
 timed collector.noise_base_vs_base_cpu_ratio - - cpu_base2
 timed collector.cpu_100hz_cpu_ratio "<=" 1.01 cpu_100
@@ -138,12 +148,27 @@ if [ -n "$GPERF" ]; then
 fi
 timed collector.malloc_512k_cpu_ratio "<=" 1.05 malloc_agent
 
+# What "1000 Hz" really delivers, and what one sample costs: gperftools' setitimer gives
+# about 250 signals per CPU second here (the kernel tick), ours 1000 (perf task-clock)
+if [ -n "$GPERF" ] && [ -x "$BUILD/query/contprof" ]; then
+    oc=$(env CONTPROF_CPU_HZ=1000 CONTPROF_ALLOC_RATE=-1 CONTPROF_WINDOW=1s CONTPROF_OUTPUT_DIR="$TMP/rate" \
+        LD_PRELOAD="$LIB" taskset -c 0 "$CPB" cpu 1 "$UC" 0 | awk '{print $2}')
+    orate=$(awk -v n="$(samples "$TMP/rate")" -v c="$oc" 'BEGIN { printf "%.0f", n / c }')
+    gc=$(env CPUPROFILE="$TMP/rate.prof" CPUPROFILE_FREQUENCY=1000 LD_PRELOAD="$GPERF" \
+        taskset -c 0 "$CPB" cpu 1 "$UC" 0 | awk '{print $2}')
+    grate=$(awk -v n="$(gperf_samples "$TMP"/rate.prof*)" -v c="$gc" 'BEGIN { printf "%.0f", n / c }')
+    ref collector.cpu_1000hz_samples_per_cpu_s "$orate"
+    ref collector.gperftools_1000hz_samples_per_cpu_s "$grate"
+    # overhead / samples per CPU second = CPU time per sample
+    per_us() { awk -v r="$(median < "$TMP/$1.r")" -v n="$2" 'BEGIN { printf "%.1f", (r - 1) / n * 1e6 }'; }
+    ref collector.cpu_1000hz_us_per_sample "$(per_us cpu_1000 "$orate")"
+    ref collector.gperftools_1000hz_us_per_sample "$(per_us gperf_1000 "$grate")"
+fi
+
 if command -v valgrind > /dev/null 2>&1 && [ -x "$BUILD/query/contprof" ]; then
     # instr [VAR=VALUE...] CMD...: instructions executed (all threads)
     instr() { env "$@" 2>&1 >/dev/null | awk '/I *refs/ { gsub(",", "", $4); print $4 }'; }
     VG="valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null"
-    # samples DIR: CPU samples in the profiles written there
-    samples() { "$BUILD/query/contprof" merge --format top --sample-index samples "$1"/*.cpu.* | awk 'NR == 2 { gsub(",", "", $5); print $5 }'; }
     # agent_env DIR HZ RATE: the variables that run a command under the agent (one window
     # for the whole run, so both lengths do the same end-of-window work)
     agent_env() { echo "CONTPROF_CPU_HZ=$2 CONTPROF_ALLOC_RATE=$3 CONTPROF_OUTPUT_DIR=$1 CONTPROF_WINDOW=10m LD_PRELOAD=$LIB"; }
