@@ -159,14 +159,21 @@ __attribute__((noinline)) static void free_checked(void *p)
 /* ------------------------------------------------------------------------------------
  * Sampled state */
 
-#define LIVE_BITS 15 /* 32768 sampled live blocks, 1 MiB: beyond that, counted drops */
+#define LIVE_BITS 15 /* a 32768-slot table, 1.25 MiB, at most 3/4 full */
 #define LIVE_CAP (1u << LIVE_BITS)
+/* Sampled live blocks the table holds: plain ones beyond this are dropped (counted)... */
+#define LIVE_MAX_PLAIN (LIVE_CAP / 2)
+/* ...interior ones (see tagged_alloc) are never dropped: free needs their entry to find
+ * the next allocator's block. A place is reserved before one is allocated. */
+#define LIVE_MAX_INTERIOR (LIVE_CAP / 4)
+#define INTERIOR_MAX_SIZE (64u << 10)
 #define BUCKET_CAP 16384u
 #define BUCKET_IDX_CAP (BUCKET_CAP * 2)
 
 typedef struct live_entry {
-    uintptr_t ptr; /* 0 = empty */
-    uint32_t bucket;
+    uintptr_t ptr;   /* 0 = empty */
+    uintptr_t base;  /* interior: the next allocator's block that holds ptr; else 0 */
+    uint32_t bucket; /* UINT32_MAX: none (buckets were full) */
     uint32_t _pad;
     double w; /* 1 / P(sampled) */
     uint64_t size;
@@ -174,7 +181,7 @@ typedef struct live_entry {
 
 typedef struct alloc_state {
     live_entry live[LIVE_CAP];
-    uint32_t nlive;
+    uint32_t nlive, ninterior;
     uint32_t bidx[BUCKET_IDX_CAP]; /* bucket index + 1 */
     uint32_t nbuckets;
     cp_alloc_bucket buckets[BUCKET_CAP];
@@ -182,7 +189,8 @@ typedef struct alloc_state {
 
 static alloc_state *S; /* mmap'd: untouched pages cost no memory */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static atomic_llong g_rate; /* mean bytes between samples; 0 = off */
+static atomic_llong g_rate;           /* mean bytes between samples; 0 = off */
+static atomic_uint interior_reserved; /* interior blocks allocated or about to be */
 atomic_uint_fast64_t cp_alloc_dropped;
 
 static CP_TLS int64_t t_until;
@@ -251,43 +259,60 @@ static uint32_t bucket_find(uint32_t iso, const char *thread, const uint64_t *pc
     }
 }
 
-static void live_insert(uintptr_t p, uint32_t bucket, double w, uint64_t size)
-{
-    if (S->nlive >= LIVE_CAP - LIVE_CAP / 8) {
-        atomic_fetch_add(&cp_alloc_dropped, 1);
-        return;
-    }
-    uint32_t mask = LIVE_CAP - 1;
-    uint32_t i = (uint32_t)ptr_hash(p) & mask;
-    while (S->live[i].ptr)
-        i = (i + 1) & mask;
-    S->live[i] = (live_entry){.ptr = p, .bucket = bucket, .w = w, .size = size};
-    S->nlive++;
-    /* saturating: a counter at 255 stays there (always "maybe"), never wraps to 0 */
-    atomic_uchar *c = &filter[filter_idx(p)];
-    if (atomic_load_explicit(c, memory_order_relaxed) != 255)
-        atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
-    cp_alloc_bucket *b = &S->buckets[bucket];
-    b->inuse_objects += w;
-    b->inuse_bytes += w * (double)size;
-}
-
-/* Removes p if it is a sampled live block; backward-shift deletion keeps probes short. */
-static int live_remove(uintptr_t p, live_entry *out)
+/* The slot of p, or the empty slot where its probe ends. */
+static uint32_t live_slot(uintptr_t p)
 {
     uint32_t mask = LIVE_CAP - 1;
     uint32_t i = (uint32_t)ptr_hash(p) & mask;
     while (S->live[i].ptr && S->live[i].ptr != p)
         i = (i + 1) & mask;
-    if (!S->live[i].ptr) return 0;
+    return i;
+}
+
+static void inuse_add(uint32_t bucket, double w, uint64_t size, double sign)
+{
+    if (bucket == UINT32_MAX) return;
+    cp_alloc_bucket *b = &S->buckets[bucket];
+    b->inuse_objects += sign * w;
+    b->inuse_bytes += sign * w * (double)size;
+}
+
+/* Lists sampled block p (base: see live_entry). A plain one is dropped (counted) when the
+ * table holds LIVE_MAX_PLAIN of them; an interior one always has a place. */
+static void live_insert(uintptr_t p, uintptr_t base, uint32_t bucket, double w, uint64_t size)
+{
+    if (!base && S->nlive - S->ninterior >= LIVE_MAX_PLAIN) {
+        atomic_fetch_add(&cp_alloc_dropped, 1);
+        return;
+    }
+    uint32_t i = live_slot(p);
+    S->live[i] = (live_entry){.ptr = p, .base = base, .bucket = bucket, .w = w, .size = size};
+    S->nlive++;
+    S->ninterior += base != 0;
+    /* saturating: a counter at 255 stays there (always "maybe"), never wraps to 0 */
+    atomic_uchar *c = &filter[filter_idx(p)];
+    if (atomic_load_explicit(c, memory_order_relaxed) != 255)
+        atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+    inuse_add(bucket, w, size, 1);
+}
+
+/* Removes p if it is listed (unless it is interior and keep_interior is set), with
+ * backward-shift deletion, which keeps probes short. Returns 1 and the entry if removed. */
+static int live_remove(uintptr_t p, live_entry *out, int keep_interior)
+{
+    uint32_t mask = LIVE_CAP - 1;
+    uint32_t i = live_slot(p);
+    if (!S->live[i].ptr || (keep_interior && S->live[i].base)) return 0;
     if (out) *out = S->live[i];
-    cp_alloc_bucket *b = &S->buckets[S->live[i].bucket];
-    b->inuse_objects -= S->live[i].w;
-    b->inuse_bytes -= S->live[i].w * (double)S->live[i].size;
+    inuse_add(S->live[i].bucket, S->live[i].w, S->live[i].size, -1);
     atomic_uchar *c = &filter[filter_idx(p)];
     if (atomic_load_explicit(c, memory_order_relaxed) != 255)
         atomic_fetch_sub_explicit(c, 1, memory_order_relaxed);
     S->nlive--;
+    if (S->live[i].base) {
+        S->ninterior--;
+        atomic_fetch_sub(&interior_reserved, 1);
+    }
     uint32_t j = i;
     for (;;) {
         S->live[i].ptr = 0;
@@ -344,11 +369,11 @@ __attribute__((noinline)) static int64_t sample_decide(size_t n)
     return S ? rate : 0;
 }
 
-/* Records sampled block p of n bytes: stack (skipping `skip` frames, this one included),
- * owner, unbiased weight; m language frame ids (from a walker) go on top as
- * contprof_isolate_set_runtime_code says. */
-__attribute__((noinline)) static void sample_record(void *p, size_t n, int64_t rate, int skip,
-                                                    const uint64_t *ids, uint32_t m)
+/* Records sampled block p of n bytes (base: see live_entry): stack (skipping `skip`
+ * frames, this one included), owner, unbiased weight; m language frame ids (from a
+ * walker) go on top as contprof_isolate_set_runtime_code says. */
+__attribute__((noinline)) static void sample_record(void *p, uintptr_t base, size_t n, int64_t rate,
+                                                    int skip, const uint64_t *ids, uint32_t m)
 {
     int saved = cp_in_agent;
     cp_in_agent = 1; /* registering and unwinding do not sample themselves */
@@ -366,10 +391,11 @@ __attribute__((noinline)) static void sample_record(void *p, size_t n, int64_t r
     uint32_t b = bucket_find(iso, thread, pcs, (uint32_t)nf);
     if (b == UINT32_MAX) {
         atomic_fetch_add(&cp_alloc_dropped, 1);
+        if (base) live_insert((uintptr_t)p, base, b, w, n); /* free must find it */
     } else {
         S->buckets[b].alloc_objects += w;
         S->buckets[b].alloc_bytes += w * (double)n;
-        live_insert((uintptr_t)p, b, w, n);
+        live_insert((uintptr_t)p, base, b, w, n);
     }
     pthread_mutex_unlock(&g_lock);
     cp_in_agent = saved;
@@ -403,18 +429,20 @@ __attribute__((noinline, cold)) static void *through_sampled(contprof_realloc_fn
     /* frames to skip: sample_record, through_sampled, contprof_alloc_through (when it
      * tail-calls through_sampled, the runtime's allocator function goes instead: the stack
      * then starts in the runtime, whose frames the language frames replace) */
-    if (rate && r) sample_record(r, nsize, rate, 3, ids, m);
+    if (rate && r) sample_record(r, 0, nsize, rate, 3, ids, m);
     return r;
 }
 
-/* p leaves the sampled live table if it is in it. */
-static inline void forget_if_sampled(void *p)
+/* Runtime block p leaves the sampled live table if it is in it. (An interior block of
+ * the malloc family stays: the free hook that the runtime's allocator reaches next needs
+ * its entry.) */
+static inline void forget_runtime_block(void *p)
 {
     if (__builtin_expect(
             atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed) != 0,
             0)) {
         pthread_mutex_lock(&g_lock);
-        if (S) live_remove((uintptr_t)p, NULL);
+        if (S) live_remove((uintptr_t)p, NULL, 1);
         pthread_mutex_unlock(&g_lock);
     }
 }
@@ -424,7 +452,7 @@ CONTPROF_EXTERN void *contprof_alloc_through(contprof_realloc_fn fn, void *ud, v
                                              void *walker_arg)
 {
     /* A sampled block leaves the table before the allocator can hand it out again. */
-    if (ptr) forget_if_sampled(ptr);
+    if (ptr) forget_runtime_block(ptr);
     int64_t left = t_until - (int64_t)nsize;
     if (__builtin_expect(nsize != 0 && left < 0, 0))
         return through_sampled(fn, ud, ptr, osize, nsize, walker, walker_arg);
@@ -513,11 +541,35 @@ static inline int page_aligned(const void *p)
     return ((uintptr_t)p & PAGE_MASK) == 0;
 }
 
-/* A sampled block of n bytes, page-aligned (align: what the caller asked for, a power of
- * two); NULL if the allocator has none. */
-static void *alloc_tagged(size_t align, size_t n)
+/* A block of n bytes for a sample: page-aligned (align: what the caller asked for, a
+ * power of two), zeroed if zero is set; NULL if the allocator has none.
+ *
+ * Small ones are *interior*: a plain block of n + 4096 bytes from the next allocator
+ * (*base), and the page boundary inside it. The allocator never sees the page-aligned
+ * address, so when the block is freed and its chunk reused, the addresses it hands out
+ * again are as aligned as any other: with memalign, a freed sampled block's page-aligned
+ * address kept coming back (glibc's caches are LIFO), to every later free's slow path and
+ * into one L1 cache set. Big ones (mmapped by glibc, unmapped when freed) and stricter
+ * alignments come from memalign (*base = 0). */
+static void *tagged_alloc(size_t align, size_t n, int zero, uintptr_t *base)
 {
-    return real.memalign ? real.memalign(align > PAGE_MASK ? align : PAGE_MASK + 1, n) : NULL;
+    *base = 0;
+    if (n <= INTERIOR_MAX_SIZE && align <= PAGE_MASK + 1 && S) {
+        if (atomic_fetch_add(&interior_reserved, 1) < LIVE_MAX_INTERIOR) {
+            void *q = zero ? real.calloc(1, n + PAGE_MASK + 1) : real.malloc(n + PAGE_MASK + 1);
+            if (q) {
+                *base = (uintptr_t)q;
+                return (void *)(((uintptr_t)q + PAGE_MASK) & ~PAGE_MASK);
+            }
+        }
+        atomic_fetch_sub(&interior_reserved, 1);
+    }
+    if (!real.memalign) return NULL;
+    void *p = real.memalign(align > PAGE_MASK ? align : PAGE_MASK + 1, n);
+    /* glibc's mmapped chunks are fresh zero pages (what its calloc relies on): not
+     * touching them keeps a big sparse calloc sparse. */
+    if (p && zero && !(next_is_glibc && glibc_fresh_mmapped(p))) memset(p, 0, n);
+    return p;
 }
 
 /* An allocation of the agent's own threads failed: serve it from the reserve. */
@@ -548,9 +600,10 @@ __attribute__((noinline, cold)) static void *malloc_slow(size_t n)
 {
     if (!real.malloc) return malloc_boot(n);
     int64_t rate = sample_decide(n);
+    uintptr_t base;
     void *p;
-    if (rate && (p = alloc_tagged(16, n)) != NULL) {
-        sample_record(p, n, rate, HOOK_SKIP, NULL, 0);
+    if (rate && (p = tagged_alloc(16, n, 0, &base)) != NULL) {
+        sample_record(p, base, n, rate, HOOK_SKIP, NULL, 0);
         return p;
     }
     p = real.malloc(n);
@@ -573,12 +626,10 @@ __attribute__((noinline, cold)) static void *calloc_slow(size_t a, size_t b, siz
         if (!real.calloc) return boot_alloc(n, 16); /* zeroed: static, never reused */
     }
     int64_t rate = sample_decide(n);
+    uintptr_t base;
     void *p;
-    if (rate && (p = alloc_tagged(16, n)) != NULL) {
-        /* glibc's mmapped chunks are fresh zero pages (what its calloc relies on): not
-         * touching them keeps a big sparse calloc sparse. */
-        if (!next_is_glibc || !glibc_fresh_mmapped(p)) memset(p, 0, n);
-        sample_record(p, n, rate, HOOK_SKIP, NULL, 0);
+    if (rate && (p = tagged_alloc(16, n, 1, &base)) != NULL) {
+        sample_record(p, base, n, rate, HOOK_SKIP, NULL, 0);
         return p;
     }
     p = real.calloc(a, b);
@@ -602,13 +653,15 @@ slow:
     return calloc_slow(a, b, n);
 }
 
-/* The filter said maybe: p may be a sampled block. */
+/* The filter said maybe: p may be a sampled block (an interior one goes back as the
+ * block that holds it). */
 __attribute__((noinline, cold)) static void free_listed(void *p)
 {
+    live_entry e = {0};
     pthread_mutex_lock(&g_lock);
-    if (S) live_remove((uintptr_t)p, NULL);
+    if (S) live_remove((uintptr_t)p, &e, 0);
     pthread_mutex_unlock(&g_lock);
-    atomic_load_explicit(&hot_free, memory_order_relaxed)(p);
+    atomic_load_explicit(&hot_free, memory_order_relaxed)(e.base ? (void *)e.base : p);
 }
 
 /* A page-aligned pointer: NULL, a bootstrap block (kept), possibly a sampled one (it
@@ -648,17 +701,18 @@ __attribute__((noinline, cold)) static void *realloc_slow(void *p, size_t n, int
         q = real.realloc(p, n);
         goto unsampled;
     }
-    if (page_aligned(p)) {
+    uintptr_t base = 0;
+    if (page_aligned(p)) { /* not interior: realloc_listed moved those */
         q = real.realloc(p, n);
         if (!q || page_aligned(q)) goto sampled;
-        void *r = alloc_tagged(16, n);
+        void *r = tagged_alloc(16, n, 0, &base);
         if (!r) return q; /* cannot tag it: it stays unsampled */
         memcpy(r, q, n);
         real.free(q);
         q = r;
         goto sampled;
     }
-    q = alloc_tagged(16, n);
+    q = tagged_alloc(16, n, 0, &base);
     if (!q) {
         q = real.realloc(p, n);
         goto unsampled;
@@ -667,7 +721,7 @@ __attribute__((noinline, cold)) static void *realloc_slow(void *p, size_t n, int
     memcpy(q, p, have < n ? have : n);
     real.free(p);
 sampled:
-    if (q) sample_record(q, n, rate, skip, NULL, 0);
+    if (q) sample_record(q, base, n, rate, skip, NULL, 0);
     return q;
 unsampled:
     if (!q && cp_agent_thread && (q = agent_reserve(n, 16)) != NULL) {
@@ -689,6 +743,29 @@ __attribute__((noinline, cold)) static void *realloc_pool(void *p, size_t n)
     return q;
 }
 
+/* realloc of interior block old to n bytes: it moves (bounded copy: interior blocks are
+ * small), into a sampled block if the countdown says so; skip counts this frame. */
+__attribute__((noinline, cold)) static void *realloc_move(const live_entry *old, size_t n, int skip)
+{
+    int64_t rate = 0;
+    COUNT_DOWN(n, decide);
+    goto alloc;
+decide:
+    rate = sample_decide(n);
+alloc:;
+    uintptr_t base = 0;
+    void *q = rate ? tagged_alloc(16, n, 0, &base) : NULL;
+    if (!q) {
+        rate = 0;
+        q = real.malloc(n);
+        if (!q) return NULL;
+    }
+    memcpy(q, (const void *)old->ptr, old->size < n ? old->size : n);
+    real.free((void *)old->base);
+    if (rate) sample_record(q, base, n, rate, skip, NULL, 0);
+    return q;
+}
+
 /* realloc(p, n) of a page-aligned p, n > 0: p may be a sampled block. It leaves the
  * table first (its address may be handed to another thread as soon as realloc moves it)
  * and comes back if realloc fails. */
@@ -698,10 +775,14 @@ __attribute__((noinline, cold)) static void *realloc_listed(void *p, size_t n)
     int had = 0;
     if (atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed)) {
         pthread_mutex_lock(&g_lock);
-        had = S && live_remove((uintptr_t)p, &old);
+        had = S && live_remove((uintptr_t)p, &old, 0);
         pthread_mutex_unlock(&g_lock);
     }
     void *q;
+    if (had && old.base) {
+        q = realloc_move(&old, n, HOOK_SKIP + 1);
+        goto done;
+    }
     COUNT_DOWN(n, slow);
     q = real.realloc(p, n);
     if (__builtin_expect(!q, 0) && cp_agent_thread) q = realloc_slow(p, n, HOOK_SKIP + 1);
@@ -711,7 +792,8 @@ slow:
 done:
     if (!q && had) { /* p is still valid and still live */
         pthread_mutex_lock(&g_lock);
-        live_insert(old.ptr, old.bucket, old.w, old.size);
+        if (old.base) atomic_fetch_add(&interior_reserved, 1); /* live_remove gave it back */
+        live_insert(old.ptr, old.base, old.bucket, old.w, old.size);
         pthread_mutex_unlock(&g_lock);
     }
     return q;
@@ -726,8 +808,9 @@ CONTPROF_EXTERN void *realloc(void *p, size_t n)
         if (!real.realloc) return NULL;
     }
     if (n == 0) {
-        if (page_aligned(p)) forget_if_sampled(p);
-        return real.realloc(p, 0);
+        if (!page_aligned(p)) return real.realloc(p, 0);
+        free_aligned(p); /* glibc's realloc(p, 0) frees p and returns NULL */
+        return NULL;
     }
     if (__builtin_expect(page_aligned(p), 0)) return realloc_listed(p, n);
     COUNT_DOWN(n, slow);
@@ -753,9 +836,10 @@ CONTPROF_EXTERN void *reallocarray(void *p, size_t a, size_t b)
 __attribute__((noinline, cold)) static void *memalign_slow(size_t align, size_t n, int skip)
 {
     int64_t rate = sample_decide(n);
-    void *p = rate ? alloc_tagged(align, n) : NULL;
+    uintptr_t base;
+    void *p = rate ? tagged_alloc(align, n, 0, &base) : NULL;
     if (p) {
-        sample_record(p, n, rate, skip, NULL, 0);
+        sample_record(p, base, n, rate, skip, NULL, 0);
         return p;
     }
     p = real.memalign(align, n);
@@ -823,7 +907,7 @@ __attribute__((noinline, cold)) static void *page_alloc_slow(void *(*fn)(size_t)
 {
     int64_t rate = sample_decide(n);
     void *p = fn(n);
-    if (p && rate) sample_record(p, n, rate, HOOK_SKIP, NULL, 0);
+    if (p && rate) sample_record(p, 0, n, rate, HOOK_SKIP, NULL, 0);
     return p;
 }
 
@@ -852,5 +936,18 @@ CONTPROF_EXTERN size_t malloc_usable_size(void *p)
     if (!p) return 0;
     if (in_pool(p)) return (size_t)(pool + sizeof(pool) - (char *)p);
     resolve();
-    return real.malloc_usable_size ? real.malloc_usable_size(p) : 0;
+    if (!real.malloc_usable_size) return 0;
+    uintptr_t base = 0;
+    if (page_aligned(p) &&
+        atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed)) {
+        pthread_mutex_lock(&g_lock);
+        if (S) {
+            uint32_t i = live_slot((uintptr_t)p);
+            if (S->live[i].ptr == (uintptr_t)p) base = S->live[i].base;
+        }
+        pthread_mutex_unlock(&g_lock);
+    }
+    if (base) /* interior: what is left of the block that holds it */
+        return real.malloc_usable_size((void *)base) - ((uintptr_t)p - base);
+    return real.malloc_usable_size(p);
 }
