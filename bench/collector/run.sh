@@ -155,7 +155,7 @@ if [ -n "$GPERF" ] && [ -x "$BUILD/query/contprof" ]; then
         LD_PRELOAD="$LIB" taskset -c 0 "$CPB" cpu 1 "$UC" 0 | awk '{print $2}')
     orate=$(awk -v n="$(samples "$TMP/rate")" -v c="$oc" 'BEGIN { printf "%.0f", n / c }')
     gc=$(env CPUPROFILE="$TMP/rate.prof" CPUPROFILE_FREQUENCY=1000 LD_PRELOAD="$GPERF" \
-        taskset -c 0 "$CPB" cpu 1 "$UC" 0 | awk '{print $2}')
+        taskset -c 0 "$CPB" cpu 1 "$UC" 0 2> /dev/null | awk '{print $2}')
     grate=$(awk -v n="$(gperf_samples "$TMP"/rate.prof*)" -v c="$gc" 'BEGIN { printf "%.0f", n / c }')
     ref collector.cpu_1000hz_samples_per_cpu_s "$orate"
     ref collector.gperftools_1000hz_samples_per_cpu_s "$grate"
