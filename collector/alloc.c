@@ -596,16 +596,24 @@ __attribute__((noinline, cold)) static void *malloc_boot(size_t n)
     return real.malloc(n);
 }
 
+/* The countdown ran out in a hook's slow path: a sampled block (recorded; skip as for
+ * sample_record, which inlining leaves unchanged) if this allocation is to be sampled and
+ * one could be had, else NULL, and the slow path allocates as usual. */
+static inline __attribute__((always_inline)) void *try_sampled(size_t align, size_t n, int zero,
+                                                               int skip)
+{
+    int64_t rate = sample_decide(n);
+    uintptr_t base;
+    void *p = rate ? tagged_alloc(align, n, zero, &base) : NULL;
+    if (p) sample_record(p, base, n, rate, skip, NULL, 0);
+    return p;
+}
+
 __attribute__((noinline, cold)) static void *malloc_slow(size_t n)
 {
     if (!real.malloc) return malloc_boot(n);
-    int64_t rate = sample_decide(n);
-    uintptr_t base;
-    void *p;
-    if (rate && (p = tagged_alloc(16, n, 0, &base)) != NULL) {
-        sample_record(p, base, n, rate, HOOK_SKIP, NULL, 0);
-        return p;
-    }
+    void *p = try_sampled(16, n, 0, HOOK_SKIP);
+    if (p) return p;
     p = real.malloc(n);
     AGENT_RESCUE(p, n, 16);
     return p;
@@ -625,13 +633,8 @@ __attribute__((noinline, cold)) static void *calloc_slow(size_t a, size_t b, siz
         resolve();
         if (!real.calloc) return boot_alloc(n, 16); /* zeroed: static, never reused */
     }
-    int64_t rate = sample_decide(n);
-    uintptr_t base;
-    void *p;
-    if (rate && (p = tagged_alloc(16, n, 1, &base)) != NULL) {
-        sample_record(p, base, n, rate, HOOK_SKIP, NULL, 0);
-        return p;
-    }
+    void *p = try_sampled(16, n, 1, HOOK_SKIP);
+    if (p) return p;
     p = real.calloc(a, b);
     AGENT_RESCUE(p, n, 16); /* the pool is zeroed and never reused */
     return p;
@@ -835,13 +838,8 @@ CONTPROF_EXTERN void *reallocarray(void *p, size_t a, size_t b)
  * A sampled block gets at least page alignment. */
 __attribute__((noinline, cold)) static void *memalign_slow(size_t align, size_t n, int skip)
 {
-    int64_t rate = sample_decide(n);
-    uintptr_t base;
-    void *p = rate ? tagged_alloc(align, n, 0, &base) : NULL;
-    if (p) {
-        sample_record(p, base, n, rate, skip, NULL, 0);
-        return p;
-    }
+    void *p = try_sampled(align, n, 0, skip);
+    if (p) return p;
     p = real.memalign(align, n);
     AGENT_RESCUE(p, n, align);
     return p;
