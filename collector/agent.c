@@ -448,12 +448,23 @@ static void *agent_main(void *arg)
     int64_t window_end_mono = cp_mono_ns() + (cp_cfg.window_ns - (cp_now_ns() - A.window_start));
     int64_t next_names = 0;
     int stopping = 0;
+    /* How often the rings are drained: before a thread's ring (CP_RING samples) is half
+     * full at the sampling rate, between 100 ms (at 640 Hz and more) and 500 ms (100 Hz:
+     * each wake-up costs the host a context switch and some cache). */
+    int64_t tick_ns =
+        cp_cfg.cpu_hz > 0 ? (int64_t)CP_RING / 2 * 1000000000 / cp_cfg.cpu_hz : 500000000;
+    if (tick_ns < 100000000) tick_ns = 100000000;
+    if (tick_ns > 500000000) tick_ns = 500000000;
     while (!stopping) {
         pthread_mutex_lock(&A.mu);
         if (!A.stop) {
+            int64_t wait_ns = window_end_mono - cp_mono_ns(); /* a window ends on time */
+            if (wait_ns > tick_ns) wait_ns = tick_ns;
+            if (wait_ns < 1000000) wait_ns = 1000000;
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 100 * 1000000;
+            ts.tv_sec += wait_ns / 1000000000;
+            ts.tv_nsec += wait_ns % 1000000000;
             if (ts.tv_nsec >= 1000000000) {
                 ts.tv_sec++;
                 ts.tv_nsec -= 1000000000;
