@@ -11,7 +11,7 @@
  *                                      the time is in malloc/free
  *   cpb sig THREADS UNITS [WARMUP]     the cpu workload plus, at the bottom of every 200th
  *                                      recursion, one SIGPROF from a POSIX timer (si_code
- *                                      SI_TIMER, as a CPU-timer sample) and a 1 ms sleep:
+ *                                      SI_TIMER, as a CPU-timer sample) and a 5 ms sleep:
  *                                      100 signals per unit per thread, whatever the speed
  *                                      (valgrind). Under the agent its handler takes them
  *                                      as samples; alone, an empty handler does. */
@@ -91,9 +91,11 @@ __attribute__((noinline)) static uint64_t sig_leaf(uint64_t x)
         sigpending(&pend);
     while (!sigismember(&pend, SIGPROF));
     pthread_sigmask(SIG_UNBLOCK, &set, NULL); /* the handler runs here */
-    /* A pause, so that the agent drains its rings (every 100 ms) before they fill, even
-     * under valgrind, which runs one thread at a time. */
-    struct timespec ms = {0, 1000000};
+    /* A pause, so that the agent drains its rings before they fill (it wakes before a
+     * ring is half full at its sampling rate: every 500 ms at low rates, while these
+     * signals come regardless of it), even under valgrind, which runs one thread at a
+     * time: at most 200 signals a second. */
+    struct timespec ms = {0, 5000000};
     nanosleep(&ms, NULL);
     return leaf(x);
 }
