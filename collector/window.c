@@ -716,7 +716,10 @@ static int emit_profile(builder *b, int kind, const iso_key *k, const cp_window_
     memset(&e, 0, sizeof(e));
     cp_buf buf = {0};
     int rc = CP_ENOMEM;
-    if (cp_pprof_encode(p, 6, &buf) != 0) goto fail;
+    /* gzip level 1: measured on a 6 KB profile, 39 us against 123 us at level 6 (mostly
+     * libdeflate setting up its larger match finder, three times a window), for 16% more
+     * bytes; Kafka compresses the envelopes again (lz4) anyway. */
+    if (cp_pprof_encode(p, 1, &buf) != 0) goto fail;
     e.tenant = strdup(cp_cfg.tenant);
     e.producer_id = strdup(m->producer_id);
     e.engine = strdup(cp_engine);
