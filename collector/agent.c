@@ -33,6 +33,7 @@ static struct {
     cp_kafka *kafka;
     char brokers[1024];
     int64_t next_resolve;
+    int64_t next_refetch, refetch_backoff; /* asking the server again (refetch_brokers) */
     int atfork_done;
 } A = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
@@ -289,7 +290,7 @@ static void write_file(const cp_envelope *e)
     const uint8_t *data = e->pprof;
     size_t len = e->pprof_len;
     if (!cp_is_gzip(data, len)) {
-        if (cp_gzip(data, len, 6, &gz) != 0) {
+        if (cp_gzip(data, len, 1, &gz) != 0) {
             A.dropped_windows++;
             return;
         }
@@ -333,17 +334,48 @@ static void emit(cp_envelope *e, void *arg)
     cp_envelope_close(e);
 }
 
+/* With a server: how long the brokers must stay unreachable before the agent asks the
+ * server again (contprofd may have restarted with its embedded broker on a new port), and
+ * the pause between such questions while they stay so (doubling up to the maximum). */
+#define BROKERS_STALE_NS (5 * (int64_t)1000000000)
+#define REFETCH_MIN_NS (5 * (int64_t)1000000000)
+#define REFETCH_MAX_NS (60 * (int64_t)1000000000)
+
+/* The brokers have been down a while: asks the server for its list (at most 2 s, on the
+ * agent's thread) and, if it changed, drops the producer so that it is rebuilt on the new
+ * list. What the old producer still held is counted in dropped_windows. */
+static void refetch_brokers(int64_t now)
+{
+    A.refetch_backoff = A.refetch_backoff ? A.refetch_backoff * 2 : REFETCH_MIN_NS;
+    if (A.refetch_backoff > REFETCH_MAX_NS) A.refetch_backoff = REFETCH_MAX_NS;
+    A.next_refetch = now + A.refetch_backoff;
+    char b[sizeof(A.brokers)];
+    if (cp_http_get_brokers(cp_cfg.server, b, sizeof(b), 2000) != 0 || !strcmp(b, A.brokers))
+        return;
+    snprintf(A.brokers, sizeof(A.brokers), "%s", b);
+    A.dropped_windows += cp_kafka_take_dropped(A.kafka);
+    A.dropped_windows += cp_kafka_destroy(A.kafka, 0);
+    A.kafka = NULL;
+}
+
 static void transport_tick(void)
 {
-    if (!A.brokers[0] && cp_cfg.server[0] && cp_mono_ns() >= A.next_resolve) {
-        A.next_resolve = cp_mono_ns() + 30 * (int64_t)1000000000;
+    int64_t now = cp_mono_ns();
+    if (!A.brokers[0] && cp_cfg.server[0] && now >= A.next_resolve) {
+        A.next_resolve = now + 30 * (int64_t)1000000000;
         if (cp_http_get_brokers(cp_cfg.server, A.brokers, sizeof(A.brokers), 2000) != 0)
             A.brokers[0] = 0;
     }
     if (A.kafka && cp_kafka_failed(A.kafka)) {
         A.dropped_windows += cp_kafka_take_dropped(A.kafka);
-        cp_kafka_destroy(A.kafka, 0);
+        A.dropped_windows += cp_kafka_destroy(A.kafka, 0);
         A.kafka = NULL;
+    }
+    if (A.kafka && cp_cfg.server[0]) {
+        if (cp_kafka_down_ns(A.kafka) < BROKERS_STALE_NS)
+            A.refetch_backoff = 0;
+        else if (now >= A.next_refetch)
+            refetch_brokers(now);
     }
     if (!A.kafka && A.brokers[0]) {
         char err[256];
@@ -426,12 +458,23 @@ static void *agent_main(void *arg)
     int64_t window_end_mono = cp_mono_ns() + (cp_cfg.window_ns - (cp_now_ns() - A.window_start));
     int64_t next_names = 0;
     int stopping = 0;
+    /* How often the rings are drained: before a thread's ring (CP_RING samples) is half
+     * full at the sampling rate, between 100 ms (at 640 Hz and more) and 500 ms (100 Hz:
+     * each wake-up costs the host a context switch and some cache). */
+    int64_t tick_ns =
+        cp_cfg.cpu_hz > 0 ? (int64_t)CP_RING / 2 * 1000000000 / cp_cfg.cpu_hz : 500000000;
+    if (tick_ns < 100000000) tick_ns = 100000000;
+    if (tick_ns > 500000000) tick_ns = 500000000;
     while (!stopping) {
         pthread_mutex_lock(&A.mu);
         if (!A.stop) {
+            int64_t wait_ns = window_end_mono - cp_mono_ns(); /* a window ends on time */
+            if (wait_ns > tick_ns) wait_ns = tick_ns;
+            if (wait_ns < 1000000) wait_ns = 1000000;
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 100 * 1000000;
+            ts.tv_sec += wait_ns / 1000000000;
+            ts.tv_nsec += wait_ns % 1000000000;
             if (ts.tv_nsec >= 1000000000) {
                 ts.tv_sec++;
                 ts.tv_nsec -= 1000000000;
@@ -457,7 +500,7 @@ static void *agent_main(void *arg)
         }
     }
     if (A.kafka) {
-        cp_kafka_destroy(A.kafka, (int)cp_cfg.flush_ms);
+        (void)cp_kafka_destroy(A.kafka, (int)cp_cfg.flush_ms); /* exit: nowhere to report */
         A.kafka = NULL;
     }
     pthread_mutex_lock(&A.mu);

@@ -1,7 +1,8 @@
 /* Allocation sampling: the malloc family interposed over the next allocator (dlsym with a
  * static bootstrap pool), byte-based Poisson sampling with a thread-local countdown, and
- * the table of sampled live blocks that matches frees. The unsampled paths cost a TLS
- * subtraction (allocations) or one byte load from a 64 KiB counting filter (frees). */
+ * the table of sampled live blocks that matches frees. Unsampled paths cost a subtraction
+ * in thread-local memory (allocations) or a test of the pointer's low bits (frees): every
+ * sampled block is page-aligned. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
@@ -32,29 +33,37 @@ static real_fns real;
 /* The fast paths call through these: boot stubs until the next allocator is found, so
  * the fast paths need no NULL test. */
 static void *malloc_boot(size_t n);
-static void free_boot(void *p);
+static void free_checked(void *p);
 static void *(*hot_malloc)(size_t) = malloc_boot;
-static void (*hot_free)(void *) = free_boot;
+/* The next free, or free_checked while the pool may hold blocks free's page test does
+ * not catch (before the next allocator is found; after the agent used its reserve). */
+static void (*_Atomic hot_free)(void *) = free_checked;
 static int resolving;
+/* The next allocator is glibc's: its chunk header can tell fresh mmapped blocks. */
+static int next_is_glibc;
 
 /* dlsym itself allocates: those requests are served from here and never freed. The same
  * pool is the agent's emergency reserve: when the allocator fails the agent's own threads,
  * they are served from here, because libdw and librdkafka do not survive a NULL from
  * malloc (measured: libdw crashes in dwarf_getsrclines). The agent then degrades
  * (cp_agent_oom). In .bss: untouched pages cost nothing. */
-static _Alignas(64) char pool[8 << 20];
+static _Alignas(4096) char pool[8 << 20];
 atomic_int cp_agent_oom;
 static atomic_size_t pool_used;
+/* A pool block that is not page-aligned was handed out (the agent's reserve): from then
+ * on free checks the pool's range on every call (free_checked). */
+static atomic_int pool_mixed;
 
-#define FILTER_BITS 16 /* 64 KiB of counters: stays in cache */
-/* Counting filter over sampled live pointers. In .bss: pages never written cost nothing. */
+#define FILTER_BITS 16 /* 64 KiB of counters */
+/* Counting filter over sampled live pointers, consulted only for page-aligned frees and
+ * runtime blocks (contprof_alloc_through). In .bss: pages never written cost nothing. */
 static atomic_uchar filter[1u << FILTER_BITS];
 
-/* The free filter's slot: cheap, since every free computes it. Chunks are 16-aligned;
- * the page bits are folded in so page-aligned big blocks do not share a few slots. */
+/* The free filter's slot. Chunks are 16-aligned; bits 16-31 are folded in so that
+ * page-aligned blocks (whose bits 4-11 are 0) do not share a few slots. */
 static inline uint32_t filter_idx(uintptr_t p)
 {
-    return (uint32_t)((p >> 4) ^ (p >> 20)) & ((1u << FILTER_BITS) - 1);
+    return (uint32_t)((p >> 4) ^ (p >> 16)) & ((1u << FILTER_BITS) - 1);
 }
 
 static inline int in_pool(const void *p)
@@ -70,12 +79,27 @@ static void *pool_alloc(size_t n, size_t align)
         start = (cur + align - 1) & ~(align - 1);
         if (start + n > sizeof(pool)) return NULL;
     } while (!atomic_compare_exchange_weak(&pool_used, &cur, start + n));
-    /* Pool blocks answer "maybe" in the free filter for good, so free's fast path needs
-     * no range check: the out-of-line path recognises them. */
-    atomic_uchar *c = &filter[filter_idx((uintptr_t)(pool + start))];
-    if (atomic_load_explicit(c, memory_order_relaxed) != 255)
-        atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+    if (start & 4095) {
+        /* free's page test would let this block through to the next free */
+        atomic_store(&pool_mixed, 1);
+        atomic_store(&hot_free, free_checked);
+    }
     return pool + start; /* zeroed: static storage, never reused */
+}
+
+/* Bootstrap requests (before the next allocator is found): page-aligned, so that free's
+ * page test catches them and the common free needs no range check. */
+static void *boot_alloc(size_t n, size_t align)
+{
+    return pool_alloc(n, align > 4096 ? align : 4096);
+}
+
+/* glibc's chunk header (the size word before the block) has IS_MMAPPED (2) for blocks of
+ * their own mapping, which are fresh zero pages unless MALLOC_PERTURB_ is set. */
+static int glibc_perturb;
+static inline int glibc_fresh_mmapped(const void *p)
+{
+    return !glibc_perturb && (((const size_t *)p)[-1] & 2);
 }
 
 static void resolve(void)
@@ -93,16 +117,25 @@ static void resolve(void)
     r.pvalloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "pvalloc");
     r.malloc_usable_size = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
     r.free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
+    void *libc_calloc = dlsym(RTLD_NEXT, "__libc_calloc");
+    next_is_glibc = r.calloc && libc_calloc == (void *)r.calloc;
+    const char *pert = getenv("MALLOC_PERTURB_");
+    const char *tun = getenv("GLIBC_TUNABLES");
+    glibc_perturb = (pert && *pert && strcmp(pert, "0") != 0) || (tun && strstr(tun, "perturb"));
     real = r;
     if (r.malloc) hot_malloc = r.malloc;
-    if (r.free) hot_free = r.free;
+    if (r.free) {
+        /* seq_cst, against pool_alloc: either it sees this store, or this sees its flag */
+        atomic_store(&hot_free, r.free);
+        if (atomic_load(&pool_mixed)) atomic_store(&hot_free, free_checked);
+    }
     resolving = 0;
 }
 
 void *cp_real_malloc(size_t n)
 {
     resolve();
-    return real.malloc ? real.malloc(n) : pool_alloc(n, 16);
+    return real.malloc ? real.malloc(n) : boot_alloc(n, 16);
 }
 
 void cp_real_free(void *p)
@@ -112,17 +145,35 @@ void cp_real_free(void *p)
     if (real.free) real.free(p);
 }
 
+/* hot_free while the pool may hold blocks that are not page-aligned. */
+__attribute__((noinline)) static void free_checked(void *p)
+{
+    if (in_pool(p)) return;
+    if (__builtin_expect(!real.free, 0)) {
+        resolve();
+        if (!real.free) return; /* during dlsym itself; the block is kept */
+    }
+    real.free(p);
+}
+
 /* ------------------------------------------------------------------------------------
  * Sampled state */
 
-#define LIVE_BITS 15 /* 32768 sampled live blocks, 1 MiB: beyond that, counted drops */
+#define LIVE_BITS 15 /* a 32768-slot table, 1.25 MiB, at most 3/4 full */
 #define LIVE_CAP (1u << LIVE_BITS)
+/* Sampled live blocks the table holds: plain ones beyond this are dropped (counted)... */
+#define LIVE_MAX_PLAIN (LIVE_CAP / 2)
+/* ...interior ones (see tagged_alloc) are never dropped: free needs their entry to find
+ * the next allocator's block. A place is reserved before one is allocated. */
+#define LIVE_MAX_INTERIOR (LIVE_CAP / 4)
+#define INTERIOR_MAX_SIZE (64u << 10)
 #define BUCKET_CAP 16384u
 #define BUCKET_IDX_CAP (BUCKET_CAP * 2)
 
 typedef struct live_entry {
-    uintptr_t ptr; /* 0 = empty */
-    uint32_t bucket;
+    uintptr_t ptr;   /* 0 = empty */
+    uintptr_t base;  /* interior: the next allocator's block that holds ptr; else 0 */
+    uint32_t bucket; /* UINT32_MAX: none (buckets were full) */
     uint32_t _pad;
     double w; /* 1 / P(sampled) */
     uint64_t size;
@@ -130,7 +181,7 @@ typedef struct live_entry {
 
 typedef struct alloc_state {
     live_entry live[LIVE_CAP];
-    uint32_t nlive;
+    uint32_t nlive, ninterior;
     uint32_t bidx[BUCKET_IDX_CAP]; /* bucket index + 1 */
     uint32_t nbuckets;
     cp_alloc_bucket buckets[BUCKET_CAP];
@@ -138,7 +189,8 @@ typedef struct alloc_state {
 
 static alloc_state *S; /* mmap'd: untouched pages cost no memory */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static atomic_llong g_rate; /* mean bytes between samples; 0 = off */
+static atomic_llong g_rate;           /* mean bytes between samples; 0 = off */
+static atomic_uint interior_reserved; /* interior blocks allocated or about to be */
 atomic_uint_fast64_t cp_alloc_dropped;
 
 static CP_TLS int64_t t_until;
@@ -207,43 +259,60 @@ static uint32_t bucket_find(uint32_t iso, const char *thread, const uint64_t *pc
     }
 }
 
-static void live_insert(uintptr_t p, uint32_t bucket, double w, uint64_t size)
-{
-    if (S->nlive >= LIVE_CAP - LIVE_CAP / 8) {
-        atomic_fetch_add(&cp_alloc_dropped, 1);
-        return;
-    }
-    uint32_t mask = LIVE_CAP - 1;
-    uint32_t i = (uint32_t)ptr_hash(p) & mask;
-    while (S->live[i].ptr)
-        i = (i + 1) & mask;
-    S->live[i] = (live_entry){.ptr = p, .bucket = bucket, .w = w, .size = size};
-    S->nlive++;
-    /* saturating: a counter at 255 stays there (always "maybe"), never wraps to 0 */
-    atomic_uchar *c = &filter[filter_idx(p)];
-    if (atomic_load_explicit(c, memory_order_relaxed) != 255)
-        atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
-    cp_alloc_bucket *b = &S->buckets[bucket];
-    b->inuse_objects += w;
-    b->inuse_bytes += w * (double)size;
-}
-
-/* Removes p if it is a sampled live block; backward-shift deletion keeps probes short. */
-static int live_remove(uintptr_t p, live_entry *out)
+/* The slot of p, or the empty slot where its probe ends. */
+static uint32_t live_slot(uintptr_t p)
 {
     uint32_t mask = LIVE_CAP - 1;
     uint32_t i = (uint32_t)ptr_hash(p) & mask;
     while (S->live[i].ptr && S->live[i].ptr != p)
         i = (i + 1) & mask;
-    if (!S->live[i].ptr) return 0;
+    return i;
+}
+
+static void inuse_add(uint32_t bucket, double w, uint64_t size, double sign)
+{
+    if (bucket == UINT32_MAX) return;
+    cp_alloc_bucket *b = &S->buckets[bucket];
+    b->inuse_objects += sign * w;
+    b->inuse_bytes += sign * w * (double)size;
+}
+
+/* Lists sampled block p (base: see live_entry). A plain one is dropped (counted) when the
+ * table holds LIVE_MAX_PLAIN of them; an interior one always has a place. */
+static void live_insert(uintptr_t p, uintptr_t base, uint32_t bucket, double w, uint64_t size)
+{
+    if (!base && S->nlive - S->ninterior >= LIVE_MAX_PLAIN) {
+        atomic_fetch_add(&cp_alloc_dropped, 1);
+        return;
+    }
+    uint32_t i = live_slot(p);
+    S->live[i] = (live_entry){.ptr = p, .base = base, .bucket = bucket, .w = w, .size = size};
+    S->nlive++;
+    S->ninterior += base != 0;
+    /* saturating: a counter at 255 stays there (always "maybe"), never wraps to 0 */
+    atomic_uchar *c = &filter[filter_idx(p)];
+    if (atomic_load_explicit(c, memory_order_relaxed) != 255)
+        atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+    inuse_add(bucket, w, size, 1);
+}
+
+/* Removes p if it is listed (unless it is interior and keep_interior is set), with
+ * backward-shift deletion, which keeps probes short. Returns 1 and the entry if removed. */
+static int live_remove(uintptr_t p, live_entry *out, int keep_interior)
+{
+    uint32_t mask = LIVE_CAP - 1;
+    uint32_t i = live_slot(p);
+    if (!S->live[i].ptr || (keep_interior && S->live[i].base)) return 0;
     if (out) *out = S->live[i];
-    cp_alloc_bucket *b = &S->buckets[S->live[i].bucket];
-    b->inuse_objects -= S->live[i].w;
-    b->inuse_bytes -= S->live[i].w * (double)S->live[i].size;
+    inuse_add(S->live[i].bucket, S->live[i].w, S->live[i].size, -1);
     atomic_uchar *c = &filter[filter_idx(p)];
     if (atomic_load_explicit(c, memory_order_relaxed) != 255)
         atomic_fetch_sub_explicit(c, 1, memory_order_relaxed);
     S->nlive--;
+    if (S->live[i].base) {
+        S->ninterior--;
+        atomic_fetch_sub(&interior_reserved, 1);
+    }
     uint32_t j = i;
     for (;;) {
         S->live[i].ptr = 0;
@@ -270,135 +339,112 @@ static void sample_owner(const cp_thread *t, uint32_t *iso, char thread[16])
     if (!*iso) memcpy(thread, t->name, 16);
 }
 
-
-__attribute__((noinline)) static void sample_slow(void *p, size_t n)
+/* The countdown ran out on an allocation of n bytes (t_until < 0). Re-arms it; returns
+ * the rate if this allocation is to be sampled, else 0. Decided before the allocation,
+ * because a sampled block must be page-aligned (see free). */
+__attribute__((noinline)) static int64_t sample_decide(size_t n)
 {
     int64_t rate = atomic_load_explicit(&g_rate, memory_order_relaxed);
-    if (rate <= 0 && !cp_agent_thread) {
+    if (cp_agent_thread) {
+        t_until = INT64_MIN / 4; /* every allocation takes the checked path */
+        return 0;
+    }
+    if (rate <= 0) {
         /* Look again later: sampling may be switched on (cp_alloc_set_rate resets the
          * starting thread's countdown; other threads catch up within 64 MiB). */
         t_until = (int64_t)64 << 20;
-        return;
-    }
-    if (cp_agent_thread) {
-        t_until = INT64_MIN / 4; /* every allocation takes the checked path */
-        return;
+        return 0;
     }
     if (cp_in_agent) {
         t_until = (int64_t)draw(rate);
-        return;
+        return 0;
     }
     if (!t_init) {
+        /* a new thread's first countdown is drawn now, not from the zeroed TLS */
         t_init = 1;
         t_until = (int64_t)draw(rate) - (int64_t)n;
-        if (t_until > 0) return;
+        if (t_until >= 0) return 0;
     }
     t_until = (int64_t)draw(rate);
-    cp_in_agent = 1;
+    return S ? rate : 0;
+}
+
+/* Records sampled block p of n bytes (base: see live_entry): stack (skipping `skip`
+ * frames, this one included), owner, unbiased weight; m language frame ids (from a
+ * walker) go on top as contprof_isolate_set_runtime_code says. */
+__attribute__((noinline)) static void sample_record(void *p, uintptr_t base, size_t n, int64_t rate,
+                                                    int skip, const uint64_t *ids, uint32_t m)
+{
+    int saved = cp_in_agent;
+    cp_in_agent = 1; /* registering and unwinding do not sample themselves */
     cp_thread *t = cp_self ? cp_self : cp_thread_register_self();
     uint64_t pcs[CP_MAX_FRAMES];
-    /* frames to skip: sample_slow, then the hook (malloc, calloc, ...) */
     int nf =
-        t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, 2, &t->ucache_alloc) : 0;
+        t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, skip, &t->ucache_alloc)
+          : 0;
     uint32_t iso = 0;
     char thread[16] = "";
     sample_owner(t, &iso, thread);
+    if (m) nf = (int)cp_lang_join(iso, pcs, (uint32_t)nf, ids, m);
     double w = 1.0 / (1.0 - exp(-(double)n / (double)rate));
     pthread_mutex_lock(&g_lock);
     uint32_t b = bucket_find(iso, thread, pcs, (uint32_t)nf);
     if (b == UINT32_MAX) {
         atomic_fetch_add(&cp_alloc_dropped, 1);
+        if (base) live_insert((uintptr_t)p, base, b, w, n); /* free must find it */
     } else {
         S->buckets[b].alloc_objects += w;
         S->buckets[b].alloc_bytes += w * (double)n;
-        live_insert((uintptr_t)p, b, w, n);
+        live_insert((uintptr_t)p, base, b, w, n);
     }
     pthread_mutex_unlock(&g_lock);
-    cp_in_agent = 0;
+    cp_in_agent = saved;
 }
 
 /* ------------------------------------------------------------------------------------
- * Runtime allocators (contprof.h): blocks a runtime reports itself */
+ * Runtime allocators (contprof.h): blocks a runtime reports itself. Their addresses are
+ * the runtime's, not page-aligned: their frees are matched here, by the counting filter. */
 
-/* Records sampled runtime block p with frames from the walker; the native stack starts at
- * the caller of contprof_alloc_through. */
-__attribute__((noinline)) static void record_runtime(void *p, size_t n, int64_t rate,
-                                                     const uint64_t *ids, uint32_t m)
-{
-    cp_thread *t = cp_self ? cp_self : cp_thread_register_self();
-    uint64_t pcs[CP_MAX_FRAMES];
-    /* frames to skip: record_runtime, through_sampled, contprof_alloc_through (when it
-     * tail-calls through_sampled, the runtime's allocator function goes instead: the stack
-     * then starts in the runtime, whose frames the language frames replace) */
-    int nf =
-        t ? cp_unwind_here(t->stack_lo, t->stack_hi, pcs, CP_MAX_FRAMES, 3, &t->ucache_alloc) : 0;
-    uint32_t iso = 0;
-    char thread[16] = "";
-    sample_owner(t, &iso, thread);
-    nf = (int)cp_lang_join(iso, pcs, (uint32_t)nf, ids, m);
-    double w = 1.0 / (1.0 - exp(-(double)n / (double)rate));
-    pthread_mutex_lock(&g_lock);
-    uint32_t b = bucket_find(iso, thread, pcs, (uint32_t)nf);
-    if (b == UINT32_MAX) {
-        atomic_fetch_add(&cp_alloc_dropped, 1);
-    } else {
-        S->buckets[b].alloc_objects += w;
-        S->buckets[b].alloc_bytes += w * (double)n;
-        live_insert((uintptr_t)p, b, w, n);
-    }
-    pthread_mutex_unlock(&g_lock);
-}
-
-/* The countdown ran out: decide as sample_slow does, walk, call, record. */
+/* The countdown ran out: decide as the malloc family does, walk, call, record. */
 __attribute__((noinline, cold)) static void *through_sampled(contprof_realloc_fn fn, void *ud,
                                                              void *ptr, size_t osize, size_t nsize,
                                                              contprof_walker walker,
                                                              void *walker_arg)
 {
-    int64_t rate = atomic_load_explicit(&g_rate, memory_order_relaxed);
-    int sample = 0;
-    if (rate <= 0) {
-        t_until = (int64_t)64 << 20; /* as sample_slow: look again later */
-    } else if (cp_in_agent || cp_agent_thread) {
-        t_until = (int64_t)draw(rate);
-    } else if (!t_init) {
-        t_init = 1;
-        t_until = (int64_t)draw(rate) - (int64_t)nsize;
-        sample = t_until <= 0;
-        if (sample) t_until = (int64_t)draw(rate);
-    } else {
-        t_until = (int64_t)draw(rate);
-        sample = S != NULL;
-    }
+    int64_t rate = sample_decide(nsize);
     uint64_t ids[32];
     uint32_t m = 0;
-    if (sample) {
+    if (rate && walker) {
         cp_in_agent = 1; /* the walker's and interning's allocations are not sampled */
-        if (walker) {
-            contprof_frame fr[32];
-            int k = walker(walker_arg, fr, 32);
-            if (k > 32) k = 32;
-            if (k > 0) m = (uint32_t)cp_lang_ids(fr, k, ids);
-        }
+        contprof_frame fr[32];
+        int k = walker(walker_arg, fr, 32);
+        if (k > 32) k = 32;
+        if (k > 0) m = (uint32_t)cp_lang_ids(fr, k, ids);
         cp_in_agent = 0;
     }
     int64_t saved = t_until;
     t_until = INT64_MAX / 2;
     void *r = fn(ud, ptr, osize, nsize);
     t_until = saved;
-    if (sample && r) {
-        cp_in_agent = 1;
-        record_runtime(r, nsize, rate, ids, m);
-        cp_in_agent = 0;
-    }
+    /* frames to skip: sample_record, through_sampled, contprof_alloc_through (when it
+     * tail-calls through_sampled, the runtime's allocator function goes instead: the stack
+     * then starts in the runtime, whose frames the language frames replace) */
+    if (rate && r) sample_record(r, 0, nsize, rate, 3, ids, m);
     return r;
 }
 
-__attribute__((noinline, cold)) static void forget_sampled(void *p)
+/* Runtime block p leaves the sampled live table if it is in it. (An interior block of
+ * the malloc family stays: the free hook that the runtime's allocator reaches next needs
+ * its entry.) */
+static inline void forget_runtime_block(void *p)
 {
-    pthread_mutex_lock(&g_lock);
-    live_remove((uintptr_t)p, NULL);
-    pthread_mutex_unlock(&g_lock);
+    if (__builtin_expect(
+            atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed) != 0,
+            0)) {
+        pthread_mutex_lock(&g_lock);
+        if (S) live_remove((uintptr_t)p, NULL, 1);
+        pthread_mutex_unlock(&g_lock);
+    }
 }
 
 CONTPROF_EXTERN void *contprof_alloc_through(contprof_realloc_fn fn, void *ud, void *ptr,
@@ -406,34 +452,15 @@ CONTPROF_EXTERN void *contprof_alloc_through(contprof_realloc_fn fn, void *ud, v
                                              void *walker_arg)
 {
     /* A sampled block leaves the table before the allocator can hand it out again. */
-    if (ptr && __builtin_expect(atomic_load_explicit(&filter[filter_idx((uintptr_t)ptr)],
-                                                     memory_order_relaxed) != 0,
-                                0))
-        forget_sampled(ptr);
+    if (ptr) forget_runtime_block(ptr);
     int64_t left = t_until - (int64_t)nsize;
-    if (__builtin_expect(nsize != 0 && left <= 0, 0))
+    if (__builtin_expect(nsize != 0 && left < 0, 0))
         return through_sampled(fn, ud, ptr, osize, nsize, walker, walker_arg);
     /* the malloc family underneath does not count these bytes again */
     t_until = INT64_MAX / 2;
     void *r = fn(ud, ptr, osize, nsize);
     t_until = left;
     return r;
-}
-
-static inline void on_alloc(void *p, size_t n)
-{
-    if (__builtin_expect(!p, 0)) return;
-    t_until -= (int64_t)n;
-    if (__builtin_expect(t_until <= 0, 0)) sample_slow(p, n);
-}
-
-/* Before the block goes back to the allocator: another thread may get it next. */
-static inline void on_free(void *p)
-{
-    if (!atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed)) return;
-    pthread_mutex_lock(&g_lock);
-    live_remove((uintptr_t)p, NULL);
-    pthread_mutex_unlock(&g_lock);
 }
 
 uint32_t cp_alloc_nbuckets(void)
@@ -481,9 +508,70 @@ void cp_alloc_atfork_child(void)
 }
 
 /* ------------------------------------------------------------------------------------
- * The interposed family */
+ * The interposed family
+ *
+ * Common paths: an allocation subtracts its size from the thread's countdown in place and
+ * tail-calls the next allocator (4 instructions in malloc); a free tests the pointer's low
+ * 12 bits and tail-calls the next free (3 instructions). Every sampled block the family
+ * returns is page-aligned, so free only looks further at page-aligned pointers (NULL,
+ * sampled blocks, the rare unsampled block that happens to be page-aligned, valloc):
+ * then the counting filter, then the table under the lock. */
 
-/* The sampled case, out of line so the common one is a tail call into the allocator. */
+/* Subtracts n from the thread's countdown in place and jumps to `label` when it went
+ * negative. C would load, subtract, store and test: GCC does not fuse them. */
+#if defined(__x86_64__)
+#define COUNT_DOWN(n, label)                                                                       \
+    __asm__ goto("subq %1, %0\n\tjs %l[" #label "]"                                                \
+                 : /* no outputs: GCC 12 drops the label's code with one */                        \
+                 : "m"(t_until), "r"((uint64_t)(n))                                                \
+                 : "cc", "memory"                                                                  \
+                 : label)
+#else
+#define COUNT_DOWN(n, label)                                                                       \
+    do {                                                                                           \
+        t_until -= (int64_t)(n);                                                                   \
+        if (__builtin_expect(t_until < 0, 0)) goto label;                                          \
+    } while (0)
+#endif
+
+#define PAGE_MASK ((uintptr_t)4095)
+
+static inline int page_aligned(const void *p)
+{
+    return ((uintptr_t)p & PAGE_MASK) == 0;
+}
+
+/* A block of n bytes for a sample: page-aligned (align: what the caller asked for, a
+ * power of two), zeroed if zero is set; NULL if the allocator has none.
+ *
+ * Small ones are *interior*: a plain block of n + 4096 bytes from the next allocator
+ * (*base), and the page boundary inside it. The allocator never sees the page-aligned
+ * address, so when the block is freed and its chunk reused, the addresses it hands out
+ * again are as aligned as any other: with memalign, a freed sampled block's page-aligned
+ * address kept coming back (glibc's caches are LIFO), to every later free's slow path and
+ * into one L1 cache set. Big ones (mmapped by glibc, unmapped when freed) and stricter
+ * alignments come from memalign (*base = 0). */
+static void *tagged_alloc(size_t align, size_t n, int zero, uintptr_t *base)
+{
+    *base = 0;
+    if (n <= INTERIOR_MAX_SIZE && align <= PAGE_MASK + 1 && S) {
+        if (atomic_fetch_add(&interior_reserved, 1) < LIVE_MAX_INTERIOR) {
+            void *q = zero ? real.calloc(1, n + PAGE_MASK + 1) : real.malloc(n + PAGE_MASK + 1);
+            if (q) {
+                *base = (uintptr_t)q;
+                return (void *)(((uintptr_t)q + PAGE_MASK) & ~PAGE_MASK);
+            }
+        }
+        atomic_fetch_sub(&interior_reserved, 1);
+    }
+    if (!real.memalign) return NULL;
+    void *p = real.memalign(align > PAGE_MASK ? align : PAGE_MASK + 1, n);
+    /* glibc's mmapped chunks are fresh zero pages (what its calloc relies on): not
+     * touching them keeps a big sparse calloc sparse. */
+    if (p && zero && !(next_is_glibc && glibc_fresh_mmapped(p))) memset(p, 0, n);
+    return p;
+}
+
 /* An allocation of the agent's own threads failed: serve it from the reserve. */
 static void *agent_reserve(size_t n, size_t align)
 {
@@ -496,33 +584,60 @@ static void *agent_reserve(size_t n, size_t align)
         if (__builtin_expect(!(p), 0) && cp_agent_thread) (p) = agent_reserve((n), (align));       \
     } while (0)
 
-__attribute__((noinline, cold)) static void *malloc_sampled(size_t n)
-{
-    if (!real.malloc) return malloc_boot(n);
-    void *p = real.malloc(n);
-    if (cp_agent_thread) {
-        t_until = INT64_MIN / 4;
-        AGENT_RESCUE(p, n, 16);
-        return p;
-    }
-    if (p) sample_slow(p, n);
-    return p;
-}
+/* The slow paths below are reached by tail calls from the hooks, so the stack a sample
+ * records starts at the hook's caller: 2 frames to skip (sample_record, the slow path),
+ * one more where a hook calls its slow path (posix_memalign, realloc_listed). */
+#define HOOK_SKIP 2
 
 __attribute__((noinline, cold)) static void *malloc_boot(size_t n)
 {
     resolve();
-    if (!real.malloc) return pool_alloc(n, 16); /* dlsym's own requests */
+    if (!real.malloc) return boot_alloc(n, 16); /* dlsym's own requests */
     return real.malloc(n);
+}
+
+/* The countdown ran out in a hook's slow path: a sampled block (recorded; skip as for
+ * sample_record, which inlining leaves unchanged) if this allocation is to be sampled and
+ * one could be had, else NULL, and the slow path allocates as usual. */
+static inline __attribute__((always_inline)) void *try_sampled(size_t align, size_t n, int zero,
+                                                               int skip)
+{
+    int64_t rate = sample_decide(n);
+    uintptr_t base;
+    void *p = rate ? tagged_alloc(align, n, zero, &base) : NULL;
+    if (p) sample_record(p, base, n, rate, skip, NULL, 0);
+    return p;
+}
+
+__attribute__((noinline, cold)) static void *malloc_slow(size_t n)
+{
+    if (!real.malloc) return malloc_boot(n);
+    void *p = try_sampled(16, n, 0, HOOK_SKIP);
+    if (p) return p;
+    p = real.malloc(n);
+    AGENT_RESCUE(p, n, 16);
+    return p;
 }
 
 CONTPROF_EXTERN void *malloc(size_t n)
 {
-    /* Decided before the call (same distribution): the common path is a tail call. */
-    int64_t left = t_until - (int64_t)n;
-    t_until = left;
-    if (__builtin_expect(left > 0, 1)) return hot_malloc(n);
-    return malloc_sampled(n);
+    COUNT_DOWN(n, slow);
+    return hot_malloc(n);
+slow:
+    return malloc_slow(n);
+}
+
+__attribute__((noinline, cold)) static void *calloc_slow(size_t a, size_t b, size_t n)
+{
+    if (!real.calloc) {
+        resolve();
+        if (!real.calloc) return boot_alloc(n, 16); /* zeroed: static, never reused */
+    }
+    void *p = try_sampled(16, n, 1, HOOK_SKIP);
+    if (p) return p;
+    p = real.calloc(a, b);
+    AGENT_RESCUE(p, n, 16); /* the pool is zeroed and never reused */
+    return p;
 }
 
 CONTPROF_EXTERN void *calloc(size_t a, size_t b)
@@ -532,97 +647,181 @@ CONTPROF_EXTERN void *calloc(size_t a, size_t b)
         errno = ENOMEM;
         return NULL;
     }
-    if (__builtin_expect(!real.calloc, 0)) {
-        resolve();
-        if (!real.calloc) return pool_alloc(n, 16);
-    }
+    COUNT_DOWN(n, slow);
+    if (__builtin_expect(!real.calloc, 0)) goto slow;
     void *p = real.calloc(a, b);
-    AGENT_RESCUE(p, n, 16); /* the pool is zeroed and never reused */
-    on_alloc(p, n);
+    AGENT_RESCUE(p, n, 16);
     return p;
+slow:
+    return calloc_slow(a, b, n);
 }
 
-/* The filter said "maybe": a bootstrap/reserve block (kept), or possibly a sampled one. */
-__attribute__((noinline, cold)) static void free_maybe(void *p)
+/* The filter said maybe: p may be a sampled block (an interior one goes back as the
+ * block that holds it). */
+__attribute__((noinline, cold)) static void free_listed(void *p)
 {
-    if (in_pool(p)) return;
+    live_entry e = {0};
     pthread_mutex_lock(&g_lock);
-    if (S) live_remove((uintptr_t)p, NULL);
+    if (S) live_remove((uintptr_t)p, &e, 0);
     pthread_mutex_unlock(&g_lock);
-    hot_free(p);
+    atomic_load_explicit(&hot_free, memory_order_relaxed)(e.base ? (void *)e.base : p);
 }
 
-__attribute__((noinline, cold)) static void free_boot(void *p)
+/* A page-aligned pointer: NULL, a bootstrap block (kept), possibly a sampled one (it
+ * leaves the table before the allocator can hand its address out again), or an
+ * unsampled one. No call on the common way through, so no frame: glibc's caches hand a
+ * freed sampled block's address out again, and its later frees come here too. */
+__attribute__((noinline)) static void free_aligned(void *p)
 {
-    resolve();
-    if (real.free) real.free(p); /* else: during dlsym itself; the block is kept */
+    if (!p || in_pool(p)) return;
+    if (__builtin_expect(
+            atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed) != 0,
+            0)) {
+        free_listed(p);
+        return;
+    }
+    atomic_load_explicit(&hot_free, memory_order_relaxed)(p);
 }
 
 CONTPROF_EXTERN void free(void *p)
 {
-    /* A sampled block leaves the table before the allocator can hand it out again. */
-    if (__builtin_expect(
-            atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed) != 0,
-            0)) {
-        free_maybe(p);
+    if (__builtin_expect(page_aligned(p), 0)) {
+        free_aligned(p);
         return;
     }
-    hot_free(p);
+    atomic_load_explicit(&hot_free, memory_order_relaxed)(p);
 }
 
-CONTPROF_EXTERN void *realloc(void *p, size_t n)
+/* realloc(p, n), p a heap block, n > 0, when the countdown ran out. A sampled result
+ * must be page-aligned: a block that is not moves into one (one copy, which glibc's own
+ * realloc would often have made; a page-aligned block then stays so where glibc grows it
+ * in place or by mremap). */
+__attribute__((noinline, cold)) static void *realloc_slow(void *p, size_t n, int skip)
 {
-    if (p && in_pool(p)) {
-        /* a bootstrap block moves to the real heap */
-        void *q = malloc(n);
-        if (q) {
-            size_t have = (size_t)(pool + sizeof(pool) - (char *)p);
-            memcpy(q, p, have < n ? have : n);
-        }
-        return q;
+    int64_t rate = sample_decide(n);
+    void *q;
+    if (!rate) {
+        q = real.realloc(p, n);
+        goto unsampled;
     }
-    if (__builtin_expect(!real.realloc, 0)) {
-        resolve();
-        if (!real.realloc) return pool_alloc(n, 16);
+    uintptr_t base = 0;
+    if (page_aligned(p)) { /* not interior: realloc_listed moved those */
+        q = real.realloc(p, n);
+        if (!q || page_aligned(q)) goto sampled;
+        void *r = tagged_alloc(16, n, 0, &base);
+        if (!r) return q; /* cannot tag it: it stays unsampled */
+        memcpy(r, q, n);
+        real.free(q);
+        q = r;
+        goto sampled;
     }
-    if (!p) {
-        void *q = real.realloc(NULL, n);
-        AGENT_RESCUE(q, n, 16);
-        on_alloc(q, n);
-        return q;
+    q = tagged_alloc(16, n, 0, &base);
+    if (!q) {
+        q = real.realloc(p, n);
+        goto unsampled;
     }
-    if (n == 0) {
-        on_free(p);
-        return real.realloc(p, 0);
+    size_t have = real.malloc_usable_size ? real.malloc_usable_size(p) : n;
+    memcpy(q, p, have < n ? have : n);
+    real.free(p);
+sampled:
+    if (q) sample_record(q, base, n, rate, skip, NULL, 0);
+    return q;
+unsampled:
+    if (!q && cp_agent_thread && (q = agent_reserve(n, 16)) != NULL) {
+        size_t have = real.malloc_usable_size ? real.malloc_usable_size(p) : 0;
+        memcpy(q, p, have < n ? have : n);
+        real.free(p);
     }
-    /* The old block may be a sampled one; take it out first (its address may be
-     * handed to another thread as soon as realloc moves it). */
+    return q;
+}
+
+/* realloc of a bootstrap block: it moves to the real heap. */
+__attribute__((noinline, cold)) static void *realloc_pool(void *p, size_t n)
+{
+    void *q = malloc(n);
+    if (q) {
+        size_t have = (size_t)(pool + sizeof(pool) - (char *)p);
+        memcpy(q, p, have < n ? have : n);
+    }
+    return q;
+}
+
+/* realloc of interior block old to n bytes: it moves (bounded copy: interior blocks are
+ * small), into a sampled block if the countdown says so; skip counts this frame. */
+__attribute__((noinline, cold)) static void *realloc_move(const live_entry *old, size_t n, int skip)
+{
+    int64_t rate = 0;
+    COUNT_DOWN(n, decide);
+    goto alloc;
+decide:
+    rate = sample_decide(n);
+alloc:;
+    uintptr_t base = 0;
+    void *q = rate ? tagged_alloc(16, n, 0, &base) : NULL;
+    if (!q) {
+        rate = 0;
+        q = real.malloc(n);
+        if (!q) return NULL;
+    }
+    memcpy(q, (const void *)old->ptr, old->size < n ? old->size : n);
+    real.free((void *)old->base);
+    if (rate) sample_record(q, base, n, rate, skip, NULL, 0);
+    return q;
+}
+
+/* realloc(p, n) of a page-aligned p, n > 0: p may be a sampled block. It leaves the
+ * table first (its address may be handed to another thread as soon as realloc moves it)
+ * and comes back if realloc fails. */
+__attribute__((noinline, cold)) static void *realloc_listed(void *p, size_t n)
+{
     live_entry old = {0};
     int had = 0;
     if (atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed)) {
         pthread_mutex_lock(&g_lock);
-        had = live_remove((uintptr_t)p, &old);
+        had = S && live_remove((uintptr_t)p, &old, 0);
         pthread_mutex_unlock(&g_lock);
     }
-    void *q = real.realloc(p, n);
-    if (!q && cp_agent_thread) {
-        q = agent_reserve(n, 16);
-        if (q) {
-            size_t have = real.malloc_usable_size ? real.malloc_usable_size(p) : 0;
-            memcpy(q, p, have < n ? have : n);
-            real.free(p);
-        }
+    void *q;
+    if (had && old.base) {
+        q = realloc_move(&old, n, HOOK_SKIP + 1);
+        goto done;
     }
-    if (!q) {
-        if (had) { /* p is still valid and still live */
-            pthread_mutex_lock(&g_lock);
-            live_insert(old.ptr, old.bucket, old.w, old.size);
-            pthread_mutex_unlock(&g_lock);
-        }
+    COUNT_DOWN(n, slow);
+    q = real.realloc(p, n);
+    if (__builtin_expect(!q, 0) && cp_agent_thread) q = realloc_slow(p, n, HOOK_SKIP + 1);
+    goto done;
+slow:
+    q = realloc_slow(p, n, HOOK_SKIP + 1);
+done:
+    if (!q && had) { /* p is still valid and still live */
+        pthread_mutex_lock(&g_lock);
+        if (old.base) atomic_fetch_add(&interior_reserved, 1); /* live_remove gave it back */
+        live_insert(old.ptr, old.base, old.bucket, old.w, old.size);
+        pthread_mutex_unlock(&g_lock);
+    }
+    return q;
+}
+
+CONTPROF_EXTERN void *realloc(void *p, size_t n)
+{
+    if (!p) return malloc(n);
+    if (__builtin_expect(!real.realloc || in_pool(p), 0)) {
+        resolve();
+        if (in_pool(p)) return realloc_pool(p, n);
+        if (!real.realloc) return NULL;
+    }
+    if (n == 0) {
+        if (!page_aligned(p)) return real.realloc(p, 0);
+        free_aligned(p); /* glibc's realloc(p, 0) frees p and returns NULL */
         return NULL;
     }
-    on_alloc(q, n);
+    if (__builtin_expect(page_aligned(p), 0)) return realloc_listed(p, n);
+    COUNT_DOWN(n, slow);
+    void *q = real.realloc(p, n);
+    if (__builtin_expect(!q, 0) && cp_agent_thread) return realloc_slow(p, n, HOOK_SKIP);
     return q;
+slow:
+    return realloc_slow(p, n, HOOK_SKIP);
 }
 
 CONTPROF_EXTERN void *reallocarray(void *p, size_t a, size_t b)
@@ -635,57 +834,99 @@ CONTPROF_EXTERN void *reallocarray(void *p, size_t a, size_t b)
     return realloc(p, n);
 }
 
+/* posix_memalign, aligned_alloc and memalign: align is a power of two (the caller checked).
+ * A sampled block gets at least page alignment. */
+__attribute__((noinline, cold)) static void *memalign_slow(size_t align, size_t n, int skip)
+{
+    void *p = try_sampled(align, n, 0, skip);
+    if (p) return p;
+    p = real.memalign(align, n);
+    AGENT_RESCUE(p, n, align);
+    return p;
+}
+
+static int pow2(size_t a)
+{
+    return a && !(a & (a - 1));
+}
+
 CONTPROF_EXTERN int posix_memalign(void **out, size_t align, size_t n)
 {
     resolve();
     if (!real.posix_memalign) {
-        void *p = pool_alloc(n, align);
+        void *p = boot_alloc(n, align);
         if (!p) return ENOMEM;
         *out = p;
         return 0;
     }
+    if (!pow2(align) || align % sizeof(void *) || !real.memalign)
+        return real.posix_memalign(out, align, n); /* EINVAL, or not sampled */
+    COUNT_DOWN(n, slow);
     int rc = real.posix_memalign(out, align, n);
     if (rc != 0 && cp_agent_thread && (*out = agent_reserve(n, align)) != NULL) rc = 0;
-    if (rc == 0) on_alloc(*out, n);
     return rc;
+slow:;
+    int saved = errno; /* posix_memalign reports through its result, not errno */
+    void *p = memalign_slow(align, n, HOOK_SKIP + 1); /* called, not tail-called */
+    int e = p ? 0 : errno == EINVAL ? EINVAL : ENOMEM;
+    errno = saved;
+    if (p) *out = p;
+    return e;
 }
 
 CONTPROF_EXTERN void *aligned_alloc(size_t align, size_t n)
 {
     resolve();
-    if (!real.aligned_alloc) return pool_alloc(n, align);
+    if (!real.aligned_alloc) return boot_alloc(n, align);
+    if (!pow2(align) || !real.memalign) return real.aligned_alloc(align, n);
+    COUNT_DOWN(n, slow);
     void *p = real.aligned_alloc(align, n);
     AGENT_RESCUE(p, n, align);
-    on_alloc(p, n);
     return p;
+slow:
+    return memalign_slow(align, n, HOOK_SKIP);
 }
 
 CONTPROF_EXTERN void *memalign(size_t align, size_t n)
 {
     resolve();
-    if (!real.memalign) return pool_alloc(n, align);
+    if (!real.memalign) return boot_alloc(n, align);
+    if (!pow2(align)) return real.memalign(align, n); /* glibc rounds it up */
+    COUNT_DOWN(n, slow);
     void *p = real.memalign(align, n);
     AGENT_RESCUE(p, n, align);
-    on_alloc(p, n);
+    return p;
+slow:
+    return memalign_slow(align, n, HOOK_SKIP);
+}
+
+/* valloc and pvalloc: page-aligned anyway. */
+__attribute__((noinline, cold)) static void *page_alloc_slow(void *(*fn)(size_t), size_t n)
+{
+    int64_t rate = sample_decide(n);
+    void *p = fn(n);
+    if (p && rate) sample_record(p, 0, n, rate, HOOK_SKIP, NULL, 0);
     return p;
 }
 
 CONTPROF_EXTERN void *valloc(size_t n)
 {
     resolve();
-    if (!real.valloc) return pool_alloc(n, 4096);
-    void *p = real.valloc(n);
-    on_alloc(p, n);
-    return p;
+    if (!real.valloc) return boot_alloc(n, 4096);
+    COUNT_DOWN(n, slow);
+    return real.valloc(n);
+slow:
+    return page_alloc_slow(real.valloc, n);
 }
 
 CONTPROF_EXTERN void *pvalloc(size_t n)
 {
     resolve();
-    if (!real.pvalloc) return pool_alloc(n, 4096);
-    void *p = real.pvalloc(n);
-    on_alloc(p, n);
-    return p;
+    if (!real.pvalloc) return boot_alloc(n, 4096);
+    COUNT_DOWN(n, slow);
+    return real.pvalloc(n);
+slow:
+    return page_alloc_slow(real.pvalloc, n);
 }
 
 CONTPROF_EXTERN size_t malloc_usable_size(void *p)
@@ -693,5 +934,18 @@ CONTPROF_EXTERN size_t malloc_usable_size(void *p)
     if (!p) return 0;
     if (in_pool(p)) return (size_t)(pool + sizeof(pool) - (char *)p);
     resolve();
-    return real.malloc_usable_size ? real.malloc_usable_size(p) : 0;
+    if (!real.malloc_usable_size) return 0;
+    uintptr_t base = 0;
+    if (page_aligned(p) &&
+        atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed)) {
+        pthread_mutex_lock(&g_lock);
+        if (S) {
+            uint32_t i = live_slot((uintptr_t)p);
+            if (S->live[i].ptr == (uintptr_t)p) base = S->live[i].base;
+        }
+        pthread_mutex_unlock(&g_lock);
+    }
+    if (base) /* interior: what is left of the block that holds it */
+        return real.malloc_usable_size((void *)base) - ((uintptr_t)p - base);
+    return real.malloc_usable_size(p);
 }

@@ -89,18 +89,17 @@ int cp_cmd_run(int argc, char **argv)
     if (i >= argc) return usage();
     if (labels[0]) setenv("CONTPROF_LABELS", labels, 1);
     if (server) {
+        /* The agent asks the server again whenever the brokers stay unreachable (a
+         * restarted contprofd may have them on a new port). */
+        setenv("CONTPROF_SERVER", server, 1);
         char brokers[1024];
-        int rc = cp_http_get_brokers(server, brokers, sizeof(brokers), 5000);
-        if (rc == 0) {
+        if (cp_http_get_brokers(server, brokers, sizeof(brokers), 5000) == 0)
             setenv("CONTPROF_BROKERS", brokers, 1);
-        } else {
-            /* the agent keeps asking in the background */
+        else /* the agent keeps asking in the background */
             fprintf(stderr,
                     "contprof run: %s did not give its brokers yet; the agent will "
                     "retry\n",
                     server);
-            setenv("CONTPROF_SERVER", server, 1);
-        }
     }
     const char *lib = lib_path();
     const char *pl = getenv("LD_PRELOAD");

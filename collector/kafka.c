@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "error.h"
 
@@ -63,7 +64,18 @@ struct cp_kafka {
     uint32_t head, n, cap;
     uint64_t dropped;
     int fatal;
+    /* librdkafka said all brokers are down (since down_since, CLOCK_MONOTONIC ns) and no
+     * delivery has succeeded since */
+    int all_down;
+    int64_t down_since;
 };
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 static void quiet_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
@@ -75,13 +87,20 @@ static void on_error(rd_kafka_t *h, int err, const char *reason, void *opaque)
     (void)reason;
     cp_kafka *k = opaque;
     if (err == RD_KAFKA_RESP_ERR__FATAL || rk.rd_kafka_fatal_error(h, NULL, 0)) k->fatal = 1;
+    if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN && !k->all_down) {
+        k->all_down = 1;
+        k->down_since = mono_ns();
+    }
 }
 
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     (void)rk;
     cp_kafka *k = opaque;
-    if (m->err) k->dropped++;
+    if (m->err)
+        k->dropped++;
+    else
+        k->all_down = 0; /* a broker took it: they are reachable */
 }
 
 int cp_kafka_create(const char *brokers, const char *topic, int queue, const char *props,
@@ -209,22 +228,29 @@ int cp_kafka_failed(cp_kafka *k)
     return k->fatal;
 }
 
-void cp_kafka_destroy(cp_kafka *k, int timeout_ms)
+int64_t cp_kafka_down_ns(const cp_kafka *k)
 {
-    if (!k) return;
+    return k->all_down ? mono_ns() - k->down_since : 0;
+}
+
+uint64_t cp_kafka_destroy(cp_kafka *k, int timeout_ms)
+{
+    if (!k) return 0;
     pump(k);
     if (timeout_ms > 0) rk.rd_kafka_flush(k->rk, timeout_ms);
     rk.rd_kafka_purge(k->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-    rk.rd_kafka_poll(k->rk, 0);
+    rk.rd_kafka_poll(k->rk, 0); /* purged messages: delivery reports with errors */
     for (uint32_t i = 0; i < k->n; i++) {
         msg *m = &k->q[(k->head + i) % k->cap];
         free(m->value);
         free(m->key);
     }
+    uint64_t lost = k->dropped + k->n;
     rk.rd_kafka_topic_destroy(k->rkt);
     rk.rd_kafka_destroy(k->rk);
     free(k->q);
     free(k);
+    return lost;
 }
 
 void cp_kafka_abandon(cp_kafka *k)

@@ -28,8 +28,12 @@ uint64_t cp_kafka_take_dropped(cp_kafka *k);
 /* 1 if the handle hit a fatal error and must be re-created. */
 int cp_kafka_failed(cp_kafka *k);
 
-/* Flushes for at most timeout_ms, purges the rest (counted) and destroys. NULL is fine. */
-void cp_kafka_destroy(cp_kafka *k, int timeout_ms);
+/* How long librdkafka has reported all brokers down with no delivery since (ns), or 0. */
+int64_t cp_kafka_down_ns(const cp_kafka *k);
+
+/* Flushes for at most timeout_ms, purges the rest and destroys. Returns the windows lost
+ * that cp_kafka_take_dropped has not reported yet. NULL is fine. */
+uint64_t cp_kafka_destroy(cp_kafka *k, int timeout_ms);
 
 /* After fork in the child: the handle's threads do not exist there; forget it without
  * touching it (its memory is leaked on purpose). */

@@ -1,18 +1,30 @@
-/* Benchmark workloads for the collector: a fixed amount of work, timed by the program
- * itself (the work phase only, so start-up and exit are not counted). Prints the wall time
- * and the CPU time of the whole process (every thread, the agent's included) in seconds,
- * then the peak RSS in KiB. On a shared machine the CPU time is the steadier measure.
- *   cpb cpu THREADS UNITS     CPU-bound, recursive calls (stacks ~20 deep)
- *   cpb malloc THREADS UNITS  malloc/free-heavy: 16-527 bytes, one in 64 of 4-8 KiB, 256
- *                             blocks per thread kept live at any time, each block
- *                             written in full; about 40% of the time is in malloc/free */
+/* Benchmark workloads for the collector: a fixed amount of work, measured by the program
+ * itself. Each thread first does WARMUP units (default 0), then all meet, and only the
+ * rest is measured: so an agent's start-up (its constructor, loading libdw, the first
+ * symbolization) can be left out of a steady-state measurement. Prints the wall time and
+ * the CPU time (user + system) of the whole process over the measured part (every thread,
+ * the agent's included) in seconds, then the peak RSS in KiB.
+ *   cpb cpu THREADS UNITS [WARMUP]     CPU-bound, recursive calls (stacks ~20 deep)
+ *   cpb malloc THREADS UNITS [WARMUP]  malloc/free-heavy: 16-527 bytes, one in 64 of
+ *                                      4-8 KiB, 256 blocks per thread kept live at any
+ *                                      time, each block written in full; about 40% of
+ *                                      the time is in malloc/free
+ *   cpb sig THREADS UNITS [WARMUP]     the cpu workload plus, at the bottom of every 200th
+ *                                      recursion, one SIGPROF from a POSIX timer (si_code
+ *                                      SI_TIMER, as a CPU-timer sample) and a 5 ms sleep:
+ *                                      100 signals per unit per thread, whatever the speed
+ *                                      (valgrind). Under the agent its handler takes them
+ *                                      as samples; alone, an empty handler does. */
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now_s(void)
 {
@@ -36,8 +48,20 @@ static double cpu_s(void)
            ru.ru_stime.tv_usec / 1e6;
 }
 
-static long units;
+static long units, warmup;
 static volatile uint64_t sink;
+static pthread_barrier_t start_line;
+static double t0, c0;
+
+/* Every thread calls this once between its warm-up and its measured work. */
+static void measured_from_here(void)
+{
+    if (pthread_barrier_wait(&start_line) == PTHREAD_BARRIER_SERIAL_THREAD) {
+        t0 = now_s();
+        c0 = cpu_s();
+    }
+    pthread_barrier_wait(&start_line);
+}
 
 __attribute__((noinline)) static uint64_t leaf(uint64_t x)
 {
@@ -46,38 +70,102 @@ __attribute__((noinline)) static uint64_t leaf(uint64_t x)
     return x;
 }
 
-__attribute__((noinline)) static uint64_t deep(uint64_t x, int d)
+/* ---- sig: one timer signal, handled before this returns ---- */
+
+static __thread timer_t t_timer;
+
+static void on_sig(int s)
 {
-    if (d == 0) return leaf(x);
-    uint64_t r = deep(x ^ (uint64_t)d, d - 1);
+    (void)s;
+}
+
+__attribute__((noinline)) static uint64_t sig_leaf(uint64_t x)
+{
+    sigset_t set, pend;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPROF);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    struct itimerspec its = {.it_value = {0, 1}};
+    timer_settime(t_timer, 0, &its, NULL);
+    do
+        sigpending(&pend);
+    while (!sigismember(&pend, SIGPROF));
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL); /* the handler runs here */
+    /* A pause, so that the agent drains its rings before they fill (it wakes before a
+     * ring is half full at its sampling rate: every 500 ms at low rates, while these
+     * signals come regardless of it), even under valgrind, which runs one thread at a
+     * time: at most 200 signals a second. */
+    struct timespec ms = {0, 5000000};
+    nanosleep(&ms, NULL);
+    return leaf(x);
+}
+
+__attribute__((noinline)) static uint64_t deep(uint64_t x, int d, int sig)
+{
+    if (d == 0) return sig ? sig_leaf(x) : leaf(x);
+    uint64_t r = deep(x ^ (uint64_t)d, d - 1, sig);
     __asm__ volatile("" : "+r"(r));
     return r;
+}
+
+static void cpu_units(uint64_t *x, long n, int sig)
+{
+    for (long i = 0; i < n * 20000; i++)
+        *x = deep(*x, 20, sig && i % 200 == 0);
 }
 
 static void *cpu_thread(void *a)
 {
     uint64_t x = (uintptr_t)a;
-    for (long i = 0; i < units * 20000; i++)
-        x = deep(x, 20);
+    cpu_units(&x, warmup, 0);
+    measured_from_here();
+    cpu_units(&x, units, 0);
     sink += x;
     return NULL;
+}
+
+static void *sig_thread(void *a)
+{
+    struct sigevent sev;
+    memset(&sev, 0, sizeof(sev));
+    sev.sigev_notify = SIGEV_THREAD_ID;
+    sev.sigev_signo = SIGPROF;
+    sev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
+    if (timer_create(CLOCK_MONOTONIC, &sev, &t_timer) != 0) {
+        perror("cpb: timer_create");
+        exit(1);
+    }
+    uint64_t x = (uintptr_t)a;
+    cpu_units(&x, warmup, 1);
+    measured_from_here();
+    cpu_units(&x, units, 1);
+    sink += x;
+    timer_delete(t_timer);
+    return NULL;
+}
+
+static void malloc_units(uint64_t *s, void **slot, long n)
+{
+    for (long i = 0; i < n * 200000; i++) {
+        *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+        unsigned k = (unsigned)(*s >> 40) & 255;
+        free(slot[k]);
+        /* mostly small objects, one in 64 of 4-8 KiB */
+        size_t sz = 16 + ((*s >> 20) & 511);
+        if (((*s >> 8) & 63) == 0) sz = 4096 + ((*s >> 30) & 4095);
+        char *p = malloc(sz);
+        memset(p, (int)i, sz); /* programs initialise what they allocate */
+        slot[k] = p;
+    }
 }
 
 static void *malloc_thread(void *a)
 {
     uint64_t s = (uintptr_t)a + 1;
     void *slot[256] = {0};
-    for (long i = 0; i < units * 200000; i++) {
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        unsigned k = (unsigned)(s >> 40) & 255;
-        free(slot[k]);
-        /* mostly small objects, one in 64 of 4-8 KiB */
-        size_t n = 16 + ((s >> 20) & 511);
-        if (((s >> 8) & 63) == 0) n = 4096 + ((s >> 30) & 4095);
-        char *p = malloc(n);
-        memset(p, (int)i, n); /* programs initialise what they allocate */
-        slot[k] = p;
-    }
+    malloc_units(&s, slot, warmup);
+    measured_from_here();
+    malloc_units(&s, slot, units);
     for (int k = 0; k < 256; k++)
         free(slot[k]);
     return NULL;
@@ -86,15 +174,26 @@ static void *malloc_thread(void *a)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: cpb cpu|malloc THREADS UNITS\n");
+        fprintf(stderr, "usage: cpb cpu|malloc|sig THREADS UNITS [WARMUP]\n");
         return 2;
     }
     int n = atoi(argv[2]);
     units = atol(argv[3]);
-    void *(*fn)(void *) = strcmp(argv[1], "cpu") == 0 ? cpu_thread : malloc_thread;
+    warmup = argc > 4 ? atol(argv[4]) : 0;
+    void *(*fn)(void *) = NULL;
+    if (strcmp(argv[1], "cpu") == 0) fn = cpu_thread;
+    if (strcmp(argv[1], "malloc") == 0) fn = malloc_thread;
+    if (strcmp(argv[1], "sig") == 0) {
+        fn = sig_thread;
+        /* The agent's handler is installed (it starts before main): leave it. Alone, an
+         * empty handler stands in, so both runs take the same signals. */
+        struct sigaction old;
+        if (sigaction(SIGPROF, NULL, &old) == 0 && old.sa_handler == SIG_DFL)
+            signal(SIGPROF, on_sig);
+    }
     pthread_t t[64];
-    if (n < 1 || n > 64) return 2;
-    double t0 = now_s(), c0 = cpu_s();
+    if (!fn || n < 1 || n > 64) return 2;
+    pthread_barrier_init(&start_line, NULL, (unsigned)n);
     for (int i = 0; i < n; i++)
         pthread_create(&t[i], NULL, fn, (void *)(uintptr_t)i);
     for (int i = 0; i < n; i++)

@@ -337,6 +337,22 @@ TEST(churn_inuse_zero)
 /* ------------------------------------------------------------------------------------
  * 5. Same output with and without the agent */
 
+/* Frames, over every profile of kind, in objects whose path contains obj. */
+static int64_t frames_in(const pset *s, const char *kind, const char *obj)
+{
+    int64_t n = 0;
+    for (int i = 0; i < s->n; i++) {
+        const cp_profile *p = s->f[i].p;
+        if (strcmp(s->f[i].kind, kind)) continue;
+        for (uint32_t k = 0; k < p->samples.n; k++) {
+            const cp_sample *sm = &p->samples.v[k];
+            for (uint32_t j = 0; j < sm->nlocs; j++)
+                n += strstr(loc_file(p, p->stack.v[sm->loc_off + j]), obj) != NULL;
+        }
+    }
+    return n;
+}
+
 static void same_output(const char *mode, int expect_child_profiles)
 {
     make_dir();
@@ -363,6 +379,8 @@ static void same_output(const char *mode, int expect_child_profiles)
         pids += s.f[i].pid != s.f[i - 1].pid;
     printf("%s: %d profiles from %d processes\n", mode, s.n, pids);
     CHECK(pids >= expect_child_profiles);
+    /* allocation stacks start at the hook's caller: no frame of the agent's own */
+    CHECK_EQ(frames_in(&s, "alloc", "libcontprof"), 0);
     pset_free(&s);
     free(a);
     free(b);

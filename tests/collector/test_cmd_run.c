@@ -1,18 +1,15 @@
 /* `contprof run`: options become CONTPROF_* variables and LD_PRELOAD, --server asks a
  * (fake) contprofd for its brokers, and the program really runs under the agent. */
-#include <arpa/inet.h>
 #include <dirent.h>
-#include <netinet/in.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "cmd_run.h"
+#include "fake_contprofd.h"
 #include "test.h"
 
 /* Runs cp_cmd_run(argv) in a child with stdout captured into out. Returns the status. */
@@ -71,47 +68,19 @@ TEST(run_output_dir)
     CHECK(cpu >= 1);
 }
 
-typedef struct fake {
-    int fd;
-    char req[1024];
-} fake;
-
-static void *serve(void *arg)
-{
-    fake *f = arg;
-    int c = accept(f->fd, NULL, NULL);
-    if (c < 0) return NULL;
-    ssize_t n = recv(c, f->req, sizeof(f->req) - 1, 0);
-    f->req[n > 0 ? n : 0] = 0;
-    const char *r =
-        "HTTP/1.1 200 OK\r\nContent-Length: 30\r\n\r\n{\"brokers\": \"127.0.0.1:1\"}    ";
-    if (send(c, r, strlen(r), MSG_NOSIGNAL) < 0) perror("send");
-    close(c);
-    return NULL;
-}
-
 TEST(run_server_env)
 {
-    fake f;
-    f.fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    CHECK(bind(f.fd, (struct sockaddr *)&a, sizeof(a)) == 0);
-    socklen_t l = sizeof(a);
-    CHECK(getsockname(f.fd, (struct sockaddr *)&a, &l) == 0);
-    CHECK(listen(f.fd, 1) == 0);
-    pthread_t th;
-    CHECK(pthread_create(&th, NULL, serve, &f) == 0);
-    char url[64];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d", ntohs(a.sin_port));
+    fake_contprofd f;
+    fake_contprofd_start(&f, "127.0.0.1:1");
     setenv("CONTPROF_FLUSH_MS", "100", 1);
-    char *argv[] = {"run", "--server",     url, "--tenant", "acme", "--no-children",
-                    "--",  "/usr/bin/env", NULL};
+    char *argv[] = {"run",           "--server", f.url,          "--tenant", "acme",
+                    "--no-children", "--",       "/usr/bin/env", NULL};
     char out[65536];
     CHECK_EQ(run_cmd(argv, out, sizeof(out)), 0);
-    pthread_join(th, NULL);
-    close(f.fd);
-    CHECK_CONTAINS(f.req, "GET /api/v1/brokers HTTP/1.1");
+    fake_contprofd_stop(&f);
+    CHECK_CONTAINS(f.last_req, "GET /api/v1/brokers HTTP/1.1");
     CHECK_CONTAINS(out, "CONTPROF_BROKERS=127.0.0.1:1\n");
+    CHECK_CONTAINS(out, "CONTPROF_SERVER=http://127.0.0.1:");
     CHECK_CONTAINS(out, "CONTPROF_TENANT=acme\n");
     CHECK_CONTAINS(out, "CONTPROF_CHILDREN=0\n");
     /* --no-children: the agent took itself out of LD_PRELOAD before env ran */

@@ -1,9 +1,11 @@
 /* End to end through Kafka: librdkafka's mock cluster runs in this process, a real program
  * runs under the agent with CONTPROF_BROKERS pointing at it, and the envelopes read back
- * from topic contprof.profiles are decoded and checked (labels, key, sequence, payload). */
+ * from topic contprof.profiles are decoded and checked (labels, key, sequence, payload).
+ * Also: `contprof run --server` follows a contprofd whose broker moved. */
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +13,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "cmd_run.h"
 #include "envelope.h"
+#include "fake_contprofd.h"
 #include "pprof.h"
 #include "test.h"
 
@@ -56,16 +60,30 @@ static rd_kafka_t *consumer(const char *bootstraps)
     return rk;
 }
 
-TEST(envelopes_through_kafka)
+/* A librdkafka handle that hosts mock clusters. */
+static rd_kafka_t *mock_host(void)
 {
     char err[256];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
     rd_kafka_t *host = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
     CHECK(host != NULL);
+    return host;
+}
+
+/* A one-broker mock cluster with topic contprof.profiles (4 partitions). */
+static rd_kafka_mock_cluster_t *mock_cluster(rd_kafka_t *host)
+{
     rd_kafka_mock_cluster_t *mc = rd_kafka_mock_cluster_new(host, 1);
     CHECK(mc != NULL);
     CHECK(rd_kafka_mock_topic_create(mc, "contprof.profiles", 4, 1) == 0);
+    return mc;
+}
+
+TEST(envelopes_through_kafka)
+{
+    rd_kafka_t *host = mock_host();
+    rd_kafka_mock_cluster_t *mc = mock_cluster(host);
     const char *boot = rd_kafka_mock_cluster_bootstraps(mc);
 
     CHECK_EQ(run_agent(boot), 0);
@@ -145,4 +163,82 @@ TEST(envelopes_through_kafka)
     rd_kafka_destroy(host);
 }
 
-TEST_MAIN(T(envelopes_through_kafka))
+/* ------------------------------------------------------------------------------------
+ * A contprofd that moves its broker */
+
+/* Waits up to secs for an envelope on the cluster at bootstraps; copies its producer id. */
+static int first_envelope(const char *bootstraps, double secs, char *producer, size_t cap)
+{
+    rd_kafka_t *c = consumer(bootstraps);
+    int got = 0;
+    for (int i = 0; i < (int)(secs * 10) && !got; i++) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 100);
+        if (!m) continue;
+        cp_envelope e;
+        cp_err ee = {0};
+        if (!m->err && cp_envelope_decode(m->payload, m->len, 64 << 20, &e, &ee) == 0) {
+            snprintf(producer, cap, "%s", e.producer_id);
+            cp_envelope_close(&e);
+            got = 1;
+        }
+        rd_kafka_message_destroy(m);
+    }
+    rd_kafka_consumer_close(c);
+    rd_kafka_destroy(c);
+    return got;
+}
+
+/* `contprof run --server URL`: the agent got the broker list once; contprofd restarts
+ * with its broker on another port. The agent must ask the server again and deliver to the
+ * new broker, as the same instance (same producer id), without restarting the program. */
+TEST(server_broker_moves)
+{
+    rd_kafka_t *host = mock_host();
+    rd_kafka_mock_cluster_t *a = mock_cluster(host);
+    char boot_a[256];
+    snprintf(boot_a, sizeof(boot_a), "%s", rd_kafka_mock_cluster_bootstraps(a));
+    fake_contprofd f;
+    fake_contprofd_start(&f, boot_a);
+
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        setenv("CONTPROF_LIB", CP_LIB, 1);
+        setenv("CONTPROF_WINDOW", "500ms", 1);
+        setenv("CONTPROF_SERVICE", "movingbroker", 1);
+        unsetenv("CONTPROF_OUTPUT_DIR");
+        unsetenv("CONTPROF_BROKERS");
+        char *argv[] = {"run", "--server", f.url, "--", CPW, "startup", "40", NULL};
+        _exit(cp_cmd_run(7, argv));
+    }
+    char prod_a[256] = "", prod_b[256] = "";
+    int got_a = first_envelope(boot_a, 20, prod_a, sizeof(prod_a));
+
+    /* contprofd restarts: its broker is gone, a new one listens elsewhere */
+    rd_kafka_mock_cluster_destroy(a);
+    rd_kafka_mock_cluster_t *b = mock_cluster(host);
+    char boot_b[256];
+    snprintf(boot_b, sizeof(boot_b), "%s", rd_kafka_mock_cluster_bootstraps(b));
+    int before = fake_contprofd_move(&f, boot_b);
+    int got_b = first_envelope(boot_b, 40, prod_b, sizeof(prod_b));
+
+    int alive = waitpid(pid, NULL, WNOHANG) == 0;
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    fake_contprofd_stop(&f);
+    printf("broker %s -> %s; server asked %d times before the move, %d in all; "
+           "producer %s / %s\n",
+           boot_a, boot_b, before, f.requests, prod_a, prod_b);
+    CHECK(got_a);
+    CHECK(strcmp(boot_a, boot_b) != 0);
+    CHECK(got_b);
+    CHECK(alive); /* the same process, not a restarted one */
+    CHECK_STREQ(prod_a, prod_b);
+    CHECK(f.requests > before);
+    rd_kafka_mock_cluster_destroy(b);
+    rd_kafka_destroy(host);
+}
+
+TEST_MAIN(T(envelopes_through_kafka), T(server_broker_moves))
