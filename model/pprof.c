@@ -1,64 +1,13 @@
-/* pprof decoding with strict validation, and encoding, through protoc-c's generated code.
- * protobuf-c allocates every submessage separately; an arena allocator makes that a bump
- * of a pointer and lets one free release a whole decoded profile. */
+/* pprof decoding with strict validation, and encoding: both read and write the protobuf
+ * wire format directly from and into the flat model (see model/README.md). */
 #include "pprof.h"
 #include "wire.h"
-#include "profile.pb-c.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <libdeflate.h>
 #include <zlib.h>
-
-typedef Perftools__Profiles__Profile PbProfile;
-
-/* ===== arena ======================================================================== */
-
-typedef struct arena_chunk {
-    struct arena_chunk *next;
-    size_t used, size;
-    max_align_t data[];
-} arena_chunk;
-
-typedef struct arena {
-    arena_chunk *head;
-    size_t budget; /* bytes we may still allocate; bounds memory on hostile input */
-} arena;
-
-static void *arena_alloc(void *ud, size_t n)
-{
-    arena *a = ud;
-    n = (n + 15) & ~(size_t)15;
-    arena_chunk *c = a->head;
-    if (!c || c->size - c->used < n) {
-        size_t size = c ? c->size * 2 : 64 * 1024;
-        if (size < n) size = n;
-        if (size > a->budget) {
-            if (n > a->budget) return NULL;
-            size = n;
-        }
-        c = malloc(sizeof *c + size);
-        if (!c) return NULL;
-        a->budget -= size;
-        c->next = a->head;
-        c->used = 0;
-        c->size = size;
-        a->head = c;
-    }
-    void *p = (char *)c->data + c->used;
-    c->used += n;
-    return p;
-}
-
-static void arena_release(arena *a)
-{
-    while (a->head) {
-        arena_chunk *n = a->head->next;
-        free(a->head);
-        a->head = n;
-    }
-}
 
 /* ===== gzip ========================================================================= */
 
@@ -172,7 +121,7 @@ void cp_pprof_limits_default(cp_pprof_limits *lim)
 /* ===== wire reading ================================================================
  * The decoder reads the protobuf wire format itself, straight into the flat model: no
  * intermediate message tree, no allocation per submessage, no strlen. protoc-c's generated
- * code is used for encoding and, in tests, to build inputs. The cursor is in wire.h. */
+ * code is used only by tests, to build inputs. The cursor is in wire.h. */
 
 /* Appends a packed run of varints to dst, which must have room for (end - p) values (each
  * takes at least one byte). Returns the count, or -1 if a varint is malformed. */
@@ -727,13 +676,29 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
                 const uint8_t *q = pk.p;
                 uint64_t nloc = nlocs_total;
                 /* Ids of one or two bytes, without a branch on which (they mix at random):
-                 * three ids from each 8-byte load, so that finding where the next id
-                 * starts costs shifts, not loads. Anything else (a longer varint, a bad id,
-                 * the last bytes) goes to the general loop below. */
+                 * four two-byte ids at once when the continuation bits say so, else three
+                 * ids from each 8-byte load, so that finding where the next id starts costs
+                 * shifts, not loads. Anything else (a longer varint, a bad id, the last
+                 * bytes) goes to the general loop below. */
                 while (pk.end - q >= 8) {
                     uint64_t w;
                     memcpy(&w, q, 8);
                     unsigned used = 0;
+                    uint64_t cont = w & 0x8080808080808080ull; /* continuation bits */
+                    if (cont == 0x0080008000800080ull) { /* four two-byte ids (ids 128-16383) */
+                        uint64_t i0 = (w & 0x7f) | (w >> 1 & 0x3f80), i1 = (w >> 16 & 0x7f) | (w >> 17 & 0x3f80),
+                                 i2 = (w >> 32 & 0x7f) | (w >> 33 & 0x3f80), i3 = (w >> 48 & 0x7f) | (w >> 49 & 0x3f80);
+                        if (i0 - 1 < nlocs_total && i1 - 1 < nlocs_total && i2 - 1 < nlocs_total &&
+                            i3 - 1 < nlocs_total) {
+                            dst[0] = (uint32_t)i0;
+                            dst[1] = (uint32_t)i1;
+                            dst[2] = (uint32_t)i2;
+                            dst[3] = (uint32_t)i3;
+                            dst += 4;
+                            q += 8;
+                            continue;
+                        }
+                    }
                     for (int k = 0; k < 3; k++) {
                         uint32_t b0 = (uint32_t)w & 0xff, b1 = (uint32_t)(w >> 8) & 0xff, c = b0 >> 7;
                         uint64_t id = (b0 & 0x7f) | ((b1 << 7) & (0u - c));
@@ -910,148 +875,240 @@ int cp_pprof_decode(const uint8_t *buf, size_t len, const cp_pprof_limits *lim,
 
 /* ===== encoding ===================================================================== */
 
-int cp_pprof_encode(const cp_profile *p, int gzip_level, cp_buf *out)
+/* The encoder writes the wire format straight from the flat model, in field-number order
+ * as protoc-c does, omitting zero scalars (proto3), with packed repeated scalars. Each
+ * message's length is computed before it is written, so lengths are minimal varints. */
+
+static inline size_t vsz(uint64_t v)
 {
-    arena a = {NULL, SIZE_MAX};
-    int rc = CP_ENOMEM;
-    PbProfile pb = PERFTOOLS__PROFILES__PROFILE__INIT;
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline uint8_t *put_v(uint8_t *o, uint64_t v)
+{
+    while (v >= 0x80) {
+        *o++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *o++ = (uint8_t)v;
+    return o;
+}
+
+/* A scalar field (numbers below 16: one-byte keys), left out when zero. */
+static inline size_t fsz(uint64_t v)
+{
+    return v ? 1 + vsz(v) : 0;
+}
+
+static inline uint8_t *put_f(uint8_t *o, unsigned field, uint64_t v)
+{
+    if (!v) return o;
+    *o++ = (uint8_t)(field << 3 | WT_VARINT);
+    return put_v(o, v);
+}
+
+/* A length-delimited field of n bytes: key and length (the caller writes the bytes). */
+static inline size_t lsz(size_t n)
+{
+    return 1 + vsz(n) + n;
+}
+
+static inline uint8_t *put_l(uint8_t *o, unsigned field, size_t n)
+{
+    *o++ = (uint8_t)(field << 3 | WT_LEN);
+    return put_v(o, n);
+}
+
+static size_t vt_size(cp_value_type vt)
+{
+    return fsz(vt.type) + fsz(vt.unit);
+}
+
+static uint8_t *put_vt(uint8_t *o, unsigned field, cp_value_type vt)
+{
+    o = put_l(o, field, vt_size(vt));
+    o = put_f(o, 1, vt.type);
+    return put_f(o, 2, vt.unit);
+}
+
+/* Payload sizes of a sample's packed location ids and values. */
+static void sample_sizes(const cp_profile *p, uint32_t i, size_t *locs, size_t *vals, size_t *total)
+{
+    const cp_sample *s = &p->samples.v[i];
     uint32_t nv = p->sample_types.n;
-#define ALLOC(n, T) ((T *)arena_alloc(&a, (n) * sizeof(T) + 1))
+    const int64_t *v = cp_profile_sample_values(p, i);
+    size_t nl = 0, nvb = 0, t = 0;
+    for (uint32_t k = 0; k < s->nlocs; k++) nl += vsz(p->stack.v[s->loc_off + k]);
+    for (uint32_t k = 0; k < nv; k++) nvb += vsz((uint64_t)v[k]);
+    if (s->nlocs) t += lsz(nl);
+    if (nv) t += lsz(nvb);
+    for (uint32_t k = 0; k < s->nlabels; k++) {
+        const cp_label *l = &p->labels.v[s->label_off + k];
+        t += lsz(fsz(l->key) + fsz(l->str) + fsz((uint64_t)l->num) + fsz(l->num_unit));
+    }
+    *locs = nl;
+    *vals = nvb;
+    *total = t;
+}
 
-    pb.n_string_table = p->strs.off.n;
-    pb.string_table = ALLOC(pb.n_string_table, char *);
-    if (!pb.string_table) goto done;
-    for (uint32_t i = 0; i < p->strs.off.n; i++) pb.string_table[i] = p->strs.buf + p->strs.off.v[i];
+static size_t mapping_size(const cp_mapping *m, uint32_t id)
+{
+    return fsz(id) + fsz(m->start) + fsz(m->limit) + fsz(m->offset) + fsz(m->filename) + fsz(m->build_id) +
+           fsz(!!(m->flags & CP_MAP_HAS_FUNCTIONS)) + fsz(!!(m->flags & CP_MAP_HAS_FILENAMES)) +
+           fsz(!!(m->flags & CP_MAP_HAS_LINE_NUMBERS)) + fsz(!!(m->flags & CP_MAP_HAS_INLINE_FRAMES));
+}
 
-    Perftools__Profiles__ValueType *vts = ALLOC(nv + 1, Perftools__Profiles__ValueType);
-    pb.sample_type = ALLOC(nv, Perftools__Profiles__ValueType *);
-    if (!vts || !pb.sample_type) goto done;
-    pb.n_sample_type = nv;
-    for (uint32_t i = 0; i < nv; i++) {
-        perftools__profiles__value_type__init(&vts[i]);
-        vts[i].type = p->sample_types.v[i].type;
-        vts[i].unit = p->sample_types.v[i].unit;
-        pb.sample_type[i] = &vts[i];
-    }
-    if (p->period_type.type || p->period_type.unit) {
-        perftools__profiles__value_type__init(&vts[nv]);
-        vts[nv].type = p->period_type.type;
-        vts[nv].unit = p->period_type.unit;
-        pb.period_type = &vts[nv];
-    }
-    pb.period = p->period;
-    pb.time_nanos = p->time_nanos;
-    pb.duration_nanos = p->duration_nanos;
-    pb.drop_frames = p->drop_frames;
-    pb.keep_frames = p->keep_frames;
-    pb.default_sample_type = p->default_sample_type;
-    pb.n_comment = p->comments.n;
-    pb.comment = ALLOC(p->comments.n, int64_t);
-    if (!pb.comment) goto done;
-    for (uint32_t i = 0; i < p->comments.n; i++) pb.comment[i] = p->comments.v[i];
+static size_t line_size(const cp_line *ln)
+{
+    return fsz(ln->function_id) + fsz((uint64_t)ln->line);
+}
 
-    Perftools__Profiles__Mapping *ms = ALLOC(p->mappings.n, Perftools__Profiles__Mapping);
-    pb.mapping = ALLOC(p->mappings.n, Perftools__Profiles__Mapping *);
-    if (!ms || !pb.mapping) goto done;
-    pb.n_mapping = p->mappings.n;
-    for (uint32_t i = 0; i < p->mappings.n; i++) {
-        const cp_mapping *m = &p->mappings.v[i];
-        perftools__profiles__mapping__init(&ms[i]);
-        ms[i].id = i + 1;
-        ms[i].memory_start = m->start;
-        ms[i].memory_limit = m->limit;
-        ms[i].file_offset = m->offset;
-        ms[i].filename = m->filename;
-        ms[i].build_id = m->build_id;
-        ms[i].has_functions = !!(m->flags & CP_MAP_HAS_FUNCTIONS);
-        ms[i].has_filenames = !!(m->flags & CP_MAP_HAS_FILENAMES);
-        ms[i].has_line_numbers = !!(m->flags & CP_MAP_HAS_LINE_NUMBERS);
-        ms[i].has_inline_frames = !!(m->flags & CP_MAP_HAS_INLINE_FRAMES);
-        pb.mapping[i] = &ms[i];
-    }
+static size_t location_size(const cp_profile *p, const cp_location *l, uint32_t id)
+{
+    size_t n = fsz(id) + fsz(l->mapping_id) + fsz(l->address) + fsz(l->is_folded != 0);
+    for (uint32_t k = 0; k < l->nlines; k++) n += lsz(line_size(&p->lines.v[l->line_off + k]));
+    return n;
+}
 
-    Perftools__Profiles__Function *fs = ALLOC(p->functions.n, Perftools__Profiles__Function);
-    pb.function = ALLOC(p->functions.n, Perftools__Profiles__Function *);
-    if (!fs || !pb.function) goto done;
-    pb.n_function = p->functions.n;
-    for (uint32_t i = 0; i < p->functions.n; i++) {
-        const cp_function *f = &p->functions.v[i];
-        perftools__profiles__function__init(&fs[i]);
-        fs[i].id = i + 1;
-        fs[i].name = f->name;
-        fs[i].system_name = f->system_name;
-        fs[i].filename = f->filename;
-        fs[i].start_line = f->start_line;
-        pb.function[i] = &fs[i];
-    }
+static size_t function_size(const cp_function *f, uint32_t id)
+{
+    return fsz(id) + fsz(f->name) + fsz(f->system_name) + fsz(f->filename) + fsz((uint64_t)f->start_line);
+}
 
-    Perftools__Profiles__Line *ls = ALLOC(p->lines.n, Perftools__Profiles__Line);
-    Perftools__Profiles__Line **lps = ALLOC(p->lines.n, Perftools__Profiles__Line *);
-    Perftools__Profiles__Location *locs = ALLOC(p->locations.n, Perftools__Profiles__Location);
-    pb.location = ALLOC(p->locations.n, Perftools__Profiles__Location *);
-    if (!ls || !lps || !locs || !pb.location) goto done;
-    for (uint32_t i = 0; i < p->lines.n; i++) {
-        perftools__profiles__line__init(&ls[i]);
-        ls[i].function_id = p->lines.v[i].function_id;
-        ls[i].line = p->lines.v[i].line;
-        lps[i] = &ls[i];
-    }
-    pb.n_location = p->locations.n;
-    for (uint32_t i = 0; i < p->locations.n; i++) {
-        const cp_location *l = &p->locations.v[i];
-        perftools__profiles__location__init(&locs[i]);
-        locs[i].id = i + 1;
-        locs[i].mapping_id = l->mapping_id;
-        locs[i].address = l->address;
-        locs[i].is_folded = l->is_folded;
-        locs[i].n_line = l->nlines;
-        locs[i].line = lps + l->line_off;
-        pb.location[i] = &locs[i];
-    }
+static size_t string_len(const cp_profile *p, uint32_t i)
+{
+    size_t end = i + 1 < p->strs.off.n ? p->strs.off.v[i + 1] : p->strs.len;
+    return end - p->strs.off.v[i] - 1;
+}
 
-    Perftools__Profiles__Sample *ss = ALLOC(p->samples.n, Perftools__Profiles__Sample);
-    pb.sample = ALLOC(p->samples.n, Perftools__Profiles__Sample *);
-    uint64_t *stack = ALLOC(p->stack.n, uint64_t);
-    Perftools__Profiles__Label *lbs = ALLOC(p->labels.n, Perftools__Profiles__Label);
-    Perftools__Profiles__Label **lbps = ALLOC(p->labels.n, Perftools__Profiles__Label *);
-    if (!ss || !pb.sample || !stack || !lbs || !lbps) goto done;
-    for (uint32_t i = 0; i < p->stack.n; i++) stack[i] = p->stack.v[i];
-    for (uint32_t i = 0; i < p->labels.n; i++) {
-        perftools__profiles__label__init(&lbs[i]);
-        lbs[i].key = p->labels.v[i].key;
-        lbs[i].str = p->labels.v[i].str;
-        lbs[i].num = p->labels.v[i].num;
-        lbs[i].num_unit = p->labels.v[i].num_unit;
-        lbps[i] = &lbs[i];
+static size_t comments_size(const cp_profile *p)
+{
+    size_t n = 0;
+    for (uint32_t i = 0; i < p->comments.n; i++) n += vsz(p->comments.v[i]);
+    return n;
+}
+
+static size_t profile_size(const cp_profile *p)
+{
+    size_t n = 0, a, b, t;
+    for (uint32_t i = 0; i < p->sample_types.n; i++) n += lsz(vt_size(p->sample_types.v[i]));
+    for (uint32_t i = 0; i < p->samples.n; i++) {
+        sample_sizes(p, i, &a, &b, &t);
+        n += lsz(t);
     }
-    pb.n_sample = p->samples.n;
+    for (uint32_t i = 0; i < p->mappings.n; i++) n += lsz(mapping_size(&p->mappings.v[i], i + 1));
+    for (uint32_t i = 0; i < p->locations.n; i++) n += lsz(location_size(p, &p->locations.v[i], i + 1));
+    for (uint32_t i = 0; i < p->functions.n; i++) n += lsz(function_size(&p->functions.v[i], i + 1));
+    for (uint32_t i = 0; i < p->strs.off.n; i++) n += lsz(string_len(p, i));
+    n += fsz(p->drop_frames) + fsz(p->keep_frames) + fsz((uint64_t)p->time_nanos) + fsz((uint64_t)p->duration_nanos);
+    if (p->period_type.type || p->period_type.unit) n += lsz(vt_size(p->period_type));
+    n += fsz((uint64_t)p->period);
+    if (p->comments.n) n += lsz(comments_size(p));
+    return n + fsz(p->default_sample_type);
+}
+
+static uint8_t *put_profile(const cp_profile *p, uint8_t *o)
+{
+    size_t a, b, t;
+    uint32_t nv = p->sample_types.n;
+    for (uint32_t i = 0; i < nv; i++) o = put_vt(o, 1, p->sample_types.v[i]);
     for (uint32_t i = 0; i < p->samples.n; i++) {
         const cp_sample *s = &p->samples.v[i];
-        perftools__profiles__sample__init(&ss[i]);
-        ss[i].n_location_id = s->nlocs;
-        ss[i].location_id = stack + s->loc_off;
-        ss[i].n_value = nv;
-        ss[i].value = nv ? p->values.v + (size_t)i * nv : NULL; /* no types: no values array */
-        ss[i].n_label = s->nlabels;
-        ss[i].label = lbps + s->label_off;
-        pb.sample[i] = &ss[i];
+        const int64_t *v = cp_profile_sample_values(p, i);
+        sample_sizes(p, i, &a, &b, &t);
+        o = put_l(o, 2, t);
+        if (s->nlocs) {
+            o = put_l(o, 1, a);
+            for (uint32_t k = 0; k < s->nlocs; k++) o = put_v(o, p->stack.v[s->loc_off + k]);
+        }
+        if (nv) {
+            o = put_l(o, 2, b);
+            for (uint32_t k = 0; k < nv; k++) o = put_v(o, (uint64_t)v[k]);
+        }
+        for (uint32_t k = 0; k < s->nlabels; k++) {
+            const cp_label *l = &p->labels.v[s->label_off + k];
+            o = put_l(o, 3, fsz(l->key) + fsz(l->str) + fsz((uint64_t)l->num) + fsz(l->num_unit));
+            o = put_f(o, 1, l->key);
+            o = put_f(o, 2, l->str);
+            o = put_f(o, 3, (uint64_t)l->num);
+            o = put_f(o, 4, l->num_unit);
+        }
     }
-#undef ALLOC
+    for (uint32_t i = 0; i < p->mappings.n; i++) {
+        const cp_mapping *m = &p->mappings.v[i];
+        o = put_l(o, 3, mapping_size(m, i + 1));
+        o = put_f(o, 1, i + 1);
+        o = put_f(o, 2, m->start);
+        o = put_f(o, 3, m->limit);
+        o = put_f(o, 4, m->offset);
+        o = put_f(o, 5, m->filename);
+        o = put_f(o, 6, m->build_id);
+        o = put_f(o, 7, !!(m->flags & CP_MAP_HAS_FUNCTIONS));
+        o = put_f(o, 8, !!(m->flags & CP_MAP_HAS_FILENAMES));
+        o = put_f(o, 9, !!(m->flags & CP_MAP_HAS_LINE_NUMBERS));
+        o = put_f(o, 10, !!(m->flags & CP_MAP_HAS_INLINE_FRAMES));
+    }
+    for (uint32_t i = 0; i < p->locations.n; i++) {
+        const cp_location *l = &p->locations.v[i];
+        o = put_l(o, 4, location_size(p, l, i + 1));
+        o = put_f(o, 1, i + 1);
+        o = put_f(o, 2, l->mapping_id);
+        o = put_f(o, 3, l->address);
+        for (uint32_t k = 0; k < l->nlines; k++) {
+            const cp_line *ln = &p->lines.v[l->line_off + k];
+            o = put_l(o, 4, line_size(ln));
+            o = put_f(o, 1, ln->function_id);
+            o = put_f(o, 2, (uint64_t)ln->line);
+        }
+        o = put_f(o, 5, l->is_folded != 0);
+    }
+    for (uint32_t i = 0; i < p->functions.n; i++) {
+        const cp_function *f = &p->functions.v[i];
+        o = put_l(o, 5, function_size(f, i + 1));
+        o = put_f(o, 1, i + 1);
+        o = put_f(o, 2, f->name);
+        o = put_f(o, 3, f->system_name);
+        o = put_f(o, 4, f->filename);
+        o = put_f(o, 5, (uint64_t)f->start_line);
+    }
+    for (uint32_t i = 0; i < p->strs.off.n; i++) {
+        size_t n = string_len(p, i);
+        o = put_l(o, 6, n);
+        memcpy(o, p->strs.buf + p->strs.off.v[i], n);
+        o += n;
+    }
+    o = put_f(o, 7, p->drop_frames);
+    o = put_f(o, 8, p->keep_frames);
+    o = put_f(o, 9, (uint64_t)p->time_nanos);
+    o = put_f(o, 10, (uint64_t)p->duration_nanos);
+    if (p->period_type.type || p->period_type.unit) o = put_vt(o, 11, p->period_type);
+    o = put_f(o, 12, (uint64_t)p->period);
+    if (p->comments.n) {
+        o = put_l(o, 13, comments_size(p));
+        for (uint32_t i = 0; i < p->comments.n; i++) o = put_v(o, p->comments.v[i]);
+    }
+    return put_f(o, 14, p->default_sample_type);
+}
 
-    size_t size = perftools__profiles__profile__get_packed_size(&pb);
+int cp_pprof_encode(const cp_profile *p, int gzip_level, cp_buf *out)
+{
+    size_t size = profile_size(p);
     if (gzip_level > 0) {
         uint8_t *tmp = malloc(size ? size : 1);
-        if (!tmp) goto done;
-        perftools__profiles__profile__pack(&pb, tmp);
-        rc = cp_gzip(tmp, size, gzip_level > 9 ? 9 : gzip_level, out);
+        if (!tmp) return CP_ENOMEM;
+        uint8_t *end = put_profile(p, tmp);
+        int rc = (size_t)(end - tmp) == size ? cp_gzip(tmp, size, gzip_level > 9 ? 9 : gzip_level, out) : CP_EINVAL;
         free(tmp);
-    } else {
-        if (cp_buf_reserve(out, size)) goto done;
-        perftools__profiles__profile__pack(&pb, out->data + out->len);
-        out->len += size;
-        rc = 0;
+        return rc;
     }
-done:
-    arena_release(&a);
-    return rc;
+    if (cp_buf_reserve(out, size)) return CP_ENOMEM;
+    uint8_t *end = put_profile(p, out->data + out->len);
+    if ((size_t)(end - (out->data + out->len)) != size) return CP_EINVAL; /* a sizing bug: never */
+    out->len += size;
+    return 0;
 }

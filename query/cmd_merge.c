@@ -62,7 +62,8 @@ int cp_cmd_merge(int argc, char **argv)
     if (!(merged = cp_merger_finish(m))) goto done;
     int rc;
     if (!strcmp(format, "pprof")) {
-        rc = cp_pprof_encode(merged, 6, &out);
+        /* gzip level 1, like the HTTP API: a third of level 6's time, ~9% more bytes */
+        rc = cp_pprof_encode(merged, 1, &out);
     } else {
         int idx = cp_render_find_index(merged, sample_index);
         if (idx < 0) {

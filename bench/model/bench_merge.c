@@ -65,7 +65,7 @@ int main(int argc, char **argv)
         }
         cp_profile *out = cp_merger_finish(m);
         cp_buf enc = {0};
-        cp_pprof_encode(out, 6, &enc); /* pprof -proto writes its result too */
+        cp_pprof_encode(out, 1, &enc); /* as `contprof merge` does; pprof -proto writes its result too */
         double t = now() - t0;
         if (t < best) best = t;
         total = cp_profile_total(out, 0);

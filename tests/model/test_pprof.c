@@ -140,6 +140,42 @@ TEST(fixture_is_valid)
     CHECK_EQ(decode_fix(&x, &err), 0);
 }
 
+/* Our encoder against a second implementation: protobuf-c reads what we write, and writes
+ * the very same bytes back (same field order, packed runs, zeros left out). */
+TEST(encoder_matches_protobuf_c)
+{
+    cp_profile *p = window(5);
+    p->comments.n = 0;
+    uint32_t c;
+    CHECK_EQ(cp_profile_intern_cstr(p, "a comment", &c), 0);
+    CHECK_EQ(cp_vec_push(&p->comments, c), 0);
+    p->drop_frames = c;
+    cp_buf b = {0};
+    CHECK_EQ(cp_pprof_encode(p, 0, &b), 0);
+    Perftools__Profiles__Profile *pb = perftools__profiles__profile__unpack(NULL, b.len, b.data);
+    CHECK(pb);
+    CHECK_EQ(pb->n_sample, p->samples.n);
+    CHECK_EQ(pb->n_location, p->locations.n);
+    CHECK_EQ(pb->n_function, p->functions.n);
+    CHECK_EQ(pb->n_mapping, p->mappings.n);
+    CHECK_EQ(pb->n_string_table, p->strs.off.n);
+    CHECK_EQ(pb->n_comment, 1);
+    CHECK_EQ(pb->time_nanos, p->time_nanos);
+    CHECK_STREQ(pb->string_table[pb->function[3]->name], cp_profile_str(p, p->functions.v[3].name));
+    CHECK_EQ(pb->sample[7]->n_location_id, p->samples.v[7].nlocs);
+    CHECK_EQ(pb->sample[7]->location_id[2], p->stack.v[p->samples.v[7].loc_off + 2]);
+    CHECK_EQ(pb->sample[7]->value[1], cp_profile_sample_values(p, 7)[1]);
+    size_t n = perftools__profiles__profile__get_packed_size(pb);
+    uint8_t *again = malloc(n);
+    perftools__profiles__profile__pack(pb, again);
+    CHECK_EQ(n, b.len);
+    CHECK(memcmp(again, b.data, n) == 0);
+    free(again);
+    perftools__profiles__profile__free_unpacked(pb, NULL);
+    cp_buf_close(&b);
+    cp_profile_destroy(p);
+}
+
 /* Decodes the fixture with one extra sample appended as raw bytes (a protobuf message may
  * be extended by concatenation) and returns the decoded profile, or NULL with err set. */
 static cp_profile *decode_fix_plus_sample(pbfix *x, const uint8_t *smp, size_t n, cp_err *err)
@@ -191,6 +227,14 @@ TEST(location_ids_packed_unpacked_mixed)
     const uint8_t d[] = {0x0a, 0x0c, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 9, 1, 0x10, 0x05};
     CHECK(!decode_fix_plus_sample(&x, d, sizeof d, &err));
     CHECK_CONTAINS(err.msg, "sample[1].location_id[10]: location 9 not found");
+    /* four two-byte varints in one 8-byte load (1, 2, 1 written long, then 130) */
+    const uint8_t f[] = {0x0a, 0x09, 0x81, 0x00, 0x82, 0x00, 0x81, 0x00, 0x82, 0x01, 1, 0x10, 0x05};
+    CHECK(!decode_fix_plus_sample(&x, f, sizeof f, &err));
+    CHECK_CONTAINS(err.msg, "sample[1].location_id[3]: location 130 not found");
+    const uint8_t g[] = {0x0a, 0x09, 0x81, 0x00, 0x82, 0x00, 0x81, 0x00, 0x82, 0x00, 1, 0x10, 0x05};
+    CHECK((p = decode_fix_plus_sample(&x, g, sizeof g, &err)));
+    check_stack(p, 1, (const uint32_t[]){1, 2, 1, 2, 1}, 5);
+    cp_profile_destroy(p);
     /* a three-byte varint id (2^14 + 1) in a run */
     const uint8_t e[] = {0x0a, 0x0b, 1, 2, 1, 2, 1, 2, 1, 2, 0x81, 0x80, 0x01, 0x10, 0x05};
     CHECK(!decode_fix_plus_sample(&x, e, sizeof e, &err));
@@ -366,6 +410,7 @@ TEST(error_limits)
 }
 
 TEST_MAIN(T(roundtrip_raw_and_gzip), T(fixture_is_valid), T(location_ids_packed_unpacked_mixed),
+          T(encoder_matches_protobuf_c),
           T(error_huge_string_index), T(error_truncated), T(error_huge_length),
           T(error_missing_empty_string0), T(error_out_of_range_ids), T(error_wrong_value_count),
           T(error_duplicate_and_zero_ids), T(sparse_ids_are_renumbered), T(error_bad_gzip),
