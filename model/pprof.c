@@ -421,27 +421,6 @@ out:
     return rc;
 }
 
-/* Appends string_table entry p->strs.off.n to the profile's table. */
-static int add_string(cp_profile *p, rd s)
-{
-    cp_strtab *t = &p->strs;
-    size_t n = (size_t)(s.end - s.p);
-    if (t->len + n + 1 > UINT32_MAX) return CP_ENOMEM; /* offsets are 32-bit */
-    if (t->len + n + 1 > t->cap) {
-        size_t ncap = t->cap ? t->cap : 4096;
-        while (ncap < t->len + n + 1) ncap *= 2;
-        char *nb = realloc(t->buf, ncap);
-        if (!nb) return CP_ENOMEM;
-        t->buf = nb;
-        t->cap = ncap;
-    }
-    if (cp_vec_push(&t->off, (uint32_t)t->len)) return CP_ENOMEM;
-    memcpy(t->buf + t->len, s.p, n);
-    t->buf[t->len + n] = 0;
-    t->len += n + 1;
-    return 0;
-}
-
 /* One pass over the top-level fields: strings, functions and locations are parsed where
  * they stand; sample types, samples and mappings are remembered for after, since they
  * are checked against (or refer to) what may come later. */
@@ -504,7 +483,7 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
                                     lim->max_string_bytes, lim->max_string_bytes);
                     goto out;
                 }
-                if (add_string(p, f)) goto nomem;
+                if (cp_profile_append_str(p, (const char *)f.p, (size_t)(f.end - f.p))) goto nomem;
                 break;
             default: period_type = f; break;
             }

@@ -41,7 +41,7 @@ int cp_profile_append_str(cp_profile *p, const char *s, size_t len)
         t->buf = nb;
         t->cap = ncap;
     }
-    if (t->len > UINT32_MAX - len - 1) return CP_ENOMEM;
+    if (len >= UINT32_MAX || t->len > UINT32_MAX - len - 1) return CP_ENOMEM; /* 32-bit offsets */
     if (cp_vec_push(&t->off, (uint32_t)t->len)) return CP_ENOMEM;
     memcpy(t->buf + t->len, s, len);
     t->buf[t->len + len] = 0;
