@@ -241,7 +241,7 @@ static int decode(const uint8_t *buf, size_t len, size_t max_pprof, int borrow, 
     out->dropped_samples = v[10];
     out->dropped_windows = v[11];
     out->cumulative = v[12] != 0;
-    out->pprof_len = (size_t)(pprof.end - pprof.p);
+    out->pprof_len = pprof.p ? (size_t)(pprof.end - pprof.p) : 0;
     if (out->pprof_len) {
         if (borrow) {
             out->pprof = (uint8_t *)(uintptr_t)pprof.p;
