@@ -4,6 +4,7 @@
 #ifndef CP_TEST_H
 #define CP_TEST_H
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +57,29 @@ typedef struct cp_test {
             exit(1);                                                                   \
         }                                                                              \
     } while (0)
+
+/* Reads a child's standard output from fd until EOF into out (NUL-terminated, at most
+ * cap - 1 bytes kept; the rest is read and dropped so the child never blocks), closes fd
+ * and waits for the child. Returns its wait status, or -1 if waitpid failed. */
+static inline int cp_test_collect(int fd, pid_t pid, char *out, size_t cap)
+{
+    size_t len = 0;
+    char sink[4096];
+    ssize_t k;
+    for (;;) {
+        int room = len + 1 < cap;
+        k = room ? read(fd, out + len, cap - 1 - len) : read(fd, sink, sizeof sink);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        if (room) len += (size_t)k;
+    }
+    out[len] = 0;
+    close(fd);
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return -1;
+    return st;
+}
 
 static inline int cp_test_main(const cp_test *tests, size_t n, int argc, char **argv)
 {

@@ -60,13 +60,8 @@ static void run_prog(const char *prog, const char *const *args, const char *cons
         _exit(127);
     }
     close(fd[1]);
-    size_t len = 0;
-    ssize_t k;
-    while ((k = read(fd[0], r->out + len, sizeof(r->out) - 1 - len)) > 0)
-        len += (size_t)k;
-    r->out[len] = 0;
-    close(fd[0]);
-    CHECK(waitpid(pid, &r->status, 0) == pid);
+    r->status = cp_test_collect(fd[0], pid, r->out, sizeof(r->out));
+    CHECK(r->status != -1);
     r->secs = now_s() - t0;
 }
 

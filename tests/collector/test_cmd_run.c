@@ -29,14 +29,8 @@ static int run_cmd(char **argv, char *out, size_t cap)
         _exit(cp_cmd_run(argc, argv));
     }
     close(fd[1]);
-    size_t len = 0;
-    ssize_t k;
-    while (len + 1 < cap && (k = read(fd[0], out + len, cap - 1 - len)) > 0)
-        len += (size_t)k;
-    out[len] = 0;
-    close(fd[0]);
-    int st;
-    CHECK(waitpid(pid, &st, 0) == pid);
+    int st = cp_test_collect(fd[0], pid, out, cap);
+    CHECK(st != -1);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
