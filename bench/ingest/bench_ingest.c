@@ -21,6 +21,7 @@
 #include "pprof.h"
 #include "store.h"
 #include "synth.h"
+#include "clock.h"
 
 #define T0 1704067200000000000LL
 #define SEC 1000000000LL
@@ -32,20 +33,6 @@ static int use_raw;
 static long nwin;
 static cp_ingest *ing;
 static const char *bootstraps;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static double thread_cpu(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static double proc_cpu(void)
 {
@@ -162,7 +149,7 @@ int main(int argc, char **argv)
         cp_profile *p = cp_profile_create();
         cp_buf enc = {0}, key = {0};
         long ndirect = nwin < 2000 ? nwin : 2000;
-        double t0 = now_s(), c0 = thread_cpu();
+        double t0 = now_s(), c0 = thread_cpu_s();
         for (long i = 0; i < ndirect; i++) {
             envelope_for(i, &enc, &key);
             cp_envelope e;
@@ -174,7 +161,7 @@ int main(int argc, char **argv)
             if (i % 512 == 511 && cp_store_batch_commit(b, &err)) goto fail;
         }
         if (cp_store_batch_commit(b, &err)) goto fail;
-        double t1 = now_s(), c1 = thread_cpu();
+        double t1 = now_s(), c1 = thread_cpu_s();
         printf("direct%s_windows %ld\n", use_raw ? "_raw" : "", ndirect);
         printf("direct%s_windows_per_s %.0f\n", use_raw ? "_raw" : "", (double)ndirect / (t1 - t0));
         printf("direct%s_windows_per_cpu_s %.0f\n", use_raw ? "_raw" : "",

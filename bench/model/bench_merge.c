@@ -12,13 +12,7 @@
 #include "pload.h"
 #include "pprof.h"
 #include "synth.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#include "clock.h"
 
 int main(int argc, char **argv)
 {
@@ -55,7 +49,7 @@ int main(int argc, char **argv)
     double best = 1e9;
     int64_t total = 0;
     for (int rep = 0; rep < 5; rep++) {
-        double t0 = now();
+        double t0 = now_s();
         cp_merger *m = cp_merger_create();
         cp_err err;
         size_t bad = 0;
@@ -66,7 +60,7 @@ int main(int argc, char **argv)
         cp_profile *out = cp_merger_finish(m);
         cp_buf enc = {0};
         cp_pprof_encode(out, 1, &enc); /* as `contprof merge` does; pprof -proto writes its result too */
-        double t = now() - t0;
+        double t = now_s() - t0;
         if (t < best) best = t;
         total = cp_profile_total(out, 0);
         cp_buf_close(&enc);

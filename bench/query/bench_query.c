@@ -23,17 +23,11 @@
 #include "render.h"
 #include "store.h"
 #include "synth.h"
+#include "clock.h"
 
 #define S(x) ((int64_t)(x) * 1000000000LL)
 static const int64_t T0 = 1763596800; /* 2025-11-20T00:00:00Z */
 static int g_fail;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void row(const char *name, double v, const char *unit, const char *cmp, double floor)
 {

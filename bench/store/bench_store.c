@@ -17,24 +17,11 @@
 #include "pprof.h"
 #include "store.h"
 #include "synth.h"
+#include "clock.h"
 
 #define BENCH_T0 1704067200000000000LL
 #define SEC 1000000000LL
 #define NDISTINCT 48
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static double cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void die(const char *what, const cp_err *e)
 {
@@ -60,7 +47,7 @@ static int build(const char *dir, long n, int nseries)
     cp_err err = {0};
     if (cp_store_open(&o, &s, &err)) die("open", &err);
     cp_store_batch *b = cp_store_batch_create(s);
-    double t0 = now_s(), c0 = cpu_s();
+    double t0 = now_s(), c0 = thread_cpu_s();
     for (long i = 0; i < n; i++) {
         int ser = (int)(i % nseries);
         long k = i / nseries;
@@ -80,7 +67,7 @@ static int build(const char *dir, long n, int nseries)
         if (i % 256 == 255 && cp_store_batch_commit(b, &err)) die("commit", &err);
     }
     if (cp_store_batch_commit(b, &err)) die("commit", &err);
-    double t1 = now_s(), c1 = cpu_s();
+    double t1 = now_s(), c1 = thread_cpu_s();
     cp_store_batch_destroy(b);
     cp_store_close(s);
     /* steady state: what LevelDB's compactions converge to */
