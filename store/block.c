@@ -56,37 +56,73 @@ static int acc_rehash(cp_acc *a, uint32_t nslots)
     return 0;
 }
 
-/* The row of stack id, created (zeroed) if absent. A slot holds the id next to the row
- * number, so a probe reads one word. */
-int64_t *cp_acc_row(cp_acc *a, uint32_t id)
+int cp_acc_reserve(cp_acc *a, uint32_t nrows)
 {
-    if ((a->ids.n + 1) * 2 > a->nslots && acc_rehash(a, a->nslots ? a->nslots * 2 : 64))
-        return NULL;
+    if (nrows > UINT32_MAX / 4) return CP_ENOMEM;
+    uint32_t ns = a->nslots ? a->nslots : 64;
+    while (nrows * 2 > ns)
+        ns *= 2;
+    if (ns != a->nslots && acc_rehash(a, ns)) return CP_ENOMEM;
+    if (cp_vec_reserve(&a->ids, nrows) || cp_vec_reserve(&a->vals, (size_t)nrows * a->ntypes))
+        return CP_ENOMEM;
+    return 0;
+}
+
+/* The probe and append of a row, with room already reserved for it. */
+static inline int64_t *acc_row_reserved(cp_acc *a, uint32_t id)
+{
     uint32_t mask = a->nslots - 1, h = acc_hash(id) & mask;
     for (uint64_t sl; (sl = a->slots[h]); h = (h + 1) & mask)
         if ((uint32_t)(sl >> 32) == id) return a->vals.v + (size_t)((uint32_t)sl - 1) * a->ntypes;
-    if (cp_vec_push(&a->ids, id)) return NULL;
-    if (cp_vec_reserve(&a->vals, (size_t)a->vals.n + a->ntypes)) {
-        a->ids.n--;
-        return NULL;
-    }
+    a->ids.v[a->ids.n++] = id;
     int64_t *row = a->vals.v + a->vals.n;
-    memset(row, 0, sizeof(int64_t) * a->ntypes);
+    for (uint32_t t = 0; t < a->ntypes; t++)
+        row[t] = 0;
     a->vals.n += a->ntypes;
     a->slots[h] = (uint64_t)id << 32 | a->ids.n;
     return row;
 }
 
+/* The row of stack id, created (zeroed) if absent. A slot holds the id next to the row
+ * number, so a probe reads one word. */
+int64_t *cp_acc_row(cp_acc *a, uint32_t id)
+{
+    if (((a->ids.n + 1) * 2 > a->nslots || a->ids.n == a->ids.cap ||
+         a->vals.n + a->ntypes > a->vals.cap) &&
+        cp_acc_reserve(a, a->ids.n + 1))
+        return NULL; /* (the arrays grow by doubling) */
+    return acc_row_reserved(a, id);
+}
+
+/* Room for every row of src is reserved once, so the loop is only probes and adds; the
+ * common widths get a loop of their own. */
 int cp_acc_add(cp_acc *dst, const cp_acc *src, int64_t factor)
 {
-    for (uint32_t i = 0; i < src->ids.n; i++) {
-        int64_t *row = cp_acc_row(dst, src->ids.v[i]);
-        if (!row) return CP_ENOMEM;
-        const int64_t *s = src->vals.v + (size_t)i * src->ntypes;
-        for (uint32_t t = 0; t < dst->ntypes && t < src->ntypes; t++)
-            row[t] = cp_add_wrap(row[t], (int64_t)((uint64_t)s[t] * (uint64_t)factor));
+    if (!src->ids.n) return 0;
+    if ((uint64_t)dst->ids.n + src->ids.n > UINT32_MAX / 4 ||
+        cp_acc_reserve(dst, dst->ids.n + src->ids.n))
+        return CP_ENOMEM;
+    uint32_t w = dst->ntypes < src->ntypes ? dst->ntypes : src->ntypes;
+    const int64_t *s = src->vals.v;
+    uint64_t f = (uint64_t)factor;
+    for (uint32_t i = 0; i < src->ids.n; i++, s += src->ntypes) {
+        int64_t *row = acc_row_reserved(dst, src->ids.v[i]);
+        if (w == 2) {
+            row[0] = cp_add_wrap(row[0], (int64_t)((uint64_t)s[0] * f));
+            row[1] = cp_add_wrap(row[1], (int64_t)((uint64_t)s[1] * f));
+        } else {
+            for (uint32_t t = 0; t < w; t++)
+                row[t] = cp_add_wrap(row[t], (int64_t)((uint64_t)s[t] * f));
+        }
     }
     return 0;
+}
+
+void cp_acc_swap(cp_acc *a, cp_acc *b)
+{
+    cp_acc t = *a;
+    *a = *b;
+    *b = t;
 }
 
 int cp_acc_copy(cp_acc *dst, const cp_acc *src)

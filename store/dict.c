@@ -369,8 +369,9 @@ static const char *pstr(const cp_profile *p, uint32_t sid, size_t *len)
 
 /* Content equality of dict string did and profile string sid; smap (profile sid -> dict
  * id + 1) remembers what was found equal, so each profile string is compared once. */
-static int str_same(const cp_dict *d, uint32_t did, const cp_profile *p, uint32_t sid,
-                    uint32_t *smap)
+static inline __attribute__((always_inline)) int str_same(const cp_dict *d, uint32_t did,
+                                                         const cp_profile *p, uint32_t sid,
+                                                         uint32_t *smap)
 {
     if (sid && sid < p->strs.off.n && smap[sid]) return smap[sid] - 1 == did;
     size_t a, b;
@@ -387,8 +388,10 @@ static int fn_same(const cp_dict *d, uint32_t dfid, const cp_profile *p, uint32_
     if (fmap[pfid]) return fmap[pfid] == dfid;
     if (!dfid || dfid > d->fn.n) return 0;
     const cp_function *df = &d->fn.v[dfid - 1], *pf = &p->functions.v[pfid - 1];
+    /* a system name that is the name itself (the usual case) needs no second compare */
     if (df->start_line == pf->start_line && str_same(d, df->name, p, pf->name, smap) &&
-        str_same(d, df->system_name, p, pf->system_name, smap) &&
+        (df->system_name == df->name ? pf->system_name == pf->name
+                                     : str_same(d, df->system_name, p, pf->system_name, smap)) &&
         str_same(d, df->filename, p, pf->filename, smap)) {
         fmap[pfid] = dfid;
         return 1;

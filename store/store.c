@@ -939,6 +939,7 @@ static int profile_to_acc(cp_store_batch *B, tenant *t, const cp_profile *p, con
         vec_zero(&B->mapmap, p->mappings.n + 1) || vec_zero(&B->locmap, p->locations.n + 1))
         return cp_err_set(err, CP_ENOMEM, "store");
     cp_acc_reset(&B->win, ntypes);
+    if (cp_acc_reserve(&B->win, p->samples.n)) return cp_err_set(err, CP_ENOMEM, "store");
     CP_VEC(cp_line) lines = {0};
     int rc = 0;
     for (uint32_t i = 0; i < p->locations.n && !rc; i++) {
@@ -995,10 +996,20 @@ static int profile_to_acc(cp_store_batch *B, tenant *t, const cp_profile *p, con
         B->labels.n = 0;
         if (cp_vec_reserve(&B->stack, sm->nlocs + 1) || cp_vec_reserve(&B->labels, sm->nlabels + 1))
             return cp_err_set(err, CP_ENOMEM, "store");
-        for (uint32_t j = 0; j < sm->nlocs; j++) {
-            uint32_t lid = sm->loc_off + j < p->stack.n ? p->stack.v[sm->loc_off + j] : 0;
-            B->stack.v[B->stack.n++] = lid && lid <= p->locations.n ? B->locmap.v[lid] : 0;
+        /* the hot loop (tens of thousands of ids per window): locals only, so nothing
+         * is reloaded through the batch's pointers; an id out of range maps to 0 */
+        uint32_t have = sm->loc_off >= p->stack.n                 ? 0
+                        : p->stack.n - sm->loc_off < sm->nlocs ? p->stack.n - sm->loc_off
+                                                                 : sm->nlocs;
+        const uint32_t *src = p->stack.v + sm->loc_off, *lm = B->locmap.v;
+        uint32_t *dst = B->stack.v, nloc = p->locations.n;
+        for (uint32_t j = 0; j < have; j++) {
+            uint32_t lid = src[j];
+            dst[j] = lid - 1 < nloc ? lm[lid] : 0;
         }
+        for (uint32_t j = have; j < sm->nlocs; j++)
+            dst[j] = 0;
+        B->stack.n = sm->nlocs;
         for (uint32_t j = 0; j < sm->nlabels && sm->label_off + j < p->labels.n; j++) {
             cp_label lb = p->labels.v[sm->label_off + j];
             if (map_str(B, d, p, lb.key, &lb.key) || map_str(B, d, p, lb.str, &lb.str) ||
@@ -1088,12 +1099,17 @@ static int apply_window(cp_store_batch *B, cp_ser *ser, int64_t start, cp_err *e
     cp_acc *w = &B->win;
     w->time_ns = start;
     w->windows = 1;
-    for (int l = 0; l < CP_NLEVELS; l++) {
+    /* coarsest first: level 0, the window's own bucket, is usually new and then simply
+     * takes B->win's rows (a swap, no copy); B->win is refilled by the next window */
+    for (int l = CP_NLEVELS - 1; l >= 0; l--) {
         bucket *b = NULL;
         int rc = bucket_get(B, ser, l, bucket_of(l, start), &b, err);
         if (rc) return rc;
         size_t before = b->acc.ids.n;
-        if (ser->kind == CP_KIND_INUSE) {
+        if (l == 0 && b->acc.windows == 0 && b->acc.ids.n == 0) {
+            cp_acc_swap(&b->acc, w);
+            cp_acc_reset(w, b->acc.ntypes);
+        } else if (ser->kind == CP_KIND_INUSE) {
             if (b->acc.windows == 0 || start >= b->acc.time_ns) {
                 uint64_t nw = b->acc.windows + 1;
                 if (cp_acc_copy(&b->acc, w)) return cp_err_set(err, CP_ENOMEM, "store");

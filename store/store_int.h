@@ -31,10 +31,14 @@ void cp_acc_reset(cp_acc *a, uint32_t ntypes);
 /* The row of stack id (a zero row is added if missing); NULL on out of memory. The pointer
  * is valid until the next call that adds a row. */
 int64_t *cp_acc_row(cp_acc *a, uint32_t id);
-/* dst += factor * src, both of the same width. */
+/* Room for nrows rows in all (no rehash or growth until then); CP_ENOMEM. */
+int cp_acc_reserve(cp_acc *a, uint32_t nrows);
+/* dst += factor * src (the columns both have). */
 int cp_acc_add(cp_acc *dst, const cp_acc *src, int64_t factor);
 /* dst = copy of src. */
 int cp_acc_copy(cp_acc *dst, const cp_acc *src);
+/* Exchanges the contents (rows, memory, width, time, windows) of a and b. */
+void cp_acc_swap(cp_acc *a, cp_acc *b);
 
 static inline int64_t cp_add_wrap(int64_t a, int64_t b)
 {

@@ -3,8 +3,9 @@
  * the agent sends them) produced to the embedded broker (librdkafka mock cluster) and
  * consumed by cp_ingest into a store with synced LevelDB writes. Also the same decode +
  * store path on one thread without Kafka, for gzip'd and raw payloads.
- *   bench_ingest DIR [WINDOWS [direct|kafka]]   (only that part, for profiling)
+ *   bench_ingest DIR [WINDOWS [direct|transport|kafka]]   (only that part, for profiling)
  * Prints key value lines. */
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,7 @@ static int use_raw;
 static long nwin;
 static cp_ingest *ing;
 static const char *bootstraps;
+static const char *self; /* argv[0], to start the producer */
 
 static double proc_cpu(void)
 {
@@ -117,6 +119,151 @@ static void make_payloads(void)
     cp_synth_destroy(sy);
 }
 
+/* CPU seconds of this process's threads whose name starts with prefix (librdkafka names
+ * the mock cluster's thread "rdk:mock"). */
+static double threads_cpu_s(const char *prefix)
+{
+    double sum = 0;
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        char path[300], buf[512];
+        snprintf(path, sizeof path, "/proc/self/task/%s/stat", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        char *open = strchr(buf, '('), *close = strrchr(buf, ')');
+        if (!open || !close || strncmp(open + 1, prefix, strlen(prefix))) continue;
+        unsigned long ut = 0, st = 0; /* fields 14 and 15, after the name */
+        if (sscanf(close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2)
+            sum += (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+    }
+    if (d) closedir(d);
+    return sum;
+}
+
+/* One timed run through Kafka: from the first message consumed to the last. */
+typedef struct run {
+    long counted;       /* messages after the first */
+    double wall, cpu;   /* seconds; cpu = this whole process */
+    double broker_cpu;  /* of which the embedded broker's thread */
+} run;
+
+/* A step of the consuming side: does some work (or waits a little), then returns the
+ * messages consumed so far, or -1 on failure. */
+typedef long (*step_fn)(void *arg);
+
+/* Starts the agents' side in a child process and runs step until nwin messages are
+ * consumed, telling the child how far the consumer is; then finish (if any) is timed too. */
+static int drive(const char *brokers, step_fn step, void (*finish)(void *), void *arg, run *r)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' --produce '%s' %ld", self, brokers, nwin);
+    signal(SIGPIPE, SIG_IGN); /* the producer exits once it has sent everything */
+    FILE *prod = popen(cmd, "w"); /* its stdin: our progress */
+    if (!prod) {
+        fprintf(stderr, "bench_ingest: cannot start the producer\n");
+        return -1;
+    }
+    long told = -1, m0 = -1, done;
+    double start = 0, cstart = 0, bstart = 0;
+    /* the clock starts with the first message (joining the group takes seconds) */
+    while ((done = step(arg)) >= 0 && done < nwin) {
+        if (m0 < 0 && done > 0) {
+            start = now_s();
+            cstart = proc_cpu();
+            bstart = threads_cpu_s("rdk:mock");
+            m0 = done;
+        }
+        if (done != told) {
+            fprintf(prod, "%ld\n", done);
+            fflush(prod);
+            told = done;
+        }
+    }
+    if (finish) finish(arg);
+    r->wall = now_s() - start;
+    r->cpu = proc_cpu() - cstart;
+    r->broker_cpu = threads_cpu_s("rdk:mock") - bstart;
+    r->counted = nwin - m0;
+    if (pclose(prod) != 0 || done < 0) {
+        fprintf(stderr, "bench_ingest: %s failed\n", done < 0 ? "the consumer" : "the producer");
+        return -1;
+    }
+    return 0;
+}
+
+static void report(const char *name, const run *r)
+{
+    printf("%s_windows_per_s %.0f\n", name, (double)r->counted / r->wall);
+    /* the whole process: consumer, librdkafka, the embedded broker, the store (the
+     * agents' side runs in the child) */
+    printf("%s_windows_per_cpu_s %.0f\n", name, (double)r->counted / r->cpu);
+    /* without the embedded broker's thread: in production the broker is another machine */
+    printf("%s_windows_per_cpu_s_nobroker %.0f\n", name, (double)r->counted / (r->cpu - r->broker_cpu));
+}
+
+/* The transport alone: a consumer in its own group that reads and drops every message. */
+typedef struct transport {
+    rd_kafka_t *rk;
+    long got;
+} transport;
+
+static int transport_open(transport *t, const char *brokers, cp_err *err)
+{
+    char es[512];
+    rd_kafka_conf_t *c = rd_kafka_conf_new();
+    rd_kafka_conf_set(c, "bootstrap.servers", brokers, es, sizeof es);
+    rd_kafka_conf_set(c, "group.id", "bench-transport", es, sizeof es);
+    rd_kafka_conf_set(c, "auto.offset.reset", "earliest", es, sizeof es);
+    rd_kafka_conf_set(c, "fetch.wait.max.ms", "50", es, sizeof es); /* as ingest */
+    if (!(t->rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, es, sizeof es)))
+        return cp_err_set(err, CP_EKAFKA, "transport consumer: %s", es);
+    rd_kafka_poll_set_consumer(t->rk);
+    rd_kafka_topic_partition_list_t *tl = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(tl, CP_TOPIC_PROFILES, RD_KAFKA_PARTITION_UA);
+    rd_kafka_resp_err_t e = rd_kafka_subscribe(t->rk, tl);
+    rd_kafka_topic_partition_list_destroy(tl);
+    return e ? cp_err_set(err, CP_EKAFKA, "transport consumer: %s", rd_kafka_err2str(e)) : 0;
+}
+
+static long transport_step(void *arg)
+{
+    transport *t = arg;
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(t->rk, 10);
+    if (m) {
+        if (!m->err && m->len > 0) t->got++;
+        rd_kafka_message_destroy(m);
+    }
+    return t->got;
+}
+
+static void transport_close(transport *t)
+{
+    rd_kafka_consumer_close(t->rk);
+    rd_kafka_destroy(t->rk);
+}
+
+static long ingest_step(void *arg)
+{
+    cp_ingest_stats st;
+    cp_ingest_get_stats(arg, &st);
+    if (st.failed) {
+        fprintf(stderr, "bench_ingest: %s\n", st.error);
+        return -1;
+    }
+    usleep(1000);
+    return (long)(st.messages + st.gap);
+}
+
+static void ingest_finish(void *arg)
+{
+    cp_ingest_stop(arg); /* writes the last batch */
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -128,6 +275,7 @@ int main(int argc, char **argv)
         make_payloads();
         return produce_main(argv[2], atol(argv[3]));
     }
+    self = argv[0];
     nwin = argc > 2 ? atol(argv[2]) : 3000;
     make_payloads();
     double gz = 0;
@@ -138,8 +286,8 @@ int main(int argc, char **argv)
 
     /* 1. decode + store on this thread, no Kafka: gzip'd payloads, then raw ones (an
      * agent may send raw pprof and let Kafka's lz4 compress the batch) */
-    int only_kafka = argc > 3 && !strcmp(argv[3], "kafka"); /* for profiling */
-    for (use_raw = 0; use_raw < 2 && !only_kafka; use_raw++) {
+    const char *mode = argc > 3 ? argv[3] : NULL; /* one part only, for profiling */
+    for (use_raw = 0; use_raw < 2 && (!mode || !strcmp(mode, "direct")); use_raw++) {
         snprintf(path, sizeof path, "%s/direct%d", argv[1], use_raw);
         cp_store_options so = {.path = path};
         cp_store *s = NULL;
@@ -174,9 +322,25 @@ int main(int argc, char **argv)
         cp_buf_close(&key);
     }
     use_raw = 1; /* the agent sends raw pprof and lets Kafka's lz4 compress the batch */
-    if (argc > 3 && !strcmp(argv[3], "direct")) return 0; /* for callgrind */
+    if (mode && !strcmp(mode, "direct")) return 0;
 
-    /* 2. through Kafka */
+    /* 2. the transport alone: a plain consumer that drops what it reads (a baseline for
+     * the row below: what librdkafka's fetch and lz4 cost before ingest does anything) */
+    if (!mode || !strcmp(mode, "transport")) {
+        cp_broker *br = NULL;
+        if (cp_broker_create(NULL, &br, &err)) goto fail;
+        transport t = {0};
+        if (transport_open(&t, cp_broker_bootstraps(br), &err)) goto fail;
+        run r;
+        if (drive(cp_broker_bootstraps(br), transport_step, NULL, &t, &r)) return 1;
+        report("transport", &r);
+        transport_close(&t);
+        cp_broker_destroy(br);
+    }
+
+    if (mode && !strcmp(mode, "transport")) return 0;
+
+    /* 3. through Kafka into the store */
     cp_broker *br = NULL;
     if (cp_broker_create(NULL, &br, &err)) goto fail;
     bootstraps = cp_broker_bootstraps(br);
@@ -186,54 +350,14 @@ int main(int argc, char **argv)
     if (cp_store_open(&so, &s, &err)) goto fail;
     cp_ingest_options io = {.brokers = bootstraps, .batch_max_messages = 512, .batch_max_ms = 200};
     if (cp_ingest_create(&io, s, &ing, &err) || cp_ingest_start(ing, &err)) goto fail;
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' --produce '%s' %ld", argv[0], bootstraps, nwin);
-    signal(SIGPIPE, SIG_IGN); /* the producer exits once it has sent everything */
-    FILE *prod = popen(cmd, "w"); /* its stdin: our progress */
-    if (!prod) {
-        fprintf(stderr, "bench_ingest: cannot start the producer\n");
-        return 1;
-    }
-    long told = -1;
-    /* the clock starts with the first stored message (the group join takes seconds) */
+    run r;
+    if (drive(bootstraps, ingest_step, ingest_finish, ing, &r)) return 1;
     cp_ingest_stats st;
-    double start = 0, cstart = 0;
-    uint64_t m0 = 0;
-    for (;;) {
-        cp_ingest_get_stats(ing, &st);
-        if (st.failed) {
-            fprintf(stderr, "bench_ingest: %s\n", st.error);
-            return 1;
-        }
-        if (!start && st.messages > 0) {
-            start = now_s();
-            cstart = proc_cpu();
-            m0 = st.messages;
-        }
-        long done = (long)(st.messages + st.gap);
-        if (done >= nwin) break;
-        if (done != told) {
-            fprintf(prod, "%ld\n", done);
-            fflush(prod);
-            told = done;
-        }
-        usleep(1000);
-    }
-    cp_ingest_stop(ing); /* writes the last batch */
-    double end = now_s(), cend = proc_cpu();
-    if (pclose(prod) != 0) {
-        fprintf(stderr, "bench_ingest: the producer failed\n");
-        return 1;
-    }
     cp_ingest_get_stats(ing, &st);
-    long counted = nwin - (long)m0;
     printf("kafka_windows %llu\n", (unsigned long long)st.windows);
     printf("kafka_batches %llu\n", (unsigned long long)st.batches);
     printf("kafka_gap %llu\n", (unsigned long long)st.gap);
-    printf("kafka_windows_per_s %.0f\n", (double)counted / (end - start));
-    /* CPU of this process: consumer, librdkafka, the mock broker, the store (the agents'
-     * side runs in the child) */
-    printf("kafka_windows_per_cpu_s %.0f\n", (double)counted / (cend - cstart));
+    report("kafka", &r);
     cp_ingest_destroy(ing);
     cp_store_close(s);
     cp_broker_destroy(br);

@@ -619,7 +619,47 @@ TEST(concurrent_readers)
     rmtree(dir);
 }
 
+/* Two producers of one series with windows at the same start, in one batch and then in
+ * the next: the window's own bucket (level 0) and every rollup hold the sum of all. */
+TEST(same_start_summed)
+{
+    char *dir = tmpdir("store");
+    make_windows(17);
+    cp_store *s = open_store(dir, 0, 0);
+    cp_store_batch *b = cp_store_batch_create(s);
+    add(b, "acme", CP_KIND_CPU, "service=api", starts[0], "p", 1, wins[0], 0);
+    add(b, "acme", CP_KIND_CPU, "service=api", starts[0], "q", 1, wins[1], 0);
+    add(b, "acme", CP_KIND_CPU, "service=api", starts[6], "p", 2, wins[6], 0); /* next minute */
+    commit(b);
+    add(b, "acme", CP_KIND_CPU, "service=api", starts[0], "r", 1, wins[3], 0);
+    commit(b);
+    cp_merger *m = cp_merger_create();
+    CHECK_EQ(cp_merger_add(m, wins[0], NULL), 0);
+    CHECK_EQ(cp_merger_add(m, wins[1], NULL), 0);
+    CHECK_EQ(cp_merger_add(m, wins[3], NULL), 0);
+    cp_profile *want = cp_merger_finish(m);
+    char *w = canonical(want);
+    /* level 0 alone, then T0's whole minute (T0 is 22:13:20 UTC), which its 1-minute
+     * rollup answers */
+    int64_t ranges[2][2] = {{starts[0], starts[0] + 1}, {T0 - 20 * SEC, T0 + 40 * SEC}};
+    for (int k = 0; k < 2; k++) {
+        cp_profile *p = query(s, "acme", CP_KIND_CPU, NULL, ranges[k][0], ranges[k][1]);
+        CHECK_EQ(cp_profile_total(p, 1), cp_profile_total(want, 1));
+        char *got = canonical(p);
+        CHECK_STREQ(got, w);
+        free(got);
+        cp_profile_destroy(p);
+    }
+    free(w);
+    cp_profile_destroy(want);
+    cp_merger_destroy(m);
+    cp_store_batch_destroy(b);
+    cp_store_close(s);
+    rmtree(dir);
+}
+
 TEST_MAIN(T(exact_totals_and_rollups), T(timeline_matches_queries), T(inuse_is_a_gauge),
           T(cumulative_alloc_not_double_counted), T(duplicates_dropped),
           T(tenants_isolated_and_labels), T(retention_frees_disk), T(unknown_version_refused),
-          T(bad_inputs_refused_batch_usable), T(same_address_other_function), T(concurrent_readers))
+          T(bad_inputs_refused_batch_usable), T(same_address_other_function), T(concurrent_readers),
+          T(same_start_summed))
