@@ -9,6 +9,9 @@
 #include "log.h"
 
 #include <librdkafka/rdkafka.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -473,6 +476,14 @@ static void *run(void *arg)
 /* ---------------------------------------------------------------------------------
  * Lifecycle
  * --------------------------------------------------------------------------------- */
+
+void cp_ingest_malloc_policy(void)
+{
+#ifdef __GLIBC__
+    mallopt(M_MMAP_THRESHOLD, 16 << 20);
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
+#endif
+}
 
 static int conf_set(rd_kafka_conf_t *c, const char *k, const char *v, cp_err *err)
 {

@@ -180,6 +180,7 @@ int main(int argc, char **argv)
                    d.cfg.http_host);
         goto fail_msg;
     }
+    cp_ingest_malloc_policy();
     /* libuv sizes its threadpool once, at first use: give every query slot a thread. */
     char tp[16];
     snprintf(tp, sizeof tp, "%u", d.cfg.concurrency < 128 ? d.cfg.concurrency : 128);

@@ -369,9 +369,8 @@ static const char *pstr(const cp_profile *p, uint32_t sid, size_t *len)
 
 /* Content equality of dict string did and profile string sid; smap (profile sid -> dict
  * id + 1) remembers what was found equal, so each profile string is compared once. */
-static inline __attribute__((always_inline)) int str_same(const cp_dict *d, uint32_t did,
-                                                         const cp_profile *p, uint32_t sid,
-                                                         uint32_t *smap)
+static inline __attribute__((always_inline)) int
+str_same(const cp_dict *d, uint32_t did, const cp_profile *p, uint32_t sid, uint32_t *smap)
 {
     if (sid && sid < p->strs.off.n && smap[sid]) return smap[sid] - 1 == did;
     size_t a, b;

@@ -998,9 +998,9 @@ static int profile_to_acc(cp_store_batch *B, tenant *t, const cp_profile *p, con
             return cp_err_set(err, CP_ENOMEM, "store");
         /* the hot loop (tens of thousands of ids per window): locals only, so nothing
          * is reloaded through the batch's pointers; an id out of range maps to 0 */
-        uint32_t have = sm->loc_off >= p->stack.n                 ? 0
+        uint32_t have = sm->loc_off >= p->stack.n              ? 0
                         : p->stack.n - sm->loc_off < sm->nlocs ? p->stack.n - sm->loc_off
-                                                                 : sm->nlocs;
+                                                               : sm->nlocs;
         const uint32_t *src = p->stack.v + sm->loc_off, *lm = B->locmap.v;
         uint32_t *dst = B->stack.v, nloc = p->locations.n;
         for (uint32_t j = 0; j < have; j++) {

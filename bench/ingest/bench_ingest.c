@@ -147,9 +147,9 @@ static double threads_cpu_s(const char *prefix)
 
 /* One timed run through Kafka: from the first message consumed to the last. */
 typedef struct run {
-    long counted;       /* messages after the first */
-    double wall, cpu;   /* seconds; cpu = this whole process */
-    double broker_cpu;  /* of which the embedded broker's thread */
+    long counted;      /* messages after the first */
+    double wall, cpu;  /* seconds; cpu = this whole process */
+    double broker_cpu; /* of which the embedded broker's thread */
 } run;
 
 /* A step of the consuming side: does some work (or waits a little), then returns the
@@ -162,7 +162,7 @@ static int drive(const char *brokers, step_fn step, void (*finish)(void *), void
 {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "'%s' --produce '%s' %ld", self, brokers, nwin);
-    signal(SIGPIPE, SIG_IGN); /* the producer exits once it has sent everything */
+    signal(SIGPIPE, SIG_IGN);     /* the producer exits once it has sent everything */
     FILE *prod = popen(cmd, "w"); /* its stdin: our progress */
     if (!prod) {
         fprintf(stderr, "bench_ingest: cannot start the producer\n");
@@ -203,7 +203,8 @@ static void report(const char *name, const run *r)
      * agents' side runs in the child) */
     printf("%s_windows_per_cpu_s %.0f\n", name, (double)r->counted / r->cpu);
     /* without the embedded broker's thread: in production the broker is another machine */
-    printf("%s_windows_per_cpu_s_nobroker %.0f\n", name, (double)r->counted / (r->cpu - r->broker_cpu));
+    printf("%s_windows_per_cpu_s_nobroker %.0f\n", name,
+           (double)r->counted / (r->cpu - r->broker_cpu));
 }
 
 /* The transport alone: a consumer in its own group that reads and drops every message. */
@@ -276,10 +277,12 @@ int main(int argc, char **argv)
         return produce_main(argv[2], atol(argv[3]));
     }
     self = argv[0];
+    cp_ingest_malloc_policy(); /* as contprofd */
     nwin = argc > 2 ? atol(argv[2]) : 3000;
     make_payloads();
     double gz = 0;
-    for (int i = 0; i < NDISTINCT; i++) gz += (double)payload[i].len;
+    for (int i = 0; i < NDISTINCT; i++)
+        gz += (double)payload[i].len;
     printf("gzip_bytes_per_window %.0f\n", gz / NDISTINCT);
     char path[512];
     cp_err err = {0};
