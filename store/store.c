@@ -1003,10 +1003,8 @@ static int profile_to_acc(cp_store_batch *B, tenant *t, const cp_profile *p, con
                                                                : sm->nlocs;
         const uint32_t *src = p->stack.v + sm->loc_off, *lm = B->locmap.v;
         uint32_t *dst = B->stack.v, nloc = p->locations.n;
-        for (uint32_t j = 0; j < have; j++) {
-            uint32_t lid = src[j];
-            dst[j] = lid - 1 < nloc ? lm[lid] : 0;
-        }
+        for (uint32_t j = 0; j < have; j++) /* lm[0] is 0: ids out of range read it */
+            dst[j] = lm[src[j] <= nloc ? src[j] : 0];
         for (uint32_t j = have; j < sm->nlocs; j++)
             dst[j] = 0;
         B->stack.n = sm->nlocs;
