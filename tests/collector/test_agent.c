@@ -604,6 +604,52 @@ TEST(timer_fallback_1000hz)
     remove_dir();
 }
 
+/* The engine by rate: POSIX timers for periods of two ticks and more (the 100 Hz default),
+ * perf below; CONTPROF_CPU_ENGINE=perf forces perf. The timers at 100 Hz attribute the
+ * CPU time measured. */
+TEST(engine_by_rate)
+{
+    struct {
+        const char *hz, *engine_env, *want;
+    } cases[] = {
+        {NULL, NULL, "posix-cpu-timer 10ms"}, /* the default rate */
+        {"CONTPROF_CPU_HZ=125", NULL, "posix-cpu-timer 8ms"},
+        {"CONTPROF_CPU_HZ=200", NULL, "perf-task-clock 5ms"},
+        {NULL, "CONTPROF_CPU_ENGINE=perf", "perf-task-clock 10ms"},
+        {"CONTPROF_CPU_HZ=200", "CONTPROF_CPU_ENGINE=timer", "posix-cpu-timer 5ms"},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        make_dir();
+        const char *env[5] = {PRELOAD, outdir_env()};
+        int k = 2;
+        if (cases[c].hz) env[k++] = cases[c].hz;
+        if (cases[c].engine_env) env[k++] = cases[c].engine_env;
+        env[k] = NULL;
+        const char *args[] = {"solo", c == 0 ? "1.5" : "0.3", NULL};
+        run_res r;
+        run(args, env, &r);
+        CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+        pset s;
+        pset_load(g_dir, &s);
+        const cp_profile *p = last_of(&s, "cpu", "cpw");
+        CHECK(p != NULL);
+        printf("%s %s: %s\n", cases[c].hz ? cases[c].hz : "(default rate)",
+               cases[c].engine_env ? cases[c].engine_env : "", comment_str(p, "engine="));
+        CHECK_STREQ(comment_str(p, "engine="), cases[c].want);
+        if (c == 0) {
+            double cpu = atof(r.out);
+            double ns = (double)sum_kind(&s, "cpu", "cpw", "burn_solo", 1);
+            int64_t n = sum_kind(&s, "cpu", "cpw", "burn_solo", 0);
+            printf("timers at 100 Hz: %lld samples, %.3f s of CPU attributed, %.3f s measured\n",
+                   (long long)n, ns / 1e9, cpu);
+            CHECK(fabs(ns / 1e9 - cpu) <= 0.1 * cpu);
+            CHECK(fabs((double)n / cpu - 100) <= 10);
+        }
+        pset_free(&s);
+        remove_dir();
+    }
+}
+
 /* ------------------------------------------------------------------------------------
  * Isolates through the API: a linked program runs two isolates on one thread */
 
@@ -643,4 +689,5 @@ TEST(isolates_api)
 TEST_MAIN(T(isolates_api), T(cpu_ratio), T(inuse_startup), T(alloc_volume), T(churn_inuse_zero),
           T(same_output_threads), T(same_output_realloc_memalign), T(same_output_cxx),
           T(cxx_names_demangled), T(same_output_fork_exec), T(exec_chain_survives),
-          T(agent_out_of_memory), T(unreachable_broker), T(perf_1000hz), T(timer_fallback_1000hz))
+          T(agent_out_of_memory), T(unreachable_broker), T(perf_1000hz), T(timer_fallback_1000hz),
+          T(engine_by_rate))
