@@ -650,6 +650,48 @@ TEST(engine_by_rate)
     }
 }
 
+/* Output files are gzip either way: payloads of up to 4 KiB in stored blocks (deflate
+ * BTYPE 00, the payload plus 23 bytes), larger ones compressed. */
+TEST(output_files_gzip)
+{
+    make_dir();
+    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_CPU_HZ=1000", "CONTPROF_WINDOW=200ms",
+                         NULL};
+    const char *args[] = {"cxx", NULL};
+    run_res r;
+    run(args, env, &r);
+    CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+    DIR *d = opendir(g_dir);
+    CHECK(d);
+    int stored = 0, compressed = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strstr(e->d_name, ".pb.gz") || strstr(e->d_name, ".tmp")) continue;
+        char path[600];
+        snprintf(path, sizeof(path), "%s/%s", g_dir, e->d_name);
+        cp_buf b = {0}, raw = {0};
+        cp_err err = {0};
+        CHECK(cp_read_file(path, &b) == 0);
+        CHECK(cp_is_gzip(b.data, b.len));
+        CHECK(cp_gunzip(b.data, b.len, 1 << 26, &raw, &err) == 0);
+        if (raw.len <= 4096) {
+            CHECK_EQ(b.len, raw.len + 23);
+            CHECK_EQ(b.data[10] & 6, 0); /* the first block's BTYPE: stored */
+            stored++;
+        } else {
+            CHECK(b.len < raw.len);
+            CHECK(b.data[10] & 6);
+            compressed++;
+        }
+        cp_buf_close(&b);
+        cp_buf_close(&raw);
+    }
+    closedir(d);
+    printf("%d files stored, %d compressed\n", stored, compressed);
+    CHECK(stored > 0 && compressed > 0);
+    remove_dir();
+}
+
 /* ------------------------------------------------------------------------------------
  * Isolates through the API: a linked program runs two isolates on one thread */
 
@@ -690,4 +732,4 @@ TEST_MAIN(T(isolates_api), T(cpu_ratio), T(inuse_startup), T(alloc_volume), T(ch
           T(same_output_threads), T(same_output_realloc_memalign), T(same_output_cxx),
           T(cxx_names_demangled), T(same_output_fork_exec), T(exec_chain_survives),
           T(agent_out_of_memory), T(unreachable_broker), T(perf_1000hz), T(timer_fallback_1000hz),
-          T(engine_by_rate))
+          T(engine_by_rate), T(output_files_gzip))
