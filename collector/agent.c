@@ -31,6 +31,7 @@ static struct {
     uint64_t dropped_windows;
     uint64_t prev_alloc_dropped, prev_proc_dropped;
     cp_kafka *kafka;
+    cp_gzipper *gz[2]; /* write_file's, stored and level 1, kept (agent thread only) */
     char brokers[1024];
     int64_t next_resolve;
     int64_t next_refetch, refetch_backoff; /* asking the server again (refetch_brokers) */
@@ -277,6 +278,14 @@ static void sanitize(char *dst, size_t cap, const char *src)
     dst[i] = 0;
 }
 
+/* Files of up to a file system block are written as gzip with deflate's stored blocks
+ * (still gzip, 23 bytes more than the payload): compressing them saves no disk, as the
+ * file takes a block either way, and libdeflate's level 1 costs about 25 us each when its
+ * 128 KiB hash table is cache-cold (it clears it for every buffer), as it is once a
+ * window: most profiles of a window are this small (an isolate without allocations has two
+ * of about 300 bytes). Larger ones are compressed at level 1. */
+#define GZIP_STORE_MAX 4096
+
 static void write_file(const cp_envelope *e)
 {
     char iso[64], svc[64], path[1400], tmp[1410];
@@ -290,7 +299,9 @@ static void write_file(const cp_envelope *e)
     const uint8_t *data = e->pprof;
     size_t len = e->pprof_len;
     if (!cp_is_gzip(data, len)) {
-        if (cp_gzip(data, len, 1, &gz) != 0) {
+        int level = len <= GZIP_STORE_MAX ? 0 : 1;
+        if ((!A.gz[level] && cp_gzipper_create(level, &A.gz[level]) != 0) ||
+            cp_gzipper_run(A.gz[level], data, len, &gz) != 0) {
             A.dropped_windows++;
             return;
         }
@@ -503,6 +514,10 @@ static void *agent_main(void *arg)
         (void)cp_kafka_destroy(A.kafka, (int)cp_cfg.flush_ms); /* exit: nowhere to report */
         A.kafka = NULL;
     }
+    for (int i = 0; i < 2; i++) {
+        cp_gzipper_destroy(A.gz[i]);
+        A.gz[i] = NULL;
+    }
     pthread_mutex_lock(&A.mu);
     A.finished = 1;
     pthread_cond_broadcast(&A.cv);
@@ -562,6 +577,7 @@ static void atfork_child(void)
     pthread_cond_init(&A.cv, NULL);
     cp_kafka_abandon(A.kafka);
     A.kafka = NULL;
+    A.gz[0] = A.gz[1] = NULL; /* the parent's agent may have been freeing them: lost */
     A.dropped_windows = 0;
     cp_agent_tid = 0;
     cp_threads_after_fork_child();

@@ -20,6 +20,9 @@
 /* ------------------------------------------------------------------------------------
  * Configuration (config.c) */
 
+/* CPU engines (CONTPROF_CPU_ENGINE): auto picks by rate (thread.c cp_cpu_start). */
+enum { CP_ENGINE_AUTO, CP_ENGINE_PERF, CP_ENGINE_TIMER };
+
 typedef struct cp_config {
     char service[128], version[128], tenant[64];
     char labels[1024];  /* "k=v,k=v" */
@@ -30,7 +33,7 @@ typedef struct cp_config {
     int children;
     int64_t flush_ms;
     int kafka_queue; /* envelopes waiting in the agent plus librdkafka */
-    int force_timer; /* CONTPROF_CPU_ENGINE=timer */
+    int cpu_engine;  /* CONTPROF_CPU_ENGINE: CP_ENGINE_AUTO, _PERF or _TIMER */
     /* librdkafka properties from CONTPROF_KAFKA_<NAME>=value (NAME lowercased, '_' -> '.';
      * e.g. CONTPROF_KAFKA_SECURITY_PROTOCOL=SASL_SSL), as "name=value\n" lines. */
     char kafka_props[4096];

@@ -135,6 +135,9 @@ void cp_config_load(cp_config *c, const contprof_options *o)
     c->kafka_queue = (int)env_int("CONTPROF_KAFKA_QUEUE", 256);
     if (c->kafka_queue < 2) c->kafka_queue = 2;
     const char *eng = getenv("CONTPROF_CPU_ENGINE");
-    c->force_timer = eng && strcmp(eng, "timer") == 0;
+    c->cpu_engine = !eng                        ? CP_ENGINE_AUTO
+                    : strcmp(eng, "timer") == 0 ? CP_ENGINE_TIMER
+                    : strcmp(eng, "perf") == 0  ? CP_ENGINE_PERF
+                                                : CP_ENGINE_AUTO;
     kafka_props_from_env(c->kafka_props, sizeof(c->kafka_props));
 }

@@ -518,6 +518,21 @@ static int perf_usable(void)
 
 void cp_exec_resolve(void);
 
+/* The engine. A perf task-clock event samples at any period, but costs the host more per
+ * second than its samples: the kernel starts and cancels the event's hrtimer each time
+ * the thread is scheduled in and out, and every sample is a timer interrupt plus an
+ * irq_work interrupt before the signal (on a virtual machine, VM exits). A POSIX
+ * thread CPU timer is checked on the scheduler tick that runs anyway and sends its
+ * signal directly, but it can only expire on a tick. So by default (CONTPROF_CPU_ENGINE
+ * unset) perf is used only for periods shorter than two ticks (above 125 Hz at the 4 ms
+ * tick of these machines), where the tick would blur them; longer periods, the 100 Hz
+ * default among them, use the timers: each sample then lands on the first tick after its
+ * period has elapsed (at 100 Hz: 8 or 12 ms apart, 10 on average, weight 1). The costs
+ * measured on the collector bench are in README.md. CONTPROF_CPU_ENGINE=perf or =timer
+ * forces one engine at any rate. */
+#define CP_TICK_NS 4000000
+#define CP_TIMER_MIN_PERIOD_NS (2 * CP_TICK_NS)
+
 int cp_cpu_start(void)
 {
     cp_exec_resolve();
@@ -538,19 +553,15 @@ int cp_cpu_start(void)
     sigemptyset(&sa.sa_mask);
     if (sigaction(g_sig, &sa, NULL) < 0) return -errno;
 
-    g_use_perf = !cp_cfg.force_timer && perf_usable();
+    g_use_perf = cp_cfg.cpu_engine != CP_ENGINE_TIMER &&
+                 (cp_cfg.cpu_engine == CP_ENGINE_PERF || cp_period_ns < CP_TIMER_MIN_PERIOD_NS) &&
+                 perf_usable();
     if (g_use_perf) {
         snprintf(cp_engine, sizeof(cp_engine), "perf-task-clock %gms", cp_period_ns / 1e6);
     } else {
-        /* POSIX CPU timers expire on the scheduler tick; report the real resolution. */
-        long tick = sysconf(_SC_CLK_TCK);
-        int64_t res = cp_period_ns;
-        struct timespec ts;
-        if (clock_getres(CLOCK_THREAD_CPUTIME_ID, &ts) == 0 && tick > 0) {
-            /* clock_getres reports 1ns; expiry granularity is the kernel tick (CONFIG_HZ,
-             * not visible to user space): 4 ms on these machines. */
-            if (res < 4000000) res = 4000000;
-        }
+        /* POSIX CPU timers expire on the scheduler tick (CONFIG_HZ, not visible to user
+         * space; clock_getres says 1 ns): report the period, or the tick if that is longer. */
+        int64_t res = cp_period_ns < CP_TICK_NS ? CP_TICK_NS : cp_period_ns;
         snprintf(cp_engine, sizeof(cp_engine), "posix-cpu-timer %gms", res / 1e6);
     }
     atomic_store(&g_cpu_on, 1);

@@ -458,9 +458,12 @@ static uint32_t mapping_for(builder *b, uint64_t pc)
     if (!m) return 0;
     uint32_t idx = (uint32_t)(m - b->mods->m);
     if (b->map_id[idx]) return b->map_id[idx];
+    static const char digits[] = "0123456789abcdef";
     char hex[2 * CP_BUILD_ID_MAX + 1];
-    for (uint32_t i = 0; i < m->build_id_len; i++)
-        snprintf(hex + 2 * i, 3, "%02x", m->build_id[i]);
+    for (uint32_t i = 0; i < m->build_id_len; i++) {
+        hex[2 * i] = digits[m->build_id[i] >> 4];
+        hex[2 * i + 1] = digits[m->build_id[i] & 15];
+    }
     hex[2 * m->build_id_len] = 0;
     cp_mapping mp = {
         .start = m->lo,

@@ -91,21 +91,52 @@ int cp_gunzip(const uint8_t *src, size_t len, size_t max_out, cp_buf *out, cp_er
     return rc;
 }
 
+static int gzip_with(struct libdeflate_compressor *c, const uint8_t *src, size_t len, cp_buf *out)
+{
+    size_t bound = libdeflate_gzip_compress_bound(c, len);
+    if (cp_buf_reserve(out, bound)) return CP_ENOMEM;
+    size_t n = libdeflate_gzip_compress(c, src, len, out->data + out->len, bound);
+    if (!n) return CP_ENOMEM;
+    out->len += n;
+    return 0;
+}
+
 int cp_gzip(const uint8_t *src, size_t len, int level, cp_buf *out)
 {
     struct libdeflate_compressor *c = libdeflate_alloc_compressor(level);
     if (!c) return CP_ENOMEM;
-    size_t bound = libdeflate_gzip_compress_bound(c, len);
-    int rc = CP_ENOMEM;
-    if (!cp_buf_reserve(out, bound)) {
-        size_t n = libdeflate_gzip_compress(c, src, len, out->data + out->len, bound);
-        if (n) {
-            out->len += n;
-            rc = 0;
-        }
-    }
+    int rc = gzip_with(c, src, len, out);
     libdeflate_free_compressor(c);
     return rc;
+}
+
+struct cp_gzipper {
+    struct libdeflate_compressor *c;
+};
+
+int cp_gzipper_create(int level, cp_gzipper **out)
+{
+    *out = NULL;
+    cp_gzipper *g = malloc(sizeof(*g));
+    if (!g) return CP_ENOMEM;
+    if (!(g->c = libdeflate_alloc_compressor(level))) {
+        free(g);
+        return CP_ENOMEM;
+    }
+    *out = g;
+    return 0;
+}
+
+int cp_gzipper_run(cp_gzipper *g, const uint8_t *src, size_t len, cp_buf *out)
+{
+    return gzip_with(g->c, src, len, out);
+}
+
+void cp_gzipper_destroy(cp_gzipper *g)
+{
+    if (!g) return;
+    libdeflate_free_compressor(g->c);
+    free(g);
 }
 
 void cp_pprof_limits_default(cp_pprof_limits *lim)

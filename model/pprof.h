@@ -25,6 +25,19 @@ int cp_gunzip(const uint8_t *src, size_t len, size_t max_out, cp_buf *out, cp_er
 /* gzips src into out at the given zlib level (1..9). */
 int cp_gzip(const uint8_t *src, size_t len, int level, cp_buf *out);
 
+/* A gzip compressor kept for many buffers: creating one allocates and clears libdeflate's
+ * tables (about 300 KiB at level 1, so a fresh mmap and its page faults each time), which
+ * costs more than compressing a small profile. One caller at a time. */
+typedef struct cp_gzipper cp_gzipper;
+/* Creates a compressor at the given zlib level (1..9; 0: deflate's stored blocks, no
+ * compression, still gzip) into *out (NULL on failure); the
+ * caller frees it with cp_gzipper_destroy. Returns 0 or CP_ENOMEM. */
+int cp_gzipper_create(int level, cp_gzipper **out);
+/* gzips src, appending to out; the same bytes as cp_gzip at the compressor's level. */
+int cp_gzipper_run(cp_gzipper *g, const uint8_t *src, size_t len, cp_buf *out);
+/* Frees g (NULL is fine). */
+void cp_gzipper_destroy(cp_gzipper *g);
+
 /* Decodes a pprof profile (gzip'd or raw, detected by magic) and validates it: every id
  * and index in range, unique nonzero ids, string 0 empty, one value per sample type, and
  * the limits (lim may be NULL for the defaults). On success *out is a new profile owned by

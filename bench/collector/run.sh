@@ -18,7 +18,18 @@
 #   - CPU time is user + system of the whole process (every thread, the agent's too);
 #   - steady state: each thread first warms up (about 1.1 s of CPU, past the first 1 s
 #     window, so the agent's start-up, loading libdw and the first symbolization, are
-#     behind it), then only the rest is measured. Windows are 1 s (10 times the default);
+#     behind it), then only the rest is measured;
+#   - windows are 1 s, ten times the default (10 s), on purpose: the measured part (about
+#     2.6 s of wall time, as the pair shares a core) then holds two or three window ends,
+#     each costing the agent about 0.3-0.6 ms (three profiles built, gzip'd and written
+#     as files in CONTPROF_OUTPUT_DIR under $TMPDIR; creating a file on this machine's
+#     ext4 takes 60-300 us), so the rows carry ten times the per-window cost of the
+#     default. Measured apart (the agent at 100 Hz with 1 s windows side by side with
+#     itself with 1 h windows, 12 pairs): +0.0007 of CPU time. Holding several default
+#     10 s windows would take runs of 30 s or more per pair, 20+ minutes in all;
+#   - the agent runs at its defaults otherwise: at 100 Hz that is POSIX thread CPU
+#     timers, at 1000 Hz perf task-clock events (collector/README.md, CPU); gperftools
+#     runs as its documentation says (CPUPROFILE, CPUPROFILE_FREQUENCY);
 #   - the row is the median over all pairs, and a `_spread` row gives their range.
 #
 # Instruction rows (cachegrind, deterministic; when valgrind is installed):

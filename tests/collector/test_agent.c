@@ -604,6 +604,94 @@ TEST(timer_fallback_1000hz)
     remove_dir();
 }
 
+/* The engine by rate: POSIX timers for periods of two ticks and more (the 100 Hz default),
+ * perf below; CONTPROF_CPU_ENGINE=perf forces perf. The timers at 100 Hz attribute the
+ * CPU time measured. */
+TEST(engine_by_rate)
+{
+    struct {
+        const char *hz, *engine_env, *want;
+    } cases[] = {
+        {NULL, NULL, "posix-cpu-timer 10ms"}, /* the default rate */
+        {"CONTPROF_CPU_HZ=125", NULL, "posix-cpu-timer 8ms"},
+        {"CONTPROF_CPU_HZ=200", NULL, "perf-task-clock 5ms"},
+        {NULL, "CONTPROF_CPU_ENGINE=perf", "perf-task-clock 10ms"},
+        {"CONTPROF_CPU_HZ=200", "CONTPROF_CPU_ENGINE=timer", "posix-cpu-timer 5ms"},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        make_dir();
+        const char *env[5] = {PRELOAD, outdir_env()};
+        int k = 2;
+        if (cases[c].hz) env[k++] = cases[c].hz;
+        if (cases[c].engine_env) env[k++] = cases[c].engine_env;
+        env[k] = NULL;
+        const char *args[] = {"solo", c == 0 ? "1.5" : "0.3", NULL};
+        run_res r;
+        run(args, env, &r);
+        CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+        pset s;
+        pset_load(g_dir, &s);
+        const cp_profile *p = last_of(&s, "cpu", "cpw");
+        CHECK(p != NULL);
+        printf("%s %s: %s\n", cases[c].hz ? cases[c].hz : "(default rate)",
+               cases[c].engine_env ? cases[c].engine_env : "", comment_str(p, "engine="));
+        CHECK_STREQ(comment_str(p, "engine="), cases[c].want);
+        if (c == 0) {
+            double cpu = atof(r.out);
+            double ns = (double)sum_kind(&s, "cpu", "cpw", "burn_solo", 1);
+            int64_t n = sum_kind(&s, "cpu", "cpw", "burn_solo", 0);
+            printf("timers at 100 Hz: %lld samples, %.3f s of CPU attributed, %.3f s measured\n",
+                   (long long)n, ns / 1e9, cpu);
+            CHECK(fabs(ns / 1e9 - cpu) <= 0.1 * cpu);
+            CHECK(fabs((double)n / cpu - 100) <= 10);
+        }
+        pset_free(&s);
+        remove_dir();
+    }
+}
+
+/* Output files are gzip either way: payloads of up to 4 KiB in stored blocks (deflate
+ * BTYPE 00, the payload plus 23 bytes), larger ones compressed. */
+TEST(output_files_gzip)
+{
+    make_dir();
+    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_CPU_HZ=1000", "CONTPROF_WINDOW=200ms",
+                         NULL};
+    const char *args[] = {"cxx", NULL};
+    run_res r;
+    run(args, env, &r);
+    CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+    DIR *d = opendir(g_dir);
+    CHECK(d);
+    int stored = 0, compressed = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strstr(e->d_name, ".pb.gz") || strstr(e->d_name, ".tmp")) continue;
+        char path[600];
+        snprintf(path, sizeof(path), "%s/%s", g_dir, e->d_name);
+        cp_buf b = {0}, raw = {0};
+        cp_err err = {0};
+        CHECK(cp_read_file(path, &b) == 0);
+        CHECK(cp_is_gzip(b.data, b.len));
+        CHECK(cp_gunzip(b.data, b.len, 1 << 26, &raw, &err) == 0);
+        if (raw.len <= 4096) {
+            CHECK_EQ(b.len, raw.len + 23);
+            CHECK_EQ(b.data[10] & 6, 0); /* the first block's BTYPE: stored */
+            stored++;
+        } else {
+            CHECK(b.len < raw.len);
+            CHECK(b.data[10] & 6);
+            compressed++;
+        }
+        cp_buf_close(&b);
+        cp_buf_close(&raw);
+    }
+    closedir(d);
+    printf("%d files stored, %d compressed\n", stored, compressed);
+    CHECK(stored > 0 && compressed > 0);
+    remove_dir();
+}
+
 /* ------------------------------------------------------------------------------------
  * Isolates through the API: a linked program runs two isolates on one thread */
 
@@ -643,4 +731,5 @@ TEST(isolates_api)
 TEST_MAIN(T(isolates_api), T(cpu_ratio), T(inuse_startup), T(alloc_volume), T(churn_inuse_zero),
           T(same_output_threads), T(same_output_realloc_memalign), T(same_output_cxx),
           T(cxx_names_demangled), T(same_output_fork_exec), T(exec_chain_survives),
-          T(agent_out_of_memory), T(unreachable_broker), T(perf_1000hz), T(timer_fallback_1000hz))
+          T(agent_out_of_memory), T(unreachable_broker), T(perf_1000hz), T(timer_fallback_1000hz),
+          T(engine_by_rate), T(output_files_gzip))

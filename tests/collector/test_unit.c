@@ -169,6 +169,17 @@ TEST(config_from_env)
     CHECK_EQ(c.alloc_rate, 0);
     CHECK_EQ(c.children, 1);
     CHECK_STREQ(c.kafka_props, "");
+    CHECK_EQ(c.cpu_engine, CP_ENGINE_AUTO);
+    setenv("CONTPROF_CPU_ENGINE", "perf", 1);
+    cp_config_load(&c, NULL);
+    CHECK_EQ(c.cpu_engine, CP_ENGINE_PERF);
+    setenv("CONTPROF_CPU_ENGINE", "timer", 1);
+    cp_config_load(&c, NULL);
+    CHECK_EQ(c.cpu_engine, CP_ENGINE_TIMER);
+    setenv("CONTPROF_CPU_ENGINE", "auto", 1);
+    cp_config_load(&c, NULL);
+    CHECK_EQ(c.cpu_engine, CP_ENGINE_AUTO);
+    unsetenv("CONTPROF_CPU_ENGINE");
     setenv("CONTPROF_KAFKA_SECURITY_PROTOCOL", "SASL_SSL", 1);
     setenv("CONTPROF_KAFKA_QUEUE", "64", 1); /* the agent's own, not a Kafka property */
     cp_config_load(&c, NULL);

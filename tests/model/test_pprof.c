@@ -132,6 +132,37 @@ static int decode_fix(pbfix *x, cp_err *err)
     return rc;
 }
 
+/* A gzipper kept across buffers gives each the bytes cp_gzip gives, and they inflate back;
+ * it appends to what out already holds. */
+TEST(gzipper_reused)
+{
+    cp_gzipper *g = NULL;
+    CHECK_EQ(cp_gzipper_create(1, &g), 0);
+    CHECK(g != NULL);
+    for (int w = 1; w <= 3; w++) {
+        cp_profile *p = window(w);
+        cp_buf raw = {0}, one = {0}, kept = {0}, back = {0};
+        CHECK_EQ(cp_pprof_encode(p, 0, &raw), 0);
+        CHECK_EQ(cp_gzip(raw.data, raw.len, 1, &one), 0);
+        CHECK_EQ(cp_buf_append(&kept, "ab", 2), 0);
+        CHECK_EQ(cp_gzipper_run(g, raw.data, raw.len, &kept), 0);
+        CHECK_EQ(kept.len, one.len + 2);
+        CHECK(memcmp(kept.data, "ab", 2) == 0);
+        CHECK(memcmp(kept.data + 2, one.data, one.len) == 0);
+        cp_err err = {0};
+        CHECK_EQ(cp_gunzip(kept.data + 2, kept.len - 2, 1 << 24, &back, &err), 0);
+        CHECK_EQ(back.len, raw.len);
+        CHECK(memcmp(back.data, raw.data, raw.len) == 0);
+        cp_buf_close(&raw);
+        cp_buf_close(&one);
+        cp_buf_close(&kept);
+        cp_buf_close(&back);
+        cp_profile_destroy(p);
+    }
+    cp_gzipper_destroy(g);
+    cp_gzipper_destroy(NULL);
+}
+
 TEST(fixture_is_valid)
 {
     pbfix x;
@@ -409,7 +440,7 @@ TEST(error_limits)
     cp_profile_destroy(p);
 }
 
-TEST_MAIN(T(roundtrip_raw_and_gzip), T(fixture_is_valid), T(location_ids_packed_unpacked_mixed),
+TEST_MAIN(T(roundtrip_raw_and_gzip), T(gzipper_reused), T(fixture_is_valid), T(location_ids_packed_unpacked_mixed),
           T(encoder_matches_protobuf_c),
           T(error_huge_string_index), T(error_truncated), T(error_huge_length),
           T(error_missing_empty_string0), T(error_out_of_range_ids), T(error_wrong_value_count),
