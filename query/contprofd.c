@@ -180,7 +180,9 @@ int main(int argc, char **argv)
                    d.cfg.http_host);
         goto fail_msg;
     }
+#ifdef CP_HAVE_INGEST
     cp_ingest_malloc_policy();
+#endif
     /* libuv sizes its threadpool once, at first use: give every query slot a thread. */
     char tp[16];
     snprintf(tp, sizeof tp, "%u", d.cfg.concurrency < 128 ? d.cfg.concurrency : 128);
