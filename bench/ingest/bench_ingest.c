@@ -28,6 +28,7 @@
 #define SEC 1000000000LL
 #define NDISTINCT 32
 #define NSERIES 8
+#define STALL_S 60
 
 static cp_buf payload[NDISTINCT], rawload[NDISTINCT];
 static int use_raw;
@@ -157,8 +158,10 @@ typedef struct run {
 typedef long (*step_fn)(void *arg);
 
 /* Starts the agents' side in a child process and runs step until nwin messages are
- * consumed, telling the child how far the consumer is; then finish (if any) is timed too. */
-static int drive(const char *brokers, step_fn step, void (*finish)(void *), void *arg, run *r)
+ * consumed, telling the child how far the consumer is; then finish (if any) is timed too.
+ * No progress for STALL_S seconds fails the run (describe, if any, says where it stood). */
+static int drive(const char *brokers, step_fn step, void (*finish)(void *),
+                 void (*describe)(void *), void *arg, run *r)
 {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "'%s' --produce '%s' %ld", self, brokers, nwin);
@@ -171,7 +174,16 @@ static int drive(const char *brokers, step_fn step, void (*finish)(void *), void
     long told = -1, m0 = -1, done;
     double start = 0, cstart = 0, bstart = 0;
     /* the clock starts with the first message (joining the group takes seconds) */
+    double moved = now_s();
     while ((done = step(arg)) >= 0 && done < nwin) {
+        if (done != told) moved = now_s();
+        if (now_s() - moved > STALL_S) { /* a hang must fail the bench, not stop it */
+            fprintf(stderr, "bench_ingest: no progress for %d s at %ld of %ld messages\n", STALL_S,
+                    done, nwin);
+            if (describe) describe(arg);
+            done = -1;
+            break;
+        }
         if (m0 < 0 && done > 0) {
             start = now_s();
             cstart = proc_cpu();
@@ -260,6 +272,19 @@ static long ingest_step(void *arg)
     return (long)(st.messages + st.gap);
 }
 
+static void ingest_describe(void *arg)
+{
+    cp_ingest_stats st;
+    cp_ingest_get_stats(arg, &st);
+    fprintf(stderr,
+            "bench_ingest: ingest at messages %llu windows %llu gap %llu skipped %llu "
+            "duplicates %llu lag %lld partitions %u batches %llu\n",
+            (unsigned long long)st.messages, (unsigned long long)st.windows,
+            (unsigned long long)st.gap, (unsigned long long)st.skipped,
+            (unsigned long long)st.duplicates, (long long)st.lag, st.partitions,
+            (unsigned long long)st.batches);
+}
+
 static void ingest_finish(void *arg)
 {
     cp_ingest_stop(arg); /* writes the last batch */
@@ -335,7 +360,7 @@ int main(int argc, char **argv)
         transport t = {0};
         if (transport_open(&t, cp_broker_bootstraps(br), &err)) goto fail;
         run r;
-        if (drive(cp_broker_bootstraps(br), transport_step, NULL, &t, &r)) return 1;
+        if (drive(cp_broker_bootstraps(br), transport_step, NULL, NULL, &t, &r)) return 1;
         report("transport", &r);
         transport_close(&t);
         cp_broker_destroy(br);
@@ -354,7 +379,7 @@ int main(int argc, char **argv)
     cp_ingest_options io = {.brokers = bootstraps, .batch_max_messages = 512, .batch_max_ms = 200};
     if (cp_ingest_create(&io, s, &ing, &err) || cp_ingest_start(ing, &err)) goto fail;
     run r;
-    if (drive(bootstraps, ingest_step, ingest_finish, ing, &r)) return 1;
+    if (drive(bootstraps, ingest_step, ingest_finish, ingest_describe, ing, &r)) return 1;
     cp_ingest_stats st;
     cp_ingest_get_stats(ing, &st);
     printf("kafka_windows %llu\n", (unsigned long long)st.windows);
