@@ -172,7 +172,7 @@ if [ -n "$GPERF" ]; then
     ref collector.cpu_1000hz_minus_gperftools_1000hz_configured "$(minus cpu_1000 gperf_1000)"
 fi
 timed collector.malloc_512k_cpu_ratio "<=" 1.05 malloc_agent
-[ -s "$TMP/retries" ] && ref collector.bench_retried_pairs "$(sort "$TMP/retries" | uniq -c | awk '{ printf "%s%s x%d", NR > 1 ? ", " : "", $2, $1 }')"
+[ -s "$TMP/retries" ] && ref collector.bench_retried_pairs "$(sort "$TMP/retries" | uniq -c | awk '{ printf "%s%s x%d", (NR > 1 ? ", " : ""), $2, $1 }')"
 
 # What "1000 Hz" really delivers, and what one sample costs: gperftools' setitimer gives
 # about 250 signals per CPU second here (the kernel tick), ours 1000 (perf task-clock)
