@@ -177,15 +177,17 @@ timed collector.malloc_512k_cpu_ratio "<=" 1.05 malloc_agent
 # What "1000 Hz" really delivers, and what one sample costs: gperftools' setitimer gives
 # about 250 signals per CPU second here (the kernel tick), ours 1000 (perf task-clock)
 if [ -n "$GPERF" ] && [ -x "$BUILD/query/contprof" ]; then
-    oc=$(env CONTPROF_CPU_HZ=1000 CONTPROF_ALLOC_RATE=-1 CONTPROF_WINDOW=1s CONTPROF_OUTPUT_DIR="$TMP/rate" \
-        LD_PRELOAD="$LIB" taskset -c 0 "$CPB" cpu 1 "$UC" 0 | awk '{print $2}')
-    orate=$(awk -v n="$(samples "$TMP/rate")" -v c="$oc" 'BEGIN { printf "%.0f", n / c }')
+    # ours_rate HZ: samples per CPU second that our agent delivers at HZ
+    ours_rate() {
+        c=$(env CONTPROF_CPU_HZ="$1" CONTPROF_ALLOC_RATE=-1 CONTPROF_WINDOW=1s CONTPROF_OUTPUT_DIR="$TMP/rate$1" \
+            LD_PRELOAD="$LIB" taskset -c 0 "$CPB" cpu 1 "$UC" 0 | awk '{print $2}')
+        awk -v n="$(samples "$TMP/rate$1")" -v c="$c" 'BEGIN { printf "%.0f", n / c }'
+    }
+    orate=$(ours_rate 1000)
     gc=$(env CPUPROFILE="$TMP/rate.prof" CPUPROFILE_FREQUENCY=1000 LD_PRELOAD="$GPERF" \
         taskset -c 0 "$CPB" cpu 1 "$UC" 0 2> /dev/null | awk '{print $2}')
     grate=$(awk -v n="$(gperf_samples "$TMP"/rate.prof*)" -v c="$gc" 'BEGIN { printf "%.0f", n / c }')
-    oc2=$(env CONTPROF_CPU_HZ=250 CONTPROF_ALLOC_RATE=-1 CONTPROF_WINDOW=1s CONTPROF_OUTPUT_DIR="$TMP/rate250" \
-        LD_PRELOAD="$LIB" taskset -c 0 "$CPB" cpu 1 "$UC" 0 | awk '{print $2}')
-    ref collector.cpu_250hz_samples_per_cpu_s "$(awk -v n="$(samples "$TMP/rate250")" -v c="$oc2" 'BEGIN { printf "%.0f", n / c }')"
+    ref collector.cpu_250hz_samples_per_cpu_s "$(ours_rate 250)"
     ref collector.cpu_1000hz_samples_per_cpu_s "$orate"
     ref collector.gperftools_1000hz_samples_per_cpu_s "$grate"
     # overhead / samples per CPU second = CPU time per sample
