@@ -1,5 +1,5 @@
-/* Unit tests of the query stage's parsers and renderers: selectors, times, durations,
- * query strings, and the top / folded / JSON views. */
+/* Unit tests of the query stage's parsers and renderers: selectors, query strings, and the
+ * top / folded / JSON views. */
 #include <regex.h>
 
 #include "params.h"
@@ -112,57 +112,7 @@ TEST(regex_guard)
     cp_profile_destroy(p);
 }
 
-/* ---- times, durations, query strings ------------------------------------------------ */
-
-TEST(times_and_durations)
-{
-    int64_t t, d, now = 1764424800LL * 1000000000LL; /* 2025-11-29T14:00:00Z */
-    cp_err err = {0};
-    CHECK(cp_parse_time("2025-11-29T14:00:00Z", now, &t, &err) == 0);
-    CHECK_EQ(t, now);
-    CHECK(cp_parse_time("2025-11-29T15:00:00.5+01:00", now, &t, &err) == 0);
-    CHECK_EQ(t, now + 500000000LL);
-    CHECK(cp_parse_time("1764424800", now, &t, &err) == 0);
-    CHECK_EQ(t, now);
-    CHECK(cp_parse_time("1764424800.25", now, &t, &err) == 0);
-    CHECK_EQ(t, now + 250000000LL);
-    CHECK(cp_parse_time("now", now, &t, &err) == 0);
-    CHECK_EQ(t, now);
-    CHECK(cp_parse_time("now-15m", now, &t, &err) == 0);
-    CHECK_EQ(t, now - 900LL * 1000000000LL);
-    CHECK(cp_parse_time("now+1h", now, &t, &err) == 0);
-    CHECK_EQ(t, now + 3600LL * 1000000000LL);
-    CHECK(cp_parse_time("-1h", now, &t, &err) == 0);
-    CHECK_EQ(t, now - 3600LL * 1000000000LL);
-    CHECK(cp_parse_time("-7d", now, &t, &err) == 0);
-    CHECK_EQ(t, now - 7 * 86400LL * 1000000000LL);
-    const char *bad[] = {"", "yesterday", "2025-13-01T00:00:00Z", "2025-02-29T00:00:00Z",
-                         "2025-11-29T14:00:00", "now-", "now-15x", "-", "12abc", "1e9",
-                         "2025-11-29T14:00:00+1:00", "99999999999999999999", NULL};
-    for (const char **b = bad; *b; b++) {
-        CHECK_EQ(cp_parse_time(*b, now, &t, &err), CP_EPARSE);
-        CHECK_CONTAINS(err.msg, "bad time");
-    }
-    CHECK(cp_parse_duration("1h30m", 0, &d, &err) == 0);
-    CHECK_EQ(d, 5400LL * 1000000000LL);
-    CHECK(cp_parse_duration("90", 0, &d, &err) == 0);
-    CHECK_EQ(d, 90LL * 1000000000LL);
-    CHECK(cp_parse_duration("1.5s", 0, &d, &err) == 0);
-    CHECK_EQ(d, 1500000000LL);
-    CHECK(cp_parse_duration("2w", 0, &d, &err) == 0);
-    CHECK_EQ(d, 14 * 86400LL * 1000000000LL);
-    CHECK_EQ(cp_parse_time("0001-01-01T00:00:00Z", now, &t, &err), CP_EPARSE);
-    CHECK_EQ(cp_parse_time("now+15000w", now, &t, &err), CP_EPARSE); /* past int64 */
-    CHECK(cp_parse_time("-15000w", now, &t, &err) == 0);
-    CHECK_EQ(cp_parse_time("9999-12-31T23:59:59Z", now, &t, &err), CP_EPARSE);
-    CHECK_EQ(cp_parse_duration("0s", 0, &d, &err), CP_EPARSE);
-    CHECK_EQ(cp_parse_duration("5y", 0, &d, &err), CP_EPARSE);
-    CHECK_EQ(cp_parse_duration("10 s", 0, &d, &err), CP_EPARSE);
-    CHECK_EQ(cp_parse_duration("99999999999w", 0, &d, &err), CP_EPARSE);
-    char buf[40];
-    cp_format_time(now + 5000000, buf, sizeof buf);
-    CHECK_STREQ(buf, "2025-11-29T14:00:00.005Z");
-}
+/* ---- query strings (times and durations: tests/model/test_times.c) ------------------ */
 
 TEST(query_strings)
 {
@@ -315,6 +265,6 @@ TEST(render_filter)
     cp_profile_destroy(p);
 }
 
-TEST_MAIN(T(selector_matches), T(selector_errors_name_the_byte), T(regex_guard), T(times_and_durations),
+TEST_MAIN(T(selector_matches), T(selector_errors_name_the_byte), T(regex_guard),
           T(query_strings), T(render_folded), T(render_top), T(render_json_tree_and_pruning),
           T(render_filter))
