@@ -1,0 +1,231 @@
+/* The contprof CLI as people and scripts see it, driven against the real contprofd on a
+ * fixed data set: each human table against a committed golden file (tests/query/golden),
+ * `-o json` / `--format json` byte for byte against the JSON the CLI printed before tables
+ * existed, the error messages that name the cause, the help texts and the bash completion.
+ * CP_UPDATE_GOLDEN=1 rewrites the golden files instead of comparing (CP_CLI picks the
+ * contprof binary, e.g. an older build to capture its JSON). */
+#include <time.h>
+
+#include "daemon.h"
+#include "fixture.h"
+#include "qtest.h"
+
+#define S(x) ((int64_t)(x)*1000000000LL)
+static const int64_t T0 = 1764000000; /* 2025-11-24T16:00:00Z */
+
+/* ---- the fixed data set and the daemon ---------------------------------------------- */
+
+static cp_profile *alloc_profile(void)
+{
+    cp_profile *p = cp_profile_create();
+    CHECK(p);
+    CHECK(cp_profile_add_sample_type(p, "alloc_objects", "count") == 0);
+    CHECK(cp_profile_add_sample_type(p, "alloc_space", "bytes") == 0);
+    return p;
+}
+
+/* Two services over 10 minutes from T0: api (version 1, then 2 with a new slow path and
+ * less time in c) and web, cpu; api's allocations over the first 5 minutes. */
+static void fill(qfx *f)
+{
+    for (int w = 0; w < 60; w++) {
+        cp_profile *p = qt_cpu_profile();
+        int64_t x = 1 + w % 3;
+        qt_add(p, "main;a;b", x, x * 10000000);
+        qt_add(p, "main;c", w < 30 ? 5 : 2, w < 30 ? 50000000 : 20000000);
+        if (w >= 30) qt_add(p, "main;d;slow", 7, 70000000);
+        qfx_add(f, "default", CP_KIND_CPU,
+                w < 30 ? "service=api,version=1,instance=i1" : "service=api,version=2,instance=i1",
+                S(T0 + 10 * w), p);
+        cp_profile_destroy(p);
+        if (w < 30) {
+            p = qt_cpu_profile();
+            qt_add(p, "main;serve;parse", 3, 30000000);
+            qfx_add(f, "default", CP_KIND_CPU, "service=web,instance=w1", S(T0 + 10 * w), p);
+            cp_profile_destroy(p);
+            p = alloc_profile();
+            qt_add(p, "main;a;grow", 1 + w % 4, (1 + w % 4) * 1048576);
+            qt_add(p, "main;c;buf", 2, 8192);
+            qfx_add(f, "default", CP_KIND_ALLOC, "service=api,version=1,instance=i1",
+                    S(T0 + 10 * w), p);
+            cp_profile_destroy(p);
+        }
+    }
+    qfx_commit(f);
+}
+
+typedef struct env {
+    proc d;
+    char dir[64], store[128], conf[128], url[64];
+} env;
+
+static void env_start(env *e)
+{
+    snprintf(e->dir, sizeof e->dir, "/tmp/cpcli-XXXXXX");
+    CHECK(mkdtemp(e->dir));
+    snprintf(e->store, sizeof e->store, "%s/store", e->dir);
+    snprintf(e->conf, sizeof e->conf, "%s/c.conf", e->dir);
+    qfx f = {0};
+    qfx_open_store(&f, e->store);
+    fill(&f);
+    qfx_close(&f, 0);
+    FILE *cf = fopen(e->conf, "w");
+    CHECK(cf);
+    /* The data is from 2025: keep it forever, or retention would remove it. */
+    fprintf(cf, "listen = 127.0.0.1:0\nbrokers = 127.0.0.1:9\nretention.raw = 0\n"
+                "retention.rollup = 0\nquery.max_range = 30d\n");
+    fclose(cf);
+    const char *args[] = {"--config", e->conf, "--data", e->store, NULL};
+    start_daemon(&e->d, e->dir, args);
+    snprintf(e->url, sizeof e->url, "http://127.0.0.1:%d", e->d.port);
+}
+
+static void env_stop(env *e)
+{
+    CHECK_EQ(stop_daemon(&e->d, SIGTERM), 0);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", e->dir);
+    CHECK(system(cmd) == 0);
+}
+
+/* ---- running the CLI ---------------------------------------------------------------- */
+
+static const char *cli(void)
+{
+    static char path[512];
+    const char *c = getenv("CP_CLI");
+    if (c && *c) return c;
+    snprintf(path, sizeof path, "%s/query/contprof", bindir());
+    return path;
+}
+
+/* Runs `contprof ARGS` (through sh, so ARGS may quote) with stdout to out and stderr to
+ * err (each NUL-terminated; err may be NULL to send it to out); returns the exit status. */
+static int run(const char *args, char *out, size_t olen, char *err, size_t elen)
+{
+    char ef[64], cmd[4096];
+    snprintf(ef, sizeof ef, "/tmp/cpcli-err-%d", (int)getpid());
+    snprintf(cmd, sizeof cmd, "%s %s 2>%s", cli(), args, err ? ef : "&1");
+    FILE *p = popen(cmd, "r");
+    CHECK(p);
+    size_t n = 0, r;
+    while (n < olen - 1 && (r = fread(out + n, 1, olen - 1 - n, p)) > 0)
+        n += r;
+    out[n] = 0;
+    int st = pclose(p);
+    if (err) {
+        slurp(ef, err, elen);
+        unlink(ef);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Compares text with tests/query/golden/name, or writes it there with CP_UPDATE_GOLDEN. */
+static void golden(const char *name, const char *text)
+{
+    const char *src = getenv("CP_SOURCE_DIR");
+    char path[512];
+    snprintf(path, sizeof path, "%s/tests/query/golden/%s", src ? src : ".", name);
+    const char *up = getenv("CP_UPDATE_GOLDEN");
+    if (up && *up == '1') {
+        FILE *f = fopen(path, "w");
+        CHECK(f);
+        fputs(text, f);
+        fclose(f);
+        return;
+    }
+    static char want[1 << 16];
+    slurp(path, want, sizeof want);
+    if (strcmp(want, text) != 0)
+        fprintf(stderr, "golden %s differs; got:\n%s\n--- want:\n%s\n", name, text, want);
+    CHECK_STREQ(text, want);
+}
+
+/* The commands with a table view and their golden names, over the fixed data set. */
+typedef struct view {
+    const char *name, *args;
+} view;
+
+static void views(const env *e, view *v, char bufs[][512])
+{
+    const long long t = (long long)T0;
+    const char *fmt[] = {
+        "series",
+        "series --server %s --from %lld --to %lld",
+        "labels",
+        "labels --server %s",
+        "labels_version",
+        "labels --server %s version",
+        "timeline_cpu",
+        "timeline --server %s --type cpu --select '{service=\"api\"}' --from %lld "
+        "--to %lld --step 1m",
+        "timeline_alloc",
+        "timeline --server %s --type alloc --from %lld --to %lld --step 30s",
+        "diff",
+        "diff --server %s --type cpu --select '{service=\"api\"}' --from %lld --to %lld "
+        "--base-from %lld --base-to %lld",
+    };
+    snprintf(bufs[0], 512, fmt[1], e->url, t, t + 3600);
+    snprintf(bufs[1], 512, fmt[3], e->url);
+    snprintf(bufs[2], 512, fmt[5], e->url);
+    snprintf(bufs[3], 512, fmt[7], e->url, t, t + 600);
+    snprintf(bufs[4], 512, fmt[9], e->url, t, t + 300);
+    snprintf(bufs[5], 512, fmt[11], e->url, t + 300, t + 600, t, t + 300);
+    for (int i = 0; i < 6; i++) {
+        v[i].name = fmt[2 * i];
+        v[i].args = bufs[i];
+    }
+}
+
+/* ---- tests -------------------------------------------------------------------------- */
+
+/* -o json and --format json print exactly what the CLI printed before it had tables. */
+TEST(json_is_unchanged)
+{
+    env e = {0};
+    env_start(&e);
+    view v[6];
+    char bufs[6][512];
+    views(&e, v, bufs);
+    static char out[1 << 16], err[4096];
+    const char *up = getenv("CP_UPDATE_GOLDEN");
+    const char *flags[] = {"--format json", "-o json", "--output json"};
+    for (int i = 0; i < 6; i++) {
+        for (int k = 0; k < (up && *up == '1' ? 1 : 3); k++) {
+            char args[700], name[64];
+            snprintf(args, sizeof args, "%s %s", v[i].args, flags[k]);
+            CHECK_EQ(run(args, out, sizeof out, err, sizeof err), 0);
+            CHECK_STREQ(err, "");
+            snprintf(name, sizeof name, "%s.json", v[i].name);
+            golden(name, out);
+        }
+    }
+    env_stop(&e);
+}
+
+/* Without -o json, whether stdout is a terminal or not (here a pipe): tables. */
+TEST(tables_against_golden_files)
+{
+    env e = {0};
+    env_start(&e);
+    view v[6];
+    char bufs[6][512];
+    views(&e, v, bufs);
+    static char out[1 << 16], err[4096];
+    for (int i = 0; i < 6; i++) {
+        CHECK_EQ(run(v[i].args, out, sizeof out, err, sizeof err), 0);
+        CHECK_STREQ(err, "");
+        char name[64];
+        snprintf(name, sizeof name, "%s.txt", v[i].name);
+        golden(name, out);
+        /* -o table is the same as the default */
+        char args[700];
+        static char again[1 << 16];
+        snprintf(args, sizeof args, "%s -o table", v[i].args);
+        CHECK_EQ(run(args, again, sizeof again, err, sizeof err), 0);
+        CHECK_STREQ(again, out);
+    }
+    env_stop(&e);
+}
+
+TEST_MAIN(T(json_is_unchanged), T(tables_against_golden_files))
