@@ -103,10 +103,14 @@ static const char *cli(void)
  * err (each NUL-terminated; err may be NULL to send it to out); returns the exit status. */
 static int run(const char *args, char *out, size_t olen, char *err, size_t elen)
 {
-    char ef[64], cmd[4096];
+    char ef[64];
     snprintf(ef, sizeof ef, "/tmp/cpcli-err-%d", (int)getpid());
-    snprintf(cmd, sizeof cmd, "%s %s 2>%s", cli(), args, err ? ef : "&1");
+    size_t cl = strlen(args) + 1024;
+    char *cmd = malloc(cl);
+    CHECK(cmd);
+    snprintf(cmd, cl, "%s %s 2>%s", cli(), args, err ? ef : "&1");
     FILE *p = popen(cmd, "r");
+    free(cmd);
     CHECK(p);
     size_t n = 0, r;
     while (n < olen - 1 && (r = fread(out + n, 1, olen - 1 - n, p)) > 0)
@@ -228,4 +232,190 @@ TEST(tables_against_golden_files)
     env_stop(&e);
 }
 
-TEST_MAIN(T(json_is_unchanged), T(tables_against_golden_files))
+static const char *go_cpu_file(void)
+{
+    static char file[512];
+    const char *src = getenv("CP_SOURCE_DIR");
+    snprintf(file, sizeof file, "%s/tests/fuzz/corpus/fuzz_pprof/go_cpu.pb.gz", src ? src : ".");
+    return file;
+}
+
+/* Each refusal names its cause: the flag, the limit, the field. */
+TEST(errors_name_the_cause)
+{
+    env e = {0};
+    env_start(&e);
+    static char out[1 << 16], err[1 << 14], args[1 << 15];
+    /* A time beyond what fits: the range limit, named by the CLI before sending ... */
+    snprintf(args, sizeof args, "timeline --server %s --to 9999-12-31T23:59:59Z", e.url);
+    CHECK_EQ(run(args, out, sizeof out, err, sizeof err), 2);
+    CHECK_STREQ(err, "contprof timeline: --to: bad time '9999-12-31T23:59:59Z': after "
+                     "2262-04-11T23:47:16Z, the latest time contprof can represent (unix "
+                     "nanoseconds in 64 bits)\n");
+    /* ... and by the API, with the parameter. */
+    cp_http_result r;
+    cp_err cerr = {0};
+    CHECK(cp_http_get(e.url, "/api/v1/profile?to=9999-12-31T23:59:59Z", NULL, 30000, 0, &r,
+                      &cerr) == 0);
+    CHECK_EQ(r.status, 400);
+    cp_buf_append(&r.body, "", 1);
+    CHECK_CONTAINS((char *)r.body.data,
+                   "{\"error\":\"bad to: bad time '9999-12-31T23:59:59Z': after "
+                   "2262-04-11T23:47:16Z, the latest time");
+    cp_buf_close(&r.body);
+    /* A window longer than the server allows: its limit, from the server. */
+    snprintf(args, sizeof args, "series --server %s --from -60d -o json", e.url);
+    CHECK_EQ(run(args, out, sizeof out, err, sizeof err), 0); /* series: no range limit */
+    snprintf(args, sizeof args, "timeline --server %s --from -60d", e.url);
+    CHECK_EQ(run(args, out, sizeof out, err, sizeof err), 1);
+    CHECK_CONTAINS(err, "exceeds the longest allowed window of 2592000 s");
+    snprintf(args, sizeof args, "timeline --server %s --step 5x", e.url);
+    CHECK_EQ(run(args, out, sizeof out, err, sizeof err), 2);
+    CHECK_CONTAINS(err, "contprof timeline: --step: bad duration '5x'");
+    snprintf(args, sizeof args, "series --server %s --format folded", e.url);
+    CHECK_EQ(run(args, out, sizeof out, err, sizeof err), 2);
+    CHECK_CONTAINS(err, "contprof series: --format: expected table (default) or json");
+    /* import: 300 labels name the 64-label limit (not "out of memory") ... */
+    int n = snprintf(args, sizeof args, "import --brokers 127.0.0.1:9");
+    for (int i = 0; i < 300; i++)
+        n += snprintf(args + n, sizeof args - (size_t)n, " --label l%d=v", i);
+    snprintf(args + n, sizeof args - (size_t)n, " '%s'", go_cpu_file());
+    CHECK_EQ(run(args, out, sizeof out, err, sizeof err), 2);
+    CHECK_STREQ(err, "contprof import: 301 distinct labels (service and --label): ingest accepts "
+                     "at most 64 labels per series\n");
+    /* ... a value over 1,024 bytes names that limit ... */
+    n = snprintf(args, sizeof args, "import --brokers 127.0.0.1:9 --label big=");
+    for (int i = 0; i < 1025; i++)
+        args[n++] = 'x';
+    snprintf(args + n, sizeof args - (size_t)n, " '%s'", go_cpu_file());
+    CHECK_EQ(run(args, out, sizeof out, err, sizeof err), 2);
+    CHECK_STREQ(err, "contprof import: --label big: the value is 1025 bytes, over the limit of "
+                     "1024 bytes per label value\n");
+    /* ... and what ingest would refuse is not sent, nor reported delivered. */
+    snprintf(args, sizeof args, "import --brokers 127.0.0.1:9 --tenant 'no spaces' '%s'",
+             go_cpu_file());
+    CHECK_EQ(run(args, out, sizeof out, err, sizeof err), 1);
+    CHECK_CONTAINS(err, "go_cpu.pb.gz: not sent, ingest would refuse it: tenant \"no spaces\" "
+                        "is invalid");
+    CHECK_CONTAINS(err, "0 envelope(s) from 0 file(s) delivered");
+    snprintf(args, sizeof args, "import --brokers 127.0.0.1:9 --duration 2d '%s'", go_cpu_file());
+    CHECK_EQ(run(args, out, sizeof out, err, sizeof err), 1);
+    CHECK_CONTAINS(err, "not sent, ingest would refuse it: window_duration_ns 172800000000000 is "
+                        "out of range (0, 1 day]");
+    snprintf(args, sizeof args, "import --brokers 127.0.0.1:9 --at tomorrow '%s'", go_cpu_file());
+    CHECK_EQ(run(args, out, sizeof out, err, sizeof err), 2);
+    CHECK_CONTAINS(err, "contprof import: --at: bad time 'tomorrow' (expected RFC 3339");
+    env_stop(&e);
+}
+
+/* `import --at now` takes the same grammar as queries, and the window is stored. */
+TEST(import_at_now_is_stored)
+{
+    env e = {0};
+    snprintf(e.dir, sizeof e.dir, "/tmp/cpcli-XXXXXX");
+    CHECK(mkdtemp(e.dir));
+    snprintf(e.store, sizeof e.store, "%s/store", e.dir);
+    const char *args[] = {"--data", e.store, "--http", "127.0.0.1:0", NULL}; /* embedded broker */
+    start_daemon(&e.d, e.dir, args);
+    snprintf(e.url, sizeof e.url, "http://127.0.0.1:%d", e.d.port);
+    static char out[1 << 16], err[4096], cmd[2048];
+    snprintf(cmd, sizeof cmd, "import --server %s --service nowsvc --at now --duration 10s '%s'",
+             e.url, go_cpu_file());
+    CHECK_EQ(run(cmd, out, sizeof out, err, sizeof err), 0);
+    CHECK_CONTAINS(err, "1 envelope(s) from 1 file(s) delivered");
+    /* Ingest is asynchronous (the first consumer-group join takes seconds): poll. */
+    snprintf(cmd, sizeof cmd, "series --server %s --select '{service=\"nowsvc\"}' --from -10m",
+             e.url);
+    int found = 0;
+    for (int i = 0; i < 600 && !found; i++) {
+        CHECK_EQ(run(cmd, out, sizeof out, err, sizeof err), 0);
+        found = strstr(out, "nowsvc") != NULL;
+        if (!found) usleep(100000);
+    }
+    CHECK(found);
+    CHECK_CONTAINS(out, "TYPE  SERVICE  FIRST");
+    env_stop(&e);
+}
+
+/* Every command's --help shows examples. */
+TEST(help_shows_examples)
+{
+    static char out[1 << 16], err[4096];
+    const char *cmds[] = {
+        "--help",      "query --help",    "top --help",    "series --help", "labels --help",
+        "diff --help", "timeline --help", "import --help", "merge --help",  "completion --help",
+        NULL};
+    for (const char **c = cmds; *c; c++) {
+        CHECK_EQ(run(*c, out, sizeof out, err, sizeof err), 0);
+        if (!strstr(out, "examples:\n  contprof ") && !strstr(out, "examples:\n  source "))
+            fprintf(stderr, "contprof %s: no examples in:\n%s\n", *c, out);
+        CHECK(strstr(out, "examples:\n  contprof ") || strstr(out, "examples:\n  source "));
+    }
+    CHECK_EQ(run("--help", out, sizeof out, err, sizeof err), 0);
+    CHECK_CONTAINS(out, "-o json (or\n--format json) prints the HTTP API's JSON");
+}
+
+/* The completion script parses, lists the subcommands and each one's flags, and completes
+ * label names from the server. */
+TEST(bash_completion)
+{
+    env e = {0};
+    env_start(&e);
+    static char out[1 << 16], err[4096], cmd[4096];
+    char script[128];
+    snprintf(script, sizeof script, "%s/completion.bash", e.dir);
+    snprintf(cmd, sizeof cmd, "completion bash > %s", script);
+    CHECK_EQ(run(cmd, out, sizeof out, err, sizeof err), 0);
+    snprintf(cmd, sizeof cmd, "bash -n %s", script);
+    CHECK_EQ(system(cmd), 0);
+    slurp(script, out, sizeof out);
+    CHECK_CONTAINS(out, "local cmds=\"merge query top series labels diff timeline");
+    CHECK_CONTAINS(out, "complete -F _contprof contprof\n");
+    CHECK(strstr(out, " import") && strstr(out, " completion"));
+    /* Drive it as bash would: COMP_WORDS, COMP_CWORD, then COMPREPLY. */
+    const struct {
+        const char *words, *want;
+    } cases[] = {
+        {"ti", "timeline"},
+        {"timeline --st", "--step"},
+        {"top --type i", "inuse"},
+        {"series -o j", "json"},
+        {"diff --base-f", "--base-from"},
+        {"labels --server URL ''", "instance service version"},
+        {"series --server URL --select '{s'", "{service="},
+        {"completion ''", "bash"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char words[256];
+        const char *u = strstr(cases[i].words, "URL");
+        if (u)
+            snprintf(words, sizeof words, "%.*s%s%s", (int)(u - cases[i].words), cases[i].words,
+                     e.url, u + 3);
+        else
+            snprintf(words, sizeof words, "%s", cases[i].words);
+        /* A file, not bash -c: the words have quotes of their own. */
+        char f[160];
+        snprintf(f, sizeof f, "%s/case.sh", e.dir);
+        FILE *fp = fopen(f, "w");
+        CHECK(fp);
+        fprintf(fp,
+                "source %s\nCOMP_WORDS=(%s %s)\nCOMP_CWORD=$((${#COMP_WORDS[@]} - 1))\n"
+                "_contprof\necho \"${COMPREPLY[*]}\"\n",
+                script, cli(), words);
+        fclose(fp);
+        snprintf(cmd, sizeof cmd, "bash %s", f);
+        FILE *p = popen(cmd, "r");
+        CHECK(p);
+        size_t k = fread(out, 1, sizeof out - 1, p);
+        out[k] = 0;
+        pclose(p);
+        char want[256];
+        snprintf(want, sizeof want, "%s\n", cases[i].want);
+        if (strcmp(out, want) != 0) fprintf(stderr, "completing '%s':\n", words);
+        CHECK_STREQ(out, want);
+    }
+    env_stop(&e);
+}
+
+TEST_MAIN(T(json_is_unchanged), T(tables_against_golden_files), T(errors_name_the_cause),
+          T(import_at_now_is_stored), T(help_shows_examples), T(bash_completion))

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -44,6 +45,7 @@ static inline void start_daemon(proc *p, const char *dir, const char *const *arg
     p->pid = fork();
     CHECK(p->pid >= 0);
     if (p->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed CHECK leaves no daemon behind */
         FILE *f = freopen(p->log, "w", stderr);
         (void)f;
         const char *argv[32] = {bin};
