@@ -344,7 +344,7 @@ TEST(help_shows_examples)
     const char *cmds[] = {
         "--help",      "query --help",    "top --help",    "series --help", "labels --help",
         "diff --help", "timeline --help", "import --help", "merge --help",  "completion --help",
-        NULL};
+        "run --help",  NULL};
     for (const char **c = cmds; *c; c++) {
         CHECK_EQ(run(*c, out, sizeof out, err, sizeof err), 0);
         if (!strstr(out, "examples:\n  contprof ") && !strstr(out, "examples:\n  source "))
