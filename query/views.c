@@ -16,7 +16,7 @@
 
 typedef struct table {
     uint32_t ncols;
-    uint32_t right; /* bit c: column c is right-aligned (numbers) */
+    uint32_t right; /* bit c: column c (< 32) is right-aligned (numbers) */
     CP_VEC(char *) cells;
     int nomem;
 } table;
@@ -59,27 +59,28 @@ static size_t width(const char *s)
 static int table_print(const table *t, cp_buf *out)
 {
     if (t->nomem) return CP_ENOMEM;
-    size_t w[32] = {0};
-    uint32_t nc = t->ncols < 32 ? t->ncols : 32;
+    size_t *w = calloc(t->ncols, sizeof *w);
+    if (!w) return CP_ENOMEM;
     for (uint32_t i = 0; i < t->cells.n; i++) {
         size_t x = width(t->cells.v[i]);
-        if (i % t->ncols < nc && x > w[i % t->ncols]) w[i % t->ncols] = x;
+        if (x > w[i % t->ncols]) w[i % t->ncols] = x;
     }
-    for (uint32_t i = 0; i < t->cells.n; i++) {
+    int rc = 0;
+    for (uint32_t i = 0; i < t->cells.n && !rc; i++) {
         uint32_t c = i % t->ncols;
         const char *s = t->cells.v[i];
-        int pad = c < nc ? (int)(w[c] - width(s)) : 0;
-        int right = t->right >> c & 1;
-        if (cp_buf_printf(out, "%s%*s%s%*s", c ? "  " : "", right ? pad : 0, "", s, right ? 0 : pad,
-                          ""))
-            return CP_ENOMEM;
-        if (c == t->ncols - 1) {
+        int pad = (int)(w[c] - width(s));
+        int right = c < 32 && (t->right >> c & 1);
+        rc = cp_buf_printf(out, "%s%*s%s%*s", c ? "  " : "", right ? pad : 0, "", s,
+                           right ? 0 : pad, "");
+        if (!rc && c == t->ncols - 1) {
             while (out->len && out->data[out->len - 1] == ' ')
                 out->len--;
-            if (cp_buf_append(out, "\n", 1)) return CP_ENOMEM;
+            rc = cp_buf_append(out, "\n", 1);
         }
     }
-    return 0;
+    free(w);
+    return rc ? CP_ENOMEM : 0;
 }
 
 /* "2025-11-24T16:00:00.000Z" -> "2025-11-24T16:00:00Z" (milliseconds kept when not 0). */
