@@ -104,7 +104,8 @@ static void usage(FILE *f, const char *cmd)
             "  --from/--to T  RFC 3339, unix seconds, now, now-15m or -1h (default: the last hour)\n"
             "  --timeout D    give up after D (default 2m; a bare number is seconds)\n"
             "  -o json        the API's JSON as it comes (also --format json); -o FILE writes to\n"
-            "                 FILE. Without it, tables, whether or not stdout is a terminal.\n\n"
+            "                 FILE. Without json, series, labels, timeline and diff print\n"
+            "                 tables, whether or not stdout is a terminal.\n\n"
             "examples:\n%s",
             cmd, h ? h->synopsis : "", h ? h->what : "", DEFAULT_SERVER, h ? h->examples : "");
 }
