@@ -229,6 +229,18 @@ TEST(tables_against_golden_files)
         CHECK_EQ(run(args, again, sizeof again, err, sizeof err), 0);
         CHECK_STREQ(again, out);
     }
+    /* -o FILE (anything but json and table) still writes the view to that file. */
+    char args[700], file[128];
+    snprintf(file, sizeof file, "%s/json.txt", e.dir);
+    snprintf(args, sizeof args, "%s -o %s", v[0].args, file);
+    CHECK_EQ(run(args, out, sizeof out, err, sizeof err), 0);
+    CHECK_STREQ(out, "");
+    slurp(file, out, sizeof out);
+    golden("series.txt", out);
+    /* diff: --max-nodes counts rows of the table. */
+    snprintf(args, sizeof args, "%s --max-nodes 2", v[5].args);
+    CHECK_EQ(run(args, out, sizeof out, err, sizeof err), 0);
+    golden("diff_rows2.txt", out);
     env_stop(&e);
 }
 
