@@ -150,12 +150,11 @@ static int refused(const char *file, const cp_envelope *e, const cp_buf *enc)
     v.format_major = CP_ENVELOPE_MAJOR;
     v.format_minor = CP_ENVELOPE_MINOR;
     int rc = cp_envelope_validate(&v, CP_INGEST_MAX_PPROF, &err);
-    if (!rc)
-        rc = cp_envelope_decode_view(enc->data, enc->len, CP_INGEST_MAX_PPROF, &back,
-                                     &err);
+    if (!rc) rc = cp_envelope_decode_view(enc->data, enc->len, CP_INGEST_MAX_PPROF, &back, &err);
     cp_envelope_close(&back);
-    if (rc) fprintf(stderr, "contprof import: %s: not sent, ingest would refuse it: %s\n", file,
-                    err.msg);
+    if (rc)
+        fprintf(stderr, "contprof import: %s: not sent, ingest would refuse it: %s\n", file,
+                err.msg);
     return rc != 0;
 }
 
