@@ -69,12 +69,12 @@ static const cmd_help g_help[] = {
      "last window.",
      "  contprof series --select '{service=\"api\"}'\n"
      "  contprof series --from -15m -o json | jq '.series[].labels'\n"},
-    {"labels", "[NAME] [-o json]",
-     "The label names, or with NAME the values of that label.",
+    {"labels", "[NAME] [-o json]", "The label names, or with NAME the values of that label.",
      "  contprof labels\n"
      "  contprof labels version\n"},
-    {"diff", "[--base-select S] [--base-from T] [--base-to T] [--max-nodes ROWS] [--format "
-             "table|json|pprof]",
+    {"diff",
+     "[--base-select S] [--base-from T] [--base-to T] [--max-nodes ROWS] [--format "
+     "table|json|pprof]",
      "The target (--select, --from, --to) against the base (--base-*, defaulting to the\n"
      "target's): the functions that changed most, with signed deltas and their share of the\n"
      "base total, like `pprof -top -diff_base` (--max-nodes rows, default 20, 0 = all).\n"
@@ -94,20 +94,21 @@ static void usage(FILE *f, const char *cmd)
     const cmd_help *h = NULL;
     for (size_t i = 0; i < sizeof g_help / sizeof g_help[0]; i++)
         if (strcmp(g_help[i].name, cmd) == 0) h = &g_help[i];
-    fprintf(f,
-            "usage: contprof %s [--server URL] [--token T] [--type cpu|alloc|inuse]\n"
-            "           [--select SELECTOR] [--from T] [--to T] %s\n\n%s\n\n"
-            "  --server URL   contprofd's HTTP address (default %s, or CONTPROF_SERVER)\n"
-            "  --token T      bearer token (or CONTPROF_TOKEN)\n"
-            "  --type K       cpu (default), alloc or inuse\n"
-            "  --select S     Prometheus-style selector, e.g. '{service=\"api\",version!=\"1.2\"}'\n"
-            "  --from/--to T  RFC 3339, unix seconds, now, now-15m or -1h (default: the last hour)\n"
-            "  --timeout D    give up after D (default 2m; a bare number is seconds)\n"
-            "  -o json        the API's JSON as it comes (also --format json); -o FILE writes to\n"
-            "                 FILE. Without json, series, labels, timeline and diff print\n"
-            "                 tables, whether or not stdout is a terminal.\n\n"
-            "examples:\n%s",
-            cmd, h ? h->synopsis : "", h ? h->what : "", DEFAULT_SERVER, h ? h->examples : "");
+    fprintf(
+        f,
+        "usage: contprof %s [--server URL] [--token T] [--type cpu|alloc|inuse]\n"
+        "           [--select SELECTOR] [--from T] [--to T] %s\n\n%s\n\n"
+        "  --server URL   contprofd's HTTP address (default %s, or CONTPROF_SERVER)\n"
+        "  --token T      bearer token (or CONTPROF_TOKEN)\n"
+        "  --type K       cpu (default), alloc or inuse\n"
+        "  --select S     Prometheus-style selector, e.g. '{service=\"api\",version!=\"1.2\"}'\n"
+        "  --from/--to T  RFC 3339, unix seconds, now, now-15m or -1h (default: the last hour)\n"
+        "  --timeout D    give up after D (default 2m; a bare number is seconds)\n"
+        "  -o json        the API's JSON as it comes (also --format json); -o FILE writes to\n"
+        "                 FILE. Without json, series, labels, timeline and diff print\n"
+        "                 tables, whether or not stdout is a terminal.\n\n"
+        "examples:\n%s",
+        cmd, h ? h->synopsis : "", h ? h->what : "", DEFAULT_SERVER, h ? h->examples : "");
 }
 
 /* ---- options ------------------------------------------------------------------------ */
@@ -168,18 +169,24 @@ static int parse_opts(int argc, char **argv, qopts *o)
             o->timeout_ms = d / 1000000 ? d / 1000000 : 1;
             break;
         case 'o':
-            if (strcmp(optarg, "json") == 0) o->json = 1, o->table = 0;
-            else if (strcmp(optarg, "table") == 0) o->table = 1, o->json = 0;
-            else o->out = optarg;
+            if (strcmp(optarg, "json") == 0)
+                o->json = 1, o->table = 0;
+            else if (strcmp(optarg, "table") == 0)
+                o->table = 1, o->json = 0;
+            else
+                o->out = optarg;
             break;
-        case 'h': usage(stdout, argv[0]); return 1;
-        default: usage(stderr, argv[0]); return 2;
+        case 'h':
+            usage(stdout, argv[0]);
+            return 1;
+        default:
+            usage(stderr, argv[0]);
+            return 2;
         }
     }
     if (o->format && strcmp(o->format, "json") == 0) o->json = 1;
     if (o->format && strcmp(o->format, "table") == 0) o->table = 1;
-    if (o->json && o->table)
-        return bad_flag(argv[0], "-o", "json and table asked for at once");
+    if (o->json && o->table) return bad_flag(argv[0], "-o", "json and table asked for at once");
     return check_times(argv[0], o);
 }
 
@@ -287,13 +294,14 @@ static int profile_like(int argc, char **argv, const char *path, const char *for
         fprintf(stderr, "contprof %s: unexpected argument \"%s\"\n", argv[0], argv[optind]);
         return 2;
     }
-    const char *format = o.json              ? "json"
-                         : force_format      ? force_format
+    const char *format = o.json                 ? "json"
+                         : force_format         ? force_format
                          : o.format && !o.table ? o.format
-                                             : default_format;
+                                                : default_format;
     if (strcmp(format, "pprof") == 0 && !o.out && isatty(1)) {
-        fprintf(stderr, "contprof %s: not writing a binary pprof to a terminal; use -o FILE or "
-                        "--format top|folded|json\n",
+        fprintf(stderr,
+                "contprof %s: not writing a binary pprof to a terminal; use -o FILE or "
+                "--format top|folded|json\n",
                 argv[0]);
         return 2;
     }
