@@ -83,6 +83,30 @@ static int table_print(const table *t, cp_buf *out)
     return rc ? CP_ENOMEM : 0;
 }
 
+/* Saturating arithmetic and conversions: the views read whatever a server sent, and a
+ * bogus answer must not overflow. */
+static int64_t add_sat(int64_t a, int64_t b)
+{
+    int64_t r;
+    if (!__builtin_add_overflow(a, b, &r)) return r;
+    return b > 0 ? INT64_MAX : INT64_MIN;
+}
+
+static int64_t sub_sat(int64_t a, int64_t b)
+{
+    int64_t r;
+    if (!__builtin_sub_overflow(a, b, &r)) return r;
+    return b < 0 ? INT64_MAX : INT64_MIN;
+}
+
+static int64_t d2i(double x)
+{
+    if (!(x == x)) return 0; /* NaN */
+    if (x >= 9.2e18) return INT64_MAX;
+    if (x <= -9.2e18) return INT64_MIN;
+    return (int64_t)(x < 0 ? x - 0.5 : x + 0.5);
+}
+
 /* "2025-11-24T16:00:00.000Z" -> "2025-11-24T16:00:00Z" (milliseconds kept when not 0). */
 static void short_time(const char *s, char *buf, size_t len)
 {
@@ -272,13 +296,13 @@ int cp_view_timeline(const char *json, size_t len, cp_buf *out, cp_err *err)
             return missing(j, "timeline", "[time, values...] points", err);
         int64_t v = cp_json_int(p->items[nt], 0);
         if (v > max) max = v;
-        sum += v;
+        sum = add_sat(sum, v);
     }
     char f[64], to[64], step[32], total[32];
     short_time(cp_json_str(cp_json_get(j, "from"), "?"), f, sizeof f);
     short_time(cp_json_str(cp_json_get(j, "to"), "?"), to, sizeof to);
     const cp_json *ss = cp_json_get(j, "step_seconds");
-    cp_render_value(ss ? (int64_t)(ss->num * 1e9 + 0.5) : 0, "nanoseconds", step, sizeof step);
+    cp_render_value(ss ? d2i(ss->num * 1e9) : 0, "nanoseconds", step, sizeof step);
     cp_render_value(sum, unit, total, sizeof total);
     rc = cp_buf_printf(out, "Type: %s, %s .. %s, step %s, %s total %s\n",
                        cp_json_str(cp_json_get(j, "type"), "?"), f, to, step,
@@ -296,7 +320,7 @@ int cp_view_timeline(const char *json, size_t len, cp_buf *out, cp_err *err)
         const cp_json *p = pts->items[i];
         char tb[40], v[32];
         double secs = p->items[0]->num;
-        cp_format_time((int64_t)(secs * 1e9 + (secs < 0 ? -0.5 : 0.5)), tb, sizeof tb);
+        cp_format_time(d2i(secs * 1e9), tb, sizeof tb);
         char ts[40];
         short_time(tb, ts, sizeof ts);
         cell(&t, "%s", ts);
@@ -347,7 +371,8 @@ static void visit(walk *w, const cp_json *node, int depth)
         int inside = 0;
         for (uint32_t i = 0; i < w->path.n; i++)
             inside |= !strcmp(w->path.v[i], name);
-        fn f = {.name = name, .flat = self - bself, .cum = inside ? 0 : total - btotal};
+        fn f = {
+            .name = name, .flat = sub_sat(self, bself), .cum = inside ? 0 : sub_sat(total, btotal)};
         if (cp_vec_push(&w->fns, f) || cp_vec_push(&w->path, name)) {
             w->nomem = 1;
             return;
@@ -367,7 +392,7 @@ static int cmp_fn_name(const void *a, const void *b)
 
 static int64_t abs64(int64_t v)
 {
-    return v < 0 ? -v : v;
+    return v == INT64_MIN ? INT64_MAX : v < 0 ? -v : v;
 }
 
 static int cmp_fn_change(const void *a, const void *b)
@@ -415,8 +440,8 @@ int cp_view_diff(const char *json, size_t len, uint32_t rows, cp_buf *out, cp_er
         for (uint32_t i = 0; i < w.fns.n; i++) {
             if (n && !strcmp(w.fns.v[n - 1].name, w.fns.v[i].name)) {
                 fn *f = &w.fns.v[n - 1];
-                f->flat += w.fns.v[i].flat;
-                f->cum += w.fns.v[i].cum;
+                f->flat = add_sat(f->flat, w.fns.v[i].flat);
+                f->cum = add_sat(f->cum, w.fns.v[i].cum);
             } else {
                 w.fns.v[n++] = w.fns.v[i];
             }
@@ -434,8 +459,8 @@ int cp_view_diff(const char *json, size_t len, uint32_t rows, cp_buf *out, cp_er
     short_time(cp_json_str(cp_json_get(j, "base_to"), "?"), bt, sizeof bt);
     cp_render_value(total, unit, a, sizeof a);
     cp_render_value(btotal, unit, b, sizeof b);
-    signed_value(total - btotal, unit, d, sizeof d);
-    pct(total - btotal, btotal, p, sizeof p);
+    signed_value(sub_sat(total, btotal), unit, d, sizeof d);
+    pct(sub_sat(total, btotal), btotal, p, sizeof p);
     uint32_t shown = rows && rows < n ? rows : n;
     rc = w.nomem
              ? CP_ENOMEM
