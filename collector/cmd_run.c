@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "http.h"
+#include "times.h"
 
 #ifndef CP_LIBCONTPROF_BUILD
 #define CP_LIBCONTPROF_BUILD ""
@@ -17,14 +18,23 @@
 #define CP_LIBCONTPROF_INSTALLED "/usr/local/lib/libcontprof.so.0"
 #endif
 
-static int usage(void)
+static int usage_to(FILE *f, int rc)
 {
-    fprintf(stderr,
+    fprintf(f,
             "usage: contprof run [--server URL | --brokers LIST] [--service S] [--version V]\n"
             "         [--tenant T] [--label k=v]... [--cpu-hz N] [--alloc-rate BYTES]\n"
             "         [--window DURATION] [--output-dir DIR] [--topic T] [--no-children]\n"
-            "         -- CMD [ARGS...]\n");
-    return 2;
+            "         -- CMD [ARGS...]\n"
+            "  --window D   window length: 500ms, 10s (default), 1m; a bare number is seconds\n\n"
+            "examples:\n"
+            "  contprof run --server http://127.0.0.1:7070 --service api --version 1.4 -- ./api\n"
+            "  contprof run --output-dir /tmp/prof --window 1m -- ./batch-job\n");
+    return rc;
+}
+
+static int usage(void)
+{
+    return usage_to(stderr, 2);
 }
 
 static const char *lib_path(void)
@@ -63,8 +73,22 @@ int cp_cmd_run(int argc, char **argv)
             setenv("CONTPROF_CHILDREN", "0", 1);
             continue;
         }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return usage_to(stdout, 0);
         if (i + 1 >= argc) return usage();
         const char *v = argv[++i];
+        if (strcmp(a, "--window") == 0) {
+            /* The CLI's grammar (a bare number is seconds), handed to the agent in ms. */
+            int64_t d;
+            cp_err err = {0};
+            if (cp_parse_duration(v, 0, &d, &err)) {
+                fprintf(stderr, "contprof run: --window: %s\n", err.msg);
+                return 2;
+            }
+            char ms[32];
+            snprintf(ms, sizeof ms, "%lldms", (long long)(d < 1000000 ? 1 : d / 1000000));
+            setenv("CONTPROF_WINDOW", ms, 1);
+            continue;
+        }
         int done = 0;
         for (size_t k = 0; k < sizeof(simple) / sizeof(simple[0]); k++)
             if (strcmp(a, simple[k].opt) == 0) {

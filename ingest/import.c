@@ -5,6 +5,7 @@
 #include "envelope.h"
 #include "error.h"
 #include "pprof.h"
+#include "times.h"
 
 #include <errno.h>
 #include <librdkafka/rdkafka.h>
@@ -18,9 +19,9 @@
 
 #define TOPIC "contprof.profiles"
 
-static void usage(void)
+static void usage(FILE *f)
 {
-    fprintf(stderr,
+    fprintf(f,
             "usage: contprof import [--server URL | --brokers LIST] [--tenant T] [--service S]\n"
             "                       [--label k=v]... [--at TIME --duration D] FILE...\n"
             "  --server URL    ask contprofd (GET /api/v1/brokers) where Kafka is\n"
@@ -28,69 +29,17 @@ static void usage(void)
             "  --brokers LIST  Kafka bootstrap servers, host:port,...\n"
             "  --tenant T      tenant (default \"default\")\n"
             "  --service S     service label (default \"import\")\n"
-            "  --label k=v     another label (repeatable)\n"
-            "  --at TIME       window start (RFC 3339 or unix seconds) instead of the\n"
-            "                  profile's time_nanos\n"
-            "  --duration D    window length (10s, 1m, ...) instead of duration_nanos\n");
-}
-
-/* RFC 3339 (2024-05-01T12:00:00Z, fractions and offsets allowed) or unix seconds. */
-static int parse_time(const char *s, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    double d = strtod(s, &end);
-    if (!errno && end != s && !*end) {
-        *out = (int64_t)(d * 1e9);
-        return 0;
-    }
-    struct tm tm = {0};
-    const char *p = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
-    if (!p) return -1;
-    int64_t frac = 0, scale = 100000000;
-    if (*p == '.')
-        for (p++; *p >= '0' && *p <= '9'; p++, scale /= 10)
-            frac += (*p - '0') * scale;
-    int64_t off = 0;
-    if (*p == 'Z' || *p == 'z') {
-        p++;
-    } else if (*p == '+' || *p == '-') {
-        int h, m;
-        if (sscanf(p + 1, "%2d:%2d", &h, &m) != 2) return -1;
-        off = (*p == '+' ? 1 : -1) * ((int64_t)h * 3600 + m * 60);
-        p += 6;
-    } else {
-        return -1;
-    }
-    if (*p) return -1;
-    *out = ((int64_t)timegm(&tm) - off) * 1000000000LL + frac;
-    return 0;
-}
-
-static int parse_duration(const char *s, int64_t *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || v <= 0) return -1;
-    double mul = 1e9;
-    if (!strcmp(end, "ns"))
-        mul = 1;
-    else if (!strcmp(end, "us"))
-        mul = 1e3;
-    else if (!strcmp(end, "ms"))
-        mul = 1e6;
-    else if (!strcmp(end, "s") || !*end)
-        mul = 1e9;
-    else if (!strcmp(end, "m"))
-        mul = 60e9;
-    else if (!strcmp(end, "h"))
-        mul = 3600e9;
-    else if (!strcmp(end, "d"))
-        mul = 86400e9;
-    else
-        return -1;
-    *out = (int64_t)(v * mul);
-    return 0;
+            "  --label k=v     another label (repeatable; at most %d labels with service,\n"
+            "                  values at most %d bytes: ingest's limits, checked before sending)\n"
+            "  --at TIME       window start instead of the profile's time_nanos: RFC 3339,\n"
+            "                  unix seconds, now, now-15m or -1h (the query API's grammar)\n"
+            "  --duration D    window length (10s, 1m, ...; a bare number is seconds; at most\n"
+            "                  1d) instead of duration_nanos\n\n"
+            "examples:\n"
+            "  contprof import --server http://127.0.0.1:7070 --service legacy *.pb.gz\n"
+            "  contprof import --service api --label version=1.4 --at now-10s --duration 10s "
+            "cpu.pb.gz\n",
+            CP_LABELS_MAX, CP_LABEL_VALUE_MAX);
 }
 
 /* GET URL/api/v1/brokers -> {"brokers":"h:p,..."}. A small HTTP/1.0 client: we write the
@@ -191,6 +140,24 @@ static int has_type(const cp_profile *p, const char *t)
     return cp_profile_find_type(p, t) >= 0;
 }
 
+/* 1, with the cause printed, if ingest would refuse the envelope e (encoded as enc): the
+ * consumer's own checks (cp_envelope_validate, then decoding with its default size limit),
+ * run before sending, so that nothing ingest sends to the DLQ is reported delivered. */
+static int refused(const char *file, const cp_envelope *e, const cp_buf *enc)
+{
+    cp_envelope v = *e, back = {0};
+    cp_err err = {0};
+    v.format_major = CP_ENVELOPE_MAJOR;
+    v.format_minor = CP_ENVELOPE_MINOR;
+    int rc = cp_envelope_validate(&v, CP_INGEST_MAX_PPROF, &err);
+    if (!rc) rc = cp_envelope_decode_view(enc->data, enc->len, CP_INGEST_MAX_PPROF, &back, &err);
+    cp_envelope_close(&back);
+    if (rc)
+        fprintf(stderr, "contprof import: %s: not sent, ingest would refuse it: %s\n", file,
+                err.msg);
+    return rc != 0;
+}
+
 /* Produces one envelope of kind with profile p (encoded raw; Kafka compresses). */
 static int send_one(imp *im, const char *file, cp_kind kind, int cumulative, const cp_profile *p)
 {
@@ -220,6 +187,10 @@ static int send_one(imp *im, const char *file, cp_kind kind, int cumulative, con
     e.pprof = pp.data;
     e.pprof_len = pp.len;
     if (!rc) rc = cp_envelope_encode(&e, &enc) != 0 || cp_envelope_series_key(&e, &key) != 0;
+    if (!rc && refused(file, &e, &enc)) {
+        rc = 1;
+        goto done;
+    }
     if (rc) {
         fprintf(stderr, "contprof import: %s: out of memory\n", file);
     } else {
@@ -237,6 +208,7 @@ static int send_one(imp *im, const char *file, cp_kind kind, int cumulative, con
             rd_kafka_poll(im->rk, 100);
         }
     }
+done:
     cp_labels_close(&e.labels);
     cp_buf_close(&pp);
     cp_buf_close(&enc);
@@ -287,6 +259,42 @@ static int import_file(imp *im, const char *file)
     return rc;
 }
 
+/* Ingest's limits on labels, checked before anything is sent: distinct names (service
+ * and every --label; a repeated name keeps its last value) at most CP_LABELS_MAX, the
+ * service's value at most CP_LABEL_VALUE_MAX bytes. 0, or 2 with the cause printed. */
+static int check_labels(const imp *im)
+{
+    cp_labels l = {0};
+    int rc = cp_labels_set(&l, "service", im->service);
+    for (int i = 0; i < im->nlabels && !rc; i++) {
+        const char *eq = strchr(im->labels[i], '=');
+        char name[CP_LABEL_NAME_MAX + 1];
+        snprintf(name, sizeof name, "%.*s", (int)(eq - im->labels[i]), im->labels[i]);
+        rc = cp_labels_set(&l, name, eq + 1);
+    }
+    uint32_t n = l.p.n;
+    cp_labels_close(&l);
+    if (rc) {
+        fprintf(stderr, "contprof import: out of memory\n");
+        return 1;
+    }
+    if (n > CP_LABELS_MAX) {
+        fprintf(stderr,
+                "contprof import: %u distinct labels (service and --label): ingest accepts at "
+                "most %d labels per series\n",
+                n, CP_LABELS_MAX);
+        return 2;
+    }
+    if (strlen(im->service) > CP_LABEL_VALUE_MAX) {
+        fprintf(stderr,
+                "contprof import: --service: the value is %zu bytes, over the limit of %d bytes "
+                "per label value\n",
+                strlen(im->service), CP_LABEL_VALUE_MAX);
+        return 2;
+    }
+    return 0;
+}
+
 int cp_cmd_import(int argc, char **argv)
 {
     imp im = {0};
@@ -302,7 +310,7 @@ int cp_cmd_import(int argc, char **argv)
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage();
+            usage(stdout);
             goto out;
         } else if (a[0] == '-' && a[1] == '-' && !v) {
             fprintf(stderr, "contprof import: %s needs a value\n", a);
@@ -328,22 +336,26 @@ int cp_cmd_import(int argc, char **argv)
                 rc = 2;
                 goto out;
             }
-            im.labels[im.nlabels++] = argv[++i];
-        } else if (!strcmp(a, "--at")) {
-            if (parse_time(argv[++i], &im.at)) {
-                fprintf(stderr, "contprof import: --at %s: not RFC 3339 or unix seconds\n", v);
+            if (strlen(eq + 1) > CP_LABEL_VALUE_MAX) {
+                fprintf(stderr,
+                        "contprof import: --label %s: the value is %zu bytes, over the limit of "
+                        "%d bytes per label value\n",
+                        name, strlen(eq + 1), CP_LABEL_VALUE_MAX);
                 rc = 2;
                 goto out;
             }
-        } else if (!strcmp(a, "--duration")) {
-            if (parse_duration(argv[++i], &im.dur)) {
-                fprintf(stderr, "contprof import: --duration %s: expected e.g. 10s, 1m\n", v);
+            im.labels[im.nlabels++] = argv[++i];
+        } else if (!strcmp(a, "--at") || !strcmp(a, "--duration")) {
+            cp_err err = {0};
+            if (a[2] == 'a' ? cp_parse_time(argv[++i], cp_now_ns(), &im.at, &err)
+                            : cp_parse_duration(argv[++i], 0, &im.dur, &err)) {
+                fprintf(stderr, "contprof import: %s: %s\n", a, err.msg);
                 rc = 2;
                 goto out;
             }
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "contprof import: unknown option %s\n", a);
-            usage();
+            usage(stderr);
             rc = 2;
             goto out;
         } else {
@@ -351,10 +363,11 @@ int cp_cmd_import(int argc, char **argv)
         }
     }
     if (!nfiles) {
-        usage();
+        usage(stderr);
         rc = 2;
         goto out;
     }
+    if ((rc = check_labels(&im)) != 0) goto out;
     if (server && brokers) {
         fprintf(stderr, "contprof import: give --server or --brokers, not both\n");
         rc = 2;

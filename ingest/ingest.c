@@ -505,7 +505,7 @@ int cp_ingest_create(const cp_ingest_options *opt, cp_store *store, cp_ingest **
     in->store = store;
     if (!in->o.batch_max_messages) in->o.batch_max_messages = 512;
     if (!in->o.batch_max_ms) in->o.batch_max_ms = 200;
-    if (!in->o.max_message_bytes) in->o.max_message_bytes = 64u << 20;
+    if (!in->o.max_message_bytes) in->o.max_message_bytes = CP_INGEST_MAX_PPROF;
     if (!in->o.maintain_every_ms) in->o.maintain_every_ms = 10000;
     if (!in->o.maintain_max_keys) in->o.maintain_max_keys = 20000;
     if (opt->limits)

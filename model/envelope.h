@@ -26,6 +26,10 @@ int cp_kind_parse(const char *name);
  * accept both. */
 #define CP_RAW_PPROF_MAX (512u << 10)
 
+/* The largest pprof payload ingest accepts by default (cp_ingest_options.max_message_bytes);
+ * `contprof import` checks its envelopes against it before sending. */
+#define CP_INGEST_MAX_PPROF ((size_t)64 << 20)
+
 #define CP_TENANT_MAX 64
 #define CP_DEFAULT_TENANT "default"
 

@@ -18,7 +18,10 @@ static void merge_usage(FILE *f)
                "  --format pprof     gzip'd pprof, like `pprof -proto` (default)\n"
                "  --format top       flat/cum table, like `pprof -top`\n"
                "  --format folded    folded stacks, one line per stack\n"
-               "  --sample-index T   sample type for top/folded (default: the profile's default)\n");
+               "  --sample-index T   sample type for top/folded (default: the profile's default)\n"
+               "\nexamples:\n"
+               "  contprof merge -o merged.pb.gz a.pb.gz b.pb.gz\n"
+               "  contprof merge --format top a.pb.gz b.pb.gz\n");
 }
 
 int cp_cmd_merge(int argc, char **argv)

@@ -92,4 +92,22 @@ TEST(run_usage)
     CHECK_EQ(run_cmd(a3, out, sizeof(out)), 127);
 }
 
-TEST_MAIN(T(run_output_dir), T(run_server_env), T(run_usage))
+/* --window reads the CLI's one duration grammar (a bare number is seconds) and hands the
+ * agent milliseconds. */
+TEST(run_window_grammar)
+{
+    char dir[128];
+    snprintf(dir, sizeof(dir), "/tmp/contprof-runw-%d", (int)getpid());
+    char *argv[] = {"run", "--output-dir", dir, "--no-children", "--window", "2",
+                    "--",  "/usr/bin/env", NULL};
+    char out[65536];
+    CHECK_EQ(run_cmd(argv, out, sizeof(out)), 0);
+    CHECK_CONTAINS(out, "CONTPROF_WINDOW=2000ms\n");
+    char *bad[] = {"run", "--window", "5x", "--", "true", NULL};
+    CHECK_EQ(run_cmd(bad, out, sizeof(out)), 2); /* the message goes to stderr */
+    char cmd[200];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
+TEST_MAIN(T(run_output_dir), T(run_server_env), T(run_usage), T(run_window_grammar))

@@ -1,11 +1,13 @@
-/* Unit tests of the query stage's parsers and renderers: selectors, times, durations,
- * query strings, and the top / folded / JSON views. */
+/* Unit tests of the query stage's parsers and renderers: selectors, query strings, and the
+ * top / folded / JSON views. */
 #include <regex.h>
 
+#include "json.h"
 #include "params.h"
 #include "qtest.h"
 #include "render.h"
 #include "selector.h"
+#include "views.h"
 
 /* ---- selectors ---------------------------------------------------------------------- */
 
@@ -112,57 +114,7 @@ TEST(regex_guard)
     cp_profile_destroy(p);
 }
 
-/* ---- times, durations, query strings ------------------------------------------------ */
-
-TEST(times_and_durations)
-{
-    int64_t t, d, now = 1764424800LL * 1000000000LL; /* 2025-11-29T14:00:00Z */
-    cp_err err = {0};
-    CHECK(cp_parse_time("2025-11-29T14:00:00Z", now, &t, &err) == 0);
-    CHECK_EQ(t, now);
-    CHECK(cp_parse_time("2025-11-29T15:00:00.5+01:00", now, &t, &err) == 0);
-    CHECK_EQ(t, now + 500000000LL);
-    CHECK(cp_parse_time("1764424800", now, &t, &err) == 0);
-    CHECK_EQ(t, now);
-    CHECK(cp_parse_time("1764424800.25", now, &t, &err) == 0);
-    CHECK_EQ(t, now + 250000000LL);
-    CHECK(cp_parse_time("now", now, &t, &err) == 0);
-    CHECK_EQ(t, now);
-    CHECK(cp_parse_time("now-15m", now, &t, &err) == 0);
-    CHECK_EQ(t, now - 900LL * 1000000000LL);
-    CHECK(cp_parse_time("now+1h", now, &t, &err) == 0);
-    CHECK_EQ(t, now + 3600LL * 1000000000LL);
-    CHECK(cp_parse_time("-1h", now, &t, &err) == 0);
-    CHECK_EQ(t, now - 3600LL * 1000000000LL);
-    CHECK(cp_parse_time("-7d", now, &t, &err) == 0);
-    CHECK_EQ(t, now - 7 * 86400LL * 1000000000LL);
-    const char *bad[] = {"", "yesterday", "2025-13-01T00:00:00Z", "2025-02-29T00:00:00Z",
-                         "2025-11-29T14:00:00", "now-", "now-15x", "-", "12abc", "1e9",
-                         "2025-11-29T14:00:00+1:00", "99999999999999999999", NULL};
-    for (const char **b = bad; *b; b++) {
-        CHECK_EQ(cp_parse_time(*b, now, &t, &err), CP_EPARSE);
-        CHECK_CONTAINS(err.msg, "bad time");
-    }
-    CHECK(cp_parse_duration("1h30m", 0, &d, &err) == 0);
-    CHECK_EQ(d, 5400LL * 1000000000LL);
-    CHECK(cp_parse_duration("90", 0, &d, &err) == 0);
-    CHECK_EQ(d, 90LL * 1000000000LL);
-    CHECK(cp_parse_duration("1.5s", 0, &d, &err) == 0);
-    CHECK_EQ(d, 1500000000LL);
-    CHECK(cp_parse_duration("2w", 0, &d, &err) == 0);
-    CHECK_EQ(d, 14 * 86400LL * 1000000000LL);
-    CHECK_EQ(cp_parse_time("0001-01-01T00:00:00Z", now, &t, &err), CP_EPARSE);
-    CHECK_EQ(cp_parse_time("now+15000w", now, &t, &err), CP_EPARSE); /* past int64 */
-    CHECK(cp_parse_time("-15000w", now, &t, &err) == 0);
-    CHECK_EQ(cp_parse_time("9999-12-31T23:59:59Z", now, &t, &err), CP_EPARSE);
-    CHECK_EQ(cp_parse_duration("0s", 0, &d, &err), CP_EPARSE);
-    CHECK_EQ(cp_parse_duration("5y", 0, &d, &err), CP_EPARSE);
-    CHECK_EQ(cp_parse_duration("10 s", 0, &d, &err), CP_EPARSE);
-    CHECK_EQ(cp_parse_duration("99999999999w", 0, &d, &err), CP_EPARSE);
-    char buf[40];
-    cp_format_time(now + 5000000, buf, sizeof buf);
-    CHECK_STREQ(buf, "2025-11-29T14:00:00.005Z");
-}
+/* ---- query strings (times and durations: tests/model/test_times.c) ------------------ */
 
 TEST(query_strings)
 {
@@ -315,6 +267,86 @@ TEST(render_filter)
     cp_profile_destroy(p);
 }
 
-TEST_MAIN(T(selector_matches), T(selector_errors_name_the_byte), T(regex_guard), T(times_and_durations),
-          T(query_strings), T(render_folded), T(render_top), T(render_json_tree_and_pruning),
-          T(render_filter))
+/* ---- the CLI's JSON reader and table views ------------------------------------------ */
+
+TEST(json_reader)
+{
+    cp_json *j = NULL;
+    cp_err err = {0};
+    const char *t =
+        " {\"a\":[1,-2.5,1e3,true,false,null],\"s\":\"x\\\"\\\\\\/\\n\\u00e9\\ud83d\\ude00\","
+        "\"big\":9007199254740993,\"o\":{}} ";
+    CHECK(cp_json_parse(t, strlen(t), &j, &err) == 0);
+    const cp_json *a = cp_json_get(j, "a");
+    CHECK(a && a->type == CP_JSON_ARRAY && a->n == 6);
+    CHECK(a->items[0]->is_int && a->items[0]->i64 == 1);
+    CHECK(!a->items[1]->is_int && a->items[1]->num == -2.5);
+    CHECK_EQ(cp_json_int(a->items[2], 0), 1000);
+    CHECK(a->items[3]->type == CP_JSON_BOOL && a->items[3]->num == 1);
+    CHECK(a->items[5]->type == CP_JSON_NULL);
+    CHECK_STREQ(cp_json_str(cp_json_get(j, "s"), NULL), "x\"\\/\n\xc3\xa9\xf0\x9f\x98\x80");
+    CHECK_EQ(cp_json_int(cp_json_get(j, "big"), 0), 9007199254740993LL); /* exact, not a double */
+    CHECK(cp_json_get(j, "o")->n == 0 && !cp_json_get(j, "missing"));
+    cp_json_free(j);
+    /* Many members (the growth path) and deep nesting up to the bound. */
+    cp_buf b = {0};
+    cp_buf_printf(&b, "[");
+    for (int i = 0; i < 1000; i++)
+        cp_buf_printf(&b, "%s%d", i ? "," : "", i);
+    cp_buf_printf(&b, "]");
+    CHECK(cp_json_parse((const char *)b.data, b.len, &j, &err) == 0);
+    CHECK(j->n == 1000 && cp_json_int(j->items[999], 0) == 999);
+    cp_json_free(j);
+    cp_buf_close(&b);
+    const char *bad[] = {"",      "{",           "[1,]",        "{\"a\"}", "{\"a\":1,}",
+                         "\"abc", "\"\\u0000\"", "\"\\ud800\"", "tru",     "[1] x",
+                         "{1:2}", "\"a\nb\"",    "-",           "01x",     NULL};
+    for (const char **x = bad; *x; x++) {
+        CHECK_EQ(cp_json_parse(*x, strlen(*x), &j, &err), CP_EPARSE);
+        CHECK_CONTAINS(err.msg, "malformed JSON at byte");
+        CHECK(j == NULL);
+    }
+    char deep[200];
+    memset(deep, '[', 100);
+    memset(deep + 100, ']', 100);
+    CHECK_EQ(cp_json_parse(deep, 200, &j, &err), CP_EPARSE); /* deeper than 64 */
+}
+
+TEST(views_name_what_is_missing)
+{
+    cp_buf out = {0};
+    cp_err err = {0};
+    CHECK_EQ(cp_view_series("{\"count\":0}", 11, &out, &err), CP_EPARSE);
+    CHECK_STREQ(err.msg, "the server's series answer has no \"series\" list");
+    CHECK_EQ(cp_view_timeline("[1,", 3, &out, &err), CP_EPARSE);
+    CHECK_STREQ(err.msg, "the server's timeline answer: malformed JSON at byte 3");
+    const char *tl = "{\"sample_types\":[{\"type\":\"cpu\",\"unit\":\"nanoseconds\"}],"
+                     "\"points\":[[0,1,2]]}";
+    CHECK_EQ(cp_view_timeline(tl, strlen(tl), &out, &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "[time, values...] points");
+    CHECK_EQ(cp_view_diff("{}", 2, 0, &out, &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "diff answer has no \"root\" tree");
+    CHECK_EQ(out.len, 0);
+    /* A series without a label that others have shows "-"; wide tables stay aligned. */
+    cp_buf j = {0};
+    cp_buf_printf(&j, "{\"series\":[{\"type\":\"inuse\",\"labels\":{");
+    for (int i = 0; i < 40; i++)
+        cp_buf_printf(&j, "%s\"l%02d\":\"v%d\"", i ? "," : "", i, i * 100);
+    cp_buf_printf(&j, "},\"first\":\"x\",\"last\":\"y\"},{\"type\":\"cpu\",\"labels\":{\"l39\":"
+                      "\"w\"},\"first\":\"2025-11-24T16:00:00.500Z\",\"last\":\"y\"}]}");
+    CHECK(cp_view_series((const char *)j.data, j.len, &out, &err) == 0);
+    cp_buf_append(&out, "", 1);
+    const char *o = (const char *)out.data;
+    CHECK_CONTAINS(o, "TYPE   L00  L01   L02   ");
+    CHECK_CONTAINS(o, "  L39    FIRST                     LAST\n");
+    CHECK_CONTAINS(o, "\ncpu    -    -     -     ");
+    CHECK_CONTAINS(o, "  -      w      2025-11-24T16:00:00.500Z  y\n");
+    CHECK_CONTAINS(o, "\ninuse  v0   v100  v200  ");
+    CHECK_CONTAINS(o, "  v3800  v3900  x                         y\n");
+    cp_buf_close(&j);
+    cp_buf_close(&out);
+}
+
+TEST_MAIN(T(selector_matches), T(selector_errors_name_the_byte), T(regex_guard), T(query_strings),
+          T(render_folded), T(render_top), T(render_json_tree_and_pruning), T(render_filter),
+          T(json_reader), T(views_name_what_is_missing))

@@ -1,0 +1,45 @@
+/* A small JSON reader for the CLI: the API's answers (series, labels, timeline, diff)
+ * parsed into a tree so they can be shown as tables. Not for untrusted giant input: depth
+ * is bounded, sizes are the caller's (the CLI's response limit). */
+#ifndef CP_QUERY_JSON_H
+#define CP_QUERY_JSON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+typedef enum cp_json_type {
+    CP_JSON_NULL,
+    CP_JSON_BOOL,
+    CP_JSON_NUMBER,
+    CP_JSON_STRING,
+    CP_JSON_ARRAY,
+    CP_JSON_OBJECT
+} cp_json_type;
+
+typedef struct cp_json cp_json;
+struct cp_json {
+    cp_json_type type;
+    double num;      /* NUMBER (and BOOL: 0 or 1) */
+    int64_t i64;     /* NUMBER: exact when is_int */
+    int is_int;      /* NUMBER without fraction or exponent that fits an int64_t */
+    char *str;       /* STRING, NUL-terminated (embedded NULs refused) */
+    uint32_t n;      /* ARRAY, OBJECT: number of members */
+    char **keys;     /* OBJECT: member names */
+    cp_json **items; /* ARRAY, OBJECT: members */
+};
+
+/* Parses text[0..len) (one value, whitespace around it allowed). On success *out is the
+ * caller's (cp_json_free). CP_EPARSE with err naming the byte offset, or CP_ENOMEM. */
+int cp_json_parse(const char *text, size_t len, cp_json **out, cp_err *err);
+void cp_json_free(cp_json *j);
+
+/* The member key of object o, or NULL (also when o is NULL or not an object). */
+const cp_json *cp_json_get(const cp_json *o, const char *key);
+/* The string of j, or def when j is not a string. */
+const char *cp_json_str(const cp_json *j, const char *def);
+/* The number of j as int64_t (rounded), or def when j is not a number. */
+int64_t cp_json_int(const cp_json *j, int64_t def);
+
+#endif
