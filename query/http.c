@@ -67,6 +67,7 @@ struct conn {
     int closing;
     int reading;
     char method[16];
+    size_t body_max; /* this request's body limit (set when its headers are complete) */
 };
 
 typedef struct write_req {
@@ -365,20 +366,34 @@ static int on_header_value(http_parser *p, const char *at, size_t n)
     return 0;
 }
 
+/* 1 if the request being parsed is a POST to the upload path. */
+static int is_upload(const conn *c, const http_parser *p)
+{
+    const char *up = c->srv->opt.upload_path;
+    size_t ul = up ? strlen(up) : 0;
+    if (!ul || p->method != HTTP_POST || c->url.len < ul ||
+        memcmp(c->url.data, up, ul) != 0)
+        return 0;
+    return c->url.len == ul || c->url.data[ul] == '?';
+}
+
 static int on_headers_complete(http_parser *p)
 {
     conn *c = p->data;
-    if (p->content_length != ULLONG_MAX && p->content_length > c->srv->opt.max_body_bytes)
-        return fail(c, 413, "request body of %llu bytes exceeds %zu bytes",
-                    (unsigned long long)p->content_length, c->srv->opt.max_body_bytes);
+    int up = is_upload(c, p);
+    c->body_max = up ? c->srv->opt.max_upload_bytes : c->srv->opt.max_body_bytes;
+    if (p->content_length != ULLONG_MAX && p->content_length > c->body_max)
+        return fail(c, 413, "request body of %llu bytes exceeds %zu bytes%s",
+                    (unsigned long long)p->content_length, c->body_max,
+                    up ? " (symbols.max_upload_bytes)" : "");
     return 0;
 }
 
 static int on_body(http_parser *p, const char *at, size_t n)
 {
     conn *c = p->data;
-    if (c->body.len + n > c->srv->opt.max_body_bytes)
-        return fail(c, 413, "request body exceeds %zu bytes", c->srv->opt.max_body_bytes);
+    if (c->body.len + n > c->body_max)
+        return fail(c, 413, "request body exceeds %zu bytes", c->body_max);
     return cp_buf_append(&c->body, at, n) ? fail(c, 503, "out of memory") : 0;
 }
 
