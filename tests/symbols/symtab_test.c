@@ -4,7 +4,9 @@
  * upload get named, per tenant only, in every format. */
 #include <gelf.h>
 #include <libelf.h>
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 
 #include "fixture.h"
@@ -495,7 +497,90 @@ TEST(debug_directories_name_frames_without_an_upload)
     CHECK(system(cmd) == 0);
 }
 
+/* The mapping of this process that holds addr: start, file offset and path. */
+static void self_mapping(uintptr_t addr, uint64_t *start, uint64_t *limit, uint64_t *offset,
+                         char *path, size_t cap)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    CHECK(f);
+    char line[1024];
+    int found = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long lo, hi, o;
+        char p[600] = "";
+        if (sscanf(line, "%llx-%llx %*s %llx %*s %*s %599s", &lo, &hi, &o, p) < 3) continue;
+        if (addr >= lo && addr < hi) {
+            *start = lo, *limit = hi, *offset = o;
+            snprintf(path, cap, "%s", p);
+            found = 1;
+        }
+    }
+    fclose(f);
+    CHECK(found);
+}
+
+/* libc's own frames, named from Debian's detached debug file (libc6-dbg, installed by
+ * .ci/deps) in the default directory: the debug file's segment offsets are rebuilt, so an
+ * address of this process must come back as a symbol that resolves to that address. */
+TEST(libc_frames_named_from_its_debug_file)
+{
+    static const char *const fns[] = {"qsort", "getpid", "strtol", "fopen", "pthread_create",
+                                      "abort"};
+    uintptr_t addr0 = (uintptr_t)dlsym(RTLD_DEFAULT, "qsort");
+    CHECK(addr0);
+    uint64_t start = 0, limit = 0, offset = 0;
+    char path[600];
+    self_mapping(addr0, &start, &limit, &offset, path, sizeof path);
+    cp_buf so = read_all(path);
+    cp_buf tab = {0};
+    char id[CP_BUILD_ID_HEX_MAX + 1];
+    cp_err err = {0};
+    CHECK_EQ(cp_symtab_build(so.data, so.len, 64u << 20, &tab, id, &err), 0);
+    cp_buf_close(&tab);
+    cp_buf_close(&so);
+    char debug[300];
+    snprintf(debug, sizeof debug, "/usr/lib/debug/.build-id/%.2s/%s.debug", id, id + 2);
+    struct stat st;
+    if (stat(debug, &st) != 0) fprintf(stderr, "%s missing: install libc6-dbg\n", debug);
+    CHECK(stat(debug, &st) == 0);
+
+    cp_symbols_options o;
+    cp_symbols_options_default(&o); /* dirs: /usr/lib/debug/.build-id */
+    cp_symbols *sy = cp_symbols_create(&o);
+    CHECK(sy);
+    cp_profile *p = cp_profile_create();
+    CHECK(p);
+    cp_mapping m = {.start = start, .limit = limit, .offset = offset};
+    CHECK(cp_profile_intern_cstr(p, path, &m.filename) == 0);
+    CHECK(cp_profile_intern_cstr(p, id, &m.build_id) == 0);
+    uint32_t mid;
+    CHECK(cp_profile_add_mapping(p, &m, &mid) == 0);
+    uintptr_t addrs[sizeof fns / sizeof fns[0]];
+    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+        addrs[i] = (uintptr_t)dlsym(RTLD_DEFAULT, fns[i]);
+        CHECK(addrs[i] >= start && addrs[i] < limit);
+        uint32_t lid;
+        CHECK(cp_profile_add_location(p, addrs[i] + 2, mid, NULL, 0, &lid) == 0);
+    }
+    uint32_t named = 0;
+    CHECK_EQ(cp_symbols_name(sy, "default", p, &named), 0);
+    CHECK_EQ(named, sizeof fns / sizeof fns[0]);
+    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+        const cp_location *l = &p->locations.v[i];
+        const cp_line *ln = &p->lines.v[l->line_off + l->nlines - 1];
+        const char *name = cp_profile_str(p, p->functions.v[ln->function_id - 1].name);
+        fprintf(stderr, "%s at %#lx: %s %s:%lld\n", fns[i], (unsigned long)addrs[i], name,
+                cp_profile_str(p, p->functions.v[ln->function_id - 1].filename),
+                (long long)ln->line);
+        CHECK((uintptr_t)dlsym(RTLD_DEFAULT, name) == addrs[i] || strstr(name, fns[i]));
+        CHECK(ln->line > 0); /* the debug file's lines, not just the symbol */
+    }
+    cp_profile_destroy(p);
+    cp_symbols_destroy(sy);
+}
+
 TEST_MAIN(T(table_names_functions_lines_and_inlined_calls_of_this_binary),
+          T(libc_frames_named_from_its_debug_file),
           T(bad_files_are_refused_naming_the_problem),
           T(uploaded_symbols_name_stored_profiles_of_their_tenant_only),
           T(debug_directories_name_frames_without_an_upload))
