@@ -55,7 +55,7 @@ typedef struct seg {
 } seg;
 typedef struct func {
     uint64_t lo, hi;
-    uint32_t name, global;
+    uint32_t name, global; /* global: 2 global, 1 weak, 0 local */
 } func;
 typedef struct inl {
     uint64_t lo, hi;
@@ -274,12 +274,17 @@ static int check_elf(const uint8_t *e, size_t len, builder *b, char *build_id, c
 
 /* --- symbols (libelf) ----------------------------------------------------------------- */
 
-static int func_cmp(const void *a, const void *b)
+static int func_cmp(const void *a, const void *b, void *strs)
 {
     const func *x = a, *y = b;
     if (x->lo != y->lo) return x->lo < y->lo ? -1 : 1;
-    if (x->global != y->global) return x->global ? -1 : 1;
-    return x->hi > y->hi ? -1 : x->hi < y->hi;
+    /* of several names at one address, the public one: global, then weak, then local;
+     * then one without a leading underscore (qsort, not __GI_qsort); then by name */
+    if (x->global != y->global) return x->global > y->global ? -1 : 1;
+    const char *xn = (const char *)strs + x->name, *yn = (const char *)strs + y->name;
+    int xu = xn[0] == '_', yu = yn[0] == '_';
+    if (xu != yu) return xu ? 1 : -1;
+    return strcmp(xn, yn);
 }
 
 static void read_symbols(Elf *elf, builder *b)
@@ -315,13 +320,15 @@ static void read_symbols(Elf *elf, builder *b)
             plain[at - nm] = 0;
             nm = plain;
         }
+        int bind = GELF_ST_BIND(sym.st_info);
         func f = {sym.st_value, sym.st_value + sym.st_size, b_str(b, nm),
-                  GELF_ST_BIND(sym.st_info) == STB_GLOBAL};
+                  bind == STB_GLOBAL ? 2u : bind == STB_WEAK ? 1u : 0u};
         if (f.hi < f.lo) f.hi = f.lo;
         if (cp_vec_push(&b->funcs, f)) b->nomem = 1;
     }
     if (!b->funcs.n) return;
-    qsort(b->funcs.v, b->funcs.n, sizeof(func), func_cmp);
+    if (b->strs.len == 0) return; /* every name was "" (out of memory: b->nomem is set) */
+    qsort_r(b->funcs.v, b->funcs.n, sizeof(func), func_cmp, b->strs.data);
     /* one symbol per address (the global one); sizeless symbols reach the next one */
     uint32_t k = 0;
     for (uint32_t i = 0; i < b->funcs.n; i++) {
