@@ -43,12 +43,12 @@ p_none=$(start none)
 p_agent=$(start agent)
 p_server=$(start server)
 
-# one reading of a process: agent_ticks window_ends rss_kib (stays at the last good one)
+# one reading of a process: agent_cpu_ns window_ends rss_kib (stays at the last good one)
 read_proc() { # pid mode
     ticks=0
     for t in /proc/"$1"/task/*; do
         [ "$(cat "$t/comm" 2>/dev/null)" = contprof-agent ] || continue
-        ticks=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "$t/stat" 2>/dev/null || echo 0)
+        ticks=$(awk '{ print $1 }' "$t/schedstat" 2>/dev/null || echo 0) # ns on CPU
     done
     rss=$(awk '/^VmRSS:/ { print $2 }' /proc/"$1"/status 2>/dev/null || echo 0)
     st=$(awk '{ sub(/^.*\) /, ""); print $20 }' /proc/"$1"/stat 2>/dev/null || echo 0)
@@ -79,7 +79,7 @@ for m in agent server; do
         -v craw="$craw" 'BEGIN {
         printf "symbols: %s: bytes of a cpu profile (one isolate-window), gzip / raw pprof | %d / %d | - | -\n", m, cgz / cfiles, craw / cfiles
         printf "symbols: %s: bytes of a profile of any kind (%d profiles), gzip / raw pprof | %d / %d | - | -\n", m, files, gz / files, raw / files
-        printf "symbols: %s: agent thread CPU per window end (ms, %d ends) | %.2f | - | -\n", m, ends, ends ? 1000 * ticks / hz / ends : 0
+        printf "symbols: %s: agent thread CPU per window end (ms, %d ends) | %.2f | - | -\n", m, ends, ends ? ticks / 1e6 / ends : 0
         printf "symbols: %s: agent RSS (KiB over the same program without the agent) | %d | - | -\n", m, rss - base
     }'
 done
