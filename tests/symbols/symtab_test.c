@@ -5,7 +5,10 @@
 #include <gelf.h>
 #include <libelf.h>
 #include <dlfcn.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <pthread.h>
 #include <sys/stat.h>
 
@@ -583,7 +586,65 @@ TEST(libc_frames_named_from_its_debug_file)
     dlclose(libc);
 }
 
+/* Opens a connection that starts an upload of 1 MB and sends only its first bytes. */
+static int half_upload(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    static const char head[] = "POST /api/v1/symbols HTTP/1.1\r\nHost: x\r\n"
+                               "Content-Length: 1000000\r\n\r\n\177ELF";
+    CHECK(write(fd, head, sizeof head - 1) == (ssize_t)(sizeof head - 1));
+    return fd;
+}
+
+/* Each upload may hold symbols.max_upload_bytes of memory: only max_uploads (2) at once,
+ * the next gets 503 until one is done. */
+TEST(concurrent_uploads_are_bounded)
+{
+    qfx f = {0};
+    qfx_open_store(&f, NULL);
+    cp_symbols_options so;
+    cp_symbols_options_default(&so);
+    so.store = f.store;
+    so.dirs = "";
+    cp_symbols *sy = cp_symbols_create(&so);
+    CHECK(sy);
+    cp_api_options ao;
+    cp_api_options_default(&ao);
+    ao.symbols = sy;
+    qfx_serve(&f, &ao, 2);
+    char prog[600];
+    snprintf(prog, sizeof prog, "%s/tests/symbols/symprog", bindir());
+    cp_buf elf = read_all(prog);
+    int a = half_upload(f.port), b = half_upload(f.port);
+    int status = 0;
+    for (int i = 0; i < 200 && status != 503; i++) { /* both have reached the server */
+        cp_http_result r = post(&f, "/api/v1/symbols", NULL, elf.data, elf.len);
+        status = r.status;
+        if (status == 503) CHECK_CONTAINS((char *)r.body.data, "uploads in progress");
+        cp_buf_close(&r.body);
+        if (status != 503) usleep(50000);
+    }
+    CHECK_EQ(status, 503);
+    close(a);
+    close(b);
+    for (int i = 0; i < 200 && status != 200; i++) { /* the slots are given back */
+        cp_http_result r = post(&f, "/api/v1/symbols", NULL, elf.data, elf.len);
+        status = r.status;
+        cp_buf_close(&r.body);
+        if (status != 200) usleep(50000);
+    }
+    CHECK_EQ(status, 200);
+    cp_buf_close(&elf);
+    qfx_close(&f, 1);
+    cp_symbols_destroy(sy);
+}
+
 TEST_MAIN(T(table_names_functions_lines_and_inlined_calls_of_this_binary),
+          T(concurrent_uploads_are_bounded),
           T(libc_frames_named_from_its_debug_file),
           T(bad_files_are_refused_naming_the_problem),
           T(uploaded_symbols_name_stored_profiles_of_their_tenant_only),
