@@ -235,13 +235,15 @@ static int request(const char *method, const char *base_url, const char *path_qu
         while (pl && prefix[pl - 1] == '/') prefix[--pl] = 0;
     }
     cp_buf req = {0};
-    int rc = cp_buf_printf(&req, "%s %s%s HTTP/1.1\r\nHost: %s:%s\r\nUser-Agent: contprof\r\n"
-                                 "Connection: close\r\n",
+    int rc = cp_buf_printf(&req,
+                           "%s %s%s HTTP/1.1\r\nHost: %s:%s\r\nUser-Agent: contprof\r\n"
+                           "Connection: close\r\n",
                            method, prefix, path_query, host, port);
     if (!rc && token && *token) rc = cp_buf_printf(&req, "Authorization: Bearer %s\r\n", token);
     if (!rc && body)
-        rc = cp_buf_printf(&req, "Content-Type: application/octet-stream\r\n"
-                                 "Content-Length: %zu\r\n",
+        rc = cp_buf_printf(&req,
+                           "Content-Type: application/octet-stream\r\n"
+                           "Content-Length: %zu\r\n",
                            body_len);
     if (!rc) rc = cp_buf_printf(&req, "\r\n");
     if (!rc && body_len) rc = cp_buf_append(&req, body, body_len);
@@ -264,15 +266,15 @@ static int request(const char *method, const char *base_url, const char *path_qu
     return rc;
 }
 
-int cp_http_get(const char *base_url, const char *path_query, const char *token,
-                int64_t timeout_ms, size_t max_body, cp_http_result *out, cp_err *err)
+int cp_http_get(const char *base_url, const char *path_query, const char *token, int64_t timeout_ms,
+                size_t max_body, cp_http_result *out, cp_err *err)
 {
     return request("GET", base_url, path_query, token, NULL, 0, timeout_ms, max_body, out, err);
 }
 
-int cp_http_post(const char *base_url, const char *path_query, const char *token,
-                 const void *body, size_t body_len, int64_t timeout_ms, size_t max_body,
-                 cp_http_result *out, cp_err *err)
+int cp_http_post(const char *base_url, const char *path_query, const char *token, const void *body,
+                 size_t body_len, int64_t timeout_ms, size_t max_body, cp_http_result *out,
+                 cp_err *err)
 {
     return request("POST", base_url, path_query, token, body ? body : "", body_len, timeout_ms,
                    max_body, out, err);

@@ -382,8 +382,7 @@ static int is_upload(const conn *c, const http_parser *p)
 {
     const char *up = c->srv->opt.upload_path;
     size_t ul = up ? strlen(up) : 0;
-    if (!ul || p->method != HTTP_POST || c->url.len < ul ||
-        memcmp(c->url.data, up, ul) != 0)
+    if (!ul || p->method != HTTP_POST || c->url.len < ul || memcmp(c->url.data, up, ul) != 0)
         return 0;
     return c->url.len == ul || c->url.data[ul] == '?';
 }
@@ -396,8 +395,7 @@ static int on_headers_complete(http_parser *p)
     if (up && !c->upload_slot) {
         /* each upload may hold max_upload_bytes: only a few at once */
         if (c->srv->uploads >= c->srv->opt.max_uploads)
-            return fail(c, 503, "%u uploads in progress already; retry later",
-                        c->srv->uploads);
+            return fail(c, 503, "%u uploads in progress already; retry later", c->srv->uploads);
         c->srv->uploads++;
         c->upload_slot = 1;
     }

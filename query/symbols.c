@@ -260,8 +260,10 @@ int cp_symbols_upload(cp_symbols *sy, const char *tenant, const uint8_t *elf, si
             if (strcmp(e->id, out->build_id) == 0 && strcmp(e->tenant, tenant) == 0) {
                 *pp = e->next;
                 sy->bytes -= e->len;
-                if (e->refs) e->stale = 1;
-                else entry_free(e);
+                if (e->refs)
+                    e->stale = 1;
+                else
+                    entry_free(e);
             } else {
                 pp = &e->next;
             }
@@ -295,7 +297,8 @@ static uint32_t fn_get(fn_index *x, cp_profile *p, uint32_t name, uint32_t file)
         for (uint32_t i = 0; i < x->cap; i++) {
             if (!x->keys[i]) continue;
             uint32_t j = (uint32_t)cp_hash_u64(0, x->keys[i]) & (nc - 1);
-            while (nk[j]) j = (j + 1) & (nc - 1);
+            while (nk[j])
+                j = (j + 1) & (nc - 1);
             nk[j] = x->keys[i];
             ni[j] = x->ids[i];
         }
@@ -380,7 +383,8 @@ int cp_symbols_name(cp_symbols *sy, const char *tenant, cp_profile *p, uint32_t 
     }
 out:
     if (tabs)
-        for (uint32_t i = 0; i < 2 * nm; i++) release(sy, tabs[i]);
+        for (uint32_t i = 0; i < 2 * nm; i++)
+            release(sy, tabs[i]);
     free(tabs);
     free(state);
     free(fx.keys);

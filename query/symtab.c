@@ -106,7 +106,8 @@ static uint32_t b_str(builder *b, const char *s)
         for (uint32_t i = 0; i < b->nslots; i++) {
             if (!b->slots[i]) continue;
             uint32_t j = (uint32_t)(b->slots[i] >> 32) & (nc - 1);
-            while (ns[j]) j = (j + 1) & (nc - 1);
+            while (ns[j])
+                j = (j + 1) & (nc - 1);
             ns[j] = b->slots[i];
         }
         free(b->slots);
@@ -156,8 +157,8 @@ static int check_elf(const uint8_t *e, size_t len, builder *b, char *build_id, c
         return cp_err_set(err, CP_EPARSE,
                           "not an ELF file (it does not start with the ELF magic 7f 45 4c 46)");
     if (len < 64)
-        return cp_err_set(err, CP_EPARSE,
-                          "truncated ELF: %zu bytes, the ELF header alone needs 64", len);
+        return cp_err_set(err, CP_EPARSE, "truncated ELF: %zu bytes, the ELF header alone needs 64",
+                          len);
     if (e[4] != ELFCLASS64 || e[5] != ELFDATA2LSB)
         return cp_err_set(err, CP_EPARSE,
                           "unsupported ELF: only 64-bit little-endian objects are read "
@@ -189,8 +190,9 @@ static int check_elf(const uint8_t *e, size_t len, builder *b, char *build_id, c
     Elf64_Shdr shs;
     memcpy(&shs, e + shoff + (size_t)shstrndx * sizeof shs, sizeof shs);
     if (shs.sh_type == SHT_NOBITS || shs.sh_offset > len || shs.sh_size > len - shs.sh_offset)
-        return cp_err_set(err, CP_EPARSE, "truncated ELF: the section name table lies past the "
-                                          "file's end");
+        return cp_err_set(err, CP_EPARSE,
+                          "truncated ELF: the section name table lies past the "
+                          "file's end");
     const char *names = (const char *)e + shs.sh_offset;
     size_t names_len = (size_t)shs.sh_size;
     int text_nobits = 0;
@@ -199,10 +201,10 @@ static int check_elf(const uint8_t *e, size_t len, builder *b, char *build_id, c
     for (uint16_t i = 0; i < shnum; i++) {
         Elf64_Shdr sh;
         memcpy(&sh, e + shoff + (size_t)i * sizeof sh, sizeof sh);
-        const char *nm = sh.sh_name < names_len && memchr(names + sh.sh_name, 0,
-                                                          names_len - sh.sh_name)
-                             ? names + sh.sh_name
-                             : "?";
+        const char *nm =
+            sh.sh_name < names_len && memchr(names + sh.sh_name, 0, names_len - sh.sh_name)
+                ? names + sh.sh_name
+                : "?";
         if (sh.sh_type == SHT_NOBITS) {
             if (strcmp(nm, ".text") == 0) text_nobits = 1;
             continue;
@@ -257,8 +259,10 @@ static int check_elf(const uint8_t *e, size_t len, builder *b, char *build_id, c
         if (text_nobits) {
             uint64_t al = ph.p_align > 1 ? ph.p_align : 1;
             uint64_t want = ph.p_vaddr % al, off = prev_end;
-            if (b->segs.n == 0) off = ph.p_vaddr % al == 0 ? 0 : want;
-            else if (off % al != want) off = off - off % al + want + (off % al > want ? al : 0);
+            if (b->segs.n == 0)
+                off = ph.p_vaddr % al == 0 ? 0 : want;
+            else if (off % al != want)
+                off = off - off % al + want + (off % al > want ? al : 0);
             s.off = off;
             s.size = ph.p_memsz;
             prev_end = off + ph.p_memsz;
@@ -267,8 +271,9 @@ static int check_elf(const uint8_t *e, size_t len, builder *b, char *build_id, c
         if (cp_vec_push(&b->segs, s)) return cp_err_set(err, CP_ENOMEM, "out of memory");
     }
     if (!b->segs.n)
-        return cp_err_set(err, CP_EPARSE, "no loadable segment (PT_LOAD): not an executable, "
-                                          "shared library or its debug file");
+        return cp_err_set(err, CP_EPARSE,
+                          "no loadable segment (PT_LOAD): not an executable, "
+                          "shared library or its debug file");
     return 0;
 }
 
@@ -322,7 +327,9 @@ static void read_symbols(Elf *elf, builder *b)
         }
         int bind = GELF_ST_BIND(sym.st_info);
         func f = {sym.st_value, sym.st_value + sym.st_size, b_str(b, nm),
-                  bind == STB_GLOBAL ? 2u : bind == STB_WEAK ? 1u : 0u};
+                  bind == STB_GLOBAL ? 2u
+                  : bind == STB_WEAK ? 1u
+                                     : 0u};
         if (f.hi < f.lo) f.hi = f.lo;
         if (cp_vec_push(&b->funcs, f)) b->nomem = 1;
     }
@@ -372,8 +379,7 @@ static void walk_dies(Dwarf_Die *die, int depth, Dwarf_Files *files, size_t nfil
             int nr = 0;
             while ((off = dwarf_ranges(&child, off, &base, &lo, &hi)) > 0 && nr++ < 1024) {
                 if (hi <= lo) continue;
-                inl x = {lo, hi, name, call_file, cl > UINT32_MAX ? 0 : (uint32_t)cl,
-                         (uint32_t)d};
+                inl x = {lo, hi, name, call_file, cl > UINT32_MAX ? 0 : (uint32_t)cl, (uint32_t)d};
                 if (cp_vec_push(&b->inls, x)) {
                     b->nomem = 1;
                     return;
@@ -381,8 +387,8 @@ static void walk_dies(Dwarf_Die *die, int depth, Dwarf_Files *files, size_t nfil
             }
         }
         if (tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine ||
-            tag == DW_TAG_lexical_block || tag == DW_TAG_namespace ||
-            tag == DW_TAG_class_type || tag == DW_TAG_structure_type)
+            tag == DW_TAG_lexical_block || tag == DW_TAG_namespace || tag == DW_TAG_class_type ||
+            tag == DW_TAG_structure_type)
             walk_dies(&child, d, files, nfiles, b);
     } while (dwarf_siblingof(&child, &child) == 0);
 }
@@ -563,11 +569,10 @@ int cp_symtab_open(cp_symtab *t, const uint8_t *blob, size_t len, cp_err *err)
     t->nline = rd32(blob + 20);
     t->strbytes = rd32(blob + 24);
     uint64_t need = HDR_BYTES + (uint64_t)t->nseg * SEG_BYTES + (uint64_t)t->nfunc * FUNC_BYTES +
-                    (uint64_t)t->ninl * INL_BYTES + (uint64_t)t->nline * LINE_BYTES +
-                    t->strbytes;
+                    (uint64_t)t->ninl * INL_BYTES + (uint64_t)t->nline * LINE_BYTES + t->strbytes;
     if (need != len || t->strbytes == 0 || blob[len - 1] != 0)
-        return cp_err_set(err, CP_ESTORE, "symbol table: %zu bytes where the header says %llu",
-                          len, (unsigned long long)need);
+        return cp_err_set(err, CP_ESTORE, "symbol table: %zu bytes where the header says %llu", len,
+                          (unsigned long long)need);
     const uint8_t *p = blob + HDR_BYTES;
     t->segs = p;
     p += (size_t)t->nseg * SEG_BYTES;
@@ -610,8 +615,7 @@ static int64_t last_le(const uint8_t *arr, uint32_t n, size_t stride, uint64_t k
     return best;
 }
 
-uint32_t cp_symtab_lookup(const cp_symtab *t, uint64_t file_offset, cp_symframe *out,
-                          uint32_t max)
+uint32_t cp_symtab_lookup(const cp_symtab *t, uint64_t file_offset, cp_symframe *out, uint32_t max)
 {
     if (!max) return 0;
     uint64_t va = 0;

@@ -49,7 +49,6 @@ typedef struct cp_symframe {
 /* Names the instruction at file_offset of the object (address - mapping start + mapping
  * offset): fills out[0..max) leaf (innermost inlined call) first and returns the count;
  * 0 when the offset lies in no loadable segment or no function. */
-uint32_t cp_symtab_lookup(const cp_symtab *t, uint64_t file_offset, cp_symframe *out,
-                          uint32_t max);
+uint32_t cp_symtab_lookup(const cp_symtab *t, uint64_t file_offset, cp_symframe *out, uint32_t max);
 
 #endif

@@ -2204,8 +2204,8 @@ static size_t key_symbols(uint8_t *k, size_t cap, const char *tenant, const char
     return tl + 2 + bl;
 }
 
-int cp_store_put_symbols(cp_store *s, const char *tenant, const char *build_id,
-                         const void *table, size_t len, cp_err *err)
+int cp_store_put_symbols(cp_store *s, const char *tenant, const char *build_id, const void *table,
+                         size_t len, cp_err *err)
 {
     uint8_t k[CP_TENANT_KEY_MAX + CP_SYMBOLS_ID_MAX + 2];
     size_t kl = key_symbols(k, sizeof k, tenant, build_id);
@@ -2213,8 +2213,8 @@ int cp_store_put_symbols(cp_store *s, const char *tenant, const char *build_id,
     char *lerr = NULL;
     leveldb_put(s->db, s->wsync, (const char *)k, kl, table, len, &lerr);
     if (lerr) {
-        cp_err_set(err, CP_ESTORE, "store %s: writing the symbols of %s: %s", s->path,
-                   build_id, lerr);
+        cp_err_set(err, CP_ESTORE, "store %s: writing the symbols of %s: %s", s->path, build_id,
+                   lerr);
         leveldb_free(lerr);
         return CP_ESTORE;
     }

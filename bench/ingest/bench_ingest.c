@@ -113,11 +113,13 @@ static int produce_main(const char *brokers, long n)
 /* Drops every location's lines and gives the mappings a build ID (CONTPROF_SYMBOLIZE=server). */
 static void unsymbolize(cp_profile *w)
 {
-    for (uint32_t i = 0; i < w->locations.n; i++) w->locations.v[i].nlines = 0;
+    for (uint32_t i = 0; i < w->locations.n; i++)
+        w->locations.v[i].nlines = 0;
     w->lines.n = 0;
     w->functions.n = 0;
     for (uint32_t i = 0; i < w->mappings.n; i++) {
-        cp_profile_intern_cstr(w, "5f0c3e1a9b7d2c4e6f8a0b1c2d3e4f5a6b7c8d9e", &w->mappings.v[i].build_id);
+        cp_profile_intern_cstr(w, "5f0c3e1a9b7d2c4e6f8a0b1c2d3e4f5a6b7c8d9e",
+                               &w->mappings.v[i].build_id);
         w->mappings.v[i].flags = 0;
     }
 }
@@ -327,7 +329,8 @@ int main(int argc, char **argv)
         gz += (double)payload[i].len;
     printf("gzip_bytes_per_window %.0f\n", gz / NDISTINCT);
     double raw = 0;
-    for (int i = 0; i < NDISTINCT; i++) raw += (double)rawload[i].len;
+    for (int i = 0; i < NDISTINCT; i++)
+        raw += (double)rawload[i].len;
     printf("raw_bytes_per_window %.0f\n", raw / NDISTINCT);
     char path[512];
     cp_err err = {0};

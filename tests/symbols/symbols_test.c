@@ -105,8 +105,8 @@ static cp_http_result get(const char *url, const char *pq, const char *token)
         fprintf(stderr, "GET %s: %s\n", pq, err.msg);
         CHECK(0);
     }
-    if (r.status != 200) fprintf(stderr, "GET %s: %d %.*s\n", pq, r.status, (int)r.body.len,
-                                 (char *)r.body.data);
+    if (r.status != 200)
+        fprintf(stderr, "GET %s: %d %.*s\n", pq, r.status, (int)r.body.len, (char *)r.body.data);
     CHECK_EQ(r.status, 200);
     CHECK(cp_buf_append(&r.body, "", 1) == 0);
     r.body.len--;
@@ -132,8 +132,8 @@ static int64_t cpu_total(const char *url, const char *token, const char *sel, lo
 {
     cp_buf pq = {0};
     char head[160];
-    snprintf(head, sizeof head, "/api/v1/profile?format=pprof&type=cpu&from=%ld&to=%ld&select=",
-             from, to);
+    snprintf(head, sizeof head,
+             "/api/v1/profile?format=pprof&type=cpu&from=%ld&to=%ld&select=", from, to);
     CHECK(cp_buf_append(&pq, head, strlen(head)) == 0);
     CHECK(cp_url_encode(&pq, sel) == 0);
     CHECK(cp_buf_append(&pq, "", 1) == 0);
@@ -150,8 +150,8 @@ static int64_t cpu_total(const char *url, const char *token, const char *sel, lo
 }
 
 /* Locations of the stripped program's mapping in tenant's export: how many, how many named. */
-static void prog_locations(const char *url, const char *token, long from, long to,
-                           uint32_t *n, uint32_t *named, cp_buf *raw)
+static void prog_locations(const char *url, const char *token, long from, long to, uint32_t *n,
+                           uint32_t *named, cp_buf *raw)
 {
     char pq[200];
     snprintf(pq, sizeof pq, "/api/v1/profile?format=pprof&type=cpu&from=%ld&to=%ld", from, to);
@@ -169,8 +169,10 @@ static void prog_locations(const char *url, const char *token, long from, long t
         if (l->nlines) (*named)++;
     }
     cp_profile_destroy(p);
-    if (raw) *raw = r.body;
-    else cp_buf_close(&r.body);
+    if (raw)
+        *raw = r.body;
+    else
+        cp_buf_close(&r.body);
 }
 
 TEST(stripped_program_named_after_upload_per_tenant)
@@ -184,8 +186,9 @@ TEST(stripped_program_named_after_upload_per_tenant)
     snprintf(data, sizeof data, "%s/data", dir);
     FILE *f = fopen(conf, "w");
     CHECK(f);
-    fprintf(f, "data = %s\nlisten = 127.0.0.1:0\ntoken.a = token-of-a\ntoken.b = token-of-b\n"
-               "symbols.dirs = %s/no-debug-dir\n",
+    fprintf(f,
+            "data = %s\nlisten = 127.0.0.1:0\ntoken.a = token-of-a\ntoken.b = token-of-b\n"
+            "symbols.dirs = %s/no-debug-dir\n",
             data, dir);
     fclose(f);
     char dbin[512], cbin[512], prog[512], stripped[512];
@@ -214,24 +217,28 @@ TEST(stripped_program_named_after_upload_per_tenant)
         const char *tenant, *mode;
         pid_t pid;
         char log[600];
-    } runs[4] = {{"a", "server", 0, ""}, {"a", "server", 0, ""}, {"b", "server", 0, ""},
+    } runs[4] = {{"a", "server", 0, ""},
+                 {"a", "server", 0, ""},
+                 {"b", "server", 0, ""},
                  {"c", "agent", 0, ""}};
     for (int i = 0; i < 4; i++) {
         snprintf(runs[i].log, sizeof runs[i].log, "%s/run-%d.log", dir, i);
-        const char *argv[] = {cbin,     "run",    "--server",  url,       "--tenant",
-                              runs[i].tenant,     "--symbolize", runs[i].mode, "--service",
-                              "symprog", "--window", "1s",     "--",      stripped,
-                              "8",      NULL};
+        const char *argv[] = {cbin,        "run",          "--server",    url,
+                              "--tenant",  runs[i].tenant, "--symbolize", runs[i].mode,
+                              "--service", "symprog",      "--window",    "1s",
+                              "--",        stripped,       "8",           NULL};
         runs[i].pid = spawn(argv, runs[i].log);
     }
-    for (int i = 0; i < 4; i++) (void)maps_have_libdw(runs[i].pid, 1);
+    for (int i = 0; i < 4; i++)
+        (void)maps_have_libdw(runs[i].pid, 1);
     usleep(3000000); /* past the first windows (1 s): an agent that symbolizes has loaded libdw */
     for (int i = 0; i < 4; i++) {
         int has = maps_have_libdw(runs[i].pid, 0);
         fprintf(stderr, "run %d (%s): libdw %s\n", i, runs[i].mode, has ? "mapped" : "not mapped");
         CHECK_EQ(has, strcmp(runs[i].mode, "agent") == 0);
     }
-    for (int i = 0; i < 4; i++) CHECK_EQ(wait_exit(runs[i].pid, 90), 0);
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ(wait_exit(runs[i].pid, 90), 0);
     long t_to = (long)time(NULL) + 2;
 
     /* every instance's windows are stored (the agent flushes at exit) */
@@ -245,8 +252,8 @@ TEST(stripped_program_named_after_upload_per_tenant)
             if (v > 0 && v == last) break;
             last = v;
         }
-        fprintf(stderr, "instance %d (tenant %s): cpu %lld ns\n", (int)runs[i].pid,
-                runs[i].tenant, (long long)v);
+        fprintf(stderr, "instance %d (tenant %s): cpu %lld ns\n", (int)runs[i].pid, runs[i].tenant,
+                (long long)v);
         CHECK(v > 1000000000LL); /* up to 8 s of CPU each; at least 1 s arrived */
     }
 
@@ -295,8 +302,7 @@ TEST(stripped_program_named_after_upload_per_tenant)
     cp_buf_close(&r.body);
     cp_buf raw;
     prog_locations(url, "token-of-a", t_from, t_to, &n, &named, &raw);
-    fprintf(stderr, "tenant a after the upload: %u locations in the program, %u named\n", n,
-            named);
+    fprintf(stderr, "tenant a after the upload: %u locations in the program, %u named\n", n, named);
     CHECK(named > 0);
     /* go tool pprof reads the named export */
     char tmp[700];

@@ -32,7 +32,8 @@ __attribute__((noinline)) uint64_t symprog_table_walk(uint64_t *t, size_t n, int
 {
     uint64_t s = 0;
     for (int r = 0; r < rounds; r++)
-        for (size_t i = 0; i < n; i++) s += t[(i * 7 + (size_t)r) % n] ^ (uint64_t)i;
+        for (size_t i = 0; i < n; i++)
+            s += t[(i * 7 + (size_t)r) % n] ^ (uint64_t)i;
     return s;
 }
 
@@ -41,7 +42,8 @@ int main(int argc, char **argv)
     double secs = argc > 1 ? atof(argv[1]) : 3;
     uint64_t *t = malloc(4096 * sizeof *t);
     if (!t) return 1;
-    for (size_t i = 0; i < 4096; i++) t[i] = i * 0x9e3779b97f4a7c15ULL;
+    for (size_t i = 0; i < 4096; i++)
+        t[i] = i * 0x9e3779b97f4a7c15ULL;
     double end = now_s() + secs;
     while (now_s() < end) {
         sink += symprog_hash_spin(sink + 1, 200000);

@@ -109,8 +109,7 @@ TEST(table_names_functions_lines_and_inlined_calls_of_this_binary)
     symtab_test_outer();
     n = cp_symtab_lookup(&t, self_file_offset(g_ret - 1), fr, CP_SYMTAB_MAX_FRAMES);
     for (uint32_t i = 0; i < n; i++)
-        fprintf(stderr, "frame %u: %s %s:%lld\n", i, fr[i].name, fr[i].file,
-                (long long)fr[i].line);
+        fprintf(stderr, "frame %u: %s %s:%lld\n", i, fr[i].name, fr[i].file, (long long)fr[i].line);
     CHECK_EQ(n, 2);
     CHECK_STREQ(fr[0].name, "inlined_helper");
     CHECK_EQ(fr[0].line, g_inner_line);
@@ -155,8 +154,7 @@ static void drop_build_id(cp_buf *e)
     CHECK(done);
 }
 
-static void expect_bad(const uint8_t *d, size_t len, size_t max_table, int code,
-                       const char *needle)
+static void expect_bad(const uint8_t *d, size_t len, size_t max_table, int code, const char *needle)
 {
     cp_buf tab = {0};
     char id[CP_BUILD_ID_HEX_MAX + 1];
@@ -489,8 +487,7 @@ TEST(debug_directories_name_frames_without_an_upload)
     const cp_location *l = &p->locations.v[0];
     CHECK(l->nlines >= 1);
     const cp_line *ln = &p->lines.v[l->line_off + l->nlines - 1];
-    CHECK_STREQ(cp_profile_str(p, p->functions.v[ln->function_id - 1].name),
-                "symprog_table_walk");
+    CHECK_STREQ(cp_profile_str(p, p->functions.v[ln->function_id - 1].name), "symprog_table_walk");
     CHECK(p->mappings.v[0].flags & CP_MAP_HAS_FUNCTIONS);
     cp_profile_destroy(p);
     cp_symbols_destroy(sy);
@@ -527,8 +524,8 @@ static void self_mapping(uintptr_t addr, uint64_t *start, uint64_t *limit, uint6
  * address of this process must come back as a symbol that resolves to that address. */
 TEST(libc_frames_named_from_its_debug_file)
 {
-    static const char *const fns[] = {"qsort", "getpid", "strtol", "fopen", "pthread_create",
-                                      "abort"};
+    static const char *const fns[] = {"qsort", "getpid",         "strtol",
+                                      "fopen", "pthread_create", "abort"};
     /* libc's own definitions (in the sanitizer build RTLD_DEFAULT finds ASan's interceptors) */
     void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
     CHECK(libc);
@@ -644,8 +641,7 @@ TEST(concurrent_uploads_are_bounded)
 }
 
 TEST_MAIN(T(table_names_functions_lines_and_inlined_calls_of_this_binary),
-          T(concurrent_uploads_are_bounded),
-          T(libc_frames_named_from_its_debug_file),
+          T(concurrent_uploads_are_bounded), T(libc_frames_named_from_its_debug_file),
           T(bad_files_are_refused_naming_the_problem),
           T(uploaded_symbols_name_stored_profiles_of_their_tenant_only),
           T(debug_directories_name_frames_without_an_upload))
