@@ -885,6 +885,28 @@ static void ep_metrics(cp_api *a, cp_http_response *r)
             }
         }
     }
+    if (a->o.symbols) {
+        cp_symbols_stats ss;
+        cp_symbols_get_stats(a->o.symbols, &ss);
+        P("# HELP contprof_symbols_uploads_total Symbol uploads kept (POST /api/v1/symbols).\n"
+          "# TYPE contprof_symbols_uploads_total counter\n"
+          "contprof_symbols_uploads_total %" PRIu64 "\n",
+          ss.uploads);
+        P("# HELP contprof_symbols_uploads_refused_total Symbol uploads refused (bad file, "
+          "limit).\n# TYPE contprof_symbols_uploads_refused_total counter\n"
+          "contprof_symbols_uploads_refused_total %" PRIu64 "\n",
+          ss.uploads_refused);
+        P("# HELP contprof_symbols_locations_named_total Locations named at query time.\n"
+          "# TYPE contprof_symbols_locations_named_total counter\n"
+          "contprof_symbols_locations_named_total %" PRIu64 "\n",
+          ss.locations_named);
+        P("# HELP contprof_symbols_cached_tables Symbol tables held in memory.\n"
+          "# TYPE contprof_symbols_cached_tables gauge\ncontprof_symbols_cached_tables %" PRIu64
+          "\n# HELP contprof_symbols_cached_bytes Bytes of those tables.\n"
+          "# TYPE contprof_symbols_cached_bytes gauge\ncontprof_symbols_cached_bytes %" PRIu64
+          "\n",
+          ss.tables_cached, ss.cache_bytes);
+    }
     P("# HELP contprof_uptime_seconds Seconds since the query API started.\n"
       "# TYPE contprof_uptime_seconds gauge\ncontprof_uptime_seconds %.0f\n",
       (double)(cp_now_ns() - a->started_ns) / 1e9);

@@ -36,6 +36,7 @@ struct cp_symbols {
     entry *head;
     size_t bytes;
     uint64_t tick;
+    uint64_t uploads, refused, named; /* under mu */
 };
 
 static int64_t mono_ns(void)
@@ -249,6 +250,10 @@ int cp_symbols_upload(cp_symbols *sy, const char *tenant, const uint8_t *elf, si
     int rc = cp_symtab_build(elf, len, sy->o.max_table_bytes, &tab, out->build_id, err);
     cp_symtab t;
     if (!rc) rc = cp_symtab_open(&t, tab.data, tab.len, err);
+    pthread_mutex_lock(&sy->mu);
+    if (rc) sy->refused++;
+    else sy->uploads++;
+    pthread_mutex_unlock(&sy->mu);
     if (!rc) rc = cp_store_put_symbols(sy->o.store, tenant, out->build_id, tab.data, tab.len, err);
     if (!rc) {
         cp_symtab_info_get(&t, &out->info);
@@ -390,5 +395,23 @@ out:
     free(fx.keys);
     free(fx.ids);
     if (named) *named = count;
+    if (count) {
+        pthread_mutex_lock(&sy->mu);
+        sy->named += count;
+        pthread_mutex_unlock(&sy->mu);
+    }
     return rc;
+}
+
+void cp_symbols_get_stats(cp_symbols *sy, cp_symbols_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&sy->mu);
+    out->uploads = sy->uploads;
+    out->uploads_refused = sy->refused;
+    out->locations_named = sy->named;
+    for (entry *e = sy->head; e; e = e->next)
+        if (e->blob) out->tables_cached++;
+    out->cache_bytes = sy->bytes;
+    pthread_mutex_unlock(&sy->mu);
 }

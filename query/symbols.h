@@ -48,4 +48,12 @@ int cp_symbols_upload(cp_symbols *sy, const char *tenant, const uint8_t *elf, si
  * the number of locations named. */
 int cp_symbols_name(cp_symbols *sy, const char *tenant, cp_profile *p, uint32_t *named);
 
+/* Counters for /metrics (since create). */
+typedef struct cp_symbols_stats {
+    uint64_t uploads, uploads_refused; /* accepted uploads; refused ones (bad file, limit) */
+    uint64_t locations_named;          /* locations named by query-time passes */
+    uint64_t tables_cached, cache_bytes;
+} cp_symbols_stats;
+void cp_symbols_get_stats(cp_symbols *sy, cp_symbols_stats *out);
+
 #endif

@@ -421,6 +421,13 @@ TEST(uploaded_symbols_name_stored_profiles_of_their_tenant_only)
     CHECK_CONTAINS(out, "symprog_hash_spin");
     unlink(tmp);
 
+    /* the counters */
+    char *metrics = get_text(&f, "/metrics", NULL);
+    CHECK_CONTAINS(metrics, "contprof_symbols_uploads_total 1\n");
+    CHECK_CONTAINS(metrics, "contprof_symbols_uploads_refused_total 4\n");
+    CHECK(!strstr(metrics, "contprof_symbols_locations_named_total 0\n"));
+    free(metrics);
+
     /* tenant b's identical window is not named by a's upload */
     snprintf(pq, sizeof pq, "/api/v1/profile?format=top&from=%lld&to=now",
              (long long)(t0 / SEC - 1));
