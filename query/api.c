@@ -903,8 +903,7 @@ static void ep_metrics(cp_api *a, cp_http_response *r)
         P("# HELP contprof_symbols_cached_tables Symbol tables held in memory.\n"
           "# TYPE contprof_symbols_cached_tables gauge\ncontprof_symbols_cached_tables %" PRIu64
           "\n# HELP contprof_symbols_cached_bytes Bytes of those tables.\n"
-          "# TYPE contprof_symbols_cached_bytes gauge\ncontprof_symbols_cached_bytes %" PRIu64
-          "\n",
+          "# TYPE contprof_symbols_cached_bytes gauge\ncontprof_symbols_cached_bytes %" PRIu64 "\n",
           ss.tables_cached, ss.cache_bytes);
     }
     P("# HELP contprof_uptime_seconds Seconds since the query API started.\n"

@@ -240,21 +240,25 @@ int cp_symbols_upload(cp_symbols *sy, const char *tenant, const uint8_t *elf, si
                       cp_symbols_result *out, cp_err *err)
 {
     memset(out, 0, sizeof *out);
-    if (len > sy->o.max_upload_bytes)
+    if (len > sy->o.max_upload_bytes) {
+        pthread_mutex_lock(&sy->mu);
+        sy->refused++;
+        pthread_mutex_unlock(&sy->mu);
         return cp_err_set(err, CP_ELIMIT,
                           "file of %zu bytes exceeds the upload limit of %zu bytes "
                           "(symbols.max_upload_bytes)",
                           len, sy->o.max_upload_bytes);
+    }
     if (!sy->o.store) return cp_err_set(err, CP_EINVAL, "this server keeps no uploads");
     cp_buf tab = {0};
     int rc = cp_symtab_build(elf, len, sy->o.max_table_bytes, &tab, out->build_id, err);
     cp_symtab t;
     if (!rc) rc = cp_symtab_open(&t, tab.data, tab.len, err);
-    pthread_mutex_lock(&sy->mu);
-    if (rc) sy->refused++;
-    else sy->uploads++;
-    pthread_mutex_unlock(&sy->mu);
     if (!rc) rc = cp_store_put_symbols(sy->o.store, tenant, out->build_id, tab.data, tab.len, err);
+    pthread_mutex_lock(&sy->mu);
+    sy->uploads += rc == 0;
+    sy->refused += rc == CP_EPARSE || rc == CP_ELIMIT;
+    pthread_mutex_unlock(&sy->mu);
     if (!rc) {
         cp_symtab_info_get(&t, &out->info);
         out->table_bytes = tab.len;
