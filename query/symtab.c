@@ -26,7 +26,8 @@
 #define FUNC_BYTES 24
 #define INL_BYTES 32
 #define LINE_BYTES 16
-#define MAX_INLINE_DEPTH 64 /* DIE nesting followed; deeper is ignored (fuzzed input) */
+#define MAX_INLINE_DEPTH 64 /* inlined calls within inlined calls followed */
+#define MAX_NESTING 256     /* DIE nesting followed (scopes, namespaces); deeper is ignored */
 
 static uint64_t rd64(const uint8_t *p)
 {
@@ -356,9 +357,10 @@ static const char *file_name(Dwarf_Files *files, size_t nfiles, Dwarf_Word idx)
     return dwarf_filesrc(files, idx, NULL, NULL);
 }
 
-static void walk_dies(Dwarf_Die *die, int depth, Dwarf_Files *files, size_t nfiles, builder *b)
+static void walk_dies(Dwarf_Die *die, int depth, int nest, Dwarf_Files *files, size_t nfiles,
+                      builder *b)
 {
-    if (depth > MAX_INLINE_DEPTH) return;
+    if (depth > MAX_INLINE_DEPTH || nest > MAX_NESTING) return;
     Dwarf_Die child;
     if (dwarf_child(die, &child) != 0) return;
     do {
@@ -389,7 +391,7 @@ static void walk_dies(Dwarf_Die *die, int depth, Dwarf_Files *files, size_t nfil
         if (tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine ||
             tag == DW_TAG_lexical_block || tag == DW_TAG_namespace || tag == DW_TAG_class_type ||
             tag == DW_TAG_structure_type)
-            walk_dies(&child, d, files, nfiles, b);
+            walk_dies(&child, d, nest + 1, files, nfiles, b);
     } while (dwarf_siblingof(&child, &child) == 0);
 }
 
@@ -431,7 +433,7 @@ static void read_dwarf(Elf *elf, builder *b)
         Dwarf_Files *files = NULL;
         size_t nfiles = 0;
         if (dwarf_getsrcfiles(&cu, &files, &nfiles) != 0) files = NULL;
-        walk_dies(&cu, 0, files, nfiles, b);
+        walk_dies(&cu, 0, 0, files, nfiles, b);
     }
     dwarf_end(dw);
 }
