@@ -102,9 +102,19 @@ static void unlink_entry(cp_symbols *sy, entry *e)
         }
 }
 
-/* Drops unreferenced least recently used tables until the cache fits (lock held). */
-static void evict(cp_symbols *sy)
+/* Drops expired "absent" answers, then unreferenced least recently used tables until the
+ * cache fits (lock held). */
+static void evict(cp_symbols *sy, int64_t now)
 {
+    for (entry **pp = &sy->head; *pp;) {
+        entry *e = *pp;
+        if (!e->blob && !e->refs && now >= e->expires_ns) {
+            *pp = e->next;
+            entry_free(e);
+        } else {
+            pp = &e->next;
+        }
+    }
     while (sy->bytes > sy->o.cache_bytes) {
         entry *victim = NULL;
         for (entry *e = sy->head; e; e = e->next)
@@ -229,7 +239,7 @@ static entry *acquire(cp_symbols *sy, const char *tenant, const char *id)
     }
     e->used = ++sy->tick;
     if (e->blob) e->refs++;
-    evict(sy);
+    evict(sy, now);
     pthread_mutex_unlock(&sy->mu);
     return e->blob ? e : NULL;
 }
