@@ -367,14 +367,16 @@ static void walk_dies(Dwarf_Die *die, int depth, int nest, Dwarf_Files *files, s
         if (b_full(b)) return;
         int tag = dwarf_tag(&child);
         int d = depth;
-        if (tag == DW_TAG_inlined_subroutine) {
+        /* an inlined call whose name cannot be read (e.g. in a dwz alternate file that is not
+         * here) is left out: its caller's frame still names the place */
+        const char *nm = tag == DW_TAG_inlined_subroutine ? dwarf_diename(&child) : NULL;
+        if (nm) {
             d = depth + 1;
             Dwarf_Attribute at;
             Dwarf_Word cf = 0, cl = 0;
             if (dwarf_attr(&child, DW_AT_call_file, &at)) dwarf_formudata(&at, &cf);
             if (dwarf_attr(&child, DW_AT_call_line, &at)) dwarf_formudata(&at, &cl);
-            const char *nm = dwarf_diename(&child);
-            uint32_t name = b_str(b, nm ? nm : "??");
+            uint32_t name = b_str(b, nm);
             uint32_t call_file = b_str(b, file_name(files, nfiles, cf));
             Dwarf_Addr base, lo, hi;
             ptrdiff_t off = 0;
