@@ -24,6 +24,7 @@ static int usage_to(FILE *f, int rc)
             "usage: contprof run [--server URL | --brokers LIST] [--service S] [--version V]\n"
             "         [--tenant T] [--label k=v]... [--cpu-hz N] [--alloc-rate BYTES]\n"
             "         [--window DURATION] [--output-dir DIR] [--topic T] [--no-children]\n"
+            "         [--symbolize agent|server]\n"
             "         -- CMD [ARGS...]\n"
             "  --window D   window length: 500ms, 10s (default), 1m; a bare number is seconds\n\n"
             "examples:\n"
@@ -98,6 +99,12 @@ int cp_cmd_run(int argc, char **argv)
         if (done) continue;
         if (strcmp(a, "--server") == 0) {
             server = v;
+        } else if (strcmp(a, "--symbolize") == 0) {
+            if (strcmp(v, "agent") != 0 && strcmp(v, "server") != 0) {
+                fprintf(stderr, "contprof run: --symbolize %s: expected agent or server\n", v);
+                return 2;
+            }
+            setenv("CONTPROF_SYMBOLIZE", v, 1);
         } else if (strcmp(a, "--label") == 0) {
             if (!strchr(v, '=')) {
                 fprintf(stderr, "contprof run: --label %s: expected k=v\n", v);

@@ -34,6 +34,7 @@ typedef struct cp_config {
     int64_t flush_ms;
     int kafka_queue; /* envelopes waiting in the agent plus librdkafka */
     int cpu_engine;  /* CONTPROF_CPU_ENGINE: CP_ENGINE_AUTO, _PERF or _TIMER */
+    int symbolize_server; /* CONTPROF_SYMBOLIZE=server: no names, no libdw (window.c) */
     /* librdkafka properties from CONTPROF_KAFKA_<NAME>=value (NAME lowercased, '_' -> '.';
      * e.g. CONTPROF_KAFKA_SECURITY_PROTOCOL=SASL_SSL), as "name=value\n" lines. */
     char kafka_props[4096];

@@ -139,5 +139,7 @@ void cp_config_load(cp_config *c, const contprof_options *o)
                     : strcmp(eng, "timer") == 0 ? CP_ENGINE_TIMER
                     : strcmp(eng, "perf") == 0  ? CP_ENGINE_PERF
                                                 : CP_ENGINE_AUTO;
+    const char *sy = getenv("CONTPROF_SYMBOLIZE");
+    c->symbolize_server = sy && strcmp(sy, "server") == 0;
     kafka_props_from_env(c->kafka_props, sizeof(c->kafka_props));
 }

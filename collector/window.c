@@ -471,8 +471,9 @@ static uint32_t mapping_for(builder *b, uint64_t pc)
         .offset = m->file_offset,
         .filename = str_id(b, m->path),
         .build_id = str_id(b, hex),
-        .flags = CP_MAP_HAS_FUNCTIONS | CP_MAP_HAS_FILENAMES | CP_MAP_HAS_LINE_NUMBERS |
-                 CP_MAP_HAS_INLINE_FRAMES,
+        .flags = cp_cfg.symbolize_server ? 0
+                                         : CP_MAP_HAS_FUNCTIONS | CP_MAP_HAS_FILENAMES |
+                                               CP_MAP_HAS_LINE_NUMBERS | CP_MAP_HAS_INLINE_FRAMES,
     };
     uint32_t id = 0;
     if (cp_profile_add_mapping(b->p, &mp, &id) != 0) b->err = CP_ENOMEM;
@@ -588,8 +589,8 @@ static uint32_t location_for(builder *b, uint64_t pc)
         addr = 0;
     } else {
         mapping = mapping_for(b, pc);
-        const sym *s = symbolize(pc);
-        if (s->name) {
+        const sym *s = cp_cfg.symbolize_server ? NULL : symbolize(pc);
+        if (s && s->name) {
             /* inlined functions first (leaf first), then the function itself */
             cp_line lines[SYM_MAX_INLINE + 1];
             uint32_t nl = 0;
@@ -785,7 +786,8 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
         iso_add(&isos, &k);
     }
 
-    if (isos.n) syms_refresh(mods); /* loads libdw the first time there is something */
+    /* loads libdw the first time there is something; never with CONTPROF_SYMBOLIZE=server */
+    if (isos.n && !cp_cfg.symbolize_server) syms_refresh(mods);
     int rc = 0;
     for (uint32_t ii = 0; ii < isos.n; ii++) {
         const iso_key *k = &isos.k[ii];

@@ -15,6 +15,7 @@
 #include "pprof.h"
 #include "render.h"
 #include "selector.h"
+#include "symbols.h"
 #include "ui.h"
 
 /* Upper bounds (seconds) of the query latency histogram. */
@@ -22,9 +23,12 @@ static const double g_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                    0.25,  0.5,    1,     2.5,  5,    10,   30};
 #define NBUCKETS (sizeof g_buckets / sizeof g_buckets[0])
 
-enum { EP_PROFILE, EP_DIFF, EP_TIMELINE, EP_SERIES, EP_LABELS, EP_VALUES, EP_OTHER, EP_COUNT };
+enum {
+    EP_PROFILE, EP_DIFF, EP_TIMELINE, EP_SERIES, EP_LABELS, EP_VALUES, EP_SYMBOLS, EP_OTHER,
+    EP_COUNT
+};
 static const char *const g_ep_names[EP_COUNT] = {"profile", "diff",   "timeline", "series",
-                                                 "labels",  "values", "other"};
+                                                 "labels",  "values", "symbols",  "other"};
 
 struct cp_api {
     cp_api_options o;
@@ -106,12 +110,14 @@ static int ep_of(const char *path)
     if (strcmp(path, "/api/v1/series") == 0) return EP_SERIES;
     if (strcmp(path, "/api/v1/labels") == 0) return EP_LABELS;
     if (strncmp(path, "/api/v1/labels/", 15) == 0) return EP_VALUES;
+    if (strcmp(path, "/api/v1/symbols") == 0) return EP_SYMBOLS;
     return EP_OTHER;
 }
 
 int cp_api_is_light(void *api, const cp_http_request *req)
 {
     (void)api;
+    if (ep_of(req->path) == EP_SYMBOLS) return strcmp(req->method, "POST") != 0;
     return ep_of(req->path) == EP_OTHER || strcmp(req->method, "GET") != 0;
 }
 
@@ -303,6 +309,71 @@ static int json_str(cp_buf *b, const char *s)
     return 0;
 }
 
+/* Names the frames agents left unsymbolized (CONTPROF_SYMBOLIZE=server, stripped objects)
+ * from the tenant's uploaded symbols and the configured directories. */
+static int name_frames(cp_api *a, const char *tenant, cp_profile *p, cp_err *err)
+{
+    if (!a->o.symbols || !p) return 0;
+    if (cp_symbols_name(a->o.symbols, tenant, p, NULL))
+        return cp_err_set(err, CP_ENOMEM, "out of memory while naming frames");
+    return 0;
+}
+
+/* ---- /api/v1/symbols ---------------------------------------------------------------- */
+
+/* POST: the body is an ELF binary or separate debug file; its symbol table is kept for the
+ * tenant and names that build ID's frames in every later answer, old windows included. */
+static void ep_symbols(cp_api *a, const char *tenant, const cp_params *pa,
+                       const cp_http_request *req, cp_http_response *r)
+{
+    static const char *const allowed[] = {"tenant", NULL};
+    cp_err err = {0};
+    if (cp_params_check(pa, allowed, &err)) {
+        cp_http_error(r, 400, "%s", err.msg);
+        return;
+    }
+    const char *want = cp_params_get(pa, "tenant");
+    if (want && *want && strcmp(want, tenant) != 0) {
+        cp_http_error(r, 403, "tenant '%.64s' requested, but this token is for tenant '%s'", want,
+                      tenant);
+        return;
+    }
+    if (!a->o.symbols) {
+        cp_http_error(r, 404, "this server does not keep symbols");
+        return;
+    }
+    if (!req->body_len) {
+        cp_http_error(r, 400, "empty body: send the ELF file (binary or debug file) as the "
+                              "request body");
+        return;
+    }
+    cp_symbols_result res;
+    int rc = cp_symbols_upload(a->o.symbols, tenant, req->body, req->body_len, &res, &err);
+    if (rc == CP_EPARSE || rc == CP_EINVAL) {
+        cp_http_error(r, 400, "%s", err.msg);
+        return;
+    }
+    if (rc == CP_ELIMIT) {
+        cp_http_error(r, 413, "%s", err.msg);
+        return;
+    }
+    if (rc) {
+        store_error(req, rc, &err, r);
+        return;
+    }
+    cp_log_info("symbols: tenant %s uploaded build ID %s (%u functions, %u lines, %u inlines, "
+                "%zu bytes)",
+                tenant, res.build_id, res.info.functions, res.info.lines, res.info.inlines,
+                res.table_bytes);
+    if (cp_buf_printf(&r->body, "{\"tenant\":") || json_str(&r->body, tenant) ||
+        cp_buf_printf(&r->body,
+                      ",\"build_id\":\"%s\",\"functions\":%u,\"lines\":%u,\"inlines\":%u,"
+                      "\"table_bytes\":%zu}\n",
+                      res.build_id, res.info.functions, res.info.lines, res.info.inlines,
+                      res.table_bytes))
+        oom(r);
+}
+
 /* ---- /api/v1/profile ---------------------------------------------------------------- */
 
 static const char *const g_profile_params[] = {"type",   "select", "from",      "to",
@@ -398,8 +469,10 @@ static void ep_profile(cp_api *a, const char *tenant, const cp_params *pa,
     cp_profile *p = NULL;
     int rc = cp_store_query(a->o.store, tenant, q.kind, &q.sel, q.from, q.to, &lim, &p, &err);
     cp_selector_close(&q.sel);
+    if (!rc) rc = name_frames(a, tenant, p, &err);
     if (rc) {
         store_error(req, rc, &err, r);
+        cp_profile_destroy(p);
         return;
     }
     render_profile(a, pa, p, cp_kind_name(q.kind), q.from, q.to, format, r);
@@ -440,6 +513,8 @@ static void ep_diff(cp_api *a, const char *tenant, const cp_params *pa,
     limits_of(a, req, &lim);
     int rc = cp_store_query(a->o.store, tenant, kind, &sel, from, to, &lim, &p, &err);
     if (!rc) rc = cp_store_query(a->o.store, tenant, kind, &bsel, bfrom, bto, &lim, &b, &err);
+    if (!rc) rc = name_frames(a, tenant, p, &err);
+    if (!rc) rc = name_frames(a, tenant, b, &err);
     if (rc) {
         store_error(req, rc, &err, r);
         goto out;
@@ -810,6 +885,27 @@ static void ep_metrics(cp_api *a, cp_http_response *r)
             }
         }
     }
+    if (a->o.symbols) {
+        cp_symbols_stats ss;
+        cp_symbols_get_stats(a->o.symbols, &ss);
+        P("# HELP contprof_symbols_uploads_total Symbol uploads kept (POST /api/v1/symbols).\n"
+          "# TYPE contprof_symbols_uploads_total counter\n"
+          "contprof_symbols_uploads_total %" PRIu64 "\n",
+          ss.uploads);
+        P("# HELP contprof_symbols_uploads_refused_total Symbol uploads refused (bad file, "
+          "limit).\n# TYPE contprof_symbols_uploads_refused_total counter\n"
+          "contprof_symbols_uploads_refused_total %" PRIu64 "\n",
+          ss.uploads_refused);
+        P("# HELP contprof_symbols_locations_named_total Locations named at query time.\n"
+          "# TYPE contprof_symbols_locations_named_total counter\n"
+          "contprof_symbols_locations_named_total %" PRIu64 "\n",
+          ss.locations_named);
+        P("# HELP contprof_symbols_cached_tables Symbol tables held in memory.\n"
+          "# TYPE contprof_symbols_cached_tables gauge\ncontprof_symbols_cached_tables %" PRIu64
+          "\n# HELP contprof_symbols_cached_bytes Bytes of those tables.\n"
+          "# TYPE contprof_symbols_cached_bytes gauge\ncontprof_symbols_cached_bytes %" PRIu64 "\n",
+          ss.tables_cached, ss.cache_bytes);
+    }
     P("# HELP contprof_uptime_seconds Seconds since the query API started.\n"
       "# TYPE contprof_uptime_seconds gauge\ncontprof_uptime_seconds %.0f\n",
       (double)(cp_now_ns() - a->started_ns) / 1e9);
@@ -823,7 +919,13 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
 {
     cp_api *a = api;
     int ep = ep_of(req->path);
-    if (strcmp(req->method, "GET") != 0) {
+    if (ep == EP_SYMBOLS && strcmp(req->method, "POST") != 0) {
+        cp_http_error(r, 405, "method %s not allowed on %.128s (only POST)", req->method,
+                      req->path);
+        snprintf(r->extra_headers, sizeof r->extra_headers, "Allow: POST\r\n");
+        return;
+    }
+    if (ep != EP_SYMBOLS && strcmp(req->method, "GET") != 0) {
         cp_http_error(r, 405, "method %s not allowed on %.128s (only GET)", req->method,
                       req->path);
         snprintf(r->extra_headers, sizeof r->extra_headers, "Allow: GET\r\n");
@@ -861,6 +963,7 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
     case EP_SERIES: ep_series(a, tenant, &pa, req, r); break;
     case EP_LABELS: ep_labels(a, tenant, &pa, req, r); break;
     case EP_VALUES: ep_values(a, tenant, &pa, req, r); break;
+    case EP_SYMBOLS: ep_symbols(a, tenant, &pa, req, r); break;
     }
     cp_params_close(&pa);
     if (strcmp(r->content_type, "application/octet-stream") == 0) r->compressible = 0;

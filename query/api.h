@@ -8,6 +8,7 @@
 
 #include "http.h"
 #include "store.h"
+#include "symbols.h"
 
 /* Ingest numbers for /metrics, filled by the daemon's callback on the loop thread. */
 #define CP_API_DLQ_REASONS 16
@@ -41,6 +42,7 @@ typedef struct cp_api_options {
     uint32_t max_nodes_limit;      /* largest max_nodes accepted */
     uint32_t max_steps;            /* timeline points */
     const char *brokers;           /* bootstrap list served at /api/v1/brokers; copied */
+    cp_symbols *symbols;           /* names unsymbolized frames at query time; may be NULL */
     cp_api_stats_fn ingest_stats;  /* may be NULL */
     void *ingest_arg;
 } cp_api_options;

@@ -28,6 +28,7 @@ static const cp_cli_command commands[] = {
     {"labels", cp_cmd_labels, "label names, or the values of one label"},
     {"diff", cp_cmd_diff, "compare two windows or selections, like pprof -top -diff_base"},
     {"timeline", cp_cmd_timeline, "totals per step over a window"},
+    {"symbols", cp_cmd_symbols, "upload ELF binaries or debug files: contprofd names their frames"},
 #ifdef CP_HAVE_CMD_RUN /* from collector/ (cpcollector_cli) */
     {"run", cp_cmd_run, "run a program under the profiling agent"},
 #endif

@@ -16,5 +16,6 @@ int cp_cmd_series(int argc, char **argv);
 int cp_cmd_labels(int argc, char **argv);
 int cp_cmd_diff(int argc, char **argv);
 int cp_cmd_timeline(int argc, char **argv);
+int cp_cmd_symbols(int argc, char **argv);
 
 #endif

@@ -136,6 +136,7 @@ static int exchange(int fd, const char *who, const void *req, size_t len, int64_
             return cp_err_set(err, CP_EIO, "%s: timed out sending the request", who);
         ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
         if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) break; /* read its answer */
         if (n < 0) return cp_err_set(err, CP_EIO, "%s: send: %s", who, strerror(errno));
         p += n;
         len -= (size_t)n;
@@ -206,8 +207,10 @@ int cp_url_encode(cp_buf *b, const char *s)
     return 0;
 }
 
-int cp_http_get(const char *base_url, const char *path_query, const char *token,
-                int64_t timeout_ms, size_t max_body, cp_http_result *out, cp_err *err)
+/* One request: method, optional body. */
+static int request(const char *method, const char *base_url, const char *path_query,
+                   const char *token, const void *body, size_t body_len, int64_t timeout_ms,
+                   size_t max_body, cp_http_result *out, cp_err *err)
 {
     memset(out, 0, sizeof *out);
     struct http_parser_url u;
@@ -232,11 +235,18 @@ int cp_http_get(const char *base_url, const char *path_query, const char *token,
         while (pl && prefix[pl - 1] == '/') prefix[--pl] = 0;
     }
     cp_buf req = {0};
-    int rc = cp_buf_printf(&req, "GET %s%s HTTP/1.1\r\nHost: %s:%s\r\nUser-Agent: contprof\r\n"
-                                 "Connection: close\r\n",
-                           prefix, path_query, host, port);
+    int rc = cp_buf_printf(&req,
+                           "%s %s%s HTTP/1.1\r\nHost: %s:%s\r\nUser-Agent: contprof\r\n"
+                           "Connection: close\r\n",
+                           method, prefix, path_query, host, port);
     if (!rc && token && *token) rc = cp_buf_printf(&req, "Authorization: Bearer %s\r\n", token);
+    if (!rc && body)
+        rc = cp_buf_printf(&req,
+                           "Content-Type: application/octet-stream\r\n"
+                           "Content-Length: %zu\r\n",
+                           body_len);
     if (!rc) rc = cp_buf_printf(&req, "\r\n");
+    if (!rc && body_len) rc = cp_buf_append(&req, body, body_len);
     if (rc) {
         cp_buf_close(&req);
         return cp_err_set(err, CP_ENOMEM, "out of memory");
@@ -254,4 +264,18 @@ int cp_http_get(const char *base_url, const char *path_query, const char *token,
     cp_buf_close(&req);
     if (rc) cp_buf_close(&out->body);
     return rc;
+}
+
+int cp_http_get(const char *base_url, const char *path_query, const char *token, int64_t timeout_ms,
+                size_t max_body, cp_http_result *out, cp_err *err)
+{
+    return request("GET", base_url, path_query, token, NULL, 0, timeout_ms, max_body, out, err);
+}
+
+int cp_http_post(const char *base_url, const char *path_query, const char *token, const void *body,
+                 size_t body_len, int64_t timeout_ms, size_t max_body, cp_http_result *out,
+                 cp_err *err)
+{
+    return request("POST", base_url, path_query, token, body ? body : "", body_len, timeout_ms,
+                   max_body, out, err);
 }

@@ -22,6 +22,12 @@ typedef struct cp_http_result {
 int cp_http_get(const char *base_url, const char *path_query, const char *token,
                 int64_t timeout_ms, size_t max_body, cp_http_result *out, cp_err *err);
 
+/* Like cp_http_get, with method POST and body[0..body_len) (application/octet-stream). A
+ * server that answers before the whole body is sent (413) has its answer returned. */
+int cp_http_post(const char *base_url, const char *path_query, const char *token, const void *body,
+                 size_t body_len, int64_t timeout_ms, size_t max_body, cp_http_result *out,
+                 cp_err *err);
+
 /* Like cp_http_get but sends raw bytes as the request (for tests of malformed input) to
  * host:port and reads one response. */
 int cp_http_raw(const char *host, int port, const void *req, size_t len, int64_t timeout_ms,

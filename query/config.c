@@ -36,8 +36,12 @@ int cp_config_init(cp_config *c)
     c->max_header_bytes = 16384;
     c->max_url_bytes = 8192;
     c->gzip_min_bytes = 8192;
+    c->symbols_max_upload_bytes = (size_t)512 << 20;
+    c->symbols_max_table_bytes = (size_t)64 << 20;
+    c->symbols_cache_bytes = (size_t)256 << 20;
     if (set_str(&c->data_dir, "/var/lib/contprof") || set_str(&c->http_host, "127.0.0.1") ||
-        set_str(&c->brokers, "") || set_str(&c->log_level, "info")) {
+        set_str(&c->brokers, "") || set_str(&c->log_level, "info") ||
+        set_str(&c->symbols_dirs, "/usr/lib/debug/.build-id")) {
         cp_config_close(c);
         return CP_ENOMEM;
     }
@@ -65,6 +69,7 @@ void cp_config_close(cp_config *c)
     free(c->dlq_topic);
     free(c->group_id);
     free(c->log_level);
+    free(c->symbols_dirs);
     kvs_close(&c->kafka);
     kvs_close(&c->tokens);
     memset(c, 0, sizeof *c);
@@ -160,6 +165,10 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
         {"http.gzip_min_bytes", 3, &c->gzip_min_bytes},
         {"store.cache_bytes", 3, &c->cache_bytes},
         {"query.max_blocks", 4, &c->max_blocks},
+        {"symbols.dirs", 0, &c->symbols_dirs},
+        {"symbols.max_upload_bytes", 3, &c->symbols_max_upload_bytes},
+        {"symbols.max_table_bytes", 3, &c->symbols_max_table_bytes},
+        {"symbols.cache_bytes", 3, &c->symbols_cache_bytes},
     };
     if (strcmp(key, "listen") == 0) return cp_config_set_listen(c, value, err);
     if (strncmp(key, "kafka.", 6) == 0 && key[6]) {

@@ -31,6 +31,9 @@ typedef struct cp_config {
     CP_VEC(cp_kv) kafka;  /* kafka.<prop> = value, prefix stripped */
     CP_VEC(cp_kv) tokens; /* token.<tenant> = secret: key = tenant, value = secret */
     char *log_level;
+    /* server-side symbolization (query/symbols.c) */
+    char *symbols_dirs; /* symbols.dirs = DIR[:DIR...] (default /usr/lib/debug/.build-id) */
+    size_t symbols_max_upload_bytes, symbols_max_table_bytes, symbols_cache_bytes;
 } cp_config;
 
 /* Sets every default. cp_config_close frees what is set. */

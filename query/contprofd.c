@@ -23,6 +23,7 @@ typedef struct daemon {
     uv_loop_t *loop;
     cp_store *store;
     cp_api *api;
+    cp_symbols *symbols;
     cp_http_server *http;
     uv_signal_t sigint, sigterm;
     uv_timer_t rate_timer;
@@ -200,8 +201,17 @@ int main(int argc, char **argv)
         cp_api_token t = {d.cfg.tokens.v[i].value, d.cfg.tokens.v[i].key};
         if (cp_vec_push(&toks, t)) goto fail_msg;
     }
+    cp_symbols_options syo;
+    cp_symbols_options_default(&syo);
+    syo.store = d.store;
+    syo.dirs = d.cfg.symbols_dirs;
+    syo.max_upload_bytes = d.cfg.symbols_max_upload_bytes;
+    syo.max_table_bytes = d.cfg.symbols_max_table_bytes;
+    syo.cache_bytes = d.cfg.symbols_cache_bytes;
+    if (!(d.symbols = cp_symbols_create(&syo))) goto fail_msg;
     cp_api_options ao;
     cp_api_options_default(&ao);
+    ao.symbols = d.symbols;
     ao.store = d.store;
     ao.tokens = toks.v;
     ao.ntokens = toks.n;
@@ -238,6 +248,8 @@ int main(int argc, char **argv)
     ho.gzip_min_bytes = d.cfg.gzip_min_bytes;
     ho.query_timeout_ns = d.cfg.query_timeout_ns;
     ho.idle_timeout_ns = d.cfg.idle_timeout_ns;
+    ho.upload_path = "/api/v1/symbols";
+    ho.max_upload_bytes = d.cfg.symbols_max_upload_bytes;
     ho.handle = cp_api_handle;
     ho.is_light = cp_api_is_light;
     ho.observe = cp_api_observe;
@@ -307,6 +319,7 @@ out:
     cp_broker_destroy(d.broker);
 #endif
     cp_api_destroy(d.api);
+    cp_symbols_destroy(d.symbols);
     cp_store_close(d.store);
     if (d.loop) uv_loop_close(d.loop);
     cp_config_close(&d.cfg);

@@ -27,6 +27,7 @@ struct cp_http_server {
     uint32_t nconns;
     job *qhead, *qtail; /* waiting heavy requests */
     uint32_t nqueued, nrunning;
+    uint32_t uploads; /* requests holding an upload-sized body (receiving or answering) */
     int shutting_down, listener_closed;
     void (*shutdown_cb)(void *);
     void *shutdown_arg;
@@ -39,6 +40,7 @@ struct job {
     cp_http_request req;
     cp_http_response resp;
     int heavy;
+    int upload_slot; /* holds one of s->uploads */
 };
 
 struct conn {
@@ -67,6 +69,8 @@ struct conn {
     int closing;
     int reading;
     char method[16];
+    size_t body_max; /* this request's body limit (set when its headers are complete) */
+    int upload_slot; /* holds one of srv->uploads until its job takes it */
 };
 
 typedef struct write_req {
@@ -144,8 +148,15 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 static void server_maybe_finished(cp_http_server *s);
 
+static void release_upload(cp_http_server *s, int *slot)
+{
+    if (*slot) s->uploads--;
+    *slot = 0;
+}
+
 static void conn_reset_request(conn *c)
 {
+    release_upload(c->srv, &c->upload_slot);
     c->url.len = c->body.len = c->auth.len = 0;
     c->field_len = 0;
     c->field_overflow = c->in_value = c->is_auth = c->is_ae = 0;
@@ -165,6 +176,7 @@ static void conn_free_if_closed(conn *c)
     else s->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     s->nconns--;
+    release_upload(s, &c->upload_slot);
     cp_buf_close(&c->in);
     cp_buf_close(&c->url);
     cp_buf_close(&c->body);
@@ -365,20 +377,40 @@ static int on_header_value(http_parser *p, const char *at, size_t n)
     return 0;
 }
 
+/* 1 if the request being parsed is a POST to the upload path. */
+static int is_upload(const conn *c, const http_parser *p)
+{
+    const char *up = c->srv->opt.upload_path;
+    size_t ul = up ? strlen(up) : 0;
+    if (!ul || p->method != HTTP_POST || c->url.len < ul || memcmp(c->url.data, up, ul) != 0)
+        return 0;
+    return c->url.len == ul || c->url.data[ul] == '?';
+}
+
 static int on_headers_complete(http_parser *p)
 {
     conn *c = p->data;
-    if (p->content_length != ULLONG_MAX && p->content_length > c->srv->opt.max_body_bytes)
-        return fail(c, 413, "request body of %llu bytes exceeds %zu bytes",
-                    (unsigned long long)p->content_length, c->srv->opt.max_body_bytes);
+    int up = is_upload(c, p);
+    c->body_max = up ? c->srv->opt.max_upload_bytes : c->srv->opt.max_body_bytes;
+    if (up && !c->upload_slot) {
+        /* each upload may hold max_upload_bytes: only a few at once */
+        if (c->srv->uploads >= c->srv->opt.max_uploads)
+            return fail(c, 503, "%u uploads in progress already; retry later", c->srv->uploads);
+        c->srv->uploads++;
+        c->upload_slot = 1;
+    }
+    if (p->content_length != ULLONG_MAX && p->content_length > c->body_max)
+        return fail(c, 413, "request body of %llu bytes exceeds %zu bytes%s",
+                    (unsigned long long)p->content_length, c->body_max,
+                    up ? " (symbols.max_upload_bytes)" : "");
     return 0;
 }
 
 static int on_body(http_parser *p, const char *at, size_t n)
 {
     conn *c = p->data;
-    if (c->body.len + n > c->srv->opt.max_body_bytes)
-        return fail(c, 413, "request body exceeds %zu bytes", c->srv->opt.max_body_bytes);
+    if (c->body.len + n > c->body_max)
+        return fail(c, 413, "request body exceeds %zu bytes", c->body_max);
     return cp_buf_append(&c->body, at, n) ? fail(c, 503, "out of memory") : 0;
 }
 
@@ -411,6 +443,7 @@ static void job_finish(job *j)
     cp_http_server *s = c->srv;
     int heavy = j->heavy;
     int status = j->resp.status ? j->resp.status : 200;
+    release_upload(s, &j->upload_slot);
     conn_send(c, &j->resp, c->keep_alive);
     if (s->opt.observe)
         s->opt.observe(s->opt.ctx, &j->req, status, heavy,
@@ -509,7 +542,13 @@ static void conn_dispatch(conn *c)
                       : strdup("");
     char *auth = c->auth.len ? strndup((const char *)c->auth.data, c->auth.len) : NULL;
     uint8_t *body = NULL;
-    if (c->body.len) {
+    size_t body_len = c->body.len;
+    if (c->upload_slot) {
+        /* an upload's body is handed over, not copied (it may be hundreds of MB) */
+        body = cp_buf_steal(&c->body, &body_len);
+        j->upload_slot = 1;
+        c->upload_slot = 0;
+    } else if (c->body.len) {
         body = malloc(c->body.len);
         if (body) memcpy(body, c->body.data, c->body.len);
     }
@@ -519,11 +558,11 @@ static void conn_dispatch(conn *c)
     j->req.authorization = auth;
     j->req.accepts_gzip = c->accepts_gzip;
     j->req.body = body;
-    j->req.body_len = body ? c->body.len : 0;
+    j->req.body_len = body ? body_len : 0;
     j->req.received_ns = cp_mono_ns();
     j->req.deadline_ns = s->opt.query_timeout_ns ? j->req.received_ns + s->opt.query_timeout_ns
                                                  : 0;
-    if (!path || !query || (c->auth.len && !auth) || (c->body.len && !body)) {
+    if (!path || !query || (c->auth.len && !auth) || (body_len && !body)) {
         cp_http_error(&j->resp, 503, "out of memory");
         goto respond;
     }
@@ -672,6 +711,7 @@ void cp_http_options_default(cp_http_options *o)
     o->max_url_bytes = 8192;
     o->max_header_bytes = 16384;
     o->max_body_bytes = 65536;
+    o->max_uploads = 2;
     o->max_response_bytes = 256u << 20;
     o->gzip_min_bytes = 8192;
     o->max_connections = 1024;

@@ -50,6 +50,11 @@ typedef struct cp_http_options {
     size_t max_url_bytes;      /* 414 beyond; default 8 KiB */
     size_t max_header_bytes;   /* request line + headers, 431 beyond; default 16 KiB */
     size_t max_body_bytes;     /* 413 beyond; default 64 KiB */
+    const char *upload_path;   /* POSTs to this path (e.g. "/api/v1/symbols") may carry up to
+                                  max_upload_bytes instead; NULL = none */
+    size_t max_upload_bytes;
+    uint32_t max_uploads;      /* upload-sized requests at once (receiving or answered); 503
+                                  beyond; default 2 */
     size_t max_response_bytes; /* a larger handler answer becomes an error; default 256 MiB */
     size_t gzip_min_bytes;     /* compressible answers at least this big are gzip'd for
                                   clients that accept it (level 1); 0 = never; default 8 KiB */

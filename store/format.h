@@ -15,6 +15,7 @@
  *   T \0 'L' name \0 value \0 series:be32   -> empty               (label index)
  *   T \0 'P' producer                       -> producer record     (duplicate detection)
  *   T \0 'S' series:be32                    -> series record
+ *   T \0 'Y' build_id (lowercase hex)       -> symbol table        (uploaded symbols)
  *
  * be32/be64 are big-endian; be64b is a signed time in unix nanoseconds with the sign bit
  * flipped, so byte order is time order. Values use LEB128 varints ("uv"), zigzag varints
@@ -41,6 +42,14 @@
 #define CP_K_LABEL 'L'
 #define CP_K_PRODUCER 'P'
 #define CP_K_SERIES 'S'
+#define CP_K_SYMBOLS 'Y'
+
+/* Symbol table ('Y'): the compact table of one ELF object, as query/symtab.c writes and
+ * reads it (the layout is described there; it starts with the magic "CPSYMT01"). Written
+ * by `POST /api/v1/symbols` as one synced put, replaced by a new upload of the same build
+ * ID, never written by ingest. Added without a version bump: older code ignores the key
+ * type (it only seeks to the types it knows). At most symbols.max_table_bytes each. */
+#define CP_SYMBOLS_ID_MAX 128 /* hex digits of a build ID in a key */
 
 /* Dictionary kinds (the byte after 'D'). Ids start at 1 in each kind; string id 0 is ""
  * and is never stored.

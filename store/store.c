@@ -2188,3 +2188,66 @@ void cp_store_get_stats(cp_store *s, cp_store_stats *out)
     }
     closedir(d);
 }
+
+/* ---- symbol tables (a side input of query/, see format.h 'Y') ------------------------ */
+
+/* Builds T \0 'Y' build_id; returns the length or 0 when the names do not fit. */
+static size_t key_symbols(uint8_t *k, size_t cap, const char *tenant, const char *build_id)
+{
+    size_t tl = strlen(tenant), bl = strlen(build_id);
+    if (!tl || tl > CP_TENANT_KEY_MAX || !bl || bl > CP_SYMBOLS_ID_MAX || tl + 2 + bl > cap)
+        return 0;
+    memcpy(k, tenant, tl);
+    k[tl] = 0;
+    k[tl + 1] = CP_K_SYMBOLS;
+    memcpy(k + tl + 2, build_id, bl);
+    return tl + 2 + bl;
+}
+
+int cp_store_put_symbols(cp_store *s, const char *tenant, const char *build_id, const void *table,
+                         size_t len, cp_err *err)
+{
+    uint8_t k[CP_TENANT_KEY_MAX + CP_SYMBOLS_ID_MAX + 2];
+    size_t kl = key_symbols(k, sizeof k, tenant, build_id);
+    if (!kl) return cp_err_set(err, CP_EINVAL, "symbols: bad tenant or build id");
+    char *lerr = NULL;
+    leveldb_put(s->db, s->wsync, (const char *)k, kl, table, len, &lerr);
+    if (lerr) {
+        cp_err_set(err, CP_ESTORE, "store %s: writing the symbols of %s: %s", s->path, build_id,
+                   lerr);
+        leveldb_free(lerr);
+        return CP_ESTORE;
+    }
+    return 0;
+}
+
+int cp_store_get_symbols(cp_store *s, const char *tenant, const char *build_id, uint8_t **out,
+                         size_t *len, cp_err *err)
+{
+    *out = NULL;
+    *len = 0;
+    uint8_t k[CP_TENANT_KEY_MAX + CP_SYMBOLS_ID_MAX + 2];
+    size_t kl = key_symbols(k, sizeof k, tenant, build_id);
+    if (!kl) return CP_ENOTFOUND;
+    char *lerr = NULL;
+    size_t vl = 0;
+    char *v = leveldb_get(s->db, s->ropts, (const char *)k, kl, &vl, &lerr);
+    if (lerr) {
+        cp_err_set(err, CP_ESTORE, "store %s: reading the symbols of %s: %s", s->path, build_id,
+                   lerr);
+        leveldb_free(lerr);
+        return CP_ESTORE;
+    }
+    if (!v) return CP_ENOTFOUND;
+    /* leveldb_get's buffer is malloc'ed; copy so that the caller may free() it */
+    uint8_t *c = malloc(vl ? vl : 1);
+    if (!c) {
+        leveldb_free(v);
+        return cp_err_set(err, CP_ENOMEM, "out of memory");
+    }
+    memcpy(c, v, vl);
+    leveldb_free(v);
+    *out = c;
+    *len = vl;
+    return 0;
+}

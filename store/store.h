@@ -129,6 +129,17 @@ int cp_store_get_offset(cp_store *s, const char *topic, int32_t partition, int64
 int cp_store_maintain(cp_store *s, int64_t now_ns, uint32_t max_keys, uint32_t *deleted,
                       cp_err *err);
 
+/* --- symbol tables (query/'s side input: uploads; see format.h 'Y') ---------------
+ * Stores (replacing) the symbol table of build_id (lowercase hex) for tenant, as one synced
+ * LevelDB put, independent of the writer's batches. Returns 0, CP_EINVAL (bad names) or
+ * CP_ESTORE (err names the I/O failure). table is copied. */
+int cp_store_put_symbols(cp_store *s, const char *tenant, const char *build_id, const void *table,
+                         size_t len, cp_err *err);
+/* The stored table of build_id for tenant: 0 with *out malloc'ed (the caller frees it),
+ * CP_ENOTFOUND, CP_ESTORE or CP_ENOMEM. */
+int cp_store_get_symbols(cp_store *s, const char *tenant, const char *build_id, uint8_t **out,
+                         size_t *len, cp_err *err);
+
 /* The default sample types of a kind, as an empty profile would carry them:
  * cpu samples/count + cpu/nanoseconds, alloc alloc_objects/count + alloc_space/bytes,
  * inuse inuse_objects/count + inuse_space/bytes. */

@@ -4,6 +4,8 @@
  * consumed by cp_ingest into a store with synced LevelDB writes. Also the same decode +
  * store path on one thread without Kafka, for gzip'd and raw payloads.
  *   bench_ingest DIR [WINDOWS [direct|transport|kafka]]   (only that part, for profiling)
+ * With CP_BENCH_UNSYMBOLIZED=1 the windows are as CONTPROF_SYMBOLIZE=server sends them:
+ * addresses and a mapping with a build ID, no functions or lines.
  * Prints key value lines. */
 #include <dirent.h>
 #include <signal.h>
@@ -108,11 +110,28 @@ static int produce_main(const char *brokers, long n)
     return 0;
 }
 
+/* Drops every location's lines and gives the mappings a build ID (CONTPROF_SYMBOLIZE=server). */
+static void unsymbolize(cp_profile *w)
+{
+    for (uint32_t i = 0; i < w->locations.n; i++)
+        w->locations.v[i].nlines = 0;
+    w->lines.n = 0;
+    w->functions.n = 0;
+    for (uint32_t i = 0; i < w->mappings.n; i++) {
+        cp_profile_intern_cstr(w, "5f0c3e1a9b7d2c4e6f8a0b1c2d3e4f5a6b7c8d9e",
+                               &w->mappings.v[i].build_id);
+        w->mappings.v[i].flags = 0;
+    }
+}
+
 static void make_payloads(void)
 {
+    const char *u = getenv("CP_BENCH_UNSYMBOLIZED");
+    int unsym = u && strcmp(u, "1") == 0;
     cp_synth *sy = cp_synth_create(42, 2000);
     for (int i = 0; i < NDISTINCT; i++) {
         cp_profile *w = cp_synth_cpu_window(sy, 1000, T0, 10 * SEC);
+        if (unsym) unsymbolize(w);
         cp_pprof_encode(w, 6, &payload[i]);
         cp_pprof_encode(w, 0, &rawload[i]);
         cp_profile_destroy(w);
@@ -309,6 +328,10 @@ int main(int argc, char **argv)
     for (int i = 0; i < NDISTINCT; i++)
         gz += (double)payload[i].len;
     printf("gzip_bytes_per_window %.0f\n", gz / NDISTINCT);
+    double raw = 0;
+    for (int i = 0; i < NDISTINCT; i++)
+        raw += (double)rawload[i].len;
+    printf("raw_bytes_per_window %.0f\n", raw / NDISTINCT);
     char path[512];
     cp_err err = {0};
 

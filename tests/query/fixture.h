@@ -83,6 +83,8 @@ static inline void qfx_serve(qfx *f, const cp_api_options *ao, uint32_t concurre
     ho.ctx = f->api;
     ho.concurrency = concurrency ? concurrency : 2;
     ho.gzip_min_bytes = 64; /* the test answers are small */
+    ho.upload_path = "/api/v1/symbols"; /* as contprofd sets it */
+    ho.max_upload_bytes = 64u << 20;
     cp_err err = {0};
     CHECK(cp_http_server_create(&f->loop, &ho, &f->srv, &err) == 0);
     f->port = cp_http_server_port(f->srv);

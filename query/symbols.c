@@ -1,0 +1,431 @@
+/* Server-side symbolization: the upload of an ELF file (its table goes to the store under
+ * the tenant and build ID), a bounded in-memory cache of tables shared by the query
+ * threads, the configured .build-id directories, and the naming pass that adds functions
+ * and lines to a merged profile's unsymbolized locations just before it is rendered. */
+#include "symbols.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "log.h"
+
+#define NEGATIVE_TTL_NS (30LL * 1000000000LL) /* how long "no table" is believed */
+
+/* One cached answer for (tenant, build ID); tenant "" = the directories. */
+typedef struct entry {
+    struct entry *next;
+    char tenant[CP_TENANT_MAX + 1];
+    char id[CP_BUILD_ID_HEX_MAX + 1];
+    uint8_t *blob; /* NULL: known to be absent (until expires_ns) */
+    size_t len;
+    cp_symtab t;
+    int64_t expires_ns;
+    uint64_t used; /* LRU tick */
+    uint32_t refs;
+    int stale; /* replaced by an upload: freed at its last release */
+} entry;
+
+struct cp_symbols {
+    cp_symbols_options o;
+    char *dirs;
+    pthread_mutex_t mu;
+    entry *head;
+    size_t bytes;
+    uint64_t tick;
+    uint64_t uploads, refused, named; /* under mu */
+};
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+void cp_symbols_options_default(cp_symbols_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->dirs = "/usr/lib/debug/.build-id";
+    o->max_upload_bytes = (size_t)512 << 20;
+    o->max_table_bytes = (size_t)64 << 20;
+    o->cache_bytes = (size_t)256 << 20;
+}
+
+cp_symbols *cp_symbols_create(const cp_symbols_options *o)
+{
+    cp_symbols *sy = calloc(1, sizeof *sy);
+    if (!sy) return NULL;
+    sy->o = *o;
+    sy->dirs = strdup(o->dirs ? o->dirs : "");
+    if (!sy->dirs || pthread_mutex_init(&sy->mu, NULL)) {
+        free(sy->dirs);
+        free(sy);
+        return NULL;
+    }
+    sy->o.dirs = NULL;
+    return sy;
+}
+
+static void entry_free(entry *e)
+{
+    if (!e) return;
+    free(e->blob);
+    free(e);
+}
+
+void cp_symbols_destroy(cp_symbols *sy)
+{
+    if (!sy) return;
+    for (entry *e = sy->head, *n; e; e = n) {
+        n = e->next;
+        entry_free(e);
+    }
+    pthread_mutex_destroy(&sy->mu);
+    free(sy->dirs);
+    free(sy);
+}
+
+/* ---- the cache ------------------------------------------------------------------------ */
+
+/* Unlinks e (lock held). */
+static void unlink_entry(cp_symbols *sy, entry *e)
+{
+    for (entry **pp = &sy->head; *pp; pp = &(*pp)->next)
+        if (*pp == e) {
+            *pp = e->next;
+            sy->bytes -= e->len;
+            return;
+        }
+}
+
+/* Drops expired "absent" answers, then unreferenced least recently used tables until the
+ * cache fits (lock held). */
+static void evict(cp_symbols *sy, int64_t now)
+{
+    for (entry **pp = &sy->head; *pp;) {
+        entry *e = *pp;
+        if (!e->blob && !e->refs && now >= e->expires_ns) {
+            *pp = e->next;
+            entry_free(e);
+        } else {
+            pp = &e->next;
+        }
+    }
+    while (sy->bytes > sy->o.cache_bytes) {
+        entry *victim = NULL;
+        for (entry *e = sy->head; e; e = e->next)
+            if (!e->refs && e->blob && (!victim || e->used < victim->used)) victim = e;
+        if (!victim) return;
+        unlink_entry(sy, victim);
+        entry_free(victim);
+    }
+}
+
+static entry *find_locked(cp_symbols *sy, const char *tenant, const char *id, int64_t now)
+{
+    for (entry *e = sy->head; e; e = e->next) {
+        if (e->stale || strcmp(e->id, id) != 0 || strcmp(e->tenant, tenant) != 0) continue;
+        if (!e->blob && now >= e->expires_ns) continue; /* an expired "absent" */
+        return e;
+    }
+    return NULL;
+}
+
+static void release(cp_symbols *sy, entry *e)
+{
+    if (!e) return;
+    pthread_mutex_lock(&sy->mu);
+    if (--e->refs == 0 && e->stale) entry_free(e);
+    pthread_mutex_unlock(&sy->mu);
+}
+
+/* Loads the table of id from the directories into *blob (NULL if none). */
+static void load_from_dirs(cp_symbols *sy, const char *id, uint8_t **blob, size_t *len)
+{
+    *blob = NULL;
+    *len = 0;
+    if (strlen(id) < 3) return;
+    for (const char *d = sy->dirs; *d;) {
+        const char *end = strchr(d, ':');
+        size_t dl = end ? (size_t)(end - d) : strlen(d);
+        char path[4096];
+        if (dl && dl < 3000) {
+            snprintf(path, sizeof path, "%.*s/%.2s/%s.debug", (int)dl, d, id, id + 2);
+            struct stat st;
+            if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+                cp_buf file = {0}, tab = {0};
+                cp_err err = {0};
+                char got[CP_BUILD_ID_HEX_MAX + 1];
+                if ((size_t)st.st_size > sy->o.max_upload_bytes) {
+                    cp_log_warn("symbols: %s: %lld bytes exceeds symbols.max_upload_bytes", path,
+                                (long long)st.st_size);
+                } else if (cp_read_file(path, &file)) {
+                    cp_log_warn("symbols: cannot read %s", path);
+                } else if (cp_symtab_build(file.data, file.len, sy->o.max_table_bytes, &tab, got,
+                                           &err)) {
+                    cp_log_warn("symbols: %s: %s", path, err.msg);
+                } else if (strcmp(got, id) != 0) {
+                    cp_log_warn("symbols: %s has build ID %s", path, got);
+                } else {
+                    cp_buf_close(&file);
+                    *blob = cp_buf_steal(&tab, len);
+                    return;
+                }
+                cp_buf_close(&file);
+                cp_buf_close(&tab);
+            }
+        }
+        if (!end) break;
+        d = end + 1;
+    }
+}
+
+/* The table of (tenant, id), acquired (release it), or NULL. tenant "" = directories. */
+static entry *acquire(cp_symbols *sy, const char *tenant, const char *id)
+{
+    if (strlen(tenant) > CP_TENANT_MAX || strlen(id) > CP_BUILD_ID_HEX_MAX) return NULL;
+    int64_t now = mono_ns();
+    pthread_mutex_lock(&sy->mu);
+    entry *e = find_locked(sy, tenant, id, now);
+    if (e) {
+        e->used = ++sy->tick;
+        if (e->blob) e->refs++;
+        pthread_mutex_unlock(&sy->mu);
+        return e->blob ? e : NULL;
+    }
+    pthread_mutex_unlock(&sy->mu);
+
+    /* Load outside the lock (a LevelDB read or a file parse); a racing load of the same
+     * table is harmless: the first one inserted is used. */
+    uint8_t *blob = NULL;
+    size_t len = 0;
+    cp_err err = {0};
+    if (*tenant) {
+        int rc = sy->o.store ? cp_store_get_symbols(sy->o.store, tenant, id, &blob, &len, &err)
+                             : CP_ENOTFOUND;
+        if (rc && rc != CP_ENOTFOUND) cp_log_warn("symbols of %s: %s", id, err.msg);
+    } else {
+        load_from_dirs(sy, id, &blob, &len);
+    }
+    entry *ne = calloc(1, sizeof *ne);
+    if (!ne) {
+        free(blob);
+        return NULL;
+    }
+    snprintf(ne->tenant, sizeof ne->tenant, "%s", tenant);
+    snprintf(ne->id, sizeof ne->id, "%s", id);
+    if (blob && cp_symtab_open(&ne->t, blob, len, &err)) {
+        cp_log_warn("symbols of %s (tenant %s): %s", id, *tenant ? tenant : "(dirs)", err.msg);
+        free(blob);
+        blob = NULL;
+    }
+    ne->blob = blob;
+    ne->len = blob ? len : 0;
+    ne->expires_ns = now + NEGATIVE_TTL_NS;
+
+    pthread_mutex_lock(&sy->mu);
+    e = find_locked(sy, tenant, id, now);
+    if (e) {
+        entry_free(ne);
+    } else {
+        e = ne;
+        e->next = sy->head;
+        sy->head = e;
+        sy->bytes += e->len;
+    }
+    e->used = ++sy->tick;
+    if (e->blob) e->refs++;
+    evict(sy, now);
+    pthread_mutex_unlock(&sy->mu);
+    return e->blob ? e : NULL;
+}
+
+/* ---- upload --------------------------------------------------------------------------- */
+
+int cp_symbols_upload(cp_symbols *sy, const char *tenant, const uint8_t *elf, size_t len,
+                      cp_symbols_result *out, cp_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (len > sy->o.max_upload_bytes) {
+        pthread_mutex_lock(&sy->mu);
+        sy->refused++;
+        pthread_mutex_unlock(&sy->mu);
+        return cp_err_set(err, CP_ELIMIT,
+                          "file of %zu bytes exceeds the upload limit of %zu bytes "
+                          "(symbols.max_upload_bytes)",
+                          len, sy->o.max_upload_bytes);
+    }
+    if (!sy->o.store) return cp_err_set(err, CP_EINVAL, "this server keeps no uploads");
+    cp_buf tab = {0};
+    int rc = cp_symtab_build(elf, len, sy->o.max_table_bytes, &tab, out->build_id, err);
+    cp_symtab t;
+    if (!rc) rc = cp_symtab_open(&t, tab.data, tab.len, err);
+    if (!rc) rc = cp_store_put_symbols(sy->o.store, tenant, out->build_id, tab.data, tab.len, err);
+    pthread_mutex_lock(&sy->mu);
+    sy->uploads += rc == 0;
+    sy->refused += rc == CP_EPARSE || rc == CP_ELIMIT;
+    pthread_mutex_unlock(&sy->mu);
+    if (!rc) {
+        cp_symtab_info_get(&t, &out->info);
+        out->table_bytes = tab.len;
+        /* whatever the cache held for this build ID (a table or "absent") is now stale */
+        pthread_mutex_lock(&sy->mu);
+        for (entry **pp = &sy->head; *pp;) {
+            entry *e = *pp;
+            if (strcmp(e->id, out->build_id) == 0 && strcmp(e->tenant, tenant) == 0) {
+                *pp = e->next;
+                sy->bytes -= e->len;
+                if (e->refs)
+                    e->stale = 1;
+                else
+                    entry_free(e);
+            } else {
+                pp = &e->next;
+            }
+        }
+        pthread_mutex_unlock(&sy->mu);
+    }
+    cp_buf_close(&tab);
+    return rc;
+}
+
+/* ---- the naming pass ------------------------------------------------------------------ */
+
+typedef struct fn_index {
+    uint64_t *keys; /* name << 32 | file, plus one so that 0 means empty */
+    uint32_t *ids;
+    uint32_t cap, n;
+} fn_index;
+
+/* The function (name, file) of p, added when missing; 0 on out of memory. */
+static uint32_t fn_get(fn_index *x, cp_profile *p, uint32_t name, uint32_t file)
+{
+    if (x->n * 2 >= x->cap) {
+        uint32_t nc = x->cap ? x->cap * 2 : 1024;
+        uint64_t *nk = calloc(nc, sizeof *nk);
+        uint32_t *ni = calloc(nc, sizeof *ni);
+        if (!nk || !ni) {
+            free(nk);
+            free(ni);
+            return 0;
+        }
+        for (uint32_t i = 0; i < x->cap; i++) {
+            if (!x->keys[i]) continue;
+            uint32_t j = (uint32_t)cp_hash_u64(0, x->keys[i]) & (nc - 1);
+            while (nk[j])
+                j = (j + 1) & (nc - 1);
+            nk[j] = x->keys[i];
+            ni[j] = x->ids[i];
+        }
+        free(x->keys);
+        free(x->ids);
+        x->keys = nk;
+        x->ids = ni;
+        x->cap = nc;
+    }
+    uint64_t key = ((uint64_t)name << 32 | file) + 1;
+    uint32_t mask = x->cap - 1, i = (uint32_t)cp_hash_u64(0, key) & mask;
+    for (; x->keys[i]; i = (i + 1) & mask)
+        if (x->keys[i] == key) return x->ids[i];
+    cp_function f = {.name = name, .system_name = name, .filename = file};
+    uint32_t id = 0;
+    if (cp_profile_add_function(p, &f, &id)) return 0;
+    x->keys[i] = key;
+    x->ids[i] = id;
+    x->n++;
+    return id;
+}
+
+int cp_symbols_name(cp_symbols *sy, const char *tenant, cp_profile *p, uint32_t *named)
+{
+    if (named) *named = 0;
+    uint32_t nm = p->mappings.n;
+    if (!nm) return 0;
+    /* per mapping: 0 unresolved, 1 resolved; the tenant's table and the directories' */
+    uint8_t *state = calloc(nm, 1);
+    entry **tabs = calloc((size_t)nm * 2, sizeof *tabs);
+    fn_index fx = {0};
+    int rc = 0;
+    uint32_t count = 0;
+    if (!state || !tabs) {
+        rc = CP_ENOMEM;
+        goto out;
+    }
+    for (uint32_t li = 0; li < p->locations.n && !rc; li++) {
+        cp_location *l = &p->locations.v[li];
+        if (l->nlines || !l->mapping_id || l->mapping_id > nm) continue;
+        uint32_t mi = l->mapping_id - 1;
+        const cp_mapping *m = &p->mappings.v[mi];
+        if (!m->build_id) continue;
+        if (!state[mi]) {
+            state[mi] = 1;
+            const char *id = cp_profile_str(p, m->build_id);
+            if (*id) {
+                tabs[2 * mi] = acquire(sy, tenant, id);
+                if (*sy->dirs) tabs[2 * mi + 1] = acquire(sy, "", id);
+            }
+        }
+        if (!tabs[2 * mi] && !tabs[2 * mi + 1]) continue;
+        uint64_t off = l->address - m->start + m->offset;
+        cp_symframe fr[CP_SYMTAB_MAX_FRAMES];
+        uint32_t n = 0;
+        for (int k = 0; k < 2 && !n; k++)
+            if (tabs[2 * mi + k])
+                n = cp_symtab_lookup(&tabs[2 * mi + k]->t, off, fr, CP_SYMTAB_MAX_FRAMES);
+        if (!n) continue;
+        uint32_t line_off = p->lines.n;
+        for (uint32_t k = 0; k < n; k++) {
+            uint32_t name, file, fid;
+            if (cp_profile_intern_cstr(p, fr[k].name, &name) ||
+                cp_profile_intern_cstr(p, fr[k].file, &file) ||
+                !(fid = fn_get(&fx, p, name, file))) {
+                rc = CP_ENOMEM;
+                break;
+            }
+            cp_line ln = {.function_id = fid, .line = fr[k].line};
+            if (cp_vec_push(&p->lines, ln)) {
+                rc = CP_ENOMEM;
+                break;
+            }
+        }
+        if (rc) break;
+        l = &p->locations.v[li];
+        l->line_off = line_off;
+        l->nlines = n;
+        p->mappings.v[mi].flags |= CP_MAP_HAS_FUNCTIONS | CP_MAP_HAS_FILENAMES |
+                                   CP_MAP_HAS_LINE_NUMBERS | CP_MAP_HAS_INLINE_FRAMES;
+        count++;
+    }
+out:
+    if (tabs)
+        for (uint32_t i = 0; i < 2 * nm; i++)
+            release(sy, tabs[i]);
+    free(tabs);
+    free(state);
+    free(fx.keys);
+    free(fx.ids);
+    if (named) *named = count;
+    if (count) {
+        pthread_mutex_lock(&sy->mu);
+        sy->named += count;
+        pthread_mutex_unlock(&sy->mu);
+    }
+    return rc;
+}
+
+void cp_symbols_get_stats(cp_symbols *sy, cp_symbols_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&sy->mu);
+    out->uploads = sy->uploads;
+    out->uploads_refused = sy->refused;
+    out->locations_named = sy->named;
+    for (entry *e = sy->head; e; e = e->next)
+        if (e->blob) out->tables_cached++;
+    out->cache_bytes = sy->bytes;
+    pthread_mutex_unlock(&sy->mu);
+}

@@ -1,0 +1,59 @@
+/* Server-side symbolization: symbol tables uploaded per tenant and build ID (kept in the
+ * store), or found in configured debug directories, name the frames that agents left
+ * unsymbolized, when a profile is read. Profiles are stored as they arrived; naming happens
+ * on every query, so windows stored before an upload are named once it is there. */
+#ifndef CP_QUERY_SYMBOLS_H
+#define CP_QUERY_SYMBOLS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "profile.h"
+#include "store.h"
+#include "symtab.h"
+
+typedef struct cp_symbols_options {
+    cp_store *store;         /* where uploads are kept; not owned; may be NULL (dirs only) */
+    const char *dirs;        /* ':'-separated .build-id directories (xx/yyyy.debug); copied */
+    size_t max_upload_bytes; /* largest ELF accepted; default 512 MiB */
+    size_t max_table_bytes;  /* largest table kept per build ID; default 64 MiB */
+    size_t cache_bytes;      /* tables held in memory; default 256 MiB */
+} cp_symbols_options;
+
+typedef struct cp_symbols cp_symbols;
+
+void cp_symbols_options_default(cp_symbols_options *o);
+/* A new symbolizer (NULL on out of memory); thread-safe. */
+cp_symbols *cp_symbols_create(const cp_symbols_options *o);
+void cp_symbols_destroy(cp_symbols *sy); /* NULL is fine */
+
+/* What an upload produced. */
+typedef struct cp_symbols_result {
+    char build_id[CP_BUILD_ID_HEX_MAX + 1];
+    cp_symtab_info info;
+    size_t table_bytes;
+} cp_symbols_result;
+
+/* Reads the ELF image elf[0..len) (not retained) and stores its table for tenant, replacing
+ * any earlier one of the same build ID. Returns 0; CP_EPARSE (err names what is wrong with
+ * the file), CP_ELIMIT (a size limit, named), CP_ESTORE or CP_ENOMEM. */
+int cp_symbols_upload(cp_symbols *sy, const char *tenant, const uint8_t *elf, size_t len,
+                      cp_symbols_result *out, cp_err *err);
+
+/* Names, in place, every location of p that has no lines and whose mapping has a build ID:
+ * the tenant's uploaded table of that build ID first, then the configured directories.
+ * Functions and lines are added; named mappings get the has-functions flags. Tables that
+ * cannot be read are skipped (logged). Returns 0 or CP_ENOMEM; *named (may be NULL) gets
+ * the number of locations named. */
+int cp_symbols_name(cp_symbols *sy, const char *tenant, cp_profile *p, uint32_t *named);
+
+/* Counters for /metrics (since create). */
+typedef struct cp_symbols_stats {
+    uint64_t uploads, uploads_refused; /* accepted uploads; refused ones (bad file, limit) */
+    uint64_t locations_named;          /* locations named by query-time passes */
+    uint64_t tables_cached, cache_bytes;
+} cp_symbols_stats;
+void cp_symbols_get_stats(cp_symbols *sy, cp_symbols_stats *out);
+
+#endif

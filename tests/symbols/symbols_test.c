@@ -1,0 +1,334 @@
+/* Server-side symbolization end to end, real processes: contprofd with two tenants, a
+ * stripped -O2 program without frame pointers run twice at once under the agent with
+ * CONTPROF_SYMBOLIZE=server (tenant a) and once for tenant b; the agent never maps libdw;
+ * the hot functions are unnamed; `contprof symbols upload` of the unstripped build; the
+ * same query of the windows stored before the upload names them, for tenant a only, in
+ * our decoder and in `go tool pprof`. */
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "client.h"
+#include "pprof.h"
+#include "test.h"
+
+#define SEC 1000000000LL
+
+static const char *bindir(void)
+{
+    const char *b = getenv("CP_BINARY_DIR");
+    return b ? b : "build";
+}
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * SEC + ts.tv_nsec;
+}
+
+static void slurp(const char *path, char *out, size_t len)
+{
+    out[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    size_t n = fread(out, 1, len - 1, f);
+    out[n] = 0;
+    fclose(f);
+}
+
+static pid_t children[8];
+static int nchildren;
+
+static void kill_children(void)
+{
+    for (int i = 0; i < nchildren; i++)
+        if (children[i] > 0 && waitpid(children[i], NULL, WNOHANG) == 0) {
+            kill(children[i], SIGKILL);
+            waitpid(children[i], NULL, 0);
+        }
+}
+
+/* Starts argv with stdout and stderr appended to log. */
+static pid_t spawn(const char *const *argv, const char *log)
+{
+    fflush(NULL);
+    if (!nchildren) atexit(kill_children);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid > 0 && nchildren < 8) children[nchildren++] = pid;
+    if (pid == 0) {
+        FILE *f = freopen(log, "a", stdout);
+        f = f ? freopen(log, "a", stderr) : NULL;
+        (void)f;
+        execv(argv[0], (char **)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int wait_exit(pid_t pid, int timeout_s)
+{
+    int st = 0;
+    for (int64_t end = mono_ns() + timeout_s * SEC; mono_ns() < end; usleep(20000))
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    fprintf(stderr, "process %d did not exit within %d s\n", (int)pid, timeout_s);
+    CHECK(0);
+    return -1;
+}
+
+/* Whether the maps of pid (`contprof run` execs the program: same pid) name libdw; waits
+ * first until they name the agent. */
+static int maps_have_libdw(pid_t pid, int wait)
+{
+    char path[64];
+    static char buf[1 << 18];
+    snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+    for (int64_t end = mono_ns() + 20 * SEC; wait && mono_ns() < end; usleep(50000)) {
+        slurp(path, buf, sizeof buf);
+        if (strstr(buf, "libcontprof.so")) break;
+    }
+    slurp(path, buf, sizeof buf);
+    CHECK(strstr(buf, "libcontprof.so"));
+    return strstr(buf, "libdw") != NULL;
+}
+
+static cp_http_result get(const char *url, const char *pq, const char *token)
+{
+    cp_http_result r;
+    cp_err err = {0};
+    if (cp_http_get(url, pq, token, 60000, 0, &r, &err)) {
+        fprintf(stderr, "GET %s: %s\n", pq, err.msg);
+        CHECK(0);
+    }
+    if (r.status != 200)
+        fprintf(stderr, "GET %s: %d %.*s\n", pq, r.status, (int)r.body.len, (char *)r.body.data);
+    CHECK_EQ(r.status, 200);
+    CHECK(cp_buf_append(&r.body, "", 1) == 0);
+    r.body.len--;
+    return r;
+}
+
+/* Runs cmd, returns its exit status and its output (stdout and stderr) in out. */
+static int run(const char *cmd, char *out, size_t cap)
+{
+    char full[4096];
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    FILE *p = popen(full, "r");
+    CHECK(p);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    fprintf(stderr, "$ %s\n%s", cmd, out);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* The CPU total of tenant's selection over [from, to) (unix seconds), from the pprof answer. */
+static int64_t cpu_total(const char *url, const char *token, const char *sel, long from, long to)
+{
+    cp_buf pq = {0};
+    char head[160];
+    snprintf(head, sizeof head,
+             "/api/v1/profile?format=pprof&type=cpu&from=%ld&to=%ld&select=", from, to);
+    CHECK(cp_buf_append(&pq, head, strlen(head)) == 0);
+    CHECK(cp_url_encode(&pq, sel) == 0);
+    CHECK(cp_buf_append(&pq, "", 1) == 0);
+    cp_http_result r = get(url, (char *)pq.data, token);
+    cp_buf_close(&pq);
+    cp_profile *p = NULL;
+    cp_err err = {0};
+    CHECK(cp_pprof_decode(r.body.data, r.body.len, NULL, &p, &err) == 0);
+    cp_buf_close(&r.body);
+    int t = cp_profile_find_type(p, "cpu");
+    int64_t v = t >= 0 ? cp_profile_total(p, (uint32_t)t) : 0;
+    cp_profile_destroy(p);
+    return v;
+}
+
+/* Locations of the stripped program's mapping in tenant's export: how many, how many named. */
+static void prog_locations(const char *url, const char *token, long from, long to, uint32_t *n,
+                           uint32_t *named, cp_buf *raw)
+{
+    char pq[200];
+    snprintf(pq, sizeof pq, "/api/v1/profile?format=pprof&type=cpu&from=%ld&to=%ld", from, to);
+    cp_http_result r = get(url, pq, token);
+    cp_profile *p = NULL;
+    cp_err err = {0};
+    CHECK(cp_pprof_decode(r.body.data, r.body.len, NULL, &p, &err) == 0);
+    *n = *named = 0;
+    for (uint32_t i = 0; i < p->locations.n; i++) {
+        const cp_location *l = &p->locations.v[i];
+        if (!l->mapping_id) continue;
+        const char *file = cp_profile_str(p, p->mappings.v[l->mapping_id - 1].filename);
+        if (!strstr(file, "symprog-stripped")) continue;
+        (*n)++;
+        if (l->nlines) (*named)++;
+    }
+    cp_profile_destroy(p);
+    if (raw)
+        *raw = r.body;
+    else
+        cp_buf_close(&r.body);
+}
+
+TEST(stripped_program_named_after_upload_per_tenant)
+{
+    char dir[] = "/tmp/contprof-symbols-XXXXXX";
+    CHECK(mkdtemp(dir));
+    fprintf(stderr, "symbols: working in %s\n", dir);
+    char conf[600], dlog[600], data[600];
+    snprintf(conf, sizeof conf, "%s/contprofd.conf", dir);
+    snprintf(dlog, sizeof dlog, "%s/contprofd.log", dir);
+    snprintf(data, sizeof data, "%s/data", dir);
+    FILE *f = fopen(conf, "w");
+    CHECK(f);
+    fprintf(f,
+            "data = %s\nlisten = 127.0.0.1:0\ntoken.a = token-of-a\ntoken.b = token-of-b\n"
+            "symbols.dirs = %s/no-debug-dir\n",
+            data, dir);
+    fclose(f);
+    char dbin[512], cbin[512], prog[512], stripped[512];
+    snprintf(dbin, sizeof dbin, "%s/query/contprofd", bindir());
+    snprintf(cbin, sizeof cbin, "%s/query/contprof", bindir());
+    snprintf(prog, sizeof prog, "%s/tests/symbols/symprog", bindir());
+    snprintf(stripped, sizeof stripped, "%s/tests/symbols/symprog-stripped", bindir());
+    const char *dargv[] = {dbin, "--config", conf, NULL};
+    pid_t d = spawn(dargv, dlog);
+    int port = 0;
+    static char buf[1 << 16];
+    for (int64_t end = mono_ns() + 30 * SEC; mono_ns() < end && !port; usleep(20000)) {
+        slurp(dlog, buf, sizeof buf);
+        const char *m = strstr(buf, "query API on http://127.0.0.1:");
+        if (m) port = atoi(m + strlen("query API on http://127.0.0.1:"));
+    }
+    if (!port) fprintf(stderr, "contprofd did not start:\n%s\n", buf);
+    CHECK(port);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+
+    /* two processes of tenant a and one of tenant b, addresses only; a control in agent
+     * mode (tenant c) shows that the libdw check can see libdw */
+    long t_from = (long)time(NULL) - 2;
+    struct {
+        const char *tenant, *mode;
+        pid_t pid;
+        char log[600];
+    } runs[4] = {{"a", "server", 0, ""},
+                 {"a", "server", 0, ""},
+                 {"b", "server", 0, ""},
+                 {"c", "agent", 0, ""}};
+    for (int i = 0; i < 4; i++) {
+        snprintf(runs[i].log, sizeof runs[i].log, "%s/run-%d.log", dir, i);
+        const char *argv[] = {cbin,        "run",          "--server",    url,
+                              "--tenant",  runs[i].tenant, "--symbolize", runs[i].mode,
+                              "--service", "symprog",      "--window",    "1s",
+                              "--",        stripped,       "8",           NULL};
+        runs[i].pid = spawn(argv, runs[i].log);
+    }
+    for (int i = 0; i < 4; i++)
+        (void)maps_have_libdw(runs[i].pid, 1);
+    usleep(3000000); /* past the first windows (1 s): an agent that symbolizes has loaded libdw */
+    for (int i = 0; i < 4; i++) {
+        int has = maps_have_libdw(runs[i].pid, 0);
+        fprintf(stderr, "run %d (%s): libdw %s\n", i, runs[i].mode, has ? "mapped" : "not mapped");
+        CHECK_EQ(has, strcmp(runs[i].mode, "agent") == 0);
+    }
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ(wait_exit(runs[i].pid, 90), 0);
+    long t_to = (long)time(NULL) + 2;
+
+    /* every instance's windows are stored (the agent flushes at exit) */
+    for (int i = 0; i < 3; i++) {
+        char sel[128];
+        snprintf(sel, sizeof sel, "{service=\"symprog\",instance=~\".*:%d\"}", (int)runs[i].pid);
+        const char *tok = runs[i].tenant[0] == 'a' ? "token-of-a" : "token-of-b";
+        int64_t v = 0, last = -1;
+        int same = 0;
+        for (int64_t end = mono_ns() + 40 * SEC; mono_ns() < end; usleep(500000)) {
+            v = cpu_total(url, tok, sel, t_from, t_to);
+            same = v > 0 && v == last ? same + 1 : 0;
+            if (same == 3) break; /* unchanged for 1.5 s after the program's exit */
+            last = v;
+        }
+        fprintf(stderr, "instance %d (tenant %s): cpu %lld ns\n", (int)runs[i].pid, runs[i].tenant,
+                (long long)v);
+        /* up to 8 s of CPU each; a loaded machine gives it much less: at least 10 samples */
+        CHECK(v >= 100000000LL);
+    }
+
+    /* before the upload: the program's frames carry no names */
+    char pq[200];
+    snprintf(pq, sizeof pq, "/api/v1/profile?format=top&type=cpu&from=%ld&to=%ld", t_from, t_to);
+    cp_http_result r = get(url, pq, "token-of-a");
+    CHECK(!strstr((char *)r.body.data, "symprog_hash_spin"));
+    cp_buf_close(&r.body);
+    uint32_t n, named;
+    prog_locations(url, "token-of-a", t_from, t_to, &n, &named, NULL);
+    fprintf(stderr, "tenant a before the upload: %u locations in the program, %u named\n", n,
+            named);
+    CHECK(n > 0);
+    CHECK_EQ(named, 0);
+
+    /* bad uploads through the CLI: exit 1, the server's message */
+    char cmd[2048], out[8192];
+    snprintf(cmd, sizeof cmd, "%s symbols upload --server %s --token token-of-a %s %s", cbin, url,
+             conf, stripped);
+    CHECK_EQ(run(cmd, out, sizeof out), 1);
+    CHECK_CONTAINS(out, "not an ELF file");
+    CHECK_CONTAINS(out, "no function symbols");
+    snprintf(cmd, sizeof cmd, "%s symbols upload --server %s --token token-of-a --tenant b %s",
+             cbin, url, prog);
+    CHECK_EQ(run(cmd, out, sizeof out), 1);
+    CHECK_CONTAINS(out, "HTTP 403");
+
+    /* the upload */
+    snprintf(cmd, sizeof cmd, "%s symbols upload --server %s --token token-of-a --tenant a %s",
+             cbin, url, prog);
+    CHECK_EQ(run(cmd, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "\"build_id\":");
+
+    /* the same query of the windows stored before the upload: named, the hot function on top */
+    r = get(url, pq, "token-of-a");
+    fprintf(stderr, "%s", (char *)r.body.data);
+    const char *row = strstr((char *)r.body.data, "cum%\n");
+    CHECK(row);
+    const char *eol = strchr(row + 5, '\n');
+    CHECK(eol);
+    char first[256];
+    snprintf(first, sizeof first, "%.*s", (int)(eol - row - 5), row + 5);
+    CHECK_CONTAINS(first, "symprog_hash_spin");
+    CHECK_CONTAINS((char *)r.body.data, "symprog_table_walk");
+    cp_buf_close(&r.body);
+    cp_buf raw;
+    prog_locations(url, "token-of-a", t_from, t_to, &n, &named, &raw);
+    fprintf(stderr, "tenant a after the upload: %u locations in the program, %u named\n", n, named);
+    CHECK(named > 0);
+    /* go tool pprof reads the named export */
+    char tmp[700];
+    snprintf(tmp, sizeof tmp, "%s/a.pb.gz", dir);
+    CHECK(cp_write_file(tmp, raw.data, raw.len) == 0);
+    cp_buf_close(&raw);
+    snprintf(cmd, sizeof cmd, "go tool pprof -top %s", tmp);
+    CHECK_EQ(run(cmd, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "symprog_hash_spin");
+
+    /* tenant b ran the same binary: a's upload names none of b's frames */
+    r = get(url, pq, "token-of-b");
+    CHECK(!strstr((char *)r.body.data, "symprog_hash_spin"));
+    cp_buf_close(&r.body);
+    prog_locations(url, "token-of-b", t_from, t_to, &n, &named, NULL);
+    fprintf(stderr, "tenant b: %u locations in the program, %u named\n", n, named);
+    CHECK(n > 0);
+    CHECK_EQ(named, 0);
+
+    kill(d, SIGTERM);
+    CHECK_EQ(wait_exit(d, 30), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
+TEST_MAIN(T(stripped_program_named_after_upload_per_tenant))
