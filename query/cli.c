@@ -52,8 +52,9 @@ static const struct {
                     "--sample-type"},
     {"timeline", QFLAGS " --step"},
     {"run", "--server --brokers --service --version --tenant --label --cpu-hz --alloc-rate "
-            "--window --output-dir --topic --no-children"},
+            "--window --output-dir --topic --no-children --symbolize"},
     {"import", "--server --brokers --tenant --service --label --at --duration --help"},
+    {"symbols", "upload --server --token --tenant --help"},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
