@@ -242,6 +242,11 @@ static int map_mappings(cp_merger *m, const cp_profile *p)
                   memcmp(c, k, sizeof k) == 0),
                  slot);
         if (!m->maps.s[slot].id) {
+            /* an object's mapping in canonical form (start = file offset): the merged
+             * addresses are then file offsets, whichever input came first */
+            const char *file = cp_profile_str(o, mp.filename), *bid = cp_profile_str(o, mp.build_id);
+            if (cp_mapping_names_object(file, strlen(file), strlen(bid)))
+                (void)cp_mapping_canonicalize(&mp);
             uint32_t id;
             if (cp_profile_add_mapping(o, &mp, &id)) return CP_ENOMEM;
             tbl_set(&m->maps, slot, id, h);
