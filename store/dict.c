@@ -93,6 +93,7 @@ void cp_dict_close(cp_dict *d)
     idx_close(&d->li);
     idx_close(&d->ki);
     idx_close(&d->ai);
+    free(d->stk_alias);
     memset(d, 0, sizeof *d);
 }
 
@@ -697,8 +698,13 @@ int cp_dict_canonicalize(cp_dict *d)
     }
 
     /* stacks: through the kept locations. Two stacks that become equal both stay (blocks
-     * refer to both); they name the same locations, so queries sum them as one. */
+     * refer to both ids); queries read the later one as the first (stk_alias). */
     idx_close(&d->ki);
+    free(d->stk_alias);
+    d->nstk_alias = 0;
+    if (!(d->stk_alias = malloc(sizeof(uint32_t) * ((size_t)d->stk.n + 1)))) goto done;
+    d->nstk_alias = d->stk.n + 1;
+    d->stk_alias[0] = 0;
     for (uint32_t i = 1; i <= d->stk.n; i++) {
         const cp_sample *st = &d->stk.v[i - 1];
         uint32_t *locs = d->stk_locs.v + st->loc_off;
@@ -706,7 +712,9 @@ int cp_dict_canonicalize(cp_dict *d)
             if (locs[j] <= d->loc.n) locs[j] = lalias[locs[j]];
         kkey k = {locs, st->nlocs, d->stk_labels.v + st->label_off, st->nlabels};
         uint64_t h = stk_hash(&k);
-        if (!idx_find(&d->ki, h, stk_eq, d, &k) && idx_insert(&d->ki, h, i)) goto done;
+        uint32_t got = idx_find(&d->ki, h, stk_eq, d, &k);
+        d->stk_alias[i] = got ? got : i;
+        if (!got && idx_insert(&d->ki, h, i)) goto done;
     }
     rc = 0;
 done:

@@ -1765,6 +1765,9 @@ typedef struct addctx {
     cp_acc *acc;
     const int *colmap;
     int64_t *totals; /* timeline: per output column */
+    /* format-1 stores: stack id -> the first equal stack (cp_dict.stk_alias; fixed at open) */
+    const uint32_t *stk_alias;
+    uint32_t nstk_alias;
 } addctx;
 
 static int add_block(qctx *q, void *arg, const uint8_t *v, size_t len)
@@ -1782,6 +1785,7 @@ static int add_block(qctx *q, void *arg, const uint8_t *v, size_t len)
     int64_t vals[CP_MAX_TYPES];
     uint32_t id;
     while ((rc = cp_block_it_next(&it, &id, vals)) == 1) {
+        if (id < a->nstk_alias) id = a->stk_alias[id];
         int64_t *row = cp_acc_row(a->acc, id);
         if (!row) return cp_err_set(q->err, CP_ENOMEM, "query");
         for (uint32_t t = 0; t < it.ntypes; t++)
@@ -1981,7 +1985,7 @@ int cp_store_query(cp_store *s, const char *tenant_name, cp_kind kind, const cp_
     for (uint32_t i = 0; i < ss.n && !rc && from_ns < to_ns; i++) {
         int colmap[CP_MAX_TYPES];
         ser_colmap(&qt, ss.v[i], colmap);
-        addctx a = {&acc, colmap, NULL};
+        addctx a = {&acc, colmap, NULL, t->dict.stk_alias, t->dict.nstk_alias};
         rc = visit(&q, ss.v[i], from_ns, to_ns, add_block, &a);
     }
     if (!rc && acc.ids.n) {
@@ -2051,7 +2055,7 @@ int cp_store_timeline(cp_store *s, const char *tenant_name, cp_kind kind, const 
             int64_t a = from_ns + (int64_t)k * step_ns;
             int64_t b = a + step_ns < to_ns ? a + step_ns : to_ns;
             if (b <= span[2 * i] || a > span[2 * i + 1]) continue;
-            addctx ac = {NULL, colmap, res + k * qt.n};
+            addctx ac = {NULL, colmap, res + k * qt.n, NULL, 0};
             rc = visit(&q, ss.v[i], a, b, add_block, &ac);
         }
     }

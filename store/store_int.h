@@ -91,6 +91,10 @@ typedef struct cp_dict {
     CP_VEC(cp_label) stk_labels;
     cp_idx si, fi, mi, li, ki;
     cp_idx ai; /* (mapping, address) -> locations, for cp_dict_location_known */
+    /* Format-1 stores only (cp_dict_canonicalize): stack id -> the first stack equal to it
+     * once its locations are canonical, for ids < nstk_alias. Set at open, then read
+     * without the lock (never changed or moved while the store is open). */
+    uint32_t *stk_alias, nstk_alias;
     /* Where new entries are written (set by the writer for the current batch). */
     leveldb_writebatch_t *wb;
     const char *tenant;
@@ -134,7 +138,8 @@ int cp_dict_load(cp_dict *d, uint8_t kind, uint32_t id, const uint8_t *v, size_t
 /* After loading a format-1 store's dictionary (whose mappings and locations may hold
  * run-time addresses): puts every mapping and location in canonical form (profile.h),
  * points locations at the first of equal mappings and stacks at the first of equal
- * locations, and rebuilds the indexes so new windows find those. Idempotent. Returns 0 or
+ * locations, rebuilds the indexes so new windows find those, and sets stk_alias for the
+ * stacks that became equal to an earlier one. Idempotent. Returns 0 or
  * CP_ENOMEM (the dictionary is then unusable: close it). */
 int cp_dict_canonicalize(cp_dict *d);
 
