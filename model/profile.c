@@ -354,7 +354,9 @@ void cp_profile_canonicalize(cp_profile *p)
         cp_location *l = &p->locations.v[i];
         if (!l->mapping_id || l->mapping_id > p->mappings.n) continue;
         const cp_mapping *m = &p->mappings.v[l->mapping_id - 1];
-        if (m->start != m->offset && m->limit >= m->start && profile_mapping_is_object(p, m))
+        /* address 0: none given (a symbolized frame of some producers); it stays 0 */
+        if (l->address && m->start != m->offset && m->limit >= m->start &&
+            profile_mapping_is_object(p, m))
             l->address += m->offset - m->start;
     }
     for (uint32_t i = 0; i < p->mappings.n; i++)
@@ -373,7 +375,10 @@ size_t cp_location_label(const cp_profile *p, const cp_location *l, char *out, s
         const char *base = strrchr(file, '/');
         base = base ? base + 1 : file;
         if (!*base) base = *bid ? bid : "?";
-        n = snprintf(out, len, "%s+0x%" PRIx64, base, l->address - m->start + m->offset);
+        if (l->address)
+            n = snprintf(out, len, "%s+0x%" PRIx64, base, l->address - m->start + m->offset);
+        else /* no address given: the object alone, as pprof shows it */
+            n = snprintf(out, len, "[%s]", base);
     } else {
         n = snprintf(out, len, "0x%" PRIx64, l->address);
     }

@@ -155,14 +155,15 @@ int cp_mapping_names_object(const char *filename, size_t filename_len, size_t bu
  * limit < start (no size to keep) is left as it is (returns 0). Idempotent. */
 uint64_t cp_mapping_canonicalize(cp_mapping *m);
 
-/* Canonicalizes every object mapping of p and every address in one, in place (ids and
- * everything else unchanged). Two processes of one binary then give identical mappings
+/* Canonicalizes every object mapping of p and every nonzero address in one, in place (ids
+ * and everything else unchanged; address 0 means none given and stays 0). Two processes of one binary then give identical mappings
  * and location addresses. */
 void cp_profile_canonicalize(cp_profile *p);
 
 /* Writes the name of an unsymbolized location of p, "module+0xOFFSET" (module = the base
- * name of its mapping's file, else its build ID) or "0xADDRESS" when its mapping names no
- * object, into out (NUL-terminated, truncated to len). Returns the length written. */
+ * name of its mapping's file, else its build ID; "[module]" for address 0) or "0xADDRESS"
+ * when its mapping names no object, into out (NUL-terminated, truncated to len). Returns
+ * the length written. */
 size_t cp_location_label(const cp_profile *p, const cp_location *l, char *out, size_t len);
 
 #endif

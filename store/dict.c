@@ -680,7 +680,7 @@ int cp_dict_canonicalize(cp_dict *d)
     for (uint32_t i = 1; i <= d->loc.n; i++) {
         cp_location *l = &d->loc.v[i - 1];
         if (l->mapping_id && l->mapping_id <= d->map.n) {
-            l->address += delta[l->mapping_id];
+            if (l->address) l->address += delta[l->mapping_id]; /* 0: none given */
             l->mapping_id = malias[l->mapping_id];
         }
         const cp_line *lines = d->lines.v + l->line_off;

@@ -974,7 +974,7 @@ static int profile_to_acc(cp_store_batch *B, tenant *t, const cp_profile *p, con
                     break;
             }
             nl.mapping_id = *mm;
-            nl.address += B->mapdelta.v[l->mapping_id];
+            if (nl.address) nl.address += B->mapdelta.v[l->mapping_id]; /* 0: none given */
         }
         if (cp_dict_location_known(d, p, l, nl.mapping_id, nl.address, B->strmap.v, B->fnmap.v,
                                    &B->locmap.v[i + 1]))
