@@ -244,7 +244,8 @@ static int map_mappings(cp_merger *m, const cp_profile *p)
         if (!m->maps.s[slot].id) {
             /* an object's mapping in canonical form (start = file offset): the merged
              * addresses are then file offsets, whichever input came first */
-            const char *file = cp_profile_str(o, mp.filename), *bid = cp_profile_str(o, mp.build_id);
+            const char *file = cp_profile_str(o, mp.filename),
+                       *bid = cp_profile_str(o, mp.build_id);
             if (cp_mapping_names_object(file, strlen(file), strlen(bid)))
                 (void)cp_mapping_canonicalize(&mp);
             uint32_t id;

@@ -326,8 +326,8 @@ int cp_mapping_names_object(const char *filename, size_t filename_len, size_t bu
     if (filename[0] == '[')
         return has_prefix(filename, filename_len, "[vdso]") ||
                has_prefix(filename, filename_len, "[vsyscall]");
-    static const char *const anon[] = {"//anon", "/memfd:", "/anon_hugepage", "/dev/zero",
-                                       "/SYSV", "/dev/shm/"};
+    static const char *const anon[] = {"//anon",    "/memfd:", "/anon_hugepage",
+                                       "/dev/zero", "/SYSV",   "/dev/shm/"};
     for (size_t i = 0; i < sizeof anon / sizeof anon[0]; i++)
         if (has_prefix(filename, filename_len, anon[i])) return 0;
     return 1;

@@ -156,8 +156,8 @@ int cp_mapping_names_object(const char *filename, size_t filename_len, size_t bu
 uint64_t cp_mapping_canonicalize(cp_mapping *m);
 
 /* Canonicalizes every object mapping of p and every nonzero address in one, in place (ids
- * and everything else unchanged; address 0 means none given and stays 0). Two processes of one binary then give identical mappings
- * and location addresses. */
+ * and everything else unchanged; address 0 means none given and stays 0). Two processes of one
+ * binary then give identical mappings and location addresses. */
 void cp_profile_canonicalize(cp_profile *p);
 
 /* Writes the name of an unsymbolized location of p, "module+0xOFFSET" (module = the base

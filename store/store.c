@@ -964,10 +964,10 @@ static int profile_to_acc(cp_store_batch *B, tenant *t, const cp_profile *p, con
                 cp_mapping m = p->mappings.v[l->mapping_id - 1];
                 const char *file = cp_profile_str(p, m.filename);
                 const char *bid = cp_profile_str(p, m.build_id);
-                B->mapdelta.v[l->mapping_id] = cp_mapping_names_object(file, strlen(file),
-                                                                       strlen(bid))
-                                                   ? cp_mapping_canonicalize(&m)
-                                                   : 0;
+                B->mapdelta.v[l->mapping_id] =
+                    cp_mapping_names_object(file, strlen(file), strlen(bid))
+                        ? cp_mapping_canonicalize(&m)
+                        : 0;
                 if ((rc = map_str(B, d, p, m.filename, &m.filename)) ||
                     (rc = map_str(B, d, p, m.build_id, &m.build_id)) ||
                     (rc = cp_dict_mapping(d, &m, mm)))

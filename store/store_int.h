@@ -123,10 +123,10 @@ int cp_dict_stack(cp_dict *d, const uint32_t *locs, uint32_t nlocs, const cp_lab
                   uint32_t nlabels, uint32_t *id);
 
 /* The fast path for a location of profile p whose mapping is dict mapping mid and whose
- * canonical address is address: a dict location with the same mapping and address whose lines and functions have the same
- * content (compared, not hashed). smap (profile string id -> dict id + 1, sized for p's
- * strings) and fmap (profile function id -> dict id, sized functions + 1) cache what is
- * known equal, as the interning path does. Returns 1 and *id, or 0 (intern it normally). */
+ * canonical address is address: a dict location with the same mapping and address whose lines and
+ * functions have the same content (compared, not hashed). smap (profile string id -> dict id + 1,
+ * sized for p's strings) and fmap (profile function id -> dict id, sized functions + 1) cache what
+ * is known equal, as the interning path does. Returns 1 and *id, or 0 (intern it normally). */
 int cp_dict_location_known(const cp_dict *d, const cp_profile *p, const cp_location *l,
                            uint32_t mid, uint64_t address, uint32_t *smap, uint32_t *fmap,
                            uint32_t *id);

@@ -631,9 +631,9 @@ static char *api_text(int port, const char *path, const char *sel, int64_t from,
 static void check_no_bare_address(const char *what, const char *text)
 {
     for (const char *p = strstr(text, "0x"); p; p = strstr(p + 2, "0x")) {
-        if (p > text && (p[-1] == '+' || (p[-1] >= '0' && p[-1] <= '9') ||
-                         (p[-1] >= 'a' && p[-1] <= 'z') || (p[-1] >= 'A' && p[-1] <= 'Z') ||
-                         p[-1] == '_'))
+        if (p > text &&
+            (p[-1] == '+' || (p[-1] >= '0' && p[-1] <= '9') || (p[-1] >= 'a' && p[-1] <= 'z') ||
+             (p[-1] >= 'A' && p[-1] <= 'Z') || p[-1] == '_'))
             continue;
         size_t n = strspn(p + 2, "0123456789abcdef");
         if (!n) continue;
@@ -675,12 +675,14 @@ static void folded_parse(const char *text, folded *f)
     for (const char *line = text; *line;) {
         const char *nl = strchr(line, '\n'), *end = nl ? nl : line + strlen(line);
         const char *sp = end;
-        while (sp > line && sp[-1] != ' ') sp--;
+        while (sp > line && sp[-1] != ' ')
+            sp--;
         CHECK(sp > line);
         int64_t v = atoll(sp);
         const char *stack_end = sp - 1, *semi = memchr(line, ';', (size_t)(stack_end - line));
         const char *leaf = stack_end;
-        while (leaf > line && leaf[-1] != ';') leaf--;
+        while (leaf > line && leaf[-1] != ';')
+            leaf--;
         fsum_add(f->root, &f->nroot, 64, line, (size_t)((semi ? semi : stack_end) - line), v);
         fsum_add(f->leaf, &f->nleaf, 256, leaf, (size_t)(stack_end - leaf), v);
         f->total += v;
@@ -796,11 +798,13 @@ TEST(fleet_of_one_stripped_binary_merges)
     for (int i = 0; i < 2; i++) {
         snprintf(files[i], sizeof files[i], "%s/windows-%d", dir, i);
         snprintf(logs[i], sizeof logs[i], "%s/work-%d.log", dir, i);
-        const char *argv[] = {cbin,     "run", "--server", url,   "--service", "fleet",
-                              "--window", "1s", "--output-dir", files[i], "--", wbin, "6", NULL};
+        const char *argv[] = {cbin,       "run", "--server",     url,      "--service", "fleet",
+                              "--window", "1s",  "--output-dir", files[i], "--",        wbin,
+                              "6",        NULL};
         pid[i] = spawn(argv, logs[i]);
     }
-    for (int i = 0; i < 2; i++) CHECK_EQ(wait_exit(pid[i], 90), 0);
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ(wait_exit(pid[i], 90), 0);
     truth t[2];
     int64_t from = INT64_MAX, to = 0, want = 0;
     for (int i = 0; i < 2; i++) {
@@ -932,8 +936,9 @@ TEST(fleet_of_one_stripped_binary_merges)
     cp_profile_destroy(mp);
     cp_buf_close(&mb);
     go_pprof_reads(merged);
-    snprintf(cmd, sizeof cmd, "%s merge --format folded %s/*.cpu.*.pb.gz %s/*.cpu.*.pb.gz > %s/m.txt",
-             cbin, files[0], files[1], dir);
+    snprintf(cmd, sizeof cmd,
+             "%s merge --format folded %s/*.cpu.*.pb.gz %s/*.cpu.*.pb.gz > %s/m.txt", cbin,
+             files[0], files[1], dir);
     CHECK_EQ(system(cmd), 0);
     char mt[700];
     snprintf(mt, sizeof mt, "%s/m.txt", dir);

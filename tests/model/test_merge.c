@@ -299,7 +299,8 @@ static cp_profile *process_at(uint64_t base, uint64_t jit)
     cp_profile *p = cp_profile_create();
     CHECK(p);
     CHECK_EQ(cp_profile_add_sample_type(p, "cpu", "nanoseconds"), 0);
-    cp_mapping exe = {base + 0x1000, base + 0x3000, 0x1000, 0, 0, 0}, anon = {jit, jit + 0x1000, 0, 0, 0, 0};
+    cp_mapping exe = {base + 0x1000, base + 0x3000, 0x1000, 0, 0, 0},
+               anon = {jit, jit + 0x1000, 0, 0, 0, 0};
     CHECK_EQ(cp_profile_intern_cstr(p, "/opt/fleet/bin/fleet_work", &exe.filename), 0);
     CHECK_EQ(cp_profile_intern_cstr(p, "4f1e2d3c", &exe.build_id), 0);
     uint32_t me, mj, l[4], f;
@@ -376,8 +377,10 @@ TEST(one_binary_at_two_bases_canonical)
                 continue;
             }
             CHECK(l->address >= mp->start && l->address < mp->limit);
-            if (mp->offset) CHECK(l->address == 0x1234 || l->address == 0x1400);
-            else CHECK_EQ(l->address, 0x7e0000100010); /* the first input's JIT address */
+            if (mp->offset)
+                CHECK(l->address == 0x1234 || l->address == 0x1400);
+            else
+                CHECK_EQ(l->address, 0x7e0000100010); /* the first input's JIT address */
         }
         CHECK_EQ(at0, 1);
         CHECK_EQ(cp_profile_total(m, 0), 40);
@@ -387,6 +390,7 @@ TEST(one_binary_at_two_bases_canonical)
     }
 }
 
-TEST_MAIN(T(parallel_load_equals_sequential), T(totals_add_up), T(order_does_not_matter), T(empty_profile_changes_nothing),
-          T(incompatible_types_refused), T(scaled_merge_subtracts), T(labels_keep_samples_apart),
-          T(scale_and_select_types), T(one_binary_at_two_bases_canonical))
+TEST_MAIN(T(parallel_load_equals_sequential), T(totals_add_up), T(order_does_not_matter),
+          T(empty_profile_changes_nothing), T(incompatible_types_refused),
+          T(scaled_merge_subtracts), T(labels_keep_samples_apart), T(scale_and_select_types),
+          T(one_binary_at_two_bases_canonical))

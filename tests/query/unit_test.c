@@ -354,6 +354,6 @@ TEST(render_unsymbolized_frames)
     cp_profile_destroy(p);
 }
 
-TEST_MAIN(T(selector_matches), T(selector_errors_name_the_byte), T(regex_guard), T(times_and_durations),
-          T(query_strings), T(render_folded), T(render_top), T(render_json_tree_and_pruning),
-          T(render_filter), T(render_unsymbolized_frames))
+TEST_MAIN(T(selector_matches), T(selector_errors_name_the_byte), T(regex_guard),
+          T(times_and_durations), T(query_strings), T(render_folded), T(render_top),
+          T(render_json_tree_and_pruning), T(render_filter), T(render_unsymbolized_frames))

@@ -672,8 +672,7 @@ TEST(same_start_summed)
  * anon+0x10 <- libc+0x29d90 (3 ns). named = 0: mappings without file or build ID (what a
  * format-1 store kept of any mapping: run-time addresses), and the file names and build
  * IDs as function names of one extra sample so that the store's strings hold them. */
-static cp_profile *process_profile(uint64_t exe_base, uint64_t libc_base, uint64_t anon,
-                                   int named)
+static cp_profile *process_profile(uint64_t exe_base, uint64_t libc_base, uint64_t anon, int named)
 {
     cp_profile *p = cp_profile_create();
     CHECK(p);
@@ -818,7 +817,8 @@ static uint32_t raw_string_id(leveldb_t *db, const char *tenant, const char *str
         size_t kl, vl;
         const char *key = leveldb_iter_key(it, &kl), *v = leveldb_iter_value(it, &vl);
         if (kl != n + 7 || memcmp(key, k, n + 3)) break;
-        if (vl == strlen(str) && !memcmp(v, str, vl)) id = cp_get_be32((const uint8_t *)key + n + 3);
+        if (vl == strlen(str) && !memcmp(v, str, vl))
+            id = cp_get_be32((const uint8_t *)key + n + 3);
     }
     leveldb_iter_destroy(it);
     leveldb_readoptions_destroy(ro);
@@ -850,7 +850,8 @@ TEST(format_1_store_read_canonical)
     CHECK(!e);
     uint32_t ids[4] = {raw_string_id(db, "acme", FLEET), raw_string_id(db, "acme", FLEET_ID),
                        raw_string_id(db, "acme", LIBC), raw_string_id(db, "acme", LIBC_ID)};
-    for (int i = 0; i < 4; i++) CHECK(ids[i]);
+    for (int i = 0; i < 4; i++)
+        CHECK(ids[i]);
     leveldb_writeoptions_t *wo = leveldb_writeoptions_create();
     leveldb_readoptions_t *ro = leveldb_readoptions_create();
     int named = 0;
@@ -863,7 +864,8 @@ TEST(format_1_store_read_canonical)
         CHECK(!e && v);
         cp_rd r = {(const uint8_t *)v, (const uint8_t *)v + vl, 0};
         uint64_t f[6];
-        for (int j = 0; j < 6; j++) f[j] = cp_get_uv(&r);
+        for (int j = 0; j < 6; j++)
+            f[j] = cp_get_uv(&r);
         CHECK(!r.bad);
         leveldb_free(v);
         CHECK_EQ(f[3], 0); /* stored without a file name */
@@ -874,7 +876,8 @@ TEST(format_1_store_read_canonical)
         named += f[3] != 0;
         CHECK(f[0] > 0x550000000000); /* run-time addresses */
         uint8_t nv[64], *p = nv;
-        for (int j = 0; j < 6; j++) p = cp_put_uv(p, f[j]);
+        for (int j = 0; j < 6; j++)
+            p = cp_put_uv(p, f[j]);
         leveldb_put(db, wo, k, 11, (const char *)nv, (size_t)(p - nv), &e);
         CHECK(!e);
     }
