@@ -229,21 +229,24 @@ int cp_dict_function(cp_dict *d, const cp_function *f, uint32_t *id)
     return 0;
 }
 
+/* A mapping's identity: its range and offset (canonical for objects: the file offset and
+ * size), and the object: its build ID, or its file name where it has none. The file name of
+ * a mapping with a build ID (it may differ between hosts) and the flags are those of the
+ * first entry interned. */
 static uint64_t map_hash(const cp_mapping *m)
 {
     uint64_t h = cp_hash_u64(0x3a9, m->start);
     h = cp_hash_u64(h, m->limit);
     h = cp_hash_u64(h, m->offset);
-    h = cp_hash_u64(h, m->filename);
-    h = cp_hash_u64(h, m->build_id);
-    return cp_hash_u64(h, m->flags);
+    return cp_hash_u64(h,
+                       m->build_id ? (uint64_t)m->build_id << 1 : (uint64_t)m->filename << 1 | 1);
 }
 
 static int map_eq(const cp_dict *d, uint32_t id, const void *key)
 {
     const cp_mapping *a = &d->map.v[id - 1], *b = key;
     return a->start == b->start && a->limit == b->limit && a->offset == b->offset &&
-           a->filename == b->filename && a->build_id == b->build_id && a->flags == b->flags;
+           a->build_id == b->build_id && (a->build_id || a->filename == b->filename);
 }
 
 int cp_dict_mapping(cp_dict *d, const cp_mapping *m, uint32_t *id)

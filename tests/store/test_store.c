@@ -684,8 +684,10 @@ static cp_profile *process_profile(uint64_t exe_base, uint64_t libc_base, uint64
     cp_mapping exe = {exe_base + 0x1000, exe_base + 0x5000, 0x1000, 0, 0, 0};
     cp_mapping libc = {libc_base + 0x28000, libc_base + 0x1bd000, 0x28000, 0, 0, 0};
     cp_mapping jit = {anon, anon + 0x1000, 0, 0, 0, 0};
-    if (named) {
-        CHECK_EQ(cp_profile_intern_cstr(p, FLEET, &exe.filename), 0);
+    if (named) { /* named 2: the same build at another path (another host's layout) */
+        CHECK_EQ(
+            cp_profile_intern_cstr(p, named == 2 ? "/srv/app/fleet_work" : FLEET, &exe.filename),
+            0);
         CHECK_EQ(cp_profile_intern_cstr(p, FLEET_ID, &exe.build_id), 0);
         CHECK_EQ(cp_profile_intern_cstr(p, LIBC, &libc.filename), 0);
         CHECK_EQ(cp_profile_intern_cstr(p, LIBC_ID, &libc.build_id), 0);
@@ -787,11 +789,11 @@ TEST(one_binary_at_two_bases_is_one_frame_set)
     cp_store_close(s);
     s = open_store(dir, 0, 0);
     b = cp_store_batch_create(s);
-    cp_profile *pc = process_profile(bases[2][0], bases[2][1], bases[2][2], 1);
+    cp_profile *pc = process_profile(bases[2][0], bases[2][1], bases[2][2], 2);
     add(b, "acme", CP_KIND_CPU, "service=fleet,instance=c", T0, "pc", 1, pc, 0);
     commit(b);
     q = query(s, "acme", CP_KIND_CPU, NULL, T0, T0 + WIN);
-    check_fleet_answer(q, 3);
+    check_fleet_answer(q, 3); /* the build ID is the object: one mapping, the first path */
     cp_profile_destroy(q);
     cp_profile_destroy(pa);
     cp_profile_destroy(pb);
