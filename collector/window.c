@@ -841,6 +841,9 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
             /* An isolate with CPU or allocations gets all three kinds each window, so a
              * quiet kind reads as zero rather than as missing. */
             (void)any;
+            /* object addresses as file offsets: every process of a binary sends the same
+             * frames (symbolizing above used the run-time addresses) */
+            if (!b.err) cp_profile_canonicalize(b.p);
             if (!b.err)
                 rc = emit_profile(&b, kind, k, m, emit, arg);
             else

@@ -242,6 +242,12 @@ static int map_mappings(cp_merger *m, const cp_profile *p)
                   memcmp(c, k, sizeof k) == 0),
                  slot);
         if (!m->maps.s[slot].id) {
+            /* an object's mapping in canonical form (start = file offset): the merged
+             * addresses are then file offsets, whichever input came first */
+            const char *file = cp_profile_str(o, mp.filename),
+                       *bid = cp_profile_str(o, mp.build_id);
+            if (cp_mapping_names_object(file, strlen(file), strlen(bid)))
+                (void)cp_mapping_canonicalize(&mp);
             uint32_t id;
             if (cp_profile_add_mapping(o, &mp, &id)) return CP_ENOMEM;
             tbl_set(&m->maps, slot, id, h);
@@ -253,12 +259,19 @@ static int map_mappings(cp_merger *m, const cp_profile *p)
     return 0;
 }
 
+/* A location's address relative to its mapping's start; address 0 (none given, as some
+ * producers write for symbolized frames) stays apart from every real address. */
+static inline uint64_t loc_rel(uint64_t address, uint64_t start)
+{
+    return address ? address - start : UINT64_MAX;
+}
+
 static int loc_eq(const cp_profile *o, uint32_t cand, uint32_t mapping_id, uint64_t rel,
                   uint32_t is_folded, const cp_line *lines, uint32_t nlines)
 {
     const cp_location *l = &o->locations.v[cand];
     if (l->mapping_id != mapping_id || l->nlines != nlines || l->is_folded != is_folded) return 0;
-    uint64_t r = l->address - (mapping_id ? o->mappings.v[mapping_id - 1].start : 0);
+    uint64_t r = loc_rel(l->address, mapping_id ? o->mappings.v[mapping_id - 1].start : 0);
     if (r != rel) return 0;
     return nlines == 0 || lines_eq(o->lines.v + l->line_off, lines, nlines);
 }
@@ -271,7 +284,8 @@ static int map_locations(cp_merger *m, const cp_profile *p)
     for (uint32_t i = 0; i < p->locations.n; i++) {
         const cp_location *l = &p->locations.v[i];
         uint32_t mid = l->mapping_id ? m->map_map.v[l->mapping_id] : 0;
-        uint64_t rel = l->address - (l->mapping_id ? p->mappings.v[l->mapping_id - 1].start : 0);
+        uint64_t rel =
+            loc_rel(l->address, l->mapping_id ? p->mappings.v[l->mapping_id - 1].start : 0);
         uint32_t nl = l->nlines;
         cp_line *lp = lines;
         if (nl > 64 && !(lp = malloc(nl * sizeof *lp))) return CP_ENOMEM;
@@ -291,7 +305,7 @@ static int map_locations(cp_merger *m, const cp_profile *p)
         TBL_FIND(&m->locs, h, loc_eq(o, cand, mid, rel, l->is_folded, lp, nl), slot);
         if (!m->locs.s[slot].id) {
             uint32_t id;
-            uint64_t addr = rel + (mid ? o->mappings.v[mid - 1].start : 0);
+            uint64_t addr = rel == UINT64_MAX ? 0 : rel + (mid ? o->mappings.v[mid - 1].start : 0);
             if (cp_profile_add_location(o, addr, mid, lp, nl, &id)) {
                 rc = CP_ENOMEM;
                 goto next;

@@ -1,7 +1,9 @@
 /* The flat profile model: string interning, builders, scaling, type selection, cloning. */
 #include "profile.h"
 
+#include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -304,4 +306,82 @@ cp_profile *cp_profile_clone(const cp_profile *p)
 fail:
     cp_profile_destroy(c);
     return NULL;
+}
+
+/* ---------------------------------------------------------------------------------
+ * Position-independent frame identity
+ * --------------------------------------------------------------------------------- */
+
+static int has_prefix(const char *s, size_t n, const char *pre)
+{
+    size_t k = strlen(pre);
+    return n >= k && memcmp(s, pre, k) == 0;
+}
+
+int cp_mapping_names_object(const char *filename, size_t filename_len, size_t build_id_len)
+{
+    if (build_id_len) return 1;
+    if (!filename_len) return 0;
+    /* the kernel's and perf's names for memory that is no file's */
+    if (filename[0] == '[')
+        return has_prefix(filename, filename_len, "[vdso]") ||
+               has_prefix(filename, filename_len, "[vsyscall]");
+    static const char *const anon[] = {"//anon",    "/memfd:", "/anon_hugepage",
+                                       "/dev/zero", "/SYSV",   "/dev/shm/"};
+    for (size_t i = 0; i < sizeof anon / sizeof anon[0]; i++)
+        if (has_prefix(filename, filename_len, anon[i])) return 0;
+    return 1;
+}
+
+uint64_t cp_mapping_canonicalize(cp_mapping *m)
+{
+    if (m->limit < m->start) return 0;
+    uint64_t delta = m->offset - m->start;
+    m->limit = m->offset + (m->limit - m->start);
+    m->start = m->offset;
+    return delta;
+}
+
+static int profile_mapping_is_object(const cp_profile *p, const cp_mapping *m)
+{
+    const char *f = cp_profile_str(p, m->filename), *b = cp_profile_str(p, m->build_id);
+    return cp_mapping_names_object(f, strlen(f), strlen(b));
+}
+
+void cp_profile_canonicalize(cp_profile *p)
+{
+    for (uint32_t i = 0; i < p->locations.n; i++) {
+        cp_location *l = &p->locations.v[i];
+        if (!l->mapping_id || l->mapping_id > p->mappings.n) continue;
+        const cp_mapping *m = &p->mappings.v[l->mapping_id - 1];
+        /* address 0: none given (a symbolized frame of some producers); it stays 0 */
+        if (l->address && m->start != m->offset && m->limit >= m->start &&
+            profile_mapping_is_object(p, m))
+            l->address += m->offset - m->start;
+    }
+    for (uint32_t i = 0; i < p->mappings.n; i++)
+        if (profile_mapping_is_object(p, &p->mappings.v[i]))
+            (void)cp_mapping_canonicalize(&p->mappings.v[i]);
+}
+
+size_t cp_location_label(const cp_profile *p, const cp_location *l, char *out, size_t len)
+{
+    const cp_mapping *m =
+        l->mapping_id && l->mapping_id <= p->mappings.n ? &p->mappings.v[l->mapping_id - 1] : NULL;
+    const char *file = m ? cp_profile_str(p, m->filename) : "";
+    const char *bid = m ? cp_profile_str(p, m->build_id) : "";
+    int n;
+    if (m && cp_mapping_names_object(file, strlen(file), strlen(bid))) {
+        const char *base = strrchr(file, '/');
+        base = base ? base + 1 : file;
+        if (!*base) base = *bid ? bid : "?";
+        if (l->address)
+            n = snprintf(out, len, "%s+0x%" PRIx64, base, l->address - m->start + m->offset);
+        else /* no address given: the object alone, as pprof shows it */
+            n = snprintf(out, len, "[%s]", base);
+    } else {
+        n = snprintf(out, len, "0x%" PRIx64, l->address);
+    }
+    if (n < 0) n = 0;
+    return len && (size_t)n >= len ? len - 1 : (size_t)n;
 }

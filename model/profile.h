@@ -136,4 +136,34 @@ int64_t cp_profile_total(const cp_profile *p, uint32_t t);
 /* Deep copy. Returns NULL on out of memory. */
 cp_profile *cp_profile_clone(const cp_profile *p);
 
+/* --- position-independent frame identity -----------------------------------------
+ * A frame in a mapped object is identified by the object (build ID; its file name where
+ * there is none) and its file offset, address - start + offset: the same in every process
+ * that maps the object, wherever ASLR put it. The canonical form of an object's mapping
+ * has start = offset and limit = offset + size, so an address in it is its file offset
+ * and the formula above still holds (as does pprof's rule that a location's address lies
+ * in its mapping's [start, limit)). Mappings of no object (anonymous memory, JIT code,
+ * [heap], [stack]) keep their run-time addresses: nothing else identifies them. */
+
+/* Whether a mapping with this file name (len bytes) and build ID (len bytes) names an
+ * object: a build ID, or a file name other than the kernel's names for anonymous memory
+ * ("[anon:...]", "[heap]", "//anon", "/memfd:...", ...). */
+int cp_mapping_names_object(const char *filename, size_t filename_len, size_t build_id_len);
+
+/* Puts *m, a mapping of an object, in canonical form and returns what to add (mod 2^64)
+ * to an address of m to get its canonical address: offset - start. A mapping with
+ * limit < start (no size to keep) is left as it is (returns 0). Idempotent. */
+uint64_t cp_mapping_canonicalize(cp_mapping *m);
+
+/* Canonicalizes every object mapping of p and every nonzero address in one, in place (ids
+ * and everything else unchanged; address 0 means none given and stays 0). Two processes of one
+ * binary then give identical mappings and location addresses. */
+void cp_profile_canonicalize(cp_profile *p);
+
+/* Writes the name of an unsymbolized location of p, "module+0xOFFSET" (module = the base
+ * name of its mapping's file, else its build ID; "[module]" for address 0) or "0xADDRESS"
+ * when its mapping names no object, into out (NUL-terminated, truncated to len). Returns
+ * the length written. */
+size_t cp_location_label(const cp_profile *p, const cp_location *l, char *out, size_t len);
+
 #endif

@@ -18,7 +18,7 @@ typedef struct names {
     CP_VEC(const char *) s;
     uint32_t *slots; /* index + 1 */
     uint32_t nslots;
-    CP_VEC(char *) owned; /* synthesized names ("0x1234") */
+    CP_VEC(char *) owned; /* synthesized names ("libc.so.6+0x29d8f") */
 } names;
 
 static void names_close(names *n)
@@ -98,8 +98,10 @@ static int frames_build(const cp_profile *p, names *nm, frames *f)
             any = 1;
         }
         if (!any) {
-            char buf[32];
-            snprintf(buf, sizeof buf, "0x%" PRIx64, loc->address);
+            /* unsymbolized: module+0xOFFSET, the same in every process (0xADDRESS only
+             * where no object is known) */
+            char buf[300];
+            cp_location_label(p, loc, buf, sizeof buf);
             char *d = strdup(buf);
             if (!d || cp_vec_push(&nm->owned, d)) {
                 free(d);

@@ -93,6 +93,7 @@ void cp_dict_close(cp_dict *d)
     idx_close(&d->li);
     idx_close(&d->ki);
     idx_close(&d->ai);
+    free(d->stk_alias);
     memset(d, 0, sizeof *d);
 }
 
@@ -228,21 +229,24 @@ int cp_dict_function(cp_dict *d, const cp_function *f, uint32_t *id)
     return 0;
 }
 
+/* A mapping's identity: its range and offset (canonical for objects: the file offset and
+ * size), and the object: its build ID, or its file name where it has none. The file name of
+ * a mapping with a build ID (it may differ between hosts) and the flags are those of the
+ * first entry interned. */
 static uint64_t map_hash(const cp_mapping *m)
 {
     uint64_t h = cp_hash_u64(0x3a9, m->start);
     h = cp_hash_u64(h, m->limit);
     h = cp_hash_u64(h, m->offset);
-    h = cp_hash_u64(h, m->filename);
-    h = cp_hash_u64(h, m->build_id);
-    return cp_hash_u64(h, m->flags);
+    return cp_hash_u64(h,
+                       m->build_id ? (uint64_t)m->build_id << 1 : (uint64_t)m->filename << 1 | 1);
 }
 
 static int map_eq(const cp_dict *d, uint32_t id, const void *key)
 {
     const cp_mapping *a = &d->map.v[id - 1], *b = key;
     return a->start == b->start && a->limit == b->limit && a->offset == b->offset &&
-           a->filename == b->filename && a->build_id == b->build_id && a->flags == b->flags;
+           a->build_id == b->build_id && (a->build_id || a->filename == b->filename);
 }
 
 int cp_dict_mapping(cp_dict *d, const cp_mapping *m, uint32_t *id)
@@ -399,16 +403,17 @@ static int fn_same(const cp_dict *d, uint32_t dfid, const cp_profile *p, uint32_
 }
 
 int cp_dict_location_known(const cp_dict *d, const cp_profile *p, const cp_location *l,
-                           uint32_t mid, uint32_t *smap, uint32_t *fmap, uint32_t *id)
+                           uint32_t mid, uint64_t address, uint32_t *smap, uint32_t *fmap,
+                           uint32_t *id)
 {
     const cp_idx *x = &d->ai;
-    if (!x->nslots || !l->address || (size_t)l->line_off + l->nlines > p->lines.n) return 0;
-    uint64_t h = addr_hash(mid, l->address);
+    if (!x->nslots || !address || (size_t)l->line_off + l->nlines > p->lines.n) return 0;
+    uint64_t h = addr_hash(mid, address);
     uint32_t m = x->nslots - 1, i = (uint32_t)h & m;
     for (; x->ids[i]; i = (i + 1) & m) {
         if (x->hs[i] != h) continue;
         const cp_location *dl = &d->loc.v[x->ids[i] - 1];
-        if (dl->address != l->address || dl->mapping_id != mid || dl->is_folded != l->is_folded ||
+        if (dl->address != address || dl->mapping_id != mid || dl->is_folded != l->is_folded ||
             dl->nlines != l->nlines)
             continue;
         uint32_t j = 0;
@@ -637,4 +642,87 @@ int cp_dict_load(cp_dict *d, uint8_t kind, uint32_t id, const uint8_t *v, size_t
         return cp_err_set(err, CP_ESTORE, "dictionary '%c' entry %u of tenant %s is corrupt", kind,
                           id, d->tenant);
     return 0;
+}
+
+/* ---------------------------------------------------------------------------------
+ * Canonical identity of a format-1 store's entries
+ * --------------------------------------------------------------------------------- */
+
+int cp_dict_canonicalize(cp_dict *d)
+{
+    uint32_t *malias = malloc(sizeof(uint32_t) * ((size_t)d->map.n + 1));
+    uint64_t *delta = malloc(sizeof(uint64_t) * ((size_t)d->map.n + 1));
+    uint32_t *lalias = malloc(sizeof(uint32_t) * ((size_t)d->loc.n + 1));
+    int rc = CP_ENOMEM;
+    if (!malias || !delta || !lalias) goto done;
+
+    /* mappings: canonical form, the first of equal ones is the one kept in the index */
+    idx_close(&d->mi);
+    malias[0] = 0;
+    delta[0] = 0;
+    for (uint32_t i = 1; i <= d->map.n; i++) {
+        cp_mapping *m = &d->map.v[i - 1];
+        size_t fl, bl;
+        const char *f = cp_dict_str(d, m->filename, &fl);
+        (void)cp_dict_str(d, m->build_id, &bl);
+        delta[i] = cp_mapping_names_object(f, fl, bl) ? cp_mapping_canonicalize(m) : 0;
+        uint64_t h = map_hash(m);
+        uint32_t got = idx_find(&d->mi, h, map_eq, d, m);
+        if (got) {
+            malias[i] = got;
+        } else {
+            if (idx_insert(&d->mi, h, i)) goto done;
+            malias[i] = i;
+        }
+    }
+
+    /* locations: canonical address in the kept mapping; equal ones collapse likewise */
+    idx_close(&d->li);
+    idx_close(&d->ai);
+    lalias[0] = 0;
+    for (uint32_t i = 1; i <= d->loc.n; i++) {
+        cp_location *l = &d->loc.v[i - 1];
+        if (l->mapping_id && l->mapping_id <= d->map.n) {
+            if (l->address) l->address += delta[l->mapping_id]; /* 0: none given */
+            l->mapping_id = malias[l->mapping_id];
+        }
+        const cp_line *lines = d->lines.v + l->line_off;
+        uint64_t h = loc_hash(l, lines);
+        lkey k = {l, lines};
+        uint32_t got = idx_find(&d->li, h, loc_eq, d, &k);
+        if (got) {
+            lalias[i] = got;
+            continue;
+        }
+        if (idx_insert(&d->li, h, i) ||
+            (l->address && idx_insert(&d->ai, addr_hash(l->mapping_id, l->address), i)))
+            goto done;
+        lalias[i] = i;
+    }
+
+    /* stacks: through the kept locations. Two stacks that become equal both stay (blocks
+     * refer to both ids); queries read the later one as the first (stk_alias). */
+    idx_close(&d->ki);
+    free(d->stk_alias);
+    d->nstk_alias = 0;
+    if (!(d->stk_alias = malloc(sizeof(uint32_t) * ((size_t)d->stk.n + 1)))) goto done;
+    d->nstk_alias = d->stk.n + 1;
+    d->stk_alias[0] = 0;
+    for (uint32_t i = 1; i <= d->stk.n; i++) {
+        const cp_sample *st = &d->stk.v[i - 1];
+        uint32_t *locs = d->stk_locs.v + st->loc_off;
+        for (uint32_t j = 0; j < st->nlocs; j++)
+            if (locs[j] <= d->loc.n) locs[j] = lalias[locs[j]];
+        kkey k = {locs, st->nlocs, d->stk_labels.v + st->label_off, st->nlabels};
+        uint64_t h = stk_hash(&k);
+        uint32_t got = idx_find(&d->ki, h, stk_eq, d, &k);
+        d->stk_alias[i] = got ? got : i;
+        if (!got && idx_insert(&d->ki, h, i)) goto done;
+    }
+    rc = 0;
+done:
+    free(malias);
+    free(delta);
+    free(lalias);
+    return rc;
 }

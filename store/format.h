@@ -27,7 +27,14 @@
 #include <stddef.h>
 #include <string.h>
 
-#define CP_STORE_FORMAT_VERSION 1
+#define CP_STORE_FORMAT_VERSION 2
+/* The oldest version still read. Version 1 stored mappings and locations with the run-time
+ * addresses of the process that sent them; from 2 on, a mapping of an object (build ID or
+ * file, model/profile.h) is stored in canonical form, start = file offset, and its
+ * locations' addresses are file offsets. A version-1 store is read both ways: its entries
+ * are canonicalized in memory at every open (store/dict.c, cp_dict_canonicalize), new
+ * entries are written canonical, and the record stays 1 (the old entries stay on disk). */
+#define CP_STORE_FORMAT_OLDEST 1
 #define CP_STORE_FORMAT_MAGIC "contprof-store"
 #define CP_TENANT_KEY_MAX 64 /* bytes of tenant name in a key (= CP_TENANT_MAX) */
 
@@ -56,7 +63,9 @@
  *   's' string:   the bytes
  *   'f' function: uv name, uv system_name, uv filename (string ids), sv start_line
  *   'm' mapping:  uv start, uv limit, uv offset, uv filename, uv build_id, uv flags
- *   'l' location: uv mapping id (0 none), uv address, uv is_folded, uv nlines,
+ *                 (an object's: start = offset, limit = offset + size; see the version)
+ *   'l' location: uv mapping id (0 none), uv address (file offset in an object's mapping),
+ *                 uv is_folded, uv nlines,
  *                 nlines x (uv function id, sv line)     -- leaf (inlined) line first
  *   'k' stack:    uv nlocs, nlocs x uv location id (leaf first), uv nlabels,
  *                 nlabels x (uv key, uv str, sv num, uv num_unit)  -- pprof sample labels

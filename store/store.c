@@ -96,6 +96,7 @@ struct cp_store {
     int64_t retention[CP_NLEVELS];
     atomic_uint_fast64_t windows;
     int broken;
+    uint32_t format; /* the store's format version (CP_STORE_FORMAT_OLDEST..VERSION) */
     /* writer state */
     CP_VEC(bucket *) buckets; /* open buckets (hash below) */
     uint32_t *bslots, nbslots;
@@ -116,6 +117,7 @@ struct cp_store_batch {
     CP_VEC(cp_label) labels; /* one sample's labels, dict string ids */
     CP_VEC(uint32_t) strmap; /* profile string id -> dict string id (0 = not yet) */
     CP_VEC(uint32_t) fnmap, mapmap;
+    CP_VEC(uint64_t) mapdelta; /* profile mapping id -> add to an address: canonical form */
 };
 
 /* ---------------------------------------------------------------------------------
@@ -441,10 +443,12 @@ static int check_version(cp_store *s, cp_err *err)
         if (vlen != ml + 4 || memcmp(v, CP_STORE_FORMAT_MAGIC, ml))
             rc = cp_err_set(err, CP_EVERSION, "store %s: not a contprof store (bad format record)",
                             s->path);
-        else if (cp_get_be32((const uint8_t *)v + ml) != CP_STORE_FORMAT_VERSION)
+        else if ((s->format = cp_get_be32((const uint8_t *)v + ml)) < CP_STORE_FORMAT_OLDEST ||
+                 s->format > CP_STORE_FORMAT_VERSION)
             rc = cp_err_set(err, CP_EVERSION,
-                            "store %s has format version %u; this contprofd reads version %u only",
-                            s->path, cp_get_be32((const uint8_t *)v + ml), CP_STORE_FORMAT_VERSION);
+                            "store %s has format version %u; this contprofd reads versions %u to "
+                            "%u only",
+                            s->path, s->format, CP_STORE_FORMAT_OLDEST, CP_STORE_FORMAT_VERSION);
         leveldb_free(v);
         return rc;
     }
@@ -459,6 +463,7 @@ static int check_version(cp_store *s, cp_err *err)
     uint8_t rec[32];
     memcpy(rec, CP_STORE_FORMAT_MAGIC, ml);
     cp_put_be32(rec + ml, CP_STORE_FORMAT_VERSION);
+    s->format = CP_STORE_FORMAT_VERSION;
     leveldb_put(s->db, s->wsync, vkey, 2, (const char *)rec, ml + 4, &e);
     if (e) {
         int rc = cp_err_set(err, CP_ESTORE, "store %s: writing the format record: %s", s->path, e);
@@ -502,6 +507,9 @@ static int load_tenants(cp_store *s, cp_err *err)
                                    vl, err)))
                 break;
         }
+        /* format 1 stored run-time addresses: canonical identity is made at every open */
+        if (rc == 0 && s->format < 2 && cp_dict_canonicalize(&t->dict))
+            rc = cp_err_set(err, CP_ENOMEM, "store: canonicalizing tenant %s's frames", t->name);
         /* series */
         n = key_tenant(k, t, CP_K_SERIES);
         for (leveldb_iter_seek(it, (const char *)k, n); rc == 0 && leveldb_iter_valid(it);
@@ -759,6 +767,7 @@ void cp_store_batch_destroy(cp_store_batch *b)
     free(b->strmap.v);
     free(b->fnmap.v);
     free(b->mapmap.v);
+    free(b->mapdelta.v);
     free(b);
 }
 
@@ -936,7 +945,8 @@ static int profile_to_acc(cp_store_batch *B, tenant *t, const cp_profile *p, con
 {
     cp_dict *d = &t->dict;
     if (vec_zero(&B->strmap, p->strs.off.n) || vec_zero(&B->fnmap, p->functions.n + 1) ||
-        vec_zero(&B->mapmap, p->mappings.n + 1) || vec_zero(&B->locmap, p->locations.n + 1))
+        vec_zero(&B->mapmap, p->mappings.n + 1) || vec_zero(&B->locmap, p->locations.n + 1) ||
+        cp_vec_reserve(&B->mapdelta, (size_t)p->mappings.n + 1))
         return cp_err_set(err, CP_ENOMEM, "store");
     cp_acc_reset(&B->win, ntypes);
     if (cp_acc_reserve(&B->win, p->samples.n)) return cp_err_set(err, CP_ENOMEM, "store");
@@ -947,17 +957,26 @@ static int profile_to_acc(cp_store_batch *B, tenant *t, const cp_profile *p, con
         cp_location nl = *l;
         nl.mapping_id = 0;
         if (l->mapping_id && l->mapping_id <= p->mappings.n) {
+            /* frames are stored by object and file offset: an object's mapping in its
+             * canonical form (profile.h), so every process of a binary shares its entries */
             uint32_t *mm = &B->mapmap.v[l->mapping_id];
             if (!*mm) {
                 cp_mapping m = p->mappings.v[l->mapping_id - 1];
+                const char *file = cp_profile_str(p, m.filename);
+                const char *bid = cp_profile_str(p, m.build_id);
+                B->mapdelta.v[l->mapping_id] =
+                    cp_mapping_names_object(file, strlen(file), strlen(bid))
+                        ? cp_mapping_canonicalize(&m)
+                        : 0;
                 if ((rc = map_str(B, d, p, m.filename, &m.filename)) ||
                     (rc = map_str(B, d, p, m.build_id, &m.build_id)) ||
                     (rc = cp_dict_mapping(d, &m, mm)))
                     break;
             }
             nl.mapping_id = *mm;
+            if (nl.address) nl.address += B->mapdelta.v[l->mapping_id]; /* 0: none given */
         }
-        if (cp_dict_location_known(d, p, l, nl.mapping_id, B->strmap.v, B->fnmap.v,
+        if (cp_dict_location_known(d, p, l, nl.mapping_id, nl.address, B->strmap.v, B->fnmap.v,
                                    &B->locmap.v[i + 1]))
             continue;
         lines.n = 0;
@@ -1746,6 +1765,9 @@ typedef struct addctx {
     cp_acc *acc;
     const int *colmap;
     int64_t *totals; /* timeline: per output column */
+    /* format-1 stores: stack id -> the first equal stack (cp_dict.stk_alias; fixed at open) */
+    const uint32_t *stk_alias;
+    uint32_t nstk_alias;
 } addctx;
 
 static int add_block(qctx *q, void *arg, const uint8_t *v, size_t len)
@@ -1763,6 +1785,7 @@ static int add_block(qctx *q, void *arg, const uint8_t *v, size_t len)
     int64_t vals[CP_MAX_TYPES];
     uint32_t id;
     while ((rc = cp_block_it_next(&it, &id, vals)) == 1) {
+        if (id < a->nstk_alias) id = a->stk_alias[id];
         int64_t *row = cp_acc_row(a->acc, id);
         if (!row) return cp_err_set(q->err, CP_ENOMEM, "query");
         for (uint32_t t = 0; t < it.ntypes; t++)
@@ -1962,7 +1985,7 @@ int cp_store_query(cp_store *s, const char *tenant_name, cp_kind kind, const cp_
     for (uint32_t i = 0; i < ss.n && !rc && from_ns < to_ns; i++) {
         int colmap[CP_MAX_TYPES];
         ser_colmap(&qt, ss.v[i], colmap);
-        addctx a = {&acc, colmap, NULL};
+        addctx a = {&acc, colmap, NULL, t->dict.stk_alias, t->dict.nstk_alias};
         rc = visit(&q, ss.v[i], from_ns, to_ns, add_block, &a);
     }
     if (!rc && acc.ids.n) {
@@ -2032,7 +2055,7 @@ int cp_store_timeline(cp_store *s, const char *tenant_name, cp_kind kind, const 
             int64_t a = from_ns + (int64_t)k * step_ns;
             int64_t b = a + step_ns < to_ns ? a + step_ns : to_ns;
             if (b <= span[2 * i] || a > span[2 * i + 1]) continue;
-            addctx ac = {NULL, colmap, res + k * qt.n};
+            addctx ac = {NULL, colmap, res + k * qt.n, NULL, 0};
             rc = visit(&q, ss.v[i], a, b, add_block, &ac);
         }
     }

@@ -91,6 +91,10 @@ typedef struct cp_dict {
     CP_VEC(cp_label) stk_labels;
     cp_idx si, fi, mi, li, ki;
     cp_idx ai; /* (mapping, address) -> locations, for cp_dict_location_known */
+    /* Format-1 stores only (cp_dict_canonicalize): stack id -> the first stack equal to it
+     * once its locations are canonical, for ids < nstk_alias. Set at open, then read
+     * without the lock (never changed or moved while the store is open). */
+    uint32_t *stk_alias, nstk_alias;
     /* Where new entries are written (set by the writer for the current batch). */
     leveldb_writebatch_t *wb;
     const char *tenant;
@@ -118,16 +122,25 @@ int cp_dict_location(cp_dict *d, const cp_location *l, const cp_line *lines, uin
 int cp_dict_stack(cp_dict *d, const uint32_t *locs, uint32_t nlocs, const cp_label *labels,
                   uint32_t nlabels, uint32_t *id);
 
-/* The fast path for a location of profile p whose mapping is dict mapping mid: a dict
- * location with the same mapping and address whose lines and functions have the same
- * content (compared, not hashed). smap (profile string id -> dict id + 1, sized for p's
- * strings) and fmap (profile function id -> dict id, sized functions + 1) cache what is
- * known equal, as the interning path does. Returns 1 and *id, or 0 (intern it normally). */
+/* The fast path for a location of profile p whose mapping is dict mapping mid and whose
+ * canonical address is address: a dict location with the same mapping and address whose lines and
+ * functions have the same content (compared, not hashed). smap (profile string id -> dict id + 1,
+ * sized for p's strings) and fmap (profile function id -> dict id, sized functions + 1) cache what
+ * is known equal, as the interning path does. Returns 1 and *id, or 0 (intern it normally). */
 int cp_dict_location_known(const cp_dict *d, const cp_profile *p, const cp_location *l,
-                           uint32_t mid, uint32_t *smap, uint32_t *fmap, uint32_t *id);
+                           uint32_t mid, uint64_t address, uint32_t *smap, uint32_t *fmap,
+                           uint32_t *id);
 
 /* Loads one stored entry ('D' key after the tenant prefix: kind, be32 id) at open. Entries
  * must come in id order per kind. */
 int cp_dict_load(cp_dict *d, uint8_t kind, uint32_t id, const uint8_t *v, size_t len, cp_err *err);
+
+/* After loading a format-1 store's dictionary (whose mappings and locations may hold
+ * run-time addresses): puts every mapping and location in canonical form (profile.h),
+ * points locations at the first of equal mappings and stacks at the first of equal
+ * locations, rebuilds the indexes so new windows find those, and sets stk_alias for the
+ * stacks that became equal to an earlier one. Idempotent. Returns 0 or
+ * CP_ENOMEM (the dictionary is then unusable: close it). */
+int cp_dict_canonicalize(cp_dict *d);
 
 #endif

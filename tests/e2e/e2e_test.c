@@ -601,4 +601,362 @@ TEST(rerun_with_the_embedded_broker_loses_nothing)
     CHECK(system(cmd) == 0);
 }
 
-TEST_MAIN(T(demo_through_the_whole_pipeline), T(rerun_with_the_embedded_broker_loses_nothing))
+/* ---- a fleet: two processes of one stripped binary ------------------------------------ */
+
+/* The body of GET pq, NUL-terminated. */
+static char *get_text(int port, const char *pq)
+{
+    cp_buf b = get(port, pq);
+    return (char *)b.data;
+}
+
+/* GET /api/v1/PATH?...&select=SEL over [from, to) (PATH carries its own parameters). */
+static char *api_text(int port, const char *path, const char *sel, int64_t from, int64_t to)
+{
+    cp_buf pq = {0};
+    char f[40], t[40], head[400];
+    fmt_time(from, f, sizeof f);
+    fmt_time(to, t, sizeof t);
+    snprintf(head, sizeof head, "/api/v1/%s&from=%s&to=%s&select=", path, f, t);
+    CHECK(cp_buf_append(&pq, head, strlen(head)) == 0);
+    CHECK(cp_url_encode(&pq, sel) == 0);
+    CHECK(cp_buf_append(&pq, "", 1) == 0);
+    char *body = get_text(port, (char *)pq.data);
+    cp_buf_close(&pq);
+    return body;
+}
+
+/* A bare address where a name belongs: "0x" and hex digits as a whole frame or word, not
+ * after a module's "+". Prints where it is and fails. */
+static void check_no_bare_address(const char *what, const char *text)
+{
+    for (const char *p = strstr(text, "0x"); p; p = strstr(p + 2, "0x")) {
+        if (p > text &&
+            (p[-1] == '+' || (p[-1] >= '0' && p[-1] <= '9') || (p[-1] >= 'a' && p[-1] <= 'z') ||
+             (p[-1] >= 'A' && p[-1] <= 'Z') || p[-1] == '_'))
+            continue;
+        size_t n = strspn(p + 2, "0123456789abcdef");
+        if (!n) continue;
+        int ctx = (int)(p - text > 80 ? 80 : p - text);
+        fprintf(stderr, "%s: a bare address: ...%.*s\n", what, ctx + (int)n + 2, p - ctx);
+        CHECK(0);
+    }
+}
+
+/* Frame sums of a folded profile: per root frame (first) and per leaf frame (last). */
+typedef struct fsum {
+    char name[200];
+    int64_t v;
+} fsum;
+
+typedef struct folded {
+    fsum root[64], leaf[256];
+    int nroot, nleaf;
+    int64_t total;
+} folded;
+
+static void fsum_add(fsum *a, int *n, int cap, const char *name, size_t len, int64_t v)
+{
+    char nm[200];
+    snprintf(nm, sizeof nm, "%.*s", (int)len, name);
+    for (int i = 0; i < *n; i++)
+        if (!strcmp(a[i].name, nm)) {
+            a[i].v += v;
+            return;
+        }
+    CHECK(*n < cap);
+    snprintf(a[*n].name, sizeof a[*n].name, "%s", nm);
+    a[(*n)++].v = v;
+}
+
+static void folded_parse(const char *text, folded *f)
+{
+    memset(f, 0, sizeof *f);
+    for (const char *line = text; *line;) {
+        const char *nl = strchr(line, '\n'), *end = nl ? nl : line + strlen(line);
+        const char *sp = end;
+        while (sp > line && sp[-1] != ' ')
+            sp--;
+        CHECK(sp > line);
+        int64_t v = atoll(sp);
+        const char *stack_end = sp - 1, *semi = memchr(line, ';', (size_t)(stack_end - line));
+        const char *leaf = stack_end;
+        while (leaf > line && leaf[-1] != ';')
+            leaf--;
+        fsum_add(f->root, &f->nroot, 64, line, (size_t)((semi ? semi : stack_end) - line), v);
+        fsum_add(f->leaf, &f->nleaf, 256, leaf, (size_t)(stack_end - leaf), v);
+        f->total += v;
+        line = nl ? nl + 1 : end;
+    }
+}
+
+static const fsum *fsum_find(const fsum *a, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(a[i].name, name)) return &a[i];
+    return NULL;
+}
+
+/* Roots with at least 5% of the total: the same names in a and b. */
+static int heavy_roots_equal(const folded *a, const folded *b)
+{
+    for (int k = 0; k < 2; k++) {
+        const folded *x = k ? b : a, *y = k ? a : b;
+        for (int i = 0; i < x->nroot; i++) {
+            if (x->root[i].v * 20 < x->total) continue;
+            const fsum *o = fsum_find(y->root, y->nroot, x->root[i].name);
+            if (!o || o->v * 20 < y->total) {
+                fprintf(stderr, "root %s (%lld of %lld) is not a heavy root of the other\n",
+                        x->root[i].name, (long long)x->root[i].v, (long long)x->total);
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+static const fsum *top_leaf(const folded *f)
+{
+    const fsum *best = NULL;
+    for (int i = 0; i < f->nleaf; i++)
+        if (!best || f->leaf[i].v > best->v) best = &f->leaf[i];
+    CHECK(best);
+    return best;
+}
+
+/* `go tool pprof` reads file: -top and -traces exit 0 and print the profile. */
+static void go_pprof_reads(const char *file)
+{
+    static const char *const views[] = {"-top", "-traces"};
+    for (int i = 0; i < 2; i++) {
+        char cmd[1400], out[4096];
+        snprintf(cmd, sizeof cmd, "go tool pprof %s %s 2>&1", views[i], file);
+        FILE *p = popen(cmd, "r");
+        CHECK(p);
+        size_t n = fread(out, 1, sizeof out - 1, p);
+        out[n] = 0;
+        while (fread(cmd, 1, sizeof cmd, p) > 0) {
+        }
+        int rc = pclose(p);
+        if (rc != 0 || !strstr(out, i ? "-----------" : "% of ")) {
+            fprintf(stderr, "go tool pprof %s %s: exit %d\n%s\n", views[i], file, rc, out);
+            CHECK(0);
+        }
+    }
+}
+
+/* pprof identity of the export: no two mappings of one object and offset, no two locations
+ * of one object at one file offset, and every address inside its mapping. */
+static void check_export_identity(const cp_profile *p)
+{
+    for (uint32_t i = 0; i < p->mappings.n; i++)
+        for (uint32_t j = i + 1; j < p->mappings.n; j++) {
+            const cp_mapping *a = &p->mappings.v[i], *b = &p->mappings.v[j];
+            CHECK(!(a->offset == b->offset &&
+                    !strcmp(cp_profile_str(p, a->filename), cp_profile_str(p, b->filename)) &&
+                    !strcmp(cp_profile_str(p, a->build_id), cp_profile_str(p, b->build_id))));
+        }
+    uint32_t n = p->locations.n;
+    uint64_t *key = calloc(n + 1, sizeof *key);
+    CHECK(key);
+    for (uint32_t i = 0; i < n; i++) {
+        const cp_location *l = &p->locations.v[i];
+        if (!l->mapping_id) continue;
+        const cp_mapping *m = &p->mappings.v[l->mapping_id - 1];
+        CHECK(l->address >= m->start && l->address < m->limit);
+        key[i] = (uint64_t)l->mapping_id << 40 ^ (l->address - m->start + m->offset);
+        for (uint32_t j = 0; j < i; j++)
+            if (key[j] == key[i] && p->locations.v[j].nlines == l->nlines && !l->nlines) {
+                fprintf(stderr, "two locations of one object at file offset 0x%llx\n",
+                        (unsigned long long)(l->address - m->start + m->offset));
+                CHECK(0);
+            }
+    }
+    free(key);
+}
+
+TEST(fleet_of_one_stripped_binary_merges)
+{
+    char dir[] = "/tmp/contprof-fleet-XXXXXX";
+    CHECK(mkdtemp(dir));
+    fprintf(stderr, "fleet: working in %s\n", dir);
+    daemon_t d = {0};
+    daemon_start(&d, dir, NULL);
+    char url[64], cbin[512], wbin[512];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", d.port);
+    snprintf(cbin, sizeof cbin, "%s/query/contprof", bindir());
+    snprintf(wbin, sizeof wbin, "%s/tests/e2e/fleet_work", bindir());
+
+    /* the binary is stripped: no symbol table, nothing to name its functions by */
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "readelf -S %s | grep -q '\\.symtab'", wbin);
+    CHECK(system(cmd) != 0);
+
+    /* two processes of it at once, each under the agent, to one contprofd */
+    char files[2][600], logs[2][600];
+    pid_t pid[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(files[i], sizeof files[i], "%s/windows-%d", dir, i);
+        snprintf(logs[i], sizeof logs[i], "%s/work-%d.log", dir, i);
+        const char *argv[] = {cbin,       "run", "--server",     url,      "--service", "fleet",
+                              "--window", "1s",  "--output-dir", files[i], "--",        wbin,
+                              "6",        NULL};
+        pid[i] = spawn(argv, logs[i]);
+    }
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ(wait_exit(pid[i], 90), 0);
+    truth t[2];
+    int64_t from = INT64_MAX, to = 0, want = 0;
+    for (int i = 0; i < 2; i++) {
+        truth_load(&t[i], files[i]);
+        CHECK(t[i].n > 0);
+        if (t[i].first_start < from) from = t[i].first_start;
+        if (t[i].last_end > to) to = t[i].last_end;
+    }
+    for (int i = 0; i < 2; i++) {
+        int64_t s, c;
+        truth_sum(&t[i], CP_KIND_CPU, from, to, &s, &c);
+        want += c;
+    }
+    const char *all = "{service=\"fleet\"}";
+    int64_t got = -1;
+    for (int64_t end = now_ns() + 60 * SEC; now_ns() < end && got != want; usleep(250000)) {
+        cp_profile *p = query(d.port, "cpu", all, from, to, NULL);
+        got = total_of(p, "cpu");
+        cp_profile_destroy(p);
+    }
+    CHECK_EQ(got, want);
+
+    /* folded, per process and merged */
+    char sel[2][128];
+    folded fp[2], fm;
+    for (int i = 0; i < 2; i++) {
+        snprintf(sel[i], sizeof sel[i], "{service=\"fleet\",instance=~\".*:%d\"}", (int)pid[i]);
+        char *text = api_text(d.port, "profile?format=folded&type=cpu", sel[i], from, to);
+        check_no_bare_address("folded", text);
+        folded_parse(text, &fp[i]);
+        free(text);
+        CHECK(fp[i].total > 0);
+    }
+    char *text = api_text(d.port, "profile?format=folded&type=cpu", all, from, to);
+    check_no_bare_address("folded", text);
+    folded_parse(text, &fm);
+    free(text);
+    CHECK_EQ(fm.total, fp[0].total + fp[1].total);
+    /* the same frames: the hottest leaf is a module+offset name hot in both processes, the
+     * heavy roots are the same in each process and in the merge (not one per process) */
+    const fsum *l0 = top_leaf(&fp[0]), *l1 = top_leaf(&fp[1]);
+    fprintf(stderr, "fleet: hottest leaf %s / %s; roots %d, %d, merged %d\n", l0->name, l1->name,
+            fp[0].nroot, fp[1].nroot, fm.nroot);
+    CHECK(!strncmp(l0->name, "fleet_work+0x", 13));
+    /* (a neighbouring instruction of the same loop may lead by a few samples) */
+    const fsum *in1 = fsum_find(fp[1].leaf, fp[1].nleaf, l0->name);
+    CHECK(in1 && in1->v * 4 >= l1->v);
+    CHECK(heavy_roots_equal(&fp[0], &fp[1]));
+    CHECK(heavy_roots_equal(&fp[0], &fm));
+    for (int i = 0; i < fm.nroot; i++) {
+        const fsum *a = fsum_find(fp[0].root, fp[0].nroot, fm.root[i].name);
+        const fsum *b = fsum_find(fp[1].root, fp[1].nroot, fm.root[i].name);
+        CHECK(a || b);
+        CHECK_EQ(fm.root[i].v, (a ? a->v : 0) + (b ? b->v : 0));
+    }
+
+    /* top, JSON, diff: names, never bare addresses */
+    static const char *const views[] = {"profile?format=top&type=cpu",
+                                        "profile?format=json&type=cpu", NULL};
+    for (int i = 0; views[i]; i++) {
+        text = api_text(d.port, views[i], all, from, to);
+        check_no_bare_address(views[i], text);
+        CHECK(strstr(text, "fleet_work+0x"));
+        free(text);
+    }
+    {
+        cp_buf pq = {0};
+        CHECK(cp_buf_append(&pq, "diff?format=json&type=cpu&base_select=", 38) == 0);
+        CHECK(cp_url_encode(&pq, sel[1]) == 0);
+        CHECK(cp_buf_append(&pq, "", 1) == 0);
+        text = api_text(d.port, (char *)pq.data, sel[0], from, to);
+        check_no_bare_address("diff", text);
+        CHECK(strstr(text, l0->name));
+        free(text);
+        cp_buf_close(&pq);
+    }
+
+    /* every export: pprof's identity holds and go tool pprof reads it */
+    const char *exports[4] = {sel[0], sel[1], all, NULL};
+    for (int i = 0; exports[i]; i++) {
+        cp_buf raw;
+        cp_profile *p = query(d.port, "cpu", exports[i], from, to, &raw);
+        check_export_identity(p);
+        cp_profile_destroy(p);
+        char path[700];
+        snprintf(path, sizeof path, "%s/export-%d.pb.gz", dir, i);
+        FILE *f = fopen(path, "wb");
+        CHECK(f && fwrite(raw.data, 1, raw.len, f) == raw.len);
+        fclose(f);
+        cp_buf_close(&raw);
+        go_pprof_reads(path);
+    }
+    /* the diff as pprof (target minus base) */
+    {
+        cp_buf pq = {0};
+        CHECK(cp_buf_append(&pq, "diff?format=pprof&type=cpu&base_select=", 39) == 0);
+        CHECK(cp_url_encode(&pq, sel[1]) == 0);
+        CHECK(cp_buf_append(&pq, "", 1) == 0);
+        char f0[40], t0[40], head[200];
+        fmt_time(from, f0, sizeof f0);
+        fmt_time(to, t0, sizeof t0);
+        cp_buf full = {0};
+        snprintf(head, sizeof head, "/api/v1/%s&from=%s&to=%s&select=", (char *)pq.data, f0, t0);
+        CHECK(cp_buf_append(&full, head, strlen(head)) == 0);
+        CHECK(cp_url_encode(&full, sel[0]) == 0);
+        CHECK(cp_buf_append(&full, "", 1) == 0);
+        cp_buf raw = get(d.port, (char *)full.data);
+        char path[700];
+        snprintf(path, sizeof path, "%s/diff.pb.gz", dir);
+        FILE *f = fopen(path, "wb");
+        CHECK(f && fwrite(raw.data, 1, raw.len, f) == raw.len);
+        fclose(f);
+        cp_buf_close(&raw);
+        cp_buf_close(&full);
+        cp_buf_close(&pq);
+        go_pprof_reads(path);
+    }
+    /* the agent's own windows of both processes, merged by `contprof merge` */
+    char merged[700];
+    snprintf(merged, sizeof merged, "%s/merged.pb.gz", dir);
+    snprintf(cmd, sizeof cmd, "%s merge -o %s %s/*.cpu.*.pb.gz %s/*.cpu.*.pb.gz", cbin, merged,
+             files[0], files[1]);
+    CHECK_EQ(system(cmd), 0);
+    cp_buf mb = {0};
+    CHECK(cp_read_file(merged, &mb) == 0);
+    cp_profile *mp = NULL;
+    cp_err err = {0};
+    CHECK_EQ(cp_pprof_decode(mb.data, mb.len, NULL, &mp, &err), 0);
+    check_export_identity(mp);
+    CHECK_EQ(total_of(mp, "cpu"), want);
+    cp_profile_destroy(mp);
+    cp_buf_close(&mb);
+    go_pprof_reads(merged);
+    snprintf(cmd, sizeof cmd,
+             "%s merge --format folded %s/*.cpu.*.pb.gz %s/*.cpu.*.pb.gz > %s/m.txt", cbin,
+             files[0], files[1], dir);
+    CHECK_EQ(system(cmd), 0);
+    char mt[700];
+    snprintf(mt, sizeof mt, "%s/m.txt", dir);
+    CHECK(cp_read_file(mt, &mb) == 0);
+    CHECK(cp_buf_append(&mb, "", 1) == 0);
+    check_no_bare_address("contprof merge --format folded", (char *)mb.data);
+    CHECK(strstr((char *)mb.data, l0->name));
+    cp_buf_close(&mb);
+
+    kill(d.pid, SIGTERM);
+    CHECK_EQ(wait_exit(d.pid, 30), 0);
+    free(t[0].w);
+    free(t[1].w);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
+TEST_MAIN(T(demo_through_the_whole_pipeline), T(rerun_with_the_embedded_broker_loses_nothing),
+          T(fleet_of_one_stripped_binary_merges))

@@ -291,6 +291,106 @@ TEST(parallel_load_equals_sequential)
     free_windows();
 }
 
-TEST_MAIN(T(parallel_load_equals_sequential), T(totals_add_up), T(order_does_not_matter), T(empty_profile_changes_nothing),
-          T(incompatible_types_refused), T(scaled_merge_subtracts), T(labels_keep_samples_apart),
-          T(scale_and_select_types))
+/* One process of a stripped program: its text at base + 0x1000 (file offset 0x1000) and an
+ * anonymous (JIT) mapping at jit. Stack fleet+0x1234 <- fleet+0x1400, and jit+0x10; one
+ * symbolized frame written with address 0 (no address given). */
+static cp_profile *process_at(uint64_t base, uint64_t jit)
+{
+    cp_profile *p = cp_profile_create();
+    CHECK(p);
+    CHECK_EQ(cp_profile_add_sample_type(p, "cpu", "nanoseconds"), 0);
+    cp_mapping exe = {base + 0x1000, base + 0x3000, 0x1000, 0, 0, 0},
+               anon = {jit, jit + 0x1000, 0, 0, 0, 0};
+    CHECK_EQ(cp_profile_intern_cstr(p, "/opt/fleet/bin/fleet_work", &exe.filename), 0);
+    CHECK_EQ(cp_profile_intern_cstr(p, "4f1e2d3c", &exe.build_id), 0);
+    uint32_t me, mj, l[4], f;
+    CHECK_EQ(cp_profile_add_mapping(p, &exe, &me), 0);
+    CHECK_EQ(cp_profile_add_mapping(p, &anon, &mj), 0);
+    cp_function fn = {0};
+    CHECK_EQ(cp_profile_intern_cstr(p, "main", &fn.name), 0);
+    CHECK_EQ(cp_profile_add_function(p, &fn, &f), 0);
+    cp_line ln = {f, 3};
+    CHECK_EQ(cp_profile_add_location(p, base + 0x1234, me, NULL, 0, &l[0]), 0);
+    CHECK_EQ(cp_profile_add_location(p, base + 0x1400, me, NULL, 0, &l[1]), 0);
+    CHECK_EQ(cp_profile_add_location(p, jit + 0x10, mj, NULL, 0, &l[2]), 0);
+    CHECK_EQ(cp_profile_add_location(p, 0, me, &ln, 1, &l[3]), 0);
+    int64_t v = 10;
+    uint32_t s1[3] = {l[0], l[1], l[3]};
+    CHECK_EQ(cp_profile_add_sample(p, s1, 3, &v, NULL, 0), 0);
+    CHECK_EQ(cp_profile_add_sample(p, &l[2], 1, &v, NULL, 0), 0);
+    return p;
+}
+
+static void label_of(const cp_profile *p, uint32_t loc, const char *want)
+{
+    char got[64];
+    cp_location_label(p, &p->locations.v[loc - 1], got, sizeof got);
+    CHECK_STREQ(got, want);
+}
+
+TEST(one_binary_at_two_bases_canonical)
+{
+    cp_profile *a = process_at(0x555555554000, 0x7e0000000000);
+    cp_profile *b = process_at(0x563200000000, 0x7e0000100000);
+    label_of(a, 1, "fleet_work+0x1234"); /* named the same before and after canonical form */
+    label_of(a, 3, "0x7e0000000010");    /* anonymous memory: only its address */
+    label_of(a, 4, "[fleet_work]");      /* no address given */
+    cp_profile_canonicalize(a);
+    cp_profile_canonicalize(b);
+    /* the program's frames are now identical; JIT code keeps its run-time addresses */
+    CHECK_EQ(a->mappings.v[0].start, 0x1000);
+    CHECK_EQ(a->mappings.v[0].limit, 0x3000);
+    CHECK_EQ(a->mappings.v[0].offset, 0x1000);
+    CHECK_EQ(a->locations.v[0].address, 0x1234);
+    CHECK_EQ(b->locations.v[1].address, 0x1400);
+    CHECK_EQ(a->locations.v[3].address, 0);
+    CHECK_EQ(a->mappings.v[1].start, 0x7e0000000000);
+    CHECK_EQ(b->locations.v[2].address, 0x7e0000100010);
+    label_of(b, 1, "fleet_work+0x1234");
+    label_of(b, 2, "fleet_work+0x1400");
+    cp_profile_canonicalize(b); /* idempotent */
+    CHECK_EQ(b->locations.v[0].address, 0x1234);
+    cp_profile_destroy(a);
+    cp_profile_destroy(b);
+
+    /* the merger: either order, from canonical or run-time inputs, one location set and
+     * canonical output addresses */
+    for (int canon = 0; canon < 2; canon++) {
+        cp_profile *in[2] = {process_at(0x563200000000, 0x7e0000100000),
+                             process_at(0x555555554000, 0x7e0000000000)};
+        if (canon) {
+            cp_profile_canonicalize(in[0]);
+            cp_profile_canonicalize(in[1]);
+        }
+        cp_profile *m = merge_all(in, 2);
+        /* the program once; the JIT regions too, as pprof's Merge keys mappings by size,
+         * offset and file (none), and their locations by address relative to the start */
+        CHECK_EQ(m->mappings.n, 2);
+        CHECK_EQ(m->locations.n, 4);
+        CHECK_EQ(m->samples.n, 2);
+        uint32_t at0 = 0;
+        for (uint32_t i = 0; i < m->locations.n; i++) {
+            const cp_location *l = &m->locations.v[i];
+            const cp_mapping *mp = &m->mappings.v[l->mapping_id - 1];
+            if (!l->address) {
+                at0++;
+                continue;
+            }
+            CHECK(l->address >= mp->start && l->address < mp->limit);
+            if (mp->offset)
+                CHECK(l->address == 0x1234 || l->address == 0x1400);
+            else
+                CHECK_EQ(l->address, 0x7e0000100010); /* the first input's JIT address */
+        }
+        CHECK_EQ(at0, 1);
+        CHECK_EQ(cp_profile_total(m, 0), 40);
+        cp_profile_destroy(m);
+        cp_profile_destroy(in[0]);
+        cp_profile_destroy(in[1]);
+    }
+}
+
+TEST_MAIN(T(parallel_load_equals_sequential), T(totals_add_up), T(order_does_not_matter),
+          T(empty_profile_changes_nothing), T(incompatible_types_refused),
+          T(scaled_merge_subtracts), T(labels_keep_samples_apart), T(scale_and_select_types),
+          T(one_binary_at_two_bases_canonical))

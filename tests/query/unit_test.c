@@ -347,6 +347,45 @@ TEST(views_name_what_is_missing)
     cp_buf_close(&out);
 }
 
+/* Unsymbolized frames: module+0xOFFSET in every text format, the same at any base; a bare
+ * address only where no object is known. */
+TEST(render_unsymbolized_frames)
+{
+    cp_profile *p = cp_profile_create();
+    CHECK(p);
+    CHECK(cp_profile_add_sample_type(p, "cpu", "nanoseconds") == 0);
+    uint32_t mid[3], loc[6];
+    for (int k = 0; k < 2; k++) { /* two processes: the program at two ASLR bases */
+        uint64_t base = k ? 0x563200000000 : 0x555555554000;
+        cp_mapping m = {base + 0x1000, base + 0x3000, 0x1000, 0, 0, 0};
+        CHECK(cp_profile_intern_cstr(p, "/usr/bin/rg", &m.filename) == 0);
+        CHECK(cp_profile_add_mapping(p, &m, &mid[k]) == 0);
+        CHECK(cp_profile_add_location(p, base + 0x1234, mid[k], NULL, 0, &loc[2 * k]) == 0);
+        CHECK(cp_profile_add_location(p, base + 0x2000, mid[k], NULL, 0, &loc[2 * k + 1]) == 0);
+    }
+    cp_mapping jit = {0x7e0000000000, 0x7e0000001000, 0, 0, 0, 0};
+    CHECK(cp_profile_add_mapping(p, &jit, &mid[2]) == 0);
+    CHECK(cp_profile_add_location(p, 0x7e0000000040, mid[2], NULL, 0, &loc[4]) == 0);
+    int64_t v = 7;
+    for (int k = 0; k < 2; k++) {
+        uint32_t st[2] = {loc[2 * k], loc[2 * k + 1]};
+        CHECK(cp_profile_add_sample(p, st, 2, &v, NULL, 0) == 0);
+    }
+    uint32_t st[2] = {loc[4], loc[1]};
+    CHECK(cp_profile_add_sample(p, st, 2, &v, NULL, 0) == 0);
+    cp_buf b = {0};
+    CHECK(cp_render_folded(p, 0, &b) == 0);
+    CHECK_STREQ(cstr(&b), "rg+0x2000;0x7e0000000040 7\nrg+0x2000;rg+0x1234 14\n");
+    cp_buf_close(&b);
+    CHECK(cp_render_top(p, 0, 0, &b) == 0);
+    CHECK_CONTAINS(cstr(&b), "rg+0x1234\n");
+    cp_buf_close(&b);
+    CHECK(cp_render_tree_json(p, 0, NULL, 0, 0, NULL, &b) == 0);
+    CHECK_CONTAINS(cstr(&b), "\"name\":\"rg+0x2000\"");
+    cp_buf_close(&b);
+    cp_profile_destroy(p);
+}
+
 TEST_MAIN(T(selector_matches), T(selector_errors_name_the_byte), T(regex_guard), T(query_strings),
           T(render_folded), T(render_top), T(render_json_tree_and_pruning), T(render_filter),
-          T(json_reader), T(views_name_what_is_missing))
+          T(json_reader), T(views_name_what_is_missing), T(render_unsymbolized_frames))

@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 #include <leveldb/c.h>
 
+#include "format.h"
 #include "merge.h"
 #include "store.h"
 #include "store_util.h"
@@ -658,8 +659,268 @@ TEST(same_start_summed)
     rmtree(dir);
 }
 
+/* ---- frame identity: object + file offset --------------------------------------------- */
+
+#define FLEET "/opt/fleet/bin/fleet_work"
+#define FLEET_ID "4f1e2d3c4b5a69788796a5b4c3d2e1f0aabbccdd"
+#define LIBC "/usr/lib/x86_64-linux-gnu/libc.so.6"
+#define LIBC_ID "8dd1fd2e9b2e6a7bb2dcd5c2d1e0f1a2b3c4d5e6"
+
+/* One process of a stripped binary: its text at exe_base + 0x1000 (file offset 0x1000),
+ * libc's at libc_base + 0x28000 (file offset 0x28000), JIT code in anonymous memory at
+ * anon. Samples: fleet+0x1234 <- fleet+0x1400 <- libc+0x29d90 (10 ns), and
+ * anon+0x10 <- libc+0x29d90 (3 ns). named = 0: mappings without file or build ID (what a
+ * format-1 store kept of any mapping: run-time addresses), and the file names and build
+ * IDs as function names of one extra sample so that the store's strings hold them. */
+static cp_profile *process_profile(uint64_t exe_base, uint64_t libc_base, uint64_t anon, int named)
+{
+    cp_profile *p = cp_profile_create();
+    CHECK(p);
+    CHECK_EQ(cp_profile_add_sample_type(p, "samples", "count"), 0);
+    CHECK_EQ(cp_profile_add_sample_type(p, "cpu", "nanoseconds"), 0);
+    CHECK_EQ(cp_profile_intern_cstr(p, "cpu", &p->period_type.type), 0);
+    CHECK_EQ(cp_profile_intern_cstr(p, "nanoseconds", &p->period_type.unit), 0);
+    p->period = 1;
+    cp_mapping exe = {exe_base + 0x1000, exe_base + 0x5000, 0x1000, 0, 0, 0};
+    cp_mapping libc = {libc_base + 0x28000, libc_base + 0x1bd000, 0x28000, 0, 0, 0};
+    cp_mapping jit = {anon, anon + 0x1000, 0, 0, 0, 0};
+    if (named) { /* named 2: the same build at another path (another host's layout) */
+        CHECK_EQ(
+            cp_profile_intern_cstr(p, named == 2 ? "/srv/app/fleet_work" : FLEET, &exe.filename),
+            0);
+        CHECK_EQ(cp_profile_intern_cstr(p, FLEET_ID, &exe.build_id), 0);
+        CHECK_EQ(cp_profile_intern_cstr(p, LIBC, &libc.filename), 0);
+        CHECK_EQ(cp_profile_intern_cstr(p, LIBC_ID, &libc.build_id), 0);
+    }
+    uint32_t me, ml, mj, l[5];
+    CHECK_EQ(cp_profile_add_mapping(p, &exe, &me), 0);
+    CHECK_EQ(cp_profile_add_mapping(p, &libc, &ml), 0);
+    CHECK_EQ(cp_profile_add_mapping(p, &jit, &mj), 0);
+    CHECK_EQ(cp_profile_add_location(p, exe_base + 0x1234, me, NULL, 0, &l[0]), 0);
+    CHECK_EQ(cp_profile_add_location(p, exe_base + 0x1400, me, NULL, 0, &l[1]), 0);
+    CHECK_EQ(cp_profile_add_location(p, libc_base + 0x29d90, ml, NULL, 0, &l[2]), 0);
+    CHECK_EQ(cp_profile_add_location(p, anon + 0x10, mj, NULL, 0, &l[3]), 0);
+    uint32_t s1[3] = {l[0], l[1], l[2]}, s2[2] = {l[3], l[2]};
+    int64_t v1[2] = {1, 10}, v2[2] = {1, 3};
+    CHECK_EQ(cp_profile_add_sample(p, s1, 3, v1, NULL, 0), 0);
+    CHECK_EQ(cp_profile_add_sample(p, s2, 2, v2, NULL, 0), 0);
+    if (!named) {
+        static const char *const strs[] = {FLEET, FLEET_ID, LIBC, LIBC_ID};
+        cp_line ln[4];
+        for (int i = 0; i < 4; i++) {
+            cp_function f = {0};
+            CHECK_EQ(cp_profile_intern_cstr(p, strs[i], &f.name), 0);
+            f.system_name = f.name;
+            CHECK_EQ(cp_profile_add_function(p, &f, &ln[i].function_id), 0);
+            ln[i].line = 0;
+        }
+        CHECK_EQ(cp_profile_add_location(p, 0, 0, ln, 4, &l[4]), 0);
+        int64_t v3[2] = {0, 0};
+        CHECK_EQ(cp_profile_add_sample(p, &l[4], 1, v3, NULL, 0), 0);
+    }
+    return p;
+}
+
+/* The store's answer over processes A and B of process_profile (and more windows of the
+ * same shape): one mapping per object, addresses are file offsets inside it, one location
+ * per (object, file offset), so the object-only stack is one sample of their sum; the JIT
+ * code's frames, identified by nothing but their run-time addresses, stay apart. */
+static void check_fleet_answer(const cp_profile *q, int nproc)
+{
+    uint32_t nexe = 0, nlibc = 0, nanon = 0;
+    for (uint32_t i = 0; i < q->mappings.n; i++) {
+        const char *f = cp_profile_str(q, q->mappings.v[i].filename);
+        nexe += !strcmp(f, FLEET);
+        nlibc += !strcmp(f, LIBC);
+        nanon += !*f;
+    }
+    CHECK_EQ(nexe, 1);
+    CHECK_EQ(nlibc, 1);
+    CHECK_EQ(nanon, (uint32_t)nproc);
+    uint32_t nobj = 0;
+    for (uint32_t i = 0; i < q->locations.n; i++) {
+        const cp_location *l = &q->locations.v[i];
+        if (!l->mapping_id) continue;
+        const cp_mapping *m = &q->mappings.v[l->mapping_id - 1];
+        CHECK(l->address >= m->start && l->address < m->limit); /* pprof's invariant */
+        if (!*cp_profile_str(q, m->filename)) continue;
+        nobj++;
+        CHECK_EQ(m->start, m->offset);
+        uint64_t off = l->address - m->start + m->offset;
+        CHECK(off == 0x1234 || off == 0x1400 || off == 0x29d90);
+        char name[128];
+        cp_location_label(q, l, name, sizeof name);
+        CHECK(!strcmp(name, "fleet_work+0x1234") || !strcmp(name, "fleet_work+0x1400") ||
+              !strcmp(name, "libc.so.6+0x29d90"));
+    }
+    CHECK_EQ(nobj, 3);
+    int64_t obj_stack = 0;
+    uint32_t nobj_samples = 0;
+    for (uint32_t i = 0; i < q->samples.n; i++)
+        if (q->samples.v[i].nlocs == 3) {
+            nobj_samples++;
+            obj_stack += cp_profile_sample_values(q, i)[1];
+        }
+    CHECK_EQ(obj_stack, 10 * nproc);
+    CHECK_EQ(nobj_samples, 1);
+    CHECK_EQ(cp_profile_total(q, 1), 13 * nproc);
+}
+
+static const uint64_t bases[3][3] = {{0x555555554000, 0x7f0000000000, 0x7e0000000000},
+                                     {0x563200000000, 0x7fcc00000000, 0x7e0000100000},
+                                     {0x55aa00000000, 0x7f1100000000, 0x7e0000200000}};
+
+TEST(one_binary_at_two_bases_is_one_frame_set)
+{
+    char *dir = tmpdir("store");
+    cp_store *s = open_store(dir, 0, 0);
+    cp_store_batch *b = cp_store_batch_create(s);
+    cp_profile *pa = process_profile(bases[0][0], bases[0][1], bases[0][2], 1);
+    cp_profile *pb = process_profile(bases[1][0], bases[1][1], bases[1][2], 1);
+    add(b, "acme", CP_KIND_CPU, "service=fleet,instance=a", T0, "pa", 1, pa, 0);
+    commit(b);
+    add(b, "acme", CP_KIND_CPU, "service=fleet,instance=b", T0, "pb", 1, pb, 0);
+    commit(b);
+    cp_profile *q = query(s, "acme", CP_KIND_CPU, NULL, T0, T0 + WIN);
+    check_fleet_answer(q, 2);
+    cp_profile_destroy(q);
+    /* the same after a restart (the dictionaries as loaded) and a third process */
+    cp_store_batch_destroy(b);
+    cp_store_close(s);
+    s = open_store(dir, 0, 0);
+    b = cp_store_batch_create(s);
+    cp_profile *pc = process_profile(bases[2][0], bases[2][1], bases[2][2], 2);
+    add(b, "acme", CP_KIND_CPU, "service=fleet,instance=c", T0, "pc", 1, pc, 0);
+    commit(b);
+    q = query(s, "acme", CP_KIND_CPU, NULL, T0, T0 + WIN);
+    check_fleet_answer(q, 3); /* the build ID is the object: one mapping, the first path */
+    cp_profile_destroy(q);
+    cp_profile_destroy(pa);
+    cp_profile_destroy(pb);
+    cp_profile_destroy(pc);
+    cp_store_batch_destroy(b);
+    cp_store_close(s);
+    rmtree(dir);
+}
+
+/* Id of string str in tenant's dictionary of the store db (0 if absent). */
+static uint32_t raw_string_id(leveldb_t *db, const char *tenant, const char *str)
+{
+    leveldb_readoptions_t *ro = leveldb_readoptions_create();
+    leveldb_iterator_t *it = leveldb_create_iterator(db, ro);
+    char k[64];
+    size_t n = strlen(tenant);
+    memcpy(k, tenant, n);
+    k[n] = 0;
+    k[n + 1] = CP_K_DICT;
+    k[n + 2] = CP_D_STRING;
+    uint32_t id = 0;
+    for (leveldb_iter_seek(it, k, n + 3); leveldb_iter_valid(it) && !id; leveldb_iter_next(it)) {
+        size_t kl, vl;
+        const char *key = leveldb_iter_key(it, &kl), *v = leveldb_iter_value(it, &vl);
+        if (kl != n + 7 || memcmp(key, k, n + 3)) break;
+        if (vl == strlen(str) && !memcmp(v, str, vl))
+            id = cp_get_be32((const uint8_t *)key + n + 3);
+    }
+    leveldb_iter_destroy(it);
+    leveldb_readoptions_destroy(ro);
+    return id;
+}
+
+/* A store of format 1, as that version wrote it: every mapping with the run-time addresses
+ * of its process. It is made here by storing processes whose mappings carry no file name
+ * (kept as they come, then as now), then giving the stored mapping entries their file
+ * names and build IDs and the format record version 1: byte for byte what format 1 wrote
+ * for named mappings. Opened now, it answers as a store of the current format does, and
+ * new windows join the frames it already holds. */
+TEST(format_1_store_read_canonical)
+{
+    char *dir = tmpdir("store");
+    cp_store *s = open_store(dir, 0, 0);
+    cp_store_batch *b = cp_store_batch_create(s);
+    cp_profile *pa = process_profile(bases[0][0], bases[0][1], bases[0][2], 0);
+    cp_profile *pb = process_profile(bases[1][0], bases[1][1], bases[1][2], 0);
+    add(b, "acme", CP_KIND_CPU, "service=fleet,instance=a", T0, "pa", 1, pa, 0);
+    add(b, "acme", CP_KIND_CPU, "service=fleet,instance=b", T0, "pb", 1, pb, 0);
+    commit(b);
+    cp_store_batch_destroy(b);
+    cp_store_close(s);
+
+    char *e = NULL;
+    leveldb_options_t *o = leveldb_options_create();
+    leveldb_t *db = leveldb_open(o, dir, &e);
+    CHECK(!e);
+    uint32_t ids[4] = {raw_string_id(db, "acme", FLEET), raw_string_id(db, "acme", FLEET_ID),
+                       raw_string_id(db, "acme", LIBC), raw_string_id(db, "acme", LIBC_ID)};
+    for (int i = 0; i < 4; i++)
+        CHECK(ids[i]);
+    leveldb_writeoptions_t *wo = leveldb_writeoptions_create();
+    leveldb_readoptions_t *ro = leveldb_readoptions_create();
+    int named = 0;
+    for (uint32_t id = 1; id <= 6; id++) {
+        char k[16] = "acme\0D";
+        k[6] = CP_D_MAPPING;
+        cp_put_be32((uint8_t *)k + 7, id);
+        size_t vl;
+        char *v = leveldb_get(db, ro, k, 11, &vl, &e);
+        CHECK(!e && v);
+        cp_rd r = {(const uint8_t *)v, (const uint8_t *)v + vl, 0};
+        uint64_t f[6];
+        for (int j = 0; j < 6; j++)
+            f[j] = cp_get_uv(&r);
+        CHECK(!r.bad);
+        leveldb_free(v);
+        CHECK_EQ(f[3], 0); /* stored without a file name */
+        if (f[2] == 0x1000 || f[2] == 0x28000) {
+            f[3] = ids[f[2] == 0x1000 ? 0 : 2];
+            f[4] = ids[f[2] == 0x1000 ? 1 : 3];
+        }
+        named += f[3] != 0;
+        CHECK(f[0] > 0x550000000000); /* run-time addresses */
+        uint8_t nv[64], *p = nv;
+        for (int j = 0; j < 6; j++)
+            p = cp_put_uv(p, f[j]);
+        leveldb_put(db, wo, k, 11, (const char *)nv, (size_t)(p - nv), &e);
+        CHECK(!e);
+    }
+    CHECK_EQ(named, 4); /* two processes x (the program, libc) */
+    char rec[18] = "contprof-store\0\0\0\x01";
+    leveldb_put(db, wo, "\0V", 2, rec, 18, &e);
+    CHECK(!e);
+    leveldb_readoptions_destroy(ro);
+    leveldb_writeoptions_destroy(wo);
+    leveldb_close(db);
+    leveldb_options_destroy(o);
+
+    s = open_store(dir, 0, 0);
+    cp_profile *q = query(s, "acme", CP_KIND_CPU, NULL, T0, T0 + WIN);
+    check_fleet_answer(q, 2);
+    cp_profile_destroy(q);
+    /* a window of today's agent (named, canonical) lands on the same frames */
+    b = cp_store_batch_create(s);
+    cp_profile *pc = process_profile(bases[2][0], bases[2][1], bases[2][2], 1);
+    add(b, "acme", CP_KIND_CPU, "service=fleet,instance=c", T0, "pc", 1, pc, 0);
+    commit(b);
+    q = query(s, "acme", CP_KIND_CPU, NULL, T0, T0 + WIN);
+    check_fleet_answer(q, 3);
+    cp_profile_destroy(q);
+    cp_store_batch_destroy(b);
+    cp_store_close(s);
+    /* and again from disk: old entries canonicalized again, new ones found as stored */
+    s = open_store(dir, 0, 0);
+    q = query(s, "acme", CP_KIND_CPU, NULL, T0, T0 + WIN);
+    check_fleet_answer(q, 3);
+    cp_profile_destroy(q);
+    cp_store_close(s);
+    cp_profile_destroy(pa);
+    cp_profile_destroy(pb);
+    cp_profile_destroy(pc);
+    rmtree(dir);
+}
+
 TEST_MAIN(T(exact_totals_and_rollups), T(timeline_matches_queries), T(inuse_is_a_gauge),
           T(cumulative_alloc_not_double_counted), T(duplicates_dropped),
           T(tenants_isolated_and_labels), T(retention_frees_disk), T(unknown_version_refused),
           T(bad_inputs_refused_batch_usable), T(same_address_other_function), T(concurrent_readers),
-          T(same_start_summed))
+          T(same_start_summed), T(one_binary_at_two_bases_is_one_frame_set),
+          T(format_1_store_read_canonical))

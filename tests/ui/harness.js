@@ -40,9 +40,9 @@ async function startDaemon(bindir, dir, args) {
 
 // Writes a CPU profile of folded stacks {"root;...;leaf": ns} and imports it as one 10 s
 // window at atSec with the given labels ({service, version, ...}).
-function importCpu(bindir, dir, url, folded, labels, atSec) {
+function importCpu(bindir, dir, url, folded, labels, atSec, mappings) {
   const file = path.join(dir, `p-${labels.service}-${labels.version || ''}-${atSec}.pb.gz`);
-  fs.writeFileSync(file, pprof.cpuProfile(folded));
+  fs.writeFileSync(file, pprof.cpuProfile(folded, mappings));
   const args = ['import', '--server', url, '--service', labels.service, '--at', String(atSec), '--duration', '10s'];
   for (const [k, v] of Object.entries(labels)) if (k !== 'service') args.push('--label', `${k}=${v}`);
   args.push(file);

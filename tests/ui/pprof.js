@@ -19,13 +19,19 @@ function intField(out, field, v) { if (v) { key(out, field, 0); varint(out, v); 
 function packed(out, field, vals) { const b = []; for (const v of vals) varint(b, v); bytesField(out, field, b); }
 
 // Encodes {types: [[type, unit]...], period: [type, unit, value], samples: [{stack: [leaf..root
-// names], values: [...]}], timeNanos, durationNanos} and returns the gzip'd bytes.
+// names], values: [...]}], timeNanos, durationNanos, mappings: [{file, start, limit, offset}]}
+// and returns the gzip'd bytes. A stack name "@M+0xADDR" is an unsymbolized location at
+// run-time address ADDR of mapping M (1-based), with no function.
 function encode(p) {
   const strings = [''], sidx = new Map([['', 0]]);
   const s = x => { if (!sidx.has(x)) { sidx.set(x, strings.length); strings.push(x); } return sidx.get(x); };
   const funcs = new Map();    // name -> id (location id == function id)
   const out = [];
   for (const [t, u] of p.types) { const b = []; intField(b, 1, s(t)); intField(b, 2, s(u)); bytesField(out, 1, b); }
+  (p.mappings || []).forEach((m, i) => {
+    const b = []; intField(b, 1, i + 1); intField(b, 2, m.start); intField(b, 3, m.limit);
+    intField(b, 4, m.offset); intField(b, 5, s(m.file)); bytesField(out, 3, b);
+  });
   for (const smp of p.samples) {
     const ids = smp.stack.map(n => { if (!funcs.has(n)) funcs.set(n, funcs.size + 1); return funcs.get(n); });
     const b = [];
@@ -33,12 +39,18 @@ function encode(p) {
     packed(b, 2, smp.values);
     bytesField(out, 2, b);
   }
+  const unsym = name => /^@(\d+)\+0x([0-9a-f]+)$/.exec(name);
   for (const [name, id] of funcs) {
-    const line = []; intField(line, 1, id); intField(line, 2, 1);
-    const loc = []; intField(loc, 1, id); intField(loc, 3, 0x1000 + id * 16); bytesField(loc, 4, line);
+    const u = unsym(name), loc = []; intField(loc, 1, id);
+    if (u) { intField(loc, 2, Number(u[1])); intField(loc, 3, BigInt('0x' + u[2])); }
+    else {
+      const line = []; intField(line, 1, id); intField(line, 2, 1);
+      intField(loc, 3, 0x1000 + id * 16); bytesField(loc, 4, line);
+    }
     bytesField(out, 4, loc);
   }
   for (const [name, id] of funcs) {
+    if (unsym(name)) continue;
     const f = []; intField(f, 1, id); intField(f, 2, s(name)); intField(f, 3, s(name)); intField(f, 4, s('main.go'));
     bytesField(out, 5, f);
   }
@@ -51,12 +63,12 @@ function encode(p) {
 }
 
 // A CPU profile (samples/count, cpu/nanoseconds at 10 ms) from {"a;b;c": ns, ...} folded
-// stacks (root first).
-function cpuProfile(folded) {
+// stacks (root first), with mappings for "@M+0xADDR" frames (see encode).
+function cpuProfile(folded, mappings) {
   const samples = Object.entries(folded).map(([stack, ns]) => ({
     stack: stack.split(';').reverse(), values: [Math.round(ns / 1e7), ns],
   }));
-  return encode({ types: [['samples', 'count'], ['cpu', 'nanoseconds']], period: ['cpu', 'nanoseconds', 1e7], samples });
+  return encode({ types: [['samples', 'count'], ['cpu', 'nanoseconds']], period: ['cpu', 'nanoseconds', 1e7], samples, mappings });
 }
 
 // ---- reader -------------------------------------------------------------------------------

@@ -55,9 +55,22 @@ async function main() {
     for (const t of t10) h.importCpu(bindir, dir, d.url, V10, { service: 'shop', version: '1.0' }, t);
     for (const t of t11) h.importCpu(bindir, dir, d.url, V11, { service: 'shop', version: '1.1' }, t);
     const big = h.importBig(bindir, dir, d.url, 20000, now - 600);
+    // two processes of one stripped program (no function names), each binary at its own
+    // ASLR base: libc's clone3 <- start_thread <- the program's worker
+    const fleetProc = (exe, libc) => {
+      const at = (base, off) => '+0x' + (base + off).toString(16);
+      return {
+        folded: { [`@2${at(libc, 0x1098eb)};@2${at(libc, 0x891f4)};@1${at(exe, 0x12ba)}`]: 2 * G },
+        mappings: [{ file: '/usr/local/bin/fleet_work', start: exe + 0x1000, limit: exe + 0x2000, offset: 0x1000 },
+                   { file: '/usr/lib/x86_64-linux-gnu/libc.so.6', start: libc + 0x28000, limit: libc + 0x1bd000, offset: 0x28000 }],
+      };
+    };
+    const fleet = [fleetProc(0x555555554000, 0x7f0000000000), fleetProc(0x563200000000, 0x7fcc00000000)];
+    fleet.forEach((f, i) => h.importCpu(bindir, dir, d.url, f.folded, { service: 'fleet', version: String(i) }, now - 500, f.mappings));
     await h.waitTotal(d.url, '{service="shop",version="1.0"}', now - 3600, now, 3 * sum(V10));
     await h.waitTotal(d.url, '{service="shop",version="1.1"}', now - 3600, now, 3 * sum(V11));
     await h.waitTotal(d.url, '{service="big"}', now - 3600, now, sum(big));
+    await h.waitTotal(d.url, '{service="fleet"}', now - 3600, now, 4 * G);
 
     ctx = await h.launch(dir);
     const page = await ctx.newPage();
@@ -90,9 +103,9 @@ async function main() {
       await page.goto(d.url + '/');
       await page.waitForFunction(() => document.body.dataset.ready === '1');
       const opts = await page.$$eval('#pickers select[data-label=service] option', o => o.map(x => x.value));
-      assert.deepEqual(opts, ['', 'big', 'shop']);
+      assert.deepEqual(opts, ['', 'big', 'fleet', 'shop']);
       assert.match(await page.textContent('#window'), /\(1 h\)/);
-      // All data of the hour: both services.
+      // All data of the hour: every service.
       assert.match(await status(), /^Total /);
     });
 
@@ -327,6 +340,19 @@ async function main() {
       // Smooth: 90% of animation frames drawn within 50 ms even on a loaded CI machine.
       assert.ok(m.zoomP90 <= 50, `zoom frames: 90% within ${m.zoomP90} ms`);
       await shot('7-big');
+    });
+
+    await step('unsymbolized frames read module+0xOFFSET, one frame for the whole fleet', async () => {
+      await page.goto(d.url + `/?select=${encodeURIComponent('{service="fleet"}')}&from=${now - 3600}&to=${now}`);
+      await page.waitForFunction(() => document.body.dataset.ready === '1');
+      const f = await page.evaluate(() => {
+        const fl = cp.app.flame, out = [];
+        for (let i = 1; i < fl.n; i++) out.push([fl.depth[i], fl.name[i], fl.total[i]]);
+        return out;
+      });
+      assert.deepEqual(f, [[1, 'libc.so.6+0x1098eb', 4 * G], [2, 'libc.so.6+0x891f4', 4 * G],
+                           [3, 'fleet_work+0x12ba', 4 * G]]);
+      await shot('fleet');
     });
 
     await step('a server with tokens: the page asks for one and uses it', async () => {
