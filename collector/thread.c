@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sched.h>
+#include <threads.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <ucontext.h>
@@ -150,6 +151,15 @@ static uint64_t perf_consume(void *ring)
 
 static void forward(int sig, siginfo_t *si, void *uc);
 static int g_timer_marker; /* its address is the sigev_value of every timer of ours */
+/* Numbers that have held a perf fd of ours: a signal of a perf event can still be pending
+ * when its fd was closed (the thread unblocks it after disarming), and is ours all the same. */
+static _Atomic unsigned char g_was_perf[CP_FD_MAX / 8];
+
+static int was_perf(int fd)
+{
+    return (unsigned)fd < CP_FD_MAX &&
+           (atomic_load_explicit(&g_was_perf[fd / 8], memory_order_relaxed) & (1u << (fd % 8)));
+}
 
 static void handler(int sig, siginfo_t *si, void *ucv)
 {
@@ -157,8 +167,7 @@ static void handler(int sig, siginfo_t *si, void *ucv)
     uint64_t weight = 1;
     if (si->si_code == SI_TIMER && si->si_value.sival_ptr == &g_timer_marker) {
         weight = 1 + (uint64_t)(si->si_overrun > 0 ? si->si_overrun : 0);
-    } else if (si->si_code >= POLL_IN && si->si_code <= POLL_HUP && (unsigned)si->si_fd < CP_FD_MAX &&
-               atomic_load_explicit(&cp_fd_state[si->si_fd], memory_order_relaxed) == CP_FD_PERF) {
+    } else if (si->si_code >= POLL_IN && si->si_code <= POLL_HUP && was_perf(si->si_fd)) {
         weight = 1;
     } else {
         forward(sig, si, ucv); /* the host's own (its timer, kill): as the host asked */
@@ -274,6 +283,7 @@ static int arm_perf(cp_thread *t)
     /* above the floor before O_ASYNC: the signal's si_fd is the number O_ASYNC was set on */
     fd = cp_fd_adopt(fd, CP_FD_PERF);
     if (fd < 0) return -errno;
+    atomic_fetch_or(&g_was_perf[fd / 8], (unsigned char)(1u << (fd % 8)));
     /* With a ring the event never stops and each overflow is counted there; without one
      * (perf_event_mlock_kb exhausted) each signal re-arms it for one more overflow. */
     void *ring =
@@ -390,6 +400,7 @@ int cp_perf_fd_moved(int from, int to)
         cp_fd_fcntl(to, F_SETFL, O_ASYNC);
         cp_fd_fcntl(to, F_SETSIG, atomic_load(&g_sig));
         cp_fd_fcntl(to, F_SETOWN_EX, (long)&own);
+        atomic_fetch_or(&g_was_perf[to / 8], (unsigned char)(1u << (to % 8)));
         t->perf_fd = to;
         rc = 0;
     }
@@ -932,6 +943,42 @@ CONTPROF_EXTERN int pthread_create(pthread_t *th, const pthread_attr_t *attr, vo
     sa->agent = cp_in_agent;
     int rc = real(th, attr, start_thunk, sa);
     if (rc != 0) cp_real_free(sa);
+    return rc;
+}
+
+/* C11 threads: glibc's thrd_create does not go through pthread_create, and librdkafka starts
+ * its threads with it; they must be known as the agent's (their fds go above the floor,
+ * their allocations are not sampled and never fail). */
+typedef struct thrd_arg {
+    int (*fn)(void *);
+    void *arg;
+    int agent;
+} thrd_arg;
+
+static int thrd_thunk(void *p)
+{
+    thrd_arg ta = *(thrd_arg *)p;
+    cp_real_free(p);
+    if (ta.agent)
+        cp_in_agent = cp_agent_thread = 1;
+    else
+        cp_thread_register_self();
+    return ta.fn(ta.arg);
+}
+
+CONTPROF_EXTERN int thrd_create(thrd_t *th, thrd_start_t fn, void *arg)
+{
+    typedef int (*thrd_create_fn)(thrd_t *, thrd_start_t, void *);
+    static thrd_create_fn real;
+    if (!real) real = (thrd_create_fn)dlsym(RTLD_NEXT, "thrd_create");
+    if (!real) return thrd_error;
+    thrd_arg *ta = cp_real_malloc(sizeof(*ta));
+    if (!ta) return real(th, fn, arg);
+    ta->fn = fn;
+    ta->arg = arg;
+    ta->agent = cp_in_agent;
+    int rc = real(th, thrd_thunk, ta);
+    if (rc != thrd_success) cp_real_free(ta);
     return rc;
 }
 
