@@ -147,6 +147,8 @@ int cp_fd_adopt(int fd, int kind);
 /* Closes an fd of the agent's from any thread (the interposed close() refuses host threads)
  * and unmarks it; a revoked number is only unmarked. */
 int cp_fd_close(int fd);
+/* In a fork child (not a vfork child, which shares the parent's memory). */
+void cp_fd_after_fork_child(void);
 /* fcntl without the interposer's checks. */
 int cp_fd_fcntl(int fd, int cmd, long arg);
 

@@ -25,6 +25,7 @@ _Atomic unsigned char cp_fd_state[CP_FD_MAX];
 atomic_uint cp_fd_revocations;
 static atomic_int g_hwm;   /* 1 + the highest fd ever marked */
 static atomic_int g_floor; /* 0 until computed */
+static atomic_int g_pid;   /* this process, to tell a vfork child (which shares our memory) */
 
 /* ------------------------------------------------------------------------------------
  * The real functions */
@@ -119,6 +120,7 @@ int cp_fd_adopt(int fd, int kind)
 {
     if (fd < 0) return fd;
     int e = errno;
+    if (!atomic_load_explicit(&g_pid, memory_order_relaxed)) atomic_store(&g_pid, (int)getpid());
     int fl = fd_floor();
     if (fd < fl) {
         int hi = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, fl);
@@ -155,6 +157,10 @@ int cp_fd_close(int fd)
  * number (its thread's slot is updated), any other is revoked. */
 static void vacate(int fd)
 {
+    /* A vfork child's dup2 changes its own fd table, not ours: nothing of ours moves. */
+    int pid = atomic_load(&g_pid);
+    if (!pid) atomic_store(&g_pid, pid = (int)getpid());
+    if (pid != (int)getpid()) return;
     if (fd_state(fd) == CP_FD_PERF) {
         int m = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, fd_floor());
         if (m >= 0 && m < CP_FD_MAX) {
@@ -503,6 +509,11 @@ CONTPROF_EXTERN int poll(struct pollfd *fds, nfds_t n, int timeout)
         }
     }
     return REAL(poll)(fds, n, timeout);
+}
+
+void cp_fd_after_fork_child(void)
+{
+    atomic_store(&g_pid, (int)getpid());
 }
 
 int cp_fd_fcntl(int fd, int cmd, long arg)

@@ -572,6 +572,7 @@ void cp_threads_after_fork_child(void)
     /* a thread of the parent's may have held them: it does not exist here */
     atomic_flag_clear(&g_sig_lock);
     atomic_flag_clear(&g_arm_lock);
+    cp_fd_after_fork_child();
     pid_t tid = my_tid();
     unsigned n = atomic_load(&cp_threads_hwm);
     for (unsigned i = 0; i < n && i < CP_MAX_THREADS; i++) {
