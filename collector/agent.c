@@ -325,8 +325,8 @@ static void write_file(const cp_envelope *e)
      * to the same directory) moves this image's token on for good. */
     for (int attempt = 0; attempt < 4; attempt++, A.image_token++) {
         snprintf(path, sizeof(path), "%s/%s.%d-%llx.%06llu.%s.%s.pb.gz", cp_cfg.output_dir, svc,
-                 (int)getpid(), (unsigned long long)A.image_token,
-                 (unsigned long long)e->sequence, cp_kind_name(e->kind), iso);
+                 (int)getpid(), (unsigned long long)A.image_token, (unsigned long long)e->sequence,
+                 cp_kind_name(e->kind), iso);
         snprintf(tmp, sizeof(tmp), "%s.tmp", path);
         int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (fd < 0 && errno == EEXIST) continue;

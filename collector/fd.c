@@ -223,8 +223,7 @@ CONTPROF_EXTERN int close(int fd)
 CONTPROF_EXTERN int close_range(unsigned lo, unsigned hi, int flags)
 {
     /* CLOSE_RANGE_UNSHARE closes in a private copy of the table: the agent keeps its own */
-    if (cp_agent_thread || (flags & CLOSE_RANGE_UNSHARE) || lo > hi ||
-        next_agent(lo, hi) < 0)
+    if (cp_agent_thread || (flags & CLOSE_RANGE_UNSHARE) || lo > hi || next_agent(lo, hi) < 0)
         return raw_close_range(lo, hi, flags);
     return close_range_skipping(lo, hi, flags);
 }
@@ -248,7 +247,8 @@ CONTPROF_EXTERN void closefrom(int lo)
 
 CONTPROF_EXTERN int dup(int fd)
 {
-    if (cp_agent_thread) return revoked(fd) ? (errno = EBADF, -1) : cp_fd_adopt(REAL(dup)(fd), CP_FD_AGENT);
+    if (cp_agent_thread)
+        return revoked(fd) ? (errno = EBADF, -1) : cp_fd_adopt(REAL(dup)(fd), CP_FD_AGENT);
     if (agent_fd(fd)) return errno = EBADF, -1;
     return REAL(dup)(fd);
 }
@@ -282,7 +282,8 @@ CONTPROF_EXTERN int fcntl(int fd, int cmd, ...)
         if (cp_agent_thread ? revoked(fd) : agent_fd(fd)) return errno = EBADF, -1;
     }
     int rc = REAL(fcntl)(fd, cmd, arg);
-    if (cp_agent_thread && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) rc = cp_fd_adopt(rc, CP_FD_AGENT);
+    if (cp_agent_thread && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))
+        rc = cp_fd_adopt(rc, CP_FD_AGENT);
     return rc;
 }
 

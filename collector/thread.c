@@ -53,7 +53,8 @@ static int real_sigaction(int sig, const struct sigaction *act, struct sigaction
 
 static int real_timer_create(clockid_t c, struct sigevent *sev, timer_t *id)
 {
-    if (!real_timer_create_p) real_timer_create_p = (timer_create_fn)dlsym(RTLD_NEXT, "timer_create");
+    if (!real_timer_create_p)
+        real_timer_create_p = (timer_create_fn)dlsym(RTLD_NEXT, "timer_create");
     return real_timer_create_p ? real_timer_create_p(c, sev, id) : (errno = ENOSYS, -1);
 }
 
@@ -290,7 +291,8 @@ static int arm_perf(cp_thread *t)
         mmap(NULL, 4096u * (1 + PERF_RING_PAGES), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (ring == MAP_FAILED) ring = NULL;
     struct f_owner_ex own = {.type = F_OWNER_TID, .pid = t->tid};
-    if (cp_fd_fcntl(fd, F_SETFL, O_ASYNC) < 0 || cp_fd_fcntl(fd, F_SETSIG, atomic_load(&g_sig)) < 0 ||
+    if (cp_fd_fcntl(fd, F_SETFL, O_ASYNC) < 0 ||
+        cp_fd_fcntl(fd, F_SETSIG, atomic_load(&g_sig)) < 0 ||
         cp_fd_fcntl(fd, F_SETOWN_EX, (long)&own) < 0 || ioctl(fd, PERF_EVENT_IOC_RESET, 0) < 0) {
         int e = -errno;
         if (ring) munmap(ring, 4096u * (1 + PERF_RING_PAGES));
@@ -613,7 +615,7 @@ void cp_threads_after_fork_child(void)
 #define SIGBIT(s) (1ULL << (s))
 static atomic_uint_fast64_t g_managed; /* the kernel calls our handler for these */
 static atomic_uint_fast64_t g_taken;   /* the host has used these: never the agent's again */
-static struct sigaction g_host[65];   /* the host's view of each managed signal */
+static struct sigaction g_host[65];    /* the host's view of each managed signal */
 
 static int managed(int s)
 {
@@ -802,7 +804,8 @@ CONTPROF_EXTERN sighandler_t sysv_signal(int s, sighandler_t h)
     return signal_as(s, h, SA_RESETHAND | SA_NODEFER, 0);
 }
 
-CONTPROF_EXTERN int setitimer(__itimer_which_t which, const struct itimerval *nv, struct itimerval *ov)
+CONTPROF_EXTERN int setitimer(__itimer_which_t which, const struct itimerval *nv,
+                              struct itimerval *ov)
 {
     typedef int (*fn)(__itimer_which_t, const struct itimerval *, struct itimerval *);
     static fn real;

@@ -261,7 +261,8 @@ int main(int argc, char **argv)
     }
     if (!strcmp(m, "closeall") && argc > 3)
         return mode_closeall(argv[2], argv[3], argc > 4 ? atof(argv[4]) : 3);
-    if (!strcmp(m, "sigprof") && argc > 2) return mode_sigprof(argv[2], argc > 3 ? atof(argv[3]) : 2);
+    if (!strcmp(m, "sigprof") && argc > 2)
+        return mode_sigprof(argv[2], argc > 3 ? atof(argv[3]) : 2);
     if (!strcmp(m, "reexec") && argc > 2)
         return mode_reexec(argv[0], atoi(argv[2]), argc > 3 ? atof(argv[3]) : 0.5);
     if (!strcmp(m, "forkstorm")) return mode_forkstorm(argc > 2 ? atoi(argv[2]) : 200);

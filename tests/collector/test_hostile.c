@@ -240,7 +240,8 @@ static void http_get(int port, const char *path, char *out, size_t cap)
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     CHECK(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
     char req[256];
-    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
+    int n =
+        snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
     CHECK(write(fd, req, (size_t)n) == n);
     size_t len = 0;
     ssize_t k;
@@ -270,9 +271,9 @@ static void close_all_case(const char *how, int child)
     daemon_start(&d);
     const char *plain = sub("plain"), *agent = sub("agent");
     const char *argv_plain[] = {CPH, "closeall", how, plain, "3", NULL};
-    const char *argv_agent[] = {CP_CLI, "run", "--server", d.url, "--service", "hostile",
-                                "--window", "500ms", "--", CPH, "closeall", how, agent, "3",
-                                NULL};
+    const char *argv_agent[] = {CP_CLI,     "run",      "--server", d.url, "--service",
+                                "hostile",  "--window", "500ms",    "--",  CPH,
+                                "closeall", how,        agent,      "3",   NULL};
     char lib[400];
     snprintf(lib, sizeof(lib), "CONTPROF_LIB=%s", CP_LIB);
     const char *env[] = {lib, NULL};
