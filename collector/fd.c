@@ -210,14 +210,21 @@ static int close_range_skipping(unsigned lo, unsigned hi, int flags)
 /* ------------------------------------------------------------------------------------
  * The host's calls that close or overwrite fds */
 
-CONTPROF_EXTERN int close(int fd)
+__attribute__((noinline, cold)) static int close_slow(int fd)
 {
     unsigned char s = fd_state(fd);
-    if (__builtin_expect(s != CP_FD_HOST, 0)) {
+    if (s != CP_FD_HOST) {
         if (cp_agent_thread) return cp_fd_close(fd);
         if (s != CP_FD_REVOKED) return errno = EBADF, -1; /* not open, as far as the host knows */
     }
     return REAL(close)(fd);
+}
+
+CONTPROF_EXTERN int close(int fd)
+{
+    int (*f)(int) = real_close;
+    if (__builtin_expect(f != NULL && fd_state(fd) == CP_FD_HOST, 1)) return f(fd);
+    return close_slow(fd);
 }
 
 CONTPROF_EXTERN int close_range(unsigned lo, unsigned hi, int flags)
@@ -409,82 +416,34 @@ CONTPROF_EXTERN int accept4(int fd, struct sockaddr *a, socklen_t *l, int flags)
  * I/O on a revoked number: the agent's threads (librdkafka's among them) get EBADF, never
  * the host's file that now has that number. Host threads pay one thread-local test. */
 
-#define GUARD(fd)                                                                                  \
-    do {                                                                                           \
-        if (__builtin_expect(cp_agent_thread, 0) && revoked(fd)) return errno = EBADF, -1;         \
-    } while (0)
+/* The common path is a test of a thread-local flag and a tail call through the resolved
+ * pointer (no frame); the agent's threads and the first call take the cold one. */
+#define IO_HOOK(ret, name, params, args)                                                           \
+    __attribute__((noinline, cold)) static ret name##_slow params                                  \
+    {                                                                                              \
+        if (cp_agent_thread && revoked(fd)) return errno = EBADF, -1;                              \
+        return REAL(name) args;                                                                    \
+    }                                                                                              \
+    CONTPROF_EXTERN ret name params                                                                \
+    {                                                                                              \
+        __typeof__(real_##name) f = real_##name;                                                   \
+        if (__builtin_expect(f != NULL && !cp_agent_thread, 1)) return f args;                     \
+        return name##_slow args;                                                                   \
+    }
 
-CONTPROF_EXTERN ssize_t read(int fd, void *b, size_t n)
-{
-    GUARD(fd);
-    return REAL(read)(fd, b, n);
-}
-
-CONTPROF_EXTERN ssize_t write(int fd, const void *b, size_t n)
-{
-    GUARD(fd);
-    return REAL(write)(fd, b, n);
-}
-
-CONTPROF_EXTERN ssize_t pread(int fd, void *b, size_t n, off_t off)
-{
-    GUARD(fd);
-    return REAL(pread)(fd, b, n, off);
-}
-
-CONTPROF_EXTERN ssize_t send(int fd, const void *b, size_t n, int fl)
-{
-    GUARD(fd);
-    return REAL(send)(fd, b, n, fl);
-}
-
-CONTPROF_EXTERN ssize_t recv(int fd, void *b, size_t n, int fl)
-{
-    GUARD(fd);
-    return REAL(recv)(fd, b, n, fl);
-}
-
-CONTPROF_EXTERN ssize_t sendmsg(int fd, const struct msghdr *m, int fl)
-{
-    GUARD(fd);
-    return REAL(sendmsg)(fd, m, fl);
-}
-
-CONTPROF_EXTERN ssize_t recvmsg(int fd, struct msghdr *m, int fl)
-{
-    GUARD(fd);
-    return REAL(recvmsg)(fd, m, fl);
-}
-
-CONTPROF_EXTERN int connect(int fd, const struct sockaddr *a, socklen_t l)
-{
-    GUARD(fd);
-    return REAL(connect)(fd, a, l);
-}
-
-CONTPROF_EXTERN int shutdown(int fd, int how)
-{
-    GUARD(fd);
-    return REAL(shutdown)(fd, how);
-}
-
-CONTPROF_EXTERN int getsockopt(int fd, int lvl, int name, void *v, socklen_t *l)
-{
-    GUARD(fd);
-    return REAL(getsockopt)(fd, lvl, name, v, l);
-}
-
-CONTPROF_EXTERN int setsockopt(int fd, int lvl, int name, const void *v, socklen_t l)
-{
-    GUARD(fd);
-    return REAL(setsockopt)(fd, lvl, name, v, l);
-}
-
-CONTPROF_EXTERN int getsockname(int fd, struct sockaddr *a, socklen_t *l)
-{
-    GUARD(fd);
-    return REAL(getsockname)(fd, a, l);
-}
+IO_HOOK(ssize_t, read, (int fd, void *b, size_t n), (fd, b, n))
+IO_HOOK(ssize_t, write, (int fd, const void *b, size_t n), (fd, b, n))
+IO_HOOK(ssize_t, pread, (int fd, void *b, size_t n, off_t off), (fd, b, n, off))
+IO_HOOK(ssize_t, send, (int fd, const void *b, size_t n, int fl), (fd, b, n, fl))
+IO_HOOK(ssize_t, recv, (int fd, void *b, size_t n, int fl), (fd, b, n, fl))
+IO_HOOK(ssize_t, sendmsg, (int fd, const struct msghdr *m, int fl), (fd, m, fl))
+IO_HOOK(ssize_t, recvmsg, (int fd, struct msghdr *m, int fl), (fd, m, fl))
+IO_HOOK(int, connect, (int fd, const struct sockaddr *a, socklen_t l), (fd, a, l))
+IO_HOOK(int, shutdown, (int fd, int how), (fd, how))
+IO_HOOK(int, getsockopt, (int fd, int lvl, int name, void *v, socklen_t *l), (fd, lvl, name, v, l))
+IO_HOOK(int, setsockopt, (int fd, int lvl, int name, const void *v, socklen_t l),
+        (fd, lvl, name, v, l))
+IO_HOOK(int, getsockname, (int fd, struct sockaddr *a, socklen_t *l), (fd, a, l))
 
 /* A revoked entry is left out of the kernel's poll and reported POLLNVAL. */
 CONTPROF_EXTERN int poll(struct pollfd *fds, nfds_t n, int timeout)
