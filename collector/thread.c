@@ -151,7 +151,10 @@ static uint64_t perf_consume(void *ring)
 #define CP_PEND_MAX_WEIGHT 256
 
 static void forward(int sig, siginfo_t *si, void *uc);
-static int g_timer_marker; /* its address is the sigev_value of every timer of ours */
+/* The sigev_value of every timer of ours ("contprof" in ASCII: a non-canonical address, no
+ * real pointer); bench/collector/cpb sends itself signals with it to take a known number
+ * of samples. */
+#define CP_TIMER_COOKIE ((void *)(uintptr_t)0x636f6e7470726f66ULL)
 /* Numbers that have held a perf fd of ours: a signal of a perf event can still be pending
  * when its fd was closed (the thread unblocks it after disarming), and is ours all the same. */
 static _Atomic unsigned char g_was_perf[CP_FD_MAX / 8];
@@ -166,7 +169,7 @@ static void handler(int sig, siginfo_t *si, void *ucv)
 {
     int saved_errno = errno;
     uint64_t weight = 1;
-    if (si->si_code == SI_TIMER && si->si_value.sival_ptr == &g_timer_marker) {
+    if (si->si_code == SI_TIMER && si->si_value.sival_ptr == CP_TIMER_COOKIE) {
         weight = 1 + (uint64_t)(si->si_overrun > 0 ? si->si_overrun : 0);
     } else if (si->si_code >= POLL_IN && si->si_code <= POLL_HUP && was_perf(si->si_fd)) {
         weight = 1;
@@ -318,7 +321,7 @@ static int arm_timer(cp_thread *t)
     memset(&sev, 0, sizeof(sev));
     sev.sigev_notify = SIGEV_THREAD_ID;
     sev.sigev_signo = atomic_load(&g_sig);
-    sev.sigev_value.sival_ptr = &g_timer_marker;
+    sev.sigev_value.sival_ptr = CP_TIMER_COOKIE;
     sev._sigev_un._tid = t->tid;
     /* The CPU clock of any thread of ours: MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED). */
     clockid_t clk = (clockid_t)((~(unsigned)t->tid << 3) | 6);
