@@ -132,10 +132,13 @@ static int mode_closeall(const char *how, const char *dir, double secs)
 
 static volatile sig_atomic_t g_prof, g_foreign;
 
+#define OWN_TIMER_VALUE 4242
+
 static void on_prof(int sig, siginfo_t *si, void *uc)
 {
     (void)sig, (void)uc;
-    if (si->si_code == SI_KERNEL)
+    if (si->si_code == SI_KERNEL ||
+        (si->si_code == SI_TIMER && si->si_value.sival_int == OWN_TIMER_VALUE))
         g_prof++;
     else
         g_foreign++; /* not from the itimer: someone else's signal */
@@ -147,9 +150,14 @@ static void on_prof_plain(int sig)
     g_prof++;
 }
 
+/* how: "sigaction" or "signal" install the handler, then ITIMER_PROF at 100 Hz; "timer":
+ * sigaction, then a POSIX process CPU-time timer at 100 Hz delivering SIGPROF. */
 static int mode_sigprof(const char *how, double secs)
 {
     burn(0.5); /* the agent has been sampling for a while */
+    struct sigaction q0;
+    /* nothing set yet: the program sees SIGPROF at its default */
+    if (sigaction(SIGPROF, NULL, &q0) != 0 || q0.sa_handler != SIG_DFL) return 11;
     if (!strcmp(how, "signal")) {
         if (signal(SIGPROF, on_prof_plain) == SIG_ERR) return 3;
         struct sigaction q;
@@ -166,13 +174,30 @@ static int mode_sigprof(const char *how, double secs)
             !(q.sa_flags & SA_SIGINFO))
             return 8;
     }
-    struct itimerval it = {{0, 10000}, {0, 10000}};
-    if (setitimer(ITIMER_PROF, &it, NULL) != 0) return 9;
+    timer_t tm;
+    if (!strcmp(how, "timer")) {
+        struct sigevent sev;
+        memset(&sev, 0, sizeof(sev));
+        sev.sigev_notify = SIGEV_SIGNAL;
+        sev.sigev_signo = SIGPROF;
+        sev.sigev_value.sival_int = OWN_TIMER_VALUE;
+        struct itimerspec its = {{0, 10000000}, {0, 10000000}};
+        if (timer_create(CLOCK_PROCESS_CPUTIME_ID, &sev, &tm) != 0 ||
+            timer_settime(tm, 0, &its, NULL) != 0)
+            return 9;
+    } else {
+        struct itimerval it = {{0, 10000}, {0, 10000}};
+        if (setitimer(ITIMER_PROF, &it, NULL) != 0) return 9;
+    }
     double c0 = cpu_now(CLOCK_PROCESS_CPUTIME_ID);
     burn(secs);
     double cpu = cpu_now(CLOCK_PROCESS_CPUTIME_ID) - c0;
-    struct itimerval off = {{0, 0}, {0, 0}};
-    setitimer(ITIMER_PROF, &off, NULL);
+    if (!strcmp(how, "timer")) {
+        timer_delete(tm);
+    } else {
+        struct itimerval off = {{0, 0}, {0, 0}};
+        setitimer(ITIMER_PROF, &off, NULL);
+    }
     /* counts vary from run to run: on stderr, for the test to compare rates */
     fprintf(stderr, "signals %d foreign %d cpu %.3f\n", (int)g_prof, (int)g_foreign, cpu);
     printf("sigprof %s done\n", how);

@@ -362,9 +362,9 @@ static void sigprof_case(const char *how, const char *engine, const char *hz)
     parse_sig(b, &rb, &fb);
     printf("%s %s: %.1f signals per CPU second without the agent, %.1f with; foreign %d\n", how,
            engine, ra, rb, fb);
-    /* ITIMER_PROF at 100 Hz expires on the 4 ms scheduler tick after each 10 ms of process
-     * CPU time: about 100 per CPU second either way (the agent's own CPU time counts in
-     * both the signals and the divisor). 15% covers the tick rounding over 2 s (a few
+    /* ITIMER_PROF (or the process CPU timer) at 100 Hz expires on the 4 ms scheduler tick after
+     * each 10 ms of process CPU time: about 100 per CPU second either way (the agent's own CPU time
+     * counts in both the signals and the divisor). 15% covers the tick rounding over 2 s (a few
      * signals) and load on this machine; the agent's signals on top would double it. */
     CHECK(fabs(rb - ra) <= 0.15 * ra);
     CHECK(fabs(ra - 100) <= 20);
@@ -394,6 +394,12 @@ TEST(sigprof_sigaction_timer)
 TEST(sigprof_signal_perf)
 {
     sigprof_case("signal", "CONTPROF_CPU_ENGINE=perf", "CONTPROF_CPU_HZ=1000");
+}
+
+/* a POSIX process CPU-time timer of the program's own on SIGPROF instead of the itimer */
+TEST(sigprof_timer_create)
+{
+    sigprof_case("timer", "CONTPROF_CPU_ENGINE=timer", "CONTPROF_CPU_HZ=100");
 }
 
 /* ------------------------------------------------------------------------------------
@@ -498,5 +504,5 @@ TEST(exec_chain)
 
 TEST_MAIN(T(close_loop), T(close_range_all), T(closefrom_all), T(close_range_syscall),
           T(dup2_over_everything), T(fork_then_closefrom), T(sigprof_sigaction_timer),
-          T(sigprof_signal_perf), T(reexec_keeps_every_window), T(fork_storm), T(threads_500),
-          T(close_at_start), T(exec_chain))
+          T(sigprof_signal_perf), T(sigprof_timer_create), T(reexec_keeps_every_window),
+          T(fork_storm), T(threads_500), T(close_at_start), T(exec_chain))
