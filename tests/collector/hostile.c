@@ -57,8 +57,15 @@ static void close_all(const char *how)
     if (!strcmp(how, "loop")) {
         struct rlimit rl;
         getrlimit(RLIMIT_NOFILE, &rl);
-        for (long fd = 3; fd < (long)rl.rlim_cur; fd++)
-            close((int)fd);
+        int closed = 0, ebadf = 0;
+        for (long fd = 3; fd < (long)rl.rlim_cur; fd++) {
+            if (close((int)fd) == 0)
+                closed++;
+            else
+                ebadf += errno == EBADF;
+        }
+        /* what close() said, fd by fd: the same with and without the agent */
+        printf("closed %d, EBADF %d\n", closed, ebadf);
     } else if (!strcmp(how, "close_range")) {
         close_range(3, ~0U, 0);
     } else if (!strcmp(how, "closefrom")) {
@@ -204,6 +211,25 @@ static int mode_sigprof(const char *how, double secs)
     return g_foreign ? 10 : 0;
 }
 
+/* Ignores SIGPROF, then execs itself to print what the new image sees: SIG_IGN survives
+ * exec, with or without the agent. */
+static const char *disposition(int sig)
+{
+    struct sigaction q;
+    if (sigaction(sig, NULL, &q) != 0) return "error";
+    return q.sa_handler == SIG_IGN ? "ignored" : q.sa_handler == SIG_DFL ? "default" : "handled";
+}
+
+static int mode_ignexec(const char *self)
+{
+    if (signal(SIGPROF, SIG_IGN) == SIG_ERR) return 3;
+    burn(0.3);
+    printf("before exec: SIGPROF %s\n", disposition(SIGPROF));
+    fflush(stdout);
+    execl(self, self, "sigquery", (char *)NULL);
+    return 127;
+}
+
 /* --- (c) re-exec itself under --output-dir ------------------------------------------ */
 
 static int mode_reexec(const char *self, int n, double secs)
@@ -290,6 +316,13 @@ int main(int argc, char **argv)
         return mode_sigprof(argv[2], argc > 3 ? atof(argv[3]) : 2);
     if (!strcmp(m, "reexec") && argc > 2)
         return mode_reexec(argv[0], atoi(argv[2]), argc > 3 ? atof(argv[3]) : 0.5);
+    if (!strcmp(m, "ignexec")) return mode_ignexec(argv[0]);
+    if (!strcmp(m, "sigquery")) {
+        burn(0.3);
+        printf("after exec: SIGPROF %s, SIGVTALRM %s\n", disposition(SIGPROF),
+               disposition(SIGVTALRM));
+        return 0;
+    }
     if (!strcmp(m, "forkstorm")) return mode_forkstorm(argc > 2 ? atoi(argv[2]) : 200);
     if (!strcmp(m, "threads")) return mode_threads(argc > 2 ? atoi(argv[2]) : 500);
     return 2;

@@ -518,6 +518,13 @@ TEST(close_at_start)
     same_with_and_without(argv, 1, 1);
 }
 
+/* SIGPROF ignored by the program stays ignored in the image it execs, the agent in both */
+TEST(sig_ign_survives_exec)
+{
+    const char *argv[] = {CPH, "ignexec", NULL};
+    same_with_and_without(argv, 0, 1);
+}
+
 TEST(exec_chain)
 {
     const char *argv[] = {CPW, "execchain", "30", NULL};
@@ -527,4 +534,4 @@ TEST(exec_chain)
 TEST_MAIN(T(close_loop), T(close_range_all), T(closefrom_all), T(close_range_syscall),
           T(dup2_over_everything), T(fork_then_closefrom), T(sigprof_sigaction_timer),
           T(sigprof_signal_perf), T(sigprof_timer_create), T(reexec_keeps_every_window),
-          T(fork_storm), T(threads_500), T(close_at_start), T(exec_chain))
+          T(fork_storm), T(threads_500), T(close_at_start), T(exec_chain), T(sig_ign_survives_exec))
