@@ -28,8 +28,13 @@ static struct {
     int64_t window_start;
     char instance[128], producer[160];
     uint64_t sequence;
+    /* In the names of this image's files, after the pid: its start time (realtime ns, hex),
+     * so that an exec'd image (same pid) or a later process with the same pid never
+     * writes a name an earlier one wrote. Moved on if a name exists anyway. */
+    uint64_t image_token;
     uint64_t dropped_windows;
     uint64_t prev_alloc_dropped, prev_proc_dropped;
+    unsigned fd_revocations; /* cp_fd_revocations when the Kafka client was built */
     cp_kafka *kafka;
     cp_gzipper *gz[2]; /* write_file's, stored and level 1, kept (agent thread only) */
     char brokers[1024];
@@ -286,14 +291,22 @@ static void sanitize(char *dst, size_t cap, const char *src)
  * of about 300 bytes). Larger ones are compressed at level 1. */
 #define GZIP_STORE_MAX 4096
 
+/* Publishes tmp as path unless path exists: never overwrites a file. */
+static int publish(const char *tmp, const char *path)
+{
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) == 0) return 0;
+    if (errno != EINVAL && errno != ENOSYS) return -1; /* EEXIST among them */
+    /* a file system without RENAME_NOREPLACE: link() refuses an existing name too */
+    if (link(tmp, path) != 0) return -1;
+    unlink(tmp);
+    return 0;
+}
+
 static void write_file(const cp_envelope *e)
 {
     char iso[64], svc[64], path[1400], tmp[1410];
     sanitize(iso, sizeof(iso), cp_labels_get(&e->labels, CP_LABEL_ISOLATE));
     sanitize(svc, sizeof(svc), cp_cfg.service);
-    snprintf(path, sizeof(path), "%s/%s.%d.%06llu.%s.%s.pb.gz", cp_cfg.output_dir, svc,
-             (int)getpid(), (unsigned long long)e->sequence, cp_kind_name(e->kind), iso);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     /* pprof files are gzip'd by convention; the envelope's payload may be raw */
     cp_buf gz = {0};
     const uint8_t *data = e->pprof;
@@ -308,18 +321,32 @@ static void write_file(const cp_envelope *e)
         data = gz.data;
         len = gz.len;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    size_t off = 0;
-    while (fd >= 0 && off < len) {
-        ssize_t w = write(fd, data + off, len - off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;
-        off += (size_t)w;
+    /* Up to 4 names: a name taken already (the clock stepped back, another machine writing
+     * to the same directory) moves this image's token on for good. */
+    for (int attempt = 0; attempt < 4; attempt++, A.image_token++) {
+        snprintf(path, sizeof(path), "%s/%s.%d-%llx.%06llu.%s.%s.pb.gz", cp_cfg.output_dir, svc,
+                 (int)getpid(), (unsigned long long)A.image_token, (unsigned long long)e->sequence,
+                 cp_kind_name(e->kind), iso);
+        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0 && errno == EEXIST) continue;
+        size_t off = 0;
+        while (fd >= 0 && off < len) {
+            ssize_t w = write(fd, data + off, len - off);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) break;
+            off += (size_t)w;
+        }
+        if (fd >= 0) close(fd);
+        if (fd >= 0 && off == len && publish(tmp, path) == 0) {
+            cp_buf_close(&gz);
+            return;
+        }
+        int exists = errno == EEXIST;
+        if (fd >= 0) unlink(tmp);
+        if (!exists) break;
     }
-    if (fd >= 0) close(fd);
     cp_buf_close(&gz);
-    if (fd >= 0 && off == len && rename(tmp, path) == 0) return;
-    if (fd >= 0) unlink(tmp);
     A.dropped_windows++;
 }
 
@@ -377,6 +404,14 @@ static void transport_tick(void)
         if (cp_http_get_brokers(cp_cfg.server, A.brokers, sizeof(A.brokers), 2000) != 0)
             A.brokers[0] = 0;
     }
+    if (A.kafka && atomic_load(&cp_fd_revocations) != A.fd_revocations) {
+        /* the host took over one of the agent's fd numbers (dup2 onto it): librdkafka's
+         * sockets and pipes cannot be renumbered, so the client goes; what it held is lost
+         * and counted (its threads get EBADF on a revoked number meanwhile, fd.c) */
+        A.dropped_windows += cp_kafka_take_dropped(A.kafka);
+        A.dropped_windows += cp_kafka_destroy(A.kafka, 0);
+        A.kafka = NULL;
+    }
     if (A.kafka && cp_kafka_failed(A.kafka)) {
         A.dropped_windows += cp_kafka_take_dropped(A.kafka);
         A.dropped_windows += cp_kafka_destroy(A.kafka, 0);
@@ -390,6 +425,7 @@ static void transport_tick(void)
     }
     if (!A.kafka && A.brokers[0]) {
         char err[256];
+        A.fd_revocations = atomic_load(&cp_fd_revocations);
         if (cp_kafka_create(A.brokers, cp_cfg.topic, cp_cfg.kafka_queue, cp_cfg.kafka_props,
                             &A.kafka, err, sizeof(err)) != 0) {
             static int warned;
@@ -534,8 +570,9 @@ static void new_instance(void)
     gethostname(host, sizeof(host) - 1);
     host[sizeof(host) - 1] = 0;
     snprintf(A.instance, sizeof(A.instance), "%s:%d", host, (int)getpid());
+    A.image_token = (uint64_t)cp_now_ns();
     snprintf(A.producer, sizeof(A.producer), "%s:%d:%llx", host, (int)getpid(),
-             (unsigned long long)cp_now_ns());
+             (unsigned long long)A.image_token);
     A.sequence = 0;
     A.window_start = cp_now_ns();
 }

@@ -121,6 +121,38 @@ void cp_threads_refresh_names(void);
 /* After fork in the child: only the calling thread survives. */
 void cp_threads_after_fork_child(void);
 
+/* The agent's signal handler was found or moved to this signal (SIGPROF unless the host
+ * uses it); README.md "Signals". */
+int cp_sample_signal(void);
+/* fd.c: perf fd `from` is moving to `to` (the host dup2()s onto `from`): updates the
+ * thread that holds it and re-registers its async owner. Returns 0, or -1 if no thread
+ * holds it. */
+int cp_perf_fd_moved(int from, int to);
+
+/* ------------------------------------------------------------------------------------
+ * File descriptors (fd.c): the agent's fds live above a floor near the fd limit and are
+ * marked here; the host's close/close_range/closefrom/dup2/dup3 skip or vacate them. */
+
+#define CP_FD_MAX 65536
+enum { CP_FD_HOST = 0, CP_FD_AGENT = 1, CP_FD_PERF = 2, CP_FD_REVOKED = 3 };
+/* Per fd number: CP_FD_AGENT/CP_FD_PERF while the agent owns it, CP_FD_REVOKED once the
+ * host took the number over (dup2) while the agent's code may still hold it. */
+extern _Atomic unsigned char cp_fd_state[CP_FD_MAX];
+/* Bumped whenever the host takes over an agent fd that could not be moved: the agent
+ * thread then rebuilds its Kafka client (whose fds it cannot renumber). */
+extern atomic_uint cp_fd_revocations;
+/* Moves fd above the floor (close-on-exec) and marks it as kind (CP_FD_AGENT or
+ * CP_FD_PERF). Returns the new number, fd itself if there is no room above the floor, or
+ * -1 (fd closed, errno EMFILE) if it cannot be marked. fd < 0 is returned as is. */
+int cp_fd_adopt(int fd, int kind);
+/* Closes an fd of the agent's from any thread (the interposed close() refuses host threads)
+ * and unmarks it; a revoked number is only unmarked. */
+int cp_fd_close(int fd);
+/* In a fork child (not a vfork child, which shares the parent's memory). */
+void cp_fd_after_fork_child(void);
+/* fcntl without the interposer's checks. */
+int cp_fd_fcntl(int fd, int cmd, long arg);
+
 /* ------------------------------------------------------------------------------------
  * Isolates (agent.c) */
 

@@ -14,7 +14,10 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sched.h>
+#include <threads.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -28,13 +31,52 @@ char cp_engine[64];
 int64_t cp_period_ns;
 atomic_uint_fast64_t cp_dropped_samples;
 
-static int g_sig = SIGPROF;
+static atomic_int g_sig = SIGPROF; /* the signal the agent samples on now */
 static atomic_int g_cpu_on;
 static int g_use_perf;
 static int g_perf_user_only; /* set once kernel time turned out not to be allowed */
 static pthread_key_t g_key;
 static int g_key_ok;
 pid_t cp_agent_tid; /* set by agent.c; never sampled */
+
+/* The libc functions the agent uses itself while interposing them for the host. */
+typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+typedef int (*timer_create_fn)(clockid_t, struct sigevent *, timer_t *);
+static sigaction_fn real_sigaction_p;
+static timer_create_fn real_timer_create_p;
+
+static int real_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+    if (!real_sigaction_p) real_sigaction_p = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+    return real_sigaction_p ? real_sigaction_p(sig, act, old) : (errno = ENOSYS, -1);
+}
+
+static int real_timer_create(clockid_t c, struct sigevent *sev, timer_t *id)
+{
+    if (!real_timer_create_p)
+        real_timer_create_p = (timer_create_fn)dlsym(RTLD_NEXT, "timer_create");
+    return real_timer_create_p ? real_timer_create_p(c, sev, id) : (errno = ENOSYS, -1);
+}
+
+/* Short spin locks that block every signal while held, so that a signal handler on the same
+ * thread (the host's calling sigaction, say) cannot come back into them. g_sig_lock guards
+ * the host's view of signals, g_arm_lock every thread's event; taken in that order. */
+static atomic_flag g_sig_lock = ATOMIC_FLAG_INIT, g_arm_lock = ATOMIC_FLAG_INIT;
+
+static void spin_lock(atomic_flag *l, sigset_t *old)
+{
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, old);
+    while (atomic_flag_test_and_set_explicit(l, memory_order_acquire))
+        sched_yield();
+}
+
+static void spin_unlock(atomic_flag *l, const sigset_t *old)
+{
+    atomic_flag_clear_explicit(l, memory_order_release);
+    pthread_sigmask(SIG_SETMASK, old, NULL);
+}
 
 static void set_name(char *dst, const char *src)
 {
@@ -108,17 +150,32 @@ static uint64_t perf_consume(void *ring)
 
 #define CP_PEND_MAX_WEIGHT 256
 
+static void forward(int sig, siginfo_t *si, void *uc);
+/* The sigev_value of every timer of ours ("contprof" in ASCII: a non-canonical address, no
+ * real pointer); bench/collector/cpb sends itself signals with it to take a known number
+ * of samples. */
+#define CP_TIMER_COOKIE ((void *)(uintptr_t)0x636f6e7470726f66ULL)
+/* Numbers that have held a perf fd of ours: a signal of a perf event can still be pending
+ * when its fd was closed (the thread unblocks it after disarming), and is ours all the same. */
+static _Atomic unsigned char g_was_perf[CP_FD_MAX / 8];
+
+static int was_perf(int fd)
+{
+    return (unsigned)fd < CP_FD_MAX &&
+           (atomic_load_explicit(&g_was_perf[fd / 8], memory_order_relaxed) & (1u << (fd % 8)));
+}
+
 static void handler(int sig, siginfo_t *si, void *ucv)
 {
-    (void)sig;
     int saved_errno = errno;
     uint64_t weight = 1;
-    if (si->si_code == SI_TIMER) {
+    if (si->si_code == SI_TIMER && si->si_value.sival_ptr == CP_TIMER_COOKIE) {
         weight = 1 + (uint64_t)(si->si_overrun > 0 ? si->si_overrun : 0);
-    } else if (si->si_code >= POLL_IN && si->si_code <= POLL_HUP) {
+    } else if (si->si_code >= POLL_IN && si->si_code <= POLL_HUP && was_perf(si->si_fd)) {
         weight = 1;
     } else {
-        goto out; /* not ours (kill, setitimer) */
+        forward(sig, si, ucv); /* the host's own (its timer, kill): as the host asked */
+        goto out;
     }
     cp_thread *t = cp_self;
     if (!t) t = find_by_tid(my_tid());
@@ -130,7 +187,8 @@ static void handler(int sig, siginfo_t *si, void *ucv)
         if (t->perf_ring) {
             weight = perf_consume(t->perf_ring);
             if (!weight) goto out; /* a signal for overflows already counted */
-        } else {
+        } else if (atomic_load_explicit(&cp_fd_state[t->perf_fd], memory_order_relaxed) ==
+                   CP_FD_PERF) {
             ioctl(t->perf_fd, PERF_EVENT_IOC_REFRESH, 1);
         }
     }
@@ -226,17 +284,22 @@ static int arm_perf(cp_thread *t)
         fd = (int)syscall(SYS_perf_event_open, &a, t->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
     }
     if (fd < 0) return -errno;
+    /* above the floor before O_ASYNC: the signal's si_fd is the number O_ASYNC was set on */
+    fd = cp_fd_adopt(fd, CP_FD_PERF);
+    if (fd < 0) return -errno;
+    atomic_fetch_or(&g_was_perf[fd / 8], (unsigned char)(1u << (fd % 8)));
     /* With a ring the event never stops and each overflow is counted there; without one
      * (perf_event_mlock_kb exhausted) each signal re-arms it for one more overflow. */
     void *ring =
         mmap(NULL, 4096u * (1 + PERF_RING_PAGES), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (ring == MAP_FAILED) ring = NULL;
     struct f_owner_ex own = {.type = F_OWNER_TID, .pid = t->tid};
-    if (fcntl(fd, F_SETFL, O_ASYNC) < 0 || fcntl(fd, F_SETSIG, g_sig) < 0 ||
-        fcntl(fd, F_SETOWN_EX, &own) < 0 || ioctl(fd, PERF_EVENT_IOC_RESET, 0) < 0) {
+    if (cp_fd_fcntl(fd, F_SETFL, O_ASYNC) < 0 ||
+        cp_fd_fcntl(fd, F_SETSIG, atomic_load(&g_sig)) < 0 ||
+        cp_fd_fcntl(fd, F_SETOWN_EX, (long)&own) < 0 || ioctl(fd, PERF_EVENT_IOC_RESET, 0) < 0) {
         int e = -errno;
         if (ring) munmap(ring, 4096u * (1 + PERF_RING_PAGES));
-        close(fd);
+        cp_fd_close(fd);
         return e;
     }
     t->perf_ring = ring;
@@ -244,7 +307,7 @@ static int arm_perf(cp_thread *t)
     if (ioctl(fd, ring ? PERF_EVENT_IOC_ENABLE : PERF_EVENT_IOC_REFRESH, ring ? 0 : 1) < 0) {
         int e = -errno;
         if (ring) munmap(ring, 4096u * (1 + PERF_RING_PAGES));
-        close(fd);
+        cp_fd_close(fd);
         t->perf_fd = -1;
         t->perf_ring = NULL;
         return e;
@@ -257,12 +320,13 @@ static int arm_timer(cp_thread *t)
     struct sigevent sev;
     memset(&sev, 0, sizeof(sev));
     sev.sigev_notify = SIGEV_THREAD_ID;
-    sev.sigev_signo = g_sig;
+    sev.sigev_signo = atomic_load(&g_sig);
+    sev.sigev_value.sival_ptr = CP_TIMER_COOKIE;
     sev._sigev_un._tid = t->tid;
     /* The CPU clock of any thread of ours: MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED). */
     clockid_t clk = (clockid_t)((~(unsigned)t->tid << 3) | 6);
     timer_t id;
-    if (timer_create(clk, &sev, &id) < 0) return -errno;
+    if (real_timer_create(clk, &sev, &id) < 0) return -errno;
     struct itimerspec its;
     /* First expiry uniform in (0, period], so short-lived threads are not biased. */
     int64_t first = 1 + (int64_t)(rnd() % (uint64_t)cp_period_ns);
@@ -280,7 +344,7 @@ static int arm_timer(cp_thread *t)
     return 0;
 }
 
-static void arm(cp_thread *t)
+static void arm_unlocked(cp_thread *t)
 {
     if (!atomic_load(&g_cpu_on) || t->perf_fd >= 0 || t->has_timer) return;
     if (g_use_perf && arm_perf(t) == 0) return;
@@ -294,7 +358,7 @@ static void arm(cp_thread *t)
     }
 }
 
-static void disarm(cp_thread *t)
+static void disarm_unlocked(cp_thread *t)
 {
     if (t->perf_fd >= 0) {
         ioctl(t->perf_fd, PERF_EVENT_IOC_DISABLE, 0);
@@ -302,12 +366,51 @@ static void disarm(cp_thread *t)
         t->perf_fd = -1;
         if (t->perf_ring) munmap(t->perf_ring, 4096u * (1 + PERF_RING_PAGES));
         t->perf_ring = NULL;
-        close(fd);
+        cp_fd_close(fd);
     }
     if (t->has_timer) {
         timer_delete(t->timer);
         t->has_timer = 0;
     }
+}
+
+static void arm(cp_thread *t)
+{
+    sigset_t m;
+    spin_lock(&g_arm_lock, &m);
+    arm_unlocked(t);
+    spin_unlock(&g_arm_lock, &m);
+}
+
+static void disarm(cp_thread *t)
+{
+    sigset_t m;
+    spin_lock(&g_arm_lock, &m);
+    disarm_unlocked(t);
+    spin_unlock(&g_arm_lock, &m);
+}
+
+int cp_perf_fd_moved(int from, int to)
+{
+    sigset_t m;
+    spin_lock(&g_arm_lock, &m);
+    int rc = -1;
+    unsigned n = atomic_load(&cp_threads_hwm);
+    for (unsigned i = 0; i < n && i < CP_MAX_THREADS && rc; i++) {
+        cp_thread *t = atomic_load(&cp_threads[i]);
+        if (!t || t->perf_fd != from) continue;
+        /* O_ASYNC again on the new number: the signal's si_fd is the number it was set on */
+        struct f_owner_ex own = {.type = F_OWNER_TID, .pid = t->tid};
+        cp_fd_fcntl(to, F_SETFL, 0);
+        cp_fd_fcntl(to, F_SETFL, O_ASYNC);
+        cp_fd_fcntl(to, F_SETSIG, atomic_load(&g_sig));
+        cp_fd_fcntl(to, F_SETOWN_EX, (long)&own);
+        atomic_fetch_or(&g_was_perf[to / 8], (unsigned char)(1u << (to % 8)));
+        t->perf_fd = to;
+        rc = 0;
+    }
+    spin_unlock(&g_arm_lock, &m);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------------------
@@ -471,13 +574,17 @@ void cp_threads_reap(void)
 
 void cp_threads_after_fork_child(void)
 {
+    /* a thread of the parent's may have held them: it does not exist here */
+    atomic_flag_clear(&g_sig_lock);
+    atomic_flag_clear(&g_arm_lock);
+    cp_fd_after_fork_child();
     pid_t tid = my_tid();
     unsigned n = atomic_load(&cp_threads_hwm);
     for (unsigned i = 0; i < n && i < CP_MAX_THREADS; i++) {
         cp_thread *t = atomic_load(&cp_threads[i]);
         if (!t) continue;
         /* perf fds are inherited but count the parent's threads; timers are not. */
-        if (t->perf_fd >= 0) close(t->perf_fd);
+        if (t->perf_fd >= 0) cp_fd_close(t->perf_fd);
         if (t->perf_ring) munmap(t->perf_ring, 4096u * (1 + PERF_RING_PAGES));
         t->perf_ring = NULL;
         t->perf_fd = -1;
@@ -498,6 +605,230 @@ void cp_threads_after_fork_child(void)
 }
 
 /* ------------------------------------------------------------------------------------
+ * The host's view of signals. The agent samples on one signal (g_sig): SIGPROF unless the
+ * host uses it. Each signal that ever carried the agent's handler stays "managed": the
+ * kernel calls our handler for it, with the host's own mask and flags, and the host's
+ * sigaction/signal calls are kept in g_host, returned by its queries, and obeyed for every
+ * signal that is not the agent's (its own timer's, a kill): handler called, ignored, or the
+ * default action (terminate) carried out. When the host takes the agent's signal (installs
+ * a handler or SIG_IGN, arms ITIMER_PROF or a timer on it), the agent moves its events to
+ * a signal the host has not used, on that call; the old one stays managed, so a sample
+ * signal still pending from before the move is swallowed, never handed to the host. */
+
+#define SIGBIT(s) (1ULL << (s))
+static atomic_uint_fast64_t g_managed; /* the kernel calls our handler for these */
+static atomic_uint_fast64_t g_taken;   /* the host has used these: never the agent's again */
+static struct sigaction g_host[65];    /* the host's view of each managed signal */
+
+static int managed(int s)
+{
+    return s > 0 && s < 65 && (atomic_load(&g_managed) & SIGBIT(s));
+}
+
+/* What the kernel is given for a managed signal: our handler with the host's mask and flags
+ * (SA_RESETHAND and SA_SIGINFO are emulated), or the agent's own before the host set any. */
+static int install(int s, const struct sigaction *host)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = handler;
+    if (host && host->sa_handler != SIG_DFL && host->sa_handler != SIG_IGN) {
+        sa.sa_mask = host->sa_mask;
+        sa.sa_flags = SA_SIGINFO | (host->sa_flags & (SA_RESTART | SA_ONSTACK | SA_NODEFER));
+    } else {
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    }
+    return real_sigaction(s, &sa, NULL);
+}
+
+/* A host's signal arrived on a managed signal: do what the host asked for. */
+static void forward(int sig, siginfo_t *si, void *uc)
+{
+    if (!managed(sig)) return;
+    struct sigaction h = g_host[sig];
+    if (h.sa_handler == SIG_IGN) return;
+    if (h.sa_handler == SIG_DFL) {
+        /* the default action of every signal the agent takes (SIGPROF, SIGVTALRM, real-time
+         * signals) is to terminate: do it, as the kernel would have */
+        struct sigaction d;
+        memset(&d, 0, sizeof(d));
+        d.sa_handler = SIG_DFL;
+        real_sigaction(sig, &d, NULL);
+        sigset_t u;
+        sigemptyset(&u);
+        sigaddset(&u, sig);
+        pthread_sigmask(SIG_UNBLOCK, &u, NULL);
+        raise(sig);
+        return;
+    }
+    if (h.sa_flags & SA_RESETHAND) {
+        g_host[sig].sa_handler = SIG_DFL;
+        g_host[sig].sa_flags &= ~SA_SIGINFO;
+    }
+    if (h.sa_flags & SA_SIGINFO)
+        h.sa_sigaction(sig, si, uc);
+    else
+        h.sa_handler(sig);
+}
+
+/* A signal for the agent's events: not used by the host, not ignored, no handler. */
+static int pick_signal(int avoid)
+{
+    int c[10] = {SIGPROF, SIGVTALRM};
+    for (int i = 0; i < 8; i++)
+        c[2 + i] = SIGRTMAX - i;
+    uint64_t taken = atomic_load(&g_taken);
+    for (int i = 0; i < 10; i++) {
+        int s = c[i];
+        if (s == avoid || s <= 0 || s >= 65 || (taken & SIGBIT(s))) continue;
+        if (managed(s)) {
+            if (g_host[s].sa_handler == SIG_DFL) return s;
+            continue;
+        }
+        struct sigaction o;
+        if (real_sigaction(s, NULL, &o) == 0 && o.sa_handler == SIG_DFL) return s;
+    }
+    return 0;
+}
+
+/* Makes s an agent signal: our handler, the host's view SIG_DFL (what it was). */
+static int manage(int s)
+{
+    if (managed(s)) return 0;
+    memset(&g_host[s], 0, sizeof(g_host[s]));
+    g_host[s].sa_handler = SIG_DFL;
+    if (install(s, NULL) < 0) return -errno;
+    atomic_fetch_or(&g_managed, SIGBIT(s));
+    return 0;
+}
+
+/* Under g_sig_lock: moves every thread's event to a signal the host has not used. */
+static void move_aside(void)
+{
+    int cur = atomic_load(&g_sig);
+    int s = pick_signal(cur);
+    sigset_t m;
+    spin_lock(&g_arm_lock, &m);
+    if (!s || manage(s) != 0) {
+        /* nothing free: stop sampling rather than send the host a signal it did not ask for */
+        atomic_store(&g_cpu_on, 0);
+        s = 0;
+    } else {
+        atomic_store(&g_sig, s);
+    }
+    unsigned n = atomic_load(&cp_threads_hwm);
+    for (unsigned i = 0; i < n && i < CP_MAX_THREADS; i++) {
+        cp_thread *t = atomic_load(&cp_threads[i]);
+        if (!t || atomic_load(&t->state) != CP_T_LIVE) continue;
+        if (s && t->perf_fd >= 0) {
+            cp_fd_fcntl(t->perf_fd, F_SETSIG, s);
+        } else {
+            disarm_unlocked(t);
+            arm_unlocked(t);
+        }
+    }
+    spin_unlock(&g_arm_lock, &m);
+    if (!s) snprintf(cp_engine, sizeof(cp_engine), "off");
+}
+
+/* The host is using signal s (a handler, SIG_IGN, a timer): the agent leaves it. */
+static void host_takes(int s)
+{
+    if (s <= 0 || s >= 65) return;
+    sigset_t m;
+    spin_lock(&g_sig_lock, &m);
+    atomic_fetch_or(&g_taken, SIGBIT(s));
+    if (s == atomic_load(&g_sig) && atomic_load(&g_cpu_on)) move_aside();
+    spin_unlock(&g_sig_lock, &m);
+}
+
+int cp_sample_signal(void)
+{
+    return atomic_load(&g_sig);
+}
+
+CONTPROF_EXTERN int sigaction(int s, const struct sigaction *act, struct sigaction *old)
+{
+    if (!managed(s)) {
+        int rc = real_sigaction(s, act, old);
+        if (rc == 0 && act && act->sa_handler != SIG_DFL) atomic_fetch_or(&g_taken, SIGBIT(s));
+        return rc;
+    }
+    sigset_t m;
+    spin_lock(&g_sig_lock, &m);
+    struct sigaction prev = g_host[s];
+    int rc = 0;
+    if (act) {
+        g_host[s] = *act;
+        if (install(s, act) < 0) {
+            rc = -1;
+            g_host[s] = prev;
+        } else if (act->sa_handler != SIG_DFL) {
+            atomic_fetch_or(&g_taken, SIGBIT(s));
+            if (s == atomic_load(&g_sig) && atomic_load(&g_cpu_on)) move_aside();
+        }
+    }
+    int e = errno;
+    spin_unlock(&g_sig_lock, &m);
+    if (old) *old = prev;
+    errno = e;
+    return rc;
+}
+
+/* signal(), bsd_signal() and sysv_signal() as glibc builds them from sigaction. */
+static sighandler_t signal_as(int s, sighandler_t h, int flags, int mask_self)
+{
+    struct sigaction a, o;
+    memset(&a, 0, sizeof(a));
+    a.sa_handler = h;
+    sigemptyset(&a.sa_mask);
+    if (mask_self && s > 0 && s < 65) sigaddset(&a.sa_mask, s);
+    a.sa_flags = flags;
+    if (h == SIG_ERR || sigaction(s, &a, &o) < 0) {
+        errno = EINVAL;
+        return SIG_ERR;
+    }
+    return o.sa_handler;
+}
+
+CONTPROF_EXTERN sighandler_t signal(int s, sighandler_t h)
+{
+    return signal_as(s, h, SA_RESTART, 1);
+}
+
+CONTPROF_EXTERN sighandler_t bsd_signal(int s, sighandler_t h)
+{
+    return signal_as(s, h, SA_RESTART, 1);
+}
+
+CONTPROF_EXTERN sighandler_t sysv_signal(int s, sighandler_t h)
+{
+    return signal_as(s, h, SA_RESETHAND | SA_NODEFER, 0);
+}
+
+CONTPROF_EXTERN int setitimer(__itimer_which_t which, const struct itimerval *nv,
+                              struct itimerval *ov)
+{
+    typedef int (*fn)(__itimer_which_t, const struct itimerval *, struct itimerval *);
+    static fn real;
+    if (!real) real = (fn)dlsym(RTLD_NEXT, "setitimer");
+    if (!real) return errno = ENOSYS, -1;
+    if (nv && (nv->it_value.tv_sec || nv->it_value.tv_usec))
+        host_takes(which == ITIMER_PROF ? SIGPROF : which == ITIMER_VIRTUAL ? SIGVTALRM : 0);
+    return real(which, nv, ov);
+}
+
+CONTPROF_EXTERN int timer_create(clockid_t c, struct sigevent *sev, timer_t *id)
+{
+    if (!sev)
+        host_takes(SIGALRM);
+    else if (sev->sigev_notify == SIGEV_SIGNAL || sev->sigev_notify == SIGEV_THREAD_ID)
+        host_takes(sev->sigev_signo);
+    return real_timer_create(c, sev, id);
+}
+
+/* ------------------------------------------------------------------------------------
  * Start and stop */
 
 static int perf_usable(void)
@@ -512,7 +843,7 @@ static int perf_usable(void)
     a.disabled = 1;
     int fd = (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
     if (fd < 0) return 0;
-    close(fd);
+    cp_fd_close(fd);
     return 1;
 }
 
@@ -542,16 +873,15 @@ int cp_cpu_start(void)
         return 0;
     }
     cp_period_ns = 1000000000 / cp_cfg.cpu_hz;
-    struct sigaction old;
-    if (sigaction(SIGPROF, NULL, &old) == 0 && old.sa_handler != SIG_DFL &&
-        old.sa_handler != SIG_IGN)
-        g_sig = SIGVTALRM; /* the program profiles itself with SIGPROF: leave it alone */
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_sigaction = handler;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    if (sigaction(g_sig, &sa, NULL) < 0) return -errno;
+    /* SIGPROF, unless the program already handles or ignores it (then the next free one) */
+    sigset_t m;
+    spin_lock(&g_sig_lock, &m);
+    int sig = atomic_load(&g_sig);
+    if (!managed(sig) || (atomic_load(&g_taken) & SIGBIT(sig))) sig = pick_signal(0);
+    int rc = sig ? manage(sig) : CP_ELIMIT;
+    if (rc == 0) atomic_store(&g_sig, sig);
+    spin_unlock(&g_sig_lock, &m);
+    if (rc != 0) return rc;
 
     g_use_perf = cp_cfg.cpu_engine != CP_ENGINE_TIMER &&
                  (cp_cfg.cpu_engine == CP_ENGINE_PERF || cp_period_ns < CP_TIMER_MIN_PERIOD_NS) &&
@@ -620,6 +950,42 @@ CONTPROF_EXTERN int pthread_create(pthread_t *th, const pthread_attr_t *attr, vo
     sa->agent = cp_in_agent;
     int rc = real(th, attr, start_thunk, sa);
     if (rc != 0) cp_real_free(sa);
+    return rc;
+}
+
+/* C11 threads: glibc's thrd_create does not go through pthread_create, and librdkafka starts
+ * its threads with it; they must be known as the agent's (their fds go above the floor,
+ * their allocations are not sampled and never fail). */
+typedef struct thrd_arg {
+    int (*fn)(void *);
+    void *arg;
+    int agent;
+} thrd_arg;
+
+static int thrd_thunk(void *p)
+{
+    thrd_arg ta = *(thrd_arg *)p;
+    cp_real_free(p);
+    if (ta.agent)
+        cp_in_agent = cp_agent_thread = 1;
+    else
+        cp_thread_register_self();
+    return ta.fn(ta.arg);
+}
+
+CONTPROF_EXTERN int thrd_create(thrd_t *th, thrd_start_t fn, void *arg)
+{
+    typedef int (*thrd_create_fn)(thrd_t *, thrd_start_t, void *);
+    static thrd_create_fn real;
+    if (!real) real = (thrd_create_fn)dlsym(RTLD_NEXT, "thrd_create");
+    if (!real) return thrd_error;
+    thrd_arg *ta = cp_real_malloc(sizeof(*ta));
+    if (!ta) return real(th, fn, arg);
+    ta->fn = fn;
+    ta->arg = arg;
+    ta->agent = cp_in_agent;
+    int rc = real(th, thrd_thunk, ta);
+    if (rc != thrd_success) cp_real_free(ta);
     return rc;
 }
 
@@ -703,19 +1069,29 @@ void cp_exec_resolve(void)
     if (!rx.execvp) rx.execvp = (execv_fn)dlsym(RTLD_NEXT, "execvp");
 }
 
+/* Every managed signal: pending ones discarded (ignoring a signal drops it); then our
+ * handler again, which exec resets to SIG_DFL, exactly what the host's handler or SIG_DFL
+ * becomes, or SIG_IGN where the host ignores it, which exec keeps, as it would for the
+ * host. */
 static cp_thread *before_exec(void)
 {
     if (!rx.execve) cp_exec_resolve();
+    uint64_t mg = atomic_load(&g_managed);
     sigset_t set, old;
     sigemptyset(&set);
-    sigaddset(&set, g_sig);
+    for (int s = 1; s < 65; s++)
+        if (mg & SIGBIT(s)) sigaddset(&set, s);
     pthread_sigmask(SIG_BLOCK, &set, &old);
     cp_thread *t = cp_self ? cp_self : find_by_tid(my_tid());
     if (t) disarm(t);
-    struct sigaction ign, cur;
+    struct sigaction ign;
     memset(&ign, 0, sizeof(ign));
     ign.sa_handler = SIG_IGN;
-    if (sigaction(g_sig, &ign, &cur) == 0) sigaction(g_sig, &cur, NULL);
+    for (int s = 1; s < 65; s++) {
+        if (!(mg & SIGBIT(s))) continue;
+        real_sigaction(s, &ign, NULL);
+        if (g_host[s].sa_handler != SIG_IGN) install(s, &g_host[s]);
+    }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return t;
 }
@@ -723,6 +1099,9 @@ static cp_thread *before_exec(void)
 static void after_failed_exec(cp_thread *t)
 {
     int e = errno;
+    uint64_t mg = atomic_load(&g_managed);
+    for (int s = 1; s < 65; s++)
+        if ((mg & SIGBIT(s)) && g_host[s].sa_handler == SIG_IGN) install(s, &g_host[s]);
     if (t && atomic_load(&t->state) == CP_T_LIVE) arm(t);
     errno = e;
 }

@@ -1,4 +1,4 @@
-/* Reading what the agent writes in output-dir mode: SERVICE.PID.SEQ.KIND.ISOLATE.pb.gz
+/* Reading what the agent writes in output-dir mode: SERVICE.PID-IMAGE.SEQ.KIND.ISOLATE.pb.gz
  * files, each decoded with the model's decoder, sorted by process and sequence. Shared by
  * the tests that run real programs under the agent (tests/collector, tests/lua). */
 #ifndef CP_TEST_PFILES_H
@@ -11,6 +11,7 @@
 
 typedef struct pfile {
     int pid, seq;
+    unsigned long long image; /* the image's token: an exec'd image has the same pid */
     char kind[8], iso[64];
     cp_profile *p;
 } pfile;
@@ -24,6 +25,7 @@ static int pfile_cmp(const void *a, const void *b)
 {
     const pfile *x = a, *y = b;
     if (x->pid != y->pid) return x->pid - y->pid;
+    if (x->image != y->image) return x->image < y->image ? -1 : 1;
     return x->seq - y->seq;
 }
 
@@ -46,6 +48,8 @@ static void pset_load(const char *dir, pset *s)
         CHECK(s->f);
         pfile *f = &s->f[s->n++];
         f->pid = atoi(tok[1]);
+        const char *dash = strchr(tok[1], '-');
+        f->image = dash ? strtoull(dash + 1, NULL, 16) : 0;
         f->seq = atoi(tok[2]);
         snprintf(f->kind, sizeof(f->kind), "%s", tok[3]);
         snprintf(f->iso, sizeof(f->iso), "%s", tok[4]);
