@@ -112,7 +112,11 @@ static int ep_of(const char *path)
 int cp_api_is_light(void *api, const cp_http_request *req)
 {
     (void)api;
-    return ep_of(req->path) == EP_OTHER || strcmp(req->method, "GET") != 0;
+    int ep = ep_of(req->path);
+    if (ep == EP_OTHER || strcmp(req->method, "GET") != 0) return CP_HTTP_LANE_LOOP;
+    /* Index reads stay quick whatever the window: their own slots, never behind merges. */
+    if (ep == EP_SERIES || ep == EP_LABELS || ep == EP_VALUES) return CP_HTTP_LANE_CHEAP;
+    return CP_HTTP_LANE_HEAVY;
 }
 
 void cp_api_observe(void *api, const cp_http_request *req, int status, int heavy,

@@ -3,6 +3,7 @@
  * answers the query API over HTTP, all in one process (LevelDB allows one per database).
  * SIGINT/SIGTERM stop it cleanly: in-flight batch written, queries answered, store closed. */
 #include <getopt.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -183,9 +184,22 @@ int main(int argc, char **argv)
 #ifdef CP_HAVE_INGEST
     cp_ingest_malloc_policy();
 #endif
+    /* Every allowed connection needs a descriptor; the usual soft limit (1,024) is below
+     * the default cap plus the store's and Kafka's own files. */
+    struct rlimit nof;
+    rlim_t want = (rlim_t)d.cfg.max_connections + d.cfg.healthz_connections + 512;
+    if (getrlimit(RLIMIT_NOFILE, &nof) == 0 && nof.rlim_cur < want) {
+        nof.rlim_cur = nof.rlim_max < want ? nof.rlim_max : want;
+        if (setrlimit(RLIMIT_NOFILE, &nof) == 0 && nof.rlim_cur < want)
+            cp_log_warn("open files limited to %llu: fewer than http.max_connections (%u) may be "
+                        "served", (unsigned long long)nof.rlim_cur, d.cfg.max_connections);
+    }
     /* libuv sizes its threadpool once, at first use: give every query slot a thread. */
     char tp[16];
-    snprintf(tp, sizeof tp, "%u", d.cfg.concurrency < 128 ? d.cfg.concurrency : 128);
+    /* The heavy and the cheap lane each get their own threads: a cheap request never
+     * waits for a thread held by a merge. */
+    uint32_t threads = d.cfg.concurrency + d.cfg.cheap_concurrency;
+    snprintf(tp, sizeof tp, "%u", threads < 1024 ? threads : 1024);
     setenv("UV_THREADPOOL_SIZE", tp, 0);
 
     cp_store_options so = {.path = d.cfg.data_dir,
@@ -238,6 +252,12 @@ int main(int argc, char **argv)
     ho.gzip_min_bytes = d.cfg.gzip_min_bytes;
     ho.query_timeout_ns = d.cfg.query_timeout_ns;
     ho.idle_timeout_ns = d.cfg.idle_timeout_ns;
+    ho.request_timeout_ns = d.cfg.request_timeout_ns;
+    ho.write_timeout_ns = d.cfg.write_timeout_ns;
+    ho.max_inflight_bytes = d.cfg.output_budget;
+    ho.cheap_concurrency = d.cfg.cheap_concurrency;
+    ho.max_conns_per_client = d.cfg.max_conns_per_client;
+    ho.reserved_connections = d.cfg.healthz_connections;
     ho.handle = cp_api_handle;
     ho.is_light = cp_api_is_light;
     ho.observe = cp_api_observe;
