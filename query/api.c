@@ -255,6 +255,18 @@ static int parse_range(cp_api *a, const char *fs, const char *ts, const char *fn
     return 0;
 }
 
+/* If req's deadline has passed: sets a 503 naming query.timeout and what was being done,
+ * drops any body made so far, and returns 1. */
+static int over_time(const cp_http_request *req, const char *during, cp_http_response *r)
+{
+    if (!req->deadline_ns || cp_mono_ns() < req->deadline_ns) return 0;
+    cp_buf_close(&r->body);
+    cp_http_error(r, 503, "query exceeded query.timeout (%.1f s) while %s",
+                  (double)(req->deadline_ns - req->received_ns) / 1e9, during);
+    r->extra_headers[0] = 0;
+    return 1;
+}
+
 /* Maps a store failure to a response. */
 static void store_error(const cp_http_request *req, int rc, const cp_err *err,
                         cp_http_response *r)
@@ -262,7 +274,8 @@ static void store_error(const cp_http_request *req, int rc, const cp_err *err,
     const char *msg = err->msg[0] ? err->msg : cp_strerror(rc);
     if (rc == CP_ELIMIT) {
         if (req->deadline_ns && cp_mono_ns() >= req->deadline_ns)
-            cp_http_error(r, 503, "query exceeded its time limit: %s", msg);
+            cp_http_error(r, 503, "query exceeded query.timeout (%.1f s): %s",
+                          (double)(req->deadline_ns - req->received_ns) / 1e9, msg);
         else
             cp_http_error(r, 400, "query exceeds a limit: %s", msg);
     } else if (rc == CP_EINVAL || rc == CP_EPARSE) {
@@ -315,11 +328,13 @@ static const char *const g_profile_params[] = {"type",   "select", "from",      
 
 /* Renders p in format; the profile may be filtered in place. */
 static void render_profile(cp_api *a, const cp_params *pa, cp_profile *p, const char *kind,
-                           int64_t from, int64_t to, const char *format, cp_http_response *r)
+                           int64_t from, int64_t to, const char *format,
+                           const cp_http_request *req, cp_http_response *r)
 {
     cp_err err = {0};
-    if (cp_render_filter(p, cp_params_get(pa, "focus"), cp_params_get(pa, "ignore"), &err)) {
-        cp_http_error(r, 400, "%s", err.msg);
+    if (cp_render_filter_until(p, cp_params_get(pa, "focus"), cp_params_get(pa, "ignore"),
+                               req->deadline_ns, &err)) {
+        if (!over_time(req, "filtering with focus/ignore", r)) cp_http_error(r, 400, "%s", err.msg);
         return;
     }
     int vi = 0;
@@ -357,6 +372,7 @@ static void render_profile(cp_api *a, const cp_params *pa, cp_profile *p, const 
         set_type(r, "application/json");
     }
     if (rc) oom(r);
+    else over_time(req, "rendering", r);
 }
 
 static int parse_format(const char *s, const char *const *allowed, const char **out,
@@ -406,7 +422,8 @@ static void ep_profile(cp_api *a, const char *tenant, const cp_params *pa,
         store_error(req, rc, &err, r);
         return;
     }
-    render_profile(a, pa, p, cp_kind_name(q.kind), q.from, q.to, format, r);
+    if (!over_time(req, "merging", r))
+        render_profile(a, pa, p, cp_kind_name(q.kind), q.from, q.to, format, req, r);
     cp_profile_destroy(p);
 }
 
@@ -449,8 +466,9 @@ static void ep_diff(cp_api *a, const char *tenant, const cp_params *pa,
         goto out;
     }
     const char *focus = cp_params_get(pa, "focus"), *ignore = cp_params_get(pa, "ignore");
-    if (cp_render_filter(p, focus, ignore, &err) || cp_render_filter(b, focus, ignore, &err)) {
-        cp_http_error(r, 400, "%s", err.msg);
+    if (cp_render_filter_until(p, focus, ignore, req->deadline_ns, &err) ||
+        cp_render_filter_until(b, focus, ignore, req->deadline_ns, &err)) {
+        if (!over_time(req, "filtering with focus/ignore", r)) cp_http_error(r, 400, "%s", err.msg);
         goto out;
     }
     if (strcmp(format, "pprof") == 0) {
@@ -471,6 +489,10 @@ static void ep_diff(cp_api *a, const char *tenant, const cp_params *pa,
         }
         if (!d) {
             oom(r);
+            goto out;
+        }
+        if (over_time(req, "merging the diff", r)) {
+            cp_profile_destroy(d);
             goto out;
         }
         d->time_nanos = from;
@@ -506,6 +528,7 @@ static void ep_diff(cp_api *a, const char *tenant, const cp_params *pa,
              "\"%s\",",
              cp_kind_name(kind), f, t, f2, t2);
     if (cp_render_tree_json(p, vi, b, bvi, mn, extra, &r->body)) oom(r);
+    else over_time(req, "rendering", r);
 out:
     cp_selector_close(&sel);
     cp_selector_close(&bsel);
