@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <limits.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "log.h"
@@ -34,6 +35,7 @@ struct cp_http_server {
     uint32_t nlive;  /* not closing */
     lane lanes[2];   /* 0: heavy, 1: cheap */
     size_t out_bytes; /* answer bytes queued for writing, not yet written */
+    size_t refused_bytes; /* the last answer refused for the budget, until a write ends */
     int shutting_down, listener_closed;
     void (*shutdown_cb)(void *);
     void *shutdown_arg;
@@ -226,6 +228,12 @@ static void on_idle(uv_timer_t *t)
             cp_log_info("http: closing a connection whose answer made no progress for %.0f s "
                         "(%zu bytes unwritten)",
                         (double)c->srv->opt.write_timeout_ns / 1e9, q);
+            /* An abortive close (RST): the kernel drops what is still in the socket's send
+             * buffer too, instead of holding it for a peer that does not read. */
+            uv_os_fd_t fd;
+            struct linger lg = {1, 0};
+            if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
+                setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
             conn_close(c);
         }
         return;
@@ -252,6 +260,7 @@ static void on_written(uv_write_t *w, int status)
     write_req *wr = (write_req *)w;
     conn *c = wr->c;
     c->srv->out_bytes -= wr->accounted;
+    if (wr->accounted > 65536) c->srv->refused_bytes = 0; /* room again: worth a try */
     free(wr->head);
     cp_buf_close(&wr->body);
     int close_after = wr->close_after;
@@ -290,6 +299,7 @@ static void conn_send(conn *c, cp_http_response *resp, int keep_alive)
     if (s->opt.max_inflight_bytes && resp->body.len > 65536 &&
         s->out_bytes + resp->body.len > s->opt.max_inflight_bytes) {
         size_t n = resp->body.len;
+        s->refused_bytes = n;
         cp_buf_close(&resp->body);
         cp_http_error(resp, 503,
                       "answer of %zu bytes would exceed the budget of %zu bytes for answers "
@@ -538,14 +548,17 @@ static void pump_lane(cp_http_server *s, lane *l)
         j->heavy = 1;
         if (j->req.deadline_ns && cp_mono_ns() >= j->req.deadline_ns) {
             cp_http_error(&j->resp, 503,
-                          "query waited past its deadline of %.1f s in the queue (server busy)",
+                          "query waited past its deadline, query.timeout (%.1f s), in the queue "
+                          "(server busy)",
                           (double)s->opt.query_timeout_ns / 1e9);
             job_finish(j);
             continue;
         }
-        if (s->opt.max_inflight_bytes && s->out_bytes >= s->opt.max_inflight_bytes) {
-            /* Answers not yet taken by their clients fill the budget: rendering another one
-             * would only add memory. */
+        if (s->opt.max_inflight_bytes &&
+            s->out_bytes + s->refused_bytes >= s->opt.max_inflight_bytes) {
+            /* Answers not yet taken by their clients fill the budget (or leave less room
+             * than the last answer that was refused needed): rendering another one would
+             * only add memory. */
             cp_http_error(&j->resp, 503,
                           "%zu bytes of answers wait to be written, the budget is %zu bytes; "
                           "retry later",
