@@ -27,6 +27,7 @@ static void usage(void)
             "                  (default http://127.0.0.1:7070)\n"
             "  --brokers LIST  Kafka bootstrap servers, host:port,...\n"
             "  --tenant T      tenant (default \"default\")\n"
+            "  --token T       contprofd's bearer token for the tenant (or CONTPROF_TOKEN)\n"
             "  --service S     service label (default \"import\")\n"
             "  --label k=v     another label (repeatable)\n"
             "  --at TIME       window start (RFC 3339 or unix seconds) instead of the\n"
@@ -95,7 +96,7 @@ static int parse_duration(const char *s, int64_t *out)
 
 /* GET URL/api/v1/brokers -> {"brokers":"h:p,..."}. A small HTTP/1.0 client: we write the
  * request and only read the status line and a JSON string field of the body. */
-static char *ask_server(const char *url, char *why, size_t whylen)
+static char *ask_server(const char *url, const char *token, char *why, size_t whylen)
 {
     const char *h = url;
     if (!strncmp(h, "http://", 7))
@@ -130,11 +131,13 @@ static char *ask_server(const char *url, char *why, size_t whylen)
         snprintf(why, whylen, "cannot connect to %s: %s", url, strerror(errno));
         return NULL;
     }
-    char req[512];
+    char req[1024];
     int n = snprintf(req, sizeof req,
-                     "GET /api/v1/brokers HTTP/1.0\r\nHost: %s\r\nAccept: application/json\r\n\r\n",
-                     host);
-    if (write(fd, req, (size_t)n) != n) {
+                     "GET /api/v1/brokers HTTP/1.0\r\nHost: %s\r\nAccept: application/json\r\n"
+                     "%s%.256s%s\r\n",
+                     host, token ? "Authorization: Bearer " : "", token ? token : "",
+                     token ? "\r\n" : "");
+    if (n < 0 || n >= (int)sizeof req || write(fd, req, (size_t)n) != n) {
         close(fd);
         snprintf(why, whylen, "%s: write failed", url);
         return NULL;
@@ -290,7 +293,7 @@ static int import_file(imp *im, const char *file)
 int cp_cmd_import(int argc, char **argv)
 {
     imp im = {0};
-    const char *server = NULL, *brokers = NULL;
+    const char *server = NULL, *brokers = NULL, *token = getenv("CONTPROF_TOKEN");
     im.tenant = CP_DEFAULT_TENANT;
     im.service = "import";
     char **files = calloc((size_t)argc + 1, sizeof *files);
@@ -314,6 +317,8 @@ int cp_cmd_import(int argc, char **argv)
             brokers = argv[++i];
         else if (!strcmp(a, "--tenant"))
             im.tenant = argv[++i];
+        else if (!strcmp(a, "--token"))
+            token = argv[++i];
         else if (!strcmp(a, "--service"))
             im.service = argv[++i];
         else if (!strcmp(a, "--label")) {
@@ -362,7 +367,8 @@ int cp_cmd_import(int argc, char **argv)
     }
     if (!brokers) {
         char why[300];
-        fetched = ask_server(server ? server : "http://127.0.0.1:7070", why, sizeof why);
+        fetched = ask_server(server ? server : "http://127.0.0.1:7070",
+                             token && *token ? token : NULL, why, sizeof why);
         if (!fetched) {
             fprintf(stderr, "contprof import: %s\n", why);
             rc = 1;

@@ -29,6 +29,7 @@ static const char *const g_ep_names[EP_COUNT] = {"profile", "diff",   "timeline"
 struct cp_api {
     cp_api_options o;
     char *brokers;
+    char *metrics_token; /* NULL: any tenant's token opens /metrics */
     cp_api_token *tokens;
     size_t ntokens;
     /* Metrics, touched only on the loop thread (observe and /metrics). */
@@ -56,6 +57,8 @@ cp_api *cp_api_create(const cp_api_options *o)
     a->o = *o;
     a->brokers = strdup(o->brokers ? o->brokers : "");
     if (!a->brokers) goto fail;
+    if (o->metrics_token && *o->metrics_token && !(a->metrics_token = strdup(o->metrics_token)))
+        goto fail;
     if (o->ntokens) {
         a->tokens = calloc(o->ntokens, sizeof *a->tokens);
         if (!a->tokens) goto fail;
@@ -68,6 +71,7 @@ cp_api *cp_api_create(const cp_api_options *o)
     }
     a->o.tokens = NULL;
     a->o.brokers = NULL;
+    a->o.metrics_token = NULL;
     a->started_ns = cp_now_ns();
     return a;
 fail:
@@ -84,6 +88,7 @@ void cp_api_destroy(cp_api *a)
     }
     free(a->tokens);
     free(a->brokers);
+    free(a->metrics_token);
     free(a);
 }
 
@@ -187,6 +192,26 @@ static const char *authenticate(cp_api *a, const cp_http_request *req, cp_http_r
                  "WWW-Authenticate: Bearer realm=\"contprof\", error=\"invalid_token\"\r\n");
     }
     return tenant;
+}
+
+/* /metrics counts across tenants: with metrics.token only that token opens it, else (with
+ * tenants configured) any tenant's token. 1 if allowed, else 0 with a 401 set. */
+static int metrics_allowed(cp_api *a, const cp_http_request *req, cp_http_response *r)
+{
+    if (!a->metrics_token) return a->ntokens == 0 || authenticate(a, req, r) != NULL;
+    const char *h = req->authorization ? req->authorization : "";
+    while (*h == ' ') h++;
+    if (strncasecmp(h, "Bearer ", 7) == 0) {
+        h += 7;
+        while (*h == ' ') h++;
+        size_t n = strlen(h);
+        while (n && (h[n - 1] == ' ' || h[n - 1] == '\t')) n--;
+        if (token_eq(h, n, a->metrics_token)) return 1;
+    }
+    cp_http_error(r, 401, "/metrics needs Authorization: Bearer <metrics.token>");
+    snprintf(r->extra_headers, sizeof r->extra_headers,
+             "WWW-Authenticate: Bearer realm=\"contprof\"\r\n");
+    return 0;
 }
 
 /* The common parameters of profile-like endpoints. */
@@ -860,9 +885,13 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
         if (strcmp(req->path, "/healthz") == 0) {
             cp_buf_printf(&r->body, "{\"status\":\"ok\"}\n");
         } else if (strcmp(req->path, "/metrics") == 0) {
+            if (!metrics_allowed(a, req, r)) return;
             ep_metrics(a, r);
             r->compressible = 1;
         } else if (strcmp(req->path, "/api/v1/brokers") == 0) {
+            /* Where to write is for producers holding a token: with tokens configured, a
+             * process without one learns nothing from here. */
+            if (!authenticate(a, req, r)) return;
             if (cp_buf_printf(&r->body, "{\"brokers\":") || json_str(&r->body, a->brokers) ||
                 cp_buf_printf(&r->body, "}\n"))
                 oom(r);

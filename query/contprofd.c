@@ -224,6 +224,7 @@ int main(int argc, char **argv)
     ao.max_nodes_default = d.cfg.max_nodes_default;
     ao.max_nodes_limit = d.cfg.max_nodes_limit;
     ao.brokers = d.cfg.brokers;
+    ao.metrics_token = d.cfg.metrics_token;
     ao.ingest_stats = ingest_stats_cb;
     ao.ingest_arg = &d;
     d.api = cp_api_create(&ao);

@@ -412,7 +412,59 @@ TEST(healthz_keeps_a_reserved_slot)
     qfx_close(&f, 1);
 }
 
-TEST_MAIN(T(costly_focus_meets_the_deadline_and_series_is_not_starved),
+/* ---- the write path and /metrics need tokens ---------------------------------------- */
+
+static void expect_status(qfx *f, const char *pq, const char *token, int status)
+{
+    cp_http_result r = qfx_get(f, pq, token);
+    if (r.status != status) fprintf(stderr, "%s (%s): %d %s\n", pq, token, r.status, body(&r));
+    CHECK_EQ(r.status, status);
+    cp_buf_close(&r.body);
+}
+
+TEST(tokens_guard_brokers_and_metrics)
+{
+    cp_api_token toks[2] = {{"token-of-team-a", "a"}, {"token-of-team-b", "b"}};
+    cp_api_options ao;
+    cp_api_options_default(&ao);
+    ao.tokens = toks;
+    ao.ntokens = 2;
+    ao.brokers = "127.0.0.1:9092";
+    qfx f = {0};
+    qfx_open_store(&f, NULL);
+    qfx_serve(&f, &ao, 2);
+    expect_status(&f, "/api/v1/brokers", NULL, 401);
+    expect_status(&f, "/api/v1/brokers", "wrong-token", 401);
+    cp_http_result r = qfx_get(&f, "/api/v1/brokers", "token-of-team-b");
+    CHECK_EQ(r.status, 200);
+    CHECK_CONTAINS(body(&r), "\"brokers\":\"127.0.0.1:9092\"");
+    cp_buf_close(&r.body);
+    expect_status(&f, "/metrics", NULL, 401);
+    expect_status(&f, "/metrics", "token-of-team-a", 200);
+    expect_status(&f, "/healthz", NULL, 200);
+    qfx_close(&f, 1);
+
+    /* With metrics.token, only it opens /metrics. */
+    ao.metrics_token = "scraper-secret";
+    qfx g = {0};
+    qfx_open_store(&g, NULL);
+    qfx_serve(&g, &ao, 2);
+    expect_status(&g, "/metrics", "token-of-team-a", 401);
+    expect_status(&g, "/metrics", "scraper-secret", 200);
+    expect_status(&g, "/api/v1/brokers", "scraper-secret", 401);
+    qfx_close(&g, 1);
+
+    /* Without tokens everything stays open (loopback only). */
+    cp_api_options_default(&ao);
+    qfx h = {0};
+    qfx_open_store(&h, NULL);
+    qfx_serve(&h, &ao, 2);
+    expect_status(&h, "/metrics", NULL, 200);
+    expect_status(&h, "/api/v1/brokers", NULL, 200);
+    qfx_close(&h, 1);
+}
+
+TEST_MAIN(T(tokens_guard_brokers_and_metrics), T(costly_focus_meets_the_deadline_and_series_is_not_starved),
           T(non_reading_clients_hold_bounded_memory_and_are_cut_off),
           T(slowloris_from_another_address), T(slowloris_from_the_same_address),
           T(healthz_keeps_a_reserved_slot))
