@@ -36,6 +36,8 @@ struct cp_http_server {
     lane lanes[2];   /* 0: heavy, 1: cheap */
     size_t out_bytes; /* answer bytes queued for writing, not yet written */
     size_t refused_bytes; /* the last answer refused for the budget, until a write ends */
+    size_t rendering;     /* budget reserved by heavy requests running (their estimates) */
+    size_t estimate;      /* what a heavy answer may take: recent sizes, decaying */
     int shutting_down, listener_closed;
     void (*shutdown_cb)(void *);
     void *shutdown_arg;
@@ -48,7 +50,8 @@ struct job {
     cp_http_request req;
     cp_http_response resp;
     int heavy;
-    int lane; /* index into lanes */
+    int lane;        /* index into lanes */
+    size_t reserved; /* of the budget, while running */
 };
 
 struct conn {
@@ -255,12 +258,18 @@ static void conn_arm_request(conn *c)
     uv_timer_start(&c->idle, on_idle, ns_to_ms(t), 0);
 }
 
+static void pump(cp_http_server *s);
+
 static void on_written(uv_write_t *w, int status)
 {
     write_req *wr = (write_req *)w;
     conn *c = wr->c;
-    c->srv->out_bytes -= wr->accounted;
-    if (wr->accounted > 65536) c->srv->refused_bytes = 0; /* room again: worth a try */
+    cp_http_server *srv = c->srv;
+    srv->out_bytes -= wr->accounted;
+    if (wr->accounted > 65536) {
+        srv->refused_bytes = 0; /* room again: worth a try */
+        if (srv->lanes[0].qhead) pump(srv);
+    }
     free(wr->head);
     cp_buf_close(&wr->body);
     int close_after = wr->close_after;
@@ -524,13 +533,16 @@ static void work_cb(uv_work_t *w)
     maybe_gzip(s, &j->req, &j->resp);
 }
 
-static void pump(cp_http_server *s);
-
 static void after_work_cb(uv_work_t *w, int status)
 {
     job *j = (job *)w;
     cp_http_server *s = j->c->srv;
     s->lanes[j->lane].nrunning--;
+    s->rendering -= j->reserved;
+    if (j->lane == 0) {
+        size_t n = j->resp.body.len;
+        s->estimate = n > s->estimate - s->estimate / 4 ? n : s->estimate - s->estimate / 4;
+    }
     if (status == UV_ECANCELED) cp_http_error(&j->resp, 503, "query cancelled");
     j->heavy = 1;
     job_finish(j);
@@ -541,6 +553,16 @@ static void after_work_cb(uv_work_t *w, int status)
 static void pump_lane(cp_http_server *s, lane *l)
 {
     while (l->nrunning < l->concurrency && l->qhead) {
+        size_t budget = s->opt.max_inflight_bytes;
+        /* A heavy answer is rendered only when the budget has room for it, judged by the
+         * recent answers' sizes; it waits in the queue (bounded by its deadline) while
+         * others render, so that renders in flight stay within the budget too. */
+        if (budget && l == &s->lanes[0] && s->rendering &&
+            s->out_bytes + s->rendering + s->estimate > budget &&
+            s->out_bytes + s->refused_bytes < budget) {
+            job *h = l->qhead;
+            if (!h->req.deadline_ns || cp_mono_ns() < h->req.deadline_ns) break;
+        }
         job *j = l->qhead;
         l->qhead = j->next;
         if (!l->qhead) l->qtail = NULL;
@@ -568,8 +590,14 @@ static void pump_lane(cp_http_server *s, lane *l)
             continue;
         }
         l->nrunning++;
+        if (l == &s->lanes[0]) {
+            j->reserved = s->estimate;
+            s->rendering += j->reserved;
+        }
         if (uv_queue_work(s->loop, &j->work, work_cb, after_work_cb)) {
             l->nrunning--;
+            s->rendering -= j->reserved;
+            j->reserved = 0;
             cp_http_error(&j->resp, 503, "cannot schedule the query");
             job_finish(j);
         }
