@@ -196,10 +196,7 @@ int main(int argc, char **argv)
     }
     /* libuv sizes its threadpool once, at first use: give every query slot a thread. */
     char tp[16];
-    /* The heavy and the cheap lane each get their own threads: a cheap request never
-     * waits for a thread held by a merge. */
-    uint32_t threads = d.cfg.concurrency + d.cfg.cheap_concurrency;
-    snprintf(tp, sizeof tp, "%u", threads < 1024 ? threads : 1024);
+    snprintf(tp, sizeof tp, "%u", d.cfg.concurrency < 128 ? d.cfg.concurrency : 128);
     setenv("UV_THREADPOOL_SIZE", tp, 0);
 
     cp_store_options so = {.path = d.cfg.data_dir,

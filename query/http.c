@@ -3,14 +3,19 @@
  * input buffer); heavy requests go through a bounded FIFO onto libuv's threadpool. */
 #include "http.h"
 
+#include <errno.h>
 #include <http_parser.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <limits.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "pprof.h" /* cp_gzip */
@@ -33,7 +38,17 @@ struct cp_http_server {
     conn *conns; /* doubly linked */
     uint32_t nconns; /* allocated, closing ones included */
     uint32_t nlive;  /* not closing */
-    lane lanes[2];   /* 0: heavy, 1: cheap */
+    lane lanes[2];   /* 0: heavy (libuv's threadpool), 1: cheap (the threads below) */
+    /* The cheap lane's own threads, so that merges on libuv's threadpool (at a lower CPU
+     * priority) never hold the thread a cheap request needs. */
+    pthread_t *cheap_threads;
+    uint32_t ncheap_threads;
+    pthread_mutex_t cheap_mu;
+    pthread_cond_t cheap_cv;
+    job *cheap_todo, *cheap_done; /* guarded by cheap_mu */
+    int cheap_stop;
+    uv_async_t cheap_async; /* a cheap job is done */
+    int cheap_async_open;
     size_t out_bytes; /* answer bytes queued for writing, not yet written */
     size_t refused_bytes; /* the last answer refused for the budget, until a write ends */
     size_t rendering;     /* budget reserved by heavy requests running (their estimates) */
@@ -529,8 +544,75 @@ static void work_cb(uv_work_t *w)
 {
     job *j = (job *)w;
     cp_http_server *s = j->c->srv;
+    /* Heavy requests run only on libuv's threadpool: its threads drop to a lower CPU
+     * priority once, so that the loop and the cheap lane win the CPU from merges. */
+    static _Thread_local int niced;
+    if (!niced && s->opt.heavy_nice > 0) {
+        niced = 1;
+        pid_t tid = (pid_t)syscall(SYS_gettid);
+        errno = 0;
+        int cur = getpriority(PRIO_PROCESS, (id_t)tid);
+        if (errno == 0) setpriority(PRIO_PROCESS, (id_t)tid, cur + s->opt.heavy_nice);
+    }
     s->opt.handle(s->opt.ctx, &j->req, &j->resp);
     maybe_gzip(s, &j->req, &j->resp);
+}
+
+static void *cheap_main(void *arg)
+{
+    cp_http_server *s = arg;
+    pthread_mutex_lock(&s->cheap_mu);
+    for (;;) {
+        while (!s->cheap_todo && !s->cheap_stop) pthread_cond_wait(&s->cheap_cv, &s->cheap_mu);
+        if (!s->cheap_todo) break;
+        job *j = s->cheap_todo;
+        s->cheap_todo = j->next;
+        pthread_mutex_unlock(&s->cheap_mu);
+        s->opt.handle(s->opt.ctx, &j->req, &j->resp);
+        maybe_gzip(s, &j->req, &j->resp);
+        pthread_mutex_lock(&s->cheap_mu);
+        j->next = s->cheap_done;
+        s->cheap_done = j;
+        uv_async_send(&s->cheap_async);
+    }
+    pthread_mutex_unlock(&s->cheap_mu);
+    return NULL;
+}
+
+/* Hands a cheap job to the cheap lane's threads (FIFO). */
+static void cheap_submit(cp_http_server *s, job *j)
+{
+    pthread_mutex_lock(&s->cheap_mu);
+    j->next = NULL;
+    job **t = &s->cheap_todo;
+    while (*t) t = &(*t)->next;
+    *t = j;
+    pthread_cond_signal(&s->cheap_cv);
+    pthread_mutex_unlock(&s->cheap_mu);
+}
+
+static void after_work_cb(uv_work_t *w, int status);
+
+static void on_cheap_done(uv_async_t *a)
+{
+    cp_http_server *s = a->data;
+    pthread_mutex_lock(&s->cheap_mu);
+    job *d = s->cheap_done;
+    s->cheap_done = NULL;
+    pthread_mutex_unlock(&s->cheap_mu);
+    /* The list is newest first: answer in the order the jobs finished. */
+    job *rev = NULL;
+    while (d) {
+        job *n = d->next;
+        d->next = rev;
+        rev = d;
+        d = n;
+    }
+    while (rev) {
+        job *n = rev->next;
+        after_work_cb(&rev->work, 0);
+        rev = n;
+    }
 }
 
 static void after_work_cb(uv_work_t *w, int status)
@@ -576,7 +658,7 @@ static void pump_lane(cp_http_server *s, lane *l)
             job_finish(j);
             continue;
         }
-        if (s->opt.max_inflight_bytes &&
+        if (l == &s->lanes[0] && s->opt.max_inflight_bytes &&
             s->out_bytes + s->refused_bytes >= s->opt.max_inflight_bytes) {
             /* Answers not yet taken by their clients fill the budget (or leave less room
              * than the last answer that was refused needed): rendering another one would
@@ -590,10 +672,12 @@ static void pump_lane(cp_http_server *s, lane *l)
             continue;
         }
         l->nrunning++;
-        if (l == &s->lanes[0]) {
-            j->reserved = s->estimate;
-            s->rendering += j->reserved;
+        if (l == &s->lanes[1]) {
+            cheap_submit(s, j);
+            continue;
         }
+        j->reserved = s->estimate;
+        s->rendering += j->reserved;
         if (uv_queue_work(s->loop, &j->work, work_cb, after_work_cb)) {
             l->nrunning--;
             s->rendering -= j->reserved;
@@ -874,6 +958,7 @@ void cp_http_options_default(cp_http_options *o)
     o->cheap_concurrency = 2;
     o->max_conns_per_client = 256;
     o->reserved_connections = 16;
+    o->heavy_nice = 10;
 }
 
 int cp_http_server_create(uv_loop_t *loop, const cp_http_options *opt, cp_http_server **out,
@@ -923,6 +1008,28 @@ int cp_http_server_create(uv_loop_t *loop, const cp_http_options *opt, cp_http_s
         return CP_EIO;
     }
     s->listening = 1;
+    /* The cheap lane's threads. */
+    pthread_mutex_init(&s->cheap_mu, NULL);
+    pthread_cond_init(&s->cheap_cv, NULL);
+    uv_async_init(loop, &s->cheap_async, on_cheap_done);
+    s->cheap_async.data = s;
+    s->cheap_async_open = 1;
+    s->cheap_threads = calloc(s->opt.cheap_concurrency, sizeof *s->cheap_threads);
+    if (!s->cheap_threads) {
+        cp_err_set(err, CP_ENOMEM, "http: out of memory");
+        *out = s;
+        s->shutting_down = 1;
+        return CP_ENOMEM;
+    }
+    for (uint32_t i = 0; i < s->opt.cheap_concurrency; i++) {
+        if (pthread_create(&s->cheap_threads[i], NULL, cheap_main, s)) {
+            cp_err_set(err, CP_EIO, "http: cannot start the cheap lane's threads");
+            *out = s;
+            s->shutting_down = 1;
+            return CP_EIO;
+        }
+        s->ncheap_threads++;
+    }
     struct sockaddr_storage bound;
     int blen = sizeof bound;
     uv_tcp_getsockname(&s->listener, (struct sockaddr *)&bound, &blen);
@@ -949,6 +1056,10 @@ static void server_maybe_finished(cp_http_server *s)
     if (!s->shutting_down || !s->listener_closed || s->nconns || s->lanes[0].nrunning ||
         s->lanes[0].nqueued || s->lanes[1].nrunning || s->lanes[1].nqueued)
         return;
+    if (s->cheap_async_open) {
+        s->cheap_async_open = 0;
+        uv_close((uv_handle_t *)&s->cheap_async, NULL);
+    }
     if (s->shutdown_cb) {
         void (*cb)(void *) = s->shutdown_cb;
         s->shutdown_cb = NULL;
@@ -974,5 +1085,16 @@ void cp_http_server_shutdown(cp_http_server *s, void (*cb)(void *arg), void *arg
 
 void cp_http_server_destroy(cp_http_server *s)
 {
+    if (!s) return;
+    if (s->listening) {
+        pthread_mutex_lock(&s->cheap_mu);
+        s->cheap_stop = 1;
+        pthread_cond_broadcast(&s->cheap_cv);
+        pthread_mutex_unlock(&s->cheap_mu);
+        for (uint32_t i = 0; i < s->ncheap_threads; i++) pthread_join(s->cheap_threads[i], NULL);
+        free(s->cheap_threads);
+        pthread_mutex_destroy(&s->cheap_mu);
+        pthread_cond_destroy(&s->cheap_cv);
+    }
     free(s);
 }
