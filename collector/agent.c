@@ -375,8 +375,8 @@ static void transport_tick(void)
     int64_t now = cp_mono_ns();
     if (!A.brokers[0] && cp_cfg.server[0] && now >= A.next_resolve) {
         A.next_resolve = now + 30 * (int64_t)1000000000;
-        if (cp_http_get_brokers(cp_cfg.server, cp_cfg.token, A.brokers, sizeof(A.brokers),
-                                2000) != 0)
+        if (cp_http_get_brokers(cp_cfg.server, cp_cfg.token, A.brokers, sizeof(A.brokers), 2000) !=
+            0)
             A.brokers[0] = 0;
     }
     if (A.kafka && cp_kafka_failed(A.kafka)) {

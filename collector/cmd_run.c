@@ -94,8 +94,8 @@ int cp_cmd_run(int argc, char **argv)
          * restarted contprofd may have them on a new port). */
         setenv("CONTPROF_SERVER", server, 1);
         char brokers[1024];
-        if (cp_http_get_brokers(server, getenv("CONTPROF_TOKEN"), brokers, sizeof(brokers),
-                                5000) == 0)
+        if (cp_http_get_brokers(server, getenv("CONTPROF_TOKEN"), brokers, sizeof(brokers), 5000) ==
+            0)
             setenv("CONTPROF_BROKERS", brokers, 1);
         else /* the agent keeps asking in the background */
             fprintf(stderr,

@@ -55,8 +55,7 @@ static int connect_to(const char *host, const char *port, long long deadline)
     return fd;
 }
 
-int cp_http_get_brokers(const char *url, const char *token, char *out, size_t cap,
-                        int timeout_ms)
+int cp_http_get_brokers(const char *url, const char *token, char *out, size_t cap, int timeout_ms)
 {
     long long deadline = now_ms() + timeout_ms;
     if (strncmp(url, "http://", 7) != 0) return CP_EIO;

@@ -8,7 +8,6 @@
  * writes it to out ("host:port,..."), sending token (NULL or "" = none) as a bearer token.
  * Waits at most timeout_ms in all. Returns 0, CP_EIO (connection, status) or CP_EPARSE (no
  * "brokers" string in the JSON body). */
-int cp_http_get_brokers(const char *url, const char *token, char *out, size_t cap,
-                        int timeout_ms);
+int cp_http_get_brokers(const char *url, const char *token, char *out, size_t cap, int timeout_ms);
 
 #endif

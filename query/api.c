@@ -200,12 +200,15 @@ static int metrics_allowed(cp_api *a, const cp_http_request *req, cp_http_respon
 {
     if (!a->metrics_token) return a->ntokens == 0 || authenticate(a, req, r) != NULL;
     const char *h = req->authorization ? req->authorization : "";
-    while (*h == ' ') h++;
+    while (*h == ' ')
+        h++;
     if (strncasecmp(h, "Bearer ", 7) == 0) {
         h += 7;
-        while (*h == ' ') h++;
+        while (*h == ' ')
+            h++;
         size_t n = strlen(h);
-        while (n && (h[n - 1] == ' ' || h[n - 1] == '\t')) n--;
+        while (n && (h[n - 1] == ' ' || h[n - 1] == '\t'))
+            n--;
         if (token_eq(h, n, a->metrics_token)) return 1;
     }
     cp_http_error(r, 401, "/metrics needs Authorization: Bearer <metrics.token>");
@@ -353,8 +356,8 @@ static const char *const g_profile_params[] = {"type",   "select", "from",      
 
 /* Renders p in format; the profile may be filtered in place. */
 static void render_profile(cp_api *a, const cp_params *pa, cp_profile *p, const char *kind,
-                           int64_t from, int64_t to, const char *format,
-                           const cp_http_request *req, cp_http_response *r)
+                           int64_t from, int64_t to, const char *format, const cp_http_request *req,
+                           cp_http_response *r)
 {
     cp_err err = {0};
     if (cp_render_filter_until(p, cp_params_get(pa, "focus"), cp_params_get(pa, "ignore"),
@@ -397,7 +400,8 @@ static void render_profile(cp_api *a, const cp_params *pa, cp_profile *p, const 
         set_type(r, "application/json");
     }
     if (rc) oom(r);
-    else over_time(req, "rendering", r);
+    else
+        over_time(req, "rendering", r);
 }
 
 static int parse_format(const char *s, const char *const *allowed, const char **out,
@@ -553,7 +557,8 @@ static void ep_diff(cp_api *a, const char *tenant, const cp_params *pa,
              "\"%s\",",
              cp_kind_name(kind), f, t, f2, t2);
     if (cp_render_tree_json(p, vi, b, bvi, mn, extra, &r->body)) oom(r);
-    else over_time(req, "rendering", r);
+    else
+        over_time(req, "rendering", r);
 out:
     cp_selector_close(&sel);
     cp_selector_close(&bsel);

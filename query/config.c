@@ -183,10 +183,10 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
     }
     if (strcmp(key, "metrics.token") == 0) {
         if (strlen(value) < 8)
-            return cp_err_set(err, CP_EPARSE, "'metrics.token': a token must be at least 8 "
+            return cp_err_set(err, CP_EPARSE,
+                              "'metrics.token': a token must be at least 8 "
                               "characters");
-        return set_str(&c->metrics_token, value) ? cp_err_set(err, CP_ENOMEM, "out of memory")
-                                                 : 0;
+        return set_str(&c->metrics_token, value) ? cp_err_set(err, CP_ENOMEM, "out of memory") : 0;
     }
     if (strncmp(key, "token.", 6) == 0) {
         const char *tenant = key + 6;

@@ -32,7 +32,7 @@ typedef struct cp_config {
     int64_t request_timeout_ns, write_timeout_ns;
     size_t output_budget;
     uint32_t cheap_concurrency, max_conns_per_client, healthz_connections;
-    char *metrics_token; /* metrics.token; NULL = the tenants' tokens (when any) */
+    char *metrics_token;  /* metrics.token; NULL = the tenants' tokens (when any) */
     CP_VEC(cp_kv) kafka;  /* kafka.<prop> = value, prefix stripped */
     CP_VEC(cp_kv) tokens; /* token.<tenant> = secret: key = tenant, value = secret */
     char *log_level;

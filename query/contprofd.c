@@ -192,7 +192,8 @@ int main(int argc, char **argv)
         nof.rlim_cur = nof.rlim_max < want ? nof.rlim_max : want;
         if (setrlimit(RLIMIT_NOFILE, &nof) == 0 && nof.rlim_cur < want)
             cp_log_warn("open files limited to %llu: fewer than http.max_connections (%u) may be "
-                        "served", (unsigned long long)nof.rlim_cur, d.cfg.max_connections);
+                        "served",
+                        (unsigned long long)nof.rlim_cur, d.cfg.max_connections);
     }
     /* libuv sizes its threadpool once, at first use: give every query slot a thread. */
     char tp[16];

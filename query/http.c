@@ -49,7 +49,7 @@ struct cp_http_server {
     int cheap_stop;
     uv_async_t cheap_async; /* a cheap job is done */
     int cheap_async_open;
-    size_t out_bytes; /* answer bytes queued for writing, not yet written */
+    size_t out_bytes;     /* answer bytes queued for writing, not yet written */
     size_t refused_bytes; /* the last answer refused for the budget, until a write ends */
     size_t rendering;     /* budget reserved by heavy requests running (their estimates) */
     size_t estimate;      /* what a heavy answer may take: recent sizes, decaying */
@@ -94,9 +94,9 @@ struct conn {
     int keep_alive;
     int closing;
     int reading;
-    int writing;     /* an answer is being written */
-    int overflow;    /* accepted beyond max_connections: may only ask /healthz */
-    size_t wq_last;  /* bytes still to write at the last write-timeout check */
+    int writing;      /* an answer is being written */
+    int overflow;     /* accepted beyond max_connections: may only ask /healthz */
+    size_t wq_last;   /* bytes still to write at the last write-timeout check */
     int64_t since_ns; /* accepted, or last answer written: the age eviction goes by */
     struct sockaddr_storage peer;
     char method[16];
@@ -563,7 +563,8 @@ static void *cheap_main(void *arg)
     cp_http_server *s = arg;
     pthread_mutex_lock(&s->cheap_mu);
     for (;;) {
-        while (!s->cheap_todo && !s->cheap_stop) pthread_cond_wait(&s->cheap_cv, &s->cheap_mu);
+        while (!s->cheap_todo && !s->cheap_stop)
+            pthread_cond_wait(&s->cheap_cv, &s->cheap_mu);
         if (!s->cheap_todo) break;
         job *j = s->cheap_todo;
         s->cheap_todo = j->next;
@@ -585,7 +586,8 @@ static void cheap_submit(cp_http_server *s, job *j)
     pthread_mutex_lock(&s->cheap_mu);
     j->next = NULL;
     job **t = &s->cheap_todo;
-    while (*t) t = &(*t)->next;
+    while (*t)
+        t = &(*t)->next;
     *t = j;
     pthread_cond_signal(&s->cheap_cv);
     pthread_mutex_unlock(&s->cheap_mu);
@@ -758,8 +760,10 @@ static void conn_dispatch(conn *c)
             j->heavy = 1;
             goto respond;
         }
-        if (l->qtail) l->qtail->next = j;
-        else l->qhead = j;
+        if (l->qtail)
+            l->qtail->next = j;
+        else
+            l->qhead = j;
         l->qtail = j;
         l->nqueued++;
         pump(s);
@@ -1091,7 +1095,8 @@ void cp_http_server_destroy(cp_http_server *s)
         s->cheap_stop = 1;
         pthread_cond_broadcast(&s->cheap_cv);
         pthread_mutex_unlock(&s->cheap_mu);
-        for (uint32_t i = 0; i < s->ncheap_threads; i++) pthread_join(s->cheap_threads[i], NULL);
+        for (uint32_t i = 0; i < s->ncheap_threads; i++)
+            pthread_join(s->cheap_threads[i], NULL);
         free(s->cheap_threads);
         pthread_mutex_destroy(&s->cheap_mu);
         pthread_cond_destroy(&s->cheap_cv);

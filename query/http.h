@@ -68,20 +68,20 @@ typedef struct cp_http_options {
     uint32_t max_queued;       /* heavy requests waiting; 503 beyond; default 256 */
     int64_t query_timeout_ns;  /* deadline of a heavy request from its arrival; default 30 s */
     int64_t idle_timeout_ns;   /* a connection silent this long is closed; default 60 s */
-    int64_t request_timeout_ns; /* a request must arrive whole within this of its first byte
-                                   (never longer than idle_timeout_ns); default 10 s */
-    int64_t write_timeout_ns;  /* an answer whose writing makes no progress for this long
-                                  closes the connection; default 30 s */
-    size_t max_inflight_bytes; /* daemon-wide budget of answers held in memory until written;
-                                  a query arriving over it, or an answer that would pass it,
-                                  gets 503 with Retry-After; 0 = none; default 512 MiB */
-    uint32_t cheap_concurrency; /* CP_HTTP_LANE_CHEAP requests running at once; default 2 */
+    int64_t request_timeout_ns;    /* a request must arrive whole within this of its first byte
+                                      (never longer than idle_timeout_ns); default 10 s */
+    int64_t write_timeout_ns;      /* an answer whose writing makes no progress for this long
+                                      closes the connection; default 30 s */
+    size_t max_inflight_bytes;     /* daemon-wide budget of answers held in memory until written;
+                                      a query arriving over it, or an answer that would pass it,
+                                      gets 503 with Retry-After; 0 = none; default 512 MiB */
+    uint32_t cheap_concurrency;    /* CP_HTTP_LANE_CHEAP requests running at once; default 2 */
     uint32_t max_conns_per_client; /* connections from one peer address; 0 = no limit;
                                       default 256 */
     uint32_t reserved_connections; /* beyond max_connections, slots that may only ask
                                       /healthz; default 16 */
-    int heavy_nice;            /* added once to the nice value of the threads that run heavy
-                                  requests (libuv's threadpool); 0 = none; default 10 */
+    int heavy_nice;                /* added once to the nice value of the threads that run heavy
+                                      requests (libuv's threadpool); 0 = none; default 10 */
     cp_http_handler_fn handle;
     cp_http_is_light_fn is_light; /* NULL = everything heavy */
     cp_http_observe_fn observe;   /* may be NULL */

@@ -28,7 +28,7 @@
 #include "store.h"
 #include "synth.h"
 
-#define S(x) ((int64_t)(x) * 1000000000LL)
+#define S(x) ((int64_t)(x)*1000000000LL)
 static const int64_t T0 = 1764000000;
 static int g_fail;
 static int g_port;
@@ -170,7 +170,8 @@ static void *heavy_loop(void *arg)
      * the server they load, nor from the client being measured. */
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
     char re[256] = "";
-    for (int i = 0; i < 8; i++) strcat(re, ".%7B0,60%7D");
+    for (int i = 0; i < 8; i++)
+        strcat(re, ".%7B0,60%7D");
     char slow_focus[512], big_json[256];
     snprintf(slow_focus, sizeof slow_focus, "/api/v1/profile?%s&format=folded&focus=%sQ", BIG, re);
     snprintf(big_json, sizeof big_json, "/api/v1/profile?%s&format=json&max_nodes=0", BIG);
@@ -224,22 +225,26 @@ static void series_beside_heavy(int seconds)
     cp_http_result probe = get("/api/v1/profile?" BIG "&format=top", 60000);
     if (probe.status != 200 || probe.body.len < 1000) die("the big profile is missing");
     cp_buf_close(&probe.body);
-    for (long i = 0; i < NH; i++) pthread_create(&th[i], NULL, heavy_loop, (void *)(intptr_t)i);
+    for (long i = 0; i < NH; i++)
+        pthread_create(&th[i], NULL, heavy_loop, (void *)(intptr_t)i);
     usleep(500000); /* the four are running */
     int n, errors;
     double *lat = series_latencies(seconds, &n, &errors);
     atomic_store(&g_stop, 1);
-    for (int i = 0; i < NH; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < NH; i++)
+        pthread_join(th[i], NULL);
     double load[3] = {0};
-    if (getloadavg(load, 3) > 0) row("machine load average (1 min) during the run", load[0], "", NULL, 0);
+    if (getloadavg(load, 3) > 0)
+        row("machine load average (1 min) during the run", load[0], "", NULL, 0);
     row("series beside 4 slowest queries: requests", n, "", NULL, 0);
     row("series beside 4 slowest queries: errors", errors, "", "<=", 0);
     row("series beside 4 slowest queries: p50", lat[n / 2], "ms", NULL, 0);
     row("series beside 4 slowest queries: p99", lat[(n * 99) / 100], "ms", "<=", 50);
     row("series beside 4 slowest queries: max", lat[n - 1], "ms", NULL, 0);
-    row("slowest queries completed by the 4 clients", (double)atomic_load(&g_heavy_done),
-        "", NULL, 0);
-    row("  of which 503 (query.timeout or output budget)", (double)atomic_load(&g_heavy_503), "", NULL, 0);
+    row("slowest queries completed by the 4 clients", (double)atomic_load(&g_heavy_done), "", NULL,
+        0);
+    row("  of which 503 (query.timeout or output budget)", (double)atomic_load(&g_heavy_503), "",
+        NULL, 0);
     free(lat);
 }
 
@@ -308,20 +313,22 @@ static void non_reading_clients(size_t budget, int write_timeout_s)
     row("non-reading clients: answered 503 Retry-After / 50", busy, "", NULL, 0);
     row("non-reading clients: output budget (http.output_budget)", (double)budget / mib, "MiB",
         NULL, 0);
-    row("non-reading clients: memory held (peak RSS - at rest)", (double)(peak - base) / mib,
-        "MiB", "<=", (double)budget / mib + 64);
+    row("non-reading clients: memory held (peak RSS - at rest)", (double)(peak - base) / mib, "MiB",
+        "<=", (double)budget / mib + 64);
     int64_t t1 = ms_now();
     int open = N;
     while (open && ms_now() - t1 < 120000) {
         open = 0;
-        for (int i = 0; i < N; i++) open += held[i] && is_open(fds[i]);
+        for (int i = 0; i < N; i++)
+            open += held[i] && is_open(fds[i]);
         usleep(100000);
     }
-    row("non-reading clients: s until the write timeout closed all held", (double)(ms_now() - t1) / 1000,
-        "s", "<=", write_timeout_s + 10);
-    row("non-reading clients: RSS after they were closed", (double)rss_of(g_pid) / mib, "MiB",
-        NULL, 0);
-    for (int i = 0; i < N; i++) close(fds[i]);
+    row("non-reading clients: s until the write timeout closed all held",
+        (double)(ms_now() - t1) / 1000, "s", "<=", write_timeout_s + 10);
+    row("non-reading clients: RSS after they were closed", (double)rss_of(g_pid) / mib, "MiB", NULL,
+        0);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
 }
 
 int main(int argc, char **argv)
@@ -334,12 +341,18 @@ int main(int argc, char **argv)
                                        {"seconds", 1, 0, 's'}, {"stacks", 1, 0, 'k'},
                                        {"samples", 1, 0, 'n'}, {0, 0, 0, 0}};
     for (int c; (c = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
-        if (c == 'd') dir = optarg;
-        else if (c == 'b') bin = optarg;
-        else if (c == 's') seconds = atoi(optarg);
-        else if (c == 'k') nstacks = (uint32_t)atoi(optarg);
-        else if (c == 'n') nsamples = (uint32_t)atoi(optarg);
-        else return 2;
+        if (c == 'd')
+            dir = optarg;
+        else if (c == 'b')
+            bin = optarg;
+        else if (c == 's')
+            seconds = atoi(optarg);
+        else if (c == 'k')
+            nstacks = (uint32_t)atoi(optarg);
+        else if (c == 'n')
+            nsamples = (uint32_t)atoi(optarg);
+        else
+            return 2;
     }
     if (!bin) die("--contprofd PATH is required");
     signal(SIGPIPE, SIG_IGN);

@@ -152,7 +152,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uv_run(&g.loop, UV_RUN_NOWAIT);
         if (sent < size) {
             ssize_t w = send(fd, data + sent, size - sent, MSG_NOSIGNAL);
-            if (w > 0) sent += (size_t)w;
+            if (w > 0)
+                sent += (size_t)w;
             else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOTCONN)
                 sent = size; /* the server closed early (an error answer) */
         }

@@ -14,7 +14,7 @@
 #include "qtest.h"
 #include "synth.h"
 
-#define S(x) ((int64_t)(x) * 1000000000LL)
+#define S(x) ((int64_t)(x)*1000000000LL)
 static const int64_t T0 = 1764000000;
 
 static int64_t ms_now(void)
@@ -127,7 +127,8 @@ TEST(costly_focus_meets_the_deadline_and_series_is_not_starved)
 
     /* The regex, ".{0,255}" 39 times then Q, is refused before it runs. */
     char re[512] = "";
-    for (int i = 0; i < 39; i++) strcat(re, ".%7B0,255%7D");
+    for (int i = 0; i < 39; i++)
+        strcat(re, ".%7B0,255%7D");
     snprintf(pq, sizeof pq, "/api/v1/profile?%s&focus=%sQ", range, re);
     cp_http_result r = qfx_get(&f, pq, NULL);
     CHECK_EQ(r.status, 400);
@@ -148,7 +149,8 @@ TEST(costly_focus_meets_the_deadline_and_series_is_not_starved)
      * query.timeout (2 s) with a 503 naming it, the heavy lane stays full meanwhile, and
      * /api/v1/series is answered while they run. */
     re[0] = 0;
-    for (int i = 0; i < 8; i++) strcat(re, ".%7B0,60%7D");
+    for (int i = 0; i < 8; i++)
+        strcat(re, ".%7B0,60%7D");
     enum { NQ = 3 };
     static bgq q[NQ];
     for (int i = 0; i < NQ; i++) {
@@ -167,7 +169,8 @@ TEST(costly_focus_meets_the_deadline_and_series_is_not_starved)
     /* The series answers came while the costly queries were still running (they end at
      * their 2 s deadline at the earliest). */
     int finished = 0;
-    for (int i = 0; i < NQ; i++) finished += atomic_load(&q[i].done);
+    for (int i = 0; i < NQ; i++)
+        finished += atomic_load(&q[i].done);
     CHECK(finished == 0);
     for (int i = 0; i < NQ; i++) {
         pthread_join(q[i].th, NULL);
@@ -197,7 +200,7 @@ static void fill_big(qfx *f, uint32_t nstacks, uint32_t nsamples)
     cp_synth_destroy(sy);
 }
 
-#define BIG_PQ                                                                                  \
+#define BIG_PQ                                                                                     \
     "/api/v1/profile?from=1764000000&to=1764000010&format=folded&select=%7Bservice%3D%22big%22%7D"
 static const char g_big_req[] = "GET " BIG_PQ " HTTP/1.1\r\nHost: x\r\n\r\n";
 
@@ -245,7 +248,8 @@ TEST(non_reading_clients_hold_bounded_memory_and_are_cut_off)
     char head[256];
     for (int64_t t0 = ms_now(); answered < N && ms_now() - t0 < 60000;) {
         answered = 0;
-        for (int i = 0; i < N; i++) answered += peek(fds[i], head, 12) >= 12;
+        for (int i = 0; i < N; i++)
+            answered += peek(fds[i], head, 12) >= 12;
         size_t now = rss_bytes();
         if (now > peak) peak = now;
         usleep(20000);
@@ -262,8 +266,8 @@ TEST(non_reading_clients_hold_bounded_memory_and_are_cut_off)
             CHECK_CONTAINS(head, "Retry-After: ");
         }
     }
-    fprintf(stderr, "200: %d, 503: %d; rss %zu MiB at rest, peak %zu MiB (+%zu MiB)\n", ok,
-            busy, base >> 20, peak >> 20, (peak - base) >> 20);
+    fprintf(stderr, "200: %d, 503: %d; rss %zu MiB at rest, peak %zu MiB (+%zu MiB)\n", ok, busy,
+            base >> 20, peak >> 20, (peak - base) >> 20);
     CHECK(ok >= 1 && busy >= 1 && ok + busy == N);
     /* Held: at most the 32 MiB budget, plus what the two running queries render. */
     CHECK(peak - base <= (32u << 20) + (64u << 20));
@@ -328,7 +332,8 @@ static void slowloris(uint32_t per_client, const char *attacker)
         fds[i] = dial(attacker, f.port, 0);
         send_all(fds[i], "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: a");
     }
-    for (int i = 0; i < N; i++) send(fds[i], "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    for (int i = 0; i < N; i++)
+        send(fds[i], "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
     int64_t t0 = ms_now();
     cp_http_result r = qfx_get(&f, "/api/v1/series", NULL);
     CHECK_EQ(r.status, 200);
@@ -393,7 +398,8 @@ TEST(healthz_keeps_a_reserved_slot)
     char head[16];
     for (int64_t t0 = ms_now(); ms_now() - t0 < 60000;) {
         int answered = 0;
-        for (int i = 0; i < 4; i++) answered += peek(fds[i], head, 12) >= 12;
+        for (int i = 0; i < 4; i++)
+            answered += peek(fds[i], head, 12) >= 12;
         if (answered == 4) break;
         usleep(20000);
     }
@@ -408,7 +414,8 @@ TEST(healthz_keeps_a_reserved_slot)
     CHECK_EQ(r.status, 503);
     CHECK_CONTAINS(body(&r), "too many connections (limit 4)");
     cp_buf_close(&r.body);
-    for (int i = 0; i < 4; i++) close(fds[i]);
+    for (int i = 0; i < 4; i++)
+        close(fds[i]);
     qfx_close(&f, 1);
 }
 
@@ -464,7 +471,8 @@ TEST(tokens_guard_brokers_and_metrics)
     qfx_close(&h, 1);
 }
 
-TEST_MAIN(T(tokens_guard_brokers_and_metrics), T(costly_focus_meets_the_deadline_and_series_is_not_starved),
+TEST_MAIN(T(tokens_guard_brokers_and_metrics),
+          T(costly_focus_meets_the_deadline_and_series_is_not_starved),
           T(non_reading_clients_hold_bounded_memory_and_are_cut_off),
           T(slowloris_from_another_address), T(slowloris_from_the_same_address),
           T(healthz_keeps_a_reserved_slot))
