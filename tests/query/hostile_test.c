@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "config.h"
 #include "fixture.h"
 #include "qtest.h"
 #include "synth.h"
@@ -471,7 +472,42 @@ TEST(tokens_guard_brokers_and_metrics)
     qfx_close(&h, 1);
 }
 
-TEST_MAIN(T(tokens_guard_brokers_and_metrics),
+/* The settings of this file's limits, as contprofd reads them. */
+TEST(config_keys_for_the_limits)
+{
+    cp_config c;
+    cp_err err = {0};
+    CHECK(cp_config_init(&c) == 0);
+    CHECK_EQ(c.output_budget, (size_t)512 << 20);
+    CHECK_EQ(c.write_timeout_ns, S(30));
+    CHECK_EQ(c.request_timeout_ns, S(10));
+    CHECK_EQ(c.max_conns_per_client, 256u);
+    CHECK_EQ(c.healthz_connections, 16u);
+    CHECK_EQ(c.cheap_concurrency, 2u);
+    CHECK(c.metrics_token == NULL);
+    CHECK(cp_config_set(&c, "http.output_budget", "64M", &err) == 0);
+    CHECK(cp_config_set(&c, "http.write_timeout", "5s", &err) == 0);
+    CHECK(cp_config_set(&c, "http.request_timeout", "2s", &err) == 0);
+    CHECK(cp_config_set(&c, "http.max_connections_per_client", "0", &err) == 0);
+    CHECK(cp_config_set(&c, "http.healthz_connections", "4", &err) == 0);
+    CHECK(cp_config_set(&c, "query.cheap_concurrency", "3", &err) == 0);
+    CHECK(cp_config_set(&c, "metrics.token", "scrape-me-please", &err) == 0);
+    CHECK_EQ(c.output_budget, (size_t)64 << 20);
+    CHECK_EQ(c.write_timeout_ns, S(5));
+    CHECK_EQ(c.request_timeout_ns, S(2));
+    CHECK_EQ(c.max_conns_per_client, 0u);
+    CHECK_EQ(c.healthz_connections, 4u);
+    CHECK_EQ(c.cheap_concurrency, 3u);
+    CHECK_STREQ(c.metrics_token, "scrape-me-please");
+    CHECK_EQ(cp_config_set(&c, "metrics.token", "short", &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "at least 8 characters");
+    CHECK_EQ(cp_config_set(&c, "http.output_budget", "lots", &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "http.output_budget");
+    CHECK_EQ(cp_config_set(&c, "query.cheap_concurrency", "0", &err), CP_EPARSE);
+    cp_config_close(&c);
+}
+
+TEST_MAIN(T(config_keys_for_the_limits), T(tokens_guard_brokers_and_metrics),
           T(costly_focus_meets_the_deadline_and_series_is_not_starved),
           T(non_reading_clients_hold_bounded_memory_and_are_cut_off),
           T(slowloris_from_another_address), T(slowloris_from_the_same_address),
