@@ -1,6 +1,7 @@
 /* SHA-256 against FIPS 180-4 examples and HMAC-SHA-256 against the RFC 4231 test cases. */
 #include <string.h>
 
+#include "envelope.h"
 #include "hmac.h"
 #include "test.h"
 
@@ -96,4 +97,43 @@ TEST(hmac_sha256_rfc4231)
     CHECK(!cp_ct_equal(a, b, 4));
 }
 
-TEST_MAIN(T(sha256_known_answers), T(hmac_sha256_rfc4231))
+/* A signed envelope still decodes to the same envelope, verifies with its token only, and
+ * any changed byte (the tenant's among them) breaks it. */
+TEST(envelope_signature)
+{
+    cp_envelope e = {0};
+    e.tenant = (char *)"team-a";
+    e.kind = CP_KIND_CPU;
+    e.window_start_ns = 1764000000000000000LL;
+    e.window_duration_ns = 10000000000LL;
+    e.producer_id = (char *)"p1";
+    e.sequence = 7;
+    uint8_t pprof[4] = {1, 2, 3, 4};
+    e.pprof = pprof;
+    e.pprof_len = sizeof pprof;
+    CHECK(cp_labels_set(&e.labels, "service", "api") == 0);
+    cp_buf enc = {0};
+    CHECK(cp_envelope_encode(&e, &enc) == 0);
+    size_t plain = enc.len;
+    CHECK(!cp_envelope_verify(enc.data, enc.len, "team-a-token"));
+    CHECK(cp_envelope_sign(&enc, "team-a-token") == 0);
+    CHECK_EQ(enc.len, plain + CP_ENVELOPE_AUTH_LEN);
+    CHECK(cp_envelope_verify(enc.data, enc.len, "team-a-token"));
+    CHECK(!cp_envelope_verify(enc.data, enc.len, "team-b-token"));
+    cp_envelope d = {0};
+    cp_err err = {0};
+    CHECK(cp_envelope_decode(enc.data, enc.len, 1 << 20, &d, &err) == 0);
+    CHECK_STREQ(d.tenant, "team-a");
+    CHECK_EQ(d.sequence, 7u);
+    CHECK_EQ(d.pprof_len, sizeof pprof);
+    cp_envelope_close(&d);
+    uint8_t *t = memmem(enc.data, plain, "team-a", 6);
+    CHECK(t);
+    t[5] = 'b'; /* claims tenant team-b */
+    CHECK(!cp_envelope_verify(enc.data, enc.len, "team-a-token"));
+    CHECK(!cp_envelope_verify(enc.data, enc.len, "team-b-token"));
+    cp_buf_close(&enc);
+    cp_labels_close(&e.labels);
+}
+
+TEST_MAIN(T(sha256_known_answers), T(hmac_sha256_rfc4231), T(envelope_signature))
