@@ -329,7 +329,10 @@ static void emit(cp_envelope *e, void *arg)
     if (cp_cfg.output_dir[0]) write_file(e);
     if (A.kafka) {
         cp_buf val = {0}, key = {0};
-        if (cp_envelope_encode(e, &val) == 0 && cp_envelope_series_key(e, &key) == 0) {
+        /* With a token, the envelope is signed with it: contprofd with tokens stores only
+         * envelopes signed by a token of the tenant they name. */
+        if (cp_envelope_encode(e, &val) == 0 && cp_envelope_series_key(e, &key) == 0 &&
+            (!cp_cfg.token[0] || cp_envelope_sign(&val, cp_cfg.token) == 0)) {
             size_t vl, kl;
             uint8_t *v = cp_buf_steal(&val, &vl);
             uint8_t *k = cp_buf_steal(&key, &kl);

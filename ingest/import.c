@@ -170,6 +170,7 @@ typedef struct imp {
     rd_kafka_t *rk;
     int failed, delivered;
     const char *tenant, *service;
+    const char *token; /* signs each envelope (NULL = unsigned) */
     char **labels; /* k=v */
     int nlabels;
     int64_t at, dur;
@@ -223,6 +224,7 @@ static int send_one(imp *im, const char *file, cp_kind kind, int cumulative, con
     e.pprof = pp.data;
     e.pprof_len = pp.len;
     if (!rc) rc = cp_envelope_encode(&e, &enc) != 0 || cp_envelope_series_key(&e, &key) != 0;
+    if (!rc && im->token) rc = cp_envelope_sign(&enc, im->token) != 0;
     if (rc) {
         fprintf(stderr, "contprof import: %s: out of memory\n", file);
     } else {
@@ -376,6 +378,7 @@ int cp_cmd_import(int argc, char **argv)
         }
         brokers = fetched;
     }
+    im.token = token && *token ? token : NULL;
     char host[64] = "host";
     gethostname(host, sizeof host - 1);
     snprintf(im.producer, sizeof im.producer, "import-%s-%d-%lld", host, (int)getpid(),

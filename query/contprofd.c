@@ -31,6 +31,7 @@ typedef struct daemon {
 #ifdef CP_HAVE_INGEST
     cp_broker *broker;
     cp_ingest *ingest;
+    const char **tenant_tokens; /* tenant, token pairs ingest checks envelopes against */
 #endif
     /* ingest rate, sampled by rate_timer */
     uint64_t last_windows;
@@ -288,12 +289,27 @@ int main(int argc, char **argv)
             goto fail_msg;
         }
     if (cp_vec_push(&props, NULL)) goto fail_msg;
+    /* With tokens, ingest stores only envelopes signed with a token of their tenant. */
+    CP_VEC(const char *) ttoks = {0};
+    for (uint32_t i = 0; i < d.cfg.tokens.n; i++)
+        if (cp_vec_push(&ttoks, d.cfg.tokens.v[i].key) ||
+            cp_vec_push(&ttoks, d.cfg.tokens.v[i].value)) {
+            free(ttoks.v);
+            cp_err_set(&err, CP_ENOMEM, "out of memory");
+            goto fail_msg;
+        }
+    if (cp_vec_push(&ttoks, NULL)) {
+        free(ttoks.v);
+        goto fail_msg;
+    }
+    d.tenant_tokens = ttoks.v; /* freed after the ingest */
     cp_ingest_options io = {.brokers = bootstrap,
                             .group_id = d.cfg.group_id,
                             .topic = d.cfg.topic,
                             .dlq_topic = d.cfg.dlq_topic,
                             .kafka_props = props.v,
-                            .new_log = d.broker != NULL};
+                            .new_log = d.broker != NULL,
+                            .tenant_tokens = d.cfg.tokens.n ? ttoks.v : NULL};
     int irc = cp_ingest_create(&io, d.store, &d.ingest, &err);
     free(props.v);
     if (irc) goto fail_msg;
@@ -323,6 +339,7 @@ out:
     cp_http_server_destroy(d.http);
 #ifdef CP_HAVE_INGEST
     cp_ingest_destroy(d.ingest);
+    free(d.tenant_tokens);
     cp_broker_destroy(d.broker);
 #endif
     cp_api_destroy(d.api);
