@@ -47,7 +47,7 @@ typedef struct cp_ingest_options {
     X(VERSION, "version")   /* unknown envelope major version */                                   \
     X(PPROF, "pprof")       /* payload is not a valid (gzip'd) pprof */                            \
     X(LIMIT, "limit")       /* over a size / count limit */                                        \
-    X(REJECTED, "rejected") /* the store refused it (e.g. sample types changed) */          \
+    X(REJECTED, "rejected") /* the store refused it (e.g. sample types changed) */                 \
     X(TENANT, "tenant")     /* not signed with a token of the tenant it names */
 
 typedef enum cp_dlq_reason {

@@ -266,7 +266,8 @@ TEST(tenant_binding_of_imports)
                       "--at 1764000000 --duration 10s %s '%s' >/dev/null 2>&1";
     snprintf(cmd, sizeof cmd, imp, bindir(), p.port, "--service good --token alpha-secret-1", file);
     CHECK(system(cmd) == 0);
-    snprintf(cmd, sizeof cmd, imp, bindir(), p.port, "--service forged --token beta-secret-2", file);
+    snprintf(cmd, sizeof cmd, imp, bindir(), p.port, "--service forged --token beta-secret-2",
+             file);
     CHECK(system(cmd) == 0); /* delivered to Kafka: ingest is what refuses it */
     snprintf(cmd, sizeof cmd, imp, bindir(), p.port, "--service nobroker", file);
     CHECK(system(cmd) != 0); /* no token: contprofd does not say where Kafka is */
@@ -385,5 +386,4 @@ TEST(config_parser)
 }
 
 TEST_MAIN(T(serves_a_store_and_stops_cleanly), T(embedded_broker_import_to_query),
-          T(tokens_from_config), T(tenant_binding_of_imports), T(startup_errors),
-          T(config_parser))
+          T(tokens_from_config), T(tenant_binding_of_imports), T(startup_errors), T(config_parser))
