@@ -356,7 +356,10 @@ static void emit(cp_envelope *e, void *arg)
     if (cp_cfg.output_dir[0]) write_file(e);
     if (A.kafka) {
         cp_buf val = {0}, key = {0};
-        if (cp_envelope_encode(e, &val) == 0 && cp_envelope_series_key(e, &key) == 0) {
+        /* With a token, the envelope is signed with it: contprofd with tokens stores only
+         * envelopes signed by a token of the tenant they name. */
+        if (cp_envelope_encode(e, &val) == 0 && cp_envelope_series_key(e, &key) == 0 &&
+            (!cp_cfg.token[0] || cp_envelope_sign(&val, cp_cfg.token) == 0)) {
             size_t vl, kl;
             uint8_t *v = cp_buf_steal(&val, &vl);
             uint8_t *k = cp_buf_steal(&key, &kl);
@@ -388,7 +391,8 @@ static void refetch_brokers(int64_t now)
     if (A.refetch_backoff > REFETCH_MAX_NS) A.refetch_backoff = REFETCH_MAX_NS;
     A.next_refetch = now + A.refetch_backoff;
     char b[sizeof(A.brokers)];
-    if (cp_http_get_brokers(cp_cfg.server, b, sizeof(b), 2000) != 0 || !strcmp(b, A.brokers))
+    if (cp_http_get_brokers(cp_cfg.server, cp_cfg.token, b, sizeof(b), 2000) != 0 ||
+        !strcmp(b, A.brokers))
         return;
     snprintf(A.brokers, sizeof(A.brokers), "%s", b);
     A.dropped_windows += cp_kafka_take_dropped(A.kafka);
@@ -401,7 +405,8 @@ static void transport_tick(void)
     int64_t now = cp_mono_ns();
     if (!A.brokers[0] && cp_cfg.server[0] && now >= A.next_resolve) {
         A.next_resolve = now + 30 * (int64_t)1000000000;
-        if (cp_http_get_brokers(cp_cfg.server, A.brokers, sizeof(A.brokers), 2000) != 0)
+        if (cp_http_get_brokers(cp_cfg.server, cp_cfg.token, A.brokers, sizeof(A.brokers), 2000) !=
+            0)
             A.brokers[0] = 0;
     }
     if (A.kafka && atomic_load(&cp_fd_revocations) != A.fd_revocations) {

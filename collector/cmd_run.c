@@ -25,6 +25,7 @@ static int usage_to(FILE *f, int rc)
             "         [--tenant T] [--label k=v]... [--cpu-hz N] [--alloc-rate BYTES]\n"
             "         [--window DURATION] [--output-dir DIR] [--topic T] [--no-children]\n"
             "         [--symbolize agent|server]\n"
+            "         [--token T (or CONTPROF_TOKEN): contprofd's bearer token]\n"
             "         -- CMD [ARGS...]\n"
             "  --window D   window length: 500ms, 10s (default), 1m; a bare number is seconds\n\n"
             "examples:\n"
@@ -56,7 +57,7 @@ int cp_cmd_run(int argc, char **argv)
         {"--version", "CONTPROF_VERSION"}, {"--tenant", "CONTPROF_TENANT"},
         {"--cpu-hz", "CONTPROF_CPU_HZ"},   {"--alloc-rate", "CONTPROF_ALLOC_RATE"},
         {"--window", "CONTPROF_WINDOW"},   {"--output-dir", "CONTPROF_OUTPUT_DIR"},
-        {"--topic", "CONTPROF_TOPIC"},
+        {"--topic", "CONTPROF_TOPIC"},     {"--token", "CONTPROF_TOKEN"},
     };
     const char *server = NULL;
     char labels[4096] = "";
@@ -124,7 +125,8 @@ int cp_cmd_run(int argc, char **argv)
          * restarted contprofd may have them on a new port). */
         setenv("CONTPROF_SERVER", server, 1);
         char brokers[1024];
-        if (cp_http_get_brokers(server, brokers, sizeof(brokers), 5000) == 0)
+        if (cp_http_get_brokers(server, getenv("CONTPROF_TOKEN"), brokers, sizeof(brokers), 5000) ==
+            0)
             setenv("CONTPROF_BROKERS", brokers, 1);
         else /* the agent keeps asking in the background */
             fprintf(stderr,

@@ -30,6 +30,7 @@ typedef struct cp_config {
     int64_t alloc_rate; /* 0: off */
     int64_t window_ns;
     char brokers[1024], server[512], topic[256], output_dir[1024];
+    char token[256]; /* CONTPROF_TOKEN: contprofd's bearer token (asking for the brokers) */
     int children;
     int64_t flush_ms;
     int kafka_queue; /* envelopes waiting in the agent plus librdkafka */

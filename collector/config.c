@@ -99,6 +99,7 @@ void cp_config_load(cp_config *c, const contprof_options *o)
     copy(c->labels, sizeof(c->labels), o->labels, "CONTPROF_LABELS", "");
     copy(c->brokers, sizeof(c->brokers), o->brokers, "CONTPROF_BROKERS", "");
     copy(c->server, sizeof(c->server), o->server, "CONTPROF_SERVER", "");
+    copy(c->token, sizeof(c->token), NULL, "CONTPROF_TOKEN", "");
     copy(c->topic, sizeof(c->topic), o->topic, "CONTPROF_TOPIC", "contprof.profiles");
     copy(c->output_dir, sizeof(c->output_dir), o->output_dir, "CONTPROF_OUTPUT_DIR", "");
 

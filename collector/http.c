@@ -55,7 +55,7 @@ static int connect_to(const char *host, const char *port, long long deadline)
     return fd;
 }
 
-int cp_http_get_brokers(const char *url, char *out, size_t cap, int timeout_ms)
+int cp_http_get_brokers(const char *url, const char *token, char *out, size_t cap, int timeout_ms)
 {
     long long deadline = now_ms() + timeout_ms;
     if (strncmp(url, "http://", 7) != 0) return CP_EIO;
@@ -81,11 +81,16 @@ int cp_http_get_brokers(const char *url, char *out, size_t cap, int timeout_ms)
     }
     int fd = connect_to(host, port, deadline);
     if (fd < 0) return CP_EIO;
-    char req[1024];
+    char req[1536];
     int n = snprintf(req, sizeof(req),
                      "GET %.*s/api/v1/brokers HTTP/1.1\r\nHost: %s\r\nAccept: application/json"
-                     "\r\nConnection: close\r\n\r\n",
-                     (int)pl, prefix, hostport);
+                     "\r\n%s%.256s%sConnection: close\r\n\r\n",
+                     (int)pl, prefix, hostport, token && *token ? "Authorization: Bearer " : "",
+                     token && *token ? token : "", token && *token ? "\r\n" : "");
+    if (n < 0 || n >= (int)sizeof(req)) {
+        close(fd);
+        return CP_EIO;
+    }
     int off = 0;
     while (off < n) {
         if (wait_fd(fd, POLLOUT, deadline) != 0) goto io;

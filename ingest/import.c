@@ -28,6 +28,7 @@ static void usage(FILE *f)
             "                  (default http://127.0.0.1:7070)\n"
             "  --brokers LIST  Kafka bootstrap servers, host:port,...\n"
             "  --tenant T      tenant (default \"default\")\n"
+            "  --token T       contprofd's bearer token for the tenant (or CONTPROF_TOKEN)\n"
             "  --service S     service label (default \"import\")\n"
             "  --label k=v     another label (repeatable; at most %d labels with service,\n"
             "                  values at most %d bytes: ingest's limits, checked before sending)\n"
@@ -44,7 +45,7 @@ static void usage(FILE *f)
 
 /* GET URL/api/v1/brokers -> {"brokers":"h:p,..."}. A small HTTP/1.0 client: we write the
  * request and only read the status line and a JSON string field of the body. */
-static char *ask_server(const char *url, char *why, size_t whylen)
+static char *ask_server(const char *url, const char *token, char *why, size_t whylen)
 {
     const char *h = url;
     if (!strncmp(h, "http://", 7))
@@ -79,11 +80,13 @@ static char *ask_server(const char *url, char *why, size_t whylen)
         snprintf(why, whylen, "cannot connect to %s: %s", url, strerror(errno));
         return NULL;
     }
-    char req[512];
+    char req[1024];
     int n = snprintf(req, sizeof req,
-                     "GET /api/v1/brokers HTTP/1.0\r\nHost: %s\r\nAccept: application/json\r\n\r\n",
-                     host);
-    if (write(fd, req, (size_t)n) != n) {
+                     "GET /api/v1/brokers HTTP/1.0\r\nHost: %s\r\nAccept: application/json\r\n"
+                     "%s%.256s%s\r\n",
+                     host, token ? "Authorization: Bearer " : "", token ? token : "",
+                     token ? "\r\n" : "");
+    if (n < 0 || n >= (int)sizeof req || write(fd, req, (size_t)n) != n) {
         close(fd);
         snprintf(why, whylen, "%s: write failed", url);
         return NULL;
@@ -116,6 +119,7 @@ typedef struct imp {
     rd_kafka_t *rk;
     int failed, delivered;
     const char *tenant, *service;
+    const char *token; /* signs each envelope (NULL = unsigned) */
     char **labels; /* k=v */
     int nlabels;
     int64_t at, dur;
@@ -191,6 +195,7 @@ static int send_one(imp *im, const char *file, cp_kind kind, int cumulative, con
         rc = 1;
         goto done;
     }
+    if (!rc && im->token) rc = cp_envelope_sign(&enc, im->token) != 0;
     if (rc) {
         fprintf(stderr, "contprof import: %s: out of memory\n", file);
     } else {
@@ -298,7 +303,7 @@ static int check_labels(const imp *im)
 int cp_cmd_import(int argc, char **argv)
 {
     imp im = {0};
-    const char *server = NULL, *brokers = NULL;
+    const char *server = NULL, *brokers = NULL, *token = getenv("CONTPROF_TOKEN");
     im.tenant = CP_DEFAULT_TENANT;
     im.service = "import";
     char **files = calloc((size_t)argc + 1, sizeof *files);
@@ -322,6 +327,8 @@ int cp_cmd_import(int argc, char **argv)
             brokers = argv[++i];
         else if (!strcmp(a, "--tenant"))
             im.tenant = argv[++i];
+        else if (!strcmp(a, "--token"))
+            token = argv[++i];
         else if (!strcmp(a, "--service"))
             im.service = argv[++i];
         else if (!strcmp(a, "--label")) {
@@ -375,7 +382,8 @@ int cp_cmd_import(int argc, char **argv)
     }
     if (!brokers) {
         char why[300];
-        fetched = ask_server(server ? server : "http://127.0.0.1:7070", why, sizeof why);
+        fetched = ask_server(server ? server : "http://127.0.0.1:7070",
+                             token && *token ? token : NULL, why, sizeof why);
         if (!fetched) {
             fprintf(stderr, "contprof import: %s\n", why);
             rc = 1;
@@ -383,6 +391,7 @@ int cp_cmd_import(int argc, char **argv)
         }
         brokers = fetched;
     }
+    im.token = token && *token ? token : NULL;
     char host[64] = "host";
     gethostname(host, sizeof host - 1);
     snprintf(im.producer, sizeof im.producer, "import-%s-%d-%lld", host, (int)getpid(),

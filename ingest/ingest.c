@@ -32,6 +32,7 @@ typedef struct slot {
     rd_kafka_message_t *m;
     int todo; /* passed the offset checks */
     int rc_env, rc_prof;
+    int tenant_bad; /* not signed by a token of its tenant */
     cp_envelope env;
     cp_profile *prof;
     cp_err err;
@@ -272,13 +273,33 @@ static int admit(cp_ingest *in, rd_kafka_message_t *m)
     return !skip;
 }
 
+/* 1 if the message is signed with one of the tokens of the tenant its envelope names. */
+static int tenant_signed(const cp_ingest *in, const slot *sl)
+{
+    for (const char *const *t = in->o.tenant_tokens; t[0] && t[1]; t += 2)
+        if (strcmp(t[0], sl->env.tenant) == 0 &&
+            cp_envelope_verify(sl->m->payload, sl->m->len, t[1]))
+            return 1;
+    return 0;
+}
+
 static void decode_slot(cp_ingest *in, slot *sl, cp_pprof_decoder *dec)
 {
     sl->err.code = 0;
     sl->err.msg[0] = 0;
     sl->rc_prof = 0;
+    sl->tenant_bad = 0;
     sl->rc_env =
         cp_envelope_decode_view(sl->m->payload, sl->m->len, in->o.max_message_bytes, &sl->env, &sl->err);
+    if (!sl->rc_env && in->o.tenant_tokens && !tenant_signed(in, sl)) {
+        /* Checked before the payload is decoded: a forged envelope costs no pprof work. */
+        sl->tenant_bad = 1;
+        cp_err_set(&sl->err, CP_EINVAL,
+                   "envelope for tenant \"%.64s\" is not signed with a token of that tenant "
+                   "(auth field missing or wrong)",
+                   sl->env.tenant);
+        return;
+    }
     if (!sl->rc_env)
         sl->rc_prof =
             cp_pprof_decoder_decode(dec, sl->env.pprof, sl->env.pprof_len, sl->prof, &sl->err);
@@ -327,7 +348,9 @@ static int apply(cp_ingest *in, slot *sl)
         pthread_mutex_unlock(&in->mu);
     }
     int rc = 0;
-    if (sl->rc_env) {
+    if (sl->tenant_bad) {
+        to_dlq(in, m, CP_DLQ_TENANT, sl->err.msg);
+    } else if (sl->rc_env) {
         to_dlq(in, m, dlq_reason_of(sl->rc_env, 0), sl->err.msg);
     } else if (sl->rc_prof) {
         to_dlq(in, m, dlq_reason_of(sl->rc_prof, 1), sl->err.msg);

@@ -34,6 +34,11 @@ typedef struct cp_ingest_options {
      * broker starts empty at every start): offsets stored by earlier processes are ignored
      * and each partition is read from the beginning. Duplicates are still dropped. */
     int new_log;
+    /* NULL-terminated tenant, token pairs (contprofd's token.<tenant> lines), kept by
+     * reference: when given, an envelope is stored only if it carries an auth field signed
+     * with one of its tenant's tokens (cp_envelope_verify), else it goes to the DLQ with
+     * reason "tenant". NULL = no check (a single-tenant daemon on loopback). */
+    const char *const *tenant_tokens;
 } cp_ingest_options;
 
 /* Why a message went to the dead-letter topic (the "contprof-reason" header). */
@@ -42,7 +47,8 @@ typedef struct cp_ingest_options {
     X(VERSION, "version")   /* unknown envelope major version */                                   \
     X(PPROF, "pprof")       /* payload is not a valid (gzip'd) pprof */                            \
     X(LIMIT, "limit")       /* over a size / count limit */                                        \
-    X(REJECTED, "rejected") /* the store refused it (e.g. sample types changed) */
+    X(REJECTED, "rejected") /* the store refused it (e.g. sample types changed) */                 \
+    X(TENANT, "tenant")     /* not signed with a token of the tenant it names */
 
 typedef enum cp_dlq_reason {
 #define CP_DLQ_ENUM_(n, s) CP_DLQ_##n,

@@ -1,6 +1,7 @@
 /* Envelope encoding, decoding and validation over protoc-c's generated code. */
 #include "envelope.h"
 #include "envelope.pb-c.h"
+#include "hmac.h"
 #include "wire.h"
 
 #include <stdlib.h>
@@ -269,6 +270,25 @@ int cp_envelope_decode(const uint8_t *buf, size_t len, size_t max_pprof, cp_enve
 int cp_envelope_decode_view(const uint8_t *buf, size_t len, size_t max_pprof, cp_envelope *out, cp_err *err)
 {
     return decode(buf, len, max_pprof, 1, out, err);
+}
+
+/* ---- the tenant's signature ---------------------------------------------------------- */
+
+int cp_envelope_sign(cp_buf *enc, const char *token)
+{
+    uint8_t f[CP_ENVELOPE_AUTH_LEN] = {0x82, 0x01, CP_SHA256_LEN}; /* field 16, bytes, 32 */
+    cp_hmac_sha256(token, strlen(token), enc->data, enc->len, f + 3);
+    return cp_buf_append(enc, f, sizeof f) ? CP_ENOMEM : 0;
+}
+
+int cp_envelope_verify(const uint8_t *buf, size_t len, const char *token)
+{
+    if (len < CP_ENVELOPE_AUTH_LEN) return 0;
+    const uint8_t *f = buf + len - CP_ENVELOPE_AUTH_LEN;
+    if (f[0] != 0x82 || f[1] != 0x01 || f[2] != CP_SHA256_LEN) return 0;
+    uint8_t mac[CP_SHA256_LEN];
+    cp_hmac_sha256(token, strlen(token), buf, len - CP_ENVELOPE_AUTH_LEN, mac);
+    return cp_ct_equal(mac, f + 3, sizeof mac);
 }
 
 int cp_envelope_series_key(const cp_envelope *e, cp_buf *out)

@@ -69,6 +69,18 @@ int cp_envelope_decode(const uint8_t *buf, size_t len, size_t max_pprof, cp_enve
 int cp_envelope_decode_view(const uint8_t *buf, size_t len, size_t max_pprof, cp_envelope *out,
                             cp_err *err);
 
+/* The auth field (16) appended to an encoded envelope: tag, length, HMAC-SHA-256. */
+#define CP_ENVELOPE_AUTH_LEN 35
+
+/* Appends the auth field to enc, an encoded envelope: HMAC-SHA-256 of enc keyed by token,
+ * binding the envelope (its tenant among the rest) to whoever holds the tenant's token.
+ * Returns 0 or CP_ENOMEM. */
+int cp_envelope_sign(cp_buf *enc, const char *token);
+
+/* 1 if the message buf ends with an auth field that token signed over everything before
+ * it, else 0 (no auth field, or another key, or changed bytes). */
+int cp_envelope_verify(const uint8_t *buf, size_t len, const char *token);
+
 /* Series key for Kafka partitioning: tenant, kind and every label, in a stable text form
  * (so one series stays on one partition); appended to out. */
 int cp_envelope_series_key(const cp_envelope *e, cp_buf *out);

@@ -167,6 +167,12 @@ static uint64_t sat_mul(uint64_t a, uint64_t b)
 
 int cp_regex_check(const char *re, cp_err *err)
 {
+    return cp_regex_check_cost(re, RE_MAX_COST, err);
+}
+
+int cp_regex_check_cost(const char *re, uint64_t max_cost, cp_err *err)
+{
+    if (max_cost > RE_MAX_COST) max_cost = RE_MAX_COST;
     re_frame st[RE_MAX_DEPTH + 1];
     int sp = 0;
     memset(&st[0], 0, sizeof st[0]);
@@ -289,11 +295,11 @@ int cp_regex_check(const char *re, cp_err *err)
         f->seq_before = f->seq_nullable;
         f->seq_nullable = f->seq_nullable && nullable;
     check:
-        if (f->total > RE_MAX_COST)
+        if (f->total > max_cost)
             return cp_err_set(err, CP_EPARSE,
-                              "regular expression too complex at byte %zu (expands past %d "
+                              "regular expression too complex at byte %zu (expands past %llu "
                               "nodes)",
-                              i, RE_MAX_COST);
+                              i, (unsigned long long)max_cost);
     }
     return 0;
 }

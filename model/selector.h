@@ -31,6 +31,10 @@ void cp_selector_close(cp_selector *s);
  * nodes, nesting deeper than 64): CP_EPARSE with err naming the byte offset within re.
  * Used for selectors and for every other regex a user sends (focus, ignore). */
 int cp_regex_check(const char *re, cp_err *err);
+/* The same with a lower expansion budget than 10,000: glibc's regexec costs grow with the
+ * square of the expanded size (".{0,255}" repeated 39 times takes seconds per 100-byte
+ * string), so regexes run against many long strings (focus, ignore) get a smaller one. */
+int cp_regex_check_cost(const char *re, uint64_t max_cost, cp_err *err);
 /* 1 if value (NULL = label absent, matched as "") satisfies m. */
 int cp_matcher_match(const cp_matcher *m, const char *value);
 /* 1 if every matcher holds for l. */

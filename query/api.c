@@ -33,6 +33,7 @@ static const char *const g_ep_names[EP_COUNT] = {"profile", "diff",   "timeline"
 struct cp_api {
     cp_api_options o;
     char *brokers;
+    char *metrics_token; /* NULL: any tenant's token opens /metrics */
     cp_api_token *tokens;
     size_t ntokens;
     /* Metrics, touched only on the loop thread (observe and /metrics). */
@@ -60,6 +61,8 @@ cp_api *cp_api_create(const cp_api_options *o)
     a->o = *o;
     a->brokers = strdup(o->brokers ? o->brokers : "");
     if (!a->brokers) goto fail;
+    if (o->metrics_token && *o->metrics_token && !(a->metrics_token = strdup(o->metrics_token)))
+        goto fail;
     if (o->ntokens) {
         a->tokens = calloc(o->ntokens, sizeof *a->tokens);
         if (!a->tokens) goto fail;
@@ -72,6 +75,7 @@ cp_api *cp_api_create(const cp_api_options *o)
     }
     a->o.tokens = NULL;
     a->o.brokers = NULL;
+    a->o.metrics_token = NULL;
     a->started_ns = cp_now_ns();
     return a;
 fail:
@@ -88,6 +92,7 @@ void cp_api_destroy(cp_api *a)
     }
     free(a->tokens);
     free(a->brokers);
+    free(a->metrics_token);
     free(a);
 }
 
@@ -117,8 +122,14 @@ static int ep_of(const char *path)
 int cp_api_is_light(void *api, const cp_http_request *req)
 {
     (void)api;
-    if (ep_of(req->path) == EP_SYMBOLS) return strcmp(req->method, "POST") != 0;
-    return ep_of(req->path) == EP_OTHER || strcmp(req->method, "GET") != 0;
+    int ep = ep_of(req->path);
+    /* An upload is parsed and stored on a worker; anything else there is refused at once. */
+    if (ep == EP_SYMBOLS)
+        return strcmp(req->method, "POST") == 0 ? CP_HTTP_LANE_HEAVY : CP_HTTP_LANE_LOOP;
+    if (ep == EP_OTHER || strcmp(req->method, "GET") != 0) return CP_HTTP_LANE_LOOP;
+    /* Index reads stay quick whatever the window: their own slots, never behind merges. */
+    if (ep == EP_SERIES || ep == EP_LABELS || ep == EP_VALUES) return CP_HTTP_LANE_CHEAP;
+    return CP_HTTP_LANE_HEAVY;
 }
 
 void cp_api_observe(void *api, const cp_http_request *req, int status, int heavy,
@@ -191,6 +202,29 @@ static const char *authenticate(cp_api *a, const cp_http_request *req, cp_http_r
     return tenant;
 }
 
+/* /metrics counts across tenants: with metrics.token only that token opens it, else (with
+ * tenants configured) any tenant's token. 1 if allowed, else 0 with a 401 set. */
+static int metrics_allowed(cp_api *a, const cp_http_request *req, cp_http_response *r)
+{
+    if (!a->metrics_token) return a->ntokens == 0 || authenticate(a, req, r) != NULL;
+    const char *h = req->authorization ? req->authorization : "";
+    while (*h == ' ')
+        h++;
+    if (strncasecmp(h, "Bearer ", 7) == 0) {
+        h += 7;
+        while (*h == ' ')
+            h++;
+        size_t n = strlen(h);
+        while (n && (h[n - 1] == ' ' || h[n - 1] == '\t'))
+            n--;
+        if (token_eq(h, n, a->metrics_token)) return 1;
+    }
+    cp_http_error(r, 401, "/metrics needs Authorization: Bearer <metrics.token>");
+    snprintf(r->extra_headers, sizeof r->extra_headers,
+             "WWW-Authenticate: Bearer realm=\"contprof\"\r\n");
+    return 0;
+}
+
 /* The common parameters of profile-like endpoints. */
 typedef struct qargs {
     cp_kind kind;
@@ -257,6 +291,18 @@ static int parse_range(cp_api *a, const char *fs, const char *ts, const char *fn
     return 0;
 }
 
+/* If req's deadline has passed: sets a 503 naming query.timeout and what was being done,
+ * drops any body made so far, and returns 1. */
+static int over_time(const cp_http_request *req, const char *during, cp_http_response *r)
+{
+    if (!req->deadline_ns || cp_mono_ns() < req->deadline_ns) return 0;
+    cp_buf_close(&r->body);
+    cp_http_error(r, 503, "query exceeded query.timeout (%.1f s) while %s",
+                  (double)(req->deadline_ns - req->received_ns) / 1e9, during);
+    r->extra_headers[0] = 0;
+    return 1;
+}
+
 /* Maps a store failure to a response. */
 static void store_error(const cp_http_request *req, int rc, const cp_err *err,
                         cp_http_response *r)
@@ -264,7 +310,8 @@ static void store_error(const cp_http_request *req, int rc, const cp_err *err,
     const char *msg = err->msg[0] ? err->msg : cp_strerror(rc);
     if (rc == CP_ELIMIT) {
         if (req->deadline_ns && cp_mono_ns() >= req->deadline_ns)
-            cp_http_error(r, 503, "query exceeded its time limit: %s", msg);
+            cp_http_error(r, 503, "query exceeded query.timeout (%.1f s): %s",
+                          (double)(req->deadline_ns - req->received_ns) / 1e9, msg);
         else
             cp_http_error(r, 400, "query exceeds a limit: %s", msg);
     } else if (rc == CP_EINVAL || rc == CP_EPARSE) {
@@ -382,11 +429,13 @@ static const char *const g_profile_params[] = {"type",   "select", "from",      
 
 /* Renders p in format; the profile may be filtered in place. */
 static void render_profile(cp_api *a, const cp_params *pa, cp_profile *p, const char *kind,
-                           int64_t from, int64_t to, const char *format, cp_http_response *r)
+                           int64_t from, int64_t to, const char *format, const cp_http_request *req,
+                           cp_http_response *r)
 {
     cp_err err = {0};
-    if (cp_render_filter(p, cp_params_get(pa, "focus"), cp_params_get(pa, "ignore"), &err)) {
-        cp_http_error(r, 400, "%s", err.msg);
+    if (cp_render_filter_until(p, cp_params_get(pa, "focus"), cp_params_get(pa, "ignore"),
+                               req->deadline_ns, &err)) {
+        if (!over_time(req, "filtering with focus/ignore", r)) cp_http_error(r, 400, "%s", err.msg);
         return;
     }
     int vi = 0;
@@ -424,6 +473,8 @@ static void render_profile(cp_api *a, const cp_params *pa, cp_profile *p, const 
         set_type(r, "application/json");
     }
     if (rc) oom(r);
+    else
+        over_time(req, "rendering", r);
 }
 
 static int parse_format(const char *s, const char *const *allowed, const char **out,
@@ -475,7 +526,8 @@ static void ep_profile(cp_api *a, const char *tenant, const cp_params *pa,
         cp_profile_destroy(p);
         return;
     }
-    render_profile(a, pa, p, cp_kind_name(q.kind), q.from, q.to, format, r);
+    if (!over_time(req, "merging", r))
+        render_profile(a, pa, p, cp_kind_name(q.kind), q.from, q.to, format, req, r);
     cp_profile_destroy(p);
 }
 
@@ -520,8 +572,9 @@ static void ep_diff(cp_api *a, const char *tenant, const cp_params *pa,
         goto out;
     }
     const char *focus = cp_params_get(pa, "focus"), *ignore = cp_params_get(pa, "ignore");
-    if (cp_render_filter(p, focus, ignore, &err) || cp_render_filter(b, focus, ignore, &err)) {
-        cp_http_error(r, 400, "%s", err.msg);
+    if (cp_render_filter_until(p, focus, ignore, req->deadline_ns, &err) ||
+        cp_render_filter_until(b, focus, ignore, req->deadline_ns, &err)) {
+        if (!over_time(req, "filtering with focus/ignore", r)) cp_http_error(r, 400, "%s", err.msg);
         goto out;
     }
     if (strcmp(format, "pprof") == 0) {
@@ -542,6 +595,10 @@ static void ep_diff(cp_api *a, const char *tenant, const cp_params *pa,
         }
         if (!d) {
             oom(r);
+            goto out;
+        }
+        if (over_time(req, "merging the diff", r)) {
+            cp_profile_destroy(d);
             goto out;
         }
         d->time_nanos = from;
@@ -577,6 +634,8 @@ static void ep_diff(cp_api *a, const char *tenant, const cp_params *pa,
              "\"%s\",",
              cp_kind_name(kind), f, t, f2, t2);
     if (cp_render_tree_json(p, vi, b, bvi, mn, extra, &r->body)) oom(r);
+    else
+        over_time(req, "rendering", r);
 out:
     cp_selector_close(&sel);
     cp_selector_close(&bsel);
@@ -935,9 +994,13 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
         if (strcmp(req->path, "/healthz") == 0) {
             cp_buf_printf(&r->body, "{\"status\":\"ok\"}\n");
         } else if (strcmp(req->path, "/metrics") == 0) {
+            if (!metrics_allowed(a, req, r)) return;
             ep_metrics(a, r);
             r->compressible = 1;
         } else if (strcmp(req->path, "/api/v1/brokers") == 0) {
+            /* Where to write is for producers holding a token: with tokens configured, a
+             * process without one learns nothing from here. */
+            if (!authenticate(a, req, r)) return;
             if (cp_buf_printf(&r->body, "{\"brokers\":") || json_str(&r->body, a->brokers) ||
                 cp_buf_printf(&r->body, "}\n"))
                 oom(r);

@@ -43,6 +43,8 @@ typedef struct cp_api_options {
     uint32_t max_steps;            /* timeline points */
     const char *brokers;           /* bootstrap list served at /api/v1/brokers; copied */
     cp_symbols *symbols;           /* names unsymbolized frames at query time; may be NULL */
+    const char *metrics_token;     /* the only token /metrics takes; NULL: any tenant's token
+                                      (none needed when no tokens are configured); copied */
     cp_api_stats_fn ingest_stats;  /* may be NULL */
     void *ingest_arg;
 } cp_api_options;

@@ -39,6 +39,12 @@ int cp_config_init(cp_config *c)
     c->symbols_max_upload_bytes = (size_t)512 << 20;
     c->symbols_max_table_bytes = (size_t)64 << 20;
     c->symbols_cache_bytes = (size_t)256 << 20;
+    c->request_timeout_ns = 10LL * 1000000000LL;
+    c->write_timeout_ns = 30LL * 1000000000LL;
+    c->output_budget = 512u << 20;
+    c->cheap_concurrency = 2;
+    c->max_conns_per_client = 256;
+    c->healthz_connections = 16;
     if (set_str(&c->data_dir, "/var/lib/contprof") || set_str(&c->http_host, "127.0.0.1") ||
         set_str(&c->brokers, "") || set_str(&c->log_level, "info") ||
         set_str(&c->symbols_dirs, "/usr/lib/debug/.build-id")) {
@@ -70,6 +76,7 @@ void cp_config_close(cp_config *c)
     free(c->group_id);
     free(c->log_level);
     free(c->symbols_dirs);
+    free(c->metrics_token);
     kvs_close(&c->kafka);
     kvs_close(&c->tokens);
     memset(c, 0, sizeof *c);
@@ -139,7 +146,7 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
 {
     struct {
         const char *key;
-        int kind; /* 0 str, 1 duration, 2 u32, 3 size, 4 u64 */
+        int kind; /* 0 str, 1 duration, 2 u32, 3 size, 4 u64, 5 u32 (0 allowed) */
         void *dst;
     } tab[] = {
         {"data", 0, &c->data_dir},
@@ -153,6 +160,12 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
         {"query.max_range", 1, &c->max_range_ns},
         {"query.timeout", 1, &c->query_timeout_ns},
         {"http.idle_timeout", 1, &c->idle_timeout_ns},
+        {"http.request_timeout", 1, &c->request_timeout_ns},
+        {"http.write_timeout", 1, &c->write_timeout_ns},
+        {"query.cheap_concurrency", 2, &c->cheap_concurrency},
+        {"http.max_connections_per_client", 5, &c->max_conns_per_client},
+        {"http.healthz_connections", 5, &c->healthz_connections},
+        {"http.output_budget", 3, &c->output_budget},
         {"query.concurrency", 2, &c->concurrency},
         {"query.max_queued", 2, &c->max_queued},
         {"http.max_connections", 2, &c->max_connections},
@@ -176,6 +189,13 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
             return set_str(&c->brokers, value) ? cp_err_set(err, CP_ENOMEM, "out of memory") : 0;
         return push_kv(&c->kafka, key + 6, value) ? cp_err_set(err, CP_ENOMEM, "out of memory")
                                                   : 0;
+    }
+    if (strcmp(key, "metrics.token") == 0) {
+        if (strlen(value) < 8)
+            return cp_err_set(err, CP_EPARSE,
+                              "'metrics.token': a token must be at least 8 "
+                              "characters");
+        return set_str(&c->metrics_token, value) ? cp_err_set(err, CP_ENOMEM, "out of memory") : 0;
     }
     if (strncmp(key, "token.", 6) == 0) {
         const char *tenant = key + 6;
@@ -222,6 +242,12 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
                 return cp_err_set(err, CP_EPARSE, "'%s': expected an integer, got '%.64s'", key,
                                   value);
             *(uint64_t *)tab[i].dst = u;
+            return 0;
+        case 5:
+            if (parse_u64(value, UINT32_MAX, &u))
+                return cp_err_set(err, CP_EPARSE, "'%s': expected an integer, got '%.64s'", key,
+                                  value);
+            *(uint32_t *)tab[i].dst = (uint32_t)u;
             return 0;
         }
     }

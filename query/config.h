@@ -28,6 +28,11 @@ typedef struct cp_config {
     uint32_t concurrency, max_queued, max_connections, max_nodes_default, max_nodes_limit;
     size_t max_response_bytes, max_header_bytes, max_url_bytes, cache_bytes, gzip_min_bytes;
     uint64_t max_blocks;
+    /* what clients may hold (see query/README.md) */
+    int64_t request_timeout_ns, write_timeout_ns;
+    size_t output_budget;
+    uint32_t cheap_concurrency, max_conns_per_client, healthz_connections;
+    char *metrics_token;  /* metrics.token; NULL = the tenants' tokens (when any) */
     CP_VEC(cp_kv) kafka;  /* kafka.<prop> = value, prefix stripped */
     CP_VEC(cp_kv) tokens; /* token.<tenant> = secret: key = tenant, value = secret */
     char *log_level;

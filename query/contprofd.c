@@ -3,6 +3,7 @@
  * answers the query API over HTTP, all in one process (LevelDB allows one per database).
  * SIGINT/SIGTERM stop it cleanly: in-flight batch written, queries answered, store closed. */
 #include <getopt.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,7 @@ typedef struct daemon {
 #ifdef CP_HAVE_INGEST
     cp_broker *broker;
     cp_ingest *ingest;
+    const char **tenant_tokens; /* tenant, token pairs ingest checks envelopes against */
 #endif
     /* ingest rate, sampled by rate_timer */
     uint64_t last_windows;
@@ -184,6 +186,17 @@ int main(int argc, char **argv)
 #ifdef CP_HAVE_INGEST
     cp_ingest_malloc_policy();
 #endif
+    /* Every allowed connection needs a descriptor; the usual soft limit (1,024) is below
+     * the default cap plus the store's and Kafka's own files. */
+    struct rlimit nof;
+    rlim_t want = (rlim_t)d.cfg.max_connections + d.cfg.healthz_connections + 512;
+    if (getrlimit(RLIMIT_NOFILE, &nof) == 0 && nof.rlim_cur < want) {
+        nof.rlim_cur = nof.rlim_max < want ? nof.rlim_max : want;
+        if (setrlimit(RLIMIT_NOFILE, &nof) == 0 && nof.rlim_cur < want)
+            cp_log_warn("open files limited to %llu: fewer than http.max_connections (%u) may be "
+                        "served",
+                        (unsigned long long)nof.rlim_cur, d.cfg.max_connections);
+    }
     /* libuv sizes its threadpool once, at first use: give every query slot a thread. */
     char tp[16];
     snprintf(tp, sizeof tp, "%u", d.cfg.concurrency < 128 ? d.cfg.concurrency : 128);
@@ -220,6 +233,7 @@ int main(int argc, char **argv)
     ao.max_nodes_default = d.cfg.max_nodes_default;
     ao.max_nodes_limit = d.cfg.max_nodes_limit;
     ao.brokers = d.cfg.brokers;
+    ao.metrics_token = d.cfg.metrics_token;
     ao.ingest_stats = ingest_stats_cb;
     ao.ingest_arg = &d;
     d.api = cp_api_create(&ao);
@@ -250,6 +264,12 @@ int main(int argc, char **argv)
     ho.idle_timeout_ns = d.cfg.idle_timeout_ns;
     ho.upload_path = "/api/v1/symbols";
     ho.max_upload_bytes = d.cfg.symbols_max_upload_bytes;
+    ho.request_timeout_ns = d.cfg.request_timeout_ns;
+    ho.write_timeout_ns = d.cfg.write_timeout_ns;
+    ho.max_inflight_bytes = d.cfg.output_budget;
+    ho.cheap_concurrency = d.cfg.cheap_concurrency;
+    ho.max_conns_per_client = d.cfg.max_conns_per_client;
+    ho.reserved_connections = d.cfg.healthz_connections;
     ho.handle = cp_api_handle;
     ho.is_light = cp_api_is_light;
     ho.observe = cp_api_observe;
@@ -281,12 +301,27 @@ int main(int argc, char **argv)
             goto fail_msg;
         }
     if (cp_vec_push(&props, NULL)) goto fail_msg;
+    /* With tokens, ingest stores only envelopes signed with a token of their tenant. */
+    CP_VEC(const char *) ttoks = {0};
+    for (uint32_t i = 0; i < d.cfg.tokens.n; i++)
+        if (cp_vec_push(&ttoks, d.cfg.tokens.v[i].key) ||
+            cp_vec_push(&ttoks, d.cfg.tokens.v[i].value)) {
+            free(ttoks.v);
+            cp_err_set(&err, CP_ENOMEM, "out of memory");
+            goto fail_msg;
+        }
+    if (cp_vec_push(&ttoks, NULL)) {
+        free(ttoks.v);
+        goto fail_msg;
+    }
+    d.tenant_tokens = ttoks.v; /* freed after the ingest */
     cp_ingest_options io = {.brokers = bootstrap,
                             .group_id = d.cfg.group_id,
                             .topic = d.cfg.topic,
                             .dlq_topic = d.cfg.dlq_topic,
                             .kafka_props = props.v,
-                            .new_log = d.broker != NULL};
+                            .new_log = d.broker != NULL,
+                            .tenant_tokens = d.cfg.tokens.n ? ttoks.v : NULL};
     int irc = cp_ingest_create(&io, d.store, &d.ingest, &err);
     free(props.v);
     if (irc) goto fail_msg;
@@ -316,6 +351,7 @@ out:
     cp_http_server_destroy(d.http);
 #ifdef CP_HAVE_INGEST
     cp_ingest_destroy(d.ingest);
+    free(d.tenant_tokens);
     cp_broker_destroy(d.broker);
 #endif
     cp_api_destroy(d.api);

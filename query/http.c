@@ -3,19 +3,31 @@
  * input buffer); heavy requests go through a bounded FIFO onto libuv's threadpool. */
 #include "http.h"
 
+#include <errno.h>
 #include <http_parser.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <limits.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "pprof.h" /* cp_gzip */
 
 typedef struct conn conn;
 typedef struct job job;
+
+/* A FIFO of requests waiting for the threadpool, with its own number of slots. */
+typedef struct lane {
+    job *qhead, *qtail;
+    uint32_t nqueued, nrunning, concurrency;
+} lane;
 
 struct cp_http_server {
     uv_loop_t *loop;
@@ -24,10 +36,24 @@ struct cp_http_server {
     int port;
     cp_http_options opt;
     conn *conns; /* doubly linked */
-    uint32_t nconns;
-    job *qhead, *qtail; /* waiting heavy requests */
-    uint32_t nqueued, nrunning;
-    uint32_t uploads; /* requests holding an upload-sized body (receiving or answering) */
+    uint32_t nconns; /* allocated, closing ones included */
+    uint32_t nlive;  /* not closing */
+    lane lanes[2];   /* 0: heavy (libuv's threadpool), 1: cheap (the threads below) */
+    /* The cheap lane's own threads, so that merges on libuv's threadpool (at a lower CPU
+     * priority) never hold the thread a cheap request needs. */
+    pthread_t *cheap_threads;
+    uint32_t ncheap_threads;
+    pthread_mutex_t cheap_mu;
+    pthread_cond_t cheap_cv;
+    job *cheap_todo, *cheap_done; /* guarded by cheap_mu */
+    int cheap_stop;
+    uv_async_t cheap_async; /* a cheap job is done */
+    int cheap_async_open;
+    size_t out_bytes;     /* answer bytes queued for writing, not yet written */
+    size_t refused_bytes; /* the last answer refused for the budget, until a write ends */
+    size_t rendering;     /* budget reserved by heavy requests running (their estimates) */
+    size_t estimate;      /* what a heavy answer may take: recent sizes, decaying */
+    uint32_t uploads;     /* requests holding an upload-sized body (receiving or answering) */
     int shutting_down, listener_closed;
     void (*shutdown_cb)(void *);
     void *shutdown_arg;
@@ -41,6 +67,8 @@ struct job {
     cp_http_response resp;
     int heavy;
     int upload_slot; /* holds one of s->uploads */
+    int lane;        /* index into lanes */
+    size_t reserved; /* of the budget, while running */
 };
 
 struct conn {
@@ -68,6 +96,11 @@ struct conn {
     int keep_alive;
     int closing;
     int reading;
+    int writing;      /* an answer is being written */
+    int overflow;     /* accepted beyond max_connections: may only ask /healthz */
+    size_t wq_last;   /* bytes still to write at the last write-timeout check */
+    int64_t since_ns; /* accepted, or last answer written: the age eviction goes by */
+    struct sockaddr_storage peer;
     char method[16];
     size_t body_max; /* this request's body limit (set when its headers are complete) */
     int upload_slot; /* holds one of srv->uploads until its job takes it */
@@ -78,6 +111,7 @@ typedef struct write_req {
     conn *c;
     char *head;
     cp_buf body;
+    size_t accounted; /* bytes counted in out_bytes */
     int close_after;
 } write_req;
 
@@ -196,34 +230,82 @@ static void conn_close(conn *c)
 {
     if (c->closing) return;
     c->closing = 1;
+    c->srv->nlive--;
     uv_timer_stop(&c->idle);
     uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
     uv_close((uv_handle_t *)&c->idle, on_handle_closed);
 }
 
+static uint64_t ns_to_ms(int64_t ns)
+{
+    return ns >= 1000000 ? (uint64_t)(ns / 1000000) : 1;
+}
+
+/* One timer per connection: idle, request arrival, or write progress, by state. */
 static void on_idle(uv_timer_t *t)
 {
     conn *c = t->data;
+    if (c->writing) {
+        /* A client that does not read must not hold its answer forever: the write has to
+         * make progress every write_timeout. */
+        size_t q = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+        if (q && q < c->wq_last) {
+            c->wq_last = q;
+            uv_timer_start(&c->idle, on_idle, ns_to_ms(c->srv->opt.write_timeout_ns), 0);
+            return;
+        }
+        if (q) {
+            cp_log_info("http: closing a connection whose answer made no progress for %.0f s "
+                        "(%zu bytes unwritten)",
+                        (double)c->srv->opt.write_timeout_ns / 1e9, q);
+            /* An abortive close (RST): the kernel drops what is still in the socket's send
+             * buffer too, instead of holding it for a peer that does not read. */
+            uv_os_fd_t fd;
+            struct linger lg = {1, 0};
+            if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0)
+                setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+            conn_close(c);
+        }
+        return;
+    }
     if (!c->busy) conn_close(c);
 }
 
 static void conn_arm_idle(conn *c)
 {
-    uint64_t ms = (uint64_t)(c->srv->opt.idle_timeout_ns / 1000000);
-    if (ms == 0) ms = 1;
-    uv_timer_start(&c->idle, on_idle, ms, 0);
+    uv_timer_start(&c->idle, on_idle, ns_to_ms(c->srv->opt.idle_timeout_ns), 0);
 }
+
+/* A request has begun: all of it must arrive within the request timeout (slowloris). */
+static void conn_arm_request(conn *c)
+{
+    const cp_http_options *o = &c->srv->opt;
+    int64_t t = o->request_timeout_ns;
+    if (!t || t > o->idle_timeout_ns) t = o->idle_timeout_ns;
+    uv_timer_start(&c->idle, on_idle, ns_to_ms(t), 0);
+}
+
+static void pump(cp_http_server *s);
 
 static void on_written(uv_write_t *w, int status)
 {
     write_req *wr = (write_req *)w;
     conn *c = wr->c;
+    cp_http_server *srv = c->srv;
+    srv->out_bytes -= wr->accounted;
+    if (wr->accounted > 65536) {
+        srv->refused_bytes = 0; /* room again: worth a try */
+        if (srv->lanes[0].qhead) pump(srv);
+    }
     free(wr->head);
     cp_buf_close(&wr->body);
     int close_after = wr->close_after;
     free(wr);
     c->busy = 0;
+    c->writing = 0;
+    c->since_ns = cp_mono_ns();
     if (c->closing) return;
+    uv_timer_stop(&c->idle);
     if (status < 0 || close_after || c->srv->shutting_down) {
         conn_close(c);
         return;
@@ -247,6 +329,19 @@ static void conn_send(conn *c, cp_http_response *resp, int keep_alive)
                       "response of %zu bytes exceeds the limit of %zu bytes; narrow the "
                       "selector or window, or use max_nodes",
                       n, s->opt.max_response_bytes);
+    }
+    /* Errors are small; an answer that would pass the budget of answers held until written
+     * is dropped: memory is bounded by configuration, not by clients that do not read. */
+    if (s->opt.max_inflight_bytes && resp->body.len > 65536 &&
+        s->out_bytes + resp->body.len > s->opt.max_inflight_bytes) {
+        size_t n = resp->body.len;
+        s->refused_bytes = n;
+        cp_buf_close(&resp->body);
+        cp_http_error(resp, 503,
+                      "answer of %zu bytes would exceed the budget of %zu bytes for answers "
+                      "being written (%zu in use); retry later",
+                      n, s->opt.max_inflight_bytes, s->out_bytes);
+        snprintf(resp->extra_headers, sizeof resp->extra_headers, "Retry-After: 2\r\n");
     }
     if (!resp->status) resp->status = 200;
     if (!resp->content_type[0])
@@ -276,6 +371,7 @@ static void conn_send(conn *c, cp_http_response *resp, int keep_alive)
     wr->body = resp->body;
     memset(&resp->body, 0, sizeof resp->body);
     wr->close_after = !keep_alive;
+    wr->accounted = wr->body.len + (size_t)hl;
     uv_buf_t bufs[2] = {uv_buf_init(head, (unsigned)hl),
                         uv_buf_init((char *)wr->body.data, (unsigned)wr->body.len)};
     c->busy = 1;
@@ -286,7 +382,13 @@ static void conn_send(conn *c, cp_http_response *resp, int keep_alive)
         free(wr);
         c->busy = 0;
         conn_close(c);
+        return;
     }
+    s->out_bytes += wr->accounted;
+    c->writing = 1;
+    c->wq_last = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+    if (c->wq_last && s->opt.write_timeout_ns)
+        uv_timer_start(&c->idle, on_idle, ns_to_ms(s->opt.write_timeout_ns), 0);
 }
 
 static void conn_send_error(conn *c, int status, const char *msg, int keep_alive)
@@ -322,6 +424,7 @@ static int on_message_begin(http_parser *p)
     conn *c = p->data;
     conn_reset_request(c);
     c->in_message = 1;
+    conn_arm_request(c);
     return 0;
 }
 
@@ -474,17 +577,89 @@ static void work_cb(uv_work_t *w)
 {
     job *j = (job *)w;
     cp_http_server *s = j->c->srv;
+    /* Heavy requests run only on libuv's threadpool: its threads drop to a lower CPU
+     * priority once, so that the loop and the cheap lane win the CPU from merges. */
+    static _Thread_local int niced;
+    if (!niced && s->opt.heavy_nice > 0) {
+        niced = 1;
+        pid_t tid = (pid_t)syscall(SYS_gettid);
+        errno = 0;
+        int cur = getpriority(PRIO_PROCESS, (id_t)tid);
+        if (errno == 0) setpriority(PRIO_PROCESS, (id_t)tid, cur + s->opt.heavy_nice);
+    }
     s->opt.handle(s->opt.ctx, &j->req, &j->resp);
     maybe_gzip(s, &j->req, &j->resp);
 }
 
-static void pump(cp_http_server *s);
+static void *cheap_main(void *arg)
+{
+    cp_http_server *s = arg;
+    pthread_mutex_lock(&s->cheap_mu);
+    for (;;) {
+        while (!s->cheap_todo && !s->cheap_stop)
+            pthread_cond_wait(&s->cheap_cv, &s->cheap_mu);
+        if (!s->cheap_todo) break;
+        job *j = s->cheap_todo;
+        s->cheap_todo = j->next;
+        pthread_mutex_unlock(&s->cheap_mu);
+        s->opt.handle(s->opt.ctx, &j->req, &j->resp);
+        maybe_gzip(s, &j->req, &j->resp);
+        pthread_mutex_lock(&s->cheap_mu);
+        j->next = s->cheap_done;
+        s->cheap_done = j;
+        uv_async_send(&s->cheap_async);
+    }
+    pthread_mutex_unlock(&s->cheap_mu);
+    return NULL;
+}
+
+/* Hands a cheap job to the cheap lane's threads (FIFO). */
+static void cheap_submit(cp_http_server *s, job *j)
+{
+    pthread_mutex_lock(&s->cheap_mu);
+    j->next = NULL;
+    job **t = &s->cheap_todo;
+    while (*t)
+        t = &(*t)->next;
+    *t = j;
+    pthread_cond_signal(&s->cheap_cv);
+    pthread_mutex_unlock(&s->cheap_mu);
+}
+
+static void after_work_cb(uv_work_t *w, int status);
+
+static void on_cheap_done(uv_async_t *a)
+{
+    cp_http_server *s = a->data;
+    pthread_mutex_lock(&s->cheap_mu);
+    job *d = s->cheap_done;
+    s->cheap_done = NULL;
+    pthread_mutex_unlock(&s->cheap_mu);
+    /* The list is newest first: answer in the order the jobs finished. */
+    job *rev = NULL;
+    while (d) {
+        job *n = d->next;
+        d->next = rev;
+        rev = d;
+        d = n;
+    }
+    while (rev) {
+        job *n = rev->next;
+        after_work_cb(&rev->work, 0);
+        rev = n;
+    }
+}
 
 static void after_work_cb(uv_work_t *w, int status)
 {
     job *j = (job *)w;
     cp_http_server *s = j->c->srv;
-    s->nrunning--;
+    s->lanes[j->lane].nrunning--;
+    s->rendering -= j->reserved;
+    if (j->lane == 0) {
+        size_t n = j->resp.body.len;
+        s->estimate = n > s->estimate - s->estimate / 4 ? n : s->estimate - s->estimate / 4;
+    }
     if (status == UV_ECANCELED) cp_http_error(&j->resp, 503, "query cancelled");
     j->heavy = 1;
     job_finish(j);
@@ -492,28 +667,66 @@ static void after_work_cb(uv_work_t *w, int status)
     server_maybe_finished(s);
 }
 
-static void pump(cp_http_server *s)
+static void pump_lane(cp_http_server *s, lane *l)
 {
-    while (s->nrunning < s->opt.concurrency && s->qhead) {
-        job *j = s->qhead;
-        s->qhead = j->next;
-        if (!s->qhead) s->qtail = NULL;
-        s->nqueued--;
+    while (l->nrunning < l->concurrency && l->qhead) {
+        size_t budget = s->opt.max_inflight_bytes;
+        /* A heavy answer is rendered only when the budget has room for it, judged by the
+         * recent answers' sizes; it waits in the queue (bounded by its deadline) while
+         * others render, so that renders in flight stay within the budget too. */
+        if (budget && l == &s->lanes[0] && s->rendering &&
+            s->out_bytes + s->rendering + s->estimate > budget &&
+            s->out_bytes + s->refused_bytes < budget) {
+            job *h = l->qhead;
+            if (!h->req.deadline_ns || cp_mono_ns() < h->req.deadline_ns) break;
+        }
+        job *j = l->qhead;
+        l->qhead = j->next;
+        if (!l->qhead) l->qtail = NULL;
+        l->nqueued--;
+        j->heavy = 1;
         if (j->req.deadline_ns && cp_mono_ns() >= j->req.deadline_ns) {
             cp_http_error(&j->resp, 503,
-                          "query waited past its deadline of %.1f s in the queue (server busy)",
+                          "query waited past its deadline, query.timeout (%.1f s), in the queue "
+                          "(server busy)",
                           (double)s->opt.query_timeout_ns / 1e9);
-            j->heavy = 1;
             job_finish(j);
             continue;
         }
-        s->nrunning++;
+        if (l == &s->lanes[0] && s->opt.max_inflight_bytes &&
+            s->out_bytes + s->refused_bytes >= s->opt.max_inflight_bytes) {
+            /* Answers not yet taken by their clients fill the budget (or leave less room
+             * than the last answer that was refused needed): rendering another one would
+             * only add memory. */
+            cp_http_error(&j->resp, 503,
+                          "%zu bytes of answers wait to be written, the budget is %zu bytes; "
+                          "retry later",
+                          s->out_bytes, s->opt.max_inflight_bytes);
+            snprintf(j->resp.extra_headers, sizeof j->resp.extra_headers, "Retry-After: 2\r\n");
+            job_finish(j);
+            continue;
+        }
+        l->nrunning++;
+        if (l == &s->lanes[1]) {
+            cheap_submit(s, j);
+            continue;
+        }
+        j->reserved = s->estimate;
+        s->rendering += j->reserved;
         if (uv_queue_work(s->loop, &j->work, work_cb, after_work_cb)) {
-            s->nrunning--;
+            l->nrunning--;
+            s->rendering -= j->reserved;
+            j->reserved = 0;
             cp_http_error(&j->resp, 503, "cannot schedule the query");
             job_finish(j);
         }
     }
+}
+
+static void pump(cp_http_server *s)
+{
+    pump_lane(s, &s->lanes[1]);
+    pump_lane(s, &s->lanes[0]);
 }
 
 /* Turns the parsed request into a job and runs it inline or queues it. */
@@ -566,18 +779,32 @@ static void conn_dispatch(conn *c)
         cp_http_error(&j->resp, 503, "out of memory");
         goto respond;
     }
-    if (!s->opt.is_light || !s->opt.is_light(s->opt.ctx, &j->req)) {
-        if (s->nqueued >= s->opt.max_queued) {
+    if (c->overflow && strcmp(j->req.path, "/healthz") != 0) {
+        /* A slot beyond max_connections, reserved so that health checks get through. */
+        cp_http_error(&j->resp, 503, "too many connections (limit %u); retry later",
+                      s->opt.max_connections);
+        snprintf(j->resp.extra_headers, sizeof j->resp.extra_headers, "Retry-After: 2\r\n");
+        c->keep_alive = 0;
+        goto respond;
+    }
+    int ln = s->opt.is_light ? s->opt.is_light(s->opt.ctx, &j->req) : CP_HTTP_LANE_HEAVY;
+    if (ln != CP_HTTP_LANE_LOOP) {
+        j->lane = ln == CP_HTTP_LANE_CHEAP ? 1 : 0;
+        lane *l = &s->lanes[j->lane];
+        if (l->nqueued >= s->opt.max_queued) {
             cp_http_error(&j->resp, 503,
                           "too many queries in flight (%u running, %u queued); retry later",
-                          s->nrunning, s->nqueued);
+                          l->nrunning, l->nqueued);
+            snprintf(j->resp.extra_headers, sizeof j->resp.extra_headers, "Retry-After: 1\r\n");
             j->heavy = 1;
             goto respond;
         }
-        if (s->qtail) s->qtail->next = j;
-        else s->qhead = j;
-        s->qtail = j;
-        s->nqueued++;
+        if (l->qtail)
+            l->qtail->next = j;
+        else
+            l->qhead = j;
+        l->qtail = j;
+        l->nqueued++;
         pump(s);
         return;
     }
@@ -664,6 +891,32 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     conn_process(c);
 }
 
+static int same_peer(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family) return 0;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->ss_family == AF_INET6)
+        return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                      &((const struct sockaddr_in6 *)b)->sin6_addr, 16) == 0;
+    return 0;
+}
+
+/* At the connection cap: closes the connection that has gone longest without an answer
+ * being made for it (idle keep-alive, or trickling a request), so that clients holding
+ * connections open cannot lock others out. Connections being answered are kept. */
+static int evict_oldest(cp_http_server *s, conn *except)
+{
+    conn *old = NULL;
+    for (conn *c = s->conns; c; c = c->next)
+        if (c != except && !c->closing && !c->busy && (!old || c->since_ns < old->since_ns))
+            old = c;
+    if (!old) return 0;
+    conn_close(old);
+    return 1;
+}
+
 static void on_connection(uv_stream_t *ls, int status)
 {
     cp_http_server *s = ls->data;
@@ -683,6 +936,8 @@ static void on_connection(uv_stream_t *ls, int status)
     if (s->conns) s->conns->prev = c;
     s->conns = c;
     s->nconns++;
+    s->nlive++;
+    c->since_ns = cp_mono_ns();
     if (uv_accept(ls, (uv_stream_t *)&c->tcp)) {
         conn_close(c);
         return;
@@ -690,11 +945,33 @@ static void on_connection(uv_stream_t *ls, int status)
     uv_tcp_nodelay(&c->tcp, 1);
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
-    if (s->nconns > s->opt.max_connections || s->shutting_down) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "too many connections (limit %u)", s->opt.max_connections);
-        conn_send_error(c, 503, s->shutting_down ? "server is shutting down" : msg, 0);
+    int plen = sizeof c->peer;
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&c->peer, &plen))
+        memset(&c->peer, 0, sizeof c->peer);
+    if (s->shutting_down) {
+        conn_send_error(c, 503, "server is shutting down", 0);
         return;
+    }
+    if (s->opt.max_conns_per_client) {
+        uint32_t same = 0;
+        for (conn *o = s->conns; o; o = o->next)
+            if (o != c && !o->closing && same_peer(&o->peer, &c->peer)) same++;
+        if (same >= s->opt.max_conns_per_client) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "too many connections from this address (limit %u)",
+                     s->opt.max_conns_per_client);
+            conn_send_error(c, 503, msg, 0);
+            return;
+        }
+    }
+    if (s->nlive > s->opt.max_connections && !evict_oldest(s, c)) {
+        if (s->nlive > s->opt.max_connections + s->opt.reserved_connections) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "too many connections (limit %u)", s->opt.max_connections);
+            conn_send_error(c, 503, msg, 0);
+            return;
+        }
+        c->overflow = 1;
     }
     conn_arm_idle(c);
     c->reading = 1;
@@ -719,6 +996,13 @@ void cp_http_options_default(cp_http_options *o)
     o->max_queued = 256;
     o->query_timeout_ns = 30000000000LL;
     o->idle_timeout_ns = 60000000000LL;
+    o->request_timeout_ns = 10000000000LL;
+    o->write_timeout_ns = 30000000000LL;
+    o->max_inflight_bytes = 512u << 20;
+    o->cheap_concurrency = 2;
+    o->max_conns_per_client = 256;
+    o->reserved_connections = 16;
+    o->heavy_nice = 10;
 }
 
 int cp_http_server_create(uv_loop_t *loop, const cp_http_options *opt, cp_http_server **out,
@@ -740,6 +1024,9 @@ int cp_http_server_create(uv_loop_t *loop, const cp_http_options *opt, cp_http_s
     s->opt = *opt;
     if (!s->opt.concurrency) s->opt.concurrency = 1;
     if (!s->opt.max_connections) s->opt.max_connections = 1;
+    if (!s->opt.cheap_concurrency) s->opt.cheap_concurrency = 1;
+    s->lanes[0].concurrency = s->opt.concurrency;
+    s->lanes[1].concurrency = s->opt.cheap_concurrency;
     s->listener_closed = 1;
     struct sockaddr_storage addr;
     int rc;
@@ -765,6 +1052,28 @@ int cp_http_server_create(uv_loop_t *loop, const cp_http_options *opt, cp_http_s
         return CP_EIO;
     }
     s->listening = 1;
+    /* The cheap lane's threads. */
+    pthread_mutex_init(&s->cheap_mu, NULL);
+    pthread_cond_init(&s->cheap_cv, NULL);
+    uv_async_init(loop, &s->cheap_async, on_cheap_done);
+    s->cheap_async.data = s;
+    s->cheap_async_open = 1;
+    s->cheap_threads = calloc(s->opt.cheap_concurrency, sizeof *s->cheap_threads);
+    if (!s->cheap_threads) {
+        cp_err_set(err, CP_ENOMEM, "http: out of memory");
+        *out = s;
+        s->shutting_down = 1;
+        return CP_ENOMEM;
+    }
+    for (uint32_t i = 0; i < s->opt.cheap_concurrency; i++) {
+        if (pthread_create(&s->cheap_threads[i], NULL, cheap_main, s)) {
+            cp_err_set(err, CP_EIO, "http: cannot start the cheap lane's threads");
+            *out = s;
+            s->shutting_down = 1;
+            return CP_EIO;
+        }
+        s->ncheap_threads++;
+    }
     struct sockaddr_storage bound;
     int blen = sizeof bound;
     uv_tcp_getsockname(&s->listener, (struct sockaddr *)&bound, &blen);
@@ -788,8 +1097,13 @@ static void on_listener_closed(uv_handle_t *h)
 
 static void server_maybe_finished(cp_http_server *s)
 {
-    if (!s->shutting_down || !s->listener_closed || s->nconns || s->nrunning || s->nqueued)
+    if (!s->shutting_down || !s->listener_closed || s->nconns || s->lanes[0].nrunning ||
+        s->lanes[0].nqueued || s->lanes[1].nrunning || s->lanes[1].nqueued)
         return;
+    if (s->cheap_async_open) {
+        s->cheap_async_open = 0;
+        uv_close((uv_handle_t *)&s->cheap_async, NULL);
+    }
     if (s->shutdown_cb) {
         void (*cb)(void *) = s->shutdown_cb;
         s->shutdown_cb = NULL;
@@ -815,5 +1129,17 @@ void cp_http_server_shutdown(cp_http_server *s, void (*cb)(void *arg), void *arg
 
 void cp_http_server_destroy(cp_http_server *s)
 {
+    if (!s) return;
+    if (s->listening) {
+        pthread_mutex_lock(&s->cheap_mu);
+        s->cheap_stop = 1;
+        pthread_cond_broadcast(&s->cheap_cv);
+        pthread_mutex_unlock(&s->cheap_mu);
+        for (uint32_t i = 0; i < s->ncheap_threads; i++)
+            pthread_join(s->cheap_threads[i], NULL);
+        free(s->cheap_threads);
+        pthread_mutex_destroy(&s->cheap_mu);
+        pthread_cond_destroy(&s->cheap_cv);
+    }
     free(s);
 }

@@ -37,8 +37,15 @@ typedef struct cp_http_response {
  * thread for heavy ones; must be thread-safe in the latter case. */
 typedef void (*cp_http_handler_fn)(void *ctx, const cp_http_request *req,
                                    cp_http_response *resp);
-/* 1 if the request is cheap (health, metrics, static answers, errors) and may run on the
- * loop thread, bypassing the query queue; 0 to run it on the threadpool. */
+/* Lanes a request can run in (what cp_http_is_light_fn returns). */
+enum {
+    CP_HTTP_LANE_HEAVY = 0, /* the threadpool, at most `concurrency` at once */
+    CP_HTTP_LANE_LOOP = 1,  /* cheap and memory-only: inline on the loop thread */
+    CP_HTTP_LANE_CHEAP = 2, /* short store reads: the threadpool, in their own
+                               `cheap_concurrency` slots that heavy requests never take */
+};
+/* The lane of a request: CP_HTTP_LANE_LOOP for health, metrics, static answers and errors,
+ * CP_HTTP_LANE_CHEAP for short store reads, CP_HTTP_LANE_HEAVY for queries. */
 typedef int (*cp_http_is_light_fn)(void *ctx, const cp_http_request *req);
 /* Called on the loop thread after every response is queued, for metrics. */
 typedef void (*cp_http_observe_fn)(void *ctx, const cp_http_request *req, int status,
@@ -58,11 +65,28 @@ typedef struct cp_http_options {
     size_t max_response_bytes; /* a larger handler answer becomes an error; default 256 MiB */
     size_t gzip_min_bytes;     /* compressible answers at least this big are gzip'd for
                                   clients that accept it (level 1); 0 = never; default 8 KiB */
-    uint32_t max_connections;  /* further connections get 503 and are closed; default 1024 */
+    uint32_t max_connections;  /* at the cap a new connection closes the one that has waited
+                                  longest without a request being answered (idle, or still
+                                  sending one); if every one is busy it gets a reserved slot,
+                                  else 503; default 1024 */
     uint32_t concurrency;      /* heavy requests running at once; default 4 */
     uint32_t max_queued;       /* heavy requests waiting; 503 beyond; default 256 */
     int64_t query_timeout_ns;  /* deadline of a heavy request from its arrival; default 30 s */
     int64_t idle_timeout_ns;   /* a connection silent this long is closed; default 60 s */
+    int64_t request_timeout_ns;    /* a request must arrive whole within this of its first byte
+                                      (never longer than idle_timeout_ns); default 10 s */
+    int64_t write_timeout_ns;      /* an answer whose writing makes no progress for this long
+                                      closes the connection; default 30 s */
+    size_t max_inflight_bytes;     /* daemon-wide budget of answers held in memory until written;
+                                      a query arriving over it, or an answer that would pass it,
+                                      gets 503 with Retry-After; 0 = none; default 512 MiB */
+    uint32_t cheap_concurrency;    /* CP_HTTP_LANE_CHEAP requests running at once; default 2 */
+    uint32_t max_conns_per_client; /* connections from one peer address; 0 = no limit;
+                                      default 256 */
+    uint32_t reserved_connections; /* beyond max_connections, slots that may only ask
+                                      /healthz; default 16 */
+    int heavy_nice;                /* added once to the nice value of the threads that run heavy
+                                      requests (libuv's threadpool); 0 = none; default 10 */
     cp_http_handler_fn handle;
     cp_http_is_light_fn is_light; /* NULL = everything heavy */
     cp_http_observe_fn observe;   /* may be NULL */

@@ -26,6 +26,11 @@ int cp_render_find_index(const cp_profile *p, const char *type);
  * sample with no frame matching focus (POSIX extended regexes, unanchored, matched against
  * function names; NULL or "" = no filter). CP_EPARSE naming the bad regex. */
 int cp_render_filter(cp_profile *p, const char *focus, const char *ignore, cp_err *err);
+/* The same with a deadline (CLOCK_MONOTONIC ns, 0 = none): each regex runs once per distinct
+ * frame name, and the clock is read between names and every few thousand samples; past the
+ * deadline CP_ELIMIT, with p left unchanged. */
+int cp_render_filter_until(cp_profile *p, const char *focus, const char *ignore,
+                           int64_t deadline_ns, cp_err *err);
 
 /* Appends the top table: header lines, then one row per function sorted by flat value:
  * flat, flat%, sum%, cum, cum%, name. max_rows 0 = all. */

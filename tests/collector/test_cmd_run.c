@@ -81,6 +81,20 @@ TEST(run_server_env)
     CHECK(strstr(out, "libcontprof") == NULL);
 }
 
+/* --token goes to the agent as CONTPROF_TOKEN and is sent when asking for the brokers. */
+TEST(run_token)
+{
+    fake_contprofd f;
+    fake_contprofd_start(&f, "127.0.0.1:1");
+    char *argv[] = {"run",           "--server", f.url,          "--token", "tok-12345678",
+                    "--no-children", "--",       "/usr/bin/env", NULL};
+    char out[65536];
+    CHECK_EQ(run_cmd(argv, out, sizeof(out)), 0);
+    fake_contprofd_stop(&f);
+    CHECK_CONTAINS(f.last_req, "\r\nAuthorization: Bearer tok-12345678\r\n");
+    CHECK_CONTAINS(out, "CONTPROF_TOKEN=tok-12345678\n");
+}
+
 TEST(run_usage)
 {
     char out[256];
@@ -110,4 +124,4 @@ TEST(run_window_grammar)
     CHECK(system(cmd) == 0);
 }
 
-TEST_MAIN(T(run_output_dir), T(run_server_env), T(run_usage), T(run_window_grammar))
+TEST_MAIN(T(run_output_dir), T(run_server_env), T(run_token), T(run_usage), T(run_window_grammar))

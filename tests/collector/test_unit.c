@@ -275,22 +275,35 @@ TEST(http_brokers)
                &th);
     char url[64], out[256];
     snprintf(url, sizeof(url), "http://127.0.0.1:%d", s.port);
-    CHECK_EQ(cp_http_get_brokers(url, out, sizeof(out), 2000), 0);
+    CHECK_EQ(cp_http_get_brokers(url, NULL, out, sizeof(out), 2000), 0);
     pthread_join(th, NULL);
     close(s.fd);
     CHECK_STREQ(out, "k1:9092,k2:9092");
     CHECK_CONTAINS(s.request, "GET /api/v1/brokers HTTP/1.1\r\n");
+    CHECK(strstr(s.request, "Authorization") == NULL);
+
+    /* With a token (CONTPROF_TOKEN), it is sent as a bearer token. */
+    fake_start(&s,
+               "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 20\r\n"
+               "\r\n{\"brokers\":\"k3:9092\"}\n",
+               &th);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", s.port);
+    CHECK_EQ(cp_http_get_brokers(url, "s3cret-token", out, sizeof(out), 2000), 0);
+    pthread_join(th, NULL);
+    close(s.fd);
+    CHECK_STREQ(out, "k3:9092");
+    CHECK_CONTAINS(s.request, "\r\nAuthorization: Bearer s3cret-token\r\n");
 
     fake_start(&s, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", &th);
     snprintf(url, sizeof(url), "http://127.0.0.1:%d/", s.port);
-    CHECK_EQ(cp_http_get_brokers(url, out, sizeof(out), 2000), CP_EIO);
+    CHECK_EQ(cp_http_get_brokers(url, NULL, out, sizeof(out), 2000), CP_EIO);
     pthread_join(th, NULL);
     close(s.fd);
 
     double t0 = now_s();
-    CHECK_EQ(cp_http_get_brokers("http://127.0.0.1:1", out, sizeof(out), 1000), CP_EIO);
+    CHECK_EQ(cp_http_get_brokers("http://127.0.0.1:1", NULL, out, sizeof(out), 1000), CP_EIO);
     CHECK(now_s() - t0 < 2);
-    CHECK_EQ(cp_http_get_brokers("ftp://x", out, sizeof(out), 1000), CP_EIO);
+    CHECK_EQ(cp_http_get_brokers("ftp://x", NULL, out, sizeof(out), 1000), CP_EIO);
 }
 
 TEST_MAIN(T(unwind_through_libc), T(unwind_stays_in_bounds), T(modules_have_build_ids),

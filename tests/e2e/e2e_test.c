@@ -954,9 +954,73 @@ TEST(fleet_of_one_stripped_binary_merges)
     CHECK_EQ(wait_exit(d.pid, 30), 0);
     free(t[0].w);
     free(t[1].w);
+/* With tokens, the agent signs its envelopes with CONTPROF_TOKEN: windows of a program run
+ * with its tenant's token are stored; those of one run with another tenant's token (it may
+ * ask for the brokers, but not write as alpha) go to the DLQ with reason "tenant". */
+TEST(agent_signs_for_its_tenant)
+{
+    char dir[] = "/tmp/contprof-tenant-XXXXXX";
+    CHECK(mkdtemp(dir));
+    char bin[512], conf[600], data[600], cbin[512], dbin[512];
+    snprintf(bin, sizeof bin, "%s/query/contprofd", bindir());
+    snprintf(cbin, sizeof cbin, "%s/query/contprof", bindir());
+    snprintf(dbin, sizeof dbin, "%s/tests/demo/demo_service", bindir());
+    snprintf(conf, sizeof conf, "%s/c.conf", dir);
+    snprintf(data, sizeof data, "%s/data", dir);
+    FILE *cf = fopen(conf, "w");
+    CHECK(cf);
+    fprintf(cf, "token.alpha = alpha-secret-1\ntoken.beta = beta-secret-2\n");
+    fclose(cf);
+    daemon_t d = {0};
+    snprintf(d.log, sizeof d.log, "%s/contprofd.log", dir);
+    const char *argv[] = {bin, "--config", conf, "--data", data, "--http", "127.0.0.1:0", NULL};
+    d.pid = spawn(argv, d.log);
+    static char buf[1 << 16];
+    for (int64_t end = now_ns() + 30 * SEC; now_ns() < end && !d.port; usleep(20000)) {
+        slurp(d.log, buf, sizeof buf);
+        char *m = strstr(buf, "query API on http://127.0.0.1:");
+        if (m) d.port = atoi(m + strlen("query API on http://127.0.0.1:"));
+    }
+    CHECK(d.port > 0);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", d.port);
+    const char *runs[2][2] = {{"signed", "alpha-secret-1"}, {"forged", "beta-secret-2"}};
+    for (int i = 0; i < 2; i++) {
+        char alog[700];
+        snprintf(alog, sizeof alog, "%s/demo-%s.log", dir, runs[i][0]);
+        const char *aargv[] = {cbin,      "run",      "--server",   url,        "--tenant", "alpha",
+                               "--token", runs[i][1], "--service",  runs[i][0], "--window", "1s",
+                               "--",      dbin,       "--duration", "3",        NULL};
+        pid_t demo = spawn(aargv, alog);
+        CHECK_EQ(wait_exit(demo, 60), 0);
+    }
+    int ok = 0;
+    for (int64_t end = now_ns() + 60 * SEC; now_ns() < end && !ok; usleep(250000)) {
+        cp_http_result r;
+        cp_err err = {0};
+        CHECK(cp_http_get(url, "/metrics", "alpha-secret-1", 30000, 0, &r, &err) == 0);
+        CHECK(cp_buf_append(&r.body, "", 1) == 0);
+        static const char wn[] = "\ncontprof_ingest_windows_total ", /* not # TYPE's */
+            tn[] = "contprof_ingest_dlq_total{reason=\"tenant\"} ";
+        const char *w = strstr((char *)r.body.data, wn), *t = strstr((char *)r.body.data, tn);
+        ok = w && t && atoi(w + strlen(wn)) > 0 && atoi(t + strlen(tn)) > 0;
+        cp_buf_close(&r.body);
+    }
+    CHECK(ok);
+    cp_http_result r;
+    cp_err err = {0};
+    CHECK(cp_http_get(url, "/api/v1/series", "alpha-secret-1", 30000, 0, &r, &err) == 0);
+    CHECK_EQ(r.status, 200);
+    CHECK(cp_buf_append(&r.body, "", 1) == 0);
+    CHECK(strstr((char *)r.body.data, "\"service\":\"signed\"") != NULL);
+    CHECK(strstr((char *)r.body.data, "forged") == NULL);
+    cp_buf_close(&r.body);
+    kill(d.pid, SIGTERM);
+    CHECK_EQ(wait_exit(d.pid, 30), 0);
+    char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     CHECK(system(cmd) == 0);
 }
 
 TEST_MAIN(T(demo_through_the_whole_pipeline), T(rerun_with_the_embedded_broker_loses_nothing),
-          T(fleet_of_one_stripped_binary_merges))
+          T(fleet_of_one_stripped_binary_merges), T(agent_signs_for_its_tenant))

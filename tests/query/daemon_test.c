@@ -168,6 +168,68 @@ TEST(embedded_broker_import_to_query)
     CHECK(system(cmd) == 0);
 }
 
+/* With tokens, ingest stores only envelopes signed with a token of the tenant they name:
+ * an import signed with another tenant's token and an unsigned one go to the DLQ with
+ * reason "tenant"; asking for the brokers without a token is refused. */
+TEST(tenant_binding_of_imports)
+{
+    char dir[] = "/tmp/cpqd-XXXXXX";
+    CHECK(mkdtemp(dir));
+    char store[200], conf[200];
+    snprintf(store, sizeof store, "%s/store", dir);
+    snprintf(conf, sizeof conf, "%s/c.conf", dir);
+    FILE *cf = fopen(conf, "w");
+    fprintf(cf, "retention.raw = 0\nretention.rollup = 0\ntoken.alpha = alpha-secret-1\n"
+                "token.beta = beta-secret-2\n");
+    fclose(cf);
+    const char *args[] = {"--config", conf, "--data", store, "--http", "127.0.0.1:0", NULL};
+    proc p = {0};
+    start_daemon(&p, dir, args);
+    const char *src = getenv("CP_SOURCE_DIR");
+    char file[512], cmd[2048];
+    snprintf(file, sizeof file, "%s/tests/fuzz/corpus/fuzz_pprof/go_cpu.pb.gz", src ? src : ".");
+    const char *imp = "%s/query/contprof import --server http://127.0.0.1:%d --tenant alpha "
+                      "--at 1764000000 --duration 10s %s '%s' >/dev/null 2>&1";
+    snprintf(cmd, sizeof cmd, imp, bindir(), p.port, "--service good --token alpha-secret-1", file);
+    CHECK(system(cmd) == 0);
+    snprintf(cmd, sizeof cmd, imp, bindir(), p.port, "--service forged --token beta-secret-2",
+             file);
+    CHECK(system(cmd) == 0); /* delivered to Kafka: ingest is what refuses it */
+    snprintf(cmd, sizeof cmd, imp, bindir(), p.port, "--service nobroker", file);
+    CHECK(system(cmd) != 0); /* no token: contprofd does not say where Kafka is */
+    cp_http_result r = get(p.port, "/api/v1/brokers", "beta-secret-2");
+    CHECK_EQ(r.status, 200);
+    char brokers[256] = "";
+    const char *q = strstr((char *)r.body.data, "\"brokers\":\"");
+    CHECK(q);
+    snprintf(brokers, sizeof brokers, "%.*s", (int)strcspn(q + 11, "\""), q + 11);
+    cp_buf_close(&r.body);
+    snprintf(cmd, sizeof cmd,
+             "%s/query/contprof import --brokers %s --tenant alpha --service unsigned "
+             "--at 1764000000 --duration 10s '%s' >/dev/null 2>&1",
+             bindir(), brokers, file);
+    CHECK(system(cmd) == 0);
+    int ok = 0;
+    for (int i = 0; i < 600 && !ok; i++) {
+        r = get(p.port, "/metrics", "alpha-secret-1");
+        CHECK_EQ(r.status, 200);
+        ok = strstr((char *)r.body.data, "contprof_ingest_windows_total 1\n") &&
+             strstr((char *)r.body.data, "contprof_ingest_dlq_total{reason=\"tenant\"} 2\n");
+        cp_buf_close(&r.body);
+        if (!ok) usleep(50000);
+    }
+    CHECK(ok);
+    r = get(p.port, "/api/v1/series", "alpha-secret-1");
+    CHECK_EQ(r.status, 200);
+    CHECK_CONTAINS((char *)r.body.data, "\"service\":\"good\"");
+    CHECK(strstr((char *)r.body.data, "forged") == NULL);
+    CHECK(strstr((char *)r.body.data, "unsigned") == NULL);
+    cp_buf_close(&r.body);
+    CHECK_EQ(stop_daemon(&p, SIGTERM), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
 TEST(tokens_from_config)
 {
     char dir[] = "/tmp/cpqd-XXXXXX";
@@ -250,5 +312,4 @@ TEST(config_parser)
 }
 
 TEST_MAIN(T(serves_a_store_and_stops_cleanly), T(embedded_broker_import_to_query),
-          T(tokens_from_config), T(startup_errors),
-          T(config_parser))
+          T(tokens_from_config), T(tenant_binding_of_imports), T(startup_errors), T(config_parser))

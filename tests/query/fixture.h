@@ -64,8 +64,9 @@ static inline void qfx_open_store(qfx *f, const char *dir)
     CHECK(f->batch);
 }
 
-/* Starts the API and server; api options may be NULL for defaults. */
-static inline void qfx_serve(qfx *f, const cp_api_options *ao, uint32_t concurrency)
+/* Starts the API and server with HTTP options hopt (NULL: the defaults, concurrency 2,
+ * gzip from 64 bytes); api options may be NULL for defaults. */
+static inline void qfx_serve_with(qfx *f, const cp_api_options *ao, const cp_http_options *hopt)
 {
     cp_api_options o;
     if (ao) o = *ao;
@@ -76,15 +77,18 @@ static inline void qfx_serve(qfx *f, const cp_api_options *ao, uint32_t concurre
     uv_loop_init(&f->loop);
     cp_http_options ho;
     cp_http_options_default(&ho);
+    ho.concurrency = 2;
+    ho.gzip_min_bytes = 64; /* the test answers are small */
+    if (hopt) ho = *hopt;
+    if (!ho.upload_path) { /* as contprofd sets it */
+        ho.upload_path = "/api/v1/symbols";
+        ho.max_upload_bytes = 64u << 20;
+    }
     ho.port = 0;
     ho.handle = cp_api_handle;
     ho.is_light = cp_api_is_light;
     ho.observe = cp_api_observe;
     ho.ctx = f->api;
-    ho.concurrency = concurrency ? concurrency : 2;
-    ho.gzip_min_bytes = 64; /* the test answers are small */
-    ho.upload_path = "/api/v1/symbols"; /* as contprofd sets it */
-    ho.max_upload_bytes = 64u << 20;
     cp_err err = {0};
     CHECK(cp_http_server_create(&f->loop, &ho, &f->srv, &err) == 0);
     f->port = cp_http_server_port(f->srv);
@@ -92,6 +96,16 @@ static inline void qfx_serve(qfx *f, const cp_api_options *ao, uint32_t concurre
     uv_async_init(&f->loop, &f->stop, qfx_on_stop);
     f->stop.data = f;
     pthread_create(&f->th, NULL, qfx_run, f);
+}
+
+/* Starts the API and server; api options may be NULL for defaults. */
+static inline void qfx_serve(qfx *f, const cp_api_options *ao, uint32_t concurrency)
+{
+    cp_http_options ho;
+    cp_http_options_default(&ho);
+    ho.concurrency = concurrency ? concurrency : 2;
+    ho.gzip_min_bytes = 64; /* the test answers are small */
+    qfx_serve_with(f, ao, &ho);
 }
 
 static inline void qfx_close(qfx *f, int remove_dir)
