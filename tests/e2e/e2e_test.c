@@ -954,6 +954,10 @@ TEST(fleet_of_one_stripped_binary_merges)
     CHECK_EQ(wait_exit(d.pid, 30), 0);
     free(t[0].w);
     free(t[1].w);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 /* With tokens, the agent signs its envelopes with CONTPROF_TOKEN: windows of a program run
  * with its tenant's token are stored; those of one run with another tenant's token (it may
  * ask for the brokers, but not write as alpha) go to the DLQ with reason "tenant". */
