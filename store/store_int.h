@@ -130,4 +130,28 @@ int cp_dict_location_known(const cp_dict *d, const cp_profile *p, const cp_locat
  * must come in id order per kind. */
 int cp_dict_load(cp_dict *d, uint8_t kind, uint32_t id, const uint8_t *v, size_t len, cp_err *err);
 
+/* --- write-ahead logs (wal.c) --------------------------------------------------------- */
+
+#define WAL_BLOCK_BYTES 32768 /* LevelDB's log block */
+
+/* What a scan of one LevelDB log found. */
+typedef struct cp_wal_report {
+    char file[32];    /* "000123.log" */
+    uint64_t size;    /* bytes */
+    uint64_t records; /* complete writes (one per committed batch) before any damage */
+    int corrupt;      /* a damaged record at bad_at: what says how */
+    uint64_t bad_at;
+    char what[48];
+    uint64_t tail; /* bytes of an unfinished write at the end (dropped by LevelDB) */
+} cp_wal_report;
+
+/* Scans every NNNNNN.log in dir (at most max) into out; *n gets the count. A missing
+ * directory is no log. CP_EIO if a file cannot be read. */
+int cp_wal_scan(const char *dir, cp_wal_report *out, uint32_t max, uint32_t *n, cp_err *err);
+
+/* Before opening: CP_ESTORE naming the log, the place and the fix (`contprofd --repair`) if a
+ * log holds a damaged record; a warning in the log with the bytes dropped if one ends inside
+ * a write. 0 otherwise. */
+int cp_wal_check(const char *dir, cp_err *err);
+
 #endif
