@@ -82,6 +82,7 @@ typedef struct rep {
     cp_store_repair_stats st; /* this tenant */
     cp_err *err;
     FILE *out;
+    int renumbered; /* remap_acc changed a stack id */
 } rep;
 
 static void say(rep *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -412,6 +413,7 @@ static int remap_acc(rep *r, const cp_acc *src, cp_acc *dst, uint64_t *dropped)
             (*dropped)++;
             continue;
         }
+        r->renumbered |= nid != src->ids.v[i];
         int64_t *row = cp_acc_row(dst, nid);
         if (!row) return CP_ENOMEM;
         memcpy(row, src->vals.v + (size_t)i * src->ntypes, sizeof(int64_t) * src->ntypes);
@@ -490,8 +492,9 @@ static int repair_blocks(rep *r, leveldb_iterator_t *it, leveldb_iterator_t *it2
         }
         int64_t start = cp_time_unkey(cp_get_be64((const uint8_t *)key + n + 5));
         uint64_t dropped = 0;
+        r->renumbered = 0;
         if (remap_acc(r, &r->a, &r->b, &dropped)) return cp_err_set(r->err, CP_ENOMEM, "repair");
-        int changed = dropped > 0;
+        int changed = dropped > 0 || r->renumbered;
         r->st.rows_dropped += dropped;
         if (level == 0) {
             if (start < x->l0_min) x->l0_min = start;
@@ -645,22 +648,23 @@ int cp_store_repair(const char *path, FILE *out, cp_store_repair_stats *st, cp_e
     int rc = cp_wal_scan(path, w, 16, &nw, err);
     if (rc) return rc;
     for (uint32_t i = 0; i < nw; i++) {
-        if (w[i].corrupt) {
-            uint64_t rest = WAL_BLOCK_BYTES - w[i].bad_at % WAL_BLOCK_BYTES;
-            if (rest > w[i].size - w[i].bad_at) rest = w[i].size - w[i].bad_at;
-            st->log_bytes_dropped += rest;
-            if (out)
-                fprintf(out,
-                        "write-ahead log %s: %s at byte %llu: about %llu bytes dropped there "
-                        "(the writes after it are kept)\n",
-                        w[i].file, w[i].what, (unsigned long long)w[i].bad_at,
-                        (unsigned long long)rest);
-        }
-        if (w[i].tail) {
-            st->log_bytes_dropped += w[i].tail;
-            if (out)
-                fprintf(out, "write-ahead log %s: ends inside a write: its last %llu bytes dropped\n",
-                        w[i].file, (unsigned long long)w[i].tail);
+        if (!w[i].corrupt && !w[i].tail) continue;
+        /* LevelDB's repair replays logs without checking their checksums: a damaged write
+         * would go into the store as it is. Keep only the intact writes. */
+        cp_wal_salvage_stats ws;
+        if ((rc = cp_wal_salvage(path, w[i].file, &ws, err))) return rc;
+        st->log_bytes_dropped += ws.bytes_dropped;
+        if (out) {
+            if (w[i].corrupt)
+                fprintf(out, "write-ahead log %s: %s at byte %llu\n", w[i].file, w[i].what,
+                        (unsigned long long)w[i].bad_at);
+            fprintf(out,
+                    "write-ahead log %s: %llu intact writes kept; %llu bytes dropped (%llu "
+                    "damaged places, each to the end of its 32 KiB block, and %llu unfinished "
+                    "writes); the original is kept as lost/%s.damaged\n",
+                    w[i].file, (unsigned long long)ws.writes_kept,
+                    (unsigned long long)ws.bytes_dropped, (unsigned long long)ws.damaged,
+                    (unsigned long long)ws.writes_dropped, w[i].file);
         }
     }
     leveldb_options_t *opts = leveldb_options_create();

@@ -551,7 +551,9 @@ static int corrupt_fix(cp_store *s, cp_err *err)
     if (err && !strstr(err->msg, "--repair")) {
         char m[sizeof err->msg];
         snprintf(m, sizeof m, "%s", err->msg);
-        cp_err_set(err, CP_ESTORE, "%s; run `contprofd --repair --data %s`", m, s->path);
+        int named = !strncmp(m, "store ", 6);
+        cp_err_set(err, CP_ESTORE, "%s%s%s%s; run `contprofd --repair --data %s`",
+                   named ? "" : "store ", named ? "" : s->path, named ? "" : ": ", m, s->path);
     }
     return CP_ESTORE;
 }

@@ -154,4 +154,15 @@ int cp_wal_scan(const char *dir, cp_wal_report *out, uint32_t max, uint32_t *n, 
  * a write. 0 otherwise. */
 int cp_wal_check(const char *dir, cp_err *err);
 
+typedef struct cp_wal_salvage_stats {
+    uint64_t writes_kept, writes_dropped; /* writes dropped whole (known to be lost) */
+    uint64_t damaged;                     /* damaged fragments (each loses its block's rest) */
+    uint64_t bytes_dropped;
+} cp_wal_salvage_stats;
+
+/* Rewrites log file (in dir) with only its intact writes, each whole, and moves the
+ * original to dir/lost/FILE.damaged. LevelDB's repair reads logs without checksums: a
+ * byte-flipped write would be replayed as it is, so repair salvages first. */
+int cp_wal_salvage(const char *dir, const char *file, cp_wal_salvage_stats *st, cp_err *err);
+
 #endif

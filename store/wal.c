@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define WAL_BLOCK WAL_BLOCK_BYTES
 #define WAL_HEADER 7
@@ -196,4 +198,148 @@ int cp_wal_check(const char *dir, cp_err *err)
                         (unsigned long long)r[i].records);
     }
     return 0;
+}
+
+/* ---------------------------------------------------------------------------------
+ * Salvage: a copy of a log without its damaged writes
+ * --------------------------------------------------------------------------------- */
+
+/* Appends one logical record to out as LevelDB's log writer does (fragments in blocks). */
+static int emit_record(cp_buf *out, const uint8_t *p, size_t n)
+{
+    int begin = 1;
+    do {
+        size_t off = out->len % WAL_BLOCK;
+        if (WAL_BLOCK - off < WAL_HEADER) {
+            static const uint8_t zero[WAL_HEADER];
+            if (cp_buf_append(out, zero, WAL_BLOCK - off)) return CP_ENOMEM;
+            off = 0;
+        }
+        size_t avail = WAL_BLOCK - off - WAL_HEADER, frag = n < avail ? n : avail;
+        int end = frag == n;
+        uint8_t type = begin && end ? REC_FULL : begin ? REC_FIRST : end ? REC_LAST : REC_MIDDLE;
+        uint8_t h[WAL_HEADER];
+        h[6] = type;
+        uint32_t crc = crc32c(crc32c(0, &type, 1), p, frag); /* over type and payload */
+        uint32_t m = ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+        h[0] = (uint8_t)m, h[1] = (uint8_t)(m >> 8), h[2] = (uint8_t)(m >> 16),
+        h[3] = (uint8_t)(m >> 24);
+        h[4] = (uint8_t)frag, h[5] = (uint8_t)(frag >> 8);
+        if (cp_buf_append(out, h, WAL_HEADER) || cp_buf_append(out, p, frag)) return CP_ENOMEM;
+        p += frag;
+        n -= frag;
+        begin = 0;
+    } while (n > 0);
+    return 0;
+}
+
+/* Copies the intact writes of buf into out. A damaged fragment loses the rest of its block
+ * (its length cannot be trusted), as LevelDB's reader does, and the write it belonged to is
+ * dropped whole; so is an unfinished write at the end. */
+static int salvage(const uint8_t *buf, size_t len, cp_buf *out, cp_wal_salvage_stats *st)
+{
+    cp_buf rec = {0};
+    int in_rec = 0, rc = 0;
+    size_t pos = 0, rec_from = 0;
+    while (pos < len && !rc) {
+        size_t left = WAL_BLOCK - pos % WAL_BLOCK;
+        if (left < WAL_HEADER) {
+            pos += left;
+            continue;
+        }
+        if (len - pos < WAL_HEADER) break;
+        const uint8_t *h = buf + pos;
+        uint32_t crc = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
+                       (uint32_t)h[3] << 24;
+        size_t n = (size_t)h[4] | (size_t)h[5] << 8;
+        uint8_t type = h[6];
+        if (type == REC_ZERO && n == 0 && crc == 0) {
+            pos += WAL_HEADER;
+            continue;
+        }
+        if (WAL_HEADER + n > left || pos + WAL_HEADER + n > len ||
+            crc32c(0, h + 6, 1 + n) != crc_unmask(crc) || type < REC_FULL || type > REC_LAST) {
+            if (pos + WAL_HEADER + n > len && len - pos <= left) break; /* unfinished at the end */
+            size_t skip = left < len - pos ? left : len - pos;
+            st->bytes_dropped += skip + (in_rec ? pos - rec_from : 0);
+            st->writes_dropped += in_rec;
+            st->damaged++;
+            in_rec = 0;
+            pos += skip;
+            continue;
+        }
+        const uint8_t *payload = h + WAL_HEADER;
+        if ((type == REC_FULL || type == REC_FIRST) && in_rec) { /* a write left unfinished */
+            st->bytes_dropped += pos - rec_from;
+            st->writes_dropped++;
+            in_rec = 0;
+        }
+        switch (type) {
+        case REC_FULL:
+            rc = emit_record(out, payload, n);
+            st->writes_kept++;
+            break;
+        case REC_FIRST:
+            rec.len = 0;
+            rc = cp_buf_append(&rec, payload, n);
+            in_rec = 1;
+            rec_from = pos;
+            break;
+        case REC_MIDDLE:
+        case REC_LAST:
+            if (!in_rec) { /* the rest of a write whose start was damaged */
+                st->bytes_dropped += WAL_HEADER + n;
+                break;
+            }
+            rc = cp_buf_append(&rec, payload, n);
+            if (!rc && type == REC_LAST) {
+                rc = emit_record(out, rec.data, rec.len);
+                st->writes_kept++;
+                in_rec = 0;
+            }
+            break;
+        }
+        pos += WAL_HEADER + n;
+    }
+    if (!rc && pos < len) st->bytes_dropped += len - pos;
+    if (!rc && in_rec) {
+        st->bytes_dropped += pos - rec_from;
+        st->writes_dropped++;
+    }
+    cp_buf_close(&rec);
+    return rc;
+}
+
+int cp_wal_salvage(const char *dir, const char *file, cp_wal_salvage_stats *st, cp_err *err)
+{
+    crc_init();
+    memset(st, 0, sizeof *st);
+    char path[4352], tmp[4400], lost[4400];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    cp_buf in = {0}, out = {0};
+    if (cp_read_file(path, &in))
+        return cp_err_set(err, CP_EIO, "store %s: cannot read %s: %s", dir, file, strerror(errno));
+    int rc = salvage(in.data, in.len, &out, st);
+    cp_buf_close(&in);
+    if (rc) {
+        cp_buf_close(&out);
+        return cp_err_set(err, rc, "store %s: salvaging %s", dir, file);
+    }
+    /* the damaged original is kept under lost/, where LevelDB's repair keeps what it drops */
+    snprintf(lost, sizeof lost, "%s/lost", dir);
+    mkdir(lost, 0755);
+    snprintf(lost, sizeof lost, "%s/lost/%s.damaged", dir, file);
+    snprintf(tmp, sizeof tmp, "%s.salvage", path);
+    FILE *f = fopen(tmp, "wb");
+    int ok = f && fwrite(out.data, 1, out.len, f) == out.len;
+    if (f && fflush(f)) ok = 0;
+    if (f && fsync(fileno(f))) ok = 0;
+    if (f && fclose(f)) ok = 0;
+    cp_buf_close(&out);
+    if (!ok || rename(path, lost) || rename(tmp, path)) {
+        rc = cp_err_set(err, CP_EIO, "store %s: writing the salvaged %s: %s", dir, file,
+                        strerror(errno));
+        unlink(tmp);
+    }
+    return rc;
 }
