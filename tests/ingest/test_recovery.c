@@ -567,9 +567,19 @@ TEST(disk_full_pauses_and_resumes)
     }
     CHECK_CONTAINS(body, "\"status\":\"paused\"");
     CHECK_CONTAINS(body, "No space left on device");
+    /* it stays paused while the disk is full, retrying: every reopen fails too */
+    double until = now_s() + 3;
+    while (now_s() < until) {
+        r = get(p.port, "/healthz");
+        CHECK_EQ(r.status, 503);
+        cp_buf_close(&r.body);
+        usleep(200000);
+    }
     r = get(p.port, "/metrics");
     CHECK_CONTAINS((char *)r.body.data, "contprof_ingest_paused 1\n");
-    CHECK(!strstr((char *)r.body.data, "contprof_ingest_store_errors_total 0\n"));
+    const char *se = strstr((char *)r.body.data, "\ncontprof_ingest_store_errors_total ");
+    CHECK(se);
+    CHECK(atoi(se + strlen("\ncontprof_ingest_store_errors_total ")) >= 3);
     cp_buf_close(&r.body);
     /* queries are still answered meanwhile, with what was stored */
     int64_t during = http_total(p.port, "disk", T0, T0 + 3600 * SEC);
@@ -599,6 +609,7 @@ TEST(disk_full_pauses_and_resumes)
     static char log[65536];
     slurp(plog, log, sizeof log);
     CHECK_CONTAINS(log, "ingest paused, nothing is lost");
+    CHECK_CONTAINS(log, "ingest: the store is still unavailable");
     CHECK_CONTAINS(log, "ingest resumed");
     CHECK(umount(mnt) == 0);
     rmtree(dir);
