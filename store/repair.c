@@ -246,10 +246,11 @@ static int repair_dicts(rep *r, leveldb_iterator_t *it)
         r->st.dict_dropped += dropped;
         r->st.dict_kept += kept;
         if (missing || dropped)
-            say(r, "dictionary of %s: %llu ids missing (lost records), %llu entries "
-                             "dropped (they referred to lost entries), %llu kept",
-                          kind_names[ki], (unsigned long long)missing,
-                          (unsigned long long)dropped, (unsigned long long)kept);
+            say(r,
+                "dictionary of %s: %llu ids missing (lost records), %llu entries "
+                "dropped (they referred to lost entries), %llu kept",
+                kind_names[ki], (unsigned long long)missing, (unsigned long long)dropped,
+                (unsigned long long)kept);
     }
     return 0;
 }
@@ -313,8 +314,7 @@ static int repair_series(rep *r, leveldb_iterator_t *it)
     uint8_t k[CP_TENANT_KEY_MAX + 16];
     size_t n = tkey(r, k, CP_K_SERIES);
     uint32_t next = 1, damaged = 0;
-    for (leveldb_iter_seek(it, (const char *)k, n); leveldb_iter_valid(it);
-         leveldb_iter_next(it)) {
+    for (leveldb_iter_seek(it, (const char *)k, n); leveldb_iter_valid(it); leveldb_iter_next(it)) {
         size_t kl, vl;
         const char *key = leveldb_iter_key(it, &kl);
         if (kl < n || memcmp(key, k, n)) break;
@@ -343,8 +343,7 @@ static int repair_series(rep *r, leveldb_iterator_t *it)
             (unsigned long long)missing, r->ser.n);
     /* the label index is rebuilt from the records kept */
     n = tkey(r, k, CP_K_LABEL);
-    for (leveldb_iter_seek(it, (const char *)k, n); leveldb_iter_valid(it);
-         leveldb_iter_next(it)) {
+    for (leveldb_iter_seek(it, (const char *)k, n); leveldb_iter_valid(it); leveldb_iter_next(it)) {
         size_t kl;
         const char *key = leveldb_iter_key(it, &kl);
         if (kl < n || memcmp(key, k, n)) break;
@@ -432,8 +431,8 @@ static size_t bkey(rep *r, uint8_t *k, uint32_t ser, int level, int64_t start)
 
 /* The level-0 windows of series old in [a, b): their count, and with rebuild, their sum
  * (cpu, alloc) or latest snapshot (inuse) in r->b, renumbered. */
-static int level0(rep *r, leveldb_iterator_t *it, const rser *x, int64_t a, int64_t b,
-                  int rebuild, uint64_t *count)
+static int level0(rep *r, leveldb_iterator_t *it, const rser *x, int64_t a, int64_t b, int rebuild,
+                  uint64_t *count)
 {
     uint8_t k0[CP_TENANT_KEY_MAX + 16], k1[CP_TENANT_KEY_MAX + 16];
     size_t n = bkey(r, k0, x->old, 0, a);
@@ -449,8 +448,7 @@ static int level0(rep *r, leveldb_iterator_t *it, const rser *x, int64_t a, int6
         const uint8_t *v = (const uint8_t *)leveldb_iter_value(it, &vl);
         if (!rebuild) {
             cp_block_it bi;
-            if (cp_block_it_init(&bi, v, vl, &r->scratch, NULL) || bi.ntypes != x->ntypes)
-                continue;
+            if (cp_block_it_init(&bi, v, vl, &r->scratch, NULL) || bi.ntypes != x->ntypes) continue;
             *count += bi.windows;
             continue;
         }
@@ -476,8 +474,7 @@ static int repair_blocks(rep *r, leveldb_iterator_t *it, leveldb_iterator_t *it2
 {
     uint8_t k[CP_TENANT_KEY_MAX + 16], nk[CP_TENANT_KEY_MAX + 16];
     size_t n = tkey(r, k, CP_K_BLOCK);
-    for (leveldb_iter_seek(it, (const char *)k, n); leveldb_iter_valid(it);
-         leveldb_iter_next(it)) {
+    for (leveldb_iter_seek(it, (const char *)k, n); leveldb_iter_valid(it); leveldb_iter_next(it)) {
         size_t kl, vl;
         const char *key = leveldb_iter_key(it, &kl);
         if (kl < n || memcmp(key, k, n)) break;
@@ -502,7 +499,8 @@ static int repair_blocks(rep *r, leveldb_iterator_t *it, leveldb_iterator_t *it2
         } else {
             uint64_t cnt = 0, windows = r->a.windows;
             int64_t end = start + cp_level_ns[level];
-            if (level0(r, it2, x, start, end, 0, &cnt)) return cp_err_set(r->err, CP_ENOMEM, "repair");
+            if (level0(r, it2, x, start, end, 0, &cnt))
+                return cp_err_set(r->err, CP_ENOMEM, "repair");
             if (cnt && cnt != windows) {
                 if (level0(r, it2, x, start, end, 1, &cnt))
                     return cp_err_set(r->err, CP_ENOMEM, "repair");
@@ -524,8 +522,7 @@ static int repair_blocks(rep *r, leveldb_iterator_t *it, leveldb_iterator_t *it2
     }
     /* the last cumulative input of each (series, producer): the same renumbering */
     n = tkey(r, k, CP_K_CUMUL);
-    for (leveldb_iter_seek(it, (const char *)k, n); leveldb_iter_valid(it);
-         leveldb_iter_next(it)) {
+    for (leveldb_iter_seek(it, (const char *)k, n); leveldb_iter_valid(it); leveldb_iter_next(it)) {
         size_t kl, vl;
         const char *key = leveldb_iter_key(it, &kl);
         if (kl < n || memcmp(key, k, n)) break;
@@ -613,8 +610,8 @@ static int repair_tenant(leveldb_t *db, leveldb_readoptions_t *ro, const char *t
     if (!rc) {
         say(&r, "%llu dictionary entries, %llu series%s", (unsigned long long)r.st.dict_kept,
             (unsigned long long)r.st.series_kept,
-            r.st.dict_missing || r.st.dict_dropped || r.st.series_missing ||
-                    r.st.blocks_dropped || r.st.rows_dropped || r.st.rollups_rebuilt
+            r.st.dict_missing || r.st.dict_dropped || r.st.series_missing || r.st.blocks_dropped ||
+                    r.st.rows_dropped || r.st.rollups_rebuilt
                 ? " kept after the losses above"
                 : ", nothing lost");
         sum_stats(st, &r.st);
@@ -678,7 +675,8 @@ int cp_store_repair(const char *path, FILE *out, cp_store_repair_stats *st, cp_e
     }
     leveldb_t *db = leveldb_open(opts, path, &e);
     if (e) {
-        rc = cp_err_set(err, CP_ESTORE, "store %s: cannot open after LevelDB's repair: %s", path, e);
+        rc =
+            cp_err_set(err, CP_ESTORE, "store %s: cannot open after LevelDB's repair: %s", path, e);
         leveldb_free(e);
         leveldb_options_destroy(opts);
         return rc;
@@ -690,8 +688,9 @@ int cp_store_repair(const char *path, FILE *out, cp_store_repair_stats *st, cp_e
     size_t vl = 0;
     char *v = leveldb_get(db, ro, vkey, 2, &vl, &e);
     if (e || !v) {
-        rc = cp_err_set(err, CP_ESTORE, "store %s: no contprof format record after LevelDB's "
-                                        "repair%s%s: not a contprof store, or the record is lost",
+        rc = cp_err_set(err, CP_ESTORE,
+                        "store %s: no contprof format record after LevelDB's "
+                        "repair%s%s: not a contprof store, or the record is lost",
                         path, e ? ": " : "", e ? e : "");
     }
     leveldb_free(e);

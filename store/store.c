@@ -1639,8 +1639,10 @@ static int qctx_init(qctx *q, cp_store *s, const cp_query_limits *lim, cp_err *e
     pthread_rwlock_rdlock(&s->dblock);
     q->locked = 1;
     if (!s->db)
-        return cp_err_set(err, CP_ESTORE, "store %s is not open: an earlier write failed and "
-                                          "reopening it has not succeeded yet", s->path);
+        return cp_err_set(err, CP_ESTORE,
+                          "store %s is not open: an earlier write failed and "
+                          "reopening it has not succeeded yet",
+                          s->path);
     q->snap = leveldb_create_snapshot(s->db);
     q->ro = leveldb_readoptions_create();
     leveldb_readoptions_set_snapshot(q->ro, q->snap);
@@ -2223,8 +2225,10 @@ static int label_walk(cp_store *s, const char *tenant_name, const char *name, cp
     pthread_rwlock_rdlock(&s->dblock);
     if (!s->db) {
         pthread_rwlock_unlock(&s->dblock);
-        rc = cp_err_set(err, CP_ESTORE, "store %s is not open: an earlier write failed and "
-                                        "reopening it has not succeeded yet", s->path);
+        rc = cp_err_set(err, CP_ESTORE,
+                        "store %s is not open: an earlier write failed and "
+                        "reopening it has not succeeded yet",
+                        s->path);
         goto done;
     }
     leveldb_iterator_t *it = leveldb_create_iterator(s->db, s->ropts);

@@ -148,17 +148,17 @@ int cp_store_reopen(cp_store *s, cp_err *err);
 
 /* What cp_store_repair found and did (totals over every tenant). */
 typedef struct cp_store_repair_stats {
-    uint64_t log_bytes_dropped;  /* write-ahead log bytes LevelDB's repair could not keep */
-    uint64_t dict_missing;       /* dictionary ids absent (lost records) */
-    uint64_t dict_dropped;       /* entries dropped: they referred to lost entries */
-    uint64_t dict_kept;          /* entries kept (renumbered densely) */
-    uint64_t series_missing;     /* series ids without a record */
+    uint64_t log_bytes_dropped; /* write-ahead log bytes LevelDB's repair could not keep */
+    uint64_t dict_missing;      /* dictionary ids absent (lost records) */
+    uint64_t dict_dropped;      /* entries dropped: they referred to lost entries */
+    uint64_t dict_kept;         /* entries kept (renumbered densely) */
+    uint64_t series_missing;    /* series ids without a record */
     uint64_t series_kept;
-    uint64_t blocks_dropped;     /* blocks of lost series, or undecodable */
-    uint64_t blocks_rewritten;   /* blocks whose stack ids or series id changed */
-    uint64_t rows_dropped;       /* (stack, values) rows naming a lost stack */
-    uint64_t rollups_rebuilt;    /* rollup buckets recomputed from their level-0 windows */
-    uint64_t keys_dropped;       /* other keys that no longer made sense (labels, ...) */
+    uint64_t blocks_dropped;   /* blocks of lost series, or undecodable */
+    uint64_t blocks_rewritten; /* blocks whose stack ids or series id changed */
+    uint64_t rows_dropped;     /* (stack, values) rows naming a lost stack */
+    uint64_t rollups_rebuilt;  /* rollup buckets recomputed from their level-0 windows */
+    uint64_t keys_dropped;     /* other keys that no longer made sense (labels, ...) */
 } cp_store_repair_stats;
 
 /* Repairs the store at path, which no process may have open: LevelDB's own repair

@@ -71,8 +71,8 @@ static void scan_log(const uint8_t *buf, size_t len, cp_wal_report *r)
             return;
         }
         const uint8_t *h = buf + pos;
-        uint32_t crc = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
-                       (uint32_t)h[3] << 24;
+        uint32_t crc =
+            (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
         size_t n = (size_t)h[4] | (size_t)h[5] << 8;
         uint8_t type = h[6];
         if (type == REC_ZERO && n == 0 && crc == 0) {
@@ -168,7 +168,7 @@ int cp_wal_scan(const char *dir, cp_wal_report *out, uint32_t max, uint32_t *n, 
         }
         cp_wal_report *r = &out[(*n)++];
         memset(r, 0, sizeof *r);
-        snprintf(r->file, sizeof r->file, "%s", de->d_name);
+        memcpy(r->file, de->d_name, strlen(de->d_name) + 1); /* length checked above */
         r->size = b.len;
         scan_log(b.data, b.len, r);
     }
@@ -249,8 +249,8 @@ static int salvage(const uint8_t *buf, size_t len, cp_buf *out, cp_wal_salvage_s
         }
         if (len - pos < WAL_HEADER) break;
         const uint8_t *h = buf + pos;
-        uint32_t crc = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 |
-                       (uint32_t)h[3] << 24;
+        uint32_t crc =
+            (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
         size_t n = (size_t)h[4] | (size_t)h[5] << 8;
         uint8_t type = h[6];
         if (type == REC_ZERO && n == 0 && crc == 0) {

@@ -349,7 +349,8 @@ TEST(wal_truncated_reported)
     struct stat stt;
     CHECK(stat(logf, &stt) == 0);
     CHECK(truncate(logf, stt.st_size - 100) == 0); /* inside the last write */
-    const char *args[] = {"--data", orig, "--http", "127.0.0.1:0", "--brokers", "127.0.0.1:9", NULL};
+    const char *args[] = {"--data",    orig,          "--http", "127.0.0.1:0",
+                          "--brokers", "127.0.0.1:9", NULL};
     proc p = {0};
     start_daemon(&p, plog, args);
     CHECK_EQ(stop_daemon(&p), 0);
@@ -449,7 +450,7 @@ TEST(repair_rebuilds_derived_data)
     CHECK_EQ(st.series_missing, 1);
     CHECK_EQ(st.series_kept, 1);
     CHECK_EQ(st.dict_missing, 2);
-    CHECK(st.dict_dropped >= 1); /* at least the location of the lost function */
+    CHECK(st.dict_dropped >= 1);    /* at least the location of the lost function */
     CHECK(st.blocks_dropped >= 12); /* series a's windows and rollups */
     CHECK_CONTAINS(rep, "tenant default: series: 1 without a usable record");
     CHECK_CONTAINS(rep, "dictionary of stacks: 1 ids missing");
