@@ -71,6 +71,7 @@ struct cp_ingest {
     /* store failure: paused until cp_store_reopen succeeds (ingest thread only) */
     int paused;
     int64_t retry_at, backoff;
+    CP_VEC(uint8_t) ours_durable; /* parts[i].ours as of the last successful commit */
 };
 
 static const char *const reason_names[] = {
@@ -136,6 +137,9 @@ static void store_failed(cp_ingest *in, const char *msg)
 {
     cp_store_batch_reset(in->batch);
     in->pending = 0;
+    /* an offset of the failed batch is not this process's until it is stored */
+    for (uint32_t i = 0; i < in->parts.n; i++)
+        in->parts.v[i].ours = i < in->ours_durable.n && in->ours_durable.v[i];
     set_paused(in, 1, msg);
     if (in->paused) return;
     in->paused = 1;
@@ -222,6 +226,11 @@ static int commit(cp_ingest *in)
     in->st.batches++;
     pthread_mutex_unlock(&in->mu);
     in->pending = 0;
+    if (!cp_vec_reserve(&in->ours_durable, (size_t)in->parts.n + 1)) {
+        for (uint32_t i = 0; i < in->parts.n; i++)
+            in->ours_durable.v[i] = (uint8_t)in->parts.v[i].ours;
+        in->ours_durable.n = in->parts.n;
+    }
     return 0;
 }
 
@@ -770,6 +779,7 @@ void cp_ingest_destroy(cp_ingest *in)
     }
     free(in->slots);
     free(in->parts.v);
+    free(in->ours_durable.v);
     free(in->topic);
     free(in->dlq_topic);
     free(in->brokers);
