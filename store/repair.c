@@ -5,10 +5,13 @@
 #include "store.h"
 #include "store_int.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---------------------------------------------------------------------------------
  * Id maps: old id -> new dense id (0 = dropped or absent)
@@ -559,6 +562,8 @@ static int repair_blocks(rep *r, leveldb_iterator_t *it, leveldb_iterator_t *it2
  * The whole repair
  * --------------------------------------------------------------------------------- */
 
+static int repair_locked(const char *path, FILE *out, cp_store_repair_stats *st, cp_err *err);
+
 static void sum_stats(cp_store_repair_stats *d, const cp_store_repair_stats *s)
 {
     uint64_t *a = (uint64_t *)d;
@@ -634,7 +639,40 @@ static int repair_tenant(leveldb_t *db, leveldb_readoptions_t *ro, const char *t
     return rc;
 }
 
+/* LevelDB's repair takes no lock: hold the database's LOCK file (the fcntl lock LevelDB
+ * takes at open) so a running contprofd is not repaired under its feet. Returns the fd to
+ * keep open, or -1 with err set. */
+static int lock_store(const char *path, cp_err *err)
+{
+    char lk[4352];
+    snprintf(lk, sizeof lk, "%s/LOCK", path);
+    int fd = open(lk, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        cp_err_set(err, CP_EIO, "store %s: cannot open its LOCK file: %s", path, strerror(errno));
+        return -1;
+    }
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    if (fcntl(fd, F_SETLK, &fl)) {
+        cp_err_set(err, CP_ESTORE,
+                   "store %s is open in another process (its LOCK is held): stop contprofd "
+                   "before repairing",
+                   path);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 int cp_store_repair(const char *path, FILE *out, cp_store_repair_stats *st, cp_err *err)
+{
+    int lockfd = lock_store(path, err);
+    if (lockfd < 0) return err ? err->code : CP_ESTORE;
+    int rc = repair_locked(path, out, st, err);
+    close(lockfd);
+    return rc;
+}
+
+static int repair_locked(const char *path, FILE *out, cp_store_repair_stats *st, cp_err *err)
 {
     cp_store_repair_stats local;
     if (!st) st = &local;

@@ -353,6 +353,11 @@ TEST(wal_truncated_reported)
                           "--brokers", "127.0.0.1:9", NULL};
     proc p = {0};
     start_daemon(&p, plog, args);
+    /* no repair under a running daemon */
+    char out[4096];
+    const char *rargs[] = {"--repair", "--data", orig, NULL};
+    CHECK_EQ(run_contprofd(rargs, out, sizeof out), 1);
+    CHECK_CONTAINS(out, "is open in another process");
     CHECK_EQ(stop_daemon(&p), 0);
     static char log[65536];
     slurp(plog, log, sizeof log);
