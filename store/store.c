@@ -593,8 +593,8 @@ int cp_store_open(const cp_store_options *opt, cp_store **out, cp_err *err)
     pthread_rwlockattr_init(&ra);
     pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
     pthread_rwlock_init(&s->lock, &ra);
+    pthread_rwlock_init(&s->dblock, &ra); /* a reopen must not starve behind queries */
     pthread_rwlockattr_destroy(&ra);
-    pthread_rwlock_init(&s->dblock, NULL);
     s->path = xstrndup(opt->path, strlen(opt->path));
     if (!s->path) {
         rc = cp_err_set(err, CP_ENOMEM, "store");

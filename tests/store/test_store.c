@@ -634,7 +634,7 @@ TEST(reopen_under_readers)
     cp_store_batch *b = cp_store_batch_create(cs);
     int64_t want = 0, batch = 0;
     cp_err err = {0};
-    for (int i = 0; i < 150; i++) {
+    for (int i = 0; i < 60; i++) {
         add(b, "acme", CP_KIND_CPU, "service=api", starts[i], "p", (uint64_t)i, wins[i], 0);
         batch += cp_profile_total(wins[i], 1);
         if (i % 10 != 9) continue;
