@@ -130,22 +130,25 @@ static void on_signal(uv_signal_t *s, int signum)
 
 /* ---- repair ------------------------------------------------------------------------- */
 
-static int repair(const char *dir)
+static int repair(const cp_config *cfg)
 {
+    const char *dir = cfg->data_dir;
+    cp_store_options so = {.path = dir, .retention_raw_ns = cfg->retention_raw_ns};
     cp_err err = {0};
     cp_store_repair_stats st;
     printf("repairing the store %s\n", dir);
-    if (cp_store_repair(dir, stdout, &st, &err)) {
+    if (cp_store_repair(&so, stdout, &st, &err)) {
         fprintf(stderr, "contprofd: %s\n", err.msg);
         return 1;
     }
     printf("store %s repaired: it opens again. Lost: about %llu bytes of write-ahead log, "
            "%llu dictionary ids (and %llu entries that referred to them), %llu series, "
-           "%llu blocks, %llu block rows of lost stacks; %llu rollup buckets recomputed, "
-           "%llu blocks rewritten\n",
+           "%llu blocks, %llu block rows of lost stacks, %llu windows; %llu rollup buckets "
+           "recomputed, %llu blocks rewritten\n",
            dir, (unsigned long long)st.log_bytes_dropped, (unsigned long long)st.dict_missing,
            (unsigned long long)st.dict_dropped, (unsigned long long)st.series_missing,
            (unsigned long long)st.blocks_dropped, (unsigned long long)st.rows_dropped,
+           (unsigned long long)st.windows_lost,
            (unsigned long long)st.rollups_rebuilt, (unsigned long long)st.blocks_rewritten);
     return 0;
 }
@@ -212,7 +215,7 @@ int main(int argc, char **argv)
         goto fail_msg;
     }
     if (do_repair) {
-        status = repair(d.cfg.data_dir);
+        status = repair(&d.cfg);
         cp_config_close(&d.cfg);
         return status;
     }

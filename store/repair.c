@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---------------------------------------------------------------------------------
@@ -19,6 +20,7 @@
 
 typedef struct entry {
     uint32_t old, neu;
+    int same;   /* kept with the same id and bytes: nothing to write */
     uint8_t *v; /* value as stored (dictionary) or re-encoded (series) */
     size_t len;
 } entry;
@@ -85,7 +87,8 @@ typedef struct rep {
     cp_store_repair_stats st; /* this tenant */
     cp_err *err;
     FILE *out;
-    int renumbered; /* remap_acc changed a stack id */
+    int renumbered;       /* remap_acc changed a stack id */
+    int64_t raw_ret, now; /* raw retention and the time it applies at */
 } rep;
 
 static void say(rep *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -217,7 +220,8 @@ static int repair_dicts(rep *r, leveldb_iterator_t *it)
             if (old == 0) bad = 1; /* ids start at 1 */
             if (dict_remap(r, kinds[ki], (const uint8_t *)v, vl, &r->v, &bad))
                 return cp_err_set(r->err, CP_ENOMEM, "repair");
-            entry e = {old, bad ? 0 : next, NULL, 0};
+            entry e = {old, bad ? 0 : next, 0, NULL, 0};
+            e.same = !bad && next == old && r->v.len == vl && !memcmp(r->v.data, v, vl);
             if (!bad) {
                 e.v = malloc(r->v.len ? r->v.len : 1);
                 if (!e.v) return cp_err_set(r->err, CP_ENOMEM, "repair");
@@ -231,13 +235,13 @@ static int repair_dicts(rep *r, leveldb_iterator_t *it)
                 free(e.v);
                 return cp_err_set(r->err, CP_ENOMEM, "repair");
             }
-            leveldb_writebatch_delete(r->del, key, kl);
+            if (!e.same) leveldb_writebatch_delete(r->del, key, kl);
         }
         uint32_t maxold = E->n ? E->v[E->n - 1].old : 0;
         missing = maxold > E->n ? maxold - E->n : 0;
         uint64_t kept = next - 1;
         for (uint32_t i = 0; i < E->n; i++) {
-            if (!E->v[i].neu) continue;
+            if (!E->v[i].neu || E->v[i].same) continue;
             uint8_t nk[CP_TENANT_KEY_MAX + 16];
             size_t m = tkey(r, nk, CP_K_DICT);
             nk[m] = kinds[ki];
@@ -473,6 +477,66 @@ static int level0(rep *r, leveldb_iterator_t *it, const rser *x, int64_t a, int6
     return 0;
 }
 
+static int64_t bucket_start(int level, int64_t t)
+{
+    int64_t len = cp_level_ns[level], q = t / len;
+    if (t % len && t < 0) q--;
+    return q * len;
+}
+
+/* Rollup buckets that are missing although level-0 windows lie in them (lost with a
+ * damaged table): computed from those windows. */
+static int missing_rollups(rep *r, leveldb_iterator_t *it)
+{
+    uint8_t k0[CP_TENANT_KEY_MAX + 16], k1[CP_TENANT_KEY_MAX + 16], rk[CP_TENANT_KEY_MAX + 16];
+    leveldb_iterator_t *it3 = leveldb_create_iterator(r->db, r->ro);
+    int rc = 0;
+    for (uint32_t i = 0; i < r->ser.n && !rc; i++) {
+        rser *x = &r->ser.v[i];
+        if (x->l0_min > x->l0_max) continue;
+        size_t n = bkey(r, k0, x->old, 0, INT64_MIN);
+        bkey(r, k1, x->old, 1, INT64_MIN);
+        for (int level = 1; level < CP_NLEVELS && !rc; level++) {
+            int64_t last = 0;
+            int have = 0;
+            for (leveldb_iter_seek(it, (const char *)k0, n); leveldb_iter_valid(it) && !rc;
+                 leveldb_iter_next(it)) {
+                size_t kl;
+                const char *key = leveldb_iter_key(it, &kl);
+                if (kl != n || memcmp(key, k1, n) >= 0) break;
+                int64_t b =
+                    bucket_start(level, cp_time_unkey(cp_get_be64((const uint8_t *)key + n - 8)));
+                if (have && b == last) continue;
+                have = 1;
+                last = b;
+                size_t rl = bkey(r, rk, x->old, level, b), vl = 0;
+                char *e = NULL;
+                char *v = leveldb_get(r->db, r->ro, (const char *)rk, rl, &vl, &e);
+                int missing = !v && !e;
+                leveldb_free(v);
+                leveldb_free(e);
+                if (!missing) continue;
+                uint64_t cnt = 0;
+                if (level0(r, it3, x, b, b + cp_level_ns[level], 1, &cnt)) {
+                    rc = CP_ENOMEM;
+                    break;
+                }
+                r->v.len = 0;
+                if (cp_block_encode(&r->b, &r->v)) {
+                    rc = CP_ENOMEM;
+                    break;
+                }
+                rl = bkey(r, rk, x->neu, level, b);
+                leveldb_writebatch_put(r->put, (const char *)rk, rl, (const char *)r->v.data,
+                                       r->v.len);
+                r->st.rollups_rebuilt++;
+            }
+        }
+    }
+    leveldb_iter_destroy(it3);
+    return rc;
+}
+
 static int repair_blocks(rep *r, leveldb_iterator_t *it, leveldb_iterator_t *it2)
 {
     uint8_t k[CP_TENANT_KEY_MAX + 16], nk[CP_TENANT_KEY_MAX + 16];
@@ -502,11 +566,20 @@ static int repair_blocks(rep *r, leveldb_iterator_t *it, leveldb_iterator_t *it2
         } else {
             uint64_t cnt = 0, windows = r->a.windows;
             int64_t end = start + cp_level_ns[level];
-            if (level0(r, it2, x, start, end, 0, &cnt))
+            /* a bucket that raw retention may have emptied cannot be checked */
+            int checkable = r->raw_ret <= 0 || end > r->now - r->raw_ret;
+            if (checkable && level0(r, it2, x, start, end, 0, &cnt))
                 return cp_err_set(r->err, CP_ENOMEM, "repair");
-            if (cnt && cnt != windows) {
+            if (checkable && !cnt) { /* every window of it is lost */
+                if (level == 1) r->st.windows_lost += windows;
+                leveldb_writebatch_delete(r->del, key, kl);
+                r->st.blocks_dropped++;
+                continue;
+            }
+            if (checkable && cnt != windows) {
                 if (level0(r, it2, x, start, end, 1, &cnt))
                     return cp_err_set(r->err, CP_ENOMEM, "repair");
+                if (level == 1 && windows > cnt) r->st.windows_lost += windows - cnt;
                 changed = 1;
                 r->st.rollups_rebuilt++;
             }
@@ -523,6 +596,7 @@ static int repair_blocks(rep *r, leveldb_iterator_t *it, leveldb_iterator_t *it2
         }
         r->st.blocks_rewritten++;
     }
+    if (missing_rollups(r, it2)) return cp_err_set(r->err, CP_ENOMEM, "repair");
     /* the last cumulative input of each (series, producer): the same renumbering */
     n = tkey(r, k, CP_K_CUMUL);
     for (leveldb_iter_seek(it, (const char *)k, n); leveldb_iter_valid(it); leveldb_iter_next(it)) {
@@ -552,9 +626,11 @@ static int repair_blocks(rep *r, leveldb_iterator_t *it, leveldb_iterator_t *it2
     if (r->st.blocks_dropped || r->st.rows_dropped || r->st.rollups_rebuilt)
         say(r,
             "blocks: %llu dropped (lost series or undecodable), %llu rewritten; %llu rows of "
-            "lost stacks dropped; %llu rollup buckets recomputed from their level-0 windows",
+            "lost stacks dropped; %llu rollup buckets recomputed from their level-0 windows "
+            "(%llu windows lost: counted in 1-minute rollups, gone from level 0)",
             (unsigned long long)r->st.blocks_dropped, (unsigned long long)r->st.blocks_rewritten,
-            (unsigned long long)r->st.rows_dropped, (unsigned long long)r->st.rollups_rebuilt);
+            (unsigned long long)r->st.rows_dropped, (unsigned long long)r->st.rollups_rebuilt,
+            (unsigned long long)r->st.windows_lost);
     return 0;
 }
 
@@ -562,7 +638,8 @@ static int repair_blocks(rep *r, leveldb_iterator_t *it, leveldb_iterator_t *it2
  * The whole repair
  * --------------------------------------------------------------------------------- */
 
-static int repair_locked(const char *path, FILE *out, cp_store_repair_stats *st, cp_err *err);
+static int repair_locked(const cp_store_options *opt, FILE *out, cp_store_repair_stats *st,
+                         cp_err *err);
 
 static void sum_stats(cp_store_repair_stats *d, const cp_store_repair_stats *s)
 {
@@ -574,7 +651,7 @@ static void sum_stats(cp_store_repair_stats *d, const cp_store_repair_stats *s)
 
 /* Rebuilds one tenant (every key under t \0) in one synced write. */
 static int repair_tenant(leveldb_t *db, leveldb_readoptions_t *ro, const char *t, size_t tl,
-                         FILE *out, cp_store_repair_stats *st, cp_err *err)
+                         int64_t raw_ret, FILE *out, cp_store_repair_stats *st, cp_err *err)
 {
     rep r;
     memset(&r, 0, sizeof r);
@@ -584,6 +661,10 @@ static int repair_tenant(leveldb_t *db, leveldb_readoptions_t *ro, const char *t
     r.tl = tl;
     r.err = err;
     r.out = out;
+    r.raw_ret = raw_ret;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    r.now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
     r.del = leveldb_writebatch_create();
     r.put = leveldb_writebatch_create();
     cp_acc_init(&r.a, 0);
@@ -663,17 +744,20 @@ static int lock_store(const char *path, cp_err *err)
     return fd;
 }
 
-int cp_store_repair(const char *path, FILE *out, cp_store_repair_stats *st, cp_err *err)
+int cp_store_repair(const cp_store_options *opt, FILE *out, cp_store_repair_stats *st, cp_err *err)
 {
-    int lockfd = lock_store(path, err);
+    if (!opt || !opt->path || !*opt->path) return cp_err_set(err, CP_EINVAL, "repair: no path");
+    int lockfd = lock_store(opt->path, err);
     if (lockfd < 0) return err ? err->code : CP_ESTORE;
-    int rc = repair_locked(path, out, st, err);
+    int rc = repair_locked(opt, out, st, err);
     close(lockfd);
     return rc;
 }
 
-static int repair_locked(const char *path, FILE *out, cp_store_repair_stats *st, cp_err *err)
+static int repair_locked(const cp_store_options *opt, FILE *out, cp_store_repair_stats *st,
+                         cp_err *err)
 {
+    const char *path = opt->path;
     cp_store_repair_stats local;
     if (!st) st = &local;
     memset(st, 0, sizeof *st);
@@ -703,6 +787,9 @@ static int repair_locked(const char *path, FILE *out, cp_store_repair_stats *st,
         }
     }
     leveldb_options_t *opts = leveldb_options_create();
+    /* with paranoid checks LevelDB's repair verifies each table block's checksum: a damaged
+     * block is left out (its table rewritten with the rest) instead of copied */
+    leveldb_options_set_paranoid_checks(opts, 1);
     char *e = NULL;
     leveldb_repair_db(opts, path, &e);
     if (e) {
@@ -720,18 +807,47 @@ static int repair_locked(const char *path, FILE *out, cp_store_repair_stats *st,
         return rc;
     }
     leveldb_readoptions_t *ro = leveldb_readoptions_create();
+    leveldb_readoptions_set_verify_checksums(ro, 1);
     const leveldb_snapshot_t *snap = leveldb_create_snapshot(db);
     leveldb_readoptions_set_snapshot(ro, snap);
     static const char vkey[2] = {0, CP_K_VERSION};
     size_t vl = 0;
     char *v = leveldb_get(db, ro, vkey, 2, &vl, &e);
-    if (e || !v) {
+    if (e) {
         rc = cp_err_set(err, CP_ESTORE,
-                        "store %s: no contprof format record after LevelDB's "
-                        "repair%s%s: not a contprof store, or the record is lost",
-                        path, e ? ": " : "", e ? e : "");
+                        "store %s: reading the format record after LevelDB's "
+                        "repair: %s",
+                        path, e);
+    } else if (!v) {
+        /* lost with a damaged table (the store's own keys are checked by the open at the
+         * end): written again */
+        leveldb_iterator_t *it = leveldb_create_iterator(db, ro);
+        leveldb_iter_seek_to_first(it);
+        int empty = !leveldb_iter_valid(it);
+        leveldb_iter_destroy(it);
+        if (empty && out)
+            fprintf(out,
+                    "nothing could be read back: the store is empty now (the damaged files "
+                    "are kept in %s/lost/)\n",
+                    path);
+        {
+            uint8_t rec[32];
+            size_t ml = strlen(CP_STORE_FORMAT_MAGIC);
+            memcpy(rec, CP_STORE_FORMAT_MAGIC, ml);
+            cp_put_be32(rec + ml, CP_STORE_FORMAT_VERSION);
+            leveldb_writeoptions_t *wo = leveldb_writeoptions_create();
+            leveldb_writeoptions_set_sync(wo, 1);
+            leveldb_put(db, wo, vkey, 2, (const char *)rec, ml + 4, &e);
+            leveldb_writeoptions_destroy(wo);
+            if (e)
+                rc = cp_err_set(err, CP_ESTORE, "store %s: writing the format record: %s", path, e);
+            else if (out)
+                fprintf(out, "format record lost; written again (version %d)\n",
+                        CP_STORE_FORMAT_VERSION);
+        }
     }
     leveldb_free(e);
+    e = NULL;
     leveldb_free(v);
     /* every tenant: its keys sort between "name\0" and "name\1" */
     leveldb_iterator_t *it = leveldb_create_iterator(db, ro);
@@ -748,7 +864,7 @@ static int repair_locked(const char *path, FILE *out, cp_store_repair_stats *st,
             break;
         }
         memcpy(name, key, tl);
-        rc = repair_tenant(db, ro, name, tl, out, st, err);
+        rc = repair_tenant(db, ro, name, tl, opt->retention_raw_ns, out, st, err);
         name[tl] = 1;
         leveldb_iter_seek(it, name, tl + 1);
     }
@@ -759,9 +875,8 @@ static int repair_locked(const char *path, FILE *out, cp_store_repair_stats *st,
     leveldb_options_destroy(opts);
     if (rc) return rc;
     /* the proof: the store opens */
-    cp_store_options so = {.path = path};
     cp_store *s = NULL;
-    if ((rc = cp_store_open(&so, &s, err))) return rc;
+    if ((rc = cp_store_open(opt, &s, err))) return rc;
     cp_store_close(s);
     return 0;
 }

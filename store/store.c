@@ -427,6 +427,30 @@ static int mkdirs(const char *path)
     return 0;
 }
 
+/* A LevelDB error as CP_ESTORE naming the store and what was being done; damage found by
+ * LevelDB (a "Corruption" status) also names the table when there is only one, and the
+ * way out. */
+static int ldb_fail(const cp_store *s, cp_err *err, const char *e, const char *what)
+{
+    if (!strstr(e, "orruption"))
+        return cp_err_set(err, CP_ESTORE, "store %s: %s: %s", s->path, what, e);
+    char table[64] = "";
+    uint32_t n = 0;
+    DIR *d = opendir(s->path);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l > 4 && l < 40 && !strcmp(de->d_name + l - 4, ".ldb") && n++ == 0)
+            snprintf(table, sizeof table, " (table %s)", de->d_name);
+    }
+    if (d) closedir(d);
+    if (n != 1) snprintf(table, sizeof table, " (one of %u tables)", n);
+    return cp_err_set(err, CP_ESTORE,
+                      "store %s: %s: %s%s; the store is damaged: stop contprofd and run "
+                      "`contprofd --repair --data %s`",
+                      s->path, what, e, table, s->path);
+}
+
 static int check_version(cp_store *s, cp_err *err)
 {
     static const char vkey[2] = {0, CP_K_VERSION};
@@ -434,7 +458,7 @@ static int check_version(cp_store *s, cp_err *err)
     size_t vlen = 0;
     char *v = leveldb_get(s->db, s->ropts, vkey, 2, &vlen, &e);
     if (e) {
-        int rc = cp_err_set(err, CP_ESTORE, "store %s: reading the format record: %s", s->path, e);
+        int rc = ldb_fail(s, err, e, "reading the format record");
         leveldb_free(e);
         return rc;
     }
@@ -464,7 +488,7 @@ static int check_version(cp_store *s, cp_err *err)
     cp_put_be32(rec + ml, CP_STORE_FORMAT_VERSION);
     leveldb_put(s->db, s->wsync, vkey, 2, (const char *)rec, ml + 4, &e);
     if (e) {
-        int rc = cp_err_set(err, CP_ESTORE, "store %s: writing the format record: %s", s->path, e);
+        int rc = ldb_fail(s, err, e, "writing the format record");
         leveldb_free(e);
         return rc;
     }
@@ -537,7 +561,7 @@ static int load_tenants(cp_store *s, cp_err *err)
         char *e = NULL;
         leveldb_iter_get_error(it, &e);
         if (e) {
-            rc = cp_err_set(err, CP_ESTORE, "store %s: reading: %s", s->path, e);
+            rc = ldb_fail(s, err, e, "loading the tables");
             leveldb_free(e);
         }
     }
@@ -568,8 +592,7 @@ static int db_open(cp_store *s, cp_err *err)
     s->db = leveldb_open(s->opts, s->path, &e);
     if (e) {
         s->db = NULL;
-        rc = cp_err_set(err, CP_ESTORE, "store %s: cannot open LevelDB: %s", s->path, e);
-        if (strstr(e, "orruption")) rc = corrupt_fix(s, err);
+        rc = ldb_fail(s, err, e, "cannot open LevelDB");
         leveldb_free(e);
         return rc;
     }
@@ -620,6 +643,8 @@ int cp_store_open(const cp_store_options *opt, cp_store **out, cp_err *err)
     leveldb_options_set_write_buffer_size(s->opts, 16u << 20);
     leveldb_options_set_max_file_size(s->opts, 8u << 20);
     s->ropts = leveldb_readoptions_create();
+    /* a damaged table block is an error, not data (LevelDB does not check by default) */
+    leveldb_readoptions_set_verify_checksums(s->ropts, 1);
     s->wsync = leveldb_writeoptions_create();
     leveldb_writeoptions_set_sync(s->wsync, 1);
     s->wnosync = leveldb_writeoptions_create();
@@ -778,7 +803,7 @@ static int bucket_get(cp_store_batch *B, cp_ser *ser, int level, int64_t start, 
     size_t vl;
     char *v = leveldb_get(s->db, s->ropts, (const char *)k, kl, &vl, &e);
     if (e) {
-        int rc = cp_err_set(err, CP_ESTORE, "store: reading block: %s", e);
+        int rc = ldb_fail(s, err, e, "reading a block");
         leveldb_free(e);
         return rc;
     }
@@ -871,8 +896,9 @@ int cp_store_get_offset(cp_store *s, const char *topic, int32_t partition, int64
     if (!s->db) return cp_err_set(err, CP_ESTORE, "store %s is not open (reopen failed)", s->path);
     char *v = leveldb_get(s->db, s->ropts, (const char *)k, kl, &vl, &e);
     if (e) {
-        int rc =
-            cp_err_set(err, CP_ESTORE, "store: reading offset of %s/%d: %s", topic, partition, e);
+        char what[300];
+        snprintf(what, sizeof what, "reading the offset of %.200s/%d", topic, partition);
+        int rc = ldb_fail(s, err, e, what);
         leveldb_free(e);
         return rc;
     }
@@ -919,7 +945,7 @@ static int prod_get(cp_store_batch *B, tenant *t, const char *producer, int32_t 
     size_t vl;
     char *v = leveldb_get(B->s->db, B->s->ropts, (const char *)k, n + kl, &vl, &e);
     if (e) {
-        int rc = cp_err_set(err, CP_ESTORE, "store: reading producer %s: %s", producer, e);
+        int rc = ldb_fail(B->s, err, e, "reading a producer record");
         leveldb_free(e);
         return rc;
     }
@@ -1234,7 +1260,7 @@ static int cumulative_delta(cp_store_batch *B, cp_ser *ser, const char *producer
         size_t vl;
         char *v = leveldb_get(s->db, s->ropts, (const char *)k->data, k->len, &vl, &e);
         if (e) {
-            int rc = cp_err_set(err, CP_ESTORE, "store: reading cumulative input: %s", e);
+            int rc = ldb_fail(s, err, e, "reading a cumulative input");
             leveldb_free(e);
             ser->cum_valid = 0;
             return rc;
@@ -1645,6 +1671,7 @@ static int qctx_init(qctx *q, cp_store *s, const cp_query_limits *lim, cp_err *e
                           s->path);
     q->snap = leveldb_create_snapshot(s->db);
     q->ro = leveldb_readoptions_create();
+    leveldb_readoptions_set_verify_checksums(q->ro, 1);
     leveldb_readoptions_set_snapshot(q->ro, q->snap);
     q->it = leveldb_create_iterator(s->db, q->ro);
     return 0;
@@ -1692,7 +1719,7 @@ static int scan_range(qctx *q, const cp_ser *ser, const range *r, block_fn fn, v
     char *e = NULL;
     leveldb_iter_get_error(q->it, &e);
     if (e) {
-        int rc = cp_err_set(q->err, CP_ESTORE, "store: reading blocks: %s", e);
+        int rc = ldb_fail(q->s, q->err, e, "reading blocks");
         leveldb_free(e);
         return rc;
     }

@@ -159,17 +159,21 @@ typedef struct cp_store_repair_stats {
     uint64_t rows_dropped;     /* (stack, values) rows naming a lost stack */
     uint64_t rollups_rebuilt;  /* rollup buckets recomputed from their level-0 windows */
     uint64_t keys_dropped;     /* other keys that no longer made sense (labels, ...) */
+    uint64_t windows_lost;     /* in 1-minute rollups but gone from level 0 */
 } cp_store_repair_stats;
 
-/* Repairs the store at path, which no process may have open: LevelDB's own repair
+/* Repairs the store at opt->path, which no process may have open (its LOCK is held
+ * meanwhile; CP_ESTORE if another process holds it): LevelDB's own repair
  * (leveldb_repair_db: every table and log record still readable is kept), then a check and
  * rebuild of what the store derives: dictionaries renumbered densely, entries that refer
  * to lost ones dropped (and what refers to those), series without records dropped with
  * their blocks, block rows of lost stacks dropped, the label index rebuilt from the series
  * records, rollup buckets whose window count disagrees with their level-0 windows
- * recomputed from them. One line per finding is written to out (may be NULL). Returns 0
+ * recomputed from them (dropped when none is left) -- only buckets that
+ * opt->retention_raw_ns cannot have emptied, as level 0 past it is gone by design. One line per finding is written to out (may be NULL). Returns 0
  * when the store then opens, or an error naming what is still wrong. */
-int cp_store_repair(const char *path, FILE *out, cp_store_repair_stats *st, cp_err *err);
+int cp_store_repair(const cp_store_options *opt, FILE *out, cp_store_repair_stats *st,
+                    cp_err *err);
 
 /* The default sample types of a kind, as an empty profile would carry them:
  * cpu samples/count + cpu/nanoseconds, alloc alloc_objects/count + alloc_space/bytes,
