@@ -441,7 +441,7 @@ static int ldb_fail(const cp_store *s, cp_err *err, const char *e, const char *w
     while (d && (de = readdir(d))) {
         size_t l = strlen(de->d_name);
         if (l > 4 && l < 40 && !strcmp(de->d_name + l - 4, ".ldb") && n++ == 0)
-            snprintf(table, sizeof table, " (table %s)", de->d_name);
+            snprintf(table, sizeof table, " (table %.40s)", de->d_name);
     }
     if (d) closedir(d);
     if (n != 1) snprintf(table, sizeof table, " (one of %u tables)", n);
