@@ -124,6 +124,7 @@ static void set_paused(cp_ingest *in, int paused, const char *why)
         in->st.store_errors++;
         snprintf(in->st.pause_reason, sizeof in->st.pause_reason, "%.*s",
                  (int)sizeof in->st.pause_reason - 1, why);
+        memcpy(in->st.error, in->st.pause_reason, sizeof in->st.error); /* the last error */
     }
     if (!paused) in->st.pause_reason[0] = 0;
     pthread_mutex_unlock(&in->mu);

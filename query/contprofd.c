@@ -148,8 +148,8 @@ static int repair(const cp_config *cfg)
            dir, (unsigned long long)st.log_bytes_dropped, (unsigned long long)st.dict_missing,
            (unsigned long long)st.dict_dropped, (unsigned long long)st.series_missing,
            (unsigned long long)st.blocks_dropped, (unsigned long long)st.rows_dropped,
-           (unsigned long long)st.windows_lost,
-           (unsigned long long)st.rollups_rebuilt, (unsigned long long)st.blocks_rewritten);
+           (unsigned long long)st.windows_lost, (unsigned long long)st.rollups_rebuilt,
+           (unsigned long long)st.blocks_rewritten);
     return 0;
 }
 
