@@ -170,10 +170,10 @@ typedef struct cp_store_repair_stats {
  * their blocks, block rows of lost stacks dropped, the label index rebuilt from the series
  * records, rollup buckets whose window count disagrees with their level-0 windows
  * recomputed from them (dropped when none is left) -- only buckets that
- * opt->retention_raw_ns cannot have emptied, as level 0 past it is gone by design. One line per finding is written to out (may be NULL). Returns 0
- * when the store then opens, or an error naming what is still wrong. */
-int cp_store_repair(const cp_store_options *opt, FILE *out, cp_store_repair_stats *st,
-                    cp_err *err);
+ * opt->retention_raw_ns cannot have emptied, as level 0 past it is gone by design. One
+ * line per finding is written to out (may be NULL). Returns 0 when the store then opens,
+ * or an error naming what is still wrong. */
+int cp_store_repair(const cp_store_options *opt, FILE *out, cp_store_repair_stats *st, cp_err *err);
 
 /* The default sample types of a kind, as an empty profile would carry them:
  * cpu samples/count + cpu/nanoseconds, alloc alloc_objects/count + alloc_space/bytes,
