@@ -68,7 +68,7 @@ typedef struct cp_ingest_stats {
                             partitions; -1 while unknown */
     uint32_t partitions; /* assigned partitions */
     int running;         /* the consumer thread is up */
-    int failed;          /* stopped on a store error; error says which */
+    int failed;          /* 0: a store error pauses ingest (paused below), never stops it */
     char error[256];
     /* A store write failed (disk full, I/O error): nothing is consumed, no offset moves,
      * and reopening the store is retried with backoff until it works. */
