@@ -69,6 +69,10 @@ struct cp_ingest {
     pthread_mutex_t mu;
     cp_ingest_stats st;
     atomic_uint_fast64_t dlq_failed;
+    /* store failure: paused until cp_store_reopen succeeds (ingest thread only) */
+    int paused;
+    int64_t retry_at, backoff;
+    CP_VEC(uint8_t) ours_durable; /* parts[i].ours as of the last successful commit */
 };
 
 static const char *const reason_names[] = {
@@ -96,18 +100,6 @@ static int64_t real_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static void fail(cp_ingest *in, const char *msg)
-{
-    pthread_mutex_lock(&in->mu);
-    if (!in->st.failed) {
-        in->st.failed = 1;
-        snprintf(in->st.error, sizeof in->st.error, "%.*s", (int)sizeof in->st.error - 1, msg);
-    }
-    pthread_mutex_unlock(&in->mu);
-    cp_log_error("ingest stopped: %s", msg);
-    atomic_store(&in->stop, 1);
-}
-
 static part *part_get(cp_ingest *in, int32_t p)
 {
     if (p < 0 || p >= MAX_PARTITIONS) return NULL;
@@ -116,6 +108,97 @@ static part *part_get(cp_ingest *in, int32_t p)
         while (in->parts.n <= (uint32_t)p) in->parts.v[in->parts.n++] = (part){0, -1, 0};
     }
     return &in->parts.v[p];
+}
+
+/* ---------------------------------------------------------------------------------
+ * Store failures: pause, retry, resume
+ * --------------------------------------------------------------------------------- */
+
+#define BACKOFF_FIRST_NS 250000000LL
+#define BACKOFF_MAX_NS 8000000000LL
+
+static void set_paused(cp_ingest *in, int paused, const char *why)
+{
+    pthread_mutex_lock(&in->mu);
+    in->st.paused = paused;
+    if (why) {
+        in->st.store_errors++;
+        snprintf(in->st.pause_reason, sizeof in->st.pause_reason, "%.*s",
+                 (int)sizeof in->st.pause_reason - 1, why);
+        memcpy(in->st.error, in->st.pause_reason, sizeof in->st.error); /* the last error */
+    }
+    if (!paused) in->st.pause_reason[0] = 0;
+    pthread_mutex_unlock(&in->mu);
+}
+
+/* A store write failed (ENOSPC, EIO, out of memory half-way through a batch): nothing of the
+ * open batch is stored and no offset moves. Its messages are dropped here and read again
+ * after the store is back; the assigned partitions are paused meanwhile, and run() retries
+ * reopening the store with backoff (try_resume). */
+static void store_failed(cp_ingest *in, const char *msg)
+{
+    cp_store_batch_reset(in->batch);
+    in->pending = 0;
+    /* an offset of the failed batch is not this process's until it is stored */
+    for (uint32_t i = 0; i < in->parts.n; i++)
+        in->parts.v[i].ours = i < in->ours_durable.n && in->ours_durable.v[i];
+    set_paused(in, 1, msg);
+    if (in->paused) return;
+    in->paused = 1;
+    in->backoff = BACKOFF_FIRST_NS;
+    in->retry_at = mono_ns() + in->backoff;
+    rd_kafka_topic_partition_list_t *a = NULL;
+    if (!rd_kafka_assignment(in->rk, &a) && a) {
+        rd_kafka_pause_partitions(in->rk, a);
+        rd_kafka_topic_partition_list_destroy(a);
+    }
+    cp_log_error("ingest paused, nothing is lost: %s; the store is reopened with backoff until "
+                 "it works (/healthz answers 503 meanwhile)",
+                 msg);
+}
+
+/* Reopens the store; on success seeks every assigned partition back to the offset stored
+ * with the data (what the failed batch had read is read again) and resumes them. */
+static void try_resume(cp_ingest *in)
+{
+    cp_err err = {0};
+    if (cp_store_reopen(in->store, &err)) {
+        in->backoff = in->backoff * 2 > BACKOFF_MAX_NS ? BACKOFF_MAX_NS : in->backoff * 2;
+        in->retry_at = mono_ns() + in->backoff;
+        set_paused(in, 1, err.msg);
+        cp_log_warn("ingest: the store is still unavailable (next try in %.1f s): %s",
+                    (double)in->backoff / 1e9, err.msg);
+        return;
+    }
+    rd_kafka_topic_partition_list_t *a = NULL;
+    if (rd_kafka_assignment(in->rk, &a) || !a) {
+        in->retry_at = mono_ns() + in->backoff;
+        return;
+    }
+    for (int i = 0; i < a->cnt; i++) {
+        rd_kafka_topic_partition_t *tp = &a->elems[i];
+        part *p = part_get(in, tp->partition);
+        int64_t next = -1;
+        cp_err e = {0};
+        /* as at assignment: with a new log, only offsets this process stored count */
+        if (cp_store_get_offset(in->store, tp->topic, tp->partition, &next, &e) ||
+            (in->o.new_log && !(p && p->ours)))
+            next = -1;
+        tp->offset = next >= 0 ? next : RD_KAFKA_OFFSET_BEGINNING;
+        if (p) p->next = next;
+        cp_log_info("ingest: %s [%d] continues at %s%lld", tp->topic, tp->partition,
+                    next < 0 ? "the beginning " : "offset ", (long long)(next < 0 ? 0 : next));
+    }
+    rd_kafka_error_t *ke = rd_kafka_seek_partitions(in->rk, a, 10000);
+    if (ke) {
+        cp_log_error("ingest: seeking back to the stored offsets: %s", rd_kafka_error_string(ke));
+        rd_kafka_error_destroy(ke);
+    }
+    rd_kafka_resume_partitions(in->rk, a);
+    rd_kafka_topic_partition_list_destroy(a);
+    in->paused = 0;
+    set_paused(in, 0, NULL);
+    cp_log_info("ingest resumed: the store is open again");
 }
 
 /* ---------------------------------------------------------------------------------
@@ -137,7 +220,7 @@ static int commit(cp_ingest *in)
     cp_err err = {0};
     int rc = cp_store_batch_commit(in->batch, &err);
     if (rc) {
-        fail(in, err.msg);
+        store_failed(in, err.msg);
         return rc;
     }
     pthread_mutex_lock(&in->mu);
@@ -145,6 +228,11 @@ static int commit(cp_ingest *in)
     in->st.batches++;
     pthread_mutex_unlock(&in->mu);
     in->pending = 0;
+    if (!cp_vec_reserve(&in->ours_durable, (size_t)in->parts.n + 1)) {
+        for (uint32_t i = 0; i < in->parts.n; i++)
+            in->ours_durable.v[i] = (uint8_t)in->parts.v[i].ours;
+        in->ours_durable.n = in->parts.n;
+    }
     return 0;
 }
 
@@ -367,7 +455,7 @@ static int apply(cp_ingest *in, slot *sl)
             char msg[400];
             snprintf(msg, sizeof msg, "%s [%d] offset %lld: %s", topic, m->partition,
                      (long long)m->offset, err.msg);
-            fail(in, msg);
+            store_failed(in, msg);
             return -1;
         }
     }
@@ -446,6 +534,14 @@ static void *run(void *arg)
     in->st.running = 1;
     pthread_mutex_unlock(&in->mu);
     while (!atomic_load(&in->stop)) {
+        if (in->paused) {
+            /* polling serves rebalances and keeps the group membership; a message fetched
+             * before the pause took hold is read again after the seek back */
+            rd_kafka_message_t *m = rd_kafka_consumer_poll(in->rk, 100);
+            if (m) rd_kafka_message_destroy(m);
+            if (mono_ns() >= in->retry_at) try_resume(in);
+            continue;
+        }
         int timeout = 100;
         if (in->pending) {
             int64_t left = in->batch_start + max_wait - mono_ns();
@@ -465,20 +561,20 @@ static void *run(void *arg)
             m = rd_kafka_consumer_poll(in->rk, 0);
         }
         if (in->nslots) process_chunk(in);
-        if (in->st.failed) break;
+        if (in->paused) continue;
         if (atomic_load(&in->stop) && !in->pending) break;
         int64_t now = mono_ns();
         if (in->pending &&
             (in->pending >= in->o.batch_max_messages || now - in->batch_start >= max_wait) &&
             commit(in))
-            break;
+            continue;
         rd_kafka_poll(in->dlq, 0);
         if (now - last_lag >= 1000000000LL) {
             update_lag(in);
             last_lag = now;
         }
         if (now - last_maint >= (int64_t)in->o.maintain_every_ms * 1000000) {
-            if (commit(in)) break;
+            if (commit(in)) continue;
             cp_err err = {0};
             uint32_t del = 0;
             if (cp_store_maintain(in->store, real_ns(), in->o.maintain_max_keys, &del, &err))
@@ -707,6 +803,7 @@ void cp_ingest_destroy(cp_ingest *in)
     }
     free(in->slots);
     free(in->parts.v);
+    free(in->ours_durable.v);
     free(in->topic);
     free(in->dlq_topic);
     free(in->brokers);

@@ -74,8 +74,13 @@ typedef struct cp_ingest_stats {
                             partitions; -1 while unknown */
     uint32_t partitions; /* assigned partitions */
     int running;         /* the consumer thread is up */
-    int failed;          /* stopped on a store error; error says which */
+    int failed;          /* 0: a store error pauses ingest (paused below), never stops it */
     char error[256];
+    /* A store write failed (disk full, I/O error): nothing is consumed, no offset moves,
+     * and reopening the store is retried with backoff until it works. */
+    int paused;             /* 1 while waiting for the store */
+    uint64_t store_errors;  /* failed store writes and reopen attempts */
+    char pause_reason[256]; /* the last store error while paused */
 } cp_ingest_stats;
 
 /* Creates the consumer (group, enable.auto.commit=false) and the DLQ producer for store

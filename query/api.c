@@ -942,6 +942,13 @@ static void ep_metrics(cp_api *a, cp_http_response *r)
                                              strlen(in.dlq[i].reason ? in.dlq[i].reason : ""));
                 P("\"} %" PRIu64 "\n", in.dlq[i].count);
             }
+            P("# HELP contprof_ingest_paused 1 while ingest waits for the store after a failed "
+              "write (the reason is in /healthz and the log).\n"
+              "# TYPE contprof_ingest_paused gauge\ncontprof_ingest_paused %d\n"
+              "# HELP contprof_ingest_store_errors_total Failed store writes and reopen "
+              "attempts.\n# TYPE contprof_ingest_store_errors_total counter\n"
+              "contprof_ingest_store_errors_total %" PRIu64 "\n",
+              in.paused, in.store_errors_total);
         }
     }
     if (a->o.symbols) {
@@ -992,7 +999,17 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
     }
     if (ep == EP_OTHER) {
         if (strcmp(req->path, "/healthz") == 0) {
-            cp_buf_printf(&r->body, "{\"status\":\"ok\"}\n");
+            cp_api_ingest_stats in = {0};
+            if (a->o.ingest_stats) a->o.ingest_stats(a->o.ingest_arg, &in);
+            if (in.available && in.paused) {
+                /* a store write failed: not healthy until ingest is back by itself */
+                r->status = 503;
+                if (cp_buf_printf(&r->body, "{\"status\":\"paused\",\"reason\":") ||
+                    json_str(&r->body, in.paused_reason) || cp_buf_printf(&r->body, "}\n"))
+                    oom(r);
+            } else {
+                cp_buf_printf(&r->body, "{\"status\":\"ok\"}\n");
+            }
         } else if (strcmp(req->path, "/metrics") == 0) {
             if (!metrics_allowed(a, req, r)) return;
             ep_metrics(a, r);

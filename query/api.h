@@ -25,6 +25,9 @@ typedef struct cp_api_ingest_stats {
         const char *reason;     /* valid until the callback is called again */
         uint64_t count;
     } dlq[CP_API_DLQ_REASONS];
+    int paused;                  /* a store write failed: ingest waits for the store */
+    uint64_t store_errors_total; /* failed store writes and reopen attempts */
+    char paused_reason[256];     /* why, while paused */
 } cp_api_ingest_stats;
 typedef void (*cp_api_stats_fn)(void *arg, cp_api_ingest_stats *out);
 

@@ -47,7 +47,11 @@ static void usage(FILE *f)
             "  --config FILE     key = value settings (see query/README.md)\n"
             "  --data DIR        the store's directory (default /var/lib/contprof)\n"
             "  --http ADDR:PORT  the query API's address (default 127.0.0.1:7070)\n"
-            "  --brokers LIST    Kafka bootstrap servers; none = the embedded broker\n");
+            "  --brokers LIST    Kafka bootstrap servers; none = the embedded broker\n"
+            "  --repair          repair the store at --data (no contprofd may have it open):\n"
+            "                    LevelDB's repair, then dictionaries, indexes and rollups\n"
+            "                    checked and rebuilt; prints what was lost, exits 0 if the\n"
+            "                    store opens again\n");
 }
 
 /* ---- metrics bridge ----------------------------------------------------------------- */
@@ -72,6 +76,9 @@ static void ingest_stats_cb(void *arg, cp_api_ingest_stats *out)
         out->dlq[out->ndlq].count = st.dlq[r];
         out->ndlq++;
     }
+    out->paused = st.paused;
+    out->store_errors_total = st.store_errors;
+    snprintf(out->paused_reason, sizeof out->paused_reason, "%s", st.pause_reason);
 #else
     (void)d;
 #endif
@@ -124,6 +131,31 @@ static void on_signal(uv_signal_t *s, int signum)
     cp_http_server_shutdown(d->http, on_http_closed, d);
 }
 
+/* ---- repair ------------------------------------------------------------------------- */
+
+static int repair(const cp_config *cfg)
+{
+    const char *dir = cfg->data_dir;
+    cp_store_options so = {.path = dir, .retention_raw_ns = cfg->retention_raw_ns};
+    cp_err err = {0};
+    cp_store_repair_stats st;
+    printf("repairing the store %s\n", dir);
+    if (cp_store_repair(&so, stdout, &st, &err)) {
+        fprintf(stderr, "contprofd: %s\n", err.msg);
+        return 1;
+    }
+    printf("store %s repaired: it opens again. Lost: about %llu bytes of write-ahead log, "
+           "%llu dictionary ids (and %llu entries that referred to them), %llu series, "
+           "%llu blocks, %llu block rows of lost stacks, %llu windows; %llu rollup buckets "
+           "recomputed, %llu blocks rewritten\n",
+           dir, (unsigned long long)st.log_bytes_dropped, (unsigned long long)st.dict_missing,
+           (unsigned long long)st.dict_dropped, (unsigned long long)st.series_missing,
+           (unsigned long long)st.blocks_dropped, (unsigned long long)st.rows_dropped,
+           (unsigned long long)st.windows_lost, (unsigned long long)st.rollups_rebuilt,
+           (unsigned long long)st.blocks_rewritten);
+    return 0;
+}
+
 /* ---- start-up ----------------------------------------------------------------------- */
 
 static int apply_log_level(const char *lvl)
@@ -144,9 +176,10 @@ int main(int argc, char **argv)
                                          {"http", required_argument, 0, 'H'},
                                          {"brokers", required_argument, 0, 'b'},
                                          {"help", no_argument, 0, 'h'},
+                                         {"repair", no_argument, 0, 'R'},
                                          {0, 0, 0, 0}};
     const char *config = NULL, *data = NULL, *http = NULL, *brokers = NULL;
-    int c;
+    int c, do_repair = 0;
     while ((c = getopt_long(argc, argv, "c:d:H:b:h", opts, NULL)) != -1) {
         switch (c) {
         case 'c': config = optarg; break;
@@ -154,6 +187,7 @@ int main(int argc, char **argv)
         case 'H': http = optarg; break;
         case 'b': brokers = optarg; break;
         case 'h': usage(stdout); return 0;
+        case 'R': do_repair = 1; break;
         default: usage(stderr); return 2;
         }
     }
@@ -182,6 +216,11 @@ int main(int argc, char **argv)
                    "lines, or listen on a loopback address",
                    d.cfg.http_host);
         goto fail_msg;
+    }
+    if (do_repair) {
+        status = repair(&d.cfg);
+        cp_config_close(&d.cfg);
+        return status;
     }
 #ifdef CP_HAVE_INGEST
     cp_ingest_malloc_policy();

@@ -92,6 +92,9 @@ struct cp_store {
     leveldb_writeoptions_t *wsync, *wnosync;
     char *path;
     pthread_rwlock_t lock;
+    /* Guards db itself: readers hold it for reading for as long as they use db (snapshot,
+     * iterators), cp_store_reopen holds it for writing while it closes and reopens db. */
+    pthread_rwlock_t dblock;
     CP_VEC(tenant *) tenants;
     int64_t retention[CP_NLEVELS];
     atomic_uint_fast64_t windows;
@@ -426,6 +429,30 @@ static int mkdirs(const char *path)
     return 0;
 }
 
+/* A LevelDB error as CP_ESTORE naming the store and what was being done; damage found by
+ * LevelDB (a "Corruption" status) also names the table when there is only one, and the
+ * way out. */
+static int ldb_fail(const cp_store *s, cp_err *err, const char *e, const char *what)
+{
+    if (!strstr(e, "orruption"))
+        return cp_err_set(err, CP_ESTORE, "store %s: %s: %s", s->path, what, e);
+    char table[64] = "";
+    uint32_t n = 0;
+    DIR *d = opendir(s->path);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l > 4 && l < 40 && !strcmp(de->d_name + l - 4, ".ldb") && n++ == 0)
+            snprintf(table, sizeof table, " (table %.40s)", de->d_name);
+    }
+    if (d) closedir(d);
+    if (n != 1) snprintf(table, sizeof table, " (one of %u tables)", n);
+    return cp_err_set(err, CP_ESTORE,
+                      "store %s: %s: %s%s; the store is damaged: stop contprofd and run "
+                      "`contprofd --repair --data %s`",
+                      s->path, what, e, table, s->path);
+}
+
 static int check_version(cp_store *s, cp_err *err)
 {
     static const char vkey[2] = {0, CP_K_VERSION};
@@ -433,7 +460,7 @@ static int check_version(cp_store *s, cp_err *err)
     size_t vlen = 0;
     char *v = leveldb_get(s->db, s->ropts, vkey, 2, &vlen, &e);
     if (e) {
-        int rc = cp_err_set(err, CP_ESTORE, "store %s: reading the format record: %s", s->path, e);
+        int rc = ldb_fail(s, err, e, "reading the format record");
         leveldb_free(e);
         return rc;
     }
@@ -466,7 +493,7 @@ static int check_version(cp_store *s, cp_err *err)
     s->format = CP_STORE_FORMAT_VERSION;
     leveldb_put(s->db, s->wsync, vkey, 2, (const char *)rec, ml + 4, &e);
     if (e) {
-        int rc = cp_err_set(err, CP_ESTORE, "store %s: writing the format record: %s", s->path, e);
+        int rc = ldb_fail(s, err, e, "writing the format record");
         leveldb_free(e);
         return rc;
     }
@@ -538,7 +565,50 @@ static int load_tenants(cp_store *s, cp_err *err)
         k[tl] = 1;
         leveldb_iter_seek(it, (const char *)k, tl + 1);
     }
+    if (rc == 0) {
+        char *e = NULL;
+        leveldb_iter_get_error(it, &e);
+        if (e) {
+            rc = ldb_fail(s, err, e, "loading the tables");
+            leveldb_free(e);
+        }
+    }
     leveldb_iter_destroy(it);
+    return rc;
+}
+
+/* Appends the way out to a message about a damaged store. */
+static int corrupt_fix(cp_store *s, cp_err *err)
+{
+    if (err && !strstr(err->msg, "--repair")) {
+        char m[sizeof err->msg];
+        snprintf(m, sizeof m, "%s", err->msg);
+        int named = !strncmp(m, "store ", 6);
+        cp_err_set(err, CP_ESTORE, "%s%s%s%s; run `contprofd --repair --data %s`",
+                   named ? "" : "store ", named ? "" : s->path, named ? "" : ": ", m, s->path);
+    }
+    return CP_ESTORE;
+}
+
+/* Opens LevelDB and loads the in-memory tables (s->tenants empty, s->db NULL). On failure
+ * s->db may be left open or NULL; err says what is wrong and, for damage, the fix. */
+static int db_open(cp_store *s, cp_err *err)
+{
+    int rc = cp_wal_check(s->path, err);
+    if (rc) return rc;
+    char *e = NULL;
+    s->db = leveldb_open(s->opts, s->path, &e);
+    if (e) {
+        s->db = NULL;
+        rc = ldb_fail(s, err, e, "cannot open LevelDB");
+        leveldb_free(e);
+        return rc;
+    }
+    if ((rc = check_version(s, err))) return rc;
+    if ((rc = load_tenants(s, err)) == CP_ESTORE) {
+        if (!strstr(err ? err->msg : "", "No space") && !strstr(err ? err->msg : "", "IO error"))
+            rc = corrupt_fix(s, err);
+    }
     return rc;
 }
 
@@ -554,6 +624,7 @@ int cp_store_open(const cp_store_options *opt, cp_store **out, cp_err *err)
     pthread_rwlockattr_init(&ra);
     pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
     pthread_rwlock_init(&s->lock, &ra);
+    pthread_rwlock_init(&s->dblock, &ra); /* a reopen must not starve behind queries */
     pthread_rwlockattr_destroy(&ra);
     s->path = xstrndup(opt->path, strlen(opt->path));
     if (!s->path) {
@@ -573,23 +644,19 @@ int cp_store_open(const cp_store_options *opt, cp_store **out, cp_err *err)
     s->cache = leveldb_cache_create_lru(opt->cache_bytes ? opt->cache_bytes : (64u << 20));
     s->filter = leveldb_filterpolicy_create_bloom(10);
     leveldb_options_set_create_if_missing(s->opts, 1);
+    /* a damaged log record or table is refused, not skipped (see cp_wal_check) */
+    leveldb_options_set_paranoid_checks(s->opts, 1);
     leveldb_options_set_cache(s->opts, s->cache);
     leveldb_options_set_filter_policy(s->opts, s->filter);
     leveldb_options_set_write_buffer_size(s->opts, 16u << 20);
     leveldb_options_set_max_file_size(s->opts, 8u << 20);
     s->ropts = leveldb_readoptions_create();
+    /* a damaged table block is an error, not data (LevelDB does not check by default) */
+    leveldb_readoptions_set_verify_checksums(s->ropts, 1);
     s->wsync = leveldb_writeoptions_create();
     leveldb_writeoptions_set_sync(s->wsync, 1);
     s->wnosync = leveldb_writeoptions_create();
-    char *e = NULL;
-    s->db = leveldb_open(s->opts, opt->path, &e);
-    if (e) {
-        rc = cp_err_set(err, CP_ESTORE, "store: cannot open LevelDB at %s: %s", opt->path, e);
-        leveldb_free(e);
-        goto fail;
-    }
-    if ((rc = check_version(s, err))) goto fail;
-    if ((rc = load_tenants(s, err))) goto fail;
+    if ((rc = db_open(s, err))) goto fail;
     *out = s;
     return 0;
 fail:
@@ -616,8 +683,38 @@ void cp_store_close(cp_store *s)
     if (s->wsync) leveldb_writeoptions_destroy(s->wsync);
     if (s->wnosync) leveldb_writeoptions_destroy(s->wnosync);
     pthread_rwlock_destroy(&s->lock);
+    pthread_rwlock_destroy(&s->dblock);
     free(s->path);
     free(s);
+}
+
+int cp_store_reopen(cp_store *s, cp_err *err)
+{
+    pthread_rwlock_wrlock(&s->dblock);
+    buckets_drop(s, 0);
+    if (s->db) leveldb_close(s->db);
+    s->db = NULL;
+    /* readers never hold table pointers without dblock; cp_store_get_stats reads the
+     * tenant list under lock only */
+    pthread_rwlock_wrlock(&s->lock);
+    for (uint32_t i = 0; i < s->tenants.n; i++)
+        tenant_free(s->tenants.v[i]);
+    s->tenants.n = 0;
+    s->mt_tenant = s->mt_series = s->mt_level = 0;
+    s->broken = 1;
+    int rc = db_open(s, err);
+    if (rc) {
+        for (uint32_t i = 0; i < s->tenants.n; i++)
+            tenant_free(s->tenants.v[i]);
+        s->tenants.n = 0;
+        if (s->db) leveldb_close(s->db);
+        s->db = NULL;
+    } else {
+        s->broken = 0;
+    }
+    pthread_rwlock_unlock(&s->lock);
+    pthread_rwlock_unlock(&s->dblock);
+    return rc;
 }
 
 /* ---------------------------------------------------------------------------------
@@ -714,7 +811,7 @@ static int bucket_get(cp_store_batch *B, cp_ser *ser, int level, int64_t start, 
     size_t vl;
     char *v = leveldb_get(s->db, s->ropts, (const char *)k, kl, &vl, &e);
     if (e) {
-        int rc = cp_err_set(err, CP_ESTORE, "store: reading block: %s", e);
+        int rc = ldb_fail(s, err, e, "reading a block");
         leveldb_free(e);
         return rc;
     }
@@ -771,6 +868,18 @@ void cp_store_batch_destroy(cp_store_batch *b)
     free(b);
 }
 
+void cp_store_batch_reset(cp_store_batch *b)
+{
+    if (b->windows) {
+        b->s->broken = 1;
+        buckets_drop(b->s, 0);
+    }
+    leveldb_writebatch_clear(b->wb);
+    b->windows = 0;
+    b->dirty_series.n = 0;
+    b->dirty_prods.n = 0;
+}
+
 uint32_t cp_store_batch_windows(const cp_store_batch *b)
 {
     return b->windows;
@@ -793,10 +902,12 @@ int cp_store_get_offset(cp_store *s, const char *topic, int32_t partition, int64
     size_t kl = key_offset(k, sizeof k, topic, partition);
     char *e = NULL;
     size_t vl;
+    if (!s->db) return cp_err_set(err, CP_ESTORE, "store %s is not open (reopen failed)", s->path);
     char *v = leveldb_get(s->db, s->ropts, (const char *)k, kl, &vl, &e);
     if (e) {
-        int rc =
-            cp_err_set(err, CP_ESTORE, "store: reading offset of %s/%d: %s", topic, partition, e);
+        char what[300];
+        snprintf(what, sizeof what, "reading the offset of %.200s/%d", topic, partition);
+        int rc = ldb_fail(s, err, e, what);
         leveldb_free(e);
         return rc;
     }
@@ -843,7 +954,7 @@ static int prod_get(cp_store_batch *B, tenant *t, const char *producer, int32_t 
     size_t vl;
     char *v = leveldb_get(B->s->db, B->s->ropts, (const char *)k, n + kl, &vl, &e);
     if (e) {
-        int rc = cp_err_set(err, CP_ESTORE, "store: reading producer %s: %s", producer, e);
+        int rc = ldb_fail(B->s, err, e, "reading a producer record");
         leveldb_free(e);
         return rc;
     }
@@ -1168,7 +1279,7 @@ static int cumulative_delta(cp_store_batch *B, cp_ser *ser, const char *producer
         size_t vl;
         char *v = leveldb_get(s->db, s->ropts, (const char *)k->data, k->len, &vl, &e);
         if (e) {
-            int rc = cp_err_set(err, CP_ESTORE, "store: reading cumulative input: %s", e);
+            int rc = ldb_fail(s, err, e, "reading a cumulative input");
             leveldb_free(e);
             ser->cum_valid = 0;
             return rc;
@@ -1422,6 +1533,10 @@ int cp_store_maintain(cp_store *s, int64_t now_ns, uint32_t max_keys, uint32_t *
                       cp_err *err)
 {
     uint32_t done = 0, visits = 0, total = 0;
+    if (deleted) *deleted = 0;
+    if (s->broken || !s->db)
+        return cp_err_set(err, CP_ESTORE, "store %s: an earlier write failed; reopen the store",
+                          s->path);
     for (uint32_t i = 0; i < s->tenants.n; i++)
         total += s->tenants.v[i]->series.n;
     int rc = 0;
@@ -1557,6 +1672,7 @@ typedef struct qctx {
     uint64_t blocks;
     cp_buf scratch;
     cp_err *err;
+    int locked; /* holds s->dblock for reading */
 } qctx;
 
 static int qctx_init(qctx *q, cp_store *s, const cp_query_limits *lim, cp_err *err)
@@ -1565,8 +1681,16 @@ static int qctx_init(qctx *q, cp_store *s, const cp_query_limits *lim, cp_err *e
     q->s = s;
     q->lim = lim;
     q->err = err;
+    pthread_rwlock_rdlock(&s->dblock);
+    q->locked = 1;
+    if (!s->db)
+        return cp_err_set(err, CP_ESTORE,
+                          "store %s is not open: an earlier write failed and "
+                          "reopening it has not succeeded yet",
+                          s->path);
     q->snap = leveldb_create_snapshot(s->db);
     q->ro = leveldb_readoptions_create();
+    leveldb_readoptions_set_verify_checksums(q->ro, 1);
     leveldb_readoptions_set_snapshot(q->ro, q->snap);
     q->it = leveldb_create_iterator(s->db, q->ro);
     return 0;
@@ -1578,6 +1702,8 @@ static void qctx_close(qctx *q)
     if (q->ro) leveldb_readoptions_destroy(q->ro);
     if (q->snap) leveldb_release_snapshot(q->s->db, q->snap);
     cp_buf_close(&q->scratch);
+    if (q->locked) pthread_rwlock_unlock(&q->s->dblock);
+    q->locked = 0;
 }
 
 static int q_check(qctx *q)
@@ -1612,7 +1738,7 @@ static int scan_range(qctx *q, const cp_ser *ser, const range *r, block_fn fn, v
     char *e = NULL;
     leveldb_iter_get_error(q->it, &e);
     if (e) {
-        int rc = cp_err_set(q->err, CP_ESTORE, "store: reading blocks: %s", e);
+        int rc = ldb_fail(q->s, q->err, e, "reading blocks");
         leveldb_free(e);
         return rc;
     }
@@ -1966,13 +2092,13 @@ int cp_store_query(cp_store *s, const char *tenant_name, cp_kind kind, const cp_
     cp_profile *p = cp_profile_create();
     if (!p) return cp_err_set(err, CP_ENOMEM, "query");
     qctx q;
-    qctx_init(&q, s, lim, err);
+    rc = qctx_init(&q, s, lim, err);
     servec ss = {0};
     cp_acc acc;
     cp_acc_init(&acc, 0);
     qtypes qt;
     pthread_rwlock_rdlock(&s->lock);
-    tenant *t = tenant_name ? tenant_find(s, tenant_name, strlen(tenant_name)) : NULL;
+    tenant *t = tenant_name && !rc ? tenant_find(s, tenant_name, strlen(tenant_name)) : NULL;
     if (t) rc = match_series(&q, t, (int)kind, sel, &ss);
     if (!rc) rc = set_types(p, kind, &ss, &qt);
     pthread_rwlock_unlock(&s->lock);
@@ -2024,11 +2150,11 @@ int cp_store_timeline(cp_store *s, const char *tenant_name, cp_kind kind, const 
     cp_profile *p = cp_profile_create();
     if (!p) return cp_err_set(err, CP_ENOMEM, "timeline");
     qctx q;
-    qctx_init(&q, s, lim, err);
+    rc = qctx_init(&q, s, lim, err);
     servec ss = {0};
     qtypes qt;
     pthread_rwlock_rdlock(&s->lock);
-    tenant *t = tenant_name ? tenant_find(s, tenant_name, strlen(tenant_name)) : NULL;
+    tenant *t = tenant_name && !rc ? tenant_find(s, tenant_name, strlen(tenant_name)) : NULL;
     if (t) rc = match_series(&q, t, (int)kind, sel, &ss);
     if (!rc) rc = set_types(p, kind, &ss, &qt);
     int64_t *span = rc ? NULL : malloc(sizeof(int64_t) * 2 * (ss.n + 1));
@@ -2106,10 +2232,10 @@ int cp_store_series(cp_store *s, const char *tenant_name, const cp_selector *sel
     int rc = check_range(from_ns, to_ns, NULL, err);
     if (rc) return rc;
     qctx q;
-    qctx_init(&q, s, NULL, err);
+    rc = qctx_init(&q, s, NULL, err);
     servec ss = {0};
     pthread_rwlock_rdlock(&s->lock);
-    tenant *t = tenant_name ? tenant_find(s, tenant_name, strlen(tenant_name)) : NULL;
+    tenant *t = tenant_name && !rc ? tenant_find(s, tenant_name, strlen(tenant_name)) : NULL;
     if (t) rc = match_series(&q, t, 0, sel, &ss);
     for (uint32_t i = 0; i < ss.n && !rc; i++) {
         cp_ser *x = ss.v[i];
@@ -2146,6 +2272,15 @@ static int label_walk(cp_store *s, const char *tenant_name, const char *name, cp
         rc = cp_err_set(err, CP_ENOMEM, "labels");
         goto done;
     }
+    pthread_rwlock_rdlock(&s->dblock);
+    if (!s->db) {
+        pthread_rwlock_unlock(&s->dblock);
+        rc = cp_err_set(err, CP_ESTORE,
+                        "store %s is not open: an earlier write failed and "
+                        "reopening it has not succeeded yet",
+                        s->path);
+        goto done;
+    }
     leveldb_iterator_t *it = leveldb_create_iterator(s->db, s->ropts);
     leveldb_iter_seek(it, (const char *)pre.data, pre.len);
     while (leveldb_iter_valid(it)) {
@@ -2173,6 +2308,7 @@ static int label_walk(cp_store *s, const char *tenant_name, const char *name, cp
         leveldb_iter_seek(it, (const char *)k.data, k.len);
     }
     leveldb_iter_destroy(it);
+    pthread_rwlock_unlock(&s->dblock);
 done:
     cp_buf_close(&pre);
     cp_buf_close(&k);

@@ -9,6 +9,7 @@
 #define CP_STORE_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include "envelope.h"
 #include "profile.h"
 #include "selector.h"
@@ -114,6 +115,11 @@ int cp_store_batch_set_offset(cp_store_batch *b, const char *topic, int32_t part
 /* Windows added since the last commit. */
 uint32_t cp_store_batch_windows(const cp_store_batch *b);
 
+/* Drops everything added to b and not committed (after a failed add or commit), so b can
+ * be used again once the store is reopened. If windows had been added, the store refuses
+ * writes until cp_store_reopen. */
+void cp_store_batch_reset(cp_store_batch *b);
+
 /* Writes everything added (and the offsets) in one synced LevelDB write, then empties b
  * for reuse. An empty batch with offsets still writes them. */
 int cp_store_batch_commit(cp_store_batch *b, cp_err *err);
@@ -139,6 +145,45 @@ int cp_store_put_symbols(cp_store *s, const char *tenant, const char *build_id, 
  * CP_ENOTFOUND, CP_ESTORE or CP_ENOMEM. */
 int cp_store_get_symbols(cp_store *s, const char *tenant, const char *build_id, uint8_t **out,
                          size_t *len, cp_err *err);
+/* --- recovery ---------------------------------------------------------------------- */
+
+/* Closes and reopens the LevelDB database and reloads every in-memory table from disk, so
+ * the store is exactly at its last commit again. LevelDB keeps a failed write's error
+ * (ENOSPC, EIO) and fails every later write until reopened: this is the way back. Call it
+ * from the writer's thread, with its batch reset (cp_store_batch_reset). Readers are held
+ * off while it runs (they wait, then see the reloaded tables). Returns 0, or CP_ESTORE with
+ * err saying why (the disk still full, ...); the store then answers queries and writes
+ * with CP_ESTORE until a later call succeeds. */
+int cp_store_reopen(cp_store *s, cp_err *err);
+
+/* What cp_store_repair found and did (totals over every tenant). */
+typedef struct cp_store_repair_stats {
+    uint64_t log_bytes_dropped; /* write-ahead log bytes LevelDB's repair could not keep */
+    uint64_t dict_missing;      /* dictionary ids absent (lost records) */
+    uint64_t dict_dropped;      /* entries dropped: they referred to lost entries */
+    uint64_t dict_kept;         /* entries kept (renumbered densely) */
+    uint64_t series_missing;    /* series ids without a record */
+    uint64_t series_kept;
+    uint64_t blocks_dropped;   /* blocks of lost series, or undecodable */
+    uint64_t blocks_rewritten; /* blocks whose stack ids or series id changed */
+    uint64_t rows_dropped;     /* (stack, values) rows naming a lost stack */
+    uint64_t rollups_rebuilt;  /* rollup buckets recomputed from their level-0 windows */
+    uint64_t keys_dropped;     /* other keys that no longer made sense (labels, ...) */
+    uint64_t windows_lost;     /* in 1-minute rollups but gone from level 0 */
+} cp_store_repair_stats;
+
+/* Repairs the store at opt->path, which no process may have open (its LOCK is held
+ * meanwhile; CP_ESTORE if another process holds it): LevelDB's own repair
+ * (leveldb_repair_db: every table and log record still readable is kept), then a check and
+ * rebuild of what the store derives: dictionaries renumbered densely, entries that refer
+ * to lost ones dropped (and what refers to those), series without records dropped with
+ * their blocks, block rows of lost stacks dropped, the label index rebuilt from the series
+ * records, rollup buckets whose window count disagrees with their level-0 windows
+ * recomputed from them (dropped when none is left) -- only buckets that
+ * opt->retention_raw_ns cannot have emptied, as level 0 past it is gone by design. One
+ * line per finding is written to out (may be NULL). Returns 0 when the store then opens,
+ * or an error naming what is still wrong. */
+int cp_store_repair(const cp_store_options *opt, FILE *out, cp_store_repair_stats *st, cp_err *err);
 
 /* The default sample types of a kind, as an empty profile would carry them:
  * cpu samples/count + cpu/nanoseconds, alloc alloc_objects/count + alloc_space/bytes,

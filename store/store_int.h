@@ -142,5 +142,39 @@ int cp_dict_load(cp_dict *d, uint8_t kind, uint32_t id, const uint8_t *v, size_t
  * stacks that became equal to an earlier one. Idempotent. Returns 0 or
  * CP_ENOMEM (the dictionary is then unusable: close it). */
 int cp_dict_canonicalize(cp_dict *d);
+/* --- write-ahead logs (wal.c) --------------------------------------------------------- */
+
+#define WAL_BLOCK_BYTES 32768 /* LevelDB's log block */
+
+/* What a scan of one LevelDB log found. */
+typedef struct cp_wal_report {
+    char file[32];    /* "000123.log" */
+    uint64_t size;    /* bytes */
+    uint64_t records; /* complete writes (one per committed batch) before any damage */
+    int corrupt;      /* a damaged record at bad_at: what says how */
+    uint64_t bad_at;
+    char what[48];
+    uint64_t tail; /* bytes of an unfinished write at the end (dropped by LevelDB) */
+} cp_wal_report;
+
+/* Scans every NNNNNN.log in dir (at most max) into out; *n gets the count. A missing
+ * directory is no log. CP_EIO if a file cannot be read. */
+int cp_wal_scan(const char *dir, cp_wal_report *out, uint32_t max, uint32_t *n, cp_err *err);
+
+/* Before opening: CP_ESTORE naming the log, the place and the fix (`contprofd --repair`) if a
+ * log holds a damaged record; a warning in the log with the bytes dropped if one ends inside
+ * a write. 0 otherwise. */
+int cp_wal_check(const char *dir, cp_err *err);
+
+typedef struct cp_wal_salvage_stats {
+    uint64_t writes_kept, writes_dropped; /* writes dropped whole (known to be lost) */
+    uint64_t damaged;                     /* damaged fragments (each loses its block's rest) */
+    uint64_t bytes_dropped;
+} cp_wal_salvage_stats;
+
+/* Rewrites log file (in dir) with only its intact writes, each whole, and moves the
+ * original to dir/lost/FILE.damaged. LevelDB's repair reads logs without checksums: a
+ * byte-flipped write would be replayed as it is, so repair salvages first. */
+int cp_wal_salvage(const char *dir, const char *file, cp_wal_salvage_stats *st, cp_err *err);
 
 #endif

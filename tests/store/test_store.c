@@ -620,6 +620,53 @@ TEST(concurrent_readers)
     rmtree(dir);
 }
 
+/* A failed batch (dropped with cp_store_batch_reset) leaves the store refusing writes
+ * until cp_store_reopen, which runs while readers query: they wait for it, never fail,
+ * and the store ends exactly at its commits. */
+TEST(reopen_under_readers)
+{
+    char *dir = tmpdir("store");
+    make_windows(17);
+    cs = open_store(dir, 0, 0);
+    stop_readers = 0;
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++)
+        pthread_create(&th[i], NULL, reader, NULL);
+    cp_store_batch *b = cp_store_batch_create(cs);
+    int64_t want = 0, batch = 0;
+    cp_err err = {0};
+    for (int i = 0; i < 60; i++) {
+        add(b, "acme", CP_KIND_CPU, "service=api", starts[i], "p", (uint64_t)i, wins[i], 0);
+        batch += cp_profile_total(wins[i], 1);
+        if (i % 10 != 9) continue;
+        if (i % 30 == 29) { /* this batch fails: nothing of it is stored */
+            cp_store_batch_reset(b);
+            add(b, "acme", CP_KIND_CPU, "service=api", starts[i], "p", 1000, wins[i], CP_ESTORE);
+            CHECK_EQ(cp_store_batch_commit(b, &err), CP_ESTORE);
+            CHECK_EQ(cp_store_reopen(cs, &err), 0);
+        } else {
+            commit(b);
+            want += batch;
+        }
+        batch = 0;
+    }
+    stop_readers = 1;
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    cp_profile *p = query(cs, "acme", CP_KIND_CPU, NULL, T0, T0 + 30 * 86400 * SEC);
+    CHECK_EQ(cp_profile_total(p, 1), want);
+    cp_profile_destroy(p);
+    cp_store_batch_destroy(b);
+    cp_store_close(cs);
+    /* and after a real reopen, the same */
+    cs = open_store(dir, 0, 0);
+    p = query(cs, "acme", CP_KIND_CPU, NULL, T0, T0 + 30 * 86400 * SEC);
+    CHECK_EQ(cp_profile_total(p, 1), want);
+    cp_profile_destroy(p);
+    cp_store_close(cs);
+    rmtree(dir);
+}
+
 /* Two producers of one series with windows at the same start, in one batch and then in
  * the next: the window's own bucket (level 0) and every rollup hold the sum of all. */
 TEST(same_start_summed)
@@ -923,4 +970,4 @@ TEST_MAIN(T(exact_totals_and_rollups), T(timeline_matches_queries), T(inuse_is_a
           T(tenants_isolated_and_labels), T(retention_frees_disk), T(unknown_version_refused),
           T(bad_inputs_refused_batch_usable), T(same_address_other_function), T(concurrent_readers),
           T(same_start_summed), T(one_binary_at_two_bases_is_one_frame_set),
-          T(format_1_store_read_canonical))
+          T(format_1_store_read_canonical), T(reopen_under_readers))
