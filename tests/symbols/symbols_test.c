@@ -223,10 +223,15 @@ TEST(stripped_program_named_after_upload_per_tenant)
                  {"c", "agent", 0, ""}};
     for (int i = 0; i < 4; i++) {
         snprintf(runs[i].log, sizeof runs[i].log, "%s/run-%d.log", dir, i);
+        /* each agent signs for its tenant (contprofd has tokens); c borrows a's token to
+         * find the brokers, and its windows are refused for the tenant: c is checked for
+         * libdw only */
+        const char *tok = runs[i].tenant[0] == 'b' ? "token-of-b" : "token-of-a";
         const char *argv[] = {cbin,        "run",          "--server",    url,
-                              "--tenant",  runs[i].tenant, "--symbolize", runs[i].mode,
-                              "--service", "symprog",      "--window",    "1s",
-                              "--",        stripped,       "8",           NULL};
+                              "--token",   tok,            "--tenant",    runs[i].tenant,
+                              "--symbolize", runs[i].mode, "--service",   "symprog",
+                              "--window",  "1s",           "--",          stripped,
+                              "8",         NULL};
         runs[i].pid = spawn(argv, runs[i].log);
     }
     for (int i = 0; i < 4; i++)

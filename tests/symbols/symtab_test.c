@@ -427,7 +427,7 @@ TEST(uploaded_symbols_name_stored_profiles_of_their_tenant_only)
     unlink(tmp);
 
     /* the counters */
-    char *metrics = get_text(&f, "/metrics", NULL);
+    char *metrics = get_text(&f, "/metrics", "token-of-a");
     CHECK_CONTAINS(metrics, "contprof_symbols_uploads_total 1\n");
     CHECK_CONTAINS(metrics, "contprof_symbols_uploads_refused_total 4\n");
     CHECK(!strstr(metrics, "contprof_symbols_locations_named_total 0\n"));
