@@ -1124,8 +1124,7 @@ static int apply_window(cp_store_batch *B, cp_ser *ser, int64_t start, cp_err *e
         if (rc) return rc;
         size_t before = b->acc.ids.n;
         if (l == 0 && b->acc.windows == 0 && b->acc.ids.n == 0) {
-            cp_acc_swap(&b->acc, w);
-            cp_acc_reset(w, b->acc.ntypes);
+            cp_acc_take(&b->acc, w);
         } else if (ser->kind == CP_KIND_INUSE) {
             if (b->acc.windows == 0 || start >= b->acc.time_ns) {
                 uint64_t nw = b->acc.windows + 1;
