@@ -122,10 +122,11 @@ static cp_profile *unsymbolized(const cp_profile *w)
         uint64_t offset;
     } obj[4] = {
         {"/usr/bin/service", "5f0c3e1a9b7d2c4e6f8a0b1c2d3e4f5a6b7c8d9e", 0x5000},
-        {"/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.30", "e2a3c0ffee0123456789abcdef0123456789abcd",
-         0x9a000},
+        {"/usr/lib/x86_64-linux-gnu/libstdc++.so.6.0.30",
+         "e2a3c0ffee0123456789abcdef0123456789abcd", 0x9a000},
         {"/usr/lib/x86_64-linux-gnu/libm.so.6", "0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c", 0xe000},
-        {"/usr/lib/x86_64-linux-gnu/libc.so.6", "82ce4e6e4ef08fa58a3535f7437bd3e592db5ac0", 0x26000},
+        {"/usr/lib/x86_64-linux-gnu/libc.so.6", "82ce4e6e4ef08fa58a3535f7437bd3e592db5ac0",
+         0x26000},
     };
     cp_profile *u = cp_profile_create();
     if (!u) return NULL;
@@ -141,8 +142,8 @@ static cp_profile *unsymbolized(const cp_profile *w)
     u->duration_nanos = w->duration_nanos;
     uint32_t mid[4];
     for (int i = 0; i < 4; i++) {
-        cp_mapping m = {.start = obj[i].offset, .limit = obj[i].offset + 0x2000000,
-                        .offset = obj[i].offset};
+        cp_mapping m = {
+            .start = obj[i].offset, .limit = obj[i].offset + 0x2000000, .offset = obj[i].offset};
         if (cp_profile_intern_cstr(u, obj[i].file, &m.filename) ||
             cp_profile_intern_cstr(u, obj[i].build_id, &m.build_id) ||
             cp_profile_add_mapping(u, &m, &mid[i]))
