@@ -1117,7 +1117,7 @@ static int apply_window(cp_store_batch *B, cp_ser *ser, int64_t start, cp_err *e
     w->time_ns = start;
     w->windows = 1;
     /* coarsest first: level 0, the window's own bucket, is usually new and then simply
-     * takes B->win's rows (no copy; B->win keeps its slot table) and B->win is refilled by the next window */
+     * takes B->win's rows (no copy, B->win keeps its slot table); B->win is refilled next */
     for (int l = CP_NLEVELS - 1; l >= 0; l--) {
         bucket *b = NULL;
         int rc = bucket_get(B, ser, l, bucket_of(l, start), &b, err);
