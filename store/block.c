@@ -76,8 +76,13 @@ static inline int64_t *acc_row_reserved(cp_acc *a, uint32_t id)
         if ((uint32_t)(sl >> 32) == id) return a->vals.v + (size_t)((uint32_t)sl - 1) * a->ntypes;
     a->ids.v[a->ids.n++] = id;
     int64_t *row = a->vals.v + a->vals.n;
-    for (uint32_t t = 0; t < a->ntypes; t++)
-        row[t] = 0;
+    if (a->ntypes == 2) { /* the common width, without a call to memset per row */
+        row[0] = 0;
+        row[1] = 0;
+    } else {
+        for (uint32_t t = 0; t < a->ntypes; t++)
+            row[t] = 0;
+    }
     a->vals.n += a->ntypes;
     a->slots[h] = (uint64_t)id << 32 | a->ids.n;
     return row;
@@ -123,6 +128,21 @@ void cp_acc_swap(cp_acc *a, cp_acc *b)
     cp_acc t = *a;
     *a = *b;
     *b = t;
+}
+
+void cp_acc_take(cp_acc *dst, cp_acc *src)
+{
+    /* a window's slot table is a few KB to zero, where a new one was a calloc and a
+     * rehash for every window */
+    free(dst->slots);
+    uint64_t *slots = src->slots;
+    uint32_t nslots = src->nslots;
+    src->slots = NULL;
+    src->nslots = 0;
+    cp_acc_swap(dst, src);
+    src->slots = slots;
+    src->nslots = nslots;
+    cp_acc_reset(src, dst->ntypes);
 }
 
 int cp_acc_copy(cp_acc *dst, const cp_acc *src)

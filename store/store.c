@@ -1228,15 +1228,14 @@ static int apply_window(cp_store_batch *B, cp_ser *ser, int64_t start, cp_err *e
     w->time_ns = start;
     w->windows = 1;
     /* coarsest first: level 0, the window's own bucket, is usually new and then simply
-     * takes B->win's rows (a swap, no copy); B->win is refilled by the next window */
+     * takes B->win's rows (no copy, B->win keeps its slot table); B->win is refilled next */
     for (int l = CP_NLEVELS - 1; l >= 0; l--) {
         bucket *b = NULL;
         int rc = bucket_get(B, ser, l, bucket_of(l, start), &b, err);
         if (rc) return rc;
         size_t before = b->acc.ids.n;
         if (l == 0 && b->acc.windows == 0 && b->acc.ids.n == 0) {
-            cp_acc_swap(&b->acc, w);
-            cp_acc_reset(w, b->acc.ntypes);
+            cp_acc_take(&b->acc, w);
         } else if (ser->kind == CP_KIND_INUSE) {
             if (b->acc.windows == 0 || start >= b->acc.time_ns) {
                 uint64_t nw = b->acc.windows + 1;

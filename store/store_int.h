@@ -39,6 +39,10 @@ int cp_acc_add(cp_acc *dst, const cp_acc *src, int64_t factor);
 int cp_acc_copy(cp_acc *dst, const cp_acc *src);
 /* Exchanges the contents (rows, memory, width, time, windows) of a and b. */
 void cp_acc_swap(cp_acc *a, cp_acc *b);
+/* dst, which holds no rows, takes src's rows (their memory, width, time, windows) without
+ * a copy; src is left empty, keeping its slot table (zeroed) for the next rows. dst gets
+ * no slot table: the next cp_acc_row/_add/_reserve on it builds one from its rows. */
+void cp_acc_take(cp_acc *dst, cp_acc *src);
 
 static inline int64_t cp_add_wrap(int64_t a, int64_t b)
 {

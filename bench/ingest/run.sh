@@ -7,6 +7,9 @@
 # drops it (librdkafka's fetch and lz4 decompression, and the embedded broker's thread).
 # CPU is the whole process's, and again without the embedded broker's thread ("rdk:mock"),
 # which in production runs on the Kafka cluster, not in contprofd.
+# Then the transport alone and the Kafka path again for the same service's windows sent
+# unsymbolized (CONTPROF_SYMBOLIZE=server: addresses and mappings with build IDs only),
+# whose floor is issue 14's (5,000 windows per CPU-second without the broker thread).
 # Prints table rows: name | value | floor | ok.
 # usage: bench/ingest/run.sh BUILD_DIR [WINDOWS]
 set -eu
@@ -18,6 +21,16 @@ trap 'rm -rf "$work"' EXIT
     cat "$work/err.txt" >&2
     exit 1
 }
+# the same windows as CONTPROF_SYMBOLIZE=server sends them (addresses and mappings only):
+# the transport alone, then Kafka -> store, in the same run
+mkdir -p "$work/u"
+for part in transport kafka; do
+    CP_BENCH_UNSYMBOLIZED=1 "$build/bench/ingest/bench_ingest" "$work/u" "$n" $part \
+        >> "$work/unsym.txt" 2> "$work/err.txt" || {
+        cat "$work/err.txt" >&2
+        exit 1
+    }
+done
 awk -v n="$n" '
     function row(name, v, floor) {
         printf "%s | %d | %s | %s\n", name, v, floor, (floor == "-" ? "-" : (v >= 5000 ? "ok" : "BELOW FLOOR"))
@@ -35,3 +48,12 @@ awk -v n="$n" '
         row("ingest: decode + store on one thread, gzip pprof, windows per CPU-second", v["direct_windows_per_cpu_s"], ">= 5000")
         row("ingest: decode + store on one thread, raw pprof, windows per CPU-second", v["direct_raw_windows_per_cpu_s"], ">= 5000")
     }' "$work/out.txt"
+awk '
+    { v[$1] = $2 }
+    END {
+        printf "ingest: unsymbolized windows (CONTPROF_SYMBOLIZE=server, raw pprof %d bytes), Kafka -> store, windows per CPU-second without the embedded broker thread | %d | >= 5000 | %s\n", v["raw_bytes_per_window"], v["kafka_windows_per_cpu_s_nobroker"], (v["kafka_windows_per_cpu_s_nobroker"] >= 5000 ? "ok" : "BELOW FLOOR")
+        printf "ingest: unsymbolized windows, baseline, the transport alone without the embedded broker thread | %d | - | -\n", v["transport_windows_per_cpu_s_nobroker"]
+        t = v["transport_windows_per_cpu_s_nobroker"]; k = v["kafka_windows_per_cpu_s_nobroker"]
+        if (t > 0 && k > 0)
+            printf "ingest: unsymbolized windows, share of ingest CPU spent in the transport (without the broker thread) | %.0f%% | - | -\n", 100 * k / t
+    }' "$work/unsym.txt"
