@@ -272,6 +272,7 @@ TEST(burst_right_after_start_is_stored_whole)
     CHECK_EQ(lost_total(&d), 0);
     daemon_stop(&d);
     rmtree(dir);
+    free(dir);
 }
 
 TEST(profile_too_large_is_refused_and_the_next_is_stored)
@@ -302,6 +303,7 @@ TEST(profile_too_large_is_refused_and_the_next_is_stored)
     CHECK_EQ(lost_total(&d), 0);
     daemon_stop(&d);
     rmtree(dir);
+    free(dir);
 }
 
 static rd_kafka_t *kafka(rd_kafka_type_t type, const char *brokers)
@@ -414,6 +416,7 @@ TEST(bad_message_too_large_for_the_dlq_goes_there_truncated)
     CHECK_CONTAINS(log, "a truncated copy (first 65536 bytes");
     free(log);
     rmtree(dir);
+    free(dir);
 }
 
 TEST(fire_and_forget_burst_loss_is_counted_and_logged)
@@ -459,6 +462,7 @@ TEST(fire_and_forget_burst_loss_is_counted_and_logged)
     cp_buf_close(&b);
     daemon_stop(&d);
     rmtree(dir);
+    free(dir);
 }
 
 TEST_MAIN(T(burst_right_after_start_is_stored_whole),
