@@ -145,10 +145,9 @@ static char *http_get(const char *url, const char *path, const char *token, char
     struct timeval tv = {30, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     char req[1024];
-    int n = snprintf(req, sizeof req,
-                     "GET %s HTTP/1.0\r\nHost: %s\r\nAccept: application/json\r\n%s%s%s\r\n", path,
-                     host, token ? "Authorization: Bearer " : "", token ? token : "",
-                     token ? "\r\n" : "");
+    int n = snprintf(
+        req, sizeof req, "GET %s HTTP/1.0\r\nHost: %s\r\nAccept: application/json\r\n%s%s%s\r\n",
+        path, host, token ? "Authorization: Bearer " : "", token ? token : "", token ? "\r\n" : "");
     if (n >= (int)sizeof req || write(fd, req, (size_t)n) != n) {
         close(fd);
         snprintf(why, whylen, "%s: write failed", url);
@@ -251,8 +250,8 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
     sent *r = &im->sent.v[(uintptr_t)m->_private];
     if (m->err) {
         char why[160];
-        snprintf(why, sizeof why, "Kafka did not take it: %s (%zu bytes)",
-                 rd_kafka_err2str(m->err), m->len);
+        snprintf(why, sizeof why, "Kafka did not take it: %s (%zu bytes)", rd_kafka_err2str(m->err),
+                 m->len);
         settle(im, r, S_NOT, why);
         return;
     }
@@ -292,8 +291,8 @@ static int64_t json_num(const char *p, const char *end, const char *name, int64_
 static int poll_offsets(imp *im, char *why, size_t whylen)
 {
     static char buf[1 << 20];
-    char *body = http_get(im->server, "/api/v1/ingest/offsets", im->token, buf, sizeof buf, why,
-                          whylen);
+    char *body =
+        http_get(im->server, "/api/v1/ingest/offsets", im->token, buf, sizeof buf, why, whylen);
     if (!body) return -1;
     im->last_poll_ns = mono_ns();
     if (!im->budget) {
@@ -312,8 +311,10 @@ static int poll_offsets(imp *im, char *why, size_t whylen)
             if (r->state != S_DELIVERED || r->partition != part || r->offset >= stored) continue;
             char w[160] = "";
             if (r->offset < known)
-                snprintf(w, sizeof w, "contprofd no longer knows whether offset %lld of "
-                         "partition %d was stored", (long long)r->offset, part);
+                snprintf(w, sizeof w,
+                         "contprofd no longer knows whether offset %lld of "
+                         "partition %d was stored",
+                         (long long)r->offset, part);
             /* the unstored ranges of this partition: {"from":A,"to":B,"why":"..."} */
             for (const char *q = strstr(p, "{\"from\":"); q && (!next || q < next) && !w[0];
                  q = strstr(q + 1, "{\"from\":")) {
@@ -323,11 +324,15 @@ static int poll_offsets(imp *im, char *why, size_t whylen)
                 char reason[32] = "";
                 if (y) snprintf(reason, sizeof reason, "%.*s", (int)strcspn(y + 7, "\""), y + 7);
                 if (!strncmp(reason, "dlq:", 4))
-                    snprintf(w, sizeof w, "refused by contprofd (%s; the message is in the "
-                             "dead-letter topic, its log says why)", reason + 4);
+                    snprintf(w, sizeof w,
+                             "refused by contprofd (%s; the message is in the "
+                             "dead-letter topic, its log says why)",
+                             reason + 4);
                 else
-                    snprintf(w, sizeof w, "dropped by the broker before contprofd read it "
-                             "(partition %d offset %lld)", part, (long long)r->offset);
+                    snprintf(w, sizeof w,
+                             "dropped by the broker before contprofd read it "
+                             "(partition %d offset %lld)",
+                             part, (long long)r->offset);
             }
             settle(im, r, w[0] ? S_NOT : S_STORED, w);
         }
@@ -347,8 +352,8 @@ static int wait_some(imp *im, char *why, size_t whylen)
         poll_offsets(im, why, whylen))
         return -1;
     if ((double)(mono_ns() - im->last_progress_ns) / 1e9 > im->timeout_s) {
-        snprintf(why, whylen, "nothing was %s for %.0f s",
-                 im->wait ? "stored" : "delivered", im->timeout_s);
+        snprintf(why, whylen, "nothing was %s for %.0f s", im->wait ? "stored" : "delivered",
+                 im->timeout_s);
         return -1;
     }
     return 0;
@@ -402,7 +407,8 @@ static int send_one(imp *im, int fi, cp_kind kind, int cumulative, const cp_prof
                 "broker's limit of %.1f MiB per message (it keeps %.0f MiB per partition); "
                 "send it through a Kafka cluster (README: the embedded broker)\n",
                 file, cp_kind_name(kind), (double)enc.len / (1 << 20),
-                (double)im->max_message / (1 << 20), (double)CP_EMBEDDED_PARTITION_BYTES / (1 << 20));
+                (double)im->max_message / (1 << 20),
+                (double)CP_EMBEDDED_PARTITION_BYTES / (1 << 20));
         rc = 1;
     } else {
         char why[400];
@@ -471,15 +477,17 @@ static int import_file(imp *im, int fi)
         if (alloc) {
             cp_profile *a = cp_profile_clone(p);
             const char *t[2] = {"alloc_objects", "alloc_space"};
-            rc = !a || cp_profile_select_types(a, t, 2, &err) ? 1
-                                                               : send_one(im, fi, CP_KIND_ALLOC, 1, a);
+            rc = !a || cp_profile_select_types(a, t, 2, &err)
+                     ? 1
+                     : send_one(im, fi, CP_KIND_ALLOC, 1, a);
             cp_profile_destroy(a);
         }
         if (inuse && !rc) {
             cp_profile *u = cp_profile_clone(p);
             const char *t[2] = {"inuse_objects", "inuse_space"};
-            rc = !u || cp_profile_select_types(u, t, 2, &err) ? 1
-                                                               : send_one(im, fi, CP_KIND_INUSE, 0, u);
+            rc = !u || cp_profile_select_types(u, t, 2, &err)
+                     ? 1
+                     : send_one(im, fi, CP_KIND_INUSE, 0, u);
             cp_profile_destroy(u);
         }
     } else if (p->sample_types.n) {
@@ -533,8 +541,7 @@ int cp_cmd_import(int argc, char **argv)
                 rc = 2;
                 goto out;
             }
-        }
-        else if (!strcmp(a, "--service"))
+        } else if (!strcmp(a, "--service"))
             im.service = argv[++i];
         else if (!strcmp(a, "--label")) {
             const char *eq = strchr(v, '=');
@@ -671,7 +678,7 @@ int cp_cmd_import(int argc, char **argv)
         if (listed++ < 20)
             fprintf(stderr, "contprof import: %s (%s): not stored: %s\n", files[r->file],
                     cp_kind_name(r->kind),
-                    r->state == S_NOT       ? r->why
+                    r->state == S_NOT      ? r->why
                     : r->state == S_QUEUED ? "never delivered to Kafka"
                                            : "delivered, but contprofd did not confirm it");
     }
@@ -681,8 +688,7 @@ int cp_cmd_import(int argc, char **argv)
                 nfiles - stopped, files[stopped]);
     if (im.wait)
         fprintf(stderr, "contprof import: %d of %u window(s) from %d file(s) stored%s\n",
-                im.nstored, im.sent.n, nfiles,
-                bad ? "; some files were refused (see above)" : "");
+                im.nstored, im.sent.n, nfiles, bad ? "; some files were refused (see above)" : "");
     else
         fprintf(stderr,
                 "contprof import: %d of %u window(s) from %d file(s) delivered to Kafka at %s "

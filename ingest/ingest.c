@@ -96,8 +96,8 @@ struct cp_ingest {
     pthread_mutex_t mu;
     cp_ingest_stats st;
     atomic_uint_fast64_t dlq_failed;
-    CP_VEC(dlq_retry) retry; /* failed DLQ deliveries, produced again by dlq_settle */
-    CP_VEC(cp_ingest_dropped) dropped;    /* under mu */
+    CP_VEC(dlq_retry) retry;           /* failed DLQ deliveries, produced again by dlq_settle */
+    CP_VEC(cp_ingest_dropped) dropped; /* under mu */
     producer_seen producers[MAX_PRODUCERS]; /* open addressing by producer id */
     uint32_t nproducers;
 };
@@ -461,8 +461,7 @@ static void dlq_settle(cp_ingest *in)
     }
 }
 
-static void to_dlq(cp_ingest *in, part *p, const rd_kafka_message_t *m, int reason,
-                   const char *why)
+static void to_dlq(cp_ingest *in, part *p, const rd_kafka_message_t *m, int reason, const char *why)
 {
     const char *topic = rd_kafka_topic_name(m->rkt);
     char src[320], tag[24];
@@ -551,7 +550,8 @@ static void count_dropped(cp_ingest *in, const cp_envelope *e)
     if (!e->dropped_windows && !e->dropped_samples) return;
     const char *id = e->producer_id ? e->producer_id : "";
     uint32_t h = 2166136261u;
-    for (const char *c = id; *c; c++) h = (h ^ (uint8_t)*c) * 16777619u;
+    for (const char *c = id; *c; c++)
+        h = (h ^ (uint8_t)*c) * 16777619u;
     producer_seen *ps = NULL;
     for (uint32_t i = 0; i < MAX_PRODUCERS; i++) {
         producer_seen *q = &in->producers[(h + i) % MAX_PRODUCERS];
@@ -742,7 +742,8 @@ static void *run(void *arg)
          * to be read: a sender waiting for its windows to be stored (import) is not held
          * for batch_max_ms, while a backlog is still written in large batches. */
         if (in->pending &&
-            (idle || in->pending >= in->o.batch_max_messages || now - in->batch_start >= max_wait) &&
+            (idle || in->pending >= in->o.batch_max_messages ||
+             now - in->batch_start >= max_wait) &&
             commit(in))
             break;
         rd_kafka_poll(in->dlq, 0);

@@ -88,8 +88,8 @@ typedef struct cp_ingest_partition {
     uint64_t lost;      /* offsets the broker dropped before they were read */
     uint32_t nranges;
     struct {
-        int64_t from, to;   /* [from, to) */
-        char why[24];       /* "lost", or "dlq:" and the DLQ reason */
+        int64_t from, to; /* [from, to) */
+        char why[24];     /* "lost", or "dlq:" and the DLQ reason */
     } not_stored[CP_INGEST_RANGES];
 } cp_ingest_partition;
 

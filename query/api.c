@@ -837,14 +837,16 @@ static void ep_metrics(cp_api *a, cp_http_response *r)
               "reported, by service.\n# TYPE contprof_agent_dropped_windows_total counter\n");
             for (uint32_t i = 0; i < in.ndropped; i++) {
                 P("contprof_agent_dropped_windows_total{service=\"");
-                if (!rc) rc = cp_json_escape(b, in.dropped[i].service, strlen(in.dropped[i].service));
+                if (!rc)
+                    rc = cp_json_escape(b, in.dropped[i].service, strlen(in.dropped[i].service));
                 P("\"} %" PRIu64 "\n", in.dropped[i].windows);
             }
             P("# HELP contprof_agent_dropped_samples_total Samples agents dropped, as they "
               "reported, by service.\n# TYPE contprof_agent_dropped_samples_total counter\n");
             for (uint32_t i = 0; i < in.ndropped; i++) {
                 P("contprof_agent_dropped_samples_total{service=\"");
-                if (!rc) rc = cp_json_escape(b, in.dropped[i].service, strlen(in.dropped[i].service));
+                if (!rc)
+                    rc = cp_json_escape(b, in.dropped[i].service, strlen(in.dropped[i].service));
                 P("\"} %" PRIu64 "\n", in.dropped[i].samples);
             }
         }
@@ -884,8 +886,9 @@ static void ep_offsets(cp_api *a, cp_http_response *r)
                            ",\"lost\":%" PRIu64 ",\"not_stored\":[",
                            i ? "," : "", p->partition, p->stored, p->known_from, p->lost);
         for (uint32_t k = 0; k < p->nranges && k < CP_API_RANGES && !rc; k++) {
-            rc = cp_buf_printf(b, "%s{\"from\":%" PRId64 ",\"to\":%" PRId64 ",\"why\":",
-                               k ? "," : "", p->not_stored[k].from, p->not_stored[k].to);
+            rc = cp_buf_printf(b,
+                               "%s{\"from\":%" PRId64 ",\"to\":%" PRId64 ",\"why\":", k ? "," : "",
+                               p->not_stored[k].from, p->not_stored[k].to);
             if (!rc) rc = json_str(b, p->not_stored[k].why ? p->not_stored[k].why : "");
             if (!rc) rc = cp_buf_printf(b, "}");
         }

@@ -25,10 +25,10 @@ typedef struct cp_api_ingest_stats {
         uint64_t count;
     } dlq[CP_API_DLQ_REASONS];
     /* Delivery (GET /api/v1/ingest/offsets) and loss; pointers valid until the next call. */
-    int running, ready;         /* consumer thread up; partitions assigned once */
-    uint64_t dlq_failed;        /* DLQ deliveries that failed (each retried) */
-    uint64_t dlq_truncated;     /* DLQ copies cut because the message was too large */
-    const char *last_error;     /* "" when none */
+    int running, ready;     /* consumer thread up; partitions assigned once */
+    uint64_t dlq_failed;    /* DLQ deliveries that failed (each retried) */
+    uint64_t dlq_truncated; /* DLQ copies cut because the message was too large */
+    const char *last_error; /* "" when none */
     const char *topic;
     uint64_t max_message_bytes;   /* largest message the broker takes; 0 = not known */
     uint64_t max_in_flight_bytes; /* unstored bytes a sender may have in flight */

@@ -347,7 +347,8 @@ TEST(bad_message_too_large_for_the_dlq_goes_there_truncated)
     cp_buf b = get(&d, "/api/v1/ingest/offsets");
     const char *one = strstr((char *)b.data, ",\"stored\":1,");
     CHECK(one);
-    while (one > (char *)b.data && strncmp(one, "{\"partition\":", 13)) one--;
+    while (one > (char *)b.data && strncmp(one, "{\"partition\":", 13))
+        one--;
     int32_t part = atoi(one + 13);
     cp_buf_close(&b);
     /* the broker contprofd hosts */
@@ -363,7 +364,8 @@ TEST(bad_message_too_large_for_the_dlq_goes_there_truncated)
      * the series' partition */
     size_t big = 2u << 20;
     uint8_t *junk = malloc(big);
-    for (size_t i = 0; i < big; i++) junk[i] = (uint8_t)(i * 2654435761u >> 13);
+    for (size_t i = 0; i < big; i++)
+        junk[i] = (uint8_t)(i * 2654435761u >> 13);
     rd_kafka_t *p = kafka(RD_KAFKA_PRODUCER, brokers);
     CHECK(rd_kafka_producev(p, RD_KAFKA_V_TOPIC(CP_TOPIC_PROFILES_), RD_KAFKA_V_PARTITION(part),
                             RD_KAFKA_V_VALUE(junk, big), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
@@ -381,8 +383,10 @@ TEST(bad_message_too_large_for_the_dlq_goes_there_truncated)
     /* the offsets endpoint says offset 1 of the partition is not stored, and why */
     b = get(&d, "/api/v1/ingest/offsets");
     char want[160];
-    snprintf(want, sizeof want, "{\"partition\":%d,\"stored\":3,\"known_from\":0,\"lost\":0,"
-             "\"not_stored\":[{\"from\":1,\"to\":2,\"why\":\"dlq:envelope\"}]}", part);
+    snprintf(want, sizeof want,
+             "{\"partition\":%d,\"stored\":3,\"known_from\":0,\"lost\":0,"
+             "\"not_stored\":[{\"from\":1,\"to\":2,\"why\":\"dlq:envelope\"}]}",
+             part);
     CHECK_CONTAINS((char *)b.data, want);
     cp_buf_close(&b);
     /* the DLQ holds a truncated copy with its original size and source */
@@ -449,8 +453,10 @@ TEST(fire_and_forget_burst_loss_is_counted_and_logged)
     /* one partition holds the series; which one depends on the key's hash */
     int found = 0;
     for (int p = 0; p < 4 && !found; p++) {
-        snprintf(line, sizeof line, "contprof.profiles [%d]: offsets 0..%lld are gone from the "
-                 "broker (lost)", p, lost - 1);
+        snprintf(line, sizeof line,
+                 "contprof.profiles [%d]: offsets 0..%lld are gone from the "
+                 "broker (lost)",
+                 p, lost - 1);
         found = strstr(log, line) != NULL;
     }
     if (!found) fprintf(stderr, "no \"offsets 0..%lld are gone\" line in:\n%s\n", lost - 1, log);
