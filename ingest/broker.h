@@ -39,6 +39,13 @@ const char *cp_broker_bootstraps(const cp_broker *b);
  * back up (up = 1). Connections to it fail meanwhile; its data is kept. */
 int cp_broker_set_up(cp_broker *b, int broker_id, int up, cp_err *err);
 
+/* Fault injection for tests: makes mock broker broker_id the leader of topic/partition. */
+int cp_broker_set_leader(cp_broker *b, const char *topic, int partition, int broker_id,
+                         cp_err *err);
+
+/* Fault injection for tests: makes mock broker broker_id the coordinator of group. */
+int cp_broker_set_coordinator(cp_broker *b, const char *group, int broker_id, cp_err *err);
+
 /* Stops the cluster; everything in it is gone. NULL is fine. */
 void cp_broker_destroy(cp_broker *b);
 
