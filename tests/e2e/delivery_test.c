@@ -331,6 +331,7 @@ static const char *header(const rd_kafka_message_t *m, const char *name, char *o
     return out;
 }
 
+/* Also: an agent's own drops, carried in its envelope, appear in /metrics by service. */
 TEST(bad_message_too_large_for_the_dlq_goes_there_truncated)
 {
     char *dir = mkdir_tmp("dlq"), wdir[512], args[700];
@@ -415,6 +416,36 @@ TEST(bad_message_too_large_for_the_dlq_goes_there_truncated)
     rd_kafka_consumer_close(c);
     rd_kafka_destroy(c);
     free(junk);
+    /* an agent's envelope that says it dropped windows and samples: in /metrics by service */
+    cp_envelope e = {.tenant = "default",
+                     .kind = CP_KIND_CPU,
+                     .producer_id = "agent-x",
+                     .sequence = 1,
+                     .dropped_windows = 3,
+                     .dropped_samples = 7};
+    e.window_start_ns = ((int64_t)time(NULL) - 3600) * SEC;
+    e.window_duration_ns = 10 * SEC;
+    CHECK(cp_labels_set(&e.labels, "service", "dropper") == 0);
+    cp_buf pp = {0}, enc = {0};
+    snprintf(args, sizeof args, "%s/w00000.pb.gz", wdir);
+    CHECK(cp_read_file(args, &pp) == 0);
+    e.pprof = pp.data;
+    e.pprof_len = pp.len;
+    CHECK(cp_envelope_encode(&e, &enc) == 0);
+    p = kafka(RD_KAFKA_PRODUCER, brokers);
+    CHECK(rd_kafka_producev(p, RD_KAFKA_V_TOPIC(CP_TOPIC_PROFILES_),
+                            RD_KAFKA_V_VALUE(enc.data, enc.len), RD_KAFKA_V_KEY("agent-x", 7),
+                            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END) == 0);
+    CHECK(rd_kafka_flush(p, 30000) == 0);
+    rd_kafka_destroy(p);
+    cp_labels_close(&e.labels);
+    cp_buf_close(&pp);
+    cp_buf_close(&enc);
+    long long dw = -1;
+    for (double end = now_s() + 30; dw != 3 && now_s() < end; usleep(50000))
+        dw = metric(&d, "contprof_agent_dropped_windows_total{service=\"dropper\"}");
+    CHECK_EQ(dw, 3);
+    CHECK_EQ(metric(&d, "contprof_agent_dropped_samples_total{service=\"dropper\"}"), 7);
     daemon_stop(&d);
     char *log = slurp(d.log);
     CHECK_CONTAINS(log, "a truncated copy (first 65536 bytes");

@@ -1,6 +1,7 @@
 /* Loss and the DLQ with real parts (the librdkafka mock cluster, a real LevelDB): offsets
  * the broker dropped while ingest was stopped are counted by partition; a DLQ that cannot
- * be reached holds the offsets back until it can, and nothing is passed meanwhile. */
+ * be reached holds the offsets back until it can, and nothing is passed meanwhile; what
+ * agents say they dropped is summed per service, once per window. */
 #include "ingest_util.h"
 
 #define WIN (10 * SEC)
@@ -196,5 +197,61 @@ TEST(unreachable_dlq_holds_the_offsets_back)
     rmtree(dir);
 }
 
-TEST_MAIN(T(offsets_dropped_while_stopped_are_counted_by_partition),
+/* Produces the envelope of one isolate of a window that says the agent dropped dw windows
+ * and ds samples before it. */
+static void produce_dropped(rd_kafka_t *rk, const char *svc, const char *prod, const char *iso,
+                            int win, uint64_t seq, uint64_t dw, uint64_t ds)
+{
+    char labels[128];
+    snprintf(labels, sizeof labels, "service=%s,isolate=%s", svc, iso);
+    cp_profile *p = mini_window(seq, 20, T0 + (int64_t)win * WIN);
+    cp_envelope e;
+    make_env(&e, "acme", CP_KIND_CPU, labels, T0 + (int64_t)win * WIN, WIN, prod, seq);
+    e.dropped_windows = dw;
+    e.dropped_samples = ds;
+    produce_env(rk, &e, p);
+    cp_envelope_close(&e);
+    cp_profile_destroy(p);
+}
+
+TEST(agents_drops_are_summed_per_service_once_per_window)
+{
+    cp_broker *b = NULL;
+    CHECK_EQ(cp_broker_create(NULL, &b, NULL), 0);
+    const char *bs = cp_broker_bootstraps(b);
+    char *dir = tmpdir("dropped");
+    cp_store *s = open_store(dir);
+    rd_kafka_t *rk = producer(bs);
+    cp_ingest *in = ingest_start(bs, s, 64);
+    /* window 0 of agent a: three isolates, each envelope carries the window's numbers */
+    produce_dropped(rk, "api", "agent-a", "main", 0, 1, 2, 100);
+    produce_dropped(rk, "api", "agent-a", "worker", 0, 2, 2, 100);
+    produce_dropped(rk, "api", "agent-a", "io", 0, 3, 2, 100);
+    /* window 1 of agent a, and another agent of the same service, and another service */
+    produce_dropped(rk, "api", "agent-a", "main", 1, 4, 1, 10);
+    produce_dropped(rk, "api", "agent-b", "main", 0, 1, 0, 5);
+    produce_dropped(rk, "db", "agent-c", "main", 0, 1, 7, 0);
+    /* nothing dropped: not listed */
+    produce_dropped(rk, "quiet", "agent-d", "main", 0, 1, 0, 0);
+    flush(rk);
+    wait_messages(in, 7, 60);
+    cp_ingest_dropped d[8];
+    uint32_t n = cp_ingest_get_dropped(in, d, 8);
+    CHECK_EQ(n, 2);
+    int api = strcmp(d[0].service, "api") == 0 ? 0 : 1;
+    CHECK_STREQ(d[api].service, "api");
+    CHECK_EQ(d[api].windows, 3);
+    CHECK_EQ(d[api].samples, 115);
+    CHECK_STREQ(d[1 - api].service, "db");
+    CHECK_EQ(d[1 - api].windows, 7);
+    CHECK_EQ(d[1 - api].samples, 0);
+    cp_ingest_destroy(in);
+    rd_kafka_destroy(rk);
+    cp_store_close(s);
+    cp_broker_destroy(b);
+    rmtree(dir);
+}
+
+TEST_MAIN(T(agents_drops_are_summed_per_service_once_per_window),
+          T(offsets_dropped_while_stopped_are_counted_by_partition),
           T(unreachable_dlq_holds_the_offsets_back))
