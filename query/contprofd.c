@@ -65,6 +65,8 @@ static void ingest_delivery_stats(daemon_t *d, const cp_ingest_stats *st, cp_api
     out->dlq_failed = st->dlq_failed;
     out->dlq_truncated = st->dlq_truncated;
     snprintf(last_error, sizeof last_error, "%s", st->last_error);
+    for (char *c = last_error; *c; c++)
+        if ((unsigned char)*c < 0x20) *c = ' '; /* a Prometheus label value: one line */
     out->last_error = last_error;
     out->topic = d->cfg.topic && *d->cfg.topic ? d->cfg.topic : CP_TOPIC_PROFILES;
     out->max_message_bytes = d->broker ? CP_BROKER_MAX_MESSAGE_BYTES : 0;
