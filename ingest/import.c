@@ -313,6 +313,12 @@ static int poll_offsets(imp *im, char *why, size_t whylen)
         http_get(im->server, "/api/v1/ingest/offsets", im->token, buf, sizeof buf, why, whylen);
     if (!body) return -1;
     im->last_poll_ns = mono_ns();
+    if (strstr(body, "\"running\":false")) {
+        snprintf(why, whylen,
+                 "contprofd's ingest is not running (its log and /metrics say why); what is "
+                 "sent cannot be stored");
+        return -1;
+    }
     if (!im->budget) {
         im->max_message = (uint64_t)json_num(body, NULL, "max_message_bytes", 0);
         im->budget = (uint64_t)json_num(body, NULL, "max_in_flight_bytes", 0);
