@@ -938,8 +938,17 @@ int cp_ingest_start(cp_ingest *in, cp_err *err)
         return cp_err_set(err, CP_EKAFKA, "ingest: subscribe to %s: %s", in->topic,
                           rd_kafka_err2str(ke));
     atomic_store(&in->stop, 0);
-    if (pthread_create(&in->th, NULL, run, in))
+    /* running from here on, not from when the thread gets to it: a sender that asks at once
+     * must not read "not running" */
+    pthread_mutex_lock(&in->mu);
+    in->st.running = 1;
+    pthread_mutex_unlock(&in->mu);
+    if (pthread_create(&in->th, NULL, run, in)) {
+        pthread_mutex_lock(&in->mu);
+        in->st.running = 0;
+        pthread_mutex_unlock(&in->mu);
         return cp_err_set(err, CP_ENOMEM, "ingest: cannot start the thread");
+    }
     in->started = 1;
     return 0;
 }
