@@ -272,11 +272,13 @@ static void draw_bar(imp *im, int force)
     int64_t now = mono_ns();
     if (!force && now - im->last_bar_ns < 100000000) return;
     im->last_bar_ns = now;
-    int total = (int)im->sent.n, done = im->nstored + im->nnot, w = 40;
+    /* a file is one window, or two (a Go heap profile): the files bound the total */
+    int total = (int)im->sent.n > im->nfiles ? (int)im->sent.n : im->nfiles;
+    int done = im->nstored + im->nnot, w = 40;
     int fill = total ? done * w / total : 0;
-    fprintf(stderr, "\r[%.*s%*s] %d/%d window(s) %s", fill,
-            "########################################", w - fill, "", im->nstored, total,
-            im->wait ? "stored" : "delivered");
+    fprintf(stderr, "\r[%.*s%*s] %d window(s) %s, %d file(s)", fill,
+            "########################################", w - fill, "", im->nstored,
+            im->wait ? "stored" : "delivered", im->nfiles);
 }
 
 /* The bytes a message will take in the broker's log: the topic is lz4-compressed, and the
