@@ -331,7 +331,8 @@ static const char *header(const rd_kafka_message_t *m, const char *name, char *o
     return out;
 }
 
-/* Also: an agent's own drops, carried in its envelope, appear in /metrics by service. */
+/* Also: an agent's own drops, carried in its envelope, appear in /metrics by service; a
+ * window the store refuses is reported by import as not stored. */
 TEST(bad_message_too_large_for_the_dlq_goes_there_truncated)
 {
     char *dir = mkdir_tmp("dlq"), wdir[512], args[700];
@@ -446,6 +447,30 @@ TEST(bad_message_too_large_for_the_dlq_goes_there_truncated)
         dw = metric(&d, "contprof_agent_dropped_windows_total{service=\"dropper\"}");
     CHECK_EQ(dw, 3);
     CHECK_EQ(metric(&d, "contprof_agent_dropped_samples_total{service=\"dropper\"}"), 7);
+    /* a window the store refuses (a sample type the series does not have) goes to the DLQ:
+     * import names it and why, and exits 1 */
+    cp_profile *odd = cp_profile_create();
+    CHECK(odd && cp_profile_add_sample_type(odd, "wall", "nanoseconds") == 0);
+    cp_function fn = {0};
+    uint32_t fid, lid;
+    cp_profile_intern_cstr(odd, "odd_function", &fn.name);
+    CHECK(cp_profile_add_function(odd, &fn, &fid) == 0);
+    cp_line ln = {fid, 1};
+    CHECK(cp_profile_add_location(odd, 0x1000, 0, &ln, 1, &lid) == 0);
+    int64_t v = 5;
+    CHECK(cp_profile_add_sample(odd, &lid, 1, &v, NULL, 0) == 0);
+    odd->time_nanos = ((int64_t)time(NULL) - 7200) * SEC;
+    odd->duration_nanos = 10 * SEC;
+    CHECK(cp_pprof_encode(odd, 1, &pp) == 0);
+    snprintf(args, sizeof args, "%s/odd.pb.gz", dir);
+    CHECK(cp_write_file(args, pp.data, pp.len) == 0);
+    cp_buf_close(&pp);
+    cp_profile_destroy(odd);
+    snprintf(args, sizeof args, "--service afterdlq '%s/odd.pb.gz'", dir);
+    CHECK_EQ(import(&d, dir, args, &out), 1);
+    CHECK_CONTAINS(out, "odd.pb.gz (cpu): not stored: refused by contprofd (rejected;");
+    CHECK_CONTAINS(out, "0 of 1 window(s) from 1 file(s) stored");
+    free(out);
     daemon_stop(&d);
     char *log = slurp(d.log);
     CHECK_CONTAINS(log, "a truncated copy (first 65536 bytes");
