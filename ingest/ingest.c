@@ -21,6 +21,8 @@
 #include <unistd.h>
 
 #define MAX_PARTITIONS 65536
+/* How long the open batch may wait once nothing more is waiting to be read. */
+#define CAUGHT_UP_WAIT_NS (15 * 1000000LL)
 
 typedef struct range {
     int64_t from, to; /* [from, to) */
@@ -705,18 +707,21 @@ static void *run(void *arg)
     cp_ingest *in = arg;
     int64_t last_maint = mono_ns(), last_lag = 0;
     int64_t max_wait = (int64_t)in->o.batch_max_ms * 1000000;
+    /* once caught up, the open batch waits this long at most (see below) */
+    int64_t idle_wait = max_wait < CAUGHT_UP_WAIT_NS ? max_wait : CAUGHT_UP_WAIT_NS;
+    int caught_up = 0; /* nothing was waiting to be read at some point since the batch began */
     pthread_mutex_lock(&in->mu);
     in->st.running = 1;
     pthread_mutex_unlock(&in->mu);
     while (!atomic_load(&in->stop)) {
         int timeout = 100;
         if (in->pending) {
-            int64_t left = in->batch_start + max_wait - mono_ns();
+            int64_t left = in->batch_start + (caught_up ? idle_wait : max_wait) - mono_ns();
             timeout = left <= 0 ? 0 : (int)(left / 1000000) + 1;
             if (timeout > 100) timeout = 100;
         }
         rd_kafka_message_t *m = rd_kafka_consumer_poll(in->rk, timeout);
-        int idle = !m;
+        if (!m) caught_up = 1;
         while (m) {
             if (!m->err) {
                 in->slots[in->nslots++].m = m;
@@ -727,7 +732,7 @@ static void *run(void *arg)
                     cp_log_warn("ingest: %s", msg);
                     note_error(in, msg);
                 } else {
-                    idle = 1;
+                    caught_up = 1;
                 }
                 rd_kafka_message_destroy(m);
             }
@@ -738,14 +743,16 @@ static void *run(void *arg)
         if (in->st.failed) break;
         if (atomic_load(&in->stop) && !in->pending) break;
         int64_t now = mono_ns();
-        /* Write when the batch is full or old, and also as soon as nothing more is waiting
-         * to be read: a sender waiting for its windows to be stored (import) is not held
-         * for batch_max_ms, while a backlog is still written in large batches. */
-        if (in->pending &&
-            (idle || in->pending >= in->o.batch_max_messages ||
-             now - in->batch_start >= max_wait) &&
-            commit(in))
-            break;
+        /* Write when the batch is full or old; once ingest has caught up with what there is
+         * to read, old means CAUGHT_UP_WAIT_NS: a sender waiting for its windows to be stored
+         * (import) is not held for batch_max_ms, a backlog is still written in large
+         * batches, and a sender slower than ingest does not get one synced write per
+         * window. */
+        if (in->pending && (in->pending >= in->o.batch_max_messages ||
+                            now - in->batch_start >= (caught_up ? idle_wait : max_wait))) {
+            if (commit(in)) break;
+            caught_up = 0;
+        }
         rd_kafka_poll(in->dlq, 0);
         if (now - last_lag >= 1000000000LL) {
             update_lag(in);
