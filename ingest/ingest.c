@@ -22,7 +22,7 @@
 
 #define MAX_PARTITIONS 65536
 /* How long the open batch may wait once nothing more is waiting to be read. */
-#define CAUGHT_UP_WAIT_NS (15 * 1000000LL)
+#define CAUGHT_UP_WAIT_NS (40 * 1000000LL)
 
 typedef struct range {
     int64_t from, to; /* [from, to) */
