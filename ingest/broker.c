@@ -72,6 +72,24 @@ int cp_broker_set_up(cp_broker *b, int broker_id, int up, cp_err *err)
     return 0;
 }
 
+int cp_broker_set_leader(cp_broker *b, const char *topic, int partition, int broker_id, cp_err *err)
+{
+    rd_kafka_resp_err_t e = rd_kafka_mock_partition_set_leader(b->mc, topic, partition, broker_id);
+    if (e)
+        return cp_err_set(err, CP_EKAFKA, "embedded broker: leader of %s [%d]: %s", topic,
+                          partition, rd_kafka_err2str(e));
+    return 0;
+}
+
+int cp_broker_set_coordinator(cp_broker *b, const char *group, int broker_id, cp_err *err)
+{
+    rd_kafka_resp_err_t e = rd_kafka_mock_coordinator_set(b->mc, "group", group, broker_id);
+    if (e)
+        return cp_err_set(err, CP_EKAFKA, "embedded broker: coordinator of %s: %s", group,
+                          rd_kafka_err2str(e));
+    return 0;
+}
+
 void cp_broker_destroy(cp_broker *b)
 {
     if (!b) return;

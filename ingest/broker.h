@@ -11,6 +11,16 @@
 #define CP_TOPIC_PROFILES "contprof.profiles"
 #define CP_TOPIC_DLQ "contprof.profiles.dlq"
 
+/* What the mock cluster holds per partition before it drops the oldest message sets,
+ * read or not (fixed in librdkafka's source, no setting changes it). */
+#define CP_BROKER_PARTITION_BYTES (5u << 20)
+/* The largest message a sender may give the embedded broker: one message alone in a
+ * partition must leave room for what others send meanwhile. */
+#define CP_BROKER_MAX_MESSAGE_BYTES (4u << 20)
+/* Bytes a sender may have produced to one partition and not yet seen stored: well under
+ * CP_BROKER_PARTITION_BYTES, so nothing is dropped before ingest reads it. */
+#define CP_BROKER_MAX_IN_FLIGHT_BYTES (3u << 20)
+
 typedef struct cp_broker cp_broker;
 
 typedef struct cp_broker_options {
@@ -28,6 +38,13 @@ const char *cp_broker_bootstraps(const cp_broker *b);
 /* Fault injection for tests: takes mock broker broker_id (1..brokers) down (up = 0) or
  * back up (up = 1). Connections to it fail meanwhile; its data is kept. */
 int cp_broker_set_up(cp_broker *b, int broker_id, int up, cp_err *err);
+
+/* Fault injection for tests: makes mock broker broker_id the leader of topic/partition. */
+int cp_broker_set_leader(cp_broker *b, const char *topic, int partition, int broker_id,
+                         cp_err *err);
+
+/* Fault injection for tests: makes mock broker broker_id the coordinator of group. */
+int cp_broker_set_coordinator(cp_broker *b, const char *group, int broker_id, cp_err *err);
 
 /* Stops the cluster; everything in it is gone. NULL is fine. */
 void cp_broker_destroy(cp_broker *b);

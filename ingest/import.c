@@ -1,6 +1,8 @@
 /* `contprof import`: reads pprof files (raw or gzip'd), wraps each in an envelope (a Go heap
  * profile becomes a cumulative alloc envelope and an inuse envelope) and produces them to
- * contprof.profiles, keyed by series so a series stays on one partition. */
+ * contprof.profiles, keyed by series so a series stays on one partition. With --server it
+ * waits until contprofd says each window is stored (GET /api/v1/ingest/offsets), keeping a
+ * bounded number of unstored bytes in flight, so exit 0 means stored. */
 #include "import.h"
 #include "envelope.h"
 #include "error.h"
@@ -9,24 +11,34 @@
 
 #include <errno.h>
 #include <librdkafka/rdkafka.h>
+#include <lz4.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
 #define TOPIC "contprof.profiles"
+#define IMPORT_MAX_MESSAGE 16777216 /* the producer's message.max.bytes */
+/* The embedded broker's per-partition log (ingest/broker.h), for the refusal message. */
+#define CP_EMBEDDED_PARTITION_BYTES (5u << 20)
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: contprof import [--server URL | --brokers LIST] [--tenant T] [--service S]\n"
-            "                       [--label k=v]... [--at TIME --duration D] FILE...\n"
-            "  --server URL    ask contprofd (GET /api/v1/brokers) where Kafka is\n"
-            "                  (default http://127.0.0.1:7070)\n"
-            "  --brokers LIST  Kafka bootstrap servers, host:port,...\n"
+            "                       [--label k=v]... [--at TIME --duration D] [--no-wait]\n"
+            "                       [--timeout D] [--token T] FILE...\n"
+            "  --server URL    ask contprofd (GET /api/v1/brokers) where Kafka is, and wait\n"
+            "                  until it has stored every window (default http://127.0.0.1:7070)\n"
+            "  --brokers LIST  Kafka bootstrap servers, host:port,...; exit 0 then means\n"
+            "                  delivered to Kafka, not stored (nothing to ask)\n"
+            "  --no-wait       do not wait for the store: exit 0 means delivered to Kafka\n"
+            "  --timeout D     give up when nothing was stored for D (default 2m; a bare number\n"
+            "                  is seconds)\n"
             "  --tenant T      tenant (default \"default\")\n"
             "  --token T       contprofd's bearer token for the tenant (or CONTPROF_TOKEN)\n"
             "  --service S     service label (default \"import\")\n"
@@ -43,9 +55,10 @@ static void usage(FILE *f)
             CP_LABELS_MAX, CP_LABEL_VALUE_MAX);
 }
 
-/* GET URL/api/v1/brokers -> {"brokers":"h:p,..."}. A small HTTP/1.0 client: we write the
- * request and only read the status line and a JSON string field of the body. */
-static char *ask_server(const char *url, const char *token, char *why, size_t whylen)
+/* GET url + path with a small HTTP/1.0 client: writes the request, reads the whole answer
+ * into buf (NUL-terminated) and returns a pointer to the body, or NULL with why set. */
+static char *http_get(const char *url, const char *path, const char *token, char *buf,
+                      size_t buflen, char *why, size_t whylen)
 {
     const char *h = url;
     if (!strncmp(h, "http://", 7))
@@ -80,33 +93,42 @@ static char *ask_server(const char *url, const char *token, char *why, size_t wh
         snprintf(why, whylen, "cannot connect to %s: %s", url, strerror(errno));
         return NULL;
     }
+    struct timeval tv = {30, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     char req[1024];
-    int n = snprintf(req, sizeof req,
-                     "GET /api/v1/brokers HTTP/1.0\r\nHost: %s\r\nAccept: application/json\r\n"
-                     "%s%.256s%s\r\n",
-                     host, token ? "Authorization: Bearer " : "", token ? token : "",
-                     token ? "\r\n" : "");
-    if (n < 0 || n >= (int)sizeof req || write(fd, req, (size_t)n) != n) {
+    int n = snprintf(
+        req, sizeof req, "GET %s HTTP/1.0\r\nHost: %s\r\nAccept: application/json\r\n%s%s%s\r\n",
+        path, host, token ? "Authorization: Bearer " : "", token ? token : "", token ? "\r\n" : "");
+    if (n >= (int)sizeof req || write(fd, req, (size_t)n) != n) {
         close(fd);
         snprintf(why, whylen, "%s: write failed", url);
         return NULL;
     }
-    char buf[65536];
     size_t len = 0;
     ssize_t r;
-    while (len < sizeof buf - 1 && (r = read(fd, buf + len, sizeof buf - 1 - len)) > 0)
+    while (len < buflen - 1 && (r = read(fd, buf + len, buflen - 1 - len)) > 0)
         len += (size_t)r;
     close(fd);
     buf[len] = 0;
     int status = 0;
-    if (sscanf(buf, "HTTP/%*d.%*d %d", &status) != 1 || status != 200) {
-        snprintf(why, whylen, "%s/api/v1/brokers answered %.80s", url, buf);
+    char *body = strstr(buf, "\r\n\r\n");
+    if (sscanf(buf, "HTTP/%*d.%*d %d", &status) != 1 || status != 200 || !body) {
+        char *nl = body ? body + 4 : buf;
+        snprintf(why, whylen, "%s%s answered %d %.200s", url, path, status, nl);
         return NULL;
     }
-    char *body = strstr(buf, "\r\n\r\n");
+    return body + 4;
+}
+
+/* GET URL/api/v1/brokers -> {"brokers":"h:p,..."}: a strdup'd list or NULL with why. */
+static char *ask_server(const char *url, const char *token, char *why, size_t whylen)
+{
+    static char buf[65536];
+    char *body = http_get(url, "/api/v1/brokers", token, buf, sizeof buf, why, whylen);
     char *k = body ? strstr(body, "\"brokers\"") : NULL;
     char *q = k ? strchr(k + 9, '"') : NULL;
     char *e = q ? strchr(q + 1, '"') : NULL;
+    if (!body) return NULL;
     if (!e) {
         snprintf(why, whylen, "%s/api/v1/brokers: no \"brokers\" in the answer", url);
         return NULL;
@@ -115,9 +137,20 @@ static char *ask_server(const char *url, const char *token, char *why, size_t wh
     return strdup(q + 1);
 }
 
+/* One envelope produced, and what became of it. */
+enum { S_QUEUED, S_DELIVERED, S_STORED, S_NOT };
+typedef struct sent {
+    int file;
+    cp_kind kind;
+    int state;
+    size_t bytes;
+    int32_t partition;
+    int64_t offset;
+    char why[160]; /* S_NOT: why it is not stored */
+} sent;
+
 typedef struct imp {
     rd_kafka_t *rk;
-    int failed, delivered;
     const char *tenant, *service;
     const char *token; /* signs each envelope (NULL = unsigned) */
     char **labels; /* k=v */
@@ -125,18 +158,182 @@ typedef struct imp {
     int64_t at, dur;
     char producer[128];
     uint64_t seq;
+    char **files;
+    int nfiles;
+    /* flow control (wait = 1): at most budget unstored bytes in flight */
+    int wait;
+    const char *server; /* contprofd, asked for the stored offsets */
+    uint64_t max_message; /* served by contprofd; 0 = not known */
+    uint64_t budget;
+    uint64_t inflight;
+    cp_buf lz4; /* scratch for wire_bytes */
+    int64_t last_progress_ns, last_poll_ns, last_bar_ns;
+    double timeout_s;
+    int bar;
+    CP_VEC(sent) sent;
+    int nstored, nnot, ndelivered;
 } imp;
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Moves r to state; its bytes leave the flight once it is stored or known not to be. */
+static void settle(imp *im, sent *r, int state, const char *why)
+{
+    if (state == S_STORED || state == S_NOT) im->inflight -= r->bytes;
+    if (r->state == S_DELIVERED) im->ndelivered--;
+    r->state = state;
+    if (state == S_STORED) im->nstored++;
+    if (state == S_NOT) {
+        im->nnot++;
+        snprintf(r->why, sizeof r->why, "%s", why);
+    }
+    if (state == S_DELIVERED) im->ndelivered++;
+    im->last_progress_ns = mono_ns();
+}
 
 static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     (void)rk;
     imp *im = opaque;
+    sent *r = &im->sent.v[(uintptr_t)m->_private];
     if (m->err) {
-        im->failed++;
-        fprintf(stderr, "contprof import: delivery failed: %s\n", rd_kafka_err2str(m->err));
-    } else {
-        im->delivered++;
+        char why[160];
+        snprintf(why, sizeof why, "Kafka did not take it: %s (%zu bytes)", rd_kafka_err2str(m->err),
+                 m->len);
+        settle(im, r, S_NOT, why);
+        return;
     }
+    r->partition = m->partition;
+    r->offset = m->offset;
+    if (im->wait) {
+        settle(im, r, S_DELIVERED, NULL); /* in flight until contprofd says it is stored */
+    } else {
+        settle(im, r, S_STORED, NULL); /* --no-wait: delivered is all we learn */
+    }
+}
+
+static void draw_bar(imp *im, int force)
+{
+    if (!im->bar) return;
+    int64_t now = mono_ns();
+    if (!force && now - im->last_bar_ns < 100000000) return;
+    im->last_bar_ns = now;
+    /* a file is one window, or two (a Go heap profile): the files bound the total */
+    int total = (int)im->sent.n > im->nfiles ? (int)im->sent.n : im->nfiles;
+    int done = im->nstored + im->nnot, w = 40;
+    int fill = total ? done * w / total : 0;
+    fprintf(stderr, "\r[%.*s%*s] %d window(s) %s, %d file(s)", fill,
+            "########################################", w - fill, "", im->nstored,
+            im->wait ? "stored" : "delivered", im->nfiles);
+}
+
+/* The bytes a message will take in the broker's log: the topic is lz4-compressed, and the
+ * embedded broker's 5 MiB per partition count compressed message sets. Estimated by
+ * compressing it alone, faster and less tightly than librdkafka's batch compression
+ * (acceleration 4), so the estimate errs on the large side; the uncompressed size when
+ * that fails. */
+static size_t wire_bytes(imp *im, const cp_buf *msg)
+{
+    int bound = LZ4_compressBound((int)msg->len);
+    if (bound <= 0 || msg->len > (size_t)LZ4_MAX_INPUT_SIZE) return msg->len;
+    im->lz4.len = 0;
+    if (cp_buf_reserve(&im->lz4, (size_t)bound)) return msg->len;
+    int n =
+        LZ4_compress_fast((const char *)msg->data, (char *)im->lz4.data, (int)msg->len, bound, 4);
+    return n > 0 ? (size_t)n + 128 : msg->len;
+}
+
+/* Reads one "name":number of the object starting at p (up to its end), or dflt. */
+static int64_t json_num(const char *p, const char *end, const char *name, int64_t dflt)
+{
+    char k[48];
+    snprintf(k, sizeof k, "\"%s\":", name);
+    const char *f = strstr(p, k);
+    if (!f || (end && f > end)) return dflt;
+    return strtoll(f + strlen(k), NULL, 10);
+}
+
+/* Asks contprofd which offsets are stored and settles what it can. 0, or -1 with why. */
+static int poll_offsets(imp *im, char *why, size_t whylen)
+{
+    static char buf[1 << 20];
+    char *body =
+        http_get(im->server, "/api/v1/ingest/offsets", im->token, buf, sizeof buf, why, whylen);
+    if (!body) return -1;
+    im->last_poll_ns = mono_ns();
+    if (strstr(body, "\"running\":false")) {
+        snprintf(why, whylen,
+                 "contprofd's ingest is not running (its log and /metrics say why); what is "
+                 "sent cannot be stored");
+        return -1;
+    }
+    if (!im->budget) {
+        im->max_message = (uint64_t)json_num(body, NULL, "max_message_bytes", 0);
+        im->budget = (uint64_t)json_num(body, NULL, "max_in_flight_bytes", 0);
+        if (!im->budget) im->budget = 3u << 20;
+    }
+    const char *p = strstr(body, "\"partitions\":[");
+    while (p && (p = strstr(p, "{\"partition\":"))) {
+        const char *next = strstr(p + 1, "{\"partition\":");
+        int32_t part = (int32_t)json_num(p, next, "partition", -1);
+        int64_t stored = json_num(p, next, "stored", -1);
+        int64_t known = json_num(p, next, "known_from", 0);
+        for (uint32_t i = 0; i < im->sent.n; i++) {
+            sent *r = &im->sent.v[i];
+            if (r->state != S_DELIVERED || r->partition != part || r->offset >= stored) continue;
+            char w[160] = "";
+            if (r->offset < known)
+                snprintf(w, sizeof w,
+                         "contprofd no longer knows whether offset %lld of "
+                         "partition %d was stored",
+                         (long long)r->offset, part);
+            /* the unstored ranges of this partition: {"from":A,"to":B,"why":"..."} */
+            for (const char *q = strstr(p, "{\"from\":"); q && (!next || q < next) && !w[0];
+                 q = strstr(q + 1, "{\"from\":")) {
+                int64_t from = json_num(q, NULL, "from", 0), to = json_num(q, NULL, "to", 0);
+                if (r->offset < from || r->offset >= to) continue;
+                const char *y = strstr(q, "\"why\":\"");
+                char reason[32] = "";
+                if (y) snprintf(reason, sizeof reason, "%.*s", (int)strcspn(y + 7, "\""), y + 7);
+                if (!strncmp(reason, "dlq:", 4))
+                    snprintf(w, sizeof w,
+                             "refused by contprofd (%s; the message is in the "
+                             "dead-letter topic, its log says why)",
+                             reason + 4);
+                else
+                    snprintf(w, sizeof w,
+                             "dropped by the broker before contprofd read it "
+                             "(partition %d offset %lld)",
+                             part, (long long)r->offset);
+            }
+            settle(im, r, w[0] ? S_NOT : S_STORED, w);
+        }
+        p = next;
+    }
+    draw_bar(im, 0);
+    return 0;
+}
+
+/* Serves delivery reports and, when something delivered waits for the store, asks
+ * contprofd (every 5 ms at most). -1 with why when contprofd cannot be asked or nothing
+ * moved for timeout_s. */
+static int wait_some(imp *im, char *why, size_t whylen)
+{
+    rd_kafka_poll(im->rk, 2);
+    if (im->wait && im->ndelivered && mono_ns() - im->last_poll_ns >= 5000000 &&
+        poll_offsets(im, why, whylen))
+        return -1;
+    if ((double)(mono_ns() - im->last_progress_ns) / 1e9 > im->timeout_s) {
+        snprintf(why, whylen, "nothing was %s for %.0f s", im->wait ? "stored" : "delivered",
+                 im->timeout_s);
+        return -1;
+    }
+    return 0;
 }
 
 static int has_type(const cp_profile *p, const char *t)
@@ -163,8 +360,9 @@ static int refused(const char *file, const cp_envelope *e, const cp_buf *enc)
 }
 
 /* Produces one envelope of kind with profile p (encoded raw; Kafka compresses). */
-static int send_one(imp *im, const char *file, cp_kind kind, int cumulative, const cp_profile *p)
+static int send_one(imp *im, int fi, cp_kind kind, int cumulative, const cp_profile *p)
 {
+    const char *file = im->files[fi];
     cp_envelope e = {0};
     cp_buf pp = {0}, enc = {0}, key = {0};
     int rc = 0;
@@ -187,7 +385,12 @@ static int send_one(imp *im, const char *file, cp_kind kind, int cumulative, con
         snprintf(name, sizeof name, "%.*s", (int)(eq - im->labels[i]), im->labels[i]);
         rc = cp_labels_set(&e.labels, name, eq + 1) != 0;
     }
+    /* raw up to CP_RAW_PPROF_MAX (the topic's lz4 compresses it), gzip'd beyond */
     if (!rc) rc = cp_pprof_encode(p, 0, &pp) != 0;
+    if (!rc && pp.len > CP_RAW_PPROF_MAX) {
+        pp.len = 0;
+        rc = cp_pprof_encode(p, 1, &pp) != 0;
+    }
     e.pprof = pp.data;
     e.pprof_len = pp.len;
     if (!rc) rc = cp_envelope_encode(&e, &enc) != 0 || cp_envelope_series_key(&e, &key) != 0;
@@ -198,19 +401,52 @@ static int send_one(imp *im, const char *file, cp_kind kind, int cumulative, con
     if (!rc && im->token) rc = cp_envelope_sign(&enc, im->token) != 0;
     if (rc) {
         fprintf(stderr, "contprof import: %s: out of memory\n", file);
+    } else if (im->max_message && enc.len > im->max_message) {
+        fprintf(stderr,
+                "contprof import: %s: refused: its %s envelope is %.1f MiB, over the embedded "
+                "broker's limit of %.1f MiB per message (it keeps %.0f MiB per partition); "
+                "send it through a Kafka cluster (README: the embedded broker)\n",
+                file, cp_kind_name(kind), (double)enc.len / (1 << 20),
+                (double)im->max_message / (1 << 20),
+                (double)CP_EMBEDDED_PARTITION_BYTES / (1 << 20));
+        rc = 1;
     } else {
-        for (int tries = 0;; tries++) {
-            rd_kafka_resp_err_t ke = rd_kafka_producev(
-                im->rk, RD_KAFKA_V_TOPIC(TOPIC), RD_KAFKA_V_VALUE(enc.data, enc.len),
-                RD_KAFKA_V_KEY(key.data, key.len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                RD_KAFKA_V_END);
-            if (!ke) break;
-            if (ke != RD_KAFKA_RESP_ERR__QUEUE_FULL || tries > 600) {
-                fprintf(stderr, "contprof import: %s: %s\n", file, rd_kafka_err2str(ke));
-                rc = 1;
-                break;
+        char why[400];
+        /* flow control: at most budget unstored bytes in flight (one message alone always) */
+        size_t wire = im->wait ? wire_bytes(im, &enc) : enc.len;
+        while (im->wait && im->inflight && im->inflight + wire > im->budget)
+            if (wait_some(im, why, sizeof why)) {
+                fprintf(stderr, "contprof import: %s: waiting for the store: %s\n", file, why);
+                return 2; /* stop sending: the rest cannot be confirmed either */
             }
-            rd_kafka_poll(im->rk, 100);
+        sent r = {.file = fi, .kind = kind, .state = S_QUEUED, .bytes = wire, .offset = -1};
+        if (cp_vec_push(&im->sent, r)) {
+            rc = 1;
+        } else {
+            uintptr_t idx = im->sent.n - 1;
+            im->inflight += wire;
+            for (int tries = 0;; tries++) {
+                rd_kafka_resp_err_t ke = rd_kafka_producev(
+                    im->rk, RD_KAFKA_V_TOPIC(TOPIC), RD_KAFKA_V_VALUE(enc.data, enc.len),
+                    RD_KAFKA_V_KEY(key.data, key.len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                    RD_KAFKA_V_OPAQUE((void *)idx), RD_KAFKA_V_END);
+                if (!ke) break;
+                if (ke != RD_KAFKA_RESP_ERR__QUEUE_FULL || tries > 600) {
+                    if (ke == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE)
+                        snprintf(why, sizeof why,
+                                 "refused: its %s envelope of %zu bytes is over the producer's "
+                                 "message.max.bytes (%d)",
+                                 cp_kind_name(kind), enc.len, IMPORT_MAX_MESSAGE);
+                    else
+                        snprintf(why, sizeof why, "%s", rd_kafka_err2str(ke));
+                    fprintf(stderr, "contprof import: %s: %s\n", file, why);
+                    im->sent.n--;
+                    im->inflight -= wire;
+                    rc = 1;
+                    break;
+                }
+                rd_kafka_poll(im->rk, 100);
+            }
         }
     }
 done:
@@ -221,8 +457,9 @@ done:
     return rc;
 }
 
-static int import_file(imp *im, const char *file)
+static int import_file(imp *im, int fi)
 {
+    const char *file = im->files[fi];
     cp_buf b = {0};
     if (cp_read_file(file, &b)) {
         fprintf(stderr, "contprof import: cannot read %s: %s\n", file, strerror(errno));
@@ -242,20 +479,22 @@ static int import_file(imp *im, const char *file)
         if (alloc) {
             cp_profile *a = cp_profile_clone(p);
             const char *t[2] = {"alloc_objects", "alloc_space"};
-            rc = !a || cp_profile_select_types(a, t, 2, &err) ||
-                 send_one(im, file, CP_KIND_ALLOC, 1, a);
+            rc = !a || cp_profile_select_types(a, t, 2, &err)
+                     ? 1
+                     : send_one(im, fi, CP_KIND_ALLOC, 1, a);
             cp_profile_destroy(a);
         }
         if (inuse && !rc) {
             cp_profile *u = cp_profile_clone(p);
             const char *t[2] = {"inuse_objects", "inuse_space"};
-            rc = !u || cp_profile_select_types(u, t, 2, &err) ||
-                 send_one(im, file, CP_KIND_INUSE, 0, u);
+            rc = !u || cp_profile_select_types(u, t, 2, &err)
+                     ? 1
+                     : send_one(im, fi, CP_KIND_INUSE, 0, u);
             cp_profile_destroy(u);
         }
     } else if (p->sample_types.n) {
         /* CPU and anything else sampled over time (samples/count + cpu/nanoseconds, ...) */
-        rc = send_one(im, file, CP_KIND_CPU, 0, p);
+        rc = send_one(im, fi, CP_KIND_CPU, 0, p);
     } else {
         fprintf(stderr, "contprof import: %s: the profile has no sample types\n", file);
         rc = 1;
@@ -308,8 +547,9 @@ int cp_cmd_import(int argc, char **argv)
     im.service = "import";
     char **files = calloc((size_t)argc + 1, sizeof *files);
     im.labels = calloc((size_t)argc + 1, sizeof *im.labels);
-    int nfiles = 0, rc = 0;
+    int nfiles = 0, rc = 0, no_wait = 0;
     char *fetched = NULL;
+    im.timeout_s = 120;
     if (!files || !im.labels) return 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -317,6 +557,8 @@ int cp_cmd_import(int argc, char **argv)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             goto out;
+        } else if (!strcmp(a, "--no-wait")) {
+            no_wait = 1;
         } else if (a[0] == '-' && a[1] == '-' && !v) {
             fprintf(stderr, "contprof import: %s needs a value\n", a);
             rc = 2;
@@ -329,7 +571,16 @@ int cp_cmd_import(int argc, char **argv)
             im.tenant = argv[++i];
         else if (!strcmp(a, "--token"))
             token = argv[++i];
-        else if (!strcmp(a, "--service"))
+        else if (!strcmp(a, "--timeout")) {
+            cp_err err = {0};
+            int64_t ns = 0;
+            if (cp_parse_duration(argv[++i], 0, &ns, &err)) {
+                fprintf(stderr, "contprof import: --timeout: %s\n", err.msg);
+                rc = 2;
+                goto out;
+            }
+            im.timeout_s = (double)ns / 1e9;
+        } else if (!strcmp(a, "--service"))
             im.service = argv[++i];
         else if (!strcmp(a, "--label")) {
             const char *eq = strchr(v, '=');
@@ -384,12 +635,27 @@ int cp_cmd_import(int argc, char **argv)
         char why[300];
         fetched = ask_server(server ? server : "http://127.0.0.1:7070",
                              token && *token ? token : NULL, why, sizeof why);
+        /* a contprofd that is starting answers before its broker is up: "" for a while */
+        for (int t = 0; fetched && !*fetched && t < 100; t++) {
+            free(fetched);
+            usleep(100000);
+            fetched = ask_server(server ? server : "http://127.0.0.1:7070",
+                                 token && *token ? token : NULL, why, sizeof why);
+        }
+        if (fetched && !*fetched) {
+            snprintf(why, sizeof why, "%s has no Kafka brokers to offer (GET /api/v1/brokers)",
+                     server ? server : "http://127.0.0.1:7070");
+            free(fetched);
+            fetched = NULL;
+        }
         if (!fetched) {
             fprintf(stderr, "contprof import: %s\n", why);
             rc = 1;
             goto out;
         }
         brokers = fetched;
+        im.server = server ? server : "http://127.0.0.1:7070";
+        im.wait = !no_wait;
     }
     im.token = token && *token ? token : NULL;
     char host[64] = "host";
@@ -402,6 +668,7 @@ int cp_cmd_import(int argc, char **argv)
         rd_kafka_conf_set(c, "enable.idempotence", "true", es, sizeof es) ||
         rd_kafka_conf_set(c, "compression.type", "lz4", es, sizeof es) ||
         rd_kafka_conf_set(c, "message.max.bytes", "16777216", es, sizeof es) ||
+        rd_kafka_conf_set(c, "linger.ms", "2", es, sizeof es) ||
         rd_kafka_conf_set(c, "message.timeout.ms", "60000", es, sizeof es)) {
         fprintf(stderr, "contprof import: kafka: %s\n", es);
         rd_kafka_conf_destroy(c);
@@ -417,27 +684,69 @@ int cp_cmd_import(int argc, char **argv)
         rc = 1;
         goto out;
     }
-    int bar = nfiles >= 20 && isatty(2), bad = 0;
-    for (int i = 0; i < nfiles; i++) {
-        bad += import_file(&im, files[i]) != 0;
-        rd_kafka_poll(im.rk, 0);
-        if (bar && (i % 8 == 0 || i == nfiles - 1)) {
-            int w = 40, done = (i + 1) * w / nfiles;
-            fprintf(stderr, "\r[%.*s%*s] %d/%d files", done,
-                    "########################################", w - done, "", i + 1, nfiles);
+    im.files = files;
+    im.nfiles = nfiles;
+    im.bar = isatty(2);
+    im.last_progress_ns = mono_ns();
+    char why[400];
+    if (im.wait) {
+        /* the limits of the broker path, and whether this contprofd can say what is stored */
+        if (poll_offsets(&im, why, sizeof why)) {
+            fprintf(stderr,
+                    "contprof import: cannot ask contprofd what is stored: %s (give --no-wait "
+                    "to send without waiting)\n",
+                    why);
+            rc = 1;
+            goto out;
         }
     }
-    if (bar) fputc('\n', stderr);
-    rd_kafka_resp_err_t fe = rd_kafka_flush(im.rk, 60000);
-    if (fe)
-        fprintf(stderr, "contprof import: %s: %d messages not delivered\n", rd_kafka_err2str(fe),
-                rd_kafka_outq_len(im.rk));
-    fprintf(stderr, "contprof import: %d envelope(s) from %d file(s) delivered to %s%s\n",
-            im.delivered, nfiles - bad, brokers,
-            bad ? "; some files were skipped (see above)" : "");
-    rc = bad || im.failed || fe ? 1 : 0;
+    int bad = 0, stopped = -1;
+    for (int i = 0; i < nfiles && stopped < 0; i++) {
+        int r = import_file(&im, i);
+        bad += r != 0;
+        if (r == 2) stopped = i;
+        rd_kafka_poll(im.rk, 0);
+        draw_bar(&im, 0);
+    }
+    /* until everything produced is stored, refused or given up */
+    while (stopped < 0 && im.nstored + im.nnot < (int)im.sent.n)
+        if (wait_some(&im, why, sizeof why)) {
+            fprintf(stderr, "contprof import: waiting for the store: %s\n", why);
+            break;
+        }
+    rd_kafka_flush(im.rk, 10000);
+    rd_kafka_poll(im.rk, 0);
+    draw_bar(&im, 1);
+    if (im.bar) fputc('\n', stderr);
+    int listed = 0;
+    for (uint32_t k = 0; k < im.sent.n; k++) {
+        sent *r = &im.sent.v[k];
+        if (r->state == S_STORED) continue;
+        if (listed++ < 20)
+            fprintf(stderr, "contprof import: %s (%s): not stored: %s\n", files[r->file],
+                    cp_kind_name(r->kind),
+                    r->state == S_NOT      ? r->why
+                    : r->state == S_QUEUED ? "never delivered to Kafka"
+                                           : "delivered, but contprofd did not confirm it");
+    }
+    if (listed > 20) fprintf(stderr, "contprof import: ... and %d more not stored\n", listed - 20);
+    if (stopped >= 0)
+        fprintf(stderr, "contprof import: stopped: %d file(s) from %s on were not sent\n",
+                nfiles - stopped, files[stopped]);
+    if (im.wait)
+        fprintf(stderr, "contprof import: %d of %u window(s) from %d file(s) stored%s\n",
+                im.nstored, im.sent.n, nfiles, bad ? "; some files were refused (see above)" : "");
+    else
+        fprintf(stderr,
+                "contprof import: %d of %u window(s) from %d file(s) delivered to Kafka at %s "
+                "(not waiting for the store)%s\n",
+                im.nstored, im.sent.n, nfiles, brokers,
+                bad ? "; some files were refused (see above)" : "");
+    rc = bad || stopped >= 0 || im.nstored < (int)im.sent.n ? 1 : 0;
 out:
     if (im.rk) rd_kafka_destroy(im.rk);
+    free(im.sent.v);
+    cp_buf_close(&im.lz4);
     free(fetched);
     free(files);
     free(im.labels);

@@ -21,12 +21,44 @@
 #include <unistd.h>
 
 #define MAX_PARTITIONS 65536
+/* How long the open batch may wait once nothing more is waiting to be read. */
+#define CAUGHT_UP_WAIT_NS (40 * 1000000LL)
+
+typedef struct range {
+    int64_t from, to; /* [from, to) */
+    char why[24];
+} range;
 
 typedef struct part {
     int assigned;
     int64_t next; /* next offset to store; -1 = none stored */
     int ours;     /* next was set by this process (it belongs to the broker's current log) */
+    /* Shown to senders (cp_ingest_get_partitions); written under cp_ingest.mu. */
+    int seen;           /* assigned at least once by this process */
+    int64_t durable;    /* next offset written to the store; -1 = none */
+    int64_t known_from; /* the ring below lists every unstored offset from here on */
+    uint64_t lost;
+    int64_t lost_to; /* offsets below were counted as lost already (a batch read again after
+                        a store failure must not count its gap twice) */
+    uint32_t r0, nr; /* ring of unstored ranges, oldest at r0 */
+    range ring[CP_INGEST_RANGES];
 } part;
+
+/* A DLQ copy librdkafka could not deliver, kept to be produced again. */
+typedef struct dlq_retry {
+    void *value, *key;
+    size_t len, klen;
+    rd_kafka_headers_t *hdrs;
+} dlq_retry;
+
+/* Agents' own losses, per service; producers remember the last window counted, because
+ * every envelope of one window (each isolate and kind) carries the same numbers. */
+#define MAX_SERVICES 256
+#define MAX_PRODUCERS 1024
+typedef struct producer_seen {
+    char *id;
+    int64_t start;
+} producer_seen;
 
 typedef struct slot {
     rd_kafka_message_t *m;
@@ -73,6 +105,10 @@ struct cp_ingest {
     int paused;
     int64_t retry_at, backoff;
     CP_VEC(uint8_t) ours_durable; /* parts[i].ours as of the last successful commit */
+    CP_VEC(dlq_retry) retry;           /* failed DLQ deliveries, produced again by dlq_settle */
+    CP_VEC(cp_ingest_dropped) dropped; /* under mu */
+    producer_seen producers[MAX_PRODUCERS]; /* open addressing by producer id */
+    uint32_t nproducers;
 };
 
 static const char *const reason_names[] = {
@@ -100,14 +136,73 @@ static int64_t real_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* Remembers msg as the latest error shown in /metrics. */
+static void note_error(cp_ingest *in, const char *msg)
+{
+    pthread_mutex_lock(&in->mu);
+    snprintf(in->st.last_error, sizeof in->st.last_error, "%.*s", (int)sizeof in->st.last_error - 1,
+             msg);
+    pthread_mutex_unlock(&in->mu);
+}
+
 static part *part_get(cp_ingest *in, int32_t p)
 {
     if (p < 0 || p >= MAX_PARTITIONS) return NULL;
     if ((uint32_t)p >= in->parts.n) {
-        if (cp_vec_reserve(&in->parts, (size_t)p + 1)) return NULL;
-        while (in->parts.n <= (uint32_t)p) in->parts.v[in->parts.n++] = (part){0, -1, 0};
+        /* readers of the vector (cp_ingest_get_partitions) hold mu */
+        pthread_mutex_lock(&in->mu);
+        int rc = cp_vec_reserve(&in->parts, (size_t)p + 1);
+        while (!rc && in->parts.n <= (uint32_t)p)
+            in->parts.v[in->parts.n++] = (part){.next = -1, .durable = -1};
+        pthread_mutex_unlock(&in->mu);
+        if (rc) return NULL;
     }
     return &in->parts.v[p];
+}
+
+/* Records that offsets [from, to) of p will not be in the store, and why. Adjacent ranges
+ * with the same reason are merged; when the ring is full the oldest is forgotten and
+ * known_from moves past it. */
+static void not_stored(cp_ingest *in, part *p, int64_t from, int64_t to, const char *why)
+{
+    pthread_mutex_lock(&in->mu);
+    if (p->nr) {
+        range *last = &p->ring[(p->r0 + p->nr - 1) % CP_INGEST_RANGES];
+        if (last->to == from && !strcmp(last->why, why)) {
+            last->to = to;
+            pthread_mutex_unlock(&in->mu);
+            return;
+        }
+    }
+    if (p->nr == CP_INGEST_RANGES) {
+        p->known_from = p->ring[p->r0].to;
+        p->r0 = (p->r0 + 1) % CP_INGEST_RANGES;
+        p->nr--;
+    }
+    range *r = &p->ring[(p->r0 + p->nr++) % CP_INGEST_RANGES];
+    r->from = from;
+    r->to = to;
+    snprintf(r->why, sizeof r->why, "%s", why);
+    pthread_mutex_unlock(&in->mu);
+}
+
+/* Counts and logs offsets [from, to) of partition pn as lost: the broker dropped them
+ * before this ingest read them. */
+static void lost(cp_ingest *in, const char *topic, int32_t pn, part *p, int64_t from, int64_t to)
+{
+    if (from < p->lost_to) from = p->lost_to;
+    if (from >= to) return;
+    p->lost_to = to;
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s [%d]: offsets %lld..%lld are gone from the broker (lost)", topic,
+             pn, (long long)from, (long long)to - 1);
+    cp_log_warn("ingest: %s", msg);
+    note_error(in, msg);
+    not_stored(in, p, from, to, "lost");
+    pthread_mutex_lock(&in->mu);
+    in->st.gap += (uint64_t)(to - from);
+    p->lost += (uint64_t)(to - from);
+    pthread_mutex_unlock(&in->mu);
 }
 
 /* ---------------------------------------------------------------------------------
@@ -205,6 +300,8 @@ static void try_resume(cp_ingest *in)
  * Batches
  * --------------------------------------------------------------------------------- */
 
+static void dlq_settle(cp_ingest *in);
+
 /* Writes the open batch (windows and offsets) in one synced write. 0 or an error (the
  * ingest is then failed). */
 static int commit(cp_ingest *in)
@@ -212,8 +309,7 @@ static int commit(cp_ingest *in)
     if (!in->pending) return 0;
     if (in->dlq_pending) {
         /* bad messages are in the DLQ before their offsets are passed */
-        rd_kafka_resp_err_t fe = rd_kafka_flush(in->dlq, 10000);
-        if (fe) cp_log_error("ingest: DLQ flush: %s", rd_kafka_err2str(fe));
+        dlq_settle(in);
         in->dlq_pending = 0;
     }
     uint32_t w = cp_store_batch_windows(in->batch);
@@ -226,6 +322,8 @@ static int commit(cp_ingest *in)
     pthread_mutex_lock(&in->mu);
     in->st.windows += w;
     in->st.batches++;
+    for (uint32_t i = 0; i < in->parts.n; i++)
+        if (in->parts.v[i].next >= 0) in->parts.v[i].durable = in->parts.v[i].next;
     pthread_mutex_unlock(&in->mu);
     in->pending = 0;
     if (!cp_vec_reserve(&in->ours_durable, (size_t)in->parts.n + 1)) {
@@ -265,8 +363,14 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                 next = -1;
             }
             if (p) {
+                pthread_mutex_lock(&in->mu);
                 p->assigned = 1;
                 p->next = next;
+                p->seen = 1;
+                p->durable = next;
+                p->known_from = next < 0 ? 0 : next;
+                p->nr = p->r0 = 0;
+                pthread_mutex_unlock(&in->mu);
             }
             cp_log_info("ingest: assigned %s [%d] at %s%lld", tp->topic, tp->partition,
                         next < 0 ? "the beginning " : "offset ", (long long)(next < 0 ? 0 : next));
@@ -280,6 +384,9 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         } else {
             rd_kafka_assign(rk, parts);
         }
+        pthread_mutex_lock(&in->mu);
+        in->st.ready = 1;
+        pthread_mutex_unlock(&in->mu);
     } else {
         for (int i = 0; i < parts->cnt; i++) {
             part *p = part_get(in, parts->elems[i].partition);
@@ -298,45 +405,174 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
  * Messages
  * --------------------------------------------------------------------------------- */
 
+/* A bad message's copy in the DLQ is cut to this size when the whole is too large for it. */
+#define DLQ_TRUNCATED (64u << 10)
+
+static void retry_close(dlq_retry *r)
+{
+    free(r->value);
+    free(r->key);
+    if (r->hdrs) rd_kafka_headers_destroy(r->hdrs);
+}
+
+/* Keeps a copy of an undelivered DLQ message (takes hdrs) for dlq_settle. */
+static void retry_later(cp_ingest *in, const void *v, size_t len, const void *k, size_t klen,
+                        rd_kafka_headers_t *hdrs)
+{
+    dlq_retry r = {malloc(len ? len : 1), malloc(klen ? klen : 1), len, klen, hdrs};
+    if (!r.value || !r.key || cp_vec_push(&in->retry, r)) {
+        /* out of memory: this copy is lost, and said so */
+        cp_log_error("ingest: DLQ: out of memory keeping an undelivered copy (lost)");
+        retry_close(&r);
+        return;
+    }
+    if (len) memcpy(r.value, v, len);
+    if (klen) memcpy(r.key, k, klen);
+}
+
+static const char *header_of(rd_kafka_headers_t *h, const char *name, char *out, size_t n)
+{
+    const void *v;
+    size_t vl;
+    out[0] = 0;
+    if (h && !rd_kafka_header_get_last(h, name, &v, &vl))
+        snprintf(out, n, "%.*s", (int)(vl < n ? vl : n - 1), (const char *)v);
+    return out;
+}
+
+/* Produces one DLQ copy (takes hdrs). A copy too large for the DLQ (librdkafka's
+ * message.max.bytes, or the broker's answer when truncate is set) is replaced by its first
+ * DLQ_TRUNCATED bytes with headers that say so. Other failures are kept for dlq_settle. */
+static void dlq_produce(cp_ingest *in, const void *v, size_t len, const void *k, size_t klen,
+                        rd_kafka_headers_t *hdrs, int truncate)
+{
+    char src[320];
+    header_of(hdrs, "contprof-source", src, sizeof src);
+    for (;;) {
+        if (truncate && len > DLQ_TRUNCATED) {
+            char sz[32];
+            snprintf(sz, sizeof sz, "%zu", len);
+            rd_kafka_header_add(hdrs, "contprof-truncated", -1, "true", -1);
+            rd_kafka_header_add(hdrs, "contprof-original-size", -1, sz, -1);
+            cp_log_warn("ingest: %s: %zu bytes are too large for %s; a truncated copy (first %u "
+                        "bytes, headers contprof-truncated and contprof-original-size) goes there",
+                        src, len, in->dlq_topic, DLQ_TRUNCATED);
+            pthread_mutex_lock(&in->mu);
+            in->st.dlq_truncated++;
+            pthread_mutex_unlock(&in->mu);
+            len = DLQ_TRUNCATED;
+        }
+        truncate = 0;
+        rd_kafka_headers_t *hc = rd_kafka_headers_copy(hdrs);
+        rd_kafka_resp_err_t e = rd_kafka_producev(
+            in->dlq, RD_KAFKA_V_TOPIC(in->dlq_topic), RD_KAFKA_V_VALUE((void *)v, len),
+            RD_KAFKA_V_KEY(k, klen), RD_KAFKA_V_HEADERS(hc),
+            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+        if (!e) {
+            rd_kafka_headers_destroy(hdrs);
+            in->dlq_pending = 1;
+            return;
+        }
+        rd_kafka_headers_destroy(hc); /* not taken on failure */
+        if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+            rd_kafka_poll(in->dlq, 100);
+        } else if (e == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && len > DLQ_TRUNCATED) {
+            truncate = 1;
+        } else {
+            char msg[400];
+            snprintf(msg, sizeof msg, "DLQ produce for %s: %s (retrying; offsets wait)", src,
+                     rd_kafka_err2str(e));
+            cp_log_error("ingest: %s", msg);
+            note_error(in, msg);
+            atomic_fetch_add(&in->dlq_failed, 1);
+            retry_later(in, v, len, k, klen, hdrs);
+            in->dlq_pending = 1;
+            return;
+        }
+    }
+}
+
 static void dlq_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     (void)rk;
     cp_ingest *in = opaque;
-    if (m->err) {
-        atomic_fetch_add(&in->dlq_failed, 1);
-        cp_log_error("ingest: DLQ delivery failed: %s", rd_kafka_err2str(m->err));
+    if (!m->err) return;
+    rd_kafka_headers_t *h = NULL, *hc;
+    rd_kafka_message_headers(m, &h);
+    hc = h ? rd_kafka_headers_copy(h) : rd_kafka_headers_new(0);
+    char src[320], msg[400];
+    header_of(hc, "contprof-source", src, sizeof src);
+    snprintf(msg, sizeof msg, "DLQ delivery for %s failed: %s (retrying; offsets wait)", src,
+             rd_kafka_err2str(m->err));
+    cp_log_error("ingest: %s", msg);
+    note_error(in, msg);
+    atomic_fetch_add(&in->dlq_failed, 1);
+    if (m->err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && m->len > DLQ_TRUNCATED) {
+        rd_kafka_header_add(hc, "contprof-too-large", -1, "broker", -1);
+    }
+    retry_later(in, m->payload, m->len, m->key, m->key_len, hc);
+}
+
+/* Returns once every DLQ copy produced so far is delivered. Failed deliveries are produced
+ * again after a pause growing from 0.1 s to 5 s; offsets do not move meanwhile (the caller
+ * writes them after this). Gives up only when the ingest is stopping: what is still
+ * undelivered then is counted in dlq_failed and logged with its source offset. */
+static void dlq_settle(cp_ingest *in)
+{
+    int backoff_ms = 100;
+    for (;;) {
+        rd_kafka_flush(in->dlq, 1000);
+        if (!in->retry.n && rd_kafka_outq_len(in->dlq) == 0) return;
+        if (atomic_load(&in->stop)) {
+            rd_kafka_purge(in->dlq, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+            rd_kafka_poll(in->dlq, 0);
+            for (uint32_t i = 0; i < in->retry.n; i++) {
+                char src[320];
+                cp_log_error("ingest: stopping: the DLQ copy of %s was never delivered (lost)",
+                             header_of(in->retry.v[i].hdrs, "contprof-source", src, sizeof src));
+                retry_close(&in->retry.v[i]);
+            }
+            in->retry.n = 0;
+            return;
+        }
+        if (!in->retry.n) continue;
+        for (int t = 0; t < backoff_ms && !atomic_load(&in->stop); t += 50)
+            usleep(50000);
+        if (backoff_ms < 5000) backoff_ms *= 2;
+        /* produce them again; failures land in in->retry anew */
+        dlq_retry *v = in->retry.v;
+        uint32_t n = in->retry.n;
+        in->retry.v = NULL;
+        in->retry.n = in->retry.cap = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            char big[8];
+            int trunc = header_of(v[i].hdrs, "contprof-too-large", big, sizeof big)[0] != 0;
+            if (trunc) rd_kafka_header_remove(v[i].hdrs, "contprof-too-large");
+            dlq_produce(in, v[i].value, v[i].len, v[i].key, v[i].klen, v[i].hdrs, trunc);
+            v[i].hdrs = NULL;
+            retry_close(&v[i]);
+        }
+        free(v);
     }
 }
 
-static void to_dlq(cp_ingest *in, const rd_kafka_message_t *m, int reason, const char *why)
+static void to_dlq(cp_ingest *in, part *p, const rd_kafka_message_t *m, int reason, const char *why)
 {
     const char *topic = rd_kafka_topic_name(m->rkt);
-    char src[320];
+    char src[320], tag[24];
     snprintf(src, sizeof src, "%s/%d/%lld", topic, m->partition, (long long)m->offset);
     cp_log_warn("ingest: %s [%d] offset %lld -> %s (%s): %s", topic, m->partition,
                 (long long)m->offset, in->dlq_topic, reason_names[reason], why);
     pthread_mutex_lock(&in->mu);
     in->st.dlq[reason]++;
     pthread_mutex_unlock(&in->mu);
-    for (int attempt = 0; attempt < 100; attempt++) {
-        rd_kafka_resp_err_t e = rd_kafka_producev(
-            in->dlq, RD_KAFKA_V_TOPIC(in->dlq_topic), RD_KAFKA_V_VALUE(m->payload, m->len),
-            RD_KAFKA_V_KEY(m->key, m->key_len),
-            RD_KAFKA_V_HEADER("contprof-reason", reason_names[reason], -1),
-            RD_KAFKA_V_HEADER("contprof-error", why, -1),
-            RD_KAFKA_V_HEADER("contprof-source", src, -1), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-            RD_KAFKA_V_END);
-        if (!e) {
-            in->dlq_pending = 1;
-            return;
-        }
-        if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
-            cp_log_error("ingest: DLQ produce for %s: %s", src, rd_kafka_err2str(e));
-            break;
-        }
-        rd_kafka_poll(in->dlq, 100);
-    }
-    atomic_fetch_add(&in->dlq_failed, 1);
+    snprintf(tag, sizeof tag, "dlq:%s", reason_names[reason]);
+    not_stored(in, p, m->offset, m->offset + 1, tag);
+    rd_kafka_headers_t *h = rd_kafka_headers_new(5);
+    rd_kafka_header_add(h, "contprof-reason", -1, reason_names[reason], -1);
+    rd_kafka_header_add(h, "contprof-error", -1, why, -1);
+    rd_kafka_header_add(h, "contprof-source", -1, src, -1);
+    dlq_produce(in, m->payload, m->len, m->key, m->key_len, h, 0);
 }
 
 static int dlq_reason_of(int rc, int stage)
@@ -421,6 +657,56 @@ static void *worker(void *arg)
     return NULL;
 }
 
+/* Adds what the agent says it lost (e's dropped_windows and dropped_samples) to its
+ * service, once per producer and window: every envelope of a window carries the same
+ * numbers. The producer table is cleared when full (a window may then count twice). */
+static void count_dropped(cp_ingest *in, const cp_envelope *e)
+{
+    if (!e->dropped_windows && !e->dropped_samples) return;
+    const char *id = e->producer_id ? e->producer_id : "";
+    uint32_t h = 2166136261u;
+    for (const char *c = id; *c; c++)
+        h = (h ^ (uint8_t)*c) * 16777619u;
+    producer_seen *ps = NULL;
+    for (uint32_t i = 0; i < MAX_PRODUCERS; i++) {
+        producer_seen *q = &in->producers[(h + i) % MAX_PRODUCERS];
+        if (!q->id || !strcmp(q->id, id)) {
+            ps = q;
+            break;
+        }
+    }
+    if (!ps || (!ps->id && in->nproducers >= MAX_PRODUCERS / 2)) {
+        for (uint32_t i = 0; i < MAX_PRODUCERS; i++) {
+            free(in->producers[i].id);
+            in->producers[i].id = NULL;
+        }
+        in->nproducers = 0;
+        ps = &in->producers[h % MAX_PRODUCERS];
+    }
+    if (!ps->id) {
+        if (!(ps->id = strdup(id))) return;
+        in->nproducers++;
+    } else if (e->window_start_ns <= ps->start) {
+        return; /* this window was counted */
+    }
+    ps->start = e->window_start_ns;
+    const char *svc = cp_labels_get(&e->labels, "service");
+    if (!svc) svc = "";
+    pthread_mutex_lock(&in->mu);
+    cp_ingest_dropped *d = NULL;
+    for (uint32_t i = 0; i < in->dropped.n && !d; i++)
+        if (!strncmp(in->dropped.v[i].service, svc, sizeof d->service - 1)) d = &in->dropped.v[i];
+    if (!d && in->dropped.n < MAX_SERVICES && !cp_vec_reserve(&in->dropped, in->dropped.n + 1)) {
+        d = &in->dropped.v[in->dropped.n++];
+        memset(d, 0, sizeof *d);
+        snprintf(d->service, sizeof d->service, "%s", svc);
+    }
+    if (!d) d = &in->dropped.v[in->dropped.n - 1]; /* the last one stands for the rest */
+    d->windows += e->dropped_windows;
+    d->samples += e->dropped_samples;
+    pthread_mutex_unlock(&in->mu);
+}
+
 /* Stores one decoded message (or sends it to the DLQ) and moves its partition's offset.
  * Returns -1 when the ingest failed (the offset does not move). */
 static int apply(cp_ingest *in, slot *sl)
@@ -429,19 +715,25 @@ static int apply(cp_ingest *in, slot *sl)
     const char *topic = rd_kafka_topic_name(m->rkt);
     part *p = part_get(in, m->partition);
     if (p->next >= 0 && m->offset > p->next) {
-        cp_log_warn("ingest: %s [%d]: offsets %lld..%lld are gone from the broker (lost)", topic,
-                    m->partition, (long long)p->next, (long long)m->offset - 1);
-        pthread_mutex_lock(&in->mu);
-        in->st.gap += (uint64_t)(m->offset - p->next);
-        pthread_mutex_unlock(&in->mu);
+        lost(in, topic, m->partition, p, p->next, m->offset);
+    } else if (p->next < 0 && m->offset > 0) {
+        /* The first message read. On a log that started with this process (the embedded
+         * broker) everything before it was produced and dropped unread. */
+        if (in->o.new_log)
+            lost(in, topic, m->partition, p, 0, m->offset);
+        else
+            cp_log_info("ingest: %s [%d] starts at offset %lld: the broker removed the earlier "
+                        "ones before this store read any",
+                        topic, m->partition, (long long)m->offset);
     }
+    if (!sl->rc_env && !sl->tenant_bad) count_dropped(in, &sl->env);
     int rc = 0;
     if (sl->tenant_bad) {
-        to_dlq(in, m, CP_DLQ_TENANT, sl->err.msg);
+        to_dlq(in, p, m, CP_DLQ_TENANT, sl->err.msg);
     } else if (sl->rc_env) {
-        to_dlq(in, m, dlq_reason_of(sl->rc_env, 0), sl->err.msg);
+        to_dlq(in, p, m, dlq_reason_of(sl->rc_env, 0), sl->err.msg);
     } else if (sl->rc_prof) {
-        to_dlq(in, m, dlq_reason_of(sl->rc_prof, 1), sl->err.msg);
+        to_dlq(in, p, m, dlq_reason_of(sl->rc_prof, 1), sl->err.msg);
     } else {
         cp_err err = {0};
         rc = cp_store_batch_add(in->batch, &sl->env, sl->prof, m->partition, &err);
@@ -450,7 +742,7 @@ static int apply(cp_ingest *in, slot *sl)
             in->st.duplicates++;
             pthread_mutex_unlock(&in->mu);
         } else if (rc == CP_EINVAL || rc == CP_EINCOMPAT || rc == CP_ELIMIT) {
-            to_dlq(in, m, dlq_reason_of(rc, 2), err.msg);
+            to_dlq(in, p, m, dlq_reason_of(rc, 2), err.msg);
         } else if (rc) {
             char msg[400];
             snprintf(msg, sizeof msg, "%s [%d] offset %lld: %s", topic, m->partition,
@@ -530,6 +822,9 @@ static void *run(void *arg)
     cp_ingest *in = arg;
     int64_t last_maint = mono_ns(), last_lag = 0;
     int64_t max_wait = (int64_t)in->o.batch_max_ms * 1000000;
+    /* once caught up, the open batch waits this long at most (see below) */
+    int64_t idle_wait = max_wait < CAUGHT_UP_WAIT_NS ? max_wait : CAUGHT_UP_WAIT_NS;
+    int caught_up = 0; /* nothing was waiting to be read at some point since the batch began */
     pthread_mutex_lock(&in->mu);
     in->st.running = 1;
     pthread_mutex_unlock(&in->mu);
@@ -544,17 +839,24 @@ static void *run(void *arg)
         }
         int timeout = 100;
         if (in->pending) {
-            int64_t left = in->batch_start + max_wait - mono_ns();
+            int64_t left = in->batch_start + (caught_up ? idle_wait : max_wait) - mono_ns();
             timeout = left <= 0 ? 0 : (int)(left / 1000000) + 1;
             if (timeout > 100) timeout = 100;
         }
         rd_kafka_message_t *m = rd_kafka_consumer_poll(in->rk, timeout);
+        if (!m) caught_up = 1;
         while (m) {
             if (!m->err) {
                 in->slots[in->nslots++].m = m;
             } else {
-                if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-                    cp_log_warn("ingest: consumer: %s", rd_kafka_message_errstr(m));
+                if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+                    char msg[300];
+                    snprintf(msg, sizeof msg, "consumer: %s", rd_kafka_message_errstr(m));
+                    cp_log_warn("ingest: %s", msg);
+                    note_error(in, msg);
+                } else {
+                    caught_up = 1;
+                }
                 rd_kafka_message_destroy(m);
             }
             if (in->nslots >= in->chunk_max) break;
@@ -564,10 +866,16 @@ static void *run(void *arg)
         if (in->paused) continue;
         if (atomic_load(&in->stop) && !in->pending) break;
         int64_t now = mono_ns();
-        if (in->pending &&
-            (in->pending >= in->o.batch_max_messages || now - in->batch_start >= max_wait) &&
-            commit(in))
-            continue;
+        /* Write when the batch is full or old; once ingest has caught up with what there is
+         * to read, old means CAUGHT_UP_WAIT_NS: a sender waiting for its windows to be stored
+         * (import) is not held for batch_max_ms, a backlog is still written in large
+         * batches, and a sender slower than ingest does not get one synced write per
+         * window. */
+        if (in->pending && (in->pending >= in->o.batch_max_messages ||
+                            now - in->batch_start >= (caught_up ? idle_wait : max_wait))) {
+            if (commit(in)) continue; /* paused (store_failed), or stopping */
+            caught_up = 0;
+        }
         rd_kafka_poll(in->dlq, 0);
         if (now - last_lag >= 1000000000LL) {
             update_lag(in);
@@ -695,7 +1003,10 @@ int cp_ingest_create(const cp_ingest_options *opt, cp_store *store, cp_ingest **
         (rc = conf_set(c, "enable.auto.commit", "false", err)) ||
         (rc = conf_set(c, "enable.auto.offset.store", "false", err)) ||
         (rc = conf_set(c, "auto.offset.reset", "earliest", err)) ||
-        (rc = conf_set(c, "fetch.wait.max.ms", "50", err)) ||
+        (rc = conf_set(c, "fetch.wait.max.ms", "20", err)) ||
+        /* large fetches: a burst into one partition is read in few round trips */
+        (rc = conf_set(c, "max.partition.fetch.bytes", "16777216", err)) ||
+        (rc = conf_set(c, "enable.partition.eof", "true", err)) ||
         (rc = conf_set(c, "client.id", "contprofd-ingest", err))) {
         rd_kafka_conf_destroy(c);
         goto fail;
@@ -722,6 +1033,8 @@ int cp_ingest_create(const cp_ingest_options *opt, cp_store *store, cp_ingest **
     if ((rc = conf_set(pc, "bootstrap.servers", opt->brokers, err)) ||
         (rc = conf_set(pc, "enable.idempotence", "true", err)) ||
         (rc = conf_set(pc, "linger.ms", "5", err)) ||
+        /* undelivered copies come back within 30 s and are produced again (dlq_settle) */
+        (rc = conf_set(pc, "message.timeout.ms", "30000", err)) ||
         (rc = conf_set(pc, "client.id", "contprofd-dlq", err))) {
         rd_kafka_conf_destroy(pc);
         goto fail;
@@ -755,8 +1068,17 @@ int cp_ingest_start(cp_ingest *in, cp_err *err)
         return cp_err_set(err, CP_EKAFKA, "ingest: subscribe to %s: %s", in->topic,
                           rd_kafka_err2str(ke));
     atomic_store(&in->stop, 0);
-    if (pthread_create(&in->th, NULL, run, in))
+    /* running from here on, not from when the thread gets to it: a sender that asks at once
+     * must not read "not running" */
+    pthread_mutex_lock(&in->mu);
+    in->st.running = 1;
+    pthread_mutex_unlock(&in->mu);
+    if (pthread_create(&in->th, NULL, run, in)) {
+        pthread_mutex_lock(&in->mu);
+        in->st.running = 0;
+        pthread_mutex_unlock(&in->mu);
         return cp_err_set(err, CP_ENOMEM, "ingest: cannot start the thread");
+    }
     in->started = 1;
     return 0;
 }
@@ -781,6 +1103,12 @@ void cp_ingest_destroy(cp_ingest *in)
         rd_kafka_purge(in->dlq, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
         rd_kafka_destroy(in->dlq);
     }
+    for (uint32_t i = 0; i < in->retry.n; i++)
+        retry_close(&in->retry.v[i]);
+    free(in->retry.v);
+    for (uint32_t i = 0; i < MAX_PRODUCERS; i++)
+        free(in->producers[i].id);
+    free(in->dropped.v);
     cp_store_batch_destroy(in->batch);
     if (in->workers) {
         pthread_mutex_lock(&in->wmu);
@@ -817,4 +1145,40 @@ void cp_ingest_get_stats(cp_ingest *in, cp_ingest_stats *out)
     *out = in->st;
     pthread_mutex_unlock(&in->mu);
     out->dlq_failed = atomic_load(&in->dlq_failed);
+}
+
+uint32_t cp_ingest_get_partitions(cp_ingest *in, cp_ingest_partition *out, uint32_t max)
+{
+    uint32_t n = 0;
+    pthread_mutex_lock(&in->mu);
+    for (uint32_t i = 0; i < in->parts.n; i++) {
+        const part *p = &in->parts.v[i];
+        if (!p->seen) continue;
+        if (n < max) {
+            cp_ingest_partition *o = &out[n];
+            o->partition = (int32_t)i;
+            o->stored = p->durable;
+            o->known_from = p->known_from;
+            o->lost = p->lost;
+            o->nranges = p->nr;
+            for (uint32_t k = 0; k < p->nr; k++) {
+                const range *r = &p->ring[(p->r0 + k) % CP_INGEST_RANGES];
+                o->not_stored[k].from = r->from;
+                o->not_stored[k].to = r->to;
+                memcpy(o->not_stored[k].why, r->why, sizeof r->why);
+            }
+        }
+        n++;
+    }
+    pthread_mutex_unlock(&in->mu);
+    return n;
+}
+
+uint32_t cp_ingest_get_dropped(cp_ingest *in, cp_ingest_dropped *out, uint32_t max)
+{
+    pthread_mutex_lock(&in->mu);
+    uint32_t n = in->dropped.n;
+    if (n && max) memcpy(out, in->dropped.v, (n < max ? n : max) * sizeof *out);
+    pthread_mutex_unlock(&in->mu);
+    return n;
 }

@@ -81,7 +81,42 @@ typedef struct cp_ingest_stats {
     int paused;             /* 1 while waiting for the store */
     uint64_t store_errors;  /* failed store writes and reopen attempts */
     char pause_reason[256]; /* the last store error while paused */
+    int ready;              /* partitions have been assigned once: the consumer reads */
+    uint64_t dlq_truncated; /* bad messages too large for the DLQ, sent as a truncated copy */
+    char last_error[256];   /* the latest error of any kind (DLQ, consumer), "" if none */
 } cp_ingest_stats;
+
+/* What became of the offsets of one partition, for senders that wait until what they sent
+ * is stored (GET /api/v1/ingest/offsets). Every offset below `stored` was read by this
+ * process or an earlier one, and is in the store unless it lies in one of `not_stored`
+ * (the DLQ, or dropped by the broker before it was read). The list is complete from
+ * `known_from` on: an older offset may have been forgotten (ring of CP_INGEST_RANGES). */
+#define CP_INGEST_RANGES 32
+typedef struct cp_ingest_partition {
+    int32_t partition;
+    int64_t stored;     /* next offset durably written with the data; -1 = none yet */
+    int64_t known_from; /* not_stored lists every such offset at or above this one */
+    uint64_t lost;      /* offsets the broker dropped before they were read */
+    uint32_t nranges;
+    struct {
+        int64_t from, to; /* [from, to) */
+        char why[24];     /* "lost", or "dlq:" and the DLQ reason */
+    } not_stored[CP_INGEST_RANGES];
+} cp_ingest_partition;
+
+/* Copies up to max partitions this process has been assigned (in partition order) into
+ * out; returns how many there are (may exceed max). Any thread. */
+uint32_t cp_ingest_get_partitions(cp_ingest *in, cp_ingest_partition *out, uint32_t max);
+
+/* What agents reported losing themselves (the envelope's dropped_windows and
+ * dropped_samples), summed per service once per producer and window. */
+typedef struct cp_ingest_dropped {
+    char service[64];
+    uint64_t windows, samples;
+} cp_ingest_dropped;
+
+/* Copies up to max services into out; returns how many there are. Any thread. */
+uint32_t cp_ingest_get_dropped(cp_ingest *in, cp_ingest_dropped *out, uint32_t max);
 
 /* Creates the consumer (group, enable.auto.commit=false) and the DLQ producer for store
  * (not owned; must outlive the ingest). Does not consume yet. */

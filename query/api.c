@@ -949,6 +949,47 @@ static void ep_metrics(cp_api *a, cp_http_response *r)
               "attempts.\n# TYPE contprof_ingest_store_errors_total counter\n"
               "contprof_ingest_store_errors_total %" PRIu64 "\n",
               in.paused, in.store_errors_total);
+            P("# HELP contprof_ingest_dlq_failed_total DLQ deliveries that failed (each is "
+              "retried; offsets wait).\n# TYPE contprof_ingest_dlq_failed_total counter\n"
+              "contprof_ingest_dlq_failed_total %" PRIu64 "\n",
+              in.dlq_failed);
+            P("# HELP contprof_ingest_dlq_truncated_total Messages too large for the DLQ, sent "
+              "there truncated.\n# TYPE contprof_ingest_dlq_truncated_total counter\n"
+              "contprof_ingest_dlq_truncated_total %" PRIu64 "\n",
+              in.dlq_truncated);
+            P("# HELP contprof_ingest_lost_total Offsets the broker dropped before ingest read "
+              "them.\n# TYPE contprof_ingest_lost_total counter\n");
+            for (uint32_t i = 0; i < in.nparts; i++)
+                P("contprof_ingest_lost_total{partition=\"%d\"} %" PRIu64 "\n",
+                  in.parts[i].partition, in.parts[i].lost);
+            P("# HELP contprof_ingest_running 1 while the ingest thread runs.\n"
+              "# TYPE contprof_ingest_running gauge\ncontprof_ingest_running %d\n"
+              "# HELP contprof_ingest_ready 1 once the consumer has its partitions.\n"
+              "# TYPE contprof_ingest_ready gauge\ncontprof_ingest_ready %d\n",
+              in.running, in.ready);
+            P("# HELP contprof_ingest_last_error The latest ingest error (1 when there is one).\n"
+              "# TYPE contprof_ingest_last_error gauge\n");
+            if (in.last_error && *in.last_error) {
+                P("contprof_ingest_last_error{error=\"");
+                if (!rc) rc = cp_json_escape(b, in.last_error, strlen(in.last_error));
+                P("\"} 1\n");
+            }
+            P("# HELP contprof_agent_dropped_windows_total Windows agents dropped, as they "
+              "reported, by service.\n# TYPE contprof_agent_dropped_windows_total counter\n");
+            for (uint32_t i = 0; i < in.ndropped; i++) {
+                P("contprof_agent_dropped_windows_total{service=\"");
+                if (!rc)
+                    rc = cp_json_escape(b, in.dropped[i].service, strlen(in.dropped[i].service));
+                P("\"} %" PRIu64 "\n", in.dropped[i].windows);
+            }
+            P("# HELP contprof_agent_dropped_samples_total Samples agents dropped, as they "
+              "reported, by service.\n# TYPE contprof_agent_dropped_samples_total counter\n");
+            for (uint32_t i = 0; i < in.ndropped; i++) {
+                P("contprof_agent_dropped_samples_total{service=\"");
+                if (!rc)
+                    rc = cp_json_escape(b, in.dropped[i].service, strlen(in.dropped[i].service));
+                P("\"} %" PRIu64 "\n", in.dropped[i].samples);
+            }
         }
     }
     if (a->o.symbols) {
@@ -976,6 +1017,46 @@ static void ep_metrics(cp_api *a, cp_http_response *r)
       "# TYPE contprof_uptime_seconds gauge\ncontprof_uptime_seconds %.0f\n",
       (double)(cp_now_ns() - a->started_ns) / 1e9);
 #undef P
+    if (rc) oom(r);
+}
+
+/* GET /api/v1/ingest/offsets: per partition, the offset the store has durably reached and
+ * the offsets below it that are not stored (DLQ, lost), so that a sender that knows its
+ * messages' offsets (from the delivery reports) can tell when, and whether, they are stored.
+ * Not per tenant: partitions are shared, and offsets say nothing of anyone's data. */
+static void ep_offsets(cp_api *a, cp_http_response *r)
+{
+    cp_api_ingest_stats in = {0};
+    if (a->o.ingest_stats) a->o.ingest_stats(a->o.ingest_arg, &in);
+    if (!in.available) {
+        cp_http_error(r, 503, "no ingest runs in this process");
+        return;
+    }
+    cp_buf *b = &r->body;
+    int rc = cp_buf_printf(b, "{\"topic\":");
+    if (!rc) rc = json_str(b, in.topic ? in.topic : "");
+    if (!rc)
+        rc = cp_buf_printf(b,
+                           ",\"running\":%s,\"ready\":%s,\"max_message_bytes\":%" PRIu64
+                           ",\"max_in_flight_bytes\":%" PRIu64 ",\"partitions\":[",
+                           in.running ? "true" : "false", in.ready ? "true" : "false",
+                           in.max_message_bytes, in.max_in_flight_bytes);
+    for (uint32_t i = 0; i < in.nparts && !rc; i++) {
+        const cp_api_partition *p = &in.parts[i];
+        rc = cp_buf_printf(b,
+                           "%s{\"partition\":%d,\"stored\":%" PRId64 ",\"known_from\":%" PRId64
+                           ",\"lost\":%" PRIu64 ",\"not_stored\":[",
+                           i ? "," : "", p->partition, p->stored, p->known_from, p->lost);
+        for (uint32_t k = 0; k < p->nranges && k < CP_API_RANGES && !rc; k++) {
+            rc = cp_buf_printf(b,
+                               "%s{\"from\":%" PRId64 ",\"to\":%" PRId64 ",\"why\":", k ? "," : "",
+                               p->not_stored[k].from, p->not_stored[k].to);
+            if (!rc) rc = json_str(b, p->not_stored[k].why ? p->not_stored[k].why : "");
+            if (!rc) rc = cp_buf_printf(b, "}");
+        }
+        if (!rc) rc = cp_buf_printf(b, "]}");
+    }
+    if (!rc) rc = cp_buf_printf(b, "]}\n");
     if (rc) oom(r);
 }
 
@@ -1007,6 +1088,12 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
                 if (cp_buf_printf(&r->body, "{\"status\":\"paused\",\"reason\":") ||
                     json_str(&r->body, in.paused_reason) || cp_buf_printf(&r->body, "}\n"))
                     oom(r);
+            } else if (in.available && !in.ready) {
+                /* the consumer has no partitions yet: what is sent now waits in the broker
+                 * (and on the embedded one may be dropped), so not ready */
+                r->status = 503;
+                cp_buf_printf(&r->body, "{\"status\":\"starting\",\"reason\":\"the ingest "
+                                        "consumer has not been assigned its partitions yet\"}\n");
             } else {
                 cp_buf_printf(&r->body, "{\"status\":\"ok\"}\n");
             }
@@ -1014,6 +1101,8 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
             if (!metrics_allowed(a, req, r)) return;
             ep_metrics(a, r);
             r->compressible = 1;
+        } else if (strcmp(req->path, "/api/v1/ingest/offsets") == 0) {
+            if (authenticate(a, req, r)) ep_offsets(a, r);
         } else if (strcmp(req->path, "/api/v1/brokers") == 0) {
             /* Where to write is for producers holding a token: with tokens configured, a
              * process without one learns nothing from here. */

@@ -28,7 +28,38 @@ typedef struct cp_api_ingest_stats {
     int paused;                  /* a store write failed: ingest waits for the store */
     uint64_t store_errors_total; /* failed store writes and reopen attempts */
     char paused_reason[256];     /* why, while paused */
+    /* Delivery (GET /api/v1/ingest/offsets) and loss; pointers valid until the next call. */
+    int running, ready;     /* consumer thread up; partitions assigned once */
+    uint64_t dlq_failed;    /* DLQ deliveries that failed (each retried) */
+    uint64_t dlq_truncated; /* DLQ copies cut because the message was too large */
+    const char *last_error; /* "" when none */
+    const char *topic;
+    uint64_t max_message_bytes;   /* largest message the broker takes; 0 = not known */
+    uint64_t max_in_flight_bytes; /* unstored bytes a sender may have in flight */
+    uint32_t nparts;
+    const struct cp_api_partition *parts;
+    uint32_t ndropped;
+    const struct cp_api_dropped *dropped;
 } cp_api_ingest_stats;
+
+/* One partition as ingest reports it (see cp_ingest_partition). */
+#define CP_API_RANGES 32
+typedef struct cp_api_partition {
+    int32_t partition;
+    int64_t stored, known_from;
+    uint64_t lost;
+    uint32_t nranges;
+    struct {
+        int64_t from, to;
+        const char *why;
+    } not_stored[CP_API_RANGES];
+} cp_api_partition;
+
+/* What agents of one service reported losing themselves. */
+typedef struct cp_api_dropped {
+    const char *service;
+    uint64_t windows, samples;
+} cp_api_dropped;
 typedef void (*cp_api_stats_fn)(void *arg, cp_api_ingest_stats *out);
 
 typedef struct cp_api_token {

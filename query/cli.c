@@ -53,7 +53,8 @@ static const struct {
     {"timeline", QFLAGS " --step"},
     {"run", "--server --brokers --service --version --tenant --label --cpu-hz --alloc-rate "
             "--window --output-dir --topic --no-children --symbolize"},
-    {"import", "--server --brokers --tenant --service --label --at --duration --help"},
+    {"import", "--server --brokers --tenant --token --service --label --at --duration --no-wait "
+               "--timeout --help"},
     {"symbols", "upload --server --token --tenant --help"},
 };
 

@@ -56,6 +56,51 @@ static void usage(FILE *f)
 
 /* ---- metrics bridge ----------------------------------------------------------------- */
 
+#ifdef CP_HAVE_INGEST
+/* Delivery and loss numbers (issue 13): partitions, agents' own losses, the DLQ. The
+ * arrays are static: the callback runs on the loop thread only. */
+static void ingest_delivery_stats(daemon_t *d, const cp_ingest_stats *st, cp_api_ingest_stats *out)
+{
+    enum { MAXP = 256, MAXD = 256 };
+    static cp_ingest_partition ip[MAXP];
+    static cp_api_partition ap[MAXP];
+    static cp_ingest_dropped idr[MAXD];
+    static cp_api_dropped adr[MAXD];
+    static char last_error[256];
+    out->running = st->running;
+    out->ready = st->ready;
+    out->dlq_failed = st->dlq_failed;
+    out->dlq_truncated = st->dlq_truncated;
+    snprintf(last_error, sizeof last_error, "%s", st->last_error);
+    for (char *c = last_error; *c; c++)
+        if ((unsigned char)*c < 0x20) *c = ' '; /* a Prometheus label value: one line */
+    out->last_error = last_error;
+    out->topic = d->cfg.topic && *d->cfg.topic ? d->cfg.topic : CP_TOPIC_PROFILES;
+    out->max_message_bytes = d->broker ? CP_BROKER_MAX_MESSAGE_BYTES : 0;
+    out->max_in_flight_bytes = d->broker ? CP_BROKER_MAX_IN_FLIGHT_BYTES : 64u << 20;
+    uint32_t n = cp_ingest_get_partitions(d->ingest, ip, MAXP);
+    out->nparts = n < MAXP ? n : MAXP;
+    for (uint32_t i = 0; i < out->nparts; i++) {
+        ap[i].partition = ip[i].partition;
+        ap[i].stored = ip[i].stored;
+        ap[i].known_from = ip[i].known_from;
+        ap[i].lost = ip[i].lost;
+        ap[i].nranges = ip[i].nranges < CP_API_RANGES ? ip[i].nranges : CP_API_RANGES;
+        for (uint32_t k = 0; k < ap[i].nranges; k++) {
+            ap[i].not_stored[k].from = ip[i].not_stored[k].from;
+            ap[i].not_stored[k].to = ip[i].not_stored[k].to;
+            ap[i].not_stored[k].why = ip[i].not_stored[k].why;
+        }
+    }
+    out->parts = ap;
+    n = cp_ingest_get_dropped(d->ingest, idr, MAXD);
+    out->ndropped = n < MAXD ? n : MAXD;
+    for (uint32_t i = 0; i < out->ndropped; i++)
+        adr[i] = (cp_api_dropped){idr[i].service, idr[i].windows, idr[i].samples};
+    out->dropped = adr;
+}
+#endif
+
 static void ingest_stats_cb(void *arg, cp_api_ingest_stats *out)
 {
     daemon_t *d = arg;
@@ -79,6 +124,7 @@ static void ingest_stats_cb(void *arg, cp_api_ingest_stats *out)
     out->paused = st.paused;
     out->store_errors_total = st.store_errors;
     snprintf(out->paused_reason, sizeof out->paused_reason, "%s", st.pause_reason);
+    ingest_delivery_stats(d, &st, out);
 #else
     (void)d;
 #endif

@@ -489,6 +489,14 @@ TEST(tokens_and_tenant_isolation)
     r = qfx_get(&f, "/api/v1/labels", "wrong");
     CHECK_EQ(r.status, 401);
     cp_buf_close(&r.body);
+    /* what the store has reached needs a token too; with no ingest here it is a 503 */
+    r = qfx_get(&f, "/api/v1/ingest/offsets", NULL);
+    CHECK_EQ(r.status, 401);
+    cp_buf_close(&r.body);
+    r = qfx_get(&f, "/api/v1/ingest/offsets", "s3cret-beta");
+    CHECK_EQ(r.status, 503);
+    CHECK_STREQ(body(&r), "{\"error\":\"no ingest runs in this process\"}\n");
+    cp_buf_close(&r.body);
     r = qfx_get(&f, pq, "s3cret-alpha");
     CHECK_EQ(r.status, 200);
     int64_t sum = 0;
