@@ -309,7 +309,7 @@ TEST(errors_name_the_cause)
     CHECK_EQ(run(args, out, sizeof out, err, sizeof err), 1);
     CHECK_CONTAINS(err, "go_cpu.pb.gz: not sent, ingest would refuse it: tenant \"no spaces\" "
                         "is invalid");
-    CHECK_CONTAINS(err, "0 envelope(s) from 0 file(s) delivered");
+    CHECK_CONTAINS(err, "0 of 0 window(s) from 1 file(s) delivered");
     snprintf(args, sizeof args, "import --brokers 127.0.0.1:9 --duration 2d '%s'", go_cpu_file());
     CHECK_EQ(run(args, out, sizeof out, err, sizeof err), 1);
     CHECK_CONTAINS(err, "not sent, ingest would refuse it: window_duration_ns 172800000000000 is "
@@ -334,7 +334,7 @@ TEST(import_at_now_is_stored)
     snprintf(cmd, sizeof cmd, "import --server %s --service nowsvc --at now --duration 10s '%s'",
              e.url, go_cpu_file());
     CHECK_EQ(run(cmd, out, sizeof out, err, sizeof err), 0);
-    CHECK_CONTAINS(err, "1 envelope(s) from 1 file(s) delivered");
+    CHECK_CONTAINS(err, "1 of 1 window(s) from 1 file(s) stored");
     /* Ingest is asynchronous (the first consumer-group join takes seconds): poll. */
     snprintf(cmd, sizeof cmd, "series --server %s --select '{service=\"nowsvc\"}' --from -10m",
              e.url);
