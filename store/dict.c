@@ -303,7 +303,7 @@ static int loc_eq(const cp_dict *d, uint32_t id, const void *key)
     if (a->address != k->l->address || a->mapping_id != k->l->mapping_id ||
         a->is_folded != k->l->is_folded || a->nlines != k->l->nlines)
         return 0;
-    const cp_line *al = d->lines.v + a->line_off;
+    const cp_line *al = a->nlines ? d->lines.v + a->line_off : NULL;
     for (uint32_t i = 0; i < a->nlines; i++)
         if (al[i].function_id != k->lines[i].function_id || al[i].line != k->lines[i].line)
             return 0;
@@ -454,8 +454,9 @@ static int stk_eq(const cp_dict *d, uint32_t id, const void *key)
     const kkey *k = key;
     const cp_sample *s = &d->stk.v[id - 1];
     if (s->nlocs != k->nlocs || s->nlabels != k->nlabels) return 0;
-    if (memcmp(d->stk_locs.v + s->loc_off, k->locs, sizeof(uint32_t) * k->nlocs)) return 0;
-    const cp_label *a = d->stk_labels.v + s->label_off;
+    if (k->nlocs && memcmp(d->stk_locs.v + s->loc_off, k->locs, sizeof(uint32_t) * k->nlocs))
+        return 0;
+    const cp_label *a = k->nlabels ? d->stk_labels.v + s->label_off : NULL;
     for (uint32_t i = 0; i < k->nlabels; i++)
         if (a[i].key != k->labels[i].key || a[i].str != k->labels[i].str ||
             a[i].num != k->labels[i].num || a[i].num_unit != k->labels[i].num_unit)
@@ -686,7 +687,7 @@ int cp_dict_canonicalize(cp_dict *d)
             if (l->address) l->address += delta[l->mapping_id]; /* 0: none given */
             l->mapping_id = malias[l->mapping_id];
         }
-        const cp_line *lines = d->lines.v + l->line_off;
+        const cp_line *lines = l->nlines ? d->lines.v + l->line_off : NULL;
         uint64_t h = loc_hash(l, lines);
         lkey k = {l, lines};
         uint32_t got = idx_find(&d->li, h, loc_eq, d, &k);
@@ -710,10 +711,12 @@ int cp_dict_canonicalize(cp_dict *d)
     d->stk_alias[0] = 0;
     for (uint32_t i = 1; i <= d->stk.n; i++) {
         const cp_sample *st = &d->stk.v[i - 1];
-        uint32_t *locs = d->stk_locs.v + st->loc_off;
+        /* (an empty stack of an empty vector has no pointer to offset) */
+        uint32_t *locs = st->nlocs ? d->stk_locs.v + st->loc_off : NULL;
         for (uint32_t j = 0; j < st->nlocs; j++)
             if (locs[j] <= d->loc.n) locs[j] = lalias[locs[j]];
-        kkey k = {locs, st->nlocs, d->stk_labels.v + st->label_off, st->nlabels};
+        kkey k = {locs, st->nlocs, st->nlabels ? d->stk_labels.v + st->label_off : NULL,
+                  st->nlabels};
         uint64_t h = stk_hash(&k);
         uint32_t got = idx_find(&d->ki, h, stk_eq, d, &k);
         d->stk_alias[i] = got ? got : i;

@@ -110,7 +110,7 @@ void cp_dict_close(cp_dict *d);
 
 static inline const char *cp_dict_str(const cp_dict *d, uint32_t id, size_t *len)
 {
-    if (id + 1 >= d->soff.n) {
+    if ((size_t)id + 1 >= d->soff.n) { /* (a corrupt id may be UINT32_MAX) */
         *len = 0;
         return "";
     }

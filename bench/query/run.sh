@@ -5,10 +5,13 @@
 #   --go-windows N   windows merged by `go tool pprof -proto` to extrapolate from (default 360)
 #   --wrk-seconds S  wrk duration (default 30; 0 skips)
 #   --dir DIR        work directory (default /tmp/contprof-bench-query; the store is reused)
-# Needs golang-go and wrk. The store takes a few minutes to build the first time.
+# Then bench/query/hostile.sh. Needs golang-go and wrk. The store takes a few minutes to build the first time.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../../build}
 [ $# -gt 0 ] && shift
 cmake --build "$build" --target bench_query >/dev/null
-exec "$build/bench/query/bench_query" "$@"
+"$build/bench/query/bench_query" "$@"
+# contprofd under hostile clients (issue 16): series p99 beside slow queries, memory held by
+# non-reading clients
+sh "$here/hostile.sh" "$build" --seconds 20
