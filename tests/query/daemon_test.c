@@ -9,7 +9,7 @@
 #include "pprof.h"
 #include "fixture.h"
 #include "qtest.h"
-#include "daemon.h"
+#include "proc.h"
 
 #define S(x) ((int64_t)(x) * 1000000000LL)
 static const int64_t T0 = 1764000000;

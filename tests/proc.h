@@ -1,0 +1,184 @@
+/* Helpers for black-box tests that run real processes: the build directory, a monotonic
+ * clock, reading a log, starting programs with their output in a log (killed at exit if
+ * still running, so a failed CHECK leaves nothing behind), waiting for their exit or a log
+ * line with a deadline, and contprofd on a kernel-chosen port found by its log line. */
+#ifndef CP_TEST_PROC_H
+#define CP_TEST_PROC_H
+
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "test.h"
+
+#ifndef SEC
+#define SEC 1000000000LL
+#endif
+
+/* ---- basics -------------------------------------------------------------------------- */
+
+/* The build directory (CP_BINARY_DIR, set by cp_add_tests), or "build". */
+static inline const char *bindir(void)
+{
+    const char *b = getenv("CP_BINARY_DIR");
+    return b ? b : "build";
+}
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+static inline int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * SEC + ts.tv_nsec;
+}
+
+/* Reads at most len-1 bytes of path into out, NUL-terminated; "" if it cannot be opened. */
+static inline void slurp(const char *path, char *out, size_t len)
+{
+    out[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    size_t n = fread(out, 1, len - 1, f);
+    out[n] = 0;
+    fclose(f);
+}
+
+/* ---- programs ------------------------------------------------------------------------ */
+
+/* Every process spawn() started, killed at exit if still running. */
+static pid_t proc_children[8];
+static int proc_nchildren;
+
+static inline void proc_kill_children(void)
+{
+    for (int i = 0; i < proc_nchildren; i++)
+        if (proc_children[i] > 0 && waitpid(proc_children[i], NULL, WNOHANG) == 0) {
+            kill(proc_children[i], SIGKILL);
+            waitpid(proc_children[i], NULL, 0);
+        }
+}
+
+/* Starts argv (argv[0] a path, NULL-terminated) with stdout and stderr appended to log.
+ * The child is killed at the test's exit if still running. */
+static inline pid_t spawn(const char *const *argv, const char *log)
+{
+    fflush(NULL);
+    if (!proc_nchildren) atexit(proc_kill_children);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid > 0 && proc_nchildren < 8) proc_children[proc_nchildren++] = pid;
+    if (pid == 0) {
+        FILE *f = freopen(log, "a", stdout);
+        f = f ? freopen(log, "a", stderr) : NULL;
+        (void)f;
+        execv(argv[0], (char **)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits at most timeout_s for pid; returns its exit status (128+signal if killed). A pid
+ * still running then is killed and the test fails. */
+static inline int wait_exit(pid_t pid, int timeout_s)
+{
+    int st = 0;
+    for (int64_t end = mono_ns() + timeout_s * SEC; mono_ns() < end; usleep(20000))
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    fprintf(stderr, "process %d did not exit within %d s\n", (int)pid, timeout_s);
+    CHECK(0);
+    return -1;
+}
+
+/* ---- contprofd ------------------------------------------------------------------------ */
+
+#define PROC_QUERY_API "query API on http://127.0.0.1:"
+
+typedef struct proc {
+    pid_t pid;
+    char log[600];
+    int port;
+} proc;
+
+/* Starts contprofd with args (NULL-terminated) and its stderr written to log, killed if the
+ * test dies (PR_SET_PDEATHSIG); waits at most timeout_s for its port. Fails the test if it
+ * exits or does not start in time. */
+static inline void start_daemon_log(proc *p, const char *log, const char *const *args,
+                                    int timeout_s)
+{
+    snprintf(p->log, sizeof p->log, "%s", log);
+    unlink(p->log);
+    char bin[512];
+    snprintf(bin, sizeof bin, "%s/query/contprofd", bindir());
+    fflush(NULL);
+    p->pid = fork();
+    CHECK(p->pid >= 0);
+    if (p->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed CHECK leaves no daemon behind */
+        FILE *f = freopen(p->log, "w", stderr);
+        (void)f;
+        const char *argv[32] = {bin};
+        int n = 1;
+        for (; args[n - 1] && n < 31; n++)
+            argv[n] = args[n - 1];
+        argv[n] = NULL;
+        execv(bin, (char **)argv);
+        _exit(127);
+    }
+    static char buf[65536];
+    for (int64_t end = mono_ns() + timeout_s * SEC; mono_ns() < end; usleep(20000)) {
+        slurp(p->log, buf, sizeof buf);
+        const char *m = strstr(buf, PROC_QUERY_API);
+        if (m) {
+            p->port = atoi(m + strlen(PROC_QUERY_API));
+            return;
+        }
+        int st;
+        if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
+            fprintf(stderr, "contprofd exited early:\n%s\n", buf);
+            CHECK(0);
+        }
+    }
+    fprintf(stderr, "contprofd did not start within %d s:\n%s\n", timeout_s, buf);
+    CHECK(0);
+}
+
+/* start_daemon_log() with the log dir/contprofd-PID.log and 6 s to start. */
+static inline void start_daemon(proc *p, const char *dir, const char *const *args)
+{
+    char log[600];
+    snprintf(log, sizeof log, "%s/contprofd-%d.log", dir, (int)getpid());
+    start_daemon_log(p, log, args, 6);
+}
+
+/* Sends sig to the daemon and waits at most timeout_s for it; returns its exit status
+ * (128+signal if killed). Fails the test if it does not stop in time. */
+static inline int stop_daemon_within(proc *p, int sig, int timeout_s)
+{
+    kill(p->pid, sig);
+    int st = 0;
+    for (int64_t end = mono_ns() + timeout_s * SEC; mono_ns() < end; usleep(10000))
+        if (waitpid(p->pid, &st, WNOHANG) == p->pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, &st, 0);
+    fprintf(stderr, "contprofd did not stop within %d s\n", timeout_s);
+    CHECK(0);
+    return -1;
+}
+
+/* stop_daemon_within() 10 s. */
+static inline int stop_daemon(proc *p, int sig)
+{
+    return stop_daemon_within(p, sig, 10);
+}
+
+#endif
