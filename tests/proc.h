@@ -98,6 +98,24 @@ static inline int wait_exit(pid_t pid, int timeout_s)
     return -1;
 }
 
+/* Waits at most timeout_s for needle in log and returns the text after it (valid until the
+ * next call). Fails the test if pid exits first or the time runs out. */
+static inline const char *wait_for_log(pid_t pid, const char *log, const char *needle,
+                                       int timeout_s)
+{
+    static char buf[1 << 16];
+    for (int64_t end = mono_ns() + timeout_s * SEC; mono_ns() < end; usleep(20000)) {
+        slurp(log, buf, sizeof buf);
+        const char *m = strstr(buf, needle);
+        if (m) return m + strlen(needle);
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) break;
+    }
+    fprintf(stderr, "no \"%s\" in %s within %d s:\n%s\n", needle, log, timeout_s, buf);
+    CHECK(0);
+    return NULL;
+}
+
 /* ---- contprofd ------------------------------------------------------------------------ */
 
 #define PROC_QUERY_API "query API on http://127.0.0.1:"
