@@ -12,88 +12,14 @@
 
 #include "client.h"
 #include "ingest_util.h"
+#include "proc.h"
 #include "store.h"
 
 #define WIN (10 * SEC)
 
 /* ---------------------------------------------------------------------------------
- * Helpers: the daemon, HTTP, files
+ * Helpers: the daemon, HTTP, files (the process helpers are in tests/proc.h)
  * --------------------------------------------------------------------------------- */
-
-static const char *bindir(void)
-{
-    const char *b = getenv("CP_BINARY_DIR");
-    return b ? b : "build";
-}
-
-static void slurp(const char *path, char *out, size_t len)
-{
-    out[0] = 0;
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    size_t n = fread(out, 1, len - 1, f);
-    out[n] = 0;
-    fclose(f);
-}
-
-typedef struct proc {
-    pid_t pid;
-    char log[600];
-    int port;
-} proc;
-
-/* Starts contprofd with args (NULL-terminated), stderr to log; waits for its port. */
-static void start_daemon(proc *p, const char *log, const char *const *args)
-{
-    snprintf(p->log, sizeof p->log, "%s", log);
-    char bin[512];
-    snprintf(bin, sizeof bin, "%s/query/contprofd", bindir());
-    p->pid = fork();
-    CHECK(p->pid >= 0);
-    if (p->pid == 0) {
-        FILE *f = freopen(p->log, "w", stderr);
-        (void)f;
-        const char *argv[32] = {bin};
-        int n = 1;
-        for (; args[n - 1] && n < 31; n++)
-            argv[n] = args[n - 1];
-        argv[n] = NULL;
-        execv(bin, (char **)argv);
-        _exit(127);
-    }
-    static char buf[65536];
-    for (int i = 0; i < 1500; i++) {
-        slurp(p->log, buf, sizeof buf);
-        const char *m = strstr(buf, "query API on http://127.0.0.1:");
-        if (m) {
-            p->port = atoi(m + strlen("query API on http://127.0.0.1:"));
-            return;
-        }
-        int st;
-        if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
-            fprintf(stderr, "contprofd exited early:\n%s\n", buf);
-            CHECK(0);
-        }
-        usleep(20000);
-    }
-    fprintf(stderr, "contprofd did not start:\n%s\n", buf);
-    CHECK(0);
-}
-
-static int stop_daemon(proc *p)
-{
-    kill(p->pid, SIGTERM);
-    int st = 0;
-    for (int i = 0; i < 3000; i++) {
-        if (waitpid(p->pid, &st, WNOHANG) == p->pid)
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        usleep(10000);
-    }
-    kill(p->pid, SIGKILL);
-    waitpid(p->pid, &st, 0);
-    CHECK(!"contprofd did not stop within 30 s");
-    return -1;
-}
 
 /* Runs contprofd with args to completion; its stdout and stderr into out. Returns the exit
  * status. */
@@ -365,13 +291,13 @@ TEST(wal_truncated_reported)
     const char *args[] = {"--data",    orig,          "--http", "127.0.0.1:0",
                           "--brokers", "127.0.0.1:9", NULL};
     proc p = {0};
-    start_daemon(&p, plog, args);
+    start_daemon_log(&p, plog, args, 30);
     /* no repair under a running daemon */
     char out[4096];
     const char *rargs[] = {"--repair", "--data", orig, NULL};
     CHECK_EQ(run_contprofd(rargs, out, sizeof out), 1);
     CHECK_CONTAINS(out, "is open in another process");
-    CHECK_EQ(stop_daemon(&p), 0);
+    CHECK_EQ(stop_daemon_within(&p, SIGTERM, 30), 0);
     static char log[65536];
     slurp(plog, log, sizeof log);
     CHECK_CONTAINS(log, "ends inside a write: its last ");
@@ -607,7 +533,7 @@ TEST(disk_full_pauses_and_resumes)
     fclose(cf);
     const char *args[] = {"--config", conf, "--data", store, "--http", "127.0.0.1:0", NULL};
     proc p = {0};
-    start_daemon(&p, plog, args);
+    start_daemon_log(&p, plog, args, 30);
     cp_http_result r = get(p.port, "/api/v1/brokers");
     CHECK_EQ(r.status, 200);
     char brokers[256] = {0};
@@ -686,7 +612,7 @@ TEST(disk_full_pauses_and_resumes)
     r = get(p.port, "/metrics");
     CHECK_CONTAINS((char *)r.body.data, "contprof_ingest_paused 0\n");
     cp_buf_close(&r.body);
-    CHECK_EQ(stop_daemon(&p), 0);
+    CHECK_EQ(stop_daemon_within(&p, SIGTERM, 30), 0);
     static char log[65536];
     slurp(plog, log, sizeof log);
     CHECK_CONTAINS(log, "ingest paused, nothing is lost");
