@@ -199,4 +199,36 @@ static inline int stop_daemon(proc *p, int sig)
     return stop_daemon_within(p, sig, 10);
 }
 
+/* ---- HTTP (for tests that include client.h before this header) ---------------------- */
+
+#ifdef CP_QUERY_CLIENT_H
+/* GET pq from 127.0.0.1:port with token (NULL for none), 30 s timeout; the body is
+ * NUL-terminated (not counted in len). Any status is returned; a transport error fails the
+ * test. The caller frees r.body. */
+static inline cp_http_result http_get(int port, const char *pq, const char *token)
+{
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    cp_http_result r;
+    cp_err err = {0};
+    int rc = cp_http_get(url, pq, token, 30000, 0, &r, &err);
+    if (rc) fprintf(stderr, "GET %s: %s\n", pq, err.msg);
+    CHECK(rc == 0);
+    CHECK(cp_buf_append(&r.body, "", 1) == 0);
+    r.body.len--;
+    return r;
+}
+
+/* http_get() that fails the test (printing the answer) unless the status is 200; returns
+ * the body, which the caller frees. */
+static inline cp_buf http_get_ok(int port, const char *pq, const char *token)
+{
+    cp_http_result r = http_get(port, pq, token);
+    if (r.status != 200)
+        fprintf(stderr, "GET %s: %d %.*s\n", pq, r.status, (int)r.body.len, (char *)r.body.data);
+    CHECK_EQ(r.status, 200);
+    return r.body;
+}
+#endif
+
 #endif

@@ -63,25 +63,6 @@ static void fmt_time(int64_t ns, char *out, size_t len)
     snprintf(out, len, "%lld.%09lld", (long long)(ns / SEC), (long long)(ns % SEC));
 }
 
-static cp_buf get(int port, const char *pq)
-{
-    char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
-    cp_http_result r;
-    cp_err err = {0};
-    if (cp_http_get(url, pq, NULL, 30000, 0, &r, &err)) {
-        fprintf(stderr, "GET %s: %s\n", pq, err.msg);
-        CHECK(0);
-    }
-    if (r.status != 200) {
-        fprintf(stderr, "GET %s: %d %.*s\n", pq, r.status, (int)r.body.len, (char *)r.body.data);
-        CHECK(0);
-    }
-    CHECK(cp_buf_append(&r.body, "", 1) == 0); /* NUL-terminated for strstr */
-    r.body.len--;
-    return r.body;
-}
-
 /* The merged profile of [from, to) for selector sel, as pprof, decoded. */
 static cp_profile *query(int port, const char *type, const char *sel, int64_t from, int64_t to,
                          cp_buf *raw)
@@ -96,7 +77,7 @@ static cp_profile *query(int port, const char *type, const char *sel, int64_t fr
     CHECK(cp_buf_append(&pq, head, strlen(head)) == 0);
     CHECK(cp_url_encode(&pq, sel) == 0);
     CHECK(cp_buf_append(&pq, "", 1) == 0);
-    cp_buf body = get(port, (char *)pq.data);
+    cp_buf body = http_get_ok(port, (char *)pq.data, NULL);
     cp_buf_close(&pq);
     cp_profile *p = NULL;
     cp_err err = {0};
@@ -307,7 +288,7 @@ TEST(demo_through_the_whole_pipeline)
     /* The first profiles become queryable. */
     int64_t t_first = 0;
     for (int64_t end = mono_ns() + 30 * SEC; mono_ns() < end && !t_first; usleep(200000)) {
-        cp_buf b = get(d.port, "/api/v1/series?from=-10m&to=now");
+        cp_buf b = http_get_ok(d.port, "/api/v1/series?from=-10m&to=now", NULL);
         if (strstr((char *)b.data, "\"service\":\"e2e\"")) t_first = mono_ns();
         cp_buf_close(&b);
     }
@@ -520,7 +501,7 @@ TEST(rerun_with_the_embedded_broker_loses_nothing)
 /* The body of GET pq, NUL-terminated. */
 static char *get_text(int port, const char *pq)
 {
-    cp_buf b = get(port, pq);
+    cp_buf b = http_get_ok(port, pq, NULL);
     return (char *)b.data;
 }
 
@@ -825,7 +806,7 @@ TEST(fleet_of_one_stripped_binary_merges)
         CHECK(cp_buf_append(&full, head, strlen(head)) == 0);
         CHECK(cp_url_encode(&full, sel[0]) == 0);
         CHECK(cp_buf_append(&full, "", 1) == 0);
-        cp_buf raw = get(d.port, (char *)full.data);
+        cp_buf raw = http_get_ok(d.port, (char *)full.data, NULL);
         char path[700];
         snprintf(path, sizeof path, "%s/diff.pb.gz", dir);
         FILE *f = fopen(path, "wb");

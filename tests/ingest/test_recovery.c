@@ -49,20 +49,6 @@ static int run_contprofd(const char *const *args, char *out, size_t len)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static cp_http_result get(int port, const char *pq)
-{
-    char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
-    cp_http_result r;
-    cp_err err = {0};
-    int rc = cp_http_get(url, pq, NULL, 30000, 0, &r, &err);
-    if (rc) fprintf(stderr, "GET %s: %s\n", pq, err.msg);
-    CHECK(rc == 0);
-    cp_buf_append(&r.body, "", 1);
-    r.body.len--;
-    return r;
-}
-
 /* The total of sample type 0 of a query through the daemon; -1 if it is not answered. */
 static int64_t http_total(int port, const char *service, int64_t from, int64_t to)
 {
@@ -70,7 +56,7 @@ static int64_t http_total(int port, const char *service, int64_t from, int64_t t
     snprintf(pq, sizeof pq,
              "/api/v1/profile?format=pprof&select=%%7Bservice%%3D%%22%s%%22%%7D&from=%lld&to=%lld",
              service, (long long)(from / SEC), (long long)(to / SEC));
-    cp_http_result r = get(port, pq);
+    cp_http_result r = http_get(port, pq, NULL);
     int64_t t = -1;
     cp_profile *q = NULL;
     if (r.status == 200 && cp_pprof_decode(r.body.data, r.body.len, NULL, &q, NULL) == 0) {
@@ -503,7 +489,7 @@ static int wait_status(int port, int status, double secs, char *body, size_t len
 {
     double end = now_s() + secs;
     for (;;) {
-        cp_http_result r = get(port, "/healthz");
+        cp_http_result r = http_get(port, "/healthz", NULL);
         int st = r.status;
         snprintf(body, len, "%s", (char *)r.body.data);
         cp_buf_close(&r.body);
@@ -534,7 +520,7 @@ TEST(disk_full_pauses_and_resumes)
     const char *args[] = {"--config", conf, "--data", store, "--http", "127.0.0.1:0", NULL};
     proc p = {0};
     start_daemon_log(&p, plog, args, 30);
-    cp_http_result r = get(p.port, "/api/v1/brokers");
+    cp_http_result r = http_get(p.port, "/api/v1/brokers", NULL);
     CHECK_EQ(r.status, 200);
     char brokers[256] = {0};
     CHECK(sscanf((char *)r.body.data, "{\"brokers\":\"%255[^\"]\"}", brokers) == 1);
@@ -577,12 +563,12 @@ TEST(disk_full_pauses_and_resumes)
     /* it stays paused while the disk is full, retrying: every reopen fails too */
     double until = now_s() + 3;
     while (now_s() < until) {
-        r = get(p.port, "/healthz");
+        r = http_get(p.port, "/healthz", NULL);
         CHECK_EQ(r.status, 503);
         cp_buf_close(&r.body);
         usleep(200000);
     }
-    r = get(p.port, "/metrics");
+    r = http_get(p.port, "/metrics", NULL);
     CHECK_CONTAINS((char *)r.body.data, "contprof_ingest_paused 1\n");
     const char *se = strstr((char *)r.body.data, "\ncontprof_ingest_store_errors_total ");
     CHECK(se);
@@ -609,7 +595,7 @@ TEST(disk_full_pauses_and_resumes)
                  cp_profile_total(pr, 0));
         cp_profile_destroy(pr);
     }
-    r = get(p.port, "/metrics");
+    r = http_get(p.port, "/metrics", NULL);
     CHECK_CONTAINS((char *)r.body.data, "contprof_ingest_paused 0\n");
     cp_buf_close(&r.body);
     CHECK_EQ(stop_daemon_within(&p, SIGTERM, 30), 0);
