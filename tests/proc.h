@@ -126,7 +126,7 @@ typedef struct proc {
     int port;
 } proc;
 
-/* Starts contprofd with args (NULL-terminated) and its stderr written to log, killed if the
+/* Starts contprofd with args (NULL-terminated), its stdout and stderr written to log, killed if the
  * test dies (PR_SET_PDEATHSIG); waits at most timeout_s for its port. Fails the test if it
  * exits or does not start in time. */
 static inline void start_daemon_log(proc *p, const char *log, const char *const *args,
@@ -142,7 +142,7 @@ static inline void start_daemon_log(proc *p, const char *log, const char *const 
     if (p->pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed CHECK leaves no daemon behind */
         FILE *f = freopen(p->log, "w", stderr);
-        (void)f;
+        if (f) dup2(2, 1);
         const char *argv[32] = {bin};
         int n = 1;
         for (; args[n - 1] && n < 31; n++)
