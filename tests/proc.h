@@ -116,6 +116,44 @@ static inline const char *wait_for_log(pid_t pid, const char *log, const char *n
     return NULL;
 }
 
+/* ---- go tool pprof ------------------------------------------------------------------- */
+
+/* Sums each value column of the samples `go tool pprof -raw FILES` prints into tot[0..max).
+ * FILES goes on a shell command line as it is: quote paths; globs work. Returns the number
+ * of columns; fails the test if go fails. */
+static inline int pprof_raw_totals(const char *files, int64_t *tot, int max)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "go tool pprof -raw %s 2>/dev/null", files);
+    FILE *f = popen(cmd, "r");
+    CHECK(f);
+    static char line[1 << 16];
+    int in_samples = 0, header = 0, ncols = 0, done = 0;
+    memset(tot, 0, sizeof(int64_t) * (size_t)max);
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "Samples:", 8)) {
+            in_samples = header = 1;
+            continue;
+        }
+        if (!strncmp(line, "Locations", 9)) done = 1; /* read on: go must not see EPIPE */
+        if (!in_samples || done) continue;
+        if (header) {
+            header = 0;
+            continue;
+        }
+        char *colon = strchr(line, ':');
+        if (!colon || strchr(line, '[')) continue;
+        *colon = 0;
+        int c = 0;
+        char *save = NULL;
+        for (char *t = strtok_r(line, " \t", &save); t && c < max; t = strtok_r(NULL, " \t", &save))
+            tot[c++] += strtoll(t, NULL, 10);
+        if (c > ncols) ncols = c;
+    }
+    CHECK(pclose(f) == 0);
+    return ncols;
+}
+
 /* ---- contprofd ------------------------------------------------------------------------ */
 
 #define PROC_QUERY_API "query API on http://127.0.0.1:"

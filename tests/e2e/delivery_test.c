@@ -148,40 +148,6 @@ static cp_profile *query_cpu(const daemon_t *d, const char *svc)
     return p;
 }
 
-/* Sums the value columns of `go tool pprof -raw FILES` (FILES may be a glob). */
-static int pprof_raw_totals(const char *files, int64_t *tot, int max)
-{
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "go tool pprof -raw %s 2>/dev/null", files);
-    FILE *f = popen(cmd, "r");
-    CHECK(f);
-    static char line[1 << 16];
-    int in_samples = 0, header = 0, ncols = 0, done = 0;
-    memset(tot, 0, sizeof(int64_t) * (size_t)max);
-    while (fgets(line, sizeof line, f)) {
-        if (!strncmp(line, "Samples:", 8)) {
-            in_samples = header = 1;
-            continue;
-        }
-        if (!strncmp(line, "Locations", 9)) done = 1; /* read on: go must not see EPIPE */
-        if (!in_samples || done) continue;
-        if (header) {
-            header = 0;
-            continue;
-        }
-        char *colon = strchr(line, ':');
-        if (!colon || strchr(line, '[')) continue;
-        *colon = 0;
-        int c = 0;
-        char *save = NULL;
-        for (char *t = strtok_r(line, " \t", &save); t && c < max; t = strtok_r(NULL, " \t", &save))
-            tot[c++] += strtoll(t, NULL, 10);
-        if (c > ncols) ncols = c;
-    }
-    CHECK(pclose(f) == 0);
-    return ncols;
-}
-
 static void genwindows(const char *dir, int n, const char *extra)
 {
     char cmd[1200];
