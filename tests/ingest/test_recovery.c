@@ -179,12 +179,7 @@ static int64_t store_total(cp_store *s, const char *svc, int64_t from, int64_t t
  * bucket equals its windows. Returns that total. */
 static int64_t check_consistent(const char *dir, const char *svc, int n)
 {
-    cp_store_options o = {.path = dir};
-    cp_store *s = NULL;
-    cp_err err = {0};
-    int rc = cp_store_open(&o, &s, &err);
-    if (rc) fprintf(stderr, "open: %s\n", err.msg);
-    CHECK_EQ(rc, 0);
+    cp_store *s = open_store(dir);
     int64_t h = T0 - T0 % (3600 * SEC), sum = 0;
     for (int i = 0; i < n; i++)
         sum += store_total(s, svc, T0 + i * WIN, T0 + (i + 1) * WIN);
