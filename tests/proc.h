@@ -98,6 +98,27 @@ static inline int wait_exit(pid_t pid, int timeout_s)
     return -1;
 }
 
+/* Forks with the child's stdout going into a pipe. Returns 0 in the child (the pipe's own
+ * descriptors closed); in the parent the child's pid, with the read end in *rd, to be read
+ * and the child reaped by cp_test_collect(). */
+static inline pid_t fork_stdout_pipe(int *rd)
+{
+    int fd[2];
+    CHECK(pipe(fd) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        dup2(fd[1], 1);
+        close(fd[0]);
+        close(fd[1]);
+        return 0;
+    }
+    close(fd[1]);
+    *rd = fd[0];
+    return pid;
+}
+
 /* Waits at most timeout_s for needle in log and returns the text after it (valid until the
  * next call). Fails the test if pid exits first or the time runs out. */
 static inline const char *wait_for_log(pid_t pid, const char *log, const char *needle,

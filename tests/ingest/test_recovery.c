@@ -27,15 +27,10 @@ static int run_contprofd(const char *const *args, char *out, size_t len)
 {
     char bin[512];
     snprintf(bin, sizeof bin, "%s/query/contprofd", bindir());
-    int fd[2];
-    CHECK(pipe(fd) == 0);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
+    int rd;
+    pid_t pid = fork_stdout_pipe(&rd);
     if (pid == 0) {
-        dup2(fd[1], 1);
-        dup2(fd[1], 2);
-        close(fd[0]);
-        close(fd[1]);
+        dup2(1, 2);
         const char *argv[32] = {bin};
         int n = 1;
         for (; args[n - 1] && n < 31; n++)
@@ -44,8 +39,7 @@ static int run_contprofd(const char *const *args, char *out, size_t len)
         execv(bin, (char **)argv);
         _exit(127);
     }
-    close(fd[1]);
-    int st = cp_test_collect(fd[0], pid, out, len);
+    int st = cp_test_collect(rd, pid, out, len);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
