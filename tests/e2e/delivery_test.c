@@ -89,26 +89,10 @@ static int import(const daemon_t *d, const char *dir, const char *args, char **o
     return WEXITSTATUS(st);
 }
 
-static cp_buf get(const daemon_t *d, const char *pq)
-{
-    cp_http_result r;
-    cp_err err = {0};
-    if (cp_http_get(d->url, pq, NULL, 30000, 0, &r, &err)) {
-        fprintf(stderr, "GET %s: %s\n", pq, err.msg);
-        CHECK(0);
-    }
-    if (r.status != 200)
-        fprintf(stderr, "GET %s: %d %.*s\n", pq, r.status, (int)r.body.len, (char *)r.body.data);
-    CHECK_EQ(r.status, 200);
-    CHECK(cp_buf_append(&r.body, "", 1) == 0);
-    r.body.len--;
-    return r.body;
-}
-
 /* The value of one /metrics line ("name{labels}" exactly), or -1 when absent. */
 static long long metric(const daemon_t *d, const char *name)
 {
-    cp_buf b = get(d, "/metrics");
+    cp_buf b = http_get_ok(d->p.port, "/metrics", NULL);
     char key[256];
     snprintf(key, sizeof key, "\n%s ", name);
     const char *m = strstr((char *)b.data, key);
@@ -139,7 +123,7 @@ static cp_profile *query_cpu(const daemon_t *d, const char *svc)
              "/api/v1/profile?format=pprof&type=cpu&from=%lld&to=%lld&select=%%7Bservice%%3D%%22%s"
              "%%22%%7D",
              (long long)(now - 86400), (long long)(now + 60), svc);
-    cp_buf b = get(d, pq);
+    cp_buf b = http_get_ok(d->p.port, pq, NULL);
     cp_profile *p = NULL;
     cp_err err = {0};
     if (cp_pprof_decode(b.data, b.len, NULL, &p, &err)) fprintf(stderr, "%s\n", err.msg);
@@ -262,7 +246,7 @@ TEST(bad_message_too_large_for_the_dlq_goes_there_truncated)
     snprintf(args, sizeof args, "--service afterdlq '%s/w00000.pb.gz'", wdir);
     CHECK_EQ(import(&d, dir, args, &out), 0);
     free(out);
-    cp_buf b = get(&d, "/api/v1/ingest/offsets");
+    cp_buf b = http_get_ok(d.p.port, "/api/v1/ingest/offsets", NULL);
     const char *one = strstr((char *)b.data, ",\"stored\":1,");
     CHECK(one);
     while (one > (char *)b.data && strncmp(one, "{\"partition\":", 13))
@@ -272,7 +256,7 @@ TEST(bad_message_too_large_for_the_dlq_goes_there_truncated)
     /* the broker contprofd hosts */
     char brokers[256] = "";
     for (int64_t end = mono_ns() + 20 * SEC; !brokers[0] && mono_ns() < end; usleep(50000)) {
-        cp_buf b = get(&d, "/api/v1/brokers");
+        cp_buf b = http_get_ok(d.p.port, "/api/v1/brokers", NULL);
         const char *q = strstr((char *)b.data, "\"brokers\":\"");
         if (q) snprintf(brokers, sizeof brokers, "%.*s", (int)strcspn(q + 11, "\""), q + 11);
         cp_buf_close(&b);
@@ -299,7 +283,7 @@ TEST(bad_message_too_large_for_the_dlq_goes_there_truncated)
     CHECK_EQ(metric(&d, "contprof_ingest_dlq_total{reason=\"envelope\"}"), 1);
     CHECK_EQ(metric(&d, "contprof_ingest_dlq_truncated_total"), 1);
     /* the offsets endpoint says offset 1 of the partition is not stored, and why */
-    b = get(&d, "/api/v1/ingest/offsets");
+    b = http_get_ok(d.p.port, "/api/v1/ingest/offsets", NULL);
     char want[160];
     snprintf(want, sizeof want,
              "{\"partition\":%d,\"stored\":3,\"known_from\":0,\"lost\":0,"
@@ -435,7 +419,7 @@ TEST(fire_and_forget_burst_loss_is_counted_and_logged)
     CHECK(found);
     free(log);
     /* the last error says so too */
-    cp_buf b = get(&d, "/metrics");
+    cp_buf b = http_get_ok(d.p.port, "/metrics", NULL);
     CHECK_CONTAINS((char *)b.data, "contprof_ingest_last_error{error=\"contprof.profiles [");
     cp_buf_close(&b);
     daemon_stop(&d);
