@@ -261,16 +261,15 @@ static inline int stop_daemon(proc *p, int sig)
 /* ---- HTTP (for tests that include client.h before this header) ---------------------- */
 
 #ifdef CP_QUERY_CLIENT_H
-/* GET pq from 127.0.0.1:port with token (NULL for none), 30 s timeout; the body is
+/* GET pq from url with token (NULL for none) and timeout_ms to answer; the body is
  * NUL-terminated (not counted in len). Any status is returned; a transport error fails the
  * test. The caller frees r.body. */
-static inline cp_http_result http_get(int port, const char *pq, const char *token)
+static inline cp_http_result http_get_from(const char *url, const char *pq, const char *token,
+                                           int timeout_ms)
 {
-    char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
     cp_http_result r;
     cp_err err = {0};
-    int rc = cp_http_get(url, pq, token, 30000, 0, &r, &err);
+    int rc = cp_http_get(url, pq, token, timeout_ms, 0, &r, &err);
     if (rc) fprintf(stderr, "GET %s: %s\n", pq, err.msg);
     CHECK(rc == 0);
     CHECK(cp_buf_append(&r.body, "", 1) == 0);
@@ -278,14 +277,28 @@ static inline cp_http_result http_get(int port, const char *pq, const char *toke
     return r;
 }
 
-/* http_get() that fails the test (printing the answer) unless the status is 200; returns
- * the body, which the caller frees. */
+/* Fails the test, printing the answer, unless r (the answer to GET pq) is a 200. */
+static inline void http_expect_200(const char *pq, const cp_http_result *r)
+{
+    if (r->status != 200)
+        fprintf(stderr, "GET %s: %d %.*s\n", pq, r->status, (int)r->body.len,
+                (char *)r->body.data);
+    CHECK_EQ(r->status, 200);
+}
+
+/* http_get_from() http://127.0.0.1:port with 30 s to answer. */
+static inline cp_http_result http_get(int port, const char *pq, const char *token)
+{
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    return http_get_from(url, pq, token, 30000);
+}
+
+/* http_get() that must answer 200; returns the body, which the caller frees. */
 static inline cp_buf http_get_ok(int port, const char *pq, const char *token)
 {
     cp_http_result r = http_get(port, pq, token);
-    if (r.status != 200)
-        fprintf(stderr, "GET %s: %d %.*s\n", pq, r.status, (int)r.body.len, (char *)r.body.data);
-    CHECK_EQ(r.status, 200);
+    http_expect_200(pq, &r);
     return r.body;
 }
 #endif

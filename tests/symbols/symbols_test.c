@@ -29,19 +29,12 @@ static int maps_have_libdw(pid_t pid, int wait)
     return strstr(buf, "libdw") != NULL;
 }
 
+/* GET that must answer 200, with 60 s to answer: a symbolized query can be slow on a loaded
+ * machine. */
 static cp_http_result get(const char *url, const char *pq, const char *token)
 {
-    cp_http_result r;
-    cp_err err = {0};
-    if (cp_http_get(url, pq, token, 60000, 0, &r, &err)) {
-        fprintf(stderr, "GET %s: %s\n", pq, err.msg);
-        CHECK(0);
-    }
-    if (r.status != 200)
-        fprintf(stderr, "GET %s: %d %.*s\n", pq, r.status, (int)r.body.len, (char *)r.body.data);
-    CHECK_EQ(r.status, 200);
-    CHECK(cp_buf_append(&r.body, "", 1) == 0);
-    r.body.len--;
+    cp_http_result r = http_get_from(url, pq, token, 60000);
+    http_expect_200(pq, &r);
     return r;
 }
 
