@@ -179,6 +179,21 @@ static inline int pprof_raw_totals(const char *files, int64_t *tot, int max)
 
 #define PROC_QUERY_API "query API on http://127.0.0.1:"
 
+/* In a child: execs contprofd of the build with args (NULL-terminated, at most 30); exits
+ * 127 if it cannot. */
+static inline _Noreturn void exec_contprofd(const char *const *args)
+{
+    char bin[512];
+    snprintf(bin, sizeof bin, "%s/query/contprofd", bindir());
+    const char *argv[32] = {bin};
+    int n = 1;
+    for (; args[n - 1] && n < 31; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    execv(bin, (char **)argv);
+    _exit(127);
+}
+
 typedef struct proc {
     pid_t pid;
     char log[600];
@@ -193,8 +208,6 @@ static inline void start_daemon_log(proc *p, const char *log, const char *const 
 {
     snprintf(p->log, sizeof p->log, "%s", log);
     unlink(p->log);
-    char bin[512];
-    snprintf(bin, sizeof bin, "%s/query/contprofd", bindir());
     fflush(NULL);
     p->pid = fork();
     CHECK(p->pid >= 0);
@@ -202,13 +215,7 @@ static inline void start_daemon_log(proc *p, const char *log, const char *const 
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed CHECK leaves no daemon behind */
         FILE *f = freopen(p->log, "w", stderr);
         if (f) dup2(2, 1);
-        const char *argv[32] = {bin};
-        int n = 1;
-        for (; args[n - 1] && n < 31; n++)
-            argv[n] = args[n - 1];
-        argv[n] = NULL;
-        execv(bin, (char **)argv);
-        _exit(127);
+        exec_contprofd(args);
     }
     static char buf[65536];
     for (int64_t end = mono_ns() + timeout_s * SEC; mono_ns() < end; usleep(20000)) {

@@ -25,19 +25,11 @@
  * status. */
 static int run_contprofd(const char *const *args, char *out, size_t len)
 {
-    char bin[512];
-    snprintf(bin, sizeof bin, "%s/query/contprofd", bindir());
     int rd;
     pid_t pid = fork_stdout_pipe(&rd);
     if (pid == 0) {
         dup2(1, 2);
-        const char *argv[32] = {bin};
-        int n = 1;
-        for (; args[n - 1] && n < 31; n++)
-            argv[n] = args[n - 1];
-        argv[n] = NULL;
-        execv(bin, (char **)argv);
-        _exit(127);
+        exec_contprofd(args);
     }
     int st = cp_test_collect(rd, pid, out, len);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
