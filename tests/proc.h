@@ -288,8 +288,7 @@ static inline cp_http_result http_get_from(const char *url, const char *pq, cons
 static inline void http_expect_200(const char *pq, const cp_http_result *r)
 {
     if (r->status != 200)
-        fprintf(stderr, "GET %s: %d %.*s\n", pq, r->status, (int)r->body.len,
-                (char *)r->body.data);
+        fprintf(stderr, "GET %s: %d %.*s\n", pq, r->status, (int)r->body.len, (char *)r->body.data);
     CHECK_EQ(r->status, 200);
 }
 

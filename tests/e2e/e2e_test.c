@@ -298,7 +298,8 @@ TEST(demo_through_the_whole_pipeline)
 
     /* Restart contprofd in the middle: stop it cleanly, let the agent produce at least two
      * windows into the broker meanwhile, start it again on the same data directory. */
-    while (mono_ns() - t_demo < 12 * SEC) usleep(100000);
+    while (mono_ns() - t_demo < 12 * SEC)
+        usleep(100000);
     kill(d.pid, SIGTERM);
     CHECK_EQ(wait_exit(d.pid, 30), 0);
     size_t at_stop = count_files(files);

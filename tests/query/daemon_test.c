@@ -135,9 +135,10 @@ TEST(embedded_broker_import_to_query)
     /* Ingest is asynchronous (and the first consumer-group join takes ~3 s). */
     int64_t got = -1;
     for (int i = 0; i < 300 && got != cp_profile_total(want, 1); i++) {
-        cp_http_result r = http_get(p.port, "/api/v1/profile?select=%7Bservice%3D%22gosvc%22%7D"
-                                       "&from=1764000000&to=1764000010&format=pprof",
-                               NULL);
+        cp_http_result r = http_get(p.port,
+                                    "/api/v1/profile?select=%7Bservice%3D%22gosvc%22%7D"
+                                    "&from=1764000000&to=1764000010&format=pprof",
+                                    NULL);
         CHECK_EQ(r.status, 200);
         cp_profile *q = NULL;
         CHECK(cp_pprof_decode(r.body.data, r.body.len, NULL, &q, NULL) == 0);
