@@ -16,6 +16,7 @@
 
 #include "pprof.h"
 #include "profile.h"
+#include "proc.h"
 #include "test.h"
 #include "pfiles.h"
 
@@ -38,15 +39,10 @@ static double now_s(void)
 /* Runs prog with args; env: NULL-terminated "K=V" strings added to the environment. */
 static void run_prog(const char *prog, const char *const *args, const char *const *env, run_res *r)
 {
-    int fd[2];
-    CHECK(pipe(fd) == 0);
     double t0 = now_s();
-    pid_t pid = fork();
-    CHECK(pid >= 0);
+    int rd;
+    pid_t pid = fork_stdout_pipe(&rd);
     if (pid == 0) {
-        dup2(fd[1], 1);
-        close(fd[0]);
-        close(fd[1]);
         unsetenv("LD_PRELOAD");
         for (int i = 0; env && env[i]; i++)
             putenv((char *)env[i]);
@@ -59,8 +55,7 @@ static void run_prog(const char *prog, const char *const *args, const char *cons
         execv(prog, argv);
         _exit(127);
     }
-    close(fd[1]);
-    r->status = cp_test_collect(fd[0], pid, r->out, sizeof(r->out));
+    r->status = cp_test_collect(rd, pid, r->out, sizeof(r->out));
     CHECK(r->status != -1);
     r->secs = now_s() - t0;
 }

@@ -10,26 +10,21 @@
 
 #include "cmd_run.h"
 #include "fake_contprofd.h"
+#include "proc.h"
 #include "test.h"
 
 /* Runs cp_cmd_run(argv) in a child with stdout captured into out. Returns the status. */
 static int run_cmd(char **argv, char *out, size_t cap)
 {
-    int fd[2];
-    CHECK(pipe(fd) == 0);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
+    int rd;
+    pid_t pid = fork_stdout_pipe(&rd);
     if (pid == 0) {
-        dup2(fd[1], 1);
-        close(fd[0]);
-        close(fd[1]);
         int argc = 0;
         while (argv[argc])
             argc++;
         _exit(cp_cmd_run(argc, argv));
     }
-    close(fd[1]);
-    int st = cp_test_collect(fd[0], pid, out, cap);
+    int st = cp_test_collect(rd, pid, out, cap);
     CHECK(st != -1);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }

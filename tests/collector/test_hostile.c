@@ -22,6 +22,7 @@
 
 #include "pfiles.h"
 #include "pprof.h"
+#include "proc.h"
 #include "profile.h"
 #include "test.h"
 
@@ -67,16 +68,11 @@ static void run(const char *const *argv, const char *const *env, res *r)
 {
     char errpath[400];
     snprintf(errpath, sizeof(errpath), "%s/stderr", g_dir);
-    int fd[2];
-    CHECK(pipe(fd) == 0);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
+    int rd;
+    pid_t pid = fork_stdout_pipe(&rd);
     if (pid == 0) {
-        dup2(fd[1], 1);
         int e = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (e >= 0) dup2(e, 2);
-        close(fd[0]);
-        close(fd[1]);
         if (e > 2) close(e);
         unsetenv("LD_PRELOAD");
         for (char **v = __environ; *v;)
@@ -92,8 +88,7 @@ static void run(const char *const *argv, const char *const *env, res *r)
         execv(argv[0], (char **)argv);
         _exit(127);
     }
-    close(fd[1]);
-    r->status = cp_test_collect(fd[0], pid, r->out, sizeof(r->out));
+    r->status = cp_test_collect(rd, pid, r->out, sizeof(r->out));
     CHECK(r->status != -1);
     cp_buf b = {0};
     r->err[0] = 0;

@@ -14,28 +14,15 @@
 #include "client.h"
 #include "envelope.h"
 #include "pprof.h"
-#include "test.h"
+#include "proc.h"
 
-#define SEC 1000000000LL
 #define CP_TOPIC_PROFILES_ "contprof.profiles"
 #define CP_TOPIC_DLQ_ "contprof.profiles.dlq"
 
-/* ---- processes and files ------------------------------------------------------------ */
+/* ---- processes and files (the generic helpers are in tests/proc.h) ------------------- */
 
-static const char *bindir(void)
-{
-    const char *b = getenv("CP_BINARY_DIR");
-    return b ? b : "build";
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static char *slurp(const char *path)
+/* The whole file at path, NUL-terminated and malloc'd; "" if it cannot be read. */
+static char *slurp_alloc(const char *path)
 {
     cp_buf b = {0};
     if (cp_read_file(path, &b)) return strdup("");
@@ -66,62 +53,25 @@ static void sh(const char *cmd)
 }
 
 typedef struct daemon {
-    pid_t pid;
-    int port;
-    char log[512], url[64];
+    proc p;
+    char url[64];
 } daemon_t;
-
-static daemon_t *g_daemon;
-static void kill_daemon(void)
-{
-    if (g_daemon && g_daemon->pid > 0) {
-        kill(g_daemon->pid, SIGKILL);
-        waitpid(g_daemon->pid, NULL, 0);
-    }
-}
 
 /* Starts contprofd with its embedded broker on dir/data and returns once its port is known
  * (the broker and the consumer may still be starting: that is the point). */
 static void daemon_start(daemon_t *d, const char *dir)
 {
-    char bin[512], data[512];
-    snprintf(bin, sizeof bin, "%s/query/contprofd", bindir());
+    char data[512], log[600];
     snprintf(data, sizeof data, "%s/data", dir);
-    snprintf(d->log, sizeof d->log, "%s/contprofd.log", dir);
-    fflush(NULL);
-    d->pid = fork();
-    CHECK(d->pid >= 0);
-    if (d->pid == 0) {
-        FILE *f = freopen(d->log, "w", stdout);
-        f = f ? freopen(d->log, "a", stderr) : NULL;
-        (void)f;
-        execl(bin, bin, "--data", data, "--http", "127.0.0.1:0", (char *)NULL);
-        _exit(127);
-    }
-    g_daemon = d;
-    atexit(kill_daemon);
-    const char *needle = "query API on http://127.0.0.1:";
-    for (double end = now_s() + 30; now_s() < end; usleep(10000)) {
-        char *log = slurp(d->log);
-        char *m = strstr(log, needle);
-        if (m) d->port = atoi(m + strlen(needle));
-        free(log);
-        if (d->port) {
-            snprintf(d->url, sizeof d->url, "http://127.0.0.1:%d", d->port);
-            return;
-        }
-    }
-    fprintf(stderr, "contprofd did not start:\n%s\n", slurp(d->log));
-    CHECK(0);
+    snprintf(log, sizeof log, "%s/contprofd.log", dir);
+    const char *args[] = {"--data", data, "--http", "127.0.0.1:0", NULL};
+    start_daemon_log(&d->p, log, args, 30);
+    snprintf(d->url, sizeof d->url, "http://127.0.0.1:%d", d->p.port);
 }
 
 static void daemon_stop(daemon_t *d)
 {
-    kill(d->pid, SIGTERM);
-    int st = 0;
-    CHECK(waitpid(d->pid, &st, 0) == d->pid);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    d->pid = 0;
+    CHECK_EQ(stop_daemon_within(&d->p, SIGTERM, 120), 0);
 }
 
 /* Runs `contprof import --server URL ARGS` (ARGS may hold shell globs); returns its exit
@@ -133,32 +83,16 @@ static int import(const daemon_t *d, const char *dir, const char *args, char **o
     snprintf(cmd, sizeof cmd, "'%s/query/contprof' import --server %s %s 2>'%s'", bindir(), d->url,
              args, err);
     int st = system(cmd);
-    *out = slurp(err);
+    *out = slurp_alloc(err);
     fprintf(stderr, "$ contprof import %s\n%s", args, *out);
     CHECK(WIFEXITED(st));
     return WEXITSTATUS(st);
 }
 
-static cp_buf get(const daemon_t *d, const char *pq)
-{
-    cp_http_result r;
-    cp_err err = {0};
-    if (cp_http_get(d->url, pq, NULL, 30000, 0, &r, &err)) {
-        fprintf(stderr, "GET %s: %s\n", pq, err.msg);
-        CHECK(0);
-    }
-    if (r.status != 200)
-        fprintf(stderr, "GET %s: %d %.*s\n", pq, r.status, (int)r.body.len, (char *)r.body.data);
-    CHECK_EQ(r.status, 200);
-    CHECK(cp_buf_append(&r.body, "", 1) == 0);
-    r.body.len--;
-    return r.body;
-}
-
 /* The value of one /metrics line ("name{labels}" exactly), or -1 when absent. */
 static long long metric(const daemon_t *d, const char *name)
 {
-    cp_buf b = get(d, "/metrics");
+    cp_buf b = http_get_ok(d->p.port, "/metrics", NULL);
     char key[256];
     snprintf(key, sizeof key, "\n%s ", name);
     const char *m = strstr((char *)b.data, key);
@@ -189,47 +123,13 @@ static cp_profile *query_cpu(const daemon_t *d, const char *svc)
              "/api/v1/profile?format=pprof&type=cpu&from=%lld&to=%lld&select=%%7Bservice%%3D%%22%s"
              "%%22%%7D",
              (long long)(now - 86400), (long long)(now + 60), svc);
-    cp_buf b = get(d, pq);
+    cp_buf b = http_get_ok(d->p.port, pq, NULL);
     cp_profile *p = NULL;
     cp_err err = {0};
     if (cp_pprof_decode(b.data, b.len, NULL, &p, &err)) fprintf(stderr, "%s\n", err.msg);
     CHECK(p);
     cp_buf_close(&b);
     return p;
-}
-
-/* Sums the value columns of `go tool pprof -raw FILES` (FILES may be a glob). */
-static int pprof_raw_totals(const char *files, int64_t *tot, int max)
-{
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "go tool pprof -raw %s 2>/dev/null", files);
-    FILE *f = popen(cmd, "r");
-    CHECK(f);
-    static char line[1 << 16];
-    int in_samples = 0, header = 0, ncols = 0, done = 0;
-    memset(tot, 0, sizeof(int64_t) * (size_t)max);
-    while (fgets(line, sizeof line, f)) {
-        if (!strncmp(line, "Samples:", 8)) {
-            in_samples = header = 1;
-            continue;
-        }
-        if (!strncmp(line, "Locations", 9)) done = 1; /* read on: go must not see EPIPE */
-        if (!in_samples || done) continue;
-        if (header) {
-            header = 0;
-            continue;
-        }
-        char *colon = strchr(line, ':');
-        if (!colon || strchr(line, '[')) continue;
-        *colon = 0;
-        int c = 0;
-        char *save = NULL;
-        for (char *t = strtok_r(line, " \t", &save); t && c < max; t = strtok_r(NULL, " \t", &save))
-            tot[c++] += strtoll(t, NULL, 10);
-        if (c > ncols) ncols = c;
-    }
-    CHECK(pclose(f) == 0);
-    return ncols;
 }
 
 static void genwindows(const char *dir, int n, const char *extra)
@@ -346,7 +246,7 @@ TEST(bad_message_too_large_for_the_dlq_goes_there_truncated)
     snprintf(args, sizeof args, "--service afterdlq '%s/w00000.pb.gz'", wdir);
     CHECK_EQ(import(&d, dir, args, &out), 0);
     free(out);
-    cp_buf b = get(&d, "/api/v1/ingest/offsets");
+    cp_buf b = http_get_ok(d.p.port, "/api/v1/ingest/offsets", NULL);
     const char *one = strstr((char *)b.data, ",\"stored\":1,");
     CHECK(one);
     while (one > (char *)b.data && strncmp(one, "{\"partition\":", 13))
@@ -355,8 +255,8 @@ TEST(bad_message_too_large_for_the_dlq_goes_there_truncated)
     cp_buf_close(&b);
     /* the broker contprofd hosts */
     char brokers[256] = "";
-    for (double end = now_s() + 20; !brokers[0] && now_s() < end; usleep(50000)) {
-        cp_buf b = get(&d, "/api/v1/brokers");
+    for (int64_t end = mono_ns() + 20 * SEC; !brokers[0] && mono_ns() < end; usleep(50000)) {
+        cp_buf b = http_get_ok(d.p.port, "/api/v1/brokers", NULL);
         const char *q = strstr((char *)b.data, "\"brokers\":\"");
         if (q) snprintf(brokers, sizeof brokers, "%.*s", (int)strcspn(q + 11, "\""), q + 11);
         cp_buf_close(&b);
@@ -383,7 +283,7 @@ TEST(bad_message_too_large_for_the_dlq_goes_there_truncated)
     CHECK_EQ(metric(&d, "contprof_ingest_dlq_total{reason=\"envelope\"}"), 1);
     CHECK_EQ(metric(&d, "contprof_ingest_dlq_truncated_total"), 1);
     /* the offsets endpoint says offset 1 of the partition is not stored, and why */
-    b = get(&d, "/api/v1/ingest/offsets");
+    b = http_get_ok(d.p.port, "/api/v1/ingest/offsets", NULL);
     char want[160];
     snprintf(want, sizeof want,
              "{\"partition\":%d,\"stored\":3,\"known_from\":0,\"lost\":0,"
@@ -398,7 +298,7 @@ TEST(bad_message_too_large_for_the_dlq_goes_there_truncated)
     CHECK(rd_kafka_assign(c, tl) == 0);
     rd_kafka_topic_partition_list_destroy(tl);
     rd_kafka_message_t *m = NULL;
-    for (double end = now_s() + 30; now_s() < end;) {
+    for (int64_t end = mono_ns() + 30 * SEC; mono_ns() < end;) {
         m = rd_kafka_consumer_poll(c, 500);
         if (m && !m->err) break;
         if (m) rd_kafka_message_destroy(m);
@@ -443,7 +343,7 @@ TEST(bad_message_too_large_for_the_dlq_goes_there_truncated)
     cp_buf_close(&pp);
     cp_buf_close(&enc);
     long long dw = -1;
-    for (double end = now_s() + 30; dw != 3 && now_s() < end; usleep(50000))
+    for (int64_t end = mono_ns() + 30 * SEC; dw != 3 && mono_ns() < end; usleep(50000))
         dw = metric(&d, "contprof_agent_dropped_windows_total{service=\"dropper\"}");
     CHECK_EQ(dw, 3);
     CHECK_EQ(metric(&d, "contprof_agent_dropped_samples_total{service=\"dropper\"}"), 7);
@@ -472,7 +372,7 @@ TEST(bad_message_too_large_for_the_dlq_goes_there_truncated)
     CHECK_CONTAINS(out, "0 of 1 window(s) from 1 file(s) stored");
     free(out);
     daemon_stop(&d);
-    char *log = slurp(d.log);
+    char *log = slurp_alloc(d.p.log);
     CHECK_CONTAINS(log, "a truncated copy (first 65536 bytes");
     free(log);
     rmtree(dir);
@@ -496,7 +396,7 @@ TEST(fire_and_forget_burst_loss_is_counted_and_logged)
     free(out);
     /* every window is accounted for: stored or counted as lost */
     long long stored = 0, lost = 0;
-    for (double end = now_s() + 60; now_s() < end; usleep(100000)) {
+    for (int64_t end = mono_ns() + 60 * SEC; mono_ns() < end; usleep(100000)) {
         stored = metric(&d, "contprof_ingest_windows_total");
         lost = lost_total(&d);
         if (stored + lost >= 360 && metric(&d, "contprof_ingest_consumer_lag") == 0) break;
@@ -504,7 +404,7 @@ TEST(fire_and_forget_burst_loss_is_counted_and_logged)
     fprintf(stderr, "stored %lld, lost %lld\n", stored, lost);
     CHECK_EQ(stored + lost, 360);
     CHECK(lost > 0);
-    char *log = slurp(d.log);
+    char *log = slurp_alloc(d.p.log);
     char line[160];
     /* one partition holds the series; which one depends on the key's hash */
     int found = 0;
@@ -519,7 +419,7 @@ TEST(fire_and_forget_burst_loss_is_counted_and_logged)
     CHECK(found);
     free(log);
     /* the last error says so too */
-    cp_buf b = get(&d, "/metrics");
+    cp_buf b = http_get_ok(d.p.port, "/metrics", NULL);
     CHECK_CONTAINS((char *)b.data, "contprof_ingest_last_error{error=\"contprof.profiles [");
     cp_buf_close(&b);
     daemon_stop(&d);

@@ -14,98 +14,12 @@
 #include "client.h"
 #include "envelope.h"
 #include "pprof.h"
-#include "test.h"
+#include "proc.h"
 
-#define SEC 1000000000LL
 #define DEMO_SECONDS 34 /* long enough for an inuse window >= 20 s after start */
 #define LATE_AFTER 6    /* batch-export starts then */
 
-/* ---- processes ----------------------------------------------------------------------- */
-
-static const char *bindir(void)
-{
-    const char *b = getenv("CP_BINARY_DIR");
-    return b ? b : "build";
-}
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * SEC + ts.tv_nsec;
-}
-
-static void slurp(const char *path, char *out, size_t len)
-{
-    out[0] = 0;
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    size_t n = fread(out, 1, len - 1, f);
-    out[n] = 0;
-    fclose(f);
-}
-
-/* Every process this test started, killed at exit if still running: a failed CHECK
- * leaves nothing behind. */
-static pid_t children[8];
-static int nchildren;
-
-static void kill_children(void)
-{
-    for (int i = 0; i < nchildren; i++)
-        if (children[i] > 0 && waitpid(children[i], NULL, WNOHANG) == 0) {
-            kill(children[i], SIGKILL);
-            waitpid(children[i], NULL, 0);
-        }
-}
-
-/* Starts argv with stdout and stderr appended to log. */
-static pid_t spawn(const char *const *argv, const char *log)
-{
-    fflush(NULL);
-    if (!nchildren) atexit(kill_children);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid > 0 && nchildren < 8) children[nchildren++] = pid;
-    if (pid == 0) {
-        FILE *f = freopen(log, "a", stdout);
-        f = f ? freopen(log, "a", stderr) : NULL;
-        (void)f;
-        execv(argv[0], (char **)argv);
-        _exit(127);
-    }
-    return pid;
-}
-
-/* Waits (at most timeout_s) for needle in log and returns the text after it. */
-static const char *wait_for_log(pid_t pid, const char *log, const char *needle, int timeout_s)
-{
-    static char buf[1 << 16];
-    for (int64_t end = now_ns() + timeout_s * SEC; now_ns() < end; usleep(20000)) {
-        slurp(log, buf, sizeof buf);
-        const char *m = strstr(buf, needle);
-        if (m) return m + strlen(needle);
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) break;
-    }
-    fprintf(stderr, "no \"%s\" in %s within %d s:\n%s\n", needle, log, timeout_s, buf);
-    CHECK(0);
-    return NULL;
-}
-
-/* Waits at most timeout_s for pid; returns its exit status (128+signal if killed). */
-static int wait_exit(pid_t pid, int timeout_s)
-{
-    int st = 0;
-    for (int64_t end = now_ns() + timeout_s * SEC; now_ns() < end; usleep(20000))
-        if (waitpid(pid, &st, WNOHANG) == pid)
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    kill(pid, SIGKILL);
-    waitpid(pid, &st, 0);
-    fprintf(stderr, "process %d did not exit within %d s\n", (int)pid, timeout_s);
-    CHECK(0);
-    return -1;
-}
+/* ---- processes (the generic helpers are in tests/proc.h) ------------------------------ */
 
 typedef struct daemon {
     pid_t pid;
@@ -129,7 +43,7 @@ static void daemon_start(daemon_t *d, const char *dir, const char *brokers)
     d->pid = spawn(argv, d->log);
     /* the log is appended to: look for the line after the last start marker */
     static char buf[1 << 16];
-    for (int64_t end = now_ns() + 30 * SEC; now_ns() < end; usleep(20000)) {
+    for (int64_t end = mono_ns() + 30 * SEC; mono_ns() < end; usleep(20000)) {
         slurp(d->log, buf, sizeof buf);
         char *start = buf, *m;
         while ((m = strstr(start + 1, "---- start"))) start = m;
@@ -149,25 +63,6 @@ static void fmt_time(int64_t ns, char *out, size_t len)
     snprintf(out, len, "%lld.%09lld", (long long)(ns / SEC), (long long)(ns % SEC));
 }
 
-static cp_buf get(int port, const char *pq)
-{
-    char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
-    cp_http_result r;
-    cp_err err = {0};
-    if (cp_http_get(url, pq, NULL, 30000, 0, &r, &err)) {
-        fprintf(stderr, "GET %s: %s\n", pq, err.msg);
-        CHECK(0);
-    }
-    if (r.status != 200) {
-        fprintf(stderr, "GET %s: %d %.*s\n", pq, r.status, (int)r.body.len, (char *)r.body.data);
-        CHECK(0);
-    }
-    CHECK(cp_buf_append(&r.body, "", 1) == 0); /* NUL-terminated for strstr */
-    r.body.len--;
-    return r.body;
-}
-
 /* The merged profile of [from, to) for selector sel, as pprof, decoded. */
 static cp_profile *query(int port, const char *type, const char *sel, int64_t from, int64_t to,
                          cp_buf *raw)
@@ -182,7 +77,7 @@ static cp_profile *query(int port, const char *type, const char *sel, int64_t fr
     CHECK(cp_buf_append(&pq, head, strlen(head)) == 0);
     CHECK(cp_url_encode(&pq, sel) == 0);
     CHECK(cp_buf_append(&pq, "", 1) == 0);
-    cp_buf body = get(port, (char *)pq.data);
+    cp_buf body = http_get_ok(port, (char *)pq.data, NULL);
     cp_buf_close(&pq);
     cp_profile *p = NULL;
     cp_err err = {0};
@@ -387,14 +282,14 @@ TEST(demo_through_the_whole_pipeline)
     const char *aargv[] = {cbin, "run", "--brokers", brokers, "--service", "e2e", "--window", "2s",
                            "--output-dir", files, "--", dbin, "--duration", dur, "--late-after",
                            late, NULL};
-    int64_t t_demo = now_ns();
+    int64_t t_demo = mono_ns();
     pid_t demo = spawn(aargv, alog);
 
     /* The first profiles become queryable. */
     int64_t t_first = 0;
-    for (int64_t end = now_ns() + 30 * SEC; now_ns() < end && !t_first; usleep(200000)) {
-        cp_buf b = get(d.port, "/api/v1/series?from=-10m&to=now");
-        if (strstr((char *)b.data, "\"service\":\"e2e\"")) t_first = now_ns();
+    for (int64_t end = mono_ns() + 30 * SEC; mono_ns() < end && !t_first; usleep(200000)) {
+        cp_buf b = http_get_ok(d.port, "/api/v1/series?from=-10m&to=now", NULL);
+        if (strstr((char *)b.data, "\"service\":\"e2e\"")) t_first = mono_ns();
         cp_buf_close(&b);
     }
     CHECK(t_first);
@@ -403,11 +298,12 @@ TEST(demo_through_the_whole_pipeline)
 
     /* Restart contprofd in the middle: stop it cleanly, let the agent produce at least two
      * windows into the broker meanwhile, start it again on the same data directory. */
-    while (now_ns() - t_demo < 12 * SEC) usleep(100000);
+    while (mono_ns() - t_demo < 12 * SEC)
+        usleep(100000);
     kill(d.pid, SIGTERM);
     CHECK_EQ(wait_exit(d.pid, 30), 0);
     size_t at_stop = count_files(files);
-    for (int64_t end = now_ns() + 20 * SEC; now_ns() < end; usleep(100000))
+    for (int64_t end = mono_ns() + 20 * SEC; mono_ns() < end; usleep(100000))
         if (count_files(files) >= at_stop + 2 * 3) break; /* 2 windows x 3 kinds */
     CHECK(count_files(files) >= at_stop + 6);
     daemon_start(&d, dir, brokers);
@@ -425,7 +321,7 @@ TEST(demo_through_the_whole_pipeline)
      * (polled: bounded, because ingest of the last windows may still be under way). */
     int64_t want_cpu, want_samples, store_cpu = -1;
     truth_sum(&t, CP_KIND_CPU, from, to, &want_samples, &want_cpu);
-    for (int64_t end = now_ns() + 30 * SEC; now_ns() < end; usleep(250000)) {
+    for (int64_t end = mono_ns() + 30 * SEC; mono_ns() < end; usleep(250000)) {
         cp_profile *p = query(d.port, "cpu", svc, from, to, NULL);
         store_cpu = total_of(p, "cpu");
         cp_profile_destroy(p);
@@ -578,7 +474,7 @@ TEST(rerun_with_the_embedded_broker_loses_nothing)
         truth_sum(&t, CP_KIND_CPU, t.first_start, t.last_end, &want_samples, &want_cpu);
         char sel[128];
         snprintf(sel, sizeof sel, "{service=\"rerun\",instance=~\".*:%d\"}", (int)demo);
-        for (int64_t end = now_ns() + 30 * SEC; now_ns() < end; usleep(250000)) {
+        for (int64_t end = mono_ns() + 30 * SEC; mono_ns() < end; usleep(250000)) {
             cp_profile *p = query(d.port, "cpu", sel, t.first_start, t.last_end, NULL);
             got = total_of(p, "cpu");
             cp_profile_destroy(p);
@@ -606,7 +502,7 @@ TEST(rerun_with_the_embedded_broker_loses_nothing)
 /* The body of GET pq, NUL-terminated. */
 static char *get_text(int port, const char *pq)
 {
-    cp_buf b = get(port, pq);
+    cp_buf b = http_get_ok(port, pq, NULL);
     return (char *)b.data;
 }
 
@@ -820,7 +716,7 @@ TEST(fleet_of_one_stripped_binary_merges)
     }
     const char *all = "{service=\"fleet\"}";
     int64_t got = -1;
-    for (int64_t end = now_ns() + 60 * SEC; now_ns() < end && got != want; usleep(250000)) {
+    for (int64_t end = mono_ns() + 60 * SEC; mono_ns() < end && got != want; usleep(250000)) {
         cp_profile *p = query(d.port, "cpu", all, from, to, NULL);
         got = total_of(p, "cpu");
         cp_profile_destroy(p);
@@ -911,7 +807,7 @@ TEST(fleet_of_one_stripped_binary_merges)
         CHECK(cp_buf_append(&full, head, strlen(head)) == 0);
         CHECK(cp_url_encode(&full, sel[0]) == 0);
         CHECK(cp_buf_append(&full, "", 1) == 0);
-        cp_buf raw = get(d.port, (char *)full.data);
+        cp_buf raw = http_get_ok(d.port, (char *)full.data, NULL);
         char path[700];
         snprintf(path, sizeof path, "%s/diff.pb.gz", dir);
         FILE *f = fopen(path, "wb");
@@ -980,7 +876,7 @@ TEST(agent_signs_for_its_tenant)
     const char *argv[] = {bin, "--config", conf, "--data", data, "--http", "127.0.0.1:0", NULL};
     d.pid = spawn(argv, d.log);
     static char buf[1 << 16];
-    for (int64_t end = now_ns() + 30 * SEC; now_ns() < end && !d.port; usleep(20000)) {
+    for (int64_t end = mono_ns() + 30 * SEC; mono_ns() < end && !d.port; usleep(20000)) {
         slurp(d.log, buf, sizeof buf);
         char *m = strstr(buf, "query API on http://127.0.0.1:");
         if (m) d.port = atoi(m + strlen("query API on http://127.0.0.1:"));
@@ -999,7 +895,7 @@ TEST(agent_signs_for_its_tenant)
         CHECK_EQ(wait_exit(demo, 60), 0);
     }
     int ok = 0;
-    for (int64_t end = now_ns() + 60 * SEC; now_ns() < end && !ok; usleep(250000)) {
+    for (int64_t end = mono_ns() + 60 * SEC; mono_ns() < end && !ok; usleep(250000)) {
         cp_http_result r;
         cp_err err = {0};
         CHECK(cp_http_get(url, "/metrics", "alpha-secret-1", 30000, 0, &r, &err) == 0);

@@ -148,4 +148,16 @@ static inline void wait_messages(cp_ingest *in, uint64_t n, double secs)
     }
 }
 
+/* Opens the store at dir with default options; fails the test (printing why) if it cannot. */
+static inline cp_store *open_store(const char *dir)
+{
+    cp_store_options o = {.path = dir};
+    cp_store *s = NULL;
+    cp_err err = {0};
+    int rc = cp_store_open(&o, &s, &err);
+    if (rc) fprintf(stderr, "open: %s\n", err.msg);
+    CHECK_EQ(rc, 0);
+    return s;
+}
+
 #endif

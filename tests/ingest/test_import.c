@@ -9,41 +9,7 @@
 
 #include "import.h"
 #include "ingest_util.h"
-
-/* Sums every value column of `go tool pprof -raw file`. Returns the number of columns. */
-static int pprof_raw_totals(const char *file, int64_t *tot, int max)
-{
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "go tool pprof -raw '%s' 2>/dev/null", file);
-    FILE *f = popen(cmd, "r");
-    CHECK(f);
-    char line[8192];
-    int in_samples = 0, header = 0, ncols = 0;
-    memset(tot, 0, sizeof(int64_t) * (size_t)max);
-    while (fgets(line, sizeof line, f)) {
-        if (!strncmp(line, "Samples:", 8)) {
-            in_samples = 1;
-            header = 1;
-            continue;
-        }
-        if (!in_samples) continue;
-        if (!strncmp(line, "Locations", 9)) break;
-        if (header) {
-            header = 0;
-            continue;
-        }
-        char *colon = strchr(line, ':');
-        if (!colon || strchr(line, '[')) continue;
-        *colon = 0;
-        int c = 0;
-        char *save = NULL;
-        for (char *t = strtok_r(line, " \t", &save); t && c < max; t = strtok_r(NULL, " \t", &save))
-            tot[c++] += strtoll(t, NULL, 10);
-        if (c > ncols) ncols = c;
-    }
-    CHECK(pclose(f) == 0);
-    return ncols;
-}
+#include "proc.h"
 
 static int64_t qtotal(cp_store *s, cp_kind kind, int col)
 {
@@ -140,12 +106,15 @@ TEST(go_profiles_round_trip)
     cp_ingest_destroy(in);
 
     int64_t want[8];
-    CHECK_EQ(pprof_raw_totals(cpu, want, 8), 2);
+    char quoted[700];
+    snprintf(quoted, sizeof quoted, "'%s'", cpu);
+    CHECK_EQ(pprof_raw_totals(quoted, want, 8), 2);
     CHECK(want[0] > 0);
     CHECK_EQ(qtotal(s, CP_KIND_CPU, 0), want[0]);
     CHECK_EQ(qtotal(s, CP_KIND_CPU, 1), want[1]);
     int64_t want_cpu = want[1];
-    CHECK_EQ(pprof_raw_totals(heap, want, 8), 4);
+    snprintf(quoted, sizeof quoted, "'%s'", heap);
+    CHECK_EQ(pprof_raw_totals(quoted, want, 8), 4);
     CHECK(want[3] > 0); /* the start-up allocations are still in use */
     CHECK_EQ(qtotal(s, CP_KIND_ALLOC, 0), want[0]);
     CHECK_EQ(qtotal(s, CP_KIND_ALLOC, 1), want[1]);

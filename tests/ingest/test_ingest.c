@@ -19,17 +19,6 @@ static const char *start_broker(void)
     return cp_broker_bootstraps(broker);
 }
 
-static cp_store *open_store(const char *dir)
-{
-    cp_store_options o = {.path = dir};
-    cp_store *s = NULL;
-    cp_err err = {0};
-    int rc = cp_store_open(&o, &s, &err);
-    if (rc) fprintf(stderr, "open: %s\n", err.msg);
-    CHECK_EQ(rc, 0);
-    return s;
-}
-
 static int64_t total(cp_store *s, const char *tenant, cp_kind kind, int col)
 {
     cp_profile *p = NULL;

@@ -6,17 +6,6 @@
 
 #define WIN (10 * SEC)
 
-static cp_store *open_store(const char *dir)
-{
-    cp_store_options o = {.path = dir};
-    cp_store *s = NULL;
-    cp_err err = {0};
-    int rc = cp_store_open(&o, &s, &err);
-    if (rc) fprintf(stderr, "open: %s\n", err.msg);
-    CHECK_EQ(rc, 0);
-    return s;
-}
-
 /* Produces window i of the series "service=loss" (so always the same partition). */
 static void produce_window(rd_kafka_t *rk, int i)
 {

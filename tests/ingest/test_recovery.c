@@ -12,129 +12,27 @@
 
 #include "client.h"
 #include "ingest_util.h"
+#include "proc.h"
 #include "store.h"
 
 #define WIN (10 * SEC)
 
 /* ---------------------------------------------------------------------------------
- * Helpers: the daemon, HTTP, files
+ * Helpers: the daemon, HTTP, files (the process helpers are in tests/proc.h)
  * --------------------------------------------------------------------------------- */
-
-static const char *bindir(void)
-{
-    const char *b = getenv("CP_BINARY_DIR");
-    return b ? b : "build";
-}
-
-static void slurp(const char *path, char *out, size_t len)
-{
-    out[0] = 0;
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    size_t n = fread(out, 1, len - 1, f);
-    out[n] = 0;
-    fclose(f);
-}
-
-typedef struct proc {
-    pid_t pid;
-    char log[600];
-    int port;
-} proc;
-
-/* Starts contprofd with args (NULL-terminated), stderr to log; waits for its port. */
-static void start_daemon(proc *p, const char *log, const char *const *args)
-{
-    snprintf(p->log, sizeof p->log, "%s", log);
-    char bin[512];
-    snprintf(bin, sizeof bin, "%s/query/contprofd", bindir());
-    p->pid = fork();
-    CHECK(p->pid >= 0);
-    if (p->pid == 0) {
-        FILE *f = freopen(p->log, "w", stderr);
-        (void)f;
-        const char *argv[32] = {bin};
-        int n = 1;
-        for (; args[n - 1] && n < 31; n++)
-            argv[n] = args[n - 1];
-        argv[n] = NULL;
-        execv(bin, (char **)argv);
-        _exit(127);
-    }
-    static char buf[65536];
-    for (int i = 0; i < 1500; i++) {
-        slurp(p->log, buf, sizeof buf);
-        const char *m = strstr(buf, "query API on http://127.0.0.1:");
-        if (m) {
-            p->port = atoi(m + strlen("query API on http://127.0.0.1:"));
-            return;
-        }
-        int st;
-        if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
-            fprintf(stderr, "contprofd exited early:\n%s\n", buf);
-            CHECK(0);
-        }
-        usleep(20000);
-    }
-    fprintf(stderr, "contprofd did not start:\n%s\n", buf);
-    CHECK(0);
-}
-
-static int stop_daemon(proc *p)
-{
-    kill(p->pid, SIGTERM);
-    int st = 0;
-    for (int i = 0; i < 3000; i++) {
-        if (waitpid(p->pid, &st, WNOHANG) == p->pid)
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        usleep(10000);
-    }
-    kill(p->pid, SIGKILL);
-    waitpid(p->pid, &st, 0);
-    CHECK(!"contprofd did not stop within 30 s");
-    return -1;
-}
 
 /* Runs contprofd with args to completion; its stdout and stderr into out. Returns the exit
  * status. */
 static int run_contprofd(const char *const *args, char *out, size_t len)
 {
-    char bin[512];
-    snprintf(bin, sizeof bin, "%s/query/contprofd", bindir());
-    int fd[2];
-    CHECK(pipe(fd) == 0);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
+    int rd;
+    pid_t pid = fork_stdout_pipe(&rd);
     if (pid == 0) {
-        dup2(fd[1], 1);
-        dup2(fd[1], 2);
-        close(fd[0]);
-        close(fd[1]);
-        const char *argv[32] = {bin};
-        int n = 1;
-        for (; args[n - 1] && n < 31; n++)
-            argv[n] = args[n - 1];
-        argv[n] = NULL;
-        execv(bin, (char **)argv);
-        _exit(127);
+        dup2(1, 2);
+        exec_contprofd(args);
     }
-    close(fd[1]);
-    int st = cp_test_collect(fd[0], pid, out, len);
+    int st = cp_test_collect(rd, pid, out, len);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static cp_http_result get(int port, const char *pq)
-{
-    char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
-    cp_http_result r;
-    cp_err err = {0};
-    int rc = cp_http_get(url, pq, NULL, 30000, 0, &r, &err);
-    if (rc) fprintf(stderr, "GET %s: %s\n", pq, err.msg);
-    CHECK(rc == 0);
-    cp_buf_append(&r.body, "", 1);
-    r.body.len--;
-    return r;
 }
 
 /* The total of sample type 0 of a query through the daemon; -1 if it is not answered. */
@@ -144,7 +42,7 @@ static int64_t http_total(int port, const char *service, int64_t from, int64_t t
     snprintf(pq, sizeof pq,
              "/api/v1/profile?format=pprof&select=%%7Bservice%%3D%%22%s%%22%%7D&from=%lld&to=%lld",
              service, (long long)(from / SEC), (long long)(to / SEC));
-    cp_http_result r = get(port, pq);
+    cp_http_result r = http_get(port, pq, NULL);
     int64_t t = -1;
     cp_profile *q = NULL;
     if (r.status == 200 && cp_pprof_decode(r.body.data, r.body.len, NULL, &q, NULL) == 0) {
@@ -267,12 +165,7 @@ static int64_t store_total(cp_store *s, const char *svc, int64_t from, int64_t t
  * bucket equals its windows. Returns that total. */
 static int64_t check_consistent(const char *dir, const char *svc, int n)
 {
-    cp_store_options o = {.path = dir};
-    cp_store *s = NULL;
-    cp_err err = {0};
-    int rc = cp_store_open(&o, &s, &err);
-    if (rc) fprintf(stderr, "open: %s\n", err.msg);
-    CHECK_EQ(rc, 0);
+    cp_store *s = open_store(dir);
     int64_t h = T0 - T0 % (3600 * SEC), sum = 0;
     for (int i = 0; i < n; i++)
         sum += store_total(s, svc, T0 + i * WIN, T0 + (i + 1) * WIN);
@@ -365,13 +258,13 @@ TEST(wal_truncated_reported)
     const char *args[] = {"--data",    orig,          "--http", "127.0.0.1:0",
                           "--brokers", "127.0.0.1:9", NULL};
     proc p = {0};
-    start_daemon(&p, plog, args);
+    start_daemon_log(&p, plog, args, 30);
     /* no repair under a running daemon */
     char out[4096];
     const char *rargs[] = {"--repair", "--data", orig, NULL};
     CHECK_EQ(run_contprofd(rargs, out, sizeof out), 1);
     CHECK_CONTAINS(out, "is open in another process");
-    CHECK_EQ(stop_daemon(&p), 0);
+    CHECK_EQ(stop_daemon_within(&p, SIGTERM, 30), 0);
     static char log[65536];
     slurp(plog, log, sizeof log);
     CHECK_CONTAINS(log, "ends inside a write: its last ");
@@ -577,7 +470,7 @@ static int wait_status(int port, int status, double secs, char *body, size_t len
 {
     double end = now_s() + secs;
     for (;;) {
-        cp_http_result r = get(port, "/healthz");
+        cp_http_result r = http_get(port, "/healthz", NULL);
         int st = r.status;
         snprintf(body, len, "%s", (char *)r.body.data);
         cp_buf_close(&r.body);
@@ -607,8 +500,8 @@ TEST(disk_full_pauses_and_resumes)
     fclose(cf);
     const char *args[] = {"--config", conf, "--data", store, "--http", "127.0.0.1:0", NULL};
     proc p = {0};
-    start_daemon(&p, plog, args);
-    cp_http_result r = get(p.port, "/api/v1/brokers");
+    start_daemon_log(&p, plog, args, 30);
+    cp_http_result r = http_get(p.port, "/api/v1/brokers", NULL);
     CHECK_EQ(r.status, 200);
     char brokers[256] = {0};
     CHECK(sscanf((char *)r.body.data, "{\"brokers\":\"%255[^\"]\"}", brokers) == 1);
@@ -651,12 +544,12 @@ TEST(disk_full_pauses_and_resumes)
     /* it stays paused while the disk is full, retrying: every reopen fails too */
     double until = now_s() + 3;
     while (now_s() < until) {
-        r = get(p.port, "/healthz");
+        r = http_get(p.port, "/healthz", NULL);
         CHECK_EQ(r.status, 503);
         cp_buf_close(&r.body);
         usleep(200000);
     }
-    r = get(p.port, "/metrics");
+    r = http_get(p.port, "/metrics", NULL);
     CHECK_CONTAINS((char *)r.body.data, "contprof_ingest_paused 1\n");
     const char *se = strstr((char *)r.body.data, "\ncontprof_ingest_store_errors_total ");
     CHECK(se);
@@ -683,10 +576,10 @@ TEST(disk_full_pauses_and_resumes)
                  cp_profile_total(pr, 0));
         cp_profile_destroy(pr);
     }
-    r = get(p.port, "/metrics");
+    r = http_get(p.port, "/metrics", NULL);
     CHECK_CONTAINS((char *)r.body.data, "contprof_ingest_paused 0\n");
     cp_buf_close(&r.body);
-    CHECK_EQ(stop_daemon(&p), 0);
+    CHECK_EQ(stop_daemon_within(&p, SIGTERM, 30), 0);
     static char log[65536];
     slurp(plog, log, sizeof log);
     CHECK_CONTAINS(log, "ingest paused, nothing is lost");

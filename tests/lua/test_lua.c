@@ -13,6 +13,7 @@
 
 #include "pprof.h"
 #include "profile.h"
+#include "proc.h"
 #include "test.h"
 #include "pfiles.h"
 
@@ -46,14 +47,9 @@ static void remove_dir(void)
  * ("K=V" strings); the agent writes into g_dir. */
 static void run_host(const char *const *args, const char *const *env, run_res *r)
 {
-    int fd[2];
-    CHECK(pipe(fd) == 0);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
+    int rd;
+    pid_t pid = fork_stdout_pipe(&rd);
     if (pid == 0) {
-        dup2(fd[1], 1);
-        close(fd[0]);
-        close(fd[1]);
         if (chdir(CP_LUA_TESTS) != 0) _exit(126);
         char dir[300];
         snprintf(dir, sizeof(dir), "CONTPROF_OUTPUT_DIR=%s", g_dir);
@@ -70,8 +66,7 @@ static void run_host(const char *const *args, const char *const *env, run_res *r
         execv(CP_LUA_HOST, argv);
         _exit(127);
     }
-    close(fd[1]);
-    r->status = cp_test_collect(fd[0], pid, r->out, sizeof(r->out));
+    r->status = cp_test_collect(rd, pid, r->out, sizeof(r->out));
     CHECK(r->status != -1);
     fputs(r->out, stdout);
     CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);

@@ -6,7 +6,7 @@
  * contprof binary, e.g. an older build to capture its JSON). */
 #include <time.h>
 
-#include "daemon.h"
+#include "proc.h"
 #include "fixture.h"
 #include "qtest.h"
 

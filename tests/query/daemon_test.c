@@ -9,24 +9,10 @@
 #include "pprof.h"
 #include "fixture.h"
 #include "qtest.h"
-#include "daemon.h"
+#include "proc.h"
 
 #define S(x) ((int64_t)(x) * 1000000000LL)
 static const int64_t T0 = 1764000000;
-
-static cp_http_result get(int port, const char *pq, const char *token)
-{
-    char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
-    cp_http_result r;
-    cp_err err = {0};
-    int rc = cp_http_get(url, pq, token, 30000, 0, &r, &err);
-    if (rc) fprintf(stderr, "GET %s: %s\n", pq, err.msg);
-    CHECK(rc == 0);
-    cp_buf_append(&r.body, "", 1);
-    r.body.len--;
-    return r;
-}
 
 /* Runs contprofd to completion (for start-up errors); returns the status and the log. */
 static int run_daemon(const char *dir, const char *const *args, char *log, size_t len)
@@ -81,24 +67,24 @@ TEST(serves_a_store_and_stops_cleanly)
     start_daemon(&p, "/tmp", args);
     /* queries are answered from the store, but with no reachable broker ingest is not
      * ready, and /healthz says so */
-    cp_http_result r = get(p.port, "/healthz", NULL);
+    cp_http_result r = http_get(p.port, "/healthz", NULL);
     CHECK_EQ(r.status, 503);
     CHECK_CONTAINS((char *)r.body.data, "\"status\":\"starting\"");
     cp_buf_close(&r.body);
     char pq[256];
     snprintf(pq, sizeof pq, "/api/v1/profile?format=folded&sample_type=samples&from=%lld&to=%lld",
              (long long)T0, (long long)T0 + 3600);
-    r = get(p.port, pq, NULL);
+    r = http_get(p.port, pq, NULL);
     CHECK_EQ(r.status, 200);
     CHECK_STREQ((char *)r.body.data, "main;work 120\n");
     cp_buf_close(&r.body);
-    r = get(p.port, "/api/v1/profile?from=-60d", NULL);
+    r = http_get(p.port, "/api/v1/profile?from=-60d", NULL);
     CHECK_EQ(r.status, 400); /* query.max_range from the config */
     cp_buf_close(&r.body);
-    r = get(p.port, "/api/v1/brokers", NULL);
+    r = http_get(p.port, "/api/v1/brokers", NULL);
     CHECK_STREQ((char *)r.body.data, "{\"brokers\":\"127.0.0.1:9\"}\n");
     cp_buf_close(&r.body);
-    r = get(p.port, "/metrics", NULL);
+    r = http_get(p.port, "/metrics", NULL);
     CHECK_CONTAINS((char *)r.body.data, "contprof_store_series 1\n");
     CHECK_CONTAINS((char *)r.body.data, "contprof_query_duration_seconds_count{endpoint=\"profile\"} 2\n");
     cp_buf_close(&r.body);
@@ -108,7 +94,7 @@ TEST(serves_a_store_and_stops_cleanly)
     CHECK_CONTAINS(log, "stopped cleanly");
     /* The store was closed properly: it opens again, and SIGINT stops it too. */
     start_daemon(&p, "/tmp", args);
-    r = get(p.port, pq, NULL);
+    r = http_get(p.port, pq, NULL);
     CHECK_STREQ((char *)r.body.data, "main;work 120\n");
     cp_buf_close(&r.body);
     CHECK_EQ(stop_daemon(&p, SIGINT), 0);
@@ -149,9 +135,10 @@ TEST(embedded_broker_import_to_query)
     /* Ingest is asynchronous (and the first consumer-group join takes ~3 s). */
     int64_t got = -1;
     for (int i = 0; i < 300 && got != cp_profile_total(want, 1); i++) {
-        cp_http_result r = get(p.port, "/api/v1/profile?select=%7Bservice%3D%22gosvc%22%7D"
-                                       "&from=1764000000&to=1764000010&format=pprof",
-                               NULL);
+        cp_http_result r = http_get(p.port,
+                                    "/api/v1/profile?select=%7Bservice%3D%22gosvc%22%7D"
+                                    "&from=1764000000&to=1764000010&format=pprof",
+                                    NULL);
         CHECK_EQ(r.status, 200);
         cp_profile *q = NULL;
         CHECK(cp_pprof_decode(r.body.data, r.body.len, NULL, &q, NULL) == 0);
@@ -162,7 +149,7 @@ TEST(embedded_broker_import_to_query)
     }
     CHECK_EQ(got, cp_profile_total(want, 1));
     cp_profile_destroy(want);
-    cp_http_result r = get(p.port, "/metrics", NULL);
+    cp_http_result r = http_get(p.port, "/metrics", NULL);
     CHECK_CONTAINS((char *)r.body.data, "contprof_ingest_windows_total 1\n");
     CHECK_CONTAINS((char *)r.body.data, "contprof_ingest_dlq_total{reason=\"pprof\"} 0\n");
     cp_buf_close(&r.body);
@@ -202,7 +189,7 @@ TEST(tenant_binding_of_imports)
     CHECK(system(cmd) != 0);
     snprintf(cmd, sizeof cmd, imp, bindir(), p.port, "--service nobroker", file);
     CHECK(system(cmd) != 0); /* no token: contprofd does not say where Kafka is */
-    cp_http_result r = get(p.port, "/api/v1/brokers", "beta-secret-2");
+    cp_http_result r = http_get(p.port, "/api/v1/brokers", "beta-secret-2");
     CHECK_EQ(r.status, 200);
     char brokers[256] = "";
     const char *q = strstr((char *)r.body.data, "\"brokers\":\"");
@@ -216,7 +203,7 @@ TEST(tenant_binding_of_imports)
     CHECK(system(cmd) == 0);
     int ok = 0;
     for (int i = 0; i < 600 && !ok; i++) {
-        r = get(p.port, "/metrics", "alpha-secret-1");
+        r = http_get(p.port, "/metrics", "alpha-secret-1");
         CHECK_EQ(r.status, 200);
         ok = strstr((char *)r.body.data, "contprof_ingest_windows_total 1\n") &&
              strstr((char *)r.body.data, "contprof_ingest_dlq_total{reason=\"tenant\"} 2\n");
@@ -224,7 +211,7 @@ TEST(tenant_binding_of_imports)
         if (!ok) usleep(50000);
     }
     CHECK(ok);
-    r = get(p.port, "/api/v1/series", "alpha-secret-1");
+    r = http_get(p.port, "/api/v1/series", "alpha-secret-1");
     CHECK_EQ(r.status, 200);
     CHECK_CONTAINS((char *)r.body.data, "\"service\":\"good\"");
     CHECK(strstr((char *)r.body.data, "forged") == NULL);
@@ -248,10 +235,10 @@ TEST(tokens_from_config)
     const char *args[] = {"--config", conf, "--data", store, NULL};
     proc p = {0};
     start_daemon(&p, dir, args);
-    cp_http_result r = get(p.port, "/api/v1/labels", NULL);
+    cp_http_result r = http_get(p.port, "/api/v1/labels", NULL);
     CHECK_EQ(r.status, 401);
     cp_buf_close(&r.body);
-    r = get(p.port, "/api/v1/labels", "alpha-secret-1");
+    r = http_get(p.port, "/api/v1/labels", "alpha-secret-1");
     CHECK_EQ(r.status, 200);
     CHECK_STREQ((char *)r.body.data, "{\"labels\":[]}\n");
     cp_buf_close(&r.body);

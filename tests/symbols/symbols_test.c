@@ -11,75 +11,7 @@
 
 #include "client.h"
 #include "pprof.h"
-#include "test.h"
-
-#define SEC 1000000000LL
-
-static const char *bindir(void)
-{
-    const char *b = getenv("CP_BINARY_DIR");
-    return b ? b : "build";
-}
-
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * SEC + ts.tv_nsec;
-}
-
-static void slurp(const char *path, char *out, size_t len)
-{
-    out[0] = 0;
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    size_t n = fread(out, 1, len - 1, f);
-    out[n] = 0;
-    fclose(f);
-}
-
-static pid_t children[8];
-static int nchildren;
-
-static void kill_children(void)
-{
-    for (int i = 0; i < nchildren; i++)
-        if (children[i] > 0 && waitpid(children[i], NULL, WNOHANG) == 0) {
-            kill(children[i], SIGKILL);
-            waitpid(children[i], NULL, 0);
-        }
-}
-
-/* Starts argv with stdout and stderr appended to log. */
-static pid_t spawn(const char *const *argv, const char *log)
-{
-    fflush(NULL);
-    if (!nchildren) atexit(kill_children);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid > 0 && nchildren < 8) children[nchildren++] = pid;
-    if (pid == 0) {
-        FILE *f = freopen(log, "a", stdout);
-        f = f ? freopen(log, "a", stderr) : NULL;
-        (void)f;
-        execv(argv[0], (char **)argv);
-        _exit(127);
-    }
-    return pid;
-}
-
-static int wait_exit(pid_t pid, int timeout_s)
-{
-    int st = 0;
-    for (int64_t end = mono_ns() + timeout_s * SEC; mono_ns() < end; usleep(20000))
-        if (waitpid(pid, &st, WNOHANG) == pid)
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    kill(pid, SIGKILL);
-    waitpid(pid, &st, 0);
-    fprintf(stderr, "process %d did not exit within %d s\n", (int)pid, timeout_s);
-    CHECK(0);
-    return -1;
-}
+#include "proc.h"
 
 /* Whether the maps of pid (`contprof run` execs the program: same pid) name libdw; waits
  * first until they name the agent. */
@@ -97,19 +29,12 @@ static int maps_have_libdw(pid_t pid, int wait)
     return strstr(buf, "libdw") != NULL;
 }
 
+/* GET that must answer 200, with 60 s to answer: a symbolized query can be slow on a loaded
+ * machine. */
 static cp_http_result get(const char *url, const char *pq, const char *token)
 {
-    cp_http_result r;
-    cp_err err = {0};
-    if (cp_http_get(url, pq, token, 60000, 0, &r, &err)) {
-        fprintf(stderr, "GET %s: %s\n", pq, err.msg);
-        CHECK(0);
-    }
-    if (r.status != 200)
-        fprintf(stderr, "GET %s: %d %.*s\n", pq, r.status, (int)r.body.len, (char *)r.body.data);
-    CHECK_EQ(r.status, 200);
-    CHECK(cp_buf_append(&r.body, "", 1) == 0);
-    r.body.len--;
+    cp_http_result r = http_get_from(url, pq, token, 60000);
+    http_expect_200(pq, &r);
     return r;
 }
 
@@ -198,14 +123,7 @@ TEST(stripped_program_named_after_upload_per_tenant)
     snprintf(stripped, sizeof stripped, "%s/tests/symbols/symprog-stripped", bindir());
     const char *dargv[] = {dbin, "--config", conf, NULL};
     pid_t d = spawn(dargv, dlog);
-    int port = 0;
-    static char buf[1 << 16];
-    for (int64_t end = mono_ns() + 30 * SEC; mono_ns() < end && !port; usleep(20000)) {
-        slurp(dlog, buf, sizeof buf);
-        const char *m = strstr(buf, "query API on http://127.0.0.1:");
-        if (m) port = atoi(m + strlen("query API on http://127.0.0.1:"));
-    }
-    if (!port) fprintf(stderr, "contprofd did not start:\n%s\n", buf);
+    int port = atoi(wait_for_log(d, dlog, PROC_QUERY_API, 30));
     CHECK(port);
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
