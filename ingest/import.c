@@ -167,6 +167,11 @@ typedef struct imp {
     uint64_t budget;
     uint64_t inflight;
     cp_buf lz4; /* scratch for wire_bytes */
+    size_t file_bytes;    /* the file being sent, as read */
+    int file_gz;          /* it was gzip'd */
+    double gz_factor;     /* wire bytes per gzip'd file byte, calibrated (wire_bytes) */
+    uint32_t nsized;      /* messages sized so far */
+    int64_t last_wake_ns; /* wait_some */
     int64_t last_progress_ns, last_poll_ns, last_bar_ns;
     double timeout_s;
     int bar;
@@ -233,11 +238,11 @@ static void draw_bar(imp *im, int force)
 }
 
 /* The bytes a message will take in the broker's log: the topic is lz4-compressed, and the
- * embedded broker's 5 MiB per partition count compressed message sets. Estimated by
- * compressing it alone, faster and less tightly than librdkafka's batch compression
- * (acceleration 4), so the estimate errs on the large side; the uncompressed size when
+ * embedded broker's 5 MiB per partition count compressed message sets. Measured by
+ * compressing the message alone, faster and less tightly than librdkafka's batch
+ * compression (acceleration 4), so it errs on the large side; the uncompressed size when
  * that fails. */
-static size_t wire_bytes(imp *im, const cp_buf *msg)
+static size_t lz4_bytes(imp *im, const cp_buf *msg)
 {
     int bound = LZ4_compressBound((int)msg->len);
     if (bound <= 0 || msg->len > (size_t)LZ4_MAX_INPUT_SIZE) return msg->len;
@@ -246,6 +251,34 @@ static size_t wire_bytes(imp *im, const cp_buf *msg)
     int n =
         LZ4_compress_fast((const char *)msg->data, (char *)im->lz4.data, (int)msg->len, bound, 4);
     return n > 0 ? (size_t)n + 128 : msg->len;
+}
+
+/* The flight's estimate of a message's wire bytes, without compressing every message twice
+ * (that cost a fifth of the sender's CPU, and the sender bounds the import's rate):
+ * - a gzip'd pprof inside (raw over CP_RAW_PPROF_MAX): lz4 cannot shrink it; its size plus
+ *   lz4's worst-case growth;
+ * - a raw pprof from a gzip'd file: gz_factor times the file's size, capped by that worst
+ *   case. gz_factor starts at 2 (realistic CPU windows: lz4 1.6 times gzip) and is
+ *   calibrated on the first message and every 16th after it: measured (lz4_bytes), it
+ *   becomes at least 1.25 times the ratio seen, and that message counts its measured size
+ *   if larger. Safety: the budget (3 MiB) leaves the broker's 5 MiB per partition 1.67
+ *   times the estimate; the flight's real bytes pass 5 MiB only if a whole flight of
+ *   messages compresses more than twice worse (against gzip) than the calibrated ones;
+ * - a raw file: no free estimate; measured. */
+static size_t wire_bytes(imp *im, const cp_buf *msg, int pprof_gz)
+{
+    size_t worst = msg->len + msg->len / 255 + 16 + 128;
+    if (pprof_gz) return worst;
+    if (!im->file_gz || !im->file_bytes) return lz4_bytes(im, msg);
+    if (im->gz_factor < 2.0) im->gz_factor = 2.0;
+    size_t est = (size_t)(im->gz_factor * (double)im->file_bytes) + 128;
+    if (im->nsized++ % 16 == 0) {
+        size_t real = lz4_bytes(im, msg);
+        double f = 1.25 * (double)real / (double)im->file_bytes;
+        if (f > im->gz_factor) im->gz_factor = f;
+        if (real > est) est = real;
+    }
+    return est < worst ? est : worst;
 }
 
 /* Reads one "name":number of the object starting at p (up to its end), or dflt. */
@@ -324,6 +357,16 @@ static int poll_offsets(imp *im, char *why, size_t whylen)
  * moved for timeout_s. */
 static int wait_some(imp *im, char *why, size_t whylen)
 {
+    /* Nothing delivered yet: a metadata request wakes the broker threads. librdkafka 2.0's
+     * idempotent producer has its producer id within milliseconds, but a partition takes it
+     * only at its broker thread's next wake-up, up to 1 s later (a flush does not wake it);
+     * a sender waiting for its first windows would sit out that second. Every 50 ms. */
+    if (!im->ndelivered && !im->nstored && !im->nnot && im->sent.n &&
+        mono_ns() - im->last_wake_ns >= 50000000) {
+        const struct rd_kafka_metadata *md = NULL;
+        im->last_wake_ns = mono_ns();
+        if (!rd_kafka_metadata(im->rk, 0, NULL, &md, 1000)) rd_kafka_metadata_destroy(md);
+    }
     rd_kafka_poll(im->rk, 2);
     if (im->wait && im->ndelivered && mono_ns() - im->last_poll_ns >= 5000000 &&
         poll_offsets(im, why, whylen))
@@ -334,6 +377,18 @@ static int wait_some(imp *im, char *why, size_t whylen)
         return -1;
     }
     return 0;
+}
+
+/* Between files: once half the budget is in flight, asks contprofd (every 5 ms at most)
+ * what is stored, so that the budget frees while the sender reads and encodes the next
+ * files instead of after it has run out. A failure is left to wait_some, which reports it
+ * if the sender comes to wait. */
+static void poll_ahead(imp *im)
+{
+    char why[400];
+    if (im->wait && im->ndelivered && im->inflight > im->budget / 2 &&
+        mono_ns() - im->last_poll_ns >= 5000000)
+        (void)poll_offsets(im, why, sizeof why);
 }
 
 static int has_type(const cp_profile *p, const char *t)
@@ -387,7 +442,9 @@ static int send_one(imp *im, int fi, cp_kind kind, int cumulative, const cp_prof
     }
     /* raw up to CP_RAW_PPROF_MAX (the topic's lz4 compresses it), gzip'd beyond */
     if (!rc) rc = cp_pprof_encode(p, 0, &pp) != 0;
+    int gzipd = 0; /* the envelope carries the pprof gzip'd */
     if (!rc && pp.len > CP_RAW_PPROF_MAX) {
+        gzipd = 1;
         pp.len = 0;
         rc = cp_pprof_encode(p, 1, &pp) != 0;
     }
@@ -413,7 +470,7 @@ static int send_one(imp *im, int fi, cp_kind kind, int cumulative, const cp_prof
     } else {
         char why[400];
         /* flow control: at most budget unstored bytes in flight (one message alone always) */
-        size_t wire = im->wait ? wire_bytes(im, &enc) : enc.len;
+        size_t wire = im->wait ? wire_bytes(im, &enc, gzipd) : enc.len;
         while (im->wait && im->inflight && im->inflight + wire > im->budget)
             if (wait_some(im, why, sizeof why)) {
                 fprintf(stderr, "contprof import: %s: waiting for the store: %s\n", file, why);
@@ -468,6 +525,8 @@ static int import_file(imp *im, int fi)
     cp_profile *p = NULL;
     cp_err err = {0};
     int rc = cp_pprof_decode(b.data, b.len, NULL, &p, &err);
+    im->file_bytes = b.len;
+    im->file_gz = b.len >= 2 && b.data[0] == 0x1f && b.data[1] == 0x8b;
     cp_buf_close(&b);
     if (rc) {
         fprintf(stderr, "contprof import: %s: %s\n", file, err.msg);
@@ -706,6 +765,7 @@ int cp_cmd_import(int argc, char **argv)
         bad += r != 0;
         if (r == 2) stopped = i;
         rd_kafka_poll(im.rk, 0);
+        poll_ahead(&im);
         draw_bar(&im, 0);
     }
     /* until everything produced is stored, refused or given up */

@@ -23,6 +23,9 @@
 #define MAX_PARTITIONS 65536
 /* How long the open batch may wait once nothing more is waiting to be read. */
 #define CAUGHT_UP_WAIT_NS (40 * 1000000LL)
+/* ... and while someone asks which offsets are stored (a sender waiting for the store,
+ * contprof import; or /metrics), at most this long: the sender's wait is this latency. */
+#define ASKED_WAIT_NS (10 * 1000000LL)
 
 typedef struct range {
     int64_t from, to; /* [from, to) */
@@ -101,6 +104,7 @@ struct cp_ingest {
     pthread_mutex_t mu;
     cp_ingest_stats st;
     atomic_uint_fast64_t dlq_failed;
+    atomic_int_fast64_t asked_ns; /* monotonic ns of the last cp_ingest_get_partitions */
     /* store failure: paused until cp_store_reopen succeeds (ingest thread only) */
     int paused;
     int64_t retry_at, backoff;
@@ -359,7 +363,12 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                 tp->offset = next;
             } else {
                 if (rc != CP_ENOTFOUND) cp_log_error("ingest: %s", e.msg);
-                tp->offset = RD_KAFKA_OFFSET_BEGINNING;
+                /* Offset 0 rather than BEGINNING: the same start (a log that begins later
+                 * is out of range, and auto.offset.reset=earliest moves to its start), but
+                 * without librdkafka's offset query, which a partition assigned before its
+                 * leader is known retries only after 500 ms: a sender waiting for its first
+                 * windows to be stored would wait that long. */
+                tp->offset = 0;
                 next = -1;
             }
             if (p) {
@@ -817,6 +826,16 @@ static void update_lag(cp_ingest *in)
     pthread_mutex_unlock(&in->mu);
 }
 
+/* How long a caught-up batch may wait now: idle_wait, or ASKED_WAIT_NS while someone asks
+ * which offsets are stored (within the last 50 ms). */
+static int64_t wait_now(cp_ingest *in, int64_t idle_wait)
+{
+    int64_t asked = atomic_load(&in->asked_ns);
+    if (asked && mono_ns() - asked < 50 * 1000000LL && ASKED_WAIT_NS < idle_wait)
+        return ASKED_WAIT_NS;
+    return idle_wait;
+}
+
 static void *run(void *arg)
 {
     cp_ingest *in = arg;
@@ -839,9 +858,11 @@ static void *run(void *arg)
         }
         int timeout = 100;
         if (in->pending) {
-            int64_t left = in->batch_start + (caught_up ? idle_wait : max_wait) - mono_ns();
+            int64_t left =
+                in->batch_start + (caught_up ? wait_now(in, idle_wait) : max_wait) - mono_ns();
             timeout = left <= 0 ? 0 : (int)(left / 1000000) + 1;
-            if (timeout > 100) timeout = 100;
+            /* a sender may start asking meanwhile (wait_now) */
+            if (timeout > (int)(ASKED_WAIT_NS / 1000000)) timeout = (int)(ASKED_WAIT_NS / 1000000);
         }
         rd_kafka_message_t *m = rd_kafka_consumer_poll(in->rk, timeout);
         if (!m) caught_up = 1;
@@ -871,8 +892,9 @@ static void *run(void *arg)
          * (import) is not held for batch_max_ms, a backlog is still written in large
          * batches, and a sender slower than ingest does not get one synced write per
          * window. */
-        if (in->pending && (in->pending >= in->o.batch_max_messages ||
-                            now - in->batch_start >= (caught_up ? idle_wait : max_wait))) {
+        if (in->pending &&
+            (in->pending >= in->o.batch_max_messages ||
+             now - in->batch_start >= (caught_up ? wait_now(in, idle_wait) : max_wait))) {
             if (commit(in)) continue; /* paused (store_failed), or stopping */
             caught_up = 0;
         }
@@ -1150,6 +1172,7 @@ void cp_ingest_get_stats(cp_ingest *in, cp_ingest_stats *out)
 uint32_t cp_ingest_get_partitions(cp_ingest *in, cp_ingest_partition *out, uint32_t max)
 {
     uint32_t n = 0;
+    atomic_store(&in->asked_ns, mono_ns());
     pthread_mutex_lock(&in->mu);
     for (uint32_t i = 0; i < in->parts.n; i++) {
         const part *p = &in->parts.v[i];

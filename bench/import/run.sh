@@ -5,12 +5,15 @@
 # GET /api/v1/ingest/offsets, at most 3 MiB unstored in flight), once fire-and-forget
 # (--no-wait, the send before flow control), alternating, ROUNDS times, in one run.
 # Windows per second are counted until the store holds the windows (fire-and-forget: until
-# /metrics shows every window ingested or counted lost), on a consumer that is ready. The
-# fire-and-forget rate counts all 360 windows even when the broker dropped some (it does
-# when ingest falls behind on a loaded machine; the stored count is shown), so the
-# comparison favours it. The rate until a fire-and-forget import exits (nothing confirmed
-# yet) is shown too: waiting for the store cannot beat that, by construction. Then
-# the burst right after contprofd starts, as a new user would: windows stored in each mode.
+# /metrics shows every window ingested or counted lost), on a consumer that is ready. A
+# fire-and-forget round whose windows the broker dropped (it drops when ingest falls behind)
+# did less ingest work: such rounds are listed apart, and the cost of flow control is
+# measured against the median of the fire-and-forget rounds that stored all 360 (against
+# the send alone, until the import exits, when no round stored everything; the row says
+# which). Both modes poll /metrics or the offsets while they wait, so ingest writes its
+# batches alike (a caught-up batch waits 10 ms while someone asks). The rate until a
+# fire-and-forget import exits (nothing confirmed yet) is shown too. Then the burst right
+# after contprofd starts, as a new user would: windows stored in each mode.
 # Prints table rows: name | value | floor | ok.
 # usage: bench/import/run.sh BUILD_DIR [ROUNDS]
 set -eu
@@ -61,7 +64,7 @@ drained() {
     echo "$s"
 }
 
-ack=; ff=; ffx=; ffs=
+ack=; ff=; ffx=; ffs=; ffw=; ffl=
 for r in $(seq "$rounds"); do
     start ready
     t0=$(now)
@@ -79,16 +82,27 @@ for r in $(seq "$rounds"); do
     stored=$(drained)
     t2=$(now)
     ffs="$ffs $stored"
-    ff="$ff $(echo "$t0 $t2" | awk -v n=$n '{ printf "%.1f", n / ($2 - $1) }')"
+    rate=$(echo "$t0 $t2" | awk -v n=$n '{ printf "%.1f", n / ($2 - $1) }')
+    ff="$ff $rate"
+    if [ "$stored" = $n ]; then ffw="$ffw $rate"; else ffl="$ffl $rate($stored)"; fi
     ffx="$ffx $(echo "$t0 $t1" | awk -v n=$n '{ printf "%.1f", n / ($2 - $1) }')"
     stop
 done
 median() { echo "$@" | tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-ma=$(median $ack); mf=$(median $ff); mx=$(median $ffx)
+ma=$(median $ack); mx=$(median $ffx)
 echo "import: $n-window burst, acknowledged (exit when all stored), windows/s (median of $rounds; runs:$ack) | $ma | - | -"
-echo "import: the same, fire-and-forget, until ingest has read them, windows/s (runs:$ff; stored of $n:$ffs) | $mf | - | -"
+if [ -n "$ffw" ]; then
+    mw=$(median $ffw)
+    echo "import: the same, fire-and-forget, until ingest has stored all $n, windows/s (rounds that stored all:$ffw; rounds the broker dropped from, rate(stored):${ffl:- none}) | $mw | - | -"
+    base=$mw
+    what="fire-and-forget rounds that stored all $n"
+else
+    echo "import: the same, fire-and-forget: no round stored all $n (rate(stored):$ffl) | - | - | -"
+    base=$mx
+    what="the fire-and-forget send alone, until it exits"
+fi
 echo "import: the same, fire-and-forget, until import exits (nothing confirmed), windows/s (runs:$ffx) | $mx | - | -"
-echo "$ma $mf" | awk '{ c = 100 * (1 - $1 / $2); printf "import: cost of flow control (1 - acknowledged / fire-and-forget until stored) | %.1f%% | <= 10%% | %s\n", c, (c <= 10 ? "ok" : "ABOVE CEILING") }'
+echo "$ma $base" | awk -v w="$what" '{ c = 100 * (1 - $1 / $2); printf "import: cost of flow control (1 - acknowledged / %s) | %.1f%% | <= 10%% | %s\n", w, c, (c <= 10 ? "ok" : "ABOVE CEILING") }'
 
 # right after start, as in issue 13
 start cold
