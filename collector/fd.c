@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -252,12 +253,92 @@ CONTPROF_EXTERN void closefrom(int lo)
         if (!agent_fd((int)fd)) REAL(close)((int)fd);
 }
 
+/* An agent fd is born at the lowest free number and moved above the floor at once; a host
+ * thread that takes the lowest free number in between would get the next one instead of
+ * the number it gets without the agent. So the two take turns, Dekker-style on two
+ * counters (sequentially consistent atomics: each side announces itself, then looks at the
+ * other): a host call that makes an fd waits while an agent thread is between making one
+ * and moving it (a few system calls), and an agent thread waits for host calls in flight.
+ * Both waits are bounded (a host open of a FIFO may block for good): past the bound the
+ * call goes on, as before this gate. accept() is left out, as it blocks by design. */
+static atomic_int g_agent_making, g_host_making;
+
+#define GATE_SPINS 20000 /* sched_yield()s: milliseconds at most */
+
+static void host_wait_slow(void)
+{
+    for (int i = 0; i < GATE_SPINS; i++) {
+        if (!atomic_load(&g_agent_making)) {
+            atomic_fetch_add(&g_host_making, 1);
+            if (!atomic_load(&g_agent_making)) return;
+            atomic_fetch_sub(&g_host_making, 1);
+        }
+        sched_yield();
+    }
+    atomic_fetch_add(&g_host_making, 1); /* the bound: go on */
+}
+
+static inline void host_enter(void)
+{
+    atomic_fetch_add(&g_host_making, 1);
+    if (__builtin_expect(!atomic_load(&g_agent_making), 1)) return;
+    atomic_fetch_sub(&g_host_making, 1);
+    host_wait_slow();
+}
+
+static inline void host_leave(void)
+{
+    atomic_fetch_sub(&g_host_making, 1);
+}
+
+static void agent_enter(void)
+{
+    atomic_fetch_add(&g_agent_making, 1);
+    for (int i = 0; i < GATE_SPINS && atomic_load(&g_host_making); i++)
+        sched_yield();
+}
+
+static void agent_leave(void)
+{
+    atomic_fetch_sub(&g_agent_making, 1);
+}
+
+/* call makes one fd: on an agent thread it is moved above the floor, through the gate */
+#define ADOPT(call)                                                                                \
+    __extension__({                                                                                \
+        int r_;                                                                                    \
+        if (cp_agent_thread) {                                                                     \
+            agent_enter();                                                                         \
+            r_ = cp_fd_adopt((call), CP_FD_AGENT);                                                 \
+            agent_leave();                                                                         \
+        } else {                                                                                   \
+            host_enter();                                                                          \
+            r_ = (call);                                                                           \
+            host_leave();                                                                          \
+        }                                                                                          \
+        r_;                                                                                        \
+    })
+
+/* The same for calls that make a pair */
+#define ADOPT_PAIR(call, fds)                                                                      \
+    __extension__({                                                                                \
+        int r_;                                                                                    \
+        if (cp_agent_thread) {                                                                     \
+            agent_enter();                                                                         \
+            r_ = adopt_pair((call), fds);                                                          \
+            agent_leave();                                                                         \
+        } else {                                                                                   \
+            host_enter();                                                                          \
+            r_ = (call);                                                                           \
+            host_leave();                                                                          \
+        }                                                                                          \
+        r_;                                                                                        \
+    })
+
 CONTPROF_EXTERN int dup(int fd)
 {
-    if (cp_agent_thread)
-        return revoked(fd) ? (errno = EBADF, -1) : cp_fd_adopt(REAL(dup)(fd), CP_FD_AGENT);
-    if (agent_fd(fd)) return errno = EBADF, -1;
-    return REAL(dup)(fd);
+    if (cp_agent_thread ? revoked(fd) : agent_fd(fd)) return errno = EBADF, -1;
+    return ADOPT(REAL(dup)(fd));
 }
 
 CONTPROF_EXTERN int dup2(int old, int fd)
@@ -324,7 +405,6 @@ CONTPROF_EXTERN long syscall(long n, ...)
 /* ------------------------------------------------------------------------------------
  * fds created on the agent's threads go above the floor */
 
-#define ADOPT(call) (cp_agent_thread ? cp_fd_adopt((call), CP_FD_AGENT) : (call))
 
 CONTPROF_EXTERN int socket(int dom, int type, int proto)
 {
@@ -348,17 +428,17 @@ static int adopt_pair(int rc, int fds[2])
 
 CONTPROF_EXTERN int socketpair(int dom, int type, int proto, int fds[2])
 {
-    return adopt_pair(REAL(socketpair)(dom, type, proto, fds), fds);
+    return ADOPT_PAIR(REAL(socketpair)(dom, type, proto, fds), fds);
 }
 
 CONTPROF_EXTERN int pipe(int fds[2])
 {
-    return adopt_pair(REAL(pipe)(fds), fds);
+    return ADOPT_PAIR(REAL(pipe)(fds), fds);
 }
 
 CONTPROF_EXTERN int pipe2(int fds[2], int flags)
 {
-    return adopt_pair(REAL(pipe2)(fds, flags), fds);
+    return ADOPT_PAIR(REAL(pipe2)(fds, flags), fds);
 }
 
 static mode_t open_mode(int flags, va_list ap)
@@ -404,12 +484,14 @@ CONTPROF_EXTERN int openat64(int dir, const char *path, int flags, ...)
 
 CONTPROF_EXTERN int accept(int fd, struct sockaddr *a, socklen_t *l)
 {
-    return ADOPT(REAL(accept)(fd, a, l));
+    int r = REAL(accept)(fd, a, l);
+    return cp_agent_thread ? cp_fd_adopt(r, CP_FD_AGENT) : r;
 }
 
 CONTPROF_EXTERN int accept4(int fd, struct sockaddr *a, socklen_t *l, int flags)
 {
-    return ADOPT(REAL(accept4)(fd, a, l, flags));
+    int r = REAL(accept4)(fd, a, l, flags);
+    return cp_agent_thread ? cp_fd_adopt(r, CP_FD_AGENT) : r;
 }
 
 /* ------------------------------------------------------------------------------------
@@ -474,6 +556,9 @@ CONTPROF_EXTERN int poll(struct pollfd *fds, nfds_t n, int timeout)
 void cp_fd_after_fork_child(void)
 {
     atomic_store(&g_pid, (int)getpid());
+    /* the other threads, and whatever they were making, stayed in the parent */
+    atomic_store(&g_agent_making, 0);
+    atomic_store(&g_host_making, 0);
 }
 
 int cp_fd_fcntl(int fd, int cmd, long arg)
