@@ -303,37 +303,25 @@ static void agent_leave(void)
     atomic_fetch_sub(&g_agent_making, 1);
 }
 
-/* call makes one fd: on an agent thread it is moved above the floor, through the gate */
-#define ADOPT(call)                                                                                \
+/* on_agent on an agent thread, on_host on any other, each through its side of the gate */
+#define GATED(on_agent, on_host)                                                                   \
     __extension__({                                                                                \
         int r_;                                                                                    \
         if (cp_agent_thread) {                                                                     \
             agent_enter();                                                                         \
-            r_ = cp_fd_adopt((call), CP_FD_AGENT);                                                 \
+            r_ = (on_agent);                                                                       \
             agent_leave();                                                                         \
         } else {                                                                                   \
             host_enter();                                                                          \
-            r_ = (call);                                                                           \
+            r_ = (on_host);                                                                        \
             host_leave();                                                                          \
         }                                                                                          \
         r_;                                                                                        \
     })
 
-/* The same for calls that make a pair */
-#define ADOPT_PAIR(call, fds)                                                                      \
-    __extension__({                                                                                \
-        int r_;                                                                                    \
-        if (cp_agent_thread) {                                                                     \
-            agent_enter();                                                                         \
-            r_ = adopt_pair((call), fds);                                                          \
-            agent_leave();                                                                         \
-        } else {                                                                                   \
-            host_enter();                                                                          \
-            r_ = (call);                                                                           \
-            host_leave();                                                                          \
-        }                                                                                          \
-        r_;                                                                                        \
-    })
+/* call makes one fd (a pair into fds): on an agent thread it is moved above the floor */
+#define ADOPT(call) GATED(cp_fd_adopt((call), CP_FD_AGENT), (call))
+#define ADOPT_PAIR(call, fds) GATED(adopt_pair((call), (fds)), (call))
 
 CONTPROF_EXTERN int dup(int fd)
 {
