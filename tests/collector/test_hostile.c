@@ -191,6 +191,7 @@ static void daemon_start(daemon_t *d)
     d->pid = fork();
     CHECK(d->pid >= 0);
     if (d->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed CHECK leaves no daemon behind */
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, 1);
         dup2(fd, 2);
