@@ -948,7 +948,12 @@ CONTPROF_EXTERN int pthread_create(pthread_t *th, const pthread_attr_t *attr, vo
     sa->fn = fn;
     sa->arg = arg;
     sa->agent = cp_in_agent;
+    /* glibc allocates the new thread's TLS in here: not sampled, as its stack would hold
+     * this hook's frame (allocation stacks start at the hook's caller) */
+    int saved = cp_in_agent;
+    cp_in_agent = 1;
     int rc = real(th, attr, start_thunk, sa);
+    cp_in_agent = saved;
     if (rc != 0) cp_real_free(sa);
     return rc;
 }
@@ -984,7 +989,10 @@ CONTPROF_EXTERN int thrd_create(thrd_t *th, thrd_start_t fn, void *arg)
     ta->fn = fn;
     ta->arg = arg;
     ta->agent = cp_in_agent;
+    int saved = cp_in_agent; /* as in pthread_create */
+    cp_in_agent = 1;
     int rc = real(th, thrd_thunk, ta);
+    cp_in_agent = saved;
     if (rc != thrd_success) cp_real_free(ta);
     return rc;
 }

@@ -336,8 +336,17 @@ static int64_t frames_in(const pset *s, const char *kind, const char *obj)
         if (strcmp(s->f[i].kind, kind)) continue;
         for (uint32_t k = 0; k < p->samples.n; k++) {
             const cp_sample *sm = &p->samples.v[k];
+            int64_t hits = 0;
             for (uint32_t j = 0; j < sm->nlocs; j++)
-                n += strstr(loc_file(p, p->stack.v[sm->loc_off + j]), obj) != NULL;
+                hits += strstr(loc_file(p, p->stack.v[sm->loc_off + j]), obj) != NULL;
+            if (!hits) continue;
+            n += hits;
+            fprintf(stderr, "%s sample with frames in %s:", kind, obj); /* where, leaf first */
+            for (uint32_t j = 0; j < sm->nlocs; j++) {
+                uint32_t id = p->stack.v[sm->loc_off + j];
+                fprintf(stderr, " %s(%s)", loc_func(p, id), loc_file(p, id));
+            }
+            fprintf(stderr, "\n");
         }
     }
     return n;
