@@ -50,6 +50,26 @@ static uint32_t crc_unmask(uint32_t m)
     return (rot >> 17) | (rot << 15);
 }
 
+/* A record header: masked crc32c (le32), payload length (le16), type. */
+typedef struct wal_hdr {
+    uint32_t crc;
+    size_t n;
+    uint8_t type;
+} wal_hdr;
+
+static wal_hdr hdr_read(const uint8_t *h)
+{
+    wal_hdr r = {(uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24,
+                 (size_t)h[4] | (size_t)h[5] << 8, h[6]};
+    return r;
+}
+
+/* Zeroed header: preallocated space, which LevelDB's reader skips. */
+static int hdr_is_padding(const wal_hdr *r)
+{
+    return r->type == REC_ZERO && r->n == 0 && r->crc == 0;
+}
+
 /* ---------------------------------------------------------------------------------
  * One log
  * --------------------------------------------------------------------------------- */
@@ -71,12 +91,11 @@ static void scan_log(const uint8_t *buf, size_t len, cp_wal_report *r)
             return;
         }
         const uint8_t *h = buf + pos;
-        uint32_t crc =
-            (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
-        size_t n = (size_t)h[4] | (size_t)h[5] << 8;
-        uint8_t type = h[6];
-        if (type == REC_ZERO && n == 0 && crc == 0) {
-            /* preallocated space (mmap writers): LevelDB skips it silently */
+        wal_hdr hd = hdr_read(h);
+        uint32_t crc = hd.crc;
+        size_t n = hd.n;
+        uint8_t type = hd.type;
+        if (hdr_is_padding(&hd)) { /* preallocated space (mmap writers): LevelDB skips it */
             pos += WAL_HEADER;
             continue;
         }
@@ -249,11 +268,11 @@ static int salvage(const uint8_t *buf, size_t len, cp_buf *out, cp_wal_salvage_s
         }
         if (len - pos < WAL_HEADER) break;
         const uint8_t *h = buf + pos;
-        uint32_t crc =
-            (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
-        size_t n = (size_t)h[4] | (size_t)h[5] << 8;
-        uint8_t type = h[6];
-        if (type == REC_ZERO && n == 0 && crc == 0) {
+        wal_hdr hd = hdr_read(h);
+        uint32_t crc = hd.crc;
+        size_t n = hd.n;
+        uint8_t type = hd.type;
+        if (hdr_is_padding(&hd)) {
             pos += WAL_HEADER;
             continue;
         }
