@@ -45,7 +45,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: contprofd [--config FILE] [--data DIR] [--http ADDR:PORT] [--brokers LIST]\n"
-            "  --config FILE     key = value settings (see query/README.md)\n"
+            "  --config FILE     key = value settings (see cmd/README.md)\n"
             "  --data DIR        the store's directory (default " CP_CONFIG_DEFAULT_DATA_DIR ")\n"
             "  --http ADDR:PORT  the query API's address (default " CP_DEFAULT_LISTEN ")\n"
             "  --brokers LIST    Kafka bootstrap servers; none = the embedded broker\n"

@@ -2,7 +2,8 @@
 # Tests of the dependency check (.ci/check-deps): it passes on a copy of the tree as it is,
 # and fails, naming the file, the line and the rule, on each kind of planted bad dependency.
 # usage: check_deps_test.sh SOURCE_DIR CASE
-#   CASE: clean | upstream | sideways | model | ambiguous | link | cycle2 | cycle3 | allowed
+#   CASE: clean | upstream | sideways | model | ambiguous | link | cycle2 | cycle3 | cycle_int |
+#         allowed
 set -eu
 src=$1
 case_=$2
@@ -113,6 +114,18 @@ cycle3)
     printf '#include "ca.h"\n' > "$work/collector/cc.h"
     run_check 1
     expect 'collector: cycle between modules ca -> cx -> cc -> ca (collector/ca.c:1 includes "cx.h"; collector/cx.c:2 includes "cc.h"; collector/cc.h:1 includes "ca.h")'
+    ;;
+cycle_int)
+    # foo_int.h is foo's private header: foo.c <-> foo_int.h is no cycle, but through it
+    # to another module and back is one
+    printf '#include "qm_int.h"\n' > "$work/query/qm.c"
+    printf '#include "qm.h"\n' > "$work/query/qm_int.h"
+    printf 'int qm;\n' > "$work/query/qm.h"
+    run_check 0
+    printf '#include "qn.h"\n' >> "$work/query/qm_int.h"
+    printf '#include "qm.h"\n' > "$work/query/qn.h"
+    run_check 1
+    expect 'query: cycle between modules qm -> qn -> qm (query/qm_int.h:2 includes "qn.h"; query/qn.h:1 includes "qm.h")'
     ;;
 allowed)
     # the binaries' wiring, tests and benchmarks include anything; a module including its
