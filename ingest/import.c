@@ -693,8 +693,8 @@ int cp_cmd_import(int argc, char **argv)
     }
     if (!brokers) {
         char why[300];
-        fetched = ask_server(server ? server : CP_DEFAULT_SERVER,
-                             token && *token ? token : NULL, why, sizeof why);
+        fetched = ask_server(server ? server : CP_DEFAULT_SERVER, token && *token ? token : NULL,
+                             why, sizeof why);
         /* a contprofd that is starting answers before its broker is up: "" for a while */
         for (int t = 0; fetched && !*fetched && t < 100; t++) {
             free(fetched);

@@ -10,7 +10,6 @@
 #include "client.h"
 #include "defaults.h"
 
-
 static void usage(FILE *f)
 {
     fprintf(f,

@@ -19,8 +19,8 @@ typedef struct cp_kv {
 } cp_kv;
 
 typedef struct cp_config {
-    char *data_dir;          /* data = DIR (default CP_CONFIG_DEFAULT_DATA_DIR) */
-    char *http_host;         /* listen = HOST:PORT (default CP_DEFAULT_LISTEN, model/defaults.h) */
+    char *data_dir;  /* data = DIR (default CP_CONFIG_DEFAULT_DATA_DIR) */
+    char *http_host; /* listen = HOST:PORT (default CP_DEFAULT_LISTEN) */
     int http_port;
     char *brokers;           /* brokers = LIST; "" = embedded broker */
     char *topic, *dlq_topic, *group_id;
