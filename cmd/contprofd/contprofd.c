@@ -11,7 +11,6 @@
 
 #include "api.h"
 #include "config.h"
-#include "defaults.h"
 #include "http.h"
 #include "log.h"
 #include "store.h"
@@ -45,9 +44,9 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: contprofd [--config FILE] [--data DIR] [--http ADDR:PORT] [--brokers LIST]\n"
-            "  --config FILE     key = value settings (see cmd/README.md)\n"
-            "  --data DIR        the store's directory (default " CP_CONFIG_DEFAULT_DATA_DIR ")\n"
-            "  --http ADDR:PORT  the query API's address (default " CP_DEFAULT_LISTEN ")\n"
+            "  --config FILE     key = value settings (see query/README.md)\n"
+            "  --data DIR        the store's directory (default /var/lib/contprof)\n"
+            "  --http ADDR:PORT  the query API's address (default 127.0.0.1:7070)\n"
             "  --brokers LIST    Kafka bootstrap servers; none = the embedded broker\n"
             "  --repair          repair the store at --data (no contprofd may have it open):\n"
             "                    LevelDB's repair, then dictionaries, indexes and rollups\n"
