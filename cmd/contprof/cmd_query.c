@@ -15,7 +15,6 @@
 
 #include "cli.h"
 #include "client.h"
-#include "defaults.h"
 #include "times.h"
 #include "views.h"
 

@@ -8,7 +8,6 @@
 
 #include "cli.h"
 #include "client.h"
-#include "defaults.h"
 
 static void usage(FILE *f)
 {
