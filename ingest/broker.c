@@ -17,7 +17,7 @@ int cp_broker_create(const cp_broker_options *opt, cp_broker **out, cp_err *err)
 {
     *out = NULL;
     int nb = opt && opt->brokers > 0 ? opt->brokers : 1;
-    int np = opt && opt->partitions > 0 ? opt->partitions : 4;
+    int np = opt && opt->partitions > 0 ? opt->partitions : CP_BROKER_DEFAULT_PARTITIONS;
     cp_broker *b = calloc(1, sizeof *b);
     if (!b) return cp_err_set(err, CP_ENOMEM, "broker");
     char es[512];

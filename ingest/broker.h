@@ -20,12 +20,14 @@
 /* Bytes a sender may have produced to one partition and not yet seen stored: well under
  * CP_BROKER_PARTITION_BYTES, so nothing is dropped before ingest reads it. */
 #define CP_BROKER_MAX_IN_FLIGHT_BYTES (3u << 20)
+/* Partitions of contprof.profiles when none are configured (embedded.partitions). */
+#define CP_BROKER_DEFAULT_PARTITIONS 4
 
 typedef struct cp_broker cp_broker;
 
 typedef struct cp_broker_options {
     int brokers;    /* mock brokers (0 = 1) */
-    int partitions; /* partitions of contprof.profiles (0 = 4); the DLQ gets 1 */
+    int partitions; /* partitions of contprof.profiles (0 = the default); the DLQ gets 1 */
 } cp_broker_options;
 
 /* Starts the mock cluster on 127.0.0.1 (kernel-chosen ports) and creates both topics.

@@ -4,6 +4,7 @@
  * waits until contprofd says each window is stored (GET /api/v1/ingest/offsets), keeping a
  * bounded number of unstored bytes in flight, so exit 0 means stored. */
 #include "import.h"
+#include "defaults.h"
 #include "envelope.h"
 #include "error.h"
 #include "pprof.h"
@@ -33,7 +34,7 @@ static void usage(FILE *f)
             "                       [--label k=v]... [--at TIME --duration D] [--no-wait]\n"
             "                       [--timeout D] [--token T] FILE...\n"
             "  --server URL    ask contprofd (GET /api/v1/brokers) where Kafka is, and wait\n"
-            "                  until it has stored every window (default http://127.0.0.1:7070)\n"
+            "                  until it has stored every window (default " CP_DEFAULT_SERVER ")\n"
             "  --brokers LIST  Kafka bootstrap servers, host:port,...; exit 0 then means\n"
             "                  delivered to Kafka, not stored (nothing to ask)\n"
             "  --no-wait       do not wait for the store: exit 0 means delivered to Kafka\n"
@@ -608,7 +609,7 @@ int cp_cmd_import(int argc, char **argv)
     im.labels = calloc((size_t)argc + 1, sizeof *im.labels);
     int nfiles = 0, rc = 0, no_wait = 0;
     char *fetched = NULL;
-    im.timeout_s = 120;
+    im.timeout_s = (double)CP_DEFAULT_CLIENT_TIMEOUT_NS / 1e9;
     if (!files || !im.labels) return 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -692,18 +693,18 @@ int cp_cmd_import(int argc, char **argv)
     }
     if (!brokers) {
         char why[300];
-        fetched = ask_server(server ? server : "http://127.0.0.1:7070",
-                             token && *token ? token : NULL, why, sizeof why);
+        fetched = ask_server(server ? server : CP_DEFAULT_SERVER, token && *token ? token : NULL,
+                             why, sizeof why);
         /* a contprofd that is starting answers before its broker is up: "" for a while */
         for (int t = 0; fetched && !*fetched && t < 100; t++) {
             free(fetched);
             usleep(100000);
-            fetched = ask_server(server ? server : "http://127.0.0.1:7070",
+            fetched = ask_server(server ? server : CP_DEFAULT_SERVER,
                                  token && *token ? token : NULL, why, sizeof why);
         }
         if (fetched && !*fetched) {
             snprintf(why, sizeof why, "%s has no Kafka brokers to offer (GET /api/v1/brokers)",
-                     server ? server : "http://127.0.0.1:7070");
+                     server ? server : CP_DEFAULT_SERVER);
             free(fetched);
             fetched = NULL;
         }
@@ -713,7 +714,7 @@ int cp_cmd_import(int argc, char **argv)
             goto out;
         }
         brokers = fetched;
-        im.server = server ? server : "http://127.0.0.1:7070";
+        im.server = server ? server : CP_DEFAULT_SERVER;
         im.wait = !no_wait;
     }
     im.token = token && *token ? token : NULL;

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "defaults.h"
 #include "log.h"
 #include "pprof.h" /* cp_gzip */
 
@@ -983,8 +984,8 @@ static void on_connection(uv_stream_t *ls, int status)
 void cp_http_options_default(cp_http_options *o)
 {
     memset(o, 0, sizeof *o);
-    o->host = "127.0.0.1";
-    o->port = 7070;
+    o->host = CP_DEFAULT_HOST;
+    o->port = CP_DEFAULT_PORT;
     o->max_url_bytes = 8192;
     o->max_header_bytes = 16384;
     o->max_body_bytes = 65536;

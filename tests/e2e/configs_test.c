@@ -108,7 +108,7 @@ TEST(agent_env_names_only_known_variables)
     CHECK(env);
     /* the agent's sources: every variable it reads is spelled "CONTPROF_..." there */
     static const char *const sources[] = {"collector/config.c", "collector/agent.c",
-                                          "collector/cmd_run.c"};
+                                          "cmd/contprof/cmd_run.c"};
     char *src[3];
     for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/%s", srcdir(), sources[i]);

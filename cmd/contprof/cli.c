@@ -6,14 +6,8 @@
 #include <string.h>
 
 #include "cli.h"
-/* `run` (the agent launcher) and `import` come from other stages; CMake defines these when
- * their libraries exist, so the CLI links either way. */
-#ifdef CP_HAVE_CMD_RUN
-#include "cmd_run.h"
-#endif
-#ifdef CP_HAVE_CMD_IMPORT
-#include "import.h"
-#endif
+#include "cmd_run.h" /* the agent launcher */
+#include "import.h"  /* ingest/import.c: the pprof files' producer */
 
 static int cmd_completion(int argc, char **argv);
 
@@ -29,12 +23,8 @@ static const cp_cli_command commands[] = {
     {"diff", cp_cmd_diff, "compare two windows or selections, like pprof -top -diff_base"},
     {"timeline", cp_cmd_timeline, "totals per step over a window"},
     {"symbols", cp_cmd_symbols, "upload ELF binaries or debug files: contprofd names their frames"},
-#ifdef CP_HAVE_CMD_RUN /* from collector/ (cpcollector_cli) */
     {"run", cp_cmd_run, "run a program under the profiling agent"},
-#endif
-#ifdef CP_HAVE_CMD_IMPORT /* from ingest/ (cpingest_cli) */
     {"import", cp_cmd_import, "send existing pprof files to contprofd through Kafka"},
-#endif
     {"completion", cmd_completion, "print a shell completion script: completion bash"},
 };
 

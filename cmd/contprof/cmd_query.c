@@ -18,7 +18,6 @@
 #include "times.h"
 #include "views.h"
 
-#define DEFAULT_SERVER "http://127.0.0.1:7070"
 #define DIFF_ROWS 20
 
 typedef struct qopts {
@@ -108,7 +107,7 @@ static void usage(FILE *f, const char *cmd)
         "                 FILE. Without json, series, labels, timeline and diff print\n"
         "                 tables, whether or not stdout is a terminal.\n\n"
         "examples:\n%s",
-        cmd, h ? h->synopsis : "", h ? h->what : "", DEFAULT_SERVER, h ? h->examples : "");
+        cmd, h ? h->synopsis : "", h ? h->what : "", CP_DEFAULT_SERVER, h ? h->examples : "");
 }
 
 /* ---- options ------------------------------------------------------------------------ */
@@ -139,9 +138,9 @@ static int parse_opts(int argc, char **argv, qopts *o)
 {
     memset(o, 0, sizeof *o);
     o->server = getenv("CONTPROF_SERVER");
-    if (!o->server || !*o->server) o->server = DEFAULT_SERVER;
+    if (!o->server || !*o->server) o->server = CP_DEFAULT_SERVER;
     o->token = getenv("CONTPROF_TOKEN");
-    o->timeout_ms = 120000;
+    o->timeout_ms = CP_DEFAULT_CLIENT_TIMEOUT_NS / 1000000;
     int c;
     cp_err err = {0};
     int64_t d;

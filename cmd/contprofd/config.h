@@ -11,13 +11,16 @@
 #include "error.h"
 #include "vec.h"
 
+/* Where the store lives without data = or --data. */
+#define CP_CONFIG_DEFAULT_DATA_DIR "/var/lib/contprof"
+
 typedef struct cp_kv {
     char *key, *value; /* owned */
 } cp_kv;
 
 typedef struct cp_config {
-    char *data_dir;          /* data = DIR (default /var/lib/contprof) */
-    char *http_host;         /* listen = HOST:PORT (default 127.0.0.1:7070) */
+    char *data_dir;  /* data = DIR (default CP_CONFIG_DEFAULT_DATA_DIR) */
+    char *http_host; /* listen = HOST:PORT (default CP_DEFAULT_LISTEN) */
     int http_port;
     char *brokers;           /* brokers = LIST; "" = embedded broker */
     char *topic, *dlq_topic, *group_id;

@@ -9,8 +9,6 @@
 #include "cli.h"
 #include "client.h"
 
-#define DEFAULT_SERVER "http://127.0.0.1:7070"
-
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -19,7 +17,7 @@ static void usage(FILE *f)
             "  --server URL  contprofd's HTTP address (default %s, or CONTPROF_SERVER)\n"
             "  --token T     bearer token (or CONTPROF_TOKEN); it decides the tenant\n"
             "  --tenant T    fail unless the token's tenant is T\n",
-            DEFAULT_SERVER);
+            CP_DEFAULT_SERVER);
 }
 
 int cp_cmd_symbols(int argc, char **argv)
@@ -34,7 +32,7 @@ int cp_cmd_symbols(int argc, char **argv)
     }
     const char *server = getenv("CONTPROF_SERVER"), *token = getenv("CONTPROF_TOKEN");
     const char *tenant = NULL;
-    if (!server || !*server) server = DEFAULT_SERVER;
+    if (!server || !*server) server = CP_DEFAULT_SERVER;
     static const struct option opts[] = {{"server", required_argument, 0, 's'},
                                          {"token", required_argument, 0, 't'},
                                          {"tenant", required_argument, 0, 'T'},

@@ -3,6 +3,8 @@
 #ifndef CP_CLI_H
 #define CP_CLI_H
 
+#include "defaults.h" /* CP_DEFAULT_SERVER, CP_DEFAULT_CLIENT_TIMEOUT_NS */
+
 typedef struct cp_cli_command {
     const char *name;
     int (*fn)(int argc, char **argv);

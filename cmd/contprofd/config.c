@@ -6,7 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api.h"
+#include "broker.h"
+#include "http.h"
 #include "params.h"
+#include "symbols.h"
 
 static int set_str(char **dst, const char *v)
 {
@@ -20,34 +24,41 @@ static int set_str(char **dst, const char *v)
 int cp_config_init(cp_config *c)
 {
     memset(c, 0, sizeof *c);
-    c->http_port = 7070;
-    c->embedded_partitions = 4;
+    /* Settings the stages own start from the stages' own defaults: each written once. */
+    cp_http_options ho;
+    cp_api_options ao;
+    cp_symbols_options so;
+    cp_http_options_default(&ho);
+    cp_api_options_default(&ao);
+    cp_symbols_options_default(&so);
+    c->http_port = ho.port;
+    c->embedded_partitions = CP_BROKER_DEFAULT_PARTITIONS;
     c->retention_raw_ns = 7LL * 86400 * 1000000000LL;
     c->retention_rollup_ns = 90LL * 86400 * 1000000000LL;
-    c->max_range_ns = 400LL * 86400 * 1000000000LL;
-    c->query_timeout_ns = 30LL * 1000000000LL;
-    c->idle_timeout_ns = 60LL * 1000000000LL;
-    c->concurrency = 4;
-    c->max_queued = 256;
-    c->max_connections = 1024;
-    c->max_nodes_default = 20000;
-    c->max_nodes_limit = 200000;
-    c->max_response_bytes = 256u << 20;
-    c->max_header_bytes = 16384;
-    c->max_url_bytes = 8192;
-    c->gzip_min_bytes = 8192;
-    c->symbols_max_upload_bytes = (size_t)512 << 20;
-    c->symbols_max_table_bytes = (size_t)64 << 20;
-    c->symbols_cache_bytes = (size_t)256 << 20;
-    c->request_timeout_ns = 10LL * 1000000000LL;
-    c->write_timeout_ns = 30LL * 1000000000LL;
-    c->output_budget = 512u << 20;
-    c->cheap_concurrency = 2;
-    c->max_conns_per_client = 256;
-    c->healthz_connections = 16;
-    if (set_str(&c->data_dir, "/var/lib/contprof") || set_str(&c->http_host, "127.0.0.1") ||
+    c->max_range_ns = ao.max_range_ns;
+    c->query_timeout_ns = ho.query_timeout_ns;
+    c->idle_timeout_ns = ho.idle_timeout_ns;
+    c->concurrency = ho.concurrency;
+    c->max_queued = ho.max_queued;
+    c->max_connections = ho.max_connections;
+    c->max_nodes_default = ao.max_nodes_default;
+    c->max_nodes_limit = ao.max_nodes_limit;
+    c->max_response_bytes = ho.max_response_bytes;
+    c->max_header_bytes = ho.max_header_bytes;
+    c->max_url_bytes = ho.max_url_bytes;
+    c->gzip_min_bytes = ho.gzip_min_bytes;
+    c->symbols_max_upload_bytes = so.max_upload_bytes;
+    c->symbols_max_table_bytes = so.max_table_bytes;
+    c->symbols_cache_bytes = so.cache_bytes;
+    c->request_timeout_ns = ho.request_timeout_ns;
+    c->write_timeout_ns = ho.write_timeout_ns;
+    c->output_budget = ho.max_inflight_bytes;
+    c->cheap_concurrency = ho.cheap_concurrency;
+    c->max_conns_per_client = ho.max_conns_per_client;
+    c->healthz_connections = ho.reserved_connections;
+    if (set_str(&c->data_dir, CP_CONFIG_DEFAULT_DATA_DIR) || set_str(&c->http_host, ho.host) ||
         set_str(&c->brokers, "") || set_str(&c->log_level, "info") ||
-        set_str(&c->symbols_dirs, "/usr/lib/debug/.build-id")) {
+        set_str(&c->symbols_dirs, so.dirs)) {
         cp_config_close(c);
         return CP_ENOMEM;
     }
