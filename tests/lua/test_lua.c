@@ -100,44 +100,7 @@ static double total_num(const run_res *r, const char *key)
 }
 
 /* ------------------------------------------------------------------------------------
- * Reading the profiles (loaded by pfiles.h) */
-
-static const cp_function *loc_fn(const cp_profile *p, uint32_t loc_id)
-{
-    const cp_location *l = &p->locations.v[loc_id - 1];
-    if (!l->nlines) return NULL;
-    const cp_line *ln = &p->lines.v[l->line_off];
-    return ln->function_id ? &p->functions.v[ln->function_id - 1] : NULL;
-}
-
-static const char *loc_func(const cp_profile *p, uint32_t loc_id)
-{
-    const cp_function *f = loc_fn(p, loc_id);
-    return f ? cp_profile_str(p, f->name) : "";
-}
-
-/* Sum of value column t over samples whose stack contains fn (NULL: all). */
-static int64_t func_total(const cp_profile *p, const char *fn, int t)
-{
-    int64_t sum = 0;
-    for (uint32_t i = 0; i < p->samples.n; i++) {
-        const cp_sample *s = &p->samples.v[i];
-        int hit = fn == NULL;
-        for (uint32_t j = 0; j < s->nlocs && !hit; j++)
-            hit = strcmp(loc_func(p, p->stack.v[s->loc_off + j]), fn) == 0;
-        if (hit) sum += cp_profile_sample_values(p, i)[t];
-    }
-    return sum;
-}
-
-static int64_t sum_kind(const pset *s, const char *kind, const char *iso, const char *fn, int t)
-{
-    int64_t sum = 0;
-    for (int i = 0; i < s->n; i++)
-        if (!strcmp(s->f[i].kind, kind) && (!iso || !strcmp(s->f[i].iso, iso)))
-            sum += func_total(s->f[i].p, fn, t);
-    return sum;
-}
+ * Reading the profiles (loaded and summed by pfiles.h) */
 
 static int has_func(const cp_profile *p, const char *fn)
 {
