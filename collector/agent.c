@@ -333,7 +333,8 @@ static void *agent_main(void *arg)
         }
     }
     if (A.kafka) {
-        (void)cp_kafka_destroy(A.kafka, (int)(cp_cfg.flush_ns / 1000000)); /* exit: nowhere to report */
+        (void)cp_kafka_destroy(A.kafka,
+                               (int)(cp_cfg.flush_ns / 1000000)); /* exit: nowhere to report */
         A.kafka = NULL;
     }
     for (int i = 0; i < 2; i++) {

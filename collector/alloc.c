@@ -434,7 +434,8 @@ static void *tagged_alloc(size_t align, size_t n, int zero, uintptr_t *base)
     *base = 0;
     if (n <= INTERIOR_MAX_SIZE && align <= PAGE_MASK + 1 && S) {
         if (atomic_fetch_add(&interior_reserved, 1) < LIVE_MAX_INTERIOR) {
-            void *q = zero ? cp_next.calloc(1, n + PAGE_MASK + 1) : cp_next.malloc(n + PAGE_MASK + 1);
+            void *q =
+                zero ? cp_next.calloc(1, n + PAGE_MASK + 1) : cp_next.malloc(n + PAGE_MASK + 1);
             if (q) {
                 *base = (uintptr_t)q;
                 return (void *)(((uintptr_t)q + PAGE_MASK) & ~PAGE_MASK);
@@ -453,7 +454,7 @@ static void *tagged_alloc(size_t align, size_t n, int zero, uintptr_t *base)
 /* An allocation of the agent's own threads failed: serve it from the reserve. */
 #define AGENT_RESCUE(p, n, align)                                                                  \
     do {                                                                                           \
-        if (__builtin_expect(!(p), 0) && cp_agent_thread) (p) = cp_next_reserve((n), (align));       \
+        if (__builtin_expect(!(p), 0) && cp_agent_thread) (p) = cp_next_reserve((n), (align));     \
     } while (0)
 
 /* The slow paths below are reached by tail calls from the hooks, so the stack a sample

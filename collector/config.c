@@ -132,8 +132,10 @@ int cp_config_load(cp_config *c, const contprof_options *o, cp_err *err)
     if (f && *f && cp_config_duration("CONTPROF_FLUSH", f, 0, &c->flush_ns, err) != 0)
         return CP_EPARSE;
     if (c->flush_ns > CP_FLUSH_MAX_NS)
-        return cp_err_set(err, CP_EPARSE, "CONTPROF_FLUSH='%s': at most 1h (the program waits "
-                          "that long at exit)", f);
+        return cp_err_set(err, CP_EPARSE,
+                          "CONTPROF_FLUSH='%s': at most 1h (the program waits "
+                          "that long at exit)",
+                          f);
     c->kafka_queue = (int)env_int("CONTPROF_KAFKA_QUEUE", 256);
     if (c->kafka_queue < 2) c->kafka_queue = 2;
     const char *eng = getenv("CONTPROF_CPU_ENGINE");
@@ -143,5 +145,6 @@ int cp_config_load(cp_config *c, const contprof_options *o, cp_err *err)
                                                 : CP_ENGINE_AUTO;
     const char *sy = getenv("CONTPROF_SYMBOLIZE");
     c->symbolize_server = sy && strcmp(sy, "server") == 0;
-    kafka_props_from_env(c->kafka_props, sizeof(c->kafka_props));    return 0;
+    kafka_props_from_env(c->kafka_props, sizeof(c->kafka_props));
+    return 0;
 }

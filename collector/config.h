@@ -31,9 +31,9 @@ typedef struct cp_config {
     char brokers[1024], server[512], topic[256], output_dir[1024];
     char token[256]; /* CONTPROF_TOKEN: contprofd's bearer token (asking for the brokers) */
     int children;
-    int64_t flush_ns; /* CONTPROF_FLUSH: bound on the Kafka flush at exit */
-    int kafka_queue; /* envelopes waiting in the agent plus librdkafka */
-    int cpu_engine;  /* CONTPROF_CPU_ENGINE: CP_ENGINE_AUTO, _PERF or _TIMER */
+    int64_t flush_ns;     /* CONTPROF_FLUSH: bound on the Kafka flush at exit */
+    int kafka_queue;      /* envelopes waiting in the agent plus librdkafka */
+    int cpu_engine;       /* CONTPROF_CPU_ENGINE: CP_ENGINE_AUTO, _PERF or _TIMER */
     int symbolize_server; /* CONTPROF_SYMBOLIZE=server: no names, no libdw (window.c) */
     /* librdkafka properties from CONTPROF_KAFKA_<NAME>=value (NAME lowercased, '_' -> '.';
      * e.g. CONTPROF_KAFKA_SECURITY_PROTOCOL=SASL_SSL), as "name=value\n" lines. */
