@@ -1,6 +1,7 @@
 /* The agent: start and stop, the constructor that starts it when preloaded, fork handling,
- * the isolate API, and the agent thread that drains sample rings every 100 ms and ships a
- * window of profiles (files and/or Kafka) every window. */
+ * and the agent thread that drains sample rings every 100-500 ms and ships a window of
+ * profiles (files and/or Kafka) every window. The top of the collector's layers: it may
+ * include every module's header, and none includes agent.c's (it has none). */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
