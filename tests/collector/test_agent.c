@@ -40,23 +40,7 @@ static double now_s(void)
 static void run_prog(const char *prog, const char *const *args, const char *const *env, run_res *r)
 {
     double t0 = now_s();
-    int rd;
-    pid_t pid = fork_stdout_pipe(&rd);
-    if (pid == 0) {
-        unsetenv("LD_PRELOAD");
-        for (int i = 0; env && env[i]; i++)
-            putenv((char *)env[i]);
-        char *argv[16];
-        int n = 0;
-        argv[n++] = (char *)prog;
-        for (int i = 0; args[i] && n < 15; i++)
-            argv[n++] = (char *)args[i];
-        argv[n] = NULL;
-        execv(prog, argv);
-        _exit(127);
-    }
-    r->status = cp_test_collect(rd, pid, r->out, sizeof(r->out));
-    CHECK(r->status != -1);
+    r->status = run_capture(prog, args, NULL, env, r->out, sizeof(r->out));
     r->secs = now_s() - t0;
 }
 

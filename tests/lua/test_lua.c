@@ -47,27 +47,12 @@ static void remove_dir(void)
  * ("K=V" strings); the agent writes into g_dir. */
 static void run_host(const char *const *args, const char *const *env, run_res *r)
 {
-    int rd;
-    pid_t pid = fork_stdout_pipe(&rd);
-    if (pid == 0) {
-        if (chdir(CP_LUA_TESTS) != 0) _exit(126);
-        char dir[300];
-        snprintf(dir, sizeof(dir), "CONTPROF_OUTPUT_DIR=%s", g_dir);
-        putenv(dir);
-        putenv("CONTPROF_SERVICE=luahost");
-        for (int i = 0; env && env[i]; i++)
-            putenv((char *)env[i]);
-        char *argv[32];
-        int n = 0;
-        argv[n++] = (char *)CP_LUA_HOST;
-        for (int i = 0; args[i] && n < 31; i++)
-            argv[n++] = (char *)args[i];
-        argv[n] = NULL;
-        execv(CP_LUA_HOST, argv);
-        _exit(127);
-    }
-    r->status = cp_test_collect(rd, pid, r->out, sizeof(r->out));
-    CHECK(r->status != -1);
+    char dir[300];
+    snprintf(dir, sizeof(dir), "CONTPROF_OUTPUT_DIR=%s", g_dir);
+    const char *all[40] = {dir, "CONTPROF_SERVICE=luahost"};
+    for (int i = 0, n = 2; env && env[i] && n < 39; i++)
+        all[n++] = env[i];
+    r->status = run_capture(CP_LUA_HOST, args, CP_LUA_TESTS, all, r->out, sizeof(r->out));
     fputs(r->out, stdout);
     CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
     CHECK(strstr(r->out, "\nok\n"));
