@@ -9,8 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Declared hidden (as every definition is), so that the hooks' fast paths reach these
- * through one PC-relative jump, as if they were static in alloc.c. */
+/* Declared hidden (as every definition is), so that the hooks reach these with one
+ * PC-relative access, as when they were static in alloc.c. */
 #define CP_NEXT_HIDDEN __attribute__((visibility("hidden")))
 
 typedef struct cp_next_fns {
@@ -28,7 +28,7 @@ typedef struct cp_next_fns {
 
 /* The next allocator's functions; each NULL until cp_next_resolve found it (and for good
  * if the next allocator lacks it). Written once, by cp_next_resolve. */
-extern cp_next_fns cp_next;
+extern CP_NEXT_HIDDEN cp_next_fns cp_next;
 
 /* What the hooks' fast paths call: a boot stub until the next allocator is found (so the
  * fast paths need no NULL test), then cp_next.malloc. */
@@ -48,7 +48,7 @@ void *cp_next_malloc_boot(size_t n);
 
 #define CP_NEXT_POOL_SIZE ((size_t)8 << 20)
 /* The pool (in .bss: untouched pages cost nothing). Blocks in it are never freed. */
-extern char cp_next_pool[CP_NEXT_POOL_SIZE];
+extern CP_NEXT_HIDDEN char cp_next_pool[CP_NEXT_POOL_SIZE];
 
 /* Whether p is a block of the pool (NULL is not). Async-signal-safe. */
 static inline int cp_next_in_pool(const void *p)
