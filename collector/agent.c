@@ -1,22 +1,29 @@
 /* The agent: start and stop, the constructor that starts it when preloaded, fork handling,
- * the isolate API, and the agent thread that drains sample rings every 100 ms and ships a
- * window of profiles (files and/or Kafka) every window. */
+ * and the agent thread that drains sample rings every 100-500 ms and ships a window of
+ * profiles (files and/or Kafka) every window. The top of the collector's layers: it may
+ * include every module's header, and none includes agent.c's (it has none). */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
-#include "collector_int.h"
+#include "alloc.h"
+#include "config.h"
+#include "exec.h"
+#include "fd.h"
+#include "guard.h"
 #include "http.h"
+#include "isolate.h"
 #include "kafka.h"
 #include "pprof.h"
+#include "thread.h"
+#include "times.h"
+#include "unwind.h"
 #include "window.h"
-
-struct contprof_isolate cp_isolates[CP_MAX_ISOLATES];
 
 static struct {
     pthread_mutex_t mu;
@@ -42,230 +49,6 @@ static struct {
     int64_t next_refetch, refetch_backoff; /* asking the server again (refetch_brokers) */
     int atfork_done;
 } A = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
-
-/* ------------------------------------------------------------------------------------
- * Language frames interned by contprof_safepoint */
-
-typedef struct lang_frame {
-    char *function, *file;
-    int64_t line;
-} lang_frame;
-
-#define LANG_MAX 65536u
-static pthread_mutex_t g_lang_mu = PTHREAD_MUTEX_INITIALIZER;
-static lang_frame *g_lang;
-static uint32_t g_lang_n;
-static uint32_t *g_lang_idx; /* 2 * LANG_MAX slots: id + 1 */
-
-static uint64_t lang_hash(const char *fn, const char *file, int64_t line)
-{
-    uint64_t h = cp_hash_bytes(fn, strlen(fn), (uint64_t)line);
-    return file ? cp_hash_bytes(file, strlen(file), h) : h;
-}
-
-int cp_lang_intern(const contprof_frame *f, uint32_t *id)
-{
-    int rc = 0;
-    pthread_mutex_lock(&g_lang_mu);
-    if (!g_lang) {
-        g_lang = calloc(LANG_MAX, sizeof(*g_lang));
-        g_lang_idx = calloc(2 * LANG_MAX, sizeof(uint32_t));
-        if (!g_lang || !g_lang_idx) {
-            free(g_lang);
-            free(g_lang_idx);
-            g_lang = NULL;
-            g_lang_idx = NULL;
-            rc = CP_ENOMEM;
-            goto out;
-        }
-    }
-    uint32_t mask = 2 * LANG_MAX - 1;
-    for (uint32_t i = (uint32_t)lang_hash(f->function, f->file, f->line) & mask;;
-         i = (i + 1) & mask) {
-        uint32_t v = g_lang_idx[i];
-        if (!v) {
-            if (g_lang_n == LANG_MAX) {
-                rc = CP_ELIMIT;
-                goto out;
-            }
-            lang_frame *l = &g_lang[g_lang_n];
-            l->function = strdup(f->function);
-            l->file = f->file ? strdup(f->file) : NULL;
-            l->line = f->line;
-            if (!l->function || (f->file && !l->file)) {
-                free(l->function);
-                free(l->file);
-                rc = CP_ENOMEM;
-                goto out;
-            }
-            g_lang_idx[i] = ++g_lang_n;
-            *id = g_lang_n - 1;
-            goto out;
-        }
-        lang_frame *l = &g_lang[v - 1];
-        if (l->line == f->line && strcmp(l->function, f->function) == 0 &&
-            ((!l->file && !f->file) || (l->file && f->file && strcmp(l->file, f->file) == 0))) {
-            *id = v - 1;
-            goto out;
-        }
-    }
-out:
-    pthread_mutex_unlock(&g_lang_mu);
-    return rc;
-}
-
-int cp_lang_get(uint32_t id, const char **function, const char **file, int64_t *line)
-{
-    pthread_mutex_lock(&g_lang_mu);
-    int rc = CP_ENOTFOUND;
-    if (g_lang && id < g_lang_n) {
-        /* entries are never freed or moved: the pointers stay valid */
-        *function = g_lang[id].function;
-        *file = g_lang[id].file;
-        *line = g_lang[id].line;
-        rc = 0;
-    }
-    pthread_mutex_unlock(&g_lang_mu);
-    return rc;
-}
-
-/* ------------------------------------------------------------------------------------
- * Isolate API */
-
-CONTPROF_EXTERN contprof_isolate *contprof_isolate_create(const char *name, const char *labels)
-{
-    if (!name || !*name) return NULL;
-    int saved = cp_in_agent;
-    cp_in_agent = 1;
-    for (uint32_t i = 0; i < CP_MAX_ISOLATES; i++) {
-        int expect = CP_ISO_FREE;
-        struct contprof_isolate *iso = &cp_isolates[i];
-        if (!atomic_compare_exchange_strong(&iso->state, &expect, 3)) continue;
-        iso->id = i + 1;
-        iso->name = strdup(name);
-        iso->labels = labels ? strdup(labels) : NULL;
-        atomic_store(&iso->walker, NULL);
-        atomic_store(&iso->walker_arg, NULL);
-        atomic_store(&iso->request, NULL);
-        atomic_store(&iso->request_arg, NULL);
-        atomic_store(&iso->code_lo, 0);
-        atomic_store(&iso->code_hi, 0);
-        if (!iso->name || (labels && !iso->labels)) {
-            free(iso->name);
-            free(iso->labels);
-            iso->name = iso->labels = NULL;
-            atomic_store(&iso->state, CP_ISO_FREE);
-            cp_in_agent = saved;
-            return NULL;
-        }
-        atomic_store(&iso->state, CP_ISO_LIVE);
-        cp_in_agent = saved;
-        return iso;
-    }
-    cp_in_agent = saved;
-    return NULL;
-}
-
-CONTPROF_EXTERN void contprof_isolate_destroy(contprof_isolate *iso)
-{
-    if (!iso) return;
-    atomic_store(&iso->walker, NULL);
-    atomic_store(&iso->request, NULL);
-    atomic_store(&iso->state, CP_ISO_DYING); /* freed by the agent after its last window */
-}
-
-CONTPROF_EXTERN void contprof_isolate_enter(contprof_isolate *iso)
-{
-    cp_thread *t = cp_self ? cp_self : cp_thread_register_self();
-    if (!t || !iso) return;
-    unsigned d = atomic_load_explicit(&t->iso_depth, memory_order_relaxed);
-    if (d < 16) t->iso_stack[d] = iso->id;
-    atomic_store_explicit(&t->iso_depth, d + 1, memory_order_release);
-}
-
-CONTPROF_EXTERN void contprof_isolate_leave(void)
-{
-    cp_thread *t = cp_self;
-    if (!t) return;
-    unsigned d = atomic_load_explicit(&t->iso_depth, memory_order_relaxed);
-    if (d > 0) atomic_store_explicit(&t->iso_depth, d - 1, memory_order_release);
-}
-
-CONTPROF_EXTERN void contprof_isolate_set_walker(contprof_isolate *iso, contprof_walker fn,
-                                                 void *arg)
-{
-    if (!iso) return;
-    atomic_store(&iso->walker, NULL);
-    atomic_store(&iso->walker_arg, arg);
-    atomic_store(&iso->walker, fn);
-}
-
-CONTPROF_EXTERN void contprof_isolate_set_request(contprof_isolate *iso,
-                                                  contprof_safepoint_request fn, void *arg)
-{
-    if (!iso) return;
-    atomic_store(&iso->request, NULL);
-    atomic_store(&iso->request_arg, arg);
-    atomic_store(&iso->request, fn);
-}
-
-int cp_lang_ids(const contprof_frame *fr, int n, uint64_t *ids)
-{
-    int m = 0;
-    for (int i = 0; i < n; i++) {
-        uint32_t id;
-        if (fr[i].function && cp_lang_intern(&fr[i], &id) == 0) ids[m++] = CP_LANG_TAG | id;
-    }
-    return m;
-}
-
-CONTPROF_EXTERN void contprof_isolate_set_runtime_code(contprof_isolate *iso, uintptr_t lo,
-                                                       uintptr_t hi)
-{
-    if (!iso) return;
-    atomic_store(&iso->code_hi, 0);
-    atomic_store(&iso->code_lo, lo);
-    atomic_store(&iso->code_hi, lo < hi ? hi : 0);
-}
-
-uint32_t cp_lang_join(uint32_t iso, uint64_t *pcs, uint32_t n, const uint64_t *ids, uint32_t m)
-{
-    uintptr_t lo = 0, hi = 0;
-    if (iso && iso <= CP_MAX_ISOLATES) {
-        hi = atomic_load(&cp_isolates[iso - 1].code_hi);
-        lo = atomic_load(&cp_isolates[iso - 1].code_lo);
-    }
-    uint32_t first = n, last = n; /* innermost and outermost frames in the runtime */
-    if (lo < hi && m > 0)
-        for (uint32_t i = 0; i < n; i++)
-            if (pcs[i] >= lo && pcs[i] < hi) {
-                if (first == n) first = i;
-                last = i;
-            }
-    uint64_t out[CP_MAX_FRAMES];
-    uint32_t k = 0;
-    if (first == n) first = last = 0; /* not through the runtime: all native below */
-    for (uint32_t i = 0; i < first && k < CP_MAX_FRAMES; i++)
-        out[k++] = pcs[i];
-    for (uint32_t i = 0; i < m && k < CP_MAX_FRAMES; i++)
-        out[k++] = ids[i];
-    for (uint32_t i = last; i < n && k < CP_MAX_FRAMES; i++)
-        out[k++] = pcs[i];
-    memcpy(pcs, out, k * sizeof(uint64_t));
-    return k;
-}
-
-static void isolates_reap(void)
-{
-    for (uint32_t i = 0; i < CP_MAX_ISOLATES; i++) {
-        struct contprof_isolate *iso = &cp_isolates[i];
-        if (atomic_load(&iso->state) != CP_ISO_DYING) continue;
-        free(iso->name);
-        free(iso->labels);
-        iso->name = iso->labels = NULL;
-        atomic_store(&iso->state, CP_ISO_FREE);
-    }
-}
 
 /* ------------------------------------------------------------------------------------
  * Output */
@@ -429,12 +212,12 @@ static void transport_tick(void)
             refetch_brokers(now);
     }
     if (!A.kafka && A.brokers[0]) {
-        char err[256];
+        cp_err err = {0};
         A.fd_revocations = atomic_load(&cp_fd_revocations);
         if (cp_kafka_create(A.brokers, cp_cfg.topic, cp_cfg.kafka_queue, cp_cfg.kafka_props,
-                            &A.kafka, err, sizeof(err)) != 0) {
+                            &A.kafka, &err) != 0) {
             static int warned;
-            if (!warned++) fprintf(stderr, "contprof: kafka: %s\n", err);
+            if (!warned++) fprintf(stderr, "contprof: kafka: %s\n", err.msg);
             A.brokers[0] = cp_cfg.server[0] ? 0 : A.brokers[0];
         }
     }
@@ -494,14 +277,13 @@ static void finish_window(int64_t end)
     A.dropped_windows = 0;
     if (cp_window_finish(&m, emit, NULL) != 0) A.dropped_windows++;
     A.window_start = end;
-    isolates_reap();
+    cp_isolates_reap();
 }
 
 static void *agent_main(void *arg)
 {
     (void)arg;
-    cp_in_agent = cp_agent_thread = 1;
-    cp_agent_tid = (pid_t)syscall(SYS_gettid);
+    cp_guard_agent_thread_begin(1);
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
@@ -552,7 +334,8 @@ static void *agent_main(void *arg)
         }
     }
     if (A.kafka) {
-        (void)cp_kafka_destroy(A.kafka, (int)cp_cfg.flush_ms); /* exit: nowhere to report */
+        (void)cp_kafka_destroy(A.kafka,
+                               (int)(cp_cfg.flush_ns / 1000000)); /* exit: nowhere to report */
         A.kafka = NULL;
     }
     for (int i = 0; i < 2; i++) {
@@ -582,6 +365,7 @@ static void new_instance(void)
     A.window_start = cp_now_ns();
 }
 
+/* Starts the agent thread (unregistered, never sampled). Returns 0 or CP_ENOMEM. */
 static int start_agent_thread(void)
 {
     A.stop = 0;
@@ -594,25 +378,25 @@ static int start_agent_thread(void)
     int rc = pthread_create(&A.th, &attr, agent_main, NULL);
     cp_in_agent = saved;
     pthread_attr_destroy(&attr);
-    return rc ? -rc : 0;
+    return rc ? CP_ENOMEM : 0; /* EAGAIN: no memory or thread left; nothing else applies */
 }
 
 static void atfork_prepare(void)
 {
-    pthread_mutex_lock(&g_lang_mu);
+    cp_lang_atfork_prepare();
     cp_alloc_atfork_prepare();
 }
 
 static void atfork_parent(void)
 {
     cp_alloc_atfork_parent();
-    pthread_mutex_unlock(&g_lang_mu);
+    cp_lang_atfork_parent();
 }
 
 static void atfork_child(void)
 {
     cp_alloc_atfork_child();
-    pthread_mutex_unlock(&g_lang_mu);
+    cp_lang_atfork_child();
     if (!atomic_load(&A.running)) return;
     /* The child is a new instance: its own timers, its own Kafka handle, no lock held. */
     pthread_mutex_init(&A.mu, NULL);
@@ -621,7 +405,7 @@ static void atfork_child(void)
     A.kafka = NULL;
     A.gz[0] = A.gz[1] = NULL; /* the parent's agent may have been freeing them: lost */
     A.dropped_windows = 0;
-    cp_agent_tid = 0;
+    cp_guard_after_fork_child();
     cp_threads_after_fork_child();
     new_instance();
     cp_window_abandon();
@@ -655,15 +439,23 @@ CONTPROF_EXTERN int contprof_start(const contprof_options *opts)
     if (!atomic_compare_exchange_strong(&A.running, &expect, 1)) return 0;
     int saved = cp_in_agent;
     cp_in_agent = 1;
-    cp_config_load(&cp_cfg, opts);
+    cp_err err = {0};
+    int rc = cp_config_load(&cp_cfg, opts, &err);
+    if (rc != 0) {
+        /* a configuration the agent cannot read: say so and leave the program alone */
+        fprintf(stderr, "contprof: %s; the agent is not started\n", err.msg);
+        atomic_store(&A.running, 0);
+        cp_in_agent = saved;
+        return rc;
+    }
     if (!cp_cfg.children) strip_preload();
     snprintf(A.brokers, sizeof(A.brokers), "%s", cp_cfg.brokers);
     A.next_resolve = 0;
     new_instance();
-    int rc = 0;
     if (cp_cfg.output_dir[0]) mkdir(cp_cfg.output_dir, 0755);
     cp_modules_refresh(1);
     if (cp_cfg.alloc_rate > 0 && cp_alloc_init() == 0) cp_alloc_set_rate(cp_cfg.alloc_rate);
+    cp_exec_resolve();
     if (cp_cpu_start() != 0) snprintf(cp_engine, sizeof(cp_engine), "off");
     cp_threads_scan();
     if (!A.atfork_done) {
@@ -690,7 +482,7 @@ CONTPROF_EXTERN void contprof_stop(void)
     /* Bounded: the final window plus the Kafka flush, then we go on regardless. */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t wait_ms = cp_cfg.flush_ms + 3000;
+    int64_t wait_ms = cp_cfg.flush_ns / 1000000 + 3000;
     ts.tv_sec += wait_ms / 1000;
     ts.tv_nsec += (wait_ms % 1000) * 1000000;
     if (ts.tv_nsec >= 1000000000) {

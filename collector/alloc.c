@@ -1,9 +1,10 @@
-/* Allocation sampling: the malloc family interposed over the next allocator (dlsym with a
- * static bootstrap pool), byte-based Poisson sampling with a thread-local countdown, and
+/* Allocation sampling: the malloc family interposed over the next allocator (nextmalloc.c),
+ * byte-based Poisson sampling with a thread-local countdown, and
  * the table of sampled live blocks that matches frees. Unsampled paths cost a subtraction
  * in thread-local memory (allocations) or a test of the pointer's low bits (frees): every
  * sampled block is page-aligned. */
-#include <dlfcn.h>
+#include "alloc.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -11,48 +12,16 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "collector_int.h"
+#include "guard.h"
+#include "isolate.h"
+#include "nextmalloc.h"
+#include "thread.h"
+#include "times.h"
+#include "unwind.h"
+#include "vec.h"
 
 /* ------------------------------------------------------------------------------------
- * The next allocator */
-
-typedef struct real_fns {
-    void *(*malloc)(size_t);
-    void *(*calloc)(size_t, size_t);
-    void *(*realloc)(void *, size_t);
-    void (*free)(void *);
-    int (*posix_memalign)(void **, size_t, size_t);
-    void *(*aligned_alloc)(size_t, size_t);
-    void *(*memalign)(size_t, size_t);
-    void *(*valloc)(size_t);
-    void *(*pvalloc)(size_t);
-    size_t (*malloc_usable_size)(void *);
-} real_fns;
-
-static real_fns real;
-/* The fast paths call through these: boot stubs until the next allocator is found, so
- * the fast paths need no NULL test. */
-static void *malloc_boot(size_t n);
-static void free_checked(void *p);
-static void *(*hot_malloc)(size_t) = malloc_boot;
-/* The next free, or free_checked while the pool may hold blocks free's page test does
- * not catch (before the next allocator is found; after the agent used its reserve). */
-static void (*_Atomic hot_free)(void *) = free_checked;
-static int resolving;
-/* The next allocator is glibc's: its chunk header can tell fresh mmapped blocks. */
-static int next_is_glibc;
-
-/* dlsym itself allocates: those requests are served from here and never freed. The same
- * pool is the agent's emergency reserve: when the allocator fails the agent's own threads,
- * they are served from here, because libdw and librdkafka do not survive a NULL from
- * malloc (measured: libdw crashes in dwarf_getsrclines). The agent then degrades
- * (cp_agent_oom). In .bss: untouched pages cost nothing. */
-static _Alignas(4096) char pool[8 << 20];
-atomic_int cp_agent_oom;
-static atomic_size_t pool_used;
-/* A pool block that is not page-aligned was handed out (the agent's reserve): from then
- * on free checks the pool's range on every call (free_checked). */
-static atomic_int pool_mixed;
+ * The free filter */
 
 #define FILTER_BITS 16 /* 64 KiB of counters */
 /* Counting filter over sampled live pointers, consulted only for page-aligned frees and
@@ -64,96 +33,6 @@ static atomic_uchar filter[1u << FILTER_BITS];
 static inline uint32_t filter_idx(uintptr_t p)
 {
     return (uint32_t)((p >> 4) ^ (p >> 16)) & ((1u << FILTER_BITS) - 1);
-}
-
-static inline int in_pool(const void *p)
-{
-    return (uintptr_t)p - (uintptr_t)pool < sizeof(pool); /* NULL is not in it */
-}
-
-static void *pool_alloc(size_t n, size_t align)
-{
-    if (align < 16) align = 16;
-    size_t cur = atomic_load(&pool_used), start;
-    do {
-        start = (cur + align - 1) & ~(align - 1);
-        if (start + n > sizeof(pool)) return NULL;
-    } while (!atomic_compare_exchange_weak(&pool_used, &cur, start + n));
-    if (start & 4095) {
-        /* free's page test would let this block through to the next free */
-        atomic_store(&pool_mixed, 1);
-        atomic_store(&hot_free, free_checked);
-    }
-    return pool + start; /* zeroed: static storage, never reused */
-}
-
-/* Bootstrap requests (before the next allocator is found): page-aligned, so that free's
- * page test catches them and the common free needs no range check. */
-static void *boot_alloc(size_t n, size_t align)
-{
-    return pool_alloc(n, align > 4096 ? align : 4096);
-}
-
-/* glibc's chunk header (the size word before the block) has IS_MMAPPED (2) for blocks of
- * their own mapping, which are fresh zero pages unless MALLOC_PERTURB_ is set. */
-static int glibc_perturb;
-static inline int glibc_fresh_mmapped(const void *p)
-{
-    return !glibc_perturb && (((const size_t *)p)[-1] & 2);
-}
-
-static void resolve(void)
-{
-    if (real.free || resolving) return;
-    resolving = 1;
-    real_fns r;
-    r.malloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
-    r.calloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "calloc");
-    r.realloc = (void *(*)(void *, size_t))dlsym(RTLD_NEXT, "realloc");
-    r.posix_memalign = (int (*)(void **, size_t, size_t))dlsym(RTLD_NEXT, "posix_memalign");
-    r.aligned_alloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "aligned_alloc");
-    r.memalign = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "memalign");
-    r.valloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "valloc");
-    r.pvalloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "pvalloc");
-    r.malloc_usable_size = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
-    r.free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
-    void *libc_calloc = dlsym(RTLD_NEXT, "__libc_calloc");
-    next_is_glibc = r.calloc && libc_calloc == (void *)r.calloc;
-    const char *pert = getenv("MALLOC_PERTURB_");
-    const char *tun = getenv("GLIBC_TUNABLES");
-    glibc_perturb = (pert && *pert && strcmp(pert, "0") != 0) || (tun && strstr(tun, "perturb"));
-    real = r;
-    if (r.malloc) hot_malloc = r.malloc;
-    if (r.free) {
-        /* seq_cst, against pool_alloc: either it sees this store, or this sees its flag */
-        atomic_store(&hot_free, r.free);
-        if (atomic_load(&pool_mixed)) atomic_store(&hot_free, free_checked);
-    }
-    resolving = 0;
-}
-
-void *cp_real_malloc(size_t n)
-{
-    resolve();
-    return real.malloc ? real.malloc(n) : boot_alloc(n, 16);
-}
-
-void cp_real_free(void *p)
-{
-    if (!p || in_pool(p)) return;
-    resolve();
-    if (real.free) real.free(p);
-}
-
-/* hot_free while the pool may hold blocks that are not page-aligned. */
-__attribute__((noinline)) static void free_checked(void *p)
-{
-    if (in_pool(p)) return;
-    if (__builtin_expect(!real.free, 0)) {
-        resolve();
-        if (!real.free) return; /* during dlsym itself; the block is kept */
-    }
-    real.free(p);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -194,7 +73,6 @@ static atomic_uint interior_reserved; /* interior blocks allocated or about to b
 atomic_uint_fast64_t cp_alloc_dropped;
 
 static CP_TLS int64_t t_until;
-CP_TLS int cp_agent_thread;
 static CP_TLS uint64_t t_rng;
 static CP_TLS int t_init;
 
@@ -556,7 +434,8 @@ static void *tagged_alloc(size_t align, size_t n, int zero, uintptr_t *base)
     *base = 0;
     if (n <= INTERIOR_MAX_SIZE && align <= PAGE_MASK + 1 && S) {
         if (atomic_fetch_add(&interior_reserved, 1) < LIVE_MAX_INTERIOR) {
-            void *q = zero ? real.calloc(1, n + PAGE_MASK + 1) : real.malloc(n + PAGE_MASK + 1);
+            void *q =
+                zero ? cp_next.calloc(1, n + PAGE_MASK + 1) : cp_next.malloc(n + PAGE_MASK + 1);
             if (q) {
                 *base = (uintptr_t)q;
                 return (void *)(((uintptr_t)q + PAGE_MASK) & ~PAGE_MASK);
@@ -564,37 +443,24 @@ static void *tagged_alloc(size_t align, size_t n, int zero, uintptr_t *base)
         }
         atomic_fetch_sub(&interior_reserved, 1);
     }
-    if (!real.memalign) return NULL;
-    void *p = real.memalign(align > PAGE_MASK ? align : PAGE_MASK + 1, n);
+    if (!cp_next.memalign) return NULL;
+    void *p = cp_next.memalign(align > PAGE_MASK ? align : PAGE_MASK + 1, n);
     /* glibc's mmapped chunks are fresh zero pages (what its calloc relies on): not
      * touching them keeps a big sparse calloc sparse. */
-    if (p && zero && !(next_is_glibc && glibc_fresh_mmapped(p))) memset(p, 0, n);
+    if (p && zero && !cp_next_fresh_zeroed(p)) memset(p, 0, n);
     return p;
 }
 
 /* An allocation of the agent's own threads failed: serve it from the reserve. */
-static void *agent_reserve(size_t n, size_t align)
-{
-    atomic_store(&cp_agent_oom, 1);
-    return pool_alloc(n, align);
-}
-
 #define AGENT_RESCUE(p, n, align)                                                                  \
     do {                                                                                           \
-        if (__builtin_expect(!(p), 0) && cp_agent_thread) (p) = agent_reserve((n), (align));       \
+        if (__builtin_expect(!(p), 0) && cp_agent_thread) (p) = cp_next_reserve((n), (align));     \
     } while (0)
 
 /* The slow paths below are reached by tail calls from the hooks, so the stack a sample
  * records starts at the hook's caller: 2 frames to skip (sample_record, the slow path),
  * one more where a hook calls its slow path (posix_memalign, realloc_listed). */
 #define HOOK_SKIP 2
-
-__attribute__((noinline, cold)) static void *malloc_boot(size_t n)
-{
-    resolve();
-    if (!real.malloc) return boot_alloc(n, 16); /* dlsym's own requests */
-    return real.malloc(n);
-}
 
 /* The countdown ran out in a hook's slow path: a sampled block (recorded; skip as for
  * sample_record, which inlining leaves unchanged) if this allocation is to be sampled and
@@ -611,10 +477,10 @@ static inline __attribute__((always_inline)) void *try_sampled(size_t align, siz
 
 __attribute__((noinline, cold)) static void *malloc_slow(size_t n)
 {
-    if (!real.malloc) return malloc_boot(n);
+    if (!cp_next.malloc) return cp_next_malloc_boot(n);
     void *p = try_sampled(16, n, 0, HOOK_SKIP);
     if (p) return p;
-    p = real.malloc(n);
+    p = cp_next.malloc(n);
     AGENT_RESCUE(p, n, 16);
     return p;
 }
@@ -622,20 +488,20 @@ __attribute__((noinline, cold)) static void *malloc_slow(size_t n)
 CONTPROF_EXTERN void *malloc(size_t n)
 {
     COUNT_DOWN(n, slow);
-    return hot_malloc(n);
+    return cp_next_hot_malloc(n);
 slow:
     return malloc_slow(n);
 }
 
 __attribute__((noinline, cold)) static void *calloc_slow(size_t a, size_t b, size_t n)
 {
-    if (!real.calloc) {
-        resolve();
-        if (!real.calloc) return boot_alloc(n, 16); /* zeroed: static, never reused */
+    if (!cp_next.calloc) {
+        cp_next_resolve();
+        if (!cp_next.calloc) return cp_next_boot_alloc(n, 16); /* zeroed: static, never reused */
     }
     void *p = try_sampled(16, n, 1, HOOK_SKIP);
     if (p) return p;
-    p = real.calloc(a, b);
+    p = cp_next.calloc(a, b);
     AGENT_RESCUE(p, n, 16); /* the pool is zeroed and never reused */
     return p;
 }
@@ -648,8 +514,8 @@ CONTPROF_EXTERN void *calloc(size_t a, size_t b)
         return NULL;
     }
     COUNT_DOWN(n, slow);
-    if (__builtin_expect(!real.calloc, 0)) goto slow;
-    void *p = real.calloc(a, b);
+    if (__builtin_expect(!cp_next.calloc, 0)) goto slow;
+    void *p = cp_next.calloc(a, b);
     AGENT_RESCUE(p, n, 16);
     return p;
 slow:
@@ -664,7 +530,7 @@ __attribute__((noinline, cold)) static void free_listed(void *p)
     pthread_mutex_lock(&g_lock);
     if (S) live_remove((uintptr_t)p, &e, 0);
     pthread_mutex_unlock(&g_lock);
-    atomic_load_explicit(&hot_free, memory_order_relaxed)(e.base ? (void *)e.base : p);
+    atomic_load_explicit(&cp_next_hot_free, memory_order_relaxed)(e.base ? (void *)e.base : p);
 }
 
 /* A page-aligned pointer: NULL, a bootstrap block (kept), possibly a sampled one (it
@@ -673,14 +539,14 @@ __attribute__((noinline, cold)) static void free_listed(void *p)
  * freed sampled block's address out again, and its later frees come here too. */
 __attribute__((noinline)) static void free_aligned(void *p)
 {
-    if (!p || in_pool(p)) return;
+    if (!p || cp_next_in_pool(p)) return;
     if (__builtin_expect(
             atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed) != 0,
             0)) {
         free_listed(p);
         return;
     }
-    atomic_load_explicit(&hot_free, memory_order_relaxed)(p);
+    atomic_load_explicit(&cp_next_hot_free, memory_order_relaxed)(p);
 }
 
 CONTPROF_EXTERN void free(void *p)
@@ -689,7 +555,7 @@ CONTPROF_EXTERN void free(void *p)
         free_aligned(p);
         return;
     }
-    atomic_load_explicit(&hot_free, memory_order_relaxed)(p);
+    atomic_load_explicit(&cp_next_hot_free, memory_order_relaxed)(p);
 }
 
 /* realloc(p, n), p a heap block, n > 0, when the countdown ran out. A sampled result
@@ -701,36 +567,36 @@ __attribute__((noinline, cold)) static void *realloc_slow(void *p, size_t n, int
     int64_t rate = sample_decide(n);
     void *q;
     if (!rate) {
-        q = real.realloc(p, n);
+        q = cp_next.realloc(p, n);
         goto unsampled;
     }
     uintptr_t base = 0;
     if (page_aligned(p)) { /* not interior: realloc_listed moved those */
-        q = real.realloc(p, n);
+        q = cp_next.realloc(p, n);
         if (!q || page_aligned(q)) goto sampled;
         void *r = tagged_alloc(16, n, 0, &base);
         if (!r) return q; /* cannot tag it: it stays unsampled */
         memcpy(r, q, n);
-        real.free(q);
+        cp_next.free(q);
         q = r;
         goto sampled;
     }
     q = tagged_alloc(16, n, 0, &base);
     if (!q) {
-        q = real.realloc(p, n);
+        q = cp_next.realloc(p, n);
         goto unsampled;
     }
-    size_t have = real.malloc_usable_size ? real.malloc_usable_size(p) : n;
+    size_t have = cp_next.malloc_usable_size ? cp_next.malloc_usable_size(p) : n;
     memcpy(q, p, have < n ? have : n);
-    real.free(p);
+    cp_next.free(p);
 sampled:
     if (q) sample_record(q, base, n, rate, skip, NULL, 0);
     return q;
 unsampled:
-    if (!q && cp_agent_thread && (q = agent_reserve(n, 16)) != NULL) {
-        size_t have = real.malloc_usable_size ? real.malloc_usable_size(p) : 0;
+    if (!q && cp_agent_thread && (q = cp_next_reserve(n, 16)) != NULL) {
+        size_t have = cp_next.malloc_usable_size ? cp_next.malloc_usable_size(p) : 0;
         memcpy(q, p, have < n ? have : n);
-        real.free(p);
+        cp_next.free(p);
     }
     return q;
 }
@@ -740,7 +606,7 @@ __attribute__((noinline, cold)) static void *realloc_pool(void *p, size_t n)
 {
     void *q = malloc(n);
     if (q) {
-        size_t have = (size_t)(pool + sizeof(pool) - (char *)p);
+        size_t have = (size_t)(cp_next_pool + CP_NEXT_POOL_SIZE - (char *)p);
         memcpy(q, p, have < n ? have : n);
     }
     return q;
@@ -760,11 +626,11 @@ alloc:;
     void *q = rate ? tagged_alloc(16, n, 0, &base) : NULL;
     if (!q) {
         rate = 0;
-        q = real.malloc(n);
+        q = cp_next.malloc(n);
         if (!q) return NULL;
     }
     memcpy(q, (const void *)old->ptr, old->size < n ? old->size : n);
-    real.free((void *)old->base);
+    cp_next.free((void *)old->base);
     if (rate) sample_record(q, base, n, rate, skip, NULL, 0);
     return q;
 }
@@ -787,7 +653,7 @@ __attribute__((noinline, cold)) static void *realloc_listed(void *p, size_t n)
         goto done;
     }
     COUNT_DOWN(n, slow);
-    q = real.realloc(p, n);
+    q = cp_next.realloc(p, n);
     if (__builtin_expect(!q, 0) && cp_agent_thread) q = realloc_slow(p, n, HOOK_SKIP + 1);
     goto done;
 slow:
@@ -805,19 +671,19 @@ done:
 CONTPROF_EXTERN void *realloc(void *p, size_t n)
 {
     if (!p) return malloc(n);
-    if (__builtin_expect(!real.realloc || in_pool(p), 0)) {
-        resolve();
-        if (in_pool(p)) return realloc_pool(p, n);
-        if (!real.realloc) return NULL;
+    if (__builtin_expect(!cp_next.realloc || cp_next_in_pool(p), 0)) {
+        cp_next_resolve();
+        if (cp_next_in_pool(p)) return realloc_pool(p, n);
+        if (!cp_next.realloc) return NULL;
     }
     if (n == 0) {
-        if (!page_aligned(p)) return real.realloc(p, 0);
+        if (!page_aligned(p)) return cp_next.realloc(p, 0);
         free_aligned(p); /* glibc's realloc(p, 0) frees p and returns NULL */
         return NULL;
     }
     if (__builtin_expect(page_aligned(p), 0)) return realloc_listed(p, n);
     COUNT_DOWN(n, slow);
-    void *q = real.realloc(p, n);
+    void *q = cp_next.realloc(p, n);
     if (__builtin_expect(!q, 0) && cp_agent_thread) return realloc_slow(p, n, HOOK_SKIP);
     return q;
 slow:
@@ -840,7 +706,7 @@ __attribute__((noinline, cold)) static void *memalign_slow(size_t align, size_t 
 {
     void *p = try_sampled(align, n, 0, skip);
     if (p) return p;
-    p = real.memalign(align, n);
+    p = cp_next.memalign(align, n);
     AGENT_RESCUE(p, n, align);
     return p;
 }
@@ -852,18 +718,18 @@ static int pow2(size_t a)
 
 CONTPROF_EXTERN int posix_memalign(void **out, size_t align, size_t n)
 {
-    resolve();
-    if (!real.posix_memalign) {
-        void *p = boot_alloc(n, align);
+    cp_next_resolve();
+    if (!cp_next.posix_memalign) {
+        void *p = cp_next_boot_alloc(n, align);
         if (!p) return ENOMEM;
         *out = p;
         return 0;
     }
-    if (!pow2(align) || align % sizeof(void *) || !real.memalign)
-        return real.posix_memalign(out, align, n); /* EINVAL, or not sampled */
+    if (!pow2(align) || align % sizeof(void *) || !cp_next.memalign)
+        return cp_next.posix_memalign(out, align, n); /* EINVAL, or not sampled */
     COUNT_DOWN(n, slow);
-    int rc = real.posix_memalign(out, align, n);
-    if (rc != 0 && cp_agent_thread && (*out = agent_reserve(n, align)) != NULL) rc = 0;
+    int rc = cp_next.posix_memalign(out, align, n);
+    if (rc != 0 && cp_agent_thread && (*out = cp_next_reserve(n, align)) != NULL) rc = 0;
     return rc;
 slow:;
     int saved = errno; /* posix_memalign reports through its result, not errno */
@@ -876,11 +742,11 @@ slow:;
 
 CONTPROF_EXTERN void *aligned_alloc(size_t align, size_t n)
 {
-    resolve();
-    if (!real.aligned_alloc) return boot_alloc(n, align);
-    if (!pow2(align) || !real.memalign) return real.aligned_alloc(align, n);
+    cp_next_resolve();
+    if (!cp_next.aligned_alloc) return cp_next_boot_alloc(n, align);
+    if (!pow2(align) || !cp_next.memalign) return cp_next.aligned_alloc(align, n);
     COUNT_DOWN(n, slow);
-    void *p = real.aligned_alloc(align, n);
+    void *p = cp_next.aligned_alloc(align, n);
     AGENT_RESCUE(p, n, align);
     return p;
 slow:
@@ -889,11 +755,11 @@ slow:
 
 CONTPROF_EXTERN void *memalign(size_t align, size_t n)
 {
-    resolve();
-    if (!real.memalign) return boot_alloc(n, align);
-    if (!pow2(align)) return real.memalign(align, n); /* glibc rounds it up */
+    cp_next_resolve();
+    if (!cp_next.memalign) return cp_next_boot_alloc(n, align);
+    if (!pow2(align)) return cp_next.memalign(align, n); /* glibc rounds it up */
     COUNT_DOWN(n, slow);
-    void *p = real.memalign(align, n);
+    void *p = cp_next.memalign(align, n);
     AGENT_RESCUE(p, n, align);
     return p;
 slow:
@@ -911,30 +777,30 @@ __attribute__((noinline, cold)) static void *page_alloc_slow(void *(*fn)(size_t)
 
 CONTPROF_EXTERN void *valloc(size_t n)
 {
-    resolve();
-    if (!real.valloc) return boot_alloc(n, 4096);
+    cp_next_resolve();
+    if (!cp_next.valloc) return cp_next_boot_alloc(n, 4096);
     COUNT_DOWN(n, slow);
-    return real.valloc(n);
+    return cp_next.valloc(n);
 slow:
-    return page_alloc_slow(real.valloc, n);
+    return page_alloc_slow(cp_next.valloc, n);
 }
 
 CONTPROF_EXTERN void *pvalloc(size_t n)
 {
-    resolve();
-    if (!real.pvalloc) return boot_alloc(n, 4096);
+    cp_next_resolve();
+    if (!cp_next.pvalloc) return cp_next_boot_alloc(n, 4096);
     COUNT_DOWN(n, slow);
-    return real.pvalloc(n);
+    return cp_next.pvalloc(n);
 slow:
-    return page_alloc_slow(real.pvalloc, n);
+    return page_alloc_slow(cp_next.pvalloc, n);
 }
 
 CONTPROF_EXTERN size_t malloc_usable_size(void *p)
 {
     if (!p) return 0;
-    if (in_pool(p)) return (size_t)(pool + sizeof(pool) - (char *)p);
-    resolve();
-    if (!real.malloc_usable_size) return 0;
+    if (cp_next_in_pool(p)) return (size_t)(cp_next_pool + CP_NEXT_POOL_SIZE - (char *)p);
+    cp_next_resolve();
+    if (!cp_next.malloc_usable_size) return 0;
     uintptr_t base = 0;
     if (page_aligned(p) &&
         atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed)) {
@@ -946,6 +812,6 @@ CONTPROF_EXTERN size_t malloc_usable_size(void *p)
         pthread_mutex_unlock(&g_lock);
     }
     if (base) /* interior: what is left of the block that holds it */
-        return real.malloc_usable_size((void *)base) - ((uintptr_t)p - base);
-    return real.malloc_usable_size(p);
+        return cp_next.malloc_usable_size((void *)base) - ((uintptr_t)p - base);
+    return cp_next.malloc_usable_size(p);
 }

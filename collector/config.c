@@ -1,11 +1,12 @@
 /* The agent's configuration: contprof_options fields first, CONTPROF_* environment
  * variables for what they leave unset, then defaults. No allocation. */
+#include "config.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <errno.h>
 
-#include "collector_int.h"
+#include "times.h"
 
 cp_config cp_cfg;
 
@@ -18,25 +19,18 @@ static void copy(char *dst, size_t cap, const char *opt, const char *env, const 
     snprintf(dst, cap, "%s", v);
 }
 
-int64_t cp_parse_duration_ms(const char *s)
+int cp_config_duration(const char *name, const char *s, int64_t bare_max, int64_t *out_ns,
+                       cp_err *err)
 {
-    if (!s || !*s) return -1;
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (errno || end == s || v < 0) return -1;
-    double mul = 1; /* bare numbers are milliseconds */
-    if (strcmp(end, "ms") == 0)
-        mul = 1;
-    else if (strcmp(end, "s") == 0)
-        mul = 1000;
-    else if (strcmp(end, "m") == 0)
-        mul = 60000;
-    else if (strcmp(end, "h") == 0)
-        mul = 3600000;
-    else if (*end)
-        return -1;
-    return (int64_t)(v * mul);
+    cp_err e = {0};
+    if (cp_parse_duration(s, 0, out_ns, &e) != 0)
+        return cp_err_set(err, CP_EPARSE, "%s='%s': %s", name, s, e.msg);
+    if (bare_max > 0 && s[strspn(s, "0123456789.")] == 0 && strtod(s, NULL) >= (double)bare_max)
+        return cp_err_set(err, CP_EPARSE,
+                          "%s='%s': a bare number is seconds, and one of %lld or more meant "
+                          "milliseconds in earlier versions: write the unit (%sms or %ss)",
+                          name, s, (long long)bare_max, s, s);
+    return 0;
 }
 
 static int64_t env_int(const char *name, int64_t def)
@@ -86,7 +80,7 @@ static void kafka_props_from_env(char *out, size_t cap)
     }
 }
 
-void cp_config_load(cp_config *c, const contprof_options *o)
+int cp_config_load(cp_config *c, const contprof_options *o, cp_err *err)
 {
     static const contprof_options none;
     if (!o) o = &none;
@@ -117,22 +111,31 @@ void cp_config_load(cp_config *c, const contprof_options *o)
     int64_t rate = o->alloc_rate ? o->alloc_rate : env_int("CONTPROF_ALLOC_RATE", 524288);
     c->alloc_rate = rate < 0 ? 0 : rate;
 
-    int64_t win = o->window_ms;
-    if (!win) {
-        const char *w = getenv("CONTPROF_WINDOW");
-        win = w ? cp_parse_duration_ms(w) : 10000;
-        if (win <= 0) win = 10000;
-    }
-    if (win < 100) win = 100;
-    c->window_ns = win * 1000000;
+    c->window_ns = o->window_ms > 0 ? o->window_ms * 1000000 : (int64_t)10 * 1000000000;
+    const char *w = getenv("CONTPROF_WINDOW");
+    if (o->window_ms <= 0 && w && *w &&
+        cp_config_duration("CONTPROF_WINDOW", w, CP_WINDOW_BARE_MAX, &c->window_ns, err) != 0)
+        return CP_EPARSE;
+    if (c->window_ns < CP_WINDOW_MIN_NS) c->window_ns = CP_WINDOW_MIN_NS;
 
     int ch = o->children;
     if (!ch) ch = env_int("CONTPROF_CHILDREN", 1) ? 1 : -1;
     c->children = ch > 0;
 
-    const char *f = getenv("CONTPROF_FLUSH_MS");
-    c->flush_ms = f ? cp_parse_duration_ms(f) : 1000;
-    if (c->flush_ms < 0) c->flush_ms = 1000;
+    if (getenv("CONTPROF_FLUSH_MS"))
+        return cp_err_set(err, CP_EPARSE,
+                          "CONTPROF_FLUSH_MS='%s': renamed CONTPROF_FLUSH, a duration "
+                          "(CONTPROF_FLUSH=%sms)",
+                          getenv("CONTPROF_FLUSH_MS"), getenv("CONTPROF_FLUSH_MS"));
+    c->flush_ns = 1000000000;
+    const char *f = getenv("CONTPROF_FLUSH");
+    if (f && *f && cp_config_duration("CONTPROF_FLUSH", f, 0, &c->flush_ns, err) != 0)
+        return CP_EPARSE;
+    if (c->flush_ns > CP_FLUSH_MAX_NS)
+        return cp_err_set(err, CP_EPARSE,
+                          "CONTPROF_FLUSH='%s': at most 1h (the program waits "
+                          "that long at exit)",
+                          f);
     c->kafka_queue = (int)env_int("CONTPROF_KAFKA_QUEUE", 256);
     if (c->kafka_queue < 2) c->kafka_queue = 2;
     const char *eng = getenv("CONTPROF_CPU_ENGINE");
@@ -143,4 +146,5 @@ void cp_config_load(cp_config *c, const contprof_options *o)
     const char *sy = getenv("CONTPROF_SYMBOLIZE");
     c->symbolize_server = sy && strcmp(sy, "server") == 0;
     kafka_props_from_env(c->kafka_props, sizeof(c->kafka_props));
+    return 0;
 }

@@ -40,12 +40,14 @@ typedef struct contprof_options {
 /* Starts the agent: CPU timers on every thread, allocation sampling, and the agent thread
  * that ships a window of profiles every window_ms. opts may be NULL (environment only).
  * Idempotent: a second call while running returns 0 and changes nothing. Returns 0 or a
- * negative errno-style code; on failure the process is unaffected. Never blocks for long,
- * never aborts. */
+ * negative code: CP_EPARSE (contprof's model/error.h) for a CONTPROF_* variable it cannot
+ * read, such as a bare CONTPROF_WINDOW of 100 or more, with the message naming it on
+ * stderr; on failure the process is unaffected. Never blocks for long, never
+ * aborts. */
 CONTPROF_EXTERN int contprof_start(const contprof_options *opts);
 
 /* Stops sampling, writes the last (partial) window and flushes it, waiting at most
- * CONTPROF_FLUSH_MS (default 1000 ms). Safe to call when not running. */
+ * CONTPROF_FLUSH (default 1s). Safe to call when not running. */
 CONTPROF_EXTERN void contprof_stop(void);
 
 /* 1 if the agent is running. */

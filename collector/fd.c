@@ -8,6 +8,8 @@
  * hands the number to the host after moving the agent's fd away (perf) or revoking it (every
  * other: the agent's threads then get EBADF on that number and the Kafka client is rebuilt).
  * Design and limits: README.md, "File descriptors". */
+#include "fd.h"
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -20,13 +22,20 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "collector_int.h"
+#include "contprof.h"
+#include "guard.h"
 
 _Atomic unsigned char cp_fd_state[CP_FD_MAX];
 atomic_uint cp_fd_revocations;
 static atomic_int g_hwm;   /* 1 + the highest fd ever marked */
 static atomic_int g_floor; /* 0 until computed */
 static atomic_int g_pid;   /* this process, to tell a vfork child (which shares our memory) */
+static _Atomic(cp_fd_perf_moved_fn) g_perf_holder; /* thread.c's cp_perf_fd_moved */
+
+void cp_fd_set_perf_holder(cp_fd_perf_moved_fn fn)
+{
+    atomic_store(&g_perf_holder, fn);
+}
 
 /* ------------------------------------------------------------------------------------
  * The real functions */
@@ -166,7 +175,8 @@ static void vacate(int fd)
         int m = REAL(fcntl)(fd, F_DUPFD_CLOEXEC, fd_floor());
         if (m >= 0 && m < CP_FD_MAX) {
             mark(m, CP_FD_PERF);
-            if (cp_perf_fd_moved(fd, m) != 0) cp_fd_close(m);
+            cp_fd_perf_moved_fn moved = atomic_load(&g_perf_holder);
+            if (!moved || moved(fd, m) != 0) cp_fd_close(m);
             atomic_store(&cp_fd_state[fd], CP_FD_HOST);
             return;
         }

@@ -30,21 +30,18 @@ static struct {
 #undef CP_RK_FIELD
 } rk;
 
-static int rk_load(char *err, size_t errlen)
+/* Loads librdkafka once. Returns 0 or CP_EKAFKA with err naming what is missing (again
+ * on later calls, without the detail: it was said the first time). */
+static int rk_load(cp_err *err)
 {
-    if (rk.tried) return rk.ok ? 0 : CP_EKAFKA;
+    if (rk.tried) return rk.ok ? 0 : cp_err_set(err, CP_EKAFKA, "librdkafka could not be loaded");
     rk.tried = 1;
     void *h = dlopen("librdkafka.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!h) h = dlopen("librdkafka.so", RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        snprintf(err, errlen, "cannot load librdkafka: %s", dlerror());
-        return CP_EKAFKA;
-    }
+    if (!h) return cp_err_set(err, CP_EKAFKA, "cannot load librdkafka: %s", dlerror());
 #define CP_RK_LOAD(f)                                                                              \
-    if (!(rk.f = (__typeof__(rk.f))dlsym(h, #f))) {                                                \
-        snprintf(err, errlen, "librdkafka lacks %s", #f);                                          \
-        return CP_EKAFKA;                                                                          \
-    }
+    if (!(rk.f = (__typeof__(rk.f))dlsym(h, #f)))                                                  \
+        return cp_err_set(err, CP_EKAFKA, "librdkafka lacks %s", #f);
     CP_RK_FUNCS(CP_RK_LOAD)
 #undef CP_RK_LOAD
     rk.ok = 1;
@@ -104,13 +101,15 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 }
 
 int cp_kafka_create(const char *brokers, const char *topic, int queue, const char *props,
-                    cp_kafka **out, char *err, size_t errlen)
+                    cp_kafka **out, cp_err *err)
 {
     *out = NULL;
-    int lrc = rk_load(err, errlen);
+    int lrc = rk_load(err);
     if (lrc) return lrc;
+    char errstr[256] = ""; /* librdkafka's own messages */
+    const size_t errlen = sizeof(errstr);
     cp_kafka *k = calloc(1, sizeof(*k));
-    if (!k) return CP_ENOMEM;
+    if (!k) return cp_err_set(err, CP_ENOMEM, "out of memory creating the Kafka producer");
     snprintf(k->topic, sizeof(k->topic), "%s", topic);
     k->cap = (uint32_t)(queue / 2 > 1 ? queue / 2 : 1);
     k->q = calloc(k->cap, sizeof(msg));
@@ -127,7 +126,7 @@ int cp_kafka_create(const char *brokers, const char *topic, int queue, const cha
     };
     int bad = 0;
     for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]) && !bad; i++)
-        bad = rk.rd_kafka_conf_set(conf, kv[i][0], kv[i][1], err, errlen) != RD_KAFKA_CONF_OK;
+        bad = rk.rd_kafka_conf_set(conf, kv[i][0], kv[i][1], errstr, errlen) != RD_KAFKA_CONF_OK;
     for (const char *l = props; l && *l && !bad;) { /* "name=value\n" lines */
         const char *nl = strchr(l, '\n'), *eq = strchr(l, '=');
         size_t ll = nl ? (size_t)(nl - l) : strlen(l);
@@ -136,7 +135,8 @@ int cp_kafka_create(const char *brokers, const char *topic, int queue, const cha
             memcpy(line, l, ll);
             line[ll] = 0;
             line[eq - l] = 0;
-            bad = rk.rd_kafka_conf_set(conf, line, line + (eq - l) + 1, err, errlen) != RD_KAFKA_CONF_OK;
+            bad = rk.rd_kafka_conf_set(conf, line, line + (eq - l) + 1, errstr, errlen) !=
+                  RD_KAFKA_CONF_OK;
         }
         l += ll + (nl ? 1 : 0);
     }
@@ -144,22 +144,23 @@ int cp_kafka_create(const char *brokers, const char *topic, int queue, const cha
         rk.rd_kafka_conf_destroy(conf);
         free(k->q);
         free(k);
-        return CP_EKAFKA;
+        return cp_err_set(err, CP_EKAFKA, "%s", errstr);
     }
     rk.rd_kafka_conf_set_log_cb(conf, quiet_log);
     rk.rd_kafka_conf_set_error_cb(conf, on_error);
     rk.rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
     rk.rd_kafka_conf_set_opaque(conf, k);
-    k->rk = rk.rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, errlen);
+    k->rk = rk.rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, errlen);
     if (!k->rk) {
         rk.rd_kafka_conf_destroy(conf);
         free(k->q);
         free(k);
-        return CP_EKAFKA;
+        return cp_err_set(err, CP_EKAFKA, "producer for %s: %s", brokers, errstr);
     }
     k->rkt = rk.rd_kafka_topic_new(k->rk, topic, NULL);
     if (!k->rkt) {
-        snprintf(err, errlen, "topic %s: %s", topic, rk.rd_kafka_err2str(rk.rd_kafka_last_error()));
+        cp_err_set(err, CP_EKAFKA, "topic %s: %s", topic,
+                   rk.rd_kafka_err2str(rk.rd_kafka_last_error()));
         rk.rd_kafka_destroy(k->rk);
         free(k->q);
         free(k);
@@ -171,7 +172,7 @@ nomem:
     if (conf) rk.rd_kafka_conf_destroy(conf);
     free(k->q);
     free(k);
-    return CP_ENOMEM;
+    return cp_err_set(err, CP_ENOMEM, "out of memory creating the Kafka producer");
 }
 
 static void pump(cp_kafka *k)

@@ -7,14 +7,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "error.h"
+
 typedef struct cp_kafka cp_kafka;
 
 /* Creates a producer for brokers/topic holding at most queue messages (backlog plus
  * librdkafka's own queue). props (may be NULL) holds further librdkafka properties as
- * "name=value" lines, applied last (SASL/SSL settings). Returns 0 or CP_EKAFKA/CP_ENOMEM
- * with a reason in err. */
+ * "name=value" lines, applied last (SASL/SSL settings). Returns 0 with *out the producer
+ * (the caller destroys it with cp_kafka_destroy), or CP_EKAFKA/CP_ENOMEM with err (may be
+ * NULL) saying why: librdkafka missing, the property it refused, the brokers. */
 int cp_kafka_create(const char *brokers, const char *topic, int queue, const char *props,
-                    cp_kafka **out, char *err, size_t errlen);
+                    cp_kafka **out, cp_err *err);
 
 /* Queues one message; takes ownership of value and key (both malloc'd). */
 void cp_kafka_send(cp_kafka *k, uint8_t *value, size_t len, uint8_t *key, size_t klen);

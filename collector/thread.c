@@ -1,9 +1,10 @@
 /* CPU sampling: the thread registry, one CPU-time event per thread (perf task-clock, or a
  * POSIX thread CPU timer as fallback), the signal handler that unwinds into the thread's
- * own lock-free ring, and the pthread_create/pthread_setname_np hooks that bring new
- * threads in. */
+ * own lock-free ring, the host's view of signals, the pthread_create/pthread_setname_np
+ * hooks that bring new threads in, and the isolate a thread is in. */
+#include "thread.h"
+
 #include <dirent.h>
-#include <stdarg.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -15,18 +16,22 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sched.h>
+#include <signal.h>
 #include <threads.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <ucontext.h>
 #include <unistd.h>
 
-#include "collector_int.h"
+#include "config.h"
+#include "fd.h"
+#include "isolate.h"
+#include "nextmalloc.h"
+#include "times.h"
 
 cp_thread *_Atomic cp_threads[CP_MAX_THREADS];
 atomic_uint cp_threads_hwm;
 CP_TLS cp_thread *cp_self;
-CP_TLS int cp_in_agent;
 char cp_engine[64];
 int64_t cp_period_ns;
 atomic_uint_fast64_t cp_dropped_samples;
@@ -37,7 +42,6 @@ static int g_use_perf;
 static int g_perf_user_only; /* set once kernel time turned out not to be allowed */
 static pthread_key_t g_key;
 static int g_key_ok;
-pid_t cp_agent_tid; /* set by agent.c; never sampled */
 
 /* The libc functions the agent uses itself while interposing them for the host. */
 typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
@@ -390,7 +394,8 @@ static void disarm(cp_thread *t)
     spin_unlock(&g_arm_lock, &m);
 }
 
-int cp_perf_fd_moved(int from, int to)
+/* fd.c's perf fd holder (cp_fd_set_perf_holder): perf fd `from` is moving to `to`. */
+static int perf_fd_moved(int from, int to)
 {
     sigset_t m;
     spin_lock(&g_arm_lock, &m);
@@ -692,13 +697,14 @@ static int pick_signal(int avoid)
     return 0;
 }
 
-/* Makes s an agent signal: our handler, the host's view SIG_DFL (what it was). */
+/* Makes s an agent signal: our handler, the host's view SIG_DFL (what it was). Returns 0
+ * or CP_EIO (sigaction refused it). */
 static int manage(int s)
 {
     if (managed(s)) return 0;
     memset(&g_host[s], 0, sizeof(g_host[s]));
     g_host[s].sa_handler = SIG_DFL;
-    if (install(s, NULL) < 0) return -errno;
+    if (install(s, NULL) < 0) return CP_EIO;
     atomic_fetch_or(&g_managed, SIGBIT(s));
     return 0;
 }
@@ -847,8 +853,6 @@ static int perf_usable(void)
     return 1;
 }
 
-void cp_exec_resolve(void);
-
 /* The engine. A perf task-clock event samples at any period, but costs the host more per
  * second than its samples: the kernel starts and cancels the event's hrtimer each time
  * the thread is scheduled in and out, and every sample is a timer interrupt plus an
@@ -866,7 +870,7 @@ void cp_exec_resolve(void);
 
 int cp_cpu_start(void)
 {
-    cp_exec_resolve();
+    cp_fd_set_perf_holder(perf_fd_moved);
     if (!g_key_ok && pthread_key_create(&g_key, thread_exit) == 0) g_key_ok = 1;
     if (cp_cfg.cpu_hz <= 0) {
         snprintf(cp_engine, sizeof(cp_engine), "off");
@@ -931,7 +935,7 @@ static void *start_thunk(void *p)
     start_arg sa = *(start_arg *)p;
     cp_real_free(p);
     if (sa.agent)
-        cp_in_agent = cp_agent_thread = 1;
+        cp_guard_agent_thread_begin(0);
     else
         cp_thread_register_self();
     return sa.fn(sa.arg);
@@ -972,7 +976,7 @@ static int thrd_thunk(void *p)
     thrd_arg ta = *(thrd_arg *)p;
     cp_real_free(p);
     if (ta.agent)
-        cp_in_agent = cp_agent_thread = 1;
+        cp_guard_agent_thread_begin(0);
     else
         cp_thread_register_self();
     return ta.fn(ta.arg);
@@ -1016,6 +1020,26 @@ CONTPROF_EXTERN int pthread_setname_np(pthread_t th, const char *name)
 }
 
 /* ------------------------------------------------------------------------------------
+ * Isolates a thread is in (the table is isolate.c's) */
+
+CONTPROF_EXTERN void contprof_isolate_enter(contprof_isolate *iso)
+{
+    cp_thread *t = cp_self ? cp_self : cp_thread_register_self();
+    if (!t || !iso) return;
+    unsigned d = atomic_load_explicit(&t->iso_depth, memory_order_relaxed);
+    if (d < 16) t->iso_stack[d] = iso->id;
+    atomic_store_explicit(&t->iso_depth, d + 1, memory_order_release);
+}
+
+CONTPROF_EXTERN void contprof_isolate_leave(void)
+{
+    cp_thread *t = cp_self;
+    if (!t) return;
+    unsigned d = atomic_load_explicit(&t->iso_depth, memory_order_relaxed);
+    if (d > 0) atomic_store_explicit(&t->iso_depth, d - 1, memory_order_release);
+}
+
+/* ------------------------------------------------------------------------------------
  * Safe points */
 
 CONTPROF_EXTERN void contprof_safepoint(void)
@@ -1053,37 +1077,15 @@ CONTPROF_EXTERN void contprof_safepoint(void)
 }
 
 /* ------------------------------------------------------------------------------------
- * exec: a sample signal still pending when the image is replaced would be delivered to
- * the new program with the default action (terminate). Before exec the calling thread's
- * event is disarmed and a pending signal discarded (ignoring a signal drops it); other
- * threads vanish with the old image. If exec fails, the event is re-armed. */
-
-typedef int (*execve_fn)(const char *, char *const[], char *const[]);
-typedef int (*execvpe_fn)(const char *, char *const[], char *const[]);
-typedef int (*execv_fn)(const char *, char *const[]);
-
-static struct {
-    execve_fn execve;
-    execvpe_fn execvpe;
-    execv_fn execv, execvp;
-} rx;
-
-/* Resolved at start: dlsym after fork in a threaded program is best avoided. */
-void cp_exec_resolve(void)
-{
-    if (!rx.execve) rx.execve = (execve_fn)dlsym(RTLD_NEXT, "execve");
-    if (!rx.execvpe) rx.execvpe = (execvpe_fn)dlsym(RTLD_NEXT, "execvpe");
-    if (!rx.execv) rx.execv = (execv_fn)dlsym(RTLD_NEXT, "execv");
-    if (!rx.execvp) rx.execvp = (execv_fn)dlsym(RTLD_NEXT, "execvp");
-}
+ * exec (the hooks are in exec.c): a sample signal still pending when the image is replaced
+ * would be delivered to the new program with the default action (terminate). */
 
 /* Every managed signal: pending ones discarded (ignoring a signal drops it); then our
  * handler again, which exec resets to SIG_DFL, exactly what the host's handler or SIG_DFL
  * becomes, or SIG_IGN where the host ignores it, which exec keeps, as it would for the
  * host. */
-static cp_thread *before_exec(void)
+cp_thread *cp_cpu_before_exec(void)
 {
-    if (!rx.execve) cp_exec_resolve();
     uint64_t mg = atomic_load(&g_managed);
     sigset_t set, old;
     sigemptyset(&set);
@@ -1104,7 +1106,7 @@ static cp_thread *before_exec(void)
     return t;
 }
 
-static void after_failed_exec(cp_thread *t)
+void cp_cpu_after_failed_exec(cp_thread *t)
 {
     int e = errno;
     uint64_t mg = atomic_load(&g_managed);
@@ -1112,90 +1114,4 @@ static void after_failed_exec(cp_thread *t)
         if ((mg & SIGBIT(s)) && g_host[s].sa_handler == SIG_IGN) install(s, &g_host[s]);
     if (t && atomic_load(&t->state) == CP_T_LIVE) arm(t);
     errno = e;
-}
-
-CONTPROF_EXTERN int execve(const char *path, char *const argv[], char *const envp[])
-{
-    cp_thread *t = before_exec();
-    if (!rx.execve) return errno = ENOSYS, -1;
-    int rc = rx.execve(path, argv, envp);
-    after_failed_exec(t);
-    return rc;
-}
-
-CONTPROF_EXTERN int execvpe(const char *file, char *const argv[], char *const envp[])
-{
-    cp_thread *t = before_exec();
-    if (!rx.execvpe) return errno = ENOSYS, -1;
-    int rc = rx.execvpe(file, argv, envp);
-    after_failed_exec(t);
-    return rc;
-}
-
-CONTPROF_EXTERN int execv(const char *path, char *const argv[])
-{
-    cp_thread *t = before_exec();
-    if (!rx.execv) return errno = ENOSYS, -1;
-    int rc = rx.execv(path, argv);
-    after_failed_exec(t);
-    return rc;
-}
-
-CONTPROF_EXTERN int execvp(const char *file, char *const argv[])
-{
-    cp_thread *t = before_exec();
-    if (!rx.execvp) return errno = ENOSYS, -1;
-    int rc = rx.execvp(file, argv);
-    after_failed_exec(t);
-    return rc;
-}
-
-/* The variadic forms collect their arguments on the stack (no malloc: exec is called
- * between fork and exec, where only async-signal-safe functions are allowed). */
-#define CP_EXEC_MAX_ARGS 1024
-#define COLLECT_ARGS(arg0, ap, argv, n)                                                            \
-    do {                                                                                           \
-        argv[0] = (char *)(arg0);                                                                  \
-        n = 1;                                                                                     \
-        while (n < CP_EXEC_MAX_ARGS && (argv[n] = va_arg(ap, char *)) != NULL)                     \
-            n++;                                                                                   \
-        if (n == CP_EXEC_MAX_ARGS) {                                                               \
-            va_end(ap);                                                                            \
-            errno = E2BIG;                                                                         \
-            return -1;                                                                             \
-        }                                                                                          \
-    } while (0)
-
-CONTPROF_EXTERN int execl(const char *path, const char *arg, ...)
-{
-    char *argv[CP_EXEC_MAX_ARGS];
-    int n;
-    va_list ap;
-    va_start(ap, arg);
-    COLLECT_ARGS(arg, ap, argv, n);
-    va_end(ap);
-    return execv(path, argv);
-}
-
-CONTPROF_EXTERN int execlp(const char *file, const char *arg, ...)
-{
-    char *argv[CP_EXEC_MAX_ARGS];
-    int n;
-    va_list ap;
-    va_start(ap, arg);
-    COLLECT_ARGS(arg, ap, argv, n);
-    va_end(ap);
-    return execvp(file, argv);
-}
-
-CONTPROF_EXTERN int execle(const char *path, const char *arg, ...)
-{
-    char *argv[CP_EXEC_MAX_ARGS];
-    int n;
-    va_list ap;
-    va_start(ap, arg);
-    COLLECT_ARGS(arg, ap, argv, n);
-    char *const *envp = va_arg(ap, char *const *);
-    va_end(ap);
-    return execve(path, argv, envp);
 }

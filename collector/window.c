@@ -14,7 +14,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "alloc.h"
+#include "config.h"
+#include "isolate.h"
 #include "labels.h"
+#include "nextmalloc.h"
 #include "pprof.h"
 #include "profile.h"
 

@@ -6,8 +6,8 @@
 
 #include <stdint.h>
 
-#include "collector_int.h"
 #include "envelope.h"
+#include "thread.h"
 
 /* Adds one drained CPU sample of a thread named thread (used when r->isolate is 0). */
 void cp_window_add_cpu(const cp_sample_rec *r, const char *thread);

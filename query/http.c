@@ -118,13 +118,6 @@ typedef struct write_req {
 
 static http_parser_settings g_settings;
 
-int64_t cp_mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* ---- JSON helpers ------------------------------------------------------------------- */
 
 int cp_json_escape(cp_buf *b, const char *s, size_t n)

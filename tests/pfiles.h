@@ -1,6 +1,7 @@
 /* Reading what the agent writes in output-dir mode: SERVICE.PID-IMAGE.SEQ.KIND.ISOLATE.pb.gz
- * files, each decoded with the model's decoder, sorted by process and sequence. Shared by
- * the tests that run real programs under the agent (tests/collector, tests/lua). */
+ * files, each decoded with the model's decoder, sorted by process and sequence, and the
+ * sums over their stacks that the tests check. Shared by the tests that run real programs
+ * under the agent (tests/collector, tests/lua). */
 #ifndef CP_TEST_PFILES_H
 #define CP_TEST_PFILES_H
 
@@ -71,6 +72,41 @@ static void pset_free(pset *s)
 {
     for (int i = 0; i < s->n; i++) cp_profile_destroy(s->f[i].p);
     free(s->f);
+}
+
+/* The function name of location loc_id's first line, or "". */
+static inline const char *loc_func(const cp_profile *p, uint32_t loc_id)
+{
+    const cp_location *l = &p->locations.v[loc_id - 1];
+    if (!l->nlines) return "";
+    const cp_line *ln = &p->lines.v[l->line_off];
+    if (!ln->function_id) return "";
+    return cp_profile_str(p, p->functions.v[ln->function_id - 1].name);
+}
+
+/* Sum of value column t over samples whose stack contains function fn (NULL: all). */
+static inline int64_t func_total(const cp_profile *p, const char *fn, int t)
+{
+    int64_t sum = 0;
+    for (uint32_t i = 0; i < p->samples.n; i++) {
+        const cp_sample *s = &p->samples.v[i];
+        int hit = fn == NULL;
+        for (uint32_t j = 0; j < s->nlocs && !hit; j++)
+            hit = strcmp(loc_func(p, p->stack.v[s->loc_off + j]), fn) == 0;
+        if (hit) sum += cp_profile_sample_values(p, i)[t];
+    }
+    return sum;
+}
+
+/* Sums column t of every profile of kind (and isolate, if not NULL) over stacks with fn. */
+static inline int64_t sum_kind(const pset *s, const char *kind, const char *iso, const char *fn,
+                               int t)
+{
+    int64_t sum = 0;
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->f[i].kind, kind) && (!iso || !strcmp(s->f[i].iso, iso)))
+            sum += func_total(s->f[i].p, fn, t);
+    return sum;
 }
 
 #endif

@@ -119,6 +119,35 @@ static inline pid_t fork_stdout_pipe(int *rd)
     return pid;
 }
 
+/* Runs prog with args (after argv[0], NULL-terminated, at most 30) in directory cwd (NULL:
+ * this one), with LD_PRELOAD removed from its environment and each "K=V" of env (may be
+ * NULL) added; collects its stdout into out (cap bytes, NUL-terminated). Returns its wait
+ * status; fails the test if the child cannot be collected. The strings of env must stay
+ * valid until the child starts (putenv keeps them). */
+static inline int run_capture(const char *prog, const char *const *args, const char *cwd,
+                              const char *const *env, char *out, size_t cap)
+{
+    int rd;
+    pid_t pid = fork_stdout_pipe(&rd);
+    if (pid == 0) {
+        if (cwd && chdir(cwd) != 0) _exit(126);
+        unsetenv("LD_PRELOAD");
+        for (int i = 0; env && env[i]; i++)
+            putenv((char *)env[i]);
+        char *argv[32];
+        int n = 0;
+        argv[n++] = (char *)prog;
+        for (int i = 0; args[i] && n < 31; i++)
+            argv[n++] = (char *)args[i];
+        argv[n] = NULL;
+        execv(prog, argv);
+        _exit(127);
+    }
+    int status = cp_test_collect(rd, pid, out, cap);
+    CHECK(status != -1);
+    return status;
+}
+
 /* Waits at most timeout_s for needle in log and returns the text after it (valid until the
  * next call). Fails the test if pid exits first or the time runs out. */
 static inline const char *wait_for_log(pid_t pid, const char *log, const char *needle,

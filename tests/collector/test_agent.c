@@ -40,23 +40,7 @@ static double now_s(void)
 static void run_prog(const char *prog, const char *const *args, const char *const *env, run_res *r)
 {
     double t0 = now_s();
-    int rd;
-    pid_t pid = fork_stdout_pipe(&rd);
-    if (pid == 0) {
-        unsetenv("LD_PRELOAD");
-        for (int i = 0; env && env[i]; i++)
-            putenv((char *)env[i]);
-        char *argv[16];
-        int n = 0;
-        argv[n++] = (char *)prog;
-        for (int i = 0; args[i] && n < 15; i++)
-            argv[n++] = (char *)args[i];
-        argv[n] = NULL;
-        execv(prog, argv);
-        _exit(127);
-    }
-    r->status = cp_test_collect(rd, pid, r->out, sizeof(r->out));
-    CHECK(r->status != -1);
+    r->status = run_capture(prog, args, NULL, env, r->out, sizeof(r->out));
     r->secs = now_s() - t0;
 }
 
@@ -85,16 +69,7 @@ static void remove_dir(void)
 }
 
 /* ------------------------------------------------------------------------------------
- * Reading the profiles (loaded by pfiles.h) */
-
-static const char *loc_func(const cp_profile *p, uint32_t loc_id)
-{
-    const cp_location *l = &p->locations.v[loc_id - 1];
-    if (!l->nlines) return "";
-    const cp_line *ln = &p->lines.v[l->line_off];
-    if (!ln->function_id) return "";
-    return cp_profile_str(p, p->functions.v[ln->function_id - 1].name);
-}
+ * Reading the profiles (loaded and summed by pfiles.h) */
 
 static const char *loc_file(const cp_profile *p, uint32_t loc_id)
 {
@@ -120,30 +95,6 @@ static int64_t below_in(const cp_profile *p, const char *fn, const char *obj, in
         }
         if (hit) sum += cp_profile_sample_values(p, i)[t];
     }
-    return sum;
-}
-
-/* Sum of value column t over samples whose stack contains function fn (NULL: all). */
-static int64_t func_total(const cp_profile *p, const char *fn, int t)
-{
-    int64_t sum = 0;
-    for (uint32_t i = 0; i < p->samples.n; i++) {
-        const cp_sample *s = &p->samples.v[i];
-        int hit = fn == NULL;
-        for (uint32_t j = 0; j < s->nlocs && !hit; j++)
-            hit = strcmp(loc_func(p, p->stack.v[s->loc_off + j]), fn) == 0;
-        if (hit) sum += cp_profile_sample_values(p, i)[t];
-    }
-    return sum;
-}
-
-/* Sums column t of every profile of kind (and isolate, if not NULL) over stacks with fn. */
-static int64_t sum_kind(const pset *s, const char *kind, const char *iso, const char *fn, int t)
-{
-    int64_t sum = 0;
-    for (int i = 0; i < s->n; i++)
-        if (!strcmp(s->f[i].kind, kind) && (!iso || !strcmp(s->f[i].iso, iso)))
-            sum += func_total(s->f[i].p, fn, t);
     return sum;
 }
 
@@ -520,7 +471,7 @@ TEST(unreachable_broker)
                          "CONTPROF_BROKERS=127.0.0.1:1",
                          "CONTPROF_WINDOW=200ms",
                          "CONTPROF_KAFKA_QUEUE=4",
-                         "CONTPROF_FLUSH_MS=500",
+                         "CONTPROF_FLUSH=500ms",
                          NULL};
     run_res *a = malloc(sizeof(run_res)), *b = malloc(sizeof(run_res));
     run(args, plain_env, a);
@@ -734,8 +685,45 @@ TEST(isolates_api)
     remove_dir();
 }
 
+/* ------------------------------------------------------------------------------------
+ * Durations: a bare number is seconds; a bare CONTPROF_WINDOW that was milliseconds in
+ * earlier versions is refused, loudly, and the program runs as without the agent. */
+
+TEST(bare_window_refused)
+{
+    make_dir();
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "exec %s echo hi 2>&1", CPW);
+    const char *args[] = {"-c", cmd, NULL};
+    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_WINDOW=1000", NULL};
+    run_res *r = malloc(sizeof(run_res));
+    CHECK(r);
+    run_prog("/bin/sh", args, env, r);
+    printf("%s", r->out);
+    CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+    CHECK_CONTAINS(r->out, "echo hi\n");
+    CHECK_CONTAINS(r->out, "contprof: CONTPROF_WINDOW='1000': a bare number is seconds");
+    CHECK_CONTAINS(r->out, "(1000ms or 1000s); the agent is not started\n");
+    pset s;
+    pset_load(g_dir, &s);
+    CHECK_EQ(s.n, 0); /* not started: no window */
+    pset_free(&s);
+
+    /* the same with the unit: profiled */
+    const char *env_ms[] = {PRELOAD, outdir_env(), "CONTPROF_WINDOW=1000ms", NULL};
+    run_prog("/bin/sh", args, env_ms, r);
+    CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
+    CHECK(strstr(r->out, "contprof:") == NULL);
+    CHECK_CONTAINS(r->out, "echo hi\n");
+    pset_load(g_dir, &s);
+    CHECK(s.n > 0);
+    pset_free(&s);
+    free(r);
+    remove_dir();
+}
+
 TEST_MAIN(T(isolates_api), T(cpu_ratio), T(inuse_startup), T(alloc_volume), T(churn_inuse_zero),
           T(same_output_threads), T(same_output_realloc_memalign), T(same_output_cxx),
           T(cxx_names_demangled), T(same_output_fork_exec), T(exec_chain_survives),
           T(agent_out_of_memory), T(unreachable_broker), T(perf_1000hz), T(timer_fallback_1000hz),
-          T(engine_by_rate), T(output_files_gzip))
+          T(engine_by_rate), T(output_files_gzip), T(bare_window_refused))

@@ -61,7 +61,7 @@ TEST(run_server_env)
 {
     fake_contprofd f;
     fake_contprofd_start(&f, "127.0.0.1:1");
-    setenv("CONTPROF_FLUSH_MS", "100", 1);
+    setenv("CONTPROF_FLUSH", "100ms", 1);
     char *argv[] = {"run",           "--server", f.url,          "--tenant", "acme",
                     "--no-children", "--",       "/usr/bin/env", NULL};
     char out[65536];

@@ -274,7 +274,7 @@ static void close_all_case(const char *how, int child)
     char lib[400];
     snprintf(lib, sizeof(lib), "CONTPROF_LIB=%s", CP_LIB);
     /* a generous bound on the flush at exit: the last window must arrive on a loaded machine */
-    const char *env[] = {lib, "CONTPROF_FLUSH_MS=15000", NULL};
+    const char *env[] = {lib, "CONTPROF_FLUSH=15s", NULL};
     res *a = malloc(sizeof(res)), *b = malloc(sizeof(res));
     run(argv_plain, NULL, a);
     run(argv_agent, env, b);

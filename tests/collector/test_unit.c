@@ -13,7 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "collector_int.h"
+#include "config.h"
+#include "isolate.h"
 #include "http.h"
 #include "kafka.h"
 #include "test.h"
@@ -149,18 +150,12 @@ TEST(modules_have_build_ids)
 
 TEST(config_from_env)
 {
-    CHECK_EQ(cp_parse_duration_ms("10s"), 10000);
-    CHECK_EQ(cp_parse_duration_ms("250ms"), 250);
-    CHECK_EQ(cp_parse_duration_ms("2m"), 120000);
-    CHECK_EQ(cp_parse_duration_ms("1500"), 1500);
-    CHECK_EQ(cp_parse_duration_ms("abc"), -1);
-    CHECK_EQ(cp_parse_duration_ms("5 s"), -1);
     setenv("CONTPROF_SERVICE", "checkout", 1);
     setenv("CONTPROF_CPU_HZ", "5000", 1);
     setenv("CONTPROF_WINDOW", "3s", 1);
     setenv("CONTPROF_ALLOC_RATE", "-1", 1);
     cp_config c;
-    cp_config_load(&c, NULL);
+    CHECK_EQ(cp_config_load(&c, NULL, NULL), 0);
     CHECK_STREQ(c.service, "checkout");
     CHECK_STREQ(c.tenant, "default");
     CHECK_STREQ(c.topic, "contprof.profiles");
@@ -171,27 +166,154 @@ TEST(config_from_env)
     CHECK_STREQ(c.kafka_props, "");
     CHECK_EQ(c.cpu_engine, CP_ENGINE_AUTO);
     setenv("CONTPROF_CPU_ENGINE", "perf", 1);
-    cp_config_load(&c, NULL);
+    CHECK_EQ(cp_config_load(&c, NULL, NULL), 0);
     CHECK_EQ(c.cpu_engine, CP_ENGINE_PERF);
     setenv("CONTPROF_CPU_ENGINE", "timer", 1);
-    cp_config_load(&c, NULL);
+    CHECK_EQ(cp_config_load(&c, NULL, NULL), 0);
     CHECK_EQ(c.cpu_engine, CP_ENGINE_TIMER);
     setenv("CONTPROF_CPU_ENGINE", "auto", 1);
-    cp_config_load(&c, NULL);
+    CHECK_EQ(cp_config_load(&c, NULL, NULL), 0);
     CHECK_EQ(c.cpu_engine, CP_ENGINE_AUTO);
     unsetenv("CONTPROF_CPU_ENGINE");
     setenv("CONTPROF_KAFKA_SECURITY_PROTOCOL", "SASL_SSL", 1);
     setenv("CONTPROF_KAFKA_QUEUE", "64", 1); /* the agent's own, not a Kafka property */
-    cp_config_load(&c, NULL);
+    CHECK_EQ(cp_config_load(&c, NULL, NULL), 0);
     CHECK_STREQ(c.kafka_props, "security.protocol=SASL_SSL\n");
     CHECK_EQ(c.kafka_queue, 64);
     unsetenv("CONTPROF_KAFKA_SECURITY_PROTOCOL");
     unsetenv("CONTPROF_KAFKA_QUEUE");
     contprof_options o = {.service = "api", .cpu_hz = 99, .window_ms = 500};
-    cp_config_load(&c, &o);
+    CHECK_EQ(cp_config_load(&c, &o, NULL), 0);
     CHECK_STREQ(c.service, "api"); /* options win over the environment */
     CHECK_EQ(c.cpu_hz, 99);
     CHECK_EQ(c.window_ns, 500000000LL);
+    unsetenv("CONTPROF_SERVICE");
+    unsetenv("CONTPROF_CPU_HZ");
+    unsetenv("CONTPROF_WINDOW");
+    unsetenv("CONTPROF_ALLOC_RATE");
+}
+
+/* The agent's durations read model/times.h's grammar (a bare number is seconds); a bare
+ * CONTPROF_WINDOW that was milliseconds before, and CONTPROF_FLUSH_MS, are refused with a
+ * message naming the variable, never silently read another way. */
+TEST(config_durations)
+{
+    int64_t ns = 0;
+    CHECK_EQ(cp_config_duration("X", "10s", 0, &ns, NULL), 0);
+    CHECK_EQ(ns, 10000000000LL);
+    CHECK_EQ(cp_config_duration("X", "250ms", 0, &ns, NULL), 0);
+    CHECK_EQ(ns, 250000000LL);
+    CHECK_EQ(cp_config_duration("X", "1m30s", 0, &ns, NULL), 0);
+    CHECK_EQ(ns, 90000000000LL);
+    CHECK_EQ(cp_config_duration("X", "1500", 0, &ns, NULL), 0); /* seconds */
+    CHECK_EQ(ns, 1500000000000LL);
+    cp_err err = {0};
+    CHECK_EQ(cp_config_duration("CONTPROF_FLUSH", "5 s", 0, &ns, &err), CP_EPARSE);
+    CHECK(strstr(err.msg, "CONTPROF_FLUSH='5 s'") != NULL);
+
+    cp_config c;
+    setenv("CONTPROF_WINDOW", "5", 1);
+    CHECK_EQ(cp_config_load(&c, NULL, NULL), 0);
+    CHECK_EQ(c.window_ns, 5000000000LL);
+    setenv("CONTPROF_WINDOW", "99.5", 1);
+    CHECK_EQ(cp_config_load(&c, NULL, NULL), 0);
+    CHECK_EQ(c.window_ns, 99500000000LL);
+    setenv("CONTPROF_WINDOW", "20ms", 1); /* below the shortest window */
+    CHECK_EQ(cp_config_load(&c, NULL, NULL), 0);
+    CHECK_EQ(c.window_ns, CP_WINDOW_MIN_NS);
+    setenv("CONTPROF_WINDOW", "100s", 1); /* with the unit: as long as asked */
+    CHECK_EQ(cp_config_load(&c, NULL, NULL), 0);
+    CHECK_EQ(c.window_ns, 100000000000LL);
+    memset(&err, 0, sizeof(err));
+    setenv("CONTPROF_WINDOW", "1000", 1); /* 1 s in earlier versions */
+    CHECK_EQ(cp_config_load(&c, NULL, &err), CP_EPARSE);
+    CHECK(strstr(err.msg, "CONTPROF_WINDOW='1000'") != NULL);
+    CHECK(strstr(err.msg, "1000ms") != NULL);
+    memset(&err, 0, sizeof(err));
+    setenv("CONTPROF_WINDOW", "ten", 1);
+    CHECK_EQ(cp_config_load(&c, NULL, &err), CP_EPARSE);
+    CHECK(strstr(err.msg, "CONTPROF_WINDOW='ten'") != NULL);
+    /* options win: the variable is not read */
+    contprof_options o = {.window_ms = 2000};
+    CHECK_EQ(cp_config_load(&c, &o, NULL), 0);
+    CHECK_EQ(c.window_ns, 2000000000LL);
+    unsetenv("CONTPROF_WINDOW");
+
+    CHECK_EQ(cp_config_load(&c, NULL, NULL), 0);
+    CHECK_EQ(c.window_ns, 10000000000LL);
+    CHECK_EQ(c.flush_ns, 1000000000LL);
+    setenv("CONTPROF_FLUSH", "250ms", 1);
+    CHECK_EQ(cp_config_load(&c, NULL, NULL), 0);
+    CHECK_EQ(c.flush_ns, 250000000LL);
+    setenv("CONTPROF_FLUSH", "2", 1);
+    CHECK_EQ(cp_config_load(&c, NULL, NULL), 0);
+    CHECK_EQ(c.flush_ns, 2000000000LL);
+    memset(&err, 0, sizeof(err));
+    setenv("CONTPROF_FLUSH", "2h", 1);
+    CHECK_EQ(cp_config_load(&c, NULL, &err), CP_EPARSE);
+    CHECK(strstr(err.msg, "CONTPROF_FLUSH='2h': at most 1h") != NULL);
+    unsetenv("CONTPROF_FLUSH");
+    memset(&err, 0, sizeof(err));
+    setenv("CONTPROF_FLUSH_MS", "500", 1);
+    CHECK_EQ(cp_config_load(&c, NULL, &err), CP_EPARSE);
+    CHECK(strstr(err.msg, "CONTPROF_FLUSH_MS='500'") != NULL);
+    CHECK(strstr(err.msg, "CONTPROF_FLUSH=500ms") != NULL);
+    unsetenv("CONTPROF_FLUSH_MS");
+}
+
+/* ------------------------------------------------------------------------------------
+ * Isolates and language frames (isolate.c, a leaf: no thread, no hook) */
+
+TEST(isolate_lang_frames)
+{
+    contprof_frame fr[3] = {{"f", "a.lua", 3}, {"g", NULL, 0}, {NULL, NULL, 0}};
+    uint64_t ids[3];
+    CHECK_EQ(cp_lang_ids(fr, 3, ids), 2); /* a frame without a function is left out */
+    CHECK(ids[0] & CP_LANG_TAG);
+    uint64_t again[2];
+    CHECK_EQ(cp_lang_ids(fr, 2, again), 2);
+    CHECK_EQ(again[0], ids[0]); /* interned once */
+    CHECK_EQ(again[1], ids[1]);
+    CHECK(ids[0] != ids[1]);
+    const char *fn, *file;
+    int64_t line;
+    CHECK_EQ(cp_lang_get((uint32_t)(ids[0] & ~CP_LANG_TAG), &fn, &file, &line), 0);
+    CHECK_STREQ(fn, "f");
+    CHECK_STREQ(file, "a.lua");
+    CHECK_EQ(line, 3);
+    CHECK_EQ(cp_lang_get((uint32_t)(ids[1] & ~CP_LANG_TAG), &fn, &file, &line), 0);
+    CHECK(file == NULL);
+    CHECK_EQ(cp_lang_get(1u << 30, &fn, &file, &line), CP_ENOTFOUND);
+
+    /* no runtime code: the language frames go on top of the native stack */
+    uint64_t pcs[CP_MAX_FRAMES] = {0x500, 0x1100, 0x1200, 0x3000};
+    CHECK_EQ(cp_lang_join(0, pcs, 4, ids, 2), 6);
+    CHECK_EQ(pcs[0], ids[0]);
+    CHECK_EQ(pcs[1], ids[1]);
+    CHECK_EQ(pcs[2], 0x500);
+    CHECK_EQ(pcs[5], 0x3000);
+
+    /* with the runtime's code range: they replace its frames (its outermost one stays) */
+    contprof_isolate *iso = contprof_isolate_create("lua", NULL);
+    CHECK(iso != NULL);
+    contprof_isolate_set_runtime_code(iso, 0x1000, 0x2000);
+    uint64_t p2[CP_MAX_FRAMES] = {0x500, 0x1100, 0x1200, 0x3000};
+    CHECK_EQ(cp_lang_join(iso->id, p2, 4, ids, 2), 5);
+    CHECK_EQ(p2[0], 0x500);
+    CHECK_EQ(p2[1], ids[0]);
+    CHECK_EQ(p2[2], ids[1]);
+    CHECK_EQ(p2[3], 0x1200);
+    CHECK_EQ(p2[4], 0x3000);
+
+    /* destroyed isolates are freed by the agent's reap, and their slot reused */
+    uint32_t id = iso->id;
+    contprof_isolate_destroy(iso);
+    CHECK_EQ(atomic_load(&cp_isolates[id - 1].state), CP_ISO_DYING);
+    cp_isolates_reap();
+    CHECK_EQ(atomic_load(&cp_isolates[id - 1].state), CP_ISO_FREE);
+    contprof_isolate *again_iso = contprof_isolate_create("lua2", "k=v");
+    CHECK(again_iso != NULL && again_iso->id == id);
+    CHECK_STREQ(again_iso->labels, "k=v");
 }
 
 /* ------------------------------------------------------------------------------------
@@ -207,13 +329,14 @@ static double now_s(void)
 TEST(kafka_backlog_drops_oldest)
 {
     cp_kafka *k;
-    char err[256];
+    cp_err err = {0};
     /* properties from CONTPROF_KAFKA_* reach librdkafka, which names a bad one */
     CHECK(cp_kafka_create("127.0.0.1:1", "t", 8, "socket.timeout.ms=5000\nno.such.property=1\n", &k,
-                          err, sizeof(err)) == CP_EKAFKA);
-    CHECK(strstr(err, "no.such.property") != NULL);
-    CHECK(cp_kafka_create("127.0.0.1:1", "contprof.profiles", 8, "socket.timeout.ms=5000\n", &k, err,
-                          sizeof(err)) == 0);
+                          &err) == CP_EKAFKA);
+    CHECK_EQ(err.code, CP_EKAFKA);
+    CHECK(strstr(err.msg, "no.such.property") != NULL);
+    CHECK(cp_kafka_create("127.0.0.1:1", "contprof.profiles", 8, "socket.timeout.ms=5000\n", &k,
+                          &err) == 0);
     double t0 = now_s();
     for (int i = 0; i < 20; i++) {
         uint8_t *v = malloc(100), *key = malloc(8);
@@ -307,4 +430,5 @@ TEST(http_brokers)
 }
 
 TEST_MAIN(T(unwind_through_libc), T(unwind_stays_in_bounds), T(modules_have_build_ids),
-          T(config_from_env), T(kafka_backlog_drops_oldest), T(http_brokers))
+          T(config_from_env), T(config_durations), T(isolate_lang_frames),
+          T(kafka_backlog_drops_oldest), T(http_brokers))

@@ -47,27 +47,12 @@ static void remove_dir(void)
  * ("K=V" strings); the agent writes into g_dir. */
 static void run_host(const char *const *args, const char *const *env, run_res *r)
 {
-    int rd;
-    pid_t pid = fork_stdout_pipe(&rd);
-    if (pid == 0) {
-        if (chdir(CP_LUA_TESTS) != 0) _exit(126);
-        char dir[300];
-        snprintf(dir, sizeof(dir), "CONTPROF_OUTPUT_DIR=%s", g_dir);
-        putenv(dir);
-        putenv("CONTPROF_SERVICE=luahost");
-        for (int i = 0; env && env[i]; i++)
-            putenv((char *)env[i]);
-        char *argv[32];
-        int n = 0;
-        argv[n++] = (char *)CP_LUA_HOST;
-        for (int i = 0; args[i] && n < 31; i++)
-            argv[n++] = (char *)args[i];
-        argv[n] = NULL;
-        execv(CP_LUA_HOST, argv);
-        _exit(127);
-    }
-    r->status = cp_test_collect(rd, pid, r->out, sizeof(r->out));
-    CHECK(r->status != -1);
+    char dir[300];
+    snprintf(dir, sizeof(dir), "CONTPROF_OUTPUT_DIR=%s", g_dir);
+    const char *all[40] = {dir, "CONTPROF_SERVICE=luahost"};
+    for (int i = 0, n = 2; env && env[i] && n < 39; i++)
+        all[n++] = env[i];
+    r->status = run_capture(CP_LUA_HOST, args, CP_LUA_TESTS, all, r->out, sizeof(r->out));
     fputs(r->out, stdout);
     CHECK(WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0);
     CHECK(strstr(r->out, "\nok\n"));
@@ -100,44 +85,7 @@ static double total_num(const run_res *r, const char *key)
 }
 
 /* ------------------------------------------------------------------------------------
- * Reading the profiles (loaded by pfiles.h) */
-
-static const cp_function *loc_fn(const cp_profile *p, uint32_t loc_id)
-{
-    const cp_location *l = &p->locations.v[loc_id - 1];
-    if (!l->nlines) return NULL;
-    const cp_line *ln = &p->lines.v[l->line_off];
-    return ln->function_id ? &p->functions.v[ln->function_id - 1] : NULL;
-}
-
-static const char *loc_func(const cp_profile *p, uint32_t loc_id)
-{
-    const cp_function *f = loc_fn(p, loc_id);
-    return f ? cp_profile_str(p, f->name) : "";
-}
-
-/* Sum of value column t over samples whose stack contains fn (NULL: all). */
-static int64_t func_total(const cp_profile *p, const char *fn, int t)
-{
-    int64_t sum = 0;
-    for (uint32_t i = 0; i < p->samples.n; i++) {
-        const cp_sample *s = &p->samples.v[i];
-        int hit = fn == NULL;
-        for (uint32_t j = 0; j < s->nlocs && !hit; j++)
-            hit = strcmp(loc_func(p, p->stack.v[s->loc_off + j]), fn) == 0;
-        if (hit) sum += cp_profile_sample_values(p, i)[t];
-    }
-    return sum;
-}
-
-static int64_t sum_kind(const pset *s, const char *kind, const char *iso, const char *fn, int t)
-{
-    int64_t sum = 0;
-    for (int i = 0; i < s->n; i++)
-        if (!strcmp(s->f[i].kind, kind) && (!iso || !strcmp(s->f[i].iso, iso)))
-            sum += func_total(s->f[i].p, fn, t);
-    return sum;
-}
+ * Reading the profiles (loaded and summed by pfiles.h) */
 
 static int has_func(const cp_profile *p, const char *fn)
 {

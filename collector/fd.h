@@ -1,0 +1,40 @@
+/* The agent's file descriptors: they live above a floor near the fd limit and are marked
+ * here; the host's close/close_range/closefrom/dup/dup2/dup3/fcntl skip or vacate them
+ * (README.md "File descriptors"). A leaf: it reads only guard.h's marks. */
+#ifndef CP_FD_H
+#define CP_FD_H
+
+#include <stdatomic.h>
+
+#define CP_FD_MAX 65536
+enum { CP_FD_HOST = 0, CP_FD_AGENT = 1, CP_FD_PERF = 2, CP_FD_REVOKED = 3 };
+/* Per fd number: CP_FD_AGENT/CP_FD_PERF while the agent owns it, CP_FD_REVOKED once the
+ * host took the number over (dup2) while the agent's code may still hold it. Read with
+ * relaxed atomic loads, also in the signal handler. */
+extern _Atomic unsigned char cp_fd_state[CP_FD_MAX];
+/* Bumped whenever the host takes over an agent fd that could not be moved: the agent
+ * thread then rebuilds its Kafka client (whose fds it cannot renumber). */
+extern atomic_uint cp_fd_revocations;
+/* Moves fd above the floor (close-on-exec) and marks it as kind (CP_FD_AGENT or
+ * CP_FD_PERF). Returns the new number, fd itself if there is no room above the floor, or
+ * -1 (fd closed, errno EMFILE) if it cannot be marked. fd < 0 is returned as is.
+ * Async-signal-safe (system calls and atomics only). */
+int cp_fd_adopt(int fd, int kind);
+/* Closes an fd of the agent's from any thread (the interposed close() refuses host threads)
+ * and unmarks it; a revoked number is only unmarked. Returns close()'s result.
+ * Async-signal-safe. */
+int cp_fd_close(int fd);
+/* In a fork child (not a vfork child, which shares the parent's memory). */
+void cp_fd_after_fork_child(void);
+/* fcntl without the interposer's checks. Async-signal-safe. */
+int cp_fd_fcntl(int fd, int cmd, long arg);
+
+/* Who holds the perf fds (thread.c): told that perf fd `from` moved to `to` (the host
+ * dup2()s onto `from`), it updates the thread that holds it and returns 0, or -1 if no
+ * thread holds it (fd.c then closes `to`). Called on the host's thread inside its dup2,
+ * with no lock held: must not allocate or block. */
+typedef int (*cp_fd_perf_moved_fn)(int from, int to);
+/* Registers the one perf fd holder; before the first perf fd is adopted. */
+void cp_fd_set_perf_holder(cp_fd_perf_moved_fn fn);
+
+#endif

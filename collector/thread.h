@@ -1,0 +1,99 @@
+/* CPU sampling: the thread registry and its sample rings, one CPU-time event per thread,
+ * the signal handler, and the host's view of signals (README.md "Signals"). Below the
+ * agent and the allocation sampler; above the leaves (guard, config, fd, isolate,
+ * nextmalloc, unwind). */
+#ifndef CP_THREAD_H
+#define CP_THREAD_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "guard.h"
+#include "unwind.h"
+
+typedef struct cp_sample_rec {
+    uint32_t isolate; /* explicit isolate id, 0 = the thread's own */
+    uint32_t nframes;
+    uint64_t weight; /* periods of CPU time */
+    uint64_t pcs[CP_MAX_FRAMES];
+} cp_sample_rec;
+
+#define CP_RING 128 /* power of two */
+
+enum { CP_T_FREE = 0, CP_T_LIVE = 1, CP_T_DEAD = 2 };
+
+typedef struct cp_thread {
+    atomic_int state;
+    pid_t tid;
+    pthread_t self;
+    int own_tls; /* registered on its own thread (TLS points here) */
+    uintptr_t stack_lo, stack_hi;
+    int perf_fd;
+    void *perf_ring; /* perf's mmap'd buffer: overflows are counted there, none lost */
+    int has_timer;
+    timer_t timer;
+    char name[16];
+    uint32_t iso_stack[16]; /* explicit isolates entered, innermost last */
+    atomic_uint iso_depth;
+    atomic_uint head; /* written by the thread (handler or safepoint) */
+    atomic_uint tail; /* written by the agent */
+    atomic_uint_fast64_t dropped;
+    /* A sample waiting for the walker at the next safe point. */
+    atomic_int pending;
+    cp_sample_rec pend;
+    cp_ucache ucache_sig;   /* the signal handler's */
+    cp_ucache ucache_alloc; /* the allocation path's */
+    cp_sample_rec ring[CP_RING];
+} cp_thread;
+
+/* The registry: slots are mmap'd once and never unmapped (the handler may still read a
+ * reaped slot); a slot's state says whether it is in use. */
+#define CP_MAX_THREADS 4096
+extern cp_thread *_Atomic cp_threads[CP_MAX_THREADS];
+extern atomic_uint cp_threads_hwm; /* slots ever used */
+
+/* The calling thread's slot, once registered on its own thread; NULL otherwise. Read in
+ * the signal handler and the allocation hooks. */
+extern CP_TLS cp_thread *cp_self;
+
+/* Engine string such as "perf-task-clock 1ms" or "posix-cpu-timer 4ms", or "off". */
+extern char cp_engine[64];
+extern int64_t cp_period_ns;
+extern atomic_uint_fast64_t cp_dropped_samples; /* process-wide (no thread slot, etc.) */
+
+/* Installs the handler on the sample signal and arms every known thread at cp_cfg's rate.
+ * Returns 0 (also when cpu_hz is 0: engine "off"), CP_ELIMIT (no signal free of the
+ * host's) or CP_EIO (sigaction refused the handler); the caller then reports engine "off".
+ * Not async-signal-safe; the caller holds cp_in_agent. */
+int cp_cpu_start(void);
+/* Disarms every thread. */
+void cp_cpu_stop(void);
+/* Registers the calling thread (TLS, stack bounds, CPU event). Idempotent. Returns its
+ * slot, or NULL (the agent thread, no room). Takes no lock that a signal handler takes;
+ * allocates its slot with mmap, never malloc (it is called from the allocation hooks). */
+cp_thread *cp_thread_register_self(void);
+/* Agent: finds threads in /proc/self/task that are not registered and arms them. */
+void cp_threads_scan(void);
+/* Agent: frees DEAD slots (after their rings were drained) and marks vanished tids. */
+void cp_threads_reap(void);
+/* Agent: refreshes thread names from /proc/self/task/TID/comm. */
+void cp_threads_refresh_names(void);
+/* After fork in the child: only the calling thread survives. */
+void cp_threads_after_fork_child(void);
+
+/* The agent's signal handler was found or moved to this signal (SIGPROF unless the host
+ * uses it); README.md "Signals". */
+int cp_sample_signal(void);
+
+/* exec (exec.c): before the image is replaced, every managed signal is discarded and set
+ * as the new image would see it without the agent, and the calling thread's event is
+ * disarmed; returns that thread's slot (may be NULL) for cp_cpu_after_failed_exec, which
+ * undoes it when exec returned. Both async-signal-safe (exec is called between fork and
+ * exec); errno is preserved by the second. */
+cp_thread *cp_cpu_before_exec(void);
+void cp_cpu_after_failed_exec(cp_thread *t);
+
+#endif
