@@ -10,6 +10,12 @@
 #define CP_ENVELOPE_MAJOR 1
 #define CP_ENVELOPE_MINOR 0
 
+/* The Kafka topics envelopes travel on, named once for every stage: producers (the agent,
+ * `contprof import`) write CP_TOPIC_PROFILES unless configured otherwise, the embedded
+ * broker creates both, and ingest copies what it refuses to CP_TOPIC_DLQ. */
+#define CP_TOPIC_PROFILES "contprof.profiles"
+#define CP_TOPIC_DLQ "contprof.profiles.dlq"
+
 typedef enum cp_kind {
     CP_KIND_CPU = 1,   /* summed over time */
     CP_KIND_ALLOC = 2, /* summed over time */

@@ -16,6 +16,13 @@ int64_t cp_now_ns(void)
     return (int64_t)ts.tv_sec * NS + ts.tv_nsec;
 }
 
+int64_t cp_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * NS + ts.tv_nsec;
+}
+
 /* ---- durations ---------------------------------------------------------------------- */
 
 static int unit_ns(const char *u, size_t n, int64_t *out)

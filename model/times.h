@@ -31,7 +31,10 @@ int cp_parse_duration(const char *s, int allow_zero, int64_t *out_ns, cp_err *er
 /* Formats unix nanoseconds as RFC 3339 UTC with millisecond precision into buf (>= 32). */
 void cp_format_time(int64_t ns, char *buf, size_t len);
 
-/* CLOCK_REALTIME in unix nanoseconds. */
+/* CLOCK_REALTIME in unix nanoseconds. Async-signal-safe (clock_gettime). */
 int64_t cp_now_ns(void);
+
+/* CLOCK_MONOTONIC in nanoseconds (deadlines, intervals). Async-signal-safe. */
+int64_t cp_mono_ns(void);
 
 #endif

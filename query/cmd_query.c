@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "client.h"
+#include "http_client.h"
 #include "times.h"
 #include "views.h"
 

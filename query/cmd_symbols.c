@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "client.h"
+#include "http_client.h"
 
 #define DEFAULT_SERVER "http://127.0.0.1:7070"
 

@@ -9,6 +9,7 @@
 #include <uv.h>
 
 #include "error.h"
+#include "times.h"
 #include "vec.h"
 
 /* A parsed request, valid for the duration of the handler call. */
@@ -116,10 +117,6 @@ void cp_http_server_destroy(cp_http_server *s);
 void cp_http_error(cp_http_response *resp, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Appends s JSON-escaped (without quotes) to b. */
-int cp_json_escape(cp_buf *b, const char *s, size_t n);
-
-/* CLOCK_MONOTONIC in nanoseconds. */
-int64_t cp_mono_ns(void);
+/* cp_mono_ns: CLOCK_MONOTONIC in nanoseconds, now in times.h. */
 
 #endif

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "api.h"
-#include "client.h"
+#include "http_client.h"
 #include "http.h"
 #include "pprof.h"
 #include "render.h"

@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "client.h"
+#include "http_client.h"
 #include "envelope.h"
 #include "pprof.h"
 #include "proc.h"

@@ -5,7 +5,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
-#include "client.h"
+#include "http_client.h"
 #include "http.h"
 #include "test.h"
 

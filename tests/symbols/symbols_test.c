@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "client.h"
+#include "http_client.h"
 #include "pprof.h"
 #include "proc.h"
 
