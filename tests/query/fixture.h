@@ -1,6 +1,7 @@
-/* A query API fixture for tests and benchmarks: a real store in a fresh directory, the API
- * and the HTTP server on 127.0.0.1 with a kernel-chosen port, run on their own loop thread;
- * windows are written straight through the store's writer API (no Kafka). */
+/* A query API fixture for tests and benchmarks (bench/query/bench_query.c serves its store
+ * with it): a real store in a fresh directory, the API and the HTTP server on 127.0.0.1
+ * with a kernel-chosen port, run on their own loop thread; windows are written straight
+ * through the store's writer API (no Kafka). */
 #ifndef CP_QFIXTURE_H
 #define CP_QFIXTURE_H
 
@@ -108,15 +109,23 @@ static inline void qfx_serve(qfx *f, const cp_api_options *ao, uint32_t concurre
     qfx_serve_with(f, ao, &ho);
 }
 
-static inline void qfx_close(qfx *f, int remove_dir)
+/* Stops the server and frees the API (the store stays open). */
+static inline void qfx_unserve(qfx *f)
 {
     if (f->srv) {
         uv_async_send(&f->stop);
         pthread_join(f->th, NULL);
         uv_loop_close(&f->loop);
         cp_http_server_destroy(f->srv);
+        f->srv = NULL;
     }
     cp_api_destroy(f->api);
+    f->api = NULL;
+}
+
+static inline void qfx_close(qfx *f, int remove_dir)
+{
+    qfx_unserve(f);
     cp_store_batch_destroy(f->batch);
     cp_store_close(f->store);
     if (remove_dir) {
