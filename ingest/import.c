@@ -113,13 +113,6 @@ typedef struct imp {
     int nstored, nnot, ndelivered;
 } imp;
 
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Moves r to state; its bytes leave the flight once it is stored or known not to be. */
 static void settle(imp *im, sent *r, int state, const char *why)
 {
@@ -132,7 +125,7 @@ static void settle(imp *im, sent *r, int state, const char *why)
         snprintf(r->why, sizeof r->why, "%s", why);
     }
     if (state == S_DELIVERED) im->ndelivered++;
-    im->last_progress_ns = mono_ns();
+    im->last_progress_ns = cp_mono_ns();
 }
 
 static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
@@ -159,7 +152,7 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 static void draw_bar(imp *im, int force)
 {
     if (!im->bar) return;
-    int64_t now = mono_ns();
+    int64_t now = cp_mono_ns();
     if (!force && now - im->last_bar_ns < 100000000) return;
     im->last_bar_ns = now;
     /* a file is one window, or two (a Go heap profile): the files bound the total */
@@ -232,7 +225,7 @@ static int poll_offsets(imp *im, char *why, size_t whylen)
     char *body = http_get(im->server, "/api/v1/ingest/offsets", im->token, 1 << 20, &res, why,
                           whylen);
     if (!body) return -1;
-    im->last_poll_ns = mono_ns();
+    im->last_poll_ns = cp_mono_ns();
     if (strstr(body, "\"running\":false")) {
         snprintf(why, whylen,
                  "contprofd's ingest is not running (its log and /metrics say why); what is "
@@ -298,16 +291,16 @@ static int wait_some(imp *im, char *why, size_t whylen)
      * only at its broker thread's next wake-up, up to 1 s later (a flush does not wake it);
      * a sender waiting for its first windows would sit out that second. Every 50 ms. */
     if (!im->ndelivered && !im->nstored && !im->nnot && im->sent.n &&
-        mono_ns() - im->last_wake_ns >= 50000000) {
+        cp_mono_ns() - im->last_wake_ns >= 50000000) {
         const struct rd_kafka_metadata *md = NULL;
-        im->last_wake_ns = mono_ns();
+        im->last_wake_ns = cp_mono_ns();
         if (!rd_kafka_metadata(im->rk, 0, NULL, &md, 1000)) rd_kafka_metadata_destroy(md);
     }
     rd_kafka_poll(im->rk, 2);
-    if (im->wait && im->ndelivered && mono_ns() - im->last_poll_ns >= 5000000 &&
+    if (im->wait && im->ndelivered && cp_mono_ns() - im->last_poll_ns >= 5000000 &&
         poll_offsets(im, why, whylen))
         return -1;
-    if ((double)(mono_ns() - im->last_progress_ns) / 1e9 > im->timeout_s) {
+    if ((double)(cp_mono_ns() - im->last_progress_ns) / 1e9 > im->timeout_s) {
         snprintf(why, whylen, "nothing was %s for %.0f s", im->wait ? "stored" : "delivered",
                  im->timeout_s);
         return -1;
@@ -323,7 +316,7 @@ static void poll_ahead(imp *im)
 {
     char why[400];
     if (im->wait && im->ndelivered && im->inflight > im->budget / 2 &&
-        mono_ns() - im->last_poll_ns >= 5000000)
+        cp_mono_ns() - im->last_poll_ns >= 5000000)
         (void)poll_offsets(im, why, sizeof why);
 }
 
@@ -675,7 +668,7 @@ int cp_cmd_import(int argc, char **argv)
     im.files = files;
     im.nfiles = nfiles;
     im.bar = isatty(2);
-    im.last_progress_ns = mono_ns();
+    im.last_progress_ns = cp_mono_ns();
     char why[400];
     if (im.wait) {
         /* the limits of the broker path, and whether this contprofd can say what is stored */

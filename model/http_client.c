@@ -13,18 +13,16 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "json.h"
+#include "times.h"
 
 #define MAX_BODY_DEFAULT ((size_t)1 << 30)
 
 static int64_t now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return cp_mono_ns() / 1000000;
 }
 
 /* Waits until fd is ready for ev or the deadline passes: 0, or -1 (time-out, poll error). */
@@ -292,12 +290,13 @@ static int feed(resp_rd *r, const char *p, size_t n, cp_err *err)
             break;
         }
         case R_LENGTH:
+        case R_CHUNK_DATA:
             use = n < r->left ? n : (size_t)r->left;
             if ((rc = body_add(r, p, use, err))) return rc;
             r->left -= use;
             p += use;
             n -= use;
-            if (!r->left) r->state = R_DONE;
+            if (!r->left) r->state = r->state == R_LENGTH ? R_DONE : R_CHUNK_END;
             break;
         case R_CLOSE:
             if ((rc = body_add(r, p, n, err))) return rc;
@@ -323,14 +322,6 @@ static int feed(resp_rd *r, const char *p, size_t n, cp_err *err)
                 r->line_len = 0;
                 r->state = x ? R_CHUNK_DATA : R_TRAILER;
             }
-            break;
-        case R_CHUNK_DATA:
-            use = n < r->left ? n : (size_t)r->left;
-            if ((rc = body_add(r, p, use, err))) return rc;
-            r->left -= use;
-            p += use;
-            n -= use;
-            if (!r->left) r->state = R_CHUNK_END;
             break;
         case R_CHUNK_END: /* the CRLF after a chunk's data */
             use = take_line(r, p, n, &whole);
