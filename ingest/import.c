@@ -447,8 +447,9 @@ static int import_file(imp *im, int fi)
 {
     const char *file = im->files[fi];
     cp_buf b = {0};
-    if (cp_read_file(file, &b)) {
-        fprintf(stderr, "contprof import: cannot read %s: %s\n", file, strerror(errno));
+    cp_err rerr = {0};
+    if (cp_read_file(file, &b, &rerr)) {
+        fprintf(stderr, "contprof import: %s\n", rerr.msg);
         return 1;
     }
     cp_profile *p = NULL;

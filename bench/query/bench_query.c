@@ -171,7 +171,7 @@ static double go_merge(const char *dir, int n, int64_t *go_total)
         if (cp_pprof_encode(p, 6, &b)) die("encode", NULL);
         char f[1200];
         snprintf(f, sizeof f, "%s/w%05d.pb.gz", wdir, w);
-        if (cp_write_file(f, b.data, b.len)) die("write window", NULL);
+        if (cp_write_file(f, b.data, b.len, NULL)) die("write window", NULL);
         cp_profile_destroy(p);
     }
     cp_buf_close(&b);
@@ -188,7 +188,7 @@ static double go_merge(const char *dir, int n, int64_t *go_total)
     snprintf(out, sizeof out, "%s/go-merged-%d.pb.gz", dir, n);
     cp_buf in = {0};
     cp_profile *m = NULL;
-    if (cp_read_file(out, &in) || cp_pprof_decode(in.data, in.len, NULL, &m, NULL))
+    if (cp_read_file(out, &in, NULL) || cp_pprof_decode(in.data, in.len, NULL, &m, NULL))
         die("reading go's merged profile", NULL);
     *go_total = cp_profile_total(m, 0);
     cp_profile_destroy(m);
