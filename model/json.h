@@ -40,6 +40,7 @@ int cp_json_escape(cp_buf *b, const char *s, size_t n);
 /* Parses text[0..len) (one value, whitespace around it allowed). On success *out is the
  * caller's (cp_json_free). CP_EPARSE with err naming the byte offset, or CP_ENOMEM. */
 int cp_json_parse(const char *text, size_t len, cp_json **out, cp_err *err);
+/* Frees a tree from cp_json_parse, strings and members included. NULL is fine. */
 void cp_json_free(cp_json *j);
 
 /* The member key of object o, or NULL (also when o is NULL or not an object). */

@@ -85,6 +85,7 @@ typedef struct cp_api_options {
 
 typedef struct cp_api cp_api;
 
+/* Fills o with the defaults written beside each field (o->store left NULL). */
 void cp_api_options_default(cp_api_options *o);
 /* Returns a new API object (copies what it needs from o) or NULL on out of memory. */
 cp_api *cp_api_create(const cp_api_options *o);
