@@ -1,8 +1,8 @@
 /* The one HTTP/1.1 client of the project: every program that asks contprofd something (the
  * agent on its own thread, `contprof run`, `contprof import`, the CLI, the tests) goes
- * through it. One request per connection, one deadline for connecting, sending and
- * reading (name resolution is getaddrinfo's, outside it); no libuv, no global state, no signals (MSG_NOSIGNAL), memory bounded by the
- * caller's body limit plus 64 KiB of response headers. */
+ * through it. One request per connection, one deadline for connecting, sending and reading
+ * (name resolution is getaddrinfo's, outside it); no libuv, no global state, no signals
+ * (MSG_NOSIGNAL), memory bounded by the caller's body limit plus 64 KiB of headers. */
 #ifndef CP_HTTP_CLIENT_H
 #define CP_HTTP_CLIENT_H
 
