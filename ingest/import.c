@@ -222,8 +222,8 @@ static int64_t json_num(const char *p, const char *end, const char *name, int64_
 static int poll_offsets(imp *im, char *why, size_t whylen)
 {
     cp_http_result res;
-    char *body = http_get(im->server, "/api/v1/ingest/offsets", im->token, 1 << 20, &res, why,
-                          whylen);
+    char *body =
+        http_get(im->server, "/api/v1/ingest/offsets", im->token, 1 << 20, &res, why, whylen);
     if (!body) return -1;
     im->last_poll_ns = cp_mono_ns();
     if (strstr(body, "\"running\":false")) {
@@ -413,9 +413,10 @@ static int send_one(imp *im, int fi, cp_kind kind, int cumulative, const cp_prof
             im->inflight += wire;
             for (int tries = 0;; tries++) {
                 rd_kafka_resp_err_t ke = rd_kafka_producev(
-                    im->rk, RD_KAFKA_V_TOPIC(CP_TOPIC_PROFILES), RD_KAFKA_V_VALUE(enc.data, enc.len),
-                    RD_KAFKA_V_KEY(key.data, key.len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                    RD_KAFKA_V_OPAQUE((void *)idx), RD_KAFKA_V_END);
+                    im->rk, RD_KAFKA_V_TOPIC(CP_TOPIC_PROFILES),
+                    RD_KAFKA_V_VALUE(enc.data, enc.len), RD_KAFKA_V_KEY(key.data, key.len),
+                    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE((void *)idx),
+                    RD_KAFKA_V_END);
                 if (!ke) break;
                 if (ke != RD_KAFKA_RESP_ERR__QUEUE_FULL || tries > 600) {
                     if (ke == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE)

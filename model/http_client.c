@@ -41,8 +41,8 @@ static int wait_fd(int fd, short ev, int64_t deadline)
 /* ===== the URL ======================================================================== */
 
 typedef struct url_parts {
-    char host[256];   /* without the brackets of an IPv6 literal */
-    char port[8];     /* "80" unless given */
+    char host[256];     /* without the brackets of an IPv6 literal */
+    char port[8];       /* "80" unless given */
     char hostport[280]; /* for the Host header and messages, as written */
     char prefix[1024];  /* path prefix without trailing slashes, "" for none */
 } url_parts;
@@ -61,24 +61,21 @@ static int parse_url(const char *url, url_parts *u, cp_err *err)
     memcpy(u->hostport, h, hl);
     u->hostport[hl] = 0;
     if (strchr(u->hostport, '@'))
-        return cp_err_set(err, CP_EINVAL, "server URL '%.200s': user names are not supported",
-                          url);
+        return cp_err_set(err, CP_EINVAL, "server URL '%.200s': user names are not supported", url);
     const char *port = NULL;
     if (u->hostport[0] == '[') { /* [v6]:port */
         const char *close = strchr(u->hostport, ']');
         if (!close || (close[1] && close[1] != ':'))
             return cp_err_set(err, CP_EINVAL, "bad server URL '%.200s' (unclosed '[')", url);
-        snprintf(u->host, sizeof u->host, "%.*s", (int)(close - u->hostport - 1),
-                 u->hostport + 1);
+        snprintf(u->host, sizeof u->host, "%.*s", (int)(close - u->hostport - 1), u->hostport + 1);
         if (close[1] == ':') port = close + 2;
     } else {
         const char *colon = strchr(u->hostport, ':');
-        snprintf(u->host, sizeof u->host, "%.*s",
-                 (int)(colon ? (size_t)(colon - u->hostport) : hl), u->hostport);
+        snprintf(u->host, sizeof u->host, "%.*s", (int)(colon ? (size_t)(colon - u->hostport) : hl),
+                 u->hostport);
         if (colon) port = colon + 1;
     }
-    if (!u->host[0])
-        return cp_err_set(err, CP_EINVAL, "bad server URL '%.200s': no host", url);
+    if (!u->host[0]) return cp_err_set(err, CP_EINVAL, "bad server URL '%.200s': no host", url);
     if (port) {
         char *end;
         errno = 0;
@@ -148,9 +145,9 @@ typedef struct resp_rd {
     const char *who;
     size_t max_body;
     int state;
-    cp_buf head;    /* R_HEAD: the bytes so far */
-    uint64_t left;  /* R_LENGTH, R_CHUNK_DATA: body bytes still to come */
-    char line[80];  /* R_CHUNK_SIZE, R_CHUNK_END, R_TRAILER: the current line (cut) */
+    cp_buf head;   /* R_HEAD: the bytes so far */
+    uint64_t left; /* R_LENGTH, R_CHUNK_DATA: body bytes still to come */
+    char line[80]; /* R_CHUNK_SIZE, R_CHUNK_END, R_TRAILER: the current line (cut) */
     size_t line_len;
 } resp_rd;
 
@@ -182,10 +179,10 @@ static int parse_head(resp_rd *r, const char *head, size_t n, cp_err *err)
 {
     int major = 0, minor = 0, status = 0, used = 0;
     if (sscanf(head, "HTTP/%1d.%1d %3d%n", &major, &minor, &status, &used) != 3 || major != 1 ||
-        status < 100 || status > 999 || (head[used] != ' ' && head[used] != '\r' &&
-                                          head[used] != '\n'))
-        return cp_err_set(err, CP_EIO, "%s: malformed response: bad status line '%.40s'",
-                          r->who, head);
+        status < 100 || status > 999 ||
+        (head[used] != ' ' && head[used] != '\r' && head[used] != '\n'))
+        return cp_err_set(err, CP_EIO, "%s: malformed response: bad status line '%.40s'", r->who,
+                          head);
     r->out->status = status;
     r->out->content_type[0] = 0;
     int chunked = 0, have_len = 0;
@@ -197,8 +194,8 @@ static int parse_head(resp_rd *r, const char *head, size_t n, cp_err *err)
         if (ll == 0 || (ll == 1 && *p == '\r')) break; /* the blank line */
         const char *colon = memchr(p, ':', ll);
         if (!colon || colon == p)
-            return cp_err_set(err, CP_EIO, "%s: malformed response: header line '%.40s'",
-                              r->who, p);
+            return cp_err_set(err, CP_EIO, "%s: malformed response: header line '%.40s'", r->who,
+                              p);
         size_t nl_name = (size_t)(colon - p), vl = ll - nl_name - 1;
         char v[128];
         if (nl_name == 12 && !strncasecmp(p, "content-type", 12)) {
@@ -231,8 +228,8 @@ static int parse_head(resp_rd *r, const char *head, size_t n, cp_err *err)
         r->line_len = 0;
     } else if (have_len) {
         if (len > r->max_body)
-            return cp_err_set(err, CP_ELIMIT, "%s: response of %llu bytes, larger than %zu",
-                              r->who, (unsigned long long)len, r->max_body);
+            return cp_err_set(err, CP_ELIMIT, "%s: response of %llu bytes, larger than %zu", r->who,
+                              (unsigned long long)len, r->max_body);
         r->left = len;
         r->state = len ? R_LENGTH : R_DONE;
     } else {
@@ -311,13 +308,13 @@ static int feed(resp_rd *r, const char *p, size_t n, cp_err *err)
                 char *e;
                 errno = 0;
                 unsigned long long x = strtoull(r->line, &e, 16);
-                if (e == r->line || errno || (*e != ';' && *e != '\r' && *e != '\n' &&
-                                              *e != ' ' && *e != '\t'))
+                if (e == r->line || errno ||
+                    (*e != ';' && *e != '\r' && *e != '\n' && *e != ' ' && *e != '\t'))
                     return cp_err_set(err, CP_EIO, "%s: malformed response: chunk size '%.20s'",
                                       r->who, r->line);
                 if (x > r->max_body)
-                    return cp_err_set(err, CP_ELIMIT, "%s: response larger than %zu bytes",
-                                      r->who, r->max_body);
+                    return cp_err_set(err, CP_ELIMIT, "%s: response larger than %zu bytes", r->who,
+                                      r->max_body);
                 r->left = x;
                 r->line_len = 0;
                 r->state = x ? R_CHUNK_DATA : R_TRAILER;
@@ -379,10 +376,11 @@ static int exchange(int fd, const char *who, const void *req, size_t len, int64_
             break;
         }
         if (n == 0) {
-            if (r.state == R_CLOSE) r.state = R_DONE;
+            if (r.state == R_CLOSE)
+                r.state = R_DONE;
             else
-                rc = cp_err_set(err, CP_EIO, "%s: connection closed before the response ended",
-                                who);
+                rc =
+                    cp_err_set(err, CP_EIO, "%s: connection closed before the response ended", who);
             break;
         }
         if ((rc = feed(&r, buf, (size_t)n, err))) break;
@@ -500,11 +498,11 @@ int cp_http_get_brokers(const char *url, const char *token, char *out, size_t ca
     } else {
         const char *b = cp_json_str(cp_json_get(j, "brokers"), NULL);
         if (!b)
-            rc = cp_err_set(err, CP_EPARSE, "%s/api/v1/brokers: no \"brokers\" string in the answer",
-                            url);
+            rc = cp_err_set(err, CP_EPARSE,
+                            "%s/api/v1/brokers: no \"brokers\" string in the answer", url);
         else if (!*b) /* a contprofd that is starting answers before its broker is up */
-            rc = cp_err_set(err, CP_ENOTFOUND, "%s has no Kafka brokers to offer yet (GET /api/v1/brokers)",
-                            url);
+            rc = cp_err_set(err, CP_ENOTFOUND,
+                            "%s has no Kafka brokers to offer yet (GET /api/v1/brokers)", url);
         else if (strlen(b) >= cap)
             rc = cp_err_set(err, CP_ELIMIT, "%s/api/v1/brokers: a list of %zu bytes, room for %zu",
                             url, strlen(b), cap ? cap - 1 : 0);

@@ -32,8 +32,8 @@ typedef struct cp_http_result {
  * zeroed first; the caller frees out->body), or CP_EINVAL (bad URL), CP_EIO (resolution,
  * connection, time-out, malformed response), CP_ELIMIT (body or headers too large) or
  * CP_ENOMEM, with err naming the server and the problem and out->body already freed. */
-int cp_http_get(const char *base_url, const char *path_query, const char *token,
-                int64_t timeout_ms, size_t max_body, cp_http_result *out, cp_err *err);
+int cp_http_get(const char *base_url, const char *path_query, const char *token, int64_t timeout_ms,
+                size_t max_body, cp_http_result *out, cp_err *err);
 
 /* Like cp_http_get, with method POST and body[0..body_len) (application/octet-stream;
  * body may be NULL when body_len is 0). A server that answers before the whole body is

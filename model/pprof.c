@@ -1024,11 +1024,13 @@ static uint8_t *put_profile(const cp_profile *p, uint8_t *o)
         o = put_l(o, 2, t);
         if (s->nlocs) {
             o = put_l(o, 1, a);
-            for (uint32_t k = 0; k < s->nlocs; k++) o = wr_varint(o, p->stack.v[s->loc_off + k]);
+            for (uint32_t k = 0; k < s->nlocs; k++)
+                o = wr_varint(o, p->stack.v[s->loc_off + k]);
         }
         if (nv) {
             o = put_l(o, 2, b);
-            for (uint32_t k = 0; k < nv; k++) o = wr_varint(o, (uint64_t)v[k]);
+            for (uint32_t k = 0; k < nv; k++)
+                o = wr_varint(o, (uint64_t)v[k]);
         }
         for (uint32_t k = 0; k < s->nlabels; k++) {
             const cp_label *l = &p->labels.v[s->label_off + k];
@@ -1090,7 +1092,8 @@ static uint8_t *put_profile(const cp_profile *p, uint8_t *o)
     o = put_f(o, 12, (uint64_t)p->period);
     if (p->comments.n) {
         o = put_l(o, 13, comments_size(p));
-        for (uint32_t i = 0; i < p->comments.n; i++) o = wr_varint(o, p->comments.v[i]);
+        for (uint32_t i = 0; i < p->comments.n; i++)
+            o = wr_varint(o, p->comments.v[i]);
     }
     return put_f(o, 14, p->default_sample_type);
 }

@@ -304,7 +304,8 @@ TEST(brokers)
     CHECK_STREQ(out, "k3:9092");
     CHECK_CONTAINS(s.request, "\r\nAuthorization: Bearer s3cret-token\r\n");
 
-    srv_start(&s, "HTTP/1.1 401 Unauthorized\r\nContent-Length: 19\r\n\r\n{\"error\":\"no tok\"}\n", 0);
+    srv_start(&s, "HTTP/1.1 401 Unauthorized\r\nContent-Length: 19\r\n\r\n{\"error\":\"no tok\"}\n",
+              0);
     CHECK_EQ(cp_http_get_brokers(url_of(&s, ""), NULL, out, sizeof out, 10000, &err), CP_EIO);
     srv_stop(&s);
     CHECK_CONTAINS(err.msg, "answered 401");
@@ -312,8 +313,7 @@ TEST(brokers)
     CHECK_STREQ(out, "");
 
     srv_start(&s, "HTTP/1.1 200 OK\r\nContent-Length: 14\r\n\r\n{\"brokers\":\"\"}", 0);
-    CHECK_EQ(cp_http_get_brokers(url_of(&s, ""), NULL, out, sizeof out, 10000, &err),
-             CP_ENOTFOUND);
+    CHECK_EQ(cp_http_get_brokers(url_of(&s, ""), NULL, out, sizeof out, 10000, &err), CP_ENOTFOUND);
     srv_stop(&s);
     CHECK_CONTAINS(err.msg, "no Kafka brokers to offer yet");
 

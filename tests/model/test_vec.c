@@ -50,7 +50,8 @@ TEST(buf_printf_and_steal)
     CHECK(b.data == NULL && b.len == 0 && b.cap == 0);
     free(d);
     CP_VEC(int) v = {0};
-    for (int i = 0; i < 1000; i++) CHECK_EQ(cp_vec_push(&v, i), 0);
+    for (int i = 0; i < 1000; i++)
+        CHECK_EQ(cp_vec_push(&v, i), 0);
     CHECK(v.n == 1000 && v.v[999] == 999 && v.cap >= 1000);
     free(v.v);
 }
