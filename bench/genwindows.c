@@ -30,7 +30,7 @@ int main(int argc, char **argv)
         cp_buf b = {0};
         char path[4096];
         snprintf(path, sizeof path, "%s/w%05d.pb.gz", argv[1], i);
-        if (!w || cp_pprof_encode(w, 6, &b) || cp_write_file(path, b.data, b.len)) {
+        if (!w || cp_pprof_encode(w, 6, &b) || cp_write_file(path, b.data, b.len, NULL)) {
             fprintf(stderr, "genwindows: %s: cannot write\n", path);
             return 1;
         }

@@ -16,7 +16,7 @@
 #include "exec.h"
 #include "fd.h"
 #include "guard.h"
-#include "http.h"
+#include "http_client.h"
 #include "isolate.h"
 #include "kafka.h"
 #include "pprof.h"
@@ -174,7 +174,7 @@ static void refetch_brokers(int64_t now)
     if (A.refetch_backoff > REFETCH_MAX_NS) A.refetch_backoff = REFETCH_MAX_NS;
     A.next_refetch = now + A.refetch_backoff;
     char b[sizeof(A.brokers)];
-    if (cp_http_get_brokers(cp_cfg.server, cp_cfg.token, b, sizeof(b), 2000) != 0 ||
+    if (cp_http_get_brokers(cp_cfg.server, cp_cfg.token, b, sizeof(b), 2000, NULL) != 0 ||
         !strcmp(b, A.brokers))
         return;
     snprintf(A.brokers, sizeof(A.brokers), "%s", b);
@@ -188,8 +188,8 @@ static void transport_tick(void)
     int64_t now = cp_mono_ns();
     if (!A.brokers[0] && cp_cfg.server[0] && now >= A.next_resolve) {
         A.next_resolve = now + 30 * (int64_t)1000000000;
-        if (cp_http_get_brokers(cp_cfg.server, cp_cfg.token, A.brokers, sizeof(A.brokers), 2000) !=
-            0)
+        if (cp_http_get_brokers(cp_cfg.server, cp_cfg.token, A.brokers, sizeof(A.brokers), 2000,
+                                NULL) != 0)
             A.brokers[0] = 0;
     }
     if (A.kafka && atomic_load(&cp_fd_revocations) != A.fd_revocations) {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "times.h"
+#include "envelope.h" /* CP_TOPIC_PROFILES */
 
 cp_config cp_cfg;
 
@@ -94,7 +95,7 @@ int cp_config_load(cp_config *c, const contprof_options *o, cp_err *err)
     copy(c->brokers, sizeof(c->brokers), o->brokers, "CONTPROF_BROKERS", "");
     copy(c->server, sizeof(c->server), o->server, "CONTPROF_SERVER", "");
     copy(c->token, sizeof(c->token), NULL, "CONTPROF_TOKEN", "");
-    copy(c->topic, sizeof(c->topic), o->topic, "CONTPROF_TOPIC", "contprof.profiles");
+    copy(c->topic, sizeof(c->topic), o->topic, "CONTPROF_TOPIC", CP_TOPIC_PROFILES);
     copy(c->output_dir, sizeof(c->output_dir), o->output_dir, "CONTPROF_OUTPUT_DIR", "");
 
     if (!c->output_dir[0] && !c->brokers[0] && !c->server[0]) {

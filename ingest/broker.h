@@ -6,10 +6,8 @@
 #ifndef CP_BROKER_H
 #define CP_BROKER_H
 
+#include "envelope.h" /* CP_TOPIC_PROFILES, CP_TOPIC_DLQ */
 #include "error.h"
-
-#define CP_TOPIC_PROFILES "contprof.profiles"
-#define CP_TOPIC_DLQ "contprof.profiles.dlq"
 
 /* What the mock cluster holds per partition before it drops the oldest message sets,
  * read or not (fixed in librdkafka's source, no setting changes it). */

@@ -7,22 +7,19 @@
 #include "defaults.h"
 #include "envelope.h"
 #include "error.h"
+#include "http_client.h"
 #include "pprof.h"
 #include "times.h"
 
 #include <errno.h>
 #include <librdkafka/rdkafka.h>
 #include <lz4.h>
-#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
-#define TOPIC "contprof.profiles"
 #define IMPORT_MAX_MESSAGE 16777216 /* the producer's message.max.bytes */
 /* The embedded broker's per-partition log (ingest/broker.h), for the refusal message. */
 #define CP_EMBEDDED_PARTITION_BYTES (5u << 20)
@@ -56,86 +53,23 @@ static void usage(FILE *f)
             CP_LABELS_MAX, CP_LABEL_VALUE_MAX);
 }
 
-/* GET url + path with a small HTTP/1.0 client: writes the request, reads the whole answer
- * into buf (NUL-terminated) and returns a pointer to the body, or NULL with why set. */
-static char *http_get(const char *url, const char *path, const char *token, char *buf,
-                      size_t buflen, char *why, size_t whylen)
+/* GET url + path with the shared client (model/http_client.h), at most 30 s and max bytes:
+ * the body (NUL-terminated, in res, which the caller closes) or NULL with why set. */
+static char *http_get(const char *url, const char *path, const char *token, size_t max,
+                      cp_http_result *res, char *why, size_t whylen)
 {
-    const char *h = url;
-    if (!strncmp(h, "http://", 7))
-        h += 7;
-    else if (strstr(h, "://")) {
-        snprintf(why, whylen, "only http:// servers are supported: %s", url);
+    cp_err err = {0};
+    if (cp_http_get(url, path, token, 30000, max, res, &err)) {
+        snprintf(why, whylen, "%s", err.msg);
         return NULL;
     }
-    char host[256], port[16] = "80";
-    size_t hl = strcspn(h, ":/");
-    if (hl >= sizeof host) hl = sizeof host - 1;
-    memcpy(host, h, hl);
-    host[hl] = 0;
-    if (h[hl] == ':')
-        snprintf(port, sizeof port, "%.*s", (int)strcspn(h + hl + 1, "/"), h + hl + 1);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
-    int ge = getaddrinfo(host, port, &hints, &ai);
-    if (ge) {
-        snprintf(why, whylen, "%s: %s", url, gai_strerror(ge));
+    if (res->status != 200) {
+        snprintf(why, whylen, "%s%s answered %d %.200s", url, path, res->status,
+                 (const char *)res->body.data);
+        cp_buf_close(&res->body);
         return NULL;
     }
-    int fd = -1;
-    for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-        if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen)) {
-            close(fd);
-            fd = -1;
-        }
-    }
-    freeaddrinfo(ai);
-    if (fd < 0) {
-        snprintf(why, whylen, "cannot connect to %s: %s", url, strerror(errno));
-        return NULL;
-    }
-    struct timeval tv = {30, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    char req[1024];
-    int n = snprintf(
-        req, sizeof req, "GET %s HTTP/1.0\r\nHost: %s\r\nAccept: application/json\r\n%s%s%s\r\n",
-        path, host, token ? "Authorization: Bearer " : "", token ? token : "", token ? "\r\n" : "");
-    if (n >= (int)sizeof req || write(fd, req, (size_t)n) != n) {
-        close(fd);
-        snprintf(why, whylen, "%s: write failed", url);
-        return NULL;
-    }
-    size_t len = 0;
-    ssize_t r;
-    while (len < buflen - 1 && (r = read(fd, buf + len, buflen - 1 - len)) > 0)
-        len += (size_t)r;
-    close(fd);
-    buf[len] = 0;
-    int status = 0;
-    char *body = strstr(buf, "\r\n\r\n");
-    if (sscanf(buf, "HTTP/%*d.%*d %d", &status) != 1 || status != 200 || !body) {
-        char *nl = body ? body + 4 : buf;
-        snprintf(why, whylen, "%s%s answered %d %.200s", url, path, status, nl);
-        return NULL;
-    }
-    return body + 4;
-}
-
-/* GET URL/api/v1/brokers -> {"brokers":"h:p,..."}: a strdup'd list or NULL with why. */
-static char *ask_server(const char *url, const char *token, char *why, size_t whylen)
-{
-    static char buf[65536];
-    char *body = http_get(url, "/api/v1/brokers", token, buf, sizeof buf, why, whylen);
-    char *k = body ? strstr(body, "\"brokers\"") : NULL;
-    char *q = k ? strchr(k + 9, '"') : NULL;
-    char *e = q ? strchr(q + 1, '"') : NULL;
-    if (!body) return NULL;
-    if (!e) {
-        snprintf(why, whylen, "%s/api/v1/brokers: no \"brokers\" in the answer", url);
-        return NULL;
-    }
-    *e = 0;
-    return strdup(q + 1);
+    return (char *)res->body.data;
 }
 
 /* One envelope produced, and what became of it. */
@@ -180,13 +114,6 @@ typedef struct imp {
     int nstored, nnot, ndelivered;
 } imp;
 
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Moves r to state; its bytes leave the flight once it is stored or known not to be. */
 static void settle(imp *im, sent *r, int state, const char *why)
 {
@@ -199,7 +126,7 @@ static void settle(imp *im, sent *r, int state, const char *why)
         snprintf(r->why, sizeof r->why, "%s", why);
     }
     if (state == S_DELIVERED) im->ndelivered++;
-    im->last_progress_ns = mono_ns();
+    im->last_progress_ns = cp_mono_ns();
 }
 
 static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
@@ -226,7 +153,7 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 static void draw_bar(imp *im, int force)
 {
     if (!im->bar) return;
-    int64_t now = mono_ns();
+    int64_t now = cp_mono_ns();
     if (!force && now - im->last_bar_ns < 100000000) return;
     im->last_bar_ns = now;
     /* a file is one window, or two (a Go heap profile): the files bound the total */
@@ -295,15 +222,16 @@ static int64_t json_num(const char *p, const char *end, const char *name, int64_
 /* Asks contprofd which offsets are stored and settles what it can. 0, or -1 with why. */
 static int poll_offsets(imp *im, char *why, size_t whylen)
 {
-    static char buf[1 << 20];
+    cp_http_result res;
     char *body =
-        http_get(im->server, "/api/v1/ingest/offsets", im->token, buf, sizeof buf, why, whylen);
+        http_get(im->server, "/api/v1/ingest/offsets", im->token, 1 << 20, &res, why, whylen);
     if (!body) return -1;
-    im->last_poll_ns = mono_ns();
+    im->last_poll_ns = cp_mono_ns();
     if (strstr(body, "\"running\":false")) {
         snprintf(why, whylen,
                  "contprofd's ingest is not running (its log and /metrics say why); what is "
                  "sent cannot be stored");
+        cp_buf_close(&res.body);
         return -1;
     }
     if (!im->budget) {
@@ -349,6 +277,7 @@ static int poll_offsets(imp *im, char *why, size_t whylen)
         }
         p = next;
     }
+    cp_buf_close(&res.body);
     draw_bar(im, 0);
     return 0;
 }
@@ -363,16 +292,16 @@ static int wait_some(imp *im, char *why, size_t whylen)
      * only at its broker thread's next wake-up, up to 1 s later (a flush does not wake it);
      * a sender waiting for its first windows would sit out that second. Every 50 ms. */
     if (!im->ndelivered && !im->nstored && !im->nnot && im->sent.n &&
-        mono_ns() - im->last_wake_ns >= 50000000) {
+        cp_mono_ns() - im->last_wake_ns >= 50000000) {
         const struct rd_kafka_metadata *md = NULL;
-        im->last_wake_ns = mono_ns();
+        im->last_wake_ns = cp_mono_ns();
         if (!rd_kafka_metadata(im->rk, 0, NULL, &md, 1000)) rd_kafka_metadata_destroy(md);
     }
     rd_kafka_poll(im->rk, 2);
-    if (im->wait && im->ndelivered && mono_ns() - im->last_poll_ns >= 5000000 &&
+    if (im->wait && im->ndelivered && cp_mono_ns() - im->last_poll_ns >= 5000000 &&
         poll_offsets(im, why, whylen))
         return -1;
-    if ((double)(mono_ns() - im->last_progress_ns) / 1e9 > im->timeout_s) {
+    if ((double)(cp_mono_ns() - im->last_progress_ns) / 1e9 > im->timeout_s) {
         snprintf(why, whylen, "nothing was %s for %.0f s", im->wait ? "stored" : "delivered",
                  im->timeout_s);
         return -1;
@@ -388,7 +317,7 @@ static void poll_ahead(imp *im)
 {
     char why[400];
     if (im->wait && im->ndelivered && im->inflight > im->budget / 2 &&
-        mono_ns() - im->last_poll_ns >= 5000000)
+        cp_mono_ns() - im->last_poll_ns >= 5000000)
         (void)poll_offsets(im, why, sizeof why);
 }
 
@@ -485,9 +414,10 @@ static int send_one(imp *im, int fi, cp_kind kind, int cumulative, const cp_prof
             im->inflight += wire;
             for (int tries = 0;; tries++) {
                 rd_kafka_resp_err_t ke = rd_kafka_producev(
-                    im->rk, RD_KAFKA_V_TOPIC(TOPIC), RD_KAFKA_V_VALUE(enc.data, enc.len),
-                    RD_KAFKA_V_KEY(key.data, key.len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                    RD_KAFKA_V_OPAQUE((void *)idx), RD_KAFKA_V_END);
+                    im->rk, RD_KAFKA_V_TOPIC(CP_TOPIC_PROFILES),
+                    RD_KAFKA_V_VALUE(enc.data, enc.len), RD_KAFKA_V_KEY(key.data, key.len),
+                    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE((void *)idx),
+                    RD_KAFKA_V_END);
                 if (!ke) break;
                 if (ke != RD_KAFKA_RESP_ERR__QUEUE_FULL || tries > 600) {
                     if (ke == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE)
@@ -519,8 +449,9 @@ static int import_file(imp *im, int fi)
 {
     const char *file = im->files[fi];
     cp_buf b = {0};
-    if (cp_read_file(file, &b)) {
-        fprintf(stderr, "contprof import: cannot read %s: %s\n", file, strerror(errno));
+    cp_err rerr = {0};
+    if (cp_read_file(file, &b, &rerr)) {
+        fprintf(stderr, "contprof import: %s\n", rerr.msg);
         return 1;
     }
     cp_profile *p = NULL;
@@ -692,24 +623,17 @@ int cp_cmd_import(int argc, char **argv)
         goto out;
     }
     if (!brokers) {
-        char why[300];
-        fetched = ask_server(server ? server : CP_DEFAULT_SERVER, token && *token ? token : NULL,
-                             why, sizeof why);
+        const char *srv = server ? server : CP_DEFAULT_SERVER;
+        char list[4096];
+        cp_err err = {0};
+        int brc = cp_http_get_brokers(srv, token && *token ? token : NULL, list, sizeof list, 30000, &err);
         /* a contprofd that is starting answers before its broker is up: "" for a while */
-        for (int t = 0; fetched && !*fetched && t < 100; t++) {
-            free(fetched);
+        for (int t = 0; brc == CP_ENOTFOUND && t < 100; t++) {
             usleep(100000);
-            fetched = ask_server(server ? server : CP_DEFAULT_SERVER,
-                                 token && *token ? token : NULL, why, sizeof why);
+            brc = cp_http_get_brokers(srv, token && *token ? token : NULL, list, sizeof list, 30000, &err);
         }
-        if (fetched && !*fetched) {
-            snprintf(why, sizeof why, "%s has no Kafka brokers to offer (GET /api/v1/brokers)",
-                     server ? server : CP_DEFAULT_SERVER);
-            free(fetched);
-            fetched = NULL;
-        }
-        if (!fetched) {
-            fprintf(stderr, "contprof import: %s\n", why);
+        if (brc || !(fetched = strdup(list))) {
+            fprintf(stderr, "contprof import: %s\n", brc ? err.msg : "out of memory");
             rc = 1;
             goto out;
         }
@@ -747,7 +671,7 @@ int cp_cmd_import(int argc, char **argv)
     im.files = files;
     im.nfiles = nfiles;
     im.bar = isatty(2);
-    im.last_progress_ns = mono_ns();
+    im.last_progress_ns = cp_mono_ns();
     char why[400];
     if (im.wait) {
         /* the limits of the broker path, and whether this contprofd can say what is stored */

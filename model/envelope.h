@@ -10,6 +10,12 @@
 #define CP_ENVELOPE_MAJOR 1
 #define CP_ENVELOPE_MINOR 0
 
+/* The Kafka topics envelopes travel on, named once for every stage: producers (the agent,
+ * `contprof import`) write CP_TOPIC_PROFILES unless configured otherwise, the embedded
+ * broker creates both, and ingest copies what it refuses to CP_TOPIC_DLQ. */
+#define CP_TOPIC_PROFILES "contprof.profiles"
+#define CP_TOPIC_DLQ "contprof.profiles.dlq"
+
 typedef enum cp_kind {
     CP_KIND_CPU = 1,   /* summed over time */
     CP_KIND_ALLOC = 2, /* summed over time */
@@ -53,10 +59,12 @@ typedef struct cp_envelope {
 void cp_envelope_close(cp_envelope *e);
 
 /* Checks the fields a reader relies on (version, tenant, labels, kind, window, producer,
- * payload present and at most max_pprof bytes); err names the field. */
+ * payload present and at most max_pprof bytes). Returns 0, or CP_EENVELOPE, CP_EVERSION,
+ * CP_ELIMIT (payload too large) or CP_EINVAL with err naming the field. */
 int cp_envelope_validate(const cp_envelope *e, size_t max_pprof, cp_err *err);
 
-/* Serialises e (format_major/minor filled in if zero) and appends it to out. */
+/* Serialises e (format_major/minor filled in if zero) and appends it to out. Returns 0,
+ * CP_EINVAL (more than CP_LABELS_MAX labels) or CP_ENOMEM. */
 int cp_envelope_encode(const cp_envelope *e, cp_buf *out);
 
 /* Parses and validates an envelope. On success *out owns copies of everything; on failure
@@ -82,7 +90,7 @@ int cp_envelope_sign(cp_buf *enc, const char *token);
 int cp_envelope_verify(const uint8_t *buf, size_t len, const char *token);
 
 /* Series key for Kafka partitioning: tenant, kind and every label, in a stable text form
- * (so one series stays on one partition); appended to out. */
+ * (so one series stays on one partition); appended to out. Returns 0 or CP_ENOMEM. */
 int cp_envelope_series_key(const cp_envelope *e, cp_buf *out);
 
 #endif

@@ -25,11 +25,13 @@ typedef struct cp_labels {
 #define CP_LABEL_VALUE_MAX 1024
 #define CP_LABELS_MAX 64
 
+/* Frees every name and value and leaves l empty (reusable). A zeroed l is fine. */
 void cp_labels_close(cp_labels *l);
 /* Sets name to value (copies both), replacing an existing value. 0 or CP_ENOMEM. */
 int cp_labels_set(cp_labels *l, const char *name, const char *value);
 /* The value of name, or NULL. */
 const char *cp_labels_get(const cp_labels *l, const char *name);
+/* Sets every label of src in dst (copies; dst's other labels stay). 0 or CP_ENOMEM. */
 int cp_labels_copy(cp_labels *dst, const cp_labels *src);
 /* Writes {a="b",c="d"} (values escaped as in Prometheus) to out. */
 int cp_labels_format(const cp_labels *l, cp_buf *out);

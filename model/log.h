@@ -8,6 +8,8 @@ enum { CP_LOG_ERROR, CP_LOG_WARN, CP_LOG_INFO, CP_LOG_DEBUG };
 /* Messages above this level are dropped; default CP_LOG_INFO (CONTPROF_LOG=debug|...). */
 extern int cp_log_level;
 
+/* Writes one line "<RFC 3339 time> <level> <message>" (cut at 1 KiB) to stderr if level is
+ * at most cp_log_level. Thread-safe (one write per line). Not async-signal-safe. */
 void cp_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define cp_log_error(...) cp_log(CP_LOG_ERROR, __VA_ARGS__)

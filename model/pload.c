@@ -98,7 +98,5 @@ int cp_pload_merge(size_t n, cp_pload_read_fn read, void *ctx, const cp_pprof_li
 int cp_pload_read_file(void *ctx, size_t i, cp_buf *out, cp_err *err)
 {
     const char *const *paths = ctx;
-    int rc = cp_read_file(paths[i], out);
-    if (rc) return cp_err_set(err, rc, "cannot read %s", paths[i]);
-    return 0;
+    return cp_read_file(paths[i], out, err);
 }

@@ -899,16 +899,6 @@ static inline size_t vsz(uint64_t v)
     return n;
 }
 
-static inline uint8_t *put_v(uint8_t *o, uint64_t v)
-{
-    while (v >= 0x80) {
-        *o++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *o++ = (uint8_t)v;
-    return o;
-}
-
 /* A scalar field (numbers below 16: one-byte keys), left out when zero. */
 static inline size_t fsz(uint64_t v)
 {
@@ -919,7 +909,7 @@ static inline uint8_t *put_f(uint8_t *o, unsigned field, uint64_t v)
 {
     if (!v) return o;
     *o++ = (uint8_t)(field << 3 | WT_VARINT);
-    return put_v(o, v);
+    return wr_varint(o, v);
 }
 
 /* A length-delimited field of n bytes: key and length (the caller writes the bytes). */
@@ -931,7 +921,7 @@ static inline size_t lsz(size_t n)
 static inline uint8_t *put_l(uint8_t *o, unsigned field, size_t n)
 {
     *o++ = (uint8_t)(field << 3 | WT_LEN);
-    return put_v(o, n);
+    return wr_varint(o, n);
 }
 
 static size_t vt_size(cp_value_type vt)
@@ -1034,11 +1024,13 @@ static uint8_t *put_profile(const cp_profile *p, uint8_t *o)
         o = put_l(o, 2, t);
         if (s->nlocs) {
             o = put_l(o, 1, a);
-            for (uint32_t k = 0; k < s->nlocs; k++) o = put_v(o, p->stack.v[s->loc_off + k]);
+            for (uint32_t k = 0; k < s->nlocs; k++)
+                o = wr_varint(o, p->stack.v[s->loc_off + k]);
         }
         if (nv) {
             o = put_l(o, 2, b);
-            for (uint32_t k = 0; k < nv; k++) o = put_v(o, (uint64_t)v[k]);
+            for (uint32_t k = 0; k < nv; k++)
+                o = wr_varint(o, (uint64_t)v[k]);
         }
         for (uint32_t k = 0; k < s->nlabels; k++) {
             const cp_label *l = &p->labels.v[s->label_off + k];
@@ -1100,7 +1092,8 @@ static uint8_t *put_profile(const cp_profile *p, uint8_t *o)
     o = put_f(o, 12, (uint64_t)p->period);
     if (p->comments.n) {
         o = put_l(o, 13, comments_size(p));
-        for (uint32_t i = 0; i < p->comments.n; i++) o = put_v(o, p->comments.v[i]);
+        for (uint32_t i = 0; i < p->comments.n; i++)
+            o = wr_varint(o, p->comments.v[i]);
     }
     return put_f(o, 14, p->default_sample_type);
 }

@@ -22,7 +22,7 @@ int cp_is_gzip(const uint8_t *buf, size_t len);
 
 /* gunzips src into out, refusing to produce more than max_out bytes (CP_ELIMIT). */
 int cp_gunzip(const uint8_t *src, size_t len, size_t max_out, cp_buf *out, cp_err *err);
-/* gzips src into out at the given zlib level (1..9). */
+/* gzips src, appending to out, at the given zlib level (1..9). Returns 0 or CP_ENOMEM. */
 int cp_gzip(const uint8_t *src, size_t len, int level, cp_buf *out);
 
 /* A gzip compressor kept for many buffers: creating one allocates and clears libdeflate's
@@ -33,7 +33,8 @@ typedef struct cp_gzipper cp_gzipper;
  * compression, still gzip) into *out (NULL on failure); the
  * caller frees it with cp_gzipper_destroy. Returns 0 or CP_ENOMEM. */
 int cp_gzipper_create(int level, cp_gzipper **out);
-/* gzips src, appending to out; the same bytes as cp_gzip at the compressor's level. */
+/* gzips src, appending to out; the same bytes as cp_gzip at the compressor's level.
+ * Returns 0 or CP_ENOMEM. */
 int cp_gzipper_run(cp_gzipper *g, const uint8_t *src, size_t len, cp_buf *out);
 /* Frees g (NULL is fine). */
 void cp_gzipper_destroy(cp_gzipper *g);
@@ -50,13 +51,18 @@ int cp_pprof_decode(const uint8_t *buf, size_t len, const cp_pprof_limits *lim,
  * buffer, field tables) kept between calls, so a stream of windows decodes without
  * allocating once warm. One decoder per thread. */
 typedef struct cp_pprof_decoder cp_pprof_decoder;
-cp_pprof_decoder *cp_pprof_decoder_create(const cp_pprof_limits *lim); /* NULL lim: defaults */
+/* A new decoder with limits lim (copied; NULL: the defaults), or NULL on out of memory. */
+cp_pprof_decoder *cp_pprof_decoder_create(const cp_pprof_limits *lim);
+/* Frees d and its scratch memory (NULL is fine). */
 void cp_pprof_decoder_destroy(cp_pprof_decoder *d);
 /* Decodes into p, which is reset first and keeps its allocations; on failure p is empty. */
 int cp_pprof_decoder_decode(cp_pprof_decoder *d, const uint8_t *buf, size_t len, cp_profile *p,
                             cp_err *err);
 
-/* Encodes p as pprof and appends it to out: gzip'd when gzip_level > 0 (1..9), else raw. */
+/* Encodes p as pprof and appends it to out: gzip'd when gzip_level > 0 (1..9), else raw.
+ * p must be well formed (as cp_pprof_decode and the builders leave it). Returns 0 or
+ * CP_ENOMEM (CP_EINVAL only if the encoder's sizing pass and its writing pass disagree, a
+ * bug). */
 int cp_pprof_encode(const cp_profile *p, int gzip_level, cp_buf *out);
 
 #endif

@@ -114,6 +114,7 @@ int cp_profile_add_location(cp_profile *p, uint64_t address, uint32_t mapping_id
 int cp_profile_add_sample(cp_profile *p, const uint32_t *locs, uint32_t nlocs,
                           const int64_t *values, const cp_label *labels, uint32_t nlabels);
 
+/* The sample_types.n values of sample i (borrowed from p; NULL when there are no types). */
 static inline const int64_t *cp_profile_sample_values(const cp_profile *p, uint32_t i)
 {
     return p->sample_types.n ? p->values.v + (size_t)i * p->sample_types.n : NULL;

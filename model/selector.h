@@ -25,6 +25,7 @@ typedef struct cp_selector {
 /* Parses text ("" and "{}" select everything). On failure out is empty, the code is
  * CP_EPARSE and err says what was expected at which byte. */
 int cp_selector_parse(const char *text, cp_selector *out, cp_err *err);
+/* Frees what cp_selector_parse built (compiled regexes included); s is left empty. */
 void cp_selector_close(cp_selector *s);
 /* Refuses regular expressions that would make glibc's regcomp blow up (stacked repetition
  * operators such as "a++*", bounds over 255, nested repetitions expanding past 10,000

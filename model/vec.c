@@ -74,44 +74,47 @@ uint8_t *cp_buf_steal(cp_buf *b, size_t *len)
     return d;
 }
 
-int cp_read_file(const char *path, cp_buf *out)
+int cp_read_file(const char *path, cp_buf *out, cp_err *err)
 {
     int fd = strcmp(path, "-") == 0 ? 0 : open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return CP_EIO;
+    if (fd < 0) return cp_err_set(err, CP_EIO, "cannot read %s: %s", path, strerror(errno));
+    int rc = 0;
     for (;;) {
         if (cp_buf_reserve(out, 65536)) {
-            if (fd) close(fd);
-            return CP_ENOMEM;
+            rc = cp_err_set(err, CP_ENOMEM, "cannot read %s: out of memory", path);
+            break;
         }
         ssize_t n = read(fd, out->data + out->len, out->cap - out->len);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) {
-            if (fd) close(fd);
-            return CP_EIO;
+            rc = cp_err_set(err, CP_EIO, "cannot read %s: %s", path, strerror(errno));
+            break;
         }
         if (n == 0) break;
         out->len += (size_t)n;
     }
     if (fd) close(fd);
-    return 0;
+    return rc;
 }
 
-int cp_write_file(const char *path, const void *data, size_t len)
+int cp_write_file(const char *path, const void *data, size_t len, cp_err *err)
 {
     int fd = strcmp(path, "-") == 0 ? 1 : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return CP_EIO;
+    if (fd < 0) return cp_err_set(err, CP_EIO, "cannot write %s: %s", path, strerror(errno));
     const uint8_t *p = data;
     while (len) {
         ssize_t n = write(fd, p, len);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) {
+            int e = errno;
             if (fd != 1) close(fd);
-            return CP_EIO;
+            return cp_err_set(err, CP_EIO, "cannot write %s: %s", path, strerror(e));
         }
         p += n;
         len -= (size_t)n;
     }
-    if (fd != 1 && close(fd) != 0) return CP_EIO;
+    if (fd != 1 && close(fd) != 0)
+        return cp_err_set(err, CP_EIO, "cannot write %s: %s", path, strerror(errno));
     return 0;
 }
 

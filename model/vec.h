@@ -1,20 +1,27 @@
-/* Growable arrays and a byte buffer: the two containers every module uses. */
+/* Growable arrays and a byte buffer: the two containers every module uses; whole-file
+ * reading and writing into them; the hashes of the intern tables. Nothing here is
+ * thread-safe: a container belongs to one thread at a time. */
 #ifndef CP_VEC_H
 #define CP_VEC_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* A typed growable array: CP_VEC(int) v = {0}; cp_vec_push(&v, 3). Free with free(v.v). */
+#include "error.h"
+
+/* A typed growable array: CP_VEC(int) v = {0}; cp_vec_push(&v, 3). The owner frees it with
+ * free(v.v). Growing moves the elements: pointers into v.v do not survive a push. */
 #define CP_VEC(T)                                                                      \
     struct {                                                                           \
         T *v;                                                                          \
         uint32_t n, cap;                                                               \
     }
 
-/* Makes room for need elements of size elt; returns 0 or CP_ENOMEM (contents kept). */
+/* Makes room for need elements of size elt; returns 0 or CP_ENOMEM (contents kept). The
+ * engine of cp_vec_reserve; capacities double, and stay below 2^31 elements. */
 int cp_vec_grow_(void **v, uint32_t *cap, size_t need, size_t elt);
 
+/* Makes room for need elements in vec (n unchanged); evaluates to 0 or CP_ENOMEM. */
 #define cp_vec_reserve(vec, need)                                                      \
     ((need) <= (vec)->cap ? 0                                                          \
                           : cp_vec_grow_((void **)&(vec)->v, &(vec)->cap, (need),      \
@@ -24,26 +31,36 @@ int cp_vec_grow_(void **v, uint32_t *cap, size_t need, size_t elt);
     (cp_vec_reserve((vec), (size_t)(vec)->n + 1) ? CP_ENOMEM                           \
                                                  : ((vec)->v[(vec)->n++] = (val), 0))
 
-/* A growable byte buffer. Owned by whoever init'ed it; cp_buf_close frees it. */
+/* A growable byte buffer: zero it ({0}) to start; owned by whoever did, who frees it with
+ * cp_buf_close. data is NULL until something is reserved. Growing moves data. */
 typedef struct cp_buf {
     uint8_t *data;
     size_t len, cap;
 } cp_buf;
 
+/* Frees the bytes and leaves b empty (and reusable). A zeroed or closed b is fine. */
 void cp_buf_close(cp_buf *b);
+/* Makes room for extra more bytes after len. Returns 0 or CP_ENOMEM (b unchanged). */
 int cp_buf_reserve(cp_buf *b, size_t extra);
+/* Appends p[0..n). Returns 0 or CP_ENOMEM (b unchanged). */
 int cp_buf_append(cp_buf *b, const void *p, size_t n);
+/* Appends printf-formatted text (a NUL is written after it, not counted in len). Returns 0,
+ * CP_ENOMEM, or CP_EINVAL for a format vsnprintf refuses (b unchanged either way). */
 int cp_buf_printf(cp_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Takes the bytes out of b; b is left empty. The caller frees the result. */
+/* Takes the bytes out of b (NULL if none); b is left empty. The caller frees the result. */
 uint8_t *cp_buf_steal(cp_buf *b, size_t *len);
 
-/* Reads a whole file ("-" is stdin) into out. Returns 0, CP_EIO or CP_ENOMEM. */
-int cp_read_file(const char *path, cp_buf *out);
-/* Writes len bytes to path ("-" is stdout), replacing it. Returns 0 or CP_EIO. */
-int cp_write_file(const char *path, const void *data, size_t len);
+/* Appends the whole file at path ("-" is stdin) to out. Returns 0, or CP_EIO / CP_ENOMEM
+ * with err (may be NULL) naming the path and the cause; out may then hold part of it. */
+int cp_read_file(const char *path, cp_buf *out, cp_err *err);
+/* Writes len bytes to path ("-" is stdout), replacing it (not atomically). Returns 0, or
+ * CP_EIO with err (may be NULL) naming the path and the cause. */
+int cp_write_file(const char *path, const void *data, size_t len, cp_err *err);
 
-/* 64-bit hashing for the intern tables. */
+/* 64-bit hashing for the intern tables: p[0..n) under seed. Not stable across versions:
+ * nothing stored or sent may depend on its values. */
 uint64_t cp_hash_bytes(const void *p, size_t n, uint64_t seed);
+/* Folds v into h (a boost-style combine, then a 64-bit finalizer). */
 static inline uint64_t cp_hash_u64(uint64_t h, uint64_t v)
 {
     h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);

@@ -1,6 +1,7 @@
-/* Reading the protobuf wire format: bounds-checked cursors over a buffer, shared by the
- * pprof and envelope decoders (internal to model/). Every reader returns 0 or -1 on
- * malformed input and never reads outside [p, end). */
+/* The varint and the protobuf wire format: bounds-checked cursors over a buffer, shared by
+ * the pprof and envelope decoders and by the store's block format (store/format.h), and the
+ * one varint writer. Every reader returns 0 or -1 on malformed input and never reads
+ * outside [p, end). */
 #ifndef CP_WIRE_H
 #define CP_WIRE_H
 
@@ -13,6 +14,8 @@ typedef struct rd {
 
 enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
 
+/* Reads a varint of at most 10 bytes into *out: 0, or -1 when it runs past the end or is
+ * longer (r->p is then somewhere inside it). */
 static inline __attribute__((always_inline)) int rd_varint(rd *r, uint64_t *out)
 {
     if (r->p < r->end && *r->p < 0x80) { /* most varints here are one or two bytes */
@@ -35,6 +38,17 @@ static inline __attribute__((always_inline)) int rd_varint(rd *r, uint64_t *out)
         }
     }
     return -1; /* more than 10 bytes */
+}
+
+/* Writes v as a varint (LEB128) at p, which has room for 10 bytes; returns the new end. */
+static inline uint8_t *wr_varint(uint8_t *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
 }
 
 /* Reads a field key; 0 ok, -1 on a malformed key. */

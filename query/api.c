@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "envelope.h"
+#include "json.h"
 #include "log.h"
 #include "merge.h"
 #include "params.h"

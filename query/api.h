@@ -85,11 +85,13 @@ typedef struct cp_api_options {
 
 typedef struct cp_api cp_api;
 
+/* Fills o with the defaults written beside each field (o->store left NULL). */
 void cp_api_options_default(cp_api_options *o);
 /* Returns a new API object (copies what it needs from o) or NULL on out of memory. */
 cp_api *cp_api_create(const cp_api_options *o);
 void cp_api_destroy(cp_api *a); /* NULL is fine */
-/* Replaces the broker list (the embedded broker starts after the API). Loop thread only. */
+/* Replaces the broker list (copied; the embedded broker starts after the API). Loop thread
+ * only. Returns 0 or CP_ENOMEM (the old list kept). */
 int cp_api_set_brokers(cp_api *a, const char *brokers);
 
 /* cp_http_options.handle / is_light / observe with ctx = the cp_api. */

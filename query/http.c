@@ -2,6 +2,7 @@
  * protocol. One connection handles one request at a time (pipelined requests wait in the
  * input buffer); heavy requests go through a bounded FIFO onto libuv's threadpool. */
 #include "http.h"
+#include "json.h"
 
 #include <errno.h>
 #include <http_parser.h>
@@ -119,37 +120,6 @@ typedef struct write_req {
 static http_parser_settings g_settings;
 
 /* ---- JSON helpers ------------------------------------------------------------------- */
-
-int cp_json_escape(cp_buf *b, const char *s, size_t n)
-{
-    static const char hex[] = "0123456789abcdef";
-    if (cp_buf_reserve(b, n + 2)) return CP_ENOMEM;
-    size_t run = 0; /* start of the pending run of bytes that need no escape */
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c != '"' && c != '\\' && c != 0x7f) continue;
-        if (i > run && cp_buf_append(b, s + run, i - run)) return CP_ENOMEM;
-        run = i + 1;
-        char esc[7];
-        size_t el = 2;
-        esc[0] = '\\';
-        switch (c) {
-        case '"': esc[1] = '"'; break;
-        case '\\': esc[1] = '\\'; break;
-        case '\n': esc[1] = 'n'; break;
-        case '\r': esc[1] = 'r'; break;
-        case '\t': esc[1] = 't'; break;
-        default:
-            memcpy(esc, "\\u00", 4);
-            esc[4] = hex[c >> 4];
-            esc[5] = hex[c & 15];
-            el = 6;
-        }
-        if (cp_buf_append(b, esc, el)) return CP_ENOMEM;
-    }
-    if (n > run && cp_buf_append(b, s + run, n - run)) return CP_ENOMEM;
-    return 0;
-}
 
 void cp_http_error(cp_http_response *resp, int status, const char *fmt, ...)
 {

@@ -117,9 +117,6 @@ void cp_http_server_destroy(cp_http_server *s);
 void cp_http_error(cp_http_response *resp, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Appends s JSON-escaped (without quotes) to b. */
-int cp_json_escape(cp_buf *b, const char *s, size_t n);
-
 /* cp_mono_ns: CLOCK_MONOTONIC in nanoseconds, now in times.h. */
 
 #endif

@@ -8,7 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "http.h" /* cp_json_escape */
+#include "json.h"
+#include "times.h"
 #include "selector.h" /* cp_regex_check */
 
 /* ---- frame names -------------------------------------------------------------------- */

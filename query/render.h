@@ -33,11 +33,12 @@ int cp_render_filter_until(cp_profile *p, const char *focus, const char *ignore,
                            int64_t deadline_ns, cp_err *err);
 
 /* Appends the top table: header lines, then one row per function sorted by flat value:
- * flat, flat%, sum%, cum, cum%, name. max_rows 0 = all. */
+ * flat, flat%, sum%, cum, cum%, name. max_rows 0 = all. Returns 0 or CP_ENOMEM (out may
+ * then hold part of the table). */
 int cp_render_top(const cp_profile *p, int vi, uint32_t max_rows, cp_buf *out);
 
 /* Appends folded stacks, one line per distinct stack: "root;caller;leaf value\n", sorted.
- * Stacks whose value is zero are left out. */
+ * Stacks whose value is zero are left out. Returns 0 or CP_ENOMEM. */
 int cp_render_folded(const cp_profile *p, int vi, cp_buf *out);
 
 /* Appends a JSON object {<extra_json>"sample_type":{...},"total":N,"nodes":K,
@@ -47,7 +48,7 @@ int cp_render_folded(const cp_profile *p, int vi, cp_buf *out);
  * subtree into its parent's self, so totals stay exact. If base is not NULL (a diff),
  * every node also carries "base_self" and "base_total" from base (value column base_vi),
  * and the tree is the union of both. extra_json (may be NULL) is inserted verbatim after
- * the opening brace and must end with a comma. */
+ * the opening brace and must end with a comma. Returns 0 or CP_ENOMEM. */
 int cp_render_tree_json(const cp_profile *p, int vi, const cp_profile *base, int base_vi,
                         uint32_t max_nodes, const char *extra_json, cp_buf *out);
 

@@ -163,8 +163,8 @@ static void load_from_dirs(cp_symbols *sy, const char *id, uint8_t **blob, size_
                 if ((size_t)st.st_size > sy->o.max_upload_bytes) {
                     cp_log_warn("symbols: %s: %lld bytes exceeds symbols.max_upload_bytes", path,
                                 (long long)st.st_size);
-                } else if (cp_read_file(path, &file)) {
-                    cp_log_warn("symbols: cannot read %s", path);
+                } else if (cp_read_file(path, &file, &err)) {
+                    cp_log_warn("symbols: %s", err.msg);
                 } else if (cp_symtab_build(file.data, file.len, sy->o.max_table_bytes, &tab, got,
                                            &err)) {
                     cp_log_warn("symbols: %s: %s", path, err.msg);

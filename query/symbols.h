@@ -23,6 +23,7 @@ typedef struct cp_symbols_options {
 
 typedef struct cp_symbols cp_symbols;
 
+/* Fills o with the defaults written beside each field. */
 void cp_symbols_options_default(cp_symbols_options *o);
 /* A new symbolizer (NULL on out of memory); thread-safe. */
 cp_symbols *cp_symbols_create(const cp_symbols_options *o);
@@ -54,6 +55,7 @@ typedef struct cp_symbols_stats {
     uint64_t locations_named;          /* locations named by query-time passes */
     uint64_t tables_cached, cache_bytes;
 } cp_symbols_stats;
+/* Copies the counters into out (a consistent snapshot, taken under the symbolizer's lock). */
 void cp_symbols_get_stats(cp_symbols *sy, cp_symbols_stats *out);
 
 #endif

@@ -37,6 +37,7 @@ int cp_symtab_open(cp_symtab *t, const uint8_t *blob, size_t len, cp_err *err);
 typedef struct cp_symtab_info {
     uint32_t functions, inlines, lines, segments;
 } cp_symtab_info;
+/* Fills out with the counts of table t. */
 void cp_symtab_info_get(const cp_symtab *t, cp_symtab_info *out);
 
 /* One frame of an address: name, source file ("" if unknown) and line (0 if unknown);

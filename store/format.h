@@ -27,6 +27,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "wire.h" /* the one varint reader and writer */
+
 #define CP_STORE_FORMAT_VERSION 2
 /* The oldest version still read. Version 1 stored mappings and locations with the run-time
  * addresses of the process that sent them; from 2 on, a mapping of an object (build ID or
@@ -145,12 +147,7 @@ static inline int64_t cp_unzz(uint64_t v)
 /* Appends a varint at p (room for 10 bytes); returns the new end. */
 static inline uint8_t *cp_put_uv(uint8_t *p, uint64_t v)
 {
-    while (v >= 0x80) {
-        *p++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (uint8_t)v;
-    return p;
+    return wr_varint(p, v);
 }
 
 /* A bounds-checked reader: every get sets r->bad instead of reading past the end. */
@@ -161,18 +158,14 @@ typedef struct cp_rd {
 
 static inline uint64_t cp_get_uv(cp_rd *r)
 {
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-        if (r->p >= r->end) {
-            r->bad = 1;
-            return 0;
-        }
-        uint8_t b = *r->p++;
-        v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) return v;
+    rd w = {r->p, r->end};
+    uint64_t v;
+    if (rd_varint(&w, &v)) {
+        r->bad = 1;
+        return 0;
     }
-    r->bad = 1;
-    return 0;
+    r->p = w.p;
+    return v;
 }
 static inline int64_t cp_get_sv(cp_rd *r)
 {

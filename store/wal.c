@@ -180,7 +180,7 @@ int cp_wal_scan(const char *dir, cp_wal_report *out, uint32_t max, uint32_t *n, 
         if (!is_log_name(de->d_name) || strlen(de->d_name) >= sizeof out->file) continue;
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
         b.len = 0;
-        if (cp_read_file(path, &b)) {
+        if (cp_read_file(path, &b, NULL)) {
             rc = cp_err_set(err, CP_EIO, "store %s: cannot read %s: %s", dir, de->d_name,
                             strerror(errno));
             break;
@@ -336,7 +336,7 @@ int cp_wal_salvage(const char *dir, const char *file, cp_wal_salvage_stats *st, 
     char path[4352], tmp[4400], lost[4400];
     snprintf(path, sizeof path, "%s/%s", dir, file);
     cp_buf in = {0}, out = {0};
-    if (cp_read_file(path, &in))
+    if (cp_read_file(path, &in, NULL))
         return cp_err_set(err, CP_EIO, "store %s: cannot read %s: %s", dir, file, strerror(errno));
     int rc = salvage(in.data, in.len, &out, st);
     cp_buf_close(&in);

@@ -57,7 +57,7 @@ static void pset_load(const char *dir, pset *s)
         char path[600];
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
         cp_buf b = {0};
-        CHECK(cp_read_file(path, &b) == 0);
+        CHECK(cp_read_file(path, &b, NULL) == 0);
         cp_err err = {0};
         int rc = cp_pprof_decode(b.data, b.len, NULL, &f->p, &err);
         if (rc != 0) fprintf(stderr, "%s: %s\n", path, err.msg);

@@ -294,9 +294,9 @@ static inline int stop_daemon(proc *p, int sig)
     return stop_daemon_within(p, sig, 10);
 }
 
-/* ---- HTTP (for tests that include client.h before this header) ---------------------- */
+/* ---- HTTP (for tests that include http_client.h before this header) ----------------- */
 
-#ifdef CP_QUERY_CLIENT_H
+#ifdef CP_HTTP_CLIENT_H
 /* GET pq from url with token (NULL for none) and timeout_ms to answer; the body is
  * NUL-terminated (not counted in len). Any status is returned; a transport error fails the
  * test. The caller frees r.body. */
@@ -308,8 +308,6 @@ static inline cp_http_result http_get_from(const char *url, const char *pq, cons
     int rc = cp_http_get(url, pq, token, timeout_ms, 0, &r, &err);
     if (rc) fprintf(stderr, "GET %s: %s\n", pq, err.msg);
     CHECK(rc == 0);
-    CHECK(cp_buf_append(&r.body, "", 1) == 0);
-    r.body.len--;
     return r;
 }
 

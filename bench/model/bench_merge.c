@@ -31,7 +31,7 @@ int main(int argc, char **argv)
             cp_buf b = {0};
             if (!p || cp_pprof_encode(p, 6, &b)) return 1;
             snprintf(path, sizeof path, "%s/w%05d.pb.gz", dir, i);
-            if (cp_write_file(path, b.data, b.len)) return 1;
+            if (cp_write_file(path, b.data, b.len, NULL)) return 1;
             bytes += b.len;
             cp_buf_close(&b);
             cp_profile_destroy(p);

@@ -23,7 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "client.h"
+#include "http_client.h"
 #include "http.h"
 #include "store.h"
 #include "synth.h"

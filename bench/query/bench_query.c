@@ -17,7 +17,8 @@
 #include <unistd.h>
 
 #include "api.h"
-#include "client.h"
+#include "fixture.h"
+#include "http_client.h"
 #include "http.h"
 #include "pprof.h"
 #include "render.h"
@@ -120,69 +121,20 @@ static void build_store(const char *dir, int nwin)
     if (f) fclose(f);
 }
 
-/* ---- the server --------------------------------------------------------------------- */
+/* ---- the server: the query tests' fixture (tests/query/fixture.h) ------------------- */
 
-typedef struct srv {
-    uv_loop_t loop;
-    uv_async_t stop;
-    cp_http_server *http;
-    cp_api *api;
-    pthread_t th;
-    char url[64];
-} srv;
-
-static void on_shut(void *arg)
+static void serve(qfx *v, cp_store *s, uint32_t concurrency)
 {
-    srv *v = arg;
-    uv_close((uv_handle_t *)&v->stop, NULL);
-}
-static void on_stop(uv_async_t *a)
-{
-    srv *v = a->data;
-    cp_http_server_shutdown(v->http, on_shut, v);
-}
-static void *run_loop(void *arg)
-{
-    srv *v = arg;
-    uv_run(&v->loop, UV_RUN_DEFAULT);
-    return NULL;
-}
-
-static void serve(srv *v, cp_store *s, uint32_t concurrency)
-{
-    cp_api_options ao;
-    cp_api_options_default(&ao);
-    ao.store = s;
-    v->api = cp_api_create(&ao);
-    uv_loop_init(&v->loop);
     cp_http_options ho;
     cp_http_options_default(&ho);
-    ho.port = 0;
-    ho.handle = cp_api_handle;
-    ho.is_light = cp_api_is_light;
-    ho.observe = cp_api_observe;
-    ho.ctx = v->api;
     ho.concurrency = concurrency;
     ho.max_queued = 1024;
-    cp_err err = {0};
-    if (cp_http_server_create(&v->loop, &ho, &v->http, &err)) die("listen", &err);
-    snprintf(v->url, sizeof v->url, "http://127.0.0.1:%d", cp_http_server_port(v->http));
-    uv_async_init(&v->loop, &v->stop, on_stop);
-    v->stop.data = v;
-    pthread_create(&v->th, NULL, run_loop, v);
-}
-
-static void unserve(srv *v)
-{
-    uv_async_send(&v->stop);
-    pthread_join(v->th, NULL);
-    uv_loop_close(&v->loop);
-    cp_http_server_destroy(v->http);
-    cp_api_destroy(v->api);
+    v->store = s;
+    qfx_serve_with(v, NULL, &ho);
 }
 
 /* Times one GET; checks 200 and returns seconds; *bytes gets the body size. */
-static double timed_get(const srv *v, const char *pq, size_t *bytes, cp_buf *keep)
+static double timed_get(const qfx *v, const char *pq, size_t *bytes, cp_buf *keep)
 {
     cp_http_result r;
     cp_err err = {0};
@@ -219,7 +171,7 @@ static double go_merge(const char *dir, int n, int64_t *go_total)
         if (cp_pprof_encode(p, 6, &b)) die("encode", NULL);
         char f[1200];
         snprintf(f, sizeof f, "%s/w%05d.pb.gz", wdir, w);
-        if (cp_write_file(f, b.data, b.len)) die("write window", NULL);
+        if (cp_write_file(f, b.data, b.len, NULL)) die("write window", NULL);
         cp_profile_destroy(p);
     }
     cp_buf_close(&b);
@@ -236,7 +188,7 @@ static double go_merge(const char *dir, int n, int64_t *go_total)
     snprintf(out, sizeof out, "%s/go-merged-%d.pb.gz", dir, n);
     cp_buf in = {0};
     cp_profile *m = NULL;
-    if (cp_read_file(out, &in) || cp_pprof_decode(in.data, in.len, NULL, &m, NULL))
+    if (cp_read_file(out, &in, NULL) || cp_pprof_decode(in.data, in.len, NULL, &m, NULL))
         die("reading go's merged profile", NULL);
     *go_total = cp_profile_total(m, 0);
     cp_profile_destroy(m);
@@ -256,7 +208,7 @@ static double parse_ms(const char *s)
     return v;
 }
 
-static void run_wrk(const char *dir, const srv *v, int seconds)
+static void run_wrk(const char *dir, const qfx *v, int seconds)
 {
     char lua[1100];
     snprintf(lua, sizeof lua, "%s/mixed.lua", dir);
@@ -410,7 +362,7 @@ int main(int argc, char **argv)
         cp_profile_destroy(p);
     }
 
-    srv v = {0};
+    qfx v = {0};
     serve(&v, s, 4);
     char pq[512];
     size_t bytes = 0;
@@ -463,7 +415,7 @@ int main(int argc, char **argv)
         row("speed-up vs go tool pprof over 7 d", g7 / ours7, "x", ">=", 1000);
     }
     if (wrk_s > 0) run_wrk(dir, &v, wrk_s);
-    unserve(&v);
+    qfx_unserve(&v);
     cp_store_close(s);
     return g_fail;
 }

@@ -80,7 +80,7 @@ int cp_cmd_merge(int argc, char **argv)
         fprintf(stderr, "contprof merge: %s\n", cp_strerror(rc));
         goto done;
     }
-    if (cp_write_file(out_path, out.data, out.len)) {
+    if (cp_write_file(out_path, out.data, out.len, NULL)) {
         fprintf(stderr, "contprof merge: cannot write %s\n", out_path);
         goto done;
     }

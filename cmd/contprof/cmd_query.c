@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "client.h"
+#include "http_client.h"
 #include "times.h"
 #include "views.h"
 
@@ -228,7 +228,7 @@ static int fetch(const char *cmd, const qopts *o, cp_buf *pq, cp_http_result *r)
 
 static int emit(const char *cmd, const qopts *o, const void *data, size_t len)
 {
-    if (cp_write_file(o->out ? o->out : "-", data, len)) {
+    if (cp_write_file(o->out ? o->out : "-", data, len, NULL)) {
         fprintf(stderr, "contprof %s: cannot write %s\n", cmd, o->out ? o->out : "stdout");
         return 1;
     }

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "http.h"
+#include "http_client.h"
 #include "times.h"
 
 #ifndef CP_LIBCONTPROF_BUILD
@@ -125,14 +125,15 @@ int cp_cmd_run(int argc, char **argv)
          * restarted contprofd may have them on a new port). */
         setenv("CONTPROF_SERVER", server, 1);
         char brokers[1024];
-        if (cp_http_get_brokers(server, getenv("CONTPROF_TOKEN"), brokers, sizeof(brokers), 5000) ==
-            0)
+        cp_err err = {0};
+        if (cp_http_get_brokers(server, getenv("CONTPROF_TOKEN"), brokers, sizeof(brokers), 5000,
+                                &err) == 0)
             setenv("CONTPROF_BROKERS", brokers, 1);
         else /* the agent keeps asking in the background */
             fprintf(stderr,
-                    "contprof run: %s did not give its brokers yet; the agent will "
+                    "contprof run: %s did not give its brokers yet (%s); the agent will "
                     "retry\n",
-                    server);
+                    server, err.msg);
     }
     const char *lib = lib_path();
     const char *pl = getenv("LD_PRELOAD");

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "client.h"
+#include "http_client.h"
 
 static void usage(FILE *f)
 {
@@ -66,7 +66,7 @@ int cp_cmd_symbols(int argc, char **argv)
     int status = 0;
     for (int i = optind; i < argc; i++) {
         cp_buf file = {0};
-        if (cp_read_file(argv[i], &file)) {
+        if (cp_read_file(argv[i], &file, NULL)) {
             fprintf(stderr, "contprof symbols upload: cannot read %s\n", argv[i]);
             status = 1;
             continue;

@@ -626,7 +626,7 @@ TEST(output_files_gzip)
         snprintf(path, sizeof(path), "%s/%s", g_dir, e->d_name);
         cp_buf b = {0}, raw = {0};
         cp_err err = {0};
-        CHECK(cp_read_file(path, &b) == 0);
+        CHECK(cp_read_file(path, &b, NULL) == 0);
         CHECK(cp_is_gzip(b.data, b.len));
         CHECK(cp_gunzip(b.data, b.len, 1 << 26, &raw, &err) == 0);
         if (raw.len <= 4096) {

@@ -92,7 +92,7 @@ static void run(const char *const *argv, const char *const *env, res *r)
     CHECK(r->status != -1);
     cp_buf b = {0};
     r->err[0] = 0;
-    if (cp_read_file(errpath, &b) == 0) {
+    if (cp_read_file(errpath, &b, NULL) == 0) {
         snprintf(r->err, sizeof(r->err), "%.*s", (int)b.len, (const char *)b.data);
         cp_buf_close(&b);
     }
@@ -126,8 +126,8 @@ static int same_files(const char *a, const char *b)
         snprintf(pa, sizeof(pa), "%s/%s", a, e->d_name);
         snprintf(pb, sizeof(pb), "%s/%s", b, e->d_name);
         cp_buf x = {0}, y = {0};
-        CHECK(cp_read_file(pa, &x) == 0);
-        CHECK(cp_read_file(pb, &y) == 0);
+        CHECK(cp_read_file(pa, &x, NULL) == 0);
+        CHECK(cp_read_file(pb, &y, NULL) == 0);
         if (x.len != y.len || memcmp(x.data, y.data, x.len) != 0)
             fprintf(stderr, "%s differs from %s (%zu and %zu bytes)\n", pb, pa, x.len, y.len);
         CHECK(x.len == y.len && memcmp(x.data, y.data, x.len) == 0);
@@ -157,7 +157,7 @@ static void ticks_exact(const char *dir, int lines)
         for (int n = i; n < lines; n += 8)
             w += (size_t)snprintf(want + w, sizeof(want) - w, "tick %d\n", n);
         cp_buf b = {0};
-        CHECK(cp_read_file(p, &b) == 0);
+        CHECK(cp_read_file(p, &b, NULL) == 0);
         if (b.len != w || memcmp(b.data, want, w) != 0)
             fprintf(stderr, "%s: %zu bytes, %zu expected\n", p, b.len, w);
         CHECK(b.len == w && memcmp(b.data, want, w) == 0);
@@ -201,7 +201,7 @@ static void daemon_start(daemon_t *d)
     const char *mark = "query API on http://127.0.0.1:";
     for (int i = 0; i < 1500; i++) { /* up to 30 s */
         cp_buf b = {0};
-        if (cp_read_file(log, &b) == 0) {
+        if (cp_read_file(log, &b, NULL) == 0) {
             char *s = malloc(b.len + 1);
             memcpy(s, b.data, b.len);
             s[b.len] = 0;

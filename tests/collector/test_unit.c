@@ -15,7 +15,6 @@
 
 #include "config.h"
 #include "isolate.h"
-#include "http.h"
 #include "kafka.h"
 #include "test.h"
 #include "unwind.h"
@@ -354,81 +353,6 @@ TEST(kafka_backlog_drops_oldest)
     CHECK(now_s() - t0 < 3.0); /* bounded flush */
 }
 
-/* ------------------------------------------------------------------------------------
- * GET /api/v1/brokers */
-
-typedef struct fake_server {
-    int fd, port;
-    const char *reply;
-    char request[1024];
-} fake_server;
-
-static void *serve_one(void *arg)
-{
-    fake_server *s = arg;
-    int c = accept(s->fd, NULL, NULL);
-    if (c < 0) return NULL;
-    ssize_t n = recv(c, s->request, sizeof(s->request) - 1, 0);
-    s->request[n > 0 ? n : 0] = 0;
-    if (send(c, s->reply, strlen(s->reply), MSG_NOSIGNAL) < 0) perror("send");
-    close(c);
-    return NULL;
-}
-
-static void fake_start(fake_server *s, const char *reply, pthread_t *th)
-{
-    s->reply = reply;
-    s->fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    CHECK(bind(s->fd, (struct sockaddr *)&a, sizeof(a)) == 0);
-    socklen_t l = sizeof(a);
-    CHECK(getsockname(s->fd, (struct sockaddr *)&a, &l) == 0);
-    s->port = ntohs(a.sin_port);
-    CHECK(listen(s->fd, 1) == 0);
-    CHECK(pthread_create(th, NULL, serve_one, s) == 0);
-}
-
-TEST(http_brokers)
-{
-    fake_server s;
-    pthread_t th;
-    fake_start(&s,
-               "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 33\r\n"
-               "\r\n{\"brokers\":\"k1:9092,k2:9092\"}\n",
-               &th);
-    char url[64], out[256];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d", s.port);
-    CHECK_EQ(cp_http_get_brokers(url, NULL, out, sizeof(out), 2000), 0);
-    pthread_join(th, NULL);
-    close(s.fd);
-    CHECK_STREQ(out, "k1:9092,k2:9092");
-    CHECK_CONTAINS(s.request, "GET /api/v1/brokers HTTP/1.1\r\n");
-    CHECK(strstr(s.request, "Authorization") == NULL);
-
-    /* With a token (CONTPROF_TOKEN), it is sent as a bearer token. */
-    fake_start(&s,
-               "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 20\r\n"
-               "\r\n{\"brokers\":\"k3:9092\"}\n",
-               &th);
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d", s.port);
-    CHECK_EQ(cp_http_get_brokers(url, "s3cret-token", out, sizeof(out), 2000), 0);
-    pthread_join(th, NULL);
-    close(s.fd);
-    CHECK_STREQ(out, "k3:9092");
-    CHECK_CONTAINS(s.request, "\r\nAuthorization: Bearer s3cret-token\r\n");
-
-    fake_start(&s, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", &th);
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d/", s.port);
-    CHECK_EQ(cp_http_get_brokers(url, NULL, out, sizeof(out), 2000), CP_EIO);
-    pthread_join(th, NULL);
-    close(s.fd);
-
-    double t0 = now_s();
-    CHECK_EQ(cp_http_get_brokers("http://127.0.0.1:1", NULL, out, sizeof(out), 1000), CP_EIO);
-    CHECK(now_s() - t0 < 2);
-    CHECK_EQ(cp_http_get_brokers("ftp://x", NULL, out, sizeof(out), 1000), CP_EIO);
-}
-
 TEST_MAIN(T(unwind_through_libc), T(unwind_stays_in_bounds), T(modules_have_build_ids),
           T(config_from_env), T(config_durations), T(isolate_lang_frames),
-          T(kafka_backlog_drops_oldest), T(http_brokers))
+          T(kafka_backlog_drops_oldest))

@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "client.h"
+#include "http_client.h"
 #include "envelope.h"
 #include "pprof.h"
 #include "proc.h"
@@ -25,7 +25,7 @@
 static char *slurp_alloc(const char *path)
 {
     cp_buf b = {0};
-    if (cp_read_file(path, &b)) return strdup("");
+    if (cp_read_file(path, &b, NULL)) return strdup("");
     CHECK(cp_buf_append(&b, "", 1) == 0);
     return (char *)b.data;
 }
@@ -329,7 +329,7 @@ TEST(bad_message_too_large_for_the_dlq_goes_there_truncated)
     CHECK(cp_labels_set(&e.labels, "service", "dropper") == 0);
     cp_buf pp = {0}, enc = {0};
     snprintf(args, sizeof args, "%s/w00000.pb.gz", wdir);
-    CHECK(cp_read_file(args, &pp) == 0);
+    CHECK(cp_read_file(args, &pp, NULL) == 0);
     e.pprof = pp.data;
     e.pprof_len = pp.len;
     CHECK(cp_envelope_encode(&e, &enc) == 0);
@@ -363,7 +363,7 @@ TEST(bad_message_too_large_for_the_dlq_goes_there_truncated)
     odd->duration_nanos = 10 * SEC;
     CHECK(cp_pprof_encode(odd, 1, &pp) == 0);
     snprintf(args, sizeof args, "%s/odd.pb.gz", dir);
-    CHECK(cp_write_file(args, pp.data, pp.len) == 0);
+    CHECK(cp_write_file(args, pp.data, pp.len, NULL) == 0);
     cp_buf_close(&pp);
     cp_profile_destroy(odd);
     snprintf(args, sizeof args, "--service afterdlq '%s/odd.pb.gz'", dir);

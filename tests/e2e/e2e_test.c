@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "client.h"
+#include "http_client.h"
 #include "envelope.h"
 #include "pprof.h"
 #include "proc.h"
@@ -176,7 +176,7 @@ static void truth_load(truth *t, const char *dir)
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         cp_buf b = {0};
-        CHECK(cp_read_file(path, &b) == 0);
+        CHECK(cp_read_file(path, &b, NULL) == 0);
         cp_profile *p = NULL;
         cp_err err = {0};
         if (cp_pprof_decode(b.data, b.len, NULL, &p, &err)) {
@@ -825,7 +825,7 @@ TEST(fleet_of_one_stripped_binary_merges)
              files[0], files[1]);
     CHECK_EQ(system(cmd), 0);
     cp_buf mb = {0};
-    CHECK(cp_read_file(merged, &mb) == 0);
+    CHECK(cp_read_file(merged, &mb, NULL) == 0);
     cp_profile *mp = NULL;
     cp_err err = {0};
     CHECK_EQ(cp_pprof_decode(mb.data, mb.len, NULL, &mp, &err), 0);
@@ -840,7 +840,7 @@ TEST(fleet_of_one_stripped_binary_merges)
     CHECK_EQ(system(cmd), 0);
     char mt[700];
     snprintf(mt, sizeof mt, "%s/m.txt", dir);
-    CHECK(cp_read_file(mt, &mb) == 0);
+    CHECK(cp_read_file(mt, &mb, NULL) == 0);
     CHECK(cp_buf_append(&mb, "", 1) == 0);
     check_no_bare_address("contprof merge --format folded", (char *)mb.data);
     CHECK(strstr((char *)mb.data, l0->name));

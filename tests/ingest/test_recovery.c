@@ -10,7 +10,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 
-#include "client.h"
+#include "http_client.h"
 #include "ingest_util.h"
 #include "proc.h"
 #include "store.h"

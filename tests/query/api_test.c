@@ -134,7 +134,7 @@ TEST(profile_formats)
     /* go tool pprof reads it, with the same totals. */
     char file[200], sums[128], want[128];
     snprintf(file, sizeof file, "%s/cpu.pb.gz", f.dir);
-    CHECK(cp_write_file(file, r.body.data, r.body.len) == 0);
+    CHECK(cp_write_file(file, r.body.data, r.body.len, NULL) == 0);
     go_pprof_sums(file, sums, sizeof sums);
     snprintf(want, sizeof want, "%lld %lld", (long long)total, (long long)total * 10000000);
     CHECK_STREQ(sums, want);
@@ -447,7 +447,7 @@ TEST(diff_of_windows_and_versions)
     snprintf(file, sizeof file, "%s/diff.pb.gz", f.dir);
     cp_buf enc_out = {0};
     CHECK(cp_pprof_encode(p, 6, &enc_out) == 0);
-    CHECK(cp_write_file(file, enc_out.data, enc_out.len) == 0);
+    CHECK(cp_write_file(file, enc_out.data, enc_out.len, NULL) == 0);
     cp_buf_close(&enc_out);
     go_pprof_sums(file, sums, sizeof sums);
     CHECK_STREQ(sums, "1260 12600000000");
@@ -574,7 +574,7 @@ TEST(cli_against_the_server)
              (long long)T0, (long long)T0 + 600, file);
     CHECK_EQ(run_cli(args, out, sizeof out), 0);
     cp_buf b = {0};
-    CHECK(cp_read_file(file, &b) == 0);
+    CHECK(cp_read_file(file, &b, NULL) == 0);
     cp_profile *p = NULL;
     CHECK(cp_pprof_decode(b.data, b.len, NULL, &p, NULL) == 0);
     CHECK_EQ(cp_profile_total(p, 1), 6300000000LL);

@@ -123,7 +123,7 @@ TEST(embedded_broker_import_to_query)
     char file[512], cmd[2048];
     snprintf(file, sizeof file, "%s/tests/fuzz/corpus/fuzz_pprof/go_cpu.pb.gz", src ? src : ".");
     cp_buf b = {0};
-    CHECK(cp_read_file(file, &b) == 0);
+    CHECK(cp_read_file(file, &b, NULL) == 0);
     cp_profile *want = NULL;
     CHECK(cp_pprof_decode(b.data, b.len, NULL, &want, NULL) == 0);
     cp_buf_close(&b);

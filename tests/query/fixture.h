@@ -1,6 +1,7 @@
-/* A query API fixture for tests and benchmarks: a real store in a fresh directory, the API
- * and the HTTP server on 127.0.0.1 with a kernel-chosen port, run on their own loop thread;
- * windows are written straight through the store's writer API (no Kafka). */
+/* A query API fixture for tests and benchmarks (bench/query/bench_query.c serves its store
+ * with it): a real store in a fresh directory, the API and the HTTP server on 127.0.0.1
+ * with a kernel-chosen port, run on their own loop thread; windows are written straight
+ * through the store's writer API (no Kafka). */
 #ifndef CP_QFIXTURE_H
 #define CP_QFIXTURE_H
 
@@ -9,8 +10,9 @@
 #include <string.h>
 
 #include "api.h"
-#include "client.h"
+#include "http_client.h"
 #include "http.h"
+#include "serve.h"
 #include "store.h"
 #include "test.h"
 
@@ -19,33 +21,11 @@ typedef struct qfx {
     cp_store *store;
     cp_store_batch *batch;
     cp_api *api;
-    uv_loop_t loop;
-    uv_async_t stop;
-    cp_http_server *srv;
-    pthread_t th;
-    int port;
-    char url[64];
+    qsrv http;
+    int port;     /* http.port */
+    char url[64]; /* http.url */
     uint64_t seq;
 } qfx;
-
-static void qfx_on_shut(void *arg)
-{
-    qfx *f = arg;
-    uv_close((uv_handle_t *)&f->stop, NULL);
-}
-
-static void qfx_on_stop(uv_async_t *a)
-{
-    qfx *f = a->data;
-    cp_http_server_shutdown(f->srv, qfx_on_shut, f);
-}
-
-static void *qfx_run(void *arg)
-{
-    qfx *f = arg;
-    uv_run(&f->loop, UV_RUN_DEFAULT);
-    return NULL;
-}
 
 /* Opens a store in a new temporary directory (or dir if given). */
 static inline void qfx_open_store(qfx *f, const char *dir)
@@ -74,7 +54,6 @@ static inline void qfx_serve_with(qfx *f, const cp_api_options *ao, const cp_htt
     o.store = f->store;
     f->api = cp_api_create(&o);
     CHECK(f->api);
-    uv_loop_init(&f->loop);
     cp_http_options ho;
     cp_http_options_default(&ho);
     ho.concurrency = 2;
@@ -84,18 +63,13 @@ static inline void qfx_serve_with(qfx *f, const cp_api_options *ao, const cp_htt
         ho.upload_path = "/api/v1/symbols";
         ho.max_upload_bytes = 64u << 20;
     }
-    ho.port = 0;
     ho.handle = cp_api_handle;
     ho.is_light = cp_api_is_light;
     ho.observe = cp_api_observe;
     ho.ctx = f->api;
-    cp_err err = {0};
-    CHECK(cp_http_server_create(&f->loop, &ho, &f->srv, &err) == 0);
-    f->port = cp_http_server_port(f->srv);
-    snprintf(f->url, sizeof f->url, "http://127.0.0.1:%d", f->port);
-    uv_async_init(&f->loop, &f->stop, qfx_on_stop);
-    f->stop.data = f;
-    pthread_create(&f->th, NULL, qfx_run, f);
+    qsrv_start(&f->http, &ho);
+    f->port = f->http.port;
+    snprintf(f->url, sizeof f->url, "%s", f->http.url);
 }
 
 /* Starts the API and server; api options may be NULL for defaults. */
@@ -108,15 +82,17 @@ static inline void qfx_serve(qfx *f, const cp_api_options *ao, uint32_t concurre
     qfx_serve_with(f, ao, &ho);
 }
 
+/* Stops the server and frees the API (the store stays open). */
+static inline void qfx_unserve(qfx *f)
+{
+    qsrv_stop(&f->http);
+    cp_api_destroy(f->api);
+    f->api = NULL;
+}
+
 static inline void qfx_close(qfx *f, int remove_dir)
 {
-    if (f->srv) {
-        uv_async_send(&f->stop);
-        pthread_join(f->th, NULL);
-        uv_loop_close(&f->loop);
-        cp_http_server_destroy(f->srv);
-    }
-    cp_api_destroy(f->api);
+    qfx_unserve(f);
     cp_store_batch_destroy(f->batch);
     cp_store_close(f->store);
     if (remove_dir) {
@@ -166,9 +142,7 @@ static inline cp_http_result qfx_get(qfx *f, const char *pq, const char *token)
     cp_err err = {0};
     int rc = cp_http_get(f->url, pq, token, 60000, 0, &r, &err);
     if (rc) fprintf(stderr, "GET %s: %s\n", pq, err.msg);
-    CHECK(rc == 0);
-    cp_buf_append(&r.body, "", 1); /* NUL-terminate for string checks */
-    r.body.len--;
+    CHECK(rc == 0); /* the body is NUL-terminated (http_client.h) */
     return r;
 }
 

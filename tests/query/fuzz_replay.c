@@ -11,7 +11,7 @@ int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
         cp_buf b = {0};
-        if (cp_read_file(argv[i], &b)) {
+        if (cp_read_file(argv[i], &b, NULL)) {
             fprintf(stderr, "cannot read %s\n", argv[i]);
             return 1;
         }

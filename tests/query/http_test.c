@@ -5,17 +5,12 @@
 #include <stdatomic.h>
 #include <time.h>
 
-#include "client.h"
+#include "http_client.h"
 #include "http.h"
+#include "serve.h"
 #include "test.h"
 
-typedef struct server {
-    uv_loop_t loop;
-    uv_async_t stop;
-    cp_http_server *s;
-    pthread_t th;
-    int port;
-} server;
+typedef qsrv server;
 
 static atomic_int g_running;
 static int64_t g_idle_ms = 60000;
@@ -51,32 +46,11 @@ static int is_light(void *ctx, const cp_http_request *req)
     return strncmp(req->path, "/light", 6) == 0;
 }
 
-static void on_shut(void *arg)
-{
-    server *sv = arg;
-    uv_close((uv_handle_t *)&sv->stop, NULL);
-}
-
-static void on_stop(uv_async_t *a)
-{
-    server *sv = a->data;
-    cp_http_server_shutdown(sv->s, on_shut, sv);
-}
-
-static void *run(void *arg)
-{
-    server *sv = arg;
-    uv_run(&sv->loop, UV_RUN_DEFAULT);
-    return NULL;
-}
-
 static server *start(uint32_t concurrency, uint32_t max_queued, int64_t timeout_ms)
 {
     server *sv = calloc(1, sizeof *sv);
-    uv_loop_init(&sv->loop);
     cp_http_options o;
     cp_http_options_default(&o);
-    o.port = 0;
     o.handle = handler;
     o.is_light = is_light;
     o.concurrency = concurrency;
@@ -87,22 +61,13 @@ static server *start(uint32_t concurrency, uint32_t max_queued, int64_t timeout_
     o.max_response_bytes = 1 << 20;
     o.query_timeout_ns = timeout_ms * 1000000LL;
     o.idle_timeout_ns = g_idle_ms * 1000000LL;
-    cp_err err = {0};
-    CHECK(cp_http_server_create(&sv->loop, &o, &sv->s, &err) == 0);
-    sv->port = cp_http_server_port(sv->s);
-    CHECK(sv->port > 0);
-    uv_async_init(&sv->loop, &sv->stop, on_stop);
-    sv->stop.data = sv;
-    pthread_create(&sv->th, NULL, run, sv);
+    qsrv_start(sv, &o);
     return sv;
 }
 
 static void stop(server *sv)
 {
-    uv_async_send(&sv->stop);
-    pthread_join(sv->th, NULL);
-    CHECK(uv_loop_close(&sv->loop) == 0);
-    cp_http_server_destroy(sv->s);
+    qsrv_stop(sv);
     free(sv);
 }
 

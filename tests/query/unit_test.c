@@ -1,118 +1,13 @@
-/* Unit tests of the query stage's parsers and renderers: selectors, query strings, and the
- * top / folded / JSON views. */
+/* Unit tests of the query stage's parsers and renderers: query strings, and the top /
+ * folded / JSON views (selectors and the JSON reader are model/'s: tests/model). */
 #include <regex.h>
 
-#include "json.h"
+#include "json.h" /* the views read cp_json trees */
 #include "params.h"
 #include "qtest.h"
 #include "render.h"
 #include "selector.h"
 #include "views.h"
-
-/* ---- selectors ---------------------------------------------------------------------- */
-
-static int sel_ok(const char *text, const char *const *kv)
-{
-    cp_selector s;
-    cp_err err = {0};
-    CHECK(cp_selector_parse(text, &s, &err) == 0);
-    cp_labels l = {0};
-    for (; kv && kv[0]; kv += 2) CHECK(cp_labels_set(&l, kv[0], kv[1]) == 0);
-    int m = cp_selector_match(&s, &l);
-    cp_labels_close(&l);
-    cp_selector_close(&s);
-    return m;
-}
-
-static void sel_err(const char *text, const char *needle)
-{
-    cp_selector s;
-    cp_err err = {0};
-    CHECK_EQ(cp_selector_parse(text, &s, &err), CP_EPARSE);
-    CHECK_EQ(s.n, 0);
-    CHECK_CONTAINS(err.msg, needle);
-}
-
-TEST(selector_matches)
-{
-    const char *api[] = {"service", "api", "isolate", "worker3", "version", "1.3", NULL};
-    CHECK(sel_ok("", api));
-    CHECK(sel_ok("{}", api));
-    CHECK(sel_ok(" { } ", api));
-    CHECK(sel_ok("{service=\"api\"}", api));
-    CHECK(sel_ok("service=\"api\"", api));
-    CHECK(!sel_ok("{service=\"ap\"}", api));
-    CHECK(sel_ok("{service=\"api\",isolate=~\"worker.*\",version!=\"1.2\"}", api));
-    CHECK(!sel_ok("{service=\"api\",isolate=~\"worker.*\",version!=\"1.3\"}", api));
-    CHECK(!sel_ok("{isolate=~\"worker\"}", api)); /* anchored */
-    CHECK(sel_ok("{isolate=~\"worker|worker3\"}", api)); /* anchored around the alternation */
-    CHECK(!sel_ok("{isolate=~\"x|worker\"}", api));
-    CHECK(sel_ok("{isolate!~\"main.*\"}", api));
-    CHECK(sel_ok("{absent=\"\"}", api));
-    CHECK(!sel_ok("{absent!=\"\"}", api));
-    CHECK(sel_ok("{ service = 'api' , }", api));
-    CHECK(sel_ok("{version=~`1\\.[0-9]`}", api));
-    const char *q[] = {"path", "a\"b\\c", NULL};
-    CHECK(sel_ok("{path=\"a\\\"b\\\\c\"}", q));
-}
-
-TEST(selector_errors_name_the_byte)
-{
-    sel_err("{service=\"api\"", "expected ',' or '}' at byte 14");
-    sel_err("{service~\"api\"}", "expected one of = != =~ !~ after the label name at byte 8");
-    sel_err("{9x=\"a\"}", "expected a label name at byte 1");
-    sel_err("{a=b}", "expected a quoted label value at byte 3");
-    sel_err("{a=\"b}", "string opened at byte 3 is not closed");
-    sel_err("{a=~\"(\"}", "bad regular expression at byte 4");
-    sel_err("{a=\"b\"} x", "end of selector after '}' at byte 8");
-    sel_err("{a=\"b\" c=\"d\"}", "expected ',' or '}' at byte 7");
-    char big[CP_SELECTOR_MAX + 10];
-    memset(big, 'a', sizeof big - 1);
-    big[sizeof big - 1] = 0;
-    sel_err(big, "limit 4096");
-}
-
-TEST(regex_guard)
-{
-    cp_err err = {0};
-    const char *ok[] = {"worker.*", "(a|b)+", "[a-z]{2,5}", "x{3}", "a{2,}", "[]a]*", "\\++",
-                        "[[:alpha:]]+x?", "((ab)*c)+", "a{", "{", ")", "v1\\.[0-9]+", NULL};
-    for (const char **r = ok; *r; r++) {
-        if (cp_regex_check(*r, &err)) fprintf(stderr, "%s: %s\n", *r, err.msg);
-        CHECK(cp_regex_check(*r, &err) == 0);
-    }
-    CHECK_EQ(cp_regex_check("w+++++++++++++++++++++++*", &err), CP_EPARSE);
-    CHECK_CONTAINS(err.msg, "stacked repetition operators at byte 2");
-    CHECK_EQ(cp_regex_check("a*{2}", &err), CP_EPARSE);
-    CHECK_EQ(cp_regex_check("(a*)b*\\1", &err), CP_EPARSE);
-    CHECK_CONTAINS(err.msg, "backreference at byte 6");
-    CHECK_EQ(cp_regex_check("a{1000}", &err), CP_EPARSE);
-    CHECK_CONTAINS(err.msg, "repeats more than 255 times at byte 1");
-    CHECK_EQ(cp_regex_check("a{,24444}", &err), CP_EPARSE); /* glibc's {,n} is {0,n} */
-    CHECK_CONTAINS(err.msg, "repeats more than 255 times at byte 1");
-    /* groups that can match nothing, repeated: exponential time in glibc's matcher */
-    CHECK_EQ(cp_regex_check("(()+){84}", &err), CP_EPARSE);
-    CHECK_CONTAINS(err.msg, "repeats a group that can match nothing at byte 3");
-    CHECK_EQ(cp_regex_check("(a|)*", &err), CP_EPARSE);
-    CHECK_EQ(cp_regex_check("($)+){42}", &err), CP_EPARSE); /* anchors match nothing */
-    CHECK_EQ(cp_regex_check("(\\b)*", &err), CP_EPARSE);
-    CHECK_EQ(cp_regex_check("((a*)b?)*", &err), CP_EPARSE);
-    CHECK_EQ(cp_regex_check("(a|b)*", &err), 0);
-    CHECK_EQ(cp_regex_check("(ab?)+x{0,3}", &err), 0);
-    CHECK_EQ(cp_regex_check("((a{100}){100}){100}", &err), CP_EPARSE);
-    CHECK_CONTAINS(err.msg, "too complex");
-    CHECK_EQ(cp_regex_check("((((((((((((((((a+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+", &err), CP_EPARSE);
-    char deep[200] = "";
-    for (int i = 0; i < 70; i++) strcat(deep, "(");
-    CHECK_EQ(cp_regex_check(deep, &err), CP_EPARSE);
-    CHECK_CONTAINS(err.msg, "deeper than 64 at byte 64");
-    sel_err("{a=~\"x{300}\"}", "selector: value at byte 4: regular expression repeats more than "
-                                "255 times at byte 1");
-    cp_profile *p = qt_cpu_profile();
-    CHECK_EQ(cp_render_filter(p, "a**", NULL, &err), CP_EPARSE);
-    CHECK_CONTAINS(err.msg, "bad focus regex 'a**': regular expression has stacked repetition");
-    cp_profile_destroy(p);
-}
 
 /* ---- query strings (times and durations: tests/model/test_times.c) ------------------ */
 
@@ -264,53 +159,13 @@ TEST(render_filter)
     CHECK_CONTAINS(err.msg, "bad focus regex '('");
     CHECK_EQ(cp_render_filter(p, NULL, "[", &err), CP_EPARSE);
     CHECK_CONTAINS(err.msg, "bad ignore regex '['");
+    /* the regex guard (tests/model/test_selector.c) applies to focus and ignore too */
+    CHECK_EQ(cp_render_filter(p, "a**", NULL, &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "bad focus regex 'a**': regular expression has stacked repetition");
     cp_profile_destroy(p);
 }
 
-/* ---- the CLI's JSON reader and table views ------------------------------------------ */
-
-TEST(json_reader)
-{
-    cp_json *j = NULL;
-    cp_err err = {0};
-    const char *t =
-        " {\"a\":[1,-2.5,1e3,true,false,null],\"s\":\"x\\\"\\\\\\/\\n\\u00e9\\ud83d\\ude00\","
-        "\"big\":9007199254740993,\"o\":{}} ";
-    CHECK(cp_json_parse(t, strlen(t), &j, &err) == 0);
-    const cp_json *a = cp_json_get(j, "a");
-    CHECK(a && a->type == CP_JSON_ARRAY && a->n == 6);
-    CHECK(a->items[0]->is_int && a->items[0]->i64 == 1);
-    CHECK(!a->items[1]->is_int && a->items[1]->num == -2.5);
-    CHECK_EQ(cp_json_int(a->items[2], 0), 1000);
-    CHECK(a->items[3]->type == CP_JSON_BOOL && a->items[3]->num == 1);
-    CHECK(a->items[5]->type == CP_JSON_NULL);
-    CHECK_STREQ(cp_json_str(cp_json_get(j, "s"), NULL), "x\"\\/\n\xc3\xa9\xf0\x9f\x98\x80");
-    CHECK_EQ(cp_json_int(cp_json_get(j, "big"), 0), 9007199254740993LL); /* exact, not a double */
-    CHECK(cp_json_get(j, "o")->n == 0 && !cp_json_get(j, "missing"));
-    cp_json_free(j);
-    /* Many members (the growth path) and deep nesting up to the bound. */
-    cp_buf b = {0};
-    cp_buf_printf(&b, "[");
-    for (int i = 0; i < 1000; i++)
-        cp_buf_printf(&b, "%s%d", i ? "," : "", i);
-    cp_buf_printf(&b, "]");
-    CHECK(cp_json_parse((const char *)b.data, b.len, &j, &err) == 0);
-    CHECK(j->n == 1000 && cp_json_int(j->items[999], 0) == 999);
-    cp_json_free(j);
-    cp_buf_close(&b);
-    const char *bad[] = {"",      "{",           "[1,]",        "{\"a\"}", "{\"a\":1,}",
-                         "\"abc", "\"\\u0000\"", "\"\\ud800\"", "tru",     "[1] x",
-                         "{1:2}", "\"a\nb\"",    "-",           "01x",     NULL};
-    for (const char **x = bad; *x; x++) {
-        CHECK_EQ(cp_json_parse(*x, strlen(*x), &j, &err), CP_EPARSE);
-        CHECK_CONTAINS(err.msg, "malformed JSON at byte");
-        CHECK(j == NULL);
-    }
-    char deep[200];
-    memset(deep, '[', 100);
-    memset(deep + 100, ']', 100);
-    CHECK_EQ(cp_json_parse(deep, 200, &j, &err), CP_EPARSE); /* deeper than 64 */
-}
+/* ---- the CLI's table views (the JSON reader: tests/model/test_json.c) --------------- */
 
 TEST(views_name_what_is_missing)
 {
@@ -386,6 +241,5 @@ TEST(render_unsymbolized_frames)
     cp_profile_destroy(p);
 }
 
-TEST_MAIN(T(selector_matches), T(selector_errors_name_the_byte), T(regex_guard), T(query_strings),
-          T(render_folded), T(render_top), T(render_json_tree_and_pruning), T(render_filter),
-          T(json_reader), T(views_name_what_is_missing), T(render_unsymbolized_frames))
+TEST_MAIN(T(query_strings), T(render_folded), T(render_top), T(render_json_tree_and_pruning),
+          T(render_filter), T(views_name_what_is_missing), T(render_unsymbolized_frames))

@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "client.h"
+#include "http_client.h"
 #include "pprof.h"
 #include "proc.h"
 
@@ -233,7 +233,7 @@ TEST(stripped_program_named_after_upload_per_tenant)
     /* go tool pprof reads the named export */
     char tmp[700];
     snprintf(tmp, sizeof tmp, "%s/a.pb.gz", dir);
-    CHECK(cp_write_file(tmp, raw.data, raw.len) == 0);
+    CHECK(cp_write_file(tmp, raw.data, raw.len, NULL) == 0);
     cp_buf_close(&raw);
     snprintf(cmd, sizeof cmd, "go tool pprof -top %s", tmp);
     CHECK_EQ(run(cmd, out, sizeof out), 0);

@@ -28,7 +28,7 @@ static const char *bindir(void)
 static cp_buf read_all(const char *path)
 {
     cp_buf b = {0};
-    if (cp_read_file(path, &b)) fprintf(stderr, "cannot read %s\n", path);
+    if (cp_read_file(path, &b, NULL)) fprintf(stderr, "cannot read %s\n", path);
     CHECK(b.len > 0);
     return b;
 }
@@ -482,7 +482,7 @@ TEST(debug_directories_name_frames_without_an_upload)
     snprintf(sub, sizeof sub, "%s/%.2s", dir, id);
     CHECK(mkdir(sub, 0755) == 0);
     snprintf(file, sizeof file, "%s/%s.debug", sub, id + 2);
-    CHECK(cp_write_file(file, elf.data, elf.len) == 0);
+    CHECK(cp_write_file(file, elf.data, elf.len, NULL) == 0);
 
     cp_symbols_options so;
     cp_symbols_options_default(&so);

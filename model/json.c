@@ -1,9 +1,45 @@
-/* A recursive-descent JSON reader (RFC 8259) building a tree; \u escapes become UTF-8. */
+/* JSON: string escaping for every writer, and a recursive-descent reader (RFC 8259)
+ * building a tree; \u escapes become UTF-8. */
 #include "json.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ===== writing ======================================================================= */
+
+int cp_json_escape(cp_buf *b, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    if (cp_buf_reserve(b, n + 2)) return CP_ENOMEM;
+    size_t run = 0; /* start of the pending run of bytes that need no escape */
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\' && c != 0x7f) continue;
+        if (i > run && cp_buf_append(b, s + run, i - run)) return CP_ENOMEM;
+        run = i + 1;
+        char esc[7];
+        size_t el = 2;
+        esc[0] = '\\';
+        switch (c) {
+        case '"': esc[1] = '"'; break;
+        case '\\': esc[1] = '\\'; break;
+        case '\n': esc[1] = 'n'; break;
+        case '\r': esc[1] = 'r'; break;
+        case '\t': esc[1] = 't'; break;
+        default:
+            memcpy(esc, "\\u00", 4);
+            esc[4] = hex[c >> 4];
+            esc[5] = hex[c & 15];
+            el = 6;
+        }
+        if (cp_buf_append(b, esc, el)) return CP_ENOMEM;
+    }
+    if (n > run && cp_buf_append(b, s + run, n - run)) return CP_ENOMEM;
+    return 0;
+}
+
+/* ===== reading ======================================================================= */
 
 #define MAX_DEPTH 64
 

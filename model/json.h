@@ -1,13 +1,15 @@
-/* A small JSON reader for the CLI: the API's answers (series, labels, timeline, diff)
- * parsed into a tree so they can be shown as tables. Not for untrusted giant input: depth
- * is bounded, sizes are the caller's (the CLI's response limit). */
-#ifndef CP_QUERY_JSON_H
-#define CP_QUERY_JSON_H
+/* JSON, the one copy every stage uses: the escaping of strings the API and renderers write,
+ * and a small reader that parses an answer of the API into a tree (the CLI's tables, the
+ * brokers client). Not for untrusted giant input: depth is bounded, sizes are the
+ * caller's (the response limit of http_client.h). */
+#ifndef CP_JSON_H
+#define CP_JSON_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "error.h"
+#include "vec.h"
 
 typedef enum cp_json_type {
     CP_JSON_NULL,
@@ -30,9 +32,15 @@ struct cp_json {
     cp_json **items; /* ARRAY, OBJECT: members */
 };
 
+/* Appends s[0..n) JSON-escaped (without the quotes) to b: '"', '\\' and control bytes
+ * (and DEL) escaped, everything else (UTF-8 included) copied. Returns 0 or CP_ENOMEM (b
+ * may then hold part of the text). */
+int cp_json_escape(cp_buf *b, const char *s, size_t n);
+
 /* Parses text[0..len) (one value, whitespace around it allowed). On success *out is the
  * caller's (cp_json_free). CP_EPARSE with err naming the byte offset, or CP_ENOMEM. */
 int cp_json_parse(const char *text, size_t len, cp_json **out, cp_err *err);
+/* Frees a tree from cp_json_parse, strings and members included. NULL is fine. */
 void cp_json_free(cp_json *j);
 
 /* The member key of object o, or NULL (also when o is NULL or not an object). */
