@@ -4,6 +4,7 @@
  * assignment it seeks each partition to the offset stored with the data, so a SIGKILL at
  * any moment loses nothing and stores nothing twice. */
 #include "ingest.h"
+#include "assign.h"
 #include "broker.h"
 #include "envelope.h"
 #include "log.h"
@@ -1082,9 +1083,18 @@ fail:
 int cp_ingest_start(cp_ingest *in, cp_err *err)
 {
     if (in->started) return 0;
-    rd_kafka_topic_partition_list_t *t = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(t, in->topic, RD_KAFKA_PARTITION_UA);
-    rd_kafka_resp_err_t ke = rd_kafka_subscribe(in->rk, t);
+    rd_kafka_topic_partition_list_t *t;
+    rd_kafka_resp_err_t ke = 0;
+    if (in->o.partitions && *in->o.partitions) {
+        /* Static ownership: this node's partitions, sought as a group's assignment would be
+         * (rebalance_cb), before the thread polls. */
+        if (!(t = cp_assign_list(in->topic, in->o.partitions, err))) return err->code;
+        rebalance_cb(in->rk, RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS, t, in);
+    } else {
+        t = rd_kafka_topic_partition_list_new(1);
+        rd_kafka_topic_partition_list_add(t, in->topic, RD_KAFKA_PARTITION_UA);
+        ke = rd_kafka_subscribe(in->rk, t);
+    }
     rd_kafka_topic_partition_list_destroy(t);
     if (ke)
         return cp_err_set(err, CP_EKAFKA, "ingest: subscribe to %s: %s", in->topic,

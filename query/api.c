@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "envelope.h"
+#include "fanout.h"
 #include "log.h"
 #include "merge.h"
 #include "params.h"
@@ -518,7 +519,8 @@ static void ep_profile(cp_api *a, const char *tenant, const cp_params *pa,
     cp_query_limits lim;
     limits_of(a, req, &lim);
     cp_profile *p = NULL;
-    int rc = cp_store_query(a->o.store, tenant, q.kind, &q.sel, q.from, q.to, &lim, &p, &err);
+    int rc = cp_fanout_query(a->o.fanout, a->o.store, tenant, q.kind, &q.sel,
+                             cp_params_get(pa, "select"), q.from, q.to, &lim, &p, &err);
     cp_selector_close(&q.sel);
     if (!rc) rc = name_frames(a, tenant, p, &err);
     if (rc) {
@@ -563,8 +565,11 @@ static void ep_diff(cp_api *a, const char *tenant, const cp_params *pa,
         goto out;
     cp_query_limits lim;
     limits_of(a, req, &lim);
-    int rc = cp_store_query(a->o.store, tenant, kind, &sel, from, to, &lim, &p, &err);
-    if (!rc) rc = cp_store_query(a->o.store, tenant, kind, &bsel, bfrom, bto, &lim, &b, &err);
+    int rc = cp_fanout_query(a->o.fanout, a->o.store, tenant, kind, &sel,
+                             cp_params_get(pa, "select"), from, to, &lim, &p, &err);
+    if (!rc)
+        rc = cp_fanout_query(a->o.fanout, a->o.store, tenant, kind, &bsel,
+                             bs ? bs : cp_params_get(pa, "select"), bfrom, bto, &lim, &b, &err);
     if (!rc) rc = name_frames(a, tenant, p, &err);
     if (!rc) rc = name_frames(a, tenant, b, &err);
     if (rc) {
@@ -698,8 +703,9 @@ static void ep_timeline(cp_api *a, const char *tenant, const cp_params *pa,
     limits_of(a, req, &lim);
     int64_t *vals = NULL;
     uint32_t nsteps = 0, ntypes = 0;
-    int rc = cp_store_timeline(a->o.store, tenant, q.kind, &q.sel, q.from, q.to, step, &lim,
-                               &vals, &nsteps, &ntypes, &err);
+    int rc = cp_fanout_timeline(a->o.fanout, a->o.store, tenant, q.kind, &q.sel,
+                                cp_params_get(pa, "select"), q.from, q.to, step, &lim, &vals,
+                                &nsteps, &ntypes, &err);
     cp_selector_close(&q.sel);
     if (rc) {
         store_error(req, rc, &err, r);
@@ -763,7 +769,8 @@ static void ep_series(cp_api *a, const char *tenant, const cp_params *pa,
     cp_selector sel = {0};
     if (parse_selector(cp_params_get(pa, "select"), &sel, "select", r)) return;
     cp_series_list l = {0};
-    int rc = cp_store_series(a->o.store, tenant, &sel, from, to, &l, &err);
+    int rc = cp_fanout_series(a->o.fanout, a->o.store, tenant, &sel, cp_params_get(pa, "select"),
+                              from, to, req->deadline_ns, &l, &err);
     cp_selector_close(&sel);
     if (rc) {
         store_error(req, rc, &err, r);
@@ -823,7 +830,7 @@ static void ep_labels(cp_api *a, const char *tenant, const cp_params *pa,
         return;
     }
     cp_string_list l = {0};
-    int rc = cp_store_label_names(a->o.store, tenant, &l, &err);
+    int rc = cp_fanout_labels(a->o.fanout, a->o.store, tenant, NULL, req->deadline_ns, &l, &err);
     if (rc) store_error(req, rc, &err, r);
     else string_list_json("labels", NULL, &l, r);
     cp_string_list_close(&l);
@@ -856,7 +863,7 @@ static void ep_values(cp_api *a, const char *tenant, const cp_params *pa,
         return;
     }
     cp_string_list l = {0};
-    int rc = cp_store_label_values(a->o.store, tenant, name, &l, &err);
+    int rc = cp_fanout_labels(a->o.fanout, a->o.store, tenant, name, req->deadline_ns, &l, &err);
     if (rc) store_error(req, rc, &err, r);
     else string_list_json("values", name, &l, r);
     cp_string_list_close(&l);
@@ -1115,12 +1122,18 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
         }
         return;
     }
-    const char *tenant = authenticate(a, req, r);
+    /* a peer asking for its part presents the cluster token and names the tenant */
+    const char *tenant =
+        ep != EP_SYMBOLS && cp_fanout_is_peer(a->o.fanout, req) ? "" : authenticate(a, req, r);
     if (!tenant) return;
     cp_params pa = {0};
     cp_err err = {0};
     if (cp_params_parse(req->query, &pa, &err)) {
         cp_http_error(r, err.code == CP_ENOMEM ? 503 : 400, "%s", err.msg);
+        cp_params_close(&pa);
+        return;
+    }
+    if (cp_fanout_begin(a->o.fanout, &pa, &tenant, r)) {
         cp_params_close(&pa);
         return;
     }
@@ -1134,6 +1147,7 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
     case EP_VALUES: ep_values(a, tenant, &pa, req, r); break;
     case EP_SYMBOLS: ep_symbols(a, tenant, &pa, req, r); break;
     }
+    cp_fanout_end(a->o.fanout, r);
     cp_params_close(&pa);
     if (strcmp(r->content_type, "application/octet-stream") == 0) r->compressible = 0;
 }
