@@ -1031,7 +1031,7 @@ static void ep_metrics(cp_api *a, cp_http_response *r)
  * the offsets below it that are not stored (DLQ, lost), so that a sender that knows its
  * messages' offsets (from the delivery reports) can tell when, and whether, they are stored.
  * Not per tenant: partitions are shared, and offsets say nothing of anyone's data. */
-static void ep_offsets(cp_api *a, cp_http_response *r)
+static void ep_offsets(cp_api *a, const cp_http_request *req, cp_http_response *r)
 {
     cp_api_ingest_stats in = {0};
     if (a->o.ingest_stats) a->o.ingest_stats(a->o.ingest_arg, &in);
@@ -1063,6 +1063,7 @@ static void ep_offsets(cp_api *a, cp_http_response *r)
         }
         if (!rc) rc = cp_buf_printf(b, "]}");
     }
+    if (!rc) rc = cp_fanout_offsets(a->o.fanout, req, r, in.nparts > 0); /* a cluster's */
     if (!rc) rc = cp_buf_printf(b, "]}\n");
     if (rc) oom(r);
 }
@@ -1109,7 +1110,8 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
             ep_metrics(a, r);
             r->compressible = 1;
         } else if (strcmp(req->path, "/api/v1/ingest/offsets") == 0) {
-            if (authenticate(a, req, r)) ep_offsets(a, r);
+            if (cp_fanout_is_peer(a->o.fanout, req) || authenticate(a, req, r))
+                ep_offsets(a, req, r);
         } else if (strcmp(req->path, "/api/v1/brokers") == 0) {
             /* Where to write is for producers holding a token: with tokens configured, a
              * process without one learns nothing from here. */

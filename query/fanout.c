@@ -20,12 +20,26 @@
 
 #define MAX_PEERS 64
 
+/* What one peer last said of its partitions (GET /api/v1/ingest/offsets?local=1), kept
+ * fresh by a thread of its own while senders ask, so that the loop thread answers a
+ * sender at once with every node's partitions. */
+typedef struct offsets_slot {
+    pthread_t th;
+    int started;
+    char *parts; /* the members of its "partitions" array; NULL while unknown or down */
+} offsets_slot;
+
 struct cp_fanout {
     char *peers[MAX_PEERS];
     uint32_t n;
     char *token; /* NULL: none */
     int64_t timeout_ns;
     size_t max_body;
+    pthread_mutex_t mu; /* guards slots[].parts, asked_ns, stop */
+    pthread_cond_t wake;
+    offsets_slot slots[MAX_PEERS];
+    int64_t asked_ns; /* CLOCK_MONOTONIC of the last question; 0 = never */
+    int stop;
 };
 
 /* The request running on this thread. */
@@ -43,9 +57,12 @@ uint32_t cp_fanout_npeers(const cp_fanout *f)
     return f ? f->n : 0;
 }
 
+static void offsets_stop(cp_fanout *f);
+
 void cp_fanout_destroy(cp_fanout *f)
 {
     if (!f) return;
+    offsets_stop(f);
     for (uint32_t i = 0; i < f->n; i++)
         free(f->peers[i]);
     free(f->token);
@@ -74,6 +91,8 @@ int cp_fanout_create(const cp_fanout_options *o, cp_fanout **out, cp_err *err)
         free(list);
         return cp_err_set(err, CP_ENOMEM, "out of memory");
     }
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->wake, NULL);
     int rc = 0;
     char *save = NULL;
     for (char *t = strtok_r(list, ",", &save); t && !rc; t = strtok_r(NULL, ",", &save)) {
@@ -675,4 +694,138 @@ int cp_fanout_timeline(cp_fanout *f, cp_store *s, const char *tenant, cp_kind ki
     fan_close(&fa);
     cp_buf_close(&pq);
     return rc;
+}
+
+/* ---- ingest offsets of the peers ------------------------------------------------------ */
+
+/* Asked within this long, the peers' offsets are refreshed continuously; then they rest. */
+#define OFFSETS_ACTIVE_NS (2 * 1000000000LL)
+#define OFFSETS_EVERY_US 5000
+
+typedef struct offsets_arg {
+    cp_fanout *f;
+    uint32_t peer;
+} offsets_arg;
+
+/* The members of the "partitions" array of a peer's answer, malloc'd; NULL if the answer
+ * is not such an object. */
+static char *partitions_of(const cp_buf *body)
+{
+    cp_json *j = NULL;
+    if (cp_json_parse((const char *)body->data, body->len, &j, NULL)) return NULL;
+    const cp_json *arr = cp_json_get(j, "partitions");
+    int ok = arr && arr->type == CP_JSON_ARRAY;
+    cp_json_free(j);
+    if (!ok) return NULL;
+    /* the array is the object's last member: from its '[' to the last ']' */
+    const char *t = (const char *)body->data, *end = t + body->len;
+    const char *a = strstr(t, "\"partitions\":[");
+    while (end > t && end[-1] != ']')
+        end--;
+    if (!a || end <= a) return NULL;
+    a += strlen("\"partitions\":[");
+    if (end - 1 < a) return NULL;
+    size_t n = (size_t)(end - 1 - a);
+    char *out = malloc(n + 1);
+    if (out) {
+        memcpy(out, a, n);
+        out[n] = 0;
+    }
+    return out;
+}
+
+static void *offsets_run(void *arg)
+{
+    offsets_arg *oa = arg;
+    cp_fanout *f = oa->f;
+    uint32_t i = oa->peer;
+    free(oa);
+    pthread_mutex_lock(&f->mu);
+    while (!f->stop) {
+        if (!f->asked_ns || mono_now() - f->asked_ns > OFFSETS_ACTIVE_NS) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 100 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&f->wake, &f->mu, &ts);
+            continue;
+        }
+        pthread_mutex_unlock(&f->mu);
+        cp_http_result res = {0};
+        cp_err err = {0};
+        char *parts = NULL;
+        int rc = cp_http_get(f->peers[i], "/api/v1/ingest/offsets?local=1", f->token, 2000,
+                             (size_t)4 << 20, &res, &err);
+        if (!rc && res.status == 200) parts = partitions_of(&res.body);
+        cp_buf_close(&res.body);
+        pthread_mutex_lock(&f->mu);
+        free(f->slots[i].parts);
+        f->slots[i].parts = parts; /* a peer that is down has no partitions: nothing stored */
+        pthread_mutex_unlock(&f->mu);
+        usleep(OFFSETS_EVERY_US);
+        pthread_mutex_lock(&f->mu);
+    }
+    pthread_mutex_unlock(&f->mu);
+    return NULL;
+}
+
+static void offsets_stop(cp_fanout *f)
+{
+    pthread_mutex_lock(&f->mu);
+    f->stop = 1;
+    pthread_cond_broadcast(&f->wake);
+    pthread_mutex_unlock(&f->mu);
+    for (uint32_t i = 0; i < f->n; i++) {
+        if (f->slots[i].started) pthread_join(f->slots[i].th, NULL);
+        free(f->slots[i].parts);
+    }
+    pthread_cond_destroy(&f->wake);
+    pthread_mutex_destroy(&f->mu);
+}
+
+int cp_fanout_offsets(cp_fanout *f, const cp_http_request *req, cp_http_response *r, int comma)
+{
+    if (!f) return 0;
+    cp_params pa = {0};
+    int local = 0;
+    if (!cp_params_parse(req->query, &pa, NULL)) {
+        const char *l = cp_params_get(&pa, "local");
+        local = l && strcmp(l, "1") == 0;
+    }
+    cp_params_close(&pa);
+    if (local) return 0;
+    int rc = 0;
+    char missing[sizeof r->extra_headers] = "";
+    size_t ml = 0;
+    pthread_mutex_lock(&f->mu);
+    int first = !f->asked_ns;
+    f->asked_ns = mono_now();
+    for (uint32_t i = 0; i < f->n; i++) {
+        if (!f->slots[i].started) {
+            offsets_arg *oa = malloc(sizeof *oa);
+            if (oa) *oa = (offsets_arg){f, i};
+            if (oa && pthread_create(&f->slots[i].th, NULL, offsets_run, oa) == 0)
+                f->slots[i].started = 1;
+            else
+                free(oa);
+        }
+        const char *p = f->slots[i].parts;
+        if (p && *p) {
+            if (!rc) rc = cp_buf_printf(&r->body, "%s%s", comma ? "," : "", p);
+            comma = 1;
+        } else if (!p && !first && ml + strlen(f->peers[i]) + 2 < sizeof missing) {
+            ml += (size_t)snprintf(missing + ml, sizeof missing - ml, "%s%s", ml ? "," : "",
+                                   f->peers[i]);
+        }
+    }
+    pthread_cond_broadcast(&f->wake);
+    pthread_mutex_unlock(&f->mu);
+    size_t l = strlen(r->extra_headers);
+    if (ml && l + ml + strlen(CP_FANOUT_PARTIAL_HEADER) + 5 < sizeof r->extra_headers)
+        snprintf(r->extra_headers + l, sizeof r->extra_headers - l, "%s: %s\r\n",
+                 CP_FANOUT_PARTIAL_HEADER, missing);
+    return rc ? CP_ENOMEM : 0;
 }

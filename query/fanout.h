@@ -80,4 +80,15 @@ int cp_fanout_timeline(cp_fanout *f, cp_store *s, const char *tenant, cp_kind ki
                        int64_t step, const cp_query_limits *lim, int64_t **out, uint32_t *nsteps,
                        uint32_t *ntypes, cp_err *err);
 
+/* ---- ingest offsets (GET /api/v1/ingest/offsets), for senders that wait --------------- */
+
+/* Appends the peers' partitions, as each last reported them, to the "partitions" array being
+ * written in r->body (with a leading comma if comma), unless req asks with local=1. Runs on
+ * the loop thread without waiting: each peer is asked by a thread of its own, continuously
+ * while senders ask (within the last 2 s), every 5 ms. A peer that is down, or not heard
+ * from yet, adds no partition: a sender's windows there count as not stored yet, which is
+ * the truth until that node is back; its URL goes in the CP_FANOUT_PARTIAL_HEADER header.
+ * 0 or CP_ENOMEM. */
+int cp_fanout_offsets(cp_fanout *f, const cp_http_request *req, cp_http_response *r, int comma);
+
 #endif

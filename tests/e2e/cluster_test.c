@@ -171,7 +171,11 @@ TEST(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down)
                  bindir(), dir, s, NWIN, 150 + 40 * s, 200 + 60 * s);
         sh(cmd);
     }
-    /* the import runs in a child while node 2 is killed */
+    /* The import runs in a child while node 2 is killed. Fire-and-forget: a waiting import
+     * that spans a node's restart is told that node "no longer knows" windows it had stored
+     * before it died and that the import had not seen acknowledged yet (a restarted node
+     * knows its DLQ ranges only from its stored offset on; ingest/README.md); the totals
+     * below are the test of what is stored. test 2 checks the waiting import's exit 0. */
     fflush(NULL);
     pid_t imp = fork();
     CHECK(imp >= 0);
@@ -202,14 +206,13 @@ TEST(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down)
     CHECK_EQ(wait_exit(imp, 120), 0);
 
     /* node 3 answers for everything: exact totals of all the files */
-    int64_t want[4], got0 = -1, got1 = -1;
+    int64_t want[4];
     snprintf(cmd, sizeof cmd, "'%s'/svc*/*.pb.gz", dir);
     CHECK_EQ(pprof_raw_totals(cmd, want, 4), 2);
     CHECK(want[0] > 0 && want[1] > 0);
     for (end = mono_ns() + 90 * SEC; mono_ns() < end; usleep(100000)) {
         cp_profile *p = query_cpu(n[2].port, "", NULL);
-        got0 = cp_profile_total(p, 0);
-        got1 = cp_profile_total(p, 1);
+        int64_t got0 = cp_profile_total(p, 0), got1 = cp_profile_total(p, 1);
         cp_profile_destroy(p);
         if (got0 >= want[0] && got1 >= want[1]) break;
     }
@@ -379,32 +382,22 @@ TEST(tokens_tenants_and_the_cluster_token)
                  "'%s/s%d'/*.pb.gz",
                  dir, s, bindir(), dir, s, 50 + 10 * s, bindir(), n[0].url,
                  s < 6 ? "aaaaaaaaaaaa" : "bbbbbbbbbbbb", s < 6 ? "team-a" : "team-b", s, dir, s);
-        /* exit 0 of a waiting import needs the node asked to own the partition: send, then
-         * wait for the totals below */
-        strcat(cmd, " --no-wait");
-        sh(cmd);
+        sh(cmd); /* exit 0: stored, whichever node owns the series' partition */
     }
     int64_t wa[4], wb[4];
     snprintf(cmd, sizeof cmd, "'%s'/s[0-5]/*.pb.gz", dir);
     CHECK_EQ(pprof_raw_totals(cmd, wa, 4), 2);
     snprintf(cmd, sizeof cmd, "'%s'/s6/*.pb.gz", dir);
     CHECK_EQ(pprof_raw_totals(cmd, wb, 4), 2);
-    int64_t got = -1;
-    for (int64_t end = mono_ns() + 60 * SEC; mono_ns() < end && got != wa[1]; usleep(100000)) {
-        cp_profile *p = query_cpu(n[1].port, "", "aaaaaaaaaaaa");
-        got = cp_profile_total(p, 1);
-        cp_profile_destroy(p);
-    }
-    CHECK_EQ(got, wa[1]);
+    cp_profile *p = query_cpu(n[1].port, "", "aaaaaaaaaaaa");
+    CHECK_EQ(cp_profile_total(p, 1), wa[1]);
+    cp_profile_destroy(p);
     /* both nodes hold part of team-a's data */
     CHECK(metric(n[0].port, "contprof_ingest_windows_total", "aaaaaaaaaaaa") > 0);
     CHECK(metric(n[1].port, "contprof_ingest_windows_total", "aaaaaaaaaaaa") > 0);
-    for (int64_t end = mono_ns() + 60 * SEC; mono_ns() < end && got != wb[1]; usleep(100000)) {
-        cp_profile *p = query_cpu(n[0].port, "", "bbbbbbbbbbbb");
-        got = cp_profile_total(p, 1);
-        cp_profile_destroy(p);
-    }
-    CHECK_EQ(got, wb[1]);
+    p = query_cpu(n[0].port, "", "bbbbbbbbbbbb");
+    CHECK_EQ(cp_profile_total(p, 1), wb[1]);
+    cp_profile_destroy(p);
     /* the cluster token answers peers' requests only, for the tenant they name */
     cp_http_result r = http_get(n[0].port, "/api/v1/labels", "cccccccccccc");
     CHECK_EQ(r.status, 403);
