@@ -369,7 +369,9 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                  * without librdkafka's offset query, which a partition assigned before its
                  * leader is known retries only after 500 ms: a sender waiting for its first
                  * windows to be stored would wait that long. */
-                tp->offset = 0;
+                /* (a partition handed over to this node starts where its last owner ended:
+                 * cluster.partitions P@OFFSET, set in tp by cp_assign_list) */
+                tp->offset = tp->offset >= 0 ? tp->offset : 0;
                 next = -1;
             }
             if (p) {

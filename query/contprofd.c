@@ -56,6 +56,9 @@ static void usage(FILE *f)
             "                    for their part of every query (cluster.peers)\n"
             "  --partitions A-B  the topic's partitions this node owns and ingests, e.g. 0-3 or\n"
             "                    0,4-5 (cluster.partitions); none = the consumer group\n"
+            "  --offsets         print the Kafka offsets stored in the store at --data (no\n"
+            "                    contprofd may have it open), as cluster.partitions P@OFFSET\n"
+            "                    items for the node that takes a partition over\n"
             "  --repair          repair the store at --data (no contprofd may have it open):\n"
             "                    LevelDB's repair, then dictionaries, indexes and rollups\n"
             "                    checked and rebuilt; prints what was lost, exits 0 if the\n"
@@ -210,6 +213,34 @@ static int repair(const cp_config *cfg)
     return 0;
 }
 
+/* ---- handing a partition over ------------------------------------------------------- */
+
+/* Prints, per partition of the topic, the next offset stored with the data: where a node
+ * that takes the partition over starts (cluster.partitions P@OFFSET). */
+static int print_offsets(const cp_config *cfg)
+{
+    cp_store_options so = {.path = cfg->data_dir};
+    cp_store *s = NULL;
+    cp_err err = {0};
+    if (cp_store_open(&so, &s, &err)) {
+        fprintf(stderr, "contprofd: %s\n", err.msg);
+        return 1;
+    }
+    const char *topic = cfg->topic && *cfg->topic ? cfg->topic : "contprof.profiles";
+    int n = 0;
+    for (int32_t p = 0; p < 4096; p++) {
+        int64_t next;
+        if (cp_store_get_offset(s, topic, p, &next, &err) == 0)
+            printf("%s%d@%lld", n++ ? "," : "", p, (long long)next);
+    }
+    if (n)
+        printf("\n");
+    else
+        printf("no offsets of %s stored in %s\n", topic, cfg->data_dir);
+    cp_store_close(s);
+    return 0;
+}
+
 /* ---- start-up ----------------------------------------------------------------------- */
 
 /* The cluster's side of the query API (query/README.md "A cluster of nodes"). */
@@ -221,7 +252,7 @@ static int cluster_create(daemon_t *d, cp_err *err)
     uint32_t nparts;
     if (c->cluster_partitions) {
         /* checked here, before anything starts, rather than when ingest assigns them */
-        if (cp_assign_parse(c->cluster_partitions, &parts, &nparts, err)) return err->code;
+        if (cp_assign_parse(c->cluster_partitions, &parts, NULL, &nparts, err)) return err->code;
         free(parts);
     }
 #endif
@@ -264,6 +295,7 @@ int main(int argc, char **argv)
                                          {"help", no_argument, 0, 'h'},
                                          {"repair", no_argument, 0, 'R'},
                                          {"peers", required_argument, 0, 'P'},
+                                         {"offsets", no_argument, 0, 'O'},
                                          {"partitions", required_argument, 0, 'A'},
                                          {0, 0, 0, 0}};
     const char *config = NULL, *data = NULL, *http = NULL, *brokers = NULL, *peers = NULL,
@@ -278,6 +310,9 @@ int main(int argc, char **argv)
         case 'h': usage(stdout); return 0;
         case 'R': do_repair = 1; break;
         case 'P': peers = optarg; break;
+        case 'O':
+            do_repair = 2;
+            break;
         case 'A': partitions = optarg; break;
         default: usage(stderr); return 2;
         }
@@ -311,7 +346,7 @@ int main(int argc, char **argv)
         goto fail_msg;
     }
     if (do_repair) {
-        status = repair(&d.cfg);
+        status = do_repair == 2 ? print_offsets(&d.cfg) : repair(&d.cfg);
         cp_config_close(&d.cfg);
         return status;
     }
