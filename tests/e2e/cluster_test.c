@@ -437,6 +437,122 @@ TEST(tokens_tenants_and_the_cluster_token)
     sh(cmd);
 }
 
+/* ---- adding a node: a partition handed over starts where its last owner ended -------- */
+
+/* Runs `contprofd --offsets --data data` and returns what it printed (static). */
+static const char *stored_offsets(const char *data)
+{
+    static char out[4096];
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "'%s/query/contprofd' --offsets --data '%s'", bindir(), data);
+    FILE *f = popen(cmd, "r");
+    CHECK(f);
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    CHECK(pclose(f) == 0);
+    out[strcspn(out, "\n")] = 0;
+    return out;
+}
+
+TEST(a_partition_handed_to_a_new_node_is_read_once)
+{
+    char dir[] = "/tmp/cp-cluster-add-XXXXXX", cmd[2400], peers[256], brokers[256];
+    CHECK(mkdtemp(dir));
+    int ports[3];
+    pick_ports(ports, 3);
+    snprintf(peers, sizeof peers, "http://127.0.0.1:%d,http://127.0.0.1:%d,http://127.0.0.1:%d",
+             ports[0], ports[1], ports[2]);
+    static char conf[700], data[3][600], listen[3][64];
+    snprintf(conf, sizeof conf, "%s/a.conf", dir);
+    FILE *f = fopen(conf, "w");
+    CHECK(f);
+    fprintf(f, "embedded.partitions = 4\ncluster.peer_timeout = 5s\n");
+    fclose(f);
+    node n[3];
+    memset(n, 0, sizeof n);
+    for (int i = 0; i < 3; i++) {
+        n[i].port = ports[i];
+        snprintf(n[i].url, sizeof n[i].url, "http://127.0.0.1:%d", ports[i]);
+        snprintf(n[i].log, sizeof n[i].log, "%s/node%d.log", dir, i + 1);
+        snprintf(data[i], sizeof data[i], "%s/data%d", dir, i + 1);
+        snprintf(listen[i], sizeof listen[i], "127.0.0.1:%d", ports[i]);
+    }
+    /* A hosts the broker and owns 0-1; B owns 2-3; C is not there yet */
+    const char *aa[] = {"--config", conf,  "--data",       data[0], "--http", listen[0],
+                        "--peers",  peers, "--partitions", "0-1",   NULL};
+    memcpy(n[0].args, aa, sizeof aa);
+    node_start(&n[0]);
+    wait_healthy(&n[0]);
+    cp_buf bb = http_get_ok(n[0].port, "/api/v1/brokers", NULL);
+    const char *q = strstr((char *)bb.data, "\"brokers\":\"");
+    CHECK(q);
+    snprintf(brokers, sizeof brokers, "%.*s", (int)strcspn(q + 11, "\""), q + 11);
+    cp_buf_close(&bb);
+    const char *ab[] = {"--data",  data[1], "--http",       listen[1], "--brokers", brokers,
+                        "--peers", peers,   "--partitions", "2-3",     NULL};
+    memcpy(n[1].args, ab, sizeof ab);
+    node_start(&n[1]);
+    wait_healthy(&n[1]);
+    /* round 1: 8 services, each import waiting until stored (asked of A, which hosts the
+     * broker and answers for every node's partitions) */
+    for (int s = 0; s < 8; s++) {
+        snprintf(cmd, sizeof cmd,
+                 "mkdir -p '%s/r1s%d' && '%s/bench/genwindows' '%s/r1s%d' 6 %d 100 && "
+                 "'%s/query/contprof' import --server %s --service s%d '%s/r1s%d'/*.pb.gz "
+                 "2>>'%s/import.log'",
+                 dir, s, bindir(), dir, s, 40 + 10 * s, bindir(), n[0].url, s, dir, s, dir);
+        sh(cmd);
+    }
+    /* B gives partition 3 up: stopped, its offsets read, restarted with partition 2 only */
+    CHECK_EQ(stop_daemon_within(&n[1].p, SIGTERM, 60), 0);
+    const char *offs = stored_offsets(data[1]);
+    fprintf(stderr, "B's stored offsets: %s\n", offs);
+    const char *p3 = strstr(offs, "3@");
+    CHECK(p3 && atoll(p3 + 2) > 0); /* partition 3 holds data: the handover is tested */
+    char take[64];
+    snprintf(take, sizeof take, "3@%lld", atoll(p3 + 2));
+    const char *ab2[] = {"--data",  data[1], "--http",       listen[1], "--brokers", brokers,
+                         "--peers", peers,   "--partitions", "2",       NULL};
+    memcpy(n[1].args, ab2, sizeof ab2);
+    snprintf(n[1].log, sizeof n[1].log, "%s/node2-again.log", dir);
+    node_start(&n[1]);
+    wait_healthy(&n[1]);
+    /* C takes partition 3 over where B ended: not from the log's start */
+    const char *ac[] = {"--data",  data[2], "--http",       listen[2], "--brokers", brokers,
+                        "--peers", peers,   "--partitions", take,      NULL};
+    memcpy(n[2].args, ac, sizeof ac);
+    node_start(&n[2]);
+    wait_healthy(&n[2]);
+    /* round 2: the same services, new windows */
+    for (int s = 0; s < 8; s++) {
+        snprintf(cmd, sizeof cmd,
+                 "mkdir -p '%s/r2s%d' && '%s/bench/genwindows' '%s/r2s%d' 4 %d 150 && "
+                 "'%s/query/contprof' import --server %s --service s%d '%s/r2s%d'/*.pb.gz "
+                 "2>>'%s/import.log'",
+                 dir, s, bindir(), dir, s, 45 + 10 * s, bindir(), n[0].url, s, dir, s, dir);
+        sh(cmd);
+    }
+    /* every window once: round 1 and round 2, through any node (a new owner that started
+     * at the log's start would count partition 3's round-1 windows twice) */
+    int64_t want[4];
+    snprintf(cmd, sizeof cmd, "'%s'/r[12]s*/*.pb.gz", dir);
+    CHECK_EQ(pprof_raw_totals(cmd, want, 4), 2);
+    for (int i = 0; i < 3; i++) {
+        cp_profile *p = query_cpu(n[i].port, "", NULL);
+        CHECK_EQ(cp_profile_total(p, 0), want[0]);
+        CHECK_EQ(cp_profile_total(p, 1), want[1]);
+        cp_profile_destroy(p);
+    }
+    /* C stored round 2's windows of partition 3 and nothing of round 1 */
+    long long wc = metric(n[2].port, "contprof_ingest_windows_total", NULL);
+    fprintf(stderr, "C stored %lld windows\n", wc);
+    CHECK(wc > 0 && wc < 8 * 4);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(stop_daemon_within(&n[i].p, SIGTERM, 60), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    sh(cmd);
+}
+
 /* ---- configuration errors ------------------------------------------------------------ */
 
 TEST(bad_cluster_settings_are_named)
@@ -450,6 +566,7 @@ TEST(bad_cluster_settings_are_named)
     } cases[] = {
         {"--partitions", "0-x", "cluster.partitions '0-x': bad item '0-x'"},
         {"--partitions", "3-1", "bad item '3-1'"},
+        {"--partitions", "2,2@10", "bad item '2@10'"},
         {"--peers", "127.0.0.1:7070", "'127.0.0.1:7070' is not a peer's URL"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -494,4 +611,5 @@ TEST(bad_cluster_settings_are_named)
 }
 
 TEST_MAIN(T(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down),
-          T(tokens_tenants_and_the_cluster_token), T(bad_cluster_settings_are_named))
+          T(tokens_tenants_and_the_cluster_token), T(a_partition_handed_to_a_new_node_is_read_once),
+          T(bad_cluster_settings_are_named))
