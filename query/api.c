@@ -1024,6 +1024,7 @@ static void ep_metrics(cp_api *a, cp_http_response *r)
       "# TYPE contprof_uptime_seconds gauge\ncontprof_uptime_seconds %.0f\n",
       (double)(cp_now_ns() - a->started_ns) / 1e9);
 #undef P
+    if (!rc) rc = cp_fanout_metrics(a->o.fanout, b);
     if (rc) oom(r);
 }
 

@@ -5,7 +5,9 @@
  * that the API's dispatch resets and reads (a request runs on one thread from start to end). */
 #include "fanout.h"
 
+#include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +42,7 @@ struct cp_fanout {
     offsets_slot slots[MAX_PEERS];
     int64_t asked_ns; /* CLOCK_MONOTONIC of the last question; 0 = never */
     int stop;
+    _Atomic uint64_t failures[MAX_PEERS]; /* parts a peer did not give (query fan-out) */
 };
 
 /* The request running on this thread. */
@@ -338,8 +341,12 @@ static int fan_start(const cp_fanout *f, cp_buf *pq, const char *tenant, int64_t
 static void fan_wait(fan *fa)
 {
     for (uint32_t i = 0; i < fa->n; i++) {
-        if (fa->calls[i].started) pthread_join(fa->calls[i].th, NULL);
-        if (!fa->calls[i].ok) g_req.missing[fa->calls[i].peer] = 1;
+        call *c = &fa->calls[i];
+        if (c->started) pthread_join(c->th, NULL);
+        if (!c->ok) {
+            g_req.missing[c->peer] = 1;
+            atomic_fetch_add(&((cp_fanout *)c->f)->failures[c->peer], 1);
+        }
     }
 }
 
@@ -357,6 +364,7 @@ static void fan_reject(call *c, const char *why)
     cp_log_warn("peer %s: unusable answer to %.200s: %s", c->f->peers[c->peer], c->pq, why);
     c->ok = 0;
     g_req.missing[c->peer] = 1;
+    atomic_fetch_add(&((cp_fanout *)c->f)->failures[c->peer], 1);
 }
 
 /* Appends t as RFC 3339 with nanoseconds: exact, whatever "now" is on the peer. */
@@ -828,4 +836,18 @@ int cp_fanout_offsets(cp_fanout *f, const cp_http_request *req, cp_http_response
         snprintf(r->extra_headers + l, sizeof r->extra_headers - l, "%s: %s\r\n",
                  CP_FANOUT_PARTIAL_HEADER, missing);
     return rc ? CP_ENOMEM : 0;
+}
+
+/* ---- metrics -------------------------------------------------------------------------- */
+
+int cp_fanout_metrics(const cp_fanout *f, cp_buf *b)
+{
+    if (!f) return 0;
+    int rc = cp_buf_printf(b, "# HELP contprof_cluster_peer_failures_total Query parts a peer did "
+                              "not give in time or usable (answers marked partial).\n"
+                              "# TYPE contprof_cluster_peer_failures_total counter\n");
+    for (uint32_t i = 0; !rc && i < f->n; i++)
+        rc = cp_buf_printf(b, "contprof_cluster_peer_failures_total{peer=\"%s\"} %" PRIu64 "\n",
+                           f->peers[i], atomic_load(&((cp_fanout *)f)->failures[i]));
+    return rc;
 }

@@ -91,4 +91,8 @@ int cp_fanout_timeline(cp_fanout *f, cp_store *s, const char *tenant, cp_kind ki
  * 0 or CP_ENOMEM. */
 int cp_fanout_offsets(cp_fanout *f, const cp_http_request *req, cp_http_response *r, int comma);
 
+/* Appends the Prometheus lines of the fan-out (contprof_cluster_peer_failures_total per
+ * peer) to b; nothing for NULL. 0 or CP_ENOMEM. */
+int cp_fanout_metrics(const cp_fanout *f, cp_buf *b);
+
 #endif

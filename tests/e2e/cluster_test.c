@@ -295,6 +295,27 @@ TEST(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down)
     }
     cp_buf_close(&b);
 
+    /* a diff of two services on (likely) different nodes: each side is that service's own */
+    {
+        int64_t w0[4], w1[4];
+        snprintf(cmd, sizeof cmd, "'%s'/svc0/*.pb.gz", dir);
+        CHECK_EQ(pprof_raw_totals(cmd, w0, 4), 2);
+        snprintf(cmd, sizeof cmd, "'%s'/svc7/*.pb.gz", dir);
+        CHECK_EQ(pprof_raw_totals(cmd, w1, 4), 2);
+        b = http_get_ok(n[2].port,
+                        "/api/v1/diff?format=json&from=-1d&to=now&select=%7Bservice%3D%22svc0%22%7D"
+                        "&base_select=%7Bservice%3D%22svc7%22%7D",
+                        NULL);
+        char want_t[96];
+        snprintf(want_t, sizeof want_t, "\"total\":%lld,\"base_total\":%lld,", (long long)w0[1],
+                 (long long)w1[1]);
+        CHECK_CONTAINS((char *)b.data, want_t);
+        cp_buf_close(&b);
+    }
+    /* the peers' failures are counted (none yet) */
+    snprintf(cmd, sizeof cmd, "contprof_cluster_peer_failures_total{peer=\"%s\"}", n[1].url);
+    CHECK_EQ(metric(n[2].port, cmd, NULL), 0);
+
     /* node 2 stopped: answers are partial, and say which peer is missing */
     CHECK_EQ(stop_daemon_within(&n[1].p, SIGTERM, 60), 0);
     b = http_get_ok(n[2].port, "/api/v1/profile?format=json&from=-1d&to=now", NULL);
@@ -316,6 +337,7 @@ TEST(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down)
     raw = raw_get(n[2].port, "/api/v1/profile?format=folded&from=-1d&to=now");
     CHECK_CONTAINS(raw, hdr);
     free(raw);
+    CHECK(metric(n[2].port, cmd, NULL) >= 4); /* the four questions above */
     /* what node 3 still has is the other nodes' part: less than the whole */
     cp_profile *part = query_cpu(n[2].port, "", NULL);
     CHECK(cp_profile_total(part, 1) < want[1]);
