@@ -513,7 +513,10 @@ int main(int argc, char **argv)
 fail_msg:
     cp_log_error("contprofd: %s", err.msg[0] ? err.msg : "out of memory");
     if (d.http && d.loop) {
-        /* A server that failed to listen still holds a handle: close it. */
+        /* A server that failed to listen still holds a handle: close it. The signal handles
+         * too, or the loop waits for a signal (a bad kafka.* property hung here). */
+        uv_close((uv_handle_t *)&d.sigint, NULL);
+        uv_close((uv_handle_t *)&d.sigterm, NULL);
         cp_http_server_shutdown(d.http, NULL, NULL);
         uv_run(d.loop, UV_RUN_DEFAULT);
     }

@@ -627,6 +627,23 @@ TEST(bad_cluster_settings_are_named)
     char buf[8192];
     slurp(log, buf, sizeof buf);
     CHECK_CONTAINS(buf, "needs cluster.token");
+    /* a failure once the HTTP server runs (here librdkafka refusing a property) exits too,
+     * instead of waiting for a signal */
+    f = fopen(conf, "w");
+    CHECK(f);
+    fprintf(f, "cluster.partitions = 0-1\nkafka.no.such.prop = 1\n");
+    fclose(f);
+    fflush(NULL);
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        FILE *fl = freopen(log, "w", stderr);
+        if (fl) dup2(2, 1);
+        exec_contprofd(args);
+    }
+    CHECK_EQ(wait_exit(pid, 60), 1);
+    slurp(log, buf, sizeof buf);
+    CHECK_CONTAINS(buf, "no.such.prop");
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     sh(cmd);
