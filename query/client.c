@@ -17,7 +17,8 @@ typedef struct resp_ctx {
     cp_http_result *out;
     size_t max_body;
     int done, too_big, nomem;
-    int in_ct; /* current header is Content-Type */
+    int in_ct;      /* current header is Content-Type */
+    int in_partial; /* current header is Contprof-Partial */
     char field[32];
     size_t field_len;
     int in_value;
@@ -53,6 +54,14 @@ static int on_hvalue(http_parser *p, const char *at, size_t n)
         c->in_value = 1;
         c->in_ct = c->field_len == 12 && strncasecmp(c->field, "content-type", 12) == 0;
         if (c->in_ct) c->out->content_type[0] = 0;
+        c->in_partial = c->field_len == 16 && strncasecmp(c->field, "contprof-partial", 16) == 0;
+    }
+    if (c->in_partial) {
+        size_t l = strlen(c->out->partial), room = sizeof c->out->partial - 1 - l;
+        if (n > room) n = room;
+        memcpy(c->out->partial + l, at, n);
+        c->out->partial[l + n] = 0;
+        return 0;
     }
     if (c->in_ct) {
         size_t l = strlen(c->out->content_type);

@@ -11,7 +11,8 @@
 typedef struct cp_http_result {
     int status;
     char content_type[128];
-    cp_buf body; /* owned by the caller: cp_buf_close */
+    char partial[256]; /* Contprof-Partial: the cluster peers missing from the answer, or "" */
+    cp_buf body;       /* owned by the caller: cp_buf_close */
 } cp_http_result;
 
 /* GETs base_url (http://host:port[/prefix]) + path_query ("/api/v1/...?..."), with

@@ -338,6 +338,18 @@ TEST(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down)
     CHECK_CONTAINS(raw, hdr);
     free(raw);
     CHECK(metric(n[2].port, cmd, NULL) >= 4); /* the four questions above */
+    /* the CLI says so too, on stderr, and still prints what it got */
+    snprintf(cmd, sizeof cmd,
+             "'%s/query/contprof' top --server %s --from -1d --to now >'%s/top.out' 2>'%s/top.err'",
+             bindir(), n[2].url, dir, dir);
+    sh(cmd);
+    {
+        char errs[4096], want_w[160];
+        snprintf(path, sizeof path, "%s/top.err", dir);
+        slurp(path, errs, sizeof errs);
+        snprintf(want_w, sizeof want_w, "partial answer: no part from %s", n[1].url);
+        CHECK_CONTAINS(errs, want_w);
+    }
     /* what node 3 still has is the other nodes' part: less than the whole */
     cp_profile *part = query_cpu(n[2].port, "", NULL);
     CHECK(cp_profile_total(part, 1) < want[1]);
