@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "client.h"
 #include "envelope.h"
@@ -43,6 +44,11 @@ struct cp_fanout {
     int64_t asked_ns; /* CLOCK_MONOTONIC of the last question; 0 = never */
     int stop;
     _Atomic uint64_t failures[MAX_PEERS]; /* parts a peer did not give (query fan-out) */
+    /* This node's own URL may be in the list under another spelling (a host name, 0.0.0.0
+     * vs an address): asking itself would count its own data twice. Each request carries
+     * node=ID; a node that sees its own ID answers 421, and that peer is skipped after. */
+    char id[24];
+    _Atomic int self[MAX_PEERS];
 };
 
 /* The request running on this thread. */
@@ -96,6 +102,16 @@ int cp_fanout_create(const cp_fanout_options *o, cp_fanout **out, cp_err *err)
     }
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->wake, NULL);
+    uint64_t r = 0;
+    FILE *ur = fopen("/dev/urandom", "rb");
+    if (!ur || fread(&r, sizeof r, 1, ur) != 1) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        r = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() << 32 ^
+            (uint64_t)ts.tv_sec;
+    }
+    if (ur) fclose(ur);
+    snprintf(f->id, sizeof f->id, "%016" PRIx64, r);
     int rc = 0;
     char *save = NULL;
     for (char *t = strtok_r(list, ",", &save); t && !rc; t = strtok_r(NULL, ",", &save)) {
@@ -180,7 +196,13 @@ static char *params_take(cp_params *pa, const char *name)
 int cp_fanout_begin(const cp_fanout *f, cp_params *pa, const char **tenant, cp_http_response *r)
 {
     memset(&g_req, 0, sizeof g_req);
-    (void)f;
+    char *node = params_take(pa, "node");
+    int itself = node && f && strcmp(node, f->id) == 0;
+    free(node);
+    if (itself) {
+        cp_http_error(r, 421, "node %s is the asking node itself", f->id);
+        return -1;
+    }
     char *local = params_take(pa, "local");
     int bad_local = local && strcmp(local, "1") != 0;
     free(local);
@@ -267,7 +289,7 @@ typedef struct call {
     const char *pq;
     int64_t timeout_ms;
     pthread_t th;
-    int started, ok;
+    int started, ok, self;
     cp_http_result res;
 } call;
 
@@ -279,6 +301,8 @@ static void *call_run(void *arg)
                          &c->res, &err);
     if (rc) {
         cp_log_warn("peer %s: %s", c->f->peers[c->peer], err.msg);
+    } else if (c->res.status == 421) {
+        c->self = 1;
     } else if (c->res.status != 200) {
         cp_log_warn("peer %s answered %d to %.200s: %.*s", c->f->peers[c->peer], c->res.status,
                     c->pq, (int)(c->res.body.len < 200 ? c->res.body.len : 200),
@@ -307,7 +331,7 @@ static int fan_start(const cp_fanout *f, cp_buf *pq, const char *tenant, int64_t
                      fan *out, cp_err *err)
 {
     memset(out, 0, sizeof *out);
-    int rc = cp_buf_printf(pq, "&local=1");
+    int rc = cp_buf_printf(pq, "&local=1&node=%s", f->id);
     if (!rc && f->token) {
         rc = cp_buf_printf(pq, "&tenant=");
         if (!rc) rc = cp_url_encode(pq, tenant);
@@ -329,7 +353,9 @@ static int fan_start(const cp_fanout *f, cp_buf *pq, const char *tenant, int64_t
     for (uint32_t i = 0; i < f->n; i++) {
         call *c = &out->calls[i];
         *c = (call){.f = f, .peer = i, .pq = (const char *)pq->data, .timeout_ms = ms};
-        if (pthread_create(&c->th, NULL, call_run, c) == 0)
+        if (atomic_load(&((cp_fanout *)f)->self[i]))
+            c->self = 1; /* not asked */
+        else if (pthread_create(&c->th, NULL, call_run, c) == 0)
             c->started = 1;
         else
             call_run(c); /* no thread: ask this one in turn */
@@ -343,7 +369,11 @@ static void fan_wait(fan *fa)
     for (uint32_t i = 0; i < fa->n; i++) {
         call *c = &fa->calls[i];
         if (c->started) pthread_join(c->th, NULL);
-        if (!c->ok) {
+        if (c->self) {
+            if (!atomic_exchange(&((cp_fanout *)c->f)->self[c->peer], 1))
+                cp_log_info("cluster: peer %s is this node itself: not asked again",
+                            c->f->peers[c->peer]);
+        } else if (!c->ok) {
             g_req.missing[c->peer] = 1;
             atomic_fetch_add(&((cp_fanout *)c->f)->failures[c->peer], 1);
         }
@@ -765,8 +795,11 @@ static void *offsets_run(void *arg)
         cp_http_result res = {0};
         cp_err err = {0};
         char *parts = NULL;
-        int rc = cp_http_get(f->peers[i], "/api/v1/ingest/offsets?local=1", f->token, 2000,
-                             (size_t)4 << 20, &res, &err);
+        char pq[96];
+        snprintf(pq, sizeof pq, "/api/v1/ingest/offsets?local=1&node=%s", f->id);
+        int rc = atomic_load(&f->self[i])
+                     ? -1
+                     : cp_http_get(f->peers[i], pq, f->token, 2000, (size_t)4 << 20, &res, &err);
         if (!rc && res.status == 200) parts = partitions_of(&res.body);
         cp_buf_close(&res.body);
         pthread_mutex_lock(&f->mu);
@@ -821,6 +854,7 @@ int cp_fanout_offsets(cp_fanout *f, const cp_http_request *req, cp_http_response
                 free(oa);
         }
         const char *p = f->slots[i].parts;
+        if (atomic_load(&f->self[i])) continue; /* this node: its partitions are listed */
         if (p && *p) {
             if (!rc) rc = cp_buf_printf(&r->body, "%s%s", comma ? "," : "", p);
             comma = 1;

@@ -402,8 +402,12 @@ TEST(tokens_tenants_and_the_cluster_token)
     CHECK(q);
     snprintf(brokers, sizeof brokers, "%.*s", (int)strcspn(q + 11, "\""), q + 11);
     cp_buf_close(&bb);
+    /* node 2 finds itself in its list under another name: it must not ask itself (its own
+     * part would count twice) */
+    static char peers2[160];
+    snprintf(peers2, sizeof peers2, "http://127.0.0.1:%d,http://localhost:%d", ports[0], ports[1]);
     const char *a2[] = {"--config",     conf[1],     "--data", data[1],   "--http",
-                        listen[1],      "--brokers", brokers,  "--peers", peers,
+                        listen[1],      "--brokers", brokers,  "--peers", peers2,
                         "--partitions", "2-3",       NULL};
     memcpy(n[1].args, a2, sizeof a2);
     node_start(&n[1]);
@@ -429,6 +433,12 @@ TEST(tokens_tenants_and_the_cluster_token)
     /* both nodes hold part of team-a's data */
     CHECK(metric(n[0].port, "contprof_ingest_windows_total", "aaaaaaaaaaaa") > 0);
     CHECK(metric(n[1].port, "contprof_ingest_windows_total", "aaaaaaaaaaaa") > 0);
+    {
+        char lg[1 << 15], self[96];
+        slurp(n[1].log, lg, sizeof lg);
+        snprintf(self, sizeof self, "peer http://localhost:%d is this node itself", ports[1]);
+        CHECK_CONTAINS(lg, self);
+    }
     p = query_cpu(n[0].port, "", "bbbbbbbbbbbb");
     CHECK_EQ(cp_profile_total(p, 1), wb[1]);
     cp_profile_destroy(p);
