@@ -128,6 +128,8 @@ int cp_api_is_light(void *api, const cp_http_request *req)
     if (ep == EP_SYMBOLS)
         return strcmp(req->method, "POST") == 0 ? CP_HTTP_LANE_HEAVY : CP_HTTP_LANE_LOOP;
     if (ep == EP_OTHER || strcmp(req->method, "GET") != 0) return CP_HTTP_LANE_LOOP;
+    /* A peer's request for its part never waits on other nodes: its own lane (fanout.h). */
+    if (cp_fanout_is_part_request(req)) return CP_HTTP_LANE_PEER;
     /* Index reads stay quick whatever the window: their own slots, never behind merges. */
     if (ep == EP_SERIES || ep == EP_LABELS || ep == EP_VALUES) return CP_HTTP_LANE_CHEAP;
     return CP_HTTP_LANE_HEAVY;

@@ -437,6 +437,7 @@ int main(int argc, char **argv)
     ho.write_timeout_ns = d.cfg.write_timeout_ns;
     ho.max_inflight_bytes = d.cfg.output_budget;
     ho.cheap_concurrency = d.cfg.cheap_concurrency;
+    ho.peer_concurrency = d.fanout ? d.cfg.concurrency : 0; /* peers' parts: own slots */
     ho.max_conns_per_client = d.cfg.max_conns_per_client;
     ho.reserved_connections = d.cfg.healthz_connections;
     ho.handle = cp_api_handle;

@@ -193,6 +193,13 @@ static char *params_take(cp_params *pa, const char *name)
     return NULL;
 }
 
+int cp_fanout_is_part_request(const cp_http_request *req)
+{
+    for (const char *q = req->query; q && (q = strstr(q, "local=1")); q += 7)
+        if ((q == req->query || q[-1] == '&') && (q[7] == 0 || q[7] == '&')) return 1;
+    return 0;
+}
+
 int cp_fanout_begin(const cp_fanout *f, cp_params *pa, const char **tenant, cp_http_response *r)
 {
     memset(&g_req, 0, sizeof g_req);

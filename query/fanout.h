@@ -41,6 +41,11 @@ uint32_t cp_fanout_npeers(const cp_fanout *f);
  * tenant from the `tenant` parameter instead of authenticating a tenant's token. */
 int cp_fanout_is_peer(const cp_fanout *f, const cp_http_request *req);
 
+/* 1 if req asks for this node's part only (`local=1`): what the API runs in
+ * CP_HTTP_LANE_PEER. A cheap look at the raw query string; the parameter is checked when
+ * the request runs. */
+int cp_fanout_is_part_request(const cp_http_request *req);
+
 /* Starts a request on this thread: forgets the previous request's state, removes `local`
  * (and, for a peer, `tenant`) from pa. For a peer (*tenant == ""), *tenant becomes the
  * `tenant` parameter (kept in pa's memory). Returns 0, or -1 with a 4xx set in r: `local`

@@ -8,6 +8,7 @@
  * test runs two nodes with tenant tokens and a cluster token. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -597,6 +598,98 @@ TEST(a_partition_handed_to_a_new_node_is_read_once)
     sh(cmd);
 }
 
+/* ---- fan-outs on every node at once do not wait on each other ----------------------- */
+
+typedef struct qthread {
+    pthread_t th;
+    int port;
+    int status, partial;
+} qthread;
+
+static void *qthread_run(void *arg)
+{
+    qthread *q = arg;
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", q->port);
+    cp_http_result r;
+    cp_err err = {0};
+    if (cp_http_get(url, "/api/v1/profile?format=json&from=-1d&to=now", NULL, 60000, 0, &r, &err)) {
+        q->status = -1;
+        return NULL;
+    }
+    q->status = r.status;
+    q->partial = r.partial[0] != 0;
+    cp_buf_close(&r.body);
+    return NULL;
+}
+
+TEST(concurrent_fanouts_on_every_node_do_not_deadlock)
+{
+    char dir[] = "/tmp/cp-cluster-dl-XXXXXX", cmd[1600], peers[160], brokers[256];
+    CHECK(mkdtemp(dir));
+    int ports[2];
+    pick_ports(ports, 2);
+    snprintf(peers, sizeof peers, "http://127.0.0.1:%d,http://127.0.0.1:%d", ports[0], ports[1]);
+    /* one heavy slot per node: a fanning query holds it while it waits for the other's part */
+    static char conf[700], data[2][600], listen[2][64];
+    snprintf(conf, sizeof conf, "%s/n.conf", dir);
+    FILE *f = fopen(conf, "w");
+    CHECK(f);
+    fprintf(f, "embedded.partitions = 2\nquery.concurrency = 1\ncluster.peer_timeout = 4s\n");
+    fclose(f);
+    node n[2];
+    memset(n, 0, sizeof n);
+    for (int i = 0; i < 2; i++) {
+        n[i].port = ports[i];
+        snprintf(n[i].url, sizeof n[i].url, "http://127.0.0.1:%d", ports[i]);
+        snprintf(n[i].log, sizeof n[i].log, "%s/node%d.log", dir, i + 1);
+        snprintf(data[i], sizeof data[i], "%s/data%d", dir, i + 1);
+        snprintf(listen[i], sizeof listen[i], "127.0.0.1:%d", ports[i]);
+    }
+    const char *a1[] = {"--config", conf,  "--data",       data[0], "--http", listen[0],
+                        "--peers",  peers, "--partitions", "0",     NULL};
+    memcpy(n[0].args, a1, sizeof a1);
+    node_start(&n[0]);
+    wait_healthy(&n[0]);
+    cp_buf bb = http_get_ok(n[0].port, "/api/v1/brokers", NULL);
+    const char *q = strstr((char *)bb.data, "\"brokers\":\"");
+    CHECK(q);
+    snprintf(brokers, sizeof brokers, "%.*s", (int)strcspn(q + 11, "\""), q + 11);
+    cp_buf_close(&bb);
+    const char *a2[] = {"--config",     conf,        "--data", data[1],   "--http",
+                        listen[1],      "--brokers", brokers,  "--peers", peers,
+                        "--partitions", "1",         NULL};
+    memcpy(n[1].args, a2, sizeof a2);
+    node_start(&n[1]);
+    wait_healthy(&n[1]);
+    for (int s = 0; s < 4; s++) {
+        snprintf(cmd, sizeof cmd,
+                 "mkdir -p '%s/s%d' && '%s/bench/genwindows' '%s/s%d' 5 2000 1000 && "
+                 "'%s/query/contprof' import --server %s --service s%d '%s/s%d'/*.pb.gz "
+                 "2>>'%s/import.log'",
+                 dir, s, bindir(), dir, s, bindir(), n[0].url, s, dir, s, dir);
+        sh(cmd);
+    }
+    /* 6 queries at each node at once: every heavy slot is taken by a query that waits for
+     * the other node's part, which must not queue behind them */
+    qthread qs[12];
+    for (int i = 0; i < 12; i++) {
+        qs[i] = (qthread){.port = ports[i % 2]};
+        CHECK(pthread_create(&qs[i].th, NULL, qthread_run, &qs[i]) == 0);
+    }
+    int partial = 0;
+    for (int i = 0; i < 12; i++) {
+        pthread_join(qs[i].th, NULL);
+        CHECK_EQ(qs[i].status, 200);
+        partial += qs[i].partial;
+    }
+    CHECK_EQ(partial, 0);
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ(stop_daemon_within(&n[i].p, SIGTERM, 60), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    sh(cmd);
+}
+
 /* ---- configuration errors ------------------------------------------------------------ */
 
 TEST(bad_cluster_settings_are_named)
@@ -673,4 +766,4 @@ TEST(bad_cluster_settings_are_named)
 
 TEST_MAIN(T(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down),
           T(tokens_tenants_and_the_cluster_token), T(a_partition_handed_to_a_new_node_is_read_once),
-          T(bad_cluster_settings_are_named))
+          T(concurrent_fanouts_on_every_node_do_not_deadlock), T(bad_cluster_settings_are_named))
