@@ -635,7 +635,7 @@ TEST(concurrent_fanouts_on_every_node_do_not_deadlock)
     snprintf(conf, sizeof conf, "%s/n.conf", dir);
     FILE *f = fopen(conf, "w");
     CHECK(f);
-    fprintf(f, "embedded.partitions = 2\nquery.concurrency = 1\ncluster.peer_timeout = 4s\n");
+    fprintf(f, "embedded.partitions = 2\nquery.concurrency = 1\ncluster.peer_timeout = 15s\n");
     fclose(f);
     node n[2];
     memset(n, 0, sizeof n);
