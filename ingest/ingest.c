@@ -4,6 +4,7 @@
  * assignment it seeks each partition to the offset stored with the data, so a SIGKILL at
  * any moment loses nothing and stores nothing twice. */
 #include "ingest.h"
+#include "assign.h"
 #include "broker.h"
 #include "envelope.h"
 #include "log.h"
@@ -368,7 +369,9 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                  * without librdkafka's offset query, which a partition assigned before its
                  * leader is known retries only after 500 ms: a sender waiting for its first
                  * windows to be stored would wait that long. */
-                tp->offset = 0;
+                /* (a partition handed over to this node starts where its last owner ended:
+                 * cluster.partitions P@OFFSET, set in tp by cp_assign_list) */
+                tp->offset = tp->offset >= 0 ? tp->offset : 0;
                 next = -1;
             }
             if (p) {
@@ -1082,9 +1085,18 @@ fail:
 int cp_ingest_start(cp_ingest *in, cp_err *err)
 {
     if (in->started) return 0;
-    rd_kafka_topic_partition_list_t *t = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(t, in->topic, RD_KAFKA_PARTITION_UA);
-    rd_kafka_resp_err_t ke = rd_kafka_subscribe(in->rk, t);
+    rd_kafka_topic_partition_list_t *t;
+    rd_kafka_resp_err_t ke = 0;
+    if (in->o.partitions && *in->o.partitions) {
+        /* Static ownership: this node's partitions, sought as a group's assignment would be
+         * (rebalance_cb), before the thread polls. */
+        if (!(t = cp_assign_list(in->topic, in->o.partitions, err))) return err->code;
+        rebalance_cb(in->rk, RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS, t, in);
+    } else {
+        t = rd_kafka_topic_partition_list_new(1);
+        rd_kafka_topic_partition_list_add(t, in->topic, RD_KAFKA_PARTITION_UA);
+        ke = rd_kafka_subscribe(in->rk, t);
+    }
     rd_kafka_topic_partition_list_destroy(t);
     if (ke)
         return cp_err_set(err, CP_EKAFKA, "ingest: subscribe to %s: %s", in->topic,

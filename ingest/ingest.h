@@ -39,6 +39,10 @@ typedef struct cp_ingest_options {
      * with one of its tenant's tokens (cp_envelope_verify), else it goes to the DLQ with
      * reason "tenant". NULL = no check (a single-tenant daemon on loopback). */
     const char *const *tenant_tokens;
+    /* Static ownership (a cluster node's `cluster.partitions`, ingest/assign.h grammar, kept
+     * by reference): these partitions are assigned at start, without a consumer group, each
+     * at the offset stored with the data, and never move. NULL = the consumer group. */
+    const char *partitions;
 } cp_ingest_options;
 
 /* Why a message went to the dead-letter topic (the "contprof-reason" header). */

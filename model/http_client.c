@@ -185,6 +185,7 @@ static int parse_head(resp_rd *r, const char *head, size_t n, cp_err *err)
                           head);
     r->out->status = status;
     r->out->content_type[0] = 0;
+    r->out->partial[0] = 0;
     int chunked = 0, have_len = 0;
     uint64_t len = 0;
     const char *p = memchr(head, '\n', n) + 1, *end = head + n;
@@ -200,6 +201,8 @@ static int parse_head(resp_rd *r, const char *head, size_t n, cp_err *err)
         char v[128];
         if (nl_name == 12 && !strncasecmp(p, "content-type", 12)) {
             header_value(colon + 1, vl, r->out->content_type, sizeof r->out->content_type);
+        } else if (nl_name == 16 && !strncasecmp(p, "contprof-partial", 16)) {
+            header_value(colon + 1, vl, r->out->partial, sizeof r->out->partial);
         } else if (nl_name == 14 && !strncasecmp(p, "content-length", 14)) {
             header_value(colon + 1, vl, v, sizeof v);
             char *e;

@@ -18,6 +18,9 @@
 typedef struct cp_http_result {
     int status;
     char content_type[128]; /* "" when the response has none; cut at 127 bytes */
+    /* Contprof-Partial: the cluster peers whose part is missing from the answer (query/
+     * fanout.c), or "" for a whole answer; cut at 255 bytes. */
+    char partial[256];
     /* Owned by the caller (cp_buf_close). After a successful call data is never NULL and
      * is NUL-terminated at len (the NUL not counted), so JSON and text can be read as C
      * strings up to the first NUL they hold. */

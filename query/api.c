@@ -10,6 +10,7 @@
 
 #include "envelope.h"
 #include "json.h"
+#include "fanout.h"
 #include "log.h"
 #include "merge.h"
 #include "params.h"
@@ -128,6 +129,8 @@ int cp_api_is_light(void *api, const cp_http_request *req)
     if (ep == EP_SYMBOLS)
         return strcmp(req->method, "POST") == 0 ? CP_HTTP_LANE_HEAVY : CP_HTTP_LANE_LOOP;
     if (ep == EP_OTHER || strcmp(req->method, "GET") != 0) return CP_HTTP_LANE_LOOP;
+    /* A peer's request for its part never waits on other nodes: its own lane (fanout.h). */
+    if (cp_fanout_is_part_request(req)) return CP_HTTP_LANE_PEER;
     /* Index reads stay quick whatever the window: their own slots, never behind merges. */
     if (ep == EP_SERIES || ep == EP_LABELS || ep == EP_VALUES) return CP_HTTP_LANE_CHEAP;
     return CP_HTTP_LANE_HEAVY;
@@ -519,7 +522,8 @@ static void ep_profile(cp_api *a, const char *tenant, const cp_params *pa,
     cp_query_limits lim;
     limits_of(a, req, &lim);
     cp_profile *p = NULL;
-    int rc = cp_store_query(a->o.store, tenant, q.kind, &q.sel, q.from, q.to, &lim, &p, &err);
+    int rc = cp_fanout_query(a->o.fanout, a->o.store, tenant, q.kind, &q.sel,
+                             cp_params_get(pa, "select"), q.from, q.to, &lim, &p, &err);
     cp_selector_close(&q.sel);
     if (!rc) rc = name_frames(a, tenant, p, &err);
     if (rc) {
@@ -564,8 +568,11 @@ static void ep_diff(cp_api *a, const char *tenant, const cp_params *pa,
         goto out;
     cp_query_limits lim;
     limits_of(a, req, &lim);
-    int rc = cp_store_query(a->o.store, tenant, kind, &sel, from, to, &lim, &p, &err);
-    if (!rc) rc = cp_store_query(a->o.store, tenant, kind, &bsel, bfrom, bto, &lim, &b, &err);
+    int rc = cp_fanout_query(a->o.fanout, a->o.store, tenant, kind, &sel,
+                             cp_params_get(pa, "select"), from, to, &lim, &p, &err);
+    if (!rc)
+        rc = cp_fanout_query(a->o.fanout, a->o.store, tenant, kind, &bsel,
+                             bs ? bs : cp_params_get(pa, "select"), bfrom, bto, &lim, &b, &err);
     if (!rc) rc = name_frames(a, tenant, p, &err);
     if (!rc) rc = name_frames(a, tenant, b, &err);
     if (rc) {
@@ -699,8 +706,9 @@ static void ep_timeline(cp_api *a, const char *tenant, const cp_params *pa,
     limits_of(a, req, &lim);
     int64_t *vals = NULL;
     uint32_t nsteps = 0, ntypes = 0;
-    int rc = cp_store_timeline(a->o.store, tenant, q.kind, &q.sel, q.from, q.to, step, &lim,
-                               &vals, &nsteps, &ntypes, &err);
+    int rc = cp_fanout_timeline(a->o.fanout, a->o.store, tenant, q.kind, &q.sel,
+                                cp_params_get(pa, "select"), q.from, q.to, step, &lim, &vals,
+                                &nsteps, &ntypes, &err);
     cp_selector_close(&q.sel);
     if (rc) {
         store_error(req, rc, &err, r);
@@ -764,7 +772,8 @@ static void ep_series(cp_api *a, const char *tenant, const cp_params *pa,
     cp_selector sel = {0};
     if (parse_selector(cp_params_get(pa, "select"), &sel, "select", r)) return;
     cp_series_list l = {0};
-    int rc = cp_store_series(a->o.store, tenant, &sel, from, to, &l, &err);
+    int rc = cp_fanout_series(a->o.fanout, a->o.store, tenant, &sel, cp_params_get(pa, "select"),
+                              from, to, req->deadline_ns, &l, &err);
     cp_selector_close(&sel);
     if (rc) {
         store_error(req, rc, &err, r);
@@ -824,7 +833,7 @@ static void ep_labels(cp_api *a, const char *tenant, const cp_params *pa,
         return;
     }
     cp_string_list l = {0};
-    int rc = cp_store_label_names(a->o.store, tenant, &l, &err);
+    int rc = cp_fanout_labels(a->o.fanout, a->o.store, tenant, NULL, req->deadline_ns, &l, &err);
     if (rc) store_error(req, rc, &err, r);
     else string_list_json("labels", NULL, &l, r);
     cp_string_list_close(&l);
@@ -857,7 +866,7 @@ static void ep_values(cp_api *a, const char *tenant, const cp_params *pa,
         return;
     }
     cp_string_list l = {0};
-    int rc = cp_store_label_values(a->o.store, tenant, name, &l, &err);
+    int rc = cp_fanout_labels(a->o.fanout, a->o.store, tenant, name, req->deadline_ns, &l, &err);
     if (rc) store_error(req, rc, &err, r);
     else string_list_json("values", name, &l, r);
     cp_string_list_close(&l);
@@ -1018,6 +1027,7 @@ static void ep_metrics(cp_api *a, cp_http_response *r)
       "# TYPE contprof_uptime_seconds gauge\ncontprof_uptime_seconds %.0f\n",
       (double)(cp_now_ns() - a->started_ns) / 1e9);
 #undef P
+    if (!rc) rc = cp_fanout_metrics(a->o.fanout, b);
     if (rc) oom(r);
 }
 
@@ -1025,7 +1035,7 @@ static void ep_metrics(cp_api *a, cp_http_response *r)
  * the offsets below it that are not stored (DLQ, lost), so that a sender that knows its
  * messages' offsets (from the delivery reports) can tell when, and whether, they are stored.
  * Not per tenant: partitions are shared, and offsets say nothing of anyone's data. */
-static void ep_offsets(cp_api *a, cp_http_response *r)
+static void ep_offsets(cp_api *a, const cp_http_request *req, cp_http_response *r)
 {
     cp_api_ingest_stats in = {0};
     if (a->o.ingest_stats) a->o.ingest_stats(a->o.ingest_arg, &in);
@@ -1057,6 +1067,7 @@ static void ep_offsets(cp_api *a, cp_http_response *r)
         }
         if (!rc) rc = cp_buf_printf(b, "]}");
     }
+    if (!rc) rc = cp_fanout_offsets(a->o.fanout, req, r, in.nparts > 0); /* a cluster's */
     if (!rc) rc = cp_buf_printf(b, "]}\n");
     if (rc) oom(r);
 }
@@ -1103,7 +1114,8 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
             ep_metrics(a, r);
             r->compressible = 1;
         } else if (strcmp(req->path, "/api/v1/ingest/offsets") == 0) {
-            if (authenticate(a, req, r)) ep_offsets(a, r);
+            if (cp_fanout_is_peer(a->o.fanout, req) || authenticate(a, req, r))
+                ep_offsets(a, req, r);
         } else if (strcmp(req->path, "/api/v1/brokers") == 0) {
             /* Where to write is for producers holding a token: with tokens configured, a
              * process without one learns nothing from here. */
@@ -1116,12 +1128,18 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
         }
         return;
     }
-    const char *tenant = authenticate(a, req, r);
+    /* a peer asking for its part presents the cluster token and names the tenant */
+    const char *tenant =
+        ep != EP_SYMBOLS && cp_fanout_is_peer(a->o.fanout, req) ? "" : authenticate(a, req, r);
     if (!tenant) return;
     cp_params pa = {0};
     cp_err err = {0};
     if (cp_params_parse(req->query, &pa, &err)) {
         cp_http_error(r, err.code == CP_ENOMEM ? 503 : 400, "%s", err.msg);
+        cp_params_close(&pa);
+        return;
+    }
+    if (cp_fanout_begin(a->o.fanout, &pa, &tenant, r)) {
         cp_params_close(&pa);
         return;
     }
@@ -1135,6 +1153,7 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
     case EP_VALUES: ep_values(a, tenant, &pa, req, r); break;
     case EP_SYMBOLS: ep_symbols(a, tenant, &pa, req, r); break;
     }
+    cp_fanout_end(a->o.fanout, r);
     cp_params_close(&pa);
     if (strcmp(r->content_type, "application/octet-stream") == 0) r->compressible = 0;
 }

@@ -79,6 +79,7 @@ typedef struct cp_api_options {
     cp_symbols *symbols;           /* names unsymbolized frames at query time; may be NULL */
     const char *metrics_token;     /* the only token /metrics takes; NULL: any tenant's token
                                       (none needed when no tokens are configured); copied */
+    struct cp_fanout *fanout;      /* the cluster's peers (query/fanout.h); NULL = alone */
     cp_api_stats_fn ingest_stats;  /* may be NULL */
     void *ingest_arg;
 } cp_api_options;

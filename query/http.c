@@ -40,7 +40,7 @@ struct cp_http_server {
     conn *conns; /* doubly linked */
     uint32_t nconns; /* allocated, closing ones included */
     uint32_t nlive;  /* not closing */
-    lane lanes[2];   /* 0: heavy (libuv's threadpool), 1: cheap (the threads below) */
+    lane lanes[3];   /* 0: heavy (libuv's threadpool), 1: cheap and 2: peer (the threads below) */
     /* The cheap lane's own threads, so that merges on libuv's threadpool (at a lower CPU
      * priority) never hold the thread a cheap request needs. */
     pthread_t *cheap_threads;
@@ -671,7 +671,7 @@ static void pump_lane(cp_http_server *s, lane *l)
             continue;
         }
         l->nrunning++;
-        if (l == &s->lanes[1]) {
+        if (l != &s->lanes[0]) { /* the threads run at most as many jobs as both lanes' slots */
             cheap_submit(s, j);
             continue;
         }
@@ -689,6 +689,7 @@ static void pump_lane(cp_http_server *s, lane *l)
 
 static void pump(cp_http_server *s)
 {
+    pump_lane(s, &s->lanes[2]);
     pump_lane(s, &s->lanes[1]);
     pump_lane(s, &s->lanes[0]);
 }
@@ -753,7 +754,9 @@ static void conn_dispatch(conn *c)
     }
     int ln = s->opt.is_light ? s->opt.is_light(s->opt.ctx, &j->req) : CP_HTTP_LANE_HEAVY;
     if (ln != CP_HTTP_LANE_LOOP) {
-        j->lane = ln == CP_HTTP_LANE_CHEAP ? 1 : 0;
+        j->lane = ln == CP_HTTP_LANE_CHEAP                             ? 1
+                  : ln == CP_HTTP_LANE_PEER && s->opt.peer_concurrency ? 2
+                                                                       : 0;
         lane *l = &s->lanes[j->lane];
         if (l->nqueued >= s->opt.max_queued) {
             cp_http_error(&j->resp, 503,
@@ -991,6 +994,7 @@ int cp_http_server_create(uv_loop_t *loop, const cp_http_options *opt, cp_http_s
     if (!s->opt.cheap_concurrency) s->opt.cheap_concurrency = 1;
     s->lanes[0].concurrency = s->opt.concurrency;
     s->lanes[1].concurrency = s->opt.cheap_concurrency;
+    s->lanes[2].concurrency = s->opt.peer_concurrency;
     s->listener_closed = 1;
     struct sockaddr_storage addr;
     int rc;
@@ -1022,14 +1026,15 @@ int cp_http_server_create(uv_loop_t *loop, const cp_http_options *opt, cp_http_s
     uv_async_init(loop, &s->cheap_async, on_cheap_done);
     s->cheap_async.data = s;
     s->cheap_async_open = 1;
-    s->cheap_threads = calloc(s->opt.cheap_concurrency, sizeof *s->cheap_threads);
+    uint32_t nthreads = s->opt.cheap_concurrency + s->opt.peer_concurrency;
+    s->cheap_threads = calloc(nthreads, sizeof *s->cheap_threads);
     if (!s->cheap_threads) {
         cp_err_set(err, CP_ENOMEM, "http: out of memory");
         *out = s;
         s->shutting_down = 1;
         return CP_ENOMEM;
     }
-    for (uint32_t i = 0; i < s->opt.cheap_concurrency; i++) {
+    for (uint32_t i = 0; i < nthreads; i++) {
         if (pthread_create(&s->cheap_threads[i], NULL, cheap_main, s)) {
             cp_err_set(err, CP_EIO, "http: cannot start the cheap lane's threads");
             *out = s;
@@ -1062,7 +1067,8 @@ static void on_listener_closed(uv_handle_t *h)
 static void server_maybe_finished(cp_http_server *s)
 {
     if (!s->shutting_down || !s->listener_closed || s->nconns || s->lanes[0].nrunning ||
-        s->lanes[0].nqueued || s->lanes[1].nrunning || s->lanes[1].nqueued)
+        s->lanes[0].nqueued || s->lanes[1].nrunning || s->lanes[1].nqueued ||
+        s->lanes[2].nrunning || s->lanes[2].nqueued)
         return;
     if (s->cheap_async_open) {
         s->cheap_async_open = 0;

@@ -44,6 +44,10 @@ enum {
     CP_HTTP_LANE_LOOP = 1,  /* cheap and memory-only: inline on the loop thread */
     CP_HTTP_LANE_CHEAP = 2, /* short store reads: the threadpool, in their own
                                `cheap_concurrency` slots that heavy requests never take */
+    CP_HTTP_LANE_PEER = 3,  /* a cluster peer's request for its part (never waits on other
+                               nodes): `peer_concurrency` slots and threads of its own, so
+                               that nodes whose slots all wait on each other's parts cannot
+                               deadlock; heavy when peer_concurrency is 0 */
 };
 /* The lane of a request: CP_HTTP_LANE_LOOP for health, metrics, static answers and errors,
  * CP_HTTP_LANE_CHEAP for short store reads, CP_HTTP_LANE_HEAVY for queries. */
@@ -82,6 +86,8 @@ typedef struct cp_http_options {
                                       a query arriving over it, or an answer that would pass it,
                                       gets 503 with Retry-After; 0 = none; default 512 MiB */
     uint32_t cheap_concurrency;    /* CP_HTTP_LANE_CHEAP requests running at once; default 2 */
+    uint32_t peer_concurrency;     /* CP_HTTP_LANE_PEER requests running at once; 0 = they run
+                                      in the heavy lane; default 0 */
     uint32_t max_conns_per_client; /* connections from one peer address; 0 = no limit;
                                       default 256 */
     uint32_t reserved_connections; /* beyond max_connections, slots that may only ask

@@ -223,6 +223,11 @@ static int fetch(const char *cmd, const qopts *o, cp_buf *pq, cp_http_result *r)
         cp_buf_close(&r->body);
         return 1;
     }
+    if (r->partial[0]) /* a cluster answered without some nodes' parts: never silently */
+        fprintf(stderr,
+                "contprof %s: warning: partial answer: no part from %s (their data is "
+                "missing)\n",
+                cmd, r->partial);
     return 0;
 }
 

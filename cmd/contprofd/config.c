@@ -8,6 +8,7 @@
 
 #include "api.h"
 #include "broker.h"
+#include "fanout.h"
 #include "http.h"
 #include "params.h"
 #include "symbols.h"
@@ -56,6 +57,7 @@ int cp_config_init(cp_config *c)
     c->cheap_concurrency = ho.cheap_concurrency;
     c->max_conns_per_client = ho.max_conns_per_client;
     c->healthz_connections = ho.reserved_connections;
+    c->cluster_peer_timeout_ns = CP_FANOUT_DEFAULT_PEER_TIMEOUT_NS;
     if (set_str(&c->data_dir, CP_CONFIG_DEFAULT_DATA_DIR) || set_str(&c->http_host, ho.host) ||
         set_str(&c->brokers, "") || set_str(&c->log_level, "info") ||
         set_str(&c->symbols_dirs, so.dirs)) {
@@ -88,6 +90,9 @@ void cp_config_close(cp_config *c)
     free(c->log_level);
     free(c->symbols_dirs);
     free(c->metrics_token);
+    free(c->cluster_peers);
+    free(c->cluster_partitions);
+    free(c->cluster_token);
     kvs_close(&c->kafka);
     kvs_close(&c->tokens);
     memset(c, 0, sizeof *c);
@@ -193,6 +198,9 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
         {"symbols.max_upload_bytes", 3, &c->symbols_max_upload_bytes},
         {"symbols.max_table_bytes", 3, &c->symbols_max_table_bytes},
         {"symbols.cache_bytes", 3, &c->symbols_cache_bytes},
+        {"cluster.peers", 0, &c->cluster_peers},
+        {"cluster.partitions", 0, &c->cluster_partitions},
+        {"cluster.peer_timeout", 1, &c->cluster_peer_timeout_ns},
     };
     if (strcmp(key, "listen") == 0) return cp_config_set_listen(c, value, err);
     if (strncmp(key, "kafka.", 6) == 0 && key[6]) {
@@ -207,6 +215,13 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
                               "'metrics.token': a token must be at least 8 "
                               "characters");
         return set_str(&c->metrics_token, value) ? cp_err_set(err, CP_ENOMEM, "out of memory") : 0;
+    }
+    if (strcmp(key, "cluster.token") == 0) {
+        if (strlen(value) < 8)
+            return cp_err_set(err, CP_EPARSE,
+                              "'cluster.token': a token must be at least 8 "
+                              "characters");
+        return set_str(&c->cluster_token, value) ? cp_err_set(err, CP_ENOMEM, "out of memory") : 0;
     }
     if (strncmp(key, "token.", 6) == 0) {
         const char *tenant = key + 6;

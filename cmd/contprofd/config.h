@@ -42,6 +42,11 @@ typedef struct cp_config {
     /* server-side symbolization (query/symbols.c) */
     char *symbols_dirs; /* symbols.dirs = DIR[:DIR...] (default /usr/lib/debug/.build-id) */
     size_t symbols_max_upload_bytes, symbols_max_table_bytes, symbols_cache_bytes;
+    /* a node of a cluster (query/fanout.c, ingest/assign.c); NULL = alone */
+    char *cluster_peers;             /* cluster.peers = http://h:p,... (own URL may be listed) */
+    char *cluster_partitions;        /* cluster.partitions = 0-3: the partitions this node owns */
+    char *cluster_token;             /* cluster.token: what peers present to each other */
+    int64_t cluster_peer_timeout_ns; /* cluster.peer_timeout: longest wait for a peer's part */
 } cp_config;
 
 /* Sets every default. cp_config_close frees what is set. */

@@ -11,10 +11,12 @@
 
 #include "api.h"
 #include "config.h"
+#include "fanout.h"
 #include "http.h"
 #include "log.h"
 #include "store.h"
 #ifdef CP_HAVE_INGEST
+#include "assign.h"
 #include "broker.h"
 #include "ingest.h"
 #endif
@@ -26,6 +28,7 @@ typedef struct daemon {
     cp_api *api;
     cp_symbols *symbols;
     cp_http_server *http;
+    cp_fanout *fanout; /* the cluster's peers; NULL = alone */
     uv_signal_t sigint, sigterm;
     uv_timer_t rate_timer;
     int stopping;
@@ -44,10 +47,18 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: contprofd [--config FILE] [--data DIR] [--http ADDR:PORT] [--brokers LIST]\n"
+            "                 [--peers URL,URL,... --partitions A-B]\n"
             "  --config FILE     key = value settings (see query/README.md)\n"
             "  --data DIR        the store's directory (default /var/lib/contprof)\n"
             "  --http ADDR:PORT  the query API's address (default 127.0.0.1:7070)\n"
             "  --brokers LIST    Kafka bootstrap servers; none = the embedded broker\n"
+            "  --peers LIST      a cluster node: the other nodes' http://HOST:PORT URLs, asked\n"
+            "                    for their part of every query (cluster.peers)\n"
+            "  --partitions A-B  the topic's partitions this node owns and ingests, e.g. 0-3 or\n"
+            "                    0,4-5 (cluster.partitions); none = the consumer group\n"
+            "  --offsets         print the Kafka offsets stored in the store at --data (no\n"
+            "                    contprofd may have it open), as cluster.partitions P@OFFSET\n"
+            "                    items for the node that takes a partition over\n"
             "  --repair          repair the store at --data (no contprofd may have it open):\n"
             "                    LevelDB's repair, then dictionaries, indexes and rollups\n"
             "                    checked and rebuilt; prints what was lost, exits 0 if the\n"
@@ -202,7 +213,67 @@ static int repair(const cp_config *cfg)
     return 0;
 }
 
+/* ---- handing a partition over ------------------------------------------------------- */
+
+/* Prints, per partition of the topic, the next offset stored with the data: where a node
+ * that takes the partition over starts (cluster.partitions P@OFFSET). */
+static int print_offsets(const cp_config *cfg)
+{
+    cp_store_options so = {.path = cfg->data_dir};
+    cp_store *s = NULL;
+    cp_err err = {0};
+    if (cp_store_open(&so, &s, &err)) {
+        fprintf(stderr, "contprofd: %s\n", err.msg);
+        return 1;
+    }
+    const char *topic = cfg->topic && *cfg->topic ? cfg->topic : "contprof.profiles";
+    int n = 0;
+    for (int32_t p = 0; p < 4096; p++) {
+        int64_t next;
+        if (cp_store_get_offset(s, topic, p, &next, &err) == 0)
+            printf("%s%d@%lld", n++ ? "," : "", p, (long long)next);
+    }
+    if (n)
+        printf("\n");
+    else
+        printf("no offsets of %s stored in %s\n", topic, cfg->data_dir);
+    cp_store_close(s);
+    return 0;
+}
+
 /* ---- start-up ----------------------------------------------------------------------- */
+
+/* The cluster's side of the query API (query/README.md "A cluster of nodes"). */
+static int cluster_create(daemon_t *d, cp_err *err)
+{
+    const cp_config *c = &d->cfg;
+#ifdef CP_HAVE_INGEST
+    int32_t *parts;
+    uint32_t nparts;
+    if (c->cluster_partitions) {
+        /* checked here, before anything starts, rather than when ingest assigns them */
+        if (cp_assign_parse(c->cluster_partitions, &parts, NULL, &nparts, err)) return err->code;
+        free(parts);
+    }
+#endif
+    if (!c->cluster_peers || !*c->cluster_peers) return 0;
+    if (c->tokens.n && !c->cluster_token)
+        return cp_err_set(err, CP_EINVAL,
+                          "cluster.peers with token.<tenant> lines needs cluster.token = SECRET "
+                          "(the same on every node): peers present it to each other");
+    char self[300];
+    snprintf(self, sizeof self, "http://%s%s%s:%d", strchr(c->http_host, ':') ? "[" : "",
+             c->http_host, strchr(c->http_host, ':') ? "]" : "", c->http_port);
+    cp_fanout_options fo = {.peers = c->cluster_peers,
+                            .self = c->http_port ? self : NULL,
+                            .token = c->cluster_token,
+                            .timeout_ns = c->cluster_peer_timeout_ns,
+                            .max_body = c->max_response_bytes};
+    if (cp_fanout_create(&fo, &d->fanout, err)) return err->code;
+    cp_log_info("cluster: %u peer(s) asked for their part of every query: %s",
+                cp_fanout_npeers(d->fanout), c->cluster_peers);
+    return 0;
+}
 
 static int apply_log_level(const char *lvl)
 {
@@ -223,8 +294,12 @@ int main(int argc, char **argv)
                                          {"brokers", required_argument, 0, 'b'},
                                          {"help", no_argument, 0, 'h'},
                                          {"repair", no_argument, 0, 'R'},
+                                         {"peers", required_argument, 0, 'P'},
+                                         {"offsets", no_argument, 0, 'O'},
+                                         {"partitions", required_argument, 0, 'A'},
                                          {0, 0, 0, 0}};
-    const char *config = NULL, *data = NULL, *http = NULL, *brokers = NULL;
+    const char *config = NULL, *data = NULL, *http = NULL, *brokers = NULL, *peers = NULL,
+               *partitions = NULL;
     int c, do_repair = 0;
     while ((c = getopt_long(argc, argv, "c:d:H:b:h", opts, NULL)) != -1) {
         switch (c) {
@@ -234,6 +309,11 @@ int main(int argc, char **argv)
         case 'b': brokers = optarg; break;
         case 'h': usage(stdout); return 0;
         case 'R': do_repair = 1; break;
+        case 'P': peers = optarg; break;
+        case 'O':
+            do_repair = 2;
+            break;
+        case 'A': partitions = optarg; break;
         default: usage(stderr); return 2;
         }
     }
@@ -251,6 +331,8 @@ int main(int argc, char **argv)
     if (data && cp_config_set(&d.cfg, "data", data, &err)) goto fail_msg;
     if (http && cp_config_set_listen(&d.cfg, http, &err)) goto fail_msg;
     if (brokers && cp_config_set(&d.cfg, "brokers", brokers, &err)) goto fail_msg;
+    if (peers && cp_config_set(&d.cfg, "cluster.peers", peers, &err)) goto fail_msg;
+    if (partitions && cp_config_set(&d.cfg, "cluster.partitions", partitions, &err)) goto fail_msg;
     if (apply_log_level(d.cfg.log_level)) {
         cp_err_set(&err, CP_EINVAL, "log.level '%s': expected error, warn, info or debug",
                    d.cfg.log_level);
@@ -264,7 +346,7 @@ int main(int argc, char **argv)
         goto fail_msg;
     }
     if (do_repair) {
-        status = repair(&d.cfg);
+        status = do_repair == 2 ? print_offsets(&d.cfg) : repair(&d.cfg);
         cp_config_close(&d.cfg);
         return status;
     }
@@ -319,6 +401,8 @@ int main(int argc, char **argv)
     ao.max_nodes_limit = d.cfg.max_nodes_limit;
     ao.brokers = d.cfg.brokers;
     ao.metrics_token = d.cfg.metrics_token;
+    if (cluster_create(&d, &err)) goto fail_msg;
+    ao.fanout = d.fanout;
     ao.ingest_stats = ingest_stats_cb;
     ao.ingest_arg = &d;
     d.api = cp_api_create(&ao);
@@ -353,6 +437,7 @@ int main(int argc, char **argv)
     ho.write_timeout_ns = d.cfg.write_timeout_ns;
     ho.max_inflight_bytes = d.cfg.output_budget;
     ho.cheap_concurrency = d.cfg.cheap_concurrency;
+    ho.peer_concurrency = d.fanout ? d.cfg.concurrency : 0; /* peers' parts: own slots */
     ho.max_conns_per_client = d.cfg.max_conns_per_client;
     ho.reserved_connections = d.cfg.healthz_connections;
     ho.handle = cp_api_handle;
@@ -406,7 +491,8 @@ int main(int argc, char **argv)
                             .dlq_topic = d.cfg.dlq_topic,
                             .kafka_props = props.v,
                             .new_log = d.broker != NULL,
-                            .tenant_tokens = d.cfg.tokens.n ? ttoks.v : NULL};
+                            .tenant_tokens = d.cfg.tokens.n ? ttoks.v : NULL,
+                            .partitions = d.cfg.cluster_partitions};
     int irc = cp_ingest_create(&io, d.store, &d.ingest, &err);
     free(props.v);
     if (irc) goto fail_msg;
@@ -428,7 +514,10 @@ int main(int argc, char **argv)
 fail_msg:
     cp_log_error("contprofd: %s", err.msg[0] ? err.msg : "out of memory");
     if (d.http && d.loop) {
-        /* A server that failed to listen still holds a handle: close it. */
+        /* A server that failed to listen still holds a handle: close it. The signal handles
+         * too, or the loop waits for a signal (a bad kafka.* property hung here). */
+        uv_close((uv_handle_t *)&d.sigint, NULL);
+        uv_close((uv_handle_t *)&d.sigterm, NULL);
         cp_http_server_shutdown(d.http, NULL, NULL);
         uv_run(d.loop, UV_RUN_DEFAULT);
     }
@@ -440,6 +529,7 @@ out:
     cp_broker_destroy(d.broker);
 #endif
     cp_api_destroy(d.api);
+    cp_fanout_destroy(d.fanout);
     cp_symbols_destroy(d.symbols);
     cp_store_close(d.store);
     if (d.loop) uv_loop_close(d.loop);

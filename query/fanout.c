@@ -1,0 +1,894 @@
+/* Query fan-out: each query asks every peer for its part over HTTP (in parallel, one thread
+ * per peer, each bounded by the request's deadline), runs the store's own call meanwhile,
+ * and merges: profiles with the pprof merger, series and label lists as sorted unions,
+ * timelines step by step. Which peers were missing is per request, in thread-local state
+ * that the API's dispatch resets and reads (a request runs on one thread from start to end). */
+#include "fanout.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "http_client.h"
+#include "envelope.h"
+#include "json.h"
+#include "log.h"
+#include "merge.h"
+#include "pprof.h"
+
+#define MAX_PEERS 64
+
+/* What one peer last said of its partitions (GET /api/v1/ingest/offsets?local=1), kept
+ * fresh by a thread of its own while senders ask, so that the loop thread answers a
+ * sender at once with every node's partitions. */
+typedef struct offsets_slot {
+    pthread_t th;
+    int started;
+    char *parts; /* the members of its "partitions" array; NULL while unknown or down */
+} offsets_slot;
+
+struct cp_fanout {
+    char *peers[MAX_PEERS];
+    uint32_t n;
+    char *token; /* NULL: none */
+    int64_t timeout_ns;
+    size_t max_body;
+    pthread_mutex_t mu; /* guards slots[].parts, asked_ns, stop */
+    pthread_cond_t wake;
+    offsets_slot slots[MAX_PEERS];
+    int64_t asked_ns; /* CLOCK_MONOTONIC of the last question; 0 = never */
+    int stop;
+    _Atomic uint64_t failures[MAX_PEERS]; /* parts a peer did not give (query fan-out) */
+    /* This node's own URL may be in the list under another spelling (a host name, 0.0.0.0
+     * vs an address): asking itself would count its own data twice. Each request carries
+     * node=ID; a node that sees its own ID answers 421, and that peer is skipped after. */
+    char id[24];
+    _Atomic int self[MAX_PEERS];
+};
+
+/* The request running on this thread. */
+static _Thread_local struct {
+    int local;                  /* local=1: answer from this store only */
+    int fanned;                 /* peers were asked */
+    uint8_t missing[MAX_PEERS]; /* peers that did not answer */
+    char tenant[65];            /* a peer's request: the tenant it names */
+} g_req;
+
+/* ---- peers and options ---------------------------------------------------------------- */
+
+uint32_t cp_fanout_npeers(const cp_fanout *f)
+{
+    return f ? f->n : 0;
+}
+
+static void offsets_stop(cp_fanout *f);
+
+void cp_fanout_destroy(cp_fanout *f)
+{
+    if (!f) return;
+    offsets_stop(f);
+    for (uint32_t i = 0; i < f->n; i++)
+        free(f->peers[i]);
+    free(f->token);
+    free(f);
+}
+
+/* 1 if u is http://HOST:PORT with a port in 1..65535 and nothing after it. */
+static int url_ok(const char *u)
+{
+    if (strncmp(u, "http://", 7) != 0) return 0;
+    const char *h = u + 7, *colon = strrchr(h, ':');
+    if (!colon || colon == h || strchr(colon, '/')) return 0;
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    return *end == 0 && colon[1] && port > 0 && port < 65536;
+}
+
+int cp_fanout_create(const cp_fanout_options *o, cp_fanout **out, cp_err *err)
+{
+    *out = NULL;
+    if (!o->peers || !*o->peers) return 0;
+    cp_fanout *f = calloc(1, sizeof *f);
+    char *list = strdup(o->peers);
+    if (!f || !list) {
+        free(f);
+        free(list);
+        return cp_err_set(err, CP_ENOMEM, "out of memory");
+    }
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->wake, NULL);
+    uint64_t r = 0;
+    FILE *ur = fopen("/dev/urandom", "rb");
+    if (!ur || fread(&r, sizeof r, 1, ur) != 1) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        r = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() << 32 ^
+            (uint64_t)ts.tv_sec;
+    }
+    if (ur) fclose(ur);
+    snprintf(f->id, sizeof f->id, "%016" PRIx64, r);
+    int rc = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(list, ",", &save); t && !rc; t = strtok_r(NULL, ",", &save)) {
+        while (*t == ' ' || *t == '\t')
+            t++;
+        size_t l = strlen(t);
+        while (l && (t[l - 1] == ' ' || t[l - 1] == '\t' || t[l - 1] == '/'))
+            t[--l] = 0;
+        if (!l) continue;
+        if (!url_ok(t)) {
+            rc = cp_err_set(err, CP_EINVAL,
+                            "cluster.peers: '%.128s' is not a peer's URL (expected "
+                            "http://HOST:PORT)",
+                            t);
+            break;
+        }
+        if (o->self && strcmp(t, o->self) == 0) continue; /* the same list on every node */
+        if (f->n == MAX_PEERS) {
+            rc = cp_err_set(err, CP_EINVAL, "cluster.peers: more than %d peers", MAX_PEERS);
+            break;
+        }
+        if (!(f->peers[f->n] = strdup(t)))
+            rc = cp_err_set(err, CP_ENOMEM, "out of memory");
+        else
+            f->n++;
+    }
+    free(list);
+    if (!rc && o->token && *o->token && !(f->token = strdup(o->token)))
+        rc = cp_err_set(err, CP_ENOMEM, "out of memory");
+    f->timeout_ns = o->timeout_ns > 0 ? o->timeout_ns : CP_FANOUT_DEFAULT_PEER_TIMEOUT_NS;
+    f->max_body = o->max_body ? o->max_body : (size_t)256 << 20;
+    if (rc || !f->n) {
+        cp_fanout_destroy(f);
+        return rc;
+    }
+    *out = f;
+    return 0;
+}
+
+/* ---- per request ---------------------------------------------------------------------- */
+
+/* Constant-time comparison of a presented token with the cluster token. */
+static int token_eq(const char *a, size_t alen, const char *b)
+{
+    size_t blen = strlen(b);
+    unsigned char d = (unsigned char)(alen != blen);
+    for (size_t i = 0; i < blen; i++)
+        d |= (unsigned char)(b[i] ^ (i < alen ? a[i] : 0));
+    return d == 0;
+}
+
+int cp_fanout_is_peer(const cp_fanout *f, const cp_http_request *req)
+{
+    if (!f || !f->token || !req->authorization) return 0;
+    const char *h = req->authorization;
+    while (*h == ' ')
+        h++;
+    if (strncasecmp(h, "Bearer ", 7) != 0) return 0;
+    h += 7;
+    while (*h == ' ')
+        h++;
+    size_t n = strlen(h);
+    while (n && (h[n - 1] == ' ' || h[n - 1] == '\t'))
+        n--;
+    return token_eq(h, n, f->token);
+}
+
+/* Removes name from pa; returns its value (owned by the caller) or NULL. */
+static char *params_take(cp_params *pa, const char *name)
+{
+    for (uint32_t i = 0; i < pa->p.n; i++)
+        if (strcmp(pa->p.v[i].name, name) == 0) {
+            char *v = pa->p.v[i].value;
+            free(pa->p.v[i].name);
+            memmove(&pa->p.v[i], &pa->p.v[i + 1], (pa->p.n - i - 1) * sizeof pa->p.v[0]);
+            pa->p.n--;
+            return v;
+        }
+    return NULL;
+}
+
+int cp_fanout_is_part_request(const cp_http_request *req)
+{
+    for (const char *q = req->query; q && (q = strstr(q, "local=1")); q += 7)
+        if ((q == req->query || q[-1] == '&') && (q[7] == 0 || q[7] == '&')) return 1;
+    return 0;
+}
+
+int cp_fanout_begin(const cp_fanout *f, cp_params *pa, const char **tenant, cp_http_response *r)
+{
+    memset(&g_req, 0, sizeof g_req);
+    char *node = params_take(pa, "node");
+    int itself = node && f && strcmp(node, f->id) == 0;
+    free(node);
+    if (itself) {
+        cp_http_error(r, 421, "node %s is the asking node itself", f->id);
+        return -1;
+    }
+    char *local = params_take(pa, "local");
+    int bad_local = local && strcmp(local, "1") != 0;
+    free(local);
+    if (bad_local) {
+        cp_http_error(r, 400, "bad local: expected local=1 (this node's part only)");
+        return -1;
+    }
+    g_req.local = local != NULL;
+    if (**tenant) return 0;
+    /* a peer, by the cluster token: its request names the tenant */
+    if (!g_req.local) {
+        cp_http_error(r, 403, "the cluster token only serves peers' requests (local=1)");
+        return -1;
+    }
+    char *t = params_take(pa, "tenant");
+    size_t tl = t ? strlen(t) : 0;
+    if (tl >= 1 && tl < sizeof g_req.tenant) memcpy(g_req.tenant, t, tl + 1);
+    free(t);
+    if (tl < 1 || tl >= sizeof g_req.tenant) {
+        cp_http_error(r, 400, "a peer's request needs tenant=NAME (1..64 characters)");
+        return -1;
+    }
+    *tenant = g_req.tenant;
+    return 0;
+}
+
+/* Appends `"partial":...,"missing_peers":[...],` after the '{' of a JSON object answer. */
+static int splice_partial(const cp_fanout *f, cp_http_response *r)
+{
+    int status = r->status ? r->status : 200; /* unset means 200, as does "" for JSON */
+    if (status < 200 || status > 299 ||
+        (r->content_type[0] && strcmp(r->content_type, "application/json") != 0) ||
+        r->body.len == 0 || r->body.data[0] != '{')
+        return 0;
+    cp_buf b = {0};
+    int rc = cp_buf_printf(&b, "{\"partial\":true,\"missing_peers\":[");
+    for (uint32_t i = 0, k = 0; !rc && i < f->n; i++)
+        if (g_req.missing[i]) rc = cp_buf_printf(&b, "%s\"%s\"", k++ ? "," : "", f->peers[i]);
+    if (!rc) rc = cp_buf_printf(&b, "]%s", r->body.len > 1 && r->body.data[1] != '}' ? "," : "");
+    if (!rc) rc = cp_buf_append(&b, r->body.data + 1, r->body.len - 1);
+    if (rc) {
+        cp_buf_close(&b);
+        return rc;
+    }
+    cp_buf_close(&r->body);
+    r->body = b;
+    return 0;
+}
+
+void cp_fanout_end(const cp_fanout *f, cp_http_response *r)
+{
+    if (!f || !g_req.fanned) return;
+    int any = 0;
+    for (uint32_t i = 0; i < f->n; i++)
+        any |= g_req.missing[i];
+    if (!any) return;
+    size_t l = strlen(r->extra_headers), room = sizeof r->extra_headers;
+    char line[sizeof r->extra_headers];
+    size_t n = (size_t)snprintf(line, sizeof line, "%s: ", CP_FANOUT_PARTIAL_HEADER);
+    for (uint32_t i = 0, k = 0; i < f->n && n < sizeof line; i++)
+        if (g_req.missing[i])
+            n += (size_t)snprintf(line + n, sizeof line - n, "%s%s", k++ ? "," : "", f->peers[i]);
+    /* the header must stay one whole line: cut the list at a peer if it does not fit */
+    if (n + 2 >= sizeof line || l + n + 2 >= room) {
+        size_t max = room - l > 8 ? room - l - 8 : 0;
+        if (max > sizeof line - 8) max = sizeof line - 8;
+        n = max;
+        while (n && line[n] != ',' && line[n] != ' ')
+            n--;
+        if (n) n += (size_t)snprintf(line + n, sizeof line - n, ",...");
+    }
+    if (n && l + n + 2 < room) snprintf(r->extra_headers + l, room - l, "%.*s\r\n", (int)n, line);
+    if (splice_partial(f, r)) {
+        cp_buf_close(&r->body);
+        cp_http_error(r, 503, "out of memory while answering");
+    }
+}
+
+/* ---- asking the peers ----------------------------------------------------------------- */
+
+typedef struct call {
+    const cp_fanout *f;
+    uint32_t peer;
+    const char *pq;
+    int64_t timeout_ms;
+    pthread_t th;
+    int started, ok, self;
+    cp_http_result res;
+} call;
+
+static void *call_run(void *arg)
+{
+    call *c = arg;
+    cp_err err = {0};
+    int rc = cp_http_get(c->f->peers[c->peer], c->pq, c->f->token, c->timeout_ms, c->f->max_body,
+                         &c->res, &err);
+    if (rc) {
+        cp_log_warn("peer %s: %s", c->f->peers[c->peer], err.msg);
+    } else if (c->res.status == 421) {
+        c->self = 1;
+    } else if (c->res.status != 200) {
+        cp_log_warn("peer %s answered %d to %.200s: %.*s", c->f->peers[c->peer], c->res.status,
+                    c->pq, (int)(c->res.body.len < 200 ? c->res.body.len : 200),
+                    (const char *)c->res.body.data);
+    } else {
+        c->ok = 1;
+    }
+    return NULL;
+}
+
+/* The calls of one fan-out; NULL calls when there is nothing to ask. */
+typedef struct fan {
+    call *calls;
+    uint32_t n;
+} fan;
+
+/* 1 if this request asks peers. */
+static int fans(const cp_fanout *f)
+{
+    return f && f->n && !g_req.local;
+}
+
+/* Starts GET pq (to which `local=1`, and `tenant` with a token, are appended) on every
+ * peer, each allowed until deadline_ns (CLOCK_MONOTONIC; 0 = the fan-out's timeout). */
+static int fan_start(const cp_fanout *f, cp_buf *pq, const char *tenant, int64_t deadline_ns,
+                     fan *out, cp_err *err)
+{
+    memset(out, 0, sizeof *out);
+    int rc = cp_buf_printf(pq, "&local=1&node=%s", f->id);
+    if (!rc && f->token) {
+        rc = cp_buf_printf(pq, "&tenant=");
+        if (!rc) rc = cp_url_encode(pq, tenant);
+    }
+    if (!rc) rc = cp_buf_append(pq, "", 1);
+    if (rc || !(out->calls = calloc(f->n, sizeof *out->calls)))
+        return cp_err_set(err, CP_ENOMEM, "out of memory");
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    int64_t until = now + f->timeout_ns;
+    /* leave the merge and the rendering a tenth of what is left */
+    if (deadline_ns && deadline_ns - (deadline_ns - now) / 10 < until)
+        until = deadline_ns - (deadline_ns - now) / 10;
+    int64_t ms = (until - now) / 1000000;
+    if (ms < 1) ms = 1;
+    g_req.fanned = 1;
+    out->n = f->n;
+    for (uint32_t i = 0; i < f->n; i++) {
+        call *c = &out->calls[i];
+        *c = (call){.f = f, .peer = i, .pq = (const char *)pq->data, .timeout_ms = ms};
+        if (atomic_load(&((cp_fanout *)f)->self[i]))
+            c->self = 1; /* not asked */
+        else if (pthread_create(&c->th, NULL, call_run, c) == 0)
+            c->started = 1;
+        else
+            call_run(c); /* no thread: ask this one in turn */
+    }
+    return 0;
+}
+
+/* Waits for every call; peers that failed are marked missing. */
+static void fan_wait(fan *fa)
+{
+    for (uint32_t i = 0; i < fa->n; i++) {
+        call *c = &fa->calls[i];
+        if (c->started) pthread_join(c->th, NULL);
+        if (c->self) {
+            if (!atomic_exchange(&((cp_fanout *)c->f)->self[c->peer], 1))
+                cp_log_info("cluster: peer %s is this node itself: not asked again",
+                            c->f->peers[c->peer]);
+        } else if (!c->ok) {
+            g_req.missing[c->peer] = 1;
+            atomic_fetch_add(&((cp_fanout *)c->f)->failures[c->peer], 1);
+        }
+    }
+}
+
+static void fan_close(fan *fa)
+{
+    for (uint32_t i = 0; i < fa->n; i++)
+        cp_buf_close(&fa->calls[i].res.body);
+    free(fa->calls);
+    memset(fa, 0, sizeof *fa);
+}
+
+/* Marks the peer of c missing after its answer proved unusable. */
+static void fan_reject(call *c, const char *why)
+{
+    cp_log_warn("peer %s: unusable answer to %.200s: %s", c->f->peers[c->peer], c->pq, why);
+    c->ok = 0;
+    g_req.missing[c->peer] = 1;
+    atomic_fetch_add(&((cp_fanout *)c->f)->failures[c->peer], 1);
+}
+
+/* Appends t as RFC 3339 with nanoseconds: exact, whatever "now" is on the peer. */
+static int put_time(cp_buf *b, const char *name, int64_t t)
+{
+    int64_t s = t / 1000000000LL, ns = t % 1000000000LL;
+    if (ns < 0) {
+        ns += 1000000000LL;
+        s--;
+    }
+    time_t tt = (time_t)s;
+    struct tm tm;
+    if (!gmtime_r(&tt, &tm)) return CP_EINVAL;
+    return cp_buf_printf(b, "&%s=%04d-%02d-%02dT%02d:%02d:%02d.%09lldZ", name, tm.tm_year + 1900,
+                         tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                         (long long)ns);
+}
+
+static int put_select(cp_buf *b, const char *select)
+{
+    int rc = cp_buf_printf(b, "&select=");
+    return rc ? rc : cp_url_encode(b, select ? select : "");
+}
+
+static int64_t mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* ---- profiles ------------------------------------------------------------------------- */
+
+int cp_fanout_query(cp_fanout *f, cp_store *s, const char *tenant, cp_kind kind,
+                    const cp_selector *sel, const char *select, int64_t from, int64_t to,
+                    const cp_query_limits *lim, cp_profile **out, cp_err *err)
+{
+    if (!fans(f)) return cp_store_query(s, tenant, kind, sel, from, to, lim, out, err);
+    cp_buf pq = {0};
+    fan fa = {0};
+    int rc = cp_buf_printf(&pq, "/api/v1/profile?format=pprof&type=%s", cp_kind_name(kind));
+    if (!rc) rc = put_select(&pq, select);
+    if (!rc) rc = put_time(&pq, "from", from);
+    if (!rc) rc = put_time(&pq, "to", to);
+    if (rc) {
+        cp_buf_close(&pq);
+        return cp_err_set(err, CP_ENOMEM, "out of memory");
+    }
+    if ((rc = fan_start(f, &pq, tenant, lim ? lim->deadline_ns : 0, &fa, err))) {
+        cp_buf_close(&pq);
+        return rc;
+    }
+    cp_profile *local = NULL;
+    rc = cp_store_query(s, tenant, kind, sel, from, to, lim, &local, err);
+    fan_wait(&fa);
+    cp_merger *m = rc ? NULL : cp_merger_create();
+    if (!rc && !m) rc = cp_err_set(err, CP_ENOMEM, "out of memory");
+    if (!rc) rc = cp_merger_add(m, local, err);
+    /* the parts of a peer's answer are whole: it may be as large as a merged profile gets */
+    cp_pprof_limits pl;
+    cp_pprof_limits_default(&pl);
+    pl.max_bytes = (size_t)1 << 30;
+    pl.max_samples = pl.max_locations = pl.max_strings = UINT32_MAX;
+    pl.max_string_bytes = (size_t)1 << 30;
+    for (uint32_t i = 0; !rc && i < fa.n; i++) {
+        call *c = &fa.calls[i];
+        if (!c->ok) continue;
+        cp_profile *p = NULL;
+        cp_err e = {0};
+        int prc = cp_pprof_decode(c->res.body.data, c->res.body.len, &pl, &p, &e);
+        if (prc == CP_ENOMEM)
+            rc = cp_err_set(err, CP_ENOMEM, "out of memory");
+        else if (prc)
+            fan_reject(c, e.msg);
+        else if ((prc = cp_merger_add(m, p, &e)) == CP_ENOMEM)
+            rc = cp_err_set(err, prc, "%s", e.msg);
+        else if (prc)
+            rc = cp_err_set(err, CP_EINVAL, "peer %s: %s", f->peers[c->peer], e.msg);
+        cp_profile_destroy(p);
+    }
+    cp_profile *merged = NULL;
+    if (!rc && !(merged = cp_merger_finish(m))) rc = cp_err_set(err, CP_ENOMEM, "out of memory");
+    if (merged) {
+        /* the window, as the store states it: not the sum of the parts' durations */
+        merged->time_nanos = from;
+        merged->duration_nanos = to - from;
+    }
+    cp_merger_destroy(m);
+    cp_profile_destroy(local);
+    fan_close(&fa);
+    cp_buf_close(&pq);
+    *out = merged;
+    return rc;
+}
+
+/* ---- series --------------------------------------------------------------------------- */
+
+typedef struct skey {
+    cp_series_info *s;
+    char *key; /* kind, then the formatted labels */
+} skey;
+
+static int skey_cmp(const void *a, const void *b)
+{
+    return strcmp(((const skey *)a)->key, ((const skey *)b)->key);
+}
+
+/* Adds a peer's {"series":[...]} answer to l; CP_EPARSE for an answer of another shape. */
+static int series_add_json(const call *c, cp_series_list *l, cp_err *err)
+{
+    cp_json *j = NULL;
+    int rc = cp_json_parse((const char *)c->res.body.data, c->res.body.len, &j, err);
+    if (rc) return rc;
+    const cp_json *arr = cp_json_get(j, "series");
+    if (!arr || arr->type != CP_JSON_ARRAY) rc = cp_err_set(err, CP_EPARSE, "no series array");
+    for (uint32_t i = 0; !rc && i < arr->n; i++) {
+        const cp_json *e = arr->items[i], *labels = cp_json_get(e, "labels");
+        int kind = cp_kind_parse(cp_json_str(cp_json_get(e, "type"), ""));
+        cp_series_info si = {0};
+        si.kind = (cp_kind)kind;
+        if (!kind || !labels || labels->type != CP_JSON_OBJECT ||
+            cp_parse_time(cp_json_str(cp_json_get(e, "first"), ""), 0, &si.first_ns, NULL) ||
+            cp_parse_time(cp_json_str(cp_json_get(e, "last"), ""), 0, &si.last_ns, NULL)) {
+            rc = cp_err_set(err, CP_EPARSE, "series %u: expected type, labels, first, last", i);
+            break;
+        }
+        for (uint32_t k = 0; !rc && k < labels->n; k++) {
+            const char *v = cp_json_str(labels->items[k], NULL);
+            if (!v)
+                rc = cp_err_set(err, CP_EPARSE, "series %u: label %s is not a string", i,
+                                labels->keys[k]);
+            else if (cp_labels_set(&si.labels, labels->keys[k], v))
+                rc = cp_err_set(err, CP_ENOMEM, "out of memory");
+        }
+        if (!rc && cp_vec_push(l, si)) rc = cp_err_set(err, CP_ENOMEM, "out of memory");
+        if (rc) cp_labels_close(&si.labels);
+    }
+    cp_json_free(j);
+    return rc;
+}
+
+/* Sorts l by kind and labels and folds entries of one series into the widest span. */
+static int series_union(cp_series_list *l, cp_err *err)
+{
+    if (l->n < 2) return 0;
+    uint32_t total = l->n;
+    skey *k = calloc(l->n, sizeof *k);
+    cp_series_info *v = calloc(l->n, sizeof *v);
+    int rc = k && v ? 0 : CP_ENOMEM;
+    for (uint32_t i = 0; !rc && i < l->n; i++) {
+        cp_buf b = {0};
+        rc = cp_buf_printf(&b, "%d", (int)l->v[i].kind);
+        if (!rc) rc = cp_labels_format(&l->v[i].labels, &b);
+        if (!rc) rc = cp_buf_append(&b, "", 1);
+        k[i] = (skey){&l->v[i], (char *)b.data};
+        if (rc) cp_buf_close(&b);
+    }
+    uint32_t n = 0;
+    if (!rc) {
+        qsort(k, l->n, sizeof *k, skey_cmp);
+        for (uint32_t i = 0; i < l->n; i++) {
+            if (n && strcmp(k[i].key, k[i - 1].key) == 0) {
+                cp_series_info *d = &v[n - 1];
+                if (k[i].s->first_ns < d->first_ns) d->first_ns = k[i].s->first_ns;
+                if (k[i].s->last_ns > d->last_ns) d->last_ns = k[i].s->last_ns;
+                cp_labels_close(&k[i].s->labels);
+            } else {
+                v[n++] = *k[i].s;
+            }
+        }
+        memcpy(l->v, v, n * sizeof *v);
+        l->n = n;
+    }
+    for (uint32_t i = 0; k && i < total; i++)
+        free(k[i].key);
+    free(k);
+    free(v);
+    return rc ? cp_err_set(err, CP_ENOMEM, "out of memory") : 0;
+}
+
+int cp_fanout_series(cp_fanout *f, cp_store *s, const char *tenant, const cp_selector *sel,
+                     const char *select, int64_t from, int64_t to, int64_t deadline_ns,
+                     cp_series_list *out, cp_err *err)
+{
+    if (!fans(f)) return cp_store_series(s, tenant, sel, from, to, out, err);
+    cp_buf pq = {0};
+    fan fa = {0};
+    int rc = cp_buf_printf(&pq, "/api/v1/series?");
+    if (!rc) rc = put_select(&pq, select);
+    if (!rc) rc = put_time(&pq, "from", from);
+    if (!rc) rc = put_time(&pq, "to", to);
+    if (rc) {
+        cp_buf_close(&pq);
+        return cp_err_set(err, CP_ENOMEM, "out of memory");
+    }
+    if ((rc = fan_start(f, &pq, tenant, deadline_ns, &fa, err))) {
+        cp_buf_close(&pq);
+        return rc;
+    }
+    rc = cp_store_series(s, tenant, sel, from, to, out, err);
+    fan_wait(&fa);
+    for (uint32_t i = 0; !rc && i < fa.n; i++) {
+        if (!fa.calls[i].ok) continue;
+        cp_err e = {0};
+        uint32_t before = out->n;
+        int prc = series_add_json(&fa.calls[i], out, &e);
+        if (prc == CP_ENOMEM)
+            rc = cp_err_set(err, prc, "out of memory");
+        else if (prc) {
+            while (out->n > before)
+                cp_labels_close(&out->v[--out->n].labels);
+            fan_reject(&fa.calls[i], e.msg);
+        }
+    }
+    if (!rc) rc = series_union(out, err);
+    fan_close(&fa);
+    cp_buf_close(&pq);
+    return rc;
+}
+
+/* ---- labels --------------------------------------------------------------------------- */
+
+static int str_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int cp_fanout_labels(cp_fanout *f, cp_store *s, const char *tenant, const char *name,
+                     int64_t deadline_ns, cp_string_list *out, cp_err *err)
+{
+    if (!fans(f))
+        return name ? cp_store_label_values(s, tenant, name, out, err)
+                    : cp_store_label_names(s, tenant, out, err);
+    cp_buf pq = {0};
+    fan fa = {0};
+    int rc = name ? cp_buf_printf(&pq, "/api/v1/labels/%s/values?", name)
+                  : cp_buf_printf(&pq, "/api/v1/labels?");
+    if (rc) return cp_err_set(err, CP_ENOMEM, "out of memory");
+    if ((rc = fan_start(f, &pq, tenant, deadline_ns, &fa, err))) {
+        cp_buf_close(&pq);
+        return rc;
+    }
+    rc = name ? cp_store_label_values(s, tenant, name, out, err)
+              : cp_store_label_names(s, tenant, out, err);
+    fan_wait(&fa);
+    for (uint32_t i = 0; !rc && i < fa.n; i++) {
+        call *c = &fa.calls[i];
+        if (!c->ok) continue;
+        cp_json *j = NULL;
+        cp_err e = {0};
+        if (cp_json_parse((const char *)c->res.body.data, c->res.body.len, &j, &e)) {
+            fan_reject(c, e.msg);
+            continue;
+        }
+        const cp_json *arr = cp_json_get(j, name ? "values" : "labels");
+        if (!arr || arr->type != CP_JSON_ARRAY) fan_reject(c, "no list in the answer");
+        for (uint32_t k = 0; arr && arr->type == CP_JSON_ARRAY && !rc && k < arr->n; k++) {
+            const char *v = cp_json_str(arr->items[k], NULL);
+            char *d = v ? strdup(v) : NULL;
+            if (v && (!d || cp_vec_push(out, d))) {
+                free(d);
+                rc = cp_err_set(err, CP_ENOMEM, "out of memory");
+            }
+        }
+        cp_json_free(j);
+    }
+    if (!rc && out->n > 1) {
+        qsort(out->v, out->n, sizeof *out->v, str_cmp);
+        uint32_t n = 1;
+        for (uint32_t i = 1; i < out->n; i++) {
+            if (strcmp(out->v[i], out->v[n - 1]) == 0)
+                free(out->v[i]);
+            else
+                out->v[n++] = out->v[i];
+        }
+        out->n = n;
+    }
+    fan_close(&fa);
+    cp_buf_close(&pq);
+    return rc;
+}
+
+/* ---- timelines ------------------------------------------------------------------------ */
+
+int cp_fanout_timeline(cp_fanout *f, cp_store *s, const char *tenant, cp_kind kind,
+                       const cp_selector *sel, const char *select, int64_t from, int64_t to,
+                       int64_t step, const cp_query_limits *lim, int64_t **out, uint32_t *nsteps,
+                       uint32_t *ntypes, cp_err *err)
+{
+    if (!fans(f))
+        return cp_store_timeline(s, tenant, kind, sel, from, to, step, lim, out, nsteps, ntypes,
+                                 err);
+    cp_buf pq = {0};
+    fan fa = {0};
+    int rc = cp_buf_printf(&pq, "/api/v1/timeline?type=%s&step=%lldns", cp_kind_name(kind),
+                           (long long)step);
+    if (!rc) rc = put_select(&pq, select);
+    if (!rc) rc = put_time(&pq, "from", from);
+    if (!rc) rc = put_time(&pq, "to", to);
+    if (rc) {
+        cp_buf_close(&pq);
+        return cp_err_set(err, CP_ENOMEM, "out of memory");
+    }
+    if ((rc = fan_start(f, &pq, tenant, lim ? lim->deadline_ns : mono_now() + f->timeout_ns, &fa,
+                        err))) {
+        cp_buf_close(&pq);
+        return rc;
+    }
+    rc = cp_store_timeline(s, tenant, kind, sel, from, to, step, lim, out, nsteps, ntypes, err);
+    fan_wait(&fa);
+    for (uint32_t i = 0; !rc && i < fa.n; i++) {
+        call *c = &fa.calls[i];
+        if (!c->ok) continue;
+        cp_json *j = NULL;
+        cp_err e = {0};
+        if (cp_json_parse((const char *)c->res.body.data, c->res.body.len, &j, &e)) {
+            fan_reject(c, e.msg);
+            continue;
+        }
+        /* checked whole before anything is added: a bad answer adds nothing */
+        const cp_json *pts = cp_json_get(j, "points");
+        int ok = pts && pts->type == CP_JSON_ARRAY && pts->n == *nsteps;
+        for (uint32_t p = 0; ok && p < pts->n; p++) {
+            const cp_json *pt = pts->items[p];
+            ok = pt->type == CP_JSON_ARRAY && pt->n == *ntypes + 1;
+            for (uint32_t t = 1; ok && t < pt->n; t++)
+                ok = pt->items[t]->is_int;
+        }
+        if (!ok) fan_reject(c, "points do not match this node's steps and sample types");
+        for (uint32_t p = 0; ok && p < pts->n; p++)
+            for (uint32_t t = 0; t < *ntypes; t++)
+                (*out)[(size_t)p * *ntypes + t] += pts->items[p]->items[t + 1]->i64;
+        cp_json_free(j);
+    }
+    fan_close(&fa);
+    cp_buf_close(&pq);
+    return rc;
+}
+
+/* ---- ingest offsets of the peers ------------------------------------------------------ */
+
+/* Asked within this long, the peers' offsets are refreshed continuously; then they rest. */
+#define OFFSETS_ACTIVE_NS (2 * 1000000000LL)
+#define OFFSETS_EVERY_US 5000
+
+typedef struct offsets_arg {
+    cp_fanout *f;
+    uint32_t peer;
+} offsets_arg;
+
+/* The members of the "partitions" array of a peer's answer, malloc'd; NULL if the answer
+ * is not such an object. */
+static char *partitions_of(const cp_buf *body)
+{
+    cp_json *j = NULL;
+    if (cp_json_parse((const char *)body->data, body->len, &j, NULL)) return NULL;
+    const cp_json *arr = cp_json_get(j, "partitions");
+    int ok = arr && arr->type == CP_JSON_ARRAY;
+    cp_json_free(j);
+    if (!ok) return NULL;
+    /* the array is the object's last member: from its '[' to the last ']' */
+    const char *t = (const char *)body->data, *end = t + body->len;
+    const char *a = strstr(t, "\"partitions\":[");
+    while (end > t && end[-1] != ']')
+        end--;
+    if (!a || end <= a) return NULL;
+    a += strlen("\"partitions\":[");
+    if (end - 1 < a) return NULL;
+    size_t n = (size_t)(end - 1 - a);
+    char *out = malloc(n + 1);
+    if (out) {
+        memcpy(out, a, n);
+        out[n] = 0;
+    }
+    return out;
+}
+
+static void *offsets_run(void *arg)
+{
+    offsets_arg *oa = arg;
+    cp_fanout *f = oa->f;
+    uint32_t i = oa->peer;
+    free(oa);
+    pthread_mutex_lock(&f->mu);
+    while (!f->stop) {
+        if (!f->asked_ns || mono_now() - f->asked_ns > OFFSETS_ACTIVE_NS) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 100 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&f->wake, &f->mu, &ts);
+            continue;
+        }
+        pthread_mutex_unlock(&f->mu);
+        cp_http_result res = {0};
+        cp_err err = {0};
+        char *parts = NULL;
+        char pq[96];
+        snprintf(pq, sizeof pq, "/api/v1/ingest/offsets?local=1&node=%s", f->id);
+        int rc = atomic_load(&f->self[i])
+                     ? -1
+                     : cp_http_get(f->peers[i], pq, f->token, 2000, (size_t)4 << 20, &res, &err);
+        if (!rc && res.status == 200) parts = partitions_of(&res.body);
+        cp_buf_close(&res.body);
+        pthread_mutex_lock(&f->mu);
+        free(f->slots[i].parts);
+        f->slots[i].parts = parts; /* a peer that is down has no partitions: nothing stored */
+        pthread_mutex_unlock(&f->mu);
+        usleep(OFFSETS_EVERY_US);
+        pthread_mutex_lock(&f->mu);
+    }
+    pthread_mutex_unlock(&f->mu);
+    return NULL;
+}
+
+static void offsets_stop(cp_fanout *f)
+{
+    pthread_mutex_lock(&f->mu);
+    f->stop = 1;
+    pthread_cond_broadcast(&f->wake);
+    pthread_mutex_unlock(&f->mu);
+    for (uint32_t i = 0; i < f->n; i++) {
+        if (f->slots[i].started) pthread_join(f->slots[i].th, NULL);
+        free(f->slots[i].parts);
+    }
+    pthread_cond_destroy(&f->wake);
+    pthread_mutex_destroy(&f->mu);
+}
+
+int cp_fanout_offsets(cp_fanout *f, const cp_http_request *req, cp_http_response *r, int comma)
+{
+    if (!f) return 0;
+    cp_params pa = {0};
+    int local = 0;
+    if (!cp_params_parse(req->query, &pa, NULL)) {
+        const char *l = cp_params_get(&pa, "local");
+        local = l && strcmp(l, "1") == 0;
+    }
+    cp_params_close(&pa);
+    if (local) return 0;
+    int rc = 0;
+    char missing[sizeof r->extra_headers] = "";
+    size_t ml = 0;
+    pthread_mutex_lock(&f->mu);
+    int first = !f->asked_ns;
+    f->asked_ns = mono_now();
+    for (uint32_t i = 0; i < f->n; i++) {
+        if (!f->slots[i].started) {
+            offsets_arg *oa = malloc(sizeof *oa);
+            if (oa) *oa = (offsets_arg){f, i};
+            if (oa && pthread_create(&f->slots[i].th, NULL, offsets_run, oa) == 0)
+                f->slots[i].started = 1;
+            else
+                free(oa);
+        }
+        const char *p = f->slots[i].parts;
+        if (atomic_load(&f->self[i])) continue; /* this node: its partitions are listed */
+        if (p && *p) {
+            if (!rc) rc = cp_buf_printf(&r->body, "%s%s", comma ? "," : "", p);
+            comma = 1;
+        } else if (!p && !first && ml + strlen(f->peers[i]) + 2 < sizeof missing) {
+            ml += (size_t)snprintf(missing + ml, sizeof missing - ml, "%s%s", ml ? "," : "",
+                                   f->peers[i]);
+        }
+    }
+    pthread_cond_broadcast(&f->wake);
+    pthread_mutex_unlock(&f->mu);
+    size_t l = strlen(r->extra_headers);
+    if (ml && l + ml + strlen(CP_FANOUT_PARTIAL_HEADER) + 5 < sizeof r->extra_headers)
+        snprintf(r->extra_headers + l, sizeof r->extra_headers - l, "%s: %s\r\n",
+                 CP_FANOUT_PARTIAL_HEADER, missing);
+    return rc ? CP_ENOMEM : 0;
+}
+
+/* ---- metrics -------------------------------------------------------------------------- */
+
+int cp_fanout_metrics(const cp_fanout *f, cp_buf *b)
+{
+    if (!f) return 0;
+    int rc = cp_buf_printf(b, "# HELP contprof_cluster_peer_failures_total Query parts a peer did "
+                              "not give in time or usable (answers marked partial).\n"
+                              "# TYPE contprof_cluster_peer_failures_total counter\n");
+    for (uint32_t i = 0; !rc && i < f->n; i++)
+        rc = cp_buf_printf(b, "contprof_cluster_peer_failures_total{peer=\"%s\"} %" PRIu64 "\n",
+                           f->peers[i], atomic_load(&((cp_fanout *)f)->failures[i]));
+    return rc;
+}

@@ -1,0 +1,107 @@
+/* Query fan-out across the nodes of a cluster: every node answers every query by asking
+ * each peer for its part over the same HTTP API (`local=1`: the peer answers from its own
+ * store only), merging the parts with its own, and only then letting the endpoint prune,
+ * filter and render. A peer that does not answer in time makes the answer partial, and the
+ * answer says so (a JSON field and a response header). With no peers every function here
+ * is the store's own call. */
+#ifndef CP_QUERY_FANOUT_H
+#define CP_QUERY_FANOUT_H
+
+#include <stdint.h>
+
+#include "http.h"
+#include "params.h"
+#include "selector.h"
+#include "store.h"
+
+/* The response header naming the peers that did not answer (comma-separated base URLs). */
+#define CP_FANOUT_PARTIAL_HEADER "Contprof-Partial"
+
+/* The longest wait for a peer's part when cp_fanout_options.timeout_ns is 0 (config key
+ * cluster.peer_timeout). */
+#define CP_FANOUT_DEFAULT_PEER_TIMEOUT_NS (10 * 1000000000LL)
+
+typedef struct cp_fanout cp_fanout;
+
+typedef struct cp_fanout_options {
+    const char *peers;  /* comma-separated base URLs (http://host:port); copied */
+    const char *self;   /* this node's own URL, dropped from peers if listed; may be NULL */
+    const char *token;  /* cluster token peers present and accept; NULL/"" = none */
+    int64_t timeout_ns; /* longest wait for a peer, within the request's deadline; 0 = default */
+    size_t max_body;    /* largest part taken from a peer */
+} cp_fanout_options;
+
+/* Parses o->peers into a fan-out object (*out; NULL when the list is empty, which every
+ * function below accepts: the node then answers alone). CP_EINVAL names a URL that is not
+ * http://host:port; CP_ENOMEM. */
+int cp_fanout_create(const cp_fanout_options *o, cp_fanout **out, cp_err *err);
+void cp_fanout_destroy(cp_fanout *f); /* NULL is fine */
+/* How many peers f asks (0 for NULL). */
+uint32_t cp_fanout_npeers(const cp_fanout *f);
+
+/* ---- per request (the API's dispatch calls these around each endpoint) ---------------- */
+
+/* 1 if req presents the cluster token (a peer asking for its part): the API then takes the
+ * tenant from the `tenant` parameter instead of authenticating a tenant's token. */
+int cp_fanout_is_peer(const cp_fanout *f, const cp_http_request *req);
+
+/* 1 if req asks for this node's part only (`local=1`): what the API runs in
+ * CP_HTTP_LANE_PEER. A cheap look at the raw query string; the parameter is checked when
+ * the request runs. */
+int cp_fanout_is_part_request(const cp_http_request *req);
+
+/* Starts a request on this thread: forgets the previous request's state, removes `local`
+ * (and, for a peer, `tenant`) from pa. For a peer (*tenant == ""), *tenant becomes the
+ * `tenant` parameter (kept in pa's memory). Returns 0, or -1 with a 4xx set in r: `local`
+ * other than 1, the cluster token without `local=1`, a bad tenant name. */
+int cp_fanout_begin(const cp_fanout *f, cp_params *pa, const char **tenant, cp_http_response *r);
+
+/* Ends a request: if a peer was missing, adds the CP_FANOUT_PARTIAL_HEADER header and, to a
+ * 2xx JSON object answer, `"partial":true,"missing_peers":[...]` as its first members. */
+void cp_fanout_end(const cp_fanout *f, cp_http_response *r);
+
+/* ---- the store's calls, across the cluster ------------------------------------------ */
+
+/* cp_store_query over every node: this store's part and each peer's (fetched in parallel
+ * as full-detail pprof), merged; the result carries time_nanos = from and duration_nanos =
+ * to - from as the store's does. select is the selector's text, sent to peers as given.
+ * cpu and alloc parts add up; inuse parts too, because a series (an instance) lives on one
+ * node only (its key fixes its partition, and one node owns each partition). A peer that
+ * fails or misses the deadline is recorded as missing; its absence is not an error. */
+int cp_fanout_query(cp_fanout *f, cp_store *s, const char *tenant, cp_kind kind,
+                    const cp_selector *sel, const char *select, int64_t from, int64_t to,
+                    const cp_query_limits *lim, cp_profile **out, cp_err *err);
+
+/* cp_store_series over every node: the union, one entry per (kind, labels) with the
+ * widest span, sorted by kind then labels. */
+int cp_fanout_series(cp_fanout *f, cp_store *s, const char *tenant, const cp_selector *sel,
+                     const char *select, int64_t from, int64_t to, int64_t deadline_ns,
+                     cp_series_list *out, cp_err *err);
+
+/* cp_store_label_names / cp_store_label_values (name != NULL) over every node: the sorted
+ * union. */
+int cp_fanout_labels(cp_fanout *f, cp_store *s, const char *tenant, const char *name,
+                     int64_t deadline_ns, cp_string_list *out, cp_err *err);
+
+/* cp_store_timeline over every node: the points added step by step. */
+int cp_fanout_timeline(cp_fanout *f, cp_store *s, const char *tenant, cp_kind kind,
+                       const cp_selector *sel, const char *select, int64_t from, int64_t to,
+                       int64_t step, const cp_query_limits *lim, int64_t **out, uint32_t *nsteps,
+                       uint32_t *ntypes, cp_err *err);
+
+/* ---- ingest offsets (GET /api/v1/ingest/offsets), for senders that wait --------------- */
+
+/* Appends the peers' partitions, as each last reported them, to the "partitions" array being
+ * written in r->body (with a leading comma if comma), unless req asks with local=1. Runs on
+ * the loop thread without waiting: each peer is asked by a thread of its own, continuously
+ * while senders ask (within the last 2 s), every 5 ms. A peer that is down, or not heard
+ * from yet, adds no partition: a sender's windows there count as not stored yet, which is
+ * the truth until that node is back; its URL goes in the CP_FANOUT_PARTIAL_HEADER header.
+ * 0 or CP_ENOMEM. */
+int cp_fanout_offsets(cp_fanout *f, const cp_http_request *req, cp_http_response *r, int comma);
+
+/* Appends the Prometheus lines of the fan-out (contprof_cluster_peer_failures_total per
+ * peer) to b; nothing for NULL. 0 or CP_ENOMEM. */
+int cp_fanout_metrics(const cp_fanout *f, cp_buf *b);
+
+#endif
