@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "client.h"
+#include "http_client.h"
 #include "pprof.h"
 #include "proc.h"
 
