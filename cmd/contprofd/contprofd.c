@@ -11,15 +11,14 @@
 
 #include "api.h"
 #include "config.h"
+#include "defaults.h"
 #include "fanout.h"
 #include "http.h"
 #include "log.h"
 #include "store.h"
-#ifdef CP_HAVE_INGEST
 #include "assign.h"
 #include "broker.h"
 #include "ingest.h"
-#endif
 
 typedef struct daemon {
     cp_config cfg;
@@ -32,11 +31,9 @@ typedef struct daemon {
     uv_signal_t sigint, sigterm;
     uv_timer_t rate_timer;
     int stopping;
-#ifdef CP_HAVE_INGEST
     cp_broker *broker;
     cp_ingest *ingest;
     const char **tenant_tokens; /* tenant, token pairs ingest checks envelopes against */
-#endif
     /* ingest rate, sampled by rate_timer */
     uint64_t last_windows;
     int64_t last_ns;
@@ -48,9 +45,9 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: contprofd [--config FILE] [--data DIR] [--http ADDR:PORT] [--brokers LIST]\n"
             "                 [--peers URL,URL,... --partitions A-B]\n"
-            "  --config FILE     key = value settings (see query/README.md)\n"
-            "  --data DIR        the store's directory (default /var/lib/contprof)\n"
-            "  --http ADDR:PORT  the query API's address (default 127.0.0.1:7070)\n"
+            "  --config FILE     key = value settings (see cmd/README.md)\n"
+            "  --data DIR        the store's directory (default " CP_CONFIG_DEFAULT_DATA_DIR ")\n"
+            "  --http ADDR:PORT  the query API's address (default " CP_DEFAULT_LISTEN ")\n"
             "  --brokers LIST    Kafka bootstrap servers; none = the embedded broker\n"
             "  --peers LIST      a cluster node: the other nodes' http://HOST:PORT URLs, asked\n"
             "                    for their part of every query (cluster.peers)\n"
@@ -67,7 +64,6 @@ static void usage(FILE *f)
 
 /* ---- metrics bridge ----------------------------------------------------------------- */
 
-#ifdef CP_HAVE_INGEST
 /* Delivery and loss numbers (issue 13): partitions, agents' own losses, the DLQ. The
  * arrays are static: the callback runs on the loop thread only. */
 static void ingest_delivery_stats(daemon_t *d, const cp_ingest_stats *st, cp_api_ingest_stats *out)
@@ -110,13 +106,11 @@ static void ingest_delivery_stats(daemon_t *d, const cp_ingest_stats *st, cp_api
         adr[i] = (cp_api_dropped){idr[i].service, idr[i].windows, idr[i].samples};
     out->dropped = adr;
 }
-#endif
 
 static void ingest_stats_cb(void *arg, cp_api_ingest_stats *out)
 {
     daemon_t *d = arg;
     memset(out, 0, sizeof *out);
-#ifdef CP_HAVE_INGEST
     if (!d->ingest) return;
     cp_ingest_stats st;
     cp_ingest_get_stats(d->ingest, &st);
@@ -136,15 +130,11 @@ static void ingest_stats_cb(void *arg, cp_api_ingest_stats *out)
     out->store_errors_total = st.store_errors;
     snprintf(out->paused_reason, sizeof out->paused_reason, "%s", st.pause_reason);
     ingest_delivery_stats(d, &st, out);
-#else
-    (void)d;
-#endif
 }
 
 static void on_rate_timer(uv_timer_t *t)
 {
     daemon_t *d = t->data;
-#ifdef CP_HAVE_INGEST
     if (!d->ingest) return;
     cp_ingest_stats st;
     cp_ingest_get_stats(d->ingest, &st);
@@ -157,9 +147,6 @@ static void on_rate_timer(uv_timer_t *t)
     d->last_ns = now;
     d->last_windows = st.windows;
     if (st.failed) cp_log_error("ingest stopped: %s", st.error);
-#else
-    (void)d;
-#endif
 }
 
 /* ---- shutdown ----------------------------------------------------------------------- */
@@ -181,10 +168,8 @@ static void on_signal(uv_signal_t *s, int signum)
     }
     d->stopping = 1;
     cp_log_info("signal %d: stopping (finishing the in-flight batch and queries)", signum);
-#ifdef CP_HAVE_INGEST
     /* Blocks until the in-flight batch is written with its offsets. */
     if (d->ingest) cp_ingest_stop(d->ingest);
-#endif
     cp_http_server_shutdown(d->http, on_http_closed, d);
 }
 
@@ -247,7 +232,6 @@ static int print_offsets(const cp_config *cfg)
 static int cluster_create(daemon_t *d, cp_err *err)
 {
     const cp_config *c = &d->cfg;
-#ifdef CP_HAVE_INGEST
     int32_t *parts;
     uint32_t nparts;
     if (c->cluster_partitions) {
@@ -255,7 +239,6 @@ static int cluster_create(daemon_t *d, cp_err *err)
         if (cp_assign_parse(c->cluster_partitions, &parts, NULL, &nparts, err)) return err->code;
         free(parts);
     }
-#endif
     if (!c->cluster_peers || !*c->cluster_peers) return 0;
     if (c->tokens.n && !c->cluster_token)
         return cp_err_set(err, CP_EINVAL,
@@ -350,9 +333,7 @@ int main(int argc, char **argv)
         cp_config_close(&d.cfg);
         return status;
     }
-#ifdef CP_HAVE_INGEST
     cp_ingest_malloc_policy();
-#endif
     /* Every allowed connection needs a descriptor; the usual soft limit (1,024) is below
      * the default cap plus the store's and Kafka's own files. */
     struct rlimit nof;
@@ -452,7 +433,6 @@ int main(int argc, char **argv)
 
     /* Kafka after the HTTP port is bound: a port conflict fails before anything is consumed. */
     const char *bootstrap = d.cfg.brokers;
-#ifdef CP_HAVE_INGEST
     if (!*bootstrap) {
         cp_broker_options bo = {.partitions = (int)d.cfg.embedded_partitions};
         if (cp_broker_create(&bo, &d.broker, &err)) goto fail_msg;
@@ -497,9 +477,6 @@ int main(int argc, char **argv)
     free(props.v);
     if (irc) goto fail_msg;
     if (cp_ingest_start(d.ingest, &err)) goto fail_msg;
-#else
-    cp_log_warn("built without ingest/: serving queries only; nothing is consumed");
-#endif
 
     if (cp_api_set_brokers(d.api, bootstrap)) goto fail_msg;
 
@@ -523,11 +500,9 @@ fail_msg:
     }
 out:
     cp_http_server_destroy(d.http);
-#ifdef CP_HAVE_INGEST
     cp_ingest_destroy(d.ingest);
     free(d.tenant_tokens);
     cp_broker_destroy(d.broker);
-#endif
     cp_api_destroy(d.api);
     cp_fanout_destroy(d.fanout);
     cp_symbols_destroy(d.symbols);
