@@ -80,6 +80,7 @@ void cp_ser_free(cp_ser *s)
     free(s->period_unit);
     free(s->cum_producer);
     cp_acc_close(&s->cum);
+    cp_acc_close(&s->stage);
     free(s);
 }
 
