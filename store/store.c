@@ -6,7 +6,8 @@
  * Locking: open and close run alone. cp_store_reopen takes s->dblock for writing (it waits
  * for running queries, and queries wait for it), then s->lock for writing, and rebuilds
  * every table under both. The symbol keys are single LevelDB reads and writes of their
- * own, outside the writer's batches and the tables' locks (LevelDB is thread-safe). */
+ * own from query threads, outside the writer's batches and the tables' lock, under
+ * s->dblock for reading like a query (LevelDB is thread-safe; a reopen is not). */
 #include "store.h"
 #include "store_int.h"
 #include "log.h"
@@ -526,7 +527,16 @@ int cp_store_put_symbols(cp_store *s, const char *tenant, const char *build_id, 
     size_t kl = key_symbols(k, sizeof k, tenant, build_id);
     if (!kl) return cp_err_set(err, CP_EINVAL, "symbols: bad tenant or build id");
     char *lerr = NULL;
-    leveldb_put(s->db, s->wsync, (const char *)k, kl, table, len, &lerr);
+    /* from a query thread: dblock keeps a concurrent cp_store_reopen from closing db */
+    pthread_rwlock_rdlock(&s->dblock);
+    if (s->db) leveldb_put(s->db, s->wsync, (const char *)k, kl, table, len, &lerr);
+    int open = s->db != NULL;
+    pthread_rwlock_unlock(&s->dblock);
+    if (!open)
+        return cp_err_set(err, CP_ESTORE,
+                          "store %s is not open: an earlier write failed and reopening it has "
+                          "not succeeded yet",
+                          s->path);
     if (lerr) {
         cp_err_set(err, CP_ESTORE, "store %s: writing the symbols of %s: %s", s->path, build_id,
                    lerr);
@@ -546,7 +556,15 @@ int cp_store_get_symbols(cp_store *s, const char *tenant, const char *build_id, 
     if (!kl) return CP_ENOTFOUND;
     char *lerr = NULL;
     size_t vl = 0;
-    char *v = leveldb_get(s->db, s->ropts, (const char *)k, kl, &vl, &lerr);
+    pthread_rwlock_rdlock(&s->dblock);
+    char *v = s->db ? leveldb_get(s->db, s->ropts, (const char *)k, kl, &vl, &lerr) : NULL;
+    int open = s->db != NULL;
+    pthread_rwlock_unlock(&s->dblock);
+    if (!open)
+        return cp_err_set(err, CP_ESTORE,
+                          "store %s is not open: an earlier write failed and reopening it has "
+                          "not succeeded yet",
+                          s->path);
     if (lerr) {
         cp_err_set(err, CP_ESTORE, "store %s: reading the symbols of %s: %s", s->path, build_id,
                    lerr);

@@ -965,6 +965,62 @@ TEST(format_1_store_read_canonical)
     rmtree(dir);
 }
 
+/* Symbol tables are put and read from query threads while the writer reopens the store:
+ * each put and get sees an open database or none (CP_ESTORE), never one being closed (the
+ * sanitizer build would see a use after free), and what was put is there afterwards. */
+static atomic_int sym_puts;
+static void *symbols_user(void *arg)
+{
+    char bid[16];
+    snprintf(bid, sizeof bid, "b%02d", (int)(intptr_t)arg);
+    uint8_t table[64];
+    memset(table, (int)(intptr_t)arg, sizeof table);
+    while (!stop_readers) {
+        cp_err err = {0};
+        int rc = cp_store_put_symbols(cs, "acme", bid, table, sizeof table, &err);
+        CHECK(rc == 0 || rc == CP_ESTORE);
+        if (rc == 0) atomic_fetch_add(&sym_puts, 1);
+        uint8_t *got = NULL;
+        size_t len = 0;
+        rc = cp_store_get_symbols(cs, "acme", bid, &got, &len, &err);
+        CHECK(rc == 0 || rc == CP_ESTORE || rc == CP_ENOTFOUND);
+        if (rc == 0) CHECK(len == sizeof table && !memcmp(got, table, len));
+        free(got);
+    }
+    return NULL;
+}
+
+TEST(symbols_under_reopen)
+{
+    char *dir = tmpdir("store");
+    cs = open_store(dir, 0, 0);
+    stop_readers = 0;
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, symbols_user, (void *)(intptr_t)(i + 1));
+    cp_err err = {0};
+    for (int i = 0; i < 40; i++)
+        CHECK_EQ(cp_store_reopen(cs, &err), 0);
+    for (int w = 0; w < 30000 && atomic_load(&sym_puts) < 20; w++) /* up to 30 s */
+        usleep(1000);
+    CHECK(atomic_load(&sym_puts) >= 20);
+    stop_readers = 1;
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 1; i <= 2; i++) {
+        char bid[16];
+        snprintf(bid, sizeof bid, "b%02d", i);
+        uint8_t *got = NULL;
+        size_t len = 0;
+        CHECK_EQ(cp_store_get_symbols(cs, "acme", bid, &got, &len, &err), 0);
+        CHECK_EQ(len, 64);
+        CHECK_EQ(got[0], i);
+        free(got);
+    }
+    cp_store_close(cs);
+    rmtree(dir);
+}
+
 /* The check of a repair, read only for what it finds: a rollup bucket whose window count
  * disagrees with the level-0 windows in it is what a wrong rollup looks like on disk. */
 static void check_repair_finds_nothing(const char *dir)
@@ -1101,4 +1157,5 @@ TEST_MAIN(T(exact_totals_and_rollups), T(timeline_matches_queries), T(inuse_is_a
           T(bad_inputs_refused_batch_usable), T(same_address_other_function), T(concurrent_readers),
           T(same_start_summed), T(one_binary_at_two_bases_is_one_frame_set),
           T(format_1_store_read_canonical), T(reopen_under_readers),
-          T(rollups_of_one_batch_equal_window_by_window), T(dropped_batch_leaves_no_staged_windows))
+          T(rollups_of_one_batch_equal_window_by_window), T(dropped_batch_leaves_no_staged_windows),
+          T(symbols_under_reopen))
