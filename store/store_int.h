@@ -191,7 +191,7 @@ struct cp_ser {
     /* writer, cpu and alloc only: the sum of this batch's windows of one 1-minute bucket
      * (stage.time_ns the earliest start, stage.windows their count), not yet added to
      * levels 1-4; staged says it holds any. Added when a window of another minute comes
-     * and at commit (write.c: stage_flush). */
+     * and at commit (write.c: stage_flush), which also frees its memory. */
     cp_acc stage;
     int64_t stage_start;
     int staged;

@@ -827,9 +827,13 @@ int cp_store_batch_commit(cp_store_batch *B, cp_err *err)
         goto out;
     }
     uint8_t k[CP_TENANT_KEY_MAX + 640];
-    /* the staged windows into their rollups (every series with a window is dirty) */
-    for (uint32_t i = 0; i < B->dirty_series.n; i++)
+    /* the staged windows into their rollups (every series with a window is dirty); a stage
+     * holds up to a minute of a series' stacks, so its memory is given back once per batch
+     * rather than kept for every series the store has seen */
+    for (uint32_t i = 0; i < B->dirty_series.n; i++) {
         if ((rc = stage_flush(B, B->dirty_series.v[i], err))) goto fail;
+        cp_acc_close(&B->dirty_series.v[i]->stage);
+    }
     /* buckets */
     for (uint32_t i = 0; i < s->buckets.n; i++) {
         bucket *b = s->buckets.v[i];
