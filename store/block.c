@@ -104,20 +104,37 @@ int64_t *cp_acc_row(cp_acc *a, uint32_t id)
 int cp_acc_add(cp_acc *dst, const cp_acc *src, int64_t factor)
 {
     if (!src->ids.n) return 0;
-    if ((uint64_t)dst->ids.n + src->ids.n > UINT32_MAX / 4 ||
-        cp_acc_reserve(dst, dst->ids.n + src->ids.n))
-        return CP_ENOMEM;
+    if ((uint64_t)dst->ids.n + src->ids.n > UINT32_MAX / 4) return CP_ENOMEM;
     uint32_t w = dst->ntypes < src->ntypes ? dst->ntypes : src->ntypes;
     const int64_t *s = src->vals.v;
     uint64_t f = (uint64_t)factor;
-    for (uint32_t i = 0; i < src->ids.n; i++, s += src->ntypes) {
-        int64_t *row = acc_row_reserved(dst, src->ids.v[i]);
-        if (w == 2) {
-            row[0] = cp_add_wrap(row[0], (int64_t)((uint64_t)s[0] * f));
-            row[1] = cp_add_wrap(row[1], (int64_t)((uint64_t)s[1] * f));
-        } else {
-            for (uint32_t t = 0; t < w; t++)
-                row[t] = cp_add_wrap(row[t], (int64_t)((uint64_t)s[t] * f));
+    /* A rollup bucket's slots and rows are tens of KB, read in random order: most probes
+     * miss the cache. So the slot of the row PF_FAR ahead is fetched early, and the row of
+     * the one PF_NEAR ahead too, once its (by then cached) slot says where it is. Room is
+     * reserved a chunk of rows at a time: reserving for all of src at once would size the
+     * slot table for dst.n + src.n rows, twice what a bucket holding most of src's stacks
+     * already needs, and a larger table misses the cache more. */
+    enum { PF_FAR = 16, PF_NEAR = 8, CHUNK = 256 };
+    const uint32_t *ids = src->ids.v, n = src->ids.n;
+    for (uint32_t c = 0; c < n; c += CHUNK) {
+        uint32_t cn = n - c < CHUNK ? n - c : CHUNK;
+        if (cp_acc_reserve(dst, dst->ids.n + cn)) return CP_ENOMEM;
+        const uint32_t mask = dst->nslots - 1, end = c + cn;
+        for (uint32_t i = c; i < end; i++, s += src->ntypes) {
+            if (i + PF_FAR < n) __builtin_prefetch(&dst->slots[acc_hash(ids[i + PF_FAR]) & mask]);
+            if (i + PF_NEAR < n) {
+                uint64_t sl = dst->slots[acc_hash(ids[i + PF_NEAR]) & mask];
+                if (sl && (uint32_t)(sl >> 32) == ids[i + PF_NEAR])
+                    __builtin_prefetch(dst->vals.v + (size_t)((uint32_t)sl - 1) * dst->ntypes, 1);
+            }
+            int64_t *row = acc_row_reserved(dst, ids[i]);
+            if (w == 2) {
+                row[0] = cp_add_wrap(row[0], (int64_t)((uint64_t)s[0] * f));
+                row[1] = cp_add_wrap(row[1], (int64_t)((uint64_t)s[1] * f));
+            } else {
+                for (uint32_t t = 0; t < w; t++)
+                    row[t] = cp_add_wrap(row[t], (int64_t)((uint64_t)s[t] * f));
+            }
         }
     }
     return 0;

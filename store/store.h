@@ -1,10 +1,9 @@
 /* The profile store: a LevelDB-backed, time-indexed, per-tenant store of profile windows
  * with rollups. This header is the contract between ingest (writer) and query (readers).
  * All functions are safe to call from several threads at once (one writer, many readers).
- *
- * CONTRACT NOTE (from the lead): the query-facing functions below are what query/ codes
- * against. The store's owner may add functions and fields, but must not change these
- * signatures without updating query/. */
+ * The readers (cp_store_query, _timeline, _series, _label_names, _label_values,
+ * _get_stats, _get_symbols) are what query/ builds on: a change to one of them changes
+ * query/ in the same commit. */
 #ifndef CP_STORE_H
 #define CP_STORE_H
 

@@ -1,14 +1,22 @@
-/* Private to store/: the stack accumulator and block codec (block.c) and the per-tenant
- * dictionaries (dict.c) that store.c builds on. Nothing outside store/ includes this. */
+/* Private to store/: the stack accumulator and block codec (block.c), the per-tenant
+ * dictionaries (dict.c), the in-memory tables that the store's lifecycle (store.c), writer
+ * (write.c), readers (read.c) and retention (retention.c) share, and the write-ahead log
+ * checks (wal.c). Nothing outside store/ includes this. */
 #ifndef CP_STORE_INT_H
 #define CP_STORE_INT_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 #include <leveldb/c.h>
 
 #include "error.h"
 #include "format.h"
 #include "profile.h"
+#include "store.h"
 #include "vec.h"
 
 #define CP_MAX_TYPES 16 /* sample types per series */
@@ -146,6 +154,194 @@ int cp_dict_load(cp_dict *d, uint8_t kind, uint32_t id, const uint8_t *v, size_t
  * stacks that became equal to an earlier one. Idempotent. Returns 0 or
  * CP_ENOMEM (the dictionary is then unusable: close it). */
 int cp_dict_canonicalize(cp_dict *d);
+/* --- the in-memory tables (store.c: open, load, close, reopen) ------------------------ */
+
+#define TIME_LIMIT (1LL << 62) /* times beyond +-2^62 ns (year 2116) are refused */
+
+typedef struct cp_ser cp_ser;
+typedef struct tenant tenant;
+
+/* A bucket the writer has open: loaded or new, dirty until committed. */
+typedef struct bucket {
+    cp_ser *ser;
+    int level;
+    int64_t start;
+    int dirty;
+    cp_acc acc;
+} bucket;
+
+struct cp_ser {
+    uint32_t id;
+    cp_kind kind;
+    tenant *t;
+    cp_labels labels;
+    char *key; /* identity: kind, then name \0 value \0 ... */
+    size_t keylen;
+    uint32_t ntypes;
+    char *type[CP_MAX_TYPES], *unit[CP_MAX_TYPES];
+    char *period_type, *period_unit;
+    int64_t period;
+    int64_t first_ns, last_ns; /* window starts; first > last while empty */
+    uint64_t windows;
+    int meta_dirty;
+    /* writer: the last cumulative input (alloc, cumulative=true) of one producer */
+    char *cum_producer;
+    cp_acc cum;
+    int cum_valid, cum_dirty;
+    /* writer, cpu and alloc only: the sum of this batch's windows of one 1-minute bucket
+     * (stage.time_ns the earliest start, stage.windows their count), not yet added to
+     * levels 1-4; staged says it holds any. Added when a window of another minute comes
+     * and at commit (write.c: stage_flush), which also frees its memory. */
+    cp_acc stage;
+    int64_t stage_start;
+    int staged;
+};
+
+typedef struct prod {
+    char *key; /* producer \0 be32 scope */
+    size_t keylen;
+    int exists, dirty;
+    uint64_t hwm, bits[4];
+    int64_t last_seen;
+} prod;
+
+/* string -> pointer hash */
+typedef struct strmap {
+    struct sm_slot {
+        const char *k;
+        size_t len;
+        void *v;
+    } * s;
+    uint32_t n, cap;
+} strmap;
+
+struct tenant {
+    char *name;
+    size_t len;
+    cp_dict dict;
+    CP_VEC(cp_ser *) series; /* by id - 1 */
+    strmap by_key;           /* series key -> cp_ser */
+    strmap prods;            /* writer: producer records */
+};
+
+struct cp_store {
+    leveldb_t *db;
+    leveldb_options_t *opts;
+    leveldb_cache_t *cache;
+    leveldb_filterpolicy_t *filter;
+    leveldb_readoptions_t *ropts;
+    leveldb_writeoptions_t *wsync, *wnosync;
+    char *path;
+    pthread_rwlock_t lock;
+    /* Guards db itself: readers hold it for reading for as long as they use db (snapshot,
+     * iterators), cp_store_reopen holds it for writing while it closes and reopens db. */
+    pthread_rwlock_t dblock;
+    CP_VEC(tenant *) tenants;
+    int64_t retention[CP_NLEVELS];
+    atomic_uint_fast64_t windows;
+    int broken;
+    uint32_t format; /* the store's format version (CP_STORE_FORMAT_OLDEST..VERSION) */
+    /* writer state */
+    CP_VEC(bucket *) buckets; /* open buckets (hash below) */
+    uint32_t *bslots, nbslots;
+    size_t bucket_rows, bucket_rows_max;
+    uint32_t mt_tenant, mt_series, mt_level; /* maintenance cursor */
+};
+
+/* --- small helpers and key builders (format.h) ----------------------------------------- */
+
+static inline char *xstrndup(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (!d) return NULL;
+    memcpy(d, s, n);
+    d[n] = 0;
+    return d;
+}
+
+static inline int64_t floor_div(int64_t a, int64_t b)
+{
+    int64_t q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0))) q--;
+    return q;
+}
+
+static inline int64_t now_mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Key builders (format.h). All return the length written into k (>= 96 + tenant bytes). */
+static inline size_t key_tenant(uint8_t *k, const tenant *t, uint8_t type)
+{
+    memcpy(k, t->name, t->len);
+    k[t->len] = 0;
+    k[t->len + 1] = type;
+    return t->len + 2;
+}
+
+static inline size_t key_block(uint8_t *k, const cp_ser *s, int level, int64_t start)
+{
+    size_t n = key_tenant(k, s->t, CP_K_BLOCK);
+    cp_put_be32(k + n, s->id);
+    k[n + 4] = (uint8_t)level;
+    cp_put_be64(k + n + 5, cp_time_key(start));
+    return n + 13;
+}
+
+static inline size_t key_series(uint8_t *k, const cp_ser *s)
+{
+    size_t n = key_tenant(k, s->t, CP_K_SERIES);
+    cp_put_be32(k + n, s->id);
+    return n + 4;
+}
+
+static inline size_t key_offset(uint8_t *k, size_t cap, const char *topic, int32_t partition)
+{
+    size_t tl = strlen(topic);
+    if (tl + 8 > cap) tl = cap - 8;
+    k[0] = 0;
+    k[1] = CP_K_OFFSET;
+    memcpy(k + 2, topic, tl);
+    k[2 + tl] = 0;
+    cp_put_be32(k + 3 + tl, (uint32_t)partition);
+    return tl + 7;
+}
+
+/* Bucket start of time t at level (level 0: t itself). */
+static inline int64_t bucket_of(int level, int64_t t)
+{
+    return level ? floor_div(t, cp_level_ns[level]) * cp_level_ns[level] : t;
+}
+
+/* string -> pointer hash (strmap): the value or NULL. */
+void *cp_strmap_get(const strmap *m, const char *k, size_t len);
+/* Adds k -> v (k not present); k must stay valid as long as the entry (it is owned by the
+ * value). CP_ENOMEM. */
+int cp_strmap_put(strmap *m, const char *k, size_t len, void *v);
+
+/* Frees a series and what it owns; NULL is fine. */
+void cp_ser_free(cp_ser *s);
+/* The tenant named name[0..len), or NULL. Caller holds s->lock (either way) or is the writer. */
+tenant *cp_tenant_find(cp_store *s, const char *name, size_t len);
+/* Adds an empty tenant (the writer, under s->lock for writing); NULL on out of memory. */
+tenant *cp_tenant_add(cp_store *s, const char *name, size_t len);
+/* A series' identity key (kind, then name \0 value \0 ...) into out. CP_ENOMEM. */
+int cp_ser_identity(cp_kind kind, const cp_labels *l, cp_buf *out);
+/* A LevelDB error e as CP_ESTORE naming the store and what was being done; damage found by
+ * LevelDB (a "Corruption" status) also names the table and the way out. */
+int cp_ldb_fail(const cp_store *s, cp_err *err, const char *e, const char *what);
+/* A tenant or label name: 1 to max bytes, no control characters. */
+int cp_name_valid(const char *s, size_t max);
+
+/* --- the writer's open buckets (write.c) -------------------------------------------- */
+
+/* Drops the writer's open buckets (all, or only the clean ones: keep_dirty). Called by the
+ * writer's thread only (ingest: batches, maintenance, reopen, close). */
+void cp_buckets_drop(cp_store *s, int keep_dirty);
+
 /* --- write-ahead logs (wal.c) --------------------------------------------------------- */
 
 #define WAL_BLOCK_BYTES 32768 /* LevelDB's log block */

@@ -149,9 +149,12 @@ static cp_profile *unsymbolized(const cp_profile *w)
             cp_profile_add_mapping(u, &m, &mid[i]))
             goto fail;
     }
-    /* ids stay as in w: location i + 1 of w is location i + 1 of u */
+    /* ids stay as in w: location i + 1 of w is location i + 1 of u. A frame's object
+     * follows from the frame (its address), not from its place in this window's table:
+     * the same frame is in the same object in every window, as in a real process. */
     for (uint32_t i = 0; i < w->locations.n; i++) {
-        int o = i % 8 < 5 ? 0 : i % 8 < 7 ? 1 + (int)(i % 2) : 3;
+        uint64_t f = w->locations.v[i].address >> 12;
+        int o = f % 8 < 5 ? 0 : f % 8 < 7 ? 1 + (int)(f % 2) : 3;
         uint32_t id;
         if (cp_profile_add_location(u, obj[o].offset + (w->locations.v[i].address & 0xffffff),
                                     mid[o], NULL, 0, &id))

@@ -22,9 +22,10 @@ trap 'rm -rf "$work"' EXIT
     exit 1
 }
 # the same windows as CONTPROF_SYMBOLIZE=server sends them (addresses and mappings only):
-# the transport alone, then Kafka -> store, in the same run
+# the transport alone, then Kafka -> store, then decode + store on one thread (no Kafka: the
+# steadiest of the three on a loaded machine), in the same run
 mkdir -p "$work/u"
-for part in transport kafka; do
+for part in transport kafka direct; do
     CP_BENCH_UNSYMBOLIZED=1 "$build/bench/ingest/bench_ingest" "$work/u" "$n" $part \
         >> "$work/unsym.txt" 2> "$work/err.txt" || {
         cat "$work/err.txt" >&2
@@ -53,6 +54,7 @@ awk '
     END {
         printf "ingest: unsymbolized windows (CONTPROF_SYMBOLIZE=server, raw pprof %d bytes), Kafka -> store, windows per CPU-second without the embedded broker thread | %d | >= 5000 | %s\n", v["raw_bytes_per_window"], v["kafka_windows_per_cpu_s_nobroker"], (v["kafka_windows_per_cpu_s_nobroker"] >= 5000 ? "ok" : "BELOW FLOOR")
         printf "ingest: unsymbolized windows, baseline, the transport alone without the embedded broker thread | %d | - | -\n", v["transport_windows_per_cpu_s_nobroker"]
+        printf "ingest: unsymbolized windows, decode + store on one thread, raw pprof, windows per CPU-second | %d | - | -\n", v["direct_raw_windows_per_cpu_s"]
         t = v["transport_windows_per_cpu_s_nobroker"]; k = v["kafka_windows_per_cpu_s_nobroker"]
         if (t > 0 && k > 0)
             printf "ingest: unsymbolized windows, share of ingest CPU spent in the transport (without the broker thread) | %.0f%% | - | -\n", 100 * k / t

@@ -965,9 +965,197 @@ TEST(format_1_store_read_canonical)
     rmtree(dir);
 }
 
+/* Symbol tables are put and read from query threads while the writer reopens the store:
+ * each put and get sees an open database or none (CP_ESTORE), never one being closed (the
+ * sanitizer build would see a use after free), and what was put is there afterwards. */
+static atomic_int sym_puts;
+static void *symbols_user(void *arg)
+{
+    char bid[16];
+    snprintf(bid, sizeof bid, "b%02d", (int)(intptr_t)arg);
+    uint8_t table[64];
+    memset(table, (int)(intptr_t)arg, sizeof table);
+    while (!stop_readers) {
+        cp_err err = {0};
+        int rc = cp_store_put_symbols(cs, "acme", bid, table, sizeof table, &err);
+        CHECK(rc == 0 || rc == CP_ESTORE);
+        if (rc == 0) atomic_fetch_add(&sym_puts, 1);
+        uint8_t *got = NULL;
+        size_t len = 0;
+        rc = cp_store_get_symbols(cs, "acme", bid, &got, &len, &err);
+        CHECK(rc == 0 || rc == CP_ESTORE || rc == CP_ENOTFOUND);
+        if (rc == 0) CHECK(len == sizeof table && !memcmp(got, table, len));
+        free(got);
+    }
+    return NULL;
+}
+
+TEST(symbols_under_reopen)
+{
+    char *dir = tmpdir("store");
+    cs = open_store(dir, 0, 0);
+    stop_readers = 0;
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, symbols_user, (void *)(intptr_t)(i + 1));
+    cp_err err = {0};
+    for (int i = 0; i < 40; i++)
+        CHECK_EQ(cp_store_reopen(cs, &err), 0);
+    for (int w = 0; w < 30000 && atomic_load(&sym_puts) < 20; w++) /* up to 30 s */
+        usleep(1000);
+    CHECK(atomic_load(&sym_puts) >= 20);
+    stop_readers = 1;
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 1; i <= 2; i++) {
+        char bid[16];
+        snprintf(bid, sizeof bid, "b%02d", i);
+        uint8_t *got = NULL;
+        size_t len = 0;
+        CHECK_EQ(cp_store_get_symbols(cs, "acme", bid, &got, &len, &err), 0);
+        CHECK_EQ(len, 64);
+        CHECK_EQ(got[0], i);
+        free(got);
+    }
+    cp_store_close(cs);
+    rmtree(dir);
+}
+
+/* The check of a repair, read only for what it finds: a rollup bucket whose window count
+ * disagrees with the level-0 windows in it is what a wrong rollup looks like on disk. */
+static void check_repair_finds_nothing(const char *dir)
+{
+    cp_store_options o = {.path = dir};
+    cp_store_repair_stats st;
+    cp_err err = {0};
+    int rc = cp_store_repair(&o, NULL, &st, &err);
+    if (rc) fprintf(stderr, "repair: %s\n", err.msg);
+    CHECK_EQ(rc, 0);
+    CHECK_EQ(st.rollups_rebuilt, 0);
+    CHECK_EQ(st.windows_lost, 0);
+    CHECK_EQ(st.blocks_dropped, 0);
+}
+
+/* The writer sums a batch's windows per series and minute before adding them to levels
+ * 1-4 (write.c, stage_flush). One batch holding every window of two interleaved series,
+ * out of order (late windows, minutes revisited, hours apart), must store what one window
+ * per batch does: exact totals over aligned and unaligned ranges, the right window counts
+ * in every rollup (the repair's check finds nothing to rebuild). */
+TEST(rollups_of_one_batch_equal_window_by_window)
+{
+    char *dir = tmpdir("store");
+    make_windows(17);
+    cp_store *s = open_store(dir, 0, 0);
+    cp_store_batch *b = cp_store_batch_create(s);
+    int order[NWIN];
+    for (int i = 0; i < NWIN; i++)
+        order[i] = i;
+    uint64_t x = 0x9e3779b97f4a7c15ULL;
+    /* shuffled within runs of 120 windows (a sequence more than 256 behind a producer's
+     * highest counts as a duplicate), every other run backwards */
+    for (int r = 0; r < NWIN; r += 120) {
+        for (int i = 119; i > 0; i--) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            int j = (int)(x % (uint64_t)(i + 1)), t = order[r + i];
+            order[r + i] = order[r + j], order[r + j] = t;
+        }
+        if ((r / 120) % 2)
+            for (int i = 0; i < 60; i++) {
+                int t = order[r + i];
+                order[r + i] = order[r + 119 - i], order[r + 119 - i] = t;
+            }
+    }
+    for (int k = 0; k < NWIN; k++) {
+        int i = order[k];
+        add(b, "acme", CP_KIND_CPU, "service=api,instance=a", starts[i], "pa", (uint64_t)i, wins[i],
+            0);
+        add(b, "acme", CP_KIND_CPU, "service=api,instance=b", starts[i], "pb", (uint64_t)i, wins[i],
+            0);
+    }
+    commit(b);
+    cp_store_batch_destroy(b);
+    /* per series, against the merge of the windows */
+    int64_t span = starts[NWIN - 1] - T0 + WIN;
+    for (int k = 0; k < 24; k++) {
+        int64_t a, len;
+        if (k < 4) { /* whole day, hour, 10 min, 1 min: the rollups alone */
+            static const int64_t size[4] = {86400, 3600, 600, 60};
+            len = size[k] * SEC;
+            a = T0 + (k == 0 ? 0 : 2 * len);
+        } else {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            a = T0 - 50 * SEC + (int64_t)(x % (uint64_t)span);
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            len = (int64_t)(x % (uint64_t)(span / (k % 3 + 1)));
+        }
+        int64_t e0, e1;
+        char *want = expected(a, a + len, &e0, &e1);
+        for (int inst = 0; inst < 2; inst++) {
+            cp_selector sel = {0};
+            sel_add(&sel, "instance", "=", inst ? "b" : "a");
+            cp_profile *p = query(s, "acme", CP_KIND_CPU, &sel, a, a + len);
+            sel_free(&sel);
+            CHECK_EQ(cp_profile_total(p, 0), e0);
+            CHECK_EQ(cp_profile_total(p, 1), e1);
+            char *got = canonical(p);
+            CHECK_STREQ(got, want);
+            free(got);
+            cp_profile_destroy(p);
+        }
+        free(want);
+    }
+    cp_store_close(s);
+    check_repair_finds_nothing(dir);
+    rmtree(dir);
+}
+
+/* Staged windows belong to their batch: a batch dropped after its adds (cp_store_batch_reset,
+ * then cp_store_reopen, as ingest does after a failed write) leaves nothing of them for the
+ * next batch to write into the rollups. */
+TEST(dropped_batch_leaves_no_staged_windows)
+{
+    char *dir = tmpdir("store");
+    make_windows(18);
+    cp_store *s = open_store(dir, 0, 0);
+    cp_store_batch *b = cp_store_batch_create(s);
+    for (int i = 0; i < 20; i++)
+        add(b, "acme", CP_KIND_CPU, "service=api", starts[i], "p", (uint64_t)i, wins[i], 0);
+    commit(b);
+    /* the next 30 windows are added (staged, same minutes as later ones), then dropped */
+    for (int i = 20; i < 50; i++)
+        add(b, "acme", CP_KIND_CPU, "service=api", starts[i], "p", (uint64_t)i, wins[i], 0);
+    cp_store_batch_reset(b);
+    cp_err err = {0};
+    CHECK_EQ(cp_store_batch_commit(b, &err), CP_ESTORE); /* refused until reopened */
+    int rc = cp_store_reopen(s, &err);
+    if (rc) fprintf(stderr, "reopen: %s\n", err.msg);
+    CHECK_EQ(rc, 0);
+    /* windows 20-49 sent again (the offsets were not stored), then 50-59 */
+    for (int i = 20; i < 60; i++)
+        add(b, "acme", CP_KIND_CPU, "service=api", starts[i], "p", (uint64_t)i, wins[i], 0);
+    commit(b);
+    cp_store_batch_destroy(b);
+    for (int k = 0; k < 3; k++) {
+        /* the whole day (its rollup holds windows 0-59 only), then finer ranges */
+        int64_t a = k == 0 ? T0 : k == 1 ? starts[20] : starts[33] + SEC;
+        int64_t z = k == 0 ? starts[60] : k == 1 ? starts[50] : starts[59];
+        int64_t e0, e1;
+        free(expected(a, z, &e0, &e1));
+        cp_profile *p = query(s, "acme", CP_KIND_CPU, NULL, a, k == 0 ? T0 + 86400 * SEC : z);
+        CHECK_EQ(cp_profile_total(p, 0), e0);
+        CHECK_EQ(cp_profile_total(p, 1), e1);
+        cp_profile_destroy(p);
+    }
+    cp_store_close(s);
+    check_repair_finds_nothing(dir);
+    rmtree(dir);
+}
+
 TEST_MAIN(T(exact_totals_and_rollups), T(timeline_matches_queries), T(inuse_is_a_gauge),
           T(cumulative_alloc_not_double_counted), T(duplicates_dropped),
           T(tenants_isolated_and_labels), T(retention_frees_disk), T(unknown_version_refused),
           T(bad_inputs_refused_batch_usable), T(same_address_other_function), T(concurrent_readers),
           T(same_start_summed), T(one_binary_at_two_bases_is_one_frame_set),
-          T(format_1_store_read_canonical), T(reopen_under_readers))
+          T(format_1_store_read_canonical), T(reopen_under_readers),
+          T(rollups_of_one_batch_equal_window_by_window), T(dropped_batch_leaves_no_staged_windows),
+          T(symbols_under_reopen))

@@ -1,0 +1,933 @@
+/* The store's writer: batches of windows (duplicate detection per producer, interning into
+ * the dictionaries, cumulative deltas), the open rollup buckets of every level and the
+ * commit that writes them all in one synced LevelDB write.
+ *
+ * Locking: there is one writer thread (ingest's), the only one that changes the tables, so
+ * it reads them without a lock. It takes s->lock for writing around what readers can see
+ * change (a new tenant or series, the interning of a window into the dictionaries, a
+ * series' span), and never takes s->dblock: cp_store_reopen runs on the writer's thread
+ * too, between batches. The open buckets (s->buckets), the producer records and the
+ * cumulative snapshots are the writer's alone. */
+#include "store.h"
+#include "store_int.h"
+#include "log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct cp_store_batch {
+    cp_store *s;
+    leveldb_writebatch_t *wb;
+    uint32_t windows;
+    CP_VEC(cp_ser *) dirty_series;
+    CP_VEC(prod *) dirty_prods;
+    cp_acc win, prev;
+    cp_buf scratch, vbuf, kbuf;
+    CP_VEC(uint32_t) locmap; /* profile location id -> dict location id */
+    CP_VEC(uint32_t) stack;  /* one sample's dict locations */
+    CP_VEC(cp_label) labels; /* one sample's labels, dict string ids */
+    CP_VEC(uint32_t) strmap; /* profile string id -> dict string id (0 = not yet) */
+    CP_VEC(uint32_t) fnmap, mapmap;
+    CP_VEC(uint64_t) mapdelta; /* profile mapping id -> add to an address: canonical form */
+};
+static void put_str(cp_buf *b, const char *s)
+{
+    size_t n = strlen(s);
+    uint8_t tmp[10];
+    uint8_t *e = cp_put_uv(tmp, n);
+    cp_buf_append(b, tmp, (size_t)(e - tmp));
+    cp_buf_append(b, s, n);
+}
+
+static void put_uv(cp_buf *b, uint64_t v)
+{
+    uint8_t tmp[10];
+    uint8_t *e = cp_put_uv(tmp, v);
+    cp_buf_append(b, tmp, (size_t)(e - tmp));
+}
+
+static int ser_encode(const cp_ser *s, cp_buf *b)
+{
+    b->len = 0;
+    if (cp_buf_reserve(b, 256)) return CP_ENOMEM;
+    put_uv(b, (uint64_t)s->kind);
+    put_uv(b, s->labels.p.n);
+    for (uint32_t i = 0; i < s->labels.p.n; i++) {
+        put_str(b, s->labels.p.v[i].name);
+        put_str(b, s->labels.p.v[i].value);
+    }
+    put_uv(b, s->ntypes);
+    for (uint32_t i = 0; i < s->ntypes; i++) {
+        put_str(b, s->type[i]);
+        put_str(b, s->unit[i]);
+    }
+    put_str(b, s->period_type);
+    put_str(b, s->period_unit);
+    put_uv(b, cp_zz(s->period));
+    put_uv(b, cp_zz(s->first_ns));
+    put_uv(b, cp_zz(s->last_ns));
+    put_uv(b, s->windows);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------
+ * Writer: open buckets
+ * --------------------------------------------------------------------------------- */
+
+static uint64_t bkt_hash(const cp_ser *ser, int level, int64_t start)
+{
+    return cp_hash_u64(cp_hash_u64((uint64_t)(uintptr_t)ser, (uint64_t)level), (uint64_t)start);
+}
+
+static void bslots_rebuild(cp_store *s)
+{
+    memset(s->bslots, 0, sizeof(uint32_t) * s->nbslots);
+    for (uint32_t i = 0; i < s->buckets.n; i++) {
+        bucket *b = s->buckets.v[i];
+        uint32_t h = (uint32_t)bkt_hash(b->ser, b->level, b->start) & (s->nbslots - 1);
+        while (s->bslots[h])
+            h = (h + 1) & (s->nbslots - 1);
+        s->bslots[h] = i + 1;
+    }
+}
+
+/* Drops open buckets (all, or only the clean ones). */
+void cp_buckets_drop(cp_store *s, int keep_dirty)
+{
+    uint32_t w = 0;
+    for (uint32_t i = 0; i < s->buckets.n; i++) {
+        bucket *b = s->buckets.v[i];
+        if (keep_dirty && b->dirty) {
+            s->buckets.v[w++] = b;
+            continue;
+        }
+        s->bucket_rows -= b->acc.ids.n;
+        cp_acc_close(&b->acc);
+        free(b);
+    }
+    s->buckets.n = w;
+    if (s->nbslots) bslots_rebuild(s);
+}
+
+static bucket *bucket_find(cp_store *s, const cp_ser *ser, int level, int64_t start)
+{
+    if (!s->nbslots) return NULL;
+    uint32_t h = (uint32_t)bkt_hash(ser, level, start) & (s->nbslots - 1);
+    while (s->bslots[h]) {
+        bucket *b = s->buckets.v[s->bslots[h] - 1];
+        if (b->ser == ser && b->level == level && b->start == start) return b;
+        h = (h + 1) & (s->nbslots - 1);
+    }
+    return NULL;
+}
+
+/* The open bucket (ser, level, start): cached, else read from disk when it may exist,
+ * else new and empty. */
+static int bucket_get(cp_store_batch *B, cp_ser *ser, int level, int64_t start, bucket **out,
+                      cp_err *err)
+{
+    cp_store *s = B->s;
+    bucket *b = bucket_find(s, ser, level, start);
+    if (b) {
+        *out = b;
+        return 0;
+    }
+    if ((s->buckets.n + 1) * 2 > s->nbslots) {
+        uint32_t n = s->nbslots ? s->nbslots * 2 : 1024;
+        uint32_t *ns = calloc(n, sizeof *ns);
+        if (!ns) return cp_err_set(err, CP_ENOMEM, "store: bucket cache");
+        free(s->bslots);
+        s->bslots = ns;
+        s->nbslots = n;
+        bslots_rebuild(s);
+    }
+    b = calloc(1, sizeof *b);
+    if (!b || cp_vec_push(&s->buckets, b)) {
+        free(b);
+        return cp_err_set(err, CP_ENOMEM, "store: bucket cache");
+    }
+    b->ser = ser;
+    b->level = level;
+    b->start = start;
+    cp_acc_init(&b->acc, ser->ntypes);
+    uint32_t h = (uint32_t)bkt_hash(ser, level, start) & (s->nbslots - 1);
+    while (s->bslots[h])
+        h = (h + 1) & (s->nbslots - 1);
+    s->bslots[h] = s->buckets.n;
+    *out = b;
+    /* may it exist on disk? only if a committed window started inside it */
+    int64_t end = level ? start + cp_level_ns[level] : start + 1;
+    if (ser->first_ns > ser->last_ns || end <= ser->first_ns || start > ser->last_ns) return 0;
+    uint8_t k[CP_TENANT_KEY_MAX + 16];
+    size_t kl = key_block(k, ser, level, start);
+    char *e = NULL;
+    size_t vl;
+    char *v = leveldb_get(s->db, s->ropts, (const char *)k, kl, &vl, &e);
+    if (e) {
+        int rc = cp_ldb_fail(s, err, e, "reading a block");
+        leveldb_free(e);
+        return rc;
+    }
+    if (!v) return 0;
+    int rc = cp_block_load(&b->acc, (const uint8_t *)v, vl, &B->scratch, err);
+    leveldb_free(v);
+    if (rc == 0 && b->acc.ntypes != ser->ntypes)
+        rc =
+            cp_err_set(err, CP_ESTORE, "series %u of tenant %s: block with %u types, series has %u",
+                       ser->id, ser->t->name, b->acc.ntypes, ser->ntypes);
+    if (rc) cp_acc_reset(&b->acc, ser->ntypes); /* a damaged block is replaced */
+    s->bucket_rows += b->acc.ids.n;
+    return rc == CP_ENOMEM ? rc : 0;
+}
+
+/* ---------------------------------------------------------------------------------
+ * Writer: batches
+ * --------------------------------------------------------------------------------- */
+
+cp_store_batch *cp_store_batch_create(cp_store *s)
+{
+    cp_store_batch *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->s = s;
+    b->wb = leveldb_writebatch_create();
+    cp_acc_init(&b->win, 0);
+    cp_acc_init(&b->prev, 0);
+    return b;
+}
+
+void cp_store_batch_destroy(cp_store_batch *b)
+{
+    if (!b) return;
+    if (b->windows) {
+        /* uncommitted changes live in the writer's caches: refuse further writes */
+        b->s->broken = 1;
+        cp_buckets_drop(b->s, 0);
+    }
+    for (uint32_t i = 0; i < b->dirty_series.n; i++)
+        b->dirty_series.v[i]->staged = 0;
+    leveldb_writebatch_destroy(b->wb);
+    free(b->dirty_series.v);
+    free(b->dirty_prods.v);
+    cp_acc_close(&b->win);
+    cp_acc_close(&b->prev);
+    cp_buf_close(&b->scratch);
+    cp_buf_close(&b->vbuf);
+    cp_buf_close(&b->kbuf);
+    free(b->locmap.v);
+    free(b->stack.v);
+    free(b->labels.v);
+    free(b->strmap.v);
+    free(b->fnmap.v);
+    free(b->mapmap.v);
+    free(b->mapdelta.v);
+    free(b);
+}
+
+void cp_store_batch_reset(cp_store_batch *b)
+{
+    if (b->windows) {
+        b->s->broken = 1;
+        cp_buckets_drop(b->s, 0);
+    }
+    for (uint32_t i = 0; i < b->dirty_series.n; i++)
+        b->dirty_series.v[i]->staged = 0;
+    leveldb_writebatch_clear(b->wb);
+    b->windows = 0;
+    b->dirty_series.n = 0;
+    b->dirty_prods.n = 0;
+}
+
+uint32_t cp_store_batch_windows(const cp_store_batch *b)
+{
+    return b->windows;
+}
+
+int cp_store_batch_set_offset(cp_store_batch *b, const char *topic, int32_t partition,
+                              int64_t next_offset)
+{
+    uint8_t k[300], v[8];
+    size_t kl = key_offset(k, sizeof k, topic, partition);
+    cp_put_be64(v, (uint64_t)next_offset);
+    leveldb_writebatch_put(b->wb, (const char *)k, kl, (const char *)v, 8);
+    return 0;
+}
+
+int cp_store_get_offset(cp_store *s, const char *topic, int32_t partition, int64_t *next_offset,
+                        cp_err *err)
+{
+    uint8_t k[300];
+    size_t kl = key_offset(k, sizeof k, topic, partition);
+    char *e = NULL;
+    size_t vl;
+    if (!s->db) return cp_err_set(err, CP_ESTORE, "store %s is not open (reopen failed)", s->path);
+    char *v = leveldb_get(s->db, s->ropts, (const char *)k, kl, &vl, &e);
+    if (e) {
+        char what[300];
+        snprintf(what, sizeof what, "reading the offset of %.200s/%d", topic, partition);
+        int rc = cp_ldb_fail(s, err, e, what);
+        leveldb_free(e);
+        return rc;
+    }
+    if (!v) return CP_ENOTFOUND;
+    int rc = 0;
+    if (vl != 8)
+        rc = cp_err_set(err, CP_ESTORE, "store: offset record of %s/%d is corrupt", topic,
+                        partition);
+    else
+        *next_offset = (int64_t)cp_get_be64((const uint8_t *)v);
+    leveldb_free(v);
+    return rc;
+}
+
+/* --- producers (duplicate detection) ----------------------------------------------- */
+
+static int prod_get(cp_store_batch *B, tenant *t, const char *producer, int32_t scope, prod **out,
+                    cp_err *err)
+{
+    size_t pl = strlen(producer);
+    char kbuf[600];
+    if (pl > 512) pl = 512;
+    memcpy(kbuf, producer, pl);
+    kbuf[pl] = 0;
+    cp_put_be32((uint8_t *)kbuf + pl + 1, (uint32_t)scope);
+    size_t kl = pl + 5;
+    prod *p = cp_strmap_get(&t->prods, kbuf, kl);
+    if (p) {
+        *out = p;
+        return 0;
+    }
+    p = calloc(1, sizeof *p);
+    if (!p || !(p->key = xstrndup(kbuf, kl)) || cp_strmap_put(&t->prods, p->key, kl, p)) {
+        if (p) free(p->key);
+        free(p);
+        return cp_err_set(err, CP_ENOMEM, "store: producers");
+    }
+    p->keylen = kl;
+    /* load the stored record */
+    uint8_t k[CP_TENANT_KEY_MAX + 620];
+    size_t n = key_tenant(k, t, CP_K_PRODUCER);
+    memcpy(k + n, kbuf, kl);
+    char *e = NULL;
+    size_t vl;
+    char *v = leveldb_get(B->s->db, B->s->ropts, (const char *)k, n + kl, &vl, &e);
+    if (e) {
+        int rc = cp_ldb_fail(B->s, err, e, "reading a producer record");
+        leveldb_free(e);
+        return rc;
+    }
+    if (v) {
+        cp_rd r = {(const uint8_t *)v, (const uint8_t *)v + vl, 0};
+        p->hwm = cp_get_uv(&r);
+        for (int i = 0; i < 4; i++) {
+            uint64_t w = 0;
+            for (int j = 0; j < 8; j++) {
+                if (r.p >= r.end)
+                    r.bad = 1;
+                else
+                    w |= (uint64_t)*r.p++ << (8 * j);
+            }
+            p->bits[i] = w;
+        }
+        p->last_seen = cp_get_sv(&r);
+        p->exists = !r.bad; /* a damaged record counts as none */
+        leveldb_free(v);
+    }
+    *out = p;
+    return 0;
+}
+
+static int prod_seen(const prod *p, uint64_t seq)
+{
+    if (!p->exists || seq > p->hwm) return 0;
+    if (seq == p->hwm) return 1;
+    uint64_t d = p->hwm - seq;
+    if (d > 256) return 1; /* too far behind to tell: treated as already seen */
+    return (int)((p->bits[(d - 1) / 64] >> ((d - 1) % 64)) & 1);
+}
+
+static void bits_shift(uint64_t *b, uint64_t n)
+{
+    if (n >= 256) {
+        b[0] = b[1] = b[2] = b[3] = 0;
+        return;
+    }
+    uint32_t w = (uint32_t)(n / 64), s = (uint32_t)(n % 64);
+    for (int i = 3; i >= 0; i--) {
+        uint64_t v = i - (int)w >= 0 ? b[i - w] << s : 0;
+        if (s && i - (int)w - 1 >= 0) v |= b[i - w - 1] >> (64 - s);
+        b[i] = v;
+    }
+}
+
+static void prod_mark(prod *p, uint64_t seq, int64_t now)
+{
+    if (!p->exists) {
+        p->exists = 1;
+        p->hwm = seq;
+        memset(p->bits, 0, sizeof p->bits);
+    } else if (seq > p->hwm) {
+        uint64_t n = seq - p->hwm;
+        bits_shift(p->bits, n);
+        if (n <= 256) p->bits[(n - 1) / 64] |= 1ULL << ((n - 1) % 64);
+        p->hwm = seq;
+    } else {
+        uint64_t d = p->hwm - seq;
+        if (d >= 1 && d <= 256) p->bits[(d - 1) / 64] |= 1ULL << ((d - 1) % 64);
+    }
+    if (now > p->last_seen) p->last_seen = now;
+}
+
+/* --- converting a profile to (stack id, values) ------------------------------------ */
+
+static int map_str(cp_store_batch *B, cp_dict *d, const cp_profile *p, uint32_t sid, uint32_t *out)
+{
+    if (sid == 0 || sid >= B->strmap.n) {
+        *out = 0;
+        return 0;
+    }
+    if (!B->strmap.v[sid]) {
+        const char *str = cp_profile_str(p, sid);
+        uint32_t len = p->strs.off.n > sid + 1 ? p->strs.off.v[sid + 1] - p->strs.off.v[sid] - 1
+                                               : (uint32_t)strlen(str);
+        uint32_t id;
+        if (cp_dict_string(d, str, len, &id)) return CP_ENOMEM;
+        B->strmap.v[sid] = id + 1;
+    }
+    *out = B->strmap.v[sid] - 1;
+    return 0;
+}
+
+static int vec_zero(void *vecp, size_t n)
+{
+    CP_VEC(uint32_t) *v = vecp;
+    if (cp_vec_reserve(v, n)) return CP_ENOMEM;
+    memset(v->v, 0, n * sizeof(uint32_t));
+    v->n = (uint32_t)n;
+    return 0;
+}
+
+/* Interns p's stacks into t's dictionaries and sums its samples into B->win (width =
+ * the series' types, mapped by colmap). Caller holds the write lock. */
+static int profile_to_acc(cp_store_batch *B, tenant *t, const cp_profile *p, const int *colmap,
+                          uint32_t ntypes, cp_err *err)
+{
+    cp_dict *d = &t->dict;
+    if (vec_zero(&B->strmap, p->strs.off.n) || vec_zero(&B->fnmap, p->functions.n + 1) ||
+        vec_zero(&B->mapmap, p->mappings.n + 1) || vec_zero(&B->locmap, p->locations.n + 1) ||
+        cp_vec_reserve(&B->mapdelta, (size_t)p->mappings.n + 1))
+        return cp_err_set(err, CP_ENOMEM, "store");
+    cp_acc_reset(&B->win, ntypes);
+    if (cp_acc_reserve(&B->win, p->samples.n)) return cp_err_set(err, CP_ENOMEM, "store");
+    CP_VEC(cp_line) lines = {0};
+    int rc = 0;
+    for (uint32_t i = 0; i < p->locations.n && !rc; i++) {
+        const cp_location *l = &p->locations.v[i];
+        cp_location nl = *l;
+        nl.mapping_id = 0;
+        if (l->mapping_id && l->mapping_id <= p->mappings.n) {
+            /* frames are stored by object and file offset: an object's mapping in its
+             * canonical form (profile.h), so every process of a binary shares its entries */
+            uint32_t *mm = &B->mapmap.v[l->mapping_id];
+            if (!*mm) {
+                cp_mapping m = p->mappings.v[l->mapping_id - 1];
+                const char *file = cp_profile_str(p, m.filename);
+                const char *bid = cp_profile_str(p, m.build_id);
+                B->mapdelta.v[l->mapping_id] =
+                    cp_mapping_names_object(file, strlen(file), strlen(bid))
+                        ? cp_mapping_canonicalize(&m)
+                        : 0;
+                if ((rc = map_str(B, d, p, m.filename, &m.filename)) ||
+                    (rc = map_str(B, d, p, m.build_id, &m.build_id)) ||
+                    (rc = cp_dict_mapping(d, &m, mm)))
+                    break;
+            }
+            nl.mapping_id = *mm;
+            if (nl.address) nl.address += B->mapdelta.v[l->mapping_id]; /* 0: none given */
+        }
+        if (cp_dict_location_known(d, p, l, nl.mapping_id, nl.address, B->strmap.v, B->fnmap.v,
+                                   &B->locmap.v[i + 1]))
+            continue;
+        lines.n = 0;
+        if (cp_vec_reserve(&lines, l->nlines ? l->nlines : 1)) {
+            rc = CP_ENOMEM;
+            break;
+        }
+        for (uint32_t j = 0; j < l->nlines && l->line_off + j < p->lines.n; j++) {
+            cp_line ln = p->lines.v[l->line_off + j];
+            uint32_t fid = ln.function_id;
+            if (fid && fid <= p->functions.n) {
+                if (!B->fnmap.v[fid]) {
+                    cp_function f = p->functions.v[fid - 1];
+                    if ((rc = map_str(B, d, p, f.name, &f.name)) ||
+                        (rc = map_str(B, d, p, f.system_name, &f.system_name)) ||
+                        (rc = map_str(B, d, p, f.filename, &f.filename)) ||
+                        (rc = cp_dict_function(d, &f, &B->fnmap.v[fid])))
+                        break;
+                }
+                ln.function_id = B->fnmap.v[fid];
+            } else {
+                ln.function_id = 0;
+            }
+            lines.v[lines.n++] = ln;
+        }
+        if (rc) break;
+        nl.nlines = lines.n;
+        rc = cp_dict_location(d, &nl, lines.v, &B->locmap.v[i + 1]);
+    }
+    free(lines.v);
+    if (rc) return cp_err_set(err, rc, "store: interning locations");
+    uint32_t nin = p->sample_types.n;
+    for (uint32_t i = 0; i < p->samples.n; i++) {
+        const cp_sample *sm = &p->samples.v[i];
+        B->stack.n = 0;
+        B->labels.n = 0;
+        if (cp_vec_reserve(&B->stack, sm->nlocs + 1) || cp_vec_reserve(&B->labels, sm->nlabels + 1))
+            return cp_err_set(err, CP_ENOMEM, "store");
+        /* the hot loop (tens of thousands of ids per window): locals only, so nothing
+         * is reloaded through the batch's pointers; an id out of range maps to 0 */
+        uint32_t have = sm->loc_off >= p->stack.n              ? 0
+                        : p->stack.n - sm->loc_off < sm->nlocs ? p->stack.n - sm->loc_off
+                                                               : sm->nlocs;
+        const uint32_t *src = p->stack.v + sm->loc_off, *lm = B->locmap.v;
+        uint32_t *dst = B->stack.v, nloc = p->locations.n;
+        for (uint32_t j = 0; j < have; j++) /* lm[0] is 0: ids out of range read it */
+            dst[j] = lm[src[j] <= nloc ? src[j] : 0];
+        for (uint32_t j = have; j < sm->nlocs; j++)
+            dst[j] = 0;
+        B->stack.n = sm->nlocs;
+        for (uint32_t j = 0; j < sm->nlabels && sm->label_off + j < p->labels.n; j++) {
+            cp_label lb = p->labels.v[sm->label_off + j];
+            if (map_str(B, d, p, lb.key, &lb.key) || map_str(B, d, p, lb.str, &lb.str) ||
+                map_str(B, d, p, lb.num_unit, &lb.num_unit))
+                return cp_err_set(err, CP_ENOMEM, "store");
+            B->labels.v[B->labels.n++] = lb;
+        }
+        uint32_t sid;
+        if (cp_dict_stack(d, B->stack.v, B->stack.n, B->labels.v, B->labels.n, &sid))
+            return cp_err_set(err, CP_ENOMEM, "store: interning stacks");
+        int64_t *row = cp_acc_row(&B->win, sid);
+        if (!row) return cp_err_set(err, CP_ENOMEM, "store");
+        const int64_t *v = p->values.v + (size_t)i * nin;
+        for (uint32_t c = 0; c < nin; c++)
+            if (colmap[c] >= 0) row[colmap[c]] = cp_add_wrap(row[colmap[c]], v[c]);
+    }
+    return 0;
+}
+
+/* --- series lookup/creation -------------------------------------------------------- */
+
+static int ser_create(cp_store_batch *B, tenant *t, const cp_envelope *e, const cp_profile *p,
+                      const cp_buf *ident, cp_ser **out, cp_err *err)
+{
+    cp_ser *s = calloc(1, sizeof *s);
+    if (!s) return cp_err_set(err, CP_ENOMEM, "store: series");
+    s->t = t;
+    s->kind = e->kind;
+    s->id = t->series.n + 1;
+    s->first_ns = INT64_MAX;
+    s->last_ns = INT64_MIN;
+    s->ntypes = p->sample_types.n;
+    int bad = cp_labels_copy(&s->labels, &e->labels) != 0;
+    for (uint32_t i = 0; i < s->ntypes && !bad; i++) {
+        const char *ty = cp_profile_str(p, p->sample_types.v[i].type);
+        const char *un = cp_profile_str(p, p->sample_types.v[i].unit);
+        s->type[i] = xstrndup(ty, strlen(ty));
+        s->unit[i] = xstrndup(un, strlen(un));
+        bad |= !s->type[i] || !s->unit[i];
+    }
+    const char *pt = cp_profile_str(p, p->period_type.type);
+    const char *pu = cp_profile_str(p, p->period_type.unit);
+    s->period_type = xstrndup(pt, strlen(pt));
+    s->period_unit = xstrndup(pu, strlen(pu));
+    s->period = p->period;
+    s->keylen = ident->len;
+    s->key = xstrndup((const char *)ident->data, ident->len);
+    if (bad || !s->period_type || !s->period_unit || !s->key ||
+        cp_vec_reserve(&t->series, (size_t)t->series.n + 1) ||
+        cp_strmap_put(&t->by_key, s->key, s->keylen, s)) {
+        cp_ser_free(s);
+        return cp_err_set(err, CP_ENOMEM, "store: series");
+    }
+    t->series.v[t->series.n++] = s;
+    /* label index */
+    cp_buf *k = &B->kbuf;
+    for (uint32_t i = 0; i < s->labels.p.n; i++) {
+        k->len = 0;
+        uint8_t pre[CP_TENANT_KEY_MAX + 2], id[4];
+        size_t n = key_tenant(pre, t, CP_K_LABEL);
+        cp_put_be32(id, s->id);
+        if (cp_buf_append(k, pre, n) ||
+            cp_buf_append(k, s->labels.p.v[i].name, strlen(s->labels.p.v[i].name) + 1) ||
+            cp_buf_append(k, s->labels.p.v[i].value, strlen(s->labels.p.v[i].value) + 1) ||
+            cp_buf_append(k, id, 4))
+            return cp_err_set(err, CP_ENOMEM, "store: series");
+        leveldb_writebatch_put(B->wb, (const char *)k->data, k->len, "", 0);
+    }
+    s->meta_dirty = 1;
+    if (cp_vec_push(&B->dirty_series, s)) return cp_err_set(err, CP_ENOMEM, "store");
+    *out = s;
+    return 0;
+}
+
+int cp_name_valid(const char *s, size_t max)
+{
+    size_t n = 0;
+    for (; s[n]; n++)
+        if ((unsigned char)s[n] < 0x20 || s[n] == 0x7f) return 0;
+    return n > 0 && n <= max;
+}
+
+/* --- applying a window to its buckets ---------------------------------------------- */
+
+/* Adds the staged windows of ser (one 1-minute bucket's, summed) to its buckets at levels
+ * 1-4: once per minute of windows instead of once per window, so each window is added to
+ * one small, cache-hot accumulator and not to four large ones. */
+static int stage_flush(cp_store_batch *B, cp_ser *ser, cp_err *err)
+{
+    if (!ser->staged) return 0;
+    const cp_acc *st = &ser->stage;
+    for (int l = CP_NLEVELS - 1; l >= 1; l--) {
+        bucket *b = NULL;
+        int rc = bucket_get(B, ser, l, bucket_of(l, ser->stage_start), &b, err);
+        if (rc) return rc;
+        size_t before = b->acc.ids.n;
+        if (b->acc.windows == 0 || st->time_ns < b->acc.time_ns) b->acc.time_ns = st->time_ns;
+        b->acc.windows += st->windows;
+        if (cp_acc_add(&b->acc, st, 1)) return cp_err_set(err, CP_ENOMEM, "store");
+        B->s->bucket_rows += b->acc.ids.n - before;
+        b->dirty = 1;
+    }
+    ser->staged = 0;
+    return 0;
+}
+
+/* Adds B->win (a window of ser starting at start) to its buckets: level 0 (its own) now;
+ * levels 1-4 through the series' stage for cpu and alloc, directly for inuse (a bucket
+ * there is the latest snapshot, not a sum). */
+static int apply_window(cp_store_batch *B, cp_ser *ser, int64_t start, cp_err *err)
+{
+    cp_acc *w = &B->win;
+    w->time_ns = start;
+    w->windows = 1;
+    int top = CP_NLEVELS - 1;
+    if (ser->kind != CP_KIND_INUSE) {
+        int64_t minute = bucket_of(1, start);
+        int rc;
+        if (ser->staged && ser->stage_start != minute && (rc = stage_flush(B, ser, err))) return rc;
+        if (!ser->staged) {
+            cp_acc_reset(&ser->stage, ser->ntypes);
+            ser->stage.time_ns = start;
+            ser->stage_start = minute;
+            ser->staged = 1;
+        }
+        if (start < ser->stage.time_ns) ser->stage.time_ns = start;
+        ser->stage.windows++;
+        if (cp_acc_add(&ser->stage, w, 1)) return cp_err_set(err, CP_ENOMEM, "store");
+        top = 0;
+    }
+    /* coarsest first: level 0, the window's own bucket, is usually new and then simply
+     * takes B->win's rows (no copy, B->win keeps its slot table); B->win is refilled next */
+    for (int l = top; l >= 0; l--) {
+        bucket *b = NULL;
+        int rc = bucket_get(B, ser, l, bucket_of(l, start), &b, err);
+        if (rc) return rc;
+        size_t before = b->acc.ids.n;
+        if (l == 0 && b->acc.windows == 0 && b->acc.ids.n == 0) {
+            cp_acc_take(&b->acc, w);
+        } else if (ser->kind == CP_KIND_INUSE) {
+            if (b->acc.windows == 0 || start >= b->acc.time_ns) {
+                uint64_t nw = b->acc.windows + 1;
+                if (cp_acc_copy(&b->acc, w)) return cp_err_set(err, CP_ENOMEM, "store");
+                b->acc.windows = nw;
+            } else {
+                b->acc.windows++;
+            }
+        } else {
+            if (b->acc.windows == 0 || start < b->acc.time_ns) b->acc.time_ns = start;
+            b->acc.windows++;
+            if (cp_acc_add(&b->acc, w, 1)) return cp_err_set(err, CP_ENOMEM, "store");
+        }
+        B->s->bucket_rows += b->acc.ids.n - before;
+        b->dirty = 1;
+    }
+    return 0;
+}
+
+/* Turns B->win (a cumulative input of ser from producer) into the delta from the previous
+ * cumulative input of the same series and producer, and remembers it. */
+static int cumulative_delta(cp_store_batch *B, cp_ser *ser, const char *producer, cp_err *err)
+{
+    cp_store *s = B->s;
+    if (!ser->cum_valid || strcmp(ser->cum_producer, producer)) {
+        free(ser->cum_producer);
+        ser->cum_producer = xstrndup(producer, strlen(producer));
+        if (!ser->cum_producer) return cp_err_set(err, CP_ENOMEM, "store");
+        cp_acc_reset(&ser->cum, ser->ntypes);
+        ser->cum_valid = 1;
+        ser->cum_dirty = 0;
+        cp_buf *k = &B->kbuf;
+        k->len = 0;
+        uint8_t pre[CP_TENANT_KEY_MAX + 8];
+        size_t n = key_tenant(pre, ser->t, CP_K_CUMUL);
+        cp_put_be32(pre + n, ser->id);
+        if (cp_buf_append(k, pre, n + 4) || cp_buf_append(k, producer, strlen(producer)))
+            return cp_err_set(err, CP_ENOMEM, "store");
+        char *e = NULL;
+        size_t vl;
+        char *v = leveldb_get(s->db, s->ropts, (const char *)k->data, k->len, &vl, &e);
+        if (e) {
+            int rc = cp_ldb_fail(s, err, e, "reading a cumulative input");
+            leveldb_free(e);
+            ser->cum_valid = 0;
+            return rc;
+        }
+        if (v) {
+            int rc = cp_block_load(&ser->cum, (const uint8_t *)v, vl, &B->scratch, err);
+            leveldb_free(v);
+            if (rc || ser->cum.ntypes != ser->ntypes) cp_acc_reset(&ser->cum, ser->ntypes);
+        }
+    }
+    /* prev = cum; cum = win; win = win - prev */
+    if (cp_acc_copy(&B->prev, &ser->cum) || cp_acc_copy(&ser->cum, &B->win) ||
+        cp_acc_add(&B->win, &B->prev, -1))
+        return cp_err_set(err, CP_ENOMEM, "store");
+    if (!ser->cum_dirty) {
+        ser->cum_dirty = 1;
+        int dup = 0;
+        for (uint32_t i = 0; i < B->dirty_series.n; i++)
+            dup |= B->dirty_series.v[i] == ser;
+        if (!dup && cp_vec_push(&B->dirty_series, ser)) return cp_err_set(err, CP_ENOMEM, "store");
+    }
+    return 0;
+}
+
+int cp_store_batch_add(cp_store_batch *B, const cp_envelope *e, const cp_profile *p,
+                       int32_t dedup_scope, cp_err *err)
+{
+    cp_store *s = B->s;
+    if (s->broken)
+        return cp_err_set(err, CP_ESTORE, "store %s: an earlier write failed; reopen the store",
+                          s->path);
+    /* --- checks that leave everything unchanged --- */
+    if (!e->tenant || !cp_name_valid(e->tenant, CP_TENANT_KEY_MAX))
+        return cp_err_set(err, CP_EINVAL, "envelope: tenant must be 1..%d printable bytes",
+                          CP_TENANT_KEY_MAX);
+    if (!cp_kind_name((int)e->kind))
+        return cp_err_set(err, CP_EINVAL, "envelope: unknown kind %d", (int)e->kind);
+    if (e->window_start_ns <= -TIME_LIMIT || e->window_start_ns >= TIME_LIMIT)
+        return cp_err_set(err, CP_EINVAL, "envelope: window_start_ns %lld out of range",
+                          (long long)e->window_start_ns);
+    if (!e->producer_id || strlen(e->producer_id) > 512)
+        return cp_err_set(err, CP_EINVAL, "envelope: producer_id missing or over 512 bytes");
+    if (p->sample_types.n == 0 || p->sample_types.n > CP_MAX_TYPES)
+        return cp_err_set(err, CP_ELIMIT, "profile: %u sample types (1..%d allowed)",
+                          p->sample_types.n, CP_MAX_TYPES);
+    for (uint32_t i = 0; i < e->labels.p.n; i++)
+        if (!cp_name_valid(e->labels.p.v[i].name, CP_LABEL_NAME_MAX) ||
+            strlen(e->labels.p.v[i].value) > CP_LABEL_VALUE_MAX)
+            return cp_err_set(err, CP_EINVAL, "envelope: label %u has a bad name or value", i);
+    if (e->cumulative && e->kind != CP_KIND_ALLOC)
+        return cp_err_set(err, CP_EINVAL, "envelope: cumulative is only meaningful for alloc");
+
+    size_t tl = strlen(e->tenant);
+    tenant *t = cp_tenant_find(s, e->tenant, tl);
+    if (!t) {
+        pthread_rwlock_wrlock(&s->lock);
+        t = cp_tenant_add(s, e->tenant, tl);
+        pthread_rwlock_unlock(&s->lock);
+        if (!t) return cp_err_set(err, CP_ENOMEM, "store: tenant");
+    }
+    prod *pr;
+    int rc = prod_get(B, t, e->producer_id, dedup_scope, &pr, err);
+    if (rc) return rc;
+    if (prod_seen(pr, e->sequence)) return CP_STORE_DUPLICATE;
+
+    if ((rc = cp_ser_identity(e->kind, &e->labels, &B->kbuf))) return cp_err_set(err, rc, "store");
+    cp_ser *ser = cp_strmap_get(&t->by_key, (const char *)B->kbuf.data, B->kbuf.len);
+    int colmap[CP_MAX_TYPES];
+    if (ser) {
+        /* map the input's types onto the series' types by name */
+        for (uint32_t c = 0; c < p->sample_types.n; c++) {
+            const char *ty = cp_profile_str(p, p->sample_types.v[c].type);
+            const char *un = cp_profile_str(p, p->sample_types.v[c].unit);
+            colmap[c] = -1;
+            for (uint32_t j = 0; j < ser->ntypes; j++)
+                if (!strcmp(ser->type[j], ty) && !strcmp(ser->unit[j], un)) colmap[c] = (int)j;
+            if (colmap[c] < 0)
+                return cp_err_set(
+                    err, CP_EINCOMPAT,
+                    "profile: sample type %s/%s is not one of series %u's types (first is %s/%s)",
+                    ty, un, ser->id, ser->type[0], ser->unit[0]);
+        }
+    } else {
+        for (uint32_t c = 0; c < p->sample_types.n; c++)
+            colmap[c] = (int)c;
+    }
+
+    /* --- from here on the batch changes --- */
+    pthread_rwlock_wrlock(&s->lock);
+    t->dict.wb = B->wb;
+    if (!ser) {
+        cp_buf ident = {0};
+        rc = cp_buf_append(&ident, B->kbuf.data, B->kbuf.len);
+        if (!rc)
+            rc = ser_create(B, t, e, p, &ident, &ser, err);
+        else
+            cp_err_set(err, rc, "store");
+        cp_buf_close(&ident);
+    }
+    if (!rc) rc = profile_to_acc(B, t, p, colmap, ser->ntypes, err);
+    t->dict.wb = NULL;
+    pthread_rwlock_unlock(&s->lock);
+    if (rc) goto broken;
+
+    if (e->cumulative && (rc = cumulative_delta(B, ser, e->producer_id, err))) goto broken;
+    if ((rc = apply_window(B, ser, e->window_start_ns, err))) goto broken;
+
+    pthread_rwlock_wrlock(&s->lock);
+    if (e->window_start_ns < ser->first_ns) ser->first_ns = e->window_start_ns;
+    if (e->window_start_ns > ser->last_ns) ser->last_ns = e->window_start_ns;
+    if (p->period > ser->period) ser->period = p->period;
+    ser->windows++;
+    pthread_rwlock_unlock(&s->lock);
+    if (!ser->meta_dirty) {
+        ser->meta_dirty = 1;
+        int dup = 0;
+        for (uint32_t i = 0; i < B->dirty_series.n; i++)
+            dup |= B->dirty_series.v[i] == ser;
+        if (!dup && cp_vec_push(&B->dirty_series, ser)) {
+            rc = cp_err_set(err, CP_ENOMEM, "store");
+            goto broken;
+        }
+    }
+    prod_mark(pr, e->sequence, e->window_start_ns);
+    if (!pr->dirty) {
+        pr->dirty = 1;
+        if (cp_vec_push(&B->dirty_prods, pr)) {
+            rc = cp_err_set(err, CP_ENOMEM, "store");
+            goto broken;
+        }
+    }
+    B->windows++;
+    return 0;
+broken:
+    /* a failure half-way through leaves caches ahead of the batch: no more writes */
+    s->broken = 1;
+    return rc;
+}
+
+int cp_store_batch_commit(cp_store_batch *B, cp_err *err)
+{
+    cp_store *s = B->s;
+    int rc = 0;
+    if (s->broken) {
+        rc = cp_err_set(err, CP_ESTORE, "store %s: an earlier write failed; reopen the store",
+                        s->path);
+        goto out;
+    }
+    uint8_t k[CP_TENANT_KEY_MAX + 640];
+    /* the staged windows into their rollups (every series with a window is dirty); a stage
+     * holds up to a minute of a series' stacks, so its memory is given back once per batch
+     * rather than kept for every series the store has seen */
+    for (uint32_t i = 0; i < B->dirty_series.n; i++) {
+        if ((rc = stage_flush(B, B->dirty_series.v[i], err))) goto fail;
+        cp_acc_close(&B->dirty_series.v[i]->stage);
+    }
+    /* buckets */
+    for (uint32_t i = 0; i < s->buckets.n; i++) {
+        bucket *b = s->buckets.v[i];
+        if (!b->dirty) continue;
+        B->vbuf.len = 0;
+        if ((rc = cp_block_encode(&b->acc, &B->vbuf))) goto fail;
+        size_t kl = key_block(k, b->ser, b->level, b->start);
+        leveldb_writebatch_put(B->wb, (const char *)k, kl, (const char *)B->vbuf.data, B->vbuf.len);
+    }
+    /* series records and cumulative inputs */
+    for (uint32_t i = 0; i < B->dirty_series.n; i++) {
+        cp_ser *ser = B->dirty_series.v[i];
+        if (ser->meta_dirty) {
+            pthread_rwlock_rdlock(&s->lock);
+            rc = ser_encode(ser, &B->vbuf);
+            pthread_rwlock_unlock(&s->lock);
+            if (rc) goto fail;
+            size_t kl = key_series(k, ser);
+            leveldb_writebatch_put(B->wb, (const char *)k, kl, (const char *)B->vbuf.data,
+                                   B->vbuf.len);
+        }
+        if (ser->cum_dirty) {
+            B->vbuf.len = 0;
+            if ((rc = cp_block_encode(&ser->cum, &B->vbuf))) goto fail;
+            size_t n = key_tenant(k, ser->t, CP_K_CUMUL);
+            cp_put_be32(k + n, ser->id);
+            size_t pl = strlen(ser->cum_producer);
+            if (pl > 512) pl = 512;
+            memcpy(k + n + 4, ser->cum_producer, pl);
+            leveldb_writebatch_put(B->wb, (const char *)k, n + 4 + pl, (const char *)B->vbuf.data,
+                                   B->vbuf.len);
+        }
+    }
+    /* producers */
+    for (uint32_t i = 0; i < B->dirty_prods.n; i++) {
+        prod *p = B->dirty_prods.v[i];
+        tenant *t = NULL;
+        for (uint32_t j = 0; j < s->tenants.n && !t; j++)
+            if (cp_strmap_get(&s->tenants.v[j]->prods, p->key, p->keylen) == p) t = s->tenants.v[j];
+        if (!t) continue;
+        size_t n = key_tenant(k, t, CP_K_PRODUCER);
+        memcpy(k + n, p->key, p->keylen);
+        uint8_t v[64], *q = v;
+        q = cp_put_uv(q, p->hwm);
+        for (int w = 0; w < 4; w++)
+            for (int j = 0; j < 8; j++)
+                *q++ = (uint8_t)(p->bits[w] >> (8 * j));
+        q = cp_put_uv(q, cp_zz(p->last_seen));
+        leveldb_writebatch_put(B->wb, (const char *)k, n + p->keylen, (const char *)v,
+                               (size_t)(q - v));
+    }
+    char *e = NULL;
+    leveldb_write(s->db, s->wsync, B->wb, &e);
+    if (e) {
+        rc = cp_err_set(err, CP_ESTORE, "store %s: synced write of %u windows failed: %s", s->path,
+                        B->windows, e);
+        leveldb_free(e);
+        goto fail;
+    }
+    atomic_fetch_add(&s->windows, B->windows);
+    for (uint32_t i = 0; i < s->buckets.n; i++)
+        s->buckets.v[i]->dirty = 0;
+    for (uint32_t i = 0; i < B->dirty_series.n; i++)
+        B->dirty_series.v[i]->meta_dirty = B->dirty_series.v[i]->cum_dirty = 0;
+    for (uint32_t i = 0; i < B->dirty_prods.n; i++)
+        B->dirty_prods.v[i]->dirty = 0;
+    /* keep the cache bounded: raw windows rarely come back; rollups do */
+    if (s->bucket_rows > s->bucket_rows_max) {
+        cp_buckets_drop(s, 0);
+    } else {
+        uint32_t w = 0;
+        for (uint32_t i = 0; i < s->buckets.n; i++) {
+            bucket *b = s->buckets.v[i];
+            if (b->level == 0) {
+                s->bucket_rows -= b->acc.ids.n;
+                cp_acc_close(&b->acc);
+                free(b);
+            } else {
+                s->buckets.v[w++] = b;
+            }
+        }
+        s->buckets.n = w;
+        if (s->nbslots) bslots_rebuild(s);
+    }
+    goto out;
+fail:
+    s->broken = 1;
+    cp_buckets_drop(s, 0);
+    for (uint32_t i = 0; i < B->dirty_series.n; i++)
+        B->dirty_series.v[i]->staged = 0;
+out:
+    leveldb_writebatch_clear(B->wb);
+    B->windows = 0;
+    B->dirty_series.n = 0;
+    B->dirty_prods.n = 0;
+    return rc;
+}
