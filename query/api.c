@@ -126,8 +126,10 @@ int cp_api_is_light(void *api, const cp_http_request *req)
     (void)api;
     int ep = ep_of(req->path);
     /* An upload is parsed and stored on a worker; anything else there is refused at once. */
+    if (ep == EP_SYMBOLS && strcmp(req->method, "POST") != 0) return CP_HTTP_LANE_LOOP;
+    /* an upload passed on by a peer never waits on other nodes either: the peers' lane */
     if (ep == EP_SYMBOLS)
-        return strcmp(req->method, "POST") == 0 ? CP_HTTP_LANE_HEAVY : CP_HTTP_LANE_LOOP;
+        return cp_fanout_is_part_request(req) ? CP_HTTP_LANE_PEER : CP_HTTP_LANE_HEAVY;
     if (ep == EP_OTHER || strcmp(req->method, "GET") != 0) return CP_HTTP_LANE_LOOP;
     /* A peer's request for its part never waits on other nodes: its own lane (fanout.h). */
     if (cp_fanout_is_part_request(req)) return CP_HTTP_LANE_PEER;
@@ -397,6 +399,13 @@ static void ep_symbols(cp_api *a, const char *tenant, const cp_params *pa,
                 "%zu bytes)",
                 tenant, res.build_id, res.info.functions, res.info.lines, res.info.inlines,
                 res.table_bytes);
+    /* every node names frames (each its own part, the asking one after the merge), so every
+     * node keeps the table; a node that did not get it makes this answer partial */
+    if (cp_fanout_upload(a->o.fanout, "/api/v1/symbols", tenant, req->body, req->body_len,
+                         req->deadline_ns, &err)) {
+        oom(r);
+        return;
+    }
     if (cp_buf_printf(&r->body, "{\"tenant\":") || json_str(&r->body, tenant) ||
         cp_buf_printf(&r->body,
                       ",\"build_id\":\"%s\",\"functions\":%u,\"lines\":%u,\"inlines\":%u,"
@@ -1091,9 +1100,9 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
         }
         return;
     }
-    /* a peer asking for its part presents the cluster token and names the tenant */
-    const char *tenant =
-        ep != EP_SYMBOLS && cp_fanout_is_peer(a->o.fanout, req) ? "" : authenticate(a, req, r);
+    /* a peer asking for its part, or passing an upload on, presents the cluster token and
+     * names the tenant */
+    const char *tenant = cp_fanout_is_peer(a->o.fanout, req) ? "" : authenticate(a, req, r);
     if (!tenant) return;
     cp_params pa = {0};
     cp_err err = {0};
