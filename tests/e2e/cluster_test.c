@@ -4,8 +4,9 @@
  * while it ingests and restarted on the same data; then node 3 answers every service's
  * totals exactly as `go tool pprof` computes them over all the imported files, one service's
  * query returns that service's alone, series/labels/timeline cover all nodes, and with a
- * node stopped the answers are partial and say so (JSON and a response header). A second
- * test runs two nodes with tenant tokens and a cluster token. */
+ * node stopped the answers are partial and say so (JSON and a response header). Then: a
+ * symbol upload to one node names frames stored on another, and says when a node missed
+ * it; two nodes with tenant tokens and a cluster token; and more (tests/e2e/README.md). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -17,6 +18,7 @@
 #include "http_client.h"
 #include "pprof.h"
 #include "proc.h"
+#include "qtest.h"
 #include "symtab.h"
 
 #define NSVC 8
@@ -391,13 +393,7 @@ TEST(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down)
  * it: one frame, unnamed, in symprog_hash_spin of the build ID id. */
 static void write_unnamed_window(const char *path, const char *id, uint64_t off)
 {
-    cp_profile *p = cp_profile_create();
-    CHECK(p);
-    CHECK(cp_profile_add_sample_type(p, "samples", "count") == 0);
-    CHECK(cp_profile_add_sample_type(p, "cpu", "nanoseconds") == 0);
-    CHECK(cp_profile_intern_cstr(p, "cpu", &p->period_type.type) == 0);
-    CHECK(cp_profile_intern_cstr(p, "nanoseconds", &p->period_type.unit) == 0);
-    p->period = 10000000;
+    cp_profile *p = qt_cpu_profile();
     p->time_nanos = ((int64_t)time(NULL) - 60) * SEC;
     p->duration_nanos = 10 * SEC;
     cp_mapping m = {.start = 0x555500000000, .limit = 0x555500100000, .offset = 0};
