@@ -5,13 +5,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+void cp_label_pairs_free(cp_label_pair *v, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        free(v[i].name);
+        free(v[i].value);
+    }
+    free(v);
+}
+
 void cp_labels_close(cp_labels *l)
 {
-    for (uint32_t i = 0; i < l->p.n; i++) {
-        free(l->p.v[i].name);
-        free(l->p.v[i].value);
-    }
-    free(l->p.v);
+    cp_label_pairs_free(l->p.v, l->p.n);
     memset(l, 0, sizeof *l);
 }
 

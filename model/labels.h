@@ -27,6 +27,9 @@ typedef struct cp_labels {
 
 /* Frees every name and value and leaves l empty (reusable). A zeroed l is fine. */
 void cp_labels_close(cp_labels *l);
+/* Frees the n pairs of v (their names and values) and v itself: the one way any array of
+ * name=value pairs is freed (cp_labels_close, query parameters). NULL with n = 0 is fine. */
+void cp_label_pairs_free(cp_label_pair *v, uint32_t n);
 /* Sets name to value (copies both), replacing an existing value. 0 or CP_ENOMEM. */
 int cp_labels_set(cp_labels *l, const char *name, const char *value);
 /* The value of name, or NULL. */

@@ -126,8 +126,10 @@ int cp_api_is_light(void *api, const cp_http_request *req)
     (void)api;
     int ep = ep_of(req->path);
     /* An upload is parsed and stored on a worker; anything else there is refused at once. */
+    if (ep == EP_SYMBOLS && strcmp(req->method, "POST") != 0) return CP_HTTP_LANE_LOOP;
+    /* an upload passed on by a peer never waits on other nodes either: the peers' lane */
     if (ep == EP_SYMBOLS)
-        return strcmp(req->method, "POST") == 0 ? CP_HTTP_LANE_HEAVY : CP_HTTP_LANE_LOOP;
+        return cp_fanout_is_part_request(req) ? CP_HTTP_LANE_PEER : CP_HTTP_LANE_HEAVY;
     if (ep == EP_OTHER || strcmp(req->method, "GET") != 0) return CP_HTTP_LANE_LOOP;
     /* A peer's request for its part never waits on other nodes: its own lane (fanout.h). */
     if (cp_fanout_is_part_request(req)) return CP_HTTP_LANE_PEER;
@@ -164,40 +166,23 @@ static void oom(cp_http_response *r)
     cp_http_error(r, 503, "out of memory while answering");
 }
 
-/* Constant-time comparison of a presented token with a configured one. */
-static int token_eq(const char *a, size_t alen, const char *b)
-{
-    size_t blen = strlen(b);
-    unsigned char d = (unsigned char)(alen != blen);
-    for (size_t i = 0; i < blen; i++) d |= (unsigned char)(b[i] ^ (i < alen ? a[i] : 0));
-    return d == 0;
-}
-
 /* Resolves the tenant; on failure sets a 401 and returns NULL. */
 static const char *authenticate(cp_api *a, const cp_http_request *req, cp_http_response *r)
 {
     if (a->ntokens == 0) return CP_DEFAULT_TENANT;
-    const char *h = req->authorization;
+    size_t n = 0;
+    const char *h = cp_http_bearer(req, &n);
     if (!h) {
-        cp_http_error(r, 401, "missing Authorization: Bearer token");
+        cp_http_error(r, 401,
+                      req->authorization ? "Authorization header is not a Bearer token"
+                                         : "missing Authorization: Bearer token");
         snprintf(r->extra_headers, sizeof r->extra_headers,
                  "WWW-Authenticate: Bearer realm=\"contprof\"\r\n");
         return NULL;
     }
-    while (*h == ' ') h++;
-    if (strncasecmp(h, "Bearer ", 7) != 0) {
-        cp_http_error(r, 401, "Authorization header is not a Bearer token");
-        snprintf(r->extra_headers, sizeof r->extra_headers,
-                 "WWW-Authenticate: Bearer realm=\"contprof\"\r\n");
-        return NULL;
-    }
-    h += 7;
-    while (*h == ' ') h++;
-    size_t n = strlen(h);
-    while (n && (h[n - 1] == ' ' || h[n - 1] == '\t')) n--;
     const char *tenant = NULL;
     for (size_t i = 0; i < a->ntokens; i++)
-        if (token_eq(h, n, a->tokens[i].token) && !tenant) tenant = a->tokens[i].tenant;
+        if (cp_http_token_eq(h, n, a->tokens[i].token) && !tenant) tenant = a->tokens[i].tenant;
     if (!tenant) {
         cp_http_error(r, 401, "invalid token");
         snprintf(r->extra_headers, sizeof r->extra_headers,
@@ -211,18 +196,9 @@ static const char *authenticate(cp_api *a, const cp_http_request *req, cp_http_r
 static int metrics_allowed(cp_api *a, const cp_http_request *req, cp_http_response *r)
 {
     if (!a->metrics_token) return a->ntokens == 0 || authenticate(a, req, r) != NULL;
-    const char *h = req->authorization ? req->authorization : "";
-    while (*h == ' ')
-        h++;
-    if (strncasecmp(h, "Bearer ", 7) == 0) {
-        h += 7;
-        while (*h == ' ')
-            h++;
-        size_t n = strlen(h);
-        while (n && (h[n - 1] == ' ' || h[n - 1] == '\t'))
-            n--;
-        if (token_eq(h, n, a->metrics_token)) return 1;
-    }
+    size_t n = 0;
+    const char *h = cp_http_bearer(req, &n);
+    if (h && cp_http_token_eq(h, n, a->metrics_token)) return 1;
     cp_http_error(r, 401, "/metrics needs Authorization: Bearer <metrics.token>");
     snprintf(r->extra_headers, sizeof r->extra_headers,
              "WWW-Authenticate: Bearer realm=\"contprof\"\r\n");
@@ -235,6 +211,16 @@ typedef struct qargs {
     cp_selector sel;
     int64_t from, to;
 } qargs;
+
+/* 0 if every parameter in pa is in allowed (NULL-terminated); else -1 with a 400 naming the
+ * first unknown one set in r. */
+static int check_params(const cp_params *pa, const char *const *allowed, cp_http_response *r)
+{
+    cp_err err = {0};
+    if (!cp_params_check(pa, allowed, &err)) return 0;
+    cp_http_error(r, 400, "%s", err.msg);
+    return -1;
+}
 
 static int parse_kind(const char *s, cp_kind *out, const char *pname, cp_http_response *r)
 {
@@ -379,10 +365,7 @@ static void ep_symbols(cp_api *a, const char *tenant, const cp_params *pa,
 {
     static const char *const allowed[] = {"tenant", NULL};
     cp_err err = {0};
-    if (cp_params_check(pa, allowed, &err)) {
-        cp_http_error(r, 400, "%s", err.msg);
-        return;
-    }
+    if (check_params(pa, allowed, r)) return;
     const char *want = cp_params_get(pa, "tenant");
     if (want && *want && strcmp(want, tenant) != 0) {
         cp_http_error(r, 403, "tenant '%.64s' requested, but this token is for tenant '%s'", want,
@@ -416,6 +399,13 @@ static void ep_symbols(cp_api *a, const char *tenant, const cp_params *pa,
                 "%zu bytes)",
                 tenant, res.build_id, res.info.functions, res.info.lines, res.info.inlines,
                 res.table_bytes);
+    /* every node names frames (each its own part, the asking one after the merge), so every
+     * node keeps the table; a node that did not get it makes this answer partial */
+    if (cp_fanout_upload(a->o.fanout, "/api/v1/symbols", tenant, req->body, req->body_len,
+                         req->deadline_ns, &err)) {
+        oom(r);
+        return;
+    }
     if (cp_buf_printf(&r->body, "{\"tenant\":") || json_str(&r->body, tenant) ||
         cp_buf_printf(&r->body,
                       ",\"build_id\":\"%s\",\"functions\":%u,\"lines\":%u,\"inlines\":%u,"
@@ -506,10 +496,7 @@ static void ep_profile(cp_api *a, const char *tenant, const cp_params *pa,
 {
     static const char *const formats[] = {"pprof", "json", "folded", "top", NULL};
     cp_err err = {0};
-    if (cp_params_check(pa, g_profile_params, &err)) {
-        cp_http_error(r, 400, "%s", err.msg);
-        return;
-    }
+    if (check_params(pa, g_profile_params, r)) return;
     qargs q = {0};
     const char *format;
     int64_t now = cp_now_ns();
@@ -546,10 +533,7 @@ static void ep_diff(cp_api *a, const char *tenant, const cp_params *pa,
                                           "max_nodes", "sample_type", NULL};
     static const char *const formats[] = {"json", "pprof", NULL};
     cp_err err = {0};
-    if (cp_params_check(pa, allowed, &err)) {
-        cp_http_error(r, 400, "%s", err.msg);
-        return;
-    }
+    if (check_params(pa, allowed, r)) return;
     cp_kind kind;
     const char *format;
     int64_t now = cp_now_ns(), from, to, bfrom, bto;
@@ -674,10 +658,7 @@ static void ep_timeline(cp_api *a, const char *tenant, const cp_params *pa,
 {
     static const char *const allowed[] = {"type", "select", "from", "to", "step", NULL};
     cp_err err = {0};
-    if (cp_params_check(pa, allowed, &err)) {
-        cp_http_error(r, 400, "%s", err.msg);
-        return;
-    }
+    if (check_params(pa, allowed, r)) return;
     qargs q = {0};
     int64_t now = cp_now_ns(), step = 0;
     if (parse_kind(cp_params_get(pa, "type"), &q.kind, "type", r) ||
@@ -747,10 +728,7 @@ static void ep_series(cp_api *a, const char *tenant, const cp_params *pa,
 {
     static const char *const allowed[] = {"select", "from", "to", "type", NULL};
     cp_err err = {0};
-    if (cp_params_check(pa, allowed, &err)) {
-        cp_http_error(r, 400, "%s", err.msg);
-        return;
-    }
+    if (check_params(pa, allowed, r)) return;
     /* Default: all of time the store accepts (2^62 ns is year 2116). */
     int64_t now = cp_now_ns(), from = 0, to = (1LL << 62) - 1;
     const char *fs = cp_params_get(pa, "from"), *ts = cp_params_get(pa, "to");
@@ -828,10 +806,7 @@ static void ep_labels(cp_api *a, const char *tenant, const cp_params *pa,
 {
     static const char *const allowed[] = {NULL};
     cp_err err = {0};
-    if (cp_params_check(pa, allowed, &err)) {
-        cp_http_error(r, 400, "%s", err.msg);
-        return;
-    }
+    if (check_params(pa, allowed, r)) return;
     cp_string_list l = {0};
     int rc = cp_fanout_labels(a->o.fanout, a->o.store, tenant, NULL, req->deadline_ns, &l, &err);
     if (rc) store_error(req, rc, &err, r);
@@ -844,10 +819,7 @@ static void ep_values(cp_api *a, const char *tenant, const cp_params *pa,
 {
     static const char *const allowed[] = {NULL};
     cp_err err = {0};
-    if (cp_params_check(pa, allowed, &err)) {
-        cp_http_error(r, 400, "%s", err.msg);
-        return;
-    }
+    if (check_params(pa, allowed, r)) return;
     const char *rest = req->path + strlen("/api/v1/labels/");
     size_t n = strlen(rest);
     if (n < 8 || strcmp(rest + n - 7, "/values") != 0) {
@@ -1128,9 +1100,9 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
         }
         return;
     }
-    /* a peer asking for its part presents the cluster token and names the tenant */
-    const char *tenant =
-        ep != EP_SYMBOLS && cp_fanout_is_peer(a->o.fanout, req) ? "" : authenticate(a, req, r);
+    /* a peer asking for its part, or passing an upload on, presents the cluster token and
+     * names the tenant */
+    const char *tenant = cp_fanout_is_peer(a->o.fanout, req) ? "" : authenticate(a, req, r);
     if (!tenant) return;
     cp_params pa = {0};
     cp_err err = {0};

@@ -153,30 +153,12 @@ int cp_fanout_create(const cp_fanout_options *o, cp_fanout **out, cp_err *err)
 
 /* ---- per request ---------------------------------------------------------------------- */
 
-/* Constant-time comparison of a presented token with the cluster token. */
-static int token_eq(const char *a, size_t alen, const char *b)
-{
-    size_t blen = strlen(b);
-    unsigned char d = (unsigned char)(alen != blen);
-    for (size_t i = 0; i < blen; i++)
-        d |= (unsigned char)(b[i] ^ (i < alen ? a[i] : 0));
-    return d == 0;
-}
-
 int cp_fanout_is_peer(const cp_fanout *f, const cp_http_request *req)
 {
-    if (!f || !f->token || !req->authorization) return 0;
-    const char *h = req->authorization;
-    while (*h == ' ')
-        h++;
-    if (strncasecmp(h, "Bearer ", 7) != 0) return 0;
-    h += 7;
-    while (*h == ' ')
-        h++;
-    size_t n = strlen(h);
-    while (n && (h[n - 1] == ' ' || h[n - 1] == '\t'))
-        n--;
-    return token_eq(h, n, f->token);
+    if (!f || !f->token) return 0;
+    size_t n = 0;
+    const char *h = cp_http_bearer(req, &n);
+    return h && cp_http_token_eq(h, n, f->token);
 }
 
 /* Removes name from pa; returns its value (owned by the caller) or NULL. */
@@ -294,6 +276,8 @@ typedef struct call {
     const cp_fanout *f;
     uint32_t peer;
     const char *pq;
+    const void *body; /* an upload to pass on (POST); NULL: GET */
+    size_t body_len;
     int64_t timeout_ms;
     pthread_t th;
     int started, ok, self;
@@ -304,8 +288,10 @@ static void *call_run(void *arg)
 {
     call *c = arg;
     cp_err err = {0};
-    int rc = cp_http_get(c->f->peers[c->peer], c->pq, c->f->token, c->timeout_ms, c->f->max_body,
-                         &c->res, &err);
+    int rc = c->body ? cp_http_post(c->f->peers[c->peer], c->pq, c->f->token, c->body, c->body_len,
+                                    c->timeout_ms, c->f->max_body, &c->res, &err)
+                     : cp_http_get(c->f->peers[c->peer], c->pq, c->f->token, c->timeout_ms,
+                                   c->f->max_body, &c->res, &err);
     if (rc) {
         cp_log_warn("peer %s: %s", c->f->peers[c->peer], err.msg);
     } else if (c->res.status == 421) {
@@ -333,9 +319,10 @@ static int fans(const cp_fanout *f)
 }
 
 /* Starts GET pq (to which `local=1`, and `tenant` with a token, are appended) on every
- * peer, each allowed until deadline_ns (CLOCK_MONOTONIC; 0 = the fan-out's timeout). */
+ * peer, or POST of body[0..body_len) when body is not NULL (it must outlive fan_wait), each
+ * allowed until deadline_ns (CLOCK_MONOTONIC; 0 = the fan-out's timeout). */
 static int fan_start(const cp_fanout *f, cp_buf *pq, const char *tenant, int64_t deadline_ns,
-                     fan *out, cp_err *err)
+                     const void *body, size_t body_len, fan *out, cp_err *err)
 {
     memset(out, 0, sizeof *out);
     int rc = cp_buf_printf(pq, "&local=1&node=%s", f->id);
@@ -359,7 +346,12 @@ static int fan_start(const cp_fanout *f, cp_buf *pq, const char *tenant, int64_t
     out->n = f->n;
     for (uint32_t i = 0; i < f->n; i++) {
         call *c = &out->calls[i];
-        *c = (call){.f = f, .peer = i, .pq = (const char *)pq->data, .timeout_ms = ms};
+        *c = (call){.f = f,
+                    .peer = i,
+                    .pq = (const char *)pq->data,
+                    .body = body,
+                    .body_len = body_len,
+                    .timeout_ms = ms};
         if (atomic_load(&((cp_fanout *)f)->self[i]))
             c->self = 1; /* not asked */
         else if (pthread_create(&c->th, NULL, call_run, c) == 0)
@@ -426,6 +418,39 @@ static int put_select(cp_buf *b, const char *select)
     return rc ? rc : cp_url_encode(b, select ? select : "");
 }
 
+/* Appends the selector and the window of a profile-like request. */
+static int put_window(cp_buf *b, const char *select, int64_t from, int64_t to)
+{
+    int rc = put_select(b, select);
+    if (!rc) rc = put_time(b, "from", from);
+    return rc ? rc : put_time(b, "to", to);
+}
+
+/* fan_start once the request pq is built (built: the result of building it, nonzero if that
+ * ran out of memory); on failure pq is closed and nothing needs fan_close. */
+static int fan_begin(const cp_fanout *f, cp_buf *pq, int built, const char *tenant,
+                     int64_t deadline_ns, const void *body, size_t body_len, fan *fa, cp_err *err)
+{
+    int rc = built ? cp_err_set(err, CP_ENOMEM, "out of memory")
+                   : fan_start(f, pq, tenant, deadline_ns, body, body_len, fa, err);
+    if (rc) cp_buf_close(pq);
+    return rc;
+}
+
+/* The JSON answer of a peer that answered, parsed (the caller frees it); NULL if the peer
+ * did not answer, or answered something that is not JSON (the peer is then missing). */
+static cp_json *call_json(call *c)
+{
+    cp_json *j = NULL;
+    cp_err e = {0};
+    if (!c->ok) return NULL;
+    if (cp_json_parse((const char *)c->res.body.data, c->res.body.len, &j, &e)) {
+        fan_reject(c, e.msg);
+        return NULL;
+    }
+    return j;
+}
+
 static int64_t mono_now(void)
 {
     struct timespec ts;
@@ -443,17 +468,9 @@ int cp_fanout_query(cp_fanout *f, cp_store *s, const char *tenant, cp_kind kind,
     cp_buf pq = {0};
     fan fa = {0};
     int rc = cp_buf_printf(&pq, "/api/v1/profile?format=pprof&type=%s", cp_kind_name(kind));
-    if (!rc) rc = put_select(&pq, select);
-    if (!rc) rc = put_time(&pq, "from", from);
-    if (!rc) rc = put_time(&pq, "to", to);
-    if (rc) {
-        cp_buf_close(&pq);
-        return cp_err_set(err, CP_ENOMEM, "out of memory");
-    }
-    if ((rc = fan_start(f, &pq, tenant, lim ? lim->deadline_ns : 0, &fa, err))) {
-        cp_buf_close(&pq);
+    if (!rc) rc = put_window(&pq, select, from, to);
+    if ((rc = fan_begin(f, &pq, rc, tenant, lim ? lim->deadline_ns : 0, NULL, 0, &fa, err)))
         return rc;
-    }
     cp_profile *local = NULL;
     rc = cp_store_query(s, tenant, kind, sel, from, to, lim, &local, err);
     fan_wait(&fa);
@@ -590,17 +607,8 @@ int cp_fanout_series(cp_fanout *f, cp_store *s, const char *tenant, const cp_sel
     cp_buf pq = {0};
     fan fa = {0};
     int rc = cp_buf_printf(&pq, "/api/v1/series?");
-    if (!rc) rc = put_select(&pq, select);
-    if (!rc) rc = put_time(&pq, "from", from);
-    if (!rc) rc = put_time(&pq, "to", to);
-    if (rc) {
-        cp_buf_close(&pq);
-        return cp_err_set(err, CP_ENOMEM, "out of memory");
-    }
-    if ((rc = fan_start(f, &pq, tenant, deadline_ns, &fa, err))) {
-        cp_buf_close(&pq);
-        return rc;
-    }
+    if (!rc) rc = put_window(&pq, select, from, to);
+    if ((rc = fan_begin(f, &pq, rc, tenant, deadline_ns, NULL, 0, &fa, err))) return rc;
     rc = cp_store_series(s, tenant, sel, from, to, out, err);
     fan_wait(&fa);
     for (uint32_t i = 0; !rc && i < fa.n; i++) {
@@ -639,23 +647,14 @@ int cp_fanout_labels(cp_fanout *f, cp_store *s, const char *tenant, const char *
     fan fa = {0};
     int rc = name ? cp_buf_printf(&pq, "/api/v1/labels/%s/values?", name)
                   : cp_buf_printf(&pq, "/api/v1/labels?");
-    if (rc) return cp_err_set(err, CP_ENOMEM, "out of memory");
-    if ((rc = fan_start(f, &pq, tenant, deadline_ns, &fa, err))) {
-        cp_buf_close(&pq);
-        return rc;
-    }
+    if ((rc = fan_begin(f, &pq, rc, tenant, deadline_ns, NULL, 0, &fa, err))) return rc;
     rc = name ? cp_store_label_values(s, tenant, name, out, err)
               : cp_store_label_names(s, tenant, out, err);
     fan_wait(&fa);
     for (uint32_t i = 0; !rc && i < fa.n; i++) {
         call *c = &fa.calls[i];
-        if (!c->ok) continue;
-        cp_json *j = NULL;
-        cp_err e = {0};
-        if (cp_json_parse((const char *)c->res.body.data, c->res.body.len, &j, &e)) {
-            fan_reject(c, e.msg);
-            continue;
-        }
+        cp_json *j = call_json(c);
+        if (!j) continue;
         const cp_json *arr = cp_json_get(j, name ? "values" : "labels");
         if (!arr || arr->type != CP_JSON_ARRAY) fan_reject(c, "no list in the answer");
         for (uint32_t k = 0; arr && arr->type == CP_JSON_ARRAY && !rc && k < arr->n; k++) {
@@ -698,29 +697,16 @@ int cp_fanout_timeline(cp_fanout *f, cp_store *s, const char *tenant, cp_kind ki
     fan fa = {0};
     int rc = cp_buf_printf(&pq, "/api/v1/timeline?type=%s&step=%lldns", cp_kind_name(kind),
                            (long long)step);
-    if (!rc) rc = put_select(&pq, select);
-    if (!rc) rc = put_time(&pq, "from", from);
-    if (!rc) rc = put_time(&pq, "to", to);
-    if (rc) {
-        cp_buf_close(&pq);
-        return cp_err_set(err, CP_ENOMEM, "out of memory");
-    }
-    if ((rc = fan_start(f, &pq, tenant, lim ? lim->deadline_ns : mono_now() + f->timeout_ns, &fa,
-                        err))) {
-        cp_buf_close(&pq);
+    if (!rc) rc = put_window(&pq, select, from, to);
+    if ((rc = fan_begin(f, &pq, rc, tenant, lim ? lim->deadline_ns : mono_now() + f->timeout_ns,
+                        NULL, 0, &fa, err)))
         return rc;
-    }
     rc = cp_store_timeline(s, tenant, kind, sel, from, to, step, lim, out, nsteps, ntypes, err);
     fan_wait(&fa);
     for (uint32_t i = 0; !rc && i < fa.n; i++) {
         call *c = &fa.calls[i];
-        if (!c->ok) continue;
-        cp_json *j = NULL;
-        cp_err e = {0};
-        if (cp_json_parse((const char *)c->res.body.data, c->res.body.len, &j, &e)) {
-            fan_reject(c, e.msg);
-            continue;
-        }
+        cp_json *j = call_json(c);
+        if (!j) continue;
         /* checked whole before anything is added: a bad answer adds nothing */
         const cp_json *pts = cp_json_get(j, "points");
         int ok = pts && pts->type == CP_JSON_ARRAY && pts->n == *nsteps;
@@ -739,6 +725,24 @@ int cp_fanout_timeline(cp_fanout *f, cp_store *s, const char *tenant, cp_kind ki
     fan_close(&fa);
     cp_buf_close(&pq);
     return rc;
+}
+
+/* ---- uploads ------------------------------------------------------------------------- */
+
+int cp_fanout_upload(cp_fanout *f, const char *path, const char *tenant, const void *body,
+                     size_t len, int64_t deadline_ns, cp_err *err)
+{
+    if (!fans(f)) return 0;
+    cp_buf pq = {0};
+    fan fa = {0};
+    int rc = cp_buf_printf(&pq, "%s?", path);
+    /* body non-NULL even when empty: this is a POST */
+    if ((rc = fan_begin(f, &pq, rc, tenant, deadline_ns, body ? body : "", len, &fa, err)))
+        return rc;
+    fan_wait(&fa);
+    fan_close(&fa);
+    cp_buf_close(&pq);
+    return 0;
 }
 
 /* ---- ingest offsets of the peers ------------------------------------------------------ */

@@ -89,6 +89,17 @@ int cp_fanout_timeline(cp_fanout *f, cp_store *s, const char *tenant, cp_kind ki
                        int64_t step, const cp_query_limits *lim, int64_t **out, uint32_t *nsteps,
                        uint32_t *ntypes, cp_err *err);
 
+/* ---- uploads (POST /api/v1/symbols) ---------------------------------------------------- */
+
+/* Passes an upload this node has kept (the body of POST path, body[0..len), not retained) on
+ * to every peer as that peer's own (`local=1`, with the cluster token and tenant), in
+ * parallel, each within deadline_ns (CLOCK_MONOTONIC; 0 = the peer timeout) less a tenth, at
+ * most the peer timeout. A peer that fails, answers non-200 or misses the deadline is
+ * missing (logged, counted): cp_fanout_end then marks the answer partial. Nothing for a
+ * peer's own request (local=1) or without peers. 0 or CP_ENOMEM. */
+int cp_fanout_upload(cp_fanout *f, const char *path, const char *tenant, const void *body,
+                     size_t len, int64_t deadline_ns, cp_err *err);
+
 /* ---- ingest offsets (GET /api/v1/ingest/offsets), for senders that wait --------------- */
 
 /* Appends the peers' partitions, as each last reported them, to the "partitions" array being

@@ -121,6 +121,32 @@ static http_parser_settings g_settings;
 
 /* ---- JSON helpers ------------------------------------------------------------------- */
 
+const char *cp_http_bearer(const cp_http_request *req, size_t *len)
+{
+    const char *h = req->authorization;
+    if (!h) return NULL;
+    while (*h == ' ')
+        h++;
+    if (strncasecmp(h, "Bearer ", 7) != 0) return NULL;
+    h += 7;
+    while (*h == ' ')
+        h++;
+    size_t n = strlen(h);
+    while (n && (h[n - 1] == ' ' || h[n - 1] == '\t'))
+        n--;
+    *len = n;
+    return h;
+}
+
+int cp_http_token_eq(const char *tok, size_t len, const char *want)
+{
+    size_t wlen = strlen(want);
+    unsigned char d = (unsigned char)(len != wlen);
+    for (size_t i = 0; i < wlen; i++)
+        d |= (unsigned char)(want[i] ^ (i < len ? tok[i] : 0));
+    return d == 0;
+}
+
 void cp_http_error(cp_http_response *resp, int status, const char *fmt, ...)
 {
     char msg[512];

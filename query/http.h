@@ -123,6 +123,15 @@ void cp_http_server_destroy(cp_http_server *s);
 void cp_http_error(cp_http_response *resp, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The token of req's `Authorization: Bearer TOKEN` header, blanks around it trimmed: a
+ * pointer into req's memory with its length in *len, or NULL when the header is missing
+ * or not a Bearer token. */
+const char *cp_http_bearer(const cp_http_request *req, size_t *len);
+
+/* 1 if the presented token (tok, len bytes, not NUL-terminated) equals want; the time taken
+ * depends on want's length only. */
+int cp_http_token_eq(const char *tok, size_t len, const char *want);
+
 /* cp_mono_ns: CLOCK_MONOTONIC in nanoseconds, now in times.h. */
 
 #endif

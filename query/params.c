@@ -48,11 +48,7 @@ static int url_decode(const char *s, size_t n, char **out, size_t *bad_at)
 
 void cp_params_close(cp_params *p)
 {
-    for (uint32_t i = 0; i < p->p.n; i++) {
-        free(p->p.v[i].name);
-        free(p->p.v[i].value);
-    }
-    free(p->p.v);
+    cp_label_pairs_free(p->p.v, p->p.n);
     memset(p, 0, sizeof *p);
 }
 

@@ -7,14 +7,15 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "labels.h"
 #include "times.h"
 #include "vec.h"
 
 #define CP_PARAMS_MAX 64
 
-typedef struct cp_param {
-    char *name, *value; /* owned, percent-decoded */
-} cp_param;
+/* A parameter: name and value owned, percent-decoded; the pair type of labels.h, so that
+ * one function frees both kinds of pairs. */
+typedef cp_label_pair cp_param;
 
 typedef struct cp_params {
     CP_VEC(cp_param) p;

@@ -27,6 +27,7 @@
 #include "http.h"
 #include "store.h"
 #include "synth.h"
+#include "report.h"
 
 #define S(x) ((int64_t)(x)*1000000000LL)
 static const int64_t T0 = 1764000000;
@@ -36,16 +37,7 @@ static pid_t g_pid;
 
 static void row(const char *name, double v, const char *unit, const char *cmp, double floor)
 {
-    char fl[64] = "-";
-    const char *ok = "-";
-    if (cmp) {
-        snprintf(fl, sizeof fl, "%s %g%s", cmp, floor, unit);
-        int good = strcmp(cmp, "<=") == 0 ? v <= floor : v >= floor;
-        ok = good ? "ok" : "FAIL";
-        if (!good) g_fail = 1;
-    }
-    printf("%-60s | %12.3f%s | %14s | %s\n", name, v, unit, fl, ok);
-    fflush(stdout);
+    if (cp_bench_row(60, 14, name, v, unit, cmp, floor)) g_fail = 1;
 }
 
 static void die(const char *what)

@@ -24,6 +24,7 @@
 #include "render.h"
 #include "store.h"
 #include "synth.h"
+#include "report.h"
 #include "clock.h"
 
 #define S(x) ((int64_t)(x) * 1000000000LL)
@@ -32,17 +33,7 @@ static int g_fail;
 
 static void row(const char *name, double v, const char *unit, const char *cmp, double floor)
 {
-    char fl[64] = "-";
-    const char *ok = "-";
-    if (cmp) {
-        snprintf(fl, sizeof fl, "%s %g%s", cmp, floor, unit);
-        int good = strcmp(cmp, "<=") == 0 ? v <= floor : strcmp(cmp, ">=") == 0 ? v >= floor
-                                                                                : v == floor;
-        ok = good ? "ok" : "FAIL";
-        if (!good) g_fail = 1;
-    }
-    printf("%-44s | %12.3f%s | %12s | %s\n", name, v, unit, fl, ok);
-    fflush(stdout);
+    if (cp_bench_row(44, 12, name, v, unit, cmp, floor)) g_fail = 1;
 }
 
 static void die(const char *what, const cp_err *err)

@@ -87,6 +87,14 @@ int cp_cmd_symbols(int argc, char **argv)
         fwrite(res.body.data, 1, res.body.len, to);
         if (!res.body.len || res.body.data[res.body.len - 1] != '\n') fputc('\n', to);
         if (res.status != 200) status = 1;
+        /* kept by the node asked, not by every node of its cluster: never silently */
+        if (res.status == 200 && res.partial[0]) {
+            fprintf(stderr,
+                    "contprof symbols upload: %s: warning: partial upload: not kept by %s "
+                    "(frames stored there stay unnamed; upload again once it is back)\n",
+                    argv[i], res.partial);
+            status = 1;
+        }
         cp_buf_close(&res.body);
     }
     cp_buf_close(&path);

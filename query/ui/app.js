@@ -245,8 +245,27 @@
     return ['api/v1/diff', q];
   }
 
+  // ---- partial answers --------------------------------------------------------------------
+
+  // Cluster nodes that did not answer during the current load: a banner names them, since
+  // every total and frame on screen then lacks their part.
+  let missingPeers = new Set();
+  function showPartial() {
+    const b = $('partial');
+    b.hidden = !missingPeers.size;
+    b.textContent = missingPeers.size
+      ? `Partial answer: no data from ${[...missingPeers].join(', ')} (cluster node${missingPeers.size > 1 ? 's' : ''} not answering). What is shown lacks ${missingPeers.size > 1 ? 'their' : 'its'} part.`
+      : '';
+  }
+  cp.onPartial = peers => {
+    for (const p of peers) missingPeers.add(p);
+    showPartial();
+  };
+
   async function reload() {
     const seq = ++loadSeq;
+    missingPeers = new Set();
+    showPartial();
     writeURL();
     syncInputs();
     const nowSec = Math.floor(Date.now() / 1000);

@@ -68,7 +68,9 @@ cp.durText = function (s) {
 cp.token = sessionStorage.getItem('contprof.token') || '';
 
 // GETs path?params (path relative to the page, so a proxy may serve it under a prefix); resolves to parsed JSON (or an ArrayBuffer if binary). A 401 asks for a
-// token once and retries. Errors carry the server's {"error": ...} message.
+// token once and retries. Errors carry the server's {"error": ...} message. An answer a
+// cluster gave without some nodes' parts (the Contprof-Partial header, which every format
+// carries; JSON adds "partial": true) is passed to cp.onPartial with the missing peers.
 cp.get = async function (path, params, binary) {
   const qs = new URLSearchParams();
   for (const [k, v] of Object.entries(params || {})) if (v !== undefined && v !== '') qs.set(k, v);
@@ -82,7 +84,13 @@ cp.get = async function (path, params, binary) {
       try { msg = (await r.json()).error || msg; } catch (e) { /* not JSON */ }
       throw new Error(msg);
     }
-    return binary ? r.arrayBuffer() : r.json();
+    const missing = (r.headers.get('Contprof-Partial') || '').split(',').filter(Boolean);
+    const body = await (binary ? r.arrayBuffer() : r.json());
+    if (!binary && body && body.partial === true && Array.isArray(body.missing_peers)) {
+      for (const p of body.missing_peers) if (!missing.includes(p)) missing.push(p);
+    }
+    if (missing.length && cp.onPartial) cp.onPartial(missing);
+    return body;
   }
 };
 

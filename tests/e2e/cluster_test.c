@@ -4,8 +4,9 @@
  * while it ingests and restarted on the same data; then node 3 answers every service's
  * totals exactly as `go tool pprof` computes them over all the imported files, one service's
  * query returns that service's alone, series/labels/timeline cover all nodes, and with a
- * node stopped the answers are partial and say so (JSON and a response header). A second
- * test runs two nodes with tenant tokens and a cluster token. */
+ * node stopped the answers are partial and say so (JSON and a response header). Then: a
+ * symbol upload to one node names frames stored on another, and says when a node missed
+ * it; two nodes with tenant tokens and a cluster token; and more (tests/e2e/README.md). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -13,9 +14,12 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "elfsym.h"
 #include "http_client.h"
 #include "pprof.h"
 #include "proc.h"
+#include "qtest.h"
+#include "symtab.h"
 
 #define NSVC 8
 #define NWIN 20
@@ -120,51 +124,68 @@ static char *raw_get(int port, const char *pq)
     return (char *)b.data;
 }
 
-/* ---- three nodes, a SIGKILL, exact totals, a node stopped ----------------------------- */
+/* Three nodes on loopback in a temporary dir: node 1 hosts the embedded broker (its config
+ * file holds node1_conf) and owns partitions 0-1, node 2 owns 2-3, node 3 owns 4-5, each
+ * with the same peer list; returns once all three are healthy. */
+typedef struct cluster {
+    char dir[32], peers[256], brokers[256], conf[700];
+    char data[3][600], listen[3][64];
+    node n[3];
+} cluster;
 
-TEST(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down)
+static void cluster_start(cluster *c, const char *node1_conf)
 {
-    char dir[] = "/tmp/cp-cluster-XXXXXX", path[700], cmd[2400], peers[256], brokers[256];
-    CHECK(mkdtemp(dir));
+    static const char *const parts[3] = {"0-1", "2-3", "4-5"};
+    memset(c, 0, sizeof *c);
+    snprintf(c->dir, sizeof c->dir, "/tmp/cp-cluster-XXXXXX");
+    CHECK(mkdtemp(c->dir));
     int ports[3];
     pick_ports(ports, 3);
-    snprintf(peers, sizeof peers, "http://127.0.0.1:%d,http://127.0.0.1:%d,http://127.0.0.1:%d",
-             ports[0], ports[1], ports[2]);
-    /* node 1 hosts the broker with 6 partitions */
-    snprintf(path, sizeof path, "%s/node1.conf", dir);
-    FILE *f = fopen(path, "w");
+    snprintf(c->peers, sizeof c->peers,
+             "http://127.0.0.1:%d,http://127.0.0.1:%d,http://127.0.0.1:%d", ports[0], ports[1],
+             ports[2]);
+    snprintf(c->conf, sizeof c->conf, "%s/node1.conf", c->dir);
+    FILE *f = fopen(c->conf, "w");
     CHECK(f);
-    fprintf(f, "embedded.partitions = 6\ncluster.peer_timeout = 5s\n");
+    fputs(node1_conf, f);
     fclose(f);
-    static char data[3][600], listen[3][64], conf[700];
-    static const char *const parts[3] = {"0-1", "2-3", "4-5"};
-    snprintf(conf, sizeof conf, "%s", path);
-    node n[3];
-    memset(n, 0, sizeof n);
+    node *n = c->n;
     for (int i = 0; i < 3; i++) {
         n[i].port = ports[i];
         snprintf(n[i].url, sizeof n[i].url, "http://127.0.0.1:%d", ports[i]);
-        snprintf(n[i].log, sizeof n[i].log, "%s/node%d.log", dir, i + 1);
-        snprintf(data[i], sizeof data[i], "%s/data%d", dir, i + 1);
-        snprintf(listen[i], sizeof listen[i], "127.0.0.1:%d", ports[i]);
+        snprintf(n[i].log, sizeof n[i].log, "%s/node%d.log", c->dir, i + 1);
+        snprintf(c->data[i], sizeof c->data[i], "%s/data%d", c->dir, i + 1);
+        snprintf(c->listen[i], sizeof c->listen[i], "127.0.0.1:%d", ports[i]);
     }
-    const char *a1[] = {"--config", conf,  "--data",       data[0],  "--http", listen[0],
-                        "--peers",  peers, "--partitions", parts[0], NULL};
+    const char *a1[] = {"--config", c->conf,  "--data",       c->data[0], "--http", c->listen[0],
+                        "--peers",  c->peers, "--partitions", parts[0],   NULL};
     memcpy(n[0].args, a1, sizeof a1);
     node_start(&n[0]);
     wait_healthy(&n[0]);
     cp_buf bb = http_get_ok(n[0].port, "/api/v1/brokers", NULL);
     const char *q = strstr((char *)bb.data, "\"brokers\":\"");
     CHECK(q);
-    snprintf(brokers, sizeof brokers, "%.*s", (int)strcspn(q + 11, "\""), q + 11);
+    snprintf(c->brokers, sizeof c->brokers, "%.*s", (int)strcspn(q + 11, "\""), q + 11);
     cp_buf_close(&bb);
     for (int i = 1; i < 3; i++) {
-        const char *ai[] = {"--data",  data[i], "--http",       listen[i], "--brokers", brokers,
-                            "--peers", peers,   "--partitions", parts[i],  NULL};
+        const char *ai[] = {"--data",       c->data[i], "--http",  c->listen[i],
+                            "--brokers",    c->brokers, "--peers", c->peers,
+                            "--partitions", parts[i],   NULL};
         memcpy(n[i].args, ai, sizeof ai);
         node_start(&n[i]);
         wait_healthy(&n[i]);
     }
+}
+
+/* ---- three nodes, a SIGKILL, exact totals, a node stopped ----------------------------- */
+
+TEST(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down)
+{
+    static cluster cl;
+    cluster_start(&cl, "embedded.partitions = 6\ncluster.peer_timeout = 5s\n");
+    char path[700], cmd[2400];
+    char *dir = cl.dir;
+    node *n = cl.n;
     /* 8 services, each with windows of its own shape, so one service's totals are its own */
     for (int s = 0; s < NSVC; s++) {
         snprintf(cmd, sizeof cmd,
@@ -363,6 +384,126 @@ TEST(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down)
     CHECK_EQ(stop_daemon_within(&n[2].p, SIGTERM, 60), 0);
     CHECK_EQ(stop_daemon_within(&n[0].p, SIGTERM, 60), 0);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    sh(cmd);
+}
+
+/* ---- symbol uploads reach every node -------------------------------------------------- */
+
+/* A pprof file of one CPU window (a minute ago) of symprog as CONTPROF_SYMBOLIZE=server sends
+ * it: one frame, unnamed, in symprog_hash_spin of the build ID id. */
+static void write_unnamed_window(const char *path, const char *id, uint64_t off)
+{
+    cp_profile *p = qt_cpu_profile();
+    p->time_nanos = ((int64_t)time(NULL) - 60) * SEC;
+    p->duration_nanos = 10 * SEC;
+    cp_mapping m = {.start = 0x555500000000, .limit = 0x555500100000, .offset = 0};
+    CHECK(cp_profile_intern_cstr(p, "/opt/app/symprog", &m.filename) == 0);
+    CHECK(cp_profile_intern_cstr(p, id, &m.build_id) == 0);
+    uint32_t mid, loc;
+    CHECK(cp_profile_add_mapping(p, &m, &mid) == 0);
+    CHECK(cp_profile_add_location(p, m.start + off + 3, mid, NULL, 0, &loc) == 0);
+    int64_t v[2] = {7, 70000000};
+    CHECK(cp_profile_add_sample(p, &loc, 1, v, NULL, 0) == 0);
+    cp_buf b = {0};
+    CHECK(cp_pprof_encode(p, 1, &b) == 0);
+    CHECK(cp_write_file(path, b.data, b.len, NULL) == 0);
+    cp_buf_close(&b);
+    cp_profile_destroy(p);
+}
+
+/* The exit status of the shell command cmd, its output in out. */
+static int sh_out(const char *cmd, char *out, size_t cap)
+{
+    const char *const args[] = {"-c", cmd, NULL};
+    int st = run_capture("/bin/sh", args, NULL, NULL, out, cap);
+    fprintf(stderr, "$ %s\n%s", cmd, out);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+TEST(a_symbol_upload_to_one_node_names_frames_stored_on_another)
+{
+    static cluster cl;
+    cluster_start(&cl, "embedded.partitions = 6\ncluster.peer_timeout = 5s\n");
+    node *n = cl.n;
+    char prog[600], path[700], cmd[2400], out[8192];
+    snprintf(prog, sizeof prog, "%s/tests/symbols/symprog", bindir());
+    cp_buf elf = {0}, tab = {0};
+    CHECK(cp_read_file(prog, &elf, NULL) == 0);
+    char id[CP_BUILD_ID_HEX_MAX + 1];
+    cp_err err = {0};
+    CHECK_EQ(cp_symtab_build(elf.data, elf.len, 1 << 20, &tab, id, &err), 0);
+    cp_buf_close(&tab);
+    snprintf(path, sizeof path, "%s/w.pb.gz", cl.dir);
+    write_unnamed_window(path, id, elf_symbol_offset(prog, "symprog_hash_spin"));
+    /* the same window for 6 services: their keys spread them over the partitions */
+    for (int s = 0; s < 6; s++) {
+        snprintf(cmd, sizeof cmd,
+                 "'%s/query/contprof' import --server %s --service sym%d --label instance=i%d "
+                 "'%s' >>'%s/import.log' 2>&1",
+                 bindir(), n[0].url, s, s, path, cl.dir);
+        sh(cmd);
+    }
+    /* a service whose window node 2 holds (its own part: local=1) */
+    char svc[32] = "";
+    for (int64_t end = mono_ns() + 60 * SEC; !svc[0] && mono_ns() < end; usleep(100000)) {
+        cp_buf b = http_get_ok(n[1].port, "/api/v1/labels/service/values?local=1", NULL);
+        const char *q = strstr((char *)b.data, "\"sym");
+        if (q) snprintf(svc, sizeof svc, "%.*s", (int)strcspn(q + 1, "\""), q + 1);
+        cp_buf_close(&b);
+    }
+    fprintf(stderr, "node 2 holds %s\n", svc);
+    CHECK(svc[0]);
+    char pq[256];
+    snprintf(
+        pq, sizeof pq,
+        "/api/v1/profile?format=top&type=cpu&from=-1h&to=now&select=%%7Bservice%%3D%%22%s%%22%%7D",
+        svc);
+    /* before any upload the frame has no name */
+    cp_buf b = http_get_ok(n[2].port, pq, NULL);
+    CHECK(strstr((char *)b.data, "7"));
+    CHECK(!strstr((char *)b.data, "symprog_hash_spin"));
+    cp_buf_close(&b);
+
+    /* upload to node 1: kept by every node, so node 3's answer of node 2's data names it */
+    snprintf(cmd, sizeof cmd, "'%s/query/contprof' symbols upload --server %s '%s' 2>&1", bindir(),
+             n[0].url, prog);
+    CHECK_EQ(sh_out(cmd, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "\"build_id\":");
+    CHECK(!strstr(out, "partial"));
+    b = http_get_ok(n[2].port, pq, NULL);
+    fprintf(stderr, "%s", (char *)b.data);
+    CHECK_CONTAINS((char *)b.data, "symprog_hash_spin");
+    cp_buf_close(&b);
+    /* node 2 names its own part with its own copy of the table */
+    snprintf(cmd, sizeof cmd, "%s&local=1", pq);
+    b = http_get_ok(n[1].port, cmd, NULL);
+    CHECK_CONTAINS((char *)b.data, "symprog_hash_spin");
+    cp_buf_close(&b);
+
+    /* node 3 stopped: an upload to node 1 says it did not reach node 3, in the answer and in
+     * the CLI's output (exit 1) */
+    CHECK_EQ(stop_daemon_within(&n[2].p, SIGTERM, 60), 0);
+    cp_http_result r;
+    CHECK_EQ(cp_http_post(n[0].url, "/api/v1/symbols", NULL, elf.data, elf.len, 60000, 0, &r, &err),
+             0);
+    CHECK_EQ(r.status, 200);
+    CHECK_STREQ(r.partial, n[2].url);
+    char missing[128];
+    snprintf(missing, sizeof missing, "{\"partial\":true,\"missing_peers\":[\"%s\"],", n[2].url);
+    CHECK(strncmp((char *)r.body.data, missing, strlen(missing)) == 0);
+    CHECK_CONTAINS((char *)r.body.data, "\"build_id\":");
+    cp_buf_close(&r.body);
+    snprintf(cmd, sizeof cmd, "'%s/query/contprof' symbols upload --server %s '%s' 2>&1", bindir(),
+             n[0].url, prog);
+    CHECK_EQ(sh_out(cmd, out, sizeof out), 1);
+    char want[160];
+    snprintf(want, sizeof want, "partial upload: not kept by %s", n[2].url);
+    CHECK_CONTAINS(out, want);
+    cp_buf_close(&elf);
+
+    CHECK_EQ(stop_daemon_within(&n[1].p, SIGTERM, 60), 0);
+    CHECK_EQ(stop_daemon_within(&n[0].p, SIGTERM, 60), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cl.dir);
     sh(cmd);
 }
 
@@ -765,5 +906,6 @@ TEST(bad_cluster_settings_are_named)
 }
 
 TEST_MAIN(T(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down),
+          T(a_symbol_upload_to_one_node_names_frames_stored_on_another),
           T(tokens_tenants_and_the_cluster_token), T(a_partition_handed_to_a_new_node_is_read_once),
           T(concurrent_fanouts_on_every_node_do_not_deadlock), T(bad_cluster_settings_are_named))

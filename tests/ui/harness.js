@@ -5,6 +5,7 @@
 
 const { spawn, execFileSync } = require('child_process');
 const fs = require('fs');
+const net = require('net');
 const path = require('path');
 const { chromium } = require('playwright-core');
 const pprof = require('./pprof');
@@ -66,6 +67,36 @@ async function waitTotal(url, select, from, to, want) {
   throw new Error(`store total for ${select} stayed ${got}, want ${want}`);
 }
 
+// Two contprofd nodes of one cluster on loopback (query/README.md "A cluster of nodes"):
+// node 1 hosts the embedded broker (2 partitions) and owns partition 0, node 2 owns 1; both
+// know both URLs. Resolves to [node1, node2] as startDaemon's, once both are healthy.
+async function startCluster(bindir, dir) {
+  const ports = await Promise.all([0, 1].map(() => new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => { const p = srv.address().port; srv.close(() => resolve(p)); });
+  })));
+  const peers = ports.map(p => `http://127.0.0.1:${p}`).join(',');
+  const dirs = [1, 2].map(i => { const d = path.join(dir, 'node' + i); fs.mkdirSync(d); return d; });
+  const conf = path.join(dirs[0], 'contprofd.conf');
+  fs.writeFileSync(conf, 'embedded.partitions = 2\ncluster.peer_timeout = 2s\n');
+  const healthy = async url => {
+    for (let i = 0; i < 600; i++) {
+      if ((await fetch(url + '/healthz').catch(() => ({ status: 0 }))).status === 200) return;
+      await new Promise(r => setTimeout(r, 100));
+    }
+    throw new Error(url + ' not healthy within 60 s');
+  };
+  const n1 = await startDaemon(bindir, dirs[0], ['--config', conf, '--http', `127.0.0.1:${ports[0]}`,
+    '--peers', peers, '--partitions', '0']);
+  await healthy(n1.url);
+  const brokers = (await (await fetch(n1.url + '/api/v1/brokers')).json()).brokers;
+  const n2 = await startDaemon(bindir, dirs[1], ['--http', `127.0.0.1:${ports[1]}`, '--brokers', brokers,
+    '--peers', peers, '--partitions', '1']);
+  await healthy(n2.url);
+  return [n1, n2];
+}
+
 // Launches chromium headless with a fresh profile directory under dir.
 async function launch(dir) {
   const userDir = fs.mkdtempSync(path.join(dir, 'chromium-'));
@@ -107,4 +138,4 @@ function importBig(bindir, dir, url, frames, atSec) {
   return big;
 }
 
-module.exports = { startDaemon, importCpu, waitTotal, launch, bigFolded, importBig };
+module.exports = { startDaemon, startCluster, importCpu, waitTotal, launch, bigFolded, importBig };

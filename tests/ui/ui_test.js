@@ -2,7 +2,8 @@
 // profiles of known functions and values; the page is loaded in Debian's chromium and
 // checked: the hot function's share, hover, click-to-zoom, keyboard, search, table sort and
 // focus, diff of two versions, the pprof download, shareable URLs, no request leaving the
-// origin, and the draw time of a 20,000-node flamegraph. Screenshots go to ARTIFACTS.
+// origin, the draw time of a 20,000-node flamegraph, and the partial-answer banner of a
+// 2-node cluster with one node stopped. Screenshots go to ARTIFACTS.
 // usage: node ui_test.js BUILD_DIR ARTIFACTS_DIR
 'use strict';
 
@@ -375,6 +376,39 @@ async function main() {
         await p2.close();
       } finally {
         await t.stop();
+      }
+    });
+
+    await step('a cluster node stopped: a banner names it (none while all answer)', async () => {
+      const cdir = path.join(dir, 'cluster');
+      fs.mkdirSync(cdir);
+      const [n1, n2] = await h.startCluster(bindir, cdir);
+      try {
+        // two services: their keys may land on either node's partition
+        h.importCpu(bindir, cdir, n1.url, V10, { service: 'shop', version: '1.0' }, now - 300);
+        h.importCpu(bindir, cdir, n1.url, V11, { service: 'shop', version: '1.1' }, now - 300);
+        await h.waitTotal(n1.url, '{service="shop"}', now - 3600, now, sum(V10) + sum(V11));
+        const p3 = await ctx.newPage();
+        p3.on('pageerror', e => errors.push(String(e)));
+        const open = async () => {
+          await p3.goto(n1.url + `/?select=${encodeURIComponent('{service="shop"}')}&from=${now - 3600}&to=${now}`);
+          await p3.waitForFunction(() => document.body.dataset.ready === '1');
+        };
+        await open();
+        assert.equal(await p3.isVisible('#partial'), false, 'banner shown while every node answers');
+        assert.match(await p3.textContent('#status'), /^Total /);
+        assert.equal(await n2.stop(), 0);
+        await open();
+        assert.equal(await p3.isVisible('#partial'), true, 'no banner with node 2 stopped');
+        const text = await p3.textContent('#partial');
+        assert.ok(text.includes(n2.url), `banner "${text}" does not name ${n2.url}`);
+        assert.match(text, /^Partial answer: no data from /);
+        assert.equal(await p3.getAttribute('#partial', 'role'), 'alert');
+        await p3.screenshot({ path: path.join(artifacts, 'cluster-partial.png'), fullPage: true });
+        await p3.close();
+      } finally {
+        await n2.stop();
+        await n1.stop();
       }
     });
 
