@@ -27,14 +27,17 @@ static uint64_t rnd(uint64_t *s)
 
 static const char *const ns1[] = {"app", "storage", "net", "rpc", "json", "cache", "sched", "util"};
 static const char *const ns2[] = {"detail", "internal", "v2", "impl", "core", "io"};
-static const char *const cls[] = {"BTreeIndex", "RequestHandler", "Serializer", "ConnectionPool",
-                                  "LruCache", "ThreadPool", "MetricsRegistry", "Tokenizer",
-                                  "HashTable", "BufferChain", "Scheduler", "QueryPlanner"};
-static const char *const tmpl[] = {"std::basic_string<char, std::char_traits<char>, std::allocator<char> >",
-                                   "unsigned long", "std::vector<int, std::allocator<int> >",
-                                   "std::shared_ptr<Request>", "std::unique_ptr<Node, NodeDeleter>"};
-static const char *const meth[] = {"lookup", "insert", "serialize", "dispatch", "flush", "parse",
-                                   "evict", "run", "encode", "visit", "rebalance", "poll"};
+static const char *const cls[] = {"BTreeIndex",      "RequestHandler", "Serializer",
+                                  "ConnectionPool",  "LruCache",       "ThreadPool",
+                                  "MetricsRegistry", "Tokenizer",      "HashTable",
+                                  "BufferChain",     "Scheduler",      "QueryPlanner"};
+static const char *const tmpl[] = {
+    "std::basic_string<char, std::char_traits<char>, std::allocator<char> >", "unsigned long",
+    "std::vector<int, std::allocator<int> >", "std::shared_ptr<Request>",
+    "std::unique_ptr<Node, NodeDeleter>"};
+static const char *const meth[] = {"lookup", "insert", "serialize", "dispatch",
+                                   "flush",  "parse",  "evict",     "run",
+                                   "encode", "visit",  "rebalance", "poll"};
 
 cp_synth *cp_synth_create(uint64_t seed, uint32_t nstacks)
 {
@@ -48,7 +51,8 @@ cp_synth *cp_synth_create(uint64_t seed, uint32_t nstacks)
     s->stack_len = calloc(nstacks, sizeof *s->stack_len);
     s->frames = calloc((size_t)nstacks * 60, sizeof *s->frames);
     s->cdf = calloc(nstacks, sizeof *s->cdf);
-    if (!s->names || !s->files || !s->stack_off || !s->stack_len || !s->frames || !s->cdf) goto fail;
+    if (!s->names || !s->files || !s->stack_off || !s->stack_len || !s->frames || !s->cdf)
+        goto fail;
     for (int i = 0; i < NFUNCS; i++) {
         char buf[512];
         uint64_t r = rnd(&s->rng);
@@ -56,7 +60,8 @@ cp_synth *cp_synth_create(uint64_t seed, uint32_t nstacks)
                  ns1[r % 8], ns2[(r >> 8) % 6], cls[(r >> 16) % 12], tmpl[(r >> 24) % 5],
                  meth[(r >> 32) % 12], i, tmpl[(r >> 40) % 5]);
         s->names[i] = strdup(buf);
-        snprintf(buf, sizeof buf, "src/%s/%s/%s.cc", ns1[r % 8], ns2[(r >> 8) % 6], cls[(r >> 16) % 12]);
+        snprintf(buf, sizeof buf, "src/%s/%s/%s.cc", ns1[r % 8], ns2[(r >> 8) % 6],
+                 cls[(r >> 16) % 12]);
         s->files[i] = strdup(buf);
         if (!s->names[i] || !s->files[i]) goto fail;
     }
@@ -71,9 +76,11 @@ cp_synth *cp_synth_create(uint64_t seed, uint32_t nstacks)
             uint32_t j = (uint32_t)(rnd(&s->rng) % i);
             keep = (uint32_t)(rnd(&s->rng) % (s->stack_len[j] < depth ? s->stack_len[j] : depth));
             /* stack j is stored leaf first: its root is its last frame */
-            for (uint32_t k = 0; k < keep; k++) f[k] = s->frames[s->stack_off[j] + s->stack_len[j] - 1 - k];
+            for (uint32_t k = 0; k < keep; k++)
+                f[k] = s->frames[s->stack_off[j] + s->stack_len[j] - 1 - k];
         }
-        for (uint32_t k = keep; k < depth; k++) f[k] = (uint32_t)(rnd(&s->rng) % NFUNCS);
+        for (uint32_t k = keep; k < depth; k++)
+            f[k] = (uint32_t)(rnd(&s->rng) % NFUNCS);
         for (uint32_t a = 0, b = depth - 1; a < b; a++, b--) {
             uint32_t t = f[a];
             f[a] = f[b];
@@ -88,7 +95,8 @@ cp_synth *cp_synth_create(uint64_t seed, uint32_t nstacks)
         sum += 1.0 / (1.0 + i * 0.05); /* a few hot stacks, a long tail */
         s->cdf[i] = sum;
     }
-    for (uint32_t i = 0; i < nstacks; i++) s->cdf[i] /= sum;
+    for (uint32_t i = 0; i < nstacks; i++)
+        s->cdf[i] /= sum;
     return s;
 fail:
     cp_synth_destroy(s);
@@ -98,8 +106,10 @@ fail:
 void cp_synth_destroy(cp_synth *s)
 {
     if (!s) return;
-    for (int i = 0; i < NFUNCS && s->names; i++) free(s->names[i]);
-    for (int i = 0; i < NFUNCS && s->files; i++) free(s->files[i]);
+    for (int i = 0; i < NFUNCS && s->names; i++)
+        free(s->names[i]);
+    for (int i = 0; i < NFUNCS && s->files; i++)
+        free(s->files[i]);
     free(s->names);
     free(s->files);
     free(s->stack_off);
@@ -125,7 +135,9 @@ cp_profile *cp_synth_cpu_window(cp_synth *s, uint32_t nsamples, int64_t start_ns
     p->period = 10000000;
     p->time_nanos = start_ns;
     p->duration_nanos = dur_ns;
-    cp_mapping m = {.start = 0x400000, .limit = 0x2400000, .offset = 0,
+    cp_mapping m = {.start = 0x400000,
+                    .limit = 0x2400000,
+                    .offset = 0,
                     .flags = CP_MAP_HAS_FUNCTIONS | CP_MAP_HAS_FILENAMES | CP_MAP_HAS_LINE_NUMBERS};
     uint32_t mid;
     if (cp_profile_intern_cstr(p, "/usr/bin/service", &m.filename) ||
@@ -137,8 +149,10 @@ cp_profile *cp_synth_cpu_window(cp_synth *s, uint32_t nsamples, int64_t start_ns
         uint32_t lo = 0, hi = s->nstacks - 1;
         while (lo < hi) {
             uint32_t mi = (lo + hi) / 2;
-            if (s->cdf[mi] < u) lo = mi + 1;
-            else hi = mi;
+            if (s->cdf[mi] < u)
+                lo = mi + 1;
+            else
+                hi = mi;
         }
         counts[lo]++;
     }
@@ -158,7 +172,8 @@ cp_profile *cp_synth_cpu_window(cp_synth *s, uint32_t nsamples, int64_t start_ns
                 if (cp_profile_add_function(p, &fn, &fn_id[f])) goto fail;
                 ln.function_id = fn_id[f];
                 ln.line = 12 + f;
-                if (cp_profile_add_location(p, 0x400000 + (uint64_t)f * 0x1000 + 0x24, mid, &ln, 1, &loc_id[f]))
+                if (cp_profile_add_location(p, 0x400000 + (uint64_t)f * 0x1000 + 0x24, mid, &ln, 1,
+                                            &loc_id[f]))
                     goto fail;
             }
             locs[k] = loc_id[f];

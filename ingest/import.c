@@ -88,7 +88,7 @@ typedef struct imp {
     rd_kafka_t *rk;
     const char *tenant, *service;
     const char *token; /* signs each envelope (NULL = unsigned) */
-    char **labels; /* k=v */
+    char **labels;     /* k=v */
     int nlabels;
     int64_t at, dur;
     char producer[128];
@@ -97,11 +97,11 @@ typedef struct imp {
     int nfiles;
     /* flow control (wait = 1): at most budget unstored bytes in flight */
     int wait;
-    const char *server; /* contprofd, asked for the stored offsets */
+    const char *server;   /* contprofd, asked for the stored offsets */
     uint64_t max_message; /* served by contprofd; 0 = not known */
     uint64_t budget;
     uint64_t inflight;
-    cp_buf lz4; /* scratch for wire_bytes */
+    cp_buf lz4;           /* scratch for wire_bytes */
     size_t file_bytes;    /* the file being sent, as read */
     int file_gz;          /* it was gzip'd */
     double gz_factor;     /* wire bytes per gzip'd file byte, calibrated (wire_bytes) */
@@ -626,11 +626,13 @@ int cp_cmd_import(int argc, char **argv)
         const char *srv = server ? server : CP_DEFAULT_SERVER;
         char list[4096];
         cp_err err = {0};
-        int brc = cp_http_get_brokers(srv, token && *token ? token : NULL, list, sizeof list, 30000, &err);
+        int brc = cp_http_get_brokers(srv, token && *token ? token : NULL, list, sizeof list, 30000,
+                                      &err);
         /* a contprofd that is starting answers before its broker is up: "" for a while */
         for (int t = 0; brc == CP_ENOTFOUND && t < 100; t++) {
             usleep(100000);
-            brc = cp_http_get_brokers(srv, token && *token ? token : NULL, list, sizeof list, 30000, &err);
+            brc = cp_http_get_brokers(srv, token && *token ? token : NULL, list, sizeof list, 30000,
+                                      &err);
         }
         if (brc || !(fetched = strdup(list))) {
             fprintf(stderr, "contprof import: %s\n", brc ? err.msg : "out of memory");

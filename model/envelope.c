@@ -10,9 +10,12 @@
 const char *cp_kind_name(int kind)
 {
     switch (kind) {
-    case CP_KIND_CPU: return "cpu";
-    case CP_KIND_ALLOC: return "alloc";
-    case CP_KIND_INUSE: return "inuse";
+    case CP_KIND_CPU:
+        return "cpu";
+    case CP_KIND_ALLOC:
+        return "alloc";
+    case CP_KIND_INUSE:
+        return "inuse";
     }
     return NULL;
 }
@@ -49,13 +52,15 @@ static int tenant_valid(const char *t)
 int cp_envelope_validate(const cp_envelope *e, size_t max_pprof, cp_err *err)
 {
     if (e->format_major != CP_ENVELOPE_MAJOR)
-        return cp_err_set(err, CP_EVERSION, "envelope format %u.%u is not supported (this reader knows %d.x)",
+        return cp_err_set(err, CP_EVERSION,
+                          "envelope format %u.%u is not supported (this reader knows %d.x)",
                           e->format_major, e->format_minor, CP_ENVELOPE_MAJOR);
     if (!e->tenant || !tenant_valid(e->tenant))
         return cp_err_set(err, CP_EENVELOPE, "tenant \"%.64s\" is invalid (1-%d of [A-Za-z0-9_.-])",
                           e->tenant ? e->tenant : "", CP_TENANT_MAX);
     if (e->labels.p.n > CP_LABELS_MAX)
-        return cp_err_set(err, CP_EENVELOPE, "%u labels (at most %d)", e->labels.p.n, CP_LABELS_MAX);
+        return cp_err_set(err, CP_EENVELOPE, "%u labels (at most %d)", e->labels.p.n,
+                          CP_LABELS_MAX);
     for (uint32_t i = 0; i < e->labels.p.n; i++) {
         const cp_label_pair *l = &e->labels.p.v[i];
         if (!cp_label_name_valid(l->name))
@@ -63,20 +68,25 @@ int cp_envelope_validate(const cp_envelope *e, size_t max_pprof, cp_err *err)
         if (i && strcmp(e->labels.p.v[i - 1].name, l->name) == 0)
             return cp_err_set(err, CP_EENVELOPE, "label \"%s\" appears twice", l->name);
         if (strlen(l->value) > CP_LABEL_VALUE_MAX)
-            return cp_err_set(err, CP_EENVELOPE, "label \"%s\": value longer than %d bytes", l->name, CP_LABEL_VALUE_MAX);
+            return cp_err_set(err, CP_EENVELOPE, "label \"%s\": value longer than %d bytes",
+                              l->name, CP_LABEL_VALUE_MAX);
     }
     if (!cp_kind_name((int)e->kind))
-        return cp_err_set(err, CP_EENVELOPE, "kind %d is unknown (1 cpu, 2 alloc, 3 inuse)", (int)e->kind);
+        return cp_err_set(err, CP_EENVELOPE, "kind %d is unknown (1 cpu, 2 alloc, 3 inuse)",
+                          (int)e->kind);
     if (e->window_start_ns <= 0)
-        return cp_err_set(err, CP_EENVELOPE, "window_start_ns %lld is not a positive unix time", (long long)e->window_start_ns);
+        return cp_err_set(err, CP_EENVELOPE, "window_start_ns %lld is not a positive unix time",
+                          (long long)e->window_start_ns);
     if (e->window_duration_ns <= 0 || e->window_duration_ns > 86400LL * 1000000000LL)
-        return cp_err_set(err, CP_EENVELOPE, "window_duration_ns %lld is out of range (0, 1 day]", (long long)e->window_duration_ns);
+        return cp_err_set(err, CP_EENVELOPE, "window_duration_ns %lld is out of range (0, 1 day]",
+                          (long long)e->window_duration_ns);
     if (!e->producer_id || !e->producer_id[0] || strlen(e->producer_id) > 128)
         return cp_err_set(err, CP_EENVELOPE, "producer_id is empty or longer than 128 bytes");
     if (!e->pprof || e->pprof_len == 0)
         return cp_err_set(err, CP_EENVELOPE, "pprof payload is empty");
     if (max_pprof && e->pprof_len > max_pprof)
-        return cp_err_set(err, CP_ELIMIT, "pprof payload is %zu bytes (limit %zu)", e->pprof_len, max_pprof);
+        return cp_err_set(err, CP_ELIMIT, "pprof payload is %zu bytes (limit %zu)", e->pprof_len,
+                          max_pprof);
     return 0;
 }
 
@@ -124,13 +134,20 @@ static int utf8_valid(const uint8_t *s, size_t n)
             i++;
             continue;
         }
-        size_t k = c >= 0xc2 && c <= 0xdf ? 1 : c >= 0xe0 && c <= 0xef ? 2 : c >= 0xf0 && c <= 0xf4 ? 3 : 0;
+        size_t k = c >= 0xc2 && c <= 0xdf   ? 1
+                   : c >= 0xe0 && c <= 0xef ? 2
+                   : c >= 0xf0 && c <= 0xf4 ? 3
+                                            : 0;
         if (!k || n - i <= k) return 0;
         uint8_t lo = 0x80, hi = 0xbf; /* the second byte's range, narrower after some leads */
-        if (c == 0xe0) lo = 0xa0;
-        else if (c == 0xed) hi = 0x9f;
-        else if (c == 0xf0) lo = 0x90;
-        else if (c == 0xf4) hi = 0x8f;
+        if (c == 0xe0)
+            lo = 0xa0;
+        else if (c == 0xed)
+            hi = 0x9f;
+        else if (c == 0xf0)
+            lo = 0x90;
+        else if (c == 0xf4)
+            hi = 0x8f;
         if (s[i + 1] < lo || s[i + 1] > hi) return 0;
         for (size_t j = 2; j <= k; j++)
             if ((s[i + j] & 0xc0) != 0x80) return 0;
@@ -164,7 +181,8 @@ static int decode_label(rd r, uint32_t i, cp_labels *labels, cp_err *err)
         if (rd_key(&r, &field, &wt) || (wt == WT_LEN ? rd_len(&r, &f) : rd_skip(&r, wt))) {
             rc = cp_err_set(err, CP_EENVELOPE, "label %u: truncated or bad wire format", i);
         } else if ((field == 1 || field == 2) && wt != WT_LEN) {
-            rc = cp_err_set(err, CP_EENVELOPE, "label %u: field %u has wire type %u, expected a string", i, field, wt);
+            rc = cp_err_set(err, CP_EENVELOPE,
+                            "label %u: field %u has wire type %u, expected a string", i, field, wt);
         } else if (field == 1) {
             rc = dup_str(f, "label name", &name, err);
         } else if (field == 2) {
@@ -182,11 +200,13 @@ static int decode_label(rd r, uint32_t i, cp_labels *labels, cp_err *err)
 
 /* The envelope's own wire decoder (protobuf-c's unpack would copy the payload, the bulk of
  * the message, into a new allocation). borrow: the payload points into buf. */
-static int decode(const uint8_t *buf, size_t len, size_t max_pprof, int borrow, cp_envelope *out, cp_err *err)
+static int decode(const uint8_t *buf, size_t len, size_t max_pprof, int borrow, cp_envelope *out,
+                  cp_err *err)
 {
     memset(out, 0, sizeof *out);
     if (max_pprof && len > max_pprof + 65536)
-        return cp_err_set(err, CP_ELIMIT, "envelope is %zu bytes (limit %zu)", len, max_pprof + 65536);
+        return cp_err_set(err, CP_ELIMIT, "envelope is %zu bytes (limit %zu)", len,
+                          max_pprof + 65536);
     rd r = {buf, buf + len}, pprof = {NULL, NULL};
     uint64_t v[13] = {0};
     uint32_t nlabels = 0;
@@ -195,21 +215,26 @@ static int decode(const uint8_t *buf, size_t len, size_t max_pprof, int borrow, 
         size_t at = (size_t)(r.p - buf);
         uint32_t field, wt;
         rd f = {NULL, NULL};
-        if (rd_key(&r, &field, &wt) || (wt == WT_LEN ? rd_len(&r, &f) : wt == WT_VARINT && field <= 12
-                                                                         ? rd_varint(&r, &v[field])
+        if (rd_key(&r, &field, &wt) || (wt == WT_LEN                     ? rd_len(&r, &f)
+                                        : wt == WT_VARINT && field <= 12 ? rd_varint(&r, &v[field])
                                                                          : rd_skip(&r, wt))) {
-            rc = cp_err_set(err, CP_EENVELOPE, "not a valid envelope protobuf (%zu bytes): truncated or bad wire format at byte %zu",
+            rc = cp_err_set(err, CP_EENVELOPE,
+                            "not a valid envelope protobuf (%zu bytes): truncated or bad wire "
+                            "format at byte %zu",
                             len, at);
             goto fail;
         }
         int want_len = field == 3 || field == 4 || field == 8 || field == 13 || field == 15;
         if (field <= 15 && field != 14 && want_len != (wt == WT_LEN)) {
-            rc = cp_err_set(err, CP_EENVELOPE, "envelope field %u at byte %zu has wire type %u, expected %s", field, at,
-                            wt, want_len ? "length-delimited" : "varint");
+            rc = cp_err_set(err, CP_EENVELOPE,
+                            "envelope field %u at byte %zu has wire type %u, expected %s", field,
+                            at, wt, want_len ? "length-delimited" : "varint");
             goto fail;
         }
         switch (field) {
-        case 3: rc = dup_str(f, "tenant", &out->tenant, err); break;
+        case 3:
+            rc = dup_str(f, "tenant", &out->tenant, err);
+            break;
         case 4:
             if (++nlabels > CP_LABELS_MAX) {
                 rc = cp_err_set(err, CP_EENVELOPE, "more than %d labels", CP_LABELS_MAX);
@@ -217,20 +242,28 @@ static int decode(const uint8_t *buf, size_t len, size_t max_pprof, int borrow, 
             }
             rc = decode_label(f, nlabels - 1, &out->labels, err);
             break;
-        case 8: rc = dup_str(f, "producer_id", &out->producer_id, err); break;
-        case 13: rc = dup_str(f, "engine", &out->engine, err); break;
-        case 15: pprof = f; break;
+        case 8:
+            rc = dup_str(f, "producer_id", &out->producer_id, err);
+            break;
+        case 13:
+            rc = dup_str(f, "engine", &out->engine, err);
+            break;
+        case 15:
+            pprof = f;
+            break;
         }
         if (rc) goto fail;
     }
     out->format_major = (uint32_t)v[1];
     out->format_minor = (uint32_t)v[2];
     if (v[1] != CP_ENVELOPE_MAJOR) {
-        rc = cp_err_set(err, CP_EVERSION, "envelope format %llu.%llu is not supported (this reader knows %d.x)",
+        rc = cp_err_set(err, CP_EVERSION,
+                        "envelope format %llu.%llu is not supported (this reader knows %d.x)",
                         (unsigned long long)v[1], (unsigned long long)v[2], CP_ENVELOPE_MAJOR);
         goto fail;
     }
-    if ((!out->tenant && !(out->tenant = strdup(""))) || (!out->producer_id && !(out->producer_id = strdup(""))) ||
+    if ((!out->tenant && !(out->tenant = strdup(""))) ||
+        (!out->producer_id && !(out->producer_id = strdup(""))) ||
         (!out->engine && !(out->engine = strdup("")))) {
         rc = cp_err_set(err, CP_ENOMEM, "out of memory decoding envelope");
         goto fail;
@@ -262,12 +295,14 @@ fail:
     return rc;
 }
 
-int cp_envelope_decode(const uint8_t *buf, size_t len, size_t max_pprof, cp_envelope *out, cp_err *err)
+int cp_envelope_decode(const uint8_t *buf, size_t len, size_t max_pprof, cp_envelope *out,
+                       cp_err *err)
 {
     return decode(buf, len, max_pprof, 0, out, err);
 }
 
-int cp_envelope_decode_view(const uint8_t *buf, size_t len, size_t max_pprof, cp_envelope *out, cp_err *err)
+int cp_envelope_decode_view(const uint8_t *buf, size_t len, size_t max_pprof, cp_envelope *out,
+                            cp_err *err)
 {
     return decode(buf, len, max_pprof, 1, out, err);
 }

@@ -41,16 +41,16 @@ int cp_kind_parse(const char *name);
 
 typedef struct cp_envelope {
     uint32_t format_major, format_minor;
-    char *tenant;      /* owned */
-    cp_labels labels;  /* owned */
+    char *tenant;     /* owned */
+    cp_labels labels; /* owned */
     cp_kind kind;
     int64_t window_start_ns, window_duration_ns;
     char *producer_id; /* owned */
     uint64_t sequence;
     uint64_t dropped_samples, dropped_windows;
     int cumulative;
-    char *engine;      /* owned, may be NULL */
-    uint8_t *pprof;    /* owned, unless pprof_borrowed */
+    char *engine;   /* owned, may be NULL */
+    uint8_t *pprof; /* owned, unless pprof_borrowed */
     size_t pprof_len;
     int pprof_borrowed; /* pprof points into the buffer given to cp_envelope_decode_view */
 } cp_envelope;

@@ -7,9 +7,12 @@
 const char *cp_strerror(int code)
 {
     switch (code) {
-    case 0: return "ok";
-#define CP_ERR_MSG_(name, msg) case CP_E##name: return msg;
-    CP_ERRNO_MAP(CP_ERR_MSG_)
+    case 0:
+        return "ok";
+#define CP_ERR_MSG_(name, msg)                                                                     \
+    case CP_E##name:                                                                               \
+        return msg;
+        CP_ERRNO_MAP(CP_ERR_MSG_)
 #undef CP_ERR_MSG_
     }
     return "unknown error";
@@ -18,9 +21,12 @@ const char *cp_strerror(int code)
 const char *cp_errname(int code)
 {
     switch (code) {
-    case 0: return "OK";
-#define CP_ERR_NAME_(name, msg) case CP_E##name: return #name;
-    CP_ERRNO_MAP(CP_ERR_NAME_)
+    case 0:
+        return "OK";
+#define CP_ERR_NAME_(name, msg)                                                                    \
+    case CP_E##name:                                                                               \
+        return #name;
+        CP_ERRNO_MAP(CP_ERR_NAME_)
 #undef CP_ERR_NAME_
     }
     return "UNKNOWN";

@@ -6,19 +6,19 @@
 #include <stddef.h>
 
 /* One table defines every code and its generic message (libuv's UV_ERRNO_MAP habit). */
-#define CP_ERRNO_MAP(X)                                                                \
-    X(NOMEM, "out of memory")                                                          \
-    X(INVAL, "invalid argument")                                                       \
-    X(PPROF, "malformed pprof profile")                                                \
-    X(LIMIT, "input exceeds a configured limit")                                       \
-    X(GZIP, "bad gzip data")                                                           \
-    X(INCOMPAT, "profiles cannot be merged")                                           \
-    X(ENVELOPE, "malformed envelope")                                                  \
-    X(VERSION, "unsupported format version")                                           \
-    X(IO, "I/O error")                                                                 \
-    X(STORE, "store error")                                                            \
-    X(KAFKA, "kafka error")                                                            \
-    X(NOTFOUND, "not found")                                                           \
+#define CP_ERRNO_MAP(X)                                                                            \
+    X(NOMEM, "out of memory")                                                                      \
+    X(INVAL, "invalid argument")                                                                   \
+    X(PPROF, "malformed pprof profile")                                                            \
+    X(LIMIT, "input exceeds a configured limit")                                                   \
+    X(GZIP, "bad gzip data")                                                                       \
+    X(INCOMPAT, "profiles cannot be merged")                                                       \
+    X(ENVELOPE, "malformed envelope")                                                              \
+    X(VERSION, "unsupported format version")                                                       \
+    X(IO, "I/O error")                                                                             \
+    X(STORE, "store error")                                                                        \
+    X(KAFKA, "kafka error")                                                                        \
+    X(NOTFOUND, "not found")                                                                       \
     X(PARSE, "parse error")
 
 typedef enum {
@@ -43,7 +43,6 @@ typedef struct cp_err {
 } cp_err;
 
 /* Sets err (if not NULL) to code and a printf-formatted message; returns code. */
-int cp_err_set(cp_err *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+int cp_err_set(cp_err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -25,8 +25,10 @@ int cp_labels_set(cp_labels *l, const char *name, const char *value)
     uint32_t lo = 0, hi = l->p.n;
     while (lo < hi) {
         uint32_t mid = (lo + hi) / 2;
-        if (strcmp(l->p.v[mid].name, name) < 0) lo = mid + 1;
-        else hi = mid;
+        if (strcmp(l->p.v[mid].name, name) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     char *v = strdup(value);
     if (!v) return CP_ENOMEM;
@@ -55,8 +57,10 @@ const char *cp_labels_get(const cp_labels *l, const char *name)
         uint32_t mid = (lo + hi) / 2;
         int c = strcmp(l->p.v[mid].name, name);
         if (c == 0) return l->p.v[mid].value;
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return NULL;
 }

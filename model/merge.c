@@ -49,7 +49,8 @@ static int tbl_grow_slow(tbl *t)
     for (uint32_t i = 0; t->s && i <= t->mask; i++) {
         if (!t->s[i].id) continue;
         uint32_t j = t->s[i].hash & (cap - 1);
-        while (ns[j].id) j = (j + 1) & (cap - 1);
+        while (ns[j].id)
+            j = (j + 1) & (cap - 1);
         ns[j] = t->s[i];
     }
     free(t->s);
@@ -59,18 +60,18 @@ static int tbl_grow_slow(tbl *t)
 }
 
 /* The slot where an entry equal to the key lives, or the empty slot where it would go. */
-#define TBL_FIND(t, h, eq_expr, slot_out)                                              \
-    do {                                                                               \
-        uint32_t j_ = (h) & (t)->mask;                                                 \
-        while ((t)->s[j_].id) {                                                        \
-            if ((t)->s[j_].hash == (h)) {                                              \
-                uint32_t cand = (t)->s[j_].id - 1;                                     \
-                (void)cand;                                                            \
-                if (eq_expr) break;                                                    \
-            }                                                                          \
-            j_ = (j_ + 1) & (t)->mask;                                                 \
-        }                                                                              \
-        (slot_out) = j_;                                                               \
+#define TBL_FIND(t, h, eq_expr, slot_out)                                                          \
+    do {                                                                                           \
+        uint32_t j_ = (h) & (t)->mask;                                                             \
+        while ((t)->s[j_].id) {                                                                    \
+            if ((t)->s[j_].hash == (h)) {                                                          \
+                uint32_t cand = (t)->s[j_].id - 1;                                                 \
+                (void)cand;                                                                        \
+                if (eq_expr) break;                                                                \
+            }                                                                                      \
+            j_ = (j_ + 1) & (t)->mask;                                                             \
+        }                                                                                          \
+        (slot_out) = j_;                                                                           \
     } while (0)
 
 /* Fills an empty slot found by TBL_FIND. */
@@ -138,9 +139,10 @@ static int check_compat(const cp_merger *m, const cp_profile *p, cp_err *err)
     int oset = o->period_type.type || o->period_type.unit;
     int pset = p->period_type.type || p->period_type.unit;
     if (oset && pset && !same_vt(o, o->period_type, p, p->period_type))
-        return cp_err_set(err, CP_EINCOMPAT, "period type is %s/%s, expected %s/%s",
-                          cp_profile_str(p, p->period_type.type), cp_profile_str(p, p->period_type.unit),
-                          cp_profile_str(o, o->period_type.type), cp_profile_str(o, o->period_type.unit));
+        return cp_err_set(
+            err, CP_EINCOMPAT, "period type is %s/%s, expected %s/%s",
+            cp_profile_str(p, p->period_type.type), cp_profile_str(p, p->period_type.unit),
+            cp_profile_str(o, o->period_type.type), cp_profile_str(o, o->period_type.unit));
     return 0;
 }
 
@@ -161,7 +163,8 @@ static int map_strings(cp_merger *m, const cp_profile *p)
     for (uint32_t i = 0; i < p->strs.off.n; i++) {
         size_t end = i + 1 < p->strs.off.n ? p->strs.off.v[i + 1] : p->strs.len;
         const char *s = p->strs.buf + p->strs.off.v[i];
-        if (cp_profile_intern(m->out, s, end - p->strs.off.v[i] - 1, &m->str_map.v[i])) return CP_ENOMEM;
+        if (cp_profile_intern(m->out, s, end - p->strs.off.v[i] - 1, &m->str_map.v[i]))
+            return CP_ENOMEM;
     }
     m->str_map.n = p->strs.off.n;
     return 0;
@@ -342,7 +345,8 @@ static int map_samples(cp_merger *m, const cp_profile *p, double factor)
             return CP_ENOMEM;
         const uint32_t *lm = m->loc_map.v, *in = p->stack.v + s->loc_off;
         uint32_t *key = m->key_locs.v;
-        for (uint32_t k = 0; k < s->nlocs; k++) key[k] = lm[in[k]];
+        for (uint32_t k = 0; k < s->nlocs; k++)
+            key[k] = lm[in[k]];
         uint64_t h64 = cp_hash_bytes(key, (size_t)s->nlocs * sizeof *key, 4);
         for (uint32_t k = 0; k < s->nlabels; k++) {
             cp_label l = p->labels.v[s->label_off + k];
@@ -354,23 +358,29 @@ static int map_samples(cp_merger *m, const cp_profile *p, double factor)
         if (s->nlabels > 1) qsort(m->key_labels.v, s->nlabels, sizeof(cp_label), label_cmp);
         for (uint32_t k = 0; k < s->nlabels; k++) {
             const cp_label *l = &m->key_labels.v[k];
-            h64 = cp_hash_u64(cp_hash_u64(cp_hash_u64(cp_hash_u64(h64, l->key), l->str), (uint64_t)l->num), l->num_unit);
+            h64 = cp_hash_u64(
+                cp_hash_u64(cp_hash_u64(cp_hash_u64(h64, l->key), l->str), (uint64_t)l->num),
+                l->num_unit);
         }
         uint32_t h = (uint32_t)h64, slot;
         if (tbl_grow(&m->smps)) return CP_ENOMEM;
-        TBL_FIND(&m->smps, h, sample_eq(o, cand, m->key_locs.v, s->nlocs, m->key_labels.v, s->nlabels), slot);
+        TBL_FIND(&m->smps, h,
+                 sample_eq(o, cand, m->key_locs.v, s->nlocs, m->key_labels.v, s->nlabels), slot);
         const int64_t *src = cp_profile_sample_values(p, i);
         if (!m->smps.s[slot].id) {
             int64_t zero[64] = {0};
-            if (cp_profile_add_sample(o, m->key_locs.v, s->nlocs, zero, m->key_labels.v, s->nlabels))
+            if (cp_profile_add_sample(o, m->key_locs.v, s->nlocs, zero, m->key_labels.v,
+                                      s->nlabels))
                 return CP_ENOMEM;
             tbl_set(&m->smps, slot, o->samples.n, h);
         }
         int64_t *dst = o->values.v + (size_t)(m->smps.s[slot].id - 1) * nv;
         if (factor == 1.0)
-            for (uint32_t k = 0; k < nv; k++) dst[k] += src[k];
+            for (uint32_t k = 0; k < nv; k++)
+                dst[k] += src[k];
         else
-            for (uint32_t k = 0; k < nv; k++) dst[k] += (int64_t)llround((double)src[k] * factor);
+            for (uint32_t k = 0; k < nv; k++)
+                dst[k] += (int64_t)llround((double)src[k] * factor);
     }
     return 0;
 }
@@ -401,7 +411,8 @@ int cp_merger_add_scaled(cp_merger *m, const cp_profile *p, double factor, cp_er
         return 0;
     }
     if (p->sample_types.n > 64)
-        return cp_err_set(err, CP_EINCOMPAT, "profile has %u sample types (at most 64 merge)", p->sample_types.n);
+        return cp_err_set(err, CP_EINCOMPAT, "profile has %u sample types (at most 64 merge)",
+                          p->sample_types.n);
     if ((rc = check_compat(m, p, err))) return rc;
     if ((rc = map_strings(m, p))) goto nomem;
     if (o->sample_types.n == 0 && (rc = adopt_header(m, p))) goto nomem;
@@ -414,10 +425,12 @@ int cp_merger_add_scaled(cp_merger *m, const cp_profile *p, double factor, cp_er
         goto nomem;
     for (uint32_t i = 0; i < p->comments.n; i++) {
         uint32_t c = m->str_map.v[p->comments.v[i]], seen = 0;
-        for (uint32_t k = 0; k < o->comments.n && !seen; k++) seen = o->comments.v[k] == c;
+        for (uint32_t k = 0; k < o->comments.n && !seen; k++)
+            seen = o->comments.v[k] == c;
         if (!seen && cp_vec_push(&o->comments, c)) goto nomem;
     }
-    if (p->time_nanos && (!o->time_nanos || p->time_nanos < o->time_nanos)) o->time_nanos = p->time_nanos;
+    if (p->time_nanos && (!o->time_nanos || p->time_nanos < o->time_nanos))
+        o->time_nanos = p->time_nanos;
     o->duration_nanos += p->duration_nanos;
     if (p->period > o->period) o->period = p->period;
     m->count++;
@@ -440,7 +453,8 @@ cp_profile *cp_merger_finish(cp_merger *m)
     for (uint32_t i = 0; i < o->samples.n; i++) {
         const int64_t *v = o->values.v + (size_t)i * nv;
         int nz = 0;
-        for (uint32_t k = 0; k < nv; k++) nz |= v[k] != 0;
+        for (uint32_t k = 0; k < nv; k++)
+            nz |= v[k] != 0;
         if (!nz) continue;
         if (out != i) {
             memmove(o->values.v + (size_t)out * nv, v, nv * sizeof *v);

@@ -15,13 +15,13 @@
 
 typedef struct worker {
     pthread_t tid;
-    size_t begin, end;      /* inputs [begin, end) */
+    size_t begin, end; /* inputs [begin, end) */
     cp_pload_read_fn read;
     void *ctx;
     const cp_pprof_limits *lim;
-    cp_profile *result;     /* partial merge */
+    cp_profile *result; /* partial merge */
     int rc;
-    size_t failed;          /* index of the failing input */
+    size_t failed; /* index of the failing input */
     cp_err err;
 } worker;
 
@@ -70,16 +70,21 @@ int cp_pload_merge(size_t n, cp_pload_read_fn read, void *ctx, const cp_pprof_li
     if ((size_t)threads > n) threads = n ? (int)n : 1;
     memset(ws, 0, sizeof ws);
     for (int t = 0; t < threads; t++) {
-        ws[t] = (worker){.begin = n * (size_t)t / (size_t)threads, .end = n * (size_t)(t + 1) / (size_t)threads,
-                         .read = read, .ctx = ctx, .lim = lim};
+        ws[t] = (worker){.begin = n * (size_t)t / (size_t)threads,
+                         .end = n * (size_t)(t + 1) / (size_t)threads,
+                         .read = read,
+                         .ctx = ctx,
+                         .lim = lim};
     }
     /* worker 0 runs on the calling thread; the others on their own */
     int started = 1;
     for (; started < threads; started++)
         if (pthread_create(&ws[started].tid, NULL, work, &ws[started])) break;
-    for (int t = started; t < threads; t++) work(&ws[t]); /* could not start: do it here */
+    for (int t = started; t < threads; t++)
+        work(&ws[t]); /* could not start: do it here */
     work(&ws[0]);
-    for (int t = 1; t < started; t++) pthread_join(ws[t].tid, NULL);
+    for (int t = 1; t < started; t++)
+        pthread_join(ws[t].tid, NULL);
 
     int rc = 0;
     for (int t = 0; t < threads && !rc; t++) {
@@ -89,7 +94,8 @@ int cp_pload_merge(size_t n, cp_pload_read_fn read, void *ctx, const cp_pprof_li
         }
     }
     for (int t = 0; t < threads; t++) {
-        if (!rc && (rc = cp_merger_add(m, ws[t].result, err)) && failed_index) *failed_index = ws[t].begin;
+        if (!rc && (rc = cp_merger_add(m, ws[t].result, err)) && failed_index)
+            *failed_index = ws[t].begin;
         cp_profile_destroy(ws[t].result);
     }
     return rc;

@@ -23,7 +23,8 @@ static int strtab_rehash(cp_strtab *t, uint32_t nslots)
         size_t end = i + 1 < t->off.n ? t->off.v[i + 1] : t->len;
         uint32_t h = (uint32_t)str_hash(t->buf + t->off.v[i], end - t->off.v[i] - 1);
         uint32_t j = h & (nslots - 1);
-        while (slots[j]) j = (j + 1) & (nslots - 1);
+        while (slots[j])
+            j = (j + 1) & (nslots - 1);
         slots[j] = (uint64_t)h << 32 | (i + 1);
     }
     free(t->slots);
@@ -37,7 +38,8 @@ int cp_profile_append_str(cp_profile *p, const char *s, size_t len)
     cp_strtab *t = &p->strs;
     if (t->len + len + 1 > t->cap) {
         size_t ncap = t->cap ? t->cap : 1024;
-        while (ncap < t->len + len + 1) ncap *= 2;
+        while (ncap < t->len + len + 1)
+            ncap *= 2;
         char *nb = realloc(t->buf, ncap);
         if (!nb) return CP_ENOMEM;
         t->buf = nb;
@@ -63,7 +65,8 @@ int cp_profile_intern(cp_profile *p, const char *s, size_t len, uint32_t *id)
     cp_strtab *t = &p->strs;
     if ((size_t)(t->off.n + 1) * 2 > t->nslots) {
         uint32_t n = t->nslots ? t->nslots : 64;
-        while ((size_t)(t->off.n + 1) * 2 > n) n *= 2;
+        while ((size_t)(t->off.n + 1) * 2 > n)
+            n *= 2;
         if (strtab_rehash(t, n)) return CP_ENOMEM;
     }
     uint32_t h = (uint32_t)str_hash(s, len);
@@ -174,8 +177,8 @@ int cp_profile_add_mapping(cp_profile *p, const cp_mapping *m, uint32_t *id)
 int cp_profile_add_location(cp_profile *p, uint64_t address, uint32_t mapping_id,
                             const cp_line *lines, uint32_t nlines, uint32_t *id)
 {
-    cp_location l = {.address = address, .mapping_id = mapping_id, .line_off = p->lines.n,
-                     .nlines = nlines};
+    cp_location l = {
+        .address = address, .mapping_id = mapping_id, .line_off = p->lines.n, .nlines = nlines};
     if (cp_vec_reserve(&p->lines, (size_t)p->lines.n + nlines)) return CP_ENOMEM;
     if (cp_vec_push(&p->locations, l)) return CP_ENOMEM;
     if (nlines) memcpy(p->lines.v + p->lines.n, lines, nlines * sizeof *lines);
@@ -188,12 +191,11 @@ int cp_profile_add_sample(cp_profile *p, const uint32_t *locs, uint32_t nlocs,
                           const int64_t *values, const cp_label *labels, uint32_t nlabels)
 {
     uint32_t nv = p->sample_types.n;
-    cp_sample s = {.loc_off = p->stack.n, .nlocs = nlocs, .label_off = p->labels.n,
-                   .nlabels = nlabels};
+    cp_sample s = {
+        .loc_off = p->stack.n, .nlocs = nlocs, .label_off = p->labels.n, .nlabels = nlabels};
     if (cp_vec_reserve(&p->stack, (size_t)p->stack.n + nlocs) ||
         cp_vec_reserve(&p->values, (size_t)p->values.n + nv) ||
-        cp_vec_reserve(&p->labels, (size_t)p->labels.n + nlabels) ||
-        cp_vec_push(&p->samples, s))
+        cp_vec_reserve(&p->labels, (size_t)p->labels.n + nlabels) || cp_vec_push(&p->samples, s))
         return CP_ENOMEM;
     if (nlocs) memcpy(p->stack.v + p->stack.n, locs, nlocs * sizeof *locs);
     if (nv) memcpy(p->values.v + p->values.n, values, nv * sizeof *values);
@@ -225,7 +227,8 @@ int64_t cp_profile_total(const cp_profile *p, uint32_t t)
     int64_t sum = 0;
     uint32_t nv = p->sample_types.n;
     if (t >= nv) return 0;
-    for (uint32_t i = 0; i < p->samples.n; i++) sum += p->values.v[(size_t)i * nv + t];
+    for (uint32_t i = 0; i < p->samples.n; i++)
+        sum += p->values.v[(size_t)i * nv + t];
     return sum;
 }
 
@@ -233,14 +236,16 @@ int cp_profile_select_types(cp_profile *p, const char *const *types, size_t n, c
 {
     uint32_t nv = p->sample_types.n;
     int idx[64];
-    if (n == 0 || n > 64) return cp_err_set(err, CP_EINVAL, "select %zu sample types: 1 to 64 allowed", n);
+    if (n == 0 || n > 64)
+        return cp_err_set(err, CP_EINVAL, "select %zu sample types: 1 to 64 allowed", n);
     for (size_t k = 0; k < n; k++) {
         idx[k] = cp_profile_find_type(p, types[k]);
         if (idx[k] < 0)
             return cp_err_set(err, CP_EINVAL, "sample type \"%s\" is not in the profile", types[k]);
     }
     cp_value_type vt[64];
-    for (size_t k = 0; k < n; k++) vt[k] = p->sample_types.v[idx[k]];
+    for (size_t k = 0; k < n; k++)
+        vt[k] = p->sample_types.v[idx[k]];
     /* Compact samples in place: the new row (n values) is never longer than the old one. */
     uint32_t out = 0;
     for (uint32_t i = 0; i < p->samples.n; i++) {
@@ -257,22 +262,24 @@ int cp_profile_select_types(cp_profile *p, const char *const *types, size_t n, c
     p->samples.n = out;
     p->values.n = (uint32_t)(out * n);
     p->sample_types.n = 0;
-    for (size_t k = 0; k < n; k++) p->sample_types.v[p->sample_types.n++] = vt[k];
+    for (size_t k = 0; k < n; k++)
+        p->sample_types.v[p->sample_types.n++] = vt[k];
     if (p->default_sample_type) {
         int keep = 0;
-        for (size_t k = 0; k < n; k++) keep |= vt[k].type == p->default_sample_type;
+        for (size_t k = 0; k < n; k++)
+            keep |= vt[k].type == p->default_sample_type;
         if (!keep) p->default_sample_type = 0;
     }
     return 0;
 }
 
-#define CLONE_VEC(dst, src)                                                            \
-    do {                                                                               \
-        if ((src).n) {                                                                 \
-            if (cp_vec_reserve(&(dst), (src).n)) goto fail;                            \
-            memcpy((dst).v, (src).v, (size_t)(src).n * sizeof *(src).v);               \
-        }                                                                              \
-        (dst).n = (src).n;                                                             \
+#define CLONE_VEC(dst, src)                                                                        \
+    do {                                                                                           \
+        if ((src).n) {                                                                             \
+            if (cp_vec_reserve(&(dst), (src).n)) goto fail;                                        \
+            memcpy((dst).v, (src).v, (size_t)(src).n * sizeof *(src).v);                           \
+        }                                                                                          \
+        (dst).n = (src).n;                                                                         \
     } while (0)
 
 cp_profile *cp_profile_clone(const cp_profile *p)

@@ -95,7 +95,8 @@ int cp_profile_intern(cp_profile *p, const char *s, size_t len, uint32_t *id);
 static inline int cp_profile_intern_cstr(cp_profile *p, const char *s, uint32_t *id)
 {
     size_t n = 0;
-    while (s[n]) n++;
+    while (s[n])
+        n++;
     return cp_profile_intern(p, s, n, id);
 }
 /* Appends a string without looking it up (duplicates allowed; used by the decoder, which

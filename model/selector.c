@@ -64,12 +64,13 @@ static int parse_name(sel_parser *p, char **out)
 {
     size_t start = p->pos;
     if (p->pos >= p->len || !is_name_start(p->s[p->pos])) return expected(p, "a label name");
-    while (p->pos < p->len && is_name_char(p->s[p->pos])) p->pos++;
+    while (p->pos < p->len && is_name_char(p->s[p->pos]))
+        p->pos++;
     size_t n = p->pos - start;
     if (n > CP_LABEL_NAME_MAX)
         return cp_err_set(p->err, CP_EPARSE,
-                          "selector: label name at byte %zu is %zu bytes long (limit %d)",
-                          start, n, CP_LABEL_NAME_MAX);
+                          "selector: label name at byte %zu is %zu bytes long (limit %d)", start, n,
+                          CP_LABEL_NAME_MAX);
     char *s = malloc(n + 1);
     if (!s) return cp_err_set(p->err, CP_ENOMEM, "selector: out of memory");
     memcpy(s, p->s + start, n);
@@ -81,8 +82,7 @@ static int parse_name(sel_parser *p, char **out)
 /* A quoted string: "..." or '...' with \\ \" \' \n \t \r escapes, or `...` raw. */
 static int parse_string(sel_parser *p, char **out)
 {
-    if (p->pos >= p->len || (p->s[p->pos] != '"' && p->s[p->pos] != '\'' &&
-                             p->s[p->pos] != '`'))
+    if (p->pos >= p->len || (p->s[p->pos] != '"' && p->s[p->pos] != '\'' && p->s[p->pos] != '`'))
         return expected(p, "a quoted label value");
     size_t start = p->pos;
     char q = p->s[p->pos++];
@@ -107,12 +107,24 @@ static int parse_string(sel_parser *p, char **out)
             }
             char e = p->s[p->pos + 1];
             switch (e) {
-            case '\\': c = '\\'; break;
-            case '"': c = '"'; break;
-            case '\'': c = '\''; break;
-            case 'n': c = '\n'; break;
-            case 't': c = '\t'; break;
-            case 'r': c = '\r'; break;
+            case '\\':
+                c = '\\';
+                break;
+            case '"':
+                c = '"';
+                break;
+            case '\'':
+                c = '\'';
+                break;
+            case 'n':
+                c = '\n';
+                break;
+            case 't':
+                c = '\t';
+                break;
+            case 'r':
+                c = '\r';
+                break;
             default:
                 /* Keep unknown escapes as they are: regexes need \. and \d-like text. */
                 buf[n++] = '\\';
@@ -201,11 +213,12 @@ int cp_regex_check_cost(const char *re, uint64_t max_cost, cp_err *err)
             if (j < n && re[j] == '^') j++;
             if (j < n && re[j] == ']') j++;
             while (j < n && re[j] != ']') {
-                if (re[j] == '[' && j + 1 < n && (re[j + 1] == ':' || re[j + 1] == '.' ||
-                                                   re[j + 1] == '=')) {
+                if (re[j] == '[' && j + 1 < n &&
+                    (re[j + 1] == ':' || re[j + 1] == '.' || re[j + 1] == '=')) {
                     char close = re[j + 1];
                     j += 2;
-                    while (j + 1 < n && !(re[j] == close && re[j + 1] == ']')) j++;
+                    while (j + 1 < n && !(re[j] == close && re[j + 1] == ']'))
+                        j++;
                     j += 2;
                 } else {
                     j++;
@@ -242,11 +255,13 @@ int cp_regex_check_cost(const char *re, uint64_t max_cost, cp_err *err)
                 size_t j = i + 1;
                 uint64_t lo = 0, hi = 0;
                 int dl = 0, dh = 0, comma = 0;
-                while (j < n && re[j] >= '0' && re[j] <= '9' && dl < 6) lo = lo * 10 + (uint64_t)(re[j++] - '0'), dl++;
+                while (j < n && re[j] >= '0' && re[j] <= '9' && dl < 6)
+                    lo = lo * 10 + (uint64_t)(re[j++] - '0'), dl++;
                 if (j < n && re[j] == ',') {
                     comma = 1;
                     j++;
-                    while (j < n && re[j] >= '0' && re[j] <= '9' && dh < 6) hi = hi * 10 + (uint64_t)(re[j++] - '0'), dh++;
+                    while (j < n && re[j] >= '0' && re[j] <= '9' && dh < 6)
+                        hi = hi * 10 + (uint64_t)(re[j++] - '0'), dh++;
                 }
                 /* glibc also reads "{,n}" as an interval, {0,n} */
                 if (j >= n || re[j] != '}' || (!dl && !(comma && dh))) {
@@ -342,8 +357,7 @@ static int parse_matcher(sel_parser *p, cp_matcher *m)
     if (m->op == CP_MATCH_RE || m->op == CP_MATCH_NRE) {
         cp_err rerr = {0};
         if (cp_regex_check(m->value, &rerr))
-            return cp_err_set(p->err, CP_EPARSE, "selector: value at byte %zu: %s", vpos,
-                              rerr.msg);
+            return cp_err_set(p->err, CP_EPARSE, "selector: value at byte %zu: %s", vpos, rerr.msg);
         size_t n = strlen(m->value);
         char *anchored = malloc(n + 5);
         if (!anchored) return cp_err_set(p->err, CP_ENOMEM, "selector: out of memory");
@@ -430,7 +444,8 @@ int cp_selector_parse(const char *text, cp_selector *out, cp_err *err)
     out->n = ms.n;
     return 0;
 fail:
-    for (uint32_t i = 0; i < ms.n; i++) matcher_close(&ms.v[i]);
+    for (uint32_t i = 0; i < ms.n; i++)
+        matcher_close(&ms.v[i]);
     free(ms.v);
     return rc;
 }
@@ -438,7 +453,8 @@ fail:
 void cp_selector_close(cp_selector *s)
 {
     if (!s) return;
-    for (uint32_t i = 0; i < s->n; i++) matcher_close(&s->m[i]);
+    for (uint32_t i = 0; i < s->n; i++)
+        matcher_close(&s->m[i]);
     free(s->m);
     s->m = NULL;
     s->n = 0;
@@ -450,10 +466,14 @@ int cp_matcher_match(const cp_matcher *m, const char *value)
 {
     if (!value) value = "";
     switch (m->op) {
-    case CP_MATCH_EQ: return strcmp(value, m->value) == 0;
-    case CP_MATCH_NE: return strcmp(value, m->value) != 0;
-    case CP_MATCH_RE: return m->has_re && regexec(&m->re, value, 0, NULL, 0) == 0;
-    case CP_MATCH_NRE: return m->has_re && regexec(&m->re, value, 0, NULL, 0) != 0;
+    case CP_MATCH_EQ:
+        return strcmp(value, m->value) == 0;
+    case CP_MATCH_NE:
+        return strcmp(value, m->value) != 0;
+    case CP_MATCH_RE:
+        return m->has_re && regexec(&m->re, value, 0, NULL, 0) == 0;
+    case CP_MATCH_NRE:
+        return m->has_re && regexec(&m->re, value, 0, NULL, 0) != 0;
     }
     return 0;
 }

@@ -11,7 +11,7 @@ typedef enum cp_match_op { CP_MATCH_EQ, CP_MATCH_NE, CP_MATCH_RE, CP_MATCH_NRE }
 typedef struct cp_matcher {
     char *name, *value; /* owned */
     cp_match_op op;
-    int has_re;         /* re compiled (anchored, extended) for RE and NRE */
+    int has_re; /* re compiled (anchored, extended) for RE and NRE */
     regex_t re;
 } cp_matcher;
 

@@ -15,7 +15,8 @@ int cp_vec_grow_(void **v, uint32_t *cap, size_t need, size_t elt)
     if (need <= *cap) return 0;
     if (need > UINT32_MAX / 2) return CP_ENOMEM;
     size_t ncap = *cap ? *cap : 8;
-    while (ncap < need) ncap *= 2;
+    while (ncap < need)
+        ncap *= 2;
     void *nv = realloc(*v, ncap * elt);
     if (!nv) return CP_ENOMEM;
     *v = nv;
@@ -34,7 +35,8 @@ int cp_buf_reserve(cp_buf *b, size_t extra)
 {
     if (b->len + extra <= b->cap) return 0;
     size_t ncap = b->cap ? b->cap : 256;
-    while (ncap < b->len + extra) ncap *= 2;
+    while (ncap < b->len + extra)
+        ncap *= 2;
     uint8_t *nd = realloc(b->data, ncap);
     if (!nd) return CP_ENOMEM;
     b->data = nd;
@@ -99,7 +101,8 @@ int cp_read_file(const char *path, cp_buf *out, cp_err *err)
 
 int cp_write_file(const char *path, const void *data, size_t len, cp_err *err)
 {
-    int fd = strcmp(path, "-") == 0 ? 1 : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd =
+        strcmp(path, "-") == 0 ? 1 : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return cp_err_set(err, CP_EIO, "cannot write %s: %s", path, strerror(errno));
     const uint8_t *p = data;
     while (len) {

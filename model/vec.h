@@ -11,10 +11,10 @@
 
 /* A typed growable array: CP_VEC(int) v = {0}; cp_vec_push(&v, 3). The owner frees it with
  * free(v.v). Growing moves the elements: pointers into v.v do not survive a push. */
-#define CP_VEC(T)                                                                      \
-    struct {                                                                           \
-        T *v;                                                                          \
-        uint32_t n, cap;                                                               \
+#define CP_VEC(T)                                                                                  \
+    struct {                                                                                       \
+        T *v;                                                                                      \
+        uint32_t n, cap;                                                                           \
     }
 
 /* Makes room for need elements of size elt; returns 0 or CP_ENOMEM (contents kept). The
@@ -22,14 +22,13 @@
 int cp_vec_grow_(void **v, uint32_t *cap, size_t need, size_t elt);
 
 /* Makes room for need elements in vec (n unchanged); evaluates to 0 or CP_ENOMEM. */
-#define cp_vec_reserve(vec, need)                                                      \
-    ((need) <= (vec)->cap ? 0                                                          \
-                          : cp_vec_grow_((void **)&(vec)->v, &(vec)->cap, (need),      \
-                                         sizeof(*(vec)->v)))
+#define cp_vec_reserve(vec, need)                                                                  \
+    ((need) <= (vec)->cap                                                                          \
+         ? 0                                                                                       \
+         : cp_vec_grow_((void **)&(vec)->v, &(vec)->cap, (need), sizeof(*(vec)->v)))
 /* Appends val; evaluates to 0 or CP_ENOMEM. */
-#define cp_vec_push(vec, val)                                                          \
-    (cp_vec_reserve((vec), (size_t)(vec)->n + 1) ? CP_ENOMEM                           \
-                                                 : ((vec)->v[(vec)->n++] = (val), 0))
+#define cp_vec_push(vec, val)                                                                      \
+    (cp_vec_reserve((vec), (size_t)(vec)->n + 1) ? CP_ENOMEM : ((vec)->v[(vec)->n++] = (val), 0))
 
 /* A growable byte buffer: zero it ({0}) to start; owned by whoever did, who frees it with
  * cp_buf_close. data is NULL until something is reserved. Growing moves data. */

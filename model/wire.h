@@ -77,8 +77,10 @@ static inline int rd_skip(rd *r, uint32_t wt)
     uint64_t v;
     rd sub;
     switch (wt) {
-    case WT_VARINT: return rd_varint(r, &v);
-    case WT_LEN: return rd_len(r, &sub);
+    case WT_VARINT:
+        return rd_varint(r, &v);
+    case WT_LEN:
+        return rd_len(r, &sub);
     case WT_I64:
         if (r->end - r->p < 8) return -1;
         r->p += 8;

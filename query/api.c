@@ -22,11 +22,18 @@
 
 /* Upper bounds (seconds) of the query latency histogram. */
 static const double g_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                   0.25,  0.5,    1,     2.5,  5,    10,   30};
+                                   0.25,  0.5,    1,     2.5,  5,     10,   30};
 #define NBUCKETS (sizeof g_buckets / sizeof g_buckets[0])
 
 enum {
-    EP_PROFILE, EP_DIFF, EP_TIMELINE, EP_SERIES, EP_LABELS, EP_VALUES, EP_SYMBOLS, EP_OTHER,
+    EP_PROFILE,
+    EP_DIFF,
+    EP_TIMELINE,
+    EP_SERIES,
+    EP_LABELS,
+    EP_VALUES,
+    EP_SYMBOLS,
+    EP_OTHER,
     EP_COUNT
 };
 static const char *const g_ep_names[EP_COUNT] = {"profile", "diff",   "timeline", "series",
@@ -138,8 +145,7 @@ int cp_api_is_light(void *api, const cp_http_request *req)
     return CP_HTTP_LANE_HEAVY;
 }
 
-void cp_api_observe(void *api, const cp_http_request *req, int status, int heavy,
-                    double seconds)
+void cp_api_observe(void *api, const cp_http_request *req, int status, int heavy, double seconds)
 {
     cp_api *a = api;
     int cls = status / 100;
@@ -147,7 +153,8 @@ void cp_api_observe(void *api, const cp_http_request *req, int status, int heavy
     if (!heavy) return;
     int ep = ep_of(req->path);
     size_t b = 0;
-    while (b < NBUCKETS && seconds > g_buckets[b]) b++;
+    while (b < NBUCKETS && seconds > g_buckets[b])
+        b++;
     a->hist[ep][b]++;
     a->hist_sum[ep] += seconds;
     a->hist_count[ep]++;
@@ -234,8 +241,7 @@ static int parse_kind(const char *s, cp_kind *out, const char *pname, cp_http_re
     return 0;
 }
 
-static int parse_selector(const char *s, cp_selector *out, const char *pname,
-                          cp_http_response *r)
+static int parse_selector(const char *s, cp_selector *out, const char *pname, cp_http_response *r)
 {
     cp_err err = {0};
     if (cp_selector_parse(s ? s : "", out, &err)) {
@@ -251,12 +257,14 @@ static int parse_range(cp_api *a, const char *fs, const char *ts, const char *fn
                        cp_http_response *r)
 {
     cp_err err = {0};
-    if (!fs || !*fs) *from = now - 3600LL * 1000000000LL;
+    if (!fs || !*fs)
+        *from = now - 3600LL * 1000000000LL;
     else if (cp_parse_time(fs, now, from, &err)) {
         cp_http_error(r, 400, "bad %s: %s", fname, err.msg);
         return -1;
     }
-    if (!ts || !*ts) *to = now;
+    if (!ts || !*ts)
+        *to = now;
     else if (cp_parse_time(ts, now, to, &err)) {
         cp_http_error(r, 400, "bad %s: %s", tname, err.msg);
         return -1;
@@ -274,8 +282,9 @@ static int parse_range(cp_api *a, const char *fs, const char *ts, const char *fn
         return -1;
     }
     if (a->o.max_range_ns && span > a->o.max_range_ns) {
-        cp_http_error(r, 400, "window %s..%s of %.0f s exceeds the longest allowed window of %.0f s",
-                      fname, tname, (double)span / 1e9, (double)a->o.max_range_ns / 1e9);
+        cp_http_error(r, 400,
+                      "window %s..%s of %.0f s exceeds the longest allowed window of %.0f s", fname,
+                      tname, (double)span / 1e9, (double)a->o.max_range_ns / 1e9);
         return -1;
     }
     return 0;
@@ -294,8 +303,7 @@ static int over_time(const cp_http_request *req, const char *during, cp_http_res
 }
 
 /* Maps a store failure to a response. */
-static void store_error(const cp_http_request *req, int rc, const cp_err *err,
-                        cp_http_response *r)
+static void store_error(const cp_http_request *req, int rc, const cp_err *err, cp_http_response *r)
 {
     const char *msg = err->msg[0] ? err->msg : cp_strerror(rc);
     if (rc == CP_ELIMIT) {
@@ -331,8 +339,9 @@ static int parse_max_nodes(cp_api *a, const char *s, uint32_t def, uint32_t *out
     char *end;
     unsigned long long v = strtoull(s, &end, 10);
     if (*end || s[0] == '-' || v > a->o.max_nodes_limit) {
-        cp_http_error(r, 400, "bad max_nodes '%.32s' (expected 0..%u; 0 = no pruning up to the limit)",
-                      s, a->o.max_nodes_limit);
+        cp_http_error(r, 400,
+                      "bad max_nodes '%.32s' (expected 0..%u; 0 = no pruning up to the limit)", s,
+                      a->o.max_nodes_limit);
         return -1;
     }
     *out = v ? (uint32_t)v : a->o.max_nodes_limit;
@@ -377,8 +386,9 @@ static void ep_symbols(cp_api *a, const char *tenant, const cp_params *pa,
         return;
     }
     if (!req->body_len) {
-        cp_http_error(r, 400, "empty body: send the ELF file (binary or debug file) as the "
-                              "request body");
+        cp_http_error(r, 400,
+                      "empty body: send the ELF file (binary or debug file) as the "
+                      "request body");
         return;
     }
     cp_symbols_result res;
@@ -417,9 +427,8 @@ static void ep_symbols(cp_api *a, const char *tenant, const cp_params *pa,
 
 /* ---- /api/v1/profile ---------------------------------------------------------------- */
 
-static const char *const g_profile_params[] = {"type",   "select", "from",      "to",
-                                               "format", "focus",  "ignore",    "max_nodes",
-                                               "sample_type", NULL};
+static const char *const g_profile_params[] = {
+    "type", "select", "from", "to", "format", "focus", "ignore", "max_nodes", "sample_type", NULL};
 
 /* Renders p in format; the profile may be filtered in place. */
 static void render_profile(cp_api *a, const cp_params *pa, cp_profile *p, const char *kind,
@@ -440,7 +449,9 @@ static void render_profile(cp_api *a, const cp_params *pa, cp_profile *p, const 
     }
     int rc;
     if (strcmp(format, "pprof") == 0) {
-        rc = cp_pprof_encode(p, 1, &r->body); /* level 1: 11 ms instead of 16 ms at level 6 for a 7-day merge, 8% larger */
+        rc = cp_pprof_encode(
+            p, 1,
+            &r->body); /* level 1: 11 ms instead of 16 ms at level 6 for a 7-day merge, 8% larger */
         set_type(r, "application/octet-stream");
         snprintf(r->extra_headers, sizeof r->extra_headers,
                  "Content-Disposition: attachment; filename=\"%s.pb.gz\"\r\n", kind);
@@ -466,7 +477,8 @@ static void render_profile(cp_api *a, const cp_params *pa, cp_profile *p, const 
         rc = cp_render_tree_json(p, vi, NULL, 0, mn, extra, &r->body);
         set_type(r, "application/json");
     }
-    if (rc) oom(r);
+    if (rc)
+        oom(r);
     else
         over_time(req, "rendering", r);
 }
@@ -525,12 +537,12 @@ static void ep_profile(cp_api *a, const char *tenant, const cp_params *pa,
 
 /* ---- /api/v1/diff ------------------------------------------------------------------- */
 
-static void ep_diff(cp_api *a, const char *tenant, const cp_params *pa,
-                    const cp_http_request *req, cp_http_response *r)
+static void ep_diff(cp_api *a, const char *tenant, const cp_params *pa, const cp_http_request *req,
+                    cp_http_response *r)
 {
-    static const char *const allowed[] = {"type", "select", "from", "to", "base_select",
-                                          "base_from", "base_to", "format", "focus", "ignore",
-                                          "max_nodes", "sample_type", NULL};
+    static const char *const allowed[] = {
+        "type",   "select", "from",   "to",        "base_select", "base_from", "base_to",
+        "format", "focus",  "ignore", "max_nodes", "sample_type", NULL};
     static const char *const formats[] = {"json", "pprof", NULL};
     cp_err err = {0};
     if (check_params(pa, allowed, r)) return;
@@ -543,8 +555,8 @@ static void ep_diff(cp_api *a, const char *tenant, const cp_params *pa,
     const char *bf = cp_params_get(pa, "base_from"), *bt = cp_params_get(pa, "base_to");
     if (parse_kind(cp_params_get(pa, "type"), &kind, "type", r) ||
         parse_format(cp_params_get(pa, "format"), formats, &format, r) ||
-        parse_range(a, cp_params_get(pa, "from"), cp_params_get(pa, "to"), "from", "to", now,
-                    &from, &to, r) ||
+        parse_range(a, cp_params_get(pa, "from"), cp_params_get(pa, "to"), "from", "to", now, &from,
+                    &to, r) ||
         parse_range(a, bf ? bf : cp_params_get(pa, "from"), bt ? bt : cp_params_get(pa, "to"),
                     "base_from", "base_to", now, &bfrom, &bto, r) ||
         parse_selector(cp_params_get(pa, "select"), &sel, "select", r) ||
@@ -625,7 +637,8 @@ static void ep_diff(cp_api *a, const char *tenant, const cp_params *pa,
              "\"type\":\"%s\",\"from\":\"%s\",\"to\":\"%s\",\"base_from\":\"%s\",\"base_to\":"
              "\"%s\",",
              cp_kind_name(kind), f, t, f2, t2);
-    if (cp_render_tree_json(p, vi, b, bvi, mn, extra, &r->body)) oom(r);
+    if (cp_render_tree_json(p, vi, b, bvi, mn, extra, &r->body))
+        oom(r);
     else
         over_time(req, "rendering", r);
 out:
@@ -809,8 +822,10 @@ static void ep_labels(cp_api *a, const char *tenant, const cp_params *pa,
     if (check_params(pa, allowed, r)) return;
     cp_string_list l = {0};
     int rc = cp_fanout_labels(a->o.fanout, a->o.store, tenant, NULL, req->deadline_ns, &l, &err);
-    if (rc) store_error(req, rc, &err, r);
-    else string_list_json("labels", NULL, &l, r);
+    if (rc)
+        store_error(req, rc, &err, r);
+    else
+        string_list_json("labels", NULL, &l, r);
     cp_string_list_close(&l);
 }
 
@@ -839,8 +854,10 @@ static void ep_values(cp_api *a, const char *tenant, const cp_params *pa,
     }
     cp_string_list l = {0};
     int rc = cp_fanout_labels(a->o.fanout, a->o.store, tenant, name, req->deadline_ns, &l, &err);
-    if (rc) store_error(req, rc, &err, r);
-    else string_list_json("values", name, &l, r);
+    if (rc)
+        store_error(req, rc, &err, r);
+    else
+        string_list_json("values", name, &l, r);
     cp_string_list_close(&l);
 }
 
@@ -851,7 +868,7 @@ static void ep_metrics(cp_api *a, cp_http_response *r)
     cp_buf *b = &r->body;
     int rc = 0;
     set_type(r, "text/plain; version=0.0.4; charset=utf-8");
-#define P(...) \
+#define P(...)                                                                                     \
     if (!rc) rc = cp_buf_printf(b, __VA_ARGS__)
     P("# HELP contprof_http_responses_total HTTP responses by status class.\n"
       "# TYPE contprof_http_responses_total counter\n");
@@ -920,8 +937,9 @@ static void ep_metrics(cp_api *a, cp_http_response *r)
               "reason.\n# TYPE contprof_ingest_dlq_total counter\n");
             for (uint32_t i = 0; i < in.ndlq && i < CP_API_DLQ_REASONS; i++) {
                 P("contprof_ingest_dlq_total{reason=\"");
-                if (!rc) rc = cp_json_escape(b, in.dlq[i].reason ? in.dlq[i].reason : "",
-                                             strlen(in.dlq[i].reason ? in.dlq[i].reason : ""));
+                if (!rc)
+                    rc = cp_json_escape(b, in.dlq[i].reason ? in.dlq[i].reason : "",
+                                        strlen(in.dlq[i].reason ? in.dlq[i].reason : ""));
                 P("\"} %" PRIu64 "\n", in.dlq[i].count);
             }
             P("# HELP contprof_ingest_paused 1 while ingest waits for the store after a failed "
@@ -1057,8 +1075,7 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
         return;
     }
     if (ep != EP_SYMBOLS && strcmp(req->method, "GET") != 0) {
-        cp_http_error(r, 405, "method %s not allowed on %.128s (only GET)", req->method,
-                      req->path);
+        cp_http_error(r, 405, "method %s not allowed on %.128s (only GET)", req->method, req->path);
         snprintf(r->extra_headers, sizeof r->extra_headers, "Allow: GET\r\n");
         return;
     }
@@ -1117,13 +1134,27 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
     }
     r->compressible = 1; /* unset below for answers that are gzip'd pprof already */
     switch (ep) {
-    case EP_PROFILE: ep_profile(a, tenant, &pa, req, r); break;
-    case EP_DIFF: ep_diff(a, tenant, &pa, req, r); break;
-    case EP_TIMELINE: ep_timeline(a, tenant, &pa, req, r); break;
-    case EP_SERIES: ep_series(a, tenant, &pa, req, r); break;
-    case EP_LABELS: ep_labels(a, tenant, &pa, req, r); break;
-    case EP_VALUES: ep_values(a, tenant, &pa, req, r); break;
-    case EP_SYMBOLS: ep_symbols(a, tenant, &pa, req, r); break;
+    case EP_PROFILE:
+        ep_profile(a, tenant, &pa, req, r);
+        break;
+    case EP_DIFF:
+        ep_diff(a, tenant, &pa, req, r);
+        break;
+    case EP_TIMELINE:
+        ep_timeline(a, tenant, &pa, req, r);
+        break;
+    case EP_SERIES:
+        ep_series(a, tenant, &pa, req, r);
+        break;
+    case EP_LABELS:
+        ep_labels(a, tenant, &pa, req, r);
+        break;
+    case EP_VALUES:
+        ep_values(a, tenant, &pa, req, r);
+        break;
+    case EP_SYMBOLS:
+        ep_symbols(a, tenant, &pa, req, r);
+        break;
     }
     cp_fanout_end(a->o.fanout, r);
     cp_params_close(&pa);

@@ -13,16 +13,16 @@
 /* Ingest numbers for /metrics, filled by the daemon's callback on the loop thread. */
 #define CP_API_DLQ_REASONS 16
 typedef struct cp_api_ingest_stats {
-    int available;              /* 0: no ingest in this process (metrics left out) */
-    uint64_t messages_total;    /* Kafka messages consumed */
-    uint64_t windows_total;     /* windows written to the store */
-    uint64_t bytes_total;       /* payload bytes consumed */
-    uint64_t duplicates_total;  /* dropped as duplicates */
-    double windows_per_second;  /* recent ingest rate */
-    int64_t consumer_lag;       /* messages behind the partitions' ends, -1 = unknown */
+    int available;             /* 0: no ingest in this process (metrics left out) */
+    uint64_t messages_total;   /* Kafka messages consumed */
+    uint64_t windows_total;    /* windows written to the store */
+    uint64_t bytes_total;      /* payload bytes consumed */
+    uint64_t duplicates_total; /* dropped as duplicates */
+    double windows_per_second; /* recent ingest rate */
+    int64_t consumer_lag;      /* messages behind the partitions' ends, -1 = unknown */
     uint32_t ndlq;
     struct {
-        const char *reason;     /* valid until the callback is called again */
+        const char *reason; /* valid until the callback is called again */
         uint64_t count;
     } dlq[CP_API_DLQ_REASONS];
     int paused;                  /* a store write failed: ingest waits for the store */
@@ -67,20 +67,20 @@ typedef struct cp_api_token {
 } cp_api_token;
 
 typedef struct cp_api_options {
-    cp_store *store;               /* not owned */
-    const cp_api_token *tokens;    /* ntokens == 0: every request is the default tenant */
+    cp_store *store;            /* not owned */
+    const cp_api_token *tokens; /* ntokens == 0: every request is the default tenant */
     size_t ntokens;
-    int64_t max_range_ns;          /* longest [from, to); 0 = unlimited */
-    uint64_t max_blocks;           /* store blocks per query; 0 = unlimited */
-    uint32_t max_nodes_default;    /* json tree nodes when max_nodes is not given */
-    uint32_t max_nodes_limit;      /* largest max_nodes accepted */
-    uint32_t max_steps;            /* timeline points */
-    const char *brokers;           /* bootstrap list served at /api/v1/brokers; copied */
-    cp_symbols *symbols;           /* names unsymbolized frames at query time; may be NULL */
-    const char *metrics_token;     /* the only token /metrics takes; NULL: any tenant's token
-                                      (none needed when no tokens are configured); copied */
-    struct cp_fanout *fanout;      /* the cluster's peers (query/fanout.h); NULL = alone */
-    cp_api_stats_fn ingest_stats;  /* may be NULL */
+    int64_t max_range_ns;         /* longest [from, to); 0 = unlimited */
+    uint64_t max_blocks;          /* store blocks per query; 0 = unlimited */
+    uint32_t max_nodes_default;   /* json tree nodes when max_nodes is not given */
+    uint32_t max_nodes_limit;     /* largest max_nodes accepted */
+    uint32_t max_steps;           /* timeline points */
+    const char *brokers;          /* bootstrap list served at /api/v1/brokers; copied */
+    cp_symbols *symbols;          /* names unsymbolized frames at query time; may be NULL */
+    const char *metrics_token;    /* the only token /metrics takes; NULL: any tenant's token
+                                     (none needed when no tokens are configured); copied */
+    struct cp_fanout *fanout;     /* the cluster's peers (query/fanout.h); NULL = alone */
+    cp_api_stats_fn ingest_stats; /* may be NULL */
     void *ingest_arg;
 } cp_api_options;
 
@@ -98,7 +98,6 @@ int cp_api_set_brokers(cp_api *a, const char *brokers);
 /* cp_http_options.handle / is_light / observe with ctx = the cp_api. */
 void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *resp);
 int cp_api_is_light(void *api, const cp_http_request *req);
-void cp_api_observe(void *api, const cp_http_request *req, int status, int heavy,
-                    double seconds);
+void cp_api_observe(void *api, const cp_http_request *req, int status, int heavy, double seconds);
 
 #endif

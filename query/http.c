@@ -37,7 +37,7 @@ struct cp_http_server {
     int listening;
     int port;
     cp_http_options opt;
-    conn *conns; /* doubly linked */
+    conn *conns;     /* doubly linked */
     uint32_t nconns; /* allocated, closing ones included */
     uint32_t nlive;  /* not closing */
     lane lanes[3];   /* 0: heavy (libuv's threadpool), 1: cheap and 2: peer (the threads below) */
@@ -92,9 +92,9 @@ struct conn {
     size_t header_bytes;
     int err_status;
     char err_msg[160];
-    int complete;  /* a whole request was parsed and waits to be dispatched */
+    int complete;   /* a whole request was parsed and waits to be dispatched */
     int in_message; /* a request has begun: its bytes must all arrive within the idle timeout */
-    int busy;      /* a request is being answered */
+    int busy;       /* a request is being answered */
     int keep_alive;
     int closing;
     int reading;
@@ -158,8 +158,7 @@ void cp_http_error(cp_http_response *resp, int status, const char *fmt, ...)
     snprintf(resp->content_type, sizeof resp->content_type, "application/json");
     resp->body.len = 0;
     if (cp_buf_append(&resp->body, "{\"error\":\"", 10) ||
-        cp_json_escape(&resp->body, msg, strlen(msg)) ||
-        cp_buf_append(&resp->body, "\"}\n", 3)) {
+        cp_json_escape(&resp->body, msg, strlen(msg)) || cp_buf_append(&resp->body, "\"}\n", 3)) {
         /* Out of memory: an empty body still carries the status. */
         resp->body.len = 0;
     }
@@ -196,8 +195,10 @@ static void conn_free_if_closed(conn *c)
 {
     if (c->nhandles > 0) return;
     cp_http_server *s = c->srv;
-    if (c->prev) c->prev->next = c->next;
-    else s->conns = c->next;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     s->nconns--;
     release_upload(s, &c->upload_slot);
@@ -354,8 +355,8 @@ static void conn_send(conn *c, cp_http_response *resp, int keep_alive)
     int hl = snprintf(head, 512 + sizeof resp->extra_headers,
                       "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
                       "Cache-Control: no-store\r\n%sConnection: %s\r\n\r\n",
-                      resp->status, reason, resp->content_type, resp->body.len,
-                      resp->extra_headers, keep_alive ? "keep-alive" : "close");
+                      resp->status, reason, resp->content_type, resp->body.len, resp->extra_headers,
+                      keep_alive ? "keep-alive" : "close");
     wr->c = c;
     wr->head = head;
     wr->body = resp->body;
@@ -764,8 +765,7 @@ static void conn_dispatch(conn *c)
     j->req.body = body;
     j->req.body_len = body ? body_len : 0;
     j->req.received_ns = cp_mono_ns();
-    j->req.deadline_ns = s->opt.query_timeout_ns ? j->req.received_ns + s->opt.query_timeout_ns
-                                                 : 0;
+    j->req.deadline_ns = s->opt.query_timeout_ns ? j->req.received_ns + s->opt.query_timeout_ns : 0;
     if (!path || !query || (c->auth.len && !auth) || (body_len && !body)) {
         cp_http_error(&j->resp, 503, "out of memory");
         goto respond;
@@ -812,8 +812,8 @@ static void conn_process(conn *c)
 {
     while (!c->busy && !c->closing && c->in.len > 0) {
         if (HTTP_PARSER_ERRNO(&c->parser) == HPE_PAUSED) http_parser_pause(&c->parser, 0);
-        size_t n = http_parser_execute(&c->parser, &g_settings, (const char *)c->in.data,
-                                       c->in.len);
+        size_t n =
+            http_parser_execute(&c->parser, &g_settings, (const char *)c->in.data, c->in.len);
         enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
         if (c->err_status) {
             conn_send_error(c, c->err_status, c->err_msg, 0);
@@ -864,7 +864,8 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     conn *c = st->data;
     (void)buf;
     if (nread < 0) {
-        if (!c->busy) conn_close(c);
+        if (!c->busy)
+            conn_close(c);
         else {
             uv_read_stop(st);
             c->keep_alive = 0;

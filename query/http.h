@@ -21,23 +21,22 @@ typedef struct cp_http_request {
     int accepts_gzip;          /* Accept-Encoding lists gzip */
     const uint8_t *body;
     size_t body_len;
-    int64_t received_ns;       /* CLOCK_MONOTONIC when the request was complete */
-    int64_t deadline_ns;       /* CLOCK_MONOTONIC deadline for heavy requests, 0 = none */
+    int64_t received_ns; /* CLOCK_MONOTONIC when the request was complete */
+    int64_t deadline_ns; /* CLOCK_MONOTONIC deadline for heavy requests, 0 = none */
 } cp_http_request;
 
 /* What a handler fills in. The server owns it and frees body after writing. */
 typedef struct cp_http_response {
-    int status;                /* 200 unless set */
-    char content_type[64];     /* "application/json" unless set */
-    char extra_headers[256];   /* complete header lines ("Name: value\r\n"), may be "" */
-    int compressible;          /* text worth gzip'ing when the client accepts it */
+    int status;              /* 200 unless set */
+    char content_type[64];   /* "application/json" unless set */
+    char extra_headers[256]; /* complete header lines ("Name: value\r\n"), may be "" */
+    int compressible;        /* text worth gzip'ing when the client accepts it */
     cp_buf body;
 } cp_http_response;
 
 /* Handles one request. Runs on the loop thread for light requests and on a threadpool
  * thread for heavy ones; must be thread-safe in the latter case. */
-typedef void (*cp_http_handler_fn)(void *ctx, const cp_http_request *req,
-                                   cp_http_response *resp);
+typedef void (*cp_http_handler_fn)(void *ctx, const cp_http_request *req, cp_http_response *resp);
 /* Lanes a request can run in (what cp_http_is_light_fn returns). */
 enum {
     CP_HTTP_LANE_HEAVY = 0, /* the threadpool, at most `concurrency` at once */
@@ -53,31 +52,31 @@ enum {
  * CP_HTTP_LANE_CHEAP for short store reads, CP_HTTP_LANE_HEAVY for queries. */
 typedef int (*cp_http_is_light_fn)(void *ctx, const cp_http_request *req);
 /* Called on the loop thread after every response is queued, for metrics. */
-typedef void (*cp_http_observe_fn)(void *ctx, const cp_http_request *req, int status,
-                                   int heavy, double seconds);
+typedef void (*cp_http_observe_fn)(void *ctx, const cp_http_request *req, int status, int heavy,
+                                   double seconds);
 
 typedef struct cp_http_options {
-    const char *host;          /* "127.0.0.1" */
-    int port;                  /* 0 = kernel-chosen (read it back with cp_http_server_port) */
-    size_t max_url_bytes;      /* 414 beyond; default 8 KiB */
-    size_t max_header_bytes;   /* request line + headers, 431 beyond; default 16 KiB */
-    size_t max_body_bytes;     /* 413 beyond; default 64 KiB */
-    const char *upload_path;   /* POSTs to this path (e.g. "/api/v1/symbols") may carry up to
-                                  max_upload_bytes instead; NULL = none */
+    const char *host;        /* "127.0.0.1" */
+    int port;                /* 0 = kernel-chosen (read it back with cp_http_server_port) */
+    size_t max_url_bytes;    /* 414 beyond; default 8 KiB */
+    size_t max_header_bytes; /* request line + headers, 431 beyond; default 16 KiB */
+    size_t max_body_bytes;   /* 413 beyond; default 64 KiB */
+    const char *upload_path; /* POSTs to this path (e.g. "/api/v1/symbols") may carry up to
+                                max_upload_bytes instead; NULL = none */
     size_t max_upload_bytes;
-    uint32_t max_uploads;      /* upload-sized requests at once (receiving or answered); 503
-                                  beyond; default 2 */
-    size_t max_response_bytes; /* a larger handler answer becomes an error; default 256 MiB */
-    size_t gzip_min_bytes;     /* compressible answers at least this big are gzip'd for
-                                  clients that accept it (level 1); 0 = never; default 8 KiB */
-    uint32_t max_connections;  /* at the cap a new connection closes the one that has waited
-                                  longest without a request being answered (idle, or still
-                                  sending one); if every one is busy it gets a reserved slot,
-                                  else 503; default 1024 */
-    uint32_t concurrency;      /* heavy requests running at once; default 4 */
-    uint32_t max_queued;       /* heavy requests waiting; 503 beyond; default 256 */
-    int64_t query_timeout_ns;  /* deadline of a heavy request from its arrival; default 30 s */
-    int64_t idle_timeout_ns;   /* a connection silent this long is closed; default 60 s */
+    uint32_t max_uploads;          /* upload-sized requests at once (receiving or answered); 503
+                                      beyond; default 2 */
+    size_t max_response_bytes;     /* a larger handler answer becomes an error; default 256 MiB */
+    size_t gzip_min_bytes;         /* compressible answers at least this big are gzip'd for
+                                      clients that accept it (level 1); 0 = never; default 8 KiB */
+    uint32_t max_connections;      /* at the cap a new connection closes the one that has waited
+                                      longest without a request being answered (idle, or still
+                                      sending one); if every one is busy it gets a reserved slot,
+                                      else 503; default 1024 */
+    uint32_t concurrency;          /* heavy requests running at once; default 4 */
+    uint32_t max_queued;           /* heavy requests waiting; 503 beyond; default 256 */
+    int64_t query_timeout_ns;      /* deadline of a heavy request from its arrival; default 30 s */
+    int64_t idle_timeout_ns;       /* a connection silent this long is closed; default 60 s */
     int64_t request_timeout_ns;    /* a request must arrive whole within this of its first byte
                                       (never longer than idle_timeout_ns); default 10 s */
     int64_t write_timeout_ns;      /* an answer whose writing makes no progress for this long

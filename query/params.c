@@ -64,12 +64,13 @@ int cp_params_parse(const char *query, cp_params *out, cp_err *err)
             cp_param prm = {0};
             size_t bad = 0;
             int rc = url_decode(s, nl, &prm.name, &bad);
-            if (!rc) rc = eq ? url_decode(eq + 1, n - nl - 1, &prm.value, &bad)
-                             : ((prm.value = strdup("")) ? 0 : CP_ENOMEM);
+            if (!rc)
+                rc = eq ? url_decode(eq + 1, n - nl - 1, &prm.value, &bad)
+                        : ((prm.value = strdup("")) ? 0 : CP_ENOMEM);
             if (rc == CP_EPARSE) {
                 free(prm.name);
-                return cp_err_set(err, CP_EPARSE,
-                                  "query string: bad percent escape in '%.*s'", (int)(n > 64 ? 64 : n), s);
+                return cp_err_set(err, CP_EPARSE, "query string: bad percent escape in '%.*s'",
+                                  (int)(n > 64 ? 64 : n), s);
             }
             if (rc) {
                 free(prm.name);

@@ -26,7 +26,8 @@ static void names_close(names *n)
 {
     free(n->s.v);
     free(n->slots);
-    for (uint32_t i = 0; i < n->owned.n; i++) free(n->owned.v[i]);
+    for (uint32_t i = 0; i < n->owned.n; i++)
+        free(n->owned.v[i]);
     free(n->owned.v);
     memset(n, 0, sizeof *n);
 }
@@ -39,7 +40,8 @@ static int names_grow(names *n)
     for (uint32_t i = 0; i < n->s.n; i++) {
         uint64_t h = cp_hash_bytes(n->s.v[i], strlen(n->s.v[i]), 7);
         uint32_t j = (uint32_t)h & (ns - 1);
-        while (sl[j]) j = (j + 1) & (ns - 1);
+        while (sl[j])
+            j = (j + 1) & (ns - 1);
         sl[j] = i + 1;
     }
     free(n->slots);
@@ -123,8 +125,8 @@ typedef struct tnode {
 } tnode;
 
 typedef struct tree {
-    CP_VEC(tnode) n;  /* node 0 is the root */
-    uint32_t *slots;  /* (parent, name) -> node index + 1 */
+    CP_VEC(tnode) n; /* node 0 is the root */
+    uint32_t *slots; /* (parent, name) -> node index + 1 */
     uint32_t nslots;
 } tree;
 
@@ -146,7 +148,8 @@ static int tree_grow(tree *t)
     if (!sl) return CP_ENOMEM;
     for (uint32_t i = 1; i < t->n.n; i++) {
         uint32_t j = tree_hash(t->n.v[i].parent, t->n.v[i].name) & (ns - 1);
-        while (sl[j]) j = (j + 1) & (ns - 1);
+        while (sl[j])
+            j = (j + 1) & (ns - 1);
         sl[j] = i + 1;
     }
     free(t->slots);
@@ -253,14 +256,18 @@ static int kids_build(const tree *t, const names *nm, const uint8_t *keep, kids 
         rc = CP_ENOMEM;
         goto out;
     }
-    for (uint32_t i = 0; i < nm->s.n; i++) byname[i] = i;
+    for (uint32_t i = 0; i < nm->s.n; i++)
+        byname[i] = i;
     qsort_r(byname, nm->s.n, sizeof *byname, cmp_name_ptr, (void *)nm);
-    for (uint32_t i = 0; i < nm->s.n; i++) name_rank[byname[i]] = i;
+    for (uint32_t i = 0; i < nm->s.n; i++)
+        name_rank[byname[i]] = i;
     node_rank[0] = 0;
-    for (uint32_t i = 1; i < n; i++) node_rank[i] = name_rank[t->n.v[i].name];
+    for (uint32_t i = 1; i < n; i++)
+        node_rank[i] = name_rank[t->n.v[i].name];
     for (uint32_t i = 1; i < n; i++)
         if (!keep || keep[i]) k->off[t->n.v[i].parent + 1]++;
-    for (uint32_t i = 0; i < n; i++) k->off[i + 1] += k->off[i];
+    for (uint32_t i = 0; i < n; i++)
+        k->off[i + 1] += k->off[i];
     memcpy(fill, k->off, ((size_t)n + 1) * sizeof *fill);
     for (uint32_t i = 1; i < n; i++)
         if (!keep || keep[i]) k->ids[fill[t->n.v[i].parent]++] = i;
@@ -288,9 +295,9 @@ int cp_render_value_index(const cp_profile *p, const char *name, int *vi, cp_err
 {
     if (p->sample_types.n == 0) {
         *vi = 0;
-        return name && *name ? cp_err_set(err, CP_EINVAL,
-                                          "sample type '%.64s' not in an empty profile", name)
-                             : 0;
+        return name && *name
+                   ? cp_err_set(err, CP_EINVAL, "sample type '%.64s' not in an empty profile", name)
+                   : 0;
     }
     if (!name || !*name) {
         *vi = (int)p->sample_types.n - 1;
@@ -311,8 +318,7 @@ int cp_render_value_index(const cp_profile *p, const char *name, int *vi, cp_err
     for (uint32_t t = 0; t < p->sample_types.n && l < sizeof list - 70; t++)
         l += (size_t)snprintf(list + l, sizeof list - l, "%s%.60s", t ? ", " : "",
                               cp_profile_str(p, p->sample_types.v[t].type));
-    return cp_err_set(err, CP_EINVAL, "unknown sample type '%.64s' (profile has: %s)", name,
-                      list);
+    return cp_err_set(err, CP_EINVAL, "unknown sample type '%.64s' (profile has: %s)", name, list);
 }
 
 int cp_render_default_index(const cp_profile *p)
@@ -339,8 +345,9 @@ void cp_render_value(int64_t v, const char *unit, char *buf, size_t len)
         {"microseconds", {"us", "ms", "s", NULL}, {1, 1e3, 1e6}},
         {"milliseconds", {"ms", "s", NULL}, {1, 1e3}},
         {"seconds", {"s", NULL}, {1}},
-        {"bytes", {"B", "kB", "MB", "GB", "TB", NULL}, {1, 1024., 1048576., 1073741824.,
-                                                        1099511627776.}},
+        {"bytes",
+         {"B", "kB", "MB", "GB", "TB", NULL},
+         {1, 1024., 1048576., 1073741824., 1099511627776.}},
     };
     if (v == 0) {
         snprintf(buf, len, "0");
@@ -350,7 +357,8 @@ void cp_render_value(int64_t v, const char *unit, char *buf, size_t len)
         if (strcmp(unit, scales[i].unit) != 0) continue;
         double a = v < 0 ? -(double)v : (double)v;
         int k = 0;
-        while (scales[i].sfx[k + 1] && a >= scales[i].step[k + 1]) k++;
+        while (scales[i].sfx[k + 1] && a >= scales[i].step[k + 1])
+            k++;
         double x = (double)v / scales[i].step[k];
         if (x == (double)(int64_t)x)
             snprintf(buf, len, "%" PRId64 "%s", (int64_t)x, scales[i].sfx[k]);
@@ -423,7 +431,8 @@ int cp_render_filter_until(cp_profile *p, const char *focus, const char *ignore,
         if (has_i && regexec(&ire, nm.s.v[i], 0, NULL, 0) == 0) nmatch[i] |= 2;
     }
     for (uint32_t l = 0; l < p->locations.n; l++)
-        for (uint32_t q = fr.off.v[l]; q < fr.off.v[l + 1]; q++) lmatch[l + 1] |= nmatch[fr.ids.v[q]];
+        for (uint32_t q = fr.off.v[l]; q < fr.off.v[l + 1]; q++)
+            lmatch[l + 1] |= nmatch[fr.ids.v[q]];
     uint32_t nt = p->sample_types.n, w = 0;
     for (uint32_t s = 0; s < p->samples.n; s++) {
         if ((s & 4095) == 0 && past(deadline_ns) && w == s) {
@@ -491,7 +500,8 @@ int cp_render_top(const cp_profile *p, int vi, uint32_t max_rows, cp_buf *out)
         rc = CP_ENOMEM;
         goto out;
     }
-    for (uint32_t i = 0; i < nm.s.n; i++) rows[i].name = i;
+    for (uint32_t i = 0; i < nm.s.n; i++)
+        rows[i].name = i;
     uint32_t nt = p->sample_types.n;
     int64_t total = 0;
     for (uint32_t s = 0; nt && s < p->samples.n; s++) {
@@ -521,18 +531,18 @@ int cp_render_top(const cp_profile *p, int vi, uint32_t max_rows, cp_buf *out)
     const char *unit = nt ? cp_profile_str(p, p->sample_types.v[vi].unit) : "";
     uint32_t shown = max_rows && max_rows < nrows ? max_rows : nrows;
     int64_t shown_flat = 0;
-    for (uint32_t i = 0; i < shown; i++) shown_flat += rows[i].flat;
+    for (uint32_t i = 0; i < shown; i++)
+        shown_flat += rows[i].flat;
     char a[32], b[32], c[32];
     cp_render_value(shown_flat, unit, a, sizeof a);
     cp_render_value(total, unit, b, sizeof b);
     double pct = total ? 100.0 * (double)shown_flat / (double)total : 0;
     rc = cp_buf_printf(out, "Type: %s\nShowing nodes accounting for %s, %.2f%% of %s total\n",
-                       nt ? cp_profile_str(p, p->sample_types.v[vi].type) : "(empty)", a, pct,
-                       b);
+                       nt ? cp_profile_str(p, p->sample_types.v[vi].type) : "(empty)", a, pct, b);
     if (!rc && shown < nrows)
         rc = cp_buf_printf(out, "Showing top %u nodes out of %u\n", shown, nrows);
-    if (!rc) rc = cp_buf_printf(out, "%10s %6s %6s %10s %6s\n", "flat", "flat%", "sum%", "cum",
-                                "cum%");
+    if (!rc)
+        rc = cp_buf_printf(out, "%10s %6s %6s %10s %6s\n", "flat", "flat%", "sum%", "cum", "cum%");
     int64_t sum = 0;
     for (uint32_t i = 0; !rc && i < shown; i++) {
         sum += rows[i].flat;
@@ -655,7 +665,8 @@ static int put_i64(cp_buf *b, int64_t v)
     } while (u);
     if (v < 0) tmp[n++] = '-';
     if (cp_buf_reserve(b, (size_t)n)) return CP_ENOMEM;
-    while (n) b->data[b->len++] = (uint8_t)tmp[--n];
+    while (n)
+        b->data[b->len++] = (uint8_t)tmp[--n];
     return 0;
 }
 
@@ -777,7 +788,8 @@ int cp_render_tree_json(const cp_profile *p, int vi, const cp_profile *base, int
                 if (!rc) rc = cp_buf_append(out, ",\"base_total\":", 14);
                 if (!rc) rc = put_i64(out, tn->total[1]);
             }
-            if (!rc && k.off[node + 1] > k.off[node]) rc = cp_buf_append(out, ",\"children\":[", 13);
+            if (!rc && k.off[node + 1] > k.off[node])
+                rc = cp_buf_append(out, ",\"children\":[", 13);
             opened = 1;
         }
         if (rc) break;

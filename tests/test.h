@@ -19,43 +19,43 @@ typedef struct cp_test {
 
 #define TEST(name) static void name(void)
 
-#define CHECK(cond)                                                                    \
-    do {                                                                               \
-        if (!(cond)) {                                                                 \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
-            exit(1);                                                                   \
-        }                                                                              \
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
-#define CHECK_EQ(a, b)                                                                 \
-    do {                                                                               \
-        long long a_ = (long long)(a), b_ = (long long)(b);                            \
-        if (a_ != b_) {                                                                \
-            fprintf(stderr, "%s:%d: CHECK_EQ failed: %s == %s (%lld != %lld)\n",       \
-                    __FILE__, __LINE__, #a, #b, a_, b_);                               \
-            exit(1);                                                                   \
-        }                                                                              \
+#define CHECK_EQ(a, b)                                                                             \
+    do {                                                                                           \
+        long long a_ = (long long)(a), b_ = (long long)(b);                                        \
+        if (a_ != b_) {                                                                            \
+            fprintf(stderr, "%s:%d: CHECK_EQ failed: %s == %s (%lld != %lld)\n", __FILE__,         \
+                    __LINE__, #a, #b, a_, b_);                                                     \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
-#define CHECK_STREQ(a, b)                                                              \
-    do {                                                                               \
-        const char *a_ = (a), *b_ = (b);                                               \
-        if (strcmp(a_, b_) != 0) {                                                     \
-            fprintf(stderr, "%s:%d: CHECK_STREQ failed: \"%s\" != \"%s\"\n", __FILE__,  \
-                    __LINE__, a_, b_);                                                 \
-            exit(1);                                                                   \
-        }                                                                              \
+#define CHECK_STREQ(a, b)                                                                          \
+    do {                                                                                           \
+        const char *a_ = (a), *b_ = (b);                                                           \
+        if (strcmp(a_, b_) != 0) {                                                                 \
+            fprintf(stderr, "%s:%d: CHECK_STREQ failed: \"%s\" != \"%s\"\n", __FILE__, __LINE__,   \
+                    a_, b_);                                                                       \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 /* Checks that haystack contains needle (for error messages that must name the problem). */
-#define CHECK_CONTAINS(hay, needle)                                                    \
-    do {                                                                               \
-        const char *h_ = (hay), *n_ = (needle);                                        \
-        if (!strstr(h_, n_)) {                                                         \
-            fprintf(stderr, "%s:%d: \"%s\" does not contain \"%s\"\n", __FILE__,        \
-                    __LINE__, h_, n_);                                                 \
-            exit(1);                                                                   \
-        }                                                                              \
+#define CHECK_CONTAINS(hay, needle)                                                                \
+    do {                                                                                           \
+        const char *h_ = (hay), *n_ = (needle);                                                    \
+        if (!strstr(h_, n_)) {                                                                     \
+            fprintf(stderr, "%s:%d: \"%s\" does not contain \"%s\"\n", __FILE__, __LINE__, h_,     \
+                    n_);                                                                           \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 /* Reads a child's standard output from fd until EOF into out (NUL-terminated, at most
@@ -111,12 +111,15 @@ static inline int cp_test_main(const cp_test *tests, size_t n, int argc, char **
     return failed != 0;
 }
 
-#define TEST_MAIN(...)                                                                 \
-    int main(int argc, char **argv)                                                    \
-    {                                                                                  \
-        static const cp_test tests_[] = {__VA_ARGS__};                                 \
-        return cp_test_main(tests_, sizeof tests_ / sizeof tests_[0], argc, argv);     \
+#define TEST_MAIN(...)                                                                             \
+    int main(int argc, char **argv)                                                                \
+    {                                                                                              \
+        static const cp_test tests_[] = {__VA_ARGS__};                                             \
+        return cp_test_main(tests_, sizeof tests_ / sizeof tests_[0], argc, argv);                 \
     }
-#define T(name) {#name, name}
+#define T(name)                                                                                    \
+    {                                                                                              \
+#name, name                                                                                \
+    }
 
 #endif

@@ -27,7 +27,8 @@ int main(int argc, char **argv)
         cp_synth *s = cp_synth_create(42, 2000);
         size_t bytes = 0;
         for (int i = 0; i < n; i++) {
-            cp_profile *p = cp_synth_cpu_window(s, 1000, 1700000000000000000LL + i * 10000000000LL, 10000000000LL);
+            cp_profile *p = cp_synth_cpu_window(s, 1000, 1700000000000000000LL + i * 10000000000LL,
+                                                10000000000LL);
             cp_buf b = {0};
             if (!p || cp_pprof_encode(p, 6, &b)) return 1;
             snprintf(path, sizeof path, "%s/w%05d.pb.gz", dir, i);
@@ -59,7 +60,8 @@ int main(int argc, char **argv)
         }
         cp_profile *out = cp_merger_finish(m);
         cp_buf enc = {0};
-        cp_pprof_encode(out, 1, &enc); /* as `contprof merge` does; pprof -proto writes its result too */
+        cp_pprof_encode(out, 1,
+                        &enc); /* as `contprof merge` does; pprof -proto writes its result too */
         double t = now_s() - t0;
         if (t < best) best = t;
         total = cp_profile_total(out, 0);

@@ -27,7 +27,7 @@
 #include "report.h"
 #include "clock.h"
 
-#define S(x) ((int64_t)(x) * 1000000000LL)
+#define S(x) ((int64_t)(x)*1000000000LL)
 static const int64_t T0 = 1763596800; /* 2025-11-20T00:00:00Z */
 static int g_fail;
 
@@ -210,12 +210,16 @@ static void run_wrk(const char *dir, const qfx *v, int seconds)
     for (int i = 0; i < 7; i++) {
         long long a = t + i * 77777 % (6 * d), h = 3600;
         fprintf(f, "  '/api/v1/profile?type=cpu&from=%lld&to=%lld&format=json',\n", a, a + h);
-        fprintf(f, "  '/api/v1/profile?from=%lld&to=%lld&format=top&max_nodes=30',\n", a + 13, a + d);
+        fprintf(f, "  '/api/v1/profile?from=%lld&to=%lld&format=top&max_nodes=30',\n", a + 13,
+                a + d);
         fprintf(f, "  '/api/v1/profile?from=%lld&to=%lld&format=folded',\n", a + 7, a + 6 * h);
-        fprintf(f, "  '/api/v1/profile?select=%%7Bservice%%3D%%22checkout%%22%%7D&from=%lld&to=%lld"
-                   "&format=pprof',\n", a, a + 15 * 60);
+        fprintf(f,
+                "  '/api/v1/profile?select=%%7Bservice%%3D%%22checkout%%22%%7D&from=%lld&to=%lld"
+                "&format=pprof',\n",
+                a, a + 15 * 60);
         fprintf(f, "  '/api/v1/timeline?from=%lld&to=%lld',\n", a, a + d);
-        fprintf(f, "  '/api/v1/diff?from=%lld&to=%lld&base_from=%lld&base_to=%lld&max_nodes=2000',\n",
+        fprintf(f,
+                "  '/api/v1/diff?from=%lld&to=%lld&base_from=%lld&base_to=%lld&max_nodes=2000',\n",
                 a + h, a + 2 * h, a, a + h);
         fprintf(f, "  '/api/v1/series',\n  '/api/v1/labels/version/values',\n");
     }
@@ -241,7 +245,8 @@ static void run_wrk(const char *dir, const qfx *v, int seconds)
         if (strncmp(s, "Non-2xx or 3xx responses:", 25) == 0) non2xx = atol(s + 25);
         if (strncmp(s, "Socket errors:", 14) == 0) {
             long a = 0, b = 0, c = 0, e = 0;
-            sscanf(s, "Socket errors: connect %ld, read %ld, write %ld, timeout %ld", &a, &b, &c, &e);
+            sscanf(s, "Socket errors: connect %ld, read %ld, write %ld, timeout %ld", &a, &b, &c,
+                   &e);
             sock = a + b + c + e;
         }
         char *r = strstr(s, " requests in ");
@@ -255,7 +260,8 @@ static void run_wrk(const char *dir, const qfx *v, int seconds)
     row("wrk 64 conns mixed: latency p99", p99, "ms", NULL, 0);
     if (p50 < 0 || total == 0) {
         fflush(stdout);
-        fprintf(stderr, "bench_query: wrk (exit status %d) reported no requests; its output is in %s\n",
+        fprintf(stderr,
+                "bench_query: wrk (exit status %d) reported no requests; its output is in %s\n",
                 wst, out);
         g_fail = 1;
     }
@@ -278,10 +284,18 @@ int main(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
-        case 'd': dir = optarg; break;
-        case 'w': nwin = atoi(optarg); break;
-        case 'g': go_n = atoi(optarg); break;
-        case 'k': wrk_s = atoi(optarg); break;
+        case 'd':
+            dir = optarg;
+            break;
+        case 'w':
+            nwin = atoi(optarg);
+            break;
+        case 'g':
+            go_n = atoi(optarg);
+            break;
+        case 'k':
+            wrk_s = atoi(optarg);
+            break;
         default:
             fprintf(stderr, "usage: bench_query [--dir DIR] [--windows N] [--go-windows N (0 = "
                             "skip)] [--wrk-seconds S (0 = skip)]\n");
@@ -359,13 +373,15 @@ int main(int argc, char **argv)
     size_t bytes = 0;
     snprintf(pq, sizeof pq, "/api/v1/profile?type=cpu&from=%lld&to=%lld&format=pprof",
              (long long)T0, (long long)(T0 + span));
-    for (int i = 0; i < 7; i++) ts[i] = timed_get(&v, pq, &bytes, NULL);
+    for (int i = 0; i < 7; i++)
+        ts[i] = timed_get(&v, pq, &bytes, NULL);
     double ours7 = median(ts, 7);
     row("7 d merged, HTTP gzip'd pprof: median of 7", ours7 * 1000, "ms", "<=", 50);
     row("7 d merged, HTTP gzip'd pprof: bytes", (double)bytes, "B", NULL, 0);
-    snprintf(pq, sizeof pq, "/api/v1/profile?type=cpu&from=%lld&to=%lld&format=json",
-             (long long)T0, (long long)(T0 + span));
-    for (int i = 0; i < 7; i++) ts[i] = timed_get(&v, pq, &bytes, NULL);
+    snprintf(pq, sizeof pq, "/api/v1/profile?type=cpu&from=%lld&to=%lld&format=json", (long long)T0,
+             (long long)(T0 + span));
+    for (int i = 0; i < 7; i++)
+        ts[i] = timed_get(&v, pq, &bytes, NULL);
     row("7 d merged, HTTP json tree: median of 7", median(ts, 7) * 1000, "ms", NULL, 0);
 
     /* Unaligned 24 h windows. */
@@ -380,7 +396,8 @@ int main(int argc, char **argv)
         n24++;
     }
     if (n24) {
-        row("unaligned 24 h, HTTP gzip'd pprof: median of 10", median(t24, n24) * 1000, "ms", NULL, 0);
+        row("unaligned 24 h, HTTP gzip'd pprof: median of 10", median(t24, n24) * 1000, "ms", NULL,
+            0);
         row("unaligned 24 h, HTTP gzip'd pprof: worst of 10", worst * 1000, "ms", "<=", 100);
     }
 

@@ -12,16 +12,18 @@
 
 static void merge_usage(FILE *f)
 {
-    fprintf(f, "usage: contprof merge [-o OUT] [--format pprof|top|folded] [--sample-index TYPE] FILE...\n"
-               "  Merges pprof profiles (raw or gzip'd) following pprof's rules.\n"
-               "  -o OUT             write here instead of stdout\n"
-               "  --format pprof     gzip'd pprof, like `pprof -proto` (default)\n"
-               "  --format top       flat/cum table, like `pprof -top`\n"
-               "  --format folded    folded stacks, one line per stack\n"
-               "  --sample-index T   sample type for top/folded (default: the profile's default)\n"
-               "\nexamples:\n"
-               "  contprof merge -o merged.pb.gz a.pb.gz b.pb.gz\n"
-               "  contprof merge --format top a.pb.gz b.pb.gz\n");
+    fprintf(
+        f,
+        "usage: contprof merge [-o OUT] [--format pprof|top|folded] [--sample-index TYPE] FILE...\n"
+        "  Merges pprof profiles (raw or gzip'd) following pprof's rules.\n"
+        "  -o OUT             write here instead of stdout\n"
+        "  --format pprof     gzip'd pprof, like `pprof -proto` (default)\n"
+        "  --format top       flat/cum table, like `pprof -top`\n"
+        "  --format folded    folded stacks, one line per stack\n"
+        "  --sample-index T   sample type for top/folded (default: the profile's default)\n"
+        "\nexamples:\n"
+        "  contprof merge -o merged.pb.gz a.pb.gz b.pb.gz\n"
+        "  contprof merge --format top a.pb.gz b.pb.gz\n");
 }
 
 int cp_cmd_merge(int argc, char **argv)
@@ -36,11 +38,21 @@ int cp_cmd_merge(int argc, char **argv)
     optind = 1;
     while ((c = getopt_long(argc, argv, "o:f:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'o': out_path = optarg; break;
-        case 'f': format = optarg; break;
-        case 's': sample_index = optarg; break;
-        case 'h': merge_usage(stdout); return 0;
-        default: merge_usage(stderr); return 2;
+        case 'o':
+            out_path = optarg;
+            break;
+        case 'f':
+            format = optarg;
+            break;
+        case 's':
+            sample_index = optarg;
+            break;
+        case 'h':
+            merge_usage(stdout);
+            return 0;
+        default:
+            merge_usage(stderr);
+            return 2;
         }
     }
     if (strcmp(format, "pprof") && strcmp(format, "top") && strcmp(format, "folded")) {
@@ -58,7 +70,8 @@ int cp_cmd_merge(int argc, char **argv)
     int status = 1;
     if (!m) goto done;
     size_t bad = 0;
-    if (cp_pload_merge((size_t)(argc - optind), cp_pload_read_file, argv + optind, NULL, 0, m, &bad, &err)) {
+    if (cp_pload_merge((size_t)(argc - optind), cp_pload_read_file, argv + optind, NULL, 0, m, &bad,
+                       &err)) {
         fprintf(stderr, "contprof merge: %s: %s\n", argv[optind + (int)bad], err.msg);
         goto done;
     }
@@ -74,7 +87,8 @@ int cp_cmd_merge(int argc, char **argv)
                     sample_index ? sample_index : "");
             goto done;
         }
-        rc = !strcmp(format, "top") ? cp_render_top(merged, idx, 0, &out) : cp_render_folded(merged, idx, &out);
+        rc = !strcmp(format, "top") ? cp_render_top(merged, idx, 0, &out)
+                                    : cp_render_folded(merged, idx, &out);
     }
     if (rc) {
         fprintf(stderr, "contprof merge: %s\n", cp_strerror(rc));

@@ -30,21 +30,43 @@ typedef struct qopts {
 } qopts;
 
 enum {
-    O_SERVER = 256, O_TOKEN, O_TYPE, O_SELECT, O_FROM, O_TO, O_FORMAT, O_FOCUS, O_IGNORE,
-    O_MAXNODES, O_SAMPLE, O_STEP, O_BSELECT, O_BFROM, O_BTO, O_TIMEOUT
+    O_SERVER = 256,
+    O_TOKEN,
+    O_TYPE,
+    O_SELECT,
+    O_FROM,
+    O_TO,
+    O_FORMAT,
+    O_FOCUS,
+    O_IGNORE,
+    O_MAXNODES,
+    O_SAMPLE,
+    O_STEP,
+    O_BSELECT,
+    O_BFROM,
+    O_BTO,
+    O_TIMEOUT
 };
 
-static const struct option g_opts[] = {
-    {"server", required_argument, 0, O_SERVER},   {"token", required_argument, 0, O_TOKEN},
-    {"type", required_argument, 0, O_TYPE},       {"select", required_argument, 0, O_SELECT},
-    {"from", required_argument, 0, O_FROM},       {"to", required_argument, 0, O_TO},
-    {"format", required_argument, 0, O_FORMAT},   {"focus", required_argument, 0, O_FOCUS},
-    {"ignore", required_argument, 0, O_IGNORE},   {"max-nodes", required_argument, 0, O_MAXNODES},
-    {"sample-type", required_argument, 0, O_SAMPLE}, {"step", required_argument, 0, O_STEP},
-    {"base-select", required_argument, 0, O_BSELECT}, {"base-from", required_argument, 0, O_BFROM},
-    {"base-to", required_argument, 0, O_BTO},     {"timeout", required_argument, 0, O_TIMEOUT},
-    {"output", required_argument, 0, 'o'},        {"help", no_argument, 0, 'h'},
-    {0, 0, 0, 0}};
+static const struct option g_opts[] = {{"server", required_argument, 0, O_SERVER},
+                                       {"token", required_argument, 0, O_TOKEN},
+                                       {"type", required_argument, 0, O_TYPE},
+                                       {"select", required_argument, 0, O_SELECT},
+                                       {"from", required_argument, 0, O_FROM},
+                                       {"to", required_argument, 0, O_TO},
+                                       {"format", required_argument, 0, O_FORMAT},
+                                       {"focus", required_argument, 0, O_FOCUS},
+                                       {"ignore", required_argument, 0, O_IGNORE},
+                                       {"max-nodes", required_argument, 0, O_MAXNODES},
+                                       {"sample-type", required_argument, 0, O_SAMPLE},
+                                       {"step", required_argument, 0, O_STEP},
+                                       {"base-select", required_argument, 0, O_BSELECT},
+                                       {"base-from", required_argument, 0, O_BFROM},
+                                       {"base-to", required_argument, 0, O_BTO},
+                                       {"timeout", required_argument, 0, O_TIMEOUT},
+                                       {"output", required_argument, 0, 'o'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
 
 /* ---- help --------------------------------------------------------------------------- */
 
@@ -128,8 +150,7 @@ static int check_times(const char *cmd, const qopts *o)
     for (int i = 0; i < 4; i++)
         if (vals[i] && cp_parse_time(vals[i], now, &t, &err))
             return bad_flag(cmd, names[i], err.msg);
-    if (o->step && cp_parse_duration(o->step, 0, &t, &err))
-        return bad_flag(cmd, "--step", err.msg);
+    if (o->step && cp_parse_duration(o->step, 0, &t, &err)) return bad_flag(cmd, "--step", err.msg);
     return 0;
 }
 
@@ -147,21 +168,51 @@ static int parse_opts(int argc, char **argv, qopts *o)
     optind = 1;
     while ((c = getopt_long(argc, argv, "o:h", g_opts, NULL)) != -1) {
         switch (c) {
-        case O_SERVER: o->server = optarg; break;
-        case O_TOKEN: o->token = optarg; break;
-        case O_TYPE: o->type = optarg; break;
-        case O_SELECT: o->select = optarg; break;
-        case O_FROM: o->from = optarg; break;
-        case O_TO: o->to = optarg; break;
-        case O_FORMAT: o->format = optarg; break;
-        case O_FOCUS: o->focus = optarg; break;
-        case O_IGNORE: o->ignore = optarg; break;
-        case O_MAXNODES: o->max_nodes = optarg; break;
-        case O_SAMPLE: o->sample_type = optarg; break;
-        case O_STEP: o->step = optarg; break;
-        case O_BSELECT: o->base_select = optarg; break;
-        case O_BFROM: o->base_from = optarg; break;
-        case O_BTO: o->base_to = optarg; break;
+        case O_SERVER:
+            o->server = optarg;
+            break;
+        case O_TOKEN:
+            o->token = optarg;
+            break;
+        case O_TYPE:
+            o->type = optarg;
+            break;
+        case O_SELECT:
+            o->select = optarg;
+            break;
+        case O_FROM:
+            o->from = optarg;
+            break;
+        case O_TO:
+            o->to = optarg;
+            break;
+        case O_FORMAT:
+            o->format = optarg;
+            break;
+        case O_FOCUS:
+            o->focus = optarg;
+            break;
+        case O_IGNORE:
+            o->ignore = optarg;
+            break;
+        case O_MAXNODES:
+            o->max_nodes = optarg;
+            break;
+        case O_SAMPLE:
+            o->sample_type = optarg;
+            break;
+        case O_STEP:
+            o->step = optarg;
+            break;
+        case O_BSELECT:
+            o->base_select = optarg;
+            break;
+        case O_BFROM:
+            o->base_from = optarg;
+            break;
+        case O_BTO:
+            o->base_to = optarg;
+            break;
         case O_TIMEOUT:
             if (cp_parse_duration(optarg, 0, &d, &err))
                 return bad_flag(argv[0], "--timeout", err.msg);

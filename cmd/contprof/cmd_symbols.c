@@ -43,11 +43,21 @@ int cp_cmd_symbols(int argc, char **argv)
     argc--, argv++; /* past "symbols": argv[0] is "upload" */
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 's': server = optarg; break;
-        case 't': token = optarg; break;
-        case 'T': tenant = optarg; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 's':
+            server = optarg;
+            break;
+        case 't':
+            token = optarg;
+            break;
+        case 'T':
+            tenant = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (optind >= argc) {

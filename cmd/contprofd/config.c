@@ -136,9 +136,12 @@ static int parse_u64(const char *v, uint64_t max, uint64_t *out)
     if (!isdigit((unsigned char)v[0])) return -1;
     unsigned long long x = strtoull(v, &end, 10);
     uint64_t mul = 1;
-    if (*end == 'k' || *end == 'K') mul = 1024, end++;
-    else if (*end == 'M') mul = 1024 * 1024, end++;
-    else if (*end == 'G') mul = 1024ULL * 1024 * 1024, end++;
+    if (*end == 'k' || *end == 'K')
+        mul = 1024, end++;
+    else if (*end == 'M')
+        mul = 1024 * 1024, end++;
+    else if (*end == 'G')
+        mul = 1024ULL * 1024 * 1024, end++;
     if (*end || x > max / mul) return -1;
     *out = x * mul;
     return 0;
@@ -206,8 +209,7 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
     if (strncmp(key, "kafka.", 6) == 0 && key[6]) {
         if (strcmp(key, "kafka.bootstrap.servers") == 0)
             return set_str(&c->brokers, value) ? cp_err_set(err, CP_ENOMEM, "out of memory") : 0;
-        return push_kv(&c->kafka, key + 6, value) ? cp_err_set(err, CP_ENOMEM, "out of memory")
-                                                  : 0;
+        return push_kv(&c->kafka, key + 6, value) ? cp_err_set(err, CP_ENOMEM, "out of memory") : 0;
     }
     if (strcmp(key, "metrics.token") == 0) {
         if (strlen(value) < 8)
@@ -231,13 +233,12 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
             ok = isalnum((unsigned char)tenant[i]) || tenant[i] == '_' || tenant[i] == '-' ||
                  tenant[i] == '.';
         if (!ok)
-            return cp_err_set(err, CP_EPARSE,
-                              "'%.80s': tenant names are 1..64 of [A-Za-z0-9_.-]", key);
+            return cp_err_set(err, CP_EPARSE, "'%.80s': tenant names are 1..64 of [A-Za-z0-9_.-]",
+                              key);
         if (strlen(value) < 8)
             return cp_err_set(err, CP_EPARSE, "'%.80s': a token must be at least 8 characters",
                               key);
-        return push_kv(&c->tokens, tenant, value) ? cp_err_set(err, CP_ENOMEM, "out of memory")
-                                                  : 0;
+        return push_kv(&c->tokens, tenant, value) ? cp_err_set(err, CP_ENOMEM, "out of memory") : 0;
     }
     for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {
         if (strcmp(tab[i].key, key) != 0) continue;
@@ -248,8 +249,8 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
         case 1:
             if (cp_parse_duration(value, 1, tab[i].dst, NULL))
                 return cp_err_set(err, CP_EPARSE,
-                                  "'%s': bad duration '%.64s' (e.g. 30s, 7d; 0 = unlimited)",
-                                  key, value);
+                                  "'%s': bad duration '%.64s' (e.g. 30s, 7d; 0 = unlimited)", key,
+                                  value);
             return 0;
         case 2:
             if (parse_u64(value, UINT32_MAX, &u) || (!u && strcmp(key, "query.max_nodes")))
@@ -259,8 +260,10 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
             return 0;
         case 3:
             if (parse_u64(value, SIZE_MAX, &u))
-                return cp_err_set(err, CP_EPARSE, "'%s': expected a size like 65536, 64k, 256M, got "
-                                  "'%.64s'", key, value);
+                return cp_err_set(err, CP_EPARSE,
+                                  "'%s': expected a size like 65536, 64k, 256M, got "
+                                  "'%.64s'",
+                                  key, value);
             *(size_t *)tab[i].dst = (size_t)u;
             return 0;
         case 4:
@@ -282,9 +285,11 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
 
 static char *trim(char *s)
 {
-    while (isspace((unsigned char)*s)) s++;
+    while (isspace((unsigned char)*s))
+        s++;
     size_t n = strlen(s);
-    while (n && isspace((unsigned char)s[n - 1])) s[--n] = 0;
+    while (n && isspace((unsigned char)s[n - 1]))
+        s[--n] = 0;
     return s;
 }
 

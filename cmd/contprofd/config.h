@@ -22,7 +22,7 @@ typedef struct cp_config {
     char *data_dir;  /* data = DIR (default CP_CONFIG_DEFAULT_DATA_DIR) */
     char *http_host; /* listen = HOST:PORT (default CP_DEFAULT_LISTEN) */
     int http_port;
-    char *brokers;           /* brokers = LIST; "" = embedded broker */
+    char *brokers; /* brokers = LIST; "" = embedded broker */
     char *topic, *dlq_topic, *group_id;
     uint32_t embedded_partitions;
     int64_t retention_raw_ns, retention_rollup_ns;

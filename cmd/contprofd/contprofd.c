@@ -286,18 +286,36 @@ int main(int argc, char **argv)
     int c, do_repair = 0;
     while ((c = getopt_long(argc, argv, "c:d:H:b:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'c': config = optarg; break;
-        case 'd': data = optarg; break;
-        case 'H': http = optarg; break;
-        case 'b': brokers = optarg; break;
-        case 'h': usage(stdout); return 0;
-        case 'R': do_repair = 1; break;
-        case 'P': peers = optarg; break;
+        case 'c':
+            config = optarg;
+            break;
+        case 'd':
+            data = optarg;
+            break;
+        case 'H':
+            http = optarg;
+            break;
+        case 'b':
+            brokers = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        case 'R':
+            do_repair = 1;
+            break;
+        case 'P':
+            peers = optarg;
+            break;
         case 'O':
             do_repair = 2;
             break;
-        case 'A': partitions = optarg; break;
-        default: usage(stderr); return 2;
+        case 'A':
+            partitions = optarg;
+            break;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (optind < argc) {
@@ -426,9 +444,9 @@ int main(int argc, char **argv)
     ho.observe = cp_api_observe;
     ho.ctx = d.api;
     if (cp_http_server_create(d.loop, &ho, &d.http, &err)) goto fail_msg;
-    cp_log_info("query API on http://%s%s%s:%d/ (%s)",
-                strchr(d.cfg.http_host, ':') ? "[" : "", d.cfg.http_host,
-                strchr(d.cfg.http_host, ':') ? "]" : "", cp_http_server_port(d.http),
+    cp_log_info("query API on http://%s%s%s:%d/ (%s)", strchr(d.cfg.http_host, ':') ? "[" : "",
+                d.cfg.http_host, strchr(d.cfg.http_host, ':') ? "]" : "",
+                cp_http_server_port(d.http),
                 d.cfg.tokens.n ? "tokens required" : "single tenant \"default\", no tokens");
 
     /* Kafka after the HTTP port is bound: a port conflict fails before anything is consumed. */

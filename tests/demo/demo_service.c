@@ -74,7 +74,8 @@ DEMO_FRAME static void geo_table_load(void)
         fprintf(stderr, "demo_service: cannot allocate the geo table\n");
         exit(1);
     }
-    for (size_t i = 0; i < GEO_TABLE_BYTES; i += 4096) geo_table[i] = (unsigned char)i;
+    for (size_t i = 0; i < GEO_TABLE_BYTES; i += 4096)
+        geo_table[i] = (unsigned char)i;
 }
 
 /* ---- 3. the "disabled" instrumentation ------------------------------------------- */
@@ -128,9 +129,11 @@ DEMO_FRAME static unsigned long json_replacer(const value *v)
 {
     unsigned long h = (unsigned long)v->kind * 1099511628211ul;
     if (v->kind == V_NUM) h ^= (unsigned long)v->num * 2654435761ul;
-    for (const char *s = v->str; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ul;
+    for (const char *s = v->str; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ul;
     if (v->kind == V_OBJ)
-        for (int i = 0; i < FANOUT; i++) h += json_replacer(v->child[i]);
+        for (int i = 0; i < FANOUT; i++)
+            h += json_replacer(v->child[i]);
     return h;
 }
 
@@ -142,7 +145,8 @@ DEMO_FRAME static void json_write_value(outbuf *o, const value *v, unsigned long
     case V_NUM: {
         int n = 0;
         unsigned long x = (unsigned long)v->num;
-        do tmp[sizeof tmp - 1 - n++] = (char)('0' + x % 10);
+        do
+            tmp[sizeof tmp - 1 - n++] = (char)('0' + x % 10);
         while ((x /= 10) && n < 20);
         put(o, tmp + sizeof tmp - n, (size_t)n);
         break;
@@ -181,7 +185,8 @@ static value *doc_build(int depth, unsigned long seed)
         return v;
     }
     v->kind = V_OBJ;
-    for (int i = 0; i < FANOUT; i++) v->child[i] = doc_build(depth + 1, seed * FANOUT + i);
+    for (int i = 0; i < FANOUT; i++)
+        v->child[i] = doc_build(depth + 1, seed * FANOUT + i);
     return v;
 }
 
@@ -199,7 +204,8 @@ DEMO_FRAME static void http_handle_request(void *arg)
     for (int r = 0; r < 8; r++) {
         w->requests++;
         w->doc->child[0]->child[0]->num = (long)w->requests; /* a fresh answer each time */
-        for (int s = 0; s < 16; s++) trace_span_record("serialize", w->requests * 16 + s);
+        for (int s = 0; s < 16; s++)
+            trace_span_record("serialize", w->requests * 16 + s);
         w->checksum += json_serialize(&w->out, w->doc);
     }
 }
@@ -211,7 +217,8 @@ static void *http_worker_main(void *arg)
     w.out.cap = 1 << 16;
     w.out.p = malloc(w.out.cap);
     if (!w.out.p) exit(1);
-    while (!atomic_load(&stopping)) paced(http_handle_request, &w, 8);
+    while (!atomic_load(&stopping))
+        paced(http_handle_request, &w, 8);
     atomic_fetch_add(&requests_total, w.requests);
     return NULL;
 }
@@ -249,9 +256,11 @@ static void *metrics_main(void *arg)
 {
     (void)arg;
     pthread_setname_np(pthread_self(), "metrics");
-    for (int i = 0; i < NLAT; i++) latencies[i] = (double)((i * 7919) % 3000) / 100.0;
+    for (int i = 0; i < NLAT; i++)
+        latencies[i] = (double)((i * 7919) % 3000) / 100.0;
     double last[2];
-    while (!atomic_load(&stopping)) paced(metrics_report, last, 100);
+    while (!atomic_load(&stopping))
+        paced(metrics_report, last, 100);
     return NULL;
 }
 
@@ -262,8 +271,10 @@ DEMO_FRAME static void export_compress_batch(void *arg)
     unsigned *state = arg;
     unsigned char block[4096];
     for (int round = 0; round < 200; round++) {
-        for (size_t i = 0; i < sizeof block; i++) block[i] = (unsigned char)(*state >> (i & 7));
-        for (size_t i = 0; i < sizeof block; i++) *state = *state * 31 + block[i];
+        for (size_t i = 0; i < sizeof block; i++)
+            block[i] = (unsigned char)(*state >> (i & 7));
+        for (size_t i = 0; i < sizeof block; i++)
+            *state = *state * 31 + block[i];
     }
 }
 
@@ -272,7 +283,8 @@ static void *batch_export_main(void *arg)
     (void)arg;
     pthread_setname_np(pthread_self(), "batch-export");
     unsigned state = 1;
-    while (!atomic_load(&stopping)) paced(export_compress_batch, &state, 50);
+    while (!atomic_load(&stopping))
+        paced(export_compress_batch, &state, 50);
     return NULL;
 }
 
@@ -282,7 +294,8 @@ int main(int argc, char **argv)
 {
     double duration = 0, late_after = 15;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--duration") == 0 && i + 1 < argc) duration = atof(argv[++i]);
+        if (strcmp(argv[i], "--duration") == 0 && i + 1 < argc)
+            duration = atof(argv[++i]);
         else if (strcmp(argv[i], "--late-after") == 0 && i + 1 < argc)
             late_after = atof(argv[++i]);
         else {
@@ -317,7 +330,8 @@ int main(int argc, char **argv)
         sleep_ms(100);
     }
     atomic_store(&stopping, 1);
-    for (int i = 0; i < NWORKERS; i++) pthread_join(workers[i], NULL);
+    for (int i = 0; i < NWORKERS; i++)
+        pthread_join(workers[i], NULL);
     pthread_join(metrics, NULL);
     if (late_started) pthread_join(late, NULL);
     /* for bench/e2e: the process's CPU time (agent included when present) per request */

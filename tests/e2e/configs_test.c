@@ -54,9 +54,12 @@ static int run_with_config(const char *conf, char **log)
     for (int i = 0; i < 1500 && !up; i++) { /* 30 s */
         free(*log);
         *log = slurp(logp);
-        if (*log && strstr(*log, "query API on http://")) up = 1;
-        else if (waitpid(pid, &st, WNOHANG) == pid) break;
-        else usleep(20000);
+        if (*log && strstr(*log, "query API on http://"))
+            up = 1;
+        else if (waitpid(pid, &st, WNOHANG) == pid)
+            break;
+        else
+            usleep(20000);
     }
     if (!up) {
         fprintf(stderr, "%s: contprofd did not start:\n%s\n", conf, *log ? *log : "");
@@ -124,14 +127,17 @@ TEST(agent_env_names_only_known_variables)
         name[k] = '"';
         name[k + 1] = 0;
         /* CONTPROF_KAFKA_<property> is a family: librdkafka checks the property itself */
-        int known = strncmp(name, "\"CONTPROF_KAFKA_", 16) == 0 && strstr(src[0], "\"CONTPROF_KAFKA_\"");
-        for (int i = 0; i < 3; i++) known |= strstr(src[i], name) != NULL;
+        int known =
+            strncmp(name, "\"CONTPROF_KAFKA_", 16) == 0 && strstr(src[0], "\"CONTPROF_KAFKA_\"");
+        for (int i = 0; i < 3; i++)
+            known |= strstr(src[i], name) != NULL;
         if (!known) fprintf(stderr, "agent.env: %s is read nowhere in the agent\n", name);
         CHECK(known);
         n++;
     }
     CHECK(n >= 10);
-    for (int i = 0; i < 3; i++) free(src[i]);
+    for (int i = 0; i < 3; i++)
+        free(src[i]);
     free(env);
 }
 

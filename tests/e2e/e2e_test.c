@@ -38,15 +38,16 @@ static void daemon_start(daemon_t *d, const char *dir, const char *brokers)
     fprintf(f, "---- start\n");
     fclose(f);
     /* brokers NULL: contprofd's embedded broker */
-    const char *argv[] = {bin, "--data", data, "--http", "127.0.0.1:0",
-                          brokers ? "--brokers" : NULL, brokers, NULL};
+    const char *argv[] = {
+        bin, "--data", data, "--http", "127.0.0.1:0", brokers ? "--brokers" : NULL, brokers, NULL};
     d->pid = spawn(argv, d->log);
     /* the log is appended to: look for the line after the last start marker */
     static char buf[1 << 16];
     for (int64_t end = mono_ns() + 30 * SEC; mono_ns() < end; usleep(20000)) {
         slurp(d->log, buf, sizeof buf);
         char *start = buf, *m;
-        while ((m = strstr(start + 1, "---- start"))) start = m;
+        while ((m = strstr(start + 1, "---- start")))
+            start = m;
         if ((m = strstr(start, "query API on http://127.0.0.1:"))) {
             d->port = atoi(m + strlen("query API on http://127.0.0.1:"));
             return;
@@ -72,8 +73,8 @@ static cp_profile *query(int port, const char *type, const char *sel, int64_t fr
     fmt_time(from, f, sizeof f);
     fmt_time(to, t, sizeof t);
     char head[160];
-    snprintf(head, sizeof head, "/api/v1/profile?format=pprof&type=%s&from=%s&to=%s&select=",
-             type, f, t);
+    snprintf(head, sizeof head, "/api/v1/profile?format=pprof&type=%s&from=%s&to=%s&select=", type,
+             f, t);
     CHECK(cp_buf_append(&pq, head, strlen(head)) == 0);
     CHECK(cp_url_encode(&pq, sel) == 0);
     CHECK(cp_buf_append(&pq, "", 1) == 0);
@@ -85,8 +86,10 @@ static cp_profile *query(int port, const char *type, const char *sel, int64_t fr
         fprintf(stderr, "profile of %s: %s\n", type, err.msg);
         CHECK(0);
     }
-    if (raw) *raw = body;
-    else cp_buf_close(&body);
+    if (raw)
+        *raw = body;
+    else
+        cp_buf_close(&body);
     return p;
 }
 
@@ -130,7 +133,8 @@ static const char *top_self(const cp_profile *p, const char *type, int64_t *out)
         const cp_sample *s = &p->samples.v[i];
         if (!s->nlocs) continue;
         const cp_location *l = &p->locations.v[p->stack.v[s->loc_off] - 1];
-        if (l->nlines) self[p->lines.v[l->line_off].function_id] += cp_profile_sample_values(p, i)[t];
+        if (l->nlines)
+            self[p->lines.v[l->line_off].function_id] += cp_profile_sample_values(p, i)[t];
     }
     uint32_t best = 0;
     for (uint32_t f = 1; f <= p->functions.n; f++)
@@ -170,7 +174,8 @@ static void truth_load(truth *t, const char *dir)
         char name[256], *parts[6] = {0};
         snprintf(name, sizeof name, "%s", e->d_name);
         int np = 0;
-        for (char *sv, *tok = strtok_r(name, ".", &sv); tok && np < 6; tok = strtok_r(NULL, ".", &sv))
+        for (char *sv, *tok = strtok_r(name, ".", &sv); tok && np < 6;
+             tok = strtok_r(NULL, ".", &sv))
             parts[np++] = tok;
         CHECK(np == 6);
         char path[1024];
@@ -220,7 +225,8 @@ static size_t count_files(const char *dir)
     if (!d) return 0;
     size_t n = 0;
     struct dirent *e;
-    while ((e = readdir(d))) n += strstr(e->d_name, ".pb.gz") && !strstr(e->d_name, ".tmp");
+    while ((e = readdir(d)))
+        n += strstr(e->d_name, ".pb.gz") && !strstr(e->d_name, ".tmp");
     closedir(d);
     return n;
 }
@@ -235,8 +241,7 @@ static int cmp_i64(const void *a, const void *b)
 static long long go_pprof_total(const char *file, const char *si)
 {
     char cmd[1400], out[8192];
-    snprintf(cmd, sizeof cmd, "go tool pprof -sample_index=%s -top -nodecount=1 %s 2>&1", si,
-             file);
+    snprintf(cmd, sizeof cmd, "go tool pprof -sample_index=%s -top -nodecount=1 %s 2>&1", si, file);
     FILE *p = popen(cmd, "r");
     CHECK(p);
     size_t n = fread(out, 1, sizeof out - 1, p);
@@ -279,9 +284,9 @@ TEST(demo_through_the_whole_pipeline)
     snprintf(dbin, sizeof dbin, "%s/tests/demo/demo_service", bindir());
     snprintf(dur, sizeof dur, "%d", DEMO_SECONDS);
     snprintf(late, sizeof late, "%d", LATE_AFTER);
-    const char *aargv[] = {cbin, "run", "--brokers", brokers, "--service", "e2e", "--window", "2s",
-                           "--output-dir", files, "--", dbin, "--duration", dur, "--late-after",
-                           late, NULL};
+    const char *aargv[] = {cbin,         "run", "--brokers",    brokers, "--service", "e2e",
+                           "--window",   "2s",  "--output-dir", files,   "--",        dbin,
+                           "--duration", dur,   "--late-after", late,    NULL};
     int64_t t_demo = mono_ns();
     pid_t demo = spawn(aargv, alog);
 
@@ -337,7 +342,8 @@ TEST(demo_through_the_whole_pipeline)
     int64_t *starts = malloc(t.n * sizeof *starts);
     CHECK(starts);
     size_t ns = 0;
-    for (size_t i = 0; i < t.n; i++) starts[ns++] = t.w[i].start;
+    for (size_t i = 0; i < t.n; i++)
+        starts[ns++] = t.w[i].start;
     qsort(starts, ns, sizeof *starts, cmp_i64);
     size_t nu = 0;
     for (size_t i = 0; i < ns; i++)
@@ -404,10 +410,11 @@ TEST(demo_through_the_whole_pipeline)
 
     /* The start-up allocation, in the inuse answer of a window at least 20 s after start. */
     size_t late_w = 0;
-    while (late_w < nu && starts[late_w] < t.first_start + 20 * SEC) late_w++;
+    while (late_w < nu && starts[late_w] < t.first_start + 20 * SEC)
+        late_w++;
     CHECK(late_w < nu);
-    cp_profile *inuse = query(d.port, "inuse", svc, starts[late_w] - SEC / 2000,
-                              starts[late_w] + SEC / 2000, NULL);
+    cp_profile *inuse =
+        query(d.port, "inuse", svc, starts[late_w] - SEC / 2000, starts[late_w] + SEC / 2000, NULL);
     int64_t geo = value_under(inuse, "inuse_space", "geo_table_load");
     fprintf(stderr, "e2e: %.1f s after start, geo_table_load holds %.1f MiB in use\n",
             (double)(starts[late_w] - t.first_start) / SEC, geo / 1048576.0);
@@ -417,8 +424,9 @@ TEST(demo_through_the_whole_pipeline)
     /* One isolate selected: only its frames. */
     cp_profile *m = query(d.port, "cpu", "{service=\"e2e\",isolate=\"metrics\"}", from, to, NULL);
     CHECK(value_under(m, "cpu", "metrics_snapshot") > 0);
-    static const char *const others[] = {"json_replacer", "http_worker_main", "trace_span_record",
-                                         "export_compress_batch", "batch_export_main", "main"};
+    static const char *const others[] = {"json_replacer",     "http_worker_main",
+                                         "trace_span_record", "export_compress_batch",
+                                         "batch_export_main", "main"};
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
         if (value_under(m, "cpu", others[i]) != 0) fprintf(stderr, "metrics has %s\n", others[i]);
         CHECK_EQ(value_under(m, "cpu", others[i]), 0);
@@ -463,8 +471,9 @@ TEST(rerun_with_the_embedded_broker_loses_nothing)
         snprintf(url, sizeof url, "http://127.0.0.1:%d", d.port);
         snprintf(files, sizeof files, "%s/windows-%d", dir, run);
         snprintf(alog, sizeof alog, "%s/demo-%d.log", dir, run);
-        const char *aargv[] = {cbin, "run", "--server", url, "--service", "rerun", "--window",
-                               "1s", "--output-dir", files, "--", dbin, "--duration", "6", NULL};
+        const char *aargv[] = {
+            cbin,           "run", "--server", url,  "--service",  "rerun", "--window", "1s",
+            "--output-dir", files, "--",       dbin, "--duration", "6",     NULL};
         pid_t demo = spawn(aargv, alog);
         CHECK_EQ(wait_exit(demo, 60), 0);
         truth t;

@@ -13,8 +13,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cp_buf b = {0};
     if (cp_envelope_encode(&e, &b) == 0) {
         if (cp_envelope_decode(b.data, b.len, 1 << 20, &d, &err) != 0) abort();
-        if (strcmp(d.tenant, e.tenant) || d.labels.p.n != e.labels.p.n || d.pprof_len != e.pprof_len ||
-            d.sequence != e.sequence)
+        if (strcmp(d.tenant, e.tenant) || d.labels.p.n != e.labels.p.n ||
+            d.pprof_len != e.pprof_len || d.sequence != e.sequence)
             abort();
         cp_envelope_close(&d);
     }

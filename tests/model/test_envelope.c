@@ -180,7 +180,8 @@ TEST(view_and_strict_strings)
     cp_envelope_close(&d);
 
     /* producer_id (field 8) = "a\0b", then "\xc3\x28" (a bad UTF-8 sequence) */
-    const char *bad[] = {"a\0b", "\xc3\x28", "\xed\xa0\x80" /* a surrogate */, "\xe2\x82" /* cut short */};
+    const char *bad[] = {"a\0b", "\xc3\x28", "\xed\xa0\x80" /* a surrogate */,
+                         "\xe2\x82" /* cut short */};
     const size_t badlen[] = {3, 2, 3, 2};
     const char *want[] = {"producer_id contains a NUL byte", "producer_id is not valid UTF-8",
                           "producer_id is not valid UTF-8", "producer_id is not valid UTF-8"};

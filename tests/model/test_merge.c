@@ -13,7 +13,8 @@ static void make_windows(void)
 {
     cp_synth *s = cp_synth_create(7, 2000);
     for (int i = 0; i < 8; i++) {
-        windows[i] = cp_synth_cpu_window(s, 1000, 1700000000000000000LL + i * 10000000000LL, 10000000000LL);
+        windows[i] =
+            cp_synth_cpu_window(s, 1000, 1700000000000000000LL + i * 10000000000LL, 10000000000LL);
         CHECK(windows[i]);
     }
     cp_synth_destroy(s);
@@ -27,7 +28,8 @@ static cp_profile *reordered(const cp_profile *p)
     uint32_t nf = p->functions.n, nl = p->locations.n;
     uint32_t *fmap = calloc(nf + 1, sizeof *fmap), *lmap = calloc(nl + 1, sizeof *lmap);
     for (uint32_t t = 0; t < p->sample_types.n; t++)
-        cp_profile_add_sample_type(q, cp_profile_str(p, p->sample_types.v[t].type), cp_profile_str(p, p->sample_types.v[t].unit));
+        cp_profile_add_sample_type(q, cp_profile_str(p, p->sample_types.v[t].type),
+                                   cp_profile_str(p, p->sample_types.v[t].unit));
     cp_profile_intern_cstr(q, cp_profile_str(p, p->period_type.type), &q->period_type.type);
     cp_profile_intern_cstr(q, cp_profile_str(p, p->period_type.unit), &q->period_type.unit);
     q->period = p->period;
@@ -59,7 +61,8 @@ static cp_profile *reordered(const cp_profile *p)
     for (uint32_t i = p->samples.n; i-- > 0;) {
         const cp_sample *s = &p->samples.v[i];
         uint32_t locs[128];
-        for (uint32_t k = 0; k < s->nlocs; k++) locs[k] = lmap[p->stack.v[s->loc_off + k]];
+        for (uint32_t k = 0; k < s->nlocs; k++)
+            locs[k] = lmap[p->stack.v[s->loc_off + k]];
         cp_profile_add_sample(q, locs, s->nlocs, cp_profile_sample_values(p, i), NULL, 0);
     }
     free(fmap);
@@ -69,14 +72,16 @@ static cp_profile *reordered(const cp_profile *p)
 
 static void free_windows(void)
 {
-    for (int i = 0; i < 8; i++) cp_profile_destroy(windows[i]);
+    for (int i = 0; i < 8; i++)
+        cp_profile_destroy(windows[i]);
 }
 
 static cp_profile *merge_all(cp_profile **ps, int n)
 {
     cp_merger *m = cp_merger_create();
     cp_err err = {0};
-    for (int i = 0; i < n; i++) CHECK_EQ(cp_merger_add(m, ps[i], &err), 0);
+    for (int i = 0; i < n; i++)
+        CHECK_EQ(cp_merger_add(m, ps[i], &err), 0);
     cp_profile *out = cp_merger_finish(m);
     cp_merger_destroy(m);
     return out;
@@ -110,7 +115,8 @@ TEST(order_does_not_matter)
     make_windows();
     cp_profile *a = merge_all(windows, 8);
     cp_profile *rev[8];
-    for (int i = 0; i < 8; i++) rev[i] = (i % 2) ? reordered(windows[7 - i]) : windows[7 - i];
+    for (int i = 0; i < 8; i++)
+        rev[i] = (i % 2) ? reordered(windows[7 - i]) : windows[7 - i];
     cp_profile *b = merge_all(rev, 8);
     char *ca = canonical(a), *cb = canonical(b);
     CHECK_STREQ(ca, cb);
@@ -259,7 +265,8 @@ TEST(parallel_load_equals_sequential)
     make_windows();
     mem_inputs in;
     memset(&in, 0, sizeof in);
-    for (int i = 0; i < 8; i++) CHECK_EQ(cp_pprof_encode(windows[i], i % 2 ? 6 : 0, &in.b[i]), 0);
+    for (int i = 0; i < 8; i++)
+        CHECK_EQ(cp_pprof_encode(windows[i], i % 2 ? 6 : 0, &in.b[i]), 0);
     cp_profile *seq = merge_all(windows, 8);
     char *cs = canonical(seq);
     for (int threads = 1; threads <= 4; threads++) {
@@ -287,7 +294,8 @@ TEST(parallel_load_equals_sequential)
     cp_merger_destroy(m);
     free(cs);
     cp_profile_destroy(seq);
-    for (int i = 0; i < 8; i++) cp_buf_close(&in.b[i]);
+    for (int i = 0; i < 8; i++)
+        cp_buf_close(&in.b[i]);
     free_windows();
 }
 

@@ -14,7 +14,8 @@ static int sel_ok(const char *text, const char *const *kv)
     cp_err err = {0};
     CHECK(cp_selector_parse(text, &s, &err) == 0);
     cp_labels l = {0};
-    for (; kv && kv[0]; kv += 2) CHECK(cp_labels_set(&l, kv[0], kv[1]) == 0);
+    for (; kv && kv[0]; kv += 2)
+        CHECK(cp_labels_set(&l, kv[0], kv[1]) == 0);
     int m = cp_selector_match(&s, &l);
     cp_labels_close(&l);
     cp_selector_close(&s);
@@ -41,7 +42,7 @@ TEST(selector_matches)
     CHECK(!sel_ok("{service=\"ap\"}", api));
     CHECK(sel_ok("{service=\"api\",isolate=~\"worker.*\",version!=\"1.2\"}", api));
     CHECK(!sel_ok("{service=\"api\",isolate=~\"worker.*\",version!=\"1.3\"}", api));
-    CHECK(!sel_ok("{isolate=~\"worker\"}", api)); /* anchored */
+    CHECK(!sel_ok("{isolate=~\"worker\"}", api));        /* anchored */
     CHECK(sel_ok("{isolate=~\"worker|worker3\"}", api)); /* anchored around the alternation */
     CHECK(!sel_ok("{isolate=~\"x|worker\"}", api));
     CHECK(sel_ok("{isolate!~\"main.*\"}", api));
@@ -72,8 +73,9 @@ TEST(selector_errors_name_the_byte)
 TEST(regex_guard)
 {
     cp_err err = {0};
-    const char *ok[] = {"worker.*", "(a|b)+", "[a-z]{2,5}", "x{3}", "a{2,}", "[]a]*", "\\++",
-                        "[[:alpha:]]+x?", "((ab)*c)+", "a{", "{", ")", "v1\\.[0-9]+", NULL};
+    const char *ok[] = {"worker.*", "(a|b)+", "[a-z]{2,5}",     "x{3}",      "a{2,}",
+                        "[]a]*",    "\\++",   "[[:alpha:]]+x?", "((ab)*c)+", "a{",
+                        "{",        ")",      "v1\\.[0-9]+",    NULL};
     for (const char **r = ok; *r; r++) {
         if (cp_regex_check(*r, &err)) fprintf(stderr, "%s: %s\n", *r, err.msg);
         CHECK(cp_regex_check(*r, &err) == 0);
@@ -100,11 +102,12 @@ TEST(regex_guard)
     CHECK_CONTAINS(err.msg, "too complex");
     CHECK_EQ(cp_regex_check("((((((((((((((((a+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+)+", &err), CP_EPARSE);
     char deep[200] = "";
-    for (int i = 0; i < 70; i++) strcat(deep, "(");
+    for (int i = 0; i < 70; i++)
+        strcat(deep, "(");
     CHECK_EQ(cp_regex_check(deep, &err), CP_EPARSE);
     CHECK_CONTAINS(err.msg, "deeper than 64 at byte 64");
     sel_err("{a=~\"x{300}\"}", "selector: value at byte 4: regular expression repeats more than "
-                                "255 times at byte 1");
+                               "255 times at byte 1");
 }
 
 TEST_MAIN(T(selector_matches), T(selector_errors_name_the_byte), T(regex_guard))

@@ -25,15 +25,16 @@ static inline char *canonical(const cp_profile *p)
             for (uint32_t j = 0; j < l->nlines; j++) {
                 const cp_line *ln = &p->lines.v[l->line_off + j];
                 const cp_function *f = &p->functions.v[ln->function_id - 1];
-                cp_buf_printf(&b, "%s:%s:%lld<-", cp_profile_str(p, f->name), cp_profile_str(p, f->filename),
-                              (long long)ln->line);
+                cp_buf_printf(&b, "%s:%s:%lld<-", cp_profile_str(p, f->name),
+                              cp_profile_str(p, f->filename), (long long)ln->line);
             }
             if (!l->nlines) cp_buf_printf(&b, "0x%llx<-", (unsigned long long)l->address);
         }
         cp_buf_printf(&b, "|");
         for (uint32_t k = 0; k < s->nlabels; k++) {
             const cp_label *lb = &p->labels.v[s->label_off + k];
-            cp_buf_printf(&b, "%s=%s/%lld,", cp_profile_str(p, lb->key), cp_profile_str(p, lb->str), (long long)lb->num);
+            cp_buf_printf(&b, "%s=%s/%lld,", cp_profile_str(p, lb->key), cp_profile_str(p, lb->str),
+                          (long long)lb->num);
         }
         cp_buf_printf(&b, "|");
         for (uint32_t k = 0; k < p->sample_types.n; k++)

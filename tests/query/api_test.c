@@ -10,7 +10,7 @@
 #include "pprof.h"
 #include "qtest.h"
 
-#define S(x) ((int64_t)(x) * 1000000000LL)
+#define S(x) ((int64_t)(x)*1000000000LL)
 static const int64_t T0 = 1764000000; /* an hour boundary, in seconds */
 
 /* Percent-encodes s into a rotating static buffer (for building paths in tests). */
@@ -141,8 +141,9 @@ TEST(profile_formats)
     cp_buf_close(&r.body);
 
     /* An unaligned sub-window: exactly the windows starting in [from, to). */
-    r = getf(&f, NULL, "/api/v1/profile?select=%s&from=%lld&to=%lld&format=folded&sample_type=samples",
-             sel, (long long)T0 + 15, (long long)T0 + 45);
+    r = getf(&f, NULL,
+             "/api/v1/profile?select=%s&from=%lld&to=%lld&format=folded&sample_type=samples", sel,
+             (long long)T0 + 15, (long long)T0 + 45);
     CHECK_EQ(r.status, 200);
     CHECK_STREQ(r.content_type, "text/plain; charset=utf-8");
     /* windows at +20 (x=3) and +30 (x=1), +40 (x=2) */
@@ -189,26 +190,29 @@ TEST(profile_formats)
     cp_buf_close(&r.body);
 
     /* max_nodes keeps totals honest. */
-    r = getf(&f, NULL, "/api/v1/profile?from=%lld&to=%lld&format=json&max_nodes=2&sample_type=samples",
+    r = getf(&f, NULL,
+             "/api/v1/profile?from=%lld&to=%lld&format=json&max_nodes=2&sample_type=samples",
              (long long)T0, (long long)T0 + 3600);
     CHECK_CONTAINS(body(&r), tot);
     CHECK_CONTAINS(body(&r), "\"nodes\":2,\"total_nodes\":6");
     cp_buf_close(&r.body);
 
     /* focus / ignore */
-    r = getf(&f, NULL, "/api/v1/profile?from=%lld&to=%lld&format=folded&focus=slow&sample_type=samples",
+    r = getf(&f, NULL,
+             "/api/v1/profile?from=%lld&to=%lld&format=folded&focus=slow&sample_type=samples",
              (long long)T0, (long long)T0 + 3600);
     CHECK_STREQ(body(&r), "main;d;slow 1260\n");
     cp_buf_close(&r.body);
-    r = getf(&f, NULL, "/api/v1/profile?from=%lld&to=%lld&format=pprof&ignore=%s",
-             (long long)T0, (long long)T0 + 3600, enc("^(c|slow)$"));
+    r = getf(&f, NULL, "/api/v1/profile?from=%lld&to=%lld&format=pprof&ignore=%s", (long long)T0,
+             (long long)T0 + 3600, enc("^(c|slow)$"));
     p = decode(&r);
     CHECK_EQ(cp_profile_total(p, 0), 720);
     cp_profile_destroy(p);
     cp_buf_close(&r.body);
 
     /* Selecting by version; nothing matched gives an empty profile. */
-    r = getf(&f, NULL, "/api/v1/profile?select=%s&from=%lld&to=%lld&format=folded&sample_type=samples",
+    r = getf(&f, NULL,
+             "/api/v1/profile?select=%s&from=%lld&to=%lld&format=folded&sample_type=samples",
              enc("{version=~\"2|3\"}"), (long long)T0, (long long)T0 + 3600);
     CHECK_CONTAINS(body(&r), "main;d;slow 1260\n");
     cp_buf_close(&r.body);
@@ -315,9 +319,10 @@ TEST(series_labels_timeline_metrics)
     qfx_serve(&f, NULL, 2);
     cp_http_result r = qfx_get(&f, "/api/v1/series", NULL);
     CHECK_EQ(r.status, 200);
-    CHECK_CONTAINS(body(&r), "{\"type\":\"cpu\",\"labels\":{\"instance\":\"i1\",\"service\":\"api\","
-                             "\"version\":\"1\"},\"first\":\"2025-11-24T16:00:00.000Z\",\"last\":"
-                             "\"2025-11-24T16:29:50.000Z\"}");
+    CHECK_CONTAINS(body(&r),
+                   "{\"type\":\"cpu\",\"labels\":{\"instance\":\"i1\",\"service\":\"api\","
+                   "\"version\":\"1\"},\"first\":\"2025-11-24T16:00:00.000Z\",\"last\":"
+                   "\"2025-11-24T16:29:50.000Z\"}");
     CHECK_CONTAINS(body(&r), "\"count\":2}");
     cp_buf_close(&r.body);
     r = getf(&f, NULL, "/api/v1/series?select=%s&from=%lld&to=%lld", enc("{version=\"2\"}"),
@@ -394,8 +399,8 @@ TEST(inuse_is_last_snapshot_per_instance)
     /* last windows in range start at +5090: w = 509, tmp = 510, two instances */
     CHECK_STREQ(body(&r), "main;init;keep 2000\nmain;work;tmp 1020\n");
     cp_buf_close(&r.body);
-    r = getf(&f, NULL, "/api/v1/profile?type=inuse&from=%lld&to=%lld&format=pprof",
-             (long long)T0, (long long)T0 + 7200);
+    r = getf(&f, NULL, "/api/v1/profile?type=inuse&from=%lld&to=%lld&format=pprof", (long long)T0,
+             (long long)T0 + 7200);
     cp_profile *p = decode(&r);
     CHECK_EQ(cp_profile_total(p, 1), 2 * 1048576 + 2 * 720 * 100);
     cp_profile_destroy(p);
@@ -423,11 +428,11 @@ TEST(diff_of_windows_and_versions)
     fill_cpu(&f, "default", 360);
     qfx_serve(&f, NULL, 2);
     /* Two windows of the same selection: the second half hour has main;d;slow. */
-    cp_http_result r = getf(&f, NULL,
-                            "/api/v1/diff?from=%lld&to=%lld&base_from=%lld&base_to=%lld&"
-                            "sample_type=samples",
-                            (long long)T0 + 1800, (long long)T0 + 3600, (long long)T0,
-                            (long long)T0 + 1800);
+    cp_http_result r =
+        getf(&f, NULL,
+             "/api/v1/diff?from=%lld&to=%lld&base_from=%lld&base_to=%lld&"
+             "sample_type=samples",
+             (long long)T0 + 1800, (long long)T0 + 3600, (long long)T0, (long long)T0 + 1800);
     CHECK_EQ(r.status, 200);
     CHECK_CONTAINS(body(&r), "\"total\":2520,\"base_total\":1260,");
     CHECK_CONTAINS(body(&r), "{\"name\":\"slow\",\"self\":1260,\"total\":1260,\"base_self\":0,"
@@ -500,7 +505,8 @@ TEST(tokens_and_tenant_isolation)
     r = qfx_get(&f, pq, "s3cret-alpha");
     CHECK_EQ(r.status, 200);
     int64_t sum = 0;
-    for (const char *l = body(&r); (l = strchr(l, ' ')); l++) sum += atoll(l + 1);
+    for (const char *l = body(&r); (l = strchr(l, ' ')); l++)
+        sum += atoll(l + 1);
     CHECK_EQ(sum, ta);
     CHECK(!strstr(body(&r), "beta"));
     cp_buf_close(&r.body);
@@ -563,8 +569,8 @@ TEST(cli_against_the_server)
     static char out[65536];
     char args[1024];
     snprintf(args, sizeof args,
-             "top --server %s --type cpu --select '{service=\"api\"}' --from %lld --to %lld",
-             f.url, (long long)T0, (long long)T0 + 600);
+             "top --server %s --type cpu --select '{service=\"api\"}' --from %lld --to %lld", f.url,
+             (long long)T0, (long long)T0 + 600);
     CHECK_EQ(run_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "Showing nodes accounting for 6.30s, 100.00% of 6.30s total");
     CHECK_CONTAINS(out, "  slow\n");
@@ -586,8 +592,8 @@ TEST(cli_against_the_server)
     snprintf(args, sizeof args, "labels --server %s version -o json", f.url);
     CHECK_EQ(run_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "\"values\":[\"1\",\"2\"]");
-    snprintf(args, sizeof args, "timeline --server %s --from %lld --to %lld --step 5m -o json", f.url,
-             (long long)T0, (long long)T0 + 600);
+    snprintf(args, sizeof args, "timeline --server %s --from %lld --to %lld --step 5m -o json",
+             f.url, (long long)T0, (long long)T0 + 600);
     CHECK_EQ(run_cli(args, out, sizeof out), 0);
     CHECK_CONTAINS(out, "\"points\":[[1764000000.000,");
     snprintf(args, sizeof args,
@@ -609,6 +615,7 @@ TEST(cli_against_the_server)
     qfx_close(&f, 1);
 }
 
-TEST_MAIN(T(profile_formats), T(bad_requests_are_4xx_json), T(block_limit_is_400), T(series_labels_timeline_metrics),
-          T(inuse_is_last_snapshot_per_instance), T(diff_of_windows_and_versions),
-          T(tokens_and_tenant_isolation), T(cli_against_the_server))
+TEST_MAIN(T(profile_formats), T(bad_requests_are_4xx_json), T(block_limit_is_400),
+          T(series_labels_timeline_metrics), T(inuse_is_last_snapshot_per_instance),
+          T(diff_of_windows_and_versions), T(tokens_and_tenant_isolation),
+          T(cli_against_the_server))

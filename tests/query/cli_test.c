@@ -353,10 +353,9 @@ TEST(import_at_now_is_stored)
 TEST(help_shows_examples)
 {
     static char out[1 << 16], err[4096];
-    const char *cmds[] = {
-        "--help",      "query --help",    "top --help",    "series --help", "labels --help",
-        "diff --help", "timeline --help", "import --help", "merge --help",  "completion --help",
-        "run --help",  NULL};
+    const char *cmds[] = {"--help",        "query --help",      "top --help",      "series --help",
+                          "labels --help", "diff --help",       "timeline --help", "import --help",
+                          "merge --help",  "completion --help", "run --help",      NULL};
     for (const char **c = cmds; *c; c++) {
         CHECK_EQ(run(*c, out, sizeof out, err, sizeof err), 0);
         if (!strstr(out, "examples:\n  contprof ") && !strstr(out, "examples:\n  source "))

@@ -11,7 +11,7 @@
 #include "qtest.h"
 #include "proc.h"
 
-#define S(x) ((int64_t)(x) * 1000000000LL)
+#define S(x) ((int64_t)(x)*1000000000LL)
 static const int64_t T0 = 1764000000;
 
 /* Runs contprofd to completion (for start-up errors); returns the status and the log. */
@@ -27,7 +27,8 @@ static int run_daemon(const char *dir, const char *const *args, char *log, size_
         (void)f;
         const char *argv[32] = {bin};
         int n = 1;
-        for (; args[n - 1] && n < 31; n++) argv[n] = args[n - 1];
+        for (; args[n - 1] && n < 31; n++)
+            argv[n] = args[n - 1];
         argv[n] = NULL;
         execv(bin, (char **)argv);
         _exit(127);
@@ -86,7 +87,8 @@ TEST(serves_a_store_and_stops_cleanly)
     cp_buf_close(&r.body);
     r = http_get(p.port, "/metrics", NULL);
     CHECK_CONTAINS((char *)r.body.data, "contprof_store_series 1\n");
-    CHECK_CONTAINS((char *)r.body.data, "contprof_query_duration_seconds_count{endpoint=\"profile\"} 2\n");
+    CHECK_CONTAINS((char *)r.body.data,
+                   "contprof_query_duration_seconds_count{endpoint=\"profile\"} 2\n");
     cp_buf_close(&r.body);
     CHECK_EQ(stop_daemon(&p, SIGTERM), 0);
     char log[8192];

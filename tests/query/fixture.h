@@ -49,8 +49,10 @@ static inline void qfx_open_store(qfx *f, const char *dir)
 static inline void qfx_serve_with(qfx *f, const cp_api_options *ao, const cp_http_options *hopt)
 {
     cp_api_options o;
-    if (ao) o = *ao;
-    else cp_api_options_default(&o);
+    if (ao)
+        o = *ao;
+    else
+        cp_api_options_default(&o);
     o.store = f->store;
     f->api = cp_api_create(&o);
     CHECK(f->api);

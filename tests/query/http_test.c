@@ -129,7 +129,8 @@ TEST(keep_alive_and_pipelining)
     char buf[8192];
     size_t got = 0;
     ssize_t n;
-    while ((n = read(fd, buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)n;
+    while ((n = read(fd, buf + got, sizeof buf - 1 - got)) > 0)
+        got += (size_t)n;
     buf[got] = 0;
     close(fd);
     const char *p1 = strstr(buf, "GET /light/1?");
@@ -207,7 +208,8 @@ static void *bg_get(void *arg)
 
 static void wait_running(int n)
 {
-    for (int i = 0; i < 2000 && atomic_load(&g_running) < n; i++) usleep(1000);
+    for (int i = 0; i < 2000 && atomic_load(&g_running) < n; i++)
+        usleep(1000);
     CHECK(atomic_load(&g_running) >= n);
 }
 
@@ -336,10 +338,19 @@ TEST(garbage_requests)
             rng ^= rng << 17;
             size_t at = (size_t)(rng % n);
             switch ((rng >> 32) % 4) {
-            case 0: req[at] = (char)(rng >> 40); break;                 /* flip a byte */
-            case 1: n = at ? at : 1; break;                              /* truncate */
-            case 2: memmove(req + at + 1, req + at, n - at); n++; break; /* insert */
-            case 3: req[at] = "\r\n: \0"[(rng >> 48) % 5]; break;      /* separators */
+            case 0:
+                req[at] = (char)(rng >> 40);
+                break; /* flip a byte */
+            case 1:
+                n = at ? at : 1;
+                break; /* truncate */
+            case 2:
+                memmove(req + at + 1, req + at, n - at);
+                n++;
+                break; /* insert */
+            case 3:
+                req[at] = "\r\n: \0"[(rng >> 48) % 5];
+                break; /* separators */
             }
             if (n > sizeof req - 2) n = sizeof req - 2;
         }
@@ -352,7 +363,8 @@ TEST(garbage_requests)
             if (r.status >= 400) {
                 cp_buf_append(&r.body, "", 1);
                 if (strncmp((char *)r.body.data, "{\"error\":\"", 10) != 0)
-                    fprintf(stderr, "%d [%s] for [%.*s]\n", r.status, (char *)r.body.data, (int)n, req);
+                    fprintf(stderr, "%d [%s] for [%.*s]\n", r.status, (char *)r.body.data, (int)n,
+                            req);
                 CHECK(strncmp((char *)r.body.data, "{\"error\":\"", 10) == 0);
             }
             cp_buf_close(&r.body);
@@ -364,6 +376,7 @@ TEST(garbage_requests)
     stop(sv);
 }
 
-TEST_MAIN(T(get_and_errors_are_json), T(garbage_requests), T(slow_clients_are_cut_off), T(keep_alive_and_pipelining), T(limits_give_4xx_json),
+TEST_MAIN(T(get_and_errors_are_json), T(garbage_requests), T(slow_clients_are_cut_off),
+          T(keep_alive_and_pipelining), T(limits_give_4xx_json),
           T(queue_full_is_503_and_loop_stays_responsive), T(deadline_in_queue_is_503),
           T(shutdown_answers_in_flight_queries), T(many_concurrent_clients))

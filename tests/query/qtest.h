@@ -26,8 +26,8 @@ static inline uint32_t qt_loc(cp_profile *p, const char *name, size_t n)
     uint32_t fid, lid;
     CHECK(cp_profile_add_function(p, &f, &fid) == 0);
     cp_line line = {.function_id = fid, .line = 10};
-    CHECK(cp_profile_add_location(p, 0x1000 + 16 * (uint64_t)p->locations.n, 0, &line, 1,
-                                  &lid) == 0);
+    CHECK(cp_profile_add_location(p, 0x1000 + 16 * (uint64_t)p->locations.n, 0, &line, 1, &lid) ==
+          0);
     return lid;
 }
 

@@ -36,7 +36,8 @@ TEST(query_strings)
     CHECK_EQ(cp_params_parse("a=%00", &p, &err), CP_EPARSE);
     cp_params_close(&p);
     char many[1024] = "";
-    for (int i = 0; i < 70; i++) snprintf(many + strlen(many), 16, "p%d=1&", i);
+    for (int i = 0; i < 70; i++)
+        snprintf(many + strlen(many), 16, "p%d=1&", i);
     CHECK_EQ(cp_params_parse(many, &p, &err), CP_EPARSE);
     CHECK_CONTAINS(err.msg, "more than 64");
     cp_params_close(&p);

@@ -145,11 +145,10 @@ TEST(stripped_program_named_after_upload_per_tenant)
          * find the brokers, and its windows are refused for the tenant: c is checked for
          * libdw only */
         const char *tok = runs[i].tenant[0] == 'b' ? "token-of-b" : "token-of-a";
-        const char *argv[] = {cbin,        "run",          "--server",    url,
-                              "--token",   tok,            "--tenant",    runs[i].tenant,
-                              "--symbolize", runs[i].mode, "--service",   "symprog",
-                              "--window",  "1s",           "--",          stripped,
-                              "8",         NULL};
+        const char *argv[] = {
+            cbin,       "run",          "--server",    url,          "--token",   tok,
+            "--tenant", runs[i].tenant, "--symbolize", runs[i].mode, "--service", "symprog",
+            "--window", "1s",           "--",          stripped,     "8",         NULL};
         runs[i].pid = spawn(argv, runs[i].log);
     }
     for (int i = 0; i < 4; i++)

@@ -346,8 +346,7 @@ TEST(uploaded_symbols_name_stored_profiles_of_their_tenant_only)
     char *json = get_text(&f, pq, "token-of-a");
     CHECK_CONTAINS(json, "\"name\":\"symprog_hash_spin\"");
     free(json);
-    snprintf(pq, sizeof pq, "/api/v1/diff?format=json&from=%lld&to=now",
-             (long long)(t0 / SEC - 1));
+    snprintf(pq, sizeof pq, "/api/v1/diff?format=json&from=%lld&to=now", (long long)(t0 / SEC - 1));
     json = get_text(&f, pq, "token-of-a");
     CHECK_CONTAINS(json, "\"name\":\"symprog_hash_spin\"");
     free(json);
