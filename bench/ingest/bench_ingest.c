@@ -6,7 +6,8 @@
  *   bench_ingest DIR [WINDOWS [direct|transport|kafka]]   (only that part, for profiling)
  * With CP_BENCH_UNSYMBOLIZED=1 the windows are as CONTPROF_SYMBOLIZE=server sends them:
  * addresses and a mapping with a build ID, no functions or lines.
- * Prints key value lines. */
+ * Prints key value lines, and for the Kafka runs the CPU per window of each thread (by
+ * name: ingest names its threads cp-ingest and cp-decodeN). */
 #include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
@@ -195,32 +196,6 @@ static void make_payloads(void)
     cp_synth_destroy(sy);
 }
 
-/* CPU seconds of this process's threads whose name starts with prefix (librdkafka names
- * the mock cluster's thread "rdk:mock"). */
-static double threads_cpu_s(const char *prefix)
-{
-    double sum = 0;
-    DIR *d = opendir("/proc/self/task");
-    struct dirent *de;
-    while (d && (de = readdir(d))) {
-        if (de->d_name[0] == '.') continue;
-        char path[300], buf[512];
-        snprintf(path, sizeof path, "/proc/self/task/%s/stat", de->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        buf[n] = 0;
-        char *open = strchr(buf, '('), *close = strrchr(buf, ')');
-        if (!open || !close || strncmp(open + 1, prefix, strlen(prefix))) continue;
-        unsigned long ut = 0, st = 0; /* fields 14 and 15, after the name */
-        if (sscanf(close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2)
-            sum += (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-    }
-    if (d) closedir(d);
-    return sum;
-}
-
 /* CPU seconds of each of this process's threads, by thread id, with its name ("main" for
  * the bench's own thread, which polls the stats; LevelDB's background thread keeps the
  * process's name). */
@@ -266,16 +241,29 @@ static int threads_snap(thread_cpu *t)
     return n;
 }
 
+/* CPU seconds of this process's threads whose name starts with prefix (librdkafka names
+ * the mock cluster's thread "rdk:mock"). */
+static double threads_cpu_s(const char *prefix)
+{
+    thread_cpu t[MAX_THREADS];
+    int n = threads_snap(t);
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        if (!strncmp(t[i].name, prefix, strlen(prefix))) sum += t[i].cpu;
+    return sum;
+}
+
 /* One timed run through Kafka: from the first message consumed to the last. */
 typedef struct run {
     long counted;      /* messages after the first */
     double wall, cpu;  /* seconds; cpu = this whole process */
     double broker_cpu; /* of which the embedded broker's thread */
-    thread_cpu th[MAX_THREADS]; /* CPU in the run by thread name (summed over its threads) */
+    /* CPU in the run by thread name (summed over its threads) */
+    thread_cpu th[MAX_THREADS];
     int nth;
 } run;
 
-/* r->th: each thread's CPU at the end less at the start (0 for a thread that is new),
+/* r->th: each thread's CPU now less its CPU in a (a thread started since counts from 0),
  * summed by name. */
 static void threads_delta(run *r, const thread_cpu *a, int na)
 {
