@@ -1018,6 +1018,9 @@ int cp_ingest_create(const cp_ingest_options *opt, cp_store *store, cp_ingest **
             rc = cp_err_set(err, CP_ENOMEM, "ingest: decoder thread");
             goto fail;
         }
+        char name[16]; /* named for top -H and the bench's CPU per thread */
+        snprintf(name, sizeof name, "cp-decode%u", i % 100); /* at most 16 threads */
+        (void)pthread_setname_np(in->workers[in->nworkers], name);
         in->nworkers++;
     }
     char es[512];
@@ -1113,6 +1116,7 @@ int cp_ingest_start(cp_ingest *in, cp_err *err)
         pthread_mutex_unlock(&in->mu);
         return cp_err_set(err, CP_ENOMEM, "ingest: cannot start the thread");
     }
+    (void)pthread_setname_np(in->th, "cp-ingest");
     in->started = 1;
     return 0;
 }

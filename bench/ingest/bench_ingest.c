@@ -6,7 +6,8 @@
  *   bench_ingest DIR [WINDOWS [direct|transport|kafka]]   (only that part, for profiling)
  * With CP_BENCH_UNSYMBOLIZED=1 the windows are as CONTPROF_SYMBOLIZE=server sends them:
  * addresses and a mapping with a build ID, no functions or lines.
- * Prints key value lines. */
+ * Prints key value lines, and for the Kafka runs the CPU per window of each thread (by
+ * name: ingest names its threads cp-ingest and cp-decodeN). */
 #include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
@@ -195,29 +196,60 @@ static void make_payloads(void)
     cp_synth_destroy(sy);
 }
 
-/* CPU seconds of this process's threads whose name starts with prefix (librdkafka names
- * the mock cluster's thread "rdk:mock"). */
-static double threads_cpu_s(const char *prefix)
+/* CPU seconds of each of this process's threads, by thread id, with its name ("main" for
+ * the bench's own thread, which polls the stats; LevelDB's background thread keeps the
+ * process's name). */
+#define MAX_THREADS 64
+typedef struct thread_cpu {
+    int tid;
+    char name[24];
+    double cpu;
+} thread_cpu;
+
+static int threads_snap(thread_cpu *t)
 {
-    double sum = 0;
+    int n = 0;
     DIR *d = opendir("/proc/self/task");
     struct dirent *de;
-    while (d && (de = readdir(d))) {
+    while (d && (de = readdir(d)) && n < MAX_THREADS) {
         if (de->d_name[0] == '.') continue;
         char path[300], buf[512];
         snprintf(path, sizeof path, "/proc/self/task/%s/stat", de->d_name);
         FILE *f = fopen(path, "r");
         if (!f) continue;
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        size_t len = fread(buf, 1, sizeof buf - 1, f);
         fclose(f);
-        buf[n] = 0;
+        buf[len] = 0;
         char *open = strchr(buf, '('), *close = strrchr(buf, ')');
-        if (!open || !close || strncmp(open + 1, prefix, strlen(prefix))) continue;
-        unsigned long ut = 0, st = 0; /* fields 14 and 15, after the name */
-        if (sscanf(close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2)
-            sum += (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+        unsigned long ut = 0, st = 0;
+        if (!open || !close || close - open - 1 >= (long)sizeof t[n].name ||
+            sscanf(close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+            continue;
+        t[n].tid = atoi(de->d_name);
+        if (t[n].tid == (int)getpid()) {
+            strcpy(t[n].name, "main");
+        } else {
+            memcpy(t[n].name, open + 1, (size_t)(close - open - 1));
+            t[n].name[close - open - 1] = 0;
+            for (char *c = t[n].name; *c; c++)
+                if (*c == ' ') *c = '_';
+        }
+        t[n].cpu = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+        n++;
     }
     if (d) closedir(d);
+    return n;
+}
+
+/* CPU seconds of this process's threads whose name starts with prefix (librdkafka names
+ * the mock cluster's thread "rdk:mock"). */
+static double threads_cpu_s(const char *prefix)
+{
+    thread_cpu t[MAX_THREADS];
+    int n = threads_snap(t);
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        if (!strncmp(t[i].name, prefix, strlen(prefix))) sum += t[i].cpu;
     return sum;
 }
 
@@ -226,7 +258,33 @@ typedef struct run {
     long counted;      /* messages after the first */
     double wall, cpu;  /* seconds; cpu = this whole process */
     double broker_cpu; /* of which the embedded broker's thread */
+    /* CPU in the run by thread name (summed over its threads) */
+    thread_cpu th[MAX_THREADS];
+    int nth;
 } run;
+
+/* r->th: each thread's CPU now less its CPU in a (a thread started since counts from 0),
+ * summed by name. */
+static void threads_delta(run *r, const thread_cpu *a, int na)
+{
+    thread_cpu b[MAX_THREADS];
+    int nb = threads_snap(b);
+    r->nth = 0;
+    for (int i = 0; i < nb; i++) {
+        double cpu = b[i].cpu;
+        for (int j = 0; j < na; j++)
+            if (a[j].tid == b[i].tid) cpu -= a[j].cpu;
+        int k = 0;
+        while (k < r->nth && strcmp(r->th[k].name, b[i].name))
+            k++;
+        if (k == r->nth) {
+            r->th[k] = b[i];
+            r->th[k].cpu = 0;
+            r->nth++;
+        }
+        r->th[k].cpu += cpu;
+    }
+}
 
 /* A step of the consuming side: does some work (or waits a little), then returns the
  * messages consumed so far, or -1 on failure. */
@@ -248,6 +306,8 @@ static int drive(const char *brokers, step_fn step, void (*finish)(void *),
     }
     long told = -1, m0 = -1, done;
     double start = 0, cstart = 0, bstart = 0;
+    thread_cpu tstart[MAX_THREADS];
+    int ntstart = 0;
     /* the clock starts with the first message (joining the group takes seconds) */
     double moved = now_s();
     while ((done = step(arg)) >= 0 && done < nwin) {
@@ -263,6 +323,7 @@ static int drive(const char *brokers, step_fn step, void (*finish)(void *),
             start = now_s();
             cstart = proc_cpu();
             bstart = threads_cpu_s("rdk:mock");
+            ntstart = threads_snap(tstart);
             m0 = done;
         }
         if (done != told) {
@@ -271,10 +332,16 @@ static int drive(const char *brokers, step_fn step, void (*finish)(void *),
             told = done;
         }
     }
+    threads_delta(r, tstart, ntstart); /* before finish stops (and ends) threads */
+    double cfinish = proc_cpu();
     if (finish) finish(arg);
     r->wall = now_s() - start;
     r->cpu = proc_cpu() - cstart;
     r->broker_cpu = threads_cpu_s("rdk:mock") - bstart;
+    if (r->nth < MAX_THREADS) { /* the last batch's write, the threads' ends */
+        snprintf(r->th[r->nth].name, sizeof r->th[r->nth].name, "stop");
+        r->th[r->nth++].cpu = proc_cpu() - cfinish;
+    }
     r->counted = nwin - m0;
     if (pclose(prod) != 0 || done < 0) {
         fprintf(stderr, "bench_ingest: %s failed\n", done < 0 ? "the consumer" : "the producer");
@@ -292,6 +359,11 @@ static void report(const char *name, const run *r)
     /* without the embedded broker's thread: in production the broker is another machine */
     printf("%s_windows_per_cpu_s_nobroker %.0f\n", name,
            (double)r->counted / (r->cpu - r->broker_cpu));
+    /* where the CPU went: microseconds per window, by thread name */
+    for (int i = 0; i < r->nth; i++)
+        if (r->th[i].cpu > 0)
+            printf("%s_thread_us_per_window:%s %.1f\n", name, r->th[i].name,
+                   1e6 * r->th[i].cpu / (double)r->counted);
 }
 
 /* The transport alone: a consumer in its own group that reads and drops every message. */

@@ -9,7 +9,8 @@
 # which in production runs on the Kafka cluster, not in contprofd.
 # Then the transport alone and the Kafka path again for the same service's windows sent
 # unsymbolized (CONTPROF_SYMBOLIZE=server: addresses and mappings with build IDs only),
-# whose floor is issue 14's (5,000 windows per CPU-second without the broker thread).
+# whose floor is issue 14's (5,000 windows per CPU-second without the broker thread), with
+# that row's CPU per window by thread.
 # Prints table rows: name | value | floor | ok.
 # usage: bench/ingest/run.sh BUILD_DIR [WINDOWS]
 set -eu
@@ -58,4 +59,14 @@ awk '
         t = v["transport_windows_per_cpu_s_nobroker"]; k = v["kafka_windows_per_cpu_s_nobroker"]
         if (t > 0 && k > 0)
             printf "ingest: unsymbolized windows, share of ingest CPU spent in the transport (without the broker thread) | %.0f%% | - | -\n", 100 * k / t
+        # where the CPU of the floor row goes, by thread (cp-ingest: Kafka, envelope, its share of
+        # the decoding, the store; cp-decodeN: decoding; rdk:*: librdkafka; main: the bench;
+        # stop: writing the last batch once the last message is read)
+        for (key in v)
+            if (key ~ /^kafka_thread_us_per_window:/ && key !~ /:rdk:mock$/) {
+                name = substr(key, length("kafka_thread_us_per_window:") + 1)
+                printf "ingest: unsymbolized windows, Kafka -> store, CPU per window of thread %s, microseconds | %.1f | - | -\n", name, v[key]
+            }
+        if (k > 0)
+            printf "ingest: unsymbolized windows, Kafka -> store, CPU per window without the broker thread, microseconds (the floor: 200) | %.1f | - | -\n", 1e6 / k
     }' "$work/unsym.txt"
