@@ -520,6 +520,16 @@ static size_t key_symbols(uint8_t *k, size_t cap, const char *tenant, const char
     return tl + 2 + bl;
 }
 
+/* The answer to a symbols call while the store is closed (between a failed write and a
+ * successful cp_store_reopen). */
+static int not_open(const cp_store *s, cp_err *err)
+{
+    return cp_err_set(err, CP_ESTORE,
+                      "store %s is not open: an earlier write failed and reopening it has not "
+                      "succeeded yet",
+                      s->path);
+}
+
 int cp_store_put_symbols(cp_store *s, const char *tenant, const char *build_id, const void *table,
                          size_t len, cp_err *err)
 {
@@ -532,11 +542,7 @@ int cp_store_put_symbols(cp_store *s, const char *tenant, const char *build_id, 
     if (s->db) leveldb_put(s->db, s->wsync, (const char *)k, kl, table, len, &lerr);
     int open = s->db != NULL;
     pthread_rwlock_unlock(&s->dblock);
-    if (!open)
-        return cp_err_set(err, CP_ESTORE,
-                          "store %s is not open: an earlier write failed and reopening it has "
-                          "not succeeded yet",
-                          s->path);
+    if (!open) return not_open(s, err);
     if (lerr) {
         cp_err_set(err, CP_ESTORE, "store %s: writing the symbols of %s: %s", s->path, build_id,
                    lerr);
@@ -560,11 +566,7 @@ int cp_store_get_symbols(cp_store *s, const char *tenant, const char *build_id, 
     char *v = s->db ? leveldb_get(s->db, s->ropts, (const char *)k, kl, &vl, &lerr) : NULL;
     int open = s->db != NULL;
     pthread_rwlock_unlock(&s->dblock);
-    if (!open)
-        return cp_err_set(err, CP_ESTORE,
-                          "store %s is not open: an earlier write failed and reopening it has "
-                          "not succeeded yet",
-                          s->path);
+    if (!open) return not_open(s, err);
     if (lerr) {
         cp_err_set(err, CP_ESTORE, "store %s: reading the symbols of %s: %s", s->path, build_id,
                    lerr);
