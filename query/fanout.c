@@ -129,6 +129,10 @@ int cp_fanout_create(const cp_fanout_options *o, cp_fanout **out, cp_err *err)
             break;
         }
         if (o->self && strcmp(t, o->self) == 0) continue; /* the same list on every node */
+        for (uint32_t i = 0; i < f->n && !rc; i++)
+            if (strcmp(f->peers[i], t) == 0) /* asked twice, its part would count twice */
+                rc = cp_err_set(err, CP_EINVAL, "cluster.peers: '%.128s' is listed twice", t);
+        if (rc) break;
         if (f->n == MAX_PEERS) {
             rc = cp_err_set(err, CP_EINVAL, "cluster.peers: more than %d peers", MAX_PEERS);
             break;
@@ -496,7 +500,7 @@ int cp_fanout_query(cp_fanout *f, cp_store *s, const char *tenant, cp_kind kind,
         else if ((prc = cp_merger_add(m, p, &e)) == CP_ENOMEM)
             rc = cp_err_set(err, prc, "%s", e.msg);
         else if (prc)
-            rc = cp_err_set(err, CP_EINVAL, "peer %s: %s", f->peers[c->peer], e.msg);
+            fan_reject(c, e.msg); /* checked before anything is added: the part adds nothing */
         cp_profile_destroy(p);
     }
     cp_profile *merged = NULL;

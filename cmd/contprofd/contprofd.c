@@ -244,6 +244,13 @@ static int cluster_create(daemon_t *d, cp_err *err)
         return cp_err_set(err, CP_EINVAL,
                           "cluster.peers with token.<tenant> lines needs cluster.token = SECRET "
                           "(the same on every node): peers present it to each other");
+    /* a tenant holding the cluster token could read every tenant's data as a peer */
+    for (uint32_t i = 0; c->cluster_token && i < c->tokens.n; i++)
+        if (strcmp(c->tokens.v[i].value, c->cluster_token) == 0)
+            return cp_err_set(err, CP_EINVAL,
+                              "cluster.token is also token.%s: the cluster token must differ "
+                              "from every tenant's (it reads any tenant's data)",
+                              c->tokens.v[i].key);
     char self[300];
     snprintf(self, sizeof self, "http://%s%s%s:%d", strchr(c->http_host, ':') ? "[" : "",
              c->http_host, strchr(c->http_host, ':') ? "]" : "", c->http_port);
