@@ -1103,7 +1103,9 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
             ep_metrics(a, r);
             r->compressible = 1;
         } else if (strcmp(req->path, "/api/v1/ingest/offsets") == 0) {
-            if (cp_fanout_is_peer(a->o.fanout, req) || authenticate(a, req, r))
+            if (cp_fanout_is_self(a->o.fanout, req))
+                cp_http_error(r, 421, "this node is the asking node itself");
+            else if (cp_fanout_is_peer(a->o.fanout, req) || authenticate(a, req, r))
                 ep_offsets(a, req, r);
         } else if (strcmp(req->path, "/api/v1/brokers") == 0) {
             /* Where to write is for producers holding a token: with tokens configured, a

@@ -179,6 +179,17 @@ static char *params_take(cp_params *pa, const char *name)
     return NULL;
 }
 
+int cp_fanout_is_self(const cp_fanout *f, const cp_http_request *req)
+{
+    if (!f) return 0;
+    size_t l = strlen(f->id);
+    for (const char *q = req->query; q && (q = strstr(q, "node=")); q += 5)
+        if ((q == req->query || q[-1] == '&') && strncmp(q + 5, f->id, l) == 0 &&
+            (q[5 + l] == 0 || q[5 + l] == '&'))
+            return 1;
+    return 0;
+}
+
 int cp_fanout_is_part_request(const cp_http_request *req)
 {
     for (const char *q = req->query; q && (q = strstr(q, "local=1")); q += 7)
@@ -816,6 +827,10 @@ static void *offsets_run(void *arg)
                      ? -1
                      : cp_http_get(f->peers[i], pq, f->token, 2000, (size_t)4 << 20, &res, &err);
         if (!rc && res.status == 200) parts = partitions_of(&res.body);
+        /* this node under another name (fanout_begin's 421): its partitions are listed
+         * already, and would be twice */
+        if (!rc && res.status == 421 && !atomic_exchange(&f->self[i], 1))
+            cp_log_info("cluster: peer %s is this node itself: not asked again", f->peers[i]);
         cp_buf_close(&res.body);
         pthread_mutex_lock(&f->mu);
         free(f->slots[i].parts);

@@ -45,6 +45,10 @@ uint32_t cp_fanout_npeers(const cp_fanout *f);
  * tenant from the `tenant` parameter instead of authenticating a tenant's token. */
 int cp_fanout_is_peer(const cp_fanout *f, const cp_http_request *req);
 
+/* 1 if req comes from this very node (its node=ID): a peer list that names this node under
+ * another spelling. The API answers it 421 and the asking side stops asking that peer. */
+int cp_fanout_is_self(const cp_fanout *f, const cp_http_request *req);
+
 /* 1 if req asks for this node's part only (`local=1`): what the API runs in
  * CP_HTTP_LANE_PEER. A cheap look at the raw query string; the parameter is checked when
  * the request runs. */
