@@ -1134,6 +1134,9 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
         cp_params_close(&pa);
         return;
     }
+    cp_http_request rq = *req; /* a peer's request keeps the asking node's deadline */
+    rq.deadline_ns = cp_fanout_deadline(req->deadline_ns);
+    req = &rq;
     r->compressible = 1; /* unset below for answers that are gzip'd pprof already */
     switch (ep) {
     case EP_PROFILE:

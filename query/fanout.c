@@ -57,7 +57,10 @@ static _Thread_local struct {
     int fanned;                 /* peers were asked */
     uint8_t missing[MAX_PEERS]; /* peers that did not answer */
     char tenant[65];            /* a peer's request: the tenant it names */
+    int64_t deadline_ns;        /* the asking node's deadline (deadline_ms); 0 = none */
 } g_req;
+
+static int64_t mono_now(void);
 
 /* ---- peers and options ---------------------------------------------------------------- */
 
@@ -215,6 +218,16 @@ int cp_fanout_begin(const cp_fanout *f, cp_params *pa, const char **tenant, cp_h
         return -1;
     }
     g_req.local = local != NULL;
+    /* a peer's part is of no use once the asking node stopped waiting: its time is ours */
+    char *dl = params_take(pa, "deadline_ms"), *end = NULL;
+    long long ms = dl ? strtoll(dl, &end, 10) : 0;
+    int bad_dl = dl && (!*dl || *end || ms < 0 || ms > 86400000LL);
+    free(dl);
+    if (bad_dl) {
+        cp_http_error(r, 400, "bad deadline_ms: expected 0..86400000 (milliseconds left)");
+        return -1;
+    }
+    if (end) g_req.deadline_ns = mono_now() + ms * 1000000LL;
     if (**tenant) return 0;
     /* a peer, by the cluster token: its request names the tenant */
     if (!g_req.local) {
@@ -231,6 +244,13 @@ int cp_fanout_begin(const cp_fanout *f, cp_params *pa, const char **tenant, cp_h
     }
     *tenant = g_req.tenant;
     return 0;
+}
+
+int64_t cp_fanout_deadline(int64_t deadline_ns)
+{
+    if (g_req.deadline_ns && (!deadline_ns || g_req.deadline_ns < deadline_ns))
+        return g_req.deadline_ns;
+    return deadline_ns;
 }
 
 /* Appends `"partial":...,"missing_peers":[...],` after the '{' of a JSON object answer. */
@@ -340,7 +360,15 @@ static int fan_start(const cp_fanout *f, cp_buf *pq, const char *tenant, int64_t
                      const void *body, size_t body_len, fan *out, cp_err *err)
 {
     memset(out, 0, sizeof *out);
-    int rc = cp_buf_printf(pq, "&local=1&node=%s", f->id);
+    int64_t now = mono_now();
+    int64_t until = now + f->timeout_ns;
+    /* leave the merge and the rendering a tenth of what is left */
+    if (deadline_ns && deadline_ns - (deadline_ns - now) / 10 < until)
+        until = deadline_ns - (deadline_ns - now) / 10;
+    int64_t ms = (until - now) / 1000000;
+    if (ms < 1) ms = 1;
+    /* the peer stops when this node stops waiting (cp_fanout_begin's deadline_ms) */
+    int rc = cp_buf_printf(pq, "&local=1&node=%s&deadline_ms=%lld", f->id, (long long)ms);
     if (!rc && f->token) {
         rc = cp_buf_printf(pq, "&tenant=");
         if (!rc) rc = cp_url_encode(pq, tenant);
@@ -348,15 +376,6 @@ static int fan_start(const cp_fanout *f, cp_buf *pq, const char *tenant, int64_t
     if (!rc) rc = cp_buf_append(pq, "", 1);
     if (rc || !(out->calls = calloc(f->n, sizeof *out->calls)))
         return cp_err_set(err, CP_ENOMEM, "out of memory");
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t now = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-    int64_t until = now + f->timeout_ns;
-    /* leave the merge and the rendering a tenth of what is left */
-    if (deadline_ns && deadline_ns - (deadline_ns - now) / 10 < until)
-        until = deadline_ns - (deadline_ns - now) / 10;
-    int64_t ms = (until - now) / 1000000;
-    if (ms < 1) ms = 1;
     g_req.fanned = 1;
     out->n = f->n;
     for (uint32_t i = 0; i < f->n; i++) {

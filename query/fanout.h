@@ -54,11 +54,17 @@ int cp_fanout_is_self(const cp_fanout *f, const cp_http_request *req);
  * the request runs. */
 int cp_fanout_is_part_request(const cp_http_request *req);
 
-/* Starts a request on this thread: forgets the previous request's state, removes `local`
- * (and, for a peer, `tenant`) from pa. For a peer (*tenant == ""), *tenant becomes the
- * `tenant` parameter (kept in pa's memory). Returns 0, or -1 with a 4xx set in r: `local`
- * other than 1, the cluster token without `local=1`, a bad tenant name. */
+/* Starts a request on this thread: forgets the previous request's state, removes `local`,
+ * `node`, `deadline_ms` (and, for a peer, `tenant`) from pa. For a peer (*tenant == ""), *tenant
+ * becomes the `tenant` parameter (kept in pa's memory). Returns 0, or -1 with a 4xx set in r:
+ * `local` other than 1, a bad `deadline_ms`, the cluster token without `local=1`, a bad tenant
+ * name. */
 int cp_fanout_begin(const cp_fanout *f, cp_params *pa, const char **tenant, cp_http_response *r);
+
+/* The deadline the request on this thread must keep (CLOCK_MONOTONIC): deadline_ns, or
+ * the asking node's if it named a sooner one (deadline_ms, which every fan-out sends: a
+ * peer's work ends when the asker stops waiting for it). */
+int64_t cp_fanout_deadline(int64_t deadline_ns);
 
 /* Ends a request: if a peer was missing, adds the CP_FANOUT_PARTIAL_HEADER header and, to a
  * 2xx JSON object answer, `"partial":true,"missing_peers":[...]` as its first members. */

@@ -858,7 +858,8 @@ typedef struct fake_peer {
     int fd, port, stop;
     pthread_t th;
     pthread_mutex_t mu;
-    cp_buf answer; /* the whole HTTP response */
+    cp_buf answer;   /* the whole HTTP response */
+    char last[8192]; /* the last request's head */
 } fake_peer;
 
 static void *fake_peer_run(void *arg)
@@ -882,6 +883,7 @@ static void *fake_peer_run(void *arg)
             if (strstr(buf, "\r\n\r\n")) break;
         }
         pthread_mutex_lock(&fp->mu);
+        memcpy(fp->last, buf, got + 1);
         ssize_t w = write(c, fp->answer.data, fp->answer.len);
         pthread_mutex_unlock(&fp->mu);
         (void)w;
@@ -942,6 +944,22 @@ TEST(a_peer_answering_200_with_no_part_makes_the_answer_partial)
     CHECK_EQ(r.status, 200);
     CHECK_CONTAINS((char *)r.body.data, "\"partial\":true");
     CHECK_CONTAINS((char *)r.body.data, peers);
+    cp_buf_close(&r.body);
+    /* the peer was told how long the asking node waits for it (at most peer_timeout) */
+    pthread_mutex_lock(&fp.mu);
+    const char *dl = strstr(fp.last, "&deadline_ms=");
+    long long dms = dl ? strtoll(dl + 13, NULL, 10) : -1;
+    pthread_mutex_unlock(&fp.mu);
+    CHECK(dms > 0 && dms <= 10000);
+    /* and a peer keeps that deadline: with none left, its part is a time-out, not a
+     * part computed for nobody */
+    r = http_get(n.port, "/api/v1/profile?format=pprof&type=cpu&local=1&deadline_ms=0", NULL);
+    CHECK_EQ(r.status, 503);
+    CHECK_CONTAINS((char *)r.body.data, "query.timeout");
+    cp_buf_close(&r.body);
+    r = http_get(n.port, "/api/v1/profile?format=pprof&type=cpu&local=1&deadline_ms=x", NULL);
+    CHECK_EQ(r.status, 400);
+    CHECK_CONTAINS((char *)r.body.data, "bad deadline_ms");
     cp_buf_close(&r.body);
 
     /* a gzip'd profile of other sample types: it cannot merge, so it is left out, and the
