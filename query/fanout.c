@@ -200,6 +200,11 @@ int cp_fanout_is_part_request(const cp_http_request *req)
     return 0;
 }
 
+int cp_fanout_peer_lane(const cp_fanout *f, const cp_http_request *req)
+{
+    return cp_fanout_is_part_request(req) && (!f || !f->token || cp_fanout_is_peer(f, req));
+}
+
 int cp_fanout_begin(const cp_fanout *f, cp_params *pa, const char **tenant, cp_http_response *r)
 {
     memset(&g_req, 0, sizeof g_req);

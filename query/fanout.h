@@ -54,6 +54,11 @@ int cp_fanout_is_self(const cp_fanout *f, const cp_http_request *req);
  * the request runs. */
 int cp_fanout_is_part_request(const cp_http_request *req);
 
+/* 1 if req goes in CP_HTTP_LANE_PEER: a part request from a peer. With a cluster token
+ * configured, only one that presents it: a tenant's own local=1 queries take their turn in
+ * the heavy lane rather than the slots (and priority) kept for peers' parts. */
+int cp_fanout_peer_lane(const cp_fanout *f, const cp_http_request *req);
+
 /* Starts a request on this thread: forgets the previous request's state, removes `local`,
  * `node`, `deadline_ms` (and, for a peer, `tenant`) from pa. For a peer (*tenant == ""), *tenant
  * becomes the `tenant` parameter (kept in pa's memory). Returns 0, or -1 with a 4xx set in r:
