@@ -695,11 +695,15 @@ int cp_fanout_labels(cp_fanout *f, cp_store *s, const char *tenant, const char *
         cp_json *j = call_json(c);
         if (!j) continue;
         const cp_json *arr = cp_json_get(j, name ? "values" : "labels");
-        if (!arr || arr->type != CP_JSON_ARRAY) fan_reject(c, "no list in the answer");
-        for (uint32_t k = 0; arr && arr->type == CP_JSON_ARRAY && !rc && k < arr->n; k++) {
+        int ok = arr && arr->type == CP_JSON_ARRAY;
+        for (uint32_t k = 0; ok && k < arr->n; k++)
+            ok = cp_json_str(arr->items[k], NULL) != NULL;
+        /* checked whole first: a garbled list adds nothing */
+        if (!ok) fan_reject(c, "not a list of strings in the answer");
+        for (uint32_t k = 0; ok && !rc && k < arr->n; k++) {
             const char *v = cp_json_str(arr->items[k], NULL);
-            char *d = v ? strdup(v) : NULL;
-            if (v && (!d || cp_vec_push(out, d))) {
+            char *d = strdup(v);
+            if (!d || cp_vec_push(out, d)) {
                 free(d);
                 rc = cp_err_set(err, CP_ENOMEM, "out of memory");
             }

@@ -975,6 +975,15 @@ TEST(a_peer_answering_200_with_no_part_makes_the_answer_partial)
     CHECK_CONTAINS((char *)r.body.data, "\"partial\":true");
     cp_buf_close(&r.body);
 
+    /* a label list with something else than names in it adds nothing, and says so */
+    const char *garbled = "{\"labels\":[\"zone\",7]}";
+    fake_peer_answer(&fp, garbled, strlen(garbled));
+    r = http_get(n.port, "/api/v1/labels", NULL);
+    CHECK_EQ(r.status, 200);
+    CHECK_CONTAINS((char *)r.body.data, "\"partial\":true");
+    CHECK(!strstr((char *)r.body.data, "zone"));
+    cp_buf_close(&r.body);
+
     /* the same gzip'd part cut short: gzip's trailer is missing */
     fake_peer_answer(&fp, gz.data, gz.len - 6);
     r = http_get(n.port, pq, NULL);
