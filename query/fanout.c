@@ -22,6 +22,7 @@
 #include "pprof.h"
 
 #define MAX_PEERS 64
+#define OWN_MAX 4096 /* partition numbers 0..4095, as ingest/assign.h */
 
 /* What one peer last said of its partitions (GET /api/v1/ingest/offsets?local=1), kept
  * fresh by a thread of its own while senders ask, so that the loop thread answers a
@@ -49,6 +50,10 @@ struct cp_fanout {
      * node=ID; a node that sees its own ID answers 421, and that peer is skipped after. */
     char id[24];
     _Atomic int self[MAX_PEERS];
+    /* This node's partitions: two nodes given one partition both store it, and every
+     * query then counts it twice. The offsets poller sees the peers' lists and says so. */
+    uint8_t own[OWN_MAX];
+    _Atomic int overlap[MAX_PEERS];
 };
 
 /* The request running on this thread. */
@@ -148,6 +153,8 @@ int cp_fanout_create(const cp_fanout_options *o, cp_fanout **out, cp_err *err)
     free(list);
     if (!rc && o->token && *o->token && !(f->token = strdup(o->token)))
         rc = cp_err_set(err, CP_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < o->nown; i++)
+        if (o->own[i] >= 0 && o->own[i] < OWN_MAX) f->own[o->own[i]] = 1;
     f->timeout_ns = o->timeout_ns > 0 ? o->timeout_ns : CP_FANOUT_DEFAULT_PEER_TIMEOUT_NS;
     f->max_body = o->max_body ? o->max_body : (size_t)256 << 20;
     if (rc || !f->n) {
@@ -826,6 +833,24 @@ static char *partitions_of(const cp_buf *body)
     return out;
 }
 
+/* Logs (once) and marks peer i if its partitions (the members of its "partitions" array)
+ * name one this node owns. */
+static void overlap_check(cp_fanout *f, uint32_t i, const char *parts)
+{
+    static const char key[] = "\"partition\":";
+    for (const char *q = parts; (q = strstr(q, key)); q++) {
+        long p = strtol(q + sizeof key - 1, NULL, 10);
+        if (p >= 0 && p < OWN_MAX && f->own[p]) {
+            if (!atomic_exchange(&f->overlap[i], 1))
+                cp_log_error("cluster: peer %s owns partition %ld too: both nodes store it and "
+                             "every query counts it twice; give each partition to one node "
+                             "(cluster.partitions)",
+                             f->peers[i], p);
+            return;
+        }
+    }
+}
+
 static void *offsets_run(void *arg)
 {
     offsets_arg *oa = arg;
@@ -855,6 +880,7 @@ static void *offsets_run(void *arg)
                      ? -1
                      : cp_http_get(f->peers[i], pq, f->token, 2000, (size_t)4 << 20, &res, &err);
         if (!rc && res.status == 200) parts = partitions_of(&res.body);
+        if (parts && !atomic_load(&f->overlap[i])) overlap_check(f, i, parts);
         /* this node under another name (fanout_begin's 421): its partitions are listed
          * already, and would be twice */
         if (!rc && res.status == 421 && !atomic_exchange(&f->self[i], 1))
@@ -941,5 +967,12 @@ int cp_fanout_metrics(const cp_fanout *f, cp_buf *b)
     for (uint32_t i = 0; !rc && i < f->n; i++)
         rc = cp_buf_printf(b, "contprof_cluster_peer_failures_total{peer=\"%s\"} %" PRIu64 "\n",
                            f->peers[i], atomic_load(&((cp_fanout *)f)->failures[i]));
+    if (!rc)
+        rc = cp_buf_printf(b, "# HELP contprof_cluster_peer_partition_overlap 1 if the peer "
+                              "owns a partition this node owns too (both store it).\n"
+                              "# TYPE contprof_cluster_peer_partition_overlap gauge\n");
+    for (uint32_t i = 0; !rc && i < f->n; i++)
+        rc = cp_buf_printf(b, "contprof_cluster_peer_partition_overlap{peer=\"%s\"} %d\n",
+                           f->peers[i], atomic_load(&((cp_fanout *)f)->overlap[i]));
     return rc;
 }

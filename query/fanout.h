@@ -29,6 +29,9 @@ typedef struct cp_fanout_options {
     const char *token;  /* cluster token peers present and accept; NULL/"" = none */
     int64_t timeout_ns; /* longest wait for a peer, within the request's deadline; 0 = default */
     size_t max_body;    /* largest part taken from a peer */
+    const int32_t *own; /* this node's partitions (cluster.partitions), own[0..nown); copied:
+                           a peer that lists one of them too is logged (both store it) */
+    uint32_t nown;
 } cp_fanout_options;
 
 /* Parses o->peers into a fan-out object (*out; NULL when the list is empty, which every
@@ -126,8 +129,9 @@ int cp_fanout_upload(cp_fanout *f, const char *path, const char *tenant, const v
  * 0 or CP_ENOMEM. */
 int cp_fanout_offsets(cp_fanout *f, const cp_http_request *req, cp_http_response *r, int comma);
 
-/* Appends the Prometheus lines of the fan-out (contprof_cluster_peer_failures_total per
- * peer) to b; nothing for NULL. 0 or CP_ENOMEM. */
+/* Appends the Prometheus lines of the fan-out (contprof_cluster_peer_failures_total and
+ * contprof_cluster_peer_partition_overlap, 1 once a peer listed a partition this node owns
+ * too, per peer) to b; nothing for NULL. 0 or CP_ENOMEM. */
 int cp_fanout_metrics(const cp_fanout *f, cp_buf *b);
 
 #endif

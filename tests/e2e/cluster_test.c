@@ -574,6 +574,13 @@ TEST(tokens_tenants_and_the_cluster_token)
         cp_buf_close(&ob);
     }
     CHECK(listed0);
+    /* disjoint partitions, and itself under another name: no overlap is named */
+    for (int i = 0; i < 2; i++) {
+        char ok[160];
+        snprintf(ok, sizeof ok, "contprof_cluster_peer_partition_overlap{peer=\"http://%s:%d\"}",
+                 i ? "localhost" : "127.0.0.1", ports[i]);
+        CHECK_EQ(metric(n[1].port, ok, "aaaaaaaaaaaa"), 0);
+    }
     /* team-a: 6 services (their series spread over both nodes' partitions); team-b: one */
     for (int s = 0; s < 7; s++) {
         snprintf(cmd, sizeof cmd,
@@ -1004,6 +1011,73 @@ TEST(a_peer_answering_200_with_no_part_makes_the_answer_partial)
     sh(cmd);
 }
 
+/* ---- two nodes given one partition ---------------------------------------------------- */
+
+TEST(a_partition_given_to_two_nodes_is_named)
+{
+    char dir[] = "/tmp/cp-cluster-ov-XXXXXX", cmd[700], peers[160], brokers[256], key[160];
+    CHECK(mkdtemp(dir));
+    int ports[2];
+    pick_ports(ports, 2);
+    snprintf(peers, sizeof peers, "http://127.0.0.1:%d,http://127.0.0.1:%d", ports[0], ports[1]);
+    static char conf[700], data[2][600], listen[2][64];
+    snprintf(conf, sizeof conf, "%s/n.conf", dir);
+    FILE *f = fopen(conf, "w");
+    CHECK(f);
+    fprintf(f, "embedded.partitions = 2\n");
+    fclose(f);
+    node n[2];
+    memset(n, 0, sizeof n);
+    for (int i = 0; i < 2; i++) {
+        n[i].port = ports[i];
+        snprintf(n[i].url, sizeof n[i].url, "http://127.0.0.1:%d", ports[i]);
+        snprintf(n[i].log, sizeof n[i].log, "%s/node%d.log", dir, i + 1);
+        snprintf(data[i], sizeof data[i], "%s/data%d", dir, i + 1);
+        snprintf(listen[i], sizeof listen[i], "127.0.0.1:%d", ports[i]);
+    }
+    const char *a1[] = {"--config", conf,  "--data",       data[0], "--http", listen[0],
+                        "--peers",  peers, "--partitions", "0-1",   NULL};
+    memcpy(n[0].args, a1, sizeof a1);
+    node_start(&n[0]);
+    wait_healthy(&n[0]);
+    cp_buf bb = http_get_ok(n[0].port, "/api/v1/brokers", NULL);
+    const char *q = strstr((char *)bb.data, "\"brokers\":\"");
+    CHECK(q);
+    snprintf(brokers, sizeof brokers, "%.*s", (int)strcspn(q + 11, "\""), q + 11);
+    cp_buf_close(&bb);
+    /* node 2 is given partition 1, which node 1 owns: both would store it */
+    const char *a2[] = {"--data",  data[1], "--http",       listen[1], "--brokers", brokers,
+                        "--peers", peers,   "--partitions", "1",       NULL};
+    memcpy(n[1].args, a2, sizeof a2);
+    node_start(&n[1]);
+    wait_healthy(&n[1]);
+    snprintf(key, sizeof key, "contprof_cluster_peer_partition_overlap{peer=\"%s\"}", n[0].url);
+    long long ov = -1;
+    for (int64_t end = mono_ns() + 30 * SEC; mono_ns() < end && ov != 1; usleep(50000)) {
+        cp_buf ob = http_get_ok(n[1].port, "/api/v1/ingest/offsets", NULL); /* polls peers */
+        cp_buf_close(&ob);
+        ov = metric(n[1].port, key, NULL);
+    }
+    CHECK_EQ(ov, 1);
+    char lg[1 << 15], want[200];
+    slurp(n[1].log, lg, sizeof lg);
+    snprintf(want, sizeof want, "peer %s owns partition 1 too", n[0].url);
+    CHECK_CONTAINS(lg, want);
+    /* node 1 asks node 2 in turn and sees the same */
+    snprintf(key, sizeof key, "contprof_cluster_peer_partition_overlap{peer=\"%s\"}", n[1].url);
+    ov = -1;
+    for (int64_t end = mono_ns() + 30 * SEC; mono_ns() < end && ov != 1; usleep(50000)) {
+        cp_buf ob = http_get_ok(n[0].port, "/api/v1/ingest/offsets", NULL);
+        cp_buf_close(&ob);
+        ov = metric(n[0].port, key, NULL);
+    }
+    CHECK_EQ(ov, 1);
+    for (int i = 1; i >= 0; i--)
+        CHECK_EQ(stop_daemon_within(&n[i].p, SIGTERM, 60), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    sh(cmd);
+}
+
 /* ---- configuration errors ------------------------------------------------------------ */
 
 TEST(bad_cluster_settings_are_named)
@@ -1111,4 +1185,4 @@ TEST_MAIN(T(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down),
           T(tokens_tenants_and_the_cluster_token), T(a_partition_handed_to_a_new_node_is_read_once),
           T(concurrent_fanouts_on_every_node_do_not_deadlock),
           T(a_peer_answering_200_with_no_part_makes_the_answer_partial),
-          T(bad_cluster_settings_are_named))
+          T(a_partition_given_to_two_nodes_is_named), T(bad_cluster_settings_are_named))
