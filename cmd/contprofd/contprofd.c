@@ -237,8 +237,7 @@ static int cluster_create(daemon_t *d, cp_err *err)
     int32_t *parts = NULL;
     uint32_t nparts = 0;
     /* checked here, before anything starts, rather than when ingest assigns them */
-    if (c->cluster_partitions &&
-        cp_assign_parse(c->cluster_partitions, &parts, NULL, &nparts, err))
+    if (c->cluster_partitions && cp_assign_parse(c->cluster_partitions, &parts, NULL, &nparts, err))
         return err->code;
     int rc = cluster_peers(d, parts, nparts, err);
     free(parts);
