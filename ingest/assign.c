@@ -3,6 +3,7 @@
 #include "assign.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,12 +40,17 @@ int cp_assign_parse(const char *spec, int32_t **out, int64_t **start, uint32_t *
             b = number(&s);
         } else if (a >= 0 && *s == '@' && isdigit((unsigned char)s[1])) {
             char *end;
+            errno = 0;
             from = strtoll(s + 1, &end, 10);
             s = end;
+            if (errno == ERANGE) a = -1; /* an offset past 2^63: bad item */
         }
         while (*s == ' ')
             s++;
-        if (a < 0 || b < a || (*s && *s != ',') || (from >= 0 && seen[a])) {
+        int again = 0; /* a partition named twice, in any two items */
+        for (long p = a; a >= 0 && p <= b && !again; p++)
+            again = seen[p];
+        if (a < 0 || b < a || (*s && *s != ',') || again) {
             size_t l = strcspn(item, ",");
             return cp_err_set(err, CP_EPARSE,
                               "cluster.partitions '%.64s': bad item '%.*s' (expected partition "
@@ -53,8 +59,9 @@ int cp_assign_parse(const char *spec, int32_t **out, int64_t **start, uint32_t *
                               spec, (int)(l > 32 ? 32 : l), item, CP_ASSIGN_MAX_PARTITION - 1);
         }
         for (long p = a; p <= b; p++) {
-            if (!seen[p]) at[p] = -1;
-            if (!seen[p]++) count++;
+            at[p] = -1;
+            seen[p] = 1;
+            count++;
         }
         if (from >= 0) at[a] = from;
         if (*s == ',') s++;

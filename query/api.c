@@ -130,16 +130,16 @@ static int ep_of(const char *path)
 
 int cp_api_is_light(void *api, const cp_http_request *req)
 {
-    (void)api;
+    const cp_fanout *fo = ((cp_api *)api)->o.fanout;
     int ep = ep_of(req->path);
     /* An upload is parsed and stored on a worker; anything else there is refused at once. */
     if (ep == EP_SYMBOLS && strcmp(req->method, "POST") != 0) return CP_HTTP_LANE_LOOP;
     /* an upload passed on by a peer never waits on other nodes either: the peers' lane */
     if (ep == EP_SYMBOLS)
-        return cp_fanout_is_part_request(req) ? CP_HTTP_LANE_PEER : CP_HTTP_LANE_HEAVY;
+        return cp_fanout_peer_lane(fo, req) ? CP_HTTP_LANE_PEER : CP_HTTP_LANE_HEAVY;
     if (ep == EP_OTHER || strcmp(req->method, "GET") != 0) return CP_HTTP_LANE_LOOP;
     /* A peer's request for its part never waits on other nodes: its own lane (fanout.h). */
-    if (cp_fanout_is_part_request(req)) return CP_HTTP_LANE_PEER;
+    if (cp_fanout_peer_lane(fo, req)) return CP_HTTP_LANE_PEER;
     /* Index reads stay quick whatever the window: their own slots, never behind merges. */
     if (ep == EP_SERIES || ep == EP_LABELS || ep == EP_VALUES) return CP_HTTP_LANE_CHEAP;
     return CP_HTTP_LANE_HEAVY;
@@ -1103,7 +1103,9 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
             ep_metrics(a, r);
             r->compressible = 1;
         } else if (strcmp(req->path, "/api/v1/ingest/offsets") == 0) {
-            if (cp_fanout_is_peer(a->o.fanout, req) || authenticate(a, req, r))
+            if (cp_fanout_is_self(a->o.fanout, req))
+                cp_http_error(r, 421, "this node is the asking node itself");
+            else if (cp_fanout_is_peer(a->o.fanout, req) || authenticate(a, req, r))
                 ep_offsets(a, req, r);
         } else if (strcmp(req->path, "/api/v1/brokers") == 0) {
             /* Where to write is for producers holding a token: with tokens configured, a
@@ -1132,6 +1134,9 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
         cp_params_close(&pa);
         return;
     }
+    cp_http_request rq = *req; /* a peer's request keeps the asking node's deadline */
+    rq.deadline_ns = cp_fanout_deadline(req->deadline_ns);
+    req = &rq;
     r->compressible = 1; /* unset below for answers that are gzip'd pprof already */
     switch (ep) {
     case EP_PROFILE:

@@ -22,6 +22,7 @@
 #include "pprof.h"
 
 #define MAX_PEERS 64
+#define OWN_MAX 4096 /* partition numbers 0..4095, as ingest/assign.h */
 
 /* What one peer last said of its partitions (GET /api/v1/ingest/offsets?local=1), kept
  * fresh by a thread of its own while senders ask, so that the loop thread answers a
@@ -49,6 +50,10 @@ struct cp_fanout {
      * node=ID; a node that sees its own ID answers 421, and that peer is skipped after. */
     char id[24];
     _Atomic int self[MAX_PEERS];
+    /* This node's partitions: two nodes given one partition both store it, and every
+     * query then counts it twice. The offsets poller sees the peers' lists and says so. */
+    uint8_t own[OWN_MAX];
+    _Atomic int overlap[MAX_PEERS];
 };
 
 /* The request running on this thread. */
@@ -57,7 +62,10 @@ static _Thread_local struct {
     int fanned;                 /* peers were asked */
     uint8_t missing[MAX_PEERS]; /* peers that did not answer */
     char tenant[65];            /* a peer's request: the tenant it names */
+    int64_t deadline_ns;        /* the asking node's deadline (deadline_ms); 0 = none */
 } g_req;
+
+static int64_t mono_now(void);
 
 /* ---- peers and options ---------------------------------------------------------------- */
 
@@ -129,6 +137,10 @@ int cp_fanout_create(const cp_fanout_options *o, cp_fanout **out, cp_err *err)
             break;
         }
         if (o->self && strcmp(t, o->self) == 0) continue; /* the same list on every node */
+        for (uint32_t i = 0; i < f->n && !rc; i++)
+            if (strcmp(f->peers[i], t) == 0) /* asked twice, its part would count twice */
+                rc = cp_err_set(err, CP_EINVAL, "cluster.peers: '%.128s' is listed twice", t);
+        if (rc) break;
         if (f->n == MAX_PEERS) {
             rc = cp_err_set(err, CP_EINVAL, "cluster.peers: more than %d peers", MAX_PEERS);
             break;
@@ -141,6 +153,8 @@ int cp_fanout_create(const cp_fanout_options *o, cp_fanout **out, cp_err *err)
     free(list);
     if (!rc && o->token && *o->token && !(f->token = strdup(o->token)))
         rc = cp_err_set(err, CP_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < o->nown; i++)
+        if (o->own[i] >= 0 && o->own[i] < OWN_MAX) f->own[o->own[i]] = 1;
     f->timeout_ns = o->timeout_ns > 0 ? o->timeout_ns : CP_FANOUT_DEFAULT_PEER_TIMEOUT_NS;
     f->max_body = o->max_body ? o->max_body : (size_t)256 << 20;
     if (rc || !f->n) {
@@ -175,11 +189,27 @@ static char *params_take(cp_params *pa, const char *name)
     return NULL;
 }
 
+int cp_fanout_is_self(const cp_fanout *f, const cp_http_request *req)
+{
+    if (!f) return 0;
+    size_t l = strlen(f->id);
+    for (const char *q = req->query; q && (q = strstr(q, "node=")); q += 5)
+        if ((q == req->query || q[-1] == '&') && strncmp(q + 5, f->id, l) == 0 &&
+            (q[5 + l] == 0 || q[5 + l] == '&'))
+            return 1;
+    return 0;
+}
+
 int cp_fanout_is_part_request(const cp_http_request *req)
 {
     for (const char *q = req->query; q && (q = strstr(q, "local=1")); q += 7)
         if ((q == req->query || q[-1] == '&') && (q[7] == 0 || q[7] == '&')) return 1;
     return 0;
+}
+
+int cp_fanout_peer_lane(const cp_fanout *f, const cp_http_request *req)
+{
+    return cp_fanout_is_part_request(req) && (!f || !f->token || cp_fanout_is_peer(f, req));
 }
 
 int cp_fanout_begin(const cp_fanout *f, cp_params *pa, const char **tenant, cp_http_response *r)
@@ -200,6 +230,16 @@ int cp_fanout_begin(const cp_fanout *f, cp_params *pa, const char **tenant, cp_h
         return -1;
     }
     g_req.local = local != NULL;
+    /* a peer's part is of no use once the asking node stopped waiting: its time is ours */
+    char *dl = params_take(pa, "deadline_ms"), *end = NULL;
+    long long ms = dl ? strtoll(dl, &end, 10) : 0;
+    int bad_dl = dl && (!*dl || *end || ms < 0 || ms > 86400000LL);
+    free(dl);
+    if (bad_dl) {
+        cp_http_error(r, 400, "bad deadline_ms: expected 0..86400000 (milliseconds left)");
+        return -1;
+    }
+    if (end) g_req.deadline_ns = mono_now() + ms * 1000000LL;
     if (**tenant) return 0;
     /* a peer, by the cluster token: its request names the tenant */
     if (!g_req.local) {
@@ -216,6 +256,13 @@ int cp_fanout_begin(const cp_fanout *f, cp_params *pa, const char **tenant, cp_h
     }
     *tenant = g_req.tenant;
     return 0;
+}
+
+int64_t cp_fanout_deadline(int64_t deadline_ns)
+{
+    if (g_req.deadline_ns && (!deadline_ns || g_req.deadline_ns < deadline_ns))
+        return g_req.deadline_ns;
+    return deadline_ns;
 }
 
 /* Appends `"partial":...,"missing_peers":[...],` after the '{' of a JSON object answer. */
@@ -325,7 +372,15 @@ static int fan_start(const cp_fanout *f, cp_buf *pq, const char *tenant, int64_t
                      const void *body, size_t body_len, fan *out, cp_err *err)
 {
     memset(out, 0, sizeof *out);
-    int rc = cp_buf_printf(pq, "&local=1&node=%s", f->id);
+    int64_t now = mono_now();
+    int64_t until = now + f->timeout_ns;
+    /* leave the merge and the rendering a tenth of what is left */
+    if (deadline_ns && deadline_ns - (deadline_ns - now) / 10 < until)
+        until = deadline_ns - (deadline_ns - now) / 10;
+    int64_t ms = (until - now) / 1000000;
+    if (ms < 1) ms = 1;
+    /* the peer stops when this node stops waiting (cp_fanout_begin's deadline_ms) */
+    int rc = cp_buf_printf(pq, "&local=1&node=%s&deadline_ms=%lld", f->id, (long long)ms);
     if (!rc && f->token) {
         rc = cp_buf_printf(pq, "&tenant=");
         if (!rc) rc = cp_url_encode(pq, tenant);
@@ -333,15 +388,6 @@ static int fan_start(const cp_fanout *f, cp_buf *pq, const char *tenant, int64_t
     if (!rc) rc = cp_buf_append(pq, "", 1);
     if (rc || !(out->calls = calloc(f->n, sizeof *out->calls)))
         return cp_err_set(err, CP_ENOMEM, "out of memory");
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t now = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-    int64_t until = now + f->timeout_ns;
-    /* leave the merge and the rendering a tenth of what is left */
-    if (deadline_ns && deadline_ns - (deadline_ns - now) / 10 < until)
-        until = deadline_ns - (deadline_ns - now) / 10;
-    int64_t ms = (until - now) / 1000000;
-    if (ms < 1) ms = 1;
     g_req.fanned = 1;
     out->n = f->n;
     for (uint32_t i = 0; i < f->n; i++) {
@@ -496,7 +542,7 @@ int cp_fanout_query(cp_fanout *f, cp_store *s, const char *tenant, cp_kind kind,
         else if ((prc = cp_merger_add(m, p, &e)) == CP_ENOMEM)
             rc = cp_err_set(err, prc, "%s", e.msg);
         else if (prc)
-            rc = cp_err_set(err, CP_EINVAL, "peer %s: %s", f->peers[c->peer], e.msg);
+            fan_reject(c, e.msg); /* checked before anything is added: the part adds nothing */
         cp_profile_destroy(p);
     }
     cp_profile *merged = NULL;
@@ -656,11 +702,15 @@ int cp_fanout_labels(cp_fanout *f, cp_store *s, const char *tenant, const char *
         cp_json *j = call_json(c);
         if (!j) continue;
         const cp_json *arr = cp_json_get(j, name ? "values" : "labels");
-        if (!arr || arr->type != CP_JSON_ARRAY) fan_reject(c, "no list in the answer");
-        for (uint32_t k = 0; arr && arr->type == CP_JSON_ARRAY && !rc && k < arr->n; k++) {
+        int ok = arr && arr->type == CP_JSON_ARRAY;
+        for (uint32_t k = 0; ok && k < arr->n; k++)
+            ok = cp_json_str(arr->items[k], NULL) != NULL;
+        /* checked whole first: a garbled list adds nothing */
+        if (!ok) fan_reject(c, "not a list of strings in the answer");
+        for (uint32_t k = 0; ok && !rc && k < arr->n; k++) {
             const char *v = cp_json_str(arr->items[k], NULL);
-            char *d = v ? strdup(v) : NULL;
-            if (v && (!d || cp_vec_push(out, d))) {
+            char *d = strdup(v);
+            if (!d || cp_vec_push(out, d)) {
                 free(d);
                 rc = cp_err_set(err, CP_ENOMEM, "out of memory");
             }
@@ -783,6 +833,24 @@ static char *partitions_of(const cp_buf *body)
     return out;
 }
 
+/* Logs (once) and marks peer i if its partitions (the members of its "partitions" array)
+ * name one this node owns. */
+static void overlap_check(cp_fanout *f, uint32_t i, const char *parts)
+{
+    static const char key[] = "\"partition\":";
+    for (const char *q = parts; (q = strstr(q, key)); q++) {
+        long p = strtol(q + sizeof key - 1, NULL, 10);
+        if (p >= 0 && p < OWN_MAX && f->own[p]) {
+            if (!atomic_exchange(&f->overlap[i], 1))
+                cp_log_error("cluster: peer %s owns partition %ld too: both nodes store it and "
+                             "every query counts it twice; give each partition to one node "
+                             "(cluster.partitions)",
+                             f->peers[i], p);
+            return;
+        }
+    }
+}
+
 static void *offsets_run(void *arg)
 {
     offsets_arg *oa = arg;
@@ -812,6 +880,11 @@ static void *offsets_run(void *arg)
                      ? -1
                      : cp_http_get(f->peers[i], pq, f->token, 2000, (size_t)4 << 20, &res, &err);
         if (!rc && res.status == 200) parts = partitions_of(&res.body);
+        if (parts && !atomic_load(&f->overlap[i])) overlap_check(f, i, parts);
+        /* this node under another name (fanout_begin's 421): its partitions are listed
+         * already, and would be twice */
+        if (!rc && res.status == 421 && !atomic_exchange(&f->self[i], 1))
+            cp_log_info("cluster: peer %s is this node itself: not asked again", f->peers[i]);
         cp_buf_close(&res.body);
         pthread_mutex_lock(&f->mu);
         free(f->slots[i].parts);
@@ -894,5 +967,12 @@ int cp_fanout_metrics(const cp_fanout *f, cp_buf *b)
     for (uint32_t i = 0; !rc && i < f->n; i++)
         rc = cp_buf_printf(b, "contprof_cluster_peer_failures_total{peer=\"%s\"} %" PRIu64 "\n",
                            f->peers[i], atomic_load(&((cp_fanout *)f)->failures[i]));
+    if (!rc)
+        rc = cp_buf_printf(b, "# HELP contprof_cluster_peer_partition_overlap 1 if the peer "
+                              "owns a partition this node owns too (both store it).\n"
+                              "# TYPE contprof_cluster_peer_partition_overlap gauge\n");
+    for (uint32_t i = 0; !rc && i < f->n; i++)
+        rc = cp_buf_printf(b, "contprof_cluster_peer_partition_overlap{peer=\"%s\"} %d\n",
+                           f->peers[i], atomic_load(&((cp_fanout *)f)->overlap[i]));
     return rc;
 }

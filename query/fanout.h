@@ -29,6 +29,9 @@ typedef struct cp_fanout_options {
     const char *token;  /* cluster token peers present and accept; NULL/"" = none */
     int64_t timeout_ns; /* longest wait for a peer, within the request's deadline; 0 = default */
     size_t max_body;    /* largest part taken from a peer */
+    const int32_t *own; /* this node's partitions (cluster.partitions), own[0..nown); copied:
+                           a peer that lists one of them too is logged (both store it) */
+    uint32_t nown;
 } cp_fanout_options;
 
 /* Parses o->peers into a fan-out object (*out; NULL when the list is empty, which every
@@ -45,16 +48,31 @@ uint32_t cp_fanout_npeers(const cp_fanout *f);
  * tenant from the `tenant` parameter instead of authenticating a tenant's token. */
 int cp_fanout_is_peer(const cp_fanout *f, const cp_http_request *req);
 
+/* 1 if req comes from this very node (its node=ID): a peer list that names this node under
+ * another spelling. The API answers it 421 and the asking side stops asking that peer. */
+int cp_fanout_is_self(const cp_fanout *f, const cp_http_request *req);
+
 /* 1 if req asks for this node's part only (`local=1`): what the API runs in
  * CP_HTTP_LANE_PEER. A cheap look at the raw query string; the parameter is checked when
  * the request runs. */
 int cp_fanout_is_part_request(const cp_http_request *req);
 
-/* Starts a request on this thread: forgets the previous request's state, removes `local`
- * (and, for a peer, `tenant`) from pa. For a peer (*tenant == ""), *tenant becomes the
- * `tenant` parameter (kept in pa's memory). Returns 0, or -1 with a 4xx set in r: `local`
- * other than 1, the cluster token without `local=1`, a bad tenant name. */
+/* 1 if req goes in CP_HTTP_LANE_PEER: a part request from a peer. With a cluster token
+ * configured, only one that presents it: a tenant's own local=1 queries take their turn in
+ * the heavy lane rather than the slots (and priority) kept for peers' parts. */
+int cp_fanout_peer_lane(const cp_fanout *f, const cp_http_request *req);
+
+/* Starts a request on this thread: forgets the previous request's state, removes `local`,
+ * `node`, `deadline_ms` (and, for a peer, `tenant`) from pa. For a peer (*tenant == ""), *tenant
+ * becomes the `tenant` parameter (kept in pa's memory). Returns 0, or -1 with a 4xx set in r:
+ * `local` other than 1, a bad `deadline_ms`, the cluster token without `local=1`, a bad tenant
+ * name. */
 int cp_fanout_begin(const cp_fanout *f, cp_params *pa, const char **tenant, cp_http_response *r);
+
+/* The deadline the request on this thread must keep (CLOCK_MONOTONIC): deadline_ns, or
+ * the asking node's if it named a sooner one (deadline_ms, which every fan-out sends: a
+ * peer's work ends when the asker stops waiting for it). */
+int64_t cp_fanout_deadline(int64_t deadline_ns);
 
 /* Ends a request: if a peer was missing, adds the CP_FANOUT_PARTIAL_HEADER header and, to a
  * 2xx JSON object answer, `"partial":true,"missing_peers":[...]` as its first members. */
@@ -111,8 +129,9 @@ int cp_fanout_upload(cp_fanout *f, const char *path, const char *tenant, const v
  * 0 or CP_ENOMEM. */
 int cp_fanout_offsets(cp_fanout *f, const cp_http_request *req, cp_http_response *r, int comma);
 
-/* Appends the Prometheus lines of the fan-out (contprof_cluster_peer_failures_total per
- * peer) to b; nothing for NULL. 0 or CP_ENOMEM. */
+/* Appends the Prometheus lines of the fan-out (contprof_cluster_peer_failures_total and
+ * contprof_cluster_peer_partition_overlap, 1 once a peer listed a partition this node owns
+ * too, per peer) to b; nothing for NULL. 0 or CP_ENOMEM. */
 int cp_fanout_metrics(const cp_fanout *f, cp_buf *b);
 
 #endif

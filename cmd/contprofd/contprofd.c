@@ -228,22 +228,38 @@ static int print_offsets(const cp_config *cfg)
 
 /* ---- start-up ----------------------------------------------------------------------- */
 
+static int cluster_peers(daemon_t *d, const int32_t *parts, uint32_t nparts, cp_err *err);
+
 /* The cluster's side of the query API (query/README.md "A cluster of nodes"). */
 static int cluster_create(daemon_t *d, cp_err *err)
 {
     const cp_config *c = &d->cfg;
-    int32_t *parts;
-    uint32_t nparts;
-    if (c->cluster_partitions) {
-        /* checked here, before anything starts, rather than when ingest assigns them */
-        if (cp_assign_parse(c->cluster_partitions, &parts, NULL, &nparts, err)) return err->code;
-        free(parts);
-    }
+    int32_t *parts = NULL;
+    uint32_t nparts = 0;
+    /* checked here, before anything starts, rather than when ingest assigns them */
+    if (c->cluster_partitions && cp_assign_parse(c->cluster_partitions, &parts, NULL, &nparts, err))
+        return err->code;
+    int rc = cluster_peers(d, parts, nparts, err);
+    free(parts);
+    return rc;
+}
+
+/* The fan-out of cluster.peers, given this node's partitions; 0 when there are no peers. */
+static int cluster_peers(daemon_t *d, const int32_t *parts, uint32_t nparts, cp_err *err)
+{
+    const cp_config *c = &d->cfg;
     if (!c->cluster_peers || !*c->cluster_peers) return 0;
     if (c->tokens.n && !c->cluster_token)
         return cp_err_set(err, CP_EINVAL,
                           "cluster.peers with token.<tenant> lines needs cluster.token = SECRET "
                           "(the same on every node): peers present it to each other");
+    /* a tenant holding the cluster token could read every tenant's data as a peer */
+    for (uint32_t i = 0; c->cluster_token && i < c->tokens.n; i++)
+        if (strcmp(c->tokens.v[i].value, c->cluster_token) == 0)
+            return cp_err_set(err, CP_EINVAL,
+                              "cluster.token is also token.%s: the cluster token must differ "
+                              "from every tenant's (it reads any tenant's data)",
+                              c->tokens.v[i].key);
     char self[300];
     snprintf(self, sizeof self, "http://%s%s%s:%d", strchr(c->http_host, ':') ? "[" : "",
              c->http_host, strchr(c->http_host, ':') ? "]" : "", c->http_port);
@@ -251,7 +267,9 @@ static int cluster_create(daemon_t *d, cp_err *err)
                             .self = c->http_port ? self : NULL,
                             .token = c->cluster_token,
                             .timeout_ns = c->cluster_peer_timeout_ns,
-                            .max_body = c->max_response_bytes};
+                            .max_body = c->max_response_bytes,
+                            .own = parts,
+                            .nown = nparts};
     if (cp_fanout_create(&fo, &d->fanout, err)) return err->code;
     cp_log_info("cluster: %u peer(s) asked for their part of every query: %s",
                 cp_fanout_npeers(d->fanout), c->cluster_peers);

@@ -9,6 +9,7 @@
  * it; two nodes with tenant tokens and a cluster token; and more (tests/e2e/README.md). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -554,6 +555,32 @@ TEST(tokens_tenants_and_the_cluster_token)
     memcpy(n[1].args, a2, sizeof a2);
     node_start(&n[1]);
     wait_healthy(&n[1]);
+    /* before any query taught node 2 that localhost is itself: its offsets list its own
+     * partitions once (a sender would see each twice), node 1's once they are known */
+    int listed0 = 0;
+    for (int64_t k = 0, end = mono_ns() + 30 * SEC; k < 40 && mono_ns() < end; usleep(20000)) {
+        cp_buf ob = http_get_ok(n[1].port, "/api/v1/ingest/offsets", "aaaaaaaaaaaa");
+        const char *o = (const char *)ob.data;
+        int twos = 0, zeros = 0;
+        for (const char *x = o; (x = strstr(x, "\"partition\":2,")); x++)
+            twos++;
+        for (const char *x = o; (x = strstr(x, "\"partition\":0,")); x++)
+            zeros++;
+        if (twos != 1) fprintf(stderr, "offsets of node 2: %s\n", o);
+        CHECK_EQ(twos, 1);
+        CHECK(zeros <= 1);
+        listed0 |= zeros == 1;
+        if (listed0) k++; /* then a while longer: the list is refreshed every 5 ms */
+        cp_buf_close(&ob);
+    }
+    CHECK(listed0);
+    /* disjoint partitions, and itself under another name: no overlap is named */
+    for (int i = 0; i < 2; i++) {
+        char ok[160];
+        snprintf(ok, sizeof ok, "contprof_cluster_peer_partition_overlap{peer=\"http://%s:%d\"}",
+                 i ? "localhost" : "127.0.0.1", ports[i]);
+        CHECK_EQ(metric(n[1].port, ok, "aaaaaaaaaaaa"), 0);
+    }
     /* team-a: 6 services (their series spread over both nodes' partitions); team-b: one */
     for (int s = 0; s < 7; s++) {
         snprintf(cmd, sizeof cmd,
@@ -831,6 +858,226 @@ TEST(concurrent_fanouts_on_every_node_do_not_deadlock)
     sh(cmd);
 }
 
+/* ---- a peer that answers 200 with something that is not a part ---------------------- */
+
+/* A fake peer on loopback: every connection gets the same canned answer, whatever it asks. */
+typedef struct fake_peer {
+    int fd, port, stop;
+    pthread_t th;
+    pthread_mutex_t mu;
+    cp_buf answer;   /* the whole HTTP response */
+    char last[8192]; /* the last request's head */
+} fake_peer;
+
+static void *fake_peer_run(void *arg)
+{
+    fake_peer *fp = arg;
+    for (;;) {
+        pthread_mutex_lock(&fp->mu);
+        int stop = fp->stop;
+        pthread_mutex_unlock(&fp->mu);
+        if (stop) break;
+        struct pollfd pl = {.fd = fp->fd, .events = POLLIN};
+        if (poll(&pl, 1, 50) <= 0) continue;
+        int c = accept(fp->fd, NULL, NULL);
+        if (c < 0) continue;
+        char buf[8192];
+        size_t got = 0;
+        ssize_t n;
+        while (got < sizeof buf - 1 && (n = read(c, buf + got, sizeof buf - 1 - got)) > 0) {
+            got += (size_t)n;
+            buf[got] = 0;
+            if (strstr(buf, "\r\n\r\n")) break;
+        }
+        pthread_mutex_lock(&fp->mu);
+        memcpy(fp->last, buf, got + 1);
+        ssize_t w = write(c, fp->answer.data, fp->answer.len);
+        pthread_mutex_unlock(&fp->mu);
+        (void)w;
+        close(c);
+    }
+    return NULL;
+}
+
+/* Sets the canned answer: 200 with body[0..len) as application/octet-stream. */
+static void fake_peer_answer(fake_peer *fp, const void *body, size_t len)
+{
+    pthread_mutex_lock(&fp->mu);
+    fp->answer.len = 0;
+    CHECK(cp_buf_printf(&fp->answer,
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                        "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                        len) == 0);
+    CHECK(cp_buf_append(&fp->answer, body, len) == 0);
+    pthread_mutex_unlock(&fp->mu);
+}
+
+TEST(a_peer_answering_200_with_no_part_makes_the_answer_partial)
+{
+    fake_peer fp = {0};
+    pthread_mutex_init(&fp.mu, NULL);
+    fp.fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    CHECK(fp.fd >= 0 && bind(fp.fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+          listen(fp.fd, 16) == 0);
+    CHECK(getsockname(fp.fd, (struct sockaddr *)&a, &al) == 0);
+    fp.port = ntohs(a.sin_port);
+    fake_peer_answer(&fp, "", 0);
+    CHECK(pthread_create(&fp.th, NULL, fake_peer_run, &fp) == 0);
+
+    char dir[] = "/tmp/cp-cluster-fake-XXXXXX", cmd[700], conf[600], data[600], peers[64];
+    CHECK(mkdtemp(dir));
+    snprintf(conf, sizeof conf, "%s/n.conf", dir);
+    snprintf(data, sizeof data, "%s/data", dir);
+    snprintf(peers, sizeof peers, "http://127.0.0.1:%d", fp.port);
+    FILE *f = fopen(conf, "w");
+    CHECK(f);
+    fprintf(f, "embedded.partitions = 1\ncluster.peer_timeout = 10s\n");
+    fclose(f);
+    node n;
+    memset(&n, 0, sizeof n);
+    snprintf(n.log, sizeof n.log, "%s/node.log", dir);
+    const char *args[] = {"--config",    conf,      "--data", data, "--http",
+                          "127.0.0.1:0", "--peers", peers,    NULL};
+    memcpy(n.args, args, sizeof args);
+    start_daemon_log(&n.p, n.log, n.args, 60);
+    n.port = n.p.port;
+    wait_healthy(&n);
+    const char *pq = "/api/v1/profile?format=json&type=cpu&from=-1h&to=now";
+
+    /* an empty 200 is not a part */
+    cp_http_result r = http_get(n.port, pq, NULL);
+    CHECK_EQ(r.status, 200);
+    CHECK_CONTAINS((char *)r.body.data, "\"partial\":true");
+    CHECK_CONTAINS((char *)r.body.data, peers);
+    cp_buf_close(&r.body);
+    /* the peer was told how long the asking node waits for it (at most peer_timeout) */
+    pthread_mutex_lock(&fp.mu);
+    const char *dl = strstr(fp.last, "&deadline_ms=");
+    long long dms = dl ? strtoll(dl + 13, NULL, 10) : -1;
+    pthread_mutex_unlock(&fp.mu);
+    CHECK(dms > 0 && dms <= 10000);
+    /* and a peer keeps that deadline: with none left, its part is a time-out, not a
+     * part computed for nobody */
+    r = http_get(n.port, "/api/v1/profile?format=pprof&type=cpu&local=1&deadline_ms=0", NULL);
+    CHECK_EQ(r.status, 503);
+    CHECK_CONTAINS((char *)r.body.data, "query.timeout");
+    cp_buf_close(&r.body);
+    r = http_get(n.port, "/api/v1/profile?format=pprof&type=cpu&local=1&deadline_ms=x", NULL);
+    CHECK_EQ(r.status, 400);
+    CHECK_CONTAINS((char *)r.body.data, "bad deadline_ms");
+    cp_buf_close(&r.body);
+
+    /* a gzip'd profile of other sample types: it cannot merge, so it is left out, and the
+     * answer says so rather than failing */
+    cp_profile *odd = cp_profile_create();
+    CHECK(odd && cp_profile_add_sample_type(odd, "odd", "things") == 0);
+    cp_buf gz = {0};
+    CHECK(cp_pprof_encode(odd, 1, &gz) == 0);
+    cp_profile_destroy(odd);
+    fake_peer_answer(&fp, gz.data, gz.len);
+    r = http_get(n.port, pq, NULL);
+    CHECK_EQ(r.status, 200);
+    CHECK_CONTAINS((char *)r.body.data, "\"partial\":true");
+    cp_buf_close(&r.body);
+
+    /* a label list with something else than names in it adds nothing, and says so */
+    const char *garbled = "{\"labels\":[\"zone\",7]}";
+    fake_peer_answer(&fp, garbled, strlen(garbled));
+    r = http_get(n.port, "/api/v1/labels", NULL);
+    CHECK_EQ(r.status, 200);
+    CHECK_CONTAINS((char *)r.body.data, "\"partial\":true");
+    CHECK(!strstr((char *)r.body.data, "zone"));
+    cp_buf_close(&r.body);
+
+    /* the same gzip'd part cut short: gzip's trailer is missing */
+    fake_peer_answer(&fp, gz.data, gz.len - 6);
+    r = http_get(n.port, pq, NULL);
+    CHECK_EQ(r.status, 200);
+    CHECK_CONTAINS((char *)r.body.data, "\"partial\":true");
+    cp_buf_close(&r.body);
+    cp_buf_close(&gz);
+
+    CHECK_EQ(stop_daemon_within(&n.p, SIGTERM, 60), 0);
+    pthread_mutex_lock(&fp.mu);
+    fp.stop = 1;
+    pthread_mutex_unlock(&fp.mu);
+    pthread_join(fp.th, NULL);
+    close(fp.fd);
+    cp_buf_close(&fp.answer);
+    pthread_mutex_destroy(&fp.mu);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    sh(cmd);
+}
+
+/* ---- two nodes given one partition ---------------------------------------------------- */
+
+TEST(a_partition_given_to_two_nodes_is_named)
+{
+    char dir[] = "/tmp/cp-cluster-ov-XXXXXX", cmd[700], peers[160], brokers[256], key[160];
+    CHECK(mkdtemp(dir));
+    int ports[2];
+    pick_ports(ports, 2);
+    snprintf(peers, sizeof peers, "http://127.0.0.1:%d,http://127.0.0.1:%d", ports[0], ports[1]);
+    static char conf[700], data[2][600], listen[2][64];
+    snprintf(conf, sizeof conf, "%s/n.conf", dir);
+    FILE *f = fopen(conf, "w");
+    CHECK(f);
+    fprintf(f, "embedded.partitions = 2\n");
+    fclose(f);
+    node n[2];
+    memset(n, 0, sizeof n);
+    for (int i = 0; i < 2; i++) {
+        n[i].port = ports[i];
+        snprintf(n[i].url, sizeof n[i].url, "http://127.0.0.1:%d", ports[i]);
+        snprintf(n[i].log, sizeof n[i].log, "%s/node%d.log", dir, i + 1);
+        snprintf(data[i], sizeof data[i], "%s/data%d", dir, i + 1);
+        snprintf(listen[i], sizeof listen[i], "127.0.0.1:%d", ports[i]);
+    }
+    const char *a1[] = {"--config", conf,  "--data",       data[0], "--http", listen[0],
+                        "--peers",  peers, "--partitions", "0-1",   NULL};
+    memcpy(n[0].args, a1, sizeof a1);
+    node_start(&n[0]);
+    wait_healthy(&n[0]);
+    cp_buf bb = http_get_ok(n[0].port, "/api/v1/brokers", NULL);
+    const char *q = strstr((char *)bb.data, "\"brokers\":\"");
+    CHECK(q);
+    snprintf(brokers, sizeof brokers, "%.*s", (int)strcspn(q + 11, "\""), q + 11);
+    cp_buf_close(&bb);
+    /* node 2 is given partition 1, which node 1 owns: both would store it */
+    const char *a2[] = {"--data",  data[1], "--http",       listen[1], "--brokers", brokers,
+                        "--peers", peers,   "--partitions", "1",       NULL};
+    memcpy(n[1].args, a2, sizeof a2);
+    node_start(&n[1]);
+    wait_healthy(&n[1]);
+    snprintf(key, sizeof key, "contprof_cluster_peer_partition_overlap{peer=\"%s\"}", n[0].url);
+    long long ov = -1;
+    for (int64_t end = mono_ns() + 30 * SEC; mono_ns() < end && ov != 1; usleep(50000)) {
+        cp_buf ob = http_get_ok(n[1].port, "/api/v1/ingest/offsets", NULL); /* polls peers */
+        cp_buf_close(&ob);
+        ov = metric(n[1].port, key, NULL);
+    }
+    CHECK_EQ(ov, 1);
+    char lg[1 << 15], want[200];
+    slurp(n[1].log, lg, sizeof lg);
+    snprintf(want, sizeof want, "peer %s owns partition 1 too", n[0].url);
+    CHECK_CONTAINS(lg, want);
+    /* node 1 asks node 2 in turn and sees the same */
+    snprintf(key, sizeof key, "contprof_cluster_peer_partition_overlap{peer=\"%s\"}", n[1].url);
+    ov = -1;
+    for (int64_t end = mono_ns() + 30 * SEC; mono_ns() < end && ov != 1; usleep(50000)) {
+        cp_buf ob = http_get_ok(n[0].port, "/api/v1/ingest/offsets", NULL);
+        cp_buf_close(&ob);
+        ov = metric(n[0].port, key, NULL);
+    }
+    CHECK_EQ(ov, 1);
+    for (int i = 1; i >= 0; i--)
+        CHECK_EQ(stop_daemon_within(&n[i].p, SIGTERM, 60), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    sh(cmd);
+}
+
 /* ---- configuration errors ------------------------------------------------------------ */
 
 TEST(bad_cluster_settings_are_named)
@@ -846,6 +1093,17 @@ TEST(bad_cluster_settings_are_named)
         {"--partitions", "3-1", "bad item '3-1'"},
         {"--partitions", "2,2@10", "bad item '2@10'"},
         {"--peers", "127.0.0.1:7070", "'127.0.0.1:7070' is not a peer's URL"},
+        /* each partition once, whatever the items: else ingest would assign it twice */
+        {"--partitions", "0,0", "bad item '0'"},
+        {"--partitions", "0-3,2", "bad item '2'"},
+        {"--partitions", "5@7,5", "bad item '5'"},
+        /* an offset past 2^63 - 1 is no offset (strtoll clamps it) */
+        {"--partitions", "5@99999999999999999999", "bad item '5@99999999999999999999'"},
+        {"--partitions", "0-4294967296", "bad item '0-4294967296'"},
+        {"--partitions", "5@-1", "bad item '5@-1'"},
+        /* a peer listed twice would be asked twice, its part counted twice */
+        {"--peers", "http://127.0.0.1:7070,http://127.0.0.1:7070/",
+         "'http://127.0.0.1:7070' is listed twice"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *args[] = {"--data",      data,           "--http", "127.0.0.1:0",
@@ -883,6 +1141,23 @@ TEST(bad_cluster_settings_are_named)
     char buf[8192];
     slurp(log, buf, sizeof buf);
     CHECK_CONTAINS(buf, "needs cluster.token");
+    /* the cluster token reads any tenant's data: it must not be a tenant's own token */
+    f = fopen(conf, "w");
+    CHECK(f);
+    fprintf(f, "token.team-a = aaaaaaaaaaaa\ntoken.team-b = bbbbbbbbbbbb\n"
+               "cluster.token = bbbbbbbbbbbb\ncluster.peers = http://127.0.0.1:1\n");
+    fclose(f);
+    fflush(NULL);
+    pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        FILE *fl = freopen(log, "w", stderr);
+        if (fl) dup2(2, 1);
+        exec_contprofd(args);
+    }
+    CHECK_EQ(wait_exit(pid, 60), 1);
+    slurp(log, buf, sizeof buf);
+    CHECK_CONTAINS(buf, "cluster.token is also token.team-b");
     /* a failure once the HTTP server runs (here librdkafka refusing a property) exits too,
      * instead of waiting for a signal */
     f = fopen(conf, "w");
@@ -908,4 +1183,6 @@ TEST(bad_cluster_settings_are_named)
 TEST_MAIN(T(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down),
           T(a_symbol_upload_to_one_node_names_frames_stored_on_another),
           T(tokens_tenants_and_the_cluster_token), T(a_partition_handed_to_a_new_node_is_read_once),
-          T(concurrent_fanouts_on_every_node_do_not_deadlock), T(bad_cluster_settings_are_named))
+          T(concurrent_fanouts_on_every_node_do_not_deadlock),
+          T(a_peer_answering_200_with_no_part_makes_the_answer_partial),
+          T(a_partition_given_to_two_nodes_is_named), T(bad_cluster_settings_are_named))

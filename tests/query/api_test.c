@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <sys/stat.h>
 
+#include "fanout.h"
 #include "fixture.h"
 #include "merge.h"
 #include "pprof.h"
@@ -615,7 +616,51 @@ TEST(cli_against_the_server)
     qfx_close(&f, 1);
 }
 
+/* The peers' lane (own slots, normal priority) is for peers: with a cluster token, a
+ * tenant's local=1 query takes its turn in the heavy lane like any other query. */
+TEST(peers_lane_is_for_the_cluster_token)
+{
+    cp_err err = {0};
+    cp_fanout *fan = NULL;
+    cp_fanout_options fo = {.peers = "http://127.0.0.1:1", .token = "cluster-s3cret"};
+    CHECK(cp_fanout_create(&fo, &fan, &err) == 0 && fan);
+    cp_api_token toks[] = {{"s3cret-alpha", "alpha"}};
+    cp_api_options ao;
+    cp_api_options_default(&ao);
+    ao.tokens = toks;
+    ao.ntokens = 1;
+    ao.fanout = fan;
+    cp_api *api = cp_api_create(&ao);
+    CHECK(api);
+    cp_http_request rq = {.method = "GET",
+                          .path = "/api/v1/profile",
+                          .query = "format=pprof&local=1&tenant=alpha",
+                          .authorization = "Bearer cluster-s3cret"};
+    CHECK_EQ(cp_api_is_light(api, &rq), CP_HTTP_LANE_PEER);
+    rq.query = "format=pprof&local=1";
+    rq.authorization = "Bearer s3cret-alpha";
+    CHECK_EQ(cp_api_is_light(api, &rq), CP_HTTP_LANE_HEAVY);
+    rq.path = "/api/v1/series";
+    CHECK_EQ(cp_api_is_light(api, &rq), CP_HTTP_LANE_CHEAP);
+    rq.authorization = NULL;
+    CHECK_EQ(cp_api_is_light(api, &rq), CP_HTTP_LANE_CHEAP);
+    cp_api_destroy(api);
+    cp_fanout_destroy(fan);
+    /* without a cluster token any local=1 is a peer's (no token tells them apart) */
+    fo.token = NULL;
+    CHECK(cp_fanout_create(&fo, &fan, &err) == 0 && fan);
+    ao.tokens = NULL;
+    ao.ntokens = 0;
+    ao.fanout = fan;
+    api = cp_api_create(&ao);
+    CHECK(api);
+    rq.path = "/api/v1/profile";
+    CHECK_EQ(cp_api_is_light(api, &rq), CP_HTTP_LANE_PEER);
+    cp_api_destroy(api);
+    cp_fanout_destroy(fan);
+}
+
 TEST_MAIN(T(profile_formats), T(bad_requests_are_4xx_json), T(block_limit_is_400),
           T(series_labels_timeline_metrics), T(inuse_is_last_snapshot_per_instance),
           T(diff_of_windows_and_versions), T(tokens_and_tenant_isolation),
-          T(cli_against_the_server))
+          T(cli_against_the_server), T(peers_lane_is_for_the_cluster_token))
