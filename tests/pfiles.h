@@ -84,7 +84,23 @@ static inline const char *loc_func(const cp_profile *p, uint32_t loc_id)
     return cp_profile_str(p, p->functions.v[ln->function_id - 1].name);
 }
 
-/* Sum of value column t over samples whose stack contains function fn (NULL: all). */
+/* Does location loc_id have function fn on any of its lines? A location holds a frame and
+ * the frames inlined into it (innermost first): a sample in clock_gettime called from
+ * thread_cpu inlined into burn_solo is in burn_solo, though burn_solo is its second line. */
+static inline int loc_has_func(const cp_profile *p, uint32_t loc_id, const char *fn)
+{
+    const cp_location *l = &p->locations.v[loc_id - 1];
+    for (uint32_t k = 0; k < l->nlines; k++) {
+        const cp_line *ln = &p->lines.v[l->line_off + k];
+        if (ln->function_id &&
+            !strcmp(cp_profile_str(p, p->functions.v[ln->function_id - 1].name), fn))
+            return 1;
+    }
+    return 0;
+}
+
+/* Sum of value column t over samples whose stack contains function fn, inlined or not
+ * (NULL: all). */
 static inline int64_t func_total(const cp_profile *p, const char *fn, int t)
 {
     int64_t sum = 0;
@@ -92,7 +108,7 @@ static inline int64_t func_total(const cp_profile *p, const char *fn, int t)
         const cp_sample *s = &p->samples.v[i];
         int hit = fn == NULL;
         for (uint32_t j = 0; j < s->nlocs && !hit; j++)
-            hit = strcmp(loc_func(p, p->stack.v[s->loc_off + j]), fn) == 0;
+            hit = loc_has_func(p, p->stack.v[s->loc_off + j], fn);
         if (hit) sum += cp_profile_sample_values(p, i)[t];
     }
     return sum;

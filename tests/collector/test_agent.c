@@ -258,18 +258,34 @@ TEST(churn_inuse_zero)
     run_res r;
     run(args, env, &r);
     CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
-    double truth = atof(r.out);
+    double total = 0, truth = 0;
+    CHECK(sscanf(r.out, "%lf %lf", &total, &truth) == 2);
     pset s;
     pset_load(g_dir, &s);
+    /* The frees were matched against real samples: the estimate of what churn_alloc was asked
+     * (5/6 of all: a third of its blocks are grown by realloc) holds. Sampling every 512 KiB
+     * on average, blocks of at most 8 KiB: Poisson, sd = sqrt(truth * 512 KiB), about 1.4%. */
     double alloc = (double)sum_kind(&s, "alloc", NULL, "churn_alloc", 1);
-    printf("allocated %.1f MiB, estimated %.1f MiB\n", truth / 1048576, alloc / 1048576);
-    CHECK(alloc > 0.8 * truth); /* the frees were matched against real samples */
-    /* inuse at the end, over every isolate: what the churn threads left is nothing */
-    int64_t left = 0;
+    double sd = sqrt(truth * 524288.0);
+    printf("allocated %.1f MiB, %.1f MiB in churn_alloc, estimated %.1f MiB (5 sd %.1f MiB)\n",
+           total / 1048576, truth / 1048576, alloc / 1048576, 5 * sd / 1048576);
+    CHECK(fabs(alloc - truth) <= 5 * sd);
+    /* inuse at the end, over every isolate: what the churn threads left is nothing. The end
+     * is the last window (the one written at exit, after the threads freed everything), not
+     * the last few files: a window taken during the churn (one comes when load stretches the
+     * run past 500 ms) holds what was live then, and its files can be among the last few. */
+    int64_t end = 0, left = 0;
+    int inuse_at_end = 0;
     for (int i = 0; i < s.n; i++)
-        if (!strcmp(s.f[i].kind, "inuse") && s.f[i].seq >= s.f[s.n - 1].seq - 3)
+        if (s.f[i].p->time_nanos > end) end = s.f[i].p->time_nanos;
+    for (int i = 0; i < s.n; i++)
+        if (!strcmp(s.f[i].kind, "inuse") && s.f[i].p->time_nanos == end) {
             left += func_total(s.f[i].p, "churn_alloc", 1);
-    printf("inuse left in churn_alloc: %lld bytes\n", (long long)left);
+            inuse_at_end++;
+        }
+    printf("inuse left in churn_alloc: %lld bytes in %d inuse profiles of the last window\n",
+           (long long)left, inuse_at_end);
+    CHECK(inuse_at_end > 0);
     CHECK(left == 0);
     pset_free(&s);
     remove_dir();
@@ -598,7 +614,11 @@ TEST(engine_by_rate)
             printf("timers at 100 Hz: %lld samples, %.3f s of CPU attributed, %.3f s measured\n",
                    (long long)n, ns / 1e9, cpu);
             CHECK(fabs(ns / 1e9 - cpu) <= 0.1 * cpu);
-            CHECK(fabs((double)n / cpu - 100) <= 10);
+            /* A POSIX CPU timer fires on a scheduler tick that finds the thread running, at
+             * most once per 10 ms period of its CPU time: about 100 signals per CPU second
+             * alone, fewer under load, where one signal carries its overruns (the CPU time
+             * check above). More than the rate would mean a shorter period. */
+            CHECK(n > 0 && (double)n <= cpu * 100 + 2);
         }
         pset_free(&s);
         remove_dir();

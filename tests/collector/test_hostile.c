@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -66,8 +67,8 @@ static const char *sub(const char *name)
  * (no LD_PRELOAD, no CONTPROF_*); stdout into r->out, stderr into r->err. */
 static void run(const char *const *argv, const char *const *env, res *r)
 {
-    char errpath[400];
-    snprintf(errpath, sizeof(errpath), "%s/stderr", g_dir);
+    char errpath[400]; /* per test process: sigprof_case runs two programs at once */
+    snprintf(errpath, sizeof(errpath), "%s/stderr.%d", g_dir, (int)getpid());
     int rd;
     pid_t pid = fork_stdout_pipe(&rd);
     if (pid == 0) {
@@ -352,15 +353,16 @@ TEST(fork_then_closefrom)
 /* ------------------------------------------------------------------------------------
  * (b) the program's own SIGPROF handler and ITIMER_PROF at 100 Hz, installed after start */
 
-static void parse_sig(const res *r, double *rate, int *foreign)
+/* The program's report on stderr: signals its handler took from its own timer, others
+ * (foreign), the process CPU time they were taken over, and the signals of its reference
+ * timer (same rate, SIGUSR2). */
+static void parse_sig(const res *r, int *n, int *foreign, double *cpu, int *ref)
 {
-    int n = -1, f = -1;
-    double cpu = 0;
+    *n = *foreign = *ref = -1;
+    *cpu = 0;
     const char *s = strstr(r->err, "signals ");
-    CHECK(s && sscanf(s, "signals %d foreign %d cpu %lf", &n, &f, &cpu) == 3);
-    CHECK(cpu > 0);
-    *rate = n / cpu;
-    *foreign = f;
+    CHECK(s && sscanf(s, "signals %d foreign %d cpu %lf ref %d", n, foreign, cpu, ref) == 4);
+    CHECK(*n >= 0 && *cpu > 0 && *ref > 0);
 }
 
 static void sigprof_case(const char *how, const char *engine, const char *hz)
@@ -369,23 +371,44 @@ static void sigprof_case(const char *how, const char *engine, const char *hz)
     const char *prof = sub("prof");
     const char *argv[] = {CPH, "sigprof", how, "2", NULL};
     const char *env[] = {PRELOAD, outdir_env(prof), "CONTPROF_WINDOW=500ms", engine, hz, NULL};
-    res *a = malloc(sizeof(res)), *b = malloc(sizeof(res));
-    run(argv, NULL, a);
+    /* Both at once, so that both see the same load: a (without the agent) from a child of
+     * this test, into memory shared with it. */
+    res *a = mmap(NULL, sizeof(res), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    res *b = malloc(sizeof(res));
+    CHECK(a != MAP_FAILED && b);
+    pid_t kid = fork();
+    CHECK(kid >= 0);
+    if (kid == 0) {
+        run(argv, NULL, a);
+        _exit(0);
+    }
     run(argv, env, b);
+    int st;
+    CHECK(waitpid(kid, &st, 0) == kid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     same(a, b);
     CHECK_EQ(exit_code(b), 0);
-    double ra, rb;
-    int fa, fb;
-    parse_sig(a, &ra, &fa);
-    parse_sig(b, &rb, &fb);
-    printf("%s %s: %.1f signals per CPU second without the agent, %.1f with; foreign %d\n", how,
-           engine, ra, rb, fb);
-    /* ITIMER_PROF (or the process CPU timer) at 100 Hz expires on the 4 ms scheduler tick after
-     * each 10 ms of process CPU time: about 100 per CPU second either way (the agent's own CPU time
-     * counts in both the signals and the divisor). 15% covers the tick rounding over 2 s (a few
-     * signals) and load on this machine; the agent's signals on top would double it. */
-    CHECK(fabs(rb - ra) <= 0.15 * ra);
-    CHECK(fabs(ra - 100) <= 20);
+    int na, nb, fa, fb, refa, refb;
+    double ca, cb;
+    parse_sig(a, &na, &fa, &ca, &refa);
+    parse_sig(b, &nb, &fb, &cb, &refb);
+    double ra = na / ca, rb = nb / cb, qa = (double)na / refa, qb = (double)nb / refb;
+    printf("%s %s: %.1f signals per CPU second without the agent (%d in %.3f s, %.2f of the "
+           "reference timer's), %.1f with (%d in %.3f s, %.2f); foreign %d\n",
+           how, engine, ra, na, ca, qa, rb, nb, cb, qb, fb);
+    /* ITIMER_PROF (or the process CPU timer) at 100 Hz expires on the first scheduler tick
+     * that finds the process running after each 10 ms of its CPU time: about 100 signals per
+     * CPU second alone (up to 110.5 seen), not 150 (the agent's 100 on top would give 200). Under
+     * load (ctest -j on two cores) far fewer ticks find a process running and each delivers at most
+     * one signal: seen 25 to 75 per CPU second, with and without the agent alike, varying from run
+     * to run with the load. So the two programs run at the same time, and each counts its signals
+     * against a reference timer of its own at the same rate, checked on the same ticks (seen
+     * alone: 0.99 to 1.11; under load 0.53 to 0.74, with and without the agent). The program under the
+     * agent must keep at least half the share of the one without: an agent that took its signals
+     * (all, or two of three) fails; its signals on top fail the upper bound and the foreign count.
+     */
+    CHECK(na > 0 && na <= ca * 150);
+    CHECK(nb > 0 && nb <= cb * 150);
+    CHECK(qb >= 0.5 * qa);
     /* only the itimer's signals reached the handler (the program counts any other) */
     CHECK_EQ(fb, 0);
     /* and the agent kept profiling: about all of the 2.5 s of CPU is in its profiles */
@@ -399,7 +422,7 @@ static void sigprof_case(const char *how, const char *engine, const char *hz)
     printf("profiles hold %.3f s of CPU\n", ns / 1e9);
     CHECK(ns > 0.8 * 2.5e9);
     pset_free(&s);
-    free(a);
+    munmap(a, sizeof(res));
     free(b);
     sh("rm -rf %s", g_dir);
 }

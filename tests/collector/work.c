@@ -3,6 +3,7 @@
  * quantity the profiles must show. Usage: cpw MODE [ARGS]. */
 #include <malloc.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,9 +155,11 @@ __attribute__((noinline)) void *churn_alloc(size_t n)
     return p;
 }
 
+static _Atomic uint64_t churn_alloc_bytes; /* what churn_alloc itself was asked for */
+
 static void *churn_thread(void *a)
 {
-    uint64_t s = (uintptr_t)a, sum = 0;
+    uint64_t s = (uintptr_t)a, sum = 0, in_alloc = 0;
     void *slots[64] = {0};
     for (int i = 0; i < 400000; i++) {
         int k = (int)(lcg(&s) % 64);
@@ -165,13 +168,16 @@ static void *churn_thread(void *a)
         slots[k] = i % 3 ? churn_alloc(n) : realloc(churn_alloc(n / 2 + 1), n);
         ((char *)slots[k])[0] = (char)i;
         sum += n;
+        in_alloc += i % 3 ? n : n / 2 + 1;
     }
     for (int k = 0; k < 64; k++)
         free(slots[k]);
+    churn_alloc_bytes += in_alloc;
     return (void *)(uintptr_t)sum;
 }
 
-/* Allocation/free loops on 2 threads; nothing stays live. */
+/* Allocation/free loops on 2 threads; nothing stays live. Prints the bytes allocated and,
+ * of those, the bytes asked of churn_alloc (the rest grew by realloc). */
 static int mode_churn(void)
 {
     pthread_t t[2];
@@ -183,7 +189,7 @@ static int mode_churn(void)
         pthread_join(t[i], &r);
         total += (uintptr_t)r;
     }
-    printf("%llu\n", (unsigned long long)total);
+    printf("%llu %llu\n", (unsigned long long)total, (unsigned long long)churn_alloc_bytes);
     return 0;
 }
 
