@@ -109,7 +109,7 @@ struct cp_ingest {
     /* store failure: paused until cp_store_reopen succeeds (ingest thread only) */
     int paused;
     int64_t retry_at, backoff;
-    CP_VEC(uint8_t) ours_durable; /* parts[i].ours as of the last successful commit */
+    CP_VEC(uint8_t) ours_durable;      /* parts[i].ours as of the last successful commit */
     CP_VEC(dlq_retry) retry;           /* failed DLQ deliveries, produced again by dlq_settle */
     CP_VEC(cp_ingest_dropped) dropped; /* under mu */
     producer_seen producers[MAX_PRODUCERS]; /* open addressing by producer id */
@@ -625,8 +625,8 @@ static void decode_slot(cp_ingest *in, slot *sl, cp_pprof_decoder *dec)
     sl->err.msg[0] = 0;
     sl->rc_prof = 0;
     sl->tenant_bad = 0;
-    sl->rc_env =
-        cp_envelope_decode_view(sl->m->payload, sl->m->len, in->o.max_message_bytes, &sl->env, &sl->err);
+    sl->rc_env = cp_envelope_decode_view(sl->m->payload, sl->m->len, in->o.max_message_bytes,
+                                         &sl->env, &sl->err);
     if (!sl->rc_env && in->o.tenant_tokens && !tenant_signed(in, sl)) {
         /* Checked before the payload is decoded: a forged envelope costs no pprof work. */
         sl->tenant_bad = 1;

@@ -24,7 +24,8 @@ static int gunzip_diagnose(const uint8_t *src, size_t len, cp_err *err)
     z_stream z;
     uint8_t sink[16384];
     memset(&z, 0, sizeof z);
-    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return cp_err_set(err, CP_ENOMEM, "out of memory");
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
+        return cp_err_set(err, CP_ENOMEM, "out of memory");
     z.next_in = (Bytef *)src;
     z.avail_in = (uInt)len;
     int rc;
@@ -39,17 +40,20 @@ static int gunzip_diagnose(const uint8_t *src, size_t len, cp_err *err)
     if (rc == Z_BUF_ERROR || (rc == Z_OK && z.avail_in == 0))
         return cp_err_set(err, CP_EGZIP, "gzip data truncated after %zu bytes", len);
     if (rc == Z_STREAM_END)
-        return cp_err_set(err, CP_EGZIP, "bad gzip data: %zu trailing bytes after the stream", len - at);
+        return cp_err_set(err, CP_EGZIP, "bad gzip data: %zu trailing bytes after the stream",
+                          len - at);
     return cp_err_set(err, CP_EGZIP, "bad gzip data at input byte %zu: %s", at, msg);
 }
 
 /* libdeflate decompresses whole buffers 2-3x faster than zlib's streaming inflate; the
  * gzip trailer's ISIZE (size mod 2^32) is the first guess for the output size. */
-static int gunzip_with(struct libdeflate_decompressor *d, const uint8_t *src, size_t len, size_t max_out,
-                       cp_buf *out, cp_err *err)
+static int gunzip_with(struct libdeflate_decompressor *d, const uint8_t *src, size_t len,
+                       size_t max_out, cp_buf *out, cp_err *err)
 {
     if (len < 18 || !cp_is_gzip(src, len))
-        return cp_err_set(err, CP_EGZIP, "gzip data truncated: %zu bytes, shorter than a gzip header and trailer", len);
+        return cp_err_set(err, CP_EGZIP,
+                          "gzip data truncated: %zu bytes, shorter than a gzip header and trailer",
+                          len);
     size_t guess = (size_t)src[len - 4] | (size_t)src[len - 3] << 8 | (size_t)src[len - 2] << 16 |
                    (size_t)src[len - 1] << 24;
     if (guess > max_out) guess = max_out;
@@ -66,12 +70,15 @@ static int gunzip_with(struct libdeflate_decompressor *d, const uint8_t *src, si
         if (r == LIBDEFLATE_SUCCESS) {
             out->len += got;
             if (used != len)
-                rc = cp_err_set(err, CP_EGZIP, "gzip data has %zu trailing bytes after the first member", len - used);
+                rc = cp_err_set(err, CP_EGZIP,
+                                "gzip data has %zu trailing bytes after the first member",
+                                len - used);
             break;
         }
         if (r == LIBDEFLATE_INSUFFICIENT_SPACE) {
             if (guess >= max_out) {
-                rc = cp_err_set(err, CP_ELIMIT, "gzip data inflates past the %zu-byte limit", max_out);
+                rc = cp_err_set(err, CP_ELIMIT, "gzip data inflates past the %zu-byte limit",
+                                max_out);
                 break;
             }
             guess = guess > max_out / 2 ? max_out : guess * 2;
@@ -258,33 +265,34 @@ __attribute__((target("ssse3"))) static void ids_ssse3(const uint8_t **qp, const
 
 /* Reads one element or a packed run of a repeated varint field into a CP_VEC of int64_t or
  * uint64_t (an int64 is the varint of its two's complement: the same bits). */
-#define READ_REPEATED64(r, wt, vec, ...)                                               \
-    do {                                                                               \
-        if ((wt) == WT_LEN) {                                                          \
-            rd pk_;                                                                    \
-            if (rd_len((r), &pk_)) MALFORMED(__VA_ARGS__);                             \
-            if (pk_.p < pk_.end) { /* an empty run: nothing (and no NULL + 0) */      \
-                if (cp_vec_reserve((vec), (size_t)(vec)->n + (size_t)(pk_.end - pk_.p))) goto nomem; \
-                long got_ = rd_packed(&pk_, (uint64_t *)(void *)((vec)->v + (vec)->n)); \
-                if (got_ < 0) MALFORMED(__VA_ARGS__);                                  \
-                (vec)->n += (uint32_t)got_;                                            \
-            }                                                                          \
-        } else if ((wt) == WT_VARINT) {                                                \
-            uint64_t v_;                                                               \
-            if (rd_varint((r), &v_)) MALFORMED(__VA_ARGS__);                           \
-            if (cp_vec_push((vec), v_)) goto nomem;                                    \
-        } else {                                                                       \
-            MALFORMED(__VA_ARGS__);                                                    \
-        }                                                                              \
+#define READ_REPEATED64(r, wt, vec, ...)                                                           \
+    do {                                                                                           \
+        if ((wt) == WT_LEN) {                                                                      \
+            rd pk_;                                                                                \
+            if (rd_len((r), &pk_)) MALFORMED(__VA_ARGS__);                                         \
+            if (pk_.p < pk_.end) { /* an empty run: nothing (and no NULL + 0) */                   \
+                if (cp_vec_reserve((vec), (size_t)(vec)->n + (size_t)(pk_.end - pk_.p)))           \
+                    goto nomem;                                                                    \
+                long got_ = rd_packed(&pk_, (uint64_t *)(void *)((vec)->v + (vec)->n));            \
+                if (got_ < 0) MALFORMED(__VA_ARGS__);                                              \
+                (vec)->n += (uint32_t)got_;                                                        \
+            }                                                                                      \
+        } else if ((wt) == WT_VARINT) {                                                            \
+            uint64_t v_;                                                                           \
+            if (rd_varint((r), &v_)) MALFORMED(__VA_ARGS__);                                       \
+            if (cp_vec_push((vec), v_)) goto nomem;                                                \
+        } else {                                                                                   \
+            MALFORMED(__VA_ARGS__);                                                                \
+        }                                                                                          \
     } while (0)
 
 /* A scalar field: a varint, or (for repeated fields) a packed run handled by the caller. */
-#define WANT_VARINT(wt, what)                                                          \
-    do {                                                                               \
-        if ((wt) != WT_VARINT) {                                                       \
-            rc = cp_err_set(err, CP_EPPROF, "%s: wire type %u, expected varint", what, wt); \
-            goto out;                                                                  \
-        }                                                                              \
+#define WANT_VARINT(wt, what)                                                                      \
+    do {                                                                                           \
+        if ((wt) != WT_VARINT) {                                                                   \
+            rc = cp_err_set(err, CP_EPPROF, "%s: wire type %u, expected varint", what, wt);        \
+            goto out;                                                                              \
+        }                                                                                          \
     } while (0)
 
 /* Walks the top-level fields once before decoding so that the two commonest kinds of
@@ -297,31 +305,41 @@ static int wire_scan(const uint8_t *b, size_t len, size_t max_len, cp_err *err)
         size_t start = (size_t)(r.p - b);
         uint64_t key, v;
         if (rd_varint(&r, &key))
-            return cp_err_set(err, CP_EPPROF, "truncated: field key at byte %zu runs past the end (%zu bytes)", start, len);
+            return cp_err_set(err, CP_EPPROF,
+                              "truncated: field key at byte %zu runs past the end (%zu bytes)",
+                              start, len);
         unsigned field = (unsigned)(key >> 3), wt = key & 7;
         if (field == 0) return cp_err_set(err, CP_EPPROF, "field number 0 at byte %zu", start);
         size_t vstart = (size_t)(r.p - b);
         if (wt == WT_VARINT || wt == WT_LEN) {
             if (rd_varint(&r, &v))
-                return cp_err_set(err, CP_EPPROF, "truncated: field %u at byte %zu: varint runs past the end (%zu bytes)",
-                                  field, vstart, len);
+                return cp_err_set(
+                    err, CP_EPPROF,
+                    "truncated: field %u at byte %zu: varint runs past the end (%zu bytes)", field,
+                    vstart, len);
             if (wt == WT_LEN) {
                 if (v > max_len)
-                    return cp_err_set(err, CP_EPPROF, "field %u at byte %zu declares length %llu, beyond the %zu-byte limit",
-                                      field, start, (unsigned long long)v, max_len);
+                    return cp_err_set(
+                        err, CP_EPPROF,
+                        "field %u at byte %zu declares length %llu, beyond the %zu-byte limit",
+                        field, start, (unsigned long long)v, max_len);
                 if (v > (uint64_t)(r.end - r.p))
-                    return cp_err_set(err, CP_EPPROF, "truncated: field %u at byte %zu needs %llu bytes, %zu remain",
-                                      field, start, (unsigned long long)v, (size_t)(r.end - r.p));
+                    return cp_err_set(
+                        err, CP_EPPROF,
+                        "truncated: field %u at byte %zu needs %llu bytes, %zu remain", field,
+                        start, (unsigned long long)v, (size_t)(r.end - r.p));
                 r.p += v;
             }
         } else if (wt == WT_I64 || wt == WT_I32) {
             size_t w = wt == WT_I64 ? 8 : 4;
             if (w > (size_t)(r.end - r.p))
-                return cp_err_set(err, CP_EPPROF, "truncated: field %u at byte %zu needs %zu bytes, %zu remain", field,
-                                  start, w, (size_t)(r.end - r.p));
+                return cp_err_set(err, CP_EPPROF,
+                                  "truncated: field %u at byte %zu needs %zu bytes, %zu remain",
+                                  field, start, w, (size_t)(r.end - r.p));
             r.p += w;
         } else {
-            return cp_err_set(err, CP_EPPROF, "field %u at byte %zu has invalid wire type %u", field, start, wt);
+            return cp_err_set(err, CP_EPPROF, "field %u at byte %zu has invalid wire type %u",
+                              field, start, wt);
         }
     }
     return 0;
@@ -332,8 +350,8 @@ static int wire_scan(const uint8_t *b, size_t len, size_t max_len, cp_err *err)
 /* Maps pprof's arbitrary nonzero uint64 ids to dense indices. Producers almost always
  * number 1..n in order; then the map is the identity and costs nothing. */
 typedef struct idmap {
-    int dense;       /* id == index + 1 for all */
-    uint64_t *keys;  /* open addressing, 0 = empty */
+    int dense;      /* id == index + 1 for all */
+    uint64_t *keys; /* open addressing, 0 = empty */
     uint32_t *vals;
     uint32_t mask;
     size_t n;
@@ -352,15 +370,18 @@ static int idmap_build(idmap *m, const char *what, const uint64_t *ids, size_t n
     m->dense = 1;
     m->n = n;
     for (size_t i = 0; i < n; i++) {
-        if (ids[i] == 0) return cp_err_set(err, CP_EPPROF, "%s[%zu]: id is 0 (ids must be nonzero)", what, i);
+        if (ids[i] == 0)
+            return cp_err_set(err, CP_EPPROF, "%s[%zu]: id is 0 (ids must be nonzero)", what, i);
         if (ids[i] != i + 1) m->dense = 0;
     }
     if (m->dense) return 0;
     uint32_t cap = 16;
-    while (cap < n * 2) cap *= 2;
+    while (cap < n * 2)
+        cap *= 2;
     m->keys = calloc(cap, sizeof *m->keys);
     m->vals = malloc(cap * sizeof *m->vals);
-    if (!m->keys || !m->vals) return cp_err_set(err, CP_ENOMEM, "out of memory mapping %s ids", what);
+    if (!m->keys || !m->vals)
+        return cp_err_set(err, CP_ENOMEM, "out of memory mapping %s ids", what);
     m->mask = cap - 1;
     for (size_t i = 0; i < n; i++) {
         uint32_t j = (uint32_t)cp_hash_u64(0, ids[i]) & m->mask;
@@ -419,43 +440,43 @@ static void scratch_close(scratch *sc)
 }
 
 /* Checks a string index: in [0, nstr). */
-#define CHECK_STR(val, ...)                                                            \
-    do {                                                                               \
-        if ((uint64_t)(val) >= nstr) {                                                 \
-            char where_[160];                                                          \
-            snprintf(where_, sizeof where_, __VA_ARGS__);                              \
-            rc = cp_err_set(err, CP_EPPROF,                                            \
-                            "%s: string index %lld out of range (string_table has %zu)", \
-                            where_, (long long)(val), nstr);                           \
-            goto out;                                                                  \
-        }                                                                              \
+#define CHECK_STR(val, ...)                                                                        \
+    do {                                                                                           \
+        if ((uint64_t)(val) >= nstr) {                                                             \
+            char where_[160];                                                                      \
+            snprintf(where_, sizeof where_, __VA_ARGS__);                                          \
+            rc = cp_err_set(err, CP_EPPROF,                                                        \
+                            "%s: string index %lld out of range (string_table has %zu)", where_,   \
+                            (long long)(val), nstr);                                               \
+            goto out;                                                                              \
+        }                                                                                          \
     } while (0)
 
-#define MALFORMED(...)                                                                 \
-    do {                                                                               \
-        char where_[160];                                                              \
-        snprintf(where_, sizeof where_, __VA_ARGS__);                                  \
-        rc = cp_err_set(err, CP_EPPROF, "%s: malformed field (truncated or bad length)", where_); \
-        goto out;                                                                      \
+#define MALFORMED(...)                                                                             \
+    do {                                                                                           \
+        char where_[160];                                                                          \
+        snprintf(where_, sizeof where_, __VA_ARGS__);                                              \
+        rc = cp_err_set(err, CP_EPPROF, "%s: malformed field (truncated or bad length)", where_);  \
+        goto out;                                                                                  \
     } while (0)
 
 /* Reads one element or a packed run of a repeated varint field into a vector. */
-#define READ_REPEATED(r, wt, vec, T, ...)                                              \
-    do {                                                                               \
-        uint64_t v_;                                                                   \
-        if ((wt) == WT_LEN) {                                                          \
-            rd pk_;                                                                    \
-            if (rd_len((r), &pk_)) MALFORMED(__VA_ARGS__);                             \
-            while (pk_.p < pk_.end) {                                                  \
-                if (rd_varint(&pk_, &v_)) MALFORMED(__VA_ARGS__);                      \
-                if (cp_vec_push((vec), (T)v_)) goto nomem;                             \
-            }                                                                          \
-        } else if ((wt) == WT_VARINT) {                                                \
-            if (rd_varint((r), &v_)) MALFORMED(__VA_ARGS__);                           \
-            if (cp_vec_push((vec), (T)v_)) goto nomem;                                 \
-        } else {                                                                       \
-            MALFORMED(__VA_ARGS__);                                                    \
-        }                                                                              \
+#define READ_REPEATED(r, wt, vec, T, ...)                                                          \
+    do {                                                                                           \
+        uint64_t v_;                                                                               \
+        if ((wt) == WT_LEN) {                                                                      \
+            rd pk_;                                                                                \
+            if (rd_len((r), &pk_)) MALFORMED(__VA_ARGS__);                                         \
+            while (pk_.p < pk_.end) {                                                              \
+                if (rd_varint(&pk_, &v_)) MALFORMED(__VA_ARGS__);                                  \
+                if (cp_vec_push((vec), (T)v_)) goto nomem;                                         \
+            }                                                                                      \
+        } else if ((wt) == WT_VARINT) {                                                            \
+            if (rd_varint((r), &v_)) MALFORMED(__VA_ARGS__);                                       \
+            if (cp_vec_push((vec), (T)v_)) goto nomem;                                             \
+        } else {                                                                                   \
+            MALFORMED(__VA_ARGS__);                                                                \
+        }                                                                                          \
     } while (0)
 
 /* A string index as stored in the model (uint32); larger ones are out of range whatever
@@ -477,10 +498,12 @@ static int parse_function(rd r, uint32_t i, cp_profile *p, u64_vec *ids, cp_err 
         if (field >= 1 && field <= 5) {
             WANT_VARINT(wt, "function");
             if (rd_varint(&r, &v[field])) MALFORMED("function[%u]", i);
-        } else if (rd_skip(&r, wt)) MALFORMED("function[%u]", i);
+        } else if (rd_skip(&r, wt))
+            MALFORMED("function[%u]", i);
     }
     if (cp_vec_push(ids, v[1]) ||
-        cp_vec_push(&p->functions, ((cp_function){str_idx(v[2]), str_idx(v[3]), str_idx(v[4]), (int64_t)v[5]})))
+        cp_vec_push(&p->functions,
+                    ((cp_function){str_idx(v[2]), str_idx(v[3]), str_idx(v[4]), (int64_t)v[5]})))
         return cp_err_set(err, CP_ENOMEM, "out of memory decoding profile");
 out:
     return rc;
@@ -506,21 +529,27 @@ static int parse_location(rd r, uint32_t i, cp_profile *p, scratch *sc, cp_err *
                 if (lf >= 1 && lf <= 3) {
                     WANT_VARINT(lw, "line");
                     if (rd_varint(&ln, &x)) MALFORMED("location[%u].line[%u]", i, cl.nlines);
-                    if (lf == 1) fid = x;
-                    else if (lf == 2) line = x;
-                } else if (rd_skip(&ln, lw)) MALFORMED("location[%u].line[%u]", i, cl.nlines);
+                    if (lf == 1)
+                        fid = x;
+                    else if (lf == 2)
+                        line = x;
+                } else if (rd_skip(&ln, lw))
+                    MALFORMED("location[%u].line[%u]", i, cl.nlines);
             }
-            if (cp_vec_push(&p->lines, ((cp_line){0, (int64_t)line})) || cp_vec_push(&sc->line_fns, fid))
+            if (cp_vec_push(&p->lines, ((cp_line){0, (int64_t)line})) ||
+                cp_vec_push(&sc->line_fns, fid))
                 goto nomem;
             cl.nlines++;
         } else if (field >= 1 && field <= 5) {
             WANT_VARINT(wt, "location");
             if (rd_varint(&r, &v[field])) MALFORMED("location[%u]", i);
-        } else if (rd_skip(&r, wt)) MALFORMED("location[%u]", i);
+        } else if (rd_skip(&r, wt))
+            MALFORMED("location[%u]", i);
     }
     cl.address = v[3];
     cl.is_folded = v[5] != 0;
-    if (cp_vec_push(&sc->loc_ids, v[1]) || cp_vec_push(&sc->loc_maps, v[2]) || cp_vec_push(&p->locations, cl))
+    if (cp_vec_push(&sc->loc_ids, v[1]) || cp_vec_push(&sc->loc_maps, v[2]) ||
+        cp_vec_push(&p->locations, cl))
         goto nomem;
     return 0;
 nomem:
@@ -532,8 +561,8 @@ out:
 /* One pass over the top-level fields: strings, functions and locations are parsed where
  * they stand; sample types, samples and mappings are remembered for after, since they
  * are checked against (or refer to) what may come later. */
-static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_pprof_limits *lim, cp_profile *p,
-                       cp_err *err)
+static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_pprof_limits *lim,
+                       cp_profile *p, cp_err *err)
 {
     int rc = 0;
     rd top = {buf, buf + len}, f;
@@ -562,14 +591,22 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
         if (rd_key(&top, &field, &wt)) MALFORMED("field key at byte %zu", at);
         if ((field >= 1 && field <= 6) || field == 11) {
             if (wt != WT_LEN) {
-                rc = cp_err_set(err, CP_EPPROF, "field %u at byte %zu: wire type %u, expected length-delimited", field, at, wt);
+                rc = cp_err_set(err, CP_EPPROF,
+                                "field %u at byte %zu: wire type %u, expected length-delimited",
+                                field, at, wt);
                 goto out;
             }
             if (rd_len(&top, &f)) MALFORMED("field %u at byte %zu", field, at);
             switch (field) {
-            case 1: if (cp_vec_push(types, f)) goto nomem; break;
-            case 2: if (cp_vec_push(samples, f)) goto nomem; break;
-            case 3: if (cp_vec_push(maps, f)) goto nomem; break;
+            case 1:
+                if (cp_vec_push(types, f)) goto nomem;
+                break;
+            case 2:
+                if (cp_vec_push(samples, f)) goto nomem;
+                break;
+            case 3:
+                if (cp_vec_push(maps, f)) goto nomem;
+                break;
             case 4:
                 if (p->locations.n >= lim->max_locations) goto too_many;
                 if ((rc = parse_location(f, p->locations.n, p, sc, err))) goto out;
@@ -581,7 +618,8 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
             case 6:
                 if (nstr == 0) first_str_empty = f.p == f.end;
                 if (++nstr > lim->max_strings) {
-                    rc = cp_err_set(err, CP_ELIMIT, "string_table has more than %u strings (limit %u)",
+                    rc = cp_err_set(err, CP_ELIMIT,
+                                    "string_table has more than %u strings (limit %u)",
                                     lim->max_strings, lim->max_strings);
                     goto out;
                 }
@@ -593,14 +631,18 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
                 }
                 if (cp_profile_append_str(p, (const char *)f.p, (size_t)(f.end - f.p))) goto nomem;
                 break;
-            default: period_type = f; break;
+            default:
+                period_type = f;
+                break;
             }
         } else if (field == 13) {
             READ_REPEATED(&top, wt, comments, int64_t, "comment at byte %zu", at);
         } else if (field >= 7 && field <= 14) {
             uint64_t v;
             if (wt != WT_VARINT) {
-                rc = cp_err_set(err, CP_EPPROF, "field %u at byte %zu: wire type %u, expected varint", field, at, wt);
+                rc = cp_err_set(err, CP_EPPROF,
+                                "field %u at byte %zu: wire type %u, expected varint", field, at,
+                                wt);
                 goto out;
             }
             if (rd_varint(&top, &v)) MALFORMED("field %u at byte %zu", field, at);
@@ -620,12 +662,14 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
         goto out;
     }
     if (samples->n > lim->max_samples) {
-        rc = cp_err_set(err, CP_ELIMIT, "profile has %u samples (limit %u)", samples->n, lim->max_samples);
+        rc = cp_err_set(err, CP_ELIMIT, "profile has %u samples (limit %u)", samples->n,
+                        lim->max_samples);
         goto out;
     }
     if (maps->n > lim->max_locations) {
     too_many:
-        rc = cp_err_set(err, CP_ELIMIT, "profile has over %u locations, functions or mappings (limit %u each)",
+        rc = cp_err_set(err, CP_ELIMIT,
+                        "profile has over %u locations, functions or mappings (limit %u each)",
                         lim->max_locations, lim->max_locations);
         goto out;
     }
@@ -644,9 +688,12 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
             if (field == 1 || field == 2) {
                 WANT_VARINT(wt, "sample_type");
                 if (rd_varint(&r, &v)) MALFORMED("sample_type[%u]", i);
-                if (field == 1) t = v;
-                else u = v;
-            } else if (rd_skip(&r, wt)) MALFORMED("sample_type[%u]", i);
+                if (field == 1)
+                    t = v;
+                else
+                    u = v;
+            } else if (rd_skip(&r, wt))
+                MALFORMED("sample_type[%u]", i);
         }
         CHECK_STR(t, "sample_type[%u].type", i);
         CHECK_STR(u, "sample_type[%u].unit", i);
@@ -660,9 +707,12 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
             if (field == 1 || field == 2) {
                 WANT_VARINT(wt, "period_type");
                 if (rd_varint(&r, &v)) MALFORMED("period_type");
-                if (field == 1) t = v;
-                else u = v;
-            } else if (rd_skip(&r, wt)) MALFORMED("period_type");
+                if (field == 1)
+                    t = v;
+                else
+                    u = v;
+            } else if (rd_skip(&r, wt))
+                MALFORMED("period_type");
         }
         CHECK_STR(t, "period_type.type");
         CHECK_STR(u, "period_type.unit");
@@ -694,13 +744,18 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
             if (field >= 1 && field <= 10) {
                 WANT_VARINT(wt, "mapping");
                 if (rd_varint(&r, &v[field])) MALFORMED("mapping[%u]", i);
-            } else if (rd_skip(&r, wt)) MALFORMED("mapping[%u]", i);
+            } else if (rd_skip(&r, wt))
+                MALFORMED("mapping[%u]", i);
         }
         CHECK_STR(v[5], "mapping[%u] (id %llu).filename", i, (unsigned long long)v[1]);
         CHECK_STR(v[6], "mapping[%u] (id %llu).build_id", i, (unsigned long long)v[1]);
         ids->v[ids->n++] = v[1];
         p->mappings.v[p->mappings.n++] = (cp_mapping){
-            .start = v[2], .limit = v[3], .offset = v[4], .filename = (uint32_t)v[5], .build_id = (uint32_t)v[6],
+            .start = v[2],
+            .limit = v[3],
+            .offset = v[4],
+            .filename = (uint32_t)v[5],
+            .build_id = (uint32_t)v[6],
             .flags = (v[7] ? CP_MAP_HAS_FUNCTIONS : 0) | (v[8] ? CP_MAP_HAS_FILENAMES : 0) |
                      (v[9] ? CP_MAP_HAS_LINE_NUMBERS : 0) | (v[10] ? CP_MAP_HAS_INLINE_FRAMES : 0)};
     }
@@ -723,8 +778,10 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
         if (mid) {
             cl->mapping_id = idmap_get(&mm, mid);
             if (!cl->mapping_id) {
-                rc = cp_err_set(err, CP_EPPROF, "location[%u] (id %llu): mapping_id %llu not found (profile has %u mappings)",
-                                i, (unsigned long long)sc->loc_ids.v[i], (unsigned long long)mid, maps->n);
+                rc = cp_err_set(
+                    err, CP_EPPROF,
+                    "location[%u] (id %llu): mapping_id %llu not found (profile has %u mappings)",
+                    i, (unsigned long long)sc->loc_ids.v[i], (unsigned long long)mid, maps->n);
                 goto out;
             }
         }
@@ -732,8 +789,11 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
             uint64_t fid = sc->line_fns.v[cl->line_off + k];
             uint32_t d = idmap_get(&fm, fid);
             if (!d) {
-                rc = cp_err_set(err, CP_EPPROF, "location[%u] (id %llu).line[%u]: function_id %llu not found (profile has %u functions)",
-                                i, (unsigned long long)sc->loc_ids.v[i], k, (unsigned long long)fid, p->functions.n);
+                rc = cp_err_set(err, CP_EPPROF,
+                                "location[%u] (id %llu).line[%u]: function_id %llu not found "
+                                "(profile has %u functions)",
+                                i, (unsigned long long)sc->loc_ids.v[i], k, (unsigned long long)fid,
+                                p->functions.n);
                 goto out;
             }
             p->lines.v[cl->line_off + k].function_id = d;
@@ -744,7 +804,9 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
 
     /* --- samples --- */
     size_t nv = types->n;
-    if (cp_vec_reserve(&p->samples, samples->n) || cp_vec_reserve(&p->values, (size_t)samples->n * nv)) goto nomem;
+    if (cp_vec_reserve(&p->samples, samples->n) ||
+        cp_vec_reserve(&p->values, (size_t)samples->n * nv))
+        goto nomem;
     for (uint32_t i = 0; i < samples->n; i++) {
         rd r = samples->v[i];
         cp_sample cs = {.loc_off = p->stack.n, .label_off = p->labels.n};
@@ -777,8 +839,10 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
                     unsigned used = 0;
                     uint64_t cont = w & 0x8080808080808080ull; /* continuation bits */
                     if (cont == 0x0080008000800080ull) { /* four two-byte ids (ids 128-16383) */
-                        uint64_t i0 = (w & 0x7f) | (w >> 1 & 0x3f80), i1 = (w >> 16 & 0x7f) | (w >> 17 & 0x3f80),
-                                 i2 = (w >> 32 & 0x7f) | (w >> 33 & 0x3f80), i3 = (w >> 48 & 0x7f) | (w >> 49 & 0x3f80);
+                        uint64_t i0 = (w & 0x7f) | (w >> 1 & 0x3f80),
+                                 i1 = (w >> 16 & 0x7f) | (w >> 17 & 0x3f80),
+                                 i2 = (w >> 32 & 0x7f) | (w >> 33 & 0x3f80),
+                                 i3 = (w >> 48 & 0x7f) | (w >> 49 & 0x3f80);
                         if (i0 - 1 < nlocs_total && i1 - 1 < nlocs_total && i2 - 1 < nlocs_total &&
                             i3 - 1 < nlocs_total) {
                             dst[0] = (uint32_t)i0;
@@ -791,7 +855,8 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
                         }
                     }
                     for (int k = 0; k < 3; k++) {
-                        uint32_t b0 = (uint32_t)w & 0xff, b1 = (uint32_t)(w >> 8) & 0xff, c = b0 >> 7;
+                        uint32_t b0 = (uint32_t)w & 0xff, b1 = (uint32_t)(w >> 8) & 0xff,
+                                 c = b0 >> 7;
                         uint64_t id = (b0 & 0x7f) | ((b1 << 7) & (0u - c));
                         if ((c & (b1 >> 7)) || id - 1 >= nloc) goto general;
                         *dst++ = (uint32_t)id;
@@ -819,8 +884,10 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
                     }
                     if (id - 1 >= nloc) {
                         rc = cp_err_set(err, CP_EPPROF,
-                                        "sample[%u].location_id[%u]: location %llu not found (profile has %u locations)",
-                                        i, (uint32_t)(dst - (p->stack.v + cs.loc_off)), (unsigned long long)id, nlocs_total);
+                                        "sample[%u].location_id[%u]: location %llu not found "
+                                        "(profile has %u locations)",
+                                        i, (uint32_t)(dst - (p->stack.v + cs.loc_off)),
+                                        (unsigned long long)id, nlocs_total);
                         goto out;
                     }
                     *dst++ = (uint32_t)id;
@@ -833,23 +900,28 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
             } else if (field == 3) {
                 rd lb;
                 uint64_t v[5] = {0};
-                if (wt != WT_LEN || rd_len(&r, &lb)) MALFORMED("sample[%u].label[%u]", i, cs.nlabels);
+                if (wt != WT_LEN || rd_len(&r, &lb))
+                    MALFORMED("sample[%u].label[%u]", i, cs.nlabels);
                 while (lb.p < lb.end) {
                     uint32_t lf, lw;
                     if (rd_key(&lb, &lf, &lw)) MALFORMED("sample[%u].label[%u]", i, cs.nlabels);
                     if (lf >= 1 && lf <= 4) {
                         WANT_VARINT(lw, "label");
-                        if (rd_varint(&lb, &v[lf])) MALFORMED("sample[%u].label[%u]", i, cs.nlabels);
-                    } else if (rd_skip(&lb, lw)) MALFORMED("sample[%u].label[%u]", i, cs.nlabels);
+                        if (rd_varint(&lb, &v[lf]))
+                            MALFORMED("sample[%u].label[%u]", i, cs.nlabels);
+                    } else if (rd_skip(&lb, lw))
+                        MALFORMED("sample[%u].label[%u]", i, cs.nlabels);
                 }
                 CHECK_STR(v[1], "sample[%u].label[%u].key", i, cs.nlabels);
                 CHECK_STR(v[2], "sample[%u].label[%u].str", i, cs.nlabels);
                 CHECK_STR(v[4], "sample[%u].label[%u].num_unit", i, cs.nlabels);
                 if (v[1] == 0) {
-                    rc = cp_err_set(err, CP_EPPROF, "sample[%u].label[%u]: key is the empty string", i, cs.nlabels);
+                    rc = cp_err_set(err, CP_EPPROF, "sample[%u].label[%u]: key is the empty string",
+                                    i, cs.nlabels);
                     goto out;
                 }
-                if (cp_vec_push(&p->labels, ((cp_label){(uint32_t)v[1], (uint32_t)v[2], (uint32_t)v[4], (int64_t)v[3]})))
+                if (cp_vec_push(&p->labels, ((cp_label){(uint32_t)v[1], (uint32_t)v[2],
+                                                        (uint32_t)v[4], (int64_t)v[3]})))
                     goto nomem;
                 cs.nlabels++;
             } else if (rd_skip(&r, wt)) {
@@ -857,22 +929,28 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
             }
         }
         if (p->values.n - values_at != nv) {
-            rc = cp_err_set(err, CP_EPPROF, "sample[%u] has %u values (profile has %zu sample types)", i,
+            rc = cp_err_set(err, CP_EPPROF,
+                            "sample[%u] has %u values (profile has %zu sample types)", i,
                             p->values.n - values_at, nv);
             goto out;
         }
         /* ids that came one by one (unpacked) or need the id map were collected in tmp */
         uint32_t depth = p->stack.n - cs.loc_off + tmp->n;
         if (depth > lim->max_depth) {
-            rc = cp_err_set(err, CP_ELIMIT, "sample[%u] has %u locations (stack depth limit %u)", i, depth, lim->max_depth);
+            rc = cp_err_set(err, CP_ELIMIT, "sample[%u] has %u locations (stack depth limit %u)", i,
+                            depth, lim->max_depth);
             goto out;
         }
         if (cp_vec_reserve(&p->stack, (size_t)p->stack.n + tmp->n)) goto nomem;
         for (uint32_t k = 0; k < tmp->n; k++) {
-            uint32_t lid = lm.dense ? (tmp->v[k] - 1 < nlocs_total ? (uint32_t)tmp->v[k] : 0) : idmap_get(&lm, tmp->v[k]);
+            uint32_t lid = lm.dense ? (tmp->v[k] - 1 < nlocs_total ? (uint32_t)tmp->v[k] : 0)
+                                    : idmap_get(&lm, tmp->v[k]);
             if (!lid) {
-                rc = cp_err_set(err, CP_EPPROF, "sample[%u].location_id[%u]: location %llu not found (profile has %u locations)",
-                                i, p->stack.n - cs.loc_off, (unsigned long long)tmp->v[k], nlocs_total);
+                rc = cp_err_set(err, CP_EPPROF,
+                                "sample[%u].location_id[%u]: location %llu not found (profile has "
+                                "%u locations)",
+                                i, p->stack.n - cs.loc_off, (unsigned long long)tmp->v[k],
+                                nlocs_total);
                 goto out;
             }
             p->stack.v[p->stack.n++] = lid;
@@ -901,8 +979,10 @@ cp_pprof_decoder *cp_pprof_decoder_create(const cp_pprof_limits *lim)
 {
     cp_pprof_decoder *d = calloc(1, sizeof *d);
     if (!d) return NULL;
-    if (lim) d->lim = *lim;
-    else cp_pprof_limits_default(&d->lim);
+    if (lim)
+        d->lim = *lim;
+    else
+        cp_pprof_limits_default(&d->lim);
 #ifdef IDS_SIMD
     pthread_once(&ids_once, ids_init);
 #endif
@@ -933,7 +1013,8 @@ int cp_pprof_decoder_decode(cp_pprof_decoder *d, const uint8_t *buf, size_t len,
         buf = d->raw.data;
         len = d->raw.len;
     } else if (len > d->lim.max_bytes) {
-        return cp_err_set(err, CP_ELIMIT, "profile is %zu bytes (limit %zu)", len, d->lim.max_bytes);
+        return cp_err_set(err, CP_ELIMIT, "profile is %zu bytes (limit %zu)", len,
+                          d->lim.max_bytes);
     }
     /* The wire scan only explains failures: damage to the framing (truncation, a huge
      * length) gets its own message rather than whatever the decoder tripped over first. */
@@ -949,8 +1030,8 @@ int cp_pprof_decoder_decode(cp_pprof_decoder *d, const uint8_t *buf, size_t len,
     return rc;
 }
 
-int cp_pprof_decode(const uint8_t *buf, size_t len, const cp_pprof_limits *lim,
-                    cp_profile **out, cp_err *err)
+int cp_pprof_decode(const uint8_t *buf, size_t len, const cp_pprof_limits *lim, cp_profile **out,
+                    cp_err *err)
 {
     cp_pprof_decoder *d = cp_pprof_decoder_create(lim);
     cp_profile *p = cp_profile_create();
@@ -1027,8 +1108,10 @@ static void sample_sizes(const cp_profile *p, uint32_t i, size_t *locs, size_t *
     uint32_t nv = p->sample_types.n;
     const int64_t *v = cp_profile_sample_values(p, i);
     size_t nl = 0, nvb = 0, t = 0;
-    for (uint32_t k = 0; k < s->nlocs; k++) nl += vsz(p->stack.v[s->loc_off + k]);
-    for (uint32_t k = 0; k < nv; k++) nvb += vsz((uint64_t)v[k]);
+    for (uint32_t k = 0; k < s->nlocs; k++)
+        nl += vsz(p->stack.v[s->loc_off + k]);
+    for (uint32_t k = 0; k < nv; k++)
+        nvb += vsz((uint64_t)v[k]);
     if (s->nlocs) t += lsz(nl);
     if (nv) t += lsz(nvb);
     for (uint32_t k = 0; k < s->nlabels; k++) {
@@ -1042,9 +1125,10 @@ static void sample_sizes(const cp_profile *p, uint32_t i, size_t *locs, size_t *
 
 static size_t mapping_size(const cp_mapping *m, uint32_t id)
 {
-    return fsz(id) + fsz(m->start) + fsz(m->limit) + fsz(m->offset) + fsz(m->filename) + fsz(m->build_id) +
-           fsz(!!(m->flags & CP_MAP_HAS_FUNCTIONS)) + fsz(!!(m->flags & CP_MAP_HAS_FILENAMES)) +
-           fsz(!!(m->flags & CP_MAP_HAS_LINE_NUMBERS)) + fsz(!!(m->flags & CP_MAP_HAS_INLINE_FRAMES));
+    return fsz(id) + fsz(m->start) + fsz(m->limit) + fsz(m->offset) + fsz(m->filename) +
+           fsz(m->build_id) + fsz(!!(m->flags & CP_MAP_HAS_FUNCTIONS)) +
+           fsz(!!(m->flags & CP_MAP_HAS_FILENAMES)) + fsz(!!(m->flags & CP_MAP_HAS_LINE_NUMBERS)) +
+           fsz(!!(m->flags & CP_MAP_HAS_INLINE_FRAMES));
 }
 
 static size_t line_size(const cp_line *ln)
@@ -1055,13 +1139,15 @@ static size_t line_size(const cp_line *ln)
 static size_t location_size(const cp_profile *p, const cp_location *l, uint32_t id)
 {
     size_t n = fsz(id) + fsz(l->mapping_id) + fsz(l->address) + fsz(l->is_folded != 0);
-    for (uint32_t k = 0; k < l->nlines; k++) n += lsz(line_size(&p->lines.v[l->line_off + k]));
+    for (uint32_t k = 0; k < l->nlines; k++)
+        n += lsz(line_size(&p->lines.v[l->line_off + k]));
     return n;
 }
 
 static size_t function_size(const cp_function *f, uint32_t id)
 {
-    return fsz(id) + fsz(f->name) + fsz(f->system_name) + fsz(f->filename) + fsz((uint64_t)f->start_line);
+    return fsz(id) + fsz(f->name) + fsz(f->system_name) + fsz(f->filename) +
+           fsz((uint64_t)f->start_line);
 }
 
 static size_t string_len(const cp_profile *p, uint32_t i)
@@ -1073,23 +1159,30 @@ static size_t string_len(const cp_profile *p, uint32_t i)
 static size_t comments_size(const cp_profile *p)
 {
     size_t n = 0;
-    for (uint32_t i = 0; i < p->comments.n; i++) n += vsz(p->comments.v[i]);
+    for (uint32_t i = 0; i < p->comments.n; i++)
+        n += vsz(p->comments.v[i]);
     return n;
 }
 
 static size_t profile_size(const cp_profile *p)
 {
     size_t n = 0, a, b, t;
-    for (uint32_t i = 0; i < p->sample_types.n; i++) n += lsz(vt_size(p->sample_types.v[i]));
+    for (uint32_t i = 0; i < p->sample_types.n; i++)
+        n += lsz(vt_size(p->sample_types.v[i]));
     for (uint32_t i = 0; i < p->samples.n; i++) {
         sample_sizes(p, i, &a, &b, &t);
         n += lsz(t);
     }
-    for (uint32_t i = 0; i < p->mappings.n; i++) n += lsz(mapping_size(&p->mappings.v[i], i + 1));
-    for (uint32_t i = 0; i < p->locations.n; i++) n += lsz(location_size(p, &p->locations.v[i], i + 1));
-    for (uint32_t i = 0; i < p->functions.n; i++) n += lsz(function_size(&p->functions.v[i], i + 1));
-    for (uint32_t i = 0; i < p->strs.off.n; i++) n += lsz(string_len(p, i));
-    n += fsz(p->drop_frames) + fsz(p->keep_frames) + fsz((uint64_t)p->time_nanos) + fsz((uint64_t)p->duration_nanos);
+    for (uint32_t i = 0; i < p->mappings.n; i++)
+        n += lsz(mapping_size(&p->mappings.v[i], i + 1));
+    for (uint32_t i = 0; i < p->locations.n; i++)
+        n += lsz(location_size(p, &p->locations.v[i], i + 1));
+    for (uint32_t i = 0; i < p->functions.n; i++)
+        n += lsz(function_size(&p->functions.v[i], i + 1));
+    for (uint32_t i = 0; i < p->strs.off.n; i++)
+        n += lsz(string_len(p, i));
+    n += fsz(p->drop_frames) + fsz(p->keep_frames) + fsz((uint64_t)p->time_nanos) +
+         fsz((uint64_t)p->duration_nanos);
     if (p->period_type.type || p->period_type.unit) n += lsz(vt_size(p->period_type));
     n += fsz((uint64_t)p->period);
     if (p->comments.n) n += lsz(comments_size(p));
@@ -1100,7 +1193,8 @@ static uint8_t *put_profile(const cp_profile *p, uint8_t *o)
 {
     size_t a, b, t;
     uint32_t nv = p->sample_types.n;
-    for (uint32_t i = 0; i < nv; i++) o = put_vt(o, 1, p->sample_types.v[i]);
+    for (uint32_t i = 0; i < nv; i++)
+        o = put_vt(o, 1, p->sample_types.v[i]);
     for (uint32_t i = 0; i < p->samples.n; i++) {
         const cp_sample *s = &p->samples.v[i];
         const int64_t *v = cp_profile_sample_values(p, i);
@@ -1189,7 +1283,9 @@ int cp_pprof_encode(const cp_profile *p, int gzip_level, cp_buf *out)
         uint8_t *tmp = malloc(size ? size : 1);
         if (!tmp) return CP_ENOMEM;
         uint8_t *end = put_profile(p, tmp);
-        int rc = (size_t)(end - tmp) == size ? cp_gzip(tmp, size, gzip_level > 9 ? 9 : gzip_level, out) : CP_EINVAL;
+        int rc = (size_t)(end - tmp) == size
+                     ? cp_gzip(tmp, size, gzip_level > 9 ? 9 : gzip_level, out)
+                     : CP_EINVAL;
         free(tmp);
         return rc;
     }

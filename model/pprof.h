@@ -6,7 +6,7 @@
 
 /* Bounds applied while decoding; anything beyond them is rejected with CP_ELIMIT. */
 typedef struct cp_pprof_limits {
-    size_t max_bytes;      /* encoded size after gunzip */
+    size_t max_bytes; /* encoded size after gunzip */
     uint32_t max_samples;
     uint32_t max_locations; /* also bounds functions and mappings */
     uint32_t max_depth;     /* locations in one sample */
@@ -44,8 +44,8 @@ void cp_gzipper_destroy(cp_gzipper *g);
  * the limits (lim may be NULL for the defaults). On success *out is a new profile owned by
  * the caller, whose ids are dense (input ids are renumbered). On failure *out is NULL, the
  * code is CP_EPPROF, CP_ELIMIT, CP_EGZIP or CP_ENOMEM, and err names the field and index. */
-int cp_pprof_decode(const uint8_t *buf, size_t len, const cp_pprof_limits *lim,
-                    cp_profile **out, cp_err *err);
+int cp_pprof_decode(const uint8_t *buf, size_t len, const cp_pprof_limits *lim, cp_profile **out,
+                    cp_err *err);
 
 /* A reusable decoder: the same checks as cp_pprof_decode, with its scratch memory (gunzip
  * buffer, field tables) kept between calls, so a stream of windows decodes without

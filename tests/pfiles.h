@@ -70,7 +70,8 @@ static void pset_load(const char *dir, pset *s)
 
 static void pset_free(pset *s)
 {
-    for (int i = 0; i < s->n; i++) cp_profile_destroy(s->f[i].p);
+    for (int i = 0; i < s->n; i++)
+        cp_profile_destroy(s->f[i].p);
     free(s->f);
 }
 

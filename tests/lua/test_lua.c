@@ -346,5 +346,6 @@ TEST(close_reopen_no_growth)
     remove_dir();
 }
 
-TEST_MAIN(T(cpu_ratio), T(cpu_in_long_c_call), T(cpu_with_script_hook), T(three_isolates_two_threads),
-          T(inuse_built_at_load), T(errors_coroutines_close), T(close_reopen_no_growth))
+TEST_MAIN(T(cpu_ratio), T(cpu_in_long_c_call), T(cpu_with_script_hook),
+          T(three_isolates_two_threads), T(inuse_built_at_load), T(errors_coroutines_close),
+          T(close_reopen_no_growth))

@@ -70,7 +70,11 @@ static void fix_init(pbfix *x)
     memset(x, 0, sizeof *x);
     perftools__profiles__profile__init(&x->p);
     static char s0[] = "", s1[] = "samples", s2[] = "count", s3[] = "main", s4[] = "work";
-    x->strs[0] = s0; x->strs[1] = s1; x->strs[2] = s2; x->strs[3] = s3; x->strs[4] = s4;
+    x->strs[0] = s0;
+    x->strs[1] = s1;
+    x->strs[2] = s2;
+    x->strs[3] = s3;
+    x->strs[4] = s4;
     x->p.string_table = x->strs;
     x->p.n_string_table = 5;
     perftools__profiles__value_type__init(&x->vt);
@@ -228,7 +232,8 @@ static void check_stack(const cp_profile *p, uint32_t smp, const uint32_t *want,
 {
     CHECK(smp < p->samples.n);
     CHECK_EQ(p->samples.v[smp].nlocs, n);
-    for (uint32_t k = 0; k < n; k++) CHECK_EQ(p->stack.v[p->samples.v[smp].loc_off + k], want[k]);
+    for (uint32_t k = 0; k < n; k++)
+        CHECK_EQ(p->stack.v[p->samples.v[smp].loc_off + k], want[k]);
 }
 
 /* Location ids come packed (short and long runs, read 8 bytes at a time), one by one, or
@@ -485,7 +490,8 @@ TEST(sparse_ids_are_renumbered)
     CHECK_EQ(cp_pprof_decode(b, n, NULL, &p, &err), 0);
     /* leaf is location id 77 = x.l[1] -> function 2 "work" */
     const cp_location *leaf = &p->locations.v[p->stack.v[0] - 1];
-    CHECK_STREQ(cp_profile_str(p, p->functions.v[p->lines.v[leaf->line_off].function_id - 1].name), "work");
+    CHECK_STREQ(cp_profile_str(p, p->functions.v[p->lines.v[leaf->line_off].function_id - 1].name),
+                "work");
     cp_profile_destroy(p);
     free(b);
 }
@@ -537,10 +543,9 @@ TEST(error_limits)
     cp_profile_destroy(p);
 }
 
-TEST_MAIN(T(roundtrip_raw_and_gzip), T(gzipper_reused), T(fixture_is_valid), T(location_ids_packed_unpacked_mixed),
-          T(location_ids_every_width_and_place),
-          T(encoder_matches_protobuf_c),
-          T(error_huge_string_index), T(error_truncated), T(error_huge_length),
-          T(error_missing_empty_string0), T(error_out_of_range_ids), T(error_wrong_value_count),
-          T(error_duplicate_and_zero_ids), T(sparse_ids_are_renumbered), T(error_bad_gzip),
-          T(error_limits))
+TEST_MAIN(T(roundtrip_raw_and_gzip), T(gzipper_reused), T(fixture_is_valid),
+          T(location_ids_packed_unpacked_mixed), T(location_ids_every_width_and_place),
+          T(encoder_matches_protobuf_c), T(error_huge_string_index), T(error_truncated),
+          T(error_huge_length), T(error_missing_empty_string0), T(error_out_of_range_ids),
+          T(error_wrong_value_count), T(error_duplicate_and_zero_ids), T(sparse_ids_are_renumbered),
+          T(error_bad_gzip), T(error_limits))
