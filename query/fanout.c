@@ -628,6 +628,20 @@ static int latest_only(cp_profile **parts, uint32_t n, cp_err *err)
     return rc ? cp_err_set(err, rc, "out of memory") : 0;
 }
 
+/* Adds *part (NULL: nothing) to m and frees it. A part the merger refuses (checked before
+ * anything is added) makes peer c missing; the node's own part (c NULL) fails the query. */
+static int merge_part(cp_merger *m, cp_profile **part, call *c, cp_err *err)
+{
+    if (!*part) return 0;
+    cp_err e = {0};
+    int rc = cp_merger_add(m, *part, &e);
+    cp_profile_destroy(*part);
+    *part = NULL;
+    if (rc == CP_ENOMEM || (rc && !c)) return cp_err_set(err, rc, "%s", e.msg);
+    if (rc) fan_reject(c, e.msg);
+    return 0;
+}
+
 int cp_fanout_query(cp_fanout *f, cp_store *s, const char *tenant, cp_kind kind,
                     const cp_selector *sel, const char *select, int64_t from, int64_t to,
                     const cp_query_limits *lim, cp_profile **out, cp_err *err)
@@ -658,32 +672,31 @@ int cp_fanout_query(cp_fanout *f, cp_store *s, const char *tenant, cp_kind kind,
     pl.max_bytes = (size_t)1 << 30;
     pl.max_samples = pl.max_locations = pl.max_strings = UINT32_MAX;
     pl.max_string_bytes = (size_t)1 << 30;
+    cp_merger *m = rc ? NULL : cp_merger_create();
+    if (!rc && !m) rc = cp_err_set(err, CP_ENOMEM, "out of memory");
+    /* cpu and alloc: each part merged as soon as it is decoded, and freed; inuse: every
+     * part held until each series' latest snapshot is known */
+    if (!rc && !by_series) rc = merge_part(m, &parts[0], NULL, err);
     for (uint32_t i = 0; !rc && i < fa.n; i++) {
         call *c = &fa.calls[i];
         if (!c->ok) continue;
         cp_err e = {0};
         int prc = cp_pprof_decode(c->res.body.data, c->res.body.len, &pl, &parts[1 + i], &e);
+        cp_buf_close(&c->res.body); /* decoded: the body is of no more use */
         if (prc == CP_ENOMEM)
             rc = cp_err_set(err, CP_ENOMEM, "out of memory");
         else if (prc)
             fan_reject(c, e.msg);
-        /* the body is decoded: free it now, the parts are held until the merge */
-        cp_buf_close(&c->res.body);
+        else if (!by_series)
+            rc = merge_part(m, &parts[1 + i], c, err);
+        if (prc) {
+            cp_profile_destroy(parts[1 + i]);
+            parts[1 + i] = NULL;
+        }
     }
     if (!rc && by_series) rc = latest_only(parts, fa.n + 1, err);
-    cp_merger *m = rc ? NULL : cp_merger_create();
-    if (!rc && !m) rc = cp_err_set(err, CP_ENOMEM, "out of memory");
-    if (!rc) rc = cp_merger_add(m, parts[0], err);
-    for (uint32_t i = 0; !rc && i < fa.n; i++) {
-        call *c = &fa.calls[i];
-        cp_err e = {0};
-        int prc;
-        if (!parts[1 + i]) continue;
-        if ((prc = cp_merger_add(m, parts[1 + i], &e)) == CP_ENOMEM)
-            rc = cp_err_set(err, prc, "%s", e.msg);
-        else if (prc)
-            fan_reject(c, e.msg); /* checked before anything is added: the part adds nothing */
-    }
+    for (uint32_t i = 0; !rc && by_series && i <= fa.n; i++)
+        rc = merge_part(m, &parts[i], i ? &fa.calls[i - 1] : NULL, err);
     cp_profile *merged = NULL;
     if (!rc && !(merged = cp_merger_finish(m))) rc = cp_err_set(err, CP_ENOMEM, "out of memory");
     if (merged) {
