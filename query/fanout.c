@@ -602,11 +602,15 @@ static int latest_only(cp_profile **parts, uint32_t n, cp_err *err)
         uint32_t nt = p->sample_types.n, out = 0;
         for (uint32_t i = 0; i < p->samples.n; i++) {
             snapkey k = {NULL, 0, pi};
+            cp_sample sm = p->samples.v[i];
             if (sample_mark(p, i, kid[pi], tid[pi], &k.key, &k.snap)) {
                 snapkey *win = bsearch(&k, ks.v, ks.n, sizeof *ks.v, snapkey_cmp_key);
                 if (!win || win->part != pi) continue; /* another node's snapshot is later */
+                int nz = 0;
+                for (uint32_t t = 0; t < nt; t++)
+                    nz |= p->values.v[(size_t)i * nt + t] != 0;
+                if (!sm.nlocs && !nz) continue; /* it only marked an empty snapshot */
             }
-            cp_sample sm = p->samples.v[i];
             uint32_t nl = 0; /* strip the marks, in place */
             for (uint32_t j = 0; j < sm.nlabels; j++) {
                 cp_label l = p->labels.v[sm.label_off + j];

@@ -552,13 +552,18 @@ static int query_per_series(qctx *q, cp_store *s, tenant *t, const servec *ss, c
         int colmap[CP_MAX_TYPES];
         ser_colmap(qt, ss->v[i], colmap);
         cp_acc_reset(acc, qt->n);
-        addctx a = {acc, colmap, NULL, t->dict.stk_alias, t->dict.nstk_alias, 0};
+        addctx a = {acc, colmap, NULL, t->dict.stk_alias, t->dict.nstk_alias, INT64_MIN};
         rc = visit(q, ss->v[i], from_ns, to_ns, add_block, &a);
-        if (rc || !acc->ids.n) continue;
+        if (rc || a.snap_ns == INT64_MIN) continue; /* no snapshot in the range */
         cp_label m[2];
         pthread_rwlock_rdlock(&s->lock);
         rc = series_marks(p, ss->v[i], a.snap_ns, &tmp, m);
+        uint32_t before = p->samples.n;
         if (!rc) rc = add_rows(&o, acc, m, 2);
+        /* a snapshot of nothing in use still is the series' latest: one empty sample says so */
+        int64_t zero[CP_MAX_TYPES] = {0};
+        uint32_t none = 0;
+        if (!rc && p->samples.n == before) rc = cp_profile_add_sample(p, &none, 0, zero, m, 2);
         pthread_rwlock_unlock(&s->lock);
         if (rc) rc = build_error(t, rc, err);
     }
