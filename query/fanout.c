@@ -59,6 +59,7 @@ struct cp_fanout {
 /* The request running on this thread. */
 static _Thread_local struct {
     int local;                  /* local=1: answer from this store only */
+    int by_series;              /* by_series=1 (with local=1): inuse parts per series */
     int fanned;                 /* peers were asked */
     uint8_t missing[MAX_PEERS]; /* peers that did not answer */
     char tenant[65];            /* a peer's request: the tenant it names */
@@ -230,6 +231,15 @@ int cp_fanout_begin(const cp_fanout *f, cp_params *pa, const char **tenant, cp_h
         return -1;
     }
     g_req.local = local != NULL;
+    /* the asking node's inuse parts: per series, with their snapshots' times */
+    char *bs = params_take(pa, "by_series");
+    int bad_bs = bs && (strcmp(bs, "1") != 0 || !g_req.local);
+    free(bs);
+    if (bad_bs) {
+        cp_http_error(r, 400, "bad by_series: only by_series=1, with local=1 (a peer's part)");
+        return -1;
+    }
+    g_req.by_series = bs != NULL;
     /* a peer's part is of no use once the asking node stopped waiting: its time is ours */
     char *dl = params_take(pa, "deadline_ms"), *end = NULL;
     long long ms = dl ? strtoll(dl, &end, 10) : 0;
@@ -506,45 +516,191 @@ static int64_t mono_now(void)
 
 /* ---- profiles ------------------------------------------------------------------------- */
 
+/* inuse across nodes: a series handed over between nodes (`P@N`) has a last snapshot on
+ * each node that held it within the range; only the latest counts. The parts come per
+ * series (cp_store_query_per_series: samples marked with the series and the snapshot's
+ * start); latest_only keeps each series' samples of the one part whose snapshot is the
+ * latest (the lowest part index on a tie: the same window stored twice counts once) and
+ * strips the marks. */
+typedef struct snapkey {
+    const char *key; /* the series' labels, in its part's strings */
+    int64_t snap;
+    uint32_t part;
+} snapkey;
+
+static int snapkey_cmp(const void *a, const void *b)
+{
+    const snapkey *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    if (c) return c;
+    if (x->snap != y->snap) return x->snap > y->snap ? -1 : 1; /* latest first */
+    return x->part < y->part ? -1 : x->part > y->part;
+}
+
+static int snapkey_cmp_key(const void *a, const void *b)
+{
+    return strcmp(((const snapkey *)a)->key, ((const snapkey *)b)->key);
+}
+
+/* The marks of sample i of p: 1 and key/snap if it has the series mark, else 0. */
+static int sample_mark(const cp_profile *p, uint32_t i, uint32_t kid, uint32_t tid,
+                       const char **key, int64_t *snap)
+{
+    const cp_sample *sm = &p->samples.v[i];
+    int has = 0;
+    *snap = 0;
+    for (uint32_t j = 0; j < sm->nlabels; j++) {
+        const cp_label *l = &p->labels.v[sm->label_off + j];
+        if (kid && l->key == kid) {
+            *key = cp_profile_str(p, l->str);
+            has = 1;
+        } else if (tid && l->key == tid) {
+            *snap = l->num;
+        }
+    }
+    return has;
+}
+
+/* The ids of the two marks' strings in p (0 if absent). */
+static void mark_ids(cp_profile *p, uint32_t *kid, uint32_t *tid)
+{
+    *kid = *tid = 0;
+    for (uint32_t i = 1; i < p->strs.off.n; i++) {
+        const char *str = cp_profile_str(p, i);
+        if (!strcmp(str, CP_STORE_SERIES_LABEL)) *kid = i;
+        if (!strcmp(str, CP_STORE_SNAPSHOT_LABEL)) *tid = i;
+    }
+}
+
+static int latest_only(cp_profile **parts, uint32_t n, cp_err *err)
+{
+    CP_VEC(snapkey) ks = {0};
+    uint32_t *kid = calloc(n + 1, sizeof *kid), *tid = calloc(n + 1, sizeof *tid);
+    int rc = kid && tid ? 0 : CP_ENOMEM;
+    for (uint32_t pi = 0; pi < n && !rc; pi++) {
+        cp_profile *p = parts[pi];
+        if (!p) continue;
+        mark_ids(p, &kid[pi], &tid[pi]);
+        const char *prev = NULL;
+        for (uint32_t i = 0; i < p->samples.n && !rc && kid[pi]; i++) {
+            snapkey k = {NULL, 0, pi};
+            if (!sample_mark(p, i, kid[pi], tid[pi], &k.key, &k.snap)) continue;
+            if (prev == k.key) continue; /* a series' samples come together */
+            prev = k.key;
+            if (cp_vec_push(&ks, k)) rc = CP_ENOMEM;
+        }
+    }
+    if (!rc && ks.n) qsort(ks.v, ks.n, sizeof *ks.v, snapkey_cmp);
+    /* the winners: the first entry of each series */
+    uint32_t w = 0;
+    for (uint32_t i = 0; !rc && i < ks.n; i++)
+        if (i == 0 || strcmp(ks.v[i].key, ks.v[w - 1].key)) ks.v[w++] = ks.v[i];
+    ks.n = w;
+    for (uint32_t pi = 0; pi < n && !rc; pi++) {
+        cp_profile *p = parts[pi];
+        if (!p || !kid[pi]) continue;
+        uint32_t nt = p->sample_types.n, out = 0;
+        for (uint32_t i = 0; i < p->samples.n; i++) {
+            snapkey k = {NULL, 0, pi};
+            cp_sample sm = p->samples.v[i];
+            if (sample_mark(p, i, kid[pi], tid[pi], &k.key, &k.snap)) {
+                snapkey *win = bsearch(&k, ks.v, ks.n, sizeof *ks.v, snapkey_cmp_key);
+                if (!win || win->part != pi) continue; /* another node's snapshot is later */
+                int nz = 0;
+                for (uint32_t t = 0; t < nt; t++)
+                    nz |= p->values.v[(size_t)i * nt + t] != 0;
+                if (!sm.nlocs && !nz) continue; /* it only marked an empty snapshot */
+            }
+            uint32_t nl = 0; /* strip the marks, in place */
+            for (uint32_t j = 0; j < sm.nlabels; j++) {
+                cp_label l = p->labels.v[sm.label_off + j];
+                if (l.key != kid[pi] && (!tid[pi] || l.key != tid[pi]))
+                    p->labels.v[sm.label_off + nl++] = l;
+            }
+            sm.nlabels = nl;
+            if (nt && out != i)
+                memmove(p->values.v + (size_t)out * nt, p->values.v + (size_t)i * nt,
+                        nt * sizeof *p->values.v);
+            p->samples.v[out++] = sm;
+        }
+        p->samples.n = out;
+        p->values.n = (size_t)out * nt;
+    }
+    free(ks.v);
+    free(kid);
+    free(tid);
+    return rc ? cp_err_set(err, rc, "out of memory") : 0;
+}
+
+/* Adds *part (NULL: nothing) to m and frees it. A part the merger refuses (checked before
+ * anything is added) makes peer c missing; the node's own part (c NULL) fails the query. */
+static int merge_part(cp_merger *m, cp_profile **part, call *c, cp_err *err)
+{
+    if (!*part) return 0;
+    cp_err e = {0};
+    int rc = cp_merger_add(m, *part, &e);
+    cp_profile_destroy(*part);
+    *part = NULL;
+    if (rc == CP_ENOMEM || (rc && !c)) return cp_err_set(err, rc, "%s", e.msg);
+    if (rc) fan_reject(c, e.msg);
+    return 0;
+}
+
 int cp_fanout_query(cp_fanout *f, cp_store *s, const char *tenant, cp_kind kind,
                     const cp_selector *sel, const char *select, int64_t from, int64_t to,
                     const cp_query_limits *lim, cp_profile **out, cp_err *err)
 {
-    if (!fans(f)) return cp_store_query(s, tenant, kind, sel, from, to, lim, out, err);
+    int by_series = kind == CP_KIND_INUSE;
+    if (!fans(f))
+        return g_req.by_series && by_series
+                   ? cp_store_query_per_series(s, tenant, kind, sel, from, to, lim, out, err)
+                   : cp_store_query(s, tenant, kind, sel, from, to, lim, out, err);
     cp_buf pq = {0};
     fan fa = {0};
-    int rc = cp_buf_printf(&pq, "/api/v1/profile?format=pprof&type=%s", cp_kind_name(kind));
+    int rc = cp_buf_printf(&pq, "/api/v1/profile?format=pprof&type=%s%s", cp_kind_name(kind),
+                           by_series ? "&by_series=1" : "");
     if (!rc) rc = put_window(&pq, select, from, to);
     if ((rc = fan_begin(f, &pq, rc, tenant, lim ? lim->deadline_ns : 0, NULL, 0, &fa, err)))
         return rc;
-    cp_profile *local = NULL;
-    rc = cp_store_query(s, tenant, kind, sel, from, to, lim, &local, err);
+    /* parts[0] is this node's, parts[1 + i] peer i's (NULL: none) */
+    cp_profile **parts = calloc(fa.n + 1, sizeof *parts);
+    if (!parts) rc = cp_err_set(err, CP_ENOMEM, "out of memory");
+    if (!rc && by_series)
+        rc = cp_store_query_per_series(s, tenant, kind, sel, from, to, lim, &parts[0], err);
+    else if (!rc)
+        rc = cp_store_query(s, tenant, kind, sel, from, to, lim, &parts[0], err);
     fan_wait(&fa);
-    cp_merger *m = rc ? NULL : cp_merger_create();
-    if (!rc && !m) rc = cp_err_set(err, CP_ENOMEM, "out of memory");
-    if (!rc) rc = cp_merger_add(m, local, err);
     /* the parts of a peer's answer are whole: it may be as large as a merged profile gets */
     cp_pprof_limits pl;
     cp_pprof_limits_default(&pl);
     pl.max_bytes = (size_t)1 << 30;
     pl.max_samples = pl.max_locations = pl.max_strings = UINT32_MAX;
     pl.max_string_bytes = (size_t)1 << 30;
+    cp_merger *m = rc ? NULL : cp_merger_create();
+    if (!rc && !m) rc = cp_err_set(err, CP_ENOMEM, "out of memory");
+    /* cpu and alloc: each part merged as soon as it is decoded, and freed; inuse: every
+     * part held until each series' latest snapshot is known */
+    if (!rc && !by_series) rc = merge_part(m, &parts[0], NULL, err);
     for (uint32_t i = 0; !rc && i < fa.n; i++) {
         call *c = &fa.calls[i];
         if (!c->ok) continue;
-        cp_profile *p = NULL;
         cp_err e = {0};
-        int prc = cp_pprof_decode(c->res.body.data, c->res.body.len, &pl, &p, &e);
+        int prc = cp_pprof_decode(c->res.body.data, c->res.body.len, &pl, &parts[1 + i], &e);
+        cp_buf_close(&c->res.body); /* decoded: the body is of no more use */
         if (prc == CP_ENOMEM)
             rc = cp_err_set(err, CP_ENOMEM, "out of memory");
         else if (prc)
             fan_reject(c, e.msg);
-        else if ((prc = cp_merger_add(m, p, &e)) == CP_ENOMEM)
-            rc = cp_err_set(err, prc, "%s", e.msg);
-        else if (prc)
-            fan_reject(c, e.msg); /* checked before anything is added: the part adds nothing */
-        cp_profile_destroy(p);
+        else if (!by_series)
+            rc = merge_part(m, &parts[1 + i], c, err);
+        if (prc) {
+            cp_profile_destroy(parts[1 + i]);
+            parts[1 + i] = NULL;
+        }
     }
+    if (!rc && by_series) rc = latest_only(parts, fa.n + 1, err);
+    for (uint32_t i = 0; !rc && by_series && i <= fa.n; i++)
+        rc = merge_part(m, &parts[i], i ? &fa.calls[i - 1] : NULL, err);
     cp_profile *merged = NULL;
     if (!rc && !(merged = cp_merger_finish(m))) rc = cp_err_set(err, CP_ENOMEM, "out of memory");
     if (merged) {
@@ -553,7 +709,9 @@ int cp_fanout_query(cp_fanout *f, cp_store *s, const char *tenant, cp_kind kind,
         merged->duration_nanos = to - from;
     }
     cp_merger_destroy(m);
-    cp_profile_destroy(local);
+    for (uint32_t i = 0; parts && i <= fa.n; i++)
+        cp_profile_destroy(parts[i]);
+    free(parts);
     fan_close(&fa);
     cp_buf_close(&pq);
     *out = merged;

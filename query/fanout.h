@@ -63,10 +63,10 @@ int cp_fanout_is_part_request(const cp_http_request *req);
 int cp_fanout_peer_lane(const cp_fanout *f, const cp_http_request *req);
 
 /* Starts a request on this thread: forgets the previous request's state, removes `local`,
- * `node`, `deadline_ms` (and, for a peer, `tenant`) from pa. For a peer (*tenant == ""), *tenant
- * becomes the `tenant` parameter (kept in pa's memory). Returns 0, or -1 with a 4xx set in r:
- * `local` other than 1, a bad `deadline_ms`, the cluster token without `local=1`, a bad tenant
- * name. */
+ * `node`, `deadline_ms`, `by_series` (and, for a peer, `tenant`) from pa. For a peer (*tenant ==
+ * ""), *tenant becomes the `tenant` parameter (kept in pa's memory). Returns 0, or -1 with a 4xx
+ * set in r: `local` other than 1, `by_series` other than 1 or without local=1, a bad `deadline_ms`,
+ * the cluster token without `local=1`, a bad tenant name. */
 int cp_fanout_begin(const cp_fanout *f, cp_params *pa, const char **tenant, cp_http_response *r);
 
 /* The deadline the request on this thread must keep (CLOCK_MONOTONIC): deadline_ns, or
@@ -83,9 +83,14 @@ void cp_fanout_end(const cp_fanout *f, cp_http_response *r);
 /* cp_store_query over every node: this store's part and each peer's (fetched in parallel
  * as full-detail pprof), merged; the result carries time_nanos = from and duration_nanos =
  * to - from as the store's does. select is the selector's text, sent to peers as given.
- * cpu and alloc parts add up; inuse parts too, because a series (an instance) lives on one
- * node only (its key fixes its partition, and one node owns each partition). A peer that
- * fails or misses the deadline is recorded as missing; its absence is not an error. */
+ * cpu and alloc parts add up. inuse parts come per series (`by_series=1`:
+ * cp_store_query_per_series) and, per series, only the part holding its latest snapshot
+ * counts (the lowest part, this node's first, on a tie): a series whose partition was
+ * handed over (`P@N`) within the range has a last snapshot on both its old and its new
+ * owner. Those parts are held until all are in (cpu and alloc: merged and freed one by
+ * one). A peer that fails or misses the deadline is recorded as missing; its absence is
+ * not an error. For a peer's own request (local=1) with by_series=1 and kind inuse:
+ * cp_store_query_per_series. */
 int cp_fanout_query(cp_fanout *f, cp_store *s, const char *tenant, cp_kind kind,
                     const cp_selector *sel, const char *select, int64_t from, int64_t to,
                     const cp_query_limits *lim, cp_profile **out, cp_err *err);

@@ -304,6 +304,7 @@ typedef struct addctx {
     /* format-1 stores: stack id -> the first equal stack (cp_dict.stk_alias; fixed at open) */
     const uint32_t *stk_alias;
     uint32_t nstk_alias;
+    int64_t snap_ns; /* the time_ns of the last block added (inuse: its snapshot's start) */
 } addctx;
 
 static int add_block(qctx *q, void *arg, const uint8_t *v, size_t len)
@@ -312,6 +313,7 @@ static int add_block(qctx *q, void *arg, const uint8_t *v, size_t len)
     cp_block_it it;
     int rc = cp_block_it_init(&it, v, len, &q->scratch, q->err);
     if (rc) return rc;
+    a->snap_ns = it.time_ns;
     if (a->totals) {
         for (uint32_t t = 0; t < it.ntypes; t++)
             if (a->colmap[t] >= 0)
@@ -402,19 +404,14 @@ static int out_loc(outmap *o, uint32_t lid, uint32_t *out)
     return rc;
 }
 
-static int build_profile(const tenant *t, const cp_acc *acc, cp_profile *p, cp_err *err)
+/* Adds the nonzero rows of acc to o->p as samples, each with its stack's labels and then
+ * extra[0..nextra) (already in o->p's strings). 0, CP_ENOMEM or CP_ESTORE. */
+static int add_rows(outmap *o, const cp_acc *acc, const cp_label *extra, uint32_t nextra)
 {
-    const cp_dict *d = &t->dict;
-    outmap o = {d,
-                p,
-                calloc(d->soff.n + 1, 4),
-                calloc(d->fn.n + 1, 4),
-                calloc(d->map.n + 1, 4),
-                calloc(d->loc.n + 1, 4)};
+    const cp_dict *d = o->d;
     CP_VEC(uint32_t) locs = {0};
     CP_VEC(cp_label) labels = {0};
     int rc = 0;
-    if (!o.s || !o.f || !o.m || !o.l) rc = CP_ENOMEM;
     for (uint32_t i = 0; i < acc->ids.n && !rc; i++) {
         const int64_t *row = acc->vals.v + (size_t)i * acc->ntypes;
         int nz = 0;
@@ -428,29 +425,53 @@ static int build_profile(const tenant *t, const cp_acc *acc, cp_profile *p, cp_e
         }
         const cp_sample *st = &d->stk.v[sid - 1];
         locs.n = labels.n = 0;
-        if (cp_vec_reserve(&locs, st->nlocs + 1) || cp_vec_reserve(&labels, st->nlabels + 1)) {
+        if (cp_vec_reserve(&locs, st->nlocs + 1) ||
+            cp_vec_reserve(&labels, st->nlabels + nextra + 1)) {
             rc = CP_ENOMEM;
             break;
         }
         for (uint32_t j = 0; j < st->nlocs && !rc; j++) {
             uint32_t lid = st->loc_off + j < d->stk_locs.n ? d->stk_locs.v[st->loc_off + j] : 0;
-            rc = out_loc(&o, lid, &locs.v[locs.n++]);
+            rc = out_loc(o, lid, &locs.v[locs.n++]);
         }
         for (uint32_t j = 0; j < st->nlabels && !rc && st->label_off + j < d->stk_labels.n; j++) {
             cp_label lb = d->stk_labels.v[st->label_off + j];
-            if (out_str(&o, lb.key, &lb.key) || out_str(&o, lb.str, &lb.str) ||
-                out_str(&o, lb.num_unit, &lb.num_unit))
+            if (out_str(o, lb.key, &lb.key) || out_str(o, lb.str, &lb.str) ||
+                out_str(o, lb.num_unit, &lb.num_unit))
                 rc = CP_ENOMEM;
             labels.v[labels.n++] = lb;
         }
-        if (!rc) rc = cp_profile_add_sample(p, locs.v, locs.n, row, labels.v, labels.n);
+        for (uint32_t j = 0; j < nextra; j++)
+            labels.v[labels.n++] = extra[j];
+        if (!rc) rc = cp_profile_add_sample(o->p, locs.v, locs.n, row, labels.v, labels.n);
     }
-    free(o.s);
-    free(o.f);
-    free(o.m);
-    free(o.l);
     free(locs.v);
     free(labels.v);
+    return rc;
+}
+
+static int outmap_init(outmap *o, const tenant *t, cp_profile *p)
+{
+    const cp_dict *d = &t->dict;
+    *o = (outmap){d,
+                  p,
+                  calloc(d->soff.n + 1, 4),
+                  calloc(d->fn.n + 1, 4),
+                  calloc(d->map.n + 1, 4),
+                  calloc(d->loc.n + 1, 4)};
+    return !o->s || !o->f || !o->m || !o->l ? CP_ENOMEM : 0;
+}
+
+static void outmap_close(outmap *o)
+{
+    free(o->s);
+    free(o->f);
+    free(o->m);
+    free(o->l);
+}
+
+static int build_error(const tenant *t, int rc, cp_err *err)
+{
     if (rc == CP_ESTORE)
         return cp_err_set(err, rc,
                           "tenant %s: a block refers to a stack or location missing "
@@ -458,6 +479,15 @@ static int build_profile(const tenant *t, const cp_acc *acc, cp_profile *p, cp_e
                           t->name);
     if (rc) return cp_err_set(err, rc, "query: building the profile");
     return 0;
+}
+
+static int build_profile(const tenant *t, const cp_acc *acc, cp_profile *p, cp_err *err)
+{
+    outmap o;
+    int rc = outmap_init(&o, t, p);
+    if (!rc) rc = add_rows(&o, acc, NULL, 0);
+    outmap_close(&o);
+    return build_error(t, rc, err);
 }
 
 /* Output sample types and period from the matched series (read lock held). */
@@ -491,9 +521,61 @@ static int set_types(cp_profile *p, cp_kind kind, const servec *ss, qtypes *qt)
     return rc;
 }
 
-int cp_store_query(cp_store *s, const char *tenant_name, cp_kind kind, const cp_selector *sel,
-                   int64_t from_ns, int64_t to_ns, const cp_query_limits *lim, cp_profile **out,
-                   cp_err *err)
+/* The labels that mark each series' own samples: its labels formatted, and the start of its
+ * snapshot's window. */
+static int series_marks(cp_profile *p, const cp_ser *ser, int64_t snap_ns, cp_buf *tmp, cp_label *m)
+{
+    tmp->len = 0;
+    memset(m, 0, 2 * sizeof *m);
+    m[1].num = snap_ns;
+    int rc = cp_labels_format(&ser->labels, tmp);
+    if (!rc) rc = cp_profile_intern(p, (const char *)tmp->data, tmp->len, &m[0].str);
+    if (!rc) rc = cp_profile_intern_cstr(p, CP_STORE_SERIES_LABEL, &m[0].key);
+    if (!rc) rc = cp_profile_intern_cstr(p, CP_STORE_SNAPSHOT_LABEL, &m[1].key);
+    if (!rc) rc = cp_profile_intern_cstr(p, "nanoseconds", &m[1].num_unit);
+    return rc ? CP_ENOMEM : 0;
+}
+
+/* inuse, per series: each series' last snapshot in the range as samples of their own,
+ * marked (series_marks). Caller holds no lock; q is open. */
+static int query_per_series(qctx *q, cp_store *s, tenant *t, const servec *ss, const qtypes *qt,
+                            int64_t from_ns, int64_t to_ns, cp_acc *acc, cp_profile *p, cp_err *err)
+{
+    outmap o;
+    /* the dictionary now holds every id the snapshot's blocks refer to (ingest adds to it
+     * before it writes a block) */
+    pthread_rwlock_rdlock(&s->lock);
+    int rc = outmap_init(&o, t, p);
+    pthread_rwlock_unlock(&s->lock);
+    cp_buf tmp = {0};
+    for (uint32_t i = 0; i < ss->n && !rc && from_ns < to_ns; i++) {
+        int colmap[CP_MAX_TYPES];
+        ser_colmap(qt, ss->v[i], colmap);
+        cp_acc_reset(acc, qt->n);
+        addctx a = {acc, colmap, NULL, t->dict.stk_alias, t->dict.nstk_alias, INT64_MIN};
+        rc = visit(q, ss->v[i], from_ns, to_ns, add_block, &a);
+        if (rc || a.snap_ns == INT64_MIN) continue; /* no snapshot in the range */
+        cp_label m[2];
+        pthread_rwlock_rdlock(&s->lock);
+        rc = series_marks(p, ss->v[i], a.snap_ns, &tmp, m);
+        uint32_t before = p->samples.n;
+        if (!rc) rc = add_rows(&o, acc, m, 2);
+        /* a snapshot of nothing in use still is the series' latest: one empty sample says so */
+        int64_t zero[CP_MAX_TYPES] = {0};
+        uint32_t none = 0;
+        if (!rc && p->samples.n == before) rc = cp_profile_add_sample(p, &none, 0, zero, m, 2);
+        pthread_rwlock_unlock(&s->lock);
+        if (rc) rc = build_error(t, rc, err);
+    }
+    outmap_close(&o);
+    cp_buf_close(&tmp);
+    if (rc == CP_ENOMEM && (!err || err->code != rc)) cp_err_set(err, rc, "query");
+    return rc;
+}
+
+static int query(cp_store *s, const char *tenant_name, cp_kind kind, const cp_selector *sel,
+                 int64_t from_ns, int64_t to_ns, const cp_query_limits *lim, int per_series,
+                 cp_profile **out, cp_err *err)
 {
     *out = NULL;
     if (!cp_kind_name((int)kind)) return cp_err_set(err, CP_EINVAL, "unknown kind %d", (int)kind);
@@ -517,11 +599,15 @@ int cp_store_query(cp_store *s, const char *tenant_name, cp_kind kind, const cp_
         cp_err_set(err, rc, "query: %s", cp_strerror(rc));
         goto done;
     }
+    if (per_series && kind == CP_KIND_INUSE && t) {
+        rc = query_per_series(&q, s, t, &ss, &qt, from_ns, to_ns, &acc, p, err);
+        goto window;
+    }
     cp_acc_reset(&acc, qt.n);
     for (uint32_t i = 0; i < ss.n && !rc && from_ns < to_ns; i++) {
         int colmap[CP_MAX_TYPES];
         ser_colmap(&qt, ss.v[i], colmap);
-        addctx a = {&acc, colmap, NULL, t->dict.stk_alias, t->dict.nstk_alias};
+        addctx a = {&acc, colmap, NULL, t->dict.stk_alias, t->dict.nstk_alias, 0};
         rc = visit(&q, ss.v[i], from_ns, to_ns, add_block, &a);
     }
     if (!rc && acc.ids.n) {
@@ -529,6 +615,7 @@ int cp_store_query(cp_store *s, const char *tenant_name, cp_kind kind, const cp_
         rc = build_profile(t, &acc, p, err);
         pthread_rwlock_unlock(&s->lock);
     }
+window:
     p->time_nanos = from_ns;
     p->duration_nanos = to_ns - from_ns;
 done:
@@ -541,6 +628,20 @@ done:
     }
     *out = p;
     return 0;
+}
+
+int cp_store_query(cp_store *s, const char *tenant_name, cp_kind kind, const cp_selector *sel,
+                   int64_t from_ns, int64_t to_ns, const cp_query_limits *lim, cp_profile **out,
+                   cp_err *err)
+{
+    return query(s, tenant_name, kind, sel, from_ns, to_ns, lim, 0, out, err);
+}
+
+int cp_store_query_per_series(cp_store *s, const char *tenant_name, cp_kind kind,
+                              const cp_selector *sel, int64_t from_ns, int64_t to_ns,
+                              const cp_query_limits *lim, cp_profile **out, cp_err *err)
+{
+    return query(s, tenant_name, kind, sel, from_ns, to_ns, lim, 1, out, err);
 }
 
 int cp_store_timeline(cp_store *s, const char *tenant_name, cp_kind kind, const cp_selector *sel,
@@ -591,7 +692,7 @@ int cp_store_timeline(cp_store *s, const char *tenant_name, cp_kind kind, const 
             int64_t a = from_ns + (int64_t)k * step_ns;
             int64_t b = a + step_ns < to_ns ? a + step_ns : to_ns;
             if (b <= span[2 * i] || a > span[2 * i + 1]) continue;
-            addctx ac = {NULL, colmap, res + k * qt.n, NULL, 0};
+            addctx ac = {NULL, colmap, res + k * qt.n, NULL, 0, 0};
             rc = visit(&q, ss.v[i], a, b, add_block, &ac);
         }
     }

@@ -45,6 +45,20 @@ int cp_store_query(cp_store *s, const char *tenant, cp_kind kind, const cp_selec
                    int64_t from_ns, int64_t to_ns, const cp_query_limits *lim, cp_profile **out,
                    cp_err *err);
 
+/* cp_store_query, but for inuse each series' last snapshot in the range stays apart (a
+ * cluster merges the parts of several nodes and keeps, per series, only the latest
+ * snapshot of any node: a series handed over between nodes is on both). Every sample of a
+ * series carries two more pprof labels: CP_STORE_SERIES_LABEL (the series' labels as
+ * {a="b"}) and CP_STORE_SNAPSHOT_LABEL (numeric: the snapshot's window start, in ns). The
+ * profile is then up to one set of stacks per series, not one merged set; a series whose
+ * last snapshot holds nothing in use has one sample with no stack and zero values (it still
+ * is that series' latest). cpu and alloc: exactly cp_store_query. */
+#define CP_STORE_SERIES_LABEL "contprof_series"
+#define CP_STORE_SNAPSHOT_LABEL "contprof_snapshot_ns"
+int cp_store_query_per_series(cp_store *s, const char *tenant, cp_kind kind, const cp_selector *sel,
+                              int64_t from_ns, int64_t to_ns, const cp_query_limits *lim,
+                              cp_profile **out, cp_err *err);
+
 /* One series: its labels, its kind and the time span of its stored windows. */
 typedef struct cp_series_info {
     cp_labels labels;

@@ -87,6 +87,23 @@ static long long metric(int port, const char *name, const char *token)
     return v;
 }
 
+/* The profile of type (cpu, alloc, inuse) of sel (URL-encoded) over the last day, as pprof
+ * from port; local: only that node's own part (local=1). */
+static cp_profile *query_type(int port, const char *type, const char *sel, int local)
+{
+    int64_t now = (int64_t)time(NULL);
+    char pq[512];
+    snprintf(pq, sizeof pq, "/api/v1/profile?format=pprof&type=%s&from=%lld&to=%lld&select=%s%s",
+             type, (long long)(now - 86400), (long long)(now + 60), sel, local ? "&local=1" : "");
+    cp_buf b = http_get_ok(port, pq, NULL);
+    cp_profile *p = NULL;
+    cp_err err = {0};
+    if (cp_pprof_decode(b.data, b.len, NULL, &p, &err)) fprintf(stderr, "%s\n", err.msg);
+    CHECK(p);
+    cp_buf_close(&b);
+    return p;
+}
+
 /* The CPU profile of sel (URL-encoded) over the last day, as pprof from port. */
 static cp_profile *query_cpu(int port, const char *sel, const char *token)
 {
@@ -667,6 +684,63 @@ static const char *stored_offsets(const char *data)
     return out;
 }
 
+/* Writes a Go-style heap profile (alloc_objects, alloc_space, inuse_objects, inuse_space)
+ * of three stacks to path, its values drawn from seed; for an odd seed from 20 on (round
+ * 2's odd services), nothing in use: a later snapshot of nothing still replaces an
+ * earlier one. */
+static void write_heap(const char *path, int seed)
+{
+    cp_profile *p = cp_profile_create();
+    CHECK(p);
+    const char *types[4][2] = {{"alloc_objects", "count"},
+                               {"alloc_space", "bytes"},
+                               {"inuse_objects", "count"},
+                               {"inuse_space", "bytes"}};
+    for (int t = 0; t < 4; t++)
+        CHECK(cp_profile_add_sample_type(p, types[t][0], types[t][1]) == 0);
+    uint32_t loc[3];
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "heap_fn_%d", i);
+        cp_function fn = {0};
+        uint32_t fid;
+        CHECK(cp_profile_intern_cstr(p, name, &fn.name) == 0);
+        CHECK(cp_profile_add_function(p, &fn, &fid) == 0);
+        cp_line ln = {fid, 10 + i};
+        CHECK(cp_profile_add_location(p, 0x1000 + 16 * (uint64_t)i, 0, &ln, 1, &loc[i]) == 0);
+    }
+    for (int i = 0; i < 3; i++) {
+        int64_t v[4] = {seed * 7 + i + 1, (seed * 7 + i + 1) * 512, seed * 3 + i + 1,
+                        (seed * 3 + i + 1) * 512};
+        if (seed >= 20 && seed % 2) v[2] = v[3] = 0; /* round 2: nothing in use */
+        uint32_t stack[2] = {loc[i], loc[(i + 1) % 3]};
+        CHECK(cp_profile_add_sample(p, stack, 2, v, NULL, 0) == 0);
+    }
+    cp_buf b = {0};
+    cp_err err = {0};
+    CHECK(cp_pprof_encode(p, 1, &b) == 0);
+    CHECK(cp_write_file(path, b.data, b.len, &err) == 0);
+    cp_buf_close(&b);
+    cp_profile_destroy(p);
+}
+
+/* Imports heap windows of the 8 services of round (1 or 2) through url, one `contprof
+ * import` each (its own producer: the cumulative alloc of each file counts in full), each
+ * window starting ago_m minutes ago. */
+static void import_heaps(const char *dir, const char *url, int round, int ago_m)
+{
+    char path[700], cmd[2400];
+    for (int s = 0; s < 8; s++) {
+        snprintf(path, sizeof path, "%s/heap/r%ds%d.pb.gz", dir, round, s);
+        write_heap(path, 10 * round + s);
+        snprintf(cmd, sizeof cmd,
+                 "'%s/query/contprof' import --server %s --service s%d --at now-%dm "
+                 "--duration 10s '%s' 2>>'%s/import.log'",
+                 bindir(), url, s, ago_m, path, dir);
+        sh(cmd);
+    }
+}
+
 TEST(a_partition_handed_to_a_new_node_is_read_once)
 {
     char dir[] = "/tmp/cp-cluster-add-XXXXXX", cmd[2400], peers[256], brokers[256];
@@ -716,6 +790,11 @@ TEST(a_partition_handed_to_a_new_node_is_read_once)
                  dir, s, bindir(), dir, s, 40 + 10 * s, bindir(), n[0].url, s, dir, s, dir);
         sh(cmd);
     }
+    /* and each service's heap snapshot of 40 minutes ago (its inuse series, on the
+     * partition of its key: some on 3, handed over below) */
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/heap'", dir);
+    sh(cmd);
+    import_heaps(dir, n[0].url, 1, 40);
     /* B gives partition 3 up: stopped, its offsets read, restarted with partition 2 only */
     CHECK_EQ(stop_daemon_within(&n[1].p, SIGTERM, 60), 0);
     const char *offs = stored_offsets(data[1]);
@@ -744,6 +823,35 @@ TEST(a_partition_handed_to_a_new_node_is_read_once)
                  "2>>'%s/import.log'",
                  dir, s, bindir(), dir, s, 45 + 10 * s, bindir(), n[0].url, s, dir, s, dir);
         sh(cmd);
+    }
+    /* a later heap snapshot of each service, 20 minutes ago */
+    import_heaps(dir, n[0].url, 2, 20);
+    /* inuse is per series the last snapshot in the range: round 2's alone, although a
+     * series of partition 3 has a snapshot on B (round 1) and one on C (round 2); alloc
+     * adds both rounds */
+    int64_t heap_last[4], heap_all[4], inuse_parts[2] = {0, 0};
+    snprintf(cmd, sizeof cmd, "'%s'/heap/r2s*.pb.gz", dir);
+    CHECK_EQ(pprof_raw_totals(cmd, heap_last, 4), 4);
+    snprintf(cmd, sizeof cmd, "'%s'/heap/r[12]s*.pb.gz", dir);
+    CHECK_EQ(pprof_raw_totals(cmd, heap_all, 4), 4);
+    for (int i = 0; i < 3; i++) {
+        cp_profile *p = query_type(n[i].port, "inuse", "", 1);
+        inuse_parts[0] += cp_profile_total(p, 0);
+        inuse_parts[1] += cp_profile_total(p, 1);
+        cp_profile_destroy(p);
+    }
+    fprintf(stderr, "inuse: the nodes' own parts sum to %lld objects, the last snapshots %lld\n",
+            (long long)inuse_parts[0], (long long)heap_last[2]);
+    CHECK(inuse_parts[0] > heap_last[2]); /* a series is on two nodes: the case is tested */
+    for (int i = 0; i < 3; i++) {
+        cp_profile *p = query_type(n[i].port, "inuse", "", 0);
+        CHECK_EQ(cp_profile_total(p, 0), heap_last[2]);
+        CHECK_EQ(cp_profile_total(p, 1), heap_last[3]);
+        cp_profile_destroy(p);
+        p = query_type(n[i].port, "alloc", "", 0);
+        CHECK_EQ(cp_profile_total(p, 0), heap_all[0]);
+        CHECK_EQ(cp_profile_total(p, 1), heap_all[1]);
+        cp_profile_destroy(p);
     }
     /* every window once: round 1 and round 2, through any node (a new owner that started
      * at the log's start would count partition 3's round-1 windows twice) */
