@@ -396,7 +396,10 @@ int main(int argc, char **argv)
     CP_VEC(cp_api_token) toks = {0};
     for (uint32_t i = 0; i < d.cfg.tokens.n; i++) {
         cp_api_token t = {d.cfg.tokens.v[i].value, d.cfg.tokens.v[i].key};
-        if (cp_vec_push(&toks, t)) goto fail_msg;
+        if (cp_vec_push(&toks, t)) {
+            free(toks.v);
+            goto fail_msg;
+        }
     }
     cp_symbols_options syo;
     cp_symbols_options_default(&syo);
@@ -405,7 +408,10 @@ int main(int argc, char **argv)
     syo.max_upload_bytes = d.cfg.symbols_max_upload_bytes;
     syo.max_table_bytes = d.cfg.symbols_max_table_bytes;
     syo.cache_bytes = d.cfg.symbols_cache_bytes;
-    if (!(d.symbols = cp_symbols_create(&syo))) goto fail_msg;
+    if (!(d.symbols = cp_symbols_create(&syo))) {
+        free(toks.v);
+        goto fail_msg;
+    }
     cp_api_options ao;
     cp_api_options_default(&ao);
     ao.symbols = d.symbols;
@@ -418,7 +424,10 @@ int main(int argc, char **argv)
     ao.max_nodes_limit = d.cfg.max_nodes_limit;
     ao.brokers = d.cfg.brokers;
     ao.metrics_token = d.cfg.metrics_token;
-    if (cluster_create(&d, &err)) goto fail_msg;
+    if (cluster_create(&d, &err)) {
+        free(toks.v); /* the settings it refused are named in err */
+        goto fail_msg;
+    }
     ao.fanout = d.fanout;
     ao.ingest_stats = ingest_stats_cb;
     ao.ingest_arg = &d;
@@ -484,9 +493,13 @@ int main(int argc, char **argv)
         if (cp_vec_push(&props, d.cfg.kafka.v[i].key) ||
             cp_vec_push(&props, d.cfg.kafka.v[i].value)) {
             cp_err_set(&err, CP_ENOMEM, "out of memory");
+            free(props.v);
             goto fail_msg;
         }
-    if (cp_vec_push(&props, NULL)) goto fail_msg;
+    if (cp_vec_push(&props, NULL)) {
+        free(props.v);
+        goto fail_msg;
+    }
     /* With tokens, ingest stores only envelopes signed with a token of their tenant. */
     CP_VEC(const char *) ttoks = {0};
     for (uint32_t i = 0; i < d.cfg.tokens.n; i++)
