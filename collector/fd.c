@@ -7,7 +7,10 @@
  * agent fd looks closed to the host (EBADF), a close-all skips it, and a dup2 onto its number
  * hands the number to the host after moving the agent's fd away (perf) or revoking it (every
  * other: the agent's threads then get EBADF on that number and the Kafka client is rebuilt).
- * Design and limits: README.md, "File descriptors". */
+ * A gate keeps the host's calls that make, close or overwrite an fd from meeting an agent
+ * fd between its birth at a low number and its move; fopen/opendir on the agent's threads
+ * are made of the hooked open, and dlopen/getaddrinfo (whose fds libc makes past any hook)
+ * hold the gate. Design and limits: README.md, "File descriptors". */
 #include "fd.h"
 
 #include <dlfcn.h>
@@ -152,7 +155,8 @@ int cp_fd_adopt(int fd, int kind)
             fd = hi;
         } else if (errno == EBADF) {
             return -1; /* closed by the host past the gate's bound: the number is not ours */
-        } /* else (no room above the floor): it stays where it is, still marked */
+        }
+        /* else (no room above the floor): it stays where it is, still marked */
     } else {
         REAL(fcntl)(fd, F_SETFD, FD_CLOEXEC);
     }
@@ -320,7 +324,7 @@ __attribute__((noinline, cold)) static int close_slow(int fd)
     /* looked at inside the gate: an agent fd in transit is marked by now */
     unsigned char s = fd_state(fd);
     int rc = s == CP_FD_HOST || s == CP_FD_REVOKED ? real_close(fd)
-                                                    : (errno = EBADF, -1); /* not open to the host */
+                                                   : (errno = EBADF, -1); /* not open to the host */
     host_leave();
     return rc;
 }

@@ -577,6 +577,7 @@ TEST(exec_chain)
 }
 
 TEST_MAIN(T(close_loop), T(close_range_all), T(closefrom_all), T(close_range_syscall),
-          T(close_storm), T(dup2_over_everything), T(fork_then_closefrom), T(sigprof_sigaction_timer),
-          T(sigprof_signal_perf), T(sigprof_timer_create), T(reexec_keeps_every_window),
-          T(fork_storm), T(threads_500), T(close_at_start), T(exec_chain), T(sig_ign_survives_exec))
+          T(close_storm), T(dup2_over_everything), T(fork_then_closefrom),
+          T(sigprof_sigaction_timer), T(sigprof_signal_perf), T(sigprof_timer_create),
+          T(reexec_keeps_every_window), T(fork_storm), T(threads_500), T(close_at_start),
+          T(exec_chain), T(sig_ign_survives_exec))
