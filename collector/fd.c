@@ -294,6 +294,16 @@ static void agent_leave(void)
     atomic_fetch_sub(&g_agent_making, 1);
 }
 
+void cp_fd_gate_enter(void)
+{
+    agent_enter();
+}
+
+void cp_fd_gate_leave(void)
+{
+    agent_leave();
+}
+
 /* on_agent on an agent thread, on_host on any other, each through its side of the gate */
 #define GATED(on_agent, on_host)                                                                   \
     __extension__({                                                                                \

@@ -520,7 +520,8 @@ static void same_with_and_without(const char *const *argv, int files, int profil
 }
 
 /* Close loops over 3..63 for 3 s while the agent makes fds (each of 64 threads' /proc comm
- * file every second, window files every 100 ms) at the lowest free numbers: the program
+ * file every second, window files every 100 ms, a perf fd for each of the short threads
+ * that keep starting) at the lowest free numbers: the program
  * holds none there, so none of its close() calls may succeed, as without the agent. One
  * that does closed an agent fd before it moved above the floor (the gate, fd.c), or one
  * libc made past the hooks (libdw's fopen of /proc/PID/maps, dlopen's). */
@@ -528,7 +529,8 @@ TEST(close_storm)
 {
     make_dir();
     const char *argv[] = {CPH, "closestorm", "3", "64", NULL};
-    const char *env[] = {PRELOAD, outdir_env(sub("prof")), "CONTPROF_WINDOW=100ms", NULL};
+    const char *env[] = {PRELOAD, outdir_env(sub("prof")), "CONTPROF_WINDOW=100ms",
+                         "CONTPROF_CPU_HZ=1000", NULL};
     res *a = malloc(sizeof(res)), *b = malloc(sizeof(res));
     run(argv, NULL, a);
     run(argv, env, b);
