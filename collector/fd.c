@@ -9,15 +9,14 @@
  * other: the agent's threads then get EBADF on that number and the Kafka client is rebuilt).
  * A gate keeps the host's calls that make, close or overwrite an fd from meeting an agent
  * fd between its birth at a low number and its move; fopen/opendir on the agent's threads
- * are made of the hooked open, and dlopen/getaddrinfo (whose fds libc makes past any hook)
- * hold the gate. Design and limits: README.md, "File descriptors". */
+ * are made of the hooked open, and dlopen (whose fds libc makes past any hook) holds the
+ * gate. Design and limits: README.md, "File descriptors". */
 #include "fd.h"
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <netdb.h>
 #include <poll.h>
 #include <dirent.h>
 #include <sched.h>
@@ -70,8 +69,6 @@ static DIR *(*real_opendir)(const char *);
 static DIR *(*real_fdopendir)(int);
 static int (*real_closedir)(DIR *);
 static void *(*real_dlopen)(const char *, int);
-static int (*real_getaddrinfo)(const char *, const char *, const struct addrinfo *,
-                               struct addrinfo **);
 static int (*real_accept)(int, struct sockaddr *, socklen_t *);
 static int (*real_accept4)(int, struct sockaddr *, socklen_t *, int);
 static ssize_t (*real_read)(int, void *, size_t);
@@ -668,12 +665,10 @@ CONTPROF_EXTERN int closedir(DIR *d)
     return rc;
 }
 
-/* dlopen (the agent loads libdw and librdkafka on its thread) and getaddrinfo (librdkafka
- * resolves brokers on its threads; with AI_ADDRCONFIG glibc asks the kernel through a
- * netlink socket, even for a numeric address) make short-lived fds inside libc, where no hook
- * can move them. On an agent thread the whole call holds the agent's side of the gate: host
- * calls that make, close or overwrite an fd wait for it (bounded, as every wait of the
- * gate). */
+/* dlopen (the agent loads libdw and librdkafka on its thread) opens the library inside libc,
+ * where no hook can move the fd. On an agent thread the whole call holds the agent's side of
+ * the gate: host calls that make, close or overwrite an fd wait for it (bounded, as every
+ * wait of the gate). */
 CONTPROF_EXTERN void *dlopen(const char *file, int mode)
 {
     if (!cp_agent_thread) return REAL(dlopen)(file, mode);
@@ -681,16 +676,6 @@ CONTPROF_EXTERN void *dlopen(const char *file, int mode)
     void *h = REAL(dlopen)(file, mode);
     agent_leave();
     return h;
-}
-
-CONTPROF_EXTERN int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints,
-                                struct addrinfo **res)
-{
-    if (!cp_agent_thread) return REAL(getaddrinfo)(node, service, hints, res);
-    agent_enter();
-    int rc = REAL(getaddrinfo)(node, service, hints, res);
-    agent_leave();
-    return rc;
 }
 
 CONTPROF_EXTERN int accept(int fd, struct sockaddr *a, socklen_t *l)
