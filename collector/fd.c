@@ -7,7 +7,10 @@
  * agent fd looks closed to the host (EBADF), a close-all skips it, and a dup2 onto its number
  * hands the number to the host after moving the agent's fd away (perf) or revoking it (every
  * other: the agent's threads then get EBADF on that number and the Kafka client is rebuilt).
- * Design and limits: README.md, "File descriptors". */
+ * A gate keeps the host's calls that make, close or overwrite an fd from meeting an agent
+ * fd between its birth at a low number and its move; fopen/opendir on the agent's threads
+ * are made of the hooked open, and dlopen (whose fds libc makes past any hook) holds the
+ * gate. Design and limits: README.md, "File descriptors". */
 #include "fd.h"
 
 #include <dlfcn.h>
@@ -15,8 +18,10 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <dirent.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -56,6 +61,14 @@ static int (*real_open)(const char *, int, ...);
 static int (*real_open64)(const char *, int, ...);
 static int (*real_openat)(int, const char *, int, ...);
 static int (*real_openat64)(int, const char *, int, ...);
+static FILE *(*real_fopen)(const char *, const char *);
+static FILE *(*real_fopen64)(const char *, const char *);
+static FILE *(*real_fdopen)(int, const char *);
+static int (*real_fclose)(FILE *);
+static DIR *(*real_opendir)(const char *);
+static DIR *(*real_fdopendir)(int);
+static int (*real_closedir)(DIR *);
+static void *(*real_dlopen)(const char *, int);
 static int (*real_accept)(int, struct sockaddr *, socklen_t *);
 static int (*real_accept4)(int, struct sockaddr *, socklen_t *, int);
 static ssize_t (*real_read)(int, void *, size_t);
@@ -137,7 +150,10 @@ int cp_fd_adopt(int fd, int kind)
         if (hi >= 0) {
             REAL(close)(fd);
             fd = hi;
-        } /* else (no room above the floor): it stays where it is, still marked */
+        } else if (errno == EBADF) {
+            return -1; /* closed by the host past the gate's bound: the number is not ours */
+        }
+        /* else (no room above the floor): it stays where it is, still marked */
     } else {
         REAL(fcntl)(fd, F_SETFD, FD_CLOEXEC);
     }
@@ -219,58 +235,20 @@ static int close_range_skipping(unsigned lo, unsigned hi, int flags)
 }
 
 /* ------------------------------------------------------------------------------------
- * The host's calls that close or overwrite fds */
+ * The gate between the host's and the agent's threads */
 
-__attribute__((noinline, cold)) static int close_slow(int fd)
-{
-    unsigned char s = fd_state(fd);
-    if (s != CP_FD_HOST) {
-        if (cp_agent_thread) return cp_fd_close(fd);
-        if (s != CP_FD_REVOKED) return errno = EBADF, -1; /* not open, as far as the host knows */
-    }
-    return REAL(close)(fd);
-}
-
-CONTPROF_EXTERN int close(int fd)
-{
-    int (*f)(int) = real_close;
-    if (__builtin_expect(f != NULL && fd_state(fd) == CP_FD_HOST, 1)) return f(fd);
-    return close_slow(fd);
-}
-
-CONTPROF_EXTERN int close_range(unsigned lo, unsigned hi, int flags)
-{
-    /* CLOSE_RANGE_UNSHARE closes in a private copy of the table: the agent keeps its own */
-    if (cp_agent_thread || (flags & CLOSE_RANGE_UNSHARE) || lo > hi || next_agent(lo, hi) < 0)
-        return raw_close_range(lo, hi, flags);
-    return close_range_skipping(lo, hi, flags);
-}
-
-CONTPROF_EXTERN void closefrom(int lo)
-{
-    if (lo < 0) lo = 0;
-    if (cp_agent_thread || next_agent(lo, INT_MAX) < 0) {
-        REAL(closefrom)(lo);
-        return;
-    }
-    if (close_range_skipping((unsigned)lo, ~0U, 0) == 0) return;
-    /* no close_range (kernel before 5.9): one by one up to the limit */
-    struct rlimit rl;
-    long long top = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (1u << 20)
-                        ? (long long)rl.rlim_cur
-                        : (1 << 20);
-    for (long long fd = lo; fd < top; fd++)
-        if (!agent_fd((int)fd)) REAL(close)((int)fd);
-}
-
-/* An agent fd is born at the lowest free number and moved above the floor at once; a host
- * thread that takes the lowest free number in between would get the next one instead of
- * the number it gets without the agent. So the two take turns, Dekker-style on two
- * counters (sequentially consistent atomics: each side announces itself, then looks at the
- * other): a host call that makes an fd waits while an agent thread is between making one
- * and moving it (a few system calls), and an agent thread waits for host calls in flight.
- * Both waits are bounded (a host open of a FIFO may block for good): past the bound the
- * call goes on, as before this gate. accept() is left out, as it blocks by design. */
+/* An agent fd is born at the lowest free number and moved above the floor at once. In
+ * between, the number is the agent's but not yet marked: a host thread that takes the lowest
+ * free number then would get the next one instead of the number it gets without the agent,
+ * and a host thread that closes or overwrites that number (a close loop, close_range,
+ * closefrom, dup2 onto it) would close the agent's fd and be told it closed one of its own.
+ * So the two take turns, Dekker-style on two counters (sequentially consistent atomics: each
+ * side announces itself, then looks at the other): a host call that makes, closes or
+ * overwrites an fd waits while an agent thread is between making one and moving it (a few
+ * system calls), and an agent thread waits for such host calls in flight. Both waits are
+ * bounded (a host open of a FIFO may block for good, a close may flush to a slow disk): past
+ * the bound the call goes on, as before this gate. accept() is left out, as it blocks by
+ * design. */
 static atomic_int g_agent_making, g_host_making;
 
 #define GATE_SPINS 20000 /* sched_yield()s: milliseconds at most */
@@ -313,6 +291,16 @@ static void agent_leave(void)
     atomic_fetch_sub(&g_agent_making, 1);
 }
 
+void cp_fd_gate_enter(void)
+{
+    agent_enter();
+}
+
+void cp_fd_gate_leave(void)
+{
+    agent_leave();
+}
+
 /* on_agent on an agent thread, on_host on any other, each through its side of the gate */
 #define GATED(on_agent, on_host)                                                                   \
     __extension__({                                                                                \
@@ -329,6 +317,84 @@ static void agent_leave(void)
         r_;                                                                                        \
     })
 
+/* ------------------------------------------------------------------------------------
+ * The host's calls that close or overwrite fds */
+
+__attribute__((noinline, cold)) static int close_slow(int fd)
+{
+    if (cp_agent_thread) {
+        unsigned char s = fd_state(fd);
+        return s != CP_FD_HOST ? cp_fd_close(fd) : REAL(close)(fd);
+    }
+    REAL(close);
+    host_enter();
+    /* looked at inside the gate: an agent fd in transit is marked by now */
+    unsigned char s = fd_state(fd);
+    int rc = s == CP_FD_HOST || s == CP_FD_REVOKED ? real_close(fd)
+                                                   : (errno = EBADF, -1); /* not open to the host */
+    host_leave();
+    return rc;
+}
+
+/* A host thread's close goes through the gate (see above): the number it closes is never an
+ * agent fd between its birth and its move. */
+CONTPROF_EXTERN int close(int fd)
+{
+    int (*f)(int) = real_close;
+    if (__builtin_expect(f != NULL && !cp_agent_thread, 1)) {
+        host_enter();
+        int rc = fd_state(fd) == CP_FD_HOST ? f(fd) : -2;
+        host_leave();
+        if (__builtin_expect(rc != -2, 1)) return rc;
+    }
+    return close_slow(fd);
+}
+
+static int host_close_range(unsigned lo, unsigned hi, int flags)
+{
+    /* CLOSE_RANGE_UNSHARE closes in a private copy of the table: the agent keeps its own */
+    if ((flags & CLOSE_RANGE_UNSHARE) || lo > hi || next_agent(lo, hi) < 0)
+        return raw_close_range(lo, hi, flags);
+    return close_range_skipping(lo, hi, flags);
+}
+
+CONTPROF_EXTERN int close_range(unsigned lo, unsigned hi, int flags)
+{
+    if (cp_agent_thread) return raw_close_range(lo, hi, flags);
+    host_enter();
+    int rc = host_close_range(lo, hi, flags);
+    host_leave();
+    return rc;
+}
+
+static void host_closefrom(int lo)
+{
+    if (next_agent(lo, INT_MAX) < 0) {
+        REAL(closefrom)(lo);
+        return;
+    }
+    if (close_range_skipping((unsigned)lo, ~0U, 0) == 0) return;
+    /* no close_range (kernel before 5.9): one by one up to the limit */
+    struct rlimit rl;
+    long long top = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (1u << 20)
+                        ? (long long)rl.rlim_cur
+                        : (1 << 20);
+    for (long long fd = lo; fd < top; fd++)
+        if (!agent_fd((int)fd)) REAL(close)((int)fd);
+}
+
+CONTPROF_EXTERN void closefrom(int lo)
+{
+    if (lo < 0) lo = 0;
+    if (cp_agent_thread) {
+        REAL(closefrom)(lo);
+        return;
+    }
+    host_enter();
+    host_closefrom(lo);
+    host_leave();
+}
+
 /* call makes one fd (a pair into fds): on an agent thread it is moved above the floor */
 #define ADOPT(call) GATED(cp_fd_adopt((call), CP_FD_AGENT), (call))
 #define ADOPT_PAIR(call, fds) GATED(adopt_pair((call), (fds)), (call))
@@ -339,23 +405,38 @@ CONTPROF_EXTERN int dup(int fd)
     return ADOPT(REAL(dup)(fd));
 }
 
+static int host_dup2(int old, int fd)
+{
+    if (agent_fd(old)) return errno = EBADF, -1;
+    if (agent_fd(fd) && old != fd && fcntl(old, F_GETFD) >= 0) vacate(fd);
+    return REAL(dup2)(old, fd);
+}
+
+static int host_dup3(int old, int fd, int flags)
+{
+    if (agent_fd(old)) return errno = EBADF, -1;
+    if (agent_fd(fd) && old != fd && (flags & ~O_CLOEXEC) == 0 && fcntl(old, F_GETFD) >= 0)
+        vacate(fd);
+    return REAL(dup3)(old, fd, flags);
+}
+
+/* dup2/dup3 overwrite a number: a host thread's go through the gate, as close does */
 CONTPROF_EXTERN int dup2(int old, int fd)
 {
-    if (!cp_agent_thread) {
-        if (agent_fd(old)) return errno = EBADF, -1;
-        if (agent_fd(fd) && old != fd && fcntl(old, F_GETFD) >= 0) vacate(fd);
-    }
-    return REAL(dup2)(old, fd);
+    if (cp_agent_thread) return REAL(dup2)(old, fd);
+    host_enter();
+    int rc = host_dup2(old, fd);
+    host_leave();
+    return rc;
 }
 
 CONTPROF_EXTERN int dup3(int old, int fd, int flags)
 {
-    if (!cp_agent_thread) {
-        if (agent_fd(old)) return errno = EBADF, -1;
-        if (agent_fd(fd) && old != fd && (flags & ~O_CLOEXEC) == 0 && fcntl(old, F_GETFD) >= 0)
-            vacate(fd);
-    }
-    return REAL(dup3)(old, fd, flags);
+    if (cp_agent_thread) return REAL(dup3)(old, fd, flags);
+    host_enter();
+    int rc = host_dup3(old, fd, flags);
+    host_leave();
+    return rc;
 }
 
 CONTPROF_EXTERN int fcntl(int fd, int cmd, ...)
@@ -367,10 +448,9 @@ CONTPROF_EXTERN int fcntl(int fd, int cmd, ...)
     if (__builtin_expect(fd_state(fd) != CP_FD_HOST, 0)) {
         if (cp_agent_thread ? revoked(fd) : agent_fd(fd)) return errno = EBADF, -1;
     }
-    int rc = REAL(fcntl)(fd, cmd, arg);
-    if (cp_agent_thread && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))
-        rc = cp_fd_adopt(rc, CP_FD_AGENT);
-    return rc;
+    if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) /* makes an fd: through the gate */
+        return ADOPT(REAL(fcntl)(fd, cmd, arg));
+    return REAL(fcntl)(fd, cmd, arg);
 }
 
 /* The same through syscall(2), as programs written before glibc's wrappers do. */
@@ -478,6 +558,124 @@ CONTPROF_EXTERN int openat64(int dir, const char *path, int flags, ...)
     mode_t m = open_mode(flags, ap);
     va_end(ap);
     return ADOPT(REAL(openat64)(dir, path, flags, m));
+}
+
+/* fopen and opendir make their fd inside libc, past the hooks above: libdw reads
+ * /proc/PID/maps with fopen and walks directories with opendir. On an agent thread the fd
+ * is made with the hooked open (moved above the floor, in the gate) and wrapped; on a host
+ * thread the call goes through the gate as open does. */
+static int fopen_flags(const char *m)
+{
+    int fl;
+    switch (m[0]) {
+    case 'r':
+        fl = O_RDONLY;
+        break;
+    case 'w':
+        fl = O_WRONLY | O_CREAT | O_TRUNC;
+        break;
+    case 'a':
+        fl = O_WRONLY | O_CREAT | O_APPEND;
+        break;
+    default:
+        return -1;
+    }
+    for (const char *c = m + 1; *c && *c != ','; c++) {
+        if (*c == '+') fl = (fl & ~O_ACCMODE) | O_RDWR;
+        if (*c == 'x') fl |= O_EXCL;
+        if (*c == 'e') fl |= O_CLOEXEC;
+    }
+    return fl;
+}
+
+static FILE *agent_fopen(const char *path, const char *mode)
+{
+    int fl = fopen_flags(mode);
+    if (fl < 0) return errno = EINVAL, NULL;
+    int fd = ADOPT(REAL(open)(path, fl, 0666));
+    if (fd < 0) return NULL;
+    FILE *f = REAL(fdopen)(fd, mode);
+    if (!f) {
+        int e = errno;
+        cp_fd_close(fd);
+        errno = e;
+    }
+    return f;
+}
+
+CONTPROF_EXTERN FILE *fopen(const char *path, const char *mode)
+{
+    if (cp_agent_thread) return agent_fopen(path, mode);
+    REAL(fopen);
+    host_enter();
+    FILE *f = real_fopen(path, mode);
+    host_leave();
+    return f;
+}
+
+CONTPROF_EXTERN FILE *fopen64(const char *path, const char *mode)
+{
+    if (cp_agent_thread) return agent_fopen(path, mode);
+    REAL(fopen64);
+    host_enter();
+    FILE *f = real_fopen64(path, mode);
+    host_leave();
+    return f;
+}
+
+/* An agent thread's fclose/closedir closes inside libc: the number is unmarked after, and a
+ * revoked one (the host's now) is left open. */
+CONTPROF_EXTERN int fclose(FILE *f)
+{
+    if (!cp_agent_thread || !f) return REAL(fclose)(f);
+    int fd = fileno(f);
+    unsigned char s = fd_state(fd);
+    if (s == CP_FD_REVOKED) f->_fileno = -1; /* glibc's FILE: closing -1 closes nothing */
+    int rc = REAL(fclose)(f);
+    if (s != CP_FD_HOST) atomic_store(&cp_fd_state[fd], CP_FD_HOST);
+    return s == CP_FD_REVOKED ? 0 : rc;
+}
+
+CONTPROF_EXTERN DIR *opendir(const char *path)
+{
+    if (!cp_agent_thread) {
+        REAL(opendir);
+        host_enter();
+        DIR *d = real_opendir(path);
+        host_leave();
+        return d;
+    }
+    int fd = ADOPT(REAL(open)(path, O_RDONLY | O_NONBLOCK | O_DIRECTORY | O_CLOEXEC, 0));
+    if (fd < 0) return NULL;
+    DIR *d = REAL(fdopendir)(fd);
+    if (!d) {
+        int e = errno;
+        cp_fd_close(fd);
+        errno = e;
+    }
+    return d;
+}
+
+CONTPROF_EXTERN int closedir(DIR *d)
+{
+    if (!cp_agent_thread) return REAL(closedir)(d);
+    int fd = dirfd(d);
+    int rc = REAL(closedir)(d); /* a revoked directory fd: see README, not covered */
+    if (fd >= 0 && fd_state(fd) != CP_FD_HOST) atomic_store(&cp_fd_state[fd], CP_FD_HOST);
+    return rc;
+}
+
+/* dlopen (the agent loads libdw and librdkafka on its thread) opens the library inside libc,
+ * where no hook can move the fd. On an agent thread the whole call holds the agent's side of
+ * the gate: host calls that make, close or overwrite an fd wait for it (bounded, as every
+ * wait of the gate). */
+CONTPROF_EXTERN void *dlopen(const char *file, int mode)
+{
+    if (!cp_agent_thread) return REAL(dlopen)(file, mode);
+    agent_enter();
+    void *h = REAL(dlopen)(file, mode);
+    agent_leave();
+    return h;
 }
 
 CONTPROF_EXTERN int accept(int fd, struct sockaddr *a, socklen_t *l)

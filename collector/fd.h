@@ -24,6 +24,11 @@ int cp_fd_adopt(int fd, int kind);
  * and unmarks it; a revoked number is only unmarked. Returns close()'s result.
  * Async-signal-safe. */
 int cp_fd_close(int fd);
+/* The agent's side of the gate (fd.c) around an fd the agent makes on a host's thread
+ * (a perf event, made by the thread it samples) until cp_fd_adopt has moved it: the host's
+ * calls that make, close or overwrite an fd wait meanwhile (bounded). Async-signal-safe. */
+void cp_fd_gate_enter(void);
+void cp_fd_gate_leave(void);
 /* In a fork child (not a vfork child, which shares the parent's memory). */
 void cp_fd_after_fork_child(void);
 /* fcntl without the interposer's checks. Async-signal-safe. */

@@ -282,15 +282,18 @@ static int arm_perf(cp_thread *t)
     /* Time in system calls is CPU time too (the timer engine counts it); only where
      * perf_event_paranoid forbids that are samples limited to user mode. */
     a.exclude_kernel = g_perf_user_only;
+    /* born at the lowest free number on the host's thread: moved inside the gate (fd.c) */
+    cp_fd_gate_enter();
     int fd = (int)syscall(SYS_perf_event_open, &a, t->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
     if (fd < 0 && !a.exclude_kernel && (errno == EACCES || errno == EPERM)) {
         g_perf_user_only = a.exclude_kernel = 1;
         fd = (int)syscall(SYS_perf_event_open, &a, t->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
     }
-    if (fd < 0) return -errno;
+    int e = errno;
     /* above the floor before O_ASYNC: the signal's si_fd is the number O_ASYNC was set on */
-    fd = cp_fd_adopt(fd, CP_FD_PERF);
-    if (fd < 0) return -errno;
+    if (fd >= 0) fd = cp_fd_adopt(fd, CP_FD_PERF), e = errno;
+    cp_fd_gate_leave();
+    if (fd < 0) return -e;
     atomic_fetch_or(&g_was_perf[fd / 8], (unsigned char)(1u << (fd % 8)));
     /* With a ring the event never stops and each overflow is counted there; without one
      * (perf_event_mlock_kb exhausted) each signal re-arms it for one more overflow. */
@@ -847,10 +850,11 @@ static int perf_usable(void)
     a.sample_period = 1000000;
     a.exclude_kernel = 1;
     a.disabled = 1;
+    cp_fd_gate_enter(); /* the probe's fd, at the lowest free number, never seen by the host */
     int fd = (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
-    if (fd < 0) return 0;
-    cp_fd_close(fd);
-    return 1;
+    if (fd >= 0) cp_fd_close(fd);
+    cp_fd_gate_leave();
+    return fd >= 0;
 }
 
 /* The engine. A perf task-clock event samples at any period, but costs the host more per

@@ -135,6 +135,73 @@ static int mode_closeall(const char *how, const char *dir, double secs)
     return write_ticks(dir, 400);
 }
 
+/* --- (a') close loops while the agent makes fds ------------------------------------- */
+
+static volatile int g_storm_stop;
+
+static void *idle_thr(void *a)
+{
+    (void)a;
+    while (!g_storm_stop)
+        usleep(10000);
+    return NULL;
+}
+
+static void *short_thr(void *a)
+{
+    (void)a;
+    usleep(1000);
+    return NULL;
+}
+
+/* Starts threads of a millisecond, 8 at a time (the agent arms each one's CPU event: a
+ * perf fd, on the perf engine), until the storm ends. */
+static void *spawner(void *a)
+{
+    (void)a;
+    while (!g_storm_stop) {
+        pthread_t x[8];
+        int k = 0;
+        for (; k < 8 && pthread_create(&x[k], NULL, short_thr, NULL) == 0; k++) {
+        }
+        for (int i = 0; i < k; i++)
+            pthread_join(x[i], NULL);
+    }
+    return NULL;
+}
+
+/* Closes every fd above 2, then for secs of wall time closes 3..63 over and over while
+ * nthreads idle threads run (the agent opens each one's /proc comm file every second, and
+ * its window files every window, at the lowest free numbers before moving them) and short
+ * threads come and go (each one's perf fd is born there too). The host holds no fd there,
+ * so no close() may succeed: one that does closed an fd of the agent's before it moved out
+ * of the way. Prints how many did. */
+static int mode_closestorm(double secs, int nthreads)
+{
+    close_all("close_range");
+    pthread_t t[256], sp;
+    if (nthreads > 256) nthreads = 256;
+    for (int i = 0; i < nthreads; i++)
+        if (pthread_create(&t[i], NULL, idle_thr, NULL) != 0) return 3;
+    if (pthread_create(&sp, NULL, spawner, NULL) != 0) return 3;
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long stray = 0, rounds = 0;
+    do {
+        for (int fd = 3; fd < 64; fd++)
+            stray += close(fd) == 0;
+        rounds++;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while (now.tv_sec - t0.tv_sec + (now.tv_nsec - t0.tv_nsec) / 1e9 < secs);
+    g_storm_stop = 1;
+    pthread_join(sp, NULL);
+    for (int i = 0; i < nthreads; i++)
+        pthread_join(t[i], NULL);
+    fprintf(stderr, "closestorm: %ld rounds\n", rounds);
+    printf("stray closes %ld\n", stray);
+    return 0;
+}
+
 /* --- (b) its own SIGPROF handler and ITIMER_PROF at 100 Hz -------------------------- */
 
 static volatile sig_atomic_t g_prof, g_foreign, g_ref;
@@ -343,6 +410,8 @@ int main(int argc, char **argv)
                disposition(SIGVTALRM));
         return 0;
     }
+    if (!strcmp(m, "closestorm"))
+        return mode_closestorm(argc > 2 ? atof(argv[2]) : 5, argc > 3 ? atoi(argv[3]) : 64);
     if (!strcmp(m, "forkstorm")) return mode_forkstorm(argc > 2 ? atoi(argv[2]) : 200);
     if (!strcmp(m, "threads")) return mode_threads(argc > 2 ? atoi(argv[2]) : 500);
     return 2;

@@ -519,6 +519,34 @@ static void same_with_and_without(const char *const *argv, int files, int profil
     sh("rm -rf %s", g_dir);
 }
 
+/* Close loops over 3..63 for 3 s while the agent makes fds (each of 64 threads' /proc comm
+ * file every second, window files every 100 ms, a perf fd for each of the short threads
+ * that keep starting) at the lowest free numbers: the program
+ * holds none there, so none of its close() calls may succeed, as without the agent. One
+ * that does closed an agent fd before it moved above the floor (the gate, fd.c), or one
+ * libc made past the hooks (libdw's fopen of /proc/PID/maps, dlopen's). */
+TEST(close_storm)
+{
+    make_dir();
+    const char *argv[] = {CPH, "closestorm", "3", "64", NULL};
+    const char *env[] = {PRELOAD, outdir_env(sub("prof")), "CONTPROF_WINDOW=100ms",
+                         "CONTPROF_CPU_HZ=1000", NULL};
+    res *a = malloc(sizeof(res)), *b = malloc(sizeof(res));
+    run(argv, NULL, a);
+    run(argv, env, b);
+    printf("%s", b->out);
+    same(a, b);
+    CHECK_EQ(exit_code(b), 0);
+    CHECK_CONTAINS(b->out, "stray closes 0\n");
+    pset s;
+    pset_load(sub("prof"), &s);
+    CHECK(s.n >= 10); /* the agent went on shipping windows: 3 s in 100 ms windows */
+    pset_free(&s);
+    free(a);
+    free(b);
+    sh("rm -rf %s", g_dir);
+}
+
 TEST(fork_storm)
 {
     const char *argv[] = {CPH, "forkstorm", "200", NULL};
@@ -551,6 +579,7 @@ TEST(exec_chain)
 }
 
 TEST_MAIN(T(close_loop), T(close_range_all), T(closefrom_all), T(close_range_syscall),
-          T(dup2_over_everything), T(fork_then_closefrom), T(sigprof_sigaction_timer),
-          T(sigprof_signal_perf), T(sigprof_timer_create), T(reexec_keeps_every_window),
-          T(fork_storm), T(threads_500), T(close_at_start), T(exec_chain), T(sig_ign_survives_exec))
+          T(close_storm), T(dup2_over_everything), T(fork_then_closefrom),
+          T(sigprof_sigaction_timer), T(sigprof_signal_perf), T(sigprof_timer_create),
+          T(reexec_keeps_every_window), T(fork_storm), T(threads_500), T(close_at_start),
+          T(exec_chain), T(sig_ign_survives_exec))
