@@ -483,7 +483,6 @@ CONTPROF_EXTERN long syscall(long n, ...)
 /* ------------------------------------------------------------------------------------
  * fds created on the agent's threads go above the floor */
 
-
 CONTPROF_EXTERN int socket(int dom, int type, int proto)
 {
     return ADOPT(REAL(socket)(dom, type, proto));

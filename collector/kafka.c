@@ -17,11 +17,12 @@
  * faster. */
 #define CP_RK_FUNCS(X)                                                                             \
     X(rd_kafka_conf_destroy)                                                                       \
-    X(rd_kafka_conf_new) X(rd_kafka_conf_set) X(rd_kafka_conf_set_dr_msg_cb)                       \
-        X(rd_kafka_conf_set_error_cb) X(rd_kafka_conf_set_log_cb) X(rd_kafka_conf_set_opaque)      \
-            X(rd_kafka_destroy) X(rd_kafka_err2str) X(rd_kafka_fatal_error) X(rd_kafka_flush)      \
-                X(rd_kafka_last_error) X(rd_kafka_new) X(rd_kafka_poll) X(rd_kafka_produce)        \
-                    X(rd_kafka_purge) X(rd_kafka_topic_destroy) X(rd_kafka_topic_new)
+    X(rd_kafka_conf_new)                                                                           \
+    X(rd_kafka_conf_set) X(rd_kafka_conf_set_dr_msg_cb) X(rd_kafka_conf_set_error_cb)              \
+        X(rd_kafka_conf_set_log_cb) X(rd_kafka_conf_set_opaque) X(rd_kafka_destroy)                \
+            X(rd_kafka_err2str) X(rd_kafka_fatal_error) X(rd_kafka_flush) X(rd_kafka_last_error)   \
+                X(rd_kafka_new) X(rd_kafka_poll) X(rd_kafka_produce) X(rd_kafka_purge)             \
+                    X(rd_kafka_topic_destroy) X(rd_kafka_topic_new)
 
 static struct {
     int tried, ok;

@@ -138,9 +138,10 @@ static void cpu_clear(void)
  * something is symbolized: programs that exit before their first sample never map it. */
 #define CP_DW_FUNCS(X)                                                                             \
     X(dwarf_attr)                                                                                  \
-    X(dwarf_attr_integrate) X(dwarf_filesrc) X(dwarf_formstring) X(dwarf_formudata)                \
-        X(dwarf_getscopes) X(dwarf_getsrcfiles) X(dwarf_tag) X(dwfl_addrmodule) X(dwfl_begin)      \
-            X(dwfl_end) X(dwfl_lineinfo) X(dwfl_linux_proc_find_elf) X(dwfl_linux_proc_report)     \
+    X(dwarf_attr_integrate)                                                                        \
+    X(dwarf_filesrc) X(dwarf_formstring) X(dwarf_formudata) X(dwarf_getscopes)                     \
+        X(dwarf_getsrcfiles) X(dwarf_tag) X(dwfl_addrmodule) X(dwfl_begin) X(dwfl_end)             \
+            X(dwfl_lineinfo) X(dwfl_linux_proc_find_elf) X(dwfl_linux_proc_report)                 \
                 X(dwfl_module_addrdie) X(dwfl_module_addrname) X(dwfl_module_getsrc)               \
                     X(dwfl_report_begin) X(dwfl_report_end) X(dwfl_standard_find_debuginfo)
 
@@ -437,7 +438,6 @@ static int b_init(builder *b, const cp_modules *mods)
     if (!b->p || !b->loc_pc || !b->loc_id || (mods && !b->map_id)) return CP_ENOMEM;
     return 0;
 }
-
 
 static void b_close(builder *b)
 {

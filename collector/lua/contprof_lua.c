@@ -255,8 +255,8 @@ static int alloc_walker(void *arg, contprof_frame *out, int max)
 static void *contprof_lua_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
     contprof_lua *h = ud;
-    void *r = contprof_alloc_through((contprof_realloc_fn)h->orig, h->orig_ud, ptr, osize,
-                                     nsize, alloc_walker, h);
+    void *r = contprof_alloc_through((contprof_realloc_fn)h->orig, h->orig_ud, ptr, osize, nsize,
+                                     alloc_walker, h);
     if (nsize == 0 && ptr && ptr == h->main_block) { /* lua_close is done with the state */
         release(h);
         free(h);

@@ -402,9 +402,10 @@ static void sigprof_case(const char *how, const char *engine, const char *hz)
      * one signal: seen 25 to 75 per CPU second, with and without the agent alike, varying from run
      * to run with the load. So the two programs run at the same time, and each counts its signals
      * against a reference timer of its own at the same rate, checked on the same ticks (seen
-     * alone: 0.99 to 1.11; under load 0.53 to 0.74, with and without the agent). The program under the
-     * agent must keep at least half the share of the one without: an agent that took its signals
-     * (all, or two of three) fails; its signals on top fail the upper bound and the foreign count.
+     * alone: 0.99 to 1.11; under load 0.53 to 0.74, with and without the agent). The program under
+     * the agent must keep at least half the share of the one without: an agent that took its
+     * signals (all, or two of three) fails; its signals on top fail the upper bound and the foreign
+     * count.
      */
     CHECK(na > 0 && na <= ca * 150);
     CHECK(nb > 0 && nb <= cb * 150);
