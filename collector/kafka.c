@@ -15,14 +15,28 @@
 /* librdkafka (with libssl, libcrypto, libsasl2...) is loaded on first use, on the agent
  * thread: a program profiled without brokers never maps it, and exec'd children start
  * faster. */
+/* One function a line, by hand: clang-format 14 lays X-lists out differently on each pass. */
+/* clang-format off */
 #define CP_RK_FUNCS(X)                                                                             \
     X(rd_kafka_conf_destroy)                                                                       \
     X(rd_kafka_conf_new)                                                                           \
-    X(rd_kafka_conf_set) X(rd_kafka_conf_set_dr_msg_cb) X(rd_kafka_conf_set_error_cb)              \
-        X(rd_kafka_conf_set_log_cb) X(rd_kafka_conf_set_opaque) X(rd_kafka_destroy)                \
-            X(rd_kafka_err2str) X(rd_kafka_fatal_error) X(rd_kafka_flush) X(rd_kafka_last_error)   \
-                X(rd_kafka_new) X(rd_kafka_poll) X(rd_kafka_produce) X(rd_kafka_purge)             \
-                    X(rd_kafka_topic_destroy) X(rd_kafka_topic_new)
+    X(rd_kafka_conf_set)                                                                           \
+    X(rd_kafka_conf_set_dr_msg_cb)                                                                 \
+    X(rd_kafka_conf_set_error_cb)                                                                  \
+    X(rd_kafka_conf_set_log_cb)                                                                    \
+    X(rd_kafka_conf_set_opaque)                                                                    \
+    X(rd_kafka_destroy)                                                                            \
+    X(rd_kafka_err2str)                                                                            \
+    X(rd_kafka_fatal_error)                                                                        \
+    X(rd_kafka_flush)                                                                              \
+    X(rd_kafka_last_error)                                                                         \
+    X(rd_kafka_new)                                                                                \
+    X(rd_kafka_poll)                                                                               \
+    X(rd_kafka_produce)                                                                            \
+    X(rd_kafka_purge)                                                                              \
+    X(rd_kafka_topic_destroy)                                                                      \
+    X(rd_kafka_topic_new)
+/* clang-format on */
 
 static struct {
     int tried, ok;

@@ -136,14 +136,30 @@ static void cpu_clear(void)
 
 /* libdw (with libelf, liblzma, libbz2) is loaded on the agent thread the first time
  * something is symbolized: programs that exit before their first sample never map it. */
+/* One function a line, by hand: clang-format 14 lays X-lists out differently on each pass. */
+/* clang-format off */
 #define CP_DW_FUNCS(X)                                                                             \
     X(dwarf_attr)                                                                                  \
     X(dwarf_attr_integrate)                                                                        \
-    X(dwarf_filesrc) X(dwarf_formstring) X(dwarf_formudata) X(dwarf_getscopes)                     \
-        X(dwarf_getsrcfiles) X(dwarf_tag) X(dwfl_addrmodule) X(dwfl_begin) X(dwfl_end)             \
-            X(dwfl_lineinfo) X(dwfl_linux_proc_find_elf) X(dwfl_linux_proc_report)                 \
-                X(dwfl_module_addrdie) X(dwfl_module_addrname) X(dwfl_module_getsrc)               \
-                    X(dwfl_report_begin) X(dwfl_report_end) X(dwfl_standard_find_debuginfo)
+    X(dwarf_filesrc)                                                                               \
+    X(dwarf_formstring)                                                                            \
+    X(dwarf_formudata)                                                                             \
+    X(dwarf_getscopes)                                                                             \
+    X(dwarf_getsrcfiles)                                                                           \
+    X(dwarf_tag)                                                                                   \
+    X(dwfl_addrmodule)                                                                             \
+    X(dwfl_begin)                                                                                  \
+    X(dwfl_end)                                                                                    \
+    X(dwfl_lineinfo)                                                                               \
+    X(dwfl_linux_proc_find_elf)                                                                    \
+    X(dwfl_linux_proc_report)                                                                      \
+    X(dwfl_module_addrdie)                                                                         \
+    X(dwfl_module_addrname)                                                                        \
+    X(dwfl_module_getsrc)                                                                          \
+    X(dwfl_report_begin)                                                                           \
+    X(dwfl_report_end)                                                                             \
+    X(dwfl_standard_find_debuginfo)
+/* clang-format on */
 
 static struct {
     int tried, ok;
