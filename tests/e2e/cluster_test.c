@@ -142,33 +142,37 @@ static char *raw_get(int port, const char *pq)
     return (char *)b.data;
 }
 
-/* Three nodes on loopback in a temporary dir: node 1 hosts the embedded broker (its config
- * file holds node1_conf) and owns partitions 0-1, node 2 owns 2-3, node 3 owns 4-5, each
- * with the same peer list; returns once all three are healthy. */
+/* Up to three nodes on loopback in a temporary dir, each with the same peer list of all
+ * `total` nodes: node 1 hosts the embedded broker (its config file holds node1_conf); the
+ * first `start` nodes are started with the partitions parts[i] and are healthy on return,
+ * the others are only named (their args are the caller's). */
 typedef struct cluster {
     char dir[32], peers[256], brokers[256], conf[700];
     char data[3][600], listen[3][64];
     node n[3];
 } cluster;
 
-static void cluster_start(cluster *c, const char *node1_conf)
+static void cluster_start_some(cluster *c, const char *node1_conf, int total, int start,
+                               const char *const *parts)
 {
-    static const char *const parts[3] = {"0-1", "2-3", "4-5"};
     memset(c, 0, sizeof *c);
     snprintf(c->dir, sizeof c->dir, "/tmp/cp-cluster-XXXXXX");
     CHECK(mkdtemp(c->dir));
     int ports[3];
-    pick_ports(ports, 3);
-    snprintf(c->peers, sizeof c->peers,
-             "http://127.0.0.1:%d,http://127.0.0.1:%d,http://127.0.0.1:%d", ports[0], ports[1],
-             ports[2]);
+    CHECK(total >= 1 && total <= 3 && start >= 1 && start <= total);
+    pick_ports(ports, total);
+    for (int i = 0; i < total; i++) {
+        size_t l = strlen(c->peers);
+        snprintf(c->peers + l, sizeof c->peers - l, "%shttp://127.0.0.1:%d", i ? "," : "",
+                 ports[i]);
+    }
     snprintf(c->conf, sizeof c->conf, "%s/node1.conf", c->dir);
     FILE *f = fopen(c->conf, "w");
     CHECK(f);
     fputs(node1_conf, f);
     fclose(f);
     node *n = c->n;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < total; i++) {
         n[i].port = ports[i];
         snprintf(n[i].url, sizeof n[i].url, "http://127.0.0.1:%d", ports[i]);
         snprintf(n[i].log, sizeof n[i].log, "%s/node%d.log", c->dir, i + 1);
@@ -185,7 +189,7 @@ static void cluster_start(cluster *c, const char *node1_conf)
     CHECK(q);
     snprintf(c->brokers, sizeof c->brokers, "%.*s", (int)strcspn(q + 11, "\""), q + 11);
     cp_buf_close(&bb);
-    for (int i = 1; i < 3; i++) {
+    for (int i = 1; i < start; i++) {
         const char *ai[] = {"--data",       c->data[i], "--http",  c->listen[i],
                             "--brokers",    c->brokers, "--peers", c->peers,
                             "--partitions", parts[i],   NULL};
@@ -193,6 +197,13 @@ static void cluster_start(cluster *c, const char *node1_conf)
         node_start(&n[i]);
         wait_healthy(&n[i]);
     }
+}
+
+/* The usual three: partitions 0-1, 2-3 and 4-5, all started. */
+static void cluster_start(cluster *c, const char *node1_conf)
+{
+    static const char *const parts[3] = {"0-1", "2-3", "4-5"};
+    cluster_start_some(c, node1_conf, 3, 3, parts);
 }
 
 /* ---- three nodes, a SIGKILL, exact totals, a node stopped ----------------------------- */
@@ -743,43 +754,13 @@ static void import_heaps(const char *dir, const char *url, int round, int ago_m)
 
 TEST(a_partition_handed_to_a_new_node_is_read_once)
 {
-    char dir[] = "/tmp/cp-cluster-add-XXXXXX", cmd[2400], peers[256], brokers[256];
-    CHECK(mkdtemp(dir));
-    int ports[3];
-    pick_ports(ports, 3);
-    snprintf(peers, sizeof peers, "http://127.0.0.1:%d,http://127.0.0.1:%d,http://127.0.0.1:%d",
-             ports[0], ports[1], ports[2]);
-    static char conf[700], data[3][600], listen[3][64];
-    snprintf(conf, sizeof conf, "%s/a.conf", dir);
-    FILE *f = fopen(conf, "w");
-    CHECK(f);
-    fprintf(f, "embedded.partitions = 4\ncluster.peer_timeout = 5s\n");
-    fclose(f);
-    node n[3];
-    memset(n, 0, sizeof n);
-    for (int i = 0; i < 3; i++) {
-        n[i].port = ports[i];
-        snprintf(n[i].url, sizeof n[i].url, "http://127.0.0.1:%d", ports[i]);
-        snprintf(n[i].log, sizeof n[i].log, "%s/node%d.log", dir, i + 1);
-        snprintf(data[i], sizeof data[i], "%s/data%d", dir, i + 1);
-        snprintf(listen[i], sizeof listen[i], "127.0.0.1:%d", ports[i]);
-    }
     /* A hosts the broker and owns 0-1; B owns 2-3; C is not there yet */
-    const char *aa[] = {"--config", conf,  "--data",       data[0], "--http", listen[0],
-                        "--peers",  peers, "--partitions", "0-1",   NULL};
-    memcpy(n[0].args, aa, sizeof aa);
-    node_start(&n[0]);
-    wait_healthy(&n[0]);
-    cp_buf bb = http_get_ok(n[0].port, "/api/v1/brokers", NULL);
-    const char *q = strstr((char *)bb.data, "\"brokers\":\"");
-    CHECK(q);
-    snprintf(brokers, sizeof brokers, "%.*s", (int)strcspn(q + 11, "\""), q + 11);
-    cp_buf_close(&bb);
-    const char *ab[] = {"--data",  data[1], "--http",       listen[1], "--brokers", brokers,
-                        "--peers", peers,   "--partitions", "2-3",     NULL};
-    memcpy(n[1].args, ab, sizeof ab);
-    node_start(&n[1]);
-    wait_healthy(&n[1]);
+    static cluster c;
+    static const char *const parts[2] = {"0-1", "2-3"};
+    cluster_start_some(&c, "embedded.partitions = 4\ncluster.peer_timeout = 5s\n", 3, 2, parts);
+    char *dir = c.dir, *peers = c.peers, *brokers = c.brokers, (*data)[600] = c.data,
+         (*listen)[64] = c.listen, cmd[2400];
+    node *n = c.n;
     /* round 1: 8 services, each import waiting until stored (asked of A, which hosts the
      * broker and answers for every node's partitions) */
     for (int s = 0; s < 8; s++) {
@@ -1123,42 +1104,12 @@ TEST(a_peer_answering_200_with_no_part_makes_the_answer_partial)
 
 TEST(a_partition_given_to_two_nodes_is_named)
 {
-    char dir[] = "/tmp/cp-cluster-ov-XXXXXX", cmd[700], peers[160], brokers[256], key[160];
-    CHECK(mkdtemp(dir));
-    int ports[2];
-    pick_ports(ports, 2);
-    snprintf(peers, sizeof peers, "http://127.0.0.1:%d,http://127.0.0.1:%d", ports[0], ports[1]);
-    static char conf[700], data[2][600], listen[2][64];
-    snprintf(conf, sizeof conf, "%s/n.conf", dir);
-    FILE *f = fopen(conf, "w");
-    CHECK(f);
-    fprintf(f, "embedded.partitions = 2\n");
-    fclose(f);
-    node n[2];
-    memset(n, 0, sizeof n);
-    for (int i = 0; i < 2; i++) {
-        n[i].port = ports[i];
-        snprintf(n[i].url, sizeof n[i].url, "http://127.0.0.1:%d", ports[i]);
-        snprintf(n[i].log, sizeof n[i].log, "%s/node%d.log", dir, i + 1);
-        snprintf(data[i], sizeof data[i], "%s/data%d", dir, i + 1);
-        snprintf(listen[i], sizeof listen[i], "127.0.0.1:%d", ports[i]);
-    }
-    const char *a1[] = {"--config", conf,  "--data",       data[0], "--http", listen[0],
-                        "--peers",  peers, "--partitions", "0-1",   NULL};
-    memcpy(n[0].args, a1, sizeof a1);
-    node_start(&n[0]);
-    wait_healthy(&n[0]);
-    cp_buf bb = http_get_ok(n[0].port, "/api/v1/brokers", NULL);
-    const char *q = strstr((char *)bb.data, "\"brokers\":\"");
-    CHECK(q);
-    snprintf(brokers, sizeof brokers, "%.*s", (int)strcspn(q + 11, "\""), q + 11);
-    cp_buf_close(&bb);
     /* node 2 is given partition 1, which node 1 owns: both would store it */
-    const char *a2[] = {"--data",  data[1], "--http",       listen[1], "--brokers", brokers,
-                        "--peers", peers,   "--partitions", "1",       NULL};
-    memcpy(n[1].args, a2, sizeof a2);
-    node_start(&n[1]);
-    wait_healthy(&n[1]);
+    static cluster c;
+    static const char *const parts[2] = {"0-1", "1"};
+    cluster_start_some(&c, "embedded.partitions = 2\n", 2, 2, parts);
+    char *dir = c.dir, cmd[700], key[160];
+    node *n = c.n;
     snprintf(key, sizeof key, "contprof_cluster_peer_partition_overlap{peer=\"%s\"}", n[0].url);
     long long ov = -1;
     for (int64_t end = mono_ns() + 30 * SEC; mono_ns() < end && ov != 1; usleep(50000)) {
@@ -1188,6 +1139,25 @@ TEST(a_partition_given_to_two_nodes_is_named)
 
 /* ---- configuration errors ------------------------------------------------------------ */
 
+/* Starts contprofd with args, its stdout and stderr in log; checks that it refuses to run
+ * (exit 1 within 60 s) and that its output names want. */
+static void refused(const char *const *args, const char *log, const char *want)
+{
+    unlink(log);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        FILE *f = freopen(log, "w", stderr);
+        if (f) dup2(2, 1);
+        exec_contprofd(args);
+    }
+    CHECK_EQ(wait_exit(pid, 60), 1);
+    char buf[8192];
+    slurp(log, buf, sizeof buf);
+    CHECK_CONTAINS(buf, want);
+}
+
 TEST(bad_cluster_settings_are_named)
 {
     char dir[] = "/tmp/cp-cluster-bad-XXXXXX", log[600], data[600], conf[600];
@@ -1216,19 +1186,7 @@ TEST(bad_cluster_settings_are_named)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *args[] = {"--data",      data,           "--http", "127.0.0.1:0",
                               cases[i].flag, cases[i].value, NULL};
-        unlink(log);
-        fflush(NULL);
-        pid_t pid = fork();
-        CHECK(pid >= 0);
-        if (pid == 0) {
-            FILE *f = freopen(log, "w", stderr);
-            if (f) dup2(2, 1);
-            exec_contprofd(args);
-        }
-        CHECK_EQ(wait_exit(pid, 60), 1);
-        char buf[8192];
-        slurp(log, buf, sizeof buf);
-        CHECK_CONTAINS(buf, cases[i].want);
+        refused(args, log, cases[i].want);
     }
     /* peers with tenant tokens need the cluster token */
     snprintf(conf, sizeof conf, "%s/t.conf", dir);
@@ -1237,52 +1195,21 @@ TEST(bad_cluster_settings_are_named)
     fprintf(f, "token.team-a = aaaaaaaaaaaa\ncluster.peers = http://127.0.0.1:1\n");
     fclose(f);
     const char *args[] = {"--config", conf, "--data", data, "--http", "127.0.0.1:0", NULL};
-    fflush(NULL);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        FILE *fl = freopen(log, "w", stderr);
-        if (fl) dup2(2, 1);
-        exec_contprofd(args);
-    }
-    CHECK_EQ(wait_exit(pid, 60), 1);
-    char buf[8192];
-    slurp(log, buf, sizeof buf);
-    CHECK_CONTAINS(buf, "needs cluster.token");
+    refused(args, log, "needs cluster.token");
     /* the cluster token reads any tenant's data: it must not be a tenant's own token */
     f = fopen(conf, "w");
     CHECK(f);
     fprintf(f, "token.team-a = aaaaaaaaaaaa\ntoken.team-b = bbbbbbbbbbbb\n"
                "cluster.token = bbbbbbbbbbbb\ncluster.peers = http://127.0.0.1:1\n");
     fclose(f);
-    fflush(NULL);
-    pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        FILE *fl = freopen(log, "w", stderr);
-        if (fl) dup2(2, 1);
-        exec_contprofd(args);
-    }
-    CHECK_EQ(wait_exit(pid, 60), 1);
-    slurp(log, buf, sizeof buf);
-    CHECK_CONTAINS(buf, "cluster.token is also token.team-b");
+    refused(args, log, "cluster.token is also token.team-b");
     /* a failure once the HTTP server runs (here librdkafka refusing a property) exits too,
      * instead of waiting for a signal */
     f = fopen(conf, "w");
     CHECK(f);
     fprintf(f, "cluster.partitions = 0-1\nkafka.no.such.prop = 1\n");
     fclose(f);
-    fflush(NULL);
-    pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        FILE *fl = freopen(log, "w", stderr);
-        if (fl) dup2(2, 1);
-        exec_contprofd(args);
-    }
-    CHECK_EQ(wait_exit(pid, 60), 1);
-    slurp(log, buf, sizeof buf);
-    CHECK_CONTAINS(buf, "no.such.prop");
+    refused(args, log, "no.such.prop");
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     sh(cmd);
