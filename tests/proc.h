@@ -334,6 +334,19 @@ static inline cp_buf http_get_ok(int port, const char *pq, const char *token)
     http_expect_200(pq, &r);
     return r.body;
 }
+
+/* The value of one /metrics line ("name{labels}" exactly) of the daemon on port, or -1
+ * when absent. */
+static inline long long http_metric(int port, const char *name, const char *token)
+{
+    cp_buf b = http_get_ok(port, "/metrics", token);
+    char key[256];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *m = strstr((char *)b.data, key);
+    long long v = m ? strtoll(m + strlen(key), NULL, 10) : -1;
+    cp_buf_close(&b);
+    return v;
+}
 #endif
 
 #endif

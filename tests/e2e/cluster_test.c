@@ -75,18 +75,6 @@ static void wait_healthy(node *n)
     CHECK(0);
 }
 
-/* The value of one /metrics line ("name{labels}" exactly), or -1 when absent. */
-static long long metric(int port, const char *name, const char *token)
-{
-    cp_buf b = http_get_ok(port, "/metrics", token);
-    char key[256];
-    snprintf(key, sizeof key, "\n%s ", name);
-    const char *m = strstr((char *)b.data, key);
-    long long v = m ? strtoll(m + strlen(key), NULL, 10) : -1;
-    cp_buf_close(&b);
-    return v;
-}
-
 /* The profile of type (cpu, alloc, inuse) of sel (URL-encoded) over the last day, as pprof
  * from port; local: only that node's own part (local=1). */
 static cp_profile *query_type(int port, const char *type, const char *sel, int local)
@@ -243,7 +231,7 @@ TEST(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down)
     }
     /* SIGKILL node 2 once it has stored some windows and the import is still going */
     int64_t end = mono_ns() + 90 * SEC;
-    while (metric(n[1].port, "contprof_ingest_windows_total", NULL) < 1 && mono_ns() < end)
+    while (http_metric(n[1].port, "contprof_ingest_windows_total", NULL) < 1 && mono_ns() < end)
         usleep(20000);
     CHECK(mono_ns() < end);
     kill(n[1].p.pid, SIGKILL);
@@ -270,8 +258,8 @@ TEST(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down)
     /* every node caught up: nothing more can arrive, and the totals still hold */
     for (int i = 0; i < 3; i++) {
         for (end = mono_ns() + 30 * SEC; mono_ns() < end; usleep(50000))
-            if (metric(n[i].port, "contprof_ingest_consumer_lag", NULL) == 0) break;
-        CHECK_EQ(metric(n[i].port, "contprof_ingest_consumer_lag", NULL), 0);
+            if (http_metric(n[i].port, "contprof_ingest_consumer_lag", NULL) == 0) break;
+        CHECK_EQ(http_metric(n[i].port, "contprof_ingest_consumer_lag", NULL), 0);
     }
     cp_profile *all = query_cpu(n[2].port, "", NULL);
     CHECK_EQ(cp_profile_total(all, 0), want[0]);
@@ -279,7 +267,7 @@ TEST(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down)
     cp_profile_destroy(all);
     long long stored = 0;
     for (int i = 0; i < 3; i++) {
-        long long w = metric(n[i].port, "contprof_ingest_windows_total", NULL);
+        long long w = http_metric(n[i].port, "contprof_ingest_windows_total", NULL);
         fprintf(stderr, "node %d stored %lld windows (this process)\n", i + 1, w);
         CHECK(i == 1 || w > 0); /* node 2's count restarted with its process */
         stored += w;
@@ -365,7 +353,7 @@ TEST(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down)
     }
     /* the peers' failures are counted (none yet) */
     snprintf(cmd, sizeof cmd, "contprof_cluster_peer_failures_total{peer=\"%s\"}", n[1].url);
-    CHECK_EQ(metric(n[2].port, cmd, NULL), 0);
+    CHECK_EQ(http_metric(n[2].port, cmd, NULL), 0);
 
     /* node 2 stopped: answers are partial, and say which peer is missing */
     CHECK_EQ(stop_daemon_within(&n[1].p, SIGTERM, 60), 0);
@@ -388,7 +376,7 @@ TEST(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down)
     raw = raw_get(n[2].port, "/api/v1/profile?format=folded&from=-1d&to=now");
     CHECK_CONTAINS(raw, hdr);
     free(raw);
-    CHECK(metric(n[2].port, cmd, NULL) >= 4); /* the four questions above */
+    CHECK(http_metric(n[2].port, cmd, NULL) >= 4); /* the four questions above */
     /* the CLI says so too, on stderr, and still prints what it got */
     snprintf(cmd, sizeof cmd,
              "'%s/query/contprof' top --server %s --from -1d --to now >'%s/top.out' 2>'%s/top.err'",
@@ -607,7 +595,7 @@ TEST(tokens_tenants_and_the_cluster_token)
         char ok[160];
         snprintf(ok, sizeof ok, "contprof_cluster_peer_partition_overlap{peer=\"http://%s:%d\"}",
                  i ? "localhost" : "127.0.0.1", ports[i]);
-        CHECK_EQ(metric(n[1].port, ok, "aaaaaaaaaaaa"), 0);
+        CHECK_EQ(http_metric(n[1].port, ok, "aaaaaaaaaaaa"), 0);
     }
     /* team-a: 6 services (their series spread over both nodes' partitions); team-b: one */
     for (int s = 0; s < 7; s++) {
@@ -628,8 +616,8 @@ TEST(tokens_tenants_and_the_cluster_token)
     CHECK_EQ(cp_profile_total(p, 1), wa[1]);
     cp_profile_destroy(p);
     /* both nodes hold part of team-a's data */
-    CHECK(metric(n[0].port, "contprof_ingest_windows_total", "aaaaaaaaaaaa") > 0);
-    CHECK(metric(n[1].port, "contprof_ingest_windows_total", "aaaaaaaaaaaa") > 0);
+    CHECK(http_metric(n[0].port, "contprof_ingest_windows_total", "aaaaaaaaaaaa") > 0);
+    CHECK(http_metric(n[1].port, "contprof_ingest_windows_total", "aaaaaaaaaaaa") > 0);
     {
         char lg[1 << 15], self[96];
         slurp(n[1].log, lg, sizeof lg);
@@ -846,7 +834,7 @@ TEST(a_partition_handed_to_a_new_node_is_read_once)
         cp_profile_destroy(p);
     }
     /* C stored round 2's windows of partition 3 and nothing of round 1 */
-    long long wc = metric(n[2].port, "contprof_ingest_windows_total", NULL);
+    long long wc = http_metric(n[2].port, "contprof_ingest_windows_total", NULL);
     fprintf(stderr, "C stored %lld windows\n", wc);
     CHECK(wc > 0 && wc < 8 * 4);
     for (int i = 0; i < 3; i++)
@@ -1115,7 +1103,7 @@ TEST(a_partition_given_to_two_nodes_is_named)
     for (int64_t end = mono_ns() + 30 * SEC; mono_ns() < end && ov != 1; usleep(50000)) {
         cp_buf ob = http_get_ok(n[1].port, "/api/v1/ingest/offsets", NULL); /* polls peers */
         cp_buf_close(&ob);
-        ov = metric(n[1].port, key, NULL);
+        ov = http_metric(n[1].port, key, NULL);
     }
     CHECK_EQ(ov, 1);
     char lg[1 << 15], want[200];
@@ -1128,7 +1116,7 @@ TEST(a_partition_given_to_two_nodes_is_named)
     for (int64_t end = mono_ns() + 30 * SEC; mono_ns() < end && ov != 1; usleep(50000)) {
         cp_buf ob = http_get_ok(n[0].port, "/api/v1/ingest/offsets", NULL);
         cp_buf_close(&ob);
-        ov = metric(n[0].port, key, NULL);
+        ov = http_metric(n[0].port, key, NULL);
     }
     CHECK_EQ(ov, 1);
     for (int i = 1; i >= 0; i--)

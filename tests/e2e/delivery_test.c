@@ -92,13 +92,7 @@ static int import(const daemon_t *d, const char *dir, const char *args, char **o
 /* The value of one /metrics line ("name{labels}" exactly), or -1 when absent. */
 static long long metric(const daemon_t *d, const char *name)
 {
-    cp_buf b = http_get_ok(d->p.port, "/metrics", NULL);
-    char key[256];
-    snprintf(key, sizeof key, "\n%s ", name);
-    const char *m = strstr((char *)b.data, key);
-    long long v = m ? strtoll(m + strlen(key), NULL, 10) : -1;
-    cp_buf_close(&b);
-    return v;
+    return http_metric(d->p.port, name, NULL);
 }
 
 /* Sum of contprof_ingest_lost_total over partitions. */
