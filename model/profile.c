@@ -149,6 +149,26 @@ void cp_profile_reset(cp_profile *p)
     p->functions.n = p->samples.n = p->stack.n = p->values.n = p->labels.n = 0;
 }
 
+void cp_profile_next_window(cp_profile *p, uint32_t nstrings)
+{
+    cp_strtab *t = &p->strs;
+    if (nstrings < 1) nstrings = 1; /* "" stays */
+    if (nstrings < t->off.n) {
+        t->len = t->off.v[nstrings];
+        t->off.n = nstrings;
+        /* the index loses the dropped strings: rebuilt at its size (a window's few
+         * strings, once per window; failing leaves no index, which the next intern makes) */
+        if (t->slots && strtab_rehash(t, t->nslots) != 0) {
+            free(t->slots);
+            t->slots = NULL;
+            t->nslots = 0;
+        }
+    }
+    p->comments.n = 0;
+    p->samples.n = p->stack.n = p->values.n = p->labels.n = 0;
+    p->time_nanos = p->duration_nanos = 0;
+}
+
 /* ===== builders ===================================================================== */
 
 int cp_profile_add_sample_type(cp_profile *p, const char *type, const char *unit)

@@ -103,6 +103,14 @@ static inline int cp_profile_intern_cstr(cp_profile *p, const char *s, uint32_t 
  * must keep the input's ids). */
 int cp_profile_append_str(cp_profile *p, const char *s, size_t len);
 
+/* Starts the next window of a stream that keeps its tables between windows (stable ids,
+ * as the agent numbers an epoch): drops the samples (their location ids, values and
+ * labels), the comments, the time and duration, and every string from id nstrings on (the
+ * last window's own, such as its comments). Sample types, period, mappings, locations,
+ * lines, functions and strings [0, nstrings) keep their ids, so the next window's tables
+ * start with this one's. */
+void cp_profile_next_window(cp_profile *p, uint32_t nstrings);
+
 /* --- building a profile -----------------------------------------------------------
  * Each add returns 0 or CP_ENOMEM and the new id (index + 1) through *id. */
 int cp_profile_add_sample_type(cp_profile *p, const char *type, const char *unit);

@@ -543,9 +543,73 @@ TEST(error_limits)
     cp_profile_destroy(p);
 }
 
+/* A stream that keeps its tables: the next window keeps every mapping, location, function
+ * and the strings before the cut with their ids, drops the last window's own strings and
+ * samples, and interns again what it dropped. */
+TEST(next_window_keeps_the_tables)
+{
+    cp_profile *p = cp_profile_create();
+    CHECK(p);
+    CHECK_EQ(cp_profile_add_sample_type(p, "cpu", "nanoseconds"), 0);
+    uint32_t file, fn, map, loc, c1, c2;
+    CHECK_EQ(cp_profile_intern_cstr(p, "/bin/x", &file), 0);
+    CHECK_EQ(cp_profile_add_mapping(
+                 p, &(cp_mapping){.start = 0x1000, .limit = 0x9000, .filename = file}, &map),
+             0);
+    cp_function f = {0};
+    CHECK_EQ(cp_profile_intern_cstr(p, "main", &f.name), 0);
+    f.system_name = f.name;
+    CHECK_EQ(cp_profile_add_function(p, &f, &fn), 0);
+    CHECK_EQ(cp_profile_add_location(p, 0x1234, map, &(cp_line){fn, 7}, 1, &loc), 0);
+    uint32_t keep = p->strs.off.n;
+    int64_t v = 5;
+    CHECK_EQ(cp_profile_add_sample(p, &loc, 1, &v, NULL, 0), 0);
+    CHECK_EQ(cp_profile_intern_cstr(p, "dropped_samples=1", &c1), 0);
+    CHECK_EQ(cp_vec_push(&p->comments, c1), 0);
+    p->time_nanos = 10;
+
+    cp_profile_next_window(p, keep);
+    CHECK_EQ(p->samples.n, 0);
+    CHECK_EQ(p->stack.n, 0);
+    CHECK_EQ(p->values.n, 0);
+    CHECK_EQ(p->comments.n, 0);
+    CHECK_EQ(p->time_nanos, 0);
+    CHECK_EQ(p->strs.off.n, keep);
+    CHECK_EQ(p->mappings.n, 1);
+    CHECK_EQ(p->locations.n, 1);
+    CHECK_EQ(p->functions.n, 1);
+    CHECK_EQ(p->sample_types.n, 1);
+    CHECK_STREQ(cp_profile_str(p, p->functions.v[0].name), "main");
+    /* the index forgot the dropped string and still finds the kept ones */
+    uint32_t again;
+    CHECK_EQ(cp_profile_intern_cstr(p, "main", &again), 0);
+    CHECK_EQ(again, f.name);
+    CHECK_EQ(cp_profile_intern_cstr(p, "dropped_samples=2", &c2), 0);
+    CHECK_EQ(c2, keep);
+    CHECK_EQ(cp_profile_intern_cstr(p, "dropped_samples=1", &c1), 0);
+    CHECK_EQ(c1, keep + 1);
+    CHECK_EQ(cp_profile_add_sample(p, &loc, 1, &v, NULL, 0), 0);
+
+    /* its encoding is a valid profile whose location section is the first window's */
+    cp_buf b = {0};
+    CHECK_EQ(cp_pprof_encode(p, 0, &b), 0);
+    cp_profile *q = NULL;
+    cp_err err = {0};
+    CHECK_EQ(cp_pprof_decode(b.data, b.len, NULL, &q, &err), 0);
+    CHECK_EQ(q->locations.n, 1);
+    CHECK_EQ(q->locations.v[0].address, 0x1234);
+    CHECK_EQ(q->strs.off.n, keep + 2);
+    cp_profile_destroy(q);
+    cp_buf_close(&b);
+    /* a cut past the end changes nothing in the strings */
+    cp_profile_next_window(p, 1000);
+    CHECK_EQ(p->strs.off.n, keep + 2);
+    cp_profile_destroy(p);
+}
+
 TEST_MAIN(T(roundtrip_raw_and_gzip), T(gzipper_reused), T(fixture_is_valid),
           T(location_ids_packed_unpacked_mixed), T(location_ids_every_width_and_place),
           T(encoder_matches_protobuf_c), T(error_huge_string_index), T(error_truncated),
           T(error_huge_length), T(error_missing_empty_string0), T(error_out_of_range_ids),
           T(error_wrong_value_count), T(error_duplicate_and_zero_ids), T(sparse_ids_are_renumbered),
-          T(error_bad_gzip), T(error_limits))
+          T(error_bad_gzip), T(error_limits), T(next_window_keeps_the_tables))
