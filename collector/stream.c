@@ -39,7 +39,7 @@ static struct {
     cp_stream *slot[CP_STREAMS_MAX];
     uint64_t clock;
     uint32_t max_streams, max_locations;
-    size_t max_string_bytes;
+    size_t max_bytes;
     int bounds_set;
 } S;
 
@@ -49,7 +49,7 @@ static void bounds_default(void)
     S.bounds_set = 1;
     S.max_streams = CP_STREAMS_MAX;
     S.max_locations = CP_STREAM_MAX_LOCATIONS;
-    S.max_string_bytes = CP_STREAM_MAX_STRING_BYTES;
+    S.max_bytes = CP_STREAM_MAX_BYTES;
 }
 
 /* ------------------------------------------------------------------------------------
@@ -303,6 +303,25 @@ static int follow_mods(cp_stream *s, const cp_modules *mods)
 /* ------------------------------------------------------------------------------------
  * The kept streams */
 
+#define VEC_BYTES(vec) ((size_t)(vec).cap * sizeof(*(vec).v))
+
+/* The memory s holds, by capacity (what it keeps allocated between windows), allocator
+ * overhead aside. */
+static size_t footprint(const cp_stream *s)
+{
+    const cp_profile *p = s->p;
+    size_t n = sizeof(*s) + sizeof(*p) + p->strs.cap + VEC_BYTES(p->strs.off) +
+               (size_t)p->strs.nslots * sizeof(uint64_t);
+    n += VEC_BYTES(p->sample_types) + VEC_BYTES(p->comments) + VEC_BYTES(p->mappings) +
+         VEC_BYTES(p->locations) + VEC_BYTES(p->lines) + VEC_BYTES(p->functions) +
+         VEC_BYTES(p->samples) + VEC_BYTES(p->stack) + VEC_BYTES(p->values) + VEC_BYTES(p->labels);
+    n += (s->mods ? (size_t)s->mods->n + 1 : 0) * sizeof(uint32_t) + VEC_BYTES(s->map_lo) +
+         VEC_BYTES(s->map_delta);
+    n += (size_t)s->loc_cap * (sizeof(uint64_t) + sizeof(uint32_t)) +
+         (size_t)s->fn_cap * (sizeof(uint64_t) + sizeof(uint32_t));
+    return n;
+}
+
 static int key_eq(const cp_stream_key *a, const cp_stream_key *b)
 {
     return a->kind == b->kind && a->iso == b->iso &&
@@ -361,7 +380,7 @@ void cp_streams_end(cp_stream *s, int keep)
 {
     bounds_default();
     if (!keep || s->err || S.max_streams == 0 || s->p->locations.n > S.max_locations ||
-        s->p->strs.len > S.max_string_bytes) {
+        footprint(s) > S.max_bytes) {
         stream_destroy(s);
         return;
     }
@@ -410,13 +429,13 @@ void cp_streams_reset(void)
     }
 }
 
-void cp_streams_set_bounds(uint32_t streams, uint32_t locations, size_t string_bytes)
+void cp_streams_set_bounds(uint32_t streams, uint32_t locations, size_t bytes)
 {
     cp_streams_reset();
     S.bounds_set = 1;
     S.max_streams = streams < CP_STREAMS_MAX ? streams : CP_STREAMS_MAX;
     S.max_locations = locations;
-    S.max_string_bytes = string_bytes;
+    S.max_bytes = bytes;
 }
 
 void cp_streams_abandon(void)

@@ -36,14 +36,15 @@ typedef uint32_t (*cp_symbolize_fn)(uint64_t pc, cp_sym_line *lines, void *arg);
 typedef struct cp_stream cp_stream;
 
 /* The defaults: epochs kept for 32 streams (least recently used evicted), a stream's epoch
- * kept while it has at most 8192 locations and 1 MiB of strings. */
+ * kept while it has at most 8192 locations and holds at most 1 MiB (its profile's arrays,
+ * strings and indexes, by capacity): at most 32 MiB kept in all. */
 #define CP_STREAMS_MAX 32u
 #define CP_STREAM_MAX_LOCATIONS 8192u
-#define CP_STREAM_MAX_STRING_BYTES ((size_t)1 << 20)
+#define CP_STREAM_MAX_BYTES ((size_t)1 << 20)
 
 /* Sets the bounds (streams is capped at CP_STREAMS_MAX; 0 keeps no stream, every window is
  * built fresh) and drops every kept epoch. For tests and the bench's baseline. */
-void cp_streams_set_bounds(uint32_t streams, uint32_t locations, size_t string_bytes);
+void cp_streams_set_bounds(uint32_t streams, uint32_t locations, size_t bytes);
 
 /* Starts stream k's profile for one window, built against the module snapshot mods (may
  * be NULL). The stream's kept epoch continues when its tables still hold for mods (no

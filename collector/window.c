@@ -586,7 +586,7 @@ static void epoch_bounds_from_env(void)
     if (!st && !lo) return;
     cp_streams_set_bounds(st ? (uint32_t)strtoul(st, NULL, 10) : CP_STREAMS_MAX,
                           lo ? (uint32_t)strtoul(lo, NULL, 10) : CP_STREAM_MAX_LOCATIONS,
-                          CP_STREAM_MAX_STRING_BYTES);
+                          CP_STREAM_MAX_BYTES);
 }
 
 static int64_t rnd64(double v)

@@ -474,7 +474,7 @@ static const cp_location *loc_of(const cp_profile *q, const cp_modules *mods, ui
 
 static void epochs_keep_tables(cp_symbolize_fn sym)
 {
-    cp_streams_set_bounds(CP_STREAMS_MAX, CP_STREAM_MAX_LOCATIONS, CP_STREAM_MAX_STRING_BYTES);
+    cp_streams_set_bounds(CP_STREAMS_MAX, CP_STREAM_MAX_LOCATIONS, CP_STREAM_MAX_BYTES);
     CHECK_EQ(cp_modules_refresh(1), 0);
     const cp_modules *mods = cp_modules_current();
     uint64_t base = (uint64_t)(uintptr_t)&unit_caller_of_qsort;
@@ -566,7 +566,7 @@ TEST(epochs_bounded)
     cp_stream_key k = {.thread = "t", .kind = 1};
 
     /* at most 3 locations: kept with 2, a new epoch after the window that passed 3 */
-    cp_streams_set_bounds(CP_STREAMS_MAX, 3, CP_STREAM_MAX_STRING_BYTES);
+    cp_streams_set_bounds(CP_STREAMS_MAX, 3, CP_STREAM_MAX_BYTES);
     q = stream_window(&k, NULL, w, two, 1, "c1", &fresh);
     CHECK_EQ(fresh, 1);
     CHECK_EQ(cp_streams_kept(), 1);
@@ -582,14 +582,14 @@ TEST(epochs_bounded)
     CHECK_EQ(q->stack.v[0], 1);
     cp_profile_destroy(q);
 
-    /* strings: a bound of a few bytes keeps nothing */
+    /* bytes: a bound below the smallest stream keeps nothing */
     cp_streams_set_bounds(CP_STREAMS_MAX, 100, 8);
     q = stream_window(&k, NULL, w, four, 1, "c4", &fresh);
     CHECK_EQ(cp_streams_kept(), 0);
     cp_profile_destroy(q);
 
     /* two streams: the least recently used goes; 0 streams keeps none */
-    cp_streams_set_bounds(2, 100, CP_STREAM_MAX_STRING_BYTES);
+    cp_streams_set_bounds(2, 100, CP_STREAM_MAX_BYTES);
     cp_stream_key k1 = {.thread = "a", .kind = 1}, k2 = {.thread = "b", .kind = 1},
                   k3 = {.thread = "a", .kind = 2};
     cp_profile_destroy(stream_window(&k1, NULL, w, one, 1, "x", &fresh));
@@ -603,14 +603,14 @@ TEST(epochs_bounded)
     CHECK_EQ(fresh, 0);
     cp_profile_destroy(stream_window(&k2, NULL, w, one, 1, "x", &fresh));
     CHECK_EQ(fresh, 1);
-    cp_streams_set_bounds(0, 100, CP_STREAM_MAX_STRING_BYTES);
+    cp_streams_set_bounds(0, 100, CP_STREAM_MAX_BYTES);
     cp_profile_destroy(stream_window(&k1, NULL, w, one, 1, "x", &fresh));
     cp_profile_destroy(stream_window(&k1, NULL, w, one, 1, "x", &fresh));
     CHECK_EQ(fresh, 1);
     CHECK_EQ(cp_streams_kept(), 0);
 
     /* an isolate's epoch goes with the isolate (its slot may serve another one) */
-    cp_streams_set_bounds(CP_STREAMS_MAX, 100, CP_STREAM_MAX_STRING_BYTES);
+    cp_streams_set_bounds(CP_STREAMS_MAX, 100, CP_STREAM_MAX_BYTES);
     contprof_isolate *iso = contprof_isolate_create("epoch", NULL);
     CHECK(iso != NULL);
     cp_stream_key ki = {.iso = iso->id, .kind = 1};
@@ -640,7 +640,7 @@ static cp_modules *mods_copy(uint64_t dadds, uint64_t dsubs)
 
 TEST(epochs_follow_modules)
 {
-    cp_streams_set_bounds(CP_STREAMS_MAX, 100, CP_STREAM_MAX_STRING_BYTES);
+    cp_streams_set_bounds(CP_STREAMS_MAX, 100, CP_STREAM_MAX_BYTES);
     CHECK_EQ(cp_modules_refresh(1), 0);
     uint64_t pc = (uint64_t)(uintptr_t)&unit_caller_of_qsort + 1;
     cp_stream_key k = {.thread = "t", .kind = 1};
