@@ -12,7 +12,7 @@
 
 struct cp_stream {
     cp_stream_key key;
-    uint64_t used; /* when it was last ended, for least-recently-used eviction */
+    uint64_t used; /* the window it was last ended in (S.window), for eviction */
     cp_profile *p;
     uint32_t nstrings; /* strings of the epoch: [0, nstrings) */
     cp_symbolize_fn symbolize;
@@ -37,7 +37,7 @@ struct cp_stream {
 
 static struct {
     cp_stream *slot[CP_STREAMS_MAX];
-    uint64_t clock;
+    uint64_t window; /* windows done (cp_streams_window_done) */
     uint32_t max_streams, max_locations;
     size_t max_bytes;
     int bounds_set;
@@ -384,7 +384,7 @@ void cp_streams_end(cp_stream *s, int keep)
         stream_destroy(s);
         return;
     }
-    s->used = ++S.clock;
+    s->used = S.window;
     uint32_t at = 0, live = 0;
     for (uint32_t i = 0; i < CP_STREAMS_MAX; i++) {
         if (!S.slot[i]) continue;
@@ -394,14 +394,22 @@ void cp_streams_end(cp_stream *s, int keep)
     if (live < S.max_streams) { /* a free slot */
         for (at = 0; S.slot[at]; at++)
             ;
-    } else { /* the least recently used goes */
+    } else if (S.slot[at]->used < S.window) { /* the least recently used goes */
         stream_destroy(S.slot[at]);
+    } else {
+        /* Every kept stream is in this window too: keep those. Evicting the oldest would,
+         * with more streams than slots, evict each stream just before its next window (no
+         * epoch would ever continue); this way the kept ones continue and the others are
+         * built fresh each window. */
+        stream_destroy(s);
+        return;
     }
     S.slot[at] = s;
 }
 
-void cp_streams_drop_dead_isolates(void)
+void cp_streams_window_done(void)
 {
+    S.window++;
     for (uint32_t i = 0; i < CP_STREAMS_MAX; i++) {
         cp_stream *s = S.slot[i];
         if (!s || !s->key.iso) continue;

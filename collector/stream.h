@@ -35,7 +35,8 @@ typedef uint32_t (*cp_symbolize_fn)(uint64_t pc, cp_sym_line *lines, void *arg);
 
 typedef struct cp_stream cp_stream;
 
-/* The defaults: epochs kept for 32 streams (least recently used evicted), a stream's epoch
+/* The defaults: epochs kept for 32 streams (least recently used evicted, but never for a
+ * stream of the same window), a stream's epoch
  * kept while it has at most 8192 locations and holds at most 1 MiB (its profile's arrays,
  * strings and indexes, by capacity): at most 32 MiB kept in all. */
 #define CP_STREAMS_MAX 32u
@@ -76,9 +77,10 @@ int cp_stream_seal(cp_stream *s);
  * starts a new epoch). s is no longer valid after. */
 void cp_streams_end(cp_stream *s, int keep);
 
-/* Frees the epochs of isolates no longer live (destroyed: their slot may be reused by
- * another isolate). */
-void cp_streams_drop_dead_isolates(void);
+/* Called once a window's streams are all ended: frees the epochs of isolates no longer live
+ * (destroyed: their slot may be reused by another isolate) and starts the next window's
+ * eviction round (a kept stream is evicted only for one of a later window). */
+void cp_streams_window_done(void);
 
 /* Streams whose epoch is kept now. */
 uint32_t cp_streams_kept(void);

@@ -684,7 +684,7 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
         }
     }
     /* an isolate destroyed during the window was in it for the last time */
-    cp_streams_drop_dead_isolates();
+    cp_streams_window_done();
     free(isos.k);
     free(bc.b);
     cpu_clear();

@@ -588,21 +588,39 @@ TEST(epochs_bounded)
     CHECK_EQ(cp_streams_kept(), 0);
     cp_profile_destroy(q);
 
-    /* two streams: the least recently used goes; 0 streams keeps none */
+    /* two streams kept: the least recently used goes, for a stream of a later window */
     cp_streams_set_bounds(2, 100, CP_STREAM_MAX_BYTES);
     cp_stream_key k1 = {.thread = "a", .kind = 1}, k2 = {.thread = "b", .kind = 1},
                   k3 = {.thread = "a", .kind = 2};
     cp_profile_destroy(stream_window(&k1, NULL, w, one, 1, "x", &fresh));
     cp_profile_destroy(stream_window(&k2, NULL, w, one, 1, "x", &fresh));
+    cp_streams_window_done();
     cp_profile_destroy(stream_window(&k1, NULL, w, one, 1, "x", &fresh));
     CHECK_EQ(fresh, 0);
+    cp_streams_window_done();
     cp_profile_destroy(stream_window(&k3, NULL, w, one, 1, "x", &fresh)); /* evicts b */
     CHECK_EQ(fresh, 1);
     CHECK_EQ(cp_streams_kept(), 2);
+    cp_streams_window_done();
     cp_profile_destroy(stream_window(&k1, NULL, w, one, 1, "x", &fresh));
     CHECK_EQ(fresh, 0);
     cp_profile_destroy(stream_window(&k2, NULL, w, one, 1, "x", &fresh));
     CHECK_EQ(fresh, 1);
+    cp_streams_window_done();
+    /* three streams in every window, two slots: the two kept continue their epochs (plain
+     * least-recently-used would evict each one just before its turn) */
+    cp_streams_reset();
+    for (int win = 0; win < 3; win++) {
+        cp_profile_destroy(stream_window(&k1, NULL, w, one, 1, "x", &fresh));
+        CHECK_EQ(fresh, win == 0);
+        cp_profile_destroy(stream_window(&k2, NULL, w, one, 1, "x", &fresh));
+        CHECK_EQ(fresh, win == 0);
+        cp_profile_destroy(stream_window(&k3, NULL, w, one, 1, "x", &fresh));
+        CHECK_EQ(fresh, 1);
+        CHECK_EQ(cp_streams_kept(), 2);
+        cp_streams_window_done();
+    }
+    /* 0 streams keeps none */
     cp_streams_set_bounds(0, 100, CP_STREAM_MAX_BYTES);
     cp_profile_destroy(stream_window(&k1, NULL, w, one, 1, "x", &fresh));
     cp_profile_destroy(stream_window(&k1, NULL, w, one, 1, "x", &fresh));
@@ -616,10 +634,10 @@ TEST(epochs_bounded)
     cp_stream_key ki = {.iso = iso->id, .kind = 1};
     cp_profile_destroy(stream_window(&ki, NULL, w, one, 1, "x", &fresh));
     cp_profile_destroy(stream_window(&k1, NULL, w, one, 1, "x", &fresh));
-    cp_streams_drop_dead_isolates();
+    cp_streams_window_done();
     CHECK_EQ(cp_streams_kept(), 2);
     contprof_isolate_destroy(iso);
-    cp_streams_drop_dead_isolates();
+    cp_streams_window_done();
     CHECK_EQ(cp_streams_kept(), 1);
     cp_isolates_reap();
     cp_streams_reset();
