@@ -19,6 +19,7 @@
 #                       process's age in whole 1 s windows); and in steady state: from the
 #                       first reading at 5 window ends on (libdw loaded, first stacks named)
 #   agent RSS           VmRSS minus the baseline copy's VmRSS
+# Epoch rows: bench/symbols/epochs.sh (when valgrind is installed).
 # Ingest rows: bench/ingest's Kafka path (embedded mock broker -> ingest -> synced LevelDB)
 # for the 2,000-stack synthetic service's windows, symbolized as the agent sends them by
 # default and unsymbolized (CP_BENCH_UNSYMBOLIZED=1: addresses and a mapping with a build
@@ -118,3 +119,8 @@ awk '
         if (v[1, "kafka_windows_per_cpu_s_nobroker"] > 0)
             printf "symbols: ingest, unsymbolized / symbolized windows per CPU-second | %.2f | - | -\n", u / v[1, "kafka_windows_per_cpu_s_nobroker"]
     }' "$work/ingest0.txt" "$work/ingest1.txt"
+
+# what epochs save the agent in building windows, in instructions (deterministic, callgrind)
+if command -v valgrind > /dev/null 2>&1; then
+    sh "$(dirname "$0")/epochs.sh" "$build"
+fi
