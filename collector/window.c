@@ -21,6 +21,7 @@
 #include "nextmalloc.h"
 #include "pprof.h"
 #include "profile.h"
+#include "stream.h"
 
 /* ------------------------------------------------------------------------------------
  * Isolate keys: an explicit isolate id, or a thread name when the id is 0. */
@@ -425,231 +426,20 @@ static const sym *symbolize(uint64_t pc)
 }
 
 /* ------------------------------------------------------------------------------------
- * Profile building */
+ * Symbolization for the streams' tables (stream.c adds each location once per epoch) */
 
-typedef struct builder {
-    cp_profile *p;
-    const cp_modules *mods;
-    /* pc -> location id, module index -> mapping id, function name -> id */
-    uint64_t *loc_pc;
-    uint32_t *loc_id;
-    uint32_t loc_cap;
-    uint32_t *map_id;
-    /* (name, system name, file) string ids -> function id */
-    uint64_t *fn_key;
-    uint32_t *fn_id;
-    uint32_t fn_cap, fn_n;
-    int err;
-} builder;
-
-static int b_init(builder *b, const cp_modules *mods)
+static uint32_t sym_lines(uint64_t pc, cp_sym_line *lines, void *arg)
 {
-    memset(b, 0, sizeof(*b));
-    b->p = cp_profile_create();
-    b->mods = mods;
-    b->loc_cap = 1024;
-    b->loc_pc = calloc(b->loc_cap, sizeof(uint64_t));
-    b->loc_id = calloc(b->loc_cap, sizeof(uint32_t));
-    b->map_id = mods ? calloc(mods->n + 1, sizeof(uint32_t)) : NULL;
-    if (!b->p || !b->loc_pc || !b->loc_id || (mods && !b->map_id)) return CP_ENOMEM;
-    return 0;
-}
-
-static void b_close(builder *b)
-{
-    cp_profile_destroy(b->p);
-    free(b->loc_pc);
-    free(b->loc_id);
-    free(b->map_id);
-    free(b->fn_key);
-    free(b->fn_id);
-}
-
-static uint32_t str_id(builder *b, const char *s)
-{
-    uint32_t id = 0;
-    if (s && cp_profile_intern_cstr(b->p, s, &id) != 0) b->err = CP_ENOMEM;
-    return id;
-}
-
-static uint32_t mapping_for(builder *b, uint64_t pc)
-{
-    const cp_module *m = cp_modules_find(b->mods, pc);
-    if (!m) return 0;
-    uint32_t idx = (uint32_t)(m - b->mods->m);
-    if (b->map_id[idx]) return b->map_id[idx];
-    static const char digits[] = "0123456789abcdef";
-    char hex[2 * CP_BUILD_ID_MAX + 1];
-    for (uint32_t i = 0; i < m->build_id_len; i++) {
-        hex[2 * i] = digits[m->build_id[i] >> 4];
-        hex[2 * i + 1] = digits[m->build_id[i] & 15];
-    }
-    hex[2 * m->build_id_len] = 0;
-    cp_mapping mp = {
-        .start = m->lo,
-        .limit = m->hi,
-        .offset = m->file_offset,
-        .filename = str_id(b, m->path),
-        .build_id = str_id(b, hex),
-        .flags = cp_cfg.symbolize_server ? 0
-                                         : CP_MAP_HAS_FUNCTIONS | CP_MAP_HAS_FILENAMES |
-                                               CP_MAP_HAS_LINE_NUMBERS | CP_MAP_HAS_INLINE_FRAMES,
-    };
-    uint32_t id = 0;
-    if (cp_profile_add_mapping(b->p, &mp, &id) != 0) b->err = CP_ENOMEM;
-    b->map_id[idx] = id;
-    return id;
-}
-
-/* pprof takes the first mapping for the program ("File:" in go tool pprof): put the main
- * executable's (the one holding the entry point) first. */
-static void b_main_mapping_first(builder *b)
-{
-    unsigned long entry = getauxval(AT_ENTRY);
-    if (b->mods && entry) (void)mapping_for(b, (uint64_t)entry);
-}
-
-static uint32_t add_function(builder *b, const char *name, const char *sys, const char *file)
-{
-    cp_function f = {.name = str_id(b, name), .system_name = 0, .filename = str_id(b, file)};
-    f.system_name = sys ? str_id(b, sys) : f.name;
-    uint64_t key = cp_hash_u64(cp_hash_u64(f.name, f.system_name), f.filename) | 1;
-    if (b->fn_n * 2 >= b->fn_cap) { /* grow the index */
-        uint32_t nc = b->fn_cap ? b->fn_cap * 2 : 256;
-        uint64_t *nk = calloc(nc, sizeof(uint64_t));
-        uint32_t *ni = calloc(nc, sizeof(uint32_t));
-        if (!nk || !ni) {
-            free(nk);
-            free(ni);
-            b->err = CP_ENOMEM;
-            return 0;
-        }
-        for (uint32_t i = 0; i < b->fn_cap; i++) {
-            if (!b->fn_id[i]) continue;
-            uint32_t j = (uint32_t)b->fn_key[i] & (nc - 1);
-            while (ni[j])
-                j = (j + 1) & (nc - 1);
-            nk[j] = b->fn_key[i];
-            ni[j] = b->fn_id[i];
-        }
-        free(b->fn_key);
-        free(b->fn_id);
-        b->fn_key = nk;
-        b->fn_id = ni;
-        b->fn_cap = nc;
-    }
-    uint32_t mask = b->fn_cap - 1, i = (uint32_t)key & mask;
-    for (; b->fn_id[i]; i = (i + 1) & mask) {
-        const cp_function *g = &b->p->functions.v[b->fn_id[i] - 1];
-        if (b->fn_key[i] == key && g->name == f.name && g->system_name == f.system_name &&
-            g->filename == f.filename)
-            return b->fn_id[i];
-    }
-    uint32_t id = 0;
-    if (cp_profile_add_function(b->p, &f, &id) != 0) {
-        b->err = CP_ENOMEM;
-        return 0;
-    }
-    b->fn_key[i] = key;
-    b->fn_id[i] = id;
-    b->fn_n++;
-    return id;
-}
-
-static int loc_grow(builder *b)
-{
-    uint32_t ncap = b->loc_cap * 2;
-    uint64_t *npc = calloc(ncap, sizeof(uint64_t));
-    uint32_t *nid = calloc(ncap, sizeof(uint32_t));
-    if (!npc || !nid) {
-        free(npc);
-        free(nid);
-        return CP_ENOMEM;
-    }
-    for (uint32_t i = 0; i < b->loc_cap; i++) {
-        if (!b->loc_id[i]) continue;
-        uint32_t j = (uint32_t)cp_hash_u64(0, b->loc_pc[i]) & (ncap - 1);
-        while (nid[j])
-            j = (j + 1) & (ncap - 1);
-        npc[j] = b->loc_pc[i];
-        nid[j] = b->loc_id[i];
-    }
-    free(b->loc_pc);
-    free(b->loc_id);
-    b->loc_pc = npc;
-    b->loc_id = nid;
-    b->loc_cap = ncap;
-    return 0;
-}
-
-/* Function ids are per profile; functions are deduplicated through the profile's own
- * string ids (name, file) with a small linear-probing table. */
-static uint32_t location_for(builder *b, uint64_t pc)
-{
-    if (b->p->locations.n * 2 >= b->loc_cap && loc_grow(b) != 0) {
-        b->err = CP_ENOMEM;
-        return 0;
-    }
-    uint32_t mask = b->loc_cap - 1;
-    uint32_t i = (uint32_t)cp_hash_u64(0, pc) & mask;
-    while (b->loc_id[i] && b->loc_pc[i] != pc)
-        i = (i + 1) & mask;
-    if (b->loc_id[i]) return b->loc_id[i];
-
-    cp_line line = {0};
-    uint32_t mapping = 0;
-    uint64_t addr = pc;
-    if (pc & CP_LANG_TAG) {
-        const char *fn = NULL, *file = NULL;
-        int64_t ln = 0;
-        if (cp_lang_get((uint32_t)(pc & 0xffffffffu), &fn, &file, &ln) == 0) {
-            line.function_id = add_function(b, fn, NULL, file);
-            line.line = ln;
-        }
-        addr = 0;
-    } else {
-        mapping = mapping_for(b, pc);
-        const sym *s = cp_cfg.symbolize_server ? NULL : symbolize(pc);
-        if (s && s->name) {
-            /* inlined functions first (leaf first), then the function itself */
-            cp_line lines[SYM_MAX_INLINE + 1];
-            uint32_t nl = 0;
-            for (uint32_t k = 0; k < s->ninl; k++) {
-                lines[nl].function_id =
-                    add_function(b, s->inl[k].name, s->inl[k].mangled, s->inl[k].file);
-                lines[nl++].line = s->inl[k].line;
-            }
-            lines[nl].function_id = add_function(b, s->name, s->mangled, s->file);
-            lines[nl++].line = s->line;
-            uint32_t id = 0;
-            if (cp_profile_add_location(b->p, addr, mapping, lines, nl, &id) != 0) {
-                b->err = CP_ENOMEM;
-                return 0;
-            }
-            b->loc_pc[i] = pc;
-            b->loc_id[i] = id;
-            return id;
-        }
-    }
-    uint32_t id = 0;
-    if (cp_profile_add_location(b->p, addr, mapping, &line, line.function_id ? 1 : 0, &id) != 0) {
-        b->err = CP_ENOMEM;
-        return 0;
-    }
-    b->loc_pc[i] = pc;
-    b->loc_id[i] = id;
-    return id;
-}
-
-static void add_stack_sample(builder *b, const uint64_t *pcs, uint32_t n, const int64_t *vals)
-{
-    uint32_t locs[CP_MAX_FRAMES];
-    uint32_t k = 0;
-    for (uint32_t i = 0; i < n && i < CP_MAX_FRAMES; i++) {
-        uint32_t id = location_for(b, pcs[i]);
-        if (id) locs[k++] = id;
-    }
-    if (cp_profile_add_sample(b->p, locs, k, vals, NULL, 0) != 0) b->err = CP_ENOMEM;
+    (void)arg;
+    const sym *s = symbolize(pc);
+    if (!s || !s->name) return 0;
+    /* inlined functions first (leaf first), then the function itself */
+    uint32_t nl = 0;
+    for (uint32_t k = 0; k < s->ninl && nl < CP_SYM_MAX_LINES - 1; k++)
+        lines[nl++] =
+            (cp_sym_line){s->inl[k].name, s->inl[k].mangled, s->inl[k].file, s->inl[k].line};
+    lines[nl++] = (cp_sym_line){s->name, s->mangled, s->file, s->line};
+    return nl;
 }
 
 /* ------------------------------------------------------------------------------------
@@ -714,10 +504,9 @@ static int add_labels_text(cp_labels *l, const char *text)
     return 0;
 }
 
-static int emit_profile(builder *b, int kind, const iso_key *k, const cp_window_meta *m,
+static int emit_profile(cp_profile *p, int kind, const iso_key *k, const cp_window_meta *m,
                         cp_emit_fn emit, void *arg)
 {
-    cp_profile *p = b->p;
     p->time_nanos = m->start_ns;
     p->duration_nanos = m->end_ns - m->start_ns;
     const char *ilabels;
@@ -779,6 +568,27 @@ fail:
     return rc;
 }
 
+static uint32_t str_id(cp_profile *p, const char *s, int *err)
+{
+    uint32_t id = 0;
+    if (cp_profile_intern_cstr(p, s, &id) != 0) *err = CP_ENOMEM;
+    return id;
+}
+
+/* Hidden bounds of the kept epochs, for tests and the bench's baseline (0 streams: every
+ * window built fresh, as before epochs): CONTPROF_EPOCH_STREAMS, CONTPROF_EPOCH_LOCATIONS. */
+static void epoch_bounds_from_env(void)
+{
+    static int done;
+    if (done) return;
+    done = 1;
+    const char *st = getenv("CONTPROF_EPOCH_STREAMS"), *lo = getenv("CONTPROF_EPOCH_LOCATIONS");
+    if (!st && !lo) return;
+    cp_streams_set_bounds(st ? (uint32_t)strtoul(st, NULL, 10) : CP_STREAMS_MAX,
+                          lo ? (uint32_t)strtoul(lo, NULL, 10) : CP_STREAM_MAX_LOCATIONS,
+                          CP_STREAM_MAX_BYTES);
+}
+
 static int64_t rnd64(double v)
 {
     return (int64_t)llround(v);
@@ -786,6 +596,7 @@ static int64_t rnd64(double v)
 
 int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
 {
+    epoch_bounds_from_env();
     cp_modules_refresh(0);
     const cp_modules *mods = cp_modules_current();
 
@@ -812,40 +623,43 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
     for (uint32_t ii = 0; ii < isos.n; ii++) {
         const iso_key *k = &isos.k[ii];
         for (int kind = CP_KIND_CPU; kind <= CP_KIND_INUSE; kind++) {
-            builder b;
-            if (b_init(&b, mods) != 0) {
-                b_close(&b);
+            cp_stream_key sk = {.iso = k->iso, .kind = kind};
+            memcpy(sk.thread, k->thread, sizeof(sk.thread));
+            int fresh = 0;
+            cp_stream *s = cp_streams_begin(&sk, mods, cp_cfg.symbolize_server ? NULL : sym_lines,
+                                            NULL, &fresh);
+            if (!s) {
                 rc = CP_ENOMEM;
                 continue;
             }
-            b_main_mapping_first(&b);
-            int any = 0;
+            cp_profile *p = cp_stream_profile(s);
+            int err = 0;
             if (kind == CP_KIND_CPU) {
-                if (cp_profile_add_sample_type(b.p, "samples", "count") ||
-                    cp_profile_add_sample_type(b.p, "cpu", "nanoseconds"))
-                    b.err = CP_ENOMEM;
-                b.p->period_type.type = str_id(&b, "cpu");
-                b.p->period_type.unit = str_id(&b, "nanoseconds");
-                b.p->period = cp_period_ns;
-                b.p->default_sample_type = str_id(&b, "cpu");
-                for (uint32_t i = 0; i < cpu.cap && !b.err; i++) {
+                if (fresh && (cp_profile_add_sample_type(p, "samples", "count") ||
+                              cp_profile_add_sample_type(p, "cpu", "nanoseconds")))
+                    err = CP_ENOMEM;
+                p->period_type.type = str_id(p, "cpu", &err);
+                p->period_type.unit = str_id(p, "nanoseconds", &err);
+                p->period = cp_period_ns;
+                p->default_sample_type = str_id(p, "cpu", &err);
+                for (uint32_t i = 0; i < cpu.cap && !err; i++) {
                     cpu_entry *e = &cpu.e[i];
                     if (!e->hash || !key_eq(&e->key, k)) continue;
                     int64_t v[2] = {(int64_t)e->count, (int64_t)e->periods * cp_period_ns};
-                    add_stack_sample(&b, e->pcs, e->nframes, v);
-                    any = 1;
+                    cp_stream_add_sample(s, e->pcs, e->nframes, v);
                 }
             } else {
                 int alloc = kind == CP_KIND_ALLOC;
-                if (cp_profile_add_sample_type(b.p, alloc ? "alloc_objects" : "inuse_objects",
-                                               "count") ||
-                    cp_profile_add_sample_type(b.p, alloc ? "alloc_space" : "inuse_space", "bytes"))
-                    b.err = CP_ENOMEM;
-                b.p->period_type.type = str_id(&b, "space");
-                b.p->period_type.unit = str_id(&b, "bytes");
-                b.p->period = cp_cfg.alloc_rate;
-                b.p->default_sample_type = str_id(&b, alloc ? "alloc_space" : "inuse_space");
-                for (uint32_t i = 0; i < bc.n && !b.err; i++) {
+                if (fresh &&
+                    (cp_profile_add_sample_type(p, alloc ? "alloc_objects" : "inuse_objects",
+                                                "count") ||
+                     cp_profile_add_sample_type(p, alloc ? "alloc_space" : "inuse_space", "bytes")))
+                    err = CP_ENOMEM;
+                p->period_type.type = str_id(p, "space", &err);
+                p->period_type.unit = str_id(p, "bytes", &err);
+                p->period = cp_cfg.alloc_rate;
+                p->default_sample_type = str_id(p, alloc ? "alloc_space" : "inuse_space", &err);
+                for (uint32_t i = 0; i < bc.n && !err; i++) {
                     const cp_alloc_bucket *ab = &bc.b[i];
                     iso_key bk = {.iso = ab->isolate};
                     memcpy(bk.thread, ab->thread, sizeof(bk.thread));
@@ -854,23 +668,23 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
                     double bytes = alloc ? ab->alloc_bytes : ab->inuse_bytes;
                     if (objs < 0.5) continue;
                     int64_t v[2] = {rnd64(objs), rnd64(bytes)};
-                    add_stack_sample(&b, ab->pcs, ab->nframes, v);
-                    any = 1;
+                    cp_stream_add_sample(s, ab->pcs, ab->nframes, v);
                 }
             }
             /* An isolate with CPU or allocations gets all three kinds each window, so a
-             * quiet kind reads as zero rather than as missing. */
-            (void)any;
-            /* object addresses as file offsets: every process of a binary sends the same
-             * frames (symbolizing above used the run-time addresses) */
-            if (!b.err) cp_profile_canonicalize(b.p);
-            if (!b.err)
-                rc = emit_profile(&b, kind, k, m, emit, arg);
-            else
-                rc = b.err;
-            b_close(&b);
+             * quiet kind reads as zero rather than as missing. Mappings and addresses are
+             * canonical (file offsets) as stream.c adds them; the window's own strings (its
+             * comments) come after the epoch's, sealed here. */
+            int sealed = cp_stream_seal(s);
+            if (!err) err = sealed;
+            if (!err) err = emit_profile(p, kind, k, m, emit, arg);
+            if (err) rc = err;
+            /* a window that failed drops its stream's epoch */
+            cp_streams_end(s, !err);
         }
     }
+    /* an isolate destroyed during the window was in it for the last time */
+    cp_streams_window_done();
     free(isos.k);
     free(bc.b);
     cpu_clear();
@@ -881,6 +695,7 @@ void cp_window_reset(void)
 {
     cpu_clear();
     syms_clear();
+    cp_streams_reset();
 }
 
 void cp_window_abandon(void)
@@ -889,6 +704,7 @@ void cp_window_abandon(void)
      * forget them without touching them (the memory is lost once per fork). */
     memset(&cpu, 0, sizeof(cpu));
     memset(&syms, 0, sizeof(syms));
+    cp_streams_abandon();
 }
 
 uint64_t cp_window_take_dropped(void)

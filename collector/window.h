@@ -27,12 +27,12 @@ typedef struct cp_window_meta {
  * Returns 0 or CP_ENOMEM (the window is then lost and counted by the caller). */
 int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg);
 
-/* Frees the symbol cache and the CPU table. */
+/* Frees the symbol cache, the CPU table and the streams' kept epochs (stream.h). */
 void cp_window_reset(void);
 /* CPU samples the aggregation table had no room for since the last call. */
 uint64_t cp_window_take_dropped(void);
 
-/* After fork in the child: forgets both without freeing (they may be inconsistent). */
+/* After fork in the child: forgets them without freeing (they may be inconsistent). */
 void cp_window_abandon(void);
 
 #endif

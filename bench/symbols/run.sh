@@ -2,6 +2,9 @@
 # Server-side symbolization (CONTPROF_SYMBOLIZE=server) against the default (agent), in one
 # run. Prints table rows: name | value | floor | ok.
 #   bench/symbols/run.sh [BUILD_DIR]        SECS (default 20), WINDOWS (ingest, default 3000)
+# EPOCHS_BASELINE=1 adds two copies whose agents keep no epoch (CONTPROF_EPOCH_STREAMS=0:
+# every window built fresh, as before epochs, collector/README.md), modes agent-fresh and
+# server-fresh, run at the same time as the others so the comparison sees the same load.
 #
 # Agent rows: three copies of tests/demo/demo_service (six threads, C stacks 10-30 deep)
 # run at the same time for SECS seconds: one without the agent (the RSS baseline), one
@@ -13,8 +16,10 @@
 #                       run's files: cpu profiles, and every kind; gzip'd as written, and raw
 #                       pprof as sent to Kafka (lz4 on the topic)
 #   agent CPU/window    the agent thread's user+system time / window ends so far (the
-#                       process's age in whole 1 s windows)
+#                       process's age in whole 1 s windows); and in steady state: from the
+#                       first reading at 5 window ends on (libdw loaded, first stacks named)
 #   agent RSS           VmRSS minus the baseline copy's VmRSS
+# Epoch rows: bench/symbols/epochs.sh (when valgrind is installed).
 # Ingest rows: bench/ingest's Kafka path (embedded mock broker -> ingest -> synced LevelDB)
 # for the 2,000-stack synthetic service's windows, symbolized as the agent sends them by
 # default and unsymbolized (CP_BENCH_UNSYMBOLIZED=1: addresses and a mapping with a build
@@ -29,19 +34,27 @@ demo=$build/tests/demo/demo_service
 lib=$(cd "$build/collector" && pwd)/libcontprof.so
 hz=$(getconf CLK_TCK)
 
+modes="agent server"
+[ "${EPOCHS_BASELINE:-0}" = 1 ] && modes="$modes agent-fresh server-fresh"
 start() { # mode -> pid on stdout
     mkdir -p "$work/$1"
-    if [ "$1" = none ]; then
-        "$demo" --duration "$secs" > "$work/$1.log" 2>&1 &
-    else
+    case $1 in
+    none) "$demo" --duration "$secs" > "$work/$1.log" 2>&1 & ;;
+    *-fresh)
+        LD_PRELOAD=$lib CONTPROF_SYMBOLIZE=${1%-fresh} CONTPROF_EPOCH_STREAMS=0 CONTPROF_WINDOW=1s \
+            CONTPROF_SERVICE=bench CONTPROF_OUTPUT_DIR=$work/$1 "$demo" --duration "$secs" \
+            > "$work/$1.log" 2>&1 & ;;
+    *)
         LD_PRELOAD=$lib CONTPROF_SYMBOLIZE=$1 CONTPROF_WINDOW=1s CONTPROF_SERVICE=bench \
-            CONTPROF_OUTPUT_DIR=$work/$1 "$demo" --duration "$secs" > "$work/$1.log" 2>&1 &
-    fi
+            CONTPROF_OUTPUT_DIR=$work/$1 "$demo" --duration "$secs" > "$work/$1.log" 2>&1 & ;;
+    esac
     echo $!
 }
 p_none=$(start none)
-p_agent=$(start agent)
-p_server=$(start server)
+pids=""
+for m in $modes; do
+    pids="$pids $(start "$m"):$m"
+done
 
 # one reading of a process: agent_cpu_ns window_ends rss_kib (stays at the last good one)
 read_proc() { # pid mode
@@ -54,20 +67,26 @@ read_proc() { # pid mode
     st=$(awk '{ sub(/^.*\) /, ""); print $20 }' /proc/"$1"/stat 2>/dev/null || echo 0)
     ends=$(awk -v st="$st" -v hz="$hz" '{ print int($1 - st / hz) }' /proc/uptime)
     [ -n "$rss" ] && [ "$rss" -gt 0 ] && echo "$ticks $ends $rss" > "$work/$2.last"
+    [ -f "$work/$2.warm" ] || [ "$ends" -lt 5 ] || cp "$work/$2.last" "$work/$2.warm"
     return 0
 }
-while kill -0 "$p_agent" 2>/dev/null || kill -0 "$p_server" 2>/dev/null; do
+running() {
+    for pm in $pids; do kill -0 "${pm%%:*}" 2>/dev/null && return 0; done
+    return 1
+}
+while running; do
     read_proc "$p_none" none
-    read_proc "$p_agent" agent
-    read_proc "$p_server" server
+    for pm in $pids; do read_proc "${pm%%:*}" "${pm#*:}"; done
     sleep 0.2
 done
-wait "$p_none" "$p_agent" "$p_server" || true
+wait || true
 
 base_rss=$(awk '{ print $3 }' "$work/none.last")
-for m in agent server; do
+for m in $modes; do
     set -- $(cat "$work/$m.last")
     ticks=$1 ends=$2 rss=$3
+    set -- $(cat "$work/$m.warm" 2>/dev/null || echo 0 0 0)
+    wticks=$1 wends=$2
     files=$(ls "$work/$m" | wc -l)
     gz=$(cat "$work/$m"/*.pb.gz | wc -c)
     raw=$(for f in "$work/$m"/*.pb.gz; do gzip -dc "$f"; done | wc -c)
@@ -76,10 +95,11 @@ for m in agent server; do
     craw=$(for f in "$work/$m"/*.cpu.*.pb.gz; do gzip -dc "$f"; done | wc -c)
     awk -v m="$m" -v ticks="$ticks" -v ends="$ends" -v hz="$hz" -v rss="$rss" -v base="$base_rss" \
         -v files="$files" -v gz="$gz" -v raw="$raw" -v cfiles="$cfiles" -v cgz="$cgz" \
-        -v craw="$craw" 'BEGIN {
+        -v craw="$craw" -v wticks="$wticks" -v wends="$wends" 'BEGIN {
         printf "symbols: %s: bytes of a cpu profile (one isolate-window), gzip / raw pprof | %d / %d | - | -\n", m, cgz / cfiles, craw / cfiles
         printf "symbols: %s: bytes of a profile of any kind (%d profiles), gzip / raw pprof | %d / %d | - | -\n", m, files, gz / files, raw / files
         printf "symbols: %s: agent thread CPU per window end (ms, %d ends) | %.2f | - | -\n", m, ends, ends ? ticks / 1e6 / ends : 0
+        printf "symbols: %s: agent thread CPU per window end in steady state (ms, ends %d to %d) | %.2f | - | -\n", m, wends, ends, (ends > wends ? (ticks - wticks) / 1e6 / (ends - wends) : 0)
         printf "symbols: %s: agent RSS (KiB over the same program without the agent) | %d | - | -\n", m, rss - base
     }'
 done
@@ -99,3 +119,8 @@ awk '
         if (v[1, "kafka_windows_per_cpu_s_nobroker"] > 0)
             printf "symbols: ingest, unsymbolized / symbolized windows per CPU-second | %.2f | - | -\n", u / v[1, "kafka_windows_per_cpu_s_nobroker"]
     }' "$work/ingest0.txt" "$work/ingest1.txt"
+
+# what epochs save the agent in building windows, in instructions (deterministic, callgrind)
+if command -v valgrind > /dev/null 2>&1; then
+    sh "$(dirname "$0")/epochs.sh" "$build"
+fi

@@ -742,8 +742,129 @@ TEST(bare_window_refused)
     remove_dir();
 }
 
+/* ------------------------------------------------------------------------------------
+ * Epochs: successive windows of one stream share their tables (collector/README.md) */
+
+/* Whether b's mappings, locations (with their lines) and functions start with a's entry for
+ * entry, and b's strings with a's epoch strings (those before a's first comment, the
+ * window's own). Prints the first difference. */
+static int tables_prefix(const cp_profile *a, const cp_profile *b)
+{
+    const char *why = NULL;
+    uint32_t cut = a->strs.off.n;
+    for (uint32_t i = 0; i < a->comments.n; i++)
+        if (a->comments.v[i] < cut) cut = a->comments.v[i];
+    if (b->mappings.n < a->mappings.n || b->locations.n < a->locations.n ||
+        b->functions.n < a->functions.n || b->strs.off.n < cut)
+        why = "fewer entries";
+    for (uint32_t i = 0; !why && i < a->mappings.n; i++) {
+        const cp_mapping *x = &a->mappings.v[i], *y = &b->mappings.v[i];
+        if (x->start != y->start || x->limit != y->limit || x->offset != y->offset ||
+            x->filename != y->filename || x->build_id != y->build_id || x->flags != y->flags)
+            why = "a mapping differs";
+    }
+    for (uint32_t i = 0; !why && i < a->locations.n; i++) {
+        const cp_location *x = &a->locations.v[i], *y = &b->locations.v[i];
+        if (x->address != y->address || x->mapping_id != y->mapping_id || x->nlines != y->nlines)
+            why = "a location differs";
+        for (uint32_t j = 0; !why && j < x->nlines; j++)
+            if (a->lines.v[x->line_off + j].function_id !=
+                    b->lines.v[y->line_off + j].function_id ||
+                a->lines.v[x->line_off + j].line != b->lines.v[y->line_off + j].line)
+                why = "a location's line differs";
+    }
+    for (uint32_t i = 0; !why && i < a->functions.n; i++) {
+        const cp_function *x = &a->functions.v[i], *y = &b->functions.v[i];
+        if (x->name != y->name || x->system_name != y->system_name || x->filename != y->filename)
+            why = "a function differs";
+    }
+    for (uint32_t i = 0; !why && i < cut; i++)
+        if (strcmp(cp_profile_str(a, i), cp_profile_str(b, i)) != 0) why = "a string differs";
+    if (why) fprintf(stderr, "tables_prefix: %s\n", why);
+    return why == NULL;
+}
+
+/* Locations of p that none of its samples uses (kept from an earlier window of the epoch). */
+static uint32_t unused_locations(const cp_profile *p)
+{
+    uint8_t *used = calloc(p->locations.n + 1, 1);
+    CHECK(used != NULL);
+    for (uint32_t i = 0; i < p->stack.n; i++)
+        used[p->stack.v[i]] = 1;
+    uint32_t n = 0;
+    for (uint32_t i = 1; i <= p->locations.n; i++)
+        n += !used[i];
+    free(used);
+    return n;
+}
+
+/* cpw's two threads under the agent with 200 ms windows: each window of isolate alpha
+ * starts with the tables of the one before, and go tool pprof reads one. */
+static void windows_share_tables(const char *symbolize)
+{
+    make_dir();
+    char sym_env[64];
+    snprintf(sym_env, sizeof sym_env, "CONTPROF_SYMBOLIZE=%s", symbolize);
+    const char *env[] = {
+        PRELOAD, outdir_env(), sym_env, "CONTPROF_CPU_HZ=250", "CONTPROF_WINDOW=200ms", NULL};
+    const char *args[] = {"ratio", "0.4", NULL};
+    run_res r;
+    run(args, env, &r);
+    CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+    pset s;
+    pset_load(g_dir, &s);
+    const cp_profile *prev = NULL;
+    int pairs = 0, nwin = 0;
+    uint32_t unused = 0;
+    char path[600] = "";
+    for (int i = 0; i < s.n; i++) {
+        if (strcmp(s.f[i].kind, "cpu") || strcmp(s.f[i].iso, "alpha")) continue;
+        const cp_profile *p = s.f[i].p;
+        if (prev) {
+            CHECK(tables_prefix(prev, p));
+            pairs++;
+        }
+        unused += unused_locations(p);
+        if (++nwin == 3)
+            snprintf(path, sizeof path, "%s/cpw.%d-%llx.%06d.cpu.alpha.pb.gz", g_dir, s.f[i].pid,
+                     s.f[i].image, s.f[i].seq);
+        prev = p;
+    }
+    printf("%s: %d windows of alpha, %d pairs sharing their tables, %u locations listed "
+           "unused\n",
+           symbolize, nwin, pairs, unused);
+    CHECK(pairs >= 3);
+    CHECK(unused > 0); /* the epoch's earlier stacks are listed in later windows */
+    CHECK(access(path, R_OK) == 0);
+    /* go tool pprof reads a window of an epoch */
+    char cmd[800], out[1 << 14];
+    snprintf(cmd, sizeof cmd, "go tool pprof -top %s 2>&1", path);
+    FILE *f = popen(cmd, "r");
+    CHECK(f != NULL);
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    int st = pclose(f);
+    if (st != 0) fprintf(stderr, "%s\n", out);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK_CONTAINS(out, "Showing nodes");
+    if (!strcmp(symbolize, "agent")) CHECK_CONTAINS(out, "burn_alpha");
+    pset_free(&s);
+    remove_dir();
+}
+
+TEST(windows_share_tables_server)
+{
+    windows_share_tables("server");
+}
+
+TEST(windows_share_tables_agent)
+{
+    windows_share_tables("agent");
+}
+
 TEST_MAIN(T(isolates_api), T(cpu_ratio), T(inuse_startup), T(alloc_volume), T(churn_inuse_zero),
           T(same_output_threads), T(same_output_realloc_memalign), T(same_output_cxx),
           T(cxx_names_demangled), T(same_output_fork_exec), T(exec_chain_survives),
           T(agent_out_of_memory), T(unreachable_broker), T(perf_1000hz), T(timer_fallback_1000hz),
-          T(engine_by_rate), T(output_files_gzip), T(bare_window_refused))
+          T(engine_by_rate), T(output_files_gzip), T(bare_window_refused),
+          T(windows_share_tables_server), T(windows_share_tables_agent))

@@ -16,6 +16,8 @@
 #include "config.h"
 #include "isolate.h"
 #include "kafka.h"
+#include "pprof.h"
+#include "stream.h"
 #include "test.h"
 #include "unwind.h"
 
@@ -353,6 +355,336 @@ TEST(kafka_backlog_drops_oldest)
     CHECK(now_s() - t0 < 3.0); /* bounded flush */
 }
 
+/* ------------------------------------------------------------------------------------
+ * A stream's tables kept between windows (stream.c): epochs */
+
+static uint32_t g_sym_calls;
+
+/* A symbolizer that names each pc after itself and counts its calls (libdw's is window.c's,
+ * tested under the real agent in test_agent). */
+static uint32_t fake_symbolize(uint64_t pc, cp_sym_line *lines, void *arg)
+{
+    static char name[2][32];
+    (void)arg;
+    g_sym_calls++;
+    snprintf(name[0], sizeof name[0], "inl_%llx", (unsigned long long)pc);
+    snprintf(name[1], sizeof name[1], "fn_%llx", (unsigned long long)pc);
+    lines[0] = (cp_sym_line){name[0], NULL, "a.c", 7};
+    lines[1] = (cp_sym_line){name[1], NULL, "a.c", 9};
+    return 2;
+}
+
+/* Encodes one window of stream k with the stacks stacks[0..n) (each nf pcs, 0-terminated
+ * list) and decodes it back, as ingest sees it; the window's comment is comment. */
+static cp_profile *stream_window(const cp_stream_key *k, cp_symbolize_fn sym, const uint64_t *pcs,
+                                 const uint32_t *lens, uint32_t n, const char *comment, int *fresh)
+{
+    cp_modules_refresh(0);
+    cp_stream *s = cp_streams_begin(k, cp_modules_current(), sym, NULL, fresh);
+    CHECK(s != NULL);
+    cp_profile *p = cp_stream_profile(s);
+    CHECK_EQ(p->samples.n, 0);
+    CHECK_EQ(p->comments.n, 0);
+    if (*fresh) {
+        CHECK_EQ(p->sample_types.n, 0);
+        CHECK_EQ(cp_profile_add_sample_type(p, "samples", "count"), 0);
+    } else {
+        CHECK_EQ(p->sample_types.n, 1);
+    }
+    for (uint32_t i = 0, off = 0; i < n; off += lens[i++]) {
+        int64_t v = 1 + i;
+        cp_stream_add_sample(s, pcs + off, lens[i], &v);
+    }
+    CHECK_EQ(cp_stream_seal(s), 0);
+    uint32_t cid;
+    CHECK_EQ(cp_profile_intern_cstr(p, comment, &cid), 0);
+    CHECK_EQ(cp_vec_push(&p->comments, cid), 0);
+    cp_buf b = {0};
+    CHECK_EQ(cp_pprof_encode(p, 0, &b), 0);
+    cp_streams_end(s, 1);
+    cp_profile *q = NULL;
+    cp_err err = {0};
+    CHECK_EQ(cp_pprof_decode(b.data, b.len, NULL, &q, &err), 0);
+    cp_buf_close(&b);
+    return q;
+}
+
+static int str_index(const cp_profile *p, const char *s)
+{
+    for (uint32_t i = 0; i < p->strs.off.n; i++)
+        if (strcmp(cp_profile_str(p, i), s) == 0) return (int)i;
+    return -1;
+}
+
+/* b's mappings, locations (with lines), functions and strings up to a's window comment
+ * start with a's, entry for entry. */
+static void check_prefix(const cp_profile *a, const cp_profile *b, const char *a_comment)
+{
+    CHECK(b->mappings.n >= a->mappings.n);
+    for (uint32_t i = 0; i < a->mappings.n; i++) {
+        const cp_mapping *x = &a->mappings.v[i], *y = &b->mappings.v[i];
+        CHECK(x->start == y->start && x->limit == y->limit && x->offset == y->offset);
+        CHECK(x->filename == y->filename && x->build_id == y->build_id && x->flags == y->flags);
+    }
+    CHECK(b->locations.n >= a->locations.n);
+    for (uint32_t i = 0; i < a->locations.n; i++) {
+        const cp_location *x = &a->locations.v[i], *y = &b->locations.v[i];
+        CHECK_EQ(x->address, y->address);
+        CHECK_EQ(x->mapping_id, y->mapping_id);
+        CHECK_EQ(x->nlines, y->nlines);
+        for (uint32_t j = 0; j < x->nlines; j++) {
+            CHECK_EQ(a->lines.v[x->line_off + j].function_id,
+                     b->lines.v[y->line_off + j].function_id);
+            CHECK_EQ(a->lines.v[x->line_off + j].line, b->lines.v[y->line_off + j].line);
+        }
+    }
+    CHECK(b->functions.n >= a->functions.n);
+    for (uint32_t i = 0; i < a->functions.n; i++) {
+        const cp_function *x = &a->functions.v[i], *y = &b->functions.v[i];
+        CHECK(x->name == y->name && x->system_name == y->system_name);
+        CHECK(x->filename == y->filename && x->start_line == y->start_line);
+    }
+    int cut = str_index(a, a_comment);
+    CHECK(cut > 0);
+    CHECK((int)b->strs.off.n >= cut);
+    for (int i = 0; i < cut; i++)
+        CHECK_STREQ(cp_profile_str(a, (uint32_t)i), cp_profile_str(b, (uint32_t)i));
+    /* the last window's own strings are gone from the next one's table */
+    CHECK_EQ(str_index(b, a_comment), -1);
+}
+
+/* The location of pc in q (by its canonical address), or NULL. */
+static const cp_location *loc_of(const cp_profile *q, const cp_modules *mods, uint64_t pc)
+{
+    const cp_module *m = cp_modules_find(mods, pc);
+    CHECK(m != NULL);
+    uint64_t canon = pc - m->lo + m->file_offset;
+    const cp_location *found = NULL;
+    for (uint32_t i = 0; i < q->locations.n; i++)
+        if (q->locations.v[i].address == canon) {
+            const cp_mapping *mp = &q->mappings.v[q->locations.v[i].mapping_id - 1];
+            /* canonical mapping: start = file offset, the same size */
+            CHECK_EQ(mp->start, m->file_offset);
+            CHECK_EQ(mp->limit, m->file_offset + (m->hi - m->lo));
+            CHECK(found == NULL);
+            found = &q->locations.v[i];
+        }
+    return found;
+}
+
+static void epochs_keep_tables(cp_symbolize_fn sym)
+{
+    cp_streams_set_bounds(CP_STREAMS_MAX, CP_STREAM_MAX_LOCATIONS, CP_STREAM_MAX_BYTES);
+    CHECK_EQ(cp_modules_refresh(1), 0);
+    const cp_modules *mods = cp_modules_current();
+    uint64_t base = (uint64_t)(uintptr_t)&unit_caller_of_qsort;
+    uint64_t libc = (uint64_t)(uintptr_t)dlsym(RTLD_DEFAULT, "lfind");
+    CHECK(libc != 0);
+    contprof_frame fr = {"lua_fn", "x.lua", 12};
+    uint64_t lang;
+    CHECK_EQ(cp_lang_ids(&fr, 1, &lang), 1);
+    uint64_t A = base + 1, B = base + 2, C = libc + 3, D = base + 5;
+    cp_stream_key k = {.iso = 0, .thread = "worker", .kind = 1};
+    g_sym_calls = 0;
+
+    /* window 1: A B | C lang */
+    uint64_t w1[] = {A, B, C, lang};
+    uint32_t l1[] = {2, 2};
+    int fresh = 0;
+    cp_profile *q1 = stream_window(&k, sym, w1, l1, 2, "dropped_samples=1 w1", &fresh);
+    CHECK_EQ(fresh, 1);
+    CHECK_EQ(cp_streams_kept(), 1);
+    CHECK_EQ(g_sym_calls, sym ? 3u : 0u); /* A, B, C; the language frame has its name */
+    CHECK_EQ(q1->locations.n, 4);
+    CHECK(loc_of(q1, mods, A) && loc_of(q1, mods, B) && loc_of(q1, mods, C));
+    for (uint32_t i = 0; i < q1->mappings.n; i++)
+        CHECK_EQ(q1->mappings.v[i].flags, sym ? 15u : 0u);
+
+    /* window 2: A D; C and the language frame are not used but still listed */
+    uint64_t w2[] = {A, D};
+    uint32_t l2[] = {2};
+    cp_profile *q2 = stream_window(&k, sym, w2, l2, 1, "dropped_samples=2 w2", &fresh);
+    CHECK_EQ(fresh, 0);
+    CHECK_EQ(g_sym_calls, sym ? 4u : 0u); /* only D is new: symbolized once per epoch */
+    check_prefix(q1, q2, "dropped_samples=1 w1");
+    CHECK_EQ(q2->locations.n, 5); /* dense: A B C lang D */
+    const cp_location *la = loc_of(q2, mods, A), *ld = loc_of(q2, mods, D);
+    CHECK(la && ld && loc_of(q2, mods, C));
+    CHECK_EQ(ld - q2->locations.v, 4); /* appended */
+    CHECK_EQ(q2->samples.n, 1);
+    CHECK_EQ(q2->samples.v[0].nlocs, 2);
+    CHECK_EQ(q2->stack.v[q2->samples.v[0].loc_off], (uint32_t)(la - q2->locations.v) + 1);
+    CHECK_EQ(q2->stack.v[q2->samples.v[0].loc_off + 1], 5);
+    const cp_location *ll = &q2->locations.v[3];
+    CHECK_EQ(ll->address, 0);
+    CHECK_EQ(ll->nlines, 1);
+    CHECK_STREQ(cp_profile_str(q2, q2->functions.v[q2->lines.v[ll->line_off].function_id - 1].name),
+                "lua_fn");
+    if (sym) {
+        CHECK_EQ(la->nlines, 2);
+        char want[32];
+        snprintf(want, sizeof want, "fn_%llx", (unsigned long long)A);
+        CHECK_STREQ(
+            cp_profile_str(q2, q2->functions.v[q2->lines.v[la->line_off + 1].function_id - 1].name),
+            want);
+    } else {
+        CHECK_EQ(la->nlines, 0);
+    }
+
+    /* window 3 again starts with window 2's tables */
+    uint64_t w3[] = {B};
+    uint32_t l3[] = {1};
+    cp_profile *q3 = stream_window(&k, sym, w3, l3, 1, "dropped_samples=0 w3", &fresh);
+    CHECK_EQ(fresh, 0);
+    check_prefix(q2, q3, "dropped_samples=2 w2");
+    CHECK_EQ(q3->locations.n, 5);
+    CHECK_EQ(g_sym_calls, sym ? 4u : 0u);
+    cp_profile_destroy(q1);
+    cp_profile_destroy(q2);
+    cp_profile_destroy(q3);
+    cp_streams_reset();
+    CHECK_EQ(cp_streams_kept(), 0);
+}
+
+TEST(epochs_keep_tables_symbolized)
+{
+    epochs_keep_tables(fake_symbolize);
+}
+
+TEST(epochs_keep_tables_unsymbolized)
+{
+    epochs_keep_tables(NULL);
+}
+
+TEST(epochs_bounded)
+{
+    uint64_t base = (uint64_t)(uintptr_t)&unit_caller_of_qsort;
+    uint64_t w[] = {base + 1, base + 2, base + 3, base + 4};
+    uint32_t two[] = {2}, one[] = {1}, four[] = {4};
+    int fresh;
+    cp_profile *q;
+    cp_stream_key k = {.thread = "t", .kind = 1};
+
+    /* at most 3 locations: kept with 2, a new epoch after the window that passed 3 */
+    cp_streams_set_bounds(CP_STREAMS_MAX, 3, CP_STREAM_MAX_BYTES);
+    q = stream_window(&k, NULL, w, two, 1, "c1", &fresh);
+    CHECK_EQ(fresh, 1);
+    CHECK_EQ(cp_streams_kept(), 1);
+    cp_profile_destroy(q);
+    q = stream_window(&k, NULL, w + 2, two, 1, "c2", &fresh);
+    CHECK_EQ(fresh, 0);
+    CHECK_EQ(q->locations.n, 4); /* sent whole, then not kept */
+    CHECK_EQ(cp_streams_kept(), 0);
+    cp_profile_destroy(q);
+    q = stream_window(&k, NULL, w + 3, one, 1, "c3", &fresh);
+    CHECK_EQ(fresh, 1); /* numbered from 1 again */
+    CHECK_EQ(q->locations.n, 1);
+    CHECK_EQ(q->stack.v[0], 1);
+    cp_profile_destroy(q);
+
+    /* bytes: a bound below the smallest stream keeps nothing */
+    cp_streams_set_bounds(CP_STREAMS_MAX, 100, 8);
+    q = stream_window(&k, NULL, w, four, 1, "c4", &fresh);
+    CHECK_EQ(cp_streams_kept(), 0);
+    cp_profile_destroy(q);
+
+    /* two streams kept: the least recently used goes, for a stream of a later window */
+    cp_streams_set_bounds(2, 100, CP_STREAM_MAX_BYTES);
+    cp_stream_key k1 = {.thread = "a", .kind = 1}, k2 = {.thread = "b", .kind = 1},
+                  k3 = {.thread = "a", .kind = 2};
+    cp_profile_destroy(stream_window(&k1, NULL, w, one, 1, "x", &fresh));
+    cp_profile_destroy(stream_window(&k2, NULL, w, one, 1, "x", &fresh));
+    cp_streams_window_done();
+    cp_profile_destroy(stream_window(&k1, NULL, w, one, 1, "x", &fresh));
+    CHECK_EQ(fresh, 0);
+    cp_streams_window_done();
+    cp_profile_destroy(stream_window(&k3, NULL, w, one, 1, "x", &fresh)); /* evicts b */
+    CHECK_EQ(fresh, 1);
+    CHECK_EQ(cp_streams_kept(), 2);
+    cp_streams_window_done();
+    cp_profile_destroy(stream_window(&k1, NULL, w, one, 1, "x", &fresh));
+    CHECK_EQ(fresh, 0);
+    cp_profile_destroy(stream_window(&k2, NULL, w, one, 1, "x", &fresh));
+    CHECK_EQ(fresh, 1);
+    cp_streams_window_done();
+    /* three streams in every window, two slots: the two kept continue their epochs (plain
+     * least-recently-used would evict each one just before its turn) */
+    cp_streams_reset();
+    for (int win = 0; win < 3; win++) {
+        cp_profile_destroy(stream_window(&k1, NULL, w, one, 1, "x", &fresh));
+        CHECK_EQ(fresh, win == 0);
+        cp_profile_destroy(stream_window(&k2, NULL, w, one, 1, "x", &fresh));
+        CHECK_EQ(fresh, win == 0);
+        cp_profile_destroy(stream_window(&k3, NULL, w, one, 1, "x", &fresh));
+        CHECK_EQ(fresh, 1);
+        CHECK_EQ(cp_streams_kept(), 2);
+        cp_streams_window_done();
+    }
+    /* 0 streams keeps none */
+    cp_streams_set_bounds(0, 100, CP_STREAM_MAX_BYTES);
+    cp_profile_destroy(stream_window(&k1, NULL, w, one, 1, "x", &fresh));
+    cp_profile_destroy(stream_window(&k1, NULL, w, one, 1, "x", &fresh));
+    CHECK_EQ(fresh, 1);
+    CHECK_EQ(cp_streams_kept(), 0);
+
+    /* an isolate's epoch goes with the isolate (its slot may serve another one) */
+    cp_streams_set_bounds(CP_STREAMS_MAX, 100, CP_STREAM_MAX_BYTES);
+    contprof_isolate *iso = contprof_isolate_create("epoch", NULL);
+    CHECK(iso != NULL);
+    cp_stream_key ki = {.iso = iso->id, .kind = 1};
+    cp_profile_destroy(stream_window(&ki, NULL, w, one, 1, "x", &fresh));
+    cp_profile_destroy(stream_window(&k1, NULL, w, one, 1, "x", &fresh));
+    cp_streams_window_done();
+    CHECK_EQ(cp_streams_kept(), 2);
+    contprof_isolate_destroy(iso);
+    cp_streams_window_done();
+    CHECK_EQ(cp_streams_kept(), 1);
+    cp_isolates_reap();
+    cp_streams_reset();
+}
+
+/* A copy of the current module snapshot with other dl_iterate_phdr counters. */
+static cp_modules *mods_copy(uint64_t dadds, uint64_t dsubs)
+{
+    const cp_modules *m = cp_modules_current();
+    size_t len = sizeof(cp_modules) + m->n * sizeof(cp_module);
+    cp_modules *c = malloc(len);
+    CHECK(c != NULL);
+    memcpy(c, m, len);
+    c->adds += dadds;
+    c->subs += dsubs;
+    return c;
+}
+
+TEST(epochs_follow_modules)
+{
+    cp_streams_set_bounds(CP_STREAMS_MAX, 100, CP_STREAM_MAX_BYTES);
+    CHECK_EQ(cp_modules_refresh(1), 0);
+    uint64_t pc = (uint64_t)(uintptr_t)&unit_caller_of_qsort + 1;
+    cp_stream_key k = {.thread = "t", .kind = 1};
+    int fresh;
+    int64_t v = 1;
+    cp_modules *same = mods_copy(0, 0), *loaded = mods_copy(1, 0), *unloaded = mods_copy(1, 1);
+    const cp_modules *seq[] = {cp_modules_current(), same, loaded, unloaded};
+    const int want_fresh[] = {1, 0, 0, 1}; /* a load keeps the epoch, an unload ends it */
+    for (int i = 0; i < 4; i++) {
+        cp_stream *s = cp_streams_begin(&k, seq[i], NULL, NULL, &fresh);
+        CHECK(s != NULL);
+        CHECK_EQ(fresh, want_fresh[i]);
+        if (fresh)
+            CHECK_EQ(cp_profile_add_sample_type(cp_stream_profile(s), "samples", "count"), 0);
+        cp_stream_add_sample(s, &pc, 1, &v);
+        CHECK_EQ(cp_stream_seal(s), 0);
+        CHECK_EQ(cp_stream_profile(s)->locations.n, 1);
+        cp_streams_end(s, 1);
+    }
+    cp_streams_reset();
+    free(same);
+    free(loaded);
+    free(unloaded);
+}
+
 TEST_MAIN(T(unwind_through_libc), T(unwind_stays_in_bounds), T(modules_have_build_ids),
           T(config_from_env), T(config_durations), T(isolate_lang_frames),
-          T(kafka_backlog_drops_oldest))
+          T(kafka_backlog_drops_oldest), T(epochs_keep_tables_symbolized),
+          T(epochs_keep_tables_unsymbolized), T(epochs_bounded), T(epochs_follow_modules))
