@@ -71,6 +71,7 @@ typedef struct slot {
     int tenant_bad; /* not signed by a token of its tenant */
     cp_envelope env;
     cp_profile *prof;
+    cp_pprof_lazy lz; /* prof's samples whose ids the store resolves (its stack cache) */
     cp_err err;
 } slot;
 
@@ -637,8 +638,8 @@ static void decode_slot(cp_ingest *in, slot *sl, cp_pprof_decoder *dec)
         return;
     }
     if (!sl->rc_env)
-        sl->rc_prof =
-            cp_pprof_decoder_decode(dec, sl->env.pprof, sl->env.pprof_len, sl->prof, &sl->err);
+        sl->rc_prof = cp_pprof_decoder_decode_lazy(dec, sl->env.pprof, sl->env.pprof_len, sl->prof,
+                                                   &sl->lz, &sl->err);
 }
 
 static void decode_share(cp_ingest *in, uint32_t tid)
@@ -748,11 +749,13 @@ static int apply(cp_ingest *in, slot *sl)
         to_dlq(in, p, m, dlq_reason_of(sl->rc_prof, 1), sl->err.msg);
     } else {
         cp_err err = {0};
-        rc = cp_store_batch_add(in->batch, &sl->env, sl->prof, m->partition, &err);
+        rc = cp_store_batch_add_lazy(in->batch, &sl->env, sl->prof, &sl->lz, m->partition, &err);
         if (rc == CP_STORE_DUPLICATE) {
             pthread_mutex_lock(&in->mu);
             in->st.duplicates++;
             pthread_mutex_unlock(&in->mu);
+        } else if (rc == CP_EPPROF) { /* a sample's ids, checked by the store (lazy ids) */
+            to_dlq(in, p, m, dlq_reason_of(rc, 1), err.msg);
         } else if (rc == CP_EINVAL || rc == CP_EINCOMPAT || rc == CP_ELIMIT) {
             to_dlq(in, p, m, dlq_reason_of(rc, 2), err.msg);
         } else if (rc) {
@@ -1166,6 +1169,7 @@ void cp_ingest_destroy(cp_ingest *in)
     for (uint32_t i = 0; in->slots && i < in->chunk_max; i++) {
         if (in->slots[i].m) rd_kafka_message_destroy(in->slots[i].m);
         cp_profile_destroy(in->slots[i].prof);
+        cp_pprof_lazy_close(&in->slots[i].lz);
     }
     free(in->slots);
     free(in->parts.v);

@@ -59,6 +59,34 @@ void cp_pprof_decoder_destroy(cp_pprof_decoder *d);
 int cp_pprof_decoder_decode(cp_pprof_decoder *d, const uint8_t *buf, size_t len, cp_profile *p,
                             cp_err *err);
 
+/* Lazy location ids, for a caller that keeps stacks by their bytes (ingest's per-series
+ * cache, store/README.md): a sample's packed location ids are left undecoded, as the
+ * bytes they came in, when the input is raw (not gzip'd), its location ids are dense
+ * (1..n in order, as cp_profile numbers them), the sample's ids came as one packed run and
+ * that run has no more bytes than the depth limit (so the depth cannot exceed it). Such a
+ * sample has nlocs 0 in the profile and ids.v[i] = its bytes, which point into the
+ * caller's input: valid as long as it is. Every other check is made as usual. */
+typedef struct cp_pprof_ids {
+    const uint8_t *p; /* NULL: the sample's ids were decoded into the profile */
+    uint32_t len;
+} cp_pprof_ids;
+
+typedef struct cp_pprof_lazy {
+    CP_VEC(cp_pprof_ids) ids; /* one per sample of the last decode */
+    uint32_t nlazy;           /* how many are lazy */
+} cp_pprof_lazy;
+
+/* cp_pprof_decoder_decode with lazy ids into lz (reused; lz NULL: as cp_pprof_decoder_decode). */
+int cp_pprof_decoder_decode_lazy(cp_pprof_decoder *d, const uint8_t *buf, size_t len, cp_profile *p,
+                                 cp_pprof_lazy *lz, cp_err *err);
+/* Decodes sample i's lazy ids *ids (of profile p) into dst, which must have room for
+ * ids->len + 8 ids, each checked to be one of p's locations as the decoder checks them
+ * (the same message). Returns the count, or -1 with err set (CP_EPPROF). */
+long cp_pprof_lazy_ids(const cp_profile *p, const cp_pprof_ids *ids, uint32_t i, uint32_t *dst,
+                       cp_err *err);
+/* Frees what lz holds. */
+void cp_pprof_lazy_close(cp_pprof_lazy *lz);
+
 /* Encodes p as pprof and appends it to out: gzip'd when gzip_level > 0 (1..9), else raw.
  * p must be well formed (as cp_pprof_decode and the builders leave it). Returns 0 or
  * CP_ENOMEM (CP_EINVAL only if the encoder's sizing pass and its writing pass disagree, a

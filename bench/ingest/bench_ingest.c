@@ -33,7 +33,8 @@
 #define NSERIES 8
 #define STALL_S 60
 
-static cp_buf payload[NDISTINCT], rawload[NDISTINCT];
+/* one instance's encodings of the distinct windows it sends (the others stay empty) */
+static cp_buf payload[NSERIES][NDISTINCT], rawload[NSERIES][NDISTINCT];
 static int use_raw;
 static long nwin;
 static cp_ingest *ing;
@@ -61,7 +62,7 @@ static void envelope_for(long i, cp_buf *enc, cp_buf *key)
     e.window_duration_ns = 10 * SEC;
     e.producer_id = inst;
     e.sequence = (uint64_t)(i / NSERIES);
-    cp_buf *pl = use_raw ? rawload : payload;
+    const cp_buf *pl = use_raw ? rawload[i % NSERIES] : payload[i % NSERIES];
     e.pprof = pl[(i * 7) % NDISTINCT].data;
     e.pprof_len = pl[(i * 7) % NDISTINCT].len;
     enc->len = key->len = 0;
@@ -173,27 +174,139 @@ fail:
     return NULL;
 }
 
+/* An agent's stream (collector/README.md, "Stable tables"): its mappings, locations and
+ * functions are kept between windows with their ids, and every window lists all of them.
+ * epoch_add appends w's samples to e, adding w's frames that e does not have yet (a frame
+ * is its address: the synthetic service's frames each have their own) and the mappings
+ * and functions they need. Returns 0 or -1 (out of memory). */
+static uint32_t epoch_str(cp_profile *e, const cp_profile *w, uint32_t id)
+{
+    uint32_t out = 0;
+    if (id && cp_profile_intern_cstr(e, cp_profile_str(w, id), &out)) return UINT32_MAX;
+    return out;
+}
+
+static int epoch_add(cp_profile *e, const cp_profile *w)
+{
+    uint32_t *lmap = calloc(w->locations.n + 1, sizeof *lmap), locs[256];
+    if (!lmap) return -1;
+    for (uint32_t i = 0; i < w->locations.n; i++) {
+        const cp_location *l = &w->locations.v[i];
+        for (uint32_t j = 0; j < e->locations.n && !lmap[i + 1]; j++)
+            if (e->locations.v[j].address == l->address) lmap[i + 1] = j + 1;
+        if (lmap[i + 1]) continue;
+        uint32_t mid = 0;
+        if (l->mapping_id) {
+            cp_mapping m = w->mappings.v[l->mapping_id - 1];
+            m.filename = epoch_str(e, w, m.filename);
+            m.build_id = epoch_str(e, w, m.build_id);
+            for (uint32_t j = 0; j < e->mappings.n && !mid; j++)
+                if (e->mappings.v[j].filename == m.filename &&
+                    e->mappings.v[j].build_id == m.build_id)
+                    mid = j + 1;
+            if (!mid && cp_profile_add_mapping(e, &m, &mid)) goto fail;
+        }
+        cp_line lines[8];
+        uint32_t nl = l->nlines < 8 ? l->nlines : 8;
+        for (uint32_t k = 0; k < nl; k++) {
+            lines[k] = w->lines.v[l->line_off + k];
+            cp_function f = w->functions.v[lines[k].function_id - 1];
+            f.name = epoch_str(e, w, f.name);
+            f.system_name = epoch_str(e, w, f.system_name);
+            f.filename = epoch_str(e, w, f.filename);
+            uint32_t fid = 0;
+            for (uint32_t j = 0; j < e->functions.n && !fid; j++) {
+                const cp_function *g = &e->functions.v[j];
+                if (g->name == f.name && g->system_name == f.system_name &&
+                    g->filename == f.filename && g->start_line == f.start_line)
+                    fid = j + 1;
+            }
+            if (!fid && cp_profile_add_function(e, &f, &fid)) goto fail;
+            lines[k].function_id = fid;
+        }
+        if (cp_profile_add_location(e, l->address, mid, lines, nl, &lmap[i + 1])) goto fail;
+    }
+    for (uint32_t i = 0; i < w->samples.n; i++) {
+        const cp_sample *s = &w->samples.v[i];
+        uint32_t n = s->nlocs < 256 ? s->nlocs : 256;
+        for (uint32_t k = 0; k < n; k++)
+            locs[k] = lmap[w->stack.v[s->loc_off + k]];
+        if (cp_profile_add_sample(e, locs, n, cp_profile_sample_values(w, i), NULL, 0)) goto fail;
+    }
+    free(lmap);
+    return 0;
+fail:
+    free(lmap);
+    return -1;
+}
+
+/* The payloads: the synthetic service's NDISTINCT windows (symbolized, or unsymbolized
+ * with CP_BENCH_UNSYMBOLIZED=1), each instance numbering its own stream's tables as the
+ * agent does, in its steady state: its epoch has already seen every frame of the windows it
+ * sends (a first pass over them), so each window lists them all. CP_BENCH_FRESH_IDS=1 numbers
+ * every window on its own instead (the agent before stable tables: no window shares bytes
+ * of ids with the previous one). */
 static void make_payloads(void)
 {
-    const char *u = getenv("CP_BENCH_UNSYMBOLIZED");
-    int unsym = u && strcmp(u, "1") == 0;
+    const char *u = getenv("CP_BENCH_UNSYMBOLIZED"), *fr = getenv("CP_BENCH_FRESH_IDS");
+    int unsym = u && strcmp(u, "1") == 0, fresh = fr && strcmp(fr, "1") == 0;
     cp_synth *sy = cp_synth_create(42, 2000);
+    cp_profile *w[NDISTINCT];
     for (int i = 0; i < NDISTINCT; i++) {
-        cp_profile *w = cp_synth_cpu_window(sy, 1000, T0, 10 * SEC);
-        if (unsym) {
-            cp_profile *u = unsymbolized(w);
-            cp_profile_destroy(w);
-            w = u;
+        w[i] = cp_synth_cpu_window(sy, 1000, T0, 10 * SEC);
+        if (w[i] && unsym) {
+            cp_profile *uw = unsymbolized(w[i]);
+            cp_profile_destroy(w[i]);
+            w[i] = uw;
         }
-        if (!w) {
-            fprintf(stderr, "bench_ingest: out of memory\n");
-            exit(1);
-        }
-        cp_pprof_encode(w, 6, &payload[i]);
-        cp_pprof_encode(w, 0, &rawload[i]);
-        cp_profile_destroy(w);
+        if (!w[i]) goto nomem;
     }
     cp_synth_destroy(sy);
+    for (int k = 0; k < NSERIES; k++) {
+        cp_profile *e = cp_profile_create();
+        if (!e) goto nomem;
+        for (uint32_t t = 0; t < w[0]->sample_types.n; t++)
+            if (cp_profile_add_sample_type(e, cp_profile_str(w[0], w[0]->sample_types.v[t].type),
+                                           cp_profile_str(w[0], w[0]->sample_types.v[t].unit)))
+                goto nomem;
+        e->period_type.type = epoch_str(e, w[0], w[0]->period_type.type);
+        e->period_type.unit = epoch_str(e, w[0], w[0]->period_type.unit);
+        e->period = w[0]->period;
+        for (int pass = fresh ? 1 : 0; pass < 2; pass++)
+            for (int j = 0; j < NDISTINCT; j++) {
+                int d = (j * NSERIES + k) * 7 % NDISTINCT; /* the windows instance k sends */
+                if (pass == 1 && payload[k][d].len) continue;
+                if (epoch_add(e, w[d])) goto nomem;
+                e->time_nanos = w[d]->time_nanos;
+                e->duration_nanos = w[d]->duration_nanos;
+                if (pass == 1) {
+                    cp_pprof_encode(fresh ? w[d] : e, 6, &payload[k][d]);
+                    cp_pprof_encode(fresh ? w[d] : e, 0, &rawload[k][d]);
+                }
+                cp_profile_next_window(e, e->strs.off.n);
+            }
+        cp_profile_destroy(e);
+    }
+    for (int i = 0; i < NDISTINCT; i++)
+        cp_profile_destroy(w[i]);
+    return;
+nomem:
+    fprintf(stderr, "bench_ingest: out of memory\n");
+    exit(1);
+}
+
+/* Mean bytes of the payloads made. */
+static double mean_len(cp_buf (*pl)[NDISTINCT])
+{
+    double sum = 0;
+    int n = 0;
+    for (int k = 0; k < NSERIES; k++)
+        for (int i = 0; i < NDISTINCT; i++)
+            if (pl[k][i].len) {
+                sum += (double)pl[k][i].len;
+                n++;
+            }
+    return n ? sum / n : 0;
 }
 
 /* CPU seconds of each of this process's threads, by thread id, with its name ("main" for
@@ -437,6 +550,16 @@ static void ingest_finish(void *arg)
     cp_ingest_stop(arg); /* writes the last batch */
 }
 
+/* The store's stack cache: the share of samples found in it (lazy ids only). */
+static void stack_cache_report(const char *name, cp_store *s)
+{
+    cp_store_stats st;
+    cp_store_get_stats(s, &st);
+    uint64_t n = st.stack_cache_hits + st.stack_cache_misses;
+    printf("%s_stack_cache_hit_pct %.1f\n", name,
+           n ? 100.0 * (double)st.stack_cache_hits / (double)n : 0.0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -452,14 +575,8 @@ int main(int argc, char **argv)
     cp_ingest_malloc_policy(); /* as contprofd */
     nwin = argc > 2 ? atol(argv[2]) : 3000;
     make_payloads();
-    double gz = 0;
-    for (int i = 0; i < NDISTINCT; i++)
-        gz += (double)payload[i].len;
-    printf("gzip_bytes_per_window %.0f\n", gz / NDISTINCT);
-    double raw = 0;
-    for (int i = 0; i < NDISTINCT; i++)
-        raw += (double)rawload[i].len;
-    printf("raw_bytes_per_window %.0f\n", raw / NDISTINCT);
+    printf("gzip_bytes_per_window %.0f\n", mean_len(payload));
+    printf("raw_bytes_per_window %.0f\n", mean_len(rawload));
     char path[512];
     cp_err err = {0};
 
@@ -474,6 +591,7 @@ int main(int argc, char **argv)
         cp_store_batch *b = cp_store_batch_create(s);
         cp_pprof_decoder *dec = cp_pprof_decoder_create(NULL);
         cp_profile *p = cp_profile_create();
+        cp_pprof_lazy lz = {0}; /* as ingest decodes */
         cp_buf enc = {0}, key = {0};
         long ndirect = nwin < 2000 ? nwin : 2000;
         double t0 = now_s(), c0 = thread_cpu_s();
@@ -481,8 +599,8 @@ int main(int argc, char **argv)
             envelope_for(i, &enc, &key);
             cp_envelope e;
             if (cp_envelope_decode_view(enc.data, enc.len, 64u << 20, &e, &err) ||
-                cp_pprof_decoder_decode(dec, e.pprof, e.pprof_len, p, &err) ||
-                cp_store_batch_add(b, &e, p, 0, &err))
+                cp_pprof_decoder_decode_lazy(dec, e.pprof, e.pprof_len, p, &lz, &err) ||
+                cp_store_batch_add_lazy(b, &e, p, &lz, 0, &err))
                 goto fail;
             cp_envelope_close(&e);
             if (i % 512 == 511 && cp_store_batch_commit(b, &err)) goto fail;
@@ -493,6 +611,8 @@ int main(int argc, char **argv)
         printf("direct%s_windows_per_s %.0f\n", use_raw ? "_raw" : "", (double)ndirect / (t1 - t0));
         printf("direct%s_windows_per_cpu_s %.0f\n", use_raw ? "_raw" : "",
                (double)ndirect / (c1 - c0));
+        stack_cache_report(use_raw ? "direct_raw" : "direct", s);
+        cp_pprof_lazy_close(&lz);
         cp_store_batch_destroy(b);
         cp_pprof_decoder_destroy(dec);
         cp_profile_destroy(p);
@@ -537,13 +657,15 @@ int main(int argc, char **argv)
     printf("kafka_batches %llu\n", (unsigned long long)st.batches);
     printf("kafka_gap %llu\n", (unsigned long long)st.gap);
     report("kafka", &r);
+    stack_cache_report("kafka", s);
     cp_ingest_destroy(ing);
     cp_store_close(s);
     cp_broker_destroy(br);
-    for (int i = 0; i < NDISTINCT; i++) {
-        cp_buf_close(&payload[i]);
-        cp_buf_close(&rawload[i]);
-    }
+    for (int k = 0; k < NSERIES; k++)
+        for (int i = 0; i < NDISTINCT; i++) {
+            cp_buf_close(&payload[k][i]);
+            cp_buf_close(&rawload[k][i]);
+        }
     return st.windows + st.gap == (uint64_t)nwin ? 0 : 1;
 fail:
     fprintf(stderr, "bench_ingest: %s\n", err.msg);

@@ -1,0 +1,224 @@
+/* The writer's per-series cache of what a series' windows share (store/README.md, "The
+ * stack cache"). An agent numbers a stream's tables stably (collector/README.md): window
+ * N+1 lists window N's mappings, locations and functions with the same ids and contents, and
+ * a stack it sent before as the same bytes of location ids. The cache keeps the tables of
+ * the last window it followed, what their locations are in the dictionary, and for each
+ * sample's packed location ids (bytes, as the decoder left them lazy) the dictionary stack
+ * they made. A window whose tables start with the cached ones (compared entry by entry, not
+ * trusted) reuses both; anything else takes the full path and the cache follows it. */
+#include "store_int.h"
+
+/* Bounds of one series' stacks (past them new stacks are not remembered; the cache still
+ * serves the ones it has). The store-wide budget is s->wcache_budget. */
+#define WC_MAX_STACKS 65536
+#define WC_MAX_STACK_BYTES (4u << 20)
+
+typedef struct wc_ent {
+    uint32_t off, len; /* the ids' bytes in c->bytes */
+    uint32_t sid;      /* dictionary stack id */
+} wc_ent;
+
+struct cp_wcache {
+    /* the followed window's tables: its first nloc locations (and their lines), nmap
+     * mappings, nfn functions, and strings [0, nstr) (every string they name) */
+    uint32_t nloc, nmap, nfn, nstr;
+    CP_VEC(cp_location) loc;
+    CP_VEC(cp_line) lines;
+    CP_VEC(cp_mapping) map;
+    CP_VEC(cp_function) fn;
+    CP_VEC(uint32_t) soff;
+    cp_buf sbytes;
+    CP_VEC(uint32_t) locmap; /* location index -> dictionary location id */
+    /* stacks: slots hold (hash >> 32) << 32 | (entry + 1), 0 = empty */
+    uint64_t *slots;
+    uint32_t nslots;
+    CP_VEC(wc_ent) ent;
+    cp_buf bytes;
+};
+
+size_t cp_wcache_bytes(const cp_wcache *c)
+{
+    if (!c) return 0;
+    return sizeof *c + (size_t)c->loc.cap * sizeof(cp_location) +
+           (size_t)c->lines.cap * sizeof(cp_line) + (size_t)c->map.cap * sizeof(cp_mapping) +
+           (size_t)c->fn.cap * sizeof(cp_function) + (size_t)c->soff.cap * 4 + c->sbytes.cap +
+           (size_t)c->locmap.cap * 4 + (size_t)c->nslots * 8 + (size_t)c->ent.cap * sizeof(wc_ent) +
+           c->bytes.cap;
+}
+
+void cp_wcache_free(cp_wcache *c)
+{
+    if (!c) return;
+    free(c->loc.v);
+    free(c->lines.v);
+    free(c->map.v);
+    free(c->fn.v);
+    free(c->soff.v);
+    cp_buf_close(&c->sbytes);
+    free(c->locmap.v);
+    free(c->slots);
+    free(c->ent.v);
+    cp_buf_close(&c->bytes);
+    free(c);
+}
+
+/* Byte length of strings [0, n) of p. */
+static size_t str_bytes(const cp_profile *p, uint32_t n)
+{
+    return n < p->strs.off.n ? p->strs.off.v[n] : p->strs.len;
+}
+
+static int mapping_eq(const cp_mapping *a, const cp_mapping *b)
+{
+    return a->start == b->start && a->limit == b->limit && a->offset == b->offset &&
+           a->filename == b->filename && a->build_id == b->build_id && a->flags == b->flags;
+}
+
+static int function_eq(const cp_function *a, const cp_function *b)
+{
+    return a->name == b->name && a->system_name == b->system_name && a->filename == b->filename &&
+           a->start_line == b->start_line;
+}
+
+uint32_t cp_wcache_match(const cp_wcache *c, const cp_profile *p)
+{
+    if (!c || !c->nloc) return 0;
+    if (p->locations.n < c->nloc || p->mappings.n < c->nmap || p->functions.n < c->nfn ||
+        p->strs.off.n < c->nstr || p->lines.n < c->lines.n)
+        return 0;
+    /* strings first (few for an unsymbolized window), then what refers to them */
+    if (str_bytes(p, c->nstr) != c->sbytes.len ||
+        memcmp(p->strs.off.v, c->soff.v, (size_t)c->nstr * 4) ||
+        memcmp(p->strs.buf, c->sbytes.data, c->sbytes.len))
+        return 0;
+    for (uint32_t i = 0; i < c->nmap; i++)
+        if (!mapping_eq(&p->mappings.v[i], &c->map.v[i])) return 0;
+    for (uint32_t i = 0; i < c->nfn; i++)
+        if (!function_eq(&p->functions.v[i], &c->fn.v[i])) return 0;
+    /* cp_location has no padding: its 24 bytes compare as memory */
+    if (memcmp(p->locations.v, c->loc.v, (size_t)c->nloc * sizeof(cp_location))) return 0;
+    for (uint32_t i = 0; i < c->lines.n; i++)
+        if (p->lines.v[i].function_id != c->lines.v[i].function_id ||
+            p->lines.v[i].line != c->lines.v[i].line)
+            return 0;
+    return c->nloc;
+}
+
+const uint32_t *cp_wcache_locmap(const cp_wcache *c)
+{
+    return c->locmap.v;
+}
+
+int cp_wcache_find(const cp_wcache *c, const uint8_t *b, uint32_t len, uint64_t h, uint32_t *sid)
+{
+    if (!c->nslots) return 0;
+    uint32_t mask = c->nslots - 1, tag = (uint32_t)(h >> 32);
+    for (uint32_t j = (uint32_t)h & mask;; j = (j + 1) & mask) {
+        uint64_t s = c->slots[j];
+        if (!s) return 0;
+        if ((uint32_t)(s >> 32) != tag) continue;
+        const wc_ent *e = &c->ent.v[(uint32_t)s - 1];
+        if (e->len == len && !memcmp(c->bytes.data + e->off, b, len)) {
+            *sid = e->sid;
+            return 1;
+        }
+    }
+}
+
+static int slots_grow(cp_wcache *c)
+{
+    uint32_t n = c->nslots ? c->nslots * 2 : 1024;
+    uint64_t *s = calloc(n, sizeof *s);
+    if (!s) return CP_ENOMEM;
+    for (uint32_t i = 0; i < c->nslots; i++) {
+        if (!c->slots[i]) continue;
+        const wc_ent *e = &c->ent.v[(uint32_t)c->slots[i] - 1];
+        uint64_t h = cp_hash_bytes(c->bytes.data + e->off, e->len, 0);
+        uint32_t j = (uint32_t)h & (n - 1);
+        while (s[j])
+            j = (j + 1) & (n - 1);
+        s[j] = c->slots[i];
+    }
+    free(c->slots);
+    c->slots = s;
+    c->nslots = n;
+    return 0;
+}
+
+int cp_wcache_put(cp_wcache *c, const uint8_t *b, uint32_t len, uint64_t h, uint32_t sid)
+{
+    if (c->ent.n >= WC_MAX_STACKS || c->bytes.len + len > WC_MAX_STACK_BYTES) return 0;
+    if ((size_t)(c->ent.n + 1) * 2 > c->nslots && slots_grow(c)) return CP_ENOMEM;
+    wc_ent e = {(uint32_t)c->bytes.len, len, sid};
+    if (cp_buf_append(&c->bytes, b, len) || cp_vec_push(&c->ent, e)) return CP_ENOMEM;
+    uint32_t mask = c->nslots - 1, j = (uint32_t)h & mask;
+    while (c->slots[j])
+        j = (j + 1) & mask;
+    c->slots[j] = (h >> 32) << 32 | c->ent.n;
+    return 0;
+}
+
+/* The string ids that p's tables name: one past the largest. */
+static uint32_t strings_named(const cp_profile *p)
+{
+    uint32_t n = 1;
+#define SEEN(x)                                                                                    \
+    do {                                                                                           \
+        if ((x) + 1 > n) n = (x) + 1;                                                              \
+    } while (0)
+    for (uint32_t i = 0; i < p->mappings.n; i++) {
+        SEEN(p->mappings.v[i].filename);
+        SEEN(p->mappings.v[i].build_id);
+    }
+    for (uint32_t i = 0; i < p->functions.n; i++) {
+        SEEN(p->functions.v[i].name);
+        SEEN(p->functions.v[i].system_name);
+        SEEN(p->functions.v[i].filename);
+    }
+#undef SEEN
+    return n < p->strs.off.n ? n : p->strs.off.n;
+}
+
+int cp_wcache_follow(cp_wcache **cp, const cp_profile *p, const uint32_t *locmap, int keep)
+{
+    cp_wcache *c = *cp;
+    if (!c && !(c = *cp = calloc(1, sizeof *c))) return CP_ENOMEM;
+    if (!keep) { /* a new table: the stacks it made no longer mean anything */
+        c->nloc = c->nmap = c->nfn = c->nstr = 0;
+        c->loc.n = c->lines.n = c->map.n = c->fn.n = c->soff.n = c->locmap.n = 0;
+        c->sbytes.len = c->bytes.len = 0;
+        c->ent.n = 0;
+        if (c->slots) memset(c->slots, 0, (size_t)c->nslots * sizeof *c->slots);
+    }
+    /* append what p has past the cached tables (all of it after a reset) */
+    uint32_t nstr = strings_named(p);
+    if (nstr < c->nstr) nstr = c->nstr;
+    size_t sb = str_bytes(p, nstr);
+    if (cp_vec_reserve(&c->loc, p->locations.n) || cp_vec_reserve(&c->locmap, p->locations.n) ||
+        cp_vec_reserve(&c->lines, p->lines.n) || cp_vec_reserve(&c->map, p->mappings.n) ||
+        cp_vec_reserve(&c->fn, p->functions.n) || cp_vec_reserve(&c->soff, nstr))
+        goto nomem;
+    c->sbytes.len = 0;
+    if (cp_buf_append(&c->sbytes, p->strs.buf, sb)) goto nomem;
+    memcpy(c->soff.v, p->strs.off.v, (size_t)nstr * 4);
+    c->soff.n = nstr;
+    for (uint32_t i = c->map.n; i < p->mappings.n; i++)
+        c->map.v[c->map.n++] = p->mappings.v[i];
+    for (uint32_t i = c->fn.n; i < p->functions.n; i++)
+        c->fn.v[c->fn.n++] = p->functions.v[i];
+    for (uint32_t i = c->lines.n; i < p->lines.n; i++)
+        c->lines.v[c->lines.n++] = p->lines.v[i];
+    for (uint32_t i = c->loc.n; i < p->locations.n; i++) {
+        c->loc.v[c->loc.n++] = p->locations.v[i];
+        c->locmap.v[c->locmap.n++] = locmap[i + 1];
+    }
+    c->nloc = c->loc.n;
+    c->nmap = c->map.n;
+    c->nfn = c->fn.n;
+    c->nstr = nstr;
+    return 0;
+nomem:
+    cp_wcache_free(c);
+    *cp = NULL;
+    return CP_ENOMEM;
+}
