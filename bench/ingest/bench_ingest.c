@@ -174,72 +174,6 @@ fail:
     return NULL;
 }
 
-/* An agent's stream (collector/README.md, "Stable tables"): its mappings, locations and
- * functions are kept between windows with their ids, and every window lists all of them.
- * epoch_add appends w's samples to e, adding w's frames that e does not have yet (a frame
- * is its address: the synthetic service's frames each have their own) and the mappings
- * and functions they need. Returns 0 or -1 (out of memory). */
-static uint32_t epoch_str(cp_profile *e, const cp_profile *w, uint32_t id)
-{
-    uint32_t out = 0;
-    if (id && cp_profile_intern_cstr(e, cp_profile_str(w, id), &out)) return UINT32_MAX;
-    return out;
-}
-
-static int epoch_add(cp_profile *e, const cp_profile *w)
-{
-    uint32_t *lmap = calloc(w->locations.n + 1, sizeof *lmap), locs[256];
-    if (!lmap) return -1;
-    for (uint32_t i = 0; i < w->locations.n; i++) {
-        const cp_location *l = &w->locations.v[i];
-        for (uint32_t j = 0; j < e->locations.n && !lmap[i + 1]; j++)
-            if (e->locations.v[j].address == l->address) lmap[i + 1] = j + 1;
-        if (lmap[i + 1]) continue;
-        uint32_t mid = 0;
-        if (l->mapping_id) {
-            cp_mapping m = w->mappings.v[l->mapping_id - 1];
-            m.filename = epoch_str(e, w, m.filename);
-            m.build_id = epoch_str(e, w, m.build_id);
-            for (uint32_t j = 0; j < e->mappings.n && !mid; j++)
-                if (e->mappings.v[j].filename == m.filename &&
-                    e->mappings.v[j].build_id == m.build_id)
-                    mid = j + 1;
-            if (!mid && cp_profile_add_mapping(e, &m, &mid)) goto fail;
-        }
-        cp_line lines[8];
-        uint32_t nl = l->nlines < 8 ? l->nlines : 8;
-        for (uint32_t k = 0; k < nl; k++) {
-            lines[k] = w->lines.v[l->line_off + k];
-            cp_function f = w->functions.v[lines[k].function_id - 1];
-            f.name = epoch_str(e, w, f.name);
-            f.system_name = epoch_str(e, w, f.system_name);
-            f.filename = epoch_str(e, w, f.filename);
-            uint32_t fid = 0;
-            for (uint32_t j = 0; j < e->functions.n && !fid; j++) {
-                const cp_function *g = &e->functions.v[j];
-                if (g->name == f.name && g->system_name == f.system_name &&
-                    g->filename == f.filename && g->start_line == f.start_line)
-                    fid = j + 1;
-            }
-            if (!fid && cp_profile_add_function(e, &f, &fid)) goto fail;
-            lines[k].function_id = fid;
-        }
-        if (cp_profile_add_location(e, l->address, mid, lines, nl, &lmap[i + 1])) goto fail;
-    }
-    for (uint32_t i = 0; i < w->samples.n; i++) {
-        const cp_sample *s = &w->samples.v[i];
-        uint32_t n = s->nlocs < 256 ? s->nlocs : 256;
-        for (uint32_t k = 0; k < n; k++)
-            locs[k] = lmap[w->stack.v[s->loc_off + k]];
-        if (cp_profile_add_sample(e, locs, n, cp_profile_sample_values(w, i), NULL, 0)) goto fail;
-    }
-    free(lmap);
-    return 0;
-fail:
-    free(lmap);
-    return -1;
-}
-
 /* The payloads: the synthetic service's NDISTINCT windows (symbolized, or unsymbolized
  * with CP_BENCH_UNSYMBOLIZED=1), each instance numbering its own stream's tables as the
  * agent does, in its steady state: its epoch has already seen every frame of the windows it
@@ -269,14 +203,17 @@ static void make_payloads(void)
             if (cp_profile_add_sample_type(e, cp_profile_str(w[0], w[0]->sample_types.v[t].type),
                                            cp_profile_str(w[0], w[0]->sample_types.v[t].unit)))
                 goto nomem;
-        e->period_type.type = epoch_str(e, w[0], w[0]->period_type.type);
-        e->period_type.unit = epoch_str(e, w[0], w[0]->period_type.unit);
+        if (cp_profile_intern_cstr(e, cp_profile_str(w[0], w[0]->period_type.type),
+                                   &e->period_type.type) ||
+            cp_profile_intern_cstr(e, cp_profile_str(w[0], w[0]->period_type.unit),
+                                   &e->period_type.unit))
+            goto nomem;
         e->period = w[0]->period;
         for (int pass = fresh ? 1 : 0; pass < 2; pass++)
             for (int j = 0; j < NDISTINCT; j++) {
                 int d = (j * NSERIES + k) * 7 % NDISTINCT; /* the windows instance k sends */
                 if (pass == 1 && payload[k][d].len) continue;
-                if (epoch_add(e, w[d])) goto nomem;
+                if (cp_synth_stream_add(e, w[d])) goto nomem;
                 e->time_nanos = w[d]->time_nanos;
                 e->duration_nanos = w[d]->duration_nanos;
                 if (pass == 1) {

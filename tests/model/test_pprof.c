@@ -607,9 +607,77 @@ TEST(next_window_keeps_the_tables)
     cp_profile_destroy(p);
 }
 
+/* Lazy ids: a raw window's samples keep their packed ids as bytes, which decode to what the
+ * eager decoder gives; gzip'd input, sparse ids and runs longer than the depth limit are
+ * decoded as usual. */
+TEST(lazy_ids_decode_to_the_eager_ids)
+{
+    cp_profile *w = window(5);
+    cp_buf raw = {0}, gz = {0};
+    CHECK_EQ(cp_pprof_encode(w, 0, &raw), 0);
+    CHECK_EQ(cp_pprof_encode(w, 6, &gz), 0);
+    cp_pprof_decoder *d = cp_pprof_decoder_create(NULL);
+    cp_profile *p = cp_profile_create(), *q = NULL;
+    cp_pprof_lazy lz = {0};
+    cp_err err = {0};
+    CHECK_EQ(cp_pprof_decode(raw.data, raw.len, NULL, &q, &err), 0);
+    CHECK_EQ(cp_pprof_decoder_decode_lazy(d, raw.data, raw.len, p, &lz, &err), 0);
+    CHECK_EQ(lz.ids.n, p->samples.n);
+    CHECK_EQ(lz.nlazy, p->samples.n);
+    uint32_t ids[600];
+    for (uint32_t i = 0; i < p->samples.n; i++) {
+        const cp_sample *a = &p->samples.v[i], *b = &q->samples.v[i];
+        CHECK_EQ(a->nlocs, 0);
+        CHECK(lz.ids.v[i].p >= raw.data && lz.ids.v[i].p + lz.ids.v[i].len <= raw.data + raw.len);
+        long n = cp_pprof_lazy_ids(p, &lz.ids.v[i], i, ids, &err);
+        CHECK_EQ(n, (long)b->nlocs);
+        CHECK(!memcmp(ids, q->stack.v + b->loc_off, (size_t)n * 4));
+    }
+    /* gzip'd: the inflated bytes are the decoder's, so nothing stays lazy */
+    CHECK_EQ(cp_pprof_decoder_decode_lazy(d, gz.data, gz.len, p, &lz, &err), 0);
+    CHECK_EQ(lz.nlazy, 0);
+    char *cp = canonical(p), *cq = canonical(q);
+    CHECK_STREQ(cp, cq);
+    free(cp);
+    free(cq);
+    /* a depth limit below a run's bytes: that sample is decoded, and refused, as usual */
+    cp_pprof_limits lim;
+    cp_pprof_limits_default(&lim);
+    lim.max_depth = 12;
+    cp_pprof_decoder *d2 = cp_pprof_decoder_create(&lim);
+    cp_err e1 = {0}, e2 = {0};
+    CHECK_EQ(cp_pprof_decoder_decode_lazy(d2, raw.data, raw.len, p, &lz, &e1), CP_ELIMIT);
+    CHECK_EQ(cp_pprof_decoder_decode(d2, raw.data, raw.len, p, &e2), CP_ELIMIT);
+    CHECK_STREQ(e1.msg, e2.msg);
+    cp_pprof_decoder_destroy(d2);
+    /* sparse location ids: decoded and renumbered, not lazy */
+    pbfix x;
+    fix_init(&x);
+    x.l[0].id = 1000;
+    x.l[1].id = 77;
+    x.locids[0] = 77;
+    x.locids[1] = 1000;
+    size_t n = perftools__profiles__profile__get_packed_size(&x.p);
+    uint8_t *b = malloc(n);
+    perftools__profiles__profile__pack(&x.p, b);
+    CHECK_EQ(cp_pprof_decoder_decode_lazy(d, b, n, p, &lz, &err), 0);
+    CHECK_EQ(lz.nlazy, 0);
+    CHECK_EQ(lz.ids.v[0].p, NULL);
+    CHECK(p->samples.v[0].nlocs > 0);
+    free(b);
+    cp_pprof_lazy_close(&lz);
+    cp_pprof_decoder_destroy(d);
+    cp_profile_destroy(p);
+    cp_profile_destroy(q);
+    cp_profile_destroy(w);
+    cp_buf_close(&raw);
+    cp_buf_close(&gz);
+}
+
 TEST_MAIN(T(roundtrip_raw_and_gzip), T(gzipper_reused), T(fixture_is_valid),
           T(location_ids_packed_unpacked_mixed), T(location_ids_every_width_and_place),
           T(encoder_matches_protobuf_c), T(error_huge_string_index), T(error_truncated),
           T(error_huge_length), T(error_missing_empty_string0), T(error_out_of_range_ids),
           T(error_wrong_value_count), T(error_duplicate_and_zero_ids), T(sparse_ids_are_renumbered),
-          T(error_bad_gzip), T(error_limits), T(next_window_keeps_the_tables))
+          T(error_bad_gzip), T(error_limits), T(next_window_keeps_the_tables),
+          T(lazy_ids_decode_to_the_eager_ids))
