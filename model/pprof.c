@@ -900,7 +900,7 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
     if (cp_vec_reserve(&p->samples, samples->n) ||
         cp_vec_reserve(&p->values, (size_t)samples->n * nv))
         goto nomem;
-    if (lazy) {
+    if (lazy && samples->n) {
         if (cp_vec_reserve(&lz->ids, samples->n)) goto nomem;
         memset(lz->ids.v, 0, (size_t)samples->n * sizeof *lz->ids.v);
         lz->ids.n = samples->n;

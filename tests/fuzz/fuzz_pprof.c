@@ -22,9 +22,9 @@ static void lazy_agrees(const uint8_t *data, size_t size, const cp_pprof_limits 
     uint32_t *ids = NULL;
     for (uint32_t i = 0; ok && i < q->samples.n; i++) {
         const cp_sample *s = &q->samples.v[i];
-        const uint32_t *got = q->stack.v + s->loc_off;
+        const uint32_t *got = s->nlocs ? q->stack.v + s->loc_off : NULL;
         long n = s->nlocs;
-        if (lz.ids.v[i].p) {
+        if (i < lz.ids.n && lz.ids.v[i].p) {
             free(ids);
             if (!(ids = malloc(((size_t)lz.ids.v[i].len + 8) * sizeof *ids))) abort();
             n = cp_pprof_lazy_ids(q, &lz.ids.v[i], i, ids, &err);
