@@ -15,6 +15,7 @@
 
 #include "error.h"
 #include "format.h"
+#include "pprof.h"
 #include "profile.h"
 #include "store.h"
 #include "vec.h"
@@ -166,9 +167,11 @@ typedef struct cp_wcache cp_wcache;
 uint32_t cp_wcache_match(const cp_wcache *c, const cp_profile *p);
 /* Location index -> dictionary location id for the matched locations. */
 const uint32_t *cp_wcache_locmap(const cp_wcache *c);
-/* The dictionary stack of a sample whose packed location ids are b[0..len) (hash h =
- * cp_hash_bytes(b, len, 0)), valid for a p that cp_wcache_match matched: 1 and *sid, or 0. */
-int cp_wcache_find(const cp_wcache *c, const uint8_t *b, uint32_t len, uint64_t h, uint32_t *sid);
+/* The dictionary stacks of n samples whose packed location ids are ids[i] (hash h[i] =
+ * cp_hash_bytes of them; 0: skip the sample), valid for a p that cp_wcache_match matched:
+ * sid[i] = the stack, or 0 when c does not know it (or c is NULL). */
+void cp_wcache_find_all(const cp_wcache *c, uint32_t n, const cp_pprof_ids *ids, const uint64_t *h,
+                        uint32_t *sid);
 /* Makes *c follow p, whose location i + 1 is dictionary location locmap[i + 1]: keep = 1
  * after cp_wcache_match(*c, p) succeeded (p's new entries are appended), 0 to start over
  * from p's tables (the stacks are forgotten). Creates *c if NULL. On CP_ENOMEM *c is freed

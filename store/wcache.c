@@ -13,10 +13,12 @@
 #define WC_MAX_STACKS 65536
 #define WC_MAX_STACK_BYTES (4u << 20)
 
-typedef struct wc_ent {
-    uint32_t off, len; /* the ids' bytes in c->bytes */
-    uint32_t sid;      /* dictionary stack id */
-} wc_ent;
+/* A stack is one record in c->bytes, 4-byte aligned: its ids' length, its dictionary
+ * stack id, then the ids' bytes; a slot points at it. A lookup touches the slot and the
+ * record's one or two cache lines, nothing else. */
+typedef struct wc_rec {
+    uint32_t len, sid;
+} wc_rec;
 
 struct cp_wcache {
     /* the followed window's tables: its first nloc locations (and their lines), nmap
@@ -29,10 +31,9 @@ struct cp_wcache {
     CP_VEC(uint32_t) soff;
     cp_buf sbytes;
     CP_VEC(uint32_t) locmap; /* location index -> dictionary location id */
-    /* stacks: slots hold (hash >> 32) << 32 | (entry + 1), 0 = empty */
+    /* stacks: slots hold (hash >> 32) << 32 | (record offset + 1), 0 = empty */
     uint64_t *slots;
-    uint32_t nslots;
-    CP_VEC(wc_ent) ent;
+    uint32_t nslots, n;
     cp_buf bytes;
 };
 
@@ -42,8 +43,7 @@ size_t cp_wcache_bytes(const cp_wcache *c)
     return sizeof *c + (size_t)c->loc.cap * sizeof(cp_location) +
            (size_t)c->lines.cap * sizeof(cp_line) + (size_t)c->map.cap * sizeof(cp_mapping) +
            (size_t)c->fn.cap * sizeof(cp_function) + (size_t)c->soff.cap * 4 + c->sbytes.cap +
-           (size_t)c->locmap.cap * 4 + (size_t)c->nslots * 8 + (size_t)c->ent.cap * sizeof(wc_ent) +
-           c->bytes.cap;
+           (size_t)c->locmap.cap * 4 + (size_t)c->nslots * 8 + c->bytes.cap;
 }
 
 void cp_wcache_free(cp_wcache *c)
@@ -57,7 +57,6 @@ void cp_wcache_free(cp_wcache *c)
     cp_buf_close(&c->sbytes);
     free(c->locmap.v);
     free(c->slots);
-    free(c->ent.v);
     cp_buf_close(&c->bytes);
     free(c);
 }
@@ -109,18 +108,40 @@ const uint32_t *cp_wcache_locmap(const cp_wcache *c)
     return c->locmap.v;
 }
 
-int cp_wcache_find(const cp_wcache *c, const uint8_t *b, uint32_t len, uint64_t h, uint32_t *sid)
+static const wc_rec *rec_at(const cp_wcache *c, uint64_t slot)
 {
-    if (!c->nslots) return 0;
-    uint32_t mask = c->nslots - 1, tag = (uint32_t)(h >> 32);
-    for (uint32_t j = (uint32_t)h & mask;; j = (j + 1) & mask) {
-        uint64_t s = c->slots[j];
-        if (!s) return 0;
-        if ((uint32_t)(s >> 32) != tag) continue;
-        const wc_ent *e = &c->ent.v[(uint32_t)s - 1];
-        if (e->len == len && !memcmp(c->bytes.data + e->off, b, len)) {
-            *sid = e->sid;
-            return 1;
+    return (const wc_rec *)(const void *)(c->bytes.data + (uint32_t)slot - 1);
+}
+
+void cp_wcache_find_all(const cp_wcache *c, uint32_t n, const cp_pprof_ids *ids, const uint64_t *h,
+                        uint32_t *sid)
+{
+    memset(sid, 0, (size_t)n * sizeof *sid);
+    if (!c || !c->nslots) return;
+    uint32_t mask = c->nslots - 1;
+    /* the slots of the next samples and the records of the nearer ones are fetched while
+     * this one is compared: the tables of many series do not stay in the cache */
+    enum { AHEAD = 8 };
+    for (uint32_t i = 0; i < n && i < AHEAD; i++)
+        if (h[i]) __builtin_prefetch(&c->slots[(uint32_t)h[i] & mask]);
+    for (uint32_t i = 0; i < n; i++) {
+        if (i + AHEAD < n && h[i + AHEAD])
+            __builtin_prefetch(&c->slots[(uint32_t)h[i + AHEAD] & mask]);
+        if (i + AHEAD / 2 < n && h[i + AHEAD / 2]) {
+            uint64_t s = c->slots[(uint32_t)h[i + AHEAD / 2] & mask];
+            if (s) __builtin_prefetch(rec_at(c, s));
+        }
+        if (!h[i]) continue;
+        uint32_t tag = (uint32_t)(h[i] >> 32);
+        for (uint32_t j = (uint32_t)h[i] & mask;; j = (j + 1) & mask) {
+            uint64_t s = c->slots[j];
+            if (!s) break;
+            if ((uint32_t)(s >> 32) != tag) continue;
+            const wc_rec *r = rec_at(c, s);
+            if (r->len == ids[i].len && !memcmp(r + 1, ids[i].p, r->len)) {
+                sid[i] = r->sid;
+                break;
+            }
         }
     }
 }
@@ -132,8 +153,8 @@ static int slots_grow(cp_wcache *c)
     if (!s) return CP_ENOMEM;
     for (uint32_t i = 0; i < c->nslots; i++) {
         if (!c->slots[i]) continue;
-        const wc_ent *e = &c->ent.v[(uint32_t)c->slots[i] - 1];
-        uint64_t h = cp_hash_bytes(c->bytes.data + e->off, e->len, 0);
+        const wc_rec *r = rec_at(c, c->slots[i]);
+        uint64_t h = cp_hash_bytes(r + 1, r->len, 0);
         uint32_t j = (uint32_t)h & (n - 1);
         while (s[j])
             j = (j + 1) & (n - 1);
@@ -147,14 +168,20 @@ static int slots_grow(cp_wcache *c)
 
 int cp_wcache_put(cp_wcache *c, const uint8_t *b, uint32_t len, uint64_t h, uint32_t sid)
 {
-    if (c->ent.n >= WC_MAX_STACKS || c->bytes.len + len > WC_MAX_STACK_BYTES) return 0;
-    if ((size_t)(c->ent.n + 1) * 2 > c->nslots && slots_grow(c)) return CP_ENOMEM;
-    wc_ent e = {(uint32_t)c->bytes.len, len, sid};
-    if (cp_buf_append(&c->bytes, b, len) || cp_vec_push(&c->ent, e)) return CP_ENOMEM;
+    size_t need = sizeof(wc_rec) + ((len + 3u) & ~3u);
+    if (c->n >= WC_MAX_STACKS || c->bytes.len + need > WC_MAX_STACK_BYTES) return 0;
+    if ((size_t)(c->n + 1) * 2 > c->nslots && slots_grow(c)) return CP_ENOMEM;
+    uint32_t off = (uint32_t)c->bytes.len;
+    wc_rec r = {len, sid};
+    static const uint8_t pad[4];
+    if (cp_buf_append(&c->bytes, &r, sizeof r) || cp_buf_append(&c->bytes, b, len) ||
+        cp_buf_append(&c->bytes, pad, need - sizeof r - len))
+        return CP_ENOMEM;
     uint32_t mask = c->nslots - 1, j = (uint32_t)h & mask;
     while (c->slots[j])
         j = (j + 1) & mask;
-    c->slots[j] = (h >> 32) << 32 | c->ent.n;
+    c->slots[j] = (h >> 32) << 32 | (off + 1);
+    c->n++;
     return 0;
 }
 
@@ -187,7 +214,7 @@ int cp_wcache_follow(cp_wcache **cp, const cp_profile *p, const uint32_t *locmap
         c->nloc = c->nmap = c->nfn = c->nstr = 0;
         c->loc.n = c->lines.n = c->map.n = c->fn.n = c->soff.n = c->locmap.n = 0;
         c->sbytes.len = c->bytes.len = 0;
-        c->ent.n = 0;
+        c->n = 0;
         if (c->slots) memset(c->slots, 0, (size_t)c->nslots * sizeof *c->slots);
     }
     /* append what p has past the cached tables (all of it after a reset) */

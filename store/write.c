@@ -18,7 +18,6 @@
 
 typedef struct lazy_res {
     uint32_t sid, off, n;
-    uint64_t h;
 } lazy_res;
 
 struct cp_store_batch {
@@ -39,6 +38,8 @@ struct cp_store_batch {
      * (sid, 0 = not known), else where its decoded ids are in ids; h hashes its bytes */
     CP_VEC(lazy_res) res;
     CP_VEC(uint32_t) ids;
+    CP_VEC(uint64_t) hs; /* per sample: the hash of its ids' bytes, 0 = not looked up */
+    CP_VEC(uint32_t) sids;
 };
 static void put_str(cp_buf *b, const char *s)
 {
@@ -232,6 +233,8 @@ void cp_store_batch_destroy(cp_store_batch *b)
     free(b->mapdelta.v);
     free(b->res.v);
     free(b->ids.v);
+    free(b->hs.v);
+    free(b->sids.v);
     free(b);
 }
 
@@ -424,30 +427,37 @@ static int vec_zero(void *vecp, size_t n)
 static int lazy_resolve(cp_store_batch *B, const cp_profile *p, const cp_pprof_lazy *lz,
                         const cp_wcache *c, cp_err *err)
 {
-    B->res.n = B->ids.n = 0;
-    if (cp_vec_reserve(&B->res, p->samples.n)) return cp_err_set(err, CP_ENOMEM, "store");
+    uint32_t n = p->samples.n;
+    B->res.n = B->ids.n = B->hs.n = B->sids.n = 0;
+    if (cp_vec_reserve(&B->res, n) || cp_vec_reserve(&B->hs, n) || cp_vec_reserve(&B->sids, n))
+        return cp_err_set(err, CP_ENOMEM, "store");
+    /* the cache holds stacks without labels: a labelled sample (hash 0) is always decoded */
+    for (uint32_t i = 0; i < n; i++) {
+        const cp_pprof_ids *ids = &lz->ids.v[i];
+        B->hs.v[i] =
+            ids->p && p->samples.v[i].nlabels == 0 ? cp_hash_bytes(ids->p, ids->len, 0) : 0;
+    }
+    cp_wcache_find_all(c, n, lz->ids.v, B->hs.v, B->sids.v);
     uint64_t hits = 0;
-    for (uint32_t i = 0; i < p->samples.n; i++) {
+    for (uint32_t i = 0; i < n; i++) {
         lazy_res *r = &B->res.v[i];
         *r = (lazy_res){0};
-        const cp_pprof_ids *ids = i < lz->ids.n ? &lz->ids.v[i] : NULL;
-        if (!ids || !ids->p) continue;
-        r->h = cp_hash_bytes(ids->p, ids->len, 0);
-        /* the cache holds stacks without labels: a labelled sample is always decoded */
-        if (c && p->samples.v[i].nlabels == 0 &&
-            cp_wcache_find(c, ids->p, ids->len, r->h, &r->sid)) {
+        const cp_pprof_ids *ids = &lz->ids.v[i];
+        if (!ids->p) continue;
+        if (B->sids.v[i]) {
+            r->sid = B->sids.v[i];
             hits++;
             continue;
         }
         if (cp_vec_reserve(&B->ids, (size_t)B->ids.n + ids->len + 8))
             return cp_err_set(err, CP_ENOMEM, "store");
-        long n = cp_pprof_lazy_ids(p, ids, i, B->ids.v + B->ids.n, err);
-        if (n < 0) return CP_EPPROF;
+        long got = cp_pprof_lazy_ids(p, ids, i, B->ids.v + B->ids.n, err);
+        if (got < 0) return CP_EPPROF;
         r->off = B->ids.n;
-        r->n = (uint32_t)n;
-        B->ids.n += (uint32_t)n;
+        r->n = (uint32_t)got;
+        B->ids.n += (uint32_t)got;
     }
-    B->res.n = p->samples.n;
+    B->res.n = n;
     atomic_fetch_add(&B->s->wcache_hits, hits);
     atomic_fetch_add(&B->s->wcache_misses, lz->nlazy - hits);
     return 0;
@@ -574,9 +584,9 @@ static int profile_to_acc(cp_store_batch *B, tenant *t, cp_ser *ser, const cp_pr
             }
             if (cp_dict_stack(d, B->stack.v, B->stack.n, B->labels.v, B->labels.n, &sid))
                 return cp_err_set(err, CP_ENOMEM, "store: interning stacks");
-            if (lazy && sm->nlabels == 0) {
+            if (lazy && B->hs.v[i]) {
                 const cp_pprof_ids *ids = &lz->ids.v[i];
-                if (cp_wcache_put(ser->wc, ids->p, ids->len, lr->h, sid)) {
+                if (cp_wcache_put(ser->wc, ids->p, ids->len, B->hs.v[i], sid)) {
                     cp_wcache_free(ser->wc); /* out of memory: no cache, nothing lost */
                     ser->wc = NULL;
                     lazy = 0;

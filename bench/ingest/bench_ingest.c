@@ -3,7 +3,8 @@
  * the agent sends them) produced to the embedded broker (librdkafka mock cluster) and
  * consumed by cp_ingest into a store with synced LevelDB writes. Also the same decode +
  * store path on one thread without Kafka, for gzip'd and raw payloads.
- *   bench_ingest DIR [WINDOWS [direct|transport|kafka]]   (only that part, for profiling)
+ *   bench_ingest DIR [WINDOWS [direct|direct-raw|transport|kafka]]   (only that part, for
+ *   profiling; direct-raw: the raw payloads of the direct part)
  * With CP_BENCH_UNSYMBOLIZED=1 the windows are as CONTPROF_SYMBOLIZE=server sends them:
  * addresses and a mapping with a build ID, no functions or lines.
  * Prints key value lines, and for the Kafka runs the CPU per window of each thread (by
@@ -520,7 +521,9 @@ int main(int argc, char **argv)
     /* 1. decode + store on this thread, no Kafka: gzip'd payloads, then raw ones (an
      * agent may send raw pprof and let Kafka's lz4 compress the batch) */
     const char *mode = argc > 3 ? argv[3] : NULL; /* one part only, for profiling */
-    for (use_raw = 0; use_raw < 2 && (!mode || !strcmp(mode, "direct")); use_raw++) {
+    int raw_only = mode && !strcmp(mode, "direct-raw"); /* the raw half alone, for profiling */
+    if (raw_only) mode = "direct";
+    for (use_raw = raw_only; use_raw < 2 && (!mode || !strcmp(mode, "direct")); use_raw++) {
         snprintf(path, sizeof path, "%s/direct%d", argv[1], use_raw);
         cp_store_options so = {.path = path};
         cp_store *s = NULL;
