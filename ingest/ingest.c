@@ -22,10 +22,9 @@
 #include <unistd.h>
 
 #define MAX_PARTITIONS 65536
-/* How long the open batch may wait once nothing more is waiting to be read. */
-#define CAUGHT_UP_WAIT_NS (40 * 1000000LL)
-/* ... and while someone asks which offsets are stored (a sender waiting for the store,
- * contprof import; or /metrics), at most this long: the sender's wait is this latency. */
+/* How long the open batch may wait, once nothing more is waiting to be read, while someone
+ * asks which offsets are stored (a sender waiting for the store, contprof import; or
+ * /metrics): the sender's wait is this latency. Nobody asking, it waits batch_max_ms. */
 #define ASKED_WAIT_NS (10 * 1000000LL)
 
 typedef struct range {
@@ -847,8 +846,10 @@ static void *run(void *arg)
     cp_ingest *in = arg;
     int64_t last_maint = mono_ns(), last_lag = 0;
     int64_t max_wait = (int64_t)in->o.batch_max_ms * 1000000;
-    /* once caught up, the open batch waits this long at most (see below) */
-    int64_t idle_wait = max_wait < CAUGHT_UP_WAIT_NS ? max_wait : CAUGHT_UP_WAIT_NS;
+    /* once caught up, the open batch waits this long at most, less while someone asks
+     * (wait_now); each commit re-encodes the series' open rollup buckets, so fewer larger
+     * batches under a steady stream cost less CPU (ingest/README.md, "Batches") */
+    int64_t idle_wait = max_wait;
     int caught_up = 0; /* nothing was waiting to be read at some point since the batch began */
     pthread_mutex_lock(&in->mu);
     in->st.running = 1;
@@ -894,9 +895,9 @@ static void *run(void *arg)
         if (atomic_load(&in->stop) && !in->pending) break;
         int64_t now = mono_ns();
         /* Write when the batch is full or old; once ingest has caught up with what there is
-         * to read, old means CAUGHT_UP_WAIT_NS: a sender waiting for its windows to be stored
-         * (import) is not held for batch_max_ms, a backlog is still written in large
-         * batches, and a sender slower than ingest does not get one synced write per
+         * to read and someone asks, old means ASKED_WAIT_NS: a sender waiting for its windows
+         * to be stored (import) is not held for batch_max_ms, a backlog is still written in
+         * large batches, and a sender slower than ingest does not get one synced write per
          * window. */
         if (in->pending &&
             (in->pending >= in->o.batch_max_messages ||
