@@ -74,16 +74,37 @@ typedef struct cp_pprof_ids {
 typedef struct cp_pprof_lazy {
     CP_VEC(cp_pprof_ids) ids; /* one per sample of the last decode */
     uint32_t nlazy;           /* how many are lazy */
+    /* Lazy locations: when, besides, the location messages are one run of bytes, their
+     * ids 1..n in order, and mapping and function ids dense, the locations are not parsed:
+     * the profile has none (p->locations.n == 0) and locs[0..locs_len) holds the nloc
+     * messages (keys and lengths included); cp_pprof_lazy_locations parses them. */
+    const uint8_t *locs;
+    size_t locs_len;
+    uint32_t nloc;
+    /* the input and the decoder's limits, for cp_pprof_lazy_locations */
+    const uint8_t *buf;
+    size_t len;
+    cp_pprof_limits lim;
 } cp_pprof_lazy;
 
 /* cp_pprof_decoder_decode with lazy ids into lz (reused; lz NULL: as cp_pprof_decoder_decode). */
 int cp_pprof_decoder_decode_lazy(cp_pprof_decoder *d, const uint8_t *buf, size_t len, cp_profile *p,
                                  cp_pprof_lazy *lz, cp_err *err);
-/* Decodes sample i's lazy ids *ids (of profile p) into dst, which must have room for
- * ids->len + 8 ids, each checked to be one of p's locations as the decoder checks them
- * (the same message). Returns the count, or -1 with err set (CP_EPPROF). */
-long cp_pprof_lazy_ids(const cp_profile *p, const cp_pprof_ids *ids, uint32_t i, uint32_t *dst,
+/* Decodes sample i's lazy ids lz->ids.v[i] (of profile p) into dst, which must have room
+ * for their length + 8 ids, each checked to be one of p's locations (lz->nloc when they are
+ * lazy) as the decoder checks them (the same message). Returns the count, or -1 with err
+ * set (CP_EPPROF). */
+long cp_pprof_lazy_ids(const cp_profile *p, const cp_pprof_lazy *lz, uint32_t i, uint32_t *dst,
                        cp_err *err);
+/* Parses the lazy locations of p (lz->nloc of them; nothing to do when there are none or p
+ * has its locations) from the from'th on, checked as the decoder checks them (the same
+ * messages), so that p has lz->nloc locations, of which [0, from) are left zero: for a
+ * caller that knows them otherwise (ingest's stack cache, which checked them in an earlier
+ * window). The decoder chose lazy locations by each message's first field; if a parsed
+ * message's id turns out other than its place (an id repeated later in it), the input is
+ * decoded again in full into p and lz is left with nothing lazy. Returns 0, CP_EPPROF or
+ * CP_ENOMEM (p then has no locations). */
+int cp_pprof_lazy_locations(cp_profile *p, cp_pprof_lazy *lz, uint32_t from, cp_err *err);
 /* Frees what lz holds. */
 void cp_pprof_lazy_close(cp_pprof_lazy *lz);
 

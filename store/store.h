@@ -126,12 +126,13 @@ void cp_store_batch_destroy(cp_store_batch *b);
  * unchanged and usable); CP_ENOMEM or CP_ESTORE otherwise. */
 int cp_store_batch_add(cp_store_batch *b, const cp_envelope *e, const cp_profile *p,
                        int32_t dedup_scope, cp_err *err);
-/* cp_store_batch_add for a profile decoded with lazy ids into lz (model/pprof.h; lz NULL:
- * none), whose bytes must still be valid. A lazy sample's ids are found in the series'
- * stack cache or decoded and checked here: a bad one returns CP_EPPROF (err names the
- * sample, as the decoder would) with the batch unchanged and usable. */
-int cp_store_batch_add_lazy(cp_store_batch *b, const cp_envelope *e, const cp_profile *p,
-                            const cp_pprof_lazy *lz, int32_t dedup_scope, cp_err *err);
+/* cp_store_batch_add for a profile decoded with lazy ids and locations into lz
+ * (model/pprof.h; lz NULL: none), whose bytes must still be valid. What the series' stack
+ * cache knows is taken from it; the rest is parsed into p (its lazy locations) and checked
+ * here: a bad id or location returns CP_EPPROF (err names it, as the decoder would) with
+ * the batch unchanged and usable. */
+int cp_store_batch_add_lazy(cp_store_batch *b, const cp_envelope *e, cp_profile *p,
+                            cp_pprof_lazy *lz, int32_t dedup_scope, cp_err *err);
 
 /* Records that topic/partition continues at next_offset once this batch is committed. */
 int cp_store_batch_set_offset(cp_store_batch *b, const char *topic, int32_t partition,

@@ -161,10 +161,11 @@ int cp_dict_canonicalize(cp_dict *d);
  * every series and so every cache. */
 typedef struct cp_wcache cp_wcache;
 
-/* How many locations of p the cache's location ids hold for: c's tables are a prefix of
- * p's, entry for entry (mappings, functions, locations and their lines, and the strings
- * they name), or 0 (no cache, or another table: p takes the full path). */
-uint32_t cp_wcache_match(const cp_wcache *c, const cp_profile *p);
+/* How many locations of p (decoded with lazy locations into lz) the cache's location ids
+ * hold for: c's tables are a prefix of p's, entry for entry (mappings, functions and the
+ * strings they name, compared as decoded; location messages, compared as bytes), or 0 (no
+ * cache, no lazy locations, or another table: p takes the full path). */
+uint32_t cp_wcache_match(const cp_wcache *c, const cp_profile *p, const cp_pprof_lazy *lz);
 /* Location index -> dictionary location id for the matched locations. */
 const uint32_t *cp_wcache_locmap(const cp_wcache *c);
 /* The dictionary stacks of n samples whose packed location ids are ids[i] (hash h[i] =
@@ -172,11 +173,12 @@ const uint32_t *cp_wcache_locmap(const cp_wcache *c);
  * sid[i] = the stack, or 0 when c does not know it (or c is NULL). */
 void cp_wcache_find_all(const cp_wcache *c, uint32_t n, const cp_pprof_ids *ids, const uint64_t *h,
                         uint32_t *sid);
-/* Makes *c follow p, whose location i + 1 is dictionary location locmap[i + 1]: keep = 1
- * after cp_wcache_match(*c, p) succeeded (p's new entries are appended), 0 to start over
- * from p's tables (the stacks are forgotten). Creates *c if NULL. On CP_ENOMEM *c is freed
- * and NULL. */
-int cp_wcache_follow(cp_wcache **c, const cp_profile *p, const uint32_t *locmap, int keep);
+/* Makes *c follow p (lazy locations in lz), whose location i + 1 is dictionary location
+ * locmap[i + 1]: keep = 1 after cp_wcache_match(*c, p, lz) succeeded (p's new entries are
+ * appended), 0 to start over from p's tables (the stacks are forgotten). Creates *c if
+ * NULL. On CP_ENOMEM *c is freed and NULL. */
+int cp_wcache_follow(cp_wcache **c, const cp_profile *p, const cp_pprof_lazy *lz,
+                     const uint32_t *locmap, int keep);
 /* Remembers that a sample of the followed tables with ids b[0..len) (hash h) is stack sid.
  * Past the series' bounds it remembers nothing and returns 0; CP_ENOMEM. */
 int cp_wcache_put(cp_wcache *c, const uint8_t *b, uint32_t len, uint64_t h, uint32_t sid);

@@ -21,11 +21,10 @@ typedef struct wc_rec {
 } wc_rec;
 
 struct cp_wcache {
-    /* the followed window's tables: its first nloc locations (and their lines), nmap
-     * mappings, nfn functions, and strings [0, nstr) (every string they name) */
+    /* the followed window's tables: its nloc location messages (their bytes, as sent),
+     * nmap mappings, nfn functions, and strings [0, nstr) (every string they name) */
     uint32_t nloc, nmap, nfn, nstr;
-    CP_VEC(cp_location) loc;
-    CP_VEC(cp_line) lines;
+    cp_buf locbytes;
     CP_VEC(cp_mapping) map;
     CP_VEC(cp_function) fn;
     CP_VEC(uint32_t) soff;
@@ -40,8 +39,7 @@ struct cp_wcache {
 size_t cp_wcache_bytes(const cp_wcache *c)
 {
     if (!c) return 0;
-    return sizeof *c + (size_t)c->loc.cap * sizeof(cp_location) +
-           (size_t)c->lines.cap * sizeof(cp_line) + (size_t)c->map.cap * sizeof(cp_mapping) +
+    return sizeof *c + c->locbytes.cap + (size_t)c->map.cap * sizeof(cp_mapping) +
            (size_t)c->fn.cap * sizeof(cp_function) + (size_t)c->soff.cap * 4 + c->sbytes.cap +
            (size_t)c->locmap.cap * 4 + (size_t)c->nslots * 8 + c->bytes.cap;
 }
@@ -49,8 +47,7 @@ size_t cp_wcache_bytes(const cp_wcache *c)
 void cp_wcache_free(cp_wcache *c)
 {
     if (!c) return;
-    free(c->loc.v);
-    free(c->lines.v);
+    cp_buf_close(&c->locbytes);
     free(c->map.v);
     free(c->fn.v);
     free(c->soff.v);
@@ -79,11 +76,11 @@ static int function_eq(const cp_function *a, const cp_function *b)
            a->start_line == b->start_line;
 }
 
-uint32_t cp_wcache_match(const cp_wcache *c, const cp_profile *p)
+uint32_t cp_wcache_match(const cp_wcache *c, const cp_profile *p, const cp_pprof_lazy *lz)
 {
-    if (!c || !c->nloc) return 0;
-    if (p->locations.n < c->nloc || p->mappings.n < c->nmap || p->functions.n < c->nfn ||
-        p->strs.off.n < c->nstr || p->lines.n < c->lines.n)
+    if (!c || !c->nloc || !lz->nloc) return 0;
+    if (lz->nloc < c->nloc || lz->locs_len < c->locbytes.len || p->mappings.n < c->nmap ||
+        p->functions.n < c->nfn || p->strs.off.n < c->nstr)
         return 0;
     /* strings first (few for an unsymbolized window), then what refers to them */
     if (str_bytes(p, c->nstr) != c->sbytes.len ||
@@ -94,12 +91,8 @@ uint32_t cp_wcache_match(const cp_wcache *c, const cp_profile *p)
         if (!mapping_eq(&p->mappings.v[i], &c->map.v[i])) return 0;
     for (uint32_t i = 0; i < c->nfn; i++)
         if (!function_eq(&p->functions.v[i], &c->fn.v[i])) return 0;
-    /* cp_location has no padding: its 24 bytes compare as memory */
-    if (memcmp(p->locations.v, c->loc.v, (size_t)c->nloc * sizeof(cp_location))) return 0;
-    for (uint32_t i = 0; i < c->lines.n; i++)
-        if (p->lines.v[i].function_id != c->lines.v[i].function_id ||
-            p->lines.v[i].line != c->lines.v[i].line)
-            return 0;
+    /* the cached messages, whole: the window's first nloc messages are the same ones */
+    if (memcmp(lz->locs, c->locbytes.data, c->locbytes.len)) return 0;
     return c->nloc;
 }
 
@@ -206,14 +199,15 @@ static uint32_t strings_named(const cp_profile *p)
     return n < p->strs.off.n ? n : p->strs.off.n;
 }
 
-int cp_wcache_follow(cp_wcache **cp, const cp_profile *p, const uint32_t *locmap, int keep)
+int cp_wcache_follow(cp_wcache **cp, const cp_profile *p, const cp_pprof_lazy *lz,
+                     const uint32_t *locmap, int keep)
 {
     cp_wcache *c = *cp;
     if (!c && !(c = *cp = calloc(1, sizeof *c))) return CP_ENOMEM;
     if (!keep) { /* a new table: the stacks it made no longer mean anything */
         c->nloc = c->nmap = c->nfn = c->nstr = 0;
-        c->loc.n = c->lines.n = c->map.n = c->fn.n = c->soff.n = c->locmap.n = 0;
-        c->sbytes.len = c->bytes.len = 0;
+        c->map.n = c->fn.n = c->soff.n = c->locmap.n = 0;
+        c->sbytes.len = c->bytes.len = c->locbytes.len = 0;
         c->n = 0;
         if (c->slots) memset(c->slots, 0, (size_t)c->nslots * sizeof *c->slots);
     }
@@ -221,8 +215,7 @@ int cp_wcache_follow(cp_wcache **cp, const cp_profile *p, const uint32_t *locmap
     uint32_t nstr = strings_named(p);
     if (nstr < c->nstr) nstr = c->nstr;
     size_t sb = str_bytes(p, nstr);
-    if (cp_vec_reserve(&c->loc, p->locations.n) || cp_vec_reserve(&c->locmap, p->locations.n) ||
-        cp_vec_reserve(&c->lines, p->lines.n) || cp_vec_reserve(&c->map, p->mappings.n) ||
+    if (cp_vec_reserve(&c->locmap, lz->nloc) || cp_vec_reserve(&c->map, p->mappings.n) ||
         cp_vec_reserve(&c->fn, p->functions.n) || cp_vec_reserve(&c->soff, nstr))
         goto nomem;
     c->sbytes.len = 0;
@@ -233,13 +226,12 @@ int cp_wcache_follow(cp_wcache **cp, const cp_profile *p, const uint32_t *locmap
         c->map.v[c->map.n++] = p->mappings.v[i];
     for (uint32_t i = c->fn.n; i < p->functions.n; i++)
         c->fn.v[c->fn.n++] = p->functions.v[i];
-    for (uint32_t i = c->lines.n; i < p->lines.n; i++)
-        c->lines.v[c->lines.n++] = p->lines.v[i];
-    for (uint32_t i = c->loc.n; i < p->locations.n; i++) {
-        c->loc.v[c->loc.n++] = p->locations.v[i];
+    /* the window's location messages begin with the cached ones (matched): take them all */
+    c->locbytes.len = 0;
+    if (cp_buf_append(&c->locbytes, lz->locs, lz->locs_len)) goto nomem;
+    for (uint32_t i = c->locmap.n; i < lz->nloc; i++)
         c->locmap.v[c->locmap.n++] = locmap[i + 1];
-    }
-    c->nloc = c->loc.n;
+    c->nloc = lz->nloc;
     c->nmap = c->map.n;
     c->nfn = c->fn.n;
     c->nstr = nstr;

@@ -451,7 +451,7 @@ static int lazy_resolve(cp_store_batch *B, const cp_profile *p, const cp_pprof_l
         }
         if (cp_vec_reserve(&B->ids, (size_t)B->ids.n + ids->len + 8))
             return cp_err_set(err, CP_ENOMEM, "store");
-        long got = cp_pprof_lazy_ids(p, ids, i, B->ids.v + B->ids.n, err);
+        long got = cp_pprof_lazy_ids(p, lz, i, B->ids.v + B->ids.n, err);
         if (got < 0) return CP_EPPROF;
         r->off = B->ids.n;
         r->n = (uint32_t)got;
@@ -553,8 +553,8 @@ static int profile_to_acc(cp_store_batch *B, tenant *t, cp_ser *ser, const cp_pr
     if (rc) return cp_err_set(err, rc, "store: interning locations");
     /* the series' cache follows p's tables (from scratch when they did not match) */
     size_t wc_before = cp_wcache_bytes(ser->wc);
-    int lazy = lz && lz->nlazy && B->s->wcache_budget > 0;
-    if (lazy && cp_wcache_follow(&ser->wc, p, B->locmap.v, cached > 0)) lazy = 0;
+    int lazy = lz && lz->nloc && B->s->wcache_budget > 0;
+    if (lazy && cp_wcache_follow(&ser->wc, p, lz, B->locmap.v, cached > 0)) lazy = 0;
     uint32_t nin = p->sample_types.n;
     for (uint32_t i = 0; i < p->samples.n; i++) {
         const cp_sample *sm = &p->samples.v[i];
@@ -822,11 +822,12 @@ static int cumulative_delta(cp_store_batch *B, cp_ser *ser, const char *producer
 int cp_store_batch_add(cp_store_batch *B, const cp_envelope *e, const cp_profile *p,
                        int32_t dedup_scope, cp_err *err)
 {
-    return cp_store_batch_add_lazy(B, e, p, NULL, dedup_scope, err);
+    /* without lz nothing writes to p */
+    return cp_store_batch_add_lazy(B, e, (cp_profile *)(uintptr_t)p, NULL, dedup_scope, err);
 }
 
-int cp_store_batch_add_lazy(cp_store_batch *B, const cp_envelope *e, const cp_profile *p,
-                            const cp_pprof_lazy *lz, int32_t dedup_scope, cp_err *err)
+int cp_store_batch_add_lazy(cp_store_batch *B, const cp_envelope *e, cp_profile *p,
+                            cp_pprof_lazy *lz, int32_t dedup_scope, cp_err *err)
 {
     cp_store *s = B->s;
     if (s->broken)
@@ -891,10 +892,12 @@ int cp_store_batch_add_lazy(cp_store_batch *B, const cp_envelope *e, const cp_pr
     /* lazy ids: found in the series' stack cache, or decoded and checked now, while a bad
      * one still leaves everything unchanged */
     uint32_t cached = 0;
-    if (lz && lz->nlazy) {
-        if (ser) cached = cp_wcache_match(ser->wc, p);
-        if ((rc = lazy_resolve(B, p, lz, cached ? ser->wc : NULL, err))) return rc;
+    if (lz && lz->nloc) { /* parsed here, after the ones the series' cache knows */
+        if (ser) cached = cp_wcache_match(ser->wc, p, lz);
+        if ((rc = cp_pprof_lazy_locations(p, lz, cached, err))) return rc;
+        if (!lz->nloc) cached = 0; /* decoded in full after all (model/pprof.h) */
     }
+    if (lz && lz->nlazy && (rc = lazy_resolve(B, p, lz, cached ? ser->wc : NULL, err))) return rc;
 
     /* --- from here on the batch changes --- */
     pthread_rwlock_wrlock(&s->lock);

@@ -1,7 +1,8 @@
 /* libFuzzer target: the pprof decoder must reject or accept any input without crashing,
  * leaking or reading out of bounds; what it accepts must re-encode, decode again to the
- * same shape, and merge with itself. With lazy ids it must accept exactly the same inputs
- * once every lazy sample's ids are decoded, and give the same ids. */
+ * same shape, and merge with itself. With lazy ids and locations it must accept exactly
+ * the same inputs once every lazy sample's ids and lazy location are decoded, and give the
+ * same ids and locations. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,18 @@ static void lazy_agrees(const uint8_t *data, size_t size, const cp_pprof_limits 
     cp_err err;
     if (!d || !q) abort();
     int ok = cp_pprof_decoder_decode_lazy(d, data, size, q, &lz, &err) == 0;
+    /* lazy locations: all parsed (a caller skips only what it checked before), the same as
+     * the eager ones */
+    uint32_t from = 0;
+    if (ok && cp_pprof_lazy_locations(q, &lz, from, &err) != 0) ok = 0;
+    for (uint32_t i = lz.nloc ? from : 0; ok && p && i < q->locations.n; i++) {
+        const cp_location *a = &q->locations.v[i], *b = &p->locations.v[i];
+        if (a->address != b->address || a->mapping_id != b->mapping_id || a->nlines != b->nlines)
+            abort();
+        for (uint32_t k = 0; k < a->nlines; k++)
+            if (q->lines.v[a->line_off + k].function_id != p->lines.v[b->line_off + k].function_id)
+                abort();
+    }
     uint32_t *ids = NULL;
     for (uint32_t i = 0; ok && i < q->samples.n; i++) {
         const cp_sample *s = &q->samples.v[i];
@@ -27,7 +40,7 @@ static void lazy_agrees(const uint8_t *data, size_t size, const cp_pprof_limits 
         if (i < lz.ids.n && lz.ids.v[i].p) {
             free(ids);
             if (!(ids = malloc(((size_t)lz.ids.v[i].len + 8) * sizeof *ids))) abort();
-            n = cp_pprof_lazy_ids(q, &lz.ids.v[i], i, ids, &err);
+            n = cp_pprof_lazy_ids(q, &lz, i, ids, &err);
             got = ids;
         }
         if (n < 0) {

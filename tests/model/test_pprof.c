@@ -624,18 +624,56 @@ TEST(lazy_ids_decode_to_the_eager_ids)
     CHECK_EQ(cp_pprof_decoder_decode_lazy(d, raw.data, raw.len, p, &lz, &err), 0);
     CHECK_EQ(lz.ids.n, p->samples.n);
     CHECK_EQ(lz.nlazy, p->samples.n);
+    /* the locations too: left as the bytes they came in */
+    CHECK_EQ(p->locations.n, 0);
+    CHECK_EQ(lz.nloc, q->locations.n);
+    CHECK(lz.locs > raw.data && lz.locs + lz.locs_len <= raw.data + raw.len);
     uint32_t ids[600];
     for (uint32_t i = 0; i < p->samples.n; i++) {
         const cp_sample *a = &p->samples.v[i], *b = &q->samples.v[i];
         CHECK_EQ(a->nlocs, 0);
         CHECK(lz.ids.v[i].p >= raw.data && lz.ids.v[i].p + lz.ids.v[i].len <= raw.data + raw.len);
-        long n = cp_pprof_lazy_ids(p, &lz.ids.v[i], i, ids, &err);
+        long n = cp_pprof_lazy_ids(p, &lz, i, ids, &err);
         CHECK_EQ(n, (long)b->nlocs);
         CHECK(!memcmp(ids, q->stack.v + b->loc_off, (size_t)n * 4));
+    }
+    /* parsed from the 7th on: the same locations as the eager decode, the first 7 zero */
+    CHECK_EQ(cp_pprof_lazy_locations(p, &lz, 7, &err), 0);
+    CHECK_EQ(p->locations.n, q->locations.n);
+    CHECK_EQ(p->locations.v[3].address, 0);
+    for (uint32_t i = 7; i < q->locations.n; i++) {
+        const cp_location *a = &p->locations.v[i], *b = &q->locations.v[i];
+        CHECK_EQ(a->address, b->address);
+        CHECK_EQ(a->mapping_id, b->mapping_id);
+        CHECK_EQ(a->nlines, b->nlines);
+        for (uint32_t k = 0; k < a->nlines; k++) {
+            CHECK_EQ(p->lines.v[a->line_off + k].function_id,
+                     q->lines.v[b->line_off + k].function_id);
+            CHECK_EQ(p->lines.v[a->line_off + k].line, q->lines.v[b->line_off + k].line);
+        }
+    }
+    /* a location naming a mapping the profile lacks: the same error, eager or lazy */
+    {
+        cp_profile *bad = cp_profile_clone(w);
+        CHECK(bad);
+        bad->locations.v[bad->locations.n - 1].mapping_id = bad->mappings.n + 3;
+        cp_buf bb = {0};
+        CHECK_EQ(cp_pprof_encode(bad, 0, &bb), 0);
+        cp_err e1 = {0}, e2 = {0};
+        cp_profile *none = NULL;
+        CHECK_EQ(cp_pprof_decode(bb.data, bb.len, NULL, &none, &e1), CP_EPPROF);
+        CHECK_EQ(cp_pprof_decoder_decode_lazy(d, bb.data, bb.len, p, &lz, &err), 0);
+        CHECK(lz.nloc > 0);
+        CHECK_EQ(cp_pprof_lazy_locations(p, &lz, 0, &e2), CP_EPPROF);
+        CHECK_STREQ(e1.msg, e2.msg);
+        CHECK_EQ(p->locations.n, 0);
+        cp_buf_close(&bb);
+        cp_profile_destroy(bad);
     }
     /* gzip'd: the inflated bytes are the decoder's, so nothing stays lazy */
     CHECK_EQ(cp_pprof_decoder_decode_lazy(d, gz.data, gz.len, p, &lz, &err), 0);
     CHECK_EQ(lz.nlazy, 0);
+    CHECK_EQ(lz.nloc, 0);
     char *cp = canonical(p), *cq = canonical(q);
     CHECK_STREQ(cp, cq);
     free(cp);
@@ -662,6 +700,7 @@ TEST(lazy_ids_decode_to_the_eager_ids)
     perftools__profiles__profile__pack(&x.p, b);
     CHECK_EQ(cp_pprof_decoder_decode_lazy(d, b, n, p, &lz, &err), 0);
     CHECK_EQ(lz.nlazy, 0);
+    CHECK_EQ(lz.nloc, 0);
     CHECK_EQ(lz.ids.v[0].p, NULL);
     CHECK(p->samples.v[0].nlocs > 0);
     free(b);
