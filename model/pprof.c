@@ -1158,24 +1158,26 @@ static int lazy_undo(cp_profile *p, cp_pprof_lazy *lz, cp_err *err)
     return rc;
 }
 
-int cp_pprof_lazy_locations(cp_profile *p, cp_pprof_lazy *lz, uint32_t from, cp_err *err)
+int cp_pprof_lazy_locations(cp_profile *p, cp_pprof_lazy *lz, uint32_t from, size_t from_at,
+                            cp_err *err)
 {
     if (!lz->nloc || p->locations.n) return 0; /* parsed by the decoder, or already here */
-    if (from > lz->nloc) from = lz->nloc;
+    if (from > lz->nloc || from_at > lz->locs_len || (from == 0) != (from_at == 0))
+        from = 0, from_at = 0; /* not a place in this run: parse them all */
     if (cp_vec_reserve(&p->locations, lz->nloc)) goto nomem;
     memset(p->locations.v, 0, (size_t)from * sizeof *p->locations.v);
     p->locations.n = from;
+    if (from == lz->nloc) return 0;
     scratch sc = {0};
-    rd top = {lz->locs, lz->locs + lz->locs_len}, f;
+    rd top = {lz->locs + from_at, lz->locs + lz->locs_len}, f;
     uint32_t field, wt;
     int rc = 0, undo = 0;
-    /* the decoder checked the framing of every message: skip the first ones */
-    for (uint32_t i = 0; i < lz->nloc && !rc && !undo; i++) {
-        if (rd_key(&top, &field, &wt) || rd_len(&top, &f)) {
+    /* the decoder checked the framing of every message */
+    for (uint32_t i = from; i < lz->nloc && !rc && !undo; i++) {
+        if (rd_key(&top, &field, &wt) || field != 4 || rd_len(&top, &f)) {
             rc = cp_err_set(err, CP_EPPROF, "location[%u]: malformed field", i);
             break;
         }
-        if (i < from) continue;
         rc = parse_location(f, i, p, &sc, err);
         /* the decoder looked at each message's first field only: an id given again later
          * in the message (the last one counts) makes the ids other than 1..n */

@@ -166,6 +166,8 @@ typedef struct cp_wcache cp_wcache;
  * strings they name, compared as decoded; location messages, compared as bytes), or 0 (no
  * cache, no lazy locations, or another table: p takes the full path). */
 uint32_t cp_wcache_match(const cp_wcache *c, const cp_profile *p, const cp_pprof_lazy *lz);
+/* Bytes of the matched location messages (where the next one starts in the window's). */
+size_t cp_wcache_locbytes(const cp_wcache *c);
 /* Location index -> dictionary location id for the matched locations. */
 const uint32_t *cp_wcache_locmap(const cp_wcache *c);
 /* The dictionary stacks of n samples whose packed location ids are ids[i] (hash h[i] =

@@ -96,6 +96,11 @@ uint32_t cp_wcache_match(const cp_wcache *c, const cp_profile *p, const cp_pprof
     return c->nloc;
 }
 
+size_t cp_wcache_locbytes(const cp_wcache *c)
+{
+    return c->locbytes.len;
+}
+
 const uint32_t *cp_wcache_locmap(const cp_wcache *c)
 {
     return c->locmap.v;

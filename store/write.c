@@ -894,7 +894,9 @@ int cp_store_batch_add_lazy(cp_store_batch *B, const cp_envelope *e, cp_profile 
     uint32_t cached = 0;
     if (lz && lz->nloc) { /* parsed here, after the ones the series' cache knows */
         if (ser) cached = cp_wcache_match(ser->wc, p, lz);
-        if ((rc = cp_pprof_lazy_locations(p, lz, cached, err))) return rc;
+        if ((rc = cp_pprof_lazy_locations(p, lz, cached, cached ? cp_wcache_locbytes(ser->wc) : 0,
+                                          err)))
+            return rc;
         if (!lz->nloc) cached = 0; /* decoded in full after all (model/pprof.h) */
     }
     if (lz && lz->nlazy && (rc = lazy_resolve(B, p, lz, cached ? ser->wc : NULL, err))) return rc;

@@ -23,7 +23,7 @@ static void lazy_agrees(const uint8_t *data, size_t size, const cp_pprof_limits 
     /* lazy locations: all parsed (a caller skips only what it checked before), the same as
      * the eager ones */
     uint32_t from = 0;
-    if (ok && cp_pprof_lazy_locations(q, &lz, from, &err) != 0) ok = 0;
+    if (ok && cp_pprof_lazy_locations(q, &lz, from, 0, &err) != 0) ok = 0;
     for (uint32_t i = lz.nloc ? from : 0; ok && p && i < q->locations.n; i++) {
         const cp_location *a = &q->locations.v[i], *b = &p->locations.v[i];
         if (a->address != b->address || a->mapping_id != b->mapping_id || a->nlines != b->nlines)
