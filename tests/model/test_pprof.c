@@ -4,6 +4,7 @@
 #include "profile.pb-c.h"
 #include "synth.h"
 #include "util.h"
+#include "wire.h"
 
 static cp_profile *window(uint64_t seed)
 {
@@ -724,10 +725,55 @@ TEST(lazy_ids_decode_to_the_eager_ids)
     cp_buf_close(&gz);
 }
 
+/* The varint reader against the writer: every length 1-10, at every distance from the end
+ * of the buffer (the one-load path needs eight bytes), and truncated ones refused. */
+TEST(varints_every_length_and_place)
+{
+    uint64_t vals[] = {0,
+                       1,
+                       127,
+                       128,
+                       300,
+                       16383,
+                       16384,
+                       2097151,
+                       2097152,
+                       10000000,
+                       268435455,
+                       268435456,
+                       34359738367ull,
+                       34359738368ull,
+                       1ull << 49,
+                       (1ull << 56) - 1,
+                       1ull << 56,
+                       (1ull << 63) - 1,
+                       1ull << 63,
+                       UINT64_MAX};
+    for (size_t k = 0; k < sizeof vals / sizeof vals[0]; k++)
+        for (size_t tail = 0; tail < 12; tail++) {
+            uint8_t buf[32];
+            uint8_t *end = wr_varint(buf, vals[k]);
+            size_t n = (size_t)(end - buf);
+            memset(end, 0xff, tail); /* what follows: continuation bytes */
+            rd r = {buf, end + tail};
+            uint64_t got = 0;
+            CHECK_EQ(rd_varint(&r, &got), 0);
+            CHECK_EQ(got, vals[k]);
+            CHECK(r.p == end);
+            rd cut = {buf, buf + n - 1}; /* one byte short */
+            if (n > 1 || tail) CHECK_EQ(rd_varint(&cut, &got), -1);
+        }
+    uint8_t eleven[16];
+    memset(eleven, 0x80, sizeof eleven);
+    rd r = {eleven, eleven + sizeof eleven};
+    uint64_t v;
+    CHECK_EQ(rd_varint(&r, &v), -1); /* longer than ten bytes */
+}
+
 TEST_MAIN(T(roundtrip_raw_and_gzip), T(gzipper_reused), T(fixture_is_valid),
           T(location_ids_packed_unpacked_mixed), T(location_ids_every_width_and_place),
           T(encoder_matches_protobuf_c), T(error_huge_string_index), T(error_truncated),
           T(error_huge_length), T(error_missing_empty_string0), T(error_out_of_range_ids),
           T(error_wrong_value_count), T(error_duplicate_and_zero_ids), T(sparse_ids_are_renumbered),
           T(error_bad_gzip), T(error_limits), T(next_window_keeps_the_tables),
-          T(lazy_ids_decode_to_the_eager_ids))
+          T(lazy_ids_decode_to_the_eager_ids), T(varints_every_length_and_place))
