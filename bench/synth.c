@@ -205,12 +205,24 @@ static uint32_t epoch_str(cp_profile *e, const cp_profile *w, uint32_t id)
 int cp_synth_stream_add(cp_profile *e, const cp_profile *w)
 {
     uint32_t *lmap = calloc(w->locations.n + 1, sizeof *lmap), locs[256];
-    if (!lmap) return -1;
+    /* e's locations by address (open addressing, rebuilt per call: this is set-up code) */
+    uint32_t cap = 64;
+    while (cap < 2 * (e->locations.n + w->locations.n))
+        cap *= 2;
+    uint32_t *byaddr = calloc(cap, sizeof *byaddr);
+    if (!lmap || !byaddr) goto fail;
+    for (uint32_t j = 0; j < e->locations.n; j++) {
+        uint32_t h = (uint32_t)cp_hash_u64(0, e->locations.v[j].address) & (cap - 1);
+        while (byaddr[h])
+            h = (h + 1) & (cap - 1);
+        byaddr[h] = j + 1;
+    }
     for (uint32_t i = 0; i < w->locations.n; i++) {
         const cp_location *l = &w->locations.v[i];
-        for (uint32_t j = 0; j < e->locations.n && !lmap[i + 1]; j++)
-            if (e->locations.v[j].address == l->address) lmap[i + 1] = j + 1;
-        if (lmap[i + 1]) continue;
+        uint32_t h = (uint32_t)cp_hash_u64(0, l->address) & (cap - 1);
+        while (byaddr[h] && e->locations.v[byaddr[h] - 1].address != l->address)
+            h = (h + 1) & (cap - 1);
+        if ((lmap[i + 1] = byaddr[h])) continue;
         uint32_t mid = 0;
         if (l->mapping_id) {
             cp_mapping m = w->mappings.v[l->mapping_id - 1];
@@ -241,6 +253,7 @@ int cp_synth_stream_add(cp_profile *e, const cp_profile *w)
             lines[k].function_id = fid;
         }
         if (cp_profile_add_location(e, l->address, mid, lines, nl, &lmap[i + 1])) goto fail;
+        byaddr[h] = lmap[i + 1];
     }
     for (uint32_t i = 0; i < w->samples.n; i++) {
         const cp_sample *s = &w->samples.v[i];
@@ -250,8 +263,10 @@ int cp_synth_stream_add(cp_profile *e, const cp_profile *w)
         if (cp_profile_add_sample(e, locs, n, cp_profile_sample_values(w, i), NULL, 0)) goto fail;
     }
     free(lmap);
+    free(byaddr);
     return 0;
 fail:
     free(lmap);
+    free(byaddr);
     return -1;
 }
