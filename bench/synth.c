@@ -192,3 +192,81 @@ fail:
     cp_profile_destroy(p);
     return NULL;
 }
+
+/* ===== a stream that keeps its tables ============================================== */
+
+static uint32_t epoch_str(cp_profile *e, const cp_profile *w, uint32_t id)
+{
+    uint32_t out = 0;
+    if (id && cp_profile_intern_cstr(e, cp_profile_str(w, id), &out)) return UINT32_MAX;
+    return out;
+}
+
+int cp_synth_stream_add(cp_profile *e, const cp_profile *w)
+{
+    uint32_t *lmap = calloc(w->locations.n + 1, sizeof *lmap), locs[256];
+    /* e's locations by address (open addressing, rebuilt per call: this is set-up code) */
+    uint32_t cap = 64;
+    while (cap < 2 * (e->locations.n + w->locations.n))
+        cap *= 2;
+    uint32_t *byaddr = calloc(cap, sizeof *byaddr);
+    if (!lmap || !byaddr) goto fail;
+    for (uint32_t j = 0; j < e->locations.n; j++) {
+        uint32_t h = (uint32_t)cp_hash_u64(0, e->locations.v[j].address) & (cap - 1);
+        while (byaddr[h])
+            h = (h + 1) & (cap - 1);
+        byaddr[h] = j + 1;
+    }
+    for (uint32_t i = 0; i < w->locations.n; i++) {
+        const cp_location *l = &w->locations.v[i];
+        uint32_t h = (uint32_t)cp_hash_u64(0, l->address) & (cap - 1);
+        while (byaddr[h] && e->locations.v[byaddr[h] - 1].address != l->address)
+            h = (h + 1) & (cap - 1);
+        if ((lmap[i + 1] = byaddr[h])) continue;
+        uint32_t mid = 0;
+        if (l->mapping_id) {
+            cp_mapping m = w->mappings.v[l->mapping_id - 1];
+            m.filename = epoch_str(e, w, m.filename);
+            m.build_id = epoch_str(e, w, m.build_id);
+            for (uint32_t j = 0; j < e->mappings.n && !mid; j++)
+                if (e->mappings.v[j].filename == m.filename &&
+                    e->mappings.v[j].build_id == m.build_id)
+                    mid = j + 1;
+            if (!mid && cp_profile_add_mapping(e, &m, &mid)) goto fail;
+        }
+        cp_line lines[8];
+        uint32_t nl = l->nlines < 8 ? l->nlines : 8;
+        for (uint32_t k = 0; k < nl; k++) {
+            lines[k] = w->lines.v[l->line_off + k];
+            cp_function f = w->functions.v[lines[k].function_id - 1];
+            f.name = epoch_str(e, w, f.name);
+            f.system_name = epoch_str(e, w, f.system_name);
+            f.filename = epoch_str(e, w, f.filename);
+            uint32_t fid = 0;
+            for (uint32_t j = 0; j < e->functions.n && !fid; j++) {
+                const cp_function *g = &e->functions.v[j];
+                if (g->name == f.name && g->system_name == f.system_name &&
+                    g->filename == f.filename && g->start_line == f.start_line)
+                    fid = j + 1;
+            }
+            if (!fid && cp_profile_add_function(e, &f, &fid)) goto fail;
+            lines[k].function_id = fid;
+        }
+        if (cp_profile_add_location(e, l->address, mid, lines, nl, &lmap[i + 1])) goto fail;
+        byaddr[h] = lmap[i + 1];
+    }
+    for (uint32_t i = 0; i < w->samples.n; i++) {
+        const cp_sample *s = &w->samples.v[i];
+        uint32_t n = s->nlocs < 256 ? s->nlocs : 256;
+        for (uint32_t k = 0; k < n; k++)
+            locs[k] = lmap[w->stack.v[s->loc_off + k]];
+        if (cp_profile_add_sample(e, locs, n, cp_profile_sample_values(w, i), NULL, 0)) goto fail;
+    }
+    free(lmap);
+    free(byaddr);
+    return 0;
+fail:
+    free(lmap);
+    free(byaddr);
+    return -1;
+}

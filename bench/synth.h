@@ -18,4 +18,12 @@ void cp_synth_destroy(cp_synth *s);
  * caller owns the result. */
 cp_profile *cp_synth_cpu_window(cp_synth *s, uint32_t nsamples, int64_t start_ns, int64_t dur_ns);
 
+/* An agent's stream that keeps its tables between windows (collector/README.md): appends
+ * w's samples to stream e, adding the frames of w that e does not have yet (a frame is its
+ * address: the synthetic service's frames each have their own) after e's, with the
+ * mappings, functions and strings they need. e's sample types and period must be w's. The
+ * caller encodes e, then starts the next window with cp_profile_next_window. Returns 0 or
+ * -1 (out of memory). */
+int cp_synth_stream_add(cp_profile *e, const cp_profile *w);
+
 #endif

@@ -22,10 +22,9 @@
 #include <unistd.h>
 
 #define MAX_PARTITIONS 65536
-/* How long the open batch may wait once nothing more is waiting to be read. */
-#define CAUGHT_UP_WAIT_NS (40 * 1000000LL)
-/* ... and while someone asks which offsets are stored (a sender waiting for the store,
- * contprof import; or /metrics), at most this long: the sender's wait is this latency. */
+/* How long the open batch may wait, once nothing more is waiting to be read, while someone
+ * asks which offsets are stored (a sender waiting for the store, contprof import; or
+ * /metrics): the sender's wait is this latency. Nobody asking, it waits batch_max_ms. */
 #define ASKED_WAIT_NS (10 * 1000000LL)
 
 typedef struct range {
@@ -71,6 +70,7 @@ typedef struct slot {
     int tenant_bad; /* not signed by a token of its tenant */
     cp_envelope env;
     cp_profile *prof;
+    cp_pprof_lazy lz; /* prof's samples whose ids the store resolves (its stack cache) */
     cp_err err;
 } slot;
 
@@ -637,8 +637,8 @@ static void decode_slot(cp_ingest *in, slot *sl, cp_pprof_decoder *dec)
         return;
     }
     if (!sl->rc_env)
-        sl->rc_prof =
-            cp_pprof_decoder_decode(dec, sl->env.pprof, sl->env.pprof_len, sl->prof, &sl->err);
+        sl->rc_prof = cp_pprof_decoder_decode_lazy(dec, sl->env.pprof, sl->env.pprof_len, sl->prof,
+                                                   &sl->lz, &sl->err);
 }
 
 static void decode_share(cp_ingest *in, uint32_t tid)
@@ -748,11 +748,13 @@ static int apply(cp_ingest *in, slot *sl)
         to_dlq(in, p, m, dlq_reason_of(sl->rc_prof, 1), sl->err.msg);
     } else {
         cp_err err = {0};
-        rc = cp_store_batch_add(in->batch, &sl->env, sl->prof, m->partition, &err);
+        rc = cp_store_batch_add_lazy(in->batch, &sl->env, sl->prof, &sl->lz, m->partition, &err);
         if (rc == CP_STORE_DUPLICATE) {
             pthread_mutex_lock(&in->mu);
             in->st.duplicates++;
             pthread_mutex_unlock(&in->mu);
+        } else if (rc == CP_EPPROF) { /* a sample's ids, checked by the store (lazy ids) */
+            to_dlq(in, p, m, dlq_reason_of(rc, 1), err.msg);
         } else if (rc == CP_EINVAL || rc == CP_EINCOMPAT || rc == CP_ELIMIT) {
             to_dlq(in, p, m, dlq_reason_of(rc, 2), err.msg);
         } else if (rc) {
@@ -844,8 +846,10 @@ static void *run(void *arg)
     cp_ingest *in = arg;
     int64_t last_maint = mono_ns(), last_lag = 0;
     int64_t max_wait = (int64_t)in->o.batch_max_ms * 1000000;
-    /* once caught up, the open batch waits this long at most (see below) */
-    int64_t idle_wait = max_wait < CAUGHT_UP_WAIT_NS ? max_wait : CAUGHT_UP_WAIT_NS;
+    /* once caught up, the open batch waits this long at most, less while someone asks
+     * (wait_now); each commit re-encodes the series' open rollup buckets, so fewer larger
+     * batches under a steady stream cost less CPU (ingest/README.md, "Batches") */
+    int64_t idle_wait = max_wait;
     int caught_up = 0; /* nothing was waiting to be read at some point since the batch began */
     pthread_mutex_lock(&in->mu);
     in->st.running = 1;
@@ -891,9 +895,9 @@ static void *run(void *arg)
         if (atomic_load(&in->stop) && !in->pending) break;
         int64_t now = mono_ns();
         /* Write when the batch is full or old; once ingest has caught up with what there is
-         * to read, old means CAUGHT_UP_WAIT_NS: a sender waiting for its windows to be stored
-         * (import) is not held for batch_max_ms, a backlog is still written in large
-         * batches, and a sender slower than ingest does not get one synced write per
+         * to read and someone asks, old means ASKED_WAIT_NS: a sender waiting for its windows
+         * to be stored (import) is not held for batch_max_ms, a backlog is still written in
+         * large batches, and a sender slower than ingest does not get one synced write per
          * window. */
         if (in->pending &&
             (in->pending >= in->o.batch_max_messages ||
@@ -1166,6 +1170,7 @@ void cp_ingest_destroy(cp_ingest *in)
     for (uint32_t i = 0; in->slots && i < in->chunk_max; i++) {
         if (in->slots[i].m) rd_kafka_message_destroy(in->slots[i].m);
         cp_profile_destroy(in->slots[i].prof);
+        cp_pprof_lazy_close(&in->slots[i].lz);
     }
     free(in->slots);
     free(in->parts.v);

@@ -263,6 +263,100 @@ __attribute__((target("ssse3"))) static void ids_ssse3(const uint8_t **qp, const
 }
 #endif
 
+/* Decodes the packed location ids [q, end) of sample i into dst, which must have room for
+ * (end - q) + 8 ids, each checked to be in 1..nloc; at is how many of the sample's ids came
+ * before (for the message). Returns the count, or -1 with err set (CP_EPPROF). */
+static long ids_decode(const uint8_t *q, const uint8_t *end, uint32_t nloc, uint32_t *dst0,
+                       uint32_t i, uint32_t at, cp_err *err)
+{
+    uint32_t *dst = dst0;
+#ifdef IDS_SIMD
+    if (ids_simd) ids_ssse3(&q, end, nloc, &dst);
+#endif
+    /* Ids of one or two bytes, without a branch on which (they mix at random): four
+     * two-byte ids at once when the continuation bits say so, else three ids from each
+     * 8-byte load, so that finding where the next id starts costs shifts, not loads.
+     * Anything else (a longer varint, a bad id, the last bytes) goes to the general loop
+     * below. */
+    while (end - q >= 8) {
+        uint64_t w;
+        memcpy(&w, q, 8);
+        unsigned used = 0;
+        uint64_t cont = w & 0x8080808080808080ull; /* continuation bits */
+        if (cont == 0x0080008000800080ull) {       /* four two-byte ids (ids 128-16383) */
+            uint64_t i0 = (w & 0x7f) | (w >> 1 & 0x3f80),
+                     i1 = (w >> 16 & 0x7f) | (w >> 17 & 0x3f80),
+                     i2 = (w >> 32 & 0x7f) | (w >> 33 & 0x3f80),
+                     i3 = (w >> 48 & 0x7f) | (w >> 49 & 0x3f80);
+            if (i0 - 1 < nloc && i1 - 1 < nloc && i2 - 1 < nloc && i3 - 1 < nloc) {
+                dst[0] = (uint32_t)i0;
+                dst[1] = (uint32_t)i1;
+                dst[2] = (uint32_t)i2;
+                dst[3] = (uint32_t)i3;
+                dst += 4;
+                q += 8;
+                continue;
+            }
+        }
+        for (int k = 0; k < 3; k++) {
+            uint32_t b0 = (uint32_t)w & 0xff, b1 = (uint32_t)(w >> 8) & 0xff, c = b0 >> 7;
+            uint64_t id = (b0 & 0x7f) | ((b1 << 7) & (0u - c));
+            if ((c & (b1 >> 7)) || id - 1 >= nloc) goto general;
+            *dst++ = (uint32_t)id;
+            w >>= 8 + 8 * c;
+            used += 1 + c;
+        }
+        q += used;
+        continue;
+    general:
+        q += used;
+        break;
+    }
+    while (q < end) {
+        uint64_t id;
+        if (q[0] < 0x80) {
+            id = q[0];
+            q++;
+        } else if (end - q >= 2 && q[1] < 0x80) {
+            id = (uint64_t)(q[0] & 0x7f) | (uint64_t)q[1] << 7;
+            q += 2;
+        } else {
+            rd one = {q, end};
+            if (rd_varint(&one, &id)) {
+                cp_err_set(err, CP_EPPROF,
+                           "sample[%u].location_id: malformed field (truncated or bad length)", i);
+                return -1;
+            }
+            q = one.p;
+        }
+        if (id - 1 >= nloc) {
+            cp_err_set(err, CP_EPPROF,
+                       "sample[%u].location_id[%u]: location %llu not found (profile has %u "
+                       "locations)",
+                       i, at + (uint32_t)(dst - dst0), (unsigned long long)id, nloc);
+            return -1;
+        }
+        *dst++ = (uint32_t)id;
+    }
+    return dst - dst0;
+}
+
+/* Appends the packed location ids *pk of sample i (whose ids start at p->stack[loc_off]) to
+ * p->stack, each checked to be in 1..nloc; marks *pk used (p = NULL). Returns 0, CP_EPPROF or
+ * CP_ENOMEM. */
+static int stack_run(cp_profile *p, rd *pk, uint32_t i, uint32_t loc_off, uint32_t nloc,
+                     cp_err *err)
+{
+    if (cp_vec_reserve(&p->stack, (size_t)p->stack.n + (size_t)(pk->end - pk->p) + 8))
+        return cp_err_set(err, CP_ENOMEM, "out of memory decoding profile");
+    long n =
+        ids_decode(pk->p, pk->end, nloc, p->stack.v + p->stack.n, i, p->stack.n - loc_off, err);
+    if (n < 0) return CP_EPPROF;
+    p->stack.n += (uint32_t)n;
+    pk->p = NULL;
+    return 0;
+}
+
 /* Reads one element or a packed run of a repeated varint field into a CP_VEC of int64_t or
  * uint64_t (an int64 is the varint of its two's complement: the same bits). */
 #define READ_REPEATED64(r, wt, vec, ...)                                                           \
@@ -420,6 +514,7 @@ typedef CP_VEC(int64_t) i64_vec;
  * windows does not allocate once it has warmed up. */
 typedef struct scratch {
     rd_vec types, samples, maps;
+    rd_vec locs; /* lazy: the location messages, parsed after the pass (or not at all) */
     u64_vec ids, tmp;
     u64_vec fn_ids, loc_ids, loc_maps, line_fns; /* raw ids, resolved once all are known */
     i64_vec comments;
@@ -430,6 +525,7 @@ static void scratch_close(scratch *sc)
     free(sc->types.v);
     free(sc->samples.v);
     free(sc->maps.v);
+    free(sc->locs.v);
     free(sc->fn_ids.v);
     free(sc->loc_ids.v);
     free(sc->loc_maps.v);
@@ -558,18 +654,53 @@ out:
     return rc;
 }
 
+/* Resolves the mapping and function ids of locations [from, n) of p (raw ids in sc, as
+ * parse_location left them) through mm and fm; the error names the first unknown one. */
+static int resolve_locations(cp_profile *p, const scratch *sc, uint32_t from, const idmap *mm,
+                             const idmap *fm, cp_err *err)
+{
+    for (uint32_t i = from; i < p->locations.n; i++) {
+        cp_location *cl = &p->locations.v[i];
+        uint64_t mid = sc->loc_maps.v[i - from];
+        if (mid) {
+            cl->mapping_id = idmap_get(mm, mid);
+            if (!cl->mapping_id)
+                return cp_err_set(
+                    err, CP_EPPROF,
+                    "location[%u] (id %llu): mapping_id %llu not found (profile has %u mappings)",
+                    i, (unsigned long long)sc->loc_ids.v[i - from], (unsigned long long)mid,
+                    p->mappings.n);
+        }
+        for (uint32_t k = 0; k < cl->nlines; k++) {
+            uint64_t fid = sc->line_fns.v[cl->line_off - p->locations.v[from].line_off + k];
+            uint32_t d = idmap_get(fm, fid);
+            if (!d)
+                return cp_err_set(err, CP_EPPROF,
+                                  "location[%u] (id %llu).line[%u]: function_id %llu not found "
+                                  "(profile has %u functions)",
+                                  i, (unsigned long long)sc->loc_ids.v[i - from], k,
+                                  (unsigned long long)fid, p->functions.n);
+            p->lines.v[cl->line_off + k].function_id = d;
+        }
+    }
+    return 0;
+}
+
 /* One pass over the top-level fields: strings, functions and locations are parsed where
  * they stand; sample types, samples and mappings are remembered for after, since they
  * are checked against (or refer to) what may come later. */
 static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_pprof_limits *lim,
-                       cp_profile *p, cp_err *err)
+                       cp_profile *p, cp_pprof_lazy *lz, cp_err *err)
 {
     int rc = 0;
+    int lazy = lz != NULL;
     rd top = {buf, buf + len}, f;
     rd_vec *types = &sc->types, *samples = &sc->samples, *maps = &sc->maps;
     u64_vec *ids = &sc->ids, *tmp = &sc->tmp;
     i64_vec *comments = &sc->comments;
-    types->n = samples->n = maps->n = ids->n = tmp->n = comments->n = 0;
+    types->n = samples->n = maps->n = ids->n = tmp->n = comments->n = sc->locs.n = 0;
+    const uint8_t *loc_start = NULL, *loc_end = NULL; /* lazy: the location messages' run */
+    int loc_contig = 1; /* lazy: the location messages are one run of bytes */
     sc->fn_ids.n = sc->loc_ids.n = sc->loc_maps.n = sc->line_fns.n = 0;
     rd period_type = {NULL, NULL};
     int64_t scal[15] = {0};
@@ -608,7 +739,14 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
                 if (cp_vec_push(maps, f)) goto nomem;
                 break;
             case 4:
-                if (p->locations.n >= lim->max_locations) goto too_many;
+                if (p->locations.n + sc->locs.n >= lim->max_locations) goto too_many;
+                if (lazy) { /* parsed after the pass, if at all (see "locations" below) */
+                    if (!sc->locs.n) loc_start = buf + at;
+                    if (sc->locs.n && loc_end != buf + at) loc_contig = 0;
+                    loc_end = f.end;
+                    if (cp_vec_push(&sc->locs, f)) goto nomem;
+                    break;
+                }
                 if ((rc = parse_location(f, p->locations.n, p, sc, err))) goto out;
                 break;
             case 5:
@@ -771,129 +909,64 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
     }
     if ((rc = idmap_build(&fm, "function", sc->fn_ids.v, sc->fn_ids.n, err))) goto out;
 
-    /* --- locations: mappings and functions resolved, then the id map --- */
-    for (uint32_t i = 0; i < p->locations.n; i++) {
-        cp_location *cl = &p->locations.v[i];
-        uint64_t mid = sc->loc_maps.v[i];
-        if (mid) {
-            cl->mapping_id = idmap_get(&mm, mid);
-            if (!cl->mapping_id) {
-                rc = cp_err_set(
-                    err, CP_EPPROF,
-                    "location[%u] (id %llu): mapping_id %llu not found (profile has %u mappings)",
-                    i, (unsigned long long)sc->loc_ids.v[i], (unsigned long long)mid, maps->n);
-                goto out;
-            }
-        }
-        for (uint32_t k = 0; k < cl->nlines; k++) {
-            uint64_t fid = sc->line_fns.v[cl->line_off + k];
-            uint32_t d = idmap_get(&fm, fid);
-            if (!d) {
-                rc = cp_err_set(err, CP_EPPROF,
-                                "location[%u] (id %llu).line[%u]: function_id %llu not found "
-                                "(profile has %u functions)",
-                                i, (unsigned long long)sc->loc_ids.v[i], k, (unsigned long long)fid,
-                                p->functions.n);
-                goto out;
-            }
-            p->lines.v[cl->line_off + k].function_id = d;
-        }
+    /* --- locations: parsed now when lazy (unless they can stay lazy), then their mappings
+     * and functions resolved, then the id map --- */
+    int lazy_locs = lazy && loc_contig && mm.dense && fm.dense && sc->locs.n > 0;
+    for (uint32_t i = 0; lazy_locs && i < sc->locs.n; i++) {
+        rd r = sc->locs.v[i];
+        uint64_t id;
+        if (rd_key(&r, &field, &wt) || field != 1 || wt != WT_VARINT || rd_varint(&r, &id) ||
+            id != (uint64_t)i + 1)
+            lazy_locs = 0; /* ids not 1..n in order, or not first: parsed as usual */
     }
-    if ((rc = idmap_build(&lm, "location", sc->loc_ids.v, sc->loc_ids.n, err))) goto out;
-    uint32_t nlocs_total = p->locations.n;
+    if (lazy && !lazy_locs)
+        for (uint32_t i = 0; i < sc->locs.n; i++)
+            if ((rc = parse_location(sc->locs.v[i], p->locations.n, p, sc, err))) goto out;
+    if ((rc = resolve_locations(p, sc, 0, &mm, &fm, err))) goto out;
+    if (lazy_locs) { /* checked above: dense */
+        lm.dense = 1;
+        lm.n = sc->locs.n;
+        lz->locs = loc_start;
+        lz->locs_len = (size_t)(loc_end - loc_start);
+        lz->nloc = sc->locs.n;
+    } else if ((rc = idmap_build(&lm, "location", sc->loc_ids.v, sc->loc_ids.n, err))) {
+        goto out;
+    }
+    uint32_t nlocs_total = lazy_locs ? sc->locs.n : p->locations.n;
 
     /* --- samples --- */
     size_t nv = types->n;
     if (cp_vec_reserve(&p->samples, samples->n) ||
         cp_vec_reserve(&p->values, (size_t)samples->n * nv))
         goto nomem;
+    if (lazy && samples->n) {
+        if (cp_vec_reserve(&lz->ids, samples->n)) goto nomem;
+        memset(lz->ids.v, 0, (size_t)samples->n * sizeof *lz->ids.v);
+        lz->ids.n = samples->n;
+    }
     for (uint32_t i = 0; i < samples->n; i++) {
         rd r = samples->v[i];
         cp_sample cs = {.loc_off = p->stack.n, .label_off = p->labels.n};
         uint32_t values_at = p->values.n;
+        rd span = {NULL, NULL}; /* lazy: the sample's packed ids, not decoded yet */
         tmp->n = 0;
         while (r.p < r.end) {
             if (rd_key(&r, &field, &wt)) MALFORMED("sample[%u]", i);
             if (field == 1 && wt == WT_LEN && lm.dense && tmp->n == 0) {
                 /* the common case: a packed run of dense ids, checked and stored at once
-                 * (once an id went to tmp, the rest follow it there, keeping the order) */
+                 * (once an id went to tmp, the rest follow it there, keeping the order);
+                 * with lazy ids, a sample's first run is kept as bytes instead */
                 rd pk;
                 if (rd_len(&r, &pk)) MALFORMED("sample[%u].location_id", i);
                 if (pk.p == pk.end) continue;
-                if (cp_vec_reserve(&p->stack, (size_t)p->stack.n + (size_t)(pk.end - pk.p) + 8))
-                    goto nomem;
-                uint32_t *dst = p->stack.v + p->stack.n;
-                const uint8_t *q = pk.p;
-                uint64_t nloc = nlocs_total;
-#ifdef IDS_SIMD
-                if (ids_simd) ids_ssse3(&q, pk.end, nloc, &dst);
-#endif
-                /* Ids of one or two bytes, without a branch on which (they mix at random):
-                 * four two-byte ids at once when the continuation bits say so, else three
-                 * ids from each 8-byte load, so that finding where the next id starts costs
-                 * shifts, not loads. Anything else (a longer varint, a bad id, the last
-                 * bytes) goes to the general loop below. */
-                while (pk.end - q >= 8) {
-                    uint64_t w;
-                    memcpy(&w, q, 8);
-                    unsigned used = 0;
-                    uint64_t cont = w & 0x8080808080808080ull; /* continuation bits */
-                    if (cont == 0x0080008000800080ull) { /* four two-byte ids (ids 128-16383) */
-                        uint64_t i0 = (w & 0x7f) | (w >> 1 & 0x3f80),
-                                 i1 = (w >> 16 & 0x7f) | (w >> 17 & 0x3f80),
-                                 i2 = (w >> 32 & 0x7f) | (w >> 33 & 0x3f80),
-                                 i3 = (w >> 48 & 0x7f) | (w >> 49 & 0x3f80);
-                        if (i0 - 1 < nlocs_total && i1 - 1 < nlocs_total && i2 - 1 < nlocs_total &&
-                            i3 - 1 < nlocs_total) {
-                            dst[0] = (uint32_t)i0;
-                            dst[1] = (uint32_t)i1;
-                            dst[2] = (uint32_t)i2;
-                            dst[3] = (uint32_t)i3;
-                            dst += 4;
-                            q += 8;
-                            continue;
-                        }
-                    }
-                    for (int k = 0; k < 3; k++) {
-                        uint32_t b0 = (uint32_t)w & 0xff, b1 = (uint32_t)(w >> 8) & 0xff,
-                                 c = b0 >> 7;
-                        uint64_t id = (b0 & 0x7f) | ((b1 << 7) & (0u - c));
-                        if ((c & (b1 >> 7)) || id - 1 >= nloc) goto general;
-                        *dst++ = (uint32_t)id;
-                        w >>= 8 + 8 * c;
-                        used += 1 + c;
-                    }
-                    q += used;
+                if (lazy && !span.p && p->stack.n == cs.loc_off) {
+                    span = pk;
                     continue;
-                general:
-                    q += used;
-                    break;
                 }
-                while (q < pk.end) {
-                    uint64_t id;
-                    if (q[0] < 0x80) {
-                        id = q[0];
-                        q++;
-                    } else if (pk.end - q >= 2 && q[1] < 0x80) {
-                        id = (uint64_t)(q[0] & 0x7f) | (uint64_t)q[1] << 7;
-                        q += 2;
-                    } else {
-                        rd one = {q, pk.end};
-                        if (rd_varint(&one, &id)) MALFORMED("sample[%u].location_id", i);
-                        q = one.p;
-                    }
-                    if (id - 1 >= nloc) {
-                        rc = cp_err_set(err, CP_EPPROF,
-                                        "sample[%u].location_id[%u]: location %llu not found "
-                                        "(profile has %u locations)",
-                                        i, (uint32_t)(dst - (p->stack.v + cs.loc_off)),
-                                        (unsigned long long)id, nlocs_total);
-                        goto out;
-                    }
-                    *dst++ = (uint32_t)id;
-                }
-                p->stack.n = (uint32_t)(dst - p->stack.v);
+                if (span.p && (rc = stack_run(p, &span, i, cs.loc_off, nlocs_total, err))) goto out;
+                if ((rc = stack_run(p, &pk, i, cs.loc_off, nlocs_total, err))) goto out;
             } else if (field == 1) {
+                if (span.p && (rc = stack_run(p, &span, i, cs.loc_off, nlocs_total, err))) goto out;
                 READ_REPEATED64(&r, wt, tmp, "sample[%u].location_id", i);
             } else if (field == 2) {
                 READ_REPEATED64(&r, wt, &p->values, "sample[%u].value", i);
@@ -933,6 +1006,14 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
                             "sample[%u] has %u values (profile has %zu sample types)", i,
                             p->values.n - values_at, nv);
             goto out;
+        }
+        if (span.p) { /* kept as bytes when one byte an id cannot pass the depth limit */
+            if ((size_t)(span.end - span.p) > lim->max_depth) {
+                if ((rc = stack_run(p, &span, i, cs.loc_off, nlocs_total, err))) goto out;
+            } else {
+                lz->ids.v[i] = (cp_pprof_ids){span.p, (uint32_t)(span.end - span.p)};
+                lz->nlazy++;
+            }
         }
         /* ids that came one by one (unpacked) or need the id map were collected in tmp */
         uint32_t depth = p->stack.n - cs.loc_off + tmp->n;
@@ -1002,12 +1083,24 @@ void cp_pprof_decoder_destroy(cp_pprof_decoder *d)
     free(d);
 }
 
-int cp_pprof_decoder_decode(cp_pprof_decoder *d, const uint8_t *buf, size_t len, cp_profile *p,
-                            cp_err *err)
+int cp_pprof_decoder_decode_lazy(cp_pprof_decoder *d, const uint8_t *buf, size_t len, cp_profile *p,
+                                 cp_pprof_lazy *lz, cp_err *err)
 {
     int rc;
     cp_profile_reset(p);
+    if (lz) {
+        lz->ids.n = 0;
+        lz->nlazy = 0;
+        lz->locs = NULL;
+        lz->locs_len = 0;
+        lz->nloc = 0;
+        lz->buf = buf;
+        lz->len = len;
+        lz->lim = d->lim;
+    }
     if (cp_is_gzip(buf, len)) {
+        /* the inflated bytes are the decoder's and the next call's: nothing stays lazy */
+        lz = NULL;
         d->raw.len = 0;
         if ((rc = gunzip_with(d->inflater, buf, len, d->lim.max_bytes, &d->raw, err))) return rc;
         buf = d->raw.data;
@@ -1018,8 +1111,15 @@ int cp_pprof_decoder_decode(cp_pprof_decoder *d, const uint8_t *buf, size_t len,
     }
     /* The wire scan only explains failures: damage to the framing (truncation, a huge
      * length) gets its own message rather than whatever the decoder tripped over first. */
-    if ((rc = decode_wire(&d->sc, buf, len, &d->lim, p, err))) {
+    if ((rc = decode_wire(&d->sc, buf, len, &d->lim, p, lz, err))) {
         cp_profile_reset(p);
+        if (lz) {
+            lz->ids.n = 0;
+            lz->nlazy = 0;
+            lz->locs = NULL;
+            lz->locs_len = 0;
+            lz->nloc = 0;
+        }
         if (rc != CP_ENOMEM) {
             int wrc = wire_scan(buf, len, d->lim.max_bytes, err);
             if (wrc) rc = wrc;
@@ -1028,6 +1128,76 @@ int cp_pprof_decoder_decode(cp_pprof_decoder *d, const uint8_t *buf, size_t len,
     /* a huge input must not pin its scratch memory for the decoder's lifetime */
     if (d->raw.cap > (4u << 20)) cp_buf_close(&d->raw);
     return rc;
+}
+
+int cp_pprof_decoder_decode(cp_pprof_decoder *d, const uint8_t *buf, size_t len, cp_profile *p,
+                            cp_err *err)
+{
+    return cp_pprof_decoder_decode_lazy(d, buf, len, p, NULL, err);
+}
+
+long cp_pprof_lazy_ids(const cp_profile *p, const cp_pprof_lazy *lz, uint32_t i, uint32_t *dst,
+                       cp_err *err)
+{
+    const cp_pprof_ids *ids = &lz->ids.v[i];
+    uint32_t nloc = lz->nloc ? lz->nloc : p->locations.n;
+    return ids_decode(ids->p, ids->p + ids->len, nloc, dst, i, 0, err);
+}
+
+/* The input of lz decoded in full into p, as cp_pprof_decoder_decode would; lz no longer
+ * lazy. */
+static int lazy_undo(cp_profile *p, cp_pprof_lazy *lz, cp_err *err)
+{
+    cp_pprof_decoder *d = cp_pprof_decoder_create(&lz->lim);
+    if (!d) return cp_err_set(err, CP_ENOMEM, "out of memory decoding profile");
+    int rc = cp_pprof_decoder_decode(d, lz->buf, lz->len, p, err);
+    cp_pprof_decoder_destroy(d);
+    lz->ids.n = lz->nlazy = lz->nloc = 0;
+    lz->locs = NULL;
+    lz->locs_len = 0;
+    return rc;
+}
+
+int cp_pprof_lazy_locations(cp_profile *p, cp_pprof_lazy *lz, uint32_t from, size_t from_at,
+                            cp_err *err)
+{
+    if (!lz->nloc || p->locations.n) return 0; /* parsed by the decoder, or already here */
+    if (from > lz->nloc || from_at > lz->locs_len || (from == 0) != (from_at == 0))
+        from = 0, from_at = 0; /* not a place in this run: parse them all */
+    if (cp_vec_reserve(&p->locations, lz->nloc)) goto nomem;
+    memset(p->locations.v, 0, (size_t)from * sizeof *p->locations.v);
+    p->locations.n = from;
+    if (from == lz->nloc) return 0;
+    scratch sc = {0};
+    rd top = {lz->locs + from_at, lz->locs + lz->locs_len}, f;
+    uint32_t field, wt;
+    int rc = 0, undo = 0;
+    /* the decoder checked the framing of every message */
+    for (uint32_t i = from; i < lz->nloc && !rc && !undo; i++) {
+        if (rd_key(&top, &field, &wt) || field != 4 || rd_len(&top, &f)) {
+            rc = cp_err_set(err, CP_EPPROF, "location[%u]: malformed field", i);
+            break;
+        }
+        rc = parse_location(f, i, p, &sc, err);
+        /* the decoder looked at each message's first field only: an id given again later
+         * in the message (the last one counts) makes the ids other than 1..n */
+        undo = !rc && sc.loc_ids.v[i - from] != (uint64_t)i + 1;
+    }
+    /* dense mapping and function ids (the decoder kept locations lazy only then) */
+    idmap mm = {.dense = 1, .n = p->mappings.n}, fm = {.dense = 1, .n = p->functions.n};
+    if (!rc && !undo && p->locations.n > from) rc = resolve_locations(p, &sc, from, &mm, &fm, err);
+    scratch_close(&sc);
+    if (undo) return lazy_undo(p, lz, err);
+    if (rc) p->locations.n = 0;
+    return rc;
+nomem:
+    return cp_err_set(err, CP_ENOMEM, "out of memory decoding profile");
+}
+
+void cp_pprof_lazy_close(cp_pprof_lazy *lz)
+{
+    free(lz->ids.v);
+    memset(lz, 0, sizeof *lz);
 }
 
 int cp_pprof_decode(const uint8_t *buf, size_t len, const cp_pprof_limits *lim, cp_profile **out,

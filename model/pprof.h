@@ -59,6 +59,57 @@ void cp_pprof_decoder_destroy(cp_pprof_decoder *d);
 int cp_pprof_decoder_decode(cp_pprof_decoder *d, const uint8_t *buf, size_t len, cp_profile *p,
                             cp_err *err);
 
+/* Lazy location ids, for a caller that keeps stacks by their bytes (ingest's per-series
+ * cache, store/README.md): a sample's packed location ids are left undecoded, as the
+ * bytes they came in, when the input is raw (not gzip'd), its location ids are dense
+ * (1..n in order, as cp_profile numbers them), the sample's ids came as one packed run and
+ * that run has no more bytes than the depth limit (so the depth cannot exceed it). Such a
+ * sample has nlocs 0 in the profile and ids.v[i] = its bytes, which point into the
+ * caller's input: valid as long as it is. Every other check is made as usual. */
+typedef struct cp_pprof_ids {
+    const uint8_t *p; /* NULL: the sample's ids were decoded into the profile */
+    uint32_t len;
+} cp_pprof_ids;
+
+typedef struct cp_pprof_lazy {
+    CP_VEC(cp_pprof_ids) ids; /* one per sample of the last decode */
+    uint32_t nlazy;           /* how many are lazy */
+    /* Lazy locations: when, besides, the location messages are one run of bytes, their
+     * ids 1..n in order, and mapping and function ids dense, the locations are not parsed:
+     * the profile has none (p->locations.n == 0) and locs[0..locs_len) holds the nloc
+     * messages (keys and lengths included); cp_pprof_lazy_locations parses them. */
+    const uint8_t *locs;
+    size_t locs_len;
+    uint32_t nloc;
+    /* the input and the decoder's limits, for cp_pprof_lazy_locations */
+    const uint8_t *buf;
+    size_t len;
+    cp_pprof_limits lim;
+} cp_pprof_lazy;
+
+/* cp_pprof_decoder_decode with lazy ids into lz (reused; lz NULL: as cp_pprof_decoder_decode). */
+int cp_pprof_decoder_decode_lazy(cp_pprof_decoder *d, const uint8_t *buf, size_t len, cp_profile *p,
+                                 cp_pprof_lazy *lz, cp_err *err);
+/* Decodes sample i's lazy ids lz->ids.v[i] (of profile p) into dst, which must have room
+ * for their length + 8 ids, each checked to be one of p's locations (lz->nloc when they are
+ * lazy) as the decoder checks them (the same message). Returns the count, or -1 with err
+ * set (CP_EPPROF). */
+long cp_pprof_lazy_ids(const cp_profile *p, const cp_pprof_lazy *lz, uint32_t i, uint32_t *dst,
+                       cp_err *err);
+/* Parses the lazy locations of p (lz->nloc of them; nothing to do when there are none or p
+ * has its locations) from the from'th on, which starts from_at bytes into lz->locs (0 and 0:
+ * all of them), checked as the decoder checks them (the same messages), so that p has
+ * lz->nloc locations, of which [0, from) are left zero: for a
+ * caller that knows them otherwise (ingest's stack cache, which checked them in an earlier
+ * window). The decoder chose lazy locations by each message's first field; if a parsed
+ * message's id turns out other than its place (an id repeated later in it), the input is
+ * decoded again in full into p and lz is left with nothing lazy. Returns 0, CP_EPPROF or
+ * CP_ENOMEM (p then has no locations). */
+int cp_pprof_lazy_locations(cp_profile *p, cp_pprof_lazy *lz, uint32_t from, size_t from_at,
+                            cp_err *err);
+/* Frees what lz holds. */
+void cp_pprof_lazy_close(cp_pprof_lazy *lz);
+
 /* Encodes p as pprof and appends it to out: gzip'd when gzip_level > 0 (1..9), else raw.
  * p must be well formed (as cp_pprof_decode and the builders leave it). Returns 0 or
  * CP_ENOMEM (CP_EINVAL only if the encoder's sizing pass and its writing pass disagree, a

@@ -27,6 +27,22 @@ static inline __attribute__((always_inline)) int rd_varint(rd *r, uint64_t *out)
         r->p += 2;
         return 0;
     }
+#if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (r->end - r->p >= 8) { /* up to eight bytes from one load: values, addresses */
+        uint64_t w;
+        __builtin_memcpy(&w, r->p, 8);
+        uint64_t stop = ~w & 0x8080808080808080ull; /* bytes without a continuation bit */
+        if (stop) {
+            unsigned n = (unsigned)__builtin_ctzll(stop) / 8 + 1;
+            if (n < 8) w &= (1ull << (8 * n)) - 1;
+            *out = (w & 0x7f) | (w >> 1 & 0x3f80) | (w >> 2 & 0x1fc000) | (w >> 3 & 0xfe00000) |
+                   (w >> 4 & 0x7f0000000ull) | (w >> 5 & 0x3f800000000ull) |
+                   (w >> 6 & 0x1fc0000000000ull) | (w >> 7 & 0xfe000000000000ull);
+            r->p += n;
+            return 0;
+        }
+    }
+#endif
     uint64_t v = 0;
     for (int shift = 0; shift < 64; shift += 7) {
         if (r->p >= r->end) return -1;

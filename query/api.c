@@ -904,6 +904,21 @@ static void ep_metrics(cp_api *a, cp_http_response *r)
           "# TYPE contprof_store_windows_written_total counter\n"
           "contprof_store_windows_written_total %" PRIu64 "\n",
           st.windows);
+        P("# HELP contprof_store_stack_cache_hits_total Samples whose stack the writer's "
+          "per-series cache knew (store/README.md).\n"
+          "# TYPE contprof_store_stack_cache_hits_total counter\n"
+          "contprof_store_stack_cache_hits_total %" PRIu64 "\n"
+          "# HELP contprof_store_stack_cache_misses_total Samples decoded and interned in full.\n"
+          "# TYPE contprof_store_stack_cache_misses_total counter\n"
+          "contprof_store_stack_cache_misses_total %" PRIu64 "\n"
+          "# HELP contprof_store_stack_cache_flushes_total Times every series' stack cache was "
+          "dropped to stay in its budget.\n"
+          "# TYPE contprof_store_stack_cache_flushes_total counter\n"
+          "contprof_store_stack_cache_flushes_total %" PRIu64 "\n"
+          "# HELP contprof_store_stack_cache_bytes Memory held by the stack caches.\n"
+          "# TYPE contprof_store_stack_cache_bytes gauge\n"
+          "contprof_store_stack_cache_bytes %" PRIu64 "\n",
+          st.stack_cache_hits, st.stack_cache_misses, st.stack_cache_flushes, st.stack_cache_bytes);
     }
     if (a->o.ingest_stats) {
         cp_api_ingest_stats in = {0};

@@ -843,7 +843,11 @@ void cp_store_get_stats(cp_store *s, cp_store_stats *out)
 {
     memset(out, 0, sizeof *out);
     out->windows = atomic_load(&s->windows);
+    out->stack_cache_hits = atomic_load(&s->wcache_hits);
+    out->stack_cache_misses = atomic_load(&s->wcache_misses);
+    out->stack_cache_flushes = atomic_load(&s->wcache_flushes);
     pthread_rwlock_rdlock(&s->lock);
+    out->stack_cache_bytes = s->wcache_bytes;
     for (uint32_t i = 0; i < s->tenants.n; i++)
         out->series += s->tenants.v[i]->series.n;
     pthread_rwlock_unlock(&s->lock);

@@ -82,6 +82,7 @@ void cp_ser_free(cp_ser *s)
     free(s->cum_producer);
     cp_acc_close(&s->cum);
     cp_acc_close(&s->stage);
+    cp_wcache_free(s->wc);
     free(s);
 }
 
@@ -430,6 +431,7 @@ int cp_store_open(const cp_store_options *opt, cp_store **out, cp_err *err)
     for (int l = 1; l < CP_NLEVELS; l++)
         s->retention[l] = opt->retention_rollup_ns;
     s->bucket_rows_max = opt->bucket_cache_entries ? opt->bucket_cache_entries : (2u << 20);
+    s->wcache_budget = opt->stack_cache_bytes ? opt->stack_cache_bytes : (64u << 20);
     s->opts = leveldb_options_create();
     s->cache = leveldb_cache_create_lru(opt->cache_bytes ? opt->cache_bytes : (64u << 20));
     s->filter = leveldb_filterpolicy_create_bloom(10);
@@ -488,6 +490,7 @@ int cp_store_reopen(cp_store *s, cp_err *err)
     for (uint32_t i = 0; i < s->tenants.n; i++)
         tenant_free(s->tenants.v[i]);
     s->tenants.n = 0;
+    s->wcache_bytes = 0; /* the series and their stack caches are gone */
     s->mt_tenant = s->mt_series = s->mt_level = 0;
     s->broken = 1;
     int rc = db_open(s, err);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "envelope.h"
+#include "pprof.h"
 #include "profile.h"
 #include "selector.h"
 
@@ -23,6 +24,8 @@ typedef struct cp_store_options {
     size_t cache_bytes;          /* LevelDB block cache; 0 = 64 MiB */
     size_t bucket_cache_entries; /* writer's cache of open rollup buckets (stack rows);
                                     0 = 2 Mi rows, about 60 MB */
+    size_t stack_cache_bytes;    /* writer's per-series stack caches, all together (README:
+                                    "The stack cache"); 0 = 64 MiB; past it all are dropped */
 } cp_store_options;
 
 int cp_store_open(const cp_store_options *opt, cp_store **out, cp_err *err);
@@ -92,6 +95,9 @@ typedef struct cp_store_stats {
     uint64_t disk_bytes; /* approximate size of the LevelDB files */
     uint64_t windows;    /* windows stored since open (this process) */
     uint64_t series;     /* distinct series known */
+    /* the writer's stack caches: samples found / not found (lazy ids only), times all
+     * were dropped for the budget, bytes held */
+    uint64_t stack_cache_hits, stack_cache_misses, stack_cache_flushes, stack_cache_bytes;
 } cp_store_stats;
 void cp_store_get_stats(cp_store *s, cp_store_stats *out);
 
@@ -120,6 +126,13 @@ void cp_store_batch_destroy(cp_store_batch *b);
  * unchanged and usable); CP_ENOMEM or CP_ESTORE otherwise. */
 int cp_store_batch_add(cp_store_batch *b, const cp_envelope *e, const cp_profile *p,
                        int32_t dedup_scope, cp_err *err);
+/* cp_store_batch_add for a profile decoded with lazy ids and locations into lz
+ * (model/pprof.h; lz NULL: none), whose bytes must still be valid. What the series' stack
+ * cache knows is taken from it; the rest is parsed into p (its lazy locations) and checked
+ * here: a bad id or location returns CP_EPPROF (err names it, as the decoder would) with
+ * the batch unchanged and usable. */
+int cp_store_batch_add_lazy(cp_store_batch *b, const cp_envelope *e, cp_profile *p,
+                            cp_pprof_lazy *lz, int32_t dedup_scope, cp_err *err);
 
 /* Records that topic/partition continues at next_offset once this batch is committed. */
 int cp_store_batch_set_offset(cp_store_batch *b, const char *topic, int32_t partition,

@@ -15,6 +15,7 @@
 
 #include "error.h"
 #include "format.h"
+#include "pprof.h"
 #include "profile.h"
 #include "store.h"
 #include "vec.h"
@@ -154,6 +155,39 @@ int cp_dict_load(cp_dict *d, uint8_t kind, uint32_t id, const uint8_t *v, size_t
  * stacks that became equal to an earlier one. Idempotent. Returns 0 or
  * CP_ENOMEM (the dictionary is then unusable: close it). */
 int cp_dict_canonicalize(cp_dict *d);
+/* --- the writer's per-series stack cache (wcache.c, store/README.md) ---------------------
+ * Writer only (no lock). Its dictionary ids are the tenant's, committed or in the open
+ * batch: a batch that is dropped leaves the store broken until cp_store_reopen, which frees
+ * every series and so every cache. */
+typedef struct cp_wcache cp_wcache;
+
+/* How many locations of p (decoded with lazy locations into lz) the cache's location ids
+ * hold for: c's tables are a prefix of p's, entry for entry (mappings, functions and the
+ * strings they name, compared as decoded; location messages, compared as bytes), or 0 (no
+ * cache, no lazy locations, or another table: p takes the full path). */
+uint32_t cp_wcache_match(const cp_wcache *c, const cp_profile *p, const cp_pprof_lazy *lz);
+/* Bytes of the matched location messages (where the next one starts in the window's). */
+size_t cp_wcache_locbytes(const cp_wcache *c);
+/* Location index -> dictionary location id for the matched locations. */
+const uint32_t *cp_wcache_locmap(const cp_wcache *c);
+/* The dictionary stacks of n samples whose packed location ids are ids[i] (hash h[i] =
+ * cp_hash_bytes of them; 0: skip the sample), valid for a p that cp_wcache_match matched:
+ * sid[i] = the stack, or 0 when c does not know it (or c is NULL). */
+void cp_wcache_find_all(const cp_wcache *c, uint32_t n, const cp_pprof_ids *ids, const uint64_t *h,
+                        uint32_t *sid);
+/* Makes *c follow p (lazy locations in lz), whose location i + 1 is dictionary location
+ * locmap[i + 1]: keep = 1 after cp_wcache_match(*c, p, lz) succeeded (p's new entries are
+ * appended), 0 to start over from p's tables (the stacks are forgotten). Creates *c if
+ * NULL. On CP_ENOMEM *c is freed and NULL. */
+int cp_wcache_follow(cp_wcache **c, const cp_profile *p, const cp_pprof_lazy *lz,
+                     const uint32_t *locmap, int keep);
+/* Remembers that a sample of the followed tables with ids b[0..len) (hash h) is stack sid.
+ * Past the series' bounds it remembers nothing and returns 0; CP_ENOMEM. */
+int cp_wcache_put(cp_wcache *c, const uint8_t *b, uint32_t len, uint64_t h, uint32_t sid);
+/* Memory held by c (0 for NULL). */
+size_t cp_wcache_bytes(const cp_wcache *c);
+void cp_wcache_free(cp_wcache *c);
+
 /* --- the in-memory tables (store.c: open, load, close, reopen) ------------------------ */
 
 #define TIME_LIMIT (1LL << 62) /* times beyond +-2^62 ns (year 2116) are refused */
@@ -195,6 +229,8 @@ struct cp_ser {
     cp_acc stage;
     int64_t stage_start;
     int staged;
+    /* writer: what this series' windows share (wcache.c); NULL when none */
+    cp_wcache *wc;
 };
 
 typedef struct prod {
@@ -246,6 +282,9 @@ struct cp_store {
     uint32_t *bslots, nbslots;
     size_t bucket_rows, bucket_rows_max;
     uint32_t mt_tenant, mt_series, mt_level; /* maintenance cursor */
+    /* the series' stack caches: bytes held, the budget, and counters (read by stats) */
+    size_t wcache_bytes, wcache_budget;
+    atomic_uint_fast64_t wcache_hits, wcache_misses, wcache_flushes;
 };
 
 /* --- small helpers and key builders (format.h) ----------------------------------------- */

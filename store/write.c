@@ -16,6 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+typedef struct lazy_res {
+    uint32_t sid, off, n;
+} lazy_res;
+
 struct cp_store_batch {
     cp_store *s;
     leveldb_writebatch_t *wb;
@@ -30,6 +34,12 @@ struct cp_store_batch {
     CP_VEC(uint32_t) strmap; /* profile string id -> dict string id (0 = not yet) */
     CP_VEC(uint32_t) fnmap, mapmap;
     CP_VEC(uint64_t) mapdelta; /* profile mapping id -> add to an address: canonical form */
+    /* lazy samples (cp_store_batch_add_lazy), per sample: the stack the series' cache knows
+     * (sid, 0 = not known), else where its decoded ids are in ids; h hashes its bytes */
+    CP_VEC(lazy_res) res;
+    CP_VEC(uint32_t) ids;
+    CP_VEC(uint64_t) hs; /* per sample: the hash of its ids' bytes, 0 = not looked up */
+    CP_VEC(uint32_t) sids;
 };
 static void put_str(cp_buf *b, const char *s)
 {
@@ -221,6 +231,10 @@ void cp_store_batch_destroy(cp_store_batch *b)
     free(b->fnmap.v);
     free(b->mapmap.v);
     free(b->mapdelta.v);
+    free(b->res.v);
+    free(b->ids.v);
+    free(b->hs.v);
+    free(b->sids.v);
     free(b);
 }
 
@@ -407,9 +421,68 @@ static int vec_zero(void *vecp, size_t n)
     return 0;
 }
 
+/* Resolves p's lazy samples before the batch changes: each is found in the series' stack
+ * cache c (matched against p; NULL: none) or its ids are decoded and checked into B->ids.
+ * Returns 0, CP_ENOMEM, or CP_EPPROF naming a bad id. */
+static int lazy_resolve(cp_store_batch *B, const cp_profile *p, const cp_pprof_lazy *lz,
+                        const cp_wcache *c, cp_err *err)
+{
+    uint32_t n = p->samples.n;
+    B->res.n = B->ids.n = B->hs.n = B->sids.n = 0;
+    if (cp_vec_reserve(&B->res, n) || cp_vec_reserve(&B->hs, n) || cp_vec_reserve(&B->sids, n))
+        return cp_err_set(err, CP_ENOMEM, "store");
+    /* the cache holds stacks without labels: a labelled sample (hash 0) is always decoded */
+    for (uint32_t i = 0; i < n; i++) {
+        const cp_pprof_ids *ids = &lz->ids.v[i];
+        B->hs.v[i] =
+            ids->p && p->samples.v[i].nlabels == 0 ? cp_hash_bytes(ids->p, ids->len, 0) : 0;
+    }
+    cp_wcache_find_all(c, n, lz->ids.v, B->hs.v, B->sids.v);
+    uint64_t hits = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        lazy_res *r = &B->res.v[i];
+        *r = (lazy_res){0};
+        const cp_pprof_ids *ids = &lz->ids.v[i];
+        if (!ids->p) continue;
+        if (B->sids.v[i]) {
+            r->sid = B->sids.v[i];
+            hits++;
+            continue;
+        }
+        if (cp_vec_reserve(&B->ids, (size_t)B->ids.n + ids->len + 8))
+            return cp_err_set(err, CP_ENOMEM, "store");
+        long got = cp_pprof_lazy_ids(p, lz, i, B->ids.v + B->ids.n, err);
+        if (got < 0) return CP_EPPROF;
+        r->off = B->ids.n;
+        r->n = (uint32_t)got;
+        B->ids.n += (uint32_t)got;
+    }
+    B->res.n = n;
+    atomic_fetch_add(&B->s->wcache_hits, hits);
+    atomic_fetch_add(&B->s->wcache_misses, lz->nlazy - hits);
+    return 0;
+}
+
+/* Drops every series' stack cache (the budget is spent). Caller holds the write lock. */
+static void wcache_flush(cp_store *s)
+{
+    for (uint32_t i = 0; i < s->tenants.n; i++) {
+        tenant *t = s->tenants.v[i];
+        for (uint32_t j = 0; j < t->series.n; j++) {
+            cp_wcache_free(t->series.v[j]->wc);
+            t->series.v[j]->wc = NULL;
+        }
+    }
+    s->wcache_bytes = 0;
+    atomic_fetch_add(&s->wcache_flushes, 1);
+}
+
 /* Interns p's stacks into t's dictionaries and sums its samples into B->win (width =
- * the series' types, mapped by colmap). Caller holds the write lock. */
-static int profile_to_acc(cp_store_batch *B, tenant *t, const cp_profile *p, const int *colmap,
+ * the series' types, mapped by colmap). With lazy ids (lz, resolved into B->res), the
+ * first `cached` locations are known from ser's stack cache, which then follows p and
+ * learns the stacks it did not know. Caller holds the write lock. */
+static int profile_to_acc(cp_store_batch *B, tenant *t, cp_ser *ser, const cp_profile *p,
+                          const cp_pprof_lazy *lz, uint32_t cached, const int *colmap,
                           uint32_t ntypes, cp_err *err)
 {
     cp_dict *d = &t->dict;
@@ -421,7 +494,8 @@ static int profile_to_acc(cp_store_batch *B, tenant *t, const cp_profile *p, con
     if (cp_acc_reserve(&B->win, p->samples.n)) return cp_err_set(err, CP_ENOMEM, "store");
     CP_VEC(cp_line) lines = {0};
     int rc = 0;
-    for (uint32_t i = 0; i < p->locations.n && !rc; i++) {
+    if (cached) memcpy(B->locmap.v + 1, cp_wcache_locmap(ser->wc), (size_t)cached * 4);
+    for (uint32_t i = cached; i < p->locations.n && !rc; i++) {
         const cp_location *l = &p->locations.v[i];
         cp_location nl = *l;
         nl.mapping_id = 0;
@@ -477,9 +551,49 @@ static int profile_to_acc(cp_store_batch *B, tenant *t, const cp_profile *p, con
     }
     free(lines.v);
     if (rc) return cp_err_set(err, rc, "store: interning locations");
+    /* the series' cache follows p's tables (from scratch when they did not match) */
+    size_t wc_before = cp_wcache_bytes(ser->wc);
+    int lazy = lz && lz->nloc && B->s->wcache_budget > 0;
+    if (lazy && cp_wcache_follow(&ser->wc, p, lz, B->locmap.v, cached > 0)) lazy = 0;
     uint32_t nin = p->sample_types.n;
     for (uint32_t i = 0; i < p->samples.n; i++) {
         const cp_sample *sm = &p->samples.v[i];
+        const int64_t *v = p->values.v + (size_t)i * nin;
+        const lazy_res *lr =
+            lz && lz->nlazy && i < B->res.n && lz->ids.v[i].p ? &B->res.v[i] : NULL;
+        uint32_t sid;
+        if (lr && lr->sid) { /* a stack the series' cache knows */
+            sid = lr->sid;
+            goto add;
+        }
+        if (lr) { /* decoded by lazy_resolve: map and intern as below, then remember */
+            if (cp_vec_reserve(&B->stack, lr->n + 1) || cp_vec_reserve(&B->labels, sm->nlabels + 1))
+                return cp_err_set(err, CP_ENOMEM, "store");
+            const uint32_t *src = B->ids.v + lr->off, *lm = B->locmap.v;
+            uint32_t *dst = B->stack.v;
+            for (uint32_t j = 0; j < lr->n; j++)
+                dst[j] = lm[src[j]];
+            B->stack.n = lr->n;
+            B->labels.n = 0;
+            for (uint32_t j = 0; j < sm->nlabels && sm->label_off + j < p->labels.n; j++) {
+                cp_label lb = p->labels.v[sm->label_off + j];
+                if (map_str(B, d, p, lb.key, &lb.key) || map_str(B, d, p, lb.str, &lb.str) ||
+                    map_str(B, d, p, lb.num_unit, &lb.num_unit))
+                    return cp_err_set(err, CP_ENOMEM, "store");
+                B->labels.v[B->labels.n++] = lb;
+            }
+            if (cp_dict_stack(d, B->stack.v, B->stack.n, B->labels.v, B->labels.n, &sid))
+                return cp_err_set(err, CP_ENOMEM, "store: interning stacks");
+            if (lazy && B->hs.v[i]) {
+                const cp_pprof_ids *ids = &lz->ids.v[i];
+                if (cp_wcache_put(ser->wc, ids->p, ids->len, B->hs.v[i], sid)) {
+                    cp_wcache_free(ser->wc); /* out of memory: no cache, nothing lost */
+                    ser->wc = NULL;
+                    lazy = 0;
+                }
+            }
+            goto add;
+        }
         B->stack.n = 0;
         B->labels.n = 0;
         if (cp_vec_reserve(&B->stack, sm->nlocs + 1) || cp_vec_reserve(&B->labels, sm->nlabels + 1))
@@ -503,15 +617,18 @@ static int profile_to_acc(cp_store_batch *B, tenant *t, const cp_profile *p, con
                 return cp_err_set(err, CP_ENOMEM, "store");
             B->labels.v[B->labels.n++] = lb;
         }
-        uint32_t sid;
         if (cp_dict_stack(d, B->stack.v, B->stack.n, B->labels.v, B->labels.n, &sid))
             return cp_err_set(err, CP_ENOMEM, "store: interning stacks");
+    add:;
         int64_t *row = cp_acc_row(&B->win, sid);
         if (!row) return cp_err_set(err, CP_ENOMEM, "store");
-        const int64_t *v = p->values.v + (size_t)i * nin;
         for (uint32_t c = 0; c < nin; c++)
             if (colmap[c] >= 0) row[colmap[c]] = cp_add_wrap(row[colmap[c]], v[c]);
     }
+    /* the budget counts every series' cache; spent, all are dropped and start again */
+    B->s->wcache_bytes += cp_wcache_bytes(ser->wc);
+    B->s->wcache_bytes -= wc_before < B->s->wcache_bytes ? wc_before : B->s->wcache_bytes;
+    if (B->s->wcache_bytes > B->s->wcache_budget) wcache_flush(B->s);
     return 0;
 }
 
@@ -705,6 +822,13 @@ static int cumulative_delta(cp_store_batch *B, cp_ser *ser, const char *producer
 int cp_store_batch_add(cp_store_batch *B, const cp_envelope *e, const cp_profile *p,
                        int32_t dedup_scope, cp_err *err)
 {
+    /* without lz nothing writes to p */
+    return cp_store_batch_add_lazy(B, e, (cp_profile *)(uintptr_t)p, NULL, dedup_scope, err);
+}
+
+int cp_store_batch_add_lazy(cp_store_batch *B, const cp_envelope *e, cp_profile *p,
+                            cp_pprof_lazy *lz, int32_t dedup_scope, cp_err *err)
+{
     cp_store *s = B->s;
     if (s->broken)
         return cp_err_set(err, CP_ESTORE, "store %s: an earlier write failed; reopen the store",
@@ -765,6 +889,18 @@ int cp_store_batch_add(cp_store_batch *B, const cp_envelope *e, const cp_profile
             colmap[c] = (int)c;
     }
 
+    /* lazy ids: found in the series' stack cache, or decoded and checked now, while a bad
+     * one still leaves everything unchanged */
+    uint32_t cached = 0;
+    if (lz && lz->nloc) { /* parsed here, after the ones the series' cache knows */
+        if (ser) cached = cp_wcache_match(ser->wc, p, lz);
+        if ((rc = cp_pprof_lazy_locations(p, lz, cached, cached ? cp_wcache_locbytes(ser->wc) : 0,
+                                          err)))
+            return rc;
+        if (!lz->nloc) cached = 0; /* decoded in full after all (model/pprof.h) */
+    }
+    if (lz && lz->nlazy && (rc = lazy_resolve(B, p, lz, cached ? ser->wc : NULL, err))) return rc;
+
     /* --- from here on the batch changes --- */
     pthread_rwlock_wrlock(&s->lock);
     t->dict.wb = B->wb;
@@ -777,7 +913,7 @@ int cp_store_batch_add(cp_store_batch *B, const cp_envelope *e, const cp_profile
             cp_err_set(err, rc, "store");
         cp_buf_close(&ident);
     }
-    if (!rc) rc = profile_to_acc(B, t, p, colmap, ser->ntypes, err);
+    if (!rc) rc = profile_to_acc(B, t, ser, p, lz, cached, colmap, ser->ntypes, err);
     t->dict.wb = NULL;
     pthread_rwlock_unlock(&s->lock);
     if (rc) goto broken;

@@ -3,7 +3,8 @@
  * the agent sends them) produced to the embedded broker (librdkafka mock cluster) and
  * consumed by cp_ingest into a store with synced LevelDB writes. Also the same decode +
  * store path on one thread without Kafka, for gzip'd and raw payloads.
- *   bench_ingest DIR [WINDOWS [direct|transport|kafka]]   (only that part, for profiling)
+ *   bench_ingest DIR [WINDOWS [direct|direct-raw|transport|kafka]]   (only that part, for
+ *   profiling; direct-raw: the raw payloads of the direct part)
  * With CP_BENCH_UNSYMBOLIZED=1 the windows are as CONTPROF_SYMBOLIZE=server sends them:
  * addresses and a mapping with a build ID, no functions or lines.
  * Prints key value lines, and for the Kafka runs the CPU per window of each thread (by
@@ -33,7 +34,8 @@
 #define NSERIES 8
 #define STALL_S 60
 
-static cp_buf payload[NDISTINCT], rawload[NDISTINCT];
+/* one instance's encodings of the distinct windows it sends (the others stay empty) */
+static cp_buf payload[NSERIES][NDISTINCT], rawload[NSERIES][NDISTINCT];
 static int use_raw;
 static long nwin;
 static cp_ingest *ing;
@@ -61,7 +63,7 @@ static void envelope_for(long i, cp_buf *enc, cp_buf *key)
     e.window_duration_ns = 10 * SEC;
     e.producer_id = inst;
     e.sequence = (uint64_t)(i / NSERIES);
-    cp_buf *pl = use_raw ? rawload : payload;
+    const cp_buf *pl = use_raw ? rawload[i % NSERIES] : payload[i % NSERIES];
     e.pprof = pl[(i * 7) % NDISTINCT].data;
     e.pprof_len = pl[(i * 7) % NDISTINCT].len;
     enc->len = key->len = 0;
@@ -173,27 +175,76 @@ fail:
     return NULL;
 }
 
+/* The payloads: the synthetic service's NDISTINCT windows (symbolized, or unsymbolized
+ * with CP_BENCH_UNSYMBOLIZED=1), each instance numbering its own stream's tables as the
+ * agent does, in its steady state: its epoch has already seen every frame of the windows it
+ * sends (a first pass over them), so each window lists them all. CP_BENCH_FRESH_IDS=1 numbers
+ * every window on its own instead (the agent before stable tables: no window shares bytes
+ * of ids with the previous one). */
 static void make_payloads(void)
 {
-    const char *u = getenv("CP_BENCH_UNSYMBOLIZED");
-    int unsym = u && strcmp(u, "1") == 0;
+    const char *u = getenv("CP_BENCH_UNSYMBOLIZED"), *fr = getenv("CP_BENCH_FRESH_IDS");
+    int unsym = u && strcmp(u, "1") == 0, fresh = fr && strcmp(fr, "1") == 0;
     cp_synth *sy = cp_synth_create(42, 2000);
+    cp_profile *w[NDISTINCT];
     for (int i = 0; i < NDISTINCT; i++) {
-        cp_profile *w = cp_synth_cpu_window(sy, 1000, T0, 10 * SEC);
-        if (unsym) {
-            cp_profile *u = unsymbolized(w);
-            cp_profile_destroy(w);
-            w = u;
+        w[i] = cp_synth_cpu_window(sy, 1000, T0, 10 * SEC);
+        if (w[i] && unsym) {
+            cp_profile *uw = unsymbolized(w[i]);
+            cp_profile_destroy(w[i]);
+            w[i] = uw;
         }
-        if (!w) {
-            fprintf(stderr, "bench_ingest: out of memory\n");
-            exit(1);
-        }
-        cp_pprof_encode(w, 6, &payload[i]);
-        cp_pprof_encode(w, 0, &rawload[i]);
-        cp_profile_destroy(w);
+        if (!w[i]) goto nomem;
     }
     cp_synth_destroy(sy);
+    for (int k = 0; k < NSERIES; k++) {
+        cp_profile *e = cp_profile_create();
+        if (!e) goto nomem;
+        for (uint32_t t = 0; t < w[0]->sample_types.n; t++)
+            if (cp_profile_add_sample_type(e, cp_profile_str(w[0], w[0]->sample_types.v[t].type),
+                                           cp_profile_str(w[0], w[0]->sample_types.v[t].unit)))
+                goto nomem;
+        if (cp_profile_intern_cstr(e, cp_profile_str(w[0], w[0]->period_type.type),
+                                   &e->period_type.type) ||
+            cp_profile_intern_cstr(e, cp_profile_str(w[0], w[0]->period_type.unit),
+                                   &e->period_type.unit))
+            goto nomem;
+        e->period = w[0]->period;
+        for (int pass = fresh ? 1 : 0; pass < 2; pass++)
+            for (int j = 0; j < NDISTINCT; j++) {
+                int d = (j * NSERIES + k) * 7 % NDISTINCT; /* the windows instance k sends */
+                if (pass == 1 && payload[k][d].len) continue;
+                if (cp_synth_stream_add(e, w[d])) goto nomem;
+                e->time_nanos = w[d]->time_nanos;
+                e->duration_nanos = w[d]->duration_nanos;
+                if (pass == 1) {
+                    cp_pprof_encode(fresh ? w[d] : e, 6, &payload[k][d]);
+                    cp_pprof_encode(fresh ? w[d] : e, 0, &rawload[k][d]);
+                }
+                cp_profile_next_window(e, e->strs.off.n);
+            }
+        cp_profile_destroy(e);
+    }
+    for (int i = 0; i < NDISTINCT; i++)
+        cp_profile_destroy(w[i]);
+    return;
+nomem:
+    fprintf(stderr, "bench_ingest: out of memory\n");
+    exit(1);
+}
+
+/* Mean bytes of the payloads made. */
+static double mean_len(cp_buf (*pl)[NDISTINCT])
+{
+    double sum = 0;
+    int n = 0;
+    for (int k = 0; k < NSERIES; k++)
+        for (int i = 0; i < NDISTINCT; i++)
+            if (pl[k][i].len) {
+                sum += (double)pl[k][i].len;
+                n++;
+            }
+    return n ? sum / n : 0;
 }
 
 /* CPU seconds of each of this process's threads, by thread id, with its name ("main" for
@@ -437,6 +488,16 @@ static void ingest_finish(void *arg)
     cp_ingest_stop(arg); /* writes the last batch */
 }
 
+/* The store's stack cache: the share of samples found in it (lazy ids only). */
+static void stack_cache_report(const char *name, cp_store *s)
+{
+    cp_store_stats st;
+    cp_store_get_stats(s, &st);
+    uint64_t n = st.stack_cache_hits + st.stack_cache_misses;
+    printf("%s_stack_cache_hit_pct %.1f\n", name,
+           n ? 100.0 * (double)st.stack_cache_hits / (double)n : 0.0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -452,21 +513,17 @@ int main(int argc, char **argv)
     cp_ingest_malloc_policy(); /* as contprofd */
     nwin = argc > 2 ? atol(argv[2]) : 3000;
     make_payloads();
-    double gz = 0;
-    for (int i = 0; i < NDISTINCT; i++)
-        gz += (double)payload[i].len;
-    printf("gzip_bytes_per_window %.0f\n", gz / NDISTINCT);
-    double raw = 0;
-    for (int i = 0; i < NDISTINCT; i++)
-        raw += (double)rawload[i].len;
-    printf("raw_bytes_per_window %.0f\n", raw / NDISTINCT);
+    printf("gzip_bytes_per_window %.0f\n", mean_len(payload));
+    printf("raw_bytes_per_window %.0f\n", mean_len(rawload));
     char path[512];
     cp_err err = {0};
 
     /* 1. decode + store on this thread, no Kafka: gzip'd payloads, then raw ones (an
      * agent may send raw pprof and let Kafka's lz4 compress the batch) */
     const char *mode = argc > 3 ? argv[3] : NULL; /* one part only, for profiling */
-    for (use_raw = 0; use_raw < 2 && (!mode || !strcmp(mode, "direct")); use_raw++) {
+    int raw_only = mode && !strcmp(mode, "direct-raw"); /* the raw half alone, for profiling */
+    if (raw_only) mode = "direct";
+    for (use_raw = raw_only; use_raw < 2 && (!mode || !strcmp(mode, "direct")); use_raw++) {
         snprintf(path, sizeof path, "%s/direct%d", argv[1], use_raw);
         cp_store_options so = {.path = path};
         cp_store *s = NULL;
@@ -474,6 +531,7 @@ int main(int argc, char **argv)
         cp_store_batch *b = cp_store_batch_create(s);
         cp_pprof_decoder *dec = cp_pprof_decoder_create(NULL);
         cp_profile *p = cp_profile_create();
+        cp_pprof_lazy lz = {0}; /* as ingest decodes */
         cp_buf enc = {0}, key = {0};
         long ndirect = nwin < 2000 ? nwin : 2000;
         double t0 = now_s(), c0 = thread_cpu_s();
@@ -481,8 +539,8 @@ int main(int argc, char **argv)
             envelope_for(i, &enc, &key);
             cp_envelope e;
             if (cp_envelope_decode_view(enc.data, enc.len, 64u << 20, &e, &err) ||
-                cp_pprof_decoder_decode(dec, e.pprof, e.pprof_len, p, &err) ||
-                cp_store_batch_add(b, &e, p, 0, &err))
+                cp_pprof_decoder_decode_lazy(dec, e.pprof, e.pprof_len, p, &lz, &err) ||
+                cp_store_batch_add_lazy(b, &e, p, &lz, 0, &err))
                 goto fail;
             cp_envelope_close(&e);
             if (i % 512 == 511 && cp_store_batch_commit(b, &err)) goto fail;
@@ -493,6 +551,8 @@ int main(int argc, char **argv)
         printf("direct%s_windows_per_s %.0f\n", use_raw ? "_raw" : "", (double)ndirect / (t1 - t0));
         printf("direct%s_windows_per_cpu_s %.0f\n", use_raw ? "_raw" : "",
                (double)ndirect / (c1 - c0));
+        stack_cache_report(use_raw ? "direct_raw" : "direct", s);
+        cp_pprof_lazy_close(&lz);
         cp_store_batch_destroy(b);
         cp_pprof_decoder_destroy(dec);
         cp_profile_destroy(p);
@@ -537,13 +597,15 @@ int main(int argc, char **argv)
     printf("kafka_batches %llu\n", (unsigned long long)st.batches);
     printf("kafka_gap %llu\n", (unsigned long long)st.gap);
     report("kafka", &r);
+    stack_cache_report("kafka", s);
     cp_ingest_destroy(ing);
     cp_store_close(s);
     cp_broker_destroy(br);
-    for (int i = 0; i < NDISTINCT; i++) {
-        cp_buf_close(&payload[i]);
-        cp_buf_close(&rawload[i]);
-    }
+    for (int k = 0; k < NSERIES; k++)
+        for (int i = 0; i < NDISTINCT; i++) {
+            cp_buf_close(&payload[k][i]);
+            cp_buf_close(&rawload[k][i]);
+        }
     return st.windows + st.gap == (uint64_t)nwin ? 0 : 1;
 fail:
     fprintf(stderr, "bench_ingest: %s\n", err.msg);

@@ -196,6 +196,7 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
         {"http.max_url_bytes", 3, &c->max_url_bytes},
         {"http.gzip_min_bytes", 3, &c->gzip_min_bytes},
         {"store.cache_bytes", 3, &c->cache_bytes},
+        {"store.stack_cache_bytes", 3, &c->stack_cache_bytes},
         {"query.max_blocks", 4, &c->max_blocks},
         {"symbols.dirs", 0, &c->symbols_dirs},
         {"symbols.max_upload_bytes", 3, &c->symbols_max_upload_bytes},

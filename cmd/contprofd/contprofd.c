@@ -389,7 +389,8 @@ int main(int argc, char **argv)
     cp_store_options so = {.path = d.cfg.data_dir,
                            .retention_raw_ns = d.cfg.retention_raw_ns,
                            .retention_rollup_ns = d.cfg.retention_rollup_ns,
-                           .cache_bytes = d.cfg.cache_bytes};
+                           .cache_bytes = d.cfg.cache_bytes,
+                           .stack_cache_bytes = d.cfg.stack_cache_bytes};
     if (cp_store_open(&so, &d.store, &err)) goto fail_msg;
     cp_log_info("store %s open", d.cfg.data_dir);
 

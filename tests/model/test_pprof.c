@@ -4,6 +4,7 @@
 #include "profile.pb-c.h"
 #include "synth.h"
 #include "util.h"
+#include "wire.h"
 
 static cp_profile *window(uint64_t seed)
 {
@@ -607,9 +608,172 @@ TEST(next_window_keeps_the_tables)
     cp_profile_destroy(p);
 }
 
+/* Lazy ids: a raw window's samples keep their packed ids as bytes, which decode to what the
+ * eager decoder gives; gzip'd input, sparse ids and runs longer than the depth limit are
+ * decoded as usual. */
+TEST(lazy_ids_decode_to_the_eager_ids)
+{
+    cp_profile *w = window(5);
+    cp_buf raw = {0}, gz = {0};
+    CHECK_EQ(cp_pprof_encode(w, 0, &raw), 0);
+    CHECK_EQ(cp_pprof_encode(w, 6, &gz), 0);
+    cp_pprof_decoder *d = cp_pprof_decoder_create(NULL);
+    cp_profile *p = cp_profile_create(), *q = NULL;
+    cp_pprof_lazy lz = {0};
+    cp_err err = {0};
+    CHECK_EQ(cp_pprof_decode(raw.data, raw.len, NULL, &q, &err), 0);
+    CHECK_EQ(cp_pprof_decoder_decode_lazy(d, raw.data, raw.len, p, &lz, &err), 0);
+    CHECK_EQ(lz.ids.n, p->samples.n);
+    CHECK_EQ(lz.nlazy, p->samples.n);
+    /* the locations too: left as the bytes they came in */
+    CHECK_EQ(p->locations.n, 0);
+    CHECK_EQ(lz.nloc, q->locations.n);
+    CHECK(lz.locs > raw.data && lz.locs + lz.locs_len <= raw.data + raw.len);
+    uint32_t ids[600];
+    for (uint32_t i = 0; i < p->samples.n; i++) {
+        const cp_sample *a = &p->samples.v[i], *b = &q->samples.v[i];
+        CHECK_EQ(a->nlocs, 0);
+        CHECK(lz.ids.v[i].p >= raw.data && lz.ids.v[i].p + lz.ids.v[i].len <= raw.data + raw.len);
+        long n = cp_pprof_lazy_ids(p, &lz, i, ids, &err);
+        CHECK_EQ(n, (long)b->nlocs);
+        CHECK(!memcmp(ids, q->stack.v + b->loc_off, (size_t)n * 4));
+    }
+    /* parsed from the 7th on: the same locations as the eager decode, the first 7 zero */
+    size_t seventh = 0; /* where the 7th message starts: key 0x22, a length, the message */
+    for (int k = 0; k < 7; k++) {
+        CHECK_EQ(lz.locs[seventh++], 0x22);
+        uint64_t len = 0;
+        for (int sh = 0;; sh += 7) {
+            uint8_t c = lz.locs[seventh++];
+            len |= (uint64_t)(c & 0x7f) << sh;
+            if (!(c & 0x80)) break;
+        }
+        seventh += len;
+    }
+    CHECK_EQ(cp_pprof_lazy_locations(p, &lz, 7, seventh, &err), 0);
+    CHECK_EQ(p->locations.n, q->locations.n);
+    CHECK_EQ(p->locations.v[3].address, 0);
+    for (uint32_t i = 7; i < q->locations.n; i++) {
+        const cp_location *a = &p->locations.v[i], *b = &q->locations.v[i];
+        CHECK_EQ(a->address, b->address);
+        CHECK_EQ(a->mapping_id, b->mapping_id);
+        CHECK_EQ(a->nlines, b->nlines);
+        for (uint32_t k = 0; k < a->nlines; k++) {
+            CHECK_EQ(p->lines.v[a->line_off + k].function_id,
+                     q->lines.v[b->line_off + k].function_id);
+            CHECK_EQ(p->lines.v[a->line_off + k].line, q->lines.v[b->line_off + k].line);
+        }
+    }
+    /* a location naming a mapping the profile lacks: the same error, eager or lazy */
+    {
+        cp_profile *bad = cp_profile_clone(w);
+        CHECK(bad);
+        bad->locations.v[bad->locations.n - 1].mapping_id = bad->mappings.n + 3;
+        cp_buf bb = {0};
+        CHECK_EQ(cp_pprof_encode(bad, 0, &bb), 0);
+        cp_err e1 = {0}, e2 = {0};
+        cp_profile *none = NULL;
+        CHECK_EQ(cp_pprof_decode(bb.data, bb.len, NULL, &none, &e1), CP_EPPROF);
+        CHECK_EQ(cp_pprof_decoder_decode_lazy(d, bb.data, bb.len, p, &lz, &err), 0);
+        CHECK(lz.nloc > 0);
+        CHECK_EQ(cp_pprof_lazy_locations(p, &lz, 0, 0, &e2), CP_EPPROF);
+        CHECK_STREQ(e1.msg, e2.msg);
+        CHECK_EQ(p->locations.n, 0);
+        cp_buf_close(&bb);
+        cp_profile_destroy(bad);
+    }
+    /* gzip'd: the inflated bytes are the decoder's, so nothing stays lazy */
+    CHECK_EQ(cp_pprof_decoder_decode_lazy(d, gz.data, gz.len, p, &lz, &err), 0);
+    CHECK_EQ(lz.nlazy, 0);
+    CHECK_EQ(lz.nloc, 0);
+    char *cp = canonical(p), *cq = canonical(q);
+    CHECK_STREQ(cp, cq);
+    free(cp);
+    free(cq);
+    /* a depth limit below a run's bytes: that sample is decoded, and refused, as usual */
+    cp_pprof_limits lim;
+    cp_pprof_limits_default(&lim);
+    lim.max_depth = 12;
+    cp_pprof_decoder *d2 = cp_pprof_decoder_create(&lim);
+    cp_err e1 = {0}, e2 = {0};
+    CHECK_EQ(cp_pprof_decoder_decode_lazy(d2, raw.data, raw.len, p, &lz, &e1), CP_ELIMIT);
+    CHECK_EQ(cp_pprof_decoder_decode(d2, raw.data, raw.len, p, &e2), CP_ELIMIT);
+    CHECK_STREQ(e1.msg, e2.msg);
+    cp_pprof_decoder_destroy(d2);
+    /* sparse location ids: decoded and renumbered, not lazy */
+    pbfix x;
+    fix_init(&x);
+    x.l[0].id = 1000;
+    x.l[1].id = 77;
+    x.locids[0] = 77;
+    x.locids[1] = 1000;
+    size_t n = perftools__profiles__profile__get_packed_size(&x.p);
+    uint8_t *b = malloc(n);
+    perftools__profiles__profile__pack(&x.p, b);
+    CHECK_EQ(cp_pprof_decoder_decode_lazy(d, b, n, p, &lz, &err), 0);
+    CHECK_EQ(lz.nlazy, 0);
+    CHECK_EQ(lz.nloc, 0);
+    CHECK_EQ(lz.ids.v[0].p, NULL);
+    CHECK(p->samples.v[0].nlocs > 0);
+    free(b);
+    cp_pprof_lazy_close(&lz);
+    cp_pprof_decoder_destroy(d);
+    cp_profile_destroy(p);
+    cp_profile_destroy(q);
+    cp_profile_destroy(w);
+    cp_buf_close(&raw);
+    cp_buf_close(&gz);
+}
+
+/* The varint reader against the writer: every length 1-10, at every distance from the end
+ * of the buffer (the one-load path needs eight bytes), and truncated ones refused. */
+TEST(varints_every_length_and_place)
+{
+    uint64_t vals[] = {0,
+                       1,
+                       127,
+                       128,
+                       300,
+                       16383,
+                       16384,
+                       2097151,
+                       2097152,
+                       10000000,
+                       268435455,
+                       268435456,
+                       34359738367ull,
+                       34359738368ull,
+                       1ull << 49,
+                       (1ull << 56) - 1,
+                       1ull << 56,
+                       (1ull << 63) - 1,
+                       1ull << 63,
+                       UINT64_MAX};
+    for (size_t k = 0; k < sizeof vals / sizeof vals[0]; k++)
+        for (size_t tail = 0; tail < 12; tail++) {
+            uint8_t buf[32];
+            uint8_t *end = wr_varint(buf, vals[k]);
+            size_t n = (size_t)(end - buf);
+            memset(end, 0xff, tail); /* what follows: continuation bytes */
+            rd r = {buf, end + tail};
+            uint64_t got = 0;
+            CHECK_EQ(rd_varint(&r, &got), 0);
+            CHECK_EQ(got, vals[k]);
+            CHECK(r.p == end);
+            rd cut = {buf, buf + n - 1}; /* one byte short */
+            if (n > 1 || tail) CHECK_EQ(rd_varint(&cut, &got), -1);
+        }
+    uint8_t eleven[16];
+    memset(eleven, 0x80, sizeof eleven);
+    rd r = {eleven, eleven + sizeof eleven};
+    uint64_t v;
+    CHECK_EQ(rd_varint(&r, &v), -1); /* longer than ten bytes */
+}
+
 TEST_MAIN(T(roundtrip_raw_and_gzip), T(gzipper_reused), T(fixture_is_valid),
           T(location_ids_packed_unpacked_mixed), T(location_ids_every_width_and_place),
           T(encoder_matches_protobuf_c), T(error_huge_string_index), T(error_truncated),
           T(error_huge_length), T(error_missing_empty_string0), T(error_out_of_range_ids),
           T(error_wrong_value_count), T(error_duplicate_and_zero_ids), T(sparse_ids_are_renumbered),
-          T(error_bad_gzip), T(error_limits), T(next_window_keeps_the_tables))
+          T(error_bad_gzip), T(error_limits), T(next_window_keeps_the_tables),
+          T(lazy_ids_decode_to_the_eager_ids), T(varints_every_length_and_place))
