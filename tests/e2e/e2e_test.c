@@ -443,6 +443,15 @@ TEST(demo_through_the_whole_pipeline)
     CHECK_EQ(value_under(lp, "cpu", "json_replacer"), 0);
     cp_profile_destroy(lp);
 
+    /* The agent keeps each stream's tables between windows, so the restarted daemon's
+     * writer found stacks of later windows in its per-series caches; the window-by-window
+     * check above shows they were stored as the agent sent them. */
+    long long hits = http_metric(d.port, "contprof_store_stack_cache_hits_total", NULL);
+    long long misses = http_metric(d.port, "contprof_store_stack_cache_misses_total", NULL);
+    fprintf(stderr, "e2e: the writer's stack caches: %lld hits, %lld misses\n", hits, misses);
+    CHECK(hits > 0);
+    CHECK(misses > 0);
+
     kill(d.pid, SIGTERM);
     CHECK_EQ(wait_exit(d.pid, 30), 0);
     kill(broker, SIGTERM);
