@@ -718,6 +718,27 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
 
     /* --- the one pass over the top-level fields --- */
     while (top.p < top.end) {
+        /* A run of samples (and, lazy, of locations), as encoders write them: a one-byte
+         * key and a length each, kept as byte ranges in one tight loop. Anything unusual
+         * (a bad length) is left to the general path below, which names it. */
+        if (*top.p == 0x12 || (lazy && *top.p == 0x22)) {
+            uint8_t key = *top.p;
+            rd_vec *to = key == 0x12 ? samples : &sc->locs;
+            int bad = 0;
+            while (top.p < top.end && *top.p == key) {
+                rd t = {top.p + 1, top.end};
+                if ((bad = rd_len(&t, &f) != 0)) break;
+                if (key == 0x22) {
+                    if (p->locations.n + sc->locs.n >= lim->max_locations) goto too_many;
+                    if (!sc->locs.n) loc_start = top.p;
+                    if (sc->locs.n && loc_end != top.p) loc_contig = 0;
+                    loc_end = f.end;
+                }
+                if (cp_vec_push(to, f)) goto nomem;
+                top.p = t.p;
+            }
+            if (!bad) continue;
+        }
         size_t at = (size_t)(top.p - buf);
         if (rd_key(&top, &field, &wt)) MALFORMED("field key at byte %zu", at);
         if ((field >= 1 && field <= 6) || field == 11) {
