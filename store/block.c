@@ -184,14 +184,78 @@ static uint64_t gcd64(uint64_t a, uint64_t b)
     return a;
 }
 
+/* A divisor d = odd << shift, for exact divisions and divisibility tests by multiplication
+ * (Granlund-Montgomery): for odd d, x -> x * inv mod 2^64 maps the multiples of d onto
+ * 0..UINT64_MAX / d, and a multiple's image is its quotient. A 64-bit division is tens of
+ * cycles; the CPU column (nanoseconds, multiples of the period) needed one per row twice. */
+typedef struct xdiv {
+    uint64_t d, inv, lim, mask;
+    int shift;
+} xdiv;
+
+static xdiv xdiv_make(uint64_t d)
+{
+    xdiv x = {.d = d, .shift = __builtin_ctzll(d)};
+    uint64_t odd = d >> x.shift, inv = odd; /* correct to 3 bits; each step doubles them */
+    for (int i = 0; i < 5; i++)
+        inv *= 2 - odd * inv;
+    x.inv = inv;
+    x.lim = UINT64_MAX / odd;
+    x.mask = ((uint64_t)1 << x.shift) - 1;
+    return x;
+}
+
+static inline int xdiv_divides(const xdiv *x, uint64_t v)
+{
+    return !(v & x->mask) && (v >> x->shift) * x->inv <= x->lim;
+}
+
+/* v / d for a v that is a multiple of d (the shift is arithmetic, as in cp_zz). */
+static inline int64_t xdiv_exact(const xdiv *x, int64_t v)
+{
+    return (int64_t)((uint64_t)(v >> x->shift) * x->inv);
+}
+
+/* The GCD of column t's absolute values (1 if all are 0): a row that is a multiple of the
+ * GCD so far costs a multiplication, not a division. */
+static uint64_t col_gcd(const cp_acc *a, uint32_t t)
+{
+    const int64_t *v = a->vals.v + t;
+    uint32_t n = a->ids.n, nt = a->ntypes;
+    uint64_t g = 0;
+    xdiv x = {0};
+    for (uint32_t i = 0; i < n; i++, v += nt) {
+        uint64_t av = *v < 0 ? (uint64_t)0 - (uint64_t)*v : (uint64_t)*v;
+        if (!av || (g && xdiv_divides(&x, av))) continue;
+        g = gcd64(g, av);
+        if (g == 1) break;
+        x = xdiv_make(g);
+    }
+    return g ? g : 1;
+}
+
+/* Makes *p hold at least need bytes (contents not kept). */
+static int scratch(void **p, size_t *cap, size_t need)
+{
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 1024;
+    while (c < need)
+        c *= 2;
+    void *n = malloc(c);
+    if (!n) return CP_ENOMEM;
+    free(*p);
+    *p = n;
+    *cap = c;
+    return 0;
+}
+
 /* Sorts rows by stack id: LSD radix sort of (id << 32 | row) keys on the id's bytes,
  * skipping bytes that are the same in every key. */
-static int sort_rows(const cp_acc *a, uint32_t *ord)
+static int sort_rows_radix(cp_block_enc *e, const cp_acc *a, uint32_t *ord)
 {
     uint32_t n = a->ids.n;
-    uint64_t *k = malloc(sizeof(uint64_t) * (n ? n : 1) * 2);
-    if (!k) return CP_ENOMEM;
-    uint64_t *tmp = k + n;
+    if (scratch(&e->tmp, &e->tmpcap, sizeof(uint64_t) * (size_t)n * 2)) return CP_ENOMEM;
+    uint64_t *k = e->tmp, *tmp = k + n;
     uint32_t all_or = 0, all_and = UINT32_MAX;
     for (uint32_t i = 0; i < n; i++) {
         k[i] = (uint64_t)a->ids.v[i] << 32 | i;
@@ -213,70 +277,114 @@ static int sort_rows(const cp_acc *a, uint32_t *ord)
     }
     for (uint32_t i = 0; i < n; i++)
         ord[i] = (uint32_t)k[i];
-    free(k < tmp ? k : tmp);
     return 0;
 }
 
-int cp_block_encode(cp_acc *a, cp_buf *out)
+/* The order of a's rows by stack id: *ord = NULL when they are in order already. An acc's
+ * ids are distinct, and a block's usually span a range of a few times its row count (a
+ * window's stacks among a service's): then a bitmap of the range, and the row of each id
+ * written where its bit is set (and read only there, so never cleared), order them in one
+ * pass over the rows and one over the bitmap. Sparse ids take a radix sort. */
+static int order_rows(cp_block_enc *e, const cp_acc *a, const uint32_t **ordp)
+{
+    uint32_t n = a->ids.n;
+    const uint32_t *ids = a->ids.v;
+    *ordp = NULL;
+    if (n < 2) return 0;
+    uint32_t lo = ids[0], hi = ids[0], sorted = 1;
+    for (uint32_t i = 1; i < n; i++) {
+        uint32_t v = ids[i];
+        sorted &= v > ids[i - 1];
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+    }
+    if (sorted) return 0;
+    if (scratch(&e->ord, &e->ordcap, sizeof(uint32_t) * n)) return CP_ENOMEM;
+    uint32_t *ord = e->ord;
+    *ordp = ord;
+    uint64_t range = (uint64_t)hi - lo + 1;
+    if (range > (uint64_t)n * 16) return sort_rows_radix(e, a, ord);
+    size_t words = (size_t)(range + 63) / 64;
+    if (scratch(&e->tmp, &e->tmpcap, words * sizeof(uint64_t) + (size_t)range * sizeof(uint32_t)))
+        return CP_ENOMEM;
+    uint64_t *bits = e->tmp;
+    uint32_t *row = (uint32_t *)(bits + words);
+    memset(bits, 0, words * sizeof(uint64_t));
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t d = ids[i] - lo;
+        bits[d >> 6] |= (uint64_t)1 << (d & 63);
+        row[d] = i;
+    }
+    uint32_t k = 0;
+    for (size_t w = 0; w < words; w++)
+        for (uint64_t b = bits[w]; b && k < n; b &= b - 1)
+            ord[k++] = row[w * 64 + (size_t)__builtin_ctzll(b)];
+    /* fewer set bits than rows: a repeated id, which an acc never holds; sort anyway */
+    return k == n ? 0 : sort_rows_radix(e, a, ord);
+}
+
+void cp_block_enc_close(cp_block_enc *e)
+{
+    if (!e) return;
+    if (e->lz4) LZ4_freeStream(e->lz4);
+    free(e->raw);
+    free(e->ord);
+    free(e->tmp);
+    memset(e, 0, sizeof *e);
+}
+
+int cp_block_encode_with(cp_block_enc *e, cp_acc *a, cp_buf *out)
 {
     uint32_t n = a->ids.n, nt = a->ntypes;
-    uint32_t *ord = malloc(sizeof(uint32_t) * (n ? n : 1));
-    uint8_t *raw = NULL;
-    int rc = CP_ENOMEM;
-    if (!ord) return CP_ENOMEM;
-    if (sort_rows(a, ord)) {
-        free(ord);
-        return CP_ENOMEM;
-    }
-
-    uint64_t div[CP_MAX_TYPES];
-    for (uint32_t t = 0; t < nt; t++) {
-        uint64_t g = 0;
-        for (uint32_t i = 0; i < n && g != 1; i++) {
-            int64_t v = a->vals.v[(size_t)i * nt + t];
-            uint64_t av = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-            g = gcd64(g, av);
-        }
-        div[t] = g ? g : 1;
-    }
-    size_t cap = 32 + 20 * (size_t)nt + (size_t)n * 10 * (1 + nt);
-    raw = malloc(cap);
-    if (!raw) goto done;
-    uint8_t *p = raw;
-    p = cp_put_uv(p, cp_zz(a->time_ns));
-    p = cp_put_uv(p, a->windows);
-    p = cp_put_uv(p, nt);
-    for (uint32_t t = 0; t < nt; t++) {
-        int64_t tot = 0;
-        for (uint32_t i = 0; i < n; i++)
-            tot = cp_add_wrap(tot, a->vals.v[(size_t)i * nt + t]);
-        p = cp_put_uv(p, div[t]);
-        p = cp_put_uv(p, cp_zz(tot));
-    }
-    p = cp_put_uv(p, n);
+    const uint32_t *ord;
+    if (order_rows(e, a, &ord)) return CP_ENOMEM;
+    xdiv div[CP_MAX_TYPES];
+    for (uint32_t t = 0; t < nt; t++)
+        div[t] = xdiv_make(col_gcd(a, t));
+    /* the rows first, after room for the header: the header's totals are summed on the way */
+    size_t hmax = 3 * 10 + 2 * 10 * (size_t)nt + 10;
+    if (scratch(&e->raw, &e->rawcap, hmax + (size_t)n * 10 * (1 + nt))) return CP_ENOMEM;
+    uint8_t *rows = (uint8_t *)e->raw + hmax, *p = rows;
+    int64_t tot[CP_MAX_TYPES] = {0};
     uint32_t prev = 0;
     for (uint32_t k = 0; k < n; k++) {
-        uint32_t i = ord[k], id = a->ids.v[i];
+        uint32_t i = ord ? ord[k] : k, id = a->ids.v[i];
         p = cp_put_uv(p, id - prev);
         prev = id;
         const int64_t *row = a->vals.v + (size_t)i * nt;
         for (uint32_t t = 0; t < nt; t++) {
-            /* exact: every value is a multiple of div[t]; divide in the unsigned domain so
-             * INT64_MIN stays well defined */
-            int64_t q = div[t] == 1 ? row[t] : (int64_t)((uint64_t)row[t] / div[t]);
-            if (row[t] < 0 && div[t] != 1)
-                q = -(int64_t)(((uint64_t)0 - (uint64_t)row[t]) / div[t]);
-            p = cp_put_uv(p, cp_zz(q));
+            tot[t] = cp_add_wrap(tot[t], row[t]);
+            p = cp_put_uv(p, cp_zz(xdiv_exact(&div[t], row[t])));
         }
     }
+    uint8_t head[3 * 10 + 2 * 10 * CP_MAX_TYPES + 10], *h = head;
+    h = cp_put_uv(h, cp_zz(a->time_ns));
+    h = cp_put_uv(h, a->windows);
+    h = cp_put_uv(h, nt);
+    for (uint32_t t = 0; t < nt; t++) {
+        h = cp_put_uv(h, div[t].d);
+        h = cp_put_uv(h, cp_zz(tot[t]));
+    }
+    h = cp_put_uv(h, n);
+    size_t hlen = (size_t)(h - head);
+    uint8_t *raw = rows - hlen;
+    memcpy(raw, head, hlen);
     size_t rawlen = (size_t)(p - raw);
+
     int bound = LZ4_compressBound((int)rawlen);
-    if ((rc = cp_buf_reserve(out, 11 + (size_t)bound))) goto done;
+    if (cp_buf_reserve(out, 11 + (size_t)bound)) return CP_ENOMEM;
     uint8_t *o = out->data + out->len;
     uint8_t *q = o + 1;
     q = cp_put_uv(q, rawlen);
-    int clen =
-        rawlen > 64 ? LZ4_compress_default((const char *)raw, (char *)q, (int)rawlen, bound) : 0;
+    int clen = 0;
+    if (rawlen > 64) {
+        /* one stream for every block: reset (cheap) rather than cleared (16 KB) each time;
+         * each block is still independent (no dictionary) */
+        if (!e->lz4 && !(e->lz4 = LZ4_createStream())) return CP_ENOMEM;
+        LZ4_resetStream_fast(e->lz4);
+        clen =
+            LZ4_compress_fast_continue(e->lz4, (const char *)raw, (char *)q, (int)rawlen, bound, 1);
+    }
     if (clen > 0 && (size_t)clen < rawlen) {
         o[0] = CP_BLOCK_LZ4;
         out->len += (size_t)(q - o) + (size_t)clen;
@@ -285,10 +393,14 @@ int cp_block_encode(cp_acc *a, cp_buf *out)
         memcpy(q, raw, rawlen);
         out->len += (size_t)(q - o) + rawlen;
     }
-    rc = 0;
-done:
-    free(ord);
-    free(raw);
+    return 0;
+}
+
+int cp_block_encode(cp_acc *a, cp_buf *out)
+{
+    cp_block_enc e = {0};
+    int rc = cp_block_encode_with(&e, a, out);
+    cp_block_enc_close(&e);
     return rc;
 }
 

@@ -59,6 +59,16 @@ static inline int64_t cp_add_wrap(int64_t a, int64_t b)
 
 /* Encodes a as a block (entries sorted by stack id, lz4'd) appended to out. */
 int cp_block_encode(cp_acc *a, cp_buf *out);
+/* What encoding keeps from one block to the next (a commit encodes hundreds): the lz4
+ * stream, reset rather than cleared per block, and the sort and payload buffers. Starts
+ * zeroed; the blocks are what cp_block_encode writes (the same payload bytes). */
+typedef struct cp_block_enc {
+    void *lz4; /* LZ4_stream_t */
+    void *raw, *ord, *tmp;
+    size_t rawcap, ordcap, tmpcap;
+} cp_block_enc;
+int cp_block_encode_with(cp_block_enc *e, cp_acc *a, cp_buf *out);
+void cp_block_enc_close(cp_block_enc *e);
 
 /* Iterates the entries of a stored block; scratch holds the decompressed payload. */
 typedef struct cp_block_it {

@@ -821,6 +821,7 @@ int cp_store_batch_commit(cp_store_batch *B, cp_err *err)
 {
     cp_store *s = B->s;
     int rc = 0;
+    cp_block_enc enc = {0}; /* for this commit's blocks; its buffers are per commit */
     if (s->broken) {
         rc = cp_err_set(err, CP_ESTORE, "store %s: an earlier write failed; reopen the store",
                         s->path);
@@ -839,7 +840,7 @@ int cp_store_batch_commit(cp_store_batch *B, cp_err *err)
         bucket *b = s->buckets.v[i];
         if (!b->dirty) continue;
         B->vbuf.len = 0;
-        if ((rc = cp_block_encode(&b->acc, &B->vbuf))) goto fail;
+        if ((rc = cp_block_encode_with(&enc, &b->acc, &B->vbuf))) goto fail;
         size_t kl = key_block(k, b->ser, b->level, b->start);
         leveldb_writebatch_put(B->wb, (const char *)k, kl, (const char *)B->vbuf.data, B->vbuf.len);
     }
@@ -857,7 +858,7 @@ int cp_store_batch_commit(cp_store_batch *B, cp_err *err)
         }
         if (ser->cum_dirty) {
             B->vbuf.len = 0;
-            if ((rc = cp_block_encode(&ser->cum, &B->vbuf))) goto fail;
+            if ((rc = cp_block_encode_with(&enc, &ser->cum, &B->vbuf))) goto fail;
             size_t n = key_tenant(k, ser->t, CP_K_CUMUL);
             cp_put_be32(k + n, ser->id);
             size_t pl = strlen(ser->cum_producer);
@@ -925,6 +926,7 @@ fail:
     for (uint32_t i = 0; i < B->dirty_series.n; i++)
         B->dirty_series.v[i]->staged = 0;
 out:
+    cp_block_enc_close(&enc);
     leveldb_writebatch_clear(B->wb);
     B->windows = 0;
     B->dirty_series.n = 0;
