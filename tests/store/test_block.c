@@ -187,4 +187,53 @@ TEST(encoder_reused_writes_the_format)
     cp_block_enc_close(&enc);
 }
 
-TEST_MAIN(T(encoder_reused_writes_the_format))
+static int slots_zero(const cp_acc *a)
+{
+    for (uint32_t i = 0; i < a->nslots; i++)
+        if (a->slots[i]) return 0;
+    return 1;
+}
+
+/* cp_acc_reset and cp_acc_take clear a sparse slot table by its rows' clusters, not all of
+ * it: after every reset the table is all zeroes whatever the rows were (few or many, ids
+ * colliding in long runs or wrapping around the table's end), and a row is new again. */
+TEST(acc_reset_clears_every_slot)
+{
+    cp_acc a, b;
+    cp_acc_init(&a, 2);
+    cp_acc_init(&b, 2);
+    CHECK_EQ(cp_acc_reserve(&a, 20000), 0);
+    uint32_t nslots = a.nslots;
+    for (int round = 0; round < 300; round++) {
+        uint32_t n = round % 7 == 0 ? (uint32_t)(next() % 9000) : 1 + (uint32_t)(next() % 600);
+        /* ids spaced by a multiple of the table size land on one home slot: long runs */
+        uint32_t step = round % 3 == 0 ? nslots : round % 3 == 1 ? 1 : (uint32_t)next() | 1;
+        uint32_t base = (uint32_t)next();
+        for (uint32_t i = 0; i < n; i++) {
+            int64_t *r = cp_acc_row(&a, base + i * step);
+            CHECK(r);
+            r[0] += 1;
+        }
+        uint32_t rows = a.ids.n;
+        CHECK(rows <= n);
+        if (round % 2) {
+            cp_acc_take(&b, &a);
+            CHECK_EQ(b.ids.n, rows);
+            cp_acc_reset(&b, 2);
+        } else {
+            cp_acc_reset(&a, 2);
+        }
+        CHECK_EQ(a.ids.n, 0);
+        CHECK_EQ(a.nslots, nslots); /* (the table is kept, so the sparse path is taken) */
+        CHECK(slots_zero(&a));
+        int64_t *r = cp_acc_row(&a, base);
+        CHECK(r && r[0] == 0 && r[1] == 0 && a.ids.n == 1);
+        cp_acc_reset(&a, 2);
+        cp_acc_reset(&a, 2); /* an empty acc: nothing to clear */
+        CHECK(slots_zero(&a));
+    }
+    cp_acc_close(&a);
+    cp_acc_close(&b);
+}
+
+TEST_MAIN(T(encoder_reused_writes_the_format), T(acc_reset_clears_every_slot))
