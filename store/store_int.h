@@ -200,12 +200,16 @@ struct cp_ser {
     int cum_valid, cum_dirty;
     /* writer, cpu and alloc only: the sum of this batch's windows of one 1-minute bucket
      * (stage.time_ns the earliest start, stage.windows their count), not yet added to
-     * levels 1-4; staged says it holds any. Added when a window of another minute comes
-     * and at commit (write.c: stage_flush), which also frees its memory. */
-    cp_acc stage;
-    int64_t stage_start;
+     * levels 1-4, and stage10 the sum of this batch's minutes of one 10-minute bucket not
+     * yet added to levels 2-4; staged says which holds any (CP_STAGED_*, 0 = neither).
+     * Added on when a window of another minute (10 minutes) comes and at commit (write.c:
+     * stage_flush, stage10_flush), which also frees their memory. */
+    cp_acc stage, stage10;
+    int64_t stage_start, stage10_start;
     int staged;
 };
+
+enum { CP_STAGED_MIN = 1, CP_STAGED_10MIN = 2 };
 
 typedef struct prod {
     char *key; /* producer \0 be32 scope */
