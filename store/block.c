@@ -25,11 +25,6 @@ void cp_acc_close(cp_acc *a)
     memset(a, 0, sizeof *a);
 }
 
-static inline uint32_t acc_hash(uint32_t id)
-{
-    return id * 2654435761u;
-}
-
 /* Zeroes the slot table, which holds a slot per row and nothing else (so an acc without
  * rows has a zeroed table: resetting it again costs nothing). A window's table is several
  * times its rows (16 KB for 567 rows) and was cleared twice per window: for a sparse table
@@ -46,7 +41,7 @@ static void acc_clear_slots(cp_acc *a)
     const uint32_t mask = a->nslots - 1;
     uint64_t *sl = a->slots;
     for (uint32_t i = 0; i < a->ids.n; i++)
-        for (uint32_t h = acc_hash(a->ids.v[i]) & mask; sl[h]; h = (h + 1) & mask)
+        for (uint32_t h = cp_acc_hash(a->ids.v[i]) & mask; sl[h]; h = (h + 1) & mask)
             sl[h] = 0;
 }
 
@@ -65,7 +60,7 @@ static int acc_rehash(cp_acc *a, uint32_t nslots)
     uint64_t *s = calloc(nslots, sizeof *s);
     if (!s) return CP_ENOMEM;
     for (uint32_t i = 0; i < a->ids.n; i++) {
-        uint32_t h = acc_hash(a->ids.v[i]) & (nslots - 1);
+        uint32_t h = cp_acc_hash(a->ids.v[i]) & (nslots - 1);
         while (s[h])
             h = (h + 1) & (nslots - 1);
         s[h] = (uint64_t)a->ids.v[i] << 32 | (i + 1);
@@ -88,40 +83,10 @@ int cp_acc_reserve(cp_acc *a, uint32_t nrows)
     return 0;
 }
 
-/* The probe and append of a row, with room already reserved for it. */
-static inline int64_t *acc_row_reserved(cp_acc *a, uint32_t id)
-{
-    uint32_t mask = a->nslots - 1, h = acc_hash(id) & mask;
-    for (uint64_t sl; (sl = a->slots[h]); h = (h + 1) & mask)
-        if ((uint32_t)(sl >> 32) == id) return a->vals.v + (size_t)((uint32_t)sl - 1) * a->ntypes;
-    a->ids.v[a->ids.n++] = id;
-    int64_t *row = a->vals.v + a->vals.n;
-    if (a->ntypes == 2) { /* the common width, without a call to memset per row */
-        row[0] = 0;
-        row[1] = 0;
-    } else {
-        for (uint32_t t = 0; t < a->ntypes; t++)
-            row[t] = 0;
-    }
-    a->vals.n += a->ntypes;
-    a->slots[h] = (uint64_t)id << 32 | a->ids.n;
-    return row;
-}
-
-/* The row of stack id, created (zeroed) if absent. A slot holds the id next to the row
- * number, so a probe reads one word. */
-int64_t *cp_acc_row(cp_acc *a, uint32_t id)
-{
-    if (((a->ids.n + 1) * 2 > a->nslots || a->ids.n == a->ids.cap ||
-         a->vals.n + a->ntypes > a->vals.cap) &&
-        cp_acc_reserve(a, a->ids.n + 1))
-        return NULL; /* (the arrays grow by doubling) */
-    return acc_row_reserved(a, id);
-}
-
 /* Room for every row of src is reserved once, so the loop is only probes and adds; the
  * common widths get a loop of their own. */
-int cp_acc_add(cp_acc *dst, const cp_acc *src, int64_t factor)
+static inline __attribute__((always_inline)) int acc_add(cp_acc *dst, const cp_acc *src,
+                                                         int64_t factor, int prefetch)
 {
     if (!src->ids.n) return 0;
     if ((uint64_t)dst->ids.n + src->ids.n > UINT32_MAX / 4) return CP_ENOMEM;
@@ -141,13 +106,14 @@ int cp_acc_add(cp_acc *dst, const cp_acc *src, int64_t factor)
         if (cp_acc_reserve(dst, dst->ids.n + cn)) return CP_ENOMEM;
         const uint32_t mask = dst->nslots - 1, end = c + cn;
         for (uint32_t i = c; i < end; i++, s += src->ntypes) {
-            if (i + PF_FAR < n) __builtin_prefetch(&dst->slots[acc_hash(ids[i + PF_FAR]) & mask]);
-            if (i + PF_NEAR < n) {
-                uint64_t sl = dst->slots[acc_hash(ids[i + PF_NEAR]) & mask];
+            if (prefetch && i + PF_FAR < n)
+                __builtin_prefetch(&dst->slots[cp_acc_hash(ids[i + PF_FAR]) & mask]);
+            if (prefetch && i + PF_NEAR < n) {
+                uint64_t sl = dst->slots[cp_acc_hash(ids[i + PF_NEAR]) & mask];
                 if (sl && (uint32_t)(sl >> 32) == ids[i + PF_NEAR])
                     __builtin_prefetch(dst->vals.v + (size_t)((uint32_t)sl - 1) * dst->ntypes, 1);
             }
-            int64_t *row = acc_row_reserved(dst, ids[i]);
+            int64_t *row = cp_acc_row_reserved(dst, ids[i]);
             if (w == 2) {
                 row[0] = cp_add_wrap(row[0], (int64_t)((uint64_t)s[0] * f));
                 row[1] = cp_add_wrap(row[1], (int64_t)((uint64_t)s[1] * f));
@@ -158,6 +124,18 @@ int cp_acc_add(cp_acc *dst, const cp_acc *src, int64_t factor)
         }
     }
     return 0;
+}
+
+int cp_acc_add(cp_acc *dst, const cp_acc *src, int64_t factor)
+{
+    return acc_add(dst, src, factor, 1);
+}
+
+/* Without the prefetches: they cost a third of the loop's instructions, for nothing when
+ * dst is in cache anyway (a stage, written by the previous window). */
+int cp_acc_add_hot(cp_acc *dst, const cp_acc *src)
+{
+    return acc_add(dst, src, 1, 0);
 }
 
 void cp_acc_swap(cp_acc *a, cp_acc *b)

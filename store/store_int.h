@@ -36,13 +36,50 @@ void cp_acc_init(cp_acc *a, uint32_t ntypes);
 void cp_acc_close(cp_acc *a);
 /* Empties a, keeping its memory, and sets its width. */
 void cp_acc_reset(cp_acc *a, uint32_t ntypes);
-/* The row of stack id (a zero row is added if missing); NULL on out of memory. The pointer
- * is valid until the next call that adds a row. */
-int64_t *cp_acc_row(cp_acc *a, uint32_t id);
 /* Room for nrows rows in all (no rehash or growth until then); CP_ENOMEM. */
 int cp_acc_reserve(cp_acc *a, uint32_t nrows);
+
+static inline uint32_t cp_acc_hash(uint32_t id)
+{
+    return id * 2654435761u;
+}
+
+/* The probe and append of a row, with room already reserved for it. A slot holds the id
+ * next to the row number, so a probe reads one word. */
+static inline int64_t *cp_acc_row_reserved(cp_acc *a, uint32_t id)
+{
+    uint32_t mask = a->nslots - 1, h = cp_acc_hash(id) & mask;
+    for (uint64_t sl; (sl = a->slots[h]); h = (h + 1) & mask)
+        if ((uint32_t)(sl >> 32) == id) return a->vals.v + (size_t)((uint32_t)sl - 1) * a->ntypes;
+    a->ids.v[a->ids.n++] = id;
+    int64_t *row = a->vals.v + a->vals.n;
+    if (a->ntypes == 2) { /* the common width, without a call to memset per row */
+        row[0] = 0;
+        row[1] = 0;
+    } else {
+        for (uint32_t t = 0; t < a->ntypes; t++)
+            row[t] = 0;
+    }
+    a->vals.n += a->ntypes;
+    a->slots[h] = (uint64_t)id << 32 | a->ids.n;
+    return row;
+}
+
+/* The row of stack id (a zero row is added if missing); NULL on out of memory. The pointer
+ * is valid until the next call that adds a row. Inline: ingest calls it for every sample
+ * of every window. */
+static inline int64_t *cp_acc_row(cp_acc *a, uint32_t id)
+{
+    if (((a->ids.n + 1) * 2 > a->nslots || a->ids.n == a->ids.cap ||
+         a->vals.n + a->ntypes > a->vals.cap) &&
+        cp_acc_reserve(a, a->ids.n + 1))
+        return NULL; /* (the arrays grow by doubling) */
+    return cp_acc_row_reserved(a, id);
+}
 /* dst += factor * src (the columns both have). */
 int cp_acc_add(cp_acc *dst, const cp_acc *src, int64_t factor);
+/* dst += src, for a dst that is small and in cache (a stage): no prefetching. */
+int cp_acc_add_hot(cp_acc *dst, const cp_acc *src);
 /* dst = copy of src. */
 int cp_acc_copy(cp_acc *dst, const cp_acc *src);
 /* Exchanges the contents (rows, memory, width, time, windows) of a and b. */

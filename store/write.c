@@ -588,10 +588,10 @@ int cp_name_valid(const char *s, size_t max)
  * minutes of them (or a batch's, if less) to the large day and hour buckets: about 1.5
  * adds of a minute's rows per minute where four were (one per level). */
 
-/* dst (a bucket or a stage) += the stage src: rows, earliest start, window count. When
- * dst is empty and src will not be read again (take), dst takes src's rows without a
- * copy (a new 1- or 10-minute bucket; src is left empty). */
-static int stage_into(cp_acc *dst, cp_acc *src, int take)
+/* dst (a bucket or a stage) += the stage src: rows, earliest start, window count. A
+ * bucket (large, cold: its adds prefetch), when empty, takes the rows without a copy if
+ * src will not be read again (take: a new 1- or 10-minute bucket; src is left empty). */
+static int stage_into(cp_acc *dst, cp_acc *src, int bucket, int take)
 {
     if (take && dst->windows == 0 && dst->ids.n == 0) {
         cp_acc_take(dst, src);
@@ -599,7 +599,7 @@ static int stage_into(cp_acc *dst, cp_acc *src, int take)
     }
     if (dst->windows == 0 || src->time_ns < dst->time_ns) dst->time_ns = src->time_ns;
     dst->windows += src->windows;
-    return cp_acc_add(dst, src, 1);
+    return bucket ? cp_acc_add(dst, src, 1) : cp_acc_add_hot(dst, src);
 }
 
 /* stage10 into its buckets at levels 2-4, coarsest first (level 2's may take its rows). */
@@ -611,7 +611,8 @@ static int stage10_flush(cp_store_batch *B, cp_ser *ser, cp_err *err)
         int rc = bucket_get(B, ser, l, bucket_of(l, ser->stage10_start), &b, err);
         if (rc) return rc;
         size_t before = b->acc.ids.n;
-        if (stage_into(&b->acc, &ser->stage10, l == 2)) return cp_err_set(err, CP_ENOMEM, "store");
+        if (stage_into(&b->acc, &ser->stage10, 1, l == 2))
+            return cp_err_set(err, CP_ENOMEM, "store");
         B->s->bucket_rows += b->acc.ids.n - before;
         b->dirty = 1;
     }
@@ -634,11 +635,11 @@ static int stage_flush(cp_store_batch *B, cp_ser *ser, cp_err *err)
         ser->stage10_start = ten;
         ser->staged |= CP_STAGED_10MIN;
     }
-    if (stage_into(&ser->stage10, &ser->stage, 0)) return cp_err_set(err, CP_ENOMEM, "store");
+    if (stage_into(&ser->stage10, &ser->stage, 0, 0)) return cp_err_set(err, CP_ENOMEM, "store");
     bucket *b = NULL;
     if ((rc = bucket_get(B, ser, 1, ser->stage_start, &b, err))) return rc;
     size_t before = b->acc.ids.n;
-    if (stage_into(&b->acc, &ser->stage, 1)) return cp_err_set(err, CP_ENOMEM, "store");
+    if (stage_into(&b->acc, &ser->stage, 1, 1)) return cp_err_set(err, CP_ENOMEM, "store");
     B->s->bucket_rows += b->acc.ids.n - before;
     b->dirty = 1;
     ser->staged &= ~CP_STAGED_MIN;
@@ -668,7 +669,7 @@ static int apply_window(cp_store_batch *B, cp_ser *ser, int64_t start, cp_err *e
         }
         if (start < ser->stage.time_ns) ser->stage.time_ns = start;
         ser->stage.windows++;
-        if (cp_acc_add(&ser->stage, w, 1)) return cp_err_set(err, CP_ENOMEM, "store");
+        if (cp_acc_add_hot(&ser->stage, w)) return cp_err_set(err, CP_ENOMEM, "store");
         top = 0;
     }
     /* coarsest first: level 0, the window's own bucket, is usually new and then simply
