@@ -1181,9 +1181,22 @@ TEST(rollups_through_ten_minute_stages)
     for (int64_t len = 3600 * SEC; len >= 60 * SEC; len /= len == 3600 * SEC ? 6 : 10)
         for (int64_t a = T0 - (T0 % len); a < starts[NWIN - 1] + WIN; a += len) {
             int any = 0;
-            for (int i = 0; i < NWIN && !any; i++)
-                any = starts[i] >= a && starts[i] < a + len;
-            if (any) check_range(s, a, a + len);
+            int64_t e0 = 0, e1 = 0;
+            for (int i = 0; i < NWIN; i++)
+                if (starts[i] >= a && starts[i] < a + len) {
+                    any = 1;
+                    e0 += cp_profile_total(wins[i], 0);
+                    e1 += cp_profile_total(wins[i], 1);
+                }
+            if (!any) continue;
+            if (len > 60 * SEC) {
+                check_range(s, a, a + len); /* (the whole content) */
+                continue;
+            }
+            cp_profile *p = query(s, "acme", CP_KIND_CPU, NULL, a, a + len); /* 120 minutes */
+            CHECK_EQ(cp_profile_total(p, 0), e0);
+            CHECK_EQ(cp_profile_total(p, 1), e1);
+            cp_profile_destroy(p);
         }
     cp_store_close(s);
     check_repair_finds_nothing(dir);
