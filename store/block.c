@@ -284,7 +284,9 @@ static int sort_rows_radix(cp_block_enc *e, const cp_acc *a, uint32_t *ord)
  * window's stacks among a service's; up to 64 times): then a bitmap of the range (one bit
  * per id, cleared; the bench's 567 rows in 2,000 ids: 250 bytes), and the row of each id
  * written where its bit is set (and read only there, so never cleared), order them in one
- * pass over the rows and one over the bitmap. Sparse ids take a radix sort. */
+ * pass over the rows and one over the bitmap. Sparse ids, and ranges whose row array
+ * (4 bytes an id) would not stay in cache, take a radix sort. */
+enum { BITMAP_IDS_MAX = 1 << 18 };
 static int order_rows(cp_block_enc *e, const cp_acc *a, const uint32_t **ordp)
 {
     uint32_t n = a->ids.n;
@@ -303,7 +305,7 @@ static int order_rows(cp_block_enc *e, const cp_acc *a, const uint32_t **ordp)
     uint32_t *ord = e->ord;
     *ordp = ord;
     uint64_t range = (uint64_t)hi - lo + 1;
-    if (range > (uint64_t)n * 64) return sort_rows_radix(e, a, ord);
+    if (range > (uint64_t)n * 64 || range > BITMAP_IDS_MAX) return sort_rows_radix(e, a, ord);
     size_t words = (size_t)(range + 63) / 64;
     if (scratch(&e->tmp, &e->tmpcap, words * sizeof(uint64_t) + (size_t)range * sizeof(uint32_t)))
         return CP_ENOMEM;

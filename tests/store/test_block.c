@@ -103,7 +103,9 @@ static size_t payload(const uint8_t *v, size_t len, uint8_t *out, size_t cap)
 }
 
 /* Fills a with n rows of distinct ids of the given spread (0 dense and shuffled, 1 sparse
- * over all of uint32, 2 ascending) and values that are multiples of a per-column divisor. */
+ * over all of uint32, 2 ascending, 3 shuffled over 40 times n: block.c orders 0 and small
+ * 3s by a bitmap, 1 and large 3s by a radix sort) and values that are multiples of a
+ * per-column divisor. */
 static void fill(cp_acc *a, uint32_t n, uint32_t nt, int spread)
 {
     cp_acc_reset(a, nt);
@@ -116,8 +118,8 @@ static void fill(cp_acc *a, uint32_t n, uint32_t nt, int spread)
     uint32_t base = (uint32_t)(next() % 100000) + 1;
     while (a->ids.n < n) {
         uint32_t i = a->ids.n, id;
-        if (spread == 0)
-            id = base + (uint32_t)(next() % ((uint64_t)n * 3 + 1));
+        if (spread == 0 || spread == 3)
+            id = base + (uint32_t)(next() % ((uint64_t)n * (spread ? 40 : 3) + 1));
         else if (spread == 1)
             id = (uint32_t)next() | 1;
         else
@@ -153,9 +155,9 @@ TEST(encoder_reused_writes_the_format)
     uint8_t *want = malloc(cap), *got = malloc(cap);
     CHECK(want && got);
     for (int round = 0; round < 120; round++) {
-        uint32_t n = round < 40 ? counts[round % 20] : (uint32_t)(next() % 6000);
+        uint32_t n = round < 40 ? counts[round % 20] : (uint32_t)(next() % 12000);
         uint32_t nt = round % 11 == 5 ? CP_MAX_TYPES : 1 + (uint32_t)(next() % 4);
-        fill(&a, n, nt, round % 3);
+        fill(&a, n, nt, round % 4);
         size_t at = out.len;
         CHECK_EQ(cp_block_encode_with(&enc, &a, &out), 0);
         size_t wl = reference(&a, want), gl = payload(out.data + at, out.len - at, got, cap);
