@@ -25,19 +25,34 @@ void cp_acc_close(cp_acc *a)
     memset(a, 0, sizeof *a);
 }
 
+/* Zeroes the slot table, which holds a slot per row and nothing else (so an acc without
+ * rows has a zeroed table: resetting it again costs nothing). A window's table is several
+ * times its rows (16 KB for 567 rows) and was cleared twice per window: for a sparse table
+ * each row's cluster is zeroed from the row's home slot on instead. Zeroing whole runs in
+ * any order clears everything: what is left of a cluster is always a prefix of it, and
+ * the row of any slot still set starts its own run at or before that slot. */
+static void acc_clear_slots(cp_acc *a)
+{
+    if (!a->slots || !a->ids.n) return;
+    if ((size_t)a->ids.n * 8 >= a->nslots) {
+        memset(a->slots, 0, sizeof *a->slots * a->nslots);
+        return;
+    }
+    const uint32_t mask = a->nslots - 1;
+    uint64_t *sl = a->slots;
+    for (uint32_t i = 0; i < a->ids.n; i++)
+        for (uint32_t h = cp_acc_hash(a->ids.v[i]) & mask; sl[h]; h = (h + 1) & mask)
+            sl[h] = 0;
+}
+
 void cp_acc_reset(cp_acc *a, uint32_t ntypes)
 {
+    acc_clear_slots(a);
     a->ids.n = 0;
     a->vals.n = 0;
     a->ntypes = ntypes;
     a->time_ns = 0;
     a->windows = 0;
-    if (a->slots) memset(a->slots, 0, sizeof *a->slots * a->nslots);
-}
-
-static inline uint32_t acc_hash(uint32_t id)
-{
-    return id * 2654435761u;
 }
 
 static int acc_rehash(cp_acc *a, uint32_t nslots)
@@ -45,7 +60,7 @@ static int acc_rehash(cp_acc *a, uint32_t nslots)
     uint64_t *s = calloc(nslots, sizeof *s);
     if (!s) return CP_ENOMEM;
     for (uint32_t i = 0; i < a->ids.n; i++) {
-        uint32_t h = acc_hash(a->ids.v[i]) & (nslots - 1);
+        uint32_t h = cp_acc_hash(a->ids.v[i]) & (nslots - 1);
         while (s[h])
             h = (h + 1) & (nslots - 1);
         s[h] = (uint64_t)a->ids.v[i] << 32 | (i + 1);
@@ -68,40 +83,10 @@ int cp_acc_reserve(cp_acc *a, uint32_t nrows)
     return 0;
 }
 
-/* The probe and append of a row, with room already reserved for it. */
-static inline int64_t *acc_row_reserved(cp_acc *a, uint32_t id)
-{
-    uint32_t mask = a->nslots - 1, h = acc_hash(id) & mask;
-    for (uint64_t sl; (sl = a->slots[h]); h = (h + 1) & mask)
-        if ((uint32_t)(sl >> 32) == id) return a->vals.v + (size_t)((uint32_t)sl - 1) * a->ntypes;
-    a->ids.v[a->ids.n++] = id;
-    int64_t *row = a->vals.v + a->vals.n;
-    if (a->ntypes == 2) { /* the common width, without a call to memset per row */
-        row[0] = 0;
-        row[1] = 0;
-    } else {
-        for (uint32_t t = 0; t < a->ntypes; t++)
-            row[t] = 0;
-    }
-    a->vals.n += a->ntypes;
-    a->slots[h] = (uint64_t)id << 32 | a->ids.n;
-    return row;
-}
-
-/* The row of stack id, created (zeroed) if absent. A slot holds the id next to the row
- * number, so a probe reads one word. */
-int64_t *cp_acc_row(cp_acc *a, uint32_t id)
-{
-    if (((a->ids.n + 1) * 2 > a->nslots || a->ids.n == a->ids.cap ||
-         a->vals.n + a->ntypes > a->vals.cap) &&
-        cp_acc_reserve(a, a->ids.n + 1))
-        return NULL; /* (the arrays grow by doubling) */
-    return acc_row_reserved(a, id);
-}
-
 /* Room for every row of src is reserved once, so the loop is only probes and adds; the
  * common widths get a loop of their own. */
-int cp_acc_add(cp_acc *dst, const cp_acc *src, int64_t factor)
+static inline __attribute__((always_inline)) int acc_add(cp_acc *dst, const cp_acc *src,
+                                                         int64_t factor, int prefetch)
 {
     if (!src->ids.n) return 0;
     if ((uint64_t)dst->ids.n + src->ids.n > UINT32_MAX / 4) return CP_ENOMEM;
@@ -121,13 +106,14 @@ int cp_acc_add(cp_acc *dst, const cp_acc *src, int64_t factor)
         if (cp_acc_reserve(dst, dst->ids.n + cn)) return CP_ENOMEM;
         const uint32_t mask = dst->nslots - 1, end = c + cn;
         for (uint32_t i = c; i < end; i++, s += src->ntypes) {
-            if (i + PF_FAR < n) __builtin_prefetch(&dst->slots[acc_hash(ids[i + PF_FAR]) & mask]);
-            if (i + PF_NEAR < n) {
-                uint64_t sl = dst->slots[acc_hash(ids[i + PF_NEAR]) & mask];
+            if (prefetch && i + PF_FAR < n)
+                __builtin_prefetch(&dst->slots[cp_acc_hash(ids[i + PF_FAR]) & mask]);
+            if (prefetch && i + PF_NEAR < n) {
+                uint64_t sl = dst->slots[cp_acc_hash(ids[i + PF_NEAR]) & mask];
                 if (sl && (uint32_t)(sl >> 32) == ids[i + PF_NEAR])
                     __builtin_prefetch(dst->vals.v + (size_t)((uint32_t)sl - 1) * dst->ntypes, 1);
             }
-            int64_t *row = acc_row_reserved(dst, ids[i]);
+            int64_t *row = cp_acc_row_reserved(dst, ids[i]);
             if (w == 2) {
                 row[0] = cp_add_wrap(row[0], (int64_t)((uint64_t)s[0] * f));
                 row[1] = cp_add_wrap(row[1], (int64_t)((uint64_t)s[1] * f));
@@ -140,6 +126,18 @@ int cp_acc_add(cp_acc *dst, const cp_acc *src, int64_t factor)
     return 0;
 }
 
+int cp_acc_add(cp_acc *dst, const cp_acc *src, int64_t factor)
+{
+    return acc_add(dst, src, factor, 1);
+}
+
+/* Without the prefetches: they cost a third of the loop's instructions, for nothing when
+ * dst is in cache anyway (a stage, written by the previous window). */
+int cp_acc_add_hot(cp_acc *dst, const cp_acc *src)
+{
+    return acc_add(dst, src, 1, 0);
+}
+
 void cp_acc_swap(cp_acc *a, cp_acc *b)
 {
     cp_acc t = *a;
@@ -149,8 +147,9 @@ void cp_acc_swap(cp_acc *a, cp_acc *b)
 
 void cp_acc_take(cp_acc *dst, cp_acc *src)
 {
-    /* a window's slot table is a few KB to zero, where a new one was a calloc and a
-     * rehash for every window */
+    /* a window's slot table is zeroed (by its rows) for the next window, where a new one
+     * was a calloc and a rehash for every window */
+    acc_clear_slots(src);
     free(dst->slots);
     uint64_t *slots = src->slots;
     uint32_t nslots = src->nslots;
@@ -159,7 +158,7 @@ void cp_acc_take(cp_acc *dst, cp_acc *src)
     cp_acc_swap(dst, src);
     src->slots = slots;
     src->nslots = nslots;
-    cp_acc_reset(src, dst->ntypes);
+    cp_acc_reset(src, dst->ntypes); /* (no rows: the table is not read again) */
 }
 
 int cp_acc_copy(cp_acc *dst, const cp_acc *src)
@@ -184,14 +183,78 @@ static uint64_t gcd64(uint64_t a, uint64_t b)
     return a;
 }
 
+/* A divisor d = odd << shift, for exact divisions and divisibility tests by multiplication
+ * (Granlund-Montgomery): for odd d, x -> x * inv mod 2^64 maps the multiples of d onto
+ * 0..UINT64_MAX / d, and a multiple's image is its quotient. A 64-bit division is tens of
+ * cycles; the CPU column (nanoseconds, multiples of the period) needed one per row twice. */
+typedef struct xdiv {
+    uint64_t d, inv, lim, mask;
+    int shift;
+} xdiv;
+
+static xdiv xdiv_make(uint64_t d)
+{
+    xdiv x = {.d = d, .shift = __builtin_ctzll(d)};
+    uint64_t odd = d >> x.shift, inv = odd; /* correct to 3 bits; each step doubles them */
+    for (int i = 0; i < 5; i++)
+        inv *= 2 - odd * inv;
+    x.inv = inv;
+    x.lim = UINT64_MAX / odd;
+    x.mask = ((uint64_t)1 << x.shift) - 1;
+    return x;
+}
+
+static inline int xdiv_divides(const xdiv *x, uint64_t v)
+{
+    return !(v & x->mask) && (v >> x->shift) * x->inv <= x->lim;
+}
+
+/* v / d for a v that is a multiple of d (the shift is arithmetic, as in cp_zz). */
+static inline int64_t xdiv_exact(const xdiv *x, int64_t v)
+{
+    return (int64_t)((uint64_t)(v >> x->shift) * x->inv);
+}
+
+/* The GCD of column t's absolute values (1 if all are 0): a row that is a multiple of the
+ * GCD so far costs a multiplication, not a division. */
+static uint64_t col_gcd(const cp_acc *a, uint32_t t)
+{
+    const int64_t *v = a->vals.v + t;
+    uint32_t n = a->ids.n, nt = a->ntypes;
+    uint64_t g = 0;
+    xdiv x = {0};
+    for (uint32_t i = 0; i < n; i++, v += nt) {
+        uint64_t av = *v < 0 ? (uint64_t)0 - (uint64_t)*v : (uint64_t)*v;
+        if (!av || (g && xdiv_divides(&x, av))) continue;
+        g = gcd64(g, av);
+        if (g == 1) break;
+        x = xdiv_make(g);
+    }
+    return g ? g : 1;
+}
+
+/* Makes *p hold at least need bytes (contents not kept). */
+static int scratch(void **p, size_t *cap, size_t need)
+{
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 1024;
+    while (c < need)
+        c *= 2;
+    void *n = malloc(c);
+    if (!n) return CP_ENOMEM;
+    free(*p);
+    *p = n;
+    *cap = c;
+    return 0;
+}
+
 /* Sorts rows by stack id: LSD radix sort of (id << 32 | row) keys on the id's bytes,
  * skipping bytes that are the same in every key. */
-static int sort_rows(const cp_acc *a, uint32_t *ord)
+static int sort_rows_radix(cp_block_enc *e, const cp_acc *a, uint32_t *ord)
 {
     uint32_t n = a->ids.n;
-    uint64_t *k = malloc(sizeof(uint64_t) * (n ? n : 1) * 2);
-    if (!k) return CP_ENOMEM;
-    uint64_t *tmp = k + n;
+    if (scratch(&e->tmp, &e->tmpcap, sizeof(uint64_t) * (size_t)n * 2)) return CP_ENOMEM;
+    uint64_t *k = e->tmp, *tmp = k + n;
     uint32_t all_or = 0, all_and = UINT32_MAX;
     for (uint32_t i = 0; i < n; i++) {
         k[i] = (uint64_t)a->ids.v[i] << 32 | i;
@@ -213,70 +276,134 @@ static int sort_rows(const cp_acc *a, uint32_t *ord)
     }
     for (uint32_t i = 0; i < n; i++)
         ord[i] = (uint32_t)k[i];
-    free(k < tmp ? k : tmp);
     return 0;
 }
 
-int cp_block_encode(cp_acc *a, cp_buf *out)
+/* The order of a's rows by stack id: *ord = NULL when they are in order already. An acc's
+ * ids are distinct, and a block's usually span a range of a few times its row count (a
+ * window's stacks among a service's; up to 64 times): then a bitmap of the range (one bit
+ * per id, cleared; the bench's 567 rows in 2,000 ids: 250 bytes), and the row of each id
+ * written where its bit is set (and read only there, so never cleared), order them in one
+ * pass over the rows and one over the bitmap. Sparse ids, and ranges whose row array
+ * (4 bytes an id) would not stay in cache, take a radix sort. */
+enum { BITMAP_IDS_MAX = 1 << 18 };
+static int order_rows(cp_block_enc *e, const cp_acc *a, const uint32_t **ordp)
+{
+    uint32_t n = a->ids.n;
+    const uint32_t *ids = a->ids.v;
+    *ordp = NULL;
+    if (n < 2) return 0;
+    uint32_t lo = ids[0], hi = ids[0], sorted = 1;
+    for (uint32_t i = 1; i < n; i++) {
+        uint32_t v = ids[i];
+        sorted &= v > ids[i - 1];
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+    }
+    if (sorted) return 0;
+    if (scratch(&e->ord, &e->ordcap, sizeof(uint32_t) * n)) return CP_ENOMEM;
+    uint32_t *ord = e->ord;
+    *ordp = ord;
+    uint64_t range = (uint64_t)hi - lo + 1;
+    if (range > (uint64_t)n * 64 || range > BITMAP_IDS_MAX) return sort_rows_radix(e, a, ord);
+    size_t words = (size_t)(range + 63) / 64;
+    if (scratch(&e->tmp, &e->tmpcap, words * sizeof(uint64_t) + (size_t)range * sizeof(uint32_t)))
+        return CP_ENOMEM;
+    uint64_t *bits = e->tmp;
+    uint32_t *row = (uint32_t *)(bits + words);
+    memset(bits, 0, words * sizeof(uint64_t));
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t d = ids[i] - lo;
+        bits[d >> 6] |= (uint64_t)1 << (d & 63);
+        row[d] = i;
+    }
+    uint32_t k = 0;
+    for (size_t w = 0; w < words; w++)
+        for (uint64_t b = bits[w]; b && k < n; b &= b - 1)
+            ord[k++] = row[w * 64 + (size_t)__builtin_ctzll(b)];
+    /* fewer set bits than rows: a repeated id, which an acc never holds; sort anyway */
+    return k == n ? 0 : sort_rows_radix(e, a, ord);
+}
+
+void cp_block_enc_close(cp_block_enc *e)
+{
+    if (!e) return;
+    if (e->lz4) LZ4_freeStream(e->lz4);
+    free(e->raw);
+    free(e->ord);
+    free(e->tmp);
+    memset(e, 0, sizeof *e);
+}
+
+int cp_block_encode_with(cp_block_enc *e, cp_acc *a, cp_buf *out)
 {
     uint32_t n = a->ids.n, nt = a->ntypes;
-    uint32_t *ord = malloc(sizeof(uint32_t) * (n ? n : 1));
-    uint8_t *raw = NULL;
-    int rc = CP_ENOMEM;
-    if (!ord) return CP_ENOMEM;
-    if (sort_rows(a, ord)) {
-        free(ord);
-        return CP_ENOMEM;
-    }
-
-    uint64_t div[CP_MAX_TYPES];
-    for (uint32_t t = 0; t < nt; t++) {
-        uint64_t g = 0;
-        for (uint32_t i = 0; i < n && g != 1; i++) {
-            int64_t v = a->vals.v[(size_t)i * nt + t];
-            uint64_t av = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-            g = gcd64(g, av);
-        }
-        div[t] = g ? g : 1;
-    }
-    size_t cap = 32 + 20 * (size_t)nt + (size_t)n * 10 * (1 + nt);
-    raw = malloc(cap);
-    if (!raw) goto done;
-    uint8_t *p = raw;
-    p = cp_put_uv(p, cp_zz(a->time_ns));
-    p = cp_put_uv(p, a->windows);
-    p = cp_put_uv(p, nt);
-    for (uint32_t t = 0; t < nt; t++) {
-        int64_t tot = 0;
-        for (uint32_t i = 0; i < n; i++)
-            tot = cp_add_wrap(tot, a->vals.v[(size_t)i * nt + t]);
-        p = cp_put_uv(p, div[t]);
-        p = cp_put_uv(p, cp_zz(tot));
-    }
-    p = cp_put_uv(p, n);
+    const uint32_t *ord;
+    if (order_rows(e, a, &ord)) return CP_ENOMEM;
+    xdiv div[CP_MAX_TYPES];
+    for (uint32_t t = 0; t < nt; t++)
+        div[t] = xdiv_make(col_gcd(a, t));
+    /* the rows first, after room for the header: the header's totals are summed on the way */
+    size_t hmax = 3 * 10 + 2 * 10 * (size_t)nt + 10;
+    if (scratch(&e->raw, &e->rawcap, hmax + (size_t)n * 10 * (1 + nt))) return CP_ENOMEM;
+    uint8_t *rows = (uint8_t *)e->raw + hmax, *p = rows;
+    int64_t tot[CP_MAX_TYPES] = {0};
     uint32_t prev = 0;
-    for (uint32_t k = 0; k < n; k++) {
-        uint32_t i = ord[k], id = a->ids.v[i];
-        p = cp_put_uv(p, id - prev);
-        prev = id;
-        const int64_t *row = a->vals.v + (size_t)i * nt;
-        for (uint32_t t = 0; t < nt; t++) {
-            /* exact: every value is a multiple of div[t]; divide in the unsigned domain so
-             * INT64_MIN stays well defined */
-            int64_t q = div[t] == 1 ? row[t] : (int64_t)((uint64_t)row[t] / div[t]);
-            if (row[t] < 0 && div[t] != 1)
-                q = -(int64_t)(((uint64_t)0 - (uint64_t)row[t]) / div[t]);
-            p = cp_put_uv(p, cp_zz(q));
+    if (nt == 2) { /* the common width (cpu, alloc), with its divisors and totals in registers */
+        const xdiv d0 = div[0], d1 = div[1];
+        int64_t t0 = 0, t1 = 0;
+        for (uint32_t k = 0; k < n; k++) {
+            uint32_t i = ord ? ord[k] : k, id = a->ids.v[i];
+            p = cp_put_uv(p, id - prev);
+            prev = id;
+            const int64_t *row = a->vals.v + (size_t)i * 2;
+            t0 = cp_add_wrap(t0, row[0]);
+            t1 = cp_add_wrap(t1, row[1]);
+            p = cp_put_uv(p, cp_zz(xdiv_exact(&d0, row[0])));
+            p = cp_put_uv(p, cp_zz(xdiv_exact(&d1, row[1])));
+        }
+        tot[0] = t0;
+        tot[1] = t1;
+    } else {
+        for (uint32_t k = 0; k < n; k++) {
+            uint32_t i = ord ? ord[k] : k, id = a->ids.v[i];
+            p = cp_put_uv(p, id - prev);
+            prev = id;
+            const int64_t *row = a->vals.v + (size_t)i * nt;
+            for (uint32_t t = 0; t < nt; t++) {
+                tot[t] = cp_add_wrap(tot[t], row[t]);
+                p = cp_put_uv(p, cp_zz(xdiv_exact(&div[t], row[t])));
+            }
         }
     }
+    uint8_t head[3 * 10 + 2 * 10 * CP_MAX_TYPES + 10], *h = head;
+    h = cp_put_uv(h, cp_zz(a->time_ns));
+    h = cp_put_uv(h, a->windows);
+    h = cp_put_uv(h, nt);
+    for (uint32_t t = 0; t < nt; t++) {
+        h = cp_put_uv(h, div[t].d);
+        h = cp_put_uv(h, cp_zz(tot[t]));
+    }
+    h = cp_put_uv(h, n);
+    size_t hlen = (size_t)(h - head);
+    uint8_t *raw = rows - hlen;
+    memcpy(raw, head, hlen);
     size_t rawlen = (size_t)(p - raw);
+
     int bound = LZ4_compressBound((int)rawlen);
-    if ((rc = cp_buf_reserve(out, 11 + (size_t)bound))) goto done;
+    if (cp_buf_reserve(out, 11 + (size_t)bound)) return CP_ENOMEM;
     uint8_t *o = out->data + out->len;
     uint8_t *q = o + 1;
     q = cp_put_uv(q, rawlen);
-    int clen =
-        rawlen > 64 ? LZ4_compress_default((const char *)raw, (char *)q, (int)rawlen, bound) : 0;
+    int clen = 0;
+    if (rawlen > 64) {
+        /* one stream for every block: reset (cheap) rather than cleared (16 KB) each time;
+         * each block is still independent (no dictionary) */
+        if (!e->lz4 && !(e->lz4 = LZ4_createStream())) return CP_ENOMEM;
+        LZ4_resetStream_fast(e->lz4);
+        clen =
+            LZ4_compress_fast_continue(e->lz4, (const char *)raw, (char *)q, (int)rawlen, bound, 1);
+    }
     if (clen > 0 && (size_t)clen < rawlen) {
         o[0] = CP_BLOCK_LZ4;
         out->len += (size_t)(q - o) + (size_t)clen;
@@ -285,10 +412,14 @@ int cp_block_encode(cp_acc *a, cp_buf *out)
         memcpy(q, raw, rawlen);
         out->len += (size_t)(q - o) + rawlen;
     }
-    rc = 0;
-done:
-    free(ord);
-    free(raw);
+    return 0;
+}
+
+int cp_block_encode(cp_acc *a, cp_buf *out)
+{
+    cp_block_enc e = {0};
+    int rc = cp_block_encode_with(&e, a, out);
+    cp_block_enc_close(&e);
     return rc;
 }
 

@@ -82,6 +82,7 @@ void cp_ser_free(cp_ser *s)
     free(s->cum_producer);
     cp_acc_close(&s->cum);
     cp_acc_close(&s->stage);
+    cp_acc_close(&s->stage10);
     cp_wcache_free(s->wc);
     free(s);
 }

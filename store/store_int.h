@@ -37,13 +37,50 @@ void cp_acc_init(cp_acc *a, uint32_t ntypes);
 void cp_acc_close(cp_acc *a);
 /* Empties a, keeping its memory, and sets its width. */
 void cp_acc_reset(cp_acc *a, uint32_t ntypes);
-/* The row of stack id (a zero row is added if missing); NULL on out of memory. The pointer
- * is valid until the next call that adds a row. */
-int64_t *cp_acc_row(cp_acc *a, uint32_t id);
 /* Room for nrows rows in all (no rehash or growth until then); CP_ENOMEM. */
 int cp_acc_reserve(cp_acc *a, uint32_t nrows);
+
+static inline uint32_t cp_acc_hash(uint32_t id)
+{
+    return id * 2654435761u;
+}
+
+/* The probe and append of a row, with room already reserved for it. A slot holds the id
+ * next to the row number, so a probe reads one word. */
+static inline int64_t *cp_acc_row_reserved(cp_acc *a, uint32_t id)
+{
+    uint32_t mask = a->nslots - 1, h = cp_acc_hash(id) & mask;
+    for (uint64_t sl; (sl = a->slots[h]); h = (h + 1) & mask)
+        if ((uint32_t)(sl >> 32) == id) return a->vals.v + (size_t)((uint32_t)sl - 1) * a->ntypes;
+    a->ids.v[a->ids.n++] = id;
+    int64_t *row = a->vals.v + a->vals.n;
+    if (a->ntypes == 2) { /* the common width, without a call to memset per row */
+        row[0] = 0;
+        row[1] = 0;
+    } else {
+        for (uint32_t t = 0; t < a->ntypes; t++)
+            row[t] = 0;
+    }
+    a->vals.n += a->ntypes;
+    a->slots[h] = (uint64_t)id << 32 | a->ids.n;
+    return row;
+}
+
+/* The row of stack id (a zero row is added if missing); NULL on out of memory. The pointer
+ * is valid until the next call that adds a row. Inline: ingest calls it for every sample
+ * of every window. */
+static inline int64_t *cp_acc_row(cp_acc *a, uint32_t id)
+{
+    if (((a->ids.n + 1) * 2 > a->nslots || a->ids.n == a->ids.cap ||
+         a->vals.n + a->ntypes > a->vals.cap) &&
+        cp_acc_reserve(a, a->ids.n + 1))
+        return NULL; /* (the arrays grow by doubling) */
+    return cp_acc_row_reserved(a, id);
+}
 /* dst += factor * src (the columns both have). */
 int cp_acc_add(cp_acc *dst, const cp_acc *src, int64_t factor);
+/* dst += src, for a dst that is small and in cache (a stage): no prefetching. */
+int cp_acc_add_hot(cp_acc *dst, const cp_acc *src);
 /* dst = copy of src. */
 int cp_acc_copy(cp_acc *dst, const cp_acc *src);
 /* Exchanges the contents (rows, memory, width, time, windows) of a and b. */
@@ -60,6 +97,16 @@ static inline int64_t cp_add_wrap(int64_t a, int64_t b)
 
 /* Encodes a as a block (entries sorted by stack id, lz4'd) appended to out. */
 int cp_block_encode(cp_acc *a, cp_buf *out);
+/* What encoding keeps from one block to the next (a commit encodes hundreds): the lz4
+ * stream, reset rather than cleared per block, and the sort and payload buffers. Starts
+ * zeroed; the blocks are what cp_block_encode writes (the same payload bytes). */
+typedef struct cp_block_enc {
+    void *lz4; /* LZ4_stream_t */
+    void *raw, *ord, *tmp;
+    size_t rawcap, ordcap, tmpcap;
+} cp_block_enc;
+int cp_block_encode_with(cp_block_enc *e, cp_acc *a, cp_buf *out);
+void cp_block_enc_close(cp_block_enc *e);
 
 /* Iterates the entries of a stored block; scratch holds the decompressed payload. */
 typedef struct cp_block_it {
@@ -224,14 +271,18 @@ struct cp_ser {
     int cum_valid, cum_dirty;
     /* writer, cpu and alloc only: the sum of this batch's windows of one 1-minute bucket
      * (stage.time_ns the earliest start, stage.windows their count), not yet added to
-     * levels 1-4; staged says it holds any. Added when a window of another minute comes
-     * and at commit (write.c: stage_flush), which also frees its memory. */
-    cp_acc stage;
-    int64_t stage_start;
+     * levels 1-4, and stage10 the sum of this batch's minutes of one 10-minute bucket not
+     * yet added to levels 2-4; staged says which holds any (CP_STAGED_*, 0 = neither).
+     * Added on when a window of another minute (10 minutes) comes and at commit (write.c:
+     * stage_flush, stage10_flush), which also frees their memory. */
+    cp_acc stage, stage10;
+    int64_t stage_start, stage10_start;
     int staged;
     /* writer: what this series' windows share (wcache.c); NULL when none */
     cp_wcache *wc;
 };
+
+enum { CP_STAGED_MIN = 1, CP_STAGED_10MIN = 2 };
 
 typedef struct prod {
     char *key; /* producer \0 be32 scope */

@@ -1151,6 +1151,58 @@ TEST(dropped_batch_leaves_no_staged_windows)
     rmtree(dir);
 }
 
+/* A series' windows reach levels 2-4 through a 10-minute stage (write.c, stage10_flush).
+ * Windows that alternate between two 10-minute buckets (each flushes the other's stage),
+ * in batches of irregular sizes (a batch ends mid-minute and mid-10-minutes, so buckets
+ * that took a stage's rows get more added in the next batch), store every 1-minute,
+ * 10-minute, hour and day bucket exactly, with the right window counts. */
+TEST(rollups_through_ten_minute_stages)
+{
+    char *dir = tmpdir("store");
+    make_windows(19);
+    cp_store *s = open_store(dir, 0, 0);
+    cp_store_batch *b = cp_store_batch_create(s);
+    int k = 0, next_commit = 3;
+    for (int r = 0; r < NWIN; r += 100) {
+        int m = NWIN - r < 100 ? NWIN - r : 100; /* a run of windows (even) */
+        for (int j = 0; j < m; j++, k++) {
+            int i = r + (j % 2 ? m / 2 : 0) + j / 2; /* up to 8 minutes apart, alternating */
+            add(b, "acme", CP_KIND_CPU, "service=api", starts[i], "p", (uint64_t)i, wins[i], 0);
+            if (k == next_commit) {
+                commit(b);
+                next_commit += 1 + (k * 7) % 41;
+            }
+        }
+    }
+    commit(b);
+    cp_store_batch_destroy(b);
+    int64_t day0 = T0 - (T0 % (86400 * SEC));
+    check_range(s, day0, day0 + 86400 * SEC);
+    for (int64_t len = 3600 * SEC; len >= 60 * SEC; len /= len == 3600 * SEC ? 6 : 10)
+        for (int64_t a = T0 - (T0 % len); a < starts[NWIN - 1] + WIN; a += len) {
+            int any = 0;
+            int64_t e0 = 0, e1 = 0;
+            for (int i = 0; i < NWIN; i++)
+                if (starts[i] >= a && starts[i] < a + len) {
+                    any = 1;
+                    e0 += cp_profile_total(wins[i], 0);
+                    e1 += cp_profile_total(wins[i], 1);
+                }
+            if (!any) continue;
+            if (len > 60 * SEC) {
+                check_range(s, a, a + len); /* (the whole content) */
+                continue;
+            }
+            cp_profile *p = query(s, "acme", CP_KIND_CPU, NULL, a, a + len); /* 120 minutes */
+            CHECK_EQ(cp_profile_total(p, 0), e0);
+            CHECK_EQ(cp_profile_total(p, 1), e1);
+            cp_profile_destroy(p);
+        }
+    cp_store_close(s);
+    check_repair_finds_nothing(dir);
+    rmtree(dir);
+}
+
 TEST_MAIN(T(exact_totals_and_rollups), T(timeline_matches_queries), T(inuse_is_a_gauge),
           T(cumulative_alloc_not_double_counted), T(duplicates_dropped),
           T(tenants_isolated_and_labels), T(retention_frees_disk), T(unknown_version_refused),
@@ -1158,4 +1210,4 @@ TEST_MAIN(T(exact_totals_and_rollups), T(timeline_matches_queries), T(inuse_is_a
           T(same_start_summed), T(one_binary_at_two_bases_is_one_frame_set),
           T(format_1_store_read_canonical), T(reopen_under_readers),
           T(rollups_of_one_batch_equal_window_by_window), T(dropped_batch_leaves_no_staged_windows),
-          T(symbols_under_reopen))
+          T(rollups_through_ten_minute_stages), T(symbols_under_reopen))
