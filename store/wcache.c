@@ -223,17 +223,20 @@ int cp_wcache_follow(cp_wcache **cp, const cp_profile *p, const cp_pprof_lazy *l
     if (cp_vec_reserve(&c->locmap, lz->nloc) || cp_vec_reserve(&c->map, p->mappings.n) ||
         cp_vec_reserve(&c->fn, p->functions.n) || cp_vec_reserve(&c->soff, nstr))
         goto nomem;
-    c->sbytes.len = 0;
-    if (cp_buf_append(&c->sbytes, p->strs.buf, sb)) goto nomem;
-    memcpy(c->soff.v, p->strs.off.v, (size_t)nstr * 4);
-    c->soff.n = nstr;
+    if (nstr != c->soff.n || sb != c->sbytes.len) { /* matched: only ever longer */
+        c->sbytes.len = 0;
+        if (cp_buf_append(&c->sbytes, p->strs.buf, sb)) goto nomem;
+        memcpy(c->soff.v, p->strs.off.v, (size_t)nstr * 4);
+        c->soff.n = nstr;
+    }
     for (uint32_t i = c->map.n; i < p->mappings.n; i++)
         c->map.v[c->map.n++] = p->mappings.v[i];
     for (uint32_t i = c->fn.n; i < p->functions.n; i++)
         c->fn.v[c->fn.n++] = p->functions.v[i];
-    /* the window's location messages begin with the cached ones (matched): take them all */
-    c->locbytes.len = 0;
-    if (cp_buf_append(&c->locbytes, lz->locs, lz->locs_len)) goto nomem;
+    /* the window's location messages begin with the cached ones (matched, or none after a
+     * reset): add the rest */
+    if (cp_buf_append(&c->locbytes, lz->locs + c->locbytes.len, lz->locs_len - c->locbytes.len))
+        goto nomem;
     for (uint32_t i = c->locmap.n; i < lz->nloc; i++)
         c->locmap.v[c->locmap.n++] = locmap[i + 1];
     c->nloc = lz->nloc;

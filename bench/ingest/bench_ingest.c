@@ -588,6 +588,8 @@ int main(int argc, char **argv)
     cp_store *s = NULL;
     if (cp_store_open(&so, &s, &err)) goto fail;
     cp_ingest_options io = {.brokers = bootstraps, .batch_max_messages = 512, .batch_max_ms = 200};
+    const char *dt = getenv("CP_BENCH_DECODE_THREADS"); /* ingest's default: one per CPU */
+    if (dt) io.decode_threads = (uint32_t)atoi(dt);
     if (cp_ingest_create(&io, s, &ing, &err) || cp_ingest_start(ing, &err)) goto fail;
     run r;
     if (drive(bootstraps, ingest_step, ingest_finish, ingest_describe, ing, &r)) return 1;
