@@ -520,7 +520,7 @@ int main(int argc, char **argv)
 
     /* 1. decode + store on this thread, no Kafka: gzip'd payloads, then raw ones (an
      * agent may send raw pprof and let Kafka's lz4 compress the batch) */
-    const char *mode = argc > 3 ? argv[3] : NULL; /* one part only, for profiling */
+    const char *mode = argc > 3 ? argv[3] : NULL;       /* one part only, for profiling */
     int raw_only = mode && !strcmp(mode, "direct-raw"); /* the raw half alone, for profiling */
     if (raw_only) mode = "direct";
     for (use_raw = raw_only; use_raw < 2 && (!mode || !strcmp(mode, "direct")); use_raw++) {
