@@ -654,6 +654,17 @@ out:
     return rc;
 }
 
+/* Whether message m starts with field 1 (a varint) equal to want: how the lazy decoder
+ * sees that location ids are 1..n in order, without parsing the messages (an id given
+ * again later in a message is caught when it is parsed: cp_pprof_lazy_locations). */
+static inline int first_id_is(rd m, uint64_t want)
+{
+    uint64_t id;
+    if (m.p >= m.end || m.p[0] != 0x08) return 0;
+    m.p++;
+    return !rd_varint(&m, &id) && id == want;
+}
+
 /* Resolves the mapping and function ids of locations [from, n) of p (raw ids in sc, as
  * parse_location left them) through mm and fm; the error names the first unknown one. */
 static int resolve_locations(cp_profile *p, const scratch *sc, uint32_t from, const idmap *mm,
@@ -701,6 +712,7 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
     types->n = samples->n = maps->n = ids->n = tmp->n = comments->n = sc->locs.n = 0;
     const uint8_t *loc_start = NULL, *loc_end = NULL; /* lazy: the location messages' run */
     int loc_contig = 1; /* lazy: the location messages are one run of bytes */
+    int loc_dense = 1;  /* lazy: each starts with its id, 1..n in order */
     sc->fn_ids.n = sc->loc_ids.n = sc->loc_maps.n = sc->line_fns.n = 0;
     rd period_type = {NULL, NULL};
     int64_t scal[15] = {0};
@@ -733,6 +745,7 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
                     if (!sc->locs.n) loc_start = top.p;
                     if (sc->locs.n && loc_end != top.p) loc_contig = 0;
                     loc_end = f.end;
+                    loc_dense &= first_id_is(f, sc->locs.n + 1);
                 }
                 if (cp_vec_push(to, f)) goto nomem;
                 top.p = t.p;
@@ -765,6 +778,7 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
                     if (!sc->locs.n) loc_start = buf + at;
                     if (sc->locs.n && loc_end != buf + at) loc_contig = 0;
                     loc_end = f.end;
+                    loc_dense &= first_id_is(f, sc->locs.n + 1);
                     if (cp_vec_push(&sc->locs, f)) goto nomem;
                     break;
                 }
@@ -932,14 +946,8 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
 
     /* --- locations: parsed now when lazy (unless they can stay lazy), then their mappings
      * and functions resolved, then the id map --- */
-    int lazy_locs = lazy && loc_contig && mm.dense && fm.dense && sc->locs.n > 0;
-    for (uint32_t i = 0; lazy_locs && i < sc->locs.n; i++) {
-        rd r = sc->locs.v[i];
-        uint64_t id;
-        if (rd_key(&r, &field, &wt) || field != 1 || wt != WT_VARINT || rd_varint(&r, &id) ||
-            id != (uint64_t)i + 1)
-            lazy_locs = 0; /* ids not 1..n in order, or not first: parsed as usual */
-    }
+    /* (ids not 1..n in order, or not first in their messages: parsed as usual) */
+    int lazy_locs = lazy && loc_contig && loc_dense && mm.dense && fm.dense && sc->locs.n > 0;
     if (lazy && !lazy_locs)
         for (uint32_t i = 0; i < sc->locs.n; i++)
             if ((rc = parse_location(sc->locs.v[i], p->locations.n, p, sc, err))) goto out;
