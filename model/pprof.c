@@ -1132,17 +1132,21 @@ void cp_pprof_decoder_destroy(cp_pprof_decoder *d)
     free(d);
 }
 
+/* Nothing lazy in lz (its memory kept). */
+static void lazy_clear(cp_pprof_lazy *lz)
+{
+    lz->ids.n = lz->nlazy = lz->nloc = 0;
+    lz->locs = NULL;
+    lz->locs_len = 0;
+}
+
 int cp_pprof_decoder_decode_lazy(cp_pprof_decoder *d, const uint8_t *buf, size_t len, cp_profile *p,
                                  cp_pprof_lazy *lz, cp_err *err)
 {
     int rc;
     cp_profile_reset(p);
     if (lz) {
-        lz->ids.n = 0;
-        lz->nlazy = 0;
-        lz->locs = NULL;
-        lz->locs_len = 0;
-        lz->nloc = 0;
+        lazy_clear(lz);
         lz->buf = buf;
         lz->len = len;
         lz->lim = d->lim;
@@ -1162,13 +1166,7 @@ int cp_pprof_decoder_decode_lazy(cp_pprof_decoder *d, const uint8_t *buf, size_t
      * length) gets its own message rather than whatever the decoder tripped over first. */
     if ((rc = decode_wire(&d->sc, buf, len, &d->lim, p, lz, err))) {
         cp_profile_reset(p);
-        if (lz) {
-            lz->ids.n = 0;
-            lz->nlazy = 0;
-            lz->locs = NULL;
-            lz->locs_len = 0;
-            lz->nloc = 0;
-        }
+        if (lz) lazy_clear(lz);
         if (rc != CP_ENOMEM) {
             int wrc = wire_scan(buf, len, d->lim.max_bytes, err);
             if (wrc) rc = wrc;
@@ -1201,9 +1199,7 @@ static int lazy_undo(cp_profile *p, cp_pprof_lazy *lz, cp_err *err)
     if (!d) return cp_err_set(err, CP_ENOMEM, "out of memory decoding profile");
     int rc = cp_pprof_decoder_decode(d, lz->buf, lz->len, p, err);
     cp_pprof_decoder_destroy(d);
-    lz->ids.n = lz->nlazy = lz->nloc = 0;
-    lz->locs = NULL;
-    lz->locs_len = 0;
+    lazy_clear(lz);
     return rc;
 }
 

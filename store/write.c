@@ -421,6 +421,24 @@ static int vec_zero(void *vecp, size_t n)
     return 0;
 }
 
+/* Interns the stack in B->stack (dictionary locations) with sample sm's labels into d:
+ * its id in *sid. Returns 0 or CP_ENOMEM (err set). */
+static int intern_stack(cp_store_batch *B, cp_dict *d, const cp_profile *p, const cp_sample *sm,
+                        uint32_t *sid, cp_err *err)
+{
+    B->labels.n = 0;
+    for (uint32_t j = 0; j < sm->nlabels && sm->label_off + j < p->labels.n; j++) {
+        cp_label lb = p->labels.v[sm->label_off + j];
+        if (map_str(B, d, p, lb.key, &lb.key) || map_str(B, d, p, lb.str, &lb.str) ||
+            map_str(B, d, p, lb.num_unit, &lb.num_unit))
+            return cp_err_set(err, CP_ENOMEM, "store");
+        B->labels.v[B->labels.n++] = lb;
+    }
+    if (cp_dict_stack(d, B->stack.v, B->stack.n, B->labels.v, B->labels.n, sid))
+        return cp_err_set(err, CP_ENOMEM, "store: interning stacks");
+    return 0;
+}
+
 /* Resolves p's lazy samples before the batch changes: each is found in the series' stack
  * cache c (matched against p; NULL: none) or its ids are decoded and checked into B->ids.
  * Returns 0, CP_ENOMEM, or CP_EPPROF naming a bad id. */
@@ -574,16 +592,7 @@ static int profile_to_acc(cp_store_batch *B, tenant *t, cp_ser *ser, const cp_pr
             for (uint32_t j = 0; j < lr->n; j++)
                 dst[j] = lm[src[j]];
             B->stack.n = lr->n;
-            B->labels.n = 0;
-            for (uint32_t j = 0; j < sm->nlabels && sm->label_off + j < p->labels.n; j++) {
-                cp_label lb = p->labels.v[sm->label_off + j];
-                if (map_str(B, d, p, lb.key, &lb.key) || map_str(B, d, p, lb.str, &lb.str) ||
-                    map_str(B, d, p, lb.num_unit, &lb.num_unit))
-                    return cp_err_set(err, CP_ENOMEM, "store");
-                B->labels.v[B->labels.n++] = lb;
-            }
-            if (cp_dict_stack(d, B->stack.v, B->stack.n, B->labels.v, B->labels.n, &sid))
-                return cp_err_set(err, CP_ENOMEM, "store: interning stacks");
+            if (intern_stack(B, d, p, sm, &sid, err)) return CP_ENOMEM;
             if (lazy && B->hs.v[i]) {
                 const cp_pprof_ids *ids = &lz->ids.v[i];
                 if (cp_wcache_put(ser->wc, ids->p, ids->len, B->hs.v[i], sid)) {
@@ -610,15 +619,7 @@ static int profile_to_acc(cp_store_batch *B, tenant *t, cp_ser *ser, const cp_pr
         for (uint32_t j = have; j < sm->nlocs; j++)
             dst[j] = 0;
         B->stack.n = sm->nlocs;
-        for (uint32_t j = 0; j < sm->nlabels && sm->label_off + j < p->labels.n; j++) {
-            cp_label lb = p->labels.v[sm->label_off + j];
-            if (map_str(B, d, p, lb.key, &lb.key) || map_str(B, d, p, lb.str, &lb.str) ||
-                map_str(B, d, p, lb.num_unit, &lb.num_unit))
-                return cp_err_set(err, CP_ENOMEM, "store");
-            B->labels.v[B->labels.n++] = lb;
-        }
-        if (cp_dict_stack(d, B->stack.v, B->stack.n, B->labels.v, B->labels.n, &sid))
-            return cp_err_set(err, CP_ENOMEM, "store: interning stacks");
+        if (intern_stack(B, d, p, sm, &sid, err)) return CP_ENOMEM;
     add:;
         int64_t *row = cp_acc_row(&B->win, sid);
         if (!row) return cp_err_set(err, CP_ENOMEM, "store");
