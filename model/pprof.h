@@ -87,7 +87,8 @@ typedef struct cp_pprof_lazy {
     cp_pprof_limits lim;
 } cp_pprof_lazy;
 
-/* cp_pprof_decoder_decode with lazy ids into lz (reused; lz NULL: as cp_pprof_decoder_decode). */
+/* cp_pprof_decoder_decode with lazy ids and locations into lz (reused; lz NULL: as
+ * cp_pprof_decoder_decode). */
 int cp_pprof_decoder_decode_lazy(cp_pprof_decoder *d, const uint8_t *buf, size_t len, cp_profile *p,
                                  cp_pprof_lazy *lz, cp_err *err);
 /* Decodes sample i's lazy ids lz->ids.v[i] (of profile p) into dst, which must have room
@@ -99,9 +100,8 @@ long cp_pprof_lazy_ids(const cp_profile *p, const cp_pprof_lazy *lz, uint32_t i,
 /* Parses the lazy locations of p (lz->nloc of them; nothing to do when there are none or p
  * has its locations) from the from'th on, which starts from_at bytes into lz->locs (0 and 0:
  * all of them), checked as the decoder checks them (the same messages), so that p has
- * lz->nloc locations, of which [0, from) are left zero: for a
- * caller that knows them otherwise (ingest's stack cache, which checked them in an earlier
- * window). The decoder chose lazy locations by each message's first field; if a parsed
+ * lz->nloc locations, of which [0, from) are left zero: for a caller that knows them
+ * otherwise (ingest's stack cache, which checked them in an earlier window). The decoder chose lazy locations by each message's first field; if a parsed
  * message's id turns out other than its place (an id repeated later in it), the input is
  * decoded again in full into p and lz is left with nothing lazy. Returns 0, CP_EPPROF or
  * CP_ENOMEM (p then has no locations). */

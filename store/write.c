@@ -35,7 +35,7 @@ struct cp_store_batch {
     CP_VEC(uint32_t) fnmap, mapmap;
     CP_VEC(uint64_t) mapdelta; /* profile mapping id -> add to an address: canonical form */
     /* lazy samples (cp_store_batch_add_lazy), per sample: the stack the series' cache knows
-     * (sid, 0 = not known), else where its decoded ids are in ids; h hashes its bytes */
+     * (sid, 0 = not known), else where its decoded ids are in ids */
     CP_VEC(lazy_res) res;
     CP_VEC(uint32_t) ids;
     CP_VEC(uint64_t) hs; /* per sample: the hash of its ids' bytes, 0 = not looked up */
