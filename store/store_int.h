@@ -225,7 +225,7 @@ void cp_wcache_find_all(const cp_wcache *c, uint32_t n, const cp_pprof_ids *ids,
 /* Makes *c follow p (lazy locations in lz), whose location i + 1 is dictionary location
  * locmap[i + 1]: keep = 1 after cp_wcache_match(*c, p, lz) succeeded (p's new entries are
  * appended), 0 to start over from p's tables (the stacks are forgotten). Creates *c if
- * NULL. On CP_ENOMEM *c is freed and NULL. */
+ * NULL. On CP_ENOMEM, or CP_ELIMIT for tables over 4 MiB, *c is freed and NULL. */
 int cp_wcache_follow(cp_wcache **c, const cp_profile *p, const cp_pprof_lazy *lz,
                      const uint32_t *locmap, int keep);
 /* Remembers that a sample of the followed tables with ids b[0..len) (hash h) is stack sid.

@@ -12,6 +12,9 @@
  * serves the ones it has). The store-wide budget is s->wcache_budget. */
 #define WC_MAX_STACKS 65536
 #define WC_MAX_STACK_BYTES (4u << 20)
+/* A window with more table bytes than this (location messages, or the strings its
+ * mappings and functions name) is not followed: its series has no cache. */
+#define WC_MAX_TABLE_BYTES (4u << 20)
 
 /* A stack is one record in c->bytes, 4-byte aligned: its ids' length, its dictionary
  * stack id, then the ids' bytes; a slot points at it. A lookup touches the slot and the
@@ -208,6 +211,11 @@ int cp_wcache_follow(cp_wcache **cp, const cp_profile *p, const cp_pprof_lazy *l
                      const uint32_t *locmap, int keep)
 {
     cp_wcache *c = *cp;
+    if (lz->locs_len > WC_MAX_TABLE_BYTES || str_bytes(p, strings_named(p)) > WC_MAX_TABLE_BYTES) {
+        cp_wcache_free(c);
+        *cp = NULL;
+        return CP_ELIMIT;
+    }
     if (!c && !(c = *cp = calloc(1, sizeof *c))) return CP_ENOMEM;
     if (!keep) { /* a new table: the stacks it made no longer mean anything */
         c->nloc = c->nmap = c->nfn = c->nstr = 0;

@@ -328,7 +328,46 @@ TEST(labels_and_a_spent_budget_lose_nothing)
     pair_close(&x);
 }
 
+/* A window whose location messages take over 4 MiB is stored, but its series keeps no
+ * cache (the cache's bound on what it copies of a window). */
+TEST(a_huge_table_is_not_followed)
+{
+    pair x;
+    pair_open(&x, 0);
+    cp_profile *p = cp_profile_create();
+    CHECK_EQ(cp_profile_add_sample_type(p, "samples", "count"), 0);
+    CHECK_EQ(cp_profile_add_sample_type(p, "cpu", "nanoseconds"), 0);
+    cp_mapping m = {.start = 0x1000, .limit = 1ull << 40, .offset = 0x1000};
+    CHECK_EQ(cp_profile_intern_cstr(p, "/usr/bin/big", &m.filename), 0);
+    uint32_t mid, id = 0;
+    CHECK_EQ(cp_profile_add_mapping(p, &m, &mid), 0);
+    for (uint32_t i = 0; i < 400000; i++) /* about 12 bytes each with its key and length */
+        CHECK_EQ(cp_profile_add_location(p, 0x100000000ull + 64 * (uint64_t)i, mid, NULL, 0, &id),
+                 0);
+    uint32_t nstr = p->strs.off.n, ids[3] = {1, 200000, id};
+    int64_t v[2] = {1, 10};
+    cp_buf b = {0};
+    cp_err err = {0};
+    for (uint64_t seq = 0; seq < 2; seq++) {
+        cp_profile_next_window(p, nstr);
+        CHECK_EQ(cp_profile_add_sample(p, ids, 3, v, NULL, 0), 0);
+        b.len = 0;
+        CHECK_EQ(cp_pprof_encode(p, 0, &b), 0);
+        CHECK(b.len > (4u << 20));
+        pair_add(&x, &b, "a", seq, 0, &err);
+    }
+    pair_commit(&x);
+    pair_same(&x, T0, T0 + 2 * WIN);
+    cp_store_stats st;
+    cp_store_get_stats(x.lazy, &st);
+    CHECK_EQ(st.stack_cache_hits, 0);
+    CHECK_EQ(st.stack_cache_bytes, 0);
+    cp_buf_close(&b);
+    cp_profile_destroy(p);
+    pair_close(&x);
+}
+
 TEST_MAIN(T(stable_stream_stores_what_the_full_decode_stores),
           T(a_table_changed_under_the_same_ids_is_not_trusted),
           T(a_bad_lazy_id_is_refused_and_the_batch_goes_on),
-          T(labels_and_a_spent_budget_lose_nothing))
+          T(labels_and_a_spent_budget_lose_nothing), T(a_huge_table_is_not_followed))
