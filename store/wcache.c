@@ -211,7 +211,8 @@ int cp_wcache_follow(cp_wcache **cp, const cp_profile *p, const cp_pprof_lazy *l
                      const uint32_t *locmap, int keep)
 {
     cp_wcache *c = *cp;
-    if (lz->locs_len > WC_MAX_TABLE_BYTES || str_bytes(p, strings_named(p)) > WC_MAX_TABLE_BYTES) {
+    uint32_t named = strings_named(p);
+    if (lz->locs_len > WC_MAX_TABLE_BYTES || str_bytes(p, named) > WC_MAX_TABLE_BYTES) {
         cp_wcache_free(c);
         *cp = NULL;
         return CP_ELIMIT;
@@ -225,8 +226,7 @@ int cp_wcache_follow(cp_wcache **cp, const cp_profile *p, const cp_pprof_lazy *l
         if (c->slots) memset(c->slots, 0, (size_t)c->nslots * sizeof *c->slots);
     }
     /* append what p has past the cached tables (all of it after a reset) */
-    uint32_t nstr = strings_named(p);
-    if (nstr < c->nstr) nstr = c->nstr;
+    uint32_t nstr = named < c->nstr ? c->nstr : named;
     size_t sb = str_bytes(p, nstr);
     if (cp_vec_reserve(&c->locmap, lz->nloc) || cp_vec_reserve(&c->map, p->mappings.n) ||
         cp_vec_reserve(&c->fn, p->functions.n) || cp_vec_reserve(&c->soff, nstr))
