@@ -34,6 +34,8 @@ static volatile uint64_t sink;
 BURN(burn_alpha)
 BURN(burn_beta)
 BURN(burn_solo)
+BURN(burn_early)
+BURN(burn_late)
 
 static void *alpha(void *a)
 {
@@ -57,6 +59,25 @@ static int mode_ratio(double unit)
     pthread_create(&b, NULL, beta, &unit);
     pthread_join(a, NULL);
     pthread_join(b, NULL);
+    printf("done\n");
+    return 0;
+}
+
+static void *phased(void *a)
+{
+    pthread_setname_np(pthread_self(), "alpha");
+    burn_early(*(double *)a);
+    burn_late(*(double *)a * 2);
+    return NULL;
+}
+
+/* One thread named alpha burning unit seconds of CPU in burn_early, then twice that in
+ * burn_late: the windows after the first phase have no sample in burn_early. */
+static int mode_phases(double unit)
+{
+    pthread_t a;
+    pthread_create(&a, NULL, phased, &unit);
+    pthread_join(a, NULL);
     printf("done\n");
     return 0;
 }
@@ -325,6 +346,7 @@ int main(int argc, char **argv)
     const char *m = argv[1];
     double x = argc > 2 ? atof(argv[2]) : 1;
     if (!strcmp(m, "ratio")) return mode_ratio(x);
+    if (!strcmp(m, "phases")) return mode_phases(x);
     if (!strcmp(m, "solo")) return mode_solo(x);
     if (!strcmp(m, "startup")) return mode_startup(x);
     if (!strcmp(m, "mixed")) return mode_mixed(x);
