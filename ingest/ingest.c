@@ -782,7 +782,8 @@ static void process_chunk(cp_ingest *in)
         memset(&sl->env, 0, sizeof sl->env);
         todo += sl->todo;
     }
-    if (todo > 1 && in->nworkers) {
+    int parallel = todo > 1 && in->nworkers;
+    if (parallel) {
         pthread_mutex_lock(&in->wmu);
         in->gen++;
         in->ndone = 0;
@@ -793,13 +794,12 @@ static void process_chunk(cp_ingest *in)
         while (in->ndone < in->nworkers)
             pthread_cond_wait(&in->wdone, &in->wmu);
         pthread_mutex_unlock(&in->wmu);
-    } else {
-        for (uint32_t i = 0; i < in->nslots; i++)
-            if (in->slots[i].todo) decode_slot(in, &in->slots[i], in->decs[0]);
     }
     int failed = 0;
     for (uint32_t i = 0; i < in->nslots; i++) {
         slot *sl = &in->slots[i];
+        /* alone, each message is decoded just before it is stored: still in the cache */
+        if (sl->todo && !failed && !parallel) decode_slot(in, sl, in->decs[0]);
         if (sl->todo && !failed) failed = apply(in, sl) < 0;
         cp_envelope_close(&sl->env);
         rd_kafka_message_destroy(sl->m);
