@@ -665,6 +665,18 @@ static inline int first_id_is(rd m, uint64_t want)
     return !rd_varint(&m, &id) && id == want;
 }
 
+/* Pushes the location messages of [a, b), a run of whole Location fields whose framing
+ * the pass has checked, onto v: the lazy decoder keeps only a run's bounds while it may
+ * stay lazy, and lists its messages once it cannot. Returns 0 or -1 (out of memory). */
+static int locs_collect(rd_vec *v, const uint8_t *a, const uint8_t *b)
+{
+    rd r = {a, b}, f;
+    uint32_t field, wt;
+    while (r.p < r.end)
+        if (rd_key(&r, &field, &wt) || rd_len(&r, &f) || cp_vec_push(v, f)) return -1;
+    return 0;
+}
+
 /* Resolves the mapping and function ids of locations [from, n) of p (raw ids in sc, as
  * parse_location left them) through mm and fm; the error names the first unknown one. */
 static int resolve_locations(cp_profile *p, const scratch *sc, uint32_t from, const idmap *mm,
@@ -710,9 +722,12 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
     u64_vec *ids = &sc->ids, *tmp = &sc->tmp;
     i64_vec *comments = &sc->comments;
     types->n = samples->n = maps->n = ids->n = tmp->n = comments->n = sc->locs.n = 0;
-    const uint8_t *loc_start = NULL, *loc_end = NULL; /* lazy: the location messages' run */
-    int loc_contig = 1; /* lazy: the location messages are one run of bytes */
-    int loc_dense = 1;  /* lazy: each starts with its id, 1..n in order */
+    /* Lazy: while the location messages are one run of bytes, each starting with its id
+     * (1..n in order), only the run's bounds and count are kept (loc_run); once they are
+     * not, they are listed in sc->locs, to be parsed after the pass. */
+    const uint8_t *loc_start = NULL, *loc_end = NULL;
+    int loc_run = 1;
+    uint32_t nloc = 0; /* lazy: location messages seen */
     sc->fn_ids.n = sc->loc_ids.n = sc->loc_maps.n = sc->line_fns.n = 0;
     rd period_type = {NULL, NULL};
     int64_t scal[15] = {0};
@@ -733,24 +748,43 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
         /* A run of samples (and, lazy, of locations), as encoders write them: a one-byte
          * key and a length each, kept as byte ranges in one tight loop. Anything unusual
          * (a bad length) is left to the general path below, which names it. */
-        if (*top.p == 0x12 || (lazy && *top.p == 0x22)) {
-            uint8_t key = *top.p;
-            rd_vec *to = key == 0x12 ? samples : &sc->locs;
+        if (*top.p == 0x12) {
             int bad = 0;
-            while (top.p < top.end && *top.p == key) {
+            while (top.p < top.end && *top.p == 0x12) {
                 rd t = {top.p + 1, top.end};
                 if ((bad = rd_len(&t, &f) != 0)) break;
-                if (key == 0x22) {
-                    if (p->locations.n + sc->locs.n >= lim->max_locations) goto too_many;
-                    if (!sc->locs.n) loc_start = top.p;
-                    if (sc->locs.n && loc_end != top.p) loc_contig = 0;
-                    loc_end = f.end;
-                    loc_dense &= first_id_is(f, sc->locs.n + 1);
-                }
-                if (cp_vec_push(to, f)) goto nomem;
+                if (cp_vec_push(samples, f)) goto nomem;
                 top.p = t.p;
             }
             if (!bad) continue;
+        }
+        if (lazy && loc_run && *top.p == 0x22) {
+            /* while the run stays lazy, each message's framing and first field is all
+             * there is to check (the store may never parse it) */
+            if (nloc && loc_end != top.p) { /* not one run: listed, parsed after */
+                if (locs_collect(&sc->locs, loc_start, loc_end)) goto nomem;
+                loc_run = 0;
+                continue;
+            }
+            const uint8_t *run = top.p;
+            uint32_t n0 = nloc, maxl = lim->max_locations;
+            while (top.p < top.end && *top.p == 0x22) {
+                rd t = {top.p + 1, top.end};
+                if (rd_len(&t, &f)) break;
+                if (nloc >= maxl) goto too_many;
+                if (!first_id_is(f, (uint64_t)nloc + 1)) break;
+                nloc++;
+                top.p = t.p;
+            }
+            if (nloc > n0) {
+                if (!n0) loc_start = run;
+                loc_end = top.p;
+            }
+            if (top.p < top.end && *top.p == 0x22) { /* bad framing or id: listed, then */
+                if (nloc && locs_collect(&sc->locs, loc_start, loc_end)) goto nomem;
+                loc_run = 0; /* the general path below takes (or names) this message */
+            }
+            continue;
         }
         size_t at = (size_t)(top.p - buf);
         if (rd_key(&top, &field, &wt)) MALFORMED("field key at byte %zu", at);
@@ -773,13 +807,19 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
                 if (cp_vec_push(maps, f)) goto nomem;
                 break;
             case 4:
-                if (p->locations.n + sc->locs.n >= lim->max_locations) goto too_many;
+                if (p->locations.n + nloc >= lim->max_locations) goto too_many;
                 if (lazy) { /* parsed after the pass, if at all (see "locations" below) */
-                    if (!sc->locs.n) loc_start = buf + at;
-                    if (sc->locs.n && loc_end != buf + at) loc_contig = 0;
-                    loc_end = f.end;
-                    loc_dense &= first_id_is(f, sc->locs.n + 1);
-                    if (cp_vec_push(&sc->locs, f)) goto nomem;
+                    if (loc_run && ((nloc && loc_end != buf + at) || !first_id_is(f, nloc + 1))) {
+                        if (nloc && locs_collect(&sc->locs, loc_start, loc_end)) goto nomem;
+                        loc_run = 0;
+                    }
+                    if (loc_run) {
+                        if (!nloc) loc_start = buf + at;
+                        loc_end = f.end;
+                    } else if (cp_vec_push(&sc->locs, f)) {
+                        goto nomem;
+                    }
+                    nloc++;
                     break;
                 }
                 if ((rc = parse_location(f, p->locations.n, p, sc, err))) goto out;
@@ -947,21 +987,23 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
     /* --- locations: parsed now when lazy (unless they can stay lazy), then their mappings
      * and functions resolved, then the id map --- */
     /* (ids not 1..n in order, or not first in their messages: parsed as usual) */
-    int lazy_locs = lazy && loc_contig && loc_dense && mm.dense && fm.dense && sc->locs.n > 0;
+    int lazy_locs = lazy && loc_run && mm.dense && fm.dense && nloc > 0;
+    if (lazy && !lazy_locs && loc_run && nloc && locs_collect(&sc->locs, loc_start, loc_end))
+        goto nomem;
     if (lazy && !lazy_locs)
         for (uint32_t i = 0; i < sc->locs.n; i++)
             if ((rc = parse_location(sc->locs.v[i], p->locations.n, p, sc, err))) goto out;
     if ((rc = resolve_locations(p, sc, 0, &mm, &fm, err))) goto out;
     if (lazy_locs) { /* checked above: dense */
         lm.dense = 1;
-        lm.n = sc->locs.n;
+        lm.n = nloc;
         lz->locs = loc_start;
         lz->locs_len = (size_t)(loc_end - loc_start);
-        lz->nloc = sc->locs.n;
+        lz->nloc = nloc;
     } else if ((rc = idmap_build(&lm, "location", sc->loc_ids.v, sc->loc_ids.n, err))) {
         goto out;
     }
-    uint32_t nlocs_total = lazy_locs ? sc->locs.n : p->locations.n;
+    uint32_t nlocs_total = lazy_locs ? nloc : p->locations.n;
 
     /* --- samples --- */
     size_t nv = types->n;
