@@ -1012,32 +1012,45 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
         goto nomem;
     if (lazy && samples->n) {
         if (cp_vec_reserve(&lz->ids, samples->n)) goto nomem;
-        memset(lz->ids.v, 0, (size_t)samples->n * sizeof *lz->ids.v);
-        lz->ids.n = samples->n;
+        lz->ids.n = samples->n; /* each one set below */
     }
+    int agent = lazy && lm.dense && nv == 2;
+    const uint8_t *buf_end = buf + len; /* a value's varint may be loaded up to here */
     for (uint32_t i = 0; i < samples->n; i++) {
-        rd r = samples->v[i];
-        cp_sample cs = {.loc_off = p->stack.n, .label_off = p->labels.n};
-        if (lazy && lm.dense && nv == 2) {
+        if (agent) {
             /* The agent's shape, read at once: packed ids (kept lazy), then two packed
              * values, nothing else. What the general loop below would make of it, in a
-             * fraction of its steps; any other shape goes there. */
-            rd t = {r.p + 1, r.end}, ids, vals;
-            uint64_t v0, v1;
-            if (r.p < r.end && r.p[0] == 0x0a && !rd_len(&t, &ids) && ids.p < ids.end &&
-                (size_t)(ids.end - ids.p) <= lim->max_depth && t.p < t.end && t.p[0] == 0x12) {
+             * fraction of its steps, for a run of such samples (counts kept in locals,
+             * as nothing else is written meanwhile); any other shape goes there. */
+            const cp_sample cs = {.loc_off = p->stack.n, .label_off = p->labels.n};
+            cp_sample *sv = p->samples.v;
+            int64_t *vv = p->values.v;
+            cp_pprof_ids *iv = lz->ids.v;
+            uint32_t ns = p->samples.n, nvals = p->values.n, i0 = i;
+            size_t max_depth = lim->max_depth;
+            for (; i < samples->n; i++) {
+                rd r = samples->v[i], t = {r.p + 1, r.end}, ids, vals;
+                uint64_t v0, v1;
+                if (r.p >= r.end || r.p[0] != 0x0a || rd_len(&t, &ids) || ids.p == ids.end ||
+                    (size_t)(ids.end - ids.p) > max_depth || t.p >= t.end || t.p[0] != 0x12)
+                    break;
                 t.p++;
-                if (!rd_len(&t, &vals) && t.p == r.end && !rd_varint(&vals, &v0) &&
-                    !rd_varint(&vals, &v1) && vals.p == vals.end) {
-                    p->values.v[p->values.n++] = (int64_t)v0;
-                    p->values.v[p->values.n++] = (int64_t)v1;
-                    lz->ids.v[i] = (cp_pprof_ids){ids.p, (uint32_t)(ids.end - ids.p)};
-                    lz->nlazy++;
-                    p->samples.v[p->samples.n++] = cs;
-                    continue;
-                }
+                if (rd_len(&t, &vals) || t.p != r.end || rd_varint_in(&vals, buf_end, &v0) ||
+                    rd_varint_in(&vals, buf_end, &v1) || vals.p != vals.end)
+                    break;
+                vv[nvals++] = (int64_t)v0;
+                vv[nvals++] = (int64_t)v1;
+                iv[i] = (cp_pprof_ids){ids.p, (uint32_t)(ids.end - ids.p)};
+                sv[ns++] = cs;
             }
+            p->samples.n = ns;
+            p->values.n = nvals;
+            lz->nlazy += i - i0;
+            if (i == samples->n) break;
         }
+        rd r = samples->v[i];
+        cp_sample cs = {.loc_off = p->stack.n, .label_off = p->labels.n};
+        if (lazy) lz->ids.v[i] = (cp_pprof_ids){NULL, 0};
         uint32_t values_at = p->values.n;
         rd span = {NULL, NULL}; /* lazy: the sample's packed ids, not decoded yet */
         tmp->n = 0;
