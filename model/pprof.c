@@ -1264,8 +1264,9 @@ int cp_pprof_lazy_locations(cp_profile *p, cp_pprof_lazy *lz, uint32_t from, siz
     if (!lz->nloc || p->locations.n) return 0; /* parsed by the decoder, or already here */
     if (from > lz->nloc || from_at > lz->locs_len || (from == 0) != (from_at == 0))
         from = 0, from_at = 0; /* not a place in this run: parse them all */
+    /* [0, from) not written: the caller knows them (pprof.h), and clearing them cost as
+     * much memory traffic as parsing the new ones */
     if (cp_vec_reserve(&p->locations, lz->nloc)) goto nomem;
-    memset(p->locations.v, 0, (size_t)from * sizeof *p->locations.v);
     p->locations.n = from;
     if (from == lz->nloc) return 0;
     scratch sc = {0};

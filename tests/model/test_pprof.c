@@ -638,7 +638,7 @@ TEST(lazy_ids_decode_to_the_eager_ids)
         CHECK_EQ(n, (long)b->nlocs);
         CHECK(!memcmp(ids, q->stack.v + b->loc_off, (size_t)n * 4));
     }
-    /* parsed from the 7th on: the same locations as the eager decode, the first 7 zero */
+    /* parsed from the 7th on: the same locations as the eager decode */
     size_t seventh = 0; /* where the 7th message starts: key 0x22, a length, the message */
     for (int k = 0; k < 7; k++) {
         CHECK_EQ(lz.locs[seventh++], 0x22);
@@ -650,9 +650,13 @@ TEST(lazy_ids_decode_to_the_eager_ids)
         }
         seventh += len;
     }
+    /* the first 7 are the caller's: not written (a pattern put there stays) */
+    CHECK_EQ(cp_vec_reserve(&p->locations, 7), 0);
+    memset(p->locations.v, 0xab, 7 * sizeof *p->locations.v);
     CHECK_EQ(cp_pprof_lazy_locations(p, &lz, 7, seventh, &err), 0);
     CHECK_EQ(p->locations.n, q->locations.n);
-    CHECK_EQ(p->locations.v[3].address, 0);
+    CHECK_EQ(p->locations.v[3].address, 0xababababababababull);
+    CHECK_EQ(p->locations.v[6].nlines, 0xababababu);
     for (uint32_t i = 7; i < q->locations.n; i++) {
         const cp_location *a = &p->locations.v[i], *b = &q->locations.v[i];
         CHECK_EQ(a->address, b->address);
