@@ -766,6 +766,15 @@ TEST(varints_every_length_and_place)
             CHECK(r.p == end);
             rd cut = {buf, buf + n - 1}; /* one byte short */
             if (n > 1 || tail) CHECK_EQ(rd_varint(&cut, &got), -1);
+            /* rd_varint_in may load past the field's end (up to the buffer's): the same
+             * value, and a varint cut by the field's end is still refused */
+            rd in = {buf, end + tail};
+            got = 0;
+            CHECK_EQ(rd_varint_in(&in, buf + sizeof buf, &got), 0);
+            CHECK_EQ(got, vals[k]);
+            CHECK(in.p == end);
+            rd cut_in = {buf, buf + n - 1};
+            if (n > 1) CHECK_EQ(rd_varint_in(&cut_in, buf + sizeof buf, &got), -1);
         }
     uint8_t eleven[16];
     memset(eleven, 0x80, sizeof eleven);
