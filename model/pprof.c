@@ -769,12 +769,27 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
             const uint8_t *run = top.p;
             uint32_t n0 = nloc, maxl = lim->max_locations;
             while (top.p < top.end && *top.p == 0x22) {
-                rd t = {top.p + 1, top.end};
-                if (rd_len(&t, &f)) break;
+                const uint8_t *q = top.p + 1;
+                if (q < top.end && q[0] < 0x80) { /* a length under 128, in one byte */
+                    f.p = q + 1;
+                    if (q[0] > top.end - f.p) break;
+                    f.end = f.p + q[0];
+                } else {
+                    rd t = {q, top.end};
+                    if (rd_len(&t, &f)) break;
+                }
                 if (nloc >= maxl) goto too_many;
-                if (!first_id_is(f, (uint64_t)nloc + 1)) break;
+                /* the id in its shortest form, compared as bytes (ids under 16384); any
+                 * other form still counts, through first_id_is */
+                uint32_t id = nloc + 1;
+                size_t ml = (size_t)(f.end - f.p);
+                int same = id < 128     ? ml >= 2 && f.p[0] == 0x08 && f.p[1] == id
+                           : id < 16384 ? ml >= 3 && f.p[0] == 0x08 &&
+                                              f.p[1] == (uint8_t)(id | 0x80) && f.p[2] == id >> 7
+                                        : 0;
+                if (!same && !first_id_is(f, id)) break;
                 nloc++;
-                top.p = t.p;
+                top.p = f.end;
             }
             if (nloc > n0) {
                 if (!n0) loc_start = run;
