@@ -750,12 +750,23 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
          * (a bad length) is left to the general path below, which names it. */
         if (*top.p == 0x12) {
             int bad = 0;
+            rd *sv = samples->v;
+            uint32_t ns = samples->n, scap = samples->cap;
             while (top.p < top.end && *top.p == 0x12) {
                 rd t = {top.p + 1, top.end};
                 if ((bad = rd_len(&t, &f) != 0)) break;
-                if (cp_vec_push(samples, f)) goto nomem;
+                if (ns == scap) {
+                    samples->n = ns;
+                    if (cp_vec_push(samples, f)) goto nomem;
+                    sv = samples->v;
+                    ns = samples->n;
+                    scap = samples->cap;
+                } else {
+                    sv[ns++] = f;
+                }
                 top.p = t.p;
             }
+            samples->n = ns;
             if (!bad) continue;
         }
         if (lazy && loc_run && *top.p == 0x22) {
