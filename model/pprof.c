@@ -665,6 +665,18 @@ static inline int first_id_is(rd m, uint64_t want)
     return !rd_varint(&m, &id) && id == want;
 }
 
+/* Pushes the location messages of [a, b), a run of whole Location fields whose framing
+ * the pass has checked, onto v: the lazy decoder keeps only a run's bounds while it may
+ * stay lazy, and lists its messages once it cannot. Returns 0 or -1 (out of memory). */
+static int locs_collect(rd_vec *v, const uint8_t *a, const uint8_t *b)
+{
+    rd r = {a, b}, f;
+    uint32_t field, wt;
+    while (r.p < r.end)
+        if (rd_key(&r, &field, &wt) || rd_len(&r, &f) || cp_vec_push(v, f)) return -1;
+    return 0;
+}
+
 /* Resolves the mapping and function ids of locations [from, n) of p (raw ids in sc, as
  * parse_location left them) through mm and fm; the error names the first unknown one. */
 static int resolve_locations(cp_profile *p, const scratch *sc, uint32_t from, const idmap *mm,
@@ -710,9 +722,12 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
     u64_vec *ids = &sc->ids, *tmp = &sc->tmp;
     i64_vec *comments = &sc->comments;
     types->n = samples->n = maps->n = ids->n = tmp->n = comments->n = sc->locs.n = 0;
-    const uint8_t *loc_start = NULL, *loc_end = NULL; /* lazy: the location messages' run */
-    int loc_contig = 1; /* lazy: the location messages are one run of bytes */
-    int loc_dense = 1;  /* lazy: each starts with its id, 1..n in order */
+    /* Lazy: while the location messages are one run of bytes, each starting with its id
+     * (1..n in order), only the run's bounds and count are kept (loc_run); once they are
+     * not, they are listed in sc->locs, to be parsed after the pass. */
+    const uint8_t *loc_start = NULL, *loc_end = NULL;
+    int loc_run = 1;
+    uint32_t nloc = 0; /* lazy: location messages seen */
     sc->fn_ids.n = sc->loc_ids.n = sc->loc_maps.n = sc->line_fns.n = 0;
     rd period_type = {NULL, NULL};
     int64_t scal[15] = {0};
@@ -733,24 +748,69 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
         /* A run of samples (and, lazy, of locations), as encoders write them: a one-byte
          * key and a length each, kept as byte ranges in one tight loop. Anything unusual
          * (a bad length) is left to the general path below, which names it. */
-        if (*top.p == 0x12 || (lazy && *top.p == 0x22)) {
-            uint8_t key = *top.p;
-            rd_vec *to = key == 0x12 ? samples : &sc->locs;
+        if (*top.p == 0x12) {
             int bad = 0;
-            while (top.p < top.end && *top.p == key) {
+            rd *sv = samples->v;
+            uint32_t ns = samples->n, scap = samples->cap;
+            while (top.p < top.end && *top.p == 0x12) {
                 rd t = {top.p + 1, top.end};
                 if ((bad = rd_len(&t, &f) != 0)) break;
-                if (key == 0x22) {
-                    if (p->locations.n + sc->locs.n >= lim->max_locations) goto too_many;
-                    if (!sc->locs.n) loc_start = top.p;
-                    if (sc->locs.n && loc_end != top.p) loc_contig = 0;
-                    loc_end = f.end;
-                    loc_dense &= first_id_is(f, sc->locs.n + 1);
+                if (ns == scap) {
+                    samples->n = ns;
+                    if (cp_vec_push(samples, f)) goto nomem;
+                    sv = samples->v;
+                    ns = samples->n;
+                    scap = samples->cap;
+                } else {
+                    sv[ns++] = f;
                 }
-                if (cp_vec_push(to, f)) goto nomem;
                 top.p = t.p;
             }
+            samples->n = ns;
             if (!bad) continue;
+        }
+        if (lazy && loc_run && *top.p == 0x22) {
+            /* while the run stays lazy, each message's framing and first field is all
+             * there is to check (the store may never parse it) */
+            if (nloc && loc_end != top.p) { /* not one run: listed, parsed after */
+                if (locs_collect(&sc->locs, loc_start, loc_end)) goto nomem;
+                loc_run = 0;
+                continue;
+            }
+            const uint8_t *run = top.p;
+            uint32_t n0 = nloc, maxl = lim->max_locations;
+            while (top.p < top.end && *top.p == 0x22) {
+                const uint8_t *q = top.p + 1;
+                if (q < top.end && q[0] < 0x80) { /* a length under 128, in one byte */
+                    f.p = q + 1;
+                    if (q[0] > top.end - f.p) break;
+                    f.end = f.p + q[0];
+                } else {
+                    rd t = {q, top.end};
+                    if (rd_len(&t, &f)) break;
+                }
+                if (nloc >= maxl) goto too_many;
+                /* the id in its shortest form, compared as bytes (ids under 16384); any
+                 * other form still counts, through first_id_is */
+                uint32_t id = nloc + 1;
+                size_t ml = (size_t)(f.end - f.p);
+                int same = id < 128     ? ml >= 2 && f.p[0] == 0x08 && f.p[1] == id
+                           : id < 16384 ? ml >= 3 && f.p[0] == 0x08 &&
+                                              f.p[1] == (uint8_t)(id | 0x80) && f.p[2] == id >> 7
+                                        : 0;
+                if (!same && !first_id_is(f, id)) break;
+                nloc++;
+                top.p = f.end;
+            }
+            if (nloc > n0) {
+                if (!n0) loc_start = run;
+                loc_end = top.p;
+            }
+            if (top.p < top.end && *top.p == 0x22) { /* bad framing or id: listed, then */
+                if (nloc && locs_collect(&sc->locs, loc_start, loc_end)) goto nomem;
+                loc_run = 0; /* the general path below takes (or names) this message */
+            }
+            continue;
         }
         size_t at = (size_t)(top.p - buf);
         if (rd_key(&top, &field, &wt)) MALFORMED("field key at byte %zu", at);
@@ -773,13 +833,19 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
                 if (cp_vec_push(maps, f)) goto nomem;
                 break;
             case 4:
-                if (p->locations.n + sc->locs.n >= lim->max_locations) goto too_many;
+                if (p->locations.n + nloc >= lim->max_locations) goto too_many;
                 if (lazy) { /* parsed after the pass, if at all (see "locations" below) */
-                    if (!sc->locs.n) loc_start = buf + at;
-                    if (sc->locs.n && loc_end != buf + at) loc_contig = 0;
-                    loc_end = f.end;
-                    loc_dense &= first_id_is(f, sc->locs.n + 1);
-                    if (cp_vec_push(&sc->locs, f)) goto nomem;
+                    if (loc_run && ((nloc && loc_end != buf + at) || !first_id_is(f, nloc + 1))) {
+                        if (nloc && locs_collect(&sc->locs, loc_start, loc_end)) goto nomem;
+                        loc_run = 0;
+                    }
+                    if (loc_run) {
+                        if (!nloc) loc_start = buf + at;
+                        loc_end = f.end;
+                    } else if (cp_vec_push(&sc->locs, f)) {
+                        goto nomem;
+                    }
+                    nloc++;
                     break;
                 }
                 if ((rc = parse_location(f, p->locations.n, p, sc, err))) goto out;
@@ -947,21 +1013,23 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
     /* --- locations: parsed now when lazy (unless they can stay lazy), then their mappings
      * and functions resolved, then the id map --- */
     /* (ids not 1..n in order, or not first in their messages: parsed as usual) */
-    int lazy_locs = lazy && loc_contig && loc_dense && mm.dense && fm.dense && sc->locs.n > 0;
+    int lazy_locs = lazy && loc_run && mm.dense && fm.dense && nloc > 0;
+    if (lazy && !lazy_locs && loc_run && nloc && locs_collect(&sc->locs, loc_start, loc_end))
+        goto nomem;
     if (lazy && !lazy_locs)
         for (uint32_t i = 0; i < sc->locs.n; i++)
             if ((rc = parse_location(sc->locs.v[i], p->locations.n, p, sc, err))) goto out;
     if ((rc = resolve_locations(p, sc, 0, &mm, &fm, err))) goto out;
     if (lazy_locs) { /* checked above: dense */
         lm.dense = 1;
-        lm.n = sc->locs.n;
+        lm.n = nloc;
         lz->locs = loc_start;
         lz->locs_len = (size_t)(loc_end - loc_start);
-        lz->nloc = sc->locs.n;
+        lz->nloc = nloc;
     } else if ((rc = idmap_build(&lm, "location", sc->loc_ids.v, sc->loc_ids.n, err))) {
         goto out;
     }
-    uint32_t nlocs_total = lazy_locs ? sc->locs.n : p->locations.n;
+    uint32_t nlocs_total = lazy_locs ? nloc : p->locations.n;
 
     /* --- samples --- */
     size_t nv = types->n;
@@ -970,32 +1038,45 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
         goto nomem;
     if (lazy && samples->n) {
         if (cp_vec_reserve(&lz->ids, samples->n)) goto nomem;
-        memset(lz->ids.v, 0, (size_t)samples->n * sizeof *lz->ids.v);
-        lz->ids.n = samples->n;
+        lz->ids.n = samples->n; /* each one set below */
     }
+    int agent = lazy && lm.dense && nv == 2;
+    const uint8_t *buf_end = buf + len; /* a value's varint may be loaded up to here */
     for (uint32_t i = 0; i < samples->n; i++) {
-        rd r = samples->v[i];
-        cp_sample cs = {.loc_off = p->stack.n, .label_off = p->labels.n};
-        if (lazy && lm.dense && nv == 2) {
+        if (agent) {
             /* The agent's shape, read at once: packed ids (kept lazy), then two packed
              * values, nothing else. What the general loop below would make of it, in a
-             * fraction of its steps; any other shape goes there. */
-            rd t = {r.p + 1, r.end}, ids, vals;
-            uint64_t v0, v1;
-            if (r.p < r.end && r.p[0] == 0x0a && !rd_len(&t, &ids) && ids.p < ids.end &&
-                (size_t)(ids.end - ids.p) <= lim->max_depth && t.p < t.end && t.p[0] == 0x12) {
+             * fraction of its steps, for a run of such samples (counts kept in locals,
+             * as nothing else is written meanwhile); any other shape goes there. */
+            const cp_sample cs = {.loc_off = p->stack.n, .label_off = p->labels.n};
+            cp_sample *sv = p->samples.v;
+            int64_t *vv = p->values.v;
+            cp_pprof_ids *iv = lz->ids.v;
+            uint32_t ns = p->samples.n, nvals = p->values.n, i0 = i;
+            size_t max_depth = lim->max_depth;
+            for (; i < samples->n; i++) {
+                rd r = samples->v[i], t = {r.p + 1, r.end}, ids, vals;
+                uint64_t v0, v1;
+                if (r.p >= r.end || r.p[0] != 0x0a || rd_len(&t, &ids) || ids.p == ids.end ||
+                    (size_t)(ids.end - ids.p) > max_depth || t.p >= t.end || t.p[0] != 0x12)
+                    break;
                 t.p++;
-                if (!rd_len(&t, &vals) && t.p == r.end && !rd_varint(&vals, &v0) &&
-                    !rd_varint(&vals, &v1) && vals.p == vals.end) {
-                    p->values.v[p->values.n++] = (int64_t)v0;
-                    p->values.v[p->values.n++] = (int64_t)v1;
-                    lz->ids.v[i] = (cp_pprof_ids){ids.p, (uint32_t)(ids.end - ids.p)};
-                    lz->nlazy++;
-                    p->samples.v[p->samples.n++] = cs;
-                    continue;
-                }
+                if (rd_len(&t, &vals) || t.p != r.end || rd_varint_in(&vals, buf_end, &v0) ||
+                    rd_varint_in(&vals, buf_end, &v1) || vals.p != vals.end)
+                    break;
+                vv[nvals++] = (int64_t)v0;
+                vv[nvals++] = (int64_t)v1;
+                iv[i] = (cp_pprof_ids){ids.p, (uint32_t)(ids.end - ids.p)};
+                sv[ns++] = cs;
             }
+            p->samples.n = ns;
+            p->values.n = nvals;
+            lz->nlazy += i - i0;
+            if (i == samples->n) break;
         }
+        rd r = samples->v[i];
+        cp_sample cs = {.loc_off = p->stack.n, .label_off = p->labels.n};
+        if (lazy) lz->ids.v[i] = (cp_pprof_ids){NULL, 0};
         uint32_t values_at = p->values.n;
         rd span = {NULL, NULL}; /* lazy: the sample's packed ids, not decoded yet */
         tmp->n = 0;
@@ -1209,8 +1290,9 @@ int cp_pprof_lazy_locations(cp_profile *p, cp_pprof_lazy *lz, uint32_t from, siz
     if (!lz->nloc || p->locations.n) return 0; /* parsed by the decoder, or already here */
     if (from > lz->nloc || from_at > lz->locs_len || (from == 0) != (from_at == 0))
         from = 0, from_at = 0; /* not a place in this run: parse them all */
+    /* [0, from) not written: the caller knows them (pprof.h), and clearing them cost as
+     * much memory traffic as parsing the new ones */
     if (cp_vec_reserve(&p->locations, lz->nloc)) goto nomem;
-    memset(p->locations.v, 0, (size_t)from * sizeof *p->locations.v);
     p->locations.n = from;
     if (from == lz->nloc) return 0;
     scratch sc = {0};

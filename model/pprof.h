@@ -100,8 +100,9 @@ long cp_pprof_lazy_ids(const cp_profile *p, const cp_pprof_lazy *lz, uint32_t i,
 /* Parses the lazy locations of p (lz->nloc of them; nothing to do when there are none or p
  * has its locations) from the from'th on, which starts from_at bytes into lz->locs (0 and 0:
  * all of them), checked as the decoder checks them (the same messages), so that p has
- * lz->nloc locations, of which [0, from) are left zero: for a caller that knows them
- * otherwise (ingest's stack cache, which checked them in an earlier window). The decoder
+ * lz->nloc locations, of which [0, from) are not written (whatever p's memory held there:
+ * the caller must not read them): for a caller that knows them otherwise (ingest's stack
+ * cache, which checked them in an earlier window, reads only [from, nloc)). The decoder
  * chose lazy locations by each message's first field; if a parsed message's id turns out
  * other than its place (an id repeated later in it), the input is decoded again in full
  * into p and lz is left with nothing lazy. Returns 0, CP_EPPROF or CP_ENOMEM (p then has

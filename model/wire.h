@@ -14,6 +14,18 @@ typedef struct rd {
 
 enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
 
+#if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+/* The value of up to eight varint bytes loaded little-endian into w (the bytes after the
+ * varint's last one cleared): their 7-bit groups joined pairwise, 7 into 14, 14 into 28,
+ * 28 into 56 bits (three steps rather than one shift and mask per byte). */
+static inline __attribute__((always_inline)) uint64_t varint_fold(uint64_t w)
+{
+    w = (w & 0x007f007f007f007full) | (w & 0x7f007f007f007f00ull) >> 1;
+    w = (w & 0x00003fff00003fffull) | (w & 0x3fff00003fff0000ull) >> 2;
+    return (w & 0x000000000fffffffull) | (w & 0x0fffffff00000000ull) >> 4;
+}
+#endif
+
 /* Reads a varint of at most 10 bytes into *out: 0, or -1 when it runs past the end or is
  * longer (r->p is then somewhere inside it). */
 static inline __attribute__((always_inline)) int rd_varint(rd *r, uint64_t *out)
@@ -35,9 +47,7 @@ static inline __attribute__((always_inline)) int rd_varint(rd *r, uint64_t *out)
         if (stop) {
             unsigned n = (unsigned)__builtin_ctzll(stop) / 8 + 1;
             if (n < 8) w &= (1ull << (8 * n)) - 1;
-            *out = (w & 0x7f) | (w >> 1 & 0x3f80) | (w >> 2 & 0x1fc000) | (w >> 3 & 0xfe00000) |
-                   (w >> 4 & 0x7f0000000ull) | (w >> 5 & 0x3f800000000ull) |
-                   (w >> 6 & 0x1fc0000000000ull) | (w >> 7 & 0xfe000000000000ull);
+            *out = varint_fold(w);
             r->p += n;
             return 0;
         }
@@ -54,6 +64,36 @@ static inline __attribute__((always_inline)) int rd_varint(rd *r, uint64_t *out)
         }
     }
     return -1; /* more than 10 bytes */
+}
+
+/* rd_varint for a cursor over part of a larger buffer that goes on at least to lim
+ * (lim >= r->end): the one-load path may read up to lim, so the last varints of a short
+ * field (a sample's values) take it too. The same results as rd_varint. */
+static inline __attribute__((always_inline)) int rd_varint_in(rd *r, const uint8_t *lim,
+                                                              uint64_t *out)
+{
+    if (r->p < r->end && *r->p < 0x80) {
+        *out = *r->p++;
+        return 0;
+    }
+#if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (lim - r->p >= 8) {
+        uint64_t w;
+        __builtin_memcpy(&w, r->p, 8);
+        uint64_t stop = ~w & 0x8080808080808080ull;
+        if (stop) {
+            unsigned n = (unsigned)__builtin_ctzll(stop) / 8 + 1;
+            if (n > (size_t)(r->end - r->p)) return -1; /* runs past the end */
+            if (n < 8) w &= (1ull << (8 * n)) - 1;
+            *out = varint_fold(w);
+            r->p += n;
+            return 0;
+        }
+    }
+#else
+    (void)lim;
+#endif
+    return rd_varint(r, out);
 }
 
 /* Writes v as a varint (LEB128) at p, which has room for 10 bytes; returns the new end. */

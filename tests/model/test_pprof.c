@@ -638,7 +638,7 @@ TEST(lazy_ids_decode_to_the_eager_ids)
         CHECK_EQ(n, (long)b->nlocs);
         CHECK(!memcmp(ids, q->stack.v + b->loc_off, (size_t)n * 4));
     }
-    /* parsed from the 7th on: the same locations as the eager decode, the first 7 zero */
+    /* parsed from the 7th on: the same locations as the eager decode */
     size_t seventh = 0; /* where the 7th message starts: key 0x22, a length, the message */
     for (int k = 0; k < 7; k++) {
         CHECK_EQ(lz.locs[seventh++], 0x22);
@@ -650,9 +650,13 @@ TEST(lazy_ids_decode_to_the_eager_ids)
         }
         seventh += len;
     }
+    /* the first 7 are the caller's: not written (a pattern put there stays) */
+    CHECK_EQ(cp_vec_reserve(&p->locations, 7), 0);
+    memset(p->locations.v, 0xab, 7 * sizeof *p->locations.v);
     CHECK_EQ(cp_pprof_lazy_locations(p, &lz, 7, seventh, &err), 0);
     CHECK_EQ(p->locations.n, q->locations.n);
-    CHECK_EQ(p->locations.v[3].address, 0);
+    CHECK_EQ(p->locations.v[3].address, 0xababababababababull);
+    CHECK_EQ(p->locations.v[6].nlines, 0xababababu);
     for (uint32_t i = 7; i < q->locations.n; i++) {
         const cp_location *a = &p->locations.v[i], *b = &q->locations.v[i];
         CHECK_EQ(a->address, b->address);
@@ -725,6 +729,148 @@ TEST(lazy_ids_decode_to_the_eager_ids)
     cp_buf_close(&gz);
 }
 
+/* A hand-written raw profile of 200 locations (ids 1..200, one mapping), for the lazy
+ * location run's byte-level shapes: `shape` changes how one message is written. */
+enum {
+    SHAPE_PLAIN,
+    SHAPE_LONG_ID,
+    SHAPE_LONG_LEN,
+    SHAPE_FIELD_BETWEEN,
+    SHAPE_SWAPPED_IDS,
+    SHAPE_ID_AGAIN
+};
+
+static uint8_t *put_key_len(uint8_t *o, unsigned field, size_t n)
+{
+    return wr_varint(wr_varint(o, field << 3 | WT_LEN), n);
+}
+
+static size_t shaped_profile(int shape, uint8_t *out)
+{
+    uint8_t *o = out;
+    static const char *strs[] = {"", "/bin/x", "cpu", "nanoseconds"};
+    for (int i = 0; i < 4; i++) {
+        o = put_key_len(o, 6, strlen(strs[i]));
+        memcpy(o, strs[i], strlen(strs[i]));
+        o += strlen(strs[i]);
+    }
+    uint8_t m[32], *e = m;
+    e = wr_varint(wr_varint(e, 1 << 3), 1);        /* id */
+    e = wr_varint(wr_varint(e, 2 << 3), 0x1000);   /* start */
+    e = wr_varint(wr_varint(e, 3 << 3), 0x100000); /* limit */
+    e = wr_varint(wr_varint(e, 5 << 3), 1);        /* filename */
+    o = put_key_len(o, 3, (size_t)(e - m));
+    memcpy(o, m, (size_t)(e - m));
+    o += e - m;
+    for (uint32_t i = 1; i <= 200; i++) {
+        uint32_t id = i;
+        if (shape == SHAPE_SWAPPED_IDS && (i == 120 || i == 121)) id = i == 120 ? 121 : 120;
+        e = m;
+        *e++ = 0x08;
+        if (shape == SHAPE_LONG_ID && i == 150) { /* 150 in three bytes, not two */
+            *e++ = (uint8_t)(150 | 0x80);
+            *e++ = 0x81;
+            *e++ = 0x00;
+        } else {
+            e = wr_varint(e, id);
+        }
+        e = wr_varint(wr_varint(e, 2 << 3), 1);
+        e = wr_varint(wr_varint(e, 3 << 3), 0x1000 + (uint64_t)i * 16);
+        if (shape == SHAPE_ID_AGAIN && (i == 120 || i == 121)) /* the last id counts */
+            e = wr_varint(wr_varint(e, 1 << 3), i == 120 ? 121 : 120);
+        if (shape == SHAPE_LONG_LEN && i == 100) { /* the length in two bytes */
+            *o++ = 0x22;
+            *o++ = (uint8_t)((e - m) | 0x80);
+            *o++ = 0x00;
+        } else {
+            o = put_key_len(o, 4, (size_t)(e - m));
+        }
+        memcpy(o, m, (size_t)(e - m));
+        o += e - m;
+        if (shape == SHAPE_FIELD_BETWEEN && i == 50) { /* a comment inside the run */
+            *o++ = 13 << 3;
+            *o++ = 1;
+        }
+    }
+    e = m; /* sample_type {cpu, nanoseconds} */
+    e = wr_varint(wr_varint(e, 1 << 3), 2);
+    e = wr_varint(wr_varint(e, 2 << 3), 3);
+    o = put_key_len(o, 1, (size_t)(e - m));
+    memcpy(o, m, (size_t)(e - m));
+    o += e - m;
+    static const uint32_t stacks[3][3] = {{1, 150, 200}, {121, 120, 100}, {51, 50, 127}};
+    for (int k = 0; k < 3; k++) {
+        uint8_t ids[16], *q = ids;
+        for (int j = 0; j < 3; j++)
+            q = wr_varint(q, stacks[k][j]);
+        e = put_key_len(m, 1, (size_t)(q - ids));
+        memcpy(e, ids, (size_t)(q - ids));
+        e += q - ids;
+        e = wr_varint(wr_varint(e, 2 << 3), 10000000); /* one value, unpacked */
+        o = put_key_len(o, 2, (size_t)(e - m));
+        memcpy(o, m, (size_t)(e - m));
+        o += e - m;
+    }
+    return (size_t)(o - out);
+}
+
+/* The lazy location run, as the agent writes it and in the other forms protobuf allows:
+ * kept as bytes while its messages are one run whose first fields are ids 1..n (in any
+ * varint form), parsed by the decoder otherwise, and in every case the same locations and
+ * stacks as the eager decoder's. */
+TEST(lazy_location_run_shapes)
+{
+    static const int lazy_expected[] = {1, 1, 1, 0, 0, 1};
+    cp_pprof_decoder *d = cp_pprof_decoder_create(NULL);
+    cp_profile *p = cp_profile_create();
+    cp_pprof_lazy lz = {0};
+    CHECK(d && p);
+    for (int shape = SHAPE_PLAIN; shape <= SHAPE_ID_AGAIN; shape++) {
+        uint8_t buf[8192];
+        size_t n = shaped_profile(shape, buf);
+        CHECK(n < sizeof buf);
+        cp_profile *q = NULL;
+        cp_err err = {0};
+        CHECK_EQ(cp_pprof_decode(buf, n, NULL, &q, &err), 0);
+        CHECK_EQ(q->locations.n, 200);
+        CHECK_EQ(cp_pprof_decoder_decode_lazy(d, buf, n, p, &lz, &err), 0);
+        if (lazy_expected[shape]) {
+            CHECK_EQ(lz.nloc, 200);
+            CHECK_EQ(p->locations.n, 0);
+            CHECK(lz.locs > buf && lz.locs + lz.locs_len <= buf + n);
+        } else {
+            CHECK_EQ(lz.nloc, 0);
+            CHECK_EQ(p->locations.n, 200);
+        }
+        /* an id given again later in its message passes the first-field check and is
+         * caught when parsed: the window is decoded again in full */
+        CHECK_EQ(cp_pprof_lazy_locations(p, &lz, 0, 0, &err), 0);
+        if (shape == SHAPE_ID_AGAIN) CHECK_EQ(lz.nloc, 0);
+        CHECK_EQ(p->locations.n, 200);
+        for (uint32_t i = 0; i < 200; i++) {
+            CHECK_EQ(p->locations.v[i].address, q->locations.v[i].address);
+            CHECK_EQ(p->locations.v[i].mapping_id, q->locations.v[i].mapping_id);
+        }
+        CHECK_EQ(p->samples.n, 3);
+        for (uint32_t i = 0; i < 3; i++) {
+            const cp_sample *b = &q->samples.v[i];
+            uint32_t ids[16];
+            const uint32_t *got = p->stack.v + p->samples.v[i].loc_off;
+            long k = p->samples.v[i].nlocs;
+            if (i < lz.ids.n && lz.ids.v[i].p) {
+                k = cp_pprof_lazy_ids(p, &lz, i, ids, &err);
+                got = ids;
+            }
+            CHECK_EQ(k, (long)b->nlocs);
+            CHECK(!memcmp(got, q->stack.v + b->loc_off, (size_t)k * 4));
+        }
+        cp_profile_destroy(q);
+    }
+    cp_pprof_lazy_close(&lz);
+    cp_profile_destroy(p);
+    cp_pprof_decoder_destroy(d);
+}
+
 /* The varint reader against the writer: every length 1-10, at every distance from the end
  * of the buffer (the one-load path needs eight bytes), and truncated ones refused. */
 TEST(varints_every_length_and_place)
@@ -762,6 +908,15 @@ TEST(varints_every_length_and_place)
             CHECK(r.p == end);
             rd cut = {buf, buf + n - 1}; /* one byte short */
             if (n > 1 || tail) CHECK_EQ(rd_varint(&cut, &got), -1);
+            /* rd_varint_in may load past the field's end (up to the buffer's): the same
+             * value, and a varint cut by the field's end is still refused */
+            rd in = {buf, end + tail};
+            got = 0;
+            CHECK_EQ(rd_varint_in(&in, buf + sizeof buf, &got), 0);
+            CHECK_EQ(got, vals[k]);
+            CHECK(in.p == end);
+            rd cut_in = {buf, buf + n - 1};
+            if (n > 1) CHECK_EQ(rd_varint_in(&cut_in, buf + sizeof buf, &got), -1);
         }
     uint8_t eleven[16];
     memset(eleven, 0x80, sizeof eleven);
@@ -776,4 +931,5 @@ TEST_MAIN(T(roundtrip_raw_and_gzip), T(gzipper_reused), T(fixture_is_valid),
           T(error_huge_length), T(error_missing_empty_string0), T(error_out_of_range_ids),
           T(error_wrong_value_count), T(error_duplicate_and_zero_ids), T(sparse_ids_are_renumbered),
           T(error_bad_gzip), T(error_limits), T(next_window_keeps_the_tables),
-          T(lazy_ids_decode_to_the_eager_ids), T(varints_every_length_and_place))
+          T(lazy_ids_decode_to_the_eager_ids), T(lazy_location_run_shapes),
+          T(varints_every_length_and_place))
