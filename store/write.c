@@ -40,6 +40,9 @@ struct cp_store_batch {
     CP_VEC(uint32_t) ids;
     CP_VEC(uint64_t) hs; /* per sample: the hash of its ids' bytes, 0 = not looked up */
     CP_VEC(uint32_t) sids;
+    /* stack id -> row + 1 of win that holds it: a sparse set, never cleared, a value
+     * trusted only when win's row names that id (win_row); sized for the largest id seen */
+    CP_VEC(uint32_t) rowof;
 };
 static void put_str(cp_buf *b, const char *s)
 {
@@ -235,6 +238,7 @@ void cp_store_batch_destroy(cp_store_batch *b)
     free(b->ids.v);
     free(b->hs.v);
     free(b->sids.v);
+    free(b->rowof.v);
     free(b);
 }
 
@@ -495,6 +499,35 @@ static void wcache_flush(cp_store *s)
     atomic_fetch_add(&s->wcache_flushes, 1);
 }
 
+/* Makes B->rowof hold stack id sid (zeroed past what it held). */
+static int rowof_grow(cp_store_batch *B, uint32_t sid)
+{
+    size_t n = (size_t)sid + 1, was = B->rowof.n;
+    if (n < (size_t)B->rowof.cap) n = B->rowof.cap;
+    if (cp_vec_reserve(&B->rowof, n)) return CP_ENOMEM;
+    memset(B->rowof.v + was, 0, (n - was) * sizeof *B->rowof.v);
+    B->rowof.n = (uint32_t)n;
+    return 0;
+}
+
+/* The row of stack sid in B->win (a zero row is added if missing; room for it is reserved),
+ * NULL on out of memory. A window's rows are found through B->rowof, not a slot table: no
+ * hashing, and nothing to clear per window (a window's table was 16 KB for 567 rows). */
+static inline int64_t *win_row(cp_store_batch *B, uint32_t sid)
+{
+    cp_acc *w = &B->win;
+    if (sid >= B->rowof.n && rowof_grow(B, sid)) return NULL;
+    uint32_t r = B->rowof.v[sid];
+    if (r && r <= w->ids.n && w->ids.v[r - 1] == sid) return w->vals.v + (size_t)(r - 1) * w->ntypes;
+    w->ids.v[w->ids.n++] = sid;
+    B->rowof.v[sid] = w->ids.n;
+    int64_t *row = w->vals.v + w->vals.n;
+    for (uint32_t t = 0; t < w->ntypes; t++)
+        row[t] = 0;
+    w->vals.n += w->ntypes;
+    return row;
+}
+
 /* Interns p's stacks into t's dictionaries and sums its samples into B->win (width =
  * the series' types, mapped by colmap). With lazy ids (lz, resolved into B->res), the
  * first `cached` locations are known from ser's stack cache, which then follows p and
@@ -508,8 +541,15 @@ static int profile_to_acc(cp_store_batch *B, tenant *t, cp_ser *ser, const cp_pr
         vec_zero(&B->mapmap, p->mappings.n + 1) || vec_zero(&B->locmap, p->locations.n + 1) ||
         cp_vec_reserve(&B->mapdelta, (size_t)p->mappings.n + 1))
         return cp_err_set(err, CP_ENOMEM, "store");
+    /* B->win has no slot table (win_row): a cumulative window's delta left one */
     cp_acc_reset(&B->win, ntypes);
-    if (cp_acc_reserve(&B->win, p->samples.n)) return cp_err_set(err, CP_ENOMEM, "store");
+    free(B->win.slots);
+    B->win.slots = NULL;
+    B->win.nslots = 0;
+    if (cp_vec_reserve(&B->win.ids, p->samples.n) ||
+        cp_vec_reserve(&B->win.vals, (size_t)p->samples.n * ntypes) ||
+        (p->samples.n && B->rowof.n <= t->dict.stk.n && rowof_grow(B, t->dict.stk.n)))
+        return cp_err_set(err, CP_ENOMEM, "store");
     CP_VEC(cp_line) lines = {0};
     int rc = 0;
     if (cached) memcpy(B->locmap.v + 1, cp_wcache_locmap(ser->wc), (size_t)cached * 4);
@@ -621,7 +661,7 @@ static int profile_to_acc(cp_store_batch *B, tenant *t, cp_ser *ser, const cp_pr
         B->stack.n = sm->nlocs;
         if (intern_stack(B, d, p, sm, &sid, err)) return CP_ENOMEM;
     add:;
-        int64_t *row = cp_acc_row(&B->win, sid);
+        int64_t *row = win_row(B, sid);
         if (!row) return cp_err_set(err, CP_ENOMEM, "store");
         for (uint32_t c = 0; c < nin; c++)
             if (colmap[c] >= 0) row[colmap[c]] = cp_add_wrap(row[colmap[c]], v[c]);
@@ -791,7 +831,7 @@ static int apply_window(cp_store_batch *B, cp_ser *ser, int64_t start, cp_err *e
         top = 0;
     }
     /* coarsest first: level 0, the window's own bucket, is usually new and then simply
-     * takes B->win's rows (no copy, B->win keeps its slot table); B->win is refilled next */
+     * takes B->win's rows (no copy; B->win has no slot table to clear); B->win is refilled next */
     for (int l = top; l >= 0; l--) {
         bucket *b = NULL;
         int rc = bucket_get(B, ser, l, bucket_of(l, start), &b, err);
