@@ -522,8 +522,13 @@ static inline int64_t *win_row(cp_store_batch *B, uint32_t sid)
     w->ids.v[w->ids.n++] = sid;
     B->rowof.v[sid] = w->ids.n;
     int64_t *row = w->vals.v + w->vals.n;
-    for (uint32_t t = 0; t < w->ntypes; t++)
-        row[t] = 0;
+    if (w->ntypes == 2) { /* the common width, without a call to memset per row */
+        row[0] = 0;
+        row[1] = 0;
+    } else {
+        for (uint32_t t = 0; t < w->ntypes; t++)
+            row[t] = 0;
+    }
     w->vals.n += w->ntypes;
     return row;
 }
