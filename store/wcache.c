@@ -155,7 +155,7 @@ static int slots_grow(cp_wcache *c)
     for (uint32_t i = 0; i < c->nslots; i++) {
         if (!c->slots[i]) continue;
         const wc_rec *r = rec_at(c, c->slots[i]);
-        uint64_t h = cp_hash_bytes(r + 1, r->len, 0);
+        uint64_t h = cp_wcache_hash((const uint8_t *)(r + 1), r->len);
         uint32_t j = (uint32_t)h & (n - 1);
         while (s[j])
             j = (j + 1) & (n - 1);

@@ -513,7 +513,7 @@ static int lazy_resolve(cp_store_batch *B, const tenant *t, const cp_profile *p,
     for (uint32_t i = 0; i < n; i++) {
         const cp_pprof_ids *ids = &lz->ids.v[i];
         B->hs.v[i] =
-            ids->p && p->samples.v[i].nlabels == 0 ? cp_hash_bytes(ids->p, ids->len, 0) : 0;
+            ids->p && p->samples.v[i].nlabels == 0 ? cp_wcache_hash(ids->p, ids->len) : 0;
     }
     cp_wcache_find_all(c, n, lz->ids.v, B->hs.v, B->sids.v);
     uint64_t hits = 0;
