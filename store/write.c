@@ -578,13 +578,19 @@ static int profile_to_acc(cp_store_batch *B, tenant *t, cp_ser *ser, const cp_pr
 {
     cp_dict *d = &t->dict;
     if (vec_zero(&B->strmap, p->strs.off.n) || vec_zero(&B->fnmap, p->functions.n + 1) ||
-        vec_zero(&B->mapmap, p->mappings.n + 1) || vec_zero(&B->locmap, p->locations.n + 1) ||
+        vec_zero(&B->mapmap, p->mappings.n + 1) ||
+        cp_vec_reserve(&B->locmap, (size_t)p->locations.n + 1) ||
         cp_vec_reserve(&B->mapdelta, (size_t)p->mappings.n + 1))
         return cp_err_set(err, CP_ENOMEM, "store");
     if (!begun && win_begin(B, t, ntypes, p->samples.n)) return cp_err_set(err, CP_ENOMEM, "store");
     CP_VEC(cp_line) lines = {0};
     int rc = 0;
+    /* locmap: 0 (no location), the cached locations' ids, then zeroes for the rest (each set
+     * below): only what the cache does not give is cleared */
+    B->locmap.n = p->locations.n + 1;
+    B->locmap.v[0] = 0;
     if (cached) memcpy(B->locmap.v + 1, cp_wcache_locmap(ser->wc), (size_t)cached * 4);
+    memset(B->locmap.v + 1 + cached, 0, (size_t)(p->locations.n - cached) * 4);
     for (uint32_t i = cached; i < p->locations.n && !rc; i++) {
         const cp_location *l = &p->locations.v[i];
         cp_location nl = *l;
