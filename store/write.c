@@ -464,7 +464,8 @@ static inline int64_t *win_row(cp_store_batch *B, uint32_t sid)
     cp_acc *w = &B->win;
     if (sid >= B->rowof.n && rowof_grow(B, sid)) return NULL;
     uint32_t r = B->rowof.v[sid];
-    if (r && r <= w->ids.n && w->ids.v[r - 1] == sid) return w->vals.v + (size_t)(r - 1) * w->ntypes;
+    if (r && r <= w->ids.n && w->ids.v[r - 1] == sid)
+        return w->vals.v + (size_t)(r - 1) * w->ntypes;
     w->ids.v[w->ids.n++] = sid;
     B->rowof.v[sid] = w->ids.n;
     int64_t *row = w->vals.v + w->vals.n;
@@ -512,8 +513,7 @@ static int lazy_resolve(cp_store_batch *B, const tenant *t, const cp_profile *p,
     /* the cache holds stacks without labels: a labelled sample (hash 0) is always decoded */
     for (uint32_t i = 0; i < n; i++) {
         const cp_pprof_ids *ids = &lz->ids.v[i];
-        B->hs.v[i] =
-            ids->p && p->samples.v[i].nlabels == 0 ? cp_wcache_hash(ids->p, ids->len) : 0;
+        B->hs.v[i] = ids->p && p->samples.v[i].nlabels == 0 ? cp_wcache_hash(ids->p, ids->len) : 0;
     }
     cp_wcache_find_all(c, n, lz->ids.v, B->hs.v, B->sids.v);
     uint64_t hits = 0;
