@@ -174,10 +174,12 @@ int cp_wcache_put(cp_wcache *c, const uint8_t *b, uint32_t len, uint64_t h, uint
     if ((size_t)(c->n + 1) * 2 > c->nslots && slots_grow(c)) return CP_ENOMEM;
     uint32_t off = (uint32_t)c->bytes.len;
     wc_rec r = {len, sid};
-    static const uint8_t pad[4];
-    if (cp_buf_append(&c->bytes, &r, sizeof r) || cp_buf_append(&c->bytes, b, len) ||
-        cp_buf_append(&c->bytes, pad, need - sizeof r - len))
-        return CP_ENOMEM;
+    if (cp_buf_reserve(&c->bytes, need)) return CP_ENOMEM;
+    uint8_t *d = c->bytes.data + off;
+    memcpy(d, &r, sizeof r);
+    memcpy(d + sizeof r, b, len);
+    memset(d + sizeof r + len, 0, need - sizeof r - len); /* the padding */
+    c->bytes.len += need;
     uint32_t mask = c->nslots - 1, j = (uint32_t)h & mask;
     while (c->slots[j])
         j = (j + 1) & mask;
