@@ -100,20 +100,44 @@ static inline __attribute__((always_inline)) int acc_add(cp_acc *dst, const cp_a
      * slot table for dst.n + src.n rows, twice what a bucket holding most of src's stacks
      * already needs, and a larger table misses the cache more. */
     enum { PF_FAR = 16, PF_NEAR = 8, CHUNK = 256 };
-    const uint32_t *ids = src->ids.v, n = src->ids.n;
+    const uint32_t *ids = src->ids.v, n = src->ids.n, snt = src->ntypes, dnt = dst->ntypes;
     for (uint32_t c = 0; c < n; c += CHUNK) {
         uint32_t cn = n - c < CHUNK ? n - c : CHUNK;
         if (cp_acc_reserve(dst, dst->ids.n + cn)) return CP_ENOMEM;
-        const uint32_t mask = dst->nslots - 1, end = c + cn;
-        for (uint32_t i = c; i < end; i++, s += src->ntypes) {
+        /* dst's arrays and count in locals for the chunk (cp_acc_row_reserved's probe and
+         * append): a row written through dst would make every field be read again */
+        const uint32_t mask = dst->nslots - 1, end = c + cn, n0 = dst->ids.n;
+        uint64_t *slots = dst->slots;
+        uint32_t *dids = dst->ids.v, dn = n0;
+        int64_t *dvals = dst->vals.v;
+        for (uint32_t i = c; i < end; i++, s += snt) {
             if (prefetch && i + PF_FAR < n)
-                __builtin_prefetch(&dst->slots[cp_acc_hash(ids[i + PF_FAR]) & mask]);
+                __builtin_prefetch(&slots[cp_acc_hash(ids[i + PF_FAR]) & mask]);
             if (prefetch && i + PF_NEAR < n) {
-                uint64_t sl = dst->slots[cp_acc_hash(ids[i + PF_NEAR]) & mask];
+                uint64_t sl = slots[cp_acc_hash(ids[i + PF_NEAR]) & mask];
                 if (sl && (uint32_t)(sl >> 32) == ids[i + PF_NEAR])
-                    __builtin_prefetch(dst->vals.v + (size_t)((uint32_t)sl - 1) * dst->ntypes, 1);
+                    __builtin_prefetch(dvals + (size_t)((uint32_t)sl - 1) * dnt, 1);
             }
-            int64_t *row = cp_acc_row_reserved(dst, ids[i]);
+            const uint32_t id = ids[i];
+            uint32_t h = cp_acc_hash(id) & mask;
+            int64_t *row = NULL;
+            for (uint64_t sl; (sl = slots[h]); h = (h + 1) & mask)
+                if ((uint32_t)(sl >> 32) == id) {
+                    row = dvals + (size_t)((uint32_t)sl - 1) * dnt;
+                    break;
+                }
+            if (!row) {
+                dids[dn++] = id;
+                slots[h] = (uint64_t)id << 32 | dn;
+                row = dvals + (size_t)(dn - 1) * dnt;
+                if (dnt == 2) {
+                    row[0] = 0;
+                    row[1] = 0;
+                } else {
+                    for (uint32_t t = 0; t < dnt; t++)
+                        row[t] = 0;
+                }
+            }
             if (w == 2) {
                 row[0] = cp_add_wrap(row[0], (int64_t)((uint64_t)s[0] * f));
                 row[1] = cp_add_wrap(row[1], (int64_t)((uint64_t)s[1] * f));
@@ -122,6 +146,8 @@ static inline __attribute__((always_inline)) int acc_add(cp_acc *dst, const cp_a
                     row[t] = cp_add_wrap(row[t], (int64_t)((uint64_t)s[t] * f));
             }
         }
+        dst->ids.n = dn;
+        dst->vals.n += (dn - n0) * dnt;
     }
     return 0;
 }
