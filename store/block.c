@@ -100,20 +100,44 @@ static inline __attribute__((always_inline)) int acc_add(cp_acc *dst, const cp_a
      * slot table for dst.n + src.n rows, twice what a bucket holding most of src's stacks
      * already needs, and a larger table misses the cache more. */
     enum { PF_FAR = 16, PF_NEAR = 8, CHUNK = 256 };
-    const uint32_t *ids = src->ids.v, n = src->ids.n;
+    const uint32_t *ids = src->ids.v, n = src->ids.n, snt = src->ntypes, dnt = dst->ntypes;
     for (uint32_t c = 0; c < n; c += CHUNK) {
         uint32_t cn = n - c < CHUNK ? n - c : CHUNK;
         if (cp_acc_reserve(dst, dst->ids.n + cn)) return CP_ENOMEM;
-        const uint32_t mask = dst->nslots - 1, end = c + cn;
-        for (uint32_t i = c; i < end; i++, s += src->ntypes) {
+        /* dst's arrays and count in locals for the chunk (cp_acc_row_reserved's probe and
+         * append): a row written through dst would make every field be read again */
+        const uint32_t mask = dst->nslots - 1, end = c + cn, n0 = dst->ids.n;
+        uint64_t *slots = dst->slots;
+        uint32_t *dids = dst->ids.v, dn = n0;
+        int64_t *dvals = dst->vals.v;
+        for (uint32_t i = c; i < end; i++, s += snt) {
             if (prefetch && i + PF_FAR < n)
-                __builtin_prefetch(&dst->slots[cp_acc_hash(ids[i + PF_FAR]) & mask]);
+                __builtin_prefetch(&slots[cp_acc_hash(ids[i + PF_FAR]) & mask]);
             if (prefetch && i + PF_NEAR < n) {
-                uint64_t sl = dst->slots[cp_acc_hash(ids[i + PF_NEAR]) & mask];
+                uint64_t sl = slots[cp_acc_hash(ids[i + PF_NEAR]) & mask];
                 if (sl && (uint32_t)(sl >> 32) == ids[i + PF_NEAR])
-                    __builtin_prefetch(dst->vals.v + (size_t)((uint32_t)sl - 1) * dst->ntypes, 1);
+                    __builtin_prefetch(dvals + (size_t)((uint32_t)sl - 1) * dnt, 1);
             }
-            int64_t *row = cp_acc_row_reserved(dst, ids[i]);
+            const uint32_t id = ids[i];
+            uint32_t h = cp_acc_hash(id) & mask;
+            int64_t *row = NULL;
+            for (uint64_t sl; (sl = slots[h]); h = (h + 1) & mask)
+                if ((uint32_t)(sl >> 32) == id) {
+                    row = dvals + (size_t)((uint32_t)sl - 1) * dnt;
+                    break;
+                }
+            if (!row) {
+                dids[dn++] = id;
+                slots[h] = (uint64_t)id << 32 | dn;
+                row = dvals + (size_t)(dn - 1) * dnt;
+                if (dnt == 2) {
+                    row[0] = 0;
+                    row[1] = 0;
+                } else {
+                    for (uint32_t t = 0; t < dnt; t++)
+                        row[t] = 0;
+                }
+            }
             if (w == 2) {
                 row[0] = cp_add_wrap(row[0], (int64_t)((uint64_t)s[0] * f));
                 row[1] = cp_add_wrap(row[1], (int64_t)((uint64_t)s[1] * f));
@@ -122,6 +146,8 @@ static inline __attribute__((always_inline)) int acc_add(cp_acc *dst, const cp_a
                     row[t] = cp_add_wrap(row[t], (int64_t)((uint64_t)s[t] * f));
             }
         }
+        dst->ids.n = dn;
+        dst->vals.n += (dn - n0) * dnt;
     }
     return 0;
 }
@@ -279,19 +305,27 @@ static int sort_rows_radix(cp_block_enc *e, const cp_acc *a, uint32_t *ord)
     return 0;
 }
 
-/* The order of a's rows by stack id: *ord = NULL when they are in order already. An acc's
- * ids are distinct, and a block's usually span a range of a few times its row count (a
- * window's stacks among a service's; up to 64 times): then a bitmap of the range (one bit
- * per id, cleared; the bench's 567 rows in 2,000 ids: 250 bytes), and the row of each id
- * written where its bit is set (and read only there, so never cleared), order them in one
- * pass over the rows and one over the bitmap. Sparse ids, and ranges whose row array
- * (4 bytes an id) would not stay in cache, take a radix sort. */
+/* The order of a's rows by stack id. An acc's ids are distinct, and a block's usually span a
+ * range of a few times its row count (a window's stacks among a service's; up to 64 times):
+ * then a bitmap of the range (one bit per id, cleared; the bench's 567 rows in 2,000 ids:
+ * 250 bytes), and the row of each id written where its bit is set (and read only there, so
+ * never cleared), give the order in one pass over the rows; the encoder walks the bitmap
+ * itself (o->bits) or has it listed (row_order_list). Sparse ids, and ranges whose row array
+ * (4 bytes an id) would not stay in cache, take a radix sort (o->ord). Neither: in order. */
 enum { BITMAP_IDS_MAX = 1 << 18 };
-static int order_rows(cp_block_enc *e, const cp_acc *a, const uint32_t **ordp)
+typedef struct row_order {
+    const uint32_t *ord;  /* the rows in id order, or NULL */
+    const uint64_t *bits; /* or, if set: bit id - lo set for each row, and row[id - lo] */
+    const uint32_t *row;
+    size_t words;
+    uint32_t lo;
+} row_order;
+
+static int order_rows(cp_block_enc *e, const cp_acc *a, row_order *o)
 {
     uint32_t n = a->ids.n;
     const uint32_t *ids = a->ids.v;
-    *ordp = NULL;
+    memset(o, 0, sizeof *o);
     if (n < 2) return 0;
     uint32_t lo = ids[0], hi = ids[0], sorted = 1;
     for (uint32_t i = 1; i < n; i++) {
@@ -301,28 +335,45 @@ static int order_rows(cp_block_enc *e, const cp_acc *a, const uint32_t **ordp)
         hi = v > hi ? v : hi;
     }
     if (sorted) return 0;
-    if (scratch(&e->ord, &e->ordcap, sizeof(uint32_t) * n)) return CP_ENOMEM;
-    uint32_t *ord = e->ord;
-    *ordp = ord;
     uint64_t range = (uint64_t)hi - lo + 1;
-    if (range > (uint64_t)n * 64 || range > BITMAP_IDS_MAX) return sort_rows_radix(e, a, ord);
-    size_t words = (size_t)(range + 63) / 64;
-    if (scratch(&e->tmp, &e->tmpcap, words * sizeof(uint64_t) + (size_t)range * sizeof(uint32_t)))
-        return CP_ENOMEM;
-    uint64_t *bits = e->tmp;
-    uint32_t *row = (uint32_t *)(bits + words);
-    memset(bits, 0, words * sizeof(uint64_t));
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t d = ids[i] - lo;
-        bits[d >> 6] |= (uint64_t)1 << (d & 63);
-        row[d] = i;
+    if (range <= (uint64_t)n * 64 && range <= BITMAP_IDS_MAX) {
+        size_t words = (size_t)(range + 63) / 64;
+        if (scratch(&e->tmp, &e->tmpcap,
+                    words * sizeof(uint64_t) + (size_t)range * sizeof(uint32_t)))
+            return CP_ENOMEM;
+        uint64_t *bits = e->tmp, dup = 0;
+        uint32_t *row = (uint32_t *)(bits + words);
+        memset(bits, 0, words * sizeof(uint64_t));
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t d = ids[i] - lo;
+            uint64_t m = (uint64_t)1 << (d & 63);
+            dup |= bits[d >> 6] & m;
+            bits[d >> 6] |= m;
+            row[d] = i;
+        }
+        if (!dup) {
+            *o = (row_order){NULL, bits, row, words, lo};
+            return 0;
+        }
+        /* a repeated id, which an acc never holds: sort anyway */
     }
-    uint32_t k = 0;
-    for (size_t w = 0; w < words; w++)
-        for (uint64_t b = bits[w]; b && k < n; b &= b - 1)
-            ord[k++] = row[w * 64 + (size_t)__builtin_ctzll(b)];
-    /* fewer set bits than rows: a repeated id, which an acc never holds; sort anyway */
-    return k == n ? 0 : sort_rows_radix(e, a, ord);
+    if (scratch(&e->ord, &e->ordcap, sizeof(uint32_t) * n)) return CP_ENOMEM;
+    o->ord = e->ord;
+    return sort_rows_radix(e, a, e->ord);
+}
+
+/* Lists a bitmap order's rows in o->ord (the encoder's general width walks a list). */
+static int row_order_list(cp_block_enc *e, uint32_t n, row_order *o)
+{
+    if (!o->bits) return 0;
+    if (scratch(&e->ord, &e->ordcap, sizeof(uint32_t) * n)) return CP_ENOMEM;
+    uint32_t *ord = e->ord, k = 0;
+    for (size_t w = 0; w < o->words; w++)
+        for (uint64_t b = o->bits[w]; b; b &= b - 1)
+            ord[k++] = o->row[w * 64 + (size_t)__builtin_ctzll(b)];
+    o->ord = ord;
+    o->bits = NULL;
+    return 0;
 }
 
 void cp_block_enc_close(cp_block_enc *e)
@@ -338,8 +389,9 @@ void cp_block_enc_close(cp_block_enc *e)
 int cp_block_encode_with(cp_block_enc *e, cp_acc *a, cp_buf *out)
 {
     uint32_t n = a->ids.n, nt = a->ntypes;
-    const uint32_t *ord;
-    if (order_rows(e, a, &ord)) return CP_ENOMEM;
+    row_order ro;
+    if (order_rows(e, a, &ro) || (nt != 2 && row_order_list(e, n, &ro))) return CP_ENOMEM;
+    const uint32_t *ord = ro.ord;
     xdiv div[CP_MAX_TYPES];
     for (uint32_t t = 0; t < nt; t++)
         div[t] = xdiv_make(col_gcd(a, t));
@@ -352,16 +404,29 @@ int cp_block_encode_with(cp_block_enc *e, cp_acc *a, cp_buf *out)
     if (nt == 2) { /* the common width (cpu, alloc), with its divisors and totals in registers */
         const xdiv d0 = div[0], d1 = div[1];
         int64_t t0 = 0, t1 = 0;
-        for (uint32_t k = 0; k < n; k++) {
-            uint32_t i = ord ? ord[k] : k, id = a->ids.v[i];
-            p = cp_put_uv(p, id - prev);
-            prev = id;
-            const int64_t *row = a->vals.v + (size_t)i * 2;
-            t0 = cp_add_wrap(t0, row[0]);
-            t1 = cp_add_wrap(t1, row[1]);
-            p = cp_put_uv(p, cp_zz(xdiv_exact(&d0, row[0])));
-            p = cp_put_uv(p, cp_zz(xdiv_exact(&d1, row[1])));
+#define EMIT2(i, id)                                                                               \
+    do {                                                                                           \
+        p = cp_put_uv(p, (id)-prev);                                                               \
+        prev = (id);                                                                               \
+        const int64_t *row = a->vals.v + (size_t)(i)*2;                                            \
+        t0 = cp_add_wrap(t0, row[0]);                                                              \
+        t1 = cp_add_wrap(t1, row[1]);                                                              \
+        p = cp_put_uv(p, cp_zz(xdiv_exact(&d0, row[0])));                                          \
+        p = cp_put_uv(p, cp_zz(xdiv_exact(&d1, row[1])));                                          \
+    } while (0)
+        if (ro.bits) { /* the bitmap walked here: the id is its bit, no list of rows */
+            for (size_t w = 0; w < ro.words; w++)
+                for (uint64_t b = ro.bits[w]; b; b &= b - 1) {
+                    uint32_t d = (uint32_t)(w * 64) + (uint32_t)__builtin_ctzll(b);
+                    EMIT2(ro.row[d], ro.lo + d);
+                }
+        } else {
+            for (uint32_t k = 0; k < n; k++) {
+                uint32_t i = ord ? ord[k] : k;
+                EMIT2(i, a->ids.v[i]);
+            }
         }
+#undef EMIT2
         tot[0] = t0;
         tot[1] = t1;
     } else {

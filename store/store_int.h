@@ -208,6 +208,44 @@ int cp_dict_canonicalize(cp_dict *d);
  * every series and so every cache. */
 typedef struct cp_wcache cp_wcache;
 
+static inline uint64_t cp_wc_fold(uint64_t a, uint64_t b)
+{
+    __uint128_t r = (__uint128_t)a * b;
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
+}
+
+static inline uint64_t cp_wc_rd64(const uint8_t *s)
+{
+    uint64_t w;
+    memcpy(&w, s, 8);
+    return w;
+}
+
+/* The hash of a sample's packed location ids, the cache's key (in memory only: nothing
+ * stored depends on it). cp_hash_bytes' folded multiply (model/vec.c) with one lane, inline:
+ * it runs for every sample of every window (~70 bytes), where the call and the cases for
+ * long strings were a third of its cost. */
+static inline uint64_t cp_wcache_hash(const uint8_t *s, uint32_t n)
+{
+    const uint64_t k0 = 0xa0761d6478bd642fULL, k1 = 0xe7037ed1a0b428dbULL;
+    uint64_t h = cp_wc_fold(k0, (uint64_t)n ^ k1), a, b;
+    if (n >= 16) {
+        uint32_t left = n;
+        for (; left > 16; s += 16, left -= 16)
+            h = cp_wc_fold(cp_wc_rd64(s) ^ k1, cp_wc_rd64(s + 8) ^ h);
+        a = cp_wc_rd64(s + left - 16); /* the last 16 bytes, overlapping if need be */
+        b = cp_wc_rd64(s + left - 8);
+    } else if (n >= 8) {
+        a = cp_wc_rd64(s);
+        b = cp_wc_rd64(s + n - 8);
+    } else {
+        a = b = 0;
+        for (uint32_t i = 0; i < n; i++)
+            a |= (uint64_t)s[i] << (8 * i);
+    }
+    return cp_wc_fold(k1 ^ n, cp_wc_fold(a ^ k1, b ^ h) ^ k0);
+}
+
 /* How many locations of p (decoded with lazy locations into lz) the cache's location ids
  * hold for: c's tables are a prefix of p's, entry for entry (mappings, functions and the
  * strings they name, compared as decoded; location messages, compared as bytes), or 0 (no
@@ -218,7 +256,7 @@ size_t cp_wcache_locbytes(const cp_wcache *c);
 /* Location index -> dictionary location id for the matched locations. */
 const uint32_t *cp_wcache_locmap(const cp_wcache *c);
 /* The dictionary stacks of n samples whose packed location ids are ids[i] (hash h[i] =
- * cp_hash_bytes of them; 0: skip the sample), valid for a p that cp_wcache_match matched:
+ * cp_wcache_hash of them; 0: skip the sample), valid for a p that cp_wcache_match matched:
  * sid[i] = the stack, or 0 when c does not know it (or c is NULL). */
 void cp_wcache_find_all(const cp_wcache *c, uint32_t n, const cp_pprof_ids *ids, const uint64_t *h,
                         uint32_t *sid);

@@ -155,7 +155,7 @@ static int slots_grow(cp_wcache *c)
     for (uint32_t i = 0; i < c->nslots; i++) {
         if (!c->slots[i]) continue;
         const wc_rec *r = rec_at(c, c->slots[i]);
-        uint64_t h = cp_hash_bytes(r + 1, r->len, 0);
+        uint64_t h = cp_wcache_hash((const uint8_t *)(r + 1), r->len);
         uint32_t j = (uint32_t)h & (n - 1);
         while (s[j])
             j = (j + 1) & (n - 1);
@@ -174,10 +174,12 @@ int cp_wcache_put(cp_wcache *c, const uint8_t *b, uint32_t len, uint64_t h, uint
     if ((size_t)(c->n + 1) * 2 > c->nslots && slots_grow(c)) return CP_ENOMEM;
     uint32_t off = (uint32_t)c->bytes.len;
     wc_rec r = {len, sid};
-    static const uint8_t pad[4];
-    if (cp_buf_append(&c->bytes, &r, sizeof r) || cp_buf_append(&c->bytes, b, len) ||
-        cp_buf_append(&c->bytes, pad, need - sizeof r - len))
-        return CP_ENOMEM;
+    if (cp_buf_reserve(&c->bytes, need)) return CP_ENOMEM;
+    uint8_t *d = c->bytes.data + off;
+    memcpy(d, &r, sizeof r);
+    memcpy(d + sizeof r, b, len);
+    memset(d + sizeof r + len, 0, need - sizeof r - len); /* the padding */
+    c->bytes.len += need;
     uint32_t mask = c->nslots - 1, j = (uint32_t)h & mask;
     while (c->slots[j])
         j = (j + 1) & mask;

@@ -40,6 +40,10 @@ struct cp_store_batch {
     CP_VEC(uint32_t) ids;
     CP_VEC(uint64_t) hs; /* per sample: the hash of its ids' bytes, 0 = not looked up */
     CP_VEC(uint32_t) sids;
+    CP_VEC(uint32_t) todo; /* the samples lazy_resolve left to profile_to_acc */
+    /* stack id -> row + 1 of win that holds it: a sparse set, never cleared, a value
+     * trusted only when win's row names that id (win_row); sized for the largest id seen */
+    CP_VEC(uint32_t) rowof;
 };
 static void put_str(cp_buf *b, const char *s)
 {
@@ -235,6 +239,8 @@ void cp_store_batch_destroy(cp_store_batch *b)
     free(b->ids.v);
     free(b->hs.v);
     free(b->sids.v);
+    free(b->todo.v);
+    free(b->rowof.v);
     free(b);
 }
 
@@ -439,34 +445,100 @@ static int intern_stack(cp_store_batch *B, cp_dict *d, const cp_profile *p, cons
     return 0;
 }
 
+/* Makes B->rowof hold stack id sid (zeroed past what it held). */
+static int rowof_grow(cp_store_batch *B, uint32_t sid)
+{
+    size_t n = (size_t)sid + 1, was = B->rowof.n;
+    if (n < (size_t)B->rowof.cap) n = B->rowof.cap;
+    if (cp_vec_reserve(&B->rowof, n)) return CP_ENOMEM;
+    memset(B->rowof.v + was, 0, (n - was) * sizeof *B->rowof.v);
+    B->rowof.n = (uint32_t)n;
+    return 0;
+}
+
+/* The row of stack sid in B->win (a zero row is added if missing; room for it is reserved),
+ * NULL on out of memory. A window's rows are found through B->rowof, not a slot table: no
+ * hashing, and nothing to clear per window (a window's table was 16 KB for 567 rows). */
+static inline int64_t *win_row(cp_store_batch *B, uint32_t sid)
+{
+    cp_acc *w = &B->win;
+    if (sid >= B->rowof.n && rowof_grow(B, sid)) return NULL;
+    uint32_t r = B->rowof.v[sid];
+    if (r && r <= w->ids.n && w->ids.v[r - 1] == sid)
+        return w->vals.v + (size_t)(r - 1) * w->ntypes;
+    w->ids.v[w->ids.n++] = sid;
+    B->rowof.v[sid] = w->ids.n;
+    int64_t *row = w->vals.v + w->vals.n;
+    if (w->ntypes == 2) { /* the common width, without a call to memset per row */
+        row[0] = 0;
+        row[1] = 0;
+    } else {
+        for (uint32_t t = 0; t < w->ntypes; t++)
+            row[t] = 0;
+    }
+    w->vals.n += w->ntypes;
+    return row;
+}
+
+/* Empties B->win for a window of nsamples samples of width ntypes into t: room for every
+ * row, and B->rowof for every stack t has (a cumulative window's delta left win a slot
+ * table: win_row does not keep one). */
+static int win_begin(cp_store_batch *B, const tenant *t, uint32_t ntypes, uint32_t nsamples)
+{
+    cp_acc_reset(&B->win, ntypes);
+    free(B->win.slots);
+    B->win.slots = NULL;
+    B->win.nslots = 0;
+    if (cp_vec_reserve(&B->win.ids, nsamples) ||
+        cp_vec_reserve(&B->win.vals, (size_t)nsamples * ntypes) ||
+        (nsamples && B->rowof.n <= t->dict.stk.n && rowof_grow(B, t->dict.stk.n)))
+        return CP_ENOMEM;
+    return 0;
+}
+
 /* Resolves p's lazy samples before the batch changes: each is found in the series' stack
  * cache c (matched against p; NULL: none) or its ids are decoded and checked into B->ids.
+ * B->win (scratch until apply_window) is begun here for a window of t of width ntypes, and
+ * takes the samples the cache knows (mapped by colmap) on the way: one pass over them.
  * Returns 0, CP_ENOMEM, or CP_EPPROF naming a bad id. */
-static int lazy_resolve(cp_store_batch *B, const cp_profile *p, const cp_pprof_lazy *lz,
-                        const cp_wcache *c, cp_err *err)
+static int lazy_resolve(cp_store_batch *B, const tenant *t, const cp_profile *p,
+                        const cp_pprof_lazy *lz, const cp_wcache *c, const int *colmap,
+                        uint32_t ntypes, cp_err *err)
 {
-    uint32_t n = p->samples.n;
-    B->res.n = B->ids.n = B->hs.n = B->sids.n = 0;
-    if (cp_vec_reserve(&B->res, n) || cp_vec_reserve(&B->hs, n) || cp_vec_reserve(&B->sids, n))
+    uint32_t n = p->samples.n, nin = p->sample_types.n;
+    B->res.n = B->ids.n = B->hs.n = B->sids.n = B->todo.n = 0;
+    if (cp_vec_reserve(&B->res, n) || cp_vec_reserve(&B->hs, n) || cp_vec_reserve(&B->sids, n) ||
+        cp_vec_reserve(&B->todo, n) || win_begin(B, t, ntypes, n))
         return cp_err_set(err, CP_ENOMEM, "store");
     /* the cache holds stacks without labels: a labelled sample (hash 0) is always decoded */
     for (uint32_t i = 0; i < n; i++) {
         const cp_pprof_ids *ids = &lz->ids.v[i];
-        B->hs.v[i] =
-            ids->p && p->samples.v[i].nlabels == 0 ? cp_hash_bytes(ids->p, ids->len, 0) : 0;
+        B->hs.v[i] = ids->p && p->samples.v[i].nlabels == 0 ? cp_wcache_hash(ids->p, ids->len) : 0;
     }
     cp_wcache_find_all(c, n, lz->ids.v, B->hs.v, B->sids.v);
     uint64_t hits = 0;
+    int same2 = nin == 2 && colmap[0] == 0 && colmap[1] == 1; /* the common mapping */
     for (uint32_t i = 0; i < n; i++) {
         lazy_res *r = &B->res.v[i];
-        *r = (lazy_res){0};
         const cp_pprof_ids *ids = &lz->ids.v[i];
-        if (!ids->p) continue;
-        if (B->sids.v[i]) {
-            r->sid = B->sids.v[i];
+        uint32_t sid = B->sids.v[i];
+        *r = (lazy_res){sid, 0, 0};
+        if (sid && ids->p) { /* its row now; profile_to_acc skips it */
+            int64_t *row = win_row(B, sid);
+            if (!row) return cp_err_set(err, CP_ENOMEM, "store");
+            const int64_t *v = p->values.v + (size_t)i * nin;
+            if (same2) {
+                row[0] = cp_add_wrap(row[0], v[0]);
+                row[1] = cp_add_wrap(row[1], v[1]);
+            } else {
+                for (uint32_t k = 0; k < nin; k++)
+                    if (colmap[k] >= 0) row[colmap[k]] = cp_add_wrap(row[colmap[k]], v[k]);
+            }
             hits++;
             continue;
         }
+        B->todo.v[B->todo.n++] = i;
+        if (!ids->p) continue;
         if (cp_vec_reserve(&B->ids, (size_t)B->ids.n + ids->len + 8))
             return cp_err_set(err, CP_ENOMEM, "store");
         long got = cp_pprof_lazy_ids(p, lz, i, B->ids.v + B->ids.n, err);
@@ -498,21 +570,27 @@ static void wcache_flush(cp_store *s)
 /* Interns p's stacks into t's dictionaries and sums its samples into B->win (width =
  * the series' types, mapped by colmap). With lazy ids (lz, resolved into B->res), the
  * first `cached` locations are known from ser's stack cache, which then follows p and
- * learns the stacks it did not know. Caller holds the write lock. */
+ * learns the stacks it did not know; B->win was begun by lazy_resolve (begun), and holds
+ * the samples the cache knew already. Caller holds the write lock. */
 static int profile_to_acc(cp_store_batch *B, tenant *t, cp_ser *ser, const cp_profile *p,
                           const cp_pprof_lazy *lz, uint32_t cached, const int *colmap,
-                          uint32_t ntypes, cp_err *err)
+                          uint32_t ntypes, int begun, cp_err *err)
 {
     cp_dict *d = &t->dict;
     if (vec_zero(&B->strmap, p->strs.off.n) || vec_zero(&B->fnmap, p->functions.n + 1) ||
-        vec_zero(&B->mapmap, p->mappings.n + 1) || vec_zero(&B->locmap, p->locations.n + 1) ||
+        vec_zero(&B->mapmap, p->mappings.n + 1) ||
+        cp_vec_reserve(&B->locmap, (size_t)p->locations.n + 1) ||
         cp_vec_reserve(&B->mapdelta, (size_t)p->mappings.n + 1))
         return cp_err_set(err, CP_ENOMEM, "store");
-    cp_acc_reset(&B->win, ntypes);
-    if (cp_acc_reserve(&B->win, p->samples.n)) return cp_err_set(err, CP_ENOMEM, "store");
+    if (!begun && win_begin(B, t, ntypes, p->samples.n)) return cp_err_set(err, CP_ENOMEM, "store");
     CP_VEC(cp_line) lines = {0};
     int rc = 0;
+    /* locmap: 0 (no location), the cached locations' ids, then zeroes for the rest (each set
+     * below): only what the cache does not give is cleared */
+    B->locmap.n = p->locations.n + 1;
+    B->locmap.v[0] = 0;
     if (cached) memcpy(B->locmap.v + 1, cp_wcache_locmap(ser->wc), (size_t)cached * 4);
+    memset(B->locmap.v + 1 + cached, 0, (size_t)(p->locations.n - cached) * 4);
     for (uint32_t i = cached; i < p->locations.n && !rc; i++) {
         const cp_location *l = &p->locations.v[i];
         cp_location nl = *l;
@@ -574,16 +652,15 @@ static int profile_to_acc(cp_store_batch *B, tenant *t, cp_ser *ser, const cp_pr
     int lazy = lz && lz->nloc && B->s->wcache_budget > 0;
     if (lazy && cp_wcache_follow(&ser->wc, p, lz, B->locmap.v, cached > 0)) lazy = 0;
     uint32_t nin = p->sample_types.n;
-    for (uint32_t i = 0; i < p->samples.n; i++) {
+    /* begun: only the samples lazy_resolve did not add (B->todo) */
+    uint32_t nsm = begun ? B->todo.n : p->samples.n;
+    for (uint32_t k = 0; k < nsm; k++) {
+        uint32_t i = begun ? B->todo.v[k] : k;
         const cp_sample *sm = &p->samples.v[i];
         const int64_t *v = p->values.v + (size_t)i * nin;
         const lazy_res *lr =
             lz && lz->nlazy && i < B->res.n && lz->ids.v[i].p ? &B->res.v[i] : NULL;
         uint32_t sid;
-        if (lr && lr->sid) { /* a stack the series' cache knows */
-            sid = lr->sid;
-            goto add;
-        }
         if (lr) { /* decoded by lazy_resolve: map and intern as below, then remember */
             if (cp_vec_reserve(&B->stack, lr->n + 1) || cp_vec_reserve(&B->labels, sm->nlabels + 1))
                 return cp_err_set(err, CP_ENOMEM, "store");
@@ -621,7 +698,7 @@ static int profile_to_acc(cp_store_batch *B, tenant *t, cp_ser *ser, const cp_pr
         B->stack.n = sm->nlocs;
         if (intern_stack(B, d, p, sm, &sid, err)) return CP_ENOMEM;
     add:;
-        int64_t *row = cp_acc_row(&B->win, sid);
+        int64_t *row = win_row(B, sid);
         if (!row) return cp_err_set(err, CP_ENOMEM, "store");
         for (uint32_t c = 0; c < nin; c++)
             if (colmap[c] >= 0) row[colmap[c]] = cp_add_wrap(row[colmap[c]], v[c]);
@@ -791,7 +868,7 @@ static int apply_window(cp_store_batch *B, cp_ser *ser, int64_t start, cp_err *e
         top = 0;
     }
     /* coarsest first: level 0, the window's own bucket, is usually new and then simply
-     * takes B->win's rows (no copy, B->win keeps its slot table); B->win is refilled next */
+     * takes B->win's rows (no copy; B->win has no slot table to clear); B->win is refilled next */
     for (int l = top; l >= 0; l--) {
         bucket *b = NULL;
         int rc = bucket_get(B, ser, l, bucket_of(l, start), &b, err);
@@ -946,7 +1023,10 @@ int cp_store_batch_add_lazy(cp_store_batch *B, const cp_envelope *e, cp_profile 
             return rc;
         if (!lz->nloc) cached = 0; /* decoded in full after all (model/pprof.h) */
     }
-    if (lz && lz->nlazy && (rc = lazy_resolve(B, p, lz, cached ? ser->wc : NULL, err))) return rc;
+    int begun = lz && lz->nlazy;
+    if (begun && (rc = lazy_resolve(B, t, p, lz, cached ? ser->wc : NULL, colmap,
+                                    ser ? ser->ntypes : p->sample_types.n, err)))
+        return rc;
 
     /* --- from here on the batch changes --- */
     pthread_rwlock_wrlock(&s->lock);
@@ -960,7 +1040,7 @@ int cp_store_batch_add_lazy(cp_store_batch *B, const cp_envelope *e, cp_profile 
             cp_err_set(err, rc, "store");
         cp_buf_close(&ident);
     }
-    if (!rc) rc = profile_to_acc(B, t, ser, p, lz, cached, colmap, ser->ntypes, err);
+    if (!rc) rc = profile_to_acc(B, t, ser, p, lz, cached, colmap, ser->ntypes, begun, err);
     t->dict.wb = NULL;
     pthread_rwlock_unlock(&s->lock);
     if (rc) goto broken;
