@@ -125,55 +125,24 @@ int cp_write_file(const char *path, const void *data, size_t len, cp_err *err)
  * depends on its values). Each 16-byte block is folded by one 64x64->128 multiply, with
  * three independent lanes over 48-byte strides so that long strings (C++ symbol names)
  * hash at several bytes per cycle rather than one. Shaped after wyhash's folded multiply. */
-static inline uint64_t fold_mul(uint64_t a, uint64_t b)
-{
-    __uint128_t r = (__uint128_t)a * b;
-    return (uint64_t)r ^ (uint64_t)(r >> 64);
-}
-
-static inline uint64_t rd64(const uint8_t *s)
-{
-    uint64_t w;
-    memcpy(&w, s, 8);
-    return w;
-}
-
-#define HK0 0xa0761d6478bd642fULL
-#define HK1 0xe7037ed1a0b428dbULL
 #define HK2 0x8ebc6af09c88c6e3ULL
 #define HK3 0x589965cc75374cc3ULL
 
 uint64_t cp_hash_bytes(const void *p, size_t n, uint64_t seed)
 {
     const uint8_t *s = p;
-    uint64_t h = fold_mul(seed ^ HK0, (uint64_t)n ^ HK1), a, b;
-    if (n >= 16) {
-        size_t left = n;
-        if (left > 48) {
-            uint64_t h1 = h, h2 = h;
-            do {
-                h = fold_mul(rd64(s) ^ HK1, rd64(s + 8) ^ h);
-                h1 = fold_mul(rd64(s + 16) ^ HK2, rd64(s + 24) ^ h1);
-                h2 = fold_mul(rd64(s + 32) ^ HK3, rd64(s + 40) ^ h2);
-                s += 48;
-                left -= 48;
-            } while (left > 48);
-            h ^= h1 ^ h2;
-        }
-        while (left > 16) {
-            h = fold_mul(rd64(s) ^ HK1, rd64(s + 8) ^ h);
-            s += 16;
-            left -= 16;
-        }
-        /* the last 16 bytes of the input, overlapping what came before if need be */
-        a = rd64(s + left - 16);
-        b = rd64(s + left - 8);
-    } else if (n >= 8) {
-        a = rd64(s);
-        b = rd64(s + n - 8);
-    } else {
-        a = b = 0;
-        if (n) memcpy(&a, s, n);
+    uint64_t h = cp_hash_fold(seed ^ CP_HASH_K0, (uint64_t)n ^ CP_HASH_K1);
+    size_t left = n;
+    if (left > 48) {
+        uint64_t h1 = h, h2 = h;
+        do {
+            h = cp_hash_fold(cp_hash_load64(s) ^ CP_HASH_K1, cp_hash_load64(s + 8) ^ h);
+            h1 = cp_hash_fold(cp_hash_load64(s + 16) ^ HK2, cp_hash_load64(s + 24) ^ h1);
+            h2 = cp_hash_fold(cp_hash_load64(s + 32) ^ HK3, cp_hash_load64(s + 40) ^ h2);
+            s += 48;
+            left -= 48;
+        } while (left > 48);
+        h ^= h1 ^ h2;
     }
-    return fold_mul(HK1 ^ (uint64_t)n, fold_mul(a ^ HK1, b ^ h) ^ HK0);
+    return cp_hash_finish(s, left, n, h);
 }

@@ -59,6 +59,48 @@ int cp_write_file(const char *path, const void *data, size_t len, cp_err *err);
 /* 64-bit hashing for the intern tables: p[0..n) under seed. Not stable across versions:
  * nothing stored or sent may depend on its values. */
 uint64_t cp_hash_bytes(const void *p, size_t n, uint64_t seed);
+
+/* cp_hash_bytes' pieces, for hashes inlined where they run per sample (the store's stack
+ * cache): the folded 64x64->128 multiply, and an unaligned little-endian 8-byte load. */
+static inline uint64_t cp_hash_fold(uint64_t a, uint64_t b)
+{
+    __uint128_t r = (__uint128_t)a * b;
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
+}
+
+static inline uint64_t cp_hash_load64(const uint8_t *s)
+{
+    uint64_t w;
+    __builtin_memcpy(&w, s, 8);
+    return w;
+}
+
+#define CP_HASH_K0 0xa0761d6478bd642fULL
+#define CP_HASH_K1 0xe7037ed1a0b428dbULL
+
+/* The end of cp_hash_bytes for an input of n bytes: h covers what came before s, and
+ * s[0..left) is the rest (when n >= 16, the 16 bytes before s + left are readable too: the
+ * last 16 bytes of the input are folded, overlapping what came before if need be). With
+ * s the whole input, left = n and h = cp_hash_fold(seed ^ CP_HASH_K0, n ^ CP_HASH_K1) it
+ * is a one-lane hash, the same as cp_hash_bytes up to 48 bytes. */
+static inline uint64_t cp_hash_finish(const uint8_t *s, size_t left, size_t n, uint64_t h)
+{
+    uint64_t a, b;
+    if (n >= 16) {
+        for (; left > 16; s += 16, left -= 16)
+            h = cp_hash_fold(cp_hash_load64(s) ^ CP_HASH_K1, cp_hash_load64(s + 8) ^ h);
+        a = cp_hash_load64(s + left - 16);
+        b = cp_hash_load64(s + left - 8);
+    } else if (n >= 8) {
+        a = cp_hash_load64(s);
+        b = cp_hash_load64(s + n - 8);
+    } else {
+        a = b = 0;
+        for (size_t i = 0; i < n; i++)
+            a |= (uint64_t)s[i] << (8 * i);
+    }
+    return cp_hash_fold(CP_HASH_K1 ^ (uint64_t)n, cp_hash_fold(a ^ CP_HASH_K1, b ^ h) ^ CP_HASH_K0);
+}
 /* Folds v into h (a boost-style combine, then a 64-bit finalizer). */
 static inline uint64_t cp_hash_u64(uint64_t h, uint64_t v)
 {

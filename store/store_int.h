@@ -45,13 +45,9 @@ static inline uint32_t cp_acc_hash(uint32_t id)
     return id * 2654435761u;
 }
 
-/* The probe and append of a row, with room already reserved for it. A slot holds the id
- * next to the row number, so a probe reads one word. */
-static inline int64_t *cp_acc_row_reserved(cp_acc *a, uint32_t id)
+/* Appends a zero row for id, with room already reserved for it (no slot is set). */
+static inline int64_t *cp_acc_append_zero(cp_acc *a, uint32_t id)
 {
-    uint32_t mask = a->nslots - 1, h = cp_acc_hash(id) & mask;
-    for (uint64_t sl; (sl = a->slots[h]); h = (h + 1) & mask)
-        if ((uint32_t)(sl >> 32) == id) return a->vals.v + (size_t)((uint32_t)sl - 1) * a->ntypes;
     a->ids.v[a->ids.n++] = id;
     int64_t *row = a->vals.v + a->vals.n;
     if (a->ntypes == 2) { /* the common width, without a call to memset per row */
@@ -62,6 +58,17 @@ static inline int64_t *cp_acc_row_reserved(cp_acc *a, uint32_t id)
             row[t] = 0;
     }
     a->vals.n += a->ntypes;
+    return row;
+}
+
+/* The probe and append of a row, with room already reserved for it. A slot holds the id
+ * next to the row number, so a probe reads one word. */
+static inline int64_t *cp_acc_row_reserved(cp_acc *a, uint32_t id)
+{
+    uint32_t mask = a->nslots - 1, h = cp_acc_hash(id) & mask;
+    for (uint64_t sl; (sl = a->slots[h]); h = (h + 1) & mask)
+        if ((uint32_t)(sl >> 32) == id) return a->vals.v + (size_t)((uint32_t)sl - 1) * a->ntypes;
+    int64_t *row = cp_acc_append_zero(a, id);
     a->slots[h] = (uint64_t)id << 32 | a->ids.n;
     return row;
 }
@@ -208,42 +215,13 @@ int cp_dict_canonicalize(cp_dict *d);
  * every series and so every cache. */
 typedef struct cp_wcache cp_wcache;
 
-static inline uint64_t cp_wc_fold(uint64_t a, uint64_t b)
-{
-    __uint128_t r = (__uint128_t)a * b;
-    return (uint64_t)r ^ (uint64_t)(r >> 64);
-}
-
-static inline uint64_t cp_wc_rd64(const uint8_t *s)
-{
-    uint64_t w;
-    memcpy(&w, s, 8);
-    return w;
-}
-
 /* The hash of a sample's packed location ids, the cache's key (in memory only: nothing
  * stored depends on it). cp_hash_bytes' folded multiply (model/vec.c) with one lane, inline:
  * it runs for every sample of every window (~70 bytes), where the call and the cases for
  * long strings were a third of its cost. */
 static inline uint64_t cp_wcache_hash(const uint8_t *s, uint32_t n)
 {
-    const uint64_t k0 = 0xa0761d6478bd642fULL, k1 = 0xe7037ed1a0b428dbULL;
-    uint64_t h = cp_wc_fold(k0, (uint64_t)n ^ k1), a, b;
-    if (n >= 16) {
-        uint32_t left = n;
-        for (; left > 16; s += 16, left -= 16)
-            h = cp_wc_fold(cp_wc_rd64(s) ^ k1, cp_wc_rd64(s + 8) ^ h);
-        a = cp_wc_rd64(s + left - 16); /* the last 16 bytes, overlapping if need be */
-        b = cp_wc_rd64(s + left - 8);
-    } else if (n >= 8) {
-        a = cp_wc_rd64(s);
-        b = cp_wc_rd64(s + n - 8);
-    } else {
-        a = b = 0;
-        for (uint32_t i = 0; i < n; i++)
-            a |= (uint64_t)s[i] << (8 * i);
-    }
-    return cp_wc_fold(k1 ^ n, cp_wc_fold(a ^ k1, b ^ h) ^ k0);
+    return cp_hash_finish(s, n, n, cp_hash_fold(CP_HASH_K0, (uint64_t)n ^ CP_HASH_K1));
 }
 
 /* How many locations of p (decoded with lazy locations into lz) the cache's location ids

@@ -466,17 +466,8 @@ static inline int64_t *win_row(cp_store_batch *B, uint32_t sid)
     uint32_t r = B->rowof.v[sid];
     if (r && r <= w->ids.n && w->ids.v[r - 1] == sid)
         return w->vals.v + (size_t)(r - 1) * w->ntypes;
-    w->ids.v[w->ids.n++] = sid;
+    int64_t *row = cp_acc_append_zero(w, sid);
     B->rowof.v[sid] = w->ids.n;
-    int64_t *row = w->vals.v + w->vals.n;
-    if (w->ntypes == 2) { /* the common width, without a call to memset per row */
-        row[0] = 0;
-        row[1] = 0;
-    } else {
-        for (uint32_t t = 0; t < w->ntypes; t++)
-            row[t] = 0;
-    }
-    w->vals.n += w->ntypes;
     return row;
 }
 
