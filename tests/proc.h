@@ -174,7 +174,8 @@ static inline const char *wait_for_log(pid_t pid, const char *log, const char *n
 static inline int pprof_raw_totals(const char *files, int64_t *tot, int max)
 {
     char cmd[1200];
-    snprintf(cmd, sizeof cmd, "go tool pprof -raw %s 2>/dev/null", files);
+    CHECK((size_t)snprintf(cmd, sizeof cmd, "go tool pprof -raw %s 2>/dev/null", files) <
+          sizeof cmd);
     FILE *f = popen(cmd, "r");
     CHECK(f);
     static char line[1 << 16];
@@ -235,7 +236,7 @@ typedef struct proc {
 static inline void start_daemon_log(proc *p, const char *log, const char *const *args,
                                     int timeout_s)
 {
-    snprintf(p->log, sizeof p->log, "%s", log);
+    CHECK((size_t)snprintf(p->log, sizeof p->log, "%s", log) < sizeof p->log);
     unlink(p->log);
     fflush(NULL);
     p->pid = fork();
@@ -341,7 +342,7 @@ static inline long long http_metric(int port, const char *name, const char *toke
 {
     cp_buf b = http_get_ok(port, "/metrics", token);
     char key[256];
-    snprintf(key, sizeof key, "\n%s ", name);
+    CHECK((size_t)snprintf(key, sizeof key, "\n%s ", name) < sizeof key);
     const char *m = strstr((char *)b.data, key);
     long long v = m ? strtoll(m + strlen(key), NULL, 10) : -1;
     cp_buf_close(&b);
