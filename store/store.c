@@ -239,10 +239,13 @@ int cp_ldb_fail(const cp_store *s, cp_err *err, const char *e, const char *what)
     }
     if (d) closedir(d);
     if (n != 1) snprintf(table, sizeof table, " (one of %u tables)", n);
+    /* LevelDB's text goes short first: the command at the end must fit in the message */
+    int room = (int)sizeof err->msg - 100 - 2 * (int)strlen(s->path) - (int)strlen(what) -
+               (int)strlen(table);
     return cp_err_set(err, CP_ESTORE,
-                      "store %s: %s: %s%s; the store is damaged: stop contprofd and run "
+                      "store %s: %s: %.*s%s; the store is damaged: stop contprofd and run "
                       "`contprofd --repair --data %s`",
-                      s->path, what, e, table, s->path);
+                      s->path, what, room > 24 ? room : 24, e, table, s->path);
 }
 
 static int check_version(cp_store *s, cp_err *err)
@@ -382,12 +385,42 @@ static int corrupt_fix(cp_store *s, cp_err *err)
     return CP_ESTORE;
 }
 
+/* LevelDB's create_if_missing makes a new, empty store wherever CURRENT is absent, and
+ * deletes the tables and logs it then finds as garbage: a lost CURRENT would wipe every
+ * window without a word. So a directory that holds LevelDB's files (tables, logs, a
+ * MANIFEST) but no CURRENT is refused; only an empty or absent one becomes a new store. */
+static int refuse_orphaned_files(cp_store *s, cp_err *err)
+{
+    DIR *d = opendir(s->path);
+    if (!d) return 0; /* LevelDB's own open says why */
+    char first[256] = "";
+    int current = 0, files = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *n = de->d_name;
+        size_t l = strlen(n);
+        if (!strcmp(n, "CURRENT")) current = 1;
+        int data = !strncmp(n, "MANIFEST-", 9) ||
+                   (l > 4 && (!strcmp(n + l - 4, ".ldb") || !strcmp(n + l - 4, ".sst") ||
+                              (!strcmp(n + l - 4, ".log") && strcmp(n, "LOG"))));
+        if (data && !files++) snprintf(first, sizeof first, "%s", n);
+    }
+    closedir(d);
+    if (current || !files) return 0;
+    return cp_err_set(err, CP_ESTORE,
+                      "store %s: CURRENT is missing but the directory holds %d LevelDB files "
+                      "(%s among them): refusing to create a new store over them; run "
+                      "`contprofd --repair --data %s`",
+                      s->path, files, first, s->path);
+}
+
 /* Opens LevelDB and loads the in-memory tables (s->tenants empty, s->db NULL). On failure
  * s->db may be left open or NULL; err says what is wrong and, for damage, the fix. */
 static int db_open(cp_store *s, cp_err *err)
 {
-    int rc = cp_wal_check(s->path, err);
+    int rc = refuse_orphaned_files(s, err);
     if (rc) return rc;
+    if ((rc = cp_wal_check(s->path, err))) return rc;
     char *e = NULL;
     s->db = leveldb_open(s->opts, s->path, &e);
     if (e) {

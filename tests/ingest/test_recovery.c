@@ -22,12 +22,13 @@
  * --------------------------------------------------------------------------------- */
 
 /* Runs contprofd with args to completion; its stdout and stderr into out. Returns the exit
- * status. */
+ * status (-1 if killed: a daemon that should have refused to start dies of SIGALRM). */
 static int run_contprofd(const char *const *args, char *out, size_t len)
 {
     int rd;
     pid_t pid = fork_stdout_pipe(&rd);
     if (pid == 0) {
+        alarm(30);
         dup2(1, 2);
         exec_contprofd(args);
     }
@@ -335,6 +336,57 @@ TEST(table_damage_refused_then_repaired)
     rmtree(dir);
 }
 
+/* A store whose CURRENT is gone: the daemon refuses it (LevelDB would create a new store
+ * and delete the tables as garbage), naming the file and the repair; the tables are still
+ * there, and the repair gives every window back. A lost MANIFEST is refused too. */
+TEST(missing_current_refused_not_wiped)
+{
+    char *dir = tmpdir("cur");
+    char path[600], file[1000], table[700], out[16384];
+    snprintf(path, sizeof path, "%s/s", dir);
+    int64_t totals[30], want = 0;
+    build_store(path, "service=cur", 30, totals);
+    for (int i = 0; i < 30; i++)
+        want += totals[i];
+    CHECK_EQ(check_consistent(path, "cur", 30), want); /* the open moves the log to a table */
+    find_table(path, table, sizeof table);
+    snprintf(file, sizeof file, "%s/CURRENT", path);
+    CHECK(unlink(file) == 0);
+
+    const char *a1[] = {"--data", path, "--http", "127.0.0.1:0", "--brokers", "127.0.0.1:9", NULL};
+    CHECK_EQ(run_contprofd(a1, out, sizeof out), 1);
+    CHECK_CONTAINS(out, "CURRENT is missing");
+    char fix[700];
+    snprintf(fix, sizeof fix, "run `contprofd --repair --data %s`", path);
+    CHECK_CONTAINS(out, fix);
+    CHECK(access(table, F_OK) == 0); /* nothing deleted */
+    CHECK(access(file, F_OK) != 0);  /* and no new store written over it */
+
+    char conf[700];
+    keep_all_conf(dir, conf, sizeof conf);
+    const char *a2[] = {"--config", conf, "--repair", "--data", path, NULL};
+    int st = run_contprofd(a2, out, sizeof out);
+    fprintf(stderr, "%s\n", out);
+    CHECK_EQ(st, 0);
+    CHECK_EQ(check_consistent(path, "cur", 30), want);
+
+    /* CURRENT naming a MANIFEST that is gone: refused too, with the way out */
+    DIR *d = opendir(path);
+    CHECK(d);
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (!strncmp(de->d_name, "MANIFEST-", 9)) {
+            snprintf(file, sizeof file, "%s/%s", path, de->d_name);
+            CHECK(unlink(file) == 0);
+        }
+    closedir(d);
+    CHECK_EQ(run_contprofd(a1, out, sizeof out), 1);
+    CHECK_CONTAINS(out, "CURRENT points to a non-existent file");
+    CHECK_CONTAINS(out, "contprofd --repair");
+    CHECK(access(table, F_OK) == 0);
+    rmtree(dir);
+}
+
 /* ---------------------------------------------------------------------------------
  * Derived data: records deleted under the store, then repaired
  * --------------------------------------------------------------------------------- */
@@ -591,4 +643,4 @@ TEST(disk_full_pauses_and_resumes)
 
 TEST_MAIN(T(wal_byte_flip_refused_then_repaired), T(wal_truncated_reported),
           T(repair_rebuilds_derived_data), T(disk_full_pauses_and_resumes),
-          T(table_damage_refused_then_repaired))
+          T(table_damage_refused_then_repaired), T(missing_current_refused_not_wiped))
