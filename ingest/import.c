@@ -1,5 +1,6 @@
 /* `contprof import`: reads pprof files (raw or gzip'd), wraps each in an envelope (a Go heap
- * profile becomes a cumulative alloc envelope and an inuse envelope) and produces them to
+ * profile becomes a cumulative alloc envelope and an inuse envelope; an alloc profile
+ * without inuse_*, as contprof's own windows are, stays a window of its own) and produces them to
  * contprof.profiles, keyed by series so a series stays on one partition. With --server it
  * waits until contprofd says each window is stored (GET /api/v1/ingest/offsets), keeping a
  * bounded number of unstored bytes in flight, so exit 0 means stored. */
@@ -467,12 +468,17 @@ static int import_file(imp *im, int fi)
     int alloc = has_type(p, "alloc_objects") && has_type(p, "alloc_space");
     int inuse = has_type(p, "inuse_objects") && has_type(p, "inuse_space");
     if (alloc || inuse) {
+        /* A heap profile that also carries inuse_* (Go's) counts allocations since its
+         * process started: cumulative, the store keeps the difference between successive
+         * ones. Without inuse_* (contprof's own alloc windows, any windowed profile) the
+         * counts are the window's own. */
+        int cumulative = inuse;
         if (alloc) {
             cp_profile *a = cp_profile_clone(p);
             const char *t[2] = {"alloc_objects", "alloc_space"};
             rc = !a || cp_profile_select_types(a, t, 2, &err)
                      ? 1
-                     : send_one(im, fi, CP_KIND_ALLOC, 1, a);
+                     : send_one(im, fi, CP_KIND_ALLOC, cumulative, a);
             cp_profile_destroy(a);
         }
         if (inuse && !rc) {

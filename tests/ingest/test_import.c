@@ -138,4 +138,74 @@ TEST(go_profiles_round_trip)
     rmtree(dir);
 }
 
-TEST_MAIN(T(go_profiles_round_trip))
+/* An allocation window as the agent writes one with --output-dir: alloc_objects and
+ * alloc_space counted over its own window (duration_nanos), no inuse_* types. */
+static cp_profile *alloc_window(int i, int64_t start)
+{
+    cp_profile *p = mini_window((uint64_t)i + 7, 40, start);
+    cp_profile *a = cp_profile_create();
+    cp_profile_add_sample_type(a, "alloc_objects", "count");
+    cp_profile_add_sample_type(a, "alloc_space", "bytes");
+    cp_profile_intern_cstr(a, "space", &a->period_type.type);
+    cp_profile_intern_cstr(a, "bytes", &a->period_type.unit);
+    a->period = 524288;
+    a->time_nanos = start;
+    a->duration_nanos = 10 * SEC;
+    cp_function f = {0};
+    cp_profile_intern_cstr(a, "alloc_site", &f.name);
+    uint32_t fid, loc;
+    cp_profile_add_function(a, &f, &fid);
+    cp_line ln = {fid, 1};
+    cp_profile_add_location(a, 0x5000, 0, &ln, 1, &loc);
+    for (int k = 0; k < 3 + i; k++) {
+        int64_t v[2] = {100 + i * 10 + k, (100 + i * 10 + k) * 4096};
+        cp_profile_add_sample(a, &loc, 1, v, NULL, 0);
+    }
+    cp_profile_destroy(p);
+    return a;
+}
+
+/* contprof's own allocation windows are counts over each window, not totals since process
+ * start: imported, the store holds the sum of every window, as if the agent had sent them
+ * live (it used to keep only the last window's, the rest taken for a cumulative series). */
+TEST(alloc_windows_import_as_windows)
+{
+    char *dir = tmpdir("impalloc");
+    enum { N = 6 };
+    char files[N][600];
+    char *argv[16] = {"import", "--brokers", NULL, "--tenant", "acme", "--service", "s1"};
+    int argc = 7;
+    int64_t now = (int64_t)time(NULL) * SEC, want[2] = {0, 0};
+    for (int i = 0; i < N; i++) {
+        cp_profile *a = alloc_window(i, now - (N - i) * 10 * SEC);
+        want[0] += cp_profile_total(a, 0);
+        want[1] += cp_profile_total(a, 1);
+        cp_buf b = {0};
+        CHECK_EQ(cp_pprof_encode(a, 1, &b), 0);
+        snprintf(files[i], sizeof files[i], "%s/s1.%d.alloc.pb.gz", dir, i);
+        CHECK_EQ(cp_write_file(files[i], b.data, b.len, NULL), 0);
+        cp_buf_close(&b);
+        cp_profile_destroy(a);
+        argv[argc++] = files[i];
+    }
+    cp_broker *b = NULL;
+    CHECK_EQ(cp_broker_create(NULL, &b, NULL), 0);
+    argv[2] = (char *)cp_broker_bootstraps(b);
+    CHECK_EQ(cp_cmd_import(argc, argv), 0);
+
+    char sdir[600];
+    snprintf(sdir, sizeof sdir, "%s/store", dir);
+    cp_store_options so = {.path = sdir};
+    cp_store *s = NULL;
+    CHECK_EQ(cp_store_open(&so, &s, NULL), 0);
+    cp_ingest *in = ingest_start(argv[2], s, 64);
+    wait_messages(in, N, 60);
+    cp_ingest_destroy(in);
+    CHECK_EQ(qtotal(s, CP_KIND_ALLOC, 0), want[0]);
+    CHECK_EQ(qtotal(s, CP_KIND_ALLOC, 1), want[1]);
+    cp_store_close(s);
+    cp_broker_destroy(b);
+    rmtree(dir);
+}
+
+TEST_MAIN(T(go_profiles_round_trip), T(alloc_windows_import_as_windows))
