@@ -7,6 +7,7 @@
  * never while reading blocks. Nothing here changes the tables. */
 #include "store.h"
 #include "store_int.h"
+#include "times.h"
 #include "log.h"
 
 #include <dirent.h>
@@ -75,6 +76,7 @@ static void decompose(int level, int64_t a, int64_t b, range *out, int *n)
 
 typedef struct qctx {
     cp_store *s;
+    int64_t raw_from; /* level 0 is read for windows starting here or later (raw_cut) */
     const leveldb_snapshot_t *snap;
     leveldb_readoptions_t *ro;
     leveldb_iterator_t *it;
@@ -85,10 +87,23 @@ typedef struct qctx {
     int locked; /* holds s->dblock for reading */
 } qctx;
 
+/* Where level 0 can be trusted: windows starting at or before the cut of raw retention
+ * (the one applied, or the one due now, whichever is later: an answer does not change when
+ * retention runs) may be gone, so the minute whose start follows the cut is the first read
+ * from level 0. INT64_MIN when raw windows are kept forever. */
+static int64_t raw_from(cp_store *s)
+{
+    if (s->retention[0] <= 0) return INT64_MIN;
+    int64_t cut = cp_now_ns() - s->retention[0], applied = atomic_load(&s->raw_cut);
+    if (applied > cut) cut = applied;
+    return floor_div(cut, cp_level_ns[1]) * cp_level_ns[1] + cp_level_ns[1];
+}
+
 static int qctx_init(qctx *q, cp_store *s, const cp_query_limits *lim, cp_err *err)
 {
     memset(q, 0, sizeof *q);
     q->s = s;
+    q->raw_from = raw_from(s);
     q->lim = lim;
     q->err = err;
     pthread_rwlock_rdlock(&s->dblock);
@@ -163,6 +178,29 @@ static int keep_last(qctx *q, void *arg, const uint8_t *v, size_t len)
     return 0;
 }
 
+/* Level-0 pieces (under a minute, at the range's ragged ends) older than q->raw_from are
+ * read from the 1-minute rollup instead: the minutes whose start lies in the piece. Each
+ * minute then belongs to exactly one of any ranges that tile a period, so the steps of a
+ * timeline add up to the profile of their whole range at every step size, before and
+ * after retention. (Newer than raw_from, a window belongs to the range its start is in.) */
+static void past_raw(const qctx *q, range *rs, int *n)
+{
+    range out[4 * CP_NLEVELS];
+    int m = 0;
+    for (int i = 0; i < *n; i++) {
+        range r = rs[i];
+        if (r.level != 0 || r.a >= q->raw_from) {
+            out[m++] = r;
+            continue;
+        }
+        int64_t split = r.b < q->raw_from ? r.b : q->raw_from;
+        out[m++] = (range){1, r.a, split};
+        if (split < r.b) out[m++] = (range){0, split, r.b};
+    }
+    memcpy(rs, out, sizeof(range) * (size_t)m);
+    *n = m;
+}
+
 /* Visits the blocks of ser that make up [from, to): every one (sum kinds), or only the
  * last existing one (inuse: the latest snapshot). */
 static int visit(qctx *q, const cp_ser *ser, int64_t from, int64_t to, block_fn fn, void *arg)
@@ -170,6 +208,7 @@ static int visit(qctx *q, const cp_ser *ser, int64_t from, int64_t to, block_fn 
     range rs[4 * CP_NLEVELS];
     int n = 0;
     decompose(CP_NLEVELS - 1, from, to, rs, &n);
+    past_raw(q, rs, &n);
     if (ser->kind != CP_KIND_INUSE) {
         for (int i = 0; i < n; i++) {
             int rc = scan_range(q, ser, &rs[i], fn, arg);
@@ -691,7 +730,9 @@ int cp_store_timeline(cp_store *s, const char *tenant_name, cp_kind kind, const 
         for (uint64_t k = 0; k < n && !rc; k++) {
             int64_t a = from_ns + (int64_t)k * step_ns;
             int64_t b = a + step_ns < to_ns ? a + step_ns : to_ns;
-            if (b <= span[2 * i] || a > span[2 * i + 1]) continue;
+            /* past raw retention a step holds whole minutes, which may reach past b */
+            int64_t reach = b < q.raw_from ? b + cp_level_ns[1] : b;
+            if (reach <= span[2 * i] || a > span[2 * i + 1]) continue;
             addctx ac = {NULL, colmap, res + k * qt.n, NULL, 0, 0};
             rc = visit(&q, ss.v[i], a, b, add_block, &ac);
         }

@@ -14,6 +14,20 @@
  * Retention
  * --------------------------------------------------------------------------------- */
 
+/* The level whose retention reaches furthest back (its windows are the last to go
+ * entirely), or -1 when some level keeps everything. A series' first window moves only
+ * when that level is cut: a rollup still answers for windows that level 0 dropped. */
+static int keeps_longest(const cp_store *s)
+{
+    int best = -1;
+    for (int l = 0; l < CP_NLEVELS; l++) {
+        if (s->retention[l] <= 0) return -1;
+        if (best < 0 || s->retention[l] + cp_level_ns[l] > s->retention[best] + cp_level_ns[best])
+            best = l;
+    }
+    return best;
+}
+
 int cp_store_maintain(cp_store *s, int64_t now_ns, uint32_t max_keys, uint32_t *deleted,
                       cp_err *err)
 {
@@ -48,6 +62,7 @@ int cp_store_maintain(cp_store *s, int64_t now_ns, uint32_t max_keys, uint32_t *
         if (s->retention[l] <= 0) continue;
         /* a bucket goes once all of it is older than the cut */
         int64_t cut = now_ns - s->retention[l] - cp_level_ns[l];
+        if (l == 0 && cut > atomic_load(&s->raw_cut)) atomic_store(&s->raw_cut, cut);
         size_t n0 = key_block(k0, ser, l, INT64_MIN);
         key_block(k1, ser, l, cut + (l ? 0 : 1));
         leveldb_iterator_t *it = leveldb_create_iterator(s->db, s->ropts);
@@ -77,9 +92,11 @@ int cp_store_maintain(cp_store *s, int64_t now_ns, uint32_t max_keys, uint32_t *
         }
         /* give the space back: rewrite the files holding the deleted range */
         leveldb_compact_range(s->db, (const char *)k0, n0, (const char *)last, lastlen);
-        if (l == 0) {
+        if (l == keeps_longest(s)) {
+            /* no level holds a window starting before this any more */
+            int64_t gone = l ? cut : cut + 1;
             pthread_rwlock_wrlock(&s->lock);
-            if (ser->first_ns < cut + 1) ser->first_ns = cut + 1;
+            if (ser->first_ns < gone) ser->first_ns = gone;
             if (ser->first_ns > ser->last_ns) ser->first_ns = INT64_MAX, ser->last_ns = INT64_MIN;
             pthread_rwlock_unlock(&s->lock);
         }

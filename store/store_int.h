@@ -341,6 +341,9 @@ struct cp_store {
     pthread_rwlock_t dblock;
     CP_VEC(tenant *) tenants;
     int64_t retention[CP_NLEVELS];
+    /* The latest level-0 cut retention has applied (windows starting at or before it may be
+     * gone); readers take the later of it and now - retention[0] (read.c raw_cut). */
+    atomic_int_fast64_t raw_cut;
     atomic_uint_fast64_t windows;
     int broken;
     uint32_t format; /* the store's format version (CP_STORE_FORMAT_OLDEST..VERSION) */

@@ -9,6 +9,7 @@
 #include "store.h"
 #include "store_util.h"
 #include "synth.h"
+#include "times.h"
 #include "model/util.h"
 
 #define WIN (10 * SEC)
@@ -187,6 +188,84 @@ TEST(timeline_matches_queries)
     free(expected(from, to, &e0, &e1));
     CHECK_EQ(sum, e1);
     free(tl);
+    cp_store_close(s);
+    rmtree(dir);
+}
+
+/* 90 days of hourly windows (at 17 s past the hour) of 3 series, raw windows kept 7 days:
+ * once level 0 is cut, the timeline of any range still adds up to its profile, at every
+ * step size and offset, and series are found in old ranges. Both used to read the ragged
+ * sub-minute ends of each step from level 0, where retention had removed the windows. */
+TEST(timeline_and_series_past_raw_retention)
+{
+    char *dir = tmpdir("store");
+    const int64_t H = 3600 * SEC, D = 24 * H;
+    cp_store *s = open_store(dir, 7 * D, 0);
+    cp_synth *sy = cp_synth_create(90, 200);
+    int64_t now = cp_now_ns(), h0 = now - now % H;
+    enum { NH = 90 * 24 };
+    static int64_t wstart[NH], wtot[3][NH];
+    cp_store_batch *b = cp_store_batch_create(s);
+    for (int k = 0; k < NH; k++) {
+        wstart[k] = h0 - (int64_t)(NH - k) * H + 17 * SEC;
+        for (int r = 0; r < 3; r++) {
+            cp_profile *w = cp_synth_cpu_window(sy, 5 + (uint32_t)((k + r) % 4), wstart[k], WIN);
+            CHECK(w);
+            wtot[r][k] = cp_profile_total(w, 1);
+            char lab[32], prod[8];
+            snprintf(lab, sizeof lab, "service=s%d", r);
+            snprintf(prod, sizeof prod, "p%d", r);
+            add(b, "acme", CP_KIND_CPU, lab, wstart[k], prod, (uint64_t)k + 1, w, 0);
+            cp_profile_destroy(w);
+        }
+        if (k % 200 == 199) commit(b);
+    }
+    commit(b);
+    cp_store_batch_destroy(b);
+    cp_synth_destroy(sy);
+    uint32_t del = 0, total = 0;
+    do {
+        CHECK_EQ(cp_store_maintain(s, now, 5000, &del, NULL), 0);
+        total += del;
+    } while (del);
+    CHECK(total >= 3 * (NH - 8 * 24)); /* level 0 past 7 days is gone */
+
+    /* from on a minute: the truth is every window starting in [from, to) */
+    int64_t to = h0, from = h0 - 30 * D, want = 0;
+    for (int k = 0; k < NH; k++)
+        for (int r = 0; r < 3; r++)
+            if (wstart[k] >= from && wstart[k] < to) want += wtot[r][k];
+    int64_t odd[] = {from, from + 37 * SEC, from + 17 * SEC, from - 43 * SEC};
+    int64_t steps[] = {H, 6 * H, D, 7 * 60 * SEC + 13 * SEC, 7 * D};
+    for (size_t o = 0; o < sizeof odd / sizeof *odd; o++) {
+        cp_profile *p = query(s, "acme", CP_KIND_CPU, NULL, odd[o], to);
+        int64_t ptot = cp_profile_total(p, 1);
+        cp_profile_destroy(p);
+        if (o == 0) CHECK_EQ(ptot, want);
+        for (size_t k = 0; k < sizeof steps / sizeof *steps; k++) {
+            int64_t *tl = NULL;
+            uint32_t ns = 0, nt = 0;
+            cp_err err = {0};
+            CHECK_EQ(cp_store_timeline(s, "acme", CP_KIND_CPU, NULL, odd[o], to, steps[k], NULL,
+                                       &tl, &ns, &nt, &err),
+                     0);
+            int64_t sum = 0;
+            for (uint32_t i = 0; i < ns; i++)
+                sum += tl[i * nt + 1];
+            free(tl);
+            if (sum != ptot)
+                fprintf(stderr, "from %+lld s, step %lld s: timeline %lld, profile %lld\n",
+                        (long long)((odd[o] - from) / SEC), (long long)(steps[k] / SEC),
+                        (long long)sum, (long long)ptot);
+            CHECK_EQ(sum, ptot);
+        }
+    }
+    cp_series_list l = {0};
+    CHECK_EQ(
+        cp_store_series(s, "acme", NULL, h0 - 60 * D + 29 * SEC, h0 - 30 * D + 5 * SEC, &l, NULL),
+        0);
+    CHECK_EQ(l.n, 3);
+    cp_series_list_close(&l);
     cp_store_close(s);
     rmtree(dir);
 }
@@ -1203,7 +1282,8 @@ TEST(rollups_through_ten_minute_stages)
     rmtree(dir);
 }
 
-TEST_MAIN(T(exact_totals_and_rollups), T(timeline_matches_queries), T(inuse_is_a_gauge),
+TEST_MAIN(T(exact_totals_and_rollups), T(timeline_matches_queries),
+          T(timeline_and_series_past_raw_retention), T(inuse_is_a_gauge),
           T(cumulative_alloc_not_double_counted), T(duplicates_dropped),
           T(tenants_isolated_and_labels), T(retention_frees_disk), T(unknown_version_refused),
           T(bad_inputs_refused_batch_usable), T(same_address_other_function), T(concurrent_readers),
