@@ -271,6 +271,17 @@ static int cluster_peers(daemon_t *d, const int32_t *parts, uint32_t nparts, cp_
                             .own = parts,
                             .nown = nparts};
     if (cp_fanout_create(&fo, &d->fanout, err)) return err->code;
+    /* Without its own partitions a node joins a consumer group: after a restart the others
+     * re-read its partitions from their stored offsets, each partition then lives on two
+     * nodes, and every answer counts it twice. Ownership is stated, never negotiated. */
+    if (!nparts) {
+        cp_fanout_destroy(d->fanout);
+        d->fanout = NULL;
+        return cp_err_set(err, CP_EINVAL,
+                          "cluster.peers needs cluster.partitions (--partitions A-B): each node "
+                          "of a cluster stores the partitions it is given, so no partition is "
+                          "stored twice");
+    }
     cp_log_info("cluster: %u peer(s) asked for their part of every query: %s",
                 cp_fanout_npeers(d->fanout), c->cluster_peers);
     return 0;

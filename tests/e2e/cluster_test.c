@@ -1015,8 +1015,8 @@ TEST(a_peer_answering_200_with_no_part_makes_the_answer_partial)
     node n;
     memset(&n, 0, sizeof n);
     snprintf(n.log, sizeof n.log, "%s/node.log", dir);
-    const char *args[] = {"--config",    conf,      "--data", data, "--http",
-                          "127.0.0.1:0", "--peers", peers,    NULL};
+    const char *args[] = {"--config", conf,  "--data",       data, "--http", "127.0.0.1:0",
+                          "--peers",  peers, "--partitions", "0",  NULL};
     memcpy(n.args, args, sizeof args);
     start_daemon_log(&n.p, n.log, n.args, 60);
     n.port = n.p.port;
@@ -1170,6 +1170,9 @@ TEST(bad_cluster_settings_are_named)
         /* a peer listed twice would be asked twice, its part counted twice */
         {"--peers", "http://127.0.0.1:7070,http://127.0.0.1:7070/",
          "'http://127.0.0.1:7070' is listed twice"},
+        /* peers in a consumer group would re-read a restarted node's partitions: counted
+         * twice by every answer */
+        {"--peers", "http://127.0.0.1:7070", "cluster.peers needs cluster.partitions"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *args[] = {"--data",      data,           "--http", "127.0.0.1:0",
@@ -1180,7 +1183,8 @@ TEST(bad_cluster_settings_are_named)
     snprintf(conf, sizeof conf, "%s/t.conf", dir);
     FILE *f = fopen(conf, "w");
     CHECK(f);
-    fprintf(f, "token.team-a = aaaaaaaaaaaa\ncluster.peers = http://127.0.0.1:1\n");
+    fprintf(f, "token.team-a = aaaaaaaaaaaa\ncluster.peers = http://127.0.0.1:1\n"
+               "cluster.partitions = 0\n");
     fclose(f);
     const char *args[] = {"--config", conf, "--data", data, "--http", "127.0.0.1:0", NULL};
     refused(args, log, "needs cluster.token");
@@ -1188,7 +1192,8 @@ TEST(bad_cluster_settings_are_named)
     f = fopen(conf, "w");
     CHECK(f);
     fprintf(f, "token.team-a = aaaaaaaaaaaa\ntoken.team-b = bbbbbbbbbbbb\n"
-               "cluster.token = bbbbbbbbbbbb\ncluster.peers = http://127.0.0.1:1\n");
+               "cluster.token = bbbbbbbbbbbb\ncluster.peers = http://127.0.0.1:1\n"
+               "cluster.partitions = 0\n");
     fclose(f);
     refused(args, log, "cluster.token is also token.team-b");
     /* a failure once the HTTP server runs (here librdkafka refusing a property) exits too,
