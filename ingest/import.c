@@ -526,11 +526,17 @@ static int check_labels(const imp *im)
                 n, CP_LABELS_MAX);
         return 2;
     }
-    if (strlen(im->service) > CP_LABEL_VALUE_MAX) {
+    int bad = cp_label_value_check(im->service);
+    if (bad < 0) {
         fprintf(stderr,
                 "contprof import: --service: the value is %zu bytes, over the limit of %d bytes "
                 "per label value\n",
                 strlen(im->service), CP_LABEL_VALUE_MAX);
+        return 2;
+    }
+    if (bad) {
+        fprintf(stderr, "contprof import: --service: control character 0x%02x at byte %d\n",
+                (unsigned char)im->service[bad - 1], bad - 1);
         return 2;
     }
     return 0;
@@ -591,11 +597,26 @@ int cp_cmd_import(int argc, char **argv)
                 rc = 2;
                 goto out;
             }
-            if (strlen(eq + 1) > CP_LABEL_VALUE_MAX) {
+            if (!strcmp(name, "service")) {
+                fprintf(stderr, "contprof import: --label service=...: give --service instead "
+                                "(one would silently override the other)\n");
+                rc = 2;
+                goto out;
+            }
+            int bad = cp_label_value_check(eq + 1);
+            if (bad < 0) {
                 fprintf(stderr,
                         "contprof import: --label %s: the value is %zu bytes, over the limit of "
                         "%d bytes per label value\n",
                         name, strlen(eq + 1), CP_LABEL_VALUE_MAX);
+                rc = 2;
+                goto out;
+            }
+            if (bad) {
+                fprintf(stderr,
+                        "contprof import: --label %s: control character 0x%02x at byte %d of "
+                        "the value\n",
+                        name, (unsigned char)eq[bad], bad - 1);
                 rc = 2;
                 goto out;
             }

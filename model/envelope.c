@@ -67,9 +67,14 @@ int cp_envelope_validate(const cp_envelope *e, size_t max_pprof, cp_err *err)
             return cp_err_set(err, CP_EENVELOPE, "label %u: name \"%.64s\" is invalid", i, l->name);
         if (i && strcmp(e->labels.p.v[i - 1].name, l->name) == 0)
             return cp_err_set(err, CP_EENVELOPE, "label \"%s\" appears twice", l->name);
-        if (strlen(l->value) > CP_LABEL_VALUE_MAX)
+        int bad = cp_label_value_check(l->value);
+        if (bad < 0)
             return cp_err_set(err, CP_EENVELOPE, "label \"%s\": value longer than %d bytes",
                               l->name, CP_LABEL_VALUE_MAX);
+        if (bad)
+            return cp_err_set(err, CP_EENVELOPE,
+                              "label \"%s\": control character 0x%02x at byte %d of its value",
+                              l->name, (unsigned char)l->value[bad - 1], bad - 1);
     }
     if (!cp_kind_name((int)e->kind))
         return cp_err_set(err, CP_EENVELOPE, "kind %d is unknown (1 cpu, 2 alloc, 3 inuse)",

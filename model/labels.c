@@ -96,3 +96,11 @@ int cp_label_name_valid(const char *name)
     }
     return n > 0 && n <= CP_LABEL_NAME_MAX;
 }
+
+int cp_label_value_check(const char *value)
+{
+    size_t n = 0;
+    for (const unsigned char *c = (const unsigned char *)value; *c; c++, n++)
+        if (*c < 0x20 || *c == 0x7f) return (int)n + 1;
+    return n > CP_LABEL_VALUE_MAX ? -1 : 0;
+}

@@ -40,5 +40,10 @@ int cp_labels_copy(cp_labels *dst, const cp_labels *src);
 int cp_labels_format(const cp_labels *l, cp_buf *out);
 /* 1 if name matches [A-Za-z_][A-Za-z0-9_]* and is at most CP_LABEL_NAME_MAX bytes. */
 int cp_label_name_valid(const char *name);
+/* 0 if value may be a label value: at most CP_LABEL_VALUE_MAX bytes and no ASCII control
+ * character (a newline or an escape in a value would forge lines and colours in every text
+ * answer, log and terminal that shows it); else the offset of the first bad byte + 1, or
+ * -1 when it is too long. */
+int cp_label_value_check(const char *value);
 
 #endif

@@ -86,6 +86,14 @@ TEST(go_profiles_round_trip)
     CHECK_EQ(cp_cmd_import(7, argv2), 1);
     char *argv3[] = {"import", "--brokers", (char *)bs, "--label", "bad label", cpu, NULL};
     CHECK_EQ(cp_cmd_import(6, argv3), 2);
+    /* --label service= would override --service without a word; control characters in a
+     * value would forge lines wherever it is shown */
+    char *argv3b[] = {"import", "--brokers", (char *)bs, "--label", "service=x", cpu, NULL};
+    CHECK_EQ(cp_cmd_import(6, argv3b), 2);
+    char *argv3c[] = {"import", "--brokers", (char *)bs, "--label", "zone=a\nb", cpu, NULL};
+    CHECK_EQ(cp_cmd_import(6, argv3c), 2);
+    char *argv3d[] = {"import", "--brokers", (char *)bs, "--service", "a\x1b[0m", cpu, NULL};
+    CHECK_EQ(cp_cmd_import(6, argv3d), 2);
     /* --server: the broker list comes from GET /api/v1/brokers (this stand-in serves no
      * /api/v1/ingest/offsets, hence --no-wait; waiting is tested in tests/e2e/delivery) */
     pthread_t th;

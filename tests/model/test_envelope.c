@@ -152,6 +152,16 @@ TEST(validation_names_the_field)
     l2.name = (char *)"9bad";
     CHECK_EQ(decode_pb(&pb, &err), CP_EENVELOPE);
     CHECK_CONTAINS(err.msg, "name \"9bad\" is invalid");
+    /* a newline or an escape in a value would forge lines in every text answer and log */
+    l2.name = (char *)"zone";
+    l2.value = (char *)"eu\n{service=\"x\"} 1";
+    CHECK_EQ(decode_pb(&pb, &err), CP_EENVELOPE);
+    CHECK_CONTAINS(err.msg, "label \"zone\": control character 0x0a at byte 2");
+    l2.value = (char *)"\x1b[31mred";
+    CHECK_EQ(decode_pb(&pb, &err), CP_EENVELOPE);
+    CHECK_CONTAINS(err.msg, "control character 0x1b at byte 0");
+    l2.value = (char *)"caf\xc3\xa9 \"ok\""; /* UTF-8 and quotes are values like any */
+    CHECK_EQ(decode_pb(&pb, &err), 0);
     const uint8_t junk[] = {0x0a, 0xff};
     cp_envelope d;
     CHECK_EQ(cp_envelope_decode(junk, sizeof junk, 1 << 20, &d, &err), CP_EENVELOPE);
