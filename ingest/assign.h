@@ -7,10 +7,11 @@
 #include <librdkafka/rdkafka.h>
 #include <stdint.h>
 
+#include "envelope.h"
 #include "error.h"
 
 /* The most partitions a node may own, and the highest partition number + 1. */
-#define CP_ASSIGN_MAX_PARTITION 4096
+#define CP_ASSIGN_MAX_PARTITION CP_MAX_PARTITIONS
 
 /* Parses a partition list: numbers and inclusive ranges separated by commas ("0-3",
  * "0,2,5-7"), a single partition optionally with the offset to start from when this node's

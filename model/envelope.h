@@ -15,6 +15,8 @@
  * broker creates both, and ingest copies what it refuses to CP_TOPIC_DLQ. */
 #define CP_TOPIC_PROFILES "contprof.profiles"
 #define CP_TOPIC_DLQ "contprof.profiles.dlq"
+/* Partition numbers a node may own or be asked about: 0 .. CP_MAX_PARTITIONS - 1. */
+#define CP_MAX_PARTITIONS 4096
 
 typedef enum cp_kind {
     CP_KIND_CPU = 1,   /* summed over time */

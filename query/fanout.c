@@ -22,7 +22,6 @@
 #include "pprof.h"
 
 #define MAX_PEERS 64
-#define OWN_MAX 4096 /* partition numbers 0..4095, as ingest/assign.h */
 
 /* What one peer last said of its partitions (GET /api/v1/ingest/offsets?local=1), kept
  * fresh by a thread of its own while senders ask, so that the loop thread answers a
@@ -52,7 +51,7 @@ struct cp_fanout {
     _Atomic int self[MAX_PEERS];
     /* This node's partitions: two nodes given one partition both store it, and every
      * query then counts it twice. The offsets poller sees the peers' lists and says so. */
-    uint8_t own[OWN_MAX];
+    uint8_t own[CP_MAX_PARTITIONS];
     _Atomic int overlap[MAX_PEERS];
 };
 
@@ -155,7 +154,7 @@ int cp_fanout_create(const cp_fanout_options *o, cp_fanout **out, cp_err *err)
     if (!rc && o->token && *o->token && !(f->token = strdup(o->token)))
         rc = cp_err_set(err, CP_ENOMEM, "out of memory");
     for (uint32_t i = 0; i < o->nown; i++)
-        if (o->own[i] >= 0 && o->own[i] < OWN_MAX) f->own[o->own[i]] = 1;
+        if (o->own[i] >= 0 && o->own[i] < CP_MAX_PARTITIONS) f->own[o->own[i]] = 1;
     f->timeout_ns = o->timeout_ns > 0 ? o->timeout_ns : CP_FANOUT_DEFAULT_PEER_TIMEOUT_NS;
     f->max_body = o->max_body ? o->max_body : (size_t)256 << 20;
     if (rc || !f->n) {
@@ -998,7 +997,7 @@ static void overlap_check(cp_fanout *f, uint32_t i, const char *parts)
     static const char key[] = "\"partition\":";
     for (const char *q = parts; (q = strstr(q, key)); q++) {
         long p = strtol(q + sizeof key - 1, NULL, 10);
-        if (p >= 0 && p < OWN_MAX && f->own[p]) {
+        if (p >= 0 && p < CP_MAX_PARTITIONS && f->own[p]) {
             if (!atomic_exchange(&f->overlap[i], 1))
                 cp_log_error("cluster: peer %s owns partition %ld too: both nodes store it and "
                              "every query counts it twice; give each partition to one node "

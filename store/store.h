@@ -115,7 +115,8 @@ cp_store_batch *cp_store_batch_create(cp_store *s);
  * before writing again, as with a failed commit). NULL is fine. */
 void cp_store_batch_destroy(cp_store_batch *b);
 
-#define CP_STORE_DUPLICATE 1 /* cp_store_batch_add: (producer, sequence) already stored */
+#define CP_STORE_DUPLICATE 1      /* cp_store_batch_add: (producer, sequence) already stored */
+#define CP_STORE_PRODUCER_MAX 512 /* bytes of a producer id the store takes (keys hold it) */
 
 /* Adds one window: the envelope's tenant, kind, labels, window, producer and sequence, and
  * its decoded profile p (not retained). Duplicates are detected per (tenant, producer,

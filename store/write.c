@@ -307,7 +307,7 @@ static int prod_get(cp_store_batch *B, tenant *t, const char *producer, int32_t 
 {
     size_t pl = strlen(producer);
     char kbuf[600];
-    if (pl > 512) pl = 512;
+    if (pl > CP_STORE_PRODUCER_MAX) pl = CP_STORE_PRODUCER_MAX;
     memcpy(kbuf, producer, pl);
     kbuf[pl] = 0;
     cp_put_be32((uint8_t *)kbuf + pl + 1, (uint32_t)scope);
@@ -957,8 +957,9 @@ int cp_store_batch_add_lazy(cp_store_batch *B, const cp_envelope *e, cp_profile 
     if (e->window_start_ns <= -TIME_LIMIT || e->window_start_ns >= TIME_LIMIT)
         return cp_err_set(err, CP_EINVAL, "envelope: window_start_ns %lld out of range",
                           (long long)e->window_start_ns);
-    if (!e->producer_id || strlen(e->producer_id) > 512)
-        return cp_err_set(err, CP_EINVAL, "envelope: producer_id missing or over 512 bytes");
+    if (!e->producer_id || strlen(e->producer_id) > CP_STORE_PRODUCER_MAX)
+        return cp_err_set(err, CP_EINVAL, "envelope: producer_id missing or over %d bytes",
+                          CP_STORE_PRODUCER_MAX);
     if (p->sample_types.n == 0 || p->sample_types.n > CP_MAX_TYPES)
         return cp_err_set(err, CP_ELIMIT, "profile: %u sample types (1..%d allowed)",
                           p->sample_types.n, CP_MAX_TYPES);
@@ -1118,7 +1119,7 @@ int cp_store_batch_commit(cp_store_batch *B, cp_err *err)
             size_t n = key_tenant(k, ser->t, CP_K_CUMUL);
             cp_put_be32(k + n, ser->id);
             size_t pl = strlen(ser->cum_producer);
-            if (pl > 512) pl = 512;
+            if (pl > CP_STORE_PRODUCER_MAX) pl = CP_STORE_PRODUCER_MAX;
             memcpy(k + n + 4, ser->cum_producer, pl);
             leveldb_writebatch_put(B->wb, (const char *)k, n + 4 + pl, (const char *)B->vbuf.data,
                                    B->vbuf.len);

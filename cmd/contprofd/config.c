@@ -161,50 +161,63 @@ static int push_kv(void *vec, const char *k, const char *v)
     return 0;
 }
 
+/* How a setting's value is read. */
+enum setting_type {
+    SET_STR,      /* a string, kept as it is */
+    SET_DURATION, /* cp_parse_duration, 0 = unlimited */
+    SET_U32,      /* a positive 32-bit integer (query.max_nodes: 0 too) */
+    SET_SIZE,     /* a byte count: 65536, 64k, 256M */
+    SET_U64,      /* any 64-bit integer */
+    SET_U32_ZERO, /* a 32-bit integer, 0 allowed */
+};
+
+/* Tokens are secrets: shorter ones could be guessed. */
+#define TOKEN_MIN_CHARS 8
+
 int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
 {
     struct {
         const char *key;
-        int kind; /* 0 str, 1 duration, 2 u32, 3 size, 4 u64, 5 u32 (0 allowed) */
+        enum setting_type type;
         void *dst;
     } tab[] = {
-        {"data", 0, &c->data_dir},
-        {"brokers", 0, &c->brokers},
-        {"topic", 0, &c->topic},
-        {"dlq_topic", 0, &c->dlq_topic},
-        {"group_id", 0, &c->group_id},
-        {"log.level", 0, &c->log_level},
-        {"retention.raw", 1, &c->retention_raw_ns},
-        {"retention.rollup", 1, &c->retention_rollup_ns},
-        {"query.max_range", 1, &c->max_range_ns},
-        {"query.timeout", 1, &c->query_timeout_ns},
-        {"http.idle_timeout", 1, &c->idle_timeout_ns},
-        {"http.request_timeout", 1, &c->request_timeout_ns},
-        {"http.write_timeout", 1, &c->write_timeout_ns},
-        {"query.cheap_concurrency", 2, &c->cheap_concurrency},
-        {"http.max_connections_per_client", 5, &c->max_conns_per_client},
-        {"http.healthz_connections", 5, &c->healthz_connections},
-        {"http.output_budget", 3, &c->output_budget},
-        {"query.concurrency", 2, &c->concurrency},
-        {"query.max_queued", 2, &c->max_queued},
-        {"http.max_connections", 2, &c->max_connections},
-        {"query.max_nodes", 2, &c->max_nodes_default},
-        {"query.max_nodes_limit", 2, &c->max_nodes_limit},
-        {"embedded.partitions", 2, &c->embedded_partitions},
-        {"query.max_response_bytes", 3, &c->max_response_bytes},
-        {"http.max_header_bytes", 3, &c->max_header_bytes},
-        {"http.max_url_bytes", 3, &c->max_url_bytes},
-        {"http.gzip_min_bytes", 3, &c->gzip_min_bytes},
-        {"store.cache_bytes", 3, &c->cache_bytes},
-        {"store.stack_cache_bytes", 3, &c->stack_cache_bytes},
-        {"query.max_blocks", 4, &c->max_blocks},
-        {"symbols.dirs", 0, &c->symbols_dirs},
-        {"symbols.max_upload_bytes", 3, &c->symbols_max_upload_bytes},
-        {"symbols.max_table_bytes", 3, &c->symbols_max_table_bytes},
-        {"symbols.cache_bytes", 3, &c->symbols_cache_bytes},
-        {"cluster.peers", 0, &c->cluster_peers},
-        {"cluster.partitions", 0, &c->cluster_partitions},
-        {"cluster.peer_timeout", 1, &c->cluster_peer_timeout_ns},
+        {"data", SET_STR, &c->data_dir},
+        {"brokers", SET_STR, &c->brokers},
+        {"topic", SET_STR, &c->topic},
+        {"dlq_topic", SET_STR, &c->dlq_topic},
+        {"group_id", SET_STR, &c->group_id},
+        {"log.level", SET_STR, &c->log_level},
+        {"retention.raw", SET_DURATION, &c->retention_raw_ns},
+        {"retention.rollup", SET_DURATION, &c->retention_rollup_ns},
+        {"query.max_range", SET_DURATION, &c->max_range_ns},
+        {"query.timeout", SET_DURATION, &c->query_timeout_ns},
+        {"http.idle_timeout", SET_DURATION, &c->idle_timeout_ns},
+        {"http.request_timeout", SET_DURATION, &c->request_timeout_ns},
+        {"http.write_timeout", SET_DURATION, &c->write_timeout_ns},
+        {"query.cheap_concurrency", SET_U32, &c->cheap_concurrency},
+        {"http.max_connections_per_client", SET_U32_ZERO, &c->max_conns_per_client},
+        {"http.healthz_connections", SET_U32_ZERO, &c->healthz_connections},
+        {"http.output_budget", SET_SIZE, &c->output_budget},
+        {"query.concurrency", SET_U32, &c->concurrency},
+        {"query.max_queued", SET_U32, &c->max_queued},
+        {"http.max_connections", SET_U32, &c->max_connections},
+        {"query.max_nodes", SET_U32, &c->max_nodes_default},
+        {"query.max_nodes_limit", SET_U32, &c->max_nodes_limit},
+        {"embedded.partitions", SET_U32, &c->embedded_partitions},
+        {"query.max_response_bytes", SET_SIZE, &c->max_response_bytes},
+        {"http.max_header_bytes", SET_SIZE, &c->max_header_bytes},
+        {"http.max_url_bytes", SET_SIZE, &c->max_url_bytes},
+        {"http.gzip_min_bytes", SET_SIZE, &c->gzip_min_bytes},
+        {"store.cache_bytes", SET_SIZE, &c->cache_bytes},
+        {"store.stack_cache_bytes", SET_SIZE, &c->stack_cache_bytes},
+        {"query.max_blocks", SET_U64, &c->max_blocks},
+        {"symbols.dirs", SET_STR, &c->symbols_dirs},
+        {"symbols.max_upload_bytes", SET_SIZE, &c->symbols_max_upload_bytes},
+        {"symbols.max_table_bytes", SET_SIZE, &c->symbols_max_table_bytes},
+        {"symbols.cache_bytes", SET_SIZE, &c->symbols_cache_bytes},
+        {"cluster.peers", SET_STR, &c->cluster_peers},
+        {"cluster.partitions", SET_STR, &c->cluster_partitions},
+        {"cluster.peer_timeout", SET_DURATION, &c->cluster_peer_timeout_ns},
     };
     if (strcmp(key, "listen") == 0) return cp_config_set_listen(c, value, err);
     if (strncmp(key, "kafka.", 6) == 0 && key[6]) {
@@ -213,17 +226,19 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
         return push_kv(&c->kafka, key + 6, value) ? cp_err_set(err, CP_ENOMEM, "out of memory") : 0;
     }
     if (strcmp(key, "metrics.token") == 0) {
-        if (strlen(value) < 8)
+        if (strlen(value) < TOKEN_MIN_CHARS)
             return cp_err_set(err, CP_EPARSE,
-                              "'metrics.token': a token must be at least 8 "
-                              "characters");
+                              "'metrics.token': a token must be at least %d "
+                              "characters",
+                              TOKEN_MIN_CHARS);
         return set_str(&c->metrics_token, value) ? cp_err_set(err, CP_ENOMEM, "out of memory") : 0;
     }
     if (strcmp(key, "cluster.token") == 0) {
-        if (strlen(value) < 8)
+        if (strlen(value) < TOKEN_MIN_CHARS)
             return cp_err_set(err, CP_EPARSE,
-                              "'cluster.token': a token must be at least 8 "
-                              "characters");
+                              "'cluster.token': a token must be at least %d "
+                              "characters",
+                              TOKEN_MIN_CHARS);
         return set_str(&c->cluster_token, value) ? cp_err_set(err, CP_ENOMEM, "out of memory") : 0;
     }
     if (strncmp(key, "token.", 6) == 0) {
@@ -236,30 +251,30 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
         if (!ok)
             return cp_err_set(err, CP_EPARSE, "'%.80s': tenant names are 1..64 of [A-Za-z0-9_.-]",
                               key);
-        if (strlen(value) < 8)
-            return cp_err_set(err, CP_EPARSE, "'%.80s': a token must be at least 8 characters",
-                              key);
+        if (strlen(value) < TOKEN_MIN_CHARS)
+            return cp_err_set(err, CP_EPARSE, "'%.80s': a token must be at least %d characters",
+                              key, TOKEN_MIN_CHARS);
         return push_kv(&c->tokens, tenant, value) ? cp_err_set(err, CP_ENOMEM, "out of memory") : 0;
     }
     for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {
         if (strcmp(tab[i].key, key) != 0) continue;
         uint64_t u;
-        switch (tab[i].kind) {
-        case 0:
+        switch (tab[i].type) {
+        case SET_STR:
             return set_str(tab[i].dst, value) ? cp_err_set(err, CP_ENOMEM, "out of memory") : 0;
-        case 1:
+        case SET_DURATION:
             if (cp_parse_duration(value, 1, tab[i].dst, NULL))
                 return cp_err_set(err, CP_EPARSE,
                                   "'%s': bad duration '%.64s' (e.g. 30s, 7d; 0 = unlimited)", key,
                                   value);
             return 0;
-        case 2:
+        case SET_U32:
             if (parse_u64(value, UINT32_MAX, &u) || (!u && strcmp(key, "query.max_nodes")))
                 return cp_err_set(err, CP_EPARSE, "'%s': expected a positive integer, got '%.64s'",
                                   key, value);
             *(uint32_t *)tab[i].dst = (uint32_t)u;
             return 0;
-        case 3:
+        case SET_SIZE:
             if (parse_u64(value, SIZE_MAX, &u))
                 return cp_err_set(err, CP_EPARSE,
                                   "'%s': expected a size like 65536, 64k, 256M, got "
@@ -267,13 +282,13 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
                                   key, value);
             *(size_t *)tab[i].dst = (size_t)u;
             return 0;
-        case 4:
+        case SET_U64:
             if (parse_u64(value, UINT64_MAX, &u))
                 return cp_err_set(err, CP_EPARSE, "'%s': expected an integer, got '%.64s'", key,
                                   value);
             *(uint64_t *)tab[i].dst = u;
             return 0;
-        case 5:
+        case SET_U32_ZERO:
             if (parse_u64(value, UINT32_MAX, &u))
                 return cp_err_set(err, CP_EPARSE, "'%s': expected an integer, got '%.64s'", key,
                                   value);

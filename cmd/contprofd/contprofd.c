@@ -211,9 +211,9 @@ static int print_offsets(const cp_config *cfg)
         fprintf(stderr, "contprofd: %s\n", err.msg);
         return 1;
     }
-    const char *topic = cfg->topic && *cfg->topic ? cfg->topic : "contprof.profiles";
+    const char *topic = cfg->topic && *cfg->topic ? cfg->topic : CP_TOPIC_PROFILES;
     int n = 0;
-    for (int32_t p = 0; p < 4096; p++) {
+    for (int32_t p = 0; p < CP_ASSIGN_MAX_PARTITION; p++) {
         int64_t next;
         if (cp_store_get_offset(s, topic, p, &next, &err) == 0)
             printf("%s%d@%lld", n++ ? "," : "", p, (long long)next);
