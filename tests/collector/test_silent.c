@@ -25,7 +25,7 @@ static const char *lib(void)
     return e && *e ? e : CP_LIB;
 }
 
-__attribute__((unused)) static const char *cli(void)
+static const char *cli(void)
 {
     const char *e = getenv("CP_SILENT_CLI");
     return e && *e ? e : CP_CLI;
@@ -60,7 +60,7 @@ static void write_file(const char *path, const char *text)
     CHECK(fclose(f) == 0);
 }
 
-__attribute__((unused)) static void sh(const char *cmd)
+static void sh(const char *cmd)
 {
     int rc = system(cmd);
     if (rc != 0) fprintf(stderr, "failed (%d): %s\n", rc, cmd);
@@ -149,4 +149,175 @@ TEST(dlopen_then_sample)
     CHECK(cut * 50 <= through); /* at most 2% */
 }
 
-TEST_MAIN(T(dlopen_then_sample))
+/* ------------------------------------------------------------------------------------
+ * `contprof run` on programs the agent cannot enter: one line on stderr says why, the
+ * program runs as it would without contprof (its output and exit code) */
+
+/* 8 MiB allocated: sampled for sure (mean 512 KiB), so the agent writes a profile */
+static const char hello_c[] = "#include <stdio.h>\n"
+                              "#include <stdlib.h>\n"
+                              "int main(void) {\n"
+                              "    volatile char *p = malloc(8 << 20); p[0] = 1;\n"
+                              "    puts(\"hello\"); return 3;\n"
+                              "}\n";
+
+static const char hello_go[] = "package main\n"
+                               "import (\"fmt\"; \"os\")\n"
+                               "func main() { fmt.Println(\"hello\"); os.Exit(3) }\n";
+
+/* The Go toolchain is a CI dependency (.ci/deps: golang-go): missing is a failure. */
+static void go_build(const char *dir, const char *src, const char *bin, int cgo)
+{
+    if (system("command -v go >/dev/null") != 0) {
+        fprintf(stderr, "go not found: golang-go is installed by .ci/deps\n");
+        CHECK(0);
+    }
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd),
+             "cd %s && HOME=%s GOCACHE=%s/gocache GOPATH=%s/gopath GOPROXY=off GOFLAGS= "
+             "CGO_ENABLED=%d go build -o %s %s",
+             dir, dir, dir, dir, cgo, bin, src);
+    sh(cmd);
+}
+
+typedef struct run_out {
+    int rc;
+    char out[4096], err[8192];
+    int err_lines;
+} run_out;
+
+static void slurp_file(const char *path, char *buf, size_t cap)
+{
+    buf[0] = 0;
+    FILE *f = fopen(path, "r");
+    CHECK(f);
+    size_t n = fread(buf, 1, cap - 1, f);
+    buf[n] = 0;
+    fclose(f);
+}
+
+/* Runs `contprof run --output-dir DIR/out -- PROG` in dir, as `as` (a command prefix such as
+ * setpriv's, or ""). */
+static void run_under(const char *dir, const char *as, const char *prog, const char *extra_env,
+                      run_out *r)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd),
+             "cd %s && env -u LD_PRELOAD CONTPROF_LIB=%s %s %s %s run --output-dir %s/out -- %s "
+             ">%s/stdout.txt 2>%s/stderr.txt; echo $? >%s/rc.txt",
+             dir, lib(), extra_env ? extra_env : "", as, cli(), dir, prog, dir, dir, dir);
+    sh(cmd);
+    char path[600], rc[32];
+    snprintf(path, sizeof(path), "%s/rc.txt", dir);
+    slurp_file(path, rc, sizeof(rc));
+    r->rc = atoi(rc);
+    snprintf(path, sizeof(path), "%s/stdout.txt", dir);
+    slurp_file(path, r->out, sizeof(r->out));
+    snprintf(path, sizeof(path), "%s/stderr.txt", dir);
+    slurp_file(path, r->err, sizeof(r->err));
+    r->err_lines = 0;
+    for (const char *c = r->err; *c; c++)
+        r->err_lines += *c == '\n';
+    printf("%s%s%s: exit %d, stdout \"%.40s\", stderr: %s", as, as[0] ? " " : "", prog, r->rc,
+           r->out, r->err[0] ? r->err : "(nothing)\n");
+}
+
+/* One line, "contprof run: ...", naming the program and the reason. */
+static void expect_reason(const run_out *r, const char *prog, const char *reason)
+{
+    CHECK_EQ(r->rc, 3);
+    CHECK_STREQ(r->out, "hello\n");
+    CHECK_EQ(r->err_lines, 1);
+    CHECK(!strncmp(r->err, "contprof run: ", 14));
+    CHECK_CONTAINS(r->err, prog);
+    CHECK_CONTAINS(r->err, reason);
+    CHECK_CONTAINS(r->err, "no profile");
+}
+
+#define NOBODY "setpriv --reuid=65534 --regid=65534 --clear-groups"
+
+TEST(run_static)
+{
+    const char *dir = make_dir();
+    write_file(strcat(strcpy((char[400]){0}, dir), "/hello.c"), hello_c);
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "cd %s && cc -static -o hello_static hello.c && cc -o hello hello.c",
+             dir);
+    sh(cmd);
+    run_out r;
+    run_under(dir, "", "./hello_static", NULL, &r);
+    expect_reason(&r, "hello_static", "statically linked");
+    /* the same program linked dynamically: no word, the agent is in it */
+    run_under(dir, "", "./hello", NULL, &r);
+    CHECK_EQ(r.rc, 3);
+    CHECK_STREQ(r.out, "hello\n");
+    CHECK_EQ(r.err_lines, 0);
+    char odir[300];
+    snprintf(odir, sizeof(odir), "%s/out", dir);
+    pset s;
+    pset_load(odir, &s);
+    CHECK(s.n >= 1);
+    pset_free(&s);
+    remove_dir();
+}
+
+TEST(run_setuid_as_nobody)
+{
+    const char *dir = make_dir();
+    write_file(strcat(strcpy((char[400]){0}, dir), "/hello.c"), hello_c);
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "cd %s && cc -o hello_suid hello.c && chown 0:0 hello_suid && chmod 4755 hello_suid "
+             "&& cp hello_suid hello_plain && chmod 0755 hello_plain && chown 65534 hello_plain",
+             dir);
+    sh(cmd);
+    run_out r;
+    run_under(dir, NOBODY, "./hello_suid", NULL, &r);
+    expect_reason(&r, "hello_suid", "set-user-ID");
+    /* found through PATH too */
+    char env[600];
+    snprintf(env, sizeof(env), "PATH=%s:/usr/bin:/bin", dir);
+    run_under(dir, NOBODY, "hello_suid", env, &r);
+    expect_reason(&r, "hello_suid", "set-user-ID");
+    /* not set-user-ID: no word */
+    run_under(dir, NOBODY, "./hello_plain", NULL, &r);
+    CHECK_EQ(r.rc, 3);
+    CHECK_EQ(r.err_lines, 0);
+    remove_dir();
+}
+
+TEST(run_file_caps_as_nobody)
+{
+    const char *dir = make_dir();
+    write_file(strcat(strcpy((char[400]){0}, dir), "/hello.c"), hello_c);
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "cd %s && cc -o hello_cap hello.c && setcap cap_net_bind_service+ep hello_cap", dir);
+    sh(cmd);
+    run_out r;
+    run_under(dir, NOBODY, "./hello_cap", NULL, &r);
+    expect_reason(&r, "hello_cap", "file capabilities");
+    remove_dir();
+}
+
+TEST(run_go_without_cgo)
+{
+    const char *dir = make_dir();
+    write_file(strcat(strcpy((char[400]){0}, dir), "/hello.go"), hello_go);
+    go_build(dir, "hello.go", "hello_go", 0);
+    run_out r;
+    run_under(dir, "", "./hello_go", NULL, &r);
+    expect_reason(&r, "hello_go", "Go program built without cgo");
+    /* a script whose interpreter is that program (through env and PATH) */
+    char path[400], env[600];
+    snprintf(path, sizeof(path), "%s/script", dir);
+    write_file(path, "#!/usr/bin/env hello_go\n");
+    CHECK(chmod(path, 0755) == 0);
+    snprintf(env, sizeof(env), "PATH=%s:/usr/bin:/bin", dir);
+    run_under(dir, "", "./script", env, &r);
+    expect_reason(&r, "hello_go", "Go program built without cgo");
+    remove_dir();
+}
+
+TEST_MAIN(T(dlopen_then_sample), T(run_static), T(run_setuid_as_nobody), T(run_file_caps_as_nobody),
+          T(run_go_without_cgo))
