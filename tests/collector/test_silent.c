@@ -319,5 +319,130 @@ TEST(run_go_without_cgo)
     remove_dir();
 }
 
-TEST_MAIN(T(dlopen_then_sample), T(run_static), T(run_setuid_as_nobody), T(run_file_caps_as_nobody),
-          T(run_go_without_cgo))
+/* ------------------------------------------------------------------------------------
+ * The program takes the sampling signal: the agent says so once on stderr and in every
+ * profile's comments, stops CPU sampling, goes on sampling allocations */
+
+/* Whether any profile of dir/out carries a comment containing needle; *allocs gets the
+ * number of alloc profiles with samples. */
+static int comment_in_profiles(const char *dir, const char *needle, int *allocs)
+{
+    char odir[300];
+    snprintf(odir, sizeof(odir), "%s/out", dir);
+    pset s;
+    pset_load(odir, &s);
+    int hit = 0;
+    *allocs = 0;
+    for (int i = 0; i < s.n; i++) {
+        const cp_profile *p = s.f[i].p;
+        for (uint32_t k = 0; k < p->comments.n; k++)
+            if (strstr(cp_profile_str(p, p->comments.v[k]), needle)) hit = 1;
+        if (!strcmp(s.f[i].kind, "alloc") && p->samples.n) (*allocs)++;
+    }
+    pset_free(&s);
+    return hit;
+}
+
+static int count_lines_with(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *c = strstr(text, needle); c; c = strstr(c + 1, needle))
+        n++;
+    return n;
+}
+
+/* Go's runtime with cgo installs its handler on every signal at start (through libc's
+ * sigaction on linux/amd64, past it elsewhere): the agent moved from SIGPROF down the real-
+ * time signals until none was left, and CPU sampling ended in "engine=off" without a word. */
+static const char cgo_go[] =
+    "package main\n"
+    "// #include <stdlib.h>\n"
+    "// static int twice(int x) { return 2 * x; }\n"
+    "import \"C\"\n"
+    "import (\"fmt\"; \"os\"; \"time\")\n"
+    "func main() {\n"
+    "    p := C.malloc(8 << 20)\n"
+    "    C.free(p)\n"
+    "    x := uint64(1)\n"
+    "    for t := time.Now(); time.Since(t) < 1500*time.Millisecond; {\n"
+    "        for i := 0; i < 100000; i++ { x = x*6364136223846793005 + 1 }\n"
+    "    }\n"
+    "    fmt.Println(\"hello cgo\", C.twice(21), x != 0)\n"
+    "    os.Exit(3)\n"
+    "}\n";
+
+TEST(cgo_takes_signals)
+{
+    const char *dir = make_dir();
+    write_file(strcat(strcpy((char[400]){0}, dir), "/cgo.go"), cgo_go);
+    go_build(dir, "cgo.go", "hello_cgo", 1);
+    run_out r;
+    /* windows of 0.5 s: os.Exit leaves through the exit_group system call, past libc's exit
+     * and the agent's destructor, so the last window of a Go program is not written */
+    run_under(dir, "", "./hello_cgo", "CONTPROF_CPU_HZ=1000 CONTPROF_WINDOW=500ms", &r);
+    CHECK_EQ(r.rc, 3);
+    CHECK_STREQ(r.out, "hello cgo 42 true\n");
+    CHECK_EQ(r.err_lines, 1);
+    CHECK_EQ(count_lines_with(r.err, "contprof: "), 1);
+    CHECK_CONTAINS(r.err, "CPU sampling stopped");
+    int allocs;
+    CHECK(comment_in_profiles(dir, "cpu_sampling_lost=signal taken", &allocs));
+    CHECK(allocs >= 1); /* the 8 MiB C.malloc */
+    remove_dir();
+}
+
+/* A C program that sets SIG_IGN on every signal the agent samples on with the raw system
+ * call (a syscall instruction: no hook sees it), after 0.3 s of CPU, then burns 1.5 s. The
+ * agent notices at its next check (once a second) that the kernel no longer calls its
+ * handler. */
+static const char raw_c[] =
+    "#include <signal.h>\n"
+    "#include <stdio.h>\n"
+    "#include <stdlib.h>\n"
+    "#include <sys/syscall.h>\n"
+    "#include <time.h>\n"
+    "static long raw_sigaction(long sig, const void *act) {\n"
+    "    long ret;\n"
+    "    register long r10 __asm__(\"r10\") = 8;\n"
+    "    __asm__ volatile(\"syscall\" : \"=a\"(ret) : \"0\"((long)SYS_rt_sigaction), \"D\"(sig),\n"
+    "                     \"S\"(act), \"d\"(0L), \"r\"(r10) : \"rcx\", \"r11\", \"memory\");\n"
+    "    return ret;\n"
+    "}\n"
+    "static volatile unsigned long x = 1;\n"
+    "static void burn(double s) {\n"
+    "    clock_t end = clock() + (clock_t)(s * CLOCKS_PER_SEC);\n"
+    "    while (clock() < end) for (int i = 0; i < 10000; i++) x = x * 6364136223846793005UL + 1;\n"
+    "}\n"
+    "int main(void) {\n"
+    "    burn(0.3);\n"
+    "    struct { void *h; unsigned long flags; void *restorer; unsigned long mask; } ign = {\n"
+    "        (void *)SIG_IGN, 0, 0, 0};\n"
+    "    int sigs[] = {SIGPROF, SIGVTALRM, 64, 63, 62, 61, 60, 59, 58, 57};\n"
+    "    for (int i = 0; i < 10; i++) if (raw_sigaction(sigs[i], &ign) != 0) return 9;\n"
+    "    burn(1.5);\n"
+    "    volatile char *p = malloc(8 << 20); p[0] = 1;\n"
+    "    puts(\"hello\");\n"
+    "    return 3;\n"
+    "}\n";
+
+TEST(raw_sigaction_takes_signal)
+{
+    const char *dir = make_dir();
+    write_file(strcat(strcpy((char[400]){0}, dir), "/raw.c"), raw_c);
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "cd %s && cc -O1 -o raw raw.c", dir);
+    sh(cmd);
+    run_out r;
+    run_under(dir, "", "./raw", "CONTPROF_CPU_HZ=1000 CONTPROF_WINDOW=60s", &r);
+    CHECK_EQ(r.rc, 3);
+    CHECK_STREQ(r.out, "hello\n");
+    CHECK_EQ(r.err_lines, 1);
+    CHECK_CONTAINS(r.err, "contprof: the program replaced the agent's handler of SIGPROF");
+    int allocs;
+    CHECK(comment_in_profiles(dir, "cpu_sampling_lost=signal taken", &allocs));
+    CHECK(allocs >= 1);
+    remove_dir();
+}
+
+TEST_MAIN(T(cgo_takes_signals), T(raw_sigaction_takes_signal), T(dlopen_then_sample), T(run_static),
+          T(run_setuid_as_nobody), T(run_file_caps_as_nobody), T(run_go_without_cgo))
