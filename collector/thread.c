@@ -18,6 +18,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <threads.h>
+#include <time.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <ucontext.h>
@@ -793,6 +794,11 @@ static void check_sampling(void)
     if (now >= next && atomic_load(&g_cpu_on)) {
         next = now + 1000000000;
         int s = atomic_load(&g_sig);
+        if (!ours_in_kernel(s)) {
+            /* a thread in exec sets SIG_IGN for a moment (cp_cpu_before_exec): look again */
+            struct timespec ts = {0, 20000000};
+            nanosleep(&ts, NULL);
+        }
         if (!ours_in_kernel(s)) {
             sigset_t m;
             spin_lock(&g_sig_lock, &m);
