@@ -158,6 +158,7 @@ static cp_modules *g_held;
  * free (always by the agent's next refresh). */
 static cp_modules *g_retired;
 static uint64_t g_gen;
+static atomic_uint g_mapped; /* snapshots mapped: the published one and the retired */
 static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 
 static void pub_lock(void)
@@ -196,6 +197,7 @@ static void reap_retired_host(void)
         if (r != g_held) {
             *pp = r->retired;
             munmap(r, r->map_len);
+            atomic_fetch_sub(&g_mapped, 1);
         } else {
             pp = &r->retired;
         }
@@ -217,6 +219,7 @@ static int publish(int force, cp_modules **old)
     len = (len + 4095) & ~(size_t)4095;
     void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) return CP_ENOMEM;
+    atomic_fetch_add(&g_mapped, 1);
     build_ctx c = {.mods = mem, .cap = cap};
     c.mods->map_len = len;
     c.mods->n = 0;
@@ -258,6 +261,7 @@ int cp_modules_refresh(int force)
             cp_modules *r = list;
             list = r->retired;
             munmap(r, r->map_len);
+            atomic_fetch_sub(&g_mapped, 1);
         }
         return rc;
     }
@@ -295,6 +299,11 @@ const cp_modules *cp_modules_current(void)
     g_held = m;
     pub_unlock();
     return m;
+}
+
+unsigned cp_modules_mapped(void)
+{
+    return atomic_load(&g_mapped);
 }
 
 const cp_module *cp_modules_find(const cp_modules *mods, uintptr_t pc)

@@ -53,6 +53,10 @@ int cp_modules_refresh_host(void);
  * next cp_modules_refresh, whatever host threads publish meanwhile. */
 const cp_modules *cp_modules_current(void);
 
+/* How many snapshots are mapped now: the current one and those replaced but not yet
+ * unmapped (1 after the agent's refresh when no handler was reading). */
+unsigned cp_modules_mapped(void);
+
 /* The module whose executable range holds pc, or NULL. */
 const cp_module *cp_modules_find(const cp_modules *mods, uintptr_t pc);
 
