@@ -781,6 +781,44 @@ static void host_takes(int s)
     spin_unlock(&g_sig_lock, &m);
 }
 
+/* Agent thread: every thread's POSIX CPU timer still exists. timer_gettime says EINVAL
+ * for one the program deleted (timer_delete of an id it never created, or the raw system
+ * call); that thread is re-armed. Said once on stderr; the engine string then counts the
+ * timers re-armed so far. (A deleted id the kernel already gave the program again cannot
+ * be told from ours.) */
+static void check_timers(void)
+{
+    static unsigned rearmed;
+    unsigned found = 0;
+    sigset_t m;
+    spin_lock(&g_arm_lock, &m);
+    unsigned n = atomic_load(&cp_threads_hwm);
+    for (unsigned i = 0; i < n && i < CP_MAX_THREADS; i++) {
+        cp_thread *t = atomic_load(&cp_threads[i]);
+        if (!t || atomic_load(&t->state) != CP_T_LIVE || !t->has_timer) continue;
+        struct itimerspec v;
+        if (timer_gettime(t->timer, &v) == 0 || errno != EINVAL) continue;
+        t->has_timer = 0;
+        arm_unlocked(t);
+        found++;
+    }
+    spin_unlock(&g_arm_lock, &m);
+    if (!found) return;
+    if (!rearmed)
+        fprintf(stderr,
+                "contprof: the program deleted the agent's CPU timers (%u threads); re-armed, "
+                "the CPU time in between is not sampled\n",
+                found);
+    rearmed += found;
+    spin_lock(&g_sig_lock, &m);
+    if (atomic_load(&g_cpu_on)) {
+        char *semi = strstr(cp_engine, "; cpu_timers_rearmed=");
+        size_t base = semi ? (size_t)(semi - cp_engine) : strlen(cp_engine);
+        snprintf(cp_engine + base, sizeof(cp_engine) - base, "; cpu_timers_rearmed=%u", rearmed);
+    }
+    spin_unlock(&g_sig_lock, &m);
+}
+
 /* Agent thread, at most once a second: the sample signal's handler in the kernel is still
  * ours. If the program replaced it behind the hooks, the signal is the program's from now
  * on (no longer managed, never the agent's again) and the agent moves aside as when the
@@ -789,7 +827,7 @@ static void host_takes(int s)
  * allocations go on being sampled. */
 static void check_sampling(void)
 {
-    static int64_t next;
+    static int64_t next, next_timers;
     int64_t now = cp_mono_ns();
     if (now >= next && atomic_load(&g_cpu_on)) {
         next = now + 1000000000;
@@ -810,6 +848,10 @@ static void check_sampling(void)
             }
             spin_unlock(&g_sig_lock, &m);
         }
+    }
+    if (now >= next_timers && atomic_load(&g_cpu_on)) {
+        next_timers = now + 1000000000;
+        check_timers();
     }
     int lost = atomic_load(&g_lost);
     if (lost == LOST_NONE || atomic_exchange(&g_lost_reported, 1)) return;

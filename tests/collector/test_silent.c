@@ -450,5 +450,63 @@ TEST(raw_sigaction_takes_signal)
     remove_dir();
 }
 
-TEST_MAIN(T(cgo_takes_signals), T(raw_sigaction_takes_signal), T(dlopen_then_sample), T(run_static),
-          T(run_setuid_as_nobody), T(run_file_caps_as_nobody), T(run_go_without_cgo))
+/* A C program that deletes every POSIX timer id of the process with the raw system call
+ * after 0.3 s of CPU, then burns 2.5 s: the agent's timer for its thread is gone. The agent
+ * notices at its next check (once a second), re-arms it, says so once and counts it in
+ * the engine string. */
+static const char timers_c[] =
+    "#include <stdio.h>\n"
+    "#include <sys/syscall.h>\n"
+    "#include <time.h>\n"
+    "static long raw_timer_delete(long id) {\n"
+    "    long ret;\n"
+    "    __asm__ volatile(\"syscall\" : \"=a\"(ret) : \"0\"((long)SYS_timer_delete), \"D\"(id)\n"
+    "                     : \"rcx\", \"r11\", \"memory\");\n"
+    "    return ret;\n"
+    "}\n"
+    "static volatile unsigned long x = 1;\n"
+    "static void burn(double s) {\n"
+    "    clock_t end = clock() + (clock_t)(s * CLOCKS_PER_SEC);\n"
+    "    while (clock() < end) for (int i = 0; i < 10000; i++) x = x * 6364136223846793005UL + 1;\n"
+    "}\n"
+    "int main(void) {\n"
+    "    burn(0.3);\n"
+    "    int n = 0;\n"
+    "    for (long id = 0; id < 4096; id++) n += raw_timer_delete(id) == 0;\n"
+    "    burn(2.5);\n"
+    "    printf(\"deleted %d\\n\", n > 0);\n"
+    "    return 3;\n"
+    "}\n";
+
+TEST(timers_deleted_rearmed)
+{
+    const char *dir = make_dir();
+    write_file(strcat(strcpy((char[400]){0}, dir), "/timers.c"), timers_c);
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "cd %s && cc -O1 -o timers timers.c", dir);
+    sh(cmd);
+    run_out r;
+    run_under(dir, "", "./timers",
+              "CONTPROF_CPU_HZ=100 CONTPROF_CPU_ENGINE=timer CONTPROF_WINDOW=60s", &r);
+    CHECK_EQ(r.rc, 3);
+    CHECK_STREQ(r.out, "deleted 1\n");
+    CHECK_EQ(r.err_lines, 1);
+    CHECK_CONTAINS(r.err, "contprof: the program deleted the agent's CPU timers");
+    int allocs;
+    CHECK(comment_in_profiles(dir, "cpu_timers_rearmed=", &allocs));
+    /* sampled on after the re-arm: 2.8 s of CPU, at least 0.8 s of it in the profile (the
+     * first 0.3 s only, without the re-arm) */
+    char odir[300];
+    snprintf(odir, sizeof(odir), "%s/out", dir);
+    pset s;
+    pset_load(odir, &s);
+    int64_t cpu_ns = sum_kind(&s, "cpu", NULL, NULL, 1);
+    pset_free(&s);
+    printf("CPU in the profiles: %.2f s\n", cpu_ns / 1e9);
+    CHECK(cpu_ns >= 800000000);
+    remove_dir();
+}
+
+TEST_MAIN(T(timers_deleted_rearmed), T(cgo_takes_signals), T(raw_sigaction_takes_signal),
+          T(dlopen_then_sample), T(run_static), T(run_setuid_as_nobody), T(run_file_caps_as_nobody),
+          T(run_go_without_cgo))
