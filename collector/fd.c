@@ -688,6 +688,20 @@ CONTPROF_EXTERN void *dlopen(const char *file, int mode)
     return h;
 }
 
+/* The host's dlclose: the snapshot drops an unloaded object at once, not at the window's
+ * end (a handler must not look up CFI in memory that is gone; README "Unwinding"). */
+CONTPROF_EXTERN int dlclose(void *handle)
+{
+    static int (*real_dlclose)(void *);
+    int rc = REAL(dlclose)(handle);
+    if (rc == 0 && !cp_agent_thread) {
+        int e = errno;
+        cp_modules_refresh_host();
+        errno = e;
+    }
+    return rc;
+}
+
 CONTPROF_EXTERN int accept(int fd, struct sockaddr *a, socklen_t *l)
 {
     int r = REAL(accept)(fd, a, l);
