@@ -29,6 +29,7 @@
 
 #include "contprof.h"
 #include "guard.h"
+#include "unwind.h"
 
 _Atomic unsigned char cp_fd_state[CP_FD_MAX];
 atomic_uint cp_fd_revocations;
@@ -670,11 +671,35 @@ CONTPROF_EXTERN int closedir(DIR *d)
  * wait of the gate). */
 CONTPROF_EXTERN void *dlopen(const char *file, int mode)
 {
-    if (!cp_agent_thread) return REAL(dlopen)(file, mode);
+    if (!cp_agent_thread) {
+        /* the host's: the unwinder learns the new objects before the next sample needs
+         * their CFI (unwind.c; a dlopen that loaded nothing costs one dl_iterate_phdr) */
+        void *h = REAL(dlopen)(file, mode);
+        if (h) {
+            int e = errno;
+            cp_modules_refresh_host();
+            errno = e;
+        }
+        return h;
+    }
     agent_enter();
     void *h = REAL(dlopen)(file, mode);
     agent_leave();
     return h;
+}
+
+/* The host's dlclose: the snapshot drops an unloaded object at once, not at the window's
+ * end (a handler must not look up CFI in memory that is gone; README "Unwinding"). */
+CONTPROF_EXTERN int dlclose(void *handle)
+{
+    static int (*real_dlclose)(void *);
+    int rc = REAL(dlclose)(handle);
+    if (rc == 0 && !cp_agent_thread) {
+        int e = errno;
+        cp_modules_refresh_host();
+        errno = e;
+    }
+    return rc;
 }
 
 CONTPROF_EXTERN int accept(int fd, struct sockaddr *a, socklen_t *l)

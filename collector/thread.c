@@ -18,6 +18,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <threads.h>
+#include <time.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <ucontext.h>
@@ -38,6 +39,12 @@ atomic_uint_fast64_t cp_dropped_samples;
 
 static atomic_int g_sig = SIGPROF; /* the signal the agent samples on now */
 static atomic_int g_cpu_on;
+/* Why CPU sampling stopped behind the agent's back (the program took its signal), set
+ * where it is found, reported once by the agent thread (cp_threads_reap): one line on
+ * stderr, and the engine string every envelope and pprof comment carries. */
+enum { LOST_NONE, LOST_SIGNALS, LOST_RAW };
+static atomic_int g_lost, g_lost_sig;
+static atomic_int g_lost_reported;
 static int g_use_perf;
 static int g_perf_user_only; /* set once kernel time turned out not to be allowed */
 static pthread_key_t g_key;
@@ -569,8 +576,11 @@ void cp_threads_refresh_names(void)
     }
 }
 
+static void check_sampling(void);
+
 void cp_threads_reap(void)
 {
+    check_sampling();
     unsigned n = atomic_load(&cp_threads_hwm);
     for (unsigned i = 0; i < n && i < CP_MAX_THREADS; i++) {
         cp_thread *t = atomic_load(&cp_threads[i]);
@@ -680,6 +690,16 @@ static void forward(int sig, siginfo_t *si, void *uc)
         h.sa_handler(sig);
 }
 
+/* Whether the kernel still calls our handler for s: a program can replace it with the raw
+ * rt_sigaction system call, past the sigaction hook (Go's runtime does where it does not
+ * go through libc). glibc's sigaction with no new action is that system call. */
+static int ours_in_kernel(int s)
+{
+    struct sigaction o;
+    return real_sigaction(s, NULL, &o) == 0 && (o.sa_flags & SA_SIGINFO) &&
+           o.sa_sigaction == handler;
+}
+
 /* A signal for the agent's events: not used by the host, not ignored, no handler. */
 static int pick_signal(int avoid)
 {
@@ -691,7 +711,7 @@ static int pick_signal(int avoid)
         int s = c[i];
         if (s == avoid || s <= 0 || s >= 65 || (taken & SIGBIT(s))) continue;
         if (managed(s)) {
-            if (g_host[s].sa_handler == SIG_DFL) return s;
+            if (g_host[s].sa_handler == SIG_DFL && ours_in_kernel(s)) return s;
             continue;
         }
         struct sigaction o;
@@ -719,8 +739,15 @@ static void move_aside(void)
     int s = pick_signal(cur);
     sigset_t m;
     spin_lock(&g_arm_lock, &m);
+    int was_on = atomic_load(&g_cpu_on);
     if (!s || manage(s) != 0) {
-        /* nothing free: stop sampling rather than send the host a signal it did not ask for */
+        /* nothing free: stop sampling rather than send the host a signal it did not ask for
+         * (a Go runtime with cgo handles every signal); the agent thread says it */
+        if (was_on) {
+            atomic_store(&g_lost_sig, cur);
+            int expect = LOST_NONE;
+            atomic_compare_exchange_strong(&g_lost, &expect, LOST_SIGNALS);
+        }
         atomic_store(&g_cpu_on, 0);
         s = 0;
     } else {
@@ -738,7 +765,9 @@ static void move_aside(void)
         }
     }
     spin_unlock(&g_arm_lock, &m);
-    if (!s) snprintf(cp_engine, sizeof(cp_engine), "off");
+    if (!s)
+        snprintf(cp_engine, sizeof(cp_engine), "%s",
+                 was_on ? "off; cpu_sampling_lost=signal taken" : "off");
 }
 
 /* The host is using signal s (a handler, SIG_IGN, a timer): the agent leaves it. */
@@ -750,6 +779,98 @@ static void host_takes(int s)
     atomic_fetch_or(&g_taken, SIGBIT(s));
     if (s == atomic_load(&g_sig) && atomic_load(&g_cpu_on)) move_aside();
     spin_unlock(&g_sig_lock, &m);
+}
+
+/* Agent thread: every thread's POSIX CPU timer still exists. timer_gettime says EINVAL
+ * for one the program deleted (timer_delete of an id it never created, or the raw system
+ * call); that thread is re-armed. Said once on stderr; the engine string then counts the
+ * timers re-armed so far. (A deleted id the kernel already gave the program again cannot
+ * be told from ours.) */
+static void check_timers(void)
+{
+    static unsigned rearmed;
+    unsigned found = 0;
+    sigset_t m;
+    spin_lock(&g_arm_lock, &m);
+    unsigned n = atomic_load(&cp_threads_hwm);
+    for (unsigned i = 0; i < n && i < CP_MAX_THREADS; i++) {
+        cp_thread *t = atomic_load(&cp_threads[i]);
+        if (!t || atomic_load(&t->state) != CP_T_LIVE || !t->has_timer) continue;
+        struct itimerspec v;
+        if (timer_gettime(t->timer, &v) == 0 || errno != EINVAL) continue;
+        t->has_timer = 0;
+        arm_unlocked(t);
+        found++;
+    }
+    spin_unlock(&g_arm_lock, &m);
+    if (!found) return;
+    if (!rearmed)
+        fprintf(stderr,
+                "contprof: the program deleted the agent's CPU timers (%u threads); re-armed, "
+                "the CPU time in between is not sampled\n",
+                found);
+    rearmed += found;
+    spin_lock(&g_sig_lock, &m);
+    if (atomic_load(&g_cpu_on)) {
+        char *semi = strstr(cp_engine, "; cpu_timers_rearmed=");
+        size_t base = semi ? (size_t)(semi - cp_engine) : strlen(cp_engine);
+        snprintf(cp_engine + base, sizeof(cp_engine) - base, "; cpu_timers_rearmed=%u", rearmed);
+    }
+    spin_unlock(&g_sig_lock, &m);
+}
+
+/* Agent thread, at most once a second: the sample signal's handler in the kernel is still
+ * ours. If the program replaced it behind the hooks, the signal is the program's from now
+ * on (no longer managed, never the agent's again) and the agent moves aside as when the
+ * program takes it through sigaction; with nothing free, CPU sampling stops. Then, once,
+ * one line on stderr and the reason in the engine string (envelopes, pprof comments);
+ * allocations go on being sampled. */
+static void check_sampling(void)
+{
+    static int64_t next, next_timers;
+    int64_t now = cp_mono_ns();
+    if (now >= next && atomic_load(&g_cpu_on)) {
+        next = now + 1000000000;
+        int s = atomic_load(&g_sig);
+        if (!ours_in_kernel(s)) {
+            /* a thread in exec sets SIG_IGN for a moment (cp_cpu_before_exec): look again */
+            struct timespec ts = {0, 20000000};
+            nanosleep(&ts, NULL);
+        }
+        if (!ours_in_kernel(s)) {
+            sigset_t m;
+            spin_lock(&g_sig_lock, &m);
+            if (s == atomic_load(&g_sig) && atomic_load(&g_cpu_on) && !ours_in_kernel(s)) {
+                atomic_fetch_or(&g_taken, SIGBIT(s));
+                atomic_fetch_and(&g_managed, ~SIGBIT(s));
+                move_aside();
+                if (!atomic_load(&g_cpu_on)) atomic_store(&g_lost, LOST_RAW);
+            }
+            spin_unlock(&g_sig_lock, &m);
+        }
+    }
+    if (now >= next_timers && atomic_load(&g_cpu_on)) {
+        next_timers = now + 1000000000;
+        check_timers();
+    }
+    int lost = atomic_load(&g_lost);
+    if (lost == LOST_NONE || atomic_exchange(&g_lost_reported, 1)) return;
+    int sig = atomic_load(&g_lost_sig);
+    char name[16];
+    if (sig == SIGPROF || sig == SIGVTALRM)
+        snprintf(name, sizeof(name), "%s", sig == SIGPROF ? "SIGPROF" : "SIGVTALRM");
+    else
+        snprintf(name, sizeof(name), "SIGRTMIN+%d", sig - SIGRTMIN);
+    if (lost == LOST_RAW)
+        fprintf(stderr,
+                "contprof: the program replaced the agent's handler of %s past sigaction and no "
+                "other signal is free; CPU sampling stopped, allocations are still sampled\n",
+                name);
+    else
+        fprintf(stderr,
+                "contprof: the program handles every signal the agent could sample on (the "
+                "last: %s); CPU sampling stopped, allocations are still sampled\n",
+                name);
 }
 
 int cp_sample_signal(void)

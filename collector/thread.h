@@ -77,7 +77,11 @@ void cp_cpu_stop(void);
 cp_thread *cp_thread_register_self(void);
 /* Agent: finds threads in /proc/self/task that are not registered and arms them. */
 void cp_threads_scan(void);
-/* Agent: frees DEAD slots (after their rings were drained) and marks vanished tids. */
+/* Agent: frees DEAD slots (after their rings were drained) and marks vanished tids; at
+ * most once a second, checks that the kernel still calls the agent's handler for the
+ * sample signal (a raw rt_sigaction passes the hooks) and moves aside if not; says once on
+ * stderr when CPU sampling stopped because the program took every signal it could use
+ * (cp_engine then reads "off; cpu_sampling_lost=signal taken"). */
 void cp_threads_reap(void);
 /* Agent: refreshes thread names from /proc/self/task/TID/comm. */
 void cp_threads_refresh_names(void);

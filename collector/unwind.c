@@ -6,6 +6,7 @@
 
 #include <elf.h>
 #include <link.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -146,21 +147,84 @@ static void exe_path(char *out, size_t cap)
     out[n > 0 ? n : 0] = 0;
 }
 
-int cp_modules_refresh(int force)
+/* Publishers take turns (the agent thread at each window, any host thread after its
+ * dlopen); held only while a snapshot is built and swapped, never while waiting for
+ * readers. Held across fork by the forking thread, so the child finds it free. */
+static pthread_mutex_t g_pub = PTHREAD_MUTEX_INITIALIZER;
+/* The snapshot the agent thread holds (cp_modules_current): only the agent unmaps it. */
+static cp_modules *g_held;
+/* Snapshots replaced on a host thread while a handler or the agent could still read them:
+ * linked through their `retired` field, unmapped by the next publisher that finds them
+ * free (always by the agent's next refresh). */
+static cp_modules *g_retired;
+static uint64_t g_gen;
+static atomic_uint g_mapped; /* snapshots mapped: the published one and the retired */
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+
+static void pub_lock(void)
+{
+    pthread_mutex_lock(&g_pub);
+}
+
+static void pub_unlock(void)
+{
+    pthread_mutex_unlock(&g_pub);
+}
+
+static void atfork_register(void)
+{
+    pthread_atfork(pub_lock, pub_unlock, pub_unlock);
+}
+
+/* Waits (bounded) for handlers that may still read a replaced snapshot. 1 when none. */
+static int readers_gone(int wait)
+{
+    for (int i = 0; i < 1000 && wait && atomic_load(&g_readers) > 0; i++) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+    return atomic_load(&g_readers) == 0;
+}
+
+/* Under g_pub, on a host thread: unmaps the retired snapshots that no handler reads now
+ * and the agent does not hold. Never waits. */
+static void reap_retired_host(void)
+{
+    if (!g_retired || !readers_gone(0)) return;
+    cp_modules **pp = &g_retired;
+    while (*pp) {
+        cp_modules *r = *pp;
+        if (r != g_held) {
+            *pp = r->retired;
+            munmap(r, r->map_len);
+            atomic_fetch_sub(&g_mapped, 1);
+        } else {
+            pp = &r->retired;
+        }
+    }
+}
+
+/* Under g_pub: builds and publishes a new snapshot if the loaded objects changed (or
+ * force); *old receives the one it replaced. */
+static int publish(int force, cp_modules **old)
 {
     uint64_t v[3] = {0, 0, 0};
+    *old = NULL;
     dl_iterate_phdr(count_cb, v);
-    cp_modules *old = atomic_load(&g_mods);
-    if (!force && old && old->adds == v[0] && old->subs == v[1]) return 0;
+    cp_modules *cur = atomic_load(&g_mods);
+    if (!force && cur && cur->adds == v[0] && cur->subs == v[1]) return 0;
 
     uint32_t cap = (uint32_t)v[2] * 2 + 16;
     size_t len = sizeof(cp_modules) + (size_t)cap * sizeof(cp_module);
     len = (len + 4095) & ~(size_t)4095;
     void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) return CP_ENOMEM;
+    atomic_fetch_add(&g_mapped, 1);
     build_ctx c = {.mods = mem, .cap = cap};
     c.mods->map_len = len;
     c.mods->n = 0;
+    c.mods->retired = NULL;
+    c.mods->gen = ++g_gen;
     dl_iterate_phdr(build_cb, &c);
     c.mods->adds = c.adds;
     c.mods->subs = c.subs;
@@ -169,23 +233,77 @@ int cp_modules_refresh(int force)
     for (uint32_t i = 0; i < c.mods->n; i++)
         if (c.mods->m[i].path[0] == 0) memcpy(c.mods->m[i].path, exe, sizeof(exe));
     sort_mods(c.mods);
-
     atomic_store(&g_mods, c.mods);
-    if (old) {
-        /* Handlers that loaded the old pointer finish within microseconds. */
-        for (int i = 0; i < 1000 && atomic_load(&g_readers) > 0; i++) {
-            struct timespec ts = {0, 100000};
-            nanosleep(&ts, NULL);
-        }
-        if (atomic_load(&g_readers) == 0) munmap(old, old->map_len);
-        /* else: leak it rather than risk a handler reading freed memory */
-    }
+    *old = cur;
     return 0;
+}
+
+int cp_modules_refresh(int force)
+{
+    pthread_once(&g_atfork_once, atfork_register);
+    pub_lock();
+    cp_modules *old;
+    int rc = publish(force, &old);
+    if (old) {
+        old->retired = g_retired;
+        g_retired = old;
+    }
+    g_held = NULL; /* the agent's pointers from cp_modules_current end here */
+    cp_modules *list = g_retired;
+    g_retired = NULL;
+    pub_unlock();
+    if (!list) return rc;
+    /* Every snapshot on the list is unpublished: once no handler is inside cp_unwind, none
+     * can read it. Handlers finish within microseconds; if one is still reading after
+     * 100 ms, the list waits for the next refresh. */
+    if (readers_gone(1)) {
+        while (list) {
+            cp_modules *r = list;
+            list = r->retired;
+            munmap(r, r->map_len);
+            atomic_fetch_sub(&g_mapped, 1);
+        }
+        return rc;
+    }
+    pub_lock();
+    cp_modules **pp = &list;
+    while (*pp)
+        pp = &(*pp)->retired;
+    *pp = g_retired;
+    g_retired = list;
+    pub_unlock();
+    return rc;
+}
+
+int cp_modules_refresh_host(void)
+{
+    /* Nothing to keep current before the agent published its first snapshot. */
+    if (!atomic_load(&g_mods)) return 0;
+    pthread_once(&g_atfork_once, atfork_register);
+    pub_lock();
+    cp_modules *old;
+    int rc = publish(0, &old);
+    if (old) {
+        old->retired = g_retired;
+        g_retired = old;
+    }
+    reap_retired_host();
+    pub_unlock();
+    return rc;
 }
 
 const cp_modules *cp_modules_current(void)
 {
-    return atomic_load(&g_mods);
+    pub_lock();
+    cp_modules *m = atomic_load(&g_mods);
+    g_held = m;
+    pub_unlock();
+    return m;
+}
+
+unsigned cp_modules_mapped(void)
+{
+    return atomic_load(&g_mapped);
 }
 
 const cp_module *cp_modules_find(const cp_modules *mods, uintptr_t pc)
@@ -655,9 +773,10 @@ static int rule_for(const cp_modules *mods, uintptr_t lookup, cfi_row *row, cp_u
 {
     cp_ucache_ent *ent = NULL;
     if (cache) {
-        if (cache->mods != (const void *)mods) {
+        if (cache->mods != (const void *)mods || (mods && cache->gen != mods->gen)) {
             memset(cache->e, 0, sizeof(cache->e));
             cache->mods = mods;
+            cache->gen = mods ? mods->gen : 0;
         }
         ent = &cache->e[(lookup ^ (lookup >> 9)) & (CP_UCACHE_SIZE - 1)];
         if (ent->pc == lookup && ent->kind) {

@@ -26,20 +26,36 @@ typedef struct cp_module {
 
 /* An immutable snapshot, published to signal handlers through one atomic pointer. */
 typedef struct cp_modules {
-    size_t map_len;      /* bytes of the mmap holding this struct */
-    uint64_t adds, subs; /* dl_iterate_phdr counters at snapshot time */
+    size_t map_len;             /* bytes of the mmap holding this struct */
+    uint64_t adds, subs;        /* dl_iterate_phdr counters at snapshot time */
+    uint64_t gen;               /* 1, 2, ...: tells apart two snapshots mapped at one address */
+    struct cp_modules *retired; /* unwind.c's list of replaced snapshots not yet unmapped */
     uint32_t n;
     cp_module m[];
 } cp_modules;
 
-/* Rebuilds the snapshot if objects were loaded or unloaded since the last one (or always
- * when force). Never from a signal handler. Waits for handlers still reading the old
- * snapshot before unmapping it. Returns 0 or CP_ENOMEM (the old snapshot then stays). */
+/* The agent thread's refresh: rebuilds the snapshot if objects were loaded or unloaded
+ * since the last one (or always when force), ends the agent's hold on the snapshot
+ * cp_modules_current gave it, and unmaps replaced snapshots once no handler reads them
+ * (waits up to 100 ms for handlers, without holding the publishers' lock). Never from a
+ * signal handler. Returns 0 or CP_ENOMEM (the old snapshot then stays). */
 int cp_modules_refresh(int force);
 
-/* The current snapshot (may be NULL). Only the agent thread may hold it across calls to
- * cp_modules_refresh: it is the only one that frees. */
+/* A host thread's refresh, after its dlopen returned: publishes a new snapshot if objects
+ * were loaded or unloaded, so the next sample unwinds through them. Never waits for
+ * handlers (a replaced snapshot still read, or held by the agent, is left to the agent's
+ * next refresh). Does nothing before the agent's first snapshot. Takes the publishers'
+ * mutex (held for one dl_iterate_phdr walk and an mmap by whoever holds it); allocates with
+ * mmap only. Not from a signal handler. Returns 0 or CP_ENOMEM. */
+int cp_modules_refresh_host(void);
+
+/* The current snapshot (may be NULL). Agent thread only: it stays mapped until the agent's
+ * next cp_modules_refresh, whatever host threads publish meanwhile. */
 const cp_modules *cp_modules_current(void);
+
+/* How many snapshots are mapped now: the current one and those replaced but not yet
+ * unmapped (1 after the agent's refresh when no handler was reading). */
+unsigned cp_modules_mapped(void);
 
 /* The module whose executable range holds pc, or NULL. */
 const cp_module *cp_modules_find(const cp_modules *mods, uintptr_t pc);
@@ -61,6 +77,7 @@ typedef struct cp_ucache_ent {
 } cp_ucache_ent;
 typedef struct cp_ucache {
     const void *mods; /* the snapshot the entries came from */
+    uint64_t gen;     /* and its generation (a new snapshot may reuse the address) */
     cp_ucache_ent e[CP_UCACHE_SIZE];
 } cp_ucache;
 
