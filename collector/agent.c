@@ -409,6 +409,7 @@ static void atfork_child(void)
     cp_threads_after_fork_child();
     new_instance();
     cp_window_abandon();
+    cp_fd_reserve(); /* the child's table is a copy sized to its open fds; it has one thread */
     if (start_agent_thread() != 0) atomic_store(&A.running, 0);
 }
 
@@ -458,6 +459,9 @@ CONTPROF_EXTERN int contprof_start(const contprof_options *opts)
     cp_exec_resolve();
     if (cp_cpu_start() != 0) snprintf(cp_engine, sizeof(cp_engine), "off");
     cp_threads_scan();
+    /* one thread (the constructor, before main): grow the fd table now, where it costs no
+     * RCU grace period (fd.h) */
+    if (atomic_load(&cp_threads_hwm) <= 1) cp_fd_reserve();
     if (!A.atfork_done) {
         pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
         A.atfork_done = 1;

@@ -301,6 +301,30 @@ void cp_fd_gate_leave(void)
     agent_leave();
 }
 
+/* The kernel grows a process's fd table (64 entries at first) to the next power of two above
+ * the highest number in use, and never shrinks it; in a process with more than one thread
+ * (files_struct shared) expand_fdtable waits for an RCU grace period (synchronize_rcu: 3-15
+ * ms measured here), which made the agent thread's first move above the floor cost a
+ * preloaded /bin/true 14 ms of wall time at exit. Growing it once while the process has one
+ * thread costs a few microseconds: a dup to the top of the agent's range, closed at once. */
+void cp_fd_reserve(void)
+{
+    int fl = fd_floor();
+    struct rlimit rl;
+    int top = fl + 64;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)top + 1)
+        top = (int)rl.rlim_cur - 1;
+    if (top < fl) top = fl;
+    agent_enter();
+    int src = REAL(open)("/", O_PATH | O_CLOEXEC, 0);
+    if (src >= 0) {
+        int hi = REAL(fcntl)(src, F_DUPFD_CLOEXEC, top);
+        if (hi >= 0) REAL(close)(hi);
+        REAL(close)(src);
+    }
+    agent_leave();
+}
+
 /* on_agent on an agent thread, on_host on any other, each through its side of the gate */
 #define GATED(on_agent, on_host)                                                                   \
     __extension__({                                                                                \

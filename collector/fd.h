@@ -20,6 +20,11 @@ extern atomic_uint cp_fd_revocations;
  * -1 (fd closed, errno EMFILE) if it cannot be marked. fd < 0 is returned as is.
  * Async-signal-safe (system calls and atomics only). */
 int cp_fd_adopt(int fd, int kind);
+/* Grows the fd table to cover the agent's range above the floor, so that no later move
+ * above it grows the table in a multi-threaded process (which waits for an RCU grace period,
+ * milliseconds). For the one thread of a process that has no other (the constructor): with
+ * more, it would make that thread wait as long. Leaves no fd open. */
+void cp_fd_reserve(void);
 /* Closes an fd of the agent's from any thread (the interposed close() refuses host threads)
  * and unmarks it; a revoked number is only unmarked. Returns close()'s result.
  * Async-signal-safe. */
