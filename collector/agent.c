@@ -48,6 +48,12 @@ static struct {
     int64_t next_resolve;
     int64_t next_refetch, refetch_backoff; /* asking the server again (refetch_brokers) */
     int atfork_done;
+    /* Flushes asked for by exec and _exit (agent_flush): asked counts requests, done the ones
+     * served, both under mu. pid: the process this agent thread serves (a vfork child shares
+     * this memory, not the thread). forked: this instance is a fork child's. */
+    uint64_t flush_asked, flush_done;
+    int pid, forked;
+    unsigned long window_cpu; /* samples drained into the current window (agent thread) */
 } A = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 /* ------------------------------------------------------------------------------------
@@ -240,6 +246,7 @@ static void drain(void)
         if (st != CP_T_LIVE && st != CP_T_DEAD) continue;
         unsigned h = atomic_load_explicit(&t->head, memory_order_acquire);
         unsigned tl = atomic_load_explicit(&t->tail, memory_order_relaxed);
+        A.window_cpu += h - tl;
         for (; tl != h; tl++)
             cp_window_add_cpu(&t->ring[tl & (CP_RING - 1)], t->name);
         atomic_store_explicit(&t->tail, tl, memory_order_release);
@@ -280,6 +287,18 @@ static void finish_window(int64_t end)
     cp_isolates_reap();
 }
 
+/* A last window (at stop, before exec, at _exit) with nothing in it is neither built nor
+ * written: no CPU sample drained and no allocation ever sampled (so nothing live either),
+ * as in a preloaded /bin/true. In a fork child, a window without a CPU sample is skipped even
+ * with sampled allocations: its in-use blocks are the parent's, which reports them, and a
+ * child that forks and execs at once would otherwise build and symbolize a window before
+ * every exec. */
+static int last_window_empty(void)
+{
+    if (A.window_cpu) return 0;
+    return A.forked || cp_alloc_nbuckets() == 0;
+}
+
 static void *agent_main(void *arg)
 {
     (void)arg;
@@ -301,7 +320,7 @@ static void *agent_main(void *arg)
     if (tick_ns > 500000000) tick_ns = 500000000;
     while (!stopping) {
         pthread_mutex_lock(&A.mu);
-        if (!A.stop) {
+        if (!A.stop && A.flush_asked == A.flush_done) {
             int64_t wait_ns = window_end_mono - cp_mono_ns(); /* a window ends on time */
             if (wait_ns > tick_ns) wait_ns = tick_ns;
             if (wait_ns < 1000000) wait_ns = 1000000;
@@ -316,6 +335,8 @@ static void *agent_main(void *arg)
             pthread_cond_timedwait(&A.cv, &A.mu, &ts);
         }
         stopping = A.stop;
+        uint64_t flush = A.flush_asked;
+        int flushing = flush != A.flush_done;
         pthread_mutex_unlock(&A.mu);
 
         int64_t now = cp_mono_ns();
@@ -326,11 +347,28 @@ static void *agent_main(void *arg)
         drain();
         cp_threads_reap();
         transport_tick();
-        if (stopping || now >= window_end_mono) {
+        if ((stopping || flushing) && last_window_empty()) {
+            A.window_start = cp_now_ns();
+        } else if (stopping || flushing || now >= window_end_mono) {
             finish_window(cp_now_ns());
-            window_end_mono += cp_cfg.window_ns;
-            if (window_end_mono < now) window_end_mono = now + cp_cfg.window_ns;
+            A.window_cpu = 0;
+            if (now >= window_end_mono) {
+                window_end_mono += cp_cfg.window_ns;
+                if (window_end_mono < now) window_end_mono = now + cp_cfg.window_ns;
+            }
             transport_tick();
+        }
+        if (flushing && !stopping) {
+            /* the image ends (exec, _exit): what Kafka holds goes now, within the bound; if
+             * an exec fails, transport_tick builds a new client */
+            if (A.kafka) {
+                A.dropped_windows += cp_kafka_destroy(A.kafka, (int)(cp_cfg.flush_ns / 1000000));
+                A.kafka = NULL;
+            }
+            pthread_mutex_lock(&A.mu);
+            A.flush_done = flush;
+            pthread_cond_broadcast(&A.cv);
+            pthread_mutex_unlock(&A.mu);
         }
     }
     if (A.kafka) {
@@ -363,6 +401,8 @@ static void new_instance(void)
              (unsigned long long)A.image_token);
     A.sequence = 0;
     A.window_start = cp_now_ns();
+    A.window_cpu = 0;
+    A.pid = (int)getpid();
 }
 
 /* Starts the agent thread (unregistered, never sampled). Returns 0 or CP_ENOMEM. */
@@ -405,12 +445,59 @@ static void atfork_child(void)
     A.kafka = NULL;
     A.gz[0] = A.gz[1] = NULL; /* the parent's agent may have been freeing them: lost */
     A.dropped_windows = 0;
+    A.flush_asked = A.flush_done = 0;
+    A.forked = 1;
     cp_guard_after_fork_child();
     cp_threads_after_fork_child();
     new_instance();
     cp_window_abandon();
     cp_fd_reserve(); /* the child's table is a copy sized to its open fds; it has one thread */
     if (start_agent_thread() != 0) atomic_store(&A.running, 0);
+}
+
+/* How long exec and _exit wait for the agent thread to write the current window, beyond
+ * the Kafka flush bound when brokers are configured. Past it they go on: a host thread that
+ * calls _exit holding a lock the agent thread needs (the sampler's, from a signal handler
+ * that interrupted a malloc hook) must not hang its process. */
+#define FLUSH_WAIT_NS (200 * (int64_t)1000000)
+
+static void deadline_in(struct timespec *ts, int64_t ns)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_sec += ns / 1000000000;
+    ts->tv_nsec += ns % 1000000000;
+    if (ts->tv_nsec >= 1000000000) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000;
+    }
+}
+
+/* The image is about to end (exec, _exit, _Exit, syscall(SYS_exit_group); exec.c and fd.c
+ * call this): asks the agent thread to finish the current window now and waits for it,
+ * bounded. Not on the agent's own threads, not in a vfork child (or a clone that shares this
+ * memory without being this process: the agent thread is not its own), not before start or
+ * after stop. Every wait is bounded, the lock too: the caller may be a signal handler that
+ * interrupted this same function. */
+static void agent_flush(void)
+{
+    if (!atomic_load(&A.running) || cp_agent_thread || cp_in_agent || A.pid != (int)getpid())
+        return;
+    int e = errno;
+    int64_t bound = FLUSH_WAIT_NS;
+    if (cp_cfg.brokers[0] || cp_cfg.server[0]) bound += cp_cfg.flush_ns;
+    struct timespec ts;
+    deadline_in(&ts, bound);
+    if (pthread_mutex_timedlock(&A.mu, &ts) != 0) {
+        errno = e;
+        return;
+    }
+    uint64_t want = ++A.flush_asked;
+    pthread_cond_broadcast(&A.cv);
+    int rc = 0;
+    while (A.flush_done < want && !A.finished && rc == 0)
+        rc = pthread_cond_timedwait(&A.cv, &A.mu, &ts);
+    pthread_mutex_unlock(&A.mu);
+    errno = e;
 }
 
 /* Removes this library from LD_PRELOAD so exec'd children run without it. */
@@ -457,6 +544,8 @@ CONTPROF_EXTERN int contprof_start(const contprof_options *opts)
     cp_modules_refresh(1);
     if (cp_cfg.alloc_rate > 0 && cp_alloc_init() == 0) cp_alloc_set_rate(cp_cfg.alloc_rate);
     cp_exec_resolve();
+    cp_exec_set_flush(agent_flush);
+    cp_fd_set_exit_hook(agent_flush);
     if (cp_cpu_start() != 0) snprintf(cp_engine, sizeof(cp_engine), "off");
     cp_threads_scan();
     /* one thread (the constructor, before main): grow the fd table now, where it costs no

@@ -36,10 +36,16 @@ static atomic_int g_hwm;   /* 1 + the highest fd ever marked */
 static atomic_int g_floor; /* 0 until computed */
 static atomic_int g_pid;   /* this process, to tell a vfork child (which shares our memory) */
 static _Atomic(cp_fd_perf_moved_fn) g_perf_holder; /* thread.c's cp_perf_fd_moved */
+static _Atomic(cp_fd_exit_fn) g_exit_hook;         /* agent.c's flush */
 
 void cp_fd_set_perf_holder(cp_fd_perf_moved_fn fn)
 {
     atomic_store(&g_perf_holder, fn);
+}
+
+void cp_fd_set_exit_hook(cp_fd_exit_fn fn)
+{
+    atomic_store(&g_exit_hook, fn);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -497,6 +503,11 @@ CONTPROF_EXTERN long syscall(long n, ...)
             return dup2((int)a, (int)b);
         case SYS_dup3:
             return dup3((int)a, (int)b, (int)c);
+        case SYS_exit_group: {
+            cp_fd_exit_fn x = atomic_load(&g_exit_hook);
+            if (x) x();
+            break;
+        }
         default:
             break;
         }

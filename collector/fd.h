@@ -47,4 +47,9 @@ typedef int (*cp_fd_perf_moved_fn)(int from, int to);
 /* Registers the one perf fd holder; before the first perf fd is adopted. */
 void cp_fd_set_perf_holder(cp_fd_perf_moved_fn fn);
 
+/* Called by syscall(SYS_exit_group, ...) on a host thread before the process ends (the
+ * agent's bounded flush of its window, registered by agent.c). */
+typedef void (*cp_fd_exit_fn)(void);
+void cp_fd_set_exit_hook(cp_fd_exit_fn fn);
+
 #endif
