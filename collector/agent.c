@@ -296,6 +296,11 @@ static void finish_window(int64_t end)
 static int last_window_empty(void)
 {
     if (A.window_cpu) return 0;
+    unsigned n = atomic_load(&cp_threads_hwm);
+    for (unsigned i = 0; i < n && i < CP_MAX_THREADS; i++) { /* samples not drained yet */
+        cp_thread *t = atomic_load(&cp_threads[i]);
+        if (t && atomic_load(&t->head) != atomic_load(&t->tail)) return 0;
+    }
     return A.forked || cp_alloc_nbuckets() == 0;
 }
 
@@ -307,7 +312,7 @@ static void *agent_main(void *arg)
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     pthread_setname_np(pthread_self(), "contprof-agent");
-    cp_modules_refresh(1);
+    cp_modules_refresh(0); /* contprof_start's snapshot (or the parent's) serves unless it moved */
     int64_t window_end_mono = cp_mono_ns() + (cp_cfg.window_ns - (cp_now_ns() - A.window_start));
     int64_t next_names = 0;
     int stopping = 0;
@@ -340,14 +345,16 @@ static void *agent_main(void *arg)
         pthread_mutex_unlock(&A.mu);
 
         int64_t now = cp_mono_ns();
-        if (now >= next_names) {
+        /* an empty last window: no names to read, no Kafka client to build */
+        int empty = (stopping || flushing) && last_window_empty();
+        if (now >= next_names && !empty) {
             cp_threads_refresh_names();
             next_names = now + 1000000000;
         }
         drain();
         cp_threads_reap();
-        transport_tick();
-        if ((stopping || flushing) && last_window_empty()) {
+        if (!empty) transport_tick();
+        if (empty) {
             A.window_start = cp_now_ns();
         } else if (stopping || flushing || now >= window_end_mono) {
             finish_window(cp_now_ns());
