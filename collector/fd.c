@@ -10,7 +10,13 @@
  * A gate keeps the host's calls that make, close or overwrite an fd from meeting an agent
  * fd between its birth at a low number and its move; fopen/opendir on the agent's threads
  * are made of the hooked open, and dlopen (whose fds libc makes past any hook) holds the
- * gate. Design and limits: README.md, "File descriptors". */
+ * gate. The fd table is grown to cover the floor once, while the process has one thread
+ * (cp_fd_reserve: the constructor, a fork child), since growing it later, with the agent
+ * thread running, waits for an RCU grace period (milliseconds, at every process's exit);
+ * kept over a floor below the kernel's initial 64 (it would meet a host's own fds, and
+ * librdkafka's cannot be moved) and over moving only when the host reaches the agent's
+ * numbers (the host's open() would get other numbers than without the agent). Design and
+ * limits: README.md, "File descriptors". */
 #include "fd.h"
 
 #include <dlfcn.h>
