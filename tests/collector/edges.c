@@ -5,7 +5,11 @@
  *   _exit     _exit(0)          _Exit   _Exit(0)          sysexit  syscall(SYS_exit_group, 0)
  *   vfork     vfork, the child execs /bin/true (or _exits if that fails), then return
  *   vforkexit vfork, the child _exits at once, then return
- *   forkexit  fork; the child burns and _exits, the parent waits and returns */
+ *   forkexit  fork; the child burns and _exits, the parent waits and returns
+ *   sigexit   a thread mallocs and frees in a loop; after SECS of its CPU time a signal
+ *             handler on that thread calls _exit(0), often inside the agent's malloc hook */
+#include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +48,33 @@ static void burn_and_say(double secs)
     fflush(stdout);
 }
 
+static void exit_now(int sig)
+{
+    (void)sig;
+    _exit(0);
+}
+
+static void *churn(void *arg)
+{
+    double secs = *(double *)arg;
+    struct sigaction sa = {.sa_handler = exit_now};
+    sigaction(SIGUSR1, &sa, NULL);
+    clockid_t clk;
+    pthread_getcpuclockid(pthread_self(), &clk);
+    struct sigevent ev = {.sigev_notify = SIGEV_THREAD_ID, .sigev_signo = SIGUSR1};
+    ev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
+    timer_t tm;
+    if (timer_create(clk, &ev, &tm) != 0) exit(3);
+    struct itimerspec its = {.it_value = {(time_t)secs, (long)((secs - (time_t)secs) * 1e9)}};
+    timer_settime(tm, 0, &its, NULL);
+    for (unsigned i = 0;; i++) {
+        void *p = malloc(64 + (i % 4096));
+        sink += (uintptr_t)p;
+        free(p);
+    }
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) return 2;
@@ -58,6 +89,12 @@ int main(int argc, char **argv)
         int st = 0;
         waitpid(p, &st, 0);
         return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+    }
+    if (!strcmp(m, "sigexit")) {
+        pthread_t t;
+        pthread_create(&t, NULL, churn, &secs);
+        pthread_join(t, NULL);
+        return 4;
     }
     burn_and_say(secs);
     if (!strcmp(m, "return")) return 0;

@@ -156,6 +156,30 @@ TEST(vfork_child_does_not_flush)
     check_mode("vforkexit", "0.3");
 }
 
+/* _exit from a signal handler that interrupted a thread in the agent's malloc hooks (every
+ * allocation sampled, so often under the sampler's lock, which the agent thread takes to
+ * build the window): the flush is skipped or its wait bounded; the process must end with
+ * status 0, well within the 200 ms bound (+ its 300 ms of churn) each time. */
+TEST(exit_in_signal_handler_never_hangs)
+{
+    make_dir();
+    const char *lib = getenv("CP_TEST_LIB");
+    static char preload[600];
+    snprintf(preload, sizeof(preload), "LD_PRELOAD=%s", lib ? lib : CP_LIB);
+    const char *env[] = {preload, g_env_dir, "CONTPROF_ALLOC_RATE=1", NULL};
+    const char *args[] = {"sigexit", "0.3", NULL};
+    for (int i = 0; i < 5; i++) {
+        int64_t t0 = mono_ns();
+        int st = run_capture(CPE, args, NULL, env, g_out, sizeof(g_out));
+        double secs = (double)(mono_ns() - t0) / 1e9;
+        printf("run %d: status %d, %.2f s\n", i, st, secs);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        CHECK(secs < 5);
+    }
+    remove_dir();
+}
+
 TEST_MAIN(T(exec_flushes_window), T(exit_underscore_flushes_window), T(exit_c99_flushes_window),
           T(exit_group_syscall_flushes_window), T(short_process_gets_window),
-          T(fork_child_exit_flushes_window), T(shell_loop_keeps_cpu), T(vfork_child_does_not_flush))
+          T(fork_child_exit_flushes_window), T(shell_loop_keeps_cpu), T(vfork_child_does_not_flush),
+          T(exit_in_signal_handler_never_hangs))
