@@ -289,10 +289,10 @@ static void finish_window(int64_t end)
 
 /* A last window (at stop, before exec, at _exit) with nothing in it is neither built nor
  * written: no CPU sample drained and no allocation ever sampled (so nothing live either),
- * as in a preloaded /bin/true. In a fork child, a window without a CPU sample is skipped even
- * with sampled allocations: its in-use blocks are the parent's, which reports them, and a
- * child that forks and execs at once would otherwise build and symbolize a window before
- * every exec. */
+ * as in a preloaded /bin/true. In a fork child that has sent nothing yet, a window without a
+ * CPU sample is skipped even with sampled allocations: its in-use blocks are the parent's,
+ * which reports them, and a child that forks and execs at once would otherwise build and
+ * symbolize a window before every exec. */
 static int last_window_empty(void)
 {
     if (A.window_cpu) return 0;
@@ -301,7 +301,7 @@ static int last_window_empty(void)
         cp_thread *t = atomic_load(&cp_threads[i]);
         if (t && atomic_load(&t->head) != atomic_load(&t->tail)) return 0;
     }
-    return A.forked || cp_alloc_nbuckets() == 0;
+    return (A.forked && A.sequence == 0) || cp_alloc_nbuckets() == 0;
 }
 
 static void *agent_main(void *arg)
