@@ -53,6 +53,7 @@ static struct {
      * this memory, not the thread). forked: this instance is a fork child's. */
     uint64_t flush_asked, flush_done;
     int pid, forked;
+    int idle;                 /* under mu: the agent thread waits for its next tick */
     unsigned long window_cpu; /* samples drained into the current window (agent thread) */
 } A = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
@@ -292,8 +293,10 @@ static void finish_window(int64_t end)
  * as in a preloaded /bin/true. In a fork child that has sent nothing yet, a window without a
  * CPU sample is skipped even with sampled allocations: its in-use blocks are the parent's,
  * which reports them, and a child that forks and execs at once would otherwise build and
- * symbolize a window before every exec. */
-static int last_window_empty(void)
+ * symbolize a window before every exec. On the agent thread, or on a host thread while the
+ * agent thread is idle (under mu). may_lock: the sampler's lock may be taken (not on a thread
+ * that may hold it: an _exit from a signal handler); without it, unknown means not empty. */
+static int last_window_empty(int may_lock)
 {
     if (A.window_cpu) return 0;
     unsigned n = atomic_load(&cp_threads_hwm);
@@ -301,7 +304,8 @@ static int last_window_empty(void)
         cp_thread *t = atomic_load(&cp_threads[i]);
         if (t && atomic_load(&t->head) != atomic_load(&t->tail)) return 0;
     }
-    return (A.forked && A.sequence == 0) || cp_alloc_nbuckets() == 0;
+    if ((A.forked && A.sequence == 0) || cp_cfg.alloc_rate <= 0) return 1;
+    return may_lock && cp_alloc_nbuckets() == 0;
 }
 
 static void *agent_main(void *arg)
@@ -337,8 +341,10 @@ static void *agent_main(void *arg)
                 ts.tv_sec++;
                 ts.tv_nsec -= 1000000000;
             }
+            A.idle = 1;
             pthread_cond_timedwait(&A.cv, &A.mu, &ts);
         }
+        A.idle = 0;
         stopping = A.stop;
         uint64_t flush = A.flush_asked;
         int flushing = flush != A.flush_done;
@@ -346,7 +352,7 @@ static void *agent_main(void *arg)
 
         int64_t now = cp_mono_ns();
         /* an empty last window: no names to read, no Kafka client to build */
-        int empty = (stopping || flushing) && last_window_empty();
+        int empty = (stopping || flushing) && last_window_empty(1);
         if (now >= next_names && !empty) {
             cp_threads_refresh_names();
             next_names = now + 1000000000;
@@ -417,6 +423,7 @@ static int start_agent_thread(void)
 {
     A.stop = 0;
     A.finished = 0;
+    A.idle = 1; /* until its first wake-up it does no window's work */
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 1 << 20);
@@ -498,6 +505,11 @@ static void agent_flush(void)
         errno = e;
         return;
     }
+    if (A.idle && !A.kafka && last_window_empty(0)) { /* nothing to write: no round trip */
+        pthread_mutex_unlock(&A.mu);
+        errno = e;
+        return;
+    }
     uint64_t want = ++A.flush_asked;
     pthread_cond_broadcast(&A.cv);
     int rc = 0;
@@ -572,13 +584,24 @@ CONTPROF_EXTERN int contprof_start(const contprof_options *opts)
     return rc;
 }
 
-CONTPROF_EXTERN void contprof_stop(void)
+/* at_exit (the destructor): the process ends next, so an agent thread that is idle, with an
+ * empty last window and no Kafka client to flush, is told to stop and not waited for (it
+ * has nothing to write; exit_group ends it wherever it is). A preloaded /bin/true exits
+ * without a context switch to the agent thread. */
+static void stop(int at_exit)
 {
     if (!atomic_load(&A.running)) return;
     cp_cpu_stop();
     pthread_mutex_lock(&A.mu);
+    int nothing = at_exit && A.idle && !A.kafka && last_window_empty(1);
     A.stop = 1;
     pthread_cond_broadcast(&A.cv);
+    if (nothing) {
+        pthread_mutex_unlock(&A.mu);
+        cp_alloc_set_rate(0);
+        atomic_store(&A.running, 0);
+        return;
+    }
     /* Bounded: the final window plus the Kafka flush, then we go on regardless. */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -602,6 +625,11 @@ CONTPROF_EXTERN void contprof_stop(void)
     atomic_store(&A.running, 0);
 }
 
+CONTPROF_EXTERN void contprof_stop(void)
+{
+    stop(0);
+}
+
 CONTPROF_EXTERN int contprof_running(void)
 {
     return atomic_load(&A.running);
@@ -619,5 +647,5 @@ __attribute__((constructor)) static void contprof_ctor(void)
 
 __attribute__((destructor)) static void contprof_dtor(void)
 {
-    contprof_stop();
+    stop(1);
 }
