@@ -12,6 +12,8 @@
 # Floors (issue 24): at most 1 ms of wall time and 0.5 ms of CPU time added.
 # The `loaded` variant (CONTPROF_DISABLE=1: the library and its dependencies mapped and
 # relocated, constructors run, no agent started) splits the cost into loading and running.
+# Two reference rows time growing a fresh process's fd table to 4096 entries with one thread
+# and with two (medians of 15 Python processes): the reason for fd.c's cp_fd_reserve.
 set -u
 BUILD=${1:-${BUILD_DIR:-build}}
 LIB=$BUILD/collector/libcontprof.so
@@ -56,4 +58,22 @@ row("true_cpu_ms_added", med(cpu["agent"]) - med(cpu["plain"]), 0.5)
 row("true_cpu_ms_added_loading", med(cpu["loaded"]) - med(cpu["plain"]))
 files = sum(len(f) for _, _, f in os.walk(tmp))
 row("true_files_written", files)
+
+# Why the agent grows the fd table in the constructor (fd.c cp_fd_reserve): the first fd at
+# 3904 (the table grows from 64 to 4096 entries) in a fresh process with one thread, and
+# with a second thread alive (expand_fdtable then waits for an RCU grace period).
+import subprocess
+grow = '''
+import fcntl, os, sys, threading, time
+if sys.argv[1] == "threaded":
+    threading.Thread(target=time.sleep, args=(1,), daemon=True).start()
+fd = os.open("/", os.O_PATH | os.O_CLOEXEC)
+t0 = time.perf_counter_ns()
+hi = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3904)
+print((time.perf_counter_ns() - t0) / 1e3)
+'''
+for mode in ("single", "threaded"):
+    us = [float(subprocess.run([sys.executable, "-c", grow, mode], capture_output=True, text=True,
+                               env=base).stdout) for _ in range(15)]
+    row("fd_table_grow_us_" + mode, med(us))
 EOF
