@@ -3,8 +3,8 @@
  *   return    return from main (exit: destructors run)
  *   exec      execv /bin/true
  *   _exit     _exit(0)          _Exit   _Exit(0)          sysexit  syscall(SYS_exit_group, 0)
- *   vfork     vfork, the child execs /bin/true (or _exits if that fails), then return
- *   vforkexit vfork, the child _exits at once, then return
+ *   vfork     vfork, the child execs /bin/true (or _exits if that fails); burn again, return
+ *   vforkexit vfork, the child _exits at once; burn again, return
  *   forkexit  fork; the child burns and _exits, the parent waits and returns
  *   sigexit   a thread mallocs and frees in a loop; after SECS of its CPU time a signal
  *             handler on that thread calls _exit(0), often inside the agent's malloc hook */
@@ -116,6 +116,7 @@ int main(int argc, char **argv)
         }
         int st = 0;
         waitpid(p, &st, 0);
+        burn_and_say(secs);
         return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
     }
     return 2;

@@ -147,13 +147,33 @@ TEST(shell_loop_keeps_cpu)
     remove_dir();
 }
 
+/* cpe MODE SECS must leave exactly n cpu profiles. */
+static void check_windows(const char *mode, const char *secs, int n)
+{
+    make_dir();
+    const char *args[] = {mode, secs, NULL};
+    run_agent(CPE, args);
+    pset s;
+    pset_load(g_dir, &s);
+    int cpu = 0;
+    for (int i = 0; i < s.n; i++)
+        cpu += !strcmp(s.f[i].kind, "cpu");
+    pset_free(&s);
+    printf("%s %s: %d cpu profiles\n", mode, secs, cpu);
+    CHECK_EQ(cpu, n);
+    remove_dir();
+}
+
 /* A vfork child shares the parent's memory while the parent waits: its exec and its _exit must
- * not ask the parent's agent thread for a flush (nor wait for one); the parent's window is
- * written once, at its own exit, holding its CPU time once. */
+ * not ask the parent's agent thread for a flush (nor wait for one). The parent burns before
+ * the vfork and after it: its CPU time is all there once, in one window, written at its own
+ * exit (a flush asked by the child would have cut it in two). */
 TEST(vfork_child_does_not_flush)
 {
     check_mode("vfork", "0.3");
     check_mode("vforkexit", "0.3");
+    check_windows("vfork", "0.2", 1);
+    check_windows("vforkexit", "0.2", 1);
 }
 
 /* _exit from a signal handler that interrupted a thread in the agent's malloc hooks (every
