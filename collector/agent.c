@@ -639,6 +639,9 @@ CONTPROF_EXTERN int contprof_running(void)
  * library being in LD_PRELOAD). Linked: the program calls contprof_start. */
 __attribute__((constructor)) static void contprof_ctor(void)
 {
+    /* the exec and _exit hooks' next functions, found now even if the agent stays idle: an
+     * _exit from a signal handler must not be the first to call dlsym */
+    cp_exec_resolve();
     const char *pl = getenv("LD_PRELOAD");
     const char *dis = getenv("CONTPROF_DISABLE");
     if (dis && *dis && strcmp(dis, "0") != 0) return;
