@@ -337,6 +337,15 @@ void cp_fd_reserve(void)
     agent_leave();
 }
 
+/* What cp_fd_reserve calls, found at load: in a fork child of a threaded process, dlsym could
+ * wait for a loader lock that a thread of the parent held at fork. */
+__attribute__((constructor)) static void fd_resolve(void)
+{
+    (void)REAL(open);
+    (void)REAL(fcntl);
+    (void)REAL(close);
+}
+
 /* on_agent on an agent thread, on_host on any other, each through its side of the gate */
 #define GATED(on_agent, on_host)                                                                   \
     __extension__({                                                                                \
