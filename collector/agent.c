@@ -48,6 +48,13 @@ static struct {
     int64_t next_resolve;
     int64_t next_refetch, refetch_backoff; /* asking the server again (refetch_brokers) */
     int atfork_done;
+    /* Flushes asked for by exec and _exit (agent_flush): asked counts requests, done the ones
+     * served, both under mu. pid: the process this agent thread serves (a vfork child shares
+     * this memory, not the thread). forked: this instance is a fork child's. */
+    uint64_t flush_asked, flush_done;
+    int pid, forked;
+    int idle;                 /* under mu: the agent thread waits for its next tick */
+    unsigned long window_cpu; /* samples drained into the current window (agent thread) */
 } A = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 /* ------------------------------------------------------------------------------------
@@ -240,6 +247,7 @@ static void drain(void)
         if (st != CP_T_LIVE && st != CP_T_DEAD) continue;
         unsigned h = atomic_load_explicit(&t->head, memory_order_acquire);
         unsigned tl = atomic_load_explicit(&t->tail, memory_order_relaxed);
+        A.window_cpu += h - tl;
         for (; tl != h; tl++)
             cp_window_add_cpu(&t->ring[tl & (CP_RING - 1)], t->name);
         atomic_store_explicit(&t->tail, tl, memory_order_release);
@@ -280,6 +288,26 @@ static void finish_window(int64_t end)
     cp_isolates_reap();
 }
 
+/* A last window (at stop, before exec, at _exit) with nothing in it is neither built nor
+ * written: no CPU sample drained and no allocation ever sampled (so nothing live either),
+ * as in a preloaded /bin/true. In a fork child that has sent nothing yet, a window without a
+ * CPU sample is skipped even with sampled allocations: its in-use blocks are the parent's,
+ * which reports them, and a child that forks and execs at once would otherwise build and
+ * symbolize a window before every exec. On the agent thread, or on a host thread while the
+ * agent thread is idle (under mu). may_lock: the sampler's lock may be taken (not on a thread
+ * that may hold it: an _exit from a signal handler); without it, unknown means not empty. */
+static int last_window_empty(int may_lock)
+{
+    if (A.window_cpu) return 0;
+    unsigned n = atomic_load(&cp_threads_hwm);
+    for (unsigned i = 0; i < n && i < CP_MAX_THREADS; i++) { /* samples not drained yet */
+        cp_thread *t = atomic_load(&cp_threads[i]);
+        if (t && atomic_load(&t->head) != atomic_load(&t->tail)) return 0;
+    }
+    if ((A.forked && A.sequence == 0) || cp_cfg.alloc_rate <= 0) return 1;
+    return may_lock && cp_alloc_nbuckets() == 0;
+}
+
 static void *agent_main(void *arg)
 {
     (void)arg;
@@ -288,7 +316,7 @@ static void *agent_main(void *arg)
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     pthread_setname_np(pthread_self(), "contprof-agent");
-    cp_modules_refresh(1);
+    cp_modules_refresh(0); /* contprof_start's snapshot (or the parent's) serves unless it moved */
     int64_t window_end_mono = cp_mono_ns() + (cp_cfg.window_ns - (cp_now_ns() - A.window_start));
     int64_t next_names = 0;
     int stopping = 0;
@@ -301,7 +329,7 @@ static void *agent_main(void *arg)
     if (tick_ns > 500000000) tick_ns = 500000000;
     while (!stopping) {
         pthread_mutex_lock(&A.mu);
-        if (!A.stop) {
+        if (!A.stop && A.flush_asked == A.flush_done) {
             int64_t wait_ns = window_end_mono - cp_mono_ns(); /* a window ends on time */
             if (wait_ns > tick_ns) wait_ns = tick_ns;
             if (wait_ns < 1000000) wait_ns = 1000000;
@@ -313,24 +341,47 @@ static void *agent_main(void *arg)
                 ts.tv_sec++;
                 ts.tv_nsec -= 1000000000;
             }
+            A.idle = 1;
             pthread_cond_timedwait(&A.cv, &A.mu, &ts);
         }
+        A.idle = 0;
         stopping = A.stop;
+        uint64_t flush = A.flush_asked;
+        int flushing = flush != A.flush_done;
         pthread_mutex_unlock(&A.mu);
 
         int64_t now = cp_mono_ns();
-        if (now >= next_names) {
+        /* an empty last window: no names to read, no Kafka client to build */
+        int empty = (stopping || flushing) && last_window_empty(1);
+        if (now >= next_names && !empty) {
             cp_threads_refresh_names();
             next_names = now + 1000000000;
         }
         drain();
         cp_threads_reap();
-        transport_tick();
-        if (stopping || now >= window_end_mono) {
+        if (!empty) transport_tick();
+        if (empty) {
+            A.window_start = cp_now_ns();
+        } else if (stopping || flushing || now >= window_end_mono) {
             finish_window(cp_now_ns());
-            window_end_mono += cp_cfg.window_ns;
-            if (window_end_mono < now) window_end_mono = now + cp_cfg.window_ns;
+            A.window_cpu = 0;
+            if (now >= window_end_mono) {
+                window_end_mono += cp_cfg.window_ns;
+                if (window_end_mono < now) window_end_mono = now + cp_cfg.window_ns;
+            }
             transport_tick();
+        }
+        if (flushing && !stopping) {
+            /* the image ends (exec, _exit): what Kafka holds goes now, within the bound; if
+             * an exec fails, transport_tick builds a new client */
+            if (A.kafka) {
+                A.dropped_windows += cp_kafka_destroy(A.kafka, (int)(cp_cfg.flush_ns / 1000000));
+                A.kafka = NULL;
+            }
+            pthread_mutex_lock(&A.mu);
+            A.flush_done = flush;
+            pthread_cond_broadcast(&A.cv);
+            pthread_mutex_unlock(&A.mu);
         }
     }
     if (A.kafka) {
@@ -363,6 +414,8 @@ static void new_instance(void)
              (unsigned long long)A.image_token);
     A.sequence = 0;
     A.window_start = cp_now_ns();
+    A.window_cpu = 0;
+    A.pid = (int)getpid();
 }
 
 /* Starts the agent thread (unregistered, never sampled). Returns 0 or CP_ENOMEM. */
@@ -370,6 +423,7 @@ static int start_agent_thread(void)
 {
     A.stop = 0;
     A.finished = 0;
+    A.idle = 1; /* until its first wake-up it does no window's work */
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 1 << 20);
@@ -405,11 +459,64 @@ static void atfork_child(void)
     A.kafka = NULL;
     A.gz[0] = A.gz[1] = NULL; /* the parent's agent may have been freeing them: lost */
     A.dropped_windows = 0;
+    A.flush_asked = A.flush_done = 0;
+    A.forked = 1;
     cp_guard_after_fork_child();
     cp_threads_after_fork_child();
     new_instance();
     cp_window_abandon();
+    cp_fd_reserve(); /* the child's table is a copy sized to its open fds; it has one thread */
     if (start_agent_thread() != 0) atomic_store(&A.running, 0);
+}
+
+/* How long exec and _exit wait for the agent thread to write the current window, beyond
+ * the Kafka flush bound when brokers are configured. Past it they go on: a host thread that
+ * calls _exit holding a lock the agent thread needs (the sampler's, from a signal handler
+ * that interrupted a malloc hook) must not hang its process. */
+#define FLUSH_WAIT_NS (200 * (int64_t)1000000)
+
+static void deadline_in(struct timespec *ts, int64_t ns)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_sec += ns / 1000000000;
+    ts->tv_nsec += ns % 1000000000;
+    if (ts->tv_nsec >= 1000000000) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000;
+    }
+}
+
+/* The image is about to end (exec, _exit, _Exit, syscall(SYS_exit_group); exec.c and fd.c
+ * call this): asks the agent thread to finish the current window now and waits for it,
+ * bounded. Not on the agent's own threads, not in a vfork child (or a clone that shares this
+ * memory without being this process: the agent thread is not its own), not before start or
+ * after stop. Every wait is bounded, the lock too: the caller may be a signal handler that
+ * interrupted this same function. */
+static void agent_flush(void)
+{
+    if (!atomic_load(&A.running) || cp_agent_thread || cp_in_agent || A.pid != (int)getpid())
+        return;
+    int e = errno;
+    int64_t bound = FLUSH_WAIT_NS;
+    if (cp_cfg.brokers[0] || cp_cfg.server[0]) bound += cp_cfg.flush_ns;
+    struct timespec ts;
+    deadline_in(&ts, bound);
+    if (pthread_mutex_timedlock(&A.mu, &ts) != 0) {
+        errno = e;
+        return;
+    }
+    if (A.idle && !A.kafka && last_window_empty(0)) { /* nothing to write: no round trip */
+        pthread_mutex_unlock(&A.mu);
+        errno = e;
+        return;
+    }
+    uint64_t want = ++A.flush_asked;
+    pthread_cond_broadcast(&A.cv);
+    int rc = 0;
+    while (A.flush_done < want && !A.finished && rc == 0)
+        rc = pthread_cond_timedwait(&A.cv, &A.mu, &ts);
+    pthread_mutex_unlock(&A.mu);
+    errno = e;
 }
 
 /* Removes this library from LD_PRELOAD so exec'd children run without it. */
@@ -456,8 +563,13 @@ CONTPROF_EXTERN int contprof_start(const contprof_options *opts)
     cp_modules_refresh(1);
     if (cp_cfg.alloc_rate > 0 && cp_alloc_init() == 0) cp_alloc_set_rate(cp_cfg.alloc_rate);
     cp_exec_resolve();
+    cp_exec_set_flush(agent_flush);
+    cp_fd_set_exit_hook(agent_flush);
     if (cp_cpu_start() != 0) snprintf(cp_engine, sizeof(cp_engine), "off");
     cp_threads_scan();
+    /* one thread (the constructor, before main): grow the fd table now, where it costs no
+     * RCU grace period (fd.h) */
+    if (atomic_load(&cp_threads_hwm) <= 1) cp_fd_reserve();
     if (!A.atfork_done) {
         pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
         A.atfork_done = 1;
@@ -472,13 +584,24 @@ CONTPROF_EXTERN int contprof_start(const contprof_options *opts)
     return rc;
 }
 
-CONTPROF_EXTERN void contprof_stop(void)
+/* at_exit (the destructor): the process ends next, so an agent thread that is idle, with an
+ * empty last window and no Kafka client to flush, is told to stop and not waited for (it
+ * has nothing to write; exit_group ends it wherever it is). A preloaded /bin/true exits
+ * without a context switch to the agent thread. */
+static void stop(int at_exit)
 {
     if (!atomic_load(&A.running)) return;
     cp_cpu_stop();
     pthread_mutex_lock(&A.mu);
+    int nothing = at_exit && A.idle && !A.kafka && last_window_empty(1);
     A.stop = 1;
     pthread_cond_broadcast(&A.cv);
+    if (nothing) {
+        pthread_mutex_unlock(&A.mu);
+        cp_alloc_set_rate(0);
+        atomic_store(&A.running, 0);
+        return;
+    }
     /* Bounded: the final window plus the Kafka flush, then we go on regardless. */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -502,6 +625,11 @@ CONTPROF_EXTERN void contprof_stop(void)
     atomic_store(&A.running, 0);
 }
 
+CONTPROF_EXTERN void contprof_stop(void)
+{
+    stop(0);
+}
+
 CONTPROF_EXTERN int contprof_running(void)
 {
     return atomic_load(&A.running);
@@ -511,6 +639,9 @@ CONTPROF_EXTERN int contprof_running(void)
  * library being in LD_PRELOAD). Linked: the program calls contprof_start. */
 __attribute__((constructor)) static void contprof_ctor(void)
 {
+    /* the exec and _exit hooks' next functions, found now even if the agent stays idle: an
+     * _exit from a signal handler must not be the first to call dlsym */
+    cp_exec_resolve();
     const char *pl = getenv("LD_PRELOAD");
     const char *dis = getenv("CONTPROF_DISABLE");
     if (dis && *dis && strcmp(dis, "0") != 0) return;
@@ -519,5 +650,5 @@ __attribute__((constructor)) static void contprof_ctor(void)
 
 __attribute__((destructor)) static void contprof_dtor(void)
 {
-    contprof_stop();
+    stop(1);
 }

@@ -10,7 +10,13 @@
  * A gate keeps the host's calls that make, close or overwrite an fd from meeting an agent
  * fd between its birth at a low number and its move; fopen/opendir on the agent's threads
  * are made of the hooked open, and dlopen (whose fds libc makes past any hook) holds the
- * gate. Design and limits: README.md, "File descriptors". */
+ * gate. The fd table is grown to cover the floor once, while the process has one thread
+ * (cp_fd_reserve: the constructor, a fork child), since growing it later, with the agent
+ * thread running, waits for an RCU grace period (milliseconds, at every process's exit);
+ * kept over a floor below the kernel's initial 64 (it would meet a host's own fds, and
+ * librdkafka's cannot be moved) and over moving only when the host reaches the agent's
+ * numbers (the host's open() would get other numbers than without the agent). Design and
+ * limits: README.md, "File descriptors". */
 #include "fd.h"
 
 #include <dlfcn.h>
@@ -37,10 +43,16 @@ static atomic_int g_hwm;   /* 1 + the highest fd ever marked */
 static atomic_int g_floor; /* 0 until computed */
 static atomic_int g_pid;   /* this process, to tell a vfork child (which shares our memory) */
 static _Atomic(cp_fd_perf_moved_fn) g_perf_holder; /* thread.c's cp_perf_fd_moved */
+static _Atomic(cp_fd_exit_fn) g_exit_hook;         /* agent.c's flush */
 
 void cp_fd_set_perf_holder(cp_fd_perf_moved_fn fn)
 {
     atomic_store(&g_perf_holder, fn);
+}
+
+void cp_fd_set_exit_hook(cp_fd_exit_fn fn)
+{
+    atomic_store(&g_exit_hook, fn);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -302,6 +314,39 @@ void cp_fd_gate_leave(void)
     agent_leave();
 }
 
+/* The kernel grows a process's fd table (64 entries at first) to the next power of two above
+ * the highest number in use, and never shrinks it; in a process with more than one thread
+ * (files_struct shared) expand_fdtable waits for an RCU grace period (synchronize_rcu: 3-15
+ * ms measured here), which made the agent thread's first move above the floor cost a
+ * preloaded /bin/true 14 ms of wall time at exit. Growing it once while the process has one
+ * thread costs a few microseconds: a dup to the top of the agent's range, closed at once. */
+void cp_fd_reserve(void)
+{
+    int fl = fd_floor();
+    struct rlimit rl;
+    int top = fl + 64;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)top + 1)
+        top = (int)rl.rlim_cur - 1;
+    if (top < fl) top = fl;
+    agent_enter();
+    int src = REAL(open)("/", O_PATH | O_CLOEXEC, 0);
+    if (src >= 0) {
+        int hi = REAL(fcntl)(src, F_DUPFD_CLOEXEC, top);
+        if (hi >= 0) REAL(close)(hi);
+        REAL(close)(src);
+    }
+    agent_leave();
+}
+
+/* What cp_fd_reserve calls, found at load: in a fork child of a threaded process, dlsym could
+ * wait for a loader lock that a thread of the parent held at fork. */
+__attribute__((constructor)) static void fd_resolve(void)
+{
+    (void)REAL(open);
+    (void)REAL(fcntl);
+    (void)REAL(close);
+}
+
 /* on_agent on an agent thread, on_host on any other, each through its side of the gate */
 #define GATED(on_agent, on_host)                                                                   \
     __extension__({                                                                                \
@@ -474,6 +519,11 @@ CONTPROF_EXTERN long syscall(long n, ...)
             return dup2((int)a, (int)b);
         case SYS_dup3:
             return dup3((int)a, (int)b, (int)c);
+        case SYS_exit_group: {
+            cp_fd_exit_fn x = atomic_load(&g_exit_hook);
+            if (x) x();
+            break;
+        }
         default:
             break;
         }

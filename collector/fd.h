@@ -20,6 +20,11 @@ extern atomic_uint cp_fd_revocations;
  * -1 (fd closed, errno EMFILE) if it cannot be marked. fd < 0 is returned as is.
  * Async-signal-safe (system calls and atomics only). */
 int cp_fd_adopt(int fd, int kind);
+/* Grows the fd table to cover the agent's range above the floor, so that no later move
+ * above it grows the table in a multi-threaded process (which waits for an RCU grace period,
+ * milliseconds). For the one thread of a process that has no other (the constructor): with
+ * more, it would make that thread wait as long. Leaves no fd open. */
+void cp_fd_reserve(void);
 /* Closes an fd of the agent's from any thread (the interposed close() refuses host threads)
  * and unmarks it; a revoked number is only unmarked. Returns close()'s result.
  * Async-signal-safe. */
@@ -41,5 +46,10 @@ int cp_fd_fcntl(int fd, int cmd, long arg);
 typedef int (*cp_fd_perf_moved_fn)(int from, int to);
 /* Registers the one perf fd holder; before the first perf fd is adopted. */
 void cp_fd_set_perf_holder(cp_fd_perf_moved_fn fn);
+
+/* Called by syscall(SYS_exit_group, ...) on a host thread before the process ends (the
+ * agent's bounded flush of its window, registered by agent.c). */
+typedef void (*cp_fd_exit_fn)(void);
+void cp_fd_set_exit_hook(cp_fd_exit_fn fn);
 
 #endif

@@ -195,6 +195,7 @@ static inline long rd_packed(rd *pk, uint64_t *dst)
  * the profile's locations. Anything else (a longer varint, an id 0 or out of range, the
  * last bytes of the run) is left to the scalar loops, which say what is wrong. */
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define IDS_SIMD 1
 
@@ -230,8 +231,11 @@ static void ids_init(void)
         e->n = (uint8_t)n;
         e->used = (uint8_t)pos;
     }
-    __builtin_cpu_init();
-    ids_simd = __builtin_cpu_supports("ssse3");
+    /* cpuid here, when the first profile is decoded: __builtin_cpu_supports would link
+     * libgcc's __cpu_indicator_init, a constructor that runs a dozen cpuids (each a VM
+     * exit) in every process that loads the library, the agent's host included */
+    unsigned a, b, c, d;
+    ids_simd = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_SSSE3);
 }
 
 /* Decodes the ids of [*qp, end) into *dstp while at least eight bytes remain and every id

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Collector overhead: the same workloads (cpb) with and without libcontprof, in one run.
-# Prints rows "name | value | floor | ok".
+# Prints rows "name | value | floor | ok"; ends with startup.sh's rows (/bin/true).
 #   bench/collector/run.sh [BUILD_DIR]   (default: build)
 # Environment: REPS (default 7), UNITS_CPU (default 200, about 1.3 s of CPU) after
 # WARMUP_CPU (170), UNITS_MALLOC (150, about 1.5 s) after WARMUP_MALLOC (150).
@@ -226,3 +226,5 @@ fi
 # peak RSS: the largest of the agent's runs against the largest of the baselines'
 rss=$(sort -n "$TMP/malloc_agent.rss" | awk '{ if ($1 > a) a = $1; if ($2 > b) b = $2 } END { printf "%.1f", (a - b) / 1024 }')
 row collector.agent_rss_growth_mib "$rss" "<=" 16
+# start-up and exit of a process that does nothing (/bin/true): startup.sh's rows
+sh "$(dirname "$0")/startup.sh" "$BUILD"
