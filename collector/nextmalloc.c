@@ -3,6 +3,7 @@
 #include "nextmalloc.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,6 +68,7 @@ void cp_next_resolve(void)
 {
     if (cp_next.free || resolving) return;
     resolving = 1;
+    int saved_errno = errno; /* a host's successful malloc leaves errno alone */
     cp_next_fns r;
     r.malloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
     r.calloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "calloc");
@@ -91,6 +93,7 @@ void cp_next_resolve(void)
         if (atomic_load(&pool_mixed)) atomic_store(&cp_next_hot_free, free_checked);
     }
     resolving = 0;
+    errno = saved_errno;
 }
 
 __attribute__((noinline, cold)) void *cp_next_malloc_boot(size_t n)
