@@ -757,12 +757,12 @@ CONTPROF_EXTERN int posix_memalign(void **out, size_t align, size_t n)
     if (rc != 0 && cp_agent_thread && (*out = cp_next_reserve(n, align)) != NULL) rc = 0;
     return rc;
 slow:;
-    int saved = errno; /* posix_memalign reports through its result, not errno */
+    /* errno as glibc's leaves it: untouched on success, ENOMEM (set by the memalign that
+     * failed) on failure */
     void *p = memalign_slow(align, n, HOOK_SKIP + 1); /* called, not tail-called */
-    int e = p ? 0 : errno == EINVAL ? EINVAL : ENOMEM;
-    errno = saved;
-    if (p) *out = p;
-    return e;
+    if (!p) return errno == EINVAL ? EINVAL : ENOMEM;
+    *out = p;
+    return 0;
 }
 
 CONTPROF_EXTERN void *aligned_alloc(size_t align, size_t n)
