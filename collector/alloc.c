@@ -826,10 +826,10 @@ slow:
  * brings them they must be hooked too, or a sampled interior block would reach the next
  * allocator's free at its page-aligned address. */
 
-CONTPROF_EXTERN size_t malloc_usable_size(void *p)
+/* malloc_usable_size of a page-aligned block (maybe a sampled one), or before the next
+ * allocator is known. */
+__attribute__((noinline, cold)) static size_t usable_slow(void *p)
 {
-    if (!p) return 0;
-    if (cp_next_in_pool(p)) return (size_t)(cp_next_pool + CP_NEXT_POOL_SIZE - (char *)p);
     cp_next_resolve();
     if (!cp_next.malloc_usable_size) return 0;
     uintptr_t base = 0;
@@ -845,4 +845,15 @@ CONTPROF_EXTERN size_t malloc_usable_size(void *p)
     if (base) /* interior: what is left of the block that holds it */
         return interior_usable(&(live_entry){.ptr = (uintptr_t)p, .base = base});
     return cp_next.malloc_usable_size(p);
+}
+
+/* Common path: a test of the pointer's low bits and a tail call, as free (redis's zmalloc
+ * calls it at every allocation and free). */
+CONTPROF_EXTERN size_t malloc_usable_size(void *p)
+{
+    if (!p) return 0;
+    if (cp_next_in_pool(p)) return (size_t)(cp_next_pool + CP_NEXT_POOL_SIZE - (char *)p);
+    size_t (*fn)(void *) = cp_next.malloc_usable_size;
+    if (__builtin_expect(!fn || page_aligned(p), 0)) return usable_slow(p);
+    return fn(p);
 }

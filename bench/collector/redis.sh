@@ -27,7 +27,8 @@ CORE_C=0
 [ "$(nproc)" -gt 1 ] && CORE_C=1
 TMP=$(mktemp -d)
 PIDS=""
-trap 'for p in $PIDS; do kill "$p" 2> /dev/null; done; rm -rf "$TMP"' EXIT
+# the servers stopped and waited for (the agent writes its last window at exit)
+trap 'for p in $PIDS; do kill "$p" 2> /dev/null; done; wait; rm -rf "$TMP"' EXIT
 
 # a free loopback port (bound and released by the kernel's choice)
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
