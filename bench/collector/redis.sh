@@ -3,7 +3,8 @@
 # (100 Hz CPU sampling, allocation sampling every 512 KiB, 10 s windows) against redis
 # alone, in one run. Prints rows "name | value | floor | ok" as run.sh does.
 #   bench/collector/redis.sh [BUILD_DIR]   (default: build)
-# Environment: REPS (default 7), REQUESTS per round and server (default 200000).
+# Environment: REPS (default 7), REQUESTS per round and server (default 200000),
+# AGENT_ENV: more VAR=VALUE for the agent's server (CONTPROF_CPU_HZ=0: allocations only).
 #
 # Three servers run at once, pinned to core 0: one under the agent, two without (the
 # second one measures how far this machine moves a ratio by itself); three redis-benchmark
@@ -57,7 +58,8 @@ start() {
 cpu_ns() { cat /proc/"$(cat "$TMP/$1.pid")"/task/*/schedstat | awk '{ t += $1 } END { printf "%.0f", t }'; }
 
 SERVERS="agent plain plain2"
-start agent CONTPROF_OUTPUT_DIR="$TMP/windows" LD_PRELOAD="$LIB"
+# shellcheck disable=SC2086
+start agent ${AGENT_ENV:-} CONTPROF_OUTPUT_DIR="$TMP/windows" LD_PRELOAD="$LIB"
 start plain
 start plain2
 
