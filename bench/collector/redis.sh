@@ -56,6 +56,12 @@ start() {
 
 # cpu_ns NAME: the server's CPU time so far, every thread's
 cpu_ns() { cat /proc/"$(cat "$TMP/$1.pid")"/task/*/schedstat | awk '{ t += $1 } END { printf "%.0f", t }'; }
+# agent_ns NAME: the CPU time so far of the agent's own thread in the server (0 if none)
+agent_ns() {
+    for t in /proc/"$(cat "$TMP/$1.pid")"/task/*; do
+        [ "$(cat "$t/comm" 2> /dev/null)" = contprof-agent ] && cat "$t/schedstat"
+    done | awk '{ t += $1 } END { printf "%.0f", t }'
+}
 
 SERVERS="agent plain plain2"
 # shellcheck disable=SC2086
@@ -66,6 +72,7 @@ start plain2
 # round: every server loaded at once; appends each one's ns per request to $TMP/NAME.ns
 round() {
     for s in $SERVERS; do echo "$(cpu_ns $s)" > "$TMP/$s.before"; done
+    echo "$(agent_ns agent)" > "$TMP/agent_thread.before"
     clients=""
     for s in $SERVERS; do
         taskset -c $CORE_C redis-benchmark -p "$(cat "$TMP/$s.port")" -n "$N" -P 16 -r 100000 \
@@ -79,6 +86,8 @@ round() {
         awk -v a="$(cat "$TMP/$s.before")" -v b="$(cpu_ns $s)" -v n="$N" \
             'BEGIN { printf "%.1f\n", (b - a) / (7 * n) }' >> "$TMP/$s.ns"
     done
+    awk -v a="$(cat "$TMP/agent_thread.before")" -v b="$(agent_ns agent)" -v n="$N" \
+        'BEGIN { printf "%.1f\n", (b - a) / (7 * n) }' >> "$TMP/agent_thread.ns"
 }
 
 round
@@ -105,4 +114,8 @@ ref redis.noise_plain2_vs_plain_cpu_ratio "$(ratios plain2 plain | median)"
 ref redis.noise_plain2_vs_plain_cpu_ratio_spread "$(ratios plain2 plain | spread)"
 row redis.agent_100hz_512k_cpu_ratio "$(ratios agent plain | median)" "<=" 1.05
 ref redis.agent_100hz_512k_cpu_ratio_spread "$(ratios agent plain | spread)"
+# the agent's thread (draining rings, windows: symbolizing, encoding, writing) apart from
+# what the hooks and the signal handler cost the server's own threads
+ref redis.agent_thread_cpu_ns_per_request "$(median < "$TMP/agent_thread.ns")"
+ref redis.agent_without_its_thread_cpu_ratio "$(paste "$TMP/agent.ns" "$TMP/agent_thread.ns" "$TMP/plain.ns" | awk '{ print ($1 - $2) / $3 }' | median)"
 ref redis.agent_alloc_profiles_written "$(ls "$TMP/windows" 2> /dev/null | grep -c '\.alloc\.')"
