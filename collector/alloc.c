@@ -253,7 +253,7 @@ __attribute__((noinline)) static int64_t sample_decide(size_t n)
 __attribute__((noinline)) static void sample_record(void *p, uintptr_t base, size_t n, int64_t rate,
                                                     int skip, const uint64_t *ids, uint32_t m)
 {
-    int saved = cp_in_agent;
+    int saved = cp_in_agent, saved_errno = errno;
     cp_in_agent = 1; /* registering and unwinding do not sample themselves */
     cp_thread *t = cp_self ? cp_self : cp_thread_register_self();
     uint64_t pcs[CP_MAX_FRAMES];
@@ -277,6 +277,9 @@ __attribute__((noinline)) static void sample_record(void *p, uintptr_t base, siz
     }
     pthread_mutex_unlock(&g_lock);
     cp_in_agent = saved;
+    /* a host's successful call leaves errno alone: exp() underflows (ERANGE) for blocks
+     * far above the rate, registering the thread may fail a system call */
+    errno = saved_errno;
 }
 
 /* ------------------------------------------------------------------------------------
@@ -420,7 +423,9 @@ static inline int page_aligned(const void *p)
 }
 
 /* A block of n bytes for a sample: page-aligned (align: what the caller asked for, a
- * power of two), zeroed if zero is set; NULL if the allocator has none.
+ * power of two), zeroed if zero is set (all of its usable size, as glibc's calloc does);
+ * NULL if the allocator has none. errno is left as it was either way: on NULL the caller
+ * asks the allocator itself, which says why if it fails too.
  *
  * Small ones are *interior*: a plain block of n + 4096 bytes from the next allocator
  * (*base), and the page boundary inside it. The allocator never sees the page-aligned
@@ -432,22 +437,28 @@ static inline int page_aligned(const void *p)
 static void *tagged_alloc(size_t align, size_t n, int zero, uintptr_t *base)
 {
     *base = 0;
+    int saved_errno = errno;
+    void *p = NULL;
     if (n <= INTERIOR_MAX_SIZE && align <= PAGE_MASK + 1 && S) {
         if (atomic_fetch_add(&interior_reserved, 1) < LIVE_MAX_INTERIOR) {
             void *q =
                 zero ? cp_next.calloc(1, n + PAGE_MASK + 1) : cp_next.malloc(n + PAGE_MASK + 1);
             if (q) {
                 *base = (uintptr_t)q;
-                return (void *)(((uintptr_t)q + PAGE_MASK) & ~PAGE_MASK);
+                p = (void *)(((uintptr_t)q + PAGE_MASK) & ~PAGE_MASK);
+                goto out;
             }
         }
         atomic_fetch_sub(&interior_reserved, 1);
     }
-    if (!cp_next.memalign) return NULL;
-    void *p = cp_next.memalign(align > PAGE_MASK ? align : PAGE_MASK + 1, n);
+    if (!cp_next.memalign) goto out;
+    p = cp_next.memalign(align > PAGE_MASK ? align : PAGE_MASK + 1, n);
     /* glibc's mmapped chunks are fresh zero pages (what its calloc relies on): not
      * touching them keeps a big sparse calloc sparse. */
-    if (p && zero && !cp_next_fresh_zeroed(p)) memset(p, 0, n);
+    if (p && zero && !cp_next_fresh_zeroed(p))
+        memset(p, 0, cp_next.malloc_usable_size ? cp_next.malloc_usable_size(p) : n);
+out:
+    errno = saved_errno;
     return p;
 }
 
@@ -601,19 +612,32 @@ unsampled:
     return q;
 }
 
-/* realloc of a bootstrap block: it moves to the real heap. */
+/* realloc of a bootstrap block: it moves to the real heap (all of the usable size
+ * malloc_usable_size gave, up to n: what is left of the pool), or with n == 0 it is freed
+ * (kept: pool blocks are never reused) and NULL returned, as glibc's realloc(p, 0). */
 __attribute__((noinline, cold)) static void *realloc_pool(void *p, size_t n)
 {
+    if (n == 0) return NULL;
     void *q = malloc(n);
     if (q) {
-        size_t have = (size_t)(cp_next_pool + CP_NEXT_POOL_SIZE - (char *)p);
+        size_t have = cp_next_pool_usable(p);
         memcpy(q, p, have < n ? have : n);
     }
     return q;
 }
 
+/* What malloc_usable_size said of interior block e: the rest of the block that holds it.
+ * The caller may have written all of it, and realloc keeps all of it (up to the new size). */
+static size_t interior_usable(const live_entry *e)
+{
+    if (!cp_next.malloc_usable_size) return e->size;
+    return cp_next.malloc_usable_size((void *)e->base) - (e->ptr - e->base);
+}
+
 /* realloc of interior block old to n bytes: it moves (bounded copy: interior blocks are
- * small), into a sampled block if the countdown says so; skip counts this frame. */
+ * small), into a sampled block if the countdown says so; skip counts this frame. What it
+ * keeps is min(n, the usable size the caller had), not the size it asked for (issue 24:
+ * redis's zmalloc writes up to malloc_usable_size). */
 __attribute__((noinline, cold)) static void *realloc_move(const live_entry *old, size_t n, int skip)
 {
     int64_t rate = 0;
@@ -629,7 +653,8 @@ alloc:;
         q = cp_next.malloc(n);
         if (!q) return NULL;
     }
-    memcpy(q, (const void *)old->ptr, old->size < n ? old->size : n);
+    size_t have = interior_usable(old);
+    memcpy(q, (const void *)old->ptr, have < n ? have : n);
     cp_next.free((void *)old->base);
     if (rate) sample_record(q, base, n, rate, skip, NULL, 0);
     return q;
@@ -674,7 +699,7 @@ CONTPROF_EXTERN void *realloc(void *p, size_t n)
     if (__builtin_expect(!cp_next.realloc || cp_next_in_pool(p), 0)) {
         cp_next_resolve();
         if (cp_next_in_pool(p)) return realloc_pool(p, n);
-        if (!cp_next.realloc) return NULL;
+        if (!cp_next.realloc) return errno = ENOMEM, NULL;
     }
     if (n == 0) {
         if (!page_aligned(p)) return cp_next.realloc(p, 0);
@@ -732,12 +757,12 @@ CONTPROF_EXTERN int posix_memalign(void **out, size_t align, size_t n)
     if (rc != 0 && cp_agent_thread && (*out = cp_next_reserve(n, align)) != NULL) rc = 0;
     return rc;
 slow:;
-    int saved = errno; /* posix_memalign reports through its result, not errno */
+    /* errno as glibc's leaves it: untouched on success, ENOMEM (set by the memalign that
+     * failed) on failure */
     void *p = memalign_slow(align, n, HOOK_SKIP + 1); /* called, not tail-called */
-    int e = p ? 0 : errno == EINVAL ? EINVAL : ENOMEM;
-    errno = saved;
-    if (p) *out = p;
-    return e;
+    if (!p) return errno == EINVAL ? EINVAL : ENOMEM;
+    *out = p;
+    return 0;
 }
 
 CONTPROF_EXTERN void *aligned_alloc(size_t align, size_t n)
@@ -795,15 +820,25 @@ slow:
     return page_alloc_slow(cp_next.pvalloc, n);
 }
 
-CONTPROF_EXTERN size_t malloc_usable_size(void *p)
+/* Not interposed: malloc_trim, mallinfo, mallinfo2, malloc_stats, malloc_info and mallopt
+ * reach glibc as they are (they look at the heap, where every block of ours lives). C23's
+ * free_sized and free_aligned_sized are not in Debian 12's glibc (2.36): when a glibc
+ * brings them they must be hooked too, or a sampled interior block would reach the next
+ * allocator's free at its page-aligned address. */
+
+/* malloc_usable_size of a page-aligned pointer: NULL, a bootstrap block, maybe a sampled
+ * block (interior ones answer for the rest of the block that holds them). Not cold: with
+ * jemalloc every block of 4 KiB or more is page-aligned (redis's 16 KiB buffers). */
+__attribute__((noinline)) static size_t usable_aligned(void *p)
 {
     if (!p) return 0;
-    if (cp_next_in_pool(p)) return (size_t)(cp_next_pool + CP_NEXT_POOL_SIZE - (char *)p);
-    cp_next_resolve();
-    if (!cp_next.malloc_usable_size) return 0;
+    if (cp_next_in_pool(p)) return cp_next_pool_usable(p);
+    if (__builtin_expect(!cp_next.malloc_usable_size, 0)) {
+        cp_next_resolve();
+        if (!cp_next.malloc_usable_size) return 0;
+    }
     uintptr_t base = 0;
-    if (page_aligned(p) &&
-        atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed)) {
+    if (atomic_load_explicit(&filter[filter_idx((uintptr_t)p)], memory_order_relaxed)) {
         pthread_mutex_lock(&g_lock);
         if (S) {
             uint32_t i = live_slot((uintptr_t)p);
@@ -811,7 +846,14 @@ CONTPROF_EXTERN size_t malloc_usable_size(void *p)
         }
         pthread_mutex_unlock(&g_lock);
     }
-    if (base) /* interior: what is left of the block that holds it */
-        return cp_next.malloc_usable_size((void *)base) - ((uintptr_t)p - base);
+    if (base) return interior_usable(&(live_entry){.ptr = (uintptr_t)p, .base = base});
     return cp_next.malloc_usable_size(p);
+}
+
+/* As free: a test of the pointer's low 12 bits and a tail call (3 instructions; redis's
+ * zmalloc calls it at every allocation and free). */
+CONTPROF_EXTERN size_t malloc_usable_size(void *p)
+{
+    if (__builtin_expect(page_aligned(p), 0)) return usable_aligned(p);
+    return atomic_load_explicit(&cp_next_hot_usable, memory_order_relaxed)(p);
 }

@@ -3,13 +3,16 @@
 #include "nextmalloc.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 cp_next_fns cp_next;
 static void free_checked(void *p);
+static size_t usable_checked(void *p);
 void *(*cp_next_hot_malloc)(size_t) = cp_next_malloc_boot;
 void (*_Atomic cp_next_hot_free)(void *) = free_checked;
+size_t (*_Atomic cp_next_hot_usable)(void *) = usable_checked;
 static int resolving;
 /* The next allocator is glibc's: its chunk header can tell fresh mmapped blocks. */
 static int next_is_glibc;
@@ -38,6 +41,7 @@ static void *pool_alloc(size_t n, size_t align)
         /* free's page test would let this block through to the next free */
         atomic_store(&pool_mixed, 1);
         atomic_store(&cp_next_hot_free, free_checked);
+        atomic_store(&cp_next_hot_usable, usable_checked);
     }
     return cp_next_pool + start; /* zeroed: static storage, never reused */
 }
@@ -67,6 +71,7 @@ void cp_next_resolve(void)
 {
     if (cp_next.free || resolving) return;
     resolving = 1;
+    int saved_errno = errno; /* a host's successful malloc leaves errno alone */
     cp_next_fns r;
     r.malloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
     r.calloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "calloc");
@@ -90,7 +95,12 @@ void cp_next_resolve(void)
         atomic_store(&cp_next_hot_free, r.free);
         if (atomic_load(&pool_mixed)) atomic_store(&cp_next_hot_free, free_checked);
     }
+    if (r.malloc_usable_size) {
+        atomic_store(&cp_next_hot_usable, r.malloc_usable_size);
+        if (atomic_load(&pool_mixed)) atomic_store(&cp_next_hot_usable, usable_checked);
+    }
     resolving = 0;
+    errno = saved_errno;
 }
 
 __attribute__((noinline, cold)) void *cp_next_malloc_boot(size_t n)
@@ -122,4 +132,20 @@ __attribute__((noinline)) static void free_checked(void *p)
         if (!cp_next.free) return; /* during dlsym itself; the block is kept */
     }
     cp_next.free(p);
+}
+
+size_t cp_next_pool_usable(const void *p)
+{
+    return (size_t)(cp_next_pool + CP_NEXT_POOL_SIZE - (const char *)p);
+}
+
+/* cp_next_hot_usable while the pool may hold blocks that the page test does not catch. */
+__attribute__((noinline)) static size_t usable_checked(void *p)
+{
+    if (cp_next_in_pool(p)) return cp_next_pool_usable(p);
+    if (__builtin_expect(!cp_next.malloc_usable_size, 0)) {
+        cp_next_resolve();
+        if (!cp_next.malloc_usable_size) return 0;
+    }
+    return cp_next.malloc_usable_size(p);
 }

@@ -37,6 +37,9 @@ extern CP_NEXT_HIDDEN void *(*cp_next_hot_malloc)(size_t);
  * free's page test does not catch: before the next allocator is found, and for good once
  * the reserve handed out a block that is not page-aligned. */
 extern CP_NEXT_HIDDEN void (*_Atomic cp_next_hot_free)(void *);
+/* The next malloc_usable_size, or a checked one (pool blocks answered here, the next
+ * allocator found first) under the same conditions as cp_next_hot_free. */
+extern CP_NEXT_HIDDEN size_t (*_Atomic cp_next_hot_usable)(void *);
 
 /* Finds the next allocator (dlsym: which itself allocates, from the pool). Idempotent and
  * reentrant (a call made while resolving returns at once). Not async-signal-safe. */
@@ -55,6 +58,9 @@ static inline int cp_next_in_pool(const void *p)
 {
     return (uintptr_t)p - (uintptr_t)cp_next_pool < CP_NEXT_POOL_SIZE;
 }
+
+/* The usable size of pool block p: the rest of the pool (blocks in it are never freed). */
+size_t cp_next_pool_usable(const void *p);
 
 /* A bootstrap block of n bytes (before the next allocator is found): page-aligned (or
  * align if stricter), so free's page test catches it; zeroed. NULL when the pool is
