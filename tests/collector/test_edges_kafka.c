@@ -15,19 +15,14 @@
 #include "test.h"
 #pragma GCC diagnostic ignored "-Wunused-function" /* pfiles.h's file loading: unused here */
 #include "pfiles.h"
+#include "proc.h"
 
 /* Runs cpe MODE SECS with the agent sending to bootstraps; returns the CPU seconds it printed. */
 static double run_cpe(const char *bootstraps, const char *mode, const char *secs)
 {
-    int fd[2];
-    CHECK(pipe(fd) == 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
+    int rd;
+    pid_t pid = fork_stdout_pipe(&rd);
     if (pid == 0) {
-        dup2(fd[1], 1);
-        close(fd[0]);
-        close(fd[1]);
         const char *lib = getenv("CP_TEST_LIB"); /* another build's library, to compare */
         setenv("LD_PRELOAD", lib ? lib : CP_LIB, 1);
         setenv("CONTPROF_BROKERS", bootstraps, 1);
@@ -37,15 +32,8 @@ static double run_cpe(const char *bootstraps, const char *mode, const char *secs
         execl(CPE, CPE, mode, secs, (char *)NULL);
         _exit(127);
     }
-    close(fd[1]);
     char out[256];
-    ssize_t n = 0, k;
-    while (n < (ssize_t)sizeof(out) - 1 && (k = read(fd[0], out + n, sizeof(out) - 1 - n)) > 0)
-        n += k;
-    out[n > 0 ? n : 0] = 0;
-    close(fd[0]);
-    int st;
-    CHECK(waitpid(pid, &st, 0) == pid);
+    int st = cp_test_collect(rd, pid, out, sizeof out);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     return atof(out);
 }

@@ -293,19 +293,30 @@ static void find_table(const char *dir, char *out, size_t len)
     CHECK_EQ(found, 1);
 }
 
+/* A store of n windows of service svc in dir/s (path, 600 bytes), opened once so its log
+ * became a table (table, 700 bytes); returns the sum of its windows' totals. */
+static int64_t store_with_table(const char *dir, const char *svc, int n, char *path, char *table)
+{
+    char labels[64];
+    snprintf(path, 600, "%s/s", dir);
+    snprintf(labels, sizeof labels, "service=%s", svc);
+    int64_t totals[64], want = 0;
+    CHECK(n <= 64);
+    build_store(path, labels, n, totals);
+    for (int i = 0; i < n; i++)
+        want += totals[i];
+    CHECK_EQ(check_consistent(path, svc, n), want); /* the open moves the log to a table */
+    find_table(path, table, 700);
+    return want;
+}
+
 /* A damaged table block (its first: the format record and the first windows): refused at
  * open naming the table and the fix; repaired with what was lost reported; consistent. */
 TEST(table_damage_refused_then_repaired)
 {
     char *dir = tmpdir("ldb");
     char path[600], table[700], out[16384];
-    snprintf(path, sizeof path, "%s/s", dir);
-    int64_t totals[40], want = 0;
-    build_store(path, "service=ldb", 40, totals);
-    for (int i = 0; i < 40; i++)
-        want += totals[i];
-    CHECK_EQ(check_consistent(path, "ldb", 40), want); /* the open moves the log to a table */
-    find_table(path, table, sizeof table);
+    int64_t want = store_with_table(dir, "ldb", 40, path, table);
     int fd = open(table, O_RDWR);
     CHECK(fd >= 0);
     unsigned char c;
@@ -343,13 +354,7 @@ TEST(missing_current_refused_not_wiped)
 {
     char *dir = tmpdir("cur");
     char path[600], file[1000], table[700], out[16384];
-    snprintf(path, sizeof path, "%s/s", dir);
-    int64_t totals[30], want = 0;
-    build_store(path, "service=cur", 30, totals);
-    for (int i = 0; i < 30; i++)
-        want += totals[i];
-    CHECK_EQ(check_consistent(path, "cur", 30), want); /* the open moves the log to a table */
-    find_table(path, table, sizeof table);
+    int64_t want = store_with_table(dir, "cur", 30, path, table);
     snprintf(file, sizeof file, "%s/CURRENT", path);
     CHECK(unlink(file) == 0);
 
