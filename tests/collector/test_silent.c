@@ -73,6 +73,19 @@ static void sh(const char *cmd)
     CHECK(rc == 0);
 }
 
+/* A new test directory with file (its text) in it, and build run there; returns the
+ * directory. */
+static const char *build_in(const char *file, const char *text, const char *build)
+{
+    const char *dir = make_dir();
+    char path[400], cmd[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    write_file(path, text);
+    snprintf(cmd, sizeof cmd, "cd %s && %s", dir, build);
+    sh(cmd);
+    return dir;
+}
+
 /* ------------------------------------------------------------------------------------
  * dlopen: the unwinder knows a new object before the next sample needs its CFI */
 
@@ -244,12 +257,8 @@ static void expect_reason(const run_out *r, const char *prog, const char *reason
 
 TEST(run_static)
 {
-    const char *dir = make_dir();
-    write_file(strcat(strcpy((char[400]){0}, dir), "/hello.c"), hello_c);
-    char cmd[1024];
-    snprintf(cmd, sizeof(cmd), "cd %s && cc -static -o hello_static hello.c && cc -o hello hello.c",
-             dir);
-    sh(cmd);
+    const char *dir =
+        build_in("hello.c", hello_c, "cc -static -o hello_static hello.c && cc -o hello hello.c");
     run_out r;
     run_under(dir, "", "./hello_static", NULL, &r);
     expect_reason(&r, "hello_static", "statically linked");
@@ -269,14 +278,10 @@ TEST(run_static)
 
 TEST(run_setuid_as_nobody)
 {
-    const char *dir = make_dir();
-    write_file(strcat(strcpy((char[400]){0}, dir), "/hello.c"), hello_c);
-    char cmd[1024];
-    snprintf(cmd, sizeof(cmd),
-             "cd %s && cc -o hello_suid hello.c && chown 0:0 hello_suid && chmod 4755 hello_suid "
-             "&& cp hello_suid hello_plain && chmod 0755 hello_plain && chown 65534 hello_plain",
-             dir);
-    sh(cmd);
+    const char *dir =
+        build_in("hello.c", hello_c,
+                 "cc -o hello_suid hello.c && chown 0:0 hello_suid && chmod 4755 hello_suid && cp "
+                 "hello_suid hello_plain && chmod 0755 hello_plain && chown 65534 hello_plain");
     run_out r;
     run_under(dir, NOBODY, "./hello_suid", NULL, &r);
     expect_reason(&r, "hello_suid", "set-user-ID");
@@ -294,12 +299,8 @@ TEST(run_setuid_as_nobody)
 
 TEST(run_file_caps_as_nobody)
 {
-    const char *dir = make_dir();
-    write_file(strcat(strcpy((char[400]){0}, dir), "/hello.c"), hello_c);
-    char cmd[1024];
-    snprintf(cmd, sizeof(cmd),
-             "cd %s && cc -o hello_cap hello.c && setcap cap_net_bind_service+ep hello_cap", dir);
-    sh(cmd);
+    const char *dir = build_in(
+        "hello.c", hello_c, "cc -o hello_cap hello.c && setcap cap_net_bind_service+ep hello_cap");
     run_out r;
     run_under(dir, NOBODY, "./hello_cap", NULL, &r);
     expect_reason(&r, "hello_cap", "file capabilities");
@@ -433,11 +434,7 @@ static const char raw_c[] =
 
 TEST(raw_sigaction_takes_signal)
 {
-    const char *dir = make_dir();
-    write_file(strcat(strcpy((char[400]){0}, dir), "/raw.c"), raw_c);
-    char cmd[1024];
-    snprintf(cmd, sizeof(cmd), "cd %s && cc -O1 -o raw raw.c", dir);
-    sh(cmd);
+    const char *dir = build_in("raw.c", raw_c, "cc -O1 -o raw raw.c");
     run_out r;
     run_under(dir, "", "./raw", "CONTPROF_CPU_HZ=1000 CONTPROF_WINDOW=60s", &r);
     CHECK_EQ(r.rc, 3);
@@ -480,11 +477,7 @@ static const char timers_c[] =
 
 TEST(timers_deleted_rearmed)
 {
-    const char *dir = make_dir();
-    write_file(strcat(strcpy((char[400]){0}, dir), "/timers.c"), timers_c);
-    char cmd[1024];
-    snprintf(cmd, sizeof(cmd), "cd %s && cc -O1 -o timers timers.c", dir);
-    sh(cmd);
+    const char *dir = build_in("timers.c", timers_c, "cc -O1 -o timers timers.c");
     run_out r;
     run_under(dir, "", "./timers",
               "CONTPROF_CPU_HZ=100 CONTPROF_CPU_ENGINE=timer CONTPROF_WINDOW=60s", &r);
