@@ -355,7 +355,7 @@ static void render_profile(const api_call *c, cp_profile *p, cp_http_response *r
                  "\"type\":\"%s\",\"from\":\"%s\",\"to\":\"%s\",\"duration_ns\":%" PRId64
                  ",\"period\":%" PRId64 ",",
                  kind, f, t, to - from, p->period);
-        rc = cp_render_tree_json(p, vi, NULL, 0, mn, extra, &r->body);
+        rc = cp_render_tree_json(p, vi, NULL, 0, &(cp_render_tree_opts){mn, extra}, &r->body);
         set_type(r, "application/json");
     }
     if (rc)
@@ -445,7 +445,7 @@ static void diff_json(const api_call *c, cp_profile *p, cp_profile *b, cp_http_r
              "\"type\":\"%s\",\"from\":\"%s\",\"to\":\"%s\",\"base_from\":\"%s\",\"base_to\":"
              "\"%s\",",
              cp_kind_name(q->kind), f, t, f2, t2);
-    if (cp_render_tree_json(p, vi, b, bvi, mn, extra, &r->body))
+    if (cp_render_tree_json(p, vi, b, bvi, &(cp_render_tree_opts){mn, extra}, &r->body))
         oom(r);
     else
         over_time(c->req, "rendering", r);

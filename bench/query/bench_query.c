@@ -351,7 +351,8 @@ int main(int argc, char **argv)
             for (int i = 0; i < 7; i++) {
                 cp_buf b = {0};
                 double t0 = now_s();
-                int rc = r == 0   ? cp_render_tree_json(p, 1, NULL, 0, 20000, NULL, &b)
+                int rc = r == 0   ? cp_render_tree_json(p, 1, NULL, 0,
+                                                        &(cp_render_tree_opts){20000, NULL}, &b)
                          : r == 1 ? cp_render_folded(p, 1, &b)
                          : r == 2 ? cp_render_top(p, 1, 0, &b)
                                   : cp_pprof_encode(p, 1, &b);
