@@ -1037,8 +1037,12 @@ static void run_query(cp_api *a, const endpoint *e, const cp_http_request *req, 
         cp_params_close(&pa);
         return;
     }
-    cp_query_env env = {tenant,          cp_now_ns(),   req->deadline_ns, a->o.max_range_ns,
-                        a->o.max_blocks, a->o.max_steps};
+    cp_query_env env = {.tenant = tenant,
+                        .now_ns = cp_now_ns(),
+                        .deadline_ns = req->deadline_ns,
+                        .max_range_ns = a->o.max_range_ns,
+                        .max_blocks = a->o.max_blocks,
+                        .max_steps = a->o.max_steps};
     cp_query_req qr;
     if (cp_query_parse(&pa, &e->form, &env, &qr, r)) {
         cp_params_close(&pa);

@@ -2,8 +2,8 @@
  * each peer for its part over the same HTTP API (`local=1`: the peer answers from its own
  * store only), merging the parts with its own, and only then letting the endpoint prune,
  * filter and render. A peer that does not answer in time makes the answer partial, and the
- * answer says so (a JSON field and a response header). With no peers every function here
- * is the store's own call. */
+ * answer says so (a JSON field and a response header). With no peers a request's reader
+ * is the local one alone. */
 #ifndef CP_QUERY_FANOUT_H
 #define CP_QUERY_FANOUT_H
 

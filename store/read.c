@@ -915,7 +915,7 @@ const cp_reader cp_store_reader_fns = {r_profile, r_timeline, r_series, r_labels
 
 cp_reader *cp_store_reader(cp_store *s)
 {
-    return &s->reader;
+    return s ? &s->reader : NULL;
 }
 
 void cp_store_get_stats(cp_store *s, cp_store_stats *out)

@@ -102,7 +102,8 @@ struct cp_reader {
     int (*values)(cp_reader *r, const cp_query *q, cp_string_list *out, cp_err *err);
 };
 
-/* s's readers behind the interface; the reader is s's own and lives as long as s. */
+/* s's readers behind the interface (NULL for NULL); the reader is s's own and lives as long
+ * as s. */
 cp_reader *cp_store_reader(cp_store *s);
 
 typedef struct cp_store_stats {
