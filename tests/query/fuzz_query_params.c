@@ -45,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cp_err err = {0};
     if (cp_params_parse(s, &p, &err) == 0) {
         for (uint32_t i = 0; i < p.p.n; i++) {
-            int64_t t;
+            int64_t t = 0; /* both parses may fail */
             cp_parse_time(p.p.v[i].value, 1764000000000000000LL, &t, &err);
             cp_parse_duration(p.p.v[i].value, 0, &t, &err);
             char buf[40];
