@@ -114,52 +114,6 @@ int cp_api_set_brokers(cp_api *a, const char *brokers)
     return 0;
 }
 
-/* ---- routing ------------------------------------------------------------------------ */
-
-static int ep_of(const char *path)
-{
-    if (strcmp(path, "/api/v1/profile") == 0) return EP_PROFILE;
-    if (strcmp(path, "/api/v1/diff") == 0) return EP_DIFF;
-    if (strcmp(path, "/api/v1/timeline") == 0) return EP_TIMELINE;
-    if (strcmp(path, "/api/v1/series") == 0) return EP_SERIES;
-    if (strcmp(path, "/api/v1/labels") == 0) return EP_LABELS;
-    if (strncmp(path, "/api/v1/labels/", 15) == 0) return EP_VALUES;
-    if (strcmp(path, "/api/v1/symbols") == 0) return EP_SYMBOLS;
-    return EP_OTHER;
-}
-
-int cp_api_is_light(void *api, const cp_http_request *req)
-{
-    const cp_fanout *fo = ((cp_api *)api)->o.fanout;
-    int ep = ep_of(req->path);
-    /* An upload is parsed and stored on a worker; anything else there is refused at once. */
-    if (ep == EP_SYMBOLS && strcmp(req->method, "POST") != 0) return CP_HTTP_LANE_LOOP;
-    /* an upload passed on by a peer never waits on other nodes either: the peers' lane */
-    if (ep == EP_SYMBOLS)
-        return cp_fanout_peer_lane(fo, req) ? CP_HTTP_LANE_PEER : CP_HTTP_LANE_HEAVY;
-    if (ep == EP_OTHER || strcmp(req->method, "GET") != 0) return CP_HTTP_LANE_LOOP;
-    /* A peer's request for its part never waits on other nodes: its own lane (fanout.h). */
-    if (cp_fanout_peer_lane(fo, req)) return CP_HTTP_LANE_PEER;
-    /* Index reads stay quick whatever the window: their own slots, never behind merges. */
-    if (ep == EP_SERIES || ep == EP_LABELS || ep == EP_VALUES) return CP_HTTP_LANE_CHEAP;
-    return CP_HTTP_LANE_HEAVY;
-}
-
-void cp_api_observe(void *api, const cp_http_request *req, int status, int heavy, double seconds)
-{
-    cp_api *a = api;
-    int cls = status / 100;
-    if (cls >= 1 && cls <= 5) a->by_class[cls]++;
-    if (!heavy) return;
-    int ep = ep_of(req->path);
-    size_t b = 0;
-    while (b < NBUCKETS && seconds > g_buckets[b])
-        b++;
-    a->hist[ep][b]++;
-    a->hist_sum[ep] += seconds;
-    a->hist_count[ep]++;
-}
-
 /* ---- helpers ------------------------------------------------------------------------ */
 
 static void set_type(cp_http_response *r, const char *t)
@@ -212,84 +166,6 @@ static int metrics_allowed(cp_api *a, const cp_http_request *req, cp_http_respon
     return 0;
 }
 
-/* The common parameters of profile-like endpoints. */
-typedef struct qargs {
-    cp_kind kind;
-    cp_selector sel;
-    int64_t from, to;
-} qargs;
-
-/* 0 if every parameter in pa is in allowed (NULL-terminated); else -1 with a 400 naming the
- * first unknown one set in r. */
-static int check_params(const cp_params *pa, const char *const *allowed, cp_http_response *r)
-{
-    cp_err err = {0};
-    if (!cp_params_check(pa, allowed, &err)) return 0;
-    cp_http_error(r, 400, "%s", err.msg);
-    return -1;
-}
-
-static int parse_kind(const char *s, cp_kind *out, const char *pname, cp_http_response *r)
-{
-    if (!s || !*s) s = "cpu";
-    int k = cp_kind_parse(s);
-    if (!k) {
-        cp_http_error(r, 400, "unknown %s '%.64s' (expected cpu, alloc or inuse)", pname, s);
-        return -1;
-    }
-    *out = (cp_kind)k;
-    return 0;
-}
-
-static int parse_selector(const char *s, cp_selector *out, const char *pname, cp_http_response *r)
-{
-    cp_err err = {0};
-    if (cp_selector_parse(s ? s : "", out, &err)) {
-        cp_http_error(r, 400, "bad %s: %s", pname, err.msg);
-        return -1;
-    }
-    return 0;
-}
-
-/* Parses from/to (names given) with defaults now-1h / now and checks the range. */
-static int parse_range(cp_api *a, const char *fs, const char *ts, const char *fname,
-                       const char *tname, int64_t now, int64_t *from, int64_t *to,
-                       cp_http_response *r)
-{
-    cp_err err = {0};
-    if (!fs || !*fs)
-        *from = now - 3600LL * 1000000000LL;
-    else if (cp_parse_time(fs, now, from, &err)) {
-        cp_http_error(r, 400, "bad %s: %s", fname, err.msg);
-        return -1;
-    }
-    if (!ts || !*ts)
-        *to = now;
-    else if (cp_parse_time(ts, now, to, &err)) {
-        cp_http_error(r, 400, "bad %s: %s", tname, err.msg);
-        return -1;
-    }
-    if (*from > *to) {
-        char f[40], t[40];
-        cp_format_time(*from, f, sizeof f);
-        cp_format_time(*to, t, sizeof t);
-        cp_http_error(r, 400, "%s (%s) is after %s (%s)", fname, f, tname, t);
-        return -1;
-    }
-    int64_t span;
-    if (__builtin_sub_overflow(*to, *from, &span) || span >= (1LL << 62)) {
-        cp_http_error(r, 400, "window %s..%s spans more than 146 years", fname, tname);
-        return -1;
-    }
-    if (a->o.max_range_ns && span > a->o.max_range_ns) {
-        cp_http_error(r, 400,
-                      "window %s..%s of %.0f s exceeds the longest allowed window of %.0f s", fname,
-                      tname, (double)span / 1e9, (double)a->o.max_range_ns / 1e9);
-        return -1;
-    }
-    return 0;
-}
-
 /* If req's deadline has passed: sets a 503 naming query.timeout and what was being done,
  * drops any body made so far, and returns 1. */
 static int over_time(const cp_http_request *req, const char *during, cp_http_response *r)
@@ -320,13 +196,6 @@ static void store_error(const cp_http_request *req, int rc, const cp_err *err, c
         cp_log_error("query %s: %s", req->path, msg);
         cp_http_error(r, 500, "%s", msg);
     }
-}
-
-static void limits_of(cp_api *a, const cp_http_request *req, cp_query_limits *lim)
-{
-    lim->max_range_ns = a->o.max_range_ns;
-    lim->max_blocks = a->o.max_blocks;
-    lim->deadline_ns = req->deadline_ns;
 }
 
 static int parse_max_nodes(cp_api *a, const char *s, uint32_t def, uint32_t *out,
@@ -365,17 +234,29 @@ static int name_frames(cp_api *a, const char *tenant, cp_profile *p, cp_err *err
     return 0;
 }
 
+/* ---- one request ------------------------------------------------------------------ */
+
+/* A store-backed request on its way through its endpoint: built once by the dispatch. */
+typedef struct api_call {
+    cp_api *a;
+    const cp_http_request *req; /* its deadline is the query's */
+    const cp_params *pa;        /* the rendering parameters (format, focus, max_nodes...) */
+    cp_query_req *qr;           /* the query (and a diff's base), parsed */
+    cp_reader *rd;              /* the readers: this store's, across the cluster */
+    cp_fanout_req *fr;          /* the cluster's side of the request (uploads) */
+} api_call;
+
 /* ---- /api/v1/symbols ---------------------------------------------------------------- */
 
 /* POST: the body is an ELF binary or separate debug file; its symbol table is kept for the
  * tenant and names that build ID's frames in every later answer, old windows included. */
-static void ep_symbols(cp_api *a, const char *tenant, const cp_params *pa,
-                       const cp_http_request *req, cp_http_response *r)
+static void ep_symbols(const api_call *c, cp_http_response *r)
 {
-    static const char *const allowed[] = {"tenant", NULL};
+    cp_api *a = c->a;
+    const cp_http_request *req = c->req;
+    const char *tenant = c->qr->q.tenant;
     cp_err err = {0};
-    if (check_params(pa, allowed, r)) return;
-    const char *want = cp_params_get(pa, "tenant");
+    const char *want = cp_params_get(c->pa, "tenant");
     if (want && *want && strcmp(want, tenant) != 0) {
         cp_http_error(r, 403, "tenant '%.64s' requested, but this token is for tenant '%s'", want,
                       tenant);
@@ -411,8 +292,7 @@ static void ep_symbols(cp_api *a, const char *tenant, const cp_params *pa,
                 res.table_bytes);
     /* every node names frames (each its own part, the asking one after the merge), so every
      * node keeps the table; a node that did not get it makes this answer partial */
-    if (cp_fanout_upload(a->o.fanout, "/api/v1/symbols", tenant, req->body, req->body_len,
-                         req->deadline_ns, &err)) {
+    if (cp_fanout_upload(c->fr, &c->qr->q, "/api/v1/symbols", req->body, req->body_len, &err)) {
         oom(r);
         return;
     }
@@ -427,14 +307,15 @@ static void ep_symbols(cp_api *a, const char *tenant, const cp_params *pa,
 
 /* ---- /api/v1/profile ---------------------------------------------------------------- */
 
-static const char *const g_profile_params[] = {
-    "type", "select", "from", "to", "format", "focus", "ignore", "max_nodes", "sample_type", NULL};
-
-/* Renders p in format; the profile may be filtered in place. */
-static void render_profile(cp_api *a, const cp_params *pa, cp_profile *p, const char *kind,
-                           int64_t from, int64_t to, const char *format, const cp_http_request *req,
-                           cp_http_response *r)
+/* Renders p, the answer to c's query, in c's format; the profile may be filtered in place. */
+static void render_profile(const api_call *c, cp_profile *p, cp_http_response *r)
 {
+    cp_api *a = c->a;
+    const cp_params *pa = c->pa;
+    const cp_http_request *req = c->req;
+    const cp_query *q = &c->qr->q;
+    const char *format = c->qr->format, *kind = cp_kind_name(q->kind);
+    int64_t from = q->from_ns, to = q->to_ns;
     cp_err err = {0};
     if (cp_render_filter_until(p, cp_params_get(pa, "focus"), cp_params_get(pa, "ignore"),
                                req->deadline_ns, &err)) {
@@ -474,7 +355,7 @@ static void render_profile(cp_api *a, const cp_params *pa, cp_profile *p, const 
                  "\"type\":\"%s\",\"from\":\"%s\",\"to\":\"%s\",\"duration_ns\":%" PRId64
                  ",\"period\":%" PRId64 ",",
                  kind, f, t, to - from, p->period);
-        rc = cp_render_tree_json(p, vi, NULL, 0, mn, extra, &r->body);
+        rc = cp_render_tree_json(p, vi, NULL, 0, &(cp_render_tree_opts){mn, extra}, &r->body);
         set_type(r, "application/json");
     }
     if (rc)
@@ -483,167 +364,118 @@ static void render_profile(cp_api *a, const cp_params *pa, cp_profile *p, const 
         over_time(req, "rendering", r);
 }
 
-static int parse_format(const char *s, const char *const *allowed, const char **out,
-                        cp_http_response *r)
+static void ep_profile(const api_call *c, cp_http_response *r)
 {
-    if (!s || !*s) {
-        *out = allowed[0];
-        return 0;
-    }
-    for (const char *const *f = allowed; *f; f++)
-        if (strcmp(*f, s) == 0) {
-            *out = *f;
-            return 0;
-        }
-    char list[96] = "";
-    size_t l = 0;
-    for (const char *const *f = allowed; *f; f++)
-        l += (size_t)snprintf(list + l, sizeof list - l, "%s%s", l ? ", " : "", *f);
-    cp_http_error(r, 400, "unknown format '%.32s' (expected one of %s)", s, list);
-    return -1;
-}
-
-static void ep_profile(cp_api *a, const char *tenant, const cp_params *pa,
-                       const cp_http_request *req, cp_http_response *r)
-{
-    static const char *const formats[] = {"pprof", "json", "folded", "top", NULL};
+    const cp_query *q = &c->qr->q;
     cp_err err = {0};
-    if (check_params(pa, g_profile_params, r)) return;
-    qargs q = {0};
-    const char *format;
-    int64_t now = cp_now_ns();
-    if (parse_kind(cp_params_get(pa, "type"), &q.kind, "type", r) ||
-        parse_format(cp_params_get(pa, "format"), formats, &format, r) ||
-        parse_range(a, cp_params_get(pa, "from"), cp_params_get(pa, "to"), "from", "to", now,
-                    &q.from, &q.to, r) ||
-        parse_selector(cp_params_get(pa, "select"), &q.sel, "select", r))
-        return;
-    cp_query_limits lim;
-    limits_of(a, req, &lim);
     cp_profile *p = NULL;
-    int rc = cp_fanout_query(a->o.fanout, a->o.store, tenant, q.kind, &q.sel,
-                             cp_params_get(pa, "select"), q.from, q.to, &lim, &p, &err);
-    cp_selector_close(&q.sel);
-    if (!rc) rc = name_frames(a, tenant, p, &err);
+    int rc = c->rd->profile(c->rd, q, &p, &err);
+    if (!rc) rc = name_frames(c->a, q->tenant, p, &err);
     if (rc) {
-        store_error(req, rc, &err, r);
+        store_error(c->req, rc, &err, r);
         cp_profile_destroy(p);
         return;
     }
-    if (!over_time(req, "merging", r))
-        render_profile(a, pa, p, cp_kind_name(q.kind), q.from, q.to, format, req, r);
+    if (!over_time(c->req, "merging", r)) render_profile(c, p, r);
     cp_profile_destroy(p);
 }
 
 /* ---- /api/v1/diff ------------------------------------------------------------------- */
 
-static void ep_diff(cp_api *a, const char *tenant, const cp_params *pa, const cp_http_request *req,
-                    cp_http_response *r)
+/* pprof's -base: the target merged with the base scaled by -1. */
+static void diff_pprof(const api_call *c, cp_profile *p, cp_profile *b, cp_http_response *r)
 {
-    static const char *const allowed[] = {
-        "type",   "select", "from",   "to",        "base_select", "base_from", "base_to",
-        "format", "focus",  "ignore", "max_nodes", "sample_type", NULL};
-    static const char *const formats[] = {"json", "pprof", NULL};
+    const cp_query *q = &c->qr->q;
     cp_err err = {0};
-    if (check_params(pa, allowed, r)) return;
-    cp_kind kind;
-    const char *format;
-    int64_t now = cp_now_ns(), from, to, bfrom, bto;
-    cp_selector sel = {0}, bsel = {0};
+    cp_merger *m = cp_merger_create();
+    cp_profile *d = NULL;
+    if (!m) {
+        oom(r);
+        return;
+    }
+    int rc = cp_merger_add(m, p, &err);
+    if (!rc) rc = cp_merger_add_scaled(m, b, -1, &err);
+    if (!rc) d = cp_merger_finish(m);
+    cp_merger_destroy(m);
+    if (rc) {
+        cp_http_error(r, 400, "cannot diff: %s", err.msg);
+        return;
+    }
+    if (!d) {
+        oom(r);
+        return;
+    }
+    if (over_time(c->req, "merging the diff", r)) {
+        cp_profile_destroy(d);
+        return;
+    }
+    d->time_nanos = q->from_ns;
+    d->duration_nanos = q->to_ns - q->from_ns;
+    rc = cp_pprof_encode(d, 1, &r->body);
+    cp_profile_destroy(d);
+    if (rc) {
+        oom(r);
+        return;
+    }
+    set_type(r, "application/octet-stream");
+    snprintf(r->extra_headers, sizeof r->extra_headers,
+             "Content-Disposition: attachment; filename=\"%s-diff.pb.gz\"\r\n",
+             cp_kind_name(q->kind));
+}
+
+static void diff_json(const api_call *c, cp_profile *p, cp_profile *b, cp_http_response *r)
+{
+    const cp_query *q = &c->qr->q, *bq = &c->qr->base;
+    cp_err err = {0};
+    int vi = 0, bvi = 0;
+    const char *st = cp_params_get(c->pa, "sample_type");
+    if (cp_render_value_index(p, st, &vi, &err) || cp_render_value_index(b, st, &bvi, &err)) {
+        cp_http_error(r, 400, "%s", err.msg);
+        return;
+    }
+    uint32_t mn;
+    if (parse_max_nodes(c->a, cp_params_get(c->pa, "max_nodes"), c->a->o.max_nodes_default, &mn, r))
+        return;
+    char f[40], t[40], f2[40], t2[40], extra[320];
+    cp_format_time(q->from_ns, f, sizeof f);
+    cp_format_time(q->to_ns, t, sizeof t);
+    cp_format_time(bq->from_ns, f2, sizeof f2);
+    cp_format_time(bq->to_ns, t2, sizeof t2);
+    snprintf(extra, sizeof extra,
+             "\"type\":\"%s\",\"from\":\"%s\",\"to\":\"%s\",\"base_from\":\"%s\",\"base_to\":"
+             "\"%s\",",
+             cp_kind_name(q->kind), f, t, f2, t2);
+    if (cp_render_tree_json(p, vi, b, bvi, &(cp_render_tree_opts){mn, extra}, &r->body))
+        oom(r);
+    else
+        over_time(c->req, "rendering", r);
+}
+
+static void ep_diff(const api_call *c, cp_http_response *r)
+{
+    const cp_query *q = &c->qr->q, *bq = &c->qr->base;
+    const cp_http_request *req = c->req;
+    cp_err err = {0};
     cp_profile *p = NULL, *b = NULL;
-    const char *bs = cp_params_get(pa, "base_select");
-    const char *bf = cp_params_get(pa, "base_from"), *bt = cp_params_get(pa, "base_to");
-    if (parse_kind(cp_params_get(pa, "type"), &kind, "type", r) ||
-        parse_format(cp_params_get(pa, "format"), formats, &format, r) ||
-        parse_range(a, cp_params_get(pa, "from"), cp_params_get(pa, "to"), "from", "to", now, &from,
-                    &to, r) ||
-        parse_range(a, bf ? bf : cp_params_get(pa, "from"), bt ? bt : cp_params_get(pa, "to"),
-                    "base_from", "base_to", now, &bfrom, &bto, r) ||
-        parse_selector(cp_params_get(pa, "select"), &sel, "select", r) ||
-        parse_selector(bs ? bs : cp_params_get(pa, "select"), &bsel, "base_select", r))
-        goto out;
-    cp_query_limits lim;
-    limits_of(a, req, &lim);
-    int rc = cp_fanout_query(a->o.fanout, a->o.store, tenant, kind, &sel,
-                             cp_params_get(pa, "select"), from, to, &lim, &p, &err);
-    if (!rc)
-        rc = cp_fanout_query(a->o.fanout, a->o.store, tenant, kind, &bsel,
-                             bs ? bs : cp_params_get(pa, "select"), bfrom, bto, &lim, &b, &err);
-    if (!rc) rc = name_frames(a, tenant, p, &err);
-    if (!rc) rc = name_frames(a, tenant, b, &err);
+    int rc = c->rd->profile(c->rd, q, &p, &err);
+    if (!rc) rc = c->rd->profile(c->rd, bq, &b, &err);
+    if (!rc) rc = name_frames(c->a, q->tenant, p, &err);
+    if (!rc) rc = name_frames(c->a, q->tenant, b, &err);
     if (rc) {
         store_error(req, rc, &err, r);
         goto out;
     }
-    const char *focus = cp_params_get(pa, "focus"), *ignore = cp_params_get(pa, "ignore");
+    const char *focus = cp_params_get(c->pa, "focus"), *ignore = cp_params_get(c->pa, "ignore");
     if (cp_render_filter_until(p, focus, ignore, req->deadline_ns, &err) ||
         cp_render_filter_until(b, focus, ignore, req->deadline_ns, &err)) {
         if (!over_time(req, "filtering with focus/ignore", r)) cp_http_error(r, 400, "%s", err.msg);
         goto out;
     }
-    if (strcmp(format, "pprof") == 0) {
-        /* pprof's -base: the target merged with the base scaled by -1. */
-        cp_merger *m = cp_merger_create();
-        cp_profile *d = NULL;
-        if (!m) {
-            oom(r);
-            goto out;
-        }
-        rc = cp_merger_add(m, p, &err);
-        if (!rc) rc = cp_merger_add_scaled(m, b, -1, &err);
-        if (!rc) d = cp_merger_finish(m);
-        cp_merger_destroy(m);
-        if (rc) {
-            cp_http_error(r, 400, "cannot diff: %s", err.msg);
-            goto out;
-        }
-        if (!d) {
-            oom(r);
-            goto out;
-        }
-        if (over_time(req, "merging the diff", r)) {
-            cp_profile_destroy(d);
-            goto out;
-        }
-        d->time_nanos = from;
-        d->duration_nanos = to - from;
-        rc = cp_pprof_encode(d, 1, &r->body);
-        cp_profile_destroy(d);
-        if (rc) {
-            oom(r);
-            goto out;
-        }
-        set_type(r, "application/octet-stream");
-        snprintf(r->extra_headers, sizeof r->extra_headers,
-                 "Content-Disposition: attachment; filename=\"%s-diff.pb.gz\"\r\n",
-                 cp_kind_name(kind));
-        goto out;
-    }
-    int vi = 0, bvi = 0;
-    const char *st = cp_params_get(pa, "sample_type");
-    if (cp_render_value_index(p, st, &vi, &err) || cp_render_value_index(b, st, &bvi, &err)) {
-        cp_http_error(r, 400, "%s", err.msg);
-        goto out;
-    }
-    uint32_t mn;
-    if (parse_max_nodes(a, cp_params_get(pa, "max_nodes"), a->o.max_nodes_default, &mn, r))
-        goto out;
-    char f[40], t[40], f2[40], t2[40], extra[320];
-    cp_format_time(from, f, sizeof f);
-    cp_format_time(to, t, sizeof t);
-    cp_format_time(bfrom, f2, sizeof f2);
-    cp_format_time(bto, t2, sizeof t2);
-    snprintf(extra, sizeof extra,
-             "\"type\":\"%s\",\"from\":\"%s\",\"to\":\"%s\",\"base_from\":\"%s\",\"base_to\":"
-             "\"%s\",",
-             cp_kind_name(kind), f, t, f2, t2);
-    if (cp_render_tree_json(p, vi, b, bvi, mn, extra, &r->body))
-        oom(r);
+    if (strcmp(c->qr->format, "pprof") == 0)
+        diff_pprof(c, p, b, r);
     else
-        over_time(req, "rendering", r);
+        diff_json(c, p, b, r);
 out:
-    cp_selector_close(&sel);
-    cp_selector_close(&bsel);
     cp_profile_destroy(p);
     cp_profile_destroy(b);
 }
@@ -666,108 +498,52 @@ static void kind_types(cp_kind k, uint32_t i, const char **type, const char **un
     }
 }
 
-static void ep_timeline(cp_api *a, const char *tenant, const cp_params *pa,
-                        const cp_http_request *req, cp_http_response *r)
+static void ep_timeline(const api_call *c, cp_http_response *r)
 {
-    static const char *const allowed[] = {"type", "select", "from", "to", "step", NULL};
+    const cp_query *q = &c->qr->q;
     cp_err err = {0};
-    if (check_params(pa, allowed, r)) return;
-    qargs q = {0};
-    int64_t now = cp_now_ns(), step = 0;
-    if (parse_kind(cp_params_get(pa, "type"), &q.kind, "type", r) ||
-        parse_range(a, cp_params_get(pa, "from"), cp_params_get(pa, "to"), "from", "to", now,
-                    &q.from, &q.to, r))
-        return;
-    const char *ss = cp_params_get(pa, "step");
-    if (ss && *ss) {
-        if (cp_parse_duration(ss, 0, &step, &err)) {
-            cp_http_error(r, 400, "bad step: %s", err.msg);
-            return;
-        }
-    } else {
-        /* About 300 points, in whole multiples of the 10 s window. */
-        int64_t w = 10LL * 1000000000LL;
-        step = (q.to - q.from) / 300;
-        step = step <= w ? w : (step + w - 1) / w * w;
-    }
-    if (q.to > q.from && (q.to - q.from) / step >= (int64_t)a->o.max_steps) {
-        cp_http_error(r, 400, "step %.3f s gives more than %u points for this window",
-                      (double)step / 1e9, a->o.max_steps);
-        return;
-    }
-    if (parse_selector(cp_params_get(pa, "select"), &q.sel, "select", r)) return;
-    cp_query_limits lim;
-    limits_of(a, req, &lim);
-    int64_t *vals = NULL;
-    uint32_t nsteps = 0, ntypes = 0;
-    int rc = cp_fanout_timeline(a->o.fanout, a->o.store, tenant, q.kind, &q.sel,
-                                cp_params_get(pa, "select"), q.from, q.to, step, &lim, &vals,
-                                &nsteps, &ntypes, &err);
-    cp_selector_close(&q.sel);
+    cp_timeline tl = {0};
+    int rc = c->rd->timeline(c->rd, q, &tl, &err);
     if (rc) {
-        store_error(req, rc, &err, r);
+        store_error(c->req, rc, &err, r);
         return;
     }
     char f[40], t[40];
-    cp_format_time(q.from, f, sizeof f);
-    cp_format_time(q.to, t, sizeof t);
+    cp_format_time(q->from_ns, f, sizeof f);
+    cp_format_time(q->to_ns, t, sizeof t);
     cp_buf *b = &r->body;
     rc = cp_buf_printf(b,
                        "{\"type\":\"%s\",\"from\":\"%s\",\"to\":\"%s\",\"step_seconds\":%.3f,"
                        "\"sample_types\":[",
-                       cp_kind_name(q.kind), f, t, (double)step / 1e9);
-    for (uint32_t i = 0; !rc && i < ntypes; i++) {
+                       cp_kind_name(q->kind), f, t, (double)q->step_ns / 1e9);
+    for (uint32_t i = 0; !rc && i < tl.ntypes; i++) {
         const char *ty, *un;
-        kind_types(q.kind, i, &ty, &un);
+        kind_types(q->kind, i, &ty, &un);
         rc = cp_buf_printf(b, "%s{\"type\":\"%s\",\"unit\":\"%s\"}", i ? "," : "", ty, un);
     }
     if (!rc) rc = cp_buf_printf(b, "],\"points\":[");
-    for (uint32_t s = 0; !rc && s < nsteps; s++) {
-        int64_t ts = q.from + (int64_t)s * step;
+    for (uint32_t s = 0; !rc && s < tl.nsteps; s++) {
+        int64_t ts = q->from_ns + (int64_t)s * q->step_ns;
         rc = cp_buf_printf(b, "%s[%.3f", s ? "," : "", (double)ts / 1e9);
-        for (uint32_t i = 0; !rc && i < ntypes; i++)
-            rc = cp_buf_printf(b, ",%" PRId64, vals[(size_t)s * ntypes + i]);
+        for (uint32_t i = 0; !rc && i < tl.ntypes; i++)
+            rc = cp_buf_printf(b, ",%" PRId64, tl.v[(size_t)s * tl.ntypes + i]);
         if (!rc) rc = cp_buf_append(b, "]", 1);
     }
     if (!rc) rc = cp_buf_printf(b, "]}\n");
-    free(vals);
+    free(tl.v);
     if (rc) oom(r);
 }
 
 /* ---- /api/v1/series, labels, values ------------------------------------------------- */
 
-static void ep_series(cp_api *a, const char *tenant, const cp_params *pa,
-                      const cp_http_request *req, cp_http_response *r)
+static void ep_series(const api_call *c, cp_http_response *r)
 {
-    static const char *const allowed[] = {"select", "from", "to", "type", NULL};
+    const cp_query *q = &c->qr->q;
     cp_err err = {0};
-    if (check_params(pa, allowed, r)) return;
-    /* Default: all of time the store accepts (2^62 ns is year 2116). */
-    int64_t now = cp_now_ns(), from = 0, to = (1LL << 62) - 1;
-    const char *fs = cp_params_get(pa, "from"), *ts = cp_params_get(pa, "to");
-    if (fs && *fs && cp_parse_time(fs, now, &from, &err)) {
-        cp_http_error(r, 400, "bad from: %s", err.msg);
-        return;
-    }
-    if (ts && *ts && cp_parse_time(ts, now, &to, &err)) {
-        cp_http_error(r, 400, "bad to: %s", err.msg);
-        return;
-    }
-    if (from > to) {
-        cp_http_error(r, 400, "from is after to");
-        return;
-    }
-    cp_kind kind = 0;
-    const char *tys = cp_params_get(pa, "type");
-    if (tys && *tys && parse_kind(tys, &kind, "type", r)) return;
-    cp_selector sel = {0};
-    if (parse_selector(cp_params_get(pa, "select"), &sel, "select", r)) return;
     cp_series_list l = {0};
-    int rc = cp_fanout_series(a->o.fanout, a->o.store, tenant, &sel, cp_params_get(pa, "select"),
-                              from, to, req->deadline_ns, &l, &err);
-    cp_selector_close(&sel);
+    int rc = c->rd->series(c->rd, q, &l, &err);
     if (rc) {
-        store_error(req, rc, &err, r);
+        store_error(c->req, rc, &err, r);
         return;
     }
     cp_buf *b = &r->body;
@@ -775,7 +551,7 @@ static void ep_series(cp_api *a, const char *tenant, const cp_params *pa,
     uint32_t shown = 0;
     for (uint32_t i = 0; !rc && i < l.n; i++) {
         const cp_series_info *s = &l.v[i];
-        if (kind && s->kind != kind) continue;
+        if (q->kind && s->kind != q->kind) continue;
         char f[40], t[40];
         cp_format_time(s->first_ns, f, sizeof f);
         cp_format_time(s->last_ns, t, sizeof t);
@@ -814,27 +590,22 @@ static void string_list_json(const char *key, const char *name, cp_string_list *
     if (rc) oom(r);
 }
 
-static void ep_labels(cp_api *a, const char *tenant, const cp_params *pa,
-                      const cp_http_request *req, cp_http_response *r)
+static void ep_labels(const api_call *c, cp_http_response *r)
 {
-    static const char *const allowed[] = {NULL};
     cp_err err = {0};
-    if (check_params(pa, allowed, r)) return;
     cp_string_list l = {0};
-    int rc = cp_fanout_labels(a->o.fanout, a->o.store, tenant, NULL, req->deadline_ns, &l, &err);
+    int rc = c->rd->labels(c->rd, &c->qr->q, &l, &err);
     if (rc)
-        store_error(req, rc, &err, r);
+        store_error(c->req, rc, &err, r);
     else
         string_list_json("labels", NULL, &l, r);
     cp_string_list_close(&l);
 }
 
-static void ep_values(cp_api *a, const char *tenant, const cp_params *pa,
-                      const cp_http_request *req, cp_http_response *r)
+static void ep_values(const api_call *c, cp_http_response *r)
 {
-    static const char *const allowed[] = {NULL};
+    const cp_http_request *req = c->req;
     cp_err err = {0};
-    if (check_params(pa, allowed, r)) return;
     const char *rest = req->path + strlen("/api/v1/labels/");
     size_t n = strlen(rest);
     if (n < 8 || strcmp(rest + n - 7, "/values") != 0) {
@@ -852,15 +623,16 @@ static void ep_values(cp_api *a, const char *tenant, const cp_params *pa,
                       (int)(n - 7 > 128 ? 128 : n - 7), rest);
         return;
     }
+    cp_query q = c->qr->q; /* the label's name comes from the path */
+    q.label = name;
     cp_string_list l = {0};
-    int rc = cp_fanout_labels(a->o.fanout, a->o.store, tenant, name, req->deadline_ns, &l, &err);
+    int rc = c->rd->values(c->rd, &q, &l, &err);
     if (rc)
         store_error(req, rc, &err, r);
     else
         string_list_json("values", name, &l, r);
     cp_string_list_close(&l);
 }
-
 /* ---- light endpoints ---------------------------------------------------------------- */
 
 static void ep_metrics(cp_api *a, cp_http_response *r)
@@ -1077,66 +849,181 @@ static void ep_offsets(cp_api *a, const cp_http_request *req, cp_http_response *
     if (rc) oom(r);
 }
 
-/* ---- dispatch ----------------------------------------------------------------------- */
+/* ---- routing and dispatch ----------------------------------------------------------- */
 
-void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
+static void loop_healthz(cp_api *a, const cp_http_request *req, cp_http_response *r)
+{
+    (void)req;
+    cp_api_ingest_stats in = {0};
+    if (a->o.ingest_stats) a->o.ingest_stats(a->o.ingest_arg, &in);
+    if (in.available && in.paused) {
+        /* a store write failed: not healthy until ingest is back by itself */
+        r->status = 503;
+        if (cp_buf_printf(&r->body, "{\"status\":\"paused\",\"reason\":") ||
+            json_str(&r->body, in.paused_reason) || cp_buf_printf(&r->body, "}\n"))
+            oom(r);
+    } else if (in.available && !in.ready) {
+        /* the consumer has no partitions yet: what is sent now waits in the broker (and on
+         * the embedded one may be dropped), so not ready */
+        r->status = 503;
+        cp_buf_printf(&r->body, "{\"status\":\"starting\",\"reason\":\"the ingest "
+                                "consumer has not been assigned its partitions yet\"}\n");
+    } else {
+        cp_buf_printf(&r->body, "{\"status\":\"ok\"}\n");
+    }
+}
+
+static void loop_metrics(cp_api *a, const cp_http_request *req, cp_http_response *r)
+{
+    if (!metrics_allowed(a, req, r)) return;
+    ep_metrics(a, r);
+    r->compressible = 1;
+}
+
+static void loop_offsets(cp_api *a, const cp_http_request *req, cp_http_response *r)
+{
+    if (cp_fanout_is_self(a->o.fanout, req))
+        cp_http_error(r, 421, "this node is the asking node itself");
+    else if (cp_fanout_is_peer(a->o.fanout, req) || authenticate(a, req, r))
+        ep_offsets(a, req, r);
+}
+
+static void loop_brokers(cp_api *a, const cp_http_request *req, cp_http_response *r)
+{
+    /* Where to write is for producers holding a token: with tokens configured, a process
+     * without one learns nothing from here. */
+    if (!authenticate(a, req, r)) return;
+    if (cp_buf_printf(&r->body, "{\"brokers\":") || json_str(&r->body, a->brokers) ||
+        cp_buf_printf(&r->body, "}\n"))
+        oom(r);
+}
+
+static void loop_ui(cp_api *a, const cp_http_request *req, cp_http_response *r)
+{
+    (void)a;
+    if (!cp_ui_serve(req->path, r)) cp_http_error(r, 404, "unknown path '%.128s'", req->path);
+}
+
+static const char *const g_none[] = {NULL};
+static const char *const g_profile_params[] = {
+    "type", "select", "from", "to", "format", "focus", "ignore", "max_nodes", "sample_type", NULL};
+static const char *const g_profile_formats[] = {"pprof", "json", "folded", "top", NULL};
+static const char *const g_diff_params[] = {
+    "type",   "select", "from",   "to",        "base_select", "base_from", "base_to",
+    "format", "focus",  "ignore", "max_nodes", "sample_type", NULL};
+static const char *const g_diff_formats[] = {"json", "pprof", NULL};
+static const char *const g_timeline_params[] = {"type", "select", "from", "to", "step", NULL};
+static const char *const g_series_params[] = {"select", "from", "to", "type", NULL};
+static const char *const g_symbols_params[] = {"tenant", NULL};
+
+/* Every path: its method, its lane, its handler and, for the store-backed ones, how its
+ * query string becomes a query. The one place routing is decided: cp_api_is_light (lanes),
+ * cp_api_handle (handlers) and cp_api_observe (the latency histogram) read it. */
+typedef struct endpoint {
+    const char *path; /* exact, or a prefix when it ends in '/' */
+    int ep;           /* EP_*: the histogram's endpoint */
+    const char *method;
+    int lane; /* CP_HTTP_LANE_*; a store-backed request from a peer goes in its own lane */
+    void (*on_loop)(cp_api *a, const cp_http_request *req, cp_http_response *r);
+    void (*on_query)(const api_call *c, cp_http_response *r);
+    cp_query_form form;
+} endpoint;
+
+#define WINDOWED (CP_FORM_KIND | CP_FORM_WINDOW | CP_FORM_SELECT)
+static const endpoint g_endpoints[] = {
+    {"/api/v1/profile",
+     EP_PROFILE,
+     "GET",
+     CP_HTTP_LANE_HEAVY,
+     NULL,
+     ep_profile,
+     {g_profile_params, g_profile_formats, WINDOWED}},
+    {"/api/v1/diff",
+     EP_DIFF,
+     "GET",
+     CP_HTTP_LANE_HEAVY,
+     NULL,
+     ep_diff,
+     {g_diff_params, g_diff_formats, WINDOWED | CP_FORM_BASE}},
+    {"/api/v1/timeline",
+     EP_TIMELINE,
+     "GET",
+     CP_HTTP_LANE_HEAVY,
+     NULL,
+     ep_timeline,
+     {g_timeline_params, NULL, WINDOWED | CP_FORM_STEP}},
+    /* index reads stay quick whatever the window: their own slots, never behind merges */
+    {"/api/v1/series",
+     EP_SERIES,
+     "GET",
+     CP_HTTP_LANE_CHEAP,
+     NULL,
+     ep_series,
+     {g_series_params, NULL, CP_FORM_ANY_KIND | CP_FORM_ALL_TIME | CP_FORM_SELECT}},
+    {"/api/v1/labels", EP_LABELS, "GET", CP_HTTP_LANE_CHEAP, NULL, ep_labels, {g_none, NULL, 0}},
+    {"/api/v1/labels/", EP_VALUES, "GET", CP_HTTP_LANE_CHEAP, NULL, ep_values, {g_none, NULL, 0}},
+    /* an upload is parsed and stored on a worker */
+    {"/api/v1/symbols",
+     EP_SYMBOLS,
+     "POST",
+     CP_HTTP_LANE_HEAVY,
+     NULL,
+     ep_symbols,
+     {g_symbols_params, NULL, 0}},
+    {"/healthz", EP_OTHER, "GET", CP_HTTP_LANE_LOOP, loop_healthz, NULL, {0}},
+    {"/metrics", EP_OTHER, "GET", CP_HTTP_LANE_LOOP, loop_metrics, NULL, {0}},
+    {"/api/v1/ingest/offsets", EP_OTHER, "GET", CP_HTTP_LANE_LOOP, loop_offsets, NULL, {0}},
+    {"/api/v1/brokers", EP_OTHER, "GET", CP_HTTP_LANE_LOOP, loop_brokers, NULL, {0}},
+};
+/* Anything else: the web UI's files, or 404. */
+static const endpoint g_ui = {"", EP_OTHER, "GET", CP_HTTP_LANE_LOOP, loop_ui, NULL, {0}};
+
+static const endpoint *route(const char *path)
+{
+    for (size_t i = 0; i < sizeof g_endpoints / sizeof g_endpoints[0]; i++) {
+        const endpoint *e = &g_endpoints[i];
+        size_t l = strlen(e->path);
+        if (e->path[l - 1] == '/' ? strncmp(path, e->path, l) == 0 : strcmp(path, e->path) == 0)
+            return e;
+    }
+    return &g_ui;
+}
+
+int cp_api_is_light(void *api, const cp_http_request *req)
+{
+    const endpoint *e = route(req->path);
+    /* a wrong method is refused at once */
+    if (e->lane == CP_HTTP_LANE_LOOP || strcmp(req->method, e->method) != 0)
+        return CP_HTTP_LANE_LOOP;
+    /* A peer's request for its part (or an upload passed on) never waits on other nodes:
+     * its own lane (fanout.h). */
+    if (cp_fanout_peer_lane(((cp_api *)api)->o.fanout, req)) return CP_HTTP_LANE_PEER;
+    return e->lane;
+}
+
+void cp_api_observe(void *api, const cp_http_request *req, int status, int heavy, double seconds)
 {
     cp_api *a = api;
-    int ep = ep_of(req->path);
-    if (ep == EP_SYMBOLS && strcmp(req->method, "POST") != 0) {
-        cp_http_error(r, 405, "method %s not allowed on %.128s (only POST)", req->method,
-                      req->path);
-        snprintf(r->extra_headers, sizeof r->extra_headers, "Allow: POST\r\n");
-        return;
-    }
-    if (ep != EP_SYMBOLS && strcmp(req->method, "GET") != 0) {
-        cp_http_error(r, 405, "method %s not allowed on %.128s (only GET)", req->method, req->path);
-        snprintf(r->extra_headers, sizeof r->extra_headers, "Allow: GET\r\n");
-        return;
-    }
-    if (ep == EP_OTHER) {
-        if (strcmp(req->path, "/healthz") == 0) {
-            cp_api_ingest_stats in = {0};
-            if (a->o.ingest_stats) a->o.ingest_stats(a->o.ingest_arg, &in);
-            if (in.available && in.paused) {
-                /* a store write failed: not healthy until ingest is back by itself */
-                r->status = 503;
-                if (cp_buf_printf(&r->body, "{\"status\":\"paused\",\"reason\":") ||
-                    json_str(&r->body, in.paused_reason) || cp_buf_printf(&r->body, "}\n"))
-                    oom(r);
-            } else if (in.available && !in.ready) {
-                /* the consumer has no partitions yet: what is sent now waits in the broker
-                 * (and on the embedded one may be dropped), so not ready */
-                r->status = 503;
-                cp_buf_printf(&r->body, "{\"status\":\"starting\",\"reason\":\"the ingest "
-                                        "consumer has not been assigned its partitions yet\"}\n");
-            } else {
-                cp_buf_printf(&r->body, "{\"status\":\"ok\"}\n");
-            }
-        } else if (strcmp(req->path, "/metrics") == 0) {
-            if (!metrics_allowed(a, req, r)) return;
-            ep_metrics(a, r);
-            r->compressible = 1;
-        } else if (strcmp(req->path, "/api/v1/ingest/offsets") == 0) {
-            if (cp_fanout_is_self(a->o.fanout, req))
-                cp_http_error(r, 421, "this node is the asking node itself");
-            else if (cp_fanout_is_peer(a->o.fanout, req) || authenticate(a, req, r))
-                ep_offsets(a, req, r);
-        } else if (strcmp(req->path, "/api/v1/brokers") == 0) {
-            /* Where to write is for producers holding a token: with tokens configured, a
-             * process without one learns nothing from here. */
-            if (!authenticate(a, req, r)) return;
-            if (cp_buf_printf(&r->body, "{\"brokers\":") || json_str(&r->body, a->brokers) ||
-                cp_buf_printf(&r->body, "}\n"))
-                oom(r);
-        } else if (!cp_ui_serve(req->path, r)) {
-            cp_http_error(r, 404, "unknown path '%.128s'", req->path);
-        }
-        return;
-    }
+    int cls = status / 100;
+    if (cls >= 1 && cls <= 5) a->by_class[cls]++;
+    if (!heavy) return;
+    int ep = route(req->path)->ep;
+    size_t b = 0;
+    while (b < NBUCKETS && seconds > g_buckets[b])
+        b++;
+    a->hist[ep][b]++;
+    a->hist_sum[ep] += seconds;
+    a->hist_count[ep]++;
+}
+
+/* A store-backed request: the tenant, the query parsed once, the readers across the cluster,
+ * the endpoint, and the answer marked partial if a peer was missing. */
+static void run_query(cp_api *a, const endpoint *e, const cp_http_request *req, cp_http_response *r)
+{
+    cp_fanout *fo = a->o.fanout;
     /* a peer asking for its part, or passing an upload on, presents the cluster token and
      * names the tenant */
-    const char *tenant = cp_fanout_is_peer(a->o.fanout, req) ? "" : authenticate(a, req, r);
+    const char *tenant = cp_fanout_is_peer(fo, req) ? "" : authenticate(a, req, r);
     if (!tenant) return;
     cp_params pa = {0};
     cp_err err = {0};
@@ -1145,38 +1032,46 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
         cp_params_close(&pa);
         return;
     }
-    if (cp_fanout_begin(a->o.fanout, &pa, &tenant, r)) {
+    if (cp_fanout_is_self(fo, req)) {
+        cp_http_error(r, 421, "node %s is the asking node itself", cp_fanout_node(fo));
+        cp_params_close(&pa);
+        return;
+    }
+    cp_query_env env = {.tenant = tenant,
+                        .now_ns = cp_now_ns(),
+                        .deadline_ns = req->deadline_ns,
+                        .max_range_ns = a->o.max_range_ns,
+                        .max_blocks = a->o.max_blocks,
+                        .max_steps = a->o.max_steps};
+    cp_query_req qr;
+    if (cp_query_parse(&pa, &e->form, &env, &qr, r)) {
         cp_params_close(&pa);
         return;
     }
     cp_http_request rq = *req; /* a peer's request keeps the asking node's deadline */
-    rq.deadline_ns = cp_fanout_deadline(req->deadline_ns);
-    req = &rq;
+    rq.deadline_ns = qr.q.lim.deadline_ns;
+    cp_fanout_req fr;
+    api_call c = {a, &rq, &pa, &qr, cp_fanout_req_init(&fr, fo, cp_store_reader(a->o.store)), &fr};
     r->compressible = 1; /* unset below for answers that are gzip'd pprof already */
-    switch (ep) {
-    case EP_PROFILE:
-        ep_profile(a, tenant, &pa, req, r);
-        break;
-    case EP_DIFF:
-        ep_diff(a, tenant, &pa, req, r);
-        break;
-    case EP_TIMELINE:
-        ep_timeline(a, tenant, &pa, req, r);
-        break;
-    case EP_SERIES:
-        ep_series(a, tenant, &pa, req, r);
-        break;
-    case EP_LABELS:
-        ep_labels(a, tenant, &pa, req, r);
-        break;
-    case EP_VALUES:
-        ep_values(a, tenant, &pa, req, r);
-        break;
-    case EP_SYMBOLS:
-        ep_symbols(a, tenant, &pa, req, r);
-        break;
-    }
-    cp_fanout_end(a->o.fanout, r);
+    e->on_query(&c, r);
+    cp_fanout_end(&fr, r);
+    cp_query_req_close(&qr);
     cp_params_close(&pa);
     if (strcmp(r->content_type, "application/octet-stream") == 0) r->compressible = 0;
+}
+
+void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
+{
+    cp_api *a = api;
+    const endpoint *e = route(req->path);
+    if (strcmp(req->method, e->method) != 0) {
+        cp_http_error(r, 405, "method %s not allowed on %.128s (only %s)", req->method, req->path,
+                      e->method);
+        snprintf(r->extra_headers, sizeof r->extra_headers, "Allow: %s\r\n", e->method);
+        return;
+    }
+    if (e->on_loop)
+        e->on_loop(a, req, r);
+    else
+        run_query(a, e, req, r);
 }

@@ -1,8 +1,8 @@
 /* Query fan-out: each query asks every peer for its part over HTTP (in parallel, one thread
  * per peer, each bounded by the request's deadline), runs the store's own call meanwhile,
  * and merges: profiles with the pprof merger, series and label lists as sorted unions,
- * timelines step by step. Which peers were missing is per request, in thread-local state
- * that the API's dispatch resets and reads (a request runs on one thread from start to end). */
+ * timelines step by step. Which peers were missing is per request, in the request's
+ * cp_fanout_req (the caller's; nothing here is thread-local). */
 #include "fanout.h"
 
 #include <inttypes.h>
@@ -19,9 +19,10 @@
 #include "json.h"
 #include "log.h"
 #include "merge.h"
+#include "params.h"
 #include "pprof.h"
 
-#define MAX_PEERS 64
+#define MAX_PEERS CP_FANOUT_MAX_PEERS
 
 /* What one peer last said of its partitions (GET /api/v1/ingest/offsets?local=1), kept
  * fresh by a thread of its own while senders ask, so that the loop thread answers a
@@ -54,16 +55,6 @@ struct cp_fanout {
     uint8_t own[CP_MAX_PARTITIONS];
     _Atomic int overlap[MAX_PEERS];
 };
-
-/* The request running on this thread. */
-static _Thread_local struct {
-    int local;                  /* local=1: answer from this store only */
-    int by_series;              /* by_series=1 (with local=1): inuse parts per series */
-    int fanned;                 /* peers were asked */
-    uint8_t missing[MAX_PEERS]; /* peers that did not answer */
-    char tenant[65];            /* a peer's request: the tenant it names */
-    int64_t deadline_ns;        /* the asking node's deadline (deadline_ms); 0 = none */
-} g_req;
 
 static int64_t mono_now(void);
 
@@ -175,20 +166,6 @@ int cp_fanout_is_peer(const cp_fanout *f, const cp_http_request *req)
     return h && cp_http_token_eq(h, n, f->token);
 }
 
-/* Removes name from pa; returns its value (owned by the caller) or NULL. */
-static char *params_take(cp_params *pa, const char *name)
-{
-    for (uint32_t i = 0; i < pa->p.n; i++)
-        if (strcmp(pa->p.v[i].name, name) == 0) {
-            char *v = pa->p.v[i].value;
-            free(pa->p.v[i].name);
-            memmove(&pa->p.v[i], &pa->p.v[i + 1], (pa->p.n - i - 1) * sizeof pa->p.v[0]);
-            pa->p.n--;
-            return v;
-        }
-    return NULL;
-}
-
 int cp_fanout_is_self(const cp_fanout *f, const cp_http_request *req)
 {
     if (!f) return 0;
@@ -212,71 +189,15 @@ int cp_fanout_peer_lane(const cp_fanout *f, const cp_http_request *req)
     return cp_fanout_is_part_request(req) && (!f || !f->token || cp_fanout_is_peer(f, req));
 }
 
-int cp_fanout_begin(const cp_fanout *f, cp_params *pa, const char **tenant, cp_http_response *r)
+const char *cp_fanout_node(const cp_fanout *f)
 {
-    memset(&g_req, 0, sizeof g_req);
-    char *node = params_take(pa, "node");
-    int itself = node && f && strcmp(node, f->id) == 0;
-    free(node);
-    if (itself) {
-        cp_http_error(r, 421, "node %s is the asking node itself", f->id);
-        return -1;
-    }
-    char *local = params_take(pa, "local");
-    int bad_local = local && strcmp(local, "1") != 0;
-    free(local);
-    if (bad_local) {
-        cp_http_error(r, 400, "bad local: expected local=1 (this node's part only)");
-        return -1;
-    }
-    g_req.local = local != NULL;
-    /* the asking node's inuse parts: per series, with their snapshots' times */
-    char *bs = params_take(pa, "by_series");
-    int bad_bs = bs && (strcmp(bs, "1") != 0 || !g_req.local);
-    free(bs);
-    if (bad_bs) {
-        cp_http_error(r, 400, "bad by_series: only by_series=1, with local=1 (a peer's part)");
-        return -1;
-    }
-    g_req.by_series = bs != NULL;
-    /* a peer's part is of no use once the asking node stopped waiting: its time is ours */
-    char *dl = params_take(pa, "deadline_ms"), *end = NULL;
-    long long ms = dl ? strtoll(dl, &end, 10) : 0;
-    int bad_dl = dl && (!*dl || *end || ms < 0 || ms > 86400000LL);
-    free(dl);
-    if (bad_dl) {
-        cp_http_error(r, 400, "bad deadline_ms: expected 0..86400000 (milliseconds left)");
-        return -1;
-    }
-    if (end) g_req.deadline_ns = mono_now() + ms * 1000000LL;
-    if (**tenant) return 0;
-    /* a peer, by the cluster token: its request names the tenant */
-    if (!g_req.local) {
-        cp_http_error(r, 403, "the cluster token only serves peers' requests (local=1)");
-        return -1;
-    }
-    char *t = params_take(pa, "tenant");
-    size_t tl = t ? strlen(t) : 0;
-    if (tl >= 1 && tl < sizeof g_req.tenant) memcpy(g_req.tenant, t, tl + 1);
-    free(t);
-    if (tl < 1 || tl >= sizeof g_req.tenant) {
-        cp_http_error(r, 400, "a peer's request needs tenant=NAME (1..64 characters)");
-        return -1;
-    }
-    *tenant = g_req.tenant;
-    return 0;
-}
-
-int64_t cp_fanout_deadline(int64_t deadline_ns)
-{
-    if (g_req.deadline_ns && (!deadline_ns || g_req.deadline_ns < deadline_ns))
-        return g_req.deadline_ns;
-    return deadline_ns;
+    return f ? f->id : "";
 }
 
 /* Appends `"partial":...,"missing_peers":[...],` after the '{' of a JSON object answer. */
-static int splice_partial(const cp_fanout *f, cp_http_response *r)
+static int splice_partial(const cp_fanout_req *fr, cp_http_response *r)
 {
+    const cp_fanout *f = fr->f;
     int status = r->status ? r->status : 200; /* unset means 200, as does "" for JSON */
     if (status < 200 || status > 299 ||
         (r->content_type[0] && strcmp(r->content_type, "application/json") != 0) ||
@@ -285,7 +206,7 @@ static int splice_partial(const cp_fanout *f, cp_http_response *r)
     cp_buf b = {0};
     int rc = cp_buf_printf(&b, "{\"partial\":true,\"missing_peers\":[");
     for (uint32_t i = 0, k = 0; !rc && i < f->n; i++)
-        if (g_req.missing[i]) rc = cp_buf_printf(&b, "%s\"%s\"", k++ ? "," : "", f->peers[i]);
+        if (fr->missing[i]) rc = cp_buf_printf(&b, "%s\"%s\"", k++ ? "," : "", f->peers[i]);
     if (!rc) rc = cp_buf_printf(&b, "]%s", r->body.len > 1 && r->body.data[1] != '}' ? "," : "");
     if (!rc) rc = cp_buf_append(&b, r->body.data + 1, r->body.len - 1);
     if (rc) {
@@ -297,18 +218,19 @@ static int splice_partial(const cp_fanout *f, cp_http_response *r)
     return 0;
 }
 
-void cp_fanout_end(const cp_fanout *f, cp_http_response *r)
+void cp_fanout_end(const cp_fanout_req *fr, cp_http_response *r)
 {
-    if (!f || !g_req.fanned) return;
+    const cp_fanout *f = fr->f;
+    if (!f || !fr->fanned) return;
     int any = 0;
     for (uint32_t i = 0; i < f->n; i++)
-        any |= g_req.missing[i];
+        any |= fr->missing[i];
     if (!any) return;
     size_t l = strlen(r->extra_headers), room = sizeof r->extra_headers;
     char line[sizeof r->extra_headers];
     size_t n = (size_t)snprintf(line, sizeof line, "%s: ", CP_FANOUT_PARTIAL_HEADER);
     for (uint32_t i = 0, k = 0; i < f->n && n < sizeof line; i++)
-        if (g_req.missing[i])
+        if (fr->missing[i])
             n += (size_t)snprintf(line + n, sizeof line - n, "%s%s", k++ ? "," : "", f->peers[i]);
     /* the header must stay one whole line: cut the list at a peer if it does not fit */
     if (n + 2 >= sizeof line || l + n + 2 >= room) {
@@ -320,16 +242,32 @@ void cp_fanout_end(const cp_fanout *f, cp_http_response *r)
         if (n) n += (size_t)snprintf(line + n, sizeof line - n, ",...");
     }
     if (n && l + n + 2 < room) snprintf(r->extra_headers + l, room - l, "%.*s\r\n", (int)n, line);
-    if (splice_partial(f, r)) {
+    if (splice_partial(fr, r)) {
         cp_buf_close(&r->body);
         cp_http_error(r, 503, "out of memory while answering");
     }
+}
+
+static int fo_profile(cp_reader *rd, const cp_query *q, cp_profile **out, cp_err *err);
+static int fo_timeline(cp_reader *rd, const cp_query *q, cp_timeline *out, cp_err *err);
+static int fo_series(cp_reader *rd, const cp_query *q, cp_series_list *out, cp_err *err);
+static int fo_labels(cp_reader *rd, const cp_query *q, cp_string_list *out, cp_err *err);
+static int fo_values(cp_reader *rd, const cp_query *q, cp_string_list *out, cp_err *err);
+
+cp_reader *cp_fanout_req_init(cp_fanout_req *fr, cp_fanout *f, cp_reader *local)
+{
+    memset(fr, 0, sizeof *fr);
+    fr->reader = (cp_reader){fo_profile, fo_timeline, fo_series, fo_labels, fo_values};
+    fr->f = f;
+    fr->local = local;
+    return &fr->reader;
 }
 
 /* ---- asking the peers ----------------------------------------------------------------- */
 
 typedef struct call {
     const cp_fanout *f;
+    cp_fanout_req *fr; /* the request: its missing peers */
     uint32_t peer;
     const char *pq;
     const void *body; /* an upload to pass on (POST); NULL: GET */
@@ -362,25 +300,32 @@ static void *call_run(void *arg)
     return NULL;
 }
 
-/* The calls of one fan-out; NULL calls when there is nothing to ask. */
+/* The calls of one fan-out; NULL calls when there is nothing to ask. The caller sets fr
+ * (and, for an upload passed on, body and body_len) before fan_begin. */
 typedef struct fan {
+    cp_fanout_req *fr;
+    const void *body; /* POST this (it must outlive fan_wait); NULL: GET */
+    size_t body_len;
     call *calls;
     uint32_t n;
 } fan;
 
-/* 1 if this request asks peers. */
-static int fans(const cp_fanout *f)
+/* 1 if q asks peers. */
+static int fans(const cp_fanout_req *fr, const cp_query *q)
 {
-    return f && f->n && !g_req.local;
+    return fr->f && fr->f->n && !q->local;
 }
 
 /* Starts GET pq (to which `local=1`, and `tenant` with a token, are appended) on every
- * peer, or POST of body[0..body_len) when body is not NULL (it must outlive fan_wait), each
- * allowed until deadline_ns (CLOCK_MONOTONIC; 0 = the fan-out's timeout). */
-static int fan_start(const cp_fanout *f, cp_buf *pq, const char *tenant, int64_t deadline_ns,
-                     const void *body, size_t body_len, fan *out, cp_err *err)
+ * peer, or POST of out->body, each allowed until deadline_ns (CLOCK_MONOTONIC; 0 = the
+ * fan-out's timeout). */
+static int fan_start(fan *out, cp_buf *pq, const char *tenant, int64_t deadline_ns, cp_err *err)
 {
-    memset(out, 0, sizeof *out);
+    const cp_fanout *f = out->fr->f;
+    const void *body = out->body;
+    size_t body_len = out->body_len;
+    out->calls = NULL;
+    out->n = 0;
     int64_t now = mono_now();
     int64_t until = now + f->timeout_ns;
     /* leave the merge and the rendering a tenth of what is left */
@@ -388,7 +333,7 @@ static int fan_start(const cp_fanout *f, cp_buf *pq, const char *tenant, int64_t
         until = deadline_ns - (deadline_ns - now) / 10;
     int64_t ms = (until - now) / 1000000;
     if (ms < 1) ms = 1;
-    /* the peer stops when this node stops waiting (cp_fanout_begin's deadline_ms) */
+    /* the peer stops when this node stops waiting (its query's deadline_ms) */
     int rc = cp_buf_printf(pq, "&local=1&node=%s&deadline_ms=%lld", f->id, (long long)ms);
     if (!rc && f->token) {
         rc = cp_buf_printf(pq, "&tenant=");
@@ -397,11 +342,12 @@ static int fan_start(const cp_fanout *f, cp_buf *pq, const char *tenant, int64_t
     if (!rc) rc = cp_buf_append(pq, "", 1);
     if (rc || !(out->calls = calloc(f->n, sizeof *out->calls)))
         return cp_err_set(err, CP_ENOMEM, "out of memory");
-    g_req.fanned = 1;
+    out->fr->fanned = 1;
     out->n = f->n;
     for (uint32_t i = 0; i < f->n; i++) {
         call *c = &out->calls[i];
         *c = (call){.f = f,
+                    .fr = out->fr,
                     .peer = i,
                     .pq = (const char *)pq->data,
                     .body = body,
@@ -428,7 +374,7 @@ static void fan_wait(fan *fa)
                 cp_log_info("cluster: peer %s is this node itself: not asked again",
                             c->f->peers[c->peer]);
         } else if (!c->ok) {
-            g_req.missing[c->peer] = 1;
+            c->fr->missing[c->peer] = 1;
             atomic_fetch_add(&((cp_fanout *)c->f)->failures[c->peer], 1);
         }
     }
@@ -439,7 +385,8 @@ static void fan_close(fan *fa)
     for (uint32_t i = 0; i < fa->n; i++)
         cp_buf_close(&fa->calls[i].res.body);
     free(fa->calls);
-    memset(fa, 0, sizeof *fa);
+    fa->calls = NULL;
+    fa->n = 0;
 }
 
 /* Marks the peer of c missing after its answer proved unusable. */
@@ -447,7 +394,7 @@ static void fan_reject(call *c, const char *why)
 {
     cp_log_warn("peer %s: unusable answer to %.200s: %s", c->f->peers[c->peer], c->pq, why);
     c->ok = 0;
-    g_req.missing[c->peer] = 1;
+    c->fr->missing[c->peer] = 1;
     atomic_fetch_add(&((cp_fanout *)c->f)->failures[c->peer], 1);
 }
 
@@ -473,21 +420,21 @@ static int put_select(cp_buf *b, const char *select)
     return rc ? rc : cp_url_encode(b, select ? select : "");
 }
 
-/* Appends the selector and the window of a profile-like request. */
-static int put_window(cp_buf *b, const char *select, int64_t from, int64_t to)
+/* Appends the selector and the window of q. */
+static int put_window(cp_buf *b, const cp_query *q)
 {
-    int rc = put_select(b, select);
-    if (!rc) rc = put_time(b, "from", from);
-    return rc ? rc : put_time(b, "to", to);
+    int rc = put_select(b, q->select);
+    if (!rc) rc = put_time(b, "from", q->from_ns);
+    return rc ? rc : put_time(b, "to", q->to_ns);
 }
 
-/* fan_start once the request pq is built (built: the result of building it, nonzero if that
- * ran out of memory); on failure pq is closed and nothing needs fan_close. */
-static int fan_begin(const cp_fanout *f, cp_buf *pq, int built, const char *tenant,
-                     int64_t deadline_ns, const void *body, size_t body_len, fan *fa, cp_err *err)
+/* fan_start for q's tenant and deadline once the request pq is built (built: the result of
+ * building it, nonzero if that ran out of memory); on failure pq is closed and nothing
+ * needs fan_close. */
+static int fan_begin(fan *fa, cp_buf *pq, int built, const cp_query *q, cp_err *err)
 {
     int rc = built ? cp_err_set(err, CP_ENOMEM, "out of memory")
-                   : fan_start(f, pq, tenant, deadline_ns, body, body_len, fa, err);
+                   : fan_start(fa, pq, q->tenant, q->lim.deadline_ns, err);
     if (rc) cp_buf_close(pq);
     return rc;
 }
@@ -517,7 +464,7 @@ static int64_t mono_now(void)
 
 /* inuse across nodes: a series handed over between nodes (`P@N`) has a last snapshot on
  * each node that held it within the range; only the latest counts. The parts come per
- * series (cp_store_query_per_series: samples marked with the series and the snapshot's
+ * series (cp_store_query with by_series: samples marked with the series and the snapshot's
  * start); latest_only keeps each series' samples of the one part whose snapshot is the
  * latest (the lowest part index on a tie: the same window stored twice counts once) and
  * strips the marks. */
@@ -645,29 +592,24 @@ static int merge_part(cp_merger *m, cp_profile **part, call *c, cp_err *err)
     return 0;
 }
 
-int cp_fanout_query(cp_fanout *f, cp_store *s, const char *tenant, cp_kind kind,
-                    const cp_selector *sel, const char *select, int64_t from, int64_t to,
-                    const cp_query_limits *lim, cp_profile **out, cp_err *err)
+/* The profile reader: this node's part and every peer's, merged. */
+static int fo_profile(cp_reader *rd, const cp_query *q, cp_profile **out, cp_err *err)
 {
-    int by_series = kind == CP_KIND_INUSE;
-    if (!fans(f))
-        return g_req.by_series && by_series
-                   ? cp_store_query_per_series(s, tenant, kind, sel, from, to, lim, out, err)
-                   : cp_store_query(s, tenant, kind, sel, from, to, lim, out, err);
+    cp_fanout_req *fr = (cp_fanout_req *)rd;
+    if (!fans(fr, q)) return fr->local->profile(fr->local, q, out, err);
+    int by_series = q->kind == CP_KIND_INUSE;
+    cp_query own = *q; /* this node's part: per series too, for inuse */
+    own.by_series = by_series;
     cp_buf pq = {0};
-    fan fa = {0};
-    int rc = cp_buf_printf(&pq, "/api/v1/profile?format=pprof&type=%s%s", cp_kind_name(kind),
+    fan fa = {.fr = fr};
+    int rc = cp_buf_printf(&pq, "/api/v1/profile?format=pprof&type=%s%s", cp_kind_name(q->kind),
                            by_series ? "&by_series=1" : "");
-    if (!rc) rc = put_window(&pq, select, from, to);
-    if ((rc = fan_begin(f, &pq, rc, tenant, lim ? lim->deadline_ns : 0, NULL, 0, &fa, err)))
-        return rc;
+    if (!rc) rc = put_window(&pq, q);
+    if ((rc = fan_begin(&fa, &pq, rc, q, err))) return rc;
     /* parts[0] is this node's, parts[1 + i] peer i's (NULL: none) */
     cp_profile **parts = calloc(fa.n + 1, sizeof *parts);
     if (!parts) rc = cp_err_set(err, CP_ENOMEM, "out of memory");
-    if (!rc && by_series)
-        rc = cp_store_query_per_series(s, tenant, kind, sel, from, to, lim, &parts[0], err);
-    else if (!rc)
-        rc = cp_store_query(s, tenant, kind, sel, from, to, lim, &parts[0], err);
+    if (!rc) rc = fr->local->profile(fr->local, &own, &parts[0], err);
     fan_wait(&fa);
     /* the parts of a peer's answer are whole: it may be as large as a merged profile gets */
     cp_pprof_limits pl;
@@ -704,8 +646,8 @@ int cp_fanout_query(cp_fanout *f, cp_store *s, const char *tenant, cp_kind kind,
     if (!rc && !(merged = cp_merger_finish(m))) rc = cp_err_set(err, CP_ENOMEM, "out of memory");
     if (merged) {
         /* the window, as the store states it: not the sum of the parts' durations */
-        merged->time_nanos = from;
-        merged->duration_nanos = to - from;
+        merged->time_nanos = q->from_ns;
+        merged->duration_nanos = q->to_ns - q->from_ns;
     }
     cp_merger_destroy(m);
     for (uint32_t i = 0; parts && i <= fa.n; i++)
@@ -802,17 +744,18 @@ static int series_union(cp_series_list *l, cp_err *err)
     return rc ? cp_err_set(err, CP_ENOMEM, "out of memory") : 0;
 }
 
-int cp_fanout_series(cp_fanout *f, cp_store *s, const char *tenant, const cp_selector *sel,
-                     const char *select, int64_t from, int64_t to, int64_t deadline_ns,
-                     cp_series_list *out, cp_err *err)
+/* The series reader: the union of every node's, one entry per (kind, labels) with the
+ * widest span, sorted by kind then labels. */
+static int fo_series(cp_reader *rd, const cp_query *q, cp_series_list *out, cp_err *err)
 {
-    if (!fans(f)) return cp_store_series(s, tenant, sel, from, to, out, err);
+    cp_fanout_req *fr = (cp_fanout_req *)rd;
+    if (!fans(fr, q)) return fr->local->series(fr->local, q, out, err);
     cp_buf pq = {0};
-    fan fa = {0};
+    fan fa = {.fr = fr};
     int rc = cp_buf_printf(&pq, "/api/v1/series?");
-    if (!rc) rc = put_window(&pq, select, from, to);
-    if ((rc = fan_begin(f, &pq, rc, tenant, deadline_ns, NULL, 0, &fa, err))) return rc;
-    rc = cp_store_series(s, tenant, sel, from, to, out, err);
+    if (!rc) rc = put_window(&pq, q);
+    if ((rc = fan_begin(&fa, &pq, rc, q, err))) return rc;
+    rc = fr->local->series(fr->local, q, out, err);
     fan_wait(&fa);
     for (uint32_t i = 0; !rc && i < fa.n; i++) {
         if (!fa.calls[i].ok) continue;
@@ -840,19 +783,18 @@ static int str_cmp(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int cp_fanout_labels(cp_fanout *f, cp_store *s, const char *tenant, const char *name,
-                     int64_t deadline_ns, cp_string_list *out, cp_err *err)
+/* Label names (q->label NULL) or one label's values over every node: the sorted union. */
+static int fo_strings(cp_fanout_req *fr, const cp_query *q, cp_string_list *out, cp_err *err)
 {
-    if (!fans(f))
-        return name ? cp_store_label_values(s, tenant, name, out, err)
-                    : cp_store_label_names(s, tenant, out, err);
+    cp_reader *lr = fr->local;
+    const char *name = q->label;
+    if (!fans(fr, q)) return name ? lr->values(lr, q, out, err) : lr->labels(lr, q, out, err);
     cp_buf pq = {0};
-    fan fa = {0};
+    fan fa = {.fr = fr};
     int rc = name ? cp_buf_printf(&pq, "/api/v1/labels/%s/values?", name)
                   : cp_buf_printf(&pq, "/api/v1/labels?");
-    if ((rc = fan_begin(f, &pq, rc, tenant, deadline_ns, NULL, 0, &fa, err))) return rc;
-    rc = name ? cp_store_label_values(s, tenant, name, out, err)
-              : cp_store_label_names(s, tenant, out, err);
+    if ((rc = fan_begin(&fa, &pq, rc, q, err))) return rc;
+    rc = name ? lr->values(lr, q, out, err) : lr->labels(lr, q, out, err);
     fan_wait(&fa);
     for (uint32_t i = 0; !rc && i < fa.n; i++) {
         call *c = &fa.calls[i];
@@ -890,25 +832,34 @@ int cp_fanout_labels(cp_fanout *f, cp_store *s, const char *tenant, const char *
     return rc;
 }
 
+static int fo_labels(cp_reader *rd, const cp_query *q, cp_string_list *out, cp_err *err)
+{
+    cp_query names = *q;
+    names.label = NULL;
+    return fo_strings((cp_fanout_req *)rd, &names, out, err);
+}
+
+static int fo_values(cp_reader *rd, const cp_query *q, cp_string_list *out, cp_err *err)
+{
+    if (!q->label) return cp_err_set(err, CP_EINVAL, "label name missing");
+    return fo_strings((cp_fanout_req *)rd, q, out, err);
+}
+
 /* ---- timelines ------------------------------------------------------------------------ */
 
-int cp_fanout_timeline(cp_fanout *f, cp_store *s, const char *tenant, cp_kind kind,
-                       const cp_selector *sel, const char *select, int64_t from, int64_t to,
-                       int64_t step, const cp_query_limits *lim, int64_t **out, uint32_t *nsteps,
-                       uint32_t *ntypes, cp_err *err)
+/* The timeline reader: every node's points added step by step. */
+static int fo_timeline(cp_reader *rd, const cp_query *q, cp_timeline *out, cp_err *err)
 {
-    if (!fans(f))
-        return cp_store_timeline(s, tenant, kind, sel, from, to, step, lim, out, nsteps, ntypes,
-                                 err);
+    cp_fanout_req *fr = (cp_fanout_req *)rd;
+    if (!fans(fr, q)) return fr->local->timeline(fr->local, q, out, err);
     cp_buf pq = {0};
-    fan fa = {0};
-    int rc = cp_buf_printf(&pq, "/api/v1/timeline?type=%s&step=%lldns", cp_kind_name(kind),
-                           (long long)step);
-    if (!rc) rc = put_window(&pq, select, from, to);
-    if ((rc = fan_begin(f, &pq, rc, tenant, lim ? lim->deadline_ns : mono_now() + f->timeout_ns,
-                        NULL, 0, &fa, err)))
-        return rc;
-    rc = cp_store_timeline(s, tenant, kind, sel, from, to, step, lim, out, nsteps, ntypes, err);
+    fan fa = {.fr = fr};
+    int rc = cp_buf_printf(&pq, "/api/v1/timeline?type=%s&step=%lldns", cp_kind_name(q->kind),
+                           (long long)q->step_ns);
+    if (!rc) rc = put_window(&pq, q);
+    if ((rc = fan_begin(&fa, &pq, rc, q, err))) return rc;
+    rc = fr->local->timeline(fr->local, q, out, err);
+    uint32_t *nsteps = &out->nsteps, *ntypes = &out->ntypes;
     fan_wait(&fa);
     for (uint32_t i = 0; !rc && i < fa.n; i++) {
         call *c = &fa.calls[i];
@@ -926,7 +877,7 @@ int cp_fanout_timeline(cp_fanout *f, cp_store *s, const char *tenant, cp_kind ki
         if (!ok) fan_reject(c, "points do not match this node's steps and sample types");
         for (uint32_t p = 0; ok && p < pts->n; p++)
             for (uint32_t t = 0; t < *ntypes; t++)
-                (*out)[(size_t)p * *ntypes + t] += pts->items[p]->items[t + 1]->i64;
+                out->v[(size_t)p * *ntypes + t] += pts->items[p]->items[t + 1]->i64;
         cp_json_free(j);
     }
     fan_close(&fa);
@@ -936,16 +887,15 @@ int cp_fanout_timeline(cp_fanout *f, cp_store *s, const char *tenant, cp_kind ki
 
 /* ---- uploads ------------------------------------------------------------------------- */
 
-int cp_fanout_upload(cp_fanout *f, const char *path, const char *tenant, const void *body,
-                     size_t len, int64_t deadline_ns, cp_err *err)
+int cp_fanout_upload(cp_fanout_req *fr, const cp_query *q, const char *path, const void *body,
+                     size_t len, cp_err *err)
 {
-    if (!fans(f)) return 0;
+    if (!fans(fr, q)) return 0;
     cp_buf pq = {0};
-    fan fa = {0};
-    int rc = cp_buf_printf(&pq, "%s?", path);
     /* body non-NULL even when empty: this is a POST */
-    if ((rc = fan_begin(f, &pq, rc, tenant, deadline_ns, body ? body : "", len, &fa, err)))
-        return rc;
+    fan fa = {.fr = fr, .body = body ? body : "", .body_len = len};
+    int rc = cp_buf_printf(&pq, "%s?", path);
+    if ((rc = fan_begin(&fa, &pq, rc, q, err))) return rc;
     fan_wait(&fa);
     fan_close(&fa);
     cp_buf_close(&pq);

@@ -2,16 +2,14 @@
  * each peer for its part over the same HTTP API (`local=1`: the peer answers from its own
  * store only), merging the parts with its own, and only then letting the endpoint prune,
  * filter and render. A peer that does not answer in time makes the answer partial, and the
- * answer says so (a JSON field and a response header). With no peers every function here
- * is the store's own call. */
+ * answer says so (a JSON field and a response header). With no peers a request's reader
+ * is the local one alone. */
 #ifndef CP_QUERY_FANOUT_H
 #define CP_QUERY_FANOUT_H
 
 #include <stdint.h>
 
 #include "http.h"
-#include "params.h"
-#include "selector.h"
 #include "store.h"
 
 /* The response header naming the peers that did not answer (comma-separated base URLs). */
@@ -42,7 +40,7 @@ void cp_fanout_destroy(cp_fanout *f); /* NULL is fine */
 /* How many peers f asks (0 for NULL). */
 uint32_t cp_fanout_npeers(const cp_fanout *f);
 
-/* ---- per request (the API's dispatch calls these around each endpoint) ---------------- */
+/* ---- routing (the API decides lanes and peers' requests with these) --------------------- */
 
 /* 1 if req presents the cluster token (a peer asking for its part): the API then takes the
  * tenant from the `tenant` parameter instead of authenticating a tenant's token. */
@@ -51,6 +49,8 @@ int cp_fanout_is_peer(const cp_fanout *f, const cp_http_request *req);
 /* 1 if req comes from this very node (its node=ID): a peer list that names this node under
  * another spelling. The API answers it 421 and the asking side stops asking that peer. */
 int cp_fanout_is_self(const cp_fanout *f, const cp_http_request *req);
+/* This node's ID, as its requests to peers carry it in node=ID ("" for NULL). */
+const char *cp_fanout_node(const cp_fanout *f);
 
 /* 1 if req asks for this node's part only (`local=1`): what the API runs in
  * CP_HTTP_LANE_PEER. A cheap look at the raw query string; the parameter is checked when
@@ -62,66 +62,51 @@ int cp_fanout_is_part_request(const cp_http_request *req);
  * the heavy lane rather than the slots (and priority) kept for peers' parts. */
 int cp_fanout_peer_lane(const cp_fanout *f, const cp_http_request *req);
 
-/* Starts a request on this thread: forgets the previous request's state, removes `local`,
- * `node`, `deadline_ms`, `by_series` (and, for a peer, `tenant`) from pa. For a peer (*tenant ==
- * ""), *tenant becomes the `tenant` parameter (kept in pa's memory). Returns 0, or -1 with a 4xx
- * set in r: `local` other than 1, `by_series` other than 1 or without local=1, a bad `deadline_ms`,
- * the cluster token without `local=1`, a bad tenant name. */
-int cp_fanout_begin(const cp_fanout *f, cp_params *pa, const char **tenant, cp_http_response *r);
+/* ---- one request: the store's readers across the cluster ------------------------------ */
 
-/* The deadline the request on this thread must keep (CLOCK_MONOTONIC): deadline_ns, or
- * the asking node's if it named a sooner one (deadline_ms, which every fan-out sends: a
- * peer's work ends when the asker stops waiting for it). */
-int64_t cp_fanout_deadline(int64_t deadline_ns);
+#define CP_FANOUT_MAX_PEERS 64
+
+/* One request's readers over every node (caller-allocated, one per request, used by one
+ * thread): store.h's cp_reader, implemented by asking each peer for its part over HTTP
+ * (`local=1`, in parallel, within the query's deadline) while the wrapped local reader
+ * answers this node's part, then merging. Peers that fail, miss the deadline or answer
+ * something unusable are recorded here as missing; their absence is not an error. A query
+ * with q->local set, or no peers, is the local reader's alone.
+ * - profile: parts fetched as full-detail pprof and merged; the result carries
+ *   time_nanos = from and duration_nanos = to - from as the store's does. cpu and alloc
+ *   parts add up (merged and freed one by one). inuse parts come per series
+ *   (`by_series=1`, cp_store_query) and, per series, only the part holding its latest
+ *   snapshot counts (the lowest part, this node's first, on a tie): a series whose
+ *   partition was handed over (`P@N`) within the range has a last snapshot on both its old
+ *   and its new owner; those parts are held until all are in.
+ * - series: the union, one entry per (kind, labels) with the widest span, sorted by kind
+ *   then labels. labels, values: the sorted union. timeline: points added step by step. */
+typedef struct cp_fanout_req {
+    cp_reader reader;                     /* first member: what cp_fanout_req_init returns */
+    cp_fanout *f;                         /* NULL: no peers */
+    cp_reader *local;                     /* this node's readers (cp_store_reader) */
+    int fanned;                           /* peers were asked */
+    uint8_t missing[CP_FANOUT_MAX_PEERS]; /* peers that did not answer */
+} cp_fanout_req;
+
+/* Starts a request: fr reads through local (not owned; it must outlive fr) and f's peers (f
+ * may be NULL). Returns fr's reader. Nothing to free. */
+cp_reader *cp_fanout_req_init(cp_fanout_req *fr, cp_fanout *f, cp_reader *local);
 
 /* Ends a request: if a peer was missing, adds the CP_FANOUT_PARTIAL_HEADER header and, to a
  * 2xx JSON object answer, `"partial":true,"missing_peers":[...]` as its first members. */
-void cp_fanout_end(const cp_fanout *f, cp_http_response *r);
-
-/* ---- the store's calls, across the cluster ------------------------------------------ */
-
-/* cp_store_query over every node: this store's part and each peer's (fetched in parallel
- * as full-detail pprof), merged; the result carries time_nanos = from and duration_nanos =
- * to - from as the store's does. select is the selector's text, sent to peers as given.
- * cpu and alloc parts add up. inuse parts come per series (`by_series=1`:
- * cp_store_query_per_series) and, per series, only the part holding its latest snapshot
- * counts (the lowest part, this node's first, on a tie): a series whose partition was
- * handed over (`P@N`) within the range has a last snapshot on both its old and its new
- * owner. Those parts are held until all are in (cpu and alloc: merged and freed one by
- * one). A peer that fails or misses the deadline is recorded as missing; its absence is
- * not an error. For a peer's own request (local=1) with by_series=1 and kind inuse:
- * cp_store_query_per_series. */
-int cp_fanout_query(cp_fanout *f, cp_store *s, const char *tenant, cp_kind kind,
-                    const cp_selector *sel, const char *select, int64_t from, int64_t to,
-                    const cp_query_limits *lim, cp_profile **out, cp_err *err);
-
-/* cp_store_series over every node: the union, one entry per (kind, labels) with the
- * widest span, sorted by kind then labels. */
-int cp_fanout_series(cp_fanout *f, cp_store *s, const char *tenant, const cp_selector *sel,
-                     const char *select, int64_t from, int64_t to, int64_t deadline_ns,
-                     cp_series_list *out, cp_err *err);
-
-/* cp_store_label_names / cp_store_label_values (name != NULL) over every node: the sorted
- * union. */
-int cp_fanout_labels(cp_fanout *f, cp_store *s, const char *tenant, const char *name,
-                     int64_t deadline_ns, cp_string_list *out, cp_err *err);
-
-/* cp_store_timeline over every node: the points added step by step. */
-int cp_fanout_timeline(cp_fanout *f, cp_store *s, const char *tenant, cp_kind kind,
-                       const cp_selector *sel, const char *select, int64_t from, int64_t to,
-                       int64_t step, const cp_query_limits *lim, int64_t **out, uint32_t *nsteps,
-                       uint32_t *ntypes, cp_err *err);
+void cp_fanout_end(const cp_fanout_req *fr, cp_http_response *r);
 
 /* ---- uploads (POST /api/v1/symbols) ---------------------------------------------------- */
 
 /* Passes an upload this node has kept (the body of POST path, body[0..len), not retained) on
- * to every peer as that peer's own (`local=1`, with the cluster token and tenant), in
- * parallel, each within deadline_ns (CLOCK_MONOTONIC; 0 = the peer timeout) less a tenth, at
- * most the peer timeout. A peer that fails, answers non-200 or misses the deadline is
- * missing (logged, counted): cp_fanout_end then marks the answer partial. Nothing for a
- * peer's own request (local=1) or without peers. 0 or CP_ENOMEM. */
-int cp_fanout_upload(cp_fanout *f, const char *path, const char *tenant, const void *body,
-                     size_t len, int64_t deadline_ns, cp_err *err);
+ * to every peer as that peer's own (`local=1`, with the cluster token and q->tenant), in
+ * parallel, each within q->lim.deadline_ns (CLOCK_MONOTONIC; 0 = the peer timeout) less a
+ * tenth, at most the peer timeout. A peer that fails, answers non-200 or misses the deadline
+ * is missing (logged, counted): cp_fanout_end then marks the answer partial. Nothing for a
+ * peer's own request (q->local) or without peers. 0 or CP_ENOMEM. */
+int cp_fanout_upload(cp_fanout_req *fr, const cp_query *q, const char *path, const void *body,
+                     size_t len, cp_err *err);
 
 /* ---- ingest offsets (GET /api/v1/ingest/offsets), for senders that wait --------------- */
 

@@ -37,6 +37,7 @@ struct cp_http_server {
     int listening;
     int port;
     cp_http_options opt;
+    int base_nice;   /* the nice value of the thread that created the server */
     conn *conns;     /* doubly linked */
     uint32_t nconns; /* allocated, closing ones included */
     uint32_t nlive;  /* not closing */
@@ -569,14 +570,15 @@ static void work_cb(uv_work_t *w)
     job *j = (job *)w;
     cp_http_server *s = j->c->srv;
     /* Heavy requests run only on libuv's threadpool: its threads drop to a lower CPU
-     * priority once, so that the loop and the cheap lane win the CPU from merges. */
-    static _Thread_local int niced;
-    if (!niced && s->opt.heavy_nice > 0) {
-        niced = 1;
+     * priority (the server's nice + heavy_nice; once per thread, as an unprivileged
+     * process cannot raise it back), so that the loop and the cheap lane win the CPU from
+     * merges. */
+    if (s->opt.heavy_nice > 0) {
         pid_t tid = (pid_t)syscall(SYS_gettid);
+        int want = s->base_nice + s->opt.heavy_nice > 19 ? 19 : s->base_nice + s->opt.heavy_nice;
         errno = 0;
         int cur = getpriority(PRIO_PROCESS, (id_t)tid);
-        if (errno == 0) setpriority(PRIO_PROCESS, (id_t)tid, cur + s->opt.heavy_nice);
+        if (errno == 0 && cur < want) setpriority(PRIO_PROCESS, (id_t)tid, want);
     }
     s->opt.handle(s->opt.ctx, &j->req, &j->resp);
     maybe_gzip(s, &j->req, &j->resp);
@@ -1016,6 +1018,9 @@ int cp_http_server_create(uv_loop_t *loop, const cp_http_options *opt, cp_http_s
     if (!s) return cp_err_set(err, CP_ENOMEM, "http: out of memory");
     s->loop = loop;
     s->opt = *opt;
+    errno = 0;
+    s->base_nice = getpriority(PRIO_PROCESS, 0); /* the loop thread's: threads start at it */
+    if (errno) s->base_nice = 0;
     if (!s->opt.concurrency) s->opt.concurrency = 1;
     if (!s->opt.max_connections) s->opt.max_connections = 1;
     if (!s->opt.cheap_concurrency) s->opt.cheap_concurrency = 1;

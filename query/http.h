@@ -91,8 +91,9 @@ typedef struct cp_http_options {
                                       default 256 */
     uint32_t reserved_connections; /* beyond max_connections, slots that may only ask
                                       /healthz; default 16 */
-    int heavy_nice;                /* added once to the nice value of the threads that run heavy
-                                      requests (libuv's threadpool); 0 = none; default 10 */
+    int heavy_nice;                /* the threads that run heavy requests (libuv's threadpool)
+                                      run at the creating thread's nice value plus this (at
+                                      most 19); 0 = none; default 10 */
     cp_http_handler_fn handle;
     cp_http_is_light_fn is_light; /* NULL = everything heavy */
     cp_http_observe_fn observe;   /* may be NULL */

@@ -671,8 +671,10 @@ static int put_i64(cp_buf *b, int64_t v)
 }
 
 int cp_render_tree_json(const cp_profile *p, int vi, const cp_profile *base, int base_vi,
-                        uint32_t max_nodes, const char *extra_json, cp_buf *out)
+                        const cp_render_tree_opts *o, cp_buf *out)
 {
+    uint32_t max_nodes = o ? o->max_nodes : 0;
+    const char *extra_json = o ? o->extra_json : NULL;
     names nm = {0};
     frames fr = {0}, fb = {0};
     tree t = {0};

@@ -41,16 +41,23 @@ int cp_render_top(const cp_profile *p, int vi, uint32_t max_rows, cp_buf *out);
  * Stacks whose value is zero are left out. Returns 0 or CP_ENOMEM. */
 int cp_render_folded(const cp_profile *p, int vi, cp_buf *out);
 
+/* How a JSON tree is cut and framed (cp_render_tree_json). */
+typedef struct cp_render_tree_opts {
+    uint32_t max_nodes;     /* > 0: keep the max_nodes nodes with the largest totals */
+    const char *extra_json; /* inserted verbatim after the opening brace, ending with a
+                               comma; NULL: nothing */
+} cp_render_tree_opts;
+
 /* Appends a JSON object {<extra_json>"sample_type":{...},"total":N,"nodes":K,
  * "total_nodes":M,"root":{"name":"total","self":..,"total":..,"children":[...]}}.
  * Children are sorted by name; a node without children has no "children" member.
  * max_nodes > 0 keeps the max_nodes nodes with the largest totals and folds each pruned
  * subtree into its parent's self, so totals stay exact. If base is not NULL (a diff),
  * every node also carries "base_self" and "base_total" from base (value column base_vi),
- * and the tree is the union of both. extra_json (may be NULL) is inserted verbatim after
- * the opening brace and must end with a comma. Returns 0 or CP_ENOMEM. */
+ * and the tree is the union of both. o may be NULL (no pruning, no extra members).
+ * Returns 0 or CP_ENOMEM. */
 int cp_render_tree_json(const cp_profile *p, int vi, const cp_profile *base, int base_vi,
-                        uint32_t max_nodes, const char *extra_json, cp_buf *out);
+                        const cp_render_tree_opts *o, cp_buf *out);
 
 /* Formats v in unit ("nanoseconds", "bytes", "count"...) the way pprof does: 1.20s, 10ms,
  * 3.50MB, 42. */

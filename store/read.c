@@ -11,6 +11,7 @@
 #include "log.h"
 
 #include <dirent.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -577,9 +578,14 @@ static int series_marks(cp_profile *p, const cp_ser *ser, int64_t snap_ns, cp_bu
 
 /* inuse, per series: each series' last snapshot in the range as samples of their own,
  * marked (series_marks). Caller holds no lock; q is open. */
-static int query_per_series(qctx *q, cp_store *s, tenant *t, const servec *ss, const qtypes *qt,
-                            int64_t from_ns, int64_t to_ns, cp_acc *acc, cp_profile *p, cp_err *err)
+static int query_per_series(qctx *q, const cp_query *qr, tenant *t, const servec *ss,
+                            const qtypes *qt, cp_profile *p)
 {
+    cp_store *s = q->s;
+    cp_err *err = q->err;
+    int64_t from_ns = qr->from_ns, to_ns = qr->to_ns;
+    cp_acc accv, *acc = &accv;
+    cp_acc_init(acc, 0);
     outmap o;
     /* the dictionary now holds every id the snapshot's blocks refer to (ingest adds to it
      * before it writes a block) */
@@ -608,14 +614,18 @@ static int query_per_series(qctx *q, cp_store *s, tenant *t, const servec *ss, c
     }
     outmap_close(&o);
     cp_buf_close(&tmp);
+    cp_acc_close(acc);
     if (rc == CP_ENOMEM && (!err || err->code != rc)) cp_err_set(err, rc, "query");
     return rc;
 }
 
-static int query(cp_store *s, const char *tenant_name, cp_kind kind, const cp_selector *sel,
-                 int64_t from_ns, int64_t to_ns, const cp_query_limits *lim, int per_series,
-                 cp_profile **out, cp_err *err)
+int cp_store_query(cp_store *s, const cp_query *qr, cp_profile **out, cp_err *err)
 {
+    const char *tenant_name = qr->tenant;
+    cp_kind kind = qr->kind;
+    const cp_selector *sel = &qr->sel;
+    int64_t from_ns = qr->from_ns, to_ns = qr->to_ns;
+    const cp_query_limits *lim = &qr->lim;
     *out = NULL;
     if (!cp_kind_name((int)kind)) return cp_err_set(err, CP_EINVAL, "unknown kind %d", (int)kind);
     int rc = check_range(from_ns, to_ns, lim, err);
@@ -638,8 +648,8 @@ static int query(cp_store *s, const char *tenant_name, cp_kind kind, const cp_se
         cp_err_set(err, rc, "query: %s", cp_strerror(rc));
         goto done;
     }
-    if (per_series && kind == CP_KIND_INUSE && t) {
-        rc = query_per_series(&q, s, t, &ss, &qt, from_ns, to_ns, &acc, p, err);
+    if (qr->by_series && kind == CP_KIND_INUSE && t) {
+        rc = query_per_series(&q, qr, t, &ss, &qt, p);
         goto window;
     }
     cp_acc_reset(&acc, qt.n);
@@ -669,26 +679,14 @@ done:
     return 0;
 }
 
-int cp_store_query(cp_store *s, const char *tenant_name, cp_kind kind, const cp_selector *sel,
-                   int64_t from_ns, int64_t to_ns, const cp_query_limits *lim, cp_profile **out,
-                   cp_err *err)
+int cp_store_timeline(cp_store *s, const cp_query *qr, cp_timeline *out, cp_err *err)
 {
-    return query(s, tenant_name, kind, sel, from_ns, to_ns, lim, 0, out, err);
-}
-
-int cp_store_query_per_series(cp_store *s, const char *tenant_name, cp_kind kind,
-                              const cp_selector *sel, int64_t from_ns, int64_t to_ns,
-                              const cp_query_limits *lim, cp_profile **out, cp_err *err)
-{
-    return query(s, tenant_name, kind, sel, from_ns, to_ns, lim, 1, out, err);
-}
-
-int cp_store_timeline(cp_store *s, const char *tenant_name, cp_kind kind, const cp_selector *sel,
-                      int64_t from_ns, int64_t to_ns, int64_t step_ns, const cp_query_limits *lim,
-                      int64_t **out, uint32_t *nsteps, uint32_t *ntypes, cp_err *err)
-{
-    *out = NULL;
-    *nsteps = *ntypes = 0;
+    const char *tenant_name = qr->tenant;
+    cp_kind kind = qr->kind;
+    const cp_selector *sel = &qr->sel;
+    int64_t from_ns = qr->from_ns, to_ns = qr->to_ns, step_ns = qr->step_ns;
+    const cp_query_limits *lim = &qr->lim;
+    memset(out, 0, sizeof *out);
     if (!cp_kind_name((int)kind)) return cp_err_set(err, CP_EINVAL, "unknown kind %d", (int)kind);
     int rc = check_range(from_ns, to_ns, lim, err);
     if (rc) return rc;
@@ -746,9 +744,9 @@ done:
         free(res);
         return rc;
     }
-    *out = res;
-    *nsteps = (uint32_t)n;
-    *ntypes = qt.n;
+    out->v = res;
+    out->nsteps = (uint32_t)n;
+    out->ntypes = qt.n;
     return 0;
 }
 
@@ -777,9 +775,11 @@ void cp_string_list_close(cp_string_list *l)
     memset(l, 0, sizeof *l);
 }
 
-int cp_store_series(cp_store *s, const char *tenant_name, const cp_selector *sel, int64_t from_ns,
-                    int64_t to_ns, cp_series_list *out, cp_err *err)
+int cp_store_series(cp_store *s, const cp_query *qr, cp_series_list *out, cp_err *err)
 {
+    const char *tenant_name = qr->tenant;
+    const cp_selector *sel = &qr->sel;
+    int64_t from_ns = qr->from_ns, to_ns = qr->to_ns;
     memset(out, 0, sizeof *out);
     int rc = check_range(from_ns, to_ns, NULL, err);
     if (rc) return rc;
@@ -868,16 +868,54 @@ done:
     return rc;
 }
 
-int cp_store_label_names(cp_store *s, const char *tenant, cp_string_list *out, cp_err *err)
+int cp_store_label_names(cp_store *s, const cp_query *q, cp_string_list *out, cp_err *err)
 {
-    return label_walk(s, tenant, NULL, out, err);
+    return label_walk(s, q->tenant, NULL, out, err);
 }
 
-int cp_store_label_values(cp_store *s, const char *tenant, const char *name, cp_string_list *out,
-                          cp_err *err)
+int cp_store_label_values(cp_store *s, const cp_query *q, cp_string_list *out, cp_err *err)
 {
-    if (!name) return cp_err_set(err, CP_EINVAL, "label name missing");
-    return label_walk(s, tenant, name, out, err);
+    if (!q->label) return cp_err_set(err, CP_EINVAL, "label name missing");
+    return label_walk(s, q->tenant, q->label, out, err);
+}
+
+/* ---- the readers as a cp_reader (store.h) ------------------------------------------- */
+
+static cp_store *store_of(cp_reader *r)
+{
+    return (cp_store *)((char *)r - offsetof(cp_store, reader));
+}
+
+static int r_profile(cp_reader *r, const cp_query *q, cp_profile **out, cp_err *err)
+{
+    return cp_store_query(store_of(r), q, out, err);
+}
+
+static int r_timeline(cp_reader *r, const cp_query *q, cp_timeline *out, cp_err *err)
+{
+    return cp_store_timeline(store_of(r), q, out, err);
+}
+
+static int r_series(cp_reader *r, const cp_query *q, cp_series_list *out, cp_err *err)
+{
+    return cp_store_series(store_of(r), q, out, err);
+}
+
+static int r_labels(cp_reader *r, const cp_query *q, cp_string_list *out, cp_err *err)
+{
+    return cp_store_label_names(store_of(r), q, out, err);
+}
+
+static int r_values(cp_reader *r, const cp_query *q, cp_string_list *out, cp_err *err)
+{
+    return cp_store_label_values(store_of(r), q, out, err);
+}
+
+const cp_reader cp_store_reader_fns = {r_profile, r_timeline, r_series, r_labels, r_values};
+
+cp_reader *cp_store_reader(cp_store *s)
+{
+    return s ? &s->reader : NULL;
 }
 
 void cp_store_get_stats(cp_store *s, cp_store_stats *out)

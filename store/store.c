@@ -444,6 +444,7 @@ int cp_store_open(const cp_store_options *opt, cp_store **out, cp_err *err)
         return cp_err_set(err, CP_EINVAL, "store: no path given");
     cp_store *s = calloc(1, sizeof *s);
     if (!s) return cp_err_set(err, CP_ENOMEM, "store");
+    s->reader = cp_store_reader_fns;
     int rc;
     pthread_rwlockattr_t ra;
     pthread_rwlockattr_init(&ra);

@@ -12,7 +12,7 @@
 #include "envelope.h"
 #include "pprof.h"
 #include "profile.h"
-#include "selector.h"
+#include "query.h"
 
 typedef struct cp_store cp_store;
 
@@ -31,36 +31,28 @@ typedef struct cp_store_options {
 int cp_store_open(const cp_store_options *opt, cp_store **out, cp_err *err);
 void cp_store_close(cp_store *s); /* NULL is fine */
 
-/* --- reading (query/) ------------------------------------------------------------- */
+/* --- reading (query/) -------------------------------------------------------------
+ * Every reader takes one cp_query (model/query.h): tenant, kind, selector, window, step,
+ * label and limits. Fields a reader does not name are ignored. An unknown tenant reads as
+ * empty. */
 
-typedef struct cp_query_limits {
-    int64_t max_range_ns; /* 0 = unlimited */
-    uint64_t max_blocks;  /* blocks read per query, 0 = unlimited */
-    int64_t deadline_ns;  /* CLOCK_MONOTONIC absolute deadline, 0 = none -> CP_ELIMIT */
-} cp_query_limits;
-
-/* The merged profile of kind over every window whose start lies in [from_ns, to_ns), of
- * every series of tenant matched by sel. cpu/alloc: summed. inuse: per instance the last
- * snapshot within the range, summed over instances. *out is a new profile (owned by the
- * caller) carrying time_nanos = from, duration = to - from, the stored sample types,
- * period type and period. No match gives an empty profile with the kind's sample types. */
-int cp_store_query(cp_store *s, const char *tenant, cp_kind kind, const cp_selector *sel,
-                   int64_t from_ns, int64_t to_ns, const cp_query_limits *lim, cp_profile **out,
-                   cp_err *err);
-
-/* cp_store_query, but for inuse each series' last snapshot in the range stays apart (a
+/* The merged profile of q->kind over every window whose start lies in [from, to), of every
+ * series of q->tenant matched by q->sel, within q->lim. cpu/alloc: summed. inuse: per
+ * instance the last snapshot within the range, summed over instances. *out is a new
+ * profile (owned by the caller) carrying time_nanos = from, duration = to - from, the
+ * stored sample types, period type and period. No match gives an empty profile with the
+ * kind's sample types.
+ * With q->by_series and kind inuse, each series' last snapshot in the range stays apart (a
  * cluster merges the parts of several nodes and keeps, per series, only the latest
  * snapshot of any node: a series handed over between nodes is on both). Every sample of a
- * series carries two more pprof labels: CP_STORE_SERIES_LABEL (the series' labels as
+ * series then carries two more pprof labels: CP_STORE_SERIES_LABEL (the series' labels as
  * {a="b"}) and CP_STORE_SNAPSHOT_LABEL (numeric: the snapshot's window start, in ns). The
  * profile is then up to one set of stacks per series, not one merged set; a series whose
  * last snapshot holds nothing in use has one sample with no stack and zero values (it still
- * is that series' latest). cpu and alloc: exactly cp_store_query. */
+ * is that series' latest). by_series changes nothing for cpu and alloc. */
 #define CP_STORE_SERIES_LABEL "contprof_series"
 #define CP_STORE_SNAPSHOT_LABEL "contprof_snapshot_ns"
-int cp_store_query_per_series(cp_store *s, const char *tenant, cp_kind kind, const cp_selector *sel,
-                              int64_t from_ns, int64_t to_ns, const cp_query_limits *lim,
-                              cp_profile **out, cp_err *err);
+int cp_store_query(cp_store *s, const cp_query *q, cp_profile **out, cp_err *err);
 
 /* One series: its labels, its kind and the time span of its stored windows. */
 typedef struct cp_series_info {
@@ -71,25 +63,48 @@ typedef struct cp_series_info {
 typedef CP_VEC(cp_series_info) cp_series_list;
 void cp_series_list_close(cp_series_list *l);
 
-/* Series of tenant matched by sel with at least one window starting in [from, to). */
-int cp_store_series(cp_store *s, const char *tenant, const cp_selector *sel, int64_t from_ns,
-                    int64_t to_ns, cp_series_list *out, cp_err *err);
+/* Series of q->tenant matched by q->sel with at least one window starting in [from, to),
+ * of every kind (q->kind and q->lim are not applied). */
+int cp_store_series(cp_store *s, const cp_query *q, cp_series_list *out, cp_err *err);
 
 typedef CP_VEC(char *) cp_string_list; /* owned strings */
 void cp_string_list_close(cp_string_list *l);
 
-/* Sorted label names / values of one name, over all series of tenant. */
-int cp_store_label_names(cp_store *s, const char *tenant, cp_string_list *out, cp_err *err);
-int cp_store_label_values(cp_store *s, const char *tenant, const char *name, cp_string_list *out,
-                          cp_err *err);
+/* Sorted label names / values of the name q->label, over all series of q->tenant (only
+ * these two fields are read). cp_store_label_values without q->label is CP_EINVAL. */
+int cp_store_label_names(cp_store *s, const cp_query *q, cp_string_list *out, cp_err *err);
+int cp_store_label_values(cp_store *s, const cp_query *q, cp_string_list *out, cp_err *err);
 
-/* Totals per step: out[i * ntypes + t] is the total of sample type t over the windows
- * starting in [from + i*step, from + (i+1)*step). *nsteps = ceil((to-from)/step); *ntypes
- * from the kind. inuse steps use the same rule as cp_store_query within each step.
- * *out is malloc'ed, owned by the caller. */
-int cp_store_timeline(cp_store *s, const char *tenant, cp_kind kind, const cp_selector *sel,
-                      int64_t from_ns, int64_t to_ns, int64_t step_ns, const cp_query_limits *lim,
-                      int64_t **out, uint32_t *nsteps, uint32_t *ntypes, cp_err *err);
+/* A timeline: v[i * ntypes + t] is the total of sample type t over the windows starting in
+ * [from + i*step, from + (i+1)*step). v is malloc'ed, owned by the caller. */
+typedef struct cp_timeline {
+    int64_t *v;
+    uint32_t nsteps; /* ceil((to - from) / step) */
+    uint32_t ntypes; /* from the kind */
+} cp_timeline;
+
+/* The timeline of q->kind over [from, to) in steps of q->step_ns, within q->lim. inuse
+ * steps use cp_store_query's rule within each step. */
+int cp_store_timeline(cp_store *s, const cp_query *q, cp_timeline *out, cp_err *err);
+
+/* --- one interface for every reader ------------------------------------------------
+ * The readers as a table of functions, so that whatever answers a query -- this store, or
+ * query/'s fan-out across a cluster, which wraps one -- is called the same way (as
+ * SQLite's sqlite3_vfs for every file system). Each function is the cp_store_* reader of
+ * the same name with the reader in place of the store; labels is cp_store_label_names,
+ * values cp_store_label_values. */
+typedef struct cp_reader cp_reader;
+struct cp_reader {
+    int (*profile)(cp_reader *r, const cp_query *q, cp_profile **out, cp_err *err);
+    int (*timeline)(cp_reader *r, const cp_query *q, cp_timeline *out, cp_err *err);
+    int (*series)(cp_reader *r, const cp_query *q, cp_series_list *out, cp_err *err);
+    int (*labels)(cp_reader *r, const cp_query *q, cp_string_list *out, cp_err *err);
+    int (*values)(cp_reader *r, const cp_query *q, cp_string_list *out, cp_err *err);
+};
+
+/* s's readers behind the interface (NULL for NULL); the reader is s's own and lives as long
+ * as s. */
+cp_reader *cp_store_reader(cp_store *s);
 
 typedef struct cp_store_stats {
     uint64_t disk_bytes; /* approximate size of the LevelDB files */

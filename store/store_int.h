@@ -327,7 +327,11 @@ struct tenant {
     strmap prods;            /* writer: producer records */
 };
 
+/* The readers as a cp_reader (read.c), copied into every store at open. */
+extern const cp_reader cp_store_reader_fns;
+
 struct cp_store {
+    cp_reader reader; /* cp_store_reader: this store's readers behind the interface */
     leveldb_t *db;
     leveldb_options_t *opts;
     leveldb_cache_t *cache;

@@ -319,13 +319,14 @@ int main(int argc, char **argv)
     int64_t span = 10LL * nwin;
     /* The whole range in the store call. */
     double ts[7];
-    cp_selector all = {0};
+    cp_query week = {.tenant = "default", .kind = CP_KIND_CPU}; /* every series */
+    week.from_ns = S(T0);
+    week.to_ns = S(T0 + span);
     int64_t total7 = 0;
     for (int i = 0; i < 7; i++) {
         cp_profile *p = NULL;
         double t0 = now_s();
-        if (cp_store_query(s, "default", CP_KIND_CPU, &all, S(T0), S(T0 + span), NULL, &p, &err))
-            die("store query", &err);
+        if (cp_store_query(s, &week, &p, &err)) die("store query", &err);
         ts[i] = now_s() - t0;
         total7 = cp_profile_total(p, 0);
         cp_profile_destroy(p);
@@ -342,8 +343,7 @@ int main(int argc, char **argv)
     /* The renderers alone, on the 7 d profile. */
     {
         cp_profile *p = NULL;
-        if (cp_store_query(s, "default", CP_KIND_CPU, &all, S(T0), S(T0 + span), NULL, &p, &err))
-            die("store query", &err);
+        if (cp_store_query(s, &week, &p, &err)) die("store query", &err);
         const char *names[] = {"render json tree, 20,000 nodes", "render folded", "render top",
                                "encode pprof (gzip level 1)"};
         for (int r = 0; r < 4; r++) {
@@ -351,7 +351,8 @@ int main(int argc, char **argv)
             for (int i = 0; i < 7; i++) {
                 cp_buf b = {0};
                 double t0 = now_s();
-                int rc = r == 0   ? cp_render_tree_json(p, 1, NULL, 0, 20000, NULL, &b)
+                int rc = r == 0   ? cp_render_tree_json(p, 1, NULL, 0,
+                                                        &(cp_render_tree_opts){20000, NULL}, &b)
                          : r == 1 ? cp_render_folded(p, 1, &b)
                          : r == 2 ? cp_render_top(p, 1, 0, &b)
                                   : cp_pprof_encode(p, 1, &b);
@@ -406,9 +407,9 @@ int main(int argc, char **argv)
         double g = go_merge(dir, go_n, &gt);
         /* Same windows through us, for a like-for-like check of the totals. */
         cp_profile *p = NULL;
-        if (cp_store_query(s, "default", CP_KIND_CPU, &all, S(T0), S(T0 + 10LL * go_n), NULL, &p,
-                           &err))
-            die("store query", &err);
+        cp_query head = week; /* the windows go merges */
+        head.to_ns = S(T0 + 10LL * go_n);
+        if (cp_store_query(s, &head, &p, &err)) die("store query", &err);
         if (cp_profile_total(p, 0) != gt) {
             fprintf(stderr, "bench_query: go's merge of %d windows has %lld samples, ours %lld\n",
                     go_n, (long long)gt, (long long)cp_profile_total(p, 0));

@@ -108,7 +108,9 @@ static int query(const char *dir, int reps)
     cp_err err = {0};
     if (cp_store_open(&o, &s, &err)) die("open", &err);
     cp_series_list sl;
-    if (cp_store_series(s, "default", NULL, 0, (1LL << 62) - 1, &sl, &err)) die("series", &err);
+    if (cp_store_series(s, &(cp_query){.tenant = "default", .from_ns = 0, .to_ns = (1LL << 62) - 1},
+                        &sl, &err))
+        die("series", &err);
     int64_t first = INT64_MAX, last = INT64_MIN;
     for (uint32_t i = 0; i < sl.n; i++) {
         if (sl.v[i].first_ns < first) first = sl.v[i].first_ns;
@@ -122,7 +124,11 @@ static int query(const char *dir, int reps)
     for (int r = 0; r < reps; r++) {
         double t0 = now_s();
         cp_profile *p = NULL;
-        if (cp_store_query(s, "default", CP_KIND_CPU, NULL, first, last + 1, NULL, &p, &err))
+        if (cp_store_query(
+                s,
+                &(cp_query){
+                    .tenant = "default", .kind = CP_KIND_CPU, .from_ns = first, .to_ns = last + 1},
+                &p, &err))
             die("query", &err);
         t[r] = now_s() - t0;
         tot = cp_profile_total(p, 0);
@@ -140,7 +146,12 @@ static int query(const char *dir, int reps)
         int64_t a = first + (span > 0 ? (int64_t)(x % (uint64_t)span) : 0) + 1234567;
         double t0 = now_s();
         cp_profile *p = NULL;
-        if (cp_store_query(s, "default", CP_KIND_CPU, NULL, a, a + 86400 * SEC, NULL, &p, &err))
+        if (cp_store_query(s,
+                           &(cp_query){.tenant = "default",
+                                       .kind = CP_KIND_CPU,
+                                       .from_ns = a,
+                                       .to_ns = a + 86400 * SEC},
+                           &p, &err))
             die("query", &err);
         t[r] = now_s() - t0;
         cp_profile_destroy(p);

@@ -11,16 +11,23 @@
 #include "ingest_util.h"
 #include "proc.h"
 
-static int64_t qtotal(cp_store *s, cp_kind kind, int col)
+/* The total of column col of tenant's kind over the day around now. */
+static int64_t qtotal_of(cp_store *s, const char *tenant, cp_kind kind, int col)
 {
     int64_t now = (int64_t)time(NULL) * SEC;
+    cp_query q = {.tenant = tenant, .kind = kind};
+    q.from_ns = now - 86400 * SEC;
+    q.to_ns = now + 86400 * SEC;
     cp_profile *p = NULL;
-    CHECK_EQ(
-        cp_store_query(s, "acme", kind, NULL, now - 86400 * SEC, now + 86400 * SEC, NULL, &p, NULL),
-        0);
+    CHECK_EQ(cp_store_query(s, &q, &p, NULL), 0);
     int64_t t = cp_profile_total(p, (uint32_t)col);
     cp_profile_destroy(p);
     return t;
+}
+
+static int64_t qtotal(cp_store *s, cp_kind kind, int col)
+{
+    return qtotal_of(s, "acme", kind, col);
 }
 
 /* A stand-in for contprofd's GET /api/v1/brokers: answers one request. */
@@ -128,16 +135,11 @@ TEST(go_profiles_round_trip)
     CHECK_EQ(qtotal(s, CP_KIND_ALLOC, 1), want[1]);
     CHECK_EQ(qtotal(s, CP_KIND_INUSE, 0), want[2]);
     CHECK_EQ(qtotal(s, CP_KIND_INUSE, 1), want[3]);
-    cp_profile *vs = NULL;
-    int64_t now = (int64_t)time(NULL) * SEC;
-    CHECK_EQ(cp_store_query(s, "viaserver", CP_KIND_CPU, NULL, now - 86400 * SEC, now + 86400 * SEC,
-                            NULL, &vs, NULL),
-             0);
-    CHECK_EQ(cp_profile_total(vs, 1), want_cpu);
-    cp_profile_destroy(vs);
+    CHECK_EQ(qtotal_of(s, "viaserver", CP_KIND_CPU, 1), want_cpu);
     /* the labels came along */
     cp_string_list l = {0};
-    CHECK_EQ(cp_store_label_values(s, "acme", "version", &l, NULL), 0);
+    CHECK_EQ(cp_store_label_values(s, &(cp_query){.tenant = "acme", .label = "version"}, &l, NULL),
+             0);
     CHECK_EQ(l.n, 1);
     CHECK_STREQ(l.v[0], "1.0");
     cp_string_list_close(&l);

@@ -22,7 +22,11 @@ static const char *start_broker(void)
 static int64_t total(cp_store *s, const char *tenant, cp_kind kind, int col)
 {
     cp_profile *p = NULL;
-    CHECK_EQ(cp_store_query(s, tenant, kind, NULL, T0 - 86400 * SEC, T0 + 30 * 86400 * SEC, NULL,
+    CHECK_EQ(cp_store_query(s,
+                            &(cp_query){.tenant = tenant,
+                                        .kind = kind,
+                                        .from_ns = T0 - 86400 * SEC,
+                                        .to_ns = T0 + 30 * 86400 * SEC},
                             &p, NULL),
              0);
     int64_t t = p->sample_types.n > (uint32_t)col ? cp_profile_total(p, (uint32_t)col) : 0;

@@ -152,7 +152,11 @@ static int64_t store_total(cp_store *s, const char *svc, int64_t from, int64_t t
     sel_add(&sel, "service", "=", svc);
     cp_profile *p = NULL;
     cp_err err = {0};
-    int rc = cp_store_query(s, "default", CP_KIND_CPU, &sel, from, to, NULL, &p, &err);
+    int rc = cp_store_query(
+        s,
+        &(cp_query){
+            .tenant = "default", .kind = CP_KIND_CPU, .sel = sel, .from_ns = from, .to_ns = to},
+        &p, &err);
     if (rc) fprintf(stderr, "query: %s\n", err.msg);
     CHECK_EQ(rc, 0);
     int64_t t = p->sample_types.n ? cp_profile_total(p, 0) : 0;
@@ -491,7 +495,9 @@ TEST(repair_rebuilds_derived_data)
      * survived still there and the levels in agreement */
     CHECK_EQ(cp_store_open(&o, &s, &err), 0);
     cp_string_list vals = {0};
-    CHECK_EQ(cp_store_label_values(s, "default", "service", &vals, &err), 0);
+    CHECK_EQ(
+        cp_store_label_values(s, &(cp_query){.tenant = "default", .label = "service"}, &vals, &err),
+        0);
     CHECK_EQ(vals.n, 1);
     CHECK_STREQ(vals.v[0], "b");
     cp_string_list_close(&vals);

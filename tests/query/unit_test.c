@@ -113,7 +113,7 @@ TEST(render_json_tree_and_pruning)
 {
     cp_profile *p = sample_profile();
     cp_buf b = {0};
-    CHECK(cp_render_tree_json(p, 0, NULL, 0, 0, "\"x\":1,", &b) == 0);
+    CHECK(cp_render_tree_json(p, 0, NULL, 0, &(cp_render_tree_opts){0, "\"x\":1,"}, &b) == 0);
     CHECK_STREQ(cstr(&b),
                 "{\"x\":1,\"sample_type\":{\"type\":\"samples\",\"unit\":\"count\"},\"total\":11,"
                 "\"nodes\":5,\"total_nodes\":5,\"root\":{\"name\":\"total\",\"self\":0,\"total\":"
@@ -123,7 +123,7 @@ TEST(render_json_tree_and_pruning)
                 "{\"name\":\"c\",\"self\":5,\"total\":5}]}]}}");
     cp_buf_close(&b);
     /* Three nodes: main (11), a (6), c (5); b's subtree (4) folds into a's self. */
-    CHECK(cp_render_tree_json(p, 0, NULL, 0, 3, NULL, &b) == 0);
+    CHECK(cp_render_tree_json(p, 0, NULL, 0, &(cp_render_tree_opts){3, NULL}, &b) == 0);
     CHECK_CONTAINS(cstr(&b), "\"nodes\":3,\"total_nodes\":5");
     CHECK_CONTAINS(cstr(&b), "{\"name\":\"a\",\"self\":6,\"total\":6}");
     CHECK_CONTAINS(cstr(&b), "{\"name\":\"c\",\"self\":5,\"total\":5}");
@@ -132,7 +132,7 @@ TEST(render_json_tree_and_pruning)
     cp_profile *base = qt_cpu_profile();
     qt_add(base, "main;c", 7, 0);
     qt_add(base, "main;d", 1, 0);
-    CHECK(cp_render_tree_json(p, 0, base, 0, 0, NULL, &b) == 0);
+    CHECK(cp_render_tree_json(p, 0, base, 0, NULL, &b) == 0);
     CHECK_CONTAINS(cstr(&b), "\"total\":11,\"base_total\":8");
     CHECK_CONTAINS(cstr(&b), "{\"name\":\"c\",\"self\":5,\"total\":5,\"base_self\":7,"
                              "\"base_total\":7}");
@@ -236,7 +236,7 @@ TEST(render_unsymbolized_frames)
     CHECK(cp_render_top(p, 0, 0, &b) == 0);
     CHECK_CONTAINS(cstr(&b), "rg+0x1234\n");
     cp_buf_close(&b);
-    CHECK(cp_render_tree_json(p, 0, NULL, 0, 0, NULL, &b) == 0);
+    CHECK(cp_render_tree_json(p, 0, NULL, 0, NULL, &b) == 0);
     CHECK_CONTAINS(cstr(&b), "\"name\":\"rg+0x2000\"");
     cp_buf_close(&b);
     cp_profile_destroy(p);

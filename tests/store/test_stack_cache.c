@@ -92,8 +92,16 @@ static void pair_same(pair *x, int64_t from, int64_t to)
 {
     cp_profile *a = NULL, *b = NULL;
     cp_err err = {0};
-    CHECK_EQ(cp_store_query(x->lazy, "acme", CP_KIND_CPU, NULL, from, to, NULL, &a, &err), 0);
-    CHECK_EQ(cp_store_query(x->full, "acme", CP_KIND_CPU, NULL, from, to, NULL, &b, &err), 0);
+    CHECK_EQ(cp_store_query(
+                 x->lazy,
+                 &(cp_query){.tenant = "acme", .kind = CP_KIND_CPU, .from_ns = from, .to_ns = to},
+                 &a, &err),
+             0);
+    CHECK_EQ(cp_store_query(
+                 x->full,
+                 &(cp_query){.tenant = "acme", .kind = CP_KIND_CPU, .from_ns = from, .to_ns = to},
+                 &b, &err),
+             0);
     CHECK(a->samples.n > 0);
     CHECK_EQ(cp_profile_total(a, 1), cp_profile_total(b, 1));
     char *ca = canonical(a), *cb = canonical(b);
@@ -229,7 +237,11 @@ TEST(a_table_changed_under_the_same_ids_is_not_trusted)
         pair_same(&x, T0 + 2 * WIN, T0 + 3 * WIN);
         pair_same(&x, T0, T0 + 3 * WIN);
         cp_profile *q = NULL;
-        CHECK_EQ(cp_store_query(x.lazy, "acme", CP_KIND_CPU, NULL, T0 + 2 * WIN, T0 + 3 * WIN, NULL,
+        CHECK_EQ(cp_store_query(x.lazy,
+                                &(cp_query){.tenant = "acme",
+                                            .kind = CP_KIND_CPU,
+                                            .from_ns = T0 + 2 * WIN,
+                                            .to_ns = T0 + 3 * WIN},
                                 &q, &err),
                  0);
         char *c = canonical(q);
@@ -277,7 +289,11 @@ TEST(a_bad_lazy_id_is_refused_and_the_batch_goes_on)
     pair_commit(&x);
     pair_same(&x, T0, T0 + 3 * WIN);
     cp_profile *q = NULL;
-    CHECK_EQ(cp_store_query(x.lazy, "acme", CP_KIND_CPU, NULL, T0, T0 + 3 * WIN, NULL, &q, &err),
+    CHECK_EQ(cp_store_query(
+                 x.lazy,
+                 &(cp_query){
+                     .tenant = "acme", .kind = CP_KIND_CPU, .from_ns = T0, .to_ns = T0 + 3 * WIN},
+                 &q, &err),
              0);
     CHECK_EQ(cp_profile_total(q, 0), 2 * cp_profile_total(w, 0));
     cp_profile_destroy(q);

@@ -46,12 +46,30 @@ static void commit(cp_store_batch *b)
     CHECK_EQ(rc, 0);
 }
 
+/* cp_store_timeline with its result in three out-parameters, as the checks below read it. */
+static int store_timeline(cp_store *s, const cp_query *q, int64_t **v, uint32_t *nsteps,
+                          uint32_t *ntypes, cp_err *err)
+{
+    cp_timeline tl = {0};
+    int rc = cp_store_timeline(s, q, &tl, err);
+    *v = tl.v;
+    *nsteps = tl.nsteps;
+    *ntypes = tl.ntypes;
+    return rc;
+}
+
 static cp_profile *query(cp_store *s, const char *tenant, cp_kind kind, const cp_selector *sel,
                          int64_t from, int64_t to)
 {
     cp_profile *p = NULL;
     cp_err err = {0};
-    int rc = cp_store_query(s, tenant, kind, sel, from, to, NULL, &p, &err);
+    int rc = cp_store_query(s,
+                            &(cp_query){.tenant = tenant,
+                                        .kind = kind,
+                                        .sel = sel ? *sel : (cp_selector){0},
+                                        .from_ns = from,
+                                        .to_ns = to},
+                            &p, &err);
     if (rc) fprintf(stderr, "query: %s\n", err.msg);
     CHECK_EQ(rc, 0);
     CHECK(p);
@@ -170,9 +188,14 @@ TEST(timeline_matches_queries)
     int64_t *tl = NULL;
     uint32_t ns = 0, nt = 0;
     cp_err err = {0};
-    CHECK_EQ(
-        cp_store_timeline(s, "acme", CP_KIND_CPU, NULL, from, to, step, NULL, &tl, &ns, &nt, &err),
-        0);
+    CHECK_EQ(store_timeline(s,
+                            &(cp_query){.tenant = "acme",
+                                        .kind = CP_KIND_CPU,
+                                        .from_ns = from,
+                                        .to_ns = to,
+                                        .step_ns = step},
+                            &tl, &ns, &nt, &err),
+             0);
     CHECK_EQ(nt, 2);
     CHECK_EQ(ns, (uint32_t)((to - from + step - 1) / step));
     int64_t sum = 0;
@@ -246,8 +269,13 @@ TEST(timeline_and_series_past_raw_retention)
             int64_t *tl = NULL;
             uint32_t ns = 0, nt = 0;
             cp_err err = {0};
-            CHECK_EQ(cp_store_timeline(s, "acme", CP_KIND_CPU, NULL, odd[o], to, steps[k], NULL,
-                                       &tl, &ns, &nt, &err),
+            CHECK_EQ(store_timeline(s,
+                                    &(cp_query){.tenant = "acme",
+                                                .kind = CP_KIND_CPU,
+                                                .from_ns = odd[o],
+                                                .to_ns = to,
+                                                .step_ns = steps[k]},
+                                    &tl, &ns, &nt, &err),
                      0);
             int64_t sum = 0;
             for (uint32_t i = 0; i < ns; i++)
@@ -261,9 +289,12 @@ TEST(timeline_and_series_past_raw_retention)
         }
     }
     cp_series_list l = {0};
-    CHECK_EQ(
-        cp_store_series(s, "acme", NULL, h0 - 60 * D + 29 * SEC, h0 - 30 * D + 5 * SEC, &l, NULL),
-        0);
+    CHECK_EQ(cp_store_series(s,
+                             &(cp_query){.tenant = "acme",
+                                         .from_ns = h0 - 60 * D + 29 * SEC,
+                                         .to_ns = h0 - 30 * D + 5 * SEC},
+                             &l, NULL),
+             0);
     CHECK_EQ(l.n, 3);
     cp_series_list_close(&l);
     cp_store_close(s);
@@ -354,8 +385,13 @@ TEST(inuse_is_a_gauge)
     /* timeline uses the same rule per step */
     int64_t *tl;
     uint32_t ns, nt;
-    CHECK_EQ(cp_store_timeline(s, "acme", CP_KIND_INUSE, NULL, T0, T0 + 3 * 3600 * SEC, 3600 * SEC,
-                               NULL, &tl, &ns, &nt, NULL),
+    CHECK_EQ(store_timeline(s,
+                            &(cp_query){.tenant = "acme",
+                                        .kind = CP_KIND_INUSE,
+                                        .from_ns = T0,
+                                        .to_ns = T0 + 3 * 3600 * SEC,
+                                        .step_ns = 3600 * SEC},
+                            &tl, &ns, &nt, NULL),
              0);
     CHECK_EQ(ns, 3);
     CHECK_EQ(tl[0], 2001 + 2 * 360);
@@ -484,29 +520,38 @@ TEST(tenants_isolated_and_labels)
     sel_free(&sel);
     /* label names and values, sorted, per tenant */
     cp_string_list l = {0};
-    CHECK_EQ(cp_store_label_names(s, "acme", &l, NULL), 0);
+    CHECK_EQ(cp_store_label_names(s, &(cp_query){.tenant = "acme"}, &l, NULL), 0);
     CHECK_EQ(l.n, 3);
     CHECK_STREQ(l.v[0], "isolate");
     CHECK_STREQ(l.v[1], "service");
     CHECK_STREQ(l.v[2], "version");
     cp_string_list_close(&l);
-    CHECK_EQ(cp_store_label_values(s, "acme", "service", &l, NULL), 0);
+    CHECK_EQ(cp_store_label_values(s, &(cp_query){.tenant = "acme", .label = "service"}, &l, NULL),
+             0);
     CHECK_EQ(l.n, 2);
     CHECK_STREQ(l.v[0], "api");
     CHECK_STREQ(l.v[1], "worker");
     cp_string_list_close(&l);
-    CHECK_EQ(cp_store_label_values(s, "globex", "service", &l, NULL), 0);
+    CHECK_EQ(
+        cp_store_label_values(s, &(cp_query){.tenant = "globex", .label = "service"}, &l, NULL), 0);
     CHECK_EQ(l.n, 1);
     CHECK_STREQ(l.v[0], "web");
     cp_string_list_close(&l);
     /* series with a window in range */
     cp_series_list sl = {0};
-    CHECK_EQ(cp_store_series(s, "acme", NULL, T0, T0 + 86400 * SEC, &sl, NULL), 0);
+    CHECK_EQ(
+        cp_store_series(s, &(cp_query){.tenant = "acme", .from_ns = T0, .to_ns = T0 + 86400 * SEC},
+                        &sl, NULL),
+        0);
     CHECK_EQ(sl.n, 2);
     CHECK_EQ(sl.v[0].first_ns, starts[0]);
     CHECK_EQ(sl.v[0].last_ns, starts[49]);
     cp_series_list_close(&sl);
-    CHECK_EQ(cp_store_series(s, "acme", NULL, starts[49] + 1, T0 + 86400 * SEC, &sl, NULL), 0);
+    CHECK_EQ(
+        cp_store_series(
+            s, &(cp_query){.tenant = "acme", .from_ns = starts[49] + 1, .to_ns = T0 + 86400 * SEC},
+            &sl, NULL),
+        0);
     CHECK_EQ(sl.n, 0);
     cp_series_list_close(&sl);
     cp_store_batch_destroy(b);
@@ -617,9 +662,19 @@ TEST(bad_inputs_refused_batch_usable)
     CHECK_EQ(cp_profile_total(p, 1), e1);
     cp_profile_destroy(p);
     /* bad query arguments */
-    CHECK_EQ(cp_store_query(s, "acme", CP_KIND_CPU, NULL, T0 + 10, T0, NULL, &p, &err), CP_EINVAL);
+    CHECK_EQ(
+        cp_store_query(
+            s, &(cp_query){.tenant = "acme", .kind = CP_KIND_CPU, .from_ns = T0 + 10, .to_ns = T0},
+            &p, &err),
+        CP_EINVAL);
     cp_query_limits lim = {.max_range_ns = 3600 * SEC};
-    CHECK_EQ(cp_store_query(s, "acme", CP_KIND_CPU, NULL, T0, T0 + 7200 * SEC, &lim, &p, &err),
+    CHECK_EQ(cp_store_query(s,
+                            &(cp_query){.tenant = "acme",
+                                        .kind = CP_KIND_CPU,
+                                        .from_ns = T0,
+                                        .to_ns = T0 + 7200 * SEC,
+                                        .lim = *&lim},
+                            &p, &err),
              CP_ELIMIT);
     cp_store_batch_destroy(b);
     cp_store_close(s);
@@ -661,13 +716,20 @@ static void *reader(void *arg)
     (void)arg;
     while (!stop_readers) {
         cp_profile *p = NULL;
-        CHECK_EQ(cp_store_query(cs, "acme", CP_KIND_CPU, NULL, T0, T0 + 30 * 86400 * SEC, NULL, &p,
-                                NULL),
+        CHECK_EQ(cp_store_query(cs,
+                                &(cp_query){.tenant = "acme",
+                                            .kind = CP_KIND_CPU,
+                                            .from_ns = T0,
+                                            .to_ns = T0 + 30 * 86400 * SEC},
+                                &p, NULL),
                  0);
         /* every committed batch holds 10 windows of 200+ samples: totals move in whole batches */
         cp_profile_destroy(p);
         cp_series_list sl;
-        CHECK_EQ(cp_store_series(cs, "acme", NULL, T0, T0 + 86400 * SEC, &sl, NULL), 0);
+        CHECK_EQ(cp_store_series(
+                     cs, &(cp_query){.tenant = "acme", .from_ns = T0, .to_ns = T0 + 86400 * SEC},
+                     &sl, NULL),
+                 0);
         cp_series_list_close(&sl);
     }
     return NULL;
