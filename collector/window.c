@@ -4,24 +4,29 @@
 #include "window.h"
 
 #include <sys/auxv.h>
+#include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <math.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "alloc.h"
 #include "config.h"
+#include "elfsym.h"
 #include "isolate.h"
 #include "labels.h"
 #include "nextmalloc.h"
 #include "pprof.h"
 #include "profile.h"
 #include "stream.h"
+#include "unwind.h"
 
 /* ------------------------------------------------------------------------------------
  * Isolate keys: an explicit isolate id, or a thread name when the id is 0. */
@@ -223,11 +228,83 @@ static struct {
     uint64_t adds, subs;
     sym *tab;
     uint32_t n;
+    /* this window: CPU spent naming pcs, and pcs left unnamed over the budget */
+    int64_t spent_ns;
+    uint64_t over_budget;
 } syms;
 
-/* Separate debug files (/usr/lib/debug, libc6-dbg...) are large: reading them would cost
- * the host tens of MiB. By default only an object's own symbols and DWARF are used; the
- * mappings' build ids let a server symbolize the rest. CONTPROF_DEBUGINFO=1 opts in. */
+static int64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------------------------------
+ * Function names without libdw (the default): one elfsym.c table per object, built the
+ * first time one of its pcs is named, kept per build id (else path) for the process. */
+
+#define MODSYM_MAX 512
+#define MODSYM_MAX_BYTES ((size_t)64 << 20)
+#define DEBUG_DIR "/usr/lib/debug"
+
+typedef struct modsym {
+    uint32_t build_id_len;
+    uint8_t build_id[CP_BUILD_ID_MAX];
+    char path[CP_MODULE_PATH_MAX];
+    cp_elfsym *t; /* NULL: the object has no names we can read */
+} modsym;
+
+static struct {
+    modsym *v;
+    uint32_t n, last;
+    size_t bytes;
+} tables;
+
+static void tables_clear(void)
+{
+    for (uint32_t i = 0; i < tables.n; i++)
+        cp_elfsym_destroy(tables.v[i].t);
+    free(tables.v);
+    memset(&tables, 0, sizeof(tables));
+}
+
+static int modsym_is(const modsym *e, const cp_module *m)
+{
+    if (e->build_id_len != m->build_id_len) return 0;
+    if (m->build_id_len) return memcmp(e->build_id, m->build_id, m->build_id_len) == 0;
+    return strcmp(e->path, m->path) == 0;
+}
+
+/* m's table, read now if it never was; NULL when it has none (or out of memory). */
+static const cp_elfsym *table_for(const cp_module *m)
+{
+    if (tables.last < tables.n && modsym_is(&tables.v[tables.last], m))
+        return tables.v[tables.last].t;
+    for (uint32_t i = 0; i < tables.n; i++)
+        if (modsym_is(&tables.v[i], m)) {
+            tables.last = i;
+            return tables.v[i].t;
+        }
+    if (tables.n == MODSYM_MAX || tables.bytes > MODSYM_MAX_BYTES) tables_clear(); /* bounded */
+    if (!tables.v && !(tables.v = calloc(MODSYM_MAX, sizeof(modsym)))) return NULL;
+    modsym *e = &tables.v[tables.n];
+    memset(e, 0, sizeof(*e));
+    e->build_id_len = m->build_id_len;
+    memcpy(e->build_id, m->build_id, m->build_id_len);
+    memcpy(e->path, m->path, sizeof(e->path));
+    int rc = cp_elfsym_create(m->path, m->build_id, m->build_id_len,
+                              cp_cfg.debuginfo == CP_DEBUGINFO_NONE ? NULL : DEBUG_DIR, &e->t);
+    if (rc == CP_ENOMEM) return NULL; /* not remembered: tried again later */
+    tables.bytes += cp_elfsym_bytes(e->t);
+    tables.last = tables.n++;
+    return e->t;
+}
+
+/* Separate debug files' DWARF (/usr/lib/debug, libc6-dbg...) is large: reading it would
+ * cost the host tens of MiB. With CONTPROF_SYMBOLIZE=lines only an object's own symbols
+ * and DWARF are used by libdw unless CONTPROF_DEBUGINFO=1; the mappings' build ids let a
+ * server symbolize the rest. (Names by default read the debug file's symbol table only.) */
 static int own_debuginfo_only(Dwfl_Module *mod, void **userdata, const char *modname,
                               Dwarf_Addr base, const char *file_name, const char *debuglink_file,
                               GElf_Word debuglink_crc, char **debuginfo_file_name)
@@ -258,6 +335,7 @@ static Dwfl_Callbacks dwfl_cbs = {
 
 static void syms_clear(void)
 {
+    tables_clear();
     if (syms.tab) {
         for (uint32_t i = 0; i < SYM_CAP; i++) {
             sym_free(&syms.tab[i]);
@@ -271,13 +349,26 @@ static void syms_clear(void)
 static void syms_refresh(const cp_modules *mods)
 {
     if (atomic_load(&cp_agent_oom)) return; /* see symbolize */
-    if (!dw_load()) return;                 /* names stay addresses */
+    if (!cp_cfg.symbolize_lines) {
+        /* names: the tables are per build id and stay; cached pcs of unloaded objects go */
+        if (syms.tab && mods && mods->subs != syms.subs) {
+            for (uint32_t i = 0; i < SYM_CAP; i++)
+                sym_free(&syms.tab[i]);
+            memset(syms.tab, 0, SYM_CAP * sizeof(sym));
+            syms.n = 0;
+        }
+        if (mods) {
+            syms.adds = mods->adds;
+            syms.subs = mods->subs;
+        }
+        return;
+    }
+    if (!dw_load()) return; /* names stay addresses */
     if (syms.dwfl && mods && mods->adds == syms.adds && mods->subs == syms.subs) return;
     if (syms.dwfl) dw.dwfl_end(syms.dwfl);
-    const char *di = getenv("CONTPROF_DEBUGINFO");
     dwfl_cbs.find_elf = dw.dwfl_linux_proc_find_elf;
     dwfl_cbs.find_debuginfo =
-        di && strcmp(di, "1") == 0 ? dw.dwfl_standard_find_debuginfo : own_debuginfo_only;
+        cp_cfg.debuginfo == CP_DEBUGINFO_ALL ? dw.dwfl_standard_find_debuginfo : own_debuginfo_only;
     syms.dwfl = dw.dwfl_begin(&dwfl_cbs);
     if (syms.dwfl) {
         dw.dwfl_report_begin(syms.dwfl);
@@ -287,17 +378,18 @@ static void syms_refresh(const cp_modules *mods)
             syms.dwfl = NULL;
         }
     }
-    if (mods) {
-        syms.adds = mods->adds;
-        syms.subs = mods->subs;
-    }
-    /* addresses of unloaded objects may now mean something else */
+    /* addresses of unloaded objects may now mean something else (compared before the
+     * counters are updated below) */
     if (syms.tab && mods && mods->subs != syms.subs) {
         for (uint32_t i = 0; i < SYM_CAP; i++) {
             sym_free(&syms.tab[i]);
         }
         memset(syms.tab, 0, SYM_CAP * sizeof(sym));
         syms.n = 0;
+    }
+    if (mods) {
+        syms.adds = mods->adds;
+        syms.subs = mods->subs;
     }
 }
 
@@ -378,9 +470,13 @@ static void inline_frames(Dwfl_Module *m, uint64_t pc, sym *s, const char **file
     s->ninl = k;
 }
 
-static const sym *symbolize(uint64_t pc)
+/* pc's names, cached; NULL when the window's budget is spent (the pc is not cached: a
+ * later window names it). pcs in no module (JIT code) are not looked up at all. */
+static const sym *symbolize(uint64_t pc, const cp_modules *mods)
 {
     static sym none;
+    const cp_module *m = cp_modules_find(mods, (uintptr_t)pc);
+    if (!m) return &none;
     if (atomic_load(&cp_agent_oom)) {
         /* out of memory once: libdw is not used again (addresses and build ids remain) */
         if (syms.dwfl) dw.dwfl_end(syms.dwfl);
@@ -395,6 +491,11 @@ static const sym *symbolize(uint64_t pc)
     while (syms.tab[i].pc && syms.tab[i].pc != pc)
         i = (i + 1) & mask;
     if (syms.tab[i].pc == pc) return &syms.tab[i];
+    if (cp_cfg.symbolize_budget_ns > 0 && syms.spent_ns >= cp_cfg.symbolize_budget_ns) {
+        syms.over_budget++;
+        return NULL;
+    }
+    int64_t t0 = thread_cpu_ns();
     if (syms.n >= SYM_CAP / 2) {
         /* the cache is bounded: start over rather than grow */
         for (uint32_t j = 0; j < SYM_CAP; j++) {
@@ -407,21 +508,29 @@ static const sym *symbolize(uint64_t pc)
     sym *s = &syms.tab[i];
     s->pc = pc;
     syms.n++;
-    Dwfl_Module *m = syms.dwfl ? dw.dwfl_addrmodule(syms.dwfl, pc) : NULL;
-    if (m) {
-        const char *name = dw.dwfl_module_addrname(m, pc);
+    if (!cp_cfg.symbolize_lines) {
+        const cp_elfsym *t = table_for(m);
+        const char *name = t ? cp_elfsym_lookup(t, pc - m->bias) : NULL;
         if (name) set_name(name, &s->name, &s->mangled);
-        Dwfl_Line *l = dw.dwfl_module_getsrc(m, pc);
+        syms.spent_ns += thread_cpu_ns() - t0;
+        return s;
+    }
+    Dwfl_Module *dm = syms.dwfl ? dw.dwfl_addrmodule(syms.dwfl, pc) : NULL;
+    if (dm) {
+        const char *name = dw.dwfl_module_addrname(dm, pc);
+        if (name) set_name(name, &s->name, &s->mangled);
+        Dwfl_Line *l = dw.dwfl_module_getsrc(dm, pc);
         if (l) {
             int line = 0;
             const char *file = dw.dwfl_lineinfo(l, NULL, &line, NULL, NULL, NULL);
             if (file) {
-                if (s->name) inline_frames(m, pc, s, &file, &line);
+                if (s->name) inline_frames(dm, pc, s, &file, &line);
                 if (file) s->file = strdup(file);
                 s->line = line;
             }
         }
     }
+    syms.spent_ns += thread_cpu_ns() - t0;
     return s;
 }
 
@@ -430,8 +539,7 @@ static const sym *symbolize(uint64_t pc)
 
 static uint32_t sym_lines(uint64_t pc, cp_sym_line *lines, void *arg)
 {
-    (void)arg;
-    const sym *s = symbolize(pc);
+    const sym *s = symbolize(pc, arg);
     if (!s || !s->name) return 0;
     /* inlined functions first (leaf first), then the function itself */
     uint32_t nl = 0;
@@ -524,6 +632,14 @@ static int emit_profile(cp_profile *p, int kind, const iso_key *k, const cp_wind
              atomic_load(&cp_agent_oom) ? " agent_out_of_memory=1" : "");
     if (cp_profile_intern_cstr(p, comment, &cid) || cp_vec_push(&p->comments, cid))
         return CP_ENOMEM;
+    if (syms.over_budget) {
+        /* pcs the window's symbolization budget left as addresses so far (named by a later
+         * window, or by the server from the mappings' build ids) */
+        snprintf(comment, sizeof(comment), "unsymbolized_over_budget=%llu",
+                 (unsigned long long)syms.over_budget);
+        if (cp_profile_intern_cstr(p, comment, &cid) || cp_vec_push(&p->comments, cid))
+            return CP_ENOMEM;
+    }
 
     cp_envelope e;
     memset(&e, 0, sizeof(e));
@@ -594,8 +710,112 @@ static int64_t rnd64(double v)
     return (int64_t)llround(v);
 }
 
+/* ------------------------------------------------------------------------------------
+ * The agent's own CPU: isolate contprof-agent, one cpu profile a window whose pseudo-frames
+ * (addresses 1..SELF_N-1, in no mapping) say where the agent thread's CPU went since the
+ * previous window, and librdkafka's threads' with a transport. */
+
+#define SELF_ISOLATE "contprof-agent"
+enum { SELF_SYMBOLIZE = 1, SELF_BUILD, SELF_SHIP, SELF_KAFKA, SELF_ROOT, SELF_N };
+static const char *const self_names[SELF_N] = {
+    [SELF_SYMBOLIZE] = "contprof:symbolize", /* naming pcs (elfsym.c tables, or libdw) */
+    [SELF_BUILD] = "contprof:build",         /* building and encoding the window's profiles */
+    [SELF_SHIP] = "contprof:ship",           /* draining rings, gzip, files, Kafka polls */
+    [SELF_KAFKA] = "contprof:kafka",         /* librdkafka's own threads */
+    [SELF_ROOT] = "contprof",
+};
+
+static struct {
+    int64_t agent_ns; /* the agent thread's CPU clock at the previous window's end */
+    int64_t kafka_ns; /* librdkafka's threads' CPU then */
+} self;
+
+static uint32_t self_lines(uint64_t pc, cp_sym_line *lines, void *arg)
+{
+    (void)arg;
+    if (pc == 0 || pc >= SELF_N) return 0;
+    lines[0] = (cp_sym_line){self_names[pc], NULL, NULL, 0};
+    return 1;
+}
+
+/* CPU of this process's librdkafka threads ("rdk:" names) from /proc/self/task, or 0. */
+static int64_t kafka_threads_ns(void)
+{
+    if (!cp_cfg.brokers[0] && !cp_cfg.server[0]) return 0;
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return 0;
+    long tck = sysconf(_SC_CLK_TCK);
+    if (tck <= 0) tck = 100;
+    int64_t sum = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] < '0' || de->d_name[0] > '9') continue;
+        char path[64], buf[512];
+        snprintf(path, sizeof(path), "/proc/self/task/%.20s/stat", de->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0) continue;
+        buf[n] = 0;
+        const char *open_paren = strchr(buf, '('), *close_paren = strrchr(buf, ')');
+        if (!open_paren || !close_paren || strncmp(open_paren + 1, "rdk:", 4) != 0) continue;
+        /* after ") ": state(3) ... utime(14) stime(15) */
+        const char *p = close_paren + 1;
+        unsigned long long ut = 0, st = 0;
+        if (sscanf(p, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) == 2)
+            sum += (int64_t)((ut + st) * (1000000000ull / (unsigned long long)tck));
+    }
+    closedir(d);
+    return sum;
+}
+
+static int emit_self(int64_t finish_start, const cp_modules *mods, const cp_window_meta *m,
+                     cp_emit_fn emit, void *arg)
+{
+    int64_t now = thread_cpu_ns(), kafka = kafka_threads_ns();
+    int64_t v[SELF_N] = {0};
+    v[SELF_SYMBOLIZE] = syms.spent_ns;
+    v[SELF_BUILD] = now - finish_start - syms.spent_ns;
+    v[SELF_SHIP] = finish_start - self.agent_ns;
+    v[SELF_KAFKA] = kafka - self.kafka_ns; /* threads gone since take their CPU along */
+    self.agent_ns = now;
+    self.kafka_ns = kafka;
+
+    iso_key k = {.iso = 0, .thread = SELF_ISOLATE};
+    cp_stream_key sk = {.iso = 0, .kind = CP_KIND_CPU};
+    memcpy(sk.thread, k.thread, sizeof(sk.thread));
+    int fresh = 0;
+    cp_stream *s = cp_streams_begin(&sk, mods, self_lines, NULL, &fresh);
+    if (!s) return CP_ENOMEM;
+    cp_profile *p = cp_stream_profile(s);
+    int err = 0;
+    if (fresh && (cp_profile_add_sample_type(p, "samples", "count") ||
+                  cp_profile_add_sample_type(p, "cpu", "nanoseconds")))
+        err = CP_ENOMEM;
+    p->period_type.type = str_id(p, "cpu", &err);
+    p->period_type.unit = str_id(p, "nanoseconds", &err);
+    p->period = cp_period_ns;
+    p->default_sample_type = str_id(p, "cpu", &err);
+    for (uint64_t c = SELF_SYMBOLIZE; c < SELF_ROOT && !err; c++) {
+        if (v[c] <= 0) continue;
+        uint64_t pcs[2] = {c, SELF_ROOT};
+        int64_t n = cp_period_ns > 0 ? v[c] / cp_period_ns : 0;
+        int64_t vals[2] = {n > 0 ? n : 1, v[c]};
+        cp_stream_add_sample(s, pcs, 2, vals);
+    }
+    int sealed = cp_stream_seal(s);
+    if (!err) err = sealed;
+    if (!err) err = emit_profile(p, CP_KIND_CPU, &k, m, emit, arg);
+    cp_streams_end(s, !err);
+    return err;
+}
+
 int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
 {
+    int64_t finish_start = thread_cpu_ns();
+    syms.spent_ns = 0;
+    syms.over_budget = 0;
     epoch_bounds_from_env();
     cp_modules_refresh(0);
     const cp_modules *mods = cp_modules_current();
@@ -627,7 +847,7 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
             memcpy(sk.thread, k->thread, sizeof(sk.thread));
             int fresh = 0;
             cp_stream *s = cp_streams_begin(&sk, mods, cp_cfg.symbolize_server ? NULL : sym_lines,
-                                            NULL, &fresh);
+                                            (void *)mods, &fresh);
             if (!s) {
                 rc = CP_ENOMEM;
                 continue;
@@ -683,8 +903,13 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
             cp_streams_end(s, !err);
         }
     }
+    int se = emit_self(finish_start, mods, m, emit, arg);
+    if (se) rc = se;
     /* an isolate destroyed during the window was in it for the last time */
     cp_streams_window_done();
+    /* pcs over the budget were added unnamed to their epochs: start new epochs so that the
+     * next window names them (the names already found stay cached per pc) */
+    if (syms.over_budget) cp_streams_reset();
     free(isos.k);
     free(bc.b);
     cpu_clear();
@@ -695,6 +920,7 @@ void cp_window_reset(void)
 {
     cpu_clear();
     syms_clear();
+    memset(&self, 0, sizeof(self));
     cp_streams_reset();
 }
 
@@ -704,6 +930,8 @@ void cp_window_abandon(void)
      * forget them without touching them (the memory is lost once per fork). */
     memset(&cpu, 0, sizeof(cpu));
     memset(&syms, 0, sizeof(syms));
+    memset(&tables, 0, sizeof(tables));
+    memset(&self, 0, sizeof(self)); /* the child's agent thread starts its clock at 0 */
     cp_streams_abandon();
 }
 

@@ -1,0 +1,320 @@
+/* Function names from ELF symbol tables (see elfsym.h): the section headers, one symbol
+ * table and its strings are read with pread and checked against the file's size, then
+ * only the function symbols are kept, sorted by address, their names in one pool. */
+#include "elfsym.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "error.h"
+
+/* ------------------------------------------------------------------------------------
+ * The table */
+
+typedef struct fsym {
+    uint64_t lo, hi; /* [lo, hi) */
+    uint32_t name;   /* offset in pool */
+    uint8_t rank;    /* which of several symbols at one address names it */
+    uint8_t sized;
+} fsym;
+
+struct cp_elfsym {
+    fsym *f;
+    uint32_t n;
+    int source;
+    char *pool;
+    size_t pool_len;
+};
+
+const char *cp_elfsym_lookup(const cp_elfsym *t, uint64_t vaddr)
+{
+    if (!t || !t->n) return NULL;
+    uint32_t lo = 0, hi = t->n; /* the last entry with f.lo <= vaddr */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (t->f[mid].lo <= vaddr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0) return NULL;
+    const fsym *s = &t->f[lo - 1];
+    return vaddr < s->hi ? t->pool + s->name : NULL;
+}
+
+int cp_elfsym_source(const cp_elfsym *t)
+{
+    return t ? t->source : 0;
+}
+
+uint32_t cp_elfsym_count(const cp_elfsym *t)
+{
+    return t ? t->n : 0;
+}
+
+size_t cp_elfsym_bytes(const cp_elfsym *t)
+{
+    return t ? sizeof(*t) + (size_t)t->n * sizeof(fsym) + t->pool_len : 0;
+}
+
+void cp_elfsym_destroy(cp_elfsym *t)
+{
+    if (!t) return;
+    free(t->f);
+    free(t->pool);
+    free(t);
+}
+
+/* ------------------------------------------------------------------------------------
+ * Reading a file */
+
+enum {
+    SHT_SYMTAB_ = 2,
+    SHT_STRTAB_ = 3,
+    SHT_DYNSYM_ = 11,
+    STT_FUNC_ = 2,
+    STT_GNU_IFUNC_ = 10,
+    STB_LOCAL_ = 0,
+    STB_GLOBAL_ = 1,
+    STB_WEAK_ = 2,
+    SYM_BYTES = 24,
+    SHDR_BYTES = 64,
+    EHDR_BYTES = 64,
+};
+
+static uint64_t rd64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v; /* little-endian hosts only: checked in the ELF header */
+}
+
+static uint32_t rd32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static uint16_t rd16(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+/* Reads exactly len bytes at off of a file of size fsize; a file that shrank since gives a
+ * short read, an error. */
+static int read_at(int fd, uint64_t fsize, uint64_t off, uint64_t len, void *out)
+{
+    if (off > fsize || len > fsize - off) return CP_EPARSE;
+    uint8_t *p = out;
+    while (len) {
+        ssize_t r = pread(fd, p, len, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return CP_EIO;
+        p += r;
+        off += (uint64_t)r;
+        len -= (uint64_t)r;
+    }
+    return 0;
+}
+
+typedef struct sec {
+    uint32_t type, link;
+    uint64_t off, size, entsize;
+} sec;
+
+static int fsym_cmp(const void *a, const void *b)
+{
+    const fsym *x = a, *y = b;
+    if (x->lo != y->lo) return x->lo < y->lo ? -1 : 1;
+    /* the best name first: global, then weak, then local; sized before sizeless */
+    if (x->rank != y->rank) return x->rank > y->rank ? -1 : 1;
+    if (x->sized != y->sized) return x->sized > y->sized ? -1 : 1;
+    return x->name < y->name ? -1 : x->name > y->name;
+}
+
+/* Builds t from symbol section s of a file: its function symbols, names from strtab. */
+static int build_table(int fd, uint64_t fsize, const sec *s, const sec *strs, cp_elfsym *t)
+{
+    if (s->entsize != SYM_BYTES || s->size % SYM_BYTES) return CP_EPARSE;
+    if (s->size > CP_ELFSYM_MAX_SECTION || strs->size > CP_ELFSYM_MAX_SECTION) return CP_ELIMIT;
+    uint64_t nsym = s->size / SYM_BYTES;
+    if (nsym == 0 || strs->size == 0) return CP_ENOTFOUND;
+    int rc = CP_ENOMEM;
+    uint8_t *syms = malloc(s->size);
+    char *str = malloc(strs->size);
+    fsym *f = NULL;
+    char *pool = NULL;
+    if (!syms || !str) goto out;
+    if ((rc = read_at(fd, fsize, s->off, s->size, syms)) != 0) goto out;
+    if ((rc = read_at(fd, fsize, strs->off, strs->size, str)) != 0) goto out;
+
+    /* pass 1: the functions, with their names' offsets in str */
+    uint32_t n = 0;
+    size_t names = 0;
+    f = malloc(nsym * sizeof(fsym));
+    if (!f) {
+        rc = CP_ENOMEM;
+        goto out;
+    }
+    for (uint64_t i = 0; i < nsym; i++) {
+        const uint8_t *p = syms + i * SYM_BYTES;
+        uint32_t name = rd32(p);
+        uint8_t info = p[4];
+        uint16_t shndx = rd16(p + 6);
+        uint64_t value = rd64(p + 8), size = rd64(p + 16);
+        int type = info & 0xf, bind = info >> 4;
+        if (type != STT_FUNC_ && type != STT_GNU_IFUNC_) continue;
+        if (shndx == 0 || value == 0 || name == 0 || name >= strs->size) continue;
+        const char *nm = str + name;
+        size_t len = strnlen(nm, strs->size - name);
+        if (len == strs->size - name || len == 0) continue; /* not terminated in the section */
+        if (value + size < value) continue;
+        f[n] = (fsym){.lo = value,
+                      .hi = value + size,
+                      .name = name,
+                      .rank = bind == STB_GLOBAL_ ? 2
+                              : bind == STB_WEAK_ ? 1
+                                                  : 0,
+                      .sized = size > 0};
+        names += len + 1;
+        n++;
+    }
+    if (n == 0) {
+        rc = CP_ENOTFOUND;
+        goto out;
+    }
+    qsort(f, n, sizeof(fsym), fsym_cmp);
+    /* pass 2: one symbol per address (the best), sizeless ones reaching the next, names
+     * copied into the pool (only those kept) */
+    pool = malloc(names);
+    if (!pool) {
+        rc = CP_ENOMEM;
+        goto out;
+    }
+    uint32_t k = 0;
+    size_t used = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (k && f[k - 1].lo == f[i].lo) continue;
+        fsym e = f[i];
+        const char *nm = str + e.name;
+        size_t len = strlen(nm); /* terminated: checked in pass 1 */
+        memcpy(pool + used, nm, len + 1);
+        e.name = (uint32_t)used;
+        used += len + 1;
+        f[k++] = e;
+    }
+    for (uint32_t i = 0; i < k; i++) {
+        uint64_t next = i + 1 < k ? f[i + 1].lo : UINT64_MAX;
+        if (!f[i].sized || f[i].hi > next) f[i].hi = next;
+    }
+    fsym *shrunk = realloc(f, (size_t)k * sizeof(fsym));
+    if (shrunk) f = shrunk;
+    char *pshrunk = realloc(pool, used);
+    if (pshrunk) pool = pshrunk;
+    t->f = f;
+    t->n = k;
+    t->pool = pool;
+    t->pool_len = used;
+    f = NULL;
+    pool = NULL;
+    rc = 0;
+out:
+    free(syms);
+    free(str);
+    free(f);
+    free(pool);
+    return rc;
+}
+
+/* Reads the table of section type want (SHT_SYMTAB_ or SHT_DYNSYM_) of the ELF at path. */
+static int read_file(const char *path, uint32_t want, cp_elfsym *t)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return errno == ENOMEM ? CP_ENOMEM : CP_ENOTFOUND;
+    int rc = CP_EPARSE;
+    uint8_t *shdrs = NULL;
+    struct stat st;
+    uint8_t eh[EHDR_BYTES];
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) goto out;
+    uint64_t fsize = (uint64_t)st.st_size;
+    if (read_at(fd, fsize, 0, EHDR_BYTES, eh) != 0) goto out;
+    /* 64-bit, little-endian, version 1 */
+    if (memcmp(eh, "\177ELF", 4) != 0 || eh[4] != 2 || eh[5] != 1 || eh[6] != 1) goto out;
+    uint64_t shoff = rd64(eh + 0x28);
+    uint16_t shentsize = rd16(eh + 0x3a), shnum = rd16(eh + 0x3c);
+    if (shoff == 0 || shnum == 0 || shentsize != SHDR_BYTES) goto out;
+    if ((rc = CP_ENOMEM, !(shdrs = malloc((size_t)shnum * SHDR_BYTES)))) goto out;
+    if ((rc = read_at(fd, fsize, shoff, (uint64_t)shnum * SHDR_BYTES, shdrs)) != 0) goto out;
+    rc = CP_ENOTFOUND;
+    for (uint32_t i = 0; i < shnum; i++) {
+        const uint8_t *h = shdrs + (size_t)i * SHDR_BYTES;
+        sec s = {.type = rd32(h + 4),
+                 .off = rd64(h + 0x18),
+                 .size = rd64(h + 0x20),
+                 .link = rd32(h + 0x28),
+                 .entsize = rd64(h + 0x38)};
+        if (s.type != want) continue;
+        if (s.link == 0 || s.link >= shnum || s.link == i) {
+            rc = CP_EPARSE;
+            break;
+        }
+        const uint8_t *lh = shdrs + (size_t)s.link * SHDR_BYTES;
+        sec strs = {.type = rd32(lh + 4), .off = rd64(lh + 0x18), .size = rd64(lh + 0x20)};
+        if (strs.type != SHT_STRTAB_) {
+            rc = CP_EPARSE;
+            break;
+        }
+        rc = build_table(fd, fsize, &s, &strs, t);
+        break; /* one table of a type per file */
+    }
+out:
+    free(shdrs);
+    close(fd);
+    return rc;
+}
+
+int cp_elfsym_create(const char *path, const uint8_t *build_id, uint32_t build_id_len,
+                     const char *debug_dir, cp_elfsym **out)
+{
+    *out = NULL;
+    cp_elfsym *t = calloc(1, sizeof(*t));
+    if (!t) return CP_ENOMEM;
+    int rc = CP_ENOTFOUND;
+    if (debug_dir && build_id_len >= 2 && build_id_len <= 64) {
+        static const char hex[] = "0123456789abcdef";
+        char id[2 * 64 + 1];
+        for (uint32_t i = 0; i < build_id_len; i++) {
+            id[2 * i] = hex[build_id[i] >> 4];
+            id[2 * i + 1] = hex[build_id[i] & 15];
+        }
+        id[2 * build_id_len] = 0;
+        char dpath[4096];
+        int n = snprintf(dpath, sizeof(dpath), "%s/.build-id/%.2s/%s.debug", debug_dir, id, id + 2);
+        if (n > 0 && (size_t)n < sizeof(dpath)) {
+            rc = read_file(dpath, SHT_SYMTAB_, t);
+            if (rc == 0) t->source = CP_ELFSYM_DEBUG_SYMTAB;
+        }
+    }
+    if (rc != 0 && rc != CP_ENOMEM) {
+        rc = read_file(path, SHT_SYMTAB_, t);
+        if (rc == 0) t->source = CP_ELFSYM_SYMTAB;
+    }
+    if (rc != 0 && rc != CP_ENOMEM && rc != CP_EPARSE) {
+        rc = read_file(path, SHT_DYNSYM_, t);
+        if (rc == 0) t->source = CP_ELFSYM_DYNSYM;
+    }
+    if (rc != 0) {
+        cp_elfsym_destroy(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
