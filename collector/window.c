@@ -19,7 +19,7 @@
 
 #include "alloc.h"
 #include "config.h"
-#include "elfsym.h"
+#include "elfnames.h"
 #include "isolate.h"
 #include "labels.h"
 #include "nextmalloc.h"
@@ -241,7 +241,7 @@ static int64_t thread_cpu_ns(void)
 }
 
 /* ------------------------------------------------------------------------------------
- * Function names without libdw (the default): one elfsym.c table per object, built the
+ * Function names without libdw (the default): one elfnames.c table per object, built the
  * first time one of its pcs is named, kept per build id (else path) for the process. */
 
 #define MODSYM_MAX 512
@@ -252,7 +252,7 @@ typedef struct modsym {
     uint32_t build_id_len;
     uint8_t build_id[CP_BUILD_ID_MAX];
     char path[CP_MODULE_PATH_MAX];
-    cp_elfsym *t; /* NULL: the object has no names we can read */
+    cp_elfnames *t; /* NULL: the object has no names we can read */
 } modsym;
 
 static struct {
@@ -264,7 +264,7 @@ static struct {
 static void tables_clear(void)
 {
     for (uint32_t i = 0; i < tables.n; i++)
-        cp_elfsym_destroy(tables.v[i].t);
+        cp_elfnames_destroy(tables.v[i].t);
     free(tables.v);
     memset(&tables, 0, sizeof(tables));
 }
@@ -277,7 +277,7 @@ static int modsym_is(const modsym *e, const cp_module *m)
 }
 
 /* m's table, read now if it never was; NULL when it has none (or out of memory). */
-static const cp_elfsym *table_for(const cp_module *m)
+static const cp_elfnames *table_for(const cp_module *m)
 {
     if (tables.last < tables.n && modsym_is(&tables.v[tables.last], m))
         return tables.v[tables.last].t;
@@ -293,10 +293,10 @@ static const cp_elfsym *table_for(const cp_module *m)
     e->build_id_len = m->build_id_len;
     memcpy(e->build_id, m->build_id, m->build_id_len);
     memcpy(e->path, m->path, sizeof(e->path));
-    int rc = cp_elfsym_create(m->path, m->build_id, m->build_id_len,
-                              cp_cfg.debuginfo == CP_DEBUGINFO_NONE ? NULL : DEBUG_DIR, &e->t);
+    int rc = cp_elfnames_create(m->path, m->build_id, m->build_id_len,
+                                cp_cfg.debuginfo == CP_DEBUGINFO_NONE ? NULL : DEBUG_DIR, &e->t);
     if (rc == CP_ENOMEM) return NULL; /* not remembered: tried again later */
-    tables.bytes += cp_elfsym_bytes(e->t);
+    tables.bytes += cp_elfnames_bytes(e->t);
     tables.last = tables.n++;
     return e->t;
 }
@@ -509,8 +509,8 @@ static const sym *symbolize(uint64_t pc, const cp_modules *mods)
     s->pc = pc;
     syms.n++;
     if (!cp_cfg.symbolize_lines) {
-        const cp_elfsym *t = table_for(m);
-        const char *name = t ? cp_elfsym_lookup(t, pc - m->bias) : NULL;
+        const cp_elfnames *t = table_for(m);
+        const char *name = t ? cp_elfnames_lookup(t, pc - m->bias) : NULL;
         if (name) set_name(name, &s->name, &s->mangled);
         syms.spent_ns += thread_cpu_ns() - t0;
         return s;
@@ -718,7 +718,7 @@ static int64_t rnd64(double v)
 #define SELF_ISOLATE "contprof-agent"
 enum { SELF_SYMBOLIZE = 1, SELF_BUILD, SELF_SHIP, SELF_KAFKA, SELF_ROOT, SELF_N };
 static const char *const self_names[SELF_N] = {
-    [SELF_SYMBOLIZE] = "contprof:symbolize", /* naming pcs (elfsym.c tables, or libdw) */
+    [SELF_SYMBOLIZE] = "contprof:symbolize", /* naming pcs (elfnames.c tables, or libdw) */
     [SELF_BUILD] = "contprof:build",         /* building and encoding the window's profiles */
     [SELF_SHIP] = "contprof:ship",           /* draining rings, gzip, files, Kafka polls */
     [SELF_KAFKA] = "contprof:kafka",         /* librdkafka's own threads */

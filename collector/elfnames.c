@@ -1,7 +1,7 @@
-/* Function names from ELF symbol tables (see elfsym.h): the section headers, one symbol
+/* Function names from ELF symbol tables (see elfnames.h): the section headers, one symbol
  * table and its strings are read with pread and checked against the file's size, then
  * only the function symbols are kept, sorted by address, their names in one pool. */
-#include "elfsym.h"
+#include "elfnames.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,7 +23,7 @@ typedef struct fsym {
     uint8_t sized;
 } fsym;
 
-struct cp_elfsym {
+struct cp_elfnames {
     fsym *f;
     uint32_t n;
     int source;
@@ -31,7 +31,7 @@ struct cp_elfsym {
     size_t pool_len;
 };
 
-const char *cp_elfsym_lookup(const cp_elfsym *t, uint64_t vaddr)
+const char *cp_elfnames_lookup(const cp_elfnames *t, uint64_t vaddr)
 {
     if (!t || !t->n) return NULL;
     uint32_t lo = 0, hi = t->n; /* the last entry with f.lo <= vaddr */
@@ -47,22 +47,22 @@ const char *cp_elfsym_lookup(const cp_elfsym *t, uint64_t vaddr)
     return vaddr < s->hi ? t->pool + s->name : NULL;
 }
 
-int cp_elfsym_source(const cp_elfsym *t)
+int cp_elfnames_source(const cp_elfnames *t)
 {
     return t ? t->source : 0;
 }
 
-uint32_t cp_elfsym_count(const cp_elfsym *t)
+uint32_t cp_elfnames_count(const cp_elfnames *t)
 {
     return t ? t->n : 0;
 }
 
-size_t cp_elfsym_bytes(const cp_elfsym *t)
+size_t cp_elfnames_bytes(const cp_elfnames *t)
 {
     return t ? sizeof(*t) + (size_t)t->n * sizeof(fsym) + t->pool_len : 0;
 }
 
-void cp_elfsym_destroy(cp_elfsym *t)
+void cp_elfnames_destroy(cp_elfnames *t)
 {
     if (!t) return;
     free(t->f);
@@ -141,10 +141,10 @@ static int fsym_cmp(const void *a, const void *b)
 }
 
 /* Builds t from symbol section s of a file: its function symbols, names from strtab. */
-static int build_table(int fd, uint64_t fsize, const sec *s, const sec *strs, cp_elfsym *t)
+static int build_table(int fd, uint64_t fsize, const sec *s, const sec *strs, cp_elfnames *t)
 {
     if (s->entsize != SYM_BYTES || s->size % SYM_BYTES) return CP_EPARSE;
-    if (s->size > CP_ELFSYM_MAX_SECTION || strs->size > CP_ELFSYM_MAX_SECTION) return CP_ELIMIT;
+    if (s->size > CP_ELFNAMES_MAX_SECTION || strs->size > CP_ELFNAMES_MAX_SECTION) return CP_ELIMIT;
     uint64_t nsym = s->size / SYM_BYTES;
     if (nsym == 0 || strs->size == 0) return CP_ENOTFOUND;
     int rc = CP_ENOMEM;
@@ -205,8 +205,11 @@ static int build_table(int fd, uint64_t fsize, const sec *s, const sec *strs, cp
         if (k && f[k - 1].lo == f[i].lo) continue;
         fsym e = f[i];
         const char *nm = str + e.name;
-        size_t len = strlen(nm); /* terminated: checked in pass 1 */
-        memcpy(pool + used, nm, len + 1);
+        /* terminated: checked in pass 1; a version ("@@GLIBC_2.34") is not part of it */
+        size_t len = strcspn(nm, "@");
+        if (len == 0) len = strlen(nm);
+        memcpy(pool + used, nm, len);
+        pool[used + len] = 0;
         e.name = (uint32_t)used;
         used += len + 1;
         f[k++] = e;
@@ -235,7 +238,7 @@ out:
 }
 
 /* Reads the table of section type want (SHT_SYMTAB_ or SHT_DYNSYM_) of the ELF at path. */
-static int read_file(const char *path, uint32_t want, cp_elfsym *t)
+static int read_file(const char *path, uint32_t want, cp_elfnames *t)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return errno == ENOMEM ? CP_ENOMEM : CP_ENOTFOUND;
@@ -281,11 +284,11 @@ out:
     return rc;
 }
 
-int cp_elfsym_create(const char *path, const uint8_t *build_id, uint32_t build_id_len,
-                     const char *debug_dir, cp_elfsym **out)
+int cp_elfnames_create(const char *path, const uint8_t *build_id, uint32_t build_id_len,
+                       const char *debug_dir, cp_elfnames **out)
 {
     *out = NULL;
-    cp_elfsym *t = calloc(1, sizeof(*t));
+    cp_elfnames *t = calloc(1, sizeof(*t));
     if (!t) return CP_ENOMEM;
     int rc = CP_ENOTFOUND;
     if (debug_dir && build_id_len >= 2 && build_id_len <= 64) {
@@ -300,19 +303,19 @@ int cp_elfsym_create(const char *path, const uint8_t *build_id, uint32_t build_i
         int n = snprintf(dpath, sizeof(dpath), "%s/.build-id/%.2s/%s.debug", debug_dir, id, id + 2);
         if (n > 0 && (size_t)n < sizeof(dpath)) {
             rc = read_file(dpath, SHT_SYMTAB_, t);
-            if (rc == 0) t->source = CP_ELFSYM_DEBUG_SYMTAB;
+            if (rc == 0) t->source = CP_ELFNAMES_DEBUG_SYMTAB;
         }
     }
     if (rc != 0 && rc != CP_ENOMEM) {
         rc = read_file(path, SHT_SYMTAB_, t);
-        if (rc == 0) t->source = CP_ELFSYM_SYMTAB;
+        if (rc == 0) t->source = CP_ELFNAMES_SYMTAB;
     }
     if (rc != 0 && rc != CP_ENOMEM && rc != CP_EPARSE) {
         rc = read_file(path, SHT_DYNSYM_, t);
-        if (rc == 0) t->source = CP_ELFSYM_DYNSYM;
+        if (rc == 0) t->source = CP_ELFNAMES_DYNSYM;
     }
     if (rc != 0) {
-        cp_elfsym_destroy(t);
+        cp_elfnames_destroy(t);
         return rc;
     }
     *out = t;

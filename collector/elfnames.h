@@ -3,40 +3,40 @@
  * object's .symtab, else its .dynsym, kept as one sorted array searched per address. Files
  * are read with pread into memory and every read is bounds-checked: a truncated, shrinking
  * or hostile file gives no table, never a fault. Agent thread only. */
-#ifndef CP_ELFSYM_H
-#define CP_ELFSYM_H
+#ifndef CP_ELFNAMES_H
+#define CP_ELFNAMES_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 /* Where the names of a table came from. */
-enum { CP_ELFSYM_DEBUG_SYMTAB = 1, CP_ELFSYM_SYMTAB = 2, CP_ELFSYM_DYNSYM = 3 };
+enum { CP_ELFNAMES_DEBUG_SYMTAB = 1, CP_ELFNAMES_SYMTAB = 2, CP_ELFNAMES_DYNSYM = 3 };
 
 /* A symbol table bigger than this is not read (the next source is tried): it bounds what
  * one object can cost the host. */
-#define CP_ELFSYM_MAX_SECTION ((uint64_t)64 << 20)
+#define CP_ELFNAMES_MAX_SECTION ((uint64_t)64 << 20)
 
-typedef struct cp_elfsym cp_elfsym;
+typedef struct cp_elfnames cp_elfnames;
 
 /* Reads the function symbols of the object at path. debug_dir (may be NULL: none) is the
  * root of the separate debug files by build id ("/usr/lib/debug"): with build_id (len
  * bytes, may be 0), debug_dir/.build-id/xx/yyyy.debug is tried first. Returns 0 with *out
- * (free with cp_elfsym_destroy), CP_ENOTFOUND when no source has a function symbol,
+ * (free with cp_elfnames_destroy), CP_ENOTFOUND when no source has a function symbol,
  * CP_EPARSE for a file that is not a 64-bit little-endian ELF or is damaged, CP_ENOMEM. */
-int cp_elfsym_create(const char *path, const uint8_t *build_id, uint32_t build_id_len,
-                     const char *debug_dir, cp_elfsym **out);
+int cp_elfnames_create(const char *path, const uint8_t *build_id, uint32_t build_id_len,
+                       const char *debug_dir, cp_elfnames **out);
 
 /* The name of the function holding vaddr (an address of the object's own numbering: a
- * run-time pc minus the load bias), or NULL. Valid until cp_elfsym_destroy. */
-const char *cp_elfsym_lookup(const cp_elfsym *t, uint64_t vaddr);
+ * run-time pc minus the load bias), or NULL. Valid until cp_elfnames_destroy. */
+const char *cp_elfnames_lookup(const cp_elfnames *t, uint64_t vaddr);
 
-/* Which source the names came from (CP_ELFSYM_*), the number of functions, and the bytes
+/* Which source the names came from (CP_ELFNAMES_*), the number of functions, and the bytes
  * the table holds. */
-int cp_elfsym_source(const cp_elfsym *t);
-uint32_t cp_elfsym_count(const cp_elfsym *t);
-size_t cp_elfsym_bytes(const cp_elfsym *t);
+int cp_elfnames_source(const cp_elfnames *t);
+uint32_t cp_elfnames_count(const cp_elfnames *t);
+size_t cp_elfnames_bytes(const cp_elfnames *t);
 
 /* Frees t (may be NULL). */
-void cp_elfsym_destroy(cp_elfsym *t);
+void cp_elfnames_destroy(cp_elfnames *t);
 
 #endif
