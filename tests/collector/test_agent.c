@@ -634,7 +634,12 @@ TEST(engine_by_rate)
 TEST(output_files_gzip)
 {
     make_dir();
-    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_CPU_HZ=1000", "CONTPROF_WINDOW=200ms",
+    /* file:line and inline frames (CONTPROF_SYMBOLIZE=lines) make some windows over 4 KiB */
+    const char *env[] = {PRELOAD,
+                         outdir_env(),
+                         "CONTPROF_CPU_HZ=1000",
+                         "CONTPROF_WINDOW=200ms",
+                         "CONTPROF_SYMBOLIZE=lines",
                          NULL};
     const char *args[] = {"cxx", NULL};
     run_res r;
