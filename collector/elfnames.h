@@ -27,8 +27,10 @@ int cp_elfnames_create(const char *path, const uint8_t *build_id, uint32_t build
                        const char *debug_dir, cp_elfnames **out);
 
 /* The name of the function holding vaddr (an address of the object's own numbering: a
- * run-time pc minus the load bias), or NULL. Valid until cp_elfnames_destroy. */
-const char *cp_elfnames_lookup(const cp_elfnames *t, uint64_t vaddr);
+ * run-time pc minus the load bias), or NULL. The name is the first *len bytes (a symbol
+ * version, "@@GLIBC_2.34", follows it when there is one). Valid until
+ * cp_elfnames_destroy. */
+const char *cp_elfnames_lookup(const cp_elfnames *t, uint64_t vaddr, size_t *len);
 
 /* Which source the names came from (CP_ELFNAMES_*), the number of functions, and the bytes
  * the table holds. */

@@ -286,6 +286,7 @@ static const cp_elfnames *table_for(const cp_module *m)
             tables.last = i;
             return tables.v[i].t;
         }
+    if (atomic_load(&cp_agent_oom)) return NULL; /* out of memory once: no new tables */
     if (tables.n == MODSYM_MAX || tables.bytes > MODSYM_MAX_BYTES) tables_clear(); /* bounded */
     if (!tables.v && !(tables.v = calloc(MODSYM_MAX, sizeof(modsym)))) return NULL;
     modsym *e = &tables.v[tables.n];
@@ -293,9 +294,11 @@ static const cp_elfnames *table_for(const cp_module *m)
     e->build_id_len = m->build_id_len;
     memcpy(e->build_id, m->build_id, m->build_id_len);
     memcpy(e->path, m->path, sizeof(e->path));
-    int rc = cp_elfnames_create(m->path, m->build_id, m->build_id_len,
-                                cp_cfg.debuginfo == CP_DEBUGINFO_NONE ? NULL : DEBUG_DIR, &e->t);
-    if (rc == CP_ENOMEM) return NULL; /* not remembered: tried again later */
+    /* any failure (no symbols, damaged, out of memory) is remembered as t = NULL: the file
+     * is not read again for each of its pcs */
+    if (cp_elfnames_create(m->path, m->build_id, m->build_id_len,
+                           cp_cfg.debuginfo == CP_DEBUGINFO_NONE ? NULL : DEBUG_DIR, &e->t) != 0)
+        e->t = NULL;
     tables.bytes += cp_elfnames_bytes(e->t);
     tables.last = tables.n++;
     return e->t;
@@ -510,8 +513,11 @@ static const sym *symbolize(uint64_t pc, const cp_modules *mods)
     syms.n++;
     if (!cp_cfg.symbolize_lines) {
         const cp_elfnames *t = table_for(m);
-        const char *name = t ? cp_elfnames_lookup(t, pc - m->bias) : NULL;
-        if (name) set_name(name, &s->name, &s->mangled);
+        size_t len = 0;
+        const char *name = t ? cp_elfnames_lookup(t, pc - m->bias, &len) : NULL;
+        char *raw = name ? strndup(name, len) : NULL;
+        if (raw) set_name(raw, &s->name, &s->mangled);
+        free(raw);
         syms.spent_ns += thread_cpu_ns() - t0;
         return s;
     }

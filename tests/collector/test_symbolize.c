@@ -234,7 +234,8 @@ TEST(elfnames_files)
     CHECK_EQ(cp_elfnames_create(CPSYM, NULL, 0, NULL, &t), 0);
     CHECK_EQ(cp_elfnames_source(t), CP_ELFNAMES_SYMTAB);
     CHECK(cp_elfnames_count(t) > 3);
-    CHECK(cp_elfnames_lookup(t, 0) == NULL);
+    size_t len = 0;
+    CHECK(cp_elfnames_lookup(t, 0, &len) == NULL);
     cp_elfnames_destroy(t);
     CHECK_EQ(cp_elfnames_create(CPSYM_STRIPPED, NULL, 0, NULL, &t), 0);
     CHECK_EQ(cp_elfnames_source(t), CP_ELFNAMES_DYNSYM);
@@ -265,7 +266,9 @@ TEST(elfnames_files)
     for (long at = 0; at < (long)size; at += at < 128 ? 1 : 509) {
         copy_prefix(CPSYM, tmp, size, at);
         if (cp_elfnames_create(tmp, NULL, 0, NULL, &t) == 0) {
-            (void)cp_elfnames_lookup(t, 0x1000);
+            size_t len = 0;
+            const char *nm = cp_elfnames_lookup(t, 0x1000, &len);
+            CHECK(!nm || strlen(nm) >= len);
             cp_elfnames_destroy(t);
         }
     }
