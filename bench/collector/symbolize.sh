@@ -4,14 +4,15 @@
 # temporary CONTPROF_OUTPUT_DIR) against the same programs alone, in one run.
 # Prints rows "name | value | floor | ok".
 #   bench/collector/symbolize.sh [BUILD_DIR]   (default: build)
-# Environment: REPS (default 3), NODE (default node; rows skipped when absent).
+# Environment: REPS (default 3), NODE (default node; rows skipped when absent), NODE_ROUNDS
+# (2000: about 2 s of CPU per thread here).
 #
 #   make_ratio        `make -j2 -B` of a generated C project (21 files, gcc -O2: cc1,
 #                     as, collect2, ld: ~60 short processes, each symbolizing at exit)
 #   make_lines_ratio  the same with CONTPROF_SYMBOLIZE=lines (libdw per pc, file:line and
 #                     inline frames: what the agent did by default before; reference)
-#   node_ratio        node running a JS CPU loop on its main thread and in a worker
-#                     (~2 s of CPU each: JIT code, pcs in no module) at the default 100 Hz
+#   node_ratio        node running a fixed JS job (calls, objects, strings: JIT code, pcs in
+#                     no module, GC) on its main thread and in a worker at the default 100 Hz
 #
 # As bench/collector/run.sh does, a variant and its baseline run at the same time pinned
 # (taskset) to the same core, so both see that core in the same conditions; with two
@@ -63,13 +64,17 @@ gen_project() {
 cat > "$TMP/loop.js" << 'EOJS'
 const { Worker, isMainThread } = require('worker_threads');
 function fib(n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }
-function work(ms) {
-  const end = Date.now() + ms; let x = 0, o = {};
-  while (Date.now() < end) { x += fib(18); o['k' + (x % 1000)] = [x, String(x)]; }
+function work(rounds) { /* a fixed amount of work: the CPU time compared is the same job's */
+  let x = 0, o = {};
+  for (let i = 0; i < rounds; i++) {
+    x += fib(25);
+    for (let j = 0; j < 2000; j++) o['k' + ((x + j) % 5000)] = [x, String(x + j)];
+  }
   return x;
 }
-if (isMainThread) { new Worker(__filename); work(2000); } else { work(2000); }
+if (isMainThread) { new Worker(__filename); work(ROUNDS); } else { work(ROUNDS); }
 EOJS
+sed -i "s/ROUNDS/${NODE_ROUNDS:-2000}/g" "$TMP/loop.js"
 
 # cputime CMD...: runs CMD, prints the CPU seconds (user + system) of it and its children
 cputime() {
