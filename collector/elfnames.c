@@ -188,14 +188,17 @@ static int build_table(int fd, uint64_t fsize, const sec *s, const sec *strs, cp
 {
     if (s->entsize != SYM_BYTES || s->size % SYM_BYTES) return CP_EPARSE;
     if (s->size > CP_ELFNAMES_MAX_SECTION || strs->size > CP_ELFNAMES_MAX_SECTION) return CP_ELIMIT;
+    if (s->off > fsize || s->size > fsize - s->off) return CP_EPARSE; /* chunks stay inside */
     uint64_t nsym = s->size / SYM_BYTES;
     if (nsym == 0 || strs->size == 0) return CP_ENOTFOUND;
     int rc = CP_ENOMEM;
-    uint8_t *syms = malloc(s->size);
+    /* the symbols are read in chunks into one small buffer (fewer fresh pages to fault in
+     * than the whole section); the strings are kept */
+    enum { CHUNK = 2048 };
+    uint8_t *syms = malloc((size_t)CHUNK * SYM_BYTES);
     char *str = malloc(strs->size);
     fsym *f = NULL;
     if (!syms || !str) goto out;
-    if ((rc = read_at(fd, fsize, s->off, s->size, syms)) != 0) goto out;
     if ((rc = read_at(fd, fsize, strs->off, strs->size, str)) != 0) goto out;
 
     /* pass 1: the functions, with their names' offsets in str */
@@ -206,7 +209,12 @@ static int build_table(int fd, uint64_t fsize, const sec *s, const sec *strs, cp
         goto out;
     }
     for (uint64_t i = 0; i < nsym; i++) {
-        const uint8_t *p = syms + i * SYM_BYTES;
+        if (i % CHUNK == 0) {
+            uint64_t c = nsym - i < CHUNK ? nsym - i : CHUNK;
+            if ((rc = read_at(fd, fsize, s->off + i * SYM_BYTES, c * SYM_BYTES, syms)) != 0)
+                goto out;
+        }
+        const uint8_t *p = syms + (i % CHUNK) * SYM_BYTES;
         uint32_t name = rd32(p);
         uint8_t info = p[4];
         uint16_t shndx = rd16(p + 6);

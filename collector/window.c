@@ -1,6 +1,8 @@
-/* Window building on the agent thread: the CPU aggregation table, the symbol cache (libdw
- * for function and file:line, mappings with build ids from the module snapshot), and the
- * per-isolate cpu/alloc/inuse profiles wrapped in envelopes. */
+/* Window building on the agent thread: the CPU aggregation table, the symbol cache (function
+ * names from elfnames.c tables by default, libdw for file:line and inline frames with
+ * CONTPROF_SYMBOLIZE=lines; a CPU budget per window), the per-isolate cpu/alloc/inuse
+ * profiles wrapped in envelopes, and the contprof-agent isolate's profile of the agent's
+ * own CPU. */
 #include "window.h"
 
 #include <sys/auxv.h>
@@ -843,7 +845,7 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
         iso_add(&isos, &k);
     }
 
-    /* loads libdw the first time there is something; never with CONTPROF_SYMBOLIZE=server */
+    /* with CONTPROF_SYMBOLIZE=lines, loads libdw the first time there is something */
     if (isos.n && !cp_cfg.symbolize_server) syms_refresh(mods);
     int rc = 0;
     for (uint32_t ii = 0; ii < isos.n; ii++) {
@@ -909,8 +911,12 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
             cp_streams_end(s, !err);
         }
     }
-    int se = emit_self(finish_start, mods, m, emit, arg);
-    if (se) rc = se;
+    /* with the window's other profiles: a window that has none (nothing sampled) emits
+     * nothing, its agent CPU is counted in the next one's contprof:ship */
+    if (isos.n) {
+        int se = emit_self(finish_start, mods, m, emit, arg);
+        if (se) rc = se;
+    }
     /* an isolate destroyed during the window was in it for the last time */
     cp_streams_window_done();
     /* pcs over the budget were added unnamed to their epochs: start new epochs so that the

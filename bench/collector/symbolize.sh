@@ -9,6 +9,8 @@
 #
 #   make_ratio        `make -j2 -B` of a generated C project (21 files, gcc -O2: cc1,
 #                     as, collect2, ld: ~60 short processes, each symbolizing at exit)
+#   make_server_ratio the same with CONTPROF_SYMBOLIZE=server (no names in the agent: what
+#                     sampling, hooks, start-up and the windows' files cost without them)
 #   make_lines_ratio  the same with CONTPROF_SYMBOLIZE=lines (libdw per pc, file:line and
 #                     inline frames: what the agent did by default before; reference)
 #   node_ratio        node running a fixed JS job (calls, objects, strings: JIT code, pcs in
@@ -93,6 +95,9 @@ run() {
     make_base) cputime $pin make -s -B -j2 -C "$TMP/proj.$2.b" ;;
     make_agent)
         cputime env LD_PRELOAD="$LIB" CONTPROF_OUTPUT_DIR="$out" $pin make -s -B -j2 -C "$TMP/proj.$2.a" ;;
+    make_server)
+        cputime env LD_PRELOAD="$LIB" CONTPROF_OUTPUT_DIR="$out" CONTPROF_SYMBOLIZE=server \
+            $pin make -s -B -j2 -C "$TMP/proj.$2.a" ;;
     make_lines)
         cputime env LD_PRELOAD="$LIB" CONTPROF_OUTPUT_DIR="$out" CONTPROF_SYMBOLIZE=lines \
             $pin make -s -B -j2 -C "$TMP/proj.$2.a" ;;
@@ -123,7 +128,7 @@ for c in $CORES; do
     gen_project "$TMP/proj.$c.a"
     gen_project "$TMP/proj.$c.b"
 done
-VARIANTS="make_agent make_lines"
+VARIANTS="make_agent make_server make_lines"
 command -v "$NODE" > /dev/null 2>&1 && VARIANTS="$VARIANTS node_agent"
 i=0
 while [ $i -lt "$REPS" ]; do
@@ -145,6 +150,8 @@ echo "name | value | floor | ok"
 row make_ratio "$(median < "$TMP/make_agent.r")" "<=" 1.05
 ref make_ratio_spread "$(spread < "$TMP/make_agent.r")"
 ref make_cpu_s_agent_base "$(awk '{ a += $1; b += $2 } END { printf "%.2f/%.2f", a / NR, b / NR }' "$TMP/make_agent.cpu")"
+ref make_server_ratio "$(median < "$TMP/make_server.r")"
+ref make_server_ratio_spread "$(spread < "$TMP/make_server.r")"
 ref make_lines_ratio "$(median < "$TMP/make_lines.r")"
 ref make_lines_ratio_spread "$(spread < "$TMP/make_lines.r")"
 if [ -f "$TMP/node_agent.r" ]; then
