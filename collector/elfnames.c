@@ -272,8 +272,118 @@ out:
     return rc;
 }
 
-/* Reads the table of section type want (SHT_SYMTAB_ or SHT_DYNSYM_) of the ELF at path. */
-static int read_file(const char *path, uint32_t want, cp_elfnames *t)
+/* What is done with a symbol section: build a table (t), or name the sorted addresses
+ * va[0..n) into names (scan). */
+typedef struct job {
+    cp_elfnames *t;
+    const uint64_t *va;
+    uint32_t n;
+    char **names;
+} job;
+
+/* The first index of va[0..n) (ascending) with va[i] >= x. */
+static uint32_t lower_bound(const uint64_t *va, uint32_t n, uint64_t x)
+{
+    uint32_t lo = 0, hi = n;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (va[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The name at off of the string section, read with pread (its end found within 64 KiB and
+ * the section), without its version; malloc'd, or NULL. */
+static char *read_name(int fd, uint64_t fsize, const sec *strs, uint64_t off)
+{
+    char stack[256];
+    uint64_t max = strs->size - off, want = sizeof(stack);
+    char *buf = stack;
+    for (;;) {
+        uint64_t len = want < max ? want : max;
+        if (read_at(fd, fsize, strs->off + off, len, buf) != 0) break;
+        const char *end = memchr(buf, 0, len);
+        if (end) {
+            char *r = end > buf ? strndup(buf, name_len(buf)) : NULL;
+            if (buf != stack) free(buf);
+            return r;
+        }
+        if (len == max || want >= ((uint64_t)64 << 10)) break; /* not terminated */
+        want *= 8;
+        char *nb = buf == stack ? malloc(want) : realloc(buf, want);
+        if (!nb) break;
+        buf = nb;
+    }
+    if (buf != stack) free(buf);
+    return NULL;
+}
+
+/* One pass over symbol section s: for each address of j->va, the function symbol with the
+ * greatest start at or below it (the best one at that start, as in a table), if it holds
+ * the address (sizeless: up to the next symbol). No sort, no copy of the strings: the
+ * names of the winners only are read. */
+static int scan_names(int fd, uint64_t fsize, const sec *s, const sec *strs, const job *j)
+{
+    if (s->entsize != SYM_BYTES || s->size % SYM_BYTES) return CP_EPARSE;
+    if (s->off > fsize || s->size > fsize - s->off) return CP_EPARSE;
+    if (strs->off > fsize || strs->size > fsize - strs->off) return CP_EPARSE;
+    if (s->size > CP_ELFNAMES_MAX_SECTION) return CP_ELIMIT;
+    uint64_t nsym = s->size / SYM_BYTES;
+    if (nsym == 0 || strs->size == 0 || j->n == 0) return CP_ENOTFOUND;
+    enum { CHUNK = 2048 };
+    uint8_t *syms = malloc((size_t)CHUNK * SYM_BYTES);
+    fsym *best = calloc(j->n, sizeof(fsym)); /* hi == 0: none */
+    int rc = CP_ENOMEM;
+    if (!syms || !best) goto out;
+    for (uint64_t i = 0; i < nsym; i++) {
+        if (i % CHUNK == 0) {
+            uint64_t c = nsym - i < CHUNK ? nsym - i : CHUNK;
+            if ((rc = read_at(fd, fsize, s->off + i * SYM_BYTES, c * SYM_BYTES, syms)) != 0)
+                goto out;
+        }
+        const uint8_t *p = syms + (i % CHUNK) * SYM_BYTES;
+        uint32_t name = rd32(p);
+        uint8_t info = p[4];
+        uint64_t value = rd64(p + 8), size = rd64(p + 16);
+        int type = info & 0xf, bind = info >> 4;
+        if (type != STT_FUNC_ && type != STT_GNU_IFUNC_) continue;
+        if (rd16(p + 6) == 0 || value == 0 || name == 0 || name >= strs->size) continue;
+        if (value + size < value) continue;
+        uint32_t k = lower_bound(j->va, j->n, value);
+        if (k == j->n) continue;
+        fsym c = {.lo = value,
+                  .hi = size ? value + size : UINT64_MAX,
+                  .name = name,
+                  .rank = bind == STB_GLOBAL_ ? 2
+                          : bind == STB_WEAK_ ? 1
+                                              : 0,
+                  .sized = size > 0};
+        fsym *b = &best[k];
+        if (!b->hi || c.lo > b->lo || (c.lo == b->lo && fsym_better(&c, b))) *b = c;
+    }
+    /* best[k] so far: the greatest start in (va[k-1], va[k]]; carried forward, the greatest
+     * at or below va[k] */
+    for (uint32_t k = 1; k < j->n; k++)
+        if (!best[k].hi) best[k] = best[k - 1];
+    for (uint32_t k = 0; k < j->n; k++) {
+        if (!best[k].hi || j->va[k] >= best[k].hi) continue;
+        if (k && best[k - 1].hi && best[k - 1].lo == best[k].lo && j->va[k - 1] < best[k - 1].hi)
+            j->names[k] = j->names[k - 1] ? strdup(j->names[k - 1]) : NULL;
+        else
+            j->names[k] = read_name(fd, fsize, strs, best[k].name);
+    }
+    rc = 0;
+out:
+    free(syms);
+    free(best);
+    return rc;
+}
+
+/* Reads the section of type want (SHT_SYMTAB_ or SHT_DYNSYM_) of the ELF at path for j. */
+static int read_file(const char *path, uint32_t want, const job *j)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return errno == ENOMEM ? CP_ENOMEM : CP_ENOTFOUND;
@@ -310,7 +420,7 @@ static int read_file(const char *path, uint32_t want, cp_elfnames *t)
             rc = CP_EPARSE;
             break;
         }
-        rc = build_table(fd, fsize, &s, &strs, t);
+        rc = j->t ? build_table(fd, fsize, &s, &strs, j->t) : scan_names(fd, fsize, &s, &strs, j);
         break; /* one table of a type per file */
     }
 out:
@@ -319,12 +429,11 @@ out:
     return rc;
 }
 
-int cp_elfnames_create(const char *path, const uint8_t *build_id, uint32_t build_id_len,
-                       const char *debug_dir, cp_elfnames **out)
+/* Runs j on the first source that has function symbols (see elfnames.h); returns which
+ * source in *source. */
+static int run_job(const char *path, const uint8_t *build_id, uint32_t build_id_len,
+                   const char *debug_dir, const job *j, int *source)
 {
-    *out = NULL;
-    cp_elfnames *t = calloc(1, sizeof(*t));
-    if (!t) return CP_ENOMEM;
     int rc = CP_ENOTFOUND;
     if (debug_dir && build_id_len >= 2 && build_id_len <= 64) {
         static const char hex[] = "0123456789abcdef";
@@ -337,22 +446,51 @@ int cp_elfnames_create(const char *path, const uint8_t *build_id, uint32_t build
         char dpath[4096];
         int n = snprintf(dpath, sizeof(dpath), "%s/.build-id/%.2s/%s.debug", debug_dir, id, id + 2);
         if (n > 0 && (size_t)n < sizeof(dpath)) {
-            rc = read_file(dpath, SHT_SYMTAB_, t);
-            if (rc == 0) t->source = CP_ELFNAMES_DEBUG_SYMTAB;
+            rc = read_file(dpath, SHT_SYMTAB_, j);
+            if (rc == 0) *source = CP_ELFNAMES_DEBUG_SYMTAB;
         }
     }
     if (rc != 0 && rc != CP_ENOMEM) {
-        rc = read_file(path, SHT_SYMTAB_, t);
-        if (rc == 0) t->source = CP_ELFNAMES_SYMTAB;
+        rc = read_file(path, SHT_SYMTAB_, j);
+        if (rc == 0) *source = CP_ELFNAMES_SYMTAB;
     }
     if (rc != 0 && rc != CP_ENOMEM && rc != CP_EPARSE) {
-        rc = read_file(path, SHT_DYNSYM_, t);
-        if (rc == 0) t->source = CP_ELFNAMES_DYNSYM;
+        rc = read_file(path, SHT_DYNSYM_, j);
+        if (rc == 0) *source = CP_ELFNAMES_DYNSYM;
     }
+    return rc;
+}
+
+int cp_elfnames_create(const char *path, const uint8_t *build_id, uint32_t build_id_len,
+                       const char *debug_dir, cp_elfnames **out)
+{
+    *out = NULL;
+    cp_elfnames *t = calloc(1, sizeof(*t));
+    if (!t) return CP_ENOMEM;
+    job j = {.t = t};
+    int rc = run_job(path, build_id, build_id_len, debug_dir, &j, &t->source);
     if (rc != 0) {
         cp_elfnames_destroy(t);
         return rc;
     }
     *out = t;
     return 0;
+}
+
+int cp_elfnames_scan(const char *path, const uint8_t *build_id, uint32_t build_id_len,
+                     const char *debug_dir, const uint64_t *vaddrs, uint32_t n, char **names)
+{
+    for (uint32_t i = 0; i < n; i++)
+        names[i] = NULL;
+    for (uint32_t i = 1; i < n; i++)
+        if (vaddrs[i] <= vaddrs[i - 1]) return CP_EINVAL;
+    job j = {.va = vaddrs, .n = n, .names = names};
+    int source = 0;
+    int rc = run_job(path, build_id, build_id_len, debug_dir, &j, &source);
+    if (rc != 0)
+        for (uint32_t i = 0; i < n; i++) {
+            free(names[i]);
+            names[i] = NULL;
+        }
+    return rc;
 }

@@ -32,6 +32,15 @@ int cp_elfnames_create(const char *path, const uint8_t *build_id, uint32_t build
  * cp_elfnames_destroy. */
 const char *cp_elfnames_lookup(const cp_elfnames *t, uint64_t vaddr, size_t *len);
 
+/* Names the n addresses vaddrs (strictly ascending, the object's own numbering) from the
+ * same source as cp_elfnames_create would use, with one pass over its symbols and no table
+ * kept: cheaper than a table for a few addresses of a process that names them once.
+ * Writes names[i], malloc'd (the caller frees) or NULL where no function holds the
+ * address; the same names a table gives. Returns 0, CP_EINVAL (not ascending), or as
+ * cp_elfnames_create (then every names[i] is NULL). */
+int cp_elfnames_scan(const char *path, const uint8_t *build_id, uint32_t build_id_len,
+                     const char *debug_dir, const uint64_t *vaddrs, uint32_t n, char **names);
+
 /* Which source the names came from (CP_ELFNAMES_*), the number of functions, and the bytes
  * the table holds. */
 int cp_elfnames_source(const cp_elfnames *t);

@@ -224,12 +224,13 @@ static demangle_fn find_demangler(void)
 }
 
 #define SYM_CAP (1u << 15)
+#define SYM_CAP0 (1u << 10) /* the first size: a short-lived process faults in few pages */
 
 static struct {
     Dwfl *dwfl;
     uint64_t adds, subs;
     sym *tab;
-    uint32_t n;
+    uint32_t n, cap; /* cap: power of two, SYM_CAP0 to SYM_CAP */
     /* this window: CPU spent naming pcs, and pcs left unnamed over the budget */
     int64_t spent_ns;
     uint64_t over_budget;
@@ -254,7 +255,9 @@ typedef struct modsym {
     uint32_t build_id_len;
     uint8_t build_id[CP_BUILD_ID_MAX];
     char path[CP_MODULE_PATH_MAX];
-    cp_elfnames *t; /* NULL: the object has no names we can read */
+    uint8_t built;   /* t was read (or failed) */
+    uint8_t scanned; /* a window named its pcs with one pass (cp_elfnames_scan) */
+    cp_elfnames *t;  /* NULL: not built, or the object has no names we can read */
 } modsym;
 
 static struct {
@@ -278,15 +281,15 @@ static int modsym_is(const modsym *e, const cp_module *m)
     return strcmp(e->path, m->path) == 0;
 }
 
-/* m's table, read now if it never was; NULL when it has none (or out of memory). */
-static const cp_elfnames *table_for(const cp_module *m)
+/* m's entry, added (not built) if new; NULL out of memory. */
+static modsym *modsym_get(const cp_module *m)
 {
     if (tables.last < tables.n && modsym_is(&tables.v[tables.last], m))
-        return tables.v[tables.last].t;
+        return &tables.v[tables.last];
     for (uint32_t i = 0; i < tables.n; i++)
         if (modsym_is(&tables.v[i], m)) {
             tables.last = i;
-            return tables.v[i].t;
+            return &tables.v[i];
         }
     if (atomic_load(&cp_agent_oom)) return NULL; /* out of memory once: no new tables */
     if (tables.n == MODSYM_MAX || tables.bytes > MODSYM_MAX_BYTES) tables_clear(); /* bounded */
@@ -296,13 +299,28 @@ static const cp_elfnames *table_for(const cp_module *m)
     e->build_id_len = m->build_id_len;
     memcpy(e->build_id, m->build_id, m->build_id_len);
     memcpy(e->path, m->path, sizeof(e->path));
-    /* any failure (no symbols, damaged, out of memory) is remembered as t = NULL: the file
-     * is not read again for each of its pcs */
-    if (cp_elfnames_create(m->path, m->build_id, m->build_id_len,
-                           cp_cfg.debuginfo == CP_DEBUGINFO_NONE ? NULL : DEBUG_DIR, &e->t) != 0)
-        e->t = NULL;
-    tables.bytes += cp_elfnames_bytes(e->t);
     tables.last = tables.n++;
+    return e;
+}
+
+static const char *debug_dir(void)
+{
+    return cp_cfg.debuginfo == CP_DEBUGINFO_NONE ? NULL : DEBUG_DIR;
+}
+
+/* m's table, read now if it never was; NULL when it has none (or out of memory). */
+static const cp_elfnames *table_for(const cp_module *m)
+{
+    modsym *e = modsym_get(m);
+    if (!e) return NULL;
+    if (!e->built) {
+        /* any failure (no symbols, damaged, out of memory) is remembered as t = NULL: the
+         * file is not read again for each of its pcs */
+        if (cp_elfnames_create(m->path, m->build_id, m->build_id_len, debug_dir(), &e->t) != 0)
+            e->t = NULL;
+        e->built = 1;
+        tables.bytes += cp_elfnames_bytes(e->t);
+    }
     return e->t;
 }
 
@@ -338,15 +356,30 @@ static Dwfl_Callbacks dwfl_cbs = {
     .debuginfo_path = &dwfl_debuginfo_path,
 };
 
+/* Empties the per-pc cache (keeps its memory). */
+static void syms_drop(void)
+{
+    if (!syms.tab) return;
+    for (uint32_t i = 0; i < syms.cap; i++)
+        sym_free(&syms.tab[i]);
+    memset(syms.tab, 0, syms.cap * sizeof(sym));
+    syms.n = 0;
+}
+
+/* The per-pc cache, allocated small the first time. Returns 0 or CP_ENOMEM. */
+static int syms_init(void)
+{
+    if (syms.tab) return 0;
+    if (!(syms.tab = calloc(SYM_CAP0, sizeof(sym)))) return CP_ENOMEM;
+    syms.cap = SYM_CAP0;
+    return 0;
+}
+
 static void syms_clear(void)
 {
     tables_clear();
-    if (syms.tab) {
-        for (uint32_t i = 0; i < SYM_CAP; i++) {
-            sym_free(&syms.tab[i]);
-        }
-        free(syms.tab);
-    }
+    syms_drop();
+    free(syms.tab);
     if (syms.dwfl) dw.dwfl_end(syms.dwfl);
     memset(&syms, 0, sizeof(syms));
 }
@@ -356,12 +389,7 @@ static void syms_refresh(const cp_modules *mods)
     if (atomic_load(&cp_agent_oom)) return; /* see symbolize */
     if (!cp_cfg.symbolize_lines) {
         /* names: the tables are per build id and stay; cached pcs of unloaded objects go */
-        if (syms.tab && mods && mods->subs != syms.subs) {
-            for (uint32_t i = 0; i < SYM_CAP; i++)
-                sym_free(&syms.tab[i]);
-            memset(syms.tab, 0, SYM_CAP * sizeof(sym));
-            syms.n = 0;
-        }
+        if (mods && mods->subs != syms.subs) syms_drop();
         if (mods) {
             syms.adds = mods->adds;
             syms.subs = mods->subs;
@@ -385,13 +413,7 @@ static void syms_refresh(const cp_modules *mods)
     }
     /* addresses of unloaded objects may now mean something else (compared before the
      * counters are updated below) */
-    if (syms.tab && mods && mods->subs != syms.subs) {
-        for (uint32_t i = 0; i < SYM_CAP; i++) {
-            sym_free(&syms.tab[i]);
-        }
-        memset(syms.tab, 0, SYM_CAP * sizeof(sym));
-        syms.n = 0;
-    }
+    if (mods && mods->subs != syms.subs) syms_drop();
     if (mods) {
         syms.adds = mods->adds;
         syms.subs = mods->subs;
@@ -477,6 +499,121 @@ static void inline_frames(Dwfl_Module *m, uint64_t pc, sym *s, const char **file
 
 /* pc's names, cached; NULL when the window's budget is spent (the pc is not cached: a
  * later window names it). pcs in no module (JIT code) are not looked up at all. */
+/* pc's cache slot: its entry, or the empty slot where it would go. */
+static sym *sym_slot(uint64_t pc)
+{
+    uint32_t mask = syms.cap - 1;
+    uint32_t i = (uint32_t)cp_hash_u64(0, pc) & mask;
+    while (syms.tab[i].pc && syms.tab[i].pc != pc)
+        i = (i + 1) & mask;
+    return &syms.tab[i];
+}
+
+/* Doubles the cache. Returns 0 or CP_ENOMEM (the cache is unchanged). */
+static int syms_grow(void)
+{
+    uint32_t ncap = syms.cap * 2, mask = ncap - 1;
+    sym *nt = calloc(ncap, sizeof(sym));
+    if (!nt) return CP_ENOMEM;
+    for (uint32_t i = 0; i < syms.cap; i++) {
+        if (!syms.tab[i].pc) continue;
+        uint32_t j = (uint32_t)cp_hash_u64(0, syms.tab[i].pc) & mask;
+        while (nt[j].pc)
+            j = (j + 1) & mask;
+        nt[j] = syms.tab[i];
+    }
+    free(syms.tab);
+    syms.tab = nt;
+    syms.cap = ncap;
+    return 0;
+}
+
+/* A new entry for pc (not cached): the cache grows up to SYM_CAP, then starts over. */
+static sym *sym_add(uint64_t pc)
+{
+    if (syms.n >= syms.cap / 2 && (syms.cap == SYM_CAP || syms_grow() != 0)) syms_drop();
+    sym *s = sym_slot(pc);
+    s->pc = pc;
+    syms.n++;
+    return s;
+}
+
+static int pc_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The window's allocation buckets, copied out of the sampler (cp_window_finish). */
+typedef struct bucket_copy {
+    cp_alloc_bucket *b;
+    uint32_t n;
+} bucket_copy;
+
+/* Before the window's profiles are built: the window's new pcs in objects that have no
+ * table yet are named with one pass over each object's symbols (cp_elfnames_scan), into
+ * the cache. A short-lived process (make's cc1, as...) names its pcs once, and a pass is
+ * cheaper than sorting every symbol of the object into a table; an object that has new
+ * pcs again in a later window gets its table then (symbolize). */
+static void name_new_pcs(const cp_modules *mods, const bucket_copy *bc)
+{
+    if (cp_cfg.symbolize_lines || cp_cfg.symbolize_server || !mods) return;
+    if (atomic_load(&cp_agent_oom)) return;
+    if (syms_init() != 0) return;
+    int64_t t0 = thread_cpu_ns();
+    /* room for every frame of the window (fresh pages cost a short-lived process more than
+     * the rest); more new pcs than SYM_CAP / 4: left to symbolize */
+    uint64_t frames = 1;
+    for (uint32_t i = 0; i < cpu.cap; i++)
+        frames += cpu.e[i].hash ? cpu.e[i].nframes : 0;
+    for (uint32_t i = 0; i < bc->n; i++)
+        frames += bc->b[i].nframes;
+    uint32_t cap = frames < SYM_CAP / 4 ? (uint32_t)frames : SYM_CAP / 4, n = 0;
+    uint64_t *pcs = malloc(cap * sizeof(uint64_t));
+    char **names = malloc(cap * sizeof(char *));
+    uint64_t *va = malloc(cap * sizeof(uint64_t));
+    if (!pcs || !names || !va) goto out;
+    for (uint32_t i = 0; i < cpu.cap && n < cap; i++)
+        for (uint32_t k = 0; cpu.e[i].hash && k < cpu.e[i].nframes && n < cap; k++)
+            if (!sym_slot(cpu.e[i].pcs[k])->pc) pcs[n++] = cpu.e[i].pcs[k];
+    for (uint32_t i = 0; i < bc->n && n < cap; i++)
+        for (uint32_t k = 0; k < bc->b[i].nframes && n < cap; k++)
+            if (!sym_slot(bc->b[i].pcs[k])->pc) pcs[n++] = bc->b[i].pcs[k];
+    if (n == SYM_CAP / 4 || syms.n + n >= SYM_CAP / 2) goto out; /* the cache would start over */
+    qsort(pcs, n, sizeof(uint64_t), pc_cmp);
+    uint32_t u = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (!(pcs[i] & CP_LANG_TAG) && (u == 0 || pcs[i] != pcs[u - 1])) pcs[u++] = pcs[i];
+    /* the pcs of one object are consecutive: modules are disjoint ranges */
+    for (uint32_t i = 0; i < u;) {
+        const cp_module *m = cp_modules_find(mods, (uintptr_t)pcs[i]);
+        uint32_t e = i + 1;
+        while (e < u && m && pcs[e] < m->hi)
+            e++;
+        modsym *ms = m ? modsym_get(m) : NULL;
+        if (ms && !ms->built && !ms->scanned &&
+            !(cp_cfg.symbolize_budget_ns > 0 &&
+              syms.spent_ns + (thread_cpu_ns() - t0) >= cp_cfg.symbolize_budget_ns)) {
+            ms->scanned = 1;
+            for (uint32_t k = i; k < e; k++)
+                va[k - i] = pcs[k] - m->bias;
+            if (cp_elfnames_scan(m->path, m->build_id, m->build_id_len, debug_dir(), va, e - i,
+                                 names) == 0)
+                for (uint32_t k = i; k < e; k++) {
+                    sym *s = sym_add(pcs[k]);
+                    if (names[k - i]) set_name(names[k - i], &s->name, &s->mangled);
+                    free(names[k - i]);
+                }
+        }
+        i = e;
+    }
+out:
+    free(pcs);
+    free(names);
+    free(va);
+    syms.spent_ns += thread_cpu_ns() - t0;
+}
+
 static const sym *symbolize(uint64_t pc, const cp_modules *mods)
 {
     static sym none;
@@ -487,32 +624,15 @@ static const sym *symbolize(uint64_t pc, const cp_modules *mods)
         if (syms.dwfl) dw.dwfl_end(syms.dwfl);
         syms.dwfl = NULL;
     }
-    if (!syms.tab) {
-        syms.tab = calloc(SYM_CAP, sizeof(sym));
-        if (!syms.tab) return &none;
-    }
-    uint32_t mask = SYM_CAP - 1;
-    uint32_t i = (uint32_t)cp_hash_u64(0, pc) & mask;
-    while (syms.tab[i].pc && syms.tab[i].pc != pc)
-        i = (i + 1) & mask;
-    if (syms.tab[i].pc == pc) return &syms.tab[i];
+    if (syms_init() != 0) return &none;
+    sym *s = sym_slot(pc);
+    if (s->pc == pc) return s;
     if (cp_cfg.symbolize_budget_ns > 0 && syms.spent_ns >= cp_cfg.symbolize_budget_ns) {
         syms.over_budget++;
         return NULL;
     }
     int64_t t0 = thread_cpu_ns();
-    if (syms.n >= SYM_CAP / 2) {
-        /* the cache is bounded: start over rather than grow */
-        for (uint32_t j = 0; j < SYM_CAP; j++) {
-            sym_free(&syms.tab[j]);
-        }
-        memset(syms.tab, 0, SYM_CAP * sizeof(sym));
-        syms.n = 0;
-        i = (uint32_t)cp_hash_u64(0, pc) & mask;
-    }
-    sym *s = &syms.tab[i];
-    s->pc = pc;
-    syms.n++;
+    s = sym_add(pc);
     if (!cp_cfg.symbolize_lines) {
         const cp_elfnames *t = table_for(m);
         size_t len = 0;
@@ -560,11 +680,6 @@ static uint32_t sym_lines(uint64_t pc, cp_sym_line *lines, void *arg)
 
 /* ------------------------------------------------------------------------------------
  * Isolates present in a window */
-
-typedef struct bucket_copy {
-    cp_alloc_bucket *b;
-    uint32_t n;
-} bucket_copy;
 
 typedef struct iso_set {
     iso_key *k;
@@ -847,6 +962,7 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
 
     /* with CONTPROF_SYMBOLIZE=lines, loads libdw the first time there is something */
     if (isos.n && !cp_cfg.symbolize_server) syms_refresh(mods);
+    if (isos.n) name_new_pcs(mods, &bc);
     int rc = 0;
     for (uint32_t ii = 0; ii < isos.n; ii++) {
         const iso_key *k = &isos.k[ii];
