@@ -350,6 +350,7 @@ static int scan_names(int fd, uint64_t fsize, const sec *s, const sec *strs, con
         uint64_t value = rd64(p + 8), size = rd64(p + 16);
         int type = info & 0xf, bind = info >> 4;
         if (type != STT_FUNC_ && type != STT_GNU_IFUNC_) continue;
+        if (value > j->va[j->n - 1]) continue; /* above every address: most symbols */
         if (rd16(p + 6) == 0 || value == 0 || name == 0 || name >= strs->size) continue;
         if (value + size < value) continue;
         uint32_t k = lower_bound(j->va, j->n, value);
