@@ -146,6 +146,17 @@ int cp_config_load(cp_config *c, const contprof_options *o, cp_err *err)
                                                 : CP_ENGINE_AUTO;
     const char *sy = getenv("CONTPROF_SYMBOLIZE");
     c->symbolize_server = sy && strcmp(sy, "server") == 0;
+    c->symbolize_lines = sy && strcmp(sy, "lines") == 0;
+    const char *di = getenv("CONTPROF_DEBUGINFO");
+    c->debuginfo = !di || !*di            ? CP_DEBUGINFO_NAMES
+                   : strcmp(di, "1") == 0 ? CP_DEBUGINFO_ALL
+                                          : CP_DEBUGINFO_NONE;
+    c->symbolize_budget_ns = CP_SYMBOLIZE_BUDGET_NS;
+    const char *bu = getenv("CONTPROF_SYMBOLIZE_BUDGET");
+    if (bu && *bu && strcmp(bu, "0") != 0 &&
+        cp_config_duration("CONTPROF_SYMBOLIZE_BUDGET", bu, 0, &c->symbolize_budget_ns, err) != 0)
+        return CP_EPARSE;
+    if (bu && strcmp(bu, "0") == 0) c->symbolize_budget_ns = 0;
     kafka_props_from_env(c->kafka_props, sizeof(c->kafka_props));
     return 0;
 }

@@ -12,6 +12,14 @@
 /* CPU engines (CONTPROF_CPU_ENGINE): auto picks by rate (thread.c cp_cpu_start). */
 enum { CP_ENGINE_AUTO, CP_ENGINE_PERF, CP_ENGINE_TIMER };
 
+/* CONTPROF_DEBUGINFO: separate debug files (/usr/lib/debug/.build-id) read for nothing (0),
+ * for function names only (unset: their symbol tables are small), or also for libdw's
+ * file:line with CONTPROF_SYMBOLIZE=lines (1: their DWARF is large). */
+enum { CP_DEBUGINFO_NONE, CP_DEBUGINFO_NAMES, CP_DEBUGINFO_ALL };
+
+/* The default CONTPROF_SYMBOLIZE_BUDGET: 1% of the default 10 s window. */
+#define CP_SYMBOLIZE_BUDGET_NS ((int64_t)100 * 1000000)
+
 /* The shortest window, and the shortest bare number that CONTPROF_WINDOW refuses: every
  * bare number of 100 or more meant milliseconds before the agent read seconds (the old
  * reader clamped to 100 ms), so such a value would now silently mean a window of minutes
@@ -35,6 +43,11 @@ typedef struct cp_config {
     int kafka_queue;      /* envelopes waiting in the agent plus librdkafka */
     int cpu_engine;       /* CONTPROF_CPU_ENGINE: CP_ENGINE_AUTO, _PERF or _TIMER */
     int symbolize_server; /* CONTPROF_SYMBOLIZE=server: no names, no libdw (window.c) */
+    int symbolize_lines;  /* CONTPROF_SYMBOLIZE=lines: libdw, file:line and inline frames */
+    int debuginfo;        /* CONTPROF_DEBUGINFO: CP_DEBUGINFO_* */
+    /* CONTPROF_SYMBOLIZE_BUDGET: the agent thread's CPU for naming pcs per window (0: no
+     * bound); the pcs over it stay addresses for that window (window.c) */
+    int64_t symbolize_budget_ns;
     /* librdkafka properties from CONTPROF_KAFKA_<NAME>=value (NAME lowercased, '_' -> '.';
      * e.g. CONTPROF_KAFKA_SECURITY_PROTOCOL=SASL_SSL), as "name=value\n" lines. */
     char kafka_props[4096];

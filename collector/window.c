@@ -1,27 +1,34 @@
-/* Window building on the agent thread: the CPU aggregation table, the symbol cache (libdw
- * for function and file:line, mappings with build ids from the module snapshot), and the
- * per-isolate cpu/alloc/inuse profiles wrapped in envelopes. */
+/* Window building on the agent thread: the CPU aggregation table, the symbol cache (function
+ * names from elfnames.c tables by default, libdw for file:line and inline frames with
+ * CONTPROF_SYMBOLIZE=lines; a CPU budget per window), the per-isolate cpu/alloc/inuse
+ * profiles wrapped in envelopes, and the contprof-agent isolate's profile of the agent's
+ * own CPU. */
 #include "window.h"
 
 #include <sys/auxv.h>
+#include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #include <math.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "alloc.h"
 #include "config.h"
+#include "elfnames.h"
 #include "isolate.h"
 #include "labels.h"
 #include "nextmalloc.h"
 #include "pprof.h"
 #include "profile.h"
 #include "stream.h"
+#include "unwind.h"
 
 /* ------------------------------------------------------------------------------------
  * Isolate keys: an explicit isolate id, or a thread name when the id is 0. */
@@ -217,17 +224,110 @@ static demangle_fn find_demangler(void)
 }
 
 #define SYM_CAP (1u << 15)
+#define SYM_CAP0 (1u << 10) /* the first size: a short-lived process faults in few pages */
 
 static struct {
     Dwfl *dwfl;
     uint64_t adds, subs;
     sym *tab;
-    uint32_t n;
+    uint32_t n, cap; /* cap: power of two, SYM_CAP0 to SYM_CAP */
+    /* this window: CPU spent naming pcs, and pcs left unnamed over the budget */
+    int64_t spent_ns;
+    uint64_t over_budget;
 } syms;
 
-/* Separate debug files (/usr/lib/debug, libc6-dbg...) are large: reading them would cost
- * the host tens of MiB. By default only an object's own symbols and DWARF are used; the
- * mappings' build ids let a server symbolize the rest. CONTPROF_DEBUGINFO=1 opts in. */
+static int64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------------------------------
+ * Function names without libdw (the default): one elfnames.c table per object, built the
+ * first time one of its pcs is named, kept per build id (else path) for the process. */
+
+#define MODSYM_MAX 512
+#define MODSYM_MAX_BYTES ((size_t)64 << 20)
+#define DEBUG_DIR "/usr/lib/debug"
+
+typedef struct modsym {
+    uint32_t build_id_len;
+    uint8_t build_id[CP_BUILD_ID_MAX];
+    char path[CP_MODULE_PATH_MAX];
+    uint8_t built;   /* t was read (or failed) */
+    uint8_t scanned; /* a window named its pcs with one pass (cp_elfnames_scan) */
+    cp_elfnames *t;  /* NULL: not built, or the object has no names we can read */
+} modsym;
+
+static struct {
+    modsym *v;
+    uint32_t n, last;
+    size_t bytes;
+} tables;
+
+static void tables_clear(void)
+{
+    for (uint32_t i = 0; i < tables.n; i++)
+        cp_elfnames_destroy(tables.v[i].t);
+    free(tables.v);
+    memset(&tables, 0, sizeof(tables));
+}
+
+static int modsym_is(const modsym *e, const cp_module *m)
+{
+    if (e->build_id_len != m->build_id_len) return 0;
+    if (m->build_id_len) return memcmp(e->build_id, m->build_id, m->build_id_len) == 0;
+    return strcmp(e->path, m->path) == 0;
+}
+
+/* m's entry, added (not built) if new; NULL out of memory. */
+static modsym *modsym_get(const cp_module *m)
+{
+    if (tables.last < tables.n && modsym_is(&tables.v[tables.last], m))
+        return &tables.v[tables.last];
+    for (uint32_t i = 0; i < tables.n; i++)
+        if (modsym_is(&tables.v[i], m)) {
+            tables.last = i;
+            return &tables.v[i];
+        }
+    if (atomic_load(&cp_agent_oom)) return NULL; /* out of memory once: no new tables */
+    if (tables.n == MODSYM_MAX || tables.bytes > MODSYM_MAX_BYTES) tables_clear(); /* bounded */
+    if (!tables.v && !(tables.v = calloc(MODSYM_MAX, sizeof(modsym)))) return NULL;
+    modsym *e = &tables.v[tables.n];
+    memset(e, 0, sizeof(*e));
+    e->build_id_len = m->build_id_len;
+    memcpy(e->build_id, m->build_id, m->build_id_len);
+    memcpy(e->path, m->path, sizeof(e->path));
+    tables.last = tables.n++;
+    return e;
+}
+
+static const char *debug_dir(void)
+{
+    return cp_cfg.debuginfo == CP_DEBUGINFO_NONE ? NULL : DEBUG_DIR;
+}
+
+/* m's table, read now if it never was; NULL when it has none (or out of memory). */
+static const cp_elfnames *table_for(const cp_module *m)
+{
+    modsym *e = modsym_get(m);
+    if (!e) return NULL;
+    if (!e->built) {
+        /* any failure (no symbols, damaged, out of memory) is remembered as t = NULL: the
+         * file is not read again for each of its pcs */
+        if (cp_elfnames_create(m->path, m->build_id, m->build_id_len, debug_dir(), &e->t) != 0)
+            e->t = NULL;
+        e->built = 1;
+        tables.bytes += cp_elfnames_bytes(e->t);
+    }
+    return e->t;
+}
+
+/* Separate debug files' DWARF (/usr/lib/debug, libc6-dbg...) is large: reading it would
+ * cost the host tens of MiB. With CONTPROF_SYMBOLIZE=lines only an object's own symbols
+ * and DWARF are used by libdw unless CONTPROF_DEBUGINFO=1; the mappings' build ids let a
+ * server symbolize the rest. (Names by default read the debug file's symbol table only.) */
 static int own_debuginfo_only(Dwfl_Module *mod, void **userdata, const char *modname,
                               Dwarf_Addr base, const char *file_name, const char *debuglink_file,
                               GElf_Word debuglink_crc, char **debuginfo_file_name)
@@ -256,14 +356,30 @@ static Dwfl_Callbacks dwfl_cbs = {
     .debuginfo_path = &dwfl_debuginfo_path,
 };
 
+/* Empties the per-pc cache (keeps its memory). */
+static void syms_drop(void)
+{
+    if (!syms.tab) return;
+    for (uint32_t i = 0; i < syms.cap; i++)
+        sym_free(&syms.tab[i]);
+    memset(syms.tab, 0, syms.cap * sizeof(sym));
+    syms.n = 0;
+}
+
+/* The per-pc cache, allocated small the first time. Returns 0 or CP_ENOMEM. */
+static int syms_init(void)
+{
+    if (syms.tab) return 0;
+    if (!(syms.tab = calloc(SYM_CAP0, sizeof(sym)))) return CP_ENOMEM;
+    syms.cap = SYM_CAP0;
+    return 0;
+}
+
 static void syms_clear(void)
 {
-    if (syms.tab) {
-        for (uint32_t i = 0; i < SYM_CAP; i++) {
-            sym_free(&syms.tab[i]);
-        }
-        free(syms.tab);
-    }
+    tables_clear();
+    syms_drop();
+    free(syms.tab);
     if (syms.dwfl) dw.dwfl_end(syms.dwfl);
     memset(&syms, 0, sizeof(syms));
 }
@@ -271,13 +387,21 @@ static void syms_clear(void)
 static void syms_refresh(const cp_modules *mods)
 {
     if (atomic_load(&cp_agent_oom)) return; /* see symbolize */
-    if (!dw_load()) return;                 /* names stay addresses */
+    if (!cp_cfg.symbolize_lines) {
+        /* names: the tables are per build id and stay; cached pcs of unloaded objects go */
+        if (mods && mods->subs != syms.subs) syms_drop();
+        if (mods) {
+            syms.adds = mods->adds;
+            syms.subs = mods->subs;
+        }
+        return;
+    }
+    if (!dw_load()) return; /* names stay addresses */
     if (syms.dwfl && mods && mods->adds == syms.adds && mods->subs == syms.subs) return;
     if (syms.dwfl) dw.dwfl_end(syms.dwfl);
-    const char *di = getenv("CONTPROF_DEBUGINFO");
     dwfl_cbs.find_elf = dw.dwfl_linux_proc_find_elf;
     dwfl_cbs.find_debuginfo =
-        di && strcmp(di, "1") == 0 ? dw.dwfl_standard_find_debuginfo : own_debuginfo_only;
+        cp_cfg.debuginfo == CP_DEBUGINFO_ALL ? dw.dwfl_standard_find_debuginfo : own_debuginfo_only;
     syms.dwfl = dw.dwfl_begin(&dwfl_cbs);
     if (syms.dwfl) {
         dw.dwfl_report_begin(syms.dwfl);
@@ -287,17 +411,12 @@ static void syms_refresh(const cp_modules *mods)
             syms.dwfl = NULL;
         }
     }
+    /* addresses of unloaded objects may now mean something else (compared before the
+     * counters are updated below) */
+    if (mods && mods->subs != syms.subs) syms_drop();
     if (mods) {
         syms.adds = mods->adds;
         syms.subs = mods->subs;
-    }
-    /* addresses of unloaded objects may now mean something else */
-    if (syms.tab && mods && mods->subs != syms.subs) {
-        for (uint32_t i = 0; i < SYM_CAP; i++) {
-            sym_free(&syms.tab[i]);
-        }
-        memset(syms.tab, 0, SYM_CAP * sizeof(sym));
-        syms.n = 0;
     }
 }
 
@@ -378,50 +497,168 @@ static void inline_frames(Dwfl_Module *m, uint64_t pc, sym *s, const char **file
     s->ninl = k;
 }
 
-static const sym *symbolize(uint64_t pc)
+/* pc's names, cached; NULL when the window's budget is spent (the pc is not cached: a
+ * later window names it). pcs in no module (JIT code) are not looked up at all. */
+/* pc's cache slot: its entry, or the empty slot where it would go. */
+static sym *sym_slot(uint64_t pc)
+{
+    uint32_t mask = syms.cap - 1;
+    uint32_t i = (uint32_t)cp_hash_u64(0, pc) & mask;
+    while (syms.tab[i].pc && syms.tab[i].pc != pc)
+        i = (i + 1) & mask;
+    return &syms.tab[i];
+}
+
+/* Doubles the cache. Returns 0 or CP_ENOMEM (the cache is unchanged). */
+static int syms_grow(void)
+{
+    uint32_t ncap = syms.cap * 2, mask = ncap - 1;
+    sym *nt = calloc(ncap, sizeof(sym));
+    if (!nt) return CP_ENOMEM;
+    for (uint32_t i = 0; i < syms.cap; i++) {
+        if (!syms.tab[i].pc) continue;
+        uint32_t j = (uint32_t)cp_hash_u64(0, syms.tab[i].pc) & mask;
+        while (nt[j].pc)
+            j = (j + 1) & mask;
+        nt[j] = syms.tab[i];
+    }
+    free(syms.tab);
+    syms.tab = nt;
+    syms.cap = ncap;
+    return 0;
+}
+
+/* A new entry for pc (not cached): the cache grows up to SYM_CAP, then starts over. */
+static sym *sym_add(uint64_t pc)
+{
+    if (syms.n >= syms.cap / 2 && (syms.cap == SYM_CAP || syms_grow() != 0)) syms_drop();
+    sym *s = sym_slot(pc);
+    s->pc = pc;
+    syms.n++;
+    return s;
+}
+
+static int pc_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The window's allocation buckets, copied out of the sampler (cp_window_finish). */
+typedef struct bucket_copy {
+    cp_alloc_bucket *b;
+    uint32_t n;
+} bucket_copy;
+
+/* Before the window's profiles are built: the window's new pcs in objects that have no
+ * table yet are named with one pass over each object's symbols (cp_elfnames_scan), into
+ * the cache. A short-lived process (make's cc1, as...) names its pcs once, and a pass is
+ * cheaper than sorting every symbol of the object into a table; an object that has new
+ * pcs again in a later window gets its table then (symbolize). */
+static void name_new_pcs(const cp_modules *mods, const bucket_copy *bc)
+{
+    if (cp_cfg.symbolize_lines || cp_cfg.symbolize_server || !mods) return;
+    if (atomic_load(&cp_agent_oom)) return;
+    if (syms_init() != 0) return;
+    int64_t t0 = thread_cpu_ns();
+    /* room for every frame of the window (fresh pages cost a short-lived process more than
+     * the rest); more new pcs than SYM_CAP / 4: left to symbolize */
+    uint64_t frames = 1;
+    for (uint32_t i = 0; i < cpu.cap; i++)
+        frames += cpu.e[i].hash ? cpu.e[i].nframes : 0;
+    for (uint32_t i = 0; i < bc->n; i++)
+        frames += bc->b[i].nframes;
+    uint32_t cap = frames < SYM_CAP / 4 ? (uint32_t)frames : SYM_CAP / 4, n = 0;
+    uint64_t *pcs = malloc(cap * sizeof(uint64_t));
+    char **names = malloc(cap * sizeof(char *));
+    uint64_t *va = malloc(cap * sizeof(uint64_t));
+    if (!pcs || !names || !va) goto out;
+    for (uint32_t i = 0; i < cpu.cap && n < cap; i++)
+        for (uint32_t k = 0; cpu.e[i].hash && k < cpu.e[i].nframes && n < cap; k++)
+            if (!sym_slot(cpu.e[i].pcs[k])->pc) pcs[n++] = cpu.e[i].pcs[k];
+    for (uint32_t i = 0; i < bc->n && n < cap; i++)
+        for (uint32_t k = 0; k < bc->b[i].nframes && n < cap; k++)
+            if (!sym_slot(bc->b[i].pcs[k])->pc) pcs[n++] = bc->b[i].pcs[k];
+    if (n == SYM_CAP / 4 || syms.n + n >= SYM_CAP / 2) goto out; /* the cache would start over */
+    qsort(pcs, n, sizeof(uint64_t), pc_cmp);
+    uint32_t u = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (!(pcs[i] & CP_LANG_TAG) && (u == 0 || pcs[i] != pcs[u - 1])) pcs[u++] = pcs[i];
+    /* the pcs of one object are consecutive: modules are disjoint ranges */
+    for (uint32_t i = 0; i < u;) {
+        const cp_module *m = cp_modules_find(mods, (uintptr_t)pcs[i]);
+        uint32_t e = i + 1;
+        while (e < u && m && pcs[e] < m->hi)
+            e++;
+        modsym *ms = m ? modsym_get(m) : NULL;
+        if (ms && !ms->built && !ms->scanned &&
+            !(cp_cfg.symbolize_budget_ns > 0 &&
+              syms.spent_ns + (thread_cpu_ns() - t0) >= cp_cfg.symbolize_budget_ns)) {
+            ms->scanned = 1;
+            for (uint32_t k = i; k < e; k++)
+                va[k - i] = pcs[k] - m->bias;
+            if (cp_elfnames_scan(m->path, m->build_id, m->build_id_len, debug_dir(), va, e - i,
+                                 names) == 0)
+                for (uint32_t k = i; k < e; k++) {
+                    sym *s = sym_add(pcs[k]);
+                    if (names[k - i]) set_name(names[k - i], &s->name, &s->mangled);
+                    free(names[k - i]);
+                }
+        }
+        i = e;
+    }
+out:
+    free(pcs);
+    free(names);
+    free(va);
+    syms.spent_ns += thread_cpu_ns() - t0;
+}
+
+static const sym *symbolize(uint64_t pc, const cp_modules *mods)
 {
     static sym none;
+    const cp_module *m = cp_modules_find(mods, (uintptr_t)pc);
+    if (!m) return &none;
     if (atomic_load(&cp_agent_oom)) {
         /* out of memory once: libdw is not used again (addresses and build ids remain) */
         if (syms.dwfl) dw.dwfl_end(syms.dwfl);
         syms.dwfl = NULL;
     }
-    if (!syms.tab) {
-        syms.tab = calloc(SYM_CAP, sizeof(sym));
-        if (!syms.tab) return &none;
+    if (syms_init() != 0) return &none;
+    sym *s = sym_slot(pc);
+    if (s->pc == pc) return s;
+    if (cp_cfg.symbolize_budget_ns > 0 && syms.spent_ns >= cp_cfg.symbolize_budget_ns) {
+        syms.over_budget++;
+        return NULL;
     }
-    uint32_t mask = SYM_CAP - 1;
-    uint32_t i = (uint32_t)cp_hash_u64(0, pc) & mask;
-    while (syms.tab[i].pc && syms.tab[i].pc != pc)
-        i = (i + 1) & mask;
-    if (syms.tab[i].pc == pc) return &syms.tab[i];
-    if (syms.n >= SYM_CAP / 2) {
-        /* the cache is bounded: start over rather than grow */
-        for (uint32_t j = 0; j < SYM_CAP; j++) {
-            sym_free(&syms.tab[j]);
-        }
-        memset(syms.tab, 0, SYM_CAP * sizeof(sym));
-        syms.n = 0;
-        i = (uint32_t)cp_hash_u64(0, pc) & mask;
+    int64_t t0 = thread_cpu_ns();
+    s = sym_add(pc);
+    if (!cp_cfg.symbolize_lines) {
+        const cp_elfnames *t = table_for(m);
+        size_t len = 0;
+        const char *name = t ? cp_elfnames_lookup(t, pc - m->bias, &len) : NULL;
+        char *raw = name ? strndup(name, len) : NULL;
+        if (raw) set_name(raw, &s->name, &s->mangled);
+        free(raw);
+        syms.spent_ns += thread_cpu_ns() - t0;
+        return s;
     }
-    sym *s = &syms.tab[i];
-    s->pc = pc;
-    syms.n++;
-    Dwfl_Module *m = syms.dwfl ? dw.dwfl_addrmodule(syms.dwfl, pc) : NULL;
-    if (m) {
-        const char *name = dw.dwfl_module_addrname(m, pc);
+    Dwfl_Module *dm = syms.dwfl ? dw.dwfl_addrmodule(syms.dwfl, pc) : NULL;
+    if (dm) {
+        const char *name = dw.dwfl_module_addrname(dm, pc);
         if (name) set_name(name, &s->name, &s->mangled);
-        Dwfl_Line *l = dw.dwfl_module_getsrc(m, pc);
+        Dwfl_Line *l = dw.dwfl_module_getsrc(dm, pc);
         if (l) {
             int line = 0;
             const char *file = dw.dwfl_lineinfo(l, NULL, &line, NULL, NULL, NULL);
             if (file) {
-                if (s->name) inline_frames(m, pc, s, &file, &line);
+                if (s->name) inline_frames(dm, pc, s, &file, &line);
                 if (file) s->file = strdup(file);
                 s->line = line;
             }
         }
     }
+    syms.spent_ns += thread_cpu_ns() - t0;
     return s;
 }
 
@@ -430,8 +667,7 @@ static const sym *symbolize(uint64_t pc)
 
 static uint32_t sym_lines(uint64_t pc, cp_sym_line *lines, void *arg)
 {
-    (void)arg;
-    const sym *s = symbolize(pc);
+    const sym *s = symbolize(pc, arg);
     if (!s || !s->name) return 0;
     /* inlined functions first (leaf first), then the function itself */
     uint32_t nl = 0;
@@ -444,11 +680,6 @@ static uint32_t sym_lines(uint64_t pc, cp_sym_line *lines, void *arg)
 
 /* ------------------------------------------------------------------------------------
  * Isolates present in a window */
-
-typedef struct bucket_copy {
-    cp_alloc_bucket *b;
-    uint32_t n;
-} bucket_copy;
 
 typedef struct iso_set {
     iso_key *k;
@@ -524,6 +755,14 @@ static int emit_profile(cp_profile *p, int kind, const iso_key *k, const cp_wind
              atomic_load(&cp_agent_oom) ? " agent_out_of_memory=1" : "");
     if (cp_profile_intern_cstr(p, comment, &cid) || cp_vec_push(&p->comments, cid))
         return CP_ENOMEM;
+    if (syms.over_budget) {
+        /* pcs the window's symbolization budget left as addresses so far (named by a later
+         * window, or by the server from the mappings' build ids) */
+        snprintf(comment, sizeof(comment), "unsymbolized_over_budget=%llu",
+                 (unsigned long long)syms.over_budget);
+        if (cp_profile_intern_cstr(p, comment, &cid) || cp_vec_push(&p->comments, cid))
+            return CP_ENOMEM;
+    }
 
     cp_envelope e;
     memset(&e, 0, sizeof(e));
@@ -594,8 +833,112 @@ static int64_t rnd64(double v)
     return (int64_t)llround(v);
 }
 
+/* ------------------------------------------------------------------------------------
+ * The agent's own CPU: isolate contprof-agent, one cpu profile a window whose pseudo-frames
+ * (addresses 1..SELF_N-1, in no mapping) say where the agent thread's CPU went since the
+ * previous window, and librdkafka's threads' with a transport. */
+
+#define SELF_ISOLATE "contprof-agent"
+enum { SELF_SYMBOLIZE = 1, SELF_BUILD, SELF_SHIP, SELF_KAFKA, SELF_ROOT, SELF_N };
+static const char *const self_names[SELF_N] = {
+    [SELF_SYMBOLIZE] = "contprof:symbolize", /* naming pcs (elfnames.c tables, or libdw) */
+    [SELF_BUILD] = "contprof:build",         /* building and encoding the window's profiles */
+    [SELF_SHIP] = "contprof:ship",           /* draining rings, gzip, files, Kafka polls */
+    [SELF_KAFKA] = "contprof:kafka",         /* librdkafka's own threads */
+    [SELF_ROOT] = "contprof",
+};
+
+static struct {
+    int64_t agent_ns; /* the agent thread's CPU clock at the previous window's end */
+    int64_t kafka_ns; /* librdkafka's threads' CPU then */
+} self;
+
+static uint32_t self_lines(uint64_t pc, cp_sym_line *lines, void *arg)
+{
+    (void)arg;
+    if (pc == 0 || pc >= SELF_N) return 0;
+    lines[0] = (cp_sym_line){self_names[pc], NULL, NULL, 0};
+    return 1;
+}
+
+/* CPU of this process's librdkafka threads ("rdk:" names) from /proc/self/task, or 0. */
+static int64_t kafka_threads_ns(void)
+{
+    if (!cp_cfg.brokers[0] && !cp_cfg.server[0]) return 0;
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return 0;
+    long tck = sysconf(_SC_CLK_TCK);
+    if (tck <= 0) tck = 100;
+    int64_t sum = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] < '0' || de->d_name[0] > '9') continue;
+        char path[64], buf[512];
+        snprintf(path, sizeof(path), "/proc/self/task/%.20s/stat", de->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0) continue;
+        buf[n] = 0;
+        const char *open_paren = strchr(buf, '('), *close_paren = strrchr(buf, ')');
+        if (!open_paren || !close_paren || strncmp(open_paren + 1, "rdk:", 4) != 0) continue;
+        /* after ") ": state(3) ... utime(14) stime(15) */
+        const char *p = close_paren + 1;
+        unsigned long long ut = 0, st = 0;
+        if (sscanf(p, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) == 2)
+            sum += (int64_t)((ut + st) * (1000000000ull / (unsigned long long)tck));
+    }
+    closedir(d);
+    return sum;
+}
+
+static int emit_self(int64_t finish_start, const cp_modules *mods, const cp_window_meta *m,
+                     cp_emit_fn emit, void *arg)
+{
+    int64_t now = thread_cpu_ns(), kafka = kafka_threads_ns();
+    int64_t v[SELF_N] = {0};
+    v[SELF_SYMBOLIZE] = syms.spent_ns;
+    v[SELF_BUILD] = now - finish_start - syms.spent_ns;
+    v[SELF_SHIP] = finish_start - self.agent_ns;
+    v[SELF_KAFKA] = kafka - self.kafka_ns; /* threads gone since take their CPU along */
+    self.agent_ns = now;
+    self.kafka_ns = kafka;
+
+    iso_key k = {.iso = 0, .thread = SELF_ISOLATE};
+    cp_stream_key sk = {.iso = 0, .kind = CP_KIND_CPU};
+    memcpy(sk.thread, k.thread, sizeof(sk.thread));
+    int fresh = 0;
+    cp_stream *s = cp_streams_begin(&sk, mods, self_lines, NULL, &fresh);
+    if (!s) return CP_ENOMEM;
+    cp_profile *p = cp_stream_profile(s);
+    int err = 0;
+    if (fresh && (cp_profile_add_sample_type(p, "samples", "count") ||
+                  cp_profile_add_sample_type(p, "cpu", "nanoseconds")))
+        err = CP_ENOMEM;
+    p->period_type.type = str_id(p, "cpu", &err);
+    p->period_type.unit = str_id(p, "nanoseconds", &err);
+    p->period = cp_period_ns;
+    p->default_sample_type = str_id(p, "cpu", &err);
+    for (uint64_t c = SELF_SYMBOLIZE; c < SELF_ROOT && !err; c++) {
+        if (v[c] <= 0) continue;
+        uint64_t pcs[2] = {c, SELF_ROOT};
+        int64_t n = cp_period_ns > 0 ? v[c] / cp_period_ns : 0;
+        int64_t vals[2] = {n > 0 ? n : 1, v[c]};
+        cp_stream_add_sample(s, pcs, 2, vals);
+    }
+    int sealed = cp_stream_seal(s);
+    if (!err) err = sealed;
+    if (!err) err = emit_profile(p, CP_KIND_CPU, &k, m, emit, arg);
+    cp_streams_end(s, !err);
+    return err;
+}
+
 int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
 {
+    int64_t finish_start = thread_cpu_ns();
+    syms.spent_ns = 0;
+    syms.over_budget = 0;
     epoch_bounds_from_env();
     cp_modules_refresh(0);
     const cp_modules *mods = cp_modules_current();
@@ -617,8 +960,9 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
         iso_add(&isos, &k);
     }
 
-    /* loads libdw the first time there is something; never with CONTPROF_SYMBOLIZE=server */
+    /* with CONTPROF_SYMBOLIZE=lines, loads libdw the first time there is something */
     if (isos.n && !cp_cfg.symbolize_server) syms_refresh(mods);
+    if (isos.n) name_new_pcs(mods, &bc);
     int rc = 0;
     for (uint32_t ii = 0; ii < isos.n; ii++) {
         const iso_key *k = &isos.k[ii];
@@ -627,7 +971,7 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
             memcpy(sk.thread, k->thread, sizeof(sk.thread));
             int fresh = 0;
             cp_stream *s = cp_streams_begin(&sk, mods, cp_cfg.symbolize_server ? NULL : sym_lines,
-                                            NULL, &fresh);
+                                            (void *)mods, &fresh);
             if (!s) {
                 rc = CP_ENOMEM;
                 continue;
@@ -683,8 +1027,17 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
             cp_streams_end(s, !err);
         }
     }
+    /* with the window's other profiles: a window that has none (nothing sampled) emits
+     * nothing, its agent CPU is counted in the next one's contprof:ship */
+    if (isos.n) {
+        int se = emit_self(finish_start, mods, m, emit, arg);
+        if (se) rc = se;
+    }
     /* an isolate destroyed during the window was in it for the last time */
     cp_streams_window_done();
+    /* pcs over the budget were added unnamed to their epochs: start new epochs so that the
+     * next window names them (the names already found stay cached per pc) */
+    if (syms.over_budget) cp_streams_reset();
     free(isos.k);
     free(bc.b);
     cpu_clear();
@@ -695,6 +1048,7 @@ void cp_window_reset(void)
 {
     cpu_clear();
     syms_clear();
+    memset(&self, 0, sizeof(self));
     cp_streams_reset();
 }
 
@@ -704,6 +1058,8 @@ void cp_window_abandon(void)
      * forget them without touching them (the memory is lost once per fork). */
     memset(&cpu, 0, sizeof(cpu));
     memset(&syms, 0, sizeof(syms));
+    memset(&tables, 0, sizeof(tables));
+    memset(&self, 0, sizeof(self)); /* the child's agent thread starts its clock at 0 */
     cp_streams_abandon();
 }
 

@@ -373,7 +373,9 @@ TEST(same_output_cxx)
 TEST(cxx_names_demangled)
 {
     make_dir();
-    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_ALLOC_RATE=65536", NULL};
+    /* inline frames come from libdw's DWARF reading: CONTPROF_SYMBOLIZE=lines */
+    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_ALLOC_RATE=65536",
+                         "CONTPROF_SYMBOLIZE=lines", NULL};
     const char *args[] = {"cxx", NULL};
     run_res r;
     run(args, env, &r);
@@ -519,7 +521,9 @@ TEST(unreachable_broker)
 TEST(perf_1000hz)
 {
     make_dir();
-    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_CPU_HZ=1000", NULL};
+    /* file:line come from libdw: CONTPROF_SYMBOLIZE=lines */
+    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_CPU_HZ=1000", "CONTPROF_SYMBOLIZE=lines",
+                         NULL};
     const char *args[] = {"solo", "1.5", NULL};
     run_res r;
     run(args, env, &r);
@@ -630,7 +634,12 @@ TEST(engine_by_rate)
 TEST(output_files_gzip)
 {
     make_dir();
-    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_CPU_HZ=1000", "CONTPROF_WINDOW=200ms",
+    /* file:line and inline frames (CONTPROF_SYMBOLIZE=lines) make some windows over 4 KiB */
+    const char *env[] = {PRELOAD,
+                         outdir_env(),
+                         "CONTPROF_CPU_HZ=1000",
+                         "CONTPROF_WINDOW=200ms",
+                         "CONTPROF_SYMBOLIZE=lines",
                          NULL};
     const char *args[] = {"cxx", NULL};
     run_res r;
@@ -833,7 +842,7 @@ static void windows_share_tables(const char *symbolize)
     int pairs = 0, nwin = 0, early = 0, late_listing_early = 0;
     uint32_t unused = 0;
     char path[600] = "";
-    int agent = !strcmp(symbolize, "agent");
+    int agent = strcmp(symbolize, "server") != 0; /* named in the agent */
     for (int i = 0; i < s.n; i++) {
         if (strcmp(s.f[i].kind, "cpu") || strcmp(s.f[i].iso, "alpha")) continue;
         const cp_profile *p = s.f[i].p;
@@ -883,9 +892,15 @@ TEST(windows_share_tables_agent)
     windows_share_tables("agent");
 }
 
+TEST(windows_share_tables_lines)
+{
+    windows_share_tables("lines");
+}
+
 TEST_MAIN(T(isolates_api), T(cpu_ratio), T(inuse_startup), T(alloc_volume), T(churn_inuse_zero),
           T(same_output_threads), T(same_output_realloc_memalign), T(same_output_cxx),
           T(cxx_names_demangled), T(same_output_fork_exec), T(exec_chain_survives),
           T(agent_out_of_memory), T(unreachable_broker), T(perf_1000hz), T(timer_fallback_1000hz),
           T(engine_by_rate), T(output_files_gzip), T(bare_window_refused),
-          T(windows_share_tables_server), T(windows_share_tables_agent))
+          T(windows_share_tables_server), T(windows_share_tables_agent),
+          T(windows_share_tables_lines))

@@ -128,8 +128,9 @@ TEST(stripped_program_named_after_upload_per_tenant)
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
 
-    /* two processes of tenant a and one of tenant b, addresses only; a control in agent
-     * mode (tenant c) shows that the libdw check can see libdw */
+    /* two processes of tenant a and one of tenant b, addresses only; a control that loads
+     * libdw (tenant c, CONTPROF_SYMBOLIZE=lines: the agent's default names frames without
+     * libdw) shows that the libdw check can see libdw */
     long t_from = (long)time(NULL) - 2;
     struct {
         const char *tenant, *mode;
@@ -138,18 +139,36 @@ TEST(stripped_program_named_after_upload_per_tenant)
     } runs[4] = {{"a", "server", 0, ""},
                  {"a", "server", 0, ""},
                  {"b", "server", 0, ""},
-                 {"c", "agent", 0, ""}};
+                 {"c", "lines", 0, ""}};
     for (int i = 0; i < 4; i++) {
         snprintf(runs[i].log, sizeof runs[i].log, "%s/run-%d.log", dir, i);
         /* each agent signs for its tenant (contprofd has tokens); c borrows a's token to
          * find the brokers, and its windows are refused for the tenant: c is checked for
          * libdw only */
         const char *tok = runs[i].tenant[0] == 'b' ? "token-of-b" : "token-of-a";
-        const char *argv[] = {
-            cbin,       "run",          "--server",    url,          "--token",   tok,
-            "--tenant", runs[i].tenant, "--symbolize", runs[i].mode, "--service", "symprog",
-            "--window", "1s",           "--",          stripped,     "8",         NULL};
+        /* `contprof run --symbolize` takes agent or server: lines goes by the environment */
+        int lines = strcmp(runs[i].mode, "lines") == 0;
+        const char *argv[] = {cbin,
+                              "run",
+                              "--server",
+                              url,
+                              "--token",
+                              tok,
+                              "--tenant",
+                              runs[i].tenant,
+                              lines ? "--label" : "--symbolize",
+                              lines ? "control=1" : runs[i].mode,
+                              "--service",
+                              "symprog",
+                              "--window",
+                              "1s",
+                              "--",
+                              stripped,
+                              "8",
+                              NULL};
+        if (lines) setenv("CONTPROF_SYMBOLIZE", "lines", 1);
         runs[i].pid = spawn(argv, runs[i].log);
+        unsetenv("CONTPROF_SYMBOLIZE");
     }
     for (int i = 0; i < 4; i++)
         (void)maps_have_libdw(runs[i].pid, 1);
@@ -157,7 +176,7 @@ TEST(stripped_program_named_after_upload_per_tenant)
     for (int i = 0; i < 4; i++) {
         int has = maps_have_libdw(runs[i].pid, 0);
         fprintf(stderr, "run %d (%s): libdw %s\n", i, runs[i].mode, has ? "mapped" : "not mapped");
-        CHECK_EQ(has, strcmp(runs[i].mode, "agent") == 0);
+        CHECK_EQ(has, strcmp(runs[i].mode, "lines") == 0);
     }
     for (int i = 0; i < 4; i++)
         CHECK_EQ(wait_exit(runs[i].pid, 90), 0);
