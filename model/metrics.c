@@ -269,3 +269,10 @@ int cp_metrics_out_f64(cp_metrics_out *o, const char *suffix, const cp_metric_la
     int rc = out_head(o, suffix, labels, nlabels);
     return rc ? rc : cp_buf_printf(o->b, " %.*f\n", decimals, v);
 }
+
+int cp_metrics_out_scalar(cp_metrics_out *o, const char *name, const char *help,
+                          cp_metric_type type, uint64_t v)
+{
+    int rc = cp_metrics_out_family(o, name, help, type);
+    return rc ? rc : cp_metrics_out_u64(o, NULL, NULL, 0, v);
+}

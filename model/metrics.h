@@ -124,5 +124,8 @@ int cp_metrics_out_i64(cp_metrics_out *o, const char *suffix, const cp_metric_la
                        size_t nlabels, int64_t v);
 int cp_metrics_out_f64(cp_metrics_out *o, const char *suffix, const cp_metric_label *labels,
                        size_t nlabels, double v, int decimals);
+/* A family of one unlabelled sample: cp_metrics_out_family, then cp_metrics_out_u64. */
+int cp_metrics_out_scalar(cp_metrics_out *o, const char *name, const char *help,
+                          cp_metric_type type, uint64_t v);
 
 #endif

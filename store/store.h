@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "envelope.h"
+#include "metrics.h"
 #include "pprof.h"
 #include "profile.h"
 #include "selector.h"
@@ -100,6 +101,10 @@ typedef struct cp_store_stats {
     uint64_t stack_cache_hits, stack_cache_misses, stack_cache_flushes, stack_cache_bytes;
 } cp_store_stats;
 void cp_store_get_stats(cp_store *s, cp_store_stats *out);
+/* Registers the store's statistics (the contprof_store_* families of /metrics, read
+ * through cp_store_get_stats at each print) in r; cp_store_close ends the registration.
+ * Once per store. Returns 0, CP_ENOMEM or CP_EINVAL (already registered there). */
+int cp_store_register_metrics(cp_store *s, cp_metrics *r);
 
 /* --- writing (ingest/) -------------------------------------------------------------
  * One writer at a time (ingest's thread): windows and the Kafka offsets (topic, partition,

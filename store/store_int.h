@@ -328,6 +328,7 @@ struct tenant {
 };
 
 struct cp_store {
+    struct cp_metrics *metrics; /* where the store's statistics are registered; NULL = nowhere */
     leveldb_t *db;
     leveldb_options_t *opts;
     leveldb_cache_t *cache;
