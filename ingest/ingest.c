@@ -944,6 +944,7 @@ static void *run(void *arg)
     }
     if (!in->st.failed) commit(in);
     rd_kafka_flush(in->dlq, 10000);
+    cp_store_writer_release(in->store); /* a later start, or the caller, may write next */
     pthread_mutex_lock(&in->mu);
     in->st.running = 0;
     pthread_mutex_unlock(&in->mu);

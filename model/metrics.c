@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "check.h"
 #include "json.h"
 
 typedef enum { V_COUNTER, V_GAUGE, V_GAUGE_F } value_kind;
@@ -105,6 +106,7 @@ static int add_series(cp_metrics *r, const void *owner, const char *name, const 
                       cp_metric_type type, const cp_metric_label *labels, size_t nlabels,
                       value_kind kind, int decimals, void *value)
 {
+    CP_ASSERT(r && name && help && value && (labels || !nlabels));
     cp_buf lb = {0};
     if (put_labels(&lb, labels, nlabels) || cp_buf_append(&lb, "", 1)) {
         cp_buf_close(&lb);
@@ -160,6 +162,7 @@ int cp_metrics_gauge_f(cp_metrics *r, const void *owner, const char *name, const
 
 int cp_metrics_collector(cp_metrics *r, const void *owner, cp_metrics_collect_fn fn, void *arg)
 {
+    CP_ASSERT(r && fn);
     item *it = calloc(1, sizeof *it);
     if (!it) return CP_ENOMEM;
     it->owner = owner;
@@ -244,6 +247,7 @@ int cp_metrics_out_family(cp_metrics_out *o, const char *name, const char *help,
 
 static int out_head(cp_metrics_out *o, const char *suffix, const cp_metric_label *l, size_t n)
 {
+    CP_ASSERT(o->name); /* a sample belongs to the family cp_metrics_out_family started */
     int rc = cp_buf_printf(o->b, "%s%s", o->name ? o->name : "", suffix ? suffix : "");
     if (!rc) rc = put_labels(o->b, l, n);
     return rc;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "envelope.h"
 #include "json.h"
 #include "fanout.h"
@@ -45,7 +46,9 @@ struct cp_api {
     char *metrics_token; /* NULL: any tenant's token opens /metrics */
     cp_api_token *tokens;
     size_t ntokens;
-    /* Metrics, touched only on the loop thread (observe and /metrics). */
+    /* Metrics, touched only on the loop thread (observe and /metrics; checked in debug
+     * builds). */
+    cp_thread_owner loop_thread;
     uint64_t hist[EP_COUNT][NBUCKETS + 1];
     double hist_sum[EP_COUNT];
     uint64_t hist_count[EP_COUNT];
@@ -148,6 +151,7 @@ int cp_api_is_light(void *api, const cp_http_request *req)
 void cp_api_observe(void *api, const cp_http_request *req, int status, int heavy, double seconds)
 {
     cp_api *a = api;
+    CP_ASSERT_THREAD(&a->loop_thread, "loop thread only");
     int cls = status / 100;
     if (cls >= 1 && cls <= 5) a->by_class[cls]++;
     if (!heavy) return;
@@ -865,6 +869,7 @@ static void ep_values(cp_api *a, const char *tenant, const cp_params *pa,
 
 static void ep_metrics(cp_api *a, cp_http_response *r)
 {
+    CP_ASSERT_THREAD(&a->loop_thread, "loop thread only");
     cp_buf *b = &r->body;
     int rc = 0;
     set_type(r, "text/plain; version=0.0.4; charset=utf-8");

@@ -10,6 +10,7 @@
  * s->dblock for reading like a query (LevelDB is thread-safe; a reopen is not). */
 #include "store.h"
 #include "store_int.h"
+#include "check.h"
 #include "log.h"
 #include "metrics.h"
 
@@ -517,6 +518,7 @@ void cp_store_close(cp_store *s)
 
 int cp_store_reopen(cp_store *s, cp_err *err)
 {
+    CP_ASSERT_THREAD(&s->writer, "writer thread only");
     pthread_rwlock_wrlock(&s->dblock);
     cp_buckets_drop(s, 0);
     if (s->db) leveldb_close(s->db);
@@ -670,4 +672,9 @@ int cp_store_register_metrics(cp_store *s, cp_metrics *r)
     int rc = cp_metrics_collector(r, s, store_collect, s);
     if (!rc) s->metrics = r;
     return rc;
+}
+
+void cp_store_writer_release(cp_store *s)
+{
+    CP_THREAD_RELEASE(&s->writer);
 }

@@ -156,6 +156,12 @@ void cp_store_batch_reset(cp_store_batch *b);
  * for reuse. An empty batch with offsets still writes them. */
 int cp_store_batch_commit(cp_store_batch *b, cp_err *err);
 
+/* The batch functions above, cp_store_maintain and cp_store_reopen are the writer's: one
+ * thread calls them (debug builds check it: CP_ASSERT_THREAD, model/check.h; the first
+ * thread to call one is the writer). A writer that stops (ingest's thread as it ends) calls
+ * this, so that another thread may write after it. A no-op in release builds. */
+void cp_store_writer_release(cp_store *s);
+
 /* The stored next offset of topic/partition: 0, or CP_ENOTFOUND when none is stored. */
 int cp_store_get_offset(cp_store *s, const char *topic, int32_t partition, int64_t *next_offset,
                         cp_err *err);

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <leveldb/c.h>
 
+#include "check.h"
 #include "error.h"
 #include "format.h"
 #include "pprof.h"
@@ -329,6 +330,7 @@ struct tenant {
 
 struct cp_store {
     struct cp_metrics *metrics; /* where the store's statistics are registered; NULL = nowhere */
+    cp_thread_owner writer;     /* the writer's thread (checked in debug builds) */
     leveldb_t *db;
     leveldb_options_t *opts;
     leveldb_cache_t *cache;

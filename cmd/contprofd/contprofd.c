@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "check.h"
 #include "config.h"
 #include "defaults.h"
 #include "fanout.h"
@@ -69,6 +70,8 @@ static void ingest_stats_cb(void *arg, cp_api_ingest_stats *out)
     enum { MAXP = 256 };
     static cp_ingest_partition ip[MAXP];
     static cp_api_partition ap[MAXP];
+    static cp_thread_owner loop_thread;
+    CP_ASSERT_THREAD(&loop_thread, "loop thread only");
     daemon_t *d = arg;
     memset(out, 0, sizeof *out);
     if (!d->ingest) return;
