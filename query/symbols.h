@@ -26,7 +26,8 @@ typedef struct cp_symbols cp_symbols;
 
 /* Fills o with the defaults written beside each field. */
 void cp_symbols_options_default(cp_symbols_options *o);
-/* A new symbolizer (NULL on out of memory); thread-safe. */
+/* A new symbolizer (NULL on out of memory (the NULL-or-object constructor: error.h, "Exceptions"));
+ * thread-safe. */
 cp_symbols *cp_symbols_create(const cp_symbols_options *o);
 void cp_symbols_destroy(cp_symbols *sy); /* NULL is fine */
 

@@ -114,13 +114,17 @@ int cp_store_register_metrics(cp_store *s, cp_metrics *r);
 
 typedef struct cp_store_batch cp_store_batch;
 
-/* A reusable batch for the writer; NULL on out of memory. */
+/* A reusable batch for the writer; NULL on out of memory (the NULL-or-object constructor: error.h,
+ * "Exceptions"). */
 cp_store_batch *cp_store_batch_create(cp_store *s);
 /* Frees b; anything added and not committed is dropped (the store must then be reopened
  * before writing again, as with a failed commit). NULL is fine. */
 void cp_store_batch_destroy(cp_store_batch *b);
 
-#define CP_STORE_DUPLICATE 1      /* cp_store_batch_add: (producer, sequence) already stored */
+/* cp_store_batch_add: (producer, sequence) already stored, nothing added. A success, not an
+ * error, hence positive: the one exception to "0 or a negative code" in the store
+ * (error.h), so that a caller counts it and goes on, and no CP_E* code is taken for it. */
+#define CP_STORE_DUPLICATE 1
 #define CP_STORE_PRODUCER_MAX 512 /* bytes of a producer id the store takes (keys hold it) */
 
 /* Adds one window: the envelope's tenant, kind, labels, window, producer and sequence, and

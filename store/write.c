@@ -536,11 +536,11 @@ static int lazy_resolve(cp_store_batch *B, const tenant *t, const cp_profile *p,
         if (!ids->p) continue;
         if (cp_vec_reserve(&B->ids, (size_t)B->ids.n + ids->len + 8))
             return cp_err_set(err, CP_ENOMEM, "store");
-        long got = cp_pprof_lazy_ids(p, lz, i, B->ids.v + B->ids.n, err);
-        if (got < 0) return CP_EPPROF;
+        uint32_t got;
+        if (cp_pprof_lazy_ids(p, lz, i, B->ids.v + B->ids.n, &got, err)) return CP_EPPROF;
         r->off = B->ids.n;
-        r->n = (uint32_t)got;
-        B->ids.n += (uint32_t)got;
+        r->n = got;
+        B->ids.n += got;
     }
     B->res.n = n;
     atomic_fetch_add(&B->s->wcache_hits, hits);
