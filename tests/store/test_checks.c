@@ -14,28 +14,6 @@
 #error "test_checks.c needs CONTPROF_ASSERTS (tests/store/CMakeLists.txt)"
 #endif
 
-/* Runs fn(arg) in a child with its stderr captured into out; returns the wait status. */
-static int in_child(void (*fn)(void *), void *arg, char *out, size_t cap)
-{
-    int rd;
-    pid_t pid = fork_stdout_pipe(&rd);
-    if (pid == 0) {
-        dup2(1, 2);
-        fn(arg);
-        _exit(0);
-    }
-    return cp_test_collect(rd, pid, out, cap);
-}
-
-static void check_died(int st, const char *out, const char *func)
-{
-    fprintf(stderr, "child said: %s", out);
-    CHECK(WIFSIGNALED(st));
-    CHECK_EQ(WTERMSIG(st), SIGABRT);
-    CHECK_CONTAINS(out, "assertion failed: ");
-    CHECK_CONTAINS(out, func);
-}
-
 typedef struct writer {
     char *dir;
     cp_store *s;
@@ -95,8 +73,8 @@ static void dies_on_the_second_thread(int second, const char *func, const char *
 {
     char out[4096];
     writer w = {.second = second};
-    int st = in_child(write_then_second_thread, &w, out, sizeof out);
-    check_died(st, out, func);
+    int st = run_in_child(write_then_second_thread, &w, out, sizeof out);
+    check_died_of_assert(st, out, func);
     CHECK_CONTAINS(out, "writer thread only: called on thread ");
     CHECK_CONTAINS(out, file);
 }
@@ -136,8 +114,8 @@ TEST(a_failed_assert_names_the_condition)
 {
     char out[4096];
     int two = 2;
-    int st = in_child(failing_assert, &two, out, sizeof out);
-    check_died(st, out, "failing_assert");
+    int st = run_in_child(failing_assert, &two, out, sizeof out);
+    check_died_of_assert(st, out, "failing_assert");
     CHECK_CONTAINS(out, "test_checks.c:");
     CHECK_CONTAINS(out, "*two + 1 == 4");
 }
