@@ -1,0 +1,152 @@
+/* Black-box tests of `contprof v8`: a real node (--inspect-brk on a free loopback port)
+ * runs tests/v8/two_workers.js, two worker_threads burning named functions at known
+ * ratios and a main thread that builds a large table at start-up; the source writes its
+ * windows to a directory, which is decoded and checked per isolate. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pprof.h"
+#include "profile.h"
+#include "proc.h"
+#include "test.h"
+#include "pfiles.h"
+
+static char g_dir[256];
+
+/* A loopback port nobody listens on now. */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    socklen_t len = sizeof(a);
+    CHECK(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* node's path, found as the shell finds it. */
+static void find_node(char *out, size_t cap)
+{
+    const char *path = getenv("PATH");
+    char dirs[4096];
+    snprintf(dirs, sizeof(dirs), "%s", path ? path : "/usr/bin:/usr/local/bin");
+    char *save = NULL;
+    for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        snprintf(out, cap, "%s/node", d);
+        if (access(out, X_OK) == 0) return;
+    }
+    fprintf(stderr, "node not found in PATH (.ci/deps installs it)\n");
+    CHECK(0);
+}
+
+static void make_dir(void)
+{
+    snprintf(g_dir, sizeof(g_dir), "/tmp/contprof-v8-test-%d", (int)getpid());
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
+    CHECK(system(cmd) == 0);
+    CHECK(mkdir(g_dir, 0755) == 0);
+}
+
+static void remove_dir(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+}
+
+static void print_log(const char *path)
+{
+    static char buf[1 << 16];
+    slurp(path, buf, sizeof(buf));
+    printf("--- %s\n%s---\n", path, buf);
+}
+
+/* Runs node on two_workers.js for seconds under `contprof v8 --window window`; the
+ * windows end up in g_dir/out. */
+static void run_node(int seconds, const char *window)
+{
+    char node[512], inspect[64], hostport[64], script[512], secs[16], out[300], nlog[300],
+        clog[300];
+    find_node(node, sizeof(node));
+    int port = free_port();
+    snprintf(inspect, sizeof(inspect), "--inspect-brk=127.0.0.1:%d", port);
+    snprintf(hostport, sizeof(hostport), "127.0.0.1:%d", port);
+    snprintf(script, sizeof(script), "%s/two_workers.js", CP_V8_TESTS);
+    snprintf(secs, sizeof(secs), "%d", seconds);
+    snprintf(out, sizeof(out), "%s/out", g_dir);
+    snprintf(nlog, sizeof(nlog), "%s/node.log", g_dir);
+    snprintf(clog, sizeof(clog), "%s/contprof.log", g_dir);
+    const char *nargv[] = {node, inspect, script, secs, NULL};
+    pid_t np = spawn(nargv, nlog);
+    (void)wait_for_log(np, nlog, "Debugger listening", 10);
+    const char *cargv[] = {CP_CONTPROF,    "v8",       "--inspector",      hostport,
+                           "--output-dir", out,        "--window",         window,
+                           "--service",    "nodetest", "--exit-when-gone", NULL};
+    pid_t cp = spawn(cargv, clog);
+    int cst = wait_exit(cp, seconds + 30);
+    int nst = wait_exit(np, 10);
+    print_log(clog);
+    if (nst) print_log(nlog);
+    CHECK_EQ(cst, 0);
+    CHECK_EQ(nst, 0); /* the host ran to its end and exited: we let it go */
+}
+
+static double ratio(const pset *s, const char *iso, const char *num, const char *den)
+{
+    int64_t a = sum_kind(s, "cpu", iso, num, 1), b = sum_kind(s, "cpu", iso, den, 1);
+    printf("%s: %s %lld ns, %s %lld ns\n", iso, num, (long long)a, den, (long long)b);
+    CHECK(a > 0 && b > 0);
+    return (double)a / (double)b;
+}
+
+/* Each worker is its own isolate with its own mix of the two functions, 3:1 either way;
+ * the main thread's isolate holds the table it built before any worker started. */
+TEST(node_two_workers)
+{
+    make_dir();
+    run_node(6, "2s");
+    pset s;
+    char out[300];
+    snprintf(out, sizeof(out), "%s/out", g_dir);
+    pset_load(out, &s);
+    int n_alpha = 0, n_beta = 0, n_main = 0, comment = 0;
+    for (int i = 0; i < s.n; i++) {
+        if (strcmp(s.f[i].kind, "cpu")) continue;
+        n_alpha += !strcmp(s.f[i].iso, "alpha");
+        n_beta += !strcmp(s.f[i].iso, "beta");
+        n_main += !strcmp(s.f[i].iso, "main");
+        const cp_profile *p = s.f[i].p;
+        for (uint32_t k = 0; k < p->comments.n; k++)
+            comment += strstr(cp_profile_str(p, p->comments.v[k]), "v8 CPU profiler") != NULL;
+    }
+    printf("cpu windows: alpha %d, beta %d, main %d\n", n_alpha, n_beta, n_main);
+    CHECK(n_alpha >= 2 && n_beta >= 2 && n_main >= 2);
+    CHECK(comment >= n_alpha + n_beta + n_main);
+    double ra = ratio(&s, "alpha", "hotAlpha", "hotBeta");
+    double rb = ratio(&s, "beta", "hotBeta", "hotAlpha");
+    CHECK(ra > 2.0 && ra < 4.5);
+    CHECK(rb > 2.0 && rb < 4.5);
+    /* the main isolate runs neither */
+    CHECK_EQ(sum_kind(&s, "cpu", "main", "hotAlpha", 0), 0);
+    /* inuse: the table main built before the workers, by its builder, in its last window */
+    int64_t last_inuse = 0;
+    for (int i = 0; i < s.n; i++)
+        if (!strcmp(s.f[i].kind, "inuse") && !strcmp(s.f[i].iso, "main"))
+            last_inuse = func_total(s.f[i].p, "buildBigTable", 1);
+    printf("main inuse by buildBigTable in the last window: %lld bytes\n", (long long)last_inuse);
+    CHECK(last_inuse > 8 << 20);
+    CHECK(sum_kind(&s, "alloc", "main", "buildBigTable", 1) > 8 << 20);
+    pset_free(&s);
+    remove_dir();
+}
+
+TEST_MAIN(T(node_two_workers))
