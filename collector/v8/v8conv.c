@@ -210,12 +210,13 @@ static int start_profile(cp_profile **out, const char *t0, const char *u0, const
     return 0;
 }
 
-int cp_v8_cpu_profile(const json_t *profile, cp_profile **out, int64_t *span_us, cp_err *err)
+int cp_v8_cpu_profile(const json_t *profile, int64_t interval_us, cp_profile **out,
+                      int64_t *span_us, cp_err *err)
 {
     *out = NULL;
     tree t = {0};
     cp_profile *p = NULL;
-    int64_t *ns = NULL, *cnt = NULL;
+    int64_t *cnt = NULL;
     u32vec stk = {0};
     int rc;
     if (!json_is_object(profile)) return cp_err_set(err, CP_EPARSE, "CPU profile: not an object");
@@ -242,9 +243,8 @@ int cp_v8_cpu_profile(const json_t *profile, cp_profile **out, int64_t *span_us,
     rc = CP_ENOMEM;
     t.len = (uint32_t)nn;
     t.n = calloc(nn ? nn : 1, sizeof(node));
-    ns = calloc(nn ? nn : 1, sizeof(int64_t));
     cnt = calloc(nn ? nn : 1, sizeof(int64_t));
-    if (!t.n || !ns || !cnt) goto fail;
+    if (!t.n || !cnt) goto fail;
     for (uint32_t i = 0; i < nn; i++)
         if ((rc = read_node(&t, i, json_array_get(nodes, i), NONE, err))) goto fail;
     if ((rc = index_ids(&t, err))) goto fail;
@@ -272,8 +272,8 @@ int cp_v8_cpu_profile(const json_t *profile, cp_profile **out, int64_t *span_us,
             t.n[ci].parent = i;
         }
     }
-    /* timestamps: startTime + the running sum of deltas; sample i lasts until the next */
-    int64_t ts = start, prev_node = -1;
+    /* the deltas are checked, though only the counts are used (see the contract) */
+    int64_t ts = start;
     for (size_t i = 0; i <= ns_; i++) {
         int64_t next = end;
         if (i < ns_) {
@@ -288,10 +288,6 @@ int cp_v8_cpu_profile(const json_t *profile, cp_profile **out, int64_t *span_us,
             }
             next = ts + json_integer_value(d);
         }
-        if (prev_node >= 0) {
-            int64_t w = next - ts;
-            ns[prev_node] += w > 0 ? w * 1000 : 0;
-        }
         if (i == ns_) break;
         const json_t *s = json_array_get(samples, i);
         uint32_t si = json_is_integer(s) ? find_node(&t, json_integer_value(s)) : NONE;
@@ -300,7 +296,6 @@ int cp_v8_cpu_profile(const json_t *profile, cp_profile **out, int64_t *span_us,
             goto fail;
         }
         cnt[si]++;
-        prev_node = si;
         ts = next;
     }
     if ((rc = start_profile(&p, "samples", "count", "cpu", "nanoseconds", "cpu", "nanoseconds",
@@ -309,7 +304,7 @@ int cp_v8_cpu_profile(const json_t *profile, cp_profile **out, int64_t *span_us,
     for (uint32_t i = 0; i < nn; i++) {
         if (!cnt[i]) continue;
         if (!strcmp(get_str(t.n[i].frame, "functionName"), "(idle)")) continue;
-        int64_t vals[2] = {cnt[i], ns[i]};
+        int64_t vals[2] = {cnt[i], cnt[i] * interval_us * 1000};
         if ((rc = add_stack(p, &t, i, vals, &stk, err))) goto fail;
     }
     p->duration_nanos = (end > start ? end - start : 0) * 1000;
@@ -319,7 +314,6 @@ int cp_v8_cpu_profile(const json_t *profile, cp_profile **out, int64_t *span_us,
 fail:
     cp_profile_destroy(p);
     tree_close(&t);
-    free(ns);
     free(cnt);
     free(stk.v);
     return rc;

@@ -16,14 +16,17 @@
 
 /* Converts a Profiler.Profile (profile: the `profile` member of Profiler.stop's result)
  * into a CPU profile (sample types samples/count and cpu/nanoseconds, like the native
- * agent's). Each sample weighs the time to the next sample (the last one: to endTime),
- * as DevTools attributes it; "(root)" is dropped from stacks and "(idle)" samples are
- * dropped. Frames: function name (or "(anonymous)"), file = script URL, line =
- * lineNumber + 1; system_name = "NAME URL:LINE:COLUMN" (1-based), which tells apart the
- * anonymous functions of one file. On success *out is a new profile the caller destroys
- * and *span_us (may be NULL) is endTime - startTime. Returns 0, CP_EPARSE (err naming
- * the field), CP_ELIMIT or CP_ENOMEM. */
-int cp_v8_cpu_profile(const json_t *profile, cp_profile **out, int64_t *span_us, cp_err *err);
+ * agent's). Each sample weighs one sampling interval (interval_us, the one given to
+ * Profiler.setSamplingInterval): V8 records a sample only while the isolate runs on its
+ * thread, so the time to the next sample (DevTools' wall-clock weight) would hold the
+ * time the isolate waited or another isolate ran its thread (workerd). "(root)" is
+ * dropped from stacks and "(idle)" samples are dropped. Frames: function name (or
+ * "(anonymous)"), file = script URL, line = lineNumber + 1; system_name = "NAME
+ * URL:LINE:COLUMN" (1-based), which tells apart the anonymous functions of one file. On
+ * success *out is a new profile the caller destroys and *span_us (may be NULL) is endTime
+ * - startTime. Returns 0, CP_EPARSE (err naming the field), CP_ELIMIT or CP_ENOMEM. */
+int cp_v8_cpu_profile(const json_t *profile, int64_t interval_us, cp_profile **out,
+                      int64_t *span_us, cp_err *err);
 
 /* Converts a HeapProfiler.SamplingHeapProfile (`profile` of getSamplingProfile's result)
  * sampled at interval_bytes into an inuse profile (inuse_objects/count,

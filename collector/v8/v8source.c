@@ -528,7 +528,7 @@ static void session_window(session *s, int last)
         cp_profile *p = NULL;
         const json_t *prof = json_object_get(r, "profile");
         int64_t t0 = 0, t1 = 0, gap = 0;
-        if (cp_v8_cpu_profile(prof, &p, NULL, &e) == 0) {
+        if (cp_v8_cpu_profile(prof, S.o->cpu_interval_us, &p, NULL, &e) == 0) {
             json_t *st = json_object_get(prof, "startTime"), *et = json_object_get(prof, "endTime");
             t0 = json_is_integer(st) ? json_integer_value(st) : 0;
             t1 = json_is_integer(et) ? json_integer_value(et) : 0;

@@ -133,8 +133,8 @@ TEST(node_two_workers)
     CHECK(comment >= n_alpha + n_beta + n_main);
     double ra = ratio(&s, "alpha", "hotAlpha", "hotBeta");
     double rb = ratio(&s, "beta", "hotBeta", "hotAlpha");
-    CHECK(ra > 2.0 && ra < 4.5);
-    CHECK(rb > 2.0 && rb < 4.5);
+    CHECK(ra > 2.3 && ra < 4.0);
+    CHECK(rb > 2.3 && rb < 4.0);
     /* the main isolate runs neither */
     CHECK_EQ(sum_kind(&s, "cpu", "main", "hotAlpha", 0), 0);
     /* inuse: the table main built before the workers, by its builder, in its last window */

@@ -43,7 +43,7 @@ static int64_t total_with(const cp_profile *p, const char *fn, int t)
     "\"columnNumber\":0}},"                                                                        \
     "{\"id\":4,\"callFrame\":{\"functionName\":\"(idle)\",\"url\":\"\",\"lineNumber\":-1,"         \
     "\"columnNumber\":-1}}],"                                                                      \
-    "\"startTime\":1000,\"endTime\":5000,\"samples\":[3,3,2,4],\"timeDeltas\":[0,1000,1000,1000]}"
+    "\"startTime\":1000,\"endTime\":5000,\"samples\":[3,3,2,4],\"timeDeltas\":[0,1000,1500,500]}"
 
 TEST(cpu_profile)
 {
@@ -51,10 +51,10 @@ TEST(cpu_profile)
     cp_profile *p = NULL;
     int64_t span = 0;
     cp_err err = {0};
-    CHECK_EQ(cp_v8_cpu_profile(j, &p, &span, &err), 0);
+    CHECK_EQ(cp_v8_cpu_profile(j, 1000, &p, &span, &err), 0);
     CHECK_EQ(span, 4000);
     CHECK_EQ(p->sample_types.n, 2);
-    /* samples at 1000, 2000 (node 3), 3000 (node 2), 4000 (idle, dropped); end 5000 */
+    /* two samples of node 3, one of node 2, one idle (dropped): one interval each */
     CHECK_EQ(total_with(p, "(anonymous)", 0), 2);
     CHECK_EQ(total_with(p, "(anonymous)", 1), 2000000);
     CHECK_EQ(total_with(p, "outer", 0), 3);
@@ -113,7 +113,7 @@ TEST(cpu_malformed)
         json_t *j = parse(cases[i].json);
         cp_profile *p = (cp_profile *)1;
         cp_err err = {0};
-        int rc = cp_v8_cpu_profile(j, &p, NULL, &err);
+        int rc = cp_v8_cpu_profile(j, 1000, &p, NULL, &err);
         if (rc == 0 || !strstr(err.msg, cases[i].says))
             printf("case %zu: rc %d, \"%s\" (expected \"%s\")\n", i, rc, err.msg, cases[i].says);
         CHECK(rc != 0);
