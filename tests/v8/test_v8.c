@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "http_client.h"
 #include "pprof.h"
 #include "profile.h"
 #include "proc.h"
@@ -149,4 +150,107 @@ TEST(node_two_workers)
     remove_dir();
 }
 
-TEST_MAIN(T(node_two_workers))
+/* ------------------------------------------------------------------------------------
+ * workerd: two Workers (two services) on one thread, under HTTP load */
+
+static pid_t start_workerd(const char *wd, int pa, int pb, int pi, const char *log)
+{
+    char config[512], sa[64], sb[64], ia[64];
+    snprintf(config, sizeof(config), "%s/workers.capnp", CP_V8_TESTS);
+    snprintf(sa, sizeof(sa), "a=127.0.0.1:%d", pa);
+    snprintf(sb, sizeof(sb), "b=127.0.0.1:%d", pb);
+    snprintf(ia, sizeof(ia), "--inspector-addr=127.0.0.1:%d", pi);
+    const char *argv[] = {wd, "serve", config, "--socket-addr", sa, "--socket-addr", sb, ia, NULL};
+    pid_t p = spawn(argv, log);
+    /* the inspector answers once both Workers are up */
+    char base[64];
+    snprintf(base, sizeof(base), "http://127.0.0.1:%d", pi);
+    for (int64_t end = mono_ns() + 15 * SEC; mono_ns() < end; usleep(50000)) {
+        cp_http_result r;
+        if (cp_http_get(base, "/json/list", NULL, 1000, 1 << 20, &r, NULL) == 0) {
+            int ok = r.status == 200 && strstr((char *)r.body.data, "worker beta");
+            cp_buf_close(&r.body);
+            if (ok) return p;
+        }
+    }
+    print_log(log);
+    CHECK(0);
+    return p;
+}
+
+/* Requests to both Workers, one after the other, for seconds. */
+static void load(int pa, int pb, int seconds)
+{
+    char a[64], b[64];
+    snprintf(a, sizeof(a), "http://127.0.0.1:%d", pa);
+    snprintf(b, sizeof(b), "http://127.0.0.1:%d", pb);
+    int n = 0;
+    for (int64_t end = mono_ns() + seconds * SEC; mono_ns() < end; n++) {
+        cp_http_result r;
+        if (cp_http_get(n % 2 ? b : a, "/", NULL, 5000, 1 << 20, &r, NULL) == 0)
+            cp_buf_close(&r.body);
+    }
+}
+
+/* Each Worker's isolate holds only its own functions, at its own 3:1; workerd killed and
+ * started again is attached again (a new session, the windows go on). */
+TEST(workerd_two_workers)
+{
+    make_dir();
+    char cmd[1024], wd[512], out[300], clog[300], wlog[300], hostport[64];
+    snprintf(cmd, sizeof(cmd), "sh %s/install.sh %s", CP_V8_TESTS, bindir());
+    CHECK(system(cmd) == 0);
+    snprintf(wd, sizeof(wd), "%s/tests/v8/node_modules/@cloudflare/workerd-linux-64/bin/workerd",
+             bindir());
+    CHECK(access(wd, X_OK) == 0);
+    int pa = free_port(), pb = free_port(), pi = free_port();
+    snprintf(out, sizeof(out), "%s/out", g_dir);
+    snprintf(clog, sizeof(clog), "%s/contprof.log", g_dir);
+    snprintf(wlog, sizeof(wlog), "%s/workerd.log", g_dir);
+    snprintf(hostport, sizeof(hostport), "127.0.0.1:%d", pi);
+    pid_t w = start_workerd(wd, pa, pb, pi, wlog);
+    const char *cargv[] = {CP_CONTPROF,    "v8",     "--inspector", hostport,
+                           "--output-dir", out,      "--window",    "2s",
+                           "--service",    "wdtest", NULL};
+    pid_t cp = spawn(cargv, clog);
+    (void)wait_for_log(cp, clog, "attached to isolate beta", 10);
+    (void)wait_for_log(cp, clog, "attached to isolate alpha", 10);
+    load(pa, pb, 5);
+    /* the host goes away and comes back: SIGTERM stops workerd (SIGINT does not) */
+    kill(w, SIGTERM);
+    CHECK(wait_exit(w, 10) >= 0);
+    w = start_workerd(wd, pa, pb, pi, wlog);
+    load(pa, pb, 5);
+    kill(cp, SIGTERM);
+    int cst = wait_exit(cp, 20);
+    kill(w, SIGTERM);
+    (void)wait_exit(w, 10);
+    print_log(clog);
+    CHECK_EQ(cst, 0);
+
+    pset s;
+    pset_load(out, &s);
+    unsigned long long images[2][8];
+    int nimg[2] = {0, 0};
+    for (int i = 0; i < s.n; i++) {
+        int k = !strcmp(s.f[i].iso, "alpha") ? 0 : !strcmp(s.f[i].iso, "beta") ? 1 : -1;
+        CHECK(k >= 0); /* workerd's targets are its Workers, named */
+        int seen = 0;
+        for (int j = 0; j < nimg[k]; j++)
+            seen |= images[k][j] == s.f[i].image;
+        if (!seen && nimg[k] < 8) images[k][nimg[k]++] = s.f[i].image;
+    }
+    printf("sessions: alpha %d, beta %d\n", nimg[0], nimg[1]);
+    CHECK(nimg[0] >= 2 && nimg[1] >= 2); /* attached again after the restart */
+    double ra = ratio(&s, "alpha", "alphaMain", "alphaSide");
+    double rb = ratio(&s, "beta", "betaMain", "betaSide");
+    CHECK(ra > 2.3 && ra < 4.0);
+    CHECK(rb > 2.3 && rb < 4.0);
+    /* one thread runs both isolates: neither profile holds the other's functions */
+    CHECK_EQ(sum_kind(&s, "cpu", "alpha", "betaMain", 0), 0);
+    CHECK_EQ(sum_kind(&s, "cpu", "beta", "alphaMain", 0), 0);
+    pset_free(&s);
+    remove_dir();
+}
+
+TEST_MAIN(T(node_two_workers), T(workerd_two_workers))
