@@ -75,8 +75,16 @@ struct conn {
     session *sessions; /* the first is the target's own, once open */
 };
 
+/* Windows lost with an isolate's session (the host went away mid-window), handed to the
+ * next session of the same name so that its first envelope reports them. */
+typedef struct lost {
+    char isolate[128];
+    uint64_t windows;
+} lost;
+
 struct host {
     char addr[128], hostport[160], instance[192];
+    lost lost[32];
     int port, seen, answering;
     int64_t next_poll, backoff_ns;
     conn *conns;
@@ -461,6 +469,11 @@ static session *session_new(conn *c, const char *sid, const char *isolate)
     s->c = c;
     snprintf(s->isolate, sizeof(s->isolate), "%s", isolate);
     s->token = ++S.next_token;
+    for (size_t i = 0; i < sizeof(c->h->lost) / sizeof(c->h->lost[0]); i++)
+        if (c->h->lost[i].windows && !strcmp(c->h->lost[i].isolate, s->isolate)) {
+            s->dropped_windows = c->h->lost[i].windows;
+            c->h->lost[i].windows = 0;
+        }
     s->last_end_us = -1;
     s->next_id = 0;
     /* appended: the target's own session stays first */
@@ -711,6 +724,26 @@ static void connect_conn(conn *c)
     }
 }
 
+/* Keeps s's unreported losses for the next session of its name (or, with no room, for
+ * the final count). */
+static void note_lost(host *h, const session *s)
+{
+    size_t n = sizeof(h->lost) / sizeof(h->lost[0]), free_at = n;
+    for (size_t i = 0; i < n; i++) {
+        if (h->lost[i].windows && !strcmp(h->lost[i].isolate, s->isolate)) {
+            h->lost[i].windows += s->dropped_windows;
+            return;
+        }
+        if (!h->lost[i].windows && free_at == n) free_at = i;
+    }
+    if (free_at == n) {
+        S.dropped_windows += s->dropped_windows;
+        return;
+    }
+    snprintf(h->lost[free_at].isolate, sizeof(h->lost[free_at].isolate), "%s", s->isolate);
+    h->lost[free_at].windows = s->dropped_windows;
+}
+
 /* Reaps sessions that are gone, starts new ones, connects and drops targets. */
 static void maintain(host *h)
 {
@@ -722,8 +755,9 @@ static void maintain(host *h)
             if (s->gone) {
                 if (s->started) {
                     cp_log_info("v8: isolate %s gone: its window in progress is lost", s->isolate);
-                    S.dropped_windows += 3;
+                    s->dropped_windows += 3;
                     session_report(s);
+                    note_lost(h, s);
                 }
                 *sp = s->next;
                 session_free(s);
@@ -881,9 +915,13 @@ int cp_v8_run(const cp_v8_options *o, cp_err *err)
                 if (s->started) session_report(s);
             }
     }
+    for (int i = 0; i < S.nhosts; i++)
+        for (size_t k = 0; k < sizeof(S.hosts[i].lost) / sizeof(S.hosts[i].lost[0]); k++)
+            S.dropped_windows += S.hosts[i].lost[k].windows;
     if (S.kafka) S.dropped_windows += cp_kafka_destroy(S.kafka, 5000);
     if (S.dropped_windows)
-        cp_log_warn("v8: %llu windows lost in all (isolates gone, transport)",
+        cp_log_warn("v8: %llu windows lost and not reported in any envelope (isolates gone "
+                    "for good, transport)",
                     (unsigned long long)S.dropped_windows);
     lws_sul_cancel(&S.tick);
     lws_context_destroy(S.ctx); /* its callbacks still see the connections */
