@@ -28,6 +28,7 @@
 #define BACKOFF_MIN_NS (250 * 1000000LL)
 #define BACKOFF_MAX_NS (10 * 1000000000LL)
 #define POLL_NS (1000 * 1000000LL) /* /json/list of a host that answers */
+#define STOP_NS (3 * 1000000000LL) /* what a stop signal leaves the last windows */
 
 enum { C_IDLE, C_CONNECTING, C_OPEN, C_CLOSED };
 
@@ -100,6 +101,7 @@ static struct {
     char producer[200], hostname[64];
     uint64_t next_token;
     uint64_t dropped_windows; /* lost with no session left to report them */
+    int64_t stop_at;          /* monotonic time the stop signal was seen, 0 before */
 } S;
 
 /* ------------------------------------------------------------------------------------
@@ -345,9 +347,13 @@ static int ws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, 
                 json_error_t je;
                 json_t *m = json_loadb((const char *)c->rx.data, c->rx.len, 0, &je);
                 if (!m || !json_is_object(m)) {
-                    cp_log_warn("v8: %s target %s: malformed JSON message: %s (line %d column %d)",
-                                c->h->hostport, c->target, m ? "not an object" : je.text,
-                                m ? 0 : je.line, m ? 0 : je.column);
+                    if (m)
+                        cp_log_warn("v8: %s target %s: malformed message: not a JSON object",
+                                    c->h->hostport, c->target);
+                    else
+                        cp_log_warn("v8: %s target %s: malformed JSON message: %s (line %d "
+                                    "column %d)",
+                                    c->h->hostport, c->target, je.text, je.line, je.column);
                     json_decref(m);
                 } else {
                     deliver(c, NULL, m);
@@ -434,12 +440,18 @@ static int call(session *s, const char *method, json_t *params, json_t **result,
     json_decref(s->reply);
     s->reply = NULL;
     int64_t deadline = cp_mono_ns() + CALL_TIMEOUT_MS * 1000000LL;
-    while (!s->reply && c->state == C_OPEN && !s->gone && cp_mono_ns() < deadline)
+    while (!s->reply && c->state == C_OPEN && !s->gone && cp_mono_ns() < deadline) {
+        /* once stopping, every call (the last windows among them) ends within STOP_NS */
+        if (*S.o->stop && !S.stop_at) S.stop_at = cp_mono_ns();
+        if (S.stop_at && cp_mono_ns() > S.stop_at + STOP_NS) break;
         lws_service(S.ctx, 0);
+    }
     s->want_id = 0;
     if (!s->reply)
         return cp_err_set(err, CP_EIO, "%s on isolate %s: %s", method, s->isolate,
-                          c->state != C_OPEN || s->gone ? "disconnected" : "no reply in 10 s");
+                          c->state != C_OPEN || s->gone ? "disconnected"
+                          : S.stop_at                   ? "no reply before the stop"
+                                                        : "no reply in 10 s");
     const json_t *e = json_object_get(s->reply, "error");
     int rc = 0;
     if (e) {

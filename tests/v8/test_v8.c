@@ -253,4 +253,56 @@ TEST(workerd_two_workers)
     remove_dir();
 }
 
-TEST_MAIN(T(node_two_workers), T(workerd_two_workers))
+/* ------------------------------------------------------------------------------------
+ * A fake inspector that answers with malformed messages (fake_inspector.js) */
+
+static int start_fake(const char *node, const char *mode, const char *log, pid_t *pid)
+{
+    char script[512];
+    snprintf(script, sizeof(script), "%s/fake_inspector.js", CP_V8_TESTS);
+    const char *argv[] = {node, script, mode, NULL};
+    *pid = spawn(argv, log);
+    return atoi(wait_for_log(*pid, log, "fake inspector on ", 10));
+}
+
+/* Malformed /json/list, messages, replies and profiles: each is logged naming the
+ * problem, the source goes on, and a stop signal ends it within its bound, exit 0. */
+TEST(malformed_inspector)
+{
+    make_dir();
+    char node[512], l1[300], l2[300], clog[300], h1[64], h2[64], out[300];
+    find_node(node, sizeof(node));
+    snprintf(l1, sizeof(l1), "%s/fake1.log", g_dir);
+    snprintf(l2, sizeof(l2), "%s/fake2.log", g_dir);
+    snprintf(clog, sizeof(clog), "%s/contprof.log", g_dir);
+    snprintf(out, sizeof(out), "%s/out", g_dir);
+    pid_t f1, f2;
+    snprintf(h1, sizeof(h1), "127.0.0.1:%d", start_fake(node, "good", l1, &f1));
+    snprintf(h2, sizeof(h2), "127.0.0.1:%d", start_fake(node, "badlist", l2, &f2));
+    const char *cargv[] = {CP_CONTPROF,    "v8", "--inspector", h1,   "--inspector", h2,
+                           "--output-dir", out,  "--window",    "1s", NULL};
+    pid_t cp = spawn(cargv, clog);
+    (void)wait_for_log(cp, clog, "heap profile: samples[0].nodeId 99 is no node", 20);
+    kill(cp, SIGTERM);
+    int64_t t0 = mono_ns();
+    int cst = wait_exit(cp, 10);
+    double took = (double)(mono_ns() - t0) / SEC;
+    print_log(clog);
+    printf("stopped in %.1f s\n", took);
+    CHECK_EQ(cst, 0);
+    CHECK(took < 6);
+    static char buf[1 << 16];
+    slurp(clog, buf, sizeof(buf));
+    CHECK_CONTAINS(buf, "/json/list is not a JSON array");
+    CHECK_CONTAINS(buf, "malformed message: not a JSON object");
+    CHECK_CONTAINS(buf, "malformed JSON message: '[' or '{' expected near 'this'");
+    CHECK_CONTAINS(buf, "malformed worker message");
+    CHECK_CONTAINS(buf, "attached to isolate fake");
+    kill(f1, SIGTERM);
+    kill(f2, SIGTERM);
+    (void)wait_exit(f1, 5);
+    (void)wait_exit(f2, 5);
+    remove_dir();
+}
+
+TEST_MAIN(T(node_two_workers), T(workerd_two_workers), T(malformed_inspector))
