@@ -19,15 +19,20 @@ static void on_signal(int sig)
 
 static int usage_to(FILE *f, int rc)
 {
-    fprintf(f, "usage: contprof v8 --inspector HOST:PORT [--inspector HOST:PORT ...]\n"
-               "                  [--output-dir DIR] [--server URL | --brokers LIST] [--topic T]\n"
-               "                  [--service S] [--instance I] [--tenant T] [--label k=v ...]\n"
-               "                  [--window D] [--cpu-interval D] [--heap-interval BYTES]\n"
-               "                  [--exit-when-gone] [--allow-remote]\n"
-               "Attaches to every isolate of V8 hosts (workerd --inspector-addr, node --inspect)\n"
-               "and emits each isolate's cpu, alloc and inuse windows, labelled isolate=NAME and\n"
-               "runtime=v8. Defaults: --service v8, --window 10s, --cpu-interval 1ms,\n"
-               "--heap-interval 524288. SIGINT/SIGTERM emit the window in progress and stop.\n");
+    fprintf(
+        f,
+        "usage: contprof v8 --inspector HOST:PORT [--inspector HOST:PORT ...]\n"
+        "                  [--output-dir DIR] [--server URL | --brokers LIST] [--topic T]\n"
+        "                  [--service S] [--instance I] [--tenant T] [--label k=v ...]\n"
+        "                  [--window D] [--cpu-interval D] [--heap-interval BYTES]\n"
+        "                  [--exit-when-gone] [--allow-remote]\n"
+        "Attaches to every isolate of V8 hosts (workerd --inspector-addr, node --inspect)\n"
+        "and emits each isolate's cpu, alloc and inuse windows, labelled isolate=NAME and\n"
+        "runtime=v8. Defaults: --service v8, --window 10s, --cpu-interval 1ms,\n"
+        "--heap-interval 524288. SIGINT/SIGTERM emit the window in progress and stop.\n"
+        "examples:\n"
+        "  contprof v8 --inspector 127.0.0.1:9229 --service api --server http://127.0.0.1:8080\n"
+        "  contprof top --type cpu --select '{service=\"api\",runtime=\"v8\",isolate=\"main\"}'\n");
     return rc;
 }
 

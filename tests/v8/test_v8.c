@@ -72,8 +72,8 @@ static void print_log(const char *path)
 }
 
 /* Runs node on two_workers.js for seconds under `contprof v8 --window window`; the
- * windows end up in g_dir/out. */
-static void run_node(int seconds, const char *window)
+ * windows end up in g_dir/out, or go to the contprofd at server (if not NULL). */
+static void run_node(int seconds, const char *window, const char *server)
 {
     char node[512], inspect[64], hostport[64], script[512], secs[16], out[300], nlog[300],
         clog[300];
@@ -89,9 +89,18 @@ static void run_node(int seconds, const char *window)
     const char *nargv[] = {node, inspect, script, secs, NULL};
     pid_t np = spawn(nargv, nlog);
     (void)wait_for_log(np, nlog, "Debugger listening", 10);
-    const char *cargv[] = {CP_CONTPROF,    "v8",       "--inspector",      hostport,
-                           "--output-dir", out,        "--window",         window,
-                           "--service",    "nodetest", "--exit-when-gone", NULL};
+    const char *cargv[] = {CP_CONTPROF,
+                           "v8",
+                           "--inspector",
+                           hostport,
+                           server ? "--server" : "--output-dir",
+                           server ? server : out,
+                           "--window",
+                           window,
+                           "--service",
+                           "nodetest",
+                           "--exit-when-gone",
+                           NULL};
     pid_t cp = spawn(cargv, clog);
     int cst = wait_exit(cp, seconds + 30);
     int nst = wait_exit(np, 10);
@@ -114,7 +123,7 @@ static double ratio(const pset *s, const char *iso, const char *num, const char 
 TEST(node_two_workers)
 {
     make_dir();
-    run_node(6, "2s");
+    run_node(6, "2s", NULL);
     pset s;
     char out[300];
     snprintf(out, sizeof(out), "%s/out", g_dir);
@@ -305,4 +314,52 @@ TEST(malformed_inspector)
     remove_dir();
 }
 
-TEST_MAIN(T(node_two_workers), T(workerd_two_workers), T(malformed_inspector))
+/* ------------------------------------------------------------------------------------
+ * Through Kafka into the real contprofd: the labels and selectors */
+
+/* `contprof ARGS...` against the daemon; stdout into out. */
+static int cli(char *out, size_t cap, const char *const *args)
+{
+    return run_capture(CP_CONTPROF, args, NULL, NULL, out, cap);
+}
+
+/* The windows reach contprofd through its embedded Kafka broker with the agent's envelope:
+ * {runtime="v8",isolate="alpha"} selects alpha's isolate alone. */
+TEST(node_to_contprofd)
+{
+    make_dir();
+    char store[300], url[64];
+    snprintf(store, sizeof(store), "%s/store", g_dir);
+    proc d;
+    const char *dargs[] = {"--data", store, "--http", "127.0.0.1:0", NULL};
+    start_daemon(&d, g_dir, dargs);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", d.port);
+    run_node(5, "2s", url);
+    static char out[1 << 16];
+    const char *sel_alpha = "{service=\"nodetest\",runtime=\"v8\",isolate=\"alpha\"}";
+    const char *top[] = {"top",      "--server", url,      "--type", "cpu",
+                         "--select", sel_alpha,  "--from", "-10m",   NULL};
+    /* ingest is asynchronous (the first consumer-group join takes seconds): poll */
+    int found = 0;
+    for (int i = 0; i < 300 && !found; i++) {
+        CHECK_EQ(cli(out, sizeof(out), top), 0);
+        found = strstr(out, "hotAlpha") != NULL;
+        if (!found) usleep(100000);
+    }
+    printf("%s\n", out);
+    CHECK(found);
+    CHECK(!strstr(out, "buildBigTable")); /* main's, another isolate */
+    const char *labels[] = {"labels", "--server", url, "runtime", "--from", "-10m", NULL};
+    CHECK_EQ(cli(out, sizeof(out), labels), 0);
+    CHECK_CONTAINS(out, "v8");
+    const char *isos[] = {"labels", "--server", url, "isolate", "--from", "-10m", NULL};
+    CHECK_EQ(cli(out, sizeof(out), isos), 0);
+    printf("%s\n", out);
+    CHECK_CONTAINS(out, "alpha");
+    CHECK_CONTAINS(out, "beta");
+    CHECK_CONTAINS(out, "main");
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    remove_dir();
+}
+
+TEST_MAIN(T(node_two_workers), T(workerd_two_workers), T(malformed_inspector), T(node_to_contprofd))
