@@ -29,7 +29,8 @@ static int usage_to(FILE *f, int rc)
         "Attaches to every isolate of V8 hosts (workerd --inspector-addr, node --inspect)\n"
         "and emits each isolate's cpu, alloc and inuse windows, labelled isolate=NAME and\n"
         "runtime=v8. Defaults: --service v8, --window 10s, --cpu-interval 1ms,\n"
-        "--heap-interval 524288. SIGINT/SIGTERM emit the window in progress and stop.\n"
+        "--heap-interval 524288 (0 turns either profiler off). SIGINT/SIGTERM emit the\n"
+        "window in progress and stop.\n"
         "examples:\n"
         "  contprof v8 --inspector 127.0.0.1:9229 --service api --server http://127.0.0.1:8080\n"
         "  contprof top --type cpu --select '{service=\"api\",runtime=\"v8\",isolate=\"main\"}'\n");
@@ -89,19 +90,19 @@ int cp_cmd_v8(int argc, char **argv)
             }
             snprintf(labels + n, sizeof(labels) - n, "%s%s", n ? "," : "", v);
         } else if (!strcmp(a, "--window") || !strcmp(a, "--cpu-interval")) {
-            if (cp_parse_duration(v, 0, &d, &err)) {
+            if (cp_parse_duration(v, !strcmp(a, "--cpu-interval"), &d, &err)) {
                 fprintf(stderr, "contprof v8: %s: %s\n", a, err.msg);
                 return 2;
             }
             if (!strcmp(a, "--window"))
                 o.window_ns = d;
             else
-                o.cpu_interval_us = d / 1000 > 0 ? d / 1000 : 1;
+                o.cpu_interval_us = d == 0 ? 0 : d / 1000 > 0 ? d / 1000 : 1; /* 0: off */
         } else if (!strcmp(a, "--heap-interval")) {
             char *end;
             long long b = strtoll(v, &end, 10);
-            if (*end || b <= 0) {
-                fprintf(stderr, "contprof v8: --heap-interval %s: not a positive byte count\n", v);
+            if (*end || b < 0 || end == v) {
+                fprintf(stderr, "contprof v8: --heap-interval %s: not a byte count\n", v);
                 return 2;
             }
             o.heap_interval = b;

@@ -509,15 +509,18 @@ static int session_start(session *s)
 {
     cp_err e = {0};
     int rc;
-    if ((rc = call(s, "Profiler.enable", NULL, NULL, &e)) ||
-        (rc = call(s, "Profiler.setSamplingInterval",
-                   json_pack("{s:I}", "interval", (json_int_t)S.o->cpu_interval_us), NULL, &e)) ||
-        (rc = call(s, "Profiler.start", NULL, NULL, &e))) {
+    if (S.o->cpu_interval_us > 0 &&
+        ((rc = call(s, "Profiler.enable", NULL, NULL, &e)) ||
+         (rc = call(s, "Profiler.setSamplingInterval",
+                    json_pack("{s:I}", "interval", (json_int_t)S.o->cpu_interval_us), NULL, &e)) ||
+         (rc = call(s, "Profiler.start", NULL, NULL, &e)))) {
         cp_log_warn("v8: %s", e.msg);
         return rc;
     }
     json_t *hp = json_pack("{s:I}", "samplingInterval", (json_int_t)S.o->heap_interval);
-    if (call(s, "HeapProfiler.startSampling", json_incref(hp), NULL, &e) != 0) {
+    if (S.o->heap_interval <= 0) {
+        /* heap profiles off */
+    } else if (call(s, "HeapProfiler.startSampling", json_incref(hp), NULL, &e) != 0) {
         /* a sampler left running by an earlier session of ours: restart it */
         (void)call(s, "HeapProfiler.stopSampling", NULL, NULL, NULL);
         if (call(s, "HeapProfiler.startSampling", json_incref(hp), NULL, &e) != 0)
@@ -549,7 +552,9 @@ static void session_window(session *s, int last)
     cp_err e = {0};
     json_t *r = NULL;
     int lost = 0;
-    if (call(s, "Profiler.stop", NULL, &r, &e) == 0) {
+    if (S.o->cpu_interval_us <= 0) {
+        /* CPU profiles off */
+    } else if (call(s, "Profiler.stop", NULL, &r, &e) == 0) {
         cp_profile *p = NULL;
         const json_t *prof = json_object_get(r, "profile");
         int64_t t0 = 0, t1 = 0, gap = 0;
@@ -582,7 +587,8 @@ static void session_window(session *s, int last)
         cp_log_warn("v8: %s: CPU window lost", e.msg);
         lost++;
     }
-    if (!last && !s->gone && call(s, "Profiler.start", NULL, NULL, &e) != 0)
+    if (S.o->cpu_interval_us > 0 && !last && !s->gone &&
+        call(s, "Profiler.start", NULL, NULL, &e) != 0)
         cp_log_warn("v8: %s", e.msg);
     if (s->heap_on) {
         if (call(s, "HeapProfiler.getSamplingProfile", NULL, &r, &e) == 0) {
@@ -846,8 +852,11 @@ int cp_v8_run(const cp_v8_options *o, cp_err *err)
     S.o = o;
     if (!o->service || !o->service[0]) return cp_err_set(err, CP_EINVAL, "--service is required");
     if (o->ninspectors <= 0) return cp_err_set(err, CP_EINVAL, "no --inspector given");
-    if (o->window_ns <= 0 || o->cpu_interval_us <= 0 || o->heap_interval <= 0)
-        return cp_err_set(err, CP_EINVAL, "window, CPU interval and heap interval must be > 0");
+    if (o->window_ns <= 0 || o->cpu_interval_us < 0 || o->heap_interval < 0 ||
+        (!o->cpu_interval_us && !o->heap_interval))
+        return cp_err_set(err, CP_EINVAL,
+                          "the window must be > 0, and the CPU or the heap "
+                          "interval too (0 turns one profiler off)");
     gethostname(S.hostname, sizeof(S.hostname) - 1);
     snprintf(S.producer, sizeof(S.producer), "%s:%d:v8", S.hostname, (int)getpid());
     for (int i = 0; i < o->ninspectors && i < CP_V8_MAX_HOSTS; i++) {
