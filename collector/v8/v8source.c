@@ -43,7 +43,7 @@ typedef struct session {
     int64_t next_id, want_id;
     json_t *reply; /* the awaited reply once it came */
     int gone, started, heap_on;
-    uint64_t watermark, seq, token, dropped_windows;
+    uint64_t watermark, token, dropped_windows;
     int64_t window_start_ns;
     int64_t last_end_us; /* V8's time of the last stopped profile's end; -1: none yet */
     int64_t gap_total_us, gap_max_us, windows;
@@ -100,6 +100,7 @@ static struct {
     cp_kafka *kafka;
     char producer[200], hostname[64];
     uint64_t next_token;
+    uint64_t sequence;        /* of every envelope of this producer */
     uint64_t dropped_windows; /* lost with no session left to report them */
     int64_t stop_at;          /* monotonic time the stop signal was seen, 0 before */
 } S;
@@ -196,7 +197,8 @@ static void emit(session *s, cp_profile *p, cp_kind kind, int64_t start_ns, int6
     e.kind = kind;
     e.window_start_ns = start_ns;
     e.window_duration_ns = end_ns > start_ns ? end_ns - start_ns : 1;
-    e.sequence = s->seq++;
+    /* one sequence for the producer: contprofd stores a (producer, sequence) once */
+    e.sequence = S.sequence++;
     e.dropped_samples = dropped_samples;
     e.dropped_windows = s->dropped_windows;
     e.pprof = cp_buf_steal(&buf, &e.pprof_len);

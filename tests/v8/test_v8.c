@@ -358,6 +358,11 @@ TEST(node_to_contprofd)
     CHECK_CONTAINS(out, "alpha");
     CHECK_CONTAINS(out, "beta");
     CHECK_CONTAINS(out, "main");
+    /* every envelope its own (producer, sequence): none stored as a duplicate */
+    cp_http_result r;
+    CHECK_EQ(cp_http_get(url, "/metrics", NULL, 5000, 1 << 22, &r, NULL), 0);
+    CHECK_CONTAINS((char *)r.body.data, "contprof_ingest_duplicates_total 0\n");
+    cp_buf_close(&r.body);
     CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
     remove_dir();
 }
