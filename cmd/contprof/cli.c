@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "cmd_run.h" /* the agent launcher */
+#include "cmd_v8.h"  /* the V8 source */
 #include "import.h"  /* ingest/import.c: the pprof files' producer */
 
 static int cmd_completion(int argc, char **argv);
@@ -24,6 +25,7 @@ static const cp_cli_command commands[] = {
     {"timeline", cp_cmd_timeline, "totals per step over a window"},
     {"symbols", cp_cmd_symbols, "upload ELF binaries or debug files: contprofd names their frames"},
     {"run", cp_cmd_run, "run a program under the profiling agent"},
+    {"v8", cp_cmd_v8, "profile every isolate of V8 hosts (workerd, node) through their inspector"},
     {"import", cp_cmd_import, "send existing pprof files to contprofd through Kafka"},
     {"completion", cmd_completion, "print a shell completion script: completion bash"},
 };

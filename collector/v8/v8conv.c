@@ -1,0 +1,429 @@
+/* V8 inspector profiles (CPU and sampling heap) into pprof profiles of the shared model:
+ * one location per distinct call frame, stacks from the node tree, weights from the
+ * samples. Everything read from the message is checked before it is used. */
+#include "v8conv.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NONE UINT32_MAX
+
+typedef CP_VEC(uint32_t) u32vec;
+
+/* One node of a V8 tree, flattened: its id, its call frame, its parent's index. */
+typedef struct node {
+    int64_t id;
+    const json_t *frame;
+    uint32_t parent;
+    uint32_t loc; /* location id, 0 until needed; NONE for a frame left out of stacks */
+} node;
+
+typedef struct idx_pair {
+    int64_t id;
+    uint32_t idx;
+} idx_pair;
+
+typedef struct tree {
+    node *n;
+    idx_pair *by_id; /* sorted by id */
+    uint32_t len;
+    u32vec loc_of_str; /* system_name string id -> location id */
+    char *key;
+    size_t key_cap;
+} tree;
+
+static void tree_close(tree *t)
+{
+    free(t->n);
+    free(t->by_id);
+    free(t->loc_of_str.v);
+    free(t->key);
+    memset(t, 0, sizeof(*t));
+}
+
+static int cmp_pair(const void *a, const void *b)
+{
+    const idx_pair *x = a, *y = b;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static uint32_t find_node(const tree *t, int64_t id)
+{
+    size_t lo = 0, hi = t->len;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->by_id[mid].id == id) return t->by_id[mid].idx;
+        if (t->by_id[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NONE;
+}
+
+/* Sorts the id index and refuses duplicates. */
+static int index_ids(tree *t, cp_err *err)
+{
+    t->by_id = malloc((size_t)(t->len ? t->len : 1) * sizeof(idx_pair));
+    if (!t->by_id) return CP_ENOMEM;
+    for (uint32_t i = 0; i < t->len; i++)
+        t->by_id[i] = (idx_pair){t->n[i].id, i};
+    qsort(t->by_id, t->len, sizeof(idx_pair), cmp_pair);
+    for (uint32_t i = 1; i < t->len; i++)
+        if (t->by_id[i].id == t->by_id[i - 1].id)
+            return cp_err_set(err, CP_EPARSE, "node id %lld appears twice",
+                              (long long)t->by_id[i].id);
+    return 0;
+}
+
+/* An integer member; missing gives def. Returns 0 or CP_EPARSE naming what. */
+static int get_int(const json_t *o, const char *name, int64_t def, int64_t lo, int64_t hi,
+                   int64_t *out, const char *what, cp_err *err)
+{
+    const json_t *v = json_object_get(o, name);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    double d;
+    if (json_is_integer(v))
+        d = (double)json_integer_value(v);
+    else if (json_is_real(v))
+        d = json_real_value(v);
+    else
+        return cp_err_set(err, CP_EPARSE, "%s: %s is not a number", what, name);
+    if (!(d >= (double)lo && d <= (double)hi))
+        return cp_err_set(err, CP_EPARSE, "%s: %s %g out of range [%lld, %lld]", what, name, d,
+                          (long long)lo, (long long)hi);
+    *out = json_is_integer(v) ? (int64_t)json_integer_value(v) : (int64_t)d;
+    return 0;
+}
+
+static const char *get_str(const json_t *o, const char *name)
+{
+    const json_t *v = json_object_get(o, name);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+/* Checks a node's fields and records them at t->n[i]. */
+static int read_node(tree *t, uint32_t i, const json_t *nd, uint32_t parent, cp_err *err)
+{
+    if (!json_is_object(nd)) return cp_err_set(err, CP_EPARSE, "node %u is not an object", i);
+    int64_t id;
+    int rc = get_int(nd, "id", -1, 0, INT64_MAX / 2, &id, "node", err);
+    if (rc) return rc;
+    if (!json_object_get(nd, "id")) return cp_err_set(err, CP_EPARSE, "node %u has no id", i);
+    const json_t *cf = json_object_get(nd, "callFrame");
+    if (!json_is_object(cf))
+        return cp_err_set(err, CP_EPARSE, "node %lld has no callFrame object", (long long)id);
+    if (!get_str(cf, "functionName") || !get_str(cf, "url"))
+        return cp_err_set(err, CP_EPARSE,
+                          "node %lld: callFrame.functionName or .url is not a string",
+                          (long long)id);
+    t->n[i] = (node){.id = id, .frame = cf, .parent = parent};
+    return 0;
+}
+
+/* The location id of node i's frame (made once per distinct frame), or NONE for "(root)". */
+static int node_loc(cp_profile *p, tree *t, uint32_t i, uint32_t *out, cp_err *err)
+{
+    node *nd = &t->n[i];
+    if (nd->loc) {
+        *out = nd->loc;
+        return 0;
+    }
+    const char *fn = get_str(nd->frame, "functionName"), *url = get_str(nd->frame, "url");
+    if (!strcmp(fn, "(root)") && !url[0]) {
+        *out = nd->loc = NONE;
+        return 0;
+    }
+    int64_t line, col;
+    int rc = get_int(nd->frame, "lineNumber", -1, -1, INT32_MAX, &line, "callFrame", err);
+    if (!rc) rc = get_int(nd->frame, "columnNumber", -1, -1, INT32_MAX, &col, "callFrame", err);
+    if (rc) return rc;
+    const char *name = fn[0] ? fn : "(anonymous)";
+    size_t need = strlen(name) + strlen(url) + 48;
+    if (need > t->key_cap) {
+        char *k = realloc(t->key, need);
+        if (!k) return CP_ENOMEM;
+        t->key = k;
+        t->key_cap = need;
+    }
+    int kl = snprintf(t->key, need, "%s %s:%lld:%lld", name, url, (long long)line + 1,
+                      (long long)col + 1);
+    uint32_t sid, name_id, file_id, fid, lid;
+    if (cp_profile_intern(p, t->key, (size_t)kl, &sid)) return CP_ENOMEM;
+    if (sid < t->loc_of_str.n && t->loc_of_str.v[sid]) {
+        *out = nd->loc = t->loc_of_str.v[sid];
+        return 0;
+    }
+    if (cp_profile_intern_cstr(p, name, &name_id) || cp_profile_intern_cstr(p, url, &file_id))
+        return CP_ENOMEM;
+    cp_function f = {
+        .name = name_id, .system_name = sid, .filename = file_id, .start_line = line + 1};
+    if (cp_profile_add_function(p, &f, &fid)) return CP_ENOMEM;
+    cp_line ln = {.function_id = fid, .line = line + 1};
+    if (cp_profile_add_location(p, 0, 0, &ln, 1, &lid)) return CP_ENOMEM;
+    if (cp_vec_reserve(&t->loc_of_str, (size_t)sid + 1)) return CP_ENOMEM;
+    while (t->loc_of_str.n <= sid)
+        t->loc_of_str.v[t->loc_of_str.n++] = 0;
+    t->loc_of_str.v[sid] = lid;
+    *out = nd->loc = lid;
+    return 0;
+}
+
+/* Adds one sample for node i (its stack walked to the root) with values vals. */
+static int add_stack(cp_profile *p, tree *t, uint32_t i, const int64_t *vals, u32vec *stk,
+                     cp_err *err)
+{
+    stk->n = 0;
+    uint32_t steps = 0;
+    for (uint32_t at = i; at != NONE; at = t->n[at].parent) {
+        if (++steps > t->len)
+            return cp_err_set(err, CP_EPARSE, "the parents of node %lld form a cycle",
+                              (long long)t->n[i].id);
+        uint32_t loc;
+        int rc = node_loc(p, t, at, &loc, err);
+        if (rc) return rc;
+        if (loc != NONE && cp_vec_push(stk, loc)) return CP_ENOMEM;
+    }
+    if (!stk->n) return 0;
+    return cp_profile_add_sample(p, stk->v, stk->n, vals, NULL, 0);
+}
+
+static int start_profile(cp_profile **out, const char *t0, const char *u0, const char *t1,
+                         const char *u1, const char *period_type, const char *period_unit,
+                         const char *dflt)
+{
+    cp_profile *p = cp_profile_create();
+    if (!p) return CP_ENOMEM;
+    if (cp_profile_add_sample_type(p, t0, u0) || cp_profile_add_sample_type(p, t1, u1) ||
+        cp_profile_intern_cstr(p, period_type, &p->period_type.type) ||
+        cp_profile_intern_cstr(p, period_unit, &p->period_type.unit) ||
+        cp_profile_intern_cstr(p, dflt, &p->default_sample_type)) {
+        cp_profile_destroy(p);
+        return CP_ENOMEM;
+    }
+    *out = p;
+    return 0;
+}
+
+int cp_v8_cpu_profile(const json_t *profile, int64_t interval_us, cp_profile **out,
+                      int64_t *span_us, cp_err *err)
+{
+    *out = NULL;
+    tree t = {0};
+    cp_profile *p = NULL;
+    int64_t *cnt = NULL;
+    u32vec stk = {0};
+    int rc;
+    if (!json_is_object(profile)) return cp_err_set(err, CP_EPARSE, "CPU profile: not an object");
+    const json_t *nodes = json_object_get(profile, "nodes");
+    const json_t *samples = json_object_get(profile, "samples");
+    const json_t *deltas = json_object_get(profile, "timeDeltas");
+    if (!json_is_array(nodes)) return cp_err_set(err, CP_EPARSE, "CPU profile: no nodes array");
+    if (samples && !json_is_array(samples))
+        return cp_err_set(err, CP_EPARSE, "CPU profile: samples is not an array");
+    if (deltas && !json_is_array(deltas))
+        return cp_err_set(err, CP_EPARSE, "CPU profile: timeDeltas is not an array");
+    size_t nn = json_array_size(nodes), ns_ = json_array_size(samples);
+    if (nn > CP_V8_MAX_NODES || ns_ > (1u << 28))
+        return cp_err_set(err, CP_ELIMIT, "CPU profile: %zu nodes, %zu samples: too many", nn, ns_);
+    if (json_array_size(deltas) != ns_)
+        return cp_err_set(err, CP_EPARSE, "CPU profile: %zu samples but %zu timeDeltas", ns_,
+                          json_array_size(deltas));
+    int64_t start, end;
+    if ((rc = get_int(profile, "startTime", 0, 0, INT64_MAX / 4, &start, "CPU profile", err)) ||
+        (rc = get_int(profile, "endTime", start, 0, INT64_MAX / 4, &end, "CPU profile", err)))
+        return rc;
+    if (span_us) *span_us = end >= start ? end - start : 0;
+
+    rc = CP_ENOMEM;
+    t.len = (uint32_t)nn;
+    t.n = calloc(nn ? nn : 1, sizeof(node));
+    cnt = calloc(nn ? nn : 1, sizeof(int64_t));
+    if (!t.n || !cnt) goto fail;
+    for (uint32_t i = 0; i < nn; i++)
+        if ((rc = read_node(&t, i, json_array_get(nodes, i), NONE, err))) goto fail;
+    if ((rc = index_ids(&t, err))) goto fail;
+    for (uint32_t i = 0; i < nn; i++) {
+        const json_t *ch = json_object_get(json_array_get(nodes, i), "children");
+        if (!ch) continue;
+        if (!json_is_array(ch)) {
+            rc = cp_err_set(err, CP_EPARSE, "node %lld: children is not an array",
+                            (long long)t.n[i].id);
+            goto fail;
+        }
+        for (size_t k = 0; k < json_array_size(ch); k++) {
+            const json_t *c = json_array_get(ch, k);
+            uint32_t ci = json_is_integer(c) ? find_node(&t, json_integer_value(c)) : NONE;
+            if (ci == NONE) {
+                rc = cp_err_set(err, CP_EPARSE, "node %lld: child %zu is not a node id",
+                                (long long)t.n[i].id, k);
+                goto fail;
+            }
+            if (t.n[ci].parent != NONE || ci == i) {
+                rc = cp_err_set(err, CP_EPARSE, "node %lld is the child of two nodes",
+                                (long long)t.n[ci].id);
+                goto fail;
+            }
+            t.n[ci].parent = i;
+        }
+    }
+    /* the deltas are checked, though only the counts are used (see the contract) */
+    int64_t ts = start;
+    for (size_t i = 0; i <= ns_; i++) {
+        int64_t next = end;
+        if (i < ns_) {
+            const json_t *d = json_array_get(deltas, i);
+            if (!json_is_integer(d) || json_integer_value(d) < -(INT64_C(1) << 40) ||
+                json_integer_value(d) > (INT64_C(1) << 40)) {
+                rc = cp_err_set(err, CP_EPARSE,
+                                "CPU profile: timeDeltas[%zu] is not a sane "
+                                "integer",
+                                i);
+                goto fail;
+            }
+            next = ts + json_integer_value(d);
+        }
+        if (i == ns_) break;
+        const json_t *s = json_array_get(samples, i);
+        uint32_t si = json_is_integer(s) ? find_node(&t, json_integer_value(s)) : NONE;
+        if (si == NONE) {
+            rc = cp_err_set(err, CP_EPARSE, "CPU profile: samples[%zu] is not a node id", i);
+            goto fail;
+        }
+        cnt[si]++;
+        ts = next;
+    }
+    if ((rc = start_profile(&p, "samples", "count", "cpu", "nanoseconds", "cpu", "nanoseconds",
+                            "cpu")))
+        goto fail;
+    for (uint32_t i = 0; i < nn; i++) {
+        if (!cnt[i]) continue;
+        if (!strcmp(get_str(t.n[i].frame, "functionName"), "(idle)")) continue;
+        int64_t vals[2] = {cnt[i], cnt[i] * interval_us * 1000};
+        if ((rc = add_stack(p, &t, i, vals, &stk, err))) goto fail;
+    }
+    p->duration_nanos = (end > start ? end - start : 0) * 1000;
+    *out = p;
+    p = NULL;
+    rc = 0;
+fail:
+    cp_profile_destroy(p);
+    tree_close(&t);
+    free(cnt);
+    free(stk.v);
+    return rc;
+}
+
+int cp_v8_heap_profile(const json_t *profile, int64_t interval_bytes, int alloc,
+                       uint64_t *watermark, cp_profile **out, cp_err *err)
+{
+    *out = NULL;
+    tree t = {0};
+    cp_profile *p = NULL;
+    double *objs = NULL, *bytes = NULL;
+    const json_t **js = NULL;
+    u32vec stk = {0};
+    int rc;
+    if (interval_bytes <= 0) interval_bytes = 1;
+    if (!json_is_object(profile)) return cp_err_set(err, CP_EPARSE, "heap profile: not an object");
+    const json_t *head = json_object_get(profile, "head");
+    const json_t *samples = json_object_get(profile, "samples");
+    if (!json_is_object(head)) return cp_err_set(err, CP_EPARSE, "heap profile: no head node");
+    if (samples && !json_is_array(samples))
+        return cp_err_set(err, CP_EPARSE, "heap profile: samples is not an array");
+    /* flatten the tree breadth first: js[i] the node, t.n[i] its fields */
+    uint32_t cap = 256;
+    rc = CP_ENOMEM;
+    t.n = malloc(cap * sizeof(node));
+    js = malloc(cap * sizeof(*js));
+    if (!t.n || !js) goto fail;
+    js[0] = head;
+    t.n[0].parent = NONE;
+    t.len = 1;
+    for (uint32_t i = 0; i < t.len; i++) {
+        if ((rc = read_node(&t, i, js[i], t.n[i].parent, err))) goto fail;
+        const json_t *ch = json_object_get(js[i], "children");
+        if (ch && !json_is_array(ch)) {
+            rc = cp_err_set(err, CP_EPARSE, "heap node %lld: children is not an array",
+                            (long long)t.n[i].id);
+            goto fail;
+        }
+        size_t nc = json_array_size(ch);
+        if ((size_t)t.len + nc > CP_V8_MAX_NODES) {
+            rc = cp_err_set(err, CP_ELIMIT, "heap profile: more than %u nodes", CP_V8_MAX_NODES);
+            goto fail;
+        }
+        while (t.len + nc > cap) {
+            cap *= 2;
+            node *nn = realloc(t.n, cap * sizeof(node));
+            if (!nn) goto fail_nomem;
+            t.n = nn;
+            const json_t **nj = realloc(js, cap * sizeof(*js));
+            if (!nj) goto fail_nomem;
+            js = nj;
+        }
+        for (size_t k = 0; k < nc; k++) {
+            js[t.len] = json_array_get(ch, k);
+            t.n[t.len].parent = i;
+            t.len++;
+        }
+    }
+    if ((rc = index_ids(&t, err))) goto fail;
+    objs = calloc(t.len, sizeof(double));
+    bytes = calloc(t.len, sizeof(double));
+    if (!objs || !bytes) goto fail_nomem;
+    uint64_t high = watermark ? *watermark : 0, low = high;
+    for (size_t i = 0; i < json_array_size(samples); i++) {
+        const json_t *s = json_array_get(samples, i);
+        int64_t size, nid, ord;
+        if (!json_is_object(s)) {
+            rc = cp_err_set(err, CP_EPARSE, "heap profile: samples[%zu] is not an object", i);
+            goto fail;
+        }
+        if ((rc = get_int(s, "size", 0, 0, INT64_C(1) << 40, &size, "heap sample", err)) ||
+            (rc = get_int(s, "nodeId", -1, 0, INT64_MAX / 2, &nid, "heap sample", err)) ||
+            (rc = get_int(s, "ordinal", 0, 0, INT64_MAX / 2, &ord, "heap sample", err)))
+            goto fail;
+        uint32_t ni = find_node(&t, nid);
+        if (ni == NONE) {
+            rc = cp_err_set(err, CP_EPARSE, "heap profile: samples[%zu].nodeId %lld is no node", i,
+                            (long long)nid);
+            goto fail;
+        }
+        if ((uint64_t)ord > high) high = (uint64_t)ord;
+        if (alloc && (uint64_t)ord <= low) continue;
+        double scale = size > 0 ? 1.0 / (1.0 - exp(-(double)size / (double)interval_bytes)) : 1;
+        objs[ni] += scale;
+        bytes[ni] += scale * (double)size;
+    }
+    if (watermark) *watermark = high;
+    if ((rc = start_profile(&p, alloc ? "alloc_objects" : "inuse_objects", "count",
+                            alloc ? "alloc_space" : "inuse_space", "bytes", "space", "bytes",
+                            alloc ? "alloc_space" : "inuse_space")))
+        goto fail;
+    p->period = interval_bytes;
+    for (uint32_t i = 0; i < t.len; i++) {
+        if (bytes[i] <= 0) continue;
+        int64_t vals[2] = {llround(objs[i]), llround(bytes[i])};
+        if ((rc = add_stack(p, &t, i, vals, &stk, err))) goto fail;
+    }
+    *out = p;
+    p = NULL;
+    rc = 0;
+    goto fail;
+fail_nomem:
+    rc = CP_ENOMEM;
+fail:
+    cp_profile_destroy(p);
+    tree_close(&t);
+    free(js);
+    free(objs);
+    free(bytes);
+    free(stk.v);
+    return rc;
+}

@@ -1,0 +1,41 @@
+/* Converting what V8's inspector returns (Profiler.stop's Profile, HeapProfiler's
+ * SamplingHeapProfile, as jansson values) into pprof profiles of the shared model. Pure
+ * functions: no I/O, no global state; every id, index and number is checked, so a
+ * malformed message is an error naming the field, never a crash. */
+#ifndef CP_V8CONV_H
+#define CP_V8CONV_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "profile.h"
+
+/* The most nodes a profile may hold (a sane V8 tree holds thousands). */
+#define CP_V8_MAX_NODES (1u << 22)
+
+/* Converts a Profiler.Profile (profile: the `profile` member of Profiler.stop's result)
+ * into a CPU profile (sample types samples/count and cpu/nanoseconds, like the native
+ * agent's). Each sample weighs one sampling interval (interval_us, the one given to
+ * Profiler.setSamplingInterval): V8 records a sample only while the isolate runs on its
+ * thread, so the time to the next sample (DevTools' wall-clock weight) would hold the
+ * time the isolate waited or another isolate ran its thread (workerd). "(root)" is
+ * dropped from stacks and "(idle)" samples are dropped. Frames: function name (or
+ * "(anonymous)"), file = script URL, line = lineNumber + 1; system_name = "NAME
+ * URL:LINE:COLUMN" (1-based), which tells apart the anonymous functions of one file. On
+ * success *out is a new profile the caller destroys and *span_us (may be NULL) is endTime
+ * - startTime. Returns 0, CP_EPARSE (err naming the field), CP_ELIMIT or CP_ENOMEM. */
+int cp_v8_cpu_profile(const json_t *profile, int64_t interval_us, cp_profile **out,
+                      int64_t *span_us, cp_err *err);
+
+/* Converts a HeapProfiler.SamplingHeapProfile (`profile` of getSamplingProfile's result)
+ * sampled at interval_bytes into an inuse profile (inuse_objects/count,
+ * inuse_space/bytes) of every sample, or, with alloc set, an alloc profile
+ * (alloc_objects, alloc_space) of the samples whose ordinal is above *watermark. Each
+ * sample of size S counts as 1 / (1 - exp(-S / interval)) objects of S bytes, V8's own
+ * unbiasing. *watermark (may be NULL) is raised to the highest ordinal seen. Returns as
+ * cp_v8_cpu_profile. */
+int cp_v8_heap_profile(const json_t *profile, int64_t interval_bytes, int alloc,
+                       uint64_t *watermark, cp_profile **out, cp_err *err);
+
+#endif

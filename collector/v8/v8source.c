@@ -1,0 +1,958 @@
+/* The V8 source: discovery of inspector targets (/json/list), one WebSocket per target
+ * (libwebsockets, one context, one thread), Node's worker sessions multiplexed over their
+ * parent's socket (NodeWorker domain), the profilers' cycle per window, and emission as
+ * the native agent emits (envelopes to files and Kafka). */
+#include "v8source.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <libwebsockets.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "envelope.h"
+#include "http_client.h"
+#include "kafka.h"
+#include "labels.h"
+#include "log.h"
+#include "pprof.h"
+#include "times.h"
+#include "v8conv.h"
+
+#define MAX_MESSAGE ((size_t)256 << 20) /* one inspector message (a CPU profile) at most */
+#define CALL_TIMEOUT_MS 10000
+#define BACKOFF_MIN_NS (250 * 1000000LL)
+#define BACKOFF_MAX_NS (10 * 1000000000LL)
+#define POLL_NS (1000 * 1000000LL) /* /json/list of a host that answers */
+#define STOP_NS (3 * 1000000000LL) /* what a stop signal leaves the last windows */
+
+enum { C_IDLE, C_CONNECTING, C_OPEN, C_CLOSED };
+
+typedef struct conn conn;
+
+/* One isolate: the target of a connection, or a Node worker reached through it. */
+typedef struct session {
+    struct session *next;
+    conn *c;
+    char *sid; /* NodeWorker session id; NULL for the connection's own target */
+    char isolate[128];
+    int64_t next_id, want_id;
+    json_t *reply; /* the awaited reply once it came */
+    int gone, started, heap_on;
+    uint64_t watermark, token, dropped_windows;
+    int64_t window_start_ns;
+    int64_t last_end_us; /* V8's time of the last stopped profile's end; -1: none yet */
+    int64_t gap_total_us, gap_max_us, windows;
+} session;
+
+typedef struct out_msg {
+    unsigned char *buf; /* LWS_PRE bytes, then the text */
+    size_t len;
+} out_msg;
+
+typedef struct attach {
+    char *sid, *title;
+} attach;
+
+typedef struct host host;
+
+struct conn {
+    conn *next;
+    host *h;
+    char target[128], title[256], path[512];
+    struct lws *wsi;
+    int state, listed;
+    int finishing; /* node ran its last line and waits for us to disconnect */
+    int closing;   /* asked libwebsockets to close */
+    int64_t retry_at, backoff_ns, outer_id;
+    cp_buf rx;
+    int rx_over;
+    CP_VEC(out_msg) tx;
+    CP_VEC(attach) attaches;
+    session *sessions; /* the first is the target's own, once open */
+};
+
+/* Windows lost with an isolate's session (the host went away mid-window), handed to the
+ * next session of the same name so that its first envelope reports them. */
+typedef struct lost {
+    char isolate[128];
+    uint64_t windows;
+} lost;
+
+struct host {
+    char addr[128], hostport[160], instance[192];
+    lost lost[32];
+    int port, seen, answering;
+    int64_t next_poll, backoff_ns;
+    conn *conns;
+};
+
+static struct {
+    const cp_v8_options *o;
+    struct lws_context *ctx;
+    lws_sorted_usec_list_t tick;
+    host hosts[CP_V8_MAX_HOSTS];
+    int nhosts;
+    cp_kafka *kafka;
+    char producer[200], hostname[64];
+    uint64_t next_token;
+    uint64_t sequence;        /* of every envelope of this producer */
+    uint64_t dropped_windows; /* lost with no session left to report them */
+    int64_t stop_at;          /* monotonic time the stop signal was seen, 0 before */
+} S;
+
+/* ------------------------------------------------------------------------------------
+ * Emission: the agent's envelope, labels and transports. */
+
+static void sanitize(char *dst, size_t cap, const char *s)
+{
+    size_t i = 0;
+    for (; s && s[i] && i + 1 < cap; i++) {
+        char ch = s[i];
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                 ch == '_' || ch == '-';
+        dst[i] = ok ? ch : '_';
+    }
+    dst[i] = 0;
+    if (!i && cap > 1) snprintf(dst, cap, "_");
+}
+
+static int write_file(const cp_envelope *e, const session *s)
+{
+    char iso[64], svc[64], path[1400], tmp[1410];
+    sanitize(iso, sizeof(iso), s->isolate);
+    sanitize(svc, sizeof(svc), S.o->service);
+    cp_buf gz = {0};
+    if (cp_gzip(e->pprof, e->pprof_len, 1, &gz) != 0) return CP_ENOMEM;
+    snprintf(path, sizeof(path), "%s/%s.%d-%llx.%06llu.%s.%s.pb.gz", S.o->output_dir, svc,
+             (int)getpid(), (unsigned long long)s->token, (unsigned long long)e->sequence,
+             cp_kind_name(e->kind), iso);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    size_t off = 0;
+    while (fd >= 0 && off < gz.len) {
+        ssize_t w = write(fd, gz.data + off, gz.len - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        off += (size_t)w;
+    }
+    int ok = fd >= 0 && off == gz.len;
+    if (fd >= 0 && close(fd) != 0) ok = 0;
+    if (ok && rename(tmp, path) != 0) ok = 0;
+    if (!ok) {
+        cp_log_warn("v8: cannot write %s: %s", path, strerror(errno));
+        unlink(tmp);
+    }
+    cp_buf_close(&gz);
+    return ok ? 0 : CP_EIO;
+}
+
+/* "k=v,k=v" into l. */
+static int add_labels_text(cp_labels *l, const char *text)
+{
+    if (!text || !text[0]) return 0;
+    char *copy = strdup(text), *save = NULL;
+    if (!copy) return CP_ENOMEM;
+    int rc = 0;
+    for (char *kv = strtok_r(copy, ",", &save); kv && !rc; kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '=');
+        if (!eq) continue;
+        *eq = 0;
+        rc = cp_labels_set(l, kv, eq + 1);
+    }
+    free(copy);
+    return rc;
+}
+
+/* Wraps p (destroyed here) in an envelope of s and hands it on. */
+static void emit(session *s, cp_profile *p, cp_kind kind, int64_t start_ns, int64_t end_ns,
+                 uint64_t dropped_samples)
+{
+    cp_envelope e = {0};
+    cp_buf buf = {0};
+    int rc = CP_ENOMEM;
+    p->time_nanos = start_ns;
+    p->duration_nanos = end_ns - start_ns;
+    if (cp_pprof_encode(p, 0, &buf) != 0) goto fail;
+    if (buf.len > CP_RAW_PPROF_MAX) {
+        cp_buf gz = {0};
+        if (cp_gzip(buf.data, buf.len, 1, &gz) != 0) goto fail;
+        cp_buf_close(&buf);
+        buf = gz;
+    }
+    e.tenant = strdup(S.o->tenant && S.o->tenant[0] ? S.o->tenant : CP_DEFAULT_TENANT);
+    e.producer_id = strdup(S.producer);
+    e.engine = strdup("v8-inspector");
+    if (!e.tenant || !e.producer_id || !e.engine) goto fail;
+    if ((rc = add_labels_text(&e.labels, S.o->labels)) ||
+        (rc = cp_labels_set(&e.labels, CP_LABEL_SERVICE, S.o->service)) ||
+        (rc = cp_labels_set(&e.labels, CP_LABEL_INSTANCE, s->c->h->instance)) ||
+        (rc = cp_labels_set(&e.labels, CP_LABEL_ISOLATE, s->isolate)) ||
+        (rc = cp_labels_set(&e.labels, "runtime", "v8")))
+        goto fail;
+    e.kind = kind;
+    e.window_start_ns = start_ns;
+    e.window_duration_ns = end_ns > start_ns ? end_ns - start_ns : 1;
+    /* one sequence for the producer: contprofd stores a (producer, sequence) once */
+    e.sequence = S.sequence++;
+    e.dropped_samples = dropped_samples;
+    e.dropped_windows = s->dropped_windows;
+    e.pprof = cp_buf_steal(&buf, &e.pprof_len);
+    rc = 0;
+    if (S.o->output_dir && S.o->output_dir[0] && write_file(&e, s) != 0) rc = CP_EIO;
+    if (S.kafka) {
+        cp_buf val = {0}, key = {0};
+        if (cp_envelope_encode(&e, &val) == 0 && cp_envelope_series_key(&e, &key) == 0) {
+            size_t vl, kl;
+            uint8_t *v = cp_buf_steal(&val, &vl), *k = cp_buf_steal(&key, &kl);
+            cp_kafka_send(S.kafka, v, vl, k, kl);
+        } else {
+            rc = CP_ENOMEM;
+        }
+        cp_buf_close(&val);
+        cp_buf_close(&key);
+    }
+    if (rc == 0) s->dropped_windows = 0; /* reported in this envelope */
+fail:
+    if (rc) {
+        s->dropped_windows++;
+        cp_log_warn("v8: isolate %s: %s window lost: %s", s->isolate, cp_kind_name(kind),
+                    cp_strerror(rc));
+    }
+    cp_buf_close(&buf);
+    cp_envelope_close(&e);
+    cp_profile_destroy(p);
+}
+
+/* ------------------------------------------------------------------------------------
+ * The WebSocket side: libwebsockets calls back here for every connection. */
+
+static session *find_session(conn *c, const char *sid)
+{
+    for (session *s = c->sessions; s; s = s->next)
+        if (sid ? (s->sid && !strcmp(s->sid, sid)) : !s->sid) return s;
+    return NULL;
+}
+
+static const char *jstr(const json_t *o, const char *name)
+{
+    const json_t *v = json_object_get(o, name);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+/* Takes m: a reply goes to the session waiting for it, a worker's message is unwrapped,
+ * worker attach/detach events are noted for the main loop, the rest is dropped. */
+static void deliver(conn *c, const char *sid, json_t *m)
+{
+    if (cp_log_level >= CP_LOG_DEBUG) {
+        char *t = json_dumps(m, JSON_COMPACT);
+        cp_log_debug("v8: %s session %s: %.300s", c->target, sid ? sid : "-", t ? t : "?");
+        free(t);
+    }
+    const json_t *id = json_object_get(m, "id");
+    const char *method = jstr(m, "method");
+    const json_t *params = json_object_get(m, "params");
+    if (json_is_integer(id)) {
+        session *s = find_session(c, sid);
+        if (s && !s->reply && s->want_id == json_integer_value(id)) {
+            s->reply = m;
+            return;
+        }
+    } else if (!sid && method && !strcmp(method, "NodeWorker.receivedMessageFromWorker")) {
+        const char *ws = jstr(params, "sessionId"), *text = jstr(params, "message");
+        json_error_t je;
+        json_t *inner = ws && text ? json_loads(text, 0, &je) : NULL;
+        if (!inner || !json_is_object(inner))
+            cp_log_warn("v8: %s target %s: malformed worker message (%s)", c->h->hostport,
+                        c->target,
+                        inner        ? "not an object"
+                        : ws && text ? je.text
+                                     : "no sessionId/message");
+        else
+            deliver(c, ws, json_incref(inner));
+        json_decref(inner);
+    } else if (!sid && method && !strcmp(method, "NodeWorker.attachedToWorker")) {
+        const char *ws = jstr(params, "sessionId");
+        const char *title = jstr(json_object_get(params, "workerInfo"), "title");
+        /* node titles a worker "[worker N] NAME": the isolate is NAME */
+        if (title && title[0] == '[' && strstr(title, "] ") && strstr(title, "] ")[2])
+            title = strstr(title, "] ") + 2;
+        attach a = {ws ? strdup(ws) : NULL, strdup(title ? title : "worker")};
+        if (!a.sid || !a.title || cp_vec_push(&c->attaches, a)) {
+            free(a.sid);
+            free(a.title);
+        }
+    } else if (!sid && method && !strcmp(method, "NodeRuntime.waitingForDisconnect")) {
+        c->finishing = 1;
+    } else if (!sid && method && !strcmp(method, "NodeWorker.detachedFromWorker")) {
+        const char *ws = jstr(params, "sessionId");
+        session *s = ws ? find_session(c, ws) : NULL;
+        if (s) s->gone = 1;
+    }
+    json_decref(m);
+}
+
+static void conn_closed(conn *c, const char *why)
+{
+    if (c->state == C_OPEN || c->state == C_CONNECTING)
+        cp_log_info("v8: %s target %s (%s): %s", c->h->hostport, c->target, c->title, why);
+    c->state = C_CLOSED;
+    c->wsi = NULL;
+    c->backoff_ns = c->backoff_ns ? c->backoff_ns * 2 : BACKOFF_MIN_NS;
+    if (c->backoff_ns > BACKOFF_MAX_NS) c->backoff_ns = BACKOFF_MAX_NS;
+    c->retry_at = cp_mono_ns() + c->backoff_ns;
+    for (session *s = c->sessions; s; s = s->next)
+        s->gone = 1;
+    for (uint32_t i = 0; i < c->tx.n; i++)
+        free(c->tx.v[i].buf);
+    c->tx.n = 0;
+    cp_buf_close(&c->rx);
+}
+
+static int ws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                 size_t len)
+{
+    conn *c = user;
+    switch (reason) {
+    case LWS_CALLBACK_CLIENT_ESTABLISHED:
+        if (c) {
+            c->state = C_OPEN;
+            c->backoff_ns = 0;
+        }
+        break;
+    case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
+        if (c) {
+            char why[200];
+            snprintf(why, sizeof(why), "connection failed: %.*s",
+                     in ? (int)(len < 150 ? len : 150) : 7, in ? (const char *)in : "unknown");
+            conn_closed(c, why);
+        }
+        break;
+    case LWS_CALLBACK_CLIENT_CLOSED:
+        if (c) conn_closed(c, "connection closed");
+        break;
+    case LWS_CALLBACK_CLIENT_RECEIVE:
+        if (!c) break;
+        if (c->rx.len + len > MAX_MESSAGE)
+            c->rx_over = 1;
+        else if (cp_buf_append(&c->rx, in, len) != 0)
+            c->rx_over = 1;
+        if (lws_is_final_fragment(wsi) && !lws_remaining_packet_payload(wsi)) {
+            if (c->rx_over) {
+                cp_log_warn("v8: %s target %s: message over %zu MiB (or no memory): dropped",
+                            c->h->hostport, c->target, MAX_MESSAGE >> 20);
+            } else {
+                json_error_t je;
+                json_t *m = json_loadb((const char *)c->rx.data, c->rx.len, 0, &je);
+                if (!m || !json_is_object(m)) {
+                    if (m)
+                        cp_log_warn("v8: %s target %s: malformed message: not a JSON object",
+                                    c->h->hostport, c->target);
+                    else
+                        cp_log_warn("v8: %s target %s: malformed JSON message: %s (line %d "
+                                    "column %d)",
+                                    c->h->hostport, c->target, je.text, je.line, je.column);
+                    json_decref(m);
+                } else {
+                    deliver(c, NULL, m);
+                }
+            }
+            c->rx.len = 0;
+            c->rx_over = 0;
+        }
+        break;
+    case LWS_CALLBACK_CLIENT_WRITEABLE:
+        if (c && c->closing) return -1;
+        if (!c || !c->tx.n) break;
+        {
+            out_msg m = c->tx.v[0];
+            memmove(c->tx.v, c->tx.v + 1, (c->tx.n - 1) * sizeof(out_msg));
+            c->tx.n--;
+            int w = lws_write(wsi, m.buf + LWS_PRE, m.len, LWS_WRITE_TEXT);
+            free(m.buf);
+            if (w < (int)m.len) return -1;
+            if (c->tx.n) lws_callback_on_writable(wsi);
+        }
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+static const struct lws_protocols protocols[] = {
+    {"cdp", ws_cb, 0, 1 << 16, 0, NULL, 0},
+    {NULL, NULL, 0, 0, 0, NULL, 0},
+};
+
+/* Makes lws_service return at least every 20 ms. */
+static void tick_cb(lws_sorted_usec_list_t *sul)
+{
+    lws_sul_schedule(S.ctx, 0, sul, tick_cb, 20 * LWS_US_PER_MS);
+}
+
+static int queue_text(conn *c, const char *text)
+{
+    size_t n = strlen(text);
+    out_msg m = {malloc(LWS_PRE + n), n};
+    if (!m.buf) return CP_ENOMEM;
+    memcpy(m.buf + LWS_PRE, text, n);
+    if (cp_vec_push(&c->tx, m)) {
+        free(m.buf);
+        return CP_ENOMEM;
+    }
+    lws_callback_on_writable(c->wsi);
+    return 0;
+}
+
+/* Sends method(params) to s (params taken; NULL = {}) and serves every connection until
+ * the reply comes. Returns 0 with *result (may be NULL: dropped) the reply's result, or
+ * CP_EIO (closed, time-out, an error reply) with err saying which. */
+static int call(session *s, const char *method, json_t *params, json_t **result, cp_err *err)
+{
+    conn *c = s->c;
+    if (result) *result = NULL;
+    if (c->state != C_OPEN || s->gone) {
+        json_decref(params);
+        return cp_err_set(err, CP_EIO, "%s: isolate %s is not connected", method, s->isolate);
+    }
+    int64_t id = ++s->next_id;
+    json_t *msg = json_pack("{s:I, s:s, s:o}", "id", (json_int_t)id, "method", method, "params",
+                            params ? params : json_object());
+    char *text = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
+    json_decref(msg);
+    if (text && s->sid) {
+        json_t *w = json_pack("{s:I, s:s, s:{s:s, s:s}}", "id", (json_int_t)++c->outer_id, "method",
+                              "NodeWorker.sendMessageToWorker", "params", "message", text,
+                              "sessionId", s->sid);
+        free(text);
+        text = w ? json_dumps(w, JSON_COMPACT) : NULL;
+        json_decref(w);
+    }
+    if (!text || queue_text(c, text) != 0) {
+        free(text);
+        return CP_ENOMEM;
+    }
+    free(text);
+    s->want_id = id;
+    json_decref(s->reply);
+    s->reply = NULL;
+    int64_t deadline = cp_mono_ns() + CALL_TIMEOUT_MS * 1000000LL;
+    while (!s->reply && c->state == C_OPEN && !s->gone && cp_mono_ns() < deadline) {
+        /* once stopping, every call (the last windows among them) ends within STOP_NS */
+        if (*S.o->stop && !S.stop_at) S.stop_at = cp_mono_ns();
+        if (S.stop_at && cp_mono_ns() > S.stop_at + STOP_NS) break;
+        lws_service(S.ctx, 0);
+    }
+    s->want_id = 0;
+    if (!s->reply)
+        return cp_err_set(err, CP_EIO, "%s on isolate %s: %s", method, s->isolate,
+                          c->state != C_OPEN || s->gone ? "disconnected"
+                          : S.stop_at                   ? "no reply before the stop"
+                                                        : "no reply in 10 s");
+    const json_t *e = json_object_get(s->reply, "error");
+    int rc = 0;
+    if (e) {
+        const char *em = jstr(e, "message");
+        rc = cp_err_set(err, CP_EIO, "%s on isolate %s: %s", method, s->isolate,
+                        em ? em : "error reply");
+    } else if (result) {
+        json_t *r = json_object_get(s->reply, "result");
+        *result = r ? json_incref(r) : json_object();
+    }
+    json_decref(s->reply);
+    s->reply = NULL;
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------
+ * Sessions: starting the profilers, and each window. */
+
+static session *session_new(conn *c, const char *sid, const char *isolate)
+{
+    session *s = calloc(1, sizeof(*s));
+    if (!s) return NULL;
+    if (sid && !(s->sid = strdup(sid))) {
+        free(s);
+        return NULL;
+    }
+    s->c = c;
+    snprintf(s->isolate, sizeof(s->isolate), "%s", isolate);
+    s->token = ++S.next_token;
+    for (size_t i = 0; i < sizeof(c->h->lost) / sizeof(c->h->lost[0]); i++)
+        if (c->h->lost[i].windows && !strcmp(c->h->lost[i].isolate, s->isolate)) {
+            s->dropped_windows = c->h->lost[i].windows;
+            c->h->lost[i].windows = 0;
+        }
+    s->last_end_us = -1;
+    s->next_id = 0;
+    /* appended: the target's own session stays first */
+    session **at = &c->sessions;
+    while (*at)
+        at = &(*at)->next;
+    *at = s;
+    return s;
+}
+
+static void session_free(session *s)
+{
+    json_decref(s->reply);
+    free(s->sid);
+    free(s);
+}
+
+/* Starts both profilers on s, then lets a waiting isolate run (node --inspect-brk, or a
+ * worker held at its start): what the script allocates from its first line is sampled. */
+static int session_start(session *s)
+{
+    cp_err e = {0};
+    int rc;
+    if (S.o->cpu_interval_us > 0 &&
+        ((rc = call(s, "Profiler.enable", NULL, NULL, &e)) ||
+         (rc = call(s, "Profiler.setSamplingInterval",
+                    json_pack("{s:I}", "interval", (json_int_t)S.o->cpu_interval_us), NULL, &e)) ||
+         (rc = call(s, "Profiler.start", NULL, NULL, &e)))) {
+        cp_log_warn("v8: %s", e.msg);
+        return rc;
+    }
+    json_t *hp = json_pack("{s:I}", "samplingInterval", (json_int_t)S.o->heap_interval);
+    if (S.o->heap_interval <= 0) {
+        /* heap profiles off */
+    } else if (call(s, "HeapProfiler.startSampling", json_incref(hp), NULL, &e) != 0) {
+        /* a sampler left running by an earlier session of ours: restart it */
+        (void)call(s, "HeapProfiler.stopSampling", NULL, NULL, NULL);
+        if (call(s, "HeapProfiler.startSampling", json_incref(hp), NULL, &e) != 0)
+            cp_log_warn("v8: isolate %s: no heap profile: %s", s->isolate, e.msg);
+        else
+            s->heap_on = 1;
+    } else {
+        s->heap_on = 1;
+    }
+    json_decref(hp);
+    s->window_start_ns = cp_now_ns();
+    s->started = 1;
+    if (!s->sid) { /* node: follow its workers, each held until its profilers run */
+        (void)call(s, "NodeWorker.enable", json_pack("{s:b}", "waitForDebuggerOnStart", 1), NULL,
+                   NULL);
+        /* and be told when it has run its last line: it then waits for us to go */
+        (void)call(s, "NodeRuntime.notifyWhenWaitingForDisconnect",
+                   json_pack("{s:b}", "enabled", 1), NULL, NULL);
+    }
+    (void)call(s, "Runtime.runIfWaitingForDebugger", NULL, NULL, NULL);
+    cp_log_info("v8: %s: attached to isolate %s", s->c->h->hostport, s->isolate);
+    return 0;
+}
+
+/* Ends s's window: the CPU profile (restarted at once unless last), the heap profiles. */
+static void session_window(session *s, int last)
+{
+    int64_t end = cp_now_ns(), start = s->window_start_ns;
+    cp_err e = {0};
+    json_t *r = NULL;
+    int lost = 0;
+    if (S.o->cpu_interval_us <= 0) {
+        /* CPU profiles off */
+    } else if (call(s, "Profiler.stop", NULL, &r, &e) == 0) {
+        cp_profile *p = NULL;
+        const json_t *prof = json_object_get(r, "profile");
+        int64_t t0 = 0, t1 = 0, gap = 0;
+        if (cp_v8_cpu_profile(prof, S.o->cpu_interval_us, &p, NULL, &e) == 0) {
+            json_t *st = json_object_get(prof, "startTime"), *et = json_object_get(prof, "endTime");
+            t0 = json_is_integer(st) ? json_integer_value(st) : 0;
+            t1 = json_is_integer(et) ? json_integer_value(et) : 0;
+            if (s->last_end_us >= 0 && t0 > s->last_end_us) gap = t0 - s->last_end_us;
+            s->last_end_us = t1;
+            s->gap_total_us += gap;
+            if (gap > s->gap_max_us) s->gap_max_us = gap;
+            s->windows++;
+            char note[160];
+            snprintf(note, sizeof(note),
+                     "v8 CPU profiler restarted between windows: off for %lld us before this one",
+                     (long long)gap);
+            uint32_t sid;
+            if (cp_profile_intern_cstr(p, note, &sid) == 0) (void)cp_vec_push(&p->comments, sid);
+            p->period = S.o->cpu_interval_us * 1000;
+            /* the samples the gap held, at the interval: reported as dropped, not hidden */
+            emit(s, p, CP_KIND_CPU, start, end,
+                 (uint64_t)(gap / (S.o->cpu_interval_us > 0 ? S.o->cpu_interval_us : 1)));
+        } else {
+            cp_log_warn("v8: isolate %s: CPU window lost: %s", s->isolate, e.msg);
+            lost++;
+        }
+        json_decref(r);
+        r = NULL;
+    } else {
+        cp_log_warn("v8: %s: CPU window lost", e.msg);
+        lost++;
+    }
+    if (S.o->cpu_interval_us > 0 && !last && !s->gone &&
+        call(s, "Profiler.start", NULL, NULL, &e) != 0)
+        cp_log_warn("v8: %s", e.msg);
+    if (s->heap_on) {
+        if (call(s, "HeapProfiler.getSamplingProfile", NULL, &r, &e) == 0) {
+            const json_t *prof = json_object_get(r, "profile");
+            cp_profile *inuse = NULL, *alloc = NULL;
+            uint64_t mark = s->watermark;
+            if (cp_v8_heap_profile(prof, S.o->heap_interval, 0, NULL, &inuse, &e) == 0 &&
+                cp_v8_heap_profile(prof, S.o->heap_interval, 1, &mark, &alloc, &e) == 0) {
+                s->watermark = mark;
+                emit(s, alloc, CP_KIND_ALLOC, start, end, 0);
+                emit(s, inuse, CP_KIND_INUSE, start, end, 0);
+            } else {
+                cp_profile_destroy(inuse);
+                cp_log_warn("v8: isolate %s: heap windows lost: %s", s->isolate, e.msg);
+                lost += 2;
+            }
+            json_decref(r);
+        } else {
+            cp_log_warn("v8: %s: heap windows lost", e.msg);
+            lost += 2;
+        }
+    }
+    s->dropped_windows += (uint64_t)lost;
+    s->window_start_ns = end;
+}
+
+static void session_report(const session *s)
+{
+    cp_log_info("v8: isolate %s: %lld windows, CPU profiler off between windows %lld us in "
+                "all (at most %lld us once), %llu windows lost unreported",
+                s->isolate, (long long)s->windows, (long long)s->gap_total_us,
+                (long long)s->gap_max_us, (unsigned long long)s->dropped_windows);
+}
+
+/* ------------------------------------------------------------------------------------
+ * Discovery: /json/list of every host, a connection per target. */
+
+/* The isolate label of a target: a Worker's name from workerd's "workerd: worker NAME";
+ * a Node main thread is "main". */
+static void isolate_of(const char *title, char *out, size_t cap)
+{
+    const char *wd = "workerd: worker ";
+    if (!strncmp(title, wd, strlen(wd)) && title[strlen(wd)])
+        snprintf(out, cap, "%.100s", title + strlen(wd));
+    else if (!strncmp(title, "workerd", 7))
+        snprintf(out, cap, "%.100s", title);
+    else
+        snprintf(out, cap, "main");
+}
+
+static void conn_free(conn *c)
+{
+    while (c->sessions) {
+        session *s = c->sessions;
+        c->sessions = s->next;
+        session_free(s);
+    }
+    for (uint32_t i = 0; i < c->tx.n; i++)
+        free(c->tx.v[i].buf);
+    free(c->tx.v);
+    for (uint32_t i = 0; i < c->attaches.n; i++) {
+        free(c->attaches.v[i].sid);
+        free(c->attaches.v[i].title);
+    }
+    free(c->attaches.v);
+    cp_buf_close(&c->rx);
+    free(c);
+}
+
+static void discover(host *h)
+{
+    cp_http_result res;
+    cp_err e = {0};
+    char base[200];
+    snprintf(base, sizeof(base), "http://%s", h->hostport);
+    int64_t now = cp_mono_ns();
+    if (cp_http_get(base, "/json/list", NULL, 1000, 16u << 20, &res, &e) != 0 ||
+        res.status != 200) {
+        if (h->answering || !h->backoff_ns)
+            cp_log_info("v8: inspector %s not answering: %s", h->hostport,
+                        e.msg[0] ? e.msg : "status not 200");
+        if (!e.msg[0]) cp_buf_close(&res.body);
+        h->answering = 0;
+        h->backoff_ns = h->backoff_ns ? h->backoff_ns * 2 : BACKOFF_MIN_NS;
+        if (h->backoff_ns > BACKOFF_MAX_NS) h->backoff_ns = BACKOFF_MAX_NS;
+        h->next_poll = now + h->backoff_ns;
+        for (conn *c = h->conns; c; c = c->next)
+            c->listed = 0;
+        return;
+    }
+    h->answering = h->seen = 1;
+    h->backoff_ns = 0;
+    h->next_poll = now + POLL_NS;
+    json_error_t je;
+    json_t *list = json_loadb((const char *)res.body.data, res.body.len, 0, &je);
+    cp_buf_close(&res.body);
+    if (!json_is_array(list)) {
+        cp_log_warn("v8: inspector %s: /json/list is not a JSON array: %s", h->hostport,
+                    list ? "another value" : je.text);
+        json_decref(list);
+        return;
+    }
+    for (conn *c = h->conns; c; c = c->next)
+        c->listed = 0;
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        const json_t *t = json_array_get(list, i);
+        const char *id = jstr(t, "id"), *title = jstr(t, "title");
+        const char *ws = jstr(t, "webSocketDebuggerUrl");
+        if (!id || strlen(id) >= sizeof(((conn *)0)->target)) continue;
+        conn *c = h->conns;
+        while (c && strcmp(c->target, id))
+            c = c->next;
+        if (c) {
+            c->listed = 1;
+            continue;
+        }
+        /* ws://HOST:PORT/PATH: only the path is used; the host is the one we were given */
+        const char *p = ws && !strncmp(ws, "ws://", 5) ? strchr(ws + 5, '/') : NULL;
+        if (!p || strlen(p) >= sizeof(c->path)) continue;
+        c = calloc(1, sizeof(*c));
+        if (!c) continue;
+        c->h = h;
+        c->listed = 1;
+        snprintf(c->target, sizeof(c->target), "%s", id);
+        snprintf(c->title, sizeof(c->title), "%s", title ? title : "");
+        snprintf(c->path, sizeof(c->path), "%s", p);
+        c->outer_id = INT64_C(1) << 30; /* node wants 32-bit ids; ours count from 1 */
+        c->next = h->conns;
+        h->conns = c;
+        cp_log_info("v8: %s: target %s (%s)", h->hostport, id, c->title);
+    }
+    json_decref(list);
+}
+
+static void connect_conn(conn *c)
+{
+    struct lws_client_connect_info i;
+    memset(&i, 0, sizeof(i));
+    i.context = S.ctx;
+    i.address = c->h->addr;
+    i.port = c->h->port;
+    i.path = c->path;
+    i.host = c->h->hostport;
+    i.local_protocol_name = "cdp";
+    i.userdata = c;
+    i.pwsi = &c->wsi;
+    c->state = C_CONNECTING;
+    if (!lws_client_connect_via_info(&i)) {
+        c->wsi = NULL;
+        conn_closed(c, "connection refused by libwebsockets");
+    }
+}
+
+/* Keeps s's unreported losses for the next session of its name (or, with no room, for
+ * the final count). */
+static void note_lost(host *h, const session *s)
+{
+    size_t n = sizeof(h->lost) / sizeof(h->lost[0]), free_at = n;
+    for (size_t i = 0; i < n; i++) {
+        if (h->lost[i].windows && !strcmp(h->lost[i].isolate, s->isolate)) {
+            h->lost[i].windows += s->dropped_windows;
+            return;
+        }
+        if (!h->lost[i].windows && free_at == n) free_at = i;
+    }
+    if (free_at == n) {
+        S.dropped_windows += s->dropped_windows;
+        return;
+    }
+    snprintf(h->lost[free_at].isolate, sizeof(h->lost[free_at].isolate), "%s", s->isolate);
+    h->lost[free_at].windows = s->dropped_windows;
+}
+
+/* Reaps sessions that are gone, starts new ones, connects and drops targets. */
+static void maintain(host *h)
+{
+    int64_t now = cp_mono_ns();
+    for (conn **cp = &h->conns; *cp;) {
+        conn *c = *cp;
+        for (session **sp = &c->sessions; *sp;) {
+            session *s = *sp;
+            if (s->gone) {
+                if (s->started) {
+                    cp_log_info("v8: isolate %s gone: its window in progress is lost", s->isolate);
+                    s->dropped_windows += 3;
+                    session_report(s);
+                    note_lost(h, s);
+                }
+                *sp = s->next;
+                session_free(s);
+            } else {
+                sp = &s->next;
+            }
+        }
+        if ((c->state == C_CLOSED || c->state == C_IDLE) && !c->listed &&
+            c->state != C_CONNECTING) {
+            *cp = c->next;
+            conn_free(c);
+            continue;
+        }
+        if ((c->state == C_IDLE || c->state == C_CLOSED) && c->listed && !c->closing &&
+            now >= c->retry_at)
+            connect_conn(c);
+        if (c->state == C_OPEN && c->finishing && !c->closing) {
+            /* the isolates still exist: their last windows are taken, then we leave */
+            for (session *s = c->sessions; s; s = s->next) {
+                if (s->started && !s->gone) session_window(s, 1);
+                if (s->started) session_report(s);
+                s->started = 0;
+            }
+            cp_log_info("v8: %s target %s finished: last windows taken, disconnecting", h->hostport,
+                        c->target);
+            c->closing = 1;
+            if (c->wsi) lws_callback_on_writable(c->wsi);
+        }
+        if (c->state == C_OPEN && !c->sessions && !c->closing) {
+            char iso[128];
+            isolate_of(c->title, iso, sizeof(iso));
+            session *s = session_new(c, NULL, iso);
+            if (s && session_start(s) != 0) s->gone = 1;
+        }
+        while (c->state == C_OPEN && c->attaches.n) {
+            attach a = c->attaches.v[--c->attaches.n];
+            session *s = session_new(c, a.sid, a.title);
+            if (s && session_start(s) != 0) s->gone = 1;
+            free(a.sid);
+            free(a.title);
+        }
+        cp = &(*cp)->next;
+    }
+}
+
+/* ------------------------------------------------------------------------------------
+ * The loop. */
+
+static int parse_inspector(host *h, const char *spec, int allow_remote, cp_err *err)
+{
+    const char *colon = strrchr(spec, ':');
+    char *end;
+    long port = colon ? strtol(colon + 1, &end, 10) : 0;
+    if (!colon || colon == spec || *end || port <= 0 || port > 65535 ||
+        (size_t)(colon - spec) >= sizeof(h->addr))
+        return cp_err_set(err, CP_EINVAL, "--inspector %s: not HOST:PORT", spec);
+    memset(h, 0, sizeof(*h));
+    snprintf(h->addr, sizeof(h->addr), "%.*s", (int)(colon - spec), spec);
+    h->port = (int)port;
+    snprintf(h->hostport, sizeof(h->hostport), "%s:%d", h->addr, h->port);
+    if (!allow_remote && strncmp(h->addr, "127.", 4) && strcmp(h->addr, "localhost") &&
+        strcmp(h->addr, "::1") && strcmp(h->addr, "[::1]"))
+        return cp_err_set(err, CP_EINVAL,
+                          "--inspector %s: not a loopback address (an inspector runs code for "
+                          "whoever reaches it; --allow-remote to insist)",
+                          spec);
+    return 0;
+}
+
+int cp_v8_run(const cp_v8_options *o, cp_err *err)
+{
+    int rc = 0;
+    memset(&S, 0, sizeof(S));
+    S.o = o;
+    if (!o->service || !o->service[0]) return cp_err_set(err, CP_EINVAL, "--service is required");
+    if (o->ninspectors <= 0) return cp_err_set(err, CP_EINVAL, "no --inspector given");
+    if (o->window_ns <= 0 || o->cpu_interval_us < 0 || o->heap_interval < 0 ||
+        (!o->cpu_interval_us && !o->heap_interval))
+        return cp_err_set(err, CP_EINVAL,
+                          "the window must be > 0, and the CPU or the heap "
+                          "interval too (0 turns one profiler off)");
+    gethostname(S.hostname, sizeof(S.hostname) - 1);
+    snprintf(S.producer, sizeof(S.producer), "%s:%d:v8", S.hostname, (int)getpid());
+    for (int i = 0; i < o->ninspectors && i < CP_V8_MAX_HOSTS; i++) {
+        if ((rc = parse_inspector(&S.hosts[i], o->inspectors[i], o->allow_remote, err))) return rc;
+        host *h = &S.hosts[i];
+        if (o->instance && o->instance[0])
+            snprintf(h->instance, sizeof(h->instance), "%s", o->instance);
+        else
+            snprintf(h->instance, sizeof(h->instance), "%s:%d", S.hostname, h->port);
+        S.nhosts++;
+    }
+    if (o->output_dir && o->output_dir[0]) mkdir(o->output_dir, 0755);
+    char brokers[1024] = "";
+    if (o->brokers && o->brokers[0])
+        snprintf(brokers, sizeof(brokers), "%s", o->brokers);
+    else if (o->server && o->server[0] &&
+             (rc = cp_http_get_brokers(o->server, NULL, brokers, sizeof(brokers), 5000, err)))
+        return rc;
+    if (brokers[0] &&
+        (rc = cp_kafka_create(brokers, o->topic && o->topic[0] ? o->topic : CP_TOPIC_PROFILES,
+                              10000, NULL, &S.kafka, err)))
+        return rc;
+    if (!brokers[0] && !(o->output_dir && o->output_dir[0])) {
+        cp_kafka_destroy(S.kafka, 0);
+        return cp_err_set(err, CP_EINVAL,
+                          "nowhere to send windows: --output-dir, --server or "
+                          "--brokers");
+    }
+
+    lws_set_log_level(LLL_ERR, NULL);
+    struct lws_context_creation_info ci;
+    memset(&ci, 0, sizeof(ci));
+    ci.port = CONTEXT_PORT_NO_LISTEN;
+    ci.protocols = protocols;
+    ci.gid = -1;
+    ci.uid = -1;
+    S.ctx = lws_create_context(&ci);
+    if (!S.ctx) {
+        cp_kafka_destroy(S.kafka, 0);
+        return cp_err_set(err, CP_ENOMEM, "libwebsockets: cannot create a context");
+    }
+    lws_sul_schedule(S.ctx, 0, &S.tick, tick_cb, 20 * LWS_US_PER_MS);
+
+    int64_t next_window = cp_now_ns() + o->window_ns;
+    while (!*o->stop) {
+        int64_t now = cp_mono_ns();
+        int gone = 1;
+        for (int i = 0; i < S.nhosts; i++) {
+            host *h = &S.hosts[i];
+            if (now >= h->next_poll) discover(h);
+            maintain(h);
+            if (!h->seen || h->answering || h->conns) gone = 0;
+        }
+        if (cp_now_ns() >= next_window) {
+            for (int i = 0; i < S.nhosts; i++)
+                for (conn *c = S.hosts[i].conns; c; c = c->next)
+                    for (session *s = c->sessions; s; s = s->next)
+                        if (s->started && !s->gone) session_window(s, 0);
+            next_window += o->window_ns;
+            if (next_window < cp_now_ns()) next_window = cp_now_ns() + o->window_ns;
+        }
+        if (S.kafka) {
+            cp_kafka_poll(S.kafka);
+            S.dropped_windows += cp_kafka_take_dropped(S.kafka);
+        }
+        if (o->exit_when_gone && gone) {
+            cp_log_info("v8: every inspector is gone: stopping");
+            break;
+        }
+        lws_service(S.ctx, 0);
+    }
+    /* the last window of every isolate still attached */
+    for (int i = 0; i < S.nhosts; i++) {
+        for (conn *c = S.hosts[i].conns; c; c = c->next)
+            for (session *s = c->sessions; s; s = s->next) {
+                if (s->started && !s->gone) session_window(s, 1);
+                if (s->started) session_report(s);
+            }
+    }
+    for (int i = 0; i < S.nhosts; i++)
+        for (size_t k = 0; k < sizeof(S.hosts[i].lost) / sizeof(S.hosts[i].lost[0]); k++)
+            S.dropped_windows += S.hosts[i].lost[k].windows;
+    if (S.kafka) S.dropped_windows += cp_kafka_destroy(S.kafka, 5000);
+    if (S.dropped_windows)
+        cp_log_warn("v8: %llu windows lost and not reported in any envelope (isolates gone "
+                    "for good, transport)",
+                    (unsigned long long)S.dropped_windows);
+    lws_sul_cancel(&S.tick);
+    lws_context_destroy(S.ctx); /* its callbacks still see the connections */
+    for (int i = 0; i < S.nhosts; i++)
+        while (S.hosts[i].conns) {
+            conn *c = S.hosts[i].conns;
+            S.hosts[i].conns = c->next;
+            conn_free(c);
+        }
+    return 0;
+}

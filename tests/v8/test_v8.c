@@ -1,0 +1,370 @@
+/* Black-box tests of `contprof v8`: a real node (--inspect-brk on a free loopback port)
+ * runs tests/v8/two_workers.js, two worker_threads burning named functions at known
+ * ratios and a main thread that builds a large table at start-up; the source writes its
+ * windows to a directory, which is decoded and checked per isolate. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "http_client.h"
+#include "pprof.h"
+#include "profile.h"
+#include "proc.h"
+#include "test.h"
+#include "pfiles.h"
+
+static char g_dir[256];
+
+/* A loopback port nobody listens on now. */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    socklen_t len = sizeof(a);
+    CHECK(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* node's path, found as the shell finds it. */
+static void find_node(char *out, size_t cap)
+{
+    const char *path = getenv("PATH");
+    char dirs[4096];
+    snprintf(dirs, sizeof(dirs), "%s", path ? path : "/usr/bin:/usr/local/bin");
+    char *save = NULL;
+    for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        snprintf(out, cap, "%s/node", d);
+        if (access(out, X_OK) == 0) return;
+    }
+    fprintf(stderr, "node not found in PATH (.ci/deps installs it)\n");
+    CHECK(0);
+}
+
+static void make_dir(void)
+{
+    snprintf(g_dir, sizeof(g_dir), "/tmp/contprof-v8-test-%d", (int)getpid());
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
+    CHECK(system(cmd) == 0);
+    CHECK(mkdir(g_dir, 0755) == 0);
+}
+
+static void remove_dir(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+}
+
+static void print_log(const char *path)
+{
+    static char buf[1 << 16];
+    slurp(path, buf, sizeof(buf));
+    printf("--- %s\n%s---\n", path, buf);
+}
+
+/* Runs node on two_workers.js for seconds under `contprof v8 --window window`; the
+ * windows end up in g_dir/out, or go to the contprofd at server (if not NULL). */
+static void run_node(int seconds, const char *window, const char *server)
+{
+    char node[512], inspect[64], hostport[64], script[512], secs[16], out[300], nlog[300],
+        clog[300];
+    find_node(node, sizeof(node));
+    int port = free_port();
+    snprintf(inspect, sizeof(inspect), "--inspect-brk=127.0.0.1:%d", port);
+    snprintf(hostport, sizeof(hostport), "127.0.0.1:%d", port);
+    snprintf(script, sizeof(script), "%s/two_workers.js", CP_V8_TESTS);
+    snprintf(secs, sizeof(secs), "%d", seconds);
+    snprintf(out, sizeof(out), "%s/out", g_dir);
+    snprintf(nlog, sizeof(nlog), "%s/node.log", g_dir);
+    snprintf(clog, sizeof(clog), "%s/contprof.log", g_dir);
+    const char *nargv[] = {node, inspect, script, secs, NULL};
+    pid_t np = spawn(nargv, nlog);
+    (void)wait_for_log(np, nlog, "Debugger listening", 10);
+    const char *cargv[] = {CP_CONTPROF,
+                           "v8",
+                           "--inspector",
+                           hostport,
+                           server ? "--server" : "--output-dir",
+                           server ? server : out,
+                           "--window",
+                           window,
+                           "--service",
+                           "nodetest",
+                           "--exit-when-gone",
+                           NULL};
+    pid_t cp = spawn(cargv, clog);
+    int cst = wait_exit(cp, seconds + 30);
+    int nst = wait_exit(np, 10);
+    print_log(clog);
+    if (nst) print_log(nlog);
+    CHECK_EQ(cst, 0);
+    CHECK_EQ(nst, 0); /* the host ran to its end and exited: we let it go */
+}
+
+static double ratio(const pset *s, const char *iso, const char *num, const char *den)
+{
+    int64_t a = sum_kind(s, "cpu", iso, num, 1), b = sum_kind(s, "cpu", iso, den, 1);
+    printf("%s: %s %lld ns, %s %lld ns\n", iso, num, (long long)a, den, (long long)b);
+    CHECK(a > 0 && b > 0);
+    return (double)a / (double)b;
+}
+
+/* Each worker is its own isolate with its own mix of the two functions, 3:1 either way;
+ * the main thread's isolate holds the table it built before any worker started. */
+TEST(node_two_workers)
+{
+    make_dir();
+    run_node(6, "2s", NULL);
+    pset s;
+    char out[300];
+    snprintf(out, sizeof(out), "%s/out", g_dir);
+    pset_load(out, &s);
+    int n_alpha = 0, n_beta = 0, n_main = 0, comment = 0;
+    for (int i = 0; i < s.n; i++) {
+        if (strcmp(s.f[i].kind, "cpu")) continue;
+        n_alpha += !strcmp(s.f[i].iso, "alpha");
+        n_beta += !strcmp(s.f[i].iso, "beta");
+        n_main += !strcmp(s.f[i].iso, "main");
+        const cp_profile *p = s.f[i].p;
+        for (uint32_t k = 0; k < p->comments.n; k++)
+            comment += strstr(cp_profile_str(p, p->comments.v[k]), "v8 CPU profiler") != NULL;
+    }
+    printf("cpu windows: alpha %d, beta %d, main %d\n", n_alpha, n_beta, n_main);
+    CHECK(n_alpha >= 2 && n_beta >= 2 && n_main >= 2);
+    CHECK(comment >= n_alpha + n_beta + n_main);
+    double ra = ratio(&s, "alpha", "hotAlpha", "hotBeta");
+    double rb = ratio(&s, "beta", "hotBeta", "hotAlpha");
+    CHECK(ra > 2.3 && ra < 4.0);
+    CHECK(rb > 2.3 && rb < 4.0);
+    /* the main isolate runs neither */
+    CHECK_EQ(sum_kind(&s, "cpu", "main", "hotAlpha", 0), 0);
+    /* inuse: the table main built before the workers, by its builder, in its last window */
+    int64_t last_inuse = 0;
+    for (int i = 0; i < s.n; i++)
+        if (!strcmp(s.f[i].kind, "inuse") && !strcmp(s.f[i].iso, "main"))
+            last_inuse = func_total(s.f[i].p, "buildBigTable", 1);
+    printf("main inuse by buildBigTable in the last window: %lld bytes\n", (long long)last_inuse);
+    CHECK(last_inuse > 8 << 20);
+    CHECK(sum_kind(&s, "alloc", "main", "buildBigTable", 1) > 8 << 20);
+    pset_free(&s);
+    remove_dir();
+}
+
+/* ------------------------------------------------------------------------------------
+ * workerd: two Workers (two services) on one thread, under HTTP load */
+
+static pid_t start_workerd(const char *wd, int pa, int pb, int pi, const char *log)
+{
+    char config[512], sa[64], sb[64], ia[64];
+    snprintf(config, sizeof(config), "%s/workers.capnp", CP_V8_TESTS);
+    snprintf(sa, sizeof(sa), "a=127.0.0.1:%d", pa);
+    snprintf(sb, sizeof(sb), "b=127.0.0.1:%d", pb);
+    snprintf(ia, sizeof(ia), "--inspector-addr=127.0.0.1:%d", pi);
+    const char *argv[] = {wd, "serve", config, "--socket-addr", sa, "--socket-addr", sb, ia, NULL};
+    pid_t p = spawn(argv, log);
+    /* the inspector answers once both Workers are up */
+    char base[64];
+    snprintf(base, sizeof(base), "http://127.0.0.1:%d", pi);
+    for (int64_t end = mono_ns() + 15 * SEC; mono_ns() < end; usleep(50000)) {
+        cp_http_result r;
+        if (cp_http_get(base, "/json/list", NULL, 1000, 1 << 20, &r, NULL) == 0) {
+            int ok = r.status == 200 && strstr((char *)r.body.data, "worker beta");
+            cp_buf_close(&r.body);
+            if (ok) return p;
+        }
+    }
+    print_log(log);
+    CHECK(0);
+    return p;
+}
+
+/* Requests to both Workers, one after the other, for seconds. */
+static void load(int pa, int pb, int seconds)
+{
+    char a[64], b[64];
+    snprintf(a, sizeof(a), "http://127.0.0.1:%d", pa);
+    snprintf(b, sizeof(b), "http://127.0.0.1:%d", pb);
+    int n = 0;
+    for (int64_t end = mono_ns() + seconds * SEC; mono_ns() < end; n++) {
+        cp_http_result r;
+        if (cp_http_get(n % 2 ? b : a, "/", NULL, 5000, 1 << 20, &r, NULL) == 0)
+            cp_buf_close(&r.body);
+    }
+}
+
+/* Each Worker's isolate holds only its own functions, at its own 3:1; workerd killed and
+ * started again is attached again (a new session, the windows go on). */
+TEST(workerd_two_workers)
+{
+    make_dir();
+    char cmd[1024], wd[512], out[300], clog[300], wlog[300], hostport[64];
+    snprintf(cmd, sizeof(cmd), "sh %s/install.sh %s", CP_V8_TESTS, bindir());
+    CHECK(system(cmd) == 0);
+    snprintf(wd, sizeof(wd), "%s/tests/v8/node_modules/@cloudflare/workerd-linux-64/bin/workerd",
+             bindir());
+    CHECK(access(wd, X_OK) == 0);
+    int pa = free_port(), pb = free_port(), pi = free_port();
+    snprintf(out, sizeof(out), "%s/out", g_dir);
+    snprintf(clog, sizeof(clog), "%s/contprof.log", g_dir);
+    snprintf(wlog, sizeof(wlog), "%s/workerd.log", g_dir);
+    snprintf(hostport, sizeof(hostport), "127.0.0.1:%d", pi);
+    pid_t w = start_workerd(wd, pa, pb, pi, wlog);
+    const char *cargv[] = {CP_CONTPROF,    "v8",     "--inspector", hostport,
+                           "--output-dir", out,      "--window",    "2s",
+                           "--service",    "wdtest", NULL};
+    pid_t cp = spawn(cargv, clog);
+    (void)wait_for_log(cp, clog, "attached to isolate beta", 10);
+    (void)wait_for_log(cp, clog, "attached to isolate alpha", 10);
+    load(pa, pb, 5);
+    /* the host goes away and comes back: SIGTERM stops workerd (SIGINT does not) */
+    kill(w, SIGTERM);
+    CHECK(wait_exit(w, 10) >= 0);
+    w = start_workerd(wd, pa, pb, pi, wlog);
+    load(pa, pb, 5);
+    kill(cp, SIGTERM);
+    int cst = wait_exit(cp, 20);
+    kill(w, SIGTERM);
+    (void)wait_exit(w, 10);
+    print_log(clog);
+    CHECK_EQ(cst, 0);
+
+    pset s;
+    pset_load(out, &s);
+    unsigned long long images[2][8];
+    int nimg[2] = {0, 0};
+    for (int i = 0; i < s.n; i++) {
+        int k = !strcmp(s.f[i].iso, "alpha") ? 0 : !strcmp(s.f[i].iso, "beta") ? 1 : -1;
+        CHECK(k >= 0); /* workerd's targets are its Workers, named */
+        int seen = 0;
+        for (int j = 0; j < nimg[k]; j++)
+            seen |= images[k][j] == s.f[i].image;
+        if (!seen && nimg[k] < 8) images[k][nimg[k]++] = s.f[i].image;
+    }
+    printf("sessions: alpha %d, beta %d\n", nimg[0], nimg[1]);
+    CHECK(nimg[0] >= 2 && nimg[1] >= 2); /* attached again after the restart */
+    double ra = ratio(&s, "alpha", "alphaMain", "alphaSide");
+    double rb = ratio(&s, "beta", "betaMain", "betaSide");
+    CHECK(ra > 2.3 && ra < 4.0);
+    CHECK(rb > 2.3 && rb < 4.0);
+    /* one thread runs both isolates: neither profile holds the other's functions */
+    CHECK_EQ(sum_kind(&s, "cpu", "alpha", "betaMain", 0), 0);
+    CHECK_EQ(sum_kind(&s, "cpu", "beta", "alphaMain", 0), 0);
+    pset_free(&s);
+    remove_dir();
+}
+
+/* ------------------------------------------------------------------------------------
+ * A fake inspector that answers with malformed messages (fake_inspector.js) */
+
+static int start_fake(const char *node, const char *mode, const char *log, pid_t *pid)
+{
+    char script[512];
+    snprintf(script, sizeof(script), "%s/fake_inspector.js", CP_V8_TESTS);
+    const char *argv[] = {node, script, mode, NULL};
+    *pid = spawn(argv, log);
+    return atoi(wait_for_log(*pid, log, "fake inspector on ", 10));
+}
+
+/* Malformed /json/list, messages, replies and profiles: each is logged naming the
+ * problem, the source goes on, and a stop signal ends it within its bound, exit 0. */
+TEST(malformed_inspector)
+{
+    make_dir();
+    char node[512], l1[300], l2[300], clog[300], h1[64], h2[64], out[300];
+    find_node(node, sizeof(node));
+    snprintf(l1, sizeof(l1), "%s/fake1.log", g_dir);
+    snprintf(l2, sizeof(l2), "%s/fake2.log", g_dir);
+    snprintf(clog, sizeof(clog), "%s/contprof.log", g_dir);
+    snprintf(out, sizeof(out), "%s/out", g_dir);
+    pid_t f1, f2;
+    snprintf(h1, sizeof(h1), "127.0.0.1:%d", start_fake(node, "good", l1, &f1));
+    snprintf(h2, sizeof(h2), "127.0.0.1:%d", start_fake(node, "badlist", l2, &f2));
+    const char *cargv[] = {CP_CONTPROF,    "v8", "--inspector", h1,   "--inspector", h2,
+                           "--output-dir", out,  "--window",    "1s", NULL};
+    pid_t cp = spawn(cargv, clog);
+    (void)wait_for_log(cp, clog, "heap profile: samples[0].nodeId 99 is no node", 20);
+    kill(cp, SIGTERM);
+    int64_t t0 = mono_ns();
+    int cst = wait_exit(cp, 10);
+    double took = (double)(mono_ns() - t0) / SEC;
+    print_log(clog);
+    printf("stopped in %.1f s\n", took);
+    CHECK_EQ(cst, 0);
+    CHECK(took < 6);
+    static char buf[1 << 16];
+    slurp(clog, buf, sizeof(buf));
+    CHECK_CONTAINS(buf, "/json/list is not a JSON array");
+    CHECK_CONTAINS(buf, "malformed message: not a JSON object");
+    CHECK_CONTAINS(buf, "malformed JSON message: '[' or '{' expected near 'this'");
+    CHECK_CONTAINS(buf, "malformed worker message");
+    CHECK_CONTAINS(buf, "attached to isolate fake");
+    kill(f1, SIGTERM);
+    kill(f2, SIGTERM);
+    (void)wait_exit(f1, 5);
+    (void)wait_exit(f2, 5);
+    remove_dir();
+}
+
+/* ------------------------------------------------------------------------------------
+ * Through Kafka into the real contprofd: the labels and selectors */
+
+/* `contprof ARGS...` against the daemon; stdout into out. */
+static int cli(char *out, size_t cap, const char *const *args)
+{
+    return run_capture(CP_CONTPROF, args, NULL, NULL, out, cap);
+}
+
+/* The windows reach contprofd through its embedded Kafka broker with the agent's envelope:
+ * {runtime="v8",isolate="alpha"} selects alpha's isolate alone. */
+TEST(node_to_contprofd)
+{
+    make_dir();
+    char store[300], url[64];
+    snprintf(store, sizeof(store), "%s/store", g_dir);
+    proc d;
+    const char *dargs[] = {"--data", store, "--http", "127.0.0.1:0", NULL};
+    start_daemon(&d, g_dir, dargs);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", d.port);
+    run_node(5, "2s", url);
+    static char out[1 << 16];
+    const char *sel_alpha = "{service=\"nodetest\",runtime=\"v8\",isolate=\"alpha\"}";
+    const char *top[] = {"top",      "--server", url,      "--type", "cpu",
+                         "--select", sel_alpha,  "--from", "-10m",   NULL};
+    /* ingest is asynchronous (the first consumer-group join takes seconds): poll */
+    int found = 0;
+    for (int i = 0; i < 300 && !found; i++) {
+        CHECK_EQ(cli(out, sizeof(out), top), 0);
+        found = strstr(out, "hotAlpha") != NULL;
+        if (!found) usleep(100000);
+    }
+    printf("%s\n", out);
+    CHECK(found);
+    CHECK(!strstr(out, "buildBigTable")); /* main's, another isolate */
+    const char *labels[] = {"labels", "--server", url, "runtime", "--from", "-10m", NULL};
+    CHECK_EQ(cli(out, sizeof(out), labels), 0);
+    CHECK_CONTAINS(out, "v8");
+    const char *isos[] = {"labels", "--server", url, "isolate", "--from", "-10m", NULL};
+    CHECK_EQ(cli(out, sizeof(out), isos), 0);
+    printf("%s\n", out);
+    CHECK_CONTAINS(out, "alpha");
+    CHECK_CONTAINS(out, "beta");
+    CHECK_CONTAINS(out, "main");
+    /* every envelope its own (producer, sequence): none stored as a duplicate */
+    cp_http_result r;
+    CHECK_EQ(cp_http_get(url, "/metrics", NULL, 5000, 1 << 22, &r, NULL), 0);
+    CHECK_CONTAINS((char *)r.body.data, "contprof_ingest_duplicates_total 0\n");
+    cp_buf_close(&r.body);
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    remove_dir();
+}
+
+TEST_MAIN(T(node_two_workers), T(workerd_two_workers), T(malformed_inspector), T(node_to_contprofd))

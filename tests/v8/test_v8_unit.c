@@ -1,0 +1,195 @@
+/* The V8 source's conversions in process (collector/v8/v8conv.c): a CPU profile and a
+ * sampling heap profile as V8's inspector sends them become the expected pprof samples;
+ * malformed messages are errors naming the problem, never a crash. */
+#include <stdio.h>
+#include <string.h>
+
+#include "test.h"
+#include "v8conv.h"
+
+static json_t *parse(const char *text)
+{
+    json_error_t je;
+    json_t *j = json_loads(text, 0, &je);
+    CHECK(j);
+    return j;
+}
+
+/* Sum of column t over samples whose stack has a function named fn. */
+static int64_t total_with(const cp_profile *p, const char *fn, int t)
+{
+    int64_t sum = 0;
+    for (uint32_t i = 0; i < p->samples.n; i++) {
+        const cp_sample *s = &p->samples.v[i];
+        for (uint32_t k = 0; k < s->nlocs; k++) {
+            const cp_location *l = &p->locations.v[p->stack.v[s->loc_off + k] - 1];
+            const cp_function *f = &p->functions.v[p->lines.v[l->line_off].function_id - 1];
+            if (!strcmp(cp_profile_str(p, f->name), fn)) {
+                sum += cp_profile_sample_values(p, i)[t];
+                break;
+            }
+        }
+    }
+    return sum;
+}
+
+#define CPU_OK                                                                                     \
+    "{\"nodes\":["                                                                                 \
+    "{\"id\":1,\"callFrame\":{\"functionName\":\"(root)\",\"url\":\"\",\"lineNumber\":-1,"         \
+    "\"columnNumber\":-1},\"children\":[2,4]},"                                                    \
+    "{\"id\":2,\"callFrame\":{\"functionName\":\"outer\",\"url\":\"file:///a.js\","                \
+    "\"lineNumber\":9,\"columnNumber\":4},\"children\":[3]},"                                      \
+    "{\"id\":3,\"callFrame\":{\"functionName\":\"\",\"url\":\"file:///a.js\",\"lineNumber\":19,"   \
+    "\"columnNumber\":0}},"                                                                        \
+    "{\"id\":4,\"callFrame\":{\"functionName\":\"(idle)\",\"url\":\"\",\"lineNumber\":-1,"         \
+    "\"columnNumber\":-1}}],"                                                                      \
+    "\"startTime\":1000,\"endTime\":5000,\"samples\":[3,3,2,4],\"timeDeltas\":[0,1000,1500,500]}"
+
+TEST(cpu_profile)
+{
+    json_t *j = parse(CPU_OK);
+    cp_profile *p = NULL;
+    int64_t span = 0;
+    cp_err err = {0};
+    CHECK_EQ(cp_v8_cpu_profile(j, 1000, &p, &span, &err), 0);
+    CHECK_EQ(span, 4000);
+    CHECK_EQ(p->sample_types.n, 2);
+    /* two samples of node 3, one of node 2, one idle (dropped): one interval each */
+    CHECK_EQ(total_with(p, "(anonymous)", 0), 2);
+    CHECK_EQ(total_with(p, "(anonymous)", 1), 2000000);
+    CHECK_EQ(total_with(p, "outer", 0), 3);
+    CHECK_EQ(total_with(p, "outer", 1), 3000000);
+    CHECK_EQ(total_with(p, "(idle)", 0), 0);
+    CHECK_EQ(total_with(p, "(root)", 0), 0);
+    /* the frame: file = URL, line 1-based, column in the system name */
+    int found = 0;
+    for (uint32_t i = 0; i < p->functions.n; i++)
+        if (!strcmp(cp_profile_str(p, p->functions.v[i].name), "outer")) {
+            CHECK_STREQ(cp_profile_str(p, p->functions.v[i].filename), "file:///a.js");
+            CHECK_STREQ(cp_profile_str(p, p->functions.v[i].system_name),
+                        "outer file:///a.js:10:5");
+            CHECK_EQ(p->functions.v[i].start_line, 10);
+            found = 1;
+        }
+    CHECK(found);
+    cp_profile_destroy(p);
+    json_decref(j);
+}
+
+/* Each malformed profile fails with a message naming the problem. */
+TEST(cpu_malformed)
+{
+    static const struct {
+        const char *json, *says;
+    } cases[] = {
+        {"[]", "not an object"},
+        {"{\"nodes\":3}", "no nodes array"},
+        {"{\"nodes\":[1]}", "not an object"},
+        {"{\"nodes\":[{\"id\":1}]}", "callFrame"},
+        {"{\"nodes\":[{\"callFrame\":{\"functionName\":\"a\",\"url\":\"\"}}]}", "no id"},
+        {"{\"nodes\":[{\"id\":1,\"callFrame\":{\"functionName\":7,\"url\":\"\"}}]}",
+         "not a string"},
+        {"{\"nodes\":[{\"id\":1,\"callFrame\":{\"functionName\":\"a\",\"url\":\"\"}},"
+         "{\"id\":1,\"callFrame\":{\"functionName\":\"b\",\"url\":\"\"}}]}",
+         "appears twice"},
+        {"{\"nodes\":[{\"id\":1,\"callFrame\":{\"functionName\":\"a\",\"url\":\"\"},"
+         "\"children\":[9]}]}",
+         "not a node id"},
+        {"{\"nodes\":[{\"id\":1,\"callFrame\":{\"functionName\":\"a\",\"url\":\"\"},"
+         "\"children\":[2]},{\"id\":2,\"callFrame\":{\"functionName\":\"b\",\"url\":\"\"},"
+         "\"children\":[1]}],\"samples\":[1],\"timeDeltas\":[1]}",
+         "cycle"},
+        {"{\"nodes\":[{\"id\":1,\"callFrame\":{\"functionName\":\"a\",\"url\":\"\"},"
+         "\"children\":[1]}]}",
+         "child of two"},
+        {"{\"nodes\":[],\"samples\":[1],\"timeDeltas\":[]}", "timeDeltas"},
+        {"{\"nodes\":[],\"samples\":[1],\"timeDeltas\":[1]}", "samples[0]"},
+        {"{\"nodes\":[],\"samples\":[],\"timeDeltas\":[],\"startTime\":\"x\"}", "startTime"},
+        {"{\"nodes\":[{\"id\":1,\"callFrame\":{\"functionName\":\"a\",\"url\":\"\","
+         "\"lineNumber\":1e300}}],\"samples\":[1],\"timeDeltas\":[1]}",
+         "lineNumber"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *j = parse(cases[i].json);
+        cp_profile *p = (cp_profile *)1;
+        cp_err err = {0};
+        int rc = cp_v8_cpu_profile(j, 1000, &p, NULL, &err);
+        if (rc == 0 || !strstr(err.msg, cases[i].says))
+            printf("case %zu: rc %d, \"%s\" (expected \"%s\")\n", i, rc, err.msg, cases[i].says);
+        CHECK(rc != 0);
+        CHECK(p == NULL);
+        CHECK_CONTAINS(err.msg, cases[i].says);
+        json_decref(j);
+    }
+}
+
+#define HEAP                                                                                       \
+    "{\"head\":{\"callFrame\":{\"functionName\":\"(root)\",\"url\":\"\",\"lineNumber\":-1,"        \
+    "\"columnNumber\":-1},\"selfSize\":0,\"id\":1,\"children\":["                                  \
+    "{\"callFrame\":{\"functionName\":\"build\",\"url\":\"w.js\",\"lineNumber\":2,"                \
+    "\"columnNumber\":3},\"selfSize\":0,\"id\":2,\"children\":[]},"                                \
+    "{\"callFrame\":{\"functionName\":\"other\",\"url\":\"w.js\",\"lineNumber\":8,"                \
+    "\"columnNumber\":3},\"selfSize\":0,\"id\":3,\"children\":[]}]},"                              \
+    "\"samples\":[{\"size\":1048576,\"nodeId\":2,\"ordinal\":1},"                                  \
+    "{\"size\":1048576,\"nodeId\":2,\"ordinal\":2},{\"size\":64,\"nodeId\":3,\"ordinal\":3}]}"
+
+TEST(heap_profile)
+{
+    json_t *j = parse(HEAP);
+    cp_profile *in = NULL, *al = NULL, *al2 = NULL;
+    cp_err err = {0};
+    uint64_t mark = 1;
+    CHECK_EQ(cp_v8_heap_profile(j, 512 * 1024, 0, NULL, &in, &err), 0);
+    CHECK_EQ(cp_v8_heap_profile(j, 512 * 1024, 1, &mark, &al, &err), 0);
+    CHECK_EQ(mark, 3);
+    CHECK_EQ(cp_v8_heap_profile(j, 512 * 1024, 1, &mark, &al2, &err), 0);
+    /* a 1 MiB sample at 512 KiB counts 1/(1-e^-2) objects */
+    double one = 1048576.0 / (1.0 - 0.1353352832366127);
+    CHECK(total_with(in, "build", 1) > (int64_t)(2 * one) - 2);
+    CHECK(total_with(in, "build", 1) < (int64_t)(2 * one) + 2);
+    CHECK(total_with(al, "build", 1) > (int64_t)one - 2); /* ordinal 1 was before the mark */
+    CHECK(total_with(al, "build", 1) < (int64_t)one + 2);
+    CHECK(total_with(al, "other", 1) > 0);
+    CHECK_EQ(al2->samples.n, 0); /* nothing new since */
+    CHECK_STREQ(cp_profile_str(in, in->sample_types.v[1].type), "inuse_space");
+    CHECK_STREQ(cp_profile_str(al, al->sample_types.v[1].type), "alloc_space");
+    cp_profile_destroy(in);
+    cp_profile_destroy(al);
+    cp_profile_destroy(al2);
+    json_decref(j);
+}
+
+TEST(heap_malformed)
+{
+    static const struct {
+        const char *json, *says;
+    } cases[] = {
+        {"{}", "no head"},
+        {"{\"head\":{\"id\":1,\"callFrame\":{\"functionName\":\"a\",\"url\":\"\"},"
+         "\"children\":{}}}",
+         "children is not an array"},
+        {"{\"head\":{\"id\":1,\"callFrame\":{\"functionName\":\"a\",\"url\":\"\"}},"
+         "\"samples\":[{\"size\":1,\"nodeId\":5}]}",
+         "is no node"},
+        {"{\"head\":{\"id\":1,\"callFrame\":{\"functionName\":\"a\",\"url\":\"\"}},"
+         "\"samples\":[{\"size\":-1,\"nodeId\":1}]}",
+         "size"},
+        {"{\"head\":{\"id\":1,\"callFrame\":{\"functionName\":\"a\",\"url\":\"\"}},"
+         "\"samples\":[7]}",
+         "samples[0]"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *j = parse(cases[i].json);
+        cp_profile *p = NULL;
+        cp_err err = {0};
+        int rc = cp_v8_heap_profile(j, 1024, 0, NULL, &p, &err);
+        if (rc == 0 || !strstr(err.msg, cases[i].says))
+            printf("case %zu: rc %d, \"%s\" (expected \"%s\")\n", i, rc, err.msg, cases[i].says);
+        CHECK(rc != 0);
+        CHECK(p == NULL);
+        CHECK_CONTAINS(err.msg, cases[i].says);
+        json_decref(j);
+    }
+}
+
+TEST_MAIN(T(cpu_profile), T(cpu_malformed), T(heap_profile), T(heap_malformed))
