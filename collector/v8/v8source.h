@@ -25,7 +25,7 @@ typedef struct cp_v8_options {
     const char *instance;        /* NULL: HOSTNAME:PORT of the inspector */
     const char *labels;          /* NULL or "k=v,k=v": added to every envelope */
     int64_t window_ns;           /* default 10 s */
-    int64_t cpu_interval_us;     /* V8's CPU sampling interval, default 1000; 0: off */
+    int64_t cpu_interval_us;     /* V8's CPU sampling interval, default 10000; 0: off */
     int64_t heap_interval;       /* bytes between heap samples, default 512 KiB; 0: off */
     int exit_when_gone;          /* stop once every host was seen and none answers */
     int allow_remote;            /* inspectors off loopback allowed */
