@@ -21,6 +21,7 @@
 
 #include "alloc.h"
 #include "config.h"
+#include "demangle.h"
 #include "elfnames.h"
 #include "isolate.h"
 #include "labels.h"
@@ -209,20 +210,6 @@ typedef struct sym {
     uint32_t ninl;
     sym_line *inl; /* owned, ninl entries */
 } sym;
-
-/* C++ names are demangled with the program's own C++ runtime: a mangled name comes from
- * C++ code, so __cxa_demangle is loaded whenever it is needed (looked up once). */
-typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
-static demangle_fn find_demangler(void)
-{
-    static int looked;
-    static demangle_fn fn;
-    if (!looked) {
-        looked = 1;
-        fn = (demangle_fn)dlsym(RTLD_DEFAULT, "__cxa_demangle");
-    }
-    return fn;
-}
 
 #define SYM_CAP (1u << 15)
 #define SYM_CAP0 (1u << 10) /* the first size: a short-lived process faults in few pages */
@@ -424,15 +411,12 @@ static void syms_refresh(const cp_modules *mods)
 /* Sets *name (demangled when possible) and *mangled from a symbol or linkage name. */
 static void set_name(const char *raw, char **name, char **mangled)
 {
-    if (raw[0] == '_' && raw[1] == 'Z' && find_demangler()) {
-        int st = -1;
-        char *d = find_demangler()(raw, NULL, NULL, &st);
-        if (d && st == 0) {
-            *name = d;
-            *mangled = strdup(raw);
-            return;
-        }
-        free(d);
+    /* C++ and Rust names, with libiberty's demanglers (model/demangle.h) */
+    char *d = cp_demangle(raw);
+    if (d) {
+        *name = d;
+        *mangled = strdup(raw);
+        return;
     }
     *name = strdup(raw);
 }

@@ -166,6 +166,25 @@ TEST(debuginfo_off_leaves_libc_internals)
     remove_dir();
 }
 
+/* C++ and Rust (v0 and legacy) symbols are demangled by the agent with libiberty, in a C
+ * program (no C++ runtime, so no __cxa_demangle in the process). */
+TEST(cxx_and_rust_names_demangled)
+{
+    pset s;
+    run_sym(CPSYM, "mangled", "2.5", NULL, &s);
+    int64_t cxx = cpu_of(&s, "cpsym", "foo::bar()"), v0 = cpu_of(&s, "cpsym", "mycrate::main"),
+            legacy = cpu_of(&s, "cpsym", "mycrate::legacy");
+    printf("foo::bar() %lld, mycrate::main %lld, mycrate::legacy %lld ns\n", (long long)cxx,
+           (long long)v0, (long long)legacy);
+    CHECK(cxx > 0);
+    CHECK(v0 > 0);
+    CHECK(legacy > 0);
+    CHECK_EQ(names_containing(&s, "cpsym", "_ZN"), 0);
+    CHECK_EQ(names_containing(&s, "cpsym", "_RNv"), 0);
+    pset_free(&s);
+    remove_dir();
+}
+
 /* ------------------------------------------------------------------------------------
  * The agent's own CPU */
 
@@ -305,5 +324,6 @@ TEST(elfnames_files)
 }
 
 TEST_MAIN(T(names_from_symtab), T(stripped_names_from_dynsym), T(libc_internals_from_debug_file),
-          T(debuginfo_off_leaves_libc_internals), T(agent_isolate_cpu),
-          T(budget_counted_when_spent), T(budget_default_not_hit), T(elfnames_files))
+          T(debuginfo_off_leaves_libc_internals), T(cxx_and_rust_names_demangled),
+          T(agent_isolate_cpu), T(budget_counted_when_spent), T(budget_default_not_hit),
+          T(elfnames_files))
