@@ -19,23 +19,16 @@
 #include "test.h"
 #include "pfiles.h"
 
-static char g_dir[256], g_env_dir[300];
+static char g_dir[300], g_env_dir[300];
 
 static void make_dir(void)
 {
-    snprintf(g_dir, sizeof(g_dir), "/tmp/contprof-js-%d", (int)getpid());
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
-    CHECK(system(cmd) == 0);
-    CHECK(mkdir(g_dir, 0755) == 0);
-    snprintf(g_env_dir, sizeof(g_env_dir), "CONTPROF_OUTPUT_DIR=%s", g_dir);
+    pset_dir_make("js", g_dir, g_env_dir);
 }
 
 static void remove_dir(void)
 {
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    pset_dir_remove(g_dir);
 }
 
 /* Runs node (flags: V8 flags or "") on hot.js for 2.5 s under the agent with env extra (may
@@ -249,6 +242,18 @@ static const char *name_at(uint64_t addr)
     return buf;
 }
 
+typedef struct addr_name {
+    uint64_t addr;
+    const char *name;
+} addr_name;
+
+/* Checks each address's name, up to an entry with no name. */
+static void names_at(const addr_name *want)
+{
+    for (; want->name; want++)
+        CHECK_STREQ(name_at(want->addr), want->name);
+}
+
 TEST(perfmap_incremental_defensive)
 {
     char path[] = "/tmp/cpperfmap-XXXXXX";
@@ -258,11 +263,12 @@ TEST(perfmap_incremental_defensive)
     cp_perfmap_reset();
     append(path, "1000 100 JS:~a x.js:1:1\n0x2000 0x80 JS:~b y.js:2:1\nzz 10 bad\n3000 10 JS:~c");
     CHECK_EQ(cp_perfmap_refresh(path), 0);
-    CHECK_STREQ(name_at(0x1000), "JS:~a x.js:1:1");
-    CHECK_STREQ(name_at(0x10ff), "JS:~a x.js:1:1");
-    CHECK_STREQ(name_at(0x1100), "");
-    CHECK_STREQ(name_at(0x207f), "JS:~b y.js:2:1");
-    CHECK_STREQ(name_at(0x3005), ""); /* its line is not finished yet */
+    names_at((const addr_name[]){{0x1000, "JS:~a x.js:1:1"},
+                                 {0x10ff, "JS:~a x.js:1:1"},
+                                 {0x1100, ""},
+                                 {0x207f, "JS:~b y.js:2:1"},
+                                 {0x3005, ""}, /* its line is not finished yet */
+                                 {0}});
     cp_perfmap_stats st;
     cp_perfmap_get_stats(&st);
     CHECK_EQ(st.entries, 2);
@@ -270,10 +276,11 @@ TEST(perfmap_incremental_defensive)
     /* the rest of the cut line, and a newer entry over part of an older one */
     append(path, " z.js:3:1\r\n1040 20 JS:*a2 x.js:1:1\n");
     CHECK_EQ(cp_perfmap_refresh(path), 0);
-    CHECK_STREQ(name_at(0x3005), "JS:~c z.js:3:1");
-    CHECK_STREQ(name_at(0x1050), "JS:*a2 x.js:1:1");
-    CHECK_STREQ(name_at(0x1030), "JS:~a x.js:1:1");
-    CHECK_STREQ(name_at(0x1070), "JS:~a x.js:1:1");
+    names_at((const addr_name[]){{0x3005, "JS:~c z.js:3:1"},
+                                 {0x1050, "JS:*a2 x.js:1:1"},
+                                 {0x1030, "JS:~a x.js:1:1"},
+                                 {0x1070, "JS:~a x.js:1:1"},
+                                 {0}});
     /* tags stay with their entries */
     const char *n;
     size_t len;

@@ -19,23 +19,16 @@
 #include "test.h"
 #include "pfiles.h"
 
-static char g_dir[256], g_env_dir[300];
+static char g_dir[300], g_env_dir[300];
 
 static void make_dir(void)
 {
-    snprintf(g_dir, sizeof(g_dir), "/tmp/contprof-sym-%d", (int)getpid());
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
-    CHECK(system(cmd) == 0);
-    CHECK(mkdir(g_dir, 0755) == 0);
-    snprintf(g_env_dir, sizeof(g_env_dir), "CONTPROF_OUTPUT_DIR=%s", g_dir);
+    pset_dir_make("sym", g_dir, g_env_dir);
 }
 
 static void remove_dir(void)
 {
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    pset_dir_remove(g_dir);
 }
 
 #define PRELOAD "LD_PRELOAD=" CP_LIB

@@ -429,31 +429,44 @@ TEST(uploaded_symbols_name_stored_profiles_of_their_tenant_only)
 }
 
 /* The configured directories (.build-id/xx/yyyy.debug) name frames of every tenant. */
-TEST(debug_directories_name_frames_without_an_upload)
+/* symprog (its path in prog, 600 bytes; its image in *elf; its build ID in id) in a new
+ * debug directory (mkdtemp of dir) as ID[0:2]/ID[2:].debug. */
+static void symprog_debug_dir(char *prog, cp_buf *elf, char *id, char *dir)
 {
-    char prog[600];
-    snprintf(prog, sizeof prog, "%s/tests/symbols/symprog", bindir());
-    cp_buf elf = read_all(prog);
+    snprintf(prog, 600, "%s/tests/symbols/symprog", bindir());
+    *elf = read_all(prog);
     cp_buf tab = {0};
-    char id[CP_BUILD_ID_HEX_MAX + 1];
     cp_err err = {0};
-    CHECK_EQ(cp_symtab_build(elf.data, elf.len, 1 << 20, &tab, id, &err), 0);
+    CHECK_EQ(cp_symtab_build(elf->data, elf->len, 1 << 20, &tab, id, &err), 0);
     cp_buf_close(&tab);
-    char dir[] = "/tmp/cpsymdir-XXXXXX";
     CHECK(mkdtemp(dir));
     char sub[700], file[1000];
     snprintf(sub, sizeof sub, "%s/%.2s", dir, id);
     CHECK(mkdir(sub, 0755) == 0);
     snprintf(file, sizeof file, "%s/%s.debug", sub, id + 2);
-    CHECK(cp_write_file(file, elf.data, elf.len, NULL) == 0);
+    CHECK(cp_write_file(file, elf->data, elf->len, NULL) == 0);
+}
 
+/* A symbolizer reading the debug directories dirs (kept by the caller), no store. */
+static cp_symbols *symbols_with_dirs(const char *dirs)
+{
     cp_symbols_options so;
     cp_symbols_options_default(&so);
-    char dirs[700];
-    snprintf(dirs, sizeof dirs, "/nonexistent/dir:%s", dir);
     so.dirs = dirs;
     cp_symbols *sy = cp_symbols_create(&so);
     CHECK(sy);
+    return sy;
+}
+
+TEST(debug_directories_name_frames_without_an_upload)
+{
+    char prog[600], id[CP_BUILD_ID_HEX_MAX + 1], dir[] = "/tmp/cpsymdir-XXXXXX";
+    cp_buf elf;
+    symprog_debug_dir(prog, &elf, id, dir);
+
+    char dirs[700];
+    snprintf(dirs, sizeof dirs, "/nonexistent/dir:%s", dir);
+    cp_symbols *sy = symbols_with_dirs(dirs);
     cp_profile *p = server_window(id, 0x400000, elf_symbol_offset(prog, "symprog_table_walk"),
                                   elf_symbol_offset(prog, "main"));
     uint32_t named = 0;
@@ -488,25 +501,10 @@ static void leaf_names(const cp_profile *p, uint32_t loc, const char **name, con
  * cp_symbols_name demangles whatever table named the frame). */
 TEST(table_cxx_and_rust_names_demangled)
 {
-    char prog[600];
-    snprintf(prog, sizeof prog, "%s/tests/symbols/symprog", bindir());
-    cp_buf elf = read_all(prog);
-    cp_buf tab = {0};
-    char id[CP_BUILD_ID_HEX_MAX + 1];
-    cp_err err = {0};
-    CHECK_EQ(cp_symtab_build(elf.data, elf.len, 1 << 20, &tab, id, &err), 0);
-    char dir[] = "/tmp/cpsymdm-XXXXXX";
-    CHECK(mkdtemp(dir));
-    char sub[700], file[1000];
-    snprintf(sub, sizeof sub, "%s/%.2s", dir, id);
-    CHECK(mkdir(sub, 0755) == 0);
-    snprintf(file, sizeof file, "%s/%s.debug", sub, id + 2);
-    CHECK(cp_write_file(file, elf.data, elf.len, NULL) == 0);
-    cp_symbols_options so;
-    cp_symbols_options_default(&so);
-    so.dirs = dir;
-    cp_symbols *sy = cp_symbols_create(&so);
-    CHECK(sy);
+    char prog[600], id[CP_BUILD_ID_HEX_MAX + 1], dir[] = "/tmp/cpsymdm-XXXXXX";
+    cp_buf elf;
+    symprog_debug_dir(prog, &elf, id, dir);
+    cp_symbols *sy = symbols_with_dirs(dir);
     cp_profile *a = server_window(id, 0x400000, elf_symbol_offset(prog, "_ZN3foo3barEv"),
                                   elf_symbol_offset(prog, "_RNvCs1234_7mycrate4main"));
     cp_profile *b = server_window(id, 0x400000,
@@ -532,7 +530,6 @@ TEST(table_cxx_and_rust_names_demangled)
     cp_profile_destroy(a);
     cp_profile_destroy(b);
     cp_symbols_destroy(sy);
-    cp_buf_close(&tab);
     cp_buf_close(&elf);
     char cmd[1100];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
