@@ -830,6 +830,18 @@ static int emit_profile(cp_profile *p, int kind, const iso_key *k, const cp_wind
              atomic_load(&cp_agent_oom) ? " agent_out_of_memory=1" : "");
     if (cp_profile_intern_cstr(p, comment, &cid) || cp_vec_push(&p->comments, cid))
         return CP_ENOMEM;
+    cp_perfmap_stats pst;
+    cp_perfmap_get_stats(&pst);
+    if (pst.found) {
+        /* the perf map so far: entries kept, malformed lines, lines over the bounds */
+        snprintf(comment, sizeof(comment),
+                 "perf_map_entries=%llu perf_map_bad=%llu "
+                 "perf_map_dropped=%llu",
+                 (unsigned long long)pst.entries, (unsigned long long)pst.bad,
+                 (unsigned long long)pst.dropped);
+        if (cp_profile_intern_cstr(p, comment, &cid) || cp_vec_push(&p->comments, cid))
+            return CP_ENOMEM;
+    }
     if (syms.over_budget) {
         /* pcs the window's symbolization budget left as addresses so far (named by a later
          * window, or by the server from the mappings' build ids) */
@@ -1037,7 +1049,12 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
 
     /* with CONTPROF_SYMBOLIZE=lines, loads libdw the first time there is something */
     if (isos.n && !cp_cfg.symbolize_server) syms_refresh(mods);
-    if (isos.n) jit_frames(mods, &bc);
+    if (isos.n) {
+        /* counted as naming (contprof:symbolize); bounded by perfmap.c's read bound */
+        int64_t t0 = thread_cpu_ns();
+        jit_frames(mods, &bc);
+        syms.spent_ns += thread_cpu_ns() - t0;
+    }
     if (isos.n) name_new_pcs(mods, &bc);
     int rc = 0;
     for (uint32_t ii = 0; ii < isos.n; ii++) {

@@ -159,6 +159,16 @@ TEST(node_js_frames_named_from_perf_map)
            (long long)all);
     CHECK_EQ(bare, 0);
     CHECK(leaf * 100 <= all); /* at most 1% */
+    /* the map's counters travel in the comments */
+    long long entries = -1;
+    for (int i = 0; i < s.n; i++)
+        for (uint32_t c = 0; c < s.f[i].p->comments.n; c++) {
+            const char *t =
+                strstr(cp_profile_str(s.f[i].p, s.f[i].p->comments.v[c]), "perf_map_entries=");
+            if (t) entries = atoll(t + strlen("perf_map_entries="));
+        }
+    printf("perf_map_entries=%lld\n", entries);
+    CHECK(entries > 100);
     pset_free(&s);
     remove_dir();
 }
