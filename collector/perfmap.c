@@ -91,7 +91,9 @@ void cp_perfmap_split(const char *name, size_t len, cp_perfmap_name *out)
     }
     s += strlen(js[k]);
     /* the code's tier (V8: ~ interpreted, ^ baseline, + maglev, * turbofan, ' for a
-     * context-specialized variant), not part of the name */
+     * context-specialized variant, an "o" before the tier for on-stack replacement), not
+     * part of the name */
+    if (e - s >= 2 && s[0] == 'o' && strchr("~*^+", s[1])) s++;
     while (s < e && strchr("~*^+'!", *s) && *s)
         s++;
     const char *sp = NULL;

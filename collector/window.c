@@ -408,11 +408,34 @@ static void syms_refresh(const cp_modules *mods)
     }
 }
 
+/* The program's C++ runtime's demangler, if it exports one (looked up once). */
+typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
+static demangle_fn find_demangler(void)
+{
+    static int looked;
+    static demangle_fn fn;
+    if (!looked) {
+        looked = 1;
+        fn = (demangle_fn)dlsym(RTLD_DEFAULT, "__cxa_demangle");
+    }
+    return fn;
+}
+
 /* Sets *name (demangled when possible) and *mangled from a symbol or linkage name. */
 static void set_name(const char *raw, char **name, char **mangled)
 {
-    /* C++ and Rust names, with libiberty's demanglers (model/demangle.h) */
+    /* C++ and Rust names, with libiberty's demanglers (model/demangle.h); a C++ name that
+     * Debian 12's libiberty does not know (C++20 constraints, "Q") with the program's own
+     * __cxa_demangle, when it exports one */
     char *d = cp_demangle(raw);
+    if (!d && raw[0] == '_' && raw[1] == 'Z' && find_demangler()) {
+        int st = -1;
+        d = find_demangler()(raw, NULL, NULL, &st);
+        if (st != 0) {
+            free(d);
+            d = NULL;
+        }
+    }
     if (d) {
         *name = d;
         *mangled = strdup(raw);

@@ -223,6 +223,8 @@ TEST(perfmap_names)
 {
     split_is("JS:~hotJson worker.js:4:17", "hotJson", "worker.js", 4);
     split_is("JS:+'hotJson worker.js:2:14", "hotJson", "worker.js", 2);
+    split_is("JS:o*hotMath worker:11:17", "hotMath", "worker", 11); /* workerd: OSR code */
+    split_is("JS:~oops a.js:1:1", "oops", "a.js", 1);
     split_is("JS:*Counter.increment file:///srv/app.js:10:3", "Counter.increment",
              "file:///srv/app.js", 10);
     split_is("JS:~ worker.js:10:11", "(anonymous)", "worker.js", 10);
