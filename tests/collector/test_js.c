@@ -38,7 +38,10 @@ static const char *run_node(const char *flags, const char *extra, pset *s)
     static char out[8192];
     make_dir();
     char cmd[1024];
-    snprintf(cmd, sizeof(cmd), "exec %s %s %s 2.5 2>&1", CP_NODE, flags, CP_HOT_JS);
+    /* the perf map of each run removed after it */
+    snprintf(cmd, sizeof(cmd),
+             "%s %s %s 2.5 2>&1 & p=$!; wait $p; rc=$?; rm -f /tmp/perf-$p.map; exit $rc", CP_NODE,
+             flags, CP_HOT_JS);
     const char *env[8] = {"LD_PRELOAD=" CP_LIB, g_env_dir, "CONTPROF_WINDOW=1s",
                           "PATH=/usr/bin:/bin"};
     int n = 4;
@@ -206,6 +209,48 @@ TEST(node_without_perf_map_reads_jit_and_says_which_flags)
     remove_dir();
 }
 
+/* workerd (npm's @cloudflare/workerd-linux-64, pinned in tests/collector/workerd, installed
+ * into the build directory) serving a Worker with its perf map on, under load: its JS
+ * functions named, V8's C++ under them demangled, no bare address. */
+TEST(workerd_worker_js_frames_named)
+{
+    char cmd[1200], bin[600] = "";
+    snprintf(cmd, sizeof(cmd), "sh %s/install.sh %s/workerd", CP_WORKERD_DIR, CP_BIN_DIR);
+    FILE *f = popen(cmd, "r");
+    CHECK(f);
+    CHECK(fgets(bin, sizeof(bin), f) != NULL);
+    CHECK(pclose(f) == 0);
+    bin[strcspn(bin, "\n")] = 0;
+    make_dir();
+    char port[16];
+    snprintf(port, sizeof(port), "%d", 20000 + (int)(getpid() % 20000));
+    const char *env[] = {"LD_PRELOAD=" CP_LIB, g_env_dir, "CONTPROF_WINDOW=1s",
+                         "PATH=/usr/bin:/bin", NULL};
+    char script[700];
+    snprintf(script, sizeof(script), "%s/run.sh", CP_WORKERD_DIR);
+    const char *args[] = {script, bin, port, "60", NULL};
+    static char out[8192];
+    int st = run_capture("/bin/sh", args, NULL, env, out, sizeof(out));
+    printf("%s", out);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    pset s;
+    pset_load(g_dir, &s);
+    int64_t all = cpu_with(&s, NULL), json = cpu_with(&s, "hotJson"),
+            math = cpu_with(&s, "hotMath"), fetch = cpu_with(&s, "fetch");
+    printf("workerd: fetch %lld, hotJson %lld, hotMath %lld of %lld ns\n", (long long)fetch,
+           (long long)json, (long long)math, (long long)all);
+    CHECK(fetch * 2 > all); /* the Worker's code is most of workerd's CPU under load */
+    CHECK(json > 0 && math > 0);
+    CHECK(called_under(&s, "v8::internal::JsonStringifier::", "hotJson"));
+    int bare;
+    int64_t leaf;
+    unnamed(&s, &bare, &leaf);
+    printf("bare-address locations %d\n", bare);
+    CHECK_EQ(bare, 0);
+    pset_free(&s);
+    remove_dir();
+}
+
 /* ------------------------------------------------------------------------------------
  * perfmap.c on hand-written maps */
 
@@ -314,5 +359,5 @@ TEST(perfmap_incremental_defensive)
 }
 
 TEST_MAIN(T(node_js_frames_named_from_perf_map), T(node_js_frames_named_with_server_symbolize),
-          T(node_without_perf_map_reads_jit_and_says_which_flags), T(perfmap_names),
-          T(perfmap_incremental_defensive))
+          T(node_without_perf_map_reads_jit_and_says_which_flags),
+          T(workerd_worker_js_frames_named), T(perfmap_names), T(perfmap_incremental_defensive))

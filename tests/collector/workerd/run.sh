@@ -1,0 +1,37 @@
+#!/bin/sh
+# Runs workerd (WORKERD) serving worker.js on 127.0.0.1:PORT with V8's perf map, under
+# whatever LD_PRELOAD and CONTPROF_* the environment holds; sends N requests with curl,
+# then SIGTERM (workerd ignores SIGINT). usage: run.sh WORKERD PORT N
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cp "$here/worker.js" "$tmp/"
+cat > "$tmp/config.capnp" <<CAPNP
+using Workerd = import "/workerd/workerd.capnp";
+const config :Workerd.Config = (
+  services = [(name = "main", worker = .w)],
+  sockets = [(name = "http", address = "127.0.0.1:$2", http = (), service = "main")],
+  v8Flags = ["--perf-basic-prof", "--interpreted-frames-native-stack"],
+);
+const w :Workerd.Worker = (
+  modules = [(name = "worker", esModule = embed "worker.js")],
+  compatibilityDate = "2024-01-01",
+);
+CAPNP
+"$1" serve "$tmp/config.capnp" > "$tmp/log" 2>&1 &
+pid=$!
+i=0
+until grep -q Listening "$tmp/log"; do
+  i=$((i + 1))
+  [ $i -lt 200 ] || { cat "$tmp/log"; kill -TERM $pid; exit 1; }
+  sleep 0.05
+done
+n=0
+while [ $n -lt "$3" ]; do
+  curl -sf "http://127.0.0.1:$2/" > /dev/null
+  n=$((n + 1))
+done
+kill -TERM $pid
+wait $pid || true
+rm -f "/tmp/perf-$pid.map"
