@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runs workerd (WORKERD) serving worker.js on 127.0.0.1:PORT with V8's perf map, under
 # whatever LD_PRELOAD and CONTPROF_* the environment holds; sends N requests with curl,
-# then SIGTERM (workerd ignores SIGINT). usage: run.sh WORKERD PORT N
+# then prints workerd's CPU time so far ("workerd_cpu_ticks N", user + system, clock ticks)
+# and sends SIGTERM (workerd ignores SIGINT). usage: run.sh WORKERD PORT N
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
@@ -32,6 +33,7 @@ while [ $n -lt "$3" ]; do
   curl -sf "http://127.0.0.1:$2/" > /dev/null
   n=$((n + 1))
 done
+awk '{print "workerd_cpu_ticks", $14 + $15}' "/proc/$pid/stat"
 kill -TERM $pid
 wait $pid || true
 rm -f "/tmp/perf-$pid.map"
