@@ -210,8 +210,9 @@ TEST(node_without_perf_map_reads_jit_and_says_which_flags)
 }
 
 /* workerd (npm's @cloudflare/workerd-linux-64, pinned in tests/collector/workerd, installed
- * into the build directory) serving a Worker with its perf map on, under load: its JS
- * functions named, V8's C++ under them demangled, no bare address. */
+ * into the build directory) serving a Worker and its Durable Object with the perf map on,
+ * under load: its JS functions and the object's method named, V8's C++ under them
+ * demangled, no bare address. */
 TEST(workerd_worker_js_frames_named)
 {
     char cmd[1200], bin[600] = "";
@@ -241,6 +242,9 @@ TEST(workerd_worker_js_frames_named)
            (long long)json, (long long)math, (long long)all);
     CHECK(fetch * 2 > all); /* the Worker's code is most of workerd's CPU under load */
     CHECK(json > 0 && math > 0);
+    int64_t tally = cpu_with(&s, "tally");
+    printf("the Durable Object's method tally: %lld ns\n", (long long)tally);
+    CHECK(tally > 0); /* a class method, as V8 names it */
     CHECK(called_under(&s, "v8::internal::JsonStringifier::", "hotJson"));
     int bare;
     int64_t leaf;

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Runs workerd (WORKERD) serving worker.js on 127.0.0.1:PORT with V8's perf map, under
-# whatever LD_PRELOAD and CONTPROF_* the environment holds; sends N requests with curl,
+# whatever LD_PRELOAD and CONTPROF_* the environment holds; sends N requests with curl to the Worker and N to its Durable Object,
 # then prints workerd's CPU time so far ("workerd_cpu_ticks N", user + system, clock ticks)
 # and sends SIGTERM (workerd ignores SIGINT). usage: run.sh WORKERD PORT N
 set -eu
@@ -18,6 +18,9 @@ const config :Workerd.Config = (
 const w :Workerd.Worker = (
   modules = [(name = "worker", esModule = embed "worker.js")],
   compatibilityDate = "2024-01-01",
+  durableObjectNamespaces = [(className = "Counter", uniqueKey = "contprof-test-counter")],
+  durableObjectStorage = (inMemory = void),
+  bindings = [(name = "COUNTER", durableObjectNamespace = "Counter")],
 );
 CAPNP
 "$1" serve "$tmp/config.capnp" > "$tmp/log" 2>&1 &
@@ -31,6 +34,7 @@ done
 n=0
 while [ $n -lt "$3" ]; do
   curl -sf "http://127.0.0.1:$2/" > /dev/null
+  curl -sf "http://127.0.0.1:$2/do" > /dev/null
   n=$((n + 1))
 done
 awk '{print "workerd_cpu_ticks", $14 + $15}' "/proc/$pid/stat"
