@@ -42,6 +42,16 @@ static int is_digits(const char *s, const char *e)
     return 1;
 }
 
+/* The decimal number in [s, e) (digits only, checked by the caller), saturated; never
+ * reads past e (names are not NUL-terminated). */
+static int64_t decimal(const char *s, const char *e)
+{
+    int64_t v = 0;
+    for (; s < e; s++)
+        v = v > (INT64_MAX - 9) / 10 ? INT64_MAX : v * 10 + (*s - '0');
+    return v;
+}
+
 static void copy_cut(char *dst, size_t cap, const char *s, size_t n)
 {
     if (n >= cap) n = cap - 1;
@@ -65,12 +75,12 @@ static int split_location(const char *s, const char *e, const char **file_end, i
     if (!c2) return 0;
     if (c1 && is_digits(c1 + 1, c2) && is_digits(c2 + 1, e)) {
         *file_end = c1;
-        *line = strtoll(c1 + 1, NULL, 10);
+        *line = decimal(c1 + 1, c2);
         return c1 > s;
     }
     if (is_digits(c2 + 1, e)) {
         *file_end = c2;
-        *line = strtoll(c2 + 1, NULL, 10);
+        *line = decimal(c2 + 1, e);
         return c2 > s;
     }
     return 0;
@@ -190,7 +200,9 @@ static int add_line(const char *s, const char *e)
         pm.names = nn;
         pm.names_cap = nc;
     }
-    memcpy(pm.names + pm.names_len, s, nl);
+    /* a NUL or control byte (a damaged file) would cut or garble the name downstream */
+    for (size_t k = 0; k < nl; k++)
+        pm.names[pm.names_len + k] = (unsigned char)s[k] < 0x20 ? '?' : s[k];
     pm.e[pm.n] = (pm_entry){start, size, pm.names_len, (uint32_t)nl, 0};
     pm.names_len += (uint32_t)nl;
     pm.n++;
