@@ -899,6 +899,7 @@ static int emit_profile(cp_profile *p, int kind, const iso_key *k, const cp_wind
         cp_labels_set(&e.labels, CP_LABEL_INSTANCE, m->instance) ||
         cp_labels_set(&e.labels, CP_LABEL_ISOLATE, iname))
         goto fail;
+    cp_labels_scrub(&e.labels); /* a thread may name itself "a\tb": ingest refuses that */
     e.kind = kind;
     e.window_start_ns = m->start_ns;
     e.window_duration_ns = m->end_ns - m->start_ns;

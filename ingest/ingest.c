@@ -8,6 +8,7 @@
 #include "broker.h"
 #include "envelope.h"
 #include "log.h"
+#include "metrics.h"
 
 #include <librdkafka/rdkafka.h>
 #ifdef __GLIBC__
@@ -105,6 +106,14 @@ struct cp_ingest {
     pthread_mutex_t mu;
     cp_ingest_stats st;
     atomic_uint_fast64_t dlq_failed;
+    /* Counted without mu and registered in the statistics registry (cp_ingest_register_metrics);
+     * cp_ingest_get_stats reads them into st's fields of the same names. */
+    cp_counter messages, bytes, windows, duplicates, dlq_reason[CP_DLQ_NREASONS];
+    cp_gauge lag;
+    cp_gauge_f rate;              /* windows per second, smoothed (rate_tick) */
+    int64_t rate_ns;              /* when rate_tick last sampled; ingest thread only */
+    uint64_t rate_windows;        /* the windows count then */
+    cp_metrics *metrics;          /* where this ingest is registered; NULL = nowhere */
     atomic_int_fast64_t asked_ns; /* monotonic ns of the last cp_ingest_get_partitions */
     /* store failure: paused until cp_store_reopen succeeds (ingest thread only) */
     int paused;
@@ -324,8 +333,8 @@ static int commit(cp_ingest *in)
         store_failed(in, err.msg);
         return rc;
     }
+    cp_counter_add(&in->windows, w);
     pthread_mutex_lock(&in->mu);
-    in->st.windows += w;
     in->st.batches++;
     for (uint32_t i = 0; i < in->parts.n; i++)
         if (in->parts.v[i].next >= 0) in->parts.v[i].durable = in->parts.v[i].next;
@@ -575,9 +584,7 @@ static void to_dlq(cp_ingest *in, part *p, const rd_kafka_message_t *m, int reas
     snprintf(src, sizeof src, "%s/%d/%lld", topic, m->partition, (long long)m->offset);
     cp_log_warn("ingest: %s [%d] offset %lld -> %s (%s): %s", topic, m->partition,
                 (long long)m->offset, in->dlq_topic, reason_names[reason], why);
-    pthread_mutex_lock(&in->mu);
-    in->st.dlq[reason]++;
-    pthread_mutex_unlock(&in->mu);
+    cp_counter_add(&in->dlq_reason[reason], 1);
     snprintf(tag, sizeof tag, "dlq:%s", reason_names[reason]);
     not_stored(in, p, m->offset, m->offset + 1, tag);
     rd_kafka_headers_t *h = rd_kafka_headers_new(5);
@@ -600,9 +607,9 @@ static int dlq_reason_of(int rc, int stage)
 static int admit(cp_ingest *in, rd_kafka_message_t *m)
 {
     part *p = part_get(in, m->partition);
+    cp_counter_add(&in->messages, 1);
+    cp_counter_add(&in->bytes, m->len);
     pthread_mutex_lock(&in->mu);
-    in->st.messages++;
-    in->st.bytes += m->len;
     int skip = !p || !p->assigned || (p->next >= 0 && m->offset < p->next);
     if (skip) in->st.skipped++;
     pthread_mutex_unlock(&in->mu);
@@ -750,9 +757,7 @@ static int apply(cp_ingest *in, slot *sl)
         cp_err err = {0};
         rc = cp_store_batch_add_lazy(in->batch, &sl->env, sl->prof, &sl->lz, m->partition, &err);
         if (rc == CP_STORE_DUPLICATE) {
-            pthread_mutex_lock(&in->mu);
-            in->st.duplicates++;
-            pthread_mutex_unlock(&in->mu);
+            cp_counter_add(&in->duplicates, 1);
         } else if (rc == CP_EPPROF) { /* a sample's ids, checked by the store (lazy ids) */
             to_dlq(in, p, m, dlq_reason_of(rc, 1), err.msg);
         } else if (rc == CP_EINVAL || rc == CP_EINCOMPAT || rc == CP_ELIMIT) {
@@ -825,8 +830,8 @@ static void update_lag(cp_ingest *in)
         int64_t pos = in->parts.v[i].next >= 0 ? in->parts.v[i].next : lo;
         if (hi > pos) lag += hi - pos;
     }
+    cp_gauge_set(&in->lag, np ? lag : -1);
     pthread_mutex_lock(&in->mu);
-    in->st.lag = np ? lag : -1;
     in->st.partitions = np;
     pthread_mutex_unlock(&in->mu);
 }
@@ -839,6 +844,21 @@ static int64_t wait_now(cp_ingest *in, int64_t idle_wait)
     if (asked && mono_ns() - asked < 50 * 1000000LL && ASKED_WAIT_NS < idle_wait)
         return ASKED_WAIT_NS;
     return idle_wait;
+}
+
+/* Every 5 s: the windows stored per second since the last sample, smoothed (a weight of
+ * 0.3 for the newest), for contprof_ingest_windows_per_second. */
+static void rate_tick(cp_ingest *in, int64_t now)
+{
+    if (in->rate_ns && now - in->rate_ns < 5000000000LL) return;
+    uint64_t w = cp_counter_get(&in->windows);
+    if (in->rate_ns) {
+        double inst = (double)(w - in->rate_windows) / ((double)(now - in->rate_ns) / 1e9);
+        double r = cp_gauge_f_get(&in->rate);
+        cp_gauge_f_set(&in->rate, r ? 0.7 * r + 0.3 * inst : inst);
+    }
+    in->rate_ns = now;
+    in->rate_windows = w;
 }
 
 static void *run(void *arg)
@@ -855,6 +875,7 @@ static void *run(void *arg)
     in->st.running = 1;
     pthread_mutex_unlock(&in->mu);
     while (!atomic_load(&in->stop)) {
+        rate_tick(in, mono_ns());
         if (in->paused) {
             /* polling serves rebalances and keeps the group membership; a message fetched
              * before the pause took hold is read again after the seek back */
@@ -923,6 +944,7 @@ static void *run(void *arg)
     }
     if (!in->st.failed) commit(in);
     rd_kafka_flush(in->dlq, 10000);
+    cp_store_writer_release(in->store); /* a later start, or the caller, may write next */
     pthread_mutex_lock(&in->mu);
     in->st.running = 0;
     pthread_mutex_unlock(&in->mu);
@@ -1081,7 +1103,7 @@ int cp_ingest_create(const cp_ingest_options *opt, cp_store *store, cp_ingest **
         rc = cp_err_set(err, CP_EKAFKA, "ingest: DLQ producer: %s", es);
         goto fail;
     }
-    in->st.lag = -1;
+    cp_gauge_set(&in->lag, -1);
     *out = in;
     return 0;
 fail:
@@ -1138,6 +1160,7 @@ void cp_ingest_stop(cp_ingest *in)
 void cp_ingest_destroy(cp_ingest *in)
 {
     if (!in) return;
+    cp_metrics_remove(in->metrics, in);
     cp_ingest_stop(in);
     if (in->rk) rd_kafka_destroy(in->rk);
     if (in->dlq) {
@@ -1188,6 +1211,13 @@ void cp_ingest_get_stats(cp_ingest *in, cp_ingest_stats *out)
     *out = in->st;
     pthread_mutex_unlock(&in->mu);
     out->dlq_failed = atomic_load(&in->dlq_failed);
+    out->messages = cp_counter_get(&in->messages);
+    out->bytes = cp_counter_get(&in->bytes);
+    out->windows = cp_counter_get(&in->windows);
+    out->duplicates = cp_counter_get(&in->duplicates);
+    for (int r = 0; r < CP_DLQ_NREASONS; r++)
+        out->dlq[r] = cp_counter_get(&in->dlq_reason[r]);
+    out->lag = cp_gauge_get(&in->lag);
 }
 
 uint32_t cp_ingest_get_partitions(cp_ingest *in, cp_ingest_partition *out, uint32_t max)
@@ -1225,4 +1255,122 @@ uint32_t cp_ingest_get_dropped(cp_ingest *in, cp_ingest_dropped *out, uint32_t m
     if (n && max) memcpy(out, in->dropped.v, (n < max ? n : max) * sizeof *out);
     pthread_mutex_unlock(&in->mu);
     return n;
+}
+
+/* ---- statistics ---------------------------------------------------------------------- */
+
+/* One family per reported label value set (partition, service, the last error). */
+static int ingest_labelled(cp_ingest *in, cp_metrics_out *o, const char *last_error)
+{
+    int rc = cp_metrics_out_family(o, "contprof_ingest_lost_total",
+                                   "Offsets the broker dropped before ingest read them.",
+                                   CP_METRIC_COUNTER);
+    for (uint32_t i = 0; i < in->parts.n && !rc; i++) {
+        if (!in->parts.v[i].seen) continue;
+        char p[16];
+        snprintf(p, sizeof p, "%u", i);
+        rc = cp_metrics_out_u64(o, NULL, (cp_metric_label[]){{"partition", p}}, 1,
+                                in->parts.v[i].lost);
+    }
+    for (int k = 0; k < 2 && !rc; k++) {
+        rc = cp_metrics_out_scalar(o, k ? "contprof_ingest_ready" : "contprof_ingest_running",
+                                   k ? "1 once the consumer has its partitions."
+                                     : "1 while the ingest thread runs.",
+                                   CP_METRIC_GAUGE, (uint64_t)(k ? in->st.ready : in->st.running));
+    }
+    if (!rc)
+        rc = cp_metrics_out_family(o, "contprof_ingest_last_error",
+                                   "The latest ingest error (1 when there is one).",
+                                   CP_METRIC_GAUGE);
+    if (!rc && *last_error)
+        rc = cp_metrics_out_u64(o, NULL, (cp_metric_label[]){{"error", last_error}}, 1, 1);
+    for (int k = 0; k < 2 && !rc; k++) {
+        rc = cp_metrics_out_family(
+            o, k ? "contprof_agent_dropped_samples_total" : "contprof_agent_dropped_windows_total",
+            k ? "Samples agents dropped, as they reported, by service."
+              : "Windows agents dropped, as they reported, by service.",
+            CP_METRIC_COUNTER);
+        for (uint32_t i = 0; i < in->dropped.n && !rc; i++) {
+            const cp_ingest_dropped *d = &in->dropped.v[i];
+            rc = cp_metrics_out_u64(o, NULL, (cp_metric_label[]){{"service", d->service}}, 1,
+                                    k ? d->samples : d->windows);
+        }
+    }
+    return rc;
+}
+
+/* What /metrics shows of ingest besides its counters: numbers read under mu, and the label
+ * sets that change. A scrape counts as asking for the partitions (asked_ns), as
+ * cp_ingest_get_partitions does. */
+static int ingest_collect(void *arg, cp_metrics_out *o)
+{
+    cp_ingest *in = arg;
+    atomic_store(&in->asked_ns, mono_ns());
+    pthread_mutex_lock(&in->mu);
+    const cp_ingest_stats *st = &in->st;
+    const struct {
+        const char *name, *help;
+        cp_metric_type type;
+        uint64_t v;
+    } scalars[] = {
+        {"contprof_ingest_paused",
+         "1 while ingest waits for the store after a failed write (the reason is in /healthz "
+         "and the log).",
+         CP_METRIC_GAUGE, (uint64_t)st->paused},
+        {"contprof_ingest_store_errors_total", "Failed store writes and reopen attempts.",
+         CP_METRIC_COUNTER, st->store_errors},
+        {"contprof_ingest_dlq_failed_total",
+         "DLQ deliveries that failed (each is retried; offsets wait).", CP_METRIC_COUNTER,
+         atomic_load(&in->dlq_failed)},
+        {"contprof_ingest_dlq_truncated_total",
+         "Messages too large for the DLQ, sent there truncated.", CP_METRIC_COUNTER,
+         st->dlq_truncated},
+    };
+    int rc = 0;
+    for (size_t i = 0; i < sizeof scalars / sizeof scalars[0] && !rc; i++)
+        rc = cp_metrics_out_scalar(o, scalars[i].name, scalars[i].help, scalars[i].type,
+                                   scalars[i].v);
+    char last_error[256];
+    snprintf(last_error, sizeof last_error, "%s", st->last_error);
+    for (char *c = last_error; *c; c++)
+        if ((unsigned char)*c < 0x20) *c = ' '; /* a Prometheus label value: one line */
+    if (!rc) rc = ingest_labelled(in, o, last_error);
+    pthread_mutex_unlock(&in->mu);
+    return rc;
+}
+
+int cp_ingest_register_metrics(cp_ingest *in, cp_metrics *r)
+{
+    if (in->metrics) return CP_EINVAL;
+    const struct {
+        const char *name, *help;
+        cp_counter *c;
+    } counters[] = {
+        {"contprof_ingest_messages_total", "Kafka messages consumed.", &in->messages},
+        {"contprof_ingest_windows_total", "Windows written to the store by ingest.", &in->windows},
+        {"contprof_ingest_bytes_total", "Payload bytes consumed.", &in->bytes},
+        {"contprof_ingest_duplicates_total", "Envelopes dropped as duplicates.", &in->duplicates},
+    };
+    int rc = 0;
+    for (size_t i = 0; i < sizeof counters / sizeof counters[0] && !rc; i++)
+        rc = cp_metrics_counter(r, in, counters[i].name, counters[i].help, NULL, 0, counters[i].c);
+    if (!rc)
+        rc = cp_metrics_gauge_f(r, in, "contprof_ingest_windows_per_second", "Recent ingest rate.",
+                                NULL, 0, 3, &in->rate);
+    if (!rc)
+        rc = cp_metrics_gauge(r, in, "contprof_ingest_consumer_lag",
+                              "Messages behind the end of the partitions (-1 unknown).", NULL, 0,
+                              &in->lag);
+    for (int i = 0; i < CP_DLQ_NREASONS && !rc; i++)
+        rc = cp_metrics_counter(r, in, "contprof_ingest_dlq_total",
+                                "Messages sent to the dead-letter queue, by reason.",
+                                (cp_metric_label[]){{"reason", reason_names[i]}}, 1,
+                                &in->dlq_reason[i]);
+    if (!rc) rc = cp_metrics_collector(r, in, ingest_collect, in);
+    if (rc) {
+        cp_metrics_remove(r, in);
+        return rc;
+    }
+    in->metrics = r;
+    return 0;
 }

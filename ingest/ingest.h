@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "metrics.h"
 #include "pprof.h"
 #include "store.h"
 
@@ -121,6 +122,11 @@ typedef struct cp_ingest_dropped {
 
 /* Copies up to max services into out; returns how many there are. Any thread. */
 uint32_t cp_ingest_get_dropped(cp_ingest *in, cp_ingest_dropped *out, uint32_t max);
+
+/* Registers ingest's statistics in r (the contprof_ingest_* and contprof_agent_dropped_*
+ * families of /metrics); cp_ingest_destroy ends the registration. Once per ingest. Returns
+ * 0, CP_ENOMEM or CP_EINVAL (already registered there); nothing stays registered then. */
+int cp_ingest_register_metrics(cp_ingest *in, cp_metrics *r);
 
 /* Creates the consumer (group, enable.auto.commit=false) and the DLQ producer for store
  * (not owned; must outlive the ingest). Does not consume yet. */

@@ -42,6 +42,21 @@ typedef struct cp_err {
     char msg[256];
 } cp_err;
 
+/* Exceptions to "0 or a negative code, results through out-parameters", each for a reason:
+ * - Constructors come in two shapes. One that can fail for a reason a person must see is
+ *   int x_create(opts, T **out, cp_err *err) (cp_store_open, cp_ingest_create,
+ *   cp_http_server_create, cp_fanout_create, cp_broker_create); one whose only failure is
+ *   CP_ENOMEM is either int x_create(..., T **out) (cp_gzipper_create, cp_metrics_create),
+ *   or, the exception, T *x_create(...) returning NULL: cp_profile_create,
+ *   cp_merger_create, cp_pprof_decoder_create, cp_store_batch_create, cp_symbols_create,
+ *   cp_api_create. There NULL can mean nothing but out of memory, so a code would add
+ *   nothing, and the profile's and the decoder's are called from the agent and every test
+ *   (collector/ included) in that shape.
+ * - cp_store_batch_add returns CP_STORE_DUPLICATE (1), a success that stored nothing
+ *   (store.h): ingest counts it and goes on, as SQLite's SQLITE_DONE is no error; being
+ *   positive it cannot be taken for a CP_E* code.
+ * Static helpers may return -1 internally; a bare -1 or -errno never crosses a header. */
+
 /* Sets err (if not NULL) to code and a printf-formatted message; returns code. */
 int cp_err_set(cp_err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

@@ -104,3 +104,15 @@ int cp_label_value_check(const char *value)
         if (*c < 0x20 || *c == 0x7f) return (int)n + 1;
     return n > CP_LABEL_VALUE_MAX ? -1 : 0;
 }
+
+unsigned cp_labels_scrub(cp_labels *l)
+{
+    unsigned n = 0;
+    for (uint32_t i = 0; i < l->p.n; i++)
+        for (unsigned char *c = (unsigned char *)l->p.v[i].value; *c; c++)
+            if (*c < 0x20 || *c == 0x7f) {
+                *c = '?';
+                n++;
+            }
+    return n;
+}

@@ -45,5 +45,9 @@ int cp_label_name_valid(const char *name);
  * answer, log and terminal that shows it); else the offset of the first bad byte + 1, or
  * -1 when it is too long. */
 int cp_label_value_check(const char *value);
+/* Replaces each ASCII control character in l's values with '?', so that a producer whose
+ * names come from elsewhere (a thread's name, a runtime's isolate) never sends a set that
+ * ingest refuses. Returns how many bytes it replaced. */
+unsigned cp_labels_scrub(cp_labels *l);
 
 #endif

@@ -7,7 +7,8 @@
 
 typedef struct cp_merger cp_merger;
 
-/* Returns a new merger or NULL on out of memory. */
+/* Returns a new merger or NULL on out of memory (the NULL-or-object constructor: error.h,
+ * "Exceptions"). */
 cp_merger *cp_merger_create(void);
 /* Frees the merger and, if not taken by finish, the profile it was building. */
 void cp_merger_destroy(cp_merger *m);

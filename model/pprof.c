@@ -1268,12 +1268,15 @@ int cp_pprof_decoder_decode(cp_pprof_decoder *d, const uint8_t *buf, size_t len,
     return cp_pprof_decoder_decode_lazy(d, buf, len, p, NULL, err);
 }
 
-long cp_pprof_lazy_ids(const cp_profile *p, const cp_pprof_lazy *lz, uint32_t i, uint32_t *dst,
-                       cp_err *err)
+int cp_pprof_lazy_ids(const cp_profile *p, const cp_pprof_lazy *lz, uint32_t i, uint32_t *dst,
+                      uint32_t *n, cp_err *err)
 {
     const cp_pprof_ids *ids = &lz->ids.v[i];
     uint32_t nloc = lz->nloc ? lz->nloc : p->locations.n;
-    return ids_decode(ids->p, ids->p + ids->len, nloc, dst, i, 0, err);
+    long got = ids_decode(ids->p, ids->p + ids->len, nloc, dst, i, 0, err);
+    if (got < 0) return CP_EPPROF; /* err says which id */
+    *n = (uint32_t)got;
+    return 0;
 }
 
 /* The input of lz decoded in full into p, as cp_pprof_decoder_decode would; lz no longer

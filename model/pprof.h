@@ -51,7 +51,8 @@ int cp_pprof_decode(const uint8_t *buf, size_t len, const cp_pprof_limits *lim, 
  * buffer, field tables) kept between calls, so a stream of windows decodes without
  * allocating once warm. One decoder per thread. */
 typedef struct cp_pprof_decoder cp_pprof_decoder;
-/* A new decoder with limits lim (copied; NULL: the defaults), or NULL on out of memory. */
+/* A new decoder with limits lim (copied; NULL: the defaults), or NULL on out of memory
+ * (the NULL-or-object constructor: error.h, "Exceptions"). */
 cp_pprof_decoder *cp_pprof_decoder_create(const cp_pprof_limits *lim);
 /* Frees d and its scratch memory (NULL is fine). */
 void cp_pprof_decoder_destroy(cp_pprof_decoder *d);
@@ -93,10 +94,10 @@ int cp_pprof_decoder_decode_lazy(cp_pprof_decoder *d, const uint8_t *buf, size_t
                                  cp_pprof_lazy *lz, cp_err *err);
 /* Decodes sample i's lazy ids lz->ids.v[i] (of profile p) into dst, which must have room
  * for their length + 8 ids, each checked to be one of p's locations (lz->nloc when they are
- * lazy) as the decoder checks them (the same message). Returns the count, or -1 with err
- * set (CP_EPPROF). */
-long cp_pprof_lazy_ids(const cp_profile *p, const cp_pprof_lazy *lz, uint32_t i, uint32_t *dst,
-                       cp_err *err);
+ * lazy) as the decoder checks them (the same message). Returns 0 with *n the count, or
+ * CP_EPPROF with err naming the id. */
+int cp_pprof_lazy_ids(const cp_profile *p, const cp_pprof_lazy *lz, uint32_t i, uint32_t *dst,
+                      uint32_t *n, cp_err *err);
 /* Parses the lazy locations of p (lz->nloc of them; nothing to do when there are none or p
  * has its locations) from the from'th on, which starts from_at bytes into lz->locs (0 and 0:
  * all of them), checked as the decoder checks them (the same messages), so that p has

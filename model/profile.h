@@ -81,7 +81,8 @@ typedef struct cp_profile {
     CP_VEC(cp_label) labels; /* labels of all samples, back to back */
 } cp_profile;
 
-/* Allocates an empty profile (string 0 = ""). Returns NULL on out of memory. */
+/* Allocates an empty profile (string 0 = ""). Returns NULL on out of memory (the NULL-or-object
+ * constructor: error.h, "Exceptions"). */
 cp_profile *cp_profile_create(void);
 /* Frees p and everything it owns; NULL is fine. */
 void cp_profile_destroy(cp_profile *p);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "envelope.h"
 #include "json.h"
 #include "fanout.h"
@@ -45,7 +46,9 @@ struct cp_api {
     char *metrics_token; /* NULL: any tenant's token opens /metrics */
     cp_api_token *tokens;
     size_t ntokens;
-    /* Metrics, touched only on the loop thread (observe and /metrics). */
+    /* Metrics, touched only on the loop thread (observe and /metrics; checked in debug
+     * builds). */
+    cp_thread_owner loop_thread;
     uint64_t hist[EP_COUNT][NBUCKETS + 1];
     double hist_sum[EP_COUNT];
     uint64_t hist_count[EP_COUNT];
@@ -637,6 +640,7 @@ static void ep_values(const api_call *c, cp_http_response *r)
 
 static void ep_metrics(cp_api *a, cp_http_response *r)
 {
+    CP_ASSERT_THREAD(&a->loop_thread, "loop thread only");
     cp_buf *b = &r->body;
     int rc = 0;
     set_type(r, "text/plain; version=0.0.4; charset=utf-8");
@@ -663,143 +667,7 @@ static void ep_metrics(cp_api *a, cp_http_response *r)
         P("contprof_query_duration_seconds_count{endpoint=\"%s\"} %" PRIu64 "\n", g_ep_names[ep],
           a->hist_count[ep]);
     }
-    if (a->o.store) {
-        cp_store_stats st = {0};
-        cp_store_get_stats(a->o.store, &st);
-        P("# HELP contprof_store_disk_bytes Approximate size of the store on disk.\n"
-          "# TYPE contprof_store_disk_bytes gauge\ncontprof_store_disk_bytes %" PRIu64 "\n",
-          st.disk_bytes);
-        P("# HELP contprof_store_series Distinct series in the store.\n"
-          "# TYPE contprof_store_series gauge\ncontprof_store_series %" PRIu64 "\n",
-          st.series);
-        P("# HELP contprof_store_windows_written_total Windows stored by this process.\n"
-          "# TYPE contprof_store_windows_written_total counter\n"
-          "contprof_store_windows_written_total %" PRIu64 "\n",
-          st.windows);
-        P("# HELP contprof_store_stack_cache_hits_total Samples whose stack the writer's "
-          "per-series cache knew (store/README.md).\n"
-          "# TYPE contprof_store_stack_cache_hits_total counter\n"
-          "contprof_store_stack_cache_hits_total %" PRIu64 "\n"
-          "# HELP contprof_store_stack_cache_misses_total Samples decoded and interned in full.\n"
-          "# TYPE contprof_store_stack_cache_misses_total counter\n"
-          "contprof_store_stack_cache_misses_total %" PRIu64 "\n"
-          "# HELP contprof_store_stack_cache_flushes_total Times every series' stack cache was "
-          "dropped to stay in its budget.\n"
-          "# TYPE contprof_store_stack_cache_flushes_total counter\n"
-          "contprof_store_stack_cache_flushes_total %" PRIu64 "\n"
-          "# HELP contprof_store_stack_cache_bytes Memory held by the stack caches.\n"
-          "# TYPE contprof_store_stack_cache_bytes gauge\n"
-          "contprof_store_stack_cache_bytes %" PRIu64 "\n",
-          st.stack_cache_hits, st.stack_cache_misses, st.stack_cache_flushes, st.stack_cache_bytes);
-    }
-    if (a->o.ingest_stats) {
-        cp_api_ingest_stats in = {0};
-        a->o.ingest_stats(a->o.ingest_arg, &in);
-        if (in.available) {
-            P("# HELP contprof_ingest_messages_total Kafka messages consumed.\n"
-              "# TYPE contprof_ingest_messages_total counter\n"
-              "contprof_ingest_messages_total %" PRIu64 "\n",
-              in.messages_total);
-            P("# HELP contprof_ingest_windows_total Windows written to the store by ingest.\n"
-              "# TYPE contprof_ingest_windows_total counter\n"
-              "contprof_ingest_windows_total %" PRIu64 "\n",
-              in.windows_total);
-            P("# HELP contprof_ingest_bytes_total Payload bytes consumed.\n"
-              "# TYPE contprof_ingest_bytes_total counter\n"
-              "contprof_ingest_bytes_total %" PRIu64 "\n",
-              in.bytes_total);
-            P("# HELP contprof_ingest_duplicates_total Envelopes dropped as duplicates.\n"
-              "# TYPE contprof_ingest_duplicates_total counter\n"
-              "contprof_ingest_duplicates_total %" PRIu64 "\n",
-              in.duplicates_total);
-            P("# HELP contprof_ingest_windows_per_second Recent ingest rate.\n"
-              "# TYPE contprof_ingest_windows_per_second gauge\n"
-              "contprof_ingest_windows_per_second %.3f\n",
-              in.windows_per_second);
-            P("# HELP contprof_ingest_consumer_lag Messages behind the end of the partitions "
-              "(-1 unknown).\n# TYPE contprof_ingest_consumer_lag gauge\n"
-              "contprof_ingest_consumer_lag %" PRId64 "\n",
-              in.consumer_lag);
-            P("# HELP contprof_ingest_dlq_total Messages sent to the dead-letter queue, by "
-              "reason.\n# TYPE contprof_ingest_dlq_total counter\n");
-            for (uint32_t i = 0; i < in.ndlq && i < CP_API_DLQ_REASONS; i++) {
-                P("contprof_ingest_dlq_total{reason=\"");
-                if (!rc)
-                    rc = cp_json_escape(b, in.dlq[i].reason ? in.dlq[i].reason : "",
-                                        strlen(in.dlq[i].reason ? in.dlq[i].reason : ""));
-                P("\"} %" PRIu64 "\n", in.dlq[i].count);
-            }
-            P("# HELP contprof_ingest_paused 1 while ingest waits for the store after a failed "
-              "write (the reason is in /healthz and the log).\n"
-              "# TYPE contprof_ingest_paused gauge\ncontprof_ingest_paused %d\n"
-              "# HELP contprof_ingest_store_errors_total Failed store writes and reopen "
-              "attempts.\n# TYPE contprof_ingest_store_errors_total counter\n"
-              "contprof_ingest_store_errors_total %" PRIu64 "\n",
-              in.paused, in.store_errors_total);
-            P("# HELP contprof_ingest_dlq_failed_total DLQ deliveries that failed (each is "
-              "retried; offsets wait).\n# TYPE contprof_ingest_dlq_failed_total counter\n"
-              "contprof_ingest_dlq_failed_total %" PRIu64 "\n",
-              in.dlq_failed);
-            P("# HELP contprof_ingest_dlq_truncated_total Messages too large for the DLQ, sent "
-              "there truncated.\n# TYPE contprof_ingest_dlq_truncated_total counter\n"
-              "contprof_ingest_dlq_truncated_total %" PRIu64 "\n",
-              in.dlq_truncated);
-            P("# HELP contprof_ingest_lost_total Offsets the broker dropped before ingest read "
-              "them.\n# TYPE contprof_ingest_lost_total counter\n");
-            for (uint32_t i = 0; i < in.nparts; i++)
-                P("contprof_ingest_lost_total{partition=\"%d\"} %" PRIu64 "\n",
-                  in.parts[i].partition, in.parts[i].lost);
-            P("# HELP contprof_ingest_running 1 while the ingest thread runs.\n"
-              "# TYPE contprof_ingest_running gauge\ncontprof_ingest_running %d\n"
-              "# HELP contprof_ingest_ready 1 once the consumer has its partitions.\n"
-              "# TYPE contprof_ingest_ready gauge\ncontprof_ingest_ready %d\n",
-              in.running, in.ready);
-            P("# HELP contprof_ingest_last_error The latest ingest error (1 when there is one).\n"
-              "# TYPE contprof_ingest_last_error gauge\n");
-            if (in.last_error && *in.last_error) {
-                P("contprof_ingest_last_error{error=\"");
-                if (!rc) rc = cp_json_escape(b, in.last_error, strlen(in.last_error));
-                P("\"} 1\n");
-            }
-            P("# HELP contprof_agent_dropped_windows_total Windows agents dropped, as they "
-              "reported, by service.\n# TYPE contprof_agent_dropped_windows_total counter\n");
-            for (uint32_t i = 0; i < in.ndropped; i++) {
-                P("contprof_agent_dropped_windows_total{service=\"");
-                if (!rc)
-                    rc = cp_json_escape(b, in.dropped[i].service, strlen(in.dropped[i].service));
-                P("\"} %" PRIu64 "\n", in.dropped[i].windows);
-            }
-            P("# HELP contprof_agent_dropped_samples_total Samples agents dropped, as they "
-              "reported, by service.\n# TYPE contprof_agent_dropped_samples_total counter\n");
-            for (uint32_t i = 0; i < in.ndropped; i++) {
-                P("contprof_agent_dropped_samples_total{service=\"");
-                if (!rc)
-                    rc = cp_json_escape(b, in.dropped[i].service, strlen(in.dropped[i].service));
-                P("\"} %" PRIu64 "\n", in.dropped[i].samples);
-            }
-        }
-    }
-    if (a->o.symbols) {
-        cp_symbols_stats ss;
-        cp_symbols_get_stats(a->o.symbols, &ss);
-        P("# HELP contprof_symbols_uploads_total Symbol uploads kept (POST /api/v1/symbols).\n"
-          "# TYPE contprof_symbols_uploads_total counter\n"
-          "contprof_symbols_uploads_total %" PRIu64 "\n",
-          ss.uploads);
-        P("# HELP contprof_symbols_uploads_refused_total Symbol uploads refused (bad file, "
-          "limit).\n# TYPE contprof_symbols_uploads_refused_total counter\n"
-          "contprof_symbols_uploads_refused_total %" PRIu64 "\n",
-          ss.uploads_refused);
-        P("# HELP contprof_symbols_locations_named_total Locations named at query time.\n"
-          "# TYPE contprof_symbols_locations_named_total counter\n"
-          "contprof_symbols_locations_named_total %" PRIu64 "\n",
-          ss.locations_named);
-        P("# HELP contprof_symbols_cached_tables Symbol tables held in memory.\n"
-          "# TYPE contprof_symbols_cached_tables gauge\ncontprof_symbols_cached_tables %" PRIu64
-          "\n# HELP contprof_symbols_cached_bytes Bytes of those tables.\n"
-          "# TYPE contprof_symbols_cached_bytes gauge\ncontprof_symbols_cached_bytes %" PRIu64 "\n",
-          ss.tables_cached, ss.cache_bytes);
-    }
+    if (!rc && a->o.metrics) rc = cp_metrics_write(a->o.metrics, b);
     P("# HELP contprof_uptime_seconds Seconds since the query API started.\n"
       "# TYPE contprof_uptime_seconds gauge\ncontprof_uptime_seconds %.0f\n",
       (double)(cp_now_ns() - a->started_ns) / 1e9);
@@ -1004,6 +872,7 @@ int cp_api_is_light(void *api, const cp_http_request *req)
 void cp_api_observe(void *api, const cp_http_request *req, int status, int heavy, double seconds)
 {
     cp_api *a = api;
+    CP_ASSERT_THREAD(&a->loop_thread, "loop thread only");
     int cls = status / 100;
     if (cls >= 1 && cls <= 5) a->by_class[cls]++;
     if (!heavy) return;

@@ -7,39 +7,24 @@
 #include <stdint.h>
 
 #include "http.h"
+#include "metrics.h"
 #include "store.h"
 #include "symbols.h"
 
-/* Ingest numbers for /metrics, filled by the daemon's callback on the loop thread. */
-#define CP_API_DLQ_REASONS 16
+/* Ingest's state for /healthz and GET /api/v1/ingest/offsets, filled by the daemon's
+ * callback on the loop thread. Its counters are not here: /metrics prints the statistics
+ * registry (cp_api_options.metrics), where ingest registers them itself. */
 typedef struct cp_api_ingest_stats {
-    int available;             /* 0: no ingest in this process (metrics left out) */
-    uint64_t messages_total;   /* Kafka messages consumed */
-    uint64_t windows_total;    /* windows written to the store */
-    uint64_t bytes_total;      /* payload bytes consumed */
-    uint64_t duplicates_total; /* dropped as duplicates */
-    double windows_per_second; /* recent ingest rate */
-    int64_t consumer_lag;      /* messages behind the partitions' ends, -1 = unknown */
-    uint32_t ndlq;
-    struct {
-        const char *reason; /* valid until the callback is called again */
-        uint64_t count;
-    } dlq[CP_API_DLQ_REASONS];
-    int paused;                  /* a store write failed: ingest waits for the store */
-    uint64_t store_errors_total; /* failed store writes and reopen attempts */
-    char paused_reason[256];     /* why, while paused */
-    /* Delivery (GET /api/v1/ingest/offsets) and loss; pointers valid until the next call. */
-    int running, ready;     /* consumer thread up; partitions assigned once */
-    uint64_t dlq_failed;    /* DLQ deliveries that failed (each retried) */
-    uint64_t dlq_truncated; /* DLQ copies cut because the message was too large */
-    const char *last_error; /* "" when none */
+    int available;           /* 0: no ingest in this process */
+    int paused;              /* a store write failed: ingest waits for the store */
+    char paused_reason[256]; /* why, while paused */
+    /* Delivery (GET /api/v1/ingest/offsets); pointers valid until the next call. */
+    int running, ready; /* consumer thread up; partitions assigned once */
     const char *topic;
     uint64_t max_message_bytes;   /* largest message the broker takes; 0 = not known */
     uint64_t max_in_flight_bytes; /* unstored bytes a sender may have in flight */
     uint32_t nparts;
     const struct cp_api_partition *parts;
-    uint32_t ndropped;
-    const struct cp_api_dropped *dropped;
 } cp_api_ingest_stats;
 
 /* One partition as ingest reports it (see cp_ingest_partition). */
@@ -55,11 +40,6 @@ typedef struct cp_api_partition {
     } not_stored[CP_API_RANGES];
 } cp_api_partition;
 
-/* What agents of one service reported losing themselves. */
-typedef struct cp_api_dropped {
-    const char *service;
-    uint64_t windows, samples;
-} cp_api_dropped;
 typedef void (*cp_api_stats_fn)(void *arg, cp_api_ingest_stats *out);
 
 typedef struct cp_api_token {
@@ -80,6 +60,8 @@ typedef struct cp_api_options {
     const char *metrics_token;    /* the only token /metrics takes; NULL: any tenant's token
                                      (none needed when no tokens are configured); copied */
     struct cp_fanout *fanout;     /* the cluster's peers (query/fanout.h); NULL = alone */
+    cp_metrics *metrics;          /* the statistics registry /metrics prints after the API's
+                                     own numbers; not owned; may be NULL */
     cp_api_stats_fn ingest_stats; /* may be NULL */
     void *ingest_arg;
 } cp_api_options;

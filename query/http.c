@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "defaults.h"
 #include "log.h"
 #include "pprof.h" /* cp_gzip */
@@ -33,6 +34,9 @@ typedef struct lane {
 
 struct cp_http_server {
     uv_loop_t *loop;
+    /* The thread running the loop: everything here but work_cb and cheap_main runs on it
+     * (checked in debug builds at the entries from libuv and the API). */
+    cp_thread_owner loop_thread;
     uv_tcp_t listener;
     int listening;
     int port;
@@ -314,6 +318,7 @@ static void on_written(uv_write_t *w, int status)
 static void conn_send(conn *c, cp_http_response *resp, int keep_alive)
 {
     cp_http_server *s = c->srv;
+    CP_ASSERT_THREAD(&s->loop_thread, "loop thread only");
     if (resp->body.len > s->opt.max_response_bytes) {
         size_t n = resp->body.len;
         cp_buf_close(&resp->body);
@@ -647,6 +652,7 @@ static void after_work_cb(uv_work_t *w, int status)
 {
     job *j = (job *)w;
     cp_http_server *s = j->c->srv;
+    CP_ASSERT_THREAD(&s->loop_thread, "loop thread only");
     s->lanes[j->lane].nrunning--;
     s->rendering -= j->reserved;
     if (j->lane == 0) {
@@ -718,6 +724,7 @@ static void pump_lane(cp_http_server *s, lane *l)
 
 static void pump(cp_http_server *s)
 {
+    CP_ASSERT_THREAD(&s->loop_thread, "loop thread only");
     pump_lane(s, &s->lanes[2]);
     pump_lane(s, &s->lanes[1]);
     pump_lane(s, &s->lanes[0]);
@@ -727,6 +734,7 @@ static void pump(cp_http_server *s)
 static void conn_dispatch(conn *c)
 {
     cp_http_server *s = c->srv;
+    CP_ASSERT_THREAD(&s->loop_thread, "loop thread only");
     job *j = calloc(1, sizeof *j);
     if (!j) {
         conn_send_error(c, 503, "out of memory", 0);
@@ -916,6 +924,7 @@ static int evict_oldest(cp_http_server *s, conn *except)
 static void on_connection(uv_stream_t *ls, int status)
 {
     cp_http_server *s = ls->data;
+    CP_ASSERT_THREAD(&s->loop_thread, "loop thread only");
     if (status < 0) {
         cp_log_warn("http: accept failed: %s", uv_strerror(status));
         return;
@@ -1115,6 +1124,7 @@ static void server_maybe_finished(cp_http_server *s)
 
 void cp_http_server_shutdown(cp_http_server *s, void (*cb)(void *arg), void *arg)
 {
+    CP_ASSERT_THREAD(&s->loop_thread, "loop thread only");
     s->shutting_down = 1;
     s->shutdown_cb = cb;
     s->shutdown_arg = arg;

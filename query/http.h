@@ -114,7 +114,8 @@ int cp_http_server_create(uv_loop_t *loop, const cp_http_options *opt, cp_http_s
 int cp_http_server_port(const cp_http_server *s);
 /* Stops accepting, closes idle connections, lets in-flight requests finish and answers
  * them, and closes everything once done; cb (may be NULL) runs on the loop when the last
- * handle is closed. The server must then be freed with cp_http_server_destroy. */
+ * handle is closed. Loop thread only (checked in debug builds, model/check.h). The server must then
+ * be freed with cp_http_server_destroy. */
 void cp_http_server_shutdown(cp_http_server *s, void (*cb)(void *arg), void *arg);
 /* Frees a server after shutdown completed (or one that never listened). NULL is fine. */
 void cp_http_server_destroy(cp_http_server *s);

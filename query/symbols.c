@@ -37,7 +37,8 @@ struct cp_symbols {
     entry *head;
     size_t bytes;
     uint64_t tick;
-    uint64_t uploads, refused, named; /* under mu */
+    cp_counter uploads, refused, named; /* registered by cp_symbols_register_metrics */
+    cp_metrics *metrics;                /* where; NULL = nowhere */
 };
 
 static int64_t mono_ns(void)
@@ -81,6 +82,7 @@ static void entry_free(entry *e)
 void cp_symbols_destroy(cp_symbols *sy)
 {
     if (!sy) return;
+    cp_metrics_remove(sy->metrics, sy);
     for (entry *e = sy->head, *n; e; e = n) {
         n = e->next;
         entry_free(e);
@@ -252,9 +254,7 @@ int cp_symbols_upload(cp_symbols *sy, const char *tenant, const uint8_t *elf, si
 {
     memset(out, 0, sizeof *out);
     if (len > sy->o.max_upload_bytes) {
-        pthread_mutex_lock(&sy->mu);
-        sy->refused++;
-        pthread_mutex_unlock(&sy->mu);
+        cp_counter_add(&sy->refused, 1);
         return cp_err_set(err, CP_ELIMIT,
                           "file of %zu bytes exceeds the upload limit of %zu bytes "
                           "(symbols.max_upload_bytes)",
@@ -266,10 +266,8 @@ int cp_symbols_upload(cp_symbols *sy, const char *tenant, const uint8_t *elf, si
     cp_symtab t;
     if (!rc) rc = cp_symtab_open(&t, tab.data, tab.len, err);
     if (!rc) rc = cp_store_put_symbols(sy->o.store, tenant, out->build_id, tab.data, tab.len, err);
-    pthread_mutex_lock(&sy->mu);
-    sy->uploads += rc == 0;
-    sy->refused += rc == CP_EPARSE || rc == CP_ELIMIT;
-    pthread_mutex_unlock(&sy->mu);
+    cp_counter_add(&sy->uploads, rc == 0);
+    cp_counter_add(&sy->refused, rc == CP_EPARSE || rc == CP_ELIMIT);
     if (!rc) {
         cp_symtab_info_get(&t, &out->info);
         out->table_bytes = tab.len;
@@ -418,11 +416,7 @@ out:
     free(fx.keys);
     free(fx.ids);
     if (named) *named = count;
-    if (count) {
-        pthread_mutex_lock(&sy->mu);
-        sy->named += count;
-        pthread_mutex_unlock(&sy->mu);
-    }
+    if (count) cp_counter_add(&sy->named, count);
     return rc;
 }
 
@@ -430,11 +424,46 @@ void cp_symbols_get_stats(cp_symbols *sy, cp_symbols_stats *out)
 {
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&sy->mu);
-    out->uploads = sy->uploads;
-    out->uploads_refused = sy->refused;
-    out->locations_named = sy->named;
+    out->uploads = cp_counter_get(&sy->uploads);
+    out->uploads_refused = cp_counter_get(&sy->refused);
+    out->locations_named = cp_counter_get(&sy->named);
     for (entry *e = sy->head; e; e = e->next)
         if (e->blob) out->tables_cached++;
     out->cache_bytes = sy->bytes;
     pthread_mutex_unlock(&sy->mu);
+}
+
+/* ---- statistics ---------------------------------------------------------------------- */
+
+static int symbols_collect(void *arg, cp_metrics_out *o)
+{
+    cp_symbols_stats st;
+    cp_symbols_get_stats(arg, &st);
+    int rc =
+        cp_metrics_out_scalar(o, "contprof_symbols_cached_tables", "Symbol tables held in memory.",
+                              CP_METRIC_GAUGE, st.tables_cached);
+    if (!rc)
+        rc = cp_metrics_out_scalar(o, "contprof_symbols_cached_bytes", "Bytes of those tables.",
+                                   CP_METRIC_GAUGE, st.cache_bytes);
+    return rc;
+}
+
+int cp_symbols_register_metrics(cp_symbols *sy, cp_metrics *r)
+{
+    if (sy->metrics) return CP_EINVAL;
+    int rc =
+        cp_metrics_counter(r, sy, "contprof_symbols_uploads_total",
+                           "Symbol uploads kept (POST /api/v1/symbols).", NULL, 0, &sy->uploads);
+    if (!rc)
+        rc = cp_metrics_counter(r, sy, "contprof_symbols_uploads_refused_total",
+                                "Symbol uploads refused (bad file, limit).", NULL, 0, &sy->refused);
+    if (!rc)
+        rc = cp_metrics_counter(r, sy, "contprof_symbols_locations_named_total",
+                                "Locations named at query time.", NULL, 0, &sy->named);
+    if (!rc) rc = cp_metrics_collector(r, sy, symbols_collect, sy);
+    if (!rc)
+        sy->metrics = r;
+    else
+        cp_metrics_remove(r, sy);
+    return rc;
 }

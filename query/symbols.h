@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "metrics.h"
 #include "profile.h"
 #include "store.h"
 #include "symtab.h"
@@ -25,7 +26,8 @@ typedef struct cp_symbols cp_symbols;
 
 /* Fills o with the defaults written beside each field. */
 void cp_symbols_options_default(cp_symbols_options *o);
-/* A new symbolizer (NULL on out of memory); thread-safe. */
+/* A new symbolizer (NULL on out of memory (the NULL-or-object constructor: error.h, "Exceptions"));
+ * thread-safe. */
 cp_symbols *cp_symbols_create(const cp_symbols_options *o);
 void cp_symbols_destroy(cp_symbols *sy); /* NULL is fine */
 
@@ -57,5 +59,8 @@ typedef struct cp_symbols_stats {
 } cp_symbols_stats;
 /* Copies the counters into out (a consistent snapshot, taken under the symbolizer's lock). */
 void cp_symbols_get_stats(cp_symbols *sy, cp_symbols_stats *out);
+/* Registers the contprof_symbols_* families of /metrics in r; cp_symbols_destroy ends
+ * the registration. Once. Returns 0, CP_ENOMEM or CP_EINVAL (already registered). */
+int cp_symbols_register_metrics(cp_symbols *sy, cp_metrics *r);
 
 #endif

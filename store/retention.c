@@ -6,6 +6,7 @@
  * s->lock for writing only to narrow a series' span once its level-0 blocks are gone. */
 #include "store.h"
 #include "store_int.h"
+#include "check.h"
 #include "log.h"
 
 #include <string.h>
@@ -31,6 +32,7 @@ static int keeps_longest(const cp_store *s)
 int cp_store_maintain(cp_store *s, int64_t now_ns, uint32_t max_keys, uint32_t *deleted,
                       cp_err *err)
 {
+    CP_ASSERT_THREAD(&s->writer, "writer thread only");
     uint32_t done = 0, visits = 0, total = 0;
     if (deleted) *deleted = 0;
     if (s->broken || !s->db)

@@ -10,10 +10,13 @@
  * s->dblock for reading like a query (LevelDB is thread-safe; a reopen is not). */
 #include "store.h"
 #include "store_int.h"
+#include "check.h"
 #include "log.h"
+#include "metrics.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -494,6 +497,7 @@ fail:
 void cp_store_close(cp_store *s)
 {
     if (!s) return;
+    cp_metrics_remove(s->metrics, s);
     cp_buckets_drop(s, 0);
     free(s->buckets.v);
     free(s->bslots);
@@ -515,6 +519,7 @@ void cp_store_close(cp_store *s)
 
 int cp_store_reopen(cp_store *s, cp_err *err)
 {
+    CP_ASSERT_THREAD(&s->writer, "writer thread only");
     pthread_rwlock_wrlock(&s->dblock);
     cp_buckets_drop(s, 0);
     if (s->db) leveldb_close(s->db);
@@ -623,4 +628,54 @@ int cp_store_get_symbols(cp_store *s, const char *tenant, const char *build_id, 
     *out = c;
     *len = vl;
     return 0;
+}
+
+/* ---- statistics ---------------------------------------------------------------------- */
+
+static int store_collect(void *arg, cp_metrics_out *o)
+{
+    cp_store_stats st = {0};
+    cp_store_get_stats(arg, &st);
+    static const struct {
+        const char *name, *help;
+        cp_metric_type type;
+        size_t off;
+    } fams[] = {
+        {"contprof_store_disk_bytes", "Approximate size of the store on disk.", CP_METRIC_GAUGE,
+         offsetof(cp_store_stats, disk_bytes)},
+        {"contprof_store_series", "Distinct series in the store.", CP_METRIC_GAUGE,
+         offsetof(cp_store_stats, series)},
+        {"contprof_store_windows_written_total", "Windows stored by this process.",
+         CP_METRIC_COUNTER, offsetof(cp_store_stats, windows)},
+        {"contprof_store_stack_cache_hits_total",
+         "Samples whose stack the writer's per-series cache knew (store/README.md).",
+         CP_METRIC_COUNTER, offsetof(cp_store_stats, stack_cache_hits)},
+        {"contprof_store_stack_cache_misses_total", "Samples decoded and interned in full.",
+         CP_METRIC_COUNTER, offsetof(cp_store_stats, stack_cache_misses)},
+        {"contprof_store_stack_cache_flushes_total",
+         "Times every series' stack cache was dropped to stay in its budget.", CP_METRIC_COUNTER,
+         offsetof(cp_store_stats, stack_cache_flushes)},
+        {"contprof_store_stack_cache_bytes", "Memory held by the stack caches.", CP_METRIC_GAUGE,
+         offsetof(cp_store_stats, stack_cache_bytes)},
+    };
+    int rc = 0;
+    for (size_t i = 0; i < sizeof fams / sizeof fams[0] && !rc; i++) {
+        uint64_t v;
+        memcpy(&v, (const char *)&st + fams[i].off, sizeof v);
+        rc = cp_metrics_out_scalar(o, fams[i].name, fams[i].help, fams[i].type, v);
+    }
+    return rc;
+}
+
+int cp_store_register_metrics(cp_store *s, cp_metrics *r)
+{
+    if (s->metrics) return CP_EINVAL;
+    int rc = cp_metrics_collector(r, s, store_collect, s);
+    if (!rc) s->metrics = r;
+    return rc;
+}
+
+void cp_store_writer_release(cp_store *s)
+{
+    CP_THREAD_RELEASE(&s->writer);
 }

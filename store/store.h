@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "envelope.h"
+#include "metrics.h"
 #include "pprof.h"
 #include "profile.h"
 #include "query.h"
@@ -115,6 +116,10 @@ typedef struct cp_store_stats {
     uint64_t stack_cache_hits, stack_cache_misses, stack_cache_flushes, stack_cache_bytes;
 } cp_store_stats;
 void cp_store_get_stats(cp_store *s, cp_store_stats *out);
+/* Registers the store's statistics (the contprof_store_* families of /metrics, read
+ * through cp_store_get_stats at each print) in r; cp_store_close ends the registration.
+ * Once per store. Returns 0, CP_ENOMEM or CP_EINVAL (already registered there). */
+int cp_store_register_metrics(cp_store *s, cp_metrics *r);
 
 /* --- writing (ingest/) -------------------------------------------------------------
  * One writer at a time (ingest's thread): windows and the Kafka offsets (topic, partition,
@@ -124,13 +129,17 @@ void cp_store_get_stats(cp_store *s, cp_store_stats *out);
 
 typedef struct cp_store_batch cp_store_batch;
 
-/* A reusable batch for the writer; NULL on out of memory. */
+/* A reusable batch for the writer; NULL on out of memory (the NULL-or-object constructor: error.h,
+ * "Exceptions"). */
 cp_store_batch *cp_store_batch_create(cp_store *s);
 /* Frees b; anything added and not committed is dropped (the store must then be reopened
  * before writing again, as with a failed commit). NULL is fine. */
 void cp_store_batch_destroy(cp_store_batch *b);
 
-#define CP_STORE_DUPLICATE 1      /* cp_store_batch_add: (producer, sequence) already stored */
+/* cp_store_batch_add: (producer, sequence) already stored, nothing added. A success, not an
+ * error, hence positive: the one exception to "0 or a negative code" in the store
+ * (error.h), so that a caller counts it and goes on, and no CP_E* code is taken for it. */
+#define CP_STORE_DUPLICATE 1
 #define CP_STORE_PRODUCER_MAX 512 /* bytes of a producer id the store takes (keys hold it) */
 
 /* Adds one window: the envelope's tenant, kind, labels, window, producer and sequence, and
@@ -165,6 +174,12 @@ void cp_store_batch_reset(cp_store_batch *b);
 /* Writes everything added (and the offsets) in one synced LevelDB write, then empties b
  * for reuse. An empty batch with offsets still writes them. */
 int cp_store_batch_commit(cp_store_batch *b, cp_err *err);
+
+/* The batch functions above, cp_store_maintain and cp_store_reopen are the writer's: one
+ * thread calls them (debug builds check it: CP_ASSERT_THREAD, model/check.h; the first
+ * thread to call one is the writer). A writer that stops (ingest's thread as it ends) calls
+ * this, so that another thread may write after it. A no-op in release builds. */
+void cp_store_writer_release(cp_store *s);
 
 /* The stored next offset of topic/partition: 0, or CP_ENOTFOUND when none is stored. */
 int cp_store_get_offset(cp_store *s, const char *topic, int32_t partition, int64_t *next_offset,

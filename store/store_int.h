@@ -13,6 +13,7 @@
 #include <time.h>
 #include <leveldb/c.h>
 
+#include "check.h"
 #include "error.h"
 #include "format.h"
 #include "pprof.h"
@@ -331,7 +332,9 @@ struct tenant {
 extern const cp_reader cp_store_reader_fns;
 
 struct cp_store {
-    cp_reader reader; /* cp_store_reader: this store's readers behind the interface */
+    cp_reader reader;           /* cp_store_reader: this store's readers behind the interface */
+    struct cp_metrics *metrics; /* where the store's statistics are registered; NULL = nowhere */
+    cp_thread_owner writer;     /* the writer's thread (checked in debug builds) */
     leveldb_t *db;
     leveldb_options_t *opts;
     leveldb_cache_t *cache;

@@ -10,6 +10,7 @@
  * cumulative snapshots are the writer's alone. */
 #include "store.h"
 #include "store_int.h"
+#include "check.h"
 #include "log.h"
 
 #include <stdio.h>
@@ -246,6 +247,7 @@ void cp_store_batch_destroy(cp_store_batch *b)
 
 void cp_store_batch_reset(cp_store_batch *b)
 {
+    CP_ASSERT_THREAD(&b->s->writer, "writer thread only");
     if (b->windows) {
         b->s->broken = 1;
         cp_buckets_drop(b->s, 0);
@@ -266,6 +268,8 @@ uint32_t cp_store_batch_windows(const cp_store_batch *b)
 int cp_store_batch_set_offset(cp_store_batch *b, const char *topic, int32_t partition,
                               int64_t next_offset)
 {
+    CP_ASSERT_THREAD(&b->s->writer, "writer thread only");
+    CP_ASSERT(topic && partition >= 0 && next_offset >= 0);
     uint8_t k[300], v[8];
     size_t kl = key_offset(k, sizeof k, topic, partition);
     cp_put_be64(v, (uint64_t)next_offset);
@@ -532,11 +536,11 @@ static int lazy_resolve(cp_store_batch *B, const tenant *t, const cp_profile *p,
         if (!ids->p) continue;
         if (cp_vec_reserve(&B->ids, (size_t)B->ids.n + ids->len + 8))
             return cp_err_set(err, CP_ENOMEM, "store");
-        long got = cp_pprof_lazy_ids(p, lz, i, B->ids.v + B->ids.n, err);
-        if (got < 0) return CP_EPPROF;
+        uint32_t got;
+        if (cp_pprof_lazy_ids(p, lz, i, B->ids.v + B->ids.n, &got, err)) return CP_EPPROF;
         r->off = B->ids.n;
-        r->n = (uint32_t)got;
-        B->ids.n += (uint32_t)got;
+        r->n = got;
+        B->ids.n += got;
     }
     B->res.n = n;
     atomic_fetch_add(&B->s->wcache_hits, hits);
@@ -945,6 +949,8 @@ int cp_store_batch_add_lazy(cp_store_batch *B, const cp_envelope *e, cp_profile 
                             cp_pprof_lazy *lz, int32_t dedup_scope, cp_err *err)
 {
     cp_store *s = B->s;
+    CP_ASSERT_THREAD(&s->writer, "writer thread only");
+    CP_ASSERT(e && p);
     if (s->broken)
         return cp_err_set(err, CP_ESTORE, "store %s: an earlier write failed; reopen the store",
                           s->path);
@@ -1075,6 +1081,7 @@ broken:
 int cp_store_batch_commit(cp_store_batch *B, cp_err *err)
 {
     cp_store *s = B->s;
+    CP_ASSERT_THREAD(&s->writer, "writer thread only");
     int rc = 0;
     cp_block_enc enc = {0}; /* for this commit's blocks; its buffers are per commit */
     if (s->broken) {

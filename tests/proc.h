@@ -119,6 +119,30 @@ static inline pid_t fork_stdout_pipe(int *rd)
     return pid;
 }
 
+/* Runs fn(arg) in a forked child whose stdout and stderr go into out (cap bytes,
+ * NUL-terminated); returns its wait status. For the checks that must kill a process. */
+static inline int run_in_child(void (*fn)(void *), void *arg, char *out, size_t cap)
+{
+    int rd;
+    pid_t pid = fork_stdout_pipe(&rd);
+    if (pid == 0) {
+        dup2(1, 2);
+        fn(arg);
+        _exit(0);
+    }
+    return cp_test_collect(rd, pid, out, cap);
+}
+
+/* That a child of run_in_child died of a failed check (model/check.h) in func. */
+static inline void check_died_of_assert(int st, const char *out, const char *func)
+{
+    fprintf(stderr, "child said: %s", out);
+    CHECK(WIFSIGNALED(st));
+    CHECK_EQ(WTERMSIG(st), SIGABRT);
+    CHECK_CONTAINS(out, "assertion failed: ");
+    CHECK_CONTAINS(out, func);
+}
+
 /* Runs prog with args (after argv[0], NULL-terminated, at most 30) in directory cwd (NULL:
  * this one), with LD_PRELOAD removed from its environment and each "K=V" of env (may be
  * NULL) added; collects its stdout into out (cap bytes, NUL-terminated). Returns its wait

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "check.h"
 #include "config.h"
 #include "defaults.h"
 #include "fanout.h"
@@ -29,15 +30,12 @@ typedef struct daemon {
     cp_http_server *http;
     cp_fanout *fanout; /* the cluster's peers; NULL = alone */
     uv_signal_t sigint, sigterm;
-    uv_timer_t rate_timer;
+    uv_timer_t watch_timer;
     int stopping;
     cp_broker *broker;
     cp_ingest *ingest;
     const char **tenant_tokens; /* tenant, token pairs ingest checks envelopes against */
-    /* ingest rate, sampled by rate_timer */
-    uint64_t last_windows;
-    int64_t last_ns;
-    double rate;
+    cp_metrics *metrics;        /* the statistics registry every stage registers in */
 } daemon_t;
 
 static void usage(FILE *f)
@@ -62,26 +60,28 @@ static void usage(FILE *f)
             "                    store opens again\n");
 }
 
-/* ---- metrics bridge ----------------------------------------------------------------- */
+/* ---- ingest's state for the API --------------------------------------------------- */
 
-/* Delivery and loss numbers (issue 13): partitions, agents' own losses, the DLQ. The
- * arrays are static: the callback runs on the loop thread only. */
-static void ingest_delivery_stats(daemon_t *d, const cp_ingest_stats *st, cp_api_ingest_stats *out)
+/* /healthz and GET /api/v1/ingest/offsets (issue 13): ingest's state and its partitions.
+ * The arrays are static: the callback runs on the loop thread only. Ingest's counters are
+ * in the statistics registry (cp_ingest_register_metrics), not here. */
+static void ingest_stats_cb(void *arg, cp_api_ingest_stats *out)
 {
-    enum { MAXP = 256, MAXD = 256 };
+    enum { MAXP = 256 };
     static cp_ingest_partition ip[MAXP];
     static cp_api_partition ap[MAXP];
-    static cp_ingest_dropped idr[MAXD];
-    static cp_api_dropped adr[MAXD];
-    static char last_error[256];
-    out->running = st->running;
-    out->ready = st->ready;
-    out->dlq_failed = st->dlq_failed;
-    out->dlq_truncated = st->dlq_truncated;
-    snprintf(last_error, sizeof last_error, "%s", st->last_error);
-    for (char *c = last_error; *c; c++)
-        if ((unsigned char)*c < 0x20) *c = ' '; /* a Prometheus label value: one line */
-    out->last_error = last_error;
+    static cp_thread_owner loop_thread;
+    CP_ASSERT_THREAD(&loop_thread, "loop thread only");
+    daemon_t *d = arg;
+    memset(out, 0, sizeof *out);
+    if (!d->ingest) return;
+    cp_ingest_stats st;
+    cp_ingest_get_stats(d->ingest, &st);
+    out->available = 1;
+    out->paused = st.paused;
+    snprintf(out->paused_reason, sizeof out->paused_reason, "%s", st.pause_reason);
+    out->running = st.running;
+    out->ready = st.ready;
     out->topic = d->cfg.topic && *d->cfg.topic ? d->cfg.topic : CP_TOPIC_PROFILES;
     out->max_message_bytes = d->broker ? CP_BROKER_MAX_MESSAGE_BYTES : 0;
     out->max_in_flight_bytes = d->broker ? CP_BROKER_MAX_IN_FLIGHT_BYTES : 64u << 20;
@@ -100,52 +100,15 @@ static void ingest_delivery_stats(daemon_t *d, const cp_ingest_stats *st, cp_api
         }
     }
     out->parts = ap;
-    n = cp_ingest_get_dropped(d->ingest, idr, MAXD);
-    out->ndropped = n < MAXD ? n : MAXD;
-    for (uint32_t i = 0; i < out->ndropped; i++)
-        adr[i] = (cp_api_dropped){idr[i].service, idr[i].windows, idr[i].samples};
-    out->dropped = adr;
 }
 
-static void ingest_stats_cb(void *arg, cp_api_ingest_stats *out)
-{
-    daemon_t *d = arg;
-    memset(out, 0, sizeof *out);
-    if (!d->ingest) return;
-    cp_ingest_stats st;
-    cp_ingest_get_stats(d->ingest, &st);
-    out->available = 1;
-    out->messages_total = st.messages;
-    out->windows_total = st.windows;
-    out->bytes_total = st.bytes;
-    out->duplicates_total = st.duplicates;
-    out->windows_per_second = d->rate;
-    out->consumer_lag = st.lag;
-    for (int r = 0; r < CP_DLQ_NREASONS && r < CP_API_DLQ_REASONS; r++) {
-        out->dlq[out->ndlq].reason = cp_dlq_reason_name(r);
-        out->dlq[out->ndlq].count = st.dlq[r];
-        out->ndlq++;
-    }
-    out->paused = st.paused;
-    out->store_errors_total = st.store_errors;
-    snprintf(out->paused_reason, sizeof out->paused_reason, "%s", st.pause_reason);
-    ingest_delivery_stats(d, &st, out);
-}
-
-static void on_rate_timer(uv_timer_t *t)
+/* Every 5 s: logs it if ingest has stopped for good. */
+static void on_watch_timer(uv_timer_t *t)
 {
     daemon_t *d = t->data;
     if (!d->ingest) return;
     cp_ingest_stats st;
     cp_ingest_get_stats(d->ingest, &st);
-    int64_t now = cp_mono_ns();
-    if (d->last_ns) {
-        double dt = (double)(now - d->last_ns) / 1e9;
-        double inst = dt > 0 ? (double)(st.windows - d->last_windows) / dt : 0;
-        d->rate = d->rate ? 0.7 * d->rate + 0.3 * inst : inst;
-    }
-    d->last_ns = now;
-    d->last_windows = st.windows;
     if (st.failed) cp_log_error("ingest stopped: %s", st.error);
 }
 
@@ -156,7 +119,7 @@ static void on_http_closed(void *arg)
     daemon_t *d = arg;
     uv_close((uv_handle_t *)&d->sigint, NULL);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
-    uv_close((uv_handle_t *)&d->rate_timer, NULL);
+    uv_close((uv_handle_t *)&d->watch_timer, NULL);
 }
 
 static void on_signal(uv_signal_t *s, int signum)
@@ -403,6 +366,8 @@ int main(int argc, char **argv)
                            .cache_bytes = d.cfg.cache_bytes,
                            .stack_cache_bytes = d.cfg.stack_cache_bytes};
     if (cp_store_open(&so, &d.store, &err)) goto fail_msg;
+    if (cp_metrics_create(&d.metrics) || cp_store_register_metrics(d.store, d.metrics))
+        goto fail_msg;
     cp_log_info("store %s open", d.cfg.data_dir);
 
     CP_VEC(cp_api_token) toks = {0};
@@ -441,6 +406,7 @@ int main(int argc, char **argv)
         goto fail_msg;
     }
     ao.fanout = d.fanout;
+    ao.metrics = d.metrics;
     ao.ingest_stats = ingest_stats_cb;
     ao.ingest_arg = &d;
     d.api = cp_api_create(&ao);
@@ -537,13 +503,17 @@ int main(int argc, char **argv)
     int irc = cp_ingest_create(&io, d.store, &d.ingest, &err);
     free(props.v);
     if (irc) goto fail_msg;
+    /* /metrics: store, ingest, symbols, in this order (the order /metrics always had) */
+    if (cp_ingest_register_metrics(d.ingest, d.metrics) ||
+        cp_symbols_register_metrics(d.symbols, d.metrics))
+        goto fail_msg;
     if (cp_ingest_start(d.ingest, &err)) goto fail_msg;
 
     if (cp_api_set_brokers(d.api, bootstrap)) goto fail_msg;
 
-    uv_timer_init(d.loop, &d.rate_timer);
-    d.rate_timer.data = &d;
-    uv_timer_start(&d.rate_timer, on_rate_timer, 5000, 5000);
+    uv_timer_init(d.loop, &d.watch_timer);
+    d.watch_timer.data = &d;
+    uv_timer_start(&d.watch_timer, on_watch_timer, 5000, 5000);
 
     uv_run(d.loop, UV_RUN_DEFAULT);
     status = 0;
@@ -568,6 +538,7 @@ out:
     cp_fanout_destroy(d.fanout);
     cp_symbols_destroy(d.symbols);
     cp_store_close(d.store);
+    cp_metrics_destroy(d.metrics);
     if (d.loop) uv_loop_close(d.loop);
     cp_config_close(&d.cfg);
     return status;

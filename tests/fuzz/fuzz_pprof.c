@@ -40,7 +40,8 @@ static void lazy_agrees(const uint8_t *data, size_t size, const cp_pprof_limits 
         if (i < lz.ids.n && lz.ids.v[i].p) {
             free(ids);
             if (!(ids = malloc(((size_t)lz.ids.v[i].len + 8) * sizeof *ids))) abort();
-            n = cp_pprof_lazy_ids(q, &lz, i, ids, &err);
+            uint32_t k = 0;
+            n = cp_pprof_lazy_ids(q, &lz, i, ids, &k, &err) ? -1 : (long)k;
             got = ids;
         }
         if (n < 0) {

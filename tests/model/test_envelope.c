@@ -162,6 +162,14 @@ TEST(validation_names_the_field)
     CHECK_CONTAINS(err.msg, "control character 0x1b at byte 0");
     l2.value = (char *)"caf\xc3\xa9 \"ok\""; /* UTF-8 and quotes are values like any */
     CHECK_EQ(decode_pb(&pb, &err), 0);
+    /* what a producer does with names it did not choose (a thread's) before it sends them */
+    cp_labels ls2 = {0};
+    CHECK_EQ(cp_labels_set(&ls2, "isolate", "w\tor\x7fker\x1b"), 0);
+    CHECK_EQ(cp_labels_set(&ls2, "service", "caf\xc3\xa9"), 0);
+    CHECK_EQ(cp_labels_scrub(&ls2), 3);
+    CHECK_STREQ(cp_labels_get(&ls2, "isolate"), "w?or?ker?");
+    CHECK_STREQ(cp_labels_get(&ls2, "service"), "caf\xc3\xa9");
+    cp_labels_close(&ls2);
     const uint8_t junk[] = {0x0a, 0xff};
     cp_envelope d;
     CHECK_EQ(cp_envelope_decode(junk, sizeof junk, 1 << 20, &d, &err), CP_EENVELOPE);

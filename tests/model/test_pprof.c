@@ -634,8 +634,9 @@ TEST(lazy_ids_decode_to_the_eager_ids)
         const cp_sample *a = &p->samples.v[i], *b = &q->samples.v[i];
         CHECK_EQ(a->nlocs, 0);
         CHECK(lz.ids.v[i].p >= raw.data && lz.ids.v[i].p + lz.ids.v[i].len <= raw.data + raw.len);
-        long n = cp_pprof_lazy_ids(p, &lz, i, ids, &err);
-        CHECK_EQ(n, (long)b->nlocs);
+        uint32_t n = 0;
+        CHECK_EQ(cp_pprof_lazy_ids(p, &lz, i, ids, &n, &err), 0);
+        CHECK_EQ(n, b->nlocs);
         CHECK(!memcmp(ids, q->stack.v + b->loc_off, (size_t)n * 4));
     }
     /* parsed from the 7th on: the same locations as the eager decode */
@@ -856,12 +857,12 @@ TEST(lazy_location_run_shapes)
             const cp_sample *b = &q->samples.v[i];
             uint32_t ids[16];
             const uint32_t *got = p->stack.v + p->samples.v[i].loc_off;
-            long k = p->samples.v[i].nlocs;
+            uint32_t k = p->samples.v[i].nlocs;
             if (i < lz.ids.n && lz.ids.v[i].p) {
-                k = cp_pprof_lazy_ids(p, &lz, i, ids, &err);
+                CHECK_EQ(cp_pprof_lazy_ids(p, &lz, i, ids, &k, &err), 0);
                 got = ids;
             }
-            CHECK_EQ(k, (long)b->nlocs);
+            CHECK_EQ(k, b->nlocs);
             CHECK(!memcmp(got, q->stack.v + b->loc_off, (size_t)k * 4));
         }
         cp_profile_destroy(q);

@@ -362,6 +362,20 @@ TEST(series_labels_timeline_metrics)
     CHECK_CONTAINS(body(&r), "contprof_store_disk_bytes ");
     CHECK_CONTAINS(body(&r), "contprof_store_series 2\n");
     cp_buf_close(&r.body);
+    /* A metric a stage adds: registered where it is counted, printed with nothing in the
+     * API changed (the registry, model/metrics.h). */
+    static cp_counter hits;
+    int stage;
+    CHECK_EQ(cp_metrics_counter(f.metrics, &stage, "contprof_test_hits_total", "Hits counted.",
+                                (cp_metric_label[]){{"stage", "test"}}, 1, &hits),
+             0);
+    cp_counter_add(&hits, 3);
+    r = qfx_get(&f, "/metrics", NULL);
+    CHECK_CONTAINS(body(&r), "# HELP contprof_test_hits_total Hits counted.\n"
+                             "# TYPE contprof_test_hits_total counter\n"
+                             "contprof_test_hits_total{stage=\"test\"} 3\n");
+    cp_buf_close(&r.body);
+    cp_metrics_remove(f.metrics, &stage);
     qfx_close(&f, 1);
 }
 

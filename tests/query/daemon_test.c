@@ -105,6 +105,78 @@ TEST(serves_a_store_and_stops_cleanly)
     CHECK(system(cmd) == 0);
 }
 
+/* The statistics registry (model/metrics.h) changed how /metrics is put together, not what
+ * it says: every family contprofd printed before it still has its help, type and place, and
+ * the samples their labels and formats. A family a stage adds appears without touching this
+ * list. text: /metrics of a daemon whose ingest runs. */
+static void check_metrics_families(const char *text)
+{
+    /* name, type, help */
+    static const char *const fams[] = {
+        "contprof_http_responses_total counter HTTP responses by status class.",
+        "contprof_query_duration_seconds histogram Time to answer store-backed queries, arrival to "
+        "response.",
+        "contprof_store_disk_bytes gauge Approximate size of the store on disk.",
+        "contprof_store_series gauge Distinct series in the store.",
+        "contprof_store_windows_written_total counter Windows stored by this process.",
+        "contprof_store_stack_cache_hits_total counter Samples whose stack the writer's per-series "
+        "cache knew (store/README.md).",
+        "contprof_store_stack_cache_misses_total counter Samples decoded and interned in full.",
+        "contprof_store_stack_cache_flushes_total counter Times every series' stack cache was "
+        "dropped to stay in its budget.",
+        "contprof_store_stack_cache_bytes gauge Memory held by the stack caches.",
+        "contprof_ingest_messages_total counter Kafka messages consumed.",
+        "contprof_ingest_windows_total counter Windows written to the store by ingest.",
+        "contprof_ingest_bytes_total counter Payload bytes consumed.",
+        "contprof_ingest_duplicates_total counter Envelopes dropped as duplicates.",
+        "contprof_ingest_windows_per_second gauge Recent ingest rate.",
+        "contprof_ingest_consumer_lag gauge Messages behind the end of the partitions (-1 "
+        "unknown).",
+        "contprof_ingest_dlq_total counter Messages sent to the dead-letter queue, by reason.",
+        "contprof_ingest_paused gauge 1 while ingest waits for the store after a failed write (the "
+        "reason is in /healthz and the log).",
+        "contprof_ingest_store_errors_total counter Failed store writes and reopen attempts.",
+        "contprof_ingest_dlq_failed_total counter DLQ deliveries that failed (each is retried; "
+        "offsets wait).",
+        "contprof_ingest_dlq_truncated_total counter Messages too large for the DLQ, sent there "
+        "truncated.",
+        "contprof_ingest_lost_total counter Offsets the broker dropped before ingest read them.",
+        "contprof_ingest_running gauge 1 while the ingest thread runs.",
+        "contprof_ingest_ready gauge 1 once the consumer has its partitions.",
+        "contprof_ingest_last_error gauge The latest ingest error (1 when there is one).",
+        "contprof_agent_dropped_windows_total counter Windows agents dropped, as they reported, by "
+        "service.",
+        "contprof_agent_dropped_samples_total counter Samples agents dropped, as they reported, by "
+        "service.",
+        "contprof_symbols_uploads_total counter Symbol uploads kept (POST /api/v1/symbols).",
+        "contprof_symbols_uploads_refused_total counter Symbol uploads refused (bad file, limit).",
+        "contprof_symbols_locations_named_total counter Locations named at query time.",
+        "contprof_symbols_cached_tables gauge Symbol tables held in memory.",
+        "contprof_symbols_cached_bytes gauge Bytes of those tables.",
+        "contprof_uptime_seconds gauge Seconds since the query API started.",
+    };
+    const char *last = text;
+    char want[512];
+    for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++) {
+        const char *type = strchr(fams[i], ' ') + 1, *help = strchr(type, ' ') + 1;
+        int nl = (int)(type - 1 - fams[i]), tl = (int)(help - 1 - type);
+        snprintf(want, sizeof want, "# HELP %.*s %s\n# TYPE %.*s %.*s\n", nl, fams[i], help, nl,
+                 fams[i], tl, type);
+        const char *at = strstr(text, want);
+        CHECK_CONTAINS(text, want);
+        CHECK(at > last || i == 0); /* in the order they always had */
+        last = at;
+    }
+    CHECK_CONTAINS(text, "contprof_http_responses_total{code=\"2xx\"} ");
+    CHECK_CONTAINS(text, "contprof_ingest_dlq_total{reason=\"envelope\"} 0\n");
+    CHECK_CONTAINS(text, "contprof_ingest_dlq_total{reason=\"tenant\"} 0\n");
+    CHECK_CONTAINS(text, "contprof_ingest_consumer_lag ");
+    CHECK_CONTAINS(text, "contprof_ingest_paused 0\n");
+    CHECK_CONTAINS(text, "contprof_ingest_running 1\n");
+    CHECK_CONTAINS(text, "contprof_ingest_windows_per_second ");
+    CHECK_CONTAINS(text, "contprof_symbols_cached_bytes 0\n");
+}
+
 /* The whole pipeline with no Kafka installed: contprofd hosts the embedded broker, `contprof
  * import --server` finds it through /api/v1/brokers, ingest stores the window, and the
  * query returns the file's totals. */
@@ -154,6 +226,7 @@ TEST(embedded_broker_import_to_query)
     cp_http_result r = http_get(p.port, "/metrics", NULL);
     CHECK_CONTAINS((char *)r.body.data, "contprof_ingest_windows_total 1\n");
     CHECK_CONTAINS((char *)r.body.data, "contprof_ingest_dlq_total{reason=\"pprof\"} 0\n");
+    check_metrics_families((const char *)r.body.data);
     cp_buf_close(&r.body);
     CHECK_EQ(stop_daemon(&p, SIGTERM), 0);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

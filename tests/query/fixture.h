@@ -19,6 +19,7 @@
 typedef struct qfx {
     char dir[128];
     cp_store *store;
+    cp_metrics *metrics; /* the store registered in it; the API's unless its options name one */
     cp_store_batch *batch;
     cp_api *api;
     qsrv http;
@@ -40,6 +41,8 @@ static inline void qfx_open_store(qfx *f, const char *dir)
     cp_err err = {0};
     if (cp_store_open(&so, &f->store, &err)) fprintf(stderr, "store: %s\n", err.msg);
     CHECK(f->store);
+    CHECK_EQ(cp_metrics_create(&f->metrics), 0);
+    CHECK_EQ(cp_store_register_metrics(f->store, f->metrics), 0);
     f->batch = cp_store_batch_create(f->store);
     CHECK(f->batch);
 }
@@ -54,6 +57,7 @@ static inline void qfx_serve_with(qfx *f, const cp_api_options *ao, const cp_htt
     else
         cp_api_options_default(&o);
     o.store = f->store;
+    if (!o.metrics) o.metrics = f->metrics;
     f->api = cp_api_create(&o);
     CHECK(f->api);
     cp_http_options ho;
@@ -97,6 +101,7 @@ static inline void qfx_close(qfx *f, int remove_dir)
     qfx_unserve(f);
     cp_store_batch_destroy(f->batch);
     cp_store_close(f->store);
+    cp_metrics_destroy(f->metrics);
     if (remove_dir) {
         char cmd[200];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);

@@ -275,12 +275,16 @@ TEST(uploaded_symbols_name_stored_profiles_of_their_tenant_only)
     so.dirs = ""; /* only uploads here */
     cp_symbols *sy = cp_symbols_create(&so);
     CHECK(sy);
+    cp_metrics *reg; /* as contprofd: the symbols' counters registered, /metrics prints them */
+    CHECK_EQ(cp_metrics_create(&reg), 0);
+    CHECK_EQ(cp_symbols_register_metrics(sy, reg), 0);
     cp_api_token toks[2] = {{"token-of-a", "a"}, {"token-of-b", "b"}};
     cp_api_options ao;
     cp_api_options_default(&ao);
     ao.tokens = toks;
     ao.ntokens = 2;
     ao.symbols = sy;
+    ao.metrics = reg;
     qfx_serve(&f, &ao, 2);
 
     char pq[256];
@@ -412,6 +416,7 @@ TEST(uploaded_symbols_name_stored_profiles_of_their_tenant_only)
 
     qfx_close(&f, 0);
     cp_symbols_destroy(sy);
+    cp_metrics_destroy(reg);
     /* the tables outlive the process: a reopened store names a's window again */
     qfx g = {0};
     qfx_open_store(&g, f.dir);
