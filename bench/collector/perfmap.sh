@@ -22,6 +22,8 @@ python3 - "$LIB" "$RUNS" "$COUNT" "$JS" "$TMP" <<'PY'
 import os, subprocess, sys, statistics, glob, re
 lib, runs, secs, js, tmp = os.path.abspath(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 flags = ["--perf-basic-prof", "--interpreted-frames-native-stack"]
+js = os.path.abspath(js)
+os.chdir(tmp)  # V8's isolate-*-v8.log files go away with tmp
 res = {"plain": [], "agent": []}
 maps, sym = [], []
 for i in range(runs):

@@ -5,6 +5,7 @@
 # and sends SIGTERM (workerd ignores SIGINT). usage: run.sh WORKERD PORT N
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
+bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cp "$here/worker.js" "$tmp/"
@@ -23,7 +24,8 @@ const w :Workerd.Worker = (
   bindings = [(name = "COUNTER", durableObjectNamespace = "Counter")],
 );
 CAPNP
-"$1" serve "$tmp/config.capnp" > "$tmp/log" 2>&1 &
+# in tmp: V8's log files (isolate-*-v8.log, written with the perf map) go away with it
+(cd "$tmp" && exec "$bin" serve "$tmp/config.capnp" > "$tmp/log" 2>&1) &
 pid=$!
 i=0
 until grep -q Listening "$tmp/log"; do
