@@ -21,10 +21,12 @@
 
 #include "alloc.h"
 #include "config.h"
+#include "demangle.h"
 #include "elfnames.h"
 #include "isolate.h"
 #include "labels.h"
 #include "nextmalloc.h"
+#include "perfmap.h"
 #include "pprof.h"
 #include "profile.h"
 #include "stream.h"
@@ -208,20 +210,6 @@ typedef struct sym {
     uint32_t ninl;
     sym_line *inl; /* owned, ninl entries */
 } sym;
-
-/* C++ names are demangled with the program's own C++ runtime: a mangled name comes from
- * C++ code, so __cxa_demangle is loaded whenever it is needed (looked up once). */
-typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
-static demangle_fn find_demangler(void)
-{
-    static int looked;
-    static demangle_fn fn;
-    if (!looked) {
-        looked = 1;
-        fn = (demangle_fn)dlsym(RTLD_DEFAULT, "__cxa_demangle");
-    }
-    return fn;
-}
 
 #define SYM_CAP (1u << 15)
 #define SYM_CAP0 (1u << 10) /* the first size: a short-lived process faults in few pages */
@@ -420,18 +408,38 @@ static void syms_refresh(const cp_modules *mods)
     }
 }
 
+/* The program's C++ runtime's demangler, if it exports one (looked up once). */
+typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
+static demangle_fn find_demangler(void)
+{
+    static int looked;
+    static demangle_fn fn;
+    if (!looked) {
+        looked = 1;
+        fn = (demangle_fn)dlsym(RTLD_DEFAULT, "__cxa_demangle");
+    }
+    return fn;
+}
+
 /* Sets *name (demangled when possible) and *mangled from a symbol or linkage name. */
 static void set_name(const char *raw, char **name, char **mangled)
 {
-    if (raw[0] == '_' && raw[1] == 'Z' && find_demangler()) {
+    /* C++ and Rust names, with libiberty's demanglers (model/demangle.h); a C++ name that
+     * Debian 12's libiberty does not know (C++20 constraints, "Q") with the program's own
+     * __cxa_demangle, when it exports one */
+    char *d = cp_demangle(raw);
+    if (!d && raw[0] == '_' && raw[1] == 'Z' && find_demangler()) {
         int st = -1;
-        char *d = find_demangler()(raw, NULL, NULL, &st);
-        if (d && st == 0) {
-            *name = d;
-            *mangled = strdup(raw);
-            return;
+        d = find_demangler()(raw, NULL, NULL, &st);
+        if (st != 0) {
+            free(d);
+            d = NULL;
         }
-        free(d);
+    }
+    if (d) {
+        *name = d;
+        *mangled = strdup(raw);
+        return;
     }
     *name = strdup(raw);
 }
@@ -663,6 +671,96 @@ static const sym *symbolize(uint64_t pc, const cp_modules *mods)
 }
 
 /* ------------------------------------------------------------------------------------
+ * JIT frames: pcs in no module are named from the process's perf map (perfmap.c) as
+ * language frames (CP_LANG_TAG ids, cp_lang_intern): by name, with no mapping or address,
+ * so they merge across processes and keep their meaning for the process's life (epochs).
+ * This holds with CONTPROF_SYMBOLIZE=server too: a map entry is the only name JIT code
+ * has. A pc with no entry is the frame "[jit]", never a bare address. */
+
+static struct {
+    uint32_t unnamed_id; /* "[jit]"'s language id + 1 */
+    int checked_host;    /* the V8 host check ran (after the first window with samples) */
+} jit;
+
+/* Whether a module of mods looks like a V8 host: node, libnode, workerd, libv8. */
+static int v8_host(const cp_modules *mods)
+{
+    for (size_t i = 0; mods && i < mods->n; i++) {
+        const char *b = strrchr(mods->m[i].path, '/');
+        b = b ? b + 1 : mods->m[i].path;
+        if (strncmp(b, "node", 4) == 0 || strncmp(b, "libnode", 7) == 0 ||
+            strncmp(b, "workerd", 7) == 0 || strncmp(b, "libv8", 5) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static uint64_t jit_unnamed(uint64_t pc)
+{
+    if (!jit.unnamed_id) {
+        uint32_t id;
+        contprof_frame f = {.function = "[jit]"};
+        if (cp_lang_intern(&f, &id) != 0) return pc;
+        jit.unnamed_id = id + 1;
+    }
+    return CP_LANG_TAG | (jit.unnamed_id - 1);
+}
+
+static uint64_t jit_frame(uint64_t pc)
+{
+    const char *name;
+    size_t len;
+    uint32_t slot;
+    if (cp_perfmap_lookup(pc, &name, &len, &slot) != 0) return jit_unnamed(pc);
+    uint64_t tag = cp_perfmap_get_tag(slot);
+    if (tag) return CP_LANG_TAG | (tag - 1);
+    cp_perfmap_name n;
+    cp_perfmap_split(name, len, &n);
+    contprof_frame f = {.function = n.function, .file = n.file[0] ? n.file : NULL, .line = n.line};
+    uint32_t id;
+    if (cp_lang_intern(&f, &id) != 0) return jit_unnamed(pc);
+    cp_perfmap_set_tag(slot, (uint64_t)id + 1);
+    return CP_LANG_TAG | id;
+}
+
+static void jit_stack(const cp_modules *mods, uint64_t *pcs, uint32_t n, int *refreshed)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        uint64_t pc = pcs[k];
+        if ((pc & CP_LANG_TAG) || cp_modules_find(mods, (uintptr_t)pc)) continue;
+        if (!*refreshed) {
+            *refreshed = 1;
+            (void)cp_perfmap_refresh(NULL);
+        }
+        pcs[k] = jit_frame(pc);
+    }
+}
+
+/* Rewrites the window's pcs in no module (CPU and allocation stacks) as language frames;
+ * the perf map is read (its new tail) once per window, only when there is such a pc. */
+static void jit_frames(const cp_modules *mods, bucket_copy *bc)
+{
+    if (!mods) return;
+    int refreshed = 0;
+    for (uint32_t i = 0; i < cpu.cap; i++)
+        if (cpu.e[i].hash) jit_stack(mods, cpu.e[i].pcs, cpu.e[i].nframes, &refreshed);
+    for (uint32_t i = 0; i < bc->n; i++)
+        jit_stack(mods, bc->b[i].pcs, bc->b[i].nframes, &refreshed);
+    if (!jit.checked_host) {
+        jit.checked_host = 1;
+        cp_perfmap_stats st;
+        if (!refreshed) (void)cp_perfmap_refresh(NULL);
+        cp_perfmap_get_stats(&st);
+        if (!st.found && v8_host(mods))
+            fprintf(stderr, "contprof: a V8 host without a perf map: JavaScript frames read "
+                            "[jit]; start it with --perf-basic-prof "
+                            "--interpreted-frames-native-stack (node), or v8Flags = "
+                            "[\"--perf-basic-prof\", \"--interpreted-frames-native-stack\"] "
+                            "in its config (workerd)\n");
+    }
+}
+
+/* ------------------------------------------------------------------------------------
  * Symbolization for the streams' tables (stream.c adds each location once per epoch) */
 
 static uint32_t sym_lines(uint64_t pc, cp_sym_line *lines, void *arg)
@@ -755,6 +853,18 @@ static int emit_profile(cp_profile *p, int kind, const iso_key *k, const cp_wind
              atomic_load(&cp_agent_oom) ? " agent_out_of_memory=1" : "");
     if (cp_profile_intern_cstr(p, comment, &cid) || cp_vec_push(&p->comments, cid))
         return CP_ENOMEM;
+    cp_perfmap_stats pst;
+    cp_perfmap_get_stats(&pst);
+    if (pst.found) {
+        /* the perf map so far: entries kept, malformed lines, lines over the bounds */
+        snprintf(comment, sizeof(comment),
+                 "perf_map_entries=%llu perf_map_bad=%llu "
+                 "perf_map_dropped=%llu",
+                 (unsigned long long)pst.entries, (unsigned long long)pst.bad,
+                 (unsigned long long)pst.dropped);
+        if (cp_profile_intern_cstr(p, comment, &cid) || cp_vec_push(&p->comments, cid))
+            return CP_ENOMEM;
+    }
     if (syms.over_budget) {
         /* pcs the window's symbolization budget left as addresses so far (named by a later
          * window, or by the server from the mappings' build ids) */
@@ -963,6 +1073,12 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
 
     /* with CONTPROF_SYMBOLIZE=lines, loads libdw the first time there is something */
     if (isos.n && !cp_cfg.symbolize_server) syms_refresh(mods);
+    if (isos.n) {
+        /* counted as naming (contprof:symbolize); bounded by perfmap.c's read bound */
+        int64_t t0 = thread_cpu_ns();
+        jit_frames(mods, &bc);
+        syms.spent_ns += thread_cpu_ns() - t0;
+    }
     if (isos.n) name_new_pcs(mods, &bc);
     int rc = 0;
     for (uint32_t ii = 0; ii < isos.n; ii++) {
@@ -1049,6 +1165,8 @@ void cp_window_reset(void)
 {
     cpu_clear();
     syms_clear();
+    cp_perfmap_reset();
+    memset(&jit, 0, sizeof(jit));
     memset(&self, 0, sizeof(self));
     cp_streams_reset();
 }
@@ -1060,6 +1178,8 @@ void cp_window_abandon(void)
     memset(&cpu, 0, sizeof(cpu));
     memset(&syms, 0, sizeof(syms));
     memset(&tables, 0, sizeof(tables));
+    cp_perfmap_abandon(); /* the child's pid has its own map */
+    jit.checked_host = 0;
     memset(&self, 0, sizeof(self)); /* the child's agent thread starts its clock at 0 */
     cp_streams_abandon();
 }

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "demangle.h"
 #include "log.h"
 
 #define NEGATIVE_TTL_NS (30LL * 1000000000LL) /* how long "no table" is believed */
@@ -329,7 +330,15 @@ static uint32_t fn_get(fn_index *x, cp_profile *p, uint32_t name, uint32_t file)
     uint32_t mask = x->cap - 1, i = (uint32_t)cp_hash_u64(0, key) & mask;
     for (; x->keys[i]; i = (i + 1) & mask)
         if (x->keys[i] == key) return x->ids[i];
+    /* C++ and Rust names demangled (model/demangle.h), the symbol kept as system_name: once
+     * per function of the profile, whatever table (uploaded or a directory's) named it */
     cp_function f = {.name = name, .system_name = name, .filename = file};
+    if (cp_demangle_maybe(cp_profile_str(p, name))) {
+        char *d = cp_demangle(cp_profile_str(p, name));
+        int bad = d && cp_profile_intern_cstr(p, d, &f.name);
+        free(d);
+        if (bad) return 0;
+    }
     uint32_t id = 0;
     if (cp_profile_add_function(p, &f, &id)) return 0;
     x->keys[i] = key;

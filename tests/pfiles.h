@@ -6,6 +6,8 @@
 #define CP_TEST_PFILES_H
 
 #include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "pprof.h"
 #include "test.h"
@@ -66,6 +68,25 @@ static void pset_load(const char *dir, pset *s)
     }
     closedir(d);
     qsort(s->f, (size_t)s->n, sizeof(pfile), pfile_cmp);
+}
+
+/* An empty output directory /tmp/contprof-TAG-PID for the agent: its path in dir and
+ * "CONTPROF_OUTPUT_DIR=..." in env (each at least 300 bytes). */
+static inline void pset_dir_make(const char *tag, char *dir, char *env)
+{
+    snprintf(dir, 256, "/tmp/contprof-%s-%d", tag, (int)getpid());
+    char cmd[320];
+    snprintf(cmd, sizeof(cmd), "rm -rf %.300s", dir);
+    CHECK(system(cmd) == 0);
+    CHECK(mkdir(dir, 0755) == 0);
+    snprintf(env, 300, "CONTPROF_OUTPUT_DIR=%.256s", dir);
+}
+
+static inline void pset_dir_remove(const char *dir)
+{
+    char cmd[320];
+    snprintf(cmd, sizeof(cmd), "rm -rf %.300s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
 static void pset_free(pset *s)

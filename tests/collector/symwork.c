@@ -36,6 +36,34 @@ __attribute__((noinline, visibility("default"))) void symwork_exported_burn(doub
     sink = x;
 }
 
+/* Mangled names (asm labels): a C++ one, a Rust v0 one and a legacy Rust one, each a third
+ * of the "mangled" mode's CPU. */
+void mangled_cxx(double secs) __asm__("_ZN3foo3barEv");
+void mangled_rust_v0(double secs) __asm__("_RNvCs1234_7mycrate4main");
+void mangled_rust_legacy(double secs) __asm__("_ZN7mycrate6legacy17h0123456789abcdefE");
+#define BURN_AS(fn, k)                                                                             \
+    __attribute__((noinline)) void fn(double secs)                                                 \
+    {                                                                                              \
+        double end = now_s() + secs;                                                               \
+        unsigned long x = k;                                                                       \
+        while (now_s() < end)                                                                      \
+            for (int i = 0; i < 100000; i++)                                                       \
+                x = x * 6364136223846793005ul + k;                                                 \
+        sink = x;                                                                                  \
+    }
+BURN_AS(mangled_cxx, 5)
+BURN_AS(mangled_rust_v0, 7)
+BURN_AS(mangled_rust_legacy, 11)
+
+static void mangled_burn(double secs)
+{
+    for (double t = 0; t < secs; t += 0.3) {
+        mangled_cxx(0.1);
+        mangled_rust_v0(0.1);
+        mangled_rust_legacy(0.1);
+    }
+}
+
 static int cmp_int(const void *a, const void *b)
 {
     int x = *(const int *)a, y = *(const int *)b;
@@ -72,7 +100,7 @@ static int libdw_mapped(void)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s local|exported|qsort SECONDS\n", argv[0]);
+        fprintf(stderr, "usage: %s local|exported|qsort|mangled SECONDS\n", argv[0]);
         return 2;
     }
     double secs = atof(argv[2]);
@@ -80,6 +108,8 @@ int main(int argc, char **argv)
         symwork_local_burn(secs);
     else if (!strcmp(argv[1], "exported"))
         symwork_exported_burn(secs);
+    else if (!strcmp(argv[1], "mangled"))
+        mangled_burn(secs);
     else if (!strcmp(argv[1], "qsort"))
         qsort_burn(secs);
     else

@@ -19,23 +19,16 @@
 #include "test.h"
 #include "pfiles.h"
 
-static char g_dir[256], g_env_dir[300];
+static char g_dir[300], g_env_dir[300];
 
 static void make_dir(void)
 {
-    snprintf(g_dir, sizeof(g_dir), "/tmp/contprof-sym-%d", (int)getpid());
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
-    CHECK(system(cmd) == 0);
-    CHECK(mkdir(g_dir, 0755) == 0);
-    snprintf(g_env_dir, sizeof(g_env_dir), "CONTPROF_OUTPUT_DIR=%s", g_dir);
+    pset_dir_make("sym", g_dir, g_env_dir);
 }
 
 static void remove_dir(void)
 {
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    pset_dir_remove(g_dir);
 }
 
 #define PRELOAD "LD_PRELOAD=" CP_LIB
@@ -162,6 +155,25 @@ TEST(debuginfo_off_leaves_libc_internals)
     run_sym(CPSYM, "qsort", "1", extra, &s);
     CHECK_EQ(names_containing(&s, "cpsym", "msort_with_tmp"), 0);
     CHECK(cpu_of(&s, "cpsym", "qsort_r") > 0); /* exported: from .dynsym */
+    pset_free(&s);
+    remove_dir();
+}
+
+/* C++ and Rust (v0 and legacy) symbols are demangled by the agent with libiberty, in a C
+ * program (no C++ runtime, so no __cxa_demangle in the process). */
+TEST(cxx_and_rust_names_demangled)
+{
+    pset s;
+    run_sym(CPSYM, "mangled", "2.5", NULL, &s);
+    int64_t cxx = cpu_of(&s, "cpsym", "foo::bar()"), v0 = cpu_of(&s, "cpsym", "mycrate::main"),
+            legacy = cpu_of(&s, "cpsym", "mycrate::legacy");
+    printf("foo::bar() %lld, mycrate::main %lld, mycrate::legacy %lld ns\n", (long long)cxx,
+           (long long)v0, (long long)legacy);
+    CHECK(cxx > 0);
+    CHECK(v0 > 0);
+    CHECK(legacy > 0);
+    CHECK_EQ(names_containing(&s, "cpsym", "_ZN"), 0);
+    CHECK_EQ(names_containing(&s, "cpsym", "_RNv"), 0);
     pset_free(&s);
     remove_dir();
 }
@@ -305,5 +317,6 @@ TEST(elfnames_files)
 }
 
 TEST_MAIN(T(names_from_symtab), T(stripped_names_from_dynsym), T(libc_internals_from_debug_file),
-          T(debuginfo_off_leaves_libc_internals), T(agent_isolate_cpu),
-          T(budget_counted_when_spent), T(budget_default_not_hit), T(elfnames_files))
+          T(debuginfo_off_leaves_libc_internals), T(cxx_and_rust_names_demangled),
+          T(agent_isolate_cpu), T(budget_counted_when_spent), T(budget_default_not_hit),
+          T(elfnames_files))

@@ -37,6 +37,24 @@ __attribute__((noinline)) uint64_t symprog_table_walk(uint64_t *t, size_t n, int
     return s;
 }
 
+/* Mangled names (asm labels) for the server-side demangling test: C++, Rust v0, legacy
+ * Rust. Tiny, called once a round. */
+uint64_t symprog_cxx(uint64_t x) __asm__("_ZN3foo3barEv");
+uint64_t symprog_rust_v0(uint64_t x) __asm__("_RNvCs1234_7mycrate4main");
+uint64_t symprog_rust_legacy(uint64_t x) __asm__("_ZN7mycrate6legacy17h0123456789abcdefE");
+__attribute__((noinline)) uint64_t symprog_cxx(uint64_t x)
+{
+    return symprog_hash_spin(x, 100);
+}
+__attribute__((noinline)) uint64_t symprog_rust_v0(uint64_t x)
+{
+    return symprog_hash_spin(x + 1, 100);
+}
+__attribute__((noinline)) uint64_t symprog_rust_legacy(uint64_t x)
+{
+    return symprog_hash_spin(x + 2, 100);
+}
+
 int main(int argc, char **argv)
 {
     double secs = argc > 1 ? atof(argv[1]) : 3;
@@ -48,6 +66,7 @@ int main(int argc, char **argv)
     while (now_s() < end) {
         sink += symprog_hash_spin(sink + 1, 200000);
         sink += symprog_table_walk(t, 4096, 25);
+        sink += symprog_cxx(sink) + symprog_rust_v0(sink) + symprog_rust_legacy(sink);
     }
     free(t);
     printf("%llu\n", (unsigned long long)sink);

@@ -434,31 +434,44 @@ TEST(uploaded_symbols_name_stored_profiles_of_their_tenant_only)
 }
 
 /* The configured directories (.build-id/xx/yyyy.debug) name frames of every tenant. */
-TEST(debug_directories_name_frames_without_an_upload)
+/* symprog (its path in prog, 600 bytes; its image in *elf; its build ID in id) in a new
+ * debug directory (mkdtemp of dir) as ID[0:2]/ID[2:].debug. */
+static void symprog_debug_dir(char *prog, cp_buf *elf, char *id, char *dir)
 {
-    char prog[600];
-    snprintf(prog, sizeof prog, "%s/tests/symbols/symprog", bindir());
-    cp_buf elf = read_all(prog);
+    snprintf(prog, 600, "%s/tests/symbols/symprog", bindir());
+    *elf = read_all(prog);
     cp_buf tab = {0};
-    char id[CP_BUILD_ID_HEX_MAX + 1];
     cp_err err = {0};
-    CHECK_EQ(cp_symtab_build(elf.data, elf.len, 1 << 20, &tab, id, &err), 0);
+    CHECK_EQ(cp_symtab_build(elf->data, elf->len, 1 << 20, &tab, id, &err), 0);
     cp_buf_close(&tab);
-    char dir[] = "/tmp/cpsymdir-XXXXXX";
     CHECK(mkdtemp(dir));
     char sub[700], file[1000];
     snprintf(sub, sizeof sub, "%s/%.2s", dir, id);
     CHECK(mkdir(sub, 0755) == 0);
     snprintf(file, sizeof file, "%s/%s.debug", sub, id + 2);
-    CHECK(cp_write_file(file, elf.data, elf.len, NULL) == 0);
+    CHECK(cp_write_file(file, elf->data, elf->len, NULL) == 0);
+}
 
+/* A symbolizer reading the debug directories dirs (kept by the caller), no store. */
+static cp_symbols *symbols_with_dirs(const char *dirs)
+{
     cp_symbols_options so;
     cp_symbols_options_default(&so);
-    char dirs[700];
-    snprintf(dirs, sizeof dirs, "/nonexistent/dir:%s", dir);
     so.dirs = dirs;
     cp_symbols *sy = cp_symbols_create(&so);
     CHECK(sy);
+    return sy;
+}
+
+TEST(debug_directories_name_frames_without_an_upload)
+{
+    char prog[600], id[CP_BUILD_ID_HEX_MAX + 1], dir[] = "/tmp/cpsymdir-XXXXXX";
+    cp_buf elf;
+    symprog_debug_dir(prog, &elf, id, dir);
+
+    char dirs[700];
+    snprintf(dirs, sizeof dirs, "/nonexistent/dir:%s", dir);
+    cp_symbols *sy = symbols_with_dirs(dirs);
     cp_profile *p = server_window(id, 0x400000, elf_symbol_offset(prog, "symprog_table_walk"),
                                   elf_symbol_offset(prog, "main"));
     uint32_t named = 0;
@@ -473,6 +486,57 @@ TEST(debug_directories_name_frames_without_an_upload)
     cp_symbols_destroy(sy);
     cp_buf_close(&elf);
     char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
+/* The leaf function's name and system name of the first location of p. */
+static void leaf_names(const cp_profile *p, uint32_t loc, const char **name, const char **sys)
+{
+    const cp_location *l = &p->locations.v[loc];
+    CHECK(l->nlines >= 1);
+    const cp_line *ln = &p->lines.v[l->line_off + l->nlines - 1];
+    const cp_function *fn = &p->functions.v[ln->function_id - 1];
+    *name = cp_profile_str(p, fn->name);
+    *sys = cp_profile_str(p, fn->system_name);
+}
+
+/* C++ and Rust (v0, legacy) symbols of a table come out demangled, the symbol as the
+ * function's system name (a directory's table here; an uploaded one takes the same path:
+ * cp_symbols_name demangles whatever table named the frame). */
+TEST(table_cxx_and_rust_names_demangled)
+{
+    char prog[600], id[CP_BUILD_ID_HEX_MAX + 1], dir[] = "/tmp/cpsymdm-XXXXXX";
+    cp_buf elf;
+    symprog_debug_dir(prog, &elf, id, dir);
+    cp_symbols *sy = symbols_with_dirs(dir);
+    cp_profile *a = server_window(id, 0x400000, elf_symbol_offset(prog, "_ZN3foo3barEv"),
+                                  elf_symbol_offset(prog, "_RNvCs1234_7mycrate4main"));
+    cp_profile *b = server_window(id, 0x400000,
+                                  elf_symbol_offset(prog, "_ZN7mycrate6legacy17h0123456789abcdefE"),
+                                  elf_symbol_offset(prog, "main"));
+    uint32_t named = 0;
+    CHECK_EQ(cp_symbols_name(sy, "anyone", a, &named), 0);
+    CHECK_EQ(named, 2);
+    CHECK_EQ(cp_symbols_name(sy, "anyone", b, &named), 0);
+    CHECK_EQ(named, 2);
+    const char *name, *sys;
+    leaf_names(a, 0, &name, &sys);
+    CHECK_STREQ(name, "foo::bar()");
+    CHECK_STREQ(sys, "_ZN3foo3barEv");
+    leaf_names(a, 1, &name, &sys);
+    CHECK_STREQ(name, "mycrate::main");
+    CHECK_STREQ(sys, "_RNvCs1234_7mycrate4main");
+    leaf_names(b, 0, &name, &sys);
+    CHECK_STREQ(name, "mycrate::legacy");
+    leaf_names(b, 1, &name, &sys);
+    CHECK_STREQ(name, "main");
+    CHECK_STREQ(sys, "main");
+    cp_profile_destroy(a);
+    cp_profile_destroy(b);
+    cp_symbols_destroy(sy);
+    cp_buf_close(&elf);
+    char cmd[1100];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     CHECK(system(cmd) == 0);
 }
@@ -621,7 +685,7 @@ TEST(concurrent_uploads_are_bounded)
 }
 
 TEST_MAIN(T(table_names_functions_lines_and_inlined_calls_of_this_binary),
-          T(concurrent_uploads_are_bounded), T(libc_frames_named_from_its_debug_file),
-          T(bad_files_are_refused_naming_the_problem),
+          T(table_cxx_and_rust_names_demangled), T(concurrent_uploads_are_bounded),
+          T(libc_frames_named_from_its_debug_file), T(bad_files_are_refused_naming_the_problem),
           T(uploaded_symbols_name_stored_profiles_of_their_tenant_only),
           T(debug_directories_name_frames_without_an_upload))
