@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "vec.h"
 
 /* ------------------------------------------------------------------------------------
  * The table */
@@ -99,27 +100,6 @@ enum {
     SHDR_BYTES = 64,
     EHDR_BYTES = 64,
 };
-
-static uint64_t rd64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v; /* little-endian hosts only: checked in the ELF header */
-}
-
-static uint32_t rd32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-static uint16_t rd16(const uint8_t *p)
-{
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return v;
-}
 
 /* Reads exactly len bytes at off of a file of size fsize; a file that shrank since gives a
  * short read, an error. */
@@ -215,10 +195,10 @@ static int build_table(int fd, uint64_t fsize, const sec *s, const sec *strs, cp
                 goto out;
         }
         const uint8_t *p = syms + (i % CHUNK) * SYM_BYTES;
-        uint32_t name = rd32(p);
+        uint32_t name = cp_ld32(p);
         uint8_t info = p[4];
-        uint16_t shndx = rd16(p + 6);
-        uint64_t value = rd64(p + 8), size = rd64(p + 16);
+        uint16_t shndx = cp_ld16(p + 6);
+        uint64_t value = cp_ld64(p + 8), size = cp_ld64(p + 16);
         int type = info & 0xf, bind = info >> 4;
         if (type != STT_FUNC_ && type != STT_GNU_IFUNC_) continue;
         if (shndx == 0 || value == 0 || name == 0 || name >= strs->size) continue;
@@ -345,13 +325,13 @@ static int scan_names(int fd, uint64_t fsize, const sec *s, const sec *strs, con
                 goto out;
         }
         const uint8_t *p = syms + (i % CHUNK) * SYM_BYTES;
-        uint32_t name = rd32(p);
+        uint32_t name = cp_ld32(p);
         uint8_t info = p[4];
-        uint64_t value = rd64(p + 8), size = rd64(p + 16);
+        uint64_t value = cp_ld64(p + 8), size = cp_ld64(p + 16);
         int type = info & 0xf, bind = info >> 4;
         if (type != STT_FUNC_ && type != STT_GNU_IFUNC_) continue;
         if (value > j->va[j->n - 1]) continue; /* above every address: most symbols */
-        if (rd16(p + 6) == 0 || value == 0 || name == 0 || name >= strs->size) continue;
+        if (cp_ld16(p + 6) == 0 || value == 0 || name == 0 || name >= strs->size) continue;
         if (value + size < value) continue;
         uint32_t k = lower_bound(j->va, j->n, value);
         if (k == j->n) continue;
@@ -397,26 +377,26 @@ static int read_file(const char *path, uint32_t want, const job *j)
     if (read_at(fd, fsize, 0, EHDR_BYTES, eh) != 0) goto out;
     /* 64-bit, little-endian, version 1 */
     if (memcmp(eh, "\177ELF", 4) != 0 || eh[4] != 2 || eh[5] != 1 || eh[6] != 1) goto out;
-    uint64_t shoff = rd64(eh + 0x28);
-    uint16_t shentsize = rd16(eh + 0x3a), shnum = rd16(eh + 0x3c);
+    uint64_t shoff = cp_ld64(eh + 0x28);
+    uint16_t shentsize = cp_ld16(eh + 0x3a), shnum = cp_ld16(eh + 0x3c);
     if (shoff == 0 || shnum == 0 || shentsize != SHDR_BYTES) goto out;
     if ((rc = CP_ENOMEM, !(shdrs = malloc((size_t)shnum * SHDR_BYTES)))) goto out;
     if ((rc = read_at(fd, fsize, shoff, (uint64_t)shnum * SHDR_BYTES, shdrs)) != 0) goto out;
     rc = CP_ENOTFOUND;
     for (uint32_t i = 0; i < shnum; i++) {
         const uint8_t *h = shdrs + (size_t)i * SHDR_BYTES;
-        sec s = {.type = rd32(h + 4),
-                 .off = rd64(h + 0x18),
-                 .size = rd64(h + 0x20),
-                 .link = rd32(h + 0x28),
-                 .entsize = rd64(h + 0x38)};
+        sec s = {.type = cp_ld32(h + 4),
+                 .off = cp_ld64(h + 0x18),
+                 .size = cp_ld64(h + 0x20),
+                 .link = cp_ld32(h + 0x28),
+                 .entsize = cp_ld64(h + 0x38)};
         if (s.type != want) continue;
         if (s.link == 0 || s.link >= shnum || s.link == i) {
             rc = CP_EPARSE;
             break;
         }
         const uint8_t *lh = shdrs + (size_t)s.link * SHDR_BYTES;
-        sec strs = {.type = rd32(lh + 4), .off = rd64(lh + 0x18), .size = rd64(lh + 0x20)};
+        sec strs = {.type = cp_ld32(lh + 4), .off = cp_ld64(lh + 0x18), .size = cp_ld64(lh + 0x20)};
         if (strs.type != SHT_STRTAB_) {
             rc = CP_EPARSE;
             break;

@@ -925,6 +925,21 @@ static uint32_t str_id(cp_profile *p, const char *s, int *err)
     return id;
 }
 
+/* A cpu profile's types and period: the sample types only in a fresh one (a kept epoch's
+ * profile has them). Returns 0 or CP_ENOMEM. */
+static int cpu_types(cp_profile *p, int fresh)
+{
+    int err = 0;
+    if (fresh && (cp_profile_add_sample_type(p, "samples", "count") ||
+                  cp_profile_add_sample_type(p, "cpu", "nanoseconds")))
+        err = CP_ENOMEM;
+    p->period_type.type = str_id(p, "cpu", &err);
+    p->period_type.unit = str_id(p, "nanoseconds", &err);
+    p->period = cp_period_ns;
+    p->default_sample_type = str_id(p, "cpu", &err);
+    return err;
+}
+
 /* Hidden bounds of the kept epochs, for tests and the bench's baseline (0 streams: every
  * window built fresh, as before epochs): CONTPROF_EPOCH_STREAMS, CONTPROF_EPOCH_LOCATIONS. */
 static void epoch_bounds_from_env(void)
@@ -1023,14 +1038,7 @@ static int emit_self(int64_t finish_start, const cp_modules *mods, const cp_wind
     cp_stream *s = cp_streams_begin(&sk, mods, self_lines, NULL, &fresh);
     if (!s) return CP_ENOMEM;
     cp_profile *p = cp_stream_profile(s);
-    int err = 0;
-    if (fresh && (cp_profile_add_sample_type(p, "samples", "count") ||
-                  cp_profile_add_sample_type(p, "cpu", "nanoseconds")))
-        err = CP_ENOMEM;
-    p->period_type.type = str_id(p, "cpu", &err);
-    p->period_type.unit = str_id(p, "nanoseconds", &err);
-    p->period = cp_period_ns;
-    p->default_sample_type = str_id(p, "cpu", &err);
+    int err = cpu_types(p, fresh);
     for (uint64_t c = SELF_SYMBOLIZE; c < SELF_ROOT && !err; c++) {
         if (v[c] <= 0) continue;
         uint64_t pcs[2] = {c, SELF_ROOT};
@@ -1096,13 +1104,7 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
             cp_profile *p = cp_stream_profile(s);
             int err = 0;
             if (kind == CP_KIND_CPU) {
-                if (fresh && (cp_profile_add_sample_type(p, "samples", "count") ||
-                              cp_profile_add_sample_type(p, "cpu", "nanoseconds")))
-                    err = CP_ENOMEM;
-                p->period_type.type = str_id(p, "cpu", &err);
-                p->period_type.unit = str_id(p, "nanoseconds", &err);
-                p->period = cp_period_ns;
-                p->default_sample_type = str_id(p, "cpu", &err);
+                err = cpu_types(p, fresh);
                 for (uint32_t i = 0; i < cpu.cap && !err; i++) {
                     cpu_entry *e = &cpu.e[i];
                     if (!e->hash || !key_eq(&e->key, k)) continue;

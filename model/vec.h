@@ -60,6 +60,27 @@ int cp_write_file(const char *path, const void *data, size_t len, cp_err *err);
  * nothing stored or sent may depend on its values. */
 uint64_t cp_hash_bytes(const void *p, size_t n, uint64_t seed);
 
+/* Unaligned loads of native-order integers: the ELF readers (collector/elfnames.c,
+ * query/symtab.c) check that a file is little-endian, as every host we run on is. */
+static inline uint16_t cp_ld16(const uint8_t *p)
+{
+    uint16_t v;
+    __builtin_memcpy(&v, p, 2);
+    return v;
+}
+static inline uint32_t cp_ld32(const uint8_t *p)
+{
+    uint32_t v;
+    __builtin_memcpy(&v, p, 4);
+    return v;
+}
+static inline uint64_t cp_ld64(const uint8_t *p)
+{
+    uint64_t v;
+    __builtin_memcpy(&v, p, 8);
+    return v;
+}
+
 /* cp_hash_bytes' pieces, for hashes inlined where they run per sample (the store's stack
  * cache): the folded 64x64->128 multiply, and an unaligned little-endian 8-byte load. */
 static inline uint64_t cp_hash_fold(uint64_t a, uint64_t b)

@@ -29,25 +29,6 @@
 #define MAX_INLINE_DEPTH 64 /* inlined calls within inlined calls followed */
 #define MAX_NESTING 256     /* DIE nesting followed (scopes, namespaces); deeper is ignored */
 
-static uint64_t rd64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-static uint32_t rd32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static uint16_t rd16(const uint8_t *p)
-{
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return v;
-}
-
 /* ------------------------------------------------------------------------------------
  * Building */
 
@@ -165,9 +146,9 @@ static int check_elf(const uint8_t *e, size_t len, builder *b, char *build_id, c
                           "unsupported ELF: only 64-bit little-endian objects are read "
                           "(class %u, data %u)",
                           e[4], e[5]);
-    uint64_t phoff = rd64(e + 32), shoff = rd64(e + 40);
-    uint16_t phentsize = rd16(e + 54), phnum = rd16(e + 56), shentsize = rd16(e + 58),
-             shnum = rd16(e + 60), shstrndx = rd16(e + 62);
+    uint64_t phoff = cp_ld64(e + 32), shoff = cp_ld64(e + 40);
+    uint16_t phentsize = cp_ld16(e + 54), phnum = cp_ld16(e + 56), shentsize = cp_ld16(e + 58),
+             shnum = cp_ld16(e + 60), shstrndx = cp_ld16(e + 62);
     if (phnum && phentsize != sizeof(Elf64_Phdr))
         return cp_err_set(err, CP_EPARSE, "malformed ELF: program header size %u (expected %zu)",
                           phentsize, sizeof(Elf64_Phdr));
@@ -220,7 +201,7 @@ static int check_elf(const uint8_t *e, size_t len, builder *b, char *build_id, c
         /* notes: namesz, descsz, type, name (padded to 4), desc (padded to 4) */
         const uint8_t *p = e + sh.sh_offset, *end = p + sh.sh_size;
         while (end - p >= 12) {
-            uint32_t nsz = rd32(p), dsz = rd32(p + 4), ty = rd32(p + 8);
+            uint32_t nsz = cp_ld32(p), dsz = cp_ld32(p + 4), ty = cp_ld32(p + 8);
             uint64_t na = ((uint64_t)nsz + 3) & ~3ULL, da = ((uint64_t)dsz + 3) & ~3ULL;
             if (na > (uint64_t)(end - p - 12) || dsz > (uint64_t)(end - p - 12) - na) break;
             if (ty == NT_GNU_BUILD_ID && nsz == 4 && memcmp(p + 12, "GNU", 4) == 0) {
@@ -567,11 +548,11 @@ int cp_symtab_open(cp_symtab *t, const uint8_t *blob, size_t len, cp_err *err)
     memset(t, 0, sizeof *t);
     if (len < HDR_BYTES || memcmp(blob, MAGIC, 8) != 0)
         return cp_err_set(err, CP_ESTORE, "symbol table: bad header (%zu bytes)", len);
-    t->nseg = rd32(blob + 8);
-    t->nfunc = rd32(blob + 12);
-    t->ninl = rd32(blob + 16);
-    t->nline = rd32(blob + 20);
-    t->strbytes = rd32(blob + 24);
+    t->nseg = cp_ld32(blob + 8);
+    t->nfunc = cp_ld32(blob + 12);
+    t->ninl = cp_ld32(blob + 16);
+    t->nline = cp_ld32(blob + 20);
+    t->strbytes = cp_ld32(blob + 24);
     uint64_t need = HDR_BYTES + (uint64_t)t->nseg * SEG_BYTES + (uint64_t)t->nfunc * FUNC_BYTES +
                     (uint64_t)t->ninl * INL_BYTES + (uint64_t)t->nline * LINE_BYTES + t->strbytes;
     if (need != len || t->strbytes == 0 || blob[len - 1] != 0)
@@ -609,7 +590,7 @@ static int64_t last_le(const uint8_t *arr, uint32_t n, size_t stride, uint64_t k
     int64_t lo = 0, hi = (int64_t)n - 1, best = -1;
     while (lo <= hi) {
         int64_t mid = lo + (hi - lo) / 2;
-        if (rd64(arr + (size_t)mid * stride) <= key) {
+        if (cp_ld64(arr + (size_t)mid * stride) <= key) {
             best = mid;
             lo = mid + 1;
         } else {
@@ -626,9 +607,9 @@ uint32_t cp_symtab_lookup(const cp_symtab *t, uint64_t file_offset, cp_symframe 
     int found = 0;
     for (uint32_t i = 0; i < t->nseg && !found; i++) {
         const uint8_t *s = t->segs + (size_t)i * SEG_BYTES;
-        uint64_t off = rd64(s), size = rd64(s + 16);
+        uint64_t off = cp_ld64(s), size = cp_ld64(s + 16);
         if (file_offset >= off && file_offset - off < size) {
-            va = rd64(s + 8) + (file_offset - off);
+            va = cp_ld64(s + 8) + (file_offset - off);
             found = 1;
         }
     }
@@ -636,7 +617,7 @@ uint32_t cp_symtab_lookup(const cp_symtab *t, uint64_t file_offset, cp_symframe 
     int64_t fi = last_le(t->funcs, t->nfunc, FUNC_BYTES, va);
     if (fi < 0) return 0;
     const uint8_t *f = t->funcs + (size_t)fi * FUNC_BYTES;
-    uint64_t flo = rd64(f), fhi = rd64(f + 8);
+    uint64_t flo = cp_ld64(f), fhi = cp_ld64(f + 8);
     if (va >= fhi) return 0;
     /* the source line of the address */
     const char *file = "";
@@ -644,7 +625,7 @@ uint32_t cp_symtab_lookup(const cp_symtab *t, uint64_t file_offset, cp_symframe 
     int64_t li = last_le(t->lines, t->nline, LINE_BYTES, va);
     if (li >= 0) {
         const uint8_t *l = t->lines + (size_t)li * LINE_BYTES;
-        uint32_t lf = rd32(l + 8), ll = rd32(l + 12);
+        uint32_t lf = cp_ld32(l + 8), ll = cp_ld32(l + 12);
         if (lf || ll) {
             file = str_at(t, lf);
             ln = ll;
@@ -656,33 +637,33 @@ uint32_t cp_symtab_lookup(const cp_symtab *t, uint64_t file_offset, cp_symframe 
     int64_t ii = last_le(t->inls, t->ninl, INL_BYTES, va);
     for (int64_t k = ii, scanned = 0; k >= 0 && scanned < 4096; k--, scanned++) {
         const uint8_t *x = t->inls + (size_t)k * INL_BYTES;
-        if (rd64(x) < flo) break;
-        if (va >= rd64(x + 8)) continue;
-        uint32_t depth = rd32(x + 28);
+        if (cp_ld64(x) < flo) break;
+        if (va >= cp_ld64(x + 8)) continue;
+        uint32_t depth = cp_ld32(x + 28);
         /* keep one range per depth (the innermost start wins) */
         int dup = 0;
         for (uint32_t j = 0; j < nc; j++)
-            if (rd32(chain[j] + 28) == depth) dup = 1;
+            if (cp_ld32(chain[j] + 28) == depth) dup = 1;
         if (!dup && nc < CP_SYMTAB_MAX_FRAMES - 1) chain[nc++] = x;
     }
     /* sort by depth, deepest first */
     for (uint32_t i = 1; i < nc; i++)
-        for (uint32_t j = i; j > 0 && rd32(chain[j - 1] + 28) < rd32(chain[j] + 28); j--) {
+        for (uint32_t j = i; j > 0 && cp_ld32(chain[j - 1] + 28) < cp_ld32(chain[j] + 28); j--) {
             const uint8_t *tmp = chain[j];
             chain[j] = chain[j - 1];
             chain[j - 1] = tmp;
         }
     uint32_t n = 0;
     for (uint32_t i = 0; i < nc && n + 1 < max; i++) {
-        out[n].name = str_at(t, rd32(chain[i] + 16));
+        out[n].name = str_at(t, cp_ld32(chain[i] + 16));
         out[n].file = file;
         out[n].line = ln;
         n++;
         /* the caller's position is where this call was inlined */
-        file = str_at(t, rd32(chain[i] + 20));
-        ln = rd32(chain[i] + 24);
+        file = str_at(t, cp_ld32(chain[i] + 20));
+        ln = cp_ld32(chain[i] + 24);
     }
-    out[n].name = str_at(t, rd32(f + 16));
+    out[n].name = str_at(t, cp_ld32(f + 16));
     out[n].file = file;
     out[n].line = ln;
     return n + 1;
