@@ -1,0 +1,130 @@
+/* Control messages: encode, decode, validate (see control.h). */
+#include "control.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "control.pb-c.h"
+#include "selector.h"
+
+void cp_capture_close(cp_capture *c)
+{
+    free(c->selector);
+    memset(c, 0, sizeof *c);
+}
+
+static int id_char(int ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           ch == '.' || ch == '_' || ch == '-';
+}
+
+int cp_capture_validate(const cp_capture *c, cp_err *err)
+{
+    size_t n = strnlen(c->id, sizeof c->id);
+    if (n == 0 || n > CP_CAPTURE_ID_MAX)
+        return cp_err_set(err, CP_EINVAL, "capture id must be 1 to %d characters",
+                          CP_CAPTURE_ID_MAX);
+    for (size_t i = 0; i < n; i++)
+        if (!id_char((unsigned char)c->id[i]))
+            return cp_err_set(err, CP_EINVAL,
+                              "capture id has byte 0x%02x at %zu: only A-Z a-z 0-9 . _ - allowed",
+                              (unsigned char)c->id[i], i);
+    if (!c->tenant[0]) return cp_err_set(err, CP_EINVAL, "capture %s has no tenant", c->id);
+    if (!c->selector) return cp_err_set(err, CP_EINVAL, "capture %s has no selector", c->id);
+    if (strlen(c->selector) > CP_SELECTOR_MAX)
+        return cp_err_set(err, CP_EINVAL, "capture %s: selector longer than %d bytes", c->id,
+                          CP_SELECTOR_MAX);
+    cp_selector s;
+    cp_err se;
+    if (cp_selector_parse(c->selector, &s, &se))
+        return cp_err_set(err, CP_EINVAL, "capture %s: selector: %s", c->id, se.msg);
+    cp_selector_close(&s);
+    if (c->kind == CP_KIND_CPU) {
+        if (c->cpu_hz < 1 || c->cpu_hz > CP_CAPTURE_HZ_CEIL)
+            return cp_err_set(err, CP_EINVAL, "capture %s: cpu_hz %u is outside 1..%d", c->id,
+                              c->cpu_hz, CP_CAPTURE_HZ_CEIL);
+    } else if (c->kind == CP_KIND_ALLOC) {
+        if (c->alloc_rate <= 0)
+            return cp_err_set(err, CP_EINVAL, "capture %s: alloc_rate %lld must be positive", c->id,
+                              (long long)c->alloc_rate);
+    } else {
+        return cp_err_set(err, CP_EINVAL, "capture %s: kind %d is neither cpu nor alloc", c->id,
+                          (int)c->kind);
+    }
+    if (c->start_ns <= 0 || c->end_ns <= c->start_ns ||
+        c->end_ns - c->start_ns > CP_CAPTURE_DURATION_CEIL_NS)
+        return cp_err_set(err, CP_EINVAL,
+                          "capture %s: start %lld and end %lld ns are not a range of at most 24 h",
+                          c->id, (long long)c->start_ns, (long long)c->end_ns);
+    return 0;
+}
+
+int cp_capture_encode(const cp_capture *c, const char *token, cp_buf *out)
+{
+    int rc = cp_capture_validate(c, NULL);
+    if (rc) return rc;
+    Contprof__Capture pb = CONTPROF__CAPTURE__INIT;
+    pb.format_major = CP_CONTROL_MAJOR;
+    pb.id = (char *)c->id;
+    pb.tenant = (char *)c->tenant;
+    pb.selector = c->selector;
+    pb.kind = (Contprof__Kind)c->kind;
+    pb.cpu_hz = c->cpu_hz;
+    pb.alloc_rate = c->alloc_rate;
+    pb.start_ns = c->start_ns;
+    pb.end_ns = c->end_ns;
+    pb.cancelled = c->cancelled != 0;
+    pb.max_overhead_permille = c->max_overhead_permille;
+    size_t n = contprof__capture__get_packed_size(&pb);
+    if (cp_buf_reserve(out, n)) return CP_ENOMEM;
+    contprof__capture__pack(&pb, out->data + out->len);
+    out->len += n;
+    if (token && token[0]) return cp_envelope_sign(out, token);
+    return 0;
+}
+
+static int copy_str(const char *src, char *dst, size_t cap, const char *what, cp_err *err)
+{
+    size_t n = strlen(src);
+    if (n >= cap)
+        return cp_err_set(err, CP_EINVAL, "capture %s is %zu bytes (limit %zu)", what, n, cap - 1);
+    memcpy(dst, src, n + 1);
+    return 0;
+}
+
+int cp_capture_decode(const uint8_t *buf, size_t len, cp_capture *out, cp_err *err)
+{
+    memset(out, 0, sizeof *out);
+    Contprof__Capture *pb = contprof__capture__unpack(NULL, len, buf);
+    if (!pb)
+        return cp_err_set(err, CP_EENVELOPE,
+                          "not a valid capture protobuf (%zu bytes): truncated or bad wire format",
+                          len);
+    int rc;
+    if (pb->format_major != CP_CONTROL_MAJOR) {
+        rc = cp_err_set(err, CP_EVERSION,
+                        "control format %u is not supported (this reader knows %d)",
+                        pb->format_major, CP_CONTROL_MAJOR);
+        goto done;
+    }
+    if ((rc = copy_str(pb->id, out->id, sizeof out->id, "id", err)) ||
+        (rc = copy_str(pb->tenant, out->tenant, sizeof out->tenant, "tenant", err)))
+        goto done;
+    if (!(out->selector = strdup(pb->selector))) {
+        rc = cp_err_set(err, CP_ENOMEM, "out of memory decoding capture");
+        goto done;
+    }
+    out->kind = (cp_kind)pb->kind;
+    out->cpu_hz = pb->cpu_hz;
+    out->alloc_rate = pb->alloc_rate;
+    out->start_ns = pb->start_ns;
+    out->end_ns = pb->end_ns;
+    out->cancelled = pb->cancelled;
+    out->max_overhead_permille = pb->max_overhead_permille;
+    rc = cp_capture_validate(out, err);
+done:
+    contprof__capture__free_unpacked(pb, NULL);
+    if (rc) cp_capture_close(out);
+    return rc;
+}

@@ -1,0 +1,59 @@
+/* Control messages from contprofd to the agents (proto/control.proto): captures, the
+ * on-demand high-resolution profiles of the isolates a selector names.
+ *
+ * The contract between the two sides:
+ * - contprofd writes one message per capture state change to CP_TOPIC_CONTROL (one
+ *   partition), keyed by the capture's id, signed with the tenant's token when it has one.
+ *   The latest message of an id is the capture's state; cancelled ends it early.
+ * - An agent reads the topic, ignores captures of other tenants, captures whose signature
+ *   does not verify against its own token (when it holds one) and captures whose end is
+ *   past, and boosts the isolates whose labels match the selector until end_ns.
+ * - A captured isolate's samples go, besides its always-on windows at their usual rate,
+ *   into envelopes labelled CP_CAPTURE_LABEL=<id>. Queries leave series with that label out
+ *   unless their selector names it, so a capture never adds CPU to the always-on view. */
+#ifndef CP_CONTROL_H
+#define CP_CONTROL_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include "envelope.h"
+#include "error.h"
+
+#define CP_TOPIC_CONTROL "contprof.control"
+#define CP_CAPTURE_LABEL "capture"
+#define CP_CONTROL_MAJOR 1
+#define CP_CAPTURE_ID_MAX 64
+/* Hard ceilings a decoded message must respect; contprofd's configured limits are lower. */
+#define CP_CAPTURE_HZ_CEIL 10000
+#define CP_CAPTURE_DURATION_CEIL_NS (24LL * 3600 * 1000000000)
+
+typedef struct cp_capture {
+    char id[CP_CAPTURE_ID_MAX + 1];
+    char tenant[CP_TENANT_MAX + 1];
+    char *selector; /* owned */
+    cp_kind kind;   /* CP_KIND_CPU or CP_KIND_ALLOC */
+    uint32_t cpu_hz;
+    int64_t alloc_rate;
+    int64_t start_ns, end_ns;
+    int cancelled;
+    uint32_t max_overhead_permille;
+} cp_capture;
+
+/* Frees what c owns and zeroes it. */
+void cp_capture_close(cp_capture *c);
+
+/* Checks every field (id characters and length, tenant, selector parses, kind, rate within
+ * 1..CP_CAPTURE_HZ_CEIL for cpu or > 0 for alloc, 0 < end - start <= the duration
+ * ceiling). Returns 0 or CP_EINVAL with err naming the field and value. */
+int cp_capture_validate(const cp_capture *c, cp_err *err);
+
+/* Serialises and validates c, signs it with token (if not NULL or ""), and appends it to
+ * out. Returns 0, CP_EINVAL or CP_ENOMEM. */
+int cp_capture_encode(const cp_capture *c, const char *token, cp_buf *out);
+
+/* Parses and validates a control message. On success *out owns its selector; on failure
+ * *out is zeroed and the code is CP_EENVELOPE (not a capture), CP_EVERSION or CP_EINVAL.
+ * The signature is not checked here: cp_envelope_verify(buf, len, token) does. */
+int cp_capture_decode(const uint8_t *buf, size_t len, cp_capture *out, cp_err *err);
+
+#endif
