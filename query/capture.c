@@ -364,9 +364,9 @@ static int isolate_json(cp_buf *b, const cp_capture *cap, const cp_series_info *
     int64_t asked = 0, ran = 0;
     char reason[512];
     int said = cp_capture_engine_parse(got->cap_engine, &asked, &ran, reason, sizeof reason);
-    int64_t until = now < cap->end_ns ? now : cap->end_ns;
-    int whole = got->first_ns <= cap->start_ns + CP_CAPTURE_SLACK_NS &&
-                got->cap_end_ns >= until - CP_CAPTURE_SLACK_NS;
+    int64_t until = now - CP_CAPTURE_HEAR_NS < cap->end_ns ? now - CP_CAPTURE_HEAR_NS : cap->end_ns;
+    int whole = got->first_ns <= cap->start_ns + CP_CAPTURE_HEAR_NS &&
+                got->cap_end_ns >= until - CP_CAPTURE_END_NS;
     int rate_ok = said && asked == ran;
     if (!whole || !rate_ok) *complete = 0;
     if (!said)

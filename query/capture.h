@@ -32,10 +32,13 @@ typedef struct cp_capture_options {
 
 void cp_capture_options_default(cp_capture_options *o);
 
-/* How long after a capture's start agents may take to hear it and how long before its end
- * their last window may stop, yet still count as covering the whole duration: agents learn
- * of a capture within 2 s (the contract), windows last at most 1 s. */
-#define CP_CAPTURE_SLACK_NS (3 * 1000000000LL)
+/* Whether an isolate covered the whole duration: its first capture window starts within
+ * CP_CAPTURE_HEAR_NS of the capture's start (agents learn of a capture within 2 s: the
+ * contract) and its windows reach within CP_CAPTURE_END_NS of the end (the last window is
+ * flushed as the capture ends). While running, "the end" is now less the time a window
+ * takes to be stored. */
+#define CP_CAPTURE_HEAR_NS (2500 * 1000000LL)
+#define CP_CAPTURE_END_NS (500 * 1000000LL)
 
 /* One capture request, built by api.c's dispatch. */
 typedef struct cp_capture_call {

@@ -459,4 +459,93 @@ TEST(capture_tokens_and_restart)
     CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
 }
 
-TEST_MAIN(T(capture_answer_rule_and_limits), T(capture_tokens_and_restart))
+/* `contprof capture` with the stand-in agent answering in real time: the isolates it
+ * prints, the merged pprof it writes, and its exit code (0 whole; 1 short or nothing). */
+TEST(capture_cli)
+{
+    char dir[] = "/tmp/cp-capture-XXXXXX", brokers[512];
+    CHECK(mkdtemp(dir));
+    proc d;
+    g_token = NULL;
+    start(&d, dir, "log.level = info\n");
+    brokers_of(&d, brokers, sizeof brokers);
+    rd_kafka_t *p = producer(brokers), *agent = control_consumer(brokers);
+    int64_t now = (int64_t)time(NULL) * SEC;
+    send_window(p, "p1", "counter", NULL, now - 5 * SEC, 10 * SEC, 100, 10000000, "fn_counter",
+                "test");
+    char server[64], out[600], log[600], bin[600];
+    snprintf(server, sizeof server, "http://127.0.0.1:%d", d.port);
+    snprintf(out, sizeof out, "%s/counter.pb.gz", dir);
+    snprintf(log, sizeof log, "%s/cli.log", dir);
+    snprintf(bin, sizeof bin, "%s/query/contprof", bindir());
+    const char *argv[] = {
+        bin,        "capture", "--select",   "{service=\"edge\",isolate=\"counter\"}",
+        "--type",   "cpu",     "--duration", "3s",
+        "--hz",     "1000",    "-o",         out,
+        "--server", server,    NULL};
+    pid_t cli = spawn(argv, log);
+    cp_capture c;
+    next_capture(agent, NULL, &c);
+    /* the agent's windows, each sent when it closes */
+    for (int i = 0; i < 3; i++) {
+        int64_t close_at = c.start_ns + (i + 1) * SEC;
+        while ((int64_t)time(NULL) * SEC < close_at)
+            usleep(50000);
+        send_window(p, "p1", "counter", c.id, c.start_ns + i * SEC, SEC, 1000, 1000000,
+                    "fn_counter", "test capture asked=1000 ran=1000");
+    }
+    int st = wait_exit(cli, 60);
+    char text[8192];
+    slurp(log, text, sizeof text);
+    if (st) fprintf(stderr, "contprof capture:\n%s\n", text);
+    CHECK_EQ(st, 0);
+    CHECK_CONTAINS(text, "matched {instance=\"p1\",isolate=\"counter\",service=\"edge\"}");
+    CHECK_CONTAINS(text, "view: http://127.0.0.1:");
+    CHECK(!strstr(text, "\033[")); /* no progress bar when not on a terminal */
+    cp_buf f = {0};
+    CHECK(cp_read_file(out, &f, NULL) == 0);
+    cp_profile *pr = NULL;
+    CHECK(cp_pprof_decode(f.data, f.len, NULL, &pr, NULL) == 0);
+    int64_t samples = 0;
+    for (uint32_t i = 0; i < pr->samples.n; i++)
+        samples += cp_profile_sample_values(pr, i)[0];
+    CHECK_EQ(samples, 3000); /* the capture's windows only, not the always-on one */
+    cp_profile_destroy(pr);
+    cp_buf_close(&f);
+    cp_capture_close(&c);
+
+    /* a selector that matches nothing: exit 1, saying so */
+    unlink(log);
+    const char *none[] = {bin,          "capture", "--select", "{service=\"nosuch\"}",
+                          "--duration", "1s",      "-o",       out,
+                          "--server",   server,    NULL};
+    cli = spawn(none, log);
+    next_capture(agent, NULL, &c);
+    cp_capture_close(&c);
+    CHECK_EQ(wait_exit(cli, 60), 1);
+    slurp(log, text, sizeof text);
+    CHECK_CONTAINS(text, "matched no isolate");
+
+    /* an isolate that answers at a lower rate and stops early: exit 1 naming it and why */
+    unlink(log);
+    const char *shortc[] = {
+        bin,          "capture", "--select", "{service=\"edge\",isolate=\"counter\"}",
+        "--duration", "3s",      "-o",       out,
+        "--server",   server,    NULL};
+    cli = spawn(shortc, log);
+    next_capture(agent, NULL, &c);
+    send_window(p, "p1", "counter", c.id, c.start_ns, SEC, 100, 10000000, "fn_counter",
+                "test capture asked=1000 ran=100 reason=max_overhead_permille reached");
+    cp_capture_close(&c);
+    CHECK_EQ(wait_exit(cli, 60), 1);
+    slurp(log, text, sizeof text);
+    CHECK_CONTAINS(text, "{instance=\"p1\",isolate=\"counter\",service=\"edge\"}");
+    CHECK_CONTAINS(text, "short");
+
+    rd_kafka_consumer_close(agent);
+    rd_kafka_destroy(agent);
+    rd_kafka_destroy(p);
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+}
+
+TEST_MAIN(T(capture_answer_rule_and_limits), T(capture_tokens_and_restart), T(capture_cli))
