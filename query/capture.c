@@ -357,9 +357,10 @@ static int isolate_json(cp_buf *b, const cp_capture *cap, const cp_series_info *
     if (!got) {
         *complete = 0;
         return rc ? rc
-                  : cp_buf_printf(b, ",\"reached\":false,\"whole\":false,\"reason\":\"no "
-                                     "capture window from this isolate: its agent did not "
-                                     "hear the capture or cannot capture\"}");
+                  : cp_buf_printf(b,
+                                  ",\"reached\":false,\"whole\":false,\"ok\":false,\"reason\":\"no "
+                                  "capture window from this isolate: its agent did not "
+                                  "hear the capture or cannot capture\"}");
     }
     int64_t asked = 0, ran = 0;
     char reason[512];
@@ -383,9 +384,9 @@ static int isolate_json(cp_buf *b, const cp_capture *cap, const cp_series_info *
             b,
             ",\"reached\":true,\"first\":\"%s\",\"last_end\":\"%s\",\"first_ns\":%" PRId64
             ",\"last_end_ns\":%" PRId64 ",\"windows\":%u,\"samples\":%" PRIu64 ",\"asked\":%" PRId64
-            ",\"ran\":%" PRId64 ",\"whole\":%s,\"reason\":",
+            ",\"ran\":%" PRId64 ",\"whole\":%s,\"ok\":%s,\"reason\":",
             f, t, got->first_ns, got->cap_end_ns, got->cap_windows, got->cap_samples, asked, ran,
-            whole ? "true" : "false");
+            whole ? "true" : "false", whole && rate_ok ? "true" : "false");
     if (!rc) rc = json_str(b, reason);
     if (!rc) rc = cp_buf_printf(b, ",\"engine\":");
     if (!rc) rc = json_str(b, got->cap_engine ? got->cap_engine : "");
