@@ -659,15 +659,12 @@ static const char *tenant_token(const cp_api *a, const char *tenant)
 
 static void capture_call(const api_call *c, cp_capture_call *x)
 {
-    *x = (cp_capture_call){&c->a->o.captures,
-                           c->a->o.store,
-                           c->rd,
-                           c->fr,
-                           &c->qr->q,
-                           c->pa,
-                           c->req,
+    *x = (cp_capture_call){&c->a->o.captures, c->a->o.store, c->rd, c->fr, &c->qr->q, c->pa, c->req,
                            tenant_token(c->a, c->qr->q.tenant),
-                           cp_fanout_is_peer(c->a->o.fanout, c->req)};
+                           /* a peer passing a record on: by the cluster token, or, without
+                            * tokens (peers then send none), a part request with a body */
+                           cp_fanout_is_peer(c->a->o.fanout, c->req) ||
+                               (!c->a->ntokens && c->qr->q.local && c->req->body_len > 0)};
 }
 
 #define CAPTURE_EP(name, fn)                                                                       \

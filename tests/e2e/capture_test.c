@@ -12,6 +12,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "http_client.h"
 #include "control.h"
@@ -22,6 +25,7 @@
 #include "proc.h"
 
 static const char *g_token; /* the tenant's token of the running test, NULL = none */
+static int32_t g_partition = RD_KAFKA_PARTITION_UA; /* where send_window writes */
 
 /* ---- the stand-in agent ------------------------------------------------------------- */
 
@@ -126,7 +130,7 @@ static void send_window(rd_kafka_t *p, const char *instance, const char *isolate
     CHECK(cp_envelope_encode(&e, &enc) == 0);
     if (g_token) CHECK(cp_envelope_sign(&enc, g_token) == 0);
     CHECK(rd_kafka_producev(p, RD_KAFKA_V_TOPIC(CP_TOPIC_PROFILES),
-                            RD_KAFKA_V_VALUE(enc.data, enc.len),
+                            RD_KAFKA_V_PARTITION(g_partition), RD_KAFKA_V_VALUE(enc.data, enc.len),
                             RD_KAFKA_V_KEY(producer_id, strlen(producer_id)),
                             RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END) == 0);
     CHECK(rd_kafka_flush(p, 30000) == 0);
@@ -548,4 +552,88 @@ TEST(capture_cli)
     CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
 }
 
-TEST_MAIN(T(capture_answer_rule_and_limits), T(capture_tokens_and_restart), T(capture_cli))
+/* Two nodes of a cluster (partition 0 on node 1, which hosts the broker; 1 on node 2): a
+ * capture started on node 2 is heard by the agents (one control topic), its answer on node
+ * 1 has the isolates stored on both nodes, and with node 2 stopped it is partial, naming
+ * it. */
+TEST(capture_in_a_cluster)
+{
+    char dir[] = "/tmp/cp-capture-XXXXXX";
+    CHECK(mkdtemp(dir));
+    int ports[2], fds[2];
+    for (int i = 0; i < 2; i++) { /* kernel-chosen ports, released before the nodes start */
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t l = sizeof a;
+        CHECK(fds[i] >= 0 && bind(fds[i], (struct sockaddr *)&a, sizeof a) == 0 &&
+              getsockname(fds[i], (struct sockaddr *)&a, &l) == 0);
+        ports[i] = ntohs(a.sin_port);
+    }
+    close(fds[0]), close(fds[1]);
+    char peers[128], listen[2][64], data[2][600], logs[2][600], conf[600], brokers[512];
+    snprintf(peers, sizeof peers, "http://127.0.0.1:%d,http://127.0.0.1:%d", ports[0], ports[1]);
+    for (int i = 0; i < 2; i++) {
+        snprintf(listen[i], sizeof listen[i], "127.0.0.1:%d", ports[i]);
+        snprintf(data[i], sizeof data[i], "%s/data%d", dir, i + 1);
+        snprintf(logs[i], sizeof logs[i], "%s/node%d.log", dir, i + 1);
+    }
+    snprintf(conf, sizeof conf, "%s/node1.conf", dir);
+    CHECK(cp_write_file(conf, "embedded.partitions = 2\n", 24, NULL) == 0);
+    g_token = NULL;
+    proc n1, n2;
+    const char *a1[] = {"--config", conf,  "--data",       data[0], "--http", listen[0],
+                        "--peers",  peers, "--partitions", "0",     NULL};
+    start_daemon_log(&n1, logs[0], a1, 30);
+    brokers_of(&n1, brokers, sizeof brokers);
+    const char *a2[] = {"--data",  data[1], "--http",       listen[1], "--brokers", brokers,
+                        "--peers", peers,   "--partitions", "1",       NULL};
+    start_daemon_log(&n2, logs[1], a2, 30);
+    for (int64_t end = mono_ns() + 30 * SEC;; usleep(50000)) { /* both ingesting */
+        cp_http_result r1 = http_get(n1.port, "/healthz", NULL),
+                       r2 = http_get(n2.port, "/healthz", NULL);
+        cp_buf_close(&r1.body), cp_buf_close(&r2.body);
+        if (r1.status == 200 && r2.status == 200) break;
+        CHECK(mono_ns() < end);
+    }
+    rd_kafka_t *p = producer(brokers), *agent = control_consumer(brokers);
+    int64_t now = (int64_t)time(NULL) * SEC;
+    char *id = start_capture(&n2, SEL_EDGE, "&duration=3s");
+    cp_capture c;
+    next_capture(agent, id, &c);
+    /* p1's windows go to partition 0 (node 1), p2's to partition 1 (node 2) */
+    for (int i = 0; i < 2; i++) {
+        g_partition = i;
+        const char *inst = i ? "p2" : "p1";
+        send_window(p, inst, "counter", NULL, now - 5 * SEC, 10 * SEC, 100, 10000000, "fn_counter",
+                    "test");
+        send_window(p, inst, "counter", id, c.start_ns, 3 * SEC, 3000, 1000000, "fn_counter",
+                    "test capture asked=1000 ran=1000");
+    }
+    g_partition = RD_KAFKA_PARTITION_UA;
+    cp_json *j = capture_when(&n1, id, two_reached);
+    CHECK(isolate_of(j, "p1") && isolate_of(j, "p2"));
+    CHECK(!cp_json_get(j, "partial"));
+    cp_json_free(j);
+    j = capture_when(&n1, id, done);
+    CHECK(cp_json_get(j, "complete")->num == 1);
+    cp_json_free(j);
+    /* node 2 down: node 1 still answers, partial, naming it */
+    CHECK_EQ(stop_daemon(&n2, SIGTERM), 0);
+    char pq[160], n2url[64];
+    snprintf(pq, sizeof pq, "/api/v1/captures/%s", id);
+    snprintf(n2url, sizeof n2url, "http://127.0.0.1:%d", ports[1]);
+    j = json_of(&n1, "GET", pq, 200);
+    CHECK(cp_json_get(j, "partial") && cp_json_get(j, "partial")->num == 1);
+    CHECK_STREQ(cp_json_str(cp_json_get(j, "missing_peers")->items[0], ""), n2url);
+    CHECK(isolate_of(j, "p1") && !isolate_of(j, "p2"));
+    cp_json_free(j);
+    cp_capture_close(&c);
+    free(id);
+    rd_kafka_consumer_close(agent);
+    rd_kafka_destroy(agent);
+    rd_kafka_destroy(p);
+    CHECK_EQ(stop_daemon(&n1, SIGTERM), 0);
+}
+
+TEST_MAIN(T(capture_answer_rule_and_limits), T(capture_tokens_and_restart), T(capture_cli),
+          T(capture_in_a_cluster))
