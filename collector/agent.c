@@ -287,6 +287,7 @@ static void finish_window(int64_t end)
         .sequence = &A.sequence,
         .dropped_samples = take_dropped_samples(),
         .dropped_windows = A.dropped_windows,
+        .agent_comment = cp_capture_stats(),
     };
     A.dropped_windows = 0;
     if (cp_window_finish(&m, emit, NULL) != 0) A.dropped_windows++;
@@ -428,6 +429,16 @@ static void new_instance(void)
     A.window_start = cp_now_ns();
     A.window_cpu = 0;
     A.pid = (int)getpid();
+}
+
+/* A control message arrived (capture.c, on a librdkafka thread of the agent's): the agent
+ * thread wakes now rather than at its tick. */
+static void agent_wake(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&A.mu);
+    pthread_cond_broadcast(&A.cv);
+    pthread_mutex_unlock(&A.mu);
 }
 
 /* Starts the agent thread (unregistered, never sampled). Returns 0 or CP_ENOMEM. */
@@ -577,6 +588,7 @@ CONTPROF_EXTERN int contprof_start(const contprof_options *opts)
     if (cp_cfg.alloc_rate > 0 && cp_alloc_init() == 0) cp_alloc_set_rate(cp_cfg.alloc_rate);
     cp_exec_resolve();
     cp_exec_set_flush(agent_flush);
+    cp_capture_set_wake(agent_wake);
     cp_fd_set_exit_hook(agent_flush);
     if (cp_cpu_start() != 0) snprintf(cp_engine, sizeof(cp_engine), "off");
     cp_threads_scan();

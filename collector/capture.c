@@ -38,6 +38,7 @@ static struct {
     int64_t next_gen; /* mono ns */
     int boosted;      /* threads possibly boosted (the thread pass runs) */
     cp_watch *w;
+    cp_watch_wake_fn wake;
     int64_t next_try; /* mono ns: next attempt at creating the consumer */
     unsigned fd_revocations;
     uint64_t seq;
@@ -242,18 +243,28 @@ static uint64_t thread_captures(cp_thread *t)
  * Boosting */
 
 /* Every live thread at the rate of the captures its isolate matches now: its own (thread
- * name) and, decision for API isolates (contprof_isolate_enter), the one it is running at
- * this tick; the shortest period and the smallest allocation rate of them win. */
+ * name) and, decision for API isolates (contprof_isolate_enter), one it was found running
+ * at a tick in the last CP_CAPTURE_API_STICKY_NS (a runtime switches isolates faster than
+ * the agent ticks); the shortest period and the smallest allocation rate of them win. */
 static void boost_threads(void)
 {
     unsigned n = atomic_load(&cp_threads_hwm), boosted = 0;
     int any = 0;
+    int64_t mono = cp_mono_ns();
     for (unsigned i = 0; i < n && i < CP_MAX_THREADS; i++) {
         cp_thread *t = atomic_load(&cp_threads[i]);
         if (!t || atomic_load(&t->state) != CP_T_LIVE) continue;
         uint64_t m = thread_captures(t);
         unsigned d = atomic_load(&t->iso_depth);
-        if (d) m |= iso_captures(t->iso_stack[(d > 16 ? 16 : d) - 1]);
+        uint64_t am = d ? iso_captures(t->iso_stack[(d > 16 ? 16 : d) - 1]) : 0;
+        if (am) {
+            t->api_mask = am;
+            t->api_until = mono + CP_CAPTURE_API_STICKY_NS;
+        }
+        if (mono < t->api_until)
+            m |= t->api_mask & C.live;
+        else
+            t->api_mask = 0;
         int64_t period = 0, rate = 0;
         for (int s = 0; s < CP_CAPTURE_SLOTS; s++) {
             if (!(m & (1ULL << s))) continue;
@@ -306,7 +317,7 @@ static void watch_tick(const char *brokers)
     if (!C.w && brokers && brokers[0] && now >= C.next_try) {
         cp_err err = {0};
         C.fd_revocations = atomic_load(&cp_fd_revocations);
-        if (cp_watch_create(brokers, cp_cfg.kafka_props, &C.w, &err) != 0) {
+        if (cp_watch_create(brokers, cp_cfg.kafka_props, C.wake, NULL, &C.w, &err) != 0) {
             C.errors++;
             C.next_try = now + 5 * (int64_t)1000000000;
             if (!C.said_err++) fprintf(stderr, "contprof: captures: %s (retrying)\n", err.msg);
@@ -450,6 +461,25 @@ void cp_capture_flush(const char *instance, const char *producer, int all, cp_em
     free(bm);
 }
 
+const char *cp_capture_stats(void)
+{
+    static char buf[200];
+    buf[0] = 0;
+    if (C.errors || C.bad || C.foreign || C.badsig || C.expired || C.over_table)
+        snprintf(buf, sizeof(buf),
+                 "control_errors=%llu control_bad=%llu control_other_tenant=%llu "
+                 "control_bad_signature=%llu control_expired=%llu captures_over_table=%llu",
+                 (unsigned long long)C.errors, (unsigned long long)C.bad,
+                 (unsigned long long)C.foreign, (unsigned long long)C.badsig,
+                 (unsigned long long)C.expired, (unsigned long long)C.over_table);
+    return buf;
+}
+
+void cp_capture_set_wake(void (*wake)(void *))
+{
+    C.wake = wake;
+}
+
 int cp_capture_active(void)
 {
     return C.used != 0 || C.boosted;
@@ -477,6 +507,8 @@ void cp_capture_after_fork_child(void)
 {
     /* the parent's agent thread may have been changing the table: forget it (lost once) */
     cp_watch_abandon(C.w);
+    cp_watch_wake_fn wake = C.wake;
     memset(&C, 0, sizeof(C));
+    C.wake = wake;
     memset(iso_gen, 0, sizeof(iso_gen));
 }

@@ -16,6 +16,8 @@
 #define CP_CAPTURE_TICK_NS (50 * (int64_t)1000000)
 /* Longest capture window: envelopes at least this often while a capture runs. */
 #define CP_CAPTURE_WINDOW_NS (1000 * (int64_t)1000000)
+/* A thread found running a captured API isolate stays boosted this long after. */
+#define CP_CAPTURE_API_STICKY_NS (1000 * (int64_t)1000000)
 /* At most this many threads boosted at once (each may keep a perf fd above the floor). */
 #define CP_CAPTURE_MAX_THREADS 128
 /* The CPU a sample costs the host, for max_overhead_permille: the collector bench's
@@ -38,7 +40,7 @@ void cp_capture_add_cpu(cp_thread *t, const cp_sample_rec *r);
 static inline int cp_capture_routes(const cp_thread *t, const cp_sample_rec *r)
 {
     return (r->period_ns && r->period_ns != cp_period_ns) || t->boost_ns || t->acc_ns ||
-           t->cap_mask;
+           t->cap_mask || t->api_mask;
 }
 
 /* After the drain: emits the capture windows that are due (CP_CAPTURE_WINDOW_NS) and the
@@ -47,6 +49,15 @@ static inline int cp_capture_routes(const cp_thread *t, const cp_sample_rec *r)
  * and their own sequence, so the always-on envelopes are not renumbered. */
 void cp_capture_flush(const char *instance, const char *producer, int all, cp_emit_fn emit,
                       void *arg);
+
+/* The control topic's counts since start (errors, messages ignored: undecodable, other
+ * tenant, bad signature, over when first seen; captures over the table), as a pprof
+ * comment for the contprof-agent profile; "" while all are 0. Valid until the next call. */
+const char *cp_capture_stats(void);
+
+/* Registers the agent thread's wake-up (agent.c), called on a librdkafka thread when a
+ * control message arrives: the capture starts without waiting for the agent's tick. */
+void cp_capture_set_wake(void (*wake)(void *));
 
 /* 1 while a capture runs (the agent then ticks every CP_CAPTURE_TICK_NS). */
 int cp_capture_active(void);

@@ -555,7 +555,8 @@ static void slot_init(cp_thread *t, pid_t tid)
     t->timer_period_ns = t->perf_period_ns = 0;
     t->perf_enabled = 0;
     t->boost_ns = t->acc_ns = 0;
-    t->cap_mask = 0;
+    t->cap_mask = t->api_mask = 0;
+    t->api_until = 0;
     atomic_store(&t->alloc_boost, 0);
     t->stack_lo = t->stack_hi = 0;
     t->own_tls = 0;
@@ -705,7 +706,8 @@ void cp_threads_after_fork_child(void)
         t->has_timer = 0;
         t->perf_enabled = 0;
         t->boost_ns = t->acc_ns = 0; /* the child hears captures anew */
-        t->cap_mask = 0;
+        t->cap_mask = t->api_mask = 0;
+        t->api_until = 0;
         atomic_store(&t->alloc_boost, 0);
         atomic_store(&t->head, 0);
         atomic_store(&t->tail, 0);

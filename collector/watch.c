@@ -21,8 +21,8 @@
     X(rd_kafka_conf_set_error_cb)                                                                  \
     X(rd_kafka_conf_set_log_cb)                                                                    \
     X(rd_kafka_conf_set_opaque)                                                                    \
-    X(rd_kafka_consume_batch)                                                                      \
-    X(rd_kafka_consume_start)                                                                      \
+    X(rd_kafka_consume_batch_queue)                                                                \
+    X(rd_kafka_consume_start_queue)                                                                \
     X(rd_kafka_consume_stop)                                                                       \
     X(rd_kafka_destroy)                                                                            \
     X(rd_kafka_err2str)                                                                            \
@@ -30,6 +30,9 @@
     X(rd_kafka_message_destroy)                                                                    \
     X(rd_kafka_new)                                                                                \
     X(rd_kafka_poll)                                                                               \
+    X(rd_kafka_queue_cb_event_enable)                                                              \
+    X(rd_kafka_queue_destroy)                                                                      \
+    X(rd_kafka_queue_new)                                                                          \
     X(rd_kafka_topic_destroy)                                                                      \
     X(rd_kafka_topic_new)
 /* clang-format on */
@@ -60,6 +63,9 @@ static int wk_load(cp_err *err)
 struct cp_watch {
     rd_kafka_t *rk;
     rd_kafka_topic_t *rkt;
+    rd_kafka_queue_t *q;
+    cp_watch_wake_fn wake;
+    void *wake_arg;
     int started;
     uint64_t errors;
     char last[160];
@@ -78,7 +84,16 @@ static void on_error(rd_kafka_t *h, int err, const char *reason, void *opaque)
     snprintf(w->last, sizeof(w->last), "%s", reason ? reason : "error");
 }
 
-int cp_watch_create(const char *brokers, const char *props, cp_watch **out, cp_err *err)
+/* librdkafka's thread: a message (or an error) arrived on the empty queue. */
+static void on_event(rd_kafka_t *rk, void *opaque)
+{
+    (void)rk;
+    cp_watch *w = opaque;
+    if (w->wake) w->wake(w->wake_arg);
+}
+
+int cp_watch_create(const char *brokers, const char *props, cp_watch_wake_fn wake, void *wake_arg,
+                    cp_watch **out, cp_err *err)
 {
     *out = NULL;
     int lrc = wk_load(err);
@@ -141,8 +156,13 @@ int cp_watch_create(const char *brokers, const char *props, cp_watch **out, cp_e
         free(w);
         return cp_err_set(err, CP_EKAFKA, "control consumer for %s: %s", brokers, errstr);
     }
+    w->wake = wake;
+    w->wake_arg = wake_arg;
     w->rkt = wk.rd_kafka_topic_new(w->rk, CP_TOPIC_CONTROL, NULL);
-    if (!w->rkt) {
+    w->q = w->rkt ? wk.rd_kafka_queue_new(w->rk) : NULL;
+    if (w->q) wk.rd_kafka_queue_cb_event_enable(w->q, on_event, w);
+    if (!w->rkt || !w->q) {
+        if (w->rkt) wk.rd_kafka_topic_destroy(w->rkt);
         cp_err_set(err, CP_EKAFKA, "topic %s: %s", CP_TOPIC_CONTROL,
                    wk.rd_kafka_err2str(wk.rd_kafka_last_error()));
         wk.rd_kafka_destroy(w->rk);
@@ -160,7 +180,8 @@ int cp_watch_poll(cp_watch *w, cp_watch_fn fn, void *arg)
     wk.rd_kafka_poll(w->rk, 0); /* error callbacks */
     if (!w->started) {
         /* the topic may not exist yet: librdkafka waits for it in the background */
-        if (wk.rd_kafka_consume_start(w->rkt, 0, RD_KAFKA_OFFSET_TAIL(CP_WATCH_TAIL)) != 0) {
+        if (wk.rd_kafka_consume_start_queue(w->rkt, 0, RD_KAFKA_OFFSET_TAIL(CP_WATCH_TAIL), w->q) !=
+            0) {
             w->errors++;
             snprintf(w->last, sizeof(w->last), "consume_start: %s",
                      wk.rd_kafka_err2str(wk.rd_kafka_last_error()));
@@ -171,7 +192,7 @@ int cp_watch_poll(cp_watch *w, cp_watch_fn fn, void *arg)
     int handed = 0;
     for (;;) {
         rd_kafka_message_t *ms[BATCH];
-        ssize_t n = wk.rd_kafka_consume_batch(w->rkt, 0, 0, ms, BATCH);
+        ssize_t n = wk.rd_kafka_consume_batch_queue(w->q, 0, ms, BATCH);
         if (n <= 0) break;
         for (ssize_t i = 0; i < n; i++) {
             if (ms[i]->err) {
@@ -200,6 +221,8 @@ void cp_watch_destroy(cp_watch *w)
 {
     if (!w) return;
     if (w->started) wk.rd_kafka_consume_stop(w->rkt, 0);
+    wk.rd_kafka_queue_cb_event_enable(w->q, NULL, NULL);
+    wk.rd_kafka_queue_destroy(w->q);
     wk.rd_kafka_topic_destroy(w->rkt);
     wk.rd_kafka_destroy(w->rk);
     free(w);

@@ -22,11 +22,17 @@
 
 typedef struct cp_watch cp_watch;
 
+/* Called on a librdkafka thread (the agent's) when a message arrives while none waits:
+ * must be short and must not call librdkafka. */
+typedef void (*cp_watch_wake_fn)(void *arg);
+
 /* Creates a consumer of the control topic on brokers. props (may be NULL): further
  * librdkafka properties as "name=value" lines (the producer's, CONTPROF_KAFKA_*), applied
- * last. Returns 0 with *out (cp_watch_destroy), or CP_EKAFKA/CP_ENOMEM with err (may be
+ * last. wake (may be NULL) is told of new messages, so the agent thread need not wait for
+ * its tick. Returns 0 with *out (cp_watch_destroy), or CP_EKAFKA/CP_ENOMEM with err (may be
  * NULL) saying why. */
-int cp_watch_create(const char *brokers, const char *props, cp_watch **out, cp_err *err);
+int cp_watch_create(const char *brokers, const char *props, cp_watch_wake_fn wake, void *wake_arg,
+                    cp_watch **out, cp_err *err);
 
 /* Receives a control message's value (borrowed for the call). */
 typedef void (*cp_watch_fn)(const uint8_t *value, size_t len, void *arg);

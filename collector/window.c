@@ -1094,6 +1094,10 @@ static int emit_self(int64_t finish_start, const cp_modules *mods, const cp_wind
     }
     int sealed = cp_stream_seal(s);
     if (!err) err = sealed;
+    uint32_t cid;
+    if (!err && m->agent_comment && m->agent_comment[0] &&
+        (cp_profile_intern_cstr(p, m->agent_comment, &cid) || cp_vec_push(&p->comments, cid)))
+        err = CP_ENOMEM;
     if (!err) err = emit_profile(p, CP_KIND_CPU, &k, m, NULL, NULL, emit, arg);
     cp_streams_end(s, !err);
     return err;

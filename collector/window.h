@@ -33,9 +33,10 @@ typedef void (*cp_emit_fn)(cp_envelope *e, void *arg);
 typedef struct cp_window_meta {
     int64_t start_ns, end_ns;
     const char *instance, *producer_id;
-    uint64_t *sequence;       /* incremented per envelope */
-    uint64_t dropped_samples; /* since the previous window */
-    uint64_t dropped_windows; /* carried from the transport */
+    uint64_t *sequence;        /* incremented per envelope */
+    uint64_t dropped_samples;  /* since the previous window */
+    uint64_t dropped_windows;  /* carried from the transport */
+    const char *agent_comment; /* may be NULL: a comment of the contprof-agent profile */
 } cp_window_meta;
 
 /* Builds and emits every isolate's profiles for the window and resets the CPU table.

@@ -87,8 +87,8 @@ typedef struct proc {
     int out;
 } proc;
 
-static proc start(const char *boot, const char *procname, const char *mode, const char *secs,
-                  const char *token, const char *extra_env)
+static proc start_exe(const char *exe, const char *boot, const char *procname, const char *mode,
+                      const char *secs, const char *token, const char *extra_env)
 {
     int fds[2];
     CHECK(pipe(fds) == 0);
@@ -98,7 +98,10 @@ static proc start(const char *boot, const char *procname, const char *mode, cons
         dup2(fds[1], 1);
         close(fds[0]);
         close(fds[1]);
-        setenv("LD_PRELOAD", CP_LIB, 1);
+        if (strcmp(exe, CPCAP) == 0)
+            setenv("LD_PRELOAD", CP_LIB, 1); /* cpcap_iso links the library */
+        else
+            unsetenv("LD_PRELOAD");
         setenv("CONTPROF_BROKERS", boot, 1);
         setenv("CONTPROF_WINDOW", "1s", 1);
         setenv("CONTPROF_SERVICE", "capsvc", 1);
@@ -113,17 +116,38 @@ static proc start(const char *boot, const char *procname, const char *mode, cons
         else
             unsetenv("CONTPROF_TOKEN");
         if (extra_env) putenv((char *)extra_env);
-        execl(CPCAP, CPCAP, mode, secs, (char *)NULL);
+        if (mode)
+            execl(exe, exe, mode, secs, (char *)NULL);
+        else
+            execl(exe, exe, secs, (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
     return (proc){pid, fds[0]};
 }
 
+static proc start(const char *boot, const char *procname, const char *mode, const char *secs,
+                  const char *token, const char *extra_env)
+{
+    return start_exe(CPCAP, boot, procname, mode, secs, token, extra_env);
+}
+
 typedef struct truth {
     long long alpha_cpu, beta_cpu;
     unsigned long long alpha_bytes, beta_bytes;
 } truth;
+
+static void finish_raw(proc p, char *buf, size_t cap)
+{
+    ssize_t n, off = 0;
+    while ((n = read(p.out, buf + off, cap - 1 - (size_t)off)) > 0)
+        off += n;
+    buf[off] = 0;
+    close(p.out);
+    int st;
+    CHECK(waitpid(p.pid, &st, 0) == p.pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
 
 static truth finish(proc p)
 {
@@ -200,8 +224,8 @@ static void collect(const char *boot)
         r->period = p->period;
         for (uint32_t i = 0; i < p->functions.n; i++) {
             const char *fn = cp_profile_str(p, p->functions.v[i].name);
-            if (strstr(fn, "_alpha")) r->has_alpha = 1;
-            if (strstr(fn, "_beta")) r->has_beta = 1;
+            if (strstr(fn, "_alpha") || strstr(fn, "_js_a")) r->has_alpha = 1;
+            if (strstr(fn, "_beta") || strstr(fn, "_js_b")) r->has_beta = 1;
         }
         cp_profile_destroy(p);
         cp_envelope_close(&e);
@@ -432,6 +456,42 @@ TEST(alloc_capture_raises_the_allocation_rate)
     rd_kafka_destroy(host);
 }
 
+/* API isolates (contprof_isolate_create/enter): one thread switches between js-a and
+ * js-b every 30 ms; a 1 kHz capture of js-a boosts the thread while it keeps running js-a
+ * and takes only js-a's samples; both isolates' always-on CPU seconds stay the real ones. */
+TEST(api_isolate_capture)
+{
+    rd_kafka_t *host = mock_host();
+    rd_kafka_mock_cluster_t *mc = mock_cluster(host, 1);
+    const char *boot = rd_kafka_mock_cluster_bootstraps(mc);
+    cp_capture c = cpu_capture("js-a-1khz", "{app=\"shop\"}", 1000, 120);
+    send_capture(boot, &c, NULL);
+    proc p = start_exe(CPCAP_ISO, boot, "a", NULL, "2", NULL, NULL);
+    char buf[256];
+    finish_raw(p, buf, sizeof(buf));
+    long long a_cpu = 0, b_cpu = 0;
+    CHECK(sscanf(buf, "a_cpu_ns=%lld b_cpu_ns=%lld", &a_cpu, &b_cpu) == 2);
+    collect(boot);
+    int64_t cs, cv, on_a, on_b;
+    int cn;
+    totals("a", "js-a", CP_KIND_CPU, "js-a-1khz", &cs, &cv, &cn);
+    double ra = always_on_rate("a", "js-a", &on_a), rb = always_on_rate("a", "js-b", &on_b);
+    printf("api capture: %d envelopes, %lld samples over %.3f CPU-s = %.0f/s of js-a's %.3f s; "
+           "always-on js-a %.3f s (%.0f/s), js-b %.3f s (%.0f/s) of %.3f s\n",
+           cn, (long long)cs, cv / 1e9, cv > 0 ? cs / (cv / 1e9) : 0, a_cpu / 1e9, on_a / 1e9, ra,
+           on_b / 1e9, rb, b_cpu / 1e9);
+    CHECK(cn >= 1);
+    CHECK_EQ(count_captures(), cn);
+    CHECK(cv > a_cpu / 2);
+    CHECK(cs / (cv / 1e9) > 850 && cs / (cv / 1e9) < 1100);
+    for (int i = 0; i < NR; i++)
+        if (R[i].capture[0]) CHECK(R[i].has_alpha && !R[i].has_beta);
+    CHECK(fabs((double)on_a - (double)a_cpu) < 0.12 * (double)a_cpu);
+    CHECK(fabs((double)on_b - (double)b_cpu) < 0.12 * (double)b_cpu);
+    rd_kafka_mock_cluster_destroy(mc);
+    rd_kafka_destroy(host);
+}
+
 /* No control topic on the cluster, then CONTPROF_CAPTURES=0: the program runs and its
  * windows arrive as ever. */
 TEST(missing_control_topic_and_captures_off)
@@ -458,4 +518,5 @@ TEST(missing_control_topic_and_captures_off)
 
 TEST_MAIN(T(cpu_capture_boosts_only_the_matched_isolate),
           T(captures_not_for_this_agent_do_not_boost), T(capture_heard_while_running_and_cancelled),
-          T(alloc_capture_raises_the_allocation_rate), T(missing_control_topic_and_captures_off))
+          T(alloc_capture_raises_the_allocation_rate), T(api_isolate_capture),
+          T(missing_control_topic_and_captures_off))
