@@ -136,6 +136,13 @@ static int store_and_publish(const cp_capture_call *c, const cp_capture *cap, cp
     cp_buf_close(&rec);
     if (c->o->publish(c->o->publish_arg, cap, c->token, &err)) {
         cp_log_error("capture %s of tenant %s: %s", cap->id, cap->tenant, err.msg);
+        if (!cap->cancelled) { /* never heard of: not running, not resumed at a restart */
+            cp_capture dead = *cap;
+            dead.cancelled = 1;
+            cp_err e2 = {0};
+            if (cp_store_put_capture(c->store, &dead, &e2))
+                cp_log_error("capture %s: %s", cap->id, e2.msg);
+        }
         cp_http_error(r, 503, "the capture could not be written to the control topic: %s", err.msg);
         return -1;
     }
