@@ -415,7 +415,7 @@ TEST(capture_tokens_and_restart)
 {
     char dir[] = "/tmp/cp-capture-XXXXXX", brokers[512];
     CHECK(mkdtemp(dir));
-    static const char conf[] = "token.team-a = secret-of-team-a\n";
+    static const char conf[] = "token.team-a = secret-of-team-a\ntoken.team-b = secret-of-team-b\n";
     proc d;
     start(&d, dir, conf);
     g_token = NULL;
@@ -429,6 +429,16 @@ TEST(capture_tokens_and_restart)
     next_capture(agent, longer, &c); /* signature checked against the token there */
     CHECK_STREQ(c.tenant, "team-a");
     cp_capture_close(&c);
+    /* another tenant neither sees nor cancels it */
+    g_token = "secret-of-team-b";
+    char pq0[160];
+    snprintf(pq0, sizeof pq0, "/api/v1/captures/%s", longer);
+    refused(&d, "GET", pq0, 404, longer);
+    refused(&d, "DELETE", pq0, 404, longer);
+    cp_json *l = json_of(&d, "GET", "/api/v1/captures", 200);
+    CHECK_EQ(cp_json_int(cp_json_get(l, "count"), -1), 0);
+    cp_json_free(l);
+    g_token = "secret-of-team-a";
     rd_kafka_consumer_close(agent);
     rd_kafka_destroy(agent);
     sleep(2); /* the shorter one ends */
