@@ -53,9 +53,30 @@ struct cp_api {
     uint64_t hist[EP_COUNT][NBUCKETS + 1];
     double hist_sum[EP_COUNT];
     uint64_t hist_count[EP_COUNT];
-    uint64_t by_class[6]; /* 1xx..5xx */
+    cp_counter by_class[6]; /* 1xx..5xx */
     int64_t started_ns;
+    cp_metrics *own_metrics; /* when the options gave none: /metrics still has the API's */
 };
+
+static int collect_latency(void *arg, cp_metrics_out *o);
+static int collect_uptime(void *arg, cp_metrics_out *o);
+
+/* The API's families in the registry: responses by class, the latency histogram and the
+ * uptime, ahead of the stages that register after it. */
+static int register_metrics(cp_api *a)
+{
+    static const char *const classes[6] = {"", "1xx", "2xx", "3xx", "4xx", "5xx"};
+    if (!a->o.metrics && cp_metrics_create(&a->own_metrics)) return CP_ENOMEM;
+    if (!a->o.metrics) a->o.metrics = a->own_metrics;
+    int rc = 0;
+    for (int c = 1; c <= 5 && !rc; c++)
+        rc = cp_metrics_counter(a->o.metrics, a, "contprof_http_responses_total",
+                                "HTTP responses by status class.",
+                                (cp_metric_label[]){{"code", classes[c]}}, 1, &a->by_class[c]);
+    if (!rc) rc = cp_metrics_collector(a->o.metrics, a, collect_latency, a);
+    if (!rc) rc = cp_metrics_collector(a->o.metrics, a, collect_uptime, a);
+    return rc;
+}
 
 void cp_api_options_default(cp_api_options *o)
 {
@@ -91,6 +112,7 @@ cp_api *cp_api_create(const cp_api_options *o)
     a->o.brokers = NULL;
     a->o.metrics_token = NULL;
     a->started_ns = cp_now_ns();
+    if (register_metrics(a)) goto fail;
     return a;
 fail:
     cp_api_destroy(a);
@@ -100,6 +122,8 @@ fail:
 void cp_api_destroy(cp_api *a)
 {
     if (!a) return;
+    cp_metrics_remove(a->o.metrics, a);
+    cp_metrics_destroy(a->own_metrics);
     for (size_t i = 0; i < a->ntokens; i++) {
         free((char *)a->tokens[i].token);
         free((char *)a->tokens[i].tenant);
@@ -681,42 +705,48 @@ CAPTURE_EP(ep_capture_delete, cp_capture_ep_delete)
 
 /* ---- light endpoints ---------------------------------------------------------------- */
 
+/* The latency histogram, per endpoint; read on the loop thread, where it is written (only
+ * /metrics prints the registry). */
+static int collect_latency(void *arg, cp_metrics_out *o)
+{
+    cp_api *a = arg;
+    CP_ASSERT_THREAD(&a->loop_thread, "loop thread only");
+    int rc = cp_metrics_out_family(o, "contprof_query_duration_seconds",
+                                   "Time to answer store-backed queries, arrival to response.",
+                                   CP_METRIC_HISTOGRAM);
+    char le[32];
+    for (int ep = 0; ep < EP_OTHER && !rc; ep++) {
+        cp_metric_label l[2] = {{"endpoint", g_ep_names[ep]}, {"le", le}};
+        uint64_t cum = 0;
+        for (size_t i = 0; i <= NBUCKETS && !rc; i++) {
+            cum += a->hist[ep][i];
+            if (i < NBUCKETS)
+                snprintf(le, sizeof le, "%g", g_buckets[i]);
+            else
+                snprintf(le, sizeof le, "+Inf");
+            rc = cp_metrics_out_u64(o, "_bucket", l, 2, cum);
+        }
+        if (!rc) rc = cp_metrics_out_f64(o, "_sum", l, 1, a->hist_sum[ep], 6);
+        if (!rc) rc = cp_metrics_out_u64(o, "_count", l, 1, a->hist_count[ep]);
+    }
+    return rc;
+}
+
+static int collect_uptime(void *arg, cp_metrics_out *o)
+{
+    cp_api *a = arg;
+    int rc = cp_metrics_out_family(o, "contprof_uptime_seconds",
+                                   "Seconds since the query API started.", CP_METRIC_GAUGE);
+    if (!rc)
+        rc = cp_metrics_out_f64(o, NULL, NULL, 0, (double)(cp_now_ns() - a->started_ns) / 1e9, 0);
+    return rc;
+}
+
 static void ep_metrics(cp_api *a, cp_http_response *r)
 {
     CP_ASSERT_THREAD(&a->loop_thread, "loop thread only");
-    cp_buf *b = &r->body;
-    int rc = 0;
     set_type(r, "text/plain; version=0.0.4; charset=utf-8");
-#define P(...)                                                                                     \
-    if (!rc) rc = cp_buf_printf(b, __VA_ARGS__)
-    P("# HELP contprof_http_responses_total HTTP responses by status class.\n"
-      "# TYPE contprof_http_responses_total counter\n");
-    for (int c = 1; c <= 5; c++)
-        P("contprof_http_responses_total{code=\"%dxx\"} %" PRIu64 "\n", c, a->by_class[c]);
-    P("# HELP contprof_query_duration_seconds Time to answer store-backed queries, arrival to "
-      "response.\n# TYPE contprof_query_duration_seconds histogram\n");
-    for (int ep = 0; ep < EP_OTHER; ep++) {
-        uint64_t cum = 0;
-        for (size_t i = 0; i < NBUCKETS; i++) {
-            cum += a->hist[ep][i];
-            P("contprof_query_duration_seconds_bucket{endpoint=\"%s\",le=\"%g\"} %" PRIu64 "\n",
-              g_ep_names[ep], g_buckets[i], cum);
-        }
-        cum += a->hist[ep][NBUCKETS];
-        P("contprof_query_duration_seconds_bucket{endpoint=\"%s\",le=\"+Inf\"} %" PRIu64 "\n",
-          g_ep_names[ep], cum);
-        P("contprof_query_duration_seconds_sum{endpoint=\"%s\"} %.6f\n", g_ep_names[ep],
-          a->hist_sum[ep]);
-        P("contprof_query_duration_seconds_count{endpoint=\"%s\"} %" PRIu64 "\n", g_ep_names[ep],
-          a->hist_count[ep]);
-    }
-    if (!rc && a->o.metrics) rc = cp_metrics_write(a->o.metrics, b);
-    P("# HELP contprof_uptime_seconds Seconds since the query API started.\n"
-      "# TYPE contprof_uptime_seconds gauge\ncontprof_uptime_seconds %.0f\n",
-      (double)(cp_now_ns() - a->started_ns) / 1e9);
-#undef P
-    if (!rc) rc = cp_fanout_metrics(a->o.fanout, b);
-    if (rc) oom(r);
+    if (cp_metrics_write(a->o.metrics, &r->body)) oom(r);
 }
 
 /* GET /api/v1/ingest/offsets: per partition, the offset the store has durably reached and
@@ -960,7 +990,7 @@ void cp_api_observe(void *api, const cp_http_request *req, int status, int heavy
     cp_api *a = api;
     CP_ASSERT_THREAD(&a->loop_thread, "loop thread only");
     int cls = status / 100;
-    if (cls >= 1 && cls <= 5) a->by_class[cls]++;
+    if (cls >= 1 && cls <= 5) cp_counter_add(&a->by_class[cls], 1);
     if (!heavy) return;
     int ep = route(req->path, req->method)->ep;
     size_t b = 0;

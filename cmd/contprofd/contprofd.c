@@ -425,8 +425,7 @@ int main(int argc, char **argv)
                            .cache_bytes = d.cfg.cache_bytes,
                            .stack_cache_bytes = d.cfg.stack_cache_bytes};
     if (cp_store_open(&so, &d.store, &err)) goto fail_msg;
-    if (cp_metrics_create(&d.metrics) || cp_store_register_metrics(d.store, d.metrics))
-        goto fail_msg;
+    if (cp_metrics_create(&d.metrics)) goto fail_msg;
     cp_log_info("store %s open", d.cfg.data_dir);
 
     CP_VEC(cp_api_token) toks = {0};
@@ -486,9 +485,9 @@ int main(int argc, char **argv)
                    CP_CAPTURE_HZ_CEIL);
         goto fail_msg;
     }
-    d.api = cp_api_create(&ao);
+    d.api = cp_api_create(&ao); /* registers the API's families first */
     free(toks.v);
-    if (!d.api) goto fail_msg;
+    if (!d.api || cp_store_register_metrics(d.store, d.metrics)) goto fail_msg;
 
     d.loop = uv_default_loop();
     /* Signals before the port is announced: a SIGTERM that arrives while HTTP binds or
@@ -580,9 +579,10 @@ int main(int argc, char **argv)
     int irc = cp_ingest_create(&io, d.store, &d.ingest, &err);
     props_kept = props.v; /* the control publisher's too; freed at the end */
     if (irc) goto fail_msg;
-    /* /metrics: store, ingest, symbols, in this order (the order /metrics always had) */
+    /* /metrics: the API's, store, ingest, symbols, cluster, in registration order */
     if (cp_ingest_register_metrics(d.ingest, d.metrics) ||
-        cp_symbols_register_metrics(d.symbols, d.metrics))
+        cp_symbols_register_metrics(d.symbols, d.metrics) ||
+        cp_fanout_register_metrics(d.fanout, d.metrics))
         goto fail_msg;
     if (cp_ingest_start(d.ingest, &err)) goto fail_msg;
 
