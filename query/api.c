@@ -34,11 +34,12 @@ enum {
     EP_LABELS,
     EP_VALUES,
     EP_SYMBOLS,
+    EP_CAPTURES,
     EP_OTHER,
     EP_COUNT
 };
-static const char *const g_ep_names[EP_COUNT] = {"profile", "diff",   "timeline", "series",
-                                                 "labels",  "values", "symbols",  "other"};
+static const char *const g_ep_names[EP_COUNT] = {
+    "profile", "diff", "timeline", "series", "labels", "values", "symbols", "captures", "other"};
 
 struct cp_api {
     cp_api_options o;
@@ -85,6 +86,7 @@ void cp_api_options_default(cp_api_options *o)
     o->max_nodes_limit = 200000;
     o->max_steps = 11000;
     o->brokers = "";
+    cp_capture_options_default(&o->captures);
 }
 
 cp_api *cp_api_create(const cp_api_options *o)
@@ -590,7 +592,16 @@ static void ep_series(const api_call *c, cp_http_response *r)
             if (!rc) rc = cp_buf_append(b, ":", 1);
             if (!rc) rc = json_str(b, s->labels.p.v[j].value);
         }
-        if (!rc) rc = cp_buf_printf(b, "},\"first\":\"%s\",\"last\":\"%s\"}", f, t);
+        if (!rc) rc = cp_buf_printf(b, "},\"first\":\"%s\",\"last\":\"%s\"", f, t);
+        if (!rc && s->cap_windows) { /* a capture's series: what GET /api/v1/captures/ID sums */
+            rc = cp_buf_printf(b,
+                               ",\"capture\":{\"windows\":%u,\"samples\":%" PRIu64
+                               ",\"end_ns\":%" PRId64 ",\"engine\":",
+                               s->cap_windows, s->cap_samples, s->cap_end_ns);
+            if (!rc) rc = json_str(b, s->cap_engine ? s->cap_engine : "");
+            if (!rc) rc = cp_buf_append(b, "}", 1);
+        }
+        if (!rc) rc = cp_buf_append(b, "}", 1);
         shown++;
     }
     if (!rc) rc = cp_buf_printf(b, "],\"count\":%u}\n", shown);
@@ -660,6 +671,38 @@ static void ep_values(const api_call *c, cp_http_response *r)
         string_list_json("values", name, &l, r);
     cp_string_list_close(&l);
 }
+/* ---- /api/v1/captures (capture.c) ---------------------------------------------------- */
+
+/* The first token of tenant (signs its control messages), or NULL. */
+static const char *tenant_token(const cp_api *a, const char *tenant)
+{
+    for (size_t i = 0; i < a->ntokens; i++)
+        if (strcmp(a->tokens[i].tenant, tenant) == 0) return a->tokens[i].token;
+    return NULL;
+}
+
+static void capture_call(const api_call *c, cp_capture_call *x)
+{
+    *x = (cp_capture_call){&c->a->o.captures, c->a->o.store, c->rd, c->fr, &c->qr->q, c->pa, c->req,
+                           tenant_token(c->a, c->qr->q.tenant),
+                           /* a peer passing a record on: by the cluster token, or, without
+                            * tokens (peers then send none), a part request with a body */
+                           cp_fanout_is_peer(c->a->o.fanout, c->req) ||
+                               (!c->a->ntokens && c->qr->q.local && c->req->body_len > 0)};
+}
+
+#define CAPTURE_EP(name, fn)                                                                       \
+    static void name(const api_call *c, cp_http_response *r)                                       \
+    {                                                                                              \
+        cp_capture_call x;                                                                         \
+        capture_call(c, &x);                                                                       \
+        fn(&x, r);                                                                                 \
+    }
+CAPTURE_EP(ep_capture_post, cp_capture_ep_post)
+CAPTURE_EP(ep_capture_list, cp_capture_ep_list)
+CAPTURE_EP(ep_capture_get, cp_capture_ep_get)
+CAPTURE_EP(ep_capture_delete, cp_capture_ep_delete)
+
 /* ---- light endpoints ---------------------------------------------------------------- */
 
 /* The latency histogram, per endpoint; read on the loop thread, where it is written (only
@@ -813,6 +856,8 @@ static const char *const g_diff_formats[] = {"json", "pprof", NULL};
 static const char *const g_timeline_params[] = {"type", "select", "from", "to", "step", NULL};
 static const char *const g_series_params[] = {"select", "from", "to", "type", NULL};
 static const char *const g_symbols_params[] = {"tenant", NULL};
+static const char *const g_capture_params[] = {"select", "type",       "duration",
+                                               "hz",     "alloc_rate", NULL};
 
 /* Every path: its method, its lane, its handler and, for the store-backed ones, how its
  * query string becomes a query. The one place routing is decided: cp_api_is_light (lanes),
@@ -868,6 +913,36 @@ static const endpoint g_endpoints[] = {
      NULL,
      ep_symbols,
      {g_symbols_params, NULL, 0}},
+    /* captures: starting and cancelling wait for the control topic; reading one fans
+     * out like /api/v1/series */
+    {"/api/v1/captures",
+     EP_CAPTURES,
+     "POST",
+     CP_HTTP_LANE_HEAVY,
+     NULL,
+     ep_capture_post,
+     {g_capture_params, NULL, 0}},
+    {"/api/v1/captures",
+     EP_CAPTURES,
+     "GET",
+     CP_HTTP_LANE_CHEAP,
+     NULL,
+     ep_capture_list,
+     {g_none, NULL, 0}},
+    {"/api/v1/captures/",
+     EP_CAPTURES,
+     "GET",
+     CP_HTTP_LANE_CHEAP,
+     NULL,
+     ep_capture_get,
+     {g_none, NULL, 0}},
+    {"/api/v1/captures/",
+     EP_CAPTURES,
+     "DELETE",
+     CP_HTTP_LANE_HEAVY,
+     NULL,
+     ep_capture_delete,
+     {g_none, NULL, 0}},
     {"/healthz", EP_OTHER, "GET", CP_HTTP_LANE_LOOP, loop_healthz, NULL, {0}},
     {"/metrics", EP_OTHER, "GET", CP_HTTP_LANE_LOOP, loop_metrics, NULL, {0}},
     {"/api/v1/ingest/offsets", EP_OTHER, "GET", CP_HTTP_LANE_LOOP, loop_offsets, NULL, {0}},
@@ -876,20 +951,31 @@ static const endpoint g_endpoints[] = {
 /* Anything else: the web UI's files, or 404. */
 static const endpoint g_ui = {"", EP_OTHER, "GET", CP_HTTP_LANE_LOOP, loop_ui, NULL, {0}};
 
-static const endpoint *route(const char *path)
+#define NENDPOINTS (sizeof g_endpoints / sizeof g_endpoints[0])
+
+static int path_is(const endpoint *e, const char *path)
 {
-    for (size_t i = 0; i < sizeof g_endpoints / sizeof g_endpoints[0]; i++) {
+    size_t l = strlen(e->path);
+    return e->path[l - 1] == '/' ? strncmp(path, e->path, l) == 0 : strcmp(path, e->path) == 0;
+}
+
+/* The endpoint of path and method; for a path served under other methods only, the first
+ * of them (answered 405). */
+static const endpoint *route(const char *path, const char *method)
+{
+    const endpoint *first = NULL;
+    for (size_t i = 0; i < NENDPOINTS; i++) {
         const endpoint *e = &g_endpoints[i];
-        size_t l = strlen(e->path);
-        if (e->path[l - 1] == '/' ? strncmp(path, e->path, l) == 0 : strcmp(path, e->path) == 0)
-            return e;
+        if (!path_is(e, path)) continue;
+        if (!first) first = e;
+        if (strcmp(e->method, method) == 0) return e;
     }
-    return &g_ui;
+    return first ? first : &g_ui;
 }
 
 int cp_api_is_light(void *api, const cp_http_request *req)
 {
-    const endpoint *e = route(req->path);
+    const endpoint *e = route(req->path, req->method);
     /* a wrong method is refused at once */
     if (e->lane == CP_HTTP_LANE_LOOP || strcmp(req->method, e->method) != 0)
         return CP_HTTP_LANE_LOOP;
@@ -906,7 +992,7 @@ void cp_api_observe(void *api, const cp_http_request *req, int status, int heavy
     int cls = status / 100;
     if (cls >= 1 && cls <= 5) cp_counter_add(&a->by_class[cls], 1);
     if (!heavy) return;
-    int ep = route(req->path)->ep;
+    int ep = route(req->path, req->method)->ep;
     size_t b = 0;
     while (b < NBUCKETS && seconds > g_buckets[b])
         b++;
@@ -962,11 +1048,17 @@ static void run_query(cp_api *a, const endpoint *e, const cp_http_request *req, 
 void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
 {
     cp_api *a = api;
-    const endpoint *e = route(req->path);
+    const endpoint *e = route(req->path, req->method);
     if (strcmp(req->method, e->method) != 0) {
+        char allow[64] = "";
+        for (size_t i = 0; i < NENDPOINTS; i++)
+            if (path_is(&g_endpoints[i], req->path) && strlen(allow) + 10 < sizeof allow)
+                snprintf(allow + strlen(allow), sizeof allow - strlen(allow), "%s%s",
+                         allow[0] ? ", " : "", g_endpoints[i].method);
+        if (!allow[0]) snprintf(allow, sizeof allow, "%s", e->method);
         cp_http_error(r, 405, "method %s not allowed on %.128s (only %s)", req->method, req->path,
-                      e->method);
-        snprintf(r->extra_headers, sizeof r->extra_headers, "Allow: %s\r\n", e->method);
+                      allow);
+        snprintf(r->extra_headers, sizeof r->extra_headers, "Allow: %s\r\n", allow);
         return;
     }
     if (e->on_loop)

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "capture.h"
 #include "http.h"
 #include "metrics.h"
 #include "store.h"
@@ -65,6 +66,7 @@ typedef struct cp_api_options {
                                      not owned; NULL: the API keeps one of its own */
     cp_api_stats_fn ingest_stats; /* may be NULL */
     void *ingest_arg;
+    cp_capture_options captures; /* limits and the control topic's writer (capture.h) */
 } cp_api_options;
 
 typedef struct cp_api cp_api;

@@ -700,8 +700,20 @@ static int series_add_json(const call *c, cp_series_list *l, cp_err *err)
             else if (cp_labels_set(&si.labels, labels->keys[k], v))
                 rc = cp_err_set(err, CP_ENOMEM, "out of memory");
         }
+        const cp_json *cap = cp_json_get(e, "capture"); /* a capture's series (api.c) */
+        if (!rc && cap && cap->type == CP_JSON_OBJECT) {
+            si.cap_windows = (uint32_t)cp_json_int(cp_json_get(cap, "windows"), 0);
+            si.cap_samples = (uint64_t)cp_json_int(cp_json_get(cap, "samples"), 0);
+            si.cap_end_ns = (int64_t)cp_json_int(cp_json_get(cap, "end_ns"), 0);
+            const char *eng = cp_json_str(cp_json_get(cap, "engine"), NULL);
+            if (eng && !(si.cap_engine = strdup(eng)))
+                rc = cp_err_set(err, CP_ENOMEM, "out of memory");
+        }
         if (!rc && cp_vec_push(l, si)) rc = cp_err_set(err, CP_ENOMEM, "out of memory");
-        if (rc) cp_labels_close(&si.labels);
+        if (rc) {
+            cp_labels_close(&si.labels);
+            free(si.cap_engine);
+        }
     }
     cp_json_free(j);
     return rc;
@@ -731,6 +743,16 @@ static int series_union(cp_series_list *l, cp_err *err)
                 cp_series_info *d = &v[n - 1];
                 if (k[i].s->first_ns < d->first_ns) d->first_ns = k[i].s->first_ns;
                 if (k[i].s->last_ns > d->last_ns) d->last_ns = k[i].s->last_ns;
+                /* a capture's series on two nodes (a hand-over): its windows add up */
+                d->cap_windows += k[i].s->cap_windows;
+                d->cap_samples += k[i].s->cap_samples;
+                if (k[i].s->cap_end_ns > d->cap_end_ns) {
+                    d->cap_end_ns = k[i].s->cap_end_ns;
+                    char *t = d->cap_engine;
+                    d->cap_engine = k[i].s->cap_engine;
+                    k[i].s->cap_engine = t;
+                }
+                free(k[i].s->cap_engine);
                 cp_labels_close(&k[i].s->labels);
             } else {
                 v[n++] = *k[i].s;
@@ -767,8 +789,10 @@ static int fo_series(cp_reader *rd, const cp_query *q, cp_series_list *out, cp_e
         if (prc == CP_ENOMEM)
             rc = cp_err_set(err, prc, "out of memory");
         else if (prc) {
-            while (out->n > before)
+            while (out->n > before) {
                 cp_labels_close(&out->v[--out->n].labels);
+                free(out->v[out->n].cap_engine);
+            }
             fan_reject(&fa.calls[i], e.msg);
         }
     }
