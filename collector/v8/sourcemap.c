@@ -111,7 +111,8 @@ static int decode_mappings(cp_v8_smap *m, const char *s, size_t len, cp_err *err
             /* the end of generated line gline: sort its segments (the format says they
              * are sorted; a map that is not must still look up right) */
             uint32_t first = m->line_at[gline];
-            qsort(m->segs + first, m->nsegs - first, sizeof(seg), cmp_seg);
+            if (m->nsegs - first > 1)
+                qsort(m->segs + first, m->nsegs - first, sizeof(seg), cmp_seg);
             m->line_at[++gline] = m->nsegs;
             gcol = 0;
             at++;
