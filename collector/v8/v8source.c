@@ -756,7 +756,7 @@ static void session_window(session *s, int last)
 static void session_report(const session *s)
 {
     cp_log_info("v8: isolate %s: %lld windows, CPU profiler off between windows %lld us in "
-                "all (at most %lld us once), %llu windows lost unreported",
+                "all (at most %lld us once), %llu lost windows left for a later envelope",
                 s->isolate, (long long)s->windows, (long long)s->gap_total_us,
                 (long long)s->gap_max_us, (unsigned long long)s->dropped_windows);
 }

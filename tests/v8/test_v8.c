@@ -317,6 +317,35 @@ TEST(malformed_inspector)
 /* ------------------------------------------------------------------------------------
  * Through Kafka into the real contprofd: the labels and selectors */
 
+/* The value of metric line name (with its labels) in contprofd's /metrics; -1 if absent. */
+static long long metric_of(const char *url, const char *name)
+{
+    cp_http_result r;
+    CHECK_EQ(cp_http_get(url, "/metrics", NULL, 5000, 1 << 22, &r, NULL), 0);
+    const char *at = strstr((const char *)r.body.data, name);
+    long long v = at ? atoll(at + strlen(name) + 1) : -1;
+    cp_buf_close(&r.body);
+    return v;
+}
+
+/* Occurrences of needle in hay. */
+static int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *at = strstr(hay, needle); at; at = strstr(at + 1, needle))
+        n++;
+    return n;
+}
+
+/* The windows a `contprof v8` log says were lost (one line per loss, naming its kinds). */
+static int logged_lost(const char *log)
+{
+    return 3 * count_of(log, " every window from ") + count_of(log, " cpu window from ") +
+           2 * count_of(log, " alloc and inuse window from ") +
+           count_of(log, " alloc window from ") +
+           (count_of(log, " inuse window from ") - count_of(log, " and inuse window from "));
+}
+
 /* `contprof ARGS...` against the daemon; stdout into out. */
 static int cli(char *out, size_t cap, const char *const *args)
 {
@@ -363,6 +392,20 @@ TEST(node_to_contprofd)
     CHECK_EQ(cp_http_get(url, "/metrics", NULL, 5000, 1 << 22, &r, NULL), 0);
     CHECK_CONTAINS((char *)r.body.data, "contprof_ingest_duplicates_total 0\n");
     cp_buf_close(&r.body);
+    /* the workers' windows in progress when they ended: logged, and in /metrics through
+     * main's last envelopes */
+    static char log[1 << 16];
+    char clog[300];
+    snprintf(clog, sizeof(clog), "%s/contprof.log", g_dir);
+    slurp(clog, log, sizeof(log));
+    int lost = logged_lost(log);
+    long long m = -1;
+    for (int i = 0; i < 300 && m != lost; i++, usleep(100000))
+        m = metric_of(url, "contprof_agent_dropped_windows_total{service=\"nodetest\"}");
+    printf("windows lost: %d logged, %lld in /metrics\n", lost, m);
+    CHECK(lost >= 6); /* each worker's cpu, alloc and inuse */
+    CHECK_EQ(m, lost);
+    CHECK(!strstr(log, "not reported in any envelope"));
     CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
     remove_dir();
 }
@@ -370,26 +413,6 @@ TEST(node_to_contprofd)
 /* ------------------------------------------------------------------------------------
  * workerd serving a TypeScript Worker (bundled and minified by esbuild with an inline
  * source map) with a Durable Object, into the real contprofd, killed and started again */
-
-/* The value of metric line name (with its labels) in contprofd's /metrics; -1 if absent. */
-static long long metric_of(const char *url, const char *name)
-{
-    cp_http_result r;
-    CHECK_EQ(cp_http_get(url, "/metrics", NULL, 5000, 1 << 22, &r, NULL), 0);
-    const char *at = strstr((const char *)r.body.data, name);
-    long long v = at ? atoll(at + strlen(name) + 1) : -1;
-    cp_buf_close(&r.body);
-    return v;
-}
-
-/* Occurrences of needle in hay. */
-static int count_of(const char *hay, const char *needle)
-{
-    int n = 0;
-    for (const char *at = strstr(hay, needle); at; at = strstr(at + 1, needle))
-        n++;
-    return n;
-}
 
 /* The file and first line of function fn in p; 0 if p has no such function. */
 static int func_where(const cp_profile *p, const char *fn, const char **file, int64_t *line)
@@ -530,9 +553,7 @@ TEST(workerd_typescript)
      * /metrics (reported by the restarted isolate's first envelope) */
     static char log[1 << 16];
     slurp(clog, log, sizeof(log));
-    int lost = 3 * count_of(log, " every window from ") + count_of(log, " cpu window from ") +
-               2 * count_of(log, " alloc and inuse window from ") +
-               count_of(log, " alloc window from ") + count_of(log, " inuse window from ");
+    int lost = logged_lost(log);
     CHECK(count_of(log, "isolate typed: every window from ") >= 1);
     CHECK(!strstr(log, "not reported in any envelope"));
     long long m = -1;
