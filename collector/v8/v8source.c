@@ -28,10 +28,10 @@
 #define CALL_TIMEOUT_MS 10000
 #define BACKOFF_MIN_NS (250 * 1000000LL)
 #define BACKOFF_MAX_NS (10 * 1000000000LL)
-#define POLL_NS (1000 * 1000000LL)        /* /json/list of a host that answers */
-#define STOP_NS (3 * 1000000000LL)        /* what a stop signal leaves the last windows */
-#define MAX_MAPS 256                      /* source-mapped scripts per isolate */
-#define MAX_MAP_BYTES ((size_t)256 << 20) /* their maps' JSON, per isolate */
+#define POLL_NS (1000 * 1000000LL)       /* /json/list of a host that answers */
+#define STOP_NS (3 * 1000000000LL)       /* what a stop signal leaves the last windows */
+#define MAX_MAPS 256                     /* source-mapped scripts per isolate */
+#define MAX_MAP_BYTES ((size_t)64 << 20) /* their maps' JSON, per isolate */
 
 enum { C_IDLE, C_CONNECTING, C_OPEN, C_CLOSED };
 
