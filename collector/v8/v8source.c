@@ -1051,7 +1051,12 @@ int cp_v8_run(const cp_v8_options *o, cp_err *err)
         }
         if (S.kafka) {
             cp_kafka_poll(S.kafka);
-            S.dropped_windows += cp_kafka_take_dropped(S.kafka);
+            uint64_t kd = cp_kafka_take_dropped(S.kafka);
+            if (kd)
+                cp_log_warn("v8: %llu windows dropped by the Kafka producer (backlog full or "
+                            "refused by the broker): counted in the next envelope",
+                            (unsigned long long)kd);
+            S.dropped_windows += kd;
         }
         if (o->exit_when_gone && gone) {
             cp_log_info("v8: every inspector is gone: stopping");
