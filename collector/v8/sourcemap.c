@@ -16,6 +16,10 @@ typedef struct seg {
 struct cp_v8_smap {
     char **sources; /* sourceRoot + sources[i] */
     uint32_t nsources;
+    char **contents; /* sourcesContent[i] ("" when absent), nsources of them or NULL */
+    uint32_t ncontents;
+    uint32_t **line_at_src; /* per source: the offset of each line of its content */
+    uint32_t *nlines_src;
     char **names;
     uint32_t nnames;
     seg *segs;
@@ -195,6 +199,89 @@ static int string_list(const json_t *a, const char *prefix, const char *what, ch
     return 0;
 }
 
+/* The line starts of every source's content, for enclosing_class. */
+static int index_lines(cp_v8_smap *m)
+{
+    if (!m->ncontents) return 0;
+    m->line_at_src = calloc(m->ncontents, sizeof(uint32_t *));
+    m->nlines_src = calloc(m->ncontents, sizeof(uint32_t));
+    if (!m->line_at_src || !m->nlines_src) return CP_ENOMEM;
+    for (uint32_t i = 0; i < m->ncontents; i++) {
+        const char *c = m->contents[i];
+        size_t len = strlen(c), n = 1;
+        if (len > UINT32_MAX) continue;
+        for (size_t k = 0; k < len; k++)
+            n += c[k] == '\n';
+        uint32_t *at = malloc(n * sizeof(uint32_t));
+        if (!at) return CP_ENOMEM;
+        at[0] = 0;
+        for (size_t k = 0, l = 1; k < len; k++)
+            if (c[k] == '\n') at[l++] = (uint32_t)(k + 1);
+        m->line_at_src[i] = at;
+        m->nlines_src[i] = (uint32_t)n;
+    }
+    return 0;
+}
+
+/* The indentation of line l of source i (columns of leading blanks), -1 for a line that
+ * says nothing of nesting (blank, or a comment). */
+static int indent_of(const cp_v8_smap *m, uint32_t i, uint32_t l, const char **text)
+{
+    const char *c = m->contents[i] + m->line_at_src[i][l];
+    int n = 0;
+    while (*c == ' ' || *c == '\t') {
+        n++;
+        c++;
+    }
+    *text = c;
+    if (*c == '\n' || *c == '\r' || !*c || *c == '*' || (c[0] == '/' && c[1] == '/') ||
+        (c[0] == '/' && c[1] == '*'))
+        return -1;
+    return n;
+}
+
+/* The class a function at original (source i, line l) is a method of, read from the
+ * source's content by layout: the nearest line above indented less than l that is a
+ * class header (`[export] [default] [abstract] class NAME`). Formatted sources (what a
+ * source map points to) nest by indentation; a line indented less that is not a class
+ * header means l is not a method. Returns 1 with the name in out, else 0. */
+static int enclosing_class(const cp_v8_smap *m, uint32_t i, uint32_t l, char *out, size_t cap)
+{
+    if (i >= m->ncontents || !m->line_at_src || !m->line_at_src[i] || l >= m->nlines_src[i])
+        return 0;
+    const char *t;
+    int in = indent_of(m, i, l, &t);
+    if (in <= 0) return 0;
+    for (uint32_t k = l, steps = 0; k-- > 0 && steps < 5000; steps++) {
+        int ik = indent_of(m, i, k, &t);
+        if (ik < 0 || ik >= in) continue;
+        static const char *const mods[] = {"export ", "default ", "abstract ", "declare "};
+        for (int again = 1; again;) {
+            again = 0;
+            for (size_t q = 0; q < sizeof(mods) / sizeof(mods[0]); q++)
+                if (!strncmp(t, mods[q], strlen(mods[q]))) {
+                    t += strlen(mods[q]);
+                    while (*t == ' ')
+                        t++;
+                    again = 1;
+                }
+        }
+        if (strncmp(t, "class", 5) || (t[5] != ' ' && t[5] != '\t')) return 0;
+        t += 5;
+        while (*t == ' ' || *t == '\t')
+            t++;
+        size_t n = 0;
+        while (t[n] && (t[n] == '_' || t[n] == '$' || (t[n] >= 'a' && t[n] <= 'z') ||
+                        (t[n] >= 'A' && t[n] <= 'Z') || (n && t[n] >= '0' && t[n] <= '9')))
+            n++;
+        if (!n || n >= cap) return 0;
+        memcpy(out, t, n);
+        out[n] = 0;
+        return 1;
+    }
+    return 0;
+}
+
 int cp_v8_smap_create(const char *text, size_t len, cp_v8_smap **out, cp_err *err)
 {
     *out = NULL;
@@ -233,6 +320,10 @@ int cp_v8_smap_create(const char *text, size_t len, cp_v8_smap **out, cp_err *er
                          &m->nsources, err);
         if (!rc)
             rc = string_list(json_object_get(j, "names"), "", "names", &m->names, &m->nnames, err);
+        if (!rc)
+            rc = string_list(json_object_get(j, "sourcesContent"), "", "sourcesContent",
+                             &m->contents, &m->ncontents, err);
+        if (!rc) rc = index_lines(m);
         if (!rc) rc = decode_mappings(m, json_string_value(maps), json_string_length(maps), err);
     }
     if (rc) goto fail;
@@ -251,6 +342,13 @@ void cp_v8_smap_destroy(cp_v8_smap *m)
     for (uint32_t i = 0; i < m->nsources; i++)
         free(m->sources[i]);
     free(m->sources);
+    for (uint32_t i = 0; i < m->ncontents; i++) {
+        free(m->contents[i]);
+        if (m->line_at_src) free(m->line_at_src[i]);
+    }
+    free(m->contents);
+    free(m->line_at_src);
+    free(m->nlines_src);
     for (uint32_t i = 0; i < m->nnames; i++)
         free(m->names[i]);
     free(m->names);
@@ -276,6 +374,7 @@ int cp_v8_smap_lookup(const cp_v8_smap *m, uint32_t line, uint32_t column, cp_v8
     const seg *g = &m->segs[a - 1];
     if (g->src == NO_INDEX) return -1;
     out->source = m->sources[g->src];
+    out->source_index = g->src;
     out->name = g->name == NO_INDEX ? NULL : m->names[g->name];
     out->line = g->line;
     out->column = g->col;
@@ -306,6 +405,14 @@ int cp_v8_smap_apply(const cp_v8_smap *m, json_t *frame)
         cp_v8_smap_lookup(m, (uint32_t)line, (uint32_t)(col - (int64_t)fl), &before) == 0 &&
         before.gen_column == (uint32_t)(col - (int64_t)fl) && before.name)
         name = before.name;
+    /* a method reads as Class.method when the map holds its class's source */
+    char cls[128], qual[512];
+    const char *base = name ? name : fn;
+    if (base[0] && !strchr(base, '.') &&
+        enclosing_class(m, pos.source_index, pos.line, cls, sizeof(cls)) && strcmp(base, cls)) {
+        snprintf(qual, sizeof(qual), "%s.%.300s", cls, base);
+        name = qual;
+    }
     const char *keys[4] = {"url", "lineNumber", "columnNumber", "functionName"};
     json_t *v[4] = {json_string(pos.source), json_integer(pos.line), json_integer(pos.column),
                     name ? json_string(name) : NULL};

@@ -25,7 +25,8 @@ typedef struct cp_v8_smap_pos {
     const char *source;
     const char *name;
     uint32_t line, column;
-    uint32_t gen_column; /* the generated column where the matching segment starts */
+    uint32_t gen_column;   /* the generated column where the matching segment starts */
+    uint32_t source_index; /* of source in the map's sources */
 } cp_v8_smap_pos;
 
 /* Parses a source map's JSON text (len bytes, need not end in NUL). On success *out is a
@@ -46,8 +47,11 @@ int cp_v8_smap_lookup(const cp_v8_smap *m, uint32_t line, uint32_t column, cp_v8
  * CPU and heap profiles) through m: url becomes the original source, lineNumber and
  * columnNumber the original position, and functionName the original name when the map
  * names the identifier just before V8's function position (V8 puts a function at its
- * parameter list; minifiers map the renamed identifier before it). Returns 1 when the
- * frame was rewritten, 0 when m maps nothing there (frame untouched), CP_ENOMEM. */
+ * parameter list; minifiers map the renamed identifier before it). A method of a class in
+ * a source whose content the map holds (sourcesContent) reads as Class.name: the class is
+ * found by the source's layout, the nearest line above indented less when it is a class
+ * header. Returns 1 when the frame was rewritten, 0 when m maps nothing there (frame
+ * untouched), CP_ENOMEM. */
 int cp_v8_smap_apply(const cp_v8_smap *m, json_t *frame);
 
 /* Decodes a data: URL (`data:[MEDIA][;base64],DATA`, percent-encoding in DATA when not

@@ -19,4 +19,4 @@ fi
 cp "$here/ts/worker.ts" "$work/ts/worker.ts"
 cp "$here/typed.capnp" "$work/typed.capnp"
 (cd "$work" && node_modules/.bin/esbuild ts/worker.ts --bundle --minify --format=esm \
-  --sourcemap=inline --sources-content=false --log-level=warning --outfile=typed.js)
+  --sourcemap=inline --log-level=warning --outfile=typed.js)

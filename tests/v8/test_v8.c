@@ -547,6 +547,11 @@ TEST(workerd_typescript)
     CHECK(dobj > 0 && worker > 0);
     CHECK_EQ(mixed, 0);
     CHECK_EQ(wrong, 0);
+    /* the DO's method is named for its class (the map holds the TS source) */
+    int64_t named = sum_kind(&s, "cpu", "typed", "Counter.fetch", 1);
+    printf("Counter.fetch in all: %lld ns\n", (long long)named);
+    CHECK(named >= dobj);
+    CHECK(func_total(s.f[0].p, "Worker.fetch", 1) == 0);
     pset_free(&s);
 
     /* the lost windows: each logged with its isolate and window, the same count in
@@ -581,6 +586,23 @@ TEST(workerd_typescript)
     }
     printf("%s\n", top_out);
     CHECK(found);
+    /* the Durable Object class alone: focus on its methods */
+    const char *top_do[] = {"top",
+                            "--server",
+                            url,
+                            "--type",
+                            "cpu",
+                            "--select",
+                            "{service=\"tstest\",isolate=\"typed\"}",
+                            "--focus",
+                            "^Counter\\.",
+                            "--from",
+                            "-10m",
+                            NULL};
+    CHECK_EQ(cli(top_out, sizeof(top_out), top_do), 0);
+    printf("%s\n", top_out);
+    CHECK_CONTAINS(top_out, "counterWork");
+    CHECK(!strstr(top_out, "tsMain"));
     CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
     remove_dir();
 }

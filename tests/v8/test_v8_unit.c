@@ -227,6 +227,27 @@ TEST(source_map)
     json_decref(f);
     cp_v8_smap_destroy(m);
 
+    /* a class's method reads as Class.method when the map holds the source: esbuild's
+     * `class t{n=0;hit(r){...}}function e(n){...}` of cls.ts */
+    static const char cls_map[] =
+        "{\"version\":3,\"sources\":[\"cls.ts\"],\"sourcesContent\":[\"export class Room "
+        "{\\n  n = 0;\\n  hit(k: number): number {\\n    return this.n += k;\\n  }\\n}\\n"
+        "export function top(x: number) { return new Room().hit(x); }\\n\"],\"mappings\":"
+        "\"AAAO,MAAMA,CAAK,CAChB,EAAI,EACJ,IAAIC,EAAmB,CACrB,OAAO,KAAK,GAAKA,CACnB,CACF,CACO,"
+        "SAASC,EAAIC,EAAW,CAAE,OAAO,IAAIH,EAAK,EAAE,IAAIG,CAAC,CAAG\",\"names\":[\"Room\","
+        "\"k\",\"top\",\"x\"]}";
+    CHECK_EQ(cp_v8_smap_create(cls_map, strlen(cls_map), &m, &err), 0);
+    f = parse("{\"functionName\":\"hit\",\"url\":\"c.js\",\"lineNumber\":0,\"columnNumber\":15}");
+    CHECK_EQ(cp_v8_smap_apply(m, f), 1);
+    CHECK(!strcmp(json_string_value(json_object_get(f, "functionName")), "Room.hit"));
+    CHECK_EQ(json_integer_value(json_object_get(f, "lineNumber")), 2);
+    json_decref(f);
+    f = parse("{\"functionName\":\"e\",\"url\":\"c.js\",\"lineNumber\":0,\"columnNumber\":47}");
+    CHECK_EQ(cp_v8_smap_apply(m, f), 1);
+    CHECK(!strcmp(json_string_value(json_object_get(f, "functionName")), "top"));
+    json_decref(f);
+    cp_v8_smap_destroy(m);
+
     /* an inline map as esbuild writes it */
     cp_buf b = {0};
     CHECK_EQ(cp_v8_data_url_decode("data:application/json;base64,eyJ2ZXJzaW9uIjozfQ==", &b, &err),

@@ -1,6 +1,6 @@
 // Worker "typed", written in TypeScript, bundled and minified by esbuild with an inline
 // source map (tests/v8/install.sh). Per request tsMain and tsSide burn 3:1; a Durable
-// Object class Counter burns counterWork on each /do request.
+// Object class Counter (Counter.fetch via the map) burns counterWork on each /do.
 
 interface Env {
   COUNTER: DurableObjectNamespace;
