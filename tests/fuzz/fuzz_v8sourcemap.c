@@ -21,13 +21,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 (void)strlen(pos.source);
                 if (pos.name) (void)strlen(pos.name);
             }
-        json_t *f = json_pack("{s:s, s:s, s:i, s:i}", "functionName", "u", "url", "w.js",
-                              "lineNumber", 0, "columnNumber", 10);
-        if (!f) abort();
-        int rc = cp_v8_smap_apply(m, f);
-        if (rc < 0 && rc != CP_ENOMEM) abort();
-        if (!json_is_string(json_object_get(f, "url"))) abort();
-        json_decref(f);
+        /* frames at many positions: names, and classes read from sourcesContent */
+        for (int line = 0; line < 8; line++)
+            for (int col = 0; col < 96; col += 3) {
+                json_t *f = json_pack("{s:s, s:s, s:i, s:i}", "functionName", col % 2 ? "u" : "",
+                                      "url", "w.js", "lineNumber", line, "columnNumber", col);
+                if (!f) abort();
+                int rc = cp_v8_smap_apply(m, f);
+                if (rc < 0 && rc != CP_ENOMEM) abort();
+                if (!json_is_string(json_object_get(f, "url")) ||
+                    !json_is_string(json_object_get(f, "functionName")))
+                    abort();
+                json_decref(f);
+            }
         cp_v8_smap_destroy(m);
     } else if (m || !e.msg[0]) {
         abort();
