@@ -750,6 +750,13 @@ static void session_window(session *s, int last)
         }
     }
     s->dropped_windows += (uint64_t)lost;
+    if (last && !s->gone) {
+        /* leave the isolate as we found it, whatever the host does when the socket closes
+         * (V8 would disable them with the session) */
+        if (s->heap_on) (void)call(s, "HeapProfiler.stopSampling", NULL, NULL, NULL);
+        if (!S.o->no_source_maps) (void)call(s, "Debugger.disable", NULL, NULL, NULL);
+        if (S.o->cpu_interval_us > 0) (void)call(s, "Profiler.disable", NULL, NULL, NULL);
+    }
     s->window_start_ns = end;
 }
 
