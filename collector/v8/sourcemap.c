@@ -410,6 +410,10 @@ int cp_v8_smap_apply(const cp_v8_smap *m, json_t *frame)
     const char *base = name ? name : fn;
     if (base[0] && !strchr(base, '.') &&
         enclosing_class(m, pos.source_index, pos.line, cls, sizeof(cls)) && strcmp(base, cls)) {
+        /* V8 names a constructor after its (minified) class */
+        const char *t;
+        if (indent_of(m, pos.source_index, pos.line, &t) >= 0 && !strncmp(t, "constructor", 11))
+            base = "constructor";
         snprintf(qual, sizeof(qual), "%s.%.300s", cls, base);
         name = qual;
     }
