@@ -141,10 +141,13 @@ TEST(node_two_workers)
     printf("cpu windows: alpha %d, beta %d, main %d\n", n_alpha, n_beta, n_main);
     CHECK(n_alpha >= 2 && n_beta >= 2 && n_main >= 2);
     CHECK(comment >= n_alpha + n_beta + n_main);
+    /* 3:1 either way. V8's sampler charges a call's entry and exit unevenly (alpha reads
+     * 2.4-2.7, beta 3.5-3.9 in ten runs at load 5), so the band is wide; it still tells
+     * each worker's own mix from the other's (1:3) and from a merge of both (1:1). */
     double ra = ratio(&s, "alpha", "hotAlpha", "hotBeta");
     double rb = ratio(&s, "beta", "hotBeta", "hotAlpha");
-    CHECK(ra > 2.3 && ra < 4.0);
-    CHECK(rb > 2.3 && rb < 4.0);
+    CHECK(ra > 2.0 && ra < 4.5);
+    CHECK(rb > 2.0 && rb < 4.5);
     /* the main isolate runs neither */
     CHECK_EQ(sum_kind(&s, "cpu", "main", "hotAlpha", 0), 0);
     /* inuse: the table main built before the workers, by its builder, in its last window */
