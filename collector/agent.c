@@ -14,6 +14,7 @@
 #include "alloc.h"
 #include "capture.h"
 #include "config.h"
+#include "control.h"
 #include "exec.h"
 #include "fd.h"
 #include "guard.h"
@@ -95,8 +96,13 @@ static int publish(const char *tmp, const char *path)
 
 static void write_file(const cp_envelope *e)
 {
-    char iso[64], svc[64], path[1400], tmp[1410];
-    sanitize(iso, sizeof(iso), cp_labels_get(&e->labels, CP_LABEL_ISOLATE));
+    char iso[160], svc[64], path[1400], tmp[1410];
+    /* a capture's envelopes (own sequence): ISOLATE.capture-ID */
+    const char *capid = cp_labels_get(&e->labels, CP_CAPTURE_LABEL);
+    char isocap[160];
+    snprintf(isocap, sizeof(isocap), "%s%s%s", cp_labels_get(&e->labels, CP_LABEL_ISOLATE),
+             capid ? ".capture-" : "", capid ? capid : "");
+    sanitize(iso, sizeof(iso), isocap);
     sanitize(svc, sizeof(svc), cp_cfg.service);
     /* pprof files are gzip'd by convention; the envelope's payload may be raw */
     cp_buf gz = {0};
@@ -382,7 +388,7 @@ static void *agent_main(void *arg)
             transport_tick();
         }
         /* capture windows: every second, at a capture's end, and all of them at stop */
-        cp_capture_flush(A.instance, A.producer, stopping, emit, NULL);
+        cp_capture_flush(A.instance, A.producer, stopping || flushing, stopping, emit, NULL);
         if (flushing && !stopping) {
             /* the image ends (exec, _exit): what Kafka holds goes now, within the bound; if
              * an exec fails, transport_tick builds a new client */

@@ -396,14 +396,14 @@ static void free_slot(cap *k)
     C.live &= ~(1ULL << s);
 }
 
-void cp_capture_flush(const char *instance, const char *producer, int all, cp_emit_fn emit,
+void cp_capture_flush(const char *instance, const char *producer, int all, int end, cp_emit_fn emit,
                       void *arg)
 {
     g_instance = instance;
     if (!C.used) return;
     snprintf(C.producer, sizeof(C.producer), "%s/capture", producer);
     int64_t now = cp_now_ns();
-    if (all)
+    if (end)
         for (int i = 0; i < CP_CAPTURE_SLOTS; i++)
             if (C.c[i].used) end_capture(&C.c[i]);
     /* allocation captures: the boosted buckets are taken once for all of them */
@@ -411,7 +411,7 @@ void cp_capture_flush(const char *instance, const char *producer, int all, cp_em
     for (int i = 0; i < CP_CAPTURE_SLOTS; i++) {
         cap *k = &C.c[i];
         if (k->used && k->c.kind == CP_KIND_ALLOC &&
-            (k->ending || now - k->win_start >= CP_CAPTURE_WINDOW_NS))
+            (all || k->ending || now - k->win_start >= CP_CAPTURE_WINDOW_NS))
             alloc_due = 1;
     }
     cp_alloc_bucket *b = NULL, *mine = NULL;
@@ -429,7 +429,7 @@ void cp_capture_flush(const char *instance, const char *producer, int all, cp_em
     for (int i = 0; i < CP_CAPTURE_SLOTS; i++) {
         cap *k = &C.c[i];
         if (!k->used) continue;
-        int due = k->ending || now - k->win_start >= CP_CAPTURE_WINDOW_NS;
+        int due = all || k->ending || now - k->win_start >= CP_CAPTURE_WINDOW_NS;
         if (k->c.kind == CP_KIND_ALLOC) due = alloc_due;
         if (!due) continue;
         char engine[256];

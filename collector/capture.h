@@ -44,10 +44,11 @@ static inline int cp_capture_routes(const cp_thread *t, const cp_sample_rec *r)
 }
 
 /* After the drain: emits the capture windows that are due (CP_CAPTURE_WINDOW_NS) and the
- * last ones of ended captures (all = 1: every capture's, and they end: the agent stops).
- * instance and producer are the agent's; capture envelopes carry producer + "/capture"
- * and their own sequence, so the always-on envelopes are not renumbered. */
-void cp_capture_flush(const char *instance, const char *producer, int all, cp_emit_fn emit,
+ * last ones of ended captures; all = 1: every capture's window now (the image ends: exec,
+ * _exit); end = 1: and every capture ends (the agent stops). instance and producer are the
+ * agent's; capture envelopes carry producer + "/capture" and their own sequence, so the
+ * always-on envelopes are not renumbered. */
+void cp_capture_flush(const char *instance, const char *producer, int all, int end, cp_emit_fn emit,
                       void *arg);
 
 /* The control topic's counts since start (errors, messages ignored: undecodable, other

@@ -69,6 +69,8 @@ typedef struct cpu_table {
  * count = samples and periods = nanoseconds, flushed every capture window. */
 static cpu_table cpu;
 static cpu_table capcpu[CP_CAPTURE_SLOTS];
+#define CAPTURE_MAX_ENTRIES 8192u
+#define CAPTURE_MAX_TOTAL 32768u /* slots, over every capture's table */
 
 static uint64_t stack_hash(const iso_key *k, const uint64_t *pcs, uint32_t n)
 {
@@ -97,7 +99,7 @@ static int cpu_grow(cpu_table *t)
 
 /* Adds a sample (count 1, periods as given) to table t. */
 static void cpu_add(cpu_table *t, const cp_sample_rec *r, const char *thread, uint64_t count,
-                    uint64_t periods)
+                    uint64_t periods, uint32_t max_entries)
 {
     iso_key k = {.iso = r->isolate};
     if (!k.iso) {
@@ -105,7 +107,7 @@ static void cpu_add(cpu_table *t, const cp_sample_rec *r, const char *thread, ui
         memcpy(k.thread, thread, n);
     }
     uint64_t h = stack_hash(&k, r->pcs, r->nframes);
-    if (t->n * 2 >= t->cap && t->n < CPU_MAX_ENTRIES) cpu_grow(t);
+    if (t->n * 2 >= t->cap && t->n < max_entries) cpu_grow(t);
     if (!t->cap) {
         t->dropped += count;
         return;
@@ -143,14 +145,20 @@ static void cpu_add(cpu_table *t, const cp_sample_rec *r, const char *thread, ui
 
 void cp_window_add_cpu(const cp_sample_rec *r, const char *thread)
 {
-    cpu_add(&cpu, r, thread, 1, r->weight);
+    cpu_add(&cpu, r, thread, 1, r->weight, CPU_MAX_ENTRIES);
 }
 
 void cp_window_add_capture_cpu(unsigned slot, const cp_sample_rec *r, const char *thread,
                                int64_t ns)
 {
-    if (slot < CP_CAPTURE_SLOTS)
-        cpu_add(&capcpu[slot], r, thread, r->weight ? r->weight : 1, (uint64_t)ns);
+    if (slot >= CP_CAPTURE_SLOTS) return;
+    /* bounded: CAPTURE_MAX_ENTRIES stacks a capture window, all captures' tables together
+     * CAPTURE_MAX_TOTAL (past them samples are dropped, counted in the envelopes) */
+    uint32_t total = 0;
+    for (unsigned i = 0; i < CP_CAPTURE_SLOTS; i++)
+        total += capcpu[i].cap;
+    uint32_t max = total >= CAPTURE_MAX_TOTAL ? capcpu[slot].n : CAPTURE_MAX_ENTRIES;
+    cpu_add(&capcpu[slot], r, thread, r->weight ? r->weight : 1, (uint64_t)ns, max);
 }
 
 static void cpu_table_clear(cpu_table *t)
@@ -1244,7 +1252,8 @@ int cp_window_finish_capture(unsigned slot, const cp_capture_window *w, cp_emit_
                         .end_ns = w->end_ns,
                         .instance = w->instance,
                         .producer_id = w->producer_id,
-                        .sequence = w->sequence};
+                        .sequence = w->sequence,
+                        .dropped_samples = t->dropped};
     int rc = 0;
     for (uint32_t ii = 0; ii < isos.n; ii++) {
         const iso_key *k = &isos.k[ii];

@@ -35,6 +35,9 @@ static void die(const char *what)
     exit(1);
 }
 
+/* cpcap cpu SECS under the agent, or with idle set, /bin/sleep SECS (the agent alone). */
+static int idle;
+
 static pid_t spawn(const char *lib, const char *cpcap, const char *boot, const char *secs,
                    const char *captures)
 {
@@ -47,7 +50,10 @@ static pid_t spawn(const char *lib, const char *cpcap, const char *boot, const c
         setenv("CONTPROF_SERVICE", "capbench", 1);
         setenv("CONTPROF_CAPTURES", captures, 1);
         unsetenv("CONTPROF_OUTPUT_DIR");
-        execl(cpcap, cpcap, "cpu", secs, (char *)NULL);
+        if (idle)
+            execl("/bin/sleep", "sleep", secs, (char *)NULL);
+        else
+            execl(cpcap, cpcap, "cpu", secs, (char *)NULL);
         _exit(127);
     }
     return pid;
@@ -57,6 +63,44 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* The agent alone (/bin/sleep) for a short and a long run: the difference of the added CPU
+ * over the difference of the durations is watching's steady cost per second, the rest its
+ * start (a second librdkafka handle). */
+static double idle_added(const char *lib, const char *boot, int pairs, const char *secs)
+{
+    double *d = calloc((size_t)pairs, sizeof(double));
+    for (int i = 0; i < pairs; i++) {
+        double cpu[2];
+        for (int v = 0; v < 2; v++) {
+            int watch = (v + i) % 2;
+            pid_t pid = spawn(lib, NULL, boot, secs, watch ? "1" : "0");
+            int st;
+            struct rusage ru;
+            if (wait4(pid, &st, 0, &ru) != pid || !WIFEXITED(st) || WEXITSTATUS(st))
+                die("sleep failed");
+            cpu[watch] = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
+                         ru.ru_stime.tv_usec / 1e6;
+        }
+        d[i] = cpu[1] - cpu[0];
+        fprintf(stderr, "sleep %s: watching adds %.2f ms\n", secs, d[i] * 1e3);
+    }
+    qsort(d, (size_t)pairs, sizeof(double), cmp_double);
+    double m = d[pairs / 2];
+    free(d);
+    return m;
+}
+
+static int idle_cost(const char *lib, const char *boot, int pairs)
+{
+    idle = 1;
+    double s = idle_added(lib, boot, pairs, "1"), l = idle_added(lib, boot, pairs, "11");
+    double per_s = (l - s) / 10;
+    printf("watch_start_cpu_ms | %.2f\n", (s - per_s) * 1e3);
+    printf("watch_idle_cpu_percent_of_a_core | %.4f | 0.05 | %s\n", per_s * 100,
+           per_s * 100 <= 0.05 ? "ok" : "over");
+    return 0;
 }
 
 static int cost(const char *lib, const char *cpcap, const char *boot, int pairs, const char *secs)
@@ -187,7 +231,8 @@ static int latency(const char *lib, const char *cpcap, const char *boot, int n)
 int main(int argc, char **argv)
 {
     if (argc < 5) {
-        fprintf(stderr, "usage: capbench cost LIB CPCAP PAIRS SECS | latency LIB CPCAP N\n");
+        fprintf(stderr, "usage: capbench cost LIB CPCAP PAIRS SECS | idle LIB CPCAP PAIRS | "
+                        "latency LIB CPCAP N\n");
         return 2;
     }
     char err[256];
@@ -199,7 +244,8 @@ int main(int argc, char **argv)
     rd_kafka_mock_topic_create(mc, "contprof.profiles", 4, 1);
     rd_kafka_mock_topic_create(mc, CP_TOPIC_CONTROL, 1, 1);
     const char *boot = rd_kafka_mock_cluster_bootstraps(mc);
-    int rc = !strcmp(argv[1], "cost") && argc >= 6
+    int rc = !strcmp(argv[1], "idle") ? idle_cost(argv[2], boot, atoi(argv[4]))
+             : !strcmp(argv[1], "cost") && argc >= 6
                  ? cost(argv[2], argv[3], boot, atoi(argv[4]), argv[5])
              : !strcmp(argv[1], "latency") ? latency(argv[2], argv[3], boot, atoi(argv[4]))
                                            : 2;

@@ -416,6 +416,32 @@ TEST(capture_heard_while_running_and_cancelled)
     rd_kafka_destroy(host);
 }
 
+/* A capture of 1.5 s written as the process starts ends at its end_ns: alpha is back at
+ * the agent's rate after it, and the capture holds at most ~1.5 s of alpha's CPU. */
+TEST(capture_ends_at_its_end)
+{
+    rd_kafka_t *host = mock_host();
+    rd_kafka_mock_cluster_t *mc = mock_cluster(host, 1);
+    const char *boot = rd_kafka_mock_cluster_bootstraps(mc);
+    cp_capture c = cpu_capture("short", "{isolate=\"alpha\"}", 1000, 1.5);
+    send_capture(boot, &c, NULL);
+    proc pa = start(boot, "a", "cpu", "4", NULL, NULL);
+    truth ta = finish(pa);
+    collect(boot);
+    int64_t cs, cv, on;
+    int cn;
+    totals("a", "alpha", CP_KIND_CPU, "short", &cs, &cv, &cn);
+    double ra = always_on_rate("a", "alpha", &on);
+    printf("short capture: %d envelopes, %.3f CPU-s at %.0f/s; alpha always-on %.3f s of %.3f "
+           "(%.0f/s)\n",
+           cn, cv / 1e9, cv > 0 ? cs / (cv / 1e9) : 0, on / 1e9, ta.alpha_cpu / 1e9, ra);
+    CHECK(cn >= 1);
+    CHECK(cv > 0 && cv < 1600000000LL);
+    CHECK(fabs((double)on - (double)ta.alpha_cpu) < 0.12 * (double)ta.alpha_cpu);
+    rd_kafka_mock_cluster_destroy(mc);
+    rd_kafka_destroy(host);
+}
+
 /* An allocation capture: alpha's allocations are sampled every 32 KiB on average instead of
  * 512 KiB; the always-on alloc totals stay unbiased. */
 TEST(alloc_capture_raises_the_allocation_rate)
@@ -492,6 +518,60 @@ TEST(api_isolate_capture)
     rd_kafka_destroy(host);
 }
 
+/* A host that takes SIGPROF itself (a handler and ITIMER_PROF, or a POSIX timer on it)
+ * while a 1 kHz capture of all its threads runs: the agent moves aside with its boosted
+ * events, the host gets only its own signals (cph exits 1.. otherwise), the capture goes on. */
+static void host_sigprof_case(const char *how)
+{
+    rd_kafka_t *host = mock_host();
+    rd_kafka_mock_cluster_t *mc = mock_cluster(host, 1);
+    const char *boot = rd_kafka_mock_cluster_bootstraps(mc);
+    cp_capture c = cpu_capture("all-1khz", "{service=\"capsvc\"}", 1000, 120);
+    send_capture(boot, &c, NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        dup2(null, 2);
+        setenv("LD_PRELOAD", CP_LIB, 1);
+        setenv("CONTPROF_BROKERS", boot, 1);
+        setenv("CONTPROF_WINDOW", "1s", 1);
+        setenv("CONTPROF_SERVICE", "capsvc", 1);
+        setenv("CONTPROF_LABELS", "proc=h", 1);
+        unsetenv("CONTPROF_OUTPUT_DIR");
+        execl(CPH, CPH, "sigprof", how, "3", (char *)NULL);
+        _exit(127);
+    }
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    collect(boot);
+    int64_t cs = 0, cv = 0;
+    for (int i = 0; i < NR; i++)
+        if (!strcmp(R[i].capture, "all-1khz") && R[i].kind == CP_KIND_CPU) {
+            cs += R[i].samples;
+            cv += R[i].value;
+        }
+    printf("host sigprof (%s): exit %d; capture %lld samples over %.3f CPU-s = %.0f/s\n", how,
+           WIFEXITED(st) ? WEXITSTATUS(st) : -1, (long long)cs, cv / 1e9,
+           cv > 0 ? cs / (cv / 1e9) : 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0); /* no foreign signal reached the host */
+    CHECK(cv > 1000000000LL);
+    CHECK(cs / (cv / 1e9) > 700 && cs / (cv / 1e9) < 1100);
+    rd_kafka_mock_cluster_destroy(mc);
+    rd_kafka_destroy(host);
+}
+
+TEST(host_sigprof_itimer_during_capture)
+{
+    host_sigprof_case("sigaction");
+}
+
+TEST(host_sigprof_timer_during_capture)
+{
+    host_sigprof_case("timer");
+}
+
 /* No control topic on the cluster, then CONTPROF_CAPTURES=0: the program runs and its
  * windows arrive as ever. */
 TEST(missing_control_topic_and_captures_off)
@@ -518,5 +598,6 @@ TEST(missing_control_topic_and_captures_off)
 
 TEST_MAIN(T(cpu_capture_boosts_only_the_matched_isolate),
           T(captures_not_for_this_agent_do_not_boost), T(capture_heard_while_running_and_cancelled),
-          T(alloc_capture_raises_the_allocation_rate), T(api_isolate_capture),
-          T(missing_control_topic_and_captures_off))
+          T(capture_ends_at_its_end), T(alloc_capture_raises_the_allocation_rate),
+          T(api_isolate_capture), T(host_sigprof_itimer_during_capture),
+          T(host_sigprof_timer_during_capture), T(missing_control_topic_and_captures_off))
