@@ -357,6 +357,7 @@ static void *agent_main(void *arg)
             cp_threads_refresh_names();
             next_names = now + 1000000000;
         }
+        if (!empty) cp_window_label_threads();
         drain();
         cp_threads_reap();
         if (!empty) transport_tick();
