@@ -953,6 +953,16 @@ static int emit_profile(cp_profile *p, int kind, const iso_key *k, const cp_wind
         if (cp_profile_intern_cstr(p, comment, &cid) || cp_vec_push(&p->comments, cid))
             return CP_ENOMEM;
     }
+    uint64_t dm_cut, dm_failed;
+    cp_demangle_counts(&dm_cut, &dm_failed);
+    if (dm_cut || dm_failed) {
+        /* C++ names libiberty could read only without their requires-clause, or not at all
+         * (left mangled) so far (model/demangle.h) */
+        snprintf(comment, sizeof(comment), "demangled_without_requires=%llu mangled_left=%llu",
+                 (unsigned long long)dm_cut, (unsigned long long)dm_failed);
+        if (cp_profile_intern_cstr(p, comment, &cid) || cp_vec_push(&p->comments, cid))
+            return CP_ENOMEM;
+    }
     if (syms.over_budget) {
         /* pcs the window's symbolization budget left as addresses so far (named by a later
          * window, or by the server from the mappings' build ids) */
