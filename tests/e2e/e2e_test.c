@@ -722,16 +722,32 @@ static int64_t cpu_total_when_stored(int port, const char *sel, int64_t from, in
     return got;
 }
 
+/* A test's working directory (dir: a mkdtemp template) and its contprofd; url and cbin get
+ * the daemon's URL and the contprof CLI's path. */
+static void start_in_tmp(char *dir, const char *what, daemon_t *d, char url[64], char cbin[512])
+{
+    CHECK(mkdtemp(dir));
+    fprintf(stderr, "%s: working in %s\n", what, dir);
+    daemon_start(d, dir, NULL);
+    snprintf(url, 64, "http://127.0.0.1:%d", d->port);
+    snprintf(cbin, 512, "%s/query/contprof", bindir());
+}
+
+/* Stops the daemon (SIGTERM, exit 0 within 60 s) and removes dir. */
+static void finish_in_tmp(daemon_t *d, const char *dir)
+{
+    kill(d->pid, SIGTERM);
+    CHECK_EQ(wait_exit(d->pid, 60), 0);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 TEST(fleet_of_one_stripped_binary_merges)
 {
-    char dir[] = "/tmp/contprof-fleet-XXXXXX";
-    CHECK(mkdtemp(dir));
-    fprintf(stderr, "fleet: working in %s\n", dir);
+    char dir[] = "/tmp/contprof-fleet-XXXXXX", url[64], cbin[512], wbin[512];
     daemon_t d = {0};
-    daemon_start(&d, dir, NULL);
-    char url[64], cbin[512], wbin[512];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", d.port);
-    snprintf(cbin, sizeof cbin, "%s/query/contprof", bindir());
+    start_in_tmp(dir, "fleet", &d, url, cbin);
     snprintf(wbin, sizeof wbin, "%s/tests/e2e/fleet_work", bindir());
 
     /* the binary is stripped: no symbol table, nothing to name its functions by */
@@ -978,7 +994,7 @@ static int fn_cpu_by_self(const void *a, const void *b)
 }
 
 /* Fills f[0..p->functions.n) (name order of the profile) and returns the CPU of samples
- * whose leaf has no name (a bare address). */
+ * whose leaf is a bare address (no name, no mapping: not even module+offset). */
 static int64_t function_cpu(const cp_profile *p, fn_cpu *f)
 {
     int t = cp_profile_find_type(p, "cpu");
@@ -994,7 +1010,7 @@ static int64_t function_cpu(const cp_profile *p, fn_cpu *f)
         memset(seen, 0, p->functions.n + 1);
         for (uint32_t j = 0; j < s->nlocs; j++) {
             const cp_location *l = &p->locations.v[p->stack.v[s->loc_off + j] - 1];
-            if (!l->nlines && j == 0) bare += v;
+            if (!l->nlines && !l->mapping_id && j == 0) bare += v;
             for (uint32_t k = 0; k < l->nlines; k++) {
                 uint32_t fid = p->lines.v[l->line_off + k].function_id;
                 if (!fid) continue;
@@ -1028,11 +1044,11 @@ static int64_t truth_isolate_cpu(const truth *t, const char *iso, int64_t from, 
  * location per JS frame, totals summed), and the Durable Object's method shows. */
 TEST(workerd_fleet_js_frames_through_contprofd)
 {
-    char dir[] = "/tmp/contprof-workerd-XXXXXX";
-    CHECK(mkdtemp(dir));
-    fprintf(stderr, "workerd: working in %s\n", dir);
+    char dir[] = "/tmp/contprof-workerd-XXXXXX", url[64], cbin[512];
+    daemon_t d = {0};
+    start_in_tmp(dir, "workerd", &d, url, cbin);
     const char *src = getenv("CP_SOURCE_DIR") ? getenv("CP_SOURCE_DIR") : ".";
-    char cmd[2048], wbin[600] = "", script[600], cbin[512];
+    char cmd[2048], wbin[600] = "", script[600];
     snprintf(cmd, sizeof cmd, "sh %s/tests/collector/workerd/install.sh %s/tests/collector/workerd",
              src, bindir());
     FILE *f = popen(cmd, "r");
@@ -1041,11 +1057,6 @@ TEST(workerd_fleet_js_frames_through_contprofd)
     CHECK(pclose(f) == 0);
     wbin[strcspn(wbin, "\n")] = 0;
     snprintf(script, sizeof script, "%s/tests/collector/workerd/run.sh", src);
-    snprintf(cbin, sizeof cbin, "%s/query/contprof", bindir());
-    daemon_t d = {0};
-    daemon_start(&d, dir, NULL);
-    char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", d.port);
 
     /* two processes of one config (the port given on the command line) at once; sampled at
      * 1 kHz, so that the ratio below rests on hundreds of samples */
@@ -1138,12 +1149,133 @@ TEST(workerd_fleet_js_frames_through_contprofd)
     CHECK_EQ(value_under(m, "cpu", "weighThree"), per[0] + per[1]);
     free(fc);
     cp_profile_destroy(m);
-    kill(d.pid, SIGTERM);
-    CHECK_EQ(wait_exit(d.pid, 60), 0);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    finish_in_tmp(&d, dir);
+}
+
+/* ---- Rust: names demangled on the agent's side and on the server's -------------------- */
+
+/* Names of functions with CPU in p that are still mangled (C++ _Z, Rust _R), printed. */
+static int mangled_with_cpu(const cp_profile *p)
+{
+    fn_cpu *fc = calloc(p->functions.n + 1, sizeof *fc);
+    CHECK(fc);
+    function_cpu(p, fc);
+    int n = 0;
+    for (uint32_t i = 0; i < p->functions.n; i++)
+        if (fc[i].total > 0 && (!strncmp(fc[i].name, "_Z", 2) || !strncmp(fc[i].name, "_R", 2))) {
+            fprintf(stderr, "still mangled: %s\n", fc[i].name);
+            n++;
+        }
+    free(fc);
+    return n;
+}
+
+/* A small Rust program (rsburn.rs, built by rustc with legacy and with v0 mangling) under
+ * the agent to contprofd, naming by the agent and with --symbolize server (its binary
+ * uploaded): rsburn::hot_three and rsburn::hot_one demangled on both sides, the same names
+ * from both manglings. And Debian's ripgrep (a Rust program, shipped stripped: its own
+ * frames can only read rg+0x...) with --symbolize server: no mangled name, bare addresses
+ * ≤ 1% of CPU, libpcre2 (uploaded) named. */
+TEST(rust_names_demangled_on_both_sides)
+{
+    char dir[] = "/tmp/contprof-rust-XXXXXX", url[64], cbin[512], cmd[4096];
+    daemon_t d = {0};
+    start_in_tmp(dir, "rust", &d, url, cbin);
+    /* ripgrep's input: 85 MB of text, searched with a backreference (PCRE2) for > 1 s */
+    char text[600];
+    snprintf(text, sizeof text, "%s/text", dir);
+    snprintf(cmd, sizeof cmd,
+             "for i in $(seq 1 2400); do cat /usr/share/common-licenses/GPL-3; done > %s", text);
     CHECK(system(cmd) == 0);
+
+    static const char *const kinds[] = {"legacy", "v0"};
+    struct {
+        char service[32], bin[600], files[600];
+        int server;
+    } runs[5];
+    int nr = 0;
+    for (int k = 0; k < 2; k++)
+        for (int server = 0; server < 2; server++, nr++) {
+            snprintf(runs[nr].service, sizeof runs[nr].service, "rs-%s-%s", kinds[k],
+                     server ? "server" : "agent");
+            snprintf(runs[nr].bin, sizeof runs[nr].bin, "%s/tests/e2e/rsburn_%s", bindir(),
+                     kinds[k]);
+            runs[nr].server = server;
+        }
+    snprintf(runs[nr].service, sizeof runs[nr].service, "rg");
+    snprintf(runs[nr].bin, sizeof runs[nr].bin, "%s", CP_RG);
+    runs[nr++].server = 1;
+    pid_t pid[5];
+    for (int i = 0; i < nr; i++) {
+        char log[700];
+        snprintf(runs[i].files, sizeof runs[i].files, "%s/windows-%s", dir, runs[i].service);
+        snprintf(log, sizeof log, "%s/%s.log", dir, runs[i].service);
+        const char *rs[] = {runs[i].bin, "3", NULL};
+        const char *rg[] = {runs[i].bin, "-j1", "--pcre2", "-c", "(\\w+)\\s+\\w*\\1", text, NULL};
+        const char *const *prog = i == nr - 1 ? rg : rs;
+        const char *argv[24] = {cbin,          "run",         "--server",
+                                url,           "--service",   runs[i].service,
+                                "--window",    "1s",          "--output-dir",
+                                runs[i].files, "--symbolize", runs[i].server ? "server" : "agent",
+                                "--"};
+        int a = 13;
+        for (int j = 0; prog[j]; j++)
+            argv[a++] = prog[j];
+        argv[a] = NULL;
+        pid[i] = spawn(argv, log);
+        CHECK_EQ(wait_exit(pid[i], 120), 0); /* one at a time: each burns a core */
+    }
+    /* the unstripped Rust builds and ripgrep's libpcre2 uploaded (Debian's rg is stripped:
+     * the server refuses it) */
+    char lib[512] = "";
+    snprintf(cmd, sizeof cmd, "ldd %s | awk '/libpcre2-8/ {print $3}'", CP_RG);
+    FILE *f = popen(cmd, "r");
+    CHECK(f && fgets(lib, sizeof lib, f));
+    pclose(f);
+    lib[strcspn(lib, "\n")] = 0;
+    snprintf(cmd, sizeof cmd,
+             "%s symbols upload --server %s %s/tests/e2e/rsburn_legacy %s/tests/e2e/rsburn_v0 %s",
+             cbin, url, bindir(), bindir(), lib);
+    CHECK(system(cmd) == 0);
+
+    for (int i = 0; i < nr; i++) {
+        truth t;
+        truth_load(&t, runs[i].files);
+        CHECK(t.n > 0);
+        int64_t s0, want;
+        truth_sum(&t, CP_KIND_CPU, t.first_start, t.last_end, &s0, &want);
+        char sel[96];
+        snprintf(sel, sizeof sel, "{service=\"%.31s\"}", runs[i].service);
+        CHECK_EQ(cpu_total_when_stored(d.port, sel, t.first_start, t.last_end, want), want);
+        cp_profile *p = query(d.port, "cpu", sel, t.first_start, t.last_end, NULL);
+        fn_cpu *fc = calloc(p->functions.n + 1, sizeof *fc);
+        CHECK(fc);
+        int64_t bare = function_cpu(p, fc);
+        free(fc);
+        fprintf(stderr, "rust: %s: cpu %lld ns, bare %lld\n", runs[i].service, (long long)want,
+                (long long)bare);
+        CHECK_EQ(mangled_with_cpu(p), 0);
+        CHECK(bare * 100 <= want);
+        if (i < nr - 1) {
+            int64_t three = value_under(p, "cpu", "rsburn::hot_three"),
+                    one = value_under(p, "cpu", "rsburn::hot_one");
+            fprintf(stderr, "rust: %s: rsburn::hot_three %lld, rsburn::hot_one %lld\n",
+                    runs[i].service, (long long)three, (long long)one);
+            CHECK(one > 0);
+            CHECK(three > one);
+        } else {
+            int64_t pcre = value_under(p, "cpu", "pcre2_match_8");
+            fprintf(stderr, "rust: rg: pcre2_match_8 %lld of %lld ns\n", (long long)pcre,
+                    (long long)want);
+            CHECK(want >= SEC / 2);
+            CHECK(pcre > 0);
+        }
+        cp_profile_destroy(p);
+        free(t.w);
+    }
+    finish_in_tmp(&d, dir);
 }
 
 TEST_MAIN(T(demo_through_the_whole_pipeline), T(rerun_with_the_embedded_broker_loses_nothing),
           T(fleet_of_one_stripped_binary_merges), T(agent_signs_for_its_tenant),
-          T(workerd_fleet_js_frames_through_contprofd))
+          T(workerd_fleet_js_frames_through_contprofd), T(rust_names_demangled_on_both_sides))
