@@ -467,7 +467,7 @@ static void slot_init(cp_thread *t, pid_t tid)
     atomic_store(&t->start_fn, 0);
     t->start_arg = 0;
     atomic_store(&t->labelled, 0);
-    t->start_checked = 0;
+    atomic_store(&t->start_checked, 0);
     atomic_store(&t->iso_depth, 0);
     atomic_store(&t->head, 0);
     atomic_store(&t->tail, 0);

@@ -42,7 +42,7 @@ typedef struct cp_thread {
     _Atomic uintptr_t start_fn;
     uintptr_t start_arg;
     atomic_int labelled;
-    int start_checked;
+    atomic_int start_checked;
     uint32_t iso_stack[16]; /* explicit isolates entered, innermost last */
     atomic_uint iso_depth;
     atomic_uint head; /* written by the thread (handler or safepoint) */

@@ -828,10 +828,10 @@ void cp_window_label_threads(void)
     unsigned n = atomic_load(&cp_threads_hwm);
     for (unsigned i = 0; i < n && i < CP_MAX_THREADS; i++) {
         cp_thread *t = atomic_load(&cp_threads[i]);
-        if (!t || atomic_load(&t->state) != CP_T_LIVE || t->start_checked) continue;
+        if (!t || atomic_load(&t->state) != CP_T_LIVE || atomic_load(&t->start_checked)) continue;
         uintptr_t fn = atomic_load_explicit(&t->start_fn, memory_order_acquire);
         if (!fn) continue;
-        t->start_checked = 1;
+        atomic_store(&t->start_checked, 1);
         if (!is_worker_start(mods, fn)) continue;
         char label[16];
         int rc = cp_nodeworker_label(t->start_arg, label);
