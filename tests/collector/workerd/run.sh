@@ -28,6 +28,7 @@ const w :Workerd.Worker = (
 );
 CAPNP
 # in tmp: V8's log files (isolate-*-v8.log, written with the perf map) go away with it
+: > "$tmp/log"
 (cd "$tmp" && exec "$bin" serve "$tmp/config.capnp" -s "http=127.0.0.1:$2" > "$tmp/log" 2>&1) &
 pid=$!
 i=0
