@@ -372,6 +372,7 @@ static void *agent_main(void *arg)
             cp_threads_refresh_names();
             next_names = now + 1000000000;
         }
+        if (!empty) cp_window_label_threads();
         if (!stopping && !flushing) cp_capture_update(A.brokers);
         drain();
         cp_threads_reap();

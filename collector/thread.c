@@ -561,6 +561,10 @@ static void slot_init(cp_thread *t, pid_t tid)
     t->stack_lo = t->stack_hi = 0;
     t->own_tls = 0;
     t->name[0] = 0;
+    atomic_store(&t->start_fn, 0);
+    t->start_arg = 0;
+    atomic_store(&t->labelled, 0);
+    atomic_store(&t->start_checked, 0);
     atomic_store(&t->iso_depth, 0);
     atomic_store(&t->head, 0);
     atomic_store(&t->tail, 0);
@@ -622,7 +626,7 @@ static void thread_exit(void *arg)
         ring_push(t, &t->pend);
         atomic_store(&t->pending, 0);
     }
-    prctl(PR_GET_NAME, t->name, 0, 0, 0);
+    if (!atomic_load(&t->labelled)) prctl(PR_GET_NAME, t->name, 0, 0, 0);
     cp_self = NULL;
     atomic_store(&t->state, CP_T_DEAD);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -653,7 +657,7 @@ void cp_threads_refresh_names(void)
     char path[64], buf[32];
     for (unsigned i = 0; i < n && i < CP_MAX_THREADS; i++) {
         cp_thread *t = atomic_load(&cp_threads[i]);
-        if (!t || atomic_load(&t->state) != CP_T_LIVE) continue;
+        if (!t || atomic_load(&t->state) != CP_T_LIVE || atomic_load(&t->labelled)) continue;
         snprintf(path, sizeof(path), "/proc/self/task/%d/comm", (int)t->tid);
         int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0) {
@@ -671,6 +675,12 @@ void cp_threads_refresh_names(void)
         buf[strcspn(buf, "\n")] = 0;
         if (strncmp(buf, t->name, 16) != 0) set_name(t->name, buf);
     }
+}
+
+void cp_thread_set_label(cp_thread *t, const char *label)
+{
+    set_name(t->name, label);
+    atomic_store(&t->labelled, 1);
 }
 
 static void check_sampling(void);
@@ -1152,10 +1162,15 @@ static void *start_thunk(void *p)
 {
     start_arg sa = *(start_arg *)p;
     cp_real_free(p);
-    if (sa.agent)
+    if (sa.agent) {
         cp_guard_agent_thread_begin(0);
-    else
-        cp_thread_register_self();
+    } else {
+        cp_thread *t = cp_thread_register_self();
+        if (t) {
+            t->start_arg = (uintptr_t)sa.arg;
+            atomic_store_explicit(&t->start_fn, (uintptr_t)sa.fn, memory_order_release);
+        }
+    }
     return sa.fn(sa.arg);
 }
 
@@ -1230,7 +1245,7 @@ CONTPROF_EXTERN int pthread_setname_np(pthread_t th, const char *name)
         for (unsigned i = 0; i < n && i < CP_MAX_THREADS; i++) {
             cp_thread *t = atomic_load(&cp_threads[i]);
             if (t && t->own_tls && pthread_equal(t->self, th) &&
-                atomic_load(&t->state) == CP_T_LIVE)
+                atomic_load(&t->state) == CP_T_LIVE && !atomic_load(&t->labelled))
                 set_name(t->name, name);
         }
     }

@@ -55,6 +55,13 @@ typedef struct cp_thread {
      * read by the allocation hooks; set by the agent thread. */
     _Atomic int64_t alloc_boost;
     char name[16];
+    /* The start routine and argument the thread was created with (0: not seen), for the
+     * agent to recognize Node's worker threads; labelled: name holds the agent's label for
+     * it, which thread names no longer replace. start_checked is the agent's. */
+    _Atomic uintptr_t start_fn;
+    uintptr_t start_arg;
+    atomic_int labelled;
+    atomic_int start_checked;
     uint32_t iso_stack[16]; /* explicit isolates entered, innermost last */
     atomic_uint iso_depth;
     atomic_uint head; /* written by the thread (handler or safepoint) */
@@ -107,8 +114,11 @@ void cp_threads_reap(void);
  * them. Returns the period now in effect for t (0 if CPU sampling is off or t is not live)
  * and sets *perf to whether a perf event runs it. Not async-signal-safe; agent thread. */
 int64_t cp_thread_boost(cp_thread *t, int64_t period_ns, int *perf);
-/* Agent: refreshes thread names from /proc/self/task/TID/comm. */
+/* Agent: refreshes thread names from /proc/self/task/TID/comm (not of labelled threads). */
 void cp_threads_refresh_names(void);
+/* Agent: names t's isolate label (≤ 15 bytes), kept over the thread's own name from now on
+ * (nodeworker.h). */
+void cp_thread_set_label(cp_thread *t, const char *label);
 /* After fork in the child: only the calling thread survives. */
 void cp_threads_after_fork_child(void);
 

@@ -8,6 +8,7 @@
 #include <sys/auxv.h>
 #include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <dwarf.h>
 #include <elfutils/libdw.h>
@@ -26,6 +27,7 @@
 #include "elfnames.h"
 #include "isolate.h"
 #include "labels.h"
+#include "nodeworker.h"
 #include "nextmalloc.h"
 #include "perfmap.h"
 #include "pprof.h"
@@ -794,6 +796,92 @@ static void jit_frames(const cp_modules *mods, bucket_copy *bc)
 }
 
 /* ------------------------------------------------------------------------------------
+ * Node's worker_threads as isolates (nodeworker.h): in a V8 host, each new thread's start
+ * routine is named from its object's symbols (a table already built, else one pass); a
+ * Worker's thread gets its worker's label before its samples are drained. Verdicts are
+ * kept per start routine (at most STARTS_MAX: past them, a routine is named again). */
+
+#define STARTS_MAX 64
+
+static struct {
+    const cp_modules *mods; /* the snapshot v8 was found for */
+    int v8;
+    uint32_t n;
+    uintptr_t fn[STARTS_MAX];
+    uint8_t is_worker[STARTS_MAX];
+    int unreadable_said;
+} starts;
+
+/* The symbol (mangled) holding pc, into buf; 0 or CP_ENOTFOUND. */
+static int start_symbol(const cp_modules *mods, uintptr_t pc, char *buf, size_t cap)
+{
+    const cp_module *m = cp_modules_find(mods, pc);
+    if (!m) return CP_ENOTFOUND;
+    for (uint32_t i = 0; i < tables.n; i++)
+        if (modsym_is(&tables.v[i], m) && tables.v[i].built) {
+            size_t len = 0;
+            const char *nm =
+                tables.v[i].t ? cp_elfnames_lookup(tables.v[i].t, pc - m->bias, &len) : NULL;
+            if (!nm) return CP_ENOTFOUND;
+            snprintf(buf, cap, "%.*s", (int)len, nm);
+            return 0;
+        }
+    uint64_t va = pc - m->bias;
+    char *name = NULL;
+    if (cp_elfnames_scan(m->path, m->build_id, m->build_id_len, debug_dir(), &va, 1, &name) != 0 ||
+        !name)
+        return CP_ENOTFOUND;
+    snprintf(buf, cap, "%s", name);
+    free(name);
+    return 0;
+}
+
+static int is_worker_start(const cp_modules *mods, uintptr_t fn)
+{
+    for (uint32_t i = 0; i < starts.n; i++)
+        if (starts.fn[i] == fn) return starts.is_worker[i];
+    char name[1024];
+    int yes = start_symbol(mods, fn, name, sizeof(name)) == 0 && cp_nodeworker_is_start(name);
+    if (starts.n < STARTS_MAX) {
+        starts.fn[starts.n] = fn;
+        starts.is_worker[starts.n++] = (uint8_t)yes;
+    }
+    return yes;
+}
+
+void cp_window_label_threads(void)
+{
+    const cp_modules *mods = cp_modules_current();
+    if (!mods) return;
+    if (mods != starts.mods) {
+        starts.mods = mods;
+        starts.v8 = v8_host(mods);
+    }
+    if (!starts.v8) return;
+    unsigned n = atomic_load(&cp_threads_hwm);
+    for (unsigned i = 0; i < n && i < CP_MAX_THREADS; i++) {
+        cp_thread *t = atomic_load(&cp_threads[i]);
+        if (!t || atomic_load(&t->state) != CP_T_LIVE || atomic_load(&t->start_checked)) continue;
+        uintptr_t fn = atomic_load_explicit(&t->start_fn, memory_order_acquire);
+        if (!fn) continue;
+        atomic_store(&t->start_checked, 1);
+        if (!is_worker_start(mods, fn)) continue;
+        char label[16];
+        int rc = cp_nodeworker_label(t->start_arg, label);
+        if (rc == 0) {
+            cp_thread_set_label(t, label);
+        } else if (!starts.unreadable_said) {
+            starts.unreadable_said = 1;
+            fprintf(stderr,
+                    "contprof: a Node.js worker thread's Worker object %s (%s): worker threads "
+                    "keep the thread's name as their isolate\n",
+                    rc == CP_EIO ? "cannot be read" : "has an unknown layout",
+                    rc == CP_EIO ? strerror(errno) : "no name and threadId fields found");
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------
  * Symbolization for the streams' tables (stream.c adds each location once per epoch) */
 
 static uint32_t sym_lines(uint64_t pc, cp_sym_line *lines, void *arg)
@@ -921,6 +1009,16 @@ static int emit_profile(cp_profile *p, int kind, const iso_key *k, const cp_wind
                  "perf_map_dropped=%llu",
                  (unsigned long long)pst.entries, (unsigned long long)pst.bad,
                  (unsigned long long)pst.dropped);
+        if (cp_profile_intern_cstr(p, comment, &cid) || cp_vec_push(&p->comments, cid))
+            return CP_ENOMEM;
+    }
+    uint64_t dm_cut, dm_failed;
+    cp_demangle_counts(&dm_cut, &dm_failed);
+    if (dm_cut || dm_failed) {
+        /* C++ names libiberty could read only without their requires-clause, or not at all
+         * (left mangled) so far (model/demangle.h) */
+        snprintf(comment, sizeof(comment), "demangled_without_requires=%llu mangled_left=%llu",
+                 (unsigned long long)dm_cut, (unsigned long long)dm_failed);
         if (cp_profile_intern_cstr(p, comment, &cid) || cp_vec_push(&p->comments, cid))
             return CP_ENOMEM;
     }

@@ -14,6 +14,11 @@
 /* Adds one drained CPU sample of a thread named thread (used when r->isolate is 0). */
 void cp_window_add_cpu(const cp_sample_rec *r, const char *thread);
 
+/* Names Node.js worker threads' isolates (nodeworker.h) in a V8 host: call before draining
+ * the rings, so a new worker's samples carry its label. Reads symbols (once per start
+ * routine) and the Worker objects of new threads. */
+void cp_window_label_threads(void);
+
 /* Capture slots (capture.c): at most this many captures run at once in a process. */
 #define CP_CAPTURE_SLOTS 64
 

@@ -445,6 +445,18 @@ static int symbols_collect(void *arg, cp_metrics_out *o)
     if (!rc)
         rc = cp_metrics_out_scalar(o, "contprof_symbols_cached_bytes", "Bytes of those tables.",
                                    CP_METRIC_GAUGE, st.cache_bytes);
+    /* names libiberty read only without a C++20 requires-clause, or not at all
+     * (model/demangle.h): process-wide */
+    uint64_t cut, failed;
+    cp_demangle_counts(&cut, &failed);
+    if (!rc)
+        rc = cp_metrics_out_scalar(o, "contprof_symbols_demangled_without_requires_total",
+                                   "C++ names demangled without their C++20 requires-clause.",
+                                   CP_METRIC_COUNTER, cut);
+    if (!rc)
+        rc = cp_metrics_out_scalar(o, "contprof_symbols_mangled_left_total",
+                                   "C++ and Rust names the demangler refused, left mangled.",
+                                   CP_METRIC_COUNTER, failed);
     return rc;
 }
 

@@ -31,17 +31,19 @@ static void remove_dir(void)
     pset_dir_remove(g_dir);
 }
 
-/* Runs node (flags: V8 flags or "") on hot.js for 2.5 s under the agent with env extra (may
- * be NULL), loads the profiles into s; returns node's stdout and stderr. */
-static const char *run_node(const char *flags, const char *extra, pset *s)
+/* Runs node (flags: V8 flags or "") on script (hot.js or workers.js) for secs seconds under
+ * the agent with env extra (may be NULL), loads the profiles into s; returns node's stdout
+ * and stderr. */
+static const char *run_node_script(const char *script, const char *secs, const char *flags,
+                                   const char *extra, pset *s)
 {
     static char out[8192];
     make_dir();
     char cmd[1024];
     /* the perf map of each run removed after it */
     snprintf(cmd, sizeof(cmd),
-             "%s %s %s 2.5 2>&1 & p=$!; wait $p; rc=$?; rm -f /tmp/perf-$p.map; exit $rc", CP_NODE,
-             flags, CP_HOT_JS);
+             "%s %s %s %s 2>&1 & p=$!; wait $p; rc=$?; rm -f /tmp/perf-$p.map; exit $rc", CP_NODE,
+             flags, script, secs);
     const char *env[8] = {"LD_PRELOAD=" CP_LIB, g_env_dir, "CONTPROF_WINDOW=1s",
                           "PATH=/usr/bin:/bin"};
     int n = 4;
@@ -55,6 +57,11 @@ static const char *run_node(const char *flags, const char *extra, pset *s)
     pset_load(g_dir, s);
     CHECK(s->n > 0);
     return out;
+}
+
+static const char *run_node(const char *flags, const char *extra, pset *s)
+{
+    return run_node_script(CP_HOT_JS, "2.5", flags, extra, s);
 }
 
 /* The program's cpu profiles (every isolate but the agent's own). */
@@ -187,6 +194,39 @@ TEST(node_js_frames_named_with_server_symbolize)
     int64_t leaf;
     unnamed(&s, &bare, &leaf);
     CHECK_EQ(bare, 0);
+    pset_free(&s);
+    remove_dir();
+}
+
+/* worker_threads: each Worker is its own isolate, named by its name option or, unnamed,
+ * "worker-" and Node's threadId (README.md "Isolates"), read from Node's Worker object with
+ * no help from the host: each holds only its own JS function, and the main thread's
+ * ("node") none of theirs. */
+TEST(node_workers_are_isolates_by_name)
+{
+    pset s;
+    /* four threads burning on a shared 2-core machine: 5 s for about 1 s of CPU each */
+    run_node_script(CP_WORKERS_JS, "5", "--perf-basic-prof --interpreted-frames-native-stack", NULL,
+                    &s);
+    static const char *iso[] = {"alpha", "beta", "worker-3", "node"};
+    static const char *fn[] = {"alphaWork", "betaWork", "thirdWork", "mainWork"};
+    for (int i = 0; i < 4; i++) {
+        int64_t all = sum_kind(&s, "cpu", iso[i], NULL, 1);
+        int64_t own = sum_kind(&s, "cpu", iso[i], fn[i], 1);
+        printf("isolate %s: %s %lld of %lld ns\n", iso[i], fn[i], (long long)own, (long long)all);
+        CHECK(own * 2 > all); /* its own function is most of its CPU */
+        for (int j = 0; j < 4; j++)
+            if (j != i) CHECK_EQ(sum_kind(&s, "cpu", iso[i], fn[j], 1), 0);
+    }
+    /* no other isolate (V8's and libuv's shared threads stay under "node") holds them */
+    for (int i = 0; i < s.n; i++) {
+        int known = !strcmp(s.f[i].iso, "contprof-agent");
+        for (int k = 0; k < 4; k++)
+            known |= !strcmp(s.f[i].iso, iso[k]);
+        if (!known) printf("other isolate %s\n", s.f[i].iso);
+        for (int j = 0; j < 4 && !known; j++)
+            CHECK_EQ(func_total(s.f[i].p, fn[j], 1), 0);
+    }
     pset_free(&s);
     remove_dir();
 }
@@ -365,4 +405,5 @@ TEST(perfmap_incremental_defensive)
 
 TEST_MAIN(T(node_js_frames_named_from_perf_map), T(node_js_frames_named_with_server_symbolize),
           T(node_without_perf_map_reads_jit_and_says_which_flags),
-          T(workerd_worker_js_frames_named), T(perfmap_names), T(perfmap_incremental_defensive))
+          T(node_workers_are_isolates_by_name), T(workerd_worker_js_frames_named), T(perfmap_names),
+          T(perfmap_incremental_defensive))

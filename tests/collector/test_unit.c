@@ -1,7 +1,7 @@
 /* Unit tests of collector modules called directly (no interposition, so they also run in
  * the ASan+UBSan build): the CFI unwinder through libc code without frame pointers, the
- * configuration parser, the Kafka backlog with no reachable broker, and the brokers
- * lookup over HTTP. */
+ * configuration parser, the Kafka backlog with no reachable broker, the brokers lookup
+ * over HTTP, and reading Node's Worker objects. */
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <netinet/in.h>
@@ -16,6 +16,7 @@
 #include "config.h"
 #include "isolate.h"
 #include "kafka.h"
+#include "nodeworker.h"
 #include "pprof.h"
 #include "stream.h"
 #include "test.h"
@@ -684,7 +685,109 @@ TEST(epochs_follow_modules)
     free(unloaded);
 }
 
+/* ------------------------------------------------------------------------------------
+ * Node's Worker objects (nodeworker.c): Node 20's layout, as seen with gdb in node
+ * v20.20.2, built here in memory: a std::string at X - 0x38, threadId at X - 0x10, name_
+ * at X. */
+
+typedef struct fake_string {
+    uint64_t p, len;
+    union {
+        char buf[16];
+        uint64_t cap;
+    } u;
+} fake_string;
+
+/* A Worker-like object with name (NULL: a heap name from heap_name) at offset 0x108. */
+static void fake_worker(uint8_t *obj, size_t n, uint64_t tid, const char *name,
+                        const char *heap_name)
+{
+    memset(obj, 0xab, n); /* not zero: nothing is found by accident of zeroes */
+    fake_string err = {(uintptr_t)obj + 0xd0 + 16, 0, {{0}}};
+    memcpy(obj + 0xd0, &err, sizeof(err));
+    memcpy(obj + 0xf8, &tid, 8);
+    fake_string nm = {0};
+    if (name) {
+        nm.p = (uintptr_t)obj + 0x108 + 16;
+        nm.len = strlen(name);
+        memcpy(nm.u.buf, name, nm.len + 1);
+    } else {
+        nm.p = (uintptr_t)heap_name;
+        nm.len = strlen(heap_name);
+        nm.u.cap = nm.len;
+    }
+    memcpy(obj + 0x108, &nm, sizeof(nm));
+}
+
+static int read_mem(uintptr_t addr, void *buf, uint32_t n)
+{
+    memcpy(buf, (const void *)addr, n);
+    return 0;
+}
+
+TEST(node_worker_objects_read_defensively)
+{
+    CHECK(cp_nodeworker_is_start("node::worker::Worker::StartThread(v8::FunctionCallbackInfo<"
+                                 "v8::Value> const&)::{lambda(void*)#1}::_FUN(void*)"));
+    CHECK(cp_nodeworker_is_start(
+        "_ZZN4node6worker6Worker11StartThreadERKN2v820FunctionCallbackInfoINS2_5ValueEEEENUlPvE_"
+        "4_FUNES8_"));
+    CHECK(!cp_nodeworker_is_start("node::worker::Worker::StartThread(v8::FunctionCallbackInfo<"
+                                  "v8::Value> const&)"));
+    CHECK(!cp_nodeworker_is_start("uv__thread_start"));
+    CHECK(!cp_nodeworker_is_start(NULL));
+
+    static _Alignas(16) uint8_t obj[0x200];
+    char label[16];
+    fake_worker(obj, sizeof(obj), 1, "alpha", NULL);
+    CHECK_EQ(cp_nodeworker_label_from(obj, sizeof(obj), (uintptr_t)obj, read_mem, label), 0);
+    CHECK_STREQ(label, "alpha");
+    /* the same through process_vm_readv */
+    memset(label, 0, sizeof(label));
+    CHECK_EQ(cp_nodeworker_label((uintptr_t)obj, label), 0);
+    CHECK_STREQ(label, "alpha");
+    /* no name, and newer Nodes' default: Node's threadId */
+    fake_worker(obj, sizeof(obj), 3, "", NULL);
+    CHECK_EQ(cp_nodeworker_label_from(obj, sizeof(obj), (uintptr_t)obj, read_mem, label), 0);
+    CHECK_STREQ(label, "worker-3");
+    fake_worker(obj, sizeof(obj), 12, "WorkerThread", NULL);
+    CHECK_EQ(cp_nodeworker_label_from(obj, sizeof(obj), (uintptr_t)obj, read_mem, label), 0);
+    CHECK_STREQ(label, "worker-12");
+    /* a long name on the heap, cut to 15 bytes, never inside a UTF-8 character */
+    static const char long_name[] = "image-resizer-\xc3\xa9t\xc3\xa9-pool";
+    fake_worker(obj, sizeof(obj), 2, NULL, long_name);
+    CHECK_EQ(cp_nodeworker_label_from(obj, sizeof(obj), (uintptr_t)obj, read_mem, label), 0);
+    CHECK_STREQ(label, "image-resizer-");
+    CHECK_EQ(cp_nodeworker_label((uintptr_t)obj, label), 0);
+    CHECK_STREQ(label, "image-resizer-");
+    /* shapes that are not Node 20's Worker: another layout, no label */
+    fake_worker(obj, sizeof(obj), 0, "alpha", NULL); /* threadId 0 */
+    CHECK_EQ(cp_nodeworker_label_from(obj, sizeof(obj), (uintptr_t)obj, read_mem, label),
+             CP_ENOTFOUND);
+    fake_worker(obj, sizeof(obj), 1, "al\x01pha", NULL); /* a control byte */
+    CHECK_EQ(cp_nodeworker_label_from(obj, sizeof(obj), (uintptr_t)obj, read_mem, label),
+             CP_ENOTFOUND);
+    fake_worker(obj, sizeof(obj), 1, "alpha", NULL);
+    uint64_t bad = 99; /* a short string's length past its buffer */
+    memcpy(obj + 0x108 + 8, &bad, 8);
+    CHECK_EQ(cp_nodeworker_label_from(obj, sizeof(obj), (uintptr_t)obj, read_mem, label),
+             CP_ENOTFOUND);
+    memset(obj, 0, sizeof(obj));
+    CHECK_EQ(cp_nodeworker_label_from(obj, sizeof(obj), (uintptr_t)obj, read_mem, label),
+             CP_ENOTFOUND);
+    /* cut short: the fields past the end are not read */
+    fake_worker(obj, sizeof(obj), 1, "alpha", NULL);
+    CHECK_EQ(cp_nodeworker_label_from(obj, 0x110, (uintptr_t)obj, read_mem, label), CP_ENOTFOUND);
+    /* unmapped memory is an error, never a fault; a heap name pointing there is skipped */
+    CHECK_EQ(cp_nodeworker_label(4096, label), CP_EIO);
+    fake_worker(obj, sizeof(obj), 1, NULL, "a-name-longer-than-15");
+    uint64_t nowhere = 4096;
+    memcpy(obj + 0x108, &nowhere, 8);
+    CHECK_EQ(cp_nodeworker_label((uintptr_t)obj, label), CP_ENOTFOUND);
+}
+
 TEST_MAIN(T(unwind_through_libc), T(unwind_stays_in_bounds), T(modules_have_build_ids),
           T(config_from_env), T(config_durations), T(isolate_lang_frames),
           T(kafka_backlog_drops_oldest), T(epochs_keep_tables_symbolized),
-          T(epochs_keep_tables_unsymbolized), T(epochs_bounded), T(epochs_follow_modules))
+          T(epochs_keep_tables_unsymbolized), T(epochs_bounded), T(epochs_follow_modules),
+          T(node_worker_objects_read_defensively))

@@ -99,15 +99,21 @@ static int64_t total_of(const cp_profile *p, const char *type)
     return t < 0 ? 0 : cp_profile_total(p, (uint32_t)t);
 }
 
+/* Whether location index i (0-based) of p names fn on one of its lines. */
+static int loc_names(const cp_profile *p, uint32_t i, const char *fn)
+{
+    const cp_location *l = &p->locations.v[i];
+    for (uint32_t k = 0; k < l->nlines; k++) {
+        uint32_t f = p->lines.v[l->line_off + k].function_id;
+        if (f && strcmp(cp_profile_str(p, p->functions.v[f - 1].name), fn) == 0) return 1;
+    }
+    return 0;
+}
+
 static int stack_has(const cp_profile *p, const cp_sample *s, const char *fn)
 {
-    for (uint32_t i = 0; i < s->nlocs; i++) {
-        const cp_location *l = &p->locations.v[p->stack.v[s->loc_off + i] - 1];
-        for (uint32_t k = 0; k < l->nlines; k++) {
-            uint32_t f = p->lines.v[l->line_off + k].function_id;
-            if (f && strcmp(cp_profile_str(p, p->functions.v[f - 1].name), fn) == 0) return 1;
-        }
-    }
+    for (uint32_t i = 0; i < s->nlocs; i++)
+        if (loc_names(p, p->stack.v[s->loc_off + i] - 1, fn)) return 1;
     return 0;
 }
 
@@ -689,16 +695,59 @@ static void check_export_identity(const cp_profile *p)
     free(key);
 }
 
+/* Loads the windows two processes wrote to files[0] and files[1] into t, and the span
+ * [from, to) they cover. */
+static void truth_load_fleet(truth t[2], char files[2][600], int64_t *from, int64_t *to)
+{
+    *from = INT64_MAX;
+    *to = 0;
+    for (int i = 0; i < 2; i++) {
+        truth_load(&t[i], files[i]);
+        CHECK(t[i].n > 0);
+        if (t[i].first_start < *from) *from = t[i].first_start;
+        if (t[i].last_end > *to) *to = t[i].last_end;
+    }
+}
+
+/* The CPU total of sel over [from, to), asked until it is want (at most 60 s). */
+static int64_t cpu_total_when_stored(int port, const char *sel, int64_t from, int64_t to,
+                                     int64_t want)
+{
+    int64_t got = -1;
+    for (int64_t end = mono_ns() + 60 * SEC; mono_ns() < end && got != want; usleep(250000)) {
+        cp_profile *p = query(port, "cpu", sel, from, to, NULL);
+        got = total_of(p, "cpu");
+        cp_profile_destroy(p);
+    }
+    return got;
+}
+
+/* A test's working directory (dir: a mkdtemp template) and its contprofd; url and cbin get
+ * the daemon's URL and the contprof CLI's path. */
+static void start_in_tmp(char *dir, const char *what, daemon_t *d, char url[64], char cbin[512])
+{
+    CHECK(mkdtemp(dir));
+    fprintf(stderr, "%s: working in %s\n", what, dir);
+    daemon_start(d, dir, NULL);
+    snprintf(url, 64, "http://127.0.0.1:%d", d->port);
+    snprintf(cbin, 512, "%s/query/contprof", bindir());
+}
+
+/* Stops the daemon (SIGTERM, exit 0 within 60 s) and removes dir. */
+static void finish_in_tmp(daemon_t *d, const char *dir)
+{
+    kill(d->pid, SIGTERM);
+    CHECK_EQ(wait_exit(d->pid, 60), 0);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 TEST(fleet_of_one_stripped_binary_merges)
 {
-    char dir[] = "/tmp/contprof-fleet-XXXXXX";
-    CHECK(mkdtemp(dir));
-    fprintf(stderr, "fleet: working in %s\n", dir);
+    char dir[] = "/tmp/contprof-fleet-XXXXXX", url[64], cbin[512], wbin[512];
     daemon_t d = {0};
-    daemon_start(&d, dir, NULL);
-    char url[64], cbin[512], wbin[512];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", d.port);
-    snprintf(cbin, sizeof cbin, "%s/query/contprof", bindir());
+    start_in_tmp(dir, "fleet", &d, url, cbin);
     snprintf(wbin, sizeof wbin, "%s/tests/e2e/fleet_work", bindir());
 
     /* the binary is stripped: no symbol table, nothing to name its functions by */
@@ -720,26 +769,15 @@ TEST(fleet_of_one_stripped_binary_merges)
     for (int i = 0; i < 2; i++)
         CHECK_EQ(wait_exit(pid[i], 90), 0);
     truth t[2];
-    int64_t from = INT64_MAX, to = 0, want = 0;
-    for (int i = 0; i < 2; i++) {
-        truth_load(&t[i], files[i]);
-        CHECK(t[i].n > 0);
-        if (t[i].first_start < from) from = t[i].first_start;
-        if (t[i].last_end > to) to = t[i].last_end;
-    }
+    int64_t from, to, want = 0;
+    truth_load_fleet(t, files, &from, &to);
     for (int i = 0; i < 2; i++) {
         int64_t s, c;
         truth_sum(&t[i], CP_KIND_CPU, from, to, &s, &c);
         want += c;
     }
     const char *all = "{service=\"fleet\"}";
-    int64_t got = -1;
-    for (int64_t end = mono_ns() + 60 * SEC; mono_ns() < end && got != want; usleep(250000)) {
-        cp_profile *p = query(d.port, "cpu", all, from, to, NULL);
-        got = total_of(p, "cpu");
-        cp_profile_destroy(p);
-    }
-    CHECK_EQ(got, want);
+    CHECK_EQ(cpu_total_when_stored(d.port, all, from, to, want), want);
 
     /* folded, per process and merged */
     char sel[2][128];
@@ -940,5 +978,304 @@ TEST(agent_signs_for_its_tenant)
     CHECK(system(cmd) == 0);
 }
 
+/* ---- JavaScript: a fleet of two workerd processes -------------------------------------- */
+
+/* Per-function CPU of a merged profile: self (leaf) and total (on the stack), by name. */
+typedef struct fn_cpu {
+    const char *name;
+    int64_t self, total;
+} fn_cpu;
+
+static int fn_cpu_by_self(const void *a, const void *b)
+{
+    const fn_cpu *x = a, *y = b;
+    return x->self != y->self ? (x->self < y->self ? 1 : -1)
+                              : (x->total < y->total) - (x->total > y->total);
+}
+
+/* Fills f[0..p->functions.n) (name order of the profile) and returns the CPU of samples
+ * whose leaf is a bare address (no name, no mapping: not even module+offset). */
+static int64_t function_cpu(const cp_profile *p, fn_cpu *f)
+{
+    int t = cp_profile_find_type(p, "cpu");
+    CHECK(t >= 0);
+    for (uint32_t i = 0; i < p->functions.n; i++)
+        f[i] = (fn_cpu){cp_profile_str(p, p->functions.v[i].name), 0, 0};
+    int64_t bare = 0;
+    uint8_t *seen = calloc(p->functions.n + 1, 1);
+    CHECK(seen);
+    for (uint32_t i = 0; i < p->samples.n; i++) {
+        const cp_sample *s = &p->samples.v[i];
+        int64_t v = cp_profile_sample_values(p, i)[t];
+        memset(seen, 0, p->functions.n + 1);
+        for (uint32_t j = 0; j < s->nlocs; j++) {
+            const cp_location *l = &p->locations.v[p->stack.v[s->loc_off + j] - 1];
+            if (!l->nlines && !l->mapping_id && j == 0) bare += v;
+            for (uint32_t k = 0; k < l->nlines; k++) {
+                uint32_t fid = p->lines.v[l->line_off + k].function_id;
+                if (!fid) continue;
+                if (j == 0 && k == 0) f[fid - 1].self += v;
+                if (!seen[fid]) f[fid - 1].total += v;
+                seen[fid] = 1;
+            }
+        }
+    }
+    free(seen);
+    return bare;
+}
+
+/* The CPU (ns) the agent's files in dir hold for isolate iso over [from, to). */
+static int64_t truth_isolate_cpu(const truth *t, const char *iso, int64_t from, int64_t to)
+{
+    int64_t sum = 0;
+    for (size_t i = 0; i < t->n; i++)
+        if (t->w[i].kind == CP_KIND_CPU && !strcmp(t->w[i].isolate, iso) && t->w[i].start >= from &&
+            t->w[i].start < to)
+            sum += t->w[i].v1;
+    return sum;
+}
+
+/* workerd (npm's, pinned and installed as tests/collector/test_js does) serving a Worker
+ * and its Durable Object (tests/collector/workerd/worker.js) with V8's perf map on, two
+ * processes of one config under `contprof run` to one contprofd, under HTTP load: through
+ * the daemon, the Worker's functions are among the top frames at the ratio the code burns
+ * them (weighThree:weighOne = 3), bare addresses hold ≤ 1% of the CPU, no mangled name
+ * (_Z, _R) in the top 50, the two processes merge into one tower (one function, one
+ * location per JS frame, totals summed), and the Durable Object's method shows. */
+TEST(workerd_fleet_js_frames_through_contprofd)
+{
+    char dir[] = "/tmp/contprof-workerd-XXXXXX", url[64], cbin[512];
+    daemon_t d = {0};
+    start_in_tmp(dir, "workerd", &d, url, cbin);
+    const char *src = getenv("CP_SOURCE_DIR") ? getenv("CP_SOURCE_DIR") : ".";
+    char cmd[2048], wbin[600] = "", script[600];
+    snprintf(cmd, sizeof cmd, "sh %s/tests/collector/workerd/install.sh %s/tests/collector/workerd",
+             src, bindir());
+    FILE *f = popen(cmd, "r");
+    CHECK(f);
+    CHECK(fgets(wbin, sizeof wbin, f) != NULL);
+    CHECK(pclose(f) == 0);
+    wbin[strcspn(wbin, "\n")] = 0;
+    snprintf(script, sizeof script, "%s/tests/collector/workerd/run.sh", src);
+
+    /* two processes of one config (the port given on the command line) at once; sampled at
+     * 1 kHz, so that the ratio below rests on hundreds of samples */
+    setenv("CONTPROF_CPU_HZ", "1000", 1);
+    char files[2][600], logs[2][600], port[2][16];
+    pid_t pid[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(files[i], sizeof files[i], "%s/windows-%d", dir, i);
+        snprintf(logs[i], sizeof logs[i], "%s/workerd-%d.log", dir, i);
+        snprintf(port[i], sizeof port[i], "%d", 20000 + (int)((getpid() * 2 + i) % 20000));
+        const char *argv[] = {cbin,   "run",          "--server", url,   "--window",
+                              "1s",   "--output-dir", files[i],   "--",  "/bin/sh",
+                              script, wbin,           port[i],    "120", NULL};
+        pid[i] = spawn(argv, logs[i]);
+    }
+    unsetenv("CONTPROF_CPU_HZ");
+    int wpid[2];
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(wait_exit(pid[i], 200), 0);
+        static char log[1 << 16];
+        slurp(logs[i], log, sizeof log);
+        const char *m = strstr(log, "workerd_pid ");
+        CHECK(m);
+        wpid[i] = atoi(m + strlen("workerd_pid "));
+    }
+    /* everything the agents wrote has arrived */
+    truth t[2];
+    int64_t from, to, want = 0;
+    truth_load_fleet(t, files, &from, &to);
+    for (int i = 0; i < 2; i++)
+        want += truth_isolate_cpu(&t[i], "workerd", from, to);
+    const char *all = "{service=\"workerd\",isolate=\"workerd\"}";
+    int64_t got = cpu_total_when_stored(d.port, all, from, to, want);
+    fprintf(stderr, "workerd: %lld ns of CPU in the files, %lld through contprofd\n",
+            (long long)want, (long long)got);
+    CHECK_EQ(got, want);
+    CHECK(want >= 2 * SEC); /* at least 1 s per process */
+
+    cp_profile *m = query(d.port, "cpu", all, from, to, NULL);
+    fn_cpu *fc = calloc(m->functions.n + 1, sizeof *fc);
+    CHECK(fc);
+    int64_t bare = function_cpu(m, fc);
+    qsort(fc, m->functions.n, sizeof *fc, fn_cpu_by_self);
+    int64_t three = 0, one = 0, tally = 0;
+    int rank_three = -1, rank_one = -1, named_three = 0;
+    for (uint32_t i = 0; i < m->functions.n; i++) {
+        if (i < 12)
+            fprintf(stderr, "workerd: top %2u %-60.60s self %lld total %lld\n", i, fc[i].name,
+                    (long long)fc[i].self, (long long)fc[i].total);
+        if (!strcmp(fc[i].name, "weighThree"))
+            three = fc[i].total, rank_three = (int)i, named_three++;
+        if (!strcmp(fc[i].name, "weighOne")) one = fc[i].total, rank_one = (int)i;
+        if (!strcmp(fc[i].name, "tally")) tally = fc[i].total;
+        /* no mangled C++ or Rust name among the top 50 (by self CPU) */
+        if (i < 50 && (!strncmp(fc[i].name, "_Z", 2) || !strncmp(fc[i].name, "_R", 2))) {
+            fprintf(stderr, "workerd: mangled name in the top 50: %s\n", fc[i].name);
+            CHECK(0);
+        }
+    }
+    fprintf(stderr,
+            "workerd: weighThree %lld (rank %d), weighOne %lld (rank %d), ratio %.2f; tally %lld; "
+            "bare addresses %lld of %lld\n",
+            (long long)three, rank_three, (long long)one, rank_one, one ? (double)three / one : 0,
+            (long long)tally, (long long)bare, (long long)got);
+    /* the hot functions are among the top frames, at the ratio the code burns them */
+    CHECK(rank_three >= 0 && rank_three < 5);
+    CHECK(rank_one >= 0 && rank_one < 10);
+    CHECK(three * 10 >= one * 24 && three * 10 <= one * 36); /* 3 ± 20% */
+    CHECK(bare * 100 <= got);
+    CHECK(tally > 0); /* the Durable Object's method */
+    /* one tower: JS frames merged by name, one function and one location each */
+    CHECK_EQ(named_three, 1);
+    uint32_t locs_three = 0;
+    for (uint32_t i = 0; i < m->locations.n; i++)
+        if (loc_names(m, i, "weighThree")) locs_three++;
+    CHECK_EQ(locs_three, 1);
+    /* each process has it, and the merge sums them */
+    int64_t per[2];
+    for (int i = 0; i < 2; i++) {
+        char sel[160];
+        snprintf(sel, sizeof sel, "{service=\"workerd\",isolate=\"workerd\",instance=~\".*:%d\"}",
+                 wpid[i]);
+        cp_profile *p = query(d.port, "cpu", sel, from, to, NULL);
+        per[i] = value_under(p, "cpu", "weighThree");
+        fprintf(stderr, "workerd: process %d: weighThree %lld of %lld\n", wpid[i],
+                (long long)per[i], (long long)total_of(p, "cpu"));
+        CHECK(per[i] > 0);
+        cp_profile_destroy(p);
+    }
+    CHECK_EQ(value_under(m, "cpu", "weighThree"), per[0] + per[1]);
+    free(fc);
+    cp_profile_destroy(m);
+    finish_in_tmp(&d, dir);
+}
+
+/* ---- Rust: names demangled on the agent's side and on the server's -------------------- */
+
+/* Names of functions with CPU in p that are still mangled (C++ _Z, Rust _R), printed. */
+static int mangled_with_cpu(const cp_profile *p)
+{
+    fn_cpu *fc = calloc(p->functions.n + 1, sizeof *fc);
+    CHECK(fc);
+    function_cpu(p, fc);
+    int n = 0;
+    for (uint32_t i = 0; i < p->functions.n; i++)
+        if (fc[i].total > 0 && (!strncmp(fc[i].name, "_Z", 2) || !strncmp(fc[i].name, "_R", 2))) {
+            fprintf(stderr, "still mangled: %s\n", fc[i].name);
+            n++;
+        }
+    free(fc);
+    return n;
+}
+
+/* A small Rust program (rsburn.rs, built by rustc with legacy and with v0 mangling) under
+ * the agent to contprofd, naming by the agent and with --symbolize server (its binary
+ * uploaded): rsburn::hot_three and rsburn::hot_one demangled on both sides, the same names
+ * from both manglings. And Debian's ripgrep (a Rust program, shipped stripped: its own
+ * frames can only read rg+0x...) with --symbolize server: no mangled name, bare addresses
+ * ≤ 1% of CPU, libpcre2 (uploaded) named. */
+TEST(rust_names_demangled_on_both_sides)
+{
+    char dir[] = "/tmp/contprof-rust-XXXXXX", url[64], cbin[512], cmd[4096];
+    daemon_t d = {0};
+    start_in_tmp(dir, "rust", &d, url, cbin);
+    /* ripgrep's input: 85 MB of text, searched with a backreference (PCRE2) for > 1 s */
+    char text[600];
+    snprintf(text, sizeof text, "%s/text", dir);
+    snprintf(cmd, sizeof cmd,
+             "for i in $(seq 1 2400); do cat /usr/share/common-licenses/GPL-3; done > %s", text);
+    CHECK(system(cmd) == 0);
+
+    static const char *const kinds[] = {"legacy", "v0"};
+    struct {
+        char service[32], bin[600], files[600];
+        int server;
+    } runs[5];
+    int nr = 0;
+    for (int k = 0; k < 2; k++)
+        for (int server = 0; server < 2; server++, nr++) {
+            snprintf(runs[nr].service, sizeof runs[nr].service, "rs-%s-%s", kinds[k],
+                     server ? "server" : "agent");
+            snprintf(runs[nr].bin, sizeof runs[nr].bin, "%s/tests/e2e/rsburn_%s", bindir(),
+                     kinds[k]);
+            runs[nr].server = server;
+        }
+    snprintf(runs[nr].service, sizeof runs[nr].service, "rg");
+    snprintf(runs[nr].bin, sizeof runs[nr].bin, "%s", CP_RG);
+    runs[nr++].server = 1;
+    pid_t pid[5];
+    for (int i = 0; i < nr; i++) {
+        char log[700];
+        snprintf(runs[i].files, sizeof runs[i].files, "%s/windows-%s", dir, runs[i].service);
+        snprintf(log, sizeof log, "%s/%s.log", dir, runs[i].service);
+        const char *rs[] = {runs[i].bin, "3", NULL};
+        const char *rg[] = {runs[i].bin, "-j1", "--pcre2", "-c", "(\\w+)\\s+\\w*\\1", text, NULL};
+        const char *const *prog = i == nr - 1 ? rg : rs;
+        const char *argv[24] = {cbin,          "run",         "--server",
+                                url,           "--service",   runs[i].service,
+                                "--window",    "1s",          "--output-dir",
+                                runs[i].files, "--symbolize", runs[i].server ? "server" : "agent",
+                                "--"};
+        int a = 13;
+        for (int j = 0; prog[j]; j++)
+            argv[a++] = prog[j];
+        argv[a] = NULL;
+        pid[i] = spawn(argv, log);
+        CHECK_EQ(wait_exit(pid[i], 120), 0); /* one at a time: each burns a core */
+    }
+    /* the unstripped Rust builds and ripgrep's libpcre2 uploaded (Debian's rg is stripped:
+     * the server refuses it) */
+    char lib[512] = "";
+    snprintf(cmd, sizeof cmd, "ldd %s | awk '/libpcre2-8/ {print $3}'", CP_RG);
+    FILE *f = popen(cmd, "r");
+    CHECK(f && fgets(lib, sizeof lib, f));
+    pclose(f);
+    lib[strcspn(lib, "\n")] = 0;
+    snprintf(cmd, sizeof cmd,
+             "%s symbols upload --server %s %s/tests/e2e/rsburn_legacy %s/tests/e2e/rsburn_v0 %s",
+             cbin, url, bindir(), bindir(), lib);
+    CHECK(system(cmd) == 0);
+
+    for (int i = 0; i < nr; i++) {
+        truth t;
+        truth_load(&t, runs[i].files);
+        CHECK(t.n > 0);
+        int64_t s0, want;
+        truth_sum(&t, CP_KIND_CPU, t.first_start, t.last_end, &s0, &want);
+        char sel[96];
+        snprintf(sel, sizeof sel, "{service=\"%.31s\"}", runs[i].service);
+        CHECK_EQ(cpu_total_when_stored(d.port, sel, t.first_start, t.last_end, want), want);
+        cp_profile *p = query(d.port, "cpu", sel, t.first_start, t.last_end, NULL);
+        fn_cpu *fc = calloc(p->functions.n + 1, sizeof *fc);
+        CHECK(fc);
+        int64_t bare = function_cpu(p, fc);
+        free(fc);
+        fprintf(stderr, "rust: %s: cpu %lld ns, bare %lld\n", runs[i].service, (long long)want,
+                (long long)bare);
+        CHECK_EQ(mangled_with_cpu(p), 0);
+        CHECK(bare * 100 <= want);
+        if (i < nr - 1) {
+            int64_t three = value_under(p, "cpu", "rsburn::hot_three"),
+                    one = value_under(p, "cpu", "rsburn::hot_one");
+            fprintf(stderr, "rust: %s: rsburn::hot_three %lld, rsburn::hot_one %lld\n",
+                    runs[i].service, (long long)three, (long long)one);
+            CHECK(one > 0);
+            CHECK(three > one);
+        } else {
+            int64_t pcre = value_under(p, "cpu", "pcre2_match_8");
+            fprintf(stderr, "rust: rg: pcre2_match_8 %lld of %lld ns\n", (long long)pcre,
+                    (long long)want);
+            CHECK(want >= SEC / 2);
+            CHECK(pcre > 0);
+        }
+        cp_profile_destroy(p);
+        free(t.w);
+    }
+    finish_in_tmp(&d, dir);
+}
+
 TEST_MAIN(T(demo_through_the_whole_pipeline), T(rerun_with_the_embedded_broker_loses_nothing),
-          T(fleet_of_one_stripped_binary_merges), T(agent_signs_for_its_tenant))
+          T(fleet_of_one_stripped_binary_merges), T(agent_signs_for_its_tenant),
+          T(workerd_fleet_js_frames_through_contprofd), T(rust_names_demangled_on_both_sides))

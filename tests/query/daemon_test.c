@@ -153,6 +153,10 @@ static void check_metrics_families(const char *text)
         "contprof_symbols_locations_named_total counter Locations named at query time.",
         "contprof_symbols_cached_tables gauge Symbol tables held in memory.",
         "contprof_symbols_cached_bytes gauge Bytes of those tables.",
+        "contprof_symbols_demangled_without_requires_total counter C++ names demangled without "
+        "their C++20 requires-clause.",
+        "contprof_symbols_mangled_left_total counter C++ and Rust names the demangler refused, "
+        "left mangled.",
     };
     const char *last = text;
     char want[512];
@@ -174,6 +178,7 @@ static void check_metrics_families(const char *text)
     CHECK_CONTAINS(text, "contprof_ingest_running 1\n");
     CHECK_CONTAINS(text, "contprof_ingest_windows_per_second ");
     CHECK_CONTAINS(text, "contprof_symbols_cached_bytes 0\n");
+    CHECK_CONTAINS(text, "contprof_symbols_mangled_left_total 0\n");
 }
 
 /* The whole pipeline with no Kafka installed: contprofd hosts the embedded broker, `contprof

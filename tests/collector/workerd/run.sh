@@ -1,8 +1,11 @@
 #!/bin/sh
 # Runs workerd (WORKERD) serving worker.js on 127.0.0.1:PORT with V8's perf map, under
-# whatever LD_PRELOAD and CONTPROF_* the environment holds; sends N requests with curl to the Worker and N to its Durable Object,
-# then prints workerd's CPU time so far ("workerd_cpu_ticks N", user + system, clock ticks)
-# and sends SIGTERM (workerd ignores SIGINT). usage: run.sh WORKERD PORT N
+# whatever LD_PRELOAD and CONTPROF_* the environment holds (curl runs without LD_PRELOAD);
+# sends N requests with curl to the Worker and N to its Durable Object, then prints
+# workerd's CPU time so far ("workerd_cpu_ticks N", user + system, clock ticks) and its pid
+# ("workerd_pid P"), and sends
+# SIGTERM (workerd ignores SIGINT). The config is the same whatever the port (given with
+# --socket-addr): several processes of it are one service. usage: run.sh WORKERD PORT N
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -13,7 +16,7 @@ cat > "$tmp/config.capnp" <<CAPNP
 using Workerd = import "/workerd/workerd.capnp";
 const config :Workerd.Config = (
   services = [(name = "main", worker = .w)],
-  sockets = [(name = "http", address = "127.0.0.1:$2", http = (), service = "main")],
+  sockets = [(name = "http", address = "127.0.0.1:8080", http = (), service = "main")],
   v8Flags = ["--perf-basic-prof", "--interpreted-frames-native-stack"],
 );
 const w :Workerd.Worker = (
@@ -25,7 +28,8 @@ const w :Workerd.Worker = (
 );
 CAPNP
 # in tmp: V8's log files (isolate-*-v8.log, written with the perf map) go away with it
-(cd "$tmp" && exec "$bin" serve "$tmp/config.capnp" > "$tmp/log" 2>&1) &
+: > "$tmp/log"
+(cd "$tmp" && exec "$bin" serve "$tmp/config.capnp" -s "http=127.0.0.1:$2" > "$tmp/log" 2>&1) &
 pid=$!
 i=0
 until grep -q Listening "$tmp/log"; do
@@ -35,11 +39,12 @@ until grep -q Listening "$tmp/log"; do
 done
 n=0
 while [ $n -lt "$3" ]; do
-  curl -sf "http://127.0.0.1:$2/" > /dev/null
-  curl -sf "http://127.0.0.1:$2/do" > /dev/null
+  env -u LD_PRELOAD curl -sf "http://127.0.0.1:$2/" > /dev/null
+  env -u LD_PRELOAD curl -sf "http://127.0.0.1:$2/do" > /dev/null
   n=$((n + 1))
 done
 awk '{print "workerd_cpu_ticks", $14 + $15}' "/proc/$pid/stat"
+echo "workerd_pid $pid"
 kill -TERM $pid
 wait $pid || true
 rm -f "/tmp/perf-$pid.map"

@@ -1,6 +1,8 @@
-// The Worker of test_js's workerd test: fetch builds a tree and serializes it with a
-// replacer (hotJson, V8's JsonStringifier under it) and does arithmetic (hotMath); every
-// other request goes to a Durable Object whose method (tally) burns CPU.
+// The Worker of the workerd tests (tests/collector/test_js, tests/e2e/test_e2e) and
+// bench/collector/workerd.sh: fetch builds a tree and serializes it with a replacer
+// (hotJson, V8's JsonStringifier under it), does arithmetic (hotMath), and burns two
+// functions of one body at a known ratio, weighThree 3 parts to weighOne's 1; every other
+// request goes to a Durable Object whose method (tally) burns CPU.
 function buildTree(n) {
   const o = [];
   for (let i = 0; i < n; i++) o.push({ id: i, name: 'n' + i, tags: ['a', 'b'], v: i * 1.5 });
@@ -15,6 +17,16 @@ function hotMath(n) {
   let x = 0;
   for (let i = 0; i < n; i++) x += Math.sqrt(i) * Math.sin(i);
   return x;
+}
+function weighThree(n) {
+  let y = 0;
+  for (let i = 0; i < 3 * n; i++) y = (y * 31 + i) % 1000003;
+  return y;
+}
+function weighOne(n) {
+  let y = 0;
+  for (let i = 0; i < n; i++) y = (y * 31 + i) % 1000003;
+  return y;
 }
 export class Counter {
   constructor(state, env) {
@@ -34,6 +46,6 @@ export default {
   async fetch(req, env) {
     if (new URL(req.url).pathname === '/do') return env.COUNTER.get(env.COUNTER.idFromName('a')).fetch(req);
     const t = buildTree(300);
-    return new Response(String(hotJson(t) + hotMath(100000)));
+    return new Response(String(hotJson(t) + hotMath(100000) + weighThree(400000) + weighOne(400000)));
   },
 };
