@@ -14,52 +14,23 @@
 
 /* librdkafka (with libssl, libcrypto, libsasl2...) is loaded on first use, on the agent
  * thread: a program profiled without brokers never maps it, and exec'd children start
- * faster. */
-/* One function a line, by hand: clang-format 14 lays X-lists out differently on each pass. */
-/* clang-format off */
-#define CP_RK_FUNCS(X)                                                                             \
-    X(rd_kafka_conf_destroy)                                                                       \
-    X(rd_kafka_conf_new)                                                                           \
-    X(rd_kafka_conf_set)                                                                           \
-    X(rd_kafka_conf_set_dr_msg_cb)                                                                 \
-    X(rd_kafka_conf_set_error_cb)                                                                  \
-    X(rd_kafka_conf_set_log_cb)                                                                    \
-    X(rd_kafka_conf_set_opaque)                                                                    \
-    X(rd_kafka_destroy)                                                                            \
-    X(rd_kafka_err2str)                                                                            \
-    X(rd_kafka_fatal_error)                                                                        \
-    X(rd_kafka_flush)                                                                              \
-    X(rd_kafka_last_error)                                                                         \
-    X(rd_kafka_new)                                                                                \
-    X(rd_kafka_poll)                                                                               \
-    X(rd_kafka_produce)                                                                            \
-    X(rd_kafka_purge)                                                                              \
-    X(rd_kafka_topic_destroy)                                                                      \
-    X(rd_kafka_topic_new)
-/* clang-format on */
+ * faster. The producer (below) and the control consumer (watch.c) share the table. */
+cp_rk_lib cp_rk;
 
-static struct {
-    int tried, ok;
-#define CP_RK_FIELD(f) __typeof__(&f) f;
-    CP_RK_FUNCS(CP_RK_FIELD)
-#undef CP_RK_FIELD
-} rk;
-
-/* Loads librdkafka once. Returns 0 or CP_EKAFKA with err naming what is missing (again
- * on later calls, without the detail: it was said the first time). */
-static int rk_load(cp_err *err)
+int cp_rk_load(cp_err *err)
 {
-    if (rk.tried) return rk.ok ? 0 : cp_err_set(err, CP_EKAFKA, "librdkafka could not be loaded");
-    rk.tried = 1;
+    if (cp_rk.tried)
+        return cp_rk.ok ? 0 : cp_err_set(err, CP_EKAFKA, "librdkafka could not be loaded");
+    cp_rk.tried = 1;
     void *h = dlopen("librdkafka.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!h) h = dlopen("librdkafka.so", RTLD_NOW | RTLD_LOCAL);
     if (!h) return cp_err_set(err, CP_EKAFKA, "cannot load librdkafka: %s", dlerror());
 #define CP_RK_LOAD(f)                                                                              \
-    if (!(rk.f = (__typeof__(rk.f))dlsym(h, #f)))                                                  \
+    if (!(cp_rk.f = (__typeof__(cp_rk.f))dlsym(h, #f)))                                            \
         return cp_err_set(err, CP_EKAFKA, "librdkafka lacks %s", #f);
     CP_RK_FUNCS(CP_RK_LOAD)
 #undef CP_RK_LOAD
-    rk.ok = 1;
+    cp_rk.ok = 1;
     return 0;
 }
 
@@ -98,7 +69,7 @@ static void on_error(rd_kafka_t *h, int err, const char *reason, void *opaque)
 {
     (void)reason;
     cp_kafka *k = opaque;
-    if (err == RD_KAFKA_RESP_ERR__FATAL || rk.rd_kafka_fatal_error(h, NULL, 0)) k->fatal = 1;
+    if (err == RD_KAFKA_RESP_ERR__FATAL || cp_rk.rd_kafka_fatal_error(h, NULL, 0)) k->fatal = 1;
     if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN && !k->all_down) {
         k->all_down = 1;
         k->down_since = mono_ns();
@@ -119,7 +90,7 @@ int cp_kafka_create(const char *brokers, const char *topic, int queue, const cha
                     cp_kafka **out, cp_err *err)
 {
     *out = NULL;
-    int lrc = rk_load(err);
+    int lrc = cp_rk_load(err);
     if (lrc) return lrc;
     char errstr[256] = ""; /* librdkafka's own messages */
     const size_t errlen = sizeof(errstr);
@@ -128,7 +99,7 @@ int cp_kafka_create(const char *brokers, const char *topic, int queue, const cha
     snprintf(k->topic, sizeof(k->topic), "%s", topic);
     k->cap = (uint32_t)(queue / 2 > 1 ? queue / 2 : 1);
     k->q = calloc(k->cap, sizeof(msg));
-    rd_kafka_conf_t *conf = rk.rd_kafka_conf_new();
+    rd_kafka_conf_t *conf = cp_rk.rd_kafka_conf_new();
     if (!k->q || !conf) goto nomem;
     char qs[32];
     snprintf(qs, sizeof(qs), "%d", queue - (int)k->cap > 1 ? queue - (int)k->cap : 1);
@@ -141,7 +112,7 @@ int cp_kafka_create(const char *brokers, const char *topic, int queue, const cha
     };
     int bad = 0;
     for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]) && !bad; i++)
-        bad = rk.rd_kafka_conf_set(conf, kv[i][0], kv[i][1], errstr, errlen) != RD_KAFKA_CONF_OK;
+        bad = cp_rk.rd_kafka_conf_set(conf, kv[i][0], kv[i][1], errstr, errlen) != RD_KAFKA_CONF_OK;
     for (const char *l = props; l && *l && !bad;) { /* "name=value\n" lines */
         const char *nl = strchr(l, '\n'), *eq = strchr(l, '=');
         size_t ll = nl ? (size_t)(nl - l) : strlen(l);
@@ -150,33 +121,33 @@ int cp_kafka_create(const char *brokers, const char *topic, int queue, const cha
             memcpy(line, l, ll);
             line[ll] = 0;
             line[eq - l] = 0;
-            bad = rk.rd_kafka_conf_set(conf, line, line + (eq - l) + 1, errstr, errlen) !=
+            bad = cp_rk.rd_kafka_conf_set(conf, line, line + (eq - l) + 1, errstr, errlen) !=
                   RD_KAFKA_CONF_OK;
         }
         l += ll + (nl ? 1 : 0);
     }
     if (bad) {
-        rk.rd_kafka_conf_destroy(conf);
+        cp_rk.rd_kafka_conf_destroy(conf);
         free(k->q);
         free(k);
         return cp_err_set(err, CP_EKAFKA, "%s", errstr);
     }
-    rk.rd_kafka_conf_set_log_cb(conf, quiet_log);
-    rk.rd_kafka_conf_set_error_cb(conf, on_error);
-    rk.rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
-    rk.rd_kafka_conf_set_opaque(conf, k);
-    k->rk = rk.rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, errlen);
+    cp_rk.rd_kafka_conf_set_log_cb(conf, quiet_log);
+    cp_rk.rd_kafka_conf_set_error_cb(conf, on_error);
+    cp_rk.rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+    cp_rk.rd_kafka_conf_set_opaque(conf, k);
+    k->rk = cp_rk.rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, errlen);
     if (!k->rk) {
-        rk.rd_kafka_conf_destroy(conf);
+        cp_rk.rd_kafka_conf_destroy(conf);
         free(k->q);
         free(k);
         return cp_err_set(err, CP_EKAFKA, "producer for %s: %s", brokers, errstr);
     }
-    k->rkt = rk.rd_kafka_topic_new(k->rk, topic, NULL);
+    k->rkt = cp_rk.rd_kafka_topic_new(k->rk, topic, NULL);
     if (!k->rkt) {
         cp_err_set(err, CP_EKAFKA, "topic %s: %s", topic,
-                   rk.rd_kafka_err2str(rk.rd_kafka_last_error()));
-        rk.rd_kafka_destroy(k->rk);
+                   cp_rk.rd_kafka_err2str(cp_rk.rd_kafka_last_error()));
+        cp_rk.rd_kafka_destroy(k->rk);
         free(k->q);
         free(k);
         return CP_EKAFKA;
@@ -184,7 +155,7 @@ int cp_kafka_create(const char *brokers, const char *topic, int queue, const cha
     *out = k;
     return 0;
 nomem:
-    if (conf) rk.rd_kafka_conf_destroy(conf);
+    if (conf) cp_rk.rd_kafka_conf_destroy(conf);
     free(k->q);
     free(k);
     return cp_err_set(err, CP_ENOMEM, "out of memory creating the Kafka producer");
@@ -194,10 +165,10 @@ static void pump(cp_kafka *k)
 {
     while (k->n > 0) {
         msg *m = &k->q[k->head];
-        int rc = rk.rd_kafka_produce(k->rkt, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_FREE, m->value,
-                                     m->len, m->key, m->klen, NULL);
+        int rc = cp_rk.rd_kafka_produce(k->rkt, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_FREE,
+                                        m->value, m->len, m->key, m->klen, NULL);
         if (rc != 0) {
-            rd_kafka_resp_err_t e = rk.rd_kafka_last_error();
+            rd_kafka_resp_err_t e = cp_rk.rd_kafka_last_error();
             if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL) return; /* keep it for later */
             free(m->value);
             k->dropped++;
@@ -228,7 +199,7 @@ void cp_kafka_send(cp_kafka *k, uint8_t *value, size_t len, uint8_t *key, size_t
 
 void cp_kafka_poll(cp_kafka *k)
 {
-    rk.rd_kafka_poll(k->rk, 0);
+    cp_rk.rd_kafka_poll(k->rk, 0);
     pump(k);
 }
 
@@ -253,17 +224,17 @@ uint64_t cp_kafka_destroy(cp_kafka *k, int timeout_ms)
 {
     if (!k) return 0;
     pump(k);
-    if (timeout_ms > 0) rk.rd_kafka_flush(k->rk, timeout_ms);
-    rk.rd_kafka_purge(k->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-    rk.rd_kafka_poll(k->rk, 0); /* purged messages: delivery reports with errors */
+    if (timeout_ms > 0) cp_rk.rd_kafka_flush(k->rk, timeout_ms);
+    cp_rk.rd_kafka_purge(k->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    cp_rk.rd_kafka_poll(k->rk, 0); /* purged messages: delivery reports with errors */
     for (uint32_t i = 0; i < k->n; i++) {
         msg *m = &k->q[(k->head + i) % k->cap];
         free(m->value);
         free(m->key);
     }
     uint64_t lost = k->dropped + k->n;
-    rk.rd_kafka_topic_destroy(k->rkt);
-    rk.rd_kafka_destroy(k->rk);
+    cp_rk.rd_kafka_topic_destroy(k->rkt);
+    cp_rk.rd_kafka_destroy(k->rk);
     free(k->q);
     free(k);
     return lost;

@@ -7,7 +7,53 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <librdkafka/rdkafka.h>
+
 #include "error.h"
+
+/* librdkafka's functions the agent calls (the producer here, the control consumer in
+ * watch.c), loaded by cp_rk_load on first use and called through cp_rk. */
+/* One function a line, by hand: clang-format 14 lays X-lists out differently on each pass. */
+/* clang-format off */
+#define CP_RK_FUNCS(X)                                                                             \
+    X(rd_kafka_conf_destroy)                                                                       \
+    X(rd_kafka_conf_new)                                                                           \
+    X(rd_kafka_conf_set)                                                                           \
+    X(rd_kafka_conf_set_dr_msg_cb)                                                                 \
+    X(rd_kafka_conf_set_error_cb)                                                                  \
+    X(rd_kafka_conf_set_log_cb)                                                                    \
+    X(rd_kafka_conf_set_opaque)                                                                    \
+    X(rd_kafka_consume_batch_queue)                                                                \
+    X(rd_kafka_consume_start_queue)                                                                \
+    X(rd_kafka_consume_stop)                                                                       \
+    X(rd_kafka_destroy)                                                                            \
+    X(rd_kafka_err2str)                                                                            \
+    X(rd_kafka_fatal_error)                                                                        \
+    X(rd_kafka_flush)                                                                              \
+    X(rd_kafka_last_error)                                                                         \
+    X(rd_kafka_message_destroy)                                                                    \
+    X(rd_kafka_new)                                                                                \
+    X(rd_kafka_poll)                                                                               \
+    X(rd_kafka_produce)                                                                            \
+    X(rd_kafka_purge)                                                                              \
+    X(rd_kafka_queue_cb_event_enable)                                                              \
+    X(rd_kafka_queue_destroy)                                                                      \
+    X(rd_kafka_queue_new)                                                                          \
+    X(rd_kafka_topic_destroy)                                                                      \
+    X(rd_kafka_topic_new)
+/* clang-format on */
+
+typedef struct cp_rk_lib {
+    int tried, ok;
+#define CP_RK_FIELD(f) __typeof__(&f) f;
+    CP_RK_FUNCS(CP_RK_FIELD)
+#undef CP_RK_FIELD
+} cp_rk_lib;
+extern cp_rk_lib cp_rk;
+
+/* Loads librdkafka once (agent thread). Returns 0 or CP_EKAFKA with err naming what is
+ * missing (again on later calls, without the detail: it was said the first time). */
+int cp_rk_load(cp_err *err);
 
 typedef struct cp_kafka cp_kafka;
 

@@ -4,61 +4,13 @@
  * the host's stderr. */
 #include "watch.h"
 
-#include <dlfcn.h>
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "control.h"
-
-/* One function a line, by hand: clang-format 14 lays X-lists out differently on each pass. */
-/* clang-format off */
-#define CP_WK_FUNCS(X)                                                                             \
-    X(rd_kafka_conf_destroy)                                                                       \
-    X(rd_kafka_conf_new)                                                                           \
-    X(rd_kafka_conf_set)                                                                           \
-    X(rd_kafka_conf_set_error_cb)                                                                  \
-    X(rd_kafka_conf_set_log_cb)                                                                    \
-    X(rd_kafka_conf_set_opaque)                                                                    \
-    X(rd_kafka_consume_batch_queue)                                                                \
-    X(rd_kafka_consume_start_queue)                                                                \
-    X(rd_kafka_consume_stop)                                                                       \
-    X(rd_kafka_destroy)                                                                            \
-    X(rd_kafka_err2str)                                                                            \
-    X(rd_kafka_last_error)                                                                         \
-    X(rd_kafka_message_destroy)                                                                    \
-    X(rd_kafka_new)                                                                                \
-    X(rd_kafka_poll)                                                                               \
-    X(rd_kafka_queue_cb_event_enable)                                                              \
-    X(rd_kafka_queue_destroy)                                                                      \
-    X(rd_kafka_queue_new)                                                                          \
-    X(rd_kafka_topic_destroy)                                                                      \
-    X(rd_kafka_topic_new)
-/* clang-format on */
-
-static struct {
-    int tried, ok;
-#define CP_WK_FIELD(f) __typeof__(&f) f;
-    CP_WK_FUNCS(CP_WK_FIELD)
-#undef CP_WK_FIELD
-} wk;
-
-static int wk_load(cp_err *err)
-{
-    if (wk.tried) return wk.ok ? 0 : cp_err_set(err, CP_EKAFKA, "librdkafka could not be loaded");
-    wk.tried = 1;
-    void *h = dlopen("librdkafka.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h) h = dlopen("librdkafka.so", RTLD_NOW | RTLD_LOCAL);
-    if (!h) return cp_err_set(err, CP_EKAFKA, "cannot load librdkafka: %s", dlerror());
-#define CP_WK_LOAD(f)                                                                              \
-    if (!(wk.f = (__typeof__(wk.f))dlsym(h, #f)))                                                  \
-        return cp_err_set(err, CP_EKAFKA, "librdkafka lacks %s", #f);
-    CP_WK_FUNCS(CP_WK_LOAD)
-#undef CP_WK_LOAD
-    wk.ok = 1;
-    return 0;
-}
+#include "kafka.h"
 
 struct cp_watch {
     rd_kafka_t *rk;
@@ -96,11 +48,11 @@ int cp_watch_create(const char *brokers, const char *props, cp_watch_wake_fn wak
                     cp_watch **out, cp_err *err)
 {
     *out = NULL;
-    int lrc = wk_load(err);
+    int lrc = cp_rk_load(err);
     if (lrc) return lrc;
     char errstr[256] = "";
     cp_watch *w = calloc(1, sizeof(*w));
-    rd_kafka_conf_t *conf = w ? wk.rd_kafka_conf_new() : NULL;
+    rd_kafka_conf_t *conf = w ? cp_rk.rd_kafka_conf_new() : NULL;
     if (!w || !conf) {
         free(w);
         return cp_err_set(err, CP_ENOMEM, "out of memory creating the control consumer");
@@ -125,7 +77,7 @@ int cp_watch_create(const char *brokers, const char *props, cp_watch_wake_fn wak
     };
     int bad = 0;
     for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]) && !bad; i++)
-        bad = wk.rd_kafka_conf_set(conf, kv[i][0], kv[i][1], errstr, sizeof(errstr)) !=
+        bad = cp_rk.rd_kafka_conf_set(conf, kv[i][0], kv[i][1], errstr, sizeof(errstr)) !=
               RD_KAFKA_CONF_OK;
     for (const char *l = props; l && *l && !bad;) { /* "name=value\n" lines, as kafka.c */
         const char *nl = strchr(l, '\n'), *eq = strchr(l, '=');
@@ -136,36 +88,36 @@ int cp_watch_create(const char *brokers, const char *props, cp_watch_wake_fn wak
             line[ll] = 0;
             line[eq - l] = 0;
             /* producer-only properties mean nothing to a consumer: ignored, not refused */
-            if (wk.rd_kafka_conf_set(conf, line, line + (eq - l) + 1, errstr, sizeof(errstr)) ==
+            if (cp_rk.rd_kafka_conf_set(conf, line, line + (eq - l) + 1, errstr, sizeof(errstr)) ==
                 RD_KAFKA_CONF_INVALID)
                 bad = 1;
         }
         l += ll + (nl ? 1 : 0);
     }
     if (bad) {
-        wk.rd_kafka_conf_destroy(conf);
+        cp_rk.rd_kafka_conf_destroy(conf);
         free(w);
         return cp_err_set(err, CP_EKAFKA, "control consumer: %s", errstr);
     }
-    wk.rd_kafka_conf_set_log_cb(conf, quiet_log);
-    wk.rd_kafka_conf_set_error_cb(conf, on_error);
-    wk.rd_kafka_conf_set_opaque(conf, w);
-    w->rk = wk.rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+    cp_rk.rd_kafka_conf_set_log_cb(conf, quiet_log);
+    cp_rk.rd_kafka_conf_set_error_cb(conf, on_error);
+    cp_rk.rd_kafka_conf_set_opaque(conf, w);
+    w->rk = cp_rk.rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
     if (!w->rk) {
-        wk.rd_kafka_conf_destroy(conf);
+        cp_rk.rd_kafka_conf_destroy(conf);
         free(w);
         return cp_err_set(err, CP_EKAFKA, "control consumer for %s: %s", brokers, errstr);
     }
     w->wake = wake;
     w->wake_arg = wake_arg;
-    w->rkt = wk.rd_kafka_topic_new(w->rk, CP_TOPIC_CONTROL, NULL);
-    w->q = w->rkt ? wk.rd_kafka_queue_new(w->rk) : NULL;
-    if (w->q) wk.rd_kafka_queue_cb_event_enable(w->q, on_event, w);
+    w->rkt = cp_rk.rd_kafka_topic_new(w->rk, CP_TOPIC_CONTROL, NULL);
+    w->q = w->rkt ? cp_rk.rd_kafka_queue_new(w->rk) : NULL;
+    if (w->q) cp_rk.rd_kafka_queue_cb_event_enable(w->q, on_event, w);
     if (!w->rkt || !w->q) {
-        if (w->rkt) wk.rd_kafka_topic_destroy(w->rkt);
+        if (w->rkt) cp_rk.rd_kafka_topic_destroy(w->rkt);
         cp_err_set(err, CP_EKAFKA, "topic %s: %s", CP_TOPIC_CONTROL,
-                   wk.rd_kafka_err2str(wk.rd_kafka_last_error()));
-        wk.rd_kafka_destroy(w->rk);
+                   cp_rk.rd_kafka_err2str(cp_rk.rd_kafka_last_error()));
+        cp_rk.rd_kafka_destroy(w->rk);
         free(w);
         return CP_EKAFKA;
     }
@@ -177,14 +129,14 @@ int cp_watch_create(const char *brokers, const char *props, cp_watch_wake_fn wak
 
 int cp_watch_poll(cp_watch *w, cp_watch_fn fn, void *arg)
 {
-    wk.rd_kafka_poll(w->rk, 0); /* error callbacks */
+    cp_rk.rd_kafka_poll(w->rk, 0); /* error callbacks */
     if (!w->started) {
         /* the topic may not exist yet: librdkafka waits for it in the background */
-        if (wk.rd_kafka_consume_start_queue(w->rkt, 0, RD_KAFKA_OFFSET_TAIL(CP_WATCH_TAIL), w->q) !=
-            0) {
+        if (cp_rk.rd_kafka_consume_start_queue(w->rkt, 0, RD_KAFKA_OFFSET_TAIL(CP_WATCH_TAIL),
+                                               w->q) != 0) {
             w->errors++;
             snprintf(w->last, sizeof(w->last), "consume_start: %s",
-                     wk.rd_kafka_err2str(wk.rd_kafka_last_error()));
+                     cp_rk.rd_kafka_err2str(cp_rk.rd_kafka_last_error()));
             return 0;
         }
         w->started = 1;
@@ -192,17 +144,17 @@ int cp_watch_poll(cp_watch *w, cp_watch_fn fn, void *arg)
     int handed = 0;
     for (;;) {
         rd_kafka_message_t *ms[BATCH];
-        ssize_t n = wk.rd_kafka_consume_batch_queue(w->q, 0, ms, BATCH);
+        ssize_t n = cp_rk.rd_kafka_consume_batch_queue(w->q, 0, ms, BATCH);
         if (n <= 0) break;
         for (ssize_t i = 0; i < n; i++) {
             if (ms[i]->err) {
                 w->errors++;
-                snprintf(w->last, sizeof(w->last), "%s", wk.rd_kafka_err2str(ms[i]->err));
+                snprintf(w->last, sizeof(w->last), "%s", cp_rk.rd_kafka_err2str(ms[i]->err));
             } else if (ms[i]->payload) {
                 fn(ms[i]->payload, ms[i]->len, arg);
                 handed++;
             }
-            wk.rd_kafka_message_destroy(ms[i]);
+            cp_rk.rd_kafka_message_destroy(ms[i]);
         }
         if (n < BATCH) break;
     }
@@ -220,11 +172,11 @@ uint64_t cp_watch_take_errors(cp_watch *w, const char **last)
 void cp_watch_destroy(cp_watch *w)
 {
     if (!w) return;
-    if (w->started) wk.rd_kafka_consume_stop(w->rkt, 0);
-    wk.rd_kafka_queue_cb_event_enable(w->q, NULL, NULL);
-    wk.rd_kafka_queue_destroy(w->q);
-    wk.rd_kafka_topic_destroy(w->rkt);
-    wk.rd_kafka_destroy(w->rk);
+    if (w->started) cp_rk.rd_kafka_consume_stop(w->rkt, 0);
+    cp_rk.rd_kafka_queue_cb_event_enable(w->q, NULL, NULL);
+    cp_rk.rd_kafka_queue_destroy(w->q);
+    cp_rk.rd_kafka_topic_destroy(w->rkt);
+    cp_rk.rd_kafka_destroy(w->rk);
     free(w);
 }
 
