@@ -255,7 +255,11 @@ static int count_captures(void)
 {
     int n = 0;
     for (int i = 0; i < NR; i++)
-        n += R[i].capture[0] != 0;
+        if (R[i].capture[0]) {
+            printf("capture envelope: %s %s %s %lld samples, %lld ns\n", R[i].capture, R[i].proc,
+                   R[i].iso, (long long)R[i].samples, (long long)R[i].dur);
+            n++;
+        }
     return n;
 }
 
