@@ -146,7 +146,9 @@ void cp_store_batch_destroy(cp_store_batch *b);
  * its decoded profile p (not retained). Duplicates are detected per (tenant, producer,
  * dedup_scope) -- ingest passes the Kafka partition -- and return CP_STORE_DUPLICATE with
  * nothing stored. Cumulative alloc inputs (e->cumulative) are stored as the delta from the
- * previous input of the same series and producer. Returns 0; CP_EINVAL / CP_EINCOMPAT /
+ * previous input of the same series and cumulative stream: the producer id up to its first
+ * '#' (contprof import names each window "import:STREAM#WINDOW", ingest/import.c), all of
+ * it when it has none. Returns 0; CP_EINVAL / CP_EINCOMPAT /
  * CP_ELIMIT for an input the store cannot take (err names the field; the batch is
  * unchanged and usable); CP_ENOMEM or CP_ESTORE otherwise. */
 int cp_store_batch_add(cp_store_batch *b, const cp_envelope *e, const cp_profile *p,
@@ -158,6 +160,18 @@ int cp_store_batch_add(cp_store_batch *b, const cp_envelope *e, const cp_profile
  * the batch unchanged and usable. */
 int cp_store_batch_add_lazy(cp_store_batch *b, const cp_envelope *e, cp_profile *p,
                             cp_pprof_lazy *lz, int32_t dedup_scope, cp_err *err);
+
+/* The highest sequence stored for (tenant, producer) over every dedup scope, from the
+ * committed producer records (writer thread; nothing the open batch added). 0 with *last
+ * set; CP_ENOTFOUND when nothing of the producer is stored; CP_ESTORE on a read error
+ * (err says which). Ingest estimates from it what died with the broker at a crash. */
+int cp_store_producer_last(cp_store *s, const char *tenant, const char *producer, uint64_t *last,
+                           cp_err *err);
+
+/* 1 if LevelDB has reported damage (a "Corruption" status) in this process, with the first
+ * such message (naming the table when it can, and the repair) in out; else 0 and "". Any
+ * thread. The message stays until the process ends: only `contprofd --repair` mends it. */
+int cp_store_damage(cp_store *s, char *out, size_t len);
 
 /* Records that topic/partition continues at next_offset once this batch is committed. */
 int cp_store_batch_set_offset(cp_store_batch *b, const char *topic, int32_t partition,

@@ -306,6 +306,68 @@ int cp_store_get_offset(cp_store *s, const char *topic, int32_t partition, int64
 
 /* --- producers (duplicate detection) ----------------------------------------------- */
 
+/* How many producer records a tenant keeps in memory: past it, after a commit, the clean
+ * ones are freed and read again from LevelDB when next needed. contprof import names
+ * each window a producer of its own (ingest/import.c), so the count follows the windows
+ * imported, not the agents. */
+#define PRODUCERS_CACHED 65536
+
+static void prods_trim(tenant *t)
+{
+    if (t->prods.n <= PRODUCERS_CACHED) return;
+    for (uint32_t i = 0; i < t->prods.cap; i++) {
+        prod *p = t->prods.s[i].v;
+        if (p && p->dirty) return; /* never while a batch holds one (commit clears them) */
+    }
+    for (uint32_t i = 0; i < t->prods.cap; i++) {
+        prod *p = t->prods.s[i].v;
+        if (p) {
+            free(p->key);
+            free(p);
+        }
+    }
+    memset(t->prods.s, 0, t->prods.cap * sizeof *t->prods.s);
+    t->prods.n = 0;
+}
+
+int cp_store_producer_last(cp_store *s, const char *tenant_name, const char *producer,
+                           uint64_t *last, cp_err *err)
+{
+    CP_ASSERT_THREAD(&s->writer, "writer thread only");
+    tenant *t = cp_tenant_find(s, tenant_name, strlen(tenant_name));
+    size_t pl = strlen(producer);
+    if (!t || pl > CP_STORE_PRODUCER_MAX) return CP_ENOTFOUND;
+    uint8_t k[CP_TENANT_KEY_MAX + CP_STORE_PRODUCER_MAX + 16];
+    size_t n = key_tenant(k, t, CP_K_PRODUCER);
+    memcpy(k + n, producer, pl);
+    k[n + pl] = 0; /* producer \0 be32 scope */
+    size_t kl = n + pl + 1;
+    leveldb_iterator_t *it = leveldb_create_iterator(s->db, s->ropts);
+    int found = 0;
+    *last = 0;
+    for (leveldb_iter_seek(it, (const char *)k, kl); leveldb_iter_valid(it);
+         leveldb_iter_next(it)) {
+        size_t l, vl;
+        const char *key = leveldb_iter_key(it, &l);
+        if (l != kl + 4 || memcmp(key, k, kl)) break;
+        const char *v = leveldb_iter_value(it, &vl);
+        cp_rd r = {(const uint8_t *)v, (const uint8_t *)v + vl, 0};
+        uint64_t hwm = cp_get_uv(&r);
+        if (r.bad) continue; /* a damaged record counts as none, as in prod_get */
+        if (!found || hwm > *last) *last = hwm;
+        found = 1;
+    }
+    char *e = NULL;
+    leveldb_iter_get_error(it, &e);
+    leveldb_iter_destroy(it);
+    if (e) {
+        int rc = cp_ldb_fail(s, err, e, "reading producer records");
+        leveldb_free(e);
+        return rc;
+    }
+    return found ? 0 : CP_ENOTFOUND;
+}
+
 static int prod_get(cp_store_batch *B, tenant *t, const char *producer, int32_t scope, prod **out,
                     cp_err *err)
 {
@@ -984,7 +1046,7 @@ int cp_store_batch_add_lazy(cp_store_batch *B, const cp_envelope *e, cp_profile 
         pthread_rwlock_unlock(&s->lock);
         if (!t) return cp_err_set(err, CP_ENOMEM, "store: tenant");
     }
-    prod *pr;
+    prod *pr = NULL;
     int rc = prod_get(B, t, e->producer_id, dedup_scope, &pr, err);
     if (rc) return rc;
     if (prod_seen(pr, e->sequence)) return CP_STORE_DUPLICATE;
@@ -1043,7 +1105,12 @@ int cp_store_batch_add_lazy(cp_store_batch *B, const cp_envelope *e, cp_profile 
     pthread_rwlock_unlock(&s->lock);
     if (rc) goto broken;
 
-    if (e->cumulative && (rc = cumulative_delta(B, ser, e->producer_id, err))) goto broken;
+    if (e->cumulative) {
+        /* the cumulative stream: the producer id up to its first '#' (store.h) */
+        char stream[CP_STORE_PRODUCER_MAX + 1];
+        snprintf(stream, sizeof stream, "%.*s", (int)strcspn(e->producer_id, "#"), e->producer_id);
+        if ((rc = cumulative_delta(B, ser, stream, err))) goto broken;
+    }
     if ((rc = apply_window(B, ser, e->window_start_ns, err))) goto broken;
 
     pthread_rwlock_wrlock(&s->lock);
@@ -1165,6 +1232,9 @@ int cp_store_batch_commit(cp_store_batch *B, cp_err *err)
         B->dirty_series.v[i]->meta_dirty = B->dirty_series.v[i]->cum_dirty = 0;
     for (uint32_t i = 0; i < B->dirty_prods.n; i++)
         B->dirty_prods.v[i]->dirty = 0;
+    B->dirty_prods.n = 0;
+    for (uint32_t i = 0; i < s->tenants.n; i++)
+        prods_trim(s->tenants.v[i]);
     /* keep the cache bounded: raw windows rarely come back; rollups do */
     if (s->bucket_rows > s->bucket_rows_max) {
         cp_buckets_drop(s, 0);
