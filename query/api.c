@@ -724,7 +724,15 @@ static void loop_healthz(cp_api *a, const cp_http_request *req, cp_http_response
     (void)req;
     cp_api_ingest_stats in = {0};
     if (a->o.ingest_stats) a->o.ingest_stats(a->o.ingest_arg, &in);
-    if (in.available && in.paused) {
+    char damage[512];
+    if (a->o.store && cp_store_damage(a->o.store, damage, sizeof damage)) {
+        /* a damaged table answers some queries with errors: not healthy, and the message
+         * names the table and the repair (issue 27) */
+        r->status = 503;
+        if (cp_buf_printf(&r->body, "{\"status\":\"degraded\",\"reason\":") ||
+            json_str(&r->body, damage) || cp_buf_printf(&r->body, "}\n"))
+            oom(r);
+    } else if (in.available && in.paused) {
         /* a store write failed: not healthy until ingest is back by itself */
         r->status = 503;
         if (cp_buf_printf(&r->body, "{\"status\":\"paused\",\"reason\":") ||

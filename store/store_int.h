@@ -362,6 +362,10 @@ struct cp_store {
     /* the series' stack caches: bytes held, the budget, and counters (read by stats) */
     size_t wcache_bytes, wcache_budget;
     atomic_uint_fast64_t wcache_hits, wcache_misses, wcache_flushes;
+    /* the first damage LevelDB reported ("Corruption", cp_ldb_fail), for /healthz until
+     * the process ends (a reopen does not mend a table; --repair does) */
+    pthread_mutex_t damage_mu;
+    char damage[512];
 };
 
 /* --- small helpers and key builders (format.h) ----------------------------------------- */
