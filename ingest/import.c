@@ -115,6 +115,8 @@ typedef struct imp {
     int nstored, nnot, ndelivered, nunknown;
     const char *brokers; /* as contprofd served them (or --brokers) */
     int restarted;       /* contprofd came back with another broker: the rest is unknown */
+    int64_t retention_raw_s, retention_rollup_s; /* contprofd's (0 = forever or unknown) */
+    int warned_raw;                              /* past retention.raw said once */
 } imp;
 
 /* Moves r to state; its bytes leave the flight once it is stored or known not to be. */
@@ -248,6 +250,8 @@ static int poll_offsets(imp *im, char *why, size_t whylen)
     if (!im->budget) {
         im->max_message = (uint64_t)json_num(body, NULL, "max_message_bytes", 0);
         im->budget = (uint64_t)json_num(body, NULL, "max_in_flight_bytes", 0);
+        im->retention_raw_s = json_num(body, NULL, "retention_raw_s", 0);
+        im->retention_rollup_s = json_num(body, NULL, "retention_rollup_s", 0);
         if (!im->budget) im->budget = 3u << 20;
     }
     const char *p = strstr(body, "\"partitions\":[");
@@ -446,6 +450,27 @@ static int send_one(imp *im, int fi, cp_kind kind, int cumulative, const cp_prof
     }
     if (e.window_duration_ns <= 0) e.window_duration_ns = 10000000000LL;
     e.cumulative = cumulative;
+    /* contprofd's retention (known when waiting): a window it would delete is not sent, one
+     * past raw retention is kept only in the rollups (said once) */
+    int64_t age_s = (cp_now_ns() - e.window_start_ns) / 1000000000LL;
+    if (im->retention_rollup_s > 0 && age_s > im->retention_rollup_s) {
+        fprintf(stderr,
+                "contprof import: %s: not sent: the window starts %.1f days ago, past "
+                "contprofd's retention.rollup (%.1f days): retention would delete it\n",
+                file, (double)age_s / 86400, (double)im->retention_rollup_s / 86400);
+        return 1;
+    }
+    if (im->retention_raw_s > 0 && age_s > im->retention_raw_s && !im->warned_raw++) {
+        char until[64] = "for ever (retention.rollup = 0)";
+        if (im->retention_rollup_s > 0)
+            snprintf(until, sizeof until, "until retention.rollup (%.1f days)",
+                     (double)im->retention_rollup_s / 86400);
+        fprintf(stderr,
+                "contprof import: %s: warning: the window starts %.1f days ago, past contprofd's "
+                "retention.raw (%.1f days): stored, but kept only in the rollups (1-minute "
+                "resolution and coarser) %s\n",
+                file, (double)age_s / 86400, (double)im->retention_raw_s / 86400, until);
+    }
     if (cp_labels_set(&e.labels, "service", im->service)) rc = 1;
     for (int i = 0; i < im->nlabels && !rc; i++) {
         const char *eq = strchr(im->labels[i], '=');

@@ -258,6 +258,12 @@ int cp_ldb_fail(const cp_store *s, cp_err *err, const char *e, const char *what)
     return cp_err_set(err, CP_ESTORE, "%s", msg);
 }
 
+void cp_store_get_retention(const cp_store *s, int64_t *raw_ns, int64_t *rollup_ns)
+{
+    *raw_ns = s->retention[0];
+    *rollup_ns = s->retention[1];
+}
+
 int cp_store_damage(cp_store *s, char *out, size_t len)
 {
     pthread_mutex_lock(&s->damage_mu);

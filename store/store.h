@@ -168,6 +168,9 @@ int cp_store_batch_add_lazy(cp_store_batch *b, const cp_envelope *e, cp_profile 
 int cp_store_producer_last(cp_store *s, const char *tenant, const char *producer, uint64_t *last,
                            cp_err *err);
 
+/* The store's retention (cp_store_options: 0 = forever), fixed at open. Any thread. */
+void cp_store_get_retention(const cp_store *s, int64_t *raw_ns, int64_t *rollup_ns);
+
 /* 1 if LevelDB has reported damage (a "Corruption" status) in this process, with the first
  * such message (naming the table when it can, and the repair) in out; else 0 and "". Any
  * thread. The message stays until the process ends: only `contprofd --repair` mends it. */

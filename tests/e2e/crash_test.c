@@ -309,5 +309,39 @@ TEST(envelopes_lost_with_the_broker_at_a_sigkill_are_counted)
     free(dir);
 }
 
-TEST_MAIN(T(import_cut_by_a_sigkill_says_unknown_and_a_retry_stores_once),
+/* --at past contprofd's retention: refused naming retention.rollup (nothing stored that
+ * retention would delete); past retention.raw only: stored, with a warning naming it. */
+TEST(import_past_retention_is_refused_or_warned)
+{
+    char *dir = mkdir_tmp("retention"), wdir[512], args[1024], errp[600], cmd[1200];
+    snprintf(wdir, sizeof wdir, "%s/w", dir);
+    CHECK(mkdir(wdir, 0755) == 0);
+    snprintf(cmd, sizeof cmd, "'%s/bench/genwindows' '%s' 1 50 50", bindir(), wdir);
+    sh(cmd);
+    proc d = {0};
+    daemon_start(&d, dir, 0, 1); /* the defaults: retention.raw 7d, retention.rollup 90d */
+    char *out;
+    snprintf(args, sizeof args, "--service old --at now-100d '%s/w00000.pb.gz'", wdir);
+    snprintf(errp, sizeof errp, "%s/import1.err", dir);
+    CHECK_EQ(import_wait(import_bg(d.port, args, errp), errp, &out), 1);
+    CHECK_CONTAINS(out, "not sent: the window starts 100.0 days ago, past contprofd's "
+                        "retention.rollup (90.0 days)");
+    CHECK_CONTAINS(out, "0 of 0 window(s) from 1 file(s) stored");
+    free(out);
+    snprintf(args, sizeof args, "--service old --at now-10d '%s/w00000.pb.gz'", wdir);
+    snprintf(errp, sizeof errp, "%s/import2.err", dir);
+    CHECK_EQ(import_wait(import_bg(d.port, args, errp), errp, &out), 0);
+    CHECK_CONTAINS(out, "past contprofd's retention.raw (7.0 days): stored, but kept only in the "
+                        "rollups");
+    CHECK_CONTAINS(out, "1 of 1 window(s) from 1 file(s) stored");
+    free(out);
+    CHECK(stored_total(d.port, "old") > 0);
+    CHECK_EQ(stop_daemon_within(&d, SIGTERM, 60), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    sh(cmd);
+    free(dir);
+}
+
+TEST_MAIN(T(import_past_retention_is_refused_or_warned),
+          T(import_cut_by_a_sigkill_says_unknown_and_a_retry_stores_once),
           T(envelopes_lost_with_the_broker_at_a_sigkill_are_counted))
