@@ -492,6 +492,7 @@ int cp_store_open(const cp_store_options *opt, cp_store **out, cp_err *err)
     for (int l = 1; l < CP_NLEVELS; l++)
         s->retention[l] = opt->retention_rollup_ns;
     s->bucket_rows_max = opt->bucket_cache_entries ? opt->bucket_cache_entries : (2u << 20);
+    s->bucket_bytes_max = opt->memory_budget ? opt->memory_budget : ((size_t)256 << 20);
     s->wcache_budget = opt->stack_cache_bytes ? opt->stack_cache_bytes : (64u << 20);
     s->opts = leveldb_options_create();
     s->cache = leveldb_cache_create_lru(opt->cache_bytes ? opt->cache_bytes : (64u << 20));
@@ -681,6 +682,13 @@ static int store_collect(void *arg, cp_metrics_out *o)
          offsetof(cp_store_stats, stack_cache_flushes)},
         {"contprof_store_stack_cache_bytes", "Memory held by the stack caches.", CP_METRIC_GAUGE,
          offsetof(cp_store_stats, stack_cache_bytes)},
+        {"contprof_store_open_bucket_bytes",
+         "Memory held by the writer's open rollup buckets (bounded by store.memory_budget).",
+         CP_METRIC_GAUGE, offsetof(cp_store_stats, bucket_bytes)},
+        {"contprof_store_open_bucket_drops_total",
+         "Times every open bucket was dropped after a commit, past store.memory_budget or the "
+         "row cap (each is read back from LevelDB when next written).",
+         CP_METRIC_COUNTER, offsetof(cp_store_stats, bucket_drops)},
     };
     int rc = 0;
     for (size_t i = 0; i < sizeof fams / sizeof fams[0] && !rc; i++) {

@@ -27,6 +27,9 @@ typedef struct cp_store_options {
                                     0 = 2 Mi rows, about 60 MB */
     size_t stack_cache_bytes;    /* writer's per-series stack caches, all together (README:
                                     "The stack cache"); 0 = 64 MiB; past it all are dropped */
+    size_t memory_budget;        /* bytes the open rollup buckets may hold (store/README.md
+                                    "Memory"); 0 = 256 MiB; past it, after a commit, all are
+                                    dropped and read back from LevelDB when next needed */
 } cp_store_options;
 
 int cp_store_open(const cp_store_options *opt, cp_store **out, cp_err *err);
@@ -114,6 +117,8 @@ typedef struct cp_store_stats {
     /* the writer's stack caches: samples found / not found (lazy ids only), times all
      * were dropped for the budget, bytes held */
     uint64_t stack_cache_hits, stack_cache_misses, stack_cache_flushes, stack_cache_bytes;
+    /* the open rollup buckets' bytes, and times all were dropped for store.memory_budget */
+    uint64_t bucket_bytes, bucket_drops;
 } cp_store_stats;
 void cp_store_get_stats(cp_store *s, cp_store_stats *out);
 /* Registers the store's statistics (the contprof_store_* families of /metrics, read

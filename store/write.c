@@ -16,6 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 typedef struct lazy_res {
     uint32_t sid, off, n;
@@ -107,6 +110,17 @@ static void bslots_rebuild(cp_store *s)
     }
 }
 
+/* The heap bytes an open bucket holds: its struct and arrays at their capacity, with
+ * glibc's 16 bytes per allocation, and its two slots in s->buckets and s->bslots (at most
+ * half full). What store.memory_budget counts. */
+static size_t bucket_bytes(const bucket *b)
+{
+    const cp_acc *a = &b->acc;
+    return sizeof *b + 16 + (a->ids.cap ? (size_t)a->ids.cap * 4 + 16 : 0) +
+           (a->vals.cap ? (size_t)a->vals.cap * 8 + 16 : 0) +
+           (a->nslots ? (size_t)a->nslots * 8 + 16 : 0) + 8 + 2 * 4;
+}
+
 /* Drops open buckets (all, or only the clean ones). */
 void cp_buckets_drop(cp_store *s, int keep_dirty)
 {
@@ -118,10 +132,12 @@ void cp_buckets_drop(cp_store *s, int keep_dirty)
             continue;
         }
         s->bucket_rows -= b->acc.ids.n;
+        s->bucket_bytes -= bucket_bytes(b);
         cp_acc_close(&b->acc);
         free(b);
     }
     s->buckets.n = w;
+    CP_ASSERT(w || (s->bucket_bytes == 0 && s->bucket_rows == 0));
     if (s->nbslots) bslots_rebuild(s);
 }
 
@@ -170,6 +186,7 @@ static int bucket_get(cp_store_batch *B, cp_ser *ser, int level, int64_t start, 
     while (s->bslots[h])
         h = (h + 1) & (s->nbslots - 1);
     s->bslots[h] = s->buckets.n;
+    s->bucket_bytes += bucket_bytes(b);
     *out = b;
     /* may it exist on disk? only if a committed window started inside it */
     int64_t end = level ? start + cp_level_ns[level] : start + 1;
@@ -193,6 +210,7 @@ static int bucket_get(cp_store_batch *B, cp_ser *ser, int level, int64_t start, 
                        ser->id, ser->t->name, b->acc.ntypes, ser->ntypes);
     if (rc) cp_acc_reset(&b->acc, ser->ntypes); /* a damaged block is replaced */
     s->bucket_rows += b->acc.ids.n;
+    s->bucket_bytes += bucket_bytes(b) - bucket_bytes(&(bucket){0});
     return rc == CP_ENOMEM ? rc : 0;
 }
 
@@ -862,10 +880,11 @@ static int stage10_flush(cp_store_batch *B, cp_ser *ser, cp_err *err)
         bucket *b = NULL;
         int rc = bucket_get(B, ser, l, bucket_of(l, ser->stage10_start), &b, err);
         if (rc) return rc;
-        size_t before = b->acc.ids.n;
+        size_t before = b->acc.ids.n, bytes = bucket_bytes(b);
         if (stage_into(&b->acc, &ser->stage10, 1, l == 2))
             return cp_err_set(err, CP_ENOMEM, "store");
         B->s->bucket_rows += b->acc.ids.n - before;
+        B->s->bucket_bytes += bucket_bytes(b) - bytes;
         b->dirty = 1;
     }
     ser->staged &= ~CP_STAGED_10MIN;
@@ -890,9 +909,10 @@ static int stage_flush(cp_store_batch *B, cp_ser *ser, cp_err *err)
     if (stage_into(&ser->stage10, &ser->stage, 0, 0)) return cp_err_set(err, CP_ENOMEM, "store");
     bucket *b = NULL;
     if ((rc = bucket_get(B, ser, 1, ser->stage_start, &b, err))) return rc;
-    size_t before = b->acc.ids.n;
+    size_t before = b->acc.ids.n, bytes = bucket_bytes(b);
     if (stage_into(&b->acc, &ser->stage, 1, 1)) return cp_err_set(err, CP_ENOMEM, "store");
     B->s->bucket_rows += b->acc.ids.n - before;
+    B->s->bucket_bytes += bucket_bytes(b) - bytes;
     b->dirty = 1;
     ser->staged &= ~CP_STAGED_MIN;
     return 0;
@@ -930,7 +950,7 @@ static int apply_window(cp_store_batch *B, cp_ser *ser, int64_t start, cp_err *e
         bucket *b = NULL;
         int rc = bucket_get(B, ser, l, bucket_of(l, start), &b, err);
         if (rc) return rc;
-        size_t before = b->acc.ids.n;
+        size_t before = b->acc.ids.n, bytes = bucket_bytes(b);
         if (l == 0 && b->acc.windows == 0 && b->acc.ids.n == 0) {
             cp_acc_take(&b->acc, w);
         } else if (ser->kind == CP_KIND_INUSE) {
@@ -947,6 +967,7 @@ static int apply_window(cp_store_batch *B, cp_ser *ser, int64_t start, cp_err *e
             if (cp_acc_add(&b->acc, w, 1)) return cp_err_set(err, CP_ENOMEM, "store");
         }
         B->s->bucket_rows += b->acc.ids.n - before;
+        B->s->bucket_bytes += bucket_bytes(b) - bytes;
         b->dirty = 1;
     }
     return 0;
@@ -1236,14 +1257,19 @@ int cp_store_batch_commit(cp_store_batch *B, cp_err *err)
     for (uint32_t i = 0; i < s->tenants.n; i++)
         prods_trim(s->tenants.v[i]);
     /* keep the cache bounded: raw windows rarely come back; rollups do */
-    if (s->bucket_rows > s->bucket_rows_max) {
+    if (s->bucket_rows > s->bucket_rows_max || s->bucket_bytes > s->bucket_bytes_max) {
         cp_buckets_drop(s, 0);
+        atomic_fetch_add(&s->bucket_drops, 1);
+#ifdef __GLIBC__
+        malloc_trim(0); /* give the freed buckets back: the budget is about resident bytes */
+#endif
     } else {
         uint32_t w = 0;
         for (uint32_t i = 0; i < s->buckets.n; i++) {
             bucket *b = s->buckets.v[i];
             if (b->level == 0) {
                 s->bucket_rows -= b->acc.ids.n;
+                s->bucket_bytes -= bucket_bytes(b);
                 cp_acc_close(&b->acc);
                 free(b);
             } else {
