@@ -232,7 +232,9 @@ static int64_t json_num(const char *p, const char *end, const char *name, int64_
     return strtoll(f + strlen(k), NULL, 10);
 }
 
-/* Asks contprofd which offsets are stored and settles what it can. 0, or -1 with why. */
+/* Asks contprofd which offsets are stored and settles what it can. 0; -1 with why when it
+ * cannot be asked (down, restarting, an error answer); -2 with why when its ingest says it
+ * is not running. */
 static int poll_offsets(imp *im, char *why, size_t whylen)
 {
     cp_http_result res;
@@ -245,7 +247,7 @@ static int poll_offsets(imp *im, char *why, size_t whylen)
                  "contprofd's ingest is not running (its log and /metrics say why); what is "
                  "sent cannot be stored");
         cp_buf_close(&res.body);
-        return -1;
+        return -2;
     }
     if (!im->budget) {
         im->max_message = (uint64_t)json_num(body, NULL, "max_message_bytes", 0);
@@ -318,10 +320,7 @@ static int contprofd_gone(imp *im, char *why, size_t whylen)
         answered |= rc == 0 || rc == CP_ENOTFOUND; /* "": its broker is starting */
         listed = rc == 0;
     }
-    if (listed && im->brokers && !strcmp(list, im->brokers)) {
-        im->last_progress_ns = cp_mono_ns();
-        return 0;
-    }
+    if (listed && im->brokers && !strcmp(list, im->brokers)) return 0; /* --timeout holds */
     im->restarted = answered;
     const char *w = answered ? "unknown: contprofd restarted before confirming it"
                              : "unknown: contprofd stopped answering before confirming it";
@@ -353,9 +352,10 @@ static int wait_some(imp *im, char *why, size_t whylen)
         if (!rd_kafka_metadata(im->rk, 0, NULL, &md, 1000)) rd_kafka_metadata_destroy(md);
     }
     rd_kafka_poll(im->rk, 2);
-    if (im->wait && im->ndelivered && cp_mono_ns() - im->last_poll_ns >= 5000000 &&
-        poll_offsets(im, why, whylen) && contprofd_gone(im, why, whylen))
-        return -1;
+    if (im->wait && im->ndelivered && cp_mono_ns() - im->last_poll_ns >= 5000000) {
+        int rc = poll_offsets(im, why, whylen);
+        if (rc == -2 || (rc == -1 && contprofd_gone(im, why, whylen))) return -1;
+    }
     if ((double)(cp_mono_ns() - im->last_progress_ns) / 1e9 > im->timeout_s) {
         snprintf(why, whylen, "nothing was %s for %.0f s", im->wait ? "stored" : "delivered",
                  im->timeout_s);
