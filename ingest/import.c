@@ -109,6 +109,7 @@ typedef struct imp {
     uint32_t nsized;      /* messages sized so far */
     int64_t last_wake_ns; /* wait_some */
     int64_t last_progress_ns, last_poll_ns, last_bar_ns;
+    int64_t last_brokers_ns; /* wait_some: when contprofd's broker list was last checked */
     double timeout_s;
     int bar;
     CP_VEC(sent) sent;
@@ -355,6 +356,20 @@ static int wait_some(imp *im, char *why, size_t whylen)
     if (im->wait && im->ndelivered && cp_mono_ns() - im->last_poll_ns >= 5000000) {
         int rc = poll_offsets(im, why, whylen);
         if (rc == -2 || (rc == -1 && contprofd_gone(im, why, whylen))) return -1;
+    }
+    /* A contprofd restarted between two polls answers them, with offsets of its new
+     * embedded broker that never reach ours: its broker list says so. Asked once a second
+     * while nothing moves. */
+    if (im->wait && cp_mono_ns() - im->last_progress_ns >= 1000000000 &&
+        cp_mono_ns() - im->last_brokers_ns >= 1000000000) {
+        char list[4096];
+        im->last_brokers_ns = cp_mono_ns();
+        int rc = cp_http_get_brokers(im->server, im->token, list, sizeof list, 2000, NULL);
+        if (rc || !im->brokers || strcmp(list, im->brokers)) {
+            snprintf(why, whylen, "%s",
+                     rc ? "contprofd does not serve its brokers" : "its brokers changed");
+            if (contprofd_gone(im, why, whylen)) return -1;
+        }
     }
     if ((double)(cp_mono_ns() - im->last_progress_ns) / 1e9 > im->timeout_s) {
         snprintf(why, whylen, "nothing was %s for %.0f s", im->wait ? "stored" : "delivered",
