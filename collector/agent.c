@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "capture.h"
 #include "config.h"
 #include "exec.h"
 #include "fd.h"
@@ -248,8 +249,13 @@ static void drain(void)
         unsigned h = atomic_load_explicit(&t->head, memory_order_acquire);
         unsigned tl = atomic_load_explicit(&t->tail, memory_order_relaxed);
         A.window_cpu += h - tl;
-        for (; tl != h; tl++)
-            cp_window_add_cpu(&t->ring[tl & (CP_RING - 1)], t->name);
+        for (; tl != h; tl++) {
+            const cp_sample_rec *r = &t->ring[tl & (CP_RING - 1)];
+            if (cp_capture_routes(t, r))
+                cp_capture_add_cpu(t, r);
+            else
+                cp_window_add_cpu(r, t->name);
+        }
         atomic_store_explicit(&t->tail, tl, memory_order_release);
     }
 }
@@ -281,6 +287,7 @@ static void finish_window(int64_t end)
         .sequence = &A.sequence,
         .dropped_samples = take_dropped_samples(),
         .dropped_windows = A.dropped_windows,
+        .agent_comment = cp_capture_stats(),
     };
     A.dropped_windows = 0;
     if (cp_window_finish(&m, emit, NULL) != 0) A.dropped_windows++;
@@ -332,6 +339,8 @@ static void *agent_main(void *arg)
         if (!A.stop && A.flush_asked == A.flush_done) {
             int64_t wait_ns = window_end_mono - cp_mono_ns(); /* a window ends on time */
             if (wait_ns > tick_ns) wait_ns = tick_ns;
+            /* a capture's threads fill their rings faster; its windows are short */
+            if (cp_capture_active() && wait_ns > CP_CAPTURE_TICK_NS) wait_ns = CP_CAPTURE_TICK_NS;
             if (wait_ns < 1000000) wait_ns = 1000000;
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
@@ -357,6 +366,7 @@ static void *agent_main(void *arg)
             cp_threads_refresh_names();
             next_names = now + 1000000000;
         }
+        if (!stopping && !flushing) cp_capture_update(A.brokers);
         drain();
         cp_threads_reap();
         if (!empty) transport_tick();
@@ -371,6 +381,8 @@ static void *agent_main(void *arg)
             }
             transport_tick();
         }
+        /* capture windows: every second, at a capture's end, and all of them at stop */
+        cp_capture_flush(A.instance, A.producer, stopping, emit, NULL);
         if (flushing && !stopping) {
             /* the image ends (exec, _exit): what Kafka holds goes now, within the bound; if
              * an exec fails, transport_tick builds a new client */
@@ -384,6 +396,7 @@ static void *agent_main(void *arg)
             pthread_mutex_unlock(&A.mu);
         }
     }
+    cp_capture_stop();
     if (A.kafka) {
         (void)cp_kafka_destroy(A.kafka,
                                (int)(cp_cfg.flush_ns / 1000000)); /* exit: nowhere to report */
@@ -416,6 +429,16 @@ static void new_instance(void)
     A.window_start = cp_now_ns();
     A.window_cpu = 0;
     A.pid = (int)getpid();
+}
+
+/* A control message arrived (capture.c, on a librdkafka thread of the agent's): the agent
+ * thread wakes now rather than at its tick. */
+static void agent_wake(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&A.mu);
+    pthread_cond_broadcast(&A.cv);
+    pthread_mutex_unlock(&A.mu);
 }
 
 /* Starts the agent thread (unregistered, never sampled). Returns 0 or CP_ENOMEM. */
@@ -465,6 +488,7 @@ static void atfork_child(void)
     cp_threads_after_fork_child();
     new_instance();
     cp_window_abandon();
+    cp_capture_after_fork_child();
     cp_fd_reserve(); /* the child's table is a copy sized to its open fds; it has one thread */
     if (start_agent_thread() != 0) atomic_store(&A.running, 0);
 }
@@ -564,6 +588,7 @@ CONTPROF_EXTERN int contprof_start(const contprof_options *opts)
     if (cp_cfg.alloc_rate > 0 && cp_alloc_init() == 0) cp_alloc_set_rate(cp_cfg.alloc_rate);
     cp_exec_resolve();
     cp_exec_set_flush(agent_flush);
+    cp_capture_set_wake(agent_wake);
     cp_fd_set_exit_hook(agent_flush);
     if (cp_cpu_start() != 0) snprintf(cp_engine, sizeof(cp_engine), "off");
     cp_threads_scan();

@@ -110,9 +110,10 @@ static double draw(int64_t rate)
     return -log(u) * (double)rate;
 }
 
-static uint32_t bucket_find(uint32_t iso, const char *thread, const uint64_t *pcs, uint32_t n)
+static uint32_t bucket_find(uint32_t iso, const char *thread, const uint64_t *pcs, uint32_t n,
+                            uint32_t boosted)
 {
-    uint64_t h = cp_hash_bytes(pcs, n * sizeof(uint64_t), iso);
+    uint64_t h = cp_hash_bytes(pcs, n * sizeof(uint64_t), iso + ((uint64_t)boosted << 32));
     if (!iso) h = cp_hash_bytes(thread, strnlen(thread, 16), h);
     uint32_t mask = BUCKET_IDX_CAP - 1;
     for (uint32_t i = (uint32_t)h & mask;; i = (i + 1) & mask) {
@@ -123,6 +124,7 @@ static uint32_t bucket_find(uint32_t iso, const char *thread, const uint64_t *pc
             memset(nb, 0, offsetof(cp_alloc_bucket, pcs));
             nb->hash = h;
             nb->isolate = iso;
+            nb->boosted = boosted;
             if (!iso) memcpy(nb->thread, thread, sizeof(nb->thread));
             nb->nframes = n;
             memcpy(nb->pcs, pcs, n * sizeof(uint64_t));
@@ -130,7 +132,7 @@ static uint32_t bucket_find(uint32_t iso, const char *thread, const uint64_t *pc
             return S->nbuckets - 1;
         }
         cp_alloc_bucket *c = &S->buckets[b - 1];
-        if (c->hash == h && c->isolate == iso && c->nframes == n &&
+        if (c->hash == h && c->isolate == iso && c->nframes == n && c->boosted == boosted &&
             (iso || strncmp(c->thread, thread, 16) == 0) &&
             memcmp(c->pcs, pcs, n * sizeof(uint64_t)) == 0)
             return b - 1;
@@ -243,8 +245,25 @@ __attribute__((noinline)) static int64_t sample_decide(size_t n)
         t_until = (int64_t)draw(rate) - (int64_t)n;
         if (t_until >= 0) return 0;
     }
+    /* a captured isolate's thread samples at the capture's rate (capture.c) */
+    cp_thread *t = cp_self;
+    if (t) {
+        int64_t b = atomic_load_explicit(&t->alloc_boost, memory_order_relaxed);
+        if (b > 0 && b < rate) rate = b;
+    }
     t_until = (int64_t)draw(rate);
     return S ? rate : 0;
+}
+
+/* Uniform in (0, 1) from the thread's generator. */
+static double uniform(void)
+{
+    uint64_t x = t_rng ? t_rng : ((uint64_t)cp_mono_ns() ^ (uint64_t)(uintptr_t)&t_rng) | 1;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    t_rng = x;
+    return ((x >> 11) + 0.5) / 9007199254740992.0;
 }
 
 /* Records sampled block p of n bytes (base: see live_entry): stack (skipping `skip`
@@ -265,8 +284,33 @@ __attribute__((noinline)) static void sample_record(void *p, uintptr_t base, siz
     sample_owner(t, &iso, thread);
     if (m) nf = (int)cp_lang_join(iso, pcs, (uint32_t)nf, ids, m);
     double w = 1.0 / (1.0 - exp(-(double)n / (double)rate));
+    int64_t base_rate = atomic_load_explicit(&g_rate, memory_order_relaxed);
+    int keep = 1;
+    if (base_rate > rate) {
+        /* A capture's rate: the capture gets every sample; the always-on totals keep a
+         * sample with P(base)/P(capture), weighted 1/P(base): exactly the base rate's
+         * Poisson sampling, so they stay unbiased. */
+        double pb = 1.0 - exp(-(double)n / (double)base_rate), pc = 1.0 / w;
+        keep = uniform() < pb / pc;
+        pthread_mutex_lock(&g_lock);
+        uint32_t cb = bucket_find(iso, thread, pcs, (uint32_t)nf, 1);
+        if (cb == UINT32_MAX) {
+            atomic_fetch_add(&cp_alloc_dropped, 1);
+        } else {
+            S->buckets[cb].alloc_objects += w;
+            S->buckets[cb].alloc_bytes += w * (double)n;
+        }
+        if (!keep && base) live_insert((uintptr_t)p, base, UINT32_MAX, 0, n); /* free finds it */
+        pthread_mutex_unlock(&g_lock);
+        w = 1.0 / pb;
+    }
+    if (!keep) {
+        cp_in_agent = saved;
+        errno = saved_errno;
+        return;
+    }
     pthread_mutex_lock(&g_lock);
-    uint32_t b = bucket_find(iso, thread, pcs, (uint32_t)nf);
+    uint32_t b = bucket_find(iso, thread, pcs, (uint32_t)nf, 0);
     if (b == UINT32_MAX) {
         atomic_fetch_add(&cp_alloc_dropped, 1);
         if (base) live_insert((uintptr_t)p, base, b, w, n); /* free must find it */
@@ -353,18 +397,29 @@ uint32_t cp_alloc_nbuckets(void)
     return n;
 }
 
-uint32_t cp_alloc_snapshot(cp_alloc_bucket *out, uint32_t cap)
+static uint32_t snapshot(cp_alloc_bucket *out, uint32_t cap, uint32_t boosted)
 {
     if (!S) return 0;
     pthread_mutex_lock(&g_lock);
-    uint32_t n = S->nbuckets < cap ? S->nbuckets : cap;
-    for (uint32_t i = 0; i < n; i++) {
-        out[i] = S->buckets[i];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < S->nbuckets && n < cap; i++) {
+        if (S->buckets[i].boosted != boosted) continue;
+        out[n++] = S->buckets[i];
         S->buckets[i].alloc_objects = 0;
         S->buckets[i].alloc_bytes = 0;
     }
     pthread_mutex_unlock(&g_lock);
     return n;
+}
+
+uint32_t cp_alloc_snapshot(cp_alloc_bucket *out, uint32_t cap)
+{
+    return snapshot(out, cap, 0);
+}
+
+uint32_t cp_alloc_snapshot_boosted(cp_alloc_bucket *out, uint32_t cap)
+{
+    return snapshot(out, cap, 1);
 }
 
 void cp_alloc_atfork_prepare(void)

@@ -15,6 +15,7 @@ typedef struct cp_alloc_bucket {
     uint32_t isolate;
     char thread[16];
     uint32_t nframes;
+    uint32_t boosted; /* a capture's: sampled at a boosted rate, never in the always-on */
     double alloc_objects, alloc_bytes; /* this window */
     double inuse_objects, inuse_bytes; /* since start */
     uint64_t pcs[CP_MAX_FRAMES];
@@ -29,6 +30,9 @@ uint32_t cp_alloc_nbuckets(void);
 /* Agent: copies at most cap buckets to out and zeroes their window counters, under the
  * sampler's lock (nothing allocates while it is held). Returns how many were copied. */
 uint32_t cp_alloc_snapshot(cp_alloc_bucket *out, uint32_t cap);
+/* The same for the boosted buckets only (a capture's allocations, capture.c); the plain
+ * snapshot skips them. */
+uint32_t cp_alloc_snapshot_boosted(cp_alloc_bucket *out, uint32_t cap);
 /* Samples lost to full tables since start (the agent reports the difference). */
 extern atomic_uint_fast64_t cp_alloc_dropped;
 /* pthread_atfork: the sampler's lock is held across fork; the child's window starts at

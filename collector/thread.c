@@ -125,6 +125,7 @@ static void ring_push(cp_thread *t, const cp_sample_rec *r)
     cp_sample_rec *slot = &t->ring[h & (CP_RING - 1)];
     slot->isolate = r->isolate;
     slot->weight = r->weight;
+    slot->period_ns = r->period_ns;
     slot->nframes = r->nframes;
     memcpy(slot->pcs, r->pcs, r->nframes * sizeof(uint64_t));
     atomic_store_explicit(&t->head, h + 1, memory_order_release);
@@ -204,6 +205,9 @@ static void handler(int sig, siginfo_t *si, void *ucv)
         }
     }
     if (!atomic_load_explicit(&g_cpu_on, memory_order_relaxed)) goto out;
+    /* the period of the event that fired: a boosted thread's samples are shorter */
+    int64_t period = si->si_code == SI_TIMER ? t->timer_period_ns : t->perf_period_ns;
+    if (period <= 0) period = cp_period_ns;
 
     ucontext_t *uc = ucv;
     cp_uregs r = {
@@ -220,7 +224,8 @@ static void handler(int sig, siginfo_t *si, void *ucv)
         /* Language frames are added at the next safe point; a sample still waiting
          * from before goes out without them. */
         if (atomic_load_explicit(&t->pending, memory_order_relaxed)) {
-            if (t->pend.isolate == iso && t->pend.weight < CP_PEND_MAX_WEIGHT) {
+            if (t->pend.isolate == iso && t->pend.period_ns == period &&
+                t->pend.weight < CP_PEND_MAX_WEIGHT) {
                 /* Still waiting for the safe point: this period of CPU time goes to the
                  * same sample, whose language frames the safe point will supply. (A
                  * runtime that never reaches one still ships its CPU time, without
@@ -233,6 +238,7 @@ static void handler(int sig, siginfo_t *si, void *ucv)
         }
         t->pend.isolate = iso;
         t->pend.weight = weight;
+        t->pend.period_ns = period;
         t->pend.nframes = (uint32_t)cp_unwind(&r, t->stack_lo, t->stack_hi, t->pend.pcs,
                                               CP_MAX_FRAMES, &t->ucache_sig);
         atomic_store_explicit(&t->pending, 1, memory_order_release);
@@ -252,6 +258,7 @@ static void handler(int sig, siginfo_t *si, void *ucv)
     cp_sample_rec *slot = &t->ring[h & (CP_RING - 1)];
     slot->isolate = iso;
     slot->weight = weight;
+    slot->period_ns = period;
     slot->nframes =
         (uint32_t)cp_unwind(&r, t->stack_lo, t->stack_hi, slot->pcs, CP_MAX_FRAMES, &t->ucache_sig);
     atomic_store_explicit(&t->head, h + 1, memory_order_release);
@@ -274,14 +281,14 @@ static uint64_t rnd(void)
     return x;
 }
 
-static int arm_perf(cp_thread *t)
+static int arm_perf(cp_thread *t, int64_t period)
 {
     struct perf_event_attr a;
     memset(&a, 0, sizeof(a));
     a.size = sizeof(a);
     a.type = PERF_TYPE_SOFTWARE;
     a.config = PERF_COUNT_SW_TASK_CLOCK;
-    a.sample_period = (uint64_t)cp_period_ns;
+    a.sample_period = (uint64_t)period;
     a.sample_type = PERF_SAMPLE_IP;
     a.wakeup_events = 1;
     a.exclude_hv = 1;
@@ -317,6 +324,7 @@ static int arm_perf(cp_thread *t)
         return e;
     }
     t->perf_ring = ring;
+    t->perf_period_ns = period;
     t->perf_fd = fd;
     if (ioctl(fd, ring ? PERF_EVENT_IOC_ENABLE : PERF_EVENT_IOC_REFRESH, ring ? 0 : 1) < 0) {
         int e = -errno;
@@ -326,10 +334,11 @@ static int arm_perf(cp_thread *t)
         t->perf_ring = NULL;
         return e;
     }
+    t->perf_enabled = 1;
     return 0;
 }
 
-static int arm_timer(cp_thread *t)
+static int arm_timer(cp_thread *t, int64_t period)
 {
     struct sigevent sev;
     memset(&sev, 0, sizeof(sev));
@@ -343,26 +352,89 @@ static int arm_timer(cp_thread *t)
     if (real_timer_create(clk, &sev, &id) < 0) return -errno;
     struct itimerspec its;
     /* First expiry uniform in (0, period], so short-lived threads are not biased. */
-    int64_t first = 1 + (int64_t)(rnd() % (uint64_t)cp_period_ns);
+    int64_t first = 1 + (int64_t)(rnd() % (uint64_t)period);
     its.it_value.tv_sec = first / 1000000000;
     its.it_value.tv_nsec = first % 1000000000;
-    its.it_interval.tv_sec = cp_period_ns / 1000000000;
-    its.it_interval.tv_nsec = cp_period_ns % 1000000000;
+    its.it_interval.tv_sec = period / 1000000000;
+    its.it_interval.tv_nsec = period % 1000000000;
     if (timer_settime(id, 0, &its, NULL) < 0) {
         int e = -errno;
         timer_delete(id);
         return e;
     }
     t->timer = id;
+    t->timer_period_ns = period;
     t->has_timer = 1;
     return 0;
 }
 
+/* The engine. A perf task-clock event samples at any period, but costs the host more per
+ * second than its samples: the kernel starts and cancels the event's hrtimer each time
+ * the thread is scheduled in and out, and every sample is a timer interrupt plus an
+ * irq_work interrupt before the signal (on a virtual machine, VM exits). A POSIX
+ * thread CPU timer is checked on the scheduler tick that runs anyway and sends its
+ * signal directly, but it can only expire on a tick. So by default (CONTPROF_CPU_ENGINE
+ * unset) perf is used only for periods shorter than two ticks (above 125 Hz at the 4 ms
+ * tick of these machines), where the tick would blur them; longer periods, the 100 Hz
+ * default among them, use the timers: each sample then lands on the first tick after its
+ * period has elapsed (at 100 Hz: 8 or 12 ms apart, 10 on average, weight 1). The costs
+ * measured on the collector bench are in README.md. CONTPROF_CPU_ENGINE=perf or =timer
+ * forces one engine at any rate. */
+#define CP_TICK_NS 4000000
+#define CP_TIMER_MIN_PERIOD_NS (2 * CP_TICK_NS)
+
+static int perf_usable(void);
+
+/* Whether a thread whose event runs at period p uses perf: the agent's own rate as
+ * cp_cpu_start chose; a capture's (cp_thread_boost) as the same rule says, where perf was
+ * found usable. */
+static int g_perf_ok = -1; /* perf_event_open usable: -1 not tried yet */
+
+static int use_perf_for(int64_t p)
+{
+    if (p == cp_period_ns) return g_use_perf;
+    return cp_cfg.cpu_engine != CP_ENGINE_TIMER &&
+           (cp_cfg.cpu_engine == CP_ENGINE_PERF || p < CP_TIMER_MIN_PERIOD_NS) && g_perf_ok == 1;
+}
+
+/* Under g_arm_lock: t's event runs at its period (the boost, else the agent's) on the
+ * engine use_perf_for picks; nothing changes when it already does. A perf event a boost
+ * ends is disabled, not closed: its ring stays mapped for a handler that may be reading
+ * it on t's thread now. */
 static void arm_unlocked(cp_thread *t)
 {
-    if (!atomic_load(&g_cpu_on) || t->perf_fd >= 0 || t->has_timer) return;
-    if (g_use_perf && arm_perf(t) == 0) return;
-    if (arm_timer(t) < 0) {
+    if (!atomic_load(&g_cpu_on)) return;
+    int64_t p = t->boost_ns > 0 ? t->boost_ns : cp_period_ns;
+    if (use_perf_for(p)) {
+        if (t->perf_fd >= 0) {
+            if (t->perf_period_ns != p) {
+                uint64_t v = (uint64_t)p;
+                if (ioctl(t->perf_fd, PERF_EVENT_IOC_PERIOD, &v) == 0) t->perf_period_ns = p;
+            }
+            if (!t->perf_enabled &&
+                ioctl(t->perf_fd, t->perf_ring ? PERF_EVENT_IOC_ENABLE : PERF_EVENT_IOC_REFRESH,
+                      t->perf_ring ? 0 : 1) == 0)
+                t->perf_enabled = 1;
+        }
+        if ((t->perf_fd >= 0 && t->perf_enabled && t->perf_period_ns == p) ||
+            (t->perf_fd < 0 && arm_perf(t, p) == 0)) {
+            if (t->has_timer) {
+                timer_delete(t->timer);
+                t->has_timer = 0;
+            }
+            return;
+        }
+    }
+    if (t->perf_fd >= 0 && t->perf_enabled) {
+        ioctl(t->perf_fd, PERF_EVENT_IOC_DISABLE, 0);
+        t->perf_enabled = 0;
+    }
+    if (t->has_timer && t->timer_period_ns == p) return;
+    if (t->has_timer) {
+        timer_delete(t->timer);
+        t->has_timer = 0;
+    }
+    if (arm_timer(t, p) < 0) {
         static atomic_int warned;
         if (!atomic_exchange(&warned, 1))
             fprintf(stderr,
@@ -380,6 +452,7 @@ static void disarm_unlocked(cp_thread *t)
         t->perf_fd = -1;
         if (t->perf_ring) munmap(t->perf_ring, 4096u * (1 + PERF_RING_PAGES));
         t->perf_ring = NULL;
+        t->perf_enabled = 0;
         cp_fd_close(fd);
     }
     if (t->has_timer) {
@@ -394,6 +467,24 @@ static void arm(cp_thread *t)
     spin_lock(&g_arm_lock, &m);
     arm_unlocked(t);
     spin_unlock(&g_arm_lock, &m);
+}
+
+int64_t cp_thread_boost(cp_thread *t, int64_t period_ns, int *perf)
+{
+    *perf = 0;
+    if (!atomic_load(&g_cpu_on)) return 0;
+    if (period_ns > 0 && g_perf_ok < 0) g_perf_ok = perf_usable();
+    sigset_t m;
+    spin_lock(&g_arm_lock, &m);
+    int64_t eff = 0;
+    if (atomic_load(&t->state) == CP_T_LIVE) {
+        t->boost_ns = period_ns == cp_period_ns ? 0 : period_ns;
+        arm_unlocked(t);
+        *perf = t->perf_fd >= 0 && t->perf_enabled;
+        eff = *perf ? t->perf_period_ns : t->has_timer ? t->timer_period_ns : 0;
+    }
+    spin_unlock(&g_arm_lock, &m);
+    return eff;
 }
 
 static void disarm(cp_thread *t)
@@ -461,6 +552,12 @@ static void slot_init(cp_thread *t, pid_t tid)
     t->perf_fd = -1;
     t->perf_ring = NULL;
     t->has_timer = 0;
+    t->timer_period_ns = t->perf_period_ns = 0;
+    t->perf_enabled = 0;
+    t->boost_ns = t->acc_ns = 0;
+    t->cap_mask = t->api_mask = 0;
+    t->api_until = 0;
+    atomic_store(&t->alloc_boost, 0);
     t->stack_lo = t->stack_hi = 0;
     t->own_tls = 0;
     t->name[0] = 0;
@@ -607,6 +704,11 @@ void cp_threads_after_fork_child(void)
         t->perf_ring = NULL;
         t->perf_fd = -1;
         t->has_timer = 0;
+        t->perf_enabled = 0;
+        t->boost_ns = t->acc_ns = 0; /* the child hears captures anew */
+        t->cap_mask = t->api_mask = 0;
+        t->api_until = 0;
+        atomic_store(&t->alloc_boost, 0);
         atomic_store(&t->head, 0);
         atomic_store(&t->tail, 0);
         atomic_store(&t->dropped, 0);
@@ -757,12 +859,17 @@ static void move_aside(void)
     for (unsigned i = 0; i < n && i < CP_MAX_THREADS; i++) {
         cp_thread *t = atomic_load(&cp_threads[i]);
         if (!t || atomic_load(&t->state) != CP_T_LIVE) continue;
-        if (s && t->perf_fd >= 0) {
-            cp_fd_fcntl(t->perf_fd, F_SETSIG, s);
-        } else {
+        if (!s) {
             disarm_unlocked(t);
-            arm_unlocked(t);
+            continue;
         }
+        /* a boosted thread may hold both a perf event and a timer (one disabled) */
+        if (t->perf_fd >= 0) cp_fd_fcntl(t->perf_fd, F_SETSIG, s);
+        if (t->has_timer) {
+            timer_delete(t->timer);
+            t->has_timer = 0;
+        }
+        arm_unlocked(t);
     }
     spin_unlock(&g_arm_lock, &m);
     if (!s)
@@ -978,21 +1085,6 @@ static int perf_usable(void)
     return fd >= 0;
 }
 
-/* The engine. A perf task-clock event samples at any period, but costs the host more per
- * second than its samples: the kernel starts and cancels the event's hrtimer each time
- * the thread is scheduled in and out, and every sample is a timer interrupt plus an
- * irq_work interrupt before the signal (on a virtual machine, VM exits). A POSIX
- * thread CPU timer is checked on the scheduler tick that runs anyway and sends its
- * signal directly, but it can only expire on a tick. So by default (CONTPROF_CPU_ENGINE
- * unset) perf is used only for periods shorter than two ticks (above 125 Hz at the 4 ms
- * tick of these machines), where the tick would blur them; longer periods, the 100 Hz
- * default among them, use the timers: each sample then lands on the first tick after its
- * period has elapsed (at 100 Hz: 8 or 12 ms apart, 10 on average, weight 1). The costs
- * measured on the collector bench are in README.md. CONTPROF_CPU_ENGINE=perf or =timer
- * forces one engine at any rate. */
-#define CP_TICK_NS 4000000
-#define CP_TIMER_MIN_PERIOD_NS (2 * CP_TICK_NS)
-
 int cp_cpu_start(void)
 {
     cp_fd_set_perf_holder(perf_fd_moved);
@@ -1015,6 +1107,7 @@ int cp_cpu_start(void)
     g_use_perf = cp_cfg.cpu_engine != CP_ENGINE_TIMER &&
                  (cp_cfg.cpu_engine == CP_ENGINE_PERF || cp_period_ns < CP_TIMER_MIN_PERIOD_NS) &&
                  perf_usable();
+    if (g_use_perf) g_perf_ok = 1;
     if (g_use_perf) {
         snprintf(cp_engine, sizeof(cp_engine), "perf-task-clock %gms", cp_period_ns / 1e6);
     } else {

@@ -17,7 +17,8 @@
 typedef struct cp_sample_rec {
     uint32_t isolate; /* explicit isolate id, 0 = the thread's own */
     uint32_t nframes;
-    uint64_t weight; /* periods of CPU time */
+    uint64_t weight;   /* periods of CPU time */
+    int64_t period_ns; /* the period of the event that took it (boosted threads: shorter) */
     uint64_t pcs[CP_MAX_FRAMES];
 } cp_sample_rec;
 
@@ -35,6 +36,24 @@ typedef struct cp_thread {
     void *perf_ring; /* perf's mmap'd buffer: overflows are counted there, none lost */
     int has_timer;
     timer_t timer;
+    /* The periods the events run at (the handler tags each sample with its event's), and
+     * whether the perf event counts: a boost may leave a disabled perf event behind, kept
+     * (never unmapped under a handler) until the thread disarms for good. */
+    int64_t timer_period_ns, perf_period_ns;
+    int perf_enabled;
+    /* A capture's period for this thread (0: the agent's own rate); agent thread only,
+     * like acc_ns (boosted CPU not yet passed to the always-on window) and cap_mask (the
+     * captures, by slot, whose selector matches the thread's isolate now). */
+    int64_t boost_ns;
+    int64_t acc_ns;
+    uint64_t cap_mask;
+    uint64_t api_mask; /* captures of the API isolate it was last found running */
+    int64_t api_until; /* ... boosted until then (mono ns) */
+    uint32_t cap_gen;  /* capture.c's generation cap_mask was computed in */
+    char cap_name[16]; /* and the thread name it was computed for */
+    /* A capture's allocation rate for this thread's allocations (0: the agent's own),
+     * read by the allocation hooks; set by the agent thread. */
+    _Atomic int64_t alloc_boost;
     char name[16];
     uint32_t iso_stack[16]; /* explicit isolates entered, innermost last */
     atomic_uint iso_depth;
@@ -83,6 +102,11 @@ void cp_threads_scan(void);
  * stderr when CPU sampling stopped because the program took every signal it could use
  * (cp_engine then reads "off; cpu_sampling_lost=signal taken"). */
 void cp_threads_reap(void);
+/* Agent: runs thread t's CPU event at period_ns (0: the agent's own rate, cp_period_ns).
+ * Shorter periods than the timer engine can keep use perf events when the kernel allows
+ * them. Returns the period now in effect for t (0 if CPU sampling is off or t is not live)
+ * and sets *perf to whether a perf event runs it. Not async-signal-safe; agent thread. */
+int64_t cp_thread_boost(cp_thread *t, int64_t period_ns, int *perf);
 /* Agent: refreshes thread names from /proc/self/task/TID/comm. */
 void cp_threads_refresh_names(void);
 /* After fork in the child: only the calling thread survives. */

@@ -21,6 +21,7 @@
 
 #include "alloc.h"
 #include "config.h"
+#include "control.h"
 #include "demangle.h"
 #include "elfnames.h"
 #include "isolate.h"
@@ -58,11 +59,16 @@ typedef struct cpu_entry {
 
 #define CPU_MAX_ENTRIES (1u << 16)
 
-static struct {
+typedef struct cpu_table {
     cpu_entry *e;
     uint32_t n, cap; /* cap: power of two slots; n used */
     uint64_t dropped;
-} cpu;
+} cpu_table;
+
+/* The window's table, and one per capture slot (capture.h): a capture's samples, with
+ * count = samples and periods = nanoseconds, flushed every capture window. */
+static cpu_table cpu;
+static cpu_table capcpu[CP_CAPTURE_SLOTS];
 
 static uint64_t stack_hash(const iso_key *k, const uint64_t *pcs, uint32_t n)
 {
@@ -71,25 +77,27 @@ static uint64_t stack_hash(const iso_key *k, const uint64_t *pcs, uint32_t n)
     return h | 1; /* 0 marks an empty slot */
 }
 
-static int cpu_grow(void)
+static int cpu_grow(cpu_table *t)
 {
-    uint32_t ncap = cpu.cap ? cpu.cap * 2 : 1024;
+    uint32_t ncap = t->cap ? t->cap * 2 : 1024;
     cpu_entry *ne = calloc(ncap, sizeof(*ne));
     if (!ne) return CP_ENOMEM;
-    for (uint32_t i = 0; i < cpu.cap; i++) {
-        if (!cpu.e[i].hash) continue;
-        uint32_t j = (uint32_t)cpu.e[i].hash & (ncap - 1);
+    for (uint32_t i = 0; i < t->cap; i++) {
+        if (!t->e[i].hash) continue;
+        uint32_t j = (uint32_t)t->e[i].hash & (ncap - 1);
         while (ne[j].hash)
             j = (j + 1) & (ncap - 1);
-        ne[j] = cpu.e[i];
+        ne[j] = t->e[i];
     }
-    free(cpu.e);
-    cpu.e = ne;
-    cpu.cap = ncap;
+    free(t->e);
+    t->e = ne;
+    t->cap = ncap;
     return 0;
 }
 
-void cp_window_add_cpu(const cp_sample_rec *r, const char *thread)
+/* Adds a sample (count 1, periods as given) to table t. */
+static void cpu_add(cpu_table *t, const cp_sample_rec *r, const char *thread, uint64_t count,
+                    uint64_t periods)
 {
     iso_key k = {.iso = r->isolate};
     if (!k.iso) {
@@ -97,48 +105,65 @@ void cp_window_add_cpu(const cp_sample_rec *r, const char *thread)
         memcpy(k.thread, thread, n);
     }
     uint64_t h = stack_hash(&k, r->pcs, r->nframes);
-    if (cpu.n * 2 >= cpu.cap && cpu.n < CPU_MAX_ENTRIES) cpu_grow();
-    if (!cpu.cap) {
-        cpu.dropped += r->weight;
+    if (t->n * 2 >= t->cap && t->n < CPU_MAX_ENTRIES) cpu_grow(t);
+    if (!t->cap) {
+        t->dropped += count;
         return;
     }
-    uint32_t mask = cpu.cap - 1;
+    uint32_t mask = t->cap - 1;
     for (uint32_t i = (uint32_t)h & mask;; i = (i + 1) & mask) {
-        cpu_entry *e = &cpu.e[i];
+        cpu_entry *e = &t->e[i];
         if (!e->hash) {
-            if (cpu.n * 2 >= cpu.cap) {
-                cpu.dropped += r->weight;
+            if (t->n * 2 >= t->cap) {
+                t->dropped += count;
                 return;
             }
             e->pcs = malloc(r->nframes * sizeof(uint64_t) + 1);
             if (!e->pcs) {
-                cpu.dropped += r->weight;
+                t->dropped += count;
                 return;
             }
             memcpy(e->pcs, r->pcs, r->nframes * sizeof(uint64_t));
             e->hash = h;
             e->key = k;
             e->nframes = r->nframes;
-            e->count = 1;
-            e->periods = r->weight;
-            cpu.n++;
+            e->count = count;
+            e->periods = periods;
+            t->n++;
             return;
         }
         if (e->hash == h && key_eq(&e->key, &k) && e->nframes == r->nframes &&
             memcmp(e->pcs, r->pcs, r->nframes * sizeof(uint64_t)) == 0) {
-            e->count++;
-            e->periods += r->weight;
+            e->count += count;
+            e->periods += periods;
             return;
         }
     }
 }
 
+void cp_window_add_cpu(const cp_sample_rec *r, const char *thread)
+{
+    cpu_add(&cpu, r, thread, 1, r->weight);
+}
+
+void cp_window_add_capture_cpu(unsigned slot, const cp_sample_rec *r, const char *thread,
+                               int64_t ns)
+{
+    if (slot < CP_CAPTURE_SLOTS)
+        cpu_add(&capcpu[slot], r, thread, r->weight ? r->weight : 1, (uint64_t)ns);
+}
+
+static void cpu_table_clear(cpu_table *t)
+{
+    for (uint32_t i = 0; i < t->cap; i++)
+        free(t->e[i].pcs);
+    free(t->e);
+    memset(t, 0, sizeof(*t));
+}
+
 static void cpu_clear(void)
 {
-    for (uint32_t i = 0; i < cpu.cap; i++)
-        free(cpu.e[i].pcs);
-    free(cpu.e);
-    memset(&cpu, 0, sizeof(cpu));
+    cpu_table_clear(&cpu);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -833,16 +858,42 @@ static int add_labels_text(cp_labels *l, const char *text)
     return 0;
 }
 
-static int emit_profile(cp_profile *p, int kind, const iso_key *k, const cp_window_meta *m,
-                        cp_emit_fn emit, void *arg)
+/* An isolate's labels as its envelopes carry them: CONTPROF_LABELS, the isolate's own,
+ * service, version, instance, isolate; scrubbed. Returns 0 or CP_ENOMEM. */
+static int isolate_labels(cp_labels *l, const iso_key *k, const char *instance)
 {
+    const char *ilabels;
+    const char *iname = iso_name(k, &ilabels);
+    if (add_labels_text(l, cp_cfg.labels) || add_labels_text(l, ilabels)) return CP_ENOMEM;
+    if (cp_labels_set(l, CP_LABEL_SERVICE, cp_cfg.service) ||
+        (cp_cfg.version[0] && cp_labels_set(l, CP_LABEL_VERSION, cp_cfg.version)) ||
+        cp_labels_set(l, CP_LABEL_INSTANCE, instance) || cp_labels_set(l, CP_LABEL_ISOLATE, iname))
+        return CP_ENOMEM;
+    cp_labels_scrub(l); /* a thread may name itself "a\tb": ingest refuses that */
+    return 0;
+}
+
+int cp_window_isolate_labels(uint32_t iso, const char *thread, const char *instance, cp_labels *out)
+{
+    iso_key k = {.iso = iso};
+    if (!iso) memcpy(k.thread, thread, strnlen(thread, 15));
+    return isolate_labels(out, &k, instance);
+}
+
+/* capture_id (may be NULL): the envelope is a capture's, labelled CP_CAPTURE_LABEL, with
+ * engine (else cp_engine) as its engine string. */
+static int emit_profile(cp_profile *p, int kind, const iso_key *k, const cp_window_meta *m,
+                        const char *capture_id, const char *engine, cp_emit_fn emit, void *arg)
+{
+    if (!engine) engine = cp_engine;
     p->time_nanos = m->start_ns;
     p->duration_nanos = m->end_ns - m->start_ns;
     const char *ilabels;
     const char *iname = iso_name(k, &ilabels);
+    (void)ilabels;
     char comment[256];
     uint32_t cid;
-    snprintf(comment, sizeof(comment), "engine=%s", cp_engine);
+    snprintf(comment, sizeof(comment), "engine=%s", engine);
     if (cp_profile_intern_cstr(p, comment, &cid) || cp_vec_push(&p->comments, cid))
         return CP_ENOMEM;
     snprintf(comment, sizeof(comment), "isolate=%s", iname);
@@ -891,15 +942,10 @@ static int emit_profile(cp_profile *p, int kind, const iso_key *k, const cp_wind
     }
     e.tenant = strdup(cp_cfg.tenant);
     e.producer_id = strdup(m->producer_id);
-    e.engine = strdup(cp_engine);
+    e.engine = strdup(engine);
     if (!e.tenant || !e.producer_id || !e.engine) goto fail;
-    if (add_labels_text(&e.labels, cp_cfg.labels) || add_labels_text(&e.labels, ilabels)) goto fail;
-    if (cp_labels_set(&e.labels, CP_LABEL_SERVICE, cp_cfg.service) ||
-        (cp_cfg.version[0] && cp_labels_set(&e.labels, CP_LABEL_VERSION, cp_cfg.version)) ||
-        cp_labels_set(&e.labels, CP_LABEL_INSTANCE, m->instance) ||
-        cp_labels_set(&e.labels, CP_LABEL_ISOLATE, iname))
-        goto fail;
-    cp_labels_scrub(&e.labels); /* a thread may name itself "a\tb": ingest refuses that */
+    if (isolate_labels(&e.labels, k, m->instance)) goto fail;
+    if (capture_id && cp_labels_set(&e.labels, CP_CAPTURE_LABEL, capture_id)) goto fail;
     e.kind = kind;
     e.window_start_ns = m->start_ns;
     e.window_duration_ns = m->end_ns - m->start_ns;
@@ -1048,7 +1094,11 @@ static int emit_self(int64_t finish_start, const cp_modules *mods, const cp_wind
     }
     int sealed = cp_stream_seal(s);
     if (!err) err = sealed;
-    if (!err) err = emit_profile(p, CP_KIND_CPU, &k, m, emit, arg);
+    uint32_t cid;
+    if (!err && m->agent_comment && m->agent_comment[0] &&
+        (cp_profile_intern_cstr(p, m->agent_comment, &cid) || cp_vec_push(&p->comments, cid)))
+        err = CP_ENOMEM;
+    if (!err) err = emit_profile(p, CP_KIND_CPU, &k, m, NULL, NULL, emit, arg);
     cp_streams_end(s, !err);
     return err;
 }
@@ -1140,7 +1190,7 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
              * comments) come after the epoch's, sealed here. */
             int sealed = cp_stream_seal(s);
             if (!err) err = sealed;
-            if (!err) err = emit_profile(p, kind, k, m, emit, arg);
+            if (!err) err = emit_profile(p, kind, k, m, NULL, NULL, emit, arg);
             if (err) rc = err;
             /* a window that failed drops its stream's epoch */
             cp_streams_end(s, !err);
@@ -1163,9 +1213,112 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
     return rc;
 }
 
+/* ------------------------------------------------------------------------------------
+ * Capture windows: one profile per isolate of a capture slot's samples, fresh tables each
+ * time (a capture's streams never take a kept epoch's place, so the always-on windows'
+ * bytes do not change), symbolized from the same cache. */
+
+int cp_window_finish_capture(unsigned slot, const cp_capture_window *w, cp_emit_fn emit, void *arg)
+{
+    if (slot >= CP_CAPTURE_SLOTS) return CP_EINVAL;
+    cpu_table *t = &capcpu[slot];
+    iso_set isos = {0};
+    if (w->kind == CP_KIND_CPU) {
+        for (uint32_t i = 0; i < t->cap; i++)
+            if (t->e[i].hash) iso_add(&isos, &t->e[i].key);
+    } else {
+        for (uint32_t i = 0; i < w->nbuckets; i++) {
+            iso_key k = {.iso = w->buckets[i].isolate};
+            memcpy(k.thread, w->buckets[i].thread, sizeof(k.thread));
+            if (w->buckets[i].alloc_objects > 0) iso_add(&isos, &k);
+        }
+    }
+    /* the always-on window's naming budget is its own: a capture's naming is not counted
+     * in it, nor its pcs over it */
+    int64_t spent = syms.spent_ns;
+    uint64_t over = syms.over_budget;
+    syms.spent_ns = 0;
+    const cp_modules *mods = cp_modules_current();
+    if (isos.n && !cp_cfg.symbolize_server) syms_refresh(mods);
+    cp_window_meta m = {.start_ns = w->start_ns,
+                        .end_ns = w->end_ns,
+                        .instance = w->instance,
+                        .producer_id = w->producer_id,
+                        .sequence = w->sequence};
+    int rc = 0;
+    for (uint32_t ii = 0; ii < isos.n; ii++) {
+        const iso_key *k = &isos.k[ii];
+        /* a key no always-on stream has: created fresh, never kept */
+        cp_stream_key sk = {.iso = k->iso, .kind = w->kind | 0x100};
+        memcpy(sk.thread, k->thread, sizeof(sk.thread));
+        int fresh = 0;
+        cp_stream *s = cp_streams_begin(&sk, mods, cp_cfg.symbolize_server ? NULL : sym_lines,
+                                        (void *)mods, &fresh);
+        if (!s) {
+            rc = CP_ENOMEM;
+            continue;
+        }
+        cp_profile *p = cp_stream_profile(s);
+        int err = 0;
+        if (w->kind == CP_KIND_CPU) {
+            if (cp_profile_add_sample_type(p, "samples", "count") ||
+                cp_profile_add_sample_type(p, "cpu", "nanoseconds"))
+                err = CP_ENOMEM;
+            p->period_type.type = str_id(p, "cpu", &err);
+            p->period_type.unit = str_id(p, "nanoseconds", &err);
+            p->period = w->period;
+            p->default_sample_type = str_id(p, "cpu", &err);
+            for (uint32_t i = 0; i < t->cap && !err; i++) {
+                cpu_entry *e = &t->e[i];
+                if (!e->hash || !key_eq(&e->key, k)) continue;
+                int64_t v[2] = {(int64_t)e->count, (int64_t)e->periods};
+                cp_stream_add_sample(s, e->pcs, e->nframes, v);
+            }
+        } else {
+            if (cp_profile_add_sample_type(p, "alloc_objects", "count") ||
+                cp_profile_add_sample_type(p, "alloc_space", "bytes"))
+                err = CP_ENOMEM;
+            p->period_type.type = str_id(p, "space", &err);
+            p->period_type.unit = str_id(p, "bytes", &err);
+            p->period = w->period;
+            p->default_sample_type = str_id(p, "alloc_space", &err);
+            for (uint32_t i = 0; i < w->nbuckets && !err; i++) {
+                const cp_alloc_bucket *ab = &w->buckets[i];
+                iso_key bk = {.iso = ab->isolate};
+                memcpy(bk.thread, ab->thread, sizeof(bk.thread));
+                if (!key_eq(&bk, k) || ab->alloc_objects < 0.5) continue;
+                int64_t v[2] = {rnd64(ab->alloc_objects), rnd64(ab->alloc_bytes)};
+                cp_stream_add_sample(s, ab->pcs, ab->nframes, v);
+            }
+        }
+        int sealed = cp_stream_seal(s);
+        if (!err) err = sealed;
+        if (!err) err = emit_profile(p, w->kind, k, &m, w->id, w->engine, emit, arg);
+        if (err) rc = err;
+        cp_streams_end(s, 0);
+    }
+    free(isos.k);
+    cpu_table_clear(t);
+    syms.spent_ns = spent;
+    syms.over_budget = over;
+    return rc;
+}
+
+int cp_window_capture_empty(unsigned slot)
+{
+    return slot >= CP_CAPTURE_SLOTS || capcpu[slot].n == 0;
+}
+
+void cp_window_drop_capture(unsigned slot)
+{
+    if (slot < CP_CAPTURE_SLOTS) cpu_table_clear(&capcpu[slot]);
+}
+
 void cp_window_reset(void)
 {
     cpu_clear();
+    for (unsigned i = 0; i < CP_CAPTURE_SLOTS; i++)
+        cpu_table_clear(&capcpu[i]);
     syms_clear();
     cp_perfmap_reset();
     memset(&jit, 0, sizeof(jit));
@@ -1178,6 +1331,7 @@ void cp_window_abandon(void)
     /* The parent's agent may have been half way through changing these when it forked:
      * forget them without touching them (the memory is lost once per fork). */
     memset(&cpu, 0, sizeof(cpu));
+    memset(capcpu, 0, sizeof(capcpu));
     memset(&syms, 0, sizeof(syms));
     memset(&tables, 0, sizeof(tables));
     cp_perfmap_abandon(); /* the child's pid has its own map */

@@ -482,6 +482,12 @@ int cp_http_post(const char *base_url, const char *path_query, const char *token
                    max_body, out, err);
 }
 
+int cp_http_delete(const char *base_url, const char *path_query, const char *token,
+                   int64_t timeout_ms, size_t max_body, cp_http_result *out, cp_err *err)
+{
+    return request("DELETE", base_url, path_query, token, NULL, 0, timeout_ms, max_body, out, err);
+}
+
 /* ===== the brokers question =========================================================== */
 
 int cp_http_get_brokers(const char *url, const char *token, char *out, size_t cap, int timeout_ms,

@@ -45,6 +45,9 @@ int cp_http_post(const char *base_url, const char *path_query, const char *token
                  size_t body_len, int64_t timeout_ms, size_t max_body, cp_http_result *out,
                  cp_err *err);
 
+/* Like cp_http_get, with method DELETE. */
+int cp_http_delete(const char *base_url, const char *path_query, const char *token,
+                   int64_t timeout_ms, size_t max_body, cp_http_result *out, cp_err *err);
 /* Sends req[0..len) as it is (tests of malformed input) to host:port and reads one
  * response, as cp_http_get does (no body limit beyond 1 GiB). */
 int cp_http_raw(const char *host, int port, const void *req, size_t len, int64_t timeout_ms,

@@ -39,6 +39,11 @@ static inline void cp_gauge_set(cp_gauge *g, int64_t v)
 {
     atomic_store_explicit(&g->v, v, memory_order_relaxed);
 }
+/* Sets the gauge and returns the value it held (a flag raised once by one of many threads). */
+static inline int64_t cp_gauge_swap(cp_gauge *g, int64_t v)
+{
+    return atomic_exchange_explicit(&g->v, v, memory_order_relaxed);
+}
 static inline void cp_gauge_add(cp_gauge *g, int64_t d)
 {
     atomic_fetch_add_explicit(&g->v, d, memory_order_relaxed);

@@ -34,11 +34,12 @@ enum {
     EP_LABELS,
     EP_VALUES,
     EP_SYMBOLS,
+    EP_CAPTURES,
     EP_OTHER,
     EP_COUNT
 };
-static const char *const g_ep_names[EP_COUNT] = {"profile", "diff",   "timeline", "series",
-                                                 "labels",  "values", "symbols",  "other"};
+static const char *const g_ep_names[EP_COUNT] = {
+    "profile", "diff", "timeline", "series", "labels", "values", "symbols", "captures", "other"};
 
 struct cp_api {
     cp_api_options o;
@@ -52,9 +53,30 @@ struct cp_api {
     uint64_t hist[EP_COUNT][NBUCKETS + 1];
     double hist_sum[EP_COUNT];
     uint64_t hist_count[EP_COUNT];
-    uint64_t by_class[6]; /* 1xx..5xx */
+    cp_counter by_class[6]; /* 1xx..5xx */
     int64_t started_ns;
+    cp_metrics *own_metrics; /* when the options gave none: /metrics still has the API's */
 };
+
+static int collect_latency(void *arg, cp_metrics_out *o);
+static int collect_uptime(void *arg, cp_metrics_out *o);
+
+/* The API's families in the registry: responses by class, the latency histogram and the
+ * uptime, ahead of the stages that register after it. */
+static int register_metrics(cp_api *a)
+{
+    static const char *const classes[6] = {"", "1xx", "2xx", "3xx", "4xx", "5xx"};
+    if (!a->o.metrics && cp_metrics_create(&a->own_metrics)) return CP_ENOMEM;
+    if (!a->o.metrics) a->o.metrics = a->own_metrics;
+    int rc = 0;
+    for (int c = 1; c <= 5 && !rc; c++)
+        rc = cp_metrics_counter(a->o.metrics, a, "contprof_http_responses_total",
+                                "HTTP responses by status class.",
+                                (cp_metric_label[]){{"code", classes[c]}}, 1, &a->by_class[c]);
+    if (!rc) rc = cp_metrics_collector(a->o.metrics, a, collect_latency, a);
+    if (!rc) rc = cp_metrics_collector(a->o.metrics, a, collect_uptime, a);
+    return rc;
+}
 
 void cp_api_options_default(cp_api_options *o)
 {
@@ -64,6 +86,7 @@ void cp_api_options_default(cp_api_options *o)
     o->max_nodes_limit = 200000;
     o->max_steps = 11000;
     o->brokers = "";
+    cp_capture_options_default(&o->captures);
 }
 
 cp_api *cp_api_create(const cp_api_options *o)
@@ -89,6 +112,7 @@ cp_api *cp_api_create(const cp_api_options *o)
     a->o.brokers = NULL;
     a->o.metrics_token = NULL;
     a->started_ns = cp_now_ns();
+    if (register_metrics(a)) goto fail;
     return a;
 fail:
     cp_api_destroy(a);
@@ -98,6 +122,8 @@ fail:
 void cp_api_destroy(cp_api *a)
 {
     if (!a) return;
+    cp_metrics_remove(a->o.metrics, a);
+    cp_metrics_destroy(a->own_metrics);
     for (size_t i = 0; i < a->ntokens; i++) {
         free((char *)a->tokens[i].token);
         free((char *)a->tokens[i].tenant);
@@ -566,7 +592,16 @@ static void ep_series(const api_call *c, cp_http_response *r)
             if (!rc) rc = cp_buf_append(b, ":", 1);
             if (!rc) rc = json_str(b, s->labels.p.v[j].value);
         }
-        if (!rc) rc = cp_buf_printf(b, "},\"first\":\"%s\",\"last\":\"%s\"}", f, t);
+        if (!rc) rc = cp_buf_printf(b, "},\"first\":\"%s\",\"last\":\"%s\"", f, t);
+        if (!rc && s->cap_windows) { /* a capture's series: what GET /api/v1/captures/ID sums */
+            rc = cp_buf_printf(b,
+                               ",\"capture\":{\"windows\":%u,\"samples\":%" PRIu64
+                               ",\"end_ns\":%" PRId64 ",\"engine\":",
+                               s->cap_windows, s->cap_samples, s->cap_end_ns);
+            if (!rc) rc = json_str(b, s->cap_engine ? s->cap_engine : "");
+            if (!rc) rc = cp_buf_append(b, "}", 1);
+        }
+        if (!rc) rc = cp_buf_append(b, "}", 1);
         shown++;
     }
     if (!rc) rc = cp_buf_printf(b, "],\"count\":%u}\n", shown);
@@ -636,44 +671,82 @@ static void ep_values(const api_call *c, cp_http_response *r)
         string_list_json("values", name, &l, r);
     cp_string_list_close(&l);
 }
+/* ---- /api/v1/captures (capture.c) ---------------------------------------------------- */
+
+/* The first token of tenant (signs its control messages), or NULL. */
+static const char *tenant_token(const cp_api *a, const char *tenant)
+{
+    for (size_t i = 0; i < a->ntokens; i++)
+        if (strcmp(a->tokens[i].tenant, tenant) == 0) return a->tokens[i].token;
+    return NULL;
+}
+
+static void capture_call(const api_call *c, cp_capture_call *x)
+{
+    *x = (cp_capture_call){&c->a->o.captures, c->a->o.store, c->rd, c->fr, &c->qr->q, c->pa, c->req,
+                           tenant_token(c->a, c->qr->q.tenant),
+                           /* a peer passing a record on: by the cluster token, or, without
+                            * tokens (peers then send none), a part request with a body */
+                           cp_fanout_is_peer(c->a->o.fanout, c->req) ||
+                               (!c->a->ntokens && c->qr->q.local && c->req->body_len > 0)};
+}
+
+#define CAPTURE_EP(name, fn)                                                                       \
+    static void name(const api_call *c, cp_http_response *r)                                       \
+    {                                                                                              \
+        cp_capture_call x;                                                                         \
+        capture_call(c, &x);                                                                       \
+        fn(&x, r);                                                                                 \
+    }
+CAPTURE_EP(ep_capture_post, cp_capture_ep_post)
+CAPTURE_EP(ep_capture_list, cp_capture_ep_list)
+CAPTURE_EP(ep_capture_get, cp_capture_ep_get)
+CAPTURE_EP(ep_capture_delete, cp_capture_ep_delete)
+
 /* ---- light endpoints ---------------------------------------------------------------- */
+
+/* The latency histogram, per endpoint; read on the loop thread, where it is written (only
+ * /metrics prints the registry). */
+static int collect_latency(void *arg, cp_metrics_out *o)
+{
+    cp_api *a = arg;
+    CP_ASSERT_THREAD(&a->loop_thread, "loop thread only");
+    int rc = cp_metrics_out_family(o, "contprof_query_duration_seconds",
+                                   "Time to answer store-backed queries, arrival to response.",
+                                   CP_METRIC_HISTOGRAM);
+    char le[32];
+    for (int ep = 0; ep < EP_OTHER && !rc; ep++) {
+        cp_metric_label l[2] = {{"endpoint", g_ep_names[ep]}, {"le", le}};
+        uint64_t cum = 0;
+        for (size_t i = 0; i <= NBUCKETS && !rc; i++) {
+            cum += a->hist[ep][i];
+            if (i < NBUCKETS)
+                snprintf(le, sizeof le, "%g", g_buckets[i]);
+            else
+                snprintf(le, sizeof le, "+Inf");
+            rc = cp_metrics_out_u64(o, "_bucket", l, 2, cum);
+        }
+        if (!rc) rc = cp_metrics_out_f64(o, "_sum", l, 1, a->hist_sum[ep], 6);
+        if (!rc) rc = cp_metrics_out_u64(o, "_count", l, 1, a->hist_count[ep]);
+    }
+    return rc;
+}
+
+static int collect_uptime(void *arg, cp_metrics_out *o)
+{
+    cp_api *a = arg;
+    int rc = cp_metrics_out_family(o, "contprof_uptime_seconds",
+                                   "Seconds since the query API started.", CP_METRIC_GAUGE);
+    if (!rc)
+        rc = cp_metrics_out_f64(o, NULL, NULL, 0, (double)(cp_now_ns() - a->started_ns) / 1e9, 0);
+    return rc;
+}
 
 static void ep_metrics(cp_api *a, cp_http_response *r)
 {
     CP_ASSERT_THREAD(&a->loop_thread, "loop thread only");
-    cp_buf *b = &r->body;
-    int rc = 0;
     set_type(r, "text/plain; version=0.0.4; charset=utf-8");
-#define P(...)                                                                                     \
-    if (!rc) rc = cp_buf_printf(b, __VA_ARGS__)
-    P("# HELP contprof_http_responses_total HTTP responses by status class.\n"
-      "# TYPE contprof_http_responses_total counter\n");
-    for (int c = 1; c <= 5; c++)
-        P("contprof_http_responses_total{code=\"%dxx\"} %" PRIu64 "\n", c, a->by_class[c]);
-    P("# HELP contprof_query_duration_seconds Time to answer store-backed queries, arrival to "
-      "response.\n# TYPE contprof_query_duration_seconds histogram\n");
-    for (int ep = 0; ep < EP_OTHER; ep++) {
-        uint64_t cum = 0;
-        for (size_t i = 0; i < NBUCKETS; i++) {
-            cum += a->hist[ep][i];
-            P("contprof_query_duration_seconds_bucket{endpoint=\"%s\",le=\"%g\"} %" PRIu64 "\n",
-              g_ep_names[ep], g_buckets[i], cum);
-        }
-        cum += a->hist[ep][NBUCKETS];
-        P("contprof_query_duration_seconds_bucket{endpoint=\"%s\",le=\"+Inf\"} %" PRIu64 "\n",
-          g_ep_names[ep], cum);
-        P("contprof_query_duration_seconds_sum{endpoint=\"%s\"} %.6f\n", g_ep_names[ep],
-          a->hist_sum[ep]);
-        P("contprof_query_duration_seconds_count{endpoint=\"%s\"} %" PRIu64 "\n", g_ep_names[ep],
-          a->hist_count[ep]);
-    }
-    if (!rc && a->o.metrics) rc = cp_metrics_write(a->o.metrics, b);
-    P("# HELP contprof_uptime_seconds Seconds since the query API started.\n"
-      "# TYPE contprof_uptime_seconds gauge\ncontprof_uptime_seconds %.0f\n",
-      (double)(cp_now_ns() - a->started_ns) / 1e9);
-#undef P
-    if (!rc) rc = cp_fanout_metrics(a->o.fanout, b);
-    if (rc) oom(r);
+    if (cp_metrics_write(a->o.metrics, &r->body)) oom(r);
 }
 
 /* GET /api/v1/ingest/offsets: per partition, the offset the store has durably reached and
@@ -799,6 +872,8 @@ static const char *const g_diff_formats[] = {"json", "pprof", NULL};
 static const char *const g_timeline_params[] = {"type", "select", "from", "to", "step", NULL};
 static const char *const g_series_params[] = {"select", "from", "to", "type", NULL};
 static const char *const g_symbols_params[] = {"tenant", NULL};
+static const char *const g_capture_params[] = {"select", "type",       "duration",
+                                               "hz",     "alloc_rate", NULL};
 
 /* Every path: its method, its lane, its handler and, for the store-backed ones, how its
  * query string becomes a query. The one place routing is decided: cp_api_is_light (lanes),
@@ -854,6 +929,36 @@ static const endpoint g_endpoints[] = {
      NULL,
      ep_symbols,
      {g_symbols_params, NULL, 0}},
+    /* captures: starting and cancelling wait for the control topic; reading one fans
+     * out like /api/v1/series */
+    {"/api/v1/captures",
+     EP_CAPTURES,
+     "POST",
+     CP_HTTP_LANE_HEAVY,
+     NULL,
+     ep_capture_post,
+     {g_capture_params, NULL, 0}},
+    {"/api/v1/captures",
+     EP_CAPTURES,
+     "GET",
+     CP_HTTP_LANE_CHEAP,
+     NULL,
+     ep_capture_list,
+     {g_none, NULL, 0}},
+    {"/api/v1/captures/",
+     EP_CAPTURES,
+     "GET",
+     CP_HTTP_LANE_CHEAP,
+     NULL,
+     ep_capture_get,
+     {g_none, NULL, 0}},
+    {"/api/v1/captures/",
+     EP_CAPTURES,
+     "DELETE",
+     CP_HTTP_LANE_HEAVY,
+     NULL,
+     ep_capture_delete,
+     {g_none, NULL, 0}},
     {"/healthz", EP_OTHER, "GET", CP_HTTP_LANE_LOOP, loop_healthz, NULL, {0}},
     {"/metrics", EP_OTHER, "GET", CP_HTTP_LANE_LOOP, loop_metrics, NULL, {0}},
     {"/api/v1/ingest/offsets", EP_OTHER, "GET", CP_HTTP_LANE_LOOP, loop_offsets, NULL, {0}},
@@ -862,20 +967,31 @@ static const endpoint g_endpoints[] = {
 /* Anything else: the web UI's files, or 404. */
 static const endpoint g_ui = {"", EP_OTHER, "GET", CP_HTTP_LANE_LOOP, loop_ui, NULL, {0}};
 
-static const endpoint *route(const char *path)
+#define NENDPOINTS (sizeof g_endpoints / sizeof g_endpoints[0])
+
+static int path_is(const endpoint *e, const char *path)
 {
-    for (size_t i = 0; i < sizeof g_endpoints / sizeof g_endpoints[0]; i++) {
+    size_t l = strlen(e->path);
+    return e->path[l - 1] == '/' ? strncmp(path, e->path, l) == 0 : strcmp(path, e->path) == 0;
+}
+
+/* The endpoint of path and method; for a path served under other methods only, the first
+ * of them (answered 405). */
+static const endpoint *route(const char *path, const char *method)
+{
+    const endpoint *first = NULL;
+    for (size_t i = 0; i < NENDPOINTS; i++) {
         const endpoint *e = &g_endpoints[i];
-        size_t l = strlen(e->path);
-        if (e->path[l - 1] == '/' ? strncmp(path, e->path, l) == 0 : strcmp(path, e->path) == 0)
-            return e;
+        if (!path_is(e, path)) continue;
+        if (!first) first = e;
+        if (strcmp(e->method, method) == 0) return e;
     }
-    return &g_ui;
+    return first ? first : &g_ui;
 }
 
 int cp_api_is_light(void *api, const cp_http_request *req)
 {
-    const endpoint *e = route(req->path);
+    const endpoint *e = route(req->path, req->method);
     /* a wrong method is refused at once */
     if (e->lane == CP_HTTP_LANE_LOOP || strcmp(req->method, e->method) != 0)
         return CP_HTTP_LANE_LOOP;
@@ -890,9 +1006,9 @@ void cp_api_observe(void *api, const cp_http_request *req, int status, int heavy
     cp_api *a = api;
     CP_ASSERT_THREAD(&a->loop_thread, "loop thread only");
     int cls = status / 100;
-    if (cls >= 1 && cls <= 5) a->by_class[cls]++;
+    if (cls >= 1 && cls <= 5) cp_counter_add(&a->by_class[cls], 1);
     if (!heavy) return;
-    int ep = route(req->path)->ep;
+    int ep = route(req->path, req->method)->ep;
     size_t b = 0;
     while (b < NBUCKETS && seconds > g_buckets[b])
         b++;
@@ -948,11 +1064,17 @@ static void run_query(cp_api *a, const endpoint *e, const cp_http_request *req, 
 void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
 {
     cp_api *a = api;
-    const endpoint *e = route(req->path);
+    const endpoint *e = route(req->path, req->method);
     if (strcmp(req->method, e->method) != 0) {
+        char allow[64] = "";
+        for (size_t i = 0; i < NENDPOINTS; i++)
+            if (path_is(&g_endpoints[i], req->path) && strlen(allow) + 10 < sizeof allow)
+                snprintf(allow + strlen(allow), sizeof allow - strlen(allow), "%s%s",
+                         allow[0] ? ", " : "", g_endpoints[i].method);
+        if (!allow[0]) snprintf(allow, sizeof allow, "%s", e->method);
         cp_http_error(r, 405, "method %s not allowed on %.128s (only %s)", req->method, req->path,
-                      e->method);
-        snprintf(r->extra_headers, sizeof r->extra_headers, "Allow: %s\r\n", e->method);
+                      allow);
+        snprintf(r->extra_headers, sizeof r->extra_headers, "Allow: %s\r\n", allow);
         return;
     }
     if (e->on_loop)

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "capture.h"
 #include "http.h"
 #include "metrics.h"
 #include "store.h"
@@ -60,10 +61,12 @@ typedef struct cp_api_options {
     const char *metrics_token;    /* the only token /metrics takes; NULL: any tenant's token
                                      (none needed when no tokens are configured); copied */
     struct cp_fanout *fanout;     /* the cluster's peers (query/fanout.h); NULL = alone */
-    cp_metrics *metrics;          /* the statistics registry /metrics prints after the API's
-                                     own numbers; not owned; may be NULL */
+    cp_metrics *metrics;          /* the statistics registry /metrics prints; the API adds its
+                                     families at create, ahead of stages registering later;
+                                     not owned; NULL: the API keeps one of its own */
     cp_api_stats_fn ingest_stats; /* may be NULL */
     void *ingest_arg;
+    cp_capture_options captures; /* limits and the control topic's writer (capture.h) */
 } cp_api_options;
 
 typedef struct cp_api cp_api;

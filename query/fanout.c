@@ -44,7 +44,7 @@ struct cp_fanout {
     offsets_slot slots[MAX_PEERS];
     int64_t asked_ns; /* CLOCK_MONOTONIC of the last question; 0 = never */
     int stop;
-    _Atomic uint64_t failures[MAX_PEERS]; /* parts a peer did not give (query fan-out) */
+    cp_counter failures[MAX_PEERS]; /* parts a peer did not give (query fan-out) */
     /* This node's own URL may be in the list under another spelling (a host name, 0.0.0.0
      * vs an address): asking itself would count its own data twice. Each request carries
      * node=ID; a node that sees its own ID answers 421, and that peer is skipped after. */
@@ -53,7 +53,8 @@ struct cp_fanout {
     /* This node's partitions: two nodes given one partition both store it, and every
      * query then counts it twice. The offsets poller sees the peers' lists and says so. */
     uint8_t own[CP_MAX_PARTITIONS];
-    _Atomic int overlap[MAX_PEERS];
+    cp_gauge overlap[MAX_PEERS];
+    cp_metrics *metrics; /* where the two families above are registered, or NULL */
 };
 
 static int64_t mono_now(void);
@@ -70,6 +71,7 @@ static void offsets_stop(cp_fanout *f);
 void cp_fanout_destroy(cp_fanout *f)
 {
     if (!f) return;
+    cp_metrics_remove(f->metrics, f);
     offsets_stop(f);
     for (uint32_t i = 0; i < f->n; i++)
         free(f->peers[i]);
@@ -375,7 +377,7 @@ static void fan_wait(fan *fa)
                             c->f->peers[c->peer]);
         } else if (!c->ok) {
             c->fr->missing[c->peer] = 1;
-            atomic_fetch_add(&((cp_fanout *)c->f)->failures[c->peer], 1);
+            cp_counter_add(&((cp_fanout *)c->f)->failures[c->peer], 1);
         }
     }
 }
@@ -395,7 +397,7 @@ static void fan_reject(call *c, const char *why)
     cp_log_warn("peer %s: unusable answer to %.200s: %s", c->f->peers[c->peer], c->pq, why);
     c->ok = 0;
     c->fr->missing[c->peer] = 1;
-    atomic_fetch_add(&((cp_fanout *)c->f)->failures[c->peer], 1);
+    cp_counter_add(&((cp_fanout *)c->f)->failures[c->peer], 1);
 }
 
 /* Appends t as RFC 3339 with nanoseconds: exact, whatever "now" is on the peer. */
@@ -698,8 +700,20 @@ static int series_add_json(const call *c, cp_series_list *l, cp_err *err)
             else if (cp_labels_set(&si.labels, labels->keys[k], v))
                 rc = cp_err_set(err, CP_ENOMEM, "out of memory");
         }
+        const cp_json *cap = cp_json_get(e, "capture"); /* a capture's series (api.c) */
+        if (!rc && cap && cap->type == CP_JSON_OBJECT) {
+            si.cap_windows = (uint32_t)cp_json_int(cp_json_get(cap, "windows"), 0);
+            si.cap_samples = (uint64_t)cp_json_int(cp_json_get(cap, "samples"), 0);
+            si.cap_end_ns = (int64_t)cp_json_int(cp_json_get(cap, "end_ns"), 0);
+            const char *eng = cp_json_str(cp_json_get(cap, "engine"), NULL);
+            if (eng && !(si.cap_engine = strdup(eng)))
+                rc = cp_err_set(err, CP_ENOMEM, "out of memory");
+        }
         if (!rc && cp_vec_push(l, si)) rc = cp_err_set(err, CP_ENOMEM, "out of memory");
-        if (rc) cp_labels_close(&si.labels);
+        if (rc) {
+            cp_labels_close(&si.labels);
+            free(si.cap_engine);
+        }
     }
     cp_json_free(j);
     return rc;
@@ -729,6 +743,16 @@ static int series_union(cp_series_list *l, cp_err *err)
                 cp_series_info *d = &v[n - 1];
                 if (k[i].s->first_ns < d->first_ns) d->first_ns = k[i].s->first_ns;
                 if (k[i].s->last_ns > d->last_ns) d->last_ns = k[i].s->last_ns;
+                /* a capture's series on two nodes (a hand-over): its windows add up */
+                d->cap_windows += k[i].s->cap_windows;
+                d->cap_samples += k[i].s->cap_samples;
+                if (k[i].s->cap_end_ns > d->cap_end_ns) {
+                    d->cap_end_ns = k[i].s->cap_end_ns;
+                    char *t = d->cap_engine;
+                    d->cap_engine = k[i].s->cap_engine;
+                    k[i].s->cap_engine = t;
+                }
+                free(k[i].s->cap_engine);
                 cp_labels_close(&k[i].s->labels);
             } else {
                 v[n++] = *k[i].s;
@@ -765,8 +789,10 @@ static int fo_series(cp_reader *rd, const cp_query *q, cp_series_list *out, cp_e
         if (prc == CP_ENOMEM)
             rc = cp_err_set(err, prc, "out of memory");
         else if (prc) {
-            while (out->n > before)
+            while (out->n > before) {
                 cp_labels_close(&out->v[--out->n].labels);
+                free(out->v[out->n].cap_engine);
+            }
             fan_reject(&fa.calls[i], e.msg);
         }
     }
@@ -948,7 +974,7 @@ static void overlap_check(cp_fanout *f, uint32_t i, const char *parts)
     for (const char *q = parts; (q = strstr(q, key)); q++) {
         long p = strtol(q + sizeof key - 1, NULL, 10);
         if (p >= 0 && p < CP_MAX_PARTITIONS && f->own[p]) {
-            if (!atomic_exchange(&f->overlap[i], 1))
+            if (cp_gauge_swap(&f->overlap[i], 1) == 0)
                 cp_log_error("cluster: peer %s owns partition %ld too: both nodes store it and "
                              "every query counts it twice; give each partition to one node "
                              "(cluster.partitions)",
@@ -987,7 +1013,7 @@ static void *offsets_run(void *arg)
                      ? -1
                      : cp_http_get(f->peers[i], pq, f->token, 2000, (size_t)4 << 20, &res, &err);
         if (!rc && res.status == 200) parts = partitions_of(&res.body);
-        if (parts && !atomic_load(&f->overlap[i])) overlap_check(f, i, parts);
+        if (parts && !cp_gauge_get(&f->overlap[i])) overlap_check(f, i, parts);
         /* this node under another name (fanout_begin's 421): its partitions are listed
          * already, and would be twice */
         if (!rc && res.status == 421 && !atomic_exchange(&f->self[i], 1))
@@ -1065,21 +1091,19 @@ int cp_fanout_offsets(cp_fanout *f, const cp_http_request *req, cp_http_response
 
 /* ---- metrics -------------------------------------------------------------------------- */
 
-int cp_fanout_metrics(const cp_fanout *f, cp_buf *b)
+int cp_fanout_register_metrics(cp_fanout *f, cp_metrics *m)
 {
     if (!f) return 0;
-    int rc = cp_buf_printf(b, "# HELP contprof_cluster_peer_failures_total Query parts a peer did "
-                              "not give in time or usable (answers marked partial).\n"
-                              "# TYPE contprof_cluster_peer_failures_total counter\n");
+    f->metrics = m;
+    int rc = 0;
     for (uint32_t i = 0; !rc && i < f->n; i++)
-        rc = cp_buf_printf(b, "contprof_cluster_peer_failures_total{peer=\"%s\"} %" PRIu64 "\n",
-                           f->peers[i], atomic_load(&((cp_fanout *)f)->failures[i]));
-    if (!rc)
-        rc = cp_buf_printf(b, "# HELP contprof_cluster_peer_partition_overlap 1 if the peer "
-                              "owns a partition this node owns too (both store it).\n"
-                              "# TYPE contprof_cluster_peer_partition_overlap gauge\n");
+        rc = cp_metrics_counter(m, f, "contprof_cluster_peer_failures_total",
+                                "Query parts a peer did not give in time or usable (answers "
+                                "marked partial).",
+                                (cp_metric_label[]){{"peer", f->peers[i]}}, 1, &f->failures[i]);
     for (uint32_t i = 0; !rc && i < f->n; i++)
-        rc = cp_buf_printf(b, "contprof_cluster_peer_partition_overlap{peer=\"%s\"} %d\n",
-                           f->peers[i], atomic_load(&((cp_fanout *)f)->overlap[i]));
+        rc = cp_metrics_gauge(m, f, "contprof_cluster_peer_partition_overlap",
+                              "1 if the peer owns a partition this node owns too (both store it).",
+                              (cp_metric_label[]){{"peer", f->peers[i]}}, 1, &f->overlap[i]);
     return rc;
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "http.h"
+#include "metrics.h"
 #include "store.h"
 
 /* The response header naming the peers that did not answer (comma-separated base URLs). */
@@ -119,9 +120,9 @@ int cp_fanout_upload(cp_fanout_req *fr, const cp_query *q, const char *path, con
  * 0 or CP_ENOMEM. */
 int cp_fanout_offsets(cp_fanout *f, const cp_http_request *req, cp_http_response *r, int comma);
 
-/* Appends the Prometheus lines of the fan-out (contprof_cluster_peer_failures_total and
- * contprof_cluster_peer_partition_overlap, 1 once a peer listed a partition this node owns
- * too, per peer) to b; nothing for NULL. 0 or CP_ENOMEM. */
-int cp_fanout_metrics(const cp_fanout *f, cp_buf *b);
+/* Registers the fan-out's families in m, per peer: contprof_cluster_peer_failures_total and
+ * contprof_cluster_peer_partition_overlap (1 once a peer listed a partition this node owns
+ * too). Nothing for NULL. 0, CP_ENOMEM or CP_EINVAL (registered twice). */
+int cp_fanout_register_metrics(cp_fanout *f, cp_metrics *m);
 
 #endif

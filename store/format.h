@@ -9,12 +9,14 @@
  *
  *   \0 'V'                                  -> format record      (global)
  *   \0 'O' topic \0 partition:be32          -> next offset        (global, ingest)
+ *   \0 'K' tenant \0 capture id             -> capture record     (global, the API)
  *   T \0 'B' series:be32 level:u8 start:be64b -> block             (time buckets)
  *   T \0 'C' series:be32 producer           -> block               (last cumulative input)
  *   T \0 'D' kind:u8 id:be32                -> dictionary entry    (kind 'f','k','l','m','s')
  *   T \0 'L' name \0 value \0 series:be32   -> empty               (label index)
  *   T \0 'P' producer                       -> producer record     (duplicate detection)
  *   T \0 'S' series:be32                    -> series record
+ *   T \0 'W' series:be32 start:be64b         -> capture window     (series with `capture`)
  *   T \0 'Y' build_id (lowercase hex)       -> symbol table        (uploaded symbols)
  *
  * be32/be64 are big-endian; be64b is a signed time in unix nanoseconds with the sign bit
@@ -52,6 +54,17 @@
 #define CP_K_PRODUCER 'P'
 #define CP_K_SERIES 'S'
 #define CP_K_SYMBOLS 'Y'
+#define CP_K_CAPTURE 'K'
+#define CP_K_CAPWIN 'W'
+
+/* Capture record ('K', global so that a restart finds every tenant's): the Capture message
+ * of model/control.h as cp_capture_encode writes it, unsigned; its latest state (a cancel
+ * rewrites it). Written by the API (POST/DELETE /api/v1/captures) as one synced put.
+ * Capture window ('W'): one per stored window of a series carrying the `capture` label,
+ * written by the writer in the batch of the window itself (so exactly once):
+ *   sv window duration ns, uv samples (the sum of the first sample type), str engine.
+ * Both added without a version bump: older code ignores key types it does not seek. Not
+ * removed by retention (small: one per window of a capture). */
 
 /* Symbol table ('Y'): the compact table of one ELF object, as query/symtab.c writes and
  * reads it (the layout is described there; it starts with the magic "CPSYMT01"). Written

@@ -238,6 +238,14 @@ typedef CP_VEC(cp_ser *) servec;
  * on the parsed matchers so the store does not depend on the parser's module. */
 static int sel_match(const cp_selector *sel, const cp_labels *l)
 {
+    /* The capture rule (store.h, cp_store_series), decided here for every reader: a
+     * capture's series only for a selector that names the capture label. */
+    if (cp_labels_get(l, CP_CAPTURE_LABEL)) {
+        int named = 0;
+        for (uint32_t i = 0; sel && i < sel->n && !named; i++)
+            named = strcmp(sel->m[i].name, CP_CAPTURE_LABEL) == 0;
+        if (!named) return 0;
+    }
     for (uint32_t i = 0; sel && i < sel->n; i++) {
         const cp_matcher *m = &sel->m[i];
         const char *v = cp_labels_get(l, m->name);
@@ -760,8 +768,10 @@ static int exists_block(qctx *q, void *arg, const uint8_t *v, size_t len)
 void cp_series_list_close(cp_series_list *l)
 {
     if (!l) return;
-    for (uint32_t i = 0; i < l->n; i++)
+    for (uint32_t i = 0; i < l->n; i++) {
         cp_labels_close(&l->v[i].labels);
+        free(l->v[i].cap_engine);
+    }
     free(l->v);
     memset(l, 0, sizeof *l);
 }
@@ -773,6 +783,42 @@ void cp_string_list_close(cp_string_list *l)
         free(l->v[i]);
     free(l->v);
     memset(l, 0, sizeof *l);
+}
+
+/* A capture series' window records ('W', format.h) summed into si's cap_* fields. */
+static int capture_info(qctx *q, const cp_ser *x, cp_series_info *si)
+{
+    uint8_t k[CP_TENANT_KEY_MAX + 16];
+    size_t n = key_tenant(k, x->t, CP_K_CAPWIN);
+    cp_put_be32(k + n, x->id);
+    n += 4;
+    int64_t last_start = INT64_MIN;
+    for (leveldb_iter_seek(q->it, (const char *)k, n); leveldb_iter_valid(q->it);
+         leveldb_iter_next(q->it)) {
+        size_t kl, vl;
+        const uint8_t *key = (const uint8_t *)leveldb_iter_key(q->it, &kl);
+        if (kl != n + 8 || memcmp(key, k, n)) break;
+        const uint8_t *v = (const uint8_t *)leveldb_iter_value(q->it, &vl);
+        cp_rd r = {v, v + vl, 0};
+        int64_t start = cp_time_unkey(cp_get_be64(key + n));
+        int64_t dur = cp_get_sv(&r);
+        uint64_t samples = cp_get_uv(&r);
+        size_t elen;
+        const uint8_t *eng = cp_get_str(&r, &elen);
+        if (r.bad)
+            return cp_err_set(q->err, CP_ESTORE, "store: corrupt capture window of series %u",
+                              x->id);
+        si->cap_windows++;
+        si->cap_samples += samples;
+        if (start + dur > si->cap_end_ns) si->cap_end_ns = start + dur;
+        if (start >= last_start) {
+            last_start = start;
+            free(si->cap_engine);
+            if (!(si->cap_engine = xstrndup((const char *)eng, elen)))
+                return cp_err_set(q->err, CP_ENOMEM, "series");
+        }
+    }
+    return 0;
 }
 
 int cp_store_series(cp_store *s, const cp_query *qr, cp_series_list *out, cp_err *err)
@@ -795,9 +841,11 @@ int cp_store_series(cp_store *s, const cp_query *qr, cp_series_list *out, cp_err
         int found = from_ns <= x->first_ns && x->last_ns < to_ns;
         if (!found) rc = visit(&q, x, from_ns, to_ns, exists_block, &found);
         if (rc || !found) continue;
-        cp_series_info si = {{{0}}, x->kind, x->first_ns, x->last_ns};
+        cp_series_info si = {{{0}}, x->kind, x->first_ns, x->last_ns, 0, 0, 0, NULL};
+        if (cp_labels_get(&x->labels, CP_CAPTURE_LABEL) && (rc = capture_info(&q, x, &si))) break;
         if (cp_labels_copy(&si.labels, &x->labels) || cp_vec_push(out, si)) {
             cp_labels_close(&si.labels);
+            free(si.cap_engine);
             rc = cp_err_set(err, CP_ENOMEM, "series");
         }
     }
@@ -809,13 +857,16 @@ int cp_store_series(cp_store *s, const cp_query *qr, cp_series_list *out, cp_err
 }
 
 /* Walks the label index of a tenant: distinct names (name == NULL) or the distinct values
- * of one name, in byte order. */
+ * of one name, in byte order, of the series the capture rule leaves in (sel_match with no
+ * selector): a part is listed once a key of it names such a series. The values of the
+ * capture label itself are the capture ids, all listed. */
 static int label_walk(cp_store *s, const char *tenant_name, const char *name, cp_string_list *out,
                       cp_err *err)
 {
     memset(out, 0, sizeof *out);
     if (!tenant_name || !cp_name_valid(tenant_name, CP_TENANT_KEY_MAX)) return 0;
     size_t tl = strlen(tenant_name);
+    int all = name && strcmp(name, CP_CAPTURE_LABEL) == 0;
     cp_buf pre = {0}, k = {0};
     uint8_t z = 0, type = CP_K_LABEL;
     int rc = 0;
@@ -833,16 +884,24 @@ static int label_walk(cp_store *s, const char *tenant_name, const char *name, cp
                         s->path);
         goto done;
     }
+    pthread_rwlock_rdlock(&s->lock);
+    tenant *t = cp_tenant_find(s, tenant_name, tl);
     leveldb_iterator_t *it = leveldb_create_iterator(s->db, s->ropts);
     leveldb_iter_seek(it, (const char *)pre.data, pre.len);
-    while (leveldb_iter_valid(it)) {
+    while (t && leveldb_iter_valid(it)) {
         size_t kl;
         const char *key = leveldb_iter_key(it, &kl);
-        if (kl < pre.len || memcmp(key, pre.data, pre.len)) break;
+        if (kl < pre.len + 4 || memcmp(key, pre.data, pre.len)) break;
         const char *part = key + pre.len;
         const char *nul = memchr(part, 0, kl - pre.len);
         if (!nul) break;
         size_t pl = (size_t)(nul - part);
+        uint32_t id = cp_get_be32((const uint8_t *)key + kl - 4);
+        if (!all &&
+            (id == 0 || id > t->series.n || !sel_match(NULL, &t->series.v[id - 1]->labels))) {
+            leveldb_iter_next(it); /* this key's series is left out: the next key */
+            continue;
+        }
         char *str = xstrndup(part, pl);
         if (!str || cp_vec_push(out, str)) {
             free(str);
@@ -860,6 +919,7 @@ static int label_walk(cp_store *s, const char *tenant_name, const char *name, cp
         leveldb_iter_seek(it, (const char *)k.data, k.len);
     }
     leveldb_iter_destroy(it);
+    pthread_rwlock_unlock(&s->lock);
     pthread_rwlock_unlock(&s->dblock);
 done:
     cp_buf_close(&pre);

@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include "control.h"
 #include "envelope.h"
 #include "metrics.h"
 #include "pprof.h"
@@ -63,12 +64,26 @@ typedef struct cp_series_info {
     cp_labels labels;
     cp_kind kind;
     int64_t first_ns, last_ns;
+    /* A series carrying the `capture` label (model/control.h): its windows' records
+     * (format.h 'W'), 0/NULL for any other series. */
+    uint32_t cap_windows;
+    uint64_t cap_samples; /* the first sample type summed (cpu: samples) */
+    int64_t cap_end_ns;   /* end of its latest window (start + duration) */
+    char *cap_engine;     /* the latest window's engine text; owned, may be NULL */
 } cp_series_info;
 typedef CP_VEC(cp_series_info) cp_series_list;
 void cp_series_list_close(cp_series_list *l);
 
 /* Series of q->tenant matched by q->sel with at least one window starting in [from, to),
- * of every kind (q->kind and q->lim are not applied). */
+ * of every kind (q->kind and q->lim are not applied). Series carrying the `capture` label
+ * come with their cap_* fields.
+ *
+ * The capture rule, for every reader (profile, timeline, series, labels, values): a series
+ * carrying the label CP_CAPTURE_LABEL is left out of a query whose selector has no matcher
+ * on that label, so a capture's extra samples never add to the always-on view;
+ * {capture="ID"} selects exactly one capture's series. Label names never list `capture`;
+ * the values of `capture` are the capture ids; other names and values are those of the
+ * series the rule leaves in. */
 int cp_store_series(cp_store *s, const cp_query *q, cp_series_list *out, cp_err *err);
 
 typedef CP_VEC(char *) cp_string_list; /* owned strings */
@@ -224,6 +239,20 @@ int cp_store_put_symbols(cp_store *s, const char *tenant, const char *build_id, 
  * CP_ENOTFOUND, CP_ESTORE or CP_ENOMEM. */
 int cp_store_get_symbols(cp_store *s, const char *tenant, const char *build_id, uint8_t **out,
                          size_t *len, cp_err *err);
+/* --- captures (the API's side input, model/control.h; format.h 'K') ---------------
+ * Stores (replacing) c's record as one synced put, independent of the writer's batches.
+ * Returns 0, CP_EINVAL (c does not validate) or CP_ESTORE. */
+int cp_store_put_capture(cp_store *s, const cp_capture *c, cp_err *err);
+/* The record of capture id of tenant into *out (cp_capture_close frees it): 0,
+ * CP_ENOTFOUND, CP_ESTORE or CP_ENOMEM. */
+int cp_store_get_capture(cp_store *s, const char *tenant, const char *id, cp_capture *out,
+                         cp_err *err);
+typedef CP_VEC(cp_capture) cp_capture_list;
+void cp_capture_list_close(cp_capture_list *l);
+/* Every capture record of tenant (NULL: of every tenant), by tenant then id. A record that
+ * no longer decodes is logged and skipped. 0, CP_ESTORE or CP_ENOMEM. */
+int cp_store_captures(cp_store *s, const char *tenant, cp_capture_list *out, cp_err *err);
+
 /* --- recovery ---------------------------------------------------------------------- */
 
 /* Closes and reopens the LevelDB database and reloads every in-memory table from disk, so

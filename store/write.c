@@ -1021,6 +1021,32 @@ static int cumulative_delta(cp_store_batch *B, cp_ser *ser, const char *producer
     return 0;
 }
 
+/* A window of a capture's series: its record ('W', format.h) in the window's batch, so the
+ * capture's answer counts each stored window exactly once. */
+static int capture_window(cp_store_batch *B, cp_ser *ser, const cp_envelope *e, const cp_profile *p,
+                          cp_err *err)
+{
+    uint64_t samples = 0;
+    for (uint32_t i = 0; p->sample_types.n && i < p->samples.n; i++) {
+        int64_t v = cp_profile_sample_values(p, i)[0];
+        if (v > 0) samples += (uint64_t)v;
+    }
+    uint8_t k[CP_TENANT_KEY_MAX + 16];
+    size_t n = key_tenant(k, ser->t, CP_K_CAPWIN);
+    cp_put_be32(k + n, ser->id);
+    cp_put_be64(k + n + 4, cp_time_key(e->window_start_ns));
+    const char *engine = e->engine ? e->engine : "";
+    B->vbuf.len = 0;
+    /* reserved whole, so the puts below cannot fail */
+    if (cp_buf_reserve(&B->vbuf, strlen(engine) + 40))
+        return cp_err_set(err, CP_ENOMEM, "store: capture window");
+    put_uv(&B->vbuf, cp_zz(e->window_duration_ns));
+    put_uv(&B->vbuf, samples);
+    put_str(&B->vbuf, engine);
+    leveldb_writebatch_put(B->wb, (const char *)k, n + 12, (const char *)B->vbuf.data, B->vbuf.len);
+    return 0;
+}
+
 int cp_store_batch_add(cp_store_batch *B, const cp_envelope *e, const cp_profile *p,
                        int32_t dedup_scope, cp_err *err)
 {
@@ -1133,6 +1159,8 @@ int cp_store_batch_add_lazy(cp_store_batch *B, const cp_envelope *e, cp_profile 
         if ((rc = cumulative_delta(B, ser, stream, err))) goto broken;
     }
     if ((rc = apply_window(B, ser, e->window_start_ns, err))) goto broken;
+    if (cp_labels_get(&e->labels, CP_CAPTURE_LABEL) && (rc = capture_window(B, ser, e, p, err)))
+        goto broken;
 
     pthread_rwlock_wrlock(&s->lock);
     if (e->window_start_ns < ser->first_ns) ser->first_ns = e->window_start_ns;

@@ -24,6 +24,7 @@ static const cp_cli_command commands[] = {
     {"diff", cp_cmd_diff, "compare two windows or selections, like pprof -top -diff_base"},
     {"timeline", cp_cmd_timeline, "totals per step over a window"},
     {"symbols", cp_cmd_symbols, "upload ELF binaries or debug files: contprofd names their frames"},
+    {"capture", cp_cmd_capture, "an on-demand high-resolution capture of named isolates"},
     {"run", cp_cmd_run, "run a program under the profiling agent"},
     {"v8", cp_cmd_v8, "profile every isolate of V8 hosts (workerd, node) through their inspector"},
     {"import", cp_cmd_import, "send existing pprof files to contprofd through Kafka"},
@@ -48,6 +49,7 @@ static const struct {
     {"import", "--server --brokers --tenant --token --service --label --at --duration --no-wait "
                "--timeout --help"},
     {"symbols", "upload --server --token --tenant --help"},
+    {"capture", "--select --type --duration --hz --alloc-rate --output --server --token --help"},
 };
 
 #define NCOMMANDS (sizeof commands / sizeof commands[0])

@@ -19,5 +19,6 @@ int cp_cmd_labels(int argc, char **argv);
 int cp_cmd_diff(int argc, char **argv);
 int cp_cmd_timeline(int argc, char **argv);
 int cp_cmd_symbols(int argc, char **argv);
+int cp_cmd_capture(int argc, char **argv);
 
 #endif

@@ -58,6 +58,11 @@ int cp_config_init(cp_config *c)
     c->max_conns_per_client = ho.max_conns_per_client;
     c->healthz_connections = ho.reserved_connections;
     c->cluster_peer_timeout_ns = CP_FANOUT_DEFAULT_PEER_TIMEOUT_NS;
+    c->capture_max_concurrent = ao.captures.max_concurrent;
+    c->capture_max_hz = ao.captures.max_hz;
+    c->capture_max_overhead_permille = ao.captures.max_overhead_permille;
+    c->capture_max_duration_ns = ao.captures.max_duration_ns;
+    c->capture_min_alloc_rate = (size_t)ao.captures.min_alloc_rate;
     if (set_str(&c->data_dir, CP_CONFIG_DEFAULT_DATA_DIR) || set_str(&c->http_host, ho.host) ||
         set_str(&c->brokers, "") || set_str(&c->log_level, "info") ||
         set_str(&c->symbols_dirs, so.dirs)) {
@@ -86,6 +91,7 @@ void cp_config_close(cp_config *c)
     free(c->brokers);
     free(c->topic);
     free(c->dlq_topic);
+    free(c->control_topic);
     free(c->group_id);
     free(c->log_level);
     free(c->symbols_dirs);
@@ -219,6 +225,12 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
         {"cluster.peers", SET_STR, &c->cluster_peers},
         {"cluster.partitions", SET_STR, &c->cluster_partitions},
         {"cluster.peer_timeout", SET_DURATION, &c->cluster_peer_timeout_ns},
+        {"control_topic", SET_STR, &c->control_topic},
+        {"captures.max_concurrent", SET_U32, &c->capture_max_concurrent},
+        {"captures.max_hz", SET_U32, &c->capture_max_hz},
+        {"captures.max_overhead_permille", SET_U32, &c->capture_max_overhead_permille},
+        {"captures.max_duration", SET_DURATION, &c->capture_max_duration_ns},
+        {"captures.min_alloc_rate", SET_SIZE, &c->capture_min_alloc_rate},
     };
     if (strcmp(key, "listen") == 0) return cp_config_set_listen(c, value, err);
     if (strncmp(key, "kafka.", 6) == 0 && key[6]) {

@@ -20,6 +20,7 @@
 #include "assign.h"
 #include "broker.h"
 #include "ingest.h"
+#include "publisher.h"
 
 typedef struct daemon {
     cp_config cfg;
@@ -36,6 +37,7 @@ typedef struct daemon {
     cp_ingest *ingest;
     const char **tenant_tokens; /* tenant, token pairs ingest checks envelopes against */
     cp_metrics *metrics;        /* the statistics registry every stage registers in */
+    cp_publisher *publisher;    /* captures to the control topic (ingest/publisher.h) */
 } daemon_t;
 
 static void usage(FILE *f)
@@ -110,6 +112,62 @@ static void on_watch_timer(uv_timer_t *t)
     cp_ingest_stats st;
     cp_ingest_get_stats(d->ingest, &st);
     if (st.failed) cp_log_error("ingest stopped: %s", st.error);
+}
+
+/* ---- captures ----------------------------------------------------------------------- */
+
+/* The API's writer of capture states (query/capture.h): the control topic's producer,
+ * which exists once Kafka is up (before the loop runs, so before any request). */
+static int publish_capture(void *arg, const cp_capture *c, const char *token, cp_err *err)
+{
+    daemon_t *d = arg;
+    if (!d->publisher) return cp_err_set(err, CP_EKAFKA, "the control topic is not open yet");
+    return cp_publisher_publish(d->publisher, c, token, 5000000000LL, err);
+}
+
+static const char *token_of(const cp_config *cfg, const char *tenant)
+{
+    for (uint32_t i = 0; i < cfg->tokens.n; i++)
+        if (strcmp(cfg->tokens.v[i].key, tenant) == 0) return cfg->tokens.v[i].value;
+    return NULL;
+}
+
+/* At start-up: every capture still running is published again (the embedded broker's
+ * control topic began empty; on a Kafka cluster this repeats its latest state), and every
+ * other one that ended since is reported in the log. Nothing is dropped silently. */
+static void resume_captures(daemon_t *d)
+{
+    cp_capture_list l = {0};
+    cp_err err = {0};
+    if (cp_store_captures(d->store, NULL, &l, &err)) {
+        cp_log_error("captures: cannot read the stored captures: %s", err.msg);
+        return;
+    }
+    int64_t now = cp_now_ns();
+    uint32_t resumed = 0;
+    for (uint32_t i = 0; i < l.n; i++) {
+        const cp_capture *c = &l.v[i];
+        if (c->cancelled || c->end_ns <= now) {
+            /* ended: reported once, at the first start after its end */
+            if (c->end_ns > now - 24LL * 3600 * 1000000000)
+                cp_log_info("capture %s of tenant %s %s at %.3f (its answer stays at GET "
+                            "/api/v1/captures/%s)",
+                            c->id, c->tenant, c->cancelled ? "was cancelled" : "ended",
+                            (double)c->end_ns / 1e9, c->id);
+            continue;
+        }
+        if (publish_capture(d, c, token_of(&d->cfg, c->tenant), &err))
+            cp_log_error("capture %s of tenant %s still runs until %.3f but could not be "
+                         "published again: %s",
+                         c->id, c->tenant, (double)c->end_ns / 1e9, err.msg);
+        else {
+            cp_log_info("capture %s of tenant %s resumed after the restart (%.1f s left)", c->id,
+                        c->tenant, (double)(c->end_ns - now) / 1e9);
+            resumed++;
+        }
+    }
+    if (l.n) cp_log_info("captures: %u stored, %u resumed", l.n, resumed);
+    cp_capture_list_close(&l);
 }
 
 /* ---- shutdown ----------------------------------------------------------------------- */
@@ -317,6 +375,7 @@ int main(int argc, char **argv)
     }
     daemon_t d;
     memset(&d, 0, sizeof d);
+    const char **props_kept = NULL;
     cp_err err = {0};
     int status = 1;
     if (cp_config_init(&d.cfg)) return 1;
@@ -367,8 +426,7 @@ int main(int argc, char **argv)
                            .stack_cache_bytes = d.cfg.stack_cache_bytes,
                            .memory_budget = d.cfg.memory_budget};
     if (cp_store_open(&so, &d.store, &err)) goto fail_msg;
-    if (cp_metrics_create(&d.metrics) || cp_store_register_metrics(d.store, d.metrics))
-        goto fail_msg;
+    if (cp_metrics_create(&d.metrics)) goto fail_msg;
     cp_log_info("store %s open", d.cfg.data_dir);
 
     CP_VEC(cp_api_token) toks = {0};
@@ -410,9 +468,27 @@ int main(int argc, char **argv)
     ao.metrics = d.metrics;
     ao.ingest_stats = ingest_stats_cb;
     ao.ingest_arg = &d;
-    d.api = cp_api_create(&ao);
+    ao.captures.max_concurrent = d.cfg.capture_max_concurrent;
+    ao.captures.max_hz = d.cfg.capture_max_hz;
+    ao.captures.max_overhead_permille = d.cfg.capture_max_overhead_permille;
+    ao.captures.max_duration_ns =
+        d.cfg.capture_max_duration_ns ? d.cfg.capture_max_duration_ns : CP_CAPTURE_DURATION_CEIL_NS;
+    ao.captures.min_alloc_rate = (int64_t)d.cfg.capture_min_alloc_rate;
+    ao.captures.publish = publish_capture;
+    ao.captures.publish_arg = &d;
+    if (ao.captures.max_hz > CP_CAPTURE_HZ_CEIL ||
+        ao.captures.max_duration_ns > CP_CAPTURE_DURATION_CEIL_NS ||
+        ao.captures.max_overhead_permille > 1000) {
+        free(toks.v);
+        cp_err_set(&err, CP_EINVAL,
+                   "captures.max_hz is at most %d, captures.max_duration at most 24h, "
+                   "captures.max_overhead_permille at most 1000",
+                   CP_CAPTURE_HZ_CEIL);
+        goto fail_msg;
+    }
+    d.api = cp_api_create(&ao); /* registers the API's families first */
     free(toks.v);
-    if (!d.api) goto fail_msg;
+    if (!d.api || cp_store_register_metrics(d.store, d.metrics)) goto fail_msg;
 
     d.loop = uv_default_loop();
     /* Signals before the port is announced: a SIGTERM that arrives while HTTP binds or
@@ -502,15 +578,20 @@ int main(int argc, char **argv)
                             .tenant_tokens = d.cfg.tokens.n ? ttoks.v : NULL,
                             .partitions = d.cfg.cluster_partitions};
     int irc = cp_ingest_create(&io, d.store, &d.ingest, &err);
-    free(props.v);
+    props_kept = props.v; /* the control publisher's too; freed at the end */
     if (irc) goto fail_msg;
-    /* /metrics: store, ingest, symbols, in this order (the order /metrics always had) */
+    /* /metrics: the API's, store, ingest, symbols, cluster, in registration order */
     if (cp_ingest_register_metrics(d.ingest, d.metrics) ||
-        cp_symbols_register_metrics(d.symbols, d.metrics))
+        cp_symbols_register_metrics(d.symbols, d.metrics) ||
+        cp_fanout_register_metrics(d.fanout, d.metrics))
         goto fail_msg;
     if (cp_ingest_start(d.ingest, &err)) goto fail_msg;
 
     if (cp_api_set_brokers(d.api, bootstrap)) goto fail_msg;
+    if (cp_publisher_create(bootstrap, (const char *const *)props_kept, d.cfg.control_topic,
+                            &d.publisher, &err))
+        goto fail_msg;
+    resume_captures(&d);
 
     uv_timer_init(d.loop, &d.watch_timer);
     d.watch_timer.data = &d;
@@ -532,6 +613,8 @@ fail_msg:
     }
 out:
     cp_http_server_destroy(d.http);
+    cp_publisher_destroy(d.publisher);
+    free(props_kept);
     cp_ingest_destroy(d.ingest);
     free(d.tenant_tokens);
     cp_broker_destroy(d.broker);

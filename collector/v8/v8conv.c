@@ -427,3 +427,101 @@ fail:
     free(stk.v);
     return rc;
 }
+
+/* ------------------------------------------------------------------------------------
+ * Inspector discovery and messages. */
+
+#define MAX_TARGETS 4096
+
+int cp_v8_targets_parse(const char *body, size_t len, cp_v8_target **out, size_t *n, cp_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    json_error_t je;
+    json_t *list = json_loadb(body, len, 0, &je);
+    if (!json_is_array(list)) {
+        int rc = cp_err_set(err, CP_EPARSE, "/json/list is not a JSON array: %s",
+                            list ? "another value" : je.text);
+        json_decref(list);
+        return rc;
+    }
+    size_t k = json_array_size(list);
+    if (k > MAX_TARGETS) {
+        json_decref(list);
+        return cp_err_set(err, CP_ELIMIT, "/json/list: %zu targets: over %d", k, MAX_TARGETS);
+    }
+    cp_v8_target *v = calloc(k ? k : 1, sizeof(*v));
+    if (!v) {
+        json_decref(list);
+        return CP_ENOMEM;
+    }
+    for (size_t i = 0; i < k; i++) {
+        const json_t *t = json_array_get(list, i);
+        const char *id = get_str(t, "id"), *title = get_str(t, "title");
+        const char *ws = get_str(t, "webSocketDebuggerUrl");
+        /* ws://HOST:PORT/PATH: only the path is used; the host is the one we were given */
+        const char *p = ws && !strncmp(ws, "ws://", 5) ? strchr(ws + 5, '/') : NULL;
+        if (!id || !id[0] || strlen(id) >= sizeof(v->id) || !p || strlen(p) >= sizeof(v->path))
+            continue;
+        cp_v8_target *o = &v[(*n)++];
+        snprintf(o->id, sizeof(o->id), "%s", id);
+        snprintf(o->title, sizeof(o->title), "%s", title ? title : "");
+        snprintf(o->path, sizeof(o->path), "%s", p);
+    }
+    json_decref(list);
+    *out = v;
+    return 0;
+}
+
+void cp_v8_isolate_of(const char *title, char *out, size_t cap)
+{
+    const char *wd = "workerd: worker ";
+    if (!strncmp(title, wd, strlen(wd)) && title[strlen(wd)])
+        snprintf(out, cap, "%.100s", title + strlen(wd));
+    else if (!strncmp(title, "workerd", 7))
+        snprintf(out, cap, "%.100s", title);
+    else
+        snprintf(out, cap, "main");
+}
+
+void cp_v8_worker_isolate(const char *title, char *out, size_t cap)
+{
+    const char *cut = title && title[0] == '[' ? strstr(title, "] ") : NULL;
+    if (cut && cut[2]) title = cut + 2;
+    snprintf(out, cap, "%.100s", title && title[0] ? title : "worker");
+}
+
+int cp_v8_message_parse(const char *data, size_t len, json_t **out, cp_err *err)
+{
+    json_error_t je;
+    json_t *m = json_loadb(data, len, 0, &je);
+    *out = NULL;
+    if (!m)
+        return cp_err_set(err, CP_EPARSE, "malformed JSON message: %s (line %d column %d)", je.text,
+                          je.line, je.column);
+    if (!json_is_object(m)) {
+        json_decref(m);
+        return cp_err_set(err, CP_EPARSE, "malformed message: not a JSON object");
+    }
+    *out = m;
+    return 0;
+}
+
+int cp_v8_worker_message(const json_t *params, const char **sid, json_t **inner, cp_err *err)
+{
+    const char *ws = get_str(params, "sessionId"), *text = get_str(params, "message");
+    *sid = NULL;
+    *inner = NULL;
+    if (!ws || !text)
+        return cp_err_set(err, CP_EPARSE, "malformed worker message (no sessionId/message)");
+    json_error_t je;
+    json_t *m = json_loads(text, 0, &je);
+    if (!m) return cp_err_set(err, CP_EPARSE, "malformed worker message (%s)", je.text);
+    if (!json_is_object(m)) {
+        json_decref(m);
+        return cp_err_set(err, CP_EPARSE, "malformed worker message (not an object)");
+    }
+    *sid = ws;
+    *inner = m;
+    return 0;
+}

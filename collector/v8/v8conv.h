@@ -38,4 +38,34 @@ int cp_v8_cpu_profile(const json_t *profile, int64_t interval_us, cp_profile **o
 int cp_v8_heap_profile(const json_t *profile, int64_t interval_bytes, int alloc,
                        uint64_t *watermark, cp_profile **out, cp_err *err);
 
+/* One inspector target of a /json/list answer. */
+typedef struct cp_v8_target {
+    char id[128], title[256];
+    char path[512]; /* the path of webSocketDebuggerUrl (ws://HOST:PORT/PATH) */
+} cp_v8_target;
+
+/* Parses a /json/list answer (len bytes): the targets with an id and a ws:// debugger URL
+ * whose parts fit (others are skipped). On success *out (caller frees) holds *n targets.
+ * Returns 0, CP_EPARSE (err: "not a JSON array: ..."), CP_ELIMIT (over 4096 targets) or
+ * CP_ENOMEM. */
+int cp_v8_targets_parse(const char *body, size_t len, cp_v8_target **out, size_t *n, cp_err *err);
+
+/* The isolate label of a target's title: a Worker's NAME from workerd's "workerd: worker
+ * NAME"; another workerd title as it is; anything else (a node main thread) "main". */
+void cp_v8_isolate_of(const char *title, char *out, size_t cap);
+
+/* The isolate label of a Node worker titled "[worker N] NAME": NAME; other titles as they
+ * are; NULL "worker". */
+void cp_v8_worker_isolate(const char *title, char *out, size_t cap);
+
+/* Parses one inspector message (len bytes) into a JSON object (*out, caller's reference).
+ * Returns 0 or CP_EPARSE with err "malformed JSON message: TEXT (line L column C)" or
+ * "malformed message: not a JSON object". */
+int cp_v8_message_parse(const char *data, size_t len, json_t **out, cp_err *err);
+
+/* Unwraps NodeWorker.receivedMessageFromWorker's params: *sid points into params, *inner
+ * is the worker's message (caller's reference). Returns 0 or CP_EPARSE with err
+ * "malformed worker message (WHY)". */
+int cp_v8_worker_message(const json_t *params, const char **sid, json_t **inner, cp_err *err);
+
 #endif

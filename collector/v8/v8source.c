@@ -20,6 +20,7 @@
 #include "labels.h"
 #include "log.h"
 #include "pprof.h"
+#include "sourcemap.h"
 #include "times.h"
 #include "v8conv.h"
 
@@ -27,12 +28,20 @@
 #define CALL_TIMEOUT_MS 10000
 #define BACKOFF_MIN_NS (250 * 1000000LL)
 #define BACKOFF_MAX_NS (10 * 1000000000LL)
-#define POLL_NS (1000 * 1000000LL) /* /json/list of a host that answers */
-#define STOP_NS (3 * 1000000000LL) /* what a stop signal leaves the last windows */
+#define POLL_NS (1000 * 1000000LL)       /* /json/list of a host that answers */
+#define STOP_NS (3 * 1000000000LL)       /* what a stop signal leaves the last windows */
+#define MAX_MAPS 256                     /* source-mapped scripts per isolate */
+#define MAX_MAP_BYTES ((size_t)64 << 20) /* their maps' JSON, per isolate */
 
 enum { C_IDLE, C_CONNECTING, C_OPEN, C_CLOSED };
 
 typedef struct conn conn;
+
+/* A script of an isolate that came with a source map (Debugger.scriptParsed). */
+typedef struct mapped {
+    char *script_id;
+    cp_v8_smap *map;
+} mapped;
 
 /* One isolate: the target of a connection, or a Node worker reached through it. */
 typedef struct session {
@@ -47,6 +56,13 @@ typedef struct session {
     int64_t window_start_ns;
     int64_t last_end_us; /* V8's time of the last stopped profile's end; -1: none yet */
     int64_t gap_total_us, gap_max_us, windows;
+    CP_VEC(mapped) maps;
+    size_t map_bytes;
+    uint64_t maps_failed;
+    /* each isolate session is its own producer (HOST:PID:v8:TOKEN): contprofd counts a
+     * producer's reported losses once per window start, and isolates' windows start apart */
+    char producer[224];
+    uint64_t sequence;
 } session;
 
 typedef struct out_msg {
@@ -100,8 +116,7 @@ static struct {
     cp_kafka *kafka;
     char producer[200], hostname[64];
     uint64_t next_token;
-    uint64_t sequence;        /* of every envelope of this producer */
-    uint64_t dropped_windows; /* lost with no session left to report them */
+    uint64_t dropped_windows; /* lost with no session left to report them yet */
     int64_t stop_at;          /* monotonic time the stop signal was seen, 0 before */
 } S;
 
@@ -185,7 +200,7 @@ static void emit(session *s, cp_profile *p, cp_kind kind, int64_t start_ns, int6
         buf = gz;
     }
     e.tenant = strdup(S.o->tenant && S.o->tenant[0] ? S.o->tenant : CP_DEFAULT_TENANT);
-    e.producer_id = strdup(S.producer);
+    e.producer_id = strdup(s->producer);
     e.engine = strdup("v8-inspector");
     if (!e.tenant || !e.producer_id || !e.engine) goto fail;
     if ((rc = add_labels_text(&e.labels, S.o->labels)) ||
@@ -197,10 +212,11 @@ static void emit(session *s, cp_profile *p, cp_kind kind, int64_t start_ns, int6
     e.kind = kind;
     e.window_start_ns = start_ns;
     e.window_duration_ns = end_ns > start_ns ? end_ns - start_ns : 1;
-    /* one sequence for the producer: contprofd stores a (producer, sequence) once */
-    e.sequence = S.sequence++;
+    /* one sequence per producer: contprofd stores a (producer, sequence) once */
+    e.sequence = s->sequence++;
     e.dropped_samples = dropped_samples;
-    e.dropped_windows = s->dropped_windows;
+    /* losses no isolate holds (Kafka's backlog full, isolates gone for good) ride along */
+    e.dropped_windows = s->dropped_windows + S.dropped_windows;
     e.pprof = cp_buf_steal(&buf, &e.pprof_len);
     rc = 0;
     if (S.o->output_dir && S.o->output_dir[0] && write_file(&e, s) != 0) rc = CP_EIO;
@@ -216,11 +232,14 @@ static void emit(session *s, cp_profile *p, cp_kind kind, int64_t start_ns, int6
         cp_buf_close(&val);
         cp_buf_close(&key);
     }
-    if (rc == 0) s->dropped_windows = 0; /* reported in this envelope */
+    if (rc == 0) s->dropped_windows = S.dropped_windows = 0; /* reported in this envelope */
 fail:
     if (rc) {
+        char when[64];
+        cp_format_time(start_ns, when, sizeof(when));
         s->dropped_windows++;
-        cp_log_warn("v8: isolate %s: %s window lost: %s", s->isolate, cp_kind_name(kind),
+        cp_log_warn("v8: isolate %s: %s window from %s (%lld ms) lost: %s", s->isolate,
+                    cp_kind_name(kind), when, (long long)((end_ns - start_ns) / 1000000),
                     cp_strerror(rc));
     }
     cp_buf_close(&buf);
@@ -244,6 +263,102 @@ static const char *jstr(const json_t *o, const char *name)
     return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
+/* ------------------------------------------------------------------------------------
+ * Source maps: read when a script is parsed, applied to each window's call frames. */
+
+/* The map text of a script: sourceMapURL a data: URL, a file (absolute, or relative to a
+ * file:// script), or DIR/BASENAME of --source-map-dir. */
+static int load_map_text(const char *script_url, const char *map_url, cp_buf *out, cp_err *e)
+{
+    if (!strncmp(map_url, "data:", 5)) return cp_v8_data_url_decode(map_url, out, e);
+    char path[4096] = "";
+    const char *rel = map_url;
+    if (!strncmp(map_url, "file://", 7)) {
+        snprintf(path, sizeof(path), "%s", map_url + 7);
+    } else if (map_url[0] == '/') {
+        snprintf(path, sizeof(path), "%s", map_url);
+    } else if (!strstr(map_url, "://") && !strncmp(script_url, "file://", 7)) {
+        const char *slash = strrchr(script_url + 7, '/');
+        if (slash)
+            snprintf(path, sizeof(path), "%.*s/%s", (int)(slash - (script_url + 7)), script_url + 7,
+                     map_url);
+    }
+    struct stat st;
+    if ((!path[0] || stat(path, &st) != 0) && S.o->source_map_dir && S.o->source_map_dir[0]) {
+        const char *base = strrchr(rel, '/');
+        snprintf(path, sizeof(path), "%s/%s", S.o->source_map_dir, base ? base + 1 : rel);
+    }
+    if (!path[0]) return cp_err_set(e, CP_EINVAL, "%.200s: no file to read it from", map_url);
+    if (stat(path, &st) != 0) return cp_err_set(e, CP_EIO, "%s: %s", path, strerror(errno));
+    if ((size_t)st.st_size > CP_V8_SMAP_MAX_BYTES)
+        return cp_err_set(e, CP_ELIMIT, "%s: over %zu MiB", path, CP_V8_SMAP_MAX_BYTES >> 20);
+    return cp_read_file(path, out, e);
+}
+
+/* Debugger.scriptParsed: reads the script's source map, if it names one. */
+static void script_parsed(session *s, const json_t *params)
+{
+    const char *id = jstr(params, "scriptId"), *url = jstr(params, "url");
+    const char *map_url = jstr(params, "sourceMapURL");
+    if (!id || !map_url || !map_url[0]) return;
+    cp_err e = {0};
+    cp_buf text = {0};
+    cp_v8_smap *m = NULL;
+    int rc = 0;
+    if (s->maps.n >= MAX_MAPS || s->map_bytes >= MAX_MAP_BYTES)
+        rc = cp_err_set(&e, CP_ELIMIT, "over %d maps or %zu MiB of maps for this isolate", MAX_MAPS,
+                        MAX_MAP_BYTES >> 20);
+    if (!rc) rc = load_map_text(url ? url : "", map_url, &text, &e);
+    if (!rc) rc = cp_v8_smap_create((const char *)text.data, text.len, &m, &e);
+    mapped mp = {strdup(id), m};
+    if (!rc && (!mp.script_id || cp_vec_push(&s->maps, mp))) rc = CP_ENOMEM;
+    if (rc) {
+        s->maps_failed++;
+        cp_log_warn("v8: isolate %s: script %s (%.200s): source map not used: %s", s->isolate, id,
+                    url ? url : "?", e.msg[0] ? e.msg : cp_strerror(rc));
+        free(mp.script_id);
+        cp_v8_smap_destroy(m);
+    } else {
+        s->map_bytes += text.len;
+        cp_log_info("v8: isolate %s: script %.200s: source map read (%zu bytes)", s->isolate,
+                    url ? url : "?", text.len);
+    }
+    cp_buf_close(&text);
+}
+
+static const cp_v8_smap *map_of(const session *s, const json_t *frame)
+{
+    const char *id = jstr(frame, "scriptId");
+    if (!id) return NULL;
+    for (uint32_t i = 0; i < s->maps.n; i++)
+        if (!strcmp(s->maps.v[i].script_id, id)) return s->maps.v[i].map;
+    return NULL;
+}
+
+/* Maps every callFrame of a CPU profile's nodes or a heap profile's tree (from node). */
+static void map_frames(const session *s, json_t *node, int depth)
+{
+    if (!s->maps.n || depth > 100000) return;
+    json_t *nodes = json_object_get(node, "nodes");
+    if (json_is_array(nodes)) { /* a CPU profile: a flat list */
+        for (size_t i = 0; i < json_array_size(nodes); i++) {
+            json_t *cf = json_object_get(json_array_get(nodes, i), "callFrame");
+            const cp_v8_smap *m = json_is_object(cf) ? map_of(s, cf) : NULL;
+            if (m) (void)cp_v8_smap_apply(m, cf);
+        }
+        return;
+    }
+    /* a heap profile: head, then children (jansson's parser bounds the depth) */
+    json_t *head = json_object_get(node, "head");
+    if (head && !depth) node = head;
+    json_t *cf = json_object_get(node, "callFrame");
+    const cp_v8_smap *m = json_is_object(cf) ? map_of(s, cf) : NULL;
+    if (m) (void)cp_v8_smap_apply(m, cf);
+    json_t *ch = json_object_get(node, "children");
+    for (size_t i = 0; i < json_array_size(ch); i++)
+        map_frames(s, json_array_get(ch, i), depth + 1);
+}
+
 /* Takes m: a reply goes to the session waiting for it, a worker's message is unwrapped,
  * worker attach/detach events are noted for the main loop, the rest is dropped. */
 static void deliver(conn *c, const char *sid, json_t *m)
@@ -263,29 +378,27 @@ static void deliver(conn *c, const char *sid, json_t *m)
             return;
         }
     } else if (!sid && method && !strcmp(method, "NodeWorker.receivedMessageFromWorker")) {
-        const char *ws = jstr(params, "sessionId"), *text = jstr(params, "message");
-        json_error_t je;
-        json_t *inner = ws && text ? json_loads(text, 0, &je) : NULL;
-        if (!inner || !json_is_object(inner))
-            cp_log_warn("v8: %s target %s: malformed worker message (%s)", c->h->hostport,
-                        c->target,
-                        inner        ? "not an object"
-                        : ws && text ? je.text
-                                     : "no sessionId/message");
+        const char *ws;
+        json_t *inner;
+        cp_err e = {0};
+        if (cp_v8_worker_message(params, &ws, &inner, &e) != 0)
+            cp_log_warn("v8: %s target %s: %s", c->h->hostport, c->target, e.msg);
         else
-            deliver(c, ws, json_incref(inner));
-        json_decref(inner);
+            deliver(c, ws, inner);
     } else if (!sid && method && !strcmp(method, "NodeWorker.attachedToWorker")) {
         const char *ws = jstr(params, "sessionId");
-        const char *title = jstr(json_object_get(params, "workerInfo"), "title");
+        char iso[128];
         /* node titles a worker "[worker N] NAME": the isolate is NAME */
-        if (title && title[0] == '[' && strstr(title, "] ") && strstr(title, "] ")[2])
-            title = strstr(title, "] ") + 2;
-        attach a = {ws ? strdup(ws) : NULL, strdup(title ? title : "worker")};
+        cp_v8_worker_isolate(jstr(json_object_get(params, "workerInfo"), "title"), iso,
+                             sizeof(iso));
+        attach a = {ws ? strdup(ws) : NULL, strdup(iso)};
         if (!a.sid || !a.title || cp_vec_push(&c->attaches, a)) {
             free(a.sid);
             free(a.title);
         }
+    } else if (method && !strcmp(method, "Debugger.scriptParsed")) {
+        session *s = find_session(c, sid);
+        if (s) script_parsed(s, params);
     } else if (!sid && method && !strcmp(method, "NodeRuntime.waitingForDisconnect")) {
         c->finishing = 1;
     } else if (!sid && method && !strcmp(method, "NodeWorker.detachedFromWorker")) {
@@ -346,20 +459,12 @@ static int ws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, 
                 cp_log_warn("v8: %s target %s: message over %zu MiB (or no memory): dropped",
                             c->h->hostport, c->target, MAX_MESSAGE >> 20);
             } else {
-                json_error_t je;
-                json_t *m = json_loadb((const char *)c->rx.data, c->rx.len, 0, &je);
-                if (!m || !json_is_object(m)) {
-                    if (m)
-                        cp_log_warn("v8: %s target %s: malformed message: not a JSON object",
-                                    c->h->hostport, c->target);
-                    else
-                        cp_log_warn("v8: %s target %s: malformed JSON message: %s (line %d "
-                                    "column %d)",
-                                    c->h->hostport, c->target, je.text, je.line, je.column);
-                    json_decref(m);
-                } else {
+                json_t *m;
+                cp_err e = {0};
+                if (cp_v8_message_parse((const char *)c->rx.data, c->rx.len, &m, &e) != 0)
+                    cp_log_warn("v8: %s target %s: %s", c->h->hostport, c->target, e.msg);
+                else
                     deliver(c, NULL, m);
-                }
             }
             c->rx.len = 0;
             c->rx_over = 0;
@@ -483,6 +588,7 @@ static session *session_new(conn *c, const char *sid, const char *isolate)
     s->c = c;
     snprintf(s->isolate, sizeof(s->isolate), "%s", isolate);
     s->token = ++S.next_token;
+    snprintf(s->producer, sizeof(s->producer), "%s:%llx", S.producer, (unsigned long long)s->token);
     for (size_t i = 0; i < sizeof(c->h->lost) / sizeof(c->h->lost[0]); i++)
         if (c->h->lost[i].windows && !strcmp(c->h->lost[i].isolate, s->isolate)) {
             s->dropped_windows = c->h->lost[i].windows;
@@ -500,6 +606,11 @@ static session *session_new(conn *c, const char *sid, const char *isolate)
 
 static void session_free(session *s)
 {
+    for (uint32_t i = 0; i < s->maps.n; i++) {
+        free(s->maps.v[i].script_id);
+        cp_v8_smap_destroy(s->maps.v[i].map);
+    }
+    free(s->maps.v);
     json_decref(s->reply);
     free(s->sid);
     free(s);
@@ -533,6 +644,13 @@ static int session_start(session *s)
         s->heap_on = 1;
     }
     json_decref(hp);
+    /* source maps: Debugger.scriptParsed names each script's map (the scripts already
+     * there come before enable's reply); pauses are skipped so that a `debugger`
+     * statement or node's --inspect-brk never stops the host for us */
+    if (!S.o->no_source_maps &&
+        (call(s, "Debugger.enable", NULL, NULL, &e) != 0 ||
+         call(s, "Debugger.setSkipAllPauses", json_pack("{s:b}", "skip", 1), NULL, &e) != 0))
+        cp_log_warn("v8: isolate %s: no source maps: %s", s->isolate, e.msg);
     s->window_start_ns = cp_now_ns();
     s->started = 1;
     if (!s->sid) { /* node: follow its workers, each held until its profilers run */
@@ -547,6 +665,22 @@ static int session_start(session *s)
     return 0;
 }
 
+/* Logs the loss of s's what window(s) [start, end) (ns since the epoch), naming why. */
+static void log_lost(const session *s, const char *what, int64_t start, int64_t end,
+                     const char *why)
+{
+    char when[64];
+    cp_format_time(start, when, sizeof(when));
+    cp_log_warn("v8: %s isolate %s: %s window from %s (%lld ms) lost: %s", s->c->h->hostport,
+                s->isolate, what, when, (long long)((end - start) / 1000000), why);
+}
+
+/* The windows an isolate emits each time: cpu, and alloc and inuse with the sampler. */
+static int kinds_of(const session *s)
+{
+    return (S.o->cpu_interval_us > 0) + 2 * (s->heap_on != 0);
+}
+
 /* Ends s's window: the CPU profile (restarted at once unless last), the heap profiles. */
 static void session_window(session *s, int last)
 {
@@ -558,7 +692,8 @@ static void session_window(session *s, int last)
         /* CPU profiles off */
     } else if (call(s, "Profiler.stop", NULL, &r, &e) == 0) {
         cp_profile *p = NULL;
-        const json_t *prof = json_object_get(r, "profile");
+        json_t *prof = json_object_get(r, "profile");
+        map_frames(s, prof, 0);
         int64_t t0 = 0, t1 = 0, gap = 0;
         if (cp_v8_cpu_profile(prof, S.o->cpu_interval_us, &p, NULL, &e) == 0) {
             json_t *st = json_object_get(prof, "startTime"), *et = json_object_get(prof, "endTime");
@@ -580,13 +715,13 @@ static void session_window(session *s, int last)
             emit(s, p, CP_KIND_CPU, start, end,
                  (uint64_t)(gap / (S.o->cpu_interval_us > 0 ? S.o->cpu_interval_us : 1)));
         } else {
-            cp_log_warn("v8: isolate %s: CPU window lost: %s", s->isolate, e.msg);
+            log_lost(s, "cpu", start, end, e.msg);
             lost++;
         }
         json_decref(r);
         r = NULL;
     } else {
-        cp_log_warn("v8: %s: CPU window lost", e.msg);
+        log_lost(s, "cpu", start, end, e.msg);
         lost++;
     }
     if (S.o->cpu_interval_us > 0 && !last && !s->gone &&
@@ -594,8 +729,9 @@ static void session_window(session *s, int last)
         cp_log_warn("v8: %s", e.msg);
     if (s->heap_on) {
         if (call(s, "HeapProfiler.getSamplingProfile", NULL, &r, &e) == 0) {
-            const json_t *prof = json_object_get(r, "profile");
+            json_t *prof = json_object_get(r, "profile");
             cp_profile *inuse = NULL, *alloc = NULL;
+            map_frames(s, prof, 0);
             uint64_t mark = s->watermark;
             if (cp_v8_heap_profile(prof, S.o->heap_interval, 0, NULL, &inuse, &e) == 0 &&
                 cp_v8_heap_profile(prof, S.o->heap_interval, 1, &mark, &alloc, &e) == 0) {
@@ -604,42 +740,36 @@ static void session_window(session *s, int last)
                 emit(s, inuse, CP_KIND_INUSE, start, end, 0);
             } else {
                 cp_profile_destroy(inuse);
-                cp_log_warn("v8: isolate %s: heap windows lost: %s", s->isolate, e.msg);
+                log_lost(s, "alloc and inuse", start, end, e.msg);
                 lost += 2;
             }
             json_decref(r);
         } else {
-            cp_log_warn("v8: %s: heap windows lost", e.msg);
+            log_lost(s, "alloc and inuse", start, end, e.msg);
             lost += 2;
         }
     }
     s->dropped_windows += (uint64_t)lost;
+    if (last && !s->gone) {
+        /* leave the isolate as we found it, whatever the host does when the socket closes
+         * (V8 would disable them with the session) */
+        if (s->heap_on) (void)call(s, "HeapProfiler.stopSampling", NULL, NULL, NULL);
+        if (!S.o->no_source_maps) (void)call(s, "Debugger.disable", NULL, NULL, NULL);
+        if (S.o->cpu_interval_us > 0) (void)call(s, "Profiler.disable", NULL, NULL, NULL);
+    }
     s->window_start_ns = end;
 }
 
 static void session_report(const session *s)
 {
     cp_log_info("v8: isolate %s: %lld windows, CPU profiler off between windows %lld us in "
-                "all (at most %lld us once), %llu windows lost unreported",
+                "all (at most %lld us once), %llu lost windows left for a later envelope",
                 s->isolate, (long long)s->windows, (long long)s->gap_total_us,
                 (long long)s->gap_max_us, (unsigned long long)s->dropped_windows);
 }
 
 /* ------------------------------------------------------------------------------------
  * Discovery: /json/list of every host, a connection per target. */
-
-/* The isolate label of a target: a Worker's name from workerd's "workerd: worker NAME";
- * a Node main thread is "main". */
-static void isolate_of(const char *title, char *out, size_t cap)
-{
-    const char *wd = "workerd: worker ";
-    if (!strncmp(title, wd, strlen(wd)) && title[strlen(wd)])
-        snprintf(out, cap, "%.100s", title + strlen(wd));
-    else if (!strncmp(title, "workerd", 7))
-        snprintf(out, cap, "%.100s", title);
-    else
-        snprintf(out, cap, "main");
-}
 
 static void conn_free(conn *c)
 {
@@ -684,45 +814,38 @@ static void discover(host *h)
     h->answering = h->seen = 1;
     h->backoff_ns = 0;
     h->next_poll = now + POLL_NS;
-    json_error_t je;
-    json_t *list = json_loadb((const char *)res.body.data, res.body.len, 0, &je);
+    cp_v8_target *tv = NULL;
+    size_t nt = 0;
+    int rc = cp_v8_targets_parse((const char *)res.body.data, res.body.len, &tv, &nt, &e);
     cp_buf_close(&res.body);
-    if (!json_is_array(list)) {
-        cp_log_warn("v8: inspector %s: /json/list is not a JSON array: %s", h->hostport,
-                    list ? "another value" : je.text);
-        json_decref(list);
+    if (rc) {
+        cp_log_warn("v8: inspector %s: %s", h->hostport, e.msg);
         return;
     }
     for (conn *c = h->conns; c; c = c->next)
         c->listed = 0;
-    for (size_t i = 0; i < json_array_size(list); i++) {
-        const json_t *t = json_array_get(list, i);
-        const char *id = jstr(t, "id"), *title = jstr(t, "title");
-        const char *ws = jstr(t, "webSocketDebuggerUrl");
-        if (!id || strlen(id) >= sizeof(((conn *)0)->target)) continue;
+    for (size_t i = 0; i < nt; i++) {
+        const cp_v8_target *t = &tv[i];
         conn *c = h->conns;
-        while (c && strcmp(c->target, id))
+        while (c && strcmp(c->target, t->id))
             c = c->next;
         if (c) {
             c->listed = 1;
             continue;
         }
-        /* ws://HOST:PORT/PATH: only the path is used; the host is the one we were given */
-        const char *p = ws && !strncmp(ws, "ws://", 5) ? strchr(ws + 5, '/') : NULL;
-        if (!p || strlen(p) >= sizeof(c->path)) continue;
         c = calloc(1, sizeof(*c));
         if (!c) continue;
         c->h = h;
         c->listed = 1;
-        snprintf(c->target, sizeof(c->target), "%s", id);
-        snprintf(c->title, sizeof(c->title), "%s", title ? title : "");
-        snprintf(c->path, sizeof(c->path), "%s", p);
+        snprintf(c->target, sizeof(c->target), "%s", t->id);
+        snprintf(c->title, sizeof(c->title), "%s", t->title);
+        snprintf(c->path, sizeof(c->path), "%s", t->path);
         c->outer_id = INT64_C(1) << 30; /* node wants 32-bit ids; ours count from 1 */
         c->next = h->conns;
         h->conns = c;
-        cp_log_info("v8: %s: target %s (%s)", h->hostport, id, c->title);
+        cp_log_info("v8: %s: target %s (%s)", h->hostport, t->id, c->title);
     }
-    json_decref(list);
+    free(tv);
 }
 
 static void connect_conn(conn *c)
@@ -764,6 +887,16 @@ static void note_lost(host *h, const session *s)
     h->lost[free_at].windows = s->dropped_windows;
 }
 
+/* Before the last windows: what no later session of the same name will report rides on
+ * them instead. */
+static void flush_lost(host *h)
+{
+    for (size_t i = 0; i < sizeof(h->lost) / sizeof(h->lost[0]); i++) {
+        S.dropped_windows += h->lost[i].windows;
+        h->lost[i].windows = 0;
+    }
+}
+
 /* Reaps sessions that are gone, starts new ones, connects and drops targets. */
 static void maintain(host *h)
 {
@@ -774,8 +907,10 @@ static void maintain(host *h)
             session *s = *sp;
             if (s->gone) {
                 if (s->started) {
-                    cp_log_info("v8: isolate %s gone: its window in progress is lost", s->isolate);
-                    s->dropped_windows += 3;
+                    log_lost(s, "every", s->window_start_ns, cp_now_ns(),
+                             "the isolate is gone (counted in the dropped_windows of the "
+                             "next envelope)");
+                    s->dropped_windows += (uint64_t)kinds_of(s);
                     session_report(s);
                     note_lost(h, s);
                 }
@@ -796,6 +931,7 @@ static void maintain(host *h)
             connect_conn(c);
         if (c->state == C_OPEN && c->finishing && !c->closing) {
             /* the isolates still exist: their last windows are taken, then we leave */
+            flush_lost(h);
             for (session *s = c->sessions; s; s = s->next) {
                 if (s->started && !s->gone) session_window(s, 1);
                 if (s->started) session_report(s);
@@ -808,7 +944,7 @@ static void maintain(host *h)
         }
         if (c->state == C_OPEN && !c->sessions && !c->closing) {
             char iso[128];
-            isolate_of(c->title, iso, sizeof(iso));
+            cp_v8_isolate_of(c->title, iso, sizeof(iso));
             session *s = session_new(c, NULL, iso);
             if (s && session_start(s) != 0) s->gone = 1;
         }
@@ -922,7 +1058,12 @@ int cp_v8_run(const cp_v8_options *o, cp_err *err)
         }
         if (S.kafka) {
             cp_kafka_poll(S.kafka);
-            S.dropped_windows += cp_kafka_take_dropped(S.kafka);
+            uint64_t kd = cp_kafka_take_dropped(S.kafka);
+            if (kd)
+                cp_log_warn("v8: %llu windows dropped by the Kafka producer (backlog full or "
+                            "refused by the broker): counted in the next envelope",
+                            (unsigned long long)kd);
+            S.dropped_windows += kd;
         }
         if (o->exit_when_gone && gone) {
             cp_log_info("v8: every inspector is gone: stopping");
@@ -931,6 +1072,8 @@ int cp_v8_run(const cp_v8_options *o, cp_err *err)
         lws_service(S.ctx, 0);
     }
     /* the last window of every isolate still attached */
+    for (int i = 0; i < S.nhosts; i++)
+        flush_lost(&S.hosts[i]);
     for (int i = 0; i < S.nhosts; i++) {
         for (conn *c = S.hosts[i].conns; c; c = c->next)
             for (session *s = c->sessions; s; s = s->next) {
@@ -939,8 +1082,7 @@ int cp_v8_run(const cp_v8_options *o, cp_err *err)
             }
     }
     for (int i = 0; i < S.nhosts; i++)
-        for (size_t k = 0; k < sizeof(S.hosts[i].lost) / sizeof(S.hosts[i].lost[0]); k++)
-            S.dropped_windows += S.hosts[i].lost[k].windows;
+        flush_lost(&S.hosts[i]);
     if (S.kafka) S.dropped_windows += cp_kafka_destroy(S.kafka, 5000);
     if (S.dropped_windows)
         cp_log_warn("v8: %llu windows lost and not reported in any envelope (isolates gone "

@@ -29,6 +29,8 @@ typedef struct cp_v8_options {
     int64_t heap_interval;       /* bytes between heap samples, default 512 KiB; 0: off */
     int exit_when_gone;          /* stop once every host was seen and none answers */
     int allow_remote;            /* inspectors off loopback allowed */
+    int no_source_maps;          /* no Debugger domain, frames as V8 names them */
+    const char *source_map_dir;  /* NULL, or where NAME.map is looked for too */
     volatile sig_atomic_t *stop; /* set (by a signal handler) to stop after a last window */
 } cp_v8_options;
 

@@ -67,17 +67,17 @@ cp.durText = function (s) {
 
 cp.token = sessionStorage.getItem('contprof.token') || '';
 
-// GETs path?params (path relative to the page, so a proxy may serve it under a prefix); resolves to parsed JSON (or an ArrayBuffer if binary). A 401 asks for a
+// GETs (or method) path?params (path relative to the page, so a proxy may serve it under a prefix); resolves to parsed JSON (or an ArrayBuffer if binary). A 401 asks for a
 // token once and retries. Errors carry the server's {"error": ...} message. An answer a
 // cluster gave without some nodes' parts (the Contprof-Partial header, which every format
 // carries; JSON adds "partial": true) is passed to cp.onPartial with the missing peers.
-cp.get = async function (path, params, binary) {
+cp.get = async function (path, params, binary, method) {
   const qs = new URLSearchParams();
   for (const [k, v] of Object.entries(params || {})) if (v !== undefined && v !== '') qs.set(k, v);
   const url = path + (qs.toString() ? '?' + qs : '');
   for (let attempt = 0; ; attempt++) {
     const headers = cp.token ? { Authorization: 'Bearer ' + cp.token } : {};
-    const r = await fetch(url, { headers });
+    const r = await fetch(url, { headers, method: method || 'GET' });
     if (r.status === 401 && attempt === 0 && await cp.askToken()) continue;
     if (!r.ok) {
       let msg = r.status + ' ' + r.statusText;

@@ -105,10 +105,9 @@ TEST(serves_a_store_and_stops_cleanly)
     CHECK(system(cmd) == 0);
 }
 
-/* The statistics registry (model/metrics.h) changed how /metrics is put together, not what
- * it says: every family contprofd printed before it still has its help, type and place, and
- * the samples their labels and formats. A family a stage adds appears without touching this
- * list. text: /metrics of a daemon whose ingest runs. */
+/* Every family contprofd prints, with its help and type, in registration order (the API's,
+ * then store, ingest, symbols), and the samples' labels and formats. A family a stage adds
+ * appears without touching this list. text: /metrics of a daemon whose ingest runs. */
 static void check_metrics_families(const char *text)
 {
     /* name, type, help */
@@ -116,6 +115,7 @@ static void check_metrics_families(const char *text)
         "contprof_http_responses_total counter HTTP responses by status class.",
         "contprof_query_duration_seconds histogram Time to answer store-backed queries, arrival to "
         "response.",
+        "contprof_uptime_seconds gauge Seconds since the query API started.",
         "contprof_store_disk_bytes gauge Approximate size of the store on disk.",
         "contprof_store_series gauge Distinct series in the store.",
         "contprof_store_windows_written_total counter Windows stored by this process.",
@@ -153,7 +153,6 @@ static void check_metrics_families(const char *text)
         "contprof_symbols_locations_named_total counter Locations named at query time.",
         "contprof_symbols_cached_tables gauge Symbol tables held in memory.",
         "contprof_symbols_cached_bytes gauge Bytes of those tables.",
-        "contprof_uptime_seconds gauge Seconds since the query API started.",
     };
     const char *last = text;
     char want[512];

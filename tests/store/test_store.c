@@ -1344,6 +1344,151 @@ TEST(rollups_through_ten_minute_stages)
     rmtree(dir);
 }
 
+/* The capture rule (store.h): a capture's series (label `capture`) only for selectors
+ * naming the label, in every reader; its window records summed in the series list; capture
+ * records kept across a reopen. */
+TEST(capture_series_apart_and_records_kept)
+{
+    char *dir = tmpdir("store");
+    make_windows(29);
+    cp_store *s = open_store(dir, 0, 0);
+    cp_store_batch *b = cp_store_batch_create(s);
+    int64_t cap_samples = 0;
+    for (int i = 0; i < 20; i++) {
+        add(b, "acme", CP_KIND_CPU, "service=api,isolate=w1", starts[i], "p", (uint64_t)i, wins[i],
+            0);
+        cp_envelope e;
+        make_env(&e, "acme", CP_KIND_CPU,
+                 i % 2 ? "service=api,isolate=w1,capture=c1"
+                       : "service=api,isolate=ghost,capture=c1",
+                 starts[i], SEC, "p/capture", (uint64_t)i);
+        e.engine =
+            strdup(i < 19 ? "test capture asked=1000 ran=1000" : "test capture asked=1000 ran=900");
+        cp_err err = {0};
+        CHECK_EQ(cp_store_batch_add(b, &e, wins[i + 20], 0, &err), 0);
+        /* a duplicate adds no second window record */
+        CHECK_EQ(cp_store_batch_add(b, &e, wins[i + 20], 0, &err), CP_STORE_DUPLICATE);
+        cp_envelope_close(&e);
+        for (uint32_t k = 0; k < wins[i + 20]->samples.n; k++)
+            cap_samples += cp_profile_sample_values(wins[i + 20], k)[0];
+    }
+    commit(b);
+    int64_t e0, e1, c0 = 0, c1 = 0;
+    free(expected(starts[0], starts[20], &e0, &e1));
+    for (int i = 20; i < 40; i++) {
+        c0 += cp_profile_total(wins[i], 0);
+        c1 += cp_profile_total(wins[i], 1);
+    }
+    CHECK_EQ(c0, cap_samples);
+    int64_t from = T0, to = T0 + 86400 * SEC;
+    cp_selector sel = {0};
+    cp_profile *p = query(s, "acme", CP_KIND_CPU, NULL, from, to);
+    CHECK_EQ(cp_profile_total(p, 1), e1); /* the always-on only */
+    cp_profile_destroy(p);
+    sel_add(&sel, "service", "=", "api");
+    p = query(s, "acme", CP_KIND_CPU, &sel, from, to);
+    CHECK_EQ(cp_profile_total(p, 1), e1);
+    cp_profile_destroy(p);
+    sel_free(&sel);
+    sel_add(&sel, "capture", "=", "c1");
+    p = query(s, "acme", CP_KIND_CPU, &sel, from, to);
+    CHECK_EQ(cp_profile_total(p, 1), c1);
+    cp_profile_destroy(p);
+    /* the series list: the capture's two, with their windows */
+    cp_series_list l = {0};
+    cp_err err = {0};
+    cp_query q = {.tenant = "acme", .sel = sel, .from_ns = from, .to_ns = to};
+    CHECK_EQ(cp_store_series(s, &q, &l, &err), 0);
+    CHECK_EQ(l.n, 2);
+    uint64_t sum = 0;
+    uint32_t nwin = 0;
+    for (uint32_t i = 0; i < l.n; i++) {
+        sum += l.v[i].cap_samples;
+        nwin += l.v[i].cap_windows;
+        CHECK(l.v[i].cap_end_ns > l.v[i].last_ns);
+        CHECK(l.v[i].cap_engine);
+    }
+    CHECK_EQ(nwin, 20);
+    CHECK_EQ((int64_t)sum, cap_samples);
+    cp_series_list_close(&l);
+    sel_free(&sel);
+    sel_add(&sel, "capture", "=", ""); /* exactly the always-on */
+    q.sel = sel;
+    CHECK_EQ(cp_store_series(s, &q, &l, &err), 0);
+    CHECK_EQ(l.n, 1);
+    CHECK(!l.v[0].cap_windows && !l.v[0].cap_engine);
+    cp_series_list_close(&l);
+    sel_free(&sel);
+    q.sel = (cp_selector){0};
+    CHECK_EQ(cp_store_series(s, &q, &l, &err), 0);
+    CHECK_EQ(l.n, 1);
+    cp_series_list_close(&l);
+    /* timeline */
+    int64_t *v;
+    uint32_t ns, nt;
+    q.kind = CP_KIND_CPU;
+    q.step_ns = 86400 * SEC;
+    CHECK_EQ(store_timeline(s, &q, &v, &ns, &nt, &err), 0);
+    CHECK_EQ(v[1], e1);
+    free(v);
+    /* labels and values */
+    cp_string_list names = {0}, vals = {0};
+    CHECK_EQ(cp_store_label_names(s, &q, &names, &err), 0);
+    for (uint32_t i = 0; i < names.n; i++)
+        CHECK(strcmp(names.v[i], "capture") != 0);
+    CHECK_EQ(names.n, 2); /* isolate, service */
+    cp_string_list_close(&names);
+    q.label = "isolate";
+    CHECK_EQ(cp_store_label_values(s, &q, &vals, &err), 0);
+    CHECK_EQ(vals.n, 1); /* ghost is only a capture's */
+    CHECK_STREQ(vals.v[0], "w1");
+    cp_string_list_close(&vals);
+    q.label = "capture";
+    CHECK_EQ(cp_store_label_values(s, &q, &vals, &err), 0);
+    CHECK_EQ(vals.n, 1);
+    CHECK_STREQ(vals.v[0], "c1");
+    cp_string_list_close(&vals);
+
+    /* capture records: kept, replaced, listed per tenant or for all, across a reopen */
+    cp_capture c = {.id = "c1",
+                    .tenant = "acme",
+                    .kind = CP_KIND_CPU,
+                    .cpu_hz = 1000,
+                    .start_ns = T0,
+                    .end_ns = T0 + 5 * SEC,
+                    .max_overhead_permille = 20};
+    c.selector = strdup("{service=\"api\"}");
+    CHECK_EQ(cp_store_put_capture(s, &c, &err), 0);
+    snprintf(c.id, sizeof c.id, "c2");
+    snprintf(c.tenant, sizeof c.tenant, "globex");
+    CHECK_EQ(cp_store_put_capture(s, &c, &err), 0);
+    c.cancelled = 1;
+    CHECK_EQ(cp_store_put_capture(s, &c, &err), 0);
+    c.end_ns = c.start_ns; /* invalid: refused */
+    CHECK_EQ(cp_store_put_capture(s, &c, &err), CP_EINVAL);
+    cp_capture_close(&c);
+    cp_store_batch_destroy(b);
+    cp_store_close(s);
+    s = open_store(dir, 0, 0);
+    cp_capture_list cl = {0};
+    CHECK_EQ(cp_store_captures(s, NULL, &cl, &err), 0);
+    CHECK_EQ(cl.n, 2);
+    CHECK_STREQ(cl.v[0].tenant, "acme");
+    CHECK_STREQ(cl.v[1].id, "c2");
+    CHECK(cl.v[1].cancelled);
+    cp_capture_list_close(&cl);
+    CHECK_EQ(cp_store_captures(s, "acme", &cl, &err), 0);
+    CHECK_EQ(cl.n, 1);
+    cp_capture_list_close(&cl);
+    CHECK_EQ(cp_store_get_capture(s, "acme", "c1", &c, &err), 0);
+    CHECK_STREQ(c.selector, "{service=\"api\"}");
+    CHECK_EQ(c.cpu_hz, 1000);
+    cp_capture_close(&c);
+    CHECK_EQ(cp_store_get_capture(s, "acme", "c2", &c, &err), CP_ENOTFOUND);
+    cp_store_close(s);
+    rmtree(dir);
+}
+
 TEST_MAIN(T(exact_totals_and_rollups), T(timeline_matches_queries),
           T(timeline_and_series_past_raw_retention), T(inuse_is_a_gauge),
           T(cumulative_alloc_not_double_counted), T(duplicates_dropped),
@@ -1352,4 +1497,5 @@ TEST_MAIN(T(exact_totals_and_rollups), T(timeline_matches_queries),
           T(same_start_summed), T(one_binary_at_two_bases_is_one_frame_set),
           T(format_1_store_read_canonical), T(reopen_under_readers),
           T(rollups_of_one_batch_equal_window_by_window), T(dropped_batch_leaves_no_staged_windows),
-          T(rollups_through_ten_minute_stages), T(symbols_under_reopen))
+          T(rollups_through_ten_minute_stages), T(symbols_under_reopen),
+          T(capture_series_apart_and_records_kept))

@@ -356,6 +356,51 @@ async function main() {
       await shot('fleet');
     });
 
+    await step('Capture: starts a capture of the selection, shows progress, then its flamegraph and download', async () => {
+      await page.goto(d.url + `/?select=${encodeURIComponent('{service="shop",version="1.0"}')}&from=${now - 3600}&to=${now}`);
+      await page.waitForFunction(() => document.body.dataset.ready === '1');
+      await page.fill('#capdur', '3s');
+      const [res] = await Promise.all([
+        page.waitForResponse(r => r.url().includes('/api/v1/captures') && r.request().method() === 'POST'),
+        page.click('#capture'),
+      ]);
+      assert.equal(res.status(), 201);
+      const cap = await res.json();
+      assert.equal(cap.select, '{service="shop",version="1.0"}');
+      assert.equal(cap.type, 'cpu');
+      assert.equal(cap.end_ns - cap.start_ns, 3e9);
+      // the agent's side: one boosted window of the captured isolate, labelled capture=ID
+      const CAP = { 'main;http.serve;shop.handleOrder;json.Marshal': 0.75 * G, 'main;runtime.gcBgMarkWorker': 0.25 * G };
+      h.importCpu(bindir, dir, d.url, CAP, { service: 'shop', version: '1.0', capture: cap.id }, Math.ceil(cap.start_ns / 1e9));
+      await page.waitForFunction(() => /Capture \S+: \d+ of 3 s · 1 isolate · /.test(document.getElementById('capturetext').textContent), null, { timeout: 10000 });
+      await shot('capture-progress');
+      await page.waitForFunction(id => document.getElementById('capturebox').dataset.id === id && document.body.dataset.loaded, cap.id, { timeout: 20000 });
+      await page.waitForFunction(() => !document.body.classList.contains('loading') && cp.app.flame.n > 1);
+      assert.equal(await page.inputValue('#select'), `{capture="${cap.id}"}`);
+      assert.equal(await page.evaluate(() => cp.app.flame.total[0]), sum(CAP));
+      assert.equal(await page.evaluate(() => cp.app.flame.total[cp.app.flame.heaviest('json.Marshal')]), 0.75 * G);
+      // imported windows do not say the rate they ran at: the verdict says so
+      assert.match(await page.textContent('#capturetext'), /1 isolate\(s\) matched; .*do not say the rate/);
+      await shot('capture-done');
+      const [dl] = await Promise.all([page.waitForEvent('download'), page.click('#capturedownload')]);
+      const file = path.join(artifacts, 'capture.pb.gz');
+      await dl.saveAs(file);
+      const p = pprof.decode(fs.readFileSync(file));
+      assert.equal(p.samples.reduce((a, s) => a + s.values[1], 0), sum(CAP));
+      // the always-on view is unchanged by the capture
+      const r = await fetch(d.url + '/api/v1/profile?' + new URLSearchParams({ select: '{service="shop",version="1.0"}', from: String(now - 3600), to: String(now + 60), format: 'json', max_nodes: '1' }));
+      assert.equal((await r.json()).total, 3 * sum(V10));
+      // a capture over a limit: the refusal is shown
+      const nerr = errors.length;
+      await page.evaluate(() => { cp.app.state.select = '{service="shop"}'; });
+      await page.fill('#capdur', '1h');
+      await page.click('#capture');
+      await page.waitForFunction(() => /Capture refused: .*captures\.max_duration/.test(document.getElementById('capturetext').textContent));
+      // the browser logs the refused request itself (asynchronously): that one, nothing else
+      for (let i = 0; i < 50 && errors.length === nerr; i++) await new Promise(r => setTimeout(r, 50));
+      assert.deepEqual(errors.splice(nerr), ['Failed to load resource: the server responded with a status of 400 (Bad Request)']);
+    });
+
     await step('a server with tokens: the page asks for one and uses it', async () => {
       const tdir = path.join(dir, 'tokens');
       fs.mkdirSync(tdir);

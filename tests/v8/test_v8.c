@@ -123,7 +123,7 @@ static double ratio(const pset *s, const char *iso, const char *num, const char 
 TEST(node_two_workers)
 {
     make_dir();
-    run_node(6, "2s", NULL);
+    run_node(6, "1s", NULL); /* 1 s windows: several per worker even on a loaded machine */
     pset s;
     char out[300];
     snprintf(out, sizeof(out), "%s/out", g_dir);
@@ -141,10 +141,13 @@ TEST(node_two_workers)
     printf("cpu windows: alpha %d, beta %d, main %d\n", n_alpha, n_beta, n_main);
     CHECK(n_alpha >= 2 && n_beta >= 2 && n_main >= 2);
     CHECK(comment >= n_alpha + n_beta + n_main);
+    /* 3:1 either way. V8's sampler charges a call's entry and exit unevenly (alpha reads
+     * 2.4-2.7, beta 3.5-3.9 in ten runs at load 5), so the band is wide; it still tells
+     * each worker's own mix from the other's (1:3) and from a merge of both (1:1). */
     double ra = ratio(&s, "alpha", "hotAlpha", "hotBeta");
     double rb = ratio(&s, "beta", "hotBeta", "hotAlpha");
-    CHECK(ra > 2.3 && ra < 4.0);
-    CHECK(rb > 2.3 && rb < 4.0);
+    CHECK(ra > 2.0 && ra < 4.5);
+    CHECK(rb > 2.0 && rb < 4.5);
     /* the main isolate runs neither */
     CHECK_EQ(sum_kind(&s, "cpu", "main", "hotAlpha", 0), 0);
     /* inuse: the table main built before the workers, by its builder, in its last window */
@@ -317,6 +320,35 @@ TEST(malformed_inspector)
 /* ------------------------------------------------------------------------------------
  * Through Kafka into the real contprofd: the labels and selectors */
 
+/* The value of metric line name (with its labels) in contprofd's /metrics; -1 if absent. */
+static long long metric_of(const char *url, const char *name)
+{
+    cp_http_result r;
+    CHECK_EQ(cp_http_get(url, "/metrics", NULL, 5000, 1 << 22, &r, NULL), 0);
+    const char *at = strstr((const char *)r.body.data, name);
+    long long v = at ? atoll(at + strlen(name) + 1) : -1;
+    cp_buf_close(&r.body);
+    return v;
+}
+
+/* Occurrences of needle in hay. */
+static int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *at = strstr(hay, needle); at; at = strstr(at + 1, needle))
+        n++;
+    return n;
+}
+
+/* The windows a `contprof v8` log says were lost (one line per loss, naming its kinds). */
+static int logged_lost(const char *log)
+{
+    return 3 * count_of(log, " every window from ") + count_of(log, " cpu window from ") +
+           2 * count_of(log, " alloc and inuse window from ") +
+           count_of(log, " alloc window from ") +
+           (count_of(log, " inuse window from ") - count_of(log, " and inuse window from "));
+}
+
 /* `contprof ARGS...` against the daemon; stdout into out. */
 static int cli(char *out, size_t cap, const char *const *args)
 {
@@ -363,8 +395,220 @@ TEST(node_to_contprofd)
     CHECK_EQ(cp_http_get(url, "/metrics", NULL, 5000, 1 << 22, &r, NULL), 0);
     CHECK_CONTAINS((char *)r.body.data, "contprof_ingest_duplicates_total 0\n");
     cp_buf_close(&r.body);
+    /* the workers' windows in progress when they ended: logged, and in /metrics through
+     * main's last envelopes */
+    static char log[1 << 16];
+    char clog[300];
+    snprintf(clog, sizeof(clog), "%s/contprof.log", g_dir);
+    slurp(clog, log, sizeof(log));
+    int lost = logged_lost(log);
+    long long m = -1;
+    for (int i = 0; i < 300 && m != lost; i++, usleep(100000))
+        m = metric_of(url, "contprof_agent_dropped_windows_total{service=\"nodetest\"}");
+    printf("windows lost: %d logged, %lld in /metrics\n", lost, m);
+    CHECK(lost >= 6); /* each worker's cpu, alloc and inuse */
+    CHECK_EQ(m, lost);
+    CHECK(!strstr(log, "not reported in any envelope"));
     CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
     remove_dir();
 }
 
-TEST_MAIN(T(node_two_workers), T(workerd_two_workers), T(malformed_inspector), T(node_to_contprofd))
+/* ------------------------------------------------------------------------------------
+ * workerd serving a TypeScript Worker (bundled and minified by esbuild with an inline
+ * source map) with a Durable Object, into the real contprofd, killed and started again */
+
+/* The file and first line of function fn in p; 0 if p has no such function. */
+static int func_where(const cp_profile *p, const char *fn, const char **file, int64_t *line)
+{
+    for (uint32_t i = 0; i < p->functions.n; i++)
+        if (!strcmp(cp_profile_str(p, p->functions.v[i].name), fn)) {
+            *file = cp_profile_str(p, p->functions.v[i].filename);
+            *line = p->functions.v[i].start_line;
+            return 1;
+        }
+    return 0;
+}
+
+/* CPU of the samples whose outermost JS frame is the function at ts/worker.ts:line and
+ * whose stack holds fn (NULL: any). */
+static int64_t under_entry(const pset *s, int64_t line, const char *fn)
+{
+    int64_t sum = 0;
+    for (int i = 0; i < s->n; i++) {
+        if (strcmp(s->f[i].kind, "cpu")) continue;
+        const cp_profile *p = s->f[i].p;
+        for (uint32_t k = 0; k < p->samples.n; k++) {
+            const cp_sample *sm = &p->samples.v[k];
+            if (!sm->nlocs) continue;
+            const cp_location *l = &p->locations.v[p->stack.v[sm->loc_off + sm->nlocs - 1] - 1];
+            const cp_line *ln = &p->lines.v[l->line_off];
+            if (!l->nlines || ln->line != line) continue;
+            int hit = fn == NULL;
+            for (uint32_t j = 0; j < sm->nlocs && !hit; j++)
+                hit = loc_has_func(p, p->stack.v[sm->loc_off + j], fn);
+            if (hit) sum += cp_profile_sample_values(p, k)[1];
+        }
+    }
+    return sum;
+}
+
+static pid_t start_typed(const char *wd, int pt, int pi, const char *log)
+{
+    char config[512], st[64], ia[64], base[64];
+    snprintf(config, sizeof(config), "%s/tests/v8/typed.capnp", bindir());
+    snprintf(st, sizeof(st), "t=127.0.0.1:%d", pt);
+    snprintf(ia, sizeof(ia), "--inspector-addr=127.0.0.1:%d", pi);
+    const char *argv[] = {wd, "serve", config, "--socket-addr", st, ia, NULL};
+    pid_t p = spawn(argv, log);
+    snprintf(base, sizeof(base), "http://127.0.0.1:%d", pi);
+    for (int64_t end = mono_ns() + 15 * SEC; mono_ns() < end; usleep(50000)) {
+        cp_http_result r;
+        if (cp_http_get(base, "/json/list", NULL, 1000, 1 << 20, &r, NULL) == 0) {
+            int ok = r.status == 200 && strstr((char *)r.body.data, "worker typed");
+            cp_buf_close(&r.body);
+            if (ok) return p;
+        }
+    }
+    print_log(log);
+    CHECK(0);
+    return p;
+}
+
+/* Requests to the Worker (/) and to its Durable Object (/do), in turn, for seconds. */
+static void load_typed(int pt, int seconds)
+{
+    char a[64];
+    snprintf(a, sizeof(a), "http://127.0.0.1:%d", pt);
+    int n = 0;
+    for (int64_t end = mono_ns() + seconds * SEC; mono_ns() < end; n++) {
+        cp_http_result r;
+        if (cp_http_get(a, n % 2 ? "/do" : "/", NULL, 5000, 1 << 20, &r, NULL) == 0)
+            cp_buf_close(&r.body);
+    }
+}
+
+/* The TS Worker's frames read as its TypeScript functions in ts/worker.ts at their lines,
+ * at their 3:1 ratio; the Durable Object's work is told apart by its entry (Counter's
+ * fetch, line 30); workerd killed mid-window and started again: the lost windows are
+ * logged, and the same number reaches contprofd's /metrics through the next envelope. */
+TEST(workerd_typescript)
+{
+    make_dir();
+    char cmd[1024], wd[512], out[300], clog[300], wlog[300], hostport[64], store[300], url[64];
+    snprintf(cmd, sizeof(cmd), "sh %s/install.sh %s", CP_V8_TESTS, bindir());
+    CHECK(system(cmd) == 0);
+    snprintf(wd, sizeof(wd), "%s/tests/v8/node_modules/@cloudflare/workerd-linux-64/bin/workerd",
+             bindir());
+    snprintf(store, sizeof(store), "%s/store", g_dir);
+    proc d;
+    const char *dargs[] = {"--data", store, "--http", "127.0.0.1:0", NULL};
+    start_daemon(&d, g_dir, dargs);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", d.port);
+    int pt = free_port(), pi = free_port();
+    snprintf(out, sizeof(out), "%s/out", g_dir);
+    snprintf(clog, sizeof(clog), "%s/contprof.log", g_dir);
+    snprintf(wlog, sizeof(wlog), "%s/workerd.log", g_dir);
+    snprintf(hostport, sizeof(hostport), "127.0.0.1:%d", pi);
+    pid_t w = start_typed(wd, pt, pi, wlog);
+    const char *cargv[] = {CP_CONTPROF, "v8",       "--inspector", hostport,   "--output-dir",
+                           out,         "--server", url,           "--window", "2s",
+                           "--service", "tstest",   NULL};
+    pid_t cp = spawn(cargv, clog);
+    (void)wait_for_log(cp, clog, "source map read", 10);
+    (void)wait_for_log(cp, clog, "attached to isolate typed", 10);
+    load_typed(pt, 5);
+    kill(w, SIGKILL); /* mid-window: that window cannot be taken */
+    CHECK(wait_exit(w, 10) >= 0);
+    w = start_typed(wd, pt, pi, wlog);
+    load_typed(pt, 4);
+    kill(cp, SIGTERM);
+    int cst = wait_exit(cp, 20);
+    kill(w, SIGTERM);
+    (void)wait_exit(w, 10);
+    print_log(clog);
+    CHECK_EQ(cst, 0);
+
+    pset s;
+    pset_load(out, &s);
+    const char *file = NULL;
+    int64_t line = 0;
+    int found = 0;
+    for (int i = 0; i < s.n && !found; i++)
+        if (!strcmp(s.f[i].kind, "cpu")) found = func_where(s.f[i].p, "tsMain", &file, &line);
+    CHECK(found);
+    printf("tsMain: %s:%lld\n", file, (long long)line);
+    CHECK(!strcmp(file, "ts/worker.ts"));
+    CHECK_EQ(line, 15);
+    double r = ratio(&s, "typed", "tsMain", "tsSide");
+    CHECK(r > 2.3 && r < 4.0);
+    /* the Durable Object: its work under Counter's fetch (line 30), none of the Worker's */
+    int64_t dobj = under_entry(&s, 30, "counterWork"), mixed = under_entry(&s, 30, "tsMain");
+    int64_t worker = under_entry(&s, 37, "tsMain"), wrong = under_entry(&s, 37, "counterWork");
+    printf("Counter.fetch: counterWork %lld ns, tsMain %lld ns; fetch: tsMain %lld ns, "
+           "counterWork %lld ns\n",
+           (long long)dobj, (long long)mixed, (long long)worker, (long long)wrong);
+    CHECK(dobj > 0 && worker > 0);
+    CHECK_EQ(mixed, 0);
+    CHECK_EQ(wrong, 0);
+    /* the DO's method is named for its class (the map holds the TS source) */
+    int64_t named = sum_kind(&s, "cpu", "typed", "Counter.fetch", 1);
+    printf("Counter.fetch in all: %lld ns\n", (long long)named);
+    CHECK(named >= dobj);
+    CHECK(func_total(s.f[0].p, "Worker.fetch", 1) == 0);
+    pset_free(&s);
+
+    /* the lost windows: each logged with its isolate and window, the same count in
+     * /metrics (reported by the restarted isolate's first envelope) */
+    static char log[1 << 16];
+    slurp(clog, log, sizeof(log));
+    int lost = logged_lost(log);
+    CHECK(count_of(log, "isolate typed: every window from ") >= 1);
+    CHECK(!strstr(log, "not reported in any envelope"));
+    long long m = -1;
+    for (int i = 0; i < 300 && m != lost; i++, usleep(100000))
+        m = metric_of(url, "contprof_agent_dropped_windows_total{service=\"tstest\"}");
+    printf("windows lost: %d logged, %lld in /metrics\n", lost, m);
+    CHECK_EQ(m, lost);
+    /* the TS names through Kafka and the store */
+    static char top_out[1 << 16];
+    const char *top[] = {"top",
+                         "--server",
+                         url,
+                         "--type",
+                         "cpu",
+                         "--select",
+                         "{service=\"tstest\",runtime=\"v8\",isolate=\"typed\"}",
+                         "--from",
+                         "-10m",
+                         NULL};
+    found = 0;
+    for (int i = 0; i < 300 && !found; i++) {
+        CHECK_EQ(cli(top_out, sizeof(top_out), top), 0);
+        found = strstr(top_out, "tsMain") && strstr(top_out, "counterWork");
+        if (!found) usleep(100000);
+    }
+    printf("%s\n", top_out);
+    CHECK(found);
+    /* the Durable Object class alone: focus on its methods */
+    const char *top_do[] = {"top",
+                            "--server",
+                            url,
+                            "--type",
+                            "cpu",
+                            "--select",
+                            "{service=\"tstest\",isolate=\"typed\"}",
+                            "--focus",
+                            "^Counter\\.",
+                            "--from",
+                            "-10m",
+                            NULL};
+    CHECK_EQ(cli(top_out, sizeof(top_out), top_do), 0);
+    printf("%s\n", top_out);
+    CHECK_CONTAINS(top_out, "counterWork");
+    CHECK(!strstr(top_out, "tsMain"));
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    remove_dir();
+}
+
+TEST_MAIN(T(node_two_workers), T(workerd_two_workers), T(malformed_inspector), T(node_to_contprofd),
+          T(workerd_typescript))

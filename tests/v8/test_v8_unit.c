@@ -1,9 +1,11 @@
-/* The V8 source's conversions in process (collector/v8/v8conv.c): a CPU profile and a
- * sampling heap profile as V8's inspector sends them become the expected pprof samples;
- * malformed messages are errors naming the problem, never a crash. */
+/* The V8 source's conversions in process (collector/v8/v8conv.c, sourcemap.c): a CPU
+ * profile and a sampling heap profile as V8's inspector sends them become the expected
+ * pprof samples; esbuild's source map maps minified frames back to TypeScript; malformed
+ * messages and maps are errors naming the problem, never a crash. */
 #include <stdio.h>
 #include <string.h>
 
+#include "sourcemap.h"
 #include "test.h"
 #include "v8conv.h"
 
@@ -192,4 +194,92 @@ TEST(heap_malformed)
     }
 }
 
-TEST_MAIN(T(cpu_profile), T(cpu_malformed), T(heap_profile), T(heap_malformed))
+/* esbuild 0.28.2's map of `function hotTyped(n: number)...` (worker.ts line 3) minified to
+ * `function u(t){...}`: V8 reports u at column 10 (its parameter list). */
+#define ESBUILD_MAP                                                                                \
+    "{\"version\":3,\"sources\":[\"worker.ts\"],\"mappings\":\"AAEA,SAASA,EAASC,EAAmB,CACnC,"      \
+    "IAAIC,EAAI,EACR,QAASC,EAAI,EAAGA,EAAIF,EAAGE,IAAKD,GAAKA,EAAI,GAAKC,GAAK,QAC/C,OAAOD,CACT,"   \
+    "CAEA,SAASE,EAAUH,EAAmB,CACpC\",\"names\":[\"hotTyped\",\"n\",\"x\",\"i\",\"sideTyped\"]}"
+
+TEST(source_map)
+{
+    cp_v8_smap *m = NULL;
+    cp_err err = {0};
+    CHECK_EQ(cp_v8_smap_create(ESBUILD_MAP, strlen(ESBUILD_MAP), &m, &err), 0);
+    cp_v8_smap_pos pos;
+    CHECK_EQ(cp_v8_smap_lookup(m, 0, 9, &pos), 0);
+    CHECK(!strcmp(pos.source, "worker.ts"));
+    CHECK(pos.name && !strcmp(pos.name, "hotTyped"));
+    CHECK_EQ(pos.line, 2);
+    CHECK_EQ(cp_v8_smap_lookup(m, 5, 0, &pos), -1); /* no such generated line */
+    json_t *f = parse("{\"functionName\":\"u\",\"scriptId\":\"3\",\"url\":\"w.js\","
+                      "\"lineNumber\":0,\"columnNumber\":10}");
+    CHECK_EQ(cp_v8_smap_apply(m, f), 1);
+    CHECK(!strcmp(json_string_value(json_object_get(f, "functionName")), "hotTyped"));
+    CHECK(!strcmp(json_string_value(json_object_get(f, "url")), "worker.ts"));
+    CHECK_EQ(json_integer_value(json_object_get(f, "lineNumber")), 2);
+    json_decref(f);
+    /* a name the minifier kept (no name in the map): V8's stays */
+    f = parse("{\"functionName\":\"fetch\",\"url\":\"w.js\",\"lineNumber\":0,\"columnNumber\":"
+              "5}");
+    CHECK_EQ(cp_v8_smap_apply(m, f), 1);
+    CHECK(!strcmp(json_string_value(json_object_get(f, "functionName")), "fetch"));
+    json_decref(f);
+    cp_v8_smap_destroy(m);
+
+    /* a class's method reads as Class.method when the map holds the source: esbuild's
+     * `class t{n=0;hit(r){...}}function e(n){...}` of cls.ts */
+    static const char cls_map[] =
+        "{\"version\":3,\"sources\":[\"cls.ts\"],\"sourcesContent\":[\"export class Room "
+        "{\\n  n = 0;\\n  hit(k: number): number {\\n    return this.n += k;\\n  }\\n}\\n"
+        "export function top(x: number) { return new Room().hit(x); }\\n\"],\"mappings\":"
+        "\"AAAO,MAAMA,CAAK,CAChB,EAAI,EACJ,IAAIC,EAAmB,CACrB,OAAO,KAAK,GAAKA,CACnB,CACF,CACO,"
+        "SAASC,EAAIC,EAAW,CAAE,OAAO,IAAIH,EAAK,EAAE,IAAIG,CAAC,CAAG\",\"names\":[\"Room\","
+        "\"k\",\"top\",\"x\"]}";
+    CHECK_EQ(cp_v8_smap_create(cls_map, strlen(cls_map), &m, &err), 0);
+    f = parse("{\"functionName\":\"hit\",\"url\":\"c.js\",\"lineNumber\":0,\"columnNumber\":15}");
+    CHECK_EQ(cp_v8_smap_apply(m, f), 1);
+    CHECK(!strcmp(json_string_value(json_object_get(f, "functionName")), "Room.hit"));
+    CHECK_EQ(json_integer_value(json_object_get(f, "lineNumber")), 2);
+    json_decref(f);
+    f = parse("{\"functionName\":\"e\",\"url\":\"c.js\",\"lineNumber\":0,\"columnNumber\":47}");
+    CHECK_EQ(cp_v8_smap_apply(m, f), 1);
+    CHECK(!strcmp(json_string_value(json_object_get(f, "functionName")), "top"));
+    json_decref(f);
+    cp_v8_smap_destroy(m);
+
+    /* an inline map as esbuild writes it */
+    cp_buf b = {0};
+    CHECK_EQ(cp_v8_data_url_decode("data:application/json;base64,eyJ2ZXJzaW9uIjozfQ==", &b, &err),
+             0);
+    CHECK_EQ(b.len, 13);
+    CHECK(!memcmp(b.data, "{\"version\":3}", 13));
+    cp_buf_close(&b);
+
+    static const struct {
+        const char *map, *says;
+    } bad[] = {
+        {"[1]", "not a JSON object"},
+        {"{\"version\":2,\"mappings\":\"\"}", "version is not 3"},
+        {"{\"version\":3,\"sections\":[]}", "index maps (sections) are not supported"},
+        {"{\"version\":3,\"sources\":[\"a\"],\"mappings\":\"AA!A\"}", "'!' is not a base64 VLQ"},
+        {"{\"version\":3,\"sources\":[\"a\"],\"mappings\":\"ACAA\"}",
+         "source index 1 out of range"},
+        {"{\"version\":3,\"sources\":[\"a\"],\"mappings\":\"AAAAC\"}", "name index 1 out of range"},
+        {"{\"version\":3,\"sources\":[\"a\"],\"mappings\":\"AA\"}", "has 2 fields"},
+        {"{\"version\":3,\"sources\":[\"a\"],\"mappings\":\"AAAg\"}", "end inside a VLQ"},
+        {"{\"version\":3,\"sources\":[\"a\"],\"mappings\":\"gggggggB\"}", "over 31 bits"},
+        {"{\"version\":3,\"sources\":[7],\"mappings\":\"\"}", "sources[0] is not a string"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        memset(&err, 0, sizeof(err));
+        m = NULL;
+        int rc = cp_v8_smap_create(bad[i].map, strlen(bad[i].map), &m, &err);
+        if (rc == 0 || !strstr(err.msg, bad[i].says))
+            printf("case %zu: rc %d, \"%s\" (expected \"%s\")\n", i, rc, err.msg, bad[i].says);
+        CHECK(rc != 0 && m == NULL);
+        CHECK_CONTAINS(err.msg, bad[i].says);
+    }
+}
+
+TEST_MAIN(T(cpu_profile), T(cpu_malformed), T(heap_profile), T(heap_malformed), T(source_map))

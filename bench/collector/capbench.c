@@ -1,0 +1,209 @@
+/* Captures, the agent's side (issue 29): what watching the control topic costs a process
+ * when no capture runs, and how long a capture takes to reach a running process. Hosts
+ * librdkafka's mock cluster in this process, as the collector tests do.
+ *   capbench cost LIB CPCAP PAIRS SECS: PAIRS pairs of `cpcap cpu SECS` under the agent
+ *     with brokers, watching (CONTPROF_CAPTURES=1) and not (=0), alternating; the child's
+ *     CPU (user + system of every thread, wait4) of each; prints the median ratio.
+ *   capbench latency LIB CPCAP N: one `cpcap cpu` under the agent; N captures of its
+ *     alpha at 1 kHz, one after the other; for each, the time from before the produce call
+ *     to the start of its first capture window (the tick that boosted alpha: its first
+ *     boosted sample follows within one 1 ms period of alpha's CPU); median and p99. */
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "control.h"
+#include "envelope.h"
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void die(const char *what)
+{
+    fprintf(stderr, "capbench: %s\n", what);
+    exit(1);
+}
+
+static pid_t spawn(const char *lib, const char *cpcap, const char *boot, const char *secs,
+                   const char *captures)
+{
+    pid_t pid = fork();
+    if (pid < 0) die("fork");
+    if (pid == 0) {
+        freopen("/dev/null", "w", stdout);
+        setenv("LD_PRELOAD", lib, 1);
+        setenv("CONTPROF_BROKERS", boot, 1);
+        setenv("CONTPROF_SERVICE", "capbench", 1);
+        setenv("CONTPROF_CAPTURES", captures, 1);
+        unsetenv("CONTPROF_OUTPUT_DIR");
+        execl(cpcap, cpcap, "cpu", secs, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int cost(const char *lib, const char *cpcap, const char *boot, int pairs, const char *secs)
+{
+    double *ratio = calloc((size_t)pairs, sizeof(double));
+    double on_sum = 0, off_sum = 0;
+    for (int i = 0; i < pairs; i++) {
+        double cpu[2];
+        for (int v = 0; v < 2; v++) {
+            int watch = (v + i) % 2; /* alternate which goes first */
+            pid_t pid = spawn(lib, cpcap, boot, secs, watch ? "1" : "0");
+            int st;
+            struct rusage ru;
+            if (wait4(pid, &st, 0, &ru) != pid || !WIFEXITED(st) || WEXITSTATUS(st))
+                die("cpcap failed");
+            cpu[watch] = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
+                         ru.ru_stime.tv_usec / 1e6;
+        }
+        ratio[i] = cpu[1] / cpu[0];
+        on_sum += cpu[1];
+        off_sum += cpu[0];
+        fprintf(stderr, "pair %d: watching %.4f s, off %.4f s, ratio %.5f\n", i, cpu[1], cpu[0],
+                ratio[i]);
+    }
+    qsort(ratio, (size_t)pairs, sizeof(double), cmp_double);
+    printf("watch_cpu_ratio_median | %.5f | 1.0005 | %s\n", ratio[pairs / 2],
+           ratio[pairs / 2] <= 1.0005 ? "ok" : "over");
+    printf("watch_cpu_added_ms_per_process_mean | %.2f\n", (on_sum - off_sum) / pairs * 1e3);
+    free(ratio);
+    return 0;
+}
+
+static rd_kafka_t *consumer(const char *boot)
+{
+    char err[256];
+    rd_kafka_conf_t *c = rd_kafka_conf_new();
+    rd_kafka_conf_set(c, "bootstrap.servers", boot, err, sizeof(err));
+    rd_kafka_conf_set(c, "group.id", "capbench", err, sizeof(err));
+    rd_kafka_conf_set(c, "fetch.wait.max.ms", "20", err, sizeof(err));
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, c, err, sizeof(err));
+    if (!rk) die(err);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(4);
+    for (int p = 0; p < 4; p++)
+        rd_kafka_topic_partition_list_add(l, "contprof.profiles", p)->offset = RD_KAFKA_OFFSET_END;
+    rd_kafka_assign(rk, l);
+    rd_kafka_topic_partition_list_destroy(l);
+    return rk;
+}
+
+static void produce(rd_kafka_t *p, const cp_capture *c)
+{
+    cp_buf b = {0};
+    if (cp_capture_encode(c, NULL, &b)) die("encode");
+    if (rd_kafka_producev(p, RD_KAFKA_V_TOPIC(CP_TOPIC_CONTROL), RD_KAFKA_V_PARTITION(0),
+                          RD_KAFKA_V_KEY(c->id, strlen(c->id)), RD_KAFKA_V_VALUE(b.data, b.len),
+                          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END))
+        die("produce");
+    rd_kafka_flush(p, 5000);
+    cp_buf_close(&b);
+}
+
+static int latency(const char *lib, const char *cpcap, const char *boot, int n)
+{
+    char err[256];
+    rd_kafka_conf_t *pc = rd_kafka_conf_new();
+    rd_kafka_conf_set(pc, "bootstrap.servers", boot, err, sizeof(err));
+    rd_kafka_conf_set(pc, "linger.ms", "0", err, sizeof(err));
+    rd_kafka_t *p = rd_kafka_new(RD_KAFKA_PRODUCER, pc, err, sizeof(err));
+    if (!p) die(err);
+    rd_kafka_t *c = consumer(boot);
+    char secs[32];
+    snprintf(secs, sizeof(secs), "%d", 3 * n + 30);
+    pid_t pid = spawn(lib, cpcap, boot, secs, "1");
+    sleep(3); /* the agent is up and its consumer has caught up with the (empty) topic */
+    double *lat = calloc((size_t)n, sizeof(double));
+    int got = 0;
+    for (int i = 0; i < n; i++) {
+        cp_capture cap;
+        memset(&cap, 0, sizeof(cap));
+        snprintf(cap.id, sizeof(cap.id), "lat-%d", i);
+        snprintf(cap.tenant, sizeof(cap.tenant), "default");
+        cap.selector = "{service=\"capbench\",isolate=\"alpha\"}";
+        cap.kind = CP_KIND_CPU;
+        cap.cpu_hz = 1000;
+        int64_t t0 = now_ns();
+        cap.start_ns = t0;
+        cap.end_ns = t0 + 60 * (int64_t)1000000000;
+        produce(p, &cap);
+        int64_t first = 0;
+        for (int k = 0; k < 100 && !first; k++) {
+            rd_kafka_message_t *m = rd_kafka_consumer_poll(c, 100);
+            if (!m) continue;
+            cp_envelope e;
+            cp_err ee;
+            if (!m->err && cp_envelope_decode(m->payload, m->len, 64 << 20, &e, &ee) == 0) {
+                const char *id = cp_labels_get(&e.labels, CP_CAPTURE_LABEL);
+                if (id && !strcmp(id, cap.id)) first = e.window_start_ns;
+                cp_envelope_close(&e);
+            }
+            rd_kafka_message_destroy(m);
+        }
+        cap.cancelled = 1;
+        produce(p, &cap);
+        if (!first) {
+            fprintf(stderr, "capture %d: no capture envelope within 10 s\n", i);
+            continue;
+        }
+        lat[got++] = (first - t0) / 1e6;
+        fprintf(stderr, "capture %d: %.1f ms\n", i, (first - t0) / 1e6);
+        usleep(300000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    if (!got) die("no capture was heard");
+    qsort(lat, (size_t)got, sizeof(double), cmp_double);
+    int p99 = (int)(0.99 * (got - 1) + 0.5);
+    printf("capture_to_boost_ms_median | %.1f | 2000 | %s\n", lat[got / 2],
+           lat[got / 2] <= 2000 ? "ok" : "over");
+    printf("capture_to_boost_ms_p99 | %.1f | 2000 | %s\n", lat[p99],
+           lat[p99] <= 2000 ? "ok" : "over");
+    printf("captures_heard | %d of %d\n", got, n);
+    rd_kafka_destroy(c);
+    rd_kafka_destroy(p);
+    free(lat);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 5) {
+        fprintf(stderr, "usage: capbench cost LIB CPCAP PAIRS SECS | latency LIB CPCAP N\n");
+        return 2;
+    }
+    char err[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "log_level", "0", err, sizeof(err));
+    rd_kafka_t *host = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+    rd_kafka_mock_cluster_t *mc = host ? rd_kafka_mock_cluster_new(host, 1) : NULL;
+    if (!mc) die("mock cluster");
+    rd_kafka_mock_topic_create(mc, "contprof.profiles", 4, 1);
+    rd_kafka_mock_topic_create(mc, CP_TOPIC_CONTROL, 1, 1);
+    const char *boot = rd_kafka_mock_cluster_bootstraps(mc);
+    int rc = !strcmp(argv[1], "cost") && argc >= 6
+                 ? cost(argv[2], argv[3], boot, atoi(argv[4]), argv[5])
+             : !strcmp(argv[1], "latency") ? latency(argv[2], argv[3], boot, atoi(argv[4]))
+                                           : 2;
+    rd_kafka_mock_cluster_destroy(mc);
+    rd_kafka_destroy(host);
+    return rc;
+}

@@ -1,0 +1,62 @@
+/* Source maps (version 3, the format esbuild, tsc and every bundler write): the mappings'
+ * base64 VLQ segments decoded into a table, looked up by generated line and column, and
+ * applied to an inspector call frame so that a bundled, minified script's frames read as
+ * its original files, lines and function names. Pure: no I/O, no global state; every
+ * index is checked, so a malformed map is an error naming the problem. */
+#ifndef CP_V8_SOURCEMAP_H
+#define CP_V8_SOURCEMAP_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "vec.h"
+
+/* The largest map read (esbuild's map of a 10 MB bundle is ~30 MB) and the most segments. */
+#define CP_V8_SMAP_MAX_BYTES ((size_t)64 << 20)
+#define CP_V8_SMAP_MAX_SEGMENTS (1u << 24)
+
+typedef struct cp_v8_smap cp_v8_smap;
+
+/* One original position: source (sourceRoot + sources[i]) and name (names[i] or NULL)
+ * stay valid as long as the map; line and column are 0-based. */
+typedef struct cp_v8_smap_pos {
+    const char *source;
+    const char *name;
+    uint32_t line, column;
+    uint32_t gen_column;   /* the generated column where the matching segment starts */
+    uint32_t source_index; /* of source in the map's sources */
+} cp_v8_smap_pos;
+
+/* Parses a source map's JSON text (len bytes, need not end in NUL). On success *out is a
+ * new map the caller frees with cp_v8_smap_destroy. Returns 0, CP_EPARSE (err naming the
+ * problem: not JSON, version, a bad VLQ digit at mappings offset N, an index out of
+ * range), CP_ELIMIT or CP_ENOMEM. Index maps ("sections") are refused with CP_EPARSE. */
+int cp_v8_smap_create(const char *text, size_t len, cp_v8_smap **out, cp_err *err);
+
+/* Frees m; NULL is fine. */
+void cp_v8_smap_destroy(cp_v8_smap *m);
+
+/* The segment of generated (line, column) (0-based): the one with the greatest column
+ * not after column on that line that maps to a source. Returns 0 with *out, or -1 when
+ * the position maps to nothing. */
+int cp_v8_smap_lookup(const cp_v8_smap *m, uint32_t line, uint32_t column, cp_v8_smap_pos *out);
+
+/* Rewrites an inspector call frame ({functionName, url, lineNumber, columnNumber}, as in
+ * CPU and heap profiles) through m: url becomes the original source, lineNumber and
+ * columnNumber the original position, and functionName the original name when the map
+ * names the identifier just before V8's function position (V8 puts a function at its
+ * parameter list; minifiers map the renamed identifier before it). A method of a class in
+ * a source whose content the map holds (sourcesContent) reads as Class.name: the class is
+ * found by the source's layout, the nearest line above indented less when it is a class
+ * header. Returns 1 when the frame was rewritten, 0 when m maps nothing there (frame
+ * untouched), CP_ENOMEM. */
+int cp_v8_smap_apply(const cp_v8_smap *m, json_t *frame);
+
+/* Decodes a data: URL (`data:[MEDIA][;base64],DATA`, percent-encoding in DATA when not
+ * base64) into out (appended). Returns 0, CP_EPARSE (err naming the problem), CP_ELIMIT
+ * (over CP_V8_SMAP_MAX_BYTES) or CP_ENOMEM. */
+int cp_v8_data_url_decode(const char *url, cp_buf *out, cp_err *err);
+
+#endif

@@ -1,0 +1,54 @@
+/* The agent's control-topic consumer (CP_TOPIC_CONTROL, model/control.h): a second
+ * librdkafka handle, no consumer group, partition 0 read from the last CP_WATCH_TAIL
+ * messages on. It never blocks and never fails the host: a missing topic or unreachable
+ * brokers are retried by librdkafka and counted. Agent thread only (a leaf, as kafka.c). */
+#ifndef CP_WATCH_H
+#define CP_WATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+/* How far back a new consumer starts: a capture still running when a process starts is
+ * seen if its message is among the topic's last CP_WATCH_TAIL (contprofd writes one to
+ * three messages per capture). */
+#define CP_WATCH_TAIL 1024
+
+/* How long the broker holds an empty fetch (librdkafka's fetch.wait.max.ms): a capture is
+ * heard within this (plus the agent's tick) even from a broker that answers only at the
+ * end of the wait, as librdkafka's mock cluster does; a real broker answers at once. */
+#define CP_WATCH_FETCH_WAIT_MS 500
+
+typedef struct cp_watch cp_watch;
+
+/* Called on a librdkafka thread (the agent's) when a message arrives while none waits:
+ * must be short and must not call librdkafka. */
+typedef void (*cp_watch_wake_fn)(void *arg);
+
+/* Creates a consumer of the control topic on brokers. props (may be NULL): further
+ * librdkafka properties as "name=value" lines (the producer's, CONTPROF_KAFKA_*), applied
+ * last. wake (may be NULL) is told of new messages, so the agent thread need not wait for
+ * its tick. Returns 0 with *out (cp_watch_destroy), or CP_EKAFKA/CP_ENOMEM with err (may be
+ * NULL) saying why. */
+int cp_watch_create(const char *brokers, const char *props, cp_watch_wake_fn wake, void *wake_arg,
+                    cp_watch **out, cp_err *err);
+
+/* Receives a control message's value (borrowed for the call). */
+typedef void (*cp_watch_fn)(const uint8_t *value, size_t len, void *arg);
+
+/* Hands every message fetched since the last call to fn, in offset order; serves
+ * librdkafka's error callbacks. Never blocks. Returns how many messages were handed. */
+int cp_watch_poll(cp_watch *w, cp_watch_fn fn, void *arg);
+
+/* Errors since the last call (unknown topic, brokers down, fetch errors), and the last
+ * one's text (valid until the next poll). */
+uint64_t cp_watch_take_errors(cp_watch *w, const char **last);
+
+/* Stops and destroys (NULL is fine). */
+void cp_watch_destroy(cp_watch *w);
+
+/* After fork in the child: the handle's threads are gone; forget it (memory leaked). */
+void cp_watch_abandon(cp_watch *w);
+
+#endif

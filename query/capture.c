@@ -1,0 +1,502 @@
+/* On-demand captures: the API's endpoints (capture.h). The record is the store's, the
+ * agents hear of it on the control topic, and the answer is read back through the
+ * request's readers, so a cluster's captures are answered from every node. */
+#include "capture.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "fanout.h"
+#include "json.h"
+#include "log.h"
+#include "selector.h"
+
+void cp_capture_options_default(cp_capture_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->max_concurrent = 4;
+    o->max_duration_ns = 5LL * 60 * 1000000000;
+    o->max_hz = 1000;
+    o->min_alloc_rate = 4096;
+    o->max_overhead_permille = 20;
+}
+
+/* Counting a tenant's running captures and storing a new one is one step: two requests
+ * at once cannot both take the last slot. One lock per process (one store per process). */
+static pthread_mutex_t g_start_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int json_str(cp_buf *b, const char *s)
+{
+    if (cp_buf_append(b, "\"", 1) || cp_json_escape(b, s, strlen(s)) || cp_buf_append(b, "\"", 1))
+        return CP_ENOMEM;
+    return 0;
+}
+
+static void oom(cp_http_response *r)
+{
+    cp_buf_close(&r->body);
+    cp_http_error(r, 503, "out of memory while answering");
+}
+
+static const char *state_of(const cp_capture *c, int64_t now)
+{
+    if (c->cancelled) return "cancelled";
+    return now < c->end_ns ? "running" : "done";
+}
+
+/* The capture's own members (no braces). */
+static int capture_json(cp_buf *b, const cp_capture *c, int64_t now)
+{
+    char f[40], t[40];
+    cp_format_time(c->start_ns, f, sizeof f);
+    cp_format_time(c->end_ns, t, sizeof t);
+    int rc = cp_buf_printf(b, "\"id\":");
+    if (!rc) rc = json_str(b, c->id);
+    if (!rc) rc = cp_buf_printf(b, ",\"tenant\":");
+    if (!rc) rc = json_str(b, c->tenant);
+    if (!rc) rc = cp_buf_printf(b, ",\"select\":");
+    if (!rc) rc = json_str(b, c->selector ? c->selector : "");
+    if (!rc)
+        rc = cp_buf_printf(
+            b,
+            ",\"type\":\"%s\",\"hz\":%u,\"alloc_rate\":%" PRId64
+            ",\"start\":\"%s\",\"end\":\"%s\",\"start_ns\":%" PRId64 ",\"end_ns\":%" PRId64
+            ",\"duration_seconds\":%.3f,\"max_overhead_permille\":%u,"
+            "\"state\":\"%s\"",
+            cp_kind_name(c->kind), c->kind == CP_KIND_CPU ? c->cpu_hz : 0,
+            c->kind == CP_KIND_ALLOC ? c->alloc_rate : 0, f, t, c->start_ns, c->end_ns,
+            (double)(c->end_ns - c->start_ns) / 1e9, c->max_overhead_permille, state_of(c, now));
+    return rc;
+}
+
+int cp_capture_engine_parse(const char *engine, int64_t *asked, int64_t *ran, char *reason,
+                            size_t cap)
+{
+    *asked = *ran = 0;
+    if (cap) reason[0] = 0;
+    const char *s = engine ? strstr(engine, " capture asked=") : NULL;
+    if (!s) return 0;
+    long long a = 0, r = 0;
+    int used = 0;
+    if (sscanf(s, " capture asked=%lld ran=%lld%n", &a, &r, &used) != 2) return 0;
+    *asked = a;
+    *ran = r;
+    const char *why = strstr(s + used, " reason=");
+    if (why && cap) snprintf(reason, cap, "%s", why + 8);
+    return 1;
+}
+
+/* ---- POST --------------------------------------------------------------------------- */
+
+static void new_id(char *out, size_t cap)
+{
+    uint32_t rnd = 0;
+    if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) rnd = (uint32_t)cp_mono_ns();
+    snprintf(out, cap, "c%" PRIx64 "-%08x", (uint64_t)cp_now_ns() / 1000000, rnd);
+}
+
+/* A peer passes a record on: kept as it is (its node published it). */
+static void keep_peer_record(const cp_capture_call *c, cp_http_response *r)
+{
+    cp_capture cap;
+    cp_err err = {0};
+    if (cp_capture_decode(c->req->body, c->req->body_len, &cap, &err)) {
+        cp_http_error(r, 400, "capture record from a peer: %s", err.msg);
+        return;
+    }
+    if (strcmp(cap.tenant, c->q->tenant) != 0)
+        cp_http_error(r, 403, "capture record of tenant '%s' sent as tenant '%s'", cap.tenant,
+                      c->q->tenant);
+    else if (cp_store_put_capture(c->store, &cap, &err))
+        cp_http_error(r, 500, "%s", err.msg);
+    else if (cp_buf_printf(&r->body, "{\"kept\":true}\n"))
+        oom(r);
+    cp_capture_close(&cap);
+}
+
+/* Stores cap, passes it on to the peers and publishes it. 0, or an error answer set. */
+static int store_and_publish(const cp_capture_call *c, const cp_capture *cap, cp_http_response *r)
+{
+    cp_err err = {0};
+    if (cp_store_put_capture(c->store, cap, &err)) {
+        cp_http_error(r, err.code == CP_EINVAL ? 400 : 500, "%s", err.msg);
+        return -1;
+    }
+    cp_buf rec = {0};
+    if (cp_capture_encode(cap, NULL, &rec) ||
+        cp_fanout_upload(c->fr, c->q, "/api/v1/captures", rec.data, rec.len, &err)) {
+        cp_buf_close(&rec);
+        oom(r);
+        return -1;
+    }
+    cp_buf_close(&rec);
+    if (c->o->publish(c->o->publish_arg, cap, c->token, &err)) {
+        cp_log_error("capture %s of tenant %s: %s", cap->id, cap->tenant, err.msg);
+        if (!cap->cancelled) { /* never heard of: not running, not resumed at a restart */
+            cp_capture dead = *cap;
+            dead.cancelled = 1;
+            cp_err e2 = {0};
+            if (cp_store_put_capture(c->store, &dead, &e2))
+                cp_log_error("capture %s: %s", cap->id, e2.msg);
+        }
+        cp_http_error(r, 503, "the capture could not be written to the control topic: %s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+void cp_capture_ep_post(const cp_capture_call *c, cp_http_response *r)
+{
+    if (c->from_peer) {
+        keep_peer_record(c, r);
+        return;
+    }
+    const cp_capture_options *o = c->o;
+    if (!o->publish) {
+        cp_http_error(r, 503, "this server does not run captures (no control topic)");
+        return;
+    }
+    const char *sel = cp_params_get(c->pa, "select"), *ty = cp_params_get(c->pa, "type"),
+               *du = cp_params_get(c->pa, "duration"), *hz = cp_params_get(c->pa, "hz"),
+               *ar = cp_params_get(c->pa, "alloc_rate");
+    cp_err err = {0};
+    cp_capture cap = {0};
+    int64_t now = cp_now_ns();
+    if (!sel || !*sel) {
+        cp_http_error(r, 400,
+                      "select= is required: the isolates to capture, e.g. "
+                      "{service=\"edge\",isolate=\"counter\"}");
+        return;
+    }
+    if (strstr(sel, CP_CAPTURE_LABEL)) {
+        cp_selector s = {0};
+        int named = 0;
+        if (!cp_selector_parse(sel, &s, NULL))
+            for (uint32_t i = 0; i < s.n; i++)
+                named |= strcmp(s.m[i].name, CP_CAPTURE_LABEL) == 0;
+        cp_selector_close(&s);
+        if (named) {
+            cp_http_error(r, 400,
+                          "select: a capture selects isolates; the label '%s' is a "
+                          "capture's own",
+                          CP_CAPTURE_LABEL);
+            return;
+        }
+    }
+    cap.kind = !ty || !*ty ? CP_KIND_CPU : (cp_kind)cp_kind_parse(ty);
+    if (cap.kind != CP_KIND_CPU && cap.kind != CP_KIND_ALLOC) {
+        cp_http_error(r, 400, "bad type '%.32s' (a capture is cpu or alloc)", ty);
+        return;
+    }
+    int64_t dur = 30LL * 1000000000;
+    if (du && *du && cp_parse_duration(du, 0, &dur, &err)) {
+        cp_http_error(r, 400, "duration: %s", err.msg);
+        return;
+    }
+    if (dur > o->max_duration_ns) {
+        cp_http_error(r, 400, "duration %.0f s is over the limit captures.max_duration (%.0f s)",
+                      (double)dur / 1e9, (double)o->max_duration_ns / 1e9);
+        return;
+    }
+    if (hz && *hz && cap.kind != CP_KIND_CPU) {
+        cp_http_error(r, 400, "hz= is for type=cpu; type=alloc takes alloc_rate=BYTES");
+        return;
+    }
+    if (ar && *ar && cap.kind != CP_KIND_ALLOC) {
+        cp_http_error(r, 400, "alloc_rate= is for type=alloc; type=cpu takes hz=");
+        return;
+    }
+    if (cap.kind == CP_KIND_CPU) {
+        unsigned long long v = o->max_hz < 1000 ? o->max_hz : 1000;
+        char *end = NULL;
+        if (hz && *hz && ((v = strtoull(hz, &end, 10)), *end || hz[0] == '-' || v == 0)) {
+            cp_http_error(r, 400,
+                          "bad hz '%.32s' (a positive whole number of samples per "
+                          "CPU-second)",
+                          hz);
+            return;
+        }
+        if (v > o->max_hz) {
+            cp_http_error(r, 400, "hz %llu is over the limit captures.max_hz (%u)", v, o->max_hz);
+            return;
+        }
+        cap.cpu_hz = (uint32_t)v;
+    } else {
+        long long v = o->min_alloc_rate > 4096 ? o->min_alloc_rate : 4096;
+        char *end = NULL;
+        if (ar && *ar && ((v = strtoll(ar, &end, 10)), *end || v <= 0)) {
+            cp_http_error(r, 400, "bad alloc_rate '%.32s' (mean bytes between samples, > 0)", ar);
+            return;
+        }
+        if (v < o->min_alloc_rate) {
+            cp_http_error(r, 400,
+                          "alloc_rate %lld is under the limit captures.min_alloc_rate (%" PRId64
+                          " bytes between samples)",
+                          v, o->min_alloc_rate);
+            return;
+        }
+        cap.alloc_rate = v;
+    }
+    new_id(cap.id, sizeof cap.id);
+    snprintf(cap.tenant, sizeof cap.tenant, "%s", c->q->tenant);
+    cap.start_ns = now;
+    cap.end_ns = now + dur;
+    cap.max_overhead_permille = o->max_overhead_permille;
+    if (!(cap.selector = strdup(sel))) {
+        oom(r);
+        return;
+    }
+    if (cp_capture_validate(&cap, &err)) {
+        cp_http_error(r, 400, "%s", err.msg);
+        cp_capture_close(&cap);
+        return;
+    }
+    /* the limit on running captures: counted and taken under one lock */
+    pthread_mutex_lock(&g_start_mu);
+    cp_capture_list l = {0};
+    int rc = cp_store_captures(c->store, cap.tenant, &l, &err);
+    uint32_t running = 0;
+    for (uint32_t i = 0; !rc && i < l.n; i++)
+        running += !l.v[i].cancelled && l.v[i].end_ns > now;
+    cp_capture_list_close(&l);
+    if (rc)
+        cp_http_error(r, 500, "%s", err.msg);
+    else if (running >= o->max_concurrent)
+        cp_http_error(r, 429,
+                      "tenant %s has %u captures running: the limit captures.max_concurrent is "
+                      "%u (wait for one to end, or DELETE /api/v1/captures/ID)",
+                      cap.tenant, running, o->max_concurrent);
+    else if (!store_and_publish(c, &cap, r)) {
+        r->status = 201;
+        cp_log_info("capture %s of tenant %s started: %s %s for %.1f s", cap.id, cap.tenant,
+                    cp_kind_name(cap.kind), cap.selector, (double)dur / 1e9);
+        if (cp_buf_printf(&r->body, "{") || capture_json(&r->body, &cap, now) ||
+            cp_buf_printf(&r->body, "}\n"))
+            oom(r);
+    }
+    pthread_mutex_unlock(&g_start_mu);
+    cp_capture_close(&cap);
+}
+
+/* ---- GET, DELETE -------------------------------------------------------------------- */
+
+void cp_capture_ep_list(const cp_capture_call *c, cp_http_response *r)
+{
+    cp_capture_list l = {0};
+    cp_err err = {0};
+    if (cp_store_captures(c->store, c->q->tenant, &l, &err)) {
+        cp_http_error(r, 500, "%s", err.msg);
+        return;
+    }
+    int64_t now = cp_now_ns();
+    int rc = cp_buf_printf(&r->body, "{\"captures\":[");
+    for (uint32_t i = 0; !rc && i < l.n; i++) {
+        rc = cp_buf_printf(&r->body, "%s{", i ? "," : "");
+        if (!rc) rc = capture_json(&r->body, &l.v[i], now);
+        if (!rc) rc = cp_buf_append(&r->body, "}", 1);
+    }
+    if (!rc) rc = cp_buf_printf(&r->body, "],\"count\":%u}\n", l.n);
+    cp_capture_list_close(&l);
+    if (rc) oom(r);
+}
+
+/* The capture named by the path (/api/v1/captures/ID) into *cap; 0, or -1 with a 404. */
+static int load(const cp_capture_call *c, cp_capture *cap, cp_http_response *r)
+{
+    const char *id = c->req->path + strlen("/api/v1/captures/");
+    cp_err err = {0};
+    int rc = cp_store_get_capture(c->store, c->q->tenant, id, cap, &err);
+    if (rc == CP_ENOTFOUND) {
+        cp_http_error(r, 404, "no capture '%.64s'", id);
+        return -1;
+    }
+    if (rc) {
+        cp_http_error(r, 500, "%s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* The labels of s without the capture label, formatted (the isolate's identity). */
+static char *isolate_key(const cp_series_info *s)
+{
+    cp_labels l = {0};
+    cp_buf b = {0};
+    int rc = 0;
+    for (uint32_t i = 0; !rc && i < s->labels.p.n; i++)
+        if (strcmp(s->labels.p.v[i].name, CP_CAPTURE_LABEL) != 0)
+            rc = cp_labels_set(&l, s->labels.p.v[i].name, s->labels.p.v[i].value);
+    if (!rc) rc = cp_labels_format(&l, &b);
+    if (!rc) rc = cp_buf_append(&b, "", 1);
+    cp_labels_close(&l);
+    if (rc) {
+        cp_buf_close(&b);
+        return NULL;
+    }
+    return (char *)b.data;
+}
+
+static int labels_json(cp_buf *b, const cp_labels *l)
+{
+    int rc = cp_buf_printf(b, "{");
+    uint32_t n = 0;
+    for (uint32_t j = 0; !rc && j < l->p.n; j++) {
+        if (strcmp(l->p.v[j].name, CP_CAPTURE_LABEL) == 0) continue;
+        if (n++) rc = cp_buf_append(b, ",", 1);
+        if (!rc) rc = json_str(b, l->p.v[j].name);
+        if (!rc) rc = cp_buf_append(b, ":", 1);
+        if (!rc) rc = json_str(b, l->p.v[j].value);
+    }
+    return rc ? rc : cp_buf_printf(b, "}");
+}
+
+/* One isolate of the answer; *complete cleared if it did not run whole at the rate asked. */
+static int isolate_json(cp_buf *b, const cp_capture *cap, const cp_series_info *got,
+                        const cp_series_info *want, int64_t now, int *complete)
+{
+    const cp_series_info *s = got ? got : want;
+    int rc = cp_buf_printf(b, "{\"labels\":");
+    if (!rc) rc = labels_json(b, &s->labels);
+    if (!got) {
+        *complete = 0;
+        return rc ? rc
+                  : cp_buf_printf(b,
+                                  ",\"reached\":false,\"whole\":false,\"ok\":false,\"reason\":\"no "
+                                  "capture window from this isolate: its agent did not "
+                                  "hear the capture or cannot capture\"}");
+    }
+    int64_t asked = 0, ran = 0;
+    char reason[512];
+    int said = cp_capture_engine_parse(got->cap_engine, &asked, &ran, reason, sizeof reason);
+    int64_t until = now - CP_CAPTURE_HEAR_NS < cap->end_ns ? now - CP_CAPTURE_HEAR_NS : cap->end_ns;
+    int whole = got->first_ns <= cap->start_ns + CP_CAPTURE_HEAR_NS &&
+                got->cap_end_ns >= until - CP_CAPTURE_END_NS;
+    int rate_ok = said && asked == ran;
+    if (!whole || !rate_ok) *complete = 0;
+    if (!said)
+        snprintf(reason, sizeof reason, "the agent's windows do not say the rate they ran at");
+    else if (!whole && !reason[0])
+        snprintf(reason, sizeof reason, "its windows cover %.1f s of the capture's %.1f s",
+                 (double)(got->cap_end_ns - got->first_ns) / 1e9,
+                 (double)(until - cap->start_ns) / 1e9);
+    char f[40], t[40];
+    cp_format_time(got->first_ns, f, sizeof f);
+    cp_format_time(got->cap_end_ns, t, sizeof t);
+    if (!rc)
+        rc = cp_buf_printf(
+            b,
+            ",\"reached\":true,\"first\":\"%s\",\"last_end\":\"%s\",\"first_ns\":%" PRId64
+            ",\"last_end_ns\":%" PRId64 ",\"windows\":%u,\"samples\":%" PRIu64 ",\"asked\":%" PRId64
+            ",\"ran\":%" PRId64 ",\"whole\":%s,\"ok\":%s,\"reason\":",
+            f, t, got->first_ns, got->cap_end_ns, got->cap_windows, got->cap_samples, asked, ran,
+            whole ? "true" : "false", whole && rate_ok ? "true" : "false");
+    if (!rc) rc = json_str(b, reason);
+    if (!rc) rc = cp_buf_printf(b, ",\"engine\":");
+    if (!rc) rc = json_str(b, got->cap_engine ? got->cap_engine : "");
+    return rc ? rc : cp_buf_append(b, "}", 1);
+}
+
+/* Series of sel (text) in [from, to) through the request's readers. */
+static int series_of(const cp_capture_call *c, const char *sel, int64_t from, int64_t to,
+                     cp_series_list *out, cp_http_response *r)
+{
+    cp_query q = *c->q;
+    memset(&q.sel, 0, sizeof q.sel);
+    q.select = sel;
+    q.from_ns = from;
+    q.to_ns = to;
+    q.kind = 0;
+    cp_err err = {0};
+    if (cp_selector_parse(sel, &q.sel, &err)) {
+        cp_http_error(r, 400, "capture selector %s: %s", sel, err.msg);
+        return -1;
+    }
+    int rc = c->rd->series(c->rd, &q, out, &err);
+    cp_query_close(&q);
+    if (rc) cp_http_error(r, rc == CP_ELIMIT ? 503 : 500, "%s", err.msg);
+    return rc ? -1 : 0;
+}
+
+void cp_capture_ep_get(const cp_capture_call *c, cp_http_response *r)
+{
+    cp_capture cap;
+    if (load(c, &cap, r)) return;
+    int64_t now = cp_now_ns();
+    char sel[CP_CAPTURE_ID_MAX + 32];
+    snprintf(sel, sizeof sel, "{%s=\"%s\"}", CP_CAPTURE_LABEL, cap.id);
+    cp_series_list got = {0}, want = {0};
+    char **gk = NULL, **wk = NULL;
+    int complete = 1, rc = 0;
+    /* the capture's windows; and the always-on series its selector names around it (their
+     * windows are 10 s long: one that started before the capture was alive in it) */
+    if (series_of(c, sel, cap.start_ns - 60 * 1000000000LL, cap.end_ns + 60 * 1000000000LL, &got,
+                  r) ||
+        series_of(c, cap.selector, cap.start_ns - 10 * 1000000000LL,
+                  (now < cap.end_ns ? now : cap.end_ns) + 1, &want, r))
+        goto out;
+    gk = calloc(got.n + 1, sizeof *gk);
+    wk = calloc(want.n + 1, sizeof *wk);
+    if (!gk || !wk) goto nomem;
+    for (uint32_t i = 0; i < got.n; i++)
+        if (got.v[i].kind == cap.kind && !(gk[i] = isolate_key(&got.v[i]))) goto nomem;
+    for (uint32_t i = 0; i < want.n; i++)
+        if (want.v[i].kind == cap.kind && !(wk[i] = isolate_key(&want.v[i]))) goto nomem;
+    cp_buf *b = &r->body;
+    rc = cp_buf_printf(b, "{");
+    if (!rc) rc = capture_json(b, &cap, now);
+    if (!rc) rc = cp_buf_printf(b, ",\"isolates\":[");
+    uint32_t n = 0, reached = 0;
+    for (uint32_t i = 0; !rc && i < got.n; i++) {
+        if (!gk[i]) continue;
+        if (n++) rc = cp_buf_append(b, ",", 1);
+        if (!rc) rc = isolate_json(b, &cap, &got.v[i], NULL, now, &complete);
+        reached++;
+    }
+    for (uint32_t i = 0; !rc && i < want.n; i++) {
+        if (!wk[i]) continue;
+        int found = 0;
+        for (uint32_t j = 0; j < got.n && !found; j++)
+            found = gk[j] && strcmp(gk[j], wk[i]) == 0;
+        if (found) continue;
+        if (n++) rc = cp_buf_append(b, ",", 1);
+        if (!rc) rc = isolate_json(b, &cap, NULL, &want.v[i], now, &complete);
+    }
+    if (!rc)
+        rc = cp_buf_printf(b, "],\"matched\":%u,\"reached\":%u,\"complete\":%s}\n", n, reached,
+                           n && complete ? "true" : "false");
+    if (rc) goto nomem;
+    goto out;
+nomem:
+    oom(r);
+out:
+    for (uint32_t i = 0; gk && i < got.n; i++)
+        free(gk[i]);
+    for (uint32_t i = 0; wk && i < want.n; i++)
+        free(wk[i]);
+    free(gk);
+    free(wk);
+    cp_series_list_close(&got);
+    cp_series_list_close(&want);
+    cp_capture_close(&cap);
+}
+
+void cp_capture_ep_delete(const cp_capture_call *c, cp_http_response *r)
+{
+    cp_capture cap;
+    if (load(c, &cap, r)) return;
+    int64_t now = cp_now_ns();
+    if (!c->o->publish) {
+        cp_http_error(r, 503, "this server does not run captures (no control topic)");
+    } else if (!cap.cancelled && cap.end_ns > now) {
+        cap.cancelled = 1;
+        if (!store_and_publish(c, &cap, r)) cp_log_info("capture %s cancelled", cap.id);
+    }
+    if (r->status < 400 && (cp_buf_printf(&r->body, "{") || capture_json(&r->body, &cap, now) ||
+                            cp_buf_printf(&r->body, "}\n")))
+        oom(r);
+    cp_capture_close(&cap);
+}

@@ -1,0 +1,72 @@
+/* On-demand captures (issue 29): the endpoints POST/GET/DELETE /api/v1/captures[/ID]. A
+ * capture is a record in the store (store.h, "captures") and a message on the control
+ * topic (model/control.h) that every agent reads; its answer is what the store's readers
+ * (across the cluster) hold under {capture="ID"}, set against the always-on series its
+ * selector names. api.c routes here; the control topic is reached through a callback, so
+ * query/ links no Kafka. */
+#ifndef CP_QUERY_CAPTURE_H
+#define CP_QUERY_CAPTURE_H
+
+#include <stdint.h>
+
+#include "control.h"
+#include "http.h"
+#include "params.h"
+#include "store.h"
+
+/* Writes c, signed with token (NULL: unsigned), to the control topic and waits for the
+ * broker's acknowledgement. 0 or an error named in err. Called on a worker thread. */
+typedef int (*cp_capture_publish_fn)(void *arg, const cp_capture *c, const char *token,
+                                     cp_err *err);
+
+/* The limits (contprofd's captures.* keys; defaults in parentheses) and the writer. */
+typedef struct cp_capture_options {
+    uint32_t max_concurrent;        /* running captures per tenant (4) */
+    int64_t max_duration_ns;        /* longest capture (5 min) */
+    uint32_t max_hz;                /* highest cpu rate (1000) */
+    int64_t min_alloc_rate;         /* smallest mean bytes between alloc samples (4096) */
+    uint32_t max_overhead_permille; /* the agents' extra CPU bound, passed on (20) */
+    cp_capture_publish_fn publish;  /* NULL: captures are refused (503) */
+    void *publish_arg;
+} cp_capture_options;
+
+void cp_capture_options_default(cp_capture_options *o);
+
+/* Whether an isolate covered the whole duration: its first capture window starts within
+ * CP_CAPTURE_HEAR_NS of the capture's start (agents learn of a capture within 2 s: the
+ * contract) and its windows reach within CP_CAPTURE_END_NS of the end (the last window is
+ * flushed as the capture ends). While running, "the end" is now less the time a window
+ * takes to be stored. */
+#define CP_CAPTURE_HEAR_NS (2500 * 1000000LL)
+#define CP_CAPTURE_END_NS (500 * 1000000LL)
+
+/* One capture request, built by api.c's dispatch. */
+typedef struct cp_capture_call {
+    const cp_capture_options *o;
+    cp_store *store;
+    cp_reader *rd;              /* the request's readers: this node's and its peers' */
+    struct cp_fanout_req *fr;   /* to pass records on to peers */
+    const cp_query *q;          /* tenant, local (a peer's), deadline */
+    const cp_params *pa;        /* select, type, duration, hz, alloc_rate */
+    const cp_http_request *req; /* path (the id), body (a peer's record) */
+    const char *token;          /* the tenant's token (signs control messages); NULL */
+    int from_peer;              /* a peer passing a record on (cluster token) */
+} cp_capture_call;
+
+/* POST /api/v1/captures: checks the limits (a 4xx naming the one passed), stores the
+ * record, passes it on to the peers, publishes it; 201 with the capture. From a peer
+ * (local=1): the body is a record to keep as it is. */
+void cp_capture_ep_post(const cp_capture_call *c, cp_http_response *r);
+/* GET /api/v1/captures: the tenant's captures. */
+void cp_capture_ep_list(const cp_capture_call *c, cp_http_response *r);
+/* GET /api/v1/captures/ID: the capture, its matched isolates and whether it is complete. */
+void cp_capture_ep_get(const cp_capture_call *c, cp_http_response *r);
+/* DELETE /api/v1/captures/ID: cancels (a new state, published and passed on). */
+void cp_capture_ep_delete(const cp_capture_call *c, cp_http_response *r);
+
+/* What an agent's engine text says of a capture (" capture asked=A ran=R[ reason=...]"):
+ * 1 with asked, ran and reason (reason[0..cap), "" if none) filled, 0 if it says nothing. */
+int cp_capture_engine_parse(const char *engine, int64_t *asked, int64_t *ran, char *reason,
+                            size_t cap);
+
+#endif

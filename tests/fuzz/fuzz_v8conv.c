@@ -1,0 +1,78 @@
+/* libFuzzer target: everything the V8 source reads from an inspector (collector/v8/
+ * v8conv.c): the /json/list answer, each message, a Node worker's wrapped message, and
+ * the CPU and sampling heap profiles converted to pprof. Any bytes must be refused with an
+ * error or converted into a profile that encodes, without crashing, leaking or reading out
+ * of bounds. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pprof.h"
+#include "v8conv.h"
+
+static void convert(const json_t *prof)
+{
+    cp_err e = {0};
+    cp_profile *p = NULL;
+    int64_t span;
+    uint64_t mark = 3;
+    cp_buf b = {0};
+    if (cp_v8_cpu_profile(prof, 1000, &p, &span, &e) == 0) {
+        if (!p || span < 0 || cp_pprof_encode(p, 0, &b) != 0) abort();
+        cp_profile_destroy(p);
+        cp_buf_close(&b);
+    } else if (p || !e.msg[0]) {
+        abort(); /* an error names its problem and leaves nothing behind */
+    }
+    for (int alloc = 0; alloc < 2; alloc++) {
+        p = NULL;
+        memset(&e, 0, sizeof(e));
+        if (cp_v8_heap_profile(prof, 524288, alloc, &mark, &p, &e) == 0) {
+            if (!p || cp_pprof_encode(p, 0, &b) != 0) abort();
+            cp_profile_destroy(p);
+            cp_buf_close(&b);
+        } else if (p || !e.msg[0]) {
+            abort();
+        }
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    cp_err e = {0};
+    cp_v8_target *tv = NULL;
+    size_t nt = 0;
+    if (cp_v8_targets_parse((const char *)data, size, &tv, &nt, &e) == 0) {
+        for (size_t i = 0; i < nt; i++) {
+            char iso[128];
+            if (!tv[i].id[0] || tv[i].path[0] != '/') abort();
+            cp_v8_isolate_of(tv[i].title, iso, sizeof(iso));
+            if (!iso[0]) abort();
+        }
+        free(tv);
+    }
+    json_t *m = NULL;
+    memset(&e, 0, sizeof(e));
+    if (cp_v8_message_parse((const char *)data, size, &m, &e) != 0) {
+        if (m || !e.msg[0]) abort();
+        return 0;
+    }
+    /* as the source reads a message: a wrapped worker message, an attached worker's title,
+     * a reply holding a profile */
+    const json_t *params = json_object_get(m, "params");
+    const char *sid;
+    json_t *inner = NULL;
+    if (cp_v8_worker_message(params, &sid, &inner, &e) == 0) {
+        if (!sid || !json_is_object(inner)) abort();
+        convert(json_object_get(json_object_get(inner, "result"), "profile"));
+        json_decref(inner);
+    }
+    const json_t *title = json_object_get(json_object_get(params, "workerInfo"), "title");
+    char iso[128];
+    cp_v8_worker_isolate(json_is_string(title) ? json_string_value(title) : NULL, iso, sizeof(iso));
+    if (!iso[0]) abort();
+    convert(json_object_get(json_object_get(m, "result"), "profile"));
+    convert(m);
+    json_decref(m);
+    return 0;
+}

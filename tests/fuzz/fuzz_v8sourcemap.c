@@ -1,0 +1,56 @@
+/* libFuzzer target: the V8 source's source map reader (collector/v8/sourcemap.c): a map's
+ * JSON and its base64 VLQ mappings, looked up and applied to a call frame, and the data:
+ * URL that carries an inline map. Any bytes must be refused with an error or give lookups
+ * inside the map, without crashing, leaking or reading out of bounds. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sourcemap.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    cp_err e = {0};
+    cp_v8_smap *m = NULL;
+    if (cp_v8_smap_create((const char *)data, size, &m, &e) == 0) {
+        for (uint32_t line = 0; line < 64; line++)
+            for (uint32_t col = 0; col < 4096; col += 1 + col / 2) {
+                cp_v8_smap_pos pos;
+                if (cp_v8_smap_lookup(m, line, col, &pos) != 0) continue;
+                if (!pos.source || pos.gen_column > col) abort();
+                (void)strlen(pos.source);
+                if (pos.name) (void)strlen(pos.name);
+            }
+        /* frames at many positions: names, and classes read from sourcesContent */
+        for (int line = 0; line < 8; line++)
+            for (int col = 0; col < 96; col += 3) {
+                json_t *f = json_pack("{s:s, s:s, s:i, s:i}", "functionName", col % 2 ? "u" : "",
+                                      "url", "w.js", "lineNumber", line, "columnNumber", col);
+                if (!f) abort();
+                int rc = cp_v8_smap_apply(m, f);
+                if (rc < 0 && rc != CP_ENOMEM) abort();
+                if (!json_is_string(json_object_get(f, "url")) ||
+                    !json_is_string(json_object_get(f, "functionName")))
+                    abort();
+                json_decref(f);
+            }
+        cp_v8_smap_destroy(m);
+    } else if (m || !e.msg[0]) {
+        abort();
+    }
+    /* the input as a data: URL (NUL-terminated, as it arrives in a JSON string) */
+    char *url = malloc(size + 1);
+    if (!url) return 0;
+    memcpy(url, data, size);
+    url[size] = 0;
+    cp_buf b = {0};
+    memset(&e, 0, sizeof(e));
+    if (cp_v8_data_url_decode(url, &b, &e) == 0) {
+        if (b.len > size) abort();
+    } else if (!e.msg[0]) {
+        abort();
+    }
+    cp_buf_close(&b);
+    free(url);
+    return 0;
+}
