@@ -8,6 +8,7 @@
 #include "defaults.h"
 #include "envelope.h"
 #include "error.h"
+#include "hmac.h"
 #include "http_client.h"
 #include "pprof.h"
 #include "times.h"
@@ -74,7 +75,7 @@ static char *http_get(const char *url, const char *path, const char *token, size
 }
 
 /* One envelope produced, and what became of it. */
-enum { S_QUEUED, S_DELIVERED, S_STORED, S_NOT };
+enum { S_QUEUED, S_DELIVERED, S_STORED, S_NOT, S_UNKNOWN };
 typedef struct sent {
     int file;
     cp_kind kind;
@@ -82,7 +83,7 @@ typedef struct sent {
     size_t bytes;
     int32_t partition;
     int64_t offset;
-    char why[160]; /* S_NOT: why it is not stored */
+    char why[160]; /* S_NOT: why it is not stored; S_UNKNOWN: why nobody can tell */
 } sent;
 
 typedef struct imp {
@@ -92,8 +93,7 @@ typedef struct imp {
     char **labels;     /* k=v */
     int nlabels;
     int64_t at, dur;
-    char producer[128];
-    uint64_t seq;
+    char producer[128]; /* the envelope being sent's (window_producer) */
     char **files;
     int nfiles;
     /* flow control (wait = 1): at most budget unstored bytes in flight */
@@ -109,21 +109,30 @@ typedef struct imp {
     uint32_t nsized;      /* messages sized so far */
     int64_t last_wake_ns; /* wait_some */
     int64_t last_progress_ns, last_poll_ns, last_bar_ns;
+    int64_t last_brokers_ns; /* wait_some: when contprofd's broker list was last checked */
     double timeout_s;
     int bar;
     CP_VEC(sent) sent;
-    int nstored, nnot, ndelivered;
+    int nstored, nnot, ndelivered, nunknown;
+    const char *brokers; /* as contprofd served them (or --brokers) */
+    int restarted;       /* contprofd came back with another broker: the rest is unknown */
+    int64_t retention_raw_s, retention_rollup_s; /* contprofd's (0 = forever or unknown) */
+    int warned_raw;                              /* past retention.raw said once */
 } imp;
 
 /* Moves r to state; its bytes leave the flight once it is stored or known not to be. */
 static void settle(imp *im, sent *r, int state, const char *why)
 {
-    if (state == S_STORED || state == S_NOT) im->inflight -= r->bytes;
+    if ((state == S_STORED || state == S_NOT || state == S_UNKNOWN) &&
+        (r->state == S_QUEUED || r->state == S_DELIVERED))
+        im->inflight -= r->bytes;
     if (r->state == S_DELIVERED) im->ndelivered--;
+    if (r->state == S_UNKNOWN) im->nunknown--; /* a late answer settles it */
     r->state = state;
     if (state == S_STORED) im->nstored++;
-    if (state == S_NOT) {
-        im->nnot++;
+    if (state == S_NOT || state == S_UNKNOWN) {
+        if (state == S_NOT) im->nnot++;
+        if (state == S_UNKNOWN) im->nunknown++;
         snprintf(r->why, sizeof r->why, "%s", why);
     }
     if (state == S_DELIVERED) im->ndelivered++;
@@ -136,10 +145,14 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
     imp *im = opaque;
     sent *r = &im->sent.v[(uintptr_t)m->_private];
     if (m->err) {
+        /* "not stored" only when Kafka surely does not have it; a timeout after sending may
+         * have been appended all the same */
         char why[160];
-        snprintf(why, sizeof why, "Kafka did not take it: %s (%zu bytes)", rd_kafka_err2str(m->err),
-                 m->len);
-        settle(im, r, S_NOT, why);
+        int surely = rd_kafka_message_status(m) == RD_KAFKA_MSG_STATUS_NOT_PERSISTED;
+        snprintf(why, sizeof why, "Kafka %s: %s (%zu bytes)",
+                 surely ? "did not take it" : "may or may not have taken it",
+                 rd_kafka_err2str(m->err), m->len);
+        settle(im, r, surely ? S_NOT : S_UNKNOWN, why);
         return;
     }
     r->partition = m->partition;
@@ -159,7 +172,7 @@ static void draw_bar(imp *im, int force)
     im->last_bar_ns = now;
     /* a file is one window, or two (a Go heap profile): the files bound the total */
     int total = (int)im->sent.n > im->nfiles ? (int)im->sent.n : im->nfiles;
-    int done = im->nstored + im->nnot, w = 40;
+    int done = im->nstored + im->nnot + im->nunknown, w = 40;
     int fill = total ? done * w / total : 0;
     fprintf(stderr, "\r[%.*s%*s] %d window(s) %s, %d file(s)", fill,
             "########################################", w - fill, "", im->nstored,
@@ -220,7 +233,9 @@ static int64_t json_num(const char *p, const char *end, const char *name, int64_
     return strtoll(f + strlen(k), NULL, 10);
 }
 
-/* Asks contprofd which offsets are stored and settles what it can. 0, or -1 with why. */
+/* Asks contprofd which offsets are stored and settles what it can. 0; -1 with why when it
+ * cannot be asked (down, restarting, an error answer); -2 with why when its ingest says it
+ * is not running. */
 static int poll_offsets(imp *im, char *why, size_t whylen)
 {
     cp_http_result res;
@@ -233,11 +248,13 @@ static int poll_offsets(imp *im, char *why, size_t whylen)
                  "contprofd's ingest is not running (its log and /metrics say why); what is "
                  "sent cannot be stored");
         cp_buf_close(&res.body);
-        return -1;
+        return -2;
     }
     if (!im->budget) {
         im->max_message = (uint64_t)json_num(body, NULL, "max_message_bytes", 0);
         im->budget = (uint64_t)json_num(body, NULL, "max_in_flight_bytes", 0);
+        im->retention_raw_s = json_num(body, NULL, "retention_raw_s", 0);
+        im->retention_rollup_s = json_num(body, NULL, "retention_rollup_s", 0);
         if (!im->budget) im->budget = 3u << 20;
     }
     const char *p = strstr(body, "\"partitions\":[");
@@ -250,9 +267,10 @@ static int poll_offsets(imp *im, char *why, size_t whylen)
             sent *r = &im->sent.v[i];
             if (r->state != S_DELIVERED || r->partition != part || r->offset >= stored) continue;
             char w[160] = "";
-            if (r->offset < known)
+            int unknown = r->offset < known;
+            if (unknown)
                 snprintf(w, sizeof w,
-                         "contprofd no longer knows whether offset %lld of "
+                         "unknown: contprofd no longer knows whether offset %lld of "
                          "partition %d was stored",
                          (long long)r->offset, part);
             /* the unstored ranges of this partition: {"from":A,"to":B,"why":"..."} */
@@ -274,7 +292,7 @@ static int poll_offsets(imp *im, char *why, size_t whylen)
                              "(partition %d offset %lld)",
                              part, (long long)r->offset);
             }
-            settle(im, r, w[0] ? S_NOT : S_STORED, w);
+            settle(im, r, unknown ? S_UNKNOWN : w[0] ? S_NOT : S_STORED, w);
         }
         p = next;
     }
@@ -283,9 +301,45 @@ static int poll_offsets(imp *im, char *why, size_t whylen)
     return 0;
 }
 
+#define RECONNECT_NS (15 * (int64_t)1000000000) /* how long a silent contprofd is awaited */
+
+/* contprofd could not be asked (why). Asks it for its brokers every 200 ms for at most
+ * RECONNECT_NS: the same list back (a restarted contprofd on a Kafka that outlived it, whose
+ * offsets still answer for what was delivered) returns 0 and waiting goes on. Otherwise the
+ * windows delivered and unconfirmed become unknown (a SIGKILLed contprofd may have stored
+ * some before it died, and its embedded broker's unstored messages died with it), the
+ * producer's queue is purged (what never left is surely not stored; what was in flight is
+ * unknown: dr_cb), and -1 with why. */
+static int contprofd_gone(imp *im, char *why, size_t whylen)
+{
+    char list[4096] = "", first[400];
+    snprintf(first, sizeof first, "%s", why);
+    int answered = 0, listed = 0;
+    for (int64_t end = cp_mono_ns() + RECONNECT_NS; cp_mono_ns() < end && !listed;) {
+        rd_kafka_poll(im->rk, 200);
+        int rc = cp_http_get_brokers(im->server, im->token, list, sizeof list, 2000, NULL);
+        answered |= rc == 0 || rc == CP_ENOTFOUND; /* "": its broker is starting */
+        listed = rc == 0;
+    }
+    if (listed && im->brokers && !strcmp(list, im->brokers)) return 0; /* --timeout holds */
+    im->restarted = answered;
+    const char *w = answered ? "unknown: contprofd restarted before confirming it"
+                             : "unknown: contprofd stopped answering before confirming it";
+    for (uint32_t i = 0; i < im->sent.n; i++)
+        if (im->sent.v[i].state == S_DELIVERED) settle(im, &im->sent.v[i], S_UNKNOWN, w);
+    rd_kafka_purge(im->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    rd_kafka_poll(im->rk, 100);
+    snprintf(why, whylen, "%s (%.200s)",
+             answered ? "contprofd restarted with another broker, which does not hold what "
+                        "was delivered to the old one"
+                      : "contprofd stopped answering",
+             first);
+    return -1;
+}
+
 /* Serves delivery reports and, when something delivered waits for the store, asks
- * contprofd (every 5 ms at most). -1 with why when contprofd cannot be asked or nothing
- * moved for timeout_s. */
+ * contprofd (every 5 ms at most). -1 with why when contprofd cannot be asked (after
+ * contprofd_gone) or nothing moved for timeout_s. */
 static int wait_some(imp *im, char *why, size_t whylen)
 {
     /* Nothing delivered yet: a metadata request wakes the broker threads. librdkafka 2.0's
@@ -299,9 +353,24 @@ static int wait_some(imp *im, char *why, size_t whylen)
         if (!rd_kafka_metadata(im->rk, 0, NULL, &md, 1000)) rd_kafka_metadata_destroy(md);
     }
     rd_kafka_poll(im->rk, 2);
-    if (im->wait && im->ndelivered && cp_mono_ns() - im->last_poll_ns >= 5000000 &&
-        poll_offsets(im, why, whylen))
-        return -1;
+    if (im->wait && im->ndelivered && cp_mono_ns() - im->last_poll_ns >= 5000000) {
+        int rc = poll_offsets(im, why, whylen);
+        if (rc == -2 || (rc == -1 && contprofd_gone(im, why, whylen))) return -1;
+    }
+    /* A contprofd restarted between two polls answers them, with offsets of its new
+     * embedded broker that never reach ours: its broker list says so. Asked once a second
+     * while nothing moves. */
+    if (im->wait && cp_mono_ns() - im->last_progress_ns >= 1000000000 &&
+        cp_mono_ns() - im->last_brokers_ns >= 1000000000) {
+        char list[4096];
+        im->last_brokers_ns = cp_mono_ns();
+        int rc = cp_http_get_brokers(im->server, im->token, list, sizeof list, 2000, NULL);
+        if (rc || !im->brokers || strcmp(list, im->brokers)) {
+            snprintf(why, whylen, "%s",
+                     rc ? "contprofd does not serve its brokers" : "its brokers changed");
+            if (contprofd_gone(im, why, whylen)) return -1;
+        }
+    }
     if ((double)(cp_mono_ns() - im->last_progress_ns) / 1e9 > im->timeout_s) {
         snprintf(why, whylen, "nothing was %s for %.0f s", im->wait ? "stored" : "delivered",
                  im->timeout_s);
@@ -345,6 +414,40 @@ static int refused(const char *file, const cp_envelope *e, const cp_buf *enc)
     return rc != 0;
 }
 
+/* Names the window e (its series key in key) by what it is, so that sending it again is a
+ * duplicate the store drops (store/README.md "Duplicates": per producer and partition;
+ * one series keys one partition). im->producer becomes "import:S#W" with sequence 1:
+ * S, 16 hex digits of SHA-256 over the series key (tenant, kind, labels), names the
+ * series' cumulative stream (the store keeps cumulative inputs' differences per series and
+ * the producer's part before '#'); W, 32 hex digits of SHA-256 over the series key, the
+ * window's start, duration and cumulative flag and the pprof as encoded, names the window.
+ * Decision: one producer per window rather than a per-run producer and sequence, since a
+ * retry is another run, and the same file must map to the same key in any order and any
+ * run; the store keeps one small record per window (64 KiB of them cached, store.c). The
+ * same profile under other labels or at another --at is another window. 0 or CP_ENOMEM. */
+static int window_producer(imp *im, const cp_envelope *e, const cp_buf *key)
+{
+    uint8_t hs[CP_SHA256_LEN], hw[CP_SHA256_LEN];
+    cp_sha256(key->data, key->len, hs);
+    cp_buf b = {0};
+    if (cp_buf_printf(&b, "%.*s\n%lld %lld %d\n", (int)key->len, (const char *)key->data,
+                      (long long)e->window_start_ns, (long long)e->window_duration_ns,
+                      e->cumulative) ||
+        cp_buf_append(&b, e->pprof, e->pprof_len)) {
+        cp_buf_close(&b);
+        return CP_ENOMEM;
+    }
+    cp_sha256(b.data, b.len, hw);
+    cp_buf_close(&b);
+    int n = snprintf(im->producer, sizeof im->producer, "import:");
+    for (int i = 0; i < 8; i++)
+        n += snprintf(im->producer + n, sizeof im->producer - (size_t)n, "%02x", hs[i]);
+    n += snprintf(im->producer + n, sizeof im->producer - (size_t)n, "#");
+    for (int i = 0; i < 16; i++)
+        n += snprintf(im->producer + n, sizeof im->producer - (size_t)n, "%02x", hw[i]);
+    return 0;
+}
+
 /* Produces one envelope of kind with profile p (encoded raw; Kafka compresses). */
 static int send_one(imp *im, int fi, cp_kind kind, int cumulative, const cp_profile *p)
 {
@@ -361,9 +464,28 @@ static int send_one(imp *im, int fi, cp_kind kind, int cumulative, const cp_prof
         return 1;
     }
     if (e.window_duration_ns <= 0) e.window_duration_ns = 10000000000LL;
-    e.producer_id = im->producer;
-    e.sequence = ++im->seq;
     e.cumulative = cumulative;
+    /* contprofd's retention (known when waiting): a window it would delete is not sent, one
+     * past raw retention is kept only in the rollups (said once) */
+    int64_t age_s = (cp_now_ns() - e.window_start_ns) / 1000000000LL;
+    if (im->retention_rollup_s > 0 && age_s > im->retention_rollup_s) {
+        fprintf(stderr,
+                "contprof import: %s: not sent: the window starts %.1f days ago, past "
+                "contprofd's retention.rollup (%.1f days): retention would delete it\n",
+                file, (double)age_s / 86400, (double)im->retention_rollup_s / 86400);
+        return 1;
+    }
+    if (im->retention_raw_s > 0 && age_s > im->retention_raw_s && !im->warned_raw++) {
+        char until[64] = "for ever (retention.rollup = 0)";
+        if (im->retention_rollup_s > 0)
+            snprintf(until, sizeof until, "until retention.rollup (%.1f days)",
+                     (double)im->retention_rollup_s / 86400);
+        fprintf(stderr,
+                "contprof import: %s: warning: the window starts %.1f days ago, past contprofd's "
+                "retention.raw (%.1f days): stored, but kept only in the rollups (1-minute "
+                "resolution and coarser) %s\n",
+                file, (double)age_s / 86400, (double)im->retention_raw_s / 86400, until);
+    }
     if (cp_labels_set(&e.labels, "service", im->service)) rc = 1;
     for (int i = 0; i < im->nlabels && !rc; i++) {
         const char *eq = strchr(im->labels[i], '=');
@@ -381,7 +503,10 @@ static int send_one(imp *im, int fi, cp_kind kind, int cumulative, const cp_prof
     }
     e.pprof = pp.data;
     e.pprof_len = pp.len;
-    if (!rc) rc = cp_envelope_encode(&e, &enc) != 0 || cp_envelope_series_key(&e, &key) != 0;
+    if (!rc) rc = cp_envelope_series_key(&e, &key) != 0 || window_producer(im, &e, &key) != 0;
+    e.producer_id = im->producer;
+    e.sequence = 1;
+    if (!rc) rc = cp_envelope_encode(&e, &enc) != 0;
     if (!rc && refused(file, &e, &enc)) {
         rc = 1;
         goto done;
@@ -671,10 +796,7 @@ int cp_cmd_import(int argc, char **argv)
         im.wait = !no_wait;
     }
     im.token = token && *token ? token : NULL;
-    char host[64] = "host";
-    gethostname(host, sizeof host - 1);
-    snprintf(im.producer, sizeof im.producer, "import-%s-%d-%lld", host, (int)getpid(),
-             (long long)time(NULL));
+    im.brokers = brokers;
     char es[512];
     rd_kafka_conf_t *c = rd_kafka_conf_new();
     if (rd_kafka_conf_set(c, "bootstrap.servers", brokers, es, sizeof es) ||
@@ -716,34 +838,41 @@ int cp_cmd_import(int argc, char **argv)
     int bad = 0, stopped = -1;
     for (int i = 0; i < nfiles && stopped < 0; i++) {
         int r = import_file(&im, i);
-        bad += r != 0;
+        bad += r == 1; /* 2: sending stopped, reported below */
         if (r == 2) stopped = i;
         rd_kafka_poll(im.rk, 0);
         poll_ahead(&im);
         draw_bar(&im, 0);
     }
     /* until everything produced is stored, refused or given up */
-    while (stopped < 0 && im.nstored + im.nnot < (int)im.sent.n)
+    while (stopped < 0 && im.nstored + im.nnot + im.nunknown < (int)im.sent.n)
         if (wait_some(&im, why, sizeof why)) {
             fprintf(stderr, "contprof import: waiting for the store: %s\n", why);
             break;
         }
-    rd_kafka_flush(im.rk, 10000);
-    rd_kafka_poll(im.rk, 0);
+    if (!im.restarted) rd_kafka_flush(im.rk, 10000);
+    /* what is still queued never left: surely not stored; in flight: unknown (dr_cb) */
+    rd_kafka_purge(im.rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    rd_kafka_poll(im.rk, 100);
     draw_bar(&im, 1);
     if (im.bar) fputc('\n', stderr);
+    /* "not stored" only of windows known not to be; the rest that is not confirmed stored is
+     * "unknown" (contprofd died, restarted, forgot, or did not answer in time) */
     int listed = 0;
     for (uint32_t k = 0; k < im.sent.n; k++) {
         sent *r = &im.sent.v[k];
         if (r->state == S_STORED) continue;
+        if (r->state == S_DELIVERED) {
+            settle(&im, r, S_UNKNOWN, "unknown: delivered, but contprofd did not confirm it");
+        } else if (r->state == S_QUEUED) {
+            settle(&im, r, S_UNKNOWN, "unknown: never confirmed delivered to Kafka");
+        }
         if (listed++ < 20)
-            fprintf(stderr, "contprof import: %s (%s): not stored: %s\n", files[r->file],
-                    cp_kind_name(r->kind),
-                    r->state == S_NOT      ? r->why
-                    : r->state == S_QUEUED ? "never delivered to Kafka"
-                                           : "delivered, but contprofd did not confirm it");
+            fprintf(stderr, "contprof import: %s (%s): %s%s\n", files[r->file],
+                    cp_kind_name(r->kind), r->state == S_NOT ? "not stored: " : "", r->why);
     }
-    if (listed > 20) fprintf(stderr, "contprof import: ... and %d more not stored\n", listed - 20);
+    if (listed > 20)
+        fprintf(stderr, "contprof import: ... and %d more not stored or unknown\n", listed - 20);
     if (stopped >= 0)
         fprintf(stderr, "contprof import: stopped: %d file(s) from %s on were not sent\n",
                 nfiles - stopped, files[stopped]);
@@ -756,6 +885,13 @@ int cp_cmd_import(int argc, char **argv)
                 "(not waiting for the store)%s\n",
                 im.nstored, im.sent.n, nfiles, brokers,
                 bad ? "; some files were refused (see above)" : "");
+    if (im.wait && (im.nnot || im.nunknown))
+        fprintf(stderr, "contprof import: %d window(s) not stored, %d unknown\n", im.nnot,
+                im.nunknown);
+    if (im.wait && (im.nunknown || im.nnot || stopped >= 0))
+        fprintf(stderr, "contprof import: to store what is missing, run the same command again: a "
+                        "window already stored is dropped by contprofd as a duplicate (import is "
+                        "idempotent per file content, labels and --at/--duration)\n");
     rc = bad || stopped >= 0 || im.nstored < (int)im.sent.n ? 1 : 0;
 out:
     if (im.rk) rd_kafka_destroy(im.rk);

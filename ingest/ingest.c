@@ -64,6 +64,19 @@ typedef struct producer_seen {
     int64_t start;
 } producer_seen;
 
+/* Sequence gaps across a restart (seq_note): per producer, the last sequence stored before
+ * this process first saw it (base) and the lowest sequence above it seen since (min). */
+#define GAP_PRODUCERS 4096
+#define GAP_SETTLE_NS (10 * 1000000000LL) /* how long lower sequences may still arrive */
+#define GAP_IDLE_NS (600 * 1000000000LL)  /* an entry idle this long may be forgotten */
+enum { GAP_TRACK = 1, GAP_DONE = 2 };
+typedef struct gap_seen {
+    char *id;
+    uint64_t base, min;
+    int64_t first_ns, last_ns; /* monotonic */
+    int state;
+} gap_seen;
+
 typedef struct slot {
     rd_kafka_message_t *m;
     int todo; /* passed the offset checks */
@@ -123,6 +136,10 @@ struct cp_ingest {
     CP_VEC(cp_ingest_dropped) dropped; /* under mu */
     producer_seen producers[MAX_PRODUCERS]; /* open addressing by producer id */
     uint32_t nproducers;
+    gap_seen *gaps; /* GAP_PRODUCERS, open addressing by producer id (ingest thread) */
+    uint32_t ngaps, ntracked;
+    int64_t gaps_checked_ns;
+    cp_counter seq_lost; /* contprof_ingest_sequence_gaps_total */
 };
 
 static const char *const reason_names[] = {
@@ -726,6 +743,109 @@ static void count_dropped(cp_ingest *in, const cp_envelope *e)
     pthread_mutex_unlock(&in->mu);
 }
 
+static uint32_t gap_hash(const char *id)
+{
+    uint32_t h = 2166136261u;
+    for (const char *c = id; *c; c++)
+        h = (h ^ (uint8_t)*c) * 16777619u;
+    return h;
+}
+
+/* Makes room in the gap table: keeps the entries seen in the last GAP_IDLE_NS (a producer
+ * forgotten and seen again is looked up in the store again, which then holds all of it). */
+static void gap_compact(cp_ingest *in, int64_t now)
+{
+    gap_seen *old = in->gaps;
+    gap_seen *nw = calloc(GAP_PRODUCERS, sizeof *nw);
+    if (!nw) return;
+    in->ngaps = in->ntracked = 0;
+    for (uint32_t i = 0; i < GAP_PRODUCERS; i++) {
+        if (!old[i].id) continue;
+        if (now - old[i].last_ns > GAP_IDLE_NS) {
+            free(old[i].id);
+            continue;
+        }
+        uint32_t j = gap_hash(old[i].id) % GAP_PRODUCERS;
+        while (nw[j].id)
+            j = (j + 1) % GAP_PRODUCERS;
+        nw[j] = old[i];
+        in->ngaps++;
+        in->ntracked += old[i].state == GAP_TRACK;
+    }
+    free(old);
+    in->gaps = nw;
+}
+
+/* Notes e's producer and sequence, to count what an agent numbered and ingest never saw
+ * across a restart of contprofd (what died with the embedded broker at a crash, which no
+ * other counter sees). At a producer's first envelope in this process with sequence > 1
+ * (agents number from 0 and import's windows are 1: nothing to compare), the store says
+ * the last sequence it holds of it (base); the lowest sequence above base seen in the next
+ * GAP_SETTLE_NS (other partitions may bring lower ones a little later) tells the gap,
+ * counted and logged by gap_settle. A lower bound: what was lost below base on another
+ * partition is not seen. */
+static void seq_note(cp_ingest *in, const cp_envelope *e)
+{
+    const char *id = e->producer_id;
+    if (!id || !*id || !e->tenant || !in->gaps) return;
+    int64_t now = mono_ns();
+    uint32_t j = gap_hash(id) % GAP_PRODUCERS;
+    while (in->gaps[j].id && strcmp(in->gaps[j].id, id))
+        j = (j + 1) % GAP_PRODUCERS;
+    gap_seen *g = &in->gaps[j];
+    if (g->id) {
+        g->last_ns = now;
+        if (g->state == GAP_TRACK && e->sequence > g->base && e->sequence < g->min)
+            g->min = e->sequence;
+        return;
+    }
+    if (e->sequence <= 1) return; /* nothing before it to miss; not remembered */
+    if (in->ngaps >= GAP_PRODUCERS * 3 / 4) {
+        gap_compact(in, now);
+        if (in->ngaps >= GAP_PRODUCERS * 3 / 4) return; /* untracked: a lower bound anyway */
+        j = gap_hash(id) % GAP_PRODUCERS;
+        while (in->gaps[j].id)
+            j = (j + 1) % GAP_PRODUCERS;
+        g = &in->gaps[j];
+    }
+    if (!(g->id = strdup(id))) return;
+    in->ngaps++;
+    g->first_ns = g->last_ns = now;
+    g->state = GAP_DONE;
+    uint64_t base = 0;
+    cp_err err = {0};
+    int rc = cp_store_producer_last(in->store, e->tenant, id, &base, &err);
+    if (rc && rc != CP_ENOTFOUND) cp_log_warn("ingest: sequence gaps: %s", err.msg);
+    if (!rc && e->sequence > base + 1) {
+        g->state = GAP_TRACK;
+        g->base = base;
+        g->min = e->sequence;
+        in->ntracked++;
+    }
+}
+
+/* Counts and logs the gaps of the producers first seen at least GAP_SETTLE_NS ago. */
+static void gap_settle(cp_ingest *in, int64_t now)
+{
+    if (!in->ntracked || now - in->gaps_checked_ns < 1000000000LL) return;
+    in->gaps_checked_ns = now;
+    for (uint32_t i = 0; i < GAP_PRODUCERS; i++) {
+        gap_seen *g = &in->gaps[i];
+        if (!g->id || g->state != GAP_TRACK || now - g->first_ns < GAP_SETTLE_NS) continue;
+        g->state = GAP_DONE;
+        in->ntracked--;
+        if (g->min <= g->base + 1) continue;
+        uint64_t n = g->min - g->base - 1;
+        cp_counter_add(&in->seq_lost, n);
+        cp_log_warn("ingest: producer %s: sequences %llu..%llu (%llu envelopes) never arrived: "
+                    "numbered after the last one stored before this start and before the "
+                    "first read since; lost with the broker's memory at a crash or stop, or "
+                    "dropped by the agent (contprof_agent_dropped_windows_total)",
+                    g->id, (unsigned long long)g->base + 1, (unsigned long long)g->min - 1,
+                    (unsigned long long)n);
+    }
+}
+
 /* Stores one decoded message (or sends it to the DLQ) and moves its partition's offset.
  * Returns -1 when the ingest failed (the offset does not move). */
 static int apply(cp_ingest *in, slot *sl)
@@ -755,6 +875,7 @@ static int apply(cp_ingest *in, slot *sl)
         to_dlq(in, p, m, dlq_reason_of(sl->rc_prof, 1), sl->err.msg);
     } else {
         cp_err err = {0};
+        seq_note(in, &sl->env);
         rc = cp_store_batch_add_lazy(in->batch, &sl->env, sl->prof, &sl->lz, m->partition, &err);
         if (rc == CP_STORE_DUPLICATE) {
             cp_counter_add(&in->duplicates, 1);
@@ -927,6 +1048,7 @@ static void *run(void *arg)
             caught_up = 0;
         }
         rd_kafka_poll(in->dlq, 0);
+        gap_settle(in, now);
         if (now - last_lag >= 1000000000LL) {
             update_lag(in);
             last_lag = now;
@@ -981,6 +1103,7 @@ int cp_ingest_create(const cp_ingest_options *opt, cp_store *store, cp_ingest **
     pthread_mutex_init(&in->mu, NULL);
     in->o = *opt;
     in->store = store;
+    in->gaps = calloc(GAP_PRODUCERS, sizeof *in->gaps); /* NULL: gaps go uncounted */
     if (!in->o.batch_max_messages) in->o.batch_max_messages = 512;
     if (!in->o.batch_max_ms) in->o.batch_max_ms = 200;
     if (!in->o.max_message_bytes) in->o.max_message_bytes = CP_INGEST_MAX_PPROF;
@@ -1173,6 +1296,9 @@ void cp_ingest_destroy(cp_ingest *in)
     free(in->retry.v);
     for (uint32_t i = 0; i < MAX_PRODUCERS; i++)
         free(in->producers[i].id);
+    for (uint32_t i = 0; in->gaps && i < GAP_PRODUCERS; i++)
+        free(in->gaps[i].id);
+    free(in->gaps);
     free(in->dropped.v);
     cp_store_batch_destroy(in->batch);
     if (in->workers) {
@@ -1350,6 +1476,10 @@ int cp_ingest_register_metrics(cp_ingest *in, cp_metrics *r)
         {"contprof_ingest_windows_total", "Windows written to the store by ingest.", &in->windows},
         {"contprof_ingest_bytes_total", "Payload bytes consumed.", &in->bytes},
         {"contprof_ingest_duplicates_total", "Envelopes dropped as duplicates.", &in->duplicates},
+        {"contprof_ingest_sequence_gaps_total",
+         "Envelopes agents numbered that ingest never read, seen across a restart as a gap in a "
+         "producer's sequence (what died with the embedded broker; logged with the range).",
+         &in->seq_lost},
     };
     int rc = 0;
     for (size_t i = 0; i < sizeof counters / sizeof counters[0] && !rc; i++)

@@ -767,9 +767,17 @@ static void ep_offsets(cp_api *a, const cp_http_request *req, cp_http_response *
     if (!rc)
         rc = cp_buf_printf(b,
                            ",\"running\":%s,\"ready\":%s,\"max_message_bytes\":%" PRIu64
-                           ",\"max_in_flight_bytes\":%" PRIu64 ",\"partitions\":[",
+                           ",\"max_in_flight_bytes\":%" PRIu64,
                            in.running ? "true" : "false", in.ready ? "true" : "false",
                            in.max_message_bytes, in.max_in_flight_bytes);
+    /* what a sender of old windows must know (contprof import --at): seconds, 0 = forever */
+    int64_t raw = 0, rollup = 0;
+    if (a->o.store) cp_store_get_retention(a->o.store, &raw, &rollup);
+    if (!rc)
+        rc = cp_buf_printf(b,
+                           ",\"retention_raw_s\":%" PRId64 ",\"retention_rollup_s\":%" PRId64
+                           ",\"partitions\":[",
+                           raw / 1000000000, rollup / 1000000000);
     for (uint32_t i = 0; i < in.nparts && !rc; i++) {
         const cp_api_partition *p = &in.parts[i];
         rc = cp_buf_printf(b,
@@ -797,7 +805,15 @@ static void loop_healthz(cp_api *a, const cp_http_request *req, cp_http_response
     (void)req;
     cp_api_ingest_stats in = {0};
     if (a->o.ingest_stats) a->o.ingest_stats(a->o.ingest_arg, &in);
-    if (in.available && in.paused) {
+    char damage[512];
+    if (a->o.store && cp_store_damage(a->o.store, damage, sizeof damage)) {
+        /* a damaged table answers some queries with errors: not healthy, and the message
+         * names the table and the repair (issue 27) */
+        r->status = 503;
+        if (cp_buf_printf(&r->body, "{\"status\":\"degraded\",\"reason\":") ||
+            json_str(&r->body, damage) || cp_buf_printf(&r->body, "}\n"))
+            oom(r);
+    } else if (in.available && in.paused) {
         /* a store write failed: not healthy until ingest is back by itself */
         r->status = 503;
         if (cp_buf_printf(&r->body, "{\"status\":\"paused\",\"reason\":") ||

@@ -74,7 +74,9 @@ static int acc_rehash(cp_acc *a, uint32_t nslots)
 int cp_acc_reserve(cp_acc *a, uint32_t nrows)
 {
     if (nrows > UINT32_MAX / 4) return CP_ENOMEM;
-    uint32_t ns = a->nslots ? a->nslots : 64;
+    /* from 8 slots: most open rollup buckets of many small series hold a row or two, and
+     * 64 slots made a one-row bucket 800 bytes, 290 now (store.memory_budget, issue 27) */
+    uint32_t ns = a->nslots ? a->nslots : 8;
     while (nrows * 2 > ns)
         ns *= 2;
     if (ns != a->nslots && acc_rehash(a, ns)) return CP_ENOMEM;

@@ -987,6 +987,8 @@ void cp_store_get_stats(cp_store *s, cp_store_stats *out)
     out->stack_cache_flushes = atomic_load(&s->wcache_flushes);
     pthread_rwlock_rdlock(&s->lock);
     out->stack_cache_bytes = s->wcache_bytes;
+    out->bucket_bytes = s->bucket_bytes;
+    out->bucket_drops = atomic_load(&s->bucket_drops);
     for (uint32_t i = 0; i < s->tenants.n; i++)
         out->series += s->tenants.v[i]->series.n;
     pthread_rwlock_unlock(&s->lock);

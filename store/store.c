@@ -245,10 +245,32 @@ int cp_ldb_fail(const cp_store *s, cp_err *err, const char *e, const char *what)
     /* LevelDB's text goes short first: the command at the end must fit in the message */
     int room = (int)sizeof err->msg - 100 - 2 * (int)strlen(s->path) - (int)strlen(what) -
                (int)strlen(table);
-    return cp_err_set(err, CP_ESTORE,
-                      "store %s: %s: %.*s%s; the store is damaged: stop contprofd and run "
-                      "`contprofd --repair --data %s`",
-                      s->path, what, room > 24 ? room : 24, e, table, s->path);
+    char msg[sizeof err->msg];
+    snprintf(msg, sizeof msg,
+             "store %s: %s: %.*s%s; the store is damaged: stop contprofd and run "
+             "`contprofd --repair --data %s`",
+             s->path, what, room > 24 ? room : 24, e, table, s->path);
+    /* the one field a reader writes (cp_store_damage): under its own mutex */
+    cp_store *w = (cp_store *)(uintptr_t)s;
+    pthread_mutex_lock(&w->damage_mu);
+    if (!w->damage[0]) snprintf(w->damage, sizeof w->damage, "%s", msg);
+    pthread_mutex_unlock(&w->damage_mu);
+    return cp_err_set(err, CP_ESTORE, "%s", msg);
+}
+
+void cp_store_get_retention(const cp_store *s, int64_t *raw_ns, int64_t *rollup_ns)
+{
+    *raw_ns = s->retention[0];
+    *rollup_ns = s->retention[1];
+}
+
+int cp_store_damage(cp_store *s, char *out, size_t len)
+{
+    pthread_mutex_lock(&s->damage_mu);
+    int seen = s->damage[0] != 0;
+    if (len) snprintf(out, len, "%s", s->damage);
+    pthread_mutex_unlock(&s->damage_mu);
+    return seen;
 }
 
 static int check_version(cp_store *s, cp_err *err)
@@ -454,6 +476,7 @@ int cp_store_open(const cp_store_options *opt, cp_store **out, cp_err *err)
     pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
     pthread_rwlock_init(&s->lock, &ra);
     pthread_rwlock_init(&s->dblock, &ra); /* a reopen must not starve behind queries */
+    pthread_mutex_init(&s->damage_mu, NULL);
     pthread_rwlockattr_destroy(&ra);
     s->path = xstrndup(opt->path, strlen(opt->path));
     if (!s->path) {
@@ -469,6 +492,7 @@ int cp_store_open(const cp_store_options *opt, cp_store **out, cp_err *err)
     for (int l = 1; l < CP_NLEVELS; l++)
         s->retention[l] = opt->retention_rollup_ns;
     s->bucket_rows_max = opt->bucket_cache_entries ? opt->bucket_cache_entries : (2u << 20);
+    s->bucket_bytes_max = opt->memory_budget ? opt->memory_budget : ((size_t)256 << 20);
     s->wcache_budget = opt->stack_cache_bytes ? opt->stack_cache_bytes : (64u << 20);
     s->opts = leveldb_options_create();
     s->cache = leveldb_cache_create_lru(opt->cache_bytes ? opt->cache_bytes : (64u << 20));
@@ -513,6 +537,7 @@ void cp_store_close(cp_store *s)
     if (s->wnosync) leveldb_writeoptions_destroy(s->wnosync);
     pthread_rwlock_destroy(&s->lock);
     pthread_rwlock_destroy(&s->dblock);
+    pthread_mutex_destroy(&s->damage_mu);
     free(s->path);
     free(s);
 }
@@ -657,6 +682,13 @@ static int store_collect(void *arg, cp_metrics_out *o)
          offsetof(cp_store_stats, stack_cache_flushes)},
         {"contprof_store_stack_cache_bytes", "Memory held by the stack caches.", CP_METRIC_GAUGE,
          offsetof(cp_store_stats, stack_cache_bytes)},
+        {"contprof_store_open_bucket_bytes",
+         "Memory held by the writer's open rollup buckets (bounded by store.memory_budget).",
+         CP_METRIC_GAUGE, offsetof(cp_store_stats, bucket_bytes)},
+        {"contprof_store_open_bucket_drops_total",
+         "Times every open bucket was dropped after a commit, past store.memory_budget or the "
+         "row cap (each is read back from LevelDB when next written).",
+         CP_METRIC_COUNTER, offsetof(cp_store_stats, bucket_drops)},
     };
     int rc = 0;
     for (size_t i = 0; i < sizeof fams / sizeof fams[0] && !rc; i++) {

@@ -28,6 +28,9 @@ typedef struct cp_store_options {
                                     0 = 2 Mi rows, about 60 MB */
     size_t stack_cache_bytes;    /* writer's per-series stack caches, all together (README:
                                     "The stack cache"); 0 = 64 MiB; past it all are dropped */
+    size_t memory_budget;        /* bytes the open rollup buckets may hold (store/README.md
+                                    "Memory"); 0 = 256 MiB; past it, after a commit, all are
+                                    dropped and read back from LevelDB when next needed */
 } cp_store_options;
 
 int cp_store_open(const cp_store_options *opt, cp_store **out, cp_err *err);
@@ -129,6 +132,8 @@ typedef struct cp_store_stats {
     /* the writer's stack caches: samples found / not found (lazy ids only), times all
      * were dropped for the budget, bytes held */
     uint64_t stack_cache_hits, stack_cache_misses, stack_cache_flushes, stack_cache_bytes;
+    /* the open rollup buckets' bytes, and times all were dropped for store.memory_budget */
+    uint64_t bucket_bytes, bucket_drops;
 } cp_store_stats;
 void cp_store_get_stats(cp_store *s, cp_store_stats *out);
 /* Registers the store's statistics (the contprof_store_* families of /metrics, read
@@ -161,7 +166,9 @@ void cp_store_batch_destroy(cp_store_batch *b);
  * its decoded profile p (not retained). Duplicates are detected per (tenant, producer,
  * dedup_scope) -- ingest passes the Kafka partition -- and return CP_STORE_DUPLICATE with
  * nothing stored. Cumulative alloc inputs (e->cumulative) are stored as the delta from the
- * previous input of the same series and producer. Returns 0; CP_EINVAL / CP_EINCOMPAT /
+ * previous input of the same series and cumulative stream: the producer id up to its first
+ * '#' (contprof import names each window "import:STREAM#WINDOW", ingest/import.c), all of
+ * it when it has none. Returns 0; CP_EINVAL / CP_EINCOMPAT /
  * CP_ELIMIT for an input the store cannot take (err names the field; the batch is
  * unchanged and usable); CP_ENOMEM or CP_ESTORE otherwise. */
 int cp_store_batch_add(cp_store_batch *b, const cp_envelope *e, const cp_profile *p,
@@ -173,6 +180,21 @@ int cp_store_batch_add(cp_store_batch *b, const cp_envelope *e, const cp_profile
  * the batch unchanged and usable. */
 int cp_store_batch_add_lazy(cp_store_batch *b, const cp_envelope *e, cp_profile *p,
                             cp_pprof_lazy *lz, int32_t dedup_scope, cp_err *err);
+
+/* The highest sequence stored for (tenant, producer) over every dedup scope, from the
+ * committed producer records (writer thread; nothing the open batch added). 0 with *last
+ * set; CP_ENOTFOUND when nothing of the producer is stored; CP_ESTORE on a read error
+ * (err says which). Ingest estimates from it what died with the broker at a crash. */
+int cp_store_producer_last(cp_store *s, const char *tenant, const char *producer, uint64_t *last,
+                           cp_err *err);
+
+/* The store's retention (cp_store_options: 0 = forever), fixed at open. Any thread. */
+void cp_store_get_retention(const cp_store *s, int64_t *raw_ns, int64_t *rollup_ns);
+
+/* 1 if LevelDB has reported damage (a "Corruption" status) in this process, with the first
+ * such message (naming the table when it can, and the repair) in out; else 0 and "". Any
+ * thread. The message stays until the process ends: only `contprofd --repair` mends it. */
+int cp_store_damage(cp_store *s, char *out, size_t len);
 
 /* Records that topic/partition continues at next_offset once this batch is committed. */
 int cp_store_batch_set_offset(cp_store_batch *b, const char *topic, int32_t partition,

@@ -358,10 +358,16 @@ struct cp_store {
     CP_VEC(bucket *) buckets; /* open buckets (hash below) */
     uint32_t *bslots, nbslots;
     size_t bucket_rows, bucket_rows_max;
+    size_t bucket_bytes, bucket_bytes_max;   /* the open buckets' heap bytes (bucket_bytes()) */
+    atomic_uint_fast64_t bucket_drops;       /* all dropped past a budget after a commit */
     uint32_t mt_tenant, mt_series, mt_level; /* maintenance cursor */
     /* the series' stack caches: bytes held, the budget, and counters (read by stats) */
     size_t wcache_bytes, wcache_budget;
     atomic_uint_fast64_t wcache_hits, wcache_misses, wcache_flushes;
+    /* the first damage LevelDB reported ("Corruption", cp_ldb_fail), for /healthz until
+     * the process ends (a reopen does not mend a table; --repair does) */
+    pthread_mutex_t damage_mu;
+    char damage[512];
 };
 
 /* --- small helpers and key builders (format.h) ----------------------------------------- */

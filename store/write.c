@@ -16,6 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 typedef struct lazy_res {
     uint32_t sid, off, n;
@@ -107,6 +110,17 @@ static void bslots_rebuild(cp_store *s)
     }
 }
 
+/* The heap bytes an open bucket holds: its struct and arrays at their capacity, with
+ * glibc's 16 bytes per allocation, and its two slots in s->buckets and s->bslots (at most
+ * half full). What store.memory_budget counts. */
+static size_t bucket_bytes(const bucket *b)
+{
+    const cp_acc *a = &b->acc;
+    return sizeof *b + 16 + (a->ids.cap ? (size_t)a->ids.cap * 4 + 16 : 0) +
+           (a->vals.cap ? (size_t)a->vals.cap * 8 + 16 : 0) +
+           (a->nslots ? (size_t)a->nslots * 8 + 16 : 0) + 8 + 2 * 4;
+}
+
 /* Drops open buckets (all, or only the clean ones). */
 void cp_buckets_drop(cp_store *s, int keep_dirty)
 {
@@ -118,10 +132,12 @@ void cp_buckets_drop(cp_store *s, int keep_dirty)
             continue;
         }
         s->bucket_rows -= b->acc.ids.n;
+        s->bucket_bytes -= bucket_bytes(b);
         cp_acc_close(&b->acc);
         free(b);
     }
     s->buckets.n = w;
+    CP_ASSERT(w || (s->bucket_bytes == 0 && s->bucket_rows == 0));
     if (s->nbslots) bslots_rebuild(s);
 }
 
@@ -170,6 +186,7 @@ static int bucket_get(cp_store_batch *B, cp_ser *ser, int level, int64_t start, 
     while (s->bslots[h])
         h = (h + 1) & (s->nbslots - 1);
     s->bslots[h] = s->buckets.n;
+    s->bucket_bytes += bucket_bytes(b);
     *out = b;
     /* may it exist on disk? only if a committed window started inside it */
     int64_t end = level ? start + cp_level_ns[level] : start + 1;
@@ -193,6 +210,7 @@ static int bucket_get(cp_store_batch *B, cp_ser *ser, int level, int64_t start, 
                        ser->id, ser->t->name, b->acc.ntypes, ser->ntypes);
     if (rc) cp_acc_reset(&b->acc, ser->ntypes); /* a damaged block is replaced */
     s->bucket_rows += b->acc.ids.n;
+    s->bucket_bytes += bucket_bytes(b) - bucket_bytes(&(bucket){0});
     return rc == CP_ENOMEM ? rc : 0;
 }
 
@@ -305,6 +323,68 @@ int cp_store_get_offset(cp_store *s, const char *topic, int32_t partition, int64
 }
 
 /* --- producers (duplicate detection) ----------------------------------------------- */
+
+/* How many producer records a tenant keeps in memory: past it, after a commit, the clean
+ * ones are freed and read again from LevelDB when next needed. contprof import names
+ * each window a producer of its own (ingest/import.c), so the count follows the windows
+ * imported, not the agents. */
+#define PRODUCERS_CACHED 65536
+
+static void prods_trim(tenant *t)
+{
+    if (t->prods.n <= PRODUCERS_CACHED) return;
+    for (uint32_t i = 0; i < t->prods.cap; i++) {
+        prod *p = t->prods.s[i].v;
+        if (p && p->dirty) return; /* never while a batch holds one (commit clears them) */
+    }
+    for (uint32_t i = 0; i < t->prods.cap; i++) {
+        prod *p = t->prods.s[i].v;
+        if (p) {
+            free(p->key);
+            free(p);
+        }
+    }
+    memset(t->prods.s, 0, t->prods.cap * sizeof *t->prods.s);
+    t->prods.n = 0;
+}
+
+int cp_store_producer_last(cp_store *s, const char *tenant_name, const char *producer,
+                           uint64_t *last, cp_err *err)
+{
+    CP_ASSERT_THREAD(&s->writer, "writer thread only");
+    tenant *t = cp_tenant_find(s, tenant_name, strlen(tenant_name));
+    size_t pl = strlen(producer);
+    if (!t || pl > CP_STORE_PRODUCER_MAX) return CP_ENOTFOUND;
+    uint8_t k[CP_TENANT_KEY_MAX + CP_STORE_PRODUCER_MAX + 16];
+    size_t n = key_tenant(k, t, CP_K_PRODUCER);
+    memcpy(k + n, producer, pl);
+    k[n + pl] = 0; /* producer \0 be32 scope */
+    size_t kl = n + pl + 1;
+    leveldb_iterator_t *it = leveldb_create_iterator(s->db, s->ropts);
+    int found = 0;
+    *last = 0;
+    for (leveldb_iter_seek(it, (const char *)k, kl); leveldb_iter_valid(it);
+         leveldb_iter_next(it)) {
+        size_t l, vl;
+        const char *key = leveldb_iter_key(it, &l);
+        if (l != kl + 4 || memcmp(key, k, kl)) break;
+        const char *v = leveldb_iter_value(it, &vl);
+        cp_rd r = {(const uint8_t *)v, (const uint8_t *)v + vl, 0};
+        uint64_t hwm = cp_get_uv(&r);
+        if (r.bad) continue; /* a damaged record counts as none, as in prod_get */
+        if (!found || hwm > *last) *last = hwm;
+        found = 1;
+    }
+    char *e = NULL;
+    leveldb_iter_get_error(it, &e);
+    leveldb_iter_destroy(it);
+    if (e) {
+        int rc = cp_ldb_fail(s, err, e, "reading producer records");
+        leveldb_free(e);
+        return rc;
+    }
+    return found ? 0 : CP_ENOTFOUND;
+}
 
 static int prod_get(cp_store_batch *B, tenant *t, const char *producer, int32_t scope, prod **out,
                     cp_err *err)
@@ -800,10 +880,11 @@ static int stage10_flush(cp_store_batch *B, cp_ser *ser, cp_err *err)
         bucket *b = NULL;
         int rc = bucket_get(B, ser, l, bucket_of(l, ser->stage10_start), &b, err);
         if (rc) return rc;
-        size_t before = b->acc.ids.n;
+        size_t before = b->acc.ids.n, bytes = bucket_bytes(b);
         if (stage_into(&b->acc, &ser->stage10, 1, l == 2))
             return cp_err_set(err, CP_ENOMEM, "store");
         B->s->bucket_rows += b->acc.ids.n - before;
+        B->s->bucket_bytes += bucket_bytes(b) - bytes;
         b->dirty = 1;
     }
     ser->staged &= ~CP_STAGED_10MIN;
@@ -828,9 +909,10 @@ static int stage_flush(cp_store_batch *B, cp_ser *ser, cp_err *err)
     if (stage_into(&ser->stage10, &ser->stage, 0, 0)) return cp_err_set(err, CP_ENOMEM, "store");
     bucket *b = NULL;
     if ((rc = bucket_get(B, ser, 1, ser->stage_start, &b, err))) return rc;
-    size_t before = b->acc.ids.n;
+    size_t before = b->acc.ids.n, bytes = bucket_bytes(b);
     if (stage_into(&b->acc, &ser->stage, 1, 1)) return cp_err_set(err, CP_ENOMEM, "store");
     B->s->bucket_rows += b->acc.ids.n - before;
+    B->s->bucket_bytes += bucket_bytes(b) - bytes;
     b->dirty = 1;
     ser->staged &= ~CP_STAGED_MIN;
     return 0;
@@ -868,7 +950,7 @@ static int apply_window(cp_store_batch *B, cp_ser *ser, int64_t start, cp_err *e
         bucket *b = NULL;
         int rc = bucket_get(B, ser, l, bucket_of(l, start), &b, err);
         if (rc) return rc;
-        size_t before = b->acc.ids.n;
+        size_t before = b->acc.ids.n, bytes = bucket_bytes(b);
         if (l == 0 && b->acc.windows == 0 && b->acc.ids.n == 0) {
             cp_acc_take(&b->acc, w);
         } else if (ser->kind == CP_KIND_INUSE) {
@@ -885,6 +967,7 @@ static int apply_window(cp_store_batch *B, cp_ser *ser, int64_t start, cp_err *e
             if (cp_acc_add(&b->acc, w, 1)) return cp_err_set(err, CP_ENOMEM, "store");
         }
         B->s->bucket_rows += b->acc.ids.n - before;
+        B->s->bucket_bytes += bucket_bytes(b) - bytes;
         b->dirty = 1;
     }
     return 0;
@@ -1010,7 +1093,7 @@ int cp_store_batch_add_lazy(cp_store_batch *B, const cp_envelope *e, cp_profile 
         pthread_rwlock_unlock(&s->lock);
         if (!t) return cp_err_set(err, CP_ENOMEM, "store: tenant");
     }
-    prod *pr;
+    prod *pr = NULL;
     int rc = prod_get(B, t, e->producer_id, dedup_scope, &pr, err);
     if (rc) return rc;
     if (prod_seen(pr, e->sequence)) return CP_STORE_DUPLICATE;
@@ -1069,7 +1152,12 @@ int cp_store_batch_add_lazy(cp_store_batch *B, const cp_envelope *e, cp_profile 
     pthread_rwlock_unlock(&s->lock);
     if (rc) goto broken;
 
-    if (e->cumulative && (rc = cumulative_delta(B, ser, e->producer_id, err))) goto broken;
+    if (e->cumulative) {
+        /* the cumulative stream: the producer id up to its first '#' (store.h) */
+        char stream[CP_STORE_PRODUCER_MAX + 1];
+        snprintf(stream, sizeof stream, "%.*s", (int)strcspn(e->producer_id, "#"), e->producer_id);
+        if ((rc = cumulative_delta(B, ser, stream, err))) goto broken;
+    }
     if ((rc = apply_window(B, ser, e->window_start_ns, err))) goto broken;
     if (cp_labels_get(&e->labels, CP_CAPTURE_LABEL) && (rc = capture_window(B, ser, e, p, err)))
         goto broken;
@@ -1193,15 +1281,23 @@ int cp_store_batch_commit(cp_store_batch *B, cp_err *err)
         B->dirty_series.v[i]->meta_dirty = B->dirty_series.v[i]->cum_dirty = 0;
     for (uint32_t i = 0; i < B->dirty_prods.n; i++)
         B->dirty_prods.v[i]->dirty = 0;
+    B->dirty_prods.n = 0;
+    for (uint32_t i = 0; i < s->tenants.n; i++)
+        prods_trim(s->tenants.v[i]);
     /* keep the cache bounded: raw windows rarely come back; rollups do */
-    if (s->bucket_rows > s->bucket_rows_max) {
+    if (s->bucket_rows > s->bucket_rows_max || s->bucket_bytes > s->bucket_bytes_max) {
         cp_buckets_drop(s, 0);
+        atomic_fetch_add(&s->bucket_drops, 1);
+#ifdef __GLIBC__
+        malloc_trim(0); /* give the freed buckets back: the budget is about resident bytes */
+#endif
     } else {
         uint32_t w = 0;
         for (uint32_t i = 0; i < s->buckets.n; i++) {
             bucket *b = s->buckets.v[i];
             if (b->level == 0) {
                 s->bucket_rows -= b->acc.ids.n;
+                s->bucket_bytes -= bucket_bytes(b);
                 cp_acc_close(&b->acc);
                 free(b);
             } else {

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "pprof.h"
+#include "selector.h"
 #include "store.h"
 #include "synth.h"
 #include "clock.h"
@@ -164,11 +165,155 @@ static int query(const char *dir, int reps)
     return 0;
 }
 
+/* VmRSS of this process in bytes (0 if unknown). */
+static long long rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6)) kb = atoll(line + 6);
+    if (f) fclose(f);
+    return kb * 1024;
+}
+
+/* One window of kind with a single stack of depth 10 (the same for every series). */
+static cp_profile *single_stack(cp_kind kind, int64_t start, int64_t v0)
+{
+    cp_profile *p = cp_profile_create();
+    if (kind == CP_KIND_INUSE) {
+        cp_profile_add_sample_type(p, "inuse_objects", "count");
+        cp_profile_add_sample_type(p, "inuse_space", "bytes");
+    } else {
+        cp_profile_add_sample_type(p, "samples", "count");
+        cp_profile_add_sample_type(p, "cpu", "nanoseconds");
+    }
+    p->time_nanos = start;
+    p->duration_nanos = 10 * SEC;
+    uint32_t locs[10];
+    for (int i = 0; i < 10; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "holder_%d", i);
+        cp_function f = {0};
+        cp_profile_intern_cstr(p, name, &f.name);
+        uint32_t fid;
+        cp_profile_add_function(p, &f, &fid);
+        cp_line ln = {fid, 10 + i};
+        cp_profile_add_location(p, 0x4000 + (uint64_t)i * 32, 0, &ln, 1, &locs[i]);
+    }
+    int64_t v[2] = {v0, v0 * 4096};
+    cp_profile_add_sample(p, locs, 10, v, NULL, 0);
+    return p;
+}
+
+/* nseries single-stack series of kind (instance=i<k>), one window each, in batches of 512
+ * windows (ingest's batch); the resident bytes the store's open rollup buckets then hold. */
+static void build_series(cp_store *s, cp_kind kind, int nseries, double *bytes_per_series)
+{
+    cp_store_batch *b = cp_store_batch_create(s);
+    cp_err err = {0};
+    long long r0 = rss_bytes();
+    for (int i = 0; i < nseries; i++) {
+        cp_envelope e = {0};
+        char inst[32];
+        snprintf(inst, sizeof inst, "i%d", i);
+        e.tenant = "default";
+        cp_labels_set(&e.labels, "service", kind == CP_KIND_INUSE ? "heap" : "burn");
+        cp_labels_set(&e.labels, "instance", inst);
+        e.kind = kind;
+        e.window_start_ns = BENCH_T0;
+        e.window_duration_ns = 10 * SEC;
+        e.producer_id = inst;
+        e.sequence = 1;
+        cp_profile *p = single_stack(kind, BENCH_T0, 1 + i % 7);
+        if (cp_store_batch_add(b, &e, p, kind, &err)) die("add", &err);
+        cp_profile_destroy(p);
+        cp_labels_close(&e.labels);
+        if (i % 512 == 511 && cp_store_batch_commit(b, &err)) die("commit", &err);
+    }
+    if (cp_store_batch_commit(b, &err)) die("commit", &err);
+    cp_store_batch_destroy(b);
+    *bytes_per_series = (double)(rss_bytes() - r0) / nseries;
+    cp_store_stats st;
+    cp_store_get_stats(s, &st);
+    printf("%s_open_bucket_bytes %llu\n", cp_kind_name(kind), (unsigned long long)st.bucket_bytes);
+    printf("%s_open_bucket_drops %llu\n", cp_kind_name(kind), (unsigned long long)st.bucket_drops);
+}
+
+/* Median of reps merged queries of kind over every series of service svc, in ms. */
+static double time_query(cp_store *s, cp_kind kind, const char *svc, int reps, int64_t *total)
+{
+    cp_selector sel = {0};
+    cp_err err = {0};
+    char text[64];
+    snprintf(text, sizeof text, "{service=\"%s\"}", svc);
+    if (cp_selector_parse(text, &sel, &err)) die("selector", &err);
+    double t[16];
+    if (reps > 16) reps = 16;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_s();
+        cp_profile *p = NULL;
+        if (cp_store_query(s,
+                           &(cp_query){.tenant = "default",
+                                       .kind = kind,
+                                       .sel = sel,
+                                       .from_ns = BENCH_T0 - 3600 * SEC,
+                                       .to_ns = BENCH_T0 + 3600 * SEC},
+                           &p, &err))
+            die("query", &err);
+        t[r] = now_s() - t0;
+        *total = cp_profile_total(p, 0);
+        cp_profile_destroy(p);
+    }
+    cp_selector_close(&sel);
+    qsort(t, (size_t)reps, sizeof *t, cmp_d);
+    return t[reps / 2] * 1000;
+}
+
+/* bench_store series DIR N: N single-stack inuse series and N cpu series (the baseline) in
+ * a fresh store; resident bytes per series the open rollup buckets hold after writing, and
+ * the merged inuse query over all N against the cpu one over all N. BUDGET_MB: the store's
+ * memory_budget (0: its default). */
+static int series(const char *dir, int n, int reps, size_t budget)
+{
+    cp_store_options o = {.path = dir, .memory_budget = budget};
+    cp_store *s = NULL;
+    cp_err err = {0};
+    if (cp_store_open(&o, &s, &err)) die("open", &err);
+    double inuse_b, cpu_b;
+    build_series(s, CP_KIND_INUSE, n, &inuse_b);
+    build_series(s, CP_KIND_CPU, n, &cpu_b);
+    printf("series %d\n", n);
+    printf("rss_bytes %lld\n", rss_bytes());
+    printf("inuse_rss_bytes_per_series %.0f\n", inuse_b);
+    printf("cpu_rss_bytes_per_series %.0f\n", cpu_b);
+    int64_t ti = 0, tc = 0;
+    double qi = time_query(s, CP_KIND_INUSE, "heap", reps, &ti);
+    double qc = time_query(s, CP_KIND_CPU, "burn", reps, &tc);
+    printf("inuse_query_ms %.1f total %lld\n", qi, (long long)ti);
+    printf("cpu_query_ms %.1f total %lld\n", qc, (long long)tc);
+    printf("inuse_over_cpu %.2f\n", qi / qc);
+    cp_store_close(s);
+    /* cold: reopened, nothing in memory */
+    if (cp_store_open(&o, &s, &err)) die("reopen", &err);
+    qi = time_query(s, CP_KIND_INUSE, "heap", reps, &ti);
+    qc = time_query(s, CP_KIND_CPU, "burn", reps, &tc);
+    printf("reopened_inuse_query_ms %.1f\n", qi);
+    printf("reopened_cpu_query_ms %.1f\n", qc);
+    printf("reopened_rss_bytes %lld\n", rss_bytes());
+    cp_store_close(s);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc >= 3 && !strcmp(argv[1], "series"))
+        return series(argv[2], argc > 3 ? atoi(argv[3]) : 100000, argc > 4 ? atoi(argv[4]) : 3,
+                      argc > 5 ? (size_t)atol(argv[5]) << 20 : 0);
     if (argc >= 3 && !strcmp(argv[1], "build"))
         return build(argv[2], argc > 3 ? atol(argv[3]) : 60480, argc > 4 ? atoi(argv[4]) : 1);
     if (argc >= 3 && !strcmp(argv[1], "query")) return query(argv[2], argc > 3 ? atoi(argv[3]) : 9);
-    fprintf(stderr, "usage: bench_store build DIR [WINDOWS [SERIES]] | query DIR [REPS]\n");
+    fprintf(stderr, "usage: bench_store build DIR [WINDOWS [SERIES]] | query DIR [REPS] | series "
+                    "DIR [N [REPS [BUDGET_MB]]]\n");
     return 2;
 }

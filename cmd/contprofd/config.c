@@ -216,6 +216,7 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
         {"http.gzip_min_bytes", SET_SIZE, &c->gzip_min_bytes},
         {"store.cache_bytes", SET_SIZE, &c->cache_bytes},
         {"store.stack_cache_bytes", SET_SIZE, &c->stack_cache_bytes},
+        {"store.memory_budget", SET_SIZE, &c->memory_budget},
         {"query.max_blocks", SET_U64, &c->max_blocks},
         {"symbols.dirs", SET_STR, &c->symbols_dirs},
         {"symbols.max_upload_bytes", SET_SIZE, &c->symbols_max_upload_bytes},

@@ -31,6 +31,7 @@ typedef struct cp_config {
     uint32_t concurrency, max_queued, max_connections, max_nodes_default, max_nodes_limit;
     size_t max_response_bytes, max_header_bytes, max_url_bytes, cache_bytes, gzip_min_bytes;
     size_t stack_cache_bytes; /* store.stack_cache_bytes: the writer's stack caches */
+    size_t memory_budget;     /* store.memory_budget: the writer's open rollup buckets */
     uint64_t max_blocks;
     /* what clients may hold (see query/README.md) */
     int64_t request_timeout_ns, write_timeout_ns;

@@ -423,7 +423,8 @@ int main(int argc, char **argv)
                            .retention_raw_ns = d.cfg.retention_raw_ns,
                            .retention_rollup_ns = d.cfg.retention_rollup_ns,
                            .cache_bytes = d.cfg.cache_bytes,
-                           .stack_cache_bytes = d.cfg.stack_cache_bytes};
+                           .stack_cache_bytes = d.cfg.stack_cache_bytes,
+                           .memory_budget = d.cfg.memory_budget};
     if (cp_store_open(&so, &d.store, &err)) goto fail_msg;
     if (cp_metrics_create(&d.metrics)) goto fail_msg;
     cp_log_info("store %s open", d.cfg.data_dir);

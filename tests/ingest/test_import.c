@@ -88,6 +88,10 @@ TEST(go_profiles_round_trip)
     char *argv[] = {"import", "--brokers", (char *)bs,    "--tenant", "acme", "--service",
                     "goapp",  "--label",   "version=1.0", cpu,        heap,   NULL};
     CHECK_EQ(cp_cmd_import(11, argv), 0);
+    /* the same again (a retry): every window a duplicate the store drops (issue 27) */
+    char *argv1[] = {"import", "--brokers", (char *)bs,    "--tenant", "acme", "--service",
+                     "goapp",  "--label",   "version=1.0", cpu,        heap,   NULL};
+    CHECK_EQ(cp_cmd_import(11, argv1), 0);
     /* a bad file: refused with a non-zero exit, the good ones still go */
     char *argv2[] = {"import", "--brokers", (char *)bs, "--tenant", "other", bad, cpu, NULL};
     CHECK_EQ(cp_cmd_import(7, argv2), 1);
@@ -117,7 +121,11 @@ TEST(go_profiles_round_trip)
     cp_store *s = NULL;
     CHECK_EQ(cp_store_open(&so, &s, NULL), 0);
     cp_ingest *in = ingest_start(bs, s, 64);
-    wait_messages(in, 5, 60);
+    wait_messages(in, 8, 60);
+    cp_ingest_stop(in); /* every message read is applied */
+    cp_ingest_stats ist;
+    cp_ingest_get_stats(in, &ist);
+    CHECK_EQ(ist.duplicates, 3); /* cpu, alloc (cumulative) and inuse of the retry */
     cp_ingest_destroy(in);
 
     int64_t want[8];

@@ -351,6 +351,90 @@ TEST(table_damage_refused_then_repaired)
     rmtree(dir);
 }
 
+/* Starts contprofd (argv[0] its path) logging to log; its HTTP port, or 0 if it exited
+ * first (a store it refuses), reaped then. */
+static int try_start(const char *const *argv, const char *log, pid_t *pid)
+{
+    *pid = spawn(argv, log);
+    static char buf[1 << 16];
+    for (int64_t end = mono_ns() + 30 * SEC; mono_ns() < end; usleep(20000)) {
+        slurp(log, buf, sizeof buf);
+        const char *m = strstr(buf, PROC_QUERY_API);
+        if (m) return atoi(m + strlen(PROC_QUERY_API));
+        int st;
+        if (waitpid(*pid, &st, WNOHANG) == *pid) return 0;
+    }
+    CHECK(0);
+    return 0;
+}
+
+/* A damaged table block the open does not read: contprofd starts and is healthy (200), a
+ * query over it answers the damage, and /healthz then says degraded (503), naming the table
+ * and the repair. Each
+ * 4 KiB block of the table is tried in turn until one is such a block. */
+TEST(damaged_table_makes_healthz_degraded)
+{
+    char *dir = tmpdir("hz");
+    char path[600], table[700], conf[700], orig[700], log[800], bin[600];
+    store_with_table(dir, "hz", 40, path, table);
+    keep_all_conf(dir, conf, sizeof conf);
+    snprintf(orig, sizeof orig, "%s.orig", path);
+    snprintf(bin, sizeof bin, "%s/query/contprofd", bindir());
+    sh("cp -a '%s' '%s'", path, orig);
+    struct stat stt;
+    CHECK(stat(table, &stt) == 0);
+    int found = 0, tried = 0;
+    for (off_t off = 1000; off < stt.st_size - 100 && !found; off += 4096, tried++) {
+        sh("rm -rf '%s'%s", path, "");
+        sh("cp -a '%s' '%s'", orig, path);
+        int fd = open(table, O_RDWR);
+        CHECK(fd >= 0);
+        unsigned char c;
+        CHECK(pread(fd, &c, 1, off) == 1);
+        c ^= 0x5a;
+        CHECK(pwrite(fd, &c, 1, off) == 1);
+        close(fd);
+        snprintf(log, sizeof log, "%s/contprofd-%lld.log", dir, (long long)off);
+        const char *argv[] = {bin, "--config", conf, "--data", path, "--http", "127.0.0.1:0", NULL};
+        pid_t pid;
+        int port = try_start(argv, log, &pid);
+        if (!port) continue; /* the open read that block, and refused the store */
+        /* healthy first: 200 once ingest has its partitions */
+        cp_http_result h;
+        for (int64_t end = mono_ns() + 30 * SEC;; usleep(50000)) {
+            h = http_get(port, "/healthz", NULL);
+            if (h.status == 200 || mono_ns() > end) break;
+            cp_buf_close(&h.body);
+        }
+        CHECK_EQ(h.status, 200);
+        cp_buf_close(&h.body);
+        char pq[300];
+        snprintf(pq, sizeof pq,
+                 "/api/v1/timeline?type=cpu&select=%%7Bservice%%3D%%22hz%%22%%7D&from=%lld&to=%lld"
+                 "&step=10s",
+                 (long long)(T0 / SEC - 3600), (long long)(T0 / SEC + 3600));
+        cp_http_result r = http_get(port, pq, NULL);
+        if (r.status != 200) {
+            fprintf(stderr, "byte %lld: %d %s\n", (long long)off, r.status, (char *)r.body.data);
+            CHECK_CONTAINS((char *)r.body.data, "Corruption");
+            h = http_get(port, "/healthz", NULL);
+            fprintf(stderr, "/healthz: %d %s\n", h.status, (char *)h.body.data);
+            CHECK_EQ(h.status, 503);
+            CHECK_CONTAINS((char *)h.body.data, "\"status\":\"degraded\"");
+            CHECK_CONTAINS((char *)h.body.data, strrchr(table, '/') + 1);
+            CHECK_CONTAINS((char *)h.body.data, "contprofd --repair --data");
+            cp_buf_close(&h.body);
+            found = 1;
+        }
+        cp_buf_close(&r.body);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    fprintf(stderr, "%d block(s) tried\n", tried);
+    CHECK(found);
+    rmtree(dir);
+}
+
 /* A store whose CURRENT is gone: the daemon refuses it (LevelDB would create a new store
  * and delete the tables as garbage), naming the file and the repair; the tables are still
  * there, and the repair gives every window back. A lost MANIFEST is refused too. */
@@ -654,4 +738,5 @@ TEST(disk_full_pauses_and_resumes)
 
 TEST_MAIN(T(wal_byte_flip_refused_then_repaired), T(wal_truncated_reported),
           T(repair_rebuilds_derived_data), T(disk_full_pauses_and_resumes),
-          T(table_damage_refused_then_repaired), T(missing_current_refused_not_wiped))
+          T(table_damage_refused_then_repaired), T(missing_current_refused_not_wiped),
+          T(damaged_table_makes_healthz_degraded))
