@@ -93,7 +93,8 @@ typedef struct imp {
     char **labels;     /* k=v */
     int nlabels;
     int64_t at, dur;
-    char producer[128]; /* the envelope being sent's (window_producer) */
+    char producer[128];         /* the envelope being sent's (window_producer) */
+    uint8_t run[CP_SHA256_LEN]; /* SHA-256 of the sorted file list: the cumulative streams' run */
     char **files;
     int nfiles;
     /* flow control (wait = 1): at most budget unstored bytes in flight */
@@ -414,12 +415,41 @@ static int refused(const char *file, const cp_envelope *e, const cp_buf *enc)
     return rc != 0;
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The run's identity (window_producer): SHA-256 of the file names, sorted, so the same
+ * command names the same run in any order. 0, or 1 (said) out of memory. */
+static int run_id(char **files, int n, uint8_t out[CP_SHA256_LEN])
+{
+    char **sorted = malloc((size_t)(n ? n : 1) * sizeof *sorted);
+    cp_buf b = {0};
+    int rc = !sorted;
+    if (!rc) {
+        memcpy(sorted, files, (size_t)n * sizeof *sorted);
+        qsort(sorted, (size_t)n, sizeof *sorted, cmp_str);
+        for (int i = 0; i < n && !rc; i++)
+            rc = cp_buf_printf(&b, "%s\n", sorted[i]) != 0;
+    }
+    if (!rc) cp_sha256(b.data, b.len, out);
+    if (rc) fprintf(stderr, "contprof import: out of memory\n");
+    cp_buf_close(&b);
+    free(sorted);
+    return rc;
+}
+
 /* Names the window e (its series key in key) by what it is, so that sending it again is a
  * duplicate the store drops (store/README.md "Duplicates": per producer and partition;
  * one series keys one partition). im->producer becomes "import:S#W" with sequence 1:
- * S, 16 hex digits of SHA-256 over the series key (tenant, kind, labels), names the
- * series' cumulative stream (the store keeps cumulative inputs' differences per series and
- * the producer's part before '#'); W, 32 hex digits of SHA-256 over the series key, the
+ * S, 16 hex digits of SHA-256 over the series key (tenant, kind, labels) and the run (the
+ * sorted list of the files named), names the series' cumulative stream (the store keeps
+ * cumulative inputs' differences per series and the producer's part before '#'): the
+ * cumulative profiles of one import are one process's snapshots, each one's difference
+ * from the one before counts, while another import's count in full (it may be another
+ * process), and a retry of the same command is the same stream; W, 32 hex digits of
+ * SHA-256 over the series key, the
  * window's start, duration and cumulative flag and the pprof as encoded, names the window.
  * Decision: one producer per window rather than a per-run producer and sequence, since a
  * retry is another run, and the same file must map to the same key in any order and any
@@ -428,8 +458,13 @@ static int refused(const char *file, const cp_envelope *e, const cp_buf *enc)
 static int window_producer(imp *im, const cp_envelope *e, const cp_buf *key)
 {
     uint8_t hs[CP_SHA256_LEN], hw[CP_SHA256_LEN];
-    cp_sha256(key->data, key->len, hs);
     cp_buf b = {0};
+    if (cp_buf_append(&b, key->data, key->len) || cp_buf_append(&b, im->run, sizeof im->run)) {
+        cp_buf_close(&b);
+        return CP_ENOMEM;
+    }
+    cp_sha256(b.data, b.len, hs);
+    b.len = 0;
     if (cp_buf_printf(&b, "%.*s\n%lld %lld %d\n", (int)key->len, (const char *)key->data,
                       (long long)e->window_start_ns, (long long)e->window_duration_ns,
                       e->cumulative) ||
@@ -821,6 +856,10 @@ int cp_cmd_import(int argc, char **argv)
     }
     im.files = files;
     im.nfiles = nfiles;
+    if (run_id(files, nfiles, im.run)) {
+        rc = 1;
+        goto out;
+    }
     im.bar = isatty(2);
     im.last_progress_ns = cp_mono_ns();
     char why[400];
