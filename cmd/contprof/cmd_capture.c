@@ -235,6 +235,8 @@ int cp_cmd_capture(int argc, char **argv)
     /* the merged profile of the capture's series over its range */
     char selc[128];
     snprintf(selc, sizeof selc, "{capture=\"%s\"}", id);
+    /* a minute each side: agents stamp windows with their own clocks, contprofd the capture
+     * with its own (the profile's duration is this range, its samples the capture's) */
     int64_t from_s = start_ns / 1000000000LL - 60, to_s = end_ns / 1000000000LL + 60;
     cp_buf q = {0};
     cp_buf_printf(&q, "/api/v1/profile?type=%s&format=pprof&from=%" PRId64 "&to=%" PRId64, type,
