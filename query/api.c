@@ -322,8 +322,9 @@ static void symbols_map(const api_call *c, cp_http_response *r)
         oom(r);
 }
 
-/* POST: the body is an ELF binary or separate debug file; its symbol table is kept for the
- * tenant and names that build ID's frames in every later answer, old windows included. */
+/* POST: the body is an ELF binary or separate debug file (or a source map, above); its
+ * symbol table is kept for the tenant and names that build ID's frames in every later
+ * answer, old windows included. */
 static void ep_symbols(const api_call *c, cp_http_response *r)
 {
     cp_api *a = c->a;
@@ -342,8 +343,8 @@ static void ep_symbols(const api_call *c, cp_http_response *r)
     }
     if (!req->body_len) {
         cp_http_error(r, 400,
-                      "empty body: send the ELF file (binary or debug file) as the "
-                      "request body");
+                      "empty body: send the ELF file (binary or debug file) or the source "
+                      "map as the request body");
         return;
     }
     if (cp_symbols_is_map(req->body, req->body_len)) {

@@ -1,7 +1,8 @@
 /* Server-side symbolization: the upload of an ELF file (its table goes to the store under
- * the tenant and build ID), a bounded in-memory cache of tables shared by the query
- * threads, the configured .build-id directories, and the naming pass that adds functions
- * and lines to a merged profile's unsymbolized locations just before it is rendered. */
+ * the tenant and build ID) or of a JavaScript source map (under "js:" and its script), a
+ * bounded in-memory cache of both shared by the query threads, the configured .build-id
+ * directories, and the naming passes that add functions and lines to a merged profile's
+ * unsymbolized locations, and rewrite its V8 frames, just before it is rendered. */
 #include "symbols.h"
 
 #include <pthread.h>

@@ -1,6 +1,7 @@
 /* Server-side symbolization: symbol tables uploaded per tenant and build ID (kept in the
  * store), or found in configured debug directories, name the frames that agents left
- * unsymbolized, when a profile is read. Profiles are stored as they arrived; naming happens
+ * unsymbolized, and JavaScript source maps uploaded per script name V8 frames, when a
+ * profile is read. Profiles are stored as they arrived; naming happens
  * on every query, so windows stored before an upload are named once it is there. */
 #ifndef CP_QUERY_SYMBOLS_H
 #define CP_QUERY_SYMBOLS_H
