@@ -12,6 +12,7 @@
 #include "envelope.h"
 #include "json.h"
 #include "fanout.h"
+#include "http_client.h"
 #include "log.h"
 #include "merge.h"
 #include "params.h"
@@ -277,8 +278,53 @@ typedef struct api_call {
 
 /* ---- /api/v1/symbols ---------------------------------------------------------------- */
 
-/* POST: the body is an ELF binary or separate debug file; its symbol table is kept for the
- * tenant and names that build ID's frames in every later answer, old windows included. */
+/* POST of a source map (the body starts with '{'): kept for the tenant and the script it
+ * maps (its "file", else name=), it rewrites that script's V8 frames in every later answer,
+ * old windows included. */
+static void symbols_map(const api_call *c, cp_http_response *r)
+{
+    cp_api *a = c->a;
+    const cp_http_request *req = c->req;
+    const char *tenant = c->qr->q.tenant, *name = cp_params_get(c->pa, "name");
+    cp_err err = {0};
+    cp_symbols_map_result res;
+    int rc = cp_symbols_upload_map(a->o.symbols, tenant, (const char *)req->body, req->body_len,
+                                   name, &res, &err);
+    if (rc == CP_EPARSE || rc == CP_EINVAL) {
+        cp_http_error(r, 400, "%s", err.msg);
+        return;
+    }
+    if (rc == CP_ELIMIT) {
+        cp_http_error(r, 413, "%s", err.msg);
+        return;
+    }
+    if (rc) {
+        store_error(req, rc, &err, r);
+        return;
+    }
+    cp_log_info("symbols: tenant %s uploaded the source map of %s (%u sources, %u segments, "
+                "%zu bytes)",
+                tenant, res.script, res.sources, res.segments, res.map_bytes);
+    /* every node names its part: every node keeps the map, under the same script */
+    cp_buf pq = {0};
+    if (cp_buf_printf(&pq, "/api/v1/symbols?name=") || cp_url_encode(&pq, res.script) ||
+        cp_buf_append(&pq, "", 1) ||
+        cp_fanout_upload(c->fr, &c->qr->q, (const char *)pq.data, req->body, req->body_len, &err)) {
+        cp_buf_close(&pq);
+        oom(r);
+        return;
+    }
+    cp_buf_close(&pq);
+    if (cp_buf_printf(&r->body, "{\"tenant\":") || json_str(&r->body, tenant) ||
+        cp_buf_printf(&r->body, ",\"script\":") || json_str(&r->body, res.script) ||
+        cp_buf_printf(&r->body, ",\"sources\":%u,\"segments\":%u,\"map_bytes\":%zu}\n", res.sources,
+                      res.segments, res.map_bytes))
+        oom(r);
+}
+
+/* POST: the body is an ELF binary or separate debug file (or a source map, above); its
+ * symbol table is kept for the tenant and names that build ID's frames in every later
+ * answer, old windows included. */
 static void ep_symbols(const api_call *c, cp_http_response *r)
 {
     cp_api *a = c->a;
@@ -297,8 +343,12 @@ static void ep_symbols(const api_call *c, cp_http_response *r)
     }
     if (!req->body_len) {
         cp_http_error(r, 400,
-                      "empty body: send the ELF file (binary or debug file) as the "
-                      "request body");
+                      "empty body: send the ELF file (binary or debug file) or the source "
+                      "map as the request body");
+        return;
+    }
+    if (cp_symbols_is_map(req->body, req->body_len)) {
+        symbols_map(c, r);
         return;
     }
     cp_symbols_result res;
@@ -871,7 +921,7 @@ static const char *const g_diff_params[] = {
 static const char *const g_diff_formats[] = {"json", "pprof", NULL};
 static const char *const g_timeline_params[] = {"type", "select", "from", "to", "step", NULL};
 static const char *const g_series_params[] = {"select", "from", "to", "type", NULL};
-static const char *const g_symbols_params[] = {"tenant", NULL};
+static const char *const g_symbols_params[] = {"tenant", "name", NULL};
 static const char *const g_capture_params[] = {"select", "type",       "duration",
                                                "hz",     "alloc_rate", NULL};
 

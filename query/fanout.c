@@ -920,7 +920,7 @@ int cp_fanout_upload(cp_fanout_req *fr, const cp_query *q, const char *path, con
     cp_buf pq = {0};
     /* body non-NULL even when empty: this is a POST */
     fan fa = {.fr = fr, .body = body ? body : "", .body_len = len};
-    int rc = cp_buf_printf(&pq, "%s?", path);
+    int rc = cp_buf_printf(&pq, "%s%c", path, strchr(path, '?') ? '&' : '?');
     if ((rc = fan_begin(&fa, &pq, rc, q, err))) return rc;
     fan_wait(&fa);
     fan_close(&fa);

@@ -101,11 +101,11 @@ void cp_fanout_end(const cp_fanout_req *fr, cp_http_response *r);
 /* ---- uploads (POST /api/v1/symbols) ---------------------------------------------------- */
 
 /* Passes an upload this node has kept (the body of POST path, body[0..len), not retained) on
- * to every peer as that peer's own (`local=1`, with the cluster token and q->tenant), in
- * parallel, each within q->lim.deadline_ns (CLOCK_MONOTONIC; 0 = the peer timeout) less a
- * tenth, at most the peer timeout. A peer that fails, answers non-200 or misses the deadline
- * is missing (logged, counted): cp_fanout_end then marks the answer partial. Nothing for a
- * peer's own request (q->local) or without peers. 0 or CP_ENOMEM. */
+ * to every peer as that peer's own (`local=1`, with the cluster token and q->tenant; path
+ * may carry parameters of its own), in parallel, each within q->lim.deadline_ns (CLOCK_MONOTONIC; 0
+ * = the peer timeout) less a tenth, at most the peer timeout. A peer that fails, answers non-200 or
+ * misses the deadline is missing (logged, counted): cp_fanout_end then marks the answer partial.
+ * Nothing for a peer's own request (q->local) or without peers. 0 or CP_ENOMEM. */
 int cp_fanout_upload(cp_fanout_req *fr, const cp_query *q, const char *path, const void *body,
                      size_t len, cp_err *err);
 

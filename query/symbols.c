@@ -1,7 +1,8 @@
 /* Server-side symbolization: the upload of an ELF file (its table goes to the store under
- * the tenant and build ID), a bounded in-memory cache of tables shared by the query
- * threads, the configured .build-id directories, and the naming pass that adds functions
- * and lines to a merged profile's unsymbolized locations just before it is rendered. */
+ * the tenant and build ID) or of a JavaScript source map (under "js:" and its script), a
+ * bounded in-memory cache of both shared by the query threads, the configured .build-id
+ * directories, and the naming passes that add functions and lines to a merged profile's
+ * unsymbolized locations, and rewrite its V8 frames, just before it is rendered. */
 #include "symbols.h"
 
 #include <pthread.h>
@@ -13,6 +14,7 @@
 
 #include "demangle.h"
 #include "log.h"
+#include "sourcemap.h"
 
 #define NEGATIVE_TTL_NS (30LL * 1000000000LL) /* how long "no table" is believed */
 
@@ -23,7 +25,8 @@ typedef struct entry {
     char id[CP_BUILD_ID_HEX_MAX + 1];
     uint8_t *blob; /* NULL: known to be absent (until expires_ns) */
     size_t len;
-    cp_symtab t;
+    cp_symtab t;      /* an ELF table's (id a build ID) */
+    cp_v8_smap *smap; /* a source map's (id "js:" SCRIPT): blob is its JSON */
     int64_t expires_ns;
     uint64_t used; /* LRU tick */
     uint32_t refs;
@@ -75,6 +78,7 @@ cp_symbols *cp_symbols_create(const cp_symbols_options *o)
 static void entry_free(entry *e)
 {
     if (!e) return;
+    cp_v8_smap_destroy(e->smap);
     free(e->blob);
     free(e);
 }
@@ -221,7 +225,12 @@ static entry *acquire(cp_symbols *sy, const char *tenant, const char *id)
     }
     snprintf(ne->tenant, sizeof ne->tenant, "%s", tenant);
     snprintf(ne->id, sizeof ne->id, "%s", id);
-    if (blob && cp_symtab_open(&ne->t, blob, len, &err)) {
+    int bad = 0;
+    if (blob && !strncmp(id, "js:", 3))
+        bad = cp_v8_smap_create((const char *)blob, len, &ne->smap, &err) != 0;
+    else if (blob)
+        bad = cp_symtab_open(&ne->t, blob, len, &err) != 0;
+    if (bad) {
         cp_log_warn("symbols of %s (tenant %s): %s", id, *tenant ? tenant : "(dirs)", err.msg);
         free(blob);
         blob = NULL;
@@ -249,6 +258,26 @@ static entry *acquire(cp_symbols *sy, const char *tenant, const char *id)
 
 /* ---- upload --------------------------------------------------------------------------- */
 
+/* Whatever the cache held for (tenant, id) (a table, a map or "absent") is now stale. */
+static void forget(cp_symbols *sy, const char *tenant, const char *id)
+{
+    pthread_mutex_lock(&sy->mu);
+    for (entry **pp = &sy->head; *pp;) {
+        entry *e = *pp;
+        if (strcmp(e->id, id) == 0 && strcmp(e->tenant, tenant) == 0) {
+            *pp = e->next;
+            sy->bytes -= e->len;
+            if (e->refs)
+                e->stale = 1;
+            else
+                entry_free(e);
+        } else {
+            pp = &e->next;
+        }
+    }
+    pthread_mutex_unlock(&sy->mu);
+}
+
 int cp_symbols_upload(cp_symbols *sy, const char *tenant, const uint8_t *elf, size_t len,
                       cp_symbols_result *out, cp_err *err)
 {
@@ -271,24 +300,86 @@ int cp_symbols_upload(cp_symbols *sy, const char *tenant, const uint8_t *elf, si
     if (!rc) {
         cp_symtab_info_get(&t, &out->info);
         out->table_bytes = tab.len;
-        /* whatever the cache held for this build ID (a table or "absent") is now stale */
-        pthread_mutex_lock(&sy->mu);
-        for (entry **pp = &sy->head; *pp;) {
-            entry *e = *pp;
-            if (strcmp(e->id, out->build_id) == 0 && strcmp(e->tenant, tenant) == 0) {
-                *pp = e->next;
-                sy->bytes -= e->len;
-                if (e->refs)
-                    e->stale = 1;
-                else
-                    entry_free(e);
-            } else {
-                pp = &e->next;
-            }
-        }
-        pthread_mutex_unlock(&sy->mu);
+        forget(sy, tenant, out->build_id);
     }
     cp_buf_close(&tab);
+    return rc;
+}
+
+int cp_symbols_is_map(const uint8_t *body, size_t len)
+{
+    size_t i = 0;
+    while (i < len && (body[i] == ' ' || body[i] == '\t' || body[i] == '\n' || body[i] == '\r'))
+        i++;
+    return i < len && body[i] == '{';
+}
+
+/* The basename of a script's URL or path: after the last '/', before any '?' or '#'. */
+static const char *script_base(const char *url, size_t *n)
+{
+    size_t end = strcspn(url, "?#");
+    const char *b = url;
+    for (size_t i = 0; i < end; i++)
+        if (url[i] == '/') b = url + i + 1;
+    *n = (size_t)(url + end - b);
+    return b;
+}
+
+int cp_symbols_upload_map(cp_symbols *sy, const char *tenant, const char *text, size_t len,
+                          const char *name, cp_symbols_map_result *out, cp_err *err)
+{
+    memset(out, 0, sizeof *out);
+    int rc = 0;
+    if (len > sy->o.max_upload_bytes)
+        rc = cp_err_set(err, CP_ELIMIT,
+                        "source map of %zu bytes exceeds the upload limit of %zu bytes "
+                        "(symbols.max_upload_bytes)",
+                        len, sy->o.max_upload_bytes);
+    else if (len > sy->o.max_table_bytes)
+        rc = cp_err_set(err, CP_ELIMIT,
+                        "source map of %zu bytes exceeds the table limit of %zu bytes "
+                        "(symbols.max_table_bytes)",
+                        len, sy->o.max_table_bytes);
+    if (rc) {
+        cp_counter_add(&sy->refused, 1);
+        return rc;
+    }
+    if (!sy->o.store) return cp_err_set(err, CP_EINVAL, "this server keeps no uploads");
+    cp_v8_smap *m = NULL;
+    rc = cp_v8_smap_create(text, len, &m, err);
+    if (!rc) {
+        /* the script it maps: its "file", else the uploaded file's name less ".map" */
+        size_t n = 0;
+        const char *b = script_base(cp_v8_smap_file(m), &n);
+        if (!n && name) {
+            b = script_base(name, &n);
+            if (n > 4 && !memcmp(b + n - 4, ".map", 4)) n -= 4;
+        }
+        int ok = n > 0 && n <= CP_SYMBOLS_SCRIPT_MAX;
+        for (size_t i = 0; i < n && ok; i++)
+            ok = (unsigned char)b[i] >= 0x20 && b[i] != 0x7f;
+        if (!n)
+            rc = cp_err_set(err, CP_EPARSE,
+                            "source map: no \"file\" member and no name= to tell the script it "
+                            "maps (contprof symbols upload sends the file's name: SCRIPT.js.map)");
+        else if (!ok)
+            rc = cp_err_set(err, CP_EPARSE,
+                            "source map: script name '%.*s' is not 1-%d printable bytes",
+                            (int)(n > 200 ? 200 : n), b, CP_SYMBOLS_SCRIPT_MAX);
+        else
+            snprintf(out->script, sizeof out->script, "%.*s", (int)n, b);
+    }
+    char id[CP_SYMBOLS_SCRIPT_MAX + 4];
+    snprintf(id, sizeof id, "js:%s", out->script);
+    if (!rc) rc = cp_store_put_symbols(sy->o.store, tenant, id, text, len, err);
+    cp_counter_add(&sy->uploads, rc == 0);
+    cp_counter_add(&sy->refused, rc == CP_EPARSE || rc == CP_ELIMIT);
+    if (!rc) {
+        cp_v8_smap_counts(m, &out->sources, &out->segments);
+        out->map_bytes = len;
+        forget(sy, tenant, id);
+    }
+    cp_v8_smap_destroy(m);
     return rc;
 }
 
@@ -347,7 +438,8 @@ static uint32_t fn_get(fn_index *x, cp_profile *p, uint32_t name, uint32_t file)
     return id;
 }
 
-int cp_symbols_name(cp_symbols *sy, const char *tenant, cp_profile *p, uint32_t *named)
+/* Names the native locations (build-ID mappings) of p; *named gets their count. */
+static int name_native(cp_symbols *sy, const char *tenant, cp_profile *p, uint32_t *named)
 {
     if (named) *named = 0;
     uint32_t nm = p->mappings.n;
@@ -416,7 +508,145 @@ out:
     free(fx.keys);
     free(fx.ids);
     if (named) *named = count;
-    if (count) cp_counter_add(&sy->named, count);
+    return rc;
+}
+
+/* V8's position of function f, from its system_name "NAME URL:LINE:COLUMN" (the V8
+ * source's, collector/v8/v8conv.c; 1-based) with URL its filename: 1 with the 0-based line
+ * and column, else 0. */
+static int v8_position(const cp_profile *p, const cp_function *f, uint32_t *line, uint32_t *col)
+{
+    const char *url = cp_profile_str(p, f->filename), *s = cp_profile_str(p, f->system_name);
+    size_t ul = strlen(url), sl = strlen(s);
+    if (!ul) return 0;
+    uint64_t v[2] = {0, 0};
+    size_t at = sl;
+    for (int k = 1; k >= 0; k--) {
+        size_t digits = 0;
+        uint64_t mult = 1;
+        while (at > 0 && s[at - 1] >= '0' && s[at - 1] <= '9' && digits < 10) {
+            v[k] += (uint64_t)(s[at - 1] - '0') * mult;
+            mult *= 10;
+            digits++;
+            at--;
+        }
+        if (!digits || at == 0 || s[at - 1] != ':') return 0;
+        at--;
+    }
+    if (at < ul + 1 || memcmp(s + at - ul, url, ul) != 0 || s[at - ul - 1] != ' ') return 0;
+    if (v[0] < 1 || v[1] < 1 || v[0] > UINT32_MAX || v[1] > UINT32_MAX) return 0;
+    *line = (uint32_t)(v[0] - 1);
+    *col = (uint32_t)(v[1] - 1);
+    return 1;
+}
+
+/* One script's map, acquired for one naming pass. */
+typedef struct script_map {
+    uint32_t file; /* the URL's string id */
+    entry *e;      /* NULL: no map */
+} script_map;
+
+/* Rewrites the V8 frames of p through the tenant's source maps (cp_symbols_name); *named
+ * gets the number of locations rewritten. */
+static int name_js(cp_symbols *sy, const char *tenant, cp_profile *p, uint32_t *named)
+{
+    *named = 0;
+    uint32_t nf = p->functions.n;
+    if (!nf || !sy->o.store) return 0;
+    /* per function of p as it came: 0 not seen, 1 not mapped, 2 mapped to newfn/newline */
+    uint8_t *state = calloc(nf, 1);
+    uint32_t *newfn = calloc(nf, sizeof *newfn);
+    int64_t *newline = calloc(nf, sizeof *newline);
+    script_map *sm = NULL;
+    uint32_t nsm = 0, capsm = 0, count = 0;
+    int rc = 0;
+    if (!state || !newfn || !newline) {
+        rc = CP_ENOMEM;
+        goto out;
+    }
+    for (uint32_t li = 0; li < p->locations.n && !rc; li++) {
+        cp_location *l = &p->locations.v[li];
+        if (l->mapping_id || !l->nlines) continue;
+        int rewritten = 0;
+        for (uint32_t k = 0; k < l->nlines && !rc; k++) {
+            cp_line *ln = &p->lines.v[l->line_off + k];
+            uint32_t fi = ln->function_id - 1;
+            if (!ln->function_id || fi >= nf) continue;
+            if (!state[fi]) {
+                state[fi] = 1;
+                cp_function f = p->functions.v[fi];
+                uint32_t gl, gc;
+                if (!v8_position(p, &f, &gl, &gc)) continue;
+                uint32_t j = 0;
+                while (j < nsm && sm[j].file != f.filename)
+                    j++;
+                if (j == nsm) {
+                    if (nsm == capsm) {
+                        uint32_t nc = capsm ? capsm * 2 : 8;
+                        script_map *ns = realloc(sm, nc * sizeof *ns);
+                        if (!ns) {
+                            rc = CP_ENOMEM;
+                            break;
+                        }
+                        sm = ns;
+                        capsm = nc;
+                    }
+                    size_t bl;
+                    const char *b = script_base(cp_profile_str(p, f.filename), &bl);
+                    char id[CP_SYMBOLS_SCRIPT_MAX + 4];
+                    sm[nsm].file = f.filename;
+                    sm[nsm].e = NULL;
+                    if (bl && bl <= CP_SYMBOLS_SCRIPT_MAX) {
+                        snprintf(id, sizeof id, "js:%.*s", (int)bl, b);
+                        sm[nsm].e = acquire(sy, tenant, id);
+                    }
+                    nsm++;
+                }
+                if (!sm[j].e || !sm[j].e->smap) continue;
+                const char *fn = cp_profile_str(p, f.name);
+                if (!strcmp(fn, "(anonymous)")) fn = "";
+                cp_v8_smap_frame o;
+                if (!cp_v8_smap_resolve(sm[j].e->smap, fn, gl, gc, &o)) continue;
+                cp_function nfn = {.system_name = f.system_name, .start_line = (int64_t)o.line + 1};
+                if (o.name[0] ? cp_profile_intern_cstr(p, o.name, &nfn.name)
+                              : (nfn.name = f.name, 0)) {
+                    rc = CP_ENOMEM;
+                    break;
+                }
+                if (cp_profile_intern_cstr(p, o.source, &nfn.filename) ||
+                    cp_profile_add_function(p, &nfn, &newfn[fi])) {
+                    rc = CP_ENOMEM;
+                    break;
+                }
+                newline[fi] = (int64_t)o.line + 1;
+                state[fi] = 2;
+            }
+            if (state[fi] != 2) continue;
+            ln = &p->lines.v[l->line_off + k];
+            ln->function_id = newfn[fi];
+            ln->line = newline[fi];
+            rewritten = 1;
+        }
+        count += rewritten;
+    }
+out:
+    for (uint32_t j = 0; j < nsm; j++)
+        release(sy, sm[j].e);
+    free(sm);
+    free(state);
+    free(newfn);
+    free(newline);
+    *named = count;
+    return rc;
+}
+
+int cp_symbols_name(cp_symbols *sy, const char *tenant, cp_profile *p, uint32_t *named)
+{
+    uint32_t a = 0, b = 0;
+    int rc = name_native(sy, tenant, p, &a);
+    if (!rc) rc = name_js(sy, tenant, p, &b);
+    if (named) *named = a + b;
+    if (a + b) cp_counter_add(&sy->named, a + b);
     return rc;
 }
 

@@ -1,6 +1,7 @@
 /* Server-side symbolization: symbol tables uploaded per tenant and build ID (kept in the
  * store), or found in configured debug directories, name the frames that agents left
- * unsymbolized, when a profile is read. Profiles are stored as they arrived; naming happens
+ * unsymbolized, and JavaScript source maps uploaded per script name V8 frames, when a
+ * profile is read. Profiles are stored as they arrived; naming happens
  * on every query, so windows stored before an upload are named once it is there. */
 #ifndef CP_QUERY_SYMBOLS_H
 #define CP_QUERY_SYMBOLS_H
@@ -44,11 +45,38 @@ typedef struct cp_symbols_result {
 int cp_symbols_upload(cp_symbols *sy, const char *tenant, const uint8_t *elf, size_t len,
                       cp_symbols_result *out, cp_err *err);
 
+/* Source maps (model/sourcemap.h) are kept beside the tables, per tenant and generated
+ * script: key "js:" + the script's basename (store/format.h 'Y'). */
+#define CP_SYMBOLS_SCRIPT_MAX 120 /* bytes of a script's basename */
+
+/* What a source map upload produced. */
+typedef struct cp_symbols_map_result {
+    char script[CP_SYMBOLS_SCRIPT_MAX + 1]; /* the basename of the generated script it maps */
+    uint32_t sources, segments;
+    size_t map_bytes;
+} cp_symbols_map_result;
+
+/* Checks the source map text[0..len) (not retained) and stores it for tenant, keyed by the
+ * basename of its "file" member, else of name (the uploaded file's name, may be NULL) less
+ * a ".map" suffix; it replaces any earlier map of that script. Returns 0; CP_EPARSE (err
+ * names the problem: not JSON, version, a mappings offset, no script to key it by),
+ * CP_ELIMIT (symbols.max_upload_bytes, symbols.max_table_bytes, or the decoder's limits),
+ * CP_EINVAL (no store), CP_ESTORE or CP_ENOMEM. */
+int cp_symbols_upload_map(cp_symbols *sy, const char *tenant, const char *text, size_t len,
+                          const char *name, cp_symbols_map_result *out, cp_err *err);
+
+/* Whether an upload's body is a source map rather than an ELF file: its first byte that is
+ * not white space is '{'. */
+int cp_symbols_is_map(const uint8_t *body, size_t len);
+
 /* Names, in place, every location of p that has no lines and whose mapping has a build ID:
  * the tenant's uploaded table of that build ID first, then the configured directories.
- * Functions and lines are added; named mappings get the has-functions flags. Tables that
- * cannot be read are skipped (logged). Returns 0 or CP_ENOMEM; *named (may be NULL) gets
- * the number of locations named. */
+ * Functions and lines are added; named mappings get the has-functions flags. Then rewrites
+ * every V8 frame (a location with no mapping whose function's system_name is the V8
+ * source's "NAME URL:LINE:COLUMN", URL its filename) through the tenant's source map of
+ * URL's basename: original source, line and name (new functions; the system_name kept).
+ * Tables and maps that cannot be read are skipped (logged). Returns 0 or CP_ENOMEM; *named (may be
+ * NULL) gets the number of locations named. */
 int cp_symbols_name(cp_symbols *sy, const char *tenant, cp_profile *p, uint32_t *named);
 
 /* Counters for /metrics (since create). */

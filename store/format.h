@@ -18,6 +18,7 @@
  *   T \0 'S' series:be32                    -> series record
  *   T \0 'W' series:be32 start:be64b         -> capture window     (series with `capture`)
  *   T \0 'Y' build_id (lowercase hex)       -> symbol table        (uploaded symbols)
+ *   T \0 'Y' "js:" script basename          -> source map JSON     (uploaded source maps)
  *
  * be32/be64 are big-endian; be64b is a signed time in unix nanoseconds with the sign bit
  * flipped, so byte order is time order. Values use LEB128 varints ("uv"), zigzag varints
@@ -70,7 +71,9 @@
  * reads it (the layout is described there; it starts with the magic "CPSYMT01"). Written
  * by `POST /api/v1/symbols` as one synced put, replaced by a new upload of the same build
  * ID, never written by ingest. Added without a version bump: older code ignores the key
- * type (it only seeks to the types it knows). At most symbols.max_table_bytes each. */
+ * type (it only seeks to the types it knows). At most symbols.max_table_bytes each.
+ * A source map is kept as uploaded (its JSON, starting with '{') under the id "js:" and
+ * the basename of the script it maps (query/symbols.h); ids never clash (':' is no hex). */
 #define CP_SYMBOLS_ID_MAX 128 /* hex digits of a build ID in a key */
 
 /* Dictionary kinds (the byte after 'D'). Ids start at 1 in each kind; string id 0 is ""

@@ -1,6 +1,7 @@
-/* `contprof symbols upload`: sends ELF binaries or separate debug files to contprofd, which
- * keeps their symbol tables per tenant and build ID and names frames with them at query
- * time (profiles stored before the upload included). */
+/* `contprof symbols upload`: sends ELF binaries or separate debug files, or JavaScript
+ * source maps, to contprofd, which keeps their symbol tables per tenant and build ID (maps
+ * per generated script) and names frames with them at query time (profiles stored before
+ * the upload included). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: contprof symbols upload [--server URL] [--token T] [--tenant T] FILE...\n"
-            "  FILE          an ELF binary (unstripped) or its separate debug file\n"
+            "  FILE          an ELF binary (unstripped) or its separate debug file, or a\n"
+            "                source map (SCRIPT.js.map: for the V8 frames of SCRIPT.js)\n"
             "  --server URL  contprofd's HTTP address (default %s, or CONTPROF_SERVER)\n"
             "  --token T     bearer token (or CONTPROF_TOKEN); it decides the tenant\n"
             "  --tenant T    fail unless the token's tenant is T\n",
@@ -65,19 +67,23 @@ int cp_cmd_symbols(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    cp_buf path = {0};
-    if (cp_buf_printf(&path, "/api/v1/symbols") ||
-        (tenant && (cp_buf_printf(&path, "?tenant=") || cp_url_encode(&path, tenant))) ||
-        cp_buf_append(&path, "", 1)) {
-        fprintf(stderr, "contprof symbols upload: out of memory\n");
-        cp_buf_close(&path);
-        return 1;
-    }
     int status = 0;
     for (int i = optind; i < argc; i++) {
+        /* the file's name keys a source map without "file" (the server ignores it for ELF) */
+        const char *base = strrchr(argv[i], '/');
+        base = base ? base + 1 : argv[i];
+        cp_buf path = {0};
+        if (cp_buf_printf(&path, "/api/v1/symbols?name=") || cp_url_encode(&path, base) ||
+            (tenant && (cp_buf_printf(&path, "&tenant=") || cp_url_encode(&path, tenant))) ||
+            cp_buf_append(&path, "", 1)) {
+            fprintf(stderr, "contprof symbols upload: out of memory\n");
+            cp_buf_close(&path);
+            return 1;
+        }
         cp_buf file = {0};
         if (cp_read_file(argv[i], &file, NULL)) {
             fprintf(stderr, "contprof symbols upload: cannot read %s\n", argv[i]);
+            cp_buf_close(&path);
             status = 1;
             continue;
         }
@@ -86,6 +92,7 @@ int cp_cmd_symbols(int argc, char **argv)
         int rc = cp_http_post(server, (const char *)path.data, token, file.data, file.len, 600000,
                               1 << 20, &res, &err);
         cp_buf_close(&file);
+        cp_buf_close(&path);
         if (rc) {
             fprintf(stderr, "contprof symbols upload: %s: %s\n", argv[i], err.msg);
             status = 1;
@@ -107,6 +114,5 @@ int cp_cmd_symbols(int argc, char **argv)
         }
         cp_buf_close(&res.body);
     }
-    cp_buf_close(&path);
     return status;
 }

@@ -497,6 +497,18 @@ TEST(a_symbol_upload_to_one_node_names_frames_stored_on_another)
     CHECK_CONTAINS((char *)b.data, "symprog_hash_spin");
     cp_buf_close(&b);
 
+    /* a source map with no "file", keyed by its name: passed on with name=, so every node
+     * keeps it (a peer without the name would refuse it, and the upload would be partial) */
+    static const char map[] =
+        "{\"version\":3,\"sources\":[\"w.ts\"],\"names\":[],\"mappings\":\"AAAA\"}";
+    snprintf(path, sizeof path, "%s/worker.js.map", cl.dir);
+    CHECK(cp_write_file(path, map, sizeof map - 1, NULL) == 0);
+    snprintf(cmd, sizeof cmd, "'%s/query/contprof' symbols upload --server %s '%s' 2>&1", bindir(),
+             n[0].url, path);
+    CHECK_EQ(sh_out(cmd, out, sizeof out), 0);
+    CHECK_CONTAINS(out, "\"script\":\"worker.js\"");
+    CHECK(!strstr(out, "partial"));
+
     /* node 3 stopped: an upload to node 1 says it did not reach node 3, in the answer and in
      * the CLI's output (exit 1) */
     CHECK_EQ(stop_daemon_within(&n[2].p, SIGTERM, 60), 0);

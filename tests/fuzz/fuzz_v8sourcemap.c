@@ -1,4 +1,4 @@
-/* libFuzzer target: the V8 source's source map reader (collector/v8/sourcemap.c): a map's
+/* libFuzzer target: the V8 source's source map reader (model/sourcemap.c): a map's
  * JSON and its base64 VLQ mappings, looked up and applied to a call frame, and the data:
  * URL that carries an inline map. Any bytes must be refused with an error or give lookups
  * inside the map, without crashing, leaking or reading out of bounds. */

@@ -433,6 +433,157 @@ TEST(uploaded_symbols_name_stored_profiles_of_their_tenant_only)
     cp_buf_close(&elf);
 }
 
+/* ---- source maps ------------------------------------------------------------------------ */
+
+/* A map of a one-line minified script: `function u(...` with u renamed from tsMain (the
+ * segment at column 9 names it), the function at column 10 (V8's position) from line 15 of
+ * src/worker.ts. */
+static const char g_map[] = "{\"version\":3,\"sources\":[\"src/worker.ts\"],\"names\":[\"tsMain\"],"
+                            "\"mappings\":\"AAAA,SAAAA,CAcA\"}";
+
+/* A CPU window with one V8 frame as the V8 source stores it (collector/v8/v8conv.c):
+ * function u of url at 1-based line 1, column 11, its system_name "u URL:1:11". */
+static cp_profile *v8_window(const char *url)
+{
+    cp_profile *p = cp_profile_create();
+    CHECK(p);
+    CHECK(cp_store_kind_types(CP_KIND_CPU, p) == 0);
+    p->period = 10000000;
+    char sys[256];
+    snprintf(sys, sizeof sys, "u %s:1:11", url);
+    cp_function fn = {.start_line = 1};
+    uint32_t fid, lid;
+    CHECK(cp_profile_intern_cstr(p, "u", &fn.name) == 0);
+    CHECK(cp_profile_intern_cstr(p, sys, &fn.system_name) == 0);
+    CHECK(cp_profile_intern_cstr(p, url, &fn.filename) == 0);
+    CHECK(cp_profile_add_function(p, &fn, &fid) == 0);
+    cp_line ln = {.function_id = fid, .line = 1};
+    CHECK(cp_profile_add_location(p, 0, 0, &ln, 1, &lid) == 0);
+    int64_t v[2] = {3, 30000000};
+    CHECK(cp_profile_add_sample(p, &lid, 1, v, NULL, 0) == 0);
+    return p;
+}
+
+TEST(source_maps_name_stored_v8_frames_of_their_tenant_only)
+{
+    qfx f = {0};
+    qfx_open_store(&f, NULL);
+    int64_t t0 = (time(NULL) - 600) * SEC;
+    cp_profile *wa = v8_window("file:///srv/app/worker.js?v=3");
+    cp_profile *wb = v8_window("file:///srv/app/worker.js?v=3");
+    qfx_add(&f, "a", CP_KIND_CPU, "service=js", t0, wa);
+    qfx_add(&f, "b", CP_KIND_CPU, "service=js", t0, wb);
+    qfx_commit(&f);
+    cp_profile_destroy(wa);
+    cp_profile_destroy(wb);
+    cp_symbols_options so;
+    cp_symbols_options_default(&so);
+    so.store = f.store;
+    so.dirs = "";
+    so.max_table_bytes = 1 << 20;
+    cp_symbols *sy = cp_symbols_create(&so);
+    CHECK(sy);
+    cp_api_token toks[2] = {{"token-of-a", "a"}, {"token-of-b", "b"}};
+    cp_api_options ao;
+    cp_api_options_default(&ao);
+    ao.tokens = toks;
+    ao.ntokens = 2;
+    ao.symbols = sy;
+    qfx_serve(&f, &ao, 2);
+    char pq[256];
+    snprintf(pq, sizeof pq, "/api/v1/profile?format=folded&from=%lld&to=now",
+             (long long)(t0 / SEC - 1));
+    char *folded = get_text(&f, pq, "token-of-a");
+    CHECK_CONTAINS(folded, "u 30000000");
+    free(folded);
+
+    /* bad maps: 400 (413 over a limit) with a JSON error naming the problem */
+    static const struct {
+        const char *pq, *body;
+        int status;
+        const char *needle;
+    } bad[] = {
+        {"/api/v1/symbols?name=w.js.map", "{\"version\":2,\"mappings\":\"\"}", 400,
+         "version is not 3"},
+        {"/api/v1/symbols?name=w.js.map",
+         "{\"version\":3,\"sources\":[\"a\"],\"mappings\":\"AA!A\"}", 400,
+         "mappings[2] '!' is not a base64 VLQ digit"},
+        {"/api/v1/symbols?name=w.js.map", "{\"version\":3,\"sources\":[],\"mappings\":\"AAAA\"}",
+         400, "source index 0 out of range"},
+        {"/api/v1/symbols?name=w.js.map", "{\"version\":3,\"mappings\":\"\"", 400, "not JSON"},
+        {"/api/v1/symbols", "{\"version\":3,\"sources\":[],\"mappings\":\"\"}", 400,
+         "no \\\"file\\\" member and no name="},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cp_http_result r = post(&f, bad[i].pq, "token-of-a", bad[i].body, strlen(bad[i].body));
+        CHECK_EQ(r.status, bad[i].status);
+        CHECK_CONTAINS((char *)r.body.data, "{\"error\":\"");
+        CHECK_CONTAINS((char *)r.body.data, bad[i].needle);
+        cp_buf_close(&r.body);
+    }
+    cp_buf big = {0};
+    CHECK(cp_buf_printf(&big, "{\"version\":3,\"mappings\":\"") == 0);
+    while (big.len < (3u << 19))
+        CHECK(cp_buf_append(&big, "AAAA,", 5) == 0);
+    CHECK(cp_buf_append(&big, "\"}", 2) == 0);
+    cp_http_result r = post(&f, "/api/v1/symbols?name=w.js.map", "token-of-a", big.data, big.len);
+    CHECK_EQ(r.status, 413);
+    CHECK_CONTAINS((char *)r.body.data, "symbols.max_table_bytes");
+    cp_buf_close(&r.body);
+    cp_buf_close(&big);
+    folded = get_text(&f, pq, "token-of-a");
+    CHECK(!strstr(folded, "tsMain"));
+    free(folded);
+
+    /* the map of worker.js (named by the upload), then a's stored window reads as the TS */
+    r = post(&f, "/api/v1/symbols?name=worker.js.map", "token-of-a", g_map, strlen(g_map));
+    CHECK_EQ(r.status, 200);
+    CHECK_CONTAINS((char *)r.body.data, "\"script\":\"worker.js\",\"sources\":1,\"segments\":3");
+    cp_buf_close(&r.body);
+    folded = get_text(&f, pq, "token-of-a");
+    CHECK_CONTAINS(folded, "tsMain 30000000");
+    free(folded);
+    snprintf(pq, sizeof pq, "/api/v1/profile?format=pprof&from=%lld&to=now",
+             (long long)(t0 / SEC - 1));
+    r = qfx_get(&f, pq, "token-of-a");
+    CHECK_EQ(r.status, 200);
+    cp_profile *p = NULL;
+    cp_err err = {0};
+    CHECK(cp_pprof_decode(r.body.data, r.body.len, NULL, &p, &err) == 0);
+    cp_buf_close(&r.body);
+    CHECK_EQ(p->locations.n, 1);
+    const cp_line *ln = &p->lines.v[p->locations.v[0].line_off];
+    const cp_function *fn = &p->functions.v[ln->function_id - 1];
+    CHECK(!strcmp(cp_profile_str(p, fn->name), "tsMain"));
+    CHECK(!strcmp(cp_profile_str(p, fn->filename), "src/worker.ts"));
+    CHECK_EQ(ln->line, 15);
+    CHECK_EQ(fn->start_line, 15);
+    CHECK(!strcmp(cp_profile_str(p, fn->system_name), "u file:///srv/app/worker.js?v=3:1:11"));
+    cp_profile_destroy(p);
+    /* b's identical window is not: the map is a's */
+    snprintf(pq, sizeof pq, "/api/v1/profile?format=folded&from=%lld&to=now",
+             (long long)(t0 / SEC - 1));
+    folded = get_text(&f, pq, "token-of-b");
+    CHECK_CONTAINS(folded, "u 30000000");
+    free(folded);
+    /* b's map keyed by its "file" member (no name=): a replaced map, as ELF tables are */
+    static const char filed[] =
+        "{\"version\":3,\"file\":\"dist/worker.js\",\"sources\":"
+        "[\"b.ts\"],\"names\":[\"bMain\"],\"mappings\":\"AAAA,SAAAA,CAEA\"}";
+    r = post(&f, "/api/v1/symbols", "token-of-b", filed, strlen(filed));
+    CHECK_EQ(r.status, 200);
+    CHECK_CONTAINS((char *)r.body.data, "\"script\":\"worker.js\"");
+    cp_buf_close(&r.body);
+    folded = get_text(&f, pq, "token-of-b");
+    CHECK_CONTAINS(folded, "bMain 30000000");
+    free(folded);
+    folded = get_text(&f, pq, "token-of-a");
+    CHECK_CONTAINS(folded, "tsMain 30000000");
+    free(folded);
+    qfx_close(&f, 1);
+    cp_symbols_destroy(sy);
+}
+
 /* The configured directories (.build-id/xx/yyyy.debug) name frames of every tenant. */
 /* symprog (its path in prog, 600 bytes; its image in *elf; its build ID in id) in a new
  * debug directory (mkdtemp of dir) as ID[0:2]/ID[2:].debug. */
@@ -688,4 +839,5 @@ TEST_MAIN(T(table_names_functions_lines_and_inlined_calls_of_this_binary),
           T(table_cxx_and_rust_names_demangled), T(concurrent_uploads_are_bounded),
           T(libc_frames_named_from_its_debug_file), T(bad_files_are_refused_naming_the_problem),
           T(uploaded_symbols_name_stored_profiles_of_their_tenant_only),
-          T(debug_directories_name_frames_without_an_upload))
+          T(debug_directories_name_frames_without_an_upload),
+          T(source_maps_name_stored_v8_frames_of_their_tenant_only))

@@ -3,7 +3,7 @@
 # lock file, into BUILD_DIR/tests/v8/node_modules unless they are there already, then
 # bundles and minifies the TypeScript Worker ts/worker.ts into BUILD_DIR/tests/v8/typed.js
 # with an inline source map (its sources read "ts/worker.ts"), next to a copy of
-# typed.capnp. Used by test_v8.
+# typed.capnp; and smap/worker.js with its map in smap/worker.js.map. Used by test_v8.
 # usage: tests/v8/install.sh BUILD_DIR
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,3 +20,8 @@ cp "$here/ts/worker.ts" "$work/ts/worker.ts"
 cp "$here/typed.capnp" "$work/typed.capnp"
 (cd "$work" && node_modules/.bin/esbuild ts/worker.ts --bundle --minify --format=esm \
   --sourcemap=inline --log-level=warning --outfile=typed.js)
+# The same Worker with its map in a file beside it (smap/worker.js, smap/worker.js.map), for
+# the query-time source maps (`contprof symbols upload`), run by node through ts_driver.mjs.
+mkdir -p "$work/smap"
+(cd "$work" && node_modules/.bin/esbuild ts/worker.ts --bundle --minify --format=esm \
+  --sourcemap --log-level=warning --outfile=smap/worker.js)

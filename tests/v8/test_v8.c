@@ -610,5 +610,141 @@ TEST(workerd_typescript)
     remove_dir();
 }
 
+/* ------------------------------------------------------------------------------------
+ * Source maps at query time: the TypeScript Worker bundled by esbuild with its map in a
+ * file (smap/worker.js, smap/worker.js.map), run by node under `contprof v8
+ * --no-source-maps`, stored under its minified names; the map uploaded afterwards names
+ * those stored windows. */
+
+/* The cpu profile of {service="smaptest"} over the last 10 minutes, from contprofd. */
+static cp_profile *smap_profile(const char *url)
+{
+    cp_buf pq = {0};
+    CHECK(cp_buf_printf(&pq, "/api/v1/profile?type=cpu&from=-10m&to=now&select=") == 0);
+    CHECK(cp_url_encode(&pq, "{service=\"smaptest\"}") == 0);
+    CHECK(cp_buf_append(&pq, "", 1) == 0);
+    cp_http_result r;
+    CHECK_EQ(cp_http_get(url, (const char *)pq.data, NULL, 10000, 1 << 26, &r, NULL), 0);
+    cp_buf_close(&pq);
+    CHECK_EQ(r.status, 200);
+    cp_profile *p = NULL;
+    cp_err err = {0};
+    CHECK_EQ(cp_pprof_decode(r.body.data, r.body.len, NULL, &p, &err), 0);
+    cp_buf_close(&r.body);
+    return p;
+}
+
+/* Whether any function of p has a file that ends in suffix. */
+static int has_file(const cp_profile *p, const char *suffix)
+{
+    size_t sl = strlen(suffix);
+    for (uint32_t i = 0; i < p->functions.n; i++) {
+        const char *f = cp_profile_str(p, p->functions.v[i].filename);
+        size_t fl = strlen(f);
+        if (fl >= sl && !strcmp(f + fl - sl, suffix)) return 1;
+    }
+    return 0;
+}
+
+TEST(node_source_map_uploaded_after_the_windows)
+{
+    make_dir();
+    char cmd[1024], store[300], url[64], node[512], inspect[64], hostport[64], script[512],
+        bundle[512], map[512], nlog[300], clog[300], bad[300];
+    snprintf(cmd, sizeof(cmd), "sh %s/install.sh %s", CP_V8_TESTS, bindir());
+    CHECK(system(cmd) == 0);
+    snprintf(store, sizeof(store), "%s/store", g_dir);
+    proc d;
+    const char *dargs[] = {"--data", store, "--http", "127.0.0.1:0", NULL};
+    start_daemon(&d, g_dir, dargs);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", d.port);
+
+    /* node runs the bundle for 8 s; the source reads no map (--no-source-maps) */
+    find_node(node, sizeof(node));
+    int port = free_port();
+    snprintf(inspect, sizeof(inspect), "--inspect-brk=127.0.0.1:%d", port);
+    snprintf(hostport, sizeof(hostport), "127.0.0.1:%d", port);
+    snprintf(script, sizeof(script), "%s/ts_driver.mjs", CP_V8_TESTS);
+    snprintf(bundle, sizeof(bundle), "%s/tests/v8/smap/worker.js", bindir());
+    snprintf(map, sizeof(map), "%s/tests/v8/smap/worker.js.map", bindir());
+    snprintf(nlog, sizeof(nlog), "%s/node.log", g_dir);
+    snprintf(clog, sizeof(clog), "%s/contprof.log", g_dir);
+    const char *nargv[] = {node, "--no-warnings", inspect, script, bundle, "8", NULL};
+    pid_t np = spawn(nargv, nlog);
+    (void)wait_for_log(np, nlog, "Debugger listening", 10);
+    const char *cargv[] = {CP_CONTPROF, "v8",       "--inspector",      hostport,
+                           "--server",  url,        "--window",         "2s",
+                           "--service", "smaptest", "--no-source-maps", "--exit-when-gone",
+                           NULL};
+    pid_t cp = spawn(cargv, clog);
+    int cst = wait_exit(cp, 60), nst = wait_exit(np, 10);
+    print_log(clog);
+    if (nst) print_log(nlog);
+    CHECK_EQ(cst, 0);
+    CHECK_EQ(nst, 0);
+
+    /* stored under the bundle's names: ingest is asynchronous, so poll */
+    cp_profile *p = NULL;
+    for (int i = 0; i < 300; i++) {
+        p = smap_profile(url);
+        if (has_file(p, "/smap/worker.js") && cp_profile_total(p, 1) > 0) break;
+        cp_profile_destroy(p);
+        p = NULL;
+        usleep(100000);
+    }
+    CHECK(p != NULL);
+    const char *file = NULL;
+    int64_t line = 0;
+    CHECK(!func_where(p, "tsMain", &file, &line));
+    CHECK(!has_file(p, "ts/worker.ts"));
+    cp_profile_destroy(p);
+
+    /* a bad map: 400 naming the problem, from the API and through the CLI */
+    static const char badmap[] = "{\"version\":2,\"sources\":[],\"mappings\":\"\"}";
+    cp_http_result r;
+    CHECK_EQ(cp_http_post(url, "/api/v1/symbols?name=bad.js.map", NULL, badmap, sizeof(badmap) - 1,
+                          10000, 1 << 20, &r, NULL),
+             0);
+    CHECK(cp_buf_append(&r.body, "", 1) == 0);
+    printf("bad map: %d %s", r.status, (char *)r.body.data);
+    CHECK_EQ(r.status, 400);
+    CHECK_CONTAINS((char *)r.body.data, "{\"error\":");
+    CHECK_CONTAINS((char *)r.body.data, "version is not 3");
+    cp_buf_close(&r.body);
+    snprintf(bad, sizeof(bad), "%s/bad.js.map", g_dir);
+    FILE *bf = fopen(bad, "w");
+    CHECK(bf && fputs(badmap, bf) >= 0 && fclose(bf) == 0);
+    static char out[1 << 16];
+    const char *badup[] = {"symbols", "upload", "--server", url, bad, NULL};
+    int st = cli(out, sizeof(out), badup); /* a wait status */
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+
+    /* the upload, then the same stored windows read as the TypeScript */
+    const char *up[] = {"symbols", "upload", "--server", url, map, NULL};
+    CHECK_EQ(cli(out, sizeof(out), up), 0);
+    printf("%s", out);
+    CHECK_CONTAINS(out, "\"script\":\"worker.js\"");
+    p = smap_profile(url);
+    CHECK(func_where(p, "tsMain", &file, &line));
+    printf("tsMain: %s:%lld\n", file, (long long)line);
+    CHECK(strstr(file, "ts/worker.ts") != NULL);
+    CHECK_EQ(line, 15);
+    CHECK(func_where(p, "tsSide", &file, &line));
+    CHECK_EQ(line, 19);
+    CHECK(func_where(p, "spin", &file, &line));
+    CHECK_EQ(line, 9);
+    cp_profile_destroy(p);
+    const char *top[] = {
+        "top",    "--server", url, "--type", "cpu", "--select", "{service=\"smaptest\"}",
+        "--from", "-10m",     NULL};
+    CHECK_EQ(cli(out, sizeof(out), top), 0);
+    printf("%s\n", out);
+    CHECK_CONTAINS(out, "tsMain");
+    CHECK_CONTAINS(out, "tsSide");
+    CHECK_CONTAINS(out, "spin");
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    remove_dir();
+}
+
 TEST_MAIN(T(node_two_workers), T(workerd_two_workers), T(malformed_inspector), T(node_to_contprofd),
-          T(workerd_typescript))
+          T(workerd_typescript), T(node_source_map_uploaded_after_the_windows))

@@ -14,6 +14,7 @@ typedef struct seg {
 } seg;
 
 struct cp_v8_smap {
+    char *file;     /* the "file" member, "" when absent */
     char **sources; /* sourceRoot + sources[i] */
     uint32_t nsources;
     char **contents; /* sourcesContent[i] ("" when absent), nsources of them or NULL */
@@ -311,7 +312,16 @@ int cp_v8_smap_create(const char *text, size_t len, cp_v8_smap **out, cp_err *er
         rc = cp_err_set(err, CP_EPARSE, "source map: mappings is not a string");
     } else if (root && !json_is_string(root) && !json_is_null(root)) {
         rc = cp_err_set(err, CP_EPARSE, "source map: sourceRoot is not a string");
+    } else if (json_object_get(j, "file") && !json_is_string(json_object_get(j, "file")) &&
+               !json_is_null(json_object_get(j, "file"))) {
+        rc = cp_err_set(err, CP_EPARSE, "source map: file is not a string");
     } else {
+        const json_t *file = json_object_get(j, "file");
+        m->file = strdup(json_is_string(file) ? json_string_value(file) : "");
+        if (!m->file) {
+            rc = CP_ENOMEM;
+            goto fail;
+        }
         char prefix[1024] = "";
         const char *r = json_is_string(root) ? json_string_value(root) : "";
         if (r[0])
@@ -339,6 +349,7 @@ fail:
 void cp_v8_smap_destroy(cp_v8_smap *m)
 {
     if (!m) return;
+    free(m->file);
     for (uint32_t i = 0; i < m->nsources; i++)
         free(m->sources[i]);
     free(m->sources);
@@ -388,25 +399,37 @@ static int64_t int_member(const json_t *o, const char *k)
     return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
 }
 
-int cp_v8_smap_apply(const cp_v8_smap *m, json_t *frame)
+const char *cp_v8_smap_file(const cp_v8_smap *m)
 {
-    int64_t line = int_member(frame, "lineNumber"), col = int_member(frame, "columnNumber");
-    const json_t *fnv = json_object_get(frame, "functionName");
-    const char *fn = json_is_string(fnv) ? json_string_value(fnv) : "";
-    if (line < 0 || col < 0 || line > UINT32_MAX || col > UINT32_MAX) return 0;
+    return m->file;
+}
+
+void cp_v8_smap_counts(const cp_v8_smap *m, uint32_t *sources, uint32_t *segments)
+{
+    *sources = m->nsources;
+    *segments = m->nsegs;
+}
+
+int cp_v8_smap_resolve(const cp_v8_smap *m, const char *fn, uint32_t line, uint32_t col,
+                       cp_v8_smap_frame *out)
+{
     cp_v8_smap_pos pos, before;
-    if (cp_v8_smap_lookup(m, (uint32_t)line, (uint32_t)col, &pos) != 0) return 0;
+    if (cp_v8_smap_lookup(m, line, col, &pos) != 0) return 0;
+    out->source = pos.source;
+    out->line = pos.line;
+    out->column = pos.column;
+    out->name[0] = 0;
     /* V8 places a function at its parameter list; the identifier before it names it: the
      * map names it (minified: renamed) when a segment starts exactly V8's name's length
      * before that position */
     const char *name = NULL;
     size_t fl = strlen(fn);
     if (fl && (uint64_t)col >= fl &&
-        cp_v8_smap_lookup(m, (uint32_t)line, (uint32_t)(col - (int64_t)fl), &before) == 0 &&
-        before.gen_column == (uint32_t)(col - (int64_t)fl) && before.name)
+        cp_v8_smap_lookup(m, line, (uint32_t)(col - fl), &before) == 0 &&
+        before.gen_column == (uint32_t)(col - fl) && before.name)
         name = before.name;
     /* a method reads as Class.method when the map holds its class's source */
-    char cls[128], qual[512];
+    char cls[128];
     const char *base = name ? name : fn;
     if (base[0] && !strchr(base, '.') &&
         enclosing_class(m, pos.source_index, pos.line, cls, sizeof(cls)) && strcmp(base, cls)) {
@@ -414,13 +437,25 @@ int cp_v8_smap_apply(const cp_v8_smap *m, json_t *frame)
         const char *t;
         if (indent_of(m, pos.source_index, pos.line, &t) >= 0 && !strncmp(t, "constructor", 11))
             base = "constructor";
-        snprintf(qual, sizeof(qual), "%s.%.300s", cls, base);
-        name = qual;
+        snprintf(out->name, sizeof(out->name), "%s.%.300s", cls, base);
+    } else if (name) {
+        snprintf(out->name, sizeof(out->name), "%s", name);
     }
+    return 1;
+}
+
+int cp_v8_smap_apply(const cp_v8_smap *m, json_t *frame)
+{
+    int64_t line = int_member(frame, "lineNumber"), col = int_member(frame, "columnNumber");
+    const json_t *fnv = json_object_get(frame, "functionName");
+    const char *fn = json_is_string(fnv) ? json_string_value(fnv) : "";
+    if (line < 0 || col < 0 || line > UINT32_MAX || col > UINT32_MAX) return 0;
+    cp_v8_smap_frame o;
+    if (!cp_v8_smap_resolve(m, fn, (uint32_t)line, (uint32_t)col, &o)) return 0;
     const char *keys[4] = {"url", "lineNumber", "columnNumber", "functionName"};
-    json_t *v[4] = {json_string(pos.source), json_integer(pos.line), json_integer(pos.column),
-                    name ? json_string(name) : NULL};
-    int nv = name ? 4 : 3, rc = 0;
+    json_t *v[4] = {json_string(o.source), json_integer(o.line), json_integer(o.column),
+                    o.name[0] ? json_string(o.name) : NULL};
+    int nv = o.name[0] ? 4 : 3, rc = 0;
     for (int i = 0; i < nv; i++)
         if (!v[i]) rc = CP_ENOMEM;
     for (int i = 0; i < nv; i++) {

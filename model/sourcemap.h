@@ -1,8 +1,10 @@
 /* Source maps (version 3, the format esbuild, tsc and every bundler write): the mappings'
  * base64 VLQ segments decoded into a table, looked up by generated line and column, and
- * applied to an inspector call frame so that a bundled, minified script's frames read as
- * its original files, lines and function names. Pure: no I/O, no global state; every
- * index is checked, so a malformed map is an error naming the problem. */
+ * applied to a V8 frame so that a bundled, minified script's frames read as its original
+ * files, lines and function names. Pure: no I/O, no global state; every index is checked,
+ * so a malformed map is an error naming the problem. Used by the V8 source as it converts
+ * (collector/v8) and by the query side on stored windows (query/symbols.c); its own
+ * library (cpsourcemap, jansson), never linked into the agent. */
 #ifndef CP_V8_SOURCEMAP_H
 #define CP_V8_SOURCEMAP_H
 
@@ -42,6 +44,26 @@ void cp_v8_smap_destroy(cp_v8_smap *m);
  * not after column on that line that maps to a source. Returns 0 with *out, or -1 when
  * the position maps to nothing. */
 int cp_v8_smap_lookup(const cp_v8_smap *m, uint32_t line, uint32_t column, cp_v8_smap_pos *out);
+
+/* What a map says of a V8 frame: the original source (valid as long as the map), its
+ * 0-based line and column, and the original function name ("" = keep V8's). */
+typedef struct cp_v8_smap_frame {
+    const char *source;
+    uint32_t line, column;
+    char name[512];
+} cp_v8_smap_frame;
+
+/* The original of a V8 frame: function fn (V8's name, "" for anonymous) placed at
+ * generated 0-based (line, column), as V8 places a function (its parameter list); the
+ * naming rules are cp_v8_smap_apply's. Returns 1 with *out, 0 when m maps nothing there. */
+int cp_v8_smap_resolve(const cp_v8_smap *m, const char *fn, uint32_t line, uint32_t column,
+                       cp_v8_smap_frame *out);
+
+/* The map's "file" member (the generated script it maps), "" when absent. */
+const char *cp_v8_smap_file(const cp_v8_smap *m);
+
+/* The map's number of sources and of mapping segments. */
+void cp_v8_smap_counts(const cp_v8_smap *m, uint32_t *sources, uint32_t *segments);
 
 /* Rewrites an inspector call frame ({functionName, url, lineNumber, columnNumber}, as in
  * CPU and heap profiles) through m: url becomes the original source, lineNumber and
