@@ -9,7 +9,10 @@ function burnFor(ms) {
   while (Date.now() < end) for (let i = 0; i < 1000; i++) x += Math.sqrt(i * x + 1);
   return x;
 }
-function alphaOnly() { return burnFor(20); }
+// alpha keeps its last 64 tables (~2 MB): an alloc capture has live samples to show
+const kept = [];
+function alphaTable() { return Array.from({ length: 1000 }, (_, i) => ({ i, s: 'r' + i })); }
+function alphaOnly() { kept.push(alphaTable()); if (kept.length > 64) kept.shift(); return burnFor(20); }
 function betaOnly() { return burnFor(20); }
 
 if (isMainThread) {
