@@ -26,13 +26,15 @@ static int usage_to(FILE *f, int rc)
         "                  [--service S] [--instance I] [--tenant T] [--label k=v ...]\n"
         "                  [--window D] [--cpu-interval D] [--heap-interval BYTES]\n"
         "                  [--source-map-dir DIR] [--no-source-maps]\n"
-        "                  [--exit-when-gone] [--allow-remote]\n"
+        "                  [--exit-when-gone] [--allow-remote] [--token T] [--no-captures]\n"
         "Attaches to every isolate of V8 hosts (workerd --inspector-addr, node --inspect)\n"
         "and emits each isolate's cpu, alloc and inuse windows, labelled isolate=NAME and\n"
         "runtime=v8. Defaults: --service v8, --window 10s, --cpu-interval 10ms,\n"
         "--heap-interval 524288 (0 turns either profiler off). SIGINT/SIGTERM emit the\n"
         "window in progress and stop. Frames of scripts with a source map (inline, next to\n"
         "the script, or DIR/NAME.map) read as their original files, lines and names.\n"
+        "With Kafka, captures (contprof capture) are heard on the control topic; with\n"
+        "--token (or CONTPROF_TOKEN) only those signed with it; --no-captures: none.\n"
         "examples:\n"
         "  contprof v8 --inspector 127.0.0.1:9229 --service api --server http://127.0.0.1:8080\n"
         "  contprof top --type cpu --select '{service=\"api\",runtime=\"v8\",isolate=\"main\"}'\n");
@@ -61,6 +63,10 @@ int cp_cmd_v8(int argc, char **argv)
             o.no_source_maps = 1;
             continue;
         }
+        if (!strcmp(a, "--no-captures")) {
+            o.no_captures = 1;
+            continue;
+        }
         if (!strcmp(a, "--allow-remote")) {
             o.allow_remote = 1;
             continue;
@@ -82,6 +88,8 @@ int cp_cmd_v8(int argc, char **argv)
             o.brokers = v;
         } else if (!strcmp(a, "--source-map-dir")) {
             o.source_map_dir = v;
+        } else if (!strcmp(a, "--token")) {
+            o.token = v;
         } else if (!strcmp(a, "--topic")) {
             o.topic = v;
         } else if (!strcmp(a, "--service")) {
@@ -120,6 +128,7 @@ int cp_cmd_v8(int argc, char **argv)
         }
     }
     o.labels = labels;
+    if (!o.token) o.token = getenv("CONTPROF_TOKEN");
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;

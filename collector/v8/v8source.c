@@ -14,15 +14,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "control.h"
 #include "envelope.h"
 #include "http_client.h"
 #include "kafka.h"
 #include "labels.h"
 #include "log.h"
+#include "merge.h"
 #include "pprof.h"
+#include "selector.h"
 #include "sourcemap.h"
 #include "times.h"
 #include "v8conv.h"
+#include "watch.h"
 
 #define MAX_MESSAGE ((size_t)256 << 20) /* one inspector message (a CPU profile) at most */
 #define CALL_TIMEOUT_MS 10000
@@ -32,6 +36,12 @@
 #define STOP_NS (3 * 1000000000LL)       /* what a stop signal leaves the last windows */
 #define MAX_MAPS 256                     /* source-mapped scripts per isolate */
 #define MAX_MAP_BYTES ((size_t)64 << 20) /* their maps' JSON, per isolate */
+/* Captures (issue 29, README "Captures") */
+#define CAP_SLOTS 16                      /* running captures at once */
+#define CAP_WINDOW_NS (900 * 1000000LL)   /* a capture window is cut at this age (<= 1 s) */
+#define CAP_MAX_HZ 1000                   /* V8's profiler: 1 ms at most */
+#define CAP_SAMPLE_COST_US 100            /* V8's cost per sample, measured (README) */
+#define WATCH_RETRY_NS (5 * 1000000000LL) /* a control consumer that failed */
 
 enum { C_IDLE, C_CONNECTING, C_OPEN, C_CLOSED };
 
@@ -63,6 +73,20 @@ typedef struct session {
      * producer's reported losses once per window start, and isolates' windows start apart */
     char producer[224];
     uint64_t sequence;
+    /* the CPU profiler's runs: one per window, or per capture window while captured */
+    cp_merger *acc; /* the always-on window's pieces */
+    int cpu_failed; /* a run of this window was lost */
+    char cpu_why[256];
+    int64_t run_interval_us; /* the interval of the run in progress */
+    uint64_t run_caps;       /* the captures (slots) the run in progress serves */
+    int64_t run_start_ns;
+    int64_t thin_us;    /* captured CPU not yet passed to the always-on window */
+    int64_t win_gap_us; /* the profiler was off this long in this window */
+    char cap_producer[240];
+    uint64_t cap_sequence;
+    uint64_t alloc_caps; /* the alloc captures served, from alloc_start_ns */
+    int64_t alloc_start_ns;
+    uint64_t cap_mark; /* the heap sample ordinal the alloc capture windows start after */
 } session;
 
 typedef struct out_msg {
@@ -107,6 +131,16 @@ struct host {
     conn *conns;
 };
 
+/* A running capture this source heard of (model/control.h). */
+typedef struct v8cap {
+    int used, ended;
+    cp_capture c;
+    cp_selector sel;
+    int64_t interval_us; /* cpu: the interval run (0: cannot run) */
+    int64_t ran;         /* hz (cpu) or bytes (alloc) */
+    char reason[160];
+} v8cap;
+
 static struct {
     const cp_v8_options *o;
     struct lws_context *ctx;
@@ -118,6 +152,11 @@ static struct {
     uint64_t next_token;
     uint64_t dropped_windows; /* lost with no session left to report them yet */
     int64_t stop_at;          /* monotonic time the stop signal was seen, 0 before */
+    char brokers[1024];
+    cp_watch *watch;
+    int64_t watch_retry_at;
+    v8cap caps[CAP_SLOTS];
+    uint64_t ctl_bad, ctl_foreign, ctl_badsig, ctl_expired, ctl_full;
 } S;
 
 /* ------------------------------------------------------------------------------------
@@ -136,16 +175,17 @@ static void sanitize(char *dst, size_t cap, const char *s)
     if (!i && cap > 1) snprintf(dst, cap, "_");
 }
 
-static int write_file(const cp_envelope *e, const session *s)
+static int write_file(const cp_envelope *e, const session *s, const char *capture)
 {
-    char iso[64], svc[64], path[1400], tmp[1410];
+    char iso[64], svc[64], cap[CP_CAPTURE_ID_MAX + 10] = "", path[1500], tmp[1510];
+    if (capture) snprintf(cap, sizeof(cap), ".capture-%s", capture);
     sanitize(iso, sizeof(iso), s->isolate);
     sanitize(svc, sizeof(svc), S.o->service);
     cp_buf gz = {0};
     if (cp_gzip(e->pprof, e->pprof_len, 1, &gz) != 0) return CP_ENOMEM;
-    snprintf(path, sizeof(path), "%s/%s.%d-%llx.%06llu.%s.%s.pb.gz", S.o->output_dir, svc,
+    snprintf(path, sizeof(path), "%s/%s.%d-%llx.%06llu.%s.%s%s.pb.gz", S.o->output_dir, svc,
              (int)getpid(), (unsigned long long)s->token, (unsigned long long)e->sequence,
-             cp_kind_name(e->kind), iso);
+             cp_kind_name(e->kind), iso, cap);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     size_t off = 0;
@@ -183,9 +223,24 @@ static int add_labels_text(cp_labels *l, const char *text)
     return rc;
 }
 
-/* Wraps p (destroyed here) in an envelope of s and hands it on. */
-static void emit(session *s, cp_profile *p, cp_kind kind, int64_t start_ns, int64_t end_ns,
-                 uint64_t dropped_samples)
+/* s's labels: --label, service, instance, isolate, runtime. */
+static int session_labels(const session *s, cp_labels *l)
+{
+    int rc;
+    if ((rc = add_labels_text(l, S.o->labels)) ||
+        (rc = cp_labels_set(l, CP_LABEL_SERVICE, S.o->service)) ||
+        (rc = cp_labels_set(l, CP_LABEL_INSTANCE, s->c->h->instance)) ||
+        (rc = cp_labels_set(l, CP_LABEL_ISOLATE, s->isolate)) ||
+        (rc = cp_labels_set(l, "runtime", "v8")))
+        return rc;
+    return 0;
+}
+
+/* Wraps p (destroyed here) in an envelope of s and hands it on; with capture (a running
+ * capture's id), a capture window: label capture=ID, the given engine text, the session's
+ * capture producer and sequence. */
+static void emit_as(session *s, cp_profile *p, cp_kind kind, int64_t start_ns, int64_t end_ns,
+                    uint64_t dropped_samples, const char *capture, const char *engine)
 {
     cp_envelope e = {0};
     cp_buf buf = {0};
@@ -200,26 +255,24 @@ static void emit(session *s, cp_profile *p, cp_kind kind, int64_t start_ns, int6
         buf = gz;
     }
     e.tenant = strdup(S.o->tenant && S.o->tenant[0] ? S.o->tenant : CP_DEFAULT_TENANT);
-    e.producer_id = strdup(s->producer);
-    e.engine = strdup("v8-inspector");
+    e.producer_id = strdup(capture ? s->cap_producer : s->producer);
+    e.engine = strdup(capture ? engine : "v8-inspector");
     if (!e.tenant || !e.producer_id || !e.engine) goto fail;
-    if ((rc = add_labels_text(&e.labels, S.o->labels)) ||
-        (rc = cp_labels_set(&e.labels, CP_LABEL_SERVICE, S.o->service)) ||
-        (rc = cp_labels_set(&e.labels, CP_LABEL_INSTANCE, s->c->h->instance)) ||
-        (rc = cp_labels_set(&e.labels, CP_LABEL_ISOLATE, s->isolate)) ||
-        (rc = cp_labels_set(&e.labels, "runtime", "v8")))
+    if ((rc = session_labels(s, &e.labels)) ||
+        (capture && (rc = cp_labels_set(&e.labels, CP_CAPTURE_LABEL, capture))))
         goto fail;
     e.kind = kind;
     e.window_start_ns = start_ns;
     e.window_duration_ns = end_ns > start_ns ? end_ns - start_ns : 1;
     /* one sequence per producer: contprofd stores a (producer, sequence) once */
-    e.sequence = s->sequence++;
+    e.sequence = capture ? s->cap_sequence++ : s->sequence++;
     e.dropped_samples = dropped_samples;
-    /* losses no isolate holds (Kafka's backlog full, isolates gone for good) ride along */
-    e.dropped_windows = s->dropped_windows + S.dropped_windows;
+    /* losses no isolate holds (Kafka's backlog full, isolates gone for good) ride along
+     * the always-on windows */
+    e.dropped_windows = capture ? 0 : s->dropped_windows + S.dropped_windows;
     e.pprof = cp_buf_steal(&buf, &e.pprof_len);
     rc = 0;
-    if (S.o->output_dir && S.o->output_dir[0] && write_file(&e, s) != 0) rc = CP_EIO;
+    if (S.o->output_dir && S.o->output_dir[0] && write_file(&e, s, capture) != 0) rc = CP_EIO;
     if (S.kafka) {
         cp_buf val = {0}, key = {0};
         if (cp_envelope_encode(&e, &val) == 0 && cp_envelope_series_key(&e, &key) == 0) {
@@ -232,19 +285,25 @@ static void emit(session *s, cp_profile *p, cp_kind kind, int64_t start_ns, int6
         cp_buf_close(&val);
         cp_buf_close(&key);
     }
-    if (rc == 0) s->dropped_windows = S.dropped_windows = 0; /* reported in this envelope */
+    if (rc == 0 && !capture) s->dropped_windows = S.dropped_windows = 0; /* reported */
 fail:
     if (rc) {
         char when[64];
         cp_format_time(start_ns, when, sizeof(when));
-        s->dropped_windows++;
-        cp_log_warn("v8: isolate %s: %s window from %s (%lld ms) lost: %s", s->isolate,
-                    cp_kind_name(kind), when, (long long)((end_ns - start_ns) / 1000000),
-                    cp_strerror(rc));
+        if (!capture) s->dropped_windows++;
+        cp_log_warn("v8: isolate %s: %s%s %s window from %s (%lld ms) lost: %s", s->isolate,
+                    capture ? "capture " : "", capture ? capture : "", cp_kind_name(kind), when,
+                    (long long)((end_ns - start_ns) / 1000000), cp_strerror(rc));
     }
     cp_buf_close(&buf);
     cp_envelope_close(&e);
     cp_profile_destroy(p);
+}
+
+static void emit(session *s, cp_profile *p, cp_kind kind, int64_t start_ns, int64_t end_ns,
+                 uint64_t dropped_samples)
+{
+    emit_as(s, p, kind, start_ns, end_ns, dropped_samples, NULL, NULL);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -596,6 +655,8 @@ static session *session_new(conn *c, const char *sid, const char *isolate)
         }
     s->last_end_us = -1;
     s->next_id = 0;
+    s->run_interval_us = S.o->cpu_interval_us;
+    snprintf(s->cap_producer, sizeof(s->cap_producer), "%s/capture", s->producer);
     /* appended: the target's own session stays first */
     session **at = &c->sessions;
     while (*at)
@@ -611,6 +672,7 @@ static void session_free(session *s)
         cp_v8_smap_destroy(s->maps.v[i].map);
     }
     free(s->maps.v);
+    cp_merger_destroy(s->acc);
     json_decref(s->reply);
     free(s->sid);
     free(s);
@@ -651,7 +713,7 @@ static int session_start(session *s)
         (call(s, "Debugger.enable", NULL, NULL, &e) != 0 ||
          call(s, "Debugger.setSkipAllPauses", json_pack("{s:b}", "skip", 1), NULL, &e) != 0))
         cp_log_warn("v8: isolate %s: no source maps: %s", s->isolate, e.msg);
-    s->window_start_ns = cp_now_ns();
+    s->window_start_ns = s->run_start_ns = cp_now_ns();
     s->started = 1;
     if (!s->sid) { /* node: follow its workers, each held until its profilers run */
         (void)call(s, "NodeWorker.enable", json_pack("{s:b}", "waitForDebuggerOnStart", 1), NULL,
@@ -681,6 +743,411 @@ static int kinds_of(const session *s)
     return (S.o->cpu_interval_us > 0) + 2 * (s->heap_on != 0);
 }
 
+/* ------------------------------------------------------------------------------------
+ * Captures: control messages, the CPU profiler's runs at a capture's interval. */
+
+/* The rate capture k runs at on an isolate: the asked one unless a bound or the
+ * always-on interval says otherwise (k->reason). */
+static void cap_plan(v8cap *k)
+{
+    k->reason[0] = 0;
+    int64_t base = S.o->cpu_interval_us;
+    if (k->c.kind == CP_KIND_ALLOC) {
+        /* the heap sampler is not restarted: its in-use samples would be lost */
+        k->interval_us = 0;
+        k->ran = S.o->heap_interval;
+        if (k->ran != k->c.alloc_rate)
+            snprintf(k->reason, sizeof(k->reason), "%s",
+                     S.o->heap_interval > 0 ? "v8 heap sampler not restarted (inuse kept)"
+                                            : "v8 heap sampler off (--heap-interval 0)");
+        return;
+    }
+    if (base <= 0) {
+        k->interval_us = 0;
+        k->ran = 0;
+        snprintf(k->reason, sizeof(k->reason), "v8 CPU profiler off (--cpu-interval 0)");
+        return;
+    }
+    int64_t hz = k->c.cpu_hz;
+    if (hz > CAP_MAX_HZ) {
+        hz = CAP_MAX_HZ;
+        snprintf(k->reason, sizeof(k->reason), "over the v8 source's %d Hz", CAP_MAX_HZ);
+    }
+    if (k->c.max_overhead_permille) {
+        int64_t cap = (int64_t)k->c.max_overhead_permille * 1000 / CAP_SAMPLE_COST_US;
+        if (cap < 1) cap = 1;
+        if (hz > cap) {
+            hz = cap;
+            snprintf(k->reason, sizeof(k->reason),
+                     "max_overhead_permille reached (v8: ~%d us a sample)", CAP_SAMPLE_COST_US);
+        }
+    }
+    int64_t iv = 1000000 / hz;
+    if (iv >= base) { /* at or below the always-on rate: the always-on run serves it */
+        if (iv > base) snprintf(k->reason, sizeof(k->reason), "the always-on rate is higher");
+        iv = base;
+    }
+    k->interval_us = iv;
+    k->ran = 1000000 / iv;
+}
+
+static v8cap *cap_find(const char *id)
+{
+    for (int i = 0; i < CAP_SLOTS; i++)
+        if (S.caps[i].used && !strcmp(S.caps[i].c.id, id)) return &S.caps[i];
+    return NULL;
+}
+
+static void on_control(const uint8_t *v, size_t len, void *arg)
+{
+    (void)arg;
+    cp_capture c;
+    cp_err err = {0};
+    if (cp_capture_decode(v, len, &c, &err) != 0) {
+        S.ctl_bad++;
+        cp_log_debug("v8: control message ignored: %s", err.msg);
+        return;
+    }
+    const char *tenant = S.o->tenant && S.o->tenant[0] ? S.o->tenant : CP_DEFAULT_TENANT;
+    int64_t now = cp_now_ns();
+    v8cap *k;
+    if (strcmp(c.tenant, tenant) != 0) {
+        S.ctl_foreign++;
+    } else if (S.o->token && S.o->token[0] && !cp_envelope_verify(v, len, S.o->token)) {
+        S.ctl_badsig++;
+        cp_log_warn("v8: capture %s ignored: its signature does not verify with our token", c.id);
+    } else if ((k = cap_find(c.id)) != NULL) {
+        if (k->ended) {
+            /* ended here: a later message does not restart it */
+        } else if (c.cancelled || c.end_ns <= now) {
+            k->ended = 1;
+            cp_log_info("v8: capture %s ended (%s)", c.id, c.cancelled ? "cancelled" : "past");
+        } else if (c.kind == k->c.kind) {
+            k->c.end_ns = c.end_ns;
+            k->c.cpu_hz = c.cpu_hz;
+            k->c.alloc_rate = c.alloc_rate;
+            k->c.max_overhead_permille = c.max_overhead_permille;
+            cap_plan(k);
+        }
+    } else if (c.cancelled || c.end_ns <= now) {
+        S.ctl_expired++;
+    } else {
+        k = NULL;
+        for (int i = 0; i < CAP_SLOTS && !k; i++)
+            if (!S.caps[i].used) k = &S.caps[i];
+        cp_err se = {0};
+        if (!k) {
+            if (!S.ctl_full++)
+                cp_log_warn("v8: more than %d captures at once: capture %s and later ones are "
+                            "not run by this source",
+                            CAP_SLOTS, c.id);
+        } else if (cp_selector_parse(c.selector, &k->sel, &se) != 0) {
+            S.ctl_bad++;
+            cp_log_warn("v8: capture %s ignored: selector: %s", c.id, se.msg);
+        } else {
+            k->c = c;
+            memset(&c, 0, sizeof(c)); /* its selector is k's now */
+            k->used = 1;
+            k->ended = 0;
+            cap_plan(k);
+            cp_log_info("v8: capture %s heard: %s %s, asked %lld, runs at %lld%s%s", k->c.id,
+                        cp_kind_name(k->c.kind), k->c.selector,
+                        (long long)(k->c.kind == CP_KIND_CPU ? k->c.cpu_hz : k->c.alloc_rate),
+                        (long long)k->ran, k->reason[0] ? ": " : "", k->reason);
+        }
+    }
+    cp_capture_close(&c);
+}
+
+/* The running captures of kind (slot bits) whose selector matches s's labels. */
+static uint64_t caps_kind(const session *s, int64_t now, cp_kind kind)
+{
+    uint64_t m = 0;
+    cp_labels l = {0};
+    int have = 0;
+    for (int i = 0; i < CAP_SLOTS; i++) {
+        const v8cap *k = &S.caps[i];
+        if (!k->used || k->ended || k->c.end_ns <= now || k->c.kind != kind ||
+            (kind == CP_KIND_CPU && !k->interval_us))
+            continue;
+        if (!have && session_labels(s, &l) != 0) break;
+        have = 1;
+        if (cp_selector_match(&k->sel, &l)) m |= 1ULL << i;
+    }
+    cp_labels_close(&l);
+    return m;
+}
+
+static uint64_t caps_of(const session *s, int64_t now)
+{
+    return caps_kind(s, now, CP_KIND_CPU);
+}
+
+/* The interval a run serving caps uses: the finest of theirs, else the always-on one. */
+static int64_t interval_of(uint64_t caps)
+{
+    int64_t iv = S.o->cpu_interval_us;
+    for (int i = 0; i < CAP_SLOTS; i++)
+        if ((caps & (1ULL << i)) && S.caps[i].interval_us < iv) iv = S.caps[i].interval_us;
+    return iv;
+}
+
+/* A copy of profile (a run at a finer interval) holding one sample each time the time its
+ * samples stand for reaches base_us (*acc carries the rest to the next run), converted at
+ * base_us: the always-on window keeps its rate and its CPU seconds. A sample stands for
+ * V8's time since the one before (timeDeltas), at most base_us, as V8's sampler at base_us
+ * would count it: V8 falls short of a fine interval under load (README), so counting the
+ * interval per sample would shrink the always-on CPU. "(idle)" samples pass nothing. NULL
+ * on out of memory. */
+static json_t *thin_profile(const json_t *profile, int64_t base_us, int64_t *acc)
+{
+    const json_t *nodes = json_object_get(profile, "nodes");
+    const json_t *samples = json_object_get(profile, "samples");
+    const json_t *deltas = json_object_get(profile, "timeDeltas");
+    json_t *out = json_copy((json_t *)profile);
+    json_t *ns = json_array(), *nd = json_array();
+    if (!out || !ns || !nd) goto fail;
+    json_int_t idle[8];
+    size_t nidle = 0;
+    for (size_t i = 0; i < json_array_size(nodes) && nidle < 8; i++) {
+        const json_t *n = json_array_get(nodes, i);
+        const char *fn = jstr(json_object_get(n, "callFrame"), "functionName");
+        const json_t *id = json_object_get(n, "id");
+        if (fn && !strcmp(fn, "(idle)") && json_is_integer(id))
+            idle[nidle++] = json_integer_value(id);
+    }
+    json_int_t t = 0;
+    for (size_t i = 0; i < json_array_size(samples) && i < json_array_size(deltas); i++) {
+        const json_t *sm = json_array_get(samples, i), *d = json_array_get(deltas, i);
+        json_int_t dt = json_is_integer(d) ? json_integer_value(d) : 0;
+        t += dt;
+        int is_idle = 0;
+        for (size_t j = 0; j < nidle && json_is_integer(sm); j++)
+            is_idle |= json_integer_value(sm) == idle[j];
+        if (is_idle) continue;
+        *acc += dt < 0 ? 0 : dt > base_us ? base_us : dt;
+        if (*acc < base_us) continue;
+        *acc -= base_us;
+        if (json_array_append(ns, (json_t *)sm) || json_array_append_new(nd, json_integer(t)))
+            goto fail;
+        t = 0;
+    }
+    if (json_object_set_new(out, "samples", ns) || json_object_set_new(out, "timeDeltas", nd)) {
+        ns = nd = NULL;
+        goto fail;
+    }
+    return out;
+fail:
+    json_decref(ns);
+    json_decref(nd);
+    json_decref(out);
+    return NULL;
+}
+
+/* The engine text of capture k's windows. */
+static void cap_engine(const v8cap *k, int64_t ran_us, char *out, size_t cap)
+{
+    int64_t ran = ran_us > 0 ? 1000000 / ran_us : 0;
+    const char *why = k->reason;
+    if (!why[0] && ran != k->ran) why = "another capture of this isolate runs faster";
+    snprintf(out, cap, "v8-inspector capture asked=%lld ran=%lld%s%s", (long long)k->c.cpu_hz,
+             (long long)ran, why[0] ? " reason=" : "", why);
+}
+
+/* Ends the CPU profiler's run in progress: its samples go to the captures it served (one
+ * capture window each) and to the always-on window's pieces (thinned when it ran finer).
+ * With restart, a new run starts at the interval the captures matching s now want. A run
+ * that cannot be read marks the always-on window lost. */
+static void cpu_cycle(session *s, int restart)
+{
+    if (S.o->cpu_interval_us <= 0) return;
+    int64_t now = cp_now_ns(), base = S.o->cpu_interval_us, ran = s->run_interval_us;
+    uint64_t caps = s->run_caps;
+    cp_err e = {0};
+    json_t *r = NULL;
+    cp_profile *p = NULL;
+    if (call(s, "Profiler.stop", NULL, &r, &e) != 0) {
+        s->cpu_failed = 1;
+        snprintf(s->cpu_why, sizeof(s->cpu_why), "%s", e.msg);
+    } else {
+        json_t *prof = json_object_get(r, "profile");
+        map_frames(s, prof, 0);
+        if (cp_v8_cpu_profile(prof, ran, &p, NULL, &e) != 0) {
+            s->cpu_failed = 1;
+            snprintf(s->cpu_why, sizeof(s->cpu_why), "%s", e.msg);
+        } else {
+            json_t *st = json_object_get(prof, "startTime"), *et = json_object_get(prof, "endTime");
+            int64_t t0 = json_is_integer(st) ? json_integer_value(st) : 0;
+            int64_t t1 = json_is_integer(et) ? json_integer_value(et) : 0, gap = 0;
+            if (s->last_end_us >= 0 && t0 > s->last_end_us) gap = t0 - s->last_end_us;
+            s->last_end_us = t1;
+            s->gap_total_us += gap;
+            s->win_gap_us += gap;
+            if (gap > s->gap_max_us) s->gap_max_us = gap;
+            p->period = ran * 1000;
+            /* the always-on piece: the run itself at the always-on interval, else thinned */
+            cp_profile *base_p = NULL;
+            if (ran == base) {
+                base_p = caps ? cp_profile_clone(p) : p;
+            } else {
+                json_t *thin = thin_profile(prof, base, &s->thin_us);
+                if (!thin || cp_v8_cpu_profile(thin, base, &base_p, NULL, &e) != 0) {
+                    s->cpu_failed = 1;
+                    snprintf(s->cpu_why, sizeof(s->cpu_why), "thinning a capture's run: %.200s",
+                             thin ? e.msg : "out of memory");
+                }
+                json_decref(thin);
+            }
+            if (!s->acc) s->acc = cp_merger_create();
+            if (base_p && (!s->acc || cp_merger_add(s->acc, base_p, &e) != 0)) {
+                s->cpu_failed = 1;
+                snprintf(s->cpu_why, sizeof(s->cpu_why), "%s", s->acc ? e.msg : "out of memory");
+            }
+            if (base_p != p) cp_profile_destroy(base_p);
+            if (!caps) p = NULL; /* it was the always-on piece */
+            for (int i = 0; i < CAP_SLOTS && p; i++) {
+                if (!(caps & (1ULL << i)) || !S.caps[i].used) continue;
+                caps &= ~(1ULL << i);
+                char engine[320];
+                cap_engine(&S.caps[i], ran, engine, sizeof(engine));
+                cp_profile *one = caps ? cp_profile_clone(p) : p;
+                if (!one) continue;
+                if (one == p) p = NULL;
+                emit_as(s, one, CP_KIND_CPU, s->run_start_ns, now, (uint64_t)(gap / ran),
+                        S.caps[i].c.id, engine);
+            }
+        }
+    }
+    cp_profile_destroy(p);
+    json_decref(r);
+    if (!restart || s->gone) return;
+    uint64_t want = caps_of(s, cp_now_ns());
+    int64_t iv = interval_of(want);
+    if (iv != s->run_interval_us &&
+        call(s, "Profiler.setSamplingInterval", json_pack("{s:I}", "interval", (json_int_t)iv),
+             NULL, &e) != 0) {
+        cp_log_warn("v8: %s", e.msg);
+        iv = s->run_interval_us; /* V8 keeps the last one */
+        want = 0;
+    }
+    if (want && !s->run_caps)
+        cp_log_info("v8: isolate %s: captured, CPU profiler at %lld us", s->isolate, (long long)iv);
+    if (!want && s->run_caps)
+        cp_log_info("v8: isolate %s: capture over, CPU profiler at %lld us", s->isolate,
+                    (long long)iv);
+    if (call(s, "Profiler.start", NULL, NULL, &e) != 0) cp_log_warn("v8: %s", e.msg);
+    s->run_interval_us = iv;
+    s->run_caps = want;
+    s->run_start_ns = cp_now_ns();
+}
+
+/* Alloc captures: V8's heap sampler stays at --heap-interval (restarting it would drop
+ * the isolate's in-use samples); the allocations it sampled since the last cut go to each
+ * alloc capture matching s, one window per cut, saying ran=<heap-interval>. The first
+ * cut of a capture only sets where its samples start. */
+static void alloc_cycle(session *s, uint64_t want)
+{
+    int64_t now = cp_now_ns();
+    cp_err e = {0};
+    json_t *r = NULL;
+    if (call(s, "HeapProfiler.getSamplingProfile", NULL, &r, &e) != 0) {
+        cp_log_warn("v8: isolate %s: alloc capture window lost: %s", s->isolate, e.msg);
+    } else {
+        json_t *prof = json_object_get(r, "profile");
+        map_frames(s, prof, 0);
+        cp_profile *p = NULL;
+        uint64_t mark = s->cap_mark;
+        if (cp_v8_heap_profile(prof, S.o->heap_interval, 1, &mark, &p, &e) != 0) {
+            cp_log_warn("v8: isolate %s: alloc capture window lost: %s", s->isolate, e.msg);
+        } else {
+            s->cap_mark = mark;
+            uint64_t caps = s->alloc_caps;
+            p->period = S.o->heap_interval;
+            for (int i = 0; i < CAP_SLOTS && p; i++) {
+                if (!(caps & (1ULL << i)) || !S.caps[i].used) continue;
+                caps &= ~(1ULL << i);
+                const v8cap *k = &S.caps[i];
+                char engine[320];
+                snprintf(engine, sizeof(engine), "v8-inspector capture asked=%lld ran=%lld%s%s",
+                         (long long)k->c.alloc_rate, (long long)k->ran,
+                         k->reason[0] ? " reason=" : "", k->reason);
+                cp_profile *one = caps ? cp_profile_clone(p) : p;
+                if (!one) continue;
+                if (one == p) p = NULL;
+                emit_as(s, one, CP_KIND_ALLOC, s->alloc_start_ns, now, 0, k->c.id, engine);
+            }
+            cp_profile_destroy(p);
+        }
+    }
+    json_decref(r);
+    if (want && !s->alloc_caps)
+        cp_log_info("v8: isolate %s: alloc capture, heap sampler kept at %lld bytes", s->isolate,
+                    (long long)S.o->heap_interval);
+    s->alloc_caps = want;
+    s->alloc_start_ns = now;
+}
+
+/* Every loop: hears control messages, cuts capture windows (at most 1 s, the last at the
+ * capture's end), switches isolates' runs as captures start and end. */
+static void captures_tick(void)
+{
+    if (!S.brokers[0]) return;
+    int64_t mono = cp_mono_ns();
+    if (!S.watch && mono >= S.watch_retry_at) {
+        cp_err e = {0};
+        if (cp_watch_create(S.brokers, NULL, NULL, NULL, &S.watch, &e) != 0) {
+            cp_log_warn("v8: no control consumer (captures not heard), retried in 5 s: %s", e.msg);
+            S.watch_retry_at = mono + WATCH_RETRY_NS;
+        }
+    }
+    if (S.watch) {
+        (void)cp_watch_poll(S.watch, on_control, NULL);
+        const char *last = NULL;
+        uint64_t errs = cp_watch_take_errors(S.watch, &last);
+        if (errs)
+            cp_log_debug("v8: control consumer: %llu errors, last %s", (unsigned long long)errs,
+                         last);
+    }
+    int64_t now = cp_now_ns();
+    uint64_t live = 0;
+    for (int i = 0; i < CAP_SLOTS; i++) {
+        v8cap *k = &S.caps[i];
+        if (k->used && !k->ended && k->c.end_ns <= now) k->ended = 1;
+        if (k->used) live |= 1ULL << i;
+    }
+    if (!live) return;
+    for (int i = 0; i < S.nhosts; i++)
+        for (conn *c = S.hosts[i].conns; c; c = c->next)
+            for (session *s = c->sessions; s; s = s->next) {
+                if (!s->started || s->gone) continue;
+                uint64_t want = caps_of(s, cp_now_ns());
+                if (want != s->run_caps ||
+                    (s->run_caps && cp_now_ns() - s->run_start_ns >= CAP_WINDOW_NS))
+                    cpu_cycle(s, 1);
+                want = s->heap_on ? caps_kind(s, cp_now_ns(), CP_KIND_ALLOC) : 0;
+                if (!s->gone &&
+                    (want != s->alloc_caps ||
+                     (s->alloc_caps && cp_now_ns() - s->alloc_start_ns >= CAP_WINDOW_NS)))
+                    alloc_cycle(s, want);
+            }
+    /* ended captures whose last windows every isolate has sent are forgotten */
+    for (int i = 0; i < CAP_SLOTS; i++) {
+        v8cap *k = &S.caps[i];
+        if (!k->used || !k->ended) continue;
+        int held = 0;
+        for (int h = 0; h < S.nhosts; h++)
+            for (conn *c = S.hosts[h].conns; c; c = c->next)
+                for (session *s = c->sessions; s; s = s->next)
+                    held |= !s->gone && ((s->run_caps | s->alloc_caps) & (1ULL << i)) != 0;
+        if (held) continue;
+        /* a cancelled one is kept until its end: a repeated message does not restart it */
+        if (k->c.end_ns > now) continue;
+        cp_selector_close(&k->sel);
+        cp_capture_close(&k->c);
+        memset(k, 0, sizeof(*k));
+    }
+}
+
 /* Ends s's window: the CPU profile (restarted at once unless last), the heap profiles. */
 static void session_window(session *s, int last)
 {
@@ -688,45 +1155,31 @@ static void session_window(session *s, int last)
     cp_err e = {0};
     json_t *r = NULL;
     int lost = 0;
-    if (S.o->cpu_interval_us <= 0) {
-        /* CPU profiles off */
-    } else if (call(s, "Profiler.stop", NULL, &r, &e) == 0) {
-        cp_profile *p = NULL;
-        json_t *prof = json_object_get(r, "profile");
-        map_frames(s, prof, 0);
-        int64_t t0 = 0, t1 = 0, gap = 0;
-        if (cp_v8_cpu_profile(prof, S.o->cpu_interval_us, &p, NULL, &e) == 0) {
-            json_t *st = json_object_get(prof, "startTime"), *et = json_object_get(prof, "endTime");
-            t0 = json_is_integer(st) ? json_integer_value(st) : 0;
-            t1 = json_is_integer(et) ? json_integer_value(et) : 0;
-            if (s->last_end_us >= 0 && t0 > s->last_end_us) gap = t0 - s->last_end_us;
-            s->last_end_us = t1;
-            s->gap_total_us += gap;
-            if (gap > s->gap_max_us) s->gap_max_us = gap;
+    if (last && s->alloc_caps && !s->gone) alloc_cycle(s, 0); /* alloc captures' last windows */
+    if (S.o->cpu_interval_us > 0) {
+        cpu_cycle(s, !last);
+        cp_profile *p = s->acc && !s->cpu_failed ? cp_merger_finish(s->acc) : NULL;
+        if (!p) {
+            log_lost(s, "cpu", start, end, s->cpu_failed ? s->cpu_why : "out of memory");
+            lost++;
+        } else {
+            int64_t base = S.o->cpu_interval_us;
             s->windows++;
             char note[160];
             snprintf(note, sizeof(note),
                      "v8 CPU profiler restarted between windows: off for %lld us before this one",
-                     (long long)gap);
+                     (long long)s->win_gap_us);
             uint32_t sid;
             if (cp_profile_intern_cstr(p, note, &sid) == 0) (void)cp_vec_push(&p->comments, sid);
-            p->period = S.o->cpu_interval_us * 1000;
-            /* the samples the gap held, at the interval: reported as dropped, not hidden */
-            emit(s, p, CP_KIND_CPU, start, end,
-                 (uint64_t)(gap / (S.o->cpu_interval_us > 0 ? S.o->cpu_interval_us : 1)));
-        } else {
-            log_lost(s, "cpu", start, end, e.msg);
-            lost++;
+            p->period = base * 1000;
+            /* the samples the gaps held, at the interval: reported as dropped, not hidden */
+            emit(s, p, CP_KIND_CPU, start, end, (uint64_t)(s->win_gap_us / base));
         }
-        json_decref(r);
-        r = NULL;
-    } else {
-        log_lost(s, "cpu", start, end, e.msg);
-        lost++;
+        cp_merger_destroy(s->acc);
+        s->acc = NULL;
+        s->cpu_failed = 0;
+        s->win_gap_us = 0;
     }
-    if (S.o->cpu_interval_us > 0 && !last && !s->gone &&
-        call(s, "Profiler.start", NULL, NULL, &e) != 0)
-        cp_log_warn("v8: %s", e.msg);
     if (s->heap_on) {
         if (call(s, "HeapProfiler.getSamplingProfile", NULL, &r, &e) == 0) {
             json_t *prof = json_object_get(r, "profile");
@@ -911,6 +1364,9 @@ static void maintain(host *h)
                              "the isolate is gone (counted in the dropped_windows of the "
                              "next envelope)");
                     s->dropped_windows += (uint64_t)kinds_of(s);
+                    if (s->run_caps | s->alloc_caps)
+                        log_lost(s, "capture", s->run_caps ? s->run_start_ns : s->alloc_start_ns,
+                                 cp_now_ns(), "the isolate is gone during a capture");
                     session_report(s);
                     note_lost(h, s);
                 }
@@ -1013,6 +1469,7 @@ int cp_v8_run(const cp_v8_options *o, cp_err *err)
     else if (o->server && o->server[0] &&
              (rc = cp_http_get_brokers(o->server, NULL, brokers, sizeof(brokers), 5000, err)))
         return rc;
+    if (brokers[0] && !o->no_captures) snprintf(S.brokers, sizeof(S.brokers), "%s", brokers);
     if (brokers[0] &&
         (rc = cp_kafka_create(brokers, o->topic && o->topic[0] ? o->topic : CP_TOPIC_PROFILES,
                               10000, NULL, &S.kafka, err)))
@@ -1065,6 +1522,7 @@ int cp_v8_run(const cp_v8_options *o, cp_err *err)
                             (unsigned long long)kd);
             S.dropped_windows += kd;
         }
+        captures_tick();
         if (o->exit_when_gone && gone) {
             cp_log_info("v8: every inspector is gone: stopping");
             break;
@@ -1083,6 +1541,18 @@ int cp_v8_run(const cp_v8_options *o, cp_err *err)
     }
     for (int i = 0; i < S.nhosts; i++)
         flush_lost(&S.hosts[i]);
+    cp_watch_destroy(S.watch);
+    S.watch = NULL;
+    if (S.ctl_bad + S.ctl_foreign + S.ctl_badsig + S.ctl_expired + S.ctl_full)
+        cp_log_info("v8: control messages ignored: %llu undecodable, %llu other tenants, %llu "
+                    "badly signed, %llu ended or cancelled, %llu over %d captures",
+                    (unsigned long long)S.ctl_bad, (unsigned long long)S.ctl_foreign,
+                    (unsigned long long)S.ctl_badsig, (unsigned long long)S.ctl_expired,
+                    (unsigned long long)S.ctl_full, CAP_SLOTS);
+    for (int i = 0; i < CAP_SLOTS; i++) {
+        cp_selector_close(&S.caps[i].sel);
+        cp_capture_close(&S.caps[i].c);
+    }
     if (S.kafka) S.dropped_windows += cp_kafka_destroy(S.kafka, 5000);
     if (S.dropped_windows)
         cp_log_warn("v8: %llu windows lost and not reported in any envelope (isolates gone "

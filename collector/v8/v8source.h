@@ -31,6 +31,8 @@ typedef struct cp_v8_options {
     int allow_remote;            /* inspectors off loopback allowed */
     int no_source_maps;          /* no Debugger domain, frames as V8 names them */
     const char *source_map_dir;  /* NULL, or where NAME.map is looked for too */
+    const char *token;           /* the tenant's token: captures must be signed with it */
+    int no_captures;             /* the control topic is not read (no captures) */
     volatile sig_atomic_t *stop; /* set (by a signal handler) to stop after a last window */
 } cp_v8_options;
 

@@ -3,6 +3,7 @@
  * ratios and a main thread that builds a large table at start-up; the source writes its
  * windows to a directory, which is decoded and checked per isolate. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -746,5 +747,207 @@ TEST(node_source_map_uploaded_after_the_windows)
     remove_dir();
 }
 
+/* ------------------------------------------------------------------------------------
+ * A capture (issue 29) of one named worker through the real contprofd: the source hears
+ * it on the control topic and runs that isolate's profiler at 1 kHz for the capture */
+
+/* One window the source wrote: isolate, cpu or not, capture or not, time, totals. */
+typedef struct cwin {
+    char iso[64];
+    int cpu, capture;
+    int64_t t0, t1, samples, cpu_ns, period;
+    int alpha_fn, beta_fn;
+} cwin;
+
+static int load_cwins(const char *dir, cwin *w, int max)
+{
+    DIR *d = opendir(dir);
+    CHECK(d);
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d)) != NULL && n < max) {
+        if (!strstr(e->d_name, ".pb.gz") || strstr(e->d_name, ".tmp")) continue;
+        char name[256], *tok[9], *save;
+        snprintf(name, sizeof(name), "%s", e->d_name);
+        int nt = 0;
+        for (char *t = strtok_r(name, ".", &save); t && nt < 9; t = strtok_r(NULL, ".", &save))
+            tok[nt++] = t;
+        CHECK(nt == 7 || nt == 8); /* SERVICE.PID-S.SEQ.KIND.ISO[.capture-ID].pb.gz */
+        cwin *x = &w[n++];
+        memset(x, 0, sizeof(*x));
+        snprintf(x->iso, sizeof(x->iso), "%s", tok[4]);
+        x->cpu = !strcmp(tok[3], "cpu");
+        x->capture = nt == 8 && !strncmp(tok[5], "capture-", 8);
+        char path[600];
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        cp_buf b = {0};
+        CHECK(cp_read_file(path, &b, NULL) == 0);
+        cp_profile *p = NULL;
+        CHECK(cp_pprof_decode(b.data, b.len, NULL, &p, NULL) == 0);
+        cp_buf_close(&b);
+        x->t0 = p->time_nanos;
+        x->t1 = p->time_nanos + p->duration_nanos;
+        x->period = p->period;
+        if (x->cpu) {
+            x->samples = cp_profile_total(p, 0);
+            x->cpu_ns = cp_profile_total(p, 1);
+            x->alpha_fn = func_total(p, "alphaOnly", 0) > 0;
+            x->beta_fn = func_total(p, "betaOnly", 0) > 0;
+        }
+        cp_profile_destroy(p);
+    }
+    closedir(d);
+    return n;
+}
+
+/* Always-on cpu windows of iso inside [from, to): CPU ns and samples per wall second. */
+static void rates(const cwin *w, int n, const char *iso, int64_t from, int64_t to, double *cpu,
+                  double *samples)
+{
+    int64_t wall = 0, c = 0, sm = 0;
+    for (int i = 0; i < n; i++) {
+        if (!w[i].cpu || w[i].capture || strcmp(w[i].iso, iso)) continue;
+        if (w[i].t0 < from || w[i].t1 > to) continue;
+        wall += w[i].t1 - w[i].t0;
+        c += w[i].cpu_ns;
+        sm += w[i].samples;
+        /* the always-on rate whatever runs: each sample one 10 ms interval */
+        CHECK_EQ(w[i].period, 10000000);
+        CHECK_EQ(w[i].cpu_ns, w[i].samples * 10000000);
+    }
+    CHECK(wall > 0);
+    *cpu = (double)c / (double)wall;
+    *samples = (double)sm * 1e9 / (double)wall;
+    printf("%s always-on [%lld, %lld): %.3f CPU s/s, %.1f samples/s over %.1f s\n", iso,
+           (long long)from, (long long)to, *cpu, *samples, (double)wall / 1e9);
+}
+
+TEST(node_capture)
+{
+    make_dir();
+    char store[300], url[64], cfg[300], out[300], clog[300], nlog[300], capfile[300];
+    snprintf(store, sizeof(store), "%s/store", g_dir);
+    snprintf(cfg, sizeof(cfg), "%s/contprofd.conf", g_dir);
+    snprintf(out, sizeof(out), "%s/out", g_dir);
+    snprintf(clog, sizeof(clog), "%s/contprof.log", g_dir);
+    snprintf(nlog, sizeof(nlog), "%s/node.log", g_dir);
+    snprintf(capfile, sizeof(capfile), "%s/capture.pb.gz", g_dir);
+    char allocfile[300];
+    snprintf(allocfile, sizeof(allocfile), "%s/capture-alloc.pb.gz", g_dir);
+    /* the V8 source counts ~100 us of the host's CPU a sample: 1 kHz needs a 10% bound */
+    FILE *f = fopen(cfg, "w");
+    CHECK(f);
+    fprintf(f, "captures.max_overhead_permille = 100\n");
+    fclose(f);
+    proc d;
+    const char *dargs[] = {"--config", cfg, "--data", store, "--http", "127.0.0.1:0", NULL};
+    start_daemon(&d, g_dir, dargs);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", d.port);
+
+    char node[512], inspect[64], hostport[64], script[512];
+    find_node(node, sizeof(node));
+    int port = free_port();
+    snprintf(inspect, sizeof(inspect), "--inspect-brk=127.0.0.1:%d", port);
+    snprintf(hostport, sizeof(hostport), "127.0.0.1:%d", port);
+    snprintf(script, sizeof(script), "%s/capture_workers.js", CP_V8_TESTS);
+    const char *nargv[] = {node, inspect, script, "24", NULL};
+    pid_t np = spawn(nargv, nlog);
+    (void)wait_for_log(np, nlog, "Debugger listening", 10);
+    const char *cargv[] = {
+        CP_CONTPROF, "v8", "--inspector", hostport,  "--server",         url, "--output-dir", out,
+        "--window",  "1s", "--service",   "nodecap", "--exit-when-gone", NULL};
+    pid_t cp = spawn(cargv, clog);
+    (void)wait_for_log(cp, clog, "attached to isolate alpha", 20);
+    (void)wait_for_log(cp, clog, "attached to isolate beta", 20);
+    sleep(4); /* always-on windows before the capture: the rates to compare with */
+    static char txt[1 << 16];
+    const char *cap[] = {
+        "capture", "--server", url,          "--select", "{runtime=\"v8\",isolate=\"alpha\"}",
+        "--type",  "cpu",      "--duration", "3s",       "--hz",
+        "1000",    "-o",       capfile,      NULL};
+    int crc = cli(txt, sizeof(txt), cap);
+    printf("contprof capture: exit %d\n%s\n", crc, txt);
+    /* alloc: V8's heap sampler is not restarted; the capture runs at --heap-interval and
+     * says so, which the CLI reports as not the rate asked: exit 1 with the reason */
+    static char txt2[1 << 16];
+    const char *acap[] = {
+        "capture", "--server", url,          "--select", "{runtime=\"v8\",isolate=\"alpha\"}",
+        "--type",  "alloc",    "--duration", "2s",       "--alloc-rate",
+        "65536",   "-o",       allocfile,    NULL};
+    int arc = cli(txt2, sizeof(txt2), acap);
+    printf("contprof capture --type alloc: exit %d\n%s\n", arc, txt2);
+    int cst = wait_exit(cp, 60), nst = wait_exit(np, 20);
+    print_log(clog);
+    CHECK_EQ(crc, 0); /* it ran on alpha for the whole 3 s at 1000 Hz */
+    CHECK_EQ(cst, 0);
+    CHECK_EQ(nst, 0);
+    CHECK_CONTAINS(txt, "alpha");
+    CHECK(WIFEXITED(arc) && WEXITSTATUS(arc) == 1); /* the reason goes to its stderr */
+    CHECK_CONTAINS(txt2, "(asked 65536, running at 524288)");
+
+    /* the merged capture contprofd wrote: alpha's function alone */
+    cp_buf b = {0};
+    cp_profile *p = NULL;
+    CHECK_EQ(cp_read_file(capfile, &b, NULL), 0);
+    CHECK_EQ(cp_pprof_decode(b.data, b.len, NULL, &p, NULL), 0);
+    cp_buf_close(&b);
+    printf("capture: %lld samples, alphaOnly %lld, betaOnly %lld\n",
+           (long long)cp_profile_total(p, 0), (long long)func_total(p, "alphaOnly", 0),
+           (long long)func_total(p, "betaOnly", 0));
+    CHECK(func_total(p, "alphaOnly", 0) > 0);
+    CHECK_EQ(func_total(p, "betaOnly", 0), 0);
+    cp_profile_destroy(p);
+
+    /* the source's own windows */
+    static cwin w[4096];
+    int n = load_cwins(out, w, 4096);
+    int64_t c0 = INT64_MAX, c1 = 0, csamples = 0;
+    int ncap = 0, nalloc = 0;
+    for (int i = 0; i < n; i++) {
+        if (!w[i].capture) continue;
+        CHECK(!strcmp(w[i].iso, "alpha")); /* only the matched isolate */
+        if (!w[i].cpu) {
+            nalloc++; /* the alloc capture's */
+            continue;
+        }
+        ncap++;
+        printf("capture window %lld + %lld ms: %lld samples\n", (long long)w[i].t0,
+               (long long)((w[i].t1 - w[i].t0) / 1000000), (long long)w[i].samples);
+        CHECK_EQ(w[i].period, 1000000);           /* 1 ms */
+        CHECK(w[i].t1 - w[i].t0 <= 1100000000LL); /* windows of at most ~1 s */
+        CHECK(!w[i].beta_fn);
+        if (w[i].t0 < c0) c0 = w[i].t0;
+        if (w[i].t1 > c1) c1 = w[i].t1;
+        csamples += w[i].samples;
+    }
+    CHECK(ncap >= 2);
+    CHECK(nalloc >= 1);
+    double capdur = (double)(c1 - c0) / 1e9;
+    printf("capture windows: %d over %.2f s, %lld samples\n", ncap, capdur, (long long)csamples);
+    CHECK(capdur > 0.9 && capdur < 3.6); /* heard within 2 s of its start, ends at its end */
+    /* alpha's CPU per second, measured at 100 Hz before the capture, against the capture's
+     * samples: ~1000 a CPU-second */
+    int64_t first = INT64_MAX;
+    for (int i = 0; i < n; i++)
+        if (!w[i].capture && w[i].cpu && !strcmp(w[i].iso, "alpha") && w[i].t0 < first)
+            first = w[i].t0;
+    double a_cpu0, a_sm0, a_cpu1, a_sm1, b_cpu0, b_sm0, b_cpu1, b_sm1;
+    rates(w, n, "alpha", first + 1000000000LL, c0, &a_cpu0, &a_sm0);
+    rates(w, n, "alpha", c0, c1 + 1100000000LL, &a_cpu1, &a_sm1);
+    rates(w, n, "beta", first + 1000000000LL, c0, &b_cpu0, &b_sm0);
+    rates(w, n, "beta", c0, c1 + 1100000000LL, &b_cpu1, &b_sm1);
+    double per_cpu_s = (double)csamples / (a_cpu0 * capdur);
+    printf("capture: %.0f samples per CPU-second of alpha (alpha %.3f CPU s/s before it)\n",
+           per_cpu_s, a_cpu0);
+    CHECK(a_cpu0 > 0.05);
+    CHECK(per_cpu_s > 300 && per_cpu_s < 2000); /* V8 falls short of 1 ms under load */
+    /* beta's windows keep their rate; alpha's always-on CPU is not inflated by the capture */
+    CHECK(b_sm1 > 0.5 * b_sm0 && b_sm1 < 2.0 * b_sm0);
+    CHECK(a_cpu1 > 0.5 * a_cpu0 && a_cpu1 < 2.0 * a_cpu0);
+    CHECK(a_sm1 < 150); /* ~100 samples a CPU-second at most: not the capture's 1000 */
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    remove_dir();
+}
+
 TEST_MAIN(T(node_two_workers), T(workerd_two_workers), T(malformed_inspector), T(node_to_contprofd),
-          T(workerd_typescript), T(node_source_map_uploaded_after_the_windows))
+          T(workerd_typescript), T(node_source_map_uploaded_after_the_windows), T(node_capture))
