@@ -323,8 +323,10 @@ TEST(cpu_capture_boosts_only_the_matched_isolate)
             others++;
             continue;
         }
-        CHECK(r->has_alpha && !r->has_beta);         /* only the isolate's frames */
-        CHECK(r->dur > 0 && r->dur <= 1200000000LL); /* windows of at most ~1 s */
+        CHECK(r->has_alpha && !r->has_beta); /* only the isolate's frames */
+        /* windows of ~1 s: cut at the first agent tick past 1 s, later when the machine is
+         * loaded (1.2 s was passed once in CI) */
+        CHECK(r->dur > 0 && r->dur <= 2000000000LL);
         CHECK_EQ(r->period, 1000000);
         CHECK(strstr(r->engine, " capture asked=1000 ran=1000") != NULL);
         CHECK(strstr(r->engine, "reason=") == NULL);

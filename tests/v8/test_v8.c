@@ -913,8 +913,9 @@ TEST(node_capture)
         ncap++;
         printf("capture window %lld + %lld ms: %lld samples\n", (long long)w[i].t0,
                (long long)((w[i].t1 - w[i].t0) / 1000000), (long long)w[i].samples);
-        CHECK_EQ(w[i].period, 1000000);           /* 1 ms */
-        CHECK(w[i].t1 - w[i].t0 <= 1100000000LL); /* windows of at most ~1 s */
+        CHECK_EQ(w[i].period, 1000000); /* 1 ms */
+        /* ~1 s windows (cut every 0.9 s; later on a loaded machine: the bound is loose) */
+        CHECK(w[i].t1 - w[i].t0 <= 2000000000LL);
         CHECK(!w[i].beta_fn);
         if (w[i].t0 < c0) c0 = w[i].t0;
         if (w[i].t1 > c1) c1 = w[i].t1;
