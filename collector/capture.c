@@ -374,7 +374,7 @@ static void engine_text(const cap *k, char *out, size_t cap_)
     int n = snprintf(out, cap_, "%s capture asked=%lld ran=%lld", cp_engine,
                      k->c.kind == CP_KIND_CPU ? (long long)k->c.cpu_hz : (long long)k->c.alloc_rate,
                      (long long)k->ran);
-    char reason[160] = "";
+    char reason[192] = ""; /* k->reason (128), "; " and the bound's sentence */
     if (k->over_threads)
         snprintf(reason, sizeof(reason),
                  "%s%sthreads over the agent's bound of %d were not boosted", k->reason,
