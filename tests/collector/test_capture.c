@@ -431,9 +431,12 @@ TEST(capture_ends_at_its_end)
     rd_kafka_t *host = mock_host();
     rd_kafka_mock_cluster_t *mc = mock_cluster(host, 1);
     const char *boot = rd_kafka_mock_cluster_bootstraps(mc);
-    cp_capture c = cpu_capture("short", "{isolate=\"alpha\"}", 1000, 1.5);
+    /* 3 s from the send: a process started after it hears it 0.5 to 1.5 s in (its first
+     * tick and the consumer's start; a 1.5 s capture could end unheard under load), and
+     * burns 6 s: the capture's CPU must stop well before the process does */
+    cp_capture c = cpu_capture("short", "{isolate=\"alpha\"}", 1000, 3);
     send_capture(boot, &c, NULL);
-    proc pa = start(boot, "a", "cpu", "4", NULL, NULL);
+    proc pa = start(boot, "a", "cpu", "6", NULL, NULL);
     truth ta = finish(pa);
     collect(boot);
     int64_t cs, cv, on;
@@ -444,7 +447,7 @@ TEST(capture_ends_at_its_end)
            "(%.0f/s)\n",
            cn, cv / 1e9, cv > 0 ? cs / (cv / 1e9) : 0, on / 1e9, ta.alpha_cpu / 1e9, ra);
     CHECK(cn >= 1);
-    CHECK(cv > 0 && cv < 1600000000LL);
+    CHECK(cv > 0 && cv < 3300000000LL); /* at most the capture's 3 s of alpha's 6 */
     CHECK(fabs((double)on - (double)ta.alpha_cpu) < 0.12 * (double)ta.alpha_cpu);
     rd_kafka_mock_cluster_destroy(mc);
     rd_kafka_destroy(host);
