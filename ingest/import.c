@@ -565,7 +565,8 @@ static int send_one(imp *im, int fi, cp_kind kind, int cumulative, const cp_prof
         while (im->wait && im->inflight && im->inflight + wire > im->budget)
             if (wait_some(im, why, sizeof why)) {
                 fprintf(stderr, "contprof import: %s: waiting for the store: %s\n", file, why);
-                return 2; /* stop sending: the rest cannot be confirmed either */
+                rc = 2; /* stop sending: the rest cannot be confirmed either */
+                goto done;
             }
         sent r = {.file = fi, .kind = kind, .state = S_QUEUED, .bytes = wire, .offset = -1};
         if (cp_vec_push(&im->sent, r)) {

@@ -1003,8 +1003,7 @@ static void cpu_cycle(session *s, int restart)
                 s->cpu_failed = 1;
                 snprintf(s->cpu_why, sizeof(s->cpu_why), "%s", s->acc ? e.msg : "out of memory");
             }
-            if (base_p != p) cp_profile_destroy(base_p);
-            if (!caps) p = NULL; /* it was the always-on piece */
+            if (base_p != p) cp_profile_destroy(base_p); /* the merger copies what it adds */
             for (int i = 0; i < CAP_SLOTS && p; i++) {
                 if (!(caps & (1ULL << i)) || !S.caps[i].used) continue;
                 caps &= ~(1ULL << i);

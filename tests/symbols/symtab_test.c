@@ -424,6 +424,7 @@ TEST(uploaded_symbols_name_stored_profiles_of_their_tenant_only)
     sy = cp_symbols_create(&so);
     CHECK(sy);
     ao.symbols = sy;
+    ao.metrics = NULL; /* reg is gone: the fixture's own registry (the API registers in it) */
     qfx_serve(&g, &ao, 2);
     top = get_text(&g, pq, "token-of-a");
     CHECK_CONTAINS(top, "symprog_hash_spin");
