@@ -49,8 +49,7 @@ static uint32_t drop_capture_windows(const cp_store *s, const cp_ser *ser, int64
     n += 4;
     uint32_t gone = 0;
     leveldb_iterator_t *it = leveldb_create_iterator(s->db, s->ropts);
-    for (leveldb_iter_seek(it, (const char *)k, n); leveldb_iter_valid(it);
-         leveldb_iter_next(it)) {
+    for (leveldb_iter_seek(it, (const char *)k, n); leveldb_iter_valid(it); leveldb_iter_next(it)) {
         size_t kl;
         const uint8_t *key = (const uint8_t *)leveldb_iter_key(it, &kl);
         if (kl != n + 8 || memcmp(key, k, n) || cp_time_unkey(cp_get_be64(key + n)) >= cut) break;

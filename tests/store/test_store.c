@@ -1522,8 +1522,8 @@ TEST(capture_records_leave_with_retention)
     cp_store_batch *b = cp_store_batch_create(s);
     for (int i = 0; i < 30; i++) {
         add(b, "acme", CP_KIND_CPU, "service=api", starts[i], "p", (uint64_t)i, wins[i], 0);
-        add(b, "acme", CP_KIND_CPU, "service=api,capture=old", starts[i], "p/capture",
-            (uint64_t)i, wins[i], 0);
+        add(b, "acme", CP_KIND_CPU, "service=api,capture=old", starts[i], "p/capture", (uint64_t)i,
+            wins[i], 0);
     }
     commit(b);
     int64_t later = starts[29] + 2 * 86400 * SEC;
@@ -1567,7 +1567,8 @@ TEST(capture_records_leave_with_retention)
 TEST_MAIN(T(exact_totals_and_rollups), T(timeline_matches_queries),
           T(timeline_and_series_past_raw_retention), T(inuse_is_a_gauge),
           T(cumulative_alloc_not_double_counted), T(duplicates_dropped),
-          T(tenants_isolated_and_labels), T(retention_frees_disk), T(capture_records_leave_with_retention), T(unknown_version_refused),
+          T(tenants_isolated_and_labels), T(retention_frees_disk),
+          T(capture_records_leave_with_retention), T(unknown_version_refused),
           T(bad_inputs_refused_batch_usable), T(same_address_other_function), T(concurrent_readers),
           T(same_start_summed), T(one_binary_at_two_bases_is_one_frame_set),
           T(format_1_store_read_canonical), T(reopen_under_readers),
