@@ -148,8 +148,10 @@ static void on_message(const uint8_t *v, size_t len, void *arg)
             end_capture(k);
             goto done;
         }
-        /* a changed state: new end, new rate */
-        if (c.kind == k->c.kind) {
+        /* a changed state: new end, new rate (a poller hands on unchanged ones too) */
+        if (c.kind == k->c.kind && (k->c.end_ns != c.end_ns || k->c.cpu_hz != c.cpu_hz ||
+                                    k->c.alloc_rate != c.alloc_rate ||
+                                    k->c.max_overhead_permille != c.max_overhead_permille)) {
             k->c.end_ns = c.end_ns;
             k->c.cpu_hz = c.cpu_hz;
             k->c.alloc_rate = c.alloc_rate;
@@ -317,7 +319,8 @@ static void watch_tick(const char *brokers)
     if (!C.w && brokers && brokers[0] && now >= C.next_try) {
         cp_err err = {0};
         C.fd_revocations = atomic_load(&cp_fd_revocations);
-        if (cp_watch_create(brokers, cp_cfg.kafka_props, C.wake, NULL, &C.w, &err) != 0) {
+        if (cp_watch_create(cp_cfg.server, cp_cfg.token, brokers, cp_cfg.kafka_props, C.wake, NULL,
+                            &C.w, &err) != 0) {
             C.errors++;
             C.next_try = now + 5 * (int64_t)1000000000;
             if (!C.said_err++) fprintf(stderr, "contprof: captures: %s (retrying)\n", err.msg);

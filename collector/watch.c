@@ -1,7 +1,7 @@
-/* The control-topic consumer: librdkafka's simple consumer (consume_start/consume_batch,
- * no group, no offsets committed), loaded on first use like kafka.c's producer. Its fetch
- * memory is bounded (queued.max.messages.kbytes, fetch.max.bytes); its log lines stay off
- * the host's stderr. */
+/* Hearing of captures (watch.h): the poller of contprofd, or the control-topic consumer:
+ * librdkafka's simple consumer (consume_start/consume_batch, no group, no offsets
+ * committed), loaded on first use like kafka.c's producer. Its fetch memory is bounded
+ * (queued.max.messages.kbytes, fetch.max.bytes); its log lines stay off the host's stderr. */
 #include "watch.h"
 
 #include <librdkafka/rdkafka.h>
@@ -10,9 +10,17 @@
 #include <string.h>
 
 #include "control.h"
+#include "http_client.h"
 #include "kafka.h"
+#include "times.h"
 
 struct cp_watch {
+    /* the poller's (server[0] != 0) */
+    char server[512], token[256];
+    int64_t next_poll_ns;
+    uint64_t last_hash; /* FNV-1a of the last answer handed on (0: none yet) */
+    /* the consumer's */
+    char *brokers, *props;
     rd_kafka_t *rk;
     rd_kafka_topic_t *rkt;
     rd_kafka_queue_t *q;
@@ -44,19 +52,15 @@ static void on_event(rd_kafka_t *rk, void *opaque)
     if (w->wake) w->wake(w->wake_arg);
 }
 
-int cp_watch_create(const char *brokers, const char *props, cp_watch_wake_fn wake, void *wake_arg,
-                    cp_watch **out, cp_err *err)
+/* Makes w the control topic's consumer on w->brokers. */
+static int consumer_open(cp_watch *w, cp_err *err)
 {
-    *out = NULL;
+    const char *brokers = w->brokers, *props = w->props;
     int lrc = cp_rk_load(err);
     if (lrc) return lrc;
     char errstr[256] = "";
-    cp_watch *w = calloc(1, sizeof(*w));
-    rd_kafka_conf_t *conf = w ? cp_rk.rd_kafka_conf_new() : NULL;
-    if (!w || !conf) {
-        free(w);
-        return cp_err_set(err, CP_ENOMEM, "out of memory creating the control consumer");
-    }
+    rd_kafka_conf_t *conf = cp_rk.rd_kafka_conf_new();
+    if (!conf) return cp_err_set(err, CP_ENOMEM, "out of memory creating the control consumer");
     char wait[16];
     snprintf(wait, sizeof(wait), "%d", CP_WATCH_FETCH_WAIT_MS);
     /* Bounded: at most ~2 MiB fetched ahead; an idle fetch every CP_WATCH_FETCH_WAIT_MS. */
@@ -96,7 +100,6 @@ int cp_watch_create(const char *brokers, const char *props, cp_watch_wake_fn wak
     }
     if (bad) {
         cp_rk.rd_kafka_conf_destroy(conf);
-        free(w);
         return cp_err_set(err, CP_EKAFKA, "control consumer: %s", errstr);
     }
     cp_rk.rd_kafka_conf_set_log_cb(conf, quiet_log);
@@ -105,11 +108,8 @@ int cp_watch_create(const char *brokers, const char *props, cp_watch_wake_fn wak
     w->rk = cp_rk.rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
     if (!w->rk) {
         cp_rk.rd_kafka_conf_destroy(conf);
-        free(w);
         return cp_err_set(err, CP_EKAFKA, "control consumer for %s: %s", brokers, errstr);
     }
-    w->wake = wake;
-    w->wake_arg = wake_arg;
     w->rkt = cp_rk.rd_kafka_topic_new(w->rk, CP_TOPIC_CONTROL, NULL);
     w->q = w->rkt ? cp_rk.rd_kafka_queue_new(w->rk) : NULL;
     if (w->q) cp_rk.rd_kafka_queue_cb_event_enable(w->q, on_event, w);
@@ -118,17 +118,97 @@ int cp_watch_create(const char *brokers, const char *props, cp_watch_wake_fn wak
         cp_err_set(err, CP_EKAFKA, "topic %s: %s", CP_TOPIC_CONTROL,
                    cp_rk.rd_kafka_err2str(cp_rk.rd_kafka_last_error()));
         cp_rk.rd_kafka_destroy(w->rk);
-        free(w);
+        w->rk = NULL;
+        w->rkt = NULL;
         return CP_EKAFKA;
+    }
+    return 0;
+}
+
+int cp_watch_create(const char *server, const char *token, const char *brokers, const char *props,
+                    cp_watch_wake_fn wake, void *wake_arg, cp_watch **out, cp_err *err)
+{
+    *out = NULL;
+    cp_watch *w = calloc(1, sizeof(*w));
+    if (!w || !(w->brokers = strdup(brokers ? brokers : "")) ||
+        !(w->props = strdup(props ? props : ""))) {
+        if (w) free(w->brokers);
+        free(w);
+        return cp_err_set(err, CP_ENOMEM, "out of memory creating the capture watcher");
+    }
+    w->wake = wake;
+    w->wake_arg = wake_arg;
+    if (server && *server) {
+        snprintf(w->server, sizeof(w->server), "%s", server);
+        snprintf(w->token, sizeof(w->token), "%s", token ? token : "");
+    } else {
+        int rc = consumer_open(w, err);
+        if (rc) {
+            free(w->brokers);
+            free(w->props);
+            free(w);
+            return rc;
+        }
     }
     *out = w;
     return 0;
+}
+
+/* One poll of the server, when due. Returns how many messages were handed. */
+static int poll_server(cp_watch *w, cp_watch_fn fn, void *arg)
+{
+    int64_t now = cp_mono_ns();
+    if (now < w->next_poll_ns) return 0;
+    w->next_poll_ns = now + CP_WATCH_POLL_MS * (int64_t)1000000;
+    cp_http_result res;
+    cp_err err = {0};
+    if (cp_http_get(w->server, "/api/v1/control/captures", w->token, CP_WATCH_HTTP_TIMEOUT_MS,
+                    1u << 20, &res, &err) != 0) {
+        w->errors++;
+        snprintf(w->last, sizeof(w->last), "%.150s", err.msg);
+        w->next_poll_ns = now + CP_WATCH_RETRY_MS * (int64_t)1000000;
+        return 0;
+    }
+    int handed = 0;
+    if (res.status == 404) { /* an older contprofd: the control topic instead */
+        cp_err e2 = {0};
+        if (consumer_open(w, &e2) == 0) {
+            w->server[0] = 0;
+        } else {
+            w->errors++;
+            snprintf(w->last, sizeof(w->last), "%.150s", e2.msg);
+            w->next_poll_ns = now + CP_WATCH_RETRY_MS * (int64_t)1000000;
+        }
+    } else if (res.status != 200) {
+        w->errors++;
+        snprintf(w->last, sizeof(w->last), "%.100s answered %d to /api/v1/control/captures",
+                 w->server, res.status);
+        w->next_poll_ns = now + CP_WATCH_RETRY_MS * (int64_t)1000000;
+    } else {
+        uint64_t h = 14695981039346656037ULL; /* FNV-1a: the same answer is handed on once */
+        for (size_t i = 0; i < res.body.len; i++)
+            h = (h ^ res.body.data[i]) * 1099511628211ULL;
+        h |= 1; /* never 0, the "none yet" mark */
+        if (h != w->last_hash) {
+            handed = cp_control_list_split(res.body.data, res.body.len, fn, arg);
+            if (handed < 0) {
+                handed = 0;
+                w->errors++;
+                snprintf(w->last, sizeof(w->last), "%.100s: a malformed capture list", w->server);
+            } else {
+                w->last_hash = h;
+            }
+        }
+    }
+    cp_buf_close(&res.body);
+    return handed;
 }
 
 #define BATCH 64
 
 int cp_watch_poll(cp_watch *w, cp_watch_fn fn, void *arg)
 {
+    if (w->server[0]) return poll_server(w, fn, arg);
     cp_rk.rd_kafka_poll(w->rk, 0); /* error callbacks */
     if (!w->started) {
         /* the topic may not exist yet: librdkafka waits for it in the background */
@@ -172,11 +252,15 @@ uint64_t cp_watch_take_errors(cp_watch *w, const char **last)
 void cp_watch_destroy(cp_watch *w)
 {
     if (!w) return;
-    if (w->started) cp_rk.rd_kafka_consume_stop(w->rkt, 0);
-    cp_rk.rd_kafka_queue_cb_event_enable(w->q, NULL, NULL);
-    cp_rk.rd_kafka_queue_destroy(w->q);
-    cp_rk.rd_kafka_topic_destroy(w->rkt);
-    cp_rk.rd_kafka_destroy(w->rk);
+    if (w->rk) {
+        if (w->started) cp_rk.rd_kafka_consume_stop(w->rkt, 0);
+        cp_rk.rd_kafka_queue_cb_event_enable(w->q, NULL, NULL);
+        cp_rk.rd_kafka_queue_destroy(w->q);
+        cp_rk.rd_kafka_topic_destroy(w->rkt);
+        cp_rk.rd_kafka_destroy(w->rk);
+    }
+    free(w->brokers);
+    free(w->props);
     free(w);
 }
 

@@ -1,7 +1,14 @@
-/* The agent's control-topic consumer (CP_TOPIC_CONTROL, model/control.h): a second
- * librdkafka handle, no consumer group, partition 0 read from the last CP_WATCH_TAIL
- * messages on. It never blocks and never fails the host: a missing topic or unreachable
- * brokers are retried by librdkafka and counted. Agent thread only (a leaf, as kafka.c). */
+/* How the agent hears of captures (model/control.h), in one of two ways:
+ * - with a contprofd URL (CONTPROF_SERVER): GET /api/v1/control/captures every
+ *   CP_WATCH_POLL_MS on the agent's thread, at most CP_WATCH_HTTP_TIMEOUT_MS each; no
+ *   thread and no fd between polls. Why: a second librdkafka handle costs ~0.7 ms of CPU a
+ *   second even idle (librdkafka 2.0.2's main thread spins through the last millisecond
+ *   before each of its timers), a poll ~0.1 ms. A server that does not serve the path
+ *   (404: an older contprofd) turns the watcher into the consumer below.
+ * - without: the control topic's consumer (CP_TOPIC_CONTROL), a second librdkafka handle,
+ *   no consumer group, partition 0 read from the last CP_WATCH_TAIL messages on.
+ * It never fails the host: errors are retried and counted. Agent thread only (a leaf, as
+ * kafka.c). */
 #ifndef CP_WATCH_H
 #define CP_WATCH_H
 
@@ -20,29 +27,39 @@
  * end of the wait, as librdkafka's mock cluster does; a real broker answers at once. */
 #define CP_WATCH_FETCH_WAIT_MS 500
 
+/* The polling interval and each poll's bound (the agent thread waits that long at most,
+ * then backs off CP_WATCH_RETRY_MS). */
+#define CP_WATCH_POLL_MS 1000
+#define CP_WATCH_HTTP_TIMEOUT_MS 300
+#define CP_WATCH_RETRY_MS 5000
+
 typedef struct cp_watch cp_watch;
 
 /* Called on a librdkafka thread (the agent's) when a message arrives while none waits:
  * must be short and must not call librdkafka. */
 typedef void (*cp_watch_wake_fn)(void *arg);
 
-/* Creates a consumer of the control topic on brokers. props (may be NULL): further
- * librdkafka properties as "name=value" lines (the producer's, CONTPROF_KAFKA_*), applied
- * last. wake (may be NULL) is told of new messages, so the agent thread need not wait for
- * its tick. Returns 0 with *out (cp_watch_destroy), or CP_EKAFKA/CP_ENOMEM with err (may be
- * NULL) saying why. */
-int cp_watch_create(const char *brokers, const char *props, cp_watch_wake_fn wake, void *wake_arg,
-                    cp_watch **out, cp_err *err);
+/* Creates a watcher: a poller of server (NULL or "": none) sending token (NULL or "":
+ * none) as its bearer token, else a consumer of the control topic on brokers. props (may
+ * be NULL): further librdkafka properties as "name=value" lines (the producer's,
+ * CONTPROF_KAFKA_*), applied last. wake (may be NULL) is told of new messages, so the agent
+ * thread need not wait for its tick. Returns 0 with *out (cp_watch_destroy), or
+ * CP_EKAFKA/CP_ENOMEM with err (may be NULL) saying why. */
+int cp_watch_create(const char *server, const char *token, const char *brokers, const char *props,
+                    cp_watch_wake_fn wake, void *wake_arg, cp_watch **out, cp_err *err);
 
 /* Receives a control message's value (borrowed for the call). */
 typedef void (*cp_watch_fn)(const uint8_t *value, size_t len, void *arg);
 
 /* Hands every message fetched since the last call to fn, in offset order; serves
- * librdkafka's error callbacks. Never blocks. Returns how many messages were handed. */
+ * librdkafka's error callbacks. A poller asks its server when CP_WATCH_POLL_MS have passed
+ * and hands on each capture of an answer that differs from the last one (the same answer
+ * is handed on once). The consumer never blocks; the poller waits for the server at most
+ * CP_WATCH_HTTP_TIMEOUT_MS. Returns how many messages were handed. */
 int cp_watch_poll(cp_watch *w, cp_watch_fn fn, void *arg);
 
-/* Errors since the last call (unknown topic, brokers down, fetch errors), and the last
- * one's text (valid until the next poll). */
+/* Errors since the last call (unknown topic, brokers down, fetch errors, a server that
+ * failed or answered malformed), and the last one's text (valid until the next poll). */
 uint64_t cp_watch_take_errors(cp_watch *w, const char **last);
 
 /* Stops and destroys (NULL is fine). */

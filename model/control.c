@@ -128,3 +128,40 @@ done:
     if (rc) cp_capture_close(out);
     return rc;
 }
+
+int cp_control_list_append(cp_buf *out, const cp_capture *c, const char *token)
+{
+    cp_buf m = {0}; /* on its own: a signature covers its whole buffer */
+    int rc = cp_capture_encode(c, token, &m);
+    uint8_t len[4] = {(uint8_t)(m.len >> 24), (uint8_t)(m.len >> 16), (uint8_t)(m.len >> 8),
+                      (uint8_t)m.len};
+    size_t at = out->len;
+    if (!rc && (cp_buf_append(out, len, 4) || cp_buf_append(out, m.data, m.len))) {
+        out->len = at;
+        rc = CP_ENOMEM;
+    }
+    cp_buf_close(&m);
+    return rc;
+}
+
+int cp_control_list_split(const uint8_t *body, size_t len,
+                          void (*fn)(const uint8_t *value, size_t len, void *arg), void *arg)
+{
+    size_t at = 0;
+    int n = 0;
+    while (at < len) { /* checked whole first: a malformed answer hands on nothing */
+        if (len - at < 4) return -1;
+        size_t l = (size_t)body[at] << 24 | (size_t)body[at + 1] << 16 | (size_t)body[at + 2] << 8 |
+                   body[at + 3];
+        if (l > len - at - 4) return -1;
+        at += 4 + l;
+        n++;
+    }
+    for (at = 0; at < len;) {
+        size_t l = (size_t)body[at] << 24 | (size_t)body[at + 1] << 16 | (size_t)body[at + 2] << 8 |
+                   body[at + 3];
+        fn(body + at + 4, l, arg);
+        at += 4 + l;
+    }
+    return n;
+}

@@ -47,13 +47,24 @@ void cp_capture_close(cp_capture *c);
  * ceiling). Returns 0 or CP_EINVAL with err naming the field and value. */
 int cp_capture_validate(const cp_capture *c, cp_err *err);
 
-/* Serialises and validates c, signs it with token (if not NULL or ""), and appends it to
- * out. Returns 0, CP_EINVAL or CP_ENOMEM. */
+/* Serialises and validates c and appends it to out, then signs with token (if not NULL or
+ * "") all of out (cp_envelope_sign): to sign one message, give an empty out. Returns 0, CP_EINVAL
+ * or CP_ENOMEM. */
 int cp_capture_encode(const cp_capture *c, const char *token, cp_buf *out);
 
 /* Parses and validates a control message. On success *out owns its selector; on failure
  * *out is zeroed and the code is CP_EENVELOPE (not a capture), CP_EVERSION or CP_EINVAL.
  * The signature is not checked here: cp_envelope_verify(buf, len, token) does. */
 int cp_capture_decode(const uint8_t *buf, size_t len, cp_capture *out, cp_err *err);
+
+/* The list GET /api/v1/control/captures answers (query/capture.c, read by collector/watch.c):
+ * messages as above, each after its length (4 bytes, big-endian). Appends c signed with
+ * token (as cp_capture_encode). 0, CP_EINVAL or CP_ENOMEM (out as it was). */
+int cp_control_list_append(cp_buf *out, const cp_capture *c, const char *token);
+/* Hands each message of the list body[0..len) to fn (borrowed for the call). The whole
+ * list is checked first: -1, nothing handed, when a length runs past the end; else how
+ * many were handed. */
+int cp_control_list_split(const uint8_t *body, size_t len,
+                          void (*fn)(const uint8_t *value, size_t len, void *arg), void *arg);
 
 #endif

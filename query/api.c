@@ -752,6 +752,7 @@ CAPTURE_EP(ep_capture_post, cp_capture_ep_post)
 CAPTURE_EP(ep_capture_list, cp_capture_ep_list)
 CAPTURE_EP(ep_capture_get, cp_capture_ep_get)
 CAPTURE_EP(ep_capture_delete, cp_capture_ep_delete)
+CAPTURE_EP(ep_capture_control, cp_capture_ep_control)
 
 /* ---- light endpoints ---------------------------------------------------------------- */
 
@@ -1008,6 +1009,14 @@ static const endpoint g_endpoints[] = {
      CP_HTTP_LANE_HEAVY,
      NULL,
      ep_capture_delete,
+     {g_none, NULL, 0}},
+    /* agents polling for captures (collector/watch.c): this node's records only */
+    {"/api/v1/control/captures",
+     EP_CAPTURES,
+     "GET",
+     CP_HTTP_LANE_CHEAP,
+     NULL,
+     ep_capture_control,
      {g_none, NULL, 0}},
     {"/healthz", EP_OTHER, "GET", CP_HTTP_LANE_LOOP, loop_healthz, NULL, {0}},
     {"/metrics", EP_OTHER, "GET", CP_HTTP_LANE_LOOP, loop_metrics, NULL, {0}},

@@ -284,6 +284,28 @@ void cp_capture_ep_post(const cp_capture_call *c, cp_http_response *r)
 
 /* ---- GET, DELETE -------------------------------------------------------------------- */
 
+void cp_capture_ep_control(const cp_capture_call *c, cp_http_response *r)
+{
+    cp_capture_list l = {0};
+    cp_err err = {0};
+    if (cp_store_captures(c->store, c->q->tenant, &l, &err)) {
+        cp_http_error(r, 500, "%s", err.msg);
+        return;
+    }
+    int64_t now = cp_now_ns();
+    int rc = 0;
+    for (uint32_t i = 0; !rc && i < l.n; i++) {
+        if (l.v[i].end_ns <= now) continue;
+        rc = cp_control_list_append(&r->body, &l.v[i], c->token);
+    }
+    cp_capture_list_close(&l);
+    if (rc) {
+        oom(r);
+        return;
+    }
+    snprintf(r->content_type, sizeof r->content_type, "application/octet-stream");
+}
+
 void cp_capture_ep_list(const cp_capture_call *c, cp_http_response *r)
 {
     cp_capture_list l = {0};

@@ -61,6 +61,11 @@ void cp_capture_ep_post(const cp_capture_call *c, cp_http_response *r);
 void cp_capture_ep_list(const cp_capture_call *c, cp_http_response *r);
 /* GET /api/v1/captures/ID: the capture, its matched isolates and whether it is complete. */
 void cp_capture_ep_get(const cp_capture_call *c, cp_http_response *r);
+/* GET /api/v1/control/captures: what a polling agent hears (collector/watch.c): the
+ * tenant's captures not yet ended, cancelled ones included, each as the control topic
+ * carries it (model/control.h, signed with the tenant's token) after its length (4 bytes,
+ * big-endian); application/octet-stream, empty when none runs. */
+void cp_capture_ep_control(const cp_capture_call *c, cp_http_response *r);
 /* DELETE /api/v1/captures/ID: cancels (a new state, published and passed on). */
 void cp_capture_ep_delete(const cp_capture_call *c, cp_http_response *r);
 

@@ -64,8 +64,9 @@
  * Capture window ('W'): one per stored window of a series carrying the `capture` label,
  * written by the writer in the batch of the window itself (so exactly once):
  *   sv window duration ns, uv samples (the sum of the first sample type), str engine.
- * Both added without a version bump: older code ignores key types it does not seek. Not
- * removed by retention (small: one per window of a capture). */
+ * Both added without a version bump: older code ignores key types it does not seek.
+ * Retention (retention.c) removes a series' 'W' records with its windows in the longest-kept
+ * level, and a 'K' record once its capture ended before that level's oldest window. */
 
 /* Symbol table ('Y'): the compact table of one ELF object, as query/symtab.c writes and
  * reads it (the layout is described there; it starts with the magic "CPSYMT01"). Written

@@ -11,6 +11,8 @@
 
 #include <string.h>
 
+#include "control.h"
+
 /* ---------------------------------------------------------------------------------
  * Retention
  * --------------------------------------------------------------------------------- */
@@ -27,6 +29,74 @@ static int keeps_longest(const cp_store *s)
             best = l;
     }
     return best;
+}
+
+/* How far back the store answers at now_ns: the start of the oldest window the longest-kept
+ * level may still hold, or INT64_MIN when some level keeps everything. */
+static int64_t oldest_kept(const cp_store *s, int64_t now_ns)
+{
+    int l = keeps_longest(s);
+    return l < 0 ? INT64_MIN : now_ns - s->retention[l] - cp_level_ns[l];
+}
+
+/* A capture series' window records ('W', format.h) that start before cut, into wb. */
+static uint32_t drop_capture_windows(const cp_store *s, const cp_ser *ser, int64_t cut,
+                                     leveldb_writebatch_t *wb)
+{
+    uint8_t k[CP_TENANT_KEY_MAX + 16];
+    size_t n = key_tenant(k, ser->t, CP_K_CAPWIN);
+    cp_put_be32(k + n, ser->id);
+    n += 4;
+    uint32_t gone = 0;
+    leveldb_iterator_t *it = leveldb_create_iterator(s->db, s->ropts);
+    for (leveldb_iter_seek(it, (const char *)k, n); leveldb_iter_valid(it); leveldb_iter_next(it)) {
+        size_t kl;
+        const uint8_t *key = (const uint8_t *)leveldb_iter_key(it, &kl);
+        if (kl != n + 8 || memcmp(key, k, n) || cp_time_unkey(cp_get_be64(key + n)) >= cut) break;
+        leveldb_writebatch_delete(wb, (const char *)key, kl);
+        gone++;
+    }
+    leveldb_iter_destroy(it);
+    return gone;
+}
+
+/* Capture records ('K') of captures that ended before cut: their windows are gone, so
+ * GET /api/v1/captures/ID answers 404 and a restart no longer re-publishes them. One pass
+ * a minute at most (one record a capture: few). Returns the count deleted, or -1. */
+static int drop_capture_records(cp_store *s, int64_t now_ns, int64_t cut, cp_err *err)
+{
+    if (cut == INT64_MIN || now_ns - s->mt_capture_ns < 60 * 1000000000LL) return 0;
+    s->mt_capture_ns = now_ns;
+    const uint8_t pre[2] = {0, CP_K_CAPTURE};
+    int gone = 0;
+    leveldb_writebatch_t *wb = leveldb_writebatch_create();
+    leveldb_iterator_t *it = leveldb_create_iterator(s->db, s->ropts);
+    for (leveldb_iter_seek(it, (const char *)pre, 2); leveldb_iter_valid(it);
+         leveldb_iter_next(it)) {
+        size_t kl, vl;
+        const char *key = leveldb_iter_key(it, &kl);
+        if (kl < 2 || memcmp(key, pre, 2)) break;
+        const char *v = leveldb_iter_value(it, &vl);
+        cp_capture c;
+        cp_err e = {0};
+        if (cp_capture_decode((const uint8_t *)v, vl, &c, &e)) continue; /* readers warn */
+        if (c.end_ns < cut) {
+            leveldb_writebatch_delete(wb, key, kl);
+            gone++;
+        }
+        cp_capture_close(&c);
+    }
+    leveldb_iter_destroy(it);
+    char *e = NULL;
+    if (gone) leveldb_write(s->db, s->wnosync, wb, &e);
+    leveldb_writebatch_destroy(wb);
+    if (e) {
+        cp_err_set(err, CP_ESTORE, "store: retention of capture records failed: %s", e);
+        leveldb_free(e);
+        return -1;
+    }
+    if (gone) cp_log_info("store %s: retention removed %d capture records", s->path, gone);
+    return gone;
 }
 
 int cp_store_maintain(cp_store *s, int64_t now_ns, uint32_t max_keys, uint32_t *deleted,
@@ -97,6 +167,15 @@ int cp_store_maintain(cp_store *s, int64_t now_ns, uint32_t max_keys, uint32_t *
         if (l == keeps_longest(s)) {
             /* no level holds a window starting before this any more */
             int64_t gone = l ? cut : cut + 1;
+            if (drop_capture_windows(s, ser, gone, wb)) {
+                leveldb_write(s->db, s->wnosync, wb, &e);
+                leveldb_writebatch_clear(wb);
+                if (e) {
+                    rc = cp_err_set(err, CP_ESTORE, "store: retention delete failed: %s", e);
+                    leveldb_free(e);
+                    break;
+                }
+            }
             pthread_rwlock_wrlock(&s->lock);
             if (ser->first_ns < gone) ser->first_ns = gone;
             if (ser->first_ns > ser->last_ns) ser->first_ns = INT64_MAX, ser->last_ns = INT64_MIN;
@@ -105,6 +184,7 @@ int cp_store_maintain(cp_store *s, int64_t now_ns, uint32_t max_keys, uint32_t *
         cp_buckets_drop(s, 1);
     }
     leveldb_writebatch_destroy(wb);
+    if (!rc && drop_capture_records(s, now_ns, oldest_kept(s, now_ns), err) < 0) rc = CP_ESTORE;
     if (deleted) *deleted = done;
     return rc;
 }

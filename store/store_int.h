@@ -361,6 +361,7 @@ struct cp_store {
     size_t bucket_bytes, bucket_bytes_max;   /* the open buckets' heap bytes (bucket_bytes()) */
     atomic_uint_fast64_t bucket_drops;       /* all dropped past a budget after a commit */
     uint32_t mt_tenant, mt_series, mt_level; /* maintenance cursor */
+    int64_t mt_capture_ns; /* when retention last read the capture records (retention.c) */
     /* the series' stack caches: bytes held, the budget, and counters (read by stats) */
     size_t wcache_bytes, wcache_budget;
     atomic_uint_fast64_t wcache_hits, wcache_misses, wcache_flushes;

@@ -7,6 +7,8 @@
 #     `cpcap cpu SECS` (threads alpha and beta burning SECS of CPU each) under the agent
 #     with brokers, CONTPROF_CAPTURES=1 against =0, alternating; the child's CPU from
 #     wait4; the median ratio (floor 1.0005: 0.05%);
+# (a0, a) again with the agents polling a contprofd (CAPBENCH_SERVER) instead of
+#     consuming the control topic: rows "watch_poll_*";
 # (b) the time from the control message's produce call to the capture's first window
 #     start (the agent's tick that boosted the isolate), median and p99 over N captures.
 # Prints rows "name | value | floor | ok".
@@ -14,10 +16,24 @@
 # Environment: PAIRS (default 6), SECS (default 4), N (default 25).
 set -eu
 BUILD=${1:-${BUILD_DIR:-build}}
-make -C "$BUILD" -j2 capbench cpcap contprof_lib >/dev/null
-"$BUILD/bench/collector/capbench" idle "$BUILD/collector/libcontprof.so" \
-    "$BUILD/tests/collector/cpcap" "${PAIRS:-6}"
-"$BUILD/bench/collector/capbench" cost "$BUILD/collector/libcontprof.so" \
-    "$BUILD/tests/collector/cpcap" "${PAIRS:-6}" "${SECS:-4}"
+make -C "$BUILD" -j2 capbench cpcap contprof_lib contprofd >/dev/null
+work=$(mktemp -d /tmp/contprof-bench-capwatch-XXXXXX)
+"$BUILD/query/contprofd" --data "$work/data" --http 127.0.0.1:0 2>"$work/contprofd.log" &
+dpid=$!
+trap 'kill -TERM $dpid 2>/dev/null; wait $dpid 2>/dev/null; rm -rf "$work"' EXIT INT TERM
+i=0
+until grep -q 'query API on' "$work/contprofd.log"; do
+    i=$((i + 1)); [ $i -lt 150 ] || { cat "$work/contprofd.log"; exit 1; }; sleep 0.2
+done
+url=http://127.0.0.1:$(sed -n 's|.*query API on http://127\.0\.0\.1:\([0-9]*\)/.*|\1|p' "$work/contprofd.log")
+for server in "" "$url"; do
+    export CAPBENCH_SERVER="$server"
+    [ -n "$server" ] || unset CAPBENCH_SERVER
+    "$BUILD/bench/collector/capbench" idle "$BUILD/collector/libcontprof.so" \
+        "$BUILD/tests/collector/cpcap" "${PAIRS:-6}"
+    "$BUILD/bench/collector/capbench" cost "$BUILD/collector/libcontprof.so" \
+        "$BUILD/tests/collector/cpcap" "${PAIRS:-6}" "${SECS:-4}"
+done
+unset CAPBENCH_SERVER
 "$BUILD/bench/collector/capbench" latency "$BUILD/collector/libcontprof.so" \
     "$BUILD/tests/collector/cpcap" "${N:-25}"

@@ -1094,7 +1094,8 @@ static void captures_tick(void)
     int64_t mono = cp_mono_ns();
     if (!S.watch && mono >= S.watch_retry_at) {
         cp_err e = {0};
-        if (cp_watch_create(S.brokers, NULL, NULL, NULL, &S.watch, &e) != 0) {
+        /* the control topic: this process is not a host, a consumer costs no host CPU */
+        if (cp_watch_create(NULL, NULL, S.brokers, NULL, NULL, NULL, &S.watch, &e) != 0) {
             cp_log_warn("v8: no control consumer (captures not heard), retried in 5 s: %s", e.msg);
             S.watch_retry_at = mono + WATCH_RETRY_NS;
         }

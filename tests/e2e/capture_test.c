@@ -409,6 +409,20 @@ TEST(capture_answer_rule_and_limits)
     CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
 }
 
+/* A message of GET /api/v1/control/captures: signed with arg, a capture of team-a. */
+static int g_polled;
+
+static void polled(const uint8_t *v, size_t len, void *arg)
+{
+    cp_capture c;
+    cp_err err = {0};
+    CHECK(cp_envelope_verify(v, len, (const char *)arg));
+    CHECK(cp_capture_decode(v, len, &c, &err) == 0);
+    CHECK_STREQ(c.tenant, "team-a");
+    cp_capture_close(&c);
+    g_polled++;
+}
+
 /* Tokens: a capture needs the tenant's; its message is signed with it. A restart resumes a
  * running capture on the (new) control topic and reports the ended one. */
 TEST(capture_tokens_and_restart)
@@ -429,8 +443,20 @@ TEST(capture_tokens_and_restart)
     next_capture(agent, longer, &c); /* signature checked against the token there */
     CHECK_STREQ(c.tenant, "team-a");
     cp_capture_close(&c);
+    /* what polling agents read: both, each signed with the tenant's token */
+    cp_http_result r = request(&d, "GET", "/api/v1/control/captures");
+    CHECK_EQ(r.status, 200);
+    CHECK_STREQ(r.content_type, "application/octet-stream");
+    g_polled = 0;
+    CHECK_EQ(cp_control_list_split(r.body.data, r.body.len, polled, "secret-of-team-a"), 2);
+    CHECK_EQ(g_polled, 2);
+    cp_buf_close(&r.body);
     /* another tenant neither sees nor cancels it */
     g_token = "secret-of-team-b";
+    r = request(&d, "GET", "/api/v1/control/captures");
+    CHECK_EQ(r.status, 200);
+    CHECK_EQ(r.body.len, 0);
+    cp_buf_close(&r.body);
     char pq0[160];
     snprintf(pq0, sizeof pq0, "/api/v1/captures/%s", longer);
     refused(&d, "GET", pq0, 404, longer);

@@ -1,5 +1,6 @@
 /* Control messages (model/control.c): a capture round-trips, is signed like an envelope,
  * and every invalid field is refused with a message naming it. */
+#include <stdio.h>
 #include <string.h>
 
 #include "control.h"
@@ -110,4 +111,54 @@ TEST(refuses_garbage_and_versions)
     CHECK_EQ(cp_capture_decode(empty_v1, sizeof empty_v1, &d, &err), CP_EINVAL);
 }
 
-TEST_MAIN(T(round_trip_signed), T(refuses_each_bad_field), T(refuses_garbage_and_versions))
+/* The polled list (GET /api/v1/control/captures): messages after their lengths, split back
+ * whole and verified; a list cut anywhere inside hands on nothing. */
+static int g_seen;
+static char g_ids[4][80];
+
+static void seen(const uint8_t *v, size_t len, void *arg)
+{
+    cp_capture d;
+    cp_err err = {0};
+    CHECK(cp_envelope_verify(v, len, (const char *)arg));
+    CHECK(cp_capture_decode(v, len, &d, &err) == 0);
+    if (g_seen < 4) snprintf(g_ids[g_seen], sizeof g_ids[0], "%s", d.id);
+    g_seen++;
+    cp_capture_close(&d);
+}
+
+TEST(list_split_whole_or_not_at_all)
+{
+    cp_capture c = sample();
+    cp_buf b = {0};
+    CHECK_EQ(cp_control_list_split(b.data, 0, seen, "tok-a"), 0); /* none running: empty */
+    for (int i = 0; i < 3; i++) {
+        snprintf(c.id, sizeof c.id, "cap-%d", i);
+        CHECK(cp_control_list_append(&b, &c, "tok-a") == 0);
+    }
+    size_t whole = b.len;
+    c.end_ns = c.start_ns; /* invalid: refused, the list unchanged */
+    CHECK_EQ(cp_control_list_append(&b, &c, "tok-a"), CP_EINVAL);
+    CHECK_EQ(b.len, whole);
+    g_seen = 0;
+    CHECK_EQ(cp_control_list_split(b.data, b.len, seen, "tok-a"), 3);
+    CHECK_EQ(g_seen, 3);
+    CHECK_STREQ(g_ids[0], "cap-0");
+    CHECK_STREQ(g_ids[2], "cap-2");
+    for (size_t cut = 1; cut < b.len; cut++) {
+        g_seen = 0;
+        int n = cp_control_list_split(b.data, cut, seen, "tok-a");
+        /* a cut at a message's end is a shorter list; anywhere else it is malformed */
+        CHECK(n == -1 || (n >= 1 && n < 3));
+        CHECK_EQ(g_seen, n < 0 ? 0 : n);
+    }
+    b.data[0] = 0xff; /* a length past the end */
+    g_seen = 0;
+    CHECK_EQ(cp_control_list_split(b.data, b.len, seen, "tok-a"), -1);
+    CHECK_EQ(g_seen, 0);
+    cp_buf_close(&b);
+    cp_capture_close(&c);
+}
+
+TEST_MAIN(T(round_trip_signed), T(refuses_each_bad_field), T(refuses_garbage_and_versions),
+          T(list_split_whole_or_not_at_all))

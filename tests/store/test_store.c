@@ -1489,10 +1489,86 @@ TEST(capture_series_apart_and_records_kept)
     rmtree(dir);
 }
 
+/* Retention takes a capture's records with its windows: a capture series' window records
+ * ('W') once no level holds its windows, a capture record ('K') once its end is older than
+ * the longest-kept level; a capture that ended since stays. */
+static uint32_t capture_window_keys(const char *dir)
+{
+    char *lerr = NULL;
+    leveldb_options_t *o = leveldb_options_create();
+    leveldb_t *db = leveldb_open(o, dir, &lerr);
+    CHECK(db != NULL);
+    leveldb_readoptions_t *ro = leveldb_readoptions_create();
+    leveldb_iterator_t *it = leveldb_create_iterator(db, ro);
+    uint32_t n = 0;
+    for (leveldb_iter_seek(it, "acme\0W", 6); leveldb_iter_valid(it); leveldb_iter_next(it)) {
+        size_t kl;
+        const char *k = leveldb_iter_key(it, &kl);
+        if (kl < 6 || memcmp(k, "acme\0W", 6)) break;
+        n++;
+    }
+    leveldb_iter_destroy(it);
+    leveldb_readoptions_destroy(ro);
+    leveldb_close(db);
+    leveldb_options_destroy(o);
+    return n;
+}
+
+TEST(capture_records_leave_with_retention)
+{
+    char *dir = tmpdir("store");
+    make_windows(31);
+    cp_store *s = open_store(dir, 3600 * SEC, 86400 * SEC);
+    cp_store_batch *b = cp_store_batch_create(s);
+    for (int i = 0; i < 30; i++) {
+        add(b, "acme", CP_KIND_CPU, "service=api", starts[i], "p", (uint64_t)i, wins[i], 0);
+        add(b, "acme", CP_KIND_CPU, "service=api,capture=old", starts[i], "p/capture", (uint64_t)i,
+            wins[i], 0);
+    }
+    commit(b);
+    int64_t later = starts[29] + 2 * 86400 * SEC;
+    add(b, "acme", CP_KIND_CPU, "service=api,capture=new", later, "p/capture", 30, wins[30], 0);
+    commit(b);
+    cp_store_batch_destroy(b);
+    cp_err err = {0};
+    cp_capture c = {.id = "old",
+                    .tenant = "acme",
+                    .kind = CP_KIND_CPU,
+                    .cpu_hz = 1000,
+                    .start_ns = starts[0],
+                    .end_ns = starts[29] + WIN,
+                    .max_overhead_permille = 20};
+    c.selector = strdup("{service=\"api\"}");
+    CHECK_EQ(cp_store_put_capture(s, &c, &err), 0);
+    snprintf(c.id, sizeof c.id, "new");
+    c.start_ns = later;
+    c.end_ns = later + WIN;
+    CHECK_EQ(cp_store_put_capture(s, &c, &err), 0);
+    cp_capture_close(&c);
+    uint32_t del = 0;
+    /* within retention: nothing of either capture goes */
+    CHECK_EQ(cp_store_maintain(s, starts[29] + 2 * WIN, 1000, &del, &err), 0);
+    cp_capture_list cl = {0};
+    CHECK_EQ(cp_store_captures(s, "acme", &cl, &err), 0);
+    CHECK_EQ(cl.n, 2);
+    cp_capture_list_close(&cl);
+    /* a day and a bit after the old capture, a little after the new one */
+    do {
+        CHECK_EQ(cp_store_maintain(s, later + 2 * WIN, 1000, &del, &err), 0);
+    } while (del);
+    CHECK_EQ(cp_store_get_capture(s, "acme", "old", &c, &err), CP_ENOTFOUND);
+    CHECK_EQ(cp_store_get_capture(s, "acme", "new", &c, &err), 0);
+    cp_capture_close(&c);
+    cp_store_close(s);
+    CHECK_EQ(capture_window_keys(dir), 1); /* the new capture's one window */
+    rmtree(dir);
+}
+
 TEST_MAIN(T(exact_totals_and_rollups), T(timeline_matches_queries),
           T(timeline_and_series_past_raw_retention), T(inuse_is_a_gauge),
           T(cumulative_alloc_not_double_counted), T(duplicates_dropped),
-          T(tenants_isolated_and_labels), T(retention_frees_disk), T(unknown_version_refused),
+          T(tenants_isolated_and_labels), T(retention_frees_disk),
+          T(capture_records_leave_with_retention), T(unknown_version_refused),
           T(bad_inputs_refused_batch_usable), T(same_address_other_function), T(concurrent_readers),
           T(same_start_summed), T(one_binary_at_two_bases_is_one_frame_set),
           T(format_1_store_read_canonical), T(reopen_under_readers),
