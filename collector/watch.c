@@ -18,6 +18,7 @@ struct cp_watch {
     /* the poller's (server[0] != 0) */
     char server[512], token[256];
     int64_t next_poll_ns;
+    int failures;       /* in a row */
     uint64_t last_hash; /* FNV-1a of the last answer handed on (0: none yet) */
     /* the consumer's */
     char *brokers, *props;
@@ -154,6 +155,14 @@ int cp_watch_create(const char *server, const char *token, const char *brokers, 
     return 0;
 }
 
+/* A failed poll: counted, said, and the next one later. */
+static void poll_failed(cp_watch *w, int64_t now)
+{
+    w->errors++;
+    if (((int64_t)CP_WATCH_POLL_MS << w->failures) <= CP_WATCH_RETRY_MS) w->failures++;
+    w->next_poll_ns = now + ((int64_t)CP_WATCH_POLL_MS << (w->failures - 1)) * 1000000;
+}
+
 /* One poll of the server, when due. Returns how many messages were handed. */
 static int poll_server(cp_watch *w, cp_watch_fn fn, void *arg)
 {
@@ -164,9 +173,8 @@ static int poll_server(cp_watch *w, cp_watch_fn fn, void *arg)
     cp_err err = {0};
     if (cp_http_get(w->server, "/api/v1/control/captures", w->token, CP_WATCH_HTTP_TIMEOUT_MS,
                     1u << 20, &res, &err) != 0) {
-        w->errors++;
         snprintf(w->last, sizeof(w->last), "%.150s", err.msg);
-        w->next_poll_ns = now + CP_WATCH_RETRY_MS * (int64_t)1000000;
+        poll_failed(w, now);
         return 0;
     }
     int handed = 0;
@@ -175,16 +183,15 @@ static int poll_server(cp_watch *w, cp_watch_fn fn, void *arg)
         if (consumer_open(w, &e2) == 0) {
             w->server[0] = 0;
         } else {
-            w->errors++;
             snprintf(w->last, sizeof(w->last), "%.150s", e2.msg);
-            w->next_poll_ns = now + CP_WATCH_RETRY_MS * (int64_t)1000000;
+            poll_failed(w, now);
         }
     } else if (res.status != 200) {
-        w->errors++;
         snprintf(w->last, sizeof(w->last), "%.100s answered %d to /api/v1/control/captures",
                  w->server, res.status);
-        w->next_poll_ns = now + CP_WATCH_RETRY_MS * (int64_t)1000000;
+        poll_failed(w, now);
     } else {
+        w->failures = 0;
         uint64_t h = 14695981039346656037ULL; /* FNV-1a: the same answer is handed on once */
         for (size_t i = 0; i < res.body.len; i++)
             h = (h ^ res.body.data[i]) * 1099511628211ULL;

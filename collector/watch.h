@@ -27,11 +27,13 @@
  * end of the wait, as librdkafka's mock cluster does; a real broker answers at once. */
 #define CP_WATCH_FETCH_WAIT_MS 500
 
-/* The polling interval and each poll's bound (the agent thread waits that long at most,
- * then backs off CP_WATCH_RETRY_MS). */
-#define CP_WATCH_POLL_MS 1000
-#define CP_WATCH_HTTP_TIMEOUT_MS 300
-#define CP_WATCH_RETRY_MS 5000
+/* The polling interval and each poll's bound: the agent thread waits that long at most
+ * (a loaded contprofd can take a few hundred ms); after n failures in a row the next poll
+ * is CP_WATCH_POLL_MS << (n - 1) later, at most CP_WATCH_RETRY_MS. Half a second: a poll
+ * falls inside any capture (1 s at least), whatever the tick adds. */
+#define CP_WATCH_POLL_MS 500
+#define CP_WATCH_HTTP_TIMEOUT_MS 1000
+#define CP_WATCH_RETRY_MS 4000
 
 typedef struct cp_watch cp_watch;
 

@@ -18,14 +18,10 @@ set -eu
 BUILD=${1:-${BUILD_DIR:-build}}
 make -C "$BUILD" -j2 capbench cpcap contprof_lib contprofd >/dev/null
 work=$(mktemp -d /tmp/contprof-bench-capwatch-XXXXXX)
-"$BUILD/query/contprofd" --data "$work/data" --http 127.0.0.1:0 2>"$work/contprofd.log" &
-dpid=$!
+dpid=
 trap 'kill -TERM $dpid 2>/dev/null; wait $dpid 2>/dev/null; rm -rf "$work"' EXIT INT TERM
-i=0
-until grep -q 'query API on' "$work/contprofd.log"; do
-    i=$((i + 1)); [ $i -lt 150 ] || { cat "$work/contprofd.log"; exit 1; }; sleep 0.2
-done
-url=http://127.0.0.1:$(sed -n 's|.*query API on http://127\.0\.0\.1:\([0-9]*\)/.*|\1|p' "$work/contprofd.log")
+. "$(dirname "$0")/../contprofd.sh"
+start_contprofd "$BUILD" "$work"
 for server in "" "$url"; do
     export CAPBENCH_SERVER="$server"
     [ -n "$server" ] || unset CAPBENCH_SERVER

@@ -14,15 +14,11 @@ build=${1:-$here/../../build}
 n=${N:-30}
 make -C "$build" -j2 contprofd contprof contprof_lib capwork >/dev/null
 work=$(mktemp -d /tmp/contprof-bench-capture-XXXXXX)
-"$build/query/contprofd" --data "$work/data" --http 127.0.0.1:0 2>"$work/contprofd.log" &
-dpid=$!
+dpid=
 wpid=
 trap 'kill -TERM $wpid $dpid 2>/dev/null; wait $dpid 2>/dev/null; rm -rf "$work"' EXIT INT TERM
-i=0
-until grep -q 'query API on' "$work/contprofd.log"; do
-    i=$((i + 1)); [ $i -lt 150 ] || { cat "$work/contprofd.log"; exit 1; }; sleep 0.2
-done
-url=http://127.0.0.1:$(sed -n 's|.*query API on http://127\.0\.0\.1:\([0-9]*\)/.*|\1|p' "$work/contprofd.log")
+. "$here/../contprofd.sh"
+start_contprofd "$build" "$work"
 "$build/query/contprof" run --server "$url" --service capbench --window 2s -- \
     "$build/tests/e2e/capwork" 100000 counter other >"$work/capwork.log" 2>&1 &
 wpid=$!

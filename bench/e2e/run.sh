@@ -14,14 +14,10 @@ rounds=${ROUNDS:-5}
 secs=${SECONDS_PER_RUN:-20}
 make -C "$build" -j2 contprofd contprof contprof_lib demo_service >/dev/null
 work=$(mktemp -d /tmp/contprof-bench-e2e-XXXXXX)
-"$build/query/contprofd" --data "$work/data" --http 127.0.0.1:0 2>"$work/contprofd.log" &
-dpid=$!
+dpid=
 trap 'kill -TERM $dpid 2>/dev/null; wait $dpid 2>/dev/null; rm -rf "$work"' EXIT INT TERM
-i=0
-until grep -q 'query API on' "$work/contprofd.log"; do
-    i=$((i + 1)); [ $i -lt 150 ] || { cat "$work/contprofd.log"; exit 1; }; sleep 0.2
-done
-url=http://127.0.0.1:$(sed -n 's|.*query API on http://127\.0\.0\.1:\([0-9]*\)/.*|\1|p' "$work/contprofd.log")
+. "$here/../contprofd.sh"
+start_contprofd "$build" "$work"
 
 # prints "requests cpu_seconds" of one run
 one() {
