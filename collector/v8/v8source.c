@@ -1364,9 +1364,11 @@ static void maintain(host *h)
                              "the isolate is gone (counted in the dropped_windows of the "
                              "next envelope)");
                     s->dropped_windows += (uint64_t)kinds_of(s);
-                    if (s->run_caps | s->alloc_caps)
+                    if (s->run_caps | s->alloc_caps) {
                         log_lost(s, "capture", s->run_caps ? s->run_start_ns : s->alloc_start_ns,
-                                 cp_now_ns(), "the isolate is gone during a capture");
+                                 cp_now_ns(), "the isolate is gone during a capture (counted)");
+                        s->dropped_windows++;
+                    }
                     session_report(s);
                     note_lost(h, s);
                 }
