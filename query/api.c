@@ -288,8 +288,8 @@ static void symbols_map(const api_call *c, cp_http_response *r)
     const char *tenant = c->qr->q.tenant, *name = cp_params_get(c->pa, "name");
     cp_err err = {0};
     cp_symbols_map_result res;
-    int rc = cp_symbols_upload_map(a->o.symbols, tenant, (const char *)req->body, req->body_len,
-                                   name, &res, &err);
+    cp_symbols_map_upload up = {tenant, (const char *)req->body, req->body_len, name};
+    int rc = cp_symbols_upload_map(a->o.symbols, &up, &res, &err);
     if (rc == CP_EPARSE || rc == CP_EINVAL) {
         cp_http_error(r, 400, "%s", err.msg);
         return;

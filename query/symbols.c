@@ -325,9 +325,11 @@ static const char *script_base(const char *url, size_t *n)
     return b;
 }
 
-int cp_symbols_upload_map(cp_symbols *sy, const char *tenant, const char *text, size_t len,
-                          const char *name, cp_symbols_map_result *out, cp_err *err)
+int cp_symbols_upload_map(cp_symbols *sy, const cp_symbols_map_upload *up,
+                          cp_symbols_map_result *out, cp_err *err)
 {
+    const char *tenant = up->tenant, *text = up->text, *name = up->name;
+    size_t len = up->len;
     memset(out, 0, sizeof *out);
     int rc = 0;
     if (len > sy->o.max_upload_bytes)

@@ -56,14 +56,23 @@ typedef struct cp_symbols_map_result {
     size_t map_bytes;
 } cp_symbols_map_result;
 
-/* Checks the source map text[0..len) (not retained) and stores it for tenant, keyed by the
- * basename of its "file" member, else of name (the uploaded file's name, may be NULL) less
- * a ".map" suffix; it replaces any earlier map of that script. Returns 0; CP_EPARSE (err
- * names the problem: not JSON, version, a mappings offset, no script to key it by),
- * CP_ELIMIT (symbols.max_upload_bytes, symbols.max_table_bytes, or the decoder's limits),
- * CP_EINVAL (no store), CP_ESTORE or CP_ENOMEM. */
-int cp_symbols_upload_map(cp_symbols *sy, const char *tenant, const char *text, size_t len,
-                          const char *name, cp_symbols_map_result *out, cp_err *err);
+/* An uploaded source map: text[0..len) (not retained), for tenant; name is the uploaded
+ * file's name (may be NULL). */
+typedef struct cp_symbols_map_upload {
+    const char *tenant;
+    const char *text;
+    size_t len;
+    const char *name;
+} cp_symbols_map_upload;
+
+/* Checks the source map up->text and stores it for up->tenant, keyed by the basename of its
+ * "file" member, else of up->name less a ".map" suffix; it replaces any earlier map of that
+ * script. Returns 0; CP_EPARSE (err names the problem: not JSON, version, a mappings
+ * offset, no script to key it by), CP_ELIMIT (symbols.max_upload_bytes,
+ * symbols.max_table_bytes, or the decoder's limits), CP_EINVAL (no store), CP_ESTORE or
+ * CP_ENOMEM. */
+int cp_symbols_upload_map(cp_symbols *sy, const cp_symbols_map_upload *up,
+                          cp_symbols_map_result *out, cp_err *err);
 
 /* Whether an upload's body is a source map rather than an ELF file: its first byte that is
  * not white space is '{'. */
