@@ -284,14 +284,19 @@ void cp_capture_ep_post(const cp_capture_call *c, cp_http_response *r)
 
 /* ---- GET, DELETE -------------------------------------------------------------------- */
 
+/* The tenant's capture records into *l: 0, or -1 with a 500 set. */
+static int tenant_captures(const cp_capture_call *c, cp_capture_list *l, cp_http_response *r)
+{
+    cp_err err = {0};
+    if (!cp_store_captures(c->store, c->q->tenant, l, &err)) return 0;
+    cp_http_error(r, 500, "%s", err.msg);
+    return -1;
+}
+
 void cp_capture_ep_control(const cp_capture_call *c, cp_http_response *r)
 {
     cp_capture_list l = {0};
-    cp_err err = {0};
-    if (cp_store_captures(c->store, c->q->tenant, &l, &err)) {
-        cp_http_error(r, 500, "%s", err.msg);
-        return;
-    }
+    if (tenant_captures(c, &l, r)) return;
     int64_t now = cp_now_ns();
     int rc = 0;
     for (uint32_t i = 0; !rc && i < l.n; i++) {
@@ -309,11 +314,7 @@ void cp_capture_ep_control(const cp_capture_call *c, cp_http_response *r)
 void cp_capture_ep_list(const cp_capture_call *c, cp_http_response *r)
 {
     cp_capture_list l = {0};
-    cp_err err = {0};
-    if (cp_store_captures(c->store, c->q->tenant, &l, &err)) {
-        cp_http_error(r, 500, "%s", err.msg);
-        return;
-    }
+    if (tenant_captures(c, &l, r)) return;
     int64_t now = cp_now_ns();
     int rc = cp_buf_printf(&r->body, "{\"captures\":[");
     for (uint32_t i = 0; !rc && i < l.n; i++) {

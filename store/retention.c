@@ -99,6 +99,18 @@ static int drop_capture_records(cp_store *s, int64_t now_ns, int64_t cut, cp_err
     return gone;
 }
 
+/* Writes and clears wb: 0, or CP_ESTORE with err set. */
+static int write_deletes(cp_store *s, leveldb_writebatch_t *wb, cp_err *err)
+{
+    char *e = NULL;
+    leveldb_write(s->db, s->wnosync, wb, &e);
+    leveldb_writebatch_clear(wb);
+    if (!e) return 0;
+    cp_err_set(err, CP_ESTORE, "store: retention delete failed: %s", e);
+    leveldb_free(e);
+    return CP_ESTORE;
+}
+
 int cp_store_maintain(cp_store *s, int64_t now_ns, uint32_t max_keys, uint32_t *deleted,
                       cp_err *err)
 {
@@ -154,28 +166,13 @@ int cp_store_maintain(cp_store *s, int64_t now_ns, uint32_t max_keys, uint32_t *
         }
         leveldb_iter_destroy(it);
         if (!here) continue;
-        char *e = NULL;
-        leveldb_write(s->db, s->wnosync, wb, &e);
-        leveldb_writebatch_clear(wb);
-        if (e) {
-            rc = cp_err_set(err, CP_ESTORE, "store: retention delete failed: %s", e);
-            leveldb_free(e);
-            break;
-        }
+        if ((rc = write_deletes(s, wb, err))) break;
         /* give the space back: rewrite the files holding the deleted range */
         leveldb_compact_range(s->db, (const char *)k0, n0, (const char *)last, lastlen);
         if (l == keeps_longest(s)) {
             /* no level holds a window starting before this any more */
             int64_t gone = l ? cut : cut + 1;
-            if (drop_capture_windows(s, ser, gone, wb)) {
-                leveldb_write(s->db, s->wnosync, wb, &e);
-                leveldb_writebatch_clear(wb);
-                if (e) {
-                    rc = cp_err_set(err, CP_ESTORE, "store: retention delete failed: %s", e);
-                    leveldb_free(e);
-                    break;
-                }
-            }
+            if (drop_capture_windows(s, ser, gone, wb) && (rc = write_deletes(s, wb, err))) break;
             pthread_rwlock_wrlock(&s->lock);
             if (ser->first_ns < gone) ser->first_ns = gone;
             if (ser->first_ns > ser->last_ns) ser->first_ns = INT64_MAX, ser->last_ns = INT64_MIN;

@@ -12,6 +12,7 @@ set -u
 BUILD=${1:-${BUILD_DIR:-build}}
 DIR=$(cd "$(dirname "$0")" && pwd)
 TESTS=$DIR/../../tests/v8
+. "$DIR/workerd.sh"
 REPS=${REPS:-5}
 REQ=${REQUESTS:-60}
 CP=$BUILD/query/contprof
@@ -20,18 +21,7 @@ WPID=
 trap '[ -n "$WPID" ] && kill $WPID 2>/dev/null; rm -rf "$TMP"' EXIT
 [ -x "$CP" ] && [ -x "$BUILD/bench/v8/v8-convert-bench" ] || { echo "v8 bench: build first" >&2; exit 1; }
 "$BUILD/bench/v8/v8-convert-bench" 3 || exit 1
-sh "$TESTS/install.sh" "$BUILD" || exit 1
-WD=$BUILD/tests/v8/node_modules/@cloudflare/workerd-linux-64/bin/workerd
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-PA=$(port); PB=$(port); PI=$(port)
-"$WD" serve "$TESTS/workers.capnp" --socket-addr a=127.0.0.1:$PA --socket-addr b=127.0.0.1:$PB \
-    --inspector-addr=127.0.0.1:$PI > "$TMP/workerd.log" 2>&1 &
-WPID=$!
-i=0
-until curl -sf "http://127.0.0.1:$PI/json/list" | grep -q 'worker beta'; do
-    i=$((i + 1)); [ $i -gt 100 ] && { echo "v8 bench: workerd did not start" >&2; exit 1; }
-    sleep 0.1
-done
+start_workerd "$BUILD" "$TESTS" "$TMP"
 ticks() { awk '{ print $14 + $15 }' "/proc/$WPID/stat"; }
 requests() {
     n=0

@@ -13,6 +13,7 @@ set -u
 BUILD=${1:-${BUILD_DIR:-build}}
 DIR=$(cd "$(dirname "$0")" && pwd)
 TESTS=$DIR/../../tests/v8
+. "$DIR/workerd.sh"
 REPS=${REPS:-5}
 CP=$BUILD/query/contprof
 TMP=$(mktemp -d)
@@ -20,7 +21,6 @@ WPID=
 trap '[ -n "$WPID" ] && kill $WPID 2>/dev/null; rm -rf "$TMP"' EXIT
 [ -x "$CP" ] || { echo "v8 sampler bench: build first" >&2; exit 1; }
 command -v node >/dev/null || { echo "v8 sampler bench: node is missing" >&2; exit 1; }
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # field JSON KEY: cpu_ms, or a thread's ms
 field() { python3 -c "import json,sys; d=json.loads(sys.argv[1]); print(round(d['cpu_ms'] if sys.argv[2] == 'cpu' else d['threads'].get(sys.argv[2], 0)))" "$1" "$2"; }
 # node VARIANT: appends "cpu sampler_ms samples" to $TMP/VARIANT
@@ -57,17 +57,7 @@ while [ $i -lt "$REPS" ]; do
     i=$((i + 1))
 done
 # workerd idle
-sh "$TESTS/install.sh" "$BUILD" || exit 1
-WD=$BUILD/tests/v8/node_modules/@cloudflare/workerd-linux-64/bin/workerd
-PA=$(port); PB=$(port); PI=$(port)
-"$WD" serve "$TESTS/workers.capnp" --socket-addr a=127.0.0.1:$PA --socket-addr b=127.0.0.1:$PB \
-    --inspector-addr=127.0.0.1:$PI > "$TMP/workerd.log" 2>&1 &
-WPID=$!
-i=0
-until curl -sf "http://127.0.0.1:$PI/json/list" | grep -q 'worker beta'; do
-    i=$((i + 1)); [ $i -gt 100 ] && { echo "v8 sampler bench: workerd did not start" >&2; exit 1; }
-    sleep 0.1
-done
+start_workerd "$BUILD" "$TESTS" "$TMP"
 curl -s -o /dev/null "http://127.0.0.1:$PA/"; curl -s -o /dev/null "http://127.0.0.1:$PB/"
 ns() { cat /proc/$WPID/task/*/schedstat | awk '{ s += $1 } END { print s }'; }
 # idle VARIANT [INTERVAL]: appends workerd's CPU ms in 3 s without requests to $TMP/VARIANT
