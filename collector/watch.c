@@ -17,6 +17,7 @@
 struct cp_watch {
     /* the poller's (server[0] != 0) */
     char server[512], token[256];
+    char resolved[600]; /* server with its host numeric (cp_http_resolve_url), "" when not yet */
     int64_t next_poll_ns;
     int failures;       /* in a row */
     uint64_t last_hash; /* FNV-1a of the last answer handed on (0: none yet) */
@@ -159,6 +160,7 @@ int cp_watch_create(const char *server, const char *token, const char *brokers, 
 static void poll_failed(cp_watch *w, int64_t now)
 {
     w->errors++;
+    w->resolved[0] = 0;
     if (((int64_t)CP_WATCH_POLL_MS << w->failures) <= CP_WATCH_RETRY_MS) w->failures++;
     w->next_poll_ns = now + ((int64_t)CP_WATCH_POLL_MS << (w->failures - 1)) * 1000000;
 }
@@ -171,7 +173,15 @@ static int poll_server(cp_watch *w, cp_watch_fn fn, void *arg)
     w->next_poll_ns = now + CP_WATCH_POLL_MS * (int64_t)1000000;
     cp_http_result res;
     cp_err err = {0};
-    if (cp_http_get(w->server, "/api/v1/control/captures", w->token, CP_WATCH_HTTP_TIMEOUT_MS,
+    /* a name is resolved once, again after a failure: not twice a second */
+    if (!w->resolved[0] &&
+        cp_http_resolve_url(w->server, w->resolved, sizeof(w->resolved), &err) != 0) {
+        w->resolved[0] = 0;
+        snprintf(w->last, sizeof(w->last), "%.150s", err.msg);
+        poll_failed(w, now);
+        return 0;
+    }
+    if (cp_http_get(w->resolved, "/api/v1/control/captures", w->token, CP_WATCH_HTTP_TIMEOUT_MS,
                     1u << 20, &res, &err) != 0) {
         snprintf(w->last, sizeof(w->last), "%.150s", err.msg);
         poll_failed(w, now);

@@ -97,6 +97,26 @@ static int parse_url(const char *url, url_parts *u, cp_err *err)
     return 0;
 }
 
+int cp_http_resolve_url(const char *url, char *out, size_t cap, cp_err *err)
+{
+    url_parts u;
+    int rc = parse_url(url, &u, err);
+    if (rc) return rc;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    int g = getaddrinfo(u.host, u.port, &hints, &res);
+    if (g) return cp_err_set(err, CP_EIO, "cannot resolve %s: %s", u.host, gai_strerror(g));
+    char num[64];
+    g = getnameinfo(res->ai_addr, res->ai_addrlen, num, sizeof num, NULL, 0, NI_NUMERICHOST);
+    int v6 = res->ai_family == AF_INET6;
+    freeaddrinfo(res);
+    if (g) return cp_err_set(err, CP_EIO, "cannot resolve %s: %s", u.host, gai_strerror(g));
+    int n = snprintf(out, cap, "http://%s%s%s:%s%s", v6 ? "[" : "", num, v6 ? "]" : "", u.port,
+                     u.prefix);
+    if (n < 0 || (size_t)n >= cap)
+        return cp_err_set(err, CP_ELIMIT, "server URL '%.200s' resolved is too long", url);
+    return 0;
+}
+
 /* ===== connecting ===================================================================== */
 
 /* Returns a connected non-blocking socket, or CP_EIO with err naming host and cause. */

@@ -65,6 +65,12 @@ int cp_http_raw(const char *host, int port, const void *req, size_t len, int64_t
 int cp_http_get_brokers(const char *url, const char *token, char *out, size_t cap, int timeout_ms,
                         cp_err *err);
 
+/* Writes url (as cp_http_get's base_url) to out[0..cap) with its host replaced by the
+ * first address it resolves to, numeric, so that requests to it resolve no name (a poller
+ * asking twice a second). Returns 0, CP_EINVAL (bad URL), CP_EIO (resolution) or
+ * CP_ELIMIT (out too small). */
+int cp_http_resolve_url(const char *url, char *out, size_t cap, cp_err *err);
+
 /* Appends s percent-encoded for a query string (unreserved characters kept) to b.
  * Returns 0 or CP_ENOMEM. */
 int cp_url_encode(cp_buf *b, const char *s);

@@ -293,17 +293,61 @@ static int tenant_captures(const cp_capture_call *c, cp_capture_list *l, cp_http
     return -1;
 }
 
+/* The records polling agents read (GET /api/v1/control/captures): every tenant's not yet
+ * ended, read again from the store when its records changed (cp_store_captures_gen), one of
+ * them ended, or a second passed (another store at the same address), so that a poll costs
+ * no LevelDB scan. */
+static struct {
+    pthread_mutex_t mu;
+    cp_store *store;
+    uint64_t gen;
+    int64_t first_end_ns; /* past it, one has ended */
+    int64_t read_ns;
+    cp_capture_list l;
+} g_live = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* Under g_live.mu. 0, or an error in err. */
+static int live_refresh(cp_store *store, int64_t now, cp_err *err)
+{
+    uint64_t gen = cp_store_captures_gen(store); /* before the read: a write during it shows */
+    if (store == g_live.store && gen == g_live.gen && now < g_live.first_end_ns &&
+        now - g_live.read_ns < 1000000000)
+        return 0;
+    cp_capture_list all = {0};
+    int rc = cp_store_captures(store, NULL, &all, err);
+    if (rc) return rc;
+    cp_capture_list_close(&g_live.l);
+    g_live.store = store;
+    g_live.gen = gen;
+    g_live.read_ns = now;
+    g_live.first_end_ns = INT64_MAX;
+    for (uint32_t i = 0; i < all.n; i++) {
+        if (all.v[i].end_ns > now && !cp_vec_push(&g_live.l, all.v[i])) {
+            if (all.v[i].end_ns < g_live.first_end_ns) g_live.first_end_ns = all.v[i].end_ns;
+            memset(&all.v[i], 0, sizeof all.v[i]); /* g_live's now */
+        } else if (all.v[i].end_ns > now) {
+            g_live.store = NULL; /* out of memory: read again next time */
+        }
+    }
+    cp_capture_list_close(&all);
+    return g_live.store ? 0 : cp_err_set(err, CP_ENOMEM, "capture records");
+}
+
 void cp_capture_ep_control(const cp_capture_call *c, cp_http_response *r)
 {
-    cp_capture_list l = {0};
-    if (tenant_captures(c, &l, r)) return;
     int64_t now = cp_now_ns();
-    int rc = 0;
-    for (uint32_t i = 0; !rc && i < l.n; i++) {
-        if (l.v[i].end_ns <= now) continue;
-        rc = cp_control_list_append(&r->body, &l.v[i], c->token);
+    cp_err err = {0};
+    pthread_mutex_lock(&g_live.mu);
+    int rc = live_refresh(c->store, now, &err);
+    if (rc) {
+        pthread_mutex_unlock(&g_live.mu);
+        cp_http_error(r, rc == CP_ENOMEM ? 503 : 500, "%s", err.msg);
+        return;
     }
-    cp_capture_list_close(&l);
+    for (uint32_t i = 0; !rc && i < g_live.l.n; i++)
+        if (g_live.l.v[i].end_ns > now && strcmp(g_live.l.v[i].tenant, c->q->tenant) == 0)
+            rc = cp_control_list_append(&r->body, &g_live.l.v[i], c->token);
+    pthread_mutex_unlock(&g_live.mu);
     if (rc) {
         oom(r);
         return;

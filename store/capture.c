@@ -51,7 +51,13 @@ int cp_store_put_capture(cp_store *s, const cp_capture *c, cp_err *err)
         leveldb_free(lerr);
         return CP_ESTORE;
     }
+    atomic_fetch_add(&s->capture_gen, 1);
     return 0;
+}
+
+uint64_t cp_store_captures_gen(cp_store *s)
+{
+    return atomic_load(&s->capture_gen);
 }
 
 int cp_store_get_capture(cp_store *s, const char *tenant, const char *id, cp_capture *out,

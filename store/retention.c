@@ -95,7 +95,10 @@ static int drop_capture_records(cp_store *s, int64_t now_ns, int64_t cut, cp_err
         leveldb_free(e);
         return -1;
     }
-    if (gone) cp_log_info("store %s: retention removed %d capture records", s->path, gone);
+    if (gone) {
+        atomic_fetch_add(&s->capture_gen, 1);
+        cp_log_info("store %s: retention removed %d capture records", s->path, gone);
+    }
     return gone;
 }
 

@@ -362,6 +362,7 @@ struct cp_store {
     atomic_uint_fast64_t bucket_drops;       /* all dropped past a budget after a commit */
     uint32_t mt_tenant, mt_series, mt_level; /* maintenance cursor */
     int64_t mt_capture_ns; /* when retention last read the capture records (retention.c) */
+    atomic_uint_fast64_t capture_gen; /* cp_store_captures_gen */
     /* the series' stack caches: bytes held, the budget, and counters (read by stats) */
     size_t wcache_bytes, wcache_budget;
     atomic_uint_fast64_t wcache_hits, wcache_misses, wcache_flushes;

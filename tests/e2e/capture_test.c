@@ -410,7 +410,7 @@ TEST(capture_answer_rule_and_limits)
 }
 
 /* A message of GET /api/v1/control/captures: signed with arg, a capture of team-a. */
-static int g_polled;
+static int g_polled, g_polled_cancelled;
 
 static void polled(const uint8_t *v, size_t len, void *arg)
 {
@@ -419,6 +419,7 @@ static void polled(const uint8_t *v, size_t len, void *arg)
     CHECK(cp_envelope_verify(v, len, (const char *)arg));
     CHECK(cp_capture_decode(v, len, &c, &err) == 0);
     CHECK_STREQ(c.tenant, "team-a");
+    g_polled_cancelled += c.cancelled;
     cp_capture_close(&c);
     g_polled++;
 }
@@ -450,6 +451,17 @@ TEST(capture_tokens_and_restart)
     g_polled = 0;
     CHECK_EQ(cp_control_list_split(r.body.data, r.body.len, polled, "secret-of-team-a"), 2);
     CHECK_EQ(g_polled, 2);
+    CHECK_EQ(g_polled_cancelled, 0);
+    cp_buf_close(&r.body);
+    /* a cancel shows at the next poll (the records changed), as a cancelled message */
+    char *third = start_capture(&d, SEL_COUNTER, "&duration=50s"), pqc[160];
+    snprintf(pqc, sizeof pqc, "/api/v1/captures/%s", third);
+    cp_json_free(json_of(&d, "DELETE", pqc, 200));
+    free(third);
+    r = request(&d, "GET", "/api/v1/control/captures");
+    g_polled = 0;
+    CHECK_EQ(cp_control_list_split(r.body.data, r.body.len, polled, "secret-of-team-a"), 3);
+    CHECK_EQ(g_polled_cancelled, 1);
     cp_buf_close(&r.body);
     /* another tenant neither sees nor cancels it */
     g_token = "secret-of-team-b";

@@ -280,6 +280,23 @@ TEST(bad_urls)
     CHECK_EQ(cp_http_get("http://u@h:1", "/", NULL, 1000, 0, &r, &err), CP_EINVAL);
 }
 
+/* A URL resolved once for a poller: the host numeric, port and prefix kept; refusals named. */
+TEST(resolve_url)
+{
+    char out[128];
+    cp_err err = {0};
+    CHECK_EQ(cp_http_resolve_url("localhost:7070/cp/", out, sizeof out, &err), 0);
+    CHECK(strcmp(out, "http://127.0.0.1:7070/cp") == 0 || strcmp(out, "http://[::1]:7070/cp") == 0);
+    CHECK_EQ(cp_http_resolve_url("http://127.0.0.1", out, sizeof out, &err), 0);
+    CHECK_STREQ(out, "http://127.0.0.1:80");
+    CHECK_EQ(cp_http_resolve_url("http://[::1]:9/", out, sizeof out, &err), 0);
+    CHECK_STREQ(out, "http://[::1]:9");
+    CHECK_EQ(cp_http_resolve_url("ftp://x", out, sizeof out, &err), CP_EINVAL);
+    CHECK_EQ(cp_http_resolve_url("http://no-such-host.invalid:1", out, sizeof out, &err), CP_EIO);
+    CHECK_CONTAINS(err.msg, "cannot resolve no-such-host.invalid");
+    CHECK_EQ(cp_http_resolve_url("http://127.0.0.1:1/a", out, 10, &err), CP_ELIMIT);
+}
+
 /* ===== GET /api/v1/brokers ============================================================ */
 
 TEST(brokers)
@@ -335,4 +352,4 @@ TEST(brokers)
 
 TEST_MAIN(T(content_length_body), T(chunked_body_one_byte_at_a_time), T(body_until_close),
           T(post_sends_the_body), T(limits), T(malformed_answers), T(deadline_and_refusal),
-          T(bad_urls), T(brokers))
+          T(bad_urls), T(resolve_url), T(brokers))
