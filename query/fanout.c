@@ -66,6 +66,11 @@ uint32_t cp_fanout_npeers(const cp_fanout *f)
     return f ? f->n : 0;
 }
 
+const char *cp_fanout_peer(const cp_fanout *f, uint32_t i)
+{
+    return f && i < f->n ? f->peers[i] : NULL;
+}
+
 static void offsets_stop(cp_fanout *f);
 
 void cp_fanout_destroy(cp_fanout *f)

@@ -38,8 +38,9 @@ typedef struct cp_fanout_options {
  * http://host:port; CP_ENOMEM. */
 int cp_fanout_create(const cp_fanout_options *o, cp_fanout **out, cp_err *err);
 void cp_fanout_destroy(cp_fanout *f); /* NULL is fine */
-/* How many peers f asks (0 for NULL). */
+/* How many peers f asks (0 for NULL), and the base URL of peer i < that. */
 uint32_t cp_fanout_npeers(const cp_fanout *f);
+const char *cp_fanout_peer(const cp_fanout *f, uint32_t i);
 
 /* ---- routing (the API decides lanes and peers' requests with these) --------------------- */
 

@@ -14,6 +14,7 @@
 #include "config.h"
 #include "defaults.h"
 #include "fanout.h"
+#include "http_client.h"
 #include "http.h"
 #include "log.h"
 #include "store.h"
@@ -168,6 +169,68 @@ static void resume_captures(daemon_t *d)
     }
     if (l.n) cp_log_info("captures: %u stored, %u resumed", l.n, resumed);
     cp_capture_list_close(&l);
+}
+
+/* A running capture a peer holds: kept here if this node does not hold it. */
+typedef struct pulled {
+    daemon_t *d;
+    const char *tenant, *token;
+    uint32_t kept;
+} pulled;
+
+static void keep_pulled(const uint8_t *v, size_t len, void *arg)
+{
+    pulled *p = arg;
+    cp_capture c, have;
+    cp_err err = {0};
+    if (cp_capture_decode(v, len, &c, &err)) {
+        cp_log_warn("captures: a peer's capture does not decode (skipped): %s", err.msg);
+        return;
+    }
+    if (strcmp(c.tenant, p->tenant) != 0 || (p->token && !cp_envelope_verify(v, len, p->token))) {
+        cp_log_warn("captures: a peer sent capture %s of tenant %s unsigned or for another "
+                    "tenant (skipped)",
+                    c.id, c.tenant);
+    } else if (cp_store_get_capture(p->d->store, c.tenant, c.id, &have, &err) == CP_ENOTFOUND) {
+        if (cp_store_put_capture(p->d->store, &c, &err))
+            cp_log_error("captures: keeping peer capture %s: %s", c.id, err.msg);
+        else
+            p->kept++;
+    } else {
+        cp_capture_close(&have);
+    }
+    cp_capture_close(&c);
+}
+
+/* At start-up, in a cluster: the captures running on the peers that this node does not hold
+ * (accepted while it was down), kept here, so that the agents polling it hear them. A peer
+ * that does not answer within 1 s is logged and skipped. */
+static void pull_peer_captures(daemon_t *d)
+{
+    uint32_t ntenants = d->cfg.tokens.n ? d->cfg.tokens.n : 1;
+    for (uint32_t i = 0; i < cp_fanout_npeers(d->fanout); i++) {
+        const char *peer = cp_fanout_peer(d->fanout, i);
+        pulled p = {d, CP_DEFAULT_TENANT, NULL, 0};
+        for (uint32_t t = 0; t < ntenants; t++) {
+            if (d->cfg.tokens.n) {
+                p.tenant = d->cfg.tokens.v[t].key;
+                p.token = d->cfg.tokens.v[t].value;
+            }
+            cp_http_result r;
+            cp_err err = {0};
+            if (cp_http_get(peer, "/api/v1/control/captures", p.token, 1000, 1u << 20, &r, &err)) {
+                cp_log_warn("captures: peer %s not asked for its running captures: %s", peer,
+                            err.msg);
+                break;
+            }
+            if (r.status != 200 ||
+                cp_control_list_split(r.body.data, r.body.len, keep_pulled, &p) < 0)
+                cp_log_warn("captures: peer %s answered %d, not a capture list, for tenant %s",
+                            peer, r.status, p.tenant);
+            cp_buf_close(&r.body);
+        }
+        if (p.kept) cp_log_info("captures: %u running on peer %s kept here", p.kept, peer);
+    }
 }
 
 /* ---- shutdown ----------------------------------------------------------------------- */
@@ -592,6 +655,7 @@ int main(int argc, char **argv)
                             &d.publisher, &err))
         goto fail_msg;
     resume_captures(&d);
+    pull_peer_captures(&d);
 
     uv_timer_init(d.loop, &d.watch_timer);
     d.watch_timer.data = &d;

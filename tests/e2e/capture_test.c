@@ -424,6 +424,17 @@ static void polled(const uint8_t *v, size_t len, void *arg)
     g_polled++;
 }
 
+/* A message of the control list: the capture named arg. */
+static void count_polled(const uint8_t *v, size_t len, void *arg)
+{
+    cp_capture c;
+    cp_err err = {0};
+    CHECK(cp_capture_decode(v, len, &c, &err) == 0);
+    CHECK_STREQ(c.id, (const char *)arg);
+    cp_capture_close(&c);
+    g_polled++;
+}
+
 /* Tokens: a capture needs the tenant's; its message is signed with it. A restart resumes a
  * running capture on the (new) control topic and reports the ended one. */
 TEST(capture_tokens_and_restart)
@@ -675,6 +686,21 @@ TEST(capture_in_a_cluster)
     CHECK_STREQ(cp_json_str(cp_json_get(j, "missing_peers")->items[0], ""), n2url);
     CHECK(isolate_of(j, "p1") && !isolate_of(j, "p2"));
     cp_json_free(j);
+    /* a capture accepted while node 2 is down: node 2 takes it from node 1 as it starts, so
+     * the agents that poll node 2 hear it too */
+    char *later = start_capture(&n1, SEL_EDGE, "&duration=60s");
+    start_daemon_log(&n2, logs[1], a2, 30);
+    cp_http_result r = request(&n2, "GET", "/api/v1/control/captures");
+    CHECK_EQ(r.status, 200);
+    g_polled = 0;
+    CHECK_EQ(cp_control_list_split(r.body.data, r.body.len, count_polled, later), 1);
+    CHECK_EQ(g_polled, 1);
+    cp_buf_close(&r.body);
+    char log[1 << 16];
+    slurp(logs[1], log, sizeof log);
+    CHECK_CONTAINS(log, "captures: 1 running on peer http://127.0.0.1:");
+    CHECK_EQ(stop_daemon(&n2, SIGTERM), 0);
+    free(later);
     cp_capture_close(&c);
     free(id);
     rd_kafka_consumer_close(agent);
