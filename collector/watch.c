@@ -5,22 +5,38 @@
 #include "watch.h"
 
 #include <librdkafka/rdkafka.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "control.h"
+#include "guard.h"
 #include "http_client.h"
 #include "kafka.h"
 #include "times.h"
 
-struct cp_watch {
-    /* the poller's (server[0] != 0) */
+/* The poller: a thread of its own asks the server, so that the agent thread never waits
+ * for it; they share this under mu. The thread and the watcher each hold a reference: the
+ * last to let go frees it (cp_watch_destroy never waits for a request in flight). */
+typedef struct poller {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* CLOCK_MONOTONIC: the thread's wait between polls, cut by stop */
+    int refs;
+    int stop;    /* the watcher is gone */
+    int gone404; /* the server does not serve the path: the topic instead */
+    int has_pending;
+    cp_buf pending; /* an answer the agent thread has not taken yet */
+    uint64_t errors;
+    char last[160];
+    cp_watch_wake_fn wake;
+    void *wake_arg;
     char server[512], token[256];
-    char resolved[600]; /* server with its host numeric (cp_http_resolve_url), "" when not yet */
-    int64_t next_poll_ns;
-    int failures;       /* in a row */
-    uint64_t last_hash; /* FNV-1a of the last answer handed on (0: none yet) */
+} poller;
+
+struct cp_watch {
+    poller *p; /* the poller's, or NULL */
     /* the consumer's */
     char *brokers, *props;
     rd_kafka_t *rk;
@@ -127,6 +143,139 @@ static int consumer_open(cp_watch *w, cp_err *err)
     return 0;
 }
 
+static void poller_release(poller *p)
+{
+    pthread_mutex_lock(&p->mu);
+    int last = --p->refs == 0;
+    pthread_mutex_unlock(&p->mu);
+    if (!last) return;
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    cp_buf_close(&p->pending);
+    free(p);
+}
+
+/* One request (the poller thread, no lock held): 0 with *res (200 or 404), or -1 with why
+ * set. */
+static int poll_once(poller *p, char *resolved, size_t cap, cp_http_result *res, char *why,
+                     size_t whycap)
+{
+    cp_err err = {0};
+    /* a name is resolved once, again after a failure: not twice a second */
+    if (!resolved[0] && cp_http_resolve_url(p->server, resolved, cap, &err) != 0) {
+        resolved[0] = 0;
+        snprintf(why, whycap, "%.150s", err.msg);
+        return -1;
+    }
+    if (cp_http_get(resolved, "/api/v1/control/captures", p->token, CP_WATCH_HTTP_TIMEOUT_MS,
+                    1u << 20, res, &err) != 0) {
+        snprintf(why, whycap, "%.150s", err.msg);
+        return -1;
+    }
+    if (res->status != 200 && res->status != 404) {
+        snprintf(why, whycap, "%.100s answered %d to /api/v1/control/captures", p->server,
+                 res->status);
+        cp_buf_close(&res->body);
+        return -1;
+    }
+    return 0;
+}
+
+static void *poller_main(void *arg)
+{
+    poller *p = arg;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    pthread_setname_np(pthread_self(), "contprof-watch");
+    char resolved[600] = "", why[160];
+    uint64_t last_hash = 0; /* FNV-1a of the last answer passed on; 0: none yet */
+    int failures = 0;
+    pthread_mutex_lock(&p->mu);
+    while (!p->stop) {
+        pthread_mutex_unlock(&p->mu);
+        cp_http_result res;
+        int64_t wait_ms = CP_WATCH_POLL_MS;
+        uint64_t h = 0;
+        int ok = poll_once(p, resolved, sizeof resolved, &res, why, sizeof why) == 0;
+        if (ok && res.status == 200) {
+            uint64_t fnv = 14695981039346656037ULL;
+            for (size_t i = 0; i < res.body.len; i++)
+                fnv = (fnv ^ res.body.data[i]) * 1099511628211ULL;
+            h = fnv | 1; /* never 0, the "none yet" mark */
+        }
+        if (!ok) {
+            resolved[0] = 0;
+            if (((int64_t)CP_WATCH_POLL_MS << failures) <= CP_WATCH_RETRY_MS) failures++;
+            wait_ms = (int64_t)CP_WATCH_POLL_MS << (failures - 1);
+        } else {
+            failures = 0;
+        }
+        pthread_mutex_lock(&p->mu);
+        int wake = 0;
+        if (!ok) {
+            p->errors++;
+            snprintf(p->last, sizeof p->last, "%s", why);
+        } else if (res.status == 404) { /* an older contprofd */
+            p->gone404 = wake = 1;
+        } else if (h != last_hash) {
+            cp_buf_close(&p->pending);
+            p->pending = res.body; /* the agent thread's now */
+            res.body = (cp_buf){0};
+            p->has_pending = wake = 1;
+            last_hash = h;
+        }
+        if (ok) cp_buf_close(&res.body);
+        if (wake && p->wake) p->wake(p->wake_arg);
+        if (p->gone404) break;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t at = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + wait_ms * 1000000;
+        ts.tv_sec = at / 1000000000;
+        ts.tv_nsec = at % 1000000000;
+        while (!p->stop && pthread_cond_timedwait(&p->cv, &p->mu, &ts) == 0) {
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    poller_release(p);
+    return NULL;
+}
+
+/* Starts w's poller of server. 0 or CP_ENOMEM. */
+static int poller_start(cp_watch *w, const char *server, const char *token, cp_err *err)
+{
+    poller *p = calloc(1, sizeof(*p));
+    if (!p) return cp_err_set(err, CP_ENOMEM, "out of memory creating the capture poller");
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    p->refs = 2;
+    p->wake = w->wake;
+    p->wake_arg = w->wake_arg;
+    snprintf(p->server, sizeof(p->server), "%s", server);
+    snprintf(p->token, sizeof(p->token), "%s", token ? token : "");
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 << 10);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int saved = cp_in_agent;
+    cp_in_agent = 1; /* the agent's thread: not sampled, its fds above the floor */
+    pthread_t th;
+    int rc = pthread_create(&th, &attr, poller_main, p);
+    cp_in_agent = saved;
+    pthread_attr_destroy(&attr);
+    if (rc) {
+        p->refs = 1;
+        poller_release(p);
+        return cp_err_set(err, CP_ENOMEM, "capture poller: no thread (%s)", strerror(rc));
+    }
+    w->p = p;
+    return 0;
+}
+
 int cp_watch_create(const char *server, const char *token, const char *brokers, const char *props,
                     cp_watch_wake_fn wake, void *wake_arg, cp_watch **out, cp_err *err)
 {
@@ -140,84 +289,53 @@ int cp_watch_create(const char *server, const char *token, const char *brokers, 
     }
     w->wake = wake;
     w->wake_arg = wake_arg;
-    if (server && *server) {
-        snprintf(w->server, sizeof(w->server), "%s", server);
-        snprintf(w->token, sizeof(w->token), "%s", token ? token : "");
-    } else {
-        int rc = consumer_open(w, err);
-        if (rc) {
-            free(w->brokers);
-            free(w->props);
-            free(w);
-            return rc;
-        }
+    int rc = server && *server ? poller_start(w, server, token, err) : consumer_open(w, err);
+    if (rc) {
+        free(w->brokers);
+        free(w->props);
+        free(w);
+        return rc;
     }
     *out = w;
     return 0;
 }
 
-/* A failed poll: counted, said, and the next one later. */
-static void poll_failed(cp_watch *w, int64_t now)
+/* The agent thread's side of the poller: hands on the answer the thread left, if any. */
+static int poller_take(cp_watch *w, cp_watch_fn fn, void *arg)
 {
-    w->errors++;
-    w->resolved[0] = 0;
-    if (((int64_t)CP_WATCH_POLL_MS << w->failures) <= CP_WATCH_RETRY_MS) w->failures++;
-    w->next_poll_ns = now + ((int64_t)CP_WATCH_POLL_MS << (w->failures - 1)) * 1000000;
-}
-
-/* One poll of the server, when due. Returns how many messages were handed. */
-static int poll_server(cp_watch *w, cp_watch_fn fn, void *arg)
-{
-    int64_t now = cp_mono_ns();
-    if (now < w->next_poll_ns) return 0;
-    w->next_poll_ns = now + CP_WATCH_POLL_MS * (int64_t)1000000;
-    cp_http_result res;
-    cp_err err = {0};
-    /* a name is resolved once, again after a failure: not twice a second */
-    if (!w->resolved[0] &&
-        cp_http_resolve_url(w->server, w->resolved, sizeof(w->resolved), &err) != 0) {
-        w->resolved[0] = 0;
-        snprintf(w->last, sizeof(w->last), "%.150s", err.msg);
-        poll_failed(w, now);
-        return 0;
+    poller *p = w->p;
+    cp_buf body = {0};
+    pthread_mutex_lock(&p->mu);
+    int gone = p->gone404, has = p->has_pending;
+    if (has) {
+        body = p->pending;
+        p->pending = (cp_buf){0};
+        p->has_pending = 0;
     }
-    if (cp_http_get(w->resolved, "/api/v1/control/captures", w->token, CP_WATCH_HTTP_TIMEOUT_MS,
-                    1u << 20, &res, &err) != 0) {
-        snprintf(w->last, sizeof(w->last), "%.150s", err.msg);
-        poll_failed(w, now);
-        return 0;
-    }
+    w->errors += p->errors;
+    p->errors = 0;
+    if (p->last[0]) snprintf(w->last, sizeof(w->last), "%s", p->last);
+    pthread_mutex_unlock(&p->mu);
     int handed = 0;
-    if (res.status == 404) { /* an older contprofd: the control topic instead */
-        cp_err e2 = {0};
-        if (consumer_open(w, &e2) == 0) {
-            w->server[0] = 0;
-        } else {
-            snprintf(w->last, sizeof(w->last), "%.150s", e2.msg);
-            poll_failed(w, now);
+    if (has) {
+        handed = cp_control_list_split(body.data, body.len, fn, arg);
+        if (handed < 0) {
+            handed = 0;
+            w->errors++;
+            snprintf(w->last, sizeof(w->last), "%.100s: a malformed capture list", p->server);
         }
-    } else if (res.status != 200) {
-        snprintf(w->last, sizeof(w->last), "%.100s answered %d to /api/v1/control/captures",
-                 w->server, res.status);
-        poll_failed(w, now);
-    } else {
-        w->failures = 0;
-        uint64_t h = 14695981039346656037ULL; /* FNV-1a: the same answer is handed on once */
-        for (size_t i = 0; i < res.body.len; i++)
-            h = (h ^ res.body.data[i]) * 1099511628211ULL;
-        h |= 1; /* never 0, the "none yet" mark */
-        if (h != w->last_hash) {
-            handed = cp_control_list_split(res.body.data, res.body.len, fn, arg);
-            if (handed < 0) {
-                handed = 0;
-                w->errors++;
-                snprintf(w->last, sizeof(w->last), "%.100s: a malformed capture list", w->server);
-            } else {
-                w->last_hash = h;
-            }
+        cp_buf_close(&body);
+    }
+    if (gone) { /* the topic instead; the thread has ended its side */
+        cp_err err = {0};
+        if (consumer_open(w, &err) == 0) {
+            poller_release(p);
+            w->p = NULL;
+        } else {
+            w->errors++;
+            snprintf(w->last, sizeof(w->last), "%.150s", err.msg);
         }
     }
-    cp_buf_close(&res.body);
     return handed;
 }
 
@@ -225,7 +343,7 @@ static int poll_server(cp_watch *w, cp_watch_fn fn, void *arg)
 
 int cp_watch_poll(cp_watch *w, cp_watch_fn fn, void *arg)
 {
-    if (w->server[0]) return poll_server(w, fn, arg);
+    if (w->p) return poller_take(w, fn, arg);
     cp_rk.rd_kafka_poll(w->rk, 0); /* error callbacks */
     if (!w->started) {
         /* the topic may not exist yet: librdkafka waits for it in the background */
@@ -269,6 +387,13 @@ uint64_t cp_watch_take_errors(cp_watch *w, const char **last)
 void cp_watch_destroy(cp_watch *w)
 {
     if (!w) return;
+    if (w->p) { /* never waits for a request in flight: the thread lets go when it ends */
+        pthread_mutex_lock(&w->p->mu);
+        w->p->stop = 1;
+        pthread_cond_signal(&w->p->cv);
+        pthread_mutex_unlock(&w->p->mu);
+        poller_release(w->p);
+    }
     if (w->rk) {
         if (w->started) cp_rk.rd_kafka_consume_stop(w->rkt, 0);
         cp_rk.rd_kafka_queue_cb_event_enable(w->q, NULL, NULL);

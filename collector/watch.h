@@ -1,14 +1,16 @@
 /* How the agent hears of captures (model/control.h), in one of two ways:
- * - with a contprofd URL (CONTPROF_SERVER): GET /api/v1/control/captures every
- *   CP_WATCH_POLL_MS on the agent's thread, at most CP_WATCH_HTTP_TIMEOUT_MS each; no
- *   thread and no fd between polls. Why: a second librdkafka handle costs ~0.7 ms of CPU a
- *   second even idle (librdkafka 2.0.2's main thread spins through the last millisecond
- *   before each of its timers), a poll ~0.1 ms. A server that does not serve the path
- *   (404: an older contprofd) turns the watcher into the consumer below.
+ * - with a contprofd URL (CONTPROF_SERVER): a thread of its own ("contprof-watch", the
+ *   agent's: not sampled, signals blocked) asks GET /api/v1/control/captures every
+ *   CP_WATCH_POLL_MS, at most CP_WATCH_HTTP_TIMEOUT_MS each, and leaves a changed answer for
+ *   the agent thread, which never waits for the server. Why not the topic: a second
+ *   librdkafka handle costs ~0.6 ms of CPU a second even idle (librdkafka 2.0.2's main
+ *   thread spins through the last millisecond before each of its timers), a poll ~20 us.
+ *   A server that does not serve the path (404: an older contprofd) turns the watcher into
+ *   the consumer below.
  * - without: the control topic's consumer (CP_TOPIC_CONTROL), a second librdkafka handle,
  *   no consumer group, partition 0 read from the last CP_WATCH_TAIL messages on.
- * It never fails the host: errors are retried and counted. Agent thread only (a leaf, as
- * kafka.c). */
+ * It never fails the host: errors are retried and counted. Called on the agent thread only
+ * (a leaf, as kafka.c). */
 #ifndef CP_WATCH_H
 #define CP_WATCH_H
 
@@ -27,10 +29,9 @@
  * end of the wait, as librdkafka's mock cluster does; a real broker answers at once. */
 #define CP_WATCH_FETCH_WAIT_MS 500
 
-/* The polling interval and each poll's bound: the agent thread waits that long at most
- * (a loaded contprofd can take a few hundred ms); after n failures in a row the next poll
- * is CP_WATCH_POLL_MS << (n - 1) later, at most CP_WATCH_RETRY_MS. Half a second: a poll
- * falls inside any capture (1 s at least), whatever the tick adds. */
+/* The polling interval and each poll's bound (a loaded contprofd can take a few hundred
+ * ms); after n failures in a row the next poll is CP_WATCH_POLL_MS << (n - 1) later, at
+ * most CP_WATCH_RETRY_MS. Half a second: a poll falls inside any capture of 1 s or more. */
 #define CP_WATCH_POLL_MS 500
 #define CP_WATCH_HTTP_TIMEOUT_MS 1000
 #define CP_WATCH_RETRY_MS 4000
@@ -54,20 +55,20 @@ int cp_watch_create(const char *server, const char *token, const char *brokers, 
 typedef void (*cp_watch_fn)(const uint8_t *value, size_t len, void *arg);
 
 /* Hands every message fetched since the last call to fn, in offset order; serves
- * librdkafka's error callbacks. A poller asks its server when CP_WATCH_POLL_MS have passed
- * and hands on each capture of an answer that differs from the last one (the same answer
- * is handed on once). The consumer never blocks; the poller waits for the server at most
- * CP_WATCH_HTTP_TIMEOUT_MS. Returns how many messages were handed. */
+ * librdkafka's error callbacks. A poller hands on each capture of the latest answer that
+ * differs from the one before (the same answer is handed on once). Never blocks. Returns
+ * how many messages were handed. */
 int cp_watch_poll(cp_watch *w, cp_watch_fn fn, void *arg);
 
 /* Errors since the last call (unknown topic, brokers down, fetch errors, a server that
  * failed or answered malformed), and the last one's text (valid until the next poll). */
 uint64_t cp_watch_take_errors(cp_watch *w, const char **last);
 
-/* Stops and destroys (NULL is fine). */
+/* Stops and destroys (NULL is fine); a poller's request in flight is not waited for. */
 void cp_watch_destroy(cp_watch *w);
 
-/* After fork in the child: the handle's threads are gone; forget it (memory leaked). */
+/* After fork in the child: the handle's threads (the poller's) are gone; forget it (memory
+ * leaked). */
 void cp_watch_abandon(cp_watch *w);
 
 #endif

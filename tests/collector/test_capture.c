@@ -11,17 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <pthread.h>
-#include <stdatomic.h>
-#include <sys/socket.h>
 #include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "control.h"
+#include "fake_contprofd.h"
 #include "envelope.h"
 #include "pprof.h"
 #include "test.h"
@@ -613,81 +608,40 @@ TEST(missing_control_topic_and_captures_off)
     rd_kafka_destroy(host);
 }
 
-/* A stand-in for contprofd's GET /api/v1/control/captures: answers every request with
- * g_answer and counts them. */
-static const char *g_answer;
-static size_t g_answer_len;
-static atomic_int g_asked, g_stop;
-
-static void *answer_all(void *arg)
-{
-    int ls = *(int *)arg;
-    while (!atomic_load(&g_stop)) {
-        struct pollfd p = {ls, POLLIN, 0};
-        if (poll(&p, 1, 100) != 1) continue;
-        int c = accept(ls, NULL, NULL);
-        if (c < 0) continue;
-        char req[4096];
-        ssize_t n = recv(c, req, sizeof req, 0); /* one small request */
-        if (n > 0) {
-            atomic_fetch_add(&g_asked, 1);
-            (void)!send(c, g_answer, g_answer_len, MSG_NOSIGNAL);
-        }
-        close(c);
-    }
-    return NULL;
-}
-
-static int listen_any(int *port)
-{
-    int ls = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof a;
-    CHECK(bind(ls, (struct sockaddr *)&a, sizeof a) == 0 && listen(ls, 16) == 0);
-    CHECK(getsockname(ls, (struct sockaddr *)&a, &al) == 0);
-    *port = ntohs(a.sin_port);
-    return ls;
-}
-
 /* With CONTPROF_SERVER the agent polls the server for captures instead of the topic
  * (collector/watch.h): a server without the path (404, an older contprofd) sends it to the
  * topic, where it hears the capture; a server answering a malformed list is asked again
  * and again, and the topic's capture is not heard (the poller alone listens). */
-static void server_case(const char *answer, size_t len, int heard)
+static void server_case(int status, const char *body, size_t len, int heard)
 {
-    g_answer = answer;
-    g_answer_len = len;
-    atomic_store(&g_asked, 0);
-    atomic_store(&g_stop, 0);
-    int port, ls = listen_any(&port);
-    pthread_t th;
-    CHECK(pthread_create(&th, NULL, answer_all, &ls) == 0);
+    fake_contprofd f;
+    fake_contprofd_start(&f, "unused:1");
+    fake_contprofd_control(&f, status, body, len, 0);
     rd_kafka_t *host = mock_host();
     rd_kafka_mock_cluster_t *mc = mock_cluster(host, 1);
     const char *boot = rd_kafka_mock_cluster_bootstraps(mc);
-    static char env[64];
-    snprintf(env, sizeof env, "CONTPROF_SERVER=http://127.0.0.1:%d", port);
+    static char env[96];
+    snprintf(env, sizeof env, "CONTPROF_SERVER=%s", f.url);
     cp_capture c = cpu_capture("polled", "{isolate=\"alpha\"}", 1000, 120);
     send_capture(boot, &c, NULL);
     proc pa = start(boot, "a", "cpu", "4", NULL, env);
     truth ta = finish(pa);
     collect(boot);
-    atomic_store(&g_stop, 1);
-    pthread_join(th, NULL);
-    close(ls);
+    int asked = fake_contprofd_control(&f, status, body, len, 0);
+    fake_contprofd_stop(&f);
     int64_t cs, cv;
     int cn;
     totals("a", "alpha", CP_KIND_CPU, "polled", &cs, &cv, &cn);
-    printf("server answering %.12s...: asked %d times; capture %d envelopes, %.3f CPU-s of "
+    printf("server answering %d: asked %d times; capture %d envelopes, %.3f CPU-s of "
            "alpha's %.3f\n",
-           answer, atomic_load(&g_asked), cn, cv / 1e9, ta.alpha_cpu / 1e9);
-    CHECK(atomic_load(&g_asked) >= 1);
+           status, asked, cn, cv / 1e9, ta.alpha_cpu / 1e9);
+    CHECK(asked >= 1);
     if (heard) {
         CHECK(cn >= 1);
         CHECK(cv > 200000000LL);
     } else {
         CHECK_EQ(cn, 0);
-        CHECK(atomic_load(&g_asked) >= 2); /* asked again after the malformed answer */
+        CHECK(asked >= 2); /* asked again after the malformed answer */
     }
     rd_kafka_mock_cluster_destroy(mc);
     rd_kafka_destroy(host);
@@ -695,16 +649,13 @@ static void server_case(const char *answer, size_t len, int heard)
 
 TEST(older_server_sends_the_agent_to_the_topic)
 {
-    static const char nf[] = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n"
-                             "Connection: close\r\n\r\n";
-    server_case(nf, sizeof nf - 1, 1);
+    server_case(0, NULL, 0, 1); /* 404 */
 }
 
 TEST(malformed_capture_list_is_not_heard)
 {
-    static const char bad[] = "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
-                              "Content-Length: 7\r\nConnection: close\r\n\r\n\0\0\1\0abc";
-    server_case(bad, sizeof bad - 1, 0);
+    static const char bad[] = "\0\0\1\0abc"; /* a length past the end */
+    server_case(200, bad, sizeof bad - 1, 0);
 }
 
 TEST_MAIN(T(cpu_capture_boosts_only_the_matched_isolate),

@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <search.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -14,6 +15,8 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "control.h"
+#include "fake_contprofd.h"
 #include "isolate.h"
 #include "kafka.h"
 #include "nodeworker.h"
@@ -21,6 +24,7 @@
 #include "stream.h"
 #include "test.h"
 #include "unwind.h"
+#include "watch.h"
 
 /* ------------------------------------------------------------------------------------
  * Unwinding */
@@ -786,8 +790,95 @@ TEST(node_worker_objects_read_defensively)
     CHECK_EQ(cp_nodeworker_label((uintptr_t)obj, label), CP_ENOTFOUND);
 }
 
+/* The capture poller (watch.c), on its own thread: an answer is handed on once however
+ * many polls repeat it, a changed one whole; cp_watch_poll and cp_watch_destroy never wait
+ * for a slow server; destroyed with a request in flight, it lets go (ASan: no leak, no use
+ * after free). */
+static int g_handed;
+static atomic_int g_woken;
+
+static void count_handed(const uint8_t *v, size_t len, void *arg)
+{
+    (void)v, (void)len, (void)arg;
+    g_handed++;
+}
+
+static void count_woken(void *arg)
+{
+    (void)arg;
+    atomic_fetch_add(&g_woken, 1);
+}
+
+static int64_t mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Polls w until g_handed reaches want and the server was asked at least asked times. */
+static void poll_until(cp_watch *w, fake_contprofd *f, int want, int asked)
+{
+    for (int64_t end = mono_now() + 10 * (int64_t)1000000000;; usleep(20000)) {
+        cp_watch_poll(w, count_handed, NULL);
+        pthread_mutex_lock(&f->mu);
+        int n = f->control_requests;
+        pthread_mutex_unlock(&f->mu);
+        if (g_handed >= want && n >= asked) return;
+        CHECK(mono_now() < end);
+    }
+}
+
+TEST(watch_poller_hands_each_answer_once)
+{
+    fake_contprofd f;
+    fake_contprofd_start(&f, "unused:1");
+    cp_capture c = {.id = "one",
+                    .tenant = "default",
+                    .kind = CP_KIND_CPU,
+                    .cpu_hz = 1000,
+                    .max_overhead_permille = 20};
+    c.selector = (char *)"{isolate=\"a\"}";
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    c.start_ns = (int64_t)now.tv_sec * 1000000000;
+    c.end_ns = c.start_ns + 120 * (int64_t)1000000000;
+    cp_buf list = {0};
+    CHECK(cp_control_list_append(&list, &c, NULL) == 0);
+    fake_contprofd_control(&f, 200, list.data, list.len, 0);
+    cp_watch *w = NULL;
+    cp_err err = {0};
+    CHECK_EQ(cp_watch_create(f.url, NULL, "127.0.0.1:1", NULL, count_woken, NULL, &w, &err), 0);
+    poll_until(w, &f, 1, 4); /* four polls of one answer: handed once */
+    CHECK_EQ(g_handed, 1);
+    CHECK(atomic_load(&g_woken) >= 1);
+    snprintf(c.id, sizeof c.id, "two");
+    CHECK(cp_control_list_append(&list, &c, NULL) == 0);
+    fake_contprofd_control(&f, 200, list.data, list.len, 0);
+    poll_until(w, &f, 3, 0); /* the changed answer, whole: one and two */
+    CHECK_EQ(g_handed, 3);
+    /* a server that takes 800 ms: the agent thread's calls return at once */
+    int n0 = fake_contprofd_control(&f, 200, list.data, list.len, 800);
+    for (int64_t end = mono_now() + 5 * (int64_t)1000000000;; usleep(10000)) {
+        pthread_mutex_lock(&f.mu);
+        int n = f.control_requests;
+        pthread_mutex_unlock(&f.mu);
+        if (n > n0) break; /* a request in flight */
+        CHECK(mono_now() < end);
+    }
+    int64_t t0 = mono_now();
+    cp_watch_poll(w, count_handed, NULL);
+    cp_watch_destroy(w);
+    int64_t took = mono_now() - t0;
+    printf("poll and destroy with a request in flight: %.3f ms\n", took / 1e6);
+    CHECK(took < 100000000);
+    usleep(1500000); /* the thread ends its request and lets go */
+    fake_contprofd_stop(&f);
+    cp_buf_close(&list);
+}
+
 TEST_MAIN(T(unwind_through_libc), T(unwind_stays_in_bounds), T(modules_have_build_ids),
           T(config_from_env), T(config_durations), T(isolate_lang_frames),
           T(kafka_backlog_drops_oldest), T(epochs_keep_tables_symbolized),
           T(epochs_keep_tables_unsymbolized), T(epochs_bounded), T(epochs_follow_modules),
-          T(node_worker_objects_read_defensively))
+          T(node_worker_objects_read_defensively), T(watch_poller_hands_each_answer_once))
