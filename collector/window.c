@@ -1209,6 +1209,16 @@ static int emit_self(int64_t finish_start, const cp_modules *mods, const cp_wind
     return err;
 }
 
+/* The stream of isolate k and kind for this window's profile, named by sym_lines unless the
+ * server names (CONTPROF_SYMBOLIZE=server); NULL when out of memory. */
+static cp_stream *begin_stream(const iso_key *k, int kind, const cp_modules *mods, int *fresh)
+{
+    cp_stream_key sk = {.iso = k->iso, .kind = kind};
+    memcpy(sk.thread, k->thread, sizeof(sk.thread));
+    return cp_streams_begin(&sk, mods, cp_cfg.symbolize_server ? NULL : sym_lines, (void *)mods,
+                            fresh);
+}
+
 int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
 {
     int64_t finish_start = thread_cpu_ns();
@@ -1248,11 +1258,8 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
     for (uint32_t ii = 0; ii < isos.n; ii++) {
         const iso_key *k = &isos.k[ii];
         for (int kind = CP_KIND_CPU; kind <= CP_KIND_INUSE; kind++) {
-            cp_stream_key sk = {.iso = k->iso, .kind = kind};
-            memcpy(sk.thread, k->thread, sizeof(sk.thread));
             int fresh = 0;
-            cp_stream *s = cp_streams_begin(&sk, mods, cp_cfg.symbolize_server ? NULL : sym_lines,
-                                            (void *)mods, &fresh);
+            cp_stream *s = begin_stream(k, kind, mods, &fresh);
             if (!s) {
                 rc = CP_ENOMEM;
                 continue;
@@ -1356,11 +1363,8 @@ int cp_window_finish_capture(unsigned slot, const cp_capture_window *w, cp_emit_
     for (uint32_t ii = 0; ii < isos.n; ii++) {
         const iso_key *k = &isos.k[ii];
         /* a key no always-on stream has: created fresh, never kept */
-        cp_stream_key sk = {.iso = k->iso, .kind = w->kind | 0x100};
-        memcpy(sk.thread, k->thread, sizeof(sk.thread));
         int fresh = 0;
-        cp_stream *s = cp_streams_begin(&sk, mods, cp_cfg.symbolize_server ? NULL : sym_lines,
-                                        (void *)mods, &fresh);
+        cp_stream *s = begin_stream(k, w->kind | 0x100, mods, &fresh);
         if (!s) {
             rc = CP_ENOMEM;
             continue;

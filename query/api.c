@@ -278,6 +278,18 @@ typedef struct api_call {
 
 /* ---- /api/v1/symbols ---------------------------------------------------------------- */
 
+/* A refused upload's answer: 400 for what the body holds, 413 past a limit, else as a
+ * store failure. */
+static void upload_error(const cp_http_request *req, int rc, const cp_err *err, cp_http_response *r)
+{
+    if (rc == CP_EPARSE || rc == CP_EINVAL)
+        cp_http_error(r, 400, "%s", err->msg);
+    else if (rc == CP_ELIMIT)
+        cp_http_error(r, 413, "%s", err->msg);
+    else
+        store_error(req, rc, err, r);
+}
+
 /* POST of a source map (the body starts with '{'): kept for the tenant and the script it
  * maps (its "file", else name=), it rewrites that script's V8 frames in every later answer,
  * old windows included. */
@@ -290,16 +302,8 @@ static void symbols_map(const api_call *c, cp_http_response *r)
     cp_symbols_map_result res;
     cp_symbols_map_upload up = {tenant, (const char *)req->body, req->body_len, name};
     int rc = cp_symbols_upload_map(a->o.symbols, &up, &res, &err);
-    if (rc == CP_EPARSE || rc == CP_EINVAL) {
-        cp_http_error(r, 400, "%s", err.msg);
-        return;
-    }
-    if (rc == CP_ELIMIT) {
-        cp_http_error(r, 413, "%s", err.msg);
-        return;
-    }
     if (rc) {
-        store_error(req, rc, &err, r);
+        upload_error(req, rc, &err, r);
         return;
     }
     cp_log_info("symbols: tenant %s uploaded the source map of %s (%u sources, %u segments, "
@@ -353,16 +357,8 @@ static void ep_symbols(const api_call *c, cp_http_response *r)
     }
     cp_symbols_result res;
     int rc = cp_symbols_upload(a->o.symbols, tenant, req->body, req->body_len, &res, &err);
-    if (rc == CP_EPARSE || rc == CP_EINVAL) {
-        cp_http_error(r, 400, "%s", err.msg);
-        return;
-    }
-    if (rc == CP_ELIMIT) {
-        cp_http_error(r, 413, "%s", err.msg);
-        return;
-    }
     if (rc) {
-        store_error(req, rc, &err, r);
+        upload_error(req, rc, &err, r);
         return;
     }
     cp_log_info("symbols: tenant %s uploaded build ID %s (%u functions, %u lines, %u inlines, "
