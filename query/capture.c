@@ -294,15 +294,14 @@ static int tenant_captures(const cp_capture_call *c, cp_capture_list *l, cp_http
 }
 
 /* The records polling agents read (GET /api/v1/control/captures): every tenant's not yet
- * ended, read again from the store when its records changed (cp_store_captures_gen), one of
- * them ended, or a second passed (another store at the same address), so that a poll costs
- * no LevelDB scan. */
+ * ended, read again from the store only when its records changed (cp_store_captures_gen,
+ * which also tells stores apart) or one of them ended, so that a poll costs no LevelDB
+ * scan. */
 static struct {
     pthread_mutex_t mu;
     cp_store *store;
     uint64_t gen;
     int64_t first_end_ns; /* past it, one has ended */
-    int64_t read_ns;
     cp_capture_list l;
 } g_live = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -310,16 +309,13 @@ static struct {
 static int live_refresh(cp_store *store, int64_t now, cp_err *err)
 {
     uint64_t gen = cp_store_captures_gen(store); /* before the read: a write during it shows */
-    if (store == g_live.store && gen == g_live.gen && now < g_live.first_end_ns &&
-        now - g_live.read_ns < 1000000000)
-        return 0;
+    if (store == g_live.store && gen == g_live.gen && now < g_live.first_end_ns) return 0;
     cp_capture_list all = {0};
     int rc = cp_store_captures(store, NULL, &all, err);
     if (rc) return rc;
     cp_capture_list_close(&g_live.l);
     g_live.store = store;
     g_live.gen = gen;
-    g_live.read_ns = now;
     g_live.first_end_ns = INT64_MAX;
     for (uint32_t i = 0; i < all.n; i++) {
         if (all.v[i].end_ns > now && !cp_vec_push(&g_live.l, all.v[i])) {

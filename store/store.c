@@ -470,6 +470,10 @@ int cp_store_open(const cp_store_options *opt, cp_store **out, cp_err *err)
     cp_store *s = calloc(1, sizeof *s);
     if (!s) return cp_err_set(err, CP_ENOMEM, "store");
     s->reader = cp_store_reader_fns;
+    /* each open its own range of capture generations: a copy of another store's records
+     * (one opened before at the same address) never matches */
+    static atomic_uint_fast64_t opens;
+    atomic_store(&s->capture_gen, (atomic_fetch_add(&opens, 1) + 1) << 40);
     int rc;
     pthread_rwlockattr_t ra;
     pthread_rwlockattr_init(&ra);

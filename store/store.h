@@ -252,8 +252,9 @@ void cp_capture_list_close(cp_capture_list *l);
 /* Every capture record of tenant (NULL: of every tenant), by tenant then id. A record that
  * no longer decodes is logged and skipped. 0, CP_ESTORE or CP_ENOMEM. */
 int cp_store_captures(cp_store *s, const char *tenant, cp_capture_list *out, cp_err *err);
-/* Changes whenever a capture record is written or removed: a copy of the records read
- * after it returned a value is current while it returns the same. Any thread. */
+/* Changes whenever a capture record is written or removed, and differs between stores of
+ * one process: a copy of the records read after it returned a value is current while it
+ * returns the same. Any thread. */
 uint64_t cp_store_captures_gen(cp_store *s);
 
 /* --- recovery ---------------------------------------------------------------------- */
