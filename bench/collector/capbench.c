@@ -263,8 +263,8 @@ static int poll_cost(const char *url, int n, int gap_ms)
     double us = (cpu_s() - t0) / n * 1e6;
     printf("watch_poll_cpu_us_per_poll%s | %.1f\n", gap_ms ? "_spaced" : "", us);
     printf("watch_poll%s_cpu_percent_of_a_core_at_interval | %.4f | 0.05 | %s\n",
-           gap_ms ? "_spaced" : "",
-           us / CP_WATCH_POLL_MS / 10, us / CP_WATCH_POLL_MS / 10 <= 0.05 ? "ok" : "over");
+           gap_ms ? "_spaced" : "", us / CP_WATCH_POLL_MS / 10,
+           us / CP_WATCH_POLL_MS / 10 <= 0.05 ? "ok" : "over");
     return 0;
 }
 
