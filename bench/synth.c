@@ -270,3 +270,32 @@ fail:
     free(byaddr);
     return -1;
 }
+
+cp_profile *cp_synth_one_stack(cp_kind kind, int64_t start_ns, int64_t v)
+{
+    cp_profile *p = cp_profile_create();
+    if (!p) return NULL;
+    int inuse = kind == CP_KIND_INUSE;
+    if (cp_profile_add_sample_type(p, inuse ? "inuse_objects" : "samples", "count") ||
+        cp_profile_add_sample_type(p, inuse ? "inuse_space" : "cpu",
+                                   inuse ? "bytes" : "nanoseconds"))
+        goto fail;
+    p->time_nanos = start_ns;
+    p->duration_nanos = 10 * 1000000000LL;
+    uint32_t locs[10];
+    for (int i = 0; i < 10; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "holder_%d", i);
+        cp_function f = {0};
+        uint32_t fid;
+        if (cp_profile_intern_cstr(p, name, &f.name) || cp_profile_add_function(p, &f, &fid))
+            goto fail;
+        cp_line ln = {fid, 10 + i};
+        if (cp_profile_add_location(p, 0x4000 + (uint64_t)i * 32, 0, &ln, 1, &locs[i])) goto fail;
+    }
+    int64_t vals[2] = {v, v * 4096};
+    if (cp_profile_add_sample(p, locs, 10, vals, NULL, 0) == 0) return p;
+fail:
+    cp_profile_destroy(p);
+    return NULL;
+}

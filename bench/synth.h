@@ -5,6 +5,7 @@
 #define CP_SYNTH_H
 
 #include <stdint.h>
+#include "envelope.h"
 #include "profile.h"
 
 typedef struct cp_synth cp_synth;
@@ -25,5 +26,10 @@ cp_profile *cp_synth_cpu_window(cp_synth *s, uint32_t nsamples, int64_t start_ns
  * caller encodes e, then starts the next window with cp_profile_next_window. Returns 0 or
  * -1 (out of memory). */
 int cp_synth_stream_add(cp_profile *e, const cp_profile *w);
+
+/* A 10 s window of kind (cpu, or inuse for CP_KIND_INUSE) with one stack of depth 10, the
+ * same for every call (holder_0..holder_9), and values {v, v * 4096}: many series that
+ * differ only in labels. NULL on out of memory. */
+cp_profile *cp_synth_one_stack(cp_kind kind, int64_t start_ns, int64_t v);
 
 #endif

@@ -177,35 +177,6 @@ static long long rss_bytes(void)
     return kb * 1024;
 }
 
-/* One window of kind with a single stack of depth 10 (the same for every series). */
-static cp_profile *single_stack(cp_kind kind, int64_t start, int64_t v0)
-{
-    cp_profile *p = cp_profile_create();
-    if (kind == CP_KIND_INUSE) {
-        cp_profile_add_sample_type(p, "inuse_objects", "count");
-        cp_profile_add_sample_type(p, "inuse_space", "bytes");
-    } else {
-        cp_profile_add_sample_type(p, "samples", "count");
-        cp_profile_add_sample_type(p, "cpu", "nanoseconds");
-    }
-    p->time_nanos = start;
-    p->duration_nanos = 10 * SEC;
-    uint32_t locs[10];
-    for (int i = 0; i < 10; i++) {
-        char name[64];
-        snprintf(name, sizeof name, "holder_%d", i);
-        cp_function f = {0};
-        cp_profile_intern_cstr(p, name, &f.name);
-        uint32_t fid;
-        cp_profile_add_function(p, &f, &fid);
-        cp_line ln = {fid, 10 + i};
-        cp_profile_add_location(p, 0x4000 + (uint64_t)i * 32, 0, &ln, 1, &locs[i]);
-    }
-    int64_t v[2] = {v0, v0 * 4096};
-    cp_profile_add_sample(p, locs, 10, v, NULL, 0);
-    return p;
-}
-
 /* nseries single-stack series of kind (instance=i<k>), one window each, in batches of 512
  * windows (ingest's batch); the resident bytes the store's open rollup buckets then hold. */
 static void build_series(cp_store *s, cp_kind kind, int nseries, double *bytes_per_series)
@@ -225,7 +196,7 @@ static void build_series(cp_store *s, cp_kind kind, int nseries, double *bytes_p
         e.window_duration_ns = 10 * SEC;
         e.producer_id = inst;
         e.sequence = 1;
-        cp_profile *p = single_stack(kind, BENCH_T0, 1 + i % 7);
+        cp_profile *p = cp_synth_one_stack(kind, BENCH_T0, 1 + i % 7);
         if (cp_store_batch_add(b, &e, p, kind, &err)) die("add", &err);
         cp_profile_destroy(p);
         cp_labels_close(&e.labels);

@@ -6,38 +6,10 @@
 
 #include "pprof.h"
 #include "store.h"
+#include "synth.h"
 #include "test.h"
 
 #define NSER 4000
-
-/* A window of kind with one stack of depth 10 (the same for every series) and value v. */
-static cp_profile *one_stack(cp_kind kind, int64_t start, int64_t v)
-{
-    cp_profile *p = cp_profile_create();
-    if (kind == CP_KIND_INUSE) {
-        cp_profile_add_sample_type(p, "inuse_objects", "count");
-        cp_profile_add_sample_type(p, "inuse_space", "bytes");
-    } else {
-        cp_profile_add_sample_type(p, "samples", "count");
-        cp_profile_add_sample_type(p, "cpu", "nanoseconds");
-    }
-    p->time_nanos = start;
-    p->duration_nanos = 10 * SEC;
-    uint32_t locs[10];
-    for (int i = 0; i < 10; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "holder_%d", i);
-        cp_function f = {0};
-        CHECK(cp_profile_intern_cstr(p, name, &f.name) == 0);
-        uint32_t fid;
-        CHECK(cp_profile_add_function(p, &f, &fid) == 0);
-        cp_line ln = {fid, i};
-        CHECK(cp_profile_add_location(p, 0x1000 + (uint64_t)i * 16, 0, &ln, 1, &locs[i]) == 0);
-    }
-    int64_t vals[2] = {v, v * 64};
-    CHECK(cp_profile_add_sample(p, locs, 10, vals, NULL, 0) == 0);
-    return p;
-}
 
 /* Window w (0 or 1) of every series of both kinds, committed every 512; after each commit
  * the open buckets hold at most budget bytes (0: not checked). */
@@ -56,7 +28,8 @@ static void write_all(cp_store *s, int w, size_t budget)
             cp_envelope e;
             make_env(&e, "default", kind, labels, T0 + w * 10 * SEC, 10 * SEC, prod,
                      (uint64_t)w + 1);
-            cp_profile *p = one_stack(kind, T0 + w * 10 * SEC, 1 + i % 5 + w);
+            cp_profile *p = cp_synth_one_stack(kind, T0 + w * 10 * SEC, 1 + i % 5 + w);
+            CHECK(p);
             CHECK_EQ(cp_store_batch_add(b, &e, p, 0, &err), 0);
             cp_profile_destroy(p);
             cp_envelope_close(&e);
