@@ -18,10 +18,9 @@
 #include "exec.h"
 #include "fd.h"
 #include "guard.h"
-#include "http_client.h"
 #include "isolate.h"
-#include "kafka.h"
 #include "pprof.h"
+#include "sink.h"
 #include "thread.h"
 #include "times.h"
 #include "unwind.h"
@@ -43,12 +42,8 @@ static struct {
     uint64_t image_token;
     uint64_t dropped_windows;
     uint64_t prev_alloc_dropped, prev_proc_dropped;
-    unsigned fd_revocations; /* cp_fd_revocations when the Kafka client was built */
-    cp_kafka *kafka;
+    cp_sink *sink;     /* the relay or Kafka (sink.h); NULL with files only */
     cp_gzipper *gz[2]; /* write_file's, stored and level 1, kept (agent thread only) */
-    char brokers[1024];
-    int64_t next_resolve;
-    int64_t next_refetch, refetch_backoff; /* asking the server again (refetch_brokers) */
     int atfork_done;
     /* Flushes asked for by exec and _exit (agent_flush): asked counts requests, done the ones
      * served, both under mu. pid: the process this agent thread serves (a vfork child shares
@@ -151,94 +146,39 @@ static void emit(cp_envelope *e, void *arg)
 {
     (void)arg;
     if (cp_cfg.output_dir[0]) write_file(e);
-    if (A.kafka) {
-        cp_buf val = {0}, key = {0};
-        /* With a token, the envelope is signed with it: contprofd with tokens stores only
-         * envelopes signed by a token of the tenant they name. */
-        if (cp_envelope_encode(e, &val) == 0 && cp_envelope_series_key(e, &key) == 0 &&
-            (!cp_cfg.token[0] || cp_envelope_sign(&val, cp_cfg.token) == 0)) {
-            size_t vl, kl;
-            uint8_t *v = cp_buf_steal(&val, &vl);
-            uint8_t *k = cp_buf_steal(&key, &kl);
-            cp_kafka_send(A.kafka, v, vl, k, kl);
-        } else {
-            A.dropped_windows++;
-        }
-        cp_buf_close(&val);
-        cp_buf_close(&key);
-    } else if (!cp_cfg.output_dir[0] && (A.brokers[0] || cp_cfg.server[0])) {
-        A.dropped_windows++; /* a transport is configured but not up yet */
-    }
+    if (A.sink) cp_sink_send(A.sink, e);
     cp_envelope_close(e);
 }
 
-/* With a server: how long the brokers must stay unreachable before the agent asks the
- * server again (contprofd may have restarted with its embedded broker on a new port), and
- * the pause between such questions while they stay so (doubling up to the maximum). */
-#define BROKERS_STALE_NS (5 * (int64_t)1000000000)
-#define REFETCH_MIN_NS (5 * (int64_t)1000000000)
-#define REFETCH_MAX_NS (60 * (int64_t)1000000000)
-
-/* The brokers have been down a while: asks the server for its list (at most 2 s, on the
- * agent's thread) and, if it changed, drops the producer so that it is rebuilt on the new
- * list. What the old producer still held is counted in dropped_windows. */
-static void refetch_brokers(int64_t now)
+/* Whether the agent has a transport to hand windows to (beside files). */
+static int has_transport(void)
 {
-    A.refetch_backoff = A.refetch_backoff ? A.refetch_backoff * 2 : REFETCH_MIN_NS;
-    if (A.refetch_backoff > REFETCH_MAX_NS) A.refetch_backoff = REFETCH_MAX_NS;
-    A.next_refetch = now + A.refetch_backoff;
-    char b[sizeof(A.brokers)];
-    if (cp_http_get_brokers(cp_cfg.server, cp_cfg.token, b, sizeof(b), 2000, NULL) != 0 ||
-        !strcmp(b, A.brokers))
-        return;
-    snprintf(A.brokers, sizeof(A.brokers), "%s", b);
-    A.dropped_windows += cp_kafka_take_dropped(A.kafka);
-    A.dropped_windows += cp_kafka_destroy(A.kafka, 0);
-    A.kafka = NULL;
+    return cp_cfg.relay_dir[0] || cp_cfg.brokers[0] || cp_cfg.server[0];
 }
 
 static void transport_tick(void)
 {
-    int64_t now = cp_mono_ns();
-    if (!A.brokers[0] && cp_cfg.server[0] && now >= A.next_resolve) {
-        A.next_resolve = now + 30 * (int64_t)1000000000;
-        if (cp_http_get_brokers(cp_cfg.server, cp_cfg.token, A.brokers, sizeof(A.brokers), 2000,
-                                NULL) != 0)
-            A.brokers[0] = 0;
-    }
-    if (A.kafka && atomic_load(&cp_fd_revocations) != A.fd_revocations) {
-        /* the host took over one of the agent's fd numbers (dup2 onto it): librdkafka's
-         * sockets and pipes cannot be renumbered, so the client goes; what it held is lost
-         * and counted (its threads get EBADF on a revoked number meanwhile, fd.c) */
-        A.dropped_windows += cp_kafka_take_dropped(A.kafka);
-        A.dropped_windows += cp_kafka_destroy(A.kafka, 0);
-        A.kafka = NULL;
-    }
-    if (A.kafka && cp_kafka_failed(A.kafka)) {
-        A.dropped_windows += cp_kafka_take_dropped(A.kafka);
-        A.dropped_windows += cp_kafka_destroy(A.kafka, 0);
-        A.kafka = NULL;
-    }
-    if (A.kafka && cp_cfg.server[0]) {
-        if (cp_kafka_down_ns(A.kafka) < BROKERS_STALE_NS)
-            A.refetch_backoff = 0;
-        else if (now >= A.next_refetch)
-            refetch_brokers(now);
-    }
-    if (!A.kafka && A.brokers[0]) {
+    if (!A.sink && has_transport()) {
+        cp_sink_options o = {
+            .relay_dir = cp_cfg.relay_dir,
+            .brokers = cp_cfg.brokers,
+            .server = cp_cfg.server,
+            .token = cp_cfg.token,
+            .topic = cp_cfg.topic,
+            .kafka_props = cp_cfg.kafka_props,
+            .kafka_queue = cp_cfg.kafka_queue,
+            .fd_revocations = &cp_fd_revocations,
+        };
         cp_err err = {0};
-        A.fd_revocations = atomic_load(&cp_fd_revocations);
-        if (cp_kafka_create(A.brokers, cp_cfg.topic, cp_cfg.kafka_queue, cp_cfg.kafka_props,
-                            &A.kafka, &err) != 0) {
+        if (cp_sink_create(&o, &A.sink, &err) != 0) {
             static int warned;
-            if (!warned++) fprintf(stderr, "contprof: kafka: %s\n", err.msg);
-            A.brokers[0] = cp_cfg.server[0] ? 0 : A.brokers[0];
+            if (!warned++) fprintf(stderr, "contprof: %s\n", err.msg);
+            return;
         }
     }
-    if (A.kafka) {
-        cp_kafka_poll(A.kafka);
-        A.dropped_windows += cp_kafka_take_dropped(A.kafka);
-    }
+    if (!A.sink) return;
+    cp_sink_tick(A.sink);
+    A.dropped_windows += cp_sink_take_dropped(A.sink);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -373,7 +313,7 @@ static void *agent_main(void *arg)
             next_names = now + 1000000000;
         }
         if (!empty) cp_window_label_threads();
-        if (!stopping && !flushing) cp_capture_update(A.brokers);
+        if (!stopping && !flushing) cp_capture_update(cp_sink_brokers(A.sink));
         drain();
         cp_threads_reap();
         if (!empty) transport_tick();
@@ -393,9 +333,9 @@ static void *agent_main(void *arg)
         if (flushing && !stopping) {
             /* the image ends (exec, _exit): what Kafka holds goes now, within the bound; if
              * an exec fails, transport_tick builds a new client */
-            if (A.kafka) {
-                A.dropped_windows += cp_kafka_destroy(A.kafka, (int)(cp_cfg.flush_ns / 1000000));
-                A.kafka = NULL;
+            if (A.sink) {
+                cp_sink_flush(A.sink, cp_cfg.flush_ns);
+                A.dropped_windows += cp_sink_take_dropped(A.sink);
             }
             pthread_mutex_lock(&A.mu);
             A.flush_done = flush;
@@ -404,11 +344,8 @@ static void *agent_main(void *arg)
         }
     }
     cp_capture_stop();
-    if (A.kafka) {
-        (void)cp_kafka_destroy(A.kafka,
-                               (int)(cp_cfg.flush_ns / 1000000)); /* exit: nowhere to report */
-        A.kafka = NULL;
-    }
+    (void)cp_sink_destroy(A.sink, cp_cfg.flush_ns); /* exit: nowhere to report */
+    A.sink = NULL;
     for (int i = 0; i < 2; i++) {
         cp_gzipper_destroy(A.gz[i]);
         A.gz[i] = NULL;
@@ -485,8 +422,7 @@ static void atfork_child(void)
     /* The child is a new instance: its own timers, its own Kafka handle, no lock held. */
     pthread_mutex_init(&A.mu, NULL);
     pthread_cond_init(&A.cv, NULL);
-    cp_kafka_abandon(A.kafka);
-    A.kafka = NULL;
+    cp_sink_after_fork_child(A.sink, cp_fd_close);
     A.gz[0] = A.gz[1] = NULL; /* the parent's agent may have been freeing them: lost */
     A.dropped_windows = 0;
     A.flush_asked = A.flush_done = 0;
@@ -529,14 +465,18 @@ static void agent_flush(void)
         return;
     int e = errno;
     int64_t bound = FLUSH_WAIT_NS;
-    if (cp_cfg.brokers[0] || cp_cfg.server[0]) bound += cp_cfg.flush_ns;
+    if (cp_cfg.relay_dir[0])
+        bound += 2 * CP_SINK_RELAY_TIMEOUT_NS; /* one time-out, then the spool */
+    else if (cp_cfg.brokers[0] || cp_cfg.server[0])
+        bound += cp_cfg.flush_ns;
     struct timespec ts;
     deadline_in(&ts, bound);
     if (pthread_mutex_timedlock(&A.mu, &ts) != 0) {
         errno = e;
         return;
     }
-    if (A.idle && !A.kafka && last_window_empty(0)) { /* nothing to write: no round trip */
+    if (A.idle && cp_sink_idle(A.sink) &&
+        last_window_empty(0)) { /* nothing to write: no round trip */
         pthread_mutex_unlock(&A.mu);
         errno = e;
         return;
@@ -587,8 +527,6 @@ CONTPROF_EXTERN int contprof_start(const contprof_options *opts)
         return rc;
     }
     if (!cp_cfg.children) strip_preload();
-    snprintf(A.brokers, sizeof(A.brokers), "%s", cp_cfg.brokers);
-    A.next_resolve = 0;
     new_instance();
     if (cp_cfg.output_dir[0]) mkdir(cp_cfg.output_dir, 0755);
     cp_modules_refresh(1);
@@ -625,7 +563,7 @@ static void stop(int at_exit)
     if (!atomic_load(&A.running)) return;
     cp_cpu_stop();
     pthread_mutex_lock(&A.mu);
-    int nothing = at_exit && A.idle && !A.kafka && last_window_empty(1);
+    int nothing = at_exit && A.idle && cp_sink_idle(A.sink) && last_window_empty(1);
     A.stop = 1;
     pthread_cond_broadcast(&A.cv);
     if (nothing) {

@@ -316,7 +316,8 @@ static void watch_tick(const char *brokers)
         C.w = NULL;
         C.next_try = 0;
     }
-    if (!C.w && brokers && brokers[0] && now >= C.next_try) {
+    /* a server to poll (with the relay there are no brokers), else the control topic */
+    if (!C.w && ((brokers && brokers[0]) || cp_cfg.server[0]) && now >= C.next_try) {
         cp_err err = {0};
         C.fd_revocations = atomic_load(&cp_fd_revocations);
         if (cp_watch_create(cp_cfg.server, cp_cfg.token, brokers, cp_cfg.kafka_props, C.wake, NULL,

@@ -97,8 +97,9 @@ int cp_config_load(cp_config *c, const contprof_options *o, cp_err *err)
     copy(c->token, sizeof(c->token), NULL, "CONTPROF_TOKEN", "");
     copy(c->topic, sizeof(c->topic), o->topic, "CONTPROF_TOPIC", CP_TOPIC_PROFILES);
     copy(c->output_dir, sizeof(c->output_dir), o->output_dir, "CONTPROF_OUTPUT_DIR", "");
+    copy(c->relay_dir, sizeof(c->relay_dir), NULL, "CONTPROF_RELAY", "");
 
-    if (!c->output_dir[0] && !c->brokers[0] && !c->server[0]) {
+    if (!c->output_dir[0] && !c->brokers[0] && !c->server[0] && !c->relay_dir[0]) {
         /* no transport at all: keep the windows for offline use */
         const char *tmp = getenv("TMPDIR");
         snprintf(c->output_dir, sizeof(c->output_dir), "%s/contprof", tmp && *tmp ? tmp : "/tmp");

@@ -45,7 +45,9 @@ struct cp_kafka {
     char topic[256];
     msg *q; /* ring */
     uint32_t head, n, cap;
-    uint64_t dropped;
+    uint64_t dropped, delivered;
+    cp_kafka_keep_fn keep;
+    void *keep_arg;
     int fatal;
     /* librdkafka said all brokers are down (since down_since, CLOCK_MONOTONIC ns) and no
      * delivery has succeeded since */
@@ -80,10 +82,36 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 {
     (void)rk;
     cp_kafka *k = opaque;
-    if (m->err)
-        k->dropped++;
-    else
+    if (m->err) {
+        if (!k->keep || k->keep(k->keep_arg, m->payload, m->len) != 0) k->dropped++;
+    } else {
+        k->delivered++;
         k->all_down = 0; /* a broker took it: they are reachable */
+    }
+}
+
+/* A message of the backlog given up on: kept by the keeper, or counted. */
+static void give_up(cp_kafka *k, const msg *m)
+{
+    if (!k->keep || k->keep(k->keep_arg, m->value, m->len) != 0) k->dropped++;
+}
+
+void cp_kafka_set_keep(cp_kafka *k, cp_kafka_keep_fn fn, void *arg)
+{
+    k->keep = fn;
+    k->keep_arg = arg;
+}
+
+uint64_t cp_kafka_take_delivered(cp_kafka *k)
+{
+    uint64_t d = k->delivered;
+    k->delivered = 0;
+    return d;
+}
+
+size_t cp_kafka_pending(const cp_kafka *k)
+{
+    return k->n + (size_t)cp_rk.rd_kafka_outq_len(k->rk);
 }
 
 int cp_kafka_create(const char *brokers, const char *topic, int queue, const char *props,
@@ -170,8 +198,8 @@ static void pump(cp_kafka *k)
         if (rc != 0) {
             rd_kafka_resp_err_t e = cp_rk.rd_kafka_last_error();
             if (e == RD_KAFKA_RESP_ERR__QUEUE_FULL) return; /* keep it for later */
+            give_up(k, m);
             free(m->value);
-            k->dropped++;
             if (e == RD_KAFKA_RESP_ERR__FATAL) k->fatal = 1;
         }
         free(m->key); /* librdkafka copies keys */
@@ -185,11 +213,11 @@ void cp_kafka_send(cp_kafka *k, uint8_t *value, size_t len, uint8_t *key, size_t
 {
     if (k->n == k->cap) { /* drop the oldest */
         msg *o = &k->q[k->head];
+        give_up(k, o);
         free(o->value);
         free(o->key);
         k->head = (k->head + 1) % k->cap;
         k->n--;
-        k->dropped++;
     }
     msg *m = &k->q[(k->head + k->n) % k->cap];
     *m = (msg){.value = value, .len = len, .key = key, .klen = klen};
@@ -229,10 +257,11 @@ uint64_t cp_kafka_destroy(cp_kafka *k, int timeout_ms)
     cp_rk.rd_kafka_poll(k->rk, 0); /* purged messages: delivery reports with errors */
     for (uint32_t i = 0; i < k->n; i++) {
         msg *m = &k->q[(k->head + i) % k->cap];
+        give_up(k, m);
         free(m->value);
         free(m->key);
     }
-    uint64_t lost = k->dropped + k->n;
+    uint64_t lost = k->dropped;
     cp_rk.rd_kafka_topic_destroy(k->rkt);
     cp_rk.rd_kafka_destroy(k->rk);
     free(k->q);

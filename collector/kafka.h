@@ -33,6 +33,7 @@
     X(rd_kafka_last_error)                                                                         \
     X(rd_kafka_message_destroy)                                                                    \
     X(rd_kafka_new)                                                                                \
+    X(rd_kafka_outq_len)                                                                           \
     X(rd_kafka_poll)                                                                               \
     X(rd_kafka_produce)                                                                            \
     X(rd_kafka_purge)                                                                              \
@@ -70,6 +71,19 @@ void cp_kafka_send(cp_kafka *k, uint8_t *value, size_t len, uint8_t *key, size_t
 
 /* Serves delivery reports and moves the backlog into librdkafka. Never blocks. */
 void cp_kafka_poll(cp_kafka *k);
+
+/* Who keeps what the producer gives up on (the relay spools it): called with each message
+ * dropped from a full backlog, failed in delivery, or left at cp_kafka_destroy; value is
+ * valid only during the call. Returns 0 if it kept the message, else it counts as dropped.
+ * Without one (the agent), all of these are dropped and counted. */
+typedef int (*cp_kafka_keep_fn)(void *arg, const uint8_t *value, size_t len);
+void cp_kafka_set_keep(cp_kafka *k, cp_kafka_keep_fn fn, void *arg);
+
+/* Messages the brokers acknowledged since the last call. */
+uint64_t cp_kafka_take_delivered(cp_kafka *k);
+
+/* Messages held and not yet acknowledged: the backlog plus librdkafka's queue. */
+size_t cp_kafka_pending(const cp_kafka *k);
 
 /* Windows lost since the last call (overflow, delivery failure). */
 uint64_t cp_kafka_take_dropped(cp_kafka *k);

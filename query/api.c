@@ -44,7 +44,7 @@ static const char *const g_ep_names[EP_COUNT] = {
 
 struct cp_api {
     cp_api_options o;
-    char *brokers;
+    char *brokers, *relay;
     char *metrics_token; /* NULL: any tenant's token opens /metrics */
     cp_api_token *tokens;
     size_t ntokens;
@@ -131,6 +131,7 @@ void cp_api_destroy(cp_api *a)
     }
     free(a->tokens);
     free(a->brokers);
+    free(a->relay);
     free(a->metrics_token);
     free(a);
 }
@@ -141,6 +142,15 @@ int cp_api_set_brokers(cp_api *a, const char *brokers)
     if (!d) return CP_ENOMEM;
     free(a->brokers);
     a->brokers = d;
+    return 0;
+}
+
+int cp_api_set_relay(cp_api *a, const char *dir)
+{
+    char *d = strdup(dir ? dir : "");
+    if (!d) return CP_ENOMEM;
+    free(a->relay);
+    a->relay = d;
     return 0;
 }
 
@@ -898,6 +908,7 @@ static void loop_brokers(cp_api *a, const cp_http_request *req, cp_http_response
      * without one learns nothing from here. */
     if (!authenticate(a, req, r)) return;
     if (cp_buf_printf(&r->body, "{\"brokers\":") || json_str(&r->body, a->brokers) ||
+        (a->relay && (cp_buf_printf(&r->body, ",\"relay\":") || json_str(&r->body, a->relay))) ||
         cp_buf_printf(&r->body, "}\n"))
         oom(r);
 }

@@ -79,6 +79,10 @@ void cp_api_destroy(cp_api *a); /* NULL is fine */
 /* Replaces the broker list (copied; the embedded broker starts after the API). Loop thread
  * only. Returns 0 or CP_ENOMEM (the old list kept). */
 int cp_api_set_brokers(cp_api *a, const char *brokers);
+/* The directory of this host's relay (collector/relay/README.md), copied; /api/v1/brokers
+ * names it as "relay" so that `contprof run` on this host hands windows to it. Loop thread
+ * only. Returns 0 or CP_ENOMEM. */
+int cp_api_set_relay(cp_api *a, const char *dir);
 
 /* cp_http_options.handle / is_light / observe with ctx = the cp_api. */
 void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *resp);

@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include "http_client.h"
+#include "json.h"
+#include "relay.h"
 #include "times.h"
 
 #ifndef CP_LIBCONTPROF_BUILD
@@ -27,13 +29,16 @@
 static int usage_to(FILE *f, int rc)
 {
     fprintf(f,
-            "usage: contprof run [--server URL | --brokers LIST] [--service S] [--version V]\n"
+            "usage: contprof run [--server URL] [--relay DIR | --brokers LIST] [--service S]\n"
+            "         [--version V]\n"
             "         [--tenant T] [--label k=v]... [--cpu-hz N] [--alloc-rate BYTES]\n"
             "         [--window DURATION] [--output-dir DIR] [--topic T] [--no-children]\n"
             "         [--symbolize agent|server]\n"
             "         [--token T (or CONTPROF_TOKEN): contprofd's bearer token]\n"
             "         -- CMD [ARGS...]\n"
-            "  --window D   window length: 500ms, 10s (default), 1m; a bare number is seconds\n\n"
+            "  --window D   window length: 500ms, 10s (default), 1m; a bare number is seconds\n"
+            "  --relay DIR  the host's relay (default: the server's, when it runs here)\n"
+            "  --brokers L  each process its own Kafka producer instead of the relay\n\n"
             "examples:\n"
             "  contprof run --server http://127.0.0.1:7070 --service api --version 1.4 -- ./api\n"
             "  contprof run --output-dir /tmp/prof --window 1m -- ./batch-job\n");
@@ -52,6 +57,43 @@ static const char *lib_path(void)
     if (CP_LIBCONTPROF_BUILD[0] && access(CP_LIBCONTPROF_BUILD, R_OK) == 0)
         return CP_LIBCONTPROF_BUILD;
     return CP_LIBCONTPROF_INSTALLED;
+}
+
+/* ------------------------------------------------------------------------------------
+ * Where windows go */
+
+/* Asks contprofd at server for its brokers and its relay's directory ("" for none). */
+static int ask_server(const char *server, char *brokers, size_t bcap, char *relay, size_t rcap,
+                      cp_err *err)
+{
+    brokers[0] = relay[0] = 0;
+    cp_http_result res;
+    int rc =
+        cp_http_get(server, "/api/v1/brokers", getenv("CONTPROF_TOKEN"), 5000, 64 << 10, &res, err);
+    if (rc) return rc;
+    cp_json *j = NULL;
+    if (res.status != 200)
+        rc = cp_err_set(err, CP_EIO, "%s answered %d to /api/v1/brokers", server, res.status);
+    else
+        rc = cp_json_parse((const char *)res.body.data, res.body.len, &j, err);
+    if (!rc) {
+        snprintf(brokers, bcap, "%s", cp_json_str(cp_json_get(j, "brokers"), ""));
+        snprintf(relay, rcap, "%s", cp_json_str(cp_json_get(j, "relay"), ""));
+        if (!brokers[0] && !relay[0])
+            rc = cp_err_set(err, CP_ENOTFOUND, "%s has no brokers yet (starting)", server);
+    }
+    cp_json_free(j);
+    cp_buf_close(&res.body);
+    return rc;
+}
+
+/* Whether a relay listens in dir on this host (the server may be another machine's). */
+static int relay_here(const char *dir)
+{
+    char path[1100];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/%s", dir, CP_RELAY_SOCKET);
+    return stat(path, &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -210,11 +252,11 @@ int cp_cmd_run(int argc, char **argv)
     static const struct {
         const char *opt, *env;
     } simple[] = {
-        {"--brokers", "CONTPROF_BROKERS"}, {"--service", "CONTPROF_SERVICE"},
-        {"--version", "CONTPROF_VERSION"}, {"--tenant", "CONTPROF_TENANT"},
-        {"--cpu-hz", "CONTPROF_CPU_HZ"},   {"--alloc-rate", "CONTPROF_ALLOC_RATE"},
-        {"--window", "CONTPROF_WINDOW"},   {"--output-dir", "CONTPROF_OUTPUT_DIR"},
-        {"--topic", "CONTPROF_TOPIC"},     {"--token", "CONTPROF_TOKEN"},
+        {"--service", "CONTPROF_SERVICE"},       {"--version", "CONTPROF_VERSION"},
+        {"--tenant", "CONTPROF_TENANT"},         {"--cpu-hz", "CONTPROF_CPU_HZ"},
+        {"--alloc-rate", "CONTPROF_ALLOC_RATE"}, {"--window", "CONTPROF_WINDOW"},
+        {"--output-dir", "CONTPROF_OUTPUT_DIR"}, {"--topic", "CONTPROF_TOPIC"},
+        {"--token", "CONTPROF_TOKEN"},           {"--relay", "CONTPROF_RELAY"},
     };
     const char *server = NULL;
     char labels[4096] = "";
@@ -255,7 +297,10 @@ int cp_cmd_run(int argc, char **argv)
                 done = 1;
             }
         if (done) continue;
-        if (strcmp(a, "--server") == 0) {
+        if (strcmp(a, "--brokers") == 0) {
+            unsetenv("CONTPROF_RELAY"); /* asked for Kafka from each process */
+            setenv("CONTPROF_BROKERS", v, 1);
+        } else if (strcmp(a, "--server") == 0) {
             server = v;
         } else if (strcmp(a, "--symbolize") == 0) {
             if (strcmp(v, "agent") != 0 && strcmp(v, "server") != 0) {
@@ -278,19 +323,25 @@ int cp_cmd_run(int argc, char **argv)
     if (i >= argc) return usage();
     if (labels[0]) setenv("CONTPROF_LABELS", labels, 1);
     if (server) {
-        /* The agent asks the server again whenever the brokers stay unreachable (a
-         * restarted contprofd may have them on a new port). */
+        /* Captures are asked of the server; windows go to its relay when it runs on this
+         * host, else to its brokers (asked again whenever they stay unreachable: a restarted
+         * contprofd may have them on a new port). */
         setenv("CONTPROF_SERVER", server, 1);
-        char brokers[1024];
+        char brokers[1024], relay[1024];
         cp_err err = {0};
-        if (cp_http_get_brokers(server, getenv("CONTPROF_TOKEN"), brokers, sizeof(brokers), 5000,
-                                &err) == 0)
-            setenv("CONTPROF_BROKERS", brokers, 1);
-        else /* the agent keeps asking in the background */
+        if (getenv("CONTPROF_RELAY") && *getenv("CONTPROF_RELAY")) {
+            /* --relay (or the environment) names the relay: nothing to ask */
+        } else if (ask_server(server, brokers, sizeof(brokers), relay, sizeof(relay), &err) != 0) {
+            /* the agent keeps asking in the background */
             fprintf(stderr,
                     "contprof run: %s did not give its brokers yet (%s); the agent will "
                     "retry\n",
                     server, err.msg);
+        } else if (relay[0] && relay_here(relay)) {
+            setenv("CONTPROF_RELAY", relay, 1);
+        } else if (brokers[0]) {
+            setenv("CONTPROF_BROKERS", brokers, 1);
+        }
     }
     const char *lib = lib_path();
     const char *pl = getenv("LD_PRELOAD");

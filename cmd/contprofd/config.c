@@ -92,6 +92,7 @@ void cp_config_close(cp_config *c)
     free(c->topic);
     free(c->dlq_topic);
     free(c->control_topic);
+    free(c->relay_dir);
     free(c->group_id);
     free(c->log_level);
     free(c->symbols_dirs);
@@ -226,6 +227,7 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
         {"cluster.partitions", SET_STR, &c->cluster_partitions},
         {"cluster.peer_timeout", SET_DURATION, &c->cluster_peer_timeout_ns},
         {"control_topic", SET_STR, &c->control_topic},
+        {"relay.dir", SET_STR, &c->relay_dir},
         {"captures.max_concurrent", SET_U32, &c->capture_max_concurrent},
         {"captures.max_hz", SET_U32, &c->capture_max_hz},
         {"captures.max_overhead_permille", SET_U32, &c->capture_max_overhead_permille},

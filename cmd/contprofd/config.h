@@ -54,6 +54,8 @@ typedef struct cp_config {
     int64_t capture_max_duration_ns;
     size_t capture_min_alloc_rate;
     char *control_topic; /* NULL = CP_TOPIC_CONTROL */
+    /* relay.dir: the host's relay (collector/relay/README.md); NULL = DATA/relay, "off" = none */
+    char *relay_dir;
 } cp_config;
 
 /* Sets every default. cp_config_close frees what is set. */

@@ -12,6 +12,8 @@
 #include "api.h"
 #include "check.h"
 #include "config.h"
+#include "relay.h"
+#include "relayd.h"
 #include "defaults.h"
 #include "fanout.h"
 #include "http_client.h"
@@ -39,6 +41,7 @@ typedef struct daemon {
     const char **tenant_tokens; /* tenant, token pairs ingest checks envelopes against */
     cp_metrics *metrics;        /* the statistics registry every stage registers in */
     cp_publisher *publisher;    /* captures to the control topic (ingest/publisher.h) */
+    cp_relay *relay;            /* the host's relay (collector/relay/relayd.h); NULL = none */
 } daemon_t;
 
 static void usage(FILE *f)
@@ -231,6 +234,46 @@ static void pull_peer_captures(daemon_t *d)
         }
         if (p.kept) cp_log_info("captures: %u running on peer %s kept here", p.kept, peer);
     }
+}
+
+/* ---- the relay ---------------------------------------------------------------------- */
+
+/* This host's relay (collector/relay/README.md): processes here hand their windows to it
+ * over its socket, it holds the one producer. relay.dir off: none. A relay that cannot
+ * start (another one answers on the socket, a directory it may not use) is logged and
+ * contprofd goes on without: the agents then spool or use Kafka directly. */
+static int start_relay(daemon_t *d, const char *bootstrap, cp_err *err)
+{
+    if (d->cfg.relay_dir && (!*d->cfg.relay_dir || !strcmp(d->cfg.relay_dir, "off"))) return 0;
+    char dir[1024];
+    if (d->cfg.relay_dir)
+        snprintf(dir, sizeof(dir), "%s", d->cfg.relay_dir);
+    else
+        snprintf(dir, sizeof(dir), "%s/relay", d->cfg.data_dir);
+    cp_buf props = {0};
+    for (uint32_t i = 0; i < d->cfg.kafka.n; i++)
+        if (cp_buf_printf(&props, "%s=%s\n", d->cfg.kafka.v[i].key, d->cfg.kafka.v[i].value))
+            return cp_err_set(err, CP_ENOMEM, "out of memory");
+    cp_relay_options ro = {
+        .dir = dir,
+        .brokers = bootstrap,
+        .topic = d->cfg.topic,
+        .kafka_props = props.data ? (const char *)props.data : "",
+        .server = NULL,
+    };
+    cp_err rerr = {0};
+    int rc = cp_relay_create(&ro, &d->relay, &rerr);
+    cp_buf_close(&props);
+    if (rc) {
+        cp_log_warn("no relay on this host: %s", rerr.msg);
+        return 0;
+    }
+    if (cp_relay_register_metrics(d->relay, d->metrics) || cp_relay_start(d->relay, err) ||
+        cp_api_set_relay(d->api, dir))
+        return err->code ? err->code : cp_err_set(err, CP_ENOMEM, "out of memory");
+    cp_log_info("relay for this host's processes at %s/%s (CONTPROF_RELAY=%s)", dir,
+                CP_RELAY_SOCKET, dir);
+    return 0;
 }
 
 /* ---- shutdown ----------------------------------------------------------------------- */
@@ -650,7 +693,7 @@ int main(int argc, char **argv)
         goto fail_msg;
     if (cp_ingest_start(d.ingest, &err)) goto fail_msg;
 
-    if (cp_api_set_brokers(d.api, bootstrap)) goto fail_msg;
+    if (cp_api_set_brokers(d.api, bootstrap) || start_relay(&d, bootstrap, &err)) goto fail_msg;
     if (cp_publisher_create(bootstrap, (const char *const *)props_kept, d.cfg.control_topic,
                             &d.publisher, &err))
         goto fail_msg;
@@ -676,6 +719,8 @@ fail_msg:
         uv_run(d.loop, UV_RUN_DEFAULT);
     }
 out:
+    /* first: what it holds goes to Kafka (the embedded broker is still up) or its spool */
+    cp_relay_destroy(d.relay, 2 * (int64_t)1000000000);
     cp_http_server_destroy(d.http);
     cp_publisher_destroy(d.publisher);
     free(props_kept);

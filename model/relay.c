@@ -1,0 +1,267 @@
+/* The relay's frames and its spool directory (relay.h). */
+#include "relay.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+void cp_relay_header(uint8_t hdr[CP_RELAY_HEADER], uint8_t type, uint32_t payload_len)
+{
+    uint32_t n = payload_len + 1;
+    hdr[0] = (uint8_t)(n >> 24);
+    hdr[1] = (uint8_t)(n >> 16);
+    hdr[2] = (uint8_t)(n >> 8);
+    hdr[3] = (uint8_t)n;
+    hdr[4] = type;
+}
+
+int cp_relay_parse_header(const uint8_t hdr[CP_RELAY_HEADER], uint32_t max, uint8_t *type,
+                          uint32_t *payload_len, cp_err *err)
+{
+    uint32_t n = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
+    if (n == 0) return cp_err_set(err, CP_EINVAL, "relay frame: length 0 (no type byte)");
+    if (n - 1 > max)
+        return cp_err_set(err, CP_EINVAL, "relay frame: payload of %u bytes, over the %u allowed",
+                          n - 1, max);
+    uint8_t t = hdr[4];
+    if (t != CP_RELAY_ENVELOPE && t != CP_RELAY_ACK && t != CP_RELAY_CAPTURES && t != CP_RELAY_LIST)
+        return cp_err_set(err, CP_EINVAL, "relay frame: unknown type 0x%02x", t);
+    *type = t;
+    *payload_len = n - 1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------
+ * The spool */
+
+/* What makes a directory safe to write into or read from: a real directory (not a link:
+ * opened O_NOFOLLOW), owned by root or by us, and if others may write into it, sticky (so
+ * that they cannot remove or replace our files). */
+static int dir_check(int fd, const char *path, cp_err *err)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0) return cp_err_set(err, CP_EIO, "%s: %s", path, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return cp_err_set(err, CP_EIO, "%s: not a directory", path);
+    if (st.st_uid != 0 && st.st_uid != geteuid())
+        return cp_err_set(err, CP_EIO, "%s: owned by uid %u, neither root nor us (uid %u)", path,
+                          (unsigned)st.st_uid, (unsigned)geteuid());
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))
+        return cp_err_set(err, CP_EIO, "%s: writable by others without the sticky bit (mode %o)",
+                          path, (unsigned)(st.st_mode & 07777));
+    return 0;
+}
+
+static int open_dir(const char *path, cp_err *err, int *out)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return cp_err_set(err, CP_EIO, "%s: %s", path,
+                          errno == ELOOP || errno == ENOTDIR ? "a symbolic link or not a directory"
+                                                             : strerror(errno));
+    int rc = dir_check(fd, path, err);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    *out = fd;
+    return 0;
+}
+
+int cp_spool_open(const char *dir, int create, int *dfd, cp_err *err)
+{
+    *dfd = -1;
+    char path[1024];
+    if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, CP_RELAY_SPOOL) >= sizeof(path))
+        return cp_err_set(err, CP_EIO, "relay directory %.64s...: path too long", dir);
+    if (create) {
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+            return cp_err_set(err, CP_EIO, "%s: %s", dir, strerror(errno));
+        int top;
+        int rc = open_dir(dir, err, &top);
+        if (rc) return rc;
+        /* 01733: any user's process may add a file, only the relay lists and removes
+         * (the umask is bypassed by the fchmod) */
+        if (mkdirat(top, CP_RELAY_SPOOL, 01733) == 0) {
+            int s = openat(top, CP_RELAY_SPOOL, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (s >= 0) {
+                fchmod(s, 01733);
+                close(s);
+            }
+        } else if (errno != EEXIST) {
+            close(top);
+            return cp_err_set(err, CP_EIO, "%s: %s", path, strerror(errno));
+        }
+        close(top);
+    }
+    return open_dir(path, err, dfd);
+}
+
+static uint64_t rnd64(void)
+{
+    static _Thread_local uint64_t s;
+    if (!s) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        s = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40) ^
+            (uint64_t)(uintptr_t)&s;
+        if (!s) s = 1;
+    }
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+}
+
+/* The file system holding the spool keeps room for everything else on it. */
+static int room_left(int dfd)
+{
+    struct statvfs v;
+    if (fstatvfs(dfd, &v) != 0) return 1; /* cannot tell: the write itself will say */
+    uint64_t avail = (uint64_t)v.f_bavail * v.f_frsize, total = (uint64_t)v.f_blocks * v.f_frsize;
+    return avail >= ((uint64_t)64 << 20) && avail >= total / 100;
+}
+
+int cp_spool_write(int dfd, const uint8_t *data, size_t len, cp_err *err)
+{
+    if (len > CP_SPOOL_FILE_MAX)
+        return cp_err_set(err, CP_ELIMIT, "spool: an envelope of %zu bytes, over the %zu a file holds",
+                          len, CP_SPOOL_FILE_MAX);
+    if (!room_left(dfd))
+        return cp_err_set(err, CP_ELIMIT, "spool: its file system has under 1%% or 64 MiB free");
+    char tmp[64];
+    snprintf(tmp, sizeof(tmp), ".tmp-%d-%016llx", (int)getpid(), (unsigned long long)rnd64());
+    int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return cp_err_set(err, CP_EIO, "spool: %s: %s", tmp, strerror(errno));
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = write(fd, data + off, len - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        off += (size_t)w;
+    }
+    int e = errno;
+    close(fd);
+    if (off < len) {
+        unlinkat(dfd, tmp, 0);
+        return cp_err_set(err, CP_EIO, "spool: writing %s: %s", tmp, strerror(e));
+    }
+    /* A few random slots: a full spool (or nearly) refuses rather than scanning it. */
+    for (int attempt = 0; attempt < 8; attempt++) {
+        char name[16];
+        snprintf(name, sizeof(name), "%04x.env", (unsigned)(rnd64() % CP_SPOOL_SLOTS));
+        if (renameat2(dfd, tmp, dfd, name, RENAME_NOREPLACE) == 0) return 0;
+        if (errno == EEXIST) continue;
+        if (errno != EINVAL && errno != ENOSYS) break;
+        /* no RENAME_NOREPLACE here: link() refuses an existing name too */
+        if (linkat(dfd, tmp, dfd, name, 0) == 0) {
+            unlinkat(dfd, tmp, 0);
+            return 0;
+        }
+        if (errno != EEXIST) break;
+    }
+    e = errno;
+    unlinkat(dfd, tmp, 0);
+    if (e == EEXIST)
+        return cp_err_set(err, CP_ELIMIT, "spool: full (no free slot of %u found)", CP_SPOOL_SLOTS);
+    return cp_err_set(err, CP_EIO, "spool: %s", strerror(e));
+}
+
+static int entry_cmp(const void *a, const void *b)
+{
+    const cp_spool_entry *x = a, *y = b;
+    if (x->mtime_ns != y->mtime_ns) return x->mtime_ns < y->mtime_ns ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static int slot_name(const char *n)
+{
+    if (strlen(n) != 8 || strcmp(n + 4, ".env") != 0) return 0;
+    for (int i = 0; i < 4; i++)
+        if (!strchr("0123456789abcdef", n[i])) return 0;
+    return 1;
+}
+
+int cp_spool_list(int dfd, cp_spool_entry *out, size_t cap, size_t *n, cp_err *err)
+{
+    *n = 0;
+    int fd = dup(dfd);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0) close(fd);
+        return cp_err_set(err, CP_EIO, "spool: listing: %s", strerror(errno));
+    }
+    rewinddir(d);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+        struct stat st;
+        int tmp = !strncmp(de->d_name, ".tmp-", 5);
+        if (!tmp && !slot_name(de->d_name)) continue;
+        if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        int64_t mt = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+        if (tmp) {
+            if (now.tv_sec - st.st_mtim.tv_sec > 60) unlinkat(dfd, de->d_name, 0);
+            continue;
+        }
+        if (*n < cap) {
+            snprintf(out[*n].name, sizeof(out[*n].name), "%s", de->d_name);
+            out[*n].mtime_ns = mt;
+            (*n)++;
+        } else {
+            /* keep the cap oldest: replace the newest kept if this one is older */
+            size_t newest = 0;
+            for (size_t i = 1; i < cap; i++)
+                if (out[i].mtime_ns > out[newest].mtime_ns) newest = i;
+            if (cap && mt < out[newest].mtime_ns) {
+                snprintf(out[newest].name, sizeof(out[newest].name), "%s", de->d_name);
+                out[newest].mtime_ns = mt;
+            }
+        }
+    }
+    closedir(d);
+    qsort(out, *n, sizeof(*out), entry_cmp);
+    return 0;
+}
+
+int cp_spool_take(int dfd, const char *name, cp_buf *out, cp_err *err)
+{
+    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ELOOP) {
+            unlinkat(dfd, name, 0);
+            return cp_err_set(err, CP_EINVAL, "spool: %s is a symbolic link: removed", name);
+        }
+        return cp_err_set(err, CP_EIO, "spool: %s: %s", name, strerror(errno));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > CP_SPOOL_FILE_MAX) {
+        close(fd);
+        unlinkat(dfd, name, 0);
+        return cp_err_set(err, CP_EINVAL, "spool: %s is not a regular file of at most %zu bytes: removed",
+                          name, CP_SPOOL_FILE_MAX);
+    }
+    size_t len = (size_t)st.st_size;
+    if (cp_buf_reserve(out, len) != 0) {
+        close(fd);
+        return cp_err_set(err, CP_ENOMEM, "spool: %s: out of memory for %zu bytes", name, len);
+    }
+    size_t off = 0;
+    while (off < len) {
+        ssize_t r = read(fd, out->data + out->len + off, len - off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        off += (size_t)r;
+    }
+    close(fd);
+    if (off < len) return cp_err_set(err, CP_EIO, "spool: %s: short read", name);
+    out->len += len;
+    unlinkat(dfd, name, 0);
+    return 0;
+}

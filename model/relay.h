@@ -1,0 +1,92 @@
+/* The per-host relay's contract (collector/relay/README.md): how a process hands its
+ * envelopes to the host's relay over a Unix stream socket, and the spool directory where
+ * they wait, one file each, while the relay is away. Shared by the agent's sink
+ * (collector/sink.c), the V8 source and the relay itself.
+ *
+ * A relay directory DIR holds `relay.sock` (the relay listens there) and `spool/`.
+ * Frames, both ways: a 4-byte big-endian length N of what follows, a 1-byte type, N - 1
+ * bytes of payload.
+ *   'E' (process -> relay): one encoded envelope, signed or not (model/envelope.h).
+ *   'A' (relay -> process): the answer to each 'E', in order; payload one status byte.
+ *   'C' (process -> relay): asks for the running captures; no payload.
+ *   'L' (relay -> process): the answer to 'C': model/control.h's list (may be empty). */
+#ifndef CP_RELAY_H
+#define CP_RELAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "vec.h"
+
+#define CP_RELAY_SOCKET "relay.sock"
+#define CP_RELAY_SPOOL "spool"
+
+/* The largest payload a frame carries: Kafka's 4 MiB message limit of the embedded broker
+ * and the default 1 MB of most clusters are lower; 16 MiB leaves room for an external
+ * cluster configured higher without letting a client make the relay buffer gigabytes. */
+#define CP_RELAY_FRAME_MAX ((uint32_t)16 << 20)
+#define CP_RELAY_HEADER 5
+
+enum {
+    CP_RELAY_ENVELOPE = 'E',
+    CP_RELAY_ACK = 'A',
+    CP_RELAY_CAPTURES = 'C',
+    CP_RELAY_LIST = 'L',
+};
+
+/* The status byte of an 'A' frame. */
+enum {
+    CP_RELAY_OK = 0,      /* the relay holds it now: delivered, or spooled by the relay */
+    CP_RELAY_REFUSED = 1, /* not an envelope (counted and logged by the relay): never resend */
+    CP_RELAY_BUSY = 2,    /* the relay holds too much: the sender spools it itself */
+};
+
+/* Writes the 5-byte header of a frame of type carrying payload_len bytes. */
+void cp_relay_header(uint8_t hdr[CP_RELAY_HEADER], uint8_t type, uint32_t payload_len);
+
+/* Reads a header: *type and *payload_len. Returns 0, or CP_EINVAL with err naming the
+ * problem (a length of 0, a payload over max, a type not in the enum above). */
+int cp_relay_parse_header(const uint8_t hdr[CP_RELAY_HEADER], uint32_t max, uint8_t *type,
+                          uint32_t *payload_len, cp_err *err);
+
+/* ------------------------------------------------------------------------------------
+ * The spool: DIR/spool, one envelope a file, written by senders that could not reach
+ * the relay and by the relay for what Kafka did not take; read and removed by the relay.
+ * A file is written as `.tmp-*` and renamed to `SLOT.env` (SLOT: 4 hex digits below
+ * CP_SPOOL_SLOTS, never replacing one), so the number of waiting files is bounded and the
+ * relay never reads half a file. */
+
+#define CP_SPOOL_SLOTS 4096u
+/* A spool file's payload is at most this large (a bigger envelope is not spooled). */
+#define CP_SPOOL_FILE_MAX ((size_t)4 << 20)
+
+/* Opens DIR/spool as a directory fd for cp_spool_write/cp_spool_take (close-on-exec).
+ * create: make DIR (0755) and DIR/spool (01733: anyone may add, only the owner list and
+ * remove) first if missing (the relay). Refuses, with err naming the path and the reason, a
+ * symbolic link, something not a directory, one owned by neither root nor the effective
+ * user, and one others may write without the sticky bit. Returns 0 with *dfd, or CP_EIO. */
+int cp_spool_open(const char *dir, int create, int *dfd, cp_err *err);
+
+/* Writes one envelope (len bytes) into the spool dfd. Returns 0, CP_ELIMIT (over
+ * CP_SPOOL_FILE_MAX, or no free slot found in a few tries: the spool is full, or the file
+ * system has less than 1% or 64 MiB free) or CP_EIO, with err naming the reason. */
+int cp_spool_write(int dfd, const uint8_t *data, size_t len, cp_err *err);
+
+/* One spool file found by cp_spool_list. */
+typedef struct cp_spool_entry {
+    char name[16];
+    int64_t mtime_ns;
+} cp_spool_entry;
+
+/* Lists up to cap waiting files of dfd, oldest first, into out; *n says how many.
+ * Leftover `.tmp-*` files older than a minute (a sender that died writing) are removed.
+ * Returns 0 or CP_EIO. */
+int cp_spool_list(int dfd, cp_spool_entry *out, size_t cap, size_t *n, cp_err *err);
+
+/* Reads the spool file name (regular, not a link, at most CP_SPOOL_FILE_MAX bytes) into out
+ * (appended) and removes it. A file that is not one of these is removed and reported as
+ * CP_EINVAL. Returns 0, CP_EINVAL, CP_ENOMEM or CP_EIO (then the file stays). */
+int cp_spool_take(int dfd, const char *name, cp_buf *out, cp_err *err);
+
+#endif
