@@ -317,11 +317,16 @@ static void watch_tick(const char *brokers)
         C.next_try = 0;
     }
     /* a server to poll (with the relay there are no brokers), else the control topic */
-    if (!C.w && ((brokers && brokers[0]) || cp_cfg.server[0]) && now >= C.next_try) {
+    if (!C.w && ((brokers && brokers[0]) || cp_cfg.server[0] || cp_cfg.relay_dir[0]) &&
+        now >= C.next_try) {
         cp_err err = {0};
         C.fd_revocations = atomic_load(&cp_fd_revocations);
-        if (cp_watch_create(cp_cfg.server, cp_cfg.token, brokers, cp_cfg.kafka_props, C.wake, NULL,
-                            &C.w, &err) != 0) {
+        /* the server when the agent knows one, else the host's relay's list */
+        char relay[sizeof(cp_cfg.relay_dir) + 8];
+        snprintf(relay, sizeof(relay), "%s%s", CP_WATCH_RELAY_PREFIX, cp_cfg.relay_dir);
+        const char *server = cp_cfg.server[0] || !cp_cfg.relay_dir[0] ? cp_cfg.server : relay;
+        if (cp_watch_create(server, cp_cfg.token, brokers, cp_cfg.kafka_props, C.wake, NULL, &C.w,
+                            &err) != 0) {
             C.errors++;
             C.next_try = now + 5 * (int64_t)1000000000;
             if (!C.said_err++) fprintf(stderr, "contprof: captures: %s (retrying)\n", err.msg);

@@ -38,6 +38,10 @@
 #define CP_WATCH_HTTP_TIMEOUT_MS 1000
 #define CP_WATCH_RETRY_MS 6000
 
+/* A server given as "relay:DIR" is the host's relay in DIR (model/relay.h), asked over its
+ * socket instead of HTTP: one question to contprofd per host rather than per process. */
+#define CP_WATCH_RELAY_PREFIX "relay:"
+
 typedef struct cp_watch cp_watch;
 
 /* Called on a librdkafka thread (the agent's) when a message arrives while none waits:

@@ -7,7 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,6 +39,61 @@ int cp_relay_parse_header(const uint8_t hdr[CP_RELAY_HEADER], uint32_t max, uint
     *type = t;
     *payload_len = n - 1;
     return 0;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Sends or receives len bytes on the non-blocking fd by deadline (CLOCK_MONOTONIC ms). */
+static int io_all(int fd, uint8_t *p, size_t len, int sending, int64_t deadline)
+{
+    while (len > 0) {
+        ssize_t n = sending ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return -1;
+        int64_t left = deadline - now_ms();
+        struct pollfd pf = {.fd = fd, .events = sending ? POLLOUT : POLLIN};
+        if (left <= 0 || poll(&pf, 1, (int)left) < 0) return -1;
+    }
+    return 0;
+}
+
+int cp_relay_get_captures(const char *dir, int timeout_ms, cp_buf *out, cp_err *err)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if ((size_t)snprintf(a.sun_path, sizeof(a.sun_path), "%s/%s", dir, CP_RELAY_SOCKET) >=
+        sizeof(a.sun_path))
+        return cp_err_set(err, CP_EIO, "relay %s: path too long", dir);
+    int64_t deadline = now_ms() + timeout_ms;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return cp_err_set(err, CP_EIO, "relay %s: socket: %s", dir, strerror(errno));
+    uint8_t hdr[CP_RELAY_HEADER];
+    cp_relay_header(hdr, CP_RELAY_CAPTURES, 0);
+    uint8_t type = 0;
+    uint32_t len = 0;
+    int rc = 0;
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
+        rc = cp_err_set(err, CP_EIO, "relay %s: %s", a.sun_path, strerror(errno));
+    else if (io_all(fd, hdr, sizeof(hdr), 1, deadline) || io_all(fd, hdr, sizeof(hdr), 0, deadline))
+        rc = cp_err_set(err, CP_EIO, "relay %s: no answer within %d ms", a.sun_path, timeout_ms);
+    else if (cp_relay_parse_header(hdr, 1u << 20, &type, &len, err) || type != CP_RELAY_LIST)
+        rc = cp_err_set(err, CP_EIO, "relay %s: a malformed answer to a capture request", dir);
+    else if (cp_buf_reserve(out, len))
+        rc = cp_err_set(err, CP_ENOMEM, "relay %s: out of memory", dir);
+    else if (io_all(fd, out->data + out->len, len, 0, deadline))
+        rc = cp_err_set(err, CP_EIO, "relay %s: the capture list was cut short", dir);
+    else
+        out->len += len;
+    close(fd);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------------------
@@ -131,8 +189,9 @@ static int room_left(int dfd)
 int cp_spool_write(int dfd, const uint8_t *data, size_t len, cp_err *err)
 {
     if (len > CP_SPOOL_FILE_MAX)
-        return cp_err_set(err, CP_ELIMIT, "spool: an envelope of %zu bytes, over the %zu a file holds",
-                          len, CP_SPOOL_FILE_MAX);
+        return cp_err_set(err, CP_ELIMIT,
+                          "spool: an envelope of %zu bytes, over the %zu a file holds", len,
+                          CP_SPOOL_FILE_MAX);
     if (!room_left(dfd))
         return cp_err_set(err, CP_ELIMIT, "spool: its file system has under 1%% or 64 MiB free");
     char tmp[64];
@@ -244,8 +303,9 @@ int cp_spool_take(int dfd, const char *name, cp_buf *out, cp_err *err)
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > CP_SPOOL_FILE_MAX) {
         close(fd);
         unlinkat(dfd, name, 0);
-        return cp_err_set(err, CP_EINVAL, "spool: %s is not a regular file of at most %zu bytes: removed",
-                          name, CP_SPOOL_FILE_MAX);
+        return cp_err_set(err, CP_EINVAL,
+                          "spool: %s is not a regular file of at most %zu bytes: removed", name,
+                          CP_SPOOL_FILE_MAX);
     }
     size_t len = (size_t)st.st_size;
     if (cp_buf_reserve(out, len) != 0) {

@@ -50,6 +50,11 @@ void cp_relay_header(uint8_t hdr[CP_RELAY_HEADER], uint8_t type, uint32_t payloa
 int cp_relay_parse_header(const uint8_t hdr[CP_RELAY_HEADER], uint32_t max, uint8_t *type,
                           uint32_t *payload_len, cp_err *err);
 
+/* Asks the relay in dir for the running captures (a 'C' frame) and appends its answer,
+ * model/control.h's list, to out. Waits at most timeout_ms in all. Returns 0, or CP_EIO
+ * (no relay, time-out, a malformed answer) or CP_ENOMEM with err naming the problem. */
+int cp_relay_get_captures(const char *dir, int timeout_ms, cp_buf *out, cp_err *err);
+
 /* ------------------------------------------------------------------------------------
  * The spool: DIR/spool, one envelope a file, written by senders that could not reach
  * the relay and by the relay for what Kafka did not take; read and removed by the relay.

@@ -27,6 +27,7 @@ static const cp_cli_command commands[] = {
     {"capture", cp_cmd_capture, "an on-demand high-resolution capture of named isolates"},
     {"run", cp_cmd_run, "run a program under the profiling agent"},
     {"v8", cp_cmd_v8, "profile every isolate of V8 hosts (workerd, node) through their inspector"},
+    {"relay", cp_cmd_relay, "the host's relay: takes processes' windows, holds one Kafka producer"},
     {"import", cp_cmd_import, "send existing pprof files to contprofd through Kafka"},
     {"completion", cmd_completion, "print a shell completion script: completion bash"},
 };
@@ -44,7 +45,8 @@ static const struct {
     {"diff", QFLAGS " --base-select --base-from --base-to --focus --ignore --max-nodes "
                     "--sample-type"},
     {"timeline", QFLAGS " --step"},
-    {"run", "--server --brokers --service --version --tenant --label --cpu-hz --alloc-rate "
+    {"relay", "--dir --server --brokers --token --sign --topic --queue --help"},
+    {"run", "--server --relay --brokers --service --version --tenant --label --cpu-hz --alloc-rate "
             "--window --output-dir --topic --no-children --symbolize"},
     {"import", "--server --brokers --tenant --token --service --label --at --duration --no-wait "
                "--timeout --help"},

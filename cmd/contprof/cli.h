@@ -20,5 +20,6 @@ int cp_cmd_diff(int argc, char **argv);
 int cp_cmd_timeline(int argc, char **argv);
 int cp_cmd_symbols(int argc, char **argv);
 int cp_cmd_capture(int argc, char **argv);
+int cp_cmd_relay(int argc, char **argv);
 
 #endif

@@ -254,12 +254,17 @@ static int start_relay(daemon_t *d, const char *bootstrap, cp_err *err)
     for (uint32_t i = 0; i < d->cfg.kafka.n; i++)
         if (cp_buf_printf(&props, "%s=%s\n", d->cfg.kafka.v[i].key, d->cfg.kafka.v[i].value))
             return cp_err_set(err, CP_ENOMEM, "out of memory");
+    /* the capture list it serves is asked of this contprofd (with tokens, agents ask it
+     * themselves with theirs: CONTPROF_SERVER and CONTPROF_TOKEN) */
+    char self[64] = "";
+    if (!d->cfg.tokens.n)
+        snprintf(self, sizeof(self), "http://127.0.0.1:%d", cp_http_server_port(d->http));
     cp_relay_options ro = {
         .dir = dir,
         .brokers = bootstrap,
         .topic = d->cfg.topic,
         .kafka_props = props.data ? (const char *)props.data : "",
-        .server = NULL,
+        .server = self,
     };
     cp_err rerr = {0};
     int rc = cp_relay_create(&ro, &d->relay, &rerr);

@@ -1,0 +1,273 @@
+/* The per-host relay (collector/relay/README.md), black-box: real contprofd (which hosts the
+ * relay), real programs under the agent, the relay's socket and spool on disk, `contprof
+ * relay` alone. What the agent hands in reaches the store, with the relay up, down (the
+ * spool, drained when it returns) and attacked by hostile local clients. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "http_client.h"
+#include "proc.h"
+#include "relay.h"
+
+static char *mkdir_tmp(const char *what)
+{
+    char *d = malloc(256);
+    snprintf(d, 256, "/tmp/cp-relay-%s-XXXXXX", what);
+    CHECK(mkdtemp(d));
+    return d;
+}
+
+static void sh(const char *cmd)
+{
+    int st = system(cmd);
+    if (st != 0) fprintf(stderr, "command failed (%d): %s\n", st, cmd);
+    CHECK(st == 0);
+}
+
+static void daemon_start(proc *p, const char *dir, int port, int n, const char *conf)
+{
+    char data[512], log[600], http[64];
+    snprintf(data, sizeof data, "%s/data", dir);
+    snprintf(log, sizeof log, "%s/contprofd-%d.log", dir, n);
+    snprintf(http, sizeof http, "127.0.0.1:%d", port);
+    const char *args[] = {"--data", data, "--http", http, conf ? "--config" : NULL, conf, NULL};
+    for (int t = 0;; t++) { /* the old listener's port may take a moment to be free */
+        start_daemon_log(p, log, args, 30);
+        if (!port || p->port == port) break;
+        CHECK(t < 3);
+    }
+    /* the relay starts after the broker and ingest */
+    CHECK(wait_for_log(p->pid, log, conf ? "Kafka bootstrap" : "relay for this host", 30));
+}
+
+/* Files waiting in the spool of relay directory rdir. */
+static int spool_files(const char *rdir)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/spool", rdir);
+    DIR *d = opendir(path);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strlen(e->d_name) == 8 && !strcmp(e->d_name + 4, ".env");
+    closedir(d);
+    return n;
+}
+
+/* Runs n short programs under the agent, one after another, each handing its windows to the
+ * relay in rdir, service svc: a shell loop of some 50 ms (dash starts no other process).
+ * Each exits 0. */
+static void run_short(const char *rdir, const char *svc, int n)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "for n in $(seq %d); do CONTPROF_RELAY='%s' CONTPROF_SERVICE=%s CONTPROF_CPU_HZ=1000 "
+             "LD_PRELOAD='%s/collector/libcontprof.so' /bin/dash -c 'i=0; while [ $i -lt 40000 ]; "
+             "do i=$((i+1)); done' || exit 1; done",
+             n, rdir, svc, bindir());
+    sh(cmd);
+}
+
+/* The instances of service svc with a cpu series in the last 10 minutes. */
+static int instances(int port, const char *svc)
+{
+    char pq[256];
+    snprintf(pq, sizeof pq,
+             "/api/v1/series?type=cpu&from=now-10m&to=now&select=%%7Bservice%%3D%%22%s%%22%%7D",
+             svc);
+    cp_buf b = http_get_ok(port, pq, NULL);
+    int n = 0;
+    for (const char *p = (const char *)b.data; (p = strstr(p, "\"isolate\":\"dash\"")); p++)
+        n++;
+    cp_buf_close(&b);
+    return n;
+}
+
+static void wait_instances(int port, const char *svc, int want)
+{
+    int64_t end = mono_ns() + 60 * SEC;
+    int got = 0;
+    while ((got = instances(port, svc)) < want && mono_ns() < end)
+        usleep(200000);
+    if (got != want) fprintf(stderr, "%s: %d of %d processes stored\n", svc, got, want);
+    CHECK_EQ(got, want);
+}
+
+/* contprofd's relay: short processes hand their last window to it, every one is stored;
+ * /api/v1/brokers names the relay, and the relay's counters add up. */
+TEST(short_processes_through_contprofds_relay_are_stored)
+{
+    char *dir = mkdir_tmp("up"), rdir[600];
+    proc d = {0};
+    daemon_start(&d, dir, 0, 1, NULL);
+    snprintf(rdir, sizeof rdir, "%s/data/relay", dir);
+    cp_buf b = http_get_ok(d.port, "/api/v1/brokers", NULL);
+    CHECK_CONTAINS((char *)b.data, rdir);
+    cp_buf_close(&b);
+    run_short(rdir, "relayup", 5);
+    wait_instances(d.port, "relayup", 5);
+    long long took = http_metric(d.port, "contprof_relay_envelopes_total", NULL);
+    long long conns = http_metric(d.port, "contprof_relay_connections_total", NULL);
+    CHECK(took >= 5 * 2); /* a cpu window of dash and the agent's own, at least */
+    CHECK(conns >= 5);    /* one per process (and its capture polls, if it lived for one) */
+    CHECK_EQ(http_metric(d.port, "contprof_relay_lost_total", NULL), 0);
+    CHECK_EQ(spool_files(rdir), 0);
+    CHECK_EQ(stop_daemon_within(&d, SIGTERM, 60), 0);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    sh(cmd);
+    free(dir);
+}
+
+/* The relay away (contprofd stopped: its socket is gone): processes spool their windows and
+ * exit; the next contprofd drains the spool into the store, every process's windows. */
+TEST(relay_down_spools_and_the_next_relay_drains_it)
+{
+    char *dir = mkdir_tmp("down"), rdir[600];
+    proc d = {0};
+    daemon_start(&d, dir, 0, 1, NULL);
+    int port = d.port;
+    snprintf(rdir, sizeof rdir, "%s/data/relay", dir);
+    CHECK_EQ(stop_daemon_within(&d, SIGTERM, 60), 0);
+    char sock[700];
+    snprintf(sock, sizeof sock, "%s/relay.sock", rdir);
+    CHECK(access(sock, F_OK) != 0); /* removed at stop: senders spool at once */
+    run_short(rdir, "relaydown", 6);
+    int spooled = spool_files(rdir);
+    fprintf(stderr, "spooled: %d files\n", spooled);
+    CHECK(spooled >= 6 * 2);
+    daemon_start(&d, dir, port, 2, NULL);
+    wait_instances(d.port, "relaydown", 6);
+    CHECK_EQ(spool_files(rdir), 0);
+    CHECK_EQ(http_metric(d.port, "contprof_relay_drained_total", NULL), spooled);
+    CHECK_EQ(stop_daemon_within(&d, SIGTERM, 60), 0);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    sh(cmd);
+    free(dir);
+}
+
+static int connect_relay(const char *rdir)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s/relay.sock", rdir);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    CHECK(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    struct timeval tv = {.tv_sec = 10};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+/* Hostile local clients: garbage in a well-framed message is refused with its status and
+ * counted, ingestion goes on; a length over the limit closes that connection; a client
+ * that stops in the middle of a frame holds nothing up; the relay serves the rest. */
+TEST(hostile_clients_are_refused_and_the_relay_goes_on)
+{
+    char *dir = mkdir_tmp("hostile"), rdir[600];
+    proc d = {0};
+    daemon_start(&d, dir, 0, 1, NULL);
+    snprintf(rdir, sizeof rdir, "%s/data/relay", dir);
+    /* a half frame that never ends, held open through the rest */
+    int stall = connect_relay(rdir);
+    uint8_t hdr[CP_RELAY_HEADER];
+    cp_relay_header(hdr, CP_RELAY_ENVELOPE, 1000);
+    CHECK(write(stall, hdr, sizeof hdr) == sizeof hdr);
+    CHECK(write(stall, "abc", 3) == 3);
+    /* garbage, framed */
+    int g = connect_relay(rdir);
+    const char junk[] = "this is not an envelope at all";
+    cp_relay_header(hdr, CP_RELAY_ENVELOPE, sizeof junk);
+    CHECK(write(g, hdr, sizeof hdr) == sizeof hdr);
+    CHECK(write(g, junk, sizeof junk) == sizeof junk);
+    uint8_t ack[CP_RELAY_HEADER + 1];
+    CHECK(read(g, ack, sizeof ack) == sizeof ack);
+    CHECK_EQ(ack[4], CP_RELAY_ACK);
+    CHECK_EQ(ack[5], CP_RELAY_REFUSED);
+    /* an oversized length: the connection is closed, nothing buffered */
+    uint8_t big[CP_RELAY_HEADER] = {0x7f, 0xff, 0xff, 0xff, CP_RELAY_ENVELOPE};
+    CHECK(write(g, big, sizeof big) == sizeof big);
+    CHECK_EQ(read(g, ack, sizeof ack), 0);
+    close(g);
+    CHECK_EQ(http_metric(d.port, "contprof_relay_refused_total", NULL), 1);
+    char *log = malloc(1 << 16);
+    slurp(d.log, log, 1 << 16);
+    CHECK_CONTAINS(log, "relay: refused 31 bytes from pid");
+    CHECK_CONTAINS(log, "over the 16777216 allowed: connection closed");
+    free(log);
+    /* real processes still get through */
+    run_short(rdir, "afterattack", 3);
+    wait_instances(d.port, "afterattack", 3);
+    close(stall);
+    CHECK_EQ(stop_daemon_within(&d, SIGTERM, 60), 0);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    sh(cmd);
+    free(dir);
+}
+
+/* `contprof relay` alone, asking contprofd (whose own relay is off) for its brokers: the
+ * processes' windows arrive; SIGTERM removes its socket and exits 0. A spool directory
+ * others may write without the sticky bit, or a link, is refused by name. */
+TEST(contprof_relay_alone_and_its_directory_checks)
+{
+    char *dir = mkdir_tmp("alone"), conf[600], rdir[600], cmd[2048];
+    snprintf(conf, sizeof conf, "%s/c.conf", dir);
+    FILE *f = fopen(conf, "w");
+    CHECK(f);
+    fprintf(f, "relay.dir = off\n");
+    fclose(f);
+    proc d = {0};
+    daemon_start(&d, dir, 0, 1, conf);
+    cp_buf b = http_get_ok(d.port, "/api/v1/brokers", NULL);
+    CHECK(!strstr((char *)b.data, "relay"));
+    cp_buf_close(&b);
+    snprintf(rdir, sizeof rdir, "%s/r", dir);
+    char rlog[600], url[64], bin[600];
+    snprintf(rlog, sizeof rlog, "%s/relay.log", dir);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", d.port);
+    snprintf(bin, sizeof bin, "%s/query/contprof", bindir());
+    const char *argv[] = {bin, "relay", "--dir", rdir, "--server", url, NULL};
+    pid_t r = spawn(argv, rlog);
+    CHECK(wait_for_log(r, rlog, "relay at ", 10) != NULL);
+    run_short(rdir, "alone", 3);
+    wait_instances(d.port, "alone", 3);
+    kill(r, SIGTERM);
+    CHECK_EQ(wait_exit(r, 20), 0);
+    snprintf(cmd, sizeof cmd, "%s/relay.sock", rdir);
+    CHECK(access(cmd, F_OK) != 0);
+    /* a spool others may write into without the sticky bit */
+    cp_err err = {0};
+    int fd = -1;
+    snprintf(cmd, sizeof cmd, "chmod 0777 '%s/spool'", rdir);
+    sh(cmd);
+    CHECK(cp_spool_open(rdir, 0, &fd, &err) != 0);
+    CHECK_CONTAINS(err.msg, "writable by others without the sticky bit");
+    /* a link where the spool was */
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/spool' && ln -s /tmp '%s/spool'", rdir, rdir);
+    sh(cmd);
+    CHECK(cp_spool_open(rdir, 0, &fd, &err) != 0);
+    CHECK_CONTAINS(err.msg, "a symbolic link or not a directory");
+    /* the relay refuses to start on it, naming it */
+    pid_t r2 = spawn(argv, rlog);
+    CHECK_EQ(wait_exit(r2, 10), 1);
+    char *l = malloc(1 << 16);
+    slurp(rlog, l, 1 << 16);
+    CHECK_CONTAINS(l, "spool: a symbolic link or not a directory");
+    free(l);
+    CHECK_EQ(stop_daemon_within(&d, SIGTERM, 60), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    sh(cmd);
+    free(dir);
+}
+
+TEST_MAIN(T(short_processes_through_contprofds_relay_are_stored),
+          T(relay_down_spools_and_the_next_relay_drains_it),
+          T(hostile_clients_are_refused_and_the_relay_goes_on),
+          T(contprof_relay_alone_and_its_directory_checks))
