@@ -513,7 +513,14 @@ int cp_http_delete(const char *base_url, const char *path_query, const char *tok
 int cp_http_get_brokers(const char *url, const char *token, char *out, size_t cap, int timeout_ms,
                         cp_err *err)
 {
+    return cp_http_get_transport(url, token, out, cap, NULL, 0, timeout_ms, err);
+}
+
+int cp_http_get_transport(const char *url, const char *token, char *out, size_t cap, char *relay,
+                          size_t rcap, int timeout_ms, cp_err *err)
+{
     if (cap) out[0] = 0;
+    if (relay && rcap) relay[0] = 0;
     cp_http_result res;
     int rc = cp_http_get(url, "/api/v1/brokers", token, timeout_ms, 64u << 10, &res, err);
     if (rc) return rc;
@@ -537,6 +544,8 @@ int cp_http_get_brokers(const char *url, const char *token, char *out, size_t ca
                             url, strlen(b), cap ? cap - 1 : 0);
         else
             memcpy(out, b, strlen(b) + 1);
+        const char *r = cp_json_str(cp_json_get(j, "relay"), "");
+        if (!rc && relay && rcap && strlen(r) < rcap) memcpy(relay, r, strlen(r) + 1);
     }
     cp_json_free(j);
     cp_buf_close(&res.body);

@@ -65,6 +65,12 @@ int cp_http_raw(const char *host, int port, const void *req, size_t len, int64_t
 int cp_http_get_brokers(const char *url, const char *token, char *out, size_t cap, int timeout_ms,
                         cp_err *err);
 
+/* cp_http_get_brokers, and the directory of the server's relay (collector/relay/README.md)
+ * into relay[0..rcap) when it names one ("" otherwise; relay may be NULL). The relay is on
+ * the server's host: cp_relay_listening says whether it is on this one. */
+int cp_http_get_transport(const char *url, const char *token, char *out, size_t cap, char *relay,
+                          size_t rcap, int timeout_ms, cp_err *err);
+
 /* Writes url (as cp_http_get's base_url) to out[0..cap) with its host replaced by the
  * first address it resolves to, numeric, so that requests to it resolve no name (a poller
  * asking twice a second). Returns 0, CP_EINVAL (bad URL), CP_EIO (resolution) or

@@ -66,6 +66,14 @@ static int io_all(int fd, uint8_t *p, size_t len, int sending, int64_t deadline)
     return 0;
 }
 
+int cp_relay_listening(const char *dir)
+{
+    char path[1100];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/%s", dir, CP_RELAY_SOCKET);
+    return stat(path, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
 int cp_relay_get_captures(const char *dir, int timeout_ms, cp_buf *out, cp_err *err)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};

@@ -50,6 +50,10 @@ void cp_relay_header(uint8_t hdr[CP_RELAY_HEADER], uint8_t type, uint32_t payloa
 int cp_relay_parse_header(const uint8_t hdr[CP_RELAY_HEADER], uint32_t max, uint8_t *type,
                           uint32_t *payload_len, cp_err *err);
 
+/* 1 if a relay's socket is in dir on this machine (a directory a server named may be
+ * another machine's), else 0. */
+int cp_relay_listening(const char *dir);
+
 /* Asks the relay in dir for the running captures (a 'C' frame) and appends its answer,
  * model/control.h's list, to out. Waits at most timeout_ms in all. Returns 0, or CP_EIO
  * (no relay, time-out, a malformed answer) or CP_ENOMEM with err naming the problem. */

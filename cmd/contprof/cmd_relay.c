@@ -37,22 +37,37 @@ static void on_stop(int sig)
 
 int cp_cmd_relay(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"dir", required_argument, 0, 'd'},   {"server", required_argument, 0, 's'},
-        {"brokers", required_argument, 0, 'b'}, {"token", required_argument, 0, 't'},
-        {"sign", no_argument, 0, 'S'},        {"topic", required_argument, 0, 'T'},
-        {"queue", required_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"dir", required_argument, 0, 'd'},
+                                         {"server", required_argument, 0, 's'},
+                                         {"brokers", required_argument, 0, 'b'},
+                                         {"token", required_argument, 0, 't'},
+                                         {"sign", no_argument, 0, 'S'},
+                                         {"topic", required_argument, 0, 'T'},
+                                         {"queue", required_argument, 0, 'q'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     cp_relay_options o = {.token = getenv("CONTPROF_TOKEN")};
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         switch (c) {
-        case 'd': o.dir = optarg; break;
-        case 's': o.server = optarg; break;
-        case 'b': o.brokers = optarg; break;
-        case 't': o.token = optarg; break;
-        case 'S': o.sign = 1; break;
-        case 'T': o.topic = optarg; break;
+        case 'd':
+            o.dir = optarg;
+            break;
+        case 's':
+            o.server = optarg;
+            break;
+        case 'b':
+            o.brokers = optarg;
+            break;
+        case 't':
+            o.token = optarg;
+            break;
+        case 'S':
+            o.sign = 1;
+            break;
+        case 'T':
+            o.topic = optarg;
+            break;
         case 'q': {
             char *end;
             long q = strtol(optarg, &end, 10);
@@ -63,8 +78,10 @@ int cp_cmd_relay(int argc, char **argv)
             o.queue = (int)q;
             break;
         }
-        case 'h': return usage(stdout, 0);
-        default: return usage(stderr, 2);
+        case 'h':
+            return usage(stdout, 0);
+        default:
+            return usage(stderr, 2);
         }
     }
     if (!o.dir || (!o.server && !o.brokers)) {

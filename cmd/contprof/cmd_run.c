@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "http_client.h"
-#include "json.h"
 #include "relay.h"
 #include "times.h"
 
@@ -57,43 +56,6 @@ static const char *lib_path(void)
     if (CP_LIBCONTPROF_BUILD[0] && access(CP_LIBCONTPROF_BUILD, R_OK) == 0)
         return CP_LIBCONTPROF_BUILD;
     return CP_LIBCONTPROF_INSTALLED;
-}
-
-/* ------------------------------------------------------------------------------------
- * Where windows go */
-
-/* Asks contprofd at server for its brokers and its relay's directory ("" for none). */
-static int ask_server(const char *server, char *brokers, size_t bcap, char *relay, size_t rcap,
-                      cp_err *err)
-{
-    brokers[0] = relay[0] = 0;
-    cp_http_result res;
-    int rc =
-        cp_http_get(server, "/api/v1/brokers", getenv("CONTPROF_TOKEN"), 5000, 64 << 10, &res, err);
-    if (rc) return rc;
-    cp_json *j = NULL;
-    if (res.status != 200)
-        rc = cp_err_set(err, CP_EIO, "%s answered %d to /api/v1/brokers", server, res.status);
-    else
-        rc = cp_json_parse((const char *)res.body.data, res.body.len, &j, err);
-    if (!rc) {
-        snprintf(brokers, bcap, "%s", cp_json_str(cp_json_get(j, "brokers"), ""));
-        snprintf(relay, rcap, "%s", cp_json_str(cp_json_get(j, "relay"), ""));
-        if (!brokers[0] && !relay[0])
-            rc = cp_err_set(err, CP_ENOTFOUND, "%s has no brokers yet (starting)", server);
-    }
-    cp_json_free(j);
-    cp_buf_close(&res.body);
-    return rc;
-}
-
-/* Whether a relay listens in dir on this host (the server may be another machine's). */
-static int relay_here(const char *dir)
-{
-    char path[1100];
-    struct stat st;
-    snprintf(path, sizeof(path), "%s/%s", dir, CP_RELAY_SOCKET);
-    return stat(path, &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -331,15 +293,16 @@ int cp_cmd_run(int argc, char **argv)
         cp_err err = {0};
         if (getenv("CONTPROF_RELAY") && *getenv("CONTPROF_RELAY")) {
             /* --relay (or the environment) names the relay: nothing to ask */
-        } else if (ask_server(server, brokers, sizeof(brokers), relay, sizeof(relay), &err) != 0) {
+        } else if (cp_http_get_transport(server, getenv("CONTPROF_TOKEN"), brokers, sizeof(brokers),
+                                         relay, sizeof(relay), 5000, &err) != 0) {
             /* the agent keeps asking in the background */
             fprintf(stderr,
                     "contprof run: %s did not give its brokers yet (%s); the agent will "
                     "retry\n",
                     server, err.msg);
-        } else if (relay[0] && relay_here(relay)) {
+        } else if (relay[0] && cp_relay_listening(relay)) {
             setenv("CONTPROF_RELAY", relay, 1);
-        } else if (brokers[0]) {
+        } else {
             setenv("CONTPROF_BROKERS", brokers, 1);
         }
     }

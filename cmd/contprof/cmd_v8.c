@@ -22,7 +22,8 @@ static int usage_to(FILE *f, int rc)
     fprintf(
         f,
         "usage: contprof v8 --inspector HOST:PORT [--inspector HOST:PORT ...]\n"
-        "                  [--output-dir DIR] [--server URL | --brokers LIST] [--topic T]\n"
+        "                  [--output-dir DIR] [--server URL] [--relay DIR | --brokers LIST] "
+        "[--topic T]\n"
         "                  [--service S] [--instance I] [--tenant T] [--label k=v ...]\n"
         "                  [--window D] [--cpu-interval D] [--heap-interval BYTES]\n"
         "                  [--source-map-dir DIR] [--no-source-maps]\n"
@@ -84,6 +85,8 @@ int cp_cmd_v8(int argc, char **argv)
             o.output_dir = v;
         } else if (!strcmp(a, "--server")) {
             o.server = v;
+        } else if (!strcmp(a, "--relay")) {
+            o.relay_dir = v;
         } else if (!strcmp(a, "--brokers")) {
             o.brokers = v;
         } else if (!strcmp(a, "--source-map-dir")) {

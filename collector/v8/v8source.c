@@ -17,7 +17,8 @@
 #include "control.h"
 #include "envelope.h"
 #include "http_client.h"
-#include "kafka.h"
+#include "relay.h"
+#include "sink.h"
 #include "labels.h"
 #include "log.h"
 #include "merge.h"
@@ -147,7 +148,7 @@ static struct {
     lws_sorted_usec_list_t tick;
     host hosts[CP_V8_MAX_HOSTS];
     int nhosts;
-    cp_kafka *kafka;
+    cp_sink *sink; /* the relay or Kafka; NULL with files only */
     char producer[200], hostname[64];
     uint64_t next_token;
     uint64_t dropped_windows; /* lost with no session left to report them yet */
@@ -273,18 +274,7 @@ static void emit_as(session *s, cp_profile *p, cp_kind kind, int64_t start_ns, i
     e.pprof = cp_buf_steal(&buf, &e.pprof_len);
     rc = 0;
     if (S.o->output_dir && S.o->output_dir[0] && write_file(&e, s, capture) != 0) rc = CP_EIO;
-    if (S.kafka) {
-        cp_buf val = {0}, key = {0};
-        if (cp_envelope_encode(&e, &val) == 0 && cp_envelope_series_key(&e, &key) == 0) {
-            size_t vl, kl;
-            uint8_t *v = cp_buf_steal(&val, &vl), *k = cp_buf_steal(&key, &kl);
-            cp_kafka_send(S.kafka, v, vl, k, kl);
-        } else {
-            rc = CP_ENOMEM;
-        }
-        cp_buf_close(&val);
-        cp_buf_close(&key);
-    }
+    if (S.sink) cp_sink_send(S.sink, &e); /* its losses: cp_sink_take_dropped, each turn */
     if (rc == 0 && !capture) s->dropped_windows = S.dropped_windows = 0; /* reported */
 fail:
     if (rc) {
@@ -1465,23 +1455,33 @@ int cp_v8_run(const cp_v8_options *o, cp_err *err)
         S.nhosts++;
     }
     if (o->output_dir && o->output_dir[0]) mkdir(o->output_dir, 0755);
-    char brokers[1024] = "";
+    /* Where windows go, as the agent's: the relay named, else the server's when it runs on
+     * this host, else Kafka (brokers given or the server's, asked again when they stay
+     * unreachable: a restarted contprofd may have them on a new port). */
+    char brokers[1024] = "", relay[1024] = "";
+    if (o->relay_dir && o->relay_dir[0]) snprintf(relay, sizeof(relay), "%s", o->relay_dir);
     if (o->brokers && o->brokers[0])
         snprintf(brokers, sizeof(brokers), "%s", o->brokers);
     else if (o->server && o->server[0] &&
-             (rc = cp_http_get_brokers(o->server, NULL, brokers, sizeof(brokers), 5000, err)))
+             (rc = cp_http_get_transport(o->server, o->token, brokers, sizeof(brokers),
+                                         relay[0] ? NULL : relay, sizeof(relay), 5000, err)))
         return rc;
+    if (relay[0] && !cp_relay_listening(relay) && !(o->relay_dir && o->relay_dir[0]))
+        relay[0] = 0; /* the server's relay is another host's */
     if (brokers[0] && !o->no_captures) snprintf(S.brokers, sizeof(S.brokers), "%s", brokers);
-    if (brokers[0] &&
-        (rc = cp_kafka_create(brokers, o->topic && o->topic[0] ? o->topic : CP_TOPIC_PROFILES,
-                              10000, NULL, &S.kafka, err)))
-        return rc;
-    if (!brokers[0] && !(o->output_dir && o->output_dir[0])) {
-        cp_kafka_destroy(S.kafka, 0);
+    if (!brokers[0] && !relay[0] && !(o->output_dir && o->output_dir[0]))
         return cp_err_set(err, CP_EINVAL,
-                          "nowhere to send windows: --output-dir, --server or "
+                          "nowhere to send windows: --output-dir, --server, --relay or "
                           "--brokers");
-    }
+    cp_sink_options so = {
+        .relay_dir = relay,
+        .brokers = brokers,
+        .server = o->server,
+        .token = o->token,
+        .topic = o->topic,
+        .kafka_queue = 10000,
+    };
+    if ((brokers[0] || relay[0]) && (rc = cp_sink_create(&so, &S.sink, err))) return rc;
 
     lws_set_log_level(LLL_ERR, NULL);
     struct lws_context_creation_info ci;
@@ -1492,7 +1492,8 @@ int cp_v8_run(const cp_v8_options *o, cp_err *err)
     ci.uid = -1;
     S.ctx = lws_create_context(&ci);
     if (!S.ctx) {
-        cp_kafka_destroy(S.kafka, 0);
+        cp_sink_destroy(S.sink, 0);
+        S.sink = NULL;
         return cp_err_set(err, CP_ENOMEM, "libwebsockets: cannot create a context");
     }
     lws_sul_schedule(S.ctx, 0, &S.tick, tick_cb, 20 * LWS_US_PER_MS);
@@ -1515,12 +1516,12 @@ int cp_v8_run(const cp_v8_options *o, cp_err *err)
             next_window += o->window_ns;
             if (next_window < cp_now_ns()) next_window = cp_now_ns() + o->window_ns;
         }
-        if (S.kafka) {
-            cp_kafka_poll(S.kafka);
-            uint64_t kd = cp_kafka_take_dropped(S.kafka);
+        if (S.sink) {
+            cp_sink_tick(S.sink);
+            uint64_t kd = cp_sink_take_dropped(S.sink);
             if (kd)
-                cp_log_warn("v8: %llu windows dropped by the Kafka producer (backlog full or "
-                            "refused by the broker): counted in the next envelope",
+                cp_log_warn("v8: %llu windows lost on the way (Kafka's backlog full or refused by "
+                            "the broker, the relay's spool full): counted in the next envelope",
                             (unsigned long long)kd);
             S.dropped_windows += kd;
         }
@@ -1555,7 +1556,8 @@ int cp_v8_run(const cp_v8_options *o, cp_err *err)
         cp_selector_close(&S.caps[i].sel);
         cp_capture_close(&S.caps[i].c);
     }
-    if (S.kafka) S.dropped_windows += cp_kafka_destroy(S.kafka, 5000);
+    S.dropped_windows += cp_sink_destroy(S.sink, 5 * (int64_t)1000000000);
+    S.sink = NULL;
     if (S.dropped_windows)
         cp_log_warn("v8: %llu windows lost and not reported in any envelope (isolates gone "
                     "for good, transport)",
