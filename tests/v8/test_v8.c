@@ -74,6 +74,9 @@ static void print_log(const char *path)
 
 /* Runs node on two_workers.js for seconds under `contprof v8 --window window`; the
  * windows end up in g_dir/out, or go to the contprofd at server (if not NULL). */
+/* The tenant and its token contprof v8 is given (run_node), NULL for none. */
+static const char *g_tenant, *g_token;
+
 static void run_node(int seconds, const char *window, const char *server)
 {
     char node[512], inspect[64], hostport[64], script[512], secs[16], out[300], nlog[300],
@@ -101,6 +104,10 @@ static void run_node(int seconds, const char *window, const char *server)
                            "--service",
                            "nodetest",
                            "--exit-when-gone",
+                           g_tenant ? "--tenant" : NULL,
+                           g_tenant,
+                           "--token",
+                           g_token,
                            NULL};
     pid_t cp = spawn(cargv, clog);
     int cst = wait_exit(cp, seconds + 30);
@@ -950,5 +957,71 @@ TEST(node_capture)
     remove_dir();
 }
 
+/* A contprofd with tenants' tokens stores V8 windows only signed with their tenant's
+ * token: contprof v8 --tenant --token asks the server with the token and signs every
+ * envelope; nothing goes to the dead-letter queue. */
+TEST(node_signed_for_its_tenant)
+{
+    make_dir();
+    char store[300], url[64], conf[300];
+    snprintf(store, sizeof(store), "%s/store", g_dir);
+    snprintf(conf, sizeof(conf), "%s/tokens.conf", g_dir);
+    FILE *f = fopen(conf, "w");
+    CHECK(f);
+    fprintf(f, "token.payments = payments-secret-1\ntoken.other = other-secret-22\n");
+    fclose(f);
+    proc d;
+    const char *dargs[] = {"--data", store, "--http", "127.0.0.1:0", "--config", conf, NULL};
+    start_daemon(&d, g_dir, dargs);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", d.port);
+    g_tenant = "payments";
+    g_token = "payments-secret-1";
+    run_node(4, "1s", url);
+    g_tenant = g_token = NULL;
+    static char out[1 << 16];
+    const char *top[] = {"top",
+                         "--server",
+                         url,
+                         "--token",
+                         "payments-secret-1",
+                         "--type",
+                         "cpu",
+                         "--select",
+                         "{isolate=\"alpha\"}",
+                         "--from",
+                         "-10m",
+                         NULL};
+    int found = 0;
+    for (int i = 0; i < 300 && !found; i++) {
+        CHECK_EQ(cli(out, sizeof(out), top), 0);
+        found = strstr(out, "hotAlpha") != NULL;
+        if (!found) usleep(100000);
+    }
+    printf("%s\n", out);
+    CHECK(found);
+    cp_http_result r;
+    CHECK_EQ(cp_http_get(url, "/metrics", "payments-secret-1", 5000, 1 << 22, &r, NULL), 0);
+    CHECK_CONTAINS((char *)r.body.data, "contprof_ingest_dlq_total{reason=\"tenant\"} 0\n");
+    cp_buf_close(&r.body);
+    /* the other tenant sees none of it */
+    const char *other[] = {"top",
+                           "--server",
+                           url,
+                           "--token",
+                           "other-secret-22",
+                           "--type",
+                           "cpu",
+                           "--select",
+                           "{isolate=\"alpha\"}",
+                           "--from",
+                           "-10m",
+                           NULL};
+    CHECK_EQ(cli(out, sizeof(out), other), 0);
+    CHECK(!strstr(out, "hotAlpha"));
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    remove_dir();
+}
+
 TEST_MAIN(T(node_two_workers), T(workerd_two_workers), T(malformed_inspector), T(node_to_contprofd),
-          T(workerd_typescript), T(node_source_map_uploaded_after_the_windows), T(node_capture))
+          T(node_signed_for_its_tenant), T(workerd_typescript),
+          T(node_source_map_uploaded_after_the_windows), T(node_capture))
