@@ -156,7 +156,9 @@ static int has_transport(void)
     return cp_cfg.relay_dir[0] || cp_cfg.brokers[0] || cp_cfg.server[0];
 }
 
-static void transport_tick(void)
+/* The sink, made once the agent thread runs (a calloc: nothing connects until the first
+ * window is sent); the capture watcher reads its brokers from the first tick on. */
+static void sink_open(void)
 {
     if (!A.sink && has_transport()) {
         cp_sink_options o = {
@@ -173,9 +175,13 @@ static void transport_tick(void)
         if (cp_sink_create(&o, &A.sink, &err) != 0) {
             static int warned;
             if (!warned++) fprintf(stderr, "contprof: %s\n", err.msg);
-            return;
         }
     }
+}
+
+static void transport_tick(void)
+{
+    sink_open();
     if (!A.sink) return;
     cp_sink_tick(A.sink);
     A.dropped_windows += cp_sink_take_dropped(A.sink);
@@ -270,6 +276,7 @@ static void *agent_main(void *arg)
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     pthread_setname_np(pthread_self(), "contprof-agent");
     cp_modules_refresh(0); /* contprof_start's snapshot (or the parent's) serves unless it moved */
+    sink_open();
     int64_t window_end_mono = cp_mono_ns() + (cp_cfg.window_ns - (cp_now_ns() - A.window_start));
     int64_t next_names = 0;
     int stopping = 0;

@@ -321,10 +321,13 @@ static void watch_tick(const char *brokers)
         now >= C.next_try) {
         cp_err err = {0};
         C.fd_revocations = atomic_load(&cp_fd_revocations);
-        /* the server when the agent knows one, else the host's relay's list */
+        /* The host's relay asks contprofd once for every process (relay/README.md); a
+         * process holding a token of its own asks the server itself: a relay serves the
+         * captures of one tenant, the one its token names. */
         char relay[sizeof(cp_cfg.relay_dir) + 8];
         snprintf(relay, sizeof(relay), "%s%s", CP_WATCH_RELAY_PREFIX, cp_cfg.relay_dir);
-        const char *server = cp_cfg.server[0] || !cp_cfg.relay_dir[0] ? cp_cfg.server : relay;
+        const char *server =
+            cp_cfg.relay_dir[0] && (!cp_cfg.token[0] || !cp_cfg.server[0]) ? relay : cp_cfg.server;
         if (cp_watch_create(server, cp_cfg.token, brokers, cp_cfg.kafka_props, C.wake, NULL, &C.w,
                             &err) != 0) {
             C.errors++;

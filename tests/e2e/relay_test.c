@@ -267,7 +267,56 @@ TEST(contprof_relay_alone_and_its_directory_checks)
     free(dir);
 }
 
+/* A contprofd with tenants' tokens, processes that hold none: `contprof relay --token T
+ * --sign` signs their envelopes for T's tenant, which then stores them (without --sign they
+ * would go to the dead-letter queue); the relay asks the server with the token. */
+TEST(contprof_relay_signs_for_its_tenant)
+{
+    char *dir = mkdir_tmp("sign"), conf[600], rdir[600], cmd[2048];
+    snprintf(conf, sizeof conf, "%s/c.conf", dir);
+    FILE *f = fopen(conf, "w");
+    CHECK(f);
+    fprintf(f, "relay.dir = off\ntoken.payments = payments-secret-1\n");
+    fclose(f);
+    proc d = {0};
+    daemon_start(&d, dir, 0, 1, conf);
+    snprintf(rdir, sizeof rdir, "%s/r", dir);
+    char rlog[600], url[64], bin[600];
+    snprintf(rlog, sizeof rlog, "%s/relay.log", dir);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", d.port);
+    snprintf(bin, sizeof bin, "%s/query/contprof", bindir());
+    const char *argv[] = {bin,        "relay", "--dir",   rdir,
+                          "--server", url,     "--token", "payments-secret-1",
+                          "--sign",   NULL};
+    pid_t r = spawn(argv, rlog);
+    CHECK(wait_for_log(r, rlog, "relay at ", 10) != NULL);
+    snprintf(cmd, sizeof cmd,
+             "CONTPROF_RELAY='%s' CONTPROF_TENANT=payments CONTPROF_SERVICE=signed "
+             "CONTPROF_CPU_HZ=1000 LD_PRELOAD='%s/collector/libcontprof.so' /bin/dash -c 'i=0; "
+             "while [ $i -lt 40000 ]; do i=$((i+1)); done'",
+             rdir, bindir());
+    sh(cmd);
+    const char *pq =
+        "/api/v1/series?type=cpu&from=now-10m&to=now&select=%7Bservice%3D%22signed%22%7D";
+    int found = 0;
+    for (int64_t end = mono_ns() + 60 * SEC; !found && mono_ns() < end; usleep(200000)) {
+        cp_buf b = http_get_ok(d.port, pq, "payments-secret-1");
+        found = strstr((char *)b.data, "\"isolate\":\"dash\"") != NULL;
+        cp_buf_close(&b);
+    }
+    CHECK(found);
+    CHECK_EQ(
+        http_metric(d.port, "contprof_ingest_dlq_total{reason=\"tenant\"}", "payments-secret-1"),
+        0);
+    kill(r, SIGTERM);
+    CHECK_EQ(wait_exit(r, 20), 0);
+    CHECK_EQ(stop_daemon_within(&d, SIGTERM, 60), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    sh(cmd);
+    free(dir);
+}
+
 TEST_MAIN(T(short_processes_through_contprofds_relay_are_stored),
           T(relay_down_spools_and_the_next_relay_drains_it),
           T(hostile_clients_are_refused_and_the_relay_goes_on),
-          T(contprof_relay_alone_and_its_directory_checks))
+          T(contprof_relay_alone_and_its_directory_checks), T(contprof_relay_signs_for_its_tenant))
