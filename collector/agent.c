@@ -21,6 +21,7 @@
 #include "http_client.h"
 #include "isolate.h"
 #include "kafka.h"
+#include "outdir.h"
 #include "pprof.h"
 #include "thread.h"
 #include "times.h"
@@ -46,6 +47,9 @@ static struct {
     unsigned fd_revocations; /* cp_fd_revocations when the Kafka client was built */
     cp_kafka *kafka;
     cp_gzipper *gz[2]; /* write_file's, stored and level 1, kept (agent thread only) */
+    /* cp_cfg.output_dir opened and checked (outdir.h), 1 + its fd; 0: none (refused, or no
+     * output directory) */
+    int outdir1;
     char brokers[1024];
     int64_t next_resolve;
     int64_t next_refetch, refetch_backoff; /* asking the server again (refetch_brokers) */
@@ -83,20 +87,56 @@ static void sanitize(char *dst, size_t cap, const char *src)
  * of about 300 bytes). Larger ones are compressed at level 1. */
 #define GZIP_STORE_MAX 4096
 
-/* Publishes tmp as path unless path exists: never overwrites a file. */
-static int publish(const char *tmp, const char *path)
+/* Publishes tmp as path (both in directory dir) unless path exists: never overwrites a
+ * file. */
+static int publish(int dir, const char *tmp, const char *path)
 {
-    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) == 0) return 0;
+    if (renameat2(dir, tmp, dir, path, RENAME_NOREPLACE) == 0) return 0;
     if (errno != EINVAL && errno != ENOSYS) return -1; /* EEXIST among them */
     /* a file system without RENAME_NOREPLACE: link() refuses an existing name too */
-    if (link(tmp, path) != 0) return -1;
-    unlink(tmp);
+    if (linkat(dir, tmp, dir, path, 0) != 0) return -1;
+    unlinkat(dir, tmp, 0);
     return 0;
+}
+
+/* Opens and checks the output directory (outdir.h) into A.outdir1; says why not in one
+ * stderr line. */
+static int outdir_open(void)
+{
+    cp_err err = {0};
+    int fd;
+    if (cp_output_dir_open(cp_cfg.output_dir, cp_cfg.output_dir_default, &fd, &err) != 0) {
+        A.outdir1 = 0;
+        fprintf(stderr, "contprof: %s; no profile files are written%s\n", err.msg,
+                cp_cfg.brokers[0] || cp_cfg.server[0] ? " (Kafka only)"
+                                                      : ", the agent is not started");
+        return CP_EINVAL;
+    }
+    A.outdir1 = fd + 1;
+    return 0;
+}
+
+/* The output directory's fd, or -1. The host may have taken its number (dup2 onto it,
+ * fd.c revokes it): then it is opened and checked again. */
+static int outdir_fd(void)
+{
+    int fd = A.outdir1 - 1;
+    if (fd >= 0 && atomic_load(&cp_fd_state[fd]) == CP_FD_REVOKED) {
+        cp_fd_close(fd); /* only unmarks: the number is the host's */
+        if (outdir_open() != 0) return -1;
+        fd = A.outdir1 - 1;
+    }
+    return fd;
 }
 
 static void write_file(const cp_envelope *e)
 {
-    char iso[160], svc[64], path[1400], tmp[1410];
+    char iso[160], svc[64], path[400], tmp[410];
+    int dir = outdir_fd();
+    if (dir < 0) {
+        A.dropped_windows++;
+        return;
+    }
     /* a capture's envelopes (own sequence): ISOLATE.capture-ID */
     const char *capid = cp_labels_get(&e->labels, CP_CAPTURE_LABEL);
     char isocap[160];
@@ -121,11 +161,11 @@ static void write_file(const cp_envelope *e)
     /* Up to 4 names: a name taken already (the clock stepped back, another machine writing
      * to the same directory) moves this image's token on for good. */
     for (int attempt = 0; attempt < 4; attempt++, A.image_token++) {
-        snprintf(path, sizeof(path), "%s/%s.%d-%llx.%06llu.%s.%s.pb.gz", cp_cfg.output_dir, svc,
-                 (int)getpid(), (unsigned long long)A.image_token, (unsigned long long)e->sequence,
+        snprintf(path, sizeof(path), "%s.%d-%llx.%06llu.%s.%s.pb.gz", svc, (int)getpid(),
+                 (unsigned long long)A.image_token, (unsigned long long)e->sequence,
                  cp_kind_name(e->kind), iso);
         snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        int fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
         if (fd < 0 && errno == EEXIST) continue;
         size_t off = 0;
         while (fd >= 0 && off < len) {
@@ -135,12 +175,12 @@ static void write_file(const cp_envelope *e)
             off += (size_t)w;
         }
         if (fd >= 0) close(fd);
-        if (fd >= 0 && off == len && publish(tmp, path) == 0) {
+        if (fd >= 0 && off == len && publish(dir, tmp, path) == 0) {
             cp_buf_close(&gz);
             return;
         }
         int exists = errno == EEXIST;
-        if (fd >= 0) unlink(tmp);
+        if (fd >= 0) unlinkat(dir, tmp, 0);
         if (!exists) break;
     }
     cp_buf_close(&gz);
@@ -150,7 +190,7 @@ static void write_file(const cp_envelope *e)
 static void emit(cp_envelope *e, void *arg)
 {
     (void)arg;
-    if (cp_cfg.output_dir[0]) write_file(e);
+    if (A.outdir1) write_file(e);
     if (A.kafka) {
         cp_buf val = {0}, key = {0};
         /* With a token, the envelope is signed with it: contprofd with tokens stores only
@@ -590,7 +630,13 @@ CONTPROF_EXTERN int contprof_start(const contprof_options *opts)
     snprintf(A.brokers, sizeof(A.brokers), "%s", cp_cfg.brokers);
     A.next_resolve = 0;
     new_instance();
-    if (cp_cfg.output_dir[0]) mkdir(cp_cfg.output_dir, 0755);
+    A.outdir1 = 0;
+    if (cp_cfg.output_dir[0] && outdir_open() != 0 && !cp_cfg.brokers[0] && !cp_cfg.server[0]) {
+        /* nowhere to write: the program runs on without the agent */
+        atomic_store(&A.running, 0);
+        cp_in_agent = saved;
+        return CP_EINVAL;
+    }
     cp_modules_refresh(1);
     if (cp_cfg.alloc_rate > 0 && cp_alloc_init() == 0) cp_alloc_set_rate(cp_cfg.alloc_rate);
     cp_exec_resolve();
@@ -649,10 +695,13 @@ static void stop(int at_exit)
         rc = pthread_cond_timedwait(&A.cv, &A.mu, &ts);
     int done = A.finished;
     pthread_mutex_unlock(&A.mu);
-    if (done)
+    if (done) {
         pthread_join(A.th, NULL);
-    else
+        if (A.outdir1) cp_fd_close(A.outdir1 - 1);
+        A.outdir1 = 0;
+    } else {
         pthread_detach(A.th);
+    }
     cp_alloc_set_rate(0);
     atomic_store(&A.running, 0);
 }
