@@ -40,11 +40,13 @@ int cp_output_dir_open(const char *path, int is_default, int *out, cp_err *err)
         rc = cp_err_set(err, CP_EINVAL, "output directory %s: owned by uid %u, not by uid %u%s",
                         path, (unsigned)st.st_uid, (unsigned)me, is_default ? "" : " or root");
     else if (is_default && (st.st_mode & (S_IWGRP | S_IWOTH)))
-        rc = cp_err_set(err, CP_EINVAL, "output directory %s: writable by group or others "
+        rc = cp_err_set(err, CP_EINVAL,
+                        "output directory %s: writable by group or others "
                         "(mode %03o; chmod 700 it or remove it)",
                         path, (unsigned)(st.st_mode & 0777));
     else if (!is_default && (st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))
-        rc = cp_err_set(err, CP_EINVAL, "output directory %s: writable by group or others "
+        rc = cp_err_set(err, CP_EINVAL,
+                        "output directory %s: writable by group or others "
                         "and not sticky (mode %03o)",
                         path, (unsigned)(st.st_mode & 0777));
     if (rc != 0) {
