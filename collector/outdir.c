@@ -14,8 +14,8 @@ int cp_output_dir_open(const char *path, int is_default, int *out, cp_err *err)
 {
     *out = -1;
     if (!path[0]) return cp_err_set(err, CP_EINVAL, "output directory: empty path");
-    /* the default is this user's own: made private; an existing one is checked as found */
-    if (is_default && mkdir(path, 0700) != 0 && errno != EEXIST)
+    /* made private if missing (its parent must exist); an existing one is checked as found */
+    if (mkdir(path, 0700) != 0 && errno != EEXIST)
         return cp_err_set(err, CP_EIO, "output directory %s: cannot be made (%s)", path,
                           strerror(errno));
     int fd = cp_fd_openat(AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);

@@ -7,9 +7,10 @@
 #include "error.h"
 
 /* Opens directory path as an agent fd (fd.h: above the floor, close-on-exec, hidden from
- * the host) without following a symbolic link in its last component, and checks it:
- *   - is_default (the agent picked the path, config.c): made 0700 first if missing; it
- *     must be owned by the effective uid and writable by nobody else;
+ * the host) without following a symbolic link in its last component, made 0700 first if
+ * missing (not its parents), and checks it:
+ *   - is_default (the agent picked the path, config.c): owned by the effective uid and
+ *     writable by nobody else;
  *   - else (CONTPROF_OUTPUT_DIR): owned by the effective uid or root, and writable by
  *     group or others only if sticky (as /tmp).
  * Returns 0 with *out (the caller closes it with cp_fd_close), or CP_EIO / CP_EINVAL with
