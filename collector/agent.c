@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -47,9 +48,8 @@ static struct {
     unsigned fd_revocations; /* cp_fd_revocations when the Kafka client was built */
     cp_kafka *kafka;
     cp_gzipper *gz[2]; /* write_file's, stored and level 1, kept (agent thread only) */
-    /* cp_cfg.output_dir opened and checked (outdir.h), 1 + its fd; 0: none (refused, or no
-     * output directory) */
-    int outdir1;
+    int files;         /* window files are written (an output directory passed its check) */
+    int files_said;    /* write_file said once why a window was not written */
     char brokers[1024];
     int64_t next_resolve;
     int64_t next_refetch, refetch_backoff; /* asking the server again (refetch_brokers) */
@@ -99,41 +99,30 @@ static int publish(int dir, const char *tmp, const char *path)
     return 0;
 }
 
-/* Opens and checks the output directory (outdir.h) into A.outdir1; says why not in one
- * stderr line. */
-static int outdir_open(void)
+/* Says once per process why window files are not written (msg: what failed). Why once: a
+ * reason that holds for one window (no fd left, the directory swapped) usually holds for
+ * every later one. */
+static void files_say(const char *msg, int err)
 {
-    cp_err err = {0};
-    int fd;
-    if (cp_output_dir_open(cp_cfg.output_dir, cp_cfg.output_dir_default, &fd, &err) != 0) {
-        A.outdir1 = 0;
-        fprintf(stderr, "contprof: %s; no profile files are written%s\n", err.msg,
-                cp_cfg.brokers[0] || cp_cfg.server[0] ? " (Kafka only)"
-                                                      : ", the agent is not started");
-        return CP_EINVAL;
-    }
-    A.outdir1 = fd + 1;
-    return 0;
-}
-
-/* The output directory's fd, or -1. The host may have taken its number (dup2 onto it,
- * fd.c revokes it): then it is opened and checked again. */
-static int outdir_fd(void)
-{
-    int fd = A.outdir1 - 1;
-    if (fd >= 0 && atomic_load(&cp_fd_state[fd]) == CP_FD_REVOKED) {
-        cp_fd_close(fd); /* only unmarks: the number is the host's */
-        if (outdir_open() != 0) return -1;
-        fd = A.outdir1 - 1;
-    }
-    return fd;
+    if (A.files_said++) return;
+    struct rlimit rl;
+    char lim[96] = "";
+    if ((err == EMFILE || err == ENFILE) && getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        snprintf(lim, sizeof(lim), " (open file limit %llu: ulimit -n)",
+                 (unsigned long long)rl.rlim_cur);
+    fprintf(stderr, "contprof: %s%s; windows are not written as files%s\n", msg, lim,
+            cp_cfg.brokers[0] || cp_cfg.server[0] ? " (Kafka goes on)" : "");
 }
 
 static void write_file(const cp_envelope *e)
 {
     char iso[160], svc[64], path[400], tmp[410];
-    int dir = outdir_fd();
-    if (dir < 0) {
+    /* opened and checked for each file, closed after: the agent holds no fd of the host's
+     * limit between windows, and a directory swapped after the check gets nothing */
+    int dir;
+    cp_err err = {0};
+    if (cp_output_dir_open(cp_cfg.output_dir, cp_cfg.output_dir_default, &dir, &err) != 0) {
+        files_say(err.msg, err.code == CP_EIO ? errno : 0);
         A.dropped_windows++;
         return;
     }
@@ -152,6 +141,7 @@ static void write_file(const cp_envelope *e)
         int level = len <= GZIP_STORE_MAX ? 0 : 1;
         if ((!A.gz[level] && cp_gzipper_create(level, &A.gz[level]) != 0) ||
             cp_gzipper_run(A.gz[level], data, len, &gz) != 0) {
+            cp_fd_close(dir);
             A.dropped_windows++;
             return;
         }
@@ -174,15 +164,23 @@ static void write_file(const cp_envelope *e)
             if (w <= 0) break;
             off += (size_t)w;
         }
+        int e = fd < 0 ? errno : off < len ? (errno ? errno : ENOSPC) : 0;
         if (fd >= 0) close(fd);
-        if (fd >= 0 && off == len && publish(dir, tmp, path) == 0) {
+        if (!e && publish(dir, tmp, path) == 0) {
+            cp_fd_close(dir);
             cp_buf_close(&gz);
             return;
         }
-        int exists = errno == EEXIST;
+        if (!e) e = errno;
         if (fd >= 0) unlinkat(dir, tmp, 0);
-        if (!exists) break;
+        if (e != EEXIST) {
+            char msg[1600];
+            snprintf(msg, sizeof(msg), "%s/%s: %s", cp_cfg.output_dir, tmp, strerror(e));
+            files_say(msg, e);
+            break;
+        }
     }
+    cp_fd_close(dir);
     cp_buf_close(&gz);
     A.dropped_windows++;
 }
@@ -190,7 +188,7 @@ static void write_file(const cp_envelope *e)
 static void emit(cp_envelope *e, void *arg)
 {
     (void)arg;
-    if (A.outdir1) write_file(e);
+    if (A.files) write_file(e);
     if (A.kafka) {
         cp_buf val = {0}, key = {0};
         /* With a token, the envelope is signed with it: contprofd with tokens stores only
@@ -630,12 +628,24 @@ CONTPROF_EXTERN int contprof_start(const contprof_options *opts)
     snprintf(A.brokers, sizeof(A.brokers), "%s", cp_cfg.brokers);
     A.next_resolve = 0;
     new_instance();
-    A.outdir1 = 0;
-    if (cp_cfg.output_dir[0] && outdir_open() != 0 && !cp_cfg.brokers[0] && !cp_cfg.server[0]) {
-        /* nowhere to write: the program runs on without the agent */
-        atomic_store(&A.running, 0);
-        cp_in_agent = saved;
-        return CP_EINVAL;
+    /* the output directory is checked now, to say at once why no file will come */
+    A.files = 0;
+    A.files_said = 0;
+    if (cp_cfg.output_dir[0]) {
+        int dir;
+        if (cp_output_dir_open(cp_cfg.output_dir, cp_cfg.output_dir_default, &dir, &err) == 0) {
+            cp_fd_close(dir);
+            A.files = 1;
+        } else if (!cp_cfg.brokers[0] && !cp_cfg.server[0]) {
+            /* nowhere to write: the program runs on without the agent */
+            fprintf(stderr, "contprof: %s; no profile is written, the agent is not started\n",
+                    err.msg);
+            atomic_store(&A.running, 0);
+            cp_in_agent = saved;
+            return CP_EINVAL;
+        } else {
+            fprintf(stderr, "contprof: %s; windows go to Kafka only\n", err.msg);
+        }
     }
     cp_modules_refresh(1);
     if (cp_cfg.alloc_rate > 0 && cp_alloc_init() == 0) cp_alloc_set_rate(cp_cfg.alloc_rate);
@@ -695,13 +705,10 @@ static void stop(int at_exit)
         rc = pthread_cond_timedwait(&A.cv, &A.mu, &ts);
     int done = A.finished;
     pthread_mutex_unlock(&A.mu);
-    if (done) {
+    if (done)
         pthread_join(A.th, NULL);
-        if (A.outdir1) cp_fd_close(A.outdir1 - 1);
-        A.outdir1 = 0;
-    } else {
+    else
         pthread_detach(A.th);
-    }
     cp_alloc_set_rate(0);
     atomic_store(&A.running, 0);
 }

@@ -15,9 +15,12 @@ int cp_output_dir_open(const char *path, int is_default, int *out, cp_err *err)
     *out = -1;
     if (!path[0]) return cp_err_set(err, CP_EINVAL, "output directory: empty path");
     /* made private if missing (its parent must exist); an existing one is checked as found */
-    if (mkdir(path, 0700) != 0 && errno != EEXIST)
-        return cp_err_set(err, CP_EIO, "output directory %s: cannot be made (%s)", path,
-                          strerror(errno));
+    if (mkdir(path, 0700) != 0 && errno != EEXIST) {
+        int e = errno;
+        cp_err_set(err, CP_EIO, "output directory %s: cannot be made (%s)", path, strerror(e));
+        errno = e;
+        return CP_EIO;
+    }
     int fd = cp_fd_openat(AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
     if (fd < 0) {
         int e = errno;
@@ -26,8 +29,9 @@ int cp_output_dir_open(const char *path, int is_default, int *out, cp_err *err)
             return cp_err_set(err, CP_EINVAL, "output directory %s: is a symbolic link", path);
         if (e == ENOTDIR)
             return cp_err_set(err, CP_EINVAL, "output directory %s: not a directory", path);
-        return cp_err_set(err, CP_EIO, "output directory %s: cannot be opened (%s)", path,
-                          strerror(e));
+        cp_err_set(err, CP_EIO, "output directory %s: cannot be opened (%s)", path, strerror(e));
+        errno = e;
+        return CP_EIO;
     }
     struct stat st;
     uid_t me = geteuid();

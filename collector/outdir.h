@@ -14,7 +14,8 @@
  *   - else (CONTPROF_OUTPUT_DIR): owned by the effective uid or root, and writable by
  *     group or others only if sticky (as /tmp).
  * Returns 0 with *out (the caller closes it with cp_fd_close), or CP_EIO / CP_EINVAL with
- * err "output directory PATH: REASON" (the directory is then not to be used). Any thread;
+ * err "output directory PATH: REASON" (the directory is then not to be used; after CP_EIO
+ * errno is the system's error, EMFILE when no fd is left). Any thread;
  * allocates nothing. */
 int cp_output_dir_open(const char *path, int is_default, int *out, cp_err *err);
 

@@ -251,5 +251,62 @@ TEST(writable_by_others_refused)
     tmp_remove();
 }
 
+/* ulimit -n 8 (the agent's fds go above 4, fd.c): the profile is written. */
+TEST(ulimit_8_gives_profile)
+{
+    tmp_make();
+    char dir[300], env[400], script[600];
+    snprintf(dir, sizeof(dir), "%s/out", g_tmp);
+    CHECK(mkdir(dir, 0700) == 0);
+    snprintf(env, sizeof(env), "CONTPROF_OUTPUT_DIR=%s", dir);
+    snprintf(script, sizeof(script), "ulimit -n 8; exec %s return 0.3", CPE);
+    const char *e[] = {env, NULL};
+    int st = run_agent(script, NULL, e);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(!strstr(g_out, "contprof:"));
+    pset s;
+    pset_load(dir, &s);
+    CHECK(s.n >= 1);
+    pset_free(&s);
+    tmp_remove();
+}
+
+/* ulimit -n 8 and a program that holds every fd left (python3 opens /dev/null until EMFILE,
+ * then burns 0.5 s of CPU): no fd for the window's files, and the agent says so once,
+ * naming the limit; the program's own output and exit are untouched. Before, nothing was
+ * written and nothing said. */
+TEST(ulimit_8_full_says_why)
+{
+    tmp_make();
+    char dir[300], env[400], script[1200];
+    snprintf(dir, sizeof(dir), "%s/out", g_tmp);
+    CHECK(mkdir(dir, 0700) == 0);
+    snprintf(env, sizeof(env), "CONTPROF_OUTPUT_DIR=%s", dir);
+    snprintf(script, sizeof(script),
+             "ulimit -n 8; exec /usr/bin/python3 -c '\n"
+             "import os, time\n"
+             "fs = []\n"
+             "try:\n"
+             "    while True: fs.append(os.open(\"/dev/null\", 0))\n"
+             "except OSError: pass\n"
+             "t = time.process_time()\n"
+             "while time.process_time() - t < 0.5: pass\n"
+             "print(\"held\", len(fs))\n"
+             "'");
+    const char *e[] = {env, NULL};
+    int st = run_agent(script, NULL, e);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK_CONTAINS(g_out, "held ");
+    int files = count_files(dir);
+    printf("%d files\n", files);
+    if (files == 0) {
+        CHECK_CONTAINS(g_out, "Too many open files");
+        CHECK_CONTAINS(g_out, "ulimit -n");
+        CHECK_EQ(count_lines(g_out, "contprof:"), 1);
+    }
+    tmp_remove();
+}
+
 TEST_MAIN(T(default_dir_is_per_user), T(default_dir_in_xdg_runtime_dir), T(planted_symlink_refused),
-          T(foreign_owner_refused), T(writable_by_others_refused))
+          T(foreign_owner_refused), T(writable_by_others_refused), T(ulimit_8_gives_profile),
+          T(ulimit_8_full_says_why))
