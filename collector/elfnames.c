@@ -464,13 +464,20 @@ typedef struct plt_src {
     uint64_t *got;               /* sorted GOT slots with a named symbol, and their symbols */
     uint32_t *sym, nslot;
     int relocs_read;
+    /* .dynsym and .dynstr read whole when small (a pread per stub cost 10x the table) */
+    uint8_t *dynsym_bytes;
+    char *dynstr_bytes;
 } plt_src;
+
+#define PLT_DYN_WHOLE_MAX ((uint64_t)4 << 20)
 
 static void plt_close(plt_src *p)
 {
     if (p->fd >= 0) close(p->fd);
     free(p->got);
     free(p->sym);
+    free(p->dynsym_bytes);
+    free(p->dynstr_bytes);
     memset(p, 0, sizeof(*p));
     p->fd = -1;
 }
@@ -608,6 +615,21 @@ static int plt_read_relocs(plt_src *p)
     }
     free(buf);
     sort_slots(p->got, p->sym, p->nslot);
+    if (p->nslot > 16 && p->dynsym.size <= PLT_DYN_WHOLE_MAX &&
+        p->dynstr.size <= PLT_DYN_WHOLE_MAX && p->dynstr.size > 0) {
+        p->dynsym_bytes = malloc(p->dynsym.size);
+        p->dynstr_bytes = malloc(p->dynstr.size);
+        if (!p->dynsym_bytes || !p->dynstr_bytes ||
+            read_at(p->fd, p->fsize, p->dynsym.off, p->dynsym.size, p->dynsym_bytes) != 0 ||
+            read_at(p->fd, p->fsize, p->dynstr.off, p->dynstr.size, p->dynstr_bytes) != 0) {
+            free(p->dynsym_bytes);
+            free(p->dynstr_bytes);
+            p->dynsym_bytes = NULL;
+            p->dynstr_bytes = NULL;
+        } else {
+            p->dynstr_bytes[p->dynstr.size - 1] = 0;
+        }
+    }
     return 0;
 }
 
@@ -628,19 +650,23 @@ static char *plt_stub_name(plt_src *p, const uint8_t *e, size_t n, uint64_t addr
     }
     if (lo == p->nslot || p->got[lo] != got) return NULL;
     uint8_t sym[SYM_BYTES];
+    uint64_t at = (uint64_t)p->sym[lo] * SYM_BYTES;
     if (p->dynsym.entsize != SYM_BYTES || p->dynstr.type != SHT_STRTAB_ ||
-        (uint64_t)p->sym[lo] >= p->dynsym.size / SYM_BYTES ||
-        read_at(p->fd, p->fsize, p->dynsym.off + (uint64_t)p->sym[lo] * SYM_BYTES, SYM_BYTES,
-                sym) != 0)
+        (uint64_t)p->sym[lo] >= p->dynsym.size / SYM_BYTES)
+        return NULL;
+    if (p->dynsym_bytes)
+        memcpy(sym, p->dynsym_bytes + at, SYM_BYTES);
+    else if (read_at(p->fd, p->fsize, p->dynsym.off + at, SYM_BYTES, sym) != 0)
         return NULL;
     uint32_t nm = cp_ld32(sym);
     if (nm == 0 || nm >= p->dynstr.size) return NULL;
-    char *base = read_name(p->fd, p->fsize, &p->dynstr, nm);
-    if (!base) return NULL;
-    size_t bl = strlen(base);
-    char *full = malloc(bl + 5);
+    char *base = p->dynstr_bytes ? NULL : read_name(p->fd, p->fsize, &p->dynstr, nm);
+    const char *b = p->dynstr_bytes ? p->dynstr_bytes + nm : base;
+    if (!b) return NULL;
+    size_t bl = name_len(b);
+    char *full = bl ? malloc(bl + 5) : NULL;
     if (full) {
-        memcpy(full, base, bl);
+        memcpy(full, b, bl);
         memcpy(full + bl, "@plt", 5);
     }
     free(base);

@@ -15,7 +15,7 @@ int cp_plt_entry_got(const uint8_t *e, size_t n, uint64_t addr, uint64_t *got)
 {
     size_t p = 0;
     if (n >= 4 && e[0] == 0xf3 && e[1] == 0x0f && e[2] == 0x1e && e[3] == 0xfa) p = 4; /* endbr64 */
-    if (p < n && e[p] == 0xf2) p++; /* bnd */
+    if (p < n && e[p] == 0xf2) p++;                                                    /* bnd */
     if (p + 6 > n || e[p] != 0xff || e[p + 1] != 0x25) return -1;
     int32_t disp = (int32_t)((uint32_t)e[p + 2] | (uint32_t)e[p + 3] << 8 |
                              (uint32_t)e[p + 4] << 16 | (uint32_t)e[p + 5] << 24);
