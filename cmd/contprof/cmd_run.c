@@ -33,7 +33,11 @@ static int usage_to(FILE *f, int rc)
             "         [--symbolize agent|server]\n"
             "         [--token T (or CONTPROF_TOKEN): contprofd's bearer token]\n"
             "         -- CMD [ARGS...]\n"
-            "  --window D   window length: 500ms, 10s (default), 1m; a bare number is seconds\n\n"
+            "  --window D   window length: 500ms, 10s (default), 1m; a bare number is seconds\n"
+            "  --output-dir DIR  window files; without a server or brokers by default\n"
+            "               $XDG_RUNTIME_DIR/contprof or ${TMPDIR:-/tmp}/contprof-UID; made 0700\n"
+            "               if missing; refused if a symbolic link, another user's, or writable\n"
+            "               by others and not sticky\n\n"
             "examples:\n"
             "  contprof run --server http://127.0.0.1:7070 --service api --version 1.4 -- ./api\n"
             "  contprof run --output-dir /tmp/prof --window 1m -- ./batch-job\n");
