@@ -452,6 +452,11 @@ out:
 #define PLT_SECS 4
 #define PLT_BYTES_MAX ((uint64_t)4 << 20) /* a stub section larger than this: all "[plt]" */
 
+struct plt_slot {
+    uint64_t got;
+    uint32_t sym;
+};
+
 typedef struct plt_src {
     int fd;
     uint64_t fsize;
@@ -461,8 +466,8 @@ typedef struct plt_src {
     } sec[PLT_SECS];
     uint32_t nsec;
     sec rela[2], dynsym, dynstr; /* .rela.plt, .rela.dyn (type 0: none) */
-    uint64_t *got;               /* sorted GOT slots with a named symbol, and their symbols */
-    uint32_t *sym, nslot;
+    struct plt_slot *slot;       /* GOT slots with a named symbol, sorted by slot */
+    uint32_t nslot;
     int relocs_read;
     /* .dynsym and .dynstr read whole when small (a pread per stub cost 10x the table) */
     uint8_t *dynsym_bytes;
@@ -474,8 +479,7 @@ typedef struct plt_src {
 static void plt_close(plt_src *p)
 {
     if (p->fd >= 0) close(p->fd);
-    free(p->got);
-    free(p->sym);
+    free(p->slot);
     free(p->dynsym_bytes);
     free(p->dynstr_bytes);
     memset(p, 0, sizeof(*p));
@@ -521,7 +525,8 @@ static int plt_open(const char *path, plt_src *p)
                  .link = link,
                  .entsize = cp_ld64(h + 0x38)};
         uint32_t ent = type == SHT_PROGBITS_ ? cp_plt_entry_size(name, s.entsize) : 0;
-        if (ent && p->nsec < PLT_SECS && s.size >= ent) {
+        if (ent && p->nsec < PLT_SECS && s.size >= ent &&
+            cp_ld64(h + 0x10) + s.size > cp_ld64(h + 0x10)) {
             p->sec[p->nsec].addr = cp_ld64(h + 0x10);
             p->sec[p->nsec].off = s.off;
             p->sec[p->nsec].size = s.size;
@@ -559,18 +564,10 @@ static int plt_sec_of(const plt_src *p, uint64_t va)
     return -1;
 }
 
-static void sort_slots(uint64_t *got, uint32_t *sym, uint32_t n)
+static int slot_cmp(const void *a, const void *b)
 {
-    for (uint32_t i = 1; i < n; i++) { /* insertion: relocations come nearly sorted */
-        uint64_t g = got[i];
-        uint32_t s = sym[i], j = i;
-        for (; j && got[j - 1] > g; j--) {
-            got[j] = got[j - 1];
-            sym[j] = sym[j - 1];
-        }
-        got[j] = g;
-        sym[j] = s;
-    }
+    const struct plt_slot *x = a, *y = b;
+    return x->got < y->got ? -1 : x->got > y->got;
 }
 
 /* Reads the GOT slots named by .rela.plt (and .rela.dyn when there is a .plt.got). */
@@ -599,22 +596,20 @@ static int plt_read_relocs(plt_src *p)
             if (!cp_plt_reloc_names_slot((uint32_t)info) || !(info >> 32)) continue;
             if (p->nslot == cap) {
                 uint32_t nc = cap ? cap * 2 : 256;
-                uint64_t *g = realloc(p->got, nc * sizeof(uint64_t));
-                if (g) p->got = g;
-                uint32_t *y = g ? realloc(p->sym, nc * sizeof(uint32_t)) : NULL;
-                if (y) p->sym = y;
-                if (!g || !y) {
+                struct plt_slot *g = realloc(p->slot, nc * sizeof(*g));
+                if (!g) {
                     free(buf);
                     return CP_ENOMEM;
                 }
+                p->slot = g;
                 cap = nc;
             }
-            p->got[p->nslot] = cp_ld64(e);
-            p->sym[p->nslot++] = (uint32_t)(info >> 32);
+            p->slot[p->nslot].got = cp_ld64(e);
+            p->slot[p->nslot++].sym = (uint32_t)(info >> 32);
         }
     }
     free(buf);
-    sort_slots(p->got, p->sym, p->nslot);
+    if (p->nslot) qsort(p->slot, p->nslot, sizeof(*p->slot), slot_cmp);
     if (p->nslot > 16 && p->dynsym.size <= PLT_DYN_WHOLE_MAX &&
         p->dynstr.size <= PLT_DYN_WHOLE_MAX && p->dynstr.size > 0) {
         p->dynsym_bytes = malloc(p->dynsym.size);
@@ -643,16 +638,16 @@ static char *plt_stub_name(plt_src *p, const uint8_t *e, size_t n, uint64_t addr
     uint32_t lo = 0, hi = p->nslot;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if (p->got[mid] < got)
+        if (p->slot[mid].got < got)
             lo = mid + 1;
         else
             hi = mid;
     }
-    if (lo == p->nslot || p->got[lo] != got) return NULL;
+    if (lo == p->nslot || p->slot[lo].got != got) return NULL;
     uint8_t sym[SYM_BYTES];
-    uint64_t at = (uint64_t)p->sym[lo] * SYM_BYTES;
+    uint64_t at = (uint64_t)p->slot[lo].sym * SYM_BYTES;
     if (p->dynsym.entsize != SYM_BYTES || p->dynstr.type != SHT_STRTAB_ ||
-        (uint64_t)p->sym[lo] >= p->dynsym.size / SYM_BYTES)
+        (uint64_t)p->slot[lo].sym >= p->dynsym.size / SYM_BYTES)
         return NULL;
     if (p->dynsym_bytes)
         memcpy(sym, p->dynsym_bytes + at, SYM_BYTES);
@@ -701,6 +696,8 @@ static int plt_table(const char *path, cp_elfnames *t)
             read_at(p.fd, p.fsize, p.sec[k].off, size, bytes) != 0) {
             free(bytes);
             bytes = NULL;
+            /* unreadable (or a hostile size): one "[plt]" over the section, not a loop */
+            ent = size;
         }
         for (uint64_t off = 0; off + ent <= size && rc == 0; off += ent) {
             uint64_t a = p.sec[k].addr + off;

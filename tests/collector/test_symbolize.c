@@ -386,7 +386,59 @@ TEST(plt_stubs_named)
         if (access(debian[i], R_OK) == 0) check_plt(debian[i]);
 }
 
-TEST_MAIN(T(plt_stubs_named), T(names_from_symtab), T(stripped_names_from_dynsym),
-          T(libc_internals_from_debug_file), T(debuginfo_off_leaves_libc_internals),
-          T(cxx_and_rust_names_demangled), T(agent_isolate_cpu), T(budget_counted_when_spent),
-          T(budget_default_not_hit), T(elfnames_files))
+/* A copy of cpsym whose .plt claims 2^62 bytes at an address near the top: the table is
+ * built at once (one "[plt]" over the section, no loop over its entries), never a fault. */
+TEST(plt_hostile_size)
+{
+    FILE *f = fopen(CPSYM, "rb");
+    CHECK(f);
+    static uint8_t b[1 << 20];
+    size_t n = fread(b, 1, sizeof(b), f);
+    fclose(f);
+    CHECK(n > 64 && n < sizeof(b));
+    uint64_t shoff;
+    uint16_t shnum, shstrndx;
+    memcpy(&shoff, b + 0x28, 8);
+    memcpy(&shnum, b + 0x3c, 2);
+    memcpy(&shstrndx, b + 0x3e, 2);
+    CHECK(shoff + (uint64_t)shnum * 64 <= n);
+    uint64_t stroff;
+    memcpy(&stroff, b + shoff + (uint64_t)shstrndx * 64 + 0x18, 8);
+    int patched = 0;
+    for (int i = 0; i < shnum; i++) {
+        uint8_t *h = b + shoff + (uint64_t)i * 64;
+        uint32_t nm;
+        memcpy(&nm, h, 4);
+        if (strcmp((const char *)b + stroff + nm, ".plt") != 0) continue;
+        for (int variant = 0; variant < 2; variant++) {
+            uint64_t size = (uint64_t)1 << 62, addr = variant ? ~(uint64_t)0 - 4096 : 0x1020;
+            memcpy(h + 0x20, &size, 8);
+            memcpy(h + 0x10, &addr, 8);
+            char tmp[256];
+            snprintf(tmp, sizeof(tmp), "/tmp/contprof-plt-%d", (int)getpid());
+            FILE *o = fopen(tmp, "wb");
+            CHECK(o && fwrite(b, 1, n, o) == n);
+            fclose(o);
+            cp_elfnames *t = NULL;
+            CHECK_EQ(cp_elfnames_create(tmp, NULL, 0, NULL, &t), 0);
+            size_t len = 0;
+            const char *nm2 = cp_elfnames_lookup(t, 0x1033, &len);
+            printf("variant %d: 0x1033 is %.*s\n", variant, nm2 ? (int)len : 6,
+                   nm2 ? nm2 : "(none)");
+            cp_elfnames_destroy(t);
+            char *names[1] = {NULL};
+            uint64_t va[1] = {0x1033};
+            CHECK_EQ(cp_elfnames_scan(tmp, NULL, 0, NULL, va, 1, names), 0);
+            free(names[0]);
+            unlink(tmp);
+            patched++;
+        }
+    }
+    CHECK_EQ(patched, 2);
+}
+
+TEST_MAIN(T(plt_stubs_named), T(plt_hostile_size), T(names_from_symtab),
+          T(stripped_names_from_dynsym), T(libc_internals_from_debug_file),
+          T(debuginfo_off_leaves_libc_internals), T(cxx_and_rust_names_demangled),
+          T(agent_isolate_cpu), T(budget_counted_when_spent), T(budget_default_not_hit),
+          T(elfnames_files))
