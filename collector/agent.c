@@ -158,25 +158,28 @@ static void write_file(const cp_envelope *e)
         int fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
         if (fd < 0 && errno == EEXIST) continue;
         size_t off = 0;
+        int werr = fd < 0 ? errno : 0;
         while (fd >= 0 && off < len) {
             ssize_t w = write(fd, data + off, len - off);
             if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) break;
+            if (w <= 0) {
+                werr = w < 0 ? errno : ENOSPC;
+                break;
+            }
             off += (size_t)w;
         }
-        int e = fd < 0 ? errno : off < len ? (errno ? errno : ENOSPC) : 0;
         if (fd >= 0) close(fd);
-        if (!e && publish(dir, tmp, path) == 0) {
+        if (!werr && publish(dir, tmp, path) == 0) {
             cp_fd_close(dir);
             cp_buf_close(&gz);
             return;
         }
-        if (!e) e = errno;
+        if (!werr) werr = errno; /* publish's */
         if (fd >= 0) unlinkat(dir, tmp, 0);
-        if (e != EEXIST) {
+        if (werr != EEXIST) {
             char msg[1600];
-            snprintf(msg, sizeof(msg), "%s/%s: %s", cp_cfg.output_dir, tmp, strerror(e));
-            files_say(msg, e);
+            snprintf(msg, sizeof(msg), "%s/%s: %s", cp_cfg.output_dir, tmp, strerror(werr));
+            files_say(msg, werr);
             break;
         }
     }
