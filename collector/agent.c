@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include "fd.h"
 #include "guard.h"
 #include "isolate.h"
+#include "outdir.h"
 #include "pprof.h"
 #include "sink.h"
 #include "thread.h"
@@ -44,6 +46,8 @@ static struct {
     uint64_t prev_alloc_dropped, prev_proc_dropped;
     cp_sink *sink;     /* the relay or Kafka (sink.h); NULL with files only */
     cp_gzipper *gz[2]; /* write_file's, stored and level 1, kept (agent thread only) */
+    int files;         /* window files are written (an output directory passed its check) */
+    int files_said;    /* write_file said once why a window was not written */
     int atfork_done;
     /* Flushes asked for by exec and _exit (agent_flush): asked counts requests, done the ones
      * served, both under mu. pid: the process this agent thread serves (a vfork child shares
@@ -78,20 +82,45 @@ static void sanitize(char *dst, size_t cap, const char *src)
  * of about 300 bytes). Larger ones are compressed at level 1. */
 #define GZIP_STORE_MAX 4096
 
-/* Publishes tmp as path unless path exists: never overwrites a file. */
-static int publish(const char *tmp, const char *path)
+/* Publishes tmp as path (both in directory dir) unless path exists: never overwrites a
+ * file. */
+static int publish(int dir, const char *tmp, const char *path)
 {
-    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) == 0) return 0;
+    if (renameat2(dir, tmp, dir, path, RENAME_NOREPLACE) == 0) return 0;
     if (errno != EINVAL && errno != ENOSYS) return -1; /* EEXIST among them */
     /* a file system without RENAME_NOREPLACE: link() refuses an existing name too */
-    if (link(tmp, path) != 0) return -1;
-    unlink(tmp);
+    if (linkat(dir, tmp, dir, path, 0) != 0) return -1;
+    unlinkat(dir, tmp, 0);
     return 0;
+}
+
+/* Says once per process why window files are not written (msg: what failed). Why once: a
+ * reason that holds for one window (no fd left, the directory swapped) usually holds for
+ * every later one. */
+static void files_say(const char *msg, int err)
+{
+    if (A.files_said++) return;
+    struct rlimit rl;
+    char lim[96] = "";
+    if ((err == EMFILE || err == ENFILE) && getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        snprintf(lim, sizeof(lim), " (open file limit %llu: ulimit -n)",
+                 (unsigned long long)rl.rlim_cur);
+    fprintf(stderr, "contprof: %s%s; windows are not written as files%s\n", msg, lim,
+            cp_cfg.brokers[0] || cp_cfg.server[0] ? " (Kafka goes on)" : "");
 }
 
 static void write_file(const cp_envelope *e)
 {
-    char iso[160], svc[64], path[1400], tmp[1410];
+    char iso[160], svc[64], path[400], tmp[410];
+    /* opened and checked for each file, closed after: the agent holds no fd of the host's
+     * limit between windows, and a directory swapped after the check gets nothing */
+    int dir;
+    cp_err err = {0};
+    if (cp_output_dir_open(cp_cfg.output_dir, cp_cfg.output_dir_default, &dir, &err) != 0) {
+        files_say(err.msg, err.code == CP_EIO ? errno : 0);
+        A.dropped_windows++;
+        return;
+    }
     /* a capture's envelopes (own sequence): ISOLATE.capture-ID */
     const char *capid = cp_labels_get(&e->labels, CP_CAPTURE_LABEL);
     char isocap[160];
@@ -107,6 +136,7 @@ static void write_file(const cp_envelope *e)
         int level = len <= GZIP_STORE_MAX ? 0 : 1;
         if ((!A.gz[level] && cp_gzipper_create(level, &A.gz[level]) != 0) ||
             cp_gzipper_run(A.gz[level], data, len, &gz) != 0) {
+            cp_fd_close(dir);
             A.dropped_windows++;
             return;
         }
@@ -116,28 +146,39 @@ static void write_file(const cp_envelope *e)
     /* Up to 4 names: a name taken already (the clock stepped back, another machine writing
      * to the same directory) moves this image's token on for good. */
     for (int attempt = 0; attempt < 4; attempt++, A.image_token++) {
-        snprintf(path, sizeof(path), "%s/%s.%d-%llx.%06llu.%s.%s.pb.gz", cp_cfg.output_dir, svc,
-                 (int)getpid(), (unsigned long long)A.image_token, (unsigned long long)e->sequence,
+        snprintf(path, sizeof(path), "%s.%d-%llx.%06llu.%s.%s.pb.gz", svc, (int)getpid(),
+                 (unsigned long long)A.image_token, (unsigned long long)e->sequence,
                  cp_kind_name(e->kind), iso);
         snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        int fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
         if (fd < 0 && errno == EEXIST) continue;
         size_t off = 0;
+        int werr = fd < 0 ? errno : 0;
         while (fd >= 0 && off < len) {
             ssize_t w = write(fd, data + off, len - off);
             if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) break;
+            if (w <= 0) {
+                werr = w < 0 ? errno : ENOSPC;
+                break;
+            }
             off += (size_t)w;
         }
         if (fd >= 0) close(fd);
-        if (fd >= 0 && off == len && publish(tmp, path) == 0) {
+        if (!werr && publish(dir, tmp, path) == 0) {
+            cp_fd_close(dir);
             cp_buf_close(&gz);
             return;
         }
-        int exists = errno == EEXIST;
-        if (fd >= 0) unlink(tmp);
-        if (!exists) break;
+        if (!werr) werr = errno; /* publish's */
+        if (fd >= 0) unlinkat(dir, tmp, 0);
+        if (werr != EEXIST) {
+            char msg[1600];
+            snprintf(msg, sizeof(msg), "%s/%s: %s", cp_cfg.output_dir, tmp, strerror(werr));
+            files_say(msg, werr);
+            break;
+        }
     }
+    cp_fd_close(dir);
     cp_buf_close(&gz);
     A.dropped_windows++;
 }
@@ -145,7 +186,7 @@ static void write_file(const cp_envelope *e)
 static void emit(cp_envelope *e, void *arg)
 {
     (void)arg;
-    if (cp_cfg.output_dir[0]) write_file(e);
+    if (A.files) write_file(e);
     if (A.sink) cp_sink_send(A.sink, e);
     cp_envelope_close(e);
 }
@@ -535,7 +576,25 @@ CONTPROF_EXTERN int contprof_start(const contprof_options *opts)
     }
     if (!cp_cfg.children) strip_preload();
     new_instance();
-    if (cp_cfg.output_dir[0]) mkdir(cp_cfg.output_dir, 0755);
+    /* the output directory is checked now, to say at once why no file will come */
+    A.files = 0;
+    A.files_said = 0;
+    if (cp_cfg.output_dir[0]) {
+        int dir;
+        if (cp_output_dir_open(cp_cfg.output_dir, cp_cfg.output_dir_default, &dir, &err) == 0) {
+            cp_fd_close(dir);
+            A.files = 1;
+        } else if (!has_transport()) {
+            /* nowhere to write: the program runs on without the agent */
+            fprintf(stderr, "contprof: %s; no profile is written, the agent is not started\n",
+                    err.msg);
+            atomic_store(&A.running, 0);
+            cp_in_agent = saved;
+            return CP_EINVAL;
+        } else {
+            fprintf(stderr, "contprof: %s; windows go to the relay or Kafka only\n", err.msg);
+        }
+    }
     cp_modules_refresh(1);
     if (cp_cfg.alloc_rate > 0 && cp_alloc_init() == 0) cp_alloc_set_rate(cp_cfg.alloc_rate);
     cp_exec_resolve();

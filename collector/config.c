@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "times.h"
 #include "envelope.h" /* CP_TOPIC_PROFILES */
@@ -81,6 +83,24 @@ static void kafka_props_from_env(char *out, size_t cap)
     }
 }
 
+/* The default output directory, this effective user's own: $XDG_RUNTIME_DIR/contprof when
+ * XDG_RUNTIME_DIR is an absolute path to a directory of ours that nobody else may enter
+ * (systemd's /run/user/UID, 0700), else ${TMPDIR:-/tmp}/contprof-EUID. Why per user: a
+ * shared name in /tmp can be made first by another user (or be a symbolic link planted by
+ * one), who then receives every later user's profiles; outdir.c checks what is found. */
+static void default_output_dir(char *out, size_t cap)
+{
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    struct stat st;
+    if (xdg && xdg[0] == '/' && stat(xdg, &st) == 0 && S_ISDIR(st.st_mode) &&
+        st.st_uid == geteuid() && (st.st_mode & 077) == 0) {
+        snprintf(out, cap, "%s/contprof", xdg);
+        return;
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(out, cap, "%s/contprof-%u", tmp && *tmp ? tmp : "/tmp", (unsigned)geteuid());
+}
+
 int cp_config_load(cp_config *c, const contprof_options *o, cp_err *err)
 {
     static const contprof_options none;
@@ -101,8 +121,8 @@ int cp_config_load(cp_config *c, const contprof_options *o, cp_err *err)
 
     if (!c->output_dir[0] && !c->brokers[0] && !c->server[0] && !c->relay_dir[0]) {
         /* no transport at all: keep the windows for offline use */
-        const char *tmp = getenv("TMPDIR");
-        snprintf(c->output_dir, sizeof(c->output_dir), "%s/contprof", tmp && *tmp ? tmp : "/tmp");
+        default_output_dir(c->output_dir, sizeof(c->output_dir));
+        c->output_dir_default = 1;
     }
 
     int64_t hz = o->cpu_hz ? o->cpu_hz : env_int("CONTPROF_CPU_HZ", 100);

@@ -38,7 +38,10 @@ typedef struct cp_config {
     int64_t window_ns;
     char brokers[1024], server[512], topic[256], output_dir[1024];
     char relay_dir[1024]; /* CONTPROF_RELAY: the host's relay (model/relay.h); wins over brokers */
-    char token[256];      /* CONTPROF_TOKEN: contprofd's bearer token (asking for the brokers) */
+    /* output_dir is the default (config.c default_output_dir), not CONTPROF_OUTPUT_DIR: made
+     * if missing and checked more strictly (outdir.h) */
+    int output_dir_default;
+    char token[256]; /* CONTPROF_TOKEN: contprofd's bearer token (asking for the brokers) */
     int children;
     int captures;         /* CONTPROF_CAPTURES (default 1): watch the control topic (capture.c) */
     int64_t flush_ns;     /* CONTPROF_FLUSH: bound on the Kafka flush at exit */

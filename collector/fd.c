@@ -831,6 +831,14 @@ void cp_fd_after_fork_child(void)
     atomic_store(&g_host_making, 0);
 }
 
+int cp_fd_openat(int dir, const char *path, int flags, int mode)
+{
+    agent_enter();
+    int fd = cp_fd_adopt(REAL(openat)(dir, path, flags, (mode_t)mode), CP_FD_AGENT);
+    agent_leave();
+    return fd;
+}
+
 int cp_fd_fcntl(int fd, int cmd, long arg)
 {
     return REAL(fcntl)(fd, cmd, arg);

@@ -36,6 +36,11 @@ void cp_fd_gate_enter(void);
 void cp_fd_gate_leave(void);
 /* In a fork child (not a vfork child, which shares the parent's memory). */
 void cp_fd_after_fork_child(void);
+/* openat(dir, path, flags, mode) made as an agent fd from any thread (a host thread's too:
+ * contprof_start's output directory): through the agent's side of the gate, moved above
+ * the floor and marked, as cp_fd_adopt says. Returns the fd or -1 with errno.
+ * Async-signal-safe. */
+int cp_fd_openat(int dir, const char *path, int flags, int mode);
 /* fcntl without the interposer's checks. Async-signal-safe. */
 int cp_fd_fcntl(int fd, int cmd, long arg);
 

@@ -712,9 +712,18 @@ static const sym *symbolize(uint64_t pc, const cp_modules *mods)
  * This holds with CONTPROF_SYMBOLIZE=server too: a map entry is the only name JIT code
  * has. A pc with no entry is the frame "[jit]", never a bare address. */
 
+/* The hint naming V8's perf-map flags is said once, and only where it can help: a V8 host
+ * without a map whose CPU samples in unnamed JIT code (stacks with a [jit] frame) reach
+ * JIT_HINT_SAMPLES over its life, 100 ms of CPU at 100 Hz. Why: `node -e 0`, a short CLI
+ * or a process that spends its time in C++ has none or a few such samples, and the line
+ * was noise in every one of them; below the bound [jit] is too small a part of any
+ * profile to be worth a restart with other flags. */
+#define JIT_HINT_SAMPLES 10
+
 static struct {
-    uint32_t unnamed_id; /* "[jit]"'s language id + 1 */
-    int checked_host;    /* the V8 host check ran (after the first window with samples) */
+    uint32_t unnamed_id;      /* "[jit]"'s language id + 1 */
+    uint64_t unnamed_samples; /* CPU samples with a [jit] frame, over the process's life */
+    int hint_said;            /* the perf-map hint was said (or cannot help: a map exists) */
 } jit;
 
 /* Whether a module of mods looks like a V8 host: node, libnode, workerd, libv8. */
@@ -741,25 +750,30 @@ static uint64_t jit_unnamed(uint64_t pc)
     return CP_LANG_TAG | (jit.unnamed_id - 1);
 }
 
-static uint64_t jit_frame(uint64_t pc)
+static uint64_t jit_frame(uint64_t pc, int *unnamed)
 {
     const char *name;
     size_t len;
     uint32_t slot;
-    if (cp_perfmap_lookup(pc, &name, &len, &slot) != 0) return jit_unnamed(pc);
+    if (cp_perfmap_lookup(pc, &name, &len, &slot) != 0) {
+        *unnamed = 1;
+        return jit_unnamed(pc);
+    }
     uint64_t tag = cp_perfmap_get_tag(slot);
     if (tag) return CP_LANG_TAG | (tag - 1);
     cp_perfmap_name n;
     cp_perfmap_split(name, len, &n);
     contprof_frame f = {.function = n.function, .file = n.file[0] ? n.file : NULL, .line = n.line};
     uint32_t id;
-    if (cp_lang_intern(&f, &id) != 0) return jit_unnamed(pc);
+    if (cp_lang_intern(&f, &id) != 0) return jit_unnamed(pc); /* named in the map: no hint */
     cp_perfmap_set_tag(slot, (uint64_t)id + 1);
     return CP_LANG_TAG | id;
 }
 
-static void jit_stack(const cp_modules *mods, uint64_t *pcs, uint32_t n, int *refreshed)
+/* Rewrites the stack's pcs in no module; returns whether one of them has no map entry. */
+static int jit_stack(const cp_modules *mods, uint64_t *pcs, uint32_t n, int *refreshed)
 {
+    int unnamed = 0;
     for (uint32_t k = 0; k < n; k++) {
         uint64_t pc = pcs[k];
         if ((pc & CP_LANG_TAG) || cp_modules_find(mods, (uintptr_t)pc)) continue;
@@ -767,8 +781,9 @@ static void jit_stack(const cp_modules *mods, uint64_t *pcs, uint32_t n, int *re
             *refreshed = 1;
             (void)cp_perfmap_refresh(NULL);
         }
-        pcs[k] = jit_frame(pc);
+        pcs[k] = jit_frame(pc, &unnamed);
     }
+    return unnamed;
 }
 
 /* Rewrites the window's pcs in no module (CPU and allocation stacks) as language frames;
@@ -778,14 +793,14 @@ static void jit_frames(const cp_modules *mods, bucket_copy *bc)
     if (!mods) return;
     int refreshed = 0;
     for (uint32_t i = 0; i < cpu.cap; i++)
-        if (cpu.e[i].hash) jit_stack(mods, cpu.e[i].pcs, cpu.e[i].nframes, &refreshed);
+        if (cpu.e[i].hash && jit_stack(mods, cpu.e[i].pcs, cpu.e[i].nframes, &refreshed))
+            jit.unnamed_samples += cpu.e[i].count;
     for (uint32_t i = 0; i < bc->n; i++)
         jit_stack(mods, bc->b[i].pcs, bc->b[i].nframes, &refreshed);
-    if (!jit.checked_host) {
-        jit.checked_host = 1;
+    if (!jit.hint_said && jit.unnamed_samples >= JIT_HINT_SAMPLES) {
+        jit.hint_said = 1;
         cp_perfmap_stats st;
-        if (!refreshed) (void)cp_perfmap_refresh(NULL);
-        cp_perfmap_get_stats(&st);
+        cp_perfmap_get_stats(&st); /* read this window: there were pcs in no module */
         if (!st.found && v8_host(mods))
             fprintf(stderr, "contprof: a V8 host without a perf map: JavaScript frames read "
                             "[jit]; start it with --perf-basic-prof "
@@ -1445,8 +1460,8 @@ void cp_window_abandon(void)
     memset(capcpu, 0, sizeof(capcpu));
     memset(&syms, 0, sizeof(syms));
     memset(&tables, 0, sizeof(tables));
-    cp_perfmap_abandon(); /* the child's pid has its own map */
-    jit.checked_host = 0;
+    cp_perfmap_abandon();           /* the child's pid has its own map */
+    jit.unnamed_samples = 0;        /* its own count; a hint the parent said is not said again */
     memset(&self, 0, sizeof(self)); /* the child's agent thread starts its clock at 0 */
     cp_streams_abandon();
 }

@@ -12,11 +12,14 @@
  *   strbytes of NUL-terminated strings (offset 0 is "")                                    */
 #include "symtab.h"
 
+#include "elfplt.h"
+
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <gelf.h>
 #include <libelf.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,7 +40,7 @@ typedef struct seg {
 } seg;
 typedef struct func {
     uint64_t lo, hi;
-    uint32_t name, global; /* global: 2 global, 1 weak, 0 local */
+    uint32_t name, global; /* global: 3 a PLT stub, 2 global, 1 weak, 0 local */
 } func;
 typedef struct inl {
     uint64_t lo, hi;
@@ -274,6 +277,83 @@ static int func_cmp(const void *a, const void *b, void *strs)
     return strcmp(xn, yn);
 }
 
+/* The GOT slots named by relocations (.rela.plt, .rela.dyn) and their symbols' names. */
+typedef struct plt_slot {
+    uint64_t got;
+    const char *name;
+} plt_slot;
+
+static int slot_cmp(const void *a, const void *b)
+{
+    const plt_slot *x = a, *y = b;
+    return x->got < y->got ? -1 : x->got > y->got;
+}
+
+/* Adds one function per PLT stub (model/elfplt.h): `func@plt` as binutils names it, else
+ * "[plt]" (a debug file's stub sections are NOBITS: one "[plt]" over each). Ranked above
+ * every symbol, so a sizeless one before .plt (_init) no longer reaches over the stubs. */
+static void read_plt(Elf *elf, builder *b)
+{
+    size_t shstrndx;
+    if (elf_getshdrstrndx(elf, &shstrndx) != 0) return;
+    CP_VEC(plt_slot) slots = {0};
+    for (Elf_Scn *scn = elf_nextscn(elf, NULL); scn; scn = elf_nextscn(elf, scn)) {
+        GElf_Shdr sh;
+        if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_RELA) continue;
+        const char *nm = elf_strptr(elf, shstrndx, sh.sh_name);
+        if (!nm || (strcmp(nm, ".rela.plt") && strcmp(nm, ".rela.dyn"))) continue;
+        Elf_Scn *symscn = elf_getscn(elf, sh.sh_link);
+        GElf_Shdr ssh;
+        Elf_Data *d = elf_getdata(scn, NULL), *sd = symscn ? elf_getdata(symscn, NULL) : NULL;
+        if (!d || !sd || !gelf_getshdr(symscn, &ssh) || ssh.sh_type != SHT_DYNSYM) continue;
+        size_t n = sh.sh_entsize ? d->d_size / sh.sh_entsize : 0;
+        for (size_t i = 0; i < n; i++) {
+            GElf_Rela r;
+            GElf_Sym sym;
+            if (!gelf_getrela(d, (int)i, &r) ||
+                !cp_plt_reloc_names_slot((uint32_t)GELF_R_TYPE(r.r_info)) ||
+                !GELF_R_SYM(r.r_info) || !gelf_getsym(sd, (int)GELF_R_SYM(r.r_info), &sym))
+                continue;
+            const char *sn = elf_strptr(elf, ssh.sh_link, sym.st_name);
+            if (!sn || !*sn) continue;
+            plt_slot ps = {r.r_offset, sn};
+            if (cp_vec_push(&slots, ps)) b->nomem = 1;
+        }
+    }
+    if (slots.n) qsort(slots.v, slots.n, sizeof(plt_slot), slot_cmp);
+    for (Elf_Scn *scn = elf_nextscn(elf, NULL); scn && !b_full(b); scn = elf_nextscn(elf, scn)) {
+        GElf_Shdr sh;
+        if (!gelf_getshdr(scn, &sh) || (sh.sh_type != SHT_PROGBITS && sh.sh_type != SHT_NOBITS))
+            continue;
+        const char *nm = elf_strptr(elf, shstrndx, sh.sh_name);
+        uint32_t ent = nm ? cp_plt_entry_size(nm, sh.sh_entsize) : 0;
+        if (!ent || sh.sh_size < ent) continue;
+        Elf_Data *d = sh.sh_type == SHT_PROGBITS ? elf_getdata(scn, NULL) : NULL;
+        if (!d || !d->d_buf || d->d_size < sh.sh_size) {
+            func f = {sh.sh_addr, sh.sh_addr + sh.sh_size, b_str(b, CP_PLT_UNNAMED), 3};
+            if (cp_vec_push(&b->funcs, f)) b->nomem = 1;
+            continue;
+        }
+        for (uint64_t off = 0; off + ent <= sh.sh_size && !b_full(b); off += ent) {
+            uint64_t a = sh.sh_addr + off, got;
+            const char *name = NULL;
+            if (cp_plt_entry_got((const uint8_t *)d->d_buf + off, ent, a, &got) == 0 && slots.n) {
+                plt_slot key = {got, NULL};
+                const plt_slot *hit = bsearch(&key, slots.v, slots.n, sizeof(plt_slot), slot_cmp);
+                if (hit) name = hit->name;
+            }
+            char full[512];
+            if (name) {
+                size_t len = strcspn(name, "@");
+                snprintf(full, sizeof full, "%.*s@plt", (int)(len < 400 ? len : 400), name);
+            }
+            func f = {a, a + ent, b_str(b, name ? full : CP_PLT_UNNAMED), 3};
+            if (cp_vec_push(&b->funcs, f)) b->nomem = 1;
+        }
+    }
+    free(slots.v);
+}
+
 static void read_symbols(Elf *elf, builder *b)
 {
     Elf_Scn *best = NULL;
@@ -315,6 +395,7 @@ static void read_symbols(Elf *elf, builder *b)
         if (f.hi < f.lo) f.hi = f.lo;
         if (cp_vec_push(&b->funcs, f)) b->nomem = 1;
     }
+    if (b->funcs.n) read_plt(elf, b);
     if (!b->funcs.n) return;
     if (b->strs.len == 0) return; /* every name was "" (out of memory: b->nomem is set) */
     qsort_r(b->funcs.v, b->funcs.n, sizeof(func), func_cmp, b->strs.data);

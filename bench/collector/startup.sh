@@ -1,6 +1,6 @@
 #!/bin/sh
 # What the agent adds to a process that does nothing: /bin/true with and without
-# LD_PRELOAD=libcontprof.so at default settings (windows to files in $TMPDIR/contprof),
+# LD_PRELOAD=libcontprof.so at default settings (windows to files in $TMPDIR/contprof-UID),
 # wall time and CPU time (user + system of every thread, from wait4's rusage) per process.
 # Prints rows "name | value | floor | ok", like run.sh.
 #   bench/collector/startup.sh [BUILD_DIR]   (default: build)
@@ -26,6 +26,7 @@ import os, sys, time
 lib, runs, tmp = os.path.abspath(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 base = {k: v for k, v in os.environ.items() if not k.startswith("CONTPROF_") and k != "LD_PRELOAD"}
 base["TMPDIR"] = tmp
+base.pop("XDG_RUNTIME_DIR", None)  # the default directory under TMPDIR, not the user's runtime dir
 variants = {
     "plain": dict(base),
     "agent": dict(base, LD_PRELOAD=lib),

@@ -250,6 +250,33 @@ TEST(node_without_perf_map_reads_jit_and_says_which_flags)
     remove_dir();
 }
 
+/* The perf-map hint only where it can help: `node -e 0` (a few samples, none or almost none
+ * in JIT code) and a short script say nothing, five runs each; the hint needs 100 ms of
+ * CPU in unnamed JIT code (node_without_perf_map_reads_jit_and_says_which_flags). Before,
+ * every node process without the flag printed it, `node -e 0` included. */
+TEST(node_e_0_says_nothing)
+{
+    make_dir();
+    const char *progs[] = {"0", "let s = 0; for (let i = 0; i < 1e6; i++) s += i;"};
+    for (size_t k = 0; k < sizeof(progs) / sizeof(progs[0]); k++)
+        for (int i = 0; i < 5; i++) {
+            char cmd[512], out[4096];
+            snprintf(cmd, sizeof(cmd), "%s -e '%s' 2>&1", CP_NODE, progs[k]);
+            const char *env[] = {"LD_PRELOAD=" CP_LIB, g_env_dir, NULL};
+            const char *args[] = {"-c", cmd, NULL};
+            int st = run_capture("/bin/sh", args, g_dir, env, out, sizeof(out));
+            if (out[0]) printf("node -e '%s': %s", progs[k], out);
+            CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+            CHECK(!strstr(out, "contprof:"));
+        }
+    pset s;
+    pset_load(g_dir, &s); /* the agent ran: its windows are there */
+    printf("%d profiles from %d runs\n", s.n, 10);
+    CHECK(s.n > 0);
+    pset_free(&s);
+    remove_dir();
+}
+
 /* workerd (npm's @cloudflare/workerd-linux-64, pinned in tests/collector/workerd, installed
  * into the build directory) serving a Worker and its Durable Object with the perf map on,
  * under load: its JS functions and the object's method named, V8's C++ under them
@@ -403,7 +430,8 @@ TEST(perfmap_incremental_defensive)
     cp_perfmap_reset();
 }
 
-TEST_MAIN(T(node_js_frames_named_from_perf_map), T(node_js_frames_named_with_server_symbolize),
+TEST_MAIN(T(node_e_0_says_nothing), T(node_js_frames_named_from_perf_map),
+          T(node_js_frames_named_with_server_symbolize),
           T(node_without_perf_map_reads_jit_and_says_which_flags),
           T(node_workers_are_isolates_by_name), T(workerd_worker_js_frames_named), T(perfmap_names),
           T(perfmap_incremental_defensive))

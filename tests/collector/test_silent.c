@@ -44,9 +44,12 @@ static const char *make_dir(void)
     int nosuid = statvfs("/tmp", &vfs) == 0 && (vfs.f_flag & ST_NOSUID);
     snprintf(g_dir, sizeof(g_dir), "%s/contprof-silent-%d", nosuid && bin ? bin : "/tmp",
              (int)getpid());
-    char cmd[1024];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s && mkdir -p %s/out && chmod -R 0777 %s", g_dir, g_dir,
-             g_dir);
+    char cmd[1400];
+    /* out: shared by root and nobody, so sticky (the agent refuses a directory others may
+     * write that is not: README "Files") */
+    snprintf(cmd, sizeof(cmd),
+             "rm -rf %s && mkdir -p %s/out && chmod -R 0777 %s && chmod 1777 %s/out", g_dir, g_dir,
+             g_dir, g_dir);
     CHECK(system(cmd) == 0);
     return g_dir;
 }

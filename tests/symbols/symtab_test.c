@@ -836,9 +836,101 @@ TEST(concurrent_uploads_are_bounded)
     cp_symbols_destroy(sy);
 }
 
+/* A stub of path's PLT sections as objdump names them: its name and its file offset. */
+typedef struct stub {
+    uint64_t off;
+    char name[128];
+} stub;
+
+static int objdump_stubs(const char *path, stub *out, int cap)
+{
+    char cmd[700], line[512];
+    /* the sections' addresses and file offsets, to turn a stub's address into its offset */
+    uint64_t vma[8], foff[8];
+    char sname[8][64];
+    int ns = 0;
+    snprintf(cmd, sizeof cmd, "objdump -h %s", path);
+    FILE *p = popen(cmd, "r");
+    CHECK(p);
+    while (fgets(line, sizeof line, p)) {
+        unsigned idx;
+        char nm[64];
+        unsigned long long size, v, l, o;
+        if (sscanf(line, " %u %63s %llx %llx %llx %llx", &idx, nm, &size, &v, &l, &o) == 6 &&
+            !strncmp(nm, ".plt", 4) && ns < 8) {
+            vma[ns] = v;
+            foff[ns] = o;
+            snprintf(sname[ns++], 64, "%s", nm);
+        }
+    }
+    pclose(p);
+    snprintf(cmd, sizeof cmd, "objdump -d -j .plt -j .plt.sec -j .plt.got %s", path);
+    p = popen(cmd, "r");
+    CHECK(p);
+    int n = 0, sec = -1;
+    while (fgets(line, sizeof line, p)) {
+        char nm[128];
+        unsigned long long a;
+        if (sscanf(line, "Disassembly of section %127[^:]:", nm) == 1) {
+            sec = -1;
+            for (int i = 0; i < ns; i++)
+                if (!strcmp(sname[i], nm)) sec = i;
+            continue;
+        }
+        if (sec < 0 || sscanf(line, "%llx <%127[^>]>:", &a, nm) != 2) continue;
+        if (!strstr(nm, "@plt") || strchr(nm, '-') || strchr(nm, '+') || n >= cap) continue;
+        out[n].off = foff[sec] + (a - vma[sec]);
+        snprintf(out[n++].name, 128, "%s", nm);
+    }
+    pclose(p);
+    return n;
+}
+
+/* A frame in a PLT stub is named `func@plt` as binutils names it, never `_init` (the sizeless
+ * symbol before .plt reached over every stub): this test binary (.symtab with a local
+ * _init) and Debian's python3.11 (stripped, .dynsym) when installed. */
+TEST(plt_stubs_named_not_init)
+{
+    const char *paths[] = {"/proc/self/exe", "/usr/bin/python3.11"};
+    static stub st[4096];
+    for (size_t k = 0; k < sizeof paths / sizeof paths[0]; k++) {
+        if (access(paths[k], R_OK) != 0) continue;
+        char real[600];
+        ssize_t rl = readlink(paths[k], real, sizeof real - 1);
+        if (rl > 0)
+            real[rl] = 0;
+        else
+            snprintf(real, sizeof real, "%s", paths[k]);
+        int n = objdump_stubs(real, st, 4096);
+        cp_buf elf = read_all(real);
+        cp_buf tab = {0};
+        char id[CP_BUILD_ID_HEX_MAX + 1];
+        cp_err err = {0};
+        CHECK_EQ(cp_symtab_build(elf.data, elf.len, 64u << 20, &tab, id, &err), 0);
+        cp_symtab t;
+        CHECK_EQ(cp_symtab_open(&t, tab.data, tab.len, &err), 0);
+        int same = 0;
+        for (int i = 0; i < n; i++) {
+            cp_symframe fr[CP_SYMTAB_MAX_FRAMES];
+            uint32_t nf = cp_symtab_lookup(&t, st[i].off + 3, fr, CP_SYMTAB_MAX_FRAMES);
+            CHECK(nf >= 1);
+            const char *got = fr[nf - 1].name;
+            if (i < 2 || strcmp(got, st[i].name)) printf("  %s: %s\n", st[i].name, got);
+            CHECK(strcmp(got, "_init") != 0);
+            same += !strcmp(got, st[i].name);
+        }
+        printf("%s: %d of %d stubs as objdump names them\n", real, same, n);
+        CHECK(n > 0);
+        CHECK_EQ(same, n);
+        cp_buf_close(&tab);
+        cp_buf_close(&elf);
+    }
+}
+
 TEST_MAIN(T(table_names_functions_lines_and_inlined_calls_of_this_binary),
-          T(table_cxx_and_rust_names_demangled), T(concurrent_uploads_are_bounded),
-          T(libc_frames_named_from_its_debug_file), T(bad_files_are_refused_naming_the_problem),
+          T(plt_stubs_named_not_init), T(table_cxx_and_rust_names_demangled),
+          T(concurrent_uploads_are_bounded), T(libc_frames_named_from_its_debug_file),
+          T(bad_files_are_refused_naming_the_problem),
           T(uploaded_symbols_name_stored_profiles_of_their_tenant_only),
           T(debug_directories_name_frames_without_an_upload),
           T(source_maps_name_stored_v8_frames_of_their_tenant_only))
