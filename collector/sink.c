@@ -25,6 +25,10 @@
 /* After a failed connection to the relay, envelopes go to the spool for this long before
  * the next attempt (a process that lives on finds a relay that came back). */
 #define RECONNECT_NS ((int64_t)1000000000)
+/* A connection unused this long is closed (at the next tick): a window's envelopes share
+ * one, and between windows the relay holds no connection per process (a host of thousands
+ * of processes would exhaust its connections). */
+#define RELAY_IDLE_NS ((int64_t)1000000000)
 /* How often a missing or refused spool directory is looked for again. */
 #define SPOOL_RETRY_NS (5 * (int64_t)1000000000)
 
@@ -34,7 +38,7 @@ struct cp_sink {
     struct sockaddr_un addr;
     int fd;    /* connected to the relay, or -1 */
     int spool; /* the spool directory, or -1 */
-    int64_t next_connect, next_spool, timeout_ns;
+    int64_t next_connect, next_spool, timeout_ns, used_ns;
     /* Kafka */
     cp_kafka *kafka;
     char brokers[1024], server[512], topic[256], props[4096];
@@ -174,6 +178,7 @@ static int relay_send(cp_sink *s, const uint8_t *val, size_t len)
         s->next_connect = cp_mono_ns() + RECONNECT_NS;
         return -1;
     }
+    s->used_ns = cp_mono_ns();
     return ack[CP_RELAY_HEADER];
 }
 
@@ -315,7 +320,10 @@ int64_t cp_sink_pending(const cp_sink *s)
 
 void cp_sink_tick(cp_sink *s)
 {
-    if (!s->relay_dir[0]) kafka_tick(s);
+    if (!s->relay_dir[0])
+        kafka_tick(s);
+    else if (s->fd >= 0 && cp_mono_ns() - s->used_ns > RELAY_IDLE_NS)
+        relay_close(s);
 }
 
 uint64_t cp_sink_take_delivered(cp_sink *s)

@@ -27,6 +27,9 @@
 /* How long a sender may take to finish a frame it started (a stalled or hostile one
  * holds a buffer meanwhile). */
 #define PARTIAL_NS (10 * (int64_t)1000000000)
+/* A connection that sends nothing this long is closed (senders connect per window and
+ * close when idle: a held connection is a stuck or hostile one). */
+#define IDLE_NS (60 * (int64_t)1000000000)
 /* How often the spool is looked at while Kafka has room, and the files taken per look. */
 #define DRAIN_EVERY_NS ((int64_t)1000000000)
 #define DRAIN_BATCH 256
@@ -46,6 +49,7 @@ typedef struct client {
     uint32_t len, got;
     uint8_t type;
     int64_t started_ns; /* when the frame being read began; 0: between frames */
+    int64_t active_ns;  /* when it last sent anything */
     cp_buf out;         /* answers not yet written */
     size_t out_off;
 } client;
@@ -221,7 +225,8 @@ static int queue_answer(client *c, uint8_t type, const uint8_t *p, uint32_t len)
     uint8_t hdr[CP_RELAY_HEADER];
     cp_relay_header(hdr, type, len);
     if (c->out.len - c->out_off + len > OUT_MAX) return -1;
-    return cp_buf_append(&c->out, hdr, sizeof(hdr)) || cp_buf_append(&c->out, p, len) ? -1 : 0;
+    return cp_buf_append(&c->out, hdr, sizeof(hdr)) || (len && cp_buf_append(&c->out, p, len)) ? -1
+                                                                                               : 0;
 }
 
 /* Writes what c's answers hold. 0, or -1: drop the client. */
@@ -279,7 +284,8 @@ static int client_read(cp_relay *r, client *c)
                 recv(c->fd, c->hdr + c->hdr_got, CP_RELAY_HEADER - c->hdr_got, MSG_DONTWAIT);
             if (n == 0) return -1;
             if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
-            if (!c->started_ns) c->started_ns = cp_mono_ns();
+            c->active_ns = cp_mono_ns();
+            if (!c->started_ns) c->started_ns = c->active_ns;
             c->hdr_got += (uint32_t)n;
             if (c->hdr_got < CP_RELAY_HEADER) return 0;
             cp_err err = {0};
@@ -315,7 +321,7 @@ static void accept_all(cp_relay *r)
         struct ucred cred = {0};
         socklen_t cl = sizeof(cred);
         getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl);
-        r->c[r->nc++] = (client){.fd = fd, .pid = (int)cred.pid};
+        r->c[r->nc++] = (client){.fd = fd, .pid = (int)cred.pid, .active_ns = cp_mono_ns()};
         cp_counter_add(&r->connections, 1);
     }
 }
@@ -357,8 +363,9 @@ static void *relay_main(void *arg)
         for (int i = nc - 1; i >= 0; i--) {
             client *c = &r->c[i];
             short re = pf[i + 2].revents;
-            int bad =
-                (re & (POLLERR | POLLNVAL)) || (c->started_ns && now - c->started_ns > PARTIAL_NS);
+            int bad = (re & (POLLERR | POLLNVAL)) ||
+                      (c->started_ns && now - c->started_ns > PARTIAL_NS) ||
+                      now - c->active_ns > IDLE_NS;
             if (!bad && (re & (POLLIN | POLLHUP))) bad = client_read(r, c) != 0;
             if (!bad) bad = client_flush(c) != 0;
             if (bad) client_drop(r, i);
