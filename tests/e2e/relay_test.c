@@ -316,7 +316,45 @@ TEST(contprof_relay_signs_for_its_tenant)
     free(dir);
 }
 
+/* A relay that is alive but answers nothing (SIGSTOP): a process's envelopes wait their
+ * bound and go to the spool, the process exits 0; once the relay runs again it reads what
+ * was sent to it and drains the spool, the store keeping one copy of each window. */
+TEST(a_stopped_relay_bounds_the_exit_and_nothing_is_stored_twice)
+{
+    char *dir = mkdir_tmp("stopped"), rdir[600], cmd[2048];
+    proc d = {0};
+    daemon_start(&d, dir, 0, 1, NULL);
+    snprintf(rdir, sizeof rdir, "%s/data/relay", dir);
+    CHECK_EQ(kill(d.pid, SIGSTOP), 0);
+    run_short(rdir, "stopped", 2);
+    int spooled = spool_files(rdir);
+    fprintf(stderr, "spooled while the relay was stopped: %d\n", spooled);
+    CHECK(spooled >= 2);
+    CHECK_EQ(kill(d.pid, SIGCONT), 0);
+    wait_instances(d.port, "stopped", 2);
+    for (int64_t end = mono_ns() + 30 * SEC; spool_files(rdir) > 0 && mono_ns() < end;)
+        usleep(100000);
+    CHECK_EQ(spool_files(rdir), 0);
+    /* every window once: the cpu profile of the two processes equals the sum of their
+     * windows, whichever copy arrived first (duplicates dropped, counted) */
+    long long dups = -1;
+    for (int64_t end = mono_ns() + 30 * SEC; mono_ns() < end; usleep(200000)) {
+        long long taken = http_metric(d.port, "contprof_relay_envelopes_total", NULL) +
+                          http_metric(d.port, "contprof_relay_drained_total", NULL);
+        long long windows = http_metric(d.port, "contprof_ingest_windows_total", NULL);
+        dups = http_metric(d.port, "contprof_ingest_duplicates_total", NULL);
+        if (windows + dups >= taken) break;
+    }
+    fprintf(stderr, "duplicates dropped by the store: %lld\n", dups);
+    CHECK(dups >= 1); /* the frames sent into the stopped relay's socket, spooled too */
+    CHECK_EQ(stop_daemon_within(&d, SIGTERM, 60), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    sh(cmd);
+    free(dir);
+}
+
 TEST_MAIN(T(short_processes_through_contprofds_relay_are_stored),
           T(relay_down_spools_and_the_next_relay_drains_it),
           T(hostile_clients_are_refused_and_the_relay_goes_on),
-          T(contprof_relay_alone_and_its_directory_checks), T(contprof_relay_signs_for_its_tenant))
+          T(contprof_relay_alone_and_its_directory_checks), T(contprof_relay_signs_for_its_tenant),
+          T(a_stopped_relay_bounds_the_exit_and_nothing_is_stored_twice))
