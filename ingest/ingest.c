@@ -128,6 +128,7 @@ struct cp_ingest {
     uint64_t rate_windows;        /* the windows count then */
     cp_metrics *metrics;          /* where this ingest is registered; NULL = nowhere */
     atomic_int_fast64_t asked_ns; /* monotonic ns of the last cp_ingest_get_partitions */
+    atomic_int draining;          /* cp_ingest_drain waits: the lag is measured every turn */
     /* store failure: paused until cp_store_reopen succeeds (ingest thread only) */
     int paused;
     int64_t retry_at, backoff;
@@ -1049,7 +1050,7 @@ static void *run(void *arg)
         }
         rd_kafka_poll(in->dlq, 0);
         gap_settle(in, now);
-        if (now - last_lag >= 1000000000LL) {
+        if (now - last_lag >= 1000000000LL || atomic_load(&in->draining)) {
             update_lag(in);
             last_lag = now;
         }
@@ -1329,6 +1330,25 @@ void cp_ingest_destroy(cp_ingest *in)
     free(in->brokers);
     pthread_mutex_destroy(&in->mu);
     free(in);
+}
+
+int cp_ingest_drain(cp_ingest *in, int64_t timeout_ns)
+{
+    atomic_store(&in->draining, 1);
+    int64_t end = mono_ns() + timeout_ns;
+    int zeros = 0;
+    /* three readings of no lag 50 ms apart: each spans fetch answers (fetch.wait.max.ms 20),
+     * so a message produced just before the call has shown in a high watermark */
+    while (zeros < 3 && mono_ns() < end) {
+        atomic_store(&in->asked_ns, mono_ns()); /* batches written at once meanwhile */
+        struct timespec ts = {0, 50000000};
+        nanosleep(&ts, NULL);
+        int64_t lag = cp_gauge_get(&in->lag);
+        if (lag < 0) break; /* nothing assigned or fetched yet: nothing it could read */
+        zeros = lag == 0 ? zeros + 1 : 0;
+    }
+    atomic_store(&in->draining, 0);
+    return zeros >= 3 || cp_gauge_get(&in->lag) < 0 ? 0 : CP_ELIMIT;
 }
 
 void cp_ingest_get_stats(cp_ingest *in, cp_ingest_stats *out)

@@ -135,6 +135,13 @@ int cp_ingest_create(const cp_ingest_options *opt, cp_store *store, cp_ingest **
 /* Starts the consumer thread. */
 int cp_ingest_start(cp_ingest *in, cp_err *err);
 
+/* Waits, at most timeout_ns, until ingest has stored everything the assigned partitions
+ * hold (no lag, seen three times 50 ms apart), writing batches at once meanwhile. For a
+ * stop with the embedded broker, whose messages die with the process. Returns 0 (also at
+ * once when the lag is unknown: nothing assigned or fetched yet), or CP_ELIMIT if the lag
+ * was not seen at 0 in time. Any thread but ingest's. */
+int cp_ingest_drain(cp_ingest *in, int64_t timeout_ns);
+
 /* Stops the thread: the in-flight batch is written (with its offsets), the DLQ producer
  * flushed, and the consumer leaves the group. Safe to call twice or without start. */
 void cp_ingest_stop(cp_ingest *in);

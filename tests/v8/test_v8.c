@@ -72,14 +72,16 @@ static void print_log(const char *path)
     printf("--- %s\n%s---\n", path, buf);
 }
 
-/* Runs node on two_workers.js for seconds under `contprof v8 --window window`; the
- * windows end up in g_dir/out, or go to the contprofd at server (if not NULL). */
-/* The tenant and its token contprof v8 is given (run_node), NULL for none. */
+/* The tenant and its token contprof v8 is given (run_node), NULL for none; with g_files
+ * and a server, the windows go to g_dir/out as well. */
 static const char *g_tenant, *g_token;
+static int g_files;
 
-static void run_node(int seconds, const char *window, const char *server)
+/* Starts node on two_workers.js for seconds and `contprof v8 --window window` on it: the
+ * windows end up in g_dir/out, or go to the contprofd at server (if not NULL). */
+static void node_start(int seconds, const char *window, const char *server, pid_t *np, pid_t *cp)
 {
-    char node[512], inspect[64], hostport[64], script[512], secs[16], out[300], nlog[300],
+    static char node[512], inspect[64], hostport[64], script[512], secs[16], out[300], nlog[300],
         clog[300];
     find_node(node, sizeof(node));
     int port = free_port();
@@ -91,31 +93,48 @@ static void run_node(int seconds, const char *window, const char *server)
     snprintf(nlog, sizeof(nlog), "%s/node.log", g_dir);
     snprintf(clog, sizeof(clog), "%s/contprof.log", g_dir);
     const char *nargv[] = {node, inspect, script, secs, NULL};
-    pid_t np = spawn(nargv, nlog);
-    (void)wait_for_log(np, nlog, "Debugger listening", 10);
-    const char *cargv[] = {CP_CONTPROF,
-                           "v8",
-                           "--inspector",
-                           hostport,
-                           server ? "--server" : "--output-dir",
-                           server ? server : out,
-                           "--window",
-                           window,
-                           "--service",
-                           "nodetest",
-                           "--exit-when-gone",
-                           g_tenant ? "--tenant" : NULL,
-                           g_tenant,
-                           "--token",
-                           g_token,
-                           NULL};
-    pid_t cp = spawn(cargv, clog);
+    *np = spawn(nargv, nlog);
+    (void)wait_for_log(*np, nlog, "Debugger listening", 10);
+    const char *cargv[20] = {CP_CONTPROF, "v8",        "--inspector", hostport,          "--window",
+                             window,      "--service", "nodetest",    "--exit-when-gone"};
+    int n = 9;
+    if (server) {
+        cargv[n++] = "--server";
+        cargv[n++] = server;
+    }
+    if (!server || g_files) {
+        cargv[n++] = "--output-dir";
+        cargv[n++] = out;
+    }
+    if (g_tenant) {
+        cargv[n++] = "--tenant";
+        cargv[n++] = g_tenant;
+        cargv[n++] = "--token";
+        cargv[n++] = g_token;
+    }
+    cargv[n] = NULL;
+    *cp = spawn(cargv, clog);
+}
+
+/* Waits for both: contprof v8 exits 0, node ran to its end. */
+static void node_finish(int seconds, pid_t np, pid_t cp)
+{
+    char nlog[300], clog[300];
+    snprintf(nlog, sizeof(nlog), "%s/node.log", g_dir);
+    snprintf(clog, sizeof(clog), "%s/contprof.log", g_dir);
     int cst = wait_exit(cp, seconds + 30);
     int nst = wait_exit(np, 10);
     print_log(clog);
     if (nst) print_log(nlog);
     CHECK_EQ(cst, 0);
     CHECK_EQ(nst, 0); /* the host ran to its end and exited: we let it go */
+}
+
+static void run_node(int seconds, const char *window, const char *server)
+{
+    pid_t np, cp;
+    node_start(seconds, window, server, &np, &cp);
+    node_finish(seconds, np, cp);
 }
 
 static double ratio(const pset *s, const char *iso, const char *num, const char *den)
@@ -1022,6 +1041,68 @@ TEST(node_signed_for_its_tenant)
     remove_dir();
 }
 
+/* contprofd restarted while contprof v8 sends through its relay: what the source sent
+ * before the stop is stored (the stop reads the embedded broker to its end), what it made
+ * meanwhile waits in the relay's spool and is drained by the next contprofd. The store then
+ * holds every window the source wrote to its files, to the nanosecond. */
+TEST(node_through_a_contprofd_restart_loses_nothing)
+{
+    make_dir();
+    char store[300], url[64], log2[300], http[64], out[300];
+    snprintf(store, sizeof(store), "%s/store", g_dir);
+    proc d;
+    const char *dargs[] = {"--data", store, "--http", "127.0.0.1:0", NULL};
+    start_daemon(&d, g_dir, dargs);
+    (void)wait_for_log(d.pid, d.log, "relay for this host", 30);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", d.port);
+    g_files = 1;
+    pid_t np, cp;
+    node_start(8, "1s", url, &np, &cp);
+    sleep(3);
+    int port = d.port;
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    sleep(1);
+    snprintf(http, sizeof(http), "127.0.0.1:%d", port);
+    snprintf(log2, sizeof(log2), "%s/contprofd-2.log", g_dir);
+    const char *dargs2[] = {"--data", store, "--http", http, NULL};
+    start_daemon_log(&d, log2, dargs2, 30);
+    CHECK_EQ(d.port, port);
+    node_finish(8, np, cp);
+    g_files = 0;
+    pset s;
+    snprintf(out, sizeof(out), "%s/out", g_dir);
+    pset_load(out, &s);
+    int64_t want = sum_kind(&s, "cpu", "alpha", NULL, 1);
+    int nwin = 0;
+    for (int i = 0; i < s.n; i++)
+        nwin += !strcmp(s.f[i].kind, "cpu") && !strcmp(s.f[i].iso, "alpha");
+    int64_t got = -1;
+    for (int i = 0; i < 300 && got != want; i++) {
+        cp_buf pq = {0};
+        CHECK(cp_buf_printf(&pq, "/api/v1/profile?type=cpu&from=-10m&to=now&select=") == 0);
+        CHECK(cp_url_encode(&pq, "{service=\"nodetest\",isolate=\"alpha\"}") == 0);
+        CHECK(cp_buf_append(&pq, "", 1) == 0);
+        cp_http_result r;
+        CHECK_EQ(cp_http_get(url, (const char *)pq.data, NULL, 10000, 1 << 26, &r, NULL), 0);
+        cp_buf_close(&pq);
+        if (r.status == 200) {
+            cp_profile *p = NULL;
+            CHECK_EQ(cp_pprof_decode(r.body.data, r.body.len, NULL, &p, NULL), 0);
+            got = func_total(p, NULL, 1);
+            cp_profile_destroy(p);
+        }
+        cp_buf_close(&r.body);
+        if (got != want) usleep(100000);
+    }
+    printf("alpha: %d cpu windows written, %lld ns in the files, %lld ns stored\n", nwin,
+           (long long)want, (long long)got);
+    CHECK(nwin >= 6);
+    CHECK_EQ(got, want);
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    pset_free(&s);
+    remove_dir();
+}
+
 TEST_MAIN(T(node_two_workers), T(workerd_two_workers), T(malformed_inspector), T(node_to_contprofd),
-          T(node_signed_for_its_tenant), T(workerd_typescript),
-          T(node_source_map_uploaded_after_the_windows), T(node_capture))
+          T(node_signed_for_its_tenant), T(node_through_a_contprofd_restart_loses_nothing),
+          T(workerd_typescript), T(node_source_map_uploaded_after_the_windows), T(node_capture))
