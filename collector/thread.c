@@ -612,6 +612,98 @@ cp_thread *cp_thread_register_self(void)
     return t;
 }
 
+/* ------------------------------------------------------------------------------------
+ * A thread's last period (README.md "CPU": short threads). A POSIX CPU timer expires only
+ * on a scheduler tick that finds the thread running, so a thread that exits between the
+ * tick and its due expiry used to take that period with it; a perf event's overflow can
+ * wait in its ring behind the signal the exiting thread blocked, and its last partial
+ * period was always lost (perf starts counting at 0, no random offset). */
+
+/* Stops t's events and returns the periods (of t's running event) its CPU time earned
+ * but no signal carried: an expiry due and not fired, signals fired and still pending,
+ * overflows in the perf ring, and the perf event's partial period with the probability of
+ * its length (so the count is right on average). Called on t's own thread at its exit,
+ * with the sample signal blocked. */
+static uint64_t exit_due(cp_thread *t, int64_t *period)
+{
+    uint64_t due = 0;
+    int sig = atomic_load(&g_sig);
+    *period = 0;
+    /* Fired while the signal was blocked here: ours are counted, the host's sent again.
+     * Taken before the timer is disarmed: a kernel that sees a timer re-armed or disarmed
+     * drops the signal its old arming queued. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    struct timespec zero_ts = {0, 0};
+    siginfo_t si;
+    for (int i = 0; i < 64 && sigtimedwait(&set, &si, &zero_ts) == sig; i++) {
+        if (si.si_code == SI_TIMER && si.si_value.sival_ptr == CP_TIMER_COOKIE) {
+            due += 1 + (uint64_t)(si.si_overrun > 0 ? si.si_overrun : 0);
+        } else if (si.si_code >= POLL_IN && si.si_code <= POLL_HUP && was_perf(si.si_fd)) {
+            /* its overflows are in the ring */
+        } else if (si.si_code == SI_TKILL) {
+            syscall(SYS_tgkill, getpid(), my_tid(), sig);
+        } else {
+            kill(getpid(), sig);
+        }
+    }
+    sigset_t m;
+    spin_lock(&g_arm_lock, &m);
+    if (t->has_timer) {
+        /* 1 ns left: due, not fired (timer_gettime says so; timer_settime's old value
+         * would not: it moves an overdue timer on first) */
+        struct itimerspec v;
+        if (timer_gettime(t->timer, &v) == 0) {
+            *period = t->timer_period_ns;
+            if (v.it_value.tv_sec == 0 && v.it_value.tv_nsec == 1) due++;
+        }
+    }
+    if (t->perf_fd >= 0 && t->perf_enabled && t->perf_period_ns > 0) {
+        ioctl(t->perf_fd, PERF_EVENT_IOC_DISABLE, 0);
+        t->perf_enabled = 0;
+        *period = t->perf_period_ns;
+        if (t->perf_ring) due += perf_consume(t->perf_ring);
+        uint64_t count;
+        if (read(t->perf_fd, &count, sizeof(count)) == (ssize_t)sizeof(count)) {
+            uint64_t p = (uint64_t)t->perf_period_ns, part = count % p;
+            uint64_t x = (uint64_t)cp_mono_ns() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)t->tid;
+            x ^= x >> 29;
+            if ((x * 0xbf58476d1ce4e5b9ULL >> 11) % p < part) due++;
+        }
+    }
+    spin_unlock(&g_arm_lock, &m);
+    return due;
+}
+
+/* The CPU time of t's last period, at its exit: one final sample on the stack of its last
+ * sample (the thread most likely spent it there), or, for a thread without one yet,
+ * counted in dropped_samples. */
+static void exit_final_sample(cp_thread *t)
+{
+    int64_t period;
+    uint64_t due = exit_due(t, &period);
+    if (!due) return;
+    if (atomic_load(&t->pending)) {
+        t->pend.weight += due; /* pushed by the caller */
+        return;
+    }
+    unsigned h = atomic_load_explicit(&t->head, memory_order_relaxed);
+    if (h == 0) {
+        atomic_fetch_add(&t->dropped, due);
+        return;
+    }
+    /* only this thread writes its ring: the last slot is still its last sample */
+    cp_sample_rec r;
+    const cp_sample_rec *last = &t->ring[(h - 1) & (CP_RING - 1)];
+    r.isolate = last->isolate;
+    r.nframes = last->nframes > CP_MAX_FRAMES ? CP_MAX_FRAMES : last->nframes;
+    memcpy(r.pcs, last->pcs, r.nframes * sizeof(uint64_t));
+    r.weight = due;
+    r.period_ns = period;
+    ring_push(t, &r);
+}
+
 /* The pthread key destructor: the thread is going away. */
 static void thread_exit(void *arg)
 {
@@ -621,6 +713,7 @@ static void thread_exit(void *arg)
     sigemptyset(&set);
     sigaddset(&set, g_sig);
     pthread_sigmask(SIG_BLOCK, &set, &old);
+    exit_final_sample(t);
     disarm(t);
     if (atomic_load(&t->pending)) {
         ring_push(t, &t->pend);
