@@ -656,17 +656,20 @@ static uint64_t exit_due(cp_thread *t, int64_t *period)
     sigaddset(&set, sig);
     struct timespec zero_ts = {0, 0};
     siginfo_t si;
+    int to_thread = 0, to_process = 0;
     for (int i = 0; i < 64 && sigtimedwait(&set, &si, &zero_ts) == sig; i++) {
-        if (si.si_code == SI_TIMER && si.si_value.sival_ptr == CP_TIMER_COOKIE) {
+        if (si.si_code == SI_TIMER && si.si_value.sival_ptr == CP_TIMER_COOKIE)
             due += 1 + (uint64_t)(si.si_overrun > 0 ? si.si_overrun : 0);
-        } else if (si.si_code >= POLL_IN && si.si_code <= POLL_HUP && was_perf(si.si_fd)) {
-            /* its overflows are in the ring */
-        } else if (si.si_code == SI_TKILL) {
-            syscall(SYS_tgkill, getpid(), my_tid(), sig);
-        } else {
-            kill(getpid(), sig);
-        }
+        else if (si.si_code >= POLL_IN && si.si_code <= POLL_HUP && was_perf(si.si_fd))
+            continue; /* its overflows are in the ring */
+        else if (si.si_code == SI_TKILL)
+            to_thread = 1;
+        else
+            to_process = 1;
     }
+    /* the host's (a standard signal is pending at most once a target) */
+    if (to_thread) syscall(SYS_tgkill, getpid(), my_tid(), sig);
+    if (to_process) kill(getpid(), sig);
     sigset_t m;
     spin_lock(&g_arm_lock, &m);
     if (t->has_timer) {
@@ -710,24 +713,26 @@ static void exit_final_sample(cp_thread *t)
     int64_t period;
     uint64_t due = exit_due(t, &period);
     if (!due) return;
-    if (atomic_load(&t->pending)) {
-        t->pend.weight += due; /* pushed by the caller */
-        return;
-    }
+    /* x_switch makes the agent the ring's writer under this lock */
+    sigset_t m;
+    spin_lock(&g_arm_lock, &m);
     unsigned h = atomic_load_explicit(&t->head, memory_order_relaxed);
-    if (h == 0) {
+    if (atomic_load(&t->nosig) || h == 0) {
         atomic_fetch_add(&t->dropped, due);
-        return;
+    } else if (atomic_load(&t->pending)) {
+        t->pend.weight += due; /* pushed by the caller */
+    } else {
+        /* only this thread writes its ring: the last slot is still its last sample */
+        cp_sample_rec r;
+        const cp_sample_rec *last = &t->ring[(h - 1) & (CP_RING - 1)];
+        r.isolate = last->isolate;
+        r.nframes = last->nframes > CP_MAX_FRAMES ? CP_MAX_FRAMES : last->nframes;
+        memcpy(r.pcs, last->pcs, r.nframes * sizeof(uint64_t));
+        r.weight = due;
+        r.period_ns = period;
+        ring_push(t, &r);
     }
-    /* only this thread writes its ring: the last slot is still its last sample */
-    cp_sample_rec r;
-    const cp_sample_rec *last = &t->ring[(h - 1) & (CP_RING - 1)];
-    r.isolate = last->isolate;
-    r.nframes = last->nframes > CP_MAX_FRAMES ? CP_MAX_FRAMES : last->nframes;
-    memcpy(r.pcs, last->pcs, r.nframes * sizeof(uint64_t));
-    r.weight = due;
-    r.period_ns = period;
-    ring_push(t, &r);
+    spin_unlock(&g_arm_lock, &m);
 }
 
 /* The pthread key destructor: the thread is going away. */
@@ -874,7 +879,7 @@ void cp_threads_after_fork_child(void)
 
 #define X_STACK 4096         /* bytes of stack per sample */
 #define X_PER_TICK 56        /* samples allowed between two agent ticks */
-#define X_CHECK_NS 250000000 /* threads without samples are looked at 4 times a second */
+#define X_CHECK_NS 500000000 /* threads are looked at twice a second */
 #define X_NAMED_MAX 8        /* refused threads named on stderr, one line each */
 
 static int g_x_refuse;                    /* CONTPROF_TEST_NO_PERF: tests stand for a container */
@@ -1133,21 +1138,28 @@ static void x_switch(cp_thread *t, int64_t cpu)
 /* A thread on the signal engine: does it block the signal? */
 static void x_check(cp_thread *t)
 {
-    int64_t cpu = thread_cpu_ns(t->tid);
-    if (cpu < 0) return;
     unsigned h = atomic_load(&t->head);
     int at_start = atomic_load(&t->blocked_at_start);
     int64_t p = t->has_timer ? t->timer_period_ns : t->perf_enabled ? t->perf_period_ns : 0;
-    if (!at_start && (t->x_cpu_ns < 0 || h != t->x_head || atomic_load(&t->pending))) {
-        /* the CPU time the new samples carried (the rest since may have gone unsampled: a
-         * thread that blocks the signal now is found at the next check, with it) */
-        int64_t upto = t->x_cpu_ns + (int64_t)(h - t->x_head) * p;
-        t->x_cpu_ns = t->x_cpu_ns >= 0 && p > 0 && upto < cpu ? upto : cpu;
+    /* a thread that registered itself started near 0 CPU; one found in /proc: read it now */
+    if (t->x_cpu_ns < 0 && t->own_tls) t->x_cpu_ns = 0, t->x_head = 0;
+    if (!at_start && t->x_cpu_ns >= 0 && p > 0 && (h != t->x_head || atomic_load(&t->pending))) {
+        /* sampled: count the CPU time the new samples carried, no system call (what went
+         * unsampled since is found at a later check) */
+        t->x_cpu_ns += (int64_t)(h - t->x_head) * p;
+        t->x_head = h;
+        return;
+    }
+    int64_t cpu = thread_cpu_ns(t->tid);
+    if (cpu < 0) return;
+    if (t->x_cpu_ns > cpu) t->x_cpu_ns = cpu;
+    if (!at_start && (t->x_cpu_ns < 0 || p <= 0)) {
+        t->x_cpu_ns = cpu;
         t->x_head = h;
         return;
     }
     /* two periods and the tick that would have carried them, without a sample */
-    if (!at_start && (p <= 0 || cpu - t->x_cpu_ns < 2 * p + CP_TICK_NS)) return;
+    if (!at_start && cpu - t->x_cpu_ns < 2 * p + CP_TICK_NS) return;
     atomic_store(&t->blocked_at_start, 0);
     if (!sig_blocked(t->tid, atomic_load(&g_sig))) {
         t->x_head = h;
@@ -1621,7 +1633,13 @@ int cp_cpu_start(void)
     unsigned n = atomic_load(&cp_threads_hwm);
     for (unsigned i = 0; i < n && i < CP_MAX_THREADS; i++) {
         cp_thread *t = atomic_load(&cp_threads[i]);
-        if (t && atomic_load(&t->state) == CP_T_LIVE) arm(t);
+        if (!t || atomic_load(&t->state) != CP_T_LIVE) continue;
+        if (atomic_load(&t->nosig) && t->x_done) { /* a stop closed its event: found again */
+            t->x_done = 0;
+            t->x_cpu_ns = -1;
+            atomic_store(&t->nosig, 0);
+        }
+        arm(t);
     }
     return 0;
 }
