@@ -356,19 +356,27 @@ static int arm_timer(cp_thread *t, int64_t period)
     timer_t id;
     if (real_timer_create(clk, &sev, &id) < 0) return -errno;
     struct itimerspec its;
-    /* First expiry uniform in (0, period], so short-lived threads are not biased. */
+    /* First expiry uniform in (0, period], so short-lived threads are not biased. Armed at
+     * an absolute CPU time where the clock reads: the expiries' schedule is then known
+     * (exit_due counts those due and not carried). */
     int64_t first = 1 + (int64_t)(rnd() % (uint64_t)period);
-    its.it_value.tv_sec = first / 1000000000;
-    its.it_value.tv_nsec = first % 1000000000;
+    struct timespec now;
+    int64_t at =
+        clock_gettime(clk, &now) == 0 ? (int64_t)now.tv_sec * 1000000000 + now.tv_nsec : -1;
+    int64_t value = at >= 0 ? at + first : first;
+    its.it_value.tv_sec = value / 1000000000;
+    its.it_value.tv_nsec = value % 1000000000;
     its.it_interval.tv_sec = period / 1000000000;
     its.it_interval.tv_nsec = period % 1000000000;
-    if (timer_settime(id, 0, &its, NULL) < 0) {
+    if (timer_settime(id, at >= 0 ? TIMER_ABSTIME : 0, &its, NULL) < 0) {
         int e = -errno;
         timer_delete(id);
         return e;
     }
     t->timer = id;
     t->timer_period_ns = period;
+    t->timer_first_ns = at >= 0 ? value : -1;
+    t->timer_head = atomic_load(&t->head);
     t->has_timer = 1;
     return 0;
 }
@@ -563,6 +571,8 @@ static void slot_init(cp_thread *t, pid_t tid)
     t->perf_ring = NULL;
     t->has_timer = 0;
     t->timer_period_ns = t->perf_period_ns = 0;
+    t->timer_first_ns = -1;
+    t->timer_head = 0;
     t->perf_enabled = 0;
     t->boost_ns = t->acc_ns = 0;
     t->cap_mask = t->api_mask = 0;
@@ -638,6 +648,27 @@ cp_thread *cp_thread_register_self(void)
  * wait in its ring behind the signal the exiting thread blocked, and its last partial
  * period was always lost (perf starts counting at 0, no random offset). */
 
+/* The timer's expiries due by now (t's CPU clock) that no sample carried, from the
+ * schedule arm_timer set and the weights of t's timer samples since (all in its ring while
+ * it holds them all); -1 if unknown. On t's own thread (only it writes its ring). */
+static int64_t timer_due_exact(cp_thread *t)
+{
+    int64_t p = t->timer_period_ns;
+    unsigned h = atomic_load_explicit(&t->head, memory_order_relaxed);
+    if (t->timer_first_ns < 0 || p <= 0 || h - t->timer_head > CP_RING) return -1;
+    struct timespec c;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c) != 0) return -1;
+    int64_t cpu = (int64_t)c.tv_sec * 1000000000 + c.tv_nsec;
+    int64_t expired = cpu >= t->timer_first_ns ? 1 + (cpu - t->timer_first_ns) / p : 0;
+    int64_t carried = 0;
+    for (unsigned i = t->timer_head; i != h; i++) {
+        const cp_sample_rec *r = &t->ring[i & (CP_RING - 1)];
+        if (r->period_ns == p) carried += (int64_t)r->weight;
+    }
+    if (atomic_load(&t->pending) && t->pend.period_ns == p) carried += (int64_t)t->pend.weight;
+    return expired > carried ? expired - carried : 0;
+}
+
 /* Stops t's events and returns the periods (of t's running event) its CPU time earned
  * but no signal carried: an expiry due and not fired, signals fired and still pending,
  * overflows in the perf ring, and the perf event's partial period with the probability of
@@ -657,9 +688,10 @@ static uint64_t exit_due(cp_thread *t, int64_t *period)
     struct timespec zero_ts = {0, 0};
     siginfo_t si;
     int to_thread = 0, to_process = 0;
+    uint64_t timer_due = 0;
     for (int i = 0; i < 64 && sigtimedwait(&set, &si, &zero_ts) == sig; i++) {
         if (si.si_code == SI_TIMER && si.si_value.sival_ptr == CP_TIMER_COOKIE)
-            due += 1 + (uint64_t)(si.si_overrun > 0 ? si.si_overrun : 0);
+            timer_due += 1 + (uint64_t)(si.si_overrun > 0 ? si.si_overrun : 0);
         else if (si.si_code >= POLL_IN && si.si_code <= POLL_HUP && was_perf(si.si_fd))
             continue; /* its overflows are in the ring */
         else if (si.si_code == SI_TKILL)
@@ -678,8 +710,11 @@ static uint64_t exit_due(cp_thread *t, int64_t *period)
         struct itimerspec v;
         if (timer_gettime(t->timer, &v) == 0) {
             *period = t->timer_period_ns;
-            if (v.it_value.tv_sec == 0 && v.it_value.tv_nsec == 1) due++;
+            if (v.it_value.tv_sec == 0 && v.it_value.tv_nsec == 1) timer_due++;
         }
+        /* an expiry overdue by more than a period is still one above: count them all */
+        int64_t exact = timer_due_exact(t);
+        due += exact >= 0 ? (uint64_t)exact : timer_due;
     }
     if (t->perf_fd >= 0 && t->perf_enabled && t->perf_period_ns > 0) {
         ioctl(t->perf_fd, PERF_EVENT_IOC_DISABLE, 0);
@@ -698,9 +733,9 @@ static uint64_t exit_due(cp_thread *t, int64_t *period)
     return due;
 }
 
-/* The CPU time of t's last period, at its exit: one final sample on the stack of its last
- * sample (the thread most likely spent it there), or, for a thread without one yet,
- * counted in dropped_samples. */
+/* The CPU time of t's last periods, at its exit: one final sample on the stack of its last
+ * sample (the thread most likely spent it there); for a thread without one yet, on its
+ * start routine alone (thrd_create's, unknown: counted in dropped_samples). */
 static void exit_final_sample(cp_thread *t)
 {
     if (atomic_load(&t->nosig)) {
@@ -717,19 +752,28 @@ static void exit_final_sample(cp_thread *t)
     sigset_t m;
     spin_lock(&g_arm_lock, &m);
     unsigned h = atomic_load_explicit(&t->head, memory_order_relaxed);
-    if (atomic_load(&t->nosig) || h == 0) {
+    uintptr_t fn = atomic_load(&t->start_fn);
+    if (atomic_load(&t->nosig) || (h == 0 && !fn)) {
         atomic_fetch_add(&t->dropped, due);
     } else if (atomic_load(&t->pending)) {
         t->pend.weight += due; /* pushed by the caller */
     } else {
-        /* only this thread writes its ring: the last slot is still its last sample */
         cp_sample_rec r;
-        const cp_sample_rec *last = &t->ring[(h - 1) & (CP_RING - 1)];
-        r.isolate = last->isolate;
-        r.nframes = last->nframes > CP_MAX_FRAMES ? CP_MAX_FRAMES : last->nframes;
-        memcpy(r.pcs, last->pcs, r.nframes * sizeof(uint64_t));
         r.weight = due;
         r.period_ns = period;
+        if (h == 0) {
+            /* no sample yet: its start routine, the one frame known to hold its time */
+            unsigned depth = atomic_load_explicit(&t->iso_depth, memory_order_relaxed);
+            r.isolate = depth ? t->iso_stack[(depth > 16 ? 16 : depth) - 1] : 0;
+            r.nframes = 1;
+            r.pcs[0] = (uint64_t)fn;
+        } else {
+            /* only this thread writes its ring: the last slot is still its last sample */
+            const cp_sample_rec *last = &t->ring[(h - 1) & (CP_RING - 1)];
+            r.isolate = last->isolate;
+            r.nframes = last->nframes > CP_MAX_FRAMES ? CP_MAX_FRAMES : last->nframes;
+            memcpy(r.pcs, last->pcs, r.nframes * sizeof(uint64_t));
+        }
         ring_push(t, &r);
     }
     spin_unlock(&g_arm_lock, &m);

@@ -40,6 +40,10 @@ typedef struct cp_thread {
      * whether the perf event counts: a boost may leave a disabled perf event behind, kept
      * (never unmapped under a handler) until the thread disarms for good. */
     int64_t timer_period_ns, perf_period_ns;
+    /* The timer's first expiry (the thread's CPU clock, ns; -1 unknown) and t's ring head
+     * when it was armed: the schedule its samples since follow. */
+    int64_t timer_first_ns;
+    unsigned timer_head;
     int perf_enabled;
     /* A capture's period for this thread (0: the agent's own rate); agent thread only,
      * like acc_ns (boosted CPU not yet passed to the always-on window) and cap_mask (the
