@@ -1202,8 +1202,9 @@ static void x_check(cp_thread *t)
         t->x_head = h;
         return;
     }
-    /* two periods and the tick that would have carried them, without a sample */
-    if (!at_start && cpu - t->x_cpu_ns < 2 * p + CP_TICK_NS) return;
+    /* two periods and the tick that would have carried them, without a sample (a thread
+     * that started blocked, too: an idle one costs no event) */
+    if (cpu - t->x_cpu_ns < 2 * (p > 0 ? p : cp_period_ns) + CP_TICK_NS) return;
     atomic_store(&t->blocked_at_start, 0);
     if (!sig_blocked(t->tid, atomic_load(&g_sig))) {
         t->x_head = h;
