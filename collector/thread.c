@@ -1133,10 +1133,6 @@ static void x_count(cp_thread *t, int64_t cpu)
     if (cpu < 0 || t->x_cpu_ns < 0 || cpu < t->x_cpu_ns) return;
     t->x_carry_ns += cpu - t->x_cpu_ns;
     t->x_cpu_ns = cpu;
-    if (t->x_carry_ns >= cp_period_ns) {
-        x_unsampled(t, (uint64_t)(t->x_carry_ns / cp_period_ns));
-        t->x_carry_ns %= cp_period_ns;
-    }
 }
 
 /* t blocks the sample signal: off the signal engine, onto the agent's perf event, or
@@ -1161,10 +1157,11 @@ static void x_switch(cp_thread *t, int64_t cpu)
     }
     spin_unlock(&g_arm_lock, &m);
     if (!ok) return;
+    /* pushed from the next tick on: a handler that passed its nosig check just before is
+     * long done writing the ring by then */
     int64_t since = t->x_cpu_ns >= 0 ? t->x_cpu_ns : 0;
-    if (cpu > since) x_unsampled(t, (uint64_t)((cpu - since) / cp_period_ns));
+    t->x_carry_ns = cpu > since ? cpu - since : 0;
     t->x_cpu_ns = cpu;
-    t->x_carry_ns = 0;
     int e = x_open(t);
     if (e == 0) {
         g_x_sampled++;
@@ -1223,6 +1220,10 @@ static void x_poll(cp_thread *t, int on)
     } else {
         int64_t exit_cpu = atomic_load(&t->x_exit_cpu_ns);
         x_count(t, dead ? (exit_cpu ? exit_cpu - 1 : -1) : thread_cpu_ns(t->tid));
+    }
+    if (t->x_carry_ns >= cp_period_ns) {
+        x_unsampled(t, (uint64_t)(t->x_carry_ns / cp_period_ns));
+        t->x_carry_ns %= cp_period_ns;
     }
     if (dead || !on) {
         x_close(t);
