@@ -362,6 +362,7 @@ static void *agent_main(void *arg)
         }
         if (!empty) cp_window_label_threads();
         if (!stopping && !flushing) cp_capture_update(cp_sink_brokers(A.sink));
+        cp_threads_poll_blocked(); /* threads that block the sample signal: into their rings */
         drain();
         cp_threads_reap();
         if (!empty) transport_tick();

@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <asm/perf_regs.h>
 #include <linux/perf_event.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,6 +135,9 @@ static void ring_push(cp_thread *t, const cp_sample_rec *r)
 /* Counts the overflows recorded in a perf ring since the last call and frees their space.
  * Signals for several overflows can merge into one; the ring still counts each. */
 #define PERF_RING_PAGES 1
+/* The ring of the engine that needs no signal (below): ~62 samples of its stack copies. */
+#define X_RING_PAGES 64
+#define X_RING_BYTES (4096u * (1 + X_RING_PAGES))
 static uint64_t perf_consume(void *ring)
 {
     struct perf_event_mmap_page *pg = ring;
@@ -195,6 +199,7 @@ static void handler(int sig, siginfo_t *si, void *ucv)
         atomic_fetch_add(&cp_dropped_samples, weight);
         goto out;
     }
+    if (atomic_load_explicit(&t->nosig, memory_order_relaxed)) goto out; /* the agent samples it */
     if (si->si_code != SI_TIMER && t->perf_fd >= 0) {
         if (t->perf_ring) {
             weight = perf_consume(t->perf_ring);
@@ -351,19 +356,27 @@ static int arm_timer(cp_thread *t, int64_t period)
     timer_t id;
     if (real_timer_create(clk, &sev, &id) < 0) return -errno;
     struct itimerspec its;
-    /* First expiry uniform in (0, period], so short-lived threads are not biased. */
+    /* First expiry uniform in (0, period], so short-lived threads are not biased. Armed at
+     * an absolute CPU time where the clock reads: the expiries' schedule is then known
+     * (exit_due counts those due and not carried). */
     int64_t first = 1 + (int64_t)(rnd() % (uint64_t)period);
-    its.it_value.tv_sec = first / 1000000000;
-    its.it_value.tv_nsec = first % 1000000000;
+    struct timespec now;
+    int64_t at =
+        clock_gettime(clk, &now) == 0 ? (int64_t)now.tv_sec * 1000000000 + now.tv_nsec : -1;
+    int64_t value = at >= 0 ? at + first : first;
+    its.it_value.tv_sec = value / 1000000000;
+    its.it_value.tv_nsec = value % 1000000000;
     its.it_interval.tv_sec = period / 1000000000;
     its.it_interval.tv_nsec = period % 1000000000;
-    if (timer_settime(id, 0, &its, NULL) < 0) {
+    if (timer_settime(id, at >= 0 ? TIMER_ABSTIME : 0, &its, NULL) < 0) {
         int e = -errno;
         timer_delete(id);
         return e;
     }
     t->timer = id;
     t->timer_period_ns = period;
+    t->timer_first_ns = at >= 0 ? value : -1;
+    t->timer_head = atomic_load(&t->head);
     t->has_timer = 1;
     return 0;
 }
@@ -403,7 +416,7 @@ static int use_perf_for(int64_t p)
  * it on t's thread now. */
 static void arm_unlocked(cp_thread *t)
 {
-    if (!atomic_load(&g_cpu_on)) return;
+    if (!atomic_load(&g_cpu_on) || atomic_load(&t->nosig)) return;
     int64_t p = t->boost_ns > 0 ? t->boost_ns : cp_period_ns;
     if (use_perf_for(p)) {
         if (t->perf_fd >= 0) {
@@ -504,6 +517,11 @@ static int perf_fd_moved(int from, int to)
     unsigned n = atomic_load(&cp_threads_hwm);
     for (unsigned i = 0; i < n && i < CP_MAX_THREADS && rc; i++) {
         cp_thread *t = atomic_load(&cp_threads[i]);
+        if (t && t->x_fd == from) { /* the agent reads it: no signal to set up */
+            t->x_fd = to;
+            rc = 0;
+            continue;
+        }
         if (!t || t->perf_fd != from) continue;
         /* O_ASYNC again on the new number: the signal's si_fd is the number it was set on */
         struct f_owner_ex own = {.type = F_OWNER_TID, .pid = t->tid};
@@ -553,6 +571,8 @@ static void slot_init(cp_thread *t, pid_t tid)
     t->perf_ring = NULL;
     t->has_timer = 0;
     t->timer_period_ns = t->perf_period_ns = 0;
+    t->timer_first_ns = -1;
+    t->timer_head = 0;
     t->perf_enabled = 0;
     t->boost_ns = t->acc_ns = 0;
     t->cap_mask = t->api_mask = 0;
@@ -570,6 +590,15 @@ static void slot_init(cp_thread *t, pid_t tid)
     atomic_store(&t->tail, 0);
     atomic_store(&t->dropped, 0);
     atomic_store(&t->pending, 0);
+    atomic_store(&t->nosig, 0);
+    atomic_store(&t->blocked_at_start, 0);
+    t->x_fd = -1;
+    t->x_ring = NULL;
+    t->x_done = 0;
+    t->x_head = 0;
+    t->x_cpu_ns = -1;
+    t->x_carry_ns = 0;
+    atomic_store(&t->x_exit_cpu_ns, 0);
 }
 
 static void thread_exit(void *arg);
@@ -612,6 +641,144 @@ cp_thread *cp_thread_register_self(void)
     return t;
 }
 
+/* ------------------------------------------------------------------------------------
+ * A thread's last period (README.md "CPU": short threads). A POSIX CPU timer expires only
+ * on a scheduler tick that finds the thread running, so a thread that exits between the
+ * tick and its due expiry used to take that period with it; a perf event's overflow can
+ * wait in its ring behind the signal the exiting thread blocked, and its last partial
+ * period was always lost (perf starts counting at 0, no random offset). */
+
+/* The timer's expiries due by now (t's CPU clock) that no sample carried, from the
+ * schedule arm_timer set and the weights of t's timer samples since (all in its ring while
+ * it holds them all); -1 if unknown. On t's own thread (only it writes its ring). */
+static int64_t timer_due_exact(cp_thread *t)
+{
+    int64_t p = t->timer_period_ns;
+    unsigned h = atomic_load_explicit(&t->head, memory_order_relaxed);
+    if (t->timer_first_ns < 0 || p <= 0 || h - t->timer_head > CP_RING) return -1;
+    struct timespec c;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c) != 0) return -1;
+    int64_t cpu = (int64_t)c.tv_sec * 1000000000 + c.tv_nsec;
+    int64_t expired = cpu >= t->timer_first_ns ? 1 + (cpu - t->timer_first_ns) / p : 0;
+    int64_t carried = 0;
+    for (unsigned i = t->timer_head; i != h; i++) {
+        const cp_sample_rec *r = &t->ring[i & (CP_RING - 1)];
+        if (r->period_ns == p) carried += (int64_t)r->weight;
+    }
+    if (atomic_load(&t->pending) && t->pend.period_ns == p) carried += (int64_t)t->pend.weight;
+    return expired > carried ? expired - carried : 0;
+}
+
+/* Stops t's events and returns the periods (of t's running event) its CPU time earned
+ * but no signal carried: an expiry due and not fired, signals fired and still pending,
+ * overflows in the perf ring, and the perf event's partial period with the probability of
+ * its length (so the count is right on average). Called on t's own thread at its exit,
+ * with the sample signal blocked. */
+static uint64_t exit_due(cp_thread *t, int64_t *period)
+{
+    uint64_t due = 0;
+    int sig = atomic_load(&g_sig);
+    *period = 0;
+    /* Fired while the signal was blocked here: ours are counted, the host's sent again.
+     * Taken before the timer is disarmed: a kernel that sees a timer re-armed or disarmed
+     * drops the signal its old arming queued. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    struct timespec zero_ts = {0, 0};
+    siginfo_t si;
+    int to_thread = 0, to_process = 0;
+    uint64_t timer_due = 0;
+    for (int i = 0; i < 64 && sigtimedwait(&set, &si, &zero_ts) == sig; i++) {
+        if (si.si_code == SI_TIMER && si.si_value.sival_ptr == CP_TIMER_COOKIE)
+            timer_due += 1 + (uint64_t)(si.si_overrun > 0 ? si.si_overrun : 0);
+        else if (si.si_code >= POLL_IN && si.si_code <= POLL_HUP && was_perf(si.si_fd))
+            continue; /* its overflows are in the ring */
+        else if (si.si_code == SI_TKILL)
+            to_thread = 1;
+        else
+            to_process = 1;
+    }
+    /* the host's (a standard signal is pending at most once a target) */
+    if (to_thread) syscall(SYS_tgkill, getpid(), my_tid(), sig);
+    if (to_process) kill(getpid(), sig);
+    sigset_t m;
+    spin_lock(&g_arm_lock, &m);
+    if (t->has_timer) {
+        /* 1 ns left: due, not fired (timer_gettime says so; timer_settime's old value
+         * would not: it moves an overdue timer on first) */
+        struct itimerspec v;
+        if (timer_gettime(t->timer, &v) == 0) {
+            *period = t->timer_period_ns;
+            if (v.it_value.tv_sec == 0 && v.it_value.tv_nsec == 1) timer_due++;
+        }
+        /* an expiry overdue by more than a period is still one above: count them all */
+        int64_t exact = timer_due_exact(t);
+        due += exact >= 0 ? (uint64_t)exact : timer_due;
+    }
+    if (t->perf_fd >= 0 && t->perf_enabled && t->perf_period_ns > 0) {
+        ioctl(t->perf_fd, PERF_EVENT_IOC_DISABLE, 0);
+        t->perf_enabled = 0;
+        *period = t->perf_period_ns;
+        if (t->perf_ring) due += perf_consume(t->perf_ring);
+        uint64_t count;
+        if (read(t->perf_fd, &count, sizeof(count)) == (ssize_t)sizeof(count)) {
+            uint64_t p = (uint64_t)t->perf_period_ns, part = count % p;
+            uint64_t x = (uint64_t)cp_mono_ns() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)t->tid;
+            x ^= x >> 29;
+            if ((x * 0xbf58476d1ce4e5b9ULL >> 11) % p < part) due++;
+        }
+    }
+    spin_unlock(&g_arm_lock, &m);
+    return due;
+}
+
+/* The CPU time of t's last periods, at its exit: one final sample on the stack of its last
+ * sample (the thread most likely spent it there); for a thread without one yet, on its
+ * start routine alone (thrd_create's, unknown: counted in dropped_samples). */
+static void exit_final_sample(cp_thread *t)
+{
+    if (atomic_load(&t->nosig)) {
+        /* the agent samples it, or counts its CPU time up to here */
+        struct timespec c;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c);
+        atomic_store(&t->x_exit_cpu_ns, (int64_t)c.tv_sec * 1000000000 + c.tv_nsec + 1);
+        return;
+    }
+    int64_t period;
+    uint64_t due = exit_due(t, &period);
+    if (!due) return;
+    /* x_switch makes the agent the ring's writer under this lock */
+    sigset_t m;
+    spin_lock(&g_arm_lock, &m);
+    unsigned h = atomic_load_explicit(&t->head, memory_order_relaxed);
+    uintptr_t fn = atomic_load(&t->start_fn);
+    if (atomic_load(&t->nosig) || (h == 0 && !fn)) {
+        atomic_fetch_add(&t->dropped, due);
+    } else if (atomic_load(&t->pending)) {
+        t->pend.weight += due; /* pushed by the caller */
+    } else {
+        cp_sample_rec r;
+        r.weight = due;
+        r.period_ns = period;
+        if (h == 0) {
+            /* no sample yet: its start routine, the one frame known to hold its time */
+            unsigned depth = atomic_load_explicit(&t->iso_depth, memory_order_relaxed);
+            r.isolate = depth ? t->iso_stack[(depth > 16 ? 16 : depth) - 1] : 0;
+            r.nframes = 1;
+            r.pcs[0] = (uint64_t)fn;
+        } else {
+            /* only this thread writes its ring: the last slot is still its last sample */
+            const cp_sample_rec *last = &t->ring[(h - 1) & (CP_RING - 1)];
+            r.isolate = last->isolate;
+            r.nframes = last->nframes > CP_MAX_FRAMES ? CP_MAX_FRAMES : last->nframes;
+            memcpy(r.pcs, last->pcs, r.nframes * sizeof(uint64_t));
+        }
+        ring_push(t, &r);
+    }
+    spin_unlock(&g_arm_lock, &m);
+}
+
 /* The pthread key destructor: the thread is going away. */
 static void thread_exit(void *arg)
 {
@@ -621,6 +788,7 @@ static void thread_exit(void *arg)
     sigemptyset(&set);
     sigaddset(&set, g_sig);
     pthread_sigmask(SIG_BLOCK, &set, &old);
+    exit_final_sample(t);
     disarm(t);
     if (atomic_load(&t->pending)) {
         ring_push(t, &t->pend);
@@ -693,6 +861,7 @@ void cp_threads_reap(void)
         cp_thread *t = atomic_load(&cp_threads[i]);
         if (!t || atomic_load(&t->state) != CP_T_DEAD) continue;
         if (atomic_load(&t->head) != atomic_load(&t->tail)) continue; /* not drained */
+        if (atomic_load(&t->nosig) && !t->x_done) continue; /* its event not read to the end */
         atomic_store(&t->state, CP_T_FREE);
     }
 }
@@ -714,6 +883,12 @@ void cp_threads_after_fork_child(void)
         t->perf_ring = NULL;
         t->perf_fd = -1;
         t->has_timer = 0;
+        if (t->x_fd >= 0) cp_fd_close(t->x_fd);
+        if (t->x_ring) munmap(t->x_ring, X_RING_BYTES);
+        t->x_fd = -1;
+        t->x_ring = NULL;
+        t->x_cpu_ns = -1;
+        atomic_store(&t->nosig, 0); /* found again if it still blocks the signal */
         t->perf_enabled = 0;
         t->boost_ns = t->acc_ns = 0; /* the child hears captures anew */
         t->cap_mask = t->api_mask = 0;
@@ -732,6 +907,378 @@ void cp_threads_after_fork_child(void)
         atomic_store(&cp_self->state, CP_T_LIVE);
         arm(cp_self);
     }
+}
+
+/* ------------------------------------------------------------------------------------
+ * The engine that needs no signal (README.md "CPU": threads that block signals). A thread
+ * that blocks the sample signal (servers block every signal before starting workers, which
+ * inherit the mask) never runs the handler: its timer expiries stay pending. The agent
+ * opens a perf task-clock event on it instead and reads the event's ring itself, each
+ * sample carrying the user registers and a copy of the top X_STACK bytes of the stack,
+ * unwound by cp_unwind_copy with the handler's DWARF rules; the sample goes into the
+ * thread's own ring, so drain() takes it as any other. Why a stack copy rather than the
+ * kernel's PERF_SAMPLE_CALLCHAIN: the kernel walks frame pointers, which Debian's libraries
+ * and -O2 code lack (the callchain ends or goes wrong after the leaf); the copy costs ring
+ * space instead (X_RING_PAGES per such thread, mlock'ed). */
+
+#define X_STACK 4096         /* bytes of stack per sample */
+#define X_PER_TICK 56        /* samples allowed between two agent ticks */
+#define X_CHECK_NS 500000000 /* threads are looked at twice a second */
+#define X_NAMED_MAX 8        /* refused threads named on stderr, one line each */
+
+static int g_x_refuse;                    /* CONTPROF_TEST_NO_PERF: tests stand for a container */
+static unsigned g_x_sampled, g_x_refused; /* threads so far (agent thread) */
+static unsigned g_x_shown_sampled, g_x_shown_refused;
+static cp_ucache g_x_ucache; /* the agent's unwind cache for these samples */
+
+/* The pthread_create/thrd_create thunk, on the new thread: it starts with the signal
+ * blocked (its creator's mask), so the agent need not wait for its CPU clock to tell. */
+static void note_blocked_at_start(cp_thread *t)
+{
+    sigset_t cur;
+    if (t && pthread_sigmask(SIG_BLOCK, NULL, &cur) == 0 && sigismember(&cur, g_sig) == 1)
+        atomic_store(&t->blocked_at_start, 1);
+}
+
+static int64_t thread_cpu_ns(pid_t tid)
+{
+    struct timespec ts;
+    clockid_t clk = (clockid_t)((~(unsigned)tid << 3) | 6); /* as arm_timer */
+    if (clock_gettime(clk, &ts) != 0) return -1;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Whether thread tid blocks signal sig now (SigBlk of /proc/self/task/TID/status). */
+static int sig_blocked(pid_t tid, int sig)
+{
+    char path[64], buf[2048];
+    snprintf(path, sizeof(path), "/proc/self/task/%d/status", (int)tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t k = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (k <= 0) return 0;
+    buf[k] = 0;
+    const char *b = strstr(buf, "\nSigBlk:");
+    if (!b) return 0;
+    unsigned long long mask = strtoull(b + 8, NULL, 16);
+    return sig > 0 && sig <= 64 && ((mask >> (sig - 1)) & 1);
+}
+
+/* Agent periods per sample: the agent reads the ring once a tick (agent.c's formula:
+ * CP_RING/2 samples at the rate, 100-500 ms), which must not hold more than X_PER_TICK. */
+static uint64_t x_weight(void)
+{
+    int64_t tick = (int64_t)CP_RING / 2 * 1000000000 / cp_cfg.cpu_hz;
+    if (tick < 100000000) tick = 100000000;
+    if (tick > 500000000) tick = 500000000;
+    int64_t per = X_PER_TICK * cp_period_ns;
+    int64_t k = (tick + per - 1) / per;
+    return k < 1 ? 1 : (uint64_t)k;
+}
+
+/* Opens and maps t's event; returns 0 or -errno. */
+static int x_open(cp_thread *t)
+{
+    if (g_x_refuse) return -EACCES;
+    struct perf_event_attr a;
+    memset(&a, 0, sizeof(a));
+    a.size = sizeof(a);
+    a.type = PERF_TYPE_SOFTWARE;
+    a.config = PERF_COUNT_SW_TASK_CLOCK;
+    a.sample_period = (uint64_t)cp_period_ns * x_weight();
+    a.sample_type =
+        PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_REGS_USER | PERF_SAMPLE_STACK_USER;
+    a.sample_regs_user =
+        (1ULL << PERF_REG_X86_BP) | (1ULL << PERF_REG_X86_SP) | (1ULL << PERF_REG_X86_IP);
+    a.sample_stack_user = X_STACK;
+    a.exclude_hv = 1;
+    a.exclude_kernel = g_perf_user_only;
+    a.disabled = 1;
+    cp_fd_gate_enter();
+    int fd = (int)syscall(SYS_perf_event_open, &a, t->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd < 0 && !a.exclude_kernel && (errno == EACCES || errno == EPERM)) {
+        g_perf_user_only = a.exclude_kernel = 1;
+        fd = (int)syscall(SYS_perf_event_open, &a, t->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    }
+    int e = errno;
+    if (fd >= 0) fd = cp_fd_adopt(fd, CP_FD_PERF), e = errno;
+    cp_fd_gate_leave();
+    if (fd < 0) return -e;
+    void *ring = mmap(NULL, X_RING_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (ring == MAP_FAILED) {
+        e = errno;
+        cp_fd_close(fd);
+        return -e;
+    }
+    if (ioctl(fd, PERF_EVENT_IOC_ENABLE, 0) < 0) {
+        e = errno;
+        munmap(ring, X_RING_BYTES);
+        cp_fd_close(fd);
+        return -e;
+    }
+    sigset_t m;
+    spin_lock(&g_arm_lock, &m); /* perf_fd_moved reads x_fd */
+    t->x_fd = fd;
+    t->x_ring = ring;
+    spin_unlock(&g_arm_lock, &m);
+    return 0;
+}
+
+static void x_close(cp_thread *t)
+{
+    sigset_t m;
+    spin_lock(&g_arm_lock, &m);
+    int fd = t->x_fd;
+    t->x_fd = -1;
+    spin_unlock(&g_arm_lock, &m);
+    if (fd >= 0) cp_fd_close(fd);
+    if (t->x_ring) munmap(t->x_ring, X_RING_BYTES);
+    t->x_ring = NULL;
+}
+
+/* One PERF_RECORD_SAMPLE (ip, pid/tid, user regs BP SP IP, user stack) into t's ring. */
+static void x_sample(cp_thread *t, const uint8_t *rec, size_t len, uint64_t weight)
+{
+    const uint8_t *p = rec + sizeof(struct perf_event_header), *end = rec + len;
+    uint64_t abi, regs[3], size, dyn = 0;
+    if (p + 16 + 8 > end) return;
+    p += 16; /* ip (the user pc is in the registers), pid and tid (the event is t's) */
+    memcpy(&abi, p, 8);
+    p += 8;
+    if (abi == PERF_SAMPLE_REGS_ABI_NONE) { /* no user context: counted */
+        atomic_fetch_add(&t->dropped, weight);
+        return;
+    }
+    if (p + sizeof(regs) + 8 > end) return;
+    memcpy(regs, p, sizeof(regs));
+    p += sizeof(regs);
+    memcpy(&size, p, 8);
+    p += 8;
+    const uint8_t *stack = p;
+    if (size && p + size + 8 <= end) memcpy(&dyn, p + size, 8);
+    if (dyn > size) dyn = 0;
+    cp_uregs r = {.pc = (uintptr_t)regs[2], .sp = (uintptr_t)regs[1], .fp = (uintptr_t)regs[0]};
+    cp_sample_rec s;
+    unsigned depth = atomic_load_explicit(&t->iso_depth, memory_order_relaxed);
+    s.isolate = depth ? t->iso_stack[(depth > 16 ? 16 : depth) - 1] : 0;
+    s.weight = weight;
+    s.period_ns = cp_period_ns;
+    s.nframes = (uint32_t)cp_unwind_copy(&r, stack, (size_t)dyn, s.pcs, CP_MAX_FRAMES, &g_x_ucache);
+    ring_push(t, &s);
+}
+
+/* Reads t's perf ring to its head: samples into t's ring, lost records counted. */
+static void x_read(cp_thread *t)
+{
+    static uint8_t rec[65536]; /* a record is at most 64 KiB (header.size is 16 bits) */
+    struct perf_event_mmap_page *pg = t->x_ring;
+    if (!pg) return;
+    uint64_t head = __atomic_load_n(&pg->data_head, __ATOMIC_ACQUIRE);
+    uint64_t tail = pg->data_tail;
+    uint64_t size = pg->data_size ? pg->data_size : 4096u * X_RING_PAGES;
+    const uint8_t *data = (const uint8_t *)pg + (pg->data_offset ? pg->data_offset : 4096);
+    uint64_t w = x_weight();
+    while (tail + sizeof(struct perf_event_header) <= head) {
+        struct perf_event_header h;
+        uint64_t off = tail % size;
+        memcpy(&h, data + off, sizeof(h));
+        if (h.size < sizeof(h) || tail + h.size > head) break;
+        size_t first = size - off < h.size ? (size_t)(size - off) : h.size;
+        memcpy(rec, data + off, first);
+        memcpy(rec + first, data, h.size - first); /* a record may wrap */
+        if (h.type == PERF_RECORD_SAMPLE) {
+            x_sample(t, rec, h.size, w);
+        } else if (h.type == PERF_RECORD_LOST && h.size >= 24) {
+            uint64_t lost;
+            memcpy(&lost, rec + 16, sizeof(lost));
+            atomic_fetch_add(&t->dropped, lost * w);
+        }
+        tail += h.size;
+    }
+    __atomic_store_n(&pg->data_tail, tail, __ATOMIC_RELEASE);
+}
+
+/* CPU time of a nosig thread that no sample carries (before the agent found it; all of
+ * it where perf is refused): periods on one frame, CP_X_FRAME, in t's ring, so the thread's
+ * total stays right, the window is written, and the reason is in the profile. Without the
+ * frame (no memory to intern it): counted in dropped. */
+#define CP_X_FRAME "contprof:signal-blocked"
+static void x_unsampled(cp_thread *t, uint64_t periods)
+{
+    static uint64_t frame;
+    if (!periods) return;
+    if (!frame) {
+        contprof_frame f = {.function = CP_X_FRAME, .file = NULL, .line = 0};
+        uint64_t id;
+        if (cp_lang_ids(&f, 1, &id) == 1) frame = id;
+    }
+    if (!frame) {
+        atomic_fetch_add(&t->dropped, periods);
+        return;
+    }
+    cp_sample_rec s;
+    unsigned depth = atomic_load_explicit(&t->iso_depth, memory_order_relaxed);
+    s.isolate = depth ? t->iso_stack[(depth > 16 ? 16 : depth) - 1] : 0;
+    s.weight = periods;
+    s.period_ns = cp_period_ns;
+    s.nframes = 1;
+    s.pcs[0] = frame;
+    ring_push(t, &s);
+}
+
+/* The CPU time t used since the agent last looked (refused threads). */
+static void x_count(cp_thread *t, int64_t cpu)
+{
+    if (cpu < 0 || t->x_cpu_ns < 0 || cpu < t->x_cpu_ns) return;
+    t->x_carry_ns += cpu - t->x_cpu_ns;
+    t->x_cpu_ns = cpu;
+}
+
+/* t blocks the sample signal: off the signal engine, onto the agent's perf event, or
+ * counted. cpu: its CPU clock now; the CPU time since its last sample (none: since it
+ * started) was not sampled and is counted. */
+static void x_switch(cp_thread *t, int64_t cpu)
+{
+    sigset_t m;
+    spin_lock(&g_arm_lock, &m);
+    int ok = atomic_load(&t->state) == CP_T_LIVE && !atomic_load(&t->pending);
+    if (ok) {
+        atomic_store(&t->nosig, 1);
+        if (t->has_timer) {
+            timer_delete(t->timer);
+            t->has_timer = 0;
+        }
+        /* disabled, not closed: a handler may still be reading its ring (as after a boost) */
+        if (t->perf_fd >= 0 && t->perf_enabled) {
+            ioctl(t->perf_fd, PERF_EVENT_IOC_DISABLE, 0);
+            t->perf_enabled = 0;
+        }
+    }
+    spin_unlock(&g_arm_lock, &m);
+    if (!ok) return;
+    /* pushed from the next tick on: a handler that passed its nosig check just before is
+     * long done writing the ring by then */
+    int64_t since = t->x_cpu_ns >= 0 ? t->x_cpu_ns : 0;
+    t->x_carry_ns = cpu > since ? cpu - since : 0;
+    t->x_cpu_ns = cpu;
+    int e = x_open(t);
+    if (e == 0) {
+        g_x_sampled++;
+        return;
+    }
+    atomic_store(&t->nosig, 2);
+    if (g_x_refused++ < X_NAMED_MAX)
+        fprintf(stderr,
+                "contprof: thread %d (%s) blocks the sampling signal (%d) and perf events are "
+                "refused (%s): its CPU time goes to frame " CP_X_FRAME ", without a stack%s\n",
+                (int)t->tid, t->name, atomic_load(&g_sig), strerror(-e),
+                g_x_refused == X_NAMED_MAX ? " (further such threads are not named)" : "");
+}
+
+/* A thread on the signal engine: does it block the signal? */
+static void x_check(cp_thread *t)
+{
+    unsigned h = atomic_load(&t->head);
+    int at_start = atomic_load(&t->blocked_at_start);
+    int64_t p = t->has_timer ? t->timer_period_ns : t->perf_enabled ? t->perf_period_ns : 0;
+    /* a thread that registered itself started near 0 CPU; one found in /proc: read it now */
+    if (t->x_cpu_ns < 0 && t->own_tls) t->x_cpu_ns = 0, t->x_head = 0;
+    if (!at_start && t->x_cpu_ns >= 0 && p > 0 && (h != t->x_head || atomic_load(&t->pending))) {
+        /* sampled: count the CPU time the new samples carried, no system call (what went
+         * unsampled since is found at a later check) */
+        t->x_cpu_ns += (int64_t)(h - t->x_head) * p;
+        t->x_head = h;
+        return;
+    }
+    int64_t cpu = thread_cpu_ns(t->tid);
+    if (cpu < 0) return;
+    if (t->x_cpu_ns > cpu) t->x_cpu_ns = cpu;
+    if (!at_start && (t->x_cpu_ns < 0 || p <= 0)) {
+        t->x_cpu_ns = cpu;
+        t->x_head = h;
+        return;
+    }
+    /* two periods and the tick that would have carried them, without a sample (a thread
+     * that started blocked, too: an idle one costs no event) */
+    if (cpu - t->x_cpu_ns < 2 * (p > 0 ? p : cp_period_ns) + CP_TICK_NS) return;
+    atomic_store(&t->blocked_at_start, 0);
+    if (!sig_blocked(t->tid, atomic_load(&g_sig))) {
+        t->x_head = h;
+        t->x_cpu_ns = cpu;
+        return;
+    }
+    x_switch(t, cpu);
+}
+
+/* One nosig thread: its samples or its CPU time; a dead one's last, then its event goes. */
+static void x_poll(cp_thread *t, int on)
+{
+    int dead = atomic_load(&t->state) == CP_T_DEAD;
+    if (atomic_load(&t->nosig) == 1) {
+        x_read(t);
+    } else {
+        int64_t exit_cpu = atomic_load(&t->x_exit_cpu_ns);
+        x_count(t, dead ? (exit_cpu ? exit_cpu - 1 : -1) : thread_cpu_ns(t->tid));
+    }
+    if (t->x_carry_ns >= cp_period_ns) {
+        x_unsampled(t, (uint64_t)(t->x_carry_ns / cp_period_ns));
+        t->x_carry_ns %= cp_period_ns;
+    }
+    if (dead || !on) {
+        x_close(t);
+        t->x_done = 1;
+    }
+}
+
+static void x_engine_text(void)
+{
+    if (g_x_sampled == g_x_shown_sampled && g_x_refused == g_x_shown_refused) return;
+    g_x_shown_sampled = g_x_sampled;
+    g_x_shown_refused = g_x_refused;
+    sigset_t m;
+    spin_lock(&g_sig_lock, &m);
+    if (atomic_load(&g_cpu_on)) {
+        char rest[64] = "";
+        char *r = strstr(cp_engine, "; cpu_timers_rearmed=");
+        if (r) {
+            snprintf(rest, sizeof(rest), "%s", r);
+            *r = 0;
+        }
+        char *b = strstr(cp_engine, "; signal_blocked=");
+        if (b) *b = 0;
+        size_t base = strlen(cp_engine);
+        unsigned n = g_x_sampled + g_x_refused;
+        if (g_x_refused)
+            snprintf(cp_engine + base, sizeof(cp_engine) - base,
+                     "; signal_blocked=%u unsampled=%u%s", n, g_x_refused, rest);
+        else
+            snprintf(cp_engine + base, sizeof(cp_engine) - base, "; signal_blocked=%u perf%s", n,
+                     rest);
+    }
+    spin_unlock(&g_sig_lock, &m);
+}
+
+void cp_threads_poll_blocked(void)
+{
+    static int64_t next_check;
+    int on = atomic_load(&g_cpu_on);
+    int64_t now = cp_mono_ns();
+    int check = on && now >= next_check;
+    if (check) next_check = now + X_CHECK_NS;
+    unsigned n = atomic_load(&cp_threads_hwm);
+    for (unsigned i = 0; i < n && i < CP_MAX_THREADS; i++) {
+        cp_thread *t = atomic_load(&cp_threads[i]);
+        if (!t) continue;
+        int st = atomic_load(&t->state);
+        if (st != CP_T_LIVE && st != CP_T_DEAD) continue;
+        if (atomic_load(&t->nosig)) {
+            if (!t->x_done) x_poll(t, on);
+        } else if (st == CP_T_LIVE && (check || atomic_load(&t->blocked_at_start))) {
+            x_check(t);
+        }
+    }
+    x_engine_text();
 }
 
 /* ------------------------------------------------------------------------------------
@@ -1104,6 +1651,7 @@ int cp_cpu_start(void)
         return 0;
     }
     cp_period_ns = 1000000000 / cp_cfg.cpu_hz;
+    g_x_refuse = getenv("CONTPROF_TEST_NO_PERF") != NULL;
     /* SIGPROF, unless the program already handles or ignores it (then the next free one) */
     sigset_t m;
     spin_lock(&g_sig_lock, &m);
@@ -1131,7 +1679,13 @@ int cp_cpu_start(void)
     unsigned n = atomic_load(&cp_threads_hwm);
     for (unsigned i = 0; i < n && i < CP_MAX_THREADS; i++) {
         cp_thread *t = atomic_load(&cp_threads[i]);
-        if (t && atomic_load(&t->state) == CP_T_LIVE) arm(t);
+        if (!t || atomic_load(&t->state) != CP_T_LIVE) continue;
+        if (atomic_load(&t->nosig) && t->x_done) { /* a stop closed its event: found again */
+            t->x_done = 0;
+            t->x_cpu_ns = -1;
+            atomic_store(&t->nosig, 0);
+        }
+        arm(t);
     }
     return 0;
 }
@@ -1167,6 +1721,7 @@ static void *start_thunk(void *p)
     } else {
         cp_thread *t = cp_thread_register_self();
         if (t) {
+            note_blocked_at_start(t);
             t->start_arg = (uintptr_t)sa.arg;
             atomic_store_explicit(&t->start_fn, (uintptr_t)sa.fn, memory_order_release);
         }
@@ -1211,7 +1766,7 @@ static int thrd_thunk(void *p)
     if (ta.agent)
         cp_guard_agent_thread_begin(0);
     else
-        cp_thread_register_self();
+        note_blocked_at_start(cp_thread_register_self());
     return ta.fn(ta.arg);
 }
 

@@ -40,6 +40,10 @@ typedef struct cp_thread {
      * whether the perf event counts: a boost may leave a disabled perf event behind, kept
      * (never unmapped under a handler) until the thread disarms for good. */
     int64_t timer_period_ns, perf_period_ns;
+    /* The timer's first expiry (the thread's CPU clock, ns; -1 unknown) and t's ring head
+     * when it was armed: the schedule its samples since follow. */
+    int64_t timer_first_ns;
+    unsigned timer_head;
     int perf_enabled;
     /* A capture's period for this thread (0: the agent's own rate); agent thread only,
      * like acc_ns (boosted CPU not yet passed to the always-on window) and cap_mask (the
@@ -67,6 +71,19 @@ typedef struct cp_thread {
     atomic_uint head; /* written by the thread (handler or safepoint) */
     atomic_uint tail; /* written by the agent */
     atomic_uint_fast64_t dropped;
+    /* The engine that needs no signal, for a thread that blocks the sample signal (README.md
+     * "CPU"): nosig 1, a perf event the agent thread opened and reads, the agent then the
+     * ring's only writer; 2, refused: the thread's CPU time is counted in dropped. The
+     * handler takes no sample of a nosig thread. The x_ fields are the agent's. */
+    atomic_int nosig;
+    atomic_int blocked_at_start; /* the pthread_create thunk found the signal blocked */
+    int x_fd;
+    void *x_ring;
+    int x_done;         /* a dead nosig thread accounted for and its event closed: reapable */
+    unsigned x_head;    /* ring head at the last check */
+    int64_t x_cpu_ns;   /* the thread's CPU clock then (-1: not read yet) */
+    int64_t x_carry_ns; /* refused: CPU time not yet a whole dropped period */
+    _Atomic int64_t x_exit_cpu_ns; /* a nosig thread's CPU clock at its exit (0: not yet) */
     /* A sample waiting for the walker at the next safe point. */
     atomic_int pending;
     cp_sample_rec pend;
@@ -114,6 +131,14 @@ void cp_threads_reap(void);
  * them. Returns the period now in effect for t (0 if CPU sampling is off or t is not live)
  * and sets *perf to whether a perf event runs it. Not async-signal-safe; agent thread. */
 int64_t cp_thread_boost(cp_thread *t, int64_t period_ns, int *perf);
+/* Agent, each tick before draining the rings: finds threads that block the sample signal
+ * (their CPU clock ran two periods with no sample, or the pthread_create hook saw the signal
+ * blocked; then /proc/self/task/TID/status says so) and samples them with a perf event it
+ * reads itself, each sample unwound from a copy of the top of the thread's stack and pushed
+ * into the thread's ring like the handler's; where perf is refused, names the thread once
+ * on stderr and counts its CPU time in dropped. Adds "; signal_blocked=N ..." to cp_engine.
+ * Not async-signal-safe; agent thread only. */
+void cp_threads_poll_blocked(void);
 /* Agent: refreshes thread names from /proc/self/task/TID/comm (not of labelled threads). */
 void cp_threads_refresh_names(void);
 /* Agent: names t's isolate label (≤ 15 bytes), kept over the thread's own name from now on

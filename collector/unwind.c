@@ -810,8 +810,10 @@ static int rule_for(const cp_modules *mods, uintptr_t lookup, cfi_row *row, cp_u
     return ok;
 }
 
-int cp_unwind(const cp_uregs *r, uintptr_t stack_lo, uintptr_t stack_hi, uint64_t *pcs, int max,
-              cp_ucache *cache)
+/* The walk over a stack whose bytes at address a are at a + delta (0: the live stack; a
+ * copy of it elsewhere: cp_unwind_copy). */
+static int walk(const cp_uregs *r, uintptr_t stack_lo, uintptr_t stack_hi, intptr_t delta,
+                uint64_t *pcs, int max, cp_ucache *cache)
 {
     if (max <= 0) return 0;
     int n = 0;
@@ -833,19 +835,19 @@ int cp_unwind(const cp_uregs *r, uintptr_t stack_lo, uintptr_t stack_hi, uint64_
             cfa = (row.cfa_reg == REG_RSP ? sp : fp) + (uintptr_t)row.cfa_off;
             uintptr_t ra_at = cfa + (uintptr_t)row.ra_off;
             if (!in_stack(ra_at, lo, stack_hi)) break;
-            ra = load(ra_at);
+            ra = load(ra_at + (uintptr_t)delta);
             if (row.rbp_rule == RULE_OFFSET) {
                 uintptr_t at = cfa + (uintptr_t)row.rbp_off;
                 if (!in_stack(at, lo, stack_hi)) break;
-                nfp = load(at);
+                nfp = load(at + (uintptr_t)delta);
             } else if (row.rbp_rule != RULE_SAME) {
                 nfp = 0;
             }
         } else {
             /* No usable CFI (JIT code, stripped objects): follow the frame pointer. */
             if (!in_stack(fp, lo, stack_hi) || !in_stack(fp + 8, lo, stack_hi) || fp < sp) break;
-            nfp = load(fp);
-            ra = load(fp + 8);
+            nfp = load(fp + (uintptr_t)delta);
+            ra = load(fp + 8 + (uintptr_t)delta);
             cfa = fp + 16;
         }
         if (ra < 4096 || cfa <= sp) break;
@@ -858,6 +860,19 @@ int cp_unwind(const cp_uregs *r, uintptr_t stack_lo, uintptr_t stack_hi, uint64_
     }
     atomic_fetch_sub(&g_readers, 1);
     return n;
+}
+
+int cp_unwind(const cp_uregs *r, uintptr_t stack_lo, uintptr_t stack_hi, uint64_t *pcs, int max,
+              cp_ucache *cache)
+{
+    return walk(r, stack_lo, stack_hi, 0, pcs, max, cache);
+}
+
+int cp_unwind_copy(const cp_uregs *r, const void *stack, size_t len, uint64_t *pcs, int max,
+                   cp_ucache *cache)
+{
+    intptr_t delta = (intptr_t)((uintptr_t)stack - r->sp);
+    return walk(r, r->sp, r->sp + (len & ~(size_t)7), delta, pcs, max, cache);
 }
 
 __attribute__((noinline)) int cp_unwind_here(uintptr_t stack_lo, uintptr_t stack_hi, uint64_t *pcs,

@@ -88,6 +88,12 @@ typedef struct cp_ucache {
 int cp_unwind(const cp_uregs *r, uintptr_t stack_lo, uintptr_t stack_hi, uint64_t *pcs, int max,
               cp_ucache *cache);
 
+/* Unwinds from r over a copy of the stack: len bytes that were at r->sp (perf's
+ * PERF_SAMPLE_STACK_USER), read at stack; code and CFI are read in place, in this process.
+ * Same contract as cp_unwind otherwise; for the agent thread (off the signal path). */
+int cp_unwind_copy(const cp_uregs *r, const void *stack, size_t len, uint64_t *pcs, int max,
+                   cp_ucache *cache);
+
 /* Captures the caller's registers and unwinds from there, skipping `skip` frames of the
  * caller's own; for the allocation path. Same contract as cp_unwind. */
 int cp_unwind_here(uintptr_t stack_lo, uintptr_t stack_hi, uint64_t *pcs, int max, int skip,

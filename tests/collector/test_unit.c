@@ -139,6 +139,60 @@ TEST(unwind_stays_in_bounds)
     CHECK(cp_unwind(&g, lo, hi, pcs, 4, NULL) >= 1);
 }
 
+/* The engine that needs no signal unwinds a copy of the top of a stack (perf's
+ * PERF_SAMPLE_STACK_USER): from the same registers, the copy gives the live stack's frames
+ * (those its bytes cover), and it is the copy that is read: zeroed, the walk stops. */
+static uint8_t g_copy[16384];
+static uint64_t g_live[CP_MAX_FRAMES], g_from_copy[CP_MAX_FRAMES], g_from_zeros[CP_MAX_FRAMES];
+static int g_nlive, g_ncopy, g_nzeros;
+
+/* as the kernel copies it: other frames' bytes, ASan's redzones among them */
+__attribute__((no_sanitize_address, noinline)) static void copy_stack(uint8_t *dst, uintptr_t from,
+                                                                      size_t len)
+{
+    const volatile uint8_t *src = (const volatile uint8_t *)from;
+    for (size_t i = 0; i < len; i++)
+        dst[i] = src[i];
+}
+
+__attribute__((noinline)) static void unwind_copy_here(void)
+{
+    uintptr_t lo, hi;
+    stack_bounds(&lo, &hi);
+    cp_uregs r;
+    __asm__ volatile("leaq 0(%%rip), %0\n\t"
+                     "movq %%rsp, %1\n\t"
+                     "movq %%rbp, %2"
+                     : "=r"(r.pc), "=r"(r.sp), "=r"(r.fp));
+    size_t len = hi - r.sp < sizeof(g_copy) ? hi - r.sp : sizeof(g_copy);
+    copy_stack(g_copy, r.sp, len);
+    g_nlive = cp_unwind(&r, lo, hi, g_live, CP_MAX_FRAMES, NULL);
+    g_ncopy = cp_unwind_copy(&r, g_copy, len, g_from_copy, CP_MAX_FRAMES, NULL);
+    memset(g_copy, 0, sizeof(g_copy));
+    g_nzeros = cp_unwind_copy(&r, g_copy, len, g_from_zeros, CP_MAX_FRAMES, NULL);
+}
+
+static int cmp_copy(const void *a, const void *b)
+{
+    if (!g_nlive) unwind_copy_here();
+    return *(const int *)a - *(const int *)b;
+}
+
+TEST(unwind_copy_of_stack)
+{
+    CHECK(cp_modules_refresh(1) == 0);
+    int v[8] = {8, 7, 6, 5, 4, 3, 2, 1}, key = 1;
+    size_t n = 8;
+    g_nlive = 0;
+    CHECK(lfind(&key, v, &n, sizeof(int), cmp_copy) != NULL);
+    printf("live %d frames, from the copy %d, from zeros %d\n", g_nlive, g_ncopy, g_nzeros);
+    CHECK(g_nlive > 4); /* through libc's lfind */
+    CHECK(g_ncopy > 4);
+    int k = g_ncopy < g_nlive ? g_ncopy : g_nlive;
+    CHECK(memcmp(g_live, g_from_copy, (size_t)k * sizeof(uint64_t)) == 0);
+    CHECK(g_nzeros <= 2);
+}
+
 TEST(modules_have_build_ids)
 {
     CHECK(cp_modules_refresh(1) == 0);
@@ -877,8 +931,8 @@ TEST(watch_poller_hands_each_answer_once)
     cp_buf_close(&list);
 }
 
-TEST_MAIN(T(unwind_through_libc), T(unwind_stays_in_bounds), T(modules_have_build_ids),
-          T(config_from_env), T(config_durations), T(isolate_lang_frames),
-          T(kafka_backlog_drops_oldest), T(epochs_keep_tables_symbolized),
+TEST_MAIN(T(unwind_through_libc), T(unwind_stays_in_bounds), T(unwind_copy_of_stack),
+          T(modules_have_build_ids), T(config_from_env), T(config_durations),
+          T(isolate_lang_frames), T(kafka_backlog_drops_oldest), T(epochs_keep_tables_symbolized),
           T(epochs_keep_tables_unsymbolized), T(epochs_bounded), T(epochs_follow_modules),
           T(node_worker_objects_read_defensively), T(watch_poller_hands_each_answer_once))
