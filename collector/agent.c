@@ -603,6 +603,18 @@ CONTPROF_EXTERN int contprof_start(const contprof_options *opts)
     cp_capture_set_wake(agent_wake);
     cp_fd_set_exit_hook(agent_flush);
     if (cp_cpu_start() != 0) snprintf(cp_engine, sizeof(cp_engine), "off");
+    if (cp_cfg.alloc_rate > 0 && cp_alloc_host_owns_malloc()) {
+        /* said once per program (not again in its exec'd children of the same name) and in
+         * every envelope: no alloc or inuse window will come, and why */
+        fprintf(stderr,
+                "contprof: %s defines its own malloc, which the loader binds before the "
+                "agent's: allocations through it are not seen (only those of the libraries "
+                "that bring their own calls); CPU is sampled\n",
+                program_invocation_short_name);
+        size_t l = strlen(cp_engine);
+        snprintf(cp_engine + l, sizeof(cp_engine) - l,
+                 "; alloc=partial (the program's own malloc)");
+    }
     cp_threads_scan();
     /* one thread (the constructor, before main): grow the fd table now, where it costs no
      * RCU grace period (fd.h) */

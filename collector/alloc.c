@@ -5,6 +5,7 @@
  * sampled block is page-aligned. */
 #include "alloc.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -911,4 +912,17 @@ CONTPROF_EXTERN size_t malloc_usable_size(void *p)
 {
     if (__builtin_expect(page_aligned(p), 0)) return usable_aligned(p);
     return atomic_load_explicit(&cp_next_hot_usable, memory_order_relaxed)(p);
+}
+
+/* ------------------------------------------------------------------------------------
+ * A program with an allocator of its own */
+
+/* Our own malloc, whatever the loader binds the name to. */
+extern __typeof__(malloc) cp_malloc_self
+    __attribute__((alias("malloc"), visibility("hidden"), copy(malloc)));
+
+int cp_alloc_host_owns_malloc(void)
+{
+    void *m = dlsym(RTLD_DEFAULT, "malloc");
+    return m && m != (void *)cp_malloc_self;
 }

@@ -23,6 +23,10 @@ typedef struct cp_alloc_bucket {
 
 /* Maps the sampler's tables (mmap, never malloc). Idempotent. Returns 0 or CP_ENOMEM. */
 int cp_alloc_init(void);
+/* 1 if the loader binds malloc to another definition than the agent's: a program that
+ * defines its own (workerd's tcmalloc, any executable exporting malloc) comes before a
+ * preloaded library in the lookup order, so the agent sees none of its allocations. */
+int cp_alloc_host_owns_malloc(void);
 /* Arms sampling with mean rate bytes (0 disables; ignored before cp_alloc_init). */
 void cp_alloc_set_rate(int64_t rate);
 /* Number of buckets so far (they are never removed). Takes the sampler's lock. */
