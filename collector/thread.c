@@ -286,6 +286,24 @@ static uint64_t rnd(void)
     return x;
 }
 
+/* Opens perf event a on thread tid, falling back to user mode only where the kernel's part
+ * is refused (remembered for later events), and moves the fd above the floor, marked as a
+ * perf fd. The event is born at the lowest free number, on a host's thread maybe: the gate
+ * keeps the host's fd calls out meanwhile (fd.c). Returns the fd, or -1 with *err set. */
+static int perf_open(struct perf_event_attr *a, pid_t tid, int *err)
+{
+    cp_fd_gate_enter();
+    int fd = (int)syscall(SYS_perf_event_open, a, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd < 0 && !a->exclude_kernel && (errno == EACCES || errno == EPERM)) {
+        g_perf_user_only = a->exclude_kernel = 1;
+        fd = (int)syscall(SYS_perf_event_open, a, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    }
+    *err = errno;
+    if (fd >= 0) fd = cp_fd_adopt(fd, CP_FD_PERF), *err = errno;
+    cp_fd_gate_leave();
+    return fd;
+}
+
 static int arm_perf(cp_thread *t, int64_t period)
 {
     struct perf_event_attr a;
@@ -301,17 +319,9 @@ static int arm_perf(cp_thread *t, int64_t period)
     /* Time in system calls is CPU time too (the timer engine counts it); only where
      * perf_event_paranoid forbids that are samples limited to user mode. */
     a.exclude_kernel = g_perf_user_only;
-    /* born at the lowest free number on the host's thread: moved inside the gate (fd.c) */
-    cp_fd_gate_enter();
-    int fd = (int)syscall(SYS_perf_event_open, &a, t->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
-    if (fd < 0 && !a.exclude_kernel && (errno == EACCES || errno == EPERM)) {
-        g_perf_user_only = a.exclude_kernel = 1;
-        fd = (int)syscall(SYS_perf_event_open, &a, t->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
-    }
-    int e = errno;
+    int e = 0;
     /* above the floor before O_ASYNC: the signal's si_fd is the number O_ASYNC was set on */
-    if (fd >= 0) fd = cp_fd_adopt(fd, CP_FD_PERF), e = errno;
-    cp_fd_gate_leave();
+    int fd = perf_open(&a, t->tid, &e);
     if (fd < 0) return -e;
     atomic_fetch_or(&g_was_perf[fd / 8], (unsigned char)(1u << (fd % 8)));
     /* With a ring the event never stops and each overflow is counted there; without one
@@ -995,15 +1005,8 @@ static int x_open(cp_thread *t)
     a.exclude_hv = 1;
     a.exclude_kernel = g_perf_user_only;
     a.disabled = 1;
-    cp_fd_gate_enter();
-    int fd = (int)syscall(SYS_perf_event_open, &a, t->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
-    if (fd < 0 && !a.exclude_kernel && (errno == EACCES || errno == EPERM)) {
-        g_perf_user_only = a.exclude_kernel = 1;
-        fd = (int)syscall(SYS_perf_event_open, &a, t->tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
-    }
-    int e = errno;
-    if (fd >= 0) fd = cp_fd_adopt(fd, CP_FD_PERF), e = errno;
-    cp_fd_gate_leave();
+    int e = 0;
+    int fd = perf_open(&a, t->tid, &e);
     if (fd < 0) return -e;
     void *ring = mmap(NULL, X_RING_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (ring == MAP_FAILED) {

@@ -319,6 +319,43 @@ static inline int stop_daemon(proc *p, int sig)
     return stop_daemon_within(p, sig, 10);
 }
 
+/* contprofd on DIR/data at 127.0.0.1:port (0: the kernel's choice), its log DIR/contprofd-N.log,
+ * with the configuration file conf (NULL: none); a restart on the same port retries while the
+ * old listener's port is not free yet. */
+static inline void start_daemon_data(proc *p, const char *dir, int port, int n, const char *conf)
+{
+    char data[512], log[600], http[64];
+    snprintf(data, sizeof data, "%s/data", dir);
+    snprintf(log, sizeof log, "%s/contprofd-%d.log", dir, n);
+    snprintf(http, sizeof http, "127.0.0.1:%d", port);
+    const char *args[] = {"--data", data, "--http", http, conf ? "--config" : NULL, conf, NULL};
+    for (int t = 0;; t++) {
+        start_daemon_log(p, log, args, 30);
+        if (!port || p->port == port) return;
+        CHECK(t < 3);
+    }
+}
+
+/* ---- files and commands -------------------------------------------------------------- */
+
+/* Runs cmd with the shell; fails the test, naming it, unless it exits 0. */
+static inline void proc_sh(const char *cmd)
+{
+    int st = system(cmd);
+    if (st != 0) fprintf(stderr, "command failed (%d): %s\n", st, cmd);
+    CHECK(st == 0);
+}
+
+/* A new directory /tmp/cp-TAG-WHAT-XXXXXX; malloc'd, the caller frees the name. */
+static inline char *proc_tmpdir(const char *tag, const char *what)
+{
+    char *d = malloc(256);
+    CHECK(d);
+    snprintf(d, 256, "/tmp/cp-%s-%s-XXXXXX", tag, what);
+    CHECK(mkdtemp(d));
+    return d;
+}
+
 /* ---- HTTP (for tests that include http_client.h before this header) ----------------- */
 
 #ifdef CP_HTTP_CLIENT_H

@@ -47,8 +47,7 @@ TEST(own_malloc_is_named_and_cpu_still_sampled)
         for (uint32_t k = 0; k < p->comments.n; k++)
             said += strstr(cp_profile_str(p, p->comments.v[k]), "alloc=partial") != NULL;
     }
-    printf("cpu windows %d, alloc windows %d, windows saying alloc=partial %d\n", cpu, alloc,
-           said);
+    printf("cpu windows %d, alloc windows %d, windows saying alloc=partial %d\n", cpu, alloc, said);
     CHECK(cpu >= 1);
     CHECK(said >= cpu + alloc);
     /* what an alloc window holds is the C library's own allocations (stdio's buffer), never

@@ -49,13 +49,6 @@ static void pick_ports(int *ports, int n)
         close(fds[i]);
 }
 
-static void sh(const char *cmd)
-{
-    int st = system(cmd);
-    if (st != 0) fprintf(stderr, "command failed (%d): %s\n", st, cmd);
-    CHECK(st == 0);
-}
-
 static void node_start(node *n)
 {
     start_daemon_log(&n->p, n->log, n->args, 60);
@@ -208,7 +201,7 @@ TEST(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down)
         snprintf(cmd, sizeof cmd,
                  "mkdir -p '%s/svc%d' && '%s/bench/genwindows' '%s/svc%d' %d %d %d", dir, s,
                  bindir(), dir, s, NWIN, 150 + 40 * s, 200 + 60 * s);
-        sh(cmd);
+        proc_sh(cmd);
     }
     /* The import runs in a child while node 2 is killed. Fire-and-forget: a waiting import
      * that spans a node's restart is told that node "no longer knows" windows it had stored
@@ -381,7 +374,7 @@ TEST(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down)
     snprintf(cmd, sizeof cmd,
              "'%s/query/contprof' top --server %s --from -1d --to now >'%s/top.out' 2>'%s/top.err'",
              bindir(), n[2].url, dir, dir);
-    sh(cmd);
+    proc_sh(cmd);
     {
         char errs[4096], want_w[160];
         snprintf(path, sizeof path, "%s/top.err", dir);
@@ -401,7 +394,7 @@ TEST(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down)
     CHECK_EQ(stop_daemon_within(&n[2].p, SIGTERM, 60), 0);
     CHECK_EQ(stop_daemon_within(&n[0].p, SIGTERM, 60), 0);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    sh(cmd);
+    proc_sh(cmd);
 }
 
 /* ---- symbol uploads reach every node -------------------------------------------------- */
@@ -458,7 +451,7 @@ TEST(a_symbol_upload_to_one_node_names_frames_stored_on_another)
                  "'%s/query/contprof' import --server %s --service sym%d --label instance=i%d "
                  "'%s' >>'%s/import.log' 2>&1",
                  bindir(), n[0].url, s, s, path, cl.dir);
-        sh(cmd);
+        proc_sh(cmd);
     }
     /* a service whose window node 2 holds (its own part: local=1) */
     char svc[32] = "";
@@ -533,7 +526,7 @@ TEST(a_symbol_upload_to_one_node_names_frames_stored_on_another)
     CHECK_EQ(stop_daemon_within(&n[1].p, SIGTERM, 60), 0);
     CHECK_EQ(stop_daemon_within(&n[0].p, SIGTERM, 60), 0);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", cl.dir);
-    sh(cmd);
+    proc_sh(cmd);
 }
 
 /* ---- tokens: tenants stay apart across nodes, peers use the cluster token ----------- */
@@ -617,7 +610,7 @@ TEST(tokens_tenants_and_the_cluster_token)
                  "'%s/s%d'/*.pb.gz",
                  dir, s, bindir(), dir, s, 50 + 10 * s, bindir(), n[0].url,
                  s < 6 ? "aaaaaaaaaaaa" : "bbbbbbbbbbbb", s < 6 ? "team-a" : "team-b", s, dir, s);
-        sh(cmd); /* exit 0: stored, whichever node owns the series' partition */
+        proc_sh(cmd); /* exit 0: stored, whichever node owns the series' partition */
     }
     int64_t wa[4], wb[4];
     snprintf(cmd, sizeof cmd, "'%s'/s[0-5]/*.pb.gz", dir);
@@ -675,7 +668,7 @@ TEST(tokens_tenants_and_the_cluster_token)
     CHECK_EQ(stop_daemon_within(&n[1].p, SIGTERM, 60), 0);
     CHECK_EQ(stop_daemon_within(&n[0].p, SIGTERM, 60), 0);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    sh(cmd);
+    proc_sh(cmd);
 }
 
 /* ---- adding a node: a partition handed over starts where its last owner ended -------- */
@@ -748,7 +741,7 @@ static void import_heaps(const char *dir, const char *url, int round, int ago_m)
                  "'%s/query/contprof' import --server %s --service s%d --at now-%dm "
                  "--duration 10s '%s' 2>>'%s/import.log'",
                  bindir(), url, s, ago_m, path, dir);
-        sh(cmd);
+        proc_sh(cmd);
     }
 }
 
@@ -769,12 +762,12 @@ TEST(a_partition_handed_to_a_new_node_is_read_once)
                  "'%s/query/contprof' import --server %s --service s%d '%s/r1s%d'/*.pb.gz "
                  "2>>'%s/import.log'",
                  dir, s, bindir(), dir, s, 40 + 10 * s, bindir(), n[0].url, s, dir, s, dir);
-        sh(cmd);
+        proc_sh(cmd);
     }
     /* and each service's heap snapshot of 40 minutes ago (its inuse series, on the
      * partition of its key: some on 3, handed over below) */
     snprintf(cmd, sizeof cmd, "mkdir -p '%s/heap'", dir);
-    sh(cmd);
+    proc_sh(cmd);
     import_heaps(dir, n[0].url, 1, 40);
     /* B gives partition 3 up: stopped, its offsets read, restarted with partition 2 only */
     CHECK_EQ(stop_daemon_within(&n[1].p, SIGTERM, 60), 0);
@@ -803,7 +796,7 @@ TEST(a_partition_handed_to_a_new_node_is_read_once)
                  "'%s/query/contprof' import --server %s --service s%d '%s/r2s%d'/*.pb.gz "
                  "2>>'%s/import.log'",
                  dir, s, bindir(), dir, s, 45 + 10 * s, bindir(), n[0].url, s, dir, s, dir);
-        sh(cmd);
+        proc_sh(cmd);
     }
     /* a later heap snapshot of each service, 20 minutes ago */
     import_heaps(dir, n[0].url, 2, 20);
@@ -852,7 +845,7 @@ TEST(a_partition_handed_to_a_new_node_is_read_once)
     for (int i = 0; i < 3; i++)
         CHECK_EQ(stop_daemon_within(&n[i].p, SIGTERM, 60), 0);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    sh(cmd);
+    proc_sh(cmd);
 }
 
 /* ---- fan-outs on every node at once do not wait on each other ----------------------- */
@@ -925,7 +918,7 @@ TEST(concurrent_fanouts_on_every_node_do_not_deadlock)
                  "'%s/query/contprof' import --server %s --service s%d '%s/s%d'/*.pb.gz "
                  "2>>'%s/import.log'",
                  dir, s, bindir(), dir, s, bindir(), n[0].url, s, dir, s, dir);
-        sh(cmd);
+        proc_sh(cmd);
     }
     /* 6 queries at each node at once: every heavy slot is taken by a query that waits for
      * the other node's part, which must not queue behind them */
@@ -944,7 +937,7 @@ TEST(concurrent_fanouts_on_every_node_do_not_deadlock)
     for (int i = 0; i < 2; i++)
         CHECK_EQ(stop_daemon_within(&n[i].p, SIGTERM, 60), 0);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    sh(cmd);
+    proc_sh(cmd);
 }
 
 /* ---- a peer that answers 200 with something that is not a part ---------------------- */
@@ -1097,7 +1090,7 @@ TEST(a_peer_answering_200_with_no_part_makes_the_answer_partial)
     cp_buf_close(&fp.answer);
     pthread_mutex_destroy(&fp.mu);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    sh(cmd);
+    proc_sh(cmd);
 }
 
 /* ---- two nodes given one partition ---------------------------------------------------- */
@@ -1134,7 +1127,7 @@ TEST(a_partition_given_to_two_nodes_is_named)
     for (int i = 1; i >= 0; i--)
         CHECK_EQ(stop_daemon_within(&n[i].p, SIGTERM, 60), 0);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    sh(cmd);
+    proc_sh(cmd);
 }
 
 /* ---- configuration errors ------------------------------------------------------------ */
@@ -1217,7 +1210,7 @@ TEST(bad_cluster_settings_are_named)
     refused(args, log, "no.such.prop");
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    sh(cmd);
+    proc_sh(cmd);
 }
 
 TEST_MAIN(T(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down),

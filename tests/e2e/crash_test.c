@@ -17,17 +17,7 @@
 
 static char *mkdir_tmp(const char *what)
 {
-    char *d = malloc(256);
-    snprintf(d, 256, "/tmp/cp-crash-%s-XXXXXX", what);
-    CHECK(mkdtemp(d));
-    return d;
-}
-
-static void sh(const char *cmd)
-{
-    int st = system(cmd);
-    if (st != 0) fprintf(stderr, "command failed (%d): %s\n", st, cmd);
-    CHECK(st == 0);
+    return proc_tmpdir("crash", what);
 }
 
 static char *slurp_alloc(const char *path)
@@ -41,16 +31,7 @@ static char *slurp_alloc(const char *path)
 /* contprofd on dir/data; port 0 picks one, else that one (a restart on the same address). */
 static void daemon_start(proc *p, const char *dir, int port, int n)
 {
-    char data[512], log[600], http[64];
-    snprintf(data, sizeof data, "%s/data", dir);
-    snprintf(log, sizeof log, "%s/contprofd-%d.log", dir, n);
-    snprintf(http, sizeof http, "127.0.0.1:%d", port);
-    const char *args[] = {"--data", data, "--http", http, NULL};
-    for (int t = 0;; t++) { /* the old listener's port may take a moment to be free */
-        start_daemon_log(p, log, args, 30);
-        if (!port || p->port == port) return;
-        CHECK(t < 3);
-    }
+    start_daemon_data(p, dir, port, n, NULL);
 }
 
 /* Sum of the first sample column of every file matching glob (decoded here). */
@@ -148,7 +129,7 @@ TEST(import_cut_by_a_sigkill_says_unknown_and_a_retry_stores_once)
     /* 12,000 small one-series windows (50 stacks, 50 samples), 10 s apart */
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "'%s/bench/genwindows' '%s' 12000 50 50", bindir(), wdir);
-    sh(cmd);
+    proc_sh(cmd);
     int64_t want = files_total(wdir);
     CHECK(want > 0);
     proc d = {0};
@@ -209,7 +190,7 @@ TEST(import_cut_by_a_sigkill_says_unknown_and_a_retry_stores_once)
     CHECK_EQ(stored_total(port, "cut"), want);
     CHECK_EQ(stop_daemon_within(&d, SIGTERM, 60), 0);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    sh(cmd);
+    proc_sh(cmd);
     free(dir);
 }
 
@@ -305,7 +286,7 @@ TEST(envelopes_lost_with_the_broker_at_a_sigkill_are_counted)
     waitpid(run, NULL, 0);
     CHECK_EQ(stop_daemon_within(&d, SIGTERM, 60), 0);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    sh(cmd);
+    proc_sh(cmd);
     free(dir);
 }
 
@@ -317,7 +298,7 @@ TEST(import_past_retention_is_refused_or_warned)
     snprintf(wdir, sizeof wdir, "%s/w", dir);
     CHECK(mkdir(wdir, 0755) == 0);
     snprintf(cmd, sizeof cmd, "'%s/bench/genwindows' '%s' 1 50 50", bindir(), wdir);
-    sh(cmd);
+    proc_sh(cmd);
     proc d = {0};
     daemon_start(&d, dir, 0, 1); /* the defaults: retention.raw 7d, retention.rollup 90d */
     char *out;
@@ -338,7 +319,7 @@ TEST(import_past_retention_is_refused_or_warned)
     CHECK(stored_total(d.port, "old") > 0);
     CHECK_EQ(stop_daemon_within(&d, SIGTERM, 60), 0);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    sh(cmd);
+    proc_sh(cmd);
     free(dir);
 }
 

@@ -32,10 +32,7 @@ static char *slurp_alloc(const char *path)
 
 static char *mkdir_tmp(const char *what)
 {
-    char *d = malloc(256);
-    snprintf(d, 256, "/tmp/cp-delivery-%s-XXXXXX", what);
-    CHECK(mkdtemp(d));
-    return d;
+    return proc_tmpdir("delivery", what);
 }
 
 static void rmtree(const char *d)
@@ -43,13 +40,6 @@ static void rmtree(const char *d)
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
     CHECK(system(cmd) == 0);
-}
-
-static void sh(const char *cmd)
-{
-    int st = system(cmd);
-    if (st != 0) fprintf(stderr, "command failed (%d): %s\n", st, cmd);
-    CHECK(st == 0);
 }
 
 typedef struct daemon {
@@ -130,7 +120,7 @@ static void genwindows(const char *dir, int n, const char *extra)
 {
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "'%s/bench/genwindows' '%s' %d %s", bindir(), dir, n, extra);
-    sh(cmd);
+    proc_sh(cmd);
 }
 
 static void check_totals(const daemon_t *d, const char *svc, const char *files)

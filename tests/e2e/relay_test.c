@@ -17,33 +17,14 @@
 
 static char *mkdir_tmp(const char *what)
 {
-    char *d = malloc(256);
-    snprintf(d, 256, "/tmp/cp-relay-%s-XXXXXX", what);
-    CHECK(mkdtemp(d));
-    return d;
-}
-
-static void sh(const char *cmd)
-{
-    int st = system(cmd);
-    if (st != 0) fprintf(stderr, "command failed (%d): %s\n", st, cmd);
-    CHECK(st == 0);
+    return proc_tmpdir("relay", what);
 }
 
 static void daemon_start(proc *p, const char *dir, int port, int n, const char *conf)
 {
-    char data[512], log[600], http[64];
-    snprintf(data, sizeof data, "%s/data", dir);
-    snprintf(log, sizeof log, "%s/contprofd-%d.log", dir, n);
-    snprintf(http, sizeof http, "127.0.0.1:%d", port);
-    const char *args[] = {"--data", data, "--http", http, conf ? "--config" : NULL, conf, NULL};
-    for (int t = 0;; t++) { /* the old listener's port may take a moment to be free */
-        start_daemon_log(p, log, args, 30);
-        if (!port || p->port == port) break;
-        CHECK(t < 3);
-    }
+    start_daemon_data(p, dir, port, n, conf);
     /* the relay starts after the broker and ingest */
-    CHECK(wait_for_log(p->pid, log, conf ? "Kafka bootstrap" : "relay for this host", 30));
+    CHECK(wait_for_log(p->pid, p->log, conf ? "Kafka bootstrap" : "relay for this host", 30));
 }
 
 /* Files waiting in the spool of relay directory rdir. */
@@ -71,7 +52,7 @@ static void run_short(const char *rdir, const char *svc, int n)
              "LD_PRELOAD='%s/collector/libcontprof.so' /bin/dash -c 'i=0; while [ $i -lt 40000 ]; "
              "do i=$((i+1)); done' || exit 1; done",
              n, rdir, svc, bindir());
-    sh(cmd);
+    proc_sh(cmd);
 }
 
 /* The instances of service svc with a cpu series in the last 10 minutes. */
@@ -121,7 +102,7 @@ TEST(short_processes_through_contprofds_relay_are_stored)
     CHECK_EQ(stop_daemon_within(&d, SIGTERM, 60), 0);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    sh(cmd);
+    proc_sh(cmd);
     free(dir);
 }
 
@@ -149,7 +130,7 @@ TEST(relay_down_spools_and_the_next_relay_drains_it)
     CHECK_EQ(stop_daemon_within(&d, SIGTERM, 60), 0);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    sh(cmd);
+    proc_sh(cmd);
     free(dir);
 }
 
@@ -208,8 +189,43 @@ TEST(hostile_clients_are_refused_and_the_relay_goes_on)
     CHECK_EQ(stop_daemon_within(&d, SIGTERM, 60), 0);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    sh(cmd);
+    proc_sh(cmd);
     free(dir);
+}
+
+/* A relay alone: contprofd at dir with the configuration lines conf (its own relay off),
+ * then `contprof relay --dir DIR/r --server URL` with the extra arguments (NULL-ended, at
+ * most 4), its log DIR/relay.log (the argument vector must outlive the relay: a restart
+ * uses it). */
+typedef struct alone {
+    proc d;
+    pid_t relay;
+    char rdir[600], rlog[600], url[64], bin[600];
+    const char *argv[12];
+} alone;
+
+static void alone_start(alone *a, const char *dir, const char *conf_lines, const char *const *extra)
+{
+    char conf[600];
+    snprintf(conf, sizeof conf, "%s/c.conf", dir);
+    FILE *f = fopen(conf, "w");
+    CHECK(f);
+    fprintf(f, "relay.dir = off\n%s", conf_lines);
+    fclose(f);
+    daemon_start(&a->d, dir, 0, 1, conf);
+    snprintf(a->rdir, sizeof a->rdir, "%s/r", dir);
+    snprintf(a->rlog, sizeof a->rlog, "%s/relay.log", dir);
+    snprintf(a->url, sizeof a->url, "http://127.0.0.1:%d", a->d.port);
+    snprintf(a->bin, sizeof a->bin, "%s/query/contprof", bindir());
+    const char *base[] = {a->bin, "relay", "--dir", a->rdir, "--server", a->url};
+    int n = 0;
+    for (; n < 6; n++)
+        a->argv[n] = base[n];
+    for (int i = 0; extra && extra[i] && n < 10; i++)
+        a->argv[n++] = extra[i];
+    a->argv[n] = NULL;
+    a->relay = spawn(a->argv, a->rlog);
+    CHECK(wait_for_log(a->relay, a->rlog, "relay at ", 10) != NULL);
 }
 
 /* `contprof relay` alone, asking contprofd (whose own relay is off) for its brokers: the
@@ -217,25 +233,15 @@ TEST(hostile_clients_are_refused_and_the_relay_goes_on)
  * others may write without the sticky bit, or a link, is refused by name. */
 TEST(contprof_relay_alone_and_its_directory_checks)
 {
-    char *dir = mkdir_tmp("alone"), conf[600], rdir[600], cmd[2048];
-    snprintf(conf, sizeof conf, "%s/c.conf", dir);
-    FILE *f = fopen(conf, "w");
-    CHECK(f);
-    fprintf(f, "relay.dir = off\n");
-    fclose(f);
-    proc d = {0};
-    daemon_start(&d, dir, 0, 1, conf);
+    char *dir = mkdir_tmp("alone"), cmd[2048];
+    static alone a;
+    alone_start(&a, dir, "", NULL);
+    proc d = a.d;
+    const char *rdir = a.rdir, *rlog = a.rlog, *const *argv = a.argv;
+    pid_t r = a.relay;
     cp_buf b = http_get_ok(d.port, "/api/v1/brokers", NULL);
     CHECK(!strstr((char *)b.data, "relay"));
     cp_buf_close(&b);
-    snprintf(rdir, sizeof rdir, "%s/r", dir);
-    char rlog[600], url[64], bin[600];
-    snprintf(rlog, sizeof rlog, "%s/relay.log", dir);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", d.port);
-    snprintf(bin, sizeof bin, "%s/query/contprof", bindir());
-    const char *argv[] = {bin, "relay", "--dir", rdir, "--server", url, NULL};
-    pid_t r = spawn(argv, rlog);
-    CHECK(wait_for_log(r, rlog, "relay at ", 10) != NULL);
     run_short(rdir, "alone", 3);
     wait_instances(d.port, "alone", 3);
     kill(r, SIGTERM);
@@ -246,12 +252,12 @@ TEST(contprof_relay_alone_and_its_directory_checks)
     cp_err err = {0};
     int fd = -1;
     snprintf(cmd, sizeof cmd, "chmod 0777 '%s/spool'", rdir);
-    sh(cmd);
+    proc_sh(cmd);
     CHECK(cp_spool_open(rdir, 0, &fd, &err) != 0);
     CHECK_CONTAINS(err.msg, "writable by others without the sticky bit");
     /* a link where the spool was */
     snprintf(cmd, sizeof cmd, "rm -rf '%s/spool' && ln -s /tmp '%s/spool'", rdir, rdir);
-    sh(cmd);
+    proc_sh(cmd);
     CHECK(cp_spool_open(rdir, 0, &fd, &err) != 0);
     CHECK_CONTAINS(err.msg, "a symbolic link or not a directory");
     /* the relay refuses to start on it, naming it */
@@ -263,7 +269,7 @@ TEST(contprof_relay_alone_and_its_directory_checks)
     free(l);
     CHECK_EQ(stop_daemon_within(&d, SIGTERM, 60), 0);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    sh(cmd);
+    proc_sh(cmd);
     free(dir);
 }
 
@@ -272,30 +278,19 @@ TEST(contprof_relay_alone_and_its_directory_checks)
  * would go to the dead-letter queue); the relay asks the server with the token. */
 TEST(contprof_relay_signs_for_its_tenant)
 {
-    char *dir = mkdir_tmp("sign"), conf[600], rdir[600], cmd[2048];
-    snprintf(conf, sizeof conf, "%s/c.conf", dir);
-    FILE *f = fopen(conf, "w");
-    CHECK(f);
-    fprintf(f, "relay.dir = off\ntoken.payments = payments-secret-1\n");
-    fclose(f);
-    proc d = {0};
-    daemon_start(&d, dir, 0, 1, conf);
-    snprintf(rdir, sizeof rdir, "%s/r", dir);
-    char rlog[600], url[64], bin[600];
-    snprintf(rlog, sizeof rlog, "%s/relay.log", dir);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", d.port);
-    snprintf(bin, sizeof bin, "%s/query/contprof", bindir());
-    const char *argv[] = {bin,        "relay", "--dir",   rdir,
-                          "--server", url,     "--token", "payments-secret-1",
-                          "--sign",   NULL};
-    pid_t r = spawn(argv, rlog);
-    CHECK(wait_for_log(r, rlog, "relay at ", 10) != NULL);
+    char *dir = mkdir_tmp("sign"), cmd[2048];
+    static alone a;
+    const char *extra[] = {"--token", "payments-secret-1", "--sign", NULL};
+    alone_start(&a, dir, "token.payments = payments-secret-1\n", extra);
+    proc d = a.d;
+    const char *rdir = a.rdir;
+    pid_t r = a.relay;
     snprintf(cmd, sizeof cmd,
              "CONTPROF_RELAY='%s' CONTPROF_TENANT=payments CONTPROF_SERVICE=signed "
              "CONTPROF_CPU_HZ=1000 LD_PRELOAD='%s/collector/libcontprof.so' /bin/dash -c 'i=0; "
              "while [ $i -lt 40000 ]; do i=$((i+1)); done'",
              rdir, bindir());
-    sh(cmd);
+    proc_sh(cmd);
     const char *pq =
         "/api/v1/series?type=cpu&from=now-10m&to=now&select=%7Bservice%3D%22signed%22%7D";
     int found = 0;
@@ -312,7 +307,7 @@ TEST(contprof_relay_signs_for_its_tenant)
     CHECK_EQ(wait_exit(r, 20), 0);
     CHECK_EQ(stop_daemon_within(&d, SIGTERM, 60), 0);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    sh(cmd);
+    proc_sh(cmd);
     free(dir);
 }
 
@@ -349,7 +344,7 @@ TEST(a_stopped_relay_bounds_the_exit_and_nothing_is_stored_twice)
     CHECK(dups >= 1); /* the frames sent into the stopped relay's socket, spooled too */
     CHECK_EQ(stop_daemon_within(&d, SIGTERM, 60), 0);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    sh(cmd);
+    proc_sh(cmd);
     free(dir);
 }
 

@@ -382,6 +382,20 @@ static int cli(char *out, size_t cap, const char *const *args)
     return run_capture(CP_CONTPROF, args, NULL, NULL, out, cap);
 }
 
+/* Runs the CLI with args until its output holds needle (ingest is asynchronous: the first
+ * consumer-group join takes seconds), at most 30 s; prints the last output. */
+static void cli_until(char *out, size_t cap, const char *const *args, const char *needle)
+{
+    int found = 0;
+    for (int i = 0; i < 300 && !found; i++) {
+        CHECK_EQ(cli(out, cap, args), 0);
+        found = strstr(out, needle) != NULL;
+        if (!found) usleep(100000);
+    }
+    printf("%s\n", out);
+    CHECK(found);
+}
+
 /* The windows reach contprofd through its embedded Kafka broker with the agent's envelope:
  * {runtime="v8",isolate="alpha"} selects alpha's isolate alone. */
 TEST(node_to_contprofd)
@@ -399,14 +413,7 @@ TEST(node_to_contprofd)
     const char *top[] = {"top",      "--server", url,      "--type", "cpu",
                          "--select", sel_alpha,  "--from", "-10m",   NULL};
     /* ingest is asynchronous (the first consumer-group join takes seconds): poll */
-    int found = 0;
-    for (int i = 0; i < 300 && !found; i++) {
-        CHECK_EQ(cli(out, sizeof(out), top), 0);
-        found = strstr(out, "hotAlpha") != NULL;
-        if (!found) usleep(100000);
-    }
-    printf("%s\n", out);
-    CHECK(found);
+    cli_until(out, sizeof(out), top, "hotAlpha");
     CHECK(!strstr(out, "buildBigTable")); /* main's, another isolate */
     const char *labels[] = {"labels", "--server", url, "runtime", "--from", "-10m", NULL};
     CHECK_EQ(cli(out, sizeof(out), labels), 0);
@@ -1010,14 +1017,7 @@ TEST(node_signed_for_its_tenant)
                          "--from",
                          "-10m",
                          NULL};
-    int found = 0;
-    for (int i = 0; i < 300 && !found; i++) {
-        CHECK_EQ(cli(out, sizeof(out), top), 0);
-        found = strstr(out, "hotAlpha") != NULL;
-        if (!found) usleep(100000);
-    }
-    printf("%s\n", out);
-    CHECK(found);
+    cli_until(out, sizeof(out), top, "hotAlpha");
     cp_http_result r;
     CHECK_EQ(cp_http_get(url, "/metrics", "payments-secret-1", 5000, 1 << 22, &r, NULL), 0);
     CHECK_CONTAINS((char *)r.body.data, "contprof_ingest_dlq_total{reason=\"tenant\"} 0\n");
