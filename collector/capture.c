@@ -97,21 +97,8 @@ static void plan(cap *k)
         snprintf(k->reason, sizeof(k->reason), "cpu sampling is off in this agent");
         return;
     }
-    if (hz > CP_CAPTURE_MAX_HZ) {
-        hz = CP_CAPTURE_MAX_HZ;
-        snprintf(k->reason, sizeof(k->reason), "the agent samples at most %d Hz",
-                 CP_CAPTURE_MAX_HZ);
-    }
-    if (k->c.max_overhead_permille) {
-        /* the extra CPU, in 1/1000 of the captured CPU: hz samples a CPU-second */
-        int64_t max = (int64_t)k->c.max_overhead_permille * 1000000 / CP_CAPTURE_SAMPLE_COST_NS;
-        if (hz > max) {
-            hz = max > 0 ? max : 1;
-            snprintf(k->reason, sizeof(k->reason),
-                     "max_overhead_permille=%u allows %lld Hz at %d us a sample",
-                     k->c.max_overhead_permille, (long long)hz, CP_CAPTURE_SAMPLE_COST_NS / 1000);
-        }
-    }
+    hz = cp_capture_plan_hz(&k->c, CP_CAPTURE_MAX_HZ, CP_CAPTURE_SAMPLE_COST_NS, "the agent",
+                            k->reason, sizeof(k->reason));
     if (1000000000 / hz > cp_period_ns) {
         /* slower than the always-on rate: the isolate keeps that rate, its samples go to
          * the capture too */

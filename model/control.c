@@ -1,6 +1,7 @@
 /* Control messages: encode, decode, validate (see control.h). */
 #include "control.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -164,4 +165,28 @@ int cp_control_list_split(const uint8_t *body, size_t len,
         at += 4 + l;
     }
     return n;
+}
+
+int64_t cp_capture_plan_hz(const cp_capture *c, int64_t max_hz, int64_t sample_cost_ns,
+                           const char *source, char *reason, size_t cap)
+{
+    int64_t hz = c->cpu_hz;
+    if (hz > max_hz) {
+        hz = max_hz;
+        snprintf(reason, cap, "%s samples at most %lld Hz", source, (long long)max_hz);
+    }
+    if (c->max_overhead_permille && sample_cost_ns > 0) {
+        /* the extra CPU, in 1/1000 of the captured CPU: hz samples a CPU-second */
+        int64_t max = (int64_t)c->max_overhead_permille * 1000000 / sample_cost_ns;
+        if (max < 1) max = 1;
+        if (hz > max) {
+            hz = max;
+            snprintf(reason, cap,
+                     "captures.max_overhead_permille = %u in contprofd's config allows %lld Hz "
+                     "at ~%lld us a sample (%s)",
+                     c->max_overhead_permille, (long long)hz, (long long)(sample_cost_ns / 1000),
+                     source);
+        }
+    }
+    return hz;
 }

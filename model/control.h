@@ -67,4 +67,12 @@ int cp_control_list_append(cp_buf *out, const cp_capture *c, const char *token);
 int cp_control_list_split(const uint8_t *body, size_t len,
                           void (*fn)(const uint8_t *value, size_t len, void *arg), void *arg);
 
+/* The CPU rate a source can give capture c: the asked cpu_hz, at most max_hz (the source's
+ * bound), at most what c's max_overhead_permille allows at sample_cost_ns a sample. Returns
+ * the rate; when it is lower than asked, reason (cap bytes) says which bound held, naming
+ * the setting and where it is changed. Shared by the agent (collector/capture.c) and the V8
+ * source, so both reduce a rate alike and say so in the same words. */
+int64_t cp_capture_plan_hz(const cp_capture *c, int64_t max_hz, int64_t sample_cost_ns,
+                           const char *source, char *reason, size_t cap);
+
 #endif

@@ -758,20 +758,8 @@ static void cap_plan(v8cap *k)
         snprintf(k->reason, sizeof(k->reason), "v8 CPU profiler off (--cpu-interval 0)");
         return;
     }
-    int64_t hz = k->c.cpu_hz;
-    if (hz > CAP_MAX_HZ) {
-        hz = CAP_MAX_HZ;
-        snprintf(k->reason, sizeof(k->reason), "over the v8 source's %d Hz", CAP_MAX_HZ);
-    }
-    if (k->c.max_overhead_permille) {
-        int64_t cap = (int64_t)k->c.max_overhead_permille * 1000 / CAP_SAMPLE_COST_US;
-        if (cap < 1) cap = 1;
-        if (hz > cap) {
-            hz = cap;
-            snprintf(k->reason, sizeof(k->reason),
-                     "max_overhead_permille reached (v8: ~%d us a sample)", CAP_SAMPLE_COST_US);
-        }
-    }
+    int64_t hz = cp_capture_plan_hz(&k->c, CAP_MAX_HZ, CAP_SAMPLE_COST_US * 1000, "the v8 source",
+                                    k->reason, sizeof(k->reason));
     int64_t iv = 1000000 / hz;
     if (iv >= base) { /* at or below the always-on rate: the always-on run serves it */
         if (iv > base) snprintf(k->reason, sizeof(k->reason), "the always-on rate is higher");
