@@ -32,8 +32,8 @@ struct cp_sink {
     /* relay */
     char relay_dir[1024];
     struct sockaddr_un addr;
-    int fd;      /* connected to the relay, or -1 */
-    int spool;   /* the spool directory, or -1 */
+    int fd;    /* connected to the relay, or -1 */
+    int spool; /* the spool directory, or -1 */
     int64_t next_connect, next_spool, timeout_ns;
     /* Kafka */
     cp_kafka *kafka;
@@ -71,7 +71,8 @@ int cp_sink_create(const cp_sink_options *o, cp_sink **out, cp_err *err)
     }
     snprintf(s->brokers, sizeof(s->brokers), "%s", o->brokers ? o->brokers : "");
     snprintf(s->server, sizeof(s->server), "%s", o->server ? o->server : "");
-    snprintf(s->topic, sizeof(s->topic), "%s", o->topic && *o->topic ? o->topic : CP_TOPIC_PROFILES);
+    snprintf(s->topic, sizeof(s->topic), "%s",
+             o->topic && *o->topic ? o->topic : CP_TOPIC_PROFILES);
     snprintf(s->props, sizeof(s->props), "%s", o->kafka_props ? o->kafka_props : "");
     snprintf(s->token, sizeof(s->token), "%s", o->token ? o->token : "");
     s->queue = o->kafka_queue > 1 ? o->kafka_queue : 2;
@@ -167,7 +168,8 @@ static int relay_send(cp_sink *s, const uint8_t *val, size_t len)
     uint32_t plen = 0;
     if (send_all(s->fd, hdr, sizeof(hdr), deadline) != 0 ||
         send_all(s->fd, val, len, deadline) != 0 || recv_all(s->fd, ack, sizeof(ack), deadline) ||
-        cp_relay_parse_header(ack, 1, &type, &plen, NULL) != 0 || type != CP_RELAY_ACK || plen != 1) {
+        cp_relay_parse_header(ack, 1, &type, &plen, NULL) != 0 || type != CP_RELAY_ACK ||
+        plen != 1) {
         relay_close(s);
         s->next_connect = cp_mono_ns() + RECONNECT_NS;
         return -1;

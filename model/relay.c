@@ -131,8 +131,9 @@ static int room_left(int dfd)
 int cp_spool_write(int dfd, const uint8_t *data, size_t len, cp_err *err)
 {
     if (len > CP_SPOOL_FILE_MAX)
-        return cp_err_set(err, CP_ELIMIT, "spool: an envelope of %zu bytes, over the %zu a file holds",
-                          len, CP_SPOOL_FILE_MAX);
+        return cp_err_set(err, CP_ELIMIT,
+                          "spool: an envelope of %zu bytes, over the %zu a file holds", len,
+                          CP_SPOOL_FILE_MAX);
     if (!room_left(dfd))
         return cp_err_set(err, CP_ELIMIT, "spool: its file system has under 1%% or 64 MiB free");
     char tmp[64];
@@ -244,8 +245,9 @@ int cp_spool_take(int dfd, const char *name, cp_buf *out, cp_err *err)
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > CP_SPOOL_FILE_MAX) {
         close(fd);
         unlinkat(dfd, name, 0);
-        return cp_err_set(err, CP_EINVAL, "spool: %s is not a regular file of at most %zu bytes: removed",
-                          name, CP_SPOOL_FILE_MAX);
+        return cp_err_set(err, CP_EINVAL,
+                          "spool: %s is not a regular file of at most %zu bytes: removed", name,
+                          CP_SPOOL_FILE_MAX);
     }
     size_t len = (size_t)st.st_size;
     if (cp_buf_reserve(out, len) != 0) {

@@ -165,9 +165,8 @@ static void drain(cp_relay *r, int64_t now)
         cp_log_warn("relay: %s", err.msg);
         return;
     }
-    for (size_t i = 0; i < n && cp_sink_pending(r->sink) >= 0 &&
-                       cp_sink_pending(r->sink) < r->queue / 2;
-         i++) {
+    for (size_t i = 0;
+         i < n && cp_sink_pending(r->sink) >= 0 && cp_sink_pending(r->sink) < r->queue / 2; i++) {
         cp_buf b = {0};
         int rc = cp_spool_take(r->spool, ents[i].name, &b, &err);
         if (rc) {
@@ -276,7 +275,8 @@ static int client_read(cp_relay *r, client *c)
 {
     for (;;) {
         if (c->hdr_got < CP_RELAY_HEADER) {
-            ssize_t n = recv(c->fd, c->hdr + c->hdr_got, CP_RELAY_HEADER - c->hdr_got, MSG_DONTWAIT);
+            ssize_t n =
+                recv(c->fd, c->hdr + c->hdr_got, CP_RELAY_HEADER - c->hdr_got, MSG_DONTWAIT);
             if (n == 0) return -1;
             if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
             if (!c->started_ns) c->started_ns = cp_mono_ns();
@@ -357,8 +357,8 @@ static void *relay_main(void *arg)
         for (int i = nc - 1; i >= 0; i--) {
             client *c = &r->c[i];
             short re = pf[i + 2].revents;
-            int bad = (re & (POLLERR | POLLNVAL)) ||
-                      (c->started_ns && now - c->started_ns > PARTIAL_NS);
+            int bad =
+                (re & (POLLERR | POLLNVAL)) || (c->started_ns && now - c->started_ns > PARTIAL_NS);
             if (!bad && (re & (POLLIN | POLLHUP))) bad = client_read(r, c) != 0;
             if (!bad) bad = client_flush(c) != 0;
             if (bad) client_drop(r, i);
@@ -508,7 +508,8 @@ int cp_relay_register_metrics(cp_relay *r, cp_metrics *m)
     } counters[] = {
         {"contprof_relay_connections_total", "Connections processes made to the relay.",
          &r->connections},
-        {"contprof_relay_envelopes_total", "Envelopes the relay took from processes.", &r->accepted},
+        {"contprof_relay_envelopes_total", "Envelopes the relay took from processes.",
+         &r->accepted},
         {"contprof_relay_refused_total",
          "Frames the relay refused as not envelopes (logged with the sender).", &r->refused},
         {"contprof_relay_spooled_total",
