@@ -11,6 +11,11 @@
 #   tiny   a C program that burns ~20 ms of CPU (a fixed loop, calibrated here) and exits
 #   make   `make -j2 -B` of contprof's own model/*.c (20 real files, gcc -O2 -c: ~60 short
 #          processes: make, gcc, cc1, as)
+# Reference variants: plain2 (the program alone again: how far this machine moves a ratio by
+# itself); for tiny, to split its cost: loaded (CONTPROF_DISABLE=1: the library and its
+# dependencies loaded and relocated, no agent), relay_server (relay with
+# CONTPROF_SYMBOLIZE=server: no symbol tables read in the process), kafka_down (brokers
+# unreachable: the exit waits for CONTPROF_FLUSH, 1 s; KAFKA_DOWN runs).
 # CPU is user + system of the process and its children (wait4's rusage); wall is spawn to
 # reaped. Variants alternate run by run (round robin, the order rotated each round), so the
 # drift of this shared machine touches them alike; each row is the median over rounds of
@@ -21,10 +26,10 @@
 # modes (reference rows).
 # Then the relay that was down starts again: the spool files before, after, and what its
 # relay drained and its ingest took (its /metrics).
-# Prints rows "name | value | floor | ok", like run.sh.
+# Prints rows "name | value | floor | ok", like run.sh; the load average before and after.
 #   bench/collector/relay.sh [BUILD_DIR]   (default: build)
 # Environment: RUNS (default 30: tiny rounds), REPS (default 3: make rounds), KAFKA_DOWN
-# (default 3: tiny runs with the brokers unreachable, a reference for the exit wait).
+# (default 3). About 5 minutes at the defaults (a make is ~12 s of wall here).
 set -u
 BUILD=${1:-${BUILD_DIR:-build}}
 BUILD=$(cd "$BUILD" && pwd)
@@ -148,6 +153,10 @@ def env_of(work, mode):
         return base
     if mode == "kafka_down":
         return dict(agent, CONTPROF_BROKERS="127.0.0.1:9")  # discard port: nothing listens
+    if mode == "loaded":  # the library and its dependencies loaded, no agent started
+        return dict(agent, CONTPROF_DISABLE="1")
+    if mode == "relay_server":  # relay, no names in the agent (CONTPROF_SYMBOLIZE=server)
+        return dict(modes["relay"], CONTPROF_SYMBOLIZE="server")
     return modes[mode]
 
 # rounds: every mode once per round, order rotated; per round and mode (wall, cpu, host ms)
@@ -184,11 +193,12 @@ def row(name, value, floor=None, op="<="):
         ok = value <= floor if op == "<=" else value >= floor
         print("relay.%s | %.3f | %s %s | %s" % (name, value, op, floor, "ok" if ok else "FAIL"))
 
-def report(work, res, warm, names, floors):
+def report(work, res, warm, names, floors, plain_row=True):
     hs = host_ms(res, names)
     base = res["plain"][warm:]
-    row("%s_plain_wall_cpu_ms" % work, "%.1f / %.1f (medians over %d rounds)" % (
-        q([w for w, _, _ in base], .5), q([c for _, c, _ in base], .5), len(base)))
+    if plain_row:
+        row("%s_plain_wall_cpu_ms" % work, "%.1f / %.1f (medians over %d rounds)" % (
+            q([w for w, _, _ in base], .5), q([c for _, c, _ in base], .5), len(base)))
     for m in names:
         if m == "plain":
             continue
@@ -211,17 +221,17 @@ def report(work, res, warm, names, floors):
                 q(h, .5), q(h, .25), q(h, .75)))
 
 t0 = time.monotonic()
-names = ["plain", "plain2", "relay", "relay_down", "kafka", "files"]
+names = ["plain", "plain2", "relay", "relay_down", "kafka", "files", "loaded", "relay_server"]
 res, warm = measure("tiny", names, runs, 2)
 row("tiny_loop_rounds", "%d (about 20 ms of CPU alone)" % n)
 report("tiny", res, warm, names, {(m, "cpu"): 1.05 for m in ("relay", "relay_down", "files")})
 if kafka_down > 0:
     kd, _ = measure("tiny", ["plain", "kafka_down"], kafka_down, 0)
-    report("tiny", kd, 0, ["plain", "kafka_down"], {})
+    report("tiny", kd, 0, ["plain", "kafka_down"], {}, plain_row=False)
 row("tiny_seconds", "%.0f" % (time.monotonic() - t0))
 
 t0 = time.monotonic()
-names = ["plain", "relay", "relay_down", "kafka", "files"]
+names = ["plain", "plain2", "relay", "relay_down", "kafka", "files"]
 res, warm = measure("make", names, reps, 0)
 report("make", res, warm, names, {(m, w): 1.05 for m in ("relay", "relay_down", "files") for w in ("cpu", "wall")})
 row("make_seconds", "%.0f" % (time.monotonic() - t0))
@@ -229,6 +239,12 @@ EOF
 rc=$?
 echo "relay.load_after | $(cut -d' ' -f1-3 /proc/loadavg) | (reference) | -"
 [ $rc = 0 ] || exit $rc
+
+metric() { curl -s "$1/metrics" | awk -v m="$2" '$1 == m { v = $2 } END { print v + 0 }'; }
+# what the running relay took, and whether it lost or spooled any (busy)
+lost=$(metric "$aurl" contprof_relay_lost_total)
+echo "relay.running_relay_envelopes_spooled | $(metric "$aurl" contprof_relay_envelopes_total) / $(metric "$aurl" contprof_relay_spooled_total) (contprof_relay_envelopes_total / _spooled_total) | (reference) | -"
+printf 'relay.running_relay_lost | %s | = 0 | %s\n' "$lost" "$([ "$lost" = 0 ] && echo ok || echo FAIL)"
 
 # the relay that was down comes back: does it take what was spooled?
 before=$(ls "$brelay/spool" | grep -c '\.env$')
@@ -242,8 +258,11 @@ while [ "$(ls "$brelay/spool" | grep -c '\.env$')" -gt 0 ] && [ $i -lt 120 ]; do
 done
 after=$(ls "$brelay/spool" | grep -c '\.env$')
 secs=$(($(date +%s) - t0))
-sleep 2 # ingest of the last drained ones
-metric() { curl -s "$url/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
+i=0 # the restarted contprofd's ingest takes them from its broker
+while [ "$(metric "$url" contprof_ingest_messages_total)" -lt "$(metric "$url" contprof_relay_drained_total)" ] && [ $i -lt 60 ]; do
+    sleep 0.5
+    i=$((i + 1))
+done
 printf 'relay.spool_files_before_restart | %s | >= 1 | %s\n' "$before" "$([ "$before" -ge 1 ] && echo ok || echo FAIL)"
 printf 'relay.spool_files_after_restart | %s (drained in %s s) | = 0 | %s\n' "$after" "$secs" "$([ "$after" = 0 ] && echo ok || echo FAIL)"
-echo "relay.restarted_relay_drained_ingested | $(metric contprof_relay_drained_total) / $(metric contprof_ingest_messages_total) (contprof_relay_drained_total / contprof_ingest_messages_total) | (reference) | -"
+echo "relay.restarted_relay_drained_ingested | $(metric "$url" contprof_relay_drained_total) / $(metric "$url" contprof_ingest_messages_total) (contprof_relay_drained_total / contprof_ingest_messages_total) | (reference) | -"
