@@ -17,31 +17,42 @@
 # CONTPROF_SYMBOLIZE=server: no symbol tables read in the process), kafka_down (brokers
 # unreachable: the exit waits for CONTPROF_FLUSH, 1 s; KAFKA_DOWN runs).
 # CPU is user + system of the process and its children (wait4's rusage); wall is spawn to
-# reaped. Variants alternate run by run (round robin, the order rotated each round), so the
-# drift of this shared machine touches them alike; each row is the median over rounds of
-# the variant's ratio to the plain run of the same round, with p25-p75, and the median of the
-# differences in ms. Floors (issue 34): relay, relay_down and files at most 1.05 (tiny: CPU;
-# make: CPU and wall); kafka is the comparison (reference). contprofd's own CPU (its threads'
-# schedstat), from one run's start to the next's, is the host's share of the relay and Kafka
+# reaped. Rows are ratios to the program alone measured in the same run, medians with
+# p25-p75, and the median of the differences in ms:
+#   tiny: the modes alternate run by run (round robin, the order rotated each round), so the
+#     drift of this shared machine touches them alike; per round, mode / plain of the round.
+#   make CPU: make's CPU time moves by 10-15% from one run to the next here (plain against
+#     plain, run after run: 0.86-1.01), more than the floor. So, as symbolize.sh does, a mode
+#     and plain run at the same time pinned to the same core (taskset; a second mode's pair
+#     on core 1 at once): both see that core in the same conditions (plain against plain:
+#     0.99-1.00). Sharing the core doubles each process's wall time, and with it the agent's
+#     per-second work (its 0.5 s ticks); 6 modes at once on one core (6x) gave relay 1.10
+#     where pairs gave 1.05. REPS rounds of every mode's pair.
+#   make wall: make's wall time moves by 40% within a minute here (plain against plain,
+#     rounds a minute apart: 1.39). So each mode runs right before or after (alternating) a
+#     plain run of its own, REPS rounds; their CPU, `cpu_sequential`, for reference.
+# Floors (issue 34): relay, relay_down and files at most 1.05 (tiny: CPU; make: CPU and
+# wall); kafka is the comparison (reference). contprofd's own CPU (its threads' schedstat),
+# from one sequential run's start to the next's, less plain's, is the host's share of the relay and Kafka
 # modes (reference rows).
 # Then the relay that was down starts again: the spool files before, after, and what its
 # relay drained and its ingest took (its /metrics).
 # Prints rows "name | value | floor | ok", like run.sh; the load average before and after.
 #   bench/collector/relay.sh [BUILD_DIR]   (default: build)
-# Environment: RUNS (default 30: tiny rounds), REPS (default 3: make rounds), KAFKA_DOWN
-# (default 3). About 5 minutes at the defaults (a make is ~12 s of wall here).
+# Environment: RUNS (default 30: tiny rounds), REPS (default 1: make rounds), KAFKA_DOWN
+# (default 3). About 5 minutes at the defaults, +4 per REPS (a make alone: 12-15 s of wall here).
 set -u
 BUILD=${1:-${BUILD_DIR:-build}}
 BUILD=$(cd "$BUILD" && pwd)
 LIB=$BUILD/collector/libcontprof.so
 CLI=$BUILD/query/contprof
 RUNS=${RUNS:-30}
-REPS=${REPS:-3}
+REPS=${REPS:-1}
 KAFKA_DOWN=${KAFKA_DOWN:-3}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 [ -f "$LIB" ] && [ -x "$CLI" ] && [ -x "$BUILD/query/contprofd" ] || { echo "relay bench: build $BUILD first" >&2; exit 1; }
 [ -f "$BUILD/model/envelope.pb-c.h" ] || { echo "relay bench: no $BUILD/model/envelope.pb-c.h" >&2; exit 1; }
-command -v make > /dev/null 2>&1 && command -v gcc > /dev/null 2>&1 || { echo "relay bench: needs make and gcc" >&2; exit 1; }
+for t in make gcc taskset curl; do command -v $t > /dev/null 2>&1 || { echo "relay bench: needs $t" >&2; exit 1; }; done
 TMP=$(mktemp -d)
 pids=
 trap 'for p in $pids; do kill -TERM $p 2> /dev/null; wait $p 2> /dev/null; done; rm -rf "$TMP"' EXIT
@@ -95,7 +106,7 @@ picked=$(env CONTPROF_LIB="$LIB" "$CLI" run --server "$aurl" -- sh -c 'echo "$CO
 
 echo "relay.load_before | $(cut -d' ' -f1-3 /proc/loadavg) | (reference) | -"
 python3 - "$LIB" "$CLI" "$aurl" "$arelay" "$brelay" "$brokers" "$apid" "$TMP" "$RUNS" "$REPS" "$KAFKA_DOWN" << 'EOF'
-import glob, os, sys, time
+import glob, os, shutil, sys, time
 lib, cli, aurl, arelay, brelay, brokers, apid, tmp = sys.argv[1:9]
 runs, reps, kafka_down = int(sys.argv[9]), int(sys.argv[10]), int(sys.argv[11])
 base = {k: v for k, v in os.environ.items() if not k.startswith("CONTPROF_") and k != "LD_PRELOAD"}
@@ -121,16 +132,22 @@ def contprofd_ns():
             pass
     return t
 
-def spawn(argv, env):
-    """Runs argv; returns (wall ms, cpu ms of it and its children)."""
+def start(argv, env):
     fa = [(os.POSIX_SPAWN_DUP2, devnull, 1), (os.POSIX_SPAWN_DUP2, devnull, 2)]
-    t0 = time.monotonic_ns()
-    pid = os.posix_spawnp(argv[0], argv, env, file_actions=fa)
+    return os.posix_spawnp(argv[0], argv, env, file_actions=fa)
+
+def reap(pid, argv):
+    """Waits for pid; returns the cpu ms of it and its children."""
     _, status, ru = os.wait4(pid, 0)
-    t1 = time.monotonic_ns()
     if status != 0:
         sys.exit("relay bench: %s exited with status %d" % (" ".join(argv), status))
-    return (t1 - t0) / 1e6, (ru.ru_utime + ru.ru_stime) * 1e3
+    return (ru.ru_utime + ru.ru_stime) * 1e3
+
+def spawn(argv, env):
+    """Runs argv; returns (wall ms, cpu ms of it and its children)."""
+    t0 = time.monotonic_ns()
+    c = reap(start(argv, env), argv)
+    return (time.monotonic_ns() - t0) / 1e6, c
 
 # calibrate the loop to ~20 ms of CPU alone
 n = 2000
@@ -138,10 +155,10 @@ for _ in range(3):
     c = sorted(spawn([burn, str(n)], base)[1] for _ in range(5))[2]
     n = max(1, int(n * 20.0 / max(c, 0.5)))
 
-def argv_of(work, mode):
+def argv_of(work, mode, where=proj):
     if work == "tiny":
         return [burn, str(n)]
-    mk = ["make", "-s", "-B", "-j2", "-C", proj]
+    mk = ["make", "-s", "-B", "-j2", "-C", where]
     if mode == "relay":  # as a user would: contprof run --server finds the relay
         return [cli, "run", "--server", aurl, "--"] + mk
     return mk
@@ -169,6 +186,74 @@ def measure(work, names, rounds, warm):
             w, c = spawn(argv_of(work, m), env_of(work, m))
             res[m].append((w, c, h0))
     return res, warm
+
+# pairs, as symbolize.sh runs them: a mode and plain at the same time pinned to the same
+# core, so both see that core in the same conditions (the same program against itself:
+# 0.99-1.01 here; all modes at once on one core stretched each process ~6x in wall time and
+# with it the agent's per-second work: relay 1.10 where pairs give 1.05); with two cores,
+# another mode's pair on core 1 at once. Per mode, the CPU ratios to plain.
+def measure_pairs(work, names, rounds, cores):
+    ratios = {m: [] for m in names}
+    dirs = {}
+    for c in cores:
+        for m in names + ["plain"]:
+            dirs[m, c] = "%s.%s.%d" % (proj, m, c)
+            if not os.path.isdir(dirs[m, c]):
+                shutil.copytree(proj, dirs[m, c])
+    for r in range(rounds):
+        k = r % len(names)
+        order = names[k:] + names[:k]
+        for i in range(0, len(order), len(cores)):
+            running = []
+            for c, m in zip(cores, order[i:i + len(cores)]):
+                for mm in (m, "plain"):
+                    argv = ["taskset", "-c", str(c)] + argv_of(work, mm, dirs[mm, c])
+                    running.append((mm, c, argv, start(argv, env_of(work, mm))))
+            cpu = {(mm, c): reap(pid, argv) for mm, c, argv, pid in running}
+            for c, m in zip(cores, order[i:i + len(cores)]):
+                ratios[m].append(cpu[m, c] / cpu["plain", c])
+    return ratios
+
+# adjacent pairs: each mode right after or right before (alternating) a plain run of its
+# own, so that the load of this machine, which moves over tens of seconds, is the same for
+# both; per mode, a list of (mode run, its plain run), each [wall, cpu, contprofd ms from
+# the run's start to the next run's]
+def measure_adjacent(work, names, rounds):
+    runs, pairs = [], {m: [] for m in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for j, m in enumerate(names[k:] + names[:k]):
+            got = {}
+            for mm in (("plain", m) if (r + j) % 2 == 0 else (m, "plain")):
+                h0 = contprofd_ns()
+                got[mm] = list(spawn(argv_of(work, mm), env_of(work, mm))) + [h0]
+                runs.append(got[mm])
+            pairs[m].append((got[m], got["plain"]))
+    hs = [x[2] for x in runs] + [contprofd_ns()]
+    for i, x in enumerate(runs):
+        x[2] = (hs[i + 1] - hs[i]) / 1e6
+    return pairs
+
+def report_adjacent(work, pairs, floors):
+    plains = [b for m in pairs for _, b in pairs[m]]
+    row("%s_plain_wall_cpu_ms" % work, "%.1f / %.1f (medians of %d runs)" % (
+        q([b[0] for b in plains], .5), q([b[1] for b in plains], .5), len(plains)))
+    for m, v in pairs.items():
+        for i, what in ((0, "wall"), (1, "cpu_sequential")):
+            ratios = [a[i] / b[i] for a, b in v]
+            diffs = [a[i] - b[i] for a, b in v]
+            med = q(ratios, .5)
+            detail = "%.3f (p25-p75 %.3f-%.3f; %+.0f ms, p25-p75 %+.0f to %+.0f; %d pairs)" % (
+                med, q(ratios, .25), q(ratios, .75), q(diffs, .5), q(diffs, .25), q(diffs, .75), len(v))
+            fl = floors.get(m) if what == "wall" else None
+            if fl is None:
+                row("%s_%s_ratio_%s" % (work, what, m), detail)
+            else:
+                print("relay.%s_%s_ratio_%s | %s | <= %s | %s" % (work, what, m, detail, fl, "ok" if med <= fl else "FAIL"))
+        if m in ("relay", "kafka"):
+            h = [a[2] - b[2] for a, b in v]
+            row("%s_contprofd_cpu_ms_added_%s" % (work, m), "%+.1f (p25-p75 %+.1f to %+.1f)" % (
+                q(h, .5), q(h, .25), q(h, .75)))
 
 def host_ms(res, names):
     """contprofd's CPU ms from each run's start to the next run's start."""
@@ -232,8 +317,17 @@ row("tiny_seconds", "%.0f" % (time.monotonic() - t0))
 
 t0 = time.monotonic()
 names = ["plain", "plain2", "relay", "relay_down", "kafka", "files"]
-res, warm = measure("make", names, reps, 0)
-report("make", res, warm, names, {(m, w): 1.05 for m in ("relay", "relay_down", "files") for w in ("cpu", "wall")})
+floors = {m: 1.05 for m in ("relay", "relay_down", "files")}
+cores = [0, 1] if (os.cpu_count() or 1) > 1 else [0]
+pairs = measure_pairs("make", names[1:], reps, cores)
+for m in names[1:]:
+    v = pairs[m]
+    detail = "%.3f (p25-p75 %.3f-%.3f; %d pairs on one core)" % (q(v, .5), q(v, .25), q(v, .75), len(v))
+    if m in floors:
+        print("relay.make_cpu_ratio_%s | %s | <= %s | %s" % (m, detail, floors[m], "ok" if q(v, .5) <= floors[m] else "FAIL"))
+    else:
+        row("make_cpu_ratio_%s" % m, detail)
+report_adjacent("make", measure_adjacent("make", names[1:], reps), floors)
 row("make_seconds", "%.0f" % (time.monotonic() - t0))
 EOF
 rc=$?
