@@ -13,9 +13,11 @@
 #          processes: make, gcc, cc1, as)
 # Reference variants: plain2 (the program alone again: how far this machine moves a ratio by
 # itself); for tiny, to split its cost: loaded (CONTPROF_DISABLE=1: the library and its
-# dependencies loaded and relocated, no agent), relay_server (relay with
-# CONTPROF_SYMBOLIZE=server: no symbol tables read in the process), kafka_down (brokers
-# unreachable: the exit waits for CONTPROF_FLUSH, 1 s; KAFKA_DOWN runs).
+# dependencies loaded and relocated, no agent), relay_names_server (relay with
+# CONTPROF_SYMBOLIZE=server: no symbol tables read in the process), relay_captures (relay
+# with CONTPROF_SERVER, as `contprof run --server` sets it: a poller thread asks contprofd
+# for captures over HTTP), kafka_down (brokers unreachable: the exit waits for
+# CONTPROF_FLUSH, 1 s; KAFKA_DOWN runs).
 # CPU is user + system of the process and its children (wait4's rusage); wall is spawn to
 # reaped. Rows are ratios to the program alone measured in the same run, medians with
 # p25-p75, and the median of the differences in ms:
@@ -39,7 +41,7 @@
 # relay drained and its ingest took (its /metrics).
 # Prints rows "name | value | floor | ok", like run.sh; the load average before and after.
 #   bench/collector/relay.sh [BUILD_DIR]   (default: build)
-# Environment: RUNS (default 30: tiny rounds), REPS (default 1: make rounds), KAFKA_DOWN
+# Environment: RUNS (default 30: tiny rounds), REPS (default 1: make rounds; 0: none), KAFKA_DOWN
 # (default 3). About 5 minutes at the defaults, +4 per REPS (a make alone: 12-15 s of wall here).
 set -u
 BUILD=${1:-${BUILD_DIR:-build}}
@@ -172,8 +174,10 @@ def env_of(work, mode):
         return dict(agent, CONTPROF_BROKERS="127.0.0.1:9")  # discard port: nothing listens
     if mode == "loaded":  # the library and its dependencies loaded, no agent started
         return dict(agent, CONTPROF_DISABLE="1")
-    if mode == "relay_server":  # relay, no names in the agent (CONTPROF_SYMBOLIZE=server)
+    if mode == "relay_names_server":  # relay, no names in the agent
         return dict(modes["relay"], CONTPROF_SYMBOLIZE="server")
+    if mode == "relay_captures":  # relay, captures asked of contprofd (contprof run --server)
+        return dict(modes["relay"], CONTPROF_SERVER=aurl)
     return modes[mode]
 
 # rounds: every mode once per round, order rotated; per round and mode (wall, cpu, host ms)
@@ -306,7 +310,8 @@ def report(work, res, warm, names, floors, plain_row=True):
                 q(h, .5), q(h, .25), q(h, .75)))
 
 t0 = time.monotonic()
-names = ["plain", "plain2", "relay", "relay_down", "kafka", "files", "loaded", "relay_server"]
+names = ["plain", "plain2", "relay", "relay_down", "kafka", "files", "loaded", "relay_names_server",
+         "relay_captures"]
 res, warm = measure("tiny", names, runs, 2)
 row("tiny_loop_rounds", "%d (about 20 ms of CPU alone)" % n)
 report("tiny", res, warm, names, {(m, "cpu"): 1.05 for m in ("relay", "relay_down", "files")})
@@ -315,20 +320,21 @@ if kafka_down > 0:
     report("tiny", kd, 0, ["plain", "kafka_down"], {}, plain_row=False)
 row("tiny_seconds", "%.0f" % (time.monotonic() - t0))
 
-t0 = time.monotonic()
-names = ["plain", "plain2", "relay", "relay_down", "kafka", "files"]
-floors = {m: 1.05 for m in ("relay", "relay_down", "files")}
-cores = [0, 1] if (os.cpu_count() or 1) > 1 else [0]
-pairs = measure_pairs("make", names[1:], reps, cores)
-for m in names[1:]:
-    v = pairs[m]
-    detail = "%.3f (p25-p75 %.3f-%.3f; %d pairs on one core)" % (q(v, .5), q(v, .25), q(v, .75), len(v))
-    if m in floors:
-        print("relay.make_cpu_ratio_%s | %s | <= %s | %s" % (m, detail, floors[m], "ok" if q(v, .5) <= floors[m] else "FAIL"))
-    else:
-        row("make_cpu_ratio_%s" % m, detail)
-report_adjacent("make", measure_adjacent("make", names[1:], reps), floors)
-row("make_seconds", "%.0f" % (time.monotonic() - t0))
+if reps > 0:  # REPS=0: the tiny program only
+    t0 = time.monotonic()
+    names = ["plain", "plain2", "relay", "relay_down", "kafka", "files"]
+    floors = {m: 1.05 for m in ("relay", "relay_down", "files")}
+    cores = [0, 1] if (os.cpu_count() or 1) > 1 else [0]
+    pairs = measure_pairs("make", names[1:], reps, cores)
+    for m in names[1:]:
+        v = pairs[m]
+        detail = "%.3f (p25-p75 %.3f-%.3f; %d pairs on one core)" % (q(v, .5), q(v, .25), q(v, .75), len(v))
+        if m in floors:
+            print("relay.make_cpu_ratio_%s | %s | <= %s | %s" % (m, detail, floors[m], "ok" if q(v, .5) <= floors[m] else "FAIL"))
+        else:
+            row("make_cpu_ratio_%s" % m, detail)
+    report_adjacent("make", measure_adjacent("make", names[1:], reps), floors)
+    row("make_seconds", "%.0f" % (time.monotonic() - t0))
 EOF
 rc=$?
 echo "relay.load_after | $(cut -d' ' -f1-3 /proc/loadavg) | (reference) | -"
