@@ -5,7 +5,7 @@ start_contprofd() {
     "$1/query/contprofd" --data "$2/data" --http 127.0.0.1:0 2>"$2/contprofd.log" &
     dpid=$!
     _i=0
-    until grep -q 'query API on' "$2/contprofd.log"; do
+    until grep -qs 'query API on' "$2/contprofd.log"; do
         _i=$((_i + 1))
         [ $_i -lt 150 ] || { cat "$2/contprofd.log"; exit 1; }
         sleep 0.2

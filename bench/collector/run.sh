@@ -1,6 +1,7 @@
 #!/bin/sh
 # Collector overhead: the same workloads (cpb) with and without libcontprof, in one run.
-# Prints rows "name | value | floor | ok"; ends with startup.sh's rows (/bin/true).
+# Prints rows "name | value | floor | ok"; ends with startup.sh's rows (/bin/true) and
+# relay.sh's (a 20 ms program and make -j2, windows to the relay, its spool, Kafka, files).
 #   bench/collector/run.sh [BUILD_DIR]   (default: build)
 # Environment: REPS (default 7), UNITS_CPU (default 200, about 1.3 s of CPU) after
 # WARMUP_CPU (170), UNITS_MALLOC (150, about 1.5 s) after WARMUP_MALLOC (150).
@@ -228,3 +229,6 @@ rss=$(sort -n "$TMP/malloc_agent.rss" | awk '{ if ($1 > a) a = $1; if ($2 > b) b
 row collector.agent_rss_growth_mib "$rss" "<=" 16
 # start-up and exit of a process that does nothing (/bin/true): startup.sh's rows
 sh "$(dirname "$0")/startup.sh" "$BUILD"
+# what each way out of the process (relay, spool, Kafka, files) costs a short process, at
+# relay.sh's defaults (its REPS are makes, not cpb pairs)
+env -u REPS -u RUNS sh "$(dirname "$0")/relay.sh" "$BUILD"

@@ -244,4 +244,5 @@ TEST(frames_and_spool_refuse_what_they_must)
     remove_dir();
 }
 
-TEST_MAIN(T(sink_to_relay_to_kafka_and_through_the_spool), T(frames_and_spool_refuse_what_they_must))
+TEST_MAIN(T(sink_to_relay_to_kafka_and_through_the_spool),
+          T(frames_and_spool_refuse_what_they_must))
