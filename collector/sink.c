@@ -29,6 +29,10 @@
  * one, and between windows the relay holds no connection per process (a host of thousands
  * of processes would exhaust its connections). */
 #define RELAY_IDLE_NS ((int64_t)1000000000)
+/* Envelopes sent to the relay and not yet answered, at most: a window's envelopes go out
+ * back to back and their answers are read together (one wake-up of the relay and of the
+ * agent thread instead of one per envelope). */
+#define INFLIGHT_MAX 64u
 /* How often a missing or refused spool directory is looked for again. */
 #define SPOOL_RETRY_NS (5 * (int64_t)1000000000)
 
@@ -36,7 +40,13 @@ struct cp_sink {
     /* relay */
     char relay_dir[1024];
     struct sockaddr_un addr;
-    int fd;    /* connected to the relay, or -1 */
+    int fd; /* connected to the relay, or -1 */
+    /* sent and not answered yet (a ring, oldest at in_head): kept to be spooled if the
+     * connection fails before the answer */
+    cp_buf inflight[INFLIGHT_MAX];
+    uint32_t in_head, in_n;
+    uint8_t ack[CP_RELAY_HEADER + 1];
+    uint32_t ack_got;
     int spool; /* the spool directory, or -1 */
     int64_t next_connect, next_spool, timeout_ns, used_ns;
     /* Kafka */
@@ -142,46 +152,6 @@ static int send_all(int fd, const uint8_t *p, size_t len, int64_t deadline)
     return 0;
 }
 
-static int recv_all(int fd, uint8_t *p, size_t len, int64_t deadline)
-{
-    while (len > 0) {
-        ssize_t r = recv(fd, p, len, 0);
-        if (r > 0) {
-            p += r;
-            len -= (size_t)r;
-        } else if (r < 0 && errno == EINTR) {
-            continue;
-        } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (wait_fd(fd, POLLIN, deadline) != 0) return -1;
-        } else {
-            return -1; /* 0: the relay closed */
-        }
-    }
-    return 0;
-}
-
-/* One envelope to the relay and its answer: CP_RELAY_OK/_REFUSED/_BUSY, or -1 (no answer
- * within the bound: the connection is dropped, its state unknown). */
-static int relay_send(cp_sink *s, const uint8_t *val, size_t len)
-{
-    if (s->fd < 0 && relay_connect(s) != 0) return -1;
-    int64_t deadline = cp_mono_ns() + s->timeout_ns;
-    uint8_t hdr[CP_RELAY_HEADER], ack[CP_RELAY_HEADER + 1];
-    cp_relay_header(hdr, CP_RELAY_ENVELOPE, (uint32_t)len);
-    uint8_t type = 0;
-    uint32_t plen = 0;
-    if (send_all(s->fd, hdr, sizeof(hdr), deadline) != 0 ||
-        send_all(s->fd, val, len, deadline) != 0 || recv_all(s->fd, ack, sizeof(ack), deadline) ||
-        cp_relay_parse_header(ack, 1, &type, &plen, NULL) != 0 || type != CP_RELAY_ACK ||
-        plen != 1) {
-        relay_close(s);
-        s->next_connect = cp_mono_ns() + RECONNECT_NS;
-        return -1;
-    }
-    s->used_ns = cp_mono_ns();
-    return ack[CP_RELAY_HEADER];
-}
-
 /* The relay did not take it: into the spool (the relay reads it when it can). A duplicate
  * of an envelope the relay did take (its answer lost in a time-out) is dropped by the store
  * (same producer and sequence). Returns 0 or -1 (lost). */
@@ -199,6 +169,100 @@ static int spool_put(cp_sink *s, const uint8_t *val, size_t len)
         s->spool = -1;
     }
     return rc ? -1 : 0;
+}
+
+/* The oldest envelope in flight got its answer. */
+static void settle_one(cp_sink *s, uint8_t status)
+{
+    cp_buf *b = &s->inflight[s->in_head];
+    if (status == CP_RELAY_BUSY) {
+        if (spool_put(s, b->data, b->len) != 0) s->dropped++;
+    } else if (status != CP_RELAY_OK) {
+        s->dropped++; /* refused: not an envelope, never to be sent again */
+    }
+    cp_buf_close(b);
+    s->in_head = (s->in_head + 1) % INFLIGHT_MAX;
+    s->in_n--;
+}
+
+/* The connection failed (closed, a time-out, a malformed answer): every envelope still in
+ * flight goes to the spool. One the relay took already is then stored twice over, a
+ * duplicate the store drops (same producer and sequence). */
+static void relay_fail(cp_sink *s)
+{
+    relay_close(s);
+    s->next_connect = cp_mono_ns() + RECONNECT_NS;
+    s->ack_got = 0;
+    while (s->in_n) {
+        cp_buf *b = &s->inflight[s->in_head];
+        if (spool_put(s, b->data, b->len) != 0) s->dropped++;
+        cp_buf_close(b);
+        s->in_head = (s->in_head + 1) % INFLIGHT_MAX;
+        s->in_n--;
+    }
+}
+
+/* Reads answers until at most until envelopes are in flight, waiting for them until deadline
+ * (0: only the answers already there). Returns 0, or -1 after relay_fail. */
+static int read_acks(cp_sink *s, uint32_t until, int64_t deadline)
+{
+    while (s->in_n > until) {
+        ssize_t r = recv(s->fd, s->ack + s->ack_got, sizeof(s->ack) - s->ack_got, MSG_DONTWAIT);
+        if (r > 0) {
+            s->ack_got += (uint32_t)r;
+            if (s->ack_got < sizeof(s->ack)) continue;
+            uint8_t type = 0;
+            uint32_t plen = 0;
+            s->ack_got = 0;
+            if (cp_relay_parse_header(s->ack, 1, &type, &plen, NULL) != 0 || type != CP_RELAY_ACK ||
+                plen != 1) {
+                relay_fail(s);
+                return -1;
+            }
+            settle_one(s, s->ack[CP_RELAY_HEADER]);
+        } else if (r < 0 && errno == EINTR) {
+            continue;
+        } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (!deadline) return 0;
+            if (wait_fd(s->fd, POLLIN, deadline) != 0) {
+                relay_fail(s);
+                return -1;
+            }
+        } else {
+            relay_fail(s); /* 0: the relay closed */
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* One envelope to the relay (val taken): sent at once, its answer read later (read_acks);
+ * with no relay to send to, into the spool. */
+static void relay_put(cp_sink *s, cp_buf *val)
+{
+    int64_t now = cp_mono_ns(), deadline = now + s->timeout_ns;
+    if ((s->fd >= 0 || relay_connect(s) == 0) && read_acks(s, 0, 0) == 0 &&
+        read_acks(s, INFLIGHT_MAX - 1, deadline) == 0) {
+        uint8_t hdr[CP_RELAY_HEADER];
+        cp_relay_header(hdr, CP_RELAY_ENVELOPE, (uint32_t)val->len);
+        if (send_all(s->fd, hdr, sizeof(hdr), deadline) == 0 &&
+            send_all(s->fd, val->data, val->len, deadline) == 0) {
+            s->inflight[(s->in_head + s->in_n) % INFLIGHT_MAX] = *val;
+            s->in_n++;
+            *val = (cp_buf){0};
+            s->used_ns = now;
+            return;
+        }
+        relay_fail(s);
+    }
+    if (spool_put(s, val->data, val->len) != 0) s->dropped++;
+    cp_buf_close(val);
+}
+
+/* Waits (within the bound) for the answers of every envelope in flight. */
+static void relay_settle(cp_sink *s)
+{
+    if (s->fd >= 0 && s->in_n) read_acks(s, 0, cp_mono_ns() + s->timeout_ns);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -274,9 +338,7 @@ void cp_sink_send(cp_sink *s, const cp_envelope *e)
         goto out;
     }
     if (s->relay_dir[0]) {
-        int st = relay_send(s, val.data, val.len);
-        if (st == CP_RELAY_OK) goto out;
-        if (st == CP_RELAY_REFUSED || spool_put(s, val.data, val.len) != 0) s->dropped++;
+        relay_put(s, &val); /* answered at the next tick, flush or destroy */
         goto out;
     }
     if (!s->kafka) kafka_tick(s); /* the first window: build the client now */
@@ -320,10 +382,12 @@ int64_t cp_sink_pending(const cp_sink *s)
 
 void cp_sink_tick(cp_sink *s)
 {
-    if (!s->relay_dir[0])
+    if (!s->relay_dir[0]) {
         kafka_tick(s);
-    else if (s->fd >= 0 && cp_mono_ns() - s->used_ns > RELAY_IDLE_NS)
-        relay_close(s);
+        return;
+    }
+    relay_settle(s);
+    if (s->fd >= 0 && !s->in_n && cp_mono_ns() - s->used_ns > RELAY_IDLE_NS) relay_close(s);
 }
 
 uint64_t cp_sink_take_delivered(cp_sink *s)
@@ -341,7 +405,7 @@ uint64_t cp_sink_take_dropped(cp_sink *s)
 
 int cp_sink_idle(const cp_sink *s)
 {
-    return !s || !s->kafka;
+    return !s || (!s->kafka && !s->in_n);
 }
 
 const char *cp_sink_brokers(const cp_sink *s)
@@ -351,6 +415,7 @@ const char *cp_sink_brokers(const cp_sink *s)
 
 void cp_sink_flush(cp_sink *s, int64_t timeout_ns)
 {
+    if (s && s->relay_dir[0]) relay_settle(s);
     if (!s || !s->kafka) return;
     s->dropped += cp_kafka_take_dropped(s->kafka);
     s->dropped += cp_kafka_destroy(s->kafka, (int)(timeout_ns / 1000000));
@@ -361,6 +426,7 @@ uint64_t cp_sink_destroy(cp_sink *s, int64_t timeout_ns)
 {
     if (!s) return 0;
     cp_sink_flush(s, timeout_ns);
+    if (s->in_n) relay_fail(s); /* no answer within the bound: spooled */
     relay_close(s);
     if (s->spool >= 0) close(s->spool);
     uint64_t d = s->dropped;
@@ -376,6 +442,10 @@ void cp_sink_after_fork_child(cp_sink *s, int (*close_fd)(int))
     if (s->fd >= 0) close_fd(s->fd); /* the parent's connection: only the child's copy */
     if (s->spool >= 0) close_fd(s->spool);
     s->fd = s->spool = -1;
+    /* the parent's envelopes in flight are its own to settle: the copies are forgotten */
+    for (uint32_t i = 0; i < s->in_n; i++)
+        s->inflight[(s->in_head + i) % INFLIGHT_MAX] = (cp_buf){0};
+    s->in_n = s->in_head = s->ack_got = 0;
     s->dropped = 0;
     s->next_connect = s->next_spool = 0;
 }

@@ -148,6 +148,8 @@ TEST(sink_to_relay_to_kafka_and_through_the_spool)
         cp_sink_send(s, &e);
         cp_envelope_close(&e);
     }
+    cp_sink_tick(s); /* the answers: the agent reads them at its next tick */
+    CHECK(cp_sink_idle(s));
     CHECK_EQ(cp_sink_take_dropped(s), 0);
     CHECK_EQ(spool_count(), 0);
     cp_relay_stats st;
