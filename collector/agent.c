@@ -16,6 +16,7 @@
 #include "config.h"
 #include "control.h"
 #include "exec.h"
+#include "fatal.h"
 #include "fd.h"
 #include "guard.h"
 #include "http_client.h"
@@ -597,6 +598,7 @@ CONTPROF_EXTERN int contprof_start(const contprof_options *opts)
     cp_exec_set_flush(agent_flush);
     cp_capture_set_wake(agent_wake);
     cp_fd_set_exit_hook(agent_flush);
+    cp_fatal_set_flush(agent_flush);
     if (cp_cpu_start() != 0) snprintf(cp_engine, sizeof(cp_engine), "off");
     cp_threads_scan();
     /* one thread (the constructor, before main): grow the fd table now, where it costs no
