@@ -134,8 +134,7 @@ static int arm_watchdog(int sig, pid_t tid)
  * system call is behind). */
 static int repeats(int sig, const siginfo_t *si)
 {
-    return si->si_code > 0 &&
-           (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE);
+    return si->si_code > 0 && (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE);
 }
 
 /* Runs with every signal blocked (install). The default action goes back first, so that the
