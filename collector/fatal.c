@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -32,6 +33,9 @@ static const uint64_t FATAL_SET =
  * brokers) the handler lets the process live before its watchdog delivers the signal. */
 #define WATCHDOG_SLACK_NS (300 * (int64_t)1000000)
 #define FLUSH_BOUND_NS (200 * (int64_t)1000000)
+/* How long after the handler a fault that should come again at once (a repeating one) has
+ * before a watchdog delivers its signal: a program may send itself a positive si_code. */
+#define REPEAT_WAIT_NS (50 * (int64_t)1000000)
 
 typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 static sigaction_fn real_sigaction_p;
@@ -106,7 +110,7 @@ static int ours_in_kernel(int s)
  * the flush waits for (a lock the interrupted code holds), the process dies of sig then.
  * Raw system calls: the timer_create hook is the host's. Returns the kernel's timer id, or
  * -1 if none could be made (RLIMIT_SIGPENDING): the flush's own bounds still hold. */
-static int arm_watchdog(int sig, pid_t tid)
+static int arm_watchdog(int sig, pid_t tid, int64_t ns)
 {
     struct sigevent ev;
     memset(&ev, 0, sizeof(ev));
@@ -115,8 +119,6 @@ static int arm_watchdog(int sig, pid_t tid)
     ev._sigev_un._tid = tid;
     int id = -1;
     if (syscall(SYS_timer_create, CLOCK_MONOTONIC, &ev, &id) != 0) return -1;
-    int64_t ns = FLUSH_BOUND_NS + WATCHDOG_SLACK_NS;
-    if (cp_cfg.brokers[0] || cp_cfg.server[0]) ns += cp_cfg.flush_ns;
     struct itimerspec its;
     memset(&its, 0, sizeof(its));
     its.it_value.tv_sec = ns / 1000000000;
@@ -131,10 +133,12 @@ static int arm_watchdog(int sig, pid_t tid)
 /* A fault the kernel raised for an instruction (si_code > 0) happens again when the handler
  * returns: with the default action back, the process dies of it with the faulting context in
  * its core, as without the agent. SIGTRAP and SIGSYS do not repeat (the trap or the refused
- * system call is behind). */
+ * system call is behind), nor a machine check reported after the fact (BUS_MCEERR_AO). */
 static int repeats(int sig, const siginfo_t *si)
 {
-    return si->si_code > 0 && (sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE);
+    if (si->si_code <= 0) return 0;
+    return sig == SIGSEGV || sig == SIGILL || sig == SIGFPE ||
+           (sig == SIGBUS && si->si_code != BUS_MCEERR_AO);
 }
 
 /* Runs with every signal blocked (install). The default action goes back first, so that the
@@ -157,13 +161,18 @@ static void on_fatal(int sig, siginfo_t *si, void *uc)
     sigemptyset(&one);
     sigaddset(&one, sig);
     if (flush && contprof_running() && !cp_agent_thread && !cp_in_agent) {
-        watchdog = arm_watchdog(sig, tid);
+        int64_t ns = FLUSH_BOUND_NS + WATCHDOG_SLACK_NS;
+        if (cp_cfg.brokers[0] || cp_cfg.server[0]) ns += cp_cfg.flush_ns;
+        watchdog = arm_watchdog(sig, tid, ns);
         pthread_sigmask(SIG_UNBLOCK, &one, NULL);
         flush();
     }
     if (repeats(sig, si)) {
+        /* the watchdog stays: it delivers sig should the fault not come again (a positive
+         * si_code the program sent itself) */
+        if (watchdog < 0) arm_watchdog(sig, tid, REPEAT_WAIT_NS);
         errno = saved_errno;
-        return; /* the watchdog, if any, stays: it delivers sig should the fault not repeat */
+        return;
     }
     pthread_sigmask(SIG_UNBLOCK, &one, NULL);
     syscall(SYS_tgkill, pid, tid, sig);
@@ -181,8 +190,16 @@ int cp_fatal_signal(int s)
     return s > 0 && s < 64 && (FATAL_SET & SIGBIT(s));
 }
 
+/* Only the forking thread lives on in a child: a lock another thread held is free there. */
+static void after_fork_child(void)
+{
+    atomic_flag_clear(&g_lock);
+}
+
 void cp_fatal_set_flush(cp_fatal_flush_fn fn)
 {
+    static int atfork_done;
+    if (!atfork_done && pthread_atfork(NULL, NULL, after_fork_child) == 0) atfork_done = 1;
     sigset_t m;
     lock(&m);
     atomic_store(&g_flush, fn);

@@ -5,6 +5,9 @@
  *   segvthr   a second thread burns SECS and stores through NULL; main sleeps
  *   overflow  burn SECS, then overflow the stack on a thread with a sigaltstack
  *   spin      burn SECS, say "ready", burn until killed
+ *   pipe      burn SECS, write to a pipe nobody reads (SIGPIPE)
+ *   churn     two threads malloc and free in a loop (often inside the agent's hooks);
+ *             after SECS of CPU say "ready", go on until killed
  *   handler   own SIGTERM handler (sets a flag); burn SECS, say "ready", burn until the
  *             flag is set, say "handled", return 0
  *   ignore    SIGTERM set to SIG_IGN; burn SECS, say "ready", burn SECS more, return 0
@@ -56,6 +59,22 @@ static void on_term(int sig)
 }
 
 static double g_secs;
+
+static void *churn(void *arg)
+{
+    (void)arg;
+    double t0 = cpu_now();
+    void *keep[64] = {0};
+    for (unsigned i = 0;; i++) {
+        free(keep[i % 64]);
+        keep[i % 64] = malloc(16 + i % 4096);
+        if (arg && (i & 1023) == 0 && cpu_now() - t0 >= g_secs) {
+            say("ready");
+            arg = NULL;
+        }
+    }
+    return NULL;
+}
 
 static void *crash_thread(void *arg)
 {
@@ -152,6 +171,11 @@ int main(int argc, char **argv)
         sigaddset(&b, SIGTERM);
         sigprocmask(SIG_BLOCK, &b, NULL);
     }
+    if (!strcmp(mode, "churn")) {
+        pthread_t t;
+        pthread_create(&t, NULL, churn, NULL);
+        churn(&t);
+    }
     if (!strcmp(mode, "segvthr") || !strcmp(mode, "overflow")) {
         pthread_t t;
         pthread_create(&t, NULL, mode[0] == 's' ? crash_thread : overflow_thread, NULL);
@@ -166,6 +190,14 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "segv")) {
         say("ready");
         *(volatile int *)(uintptr_t)(sink * 0) = 1;
+    }
+    if (!strcmp(mode, "pipe")) {
+        int fd[2];
+        if (pipe(fd) != 0) return 4;
+        close(fd[0]);
+        say("ready");
+        (void)!write(fd[1], "x", 1);
+        return 5;
     }
     say("ready");
     if (!strcmp(mode, "spin")) burn_fatal(-1);

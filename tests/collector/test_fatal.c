@@ -31,6 +31,8 @@
 
 static char g_dir[256], g_env_dir[300];
 static char g_out[1 << 16];
+static const char *g_extra_env; /* one more variable for the program, if set */
+static double g_kill_to_death;  /* seconds from run()'s signal to the child's reaping */
 
 enum { AGENT = 1, IGNORE_TERM = 2 };
 
@@ -58,6 +60,7 @@ static int run(const char *prog, const char *const *args, int flags, int sig)
         snprintf(preload, sizeof(preload), "LD_PRELOAD=%s", lib ? lib : CP_LIB);
         if (flags & AGENT) putenv(preload);
         putenv(g_env_dir);
+        if (g_extra_env) putenv((char *)g_extra_env);
         char *argv[16];
         int n = 0;
         argv[n++] = (char *)prog;
@@ -87,11 +90,13 @@ static int run(const char *prog, const char *const *args, int flags, int sig)
         if (sig && !sent && strstr(g_out, "ready\n")) {
             kill(pid, sig);
             sent = 1;
+            g_kill_to_death = (double)mono_ns();
         }
     }
     close(rd);
     int st;
     CHECK(waitpid(pid, &st, 0) == pid);
+    g_kill_to_death = sent ? ((double)mono_ns() - g_kill_to_death) / 1e9 : 0;
     return st;
 }
 
@@ -136,11 +141,13 @@ static void check_dies(const char *prog, const char *const *args, int sig, int w
     make_dir();
     int plain = run(prog, args, 0, sig);
     describe("without the agent", plain);
+    if (sig) printf("signal to death: %.3f s\n", g_kill_to_death);
     CHECK(WIFSIGNALED(plain) && WTERMSIG(plain) == want);
     int64_t t0 = mono_ns();
     int st = run(prog, args, AGENT, sig);
     double secs = (double)(mono_ns() - t0) / 1e9;
     describe("with the agent", st);
+    if (sig) printf("signal to death: %.3f s\n", g_kill_to_death);
     int n;
     double cpu = profiled(iso, fn, &n);
     printf("%d cpu profiles, %.3f s of CPU profiled, %.2f s wall\n", n, cpu, secs);
@@ -198,6 +205,35 @@ TEST(kill_keeps_window)
     check_dies(CPF, args, SIGTERM, SIGTERM, NULL, "burn_fatal", 0.6);
     check_dies(CPF, args, SIGQUIT, SIGQUIT, NULL, "burn_fatal", 0.6);
     check_dies(CPF, args, SIGHUP, SIGHUP, NULL, "burn_fatal", 0.6);
+}
+
+/* A write to a pipe nobody reads. */
+TEST(sigpipe_keeps_window)
+{
+    const char *args[] = {"pipe", "1.0", NULL};
+    check_dies(CPF, args, 0, SIGPIPE, NULL, "burn_fatal", 0.6);
+}
+
+/* SIGTERM to threads that allocate without pause, every allocation sampled: often inside
+ * the agent's hooks (no flush) or holding the sampler's lock the agent thread needs to
+ * build the window (a bounded flush): the process dies of SIGTERM each time, well within
+ * the bounds. */
+TEST(sigterm_in_malloc_never_hangs)
+{
+    make_dir();
+    g_extra_env = "CONTPROF_ALLOC_RATE=1";
+    const char *args[] = {"churn", "0.3", NULL};
+    for (int i = 0; i < 5; i++) {
+        int64_t t0 = mono_ns();
+        int st = run(CPF, args, AGENT, SIGTERM);
+        double secs = (double)(mono_ns() - t0) / 1e9;
+        describe("churn", st);
+        printf("run %d: %.2f s, signal to death %.3f s\n", i, secs, g_kill_to_death);
+        CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM);
+        CHECK(g_kill_to_death < 3);
+    }
+    g_extra_env = NULL;
+    pset_dir_remove(g_dir);
 }
 
 /* The host's own SIGTERM handler runs and the program returns from main: exit 0, its
@@ -278,6 +314,7 @@ TEST(exec_sees_host_dispositions)
 
 TEST_MAIN(T(python_sigterm_keeps_window), T(python_sigint_keeps_window), T(abort_keeps_window),
           T(null_dereference_keeps_window), T(crash_on_thread_keeps_window),
-          T(stack_overflow_on_altstack_keeps_window), T(kill_keeps_window),
-          T(host_handler_keeps_behavior), T(host_sees_what_it_set),
-          T(ignored_or_blocked_sigterm_stays_so), T(exec_sees_host_dispositions))
+          T(stack_overflow_on_altstack_keeps_window), T(kill_keeps_window), T(sigpipe_keeps_window),
+          T(sigterm_in_malloc_never_hangs), T(host_handler_keeps_behavior),
+          T(host_sees_what_it_set), T(ignored_or_blocked_sigterm_stays_so),
+          T(exec_sees_host_dispositions))
