@@ -14,14 +14,19 @@
  *   inherit   burn SECS, say "ready", burn SECS more, return 0 (SIGTERM as inherited)
  *   blocked   SIGTERM blocked; burn SECS, say "ready", burn SECS more, say whether
  *             SIGTERM is pending, return 0
+ *   stopped   burn SECS, contprof_stop() (found with dlsym), say "ready", burn until killed
+ *   vforkcrash burn SECS, vfork; the child stores through NULL; say how it ended, burn SECS
+ *             more, return 0
  *   query     what sigaction() and signal() say of SIGTERM, SIGINT and SIGSEGV as they
  *             are set and reset (a transcript compared with and without the agent) */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -198,6 +203,22 @@ int main(int argc, char **argv)
         say("ready");
         (void)!write(fd[1], "x", 1);
         return 5;
+    }
+    if (!strcmp(mode, "stopped")) {
+        void (*stop)(void) = (void (*)(void))(uintptr_t)dlsym(RTLD_DEFAULT, "contprof_stop");
+        if (stop) stop();
+        printf("stopped=%d\n", stop != NULL);
+        mode = "spin";
+    }
+    if (!strcmp(mode, "vforkcrash")) {
+        pid_t pid = vfork();
+        if (pid == 0) *(volatile int *)(uintptr_t)(sink * 0) = 1;
+        int st = 0;
+        waitpid(pid, &st, 0);
+        printf("child: %s %d\n", WIFSIGNALED(st) ? "signal" : "exit",
+               WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+        burn_fatal(g_secs);
+        return 0;
     }
     say("ready");
     if (!strcmp(mode, "spin")) burn_fatal(-1);

@@ -236,6 +236,46 @@ TEST(sigterm_in_malloc_never_hangs)
     pset_dir_remove(g_dir);
 }
 
+/* After contprof_stop the handler calls nothing of the agent's: the process dies of SIGTERM
+ * at once, with no window after the one stop wrote. */
+TEST(stopped_agent_just_dies)
+{
+    make_dir();
+    const char *args[] = {"stopped", "0.5", NULL};
+    int st = run(CPF, args, AGENT, SIGTERM);
+    describe("stopped", st);
+    printf("signal to death: %.3f s\n", g_kill_to_death);
+    CHECK_CONTAINS(g_out, "stopped=1\n");
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM);
+    CHECK(g_kill_to_death < 3);
+    int n;
+    profiled(NULL, NULL, &n);
+    CHECK_EQ(n, 1);
+    pset_dir_remove(g_dir);
+}
+
+/* A vfork child that crashes dies of SIGSEGV as without the agent, without asking the
+ * parent's agent thread for a flush: the parent's CPU time is in one window, written at its
+ * exit. */
+TEST(vfork_child_crash)
+{
+    make_dir();
+    const char *args[] = {"vforkcrash", "0.3", NULL};
+    int st = run(CPF, args, 0, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK_CONTAINS(g_out, "child: signal 11\n");
+    st = run(CPF, args, AGENT, 0);
+    printf("%s", g_out);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK_CONTAINS(g_out, "child: signal 11\n");
+    int n;
+    double cpu = profiled(NULL, "burn_fatal", &n);
+    printf("%d cpu profiles, %.3f s in burn_fatal\n", n, cpu);
+    CHECK_EQ(n, 1);
+    CHECK(cpu >= 0.35);
+    pset_dir_remove(g_dir);
+}
+
 /* The host's own SIGTERM handler runs and the program returns from main: exit 0, its
  * window written at exit as always. */
 TEST(host_handler_keeps_behavior)
@@ -315,6 +355,6 @@ TEST(exec_sees_host_dispositions)
 TEST_MAIN(T(python_sigterm_keeps_window), T(python_sigint_keeps_window), T(abort_keeps_window),
           T(null_dereference_keeps_window), T(crash_on_thread_keeps_window),
           T(stack_overflow_on_altstack_keeps_window), T(kill_keeps_window), T(sigpipe_keeps_window),
-          T(sigterm_in_malloc_never_hangs), T(host_handler_keeps_behavior),
-          T(host_sees_what_it_set), T(ignored_or_blocked_sigterm_stays_so),
-          T(exec_sees_host_dispositions))
+          T(sigterm_in_malloc_never_hangs), T(stopped_agent_just_dies), T(vfork_child_crash),
+          T(host_handler_keeps_behavior), T(host_sees_what_it_set),
+          T(ignored_or_blocked_sigterm_stays_so), T(exec_sees_host_dispositions))
