@@ -241,6 +241,12 @@ int cp_fatal_sigaction(int s, const struct sigaction *act, struct sigaction *old
         }
     } else {
         rc = real_sigaction(s, act, &prev);
+        if (rc == 0 && (prev.sa_flags & SA_SIGINFO) && prev.sa_sigaction == on_fatal) {
+            /* ours came back past the hooks (glibc's system() restores SIGINT and SIGQUIT
+             * with its own sigaction after ignoring them): the host's is still g_view's */
+            prev = g_view[s];
+            if (!act) atomic_fetch_or(&g_managed, SIGBIT(s));
+        }
     }
     int e = errno;
     unlock(&m);

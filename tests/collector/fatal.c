@@ -149,6 +149,10 @@ static void query(void)
         printf("  mask has SIGUSR1=%d onstack=%d\n", sigismember(&o.sa_mask, SIGUSR1),
                !!(o.sa_flags & SA_ONSTACK));
     }
+    /* glibc's system() ignores SIGINT and SIGQUIT past the hooks, then restores them */
+    printf("system: %d\n", system("exit 0"));
+    show("after system", SIGINT);
+    show("after system", SIGQUIT);
     /* a handler that is the host's really runs */
     signal(SIGTERM, on_term);
     raise(SIGTERM);
