@@ -32,6 +32,7 @@
 static char g_dir[256], g_env_dir[300];
 static char g_out[1 << 16];
 static const char *g_extra_env; /* one more variable for the program, if set */
+static const char *g_extra_lib; /* preloaded after the agent, if set */
 static double g_kill_to_death;  /* seconds from run()'s signal to the child's reaping */
 
 enum { AGENT = 1, IGNORE_TERM = 2 };
@@ -57,7 +58,8 @@ static int run(const char *prog, const char *const *args, int flags, int sig)
         unsetenv("LD_PRELOAD");
         static char preload[600];
         const char *lib = getenv("CP_TEST_LIB");
-        snprintf(preload, sizeof(preload), "LD_PRELOAD=%s", lib ? lib : CP_LIB);
+        snprintf(preload, sizeof(preload), "LD_PRELOAD=%s%s%s", lib ? lib : CP_LIB,
+                 g_extra_lib ? ":" : "", g_extra_lib ? g_extra_lib : "");
         if (flags & AGENT) putenv(preload);
         putenv(g_env_dir);
         if (g_extra_env) putenv((char *)g_extra_env);
@@ -236,6 +238,24 @@ TEST(sigterm_in_malloc_never_hangs)
     pset_dir_remove(g_dir);
 }
 
+/* The flush never returns (cphang: the agent's lock wait hangs on the main thread): the
+ * handler's watchdog delivers SIGTERM past the flush's bound (200 ms + 300 ms), and the
+ * process dies of it. */
+TEST(hung_flush_ends_by_watchdog)
+{
+    make_dir();
+    g_extra_lib = CP_HANG;
+    const char *args[] = {"spin", "0.3", NULL};
+    int st = run(CPF, args, AGENT, SIGTERM);
+    g_extra_lib = NULL;
+    describe("hung flush", st);
+    printf("signal to death: %.3f s\n", g_kill_to_death);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM);
+    CHECK(g_kill_to_death >= 0.45);
+    CHECK(g_kill_to_death < 5);
+    pset_dir_remove(g_dir);
+}
+
 /* After contprof_stop the handler calls nothing of the agent's: the process dies of SIGTERM
  * at once, with no window after the one stop wrote. */
 TEST(stopped_agent_just_dies)
@@ -355,6 +375,7 @@ TEST(exec_sees_host_dispositions)
 TEST_MAIN(T(python_sigterm_keeps_window), T(python_sigint_keeps_window), T(abort_keeps_window),
           T(null_dereference_keeps_window), T(crash_on_thread_keeps_window),
           T(stack_overflow_on_altstack_keeps_window), T(kill_keeps_window), T(sigpipe_keeps_window),
-          T(sigterm_in_malloc_never_hangs), T(stopped_agent_just_dies), T(vfork_child_crash),
-          T(host_handler_keeps_behavior), T(host_sees_what_it_set),
-          T(ignored_or_blocked_sigterm_stays_so), T(exec_sees_host_dispositions))
+          T(sigterm_in_malloc_never_hangs), T(hung_flush_ends_by_watchdog),
+          T(stopped_agent_just_dies), T(vfork_child_crash), T(host_handler_keeps_behavior),
+          T(host_sees_what_it_set), T(ignored_or_blocked_sigterm_stays_so),
+          T(exec_sees_host_dispositions))
