@@ -11,7 +11,7 @@
 typedef int (*timedlock_fn)(pthread_mutex_t *, const struct timespec *);
 
 __attribute__((visibility("default"))) int pthread_mutex_timedlock(pthread_mutex_t *m,
-                                                              const struct timespec *ts)
+                                                                   const struct timespec *ts)
 {
     if (syscall(SYS_gettid) == getpid())
         for (;;) {
