@@ -14,7 +14,8 @@ typedef void (*cp_fatal_flush_fn)(void);
 
 /* Registers the flush (agent.c, at start) and puts the handler in the kernel for every
  * fatal signal whose disposition is SIG_DFL there now; a signal the program ignores or
- * handles is left to it. Idempotent. Not async-signal-safe (dlsym). */
+ * handles is left to it. Idempotent. Not async-signal-safe; may allocate (dlsym,
+ * pthread_atfork). */
 void cp_fatal_set_flush(cp_fatal_flush_fn fn);
 
 /* Whether the hooks hand signal s to cp_fatal_sigaction: the fatal set (README.md
