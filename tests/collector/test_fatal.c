@@ -2,8 +2,10 @@
  * is the default (SIGTERM from a supervisor, Ctrl-C's SIGINT re-raised by Python, abort(), a
  * crash) keeps its last window, and dies exactly as it does without the agent (the same
  * wait status); a host that handles, ignores or blocks the signal, or asks what it set, sees
- * no difference. Real programs (python3, fatal.c's `cpf`) under LD_PRELOAD in output-dir
- * mode with the default 10 s window, profiles decoded with cp_pprof_decode (pfiles.h). */
+ * no difference; a flush that hangs (hang.c's `cphang`) or an agent that was stopped never
+ * keeps a process from dying. Real programs (python3, fatal.c's `cpf`) under LD_PRELOAD in
+ * output-dir mode with the default 10 s window, profiles decoded with cp_pprof_decode
+ * (pfiles.h). */
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
