@@ -142,7 +142,7 @@ static int repeats(int sig, const siginfo_t *si)
 }
 
 /* Runs with every signal blocked (install). The default action goes back first, so that the
- * same signal again (a second Ctrl-C, another thread's crash) ends the process at once;
+ * same signal again (a second Ctrl-C, another thread faulting alike) ends the process at once;
  * then, unless the agent is not running or this thread is the agent's own or inside its
  * code, the window is written, bounded twice (the flush's wait, the watchdog). Then the
  * process dies of sig: a repeating fault by returning, anything else by sending sig to this
