@@ -17,6 +17,7 @@
 #include "config.h"
 #include "control.h"
 #include "exec.h"
+#include "fatal.h"
 #include "fd.h"
 #include "guard.h"
 #include "isolate.h"
@@ -602,6 +603,7 @@ CONTPROF_EXTERN int contprof_start(const contprof_options *opts)
     cp_exec_set_flush(agent_flush);
     cp_capture_set_wake(agent_wake);
     cp_fd_set_exit_hook(agent_flush);
+    cp_fatal_set_flush(agent_flush);
     if (cp_cpu_start() != 0) snprintf(cp_engine, sizeof(cp_engine), "off");
     if (cp_cfg.alloc_rate > 0 && cp_alloc_host_owns_malloc()) {
         /* said once per program (not again in its exec'd children of the same name) and in

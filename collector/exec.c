@@ -4,7 +4,8 @@
  * action (terminate). Before exec the calling thread's event is disarmed and a pending
  * signal discarded (thread.c cp_cpu_before_exec); other threads vanish with the old image.
  * If exec fails, the event is re-armed. _exit, _Exit and quick_exit, which skip the
- * destructor that writes the last window, flush it first. */
+ * destructor that writes the last window, flush it first. The agent's handlers of fatal
+ * signals (fatal.c) need nothing here: exec resets them to SIG_DFL, what the host believes. */
 #include "exec.h"
 
 #include <dlfcn.h>

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "fatal.h"
 #include "fd.h"
 #include "isolate.h"
 #include "nextmalloc.h"
@@ -1547,6 +1548,7 @@ int cp_sample_signal(void)
 
 CONTPROF_EXTERN int sigaction(int s, const struct sigaction *act, struct sigaction *old)
 {
+    if (cp_fatal_signal(s)) return cp_fatal_sigaction(s, act, old); /* never a sample signal */
     if (!managed(s)) {
         int rc = real_sigaction(s, act, old);
         if (rc == 0 && act && act->sa_handler != SIG_DFL) atomic_fetch_or(&g_taken, SIGBIT(s));
