@@ -6,6 +6,8 @@
 #include "alloc.h"
 
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -924,5 +926,12 @@ extern __typeof__(malloc) cp_malloc_self
 int cp_alloc_host_owns_malloc(void)
 {
     void *m = dlsym(RTLD_DEFAULT, "malloc");
-    return m && m != (void *)cp_malloc_self;
+    if (!m || m == (void *)cp_malloc_self) return 0;
+    /* Another address may still be ours: a program built without PIE that takes malloc's
+     * address makes its PLT entry the canonical one (python3.11 here), and that entry calls
+     * the agent. Only a malloc the program defines is a symbol there. */
+    Dl_info info;
+    const ElfW(Sym) *sym = NULL;
+    return dladdr1(m, &info, (void **)&sym, RTLD_DL_SYMENT) && sym && info.dli_sname &&
+           !strcmp(info.dli_sname, "malloc") && info.dli_saddr == m && sym->st_shndx != SHN_UNDEF;
 }
