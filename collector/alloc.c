@@ -6,12 +6,12 @@
 #include "alloc.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fmath.h"
 #include "guard.h"
 #include "isolate.h"
 #include "nextmalloc.h"
@@ -107,7 +107,7 @@ static double draw(int64_t rate)
     x ^= x << 17;
     t_rng = x;
     double u = ((x >> 11) + 0.5) / 9007199254740992.0; /* (0,1) */
-    return -log(u) * (double)rate;
+    return -cp_math_log(u) * (double)rate;
 }
 
 static uint32_t bucket_find(uint32_t iso, const char *thread, const uint64_t *pcs, uint32_t n,
@@ -283,14 +283,14 @@ __attribute__((noinline)) static void sample_record(void *p, uintptr_t base, siz
     char thread[16] = "";
     sample_owner(t, &iso, thread);
     if (m) nf = (int)cp_lang_join(iso, pcs, (uint32_t)nf, ids, m);
-    double w = 1.0 / (1.0 - exp(-(double)n / (double)rate));
+    double w = 1.0 / (1.0 - cp_math_exp(-(double)n / (double)rate));
     int64_t base_rate = atomic_load_explicit(&g_rate, memory_order_relaxed);
     int keep = 1;
     if (base_rate > rate) {
         /* A capture's rate: the capture gets every sample; the always-on totals keep a
          * sample with P(base)/P(capture), weighted 1/P(base): exactly the base rate's
          * Poisson sampling, so they stay unbiased. */
-        double pb = 1.0 - exp(-(double)n / (double)base_rate), pc = 1.0 / w;
+        double pb = 1.0 - cp_math_exp(-(double)n / (double)base_rate), pc = 1.0 / w;
         keep = uniform() < pb / pc;
         pthread_mutex_lock(&g_lock);
         uint32_t cb = bucket_find(iso, thread, pcs, (uint32_t)nf, 1);
@@ -321,8 +321,8 @@ __attribute__((noinline)) static void sample_record(void *p, uintptr_t base, siz
     }
     pthread_mutex_unlock(&g_lock);
     cp_in_agent = saved;
-    /* a host's successful call leaves errno alone: exp() underflows (ERANGE) for blocks
-     * far above the rate, registering the thread may fail a system call */
+    /* a host's successful call leaves errno alone: registering the thread may fail a
+     * system call */
     errno = saved_errno;
 }
 
