@@ -458,8 +458,8 @@ static int start_agent_thread(void)
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 1 << 20);
     int saved = cp_in_agent;
-    cp_in_agent = 1; /* the thunk sees this and leaves the new thread unregistered */
-    int rc = pthread_create(&A.th, &attr, agent_main, NULL);
+    cp_in_agent = 1; /* glibc's allocations in here are the agent's */
+    int rc = cp_thread_create_agent(&A.th, &attr, agent_main);
     cp_in_agent = saved;
     pthread_attr_destroy(&attr);
     return rc ? CP_ENOMEM : 0; /* EAGAIN: no memory or thread left; nothing else applies */

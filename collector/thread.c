@@ -15,6 +15,8 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/single_threaded.h>
 #include <sched.h>
 #include <signal.h>
 #include <threads.h>
@@ -574,6 +576,26 @@ static void slot_init(cp_thread *t, pid_t tid)
 
 static void thread_exit(void *arg);
 
+/* The main thread's stack without pthread_getattr_np, which reads and sscanf's all of
+ * /proc/self/maps (with stdio's malloc) to find it: its frames all lie below
+ * __libc_stack_end (where the loader found argc), in the page that holds it or below, within
+ * RLIMIT_STACK. Only [max(sp, lo), hi) is ever read (cp_unwind), so lo need not be mapped. */
+extern void *__libc_stack_end;
+
+static int main_stack(cp_thread *t)
+{
+    uintptr_t hi = ((uintptr_t)__libc_stack_end | 4095) + 1;
+    struct rlimit rl;
+    uintptr_t size = UINTPTR_MAX;
+    if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) size = rl.rlim_cur;
+    uintptr_t lo = size < hi ? hi - size : 0, here = (uintptr_t)__builtin_frame_address(0);
+    /* a fork child's only thread may run on a stack its parent's thread had */
+    if (here < lo || here >= hi) return -1;
+    t->stack_lo = lo;
+    t->stack_hi = hi;
+    return 0;
+}
+
 cp_thread *cp_thread_register_self(void)
 {
     if (cp_self) return cp_self;
@@ -590,7 +612,9 @@ cp_thread *cp_thread_register_self(void)
     int saved = cp_in_agent;
     cp_in_agent = 1; /* pthread_getattr_np allocates */
     pthread_attr_t attr;
-    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+    if (tid == getpid() && main_stack(t) == 0) {
+        /* found without /proc */
+    } else if (pthread_getattr_np(pthread_self(), &attr) == 0) {
         void *addr;
         size_t size;
         if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
@@ -634,6 +658,10 @@ static void thread_exit(void *arg)
 
 void cp_threads_scan(void)
 {
+    /* glibc clears it at the first pthread_create: a preloaded program's constructor, where
+     * the calling thread is the only one, reads no directory (a thread made by a raw clone,
+     * without glibc, is not found) */
+    if (__libc_single_threaded) return;
     DIR *d = opendir("/proc/self/task");
     if (!d) return;
     struct dirent *e;
@@ -1174,11 +1202,23 @@ static void *start_thunk(void *p)
     return sa.fn(sa.arg);
 }
 
-CONTPROF_EXTERN int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
-                                   void *arg)
+static pthread_create_fn real_pthread_create(void)
 {
     static pthread_create_fn real;
     if (!real) real = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
+    return real;
+}
+
+int cp_thread_create_agent(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *))
+{
+    pthread_create_fn real = real_pthread_create();
+    return real ? real(th, attr, fn, NULL) : EAGAIN;
+}
+
+CONTPROF_EXTERN int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
+                                   void *arg)
+{
+    pthread_create_fn real = real_pthread_create();
     if (!real) return EAGAIN;
     start_arg *sa = cp_real_malloc(sizeof(*sa));
     if (!sa) return real(th, attr, fn, arg); /* degrade: the thread is scanned later */

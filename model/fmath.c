@@ -39,10 +39,19 @@ double cp_math_exp(double x)
     double r = (x - k * LN2_HI) - k * LN2_LO;
     /* e^r by its Taylor series to r^13 / 13! (the next term is below 2^-60 at |r| = 0.347) */
     double p = 1.0 / 6227020800.0;
-    static const double inv_fact[] = {
-        1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
-        1.0 / 5040.0,      1.0 / 720.0,      1.0 / 120.0,     1.0 / 24.0,     1.0 / 6.0,
-        1.0 / 2.0,         1.0,              1.0};
+    static const double inv_fact[] = {1.0 / 479001600.0,
+                                      1.0 / 39916800.0,
+                                      1.0 / 3628800.0,
+                                      1.0 / 362880.0,
+                                      1.0 / 40320.0,
+                                      1.0 / 5040.0,
+                                      1.0 / 720.0,
+                                      1.0 / 120.0,
+                                      1.0 / 24.0,
+                                      1.0 / 6.0,
+                                      1.0 / 2.0,
+                                      1.0,
+                                      1.0};
     for (unsigned i = 0; i < sizeof(inv_fact) / sizeof(inv_fact[0]); i++)
         p = p * r + inv_fact[i];
     /* times 2^k, in two steps where 2^k alone is not a normal double */
@@ -59,7 +68,7 @@ double cp_math_log(double x)
     uint64_t u = bits(x);
     if ((u >> 52) == 0x7ff) return x; /* +inf */
     int e = 0;
-    if ((u >> 52) == 0) { /* subnormal: scale into the normal range first */
+    if ((u >> 52) == 0) {         /* subnormal: scale into the normal range first */
         x *= 18014398509481984.0; /* 2^54 */
         u = bits(x);
         e = -54;
