@@ -6,6 +6,7 @@
 #include "alloc.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -72,9 +73,11 @@ static atomic_llong g_rate;           /* mean bytes between samples; 0 = off */
 static atomic_uint interior_reserved; /* interior blocks allocated or about to be */
 atomic_uint_fast64_t cp_alloc_dropped;
 
+static void (*g_sample_hook)(void);
 static CP_TLS int64_t t_until;
 static CP_TLS uint64_t t_rng;
 static CP_TLS int t_init;
+static CP_TLS volatile sig_atomic_t t_poked;
 
 static inline uint64_t ptr_hash(uintptr_t p)
 {
@@ -90,6 +93,18 @@ int cp_alloc_init(void)
     if (m == MAP_FAILED) return CP_ENOMEM;
     S = m;
     return 0;
+}
+
+void cp_alloc_set_sample_hook(void (*fn)(void))
+{
+    g_sample_hook = fn;
+}
+
+void cp_alloc_poke(void)
+{
+    if (cp_agent_thread) return;
+    t_poked = 1;
+    t_until = INT64_MIN / 4;
 }
 
 void cp_alloc_set_rate(int64_t rate)
@@ -229,6 +244,11 @@ __attribute__((noinline)) static int64_t sample_decide(size_t n)
         t_until = INT64_MIN / 4; /* every allocation takes the checked path */
         return 0;
     }
+    if (t_poked && !cp_in_agent) {
+        t_poked = 0;
+        t_init = 0; /* a fresh countdown below */
+        if (g_sample_hook) g_sample_hook();
+    }
     if (rate <= 0) {
         /* Look again later: sampling may be switched on (cp_alloc_set_rate resets the
          * starting thread's countdown; other threads catch up within 64 MiB). */
@@ -252,6 +272,7 @@ __attribute__((noinline)) static int64_t sample_decide(size_t n)
         if (b > 0 && b < rate) rate = b;
     }
     t_until = (int64_t)draw(rate);
+    if (S && g_sample_hook) g_sample_hook();
     return S ? rate : 0;
 }
 

@@ -511,7 +511,13 @@ void cp_capture_after_fork_child(void)
     /* the parent's agent thread may have been changing the table: forget it (lost once) */
     cp_watch_abandon(C.w);
     cp_watch_wake_fn wake = C.wake;
-    memset(&C, 0, sizeof(C));
+    uint32_t gen = C.gen;
+    /* Only the slots in use and the fields after the table are cleared, and iso_gen is made
+     * stale by the generation rather than zeroed: a page the parent never wrote stays
+     * unwritten (a fork child that never hears a capture pays no fault for the table). */
+    for (uint64_t m = C.used | C.live; m; m &= m - 1)
+        memset(&C.c[__builtin_ctzll(m)], 0, sizeof(C.c[0]));
+    memset((char *)&C + sizeof(C.c), 0, sizeof(C) - sizeof(C.c));
     C.wake = wake;
-    memset(iso_gen, 0, sizeof(iso_gen));
+    C.gen = gen + 1; /* every iso_gen entry is at most gen */
 }

@@ -52,6 +52,14 @@ static int g_perf_user_only; /* set once kernel time turned out not to be allowe
 static pthread_key_t g_key;
 static int g_key_ok;
 
+/* Called by the handler when a ring fills (cp_threads_set_fill_hook). */
+static void (*g_fill_hook)(void);
+
+void cp_threads_set_fill_hook(void (*fn)(void))
+{
+    g_fill_hook = fn;
+}
+
 /* The libc functions the agent uses itself while interposing them for the host. */
 typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 typedef int (*timer_create_fn)(clockid_t, struct sigevent *, timer_t *);
@@ -179,8 +187,49 @@ static int was_perf(int fd)
            (atomic_load_explicit(&g_was_perf[fd / 8], memory_order_relaxed) & (1u << (fd % 8)));
 }
 
+#ifdef CP_HANDLER_TIMING
+/* The bench build (contprof_timing, bench/collector/handler.sh): each handler call's TSC
+ * cycles, entry to return (user space only: not the kernel's delivery or sigreturn), written
+ * at exit to $CP_HANDLER_TIMING_OUT after the TSC rate in GHz. */
+#include <x86intrin.h>
+#define CP_TIMING_MAX 262144
+static uint64_t g_tm[CP_TIMING_MAX];
+static atomic_uint g_tm_n;
+static uint64_t g_tm_tsc0;
+static int64_t g_tm_ns0;
+#define CP_TIMING_BEGIN() uint64_t tm_t0 = __rdtsc()
+#define CP_TIMING_END()                                                                            \
+    do {                                                                                           \
+        unsigned i_ = atomic_fetch_add_explicit(&g_tm_n, 1, memory_order_relaxed);                 \
+        if (i_ < CP_TIMING_MAX) g_tm[i_] = __rdtsc() - tm_t0;                                      \
+    } while (0)
+
+__attribute__((constructor)) static void timing_start(void)
+{
+    g_tm_tsc0 = __rdtsc();
+    g_tm_ns0 = cp_mono_ns();
+}
+
+__attribute__((destructor)) static void timing_dump(void)
+{
+    const char *path = getenv("CP_HANDLER_TIMING_OUT");
+    FILE *f = path ? fopen(path, "w") : NULL;
+    if (!f) return;
+    double ghz = (double)(__rdtsc() - g_tm_tsc0) / (double)(cp_mono_ns() - g_tm_ns0);
+    fprintf(f, "%.6f\n", ghz);
+    unsigned n = atomic_load(&g_tm_n);
+    for (unsigned i = 0; i < n && i < CP_TIMING_MAX; i++)
+        fprintf(f, "%llu\n", (unsigned long long)g_tm[i]);
+    fclose(f);
+}
+#else
+#define CP_TIMING_BEGIN() (void)0
+#define CP_TIMING_END() (void)0
+#endif
+
 static void handler(int sig, siginfo_t *si, void *ucv)
 {
+    CP_TIMING_BEGIN();
     int saved_errno = errno;
     uint64_t weight = 1;
     if (si->si_code == SI_TIMER && si->si_value.sival_ptr == CP_TIMER_COOKIE) {
@@ -264,8 +313,10 @@ static void handler(int sig, siginfo_t *si, void *ucv)
     slot->nframes =
         (uint32_t)cp_unwind(&r, t->stack_lo, t->stack_hi, slot->pcs, CP_MAX_FRAMES, &t->ucache_sig);
     atomic_store_explicit(&t->head, h + 1, memory_order_release);
+    if (h + 1 - tl >= CP_RING / 4 && g_fill_hook) g_fill_hook();
 out:
     errno = saved_errno;
+    CP_TIMING_END();
 }
 
 /* ------------------------------------------------------------------------------------
@@ -1202,6 +1253,13 @@ static void *start_thunk(void *p)
     return sa.fn(sa.arg);
 }
 
+static void (*g_create_hook)(void);
+
+void cp_threads_set_create_hook(void (*fn)(void))
+{
+    g_create_hook = fn;
+}
+
 static pthread_create_fn real_pthread_create(void)
 {
     static pthread_create_fn real;
@@ -1220,6 +1278,7 @@ CONTPROF_EXTERN int pthread_create(pthread_t *th, const pthread_attr_t *attr, vo
 {
     pthread_create_fn real = real_pthread_create();
     if (!real) return EAGAIN;
+    if (g_create_hook && !cp_in_agent) g_create_hook();
     start_arg *sa = cp_real_malloc(sizeof(*sa));
     if (!sa) return real(th, attr, fn, arg); /* degrade: the thread is scanned later */
     sa->fn = fn;
@@ -1261,6 +1320,7 @@ CONTPROF_EXTERN int thrd_create(thrd_t *th, thrd_start_t fn, void *arg)
     static thrd_create_fn real;
     if (!real) real = (thrd_create_fn)dlsym(RTLD_NEXT, "thrd_create");
     if (!real) return thrd_error;
+    if (g_create_hook && !cp_in_agent) g_create_hook();
     thrd_arg *ta = cp_real_malloc(sizeof(*ta));
     if (!ta) return real(th, fn, arg);
     ta->fn = fn;
