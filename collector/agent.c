@@ -482,6 +482,15 @@ static void child_ring_filling(void)
     if (atomic_load_explicit(&g_child_pending, memory_order_relaxed)) cp_alloc_poke();
 }
 
+/* Starts a fork child's agent thread (under mu). The fd table is grown first, where the
+ * child still has one thread (fd.h): its first pthread_create starts this before making a
+ * thread (a thread made past the hook, by a raw clone, costs this grow a grace period). */
+static int child_start(void)
+{
+    cp_fd_reserve();
+    return start_agent_thread();
+}
+
 static void child_thread_needed(void)
 {
     if (!atomic_load_explicit(&g_child_pending, memory_order_relaxed) || cp_agent_thread ||
@@ -491,8 +500,7 @@ static void child_thread_needed(void)
     cp_in_agent = 1;
     /* trylock: a stop or flush holding it handles the start itself */
     if (pthread_mutex_trylock(&A.mu) == 0) {
-        if (atomic_exchange(&g_child_pending, 0) && atomic_load(&A.running) &&
-            start_agent_thread() != 0) {
+        if (atomic_exchange(&g_child_pending, 0) && atomic_load(&A.running) && child_start() != 0) {
             cp_cpu_stop();
             cp_alloc_set_rate(0);
             atomic_store(&A.running, 0);
@@ -533,7 +541,6 @@ static void atfork_child(void)
     new_instance();
     cp_window_abandon();
     cp_capture_after_fork_child();
-    cp_fd_reserve(); /* the child's table is a copy sized to its open fds; it has one thread */
     A.idle = 1;
     atomic_store(&g_child_pending, 1); /* the agent thread when needed (child_thread_needed) */
 }
@@ -579,7 +586,7 @@ static void agent_flush(void)
         errno = e;
         return;
     }
-    if (atomic_exchange(&g_child_pending, 0) && start_agent_thread() != 0) {
+    if (atomic_exchange(&g_child_pending, 0) && child_start() != 0) {
         pthread_mutex_unlock(&A.mu); /* no thread: the window is lost */
         errno = e;
         return;
@@ -673,7 +680,7 @@ static void stop(int at_exit)
     pthread_mutex_lock(&A.mu);
     int pending = atomic_exchange(&g_child_pending, 0);
     int nothing = (at_exit || pending) && A.idle && !A.kafka && last_window_empty(1);
-    if (!nothing && pending && start_agent_thread() != 0) nothing = 1;
+    if (!nothing && pending && child_start() != 0) nothing = 1;
     A.stop = 1;
     pthread_cond_broadcast(&A.cv);
     if (nothing) {
