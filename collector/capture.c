@@ -499,8 +499,9 @@ void cp_capture_stop(void)
         atomic_store(&t->alloc_boost, 0);
     }
     C.boosted = 0;
-    for (int i = 0; i < CP_CAPTURE_SLOTS; i++)
-        if (C.c[i].used) free_slot(&C.c[i]);
+    /* the slots in use only: reading the others would fault in pages never written */
+    for (uint64_t m = C.used; m; m &= m - 1)
+        free_slot(&C.c[__builtin_ctzll(m)]);
     cp_watch_destroy(C.w);
     C.w = NULL;
     C.next_try = 0;
