@@ -445,11 +445,56 @@ static int start_agent_thread(void)
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 1 << 20);
     int saved = cp_in_agent;
-    cp_in_agent = 1; /* the thunk sees this and leaves the new thread unregistered */
-    int rc = pthread_create(&A.th, &attr, agent_main, NULL);
+    cp_in_agent = 1; /* glibc's allocations in here are the agent's */
+    int rc = cp_thread_create_agent(&A.th, &attr, agent_main);
     cp_in_agent = saved;
     pthread_attr_destroy(&attr);
     return rc ? CP_ENOMEM : 0; /* EAGAIN: no memory or thread left; nothing else applies */
+}
+
+/* A fork child's agent thread starts when the child first needs one, not in the fork: most
+ * children of a fork without exec (a shell's subshells, helpers) end within milliseconds,
+ * and the thread would cost each ~0.08 ms of CPU and ~15 page faults. Needed: at a sampled
+ * allocation (cp_alloc_set_sample_hook), before the child creates a thread
+ * (cp_threads_set_create_hook), and at an exit or exec with samples to write (stop,
+ * agent_flush). Until then CPU samples wait in the rings (CP_RING per thread, more are
+ * counted dropped). On a host thread, never in the child's vfork child. */
+static atomic_int g_child_pending;
+
+/* The signal handler (cp_threads_set_fill_hook): a thread's ring fills in a fork child that
+ * has no agent thread yet; its next allocation starts one. A child that never allocates
+ * keeps CP_RING samples per thread until its exit writes them. Async-signal-safe. */
+static void child_ring_filling(void)
+{
+    if (atomic_load_explicit(&g_child_pending, memory_order_relaxed)) cp_alloc_poke();
+}
+
+/* Starts a fork child's agent thread (under mu). The fd table is grown first, where the
+ * child still has one thread (fd.h): its first pthread_create starts this before making a
+ * thread (a thread made past the hook, by a raw clone, costs this grow a grace period). */
+static int child_start(void)
+{
+    cp_fd_reserve();
+    return start_agent_thread();
+}
+
+static void child_thread_needed(void)
+{
+    if (!atomic_load_explicit(&g_child_pending, memory_order_relaxed) || cp_agent_thread ||
+        A.pid != (int)getpid())
+        return;
+    int saved = cp_in_agent;
+    cp_in_agent = 1;
+    /* trylock: a stop or flush holding it handles the start itself */
+    if (pthread_mutex_trylock(&A.mu) == 0) {
+        if (atomic_exchange(&g_child_pending, 0) && atomic_load(&A.running) && child_start() != 0) {
+            cp_cpu_stop();
+            cp_alloc_set_rate(0);
+            atomic_store(&A.running, 0);
+        }
+        pthread_mutex_unlock(&A.mu);
+    }
+    cp_in_agent = saved;
 }
 
 static void atfork_prepare(void)
@@ -482,8 +527,8 @@ static void atfork_child(void)
     new_instance();
     cp_window_abandon();
     cp_capture_after_fork_child();
-    cp_fd_reserve(); /* the child's table is a copy sized to its open fds; it has one thread */
-    if (start_agent_thread() != 0) atomic_store(&A.running, 0);
+    A.idle = 1;
+    atomic_store(&g_child_pending, 1); /* the agent thread when needed (child_thread_needed) */
 }
 
 /* How long exec and _exit wait for the agent thread to write the current window, beyond
@@ -528,6 +573,11 @@ static void agent_flush(void)
     if (A.idle && cp_sink_idle(A.sink) &&
         last_window_empty(0)) { /* nothing to write: no round trip */
         pthread_mutex_unlock(&A.mu);
+        errno = e;
+        return;
+    }
+    if (atomic_exchange(&g_child_pending, 0) && child_start() != 0) {
+        pthread_mutex_unlock(&A.mu); /* no thread: the window is lost */
         errno = e;
         return;
     }
@@ -604,6 +654,9 @@ CONTPROF_EXTERN int contprof_start(const contprof_options *opts)
     cp_capture_set_wake(agent_wake);
     cp_fd_set_exit_hook(agent_flush);
     cp_fatal_set_flush(agent_flush);
+    cp_alloc_set_sample_hook(child_thread_needed);
+    cp_threads_set_create_hook(child_thread_needed);
+    cp_threads_set_fill_hook(child_ring_filling);
     if (cp_cpu_start() != 0) snprintf(cp_engine, sizeof(cp_engine), "off");
     if (cp_cfg.alloc_rate > 0 && cp_alloc_host_owns_malloc()) {
         /* said once per program (not again in its exec'd children of the same name) and in
@@ -644,7 +697,9 @@ static void stop(int at_exit)
     if (!atomic_load(&A.running)) return;
     cp_cpu_stop();
     pthread_mutex_lock(&A.mu);
-    int nothing = at_exit && A.idle && cp_sink_idle(A.sink) && last_window_empty(1);
+    int pending = atomic_exchange(&g_child_pending, 0);
+    int nothing = (at_exit || pending) && A.idle && cp_sink_idle(A.sink) && last_window_empty(1);
+    if (!nothing && pending && child_start() != 0) nothing = 1;
     A.stop = 1;
     pthread_cond_broadcast(&A.cv);
     if (nothing) {

@@ -9,12 +9,13 @@
 #include <elf.h>
 #include <link.h>
 #include <errno.h>
-#include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fmath.h"
 #include "guard.h"
 #include "isolate.h"
 #include "nextmalloc.h"
@@ -75,9 +76,11 @@ static atomic_llong g_rate;           /* mean bytes between samples; 0 = off */
 static atomic_uint interior_reserved; /* interior blocks allocated or about to be */
 atomic_uint_fast64_t cp_alloc_dropped;
 
+static void (*g_sample_hook)(void);
 static CP_TLS int64_t t_until;
 static CP_TLS uint64_t t_rng;
 static CP_TLS int t_init;
+static CP_TLS volatile sig_atomic_t t_poked;
 
 static inline uint64_t ptr_hash(uintptr_t p)
 {
@@ -95,6 +98,18 @@ int cp_alloc_init(void)
     return 0;
 }
 
+void cp_alloc_set_sample_hook(void (*fn)(void))
+{
+    g_sample_hook = fn;
+}
+
+void cp_alloc_poke(void)
+{
+    if (cp_agent_thread) return;
+    t_poked = 1;
+    t_until = INT64_MIN / 4;
+}
+
 void cp_alloc_set_rate(int64_t rate)
 {
     atomic_store(&g_rate, S ? rate : 0);
@@ -110,7 +125,7 @@ static double draw(int64_t rate)
     x ^= x << 17;
     t_rng = x;
     double u = ((x >> 11) + 0.5) / 9007199254740992.0; /* (0,1) */
-    return -log(u) * (double)rate;
+    return -cp_math_log(u) * (double)rate;
 }
 
 static uint32_t bucket_find(uint32_t iso, const char *thread, const uint64_t *pcs, uint32_t n,
@@ -232,6 +247,11 @@ __attribute__((noinline)) static int64_t sample_decide(size_t n)
         t_until = INT64_MIN / 4; /* every allocation takes the checked path */
         return 0;
     }
+    if (t_poked && !cp_in_agent) {
+        t_poked = 0;
+        t_init = 0; /* a fresh countdown below */
+        if (g_sample_hook) g_sample_hook();
+    }
     if (rate <= 0) {
         /* Look again later: sampling may be switched on (cp_alloc_set_rate resets the
          * starting thread's countdown; other threads catch up within 64 MiB). */
@@ -255,6 +275,7 @@ __attribute__((noinline)) static int64_t sample_decide(size_t n)
         if (b > 0 && b < rate) rate = b;
     }
     t_until = (int64_t)draw(rate);
+    if (S && g_sample_hook) g_sample_hook();
     return S ? rate : 0;
 }
 
@@ -286,14 +307,14 @@ __attribute__((noinline)) static void sample_record(void *p, uintptr_t base, siz
     char thread[16] = "";
     sample_owner(t, &iso, thread);
     if (m) nf = (int)cp_lang_join(iso, pcs, (uint32_t)nf, ids, m);
-    double w = 1.0 / (1.0 - exp(-(double)n / (double)rate));
+    double w = 1.0 / (1.0 - cp_math_exp(-(double)n / (double)rate));
     int64_t base_rate = atomic_load_explicit(&g_rate, memory_order_relaxed);
     int keep = 1;
     if (base_rate > rate) {
         /* A capture's rate: the capture gets every sample; the always-on totals keep a
          * sample with P(base)/P(capture), weighted 1/P(base): exactly the base rate's
          * Poisson sampling, so they stay unbiased. */
-        double pb = 1.0 - exp(-(double)n / (double)base_rate), pc = 1.0 / w;
+        double pb = 1.0 - cp_math_exp(-(double)n / (double)base_rate), pc = 1.0 / w;
         keep = uniform() < pb / pc;
         pthread_mutex_lock(&g_lock);
         uint32_t cb = bucket_find(iso, thread, pcs, (uint32_t)nf, 1);
@@ -324,8 +345,8 @@ __attribute__((noinline)) static void sample_record(void *p, uintptr_t base, siz
     }
     pthread_mutex_unlock(&g_lock);
     cp_in_agent = saved;
-    /* a host's successful call leaves errno alone: exp() underflows (ERANGE) for blocks
-     * far above the rate, registering the thread may fail a system call */
+    /* a host's successful call leaves errno alone: registering the thread may fail a
+     * system call */
     errno = saved_errno;
 }
 

@@ -29,6 +29,14 @@ int cp_alloc_init(void);
 int cp_alloc_host_owns_malloc(void);
 /* Arms sampling with mean rate bytes (0 disables; ignored before cp_alloc_init). */
 void cp_alloc_set_rate(int64_t rate);
+/* fn is called on a host thread in an allocation's slow path (outside the sampler's lock,
+ * not in the agent's own code): before a sample is taken, and at the thread's first
+ * allocation after cp_alloc_poke. agent.c starts a fork child's agent thread there. */
+void cp_alloc_set_sample_hook(void (*fn)(void));
+/* Sends the calling thread's next allocation down the slow path (to the hook above); its
+ * countdown is drawn anew there, which keeps the sampling exact (exponential, memoryless).
+ * Async-signal-safe: for the signal handler. */
+void cp_alloc_poke(void);
 /* Number of buckets so far (they are never removed). Takes the sampler's lock. */
 uint32_t cp_alloc_nbuckets(void);
 /* Agent: copies at most cap buckets to out and zeroes their window counters, under the

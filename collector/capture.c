@@ -495,8 +495,9 @@ void cp_capture_stop(void)
         atomic_store(&t->alloc_boost, 0);
     }
     C.boosted = 0;
-    for (int i = 0; i < CP_CAPTURE_SLOTS; i++)
-        if (C.c[i].used) free_slot(&C.c[i]);
+    /* the slots in use only: reading the others would fault in pages never written */
+    for (uint64_t m = C.used; m; m &= m - 1)
+        free_slot(&C.c[__builtin_ctzll(m)]);
     cp_watch_destroy(C.w);
     C.w = NULL;
     C.next_try = 0;
@@ -507,7 +508,13 @@ void cp_capture_after_fork_child(void)
     /* the parent's agent thread may have been changing the table: forget it (lost once) */
     cp_watch_abandon(C.w);
     cp_watch_wake_fn wake = C.wake;
-    memset(&C, 0, sizeof(C));
+    uint32_t gen = C.gen;
+    /* Only the slots in use and the fields after the table are cleared, and iso_gen is made
+     * stale by the generation rather than zeroed: a page the parent never wrote stays
+     * unwritten (a fork child that never hears a capture pays no fault for the table). */
+    for (uint64_t m = C.used | C.live; m; m &= m - 1)
+        memset(&C.c[__builtin_ctzll(m)], 0, sizeof(C.c[0]));
+    memset((char *)&C + sizeof(C.c), 0, sizeof(C) - sizeof(C.c));
     C.wake = wake;
-    memset(iso_gen, 0, sizeof(iso_gen));
+    C.gen = gen + 1; /* every iso_gen entry is at most gen */
 }

@@ -2,6 +2,7 @@
  * variables for what they leave unset, then defaults. No allocation. */
 #include "config.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,14 +47,15 @@ static int64_t env_int(const char *name, int64_t def)
     return v;
 }
 
+/* Read without stdio: fopen would make the process's first malloc (the heap set up) in a
+ * program that may never allocate. */
 static void program_name(char *out, size_t cap)
 {
-    FILE *f = fopen("/proc/self/comm", "re");
-    out[0] = 0;
-    if (f) {
-        if (fgets(out, (int)cap, f)) out[strcspn(out, "\n")] = 0;
-        fclose(f);
-    }
+    int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, out, cap - 1) : -1;
+    if (fd >= 0) close(fd);
+    out[n > 0 ? n : 0] = 0;
+    out[strcspn(out, "\n")] = 0;
     if (!out[0]) snprintf(out, cap, "unknown");
 }
 

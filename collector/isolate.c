@@ -12,6 +12,9 @@
 #include "vec.h"
 
 struct contprof_isolate cp_isolates[CP_MAX_ISOLATES];
+/* Slots ever claimed (they are taken lowest first): cp_isolates_reap reads no further, so a
+ * window's end touches no page of the table past them (288 KiB: 72 page faults a window). */
+static atomic_uint g_iso_hwm;
 
 /* ------------------------------------------------------------------------------------
  * Language frames interned by contprof_safepoint */
@@ -111,6 +114,9 @@ CONTPROF_EXTERN contprof_isolate *contprof_isolate_create(const char *name, cons
         int expect = CP_ISO_FREE;
         struct contprof_isolate *iso = &cp_isolates[i];
         if (!atomic_compare_exchange_strong(&iso->state, &expect, 3)) continue;
+        unsigned hwm = atomic_load(&g_iso_hwm);
+        while (hwm < i + 1 && !atomic_compare_exchange_weak(&g_iso_hwm, &hwm, i + 1)) {
+        }
         iso->id = i + 1;
         iso->name = strdup(name);
         iso->labels = labels ? strdup(labels) : NULL;
@@ -210,7 +216,8 @@ uint32_t cp_lang_join(uint32_t iso, uint64_t *pcs, uint32_t n, const uint64_t *i
 
 void cp_isolates_reap(void)
 {
-    for (uint32_t i = 0; i < CP_MAX_ISOLATES; i++) {
+    unsigned n = atomic_load(&g_iso_hwm);
+    for (uint32_t i = 0; i < n && i < CP_MAX_ISOLATES; i++) {
         struct contprof_isolate *iso = &cp_isolates[i];
         if (atomic_load(&iso->state) != CP_ISO_DYING) continue;
         free(iso->name);

@@ -16,6 +16,8 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/single_threaded.h>
 #include <sched.h>
 #include <signal.h>
 #include <threads.h>
@@ -51,6 +53,14 @@ static int g_use_perf;
 static int g_perf_user_only; /* set once kernel time turned out not to be allowed */
 static pthread_key_t g_key;
 static int g_key_ok;
+
+/* Called by the handler when a ring fills (cp_threads_set_fill_hook). */
+static void (*g_fill_hook)(void);
+
+void cp_threads_set_fill_hook(void (*fn)(void))
+{
+    g_fill_hook = fn;
+}
 
 /* The libc functions the agent uses itself while interposing them for the host. */
 typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
@@ -182,8 +192,49 @@ static int was_perf(int fd)
            (atomic_load_explicit(&g_was_perf[fd / 8], memory_order_relaxed) & (1u << (fd % 8)));
 }
 
+#ifdef CP_HANDLER_TIMING
+/* The bench build (contprof_timing, bench/collector/handler.sh): each handler call's TSC
+ * cycles, entry to return (user space only: not the kernel's delivery or sigreturn), written
+ * at exit to $CP_HANDLER_TIMING_OUT after the TSC rate in GHz. */
+#include <x86intrin.h>
+#define CP_TIMING_MAX 262144
+static uint64_t g_tm[CP_TIMING_MAX];
+static atomic_uint g_tm_n;
+static uint64_t g_tm_tsc0;
+static int64_t g_tm_ns0;
+#define CP_TIMING_BEGIN() uint64_t tm_t0 = __rdtsc()
+#define CP_TIMING_END()                                                                            \
+    do {                                                                                           \
+        unsigned i_ = atomic_fetch_add_explicit(&g_tm_n, 1, memory_order_relaxed);                 \
+        if (i_ < CP_TIMING_MAX) g_tm[i_] = __rdtsc() - tm_t0;                                      \
+    } while (0)
+
+__attribute__((constructor)) static void timing_start(void)
+{
+    g_tm_tsc0 = __rdtsc();
+    g_tm_ns0 = cp_mono_ns();
+}
+
+__attribute__((destructor)) static void timing_dump(void)
+{
+    const char *path = getenv("CP_HANDLER_TIMING_OUT");
+    FILE *f = path ? fopen(path, "w") : NULL;
+    if (!f) return;
+    double ghz = (double)(__rdtsc() - g_tm_tsc0) / (double)(cp_mono_ns() - g_tm_ns0);
+    fprintf(f, "%.6f\n", ghz);
+    unsigned n = atomic_load(&g_tm_n);
+    for (unsigned i = 0; i < n && i < CP_TIMING_MAX; i++)
+        fprintf(f, "%llu\n", (unsigned long long)g_tm[i]);
+    fclose(f);
+}
+#else
+#define CP_TIMING_BEGIN() (void)0
+#define CP_TIMING_END() (void)0
+#endif
+
 static void handler(int sig, siginfo_t *si, void *ucv)
 {
+    CP_TIMING_BEGIN();
     int saved_errno = errno;
     uint64_t weight = 1;
     if (si->si_code == SI_TIMER && si->si_value.sival_ptr == CP_TIMER_COOKIE) {
@@ -268,8 +319,10 @@ static void handler(int sig, siginfo_t *si, void *ucv)
     slot->nframes =
         (uint32_t)cp_unwind(&r, t->stack_lo, t->stack_hi, slot->pcs, CP_MAX_FRAMES, &t->ucache_sig);
     atomic_store_explicit(&t->head, h + 1, memory_order_release);
+    if (h + 1 - tl >= CP_RING / 4 && g_fill_hook) g_fill_hook();
 out:
     errno = saved_errno;
+    CP_TIMING_END();
 }
 
 /* ------------------------------------------------------------------------------------
@@ -614,6 +667,26 @@ static void slot_init(cp_thread *t, pid_t tid)
 
 static void thread_exit(void *arg);
 
+/* The main thread's stack without pthread_getattr_np, which reads and sscanf's all of
+ * /proc/self/maps (with stdio's malloc) to find it: its frames all lie below
+ * __libc_stack_end (where the loader found argc), in the page that holds it or below, within
+ * RLIMIT_STACK. Only [max(sp, lo), hi) is ever read (cp_unwind), so lo need not be mapped. */
+extern void *__libc_stack_end;
+
+static int main_stack(cp_thread *t)
+{
+    uintptr_t hi = ((uintptr_t)__libc_stack_end | 4095) + 1;
+    struct rlimit rl;
+    uintptr_t size = UINTPTR_MAX;
+    if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) size = rl.rlim_cur;
+    uintptr_t lo = size < hi ? hi - size : 0, here = (uintptr_t)__builtin_frame_address(0);
+    /* a fork child's only thread may run on a stack its parent's thread had */
+    if (here < lo || here >= hi) return -1;
+    t->stack_lo = lo;
+    t->stack_hi = hi;
+    return 0;
+}
+
 cp_thread *cp_thread_register_self(void)
 {
     if (cp_self) return cp_self;
@@ -630,7 +703,9 @@ cp_thread *cp_thread_register_self(void)
     int saved = cp_in_agent;
     cp_in_agent = 1; /* pthread_getattr_np allocates */
     pthread_attr_t attr;
-    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+    if (tid == getpid() && main_stack(t) == 0) {
+        /* found without /proc */
+    } else if (pthread_getattr_np(pthread_self(), &attr) == 0) {
         void *addr;
         size_t size;
         if (pthread_attr_getstack(&attr, &addr, &size) == 0) {
@@ -813,6 +888,10 @@ static void thread_exit(void *arg)
 
 void cp_threads_scan(void)
 {
+    /* glibc clears it at the first pthread_create: a preloaded program's constructor, where
+     * the calling thread is the only one, reads no directory (a thread made by a raw clone,
+     * without glibc, is not found) */
+    if (__libc_single_threaded) return;
     DIR *d = opendir("/proc/self/task");
     if (!d) return;
     struct dirent *e;
@@ -1734,12 +1813,32 @@ static void *start_thunk(void *p)
     return sa.fn(sa.arg);
 }
 
-CONTPROF_EXTERN int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
-                                   void *arg)
+static void (*g_create_hook)(void);
+
+void cp_threads_set_create_hook(void (*fn)(void))
+{
+    g_create_hook = fn;
+}
+
+static pthread_create_fn real_pthread_create(void)
 {
     static pthread_create_fn real;
     if (!real) real = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
+    return real;
+}
+
+int cp_thread_create_agent(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *))
+{
+    pthread_create_fn real = real_pthread_create();
+    return real ? real(th, attr, fn, NULL) : EAGAIN;
+}
+
+CONTPROF_EXTERN int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *),
+                                   void *arg)
+{
+    pthread_create_fn real = real_pthread_create();
     if (!real) return EAGAIN;
+    if (g_create_hook && !cp_in_agent) g_create_hook();
     start_arg *sa = cp_real_malloc(sizeof(*sa));
     if (!sa) return real(th, attr, fn, arg); /* degrade: the thread is scanned later */
     sa->fn = fn;
@@ -1781,6 +1880,7 @@ CONTPROF_EXTERN int thrd_create(thrd_t *th, thrd_start_t fn, void *arg)
     static thrd_create_fn real;
     if (!real) real = (thrd_create_fn)dlsym(RTLD_NEXT, "thrd_create");
     if (!real) return thrd_error;
+    if (g_create_hook && !cp_in_agent) g_create_hook();
     thrd_arg *ta = cp_real_malloc(sizeof(*ta));
     if (!ta) return real(th, fn, arg);
     ta->fn = fn;

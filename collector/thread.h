@@ -118,7 +118,19 @@ void cp_cpu_stop(void);
  * slot, or NULL (the agent thread, no room). Takes no lock that a signal handler takes;
  * allocates its slot with mmap, never malloc (it is called from the allocation hooks). */
 cp_thread *cp_thread_register_self(void);
-/* Agent: finds threads in /proc/self/task that are not registered and arms them. */
+/* Starts the agent thread past the pthread_create hook: no start record is malloc'd here and
+ * freed on the new thread (a free there sets up a glibc arena for it: 3 system calls and
+ * ~10 page faults in a process that may end before the thread ever allocates). fn's first
+ * act must be cp_guard_agent_thread_begin(1). Returns pthread_create's result. */
+int cp_thread_create_agent(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *));
+/* fn is called by the pthread_create and thrd_create hooks before a host thread creates a
+ * thread: agent.c starts a fork child's agent thread there. */
+void cp_threads_set_create_hook(void (*fn)(void));
+/* fn is called by the signal handler (so it must be async-signal-safe) when a sample leaves
+ * CP_RING / 4 or more undrained in the thread's ring. */
+void cp_threads_set_fill_hook(void (*fn)(void));
+/* Agent: finds threads in /proc/self/task that are not registered and arms them; none
+ * while glibc says the process is single-threaded. */
 void cp_threads_scan(void);
 /* Agent: frees DEAD slots (after their rings were drained) and marks vanished tids; at
  * most once a second, checks that the kernel still calls the agent's handler for the

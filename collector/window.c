@@ -13,7 +13,6 @@
 #include <dwarf.h>
 #include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
-#include <math.h>
 #include <stdio.h>
 #include <time.h>
 #include <stdlib.h>
@@ -25,6 +24,7 @@
 #include "control.h"
 #include "demangle.h"
 #include "elfnames.h"
+#include "fmath.h"
 #include "isolate.h"
 #include "labels.h"
 #include "nodeworker.h"
@@ -1123,7 +1123,7 @@ static void epoch_bounds_from_env(void)
 
 static int64_t rnd64(double v)
 {
-    return (int64_t)llround(v);
+    return cp_math_llround(v);
 }
 
 /* ------------------------------------------------------------------------------------

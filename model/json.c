@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fmath.h"
+
 /* ===== writing ======================================================================= */
 
 int cp_json_escape(cp_buf *b, const char *s, size_t n)
@@ -268,7 +270,7 @@ static cp_json *value(rd *r)
             r->i += n;
             long long v = strtoll(buf, &end, 10);
             j->is_int = integer && end == buf + n && fabs(j->num) < 9.2e18;
-            j->i64 = j->is_int ? v : (int64_t)llround(j->num);
+            j->i64 = j->is_int ? v : cp_math_llround(j->num);
         }
     } else {
         ok = NULL;

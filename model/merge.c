@@ -3,9 +3,10 @@
  * remapped stack and labels. Cost is linear in the input; nothing is ever re-merged. */
 #include "merge.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "fmath.h"
 
 /* A hash set of output entries (index + 1) with their hashes, side by side so that a
  * probe touches one cache line. */
@@ -380,7 +381,7 @@ static int map_samples(cp_merger *m, const cp_profile *p, double factor)
                 dst[k] += src[k];
         else
             for (uint32_t k = 0; k < nv; k++)
-                dst[k] += (int64_t)llround((double)src[k] * factor);
+                dst[k] += cp_math_llround((double)src[k] * factor);
     }
     return 0;
 }

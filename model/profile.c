@@ -2,10 +2,11 @@
 #include "profile.h"
 
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "fmath.h"
 
 /* ===== string table ================================================================= */
 
@@ -239,7 +240,7 @@ void cp_profile_scale(cp_profile *p, double factor)
 {
     if (factor == 1.0) return;
     for (uint32_t i = 0; i < p->values.n; i++)
-        p->values.v[i] = (int64_t)llround((double)p->values.v[i] * factor);
+        p->values.v[i] = cp_math_llround((double)p->values.v[i] * factor);
 }
 
 int64_t cp_profile_total(const cp_profile *p, uint32_t t)

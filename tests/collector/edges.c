@@ -6,6 +6,7 @@
  *   vfork     vfork, the child execs /bin/true (or _exits if that fails); burn again, return
  *   vforkexit vfork, the child _exits at once; burn again, return
  *   forkexit  fork; the child burns and _exits, the parent waits and returns
+ *   forkalloc as forkexit, the child freeing a malloc'd block every 20 ms of its burn
  *   sigexit   a thread mallocs and frees in a loop; after SECS of its CPU time a signal
  *             handler on that thread calls _exit(0), often inside the agent's malloc hook */
 #include <pthread.h>
@@ -80,6 +81,24 @@ int main(int argc, char **argv)
     if (argc < 3) return 2;
     const char *m = argv[1];
     double secs = atof(argv[2]);
+    if (!strcmp(m, "forkalloc")) {
+        pid_t p = fork();
+        if (p == 0) {
+            double t0 = cpu_now();
+            while (cpu_now() - t0 < secs) {
+                burn_edge(0.02);
+                void *b = malloc(64);
+                sink += (uintptr_t)b;
+                free(b);
+            }
+            printf("%.6f\n", cpu_now() - t0);
+            fflush(stdout);
+            _exit(0);
+        }
+        int st = 0;
+        waitpid(p, &st, 0);
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+    }
     if (!strcmp(m, "forkexit")) {
         pid_t p = fork();
         if (p == 0) {

@@ -128,6 +128,14 @@ TEST(fork_child_exit_flushes_window)
     check_mode("forkexit", "0.5");
 }
 
+/* A fork child's agent thread starts only when needed (README.md, Fork): a child that burns
+ * 2.5 s (250 samples at 100 Hz, twice a ring) and allocates now and then gets it from its
+ * ring filling (the next allocation starts it), so all its CPU is in its profiles. */
+TEST(fork_child_ring_starts_agent_thread)
+{
+    check_mode("forkalloc", "2.5");
+}
+
 /* A shell loop of short processes, each burning 250 ms (25 samples at 100 Hz: each process
  * loses up to a period at its start and end, a tenth of 120 ms under load), ending with
  * _exit or exec (as shells' children, and programs that hand over to others, do) or
@@ -204,5 +212,6 @@ TEST(exit_in_signal_handler_never_hangs)
 
 TEST_MAIN(T(exec_flushes_window), T(exit_underscore_flushes_window), T(exit_c99_flushes_window),
           T(exit_group_syscall_flushes_window), T(short_process_gets_window),
-          T(fork_child_exit_flushes_window), T(shell_loop_keeps_cpu), T(vfork_child_does_not_flush),
+          T(fork_child_exit_flushes_window), T(fork_child_ring_starts_agent_thread),
+          T(shell_loop_keeps_cpu), T(vfork_child_does_not_flush),
           T(exit_in_signal_handler_never_hangs))
