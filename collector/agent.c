@@ -336,6 +336,8 @@ static void *agent_main(void *arg)
             if (wait_ns > tick_ns) wait_ns = tick_ns;
             /* a capture's threads fill their rings faster; its windows are short */
             if (cp_capture_active() && wait_ns > CP_CAPTURE_TICK_NS) wait_ns = CP_CAPTURE_TICK_NS;
+            if (cp_threads_blocked_waiting() && wait_ns > CP_BLOCKED_TICK_NS)
+                wait_ns = CP_BLOCKED_TICK_NS;
             if (wait_ns < 1000000) wait_ns = 1000000;
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
@@ -433,6 +435,12 @@ static void agent_wake(void *arg)
     pthread_mutex_lock(&A.mu);
     pthread_cond_broadcast(&A.cv);
     pthread_mutex_unlock(&A.mu);
+}
+
+/* A thread started with the sample signal blocked (thread.c): the agent looks now. */
+static void agent_wake_now(void)
+{
+    agent_wake(NULL);
 }
 
 /* Starts the agent thread (unregistered, never sampled). Returns 0 or CP_ENOMEM. */
@@ -654,6 +662,7 @@ CONTPROF_EXTERN int contprof_start(const contprof_options *opts)
     cp_capture_set_wake(agent_wake);
     cp_fd_set_exit_hook(agent_flush);
     cp_fatal_set_flush(agent_flush);
+    cp_threads_set_blocked_hook(agent_wake_now);
     cp_alloc_set_sample_hook(child_thread_needed);
     cp_threads_set_create_hook(child_thread_needed);
     cp_threads_set_fill_hook(child_ring_filling);

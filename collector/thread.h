@@ -151,6 +151,14 @@ int64_t cp_thread_boost(cp_thread *t, int64_t period_ns, int *perf);
  * on stderr and counts its CPU time in dropped. Adds "; signal_blocked=N ..." to cp_engine.
  * Not async-signal-safe; agent thread only. */
 void cp_threads_poll_blocked(void);
+
+/* How often the agent looks while a thread that started with the sample signal blocked waits
+ * to be switched (it switches once the thread ran two periods), and how many wait (agent
+ * thread). The hook (agent.c: wake the agent thread) is called on such a thread as it
+ * starts. */
+#define CP_BLOCKED_TICK_NS ((int64_t)20 * 1000000)
+unsigned cp_threads_blocked_waiting(void);
+void cp_threads_set_blocked_hook(void (*fn)(void));
 /* Agent: refreshes thread names from /proc/self/task/TID/comm (not of labelled threads). */
 void cp_threads_refresh_names(void);
 /* Agent: names t's isolate label (≤ 15 bytes), kept over the thread's own name from now on
