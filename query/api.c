@@ -741,10 +741,8 @@ static void capture_call(const api_call *c, cp_capture_call *x)
 {
     *x = (cp_capture_call){&c->a->o.captures, c->a->o.store, c->rd, c->fr, &c->qr->q, c->pa, c->req,
                            tenant_token(c->a, c->qr->q.tenant),
-                           /* a peer passing a record on: by the cluster token, or, without
-                            * tokens (peers then send none), a part request with a body */
-                           cp_fanout_is_peer(c->a->o.fanout, c->req) ||
-                               (!c->a->ntokens && c->qr->q.local && c->req->body_len > 0)};
+                           /* a peer passing a record on: by the cluster token only */
+                           cp_fanout_is_peer(c->a->o.fanout, c->req)};
 }
 
 #define CAPTURE_EP(name, fn)                                                                       \
@@ -1092,6 +1090,16 @@ static void run_query(cp_api *a, const endpoint *e, const cp_http_request *req, 
      * names the tenant */
     const char *tenant = cp_fanout_is_peer(fo, req) ? "" : authenticate(a, req, r);
     if (!tenant) return;
+    /* a part request reads or keeps things as a node of the cluster does (capture records
+     * as sent): the cluster token's alone, tokens or not (issue 36) */
+    if (*tenant && cp_fanout_is_part_request(req)) {
+        cp_http_error(r, 403,
+                      fo ? "local=1 is a cluster node's part request: it needs Authorization: "
+                           "Bearer <cluster.token>"
+                         : "local=1 is a cluster node's part request, and this server is in no "
+                           "cluster (cluster.peers)");
+        return;
+    }
     cp_params pa = {0};
     cp_err err = {0};
     if (cp_params_parse(req->query, &pa, &err)) {

@@ -381,10 +381,13 @@ static int cluster_peers(daemon_t *d, const int32_t *parts, uint32_t nparts, cp_
 {
     const cp_config *c = &d->cfg;
     if (!c->cluster_peers || !*c->cluster_peers) return 0;
-    if (c->tokens.n && !c->cluster_token)
+    /* nodes pass each other parts and capture records (local=1): only the cluster secret
+     * tells a peer from anyone who can connect, with or without tenant tokens (issue 36) */
+    if (!c->cluster_token && nparts)
         return cp_err_set(err, CP_EINVAL,
-                          "cluster.peers with token.<tenant> lines needs cluster.token = SECRET "
-                          "(the same on every node): peers present it to each other");
+                          "cluster.peers needs cluster.token = SECRET (at least 8 characters, "
+                          "the same on every node): peers present it to each other, and a "
+                          "part request (local=1) without it is refused");
     /* a tenant holding the cluster token could read every tenant's data as a peer */
     for (uint32_t i = 0; c->cluster_token && i < c->tokens.n; i++)
         if (strcmp(c->tokens.v[i].value, c->cluster_token) == 0)
