@@ -32,6 +32,45 @@ static pthread_mutex_t g_start_mu = PTHREAD_MUTEX_INITIALIZER;
 /* How far ahead of this node's clock a peer's record may start (the nodes' clocks differ). */
 #define CP_CAPTURE_PEER_SKEW_NS (60LL * 1000000000)
 
+/* Ended and cancelled records kept per tenant, for GET /api/v1/captures/ID after the end;
+ * older ones are removed as new captures start, so history never grows the work of a start
+ * or the list (issue 36). */
+#define CP_CAPTURE_KEEP_ENDED 100
+
+static int by_end(const void *a, const void *b)
+{
+    const cp_capture *x = *(const cp_capture *const *)a, *y = *(const cp_capture *const *)b;
+    return x->end_ns < y->end_ns ? -1 : x->end_ns > y->end_ns;
+}
+
+/* Under g_start_mu: the tenant's running captures into *running, and its ended and
+ * cancelled records beyond CP_CAPTURE_KEEP_ENDED removed, oldest end first. 0, or an error
+ * in err. */
+static int running_and_prune(cp_store *store, const char *tenant, int64_t now, uint32_t *running,
+                             cp_err *err)
+{
+    cp_capture_list l = {0};
+    int rc = cp_store_captures(store, tenant, &l, err);
+    *running = 0;
+    const cp_capture **old = rc ? NULL : calloc(l.n + 1, sizeof *old);
+    uint32_t nold = 0;
+    if (!rc && !old) rc = cp_err_set(err, CP_ENOMEM, "capture records");
+    for (uint32_t i = 0; !rc && i < l.n; i++) {
+        if (!l.v[i].cancelled && l.v[i].end_ns > now)
+            (*running)++;
+        else
+            old[nold++] = &l.v[i];
+    }
+    if (!rc && nold > CP_CAPTURE_KEEP_ENDED) {
+        qsort(old, nold, sizeof *old, by_end);
+        for (uint32_t i = 0; !rc && i < nold - CP_CAPTURE_KEEP_ENDED; i++)
+            rc = cp_store_delete_capture(store, tenant, old[i]->id, err);
+    }
+    free(old);
+    cp_capture_list_close(&l);
+    return rc;
+}
+
 static int json_str(cp_buf *b, const char *s)
 {
     if (cp_buf_append(b, "\"", 1) || cp_json_escape(b, s, strlen(s)) || cp_buf_append(b, "\"", 1))
@@ -171,13 +210,8 @@ static void keep_peer_record(const cp_capture_call *c, cp_http_response *r)
     int known = rc == 0, was_cancelled = known && old.cancelled;
     if (known) cp_capture_close(&old);
     uint32_t running = 0;
-    if ((rc == 0 || rc == CP_ENOTFOUND) && !known && !cap.cancelled && cap.end_ns > now) {
-        cp_capture_list l = {0};
-        rc = cp_store_captures(c->store, cap.tenant, &l, &err);
-        for (uint32_t i = 0; !rc && i < l.n; i++)
-            running += !l.v[i].cancelled && l.v[i].end_ns > now;
-        cp_capture_list_close(&l);
-    }
+    if ((rc == 0 || rc == CP_ENOTFOUND) && !known && !cap.cancelled && cap.end_ns > now)
+        rc = running_and_prune(c->store, cap.tenant, now, &running, &err);
     if (rc && rc != CP_ENOTFOUND)
         cp_http_error(r, 500, "%s", err.msg);
     else if (was_cancelled && !cap.cancelled)
@@ -335,12 +369,8 @@ void cp_capture_ep_post(const cp_capture_call *c, cp_http_response *r)
     }
     /* the limit on running captures: counted and taken under one lock */
     pthread_mutex_lock(&g_start_mu);
-    cp_capture_list l = {0};
-    int rc = cp_store_captures(c->store, cap.tenant, &l, &err);
     uint32_t running = 0;
-    for (uint32_t i = 0; !rc && i < l.n; i++)
-        running += !l.v[i].cancelled && l.v[i].end_ns > now;
-    cp_capture_list_close(&l);
+    int rc = running_and_prune(c->store, cap.tenant, now, &running, &err);
     if (rc)
         cp_http_error(r, 500, "%s", err.msg);
     else if (running >= o->max_concurrent)
@@ -371,10 +401,11 @@ static int tenant_captures(const cp_capture_call *c, cp_capture_list *l, cp_http
     return -1;
 }
 
-/* The records polling agents read (GET /api/v1/control/captures): every tenant's not yet
- * ended, read again from the store only when its records changed (cp_store_captures_gen,
- * which also tells stores apart) or one of them ended, so that a poll costs no LevelDB
- * scan. */
+/* The records polling agents read (GET /api/v1/control/captures): every tenant's running
+ * ones (neither ended nor cancelled: an agent ends a capture its poll no longer lists), at
+ * most captures.max_concurrent a tenant whatever the history; read again from the store only when
+ * its records changed (cp_store_captures_gen, which also tells stores apart) or one of them ended,
+ * so that a poll costs no LevelDB scan. */
 static struct {
     pthread_mutex_t mu;
     cp_store *store;
@@ -396,10 +427,11 @@ static int live_refresh(cp_store *store, int64_t now, cp_err *err)
     g_live.gen = gen;
     g_live.first_end_ns = INT64_MAX;
     for (uint32_t i = 0; i < all.n; i++) {
-        if (all.v[i].end_ns > now && !cp_vec_push(&g_live.l, all.v[i])) {
+        int live = !all.v[i].cancelled && all.v[i].end_ns > now;
+        if (live && !cp_vec_push(&g_live.l, all.v[i])) {
             if (all.v[i].end_ns < g_live.first_end_ns) g_live.first_end_ns = all.v[i].end_ns;
             memset(&all.v[i], 0, sizeof all.v[i]); /* g_live's now */
-        } else if (all.v[i].end_ns > now) {
+        } else if (live) {
             g_live.store = NULL; /* out of memory: read again next time */
         }
     }
