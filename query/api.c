@@ -1065,6 +1065,29 @@ int cp_api_is_light(void *api, const cp_http_request *req)
     return e->lane;
 }
 
+int cp_api_admit(void *api, const cp_http_request *head, char *why, size_t cap)
+{
+    cp_api *a = api;
+    cp_fanout *fo = a->o.fanout;
+    if (cp_fanout_is_peer(fo, head)) return 0;
+    if (cp_fanout_is_part_request(head)) {
+        snprintf(why, cap,
+                 "local=1 is a cluster node's part request: it needs Authorization: "
+                 "Bearer <cluster.token>");
+        return 403;
+    }
+    if (!a->ntokens) return 0;
+    size_t n = 0;
+    const char *h = cp_http_bearer(head, &n);
+    for (size_t i = 0; h && i < a->ntokens; i++)
+        if (cp_http_token_eq(h, n, a->tokens[i].token)) return 0;
+    snprintf(why, cap, "%s (the body was not read)",
+             h                     ? "invalid token"
+             : head->authorization ? "Authorization header is not a Bearer token"
+                                   : "missing Authorization: Bearer token");
+    return 401;
+}
+
 void cp_api_observe(void *api, const cp_http_request *req, int status, int heavy, double seconds)
 {
     cp_api *a = api;

@@ -637,6 +637,7 @@ int main(int argc, char **argv)
     ho.reserved_connections = d.cfg.healthz_connections;
     ho.handle = cp_api_handle;
     ho.is_light = cp_api_is_light;
+    ho.admit = cp_api_admit;
     ho.observe = cp_api_observe;
     ho.ctx = d.api;
     if (cp_http_server_create(d.loop, &ho, &d.http, &err)) goto fail_msg;
