@@ -419,6 +419,23 @@ TEST(startup_errors)
     CHECK_CONTAINS(log, "listen address '127.0.0.1': expected HOST:PORT");
     const char *a4[] = {"--bogus", NULL};
     CHECK_EQ(run_daemon(dir, a4, log, sizeof log), 2);
+    /* one secret, one holder: two tenants, or a tenant and /metrics, never share one
+     * (issue 36), whatever the order of the lines */
+    cf = fopen(conf, "w");
+    fprintf(cf, "listen = 127.0.0.1:0\ntoken.a = same-secret-1\ntoken.b = same-secret-1\n");
+    fclose(cf);
+    CHECK_EQ(run_daemon(dir, a2, log, sizeof log), 1);
+    CHECK_CONTAINS(log, "c.conf:3: 'token.b' has the same secret as 'token.a'");
+    cf = fopen(conf, "w");
+    fprintf(cf, "listen = 127.0.0.1:0\nmetrics.token = same-secret-1\ntoken.a = same-secret-1\n");
+    fclose(cf);
+    CHECK_EQ(run_daemon(dir, a2, log, sizeof log), 1);
+    CHECK_CONTAINS(log, "'token.a' has the same secret as 'metrics.token'");
+    cf = fopen(conf, "w");
+    fprintf(cf, "listen = 127.0.0.1:0\ntoken.a = same-secret-1\nmetrics.token = same-secret-1\n");
+    fclose(cf);
+    CHECK_EQ(run_daemon(dir, a2, log, sizeof log), 1);
+    CHECK_CONTAINS(log, "'metrics.token' has the same secret as 'token.a'");
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     CHECK(system(cmd) == 0);
