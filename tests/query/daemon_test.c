@@ -2,7 +2,9 @@
  * line, queried over HTTP, stopped by SIGTERM and SIGINT; configuration errors and the
  * loopback rule. Also the config parser itself. */
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "config.h"
@@ -419,6 +421,27 @@ TEST(startup_errors)
     CHECK_CONTAINS(log, "listen address '127.0.0.1': expected HOST:PORT");
     const char *a4[] = {"--bogus", NULL};
     CHECK_EQ(run_daemon(dir, a4, log, sizeof log), 2);
+    /* --data: a directory of other things is refused naming one of them (it would have
+     * become a store); a dangling symlink is named as such, not "NotFound: .../LOCK" */
+    char mine[300], notes[400], link[300], bin[512], flog[400];
+    snprintf(mine, sizeof mine, "%s/mine", dir);
+    CHECK(mkdir(mine, 0755) == 0);
+    snprintf(notes, sizeof notes, "%s/notes.txt", mine);
+    CHECK(cp_write_file(notes, "mine\n", 5, NULL) == 0);
+    snprintf(link, sizeof link, "%s/dangling", dir);
+    CHECK(symlink("/nonexistent/contprof-data", link) == 0);
+    snprintf(bin, sizeof bin, "%s/query/contprofd", bindir());
+    snprintf(flog, sizeof flog, "%s/data.log", dir);
+    const char *a6[] = {bin,           "--data",    mine,          "--http",
+                        "127.0.0.1:0", "--brokers", "127.0.0.1:9", NULL};
+    CHECK_EQ(wait_exit(spawn(a6, flog), 20), 1);
+    slurp(flog, log, sizeof log);
+    CHECK_CONTAINS(log, "'notes.txt' is not part of one");
+    unlink(flog);
+    a6[2] = link;
+    CHECK_EQ(wait_exit(spawn(a6, flog), 20), 1);
+    slurp(flog, log, sizeof log);
+    CHECK_CONTAINS(log, "is a symbolic link to '/nonexistent/contprof-data', which does not exist");
     /* one secret, one holder: two tenants, or a tenant and /metrics, never share one
      * (issue 36), whatever the order of the lines */
     cf = fopen(conf, "w");
