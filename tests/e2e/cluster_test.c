@@ -1054,6 +1054,19 @@ TEST(a_peer_answering_200_with_no_part_makes_the_answer_partial)
     CHECK_CONTAINS((char *)r.body.data, "\"partial\":true");
     CHECK_CONTAINS((char *)r.body.data, peers);
     cp_buf_close(&r.body);
+    /* the CLI prints a partial answer but exits 3, unless --allow-partial (issue 36) */
+    for (int allow = 0; allow < 2; allow++) {
+        static const char *const cmds[] = {"series", "top", "labels"};
+        for (int k = 0; k < 3; k++) {
+            snprintf(cmd, sizeof cmd, "'%s/query/contprof' %s --server http://127.0.0.1:%d %s",
+                     bindir(), cmds[k], n.port, allow ? "--allow-partial" : "");
+            int st = system(cmd);
+            CHECK(WIFEXITED(st));
+            if (WEXITSTATUS(st) != (allow ? 0 : 3))
+                fprintf(stderr, "%s: exit %d\n", cmd, WEXITSTATUS(st));
+            CHECK_EQ(WEXITSTATUS(st), allow ? 0 : 3);
+        }
+    }
     /* the peer was told how long the asking node waits for it (at most peer_timeout) */
     pthread_mutex_lock(&fp.mu);
     const char *dl = strstr(fp.last, "&deadline_ms=");
@@ -1062,11 +1075,13 @@ TEST(a_peer_answering_200_with_no_part_makes_the_answer_partial)
     CHECK(dms > 0 && dms <= 10000);
     /* and a peer keeps that deadline: with none left, its part is a time-out, not a
      * part computed for nobody */
-    r = http_get(n.port, "/api/v1/profile?format=pprof&type=cpu&local=1&deadline_ms=0", NULL);
+    r = http_get(n.port, "/api/v1/profile?format=pprof&type=cpu&deadline_ms=0" AS_PEER,
+                 CLUSTER_TOKEN);
     CHECK_EQ(r.status, 503);
     CHECK_CONTAINS((char *)r.body.data, "query.timeout");
     cp_buf_close(&r.body);
-    r = http_get(n.port, "/api/v1/profile?format=pprof&type=cpu&local=1&deadline_ms=x", NULL);
+    r = http_get(n.port, "/api/v1/profile?format=pprof&type=cpu&deadline_ms=x" AS_PEER,
+                 CLUSTER_TOKEN);
     CHECK_EQ(r.status, 400);
     CHECK_CONTAINS((char *)r.body.data, "bad deadline_ms");
     cp_buf_close(&r.body);
