@@ -592,12 +592,14 @@ int main(int argc, char **argv)
     ao.captures.publish_arg = &d;
     if (ao.captures.max_hz > CP_CAPTURE_HZ_CEIL ||
         ao.captures.max_duration_ns > CP_CAPTURE_DURATION_CEIL_NS ||
-        ao.captures.max_overhead_permille > 1000) {
+        ao.captures.max_overhead_permille > 1000 ||
+        ao.captures.max_concurrent > CP_CAPTURE_CONCURRENT_CEIL) {
         free(toks.v);
         cp_err_set(&err, CP_EINVAL,
                    "captures.max_hz is at most %d, captures.max_duration at most 24h, "
-                   "captures.max_overhead_permille at most 1000",
-                   CP_CAPTURE_HZ_CEIL);
+                   "captures.max_overhead_permille at most 1000, captures.max_concurrent at "
+                   "most %d",
+                   CP_CAPTURE_HZ_CEIL, CP_CAPTURE_CONCURRENT_CEIL);
         goto fail_msg;
     }
     d.api = cp_api_create(&ao); /* registers the API's families first */

@@ -442,6 +442,12 @@ TEST(startup_errors)
     CHECK_EQ(wait_exit(spawn(a6, flog), 20), 1);
     slurp(flog, log, sizeof log);
     CHECK_CONTAINS(log, "is a symbolic link to '/nonexistent/contprof-data', which does not exist");
+    /* the agents' feed fits their poll limit by construction: at most 64 running a tenant */
+    cf = fopen(conf, "w");
+    fprintf(cf, "listen = 127.0.0.1:0\nbrokers = 127.0.0.1:9\ncaptures.max_concurrent = 65\n");
+    fclose(cf);
+    CHECK_EQ(run_daemon(dir, a2, log, sizeof log), 1);
+    CHECK_CONTAINS(log, "captures.max_concurrent at most 64");
     /* one secret, one holder: two tenants, or a tenant and /metrics, never share one
      * (issue 36), whatever the order of the lines */
     cf = fopen(conf, "w");
