@@ -20,6 +20,7 @@
 
 typedef struct cap {
     int used, ending;
+    uint32_t heard; /* C.poll_no of the poll that last handed it on */
     cp_capture c;
     cp_selector sel;
     int64_t period_ns;  /* cpu: the period run */
@@ -35,6 +36,7 @@ static struct {
     uint64_t live;    /* slots used and not ending */
     uint64_t used;    /* slots used */
     uint32_t gen;     /* bumped when the set of captures changes, and every second */
+    uint32_t poll_no; /* bumped before each cp_watch_poll */
     int64_t next_gen; /* mono ns */
     int boosted;      /* threads possibly boosted (the thread pass runs) */
     cp_watch *w;
@@ -130,6 +132,7 @@ static void on_message(const uint8_t *v, size_t len, void *arg)
     int64_t now = cp_now_ns();
     cap *k = find(c.id);
     if (k) {
+        k->heard = C.poll_no;
         if (k->ending) goto done; /* ended here: a later message does not restart it */
         if (c.cancelled || c.end_ns <= now) {
             end_capture(k);
@@ -164,6 +167,7 @@ static void on_message(const uint8_t *v, size_t len, void *arg)
         k->c = c;
         memset(&c, 0, sizeof(c)); /* its selector is k's now */
         k->used = 1;
+        k->heard = C.poll_no;
         k->win_start = now;
         plan(k);
         C.live |= 1ULL << i;
@@ -323,7 +327,13 @@ static void watch_tick(const char *brokers)
         }
     }
     if (!C.w) return;
+    C.poll_no++;
     cp_watch_poll(C.w, on_message, NULL);
+    /* a server lists the running captures only: one it no longer lists has ended or been
+     * cancelled (its record left the list) */
+    if (cp_watch_was_whole(C.w))
+        for (int i = 0; i < CP_CAPTURE_SLOTS; i++)
+            if (C.c[i].used && !C.c[i].ending && C.c[i].heard != C.poll_no) end_capture(&C.c[i]);
     C.errors += cp_watch_take_errors(C.w, NULL);
 }
 

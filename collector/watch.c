@@ -46,6 +46,7 @@ struct cp_watch {
     cp_watch_wake_fn wake;
     void *wake_arg;
     int started;
+    int whole; /* the last cp_watch_poll handed a poller's whole answer */
     uint64_t errors;
     char last[160];
 };
@@ -332,6 +333,7 @@ static int poller_take(cp_watch *w, cp_watch_fn fn, void *arg)
     int handed = 0;
     if (has) {
         handed = cp_control_list_split(body.data, body.len, fn, arg);
+        w->whole = handed >= 0;
         if (handed < 0) {
             handed = 0;
             w->errors++;
@@ -356,6 +358,7 @@ static int poller_take(cp_watch *w, cp_watch_fn fn, void *arg)
 
 int cp_watch_poll(cp_watch *w, cp_watch_fn fn, void *arg)
 {
+    w->whole = 0;
     if (w->p) return poller_take(w, fn, arg);
     cp_rk.rd_kafka_poll(w->rk, 0); /* error callbacks */
     if (!w->started) {
@@ -387,6 +390,11 @@ int cp_watch_poll(cp_watch *w, cp_watch_fn fn, void *arg)
         if (n < BATCH) break;
     }
     return handed;
+}
+
+int cp_watch_was_whole(const cp_watch *w)
+{
+    return w && w->whole;
 }
 
 uint64_t cp_watch_take_errors(cp_watch *w, const char **last)

@@ -66,6 +66,12 @@ typedef void (*cp_watch_fn)(const uint8_t *value, size_t len, void *arg);
  * how many messages were handed. */
 int cp_watch_poll(cp_watch *w, cp_watch_fn fn, void *arg);
 
+/* 1 if the last cp_watch_poll handed a server's whole answer: every capture running for
+ * this tenant, so one heard before and not handed now has ended or been cancelled (the
+ * server lists running captures only, issue 36). 0 for the control topic, where a capture
+ * ends by its own message. */
+int cp_watch_was_whole(const cp_watch *w);
+
 /* Errors since the last call (unknown topic, brokers down, fetch errors, a server that
  * failed or answered malformed), and the last one's text (valid until the next poll). */
 uint64_t cp_watch_take_errors(cp_watch *w, const char **last);

@@ -26,6 +26,13 @@
 /* Hard ceilings a decoded message must respect; contprofd's configured limits are lower. */
 #define CP_CAPTURE_HZ_CEIL 10000
 #define CP_CAPTURE_DURATION_CEIL_NS (24LL * 3600 * 1000000000)
+/* captures.max_concurrent at most: the agents' feed (GET /api/v1/control/captures) holds a
+ * tenant's running captures only, each under CP_CONTROL_RECORD_MAX bytes, so it stays
+ * under the agents' 1 MiB poll limit by construction (issue 36); an agent runs 64 at once. */
+#define CP_CAPTURE_CONCURRENT_CEIL 64
+#define CP_CONTROL_RECORD_MAX 8192 /* a selector of 4096 bytes, ids, fields, signature */
+_Static_assert(CP_CAPTURE_CONCURRENT_CEIL *CP_CONTROL_RECORD_MAX < (1 << 20),
+               "the agents' feed must fit their 1 MiB poll limit");
 
 typedef struct cp_capture {
     char id[CP_CAPTURE_ID_MAX + 1];

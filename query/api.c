@@ -741,10 +741,8 @@ static void capture_call(const api_call *c, cp_capture_call *x)
 {
     *x = (cp_capture_call){&c->a->o.captures, c->a->o.store, c->rd, c->fr, &c->qr->q, c->pa, c->req,
                            tenant_token(c->a, c->qr->q.tenant),
-                           /* a peer passing a record on: by the cluster token, or, without
-                            * tokens (peers then send none), a part request with a body */
-                           cp_fanout_is_peer(c->a->o.fanout, c->req) ||
-                               (!c->a->ntokens && c->qr->q.local && c->req->body_len > 0)};
+                           /* a peer passing a record on: by the cluster token only */
+                           cp_fanout_is_peer(c->a->o.fanout, c->req)};
 }
 
 #define CAPTURE_EP(name, fn)                                                                       \
@@ -1067,6 +1065,29 @@ int cp_api_is_light(void *api, const cp_http_request *req)
     return e->lane;
 }
 
+int cp_api_admit(void *api, const cp_http_request *head, char *why, size_t cap)
+{
+    cp_api *a = api;
+    cp_fanout *fo = a->o.fanout;
+    if (cp_fanout_is_peer(fo, head)) return 0;
+    if (cp_fanout_is_part_request(head)) {
+        snprintf(why, cap,
+                 "local=1 is a cluster node's part request: it needs Authorization: "
+                 "Bearer <cluster.token>");
+        return 403;
+    }
+    if (!a->ntokens) return 0;
+    size_t n = 0;
+    const char *h = cp_http_bearer(head, &n);
+    for (size_t i = 0; h && i < a->ntokens; i++)
+        if (cp_http_token_eq(h, n, a->tokens[i].token)) return 0;
+    snprintf(why, cap, "%s (the body was not read)",
+             h                     ? "invalid token"
+             : head->authorization ? "Authorization header is not a Bearer token"
+                                   : "missing Authorization: Bearer token");
+    return 401;
+}
+
 void cp_api_observe(void *api, const cp_http_request *req, int status, int heavy, double seconds)
 {
     cp_api *a = api;
@@ -1092,6 +1113,16 @@ static void run_query(cp_api *a, const endpoint *e, const cp_http_request *req, 
      * names the tenant */
     const char *tenant = cp_fanout_is_peer(fo, req) ? "" : authenticate(a, req, r);
     if (!tenant) return;
+    /* a part request reads or keeps things as a node of the cluster does (capture records
+     * as sent): the cluster token's alone, tokens or not (issue 36) */
+    if (*tenant && cp_fanout_is_part_request(req)) {
+        cp_http_error(r, 403,
+                      fo ? "local=1 is a cluster node's part request: it needs Authorization: "
+                           "Bearer <cluster.token>"
+                         : "local=1 is a cluster node's part request, and this server is in no "
+                           "cluster (cluster.peers)");
+        return;
+    }
     cp_params pa = {0};
     cp_err err = {0};
     if (cp_params_parse(req->query, &pa, &err)) {

@@ -88,5 +88,8 @@ int cp_api_set_relay(cp_api *a, const char *dir);
 void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *resp);
 int cp_api_is_light(void *api, const cp_http_request *req);
 void cp_api_observe(void *api, const cp_http_request *req, int status, int heavy, double seconds);
+/* cp_http_options.admit: a body is read only for a peer (cluster token) or, with tokens, a
+ * valid tenant token; anyone else's local=1 is 403, a missing or wrong token 401. */
+int cp_api_admit(void *api, const cp_http_request *head, char *why, size_t cap);
 
 #endif

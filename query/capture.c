@@ -29,6 +29,48 @@ void cp_capture_options_default(cp_capture_options *o)
  * at once cannot both take the last slot. One lock per process (one store per process). */
 static pthread_mutex_t g_start_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* How far ahead of this node's clock a peer's record may start (the nodes' clocks differ). */
+#define CP_CAPTURE_PEER_SKEW_NS (60LL * 1000000000)
+
+/* Ended and cancelled records kept per tenant, for GET /api/v1/captures/ID after the end;
+ * older ones are removed as new captures start, so history never grows the work of a start
+ * or the list (issue 36). */
+#define CP_CAPTURE_KEEP_ENDED 100
+
+static int by_end(const void *a, const void *b)
+{
+    const cp_capture *x = *(const cp_capture *const *)a, *y = *(const cp_capture *const *)b;
+    return x->end_ns < y->end_ns ? -1 : x->end_ns > y->end_ns;
+}
+
+/* Under g_start_mu: the tenant's running captures into *running, and its ended and
+ * cancelled records beyond CP_CAPTURE_KEEP_ENDED removed, oldest end first. 0, or an error
+ * in err. */
+static int running_and_prune(cp_store *store, const char *tenant, int64_t now, uint32_t *running,
+                             cp_err *err)
+{
+    cp_capture_list l = {0};
+    int rc = cp_store_captures(store, tenant, &l, err);
+    *running = 0;
+    const cp_capture **old = rc ? NULL : calloc(l.n + 1, sizeof *old);
+    uint32_t nold = 0;
+    if (!rc && !old) rc = cp_err_set(err, CP_ENOMEM, "capture records");
+    for (uint32_t i = 0; !rc && i < l.n; i++) {
+        if (!l.v[i].cancelled && l.v[i].end_ns > now)
+            (*running)++;
+        else
+            old[nold++] = &l.v[i];
+    }
+    if (!rc && nold > CP_CAPTURE_KEEP_ENDED) {
+        qsort(old, nold, sizeof *old, by_end);
+        for (uint32_t i = 0; !rc && i < nold - CP_CAPTURE_KEEP_ENDED; i++)
+            rc = cp_store_delete_capture(store, tenant, old[i]->id, err);
+    }
+    free(old);
+    cp_capture_list_close(&l);
+    return rc;
+}
+
 static int json_str(cp_buf *b, const char *s)
 {
     if (cp_buf_append(b, "\"", 1) || cp_json_escape(b, s, strlen(s)) || cp_buf_append(b, "\"", 1))
@@ -99,22 +141,92 @@ static void new_id(char *out, size_t cap)
     snprintf(out, cap, "c%" PRIx64 "-%08x", (uint64_t)cp_now_ns() / 1000000, rnd);
 }
 
-/* A peer passes a record on: kept as it is (its node published it). */
+/* A peer's record within this node's limits, as a new capture here would be: 0, or -1
+ * with a 400 naming the key. What a node keeps it serves its polling agents, so a record
+ * is never trusted further than a request (issue 36). */
+static int peer_record_in_limits(const cp_capture_options *o, const cp_capture *cap, int64_t now,
+                                 cp_http_response *r)
+{
+    const char *id = cap->id;
+    if (cap->end_ns <= cap->start_ns || cap->end_ns - cap->start_ns > o->max_duration_ns)
+        cp_http_error(r, 400,
+                      "capture record %s from a peer: duration %.0f s is outside the limit "
+                      "captures.max_duration (%.0f s)",
+                      id, (double)(cap->end_ns - cap->start_ns) / 1e9,
+                      (double)o->max_duration_ns / 1e9);
+    else if (cap->start_ns > now + CP_CAPTURE_PEER_SKEW_NS)
+        cp_http_error(r, 400, "capture record %s from a peer starts %.0f s from now", id,
+                      (double)(cap->start_ns - now) / 1e9);
+    else if (cap->kind == CP_KIND_CPU && (cap->cpu_hz == 0 || cap->cpu_hz > o->max_hz))
+        cp_http_error(r, 400,
+                      "capture record %s from a peer: hz %u is outside the limit "
+                      "captures.max_hz (%u)",
+                      id, cap->cpu_hz, o->max_hz);
+    else if (cap->kind == CP_KIND_ALLOC && cap->alloc_rate < o->min_alloc_rate)
+        cp_http_error(r, 400,
+                      "capture record %s from a peer: alloc_rate %" PRId64
+                      " is under the limit captures.min_alloc_rate (%" PRId64 ")",
+                      id, cap->alloc_rate, o->min_alloc_rate);
+    else if (cap->max_overhead_permille == 0 ||
+             cap->max_overhead_permille > o->max_overhead_permille)
+        cp_http_error(r, 400,
+                      "capture record %s from a peer: max_overhead_permille %u is outside "
+                      "1..captures.max_overhead_permille (%u)",
+                      id, cap->max_overhead_permille, o->max_overhead_permille);
+    else
+        return 0;
+    return -1;
+}
+
+/* A peer passes a record on (its node published it): kept if it is within this node's
+ * limits, counted against captures.max_concurrent under the same lock as a new capture; a
+ * cancelled record stays cancelled. */
 static void keep_peer_record(const cp_capture_call *c, cp_http_response *r)
 {
-    cp_capture cap;
+    cp_capture cap, old;
     cp_err err = {0};
+    int64_t now = cp_now_ns();
     if (cp_capture_decode(c->req->body, c->req->body_len, &cap, &err)) {
         cp_http_error(r, 400, "capture record from a peer: %s", err.msg);
         return;
     }
-    if (strcmp(cap.tenant, c->q->tenant) != 0)
+    if (strcmp(cap.tenant, c->q->tenant) != 0) {
         cp_http_error(r, 403, "capture record of tenant '%s' sent as tenant '%s'", cap.tenant,
                       c->q->tenant);
+        cp_capture_close(&cap);
+        return;
+    }
+    if (cp_capture_validate(&cap, &err)) {
+        cp_http_error(r, 400, "capture record %s from a peer: %s", cap.id, err.msg);
+        cp_capture_close(&cap);
+        return;
+    }
+    if (!cap.cancelled && peer_record_in_limits(c->o, &cap, now, r)) {
+        cp_capture_close(&cap);
+        return;
+    }
+    pthread_mutex_lock(&g_start_mu);
+    int rc = cp_store_get_capture(c->store, cap.tenant, cap.id, &old, &err);
+    int known = rc == 0, was_cancelled = known && old.cancelled;
+    if (known) cp_capture_close(&old);
+    uint32_t running = 0;
+    if ((rc == 0 || rc == CP_ENOTFOUND) && !known && !cap.cancelled && cap.end_ns > now)
+        rc = running_and_prune(c->store, cap.tenant, now, &running, &err);
+    if (rc && rc != CP_ENOTFOUND)
+        cp_http_error(r, 500, "%s", err.msg);
+    else if (was_cancelled && !cap.cancelled)
+        cp_http_error(
+            r, 409, "capture %s is cancelled here: a cancelled capture does not run again", cap.id);
+    else if (!known && !cap.cancelled && cap.end_ns > now && running >= c->o->max_concurrent)
+        cp_http_error(r, 429,
+                      "capture record %s from a peer: tenant %s has %u captures running here, "
+                      "the limit captures.max_concurrent is %u",
+                      cap.id, cap.tenant, running, c->o->max_concurrent);
     else if (cp_store_put_capture(c->store, &cap, &err))
         cp_http_error(r, 500, "%s", err.msg);
     else if (cp_buf_printf(&r->body, "{\"kept\":true}\n"))
         oom(r);
+    pthread_mutex_unlock(&g_start_mu);
     cp_capture_close(&cap);
 }
 
@@ -257,12 +369,8 @@ void cp_capture_ep_post(const cp_capture_call *c, cp_http_response *r)
     }
     /* the limit on running captures: counted and taken under one lock */
     pthread_mutex_lock(&g_start_mu);
-    cp_capture_list l = {0};
-    int rc = cp_store_captures(c->store, cap.tenant, &l, &err);
     uint32_t running = 0;
-    for (uint32_t i = 0; !rc && i < l.n; i++)
-        running += !l.v[i].cancelled && l.v[i].end_ns > now;
-    cp_capture_list_close(&l);
+    int rc = running_and_prune(c->store, cap.tenant, now, &running, &err);
     if (rc)
         cp_http_error(r, 500, "%s", err.msg);
     else if (running >= o->max_concurrent)
@@ -293,10 +401,11 @@ static int tenant_captures(const cp_capture_call *c, cp_capture_list *l, cp_http
     return -1;
 }
 
-/* The records polling agents read (GET /api/v1/control/captures): every tenant's not yet
- * ended, read again from the store only when its records changed (cp_store_captures_gen,
- * which also tells stores apart) or one of them ended, so that a poll costs no LevelDB
- * scan. */
+/* The records polling agents read (GET /api/v1/control/captures): every tenant's running
+ * ones (neither ended nor cancelled: an agent ends a capture its poll no longer lists), at
+ * most captures.max_concurrent a tenant whatever the history; read again from the store only when
+ * its records changed (cp_store_captures_gen, which also tells stores apart) or one of them ended,
+ * so that a poll costs no LevelDB scan. */
 static struct {
     pthread_mutex_t mu;
     cp_store *store;
@@ -318,10 +427,11 @@ static int live_refresh(cp_store *store, int64_t now, cp_err *err)
     g_live.gen = gen;
     g_live.first_end_ns = INT64_MAX;
     for (uint32_t i = 0; i < all.n; i++) {
-        if (all.v[i].end_ns > now && !cp_vec_push(&g_live.l, all.v[i])) {
+        int live = !all.v[i].cancelled && all.v[i].end_ns > now;
+        if (live && !cp_vec_push(&g_live.l, all.v[i])) {
             if (all.v[i].end_ns < g_live.first_end_ns) g_live.first_end_ns = all.v[i].end_ns;
             memset(&all.v[i], 0, sizeof all.v[i]); /* g_live's now */
-        } else if (all.v[i].end_ns > now) {
+        } else if (live) {
             g_live.store = NULL; /* out of memory: read again next time */
         }
     }

@@ -193,7 +193,7 @@ int cp_fanout_is_part_request(const cp_http_request *req)
 
 int cp_fanout_peer_lane(const cp_fanout *f, const cp_http_request *req)
 {
-    return cp_fanout_is_part_request(req) && (!f || !f->token || cp_fanout_is_peer(f, req));
+    return cp_fanout_is_part_request(req) && cp_fanout_is_peer(f, req);
 }
 
 const char *cp_fanout_node(const cp_fanout *f)

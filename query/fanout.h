@@ -59,9 +59,9 @@ const char *cp_fanout_node(const cp_fanout *f);
  * the request runs. */
 int cp_fanout_is_part_request(const cp_http_request *req);
 
-/* 1 if req goes in CP_HTTP_LANE_PEER: a part request from a peer. With a cluster token
- * configured, only one that presents it: a tenant's own local=1 queries take their turn in
- * the heavy lane rather than the slots (and priority) kept for peers' parts. */
+/* 1 if req goes in CP_HTTP_LANE_PEER: a part request that presents the cluster token (a
+ * cluster always has one). Any other local=1 request is refused by the API (403), so it
+ * never takes the slots (and priority) kept for peers' parts. */
 int cp_fanout_peer_lane(const cp_fanout *f, const cp_http_request *req);
 
 /* ---- one request: the store's readers across the cluster ------------------------------ */

@@ -487,11 +487,56 @@ static int is_upload(const conn *c, const http_parser *p)
     return c->url.len == ul || c->url.data[ul] == '?';
 }
 
+/* The request's admission before its body: its target and token as the handler will see
+ * them (opt.admit). 0, or 1 with the refusal set. */
+static int admit(conn *c, const http_parser *p)
+{
+    const cp_http_options *o = &c->srv->opt;
+    int chunked = (p->flags & F_CHUNKED) != 0;
+    if (!o->admit || (!chunked && (p->content_length == 0 || p->content_length == ULLONG_MAX)))
+        return 0;
+    const char *u = c->url.len ? (const char *)c->url.data : "/";
+    struct http_parser_url pu;
+    http_parser_url_init(&pu);
+    if (http_parser_parse_url(u, c->url.len ? c->url.len : 1, 0, &pu) ||
+        !(pu.field_set & (1 << UF_PATH)))
+        return fail(c, 400, "malformed request target");
+    char *path = strndup(u + pu.field_data[UF_PATH].off, pu.field_data[UF_PATH].len);
+    char *query = (pu.field_set & (1 << UF_QUERY))
+                      ? strndup(u + pu.field_data[UF_QUERY].off, pu.field_data[UF_QUERY].len)
+                      : strdup("");
+    char *auth = c->auth.len ? strndup((const char *)c->auth.data, c->auth.len) : NULL;
+    int rc = 0;
+    if (!path || !query || (c->auth.len && !auth)) {
+        rc = fail(c, 503, "out of memory");
+    } else {
+        cp_http_request head = {.method = http_method_str((enum http_method)p->method),
+                                .path = path,
+                                .query = query,
+                                .authorization = auth,
+                                .body_len = chunked ? 0 : (size_t)p->content_length};
+        char why[200] = "";
+        int st = o->admit(o->ctx, &head, why, sizeof why);
+        if (st) rc = fail(c, st, "%s", why[0] ? why : "refused");
+    }
+    free(path);
+    free(query);
+    free(auth);
+    return rc;
+}
+
 static int on_headers_complete(http_parser *p)
 {
     conn *c = p->data;
     int up = is_upload(c, p);
     c->body_max = up ? c->srv->opt.max_upload_bytes : c->srv->opt.max_body_bytes;
+    /* who asks and how much, before a byte of the body is read (issue 36: a 500 MB upload
+     * without a token was read whole, then answered 401) */
+    if (admit(c, p)) return 1;
+    if (p->content_length != ULLONG_MAX && p->content_length > c->body_max)
+        return fail(c, 413, "request body of %llu bytes exceeds %zu bytes%s",
+                    (unsigned long long)p->content_length, c->body_max,
+                    up ? " (symbols.max_upload_bytes)" : "");
     if (up && !c->upload_slot) {
         /* each upload may hold max_upload_bytes: only a few at once */
         if (c->srv->uploads >= c->srv->opt.max_uploads)
@@ -499,10 +544,6 @@ static int on_headers_complete(http_parser *p)
         c->srv->uploads++;
         c->upload_slot = 1;
     }
-    if (p->content_length != ULLONG_MAX && p->content_length > c->body_max)
-        return fail(c, 413, "request body of %llu bytes exceeds %zu bytes%s",
-                    (unsigned long long)p->content_length, c->body_max,
-                    up ? " (symbols.max_upload_bytes)" : "");
     return 0;
 }
 

@@ -51,6 +51,12 @@ enum {
 /* The lane of a request: CP_HTTP_LANE_LOOP for health, metrics, static answers and errors,
  * CP_HTTP_LANE_CHEAP for short store reads, CP_HTTP_LANE_HEAVY for queries. */
 typedef int (*cp_http_is_light_fn)(void *ctx, const cp_http_request *req);
+/* Called on the loop thread once a request's headers are complete and before any of its
+ * body is read, for a request that has one (head->body NULL, head->body_len the declared
+ * length, 0 when chunked): 0 to read it, else the status (401, 403) of the refusal, with
+ * why[0..cap) its message. So an upload without a valid token costs nothing but its
+ * headers. */
+typedef int (*cp_http_admit_fn)(void *ctx, const cp_http_request *head, char *why, size_t cap);
 /* Called on the loop thread after every response is queued, for metrics. */
 typedef void (*cp_http_observe_fn)(void *ctx, const cp_http_request *req, int status, int heavy,
                                    double seconds);
@@ -96,6 +102,7 @@ typedef struct cp_http_options {
                                       most 19); 0 = none; default 10 */
     cp_http_handler_fn handle;
     cp_http_is_light_fn is_light; /* NULL = everything heavy */
+    cp_http_admit_fn admit;       /* NULL = every body read */
     cp_http_observe_fn observe;   /* may be NULL */
     void *ctx;
 } cp_http_options;

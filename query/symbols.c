@@ -155,7 +155,8 @@ static void load_from_dirs(cp_symbols *sy, const char *id, uint8_t **blob, size_
 {
     *blob = NULL;
     *len = 0;
-    if (strlen(id) < 3) return;
+    /* the ID becomes part of a path: hex digits only, checked here where it is formed */
+    if (strlen(id) < 3 || !cp_symtab_build_id_valid(id)) return;
     for (const char *d = sy->dirs; *d;) {
         const char *end = strchr(d, ':');
         size_t dl = end ? (size_t)(end - d) : strlen(d);
@@ -465,7 +466,7 @@ static int name_native(cp_symbols *sy, const char *tenant, cp_profile *p, uint32
         if (!state[mi]) {
             state[mi] = 1;
             const char *id = cp_profile_str(p, m->build_id);
-            if (*id) {
+            if (cp_symtab_build_id_valid(id)) {
                 tabs[2 * mi] = acquire(sy, tenant, id);
                 if (*sy->dirs) tabs[2 * mi + 1] = acquire(sy, "", id);
             }

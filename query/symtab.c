@@ -530,6 +530,16 @@ static void w32(uint8_t **p, uint32_t v)
     *p += 4;
 }
 
+int cp_symtab_build_id_valid(const char *id)
+{
+    size_t n = 0;
+    for (; id[n]; n++)
+        if (n >= CP_BUILD_ID_HEX_MAX ||
+            !((id[n] >= '0' && id[n] <= '9') || (id[n] >= 'a' && id[n] <= 'f')))
+            return 0;
+    return n >= 2 && n % 2 == 0;
+}
+
 int cp_symtab_build(const uint8_t *e, size_t len, size_t max_table, cp_buf *out,
                     char build_id[CP_BUILD_ID_HEX_MAX + 1], cp_err *err)
 {

@@ -23,6 +23,11 @@
 int cp_symtab_build(const uint8_t *elf, size_t len, size_t max_table, cp_buf *out,
                     char build_id[CP_BUILD_ID_HEX_MAX + 1], cp_err *err);
 
+/* 1 if id is a build ID as cp_symtab_build writes it: 2..CP_BUILD_ID_HEX_MAX lowercase hex
+ * digits, an even count. Anything else (a profile's mapping says what it likes) is never
+ * looked up, and never becomes part of a path (issue 36: "../../tmp/x/evil"). */
+int cp_symtab_build_id_valid(const char *id);
+
 /* A table opened in place over its bytes (which must stay valid while it is used). */
 typedef struct cp_symtab {
     const uint8_t *segs, *funcs, *inls, *lines;

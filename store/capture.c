@@ -55,6 +55,26 @@ int cp_store_put_capture(cp_store *s, const cp_capture *c, cp_err *err)
     return 0;
 }
 
+int cp_store_delete_capture(cp_store *s, const char *tenant, const char *id, cp_err *err)
+{
+    uint8_t k[CP_TENANT_KEY_MAX + CP_CAPTURE_ID_MAX + 4];
+    size_t kl = key_capture(k, sizeof k, tenant, id);
+    if (!kl) return 0;
+    char *lerr = NULL;
+    pthread_rwlock_rdlock(&s->dblock);
+    if (s->db) leveldb_delete(s->db, s->wnosync, (const char *)k, kl, &lerr);
+    int open = s->db != NULL;
+    pthread_rwlock_unlock(&s->dblock);
+    if (!open) return closed(s, err);
+    if (lerr) {
+        cp_err_set(err, CP_ESTORE, "store %s: removing capture %s: %s", s->path, id, lerr);
+        leveldb_free(lerr);
+        return CP_ESTORE;
+    }
+    atomic_fetch_add(&s->capture_gen, 1);
+    return 0;
+}
+
 uint64_t cp_store_captures_gen(cp_store *s)
 {
     return atomic_load(&s->capture_gen);

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static uint64_t sm_hash(const char *k, size_t len)
 {
@@ -418,7 +419,7 @@ static int refuse_orphaned_files(cp_store *s, cp_err *err)
 {
     DIR *d = opendir(s->path);
     if (!d) return 0; /* LevelDB's own open says why */
-    char first[256] = "";
+    char first[256] = "", other[256] = "";
     int current = 0, files = 0;
     struct dirent *de;
     while ((de = readdir(d))) {
@@ -428,10 +429,25 @@ static int refuse_orphaned_files(cp_store *s, cp_err *err)
         int data = !strncmp(n, "MANIFEST-", 9) ||
                    (l > 4 && (!strcmp(n + l - 4, ".ldb") || !strcmp(n + l - 4, ".sst") ||
                               (!strcmp(n + l - 4, ".log") && strcmp(n, "LOG"))));
+        /* what a store's directory holds besides its tables: LevelDB's lock and info log,
+         * the repair's lost/, contprofd's relay/ (cmd/README.md) */
+        int own = !strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, "CURRENT") ||
+                  !strcmp(n, "LOCK") || !strcmp(n, "LOG") || !strcmp(n, "LOG.old") ||
+                  !strcmp(n, "lost") || !strcmp(n, "relay");
         if (data && !files++) snprintf(first, sizeof first, "%s", n);
+        if (!data && !own && !other[0]) snprintf(other, sizeof other, "%s", n);
     }
     closedir(d);
-    if (current || !files) return 0;
+    if (current) return 0;
+    /* a directory of other things would silently become a store and share their fate
+     * (issue 36): only an empty or absent one does */
+    if (!files && other[0])
+        return cp_err_set(err, CP_ESTORE,
+                          "store %s: the directory is not empty and holds no store ('%s' is "
+                          "not part of one): only an empty or absent directory becomes a new "
+                          "store; give --data a directory of its own",
+                          s->path, other);
+    if (!files) return 0;
     return cp_err_set(err, CP_ESTORE,
                       "store %s: CURRENT is missing but the directory holds %d LevelDB files "
                       "(%s among them): refusing to create a new store over them; run "
@@ -485,6 +501,20 @@ int cp_store_open(const cp_store_options *opt, cp_store **out, cp_err *err)
     s->path = xstrndup(opt->path, strlen(opt->path));
     if (!s->path) {
         rc = cp_err_set(err, CP_ENOMEM, "store");
+        goto fail;
+    }
+    /* mkdir takes a dangling symlink for a directory that exists, and LevelDB then says
+     * only "NotFound: .../LOCK" */
+    struct stat lst, st;
+    if (lstat(opt->path, &lst) == 0 && S_ISLNK(lst.st_mode) && stat(opt->path, &st) != 0) {
+        int why = errno;
+        char to[1024] = "";
+        ssize_t tl = readlink(opt->path, to, sizeof to - 1);
+        if (tl > 0) to[tl] = 0;
+        rc = cp_err_set(err, CP_EIO,
+                        "store: %s is a symbolic link to '%s', which %s: create the target "
+                        "directory or point --data elsewhere",
+                        opt->path, to, why == ENOENT ? "does not exist" : strerror(why));
         goto fail;
     }
     if (mkdirs(opt->path)) {

@@ -247,6 +247,9 @@ int cp_store_put_capture(cp_store *s, const cp_capture *c, cp_err *err);
  * CP_ENOTFOUND, CP_ESTORE or CP_ENOMEM. */
 int cp_store_get_capture(cp_store *s, const char *tenant, const char *id, cp_capture *out,
                          cp_err *err);
+/* Removes the record of capture id of tenant (none is fine): 0, or CP_ESTORE with err.
+ * The API prunes ended and cancelled records with it (query/README.md "Captures"). */
+int cp_store_delete_capture(cp_store *s, const char *tenant, const char *id, cp_err *err);
 typedef CP_VEC(cp_capture) cp_capture_list;
 void cp_capture_list_close(cp_capture_list *l);
 /* Every capture record of tenant (NULL: of every tenant), by tenant then id. A record that

@@ -1011,6 +1011,18 @@ static int cumulative_delta(cp_store_batch *B, cp_ser *ser, const char *producer
     if (cp_acc_copy(&B->prev, &ser->cum) || cp_acc_copy(&ser->cum, &B->win) ||
         cp_acc_add(&B->win, &B->prev, -1))
         return cp_err_set(err, CP_ENOMEM, "store");
+    /* A counter since process start never goes down: a value that did is a new process
+     * (a restart) or a snapshot older than the last, so the input starts a new stream and
+     * counts in full; never a negative window (issue 36). */
+    int reset = 0;
+    for (size_t i = 0; i < B->win.vals.n && !reset; i++)
+        reset = B->win.vals.v[i] < 0;
+    if (reset) {
+        if (cp_acc_copy(&B->win, &ser->cum)) return cp_err_set(err, CP_ENOMEM, "store");
+        cp_log_info("store %s: cumulative stream %s of series %u went down: a new stream "
+                    "(counted in full)",
+                    s->path, producer, ser->id);
+    }
     if (!ser->cum_dirty) {
         ser->cum_dirty = 1;
         int dup = 0;

@@ -26,7 +26,8 @@ trap cleanup EXIT
 n=1440
 mkdir "$work/w"
 "$build/bench/genwindows" "$work/w" $n 2000 1000 60
-printf 'embedded.partitions = 6\ncluster.peer_timeout = 30s\n' > "$work/node1.conf"
+printf 'embedded.partitions = 6\ncluster.peer_timeout = 30s\ncluster.token = bench-cluster-secret\n' > "$work/node1.conf"
+printf 'cluster.token = bench-cluster-secret\n' > "$work/peer.conf"
 
 # A port below the kernel's ephemeral range (32768-60999), not listened on: every node must
 # know the others' URLs before they start.
@@ -92,9 +93,9 @@ peers="http://127.0.0.1:$a,http://127.0.0.1:$b,http://127.0.0.1:$c"
 start n1 "$a" --config "$work/node1.conf" --peers "$peers" --partitions 0-1
 n1=$pid
 brokers=$(curl -s "http://127.0.0.1:$a/api/v1/brokers" | sed 's/.*"brokers":"\([^"]*\)".*/\1/')
-start n2 "$b" --brokers "$brokers" --peers "$peers" --partitions 2-3
+start n2 "$b" --config "$work/peer.conf" --brokers "$brokers" --peers "$peers" --partitions 2-3
 n2=$pid
-start n3 "$c" --brokers "$brokers" --peers "$peers" --partitions 4-5
+start n3 "$c" --config "$work/peer.conf" --brokers "$brokers" --peers "$peers" --partitions 4-5
 n3=$pid
 for p in $n1 $n2 $n3; do eval "cpu0_$p=$(cpu_s $p)"; done
 # senders ask the node that hosts the embedded broker: it knows the broker's limits (3 MiB

@@ -13,7 +13,9 @@
 static int cmd_completion(int argc, char **argv);
 
 /* The flags every client command takes (cmd_query.c); completion offers them. */
-#define QFLAGS "--server --token --type --select --from --to --format --output --timeout --help"
+#define QFLAGS                                                                                     \
+    "--server --token --type --select --from --to --format --output --timeout --allow-partial "    \
+    "--help"
 
 static const cp_cli_command commands[] = {
     {"merge", cp_cmd_merge, "merge pprof files (raw or gzip) into one: pprof, top or folded"},

@@ -26,7 +26,8 @@ typedef struct qopts {
     const char *focus, *ignore, *max_nodes, *sample_type, *step;
     const char *base_select, *base_from, *base_to;
     int64_t timeout_ms;
-    int json, table; /* -o json / -o table (or --format json|table) */
+    int json, table;   /* -o json / -o table (or --format json|table) */
+    int allow_partial; /* a cluster's answer without some nodes' parts exits 0 */
 } qopts;
 
 enum {
@@ -45,7 +46,8 @@ enum {
     O_BSELECT,
     O_BFROM,
     O_BTO,
-    O_TIMEOUT
+    O_TIMEOUT,
+    O_ALLOW_PARTIAL
 };
 
 static const struct option g_opts[] = {{"server", required_argument, 0, O_SERVER},
@@ -64,6 +66,7 @@ static const struct option g_opts[] = {{"server", required_argument, 0, O_SERVER
                                        {"base-from", required_argument, 0, O_BFROM},
                                        {"base-to", required_argument, 0, O_BTO},
                                        {"timeout", required_argument, 0, O_TIMEOUT},
+                                       {"allow-partial", no_argument, 0, O_ALLOW_PARTIAL},
                                        {"output", required_argument, 0, 'o'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
@@ -125,6 +128,8 @@ static void usage(FILE *f, const char *cmd)
         "  --select S     Prometheus-style selector, e.g. '{service=\"api\",version!=\"1.2\"}'\n"
         "  --from/--to T  RFC 3339, unix seconds, now, now-15m or -1h (default: the last hour)\n"
         "  --timeout D    give up after D (default 2m; a bare number is seconds)\n"
+        "  --allow-partial  exit 0 on a cluster's partial answer (some nodes' data missing;\n"
+        "                 printed either way, with a warning; default: exit 3)\n"
         "  -o json        the API's JSON as it comes (also --format json); -o FILE writes to\n"
         "                 FILE. Without json, series, labels, timeline and diff print\n"
         "                 tables, whether or not stdout is a terminal.\n\n"
@@ -218,6 +223,9 @@ static int parse_opts(int argc, char **argv, qopts *o)
                 return bad_flag(argv[0], "--timeout", err.msg);
             o->timeout_ms = d / 1000000 ? d / 1000000 : 1;
             break;
+        case O_ALLOW_PARTIAL:
+            o->allow_partial = 1;
+            break;
         case 'o':
             if (strcmp(optarg, "json") == 0)
                 o->json = 1, o->table = 0;
@@ -293,7 +301,9 @@ static int emit(const char *cmd, const qopts *o, const void *data, size_t len)
 
 typedef int (*view_fn)(const char *json, size_t len, uint32_t rows, cp_buf *out, cp_err *err);
 
-/* Fetches, then prints the JSON as it came (-o json) or the table view of it. */
+/* Fetches, then prints the JSON as it came (-o json) or the table view of it. A partial
+ * answer (a cluster without some nodes' parts) is printed too, but exits 3 unless
+ * --allow-partial: a script must not take half the data for all of it (issue 36). */
 static int answer(const char *cmd, const qopts *o, cp_buf *pq, view_fn view, uint32_t rows)
 {
     cp_http_result r;
@@ -310,6 +320,11 @@ static int answer(const char *cmd, const qopts *o, cp_buf *pq, view_fn view, uin
         cp_buf_close(&t);
     }
     cp_buf_close(&r.body);
+    if (!rc && r.partial[0] && !o->allow_partial) {
+        fprintf(stderr, "contprof %s: exit 3: the answer is partial (--allow-partial accepts it)\n",
+                cmd);
+        rc = 3;
+    }
     return rc;
 }
 

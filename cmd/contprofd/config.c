@@ -168,6 +168,28 @@ static int push_kv(void *vec, const char *k, const char *v)
     return 0;
 }
 
+/* A secret names one holder: 0 if value is no other key's among the tenants' tokens and
+ * metrics.token, else CP_EPARSE naming both keys (issue 36: with token.a = token.b, b's
+ * users read a's data; a metrics.token equal to a tenant's made that tenant the reader of
+ * every tenant's counts). key is the one being set ("token.NAME" or "metrics.token"). */
+static int secret_unique(const cp_config *c, const char *key, const char *value, cp_err *err)
+{
+    const char *other = NULL;
+    char name[80];
+    for (uint32_t i = 0; !other && i < c->tokens.n; i++) {
+        snprintf(name, sizeof name, "token.%s", c->tokens.v[i].key);
+        if (strcmp(name, key) != 0 && strcmp(c->tokens.v[i].value, value) == 0) other = name;
+    }
+    if (!other && strcmp(key, "metrics.token") != 0 && c->metrics_token &&
+        strcmp(c->metrics_token, value) == 0)
+        other = "metrics.token";
+    if (!other) return 0;
+    return cp_err_set(err, CP_EPARSE,
+                      "'%.80s' has the same secret as '%s': each secret must name one holder "
+                      "(a token shared by two keys opens both)",
+                      key, other);
+}
+
 /* How a setting's value is read. */
 enum setting_type {
     SET_STR,      /* a string, kept as it is */
@@ -246,6 +268,7 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
                               "'metrics.token': a token must be at least %d "
                               "characters",
                               TOKEN_MIN_CHARS);
+        if (secret_unique(c, key, value, err)) return CP_EPARSE;
         return set_str(&c->metrics_token, value) ? cp_err_set(err, CP_ENOMEM, "out of memory") : 0;
     }
     if (strcmp(key, "cluster.token") == 0) {
@@ -269,6 +292,7 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
         if (strlen(value) < TOKEN_MIN_CHARS)
             return cp_err_set(err, CP_EPARSE, "'%.80s': a token must be at least %d characters",
                               key, TOKEN_MIN_CHARS);
+        if (secret_unique(c, key, value, err)) return CP_EPARSE;
         return push_kv(&c->tokens, tenant, value) ? cp_err_set(err, CP_ENOMEM, "out of memory") : 0;
     }
     for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {

@@ -393,10 +393,13 @@ static int cluster_peers(daemon_t *d, const int32_t *parts, uint32_t nparts, cp_
 {
     const cp_config *c = &d->cfg;
     if (!c->cluster_peers || !*c->cluster_peers) return 0;
-    if (c->tokens.n && !c->cluster_token)
+    /* nodes pass each other parts and capture records (local=1): only the cluster secret
+     * tells a peer from anyone who can connect, with or without tenant tokens (issue 36) */
+    if (!c->cluster_token && nparts)
         return cp_err_set(err, CP_EINVAL,
-                          "cluster.peers with token.<tenant> lines needs cluster.token = SECRET "
-                          "(the same on every node): peers present it to each other");
+                          "cluster.peers needs cluster.token = SECRET (at least 8 characters, "
+                          "the same on every node): peers present it to each other, and a "
+                          "part request (local=1) without it is refused");
     /* a tenant holding the cluster token could read every tenant's data as a peer */
     for (uint32_t i = 0; c->cluster_token && i < c->tokens.n; i++)
         if (strcmp(c->tokens.v[i].value, c->cluster_token) == 0)
@@ -601,12 +604,14 @@ int main(int argc, char **argv)
     ao.captures.publish_arg = &d;
     if (ao.captures.max_hz > CP_CAPTURE_HZ_CEIL ||
         ao.captures.max_duration_ns > CP_CAPTURE_DURATION_CEIL_NS ||
-        ao.captures.max_overhead_permille > 1000) {
+        ao.captures.max_overhead_permille > 1000 ||
+        ao.captures.max_concurrent > CP_CAPTURE_CONCURRENT_CEIL) {
         free(toks.v);
         cp_err_set(&err, CP_EINVAL,
                    "captures.max_hz is at most %d, captures.max_duration at most 24h, "
-                   "captures.max_overhead_permille at most 1000",
-                   CP_CAPTURE_HZ_CEIL);
+                   "captures.max_overhead_permille at most 1000, captures.max_concurrent at "
+                   "most %d",
+                   CP_CAPTURE_HZ_CEIL, CP_CAPTURE_CONCURRENT_CEIL);
         goto fail_msg;
     }
     d.api = cp_api_create(&ao); /* registers the API's families first */
@@ -646,6 +651,7 @@ int main(int argc, char **argv)
     ho.reserved_connections = d.cfg.healthz_connections;
     ho.handle = cp_api_handle;
     ho.is_light = cp_api_is_light;
+    ho.admit = cp_api_admit;
     ho.observe = cp_api_observe;
     ho.ctx = d.api;
     if (cp_http_server_create(d.loop, &ho, &d.http, &err)) goto fail_msg;

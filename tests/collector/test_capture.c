@@ -658,9 +658,47 @@ TEST(malformed_capture_list_is_not_heard)
     server_case(200, bad, sizeof bad - 1, 0);
 }
 
+/* A polled server lists running captures only (issue 36): one that leaves the list (its
+ * record cancelled or ended there) is over for the agent, as a cancel message on the topic
+ * ends it. The capture is served for ~2 s of a 5 s run, then the answer is empty. */
+TEST(polled_capture_that_leaves_the_list_ends)
+{
+    fake_contprofd f;
+    fake_contprofd_start(&f, "unused:1");
+    cp_capture c = cpu_capture("listed", "{isolate=\"alpha\"}", 1000, 120);
+    cp_buf list = {0};
+    CHECK(cp_control_list_append(&list, &c, NULL) == 0);
+    fake_contprofd_control(&f, 200, list.data, list.len, 0);
+    rd_kafka_t *host = mock_host();
+    rd_kafka_mock_cluster_t *mc = mock_cluster(host, 1);
+    const char *boot = rd_kafka_mock_cluster_bootstraps(mc);
+    static char env[96];
+    snprintf(env, sizeof env, "CONTPROF_SERVER=%s", f.url);
+    proc pa = start(boot, "a", "cpu", "5", NULL, env);
+    int64_t listed = now_ns();
+    sleep(2);
+    fake_contprofd_control(&f, 200, list.data, 0, 0);
+    int64_t left = now_ns();
+    truth ta = finish(pa);
+    collect(boot);
+    fake_contprofd_stop(&f);
+    cp_buf_close(&list);
+    int64_t cs, cv;
+    int cn;
+    totals("a", "alpha", CP_KIND_CPU, "listed", &cs, &cv, &cn);
+    printf("listed capture: %d envelopes, %.3f CPU-s of alpha's %.3f (listed %.1f s)\n", cn,
+           cv / 1e9, ta.alpha_cpu / 1e9, (left - listed) / 1e9);
+    CHECK(cn >= 1);
+    CHECK(cv < (int64_t)((left - listed) + 1500000000LL));
+    CHECK(cv < ta.alpha_cpu * 3 / 4);
+    rd_kafka_mock_cluster_destroy(mc);
+    rd_kafka_destroy(host);
+}
+
 TEST_MAIN(T(cpu_capture_boosts_only_the_matched_isolate),
           T(captures_not_for_this_agent_do_not_boost), T(capture_heard_while_running_and_cancelled),
           T(capture_ends_at_its_end), T(alloc_capture_raises_the_allocation_rate),
           T(api_isolate_capture), T(host_sigprof_itimer_during_capture),
           T(host_sigprof_timer_during_capture), T(missing_control_topic_and_captures_off),
-          T(older_server_sends_the_agent_to_the_topic), T(malformed_capture_list_is_not_heard))
+          T(older_server_sends_the_agent_to_the_topic), T(malformed_capture_list_is_not_heard),
+          T(polled_capture_that_leaves_the_list_ends))

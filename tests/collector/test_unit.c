@@ -911,6 +911,17 @@ TEST(watch_poller_hands_each_answer_once)
     fake_contprofd_control(&f, 200, list.data, list.len, 0);
     poll_until(w, &f, 3, 0); /* the changed answer, whole: one and two */
     CHECK_EQ(g_handed, 3);
+    /* both cancelled: the server lists neither, and the empty answer is handed on as a
+     * whole list, so the agent ends what it no longer hears of (issue 36) */
+    fake_contprofd_control(&f, 200, list.data, 0, 0);
+    for (int64_t end = mono_now() + 10 * (int64_t)1000000000;; usleep(20000)) {
+        int h = cp_watch_poll(w, count_handed, NULL);
+        if (cp_watch_was_whole(w)) {
+            CHECK_EQ(h, 0);
+            break;
+        }
+        CHECK(mono_now() < end);
+    }
     /* a server that takes 800 ms: the agent thread's calls return at once */
     int n0 = fake_contprofd_control(&f, 200, list.data, list.len, 800);
     for (int64_t end = mono_now() + 5 * (int64_t)1000000000;; usleep(10000)) {

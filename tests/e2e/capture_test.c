@@ -435,6 +435,17 @@ static void count_polled(const uint8_t *v, size_t len, void *arg)
     g_polled++;
 }
 
+/* A message of the control list: any running capture. */
+static void count_any(const uint8_t *v, size_t len, void *arg)
+{
+    (void)arg;
+    cp_capture c;
+    cp_err err = {0};
+    CHECK(cp_capture_decode(v, len, &c, &err) == 0);
+    CHECK(!c.cancelled);
+    cp_capture_close(&c);
+}
+
 /* Tokens: a capture needs the tenant's; its message is signed with it. A restart resumes a
  * running capture on the (new) control topic and reports the ended one. */
 TEST(capture_tokens_and_restart)
@@ -464,15 +475,16 @@ TEST(capture_tokens_and_restart)
     CHECK_EQ(g_polled, 2);
     CHECK_EQ(g_polled_cancelled, 0);
     cp_buf_close(&r.body);
-    /* a cancel shows at the next poll (the records changed), as a cancelled message */
+    /* a cancel shows at the next poll (the records changed): the record has left the list,
+     * which holds the running captures only (issue 36) */
     char *third = start_capture(&d, SEL_COUNTER, "&duration=50s"), pqc[160];
     snprintf(pqc, sizeof pqc, "/api/v1/captures/%s", third);
     cp_json_free(json_of(&d, "DELETE", pqc, 200));
     free(third);
     r = request(&d, "GET", "/api/v1/control/captures");
     g_polled = 0;
-    CHECK_EQ(cp_control_list_split(r.body.data, r.body.len, polled, "secret-of-team-a"), 3);
-    CHECK_EQ(g_polled_cancelled, 1);
+    CHECK_EQ(cp_control_list_split(r.body.data, r.body.len, polled, "secret-of-team-a"), 2);
+    CHECK_EQ(g_polled_cancelled, 0);
     cp_buf_close(&r.body);
     /* another tenant neither sees nor cancels it */
     g_token = "secret-of-team-b";
@@ -637,15 +649,17 @@ TEST(capture_in_a_cluster)
         snprintf(logs[i], sizeof logs[i], "%s/node%d.log", dir, i + 1);
     }
     snprintf(conf, sizeof conf, "%s/node1.conf", dir);
-    CHECK(cp_write_file(conf, "embedded.partitions = 2\n", 24, NULL) == 0);
+    static const char ct[] = "embedded.partitions = 2\ncluster.token = cluster-secret\n";
+    CHECK(cp_write_file(conf, ct, strlen(ct), NULL) == 0);
     g_token = NULL;
     proc n1, n2;
     const char *a1[] = {"--config", conf,  "--data",       data[0], "--http", listen[0],
                         "--peers",  peers, "--partitions", "0",     NULL};
     start_daemon_log(&n1, logs[0], a1, 30);
     brokers_of(&n1, brokers, sizeof brokers);
-    const char *a2[] = {"--data",  data[1], "--http",       listen[1], "--brokers", brokers,
-                        "--peers", peers,   "--partitions", "1",       NULL};
+    const char *a2[] = {"--config",     conf,        "--data", data[1],   "--http",
+                        listen[1],      "--brokers", brokers,  "--peers", peers,
+                        "--partitions", "1",         NULL};
     start_daemon_log(&n2, logs[1], a2, 30);
     for (int64_t end = mono_ns() + 30 * SEC;; usleep(50000)) { /* both ingesting */
         cp_http_result r1 = http_get(n1.port, "/healthz", NULL),
@@ -709,5 +723,144 @@ TEST(capture_in_a_cluster)
     CHECK_EQ(stop_daemon(&n1, SIGTERM), 0);
 }
 
+/* POST with a record as body: what a peer sends (issue 36). */
+static cp_http_result post_record(const proc *d, const char *pq, const char *token,
+                                  const cp_capture *c)
+{
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", d->port);
+    cp_buf rec = {0};
+    CHECK(cp_capture_encode(c, NULL, &rec) == 0);
+    cp_http_result r;
+    cp_err err = {0};
+    CHECK(cp_http_post(url, pq, token, rec.data, rec.len, 30000, 0, &r, &err) == 0);
+    cp_buf_close(&rec);
+    return r;
+}
+
+static void expect_status(cp_http_result r, int want, const char *needle)
+{
+    if (r.status != want || !strstr((char *)r.body.data, needle))
+        fprintf(stderr, "%d %s (expected %d naming '%s')\n", r.status, (char *)r.body.data, want,
+                needle);
+    CHECK_EQ(r.status, want);
+    CHECK_CONTAINS((char *)r.body.data, needle);
+    cp_buf_close(&r.body);
+}
+
+/* The number of captures GET /api/v1/captures lists on d. */
+static int64_t captures_listed(const proc *d)
+{
+    cp_json *l = json_of(d, "GET", "/api/v1/captures", 200);
+    int64_t n = cp_json_int(cp_json_get(l, "count"), -1);
+    cp_json_free(l);
+    return n;
+}
+
+/* Capture records are kept as sent only from a peer presenting the cluster token, and
+ * even then within this node's limits: no hand-made record (hz 10000, 20 h, no overhead
+ * bound, over captures.max_concurrent) reaches the agents (issue 36). */
+TEST(capture_records_only_from_peers_and_within_the_limits)
+{
+    g_token = NULL;
+    int64_t now = (int64_t)time(NULL) * SEC;
+    cp_capture evil = {.kind = CP_KIND_CPU,
+                       .cpu_hz = 10000,
+                       .start_ns = now,
+                       .end_ns = now + 72000 * SEC,
+                       .max_overhead_permille = 0,
+                       .selector = "{service=\"edge\"}"};
+    snprintf(evil.id, sizeof evil.id, "evil-1");
+    snprintf(evil.tenant, sizeof evil.tenant, "default");
+    /* alone, no tokens: local=1 is nobody's */
+    char dir[] = "/tmp/cp-capture-XXXXXX";
+    CHECK(mkdtemp(dir));
+    proc d;
+    start(&d, dir, "captures.max_concurrent = 2\n");
+    expect_status(post_record(&d, "/api/v1/captures?local=1", NULL, &evil), 403, "local=1");
+    expect_status(post_record(&d, "/api/v1/captures?local=1&tenant=default", NULL, &evil), 403,
+                  "local=1");
+    CHECK_EQ(captures_listed(&d), 0);
+    cp_http_result r = request(&d, "GET", "/api/v1/control/captures");
+    CHECK_EQ(r.status, 200);
+    CHECK_EQ(r.body.len, 0);
+    cp_buf_close(&r.body);
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+
+    /* in a cluster (its one peer away): only the cluster token, and only within limits */
+    char dir2[] = "/tmp/cp-capture-XXXXXX";
+    CHECK(mkdtemp(dir2));
+    start(&d, dir2,
+          "captures.max_concurrent = 2\ncaptures.max_duration = 1m\ncluster.token = "
+          "cluster-secret\ncluster.peers = http://127.0.0.1:1\ncluster.partitions = 0-3\n");
+    const char *pq = "/api/v1/captures?local=1&tenant=default";
+    expect_status(post_record(&d, pq, NULL, &evil), 403, "cluster.token");
+    expect_status(post_record(&d, pq, "not-the-secret", &evil), 403, "cluster.token");
+    expect_status(post_record(&d, pq, "cluster-secret", &evil), 400, "captures.max_duration");
+    evil.end_ns = now + 30 * SEC;
+    expect_status(post_record(&d, pq, "cluster-secret", &evil), 400, "captures.max_hz");
+    evil.cpu_hz = 1000;
+    expect_status(post_record(&d, pq, "cluster-secret", &evil), 400,
+                  "captures.max_overhead_permille");
+    evil.max_overhead_permille = 20;
+    for (int i = 0; i < 3; i++) {
+        snprintf(evil.id, sizeof evil.id, "peer-%d", i);
+        if (i < 2)
+            expect_status(post_record(&d, pq, "cluster-secret", &evil), 200, "kept");
+        else
+            expect_status(post_record(&d, pq, "cluster-secret", &evil), 429,
+                          "captures.max_concurrent");
+    }
+    CHECK_EQ(captures_listed(&d), 2);
+    /* a cancelled record stays cancelled */
+    snprintf(evil.id, sizeof evil.id, "peer-0");
+    evil.cancelled = 1;
+    expect_status(post_record(&d, pq, "cluster-secret", &evil), 200, "kept");
+    evil.cancelled = 0;
+    expect_status(post_record(&d, pq, "cluster-secret", &evil), 409, "cancelled");
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+}
+
+/* Cancelled and ended captures leave the agents' feed, and their records are pruned: 150
+ * created and cancelled leave it empty and the list short; the feed is the running captures
+ * alone (issue 36: 13,000 made it 1.13 MB, over the agents' 1 MiB, and nobody heard). */
+TEST(cancelled_captures_leave_the_agents_feed)
+{
+    char dir[] = "/tmp/cp-capture-XXXXXX";
+    CHECK(mkdtemp(dir));
+    g_token = NULL;
+    proc d;
+    start(&d, dir, "captures.max_concurrent = 2\n");
+    for (int i = 0; i < 150; i++) {
+        char *id = start_capture(&d, SEL_COUNTER, "&duration=5m"), pq[160];
+        snprintf(pq, sizeof pq, "/api/v1/captures/%s", id);
+        cp_json_free(json_of(&d, "DELETE", pq, 200));
+        free(id);
+    }
+    cp_http_result r = request(&d, "GET", "/api/v1/control/captures");
+    CHECK_EQ(r.status, 200);
+    CHECK_EQ(r.body.len, 0);
+    cp_buf_close(&r.body);
+    int64_t listed = captures_listed(&d);
+    fprintf(stderr, "after 150 cancelled: %lld records listed\n", (long long)listed);
+    CHECK(listed <= 101); /* 100 kept ended or cancelled, and the last one */
+    /* the running ones, and only they */
+    char *run1 = start_capture(&d, SEL_COUNTER, "&duration=5m");
+    char *run2 = start_capture(&d, SEL_COUNTER, "&duration=1s");
+    refused(&d, "POST", "/api/v1/captures?select=" SEL_COUNTER, 429, "captures.max_concurrent");
+    r = request(&d, "GET", "/api/v1/control/captures");
+    g_polled = 0;
+    CHECK_EQ(cp_control_list_split(r.body.data, r.body.len, count_any, NULL), 2);
+    cp_buf_close(&r.body);
+    sleep(2); /* run2 ends */
+    r = request(&d, "GET", "/api/v1/control/captures");
+    CHECK_EQ(cp_control_list_split(r.body.data, r.body.len, count_polled, run1), 1);
+    cp_buf_close(&r.body);
+    free(run1);
+    free(run2);
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+}
+
 TEST_MAIN(T(capture_answer_rule_and_limits), T(capture_tokens_and_restart), T(capture_cli),
-          T(capture_in_a_cluster))
+          T(capture_in_a_cluster), T(capture_records_only_from_peers_and_within_the_limits),
+          T(cancelled_captures_leave_the_agents_feed))

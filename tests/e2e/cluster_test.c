@@ -23,6 +23,10 @@
 #include "symtab.h"
 
 #define NSVC 8
+/* every cluster has its secret: peers present it, and so does a test asking for a part */
+#define CLUSTER_TOKEN "cluster-secret-1"
+#define CLUSTER_TOKEN_LINE "cluster.token = " CLUSTER_TOKEN "\n"
+#define AS_PEER "&local=1&tenant=default"
 #define NWIN 20
 
 typedef struct node {
@@ -75,8 +79,8 @@ static cp_profile *query_type(int port, const char *type, const char *sel, int l
     int64_t now = (int64_t)time(NULL);
     char pq[512];
     snprintf(pq, sizeof pq, "/api/v1/profile?format=pprof&type=%s&from=%lld&to=%lld&select=%s%s",
-             type, (long long)(now - 86400), (long long)(now + 60), sel, local ? "&local=1" : "");
-    cp_buf b = http_get_ok(port, pq, NULL);
+             type, (long long)(now - 86400), (long long)(now + 60), sel, local ? AS_PEER : "");
+    cp_buf b = http_get_ok(port, pq, local ? CLUSTER_TOKEN : NULL);
     cp_profile *p = NULL;
     cp_err err = {0};
     if (cp_pprof_decode(b.data, b.len, NULL, &p, &err)) fprintf(stderr, "%s\n", err.msg);
@@ -101,17 +105,19 @@ static cp_profile *query_cpu(int port, const char *sel, const char *token)
     return p;
 }
 
-/* The whole raw HTTP answer (headers and body) to GET pq from port, NUL-terminated. */
+/* The whole raw HTTP answer (headers and body) to GET pq from port, NUL-terminated; with
+ * the cluster token when pq asks for a part. */
 static char *raw_get(int port, const char *pq)
 {
+    const char *auth = strstr(pq, "local=1") ? "Authorization: Bearer " CLUSTER_TOKEN "\r\n" : "";
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET,
                             .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     CHECK(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
     char req[1024];
-    int l =
-        snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", pq);
+    int l = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\n%sConnection: close\r\n\r\n",
+                     pq, auth);
     CHECK(write(fd, req, (size_t)l) == l);
     cp_buf b = {0};
     char buf[65536];
@@ -128,7 +134,7 @@ static char *raw_get(int port, const char *pq)
  * first `start` nodes are started with the partitions parts[i] and are healthy on return,
  * the others are only named (their args are the caller's). */
 typedef struct cluster {
-    char dir[32], peers[256], brokers[256], conf[700];
+    char dir[32], peers[256], brokers[256], conf[700], peer_conf[700];
     char data[3][600], listen[3][64];
     node n[3];
 } cluster;
@@ -151,7 +157,10 @@ static void cluster_start_some(cluster *c, const char *node1_conf, int total, in
     FILE *f = fopen(c->conf, "w");
     CHECK(f);
     fputs(node1_conf, f);
+    fputs(CLUSTER_TOKEN_LINE, f);
     fclose(f);
+    snprintf(c->peer_conf, sizeof c->peer_conf, "%s/peer.conf", c->dir);
+    CHECK(cp_write_file(c->peer_conf, CLUSTER_TOKEN_LINE, strlen(CLUSTER_TOKEN_LINE), NULL) == 0);
     node *n = c->n;
     for (int i = 0; i < total; i++) {
         n[i].port = ports[i];
@@ -171,9 +180,9 @@ static void cluster_start_some(cluster *c, const char *node1_conf, int total, in
     snprintf(c->brokers, sizeof c->brokers, "%.*s", (int)strcspn(q + 11, "\""), q + 11);
     cp_buf_close(&bb);
     for (int i = 1; i < start; i++) {
-        const char *ai[] = {"--data",       c->data[i], "--http",  c->listen[i],
-                            "--brokers",    c->brokers, "--peers", c->peers,
-                            "--partitions", parts[i],   NULL};
+        const char *ai[] = {"--config",     c->peer_conf, "--data",   c->data[i], "--http",
+                            c->listen[i],   "--brokers",  c->brokers, "--peers",  c->peers,
+                            "--partitions", parts[i],     NULL};
         memcpy(n[i].args, ai, sizeof ai);
         node_start(&n[i]);
         wait_healthy(&n[i]);
@@ -370,9 +379,16 @@ TEST(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down)
     CHECK_CONTAINS(raw, hdr);
     free(raw);
     CHECK(http_metric(n[2].port, cmd, NULL) >= 4); /* the four questions above */
-    /* the CLI says so too, on stderr, and still prints what it got */
+    /* the CLI says so too, on stderr, and still prints what it got; it exits 3 unless
+     * --allow-partial (issue 36) */
     snprintf(cmd, sizeof cmd,
              "'%s/query/contprof' top --server %s --from -1d --to now >'%s/top.out' 2>'%s/top.err'",
+             bindir(), n[2].url, dir, dir);
+    int tst = system(cmd);
+    CHECK(WIFEXITED(tst) && WEXITSTATUS(tst) == 3);
+    snprintf(cmd, sizeof cmd,
+             "'%s/query/contprof' top --allow-partial --server %s --from -1d --to now "
+             ">'%s/top.out' 2>'%s/top.err'",
              bindir(), n[2].url, dir, dir);
     proc_sh(cmd);
     {
@@ -387,7 +403,7 @@ TEST(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down)
     CHECK(cp_profile_total(part, 1) < want[1]);
     cp_profile_destroy(part);
     /* a peer's own part (local=1) is never marked partial: it asked nobody */
-    raw = raw_get(n[2].port, "/api/v1/profile?format=json&from=-1d&to=now&local=1");
+    raw = raw_get(n[2].port, "/api/v1/profile?format=json&from=-1d&to=now" AS_PEER);
     CHECK(!strstr(raw, "partial"));
     free(raw);
 
@@ -456,7 +472,8 @@ TEST(a_symbol_upload_to_one_node_names_frames_stored_on_another)
     /* a service whose window node 2 holds (its own part: local=1) */
     char svc[32] = "";
     for (int64_t end = mono_ns() + 60 * SEC; !svc[0] && mono_ns() < end; usleep(100000)) {
-        cp_buf b = http_get_ok(n[1].port, "/api/v1/labels/service/values?local=1", NULL);
+        cp_buf b = http_get_ok(n[1].port, "/api/v1/labels/service/values?local=1&tenant=default",
+                               CLUSTER_TOKEN);
         const char *q = strstr((char *)b.data, "\"sym");
         if (q) snprintf(svc, sizeof svc, "%.*s", (int)strcspn(q + 1, "\""), q + 1);
         cp_buf_close(&b);
@@ -485,8 +502,8 @@ TEST(a_symbol_upload_to_one_node_names_frames_stored_on_another)
     CHECK_CONTAINS((char *)b.data, "symprog_hash_spin");
     cp_buf_close(&b);
     /* node 2 names its own part with its own copy of the table */
-    snprintf(cmd, sizeof cmd, "%s&local=1", pq);
-    b = http_get_ok(n[1].port, cmd, NULL);
+    snprintf(cmd, sizeof cmd, "%s" AS_PEER, pq);
+    b = http_get_ok(n[1].port, cmd, CLUSTER_TOKEN);
     CHECK_CONTAINS((char *)b.data, "symprog_hash_spin");
     cp_buf_close(&b);
 
@@ -660,7 +677,7 @@ TEST(tokens_tenants_and_the_cluster_token)
     cp_buf_close(&r.body);
     /* a tenant's token cannot name another tenant */
     r = http_get(n[0].port, "/api/v1/labels?local=1&tenant=team-b", "aaaaaaaaaaaa");
-    CHECK_EQ(r.status, 400);
+    CHECK_EQ(r.status, 403); /* nor ask as a peer (issue 36) */
     cp_buf_close(&r.body);
     r = http_get(n[0].port, "/api/v1/labels", NULL);
     CHECK_EQ(r.status, 401);
@@ -777,15 +794,17 @@ TEST(a_partition_handed_to_a_new_node_is_read_once)
     CHECK(p3 && atoll(p3 + 2) > 0); /* partition 3 holds data: the handover is tested */
     char take[64];
     snprintf(take, sizeof take, "3@%lld", atoll(p3 + 2));
-    const char *ab2[] = {"--data",  data[1], "--http",       listen[1], "--brokers", brokers,
-                         "--peers", peers,   "--partitions", "2",       NULL};
+    const char *ab2[] = {"--config",     c.peer_conf, "--data", data[1],   "--http",
+                         listen[1],      "--brokers", brokers,  "--peers", peers,
+                         "--partitions", "2",         NULL};
     memcpy(n[1].args, ab2, sizeof ab2);
     snprintf(n[1].log, sizeof n[1].log, "%s/node2-again.log", dir);
     node_start(&n[1]);
     wait_healthy(&n[1]);
     /* C takes partition 3 over where B ended: not from the log's start */
-    const char *ac[] = {"--data",  data[2], "--http",       listen[2], "--brokers", brokers,
-                        "--peers", peers,   "--partitions", take,      NULL};
+    const char *ac[] = {"--config",     c.peer_conf, "--data", data[2],   "--http",
+                        listen[2],      "--brokers", brokers,  "--peers", peers,
+                        "--partitions", take,        NULL};
     memcpy(n[2].args, ac, sizeof ac);
     node_start(&n[2]);
     wait_healthy(&n[2]);
@@ -885,7 +904,8 @@ TEST(concurrent_fanouts_on_every_node_do_not_deadlock)
     snprintf(conf, sizeof conf, "%s/n.conf", dir);
     FILE *f = fopen(conf, "w");
     CHECK(f);
-    fprintf(f, "embedded.partitions = 2\nquery.concurrency = 1\ncluster.peer_timeout = 15s\n");
+    fprintf(f, "embedded.partitions = 2\nquery.concurrency = 1\ncluster.peer_timeout = 15s\n%s",
+            CLUSTER_TOKEN_LINE);
     fclose(f);
     node n[2];
     memset(n, 0, sizeof n);
@@ -1015,7 +1035,7 @@ TEST(a_peer_answering_200_with_no_part_makes_the_answer_partial)
     snprintf(peers, sizeof peers, "http://127.0.0.1:%d", fp.port);
     FILE *f = fopen(conf, "w");
     CHECK(f);
-    fprintf(f, "embedded.partitions = 1\ncluster.peer_timeout = 10s\n");
+    fprintf(f, "embedded.partitions = 1\ncluster.peer_timeout = 10s\n%s", CLUSTER_TOKEN_LINE);
     fclose(f);
     node n;
     memset(&n, 0, sizeof n);
@@ -1034,6 +1054,19 @@ TEST(a_peer_answering_200_with_no_part_makes_the_answer_partial)
     CHECK_CONTAINS((char *)r.body.data, "\"partial\":true");
     CHECK_CONTAINS((char *)r.body.data, peers);
     cp_buf_close(&r.body);
+    /* the CLI prints a partial answer but exits 3, unless --allow-partial (issue 36) */
+    for (int allow = 0; allow < 2; allow++) {
+        static const char *const cmds[] = {"series", "top", "labels"};
+        for (int k = 0; k < 3; k++) {
+            snprintf(cmd, sizeof cmd, "'%s/query/contprof' %s --server http://127.0.0.1:%d %s",
+                     bindir(), cmds[k], n.port, allow ? "--allow-partial" : "");
+            int st = system(cmd);
+            CHECK(WIFEXITED(st));
+            if (WEXITSTATUS(st) != (allow ? 0 : 3))
+                fprintf(stderr, "%s: exit %d\n", cmd, WEXITSTATUS(st));
+            CHECK_EQ(WEXITSTATUS(st), allow ? 0 : 3);
+        }
+    }
     /* the peer was told how long the asking node waits for it (at most peer_timeout) */
     pthread_mutex_lock(&fp.mu);
     const char *dl = strstr(fp.last, "&deadline_ms=");
@@ -1042,11 +1075,13 @@ TEST(a_peer_answering_200_with_no_part_makes_the_answer_partial)
     CHECK(dms > 0 && dms <= 10000);
     /* and a peer keeps that deadline: with none left, its part is a time-out, not a
      * part computed for nobody */
-    r = http_get(n.port, "/api/v1/profile?format=pprof&type=cpu&local=1&deadline_ms=0", NULL);
+    r = http_get(n.port, "/api/v1/profile?format=pprof&type=cpu&deadline_ms=0" AS_PEER,
+                 CLUSTER_TOKEN);
     CHECK_EQ(r.status, 503);
     CHECK_CONTAINS((char *)r.body.data, "query.timeout");
     cp_buf_close(&r.body);
-    r = http_get(n.port, "/api/v1/profile?format=pprof&type=cpu&local=1&deadline_ms=x", NULL);
+    r = http_get(n.port, "/api/v1/profile?format=pprof&type=cpu&deadline_ms=x" AS_PEER,
+                 CLUSTER_TOKEN);
     CHECK_EQ(r.status, 400);
     CHECK_CONTAINS((char *)r.body.data, "bad deadline_ms");
     cp_buf_close(&r.body);
@@ -1193,6 +1228,12 @@ TEST(bad_cluster_settings_are_named)
     fclose(f);
     const char *args[] = {"--config", conf, "--data", data, "--http", "127.0.0.1:0", NULL};
     refused(args, log, "needs cluster.token");
+    /* and so do peers without tenant tokens: local=1 is the cluster token's (issue 36) */
+    f = fopen(conf, "w");
+    CHECK(f);
+    fprintf(f, "cluster.peers = http://127.0.0.1:1\ncluster.partitions = 0\n");
+    fclose(f);
+    refused(args, log, "cluster.peers needs cluster.token");
     /* the cluster token reads any tenant's data: it must not be a tenant's own token */
     f = fopen(conf, "w");
     CHECK(f);

@@ -660,8 +660,8 @@ TEST(peers_lane_is_for_the_cluster_token)
     CHECK_EQ(cp_api_is_light(api, &rq), CP_HTTP_LANE_CHEAP);
     cp_api_destroy(api);
     cp_fanout_destroy(fan);
-    /* without a cluster token any local=1 is a peer's (no token tells them apart) */
-    fo.token = NULL;
+    /* without tenant tokens too, only the cluster token makes a request a peer's (issue
+     * 36): any other local=1 is not one, and is refused when it runs */
     CHECK(cp_fanout_create(&fo, &fan, &err) == 0 && fan);
     ao.tokens = NULL;
     ao.ntokens = 0;
@@ -669,6 +669,9 @@ TEST(peers_lane_is_for_the_cluster_token)
     api = cp_api_create(&ao);
     CHECK(api);
     rq.path = "/api/v1/profile";
+    rq.authorization = NULL;
+    CHECK_EQ(cp_api_is_light(api, &rq), CP_HTTP_LANE_HEAVY);
+    rq.authorization = "Bearer cluster-s3cret";
     CHECK_EQ(cp_api_is_light(api, &rq), CP_HTTP_LANE_PEER);
     cp_api_destroy(api);
     cp_fanout_destroy(fan);

@@ -2,7 +2,9 @@
  * line, queried over HTTP, stopped by SIGTERM and SIGINT; configuration errors and the
  * loopback rule. Also the config parser itself. */
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "config.h"
@@ -83,7 +85,9 @@ TEST(serves_a_store_and_stops_cleanly)
     CHECK_EQ(r.status, 400); /* query.max_range from the config */
     cp_buf_close(&r.body);
     r = http_get(p.port, "/api/v1/brokers", NULL);
-    CHECK_STREQ((char *)r.body.data, "{\"brokers\":\"127.0.0.1:9\"}\n");
+    char want[600]; /* the brokers, and the host's relay contprofd runs (DATA/relay) */
+    snprintf(want, sizeof want, "{\"brokers\":\"127.0.0.1:9\",\"relay\":\"%s/relay\"}\n", store);
+    CHECK_STREQ((char *)r.body.data, want);
     cp_buf_close(&r.body);
     r = http_get(p.port, "/metrics", NULL);
     CHECK_CONTAINS((char *)r.body.data, "contprof_store_series 1\n");
@@ -327,6 +331,77 @@ TEST(tokens_from_config)
     CHECK(system(cmd) == 0);
 }
 
+/* One raw request to port whose answer must come within 3 s (its declared body never sent
+ * past its first bytes) with status, naming needle. */
+static void refused_at_once(int port, const char *req, int status, const char *needle)
+{
+    cp_http_result r;
+    cp_err err = {0};
+    int64_t t0 = mono_ns();
+    int rc = cp_http_raw("127.0.0.1", port, req, strlen(req), 5000, &r, &err);
+    if (rc) fprintf(stderr, "%s: %s\n", req, err.msg);
+    CHECK(rc == 0);
+    if (r.status != status) fprintf(stderr, "%d %s\n", r.status, (char *)r.body.data);
+    CHECK_EQ(r.status, status);
+    CHECK_CONTAINS((char *)r.body.data, needle);
+    CHECK(mono_ns() - t0 < 3 * SEC);
+    cp_buf_close(&r.body);
+}
+
+/* The token, local=1 and the size limit are checked from the headers, before any body is
+ * read: a 500 MB upload without a token is answered 401 at once, not after holding it
+ * (issue 36: contprofd's RSS went 10.9 -> 507 MB first). */
+TEST(uploads_are_refused_before_their_body_is_read)
+{
+    char dir[] = "/tmp/cpqd-XXXXXX";
+    CHECK(mkdtemp(dir));
+    char conf[200], store[200];
+    snprintf(conf, sizeof conf, "%s/c.conf", dir);
+    snprintf(store, sizeof store, "%s/store", dir);
+    FILE *cf = fopen(conf, "w");
+    fprintf(cf, "listen = 127.0.0.1:0\nbrokers = 127.0.0.1:9\ntoken.alpha = alpha-secret-1\n"
+                "symbols.max_upload_bytes = 1M\n");
+    fclose(cf);
+    const char *args[] = {"--config", conf, "--data", store, NULL};
+    proc p = {0};
+    start_daemon(&p, dir, args);
+#define BIG                                                                                        \
+    "Content-Length: 500000000\r\n\r\n\x7f"                                                        \
+    "ELF"
+    refused_at_once(p.port, "POST /api/v1/symbols HTTP/1.1\r\nHost: x\r\n" BIG, 401,
+                    "missing Authorization");
+    refused_at_once(p.port,
+                    "POST /api/v1/symbols HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                    "wrong-secret\r\n" BIG,
+                    401, "invalid token");
+    refused_at_once(p.port,
+                    "POST /api/v1/captures?local=1&tenant=alpha HTTP/1.1\r\nHost: "
+                    "x\r\nAuthorization: Bearer alpha-secret-1\r\n" BIG,
+                    403, "cluster.token");
+    refused_at_once(p.port,
+                    "POST /api/v1/symbols HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                    "alpha-secret-1\r\n" BIG,
+                    413, "symbols.max_upload_bytes");
+    refused_at_once(p.port,
+                    "POST /api/v1/symbols HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+                    "chunked\r\n\r\n1000\r\n",
+                    401, "missing Authorization");
+#undef BIG
+    /* with the token, an upload is read and answered as before */
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", p.port);
+    cp_http_result r;
+    cp_err err = {0};
+    CHECK(cp_http_post(url, "/api/v1/symbols", "alpha-secret-1", "not an ELF", 10, 5000, 0, &r,
+                       &err) == 0);
+    CHECK_EQ(r.status, 400);
+    cp_buf_close(&r.body);
+    CHECK_EQ(stop_daemon(&p, SIGTERM), 0);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
 TEST(startup_errors)
 {
     char dir[] = "/tmp/cpqd-XXXXXX";
@@ -348,6 +423,50 @@ TEST(startup_errors)
     CHECK_CONTAINS(log, "listen address '127.0.0.1': expected HOST:PORT");
     const char *a4[] = {"--bogus", NULL};
     CHECK_EQ(run_daemon(dir, a4, log, sizeof log), 2);
+    /* --data: a directory of other things is refused naming one of them (it would have
+     * become a store); a dangling symlink is named as such, not "NotFound: .../LOCK" */
+    char mine[300], notes[400], link[300], bin[512], flog[400];
+    snprintf(mine, sizeof mine, "%s/mine", dir);
+    CHECK(mkdir(mine, 0755) == 0);
+    snprintf(notes, sizeof notes, "%s/notes.txt", mine);
+    CHECK(cp_write_file(notes, "mine\n", 5, NULL) == 0);
+    snprintf(link, sizeof link, "%s/dangling", dir);
+    CHECK(symlink("/nonexistent/contprof-data", link) == 0);
+    snprintf(bin, sizeof bin, "%s/query/contprofd", bindir());
+    snprintf(flog, sizeof flog, "%s/data.log", dir);
+    const char *a6[] = {bin,           "--data",    mine,          "--http",
+                        "127.0.0.1:0", "--brokers", "127.0.0.1:9", NULL};
+    CHECK_EQ(wait_exit(spawn(a6, flog), 20), 1);
+    slurp(flog, log, sizeof log);
+    CHECK_CONTAINS(log, "'notes.txt' is not part of one");
+    unlink(flog);
+    a6[2] = link;
+    CHECK_EQ(wait_exit(spawn(a6, flog), 20), 1);
+    slurp(flog, log, sizeof log);
+    CHECK_CONTAINS(log, "is a symbolic link to '/nonexistent/contprof-data', which does not exist");
+    /* the agents' feed fits their poll limit by construction: at most 64 running a tenant */
+    cf = fopen(conf, "w");
+    fprintf(cf, "listen = 127.0.0.1:0\nbrokers = 127.0.0.1:9\ncaptures.max_concurrent = 65\n");
+    fclose(cf);
+    CHECK_EQ(run_daemon(dir, a2, log, sizeof log), 1);
+    CHECK_CONTAINS(log, "captures.max_concurrent at most 64");
+    /* one secret, one holder: two tenants, or a tenant and /metrics, never share one
+     * (issue 36), whatever the order of the lines */
+    cf = fopen(conf, "w");
+    fprintf(cf, "listen = 127.0.0.1:0\ntoken.a = same-secret-1\ntoken.b = same-secret-1\n");
+    fclose(cf);
+    CHECK_EQ(run_daemon(dir, a2, log, sizeof log), 1);
+    CHECK_CONTAINS(log, "c.conf:3: 'token.b' has the same secret as 'token.a'");
+    cf = fopen(conf, "w");
+    fprintf(cf, "listen = 127.0.0.1:0\nmetrics.token = same-secret-1\ntoken.a = same-secret-1\n");
+    fclose(cf);
+    CHECK_EQ(run_daemon(dir, a2, log, sizeof log), 1);
+    CHECK_CONTAINS(log, "'token.a' has the same secret as 'metrics.token'");
+    cf = fopen(conf, "w");
+    fprintf(cf, "listen = 127.0.0.1:0\ntoken.a = same-secret-1\nmetrics.token = same-secret-1\n");
+    fclose(cf);
+    CHECK_EQ(run_daemon(dir, a2, log, sizeof log), 1);
+    CHECK_CONTAINS(log, "'metrics.token' has the same secret as 'token.a'");
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     CHECK(system(cmd) == 0);
@@ -382,5 +501,6 @@ TEST(config_parser)
     cp_config_close(&c);
 }
 
-TEST_MAIN(T(serves_a_store_and_stops_cleanly), T(embedded_broker_import_to_query),
-          T(tokens_from_config), T(tenant_binding_of_imports), T(startup_errors), T(config_parser))
+TEST_MAIN(T(serves_a_store_and_stops_cleanly), T(uploads_are_refused_before_their_body_is_read),
+          T(embedded_broker_import_to_query), T(tokens_from_config), T(tenant_binding_of_imports),
+          T(startup_errors), T(config_parser))

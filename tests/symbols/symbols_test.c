@@ -272,4 +272,76 @@ TEST(stripped_program_named_after_upload_per_tenant)
     CHECK(system(cmd) == 0);
 }
 
-TEST_MAIN(T(stripped_program_named_after_upload_per_tenant))
+/* A profile's build ID is the agent's word, not a file name: one that climbs out of
+ * symbols.dirs ("../../../.." to a file of the test's) is never looked up, so the file
+ * there is never opened (issue 36: a query parsed /tmp/x/evil.debug, up to 512 MiB). */
+TEST(a_build_id_that_is_a_path_opens_nothing)
+{
+    char dir[] = "/tmp/contprof-symbols-XXXXXX";
+    CHECK(mkdtemp(dir));
+    char conf[600], dlog[600], data[600], evil[700], id[800], file[600], cmd[2000], out[8192];
+    snprintf(conf, sizeof conf, "%s/contprofd.conf", dir);
+    snprintf(dlog, sizeof dlog, "%s/contprofd.log", dir);
+    snprintf(data, sizeof data, "%s/data", dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/debug/ab %s/x", dir, dir);
+    CHECK(system(cmd) == 0);
+    /* the file the build ID points at: not ELF, so a parse would be logged */
+    snprintf(evil, sizeof evil, "%s/x/evil.debug", dir);
+    CHECK(cp_write_file(evil, "not an ELF file at all", 22, NULL) == 0);
+    snprintf(id, sizeof id, "../../../../../../../../../../..%s/x/evil", dir);
+    FILE *f = fopen(conf, "w");
+    CHECK(f);
+    fprintf(f, "data = %s\nlisten = 127.0.0.1:0\nsymbols.dirs = %s/debug\n", data, dir);
+    fclose(f);
+    /* one window of a program with no names: addresses in a mapping with that build ID */
+    cp_profile *pr = cp_profile_create();
+    CHECK(pr);
+    CHECK(cp_profile_add_sample_type(pr, "samples", "count") == 0);
+    CHECK(cp_profile_add_sample_type(pr, "cpu", "nanoseconds") == 0);
+    cp_profile_intern_cstr(pr, "cpu", &pr->period_type.type);
+    cp_profile_intern_cstr(pr, "nanoseconds", &pr->period_type.unit);
+    pr->period = 10000000;
+    pr->time_nanos = ((int64_t)time(NULL) - 30) * SEC;
+    pr->duration_nanos = 10 * SEC;
+    cp_mapping m = {.start = 0x400000, .limit = 0x500000};
+    cp_profile_intern_cstr(pr, "/usr/bin/victim", &m.filename);
+    cp_profile_intern_cstr(pr, id, &m.build_id);
+    uint32_t mid, lid;
+    CHECK(cp_profile_add_mapping(pr, &m, &mid) == 0);
+    CHECK(cp_profile_add_location(pr, 0x401234, mid, NULL, 0, &lid) == 0);
+    int64_t v[2] = {10, 100000000};
+    CHECK(cp_profile_add_sample(pr, &lid, 1, v, NULL, 0) == 0);
+    cp_buf pp = {0};
+    CHECK(cp_pprof_encode(pr, 1, &pp) == 0);
+    cp_profile_destroy(pr);
+    snprintf(file, sizeof file, "%s/w.pb.gz", dir);
+    CHECK(cp_write_file(file, pp.data, pp.len, NULL) == 0);
+    cp_buf_close(&pp);
+
+    char dbin[512];
+    snprintf(dbin, sizeof dbin, "%s/query/contprofd", bindir());
+    const char *dargv[] = {dbin, "--config", conf, NULL};
+    pid_t d = spawn(dargv, dlog);
+    int port = atoi(wait_for_log(d, dlog, PROC_QUERY_API, 30));
+    CHECK(port);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    snprintf(cmd, sizeof cmd, "%s/query/contprof import --server %s --service victim %s", bindir(),
+             url, file);
+    CHECK_EQ(run(cmd, out, sizeof out), 0);
+    /* the query names frames (server-side symbolization runs) and finds the window */
+    CHECK_EQ(cpu_total(url, NULL, "{service=\"victim\"}", (long)time(NULL) - 3600,
+                       (long)time(NULL) + 60),
+             100000000);
+    kill(d, SIGTERM);
+    CHECK_EQ(wait_exit(d, 30), 0);
+    static char text[1 << 16];
+    slurp(dlog, text, sizeof text);
+    if (strstr(text, "evil")) fprintf(stderr, "contprofd's log:\n%s\n", text);
+    CHECK(!strstr(text, "evil.debug"));
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
+TEST_MAIN(T(stripped_program_named_after_upload_per_tenant),
+          T(a_build_id_that_is_a_path_opens_nothing))

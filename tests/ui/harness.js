@@ -79,7 +79,9 @@ async function startCluster(bindir, dir) {
   const peers = ports.map(p => `http://127.0.0.1:${p}`).join(',');
   const dirs = [1, 2].map(i => { const d = path.join(dir, 'node' + i); fs.mkdirSync(d); return d; });
   const conf = path.join(dirs[0], 'contprofd.conf');
-  fs.writeFileSync(conf, 'embedded.partitions = 2\ncluster.peer_timeout = 2s\n');
+  fs.writeFileSync(conf, 'embedded.partitions = 2\ncluster.peer_timeout = 2s\ncluster.token = ui-cluster-secret\n');
+  const peerConf = path.join(dirs[1], 'peer.conf');
+  fs.writeFileSync(peerConf, 'cluster.token = ui-cluster-secret\n');
   const healthy = async url => {
     for (let i = 0; i < 600; i++) {
       if ((await fetch(url + '/healthz').catch(() => ({ status: 0 }))).status === 200) return;
@@ -91,7 +93,7 @@ async function startCluster(bindir, dir) {
     '--peers', peers, '--partitions', '0']);
   await healthy(n1.url);
   const brokers = (await (await fetch(n1.url + '/api/v1/brokers')).json()).brokers;
-  const n2 = await startDaemon(bindir, dirs[1], ['--http', `127.0.0.1:${ports[1]}`, '--brokers', brokers,
+  const n2 = await startDaemon(bindir, dirs[1], ['--config', peerConf, '--http', `127.0.0.1:${ports[1]}`, '--brokers', brokers,
     '--peers', peers, '--partitions', '1']);
   await healthy(n2.url);
   return [n1, n2];
