@@ -277,8 +277,9 @@ int cp_spool_list(int dfd, cp_spool_entry *out, size_t cap, size_t *n, cp_err *e
             if (now.tv_sec - st.st_mtim.tv_sec > 60) unlinkat(dfd, de->d_name, 0);
             continue;
         }
+        /* a slot name is 8 bytes (slot_name), the entry's name holds 16 */
         if (*n < cap) {
-            snprintf(out[*n].name, sizeof(out[*n].name), "%s", de->d_name);
+            memcpy(out[*n].name, de->d_name, 9);
             out[*n].mtime_ns = mt;
             (*n)++;
         } else {
@@ -287,7 +288,7 @@ int cp_spool_list(int dfd, cp_spool_entry *out, size_t cap, size_t *n, cp_err *e
             for (size_t i = 1; i < cap; i++)
                 if (out[i].mtime_ns > out[newest].mtime_ns) newest = i;
             if (cap && mt < out[newest].mtime_ns) {
-                snprintf(out[newest].name, sizeof(out[newest].name), "%s", de->d_name);
+                memcpy(out[newest].name, de->d_name, 9);
                 out[newest].mtime_ns = mt;
             }
         }

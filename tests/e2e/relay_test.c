@@ -30,7 +30,7 @@ static void daemon_start(proc *p, const char *dir, int port, int n, const char *
 /* Files waiting in the spool of relay directory rdir. */
 static int spool_files(const char *rdir)
 {
-    char path[600];
+    char path[700];
     snprintf(path, sizeof path, "%s/spool", rdir);
     DIR *d = opendir(path);
     if (!d) return -1;
