@@ -1599,3 +1599,56 @@ int cp_pprof_encode(const cp_profile *p, int gzip_level, cp_buf *out)
     out->len += size;
     return 0;
 }
+
+/* ------------------------------------------------------------------------------------
+ * Peeking */
+
+int cp_pprof_peek_time(const uint8_t *buf, size_t len, int64_t *out)
+{
+    *out = 0;
+    cp_buf plain = {0};
+    if (cp_is_gzip(buf, len)) {
+        int rc = cp_gunzip(buf, len, (size_t)64 << 20, &plain, NULL);
+        if (rc) {
+            cp_buf_close(&plain);
+            return rc;
+        }
+        buf = plain.data;
+        len = plain.len;
+    }
+    rd r = {buf, buf + len};
+    int rc = 0;
+    while (r.p < r.end && !rc) {
+        uint64_t key, v;
+        if (rd_varint(&r, &key)) {
+            rc = CP_EPPROF;
+            break;
+        }
+        switch (key & 7) {
+        case 0:
+            if (rd_varint(&r, &v))
+                rc = CP_EPPROF;
+            else if (key >> 3 == 9)
+                *out = (int64_t)v;
+            break;
+        case 1:
+            if (r.end - r.p < 8) rc = CP_EPPROF;
+            r.p += 8;
+            break;
+        case 2:
+            if (rd_varint(&r, &v) || v > (uint64_t)(r.end - r.p))
+                rc = CP_EPPROF;
+            else
+                r.p += v;
+            break;
+        case 5:
+            if (r.end - r.p < 4) rc = CP_EPPROF;
+            r.p += 4;
+            break;
+        default:
+            rc = CP_EPPROF;
+        }
+    }
+    cp_buf_close(&plain);
+    return rc;
+}

@@ -2,7 +2,7 @@
  * leaking or reading out of bounds; what it accepts must re-encode, decode again to the
  * same shape, and merge with itself. With lazy ids and locations it must accept exactly
  * the same inputs once every lazy sample's ids and lazy location are decoded, and give the
- * same ids and locations. */
+ * same ids and locations; the time field it peeks without decoding must be the decoded one. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +68,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cp_err err;
     int rc = cp_pprof_decode(data, size, &lim, &p, &err);
     lazy_agrees(data, size, &lim, rc == 0 ? p : NULL);
+    /* the time field peeked without decoding (contprof import's order) is the decoder's */
+    int64_t t = 0;
+    int prc = cp_pprof_peek_time(data, size, &t);
+    if (rc == 0 && prc == 0 && t != p->time_nanos) abort();
     if (rc != 0) return 0;
     cp_buf b = {0};
     if (cp_pprof_encode(p, 0, &b) == 0) {
