@@ -8,7 +8,7 @@
 #include "test.h"
 #include "util.h"
 
-static char g_dir[] = "/tmp/cp_heapsnap_XXXXXX";
+static char g_dir[64] = "/tmp/cp_heapsnap_XXXXXX";
 
 /* Parses text[0..len) fed in chunks of chunk bytes into a new profile (*out, NULL on error). */
 static int parse(const char *text, size_t len, size_t chunk, const cp_heapsnap_limits *lim,
@@ -84,6 +84,7 @@ static char *read_all(const char *path, size_t *len)
     fseek(f, 0, SEEK_SET);
     char *b = malloc((size_t)n + 1);
     CHECK(b && fread(b, 1, (size_t)n, f) == (size_t)n);
+    b[n] = 0;
     fclose(f);
     *len = (size_t)n;
     return b;
@@ -136,6 +137,36 @@ TEST(node_module_table_under_its_variable)
     free(text);
 }
 
+/* `contprof merge` reads a snapshot file as a retainer profile: folded and top. */
+TEST(contprof_merge_reads_snapshots)
+{
+    CHECK(mkdtemp(g_dir));
+    char cmd[2400], file[300], out[300];
+    snprintf(file, sizeof(file), "%s/hoard.heapsnapshot", g_dir);
+    snprintf(out, sizeof(out), "%s/folded", g_dir);
+    snprintf(cmd, sizeof(cmd),
+             "%s --expose-gc %s %s >/dev/null && %s merge --format folded %s > %s", CP_NODE,
+             CP_HOARD_JS, file, CP_CONTPROF, file, out);
+    CHECK(system(cmd) == 0);
+    size_t len;
+    char *text = read_all(out, &len);
+    /* "hoard.js;HOARD: Array;Object;name: (string) BYTES" with 100,000 strings' bytes */
+    const char *line = strstr(text, "hoard.js;HOARD: Array;Object;name: (string) ");
+    CHECK(line);
+    CHECK(atoll(line + strlen("hoard.js;HOARD: Array;Object;name: (string) ")) > 1000000);
+    free(text);
+    /* a damaged file: the error names the file and the byte */
+    snprintf(cmd, sizeof(cmd), "head -c 100000 %s > %s.cut && %s merge %s.cut 2> %s", file, file,
+             CP_CONTPROF, file, out);
+    CHECK(system(cmd) != 0);
+    text = read_all(out, &len);
+    printf("%s", text);
+    CHECK(strstr(text, ".cut: heap snapshot: truncated at byte 100000"));
+    free(text);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
+    CHECK(system(cmd) == 0);
+}
+
 TEST(any_chunking_gives_the_same_profile)
 {
     size_t len;
@@ -173,8 +204,9 @@ static char *snap(const char *nodes, const char *edges, const char *strings)
         "\"trace_function_count\":0},\n";
     size_t n = strlen(meta) + strlen(nodes) + strlen(edges) + strlen(strings) + 200;
     char *t = malloc(n);
-    snprintf(t, n, "%s\"nodes\":[%s],\n\"edges\":[%s],\"trace_tree\":[[1,[2,[3]]]],"
-                   "\"samples\":[],\"strings\":[%s]}",
+    snprintf(t, n,
+             "%s\"nodes\":[%s],\n\"edges\":[%s],\"trace_tree\":[[1,[2,[3]]]],"
+             "\"samples\":[],\"strings\":[%s]}",
              meta, nodes, edges, strings);
     return t;
 }
@@ -284,8 +316,8 @@ TEST(hostile_snapshots_refused_by_name)
     char *t = snap("9,0,1,0,0", "", "\"\"");
     const char *claim = "\"trace_function_count\":0}";
     char *at = strstr(t, claim), big[8192];
-    snprintf(big, sizeof(big), "%.*s\"node_count\":4000000000,\"edge_count\":1,%s",
-             (int)(at - t), t, at);
+    snprintf(big, sizeof(big), "%.*s\"node_count\":4000000000,\"edge_count\":1,%s", (int)(at - t),
+             t, at);
     refused(big, strlen(big), NULL, CP_ELIMIT, "its claimed graph would hold");
     free(t);
     t = snap("9,0,1,0,1", "2,0,50", "\"\"");
@@ -330,4 +362,4 @@ TEST(escaped_names)
 
 TEST_MAIN(T(node_module_table_under_its_variable), T(any_chunking_gives_the_same_profile),
           T(known_graph_exact_paths), T(deep_and_wide_are_bounded),
-          T(hostile_snapshots_refused_by_name), T(escaped_names))
+          T(hostile_snapshots_refused_by_name), T(escaped_names), T(contprof_merge_reads_snapshots))
