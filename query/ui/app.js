@@ -8,6 +8,7 @@
   const DEFAULTS = {
     type: 'cpu', sample_type: '', select: '', from: '-1h', to: 'now', span: '6h', diff: '',
     base_select: '', base_from: '', base_to: '', zoom: '', search: '', sort: 'self', dir: 'desc',
+    sandwich: '', lang: '', collapse: '',
   };
   const SPANS = { '1h': 3600, '6h': 21600, '24h': 86400, '7d': 604800 };
   const TARGET = '#ea580c', BASE = '#2563eb';
@@ -16,6 +17,7 @@
   let labelNames = [];
   let loaded = null;   // {from, to, base_from, base_to} of the profile on screen, unix seconds
   let loadSeq = 0;
+  let lastJson = null; // the API's answer on screen, before the drawing toggles
 
   // ---- state <-> URL ------------------------------------------------------------------
 
@@ -91,6 +93,8 @@
     $('baseselect').placeholder = state.select || 'same as target';
     $('search').value = state.search;
     $('diff').checked = !!state.diff;
+    $('lang').checked = !!state.lang;
+    $('collapse').checked = !!state.collapse;
     $('diffcontrols').hidden = !state.diff;
     for (const [box, key] of [['pickers', 'select'], ['basepickers', 'base_select']]) {
       const eq = cp.parseEq(currentSelect(key));
@@ -172,6 +176,48 @@
       crumbs();
       writeURL();
     },
+    sandwich(i) { openSandwich(flame.name[i]); },
+  });
+
+  // ---- sandwich: a function's callers above, its callees below ---------------------------
+
+  const swCallers = new cp.Flame($('swcallers'), $('swtip1'), { sandwich(i) { openSandwich(swCallers.name[i]); } }, true);
+  const swCallees = new cp.Flame($('swcallees'), $('swtip2'), { sandwich(i) { openSandwich(swCallees.name[i]); } });
+
+  function openSandwich(name) {
+    if (!name || name === flame.name[0]) return;
+    state.sandwich = name;
+    writeURL();
+    drawSandwich(true);
+  }
+
+  // Draws the sandwich of state.sandwich from the flamegraph's arrays (hidden when unset).
+  function drawSandwich(scroll) {
+    const box = $('sandwichbox');
+    box.hidden = !state.sandwich || !flame.n;
+    if (box.hidden) return;
+    const t0 = performance.now();
+    const s = cp.views.sandwich(flame, state.sandwich);
+    swCallers.setData(s.callers);
+    swCallees.setData(s.callees);
+    box.dataset.ms = (performance.now() - t0).toFixed(2);
+    $('swname').textContent = state.sandwich;
+    $('swtotal').textContent = s.total
+      ? `total ${cp.fmt(s.total, flame.unit)} (${cp.pct(s.total, flame.total[0])}) · self ${cp.fmt(s.self, flame.unit)} (${cp.pct(s.self, flame.total[0])})`
+      : 'not in this profile';
+    box.dataset.total = String(s.total);
+    if (scroll) box.scrollIntoView({ block: 'nearest' });
+  }
+
+  $('swclose').addEventListener('click', () => {
+    state.sandwich = '';
+    writeURL();
+    drawSandwich();
+  });
+  $('sandwichbtn').addEventListener('click', () => {
+    const i = flame.sel > 0 ? flame.sel : flame.zoom;
+    if (i > 0) openSandwich(flame.name[i]);
+    else status('Select a frame first (click, or arrow keys in the flamegraph), then Sandwich.', true);
   });
 
   const table = new cp.Table($('table'), {
@@ -185,6 +231,7 @@
       flame.zoomTo(i);
       $('flame').scrollIntoView({ block: 'nearest' });
     },
+    sandwich(name) { openSandwich(name); },
     sort(key, dir) {
       state.sort = key;
       state.dir = dir > 0 ? 'asc' : 'desc';
@@ -286,13 +333,8 @@
       const json = await cp.get(path, q);
       if (seq !== loadSeq) return;
       const fetched = performance.now() - t0;
-      flame.setData(json);
-      const z = state.zoom ? flame.findPath(state.zoom.split(';')) : 0;
-      if (z) flame.zoomTo(z, true);
-      crumbs();
-      applySearch();
-      table.setSort(state.sort, state.dir === 'asc' ? 1 : -1);
-      table.setData(flame);
+      lastJson = json;
+      show();
       const u = flame.unit;
       let msg = `Total ${cp.fmt(json.total, u)}`;
       if (flame.diff) msg += ` (base ${cp.fmt(json.base_total, u)})`;
@@ -308,7 +350,29 @@
     }
   }
 
+  // Draws lastJson through the drawing toggles: flamegraph (zoom path kept), search, table,
+  // sandwich.
+  function show() {
+    if (!lastJson) return;
+    flame.setData(cp.views.transform(lastJson, { lang: !!state.lang, collapse: !!state.collapse }));
+    const z = state.zoom ? flame.findPath(state.zoom.split(';')) : 0;
+    if (z) flame.zoomTo(z, true);
+    crumbs();
+    applySearch();
+    table.setSort(state.sort, state.dir === 'asc' ? 1 : -1);
+    table.setData(flame);
+    drawSandwich();
+  }
+
   // ---- controls -------------------------------------------------------------------------
+
+  for (const key of ['lang', 'collapse']) {
+    $(key).addEventListener('change', () => {
+      state[key] = $(key).checked ? '1' : '';
+      writeURL();
+      show();
+    });
+  }
 
   $('type').addEventListener('change', () => {
     state.type = $('type').value;
@@ -400,11 +464,11 @@
   let resizeTimer = 0;
   window.addEventListener('resize', () => {
     clearTimeout(resizeTimer);
-    resizeTimer = setTimeout(() => { timeline.resize(); if (flame.n) flame.resize(); }, 100);
+    resizeTimer = setTimeout(() => { timeline.resize(); if (flame.n) flame.resize(); if (swCallers.n) { swCallers.resize(); swCallees.resize(); } }, 100);
   });
 
   // Tests and benchmarks reach the parts through here.
-  cp.app = { state, flame, table, timeline, reload };
+  cp.app = { state, flame, table, timeline, reload, swCallers, swCallees, openSandwich };
 
   readURL();
   syncInputs();

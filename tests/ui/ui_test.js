@@ -28,6 +28,15 @@ const V10 = {   // version 1.0, per 10 s window (ns)
   'main;runtime.gcBgMarkWorker': 1.5 * G,
 };
 const V11 = { ...V10, 'main;http.serve;shop.handleSearch;regexp.Match': 4 * G }; // regexp got slower
+// A Worker's mixed stacks as the agent's perf-map path gives them: workerd's and libc's
+// native frames (NAME@M: mapped) around the JS frames (no mapping).
+const MIXED = {
+  'start_thread@2;workerd::main@1;kj::run@1;v8::Function::Call@1;fetchHandler;JSON.stringify': 3 * G,
+  'start_thread@2;workerd::main@1;kj::run@1;v8::Function::Call@1;fetchHandler;render;v8::Object::Get@1;memcpy@2': 2 * G,
+  'start_thread@2;workerd::main@1;kj::poll@1': 1 * G,
+};
+const MIXED_MAPS = [{ file: '/usr/bin/workerd', start: 0x555500000000, limit: 0x555508000000, offset: 0 },
+                    { file: '/usr/lib/x86_64-linux-gnu/libc.so.6', start: 0x7f0000028000, limit: 0x7f00001bd000, offset: 0x28000 }];
 const sum = o => Object.values(o).reduce((a, b) => a + b, 0);
 
 const results = [];
@@ -68,10 +77,12 @@ async function main() {
     };
     const fleet = [fleetProc(0x555555554000, 0x7f0000000000), fleetProc(0x563200000000, 0x7fcc00000000)];
     fleet.forEach((f, i) => h.importCpu(bindir, dir, d.url, f.folded, { service: 'fleet', version: String(i) }, now - 500, f.mappings));
+    h.importCpu(bindir, dir, d.url, MIXED, { service: 'mixed', version: '1' }, now - 400, MIXED_MAPS);
     await h.waitTotal(d.url, '{service="shop",version="1.0"}', now - 3600, now, 3 * sum(V10));
     await h.waitTotal(d.url, '{service="shop",version="1.1"}', now - 3600, now, 3 * sum(V11));
     await h.waitTotal(d.url, '{service="big"}', now - 3600, now, sum(big));
     await h.waitTotal(d.url, '{service="fleet"}', now - 3600, now, 4 * G);
+    await h.waitTotal(d.url, '{service="mixed"}', now - 3600, now, sum(MIXED));
 
     ctx = await h.launch(dir);
     const page = await ctx.newPage();
@@ -104,7 +115,7 @@ async function main() {
       await page.goto(d.url + '/');
       await page.waitForFunction(() => document.body.dataset.ready === '1');
       const opts = await page.$$eval('#pickers select[data-label=service] option', o => o.map(x => x.value));
-      assert.deepEqual(opts, ['', 'big', 'fleet', 'shop']);
+      assert.deepEqual(opts, ['', 'big', 'fleet', 'mixed', 'shop']);
       assert.match(await page.textContent('#window'), /\(1 h\)/);
       // All data of the hour: every service.
       assert.match(await status(), /^Total /);
@@ -216,6 +227,66 @@ async function main() {
       await page.click('#crumbs button.reset');
       await page.fill('#search', '');
       await page.waitForFunction(() => cp.app.flame.zoom === 0 && !document.getElementById('matches').textContent);
+    });
+
+    // [depth, name, total] of a flamegraph's frames in preorder.
+    const treeOf = which => page.evaluate(w => {
+      const f = cp.app[w], out = [];
+      for (let i = 0; i < f.n; i++) out.push([f.depth[i], f.name[i], f.total[i]]);
+      return out;
+    }, which);
+
+    await step('sandwich: callers above, callees below, from the flamegraph and the table', async () => {
+      // json.Marshal, a leaf reached from two handlers: shift+click opens its sandwich
+      const r = await rectOf('json.Marshal');
+      await page.keyboard.down('Shift');
+      await page.mouse.click(r.x, r.y);
+      await page.keyboard.up('Shift');
+      await page.waitForSelector('#sandwichbox:not([hidden])');
+      assert.equal(await page.textContent('#swname'), 'json.Marshal');
+      assert.match(page.url(), /sandwich=json\.Marshal/);
+      assert.equal(await page.evaluate(() => cp.app.flame.zoom), 0, 'shift+click does not zoom');
+      assert.deepEqual(await treeOf('swCallers'), [[0, 'json.Marshal', 16.5 * G],
+        [1, 'shop.handleOrder', 12 * G], [2, 'http.serve', 12 * G], [3, 'main', 12 * G],
+        [1, 'shop.handleSearch', 4.5 * G], [2, 'http.serve', 4.5 * G], [3, 'main', 4.5 * G]]);
+      assert.deepEqual(await treeOf('swCallees'), [[0, 'json.Marshal', 16.5 * G]]);
+      assert.equal(await page.textContent('#swtotal'), 'total 16.5s (55.0%) · self 16.5s (55.0%)');
+      // callers drawn upwards (the function's row at the bottom), at their share of it
+      const geo = await page.evaluate(() => {
+        const f = cp.app.swCallers;
+        return { root: f.rect(0), order: f.rect(1), main: f.rect(3), w: f.cssW, flameW: cp.app.flame.cssW };
+      });
+      assert.ok(geo.order.y < geo.root.y && geo.main.y < geo.order.y, JSON.stringify(geo));
+      assert.ok(Math.abs(geo.order.w / geo.w - 12 / 16.5) < 0.01, `handleOrder ${geo.order.w} of ${geo.w}`);
+      await page.mouse.move(1, 1);
+      await shot('8-sandwich-flame');
+      // from the table's row: shop.handleSearch, a caller of two functions
+      await page.click('#table tbody tr[data-name="shop.handleSearch"] button.sw');
+      await page.waitForFunction(() => document.getElementById('swname').textContent === 'shop.handleSearch');
+      assert.deepEqual(await treeOf('swCallers'), [[0, 'shop.handleSearch', 7.5 * G], [1, 'http.serve', 7.5 * G], [2, 'main', 7.5 * G]]);
+      assert.deepEqual(await treeOf('swCallees'), [[0, 'shop.handleSearch', 7.5 * G],
+        [1, 'json.Marshal', 4.5 * G], [1, 'regexp.Match', 3 * G]]);
+      assert.equal(await page.evaluate(() => cp.app.flame.zoom), 0, 'the sandwich button does not focus the row');
+      await shot('9-sandwich-table');
+      // in a callee flame, shift+click re-centres the sandwich on that function
+      const c = await page.evaluate(() => {
+        const f = cp.app.swCallees, r = f.rect(f.heaviest('regexp.Match')), b = f.canvas.getBoundingClientRect();
+        return { x: b.left + r.x + r.w / 2, y: b.top + r.y + 8 };
+      });
+      await page.keyboard.down('Shift');
+      await page.mouse.click(c.x, c.y);
+      await page.keyboard.up('Shift');
+      await page.waitForFunction(() => document.getElementById('swname').textContent === 'regexp.Match');
+      // the URL reopens it
+      const p2 = await ctx.newPage();
+      await p2.goto(page.url());
+      await p2.waitForFunction(() => document.body.dataset.ready === '1');
+      assert.equal(await p2.isVisible('#sandwichbox'), true);
+      assert.equal(await p2.textContent('#swname'), 'regexp.Match');
+      await p2.close();
+      await page.click('#swclose');
+      assert.equal(await page.isVisible('#sandwichbox'), false);
+      assert.doesNotMatch(page.url(), /sandwich=/);
     });
 
     await step('download is a valid pprof of what is shown', async () => {
@@ -354,6 +425,55 @@ async function main() {
       assert.deepEqual(f, [[1, 'libc.so.6+0x1098eb', 4 * G], [2, 'libc.so.6+0x891f4', 4 * G],
                            [3, 'fleet_work+0x12ba', 4 * G]]);
       await shot('fleet');
+    });
+
+    await step('language frames only and collapse modules change the drawing, kept in the URL', async () => {
+      const url = d.url + `/?select=${encodeURIComponent('{service="mixed"}')}&from=${now - 3600}&to=${now}`;
+      await page.goto(url);
+      await page.waitForFunction(() => document.body.dataset.ready === '1');
+      const frames = () => page.evaluate(() => {
+        const f = cp.app.flame, out = [];
+        for (let i = 1; i < f.n; i++) out.push([f.depth[i], f.name[i], f.total[i] / 1e9, f.module[i]]);
+        return out;
+      });
+      const stored = await frames();
+      assert.equal(stored.length, 10);
+      assert.deepEqual(stored.slice(0, 5), [[1, 'start_thread', 6, 'libc.so.6'], [2, 'workerd::main', 6, 'workerd'],
+        [3, 'kj::poll', 1, 'workerd'], [3, 'kj::run', 5, 'workerd'], [4, 'v8::Function::Call', 5, 'workerd']]);
+      await shot('10-mixed-stored');
+      await page.check('#lang');
+      assert.match(page.url(), /lang=1/);
+      assert.deepEqual(await frames(), [[1, 'fetchHandler', 5, ''], [2, 'JSON.stringify', 3, ''], [2, 'render', 2, '']]);
+      assert.equal(await page.evaluate(() => cp.app.flame.total[0]), sum(MIXED), 'the total is kept');
+      // native time goes to the language frame that called it: render's self is its callees'
+      const render = await page.$$eval('#table tbody tr[data-name="render"] td', t => t.map(x => x.textContent));
+      assert.match(render[1], /^2\.00s33\.3%$/);
+      await shot('11-language-only');
+      await page.uncheck('#lang');
+      await page.check('#collapse');
+      assert.match(page.url(), /collapse=1/);
+      assert.doesNotMatch(page.url(), /lang=/);
+      assert.deepEqual(await frames(), [[1, 'libc.so.6', 6, 'libc.so.6'], [2, 'workerd', 6, 'workerd'],
+        [3, 'fetchHandler', 5, ''], [4, 'JSON.stringify', 3, ''], [4, 'render', 2, ''],
+        [5, 'workerd', 2, 'workerd'], [6, 'libc.so.6', 2, 'libc.so.6']]);
+      await shot('12-collapse-modules');
+      // both: the same as language frames only
+      await page.check('#lang');
+      assert.deepEqual((await frames()).map(x => x[1]), ['fetchHandler', 'JSON.stringify', 'render']);
+      // a shared URL draws the same; the API's answer (the stored data) is untouched
+      const p2 = await ctx.newPage();
+      await p2.goto(page.url());
+      await p2.waitForFunction(() => document.body.dataset.ready === '1');
+      assert.equal(await p2.evaluate(() => cp.app.flame.n), 4);
+      assert.equal(await p2.isChecked('#lang'), true);
+      assert.equal(await p2.isChecked('#collapse'), true);
+      await p2.close();
+      const api = await (await fetch(d.url + '/api/v1/profile?' + new URLSearchParams({ select: '{service="mixed"}', from: String(now - 3600), to: String(now), format: 'json' }))).json();
+      assert.equal(api.nodes, 10);
+      await page.uncheck('#lang');
+      await page.uncheck('#collapse');
+      assert.equal(await page.evaluate(() => cp.app.flame.n), 11);
+      assert.doesNotMatch(page.url(), /lang=|collapse=/);
     });
 
     await step('Capture: starts a capture of the selection, shows progress, then its flamegraph and download', async () => {
