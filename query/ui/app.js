@@ -275,10 +275,13 @@
   }
 
   let searchTimer = 0;
-  $('search').addEventListener('input', () => {
-    clearTimeout(searchTimer);
-    searchTimer = setTimeout(() => { state.search = $('search').value; applySearch(); writeURL(); }, 120);
-  });
+  // 'search': chromium's Escape empties a search field without an 'input' event.
+  for (const ev of ['input', 'search']) {
+    $('search').addEventListener(ev, () => {
+      clearTimeout(searchTimer);
+      searchTimer = setTimeout(() => { state.search = $('search').value; applySearch(); writeURL(); }, 120);
+    });
+  }
 
   // ---- loading --------------------------------------------------------------------------
 
@@ -460,6 +463,26 @@
   }
   $('capture').addEventListener('click', () => capture());
   $('capturedownload').addEventListener('click', e => { e.preventDefault(); $('download').click(); });
+
+  // Page keys (not while typing): / search, Escape zoom out one level, r reset the zoom.
+  // Escape in the search field leaves it; canvases handle their own Escape.
+  document.addEventListener('keydown', e => {
+    if (e.ctrlKey || e.metaKey || e.altKey || e.defaultPrevented) return;
+    const t = e.target;
+    if (t.closest && t.closest('input, select, textarea, dialog')) {
+      if (e.key === 'Escape' && t.id === 'search') t.blur();
+      return;
+    }
+    if (e.key === '/') {
+      e.preventDefault();
+      $('search').focus();
+      $('search').select();
+    } else if (e.key === 'Escape' && t.tagName !== 'CANVAS') {
+      if (flame.zoom > 0) flame.zoomTo(Math.max(0, flame.parent[flame.zoom]));
+    } else if (e.key === 'r' || e.key === 'R') {
+      if (flame.n) flame.zoomTo(0);
+    }
+  });
 
   let resizeTimer = 0;
   window.addEventListener('resize', () => {

@@ -289,6 +289,40 @@ async function main() {
       assert.doesNotMatch(page.url(), /sandwich=/);
     });
 
+    await step('layout: flamegraph and table take the page width, names whole; keys / Escape r', async () => {
+      const g = await page.evaluate(() => {
+        const w = document.documentElement.clientWidth;
+        const fl = document.getElementById('flame').getBoundingClientRect();
+        const tb = document.getElementById('table').getBoundingClientRect();
+        const cut = [...document.querySelectorAll('#table td.fn')].filter(td => td.scrollWidth > td.clientWidth).map(td => td.textContent);
+        return { w, flame: fl.width, table: tb.width, cut, scroll: document.documentElement.scrollWidth };
+      });
+      assert.ok(g.flame >= g.w - 40 && g.table >= g.w - 40, JSON.stringify(g));
+      assert.equal(g.scroll, g.w, 'nothing wider than the page');
+      assert.deepEqual(g.cut, [], 'names cut in the table');
+      await page.mouse.click(5, 5); // the page, not a control
+      await page.keyboard.press('/');
+      assert.equal(await page.evaluate(() => document.activeElement.id), 'search');
+      await page.keyboard.type('regexp');
+      await page.waitForFunction(() => document.getElementById('matches').textContent !== '');
+      await page.keyboard.press('Escape');
+      assert.notEqual(await page.evaluate(() => document.activeElement.id), 'search');
+      await page.fill('#search', '');
+      await page.waitForFunction(() => !document.getElementById('matches').textContent);
+      const r = await rectOf('regexp.Match');
+      await page.mouse.click(r.x, r.y);
+      await page.waitForFunction(() => cp.app.flame.name[cp.app.flame.zoom] === 'regexp.Match');
+      await page.waitForTimeout(250);
+      await page.mouse.click(5, 5);
+      await page.keyboard.press('Escape');
+      await page.waitForFunction(() => cp.app.flame.name[cp.app.flame.zoom] === 'shop.handleSearch');
+      await page.waitForTimeout(250);
+      await page.keyboard.press('r');
+      await page.waitForFunction(() => cp.app.flame.zoom === 0);
+      await page.waitForTimeout(250);
+      await shot('8c-layout');
+    });
+
     await step('download is a valid pprof of what is shown', async () => {
       const [dl] = await Promise.all([page.waitForEvent('download'), page.click('#download')]);
       const file = path.join(artifacts, 'download.pb.gz');
