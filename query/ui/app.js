@@ -87,6 +87,7 @@
   // Puts the state into the form controls.
   function syncInputs() {
     $('type').value = state.type;
+    captureRateField();
     $('span').value = state.span;
     $('select').value = state.select;
     $('baseselect').value = state.base_select;
@@ -419,10 +420,13 @@
     const box = $('capturebox'), text = $('capturetext');
     box.hidden = false;
     $('capturedownload').hidden = true;
+    $('capturecompare').hidden = true;
     const type = state.type === 'alloc' ? 'alloc' : 'cpu';
+    const q = { select: state.select, type, duration: $('capdur').value.trim() };
+    q[type === 'alloc' ? 'alloc_rate' : 'hz'] = $('caprate').value.trim(); // '': the server's default
     let cap;
     try {
-      cap = await cp.get('api/v1/captures', { select: state.select, type, duration: $('capdur').value.trim() }, false, 'POST');
+      cap = await cp.get('api/v1/captures', q, false, 'POST');
     } catch (e) {
       text.textContent = 'Capture refused: ' + e.message;
       box.className = 'error';
@@ -448,7 +452,8 @@
     $('capture').disabled = false;
     const bad = (c.isolates || []).filter(i => !i.ok)
       .map(i => '{' + Object.entries(i.labels).map(([k, v]) => `${k}="${v}"`).join(',') + '}: ' + (i.reason || 'not reached'));
-    text.textContent = `Capture ${cap.id} ${c.state}: ${(c.isolates || []).length} isolate(s) matched` +
+    const rate = type === 'alloc' ? `one sample per ${cp.fmt(cap.alloc_rate, 'bytes')}` : `${cap.hz} Hz`;
+    text.textContent = `Capture ${cap.id} ${c.state} (${rate}): ${(c.isolates || []).length} isolate(s) matched` +
       (!(c.isolates || []).length ? ' (the selector matched nothing)' : c.complete ? ', every one whole at the rate asked.' : '; ' + bad.join('; '));
     box.dataset.id = cap.id;
     box.dataset.complete = c.complete ? '1' : '0';
@@ -459,9 +464,21 @@
     state.diff = '';
     state.zoom = '';
     $('capturedownload').hidden = false;
+    // The diff of the capture against the always-on series its selector names, same minutes.
+    const cmp = new URLSearchParams({ type, select: state.select, from: state.from, to: state.to, diff: '1',
+      base_select: cap.select, base_from: state.from, base_to: state.to });
+    $('capturecompare').href = location.pathname + '?' + cmp;
+    $('capturecompare').hidden = false;
     await reload();
   }
   $('capture').addEventListener('click', () => capture());
+  // The rate field: Hz for CPU, bytes between samples for allocations.
+  function captureRateField() {
+    const alloc = state.type === 'alloc';
+    $('caprateword').textContent = alloc ? 'every' : 'at';
+    $('caprateunit').textContent = alloc ? 'bytes' : 'Hz';
+    $('caprate').placeholder = alloc ? '4096' : '1000';
+  }
   $('capturedownload').addEventListener('click', e => { e.preventDefault(); $('download').click(); });
 
   // Page keys (not while typing): / search, Escape zoom out one level, r reset the zoom.

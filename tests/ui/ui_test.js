@@ -514,6 +514,8 @@ async function main() {
       await page.goto(d.url + `/?select=${encodeURIComponent('{service="shop",version="1.0"}')}&from=${now - 3600}&to=${now}`);
       await page.waitForFunction(() => document.body.dataset.ready === '1');
       await page.fill('#capdur', '3s');
+      assert.equal(await page.textContent('#caprateunit'), 'Hz');
+      await page.fill('#caprate', '250');
       const [res] = await Promise.all([
         page.waitForResponse(r => r.url().includes('/api/v1/captures') && r.request().method() === 'POST'),
         page.click('#capture'),
@@ -523,9 +525,14 @@ async function main() {
       assert.equal(cap.select, '{service="shop",version="1.0"}');
       assert.equal(cap.type, 'cpu');
       assert.equal(cap.end_ns - cap.start_ns, 3e9);
+      assert.equal(cap.hz, 250, 'the rate asked');
+      assert.match(res.url(), /[?&]hz=250(&|$)/);
       // the agent's side: one boosted window of the captured isolate, labelled capture=ID
       const CAP = { 'main;http.serve;shop.handleOrder;json.Marshal': 0.75 * G, 'main;runtime.gcBgMarkWorker': 0.25 * G };
       h.importCpu(bindir, dir, d.url, CAP, { service: 'shop', version: '1.0', capture: cap.id }, Math.ceil(cap.start_ns / 1e9));
+      // and its always-on window of the same minutes, at the always-on rate
+      const ON = { 'main;http.serve;shop.handleOrder;json.Marshal': 0.02 * G, 'main;http.serve;shop.handleOrder;db.Query': 0.02 * G };
+      h.importCpu(bindir, dir, d.url, ON, { service: 'shop', version: '1.0' }, Math.ceil(cap.start_ns / 1e9));
       await page.waitForFunction(() => /Capture \S+: \d+ of 3 s · 1 isolate · /.test(document.getElementById('capturetext').textContent), null, { timeout: 10000 });
       await shot('capture-progress');
       await page.waitForFunction(id => document.getElementById('capturebox').dataset.id === id && document.body.dataset.loaded, cap.id, { timeout: 20000 });
@@ -535,7 +542,26 @@ async function main() {
       assert.equal(await page.evaluate(() => cp.app.flame.total[cp.app.flame.heaviest('json.Marshal')]), 0.75 * G);
       // imported windows do not say the rate they ran at: the verdict says so
       assert.match(await page.textContent('#capturetext'), /1 isolate\(s\) matched; .*do not say the rate/);
+      assert.match(await page.textContent('#capturetext'), /\(250 Hz\)/);
       await shot('capture-done');
+      // compare with always-on: the capture (target) against the selector's always-on
+      // series over the same minutes (base)
+      assert.equal(await page.isVisible('#capturecompare'), true);
+      const cmpUrl = await page.$eval('#capturecompare', a => a.href);
+      const p4 = await ctx.newPage();
+      p4.on('pageerror', e => errors.push(String(e)));
+      await p4.goto(cmpUrl);
+      await p4.waitForFunction(() => document.body.dataset.ready === '1');
+      assert.equal(await p4.inputValue('#select'), `{capture="${cap.id}"}`);
+      assert.equal(await p4.inputValue('#baseselect'), '{service="shop",version="1.0"}');
+      assert.equal(await p4.isChecked('#diff'), true);
+      const cmp = await p4.evaluate(() => {
+        const f = cp.app.flame;
+        return { diff: f.diff, total: f.total[0], base: f.baseRoot, db: f.btotal[f.heaviest('db.Query')], gc: f.total[f.heaviest('runtime.gcBgMarkWorker')] };
+      });
+      assert.deepEqual(cmp, { diff: true, total: sum(CAP), base: sum(ON), db: 0.02 * G, gc: 0.25 * G });
+      await p4.screenshot({ path: path.join(artifacts, 'capture-compare.png'), fullPage: true });
+      await p4.close();
       const [dl] = await Promise.all([page.waitForEvent('download'), page.click('#capturedownload')]);
       const file = path.join(artifacts, 'capture.pb.gz');
       await dl.saveAs(file);
@@ -543,7 +569,7 @@ async function main() {
       assert.equal(p.samples.reduce((a, s) => a + s.values[1], 0), sum(CAP));
       // the always-on view is unchanged by the capture
       const r = await fetch(d.url + '/api/v1/profile?' + new URLSearchParams({ select: '{service="shop",version="1.0"}', from: String(now - 3600), to: String(now + 60), format: 'json', max_nodes: '1' }));
-      assert.equal((await r.json()).total, 3 * sum(V10));
+      assert.equal((await r.json()).total, 3 * sum(V10) + sum(ON), 'the capture\'s window is in no always-on answer');
       // a capture over a limit: the refusal is shown
       const nerr = errors.length;
       await page.evaluate(() => { cp.app.state.select = '{service="shop"}'; });
