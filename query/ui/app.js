@@ -8,7 +8,7 @@
   const DEFAULTS = {
     type: 'cpu', sample_type: '', select: '', from: '-1h', to: 'now', span: '6h', diff: '',
     base_select: '', base_from: '', base_to: '', zoom: '', search: '', sort: 'self', dir: 'desc',
-    sandwich: '', lang: '', collapse: '',
+    sandwich: '', lang: '', collapse: '', group: '',
   };
   const SPANS = { '1h': 3600, '6h': 21600, '24h': 86400, '7d': 604800 };
   const TARGET = '#ea580c', BASE = '#2563eb';
@@ -54,6 +54,9 @@
       try { values[n] = (await cp.get('api/v1/labels/' + encodeURIComponent(n) + '/values')).values || []; }
       catch (e) { values[n] = []; }
     }));
+    const gb = $('groupby');
+    gb.length = 1;
+    for (const n of labelNames) gb.add(new Option(n, n));
     buildPickers($('pickers'), values, 'select');
     buildPickers($('basepickers'), values, 'base_select');
   }
@@ -95,6 +98,8 @@
     $('search').value = state.search;
     $('diff').checked = !!state.diff;
     $('lang').checked = !!state.lang;
+    if (state.group && ![...$('groupby').options].some(o => o.value === state.group)) $('groupby').add(new Option(state.group, state.group));
+    $('groupby').value = state.group;
     $('collapse').checked = !!state.collapse;
     $('diffcontrols').hidden = !state.diff;
     for (const [box, key] of [['pickers', 'select'], ['basepickers', 'base_select']]) {
@@ -167,6 +172,30 @@
     if (state.diff && state.base_from) timeline.setWindow('base', loaded.base_from, loaded.base_to, BASE);
     else timeline.clearWindow('base');
     timeline.active = state.diff ? $('brush').value : 'target';
+  }
+
+  // ---- group-by a label ------------------------------------------------------------------
+
+  const groups = new cp.Groups($('groupcanvas'), $('grouptable'), {
+    focus(value) {
+      state.select = cp.setEq(state.select, state.group, value);
+      state.zoom = '';
+      reload();
+    },
+  });
+
+  async function loadGroups(nowSec, from, to, seq) {
+    const box = $('groupbox');
+    box.hidden = !state.group;
+    if (!state.group) return;
+    const span = spanOf(nowSec, from, to);
+    try {
+      await groups.load({ label: state.group, type: state.type, select: state.select, sample_type: state.sample_type,
+        from: Math.floor(span[0]), to: Math.ceil(span[1]), step: stepOf(span) + 's' }, () => seq === loadSeq);
+    } catch (e) {
+      if (seq === loadSeq) status('group by ' + state.group + ': ' + e.message, true);
+    }
+    if (seq === loadSeq) box.dataset.loaded = String(seq);
   }
 
   // ---- flamegraph, table, search --------------------------------------------------------
@@ -329,6 +358,7 @@
       (state.base_select && state.base_select !== state.select ? ' ' + state.base_select : '');
     $('window').textContent = text;
     loadTimeline(nowSec, from, to, seq);
+    loadGroups(nowSec, from, to, seq);
     status('Loading…');
     document.body.classList.add('loading');
     try {
@@ -386,6 +416,7 @@
   });
   $('sampletype').addEventListener('change', () => { state.sample_type = $('sampletype').value; reload(); });
   $('span').addEventListener('change', () => { state.span = $('span').value; reload(); });
+  $('groupby').addEventListener('change', () => { state.group = $('groupby').value; reload(); });
   $('select').addEventListener('change', () => { state.select = $('select').value.trim(); reload(); });
   $('baseselect').addEventListener('change', () => { state.base_select = $('baseselect').value.trim(); reload(); });
   $('diff').addEventListener('change', () => { state.diff = $('diff').checked ? '1' : ''; reload(); });
@@ -504,11 +535,11 @@
   let resizeTimer = 0;
   window.addEventListener('resize', () => {
     clearTimeout(resizeTimer);
-    resizeTimer = setTimeout(() => { timeline.resize(); if (flame.n) flame.resize(); if (swCallers.n) { swCallers.resize(); swCallees.resize(); } }, 100);
+    resizeTimer = setTimeout(() => { timeline.resize(); if (state.group) groups.resize(); if (flame.n) flame.resize(); if (swCallers.n) { swCallers.resize(); swCallees.resize(); } }, 100);
   });
 
   // Tests and benchmarks reach the parts through here.
-  cp.app = { state, flame, table, timeline, reload, swCallers, swCallees, openSandwich };
+  cp.app = { state, flame, table, timeline, reload, swCallers, swCallees, openSandwich, groups };
 
   readURL();
   syncInputs();

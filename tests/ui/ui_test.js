@@ -398,6 +398,43 @@ async function main() {
       await shot('6-timeline-window');
     });
 
+    await step('group by a label: stacked timeline and totals table, a click focuses the group', async () => {
+      await page.goto(d.url + `/?select=${encodeURIComponent('{service="shop"}')}&from=${now - 3600}&to=${now}&group=version`);
+      await page.waitForFunction(() => document.body.dataset.ready === '1');
+      const groupsDone = () => page.waitForFunction(() => document.getElementById('groupbox').dataset.loaded === document.body.dataset.loaded);
+      await groupsDone();
+      assert.equal(await page.inputValue('#groupby'), 'version');
+      // versions of other services (9, 0, 1) have nothing under {service="shop"}: no group
+      const rows = await page.$$eval('#grouptable tbody tr', r => r.map(x => [...x.cells].map(c => c.textContent)));
+      assert.deepEqual(rows, [['1.1', '39.0s', '56.5%'], ['1.0', '30.0s', '43.5%']]);
+      // the stack: each 1.0 window's bar is version 1.0's colour; hit-testing finds it
+      const bar = await page.evaluate(t => {
+        const g = cp.app.groups, b = g.bars.find(x => x.g.value === '1.0' && x.t <= t && t < x.t + g.step);
+        const c = g.canvas.getBoundingClientRect();
+        return b && { x: c.left + b.x + b.w / 2, y: c.top + b.y + b.h / 2, color: b.g.color, n: g.bars.length };
+      }, t10[0]);
+      assert.ok(bar, 'no bar for the first 1.0 window');
+      assert.equal(bar.n, 6, 'one bar per window (three each)');
+      await shot('13-group-by');
+      await loaded(() => page.mouse.click(bar.x, bar.y));
+      assert.equal(await page.inputValue('#select'), '{service="shop",version="1.0"}');
+      assert.equal(await page.evaluate(() => cp.app.flame.total[0]), 3 * sum(V10));
+      await groupsDone();
+      assert.deepEqual(await page.$$eval('#grouptable tbody tr td:first-child', r => r.map(x => x.textContent)), ['1.0']);
+      // a table row focuses too; group by service over everything
+      await page.goto(d.url + `/?from=${now - 3600}&to=${now}`);
+      await page.waitForFunction(() => document.body.dataset.ready === '1');
+      assert.equal(await page.isVisible('#groupbox'), false);
+      await loaded(() => page.selectOption('#groupby', 'service'));
+      await groupsDone();
+      assert.match(page.url(), /group=service/);
+      const names = await page.$$eval('#grouptable tbody tr td:first-child', r => r.map(x => x.textContent));
+      assert.deepEqual(names, ['big', 'shop', 'mixed', 'fleet']); // 6 s before 4 s
+      await loaded(() => page.click('#grouptable tbody tr[data-value="mixed"]'));
+      assert.equal(await page.inputValue('#select'), '{service="mixed"}');
+      assert.equal(await page.evaluate(() => cp.app.flame.total[0]), sum(MIXED));
+    });
+
     await step('20,000-node flamegraph draws in <= 100 ms and zooms smoothly', async () => {
       await page.goto(d.url + `/?select=${encodeURIComponent('{service="big"}')}&from=${now - 3600}&to=${now}`);
       await page.waitForFunction(() => document.body.dataset.ready === '1');
