@@ -10,54 +10,55 @@
     return !node.module && !/^(\[|0x[0-9a-f]+$)/.test(node.name);
   }
 
-  // Builder of a tree of {name, module, self, bself, kids} merged by key; nodes are created
-  // after their parent, so totals come out of one backward pass (finish).
+  // Builder of a tree merged by key, in flat arrays (a 20,000-node tree builds in a few ms:
+  // no object or Map per node). Nodes are created after their parent, so totals come out of
+  // one backward pass (finish).
   class Builder {
     constructor(name, module) {
-      this.nodes = [];
+      this.name = [];
+      this.module = [];
+      this.self = [];
+      this.bself = [];
       this.par = [];
+      this.kids = new Map();  // parent * 2^22 + key id -> child
+      this.keys = new Map();  // key -> key id
       this.root = this.add(-1, name, module);
     }
 
     add(p, name, module) {
-      const n = { name, self: 0, bself: 0, total: 0, btotal: 0, kids: null, children: null };
-      if (module) n.module = module;
-      this.nodes.push(n);
+      this.name.push(name);
+      this.module.push(module || '');
+      this.self.push(0);
+      this.bself.push(0);
       this.par.push(p);
-      return this.nodes.length - 1;
+      return this.par.length - 1;
     }
 
     // The child of node p under key (created with name and module when missing).
     child(p, key, name, module) {
-      const pn = this.nodes[p];
-      if (!pn.kids) pn.kids = new Map();
-      let c = pn.kids.get(key);
-      if (c === undefined) { c = this.add(p, name, module); pn.kids.set(key, c); }
+      let k = this.keys.get(key);
+      if (k === undefined) { k = this.keys.size; this.keys.set(key, k); }
+      const id = p * 4194304 + k;
+      let c = this.kids.get(id);
+      if (c === undefined) { c = this.add(p, name, module); this.kids.set(id, c); }
       return c;
     }
 
     // The JSON tree ({name, module, self, total[, base_self, base_total], children}) with
     // totals summed from selves, children by name as the API sends them.
     finish(diff) {
-      const { nodes, par } = this;
-      for (let i = nodes.length - 1; i >= 0; i--) {
-        const n = nodes[i];
-        n.total += n.self;
-        n.btotal += n.bself;
-        if (par[i] >= 0) {
-          const p = nodes[par[i]];
-          p.total += n.total;
-          p.btotal += n.btotal;
-          (p.children || (p.children = [])).push(n);
-        }
+      const n = this.par.length, par = this.par;
+      const total = Float64Array.from(this.self), btotal = Float64Array.from(this.bself);
+      for (let i = n - 1; i > 0; i--) { total[par[i]] += total[i]; btotal[par[i]] += btotal[i]; }
+      const out = new Array(n);
+      for (let i = 0; i < n; i++) {
+        const o = out[i] = { name: this.name[i], module: this.module[i], self: this.self[i], total: total[i], children: null };
+        if (diff) { o.base_self = this.bself[i]; o.base_total = btotal[i]; }
+        if (i) { const p = out[par[i]]; (p.children || (p.children = [])).push(o); }
       }
-      for (const n of nodes) {
-        if (n.children) n.children.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-        else delete n.children;
-        if (diff) { n.base_self = n.bself; n.base_total = n.btotal; }
-        delete n.kids; delete n.bself; delete n.btotal;
-      }
-      return nodes[0];
+      const byName = (a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+      for (let i = 0; i < n; i++) if (out[i].children && out[i].children.length > 1) out[i].children.sort(byName);
+      return out[0];
     }
   }
 
@@ -69,24 +70,23 @@
     if (!opts.lang && !opts.collapse) return json;
     const diff = json.base_total !== undefined;
     const b = new Builder(json.root.name);
-    const stack = [[json.root, -1]];
+    const collapsed = []; // per built node: the module it collapses, if any
+    const stack = [json.root], ps = [-1]; // parallel stacks: no pair allocated per node
     while (stack.length) {
-      const [node, p] = stack.pop();
+      const node = stack.pop(), p = ps.pop();
       let me;
       if (p < 0) me = b.root;
       else if (opts.lang && !isLanguage(node)) me = p;
       else if (opts.collapse && node.module) {
-        me = b.nodes[p].collapsed === node.module ? p : b.child(p, '\u0000' + node.module, node.module, node.module);
-        b.nodes[me].collapsed = node.module;
+        me = collapsed[p] === node.module ? p : b.child(p, '\u0000' + node.module, node.module, node.module);
+        collapsed[me] = node.module;
       } else {
         me = b.child(p, node.name, node.name, node.module);
       }
-      const mn = b.nodes[me];
-      mn.self += node.self || 0;
-      mn.bself += node.base_self || 0;
-      if (node.children) for (let k = node.children.length - 1; k >= 0; k--) stack.push([node.children[k], me]);
+      b.self[me] += node.self || 0;
+      b.bself[me] += node.base_self || 0;
+      if (node.children) for (let k = node.children.length - 1; k >= 0; k--) { stack.push(node.children[k]); ps.push(me); }
     }
-    for (const n of b.nodes) delete n.collapsed;
     const root = b.finish(diff);
     return { ...json, root };
   }
@@ -107,16 +107,15 @@
       if (a > 0) continue; // inside an outer call: counted there
       // callers
       let c = up.root;
-      for (a = f.parent[i]; a > 0; a = f.parent[a]) c = up.child(c, f.name[a], f.name[a]);
-      up.nodes[c].self += f.total[i];
-      up.nodes[c].bself += f.btotal[i];
+      for (a = f.parent[i]; a > 0; a = f.parent[a]) c = up.child(c, f.name[a], f.name[a], f.module[a]);
+      up.self[c] += f.total[i];
+      up.bself[c] += f.btotal[i];
       // callees
       map[i] = down.root;
       for (let j = i, e = i + f.size[i]; j < e; j++) {
-        if (j > i) map[j] = down.child(map[f.parent[j]], f.name[j], f.name[j]);
-        const n = down.nodes[map[j]];
-        n.self += f.self[j];
-        n.bself += f.bself[j];
+        if (j > i) map[j] = down.child(map[f.parent[j]], f.name[j], f.name[j], f.module[j]);
+        down.self[map[j]] += f.self[j];
+        down.bself[map[j]] += f.bself[j];
       }
     }
     const callers = up.finish(f.diff), callees = down.finish(f.diff);
