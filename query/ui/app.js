@@ -389,6 +389,10 @@
   function show() {
     if (!lastJson) return;
     flame.setData(cp.views.transform(lastJson, { lang: !!state.lang, collapse: !!state.collapse }));
+    // What the toggles leave out of sight: native stacks with no language frame at all.
+    const note = $('viewnote');
+    note.textContent = state.lang || state.collapse ? `drawn: ${flame.n - 1} of ${lastJson.nodes} frames` +
+      (state.lang && flame.self[0] ? ` · ${cp.fmt(flame.self[0], flame.unit)} (${cp.pct(flame.self[0], flame.total[0])}) in stacks without a language frame` : '') : '';
     const z = state.zoom ? flame.findPath(state.zoom.split(';')) : 0;
     if (z) flame.zoomTo(z, true);
     crumbs();

@@ -516,6 +516,7 @@ async function main() {
       assert.match(page.url(), /lang=1/);
       assert.deepEqual(await frames(), [[1, 'fetchHandler', 5, ''], [2, 'JSON.stringify', 3, ''], [2, 'render', 2, '']]);
       assert.equal(await page.evaluate(() => cp.app.flame.total[0]), sum(MIXED), 'the total is kept');
+      assert.equal(await page.textContent('#viewnote'), 'drawn: 3 of 10 frames · 1.00s (16.7%) in stacks without a language frame');
       // native time goes to the language frame that called it: render's self is its callees'
       const render = await page.$$eval('#table tbody tr[data-name="render"] td', t => t.map(x => x.textContent));
       assert.match(render[1], /^2\.00s33\.3%$/);
@@ -523,6 +524,7 @@ async function main() {
       await page.uncheck('#lang');
       await page.check('#collapse');
       assert.match(page.url(), /collapse=1/);
+      assert.equal(await page.textContent('#viewnote'), 'drawn: 7 of 10 frames');
       assert.doesNotMatch(page.url(), /lang=/);
       assert.deepEqual(await frames(), [[1, 'libc.so.6', 6, 'libc.so.6'], [2, 'workerd', 6, 'workerd'],
         [3, 'fetchHandler', 5, ''], [4, 'JSON.stringify', 3, ''], [4, 'render', 2, ''],
@@ -545,6 +547,7 @@ async function main() {
       await page.uncheck('#collapse');
       assert.equal(await page.evaluate(() => cp.app.flame.n), 11);
       assert.doesNotMatch(page.url(), /lang=|collapse=/);
+      assert.equal(await page.textContent('#viewnote'), '');
     });
 
     await step('Capture: starts a capture of the selection, shows progress, then its flamegraph and download', async () => {
