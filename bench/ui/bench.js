@@ -87,8 +87,8 @@ async function main() {
     good = row(`sandwich of main (20k callees), median`, m.swMed, 100) && good;
     good = row(`sandwich of main, max of 10`, m.swMax, 200) && good;
     good = row(`sandwich of a deep frame, median`, m.swDeepMed, 100) && good;
-    good = row(`language only + collapse, rebuild + draw, median`, m.trMed, 100) && good;
-    good = row(`language only + collapse, max of 10`, m.trMax, 200) && good;
+    good = row(`lang-only + collapse rebuild + draw, median`, m.trMed, 100) && good;
+    good = row(`lang-only + collapse rebuild + draw, max`, m.trMax, 200) && good;
   } finally {
     if (ctx) await ctx.close();
     await d.stop();

@@ -1,7 +1,9 @@
 // The web UI in a real browser: contprofd on a store filled through `contprof import` with
 // profiles of known functions and values; the page is loaded in Debian's chromium and
 // checked: the hot function's share, hover, click-to-zoom, keyboard, search, table sort and
-// focus, diff of two versions, the pprof download, shareable URLs, no request leaving the
+// focus, the sandwich, language frames only / collapse modules on a mixed native + JS
+// profile, the page-wide layout and keys, diff of two versions, group-by a label, the pprof
+// download, shareable URLs, capture with a rate and its compare link, no request leaving the
 // origin, the draw time of a 20,000-node flamegraph, and the partial-answer banner of a
 // 2-node cluster with one node stopped. Screenshots go to ARTIFACTS.
 // usage: node ui_test.js BUILD_DIR ARTIFACTS_DIR
