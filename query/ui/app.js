@@ -8,7 +8,7 @@
   const DEFAULTS = {
     type: 'cpu', sample_type: '', select: '', from: '-1h', to: 'now', span: '6h', diff: '',
     base_select: '', base_from: '', base_to: '', zoom: '', search: '', sort: 'self', dir: 'desc',
-    sandwich: '', lang: '', collapse: '', group: '',
+    sandwich: '', lines: '', lang: '', collapse: '', group: '',
   };
   const SPANS = { '1h': 3600, '6h': 21600, '24h': 86400, '7d': 604800 };
   const TARGET = '#ea580c', BASE = '#2563eb';
@@ -237,10 +237,53 @@
       : 'not in this profile';
     box.dataset.total = String(s.total);
     if (scroll) box.scrollIntoView({ block: 'nearest' });
+    drawLines();
   }
+
+  // ---- line view of the sandwich's function ----------------------------------------------
+
+  let pprofCache = null; // {key, p}: the window's decoded pprof
+  async function drawLines() {
+    const box = $('linebox');
+    box.hidden = !state.lines || !state.sandwich || !loaded;
+    if (box.hidden) return;
+    const name = state.sandwich;
+    const q = { type: state.type, select: state.select, from: loaded.from, to: loaded.to, format: 'pprof' };
+    const key = JSON.stringify(q);
+    try {
+      if (!pprofCache || pprofCache.key !== key) pprofCache = { key, p: await cp.lines.decode(await cp.get('api/v1/profile', q, true)) };
+    } catch (e) {
+      $('linetitle').textContent = 'Lines: ' + e.message;
+      return;
+    }
+    if (name !== state.sandwich) return;
+    const p = pprofCache.p;
+    let vi = p.types.findIndex(t => t[0] === state.sample_type);
+    if (vi < 0) vi = p.types.length - 1;
+    const r = cp.lines.byLine(p, name, vi);
+    const unit = p.types[vi] ? p.types[vi][1] : '';
+    const hot = [...r.rows].sort((a, b) => b.self - a.self || b.total - a.total).slice(0, 3).filter(x => x.self > 0).map(x => x.line);
+    $('linetitle').textContent = r.rows.length
+      ? `Lines of ${name}${r.file ? ' in ' + r.file : ''} (${r.rows.length} line${r.rows.length === 1 ? '' : 's'} known; the hottest marked)`
+      : `No line of ${name} in this window's profile.`;
+    $('linetable').tBodies[0].innerHTML = r.rows.map(x => {
+      const h = hot.indexOf(x.line);
+      return `<tr data-line="${x.line}"${h >= 0 ? ' class="hot"' : ''}><td class="num">${x.line || '?'}</td>` +
+        `<td class="num">${cp.fmt(x.self, unit)} <span class="pct">${cp.pct(x.self, r.total)}</span></td>` +
+        `<td class="num">${cp.fmt(x.total, unit)} <span class="pct">${cp.pct(x.total, r.total)}</span></td>` +
+        `<td class="mark">${h >= 0 ? 'hottest #' + (h + 1) : ''}</td></tr>`;
+    }).join('');
+    box.dataset.name = name;
+  }
+  $('swlines').addEventListener('click', () => {
+    state.lines = state.lines ? '' : '1';
+    writeURL();
+    drawLines();
+  });
 
   $('swclose').addEventListener('click', () => {
     state.sandwich = '';
+    state.lines = '';
     writeURL();
     drawSandwich();
   });

@@ -37,6 +37,8 @@ const MIXED = {
   'start_thread@2;workerd::main@1;kj::run@1;v8::Function::Call@1;fetchHandler;render;v8::Object::Get@1;memcpy@2': 2 * G,
   'start_thread@2;workerd::main@1;kj::poll@1': 1 * G,
 };
+// One function at two lines (NAME:LINE), for the line view.
+const LINES = { 'main;work:10;hot:3': 2 * G, 'main;work:12;hot:3': 1 * G, 'main;work:12': 2 * G };
 const MIXED_MAPS = [{ file: '/usr/bin/workerd', start: 0x555500000000, limit: 0x555508000000, offset: 0 },
                     { file: '/usr/lib/x86_64-linux-gnu/libc.so.6', start: 0x7f0000028000, limit: 0x7f00001bd000, offset: 0x28000 }];
 const sum = o => Object.values(o).reduce((a, b) => a + b, 0);
@@ -80,11 +82,13 @@ async function main() {
     const fleet = [fleetProc(0x555555554000, 0x7f0000000000), fleetProc(0x563200000000, 0x7fcc00000000)];
     fleet.forEach((f, i) => h.importCpu(bindir, dir, d.url, f.folded, { service: 'fleet', version: String(i) }, now - 500, f.mappings));
     h.importCpu(bindir, dir, d.url, MIXED, { service: 'mixed', version: '1' }, now - 400, MIXED_MAPS);
+    h.importCpu(bindir, dir, d.url, LINES, { service: 'lines', version: '1' }, now - 350);
     await h.waitTotal(d.url, '{service="shop",version="1.0"}', now - 3600, now, 3 * sum(V10));
     await h.waitTotal(d.url, '{service="shop",version="1.1"}', now - 3600, now, 3 * sum(V11));
     await h.waitTotal(d.url, '{service="big"}', now - 3600, now, sum(big));
     await h.waitTotal(d.url, '{service="fleet"}', now - 3600, now, 4 * G);
     await h.waitTotal(d.url, '{service="mixed"}', now - 3600, now, sum(MIXED));
+    await h.waitTotal(d.url, '{service="lines"}', now - 3600, now, sum(LINES));
 
     ctx = await h.launch(dir);
     const page = await ctx.newPage();
@@ -117,7 +121,7 @@ async function main() {
       await page.goto(d.url + '/');
       await page.waitForFunction(() => document.body.dataset.ready === '1');
       const opts = await page.$$eval('#pickers select[data-label=service] option', o => o.map(x => x.value));
-      assert.deepEqual(opts, ['', 'big', 'fleet', 'mixed', 'shop']);
+      assert.deepEqual(opts, ['', 'big', 'fleet', 'lines', 'mixed', 'shop']);
       assert.match(await page.textContent('#window'), /\(1 h\)/);
       // All data of the hour: every service.
       assert.match(await status(), /^Total /);
@@ -431,7 +435,7 @@ async function main() {
       await groupsDone();
       assert.match(page.url(), /group=service/);
       const names = await page.$$eval('#grouptable tbody tr td:first-child', r => r.map(x => x.textContent));
-      assert.deepEqual(names, ['big', 'shop', 'mixed', 'fleet']); // 6 s before 4 s
+      assert.deepEqual(names, ['big', 'shop', 'mixed', 'lines', 'fleet']); // 6, 5, 4 s
       await loaded(() => page.click('#grouptable tbody tr[data-value="mixed"]'));
       assert.equal(await page.inputValue('#select'), '{service="mixed"}');
       assert.equal(await page.evaluate(() => cp.app.flame.total[0]), sum(MIXED));
@@ -550,6 +554,31 @@ async function main() {
       assert.equal(await page.evaluate(() => cp.app.flame.n), 11);
       assert.doesNotMatch(page.url(), /lang=|collapse=/);
       assert.equal(await page.textContent('#viewnote'), '');
+    });
+
+    await step('line view: the sandwich function\'s time by source line, the hottest marked', async () => {
+      await page.goto(d.url + `/?select=${encodeURIComponent('{service="lines"}')}&from=${now - 3600}&to=${now}&sandwich=work`);
+      await page.waitForFunction(() => document.body.dataset.ready === '1');
+      // the flamegraph and table know functions only: work is one frame
+      assert.equal(await page.evaluate(() => cp.app.flame.total[cp.app.flame.heaviest('work')]), 5 * G);
+      await page.click('#swlines');
+      await page.waitForSelector('#linebox[data-name="work"]:not([hidden])');
+      assert.match(page.url(), /lines=1/);
+      const rows = () => page.$$eval('#linetable tbody tr', r => r.map(x => [...x.cells].map(c => c.textContent)));
+      assert.deepEqual(await rows(), [['10', '0 0.00%', '2.00s 40.0%', ''], ['12', '2.00s 40.0%', '3.00s 60.0%', 'hottest #1']]);
+      assert.equal(await page.textContent('#linetitle'), 'Lines of work in main.go (2 lines known; the hottest marked)');
+      await shot('14-lines');
+      // another function (from the callee flame): its lines
+      await page.evaluate(() => cp.app.openSandwich('hot'));
+      await page.waitForSelector('#linebox[data-name="hot"]');
+      assert.deepEqual(await rows(), [['3', '3.00s 100.0%', '3.00s 100.0%', 'hottest #1']]); // shares of the function's total
+      // the URL reopens the view
+      const p2 = await ctx.newPage();
+      await p2.goto(page.url());
+      await p2.waitForSelector('#linebox[data-name="hot"]:not([hidden])');
+      await p2.close();
+      await page.click('#swlines');
+      assert.equal(await page.isVisible('#linebox'), false);
     });
 
     await step('Capture: starts a capture of the selection, shows progress, then its flamegraph and download', async () => {
