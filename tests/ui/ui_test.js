@@ -579,6 +579,18 @@ async function main() {
       await p2.close();
       await page.click('#swlines');
       assert.equal(await page.isVisible('#linebox'), false);
+      // the page's pprof reader on cut and damaged bytes: an error naming the problem
+      const errs = await page.evaluate(async () => {
+        const q = { select: cp.app.state.select, from: cp.app.state.from, to: cp.app.state.to, format: 'pprof' };
+        const gz = new Uint8Array(await cp.get('api/v1/profile', q, true));
+        const raw = new Uint8Array(await new Response(new Blob([gz]).stream().pipeThrough(new DecompressionStream('gzip'))).arrayBuffer());
+        const out = [];
+        for (const b of [raw.slice(0, raw.length >> 1), Uint8Array.of(0x0b, 1, 2), Uint8Array.of(0x12, 0x7f, 1)])
+          out.push(await cp.lines.decode(b).then(() => 'decoded', e => e.message));
+        return out;
+      });
+      assert.match(errs[0], /^pprof: (field \d+ of \d+ bytes past the end|truncated varint) at byte \d+$/);
+      assert.deepEqual(errs.slice(1), ['pprof: wire type 3 at byte 1', 'pprof: field 2 of 127 bytes past the end at byte 2']);
     });
 
     await step('Capture: starts a capture of the selection, shows progress, then its flamegraph and download', async () => {
