@@ -369,6 +369,11 @@ async function main() {
       const first = await page.$$eval('#table tbody tr:first-child td', t => t.map(x => x.textContent));
       assert.deepEqual([first[0], first[3]], ['regexp.Match', '+20.77 pts']);
       await shot('5-diff');
+      // the sandwich of a diff carries both sides
+      await page.evaluate(() => cp.app.openSandwich('regexp.Match'));
+      const sw = await page.evaluate(() => [cp.app.swCallers, cp.app.swCallees].map(f => [f.diff, f.total[0], f.baseRoot, f.n]));
+      assert.deepEqual(sw, [[true, 12 * G, 3 * G, 4], [true, 12 * G, 3 * G, 1]]);
+      await page.click('#swclose');
       await page.mouse.move(1, 1);
       const [dl] = await Promise.all([page.waitForEvent('download'), page.click('#download')]);
       const file = path.join(artifacts, 'diff.pb.gz');
