@@ -598,6 +598,66 @@ async function main() {
       assert.deepEqual(errs.slice(1), ['pprof: wire type 3 at byte 1', 'pprof: field 2 of 127 bytes past the end at byte 2']);
     });
 
+    await step('real node under the agent: language frames only, collapse modules, sandwich of hotJson', async () => {
+      // tests/collector/js/hot.js for 1.5 s: hotJson calls JSON.stringify (V8's C++ under it)
+      const script = path.join(__dirname, '..', 'collector', 'js', 'hot.js');
+      const ndir = fs.mkdtempSync(path.join(dir, 'node-'));
+      try {
+        execFileSync(path.join(bindir, 'query', 'contprof'), ['run', '--server', d.url, '--service', 'nodejs', '--window', '1s', '--',
+          process.execPath, '--perf-basic-prof', '--interpreted-frames-native-stack', script, '1.5'],
+        { cwd: ndir, stdio: ['ignore', 'pipe', 'pipe'] });
+      } catch (e) {
+        throw new Error(`contprof run node: ${e.stderr || e.message}`);
+      }
+      // every window in: the total stops changing
+      let last = -1;
+      for (let i = 0, same = 0; same < 5; i++) {
+        assert.ok(i < 300, 'node\'s windows did not settle');
+        const r = await fetch(d.url + '/api/v1/profile?' + new URLSearchParams({ select: '{service="nodejs"}', from: String(now - 3600), to: String(now + 600), format: 'json', max_nodes: '1' }));
+        const t = (await r.json()).total;
+        same = t > 0 && t === last ? same + 1 : 0;
+        last = t;
+        await new Promise(res => setTimeout(res, 200));
+      }
+      const url = d.url + `/?select=${encodeURIComponent('{service="nodejs"}')}&from=${now - 3600}&to=${now + 600}`;
+      await page.goto(url);
+      await page.waitForFunction(() => document.body.dataset.ready === '1');
+      const look = () => page.evaluate(() => {
+        const f = cp.app.flame, mods = new Set();
+        let sameRun = 0, hot = f.heaviest('hotJson'), nativeUnderHot = 0;
+        for (let i = 1; i < f.n; i++) {
+          if (f.module[i]) mods.add(f.module[i]);
+          if (f.module[i] && f.module[i] === f.module[f.parent[i]]) sameRun++;
+        }
+        for (let i = hot + 1; hot > 0 && i < hot + f.size[hot]; i++) if (f.module[i]) nativeUnderHot++;
+        return { total: f.total[0], n: f.n, mods: [...mods].sort(), sameRun, hot: hot > 0 ? f.total[hot] : 0, nativeUnderHot };
+      });
+      const stored = await look();
+      assert.equal(stored.total, last);
+      assert.ok(stored.mods.includes('node'), `modules ${stored.mods}`);
+      assert.ok(stored.hot > 0 && stored.nativeUnderHot > 0, JSON.stringify(stored));
+      await shot('15-node-stored');
+      await page.check('#lang');
+      const lang = await look();
+      assert.deepEqual([lang.total, lang.mods, lang.nativeUnderHot], [last, [], 0]);
+      assert.ok(lang.hot >= stored.hot && lang.n < stored.n / 2, JSON.stringify({ stored, lang }));
+      await shot('15-node-language-only');
+      await page.uncheck('#lang');
+      await page.check('#collapse');
+      const col = await look();
+      assert.equal(col.sameRun, 0, 'a module run drawn as one frame');
+      assert.ok(stored.sameRun > 0 && col.n < stored.n, JSON.stringify({ stored, col }));
+      assert.ok(await page.evaluate(() => cp.app.flame.heaviest('node') > 0));
+      await shot('15-node-collapsed');
+      await page.uncheck('#collapse');
+      // the sandwich of hotJson: called from loop
+      await page.evaluate(() => cp.app.openSandwich('hotJson'));
+      const callers = await page.evaluate(() => { const f = cp.app.swCallers; return [...f.name].slice(1, f.n); });
+      assert.ok(callers.includes('loop'), `callers of hotJson: ${callers.slice(0, 10)}`);
+      await shot('15-node-sandwich');
+      await page.click('#swclose');
+    });
+
     await step('Capture: starts a capture of the selection, shows progress, then its flamegraph and download', async () => {
       await page.goto(d.url + `/?select=${encodeURIComponent('{service="shop",version="1.0"}')}&from=${now - 3600}&to=${now}`);
       await page.waitForFunction(() => document.body.dataset.ready === '1');
