@@ -26,11 +26,11 @@ void cp_heapsnap_limits_default(cp_heapsnap_limits *lim);
 
 typedef struct cp_heapsnap_stats {
     uint64_t nodes, edges, strings;
-    uint64_t reachable;    /* nodes the root reaches (itself not counted): the objects */
-    uint64_t total_bytes;  /* their self sizes: the profile's total */
-    uint64_t held_bytes;   /* the parser's peak memory, counted against max_bytes */
-    uint32_t passes;       /* of the dominator computation */
-    uint32_t frames;       /* paths in the profile */
+    uint64_t reachable;   /* nodes the root reaches (itself not counted): the objects */
+    uint64_t total_bytes; /* their self sizes: the profile's total */
+    uint64_t held_bytes;  /* the parser's peak memory, counted against max_bytes */
+    uint32_t passes;      /* of the dominator computation */
+    uint32_t frames;      /* paths in the profile */
 } cp_heapsnap_stats;
 
 typedef struct cp_heapsnap cp_heapsnap;
