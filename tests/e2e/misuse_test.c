@@ -163,8 +163,8 @@ TEST(source_maps_are_bounded_counted_and_queried_within_the_deadline)
     CHECK_CONTAINS((char *)r.body.data, "sources: over the limit");
     cp_buf_close(&r.body);
     long long hwm = status_kib(d.pid, "VmHWM:"), rss1 = status_kib(d.pid, "VmRSS:");
-    fprintf(stderr, "7M sources (%zu bytes): RSS %lld -> peak %lld -> %lld KiB\n", b.len, rss0,
-            hwm, rss1);
+    fprintf(stderr, "7M sources (%zu bytes): RSS %lld -> peak %lld -> %lld KiB\n", b.len, rss0, hwm,
+            rss1);
     /* the body is held once as it arrives (28 MB); the old parse took 775 MB more */
     CHECK_MEM(hwm - rss0 < 3 * (long long)(b.len >> 10) + 32 * 1024);
     CHECK_MEM(rss1 - rss0 < 16 * 1024); /* given back */
@@ -207,8 +207,9 @@ TEST(source_maps_are_bounded_counted_and_queried_within_the_deadline)
     long long cached = http_metric(d.port, "contprof_symbols_cached_bytes", NULL);
     rss1 = status_kib(d.pid, "VmRSS:");
     hwm = status_kib(d.pid, "VmHWM:");
-    fprintf(stderr, "query through the map: RSS %lld -> peak %lld -> %lld KiB; cached %lld "
-                    "bytes (held %lld)\n",
+    fprintf(stderr,
+            "query through the map: RSS %lld -> peak %lld -> %lld KiB; cached %lld "
+            "bytes (held %lld)\n",
             rss0, hwm, rss1, cached, held);
     CHECK_EQ(cached, held);
     /* what the cache says it holds is what the process grew by, within 2x */
