@@ -100,16 +100,17 @@ static int string(reader *r, char *dst, size_t *n)
     size_t k = 0;
     r->at++;
     for (;;) {
+        /* a run of plain bytes at once (sourcesContent is megabytes of them) */
+        const unsigned char *t = (const unsigned char *)r->s;
+        size_t run = r->at;
+        while (r->at < r->len && t[r->at] != '"' && t[r->at] != '\\' && t[r->at] >= 0x20)
+            r->at++;
+        if (dst && r->at > run) memcpy(dst + k, r->s + run, r->at - run);
+        k += r->at - run;
         if (r->at >= r->len) return bad_json(r, "string not closed");
-        unsigned char c = (unsigned char)r->s[r->at];
+        unsigned char c = t[r->at];
         if (c == '"') break;
         if (c < 0x20) return bad_json(r, "control character in a string");
-        if (c != '\\') {
-            if (dst) dst[k] = (char)c;
-            k++;
-            r->at++;
-            continue;
-        }
         if (r->at + 1 >= r->len) return bad_json(r, "string not closed");
         char e = r->s[r->at + 1];
         const char *from = "\"\\/bfnrt", *to = "\"\\/\b\f\n\r\t";

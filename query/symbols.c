@@ -415,17 +415,18 @@ int cp_symbols_upload_map(cp_symbols *sy, const cp_symbols_map_upload *up,
     }
     char id[CP_SYMBOLS_SCRIPT_MAX + 4];
     snprintf(id, sizeof id, "js:%s", out->script);
-    if (!rc) rc = cp_store_put_symbols(sy->o.store, tenant, id, text, len, err);
-    cp_counter_add(&sy->uploads, rc == 0);
-    cp_counter_add(&sy->refused, rc == CP_EPARSE || rc == CP_ELIMIT);
     if (!rc) {
         cp_v8_smap_counts(m, &out->sources, &out->segments);
         out->map_bytes = len;
         out->held_bytes = cp_v8_smap_bytes(m);
-        forget(sy, tenant, id);
     }
+    /* the decoded map goes before the store copies the text: never both at once */
     cp_v8_smap_destroy(m);
     trim();
+    if (!rc) rc = cp_store_put_symbols(sy->o.store, tenant, id, text, len, err);
+    cp_counter_add(&sy->uploads, rc == 0);
+    cp_counter_add(&sy->refused, rc == CP_EPARSE || rc == CP_ELIMIT);
+    if (!rc) forget(sy, tenant, id);
     return rc;
 }
 
