@@ -4,6 +4,7 @@
  * generated line), each sized exactly before it is allocated, so that a map holds no more
  * than it says (cp_v8_smap_bytes) and a hostile one is refused before it is built. */
 #include "sourcemap.h"
+#include "json.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,29 +135,10 @@ static int string(reader *r, char *dst, size_t *n)
             return bad_json(r, "lone surrogate");
         }
         if (!u) return bad_json(r, "\\u0000 in a string");
-        uint8_t b[4];
-        int nb;
-        if (u < 0x80) {
-            b[0] = (uint8_t)u;
-            nb = 1;
-        } else if (u < 0x800) {
-            b[0] = (uint8_t)(0xc0 | u >> 6);
-            b[1] = (uint8_t)(0x80 | (u & 63));
-            nb = 2;
-        } else if (u < 0x10000) {
-            b[0] = (uint8_t)(0xe0 | u >> 12);
-            b[1] = (uint8_t)(0x80 | ((u >> 6) & 63));
-            b[2] = (uint8_t)(0x80 | (u & 63));
-            nb = 3;
-        } else {
-            b[0] = (uint8_t)(0xf0 | u >> 18);
-            b[1] = (uint8_t)(0x80 | ((u >> 12) & 63));
-            b[2] = (uint8_t)(0x80 | ((u >> 6) & 63));
-            b[3] = (uint8_t)(0x80 | (u & 63));
-            nb = 4;
-        }
-        if (dst) memcpy(dst + k, b, (size_t)nb);
-        k += (size_t)nb;
+        char b[4];
+        size_t nb = cp_utf8_put(u, b);
+        if (dst) memcpy(dst + k, b, nb);
+        k += nb;
     }
     r->at++;
     if (dst) dst[k] = 0;
