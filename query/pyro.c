@@ -30,11 +30,20 @@ void cp_pyro_batch_close(cp_pyro_batch *b)
 
 /* Sets one label of a sent set into b: service_name is service, __name__ the kind hint,
  * __delta__ the cumulative flag, other "__" names are Pyroscope's own and not kept. */
-static int put_label(cp_pyro_batch *b, const char *k, const char *v, const char *where, cp_err *err)
+static int put_label(cp_pyro_batch *b, const char *name, const char *v, const char *where,
+                     cp_err *err)
 {
-    if (!cp_label_name_valid(k))
-        return cp_err_set(err, CP_EINVAL, "%s: label name '%.64s' is not [A-Za-z_][A-Za-z0-9_]*",
-                          where, k);
+    /* OpenTelemetry's dotted names (the Node SDK sends otel.scope.name) as Prometheus maps
+     * them: '.' becomes '_' (contprof's names are [A-Za-z_][A-Za-z0-9_]*) */
+    char k[CP_LABEL_NAME_MAX + 2];
+    snprintf(k, sizeof k, "%s", name);
+    for (char *d = k; *d; d++)
+        if (*d == '.') *d = '_';
+    if (strlen(name) > CP_LABEL_NAME_MAX || !cp_label_name_valid(k))
+        return cp_err_set(err, CP_EINVAL,
+                          "%s: label name '%.64s' is not [A-Za-z_][A-Za-z0-9_.]* of at most %d "
+                          "bytes",
+                          where, name, CP_LABEL_NAME_MAX);
     int bad = cp_label_value_check(v);
     if (bad < 0)
         return cp_err_set(err, CP_EINVAL, "%s: label %s: the value is over %d bytes", where, k,
@@ -57,7 +66,7 @@ static int put_label(cp_pyro_batch *b, const char *k, const char *v, const char 
                               "%s: the service is given twice (the application name and "
                               "label %s)",
                               where, k);
-        k = CP_LABEL_SERVICE;
+        snprintf(k, sizeof k, "%s", CP_LABEL_SERVICE);
         if (!*v) return cp_err_set(err, CP_EINVAL, "%s: label %s is empty", where, k);
     }
     if (cp_labels_set(&b->labels, k, v)) return cp_err_set(err, CP_ENOMEM, "labels");
@@ -68,8 +77,7 @@ static int put_label(cp_pyro_batch *b, const char *k, const char *v, const char 
 
 int cp_pyro_parse_name(const char *name, cp_pyro_batch *b, cp_err *err)
 {
-    if (!name || !*name)
-        return cp_err_set(err, CP_EINVAL, "name: missing (expected app{k=v,...})");
+    if (!name || !*name) return cp_err_set(err, CP_EINVAL, "name: missing (expected app{k=v,...})");
     size_t n = strlen(name), app = strcspn(name, "{");
     if (app == 0) return cp_err_set(err, CP_EINVAL, "name: the application name is empty");
     char *a = strndup(name, app);
@@ -149,8 +157,8 @@ static const uint8_t *find(const uint8_t *h, size_t hl, const void *n, size_t nl
     return NULL;
 }
 
-int cp_pyro_multipart(const char *ct, const uint8_t *body, size_t len, cp_pyro_part *parts,
-                      int *n, cp_err *err)
+int cp_pyro_multipart(const char *ct, const uint8_t *body, size_t len, cp_pyro_part *parts, int *n,
+                      cp_err *err)
 {
     *n = 0;
     const char *bp = ct ? strstr(ct, "boundary=") : NULL;
@@ -159,7 +167,8 @@ int cp_pyro_multipart(const char *ct, const uint8_t *body, size_t len, cp_pyro_p
     char delim[80] = "\r\n--";
     size_t bl = *bp == '"' ? strcspn(bp + 1, "\"") : strcspn(bp, "; \t");
     if (*bp == '"') bp++;
-    if (bl == 0 || bl > 70) return cp_err_set(err, CP_EPARSE, "multipart: bad boundary length %zu", bl);
+    if (bl == 0 || bl > 70)
+        return cp_err_set(err, CP_EPARSE, "multipart: bad boundary length %zu", bl);
     memcpy(delim + 4, bp, bl);
     size_t dl = bl + 4;
     /* the first delimiter may open the body (no CRLF before it) */
@@ -231,8 +240,8 @@ static int frame_loc(cp_profile *p, const char *s, size_t len, u32vec *map, uint
     return 0;
 }
 
-int cp_pyro_folded(const uint8_t *text, size_t len, const cp_pyro_folded_opts *o,
-                   cp_pyro_batch *b, cp_err *err)
+int cp_pyro_folded(const uint8_t *text, size_t len, const cp_pyro_folded_opts *o, cp_pyro_batch *b,
+                   cp_err *err)
 {
     const char *units = o->units && *o->units ? o->units : "samples";
     const char *agg = o->aggregation && *o->aggregation ? o->aggregation : "sum";
@@ -244,7 +253,8 @@ int cp_pyro_folded(const uint8_t *text, size_t len, const cp_pyro_folded_opts *o
     int col = 0; /* the column the count goes to; cpu's second gets count * period */
     const char *t0, *u0, *t1 = NULL, *u1 = NULL, *pt;
     if (!strcmp(units, "samples")) {
-        kind = CP_KIND_CPU, t0 = "samples", u0 = "count", t1 = "cpu", u1 = "nanoseconds", pt = "cpu";
+        kind = CP_KIND_CPU, t0 = "samples", u0 = "count", t1 = "cpu", u1 = "nanoseconds",
+        pt = "cpu";
     } else if (!strcmp(units, "objects") || !strcmp(units, "bytes")) {
         kind = avg ? CP_KIND_INUSE : CP_KIND_ALLOC;
         t0 = avg ? "inuse_objects" : "alloc_objects", u0 = "count";
@@ -265,11 +275,11 @@ int cp_pyro_folded(const uint8_t *text, size_t len, const cp_pyro_folded_opts *o
     cp_profile *p = cp_profile_create();
     u32vec map = {0};
     uint32_t *stack = malloc(CP_PYRO_MAX_DEPTH * sizeof *stack);
-    int rc = !p || !stack || cp_profile_add_sample_type(p, t0, u0) ||
-             (t1 && cp_profile_add_sample_type(p, t1, u1)) ||
-             cp_profile_intern_cstr(p, pt, &p->period_type.type) ||
-             cp_profile_intern_cstr(p, kind == CP_KIND_CPU ? "nanoseconds" : u0,
-                                    &p->period_type.unit);
+    int rc =
+        !p || !stack || cp_profile_add_sample_type(p, t0, u0) ||
+        (t1 && cp_profile_add_sample_type(p, t1, u1)) ||
+        cp_profile_intern_cstr(p, pt, &p->period_type.type) ||
+        cp_profile_intern_cstr(p, kind == CP_KIND_CPU ? "nanoseconds" : u0, &p->period_type.unit);
     if (rc) rc = cp_err_set(err, CP_ENOMEM, "folded profile");
     if (!rc && kind == CP_KIND_CPU) p->period = 1000000000 / hz;
     size_t lineno = 0;
@@ -279,7 +289,8 @@ int cp_pyro_folded(const uint8_t *text, size_t len, const cp_pyro_folded_opts *o
         const char *line = (const char *)text + i;
         lineno++;
         i = e + 1;
-        while (ll && (line[ll - 1] == '\r' || line[ll - 1] == ' ')) ll--;
+        while (ll && (line[ll - 1] == '\r' || line[ll - 1] == ' '))
+            ll--;
         if (!ll) continue;
         size_t sp = ll;
         while (sp && line[sp - 1] != ' ')
@@ -299,7 +310,8 @@ int cp_pyro_folded(const uint8_t *text, size_t len, const cp_pyro_folded_opts *o
         }
         if (rc) break;
         size_t sl = sp - 1; /* the stack, root first */
-        while (sl && line[sl - 1] == ' ') sl--;
+        while (sl && line[sl - 1] == ' ')
+            sl--;
         uint32_t depth = 0;
         for (size_t a = 0; a <= sl && !rc;) {
             size_t fl = 0;
@@ -359,8 +371,8 @@ static int type_is(const char *const *names, uint32_t n, const char *t)
     return -1;
 }
 
-int cp_pyro_pprof(const uint8_t *buf, size_t len, const char *stc, size_t stc_len,
-                  cp_pyro_batch *b, cp_err *err)
+int cp_pyro_pprof(const uint8_t *buf, size_t len, const char *stc, size_t stc_len, cp_pyro_batch *b,
+                  cp_err *err)
 {
     cp_pprof_limits lim;
     cp_pprof_limits_default(&lim);
@@ -395,8 +407,8 @@ int cp_pyro_pprof(const uint8_t *buf, size_t len, const char *stc, size_t stc_le
     int used[64] = {0};
     const char *pt = cp_profile_str(p, p->period_type.type);
     int hint_block = !strcmp(b->kind_hint, "block");
-    int inuse_present = type_is(names, nt, "inuse_objects") >= 0 ||
-                        type_is(names, nt, "inuse_space") >= 0;
+    int inuse_present =
+        type_is(names, nt, "inuse_objects") >= 0 || type_is(names, nt, "inuse_space") >= 0;
     int samples = type_is(names, nt, "samples");
     group g[8];
     int ng = 0;
@@ -482,13 +494,20 @@ int cp_pyro_base64(const char *s, size_t n, cp_buf *out)
     int bits = 0;
     for (size_t i = 0; i < n; i++) {
         int c = (unsigned char)s[i], v;
-        if (c >= 'A' && c <= 'Z') v = c - 'A';
-        else if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
-        else if (c >= '0' && c <= '9') v = c - '0' + 52;
-        else if (c == '+' || c == '-') v = 62;
-        else if (c == '/' || c == '_') v = 63;
-        else if (c == '=') break;
-        else return CP_EPARSE;
+        if (c >= 'A' && c <= 'Z')
+            v = c - 'A';
+        else if (c >= 'a' && c <= 'z')
+            v = c - 'a' + 26;
+        else if (c >= '0' && c <= '9')
+            v = c - '0' + 52;
+        else if (c == '+' || c == '-')
+            v = 62;
+        else if (c == '/' || c == '_')
+            v = 63;
+        else if (c == '=')
+            break;
+        else
+            return CP_EPARSE;
         acc = acc << 6 | (uint32_t)v;
         bits += 6;
         if (bits >= 8) {
@@ -594,8 +613,10 @@ static int push_series_pb(const uint8_t *d, size_t n, const uint8_t *base, size_
                     if (mt) break;
                 }
             int rc = 0;
-            if (mt < 0) rc = PB_BAD(&m, "a label");
-            else if (!name) rc = cp_err_set(err, CP_EPARSE, "PushRequest: a label without a name");
+            if (mt < 0)
+                rc = PB_BAD(&m, "a label");
+            else if (!name)
+                rc = cp_err_set(err, CP_EPARSE, "PushRequest: a label without a name");
             else if (cp_labels_set(&s->labels, name, value ? value : ""))
                 rc = cp_err_set(err, CP_ENOMEM, "PushRequest");
             free(name);
@@ -608,16 +629,18 @@ static int push_series_pb(const uint8_t *d, size_t n, const uint8_t *base, size_
                 if (g == 1 && yl != SIZE_MAX) {
                     *total += yl;
                     if (*total > max) {
-                        rc = cp_err_set(err, CP_ELIMIT, "PushRequest: profiles over %zu bytes",
-                                        max);
+                        rc =
+                            cp_err_set(err, CP_ELIMIT, "PushRequest: profiles over %zu bytes", max);
                         break;
                     }
                     prof.len = 0;
                     if (cp_buf_append(&prof, y, yl)) rc = cp_err_set(err, CP_ENOMEM, "PushRequest");
                 }
             if (!rc && mt < 0) rc = PB_BAD(&m, "a sample");
-            if (!rc && !prof.len) rc = cp_err_set(err, CP_EPARSE, "PushRequest: a sample without raw_profile");
-            if (!rc && cp_vec_push(&s->profiles, prof)) rc = cp_err_set(err, CP_ENOMEM, "PushRequest");
+            if (!rc && !prof.len)
+                rc = cp_err_set(err, CP_EPARSE, "PushRequest: a sample without raw_profile");
+            if (!rc && cp_vec_push(&s->profiles, prof))
+                rc = cp_err_set(err, CP_ENOMEM, "PushRequest");
             if (rc) {
                 cp_buf_close(&prof);
                 return rc;
@@ -645,8 +668,11 @@ static int push_json(const uint8_t *buf, size_t len, size_t max, cp_pyro_pushreq
         for (uint32_t k = 0; !rc && ls && ls->type == CP_JSON_ARRAY && k < ls->n; k++) {
             const char *nm = cp_json_str(cp_json_get(ls->items[k], "name"), NULL);
             const char *vl = cp_json_str(cp_json_get(ls->items[k], "value"), "");
-            if (!nm) rc = cp_err_set(err, CP_EPARSE, "PushRequest JSON: series %u label %u has no name", i, k);
-            else if (cp_labels_set(&ps.labels, nm, vl)) rc = cp_err_set(err, CP_ENOMEM, "PushRequest");
+            if (!nm)
+                rc = cp_err_set(err, CP_EPARSE, "PushRequest JSON: series %u label %u has no name",
+                                i, k);
+            else if (cp_labels_set(&ps.labels, nm, vl))
+                rc = cp_err_set(err, CP_ENOMEM, "PushRequest");
         }
         for (uint32_t k = 0; !rc && ss && ss->type == CP_JSON_ARRAY && k < ss->n; k++) {
             const cp_json *rp = cp_json_get(ss->items[k], "rawProfile");
@@ -654,11 +680,14 @@ static int push_json(const uint8_t *buf, size_t len, size_t max, cp_pyro_pushreq
             const char *b64 = cp_json_str(rp, NULL);
             cp_buf prof = {0};
             if (!b64)
-                rc = cp_err_set(err, CP_EPARSE, "PushRequest JSON: series %u sample %u has no rawProfile", i, k);
+                rc = cp_err_set(err, CP_EPARSE,
+                                "PushRequest JSON: series %u sample %u has no rawProfile", i, k);
             else if ((total += strlen(b64) / 4 * 3) > max)
                 rc = cp_err_set(err, CP_ELIMIT, "PushRequest: profiles over %zu bytes", max);
             else if (cp_pyro_base64(b64, strlen(b64), &prof) || !prof.len)
-                rc = cp_err_set(err, CP_EPARSE, "PushRequest JSON: series %u sample %u: rawProfile is not base64", i, k);
+                rc = cp_err_set(err, CP_EPARSE,
+                                "PushRequest JSON: series %u sample %u: rawProfile is not base64",
+                                i, k);
             else if (cp_vec_push(&ps.profiles, prof))
                 rc = cp_err_set(err, CP_ENOMEM, "PushRequest");
             if (rc) cp_buf_close(&prof);
@@ -719,14 +748,13 @@ int cp_pyro_register_metrics(cp_pyro_stats *s, cp_metrics *m, const void *owner)
                                 &s->requests);
     if (!rc)
         rc = cp_metrics_counter(m, owner, "contprof_pyroscope_profiles_total",
-                                "Profiles from Pyroscope clients acknowledged by Kafka.", NULL,
-                                0, &s->profiles);
+                                "Profiles from Pyroscope clients acknowledged by Kafka.", NULL, 0,
+                                &s->profiles);
     for (int i = 0; i < 5 && !rc; i++)
         rc = cp_metrics_counter(m, owner, "contprof_pyroscope_refused_total",
                                 "Pyroscope requests refused, by reason (nothing of them "
                                 "stored).",
-                                (cp_metric_label[]){{"reason", g_refusals[i]}}, 1,
-                                &s->refused[i]);
+                                (cp_metric_label[]){{"reason", g_refusals[i]}}, 1, &s->refused[i]);
     if (!rc)
         rc = cp_metrics_counter(m, owner, "contprof_pyroscope_dropped_sample_types_total",
                                 "Sample types of stored Pyroscope profiles that no contprof "
@@ -738,12 +766,18 @@ int cp_pyro_register_metrics(cp_pyro_stats *s, cp_metrics *m, const void *owner)
 void cp_pyro_count(cp_pyro_stats *s, int status)
 {
     if (!s) return;
-    if (status == 200) cp_counter_add(&s->requests, 1);
-    else if (status == 413) cp_counter_add(&s->refused[1], 1);
-    else if (status == 429) cp_counter_add(&s->refused[2], 1);
-    else if (status == 422) cp_counter_add(&s->refused[3], 1);
-    else if (status >= 500) cp_counter_add(&s->refused[4], 1);
-    else if (status >= 400) cp_counter_add(&s->refused[0], 1);
+    if (status == 200)
+        cp_counter_add(&s->requests, 1);
+    else if (status == 413)
+        cp_counter_add(&s->refused[1], 1);
+    else if (status == 429)
+        cp_counter_add(&s->refused[2], 1);
+    else if (status == 422)
+        cp_counter_add(&s->refused[3], 1);
+    else if (status >= 500)
+        cp_counter_add(&s->refused[4], 1);
+    else if (status >= 400)
+        cp_counter_add(&s->refused[0], 1);
 }
 
 /* The status of a body's refusal: 413 past a limit, 503 out of memory, else 422. */
@@ -811,8 +845,9 @@ static int build(const cp_pyro_call *c, cp_pyro_batch *b, int64_t start, int64_t
         e.labels = b->labels; /* borrowed */
         e.kind = it->kind;
         e.window_start_ns = start ? start : it->p->time_nanos ? it->p->time_nanos : cp_now_ns();
-        e.window_duration_ns = dur > 0 ? dur : it->p->duration_nanos > 0 ? it->p->duration_nanos
-                                                                          : 10000000000LL;
+        e.window_duration_ns = dur > 0                     ? dur
+                               : it->p->duration_nanos > 0 ? it->p->duration_nanos
+                                                           : 10000000000LL;
         e.cumulative = it->cumulative;
         it->p->time_nanos = e.window_start_ns;
         it->p->duration_nanos = e.window_duration_ns;
@@ -896,9 +931,8 @@ static int send_batch(const cp_pyro_call *c, cp_pyro_batch *b, int64_t start, in
     return st;
 }
 
-static const char *const g_ingest_params[] = {"name",  "from",  "until",           "format",
-                                              "sampleRate", "spyName", "units", "aggregationType",
-                                              NULL};
+static const char *const g_ingest_params[] = {
+    "name", "from", "until", "format", "sampleRate", "spyName", "units", "aggregationType", NULL};
 
 void cp_pyro_ingest(const cp_pyro_call *c, const cp_http_request *req, cp_http_response *r)
 {
@@ -989,12 +1023,12 @@ void cp_pyro_ingest(const cp_pyro_call *c, const cp_http_request *req, cp_http_r
 /* A Connect error: the HTTP status Connect maps its code to, {"code","message"}. */
 static void connect_error(cp_http_response *r, int st, const char *msg)
 {
-    const char *code = st == 400   ? "invalid_argument"
-                       : st == 401 ? "unauthenticated"
-                       : st == 403 ? "permission_denied"
+    const char *code = st == 400                ? "invalid_argument"
+                       : st == 401              ? "unauthenticated"
+                       : st == 403              ? "permission_denied"
                        : st == 413 || st == 429 ? "resource_exhausted"
-                       : st == 422 ? "invalid_argument"
-                                   : "unavailable";
+                       : st == 422              ? "invalid_argument"
+                                                : "unavailable";
     int hs = st == 413 || st == 429 ? 429 : st == 422 ? 400 : st;
     cp_buf_close(&r->body);
     r->status = hs;

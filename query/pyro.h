@@ -80,8 +80,8 @@ typedef struct cp_pyro_folded_opts {
  * goroutines, lock_samples/lock_nanoseconds -> mutex. CP_EPARSE naming the line (no count,
  * a bad count, an empty frame, deeper than CP_PYRO_MAX_DEPTH), CP_EINVAL for unknown units
  * or aggregation, CP_ENOMEM. */
-int cp_pyro_folded(const uint8_t *text, size_t len, const cp_pyro_folded_opts *o,
-                   cp_pyro_batch *b, cp_err *err);
+int cp_pyro_folded(const uint8_t *text, size_t len, const cp_pyro_folded_opts *o, cp_pyro_batch *b,
+                   cp_err *err);
 
 /* A pprof (raw or gzip'd) into items of b, one per kind its sample types make (cpu, wall,
  * alloc + inuse as `contprof import` splits a Go heap profile, node's objects/space as
@@ -90,8 +90,8 @@ int cp_pyro_folded(const uint8_t *text, size_t len, const cp_pyro_folded_opts *o
  * "display-name", "aggregation", "cumulative", "sampled"}}: display-name renames a type
  * before it is matched, cumulative marks its kind cumulative. CP_EPPROF/CP_EGZIP/CP_ELIMIT
  * from the decoder, CP_EPARSE for a bad stc, CP_EINVAL when no type makes a kind. */
-int cp_pyro_pprof(const uint8_t *buf, size_t len, const char *stc, size_t stc_len,
-                  cp_pyro_batch *b, cp_err *err);
+int cp_pyro_pprof(const uint8_t *buf, size_t len, const char *stc, size_t stc_len, cp_pyro_batch *b,
+                  cp_err *err);
 
 /* One series of a Push request. */
 typedef struct cp_pyro_push_series {
@@ -148,8 +148,8 @@ void cp_pyro_count(cp_pyro_stats *s, int status);
 
 /* What a request needs besides itself. */
 typedef struct cp_pyro_call {
-    const char *tenant;  /* from the token (api.c) */
-    const char *token;   /* signs the envelopes (the tenant's first token); NULL = unsigned */
+    const char *tenant; /* from the token (api.c) */
+    const char *token;  /* signs the envelopes (the tenant's first token); NULL = unsigned */
     cp_pyro_produce_fn produce;
     void *produce_arg;
     cp_pyro_stats *stats;

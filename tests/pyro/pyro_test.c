@@ -1,0 +1,410 @@
+/* Pyroscope's wire protocol against the real contprofd, its embedded Kafka and its store
+ * (issue 37): Grafana Pyroscope's own Node SDK pointed at contprofd, and hand-made requests
+ * over TCP built from the protocol's public description: folded text in each time unit,
+ * multipart with sample_type_config, Push in protobuf (gzip'd) and JSON, tenants, and bad
+ * input, each answered with its code and nothing of it stored. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "http_client.h"
+#include "pprof.h"
+#include "times.h"
+#include "proc.h"
+
+/* ---- a raw HTTP client: any header, any declared length ------------------------------ */
+
+typedef struct answer {
+    int status;
+    char body[16384];
+} answer;
+
+/* POSTs body (len bytes, Content-Length declared unless declared is nonzero) to pq on port
+ * with the extra header lines hdrs ("Name: value\r\n"...), and reads the answer until the
+ * server closes. */
+static answer post(int port, const char *pq, const char *hdrs, const void *body, size_t len,
+                   size_t declared)
+{
+    answer a = {0};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    struct timeval tv = {30, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char head[4096];
+    int hn = snprintf(head, sizeof head,
+                      "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                      "Content-Length: %zu\r\n%s\r\n",
+                      pq, declared ? declared : len, hdrs ? hdrs : "");
+    CHECK(hn > 0 && (size_t)hn < sizeof head);
+    signal(SIGPIPE, SIG_IGN);
+    CHECK(send(fd, head, (size_t)hn, 0) == hn);
+    for (size_t off = 0; off < len;) {
+        ssize_t w = send(fd, (const char *)body + off, len - off, 0);
+        if (w <= 0) break; /* the server refused and closed: its answer is read below */
+        off += (size_t)w;
+    }
+    static char buf[1 << 20];
+    size_t n = 0;
+    for (ssize_t r; n < sizeof buf - 1 && (r = recv(fd, buf + n, sizeof buf - 1 - n, 0)) > 0;)
+        n += (size_t)r;
+    buf[n] = 0;
+    close(fd);
+    CHECK(n > 12);
+    a.status = atoi(buf + 9);
+    const char *b = strstr(buf, "\r\n\r\n");
+    snprintf(a.body, sizeof a.body, "%s", b ? b + 4 : "");
+    return a;
+}
+
+static void expect(const answer *a, int status, const char *needle)
+{
+    if (a->status != status || (needle && !strstr(a->body, needle)))
+        fprintf(stderr, "expected %d with '%s', got %d %s\n", status, needle ? needle : "",
+                a->status, a->body);
+    CHECK_EQ(a->status, status);
+    if (needle) CHECK_CONTAINS(a->body, needle);
+}
+
+/* GET pq (with token) until its body contains needle, at most 30 s; returns the body
+ * (malloc'd). Fails the test, printing the last body, if it never does. */
+static char *wait_for(int port, const char *pq, const char *token, const char *needle)
+{
+    cp_buf b = {0};
+    for (int64_t end = mono_ns() + 30 * SEC; mono_ns() < end; usleep(50000)) {
+        cp_buf_close(&b);
+        b = http_get_ok(port, pq, token);
+        if (strstr((char *)b.data, needle)) return (char *)b.data;
+    }
+    fprintf(stderr, "GET %s never showed '%s'; last: %s\n", pq, needle, (char *)b.data);
+    CHECK(0);
+    return NULL;
+}
+
+static int count_of(const char *series_json)
+{
+    const char *c = strstr(series_json, "\"count\":");
+    CHECK(c);
+    return atoi(c + 8);
+}
+
+/* ---- profiles made here --------------------------------------------------------------- */
+
+/* A pprof of two sample types (t0/u0, t1/u1): stack main;work;fn with values v0, v1. */
+static void make_pprof(cp_buf *out, const char *t0, const char *u0, const char *t1,
+                       const char *u1, const char *fn, int64_t v0, int64_t v1)
+{
+    cp_profile *p = cp_profile_create();
+    CHECK(p);
+    CHECK(cp_profile_add_sample_type(p, t0, u0) == 0);
+    CHECK(cp_profile_add_sample_type(p, t1, u1) == 0);
+    cp_profile_intern_cstr(p, t0, &p->period_type.type);
+    cp_profile_intern_cstr(p, u0, &p->period_type.unit);
+    p->period = 1;
+    const char *names[3] = {fn, "work", "main"}; /* leaf first */
+    uint32_t locs[3];
+    for (int i = 0; i < 3; i++) {
+        cp_function f = {0};
+        uint32_t fid;
+        cp_profile_intern_cstr(p, names[i], &f.name);
+        CHECK(cp_profile_add_function(p, &f, &fid) == 0);
+        cp_line ln = {fid, 1};
+        CHECK(cp_profile_add_location(p, 0, 0, &ln, 1, &locs[i]) == 0);
+    }
+    int64_t v[2] = {v0, v1};
+    CHECK(cp_profile_add_sample(p, locs, 3, v, NULL, 0) == 0);
+    CHECK(cp_pprof_encode(p, 1, out) == 0);
+    cp_profile_destroy(p);
+}
+
+/* A whole minute 10 minutes ago (unix seconds): the tests' windows start there, inside
+ * retention.raw. */
+static int64_t base_s(void)
+{
+    return (int64_t)time(NULL) / 60 * 60 - 600;
+}
+
+/* ?from=..&to=.. around the base minute, for queries */
+static const char *window_q(void)
+{
+    static char q[96];
+    snprintf(q, sizeof q, "from=%lld&to=%lld", (long long)base_s() - 60,
+             (long long)base_s() + 180);
+    return q;
+}
+
+static const char *g_folded = "main;work;hot 30\nmain;work;cold 10\nmain;idle 5\n";
+
+/* ---- tests ---------------------------------------------------------------------------- */
+
+/* Grafana Pyroscope's Node SDK, unchanged, pointed at contprofd: its wall and heap profiles
+ * are stored as wall and inuse under the app's name, and its functions show in `contprof
+ * top` and the query API. */
+TEST(node_sdk_functions_show_in_top_and_the_api)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "sh %s/tests/pyro/install.sh %s", getenv("CP_SOURCE_DIR"),
+             bindir());
+    proc_sh(cmd);
+    char *dir = proc_tmpdir("pyro", "sdk");
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, NULL);
+    snprintf(cmd, sizeof cmd,
+             "cd %s/tests/pyro && node sdk_app.js http://127.0.0.1:%d nodeapp 4 > %s/node.log "
+             "2>&1",
+             bindir(), d.port, dir);
+    proc_sh(cmd);
+    char *s = wait_for(d.port, "/api/v1/series?type=inuse", NULL, "\"service\":\"nodeapp\"");
+    CHECK_CONTAINS(s, "\"pyroscope_spy\":\"nodespy\"");
+    CHECK_CONTAINS(s, "\"region\":\"test\"");
+    CHECK_CONTAINS(s, "\"otel_scope_name\":\"com.grafana.pyroscope/nodejs\"");
+    free(s);
+    s = wait_for(d.port, "/api/v1/series?type=wall", NULL, "\"service\":\"nodeapp\"");
+    free(s);
+    /* the SDK's last flush (at stop) is stored before the folded answer is taken */
+    s = wait_for(d.port,
+                 "/api/v1/profile?type=wall&from=-10m&format=folded&select=%7Bservice%3D%22nodeapp%22%7D",
+                 NULL, "pyroHotLoop");
+    CHECK_CONTAINS(s, "pyroColdLoop");
+    free(s);
+    /* the CLI, as a user reads it: the hot loop first (30 ms of every 40 burnt) */
+    char out[65536];
+    snprintf(cmd, sizeof cmd, "%s/query/contprof", bindir());
+    char server[64];
+    snprintf(server, sizeof server, "http://127.0.0.1:%d", d.port);
+    const char *args[] = {"top", "--server", server, "--type", "wall", "--from", "-10m", NULL};
+    CHECK_EQ(run_capture(cmd, args, NULL, NULL, out, sizeof out), 0);
+    const char *hot = strstr(out, "pyroHotLoop"), *cold = strstr(out, "pyroColdLoop");
+    if (!hot || !cold || hot > cold) fprintf(stderr, "contprof top:\n%s\n", out);
+    CHECK(hot && cold && hot < cold);
+    CHECK(http_metric(d.port, "contprof_pyroscope_profiles_total", NULL) >= 2);
+    CHECK_EQ(http_metric(d.port, "contprof_pyroscope_refused_total{reason=\"bad_metadata\"}", NULL), 0);
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
+/* Folded text with from/until in seconds, ms, us and ns: each window where it was said. */
+TEST(folded_text_in_each_time_unit)
+{
+    char *dir = proc_tmpdir("pyro", "units");
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, NULL);
+    const int64_t t = base_s();
+    /* the same instants written in seconds, ms, us and ns: 20 s apart */
+    const char *app[4] = {"unit_s", "unit_ms", "unit_us", "unit_ns"};
+    const char *zeros[4] = {"", "000", "000000", "000000000"};
+    char when[4][64];
+    for (int i = 0; i < 4; i++) {
+        char pq[512];
+        snprintf(pq, sizeof pq,
+                 "/ingest?name=%s%%7Benv%%3Dprod%%7D&from=%lld%s&until=%lld%s&sampleRate=100&"
+                 "spyName=ebpfspy",
+                 app[i], (long long)t + 20 * i, zeros[i], (long long)t + 20 * i + 10, zeros[i]);
+        cp_format_time((t + 20 * i) * SEC, when[i], sizeof when[i]);
+        answer a = post(d.port, pq, NULL, g_folded, strlen(g_folded), 0);
+        expect(&a, 200, "\"profiles\":1");
+    }
+    char *s = wait_for(d.port, "/api/v1/series", NULL, "\"count\":4");
+    for (int i = 0; i < 4; i++) {
+        char want[200];
+        snprintf(want, sizeof want, "\"service\":\"%s\"},\"first\":\"%s\"", app[i], when[i]);
+        CHECK_CONTAINS(s, want);
+    }
+    CHECK_CONTAINS(s, "\"pyroscope_spy\":\"ebpfspy\"");
+    free(s);
+    /* the counts as sent: cpu = samples at 100 Hz (10 ms each) */
+    char q[512];
+    snprintf(q, sizeof q,
+             "/api/v1/profile?type=cpu&%s&format=folded&sample_type=samples&"
+             "select=%%7Bservice%%3D%%22unit_ms%%22%%7D",
+             window_q());
+    s = wait_for(d.port, q, NULL, "hot");
+    CHECK_CONTAINS(s, "main;work;hot 30\n");
+    CHECK_CONTAINS(s, "main;idle 5\n");
+    free(s);
+    snprintf(q, sizeof q, "/api/v1/profile?type=cpu&%s&format=folded&sample_type=cpu",
+             window_q());
+    s = wait_for(d.port, q, NULL, "hot");
+    CHECK_CONTAINS(s, "main;work;hot 1200000000\n"); /* 4 x 30 x 10 ms */
+    free(s);
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
+/* A multipart pprof whose sample_type_config names its types: Go's block profile under
+ * names no kind takes until display-name renames them, stored as block (the app's ".block"),
+ * not cpu. */
+TEST(multipart_with_sample_type_config)
+{
+    char *dir = proc_tmpdir("pyro", "multipart");
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, NULL);
+    cp_buf pp = {0}, body = {0};
+    make_pprof(&pp, "lock_count", "count", "lock_time", "nanoseconds", "waitOnChannel", 7, 7000);
+    const char *stc = "{\"lock_count\":{\"units\":\"lock_samples\",\"display-name\":\"contentions\","
+                      "\"aggregation\":\"sum\",\"cumulative\":false,\"sampled\":true},"
+                      "\"lock_time\":{\"units\":\"lock_nanoseconds\",\"display-name\":\"delay\","
+                      "\"aggregation\":\"sum\",\"cumulative\":false,\"sampled\":true}}";
+    CHECK(cp_buf_printf(&body,
+                        "--XyZ\r\nContent-Disposition: form-data; name=\"profile\"; "
+                        "filename=\"profile.pprof\"\r\nContent-Type: application/octet-stream\r\n\r\n") == 0);
+    CHECK(cp_buf_append(&body, pp.data, pp.len) == 0);
+    CHECK(cp_buf_printf(&body,
+                        "\r\n--XyZ\r\nContent-Disposition: form-data; name=\"sample_type_config\"; "
+                        "filename=\"sample_type_config.json\"\r\n\r\n%s\r\n--XyZ--\r\n",
+                        stc) == 0);
+    const char *ct = "Content-Type: multipart/form-data; boundary=XyZ\r\n";
+    /* without the config no kind takes lock_count/lock_time: 422 naming them */
+    cp_buf bare = {0};
+    CHECK(cp_buf_printf(&bare,
+                        "--XyZ\r\nContent-Disposition: form-data; name=\"profile\"\r\n\r\n") == 0);
+    CHECK(cp_buf_append(&bare, pp.data, pp.len) == 0);
+    CHECK(cp_buf_printf(&bare, "\r\n--XyZ--\r\n") == 0);
+    char pq[256], q[256];
+    snprintf(pq, sizeof pq, "/pyroscope/ingest?name=goapp.block&format=pprof&from=%lld",
+             (long long)base_s());
+    answer a = post(d.port, pq, ct, bare.data, bare.len, 0);
+    expect(&a, 422, "lock_count/count");
+    snprintf(pq, sizeof pq,
+             "/pyroscope/ingest?name=goapp.block%%7Bpod%%3Da%%7D&format=pprof&from=%lld&until=%lld",
+             (long long)base_s(), (long long)base_s() + 10);
+    a = post(d.port, pq, ct, body.data, body.len, 0);
+    expect(&a, 200, "\"profiles\":1");
+    char *s = wait_for(d.port, "/api/v1/series", NULL, "\"type\":\"block\"");
+    CHECK_CONTAINS(s, "\"pod\":\"a\"");
+    CHECK_EQ(count_of(s), 1);
+    free(s);
+    snprintf(q, sizeof q, "/api/v1/profile?type=block&%s&format=folded&sample_type=delay",
+             window_q());
+    s = wait_for(d.port, q, NULL, "waitOnChannel");
+    CHECK_CONTAINS(s, "main;work;waitOnChannel 7000\n");
+    free(s);
+    cp_buf_close(&pp);
+    cp_buf_close(&body);
+    cp_buf_close(&bare);
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
+/* Bad input: each refused with its code and a JSON error naming the problem, nothing of it
+ * stored, and a good request after them all stored whole. */
+TEST(bad_input_gets_its_code_and_nothing_is_stored)
+{
+    char *dir = proc_tmpdir("pyro", "bad");
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, NULL);
+    const char *f = g_folded;
+    size_t fl = strlen(f);
+    answer a;
+    a = post(d.port, "/ingest?name=%7Bk%3Dv%7D&from=1764000000", NULL, f, fl, 0);
+    expect(&a, 400, "application name is empty");
+    a = post(d.port, "/ingest?name=app%7Bk%3Dv&from=1764000000", NULL, f, fl, 0);
+    expect(&a, 400, "expected '}'");
+    a = post(d.port, "/ingest?name=app%7B1k%3Dv%7D&from=1764000000", NULL, f, fl, 0);
+    expect(&a, 400, "label name '1k'");
+    a = post(d.port, "/ingest?from=1764000000", NULL, f, fl, 0);
+    expect(&a, 400, "name: missing");
+    a = post(d.port, "/ingest?name=app&from=17640000x0", NULL, f, fl, 0);
+    expect(&a, 400, "'17640000x0' is not a time");
+    a = post(d.port, "/ingest?name=app&from=1764000010&until=1764000000", NULL, f, fl, 0);
+    expect(&a, 400, "is before from");
+    a = post(d.port, "/ingest?name=app&from=1764000000&color=red", NULL, f, fl, 0);
+    expect(&a, 400, "color");
+    a = post(d.port, "/ingest?name=app&from=1764000000&units=furlongs", NULL, f, fl, 0);
+    expect(&a, 400, "units 'furlongs'");
+    a = post(d.port, "/ingest?name=app&from=1764000000", NULL, "main;work\n", 10, 0);
+    expect(&a, 422, "folded line 1");
+    a = post(d.port, "/ingest?name=app&from=1764000000&format=jfr", NULL, f, fl, 0);
+    expect(&a, 422, "format 'jfr'");
+    a = post(d.port, "/ingest?name=app&from=1764000000&format=pprof", NULL, "not a pprof", 11, 0);
+    expect(&a, 422, NULL);
+    /* a truncated multipart body: the profile part never ends */
+    cp_buf pp = {0}, mp = {0};
+    make_pprof(&pp, "samples", "count", "cpu", "nanoseconds", "spin", 3, 30000000);
+    CHECK(cp_buf_printf(&mp, "--B0\r\nContent-Disposition: form-data; name=\"profile\"\r\n\r\n") == 0);
+    CHECK(cp_buf_append(&mp, pp.data, pp.len / 2) == 0);
+    a = post(d.port, "/ingest?name=app&from=1764000000&format=pprof",
+             "Content-Type: multipart/form-data; boundary=B0\r\n", mp.data, mp.len, 0);
+    expect(&a, 422, "no closing boundary");
+    /* 100 MB: refused from its declared length, before the body is read */
+    static char chunk[1 << 20];
+    a = post(d.port, "/ingest?name=app&from=1764000000", NULL, chunk, sizeof chunk, 100u << 20);
+    expect(&a, 413, "exceeds");
+    CHECK_EQ(http_metric(d.port, "contprof_pyroscope_profiles_total", NULL), 0);
+    CHECK_EQ(http_metric(d.port, "contprof_pyroscope_refused_total{reason=\"bad_metadata\"}", NULL), 8);
+    CHECK_EQ(http_metric(d.port, "contprof_pyroscope_refused_total{reason=\"unprocessable\"}", NULL), 4);
+    /* nothing else lost: a good one after them is stored, alone */
+    char good[128];
+    snprintf(good, sizeof good, "/ingest?name=good&from=%lld&format=pprof", (long long)base_s());
+    a = post(d.port, good, NULL, pp.data, pp.len, 0);
+    expect(&a, 200, "\"profiles\":1");
+    char *s = wait_for(d.port, "/api/v1/series", NULL, "\"service\":\"good\"");
+    CHECK_EQ(count_of(s), 1);
+    free(s);
+    char q[256];
+    snprintf(q, sizeof q, "/api/v1/profile?type=cpu&%s&format=folded&sample_type=samples",
+             window_q());
+    s = wait_for(d.port, q, NULL, "spin");
+    CHECK_STREQ(s, "main;work;spin 3\n");
+    free(s);
+    cp_buf_close(&pp);
+    cp_buf_close(&mp);
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
+/* Tenants: Bearer and Basic credentials map to contprof's tokens, X-Scope-OrgID must name
+ * the token's tenant; a wrong one is 403, a missing or bad credential 401, nothing stored. */
+TEST(tenants_from_bearer_basic_and_org_id)
+{
+    char *dir = proc_tmpdir("pyro", "tenants");
+    char conf[600];
+    snprintf(conf, sizeof conf, "%s/contprofd.conf", dir);
+    FILE *cf = fopen(conf, "w");
+    CHECK(cf);
+    fprintf(cf, "token.team-a = secret-aaaa-1234\ntoken.team-b = secret-bbbb-5678\n");
+    fclose(cf);
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, conf);
+    const char *f = g_folded;
+    size_t fl = strlen(f);
+    const char *pq = "/ingest?name=tenanted&from=1764000000";
+    answer a = post(d.port, pq, NULL, f, fl, 0);
+    expect(&a, 401, "missing Authorization");
+    a = post(d.port, pq, "Authorization: Bearer nope-nope-nope\r\n", f, fl, 0);
+    expect(&a, 401, "invalid token");
+    a = post(d.port, pq, "Authorization: Bearer secret-aaaa-1234\r\nX-Scope-OrgID: team-b\r\n", f,
+             fl, 0);
+    expect(&a, 403, "X-Scope-OrgID 'team-b' is not this token's tenant 'team-a'");
+    /* the body is not read for a refused credential: a 100 MB one is refused at once */
+    static char chunk[1 << 16];
+    a = post(d.port, pq, "Authorization: Bearer nope-nope-nope\r\n", chunk, sizeof chunk, 100u << 20);
+    expect(&a, 401, "the body was not read");
+    /* Bearer for team-a, with its own org id */
+    a = post(d.port, "/ingest?name=app_a",
+             "Authorization: Bearer secret-aaaa-1234\r\nX-Scope-OrgID: team-a\r\n", f, fl, 0);
+    expect(&a, 200, "\"profiles\":1");
+    /* Basic for team-b: user:token ("anyone:secret-bbbb-5678") */
+    a = post(d.port, "/ingest?name=app_b",
+             "Authorization: Basic YW55b25lOnNlY3JldC1iYmJiLTU2Nzg=\r\n", f, fl, 0);
+    expect(&a, 200, "\"profiles\":1");
+    char *s = wait_for(d.port, "/api/v1/series", "secret-aaaa-1234", "\"service\":\"app_a\"");
+    CHECK_EQ(count_of(s), 1);
+    free(s);
+    s = wait_for(d.port, "/api/v1/series", "secret-bbbb-5678", "\"service\":\"app_b\"");
+    CHECK_EQ(count_of(s), 1);
+    free(s);
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
+TEST_MAIN(T(node_sdk_functions_show_in_top_and_the_api), T(folded_text_in_each_time_unit),
+          T(multipart_with_sample_type_config), T(bad_input_gets_its_code_and_nothing_is_stored),
+          T(tenants_from_bearer_basic_and_org_id))
