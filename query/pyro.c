@@ -341,6 +341,13 @@ int cp_pyro_folded(const uint8_t *text, size_t len, const cp_pyro_folded_opts *o
         }
         int64_t vals[2] = {0, 0};
         vals[col] = (int64_t)v;
+        if (kind == CP_KIND_CPU && v > (uint64_t)(INT64_MAX / p->period)) {
+            rc = cp_err_set(err, CP_EPARSE,
+                            "folded line %zu: count %llu at %lld Hz overflows the "
+                            "cpu nanoseconds",
+                            lineno, (unsigned long long)v, (long long)hz);
+            break;
+        }
         if (kind == CP_KIND_CPU) vals[1] = (int64_t)v * p->period;
         if (cp_profile_add_sample(p, stack, depth, vals, NULL, 0))
             rc = cp_err_set(err, CP_ENOMEM, "folded profile");
@@ -1085,11 +1092,9 @@ void cp_pyro_push(const cp_pyro_call *c, const cp_http_request *req, cp_http_res
             if (rc) st = body_status(rc);
         }
     }
-    uint32_t total = 0;
     for (uint32_t i = 0; !st && i < pr.series.n; i++) {
         uint32_t n = 0;
         st = send_batch(c, &bs[i], 0, 0, &n, &err);
-        total += n;
     }
     if (st) {
         connect_error(r, st, err.msg);

@@ -98,8 +98,8 @@ static int count_of(const char *series_json)
 /* ---- profiles made here --------------------------------------------------------------- */
 
 /* A pprof of two sample types (t0/u0, t1/u1): stack main;work;fn with values v0, v1. */
-static void make_pprof(cp_buf *out, const char *t0, const char *u0, const char *t1,
-                       const char *u1, const char *fn, int64_t v0, int64_t v1)
+static void make_pprof(cp_buf *out, const char *t0, const char *u0, const char *t1, const char *u1,
+                       const char *fn, int64_t v0, int64_t v1)
 {
     cp_profile *p = cp_profile_create();
     CHECK(p);
@@ -135,8 +135,7 @@ static int64_t base_s(void)
 static const char *window_q(void)
 {
     static char q[96];
-    snprintf(q, sizeof q, "from=%lld&to=%lld", (long long)base_s() - 60,
-             (long long)base_s() + 180);
+    snprintf(q, sizeof q, "from=%lld&to=%lld", (long long)base_s() - 60, (long long)base_s() + 180);
     return q;
 }
 
@@ -150,8 +149,7 @@ static const char *g_folded = "main;work;hot 30\nmain;work;cold 10\nmain;idle 5\
 TEST(node_sdk_functions_show_in_top_and_the_api)
 {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "sh %s/tests/pyro/install.sh %s", getenv("CP_SOURCE_DIR"),
-             bindir());
+    snprintf(cmd, sizeof cmd, "sh %s/tests/pyro/install.sh %s", getenv("CP_SOURCE_DIR"), bindir());
     proc_sh(cmd);
     char *dir = proc_tmpdir("pyro", "sdk");
     proc d;
@@ -169,9 +167,10 @@ TEST(node_sdk_functions_show_in_top_and_the_api)
     s = wait_for(d.port, "/api/v1/series?type=wall", NULL, "\"service\":\"nodeapp\"");
     free(s);
     /* the SDK's last flush (at stop) is stored before the folded answer is taken */
-    s = wait_for(d.port,
-                 "/api/v1/profile?type=wall&from=-10m&format=folded&select=%7Bservice%3D%22nodeapp%22%7D",
-                 NULL, "pyroHotLoop");
+    s = wait_for(
+        d.port,
+        "/api/v1/profile?type=wall&from=-10m&format=folded&select=%7Bservice%3D%22nodeapp%22%7D",
+        NULL, "pyroHotLoop");
     CHECK_CONTAINS(s, "pyroColdLoop");
     free(s);
     /* the CLI, as a user reads it: the hot loop first (30 ms of every 40 burnt) */
@@ -185,7 +184,8 @@ TEST(node_sdk_functions_show_in_top_and_the_api)
     if (!hot || !cold || hot > cold) fprintf(stderr, "contprof top:\n%s\n", out);
     CHECK(hot && cold && hot < cold);
     CHECK(http_metric(d.port, "contprof_pyroscope_profiles_total", NULL) >= 2);
-    CHECK_EQ(http_metric(d.port, "contprof_pyroscope_refused_total{reason=\"bad_metadata\"}", NULL), 0);
+    CHECK_EQ(http_metric(d.port, "contprof_pyroscope_refused_total{reason=\"bad_metadata\"}", NULL),
+             0);
     CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
     free(dir);
 }
@@ -229,8 +229,7 @@ TEST(folded_text_in_each_time_unit)
     CHECK_CONTAINS(s, "main;work;hot 30\n");
     CHECK_CONTAINS(s, "main;idle 5\n");
     free(s);
-    snprintf(q, sizeof q, "/api/v1/profile?type=cpu&%s&format=folded&sample_type=cpu",
-             window_q());
+    snprintf(q, sizeof q, "/api/v1/profile?type=cpu&%s&format=folded&sample_type=cpu", window_q());
     s = wait_for(d.port, q, NULL, "hot");
     CHECK_CONTAINS(s, "main;work;hot 1200000000\n"); /* 4 x 30 x 10 ms */
     free(s);
@@ -248,13 +247,15 @@ TEST(multipart_with_sample_type_config)
     start_daemon_data(&d, dir, 0, 0, NULL);
     cp_buf pp = {0}, body = {0};
     make_pprof(&pp, "lock_count", "count", "lock_time", "nanoseconds", "waitOnChannel", 7, 7000);
-    const char *stc = "{\"lock_count\":{\"units\":\"lock_samples\",\"display-name\":\"contentions\","
-                      "\"aggregation\":\"sum\",\"cumulative\":false,\"sampled\":true},"
-                      "\"lock_time\":{\"units\":\"lock_nanoseconds\",\"display-name\":\"delay\","
-                      "\"aggregation\":\"sum\",\"cumulative\":false,\"sampled\":true}}";
-    CHECK(cp_buf_printf(&body,
-                        "--XyZ\r\nContent-Disposition: form-data; name=\"profile\"; "
-                        "filename=\"profile.pprof\"\r\nContent-Type: application/octet-stream\r\n\r\n") == 0);
+    const char *stc =
+        "{\"lock_count\":{\"units\":\"lock_samples\",\"display-name\":\"contentions\","
+        "\"aggregation\":\"sum\",\"cumulative\":false,\"sampled\":true},"
+        "\"lock_time\":{\"units\":\"lock_nanoseconds\",\"display-name\":\"delay\","
+        "\"aggregation\":\"sum\",\"cumulative\":false,\"sampled\":true}}";
+    CHECK(cp_buf_printf(
+              &body,
+              "--XyZ\r\nContent-Disposition: form-data; name=\"profile\"; "
+              "filename=\"profile.pprof\"\r\nContent-Type: application/octet-stream\r\n\r\n") == 0);
     CHECK(cp_buf_append(&body, pp.data, pp.len) == 0);
     CHECK(cp_buf_printf(&body,
                         "\r\n--XyZ\r\nContent-Disposition: form-data; name=\"sample_type_config\"; "
@@ -328,7 +329,8 @@ TEST(bad_input_gets_its_code_and_nothing_is_stored)
     /* a truncated multipart body: the profile part never ends */
     cp_buf pp = {0}, mp = {0};
     make_pprof(&pp, "samples", "count", "cpu", "nanoseconds", "spin", 3, 30000000);
-    CHECK(cp_buf_printf(&mp, "--B0\r\nContent-Disposition: form-data; name=\"profile\"\r\n\r\n") == 0);
+    CHECK(cp_buf_printf(&mp, "--B0\r\nContent-Disposition: form-data; name=\"profile\"\r\n\r\n") ==
+          0);
     CHECK(cp_buf_append(&mp, pp.data, pp.len / 2) == 0);
     a = post(d.port, "/ingest?name=app&from=1764000000&format=pprof",
              "Content-Type: multipart/form-data; boundary=B0\r\n", mp.data, mp.len, 0);
@@ -338,8 +340,10 @@ TEST(bad_input_gets_its_code_and_nothing_is_stored)
     a = post(d.port, "/ingest?name=app&from=1764000000", NULL, chunk, sizeof chunk, 100u << 20);
     expect(&a, 413, "exceeds");
     CHECK_EQ(http_metric(d.port, "contprof_pyroscope_profiles_total", NULL), 0);
-    CHECK_EQ(http_metric(d.port, "contprof_pyroscope_refused_total{reason=\"bad_metadata\"}", NULL), 8);
-    CHECK_EQ(http_metric(d.port, "contprof_pyroscope_refused_total{reason=\"unprocessable\"}", NULL), 4);
+    CHECK_EQ(http_metric(d.port, "contprof_pyroscope_refused_total{reason=\"bad_metadata\"}", NULL),
+             8);
+    CHECK_EQ(
+        http_metric(d.port, "contprof_pyroscope_refused_total{reason=\"unprocessable\"}", NULL), 4);
     /* nothing else lost: a good one after them is stored, alone */
     char good[128];
     snprintf(good, sizeof good, "/ingest?name=good&from=%lld&format=pprof", (long long)base_s());
@@ -385,7 +389,8 @@ TEST(tenants_from_bearer_basic_and_org_id)
     expect(&a, 403, "X-Scope-OrgID 'team-b' is not this token's tenant 'team-a'");
     /* the body is not read for a refused credential: a 100 MB one is refused at once */
     static char chunk[1 << 16];
-    a = post(d.port, pq, "Authorization: Bearer nope-nope-nope\r\n", chunk, sizeof chunk, 100u << 20);
+    a = post(d.port, pq, "Authorization: Bearer nope-nope-nope\r\n", chunk, sizeof chunk,
+             100u << 20);
     expect(&a, 401, "the body was not read");
     /* Bearer for team-a, with its own org id */
     a = post(d.port, "/ingest?name=app_a",
@@ -405,6 +410,117 @@ TEST(tenants_from_bearer_basic_and_org_id)
     free(dir);
 }
 
+/* ---- Push, from push.v1's field numbers ----------------------------------------------- */
+
+static void pb_varint(cp_buf *b, uint64_t v)
+{
+    do {
+        uint8_t c = (uint8_t)(v & 0x7f);
+        v >>= 7;
+        if (v) c |= 0x80;
+        CHECK(cp_buf_append(b, &c, 1) == 0);
+    } while (v);
+}
+
+/* field (wire type 2) with n bytes of p */
+static void pb_bytes(cp_buf *b, uint32_t field, const void *p, size_t n)
+{
+    pb_varint(b, (uint64_t)field << 3 | 2);
+    pb_varint(b, n);
+    CHECK(cp_buf_append(b, p, n) == 0);
+}
+
+/* LabelPair{1 name, 2 value} as field 1 of a RawProfileSeries */
+static void pb_label(cp_buf *series, const char *k, const char *v)
+{
+    cp_buf l = {0};
+    pb_bytes(&l, 1, k, strlen(k));
+    pb_bytes(&l, 2, v, strlen(v));
+    pb_bytes(series, 1, l.data, l.len);
+    cp_buf_close(&l);
+}
+
+static void b64(cp_buf *out, const uint8_t *p, size_t n)
+{
+    static const char *a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) |
+                     (i + 2 < n ? p[i + 2] : 0);
+        char q[4] = {a[v >> 18], a[v >> 12 & 63], i + 1 < n ? a[v >> 6 & 63] : '=',
+                     i + 2 < n ? a[v & 63] : '='};
+        CHECK(cp_buf_append(out, q, 4) == 0);
+    }
+}
+
+/* push.v1.PusherService/Push over Connect: a gzip'd protobuf PushRequest and a JSON one, each
+ * stored exactly under its service_name; a series without service_name is invalid_argument,
+ * another Content-Type 415, nothing of them stored. */
+TEST(push_in_gzipd_protobuf_and_json)
+{
+    char *dir = proc_tmpdir("pyro", "push");
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, NULL);
+    const char *path = "/push.v1.PusherService/Push";
+    /* protobuf: PushRequest{1: RawProfileSeries{1: labels, 2: RawSample{1 raw, 2 ID}}} */
+    cp_buf pp = {0}, sample = {0}, series = {0}, req = {0}, gz = {0};
+    make_pprof(&pp, "samples", "count", "cpu", "nanoseconds", "pushFn", 4, 40000000);
+    pb_label(&series, "service_name", "pushsvc");
+    pb_label(&series, "__name__", "process_cpu");
+    pb_label(&series, "pod", "p1");
+    pb_bytes(&sample, 1, pp.data, pp.len);
+    pb_bytes(&sample, 2, "id-1", 4);
+    pb_bytes(&series, 2, sample.data, sample.len);
+    pb_bytes(&req, 1, series.data, series.len);
+    CHECK(cp_gzip(req.data, req.len, 6, &gz) == 0);
+    answer a = post(d.port, path, "Content-Type: application/proto\r\nContent-Encoding: gzip\r\n",
+                    gz.data, gz.len, 0);
+    expect(&a, 200, NULL);
+    CHECK_STREQ(a.body, ""); /* an empty PushResponse */
+    /* JSON: rawProfile in base64, camelCase */
+    cp_buf pj = {0}, js = {0};
+    make_pprof(&pj, "samples", "count", "cpu", "nanoseconds", "jsonFn", 2, 20000000);
+    CHECK(cp_buf_printf(&js, "{\"series\":[{\"labels\":[{\"name\":\"service_name\",\"value\":"
+                             "\"pushjson\"}],\"samples\":[{\"rawProfile\":\"") == 0);
+    b64(&js, pj.data, pj.len);
+    CHECK(cp_buf_printf(&js, "\",\"ID\":\"x\"}]}]}") == 0);
+    a = post(d.port, path, "Content-Type: application/json\r\n", js.data, js.len, 0);
+    expect(&a, 200, "{}");
+    /* bad: no service_name; a form body */
+    const char *nosvc = "{\"series\":[{\"labels\":[{\"name\":\"pod\",\"value\":\"x\"}],"
+                        "\"samples\":[]}]}";
+    a = post(d.port, path, "Content-Type: application/json\r\n", nosvc, strlen(nosvc), 0);
+    expect(&a, 400, "\"code\":\"invalid_argument\"");
+    CHECK_CONTAINS(a.body, "service_name is missing");
+    a = post(d.port, path, "Content-Type: text/plain\r\n", "x", 1, 0);
+    expect(&a, 415, "application/proto or application/json");
+    char *s = wait_for(d.port,
+                       "/api/v1/profile?type=cpu&from=-1h&format=folded&sample_type=samples&"
+                       "select=%7Bservice%3D%22pushsvc%22%7D",
+                       NULL, "pushFn");
+    CHECK_STREQ(s, "main;work;pushFn 4\n");
+    free(s);
+    s = wait_for(d.port,
+                 "/api/v1/profile?type=cpu&from=-1h&format=folded&sample_type=samples&"
+                 "select=%7Bservice%3D%22pushjson%22%7D",
+                 NULL, "jsonFn");
+    CHECK_STREQ(s, "main;work;jsonFn 2\n");
+    free(s);
+    s = wait_for(d.port, "/api/v1/series", NULL, "\"service\":\"pushjson\"");
+    CHECK_EQ(count_of(s), 2);
+    CHECK_CONTAINS(s, "\"pod\":\"p1\"");
+    free(s);
+    CHECK_EQ(http_metric(d.port, "contprof_pyroscope_profiles_total", NULL), 2);
+    cp_buf_close(&pp);
+    cp_buf_close(&sample);
+    cp_buf_close(&series);
+    cp_buf_close(&req);
+    cp_buf_close(&gz);
+    cp_buf_close(&pj);
+    cp_buf_close(&js);
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
 TEST_MAIN(T(node_sdk_functions_show_in_top_and_the_api), T(folded_text_in_each_time_unit),
           T(multipart_with_sample_type_config), T(bad_input_gets_its_code_and_nothing_is_stored),
-          T(tenants_from_bearer_basic_and_org_id))
+          T(tenants_from_bearer_basic_and_org_id), T(push_in_gzipd_protobuf_and_json))
