@@ -665,6 +665,8 @@ int main(int argc, char **argv)
     static const char *const pyro_paths[] = {"/ingest", "/pyroscope/ingest",
                                              "/push.v1.PusherService/Push", NULL};
     ho.ingest_paths = pyro_paths;
+    ho.max_ingest_bytes = d.cfg.ingest_max_body_bytes;
+    ho.max_ingests = d.cfg.ingest_max_concurrent;
     ho.request_timeout_ns = d.cfg.request_timeout_ns;
     ho.write_timeout_ns = d.cfg.write_timeout_ns;
     ho.max_inflight_bytes = d.cfg.output_budget;
