@@ -17,6 +17,7 @@
 #include "merge.h"
 #include "params.h"
 #include "pprof.h"
+#include "querier.h"
 #include "render.h"
 #include "selector.h"
 #include "symbols.h"
@@ -950,10 +951,13 @@ static const char *basic_token(const char *auth, char *out, size_t cap)
     return out;
 }
 
+#define QUERIER_PREFIX "/querier.v1.QuerierService/"
+
 static int is_pyro_path(const char *path)
 {
     return !strcmp(path, "/ingest") || !strcmp(path, "/pyroscope/ingest") ||
-           !strcmp(path, "/push.v1.PusherService/Push");
+           !strcmp(path, "/push.v1.PusherService/Push") ||
+           !strncmp(path, QUERIER_PREFIX, strlen(QUERIER_PREFIX));
 }
 
 /* The tenant of a Pyroscope client: with tokens, a Bearer or Basic credential's; then
@@ -997,17 +1001,27 @@ static void pyro_call(cp_api *a, const cp_http_request *req, cp_http_response *r
     int st = 0, push = !strcmp(req->path, "/push.v1.PusherService/Push");
     char why[200];
     const char *tenant = pyro_tenant(a, req, &st, why, sizeof why);
+    int querier = !strncmp(req->path, QUERIER_PREFIX, strlen(QUERIER_PREFIX));
     if (!tenant) {
-        cp_pyro_count(&a->pyro, st);
-        if (push) {
-            cp_http_error(r, st, "%s", why);
-            cp_buf_close(&r->body);
-            if (cp_buf_printf(&r->body, "{\"code\":\"%s\",\"message\":\"%s\"}\n",
-                              st == 401 ? "unauthenticated" : "permission_denied", why))
-                cp_buf_close(&r->body);
+        if (!querier) cp_pyro_count(&a->pyro, st);
+        if (push || querier) {
+            cp_pyro_connect_error(r, st, st == 401 ? "unauthenticated" : "permission_denied", why);
         } else {
             cp_http_error(r, st, "%s", why);
         }
+        return;
+    }
+    if (querier) {
+        /* Grafana's read side: the store's readers across the cluster */
+        cp_fanout_req fr;
+        cp_querier_call qc = {tenant,
+                              cp_fanout_req_init(&fr, a->o.fanout, cp_store_reader(a->o.store)),
+                              a->o.max_range_ns,
+                              a->o.max_blocks,
+                              a->o.max_nodes_default,
+                              a->o.max_nodes_limit};
+        cp_querier_handle(&qc, req->path + strlen(QUERIER_PREFIX), req, r);
+        cp_fanout_end(&fr, r);
         return;
     }
     cp_pyro_call c = {tenant, tenant_token(a, tenant), a->o.pyro_produce, a->o.pyro_arg, &a->pyro};
@@ -1131,6 +1145,8 @@ static const endpoint g_endpoints[] = {
     {"/ingest", EP_OTHER, "POST", CP_HTTP_LANE_HEAVY, pyro_call, NULL, {0}},
     {"/pyroscope/ingest", EP_OTHER, "POST", CP_HTTP_LANE_HEAVY, pyro_call, NULL, {0}},
     {"/push.v1.PusherService/Push", EP_OTHER, "POST", CP_HTTP_LANE_HEAVY, pyro_call, NULL, {0}},
+    /* Grafana's data source: querier.v1 in JSON (querier.c), on a worker like any query */
+    {QUERIER_PREFIX, EP_OTHER, "POST", CP_HTTP_LANE_HEAVY, pyro_call, NULL, {0}},
 };
 /* Anything else: the web UI's files, or 404. */
 static const endpoint g_ui = {"", EP_OTHER, "GET", CP_HTTP_LANE_LOOP, loop_ui, NULL, {0}};
@@ -1184,7 +1200,8 @@ int cp_api_admit(void *api, const cp_http_request *head, char *why, size_t cap)
     if (is_pyro_path(head->path)) {
         int st = 0;
         if (!pyro_tenant(a, head, &st, why, cap)) {
-            cp_pyro_count(&a->pyro, st);
+            if (strncmp(head->path, QUERIER_PREFIX, strlen(QUERIER_PREFIX)))
+                cp_pyro_count(&a->pyro, st);
             snprintf(why + strlen(why), cap - strlen(why), " (the body was not read)");
             return st;
         }

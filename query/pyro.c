@@ -1037,11 +1037,18 @@ static void connect_error(cp_http_response *r, int st, const char *msg)
                        : st == 422              ? "invalid_argument"
                                                 : "unavailable";
     int hs = st == 413 || st == 429 ? 429 : st == 422 ? 400 : st;
+    cp_pyro_connect_error(r, hs, code, msg);
+}
+
+void cp_pyro_connect_error(cp_http_response *r, int status, const char *code, const char *msg)
+{
     cp_buf_close(&r->body);
-    r->status = hs;
+    r->status = status;
     snprintf(r->content_type, sizeof r->content_type, "application/json");
-    if (cp_buf_printf(&r->body, "{\"code\":\"%s\",\"message\":\"", code) ||
-        cp_json_escape(&r->body, msg, strlen(msg)) || cp_buf_printf(&r->body, "\"}\n"))
+    size_t n = strlen(msg);
+    if (cp_buf_printf(&r->body, "{\"error\":\"") || cp_json_escape(&r->body, msg, n) ||
+        cp_buf_printf(&r->body, "\",\"code\":\"%s\",\"message\":\"", code) ||
+        cp_json_escape(&r->body, msg, n) || cp_buf_printf(&r->body, "\"}\n"))
         cp_buf_close(&r->body);
 }
 

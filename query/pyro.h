@@ -161,6 +161,10 @@ typedef struct cp_pyro_call {
  * not acknowledge. */
 void cp_pyro_ingest(const cp_pyro_call *c, const cp_http_request *req, cp_http_response *r);
 
+/* A Connect error answer: status, {"error": msg, "code": code, "message": msg} (Connect's
+ * fields, and the API's "error" every 4xx/5xx carries). */
+void cp_pyro_connect_error(cp_http_response *r, int status, const char *code, const char *msg);
+
 /* POST /push.v1.PusherService/Push: a Connect unary call (application/proto, gzip'd or not;
  * application/json). 200 {} (an empty PushResponse in the request's encoding); errors as
  * cp_pyro_ingest's, in Connect's JSON error form {"code","message"}. */

@@ -521,6 +521,75 @@ TEST(push_in_gzipd_protobuf_and_json)
     free(dir);
 }
 
+/* querier.v1 in JSON, as Grafana's data source asks: ProfileTypes, LabelNames, LabelValues,
+ * SelectMergeStacktraces of a folded profile stored over /ingest, the flame graph exact;
+ * a bad profile type invalid_argument, another method unimplemented. */
+TEST(querier_json_as_grafana_asks)
+{
+    char *dir = proc_tmpdir("pyro", "querier");
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, NULL);
+    char pq[256];
+    snprintf(pq, sizeof pq, "/ingest?name=qapp%%7Benv%%3Dprod%%7D&from=%lld&until=%lld",
+             (long long)base_s(), (long long)base_s() + 10);
+    answer a = post(d.port, pq, NULL, g_folded, strlen(g_folded), 0);
+    expect(&a, 200, "\"profiles\":1");
+    free(wait_for(d.port, "/api/v1/profile?type=cpu&from=-1h&format=folded", NULL, "hot"));
+    const char *H = "Content-Type: application/json\r\n";
+    const char *Q = "/querier.v1.QuerierService/";
+    char path[128], body[512];
+    long long start = (long long)(base_s() - 60) * 1000, end = (long long)(base_s() + 120) * 1000;
+    snprintf(path, sizeof path, "%sProfileTypes", Q);
+    snprintf(body, sizeof body, "{\"start\":\"%lld\",\"end\":%lld}", start, end);
+    a = post(d.port, path, H, body, strlen(body), 0);
+    expect(&a, 200,
+           "{\"profileTypes\":[{\"ID\":\"process_cpu:cpu:nanoseconds:cpu:nanoseconds\",\"name\":"
+           "\"process_cpu\",\"sampleType\":\"cpu\",\"sampleUnit\":\"nanoseconds\",\"periodType\":"
+           "\"cpu\",\"periodUnit\":\"nanoseconds\"},{\"ID\":\"process_cpu:samples:count:cpu:"
+           "nanoseconds\"");
+    snprintf(path, sizeof path, "%sLabelNames", Q);
+    snprintf(body, sizeof body,
+             "{\"matchers\":[\"{service_name=\\\"qapp\\\"}\"],\"start\":%lld,\"end\":%lld}", start,
+             end);
+    a = post(d.port, path, H, body, strlen(body), 0);
+    expect(&a, 200, "{\"names\":[\"__profile_type__\",\"env\",\"service_name\"]}");
+    snprintf(path, sizeof path, "%sLabelValues", Q);
+    snprintf(body, sizeof body, "{\"name\":\"service_name\",\"start\":%lld,\"end\":%lld}", start,
+             end);
+    a = post(d.port, path, H, body, strlen(body), 0);
+    expect(&a, 200, "{\"names\":[\"qapp\"]}");
+    snprintf(path, sizeof path, "%sSelectMergeStacktraces", Q);
+    snprintf(body, sizeof body,
+             "{\"profile_typeID\":\"process_cpu:cpu:nanoseconds:cpu:nanoseconds\","
+             "\"labelSelector\":\"{service_name=\\\"qapp\\\"}\",\"start\":%lld,\"end\":\"%lld\"}",
+             start, end);
+    a = post(d.port, path, H, body, strlen(body), 0);
+    /* total 45 samples at 10 ms; levels: total; main; work, idle; hot, cold */
+    expect(&a, 200,
+           "{\"flamegraph\":{\"names\":[\"total\",\"main\",\"work\",\"hot\",\"cold\",\"idle\"],"
+           "\"levels\":[{\"values\":[\"0\",\"450000000\",\"0\",\"0\"]},{\"values\":[\"0\","
+           "\"450000000\",\"0\",\"1\"]},{\"values\":[\"0\",\"400000000\",\"0\",\"2\",\"0\","
+           "\"50000000\",\"50000000\",\"5\"]},{\"values\":[\"0\",\"300000000\",\"300000000\","
+           "\"3\",\"0\",\"100000000\",\"100000000\",\"4\"]}],\"total\":\"450000000\","
+           "\"maxSelf\":\"300000000\"}}");
+    /* another service: an empty graph */
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\","
+             "\"labelSelector\":\"{service_name=\\\"other\\\"}\",\"start\":%lld,\"end\":%lld}",
+             start, end);
+    a = post(d.port, path, H, body, strlen(body), 0);
+    expect(&a, 200, "\"total\":\"0\"");
+    snprintf(body, sizeof body, "{\"profileTypeID\":\"cpu\"}");
+    a = post(d.port, path, H, body, strlen(body), 0);
+    expect(&a, 400, "\"code\":\"invalid_argument\"");
+    snprintf(path, sizeof path, "%sGetProfileStats", Q);
+    a = post(d.port, path, H, "{}", 2, 0);
+    expect(&a, 404, "\"code\":\"unimplemented\"");
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
 TEST_MAIN(T(node_sdk_functions_show_in_top_and_the_api), T(folded_text_in_each_time_unit),
           T(multipart_with_sample_type_config), T(bad_input_gets_its_code_and_nothing_is_stored),
-          T(tenants_from_bearer_basic_and_org_id), T(push_in_gzipd_protobuf_and_json))
+          T(tenants_from_bearer_basic_and_org_id), T(push_in_gzipd_protobuf_and_json),
+          T(querier_json_as_grafana_asks))
