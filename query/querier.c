@@ -186,10 +186,11 @@ static int type_json(cp_buf *b, const struct ptype *t)
         snprintf(f[i], sizeof f[i], "%.*s", (int)n, p);
         p += n + (p[n] == ':');
     }
-    return cp_buf_printf(b,
-                         "{\"ID\":\"%s\",\"name\":\"%s\",\"sampleType\":\"%s\",\"sampleUnit\":\"%s\","
-                         "\"periodType\":\"%s\",\"periodUnit\":\"%s\"}",
-                         t->id, f[0], f[1], f[2], f[3], f[4]);
+    return cp_buf_printf(
+        b,
+        "{\"ID\":\"%s\",\"name\":\"%s\",\"sampleType\":\"%s\",\"sampleUnit\":\"%s\","
+        "\"periodType\":\"%s\",\"periodUnit\":\"%s\"}",
+        t->id, f[0], f[1], f[2], f[3], f[4]);
 }
 
 static void profile_types(const cp_querier_call *c, cp_query *q, int ids_only, cp_http_response *r)
@@ -272,8 +273,8 @@ static void label_values(const cp_querier_call *c, cp_query *q, const cp_json *b
 /* ---- SelectMergeStacktraces: the flame graph ------------------------------------------ */
 
 typedef struct fnode {
-    uint32_t name;                  /* index into names */
-    uint32_t parent, child, next;   /* node indexes; 0 = none (node 0 is the root) */
+    uint32_t name;                /* index into names */
+    uint32_t parent, child, next; /* node indexes; 0 = none (node 0 is the root) */
     int64_t total, self;
 } fnode;
 
@@ -368,8 +369,7 @@ static void fg_close(fgraph *g)
 static int fg_build(fgraph *g, const cp_profile *p, int col)
 {
     fnode root = {0};
-    if (cp_vec_push(&g->names, "total") || cp_vec_push(&g->n, root) || fg_grow(g))
-        return CP_ENOMEM;
+    if (cp_vec_push(&g->names, "total") || cp_vec_push(&g->n, root) || fg_grow(g)) return CP_ENOMEM;
     for (uint32_t i = 0; i < p->samples.n; i++) {
         const cp_sample *s = &p->samples.v[i];
         int64_t v = cp_profile_sample_values(p, i)[col];
@@ -502,8 +502,10 @@ static void merge_stacktraces(const cp_querier_call *c, cp_query *q, const cp_js
     const char *st;
     if (cp_querier_profile_type(id, &q->kind, &st)) {
         char m[200];
-        snprintf(m, sizeof m, "profile_typeID '%.100s' is not a profile type served (ProfileTypes "
-                 "lists them)", id ? id : "");
+        snprintf(m, sizeof m,
+                 "profile_typeID '%.100s' is not a profile type served (ProfileTypes "
+                 "lists them)",
+                 id ? id : "");
         connect_error(r, 400, "invalid_argument", m);
         return;
     }
@@ -542,11 +544,17 @@ void cp_querier_handle(const cp_querier_call *c, const char *method, const cp_ht
                       "this server speaks querier.v1 in application/json only");
         return;
     }
-    enum { PT, LN, LV, SMS, NONE } m = !strcmp(method, "ProfileTypes")             ? PT
-                                       : !strcmp(method, "LabelNames")             ? LN
-                                       : !strcmp(method, "LabelValues")            ? LV
-                                       : !strcmp(method, "SelectMergeStacktraces") ? SMS
-                                                                                   : NONE;
+    enum {
+        PT,
+        LN,
+        LV,
+        SMS,
+        NONE
+    } m = !strcmp(method, "ProfileTypes")             ? PT
+          : !strcmp(method, "LabelNames")             ? LN
+          : !strcmp(method, "LabelValues")            ? LV
+          : !strcmp(method, "SelectMergeStacktraces") ? SMS
+                                                      : NONE;
     if (m == NONE) {
         char msg[200];
         snprintf(msg, sizeof msg, "querier.v1.QuerierService/%.64s is not served", method);
