@@ -27,8 +27,9 @@
 /* One profile of a request, to become one envelope. */
 typedef struct cp_pyro_item {
     cp_kind kind;
-    int cumulative; /* the values count since the process started (the store subtracts) */
-    cp_profile *p;  /* owned */
+    int cumulative;  /* the values count since the process started (the store subtracts) */
+    cp_profile *p;   /* owned */
+    uint8_t src[32]; /* SHA-256 of the bytes it came from (the profile as sent): its identity */
 } cp_pyro_item;
 
 /* What one request holds: the series' labels (service first among them), the window and

@@ -26,6 +26,7 @@ wait_windows() {
 }
 # the broker's partitions are assigned a few seconds after start
 until curl -s "$url/healthz" | grep -q '"ok"'; do sleep 0.2; done
+mkdir "$work/w"
 "$build/bench/genwindows" "$work/w" "$n" >/dev/null
 base=$(( $(date +%s) - 3 * 3600 ))
 stored=0
