@@ -97,6 +97,8 @@ static int count_of(const char *series_json)
 
 /* ---- profiles made here --------------------------------------------------------------- */
 
+static int64_t g_time_ns; /* make_pprof's time_nanos (0: none), with 10 s duration */
+
 /* A pprof of two sample types (t0/u0, t1/u1): stack main;work;fn with values v0, v1. */
 static void make_pprof(cp_buf *out, const char *t0, const char *u0, const char *t1, const char *u1,
                        const char *fn, int64_t v0, int64_t v1)
@@ -108,6 +110,8 @@ static void make_pprof(cp_buf *out, const char *t0, const char *u0, const char *
     cp_profile_intern_cstr(p, t0, &p->period_type.type);
     cp_profile_intern_cstr(p, u0, &p->period_type.unit);
     p->period = 1;
+    p->time_nanos = g_time_ns;
+    p->duration_nanos = g_time_ns ? 10 * SEC : 0;
     const char *names[3] = {fn, "work", "main"}; /* leaf first */
     uint32_t locs[3];
     for (int i = 0; i < 3; i++) {
@@ -521,6 +525,46 @@ TEST(push_in_gzipd_protobuf_and_json)
     free(dir);
 }
 
+/* __delta__="false" (Push): a process's allocations since it started, sent twice; the store
+ * keeps the second's difference, so the window sum is the last value, not both added. */
+TEST(push_cumulative_profiles_are_subtracted)
+{
+    char *dir = proc_tmpdir("pyro", "cumul");
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, NULL);
+    const int64_t vals[2][2] = {{10, 1000}, {25, 2500}};
+    for (int k = 0; k < 2; k++) {
+        cp_buf pp = {0}, sample = {0}, series = {0}, req = {0};
+        g_time_ns = (base_s() + 10 * k) * SEC;
+        make_pprof(&pp, "alloc_objects", "count", "alloc_space", "bytes", "allocFn", vals[k][0],
+                   vals[k][1]);
+        g_time_ns = 0;
+        pb_label(&series, "service_name", "heapy");
+        pb_label(&series, "__delta__", "false");
+        pb_bytes(&sample, 1, pp.data, pp.len);
+        pb_bytes(&series, 2, sample.data, sample.len);
+        pb_bytes(&req, 1, series.data, series.len);
+        answer a = post(d.port, "/push.v1.PusherService/Push",
+                        "Content-Type: application/proto\r\n", req.data, req.len, 0);
+        expect(&a, 200, NULL);
+        cp_buf_close(&pp);
+        cp_buf_close(&sample);
+        cp_buf_close(&series);
+        cp_buf_close(&req);
+        /* in order: the second is the difference from the first */
+        char q[256];
+        snprintf(q, sizeof q, "/api/v1/profile?type=alloc&%s&format=folded&sample_type=alloc_space",
+                 window_q());
+        char want[64];
+        snprintf(want, sizeof want, "main;work;allocFn %lld\n", (long long)vals[k][1]);
+        char *s = wait_for(d.port, q, NULL, want);
+        CHECK_STREQ(s, want); /* 2500, not 3500 */
+        free(s);
+    }
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
 /* querier.v1 in JSON, as Grafana's data source asks: ProfileTypes, LabelNames, LabelValues,
  * SelectMergeStacktraces of a folded profile stored over /ingest, the flame graph exact;
  * a bad profile type invalid_argument, another method unimplemented. */
@@ -592,4 +636,4 @@ TEST(querier_json_as_grafana_asks)
 TEST_MAIN(T(node_sdk_functions_show_in_top_and_the_api), T(folded_text_in_each_time_unit),
           T(multipart_with_sample_type_config), T(bad_input_gets_its_code_and_nothing_is_stored),
           T(tenants_from_bearer_basic_and_org_id), T(push_in_gzipd_protobuf_and_json),
-          T(querier_json_as_grafana_asks))
+          T(querier_json_as_grafana_asks), T(push_cumulative_profiles_are_subtracted))
