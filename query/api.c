@@ -996,8 +996,14 @@ static const char *pyro_tenant(cp_api *a, const cp_http_request *req, int *st, c
     return tenant;
 }
 
-static void pyro_call(cp_api *a, const cp_http_request *req, cp_http_response *r)
+static void pyro_call(cp_api *a, const cp_http_request *head, cp_http_response *r)
 {
+    /* the headers pyro.c and querier.c read, "" when a caller left them out */
+    cp_http_request rq = *head;
+    const cp_http_request *req = &rq;
+    if (!rq.content_type) rq.content_type = "";
+    if (!rq.content_encoding) rq.content_encoding = "";
+    if (!rq.org_id) rq.org_id = "";
     int st = 0, push = !strcmp(req->path, "/push.v1.PusherService/Push");
     char why[200];
     const char *tenant = pyro_tenant(a, req, &st, why, sizeof why);
