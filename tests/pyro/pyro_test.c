@@ -525,6 +525,61 @@ TEST(push_in_gzipd_protobuf_and_json)
     free(dir);
 }
 
+/* ingest.max_concurrent: while one request holds the only slot (its body still arriving),
+ * another is 429 naming the setting; once the first is answered, the retry is stored. */
+TEST(over_the_concurrent_limit_is_429)
+{
+    char *dir = proc_tmpdir("pyro", "limit");
+    char conf[600];
+    snprintf(conf, sizeof conf, "%s/contprofd.conf", dir);
+    FILE *cf = fopen(conf, "w");
+    CHECK(cf);
+    fprintf(cf, "ingest.max_concurrent = 1\n");
+    fclose(cf);
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, conf);
+    size_t fl = strlen(g_folded);
+    /* the first: headers and half its body, the rest held back */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d.port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    char head[512];
+    int hn = snprintf(head, sizeof head,
+                      "POST /ingest?name=first HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                      "Content-Length: %zu\r\n\r\n%.10s",
+                      fl, g_folded);
+    CHECK(send(fd, head, (size_t)hn, 0) == hn);
+    /* the second waits for nothing: refused while the first holds the slot. The first's
+     * headers are read before the second connects only once the server has seen them:
+     * retried until it answers 429 (an answer before is the first still unread: 200) */
+    answer a = {0};
+    for (int i = 0; i < 200; i++) {
+        a = post(d.port, "/ingest?name=second", NULL, g_folded, fl, 0);
+        if (a.status == 429) break;
+        CHECK_EQ(a.status, 200);
+        usleep(10000);
+    }
+    expect(&a, 429, "ingest.max_concurrent");
+    CHECK(send(fd, g_folded + 10, fl - 10, 0) == (ssize_t)(fl - 10));
+    char buf[4096];
+    ssize_t n = 0, r;
+    struct timeval tv = {30, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    while ((r = recv(fd, buf + n, sizeof buf - 1 - (size_t)n, 0)) > 0)
+        n += r;
+    buf[n > 0 ? n : 0] = 0;
+    close(fd);
+    CHECK_CONTAINS(buf, "HTTP/1.1 200");
+    a = post(d.port, "/ingest?name=second", NULL, g_folded, fl, 0);
+    expect(&a, 200, "\"profiles\":1");
+    free(wait_for(d.port, "/api/v1/series", NULL, "\"service\":\"first\""));
+    free(wait_for(d.port, "/api/v1/series", NULL, "\"service\":\"second\""));
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
 /* __delta__="false" (Push): a process's allocations since it started, sent twice; the store
  * keeps the second's difference, so the window sum is the last value, not both added. */
 TEST(push_cumulative_profiles_are_subtracted)
@@ -636,4 +691,5 @@ TEST(querier_json_as_grafana_asks)
 TEST_MAIN(T(node_sdk_functions_show_in_top_and_the_api), T(folded_text_in_each_time_unit),
           T(multipart_with_sample_type_config), T(bad_input_gets_its_code_and_nothing_is_stored),
           T(tenants_from_bearer_basic_and_org_id), T(push_in_gzipd_protobuf_and_json),
-          T(querier_json_as_grafana_asks), T(push_cumulative_profiles_are_subtracted))
+          T(querier_json_as_grafana_asks), T(push_cumulative_profiles_are_subtracted),
+          T(over_the_concurrent_limit_is_429))
