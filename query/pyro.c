@@ -410,6 +410,16 @@ int cp_pyro_pprof(const uint8_t *buf, size_t len, const char *stc, size_t stc_le
         if (c && c->type == CP_JSON_OBJECT) {
             const char *dn = cp_json_str(cp_json_get(c, "display-name"), NULL);
             if (dn && *dn) names[i] = dn;
+            /* pyroscope-go names Go's mutex and block profiles' types so */
+            static const char *const go[4][3] = {{"mutex_count", "contentions", "mutex"},
+                                                 {"mutex_duration", "delay", "mutex"},
+                                                 {"block_count", "contentions", "block"},
+                                                 {"block_duration", "delay", "block"}};
+            for (int k = 0; k < 4; k++)
+                if (!strcmp(names[i], go[k][0])) {
+                    names[i] = go[k][1];
+                    snprintf(b->kind_hint, sizeof b->kind_hint, "%s", go[k][2]);
+                }
             const cp_json *cu = cp_json_get(c, "cumulative");
             cum[i] = cu && cu->type == CP_JSON_BOOL && cu->num != 0;
         }

@@ -241,21 +241,23 @@ TEST(folded_text_in_each_time_unit)
     free(dir);
 }
 
-/* A multipart pprof whose sample_type_config names its types: Go's block profile under
- * names no kind takes until display-name renames them, stored as block (the app's ".block"),
- * not cpu. */
+/* A multipart pprof whose sample_type_config names its types, as pyroscope-go sends Go's
+ * block profile (contentions, delay shown as block_count, block_duration): stored as block,
+ * not mutex nor cpu; a profile whose types no kind takes (lock_count, lock_time) is 422. */
 TEST(multipart_with_sample_type_config)
 {
     char *dir = proc_tmpdir("pyro", "multipart");
     proc d;
     start_daemon_data(&d, dir, 0, 0, NULL);
     cp_buf pp = {0}, body = {0};
-    make_pprof(&pp, "lock_count", "count", "lock_time", "nanoseconds", "waitOnChannel", 7, 7000);
+    cp_buf odd = {0};
+    make_pprof(&pp, "contentions", "count", "delay", "nanoseconds", "waitOnChannel", 7, 7000);
+    make_pprof(&odd, "lock_count", "count", "lock_time", "nanoseconds", "waitOnChannel", 7, 7000);
     const char *stc =
-        "{\"lock_count\":{\"units\":\"lock_samples\",\"display-name\":\"contentions\","
-        "\"aggregation\":\"sum\",\"cumulative\":false,\"sampled\":true},"
-        "\"lock_time\":{\"units\":\"lock_nanoseconds\",\"display-name\":\"delay\","
-        "\"aggregation\":\"sum\",\"cumulative\":false,\"sampled\":true}}";
+        "{\"contentions\":{\"units\":\"lock_samples\",\"display-name\":\"block_count\","
+        "\"aggregation\":\"sum\",\"cumulative\":true,\"sampled\":true},"
+        "\"delay\":{\"units\":\"lock_nanoseconds\",\"display-name\":\"block_duration\","
+        "\"aggregation\":\"sum\",\"cumulative\":true,\"sampled\":true}}";
     CHECK(cp_buf_printf(
               &body,
               "--XyZ\r\nContent-Disposition: form-data; name=\"profile\"; "
@@ -270,15 +272,15 @@ TEST(multipart_with_sample_type_config)
     cp_buf bare = {0};
     CHECK(cp_buf_printf(&bare,
                         "--XyZ\r\nContent-Disposition: form-data; name=\"profile\"\r\n\r\n") == 0);
-    CHECK(cp_buf_append(&bare, pp.data, pp.len) == 0);
+    CHECK(cp_buf_append(&bare, odd.data, odd.len) == 0);
     CHECK(cp_buf_printf(&bare, "\r\n--XyZ--\r\n") == 0);
     char pq[256], q[256];
-    snprintf(pq, sizeof pq, "/pyroscope/ingest?name=goapp.block&format=pprof&from=%lld",
+    snprintf(pq, sizeof pq, "/pyroscope/ingest?name=goapp&format=pprof&from=%lld",
              (long long)base_s());
     answer a = post(d.port, pq, ct, bare.data, bare.len, 0);
     expect(&a, 422, "lock_count/count");
     snprintf(pq, sizeof pq,
-             "/pyroscope/ingest?name=goapp.block%%7Bpod%%3Da%%7D&format=pprof&from=%lld&until=%lld",
+             "/pyroscope/ingest?name=goapp%%7Bpod%%3Da%%7D&format=pprof&from=%lld&until=%lld",
              (long long)base_s(), (long long)base_s() + 10);
     a = post(d.port, pq, ct, body.data, body.len, 0);
     expect(&a, 200, "\"profiles\":1");
@@ -294,6 +296,7 @@ TEST(multipart_with_sample_type_config)
     cp_buf_close(&pp);
     cp_buf_close(&body);
     cp_buf_close(&bare);
+    cp_buf_close(&odd);
     CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
     free(dir);
 }
