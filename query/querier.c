@@ -495,6 +495,164 @@ static int fg_write(fgraph *g, uint32_t max_nodes, cp_buf *b)
     return rc ? CP_ENOMEM : 0;
 }
 
+/* ---- SelectSeries: points per step, by the group_by labels -------------------------- */
+
+/* The column of sample type st in kind's timeline (its types in cp_store_kind_types' order). */
+static int timeline_col(cp_kind kind, const char *st)
+{
+    if (kind == CP_KIND_GOROUTINES) return 0;
+    static const char *const first[] = {"samples", "alloc_objects", "inuse_objects",
+                                        "samples", "contentions",   "contentions"};
+    return strcmp(first[kind - 1], st) ? 1 : 0;
+}
+
+/* Appends one series {"labels":[...],"points":[...]} of q's timeline to b. */
+static int series_json(const cp_querier_call *c, const cp_query *q, int col, const cp_labels *group,
+                       int first, cp_buf *b, cp_err *err)
+{
+    cp_timeline tl = {0};
+    int rc = c->rd->timeline(c->rd, q, &tl, err);
+    if (rc) return rc;
+    rc = cp_buf_printf(b, "%s{\"labels\":[", first ? "" : ",");
+    for (uint32_t i = 0; !rc && group && i < group->p.n; i++) {
+        const char *nm = group->p.v[i].name;
+        rc = cp_buf_printf(b, "%s{\"name\":", i ? "," : "") ||
+             json_str_out(b, strcmp(nm, "service") ? nm : "service_name") ||
+             cp_buf_printf(b, ",\"value\":") || json_str_out(b, group->p.v[i].value) ||
+             cp_buf_append(b, "}", 1);
+    }
+    if (!rc) rc = cp_buf_printf(b, "],\"points\":[");
+    int n = 0;
+    for (uint32_t s = 0; !rc && s < tl.nsteps; s++) {
+        int64_t v = tl.v[(size_t)s * tl.ntypes + (uint32_t)col];
+        if (!v) continue; /* Pyroscope leaves empty steps out */
+        rc = cp_buf_printf(b, "%s{\"value\":%lld,\"timestamp\":\"%lld\"}", n++ ? "," : "",
+                           (long long)v,
+                           (long long)((q->from_ns + (int64_t)s * q->step_ns) / 1000000));
+    }
+    if (!rc) rc = cp_buf_printf(b, "]}");
+    free(tl.v);
+    return rc ? CP_ENOMEM : 0;
+}
+
+/* sel (translated selector text) with name="value" for each label of g, into out. */
+static int group_selector(const char *sel, const cp_labels *g, cp_buf *out)
+{
+    out->len = 0;
+    size_t n = strlen(sel);
+    while (n && (sel[n - 1] == ' ' || sel[n - 1] == '}'))
+        n--;
+    int rc = n ? cp_buf_append(out, sel, n) : cp_buf_append(out, "{", 1);
+    int any = n > 1;
+    for (uint32_t i = 0; !rc && i < g->p.n; i++) {
+        rc = cp_buf_printf(out, "%s%s=\"", any++ ? "," : "", g->p.v[i].name);
+        for (const char *v = g->p.v[i].value; !rc && *v; v++)
+            rc = (*v == '"' || *v == '\\') ? cp_buf_printf(out, "\\%c", *v)
+                                           : cp_buf_append(out, v, 1);
+        if (!rc) rc = cp_buf_append(out, "\"", 1);
+    }
+    if (!rc) rc = cp_buf_append(out, "}", 2);
+    return rc ? CP_ENOMEM : 0;
+}
+
+typedef CP_VEC(cp_labels) label_sets;
+
+/* The distinct values of the group_by labels among q's series of q->kind, into groups. */
+static int find_groups(const cp_querier_call *c, cp_query *q, const cp_json *gb, label_sets *groups,
+                       cp_err *err)
+{
+    cp_series_list l = {0};
+    cp_kind kind = q->kind;
+    q->kind = 0;
+    int rc = c->rd->series(c->rd, q, &l, err);
+    q->kind = kind;
+    for (uint32_t i = 0; !rc && i < l.n; i++) {
+        if (l.v[i].kind != kind) continue;
+        cp_labels g = {0};
+        for (uint32_t k = 0; !rc && k < gb->n; k++) {
+            const char *nm = cp_json_str(gb->items[k], "");
+            if (!strcmp(nm, "service_name")) nm = "service";
+            const char *v = cp_labels_get(&l.v[i].labels, nm);
+            if (cp_label_name_valid(nm) && cp_labels_set(&g, nm, v ? v : "")) rc = CP_ENOMEM;
+        }
+        int seen = 0;
+        cp_buf f1 = {0}, f2 = {0};
+        if (!rc && cp_labels_format(&g, &f1)) rc = CP_ENOMEM;
+        for (uint32_t k = 0; !rc && !seen && k < groups->n; k++) {
+            f2.len = 0;
+            if (cp_labels_format(&groups->v[k], &f2)) rc = CP_ENOMEM;
+            seen = f1.len == f2.len && !memcmp(f1.data, f2.data, f1.len);
+        }
+        cp_buf_close(&f1);
+        cp_buf_close(&f2);
+        if (!rc && !seen && cp_vec_push(groups, g))
+            rc = CP_ENOMEM;
+        else if (rc || seen)
+            cp_labels_close(&g);
+    }
+    cp_series_list_close(&l);
+    return rc;
+}
+
+static void select_series(const cp_querier_call *c, cp_query *q, const cp_json *body,
+                          cp_http_response *r)
+{
+    const char *id = cp_json_str(member(body, "profileTypeID", "profile_typeID"), NULL);
+    const char *st;
+    if (cp_querier_profile_type(id, &q->kind, &st)) {
+        connect_error(r, 400, "invalid_argument", "profile_typeID: not a profile type served");
+        return;
+    }
+    const cp_json *sj = member(body, "step", "step");
+    double step = sj && sj->type == CP_JSON_NUMBER ? sj->num : 15;
+    const cp_json *agg = member(body, "aggregation", "aggregation");
+    if (agg && agg->type != CP_JSON_NULL && !(agg->type == CP_JSON_NUMBER && agg->num == 0) &&
+        !(agg->type == CP_JSON_STRING && !strcmp(agg->str, "TIME_SERIES_AGGREGATION_TYPE_SUM"))) {
+        connect_error(r, 400, "invalid_argument", "aggregation: only the sum is served");
+        return;
+    }
+    if (!(step > 0) || step > 86400 * 400.0) {
+        connect_error(r, 400, "invalid_argument", "step: expected seconds, > 0");
+        return;
+    }
+    q->step_ns = (int64_t)(step * 1e9);
+    if (q->step_ns < 10000000000LL) q->step_ns = 10000000000LL; /* a window is 10 s */
+    if ((q->to_ns - q->from_ns) / q->step_ns > 11000) {
+        connect_error(r, 400, "invalid_argument", "step: more than 11,000 points");
+        return;
+    }
+    int col = timeline_col(q->kind, st);
+    const cp_json *gb = member(body, "groupBy", "group_by");
+    cp_buf *b = &r->body;
+    cp_err err = {0};
+    int rc = cp_buf_printf(b, "{\"series\":[") ? CP_ENOMEM : 0;
+    if (!rc && (!gb || gb->type != CP_JSON_ARRAY || !gb->n)) {
+        rc = series_json(c, q, col, NULL, 1, b, &err);
+    } else if (!rc) {
+        label_sets groups = {0};
+        rc = find_groups(c, q, gb, &groups, &err);
+        cp_buf gs = {0};
+        for (uint32_t k = 0; !rc && k < groups.n; k++) {
+            cp_query gq = *q;
+            memset(&gq.sel, 0, sizeof gq.sel);
+            rc = group_selector(q->select, &groups.v[k], &gs);
+            if (!rc) rc = cp_selector_parse((const char *)gs.data, &gq.sel, &err);
+            gq.select = (const char *)gs.data;
+            if (!rc) rc = series_json(c, &gq, col, &groups.v[k], k == 0, b, &err);
+            cp_selector_close(&gq.sel);
+        }
+        cp_buf_close(&gs);
+        for (uint32_t k = 0; k < groups.n; k++)
+            cp_labels_close(&groups.v[k]);
+        free(groups.v);
+    }
+    if (!rc && cp_buf_printf(b, "]}\n")) rc = CP_ENOMEM;
+    if (rc == CP_ENOMEM)
+        connect_error(r, 503, "unavailable", "out of memory");
+    else if (rc)
+        store_failed(r, rc, &err);
+}
+
 static void merge_stacktraces(const cp_querier_call *c, cp_query *q, const cp_json *body,
                               cp_http_response *r)
 {
@@ -549,11 +707,13 @@ void cp_querier_handle(const cp_querier_call *c, const char *method, const cp_ht
         LN,
         LV,
         SMS,
+        SS,
         NONE
     } m = !strcmp(method, "ProfileTypes")             ? PT
           : !strcmp(method, "LabelNames")             ? LN
           : !strcmp(method, "LabelValues")            ? LV
           : !strcmp(method, "SelectMergeStacktraces") ? SMS
+          : !strcmp(method, "SelectSeries")           ? SS
                                                       : NONE;
     if (m == NONE) {
         char msg[200];
@@ -572,8 +732,9 @@ void cp_querier_handle(const cp_querier_call *c, const char *method, const cp_ht
         cp_json_free(body);
         return;
     }
-    const char *sel = m == SMS ? cp_json_str(member(body, "labelSelector", "label_selector"), NULL)
-                               : first_matcher(body);
+    const char *sel = m == SMS || m == SS
+                          ? cp_json_str(member(body, "labelSelector", "label_selector"), NULL)
+                          : first_matcher(body);
     cp_query q;
     cp_buf seltext = {0};
     if (!make_query(c, req, body, sel, &q, &seltext, r)) {
@@ -581,6 +742,7 @@ void cp_querier_handle(const cp_querier_call *c, const char *method, const cp_ht
         if (m == LN) label_names(c, &q, r);
         if (m == LV) label_values(c, &q, body, r);
         if (m == SMS) merge_stacktraces(c, &q, body, r);
+        if (m == SS) select_series(c, &q, body, r);
     }
     cp_query_close(&q);
     cp_buf_close(&seltext);

@@ -674,6 +674,29 @@ TEST(querier_json_as_grafana_asks)
            "\"50000000\",\"50000000\",\"5\"]},{\"values\":[\"0\",\"300000000\",\"300000000\","
            "\"3\",\"0\",\"100000000\",\"100000000\",\"4\"]}],\"total\":\"450000000\","
            "\"maxSelf\":\"300000000\"}}");
+    /* SelectSeries: the window's step holds the profile's total, per service when grouped */
+    snprintf(path, sizeof path, "%sSelectSeries", Q);
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\",\"labelSelector\":"
+             "\"{}\",\"start\":%lld,\"end\":%lld,\"step\":30}",
+             start, end);
+    a = post(d.port, path, H, body, strlen(body), 0);
+    char want[512];
+    snprintf(want, sizeof want,
+             "{\"series\":[{\"labels\":[],\"points\":[{\"value\":45,\"timestamp\":\"%lld\"}]}]}",
+             (long long)base_s() * 1000);
+    expect(&a, 200, want);
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"process_cpu:cpu:nanoseconds:cpu:nanoseconds\",\"labelSelector\":"
+             "\"{}\",\"start\":%lld,\"end\":%lld,\"step\":30,\"groupBy\":[\"service_name\"]}",
+             start, end);
+    a = post(d.port, path, H, body, strlen(body), 0);
+    snprintf(want, sizeof want,
+             "{\"series\":[{\"labels\":[{\"name\":\"service_name\",\"value\":\"qapp\"}],"
+             "\"points\":[{\"value\":450000000,\"timestamp\":\"%lld\"}]}]}",
+             (long long)base_s() * 1000);
+    expect(&a, 200, want);
+    snprintf(path, sizeof path, "%sSelectMergeStacktraces", Q);
     /* another service: an empty graph */
     snprintf(body, sizeof body,
              "{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\","
