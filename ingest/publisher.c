@@ -41,9 +41,21 @@ int cp_publisher_create(const char *brokers, const char *const *kafka_props, con
     }
     char es[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    static const char *const fixed[] = {
-        "enable.idempotence", "true", "linger.ms", "0", "message.timeout.ms", "10000", "client.id",
-        "contprofd-control",  NULL};
+    const char *const fixed[] = {"enable.idempotence",
+                                 "true",
+                                 "linger.ms",
+                                 "0",
+                                 "message.timeout.ms",
+                                 "10000",
+                                 "message.max.bytes",
+                                 "16777216",
+                                 "compression.codec",
+                                 "lz4",
+                                 "client.id",
+                                 topic && *topic && strcmp(topic, CP_TOPIC_CONTROL)
+                                     ? "contprofd-profiles"
+                                     : "contprofd-control",
+                                 NULL};
     int rc = 0;
     if (rd_kafka_conf_set(conf, "bootstrap.servers", brokers, es, sizeof es) != RD_KAFKA_CONF_OK)
         rc = cp_err_set(err, CP_EKAFKA, "control producer: bootstrap.servers: %s", es);
@@ -58,6 +70,8 @@ int cp_publisher_create(const char *brokers, const char *const *kafka_props, con
         return rc;
     }
     rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
+    /* the profiles topic's envelopes are keyed by series; librdkafka's default partitioner
+     * hashes keys as the agent's and `contprof import`'s producers do */
     if (!(c->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, es, sizeof es))) {
         rd_kafka_conf_destroy(conf);
         cp_publisher_destroy(c);
@@ -78,6 +92,66 @@ void cp_publisher_destroy(cp_publisher *c)
     }
     free(c->topic);
     free(c);
+}
+
+int cp_publisher_produce(cp_publisher *pub, const cp_publisher_message *m, size_t n,
+                         size_t max_message, int64_t timeout_ns, cp_err *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (max_message && m[i].value_len > max_message)
+            return cp_err_set(err, CP_ELIMIT,
+                              "message %zu of %zu is %zu bytes, over the broker's limit of %zu "
+                              "bytes per message",
+                              i + 1, n, m[i].value_len, max_message);
+    delivery *d = calloc(n ? n : 1, sizeof *d);
+    if (!d) return cp_err_set(err, CP_ENOMEM, "producing to %s", pub->topic);
+    int64_t until = cp_mono_ns() + (timeout_ns > 0 ? timeout_ns : 5000000000LL);
+    size_t sent = 0;
+    int rc = 0;
+    for (; sent < n && !rc; sent++) {
+        for (;;) {
+            rd_kafka_resp_err_t ke = rd_kafka_producev(
+                pub->rk, RD_KAFKA_V_TOPIC(pub->topic), RD_KAFKA_V_KEY(m[sent].key, m[sent].key_len),
+                RD_KAFKA_V_VALUE((void *)m[sent].value, m[sent].value_len),
+                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_OPAQUE(&d[sent]),
+                RD_KAFKA_V_END);
+            if (!ke) break;
+            if (ke == RD_KAFKA_RESP_ERR__QUEUE_FULL && cp_mono_ns() < until) {
+                rd_kafka_poll(pub->rk, 10);
+                continue;
+            }
+            rc = cp_err_set(err, ke == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ? CP_ELIMIT : CP_EKAFKA,
+                            "producing message %zu of %zu (%zu bytes) to %s: %s", sent + 1, n,
+                            m[sent].value_len, pub->topic, rd_kafka_err2str(ke));
+            break;
+        }
+    }
+    if (rc) sent--; /* the one refused was not sent */
+    size_t done = 0;
+    while (cp_mono_ns() < until) {
+        done = 0;
+        for (size_t i = 0; i < sent; i++)
+            done += (size_t)atomic_load(&d[i].done);
+        if (done == sent) break;
+        rd_kafka_poll(pub->rk, 5);
+    }
+    if (done < sent) {
+        /* d stays with the messages: their reports may still come (publish's reason) */
+        if (!rc)
+            rc = cp_err_set(err, CP_EKAFKA,
+                            "%s did not acknowledge %zu of %zu messages within %.1f s", pub->topic,
+                            sent - done, n,
+                            (double)(timeout_ns > 0 ? timeout_ns : 5000000000LL) / 1e9);
+        return rc;
+    }
+    for (size_t i = 0; i < sent && !rc; i++)
+        if (d[i].err)
+            rc = cp_err_set(
+                err, d[i].err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE ? CP_ELIMIT : CP_EKAFKA,
+                "writing message %zu of %zu to %s: %s", i + 1, n, pub->topic,
+                rd_kafka_err2str(d[i].err));
+    free(d);
+    return rc;
 }
 
 int cp_publisher_publish(cp_publisher *ctl, const cp_capture *c, const char *token,

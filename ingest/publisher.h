@@ -26,4 +26,19 @@ void cp_publisher_destroy(cp_publisher *c); /* NULL is fine */
 int cp_publisher_publish(cp_publisher *ctl, const cp_capture *c, const char *token,
                          int64_t timeout_ns, cp_err *err);
 
+/* One message for cp_publisher_produce (borrowed for the call). */
+typedef struct cp_publisher_message {
+    const void *key, *value;
+    size_t key_len, value_len;
+} cp_publisher_message;
+
+/* Writes m[0..n) to the publisher's topic and waits until the broker acknowledged every
+ * one or timeout_ns passed (the profiles topic's writer for Pyroscope's ingest,
+ * query/pyro.h). Any thread. Returns 0; CP_ELIMIT when one is over max_message (0 = no
+ * limit of ours) or the producer's message.max.bytes; CP_EKAFKA naming the broker's error
+ * or the timeout (some may then be written: their producer ids make a retry a duplicate
+ * the store drops); CP_ENOMEM. */
+int cp_publisher_produce(cp_publisher *pub, const cp_publisher_message *m, size_t n,
+                         size_t max_message, int64_t timeout_ns, cp_err *err);
+
 #endif

@@ -16,13 +16,26 @@ const char *cp_kind_name(int kind)
         return "alloc";
     case CP_KIND_INUSE:
         return "inuse";
+    case CP_KIND_WALL:
+        return "wall";
+    case CP_KIND_MUTEX:
+        return "mutex";
+    case CP_KIND_BLOCK:
+        return "block";
+    case CP_KIND_GOROUTINES:
+        return "goroutines";
     }
     return NULL;
 }
 
+int cp_kind_is_gauge(int kind)
+{
+    return kind == CP_KIND_INUSE || kind == CP_KIND_GOROUTINES;
+}
+
 int cp_kind_parse(const char *name)
 {
-    for (int k = CP_KIND_CPU; k <= CP_KIND_INUSE; k++)
+    for (int k = CP_KIND_CPU; k <= CP_KIND_MAX; k++)
         if (strcmp(cp_kind_name(k), name) == 0) return k;
     return 0;
 }

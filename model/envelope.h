@@ -22,10 +22,19 @@ typedef enum cp_kind {
     CP_KIND_CPU = 1,   /* summed over time */
     CP_KIND_ALLOC = 2, /* summed over time */
     CP_KIND_INUSE = 3, /* a gauge: latest snapshot per instance */
+    /* Pyroscope's other profile types (query/pyro.h), each under its own name */
+    CP_KIND_WALL = 4,       /* summed over time: samples/count, wall/nanoseconds */
+    CP_KIND_MUTEX = 5,      /* summed over time: contentions/count, delay/nanoseconds */
+    CP_KIND_BLOCK = 6,      /* summed over time: contentions/count, delay/nanoseconds */
+    CP_KIND_GOROUTINES = 7, /* a gauge: goroutine/count */
 } cp_kind;
+#define CP_KIND_MAX CP_KIND_GOROUTINES
 
-/* "cpu", "alloc", "inuse"; NULL for anything else. */
+/* "cpu", "alloc", "inuse", "wall", "mutex", "block", "goroutines"; NULL for anything else. */
 const char *cp_kind_name(int kind);
+/* 1 for a kind whose windows are snapshots (the latest per series counts: inuse,
+ * goroutines), 0 for one whose windows add up. */
+int cp_kind_is_gauge(int kind);
 /* Parses a kind name; returns the kind or 0. */
 int cp_kind_parse(const char *name);
 

@@ -17,6 +17,7 @@
 #include "merge.h"
 #include "params.h"
 #include "pprof.h"
+#include "querier.h"
 #include "render.h"
 #include "selector.h"
 #include "symbols.h"
@@ -57,6 +58,7 @@ struct cp_api {
     cp_counter by_class[6]; /* 1xx..5xx */
     int64_t started_ns;
     cp_metrics *own_metrics; /* when the options gave none: /metrics still has the API's */
+    cp_pyro_stats pyro;      /* Pyroscope's endpoints (any thread adds) */
 };
 
 static int collect_latency(void *arg, cp_metrics_out *o);
@@ -76,6 +78,7 @@ static int register_metrics(cp_api *a)
                                 (cp_metric_label[]){{"code", classes[c]}}, 1, &a->by_class[c]);
     if (!rc) rc = cp_metrics_collector(a->o.metrics, a, collect_latency, a);
     if (!rc) rc = cp_metrics_collector(a->o.metrics, a, collect_uptime, a);
+    if (!rc) rc = cp_pyro_register_metrics(&a->pyro, a->o.metrics, a);
     return rc;
 }
 
@@ -574,12 +577,16 @@ out:
 
 static void kind_types(cp_kind k, uint32_t i, const char **type, const char **unit)
 {
-    static const char *const names[3][2][2] = {
+    static const char *const names[CP_KIND_MAX][2][2] = {
         {{"samples", "count"}, {"cpu", "nanoseconds"}},
         {{"alloc_objects", "count"}, {"alloc_space", "bytes"}},
         {{"inuse_objects", "count"}, {"inuse_space", "bytes"}},
+        {{"samples", "count"}, {"wall", "nanoseconds"}},
+        {{"contentions", "count"}, {"delay", "nanoseconds"}},
+        {{"contentions", "count"}, {"delay", "nanoseconds"}},
+        {{"goroutine", "count"}, {"value", "count"}},
     };
-    if (k >= CP_KIND_CPU && k <= CP_KIND_INUSE && i < 2) {
+    if (k >= CP_KIND_CPU && k <= CP_KIND_MAX && i < (k == CP_KIND_GOROUTINES ? 1u : 2u)) {
         *type = names[k - 1][i][0];
         *unit = names[k - 1][i][1];
     } else {
@@ -922,6 +929,119 @@ static void loop_ui(cp_api *a, const cp_http_request *req, cp_http_response *r)
     if (!cp_ui_serve(req->path, r)) cp_http_error(r, 404, "unknown path '%.128s'", req->path);
 }
 
+/* ---- Pyroscope's ingest (pyro.c) ---------------------------------------------------- */
+
+/* The token of a Basic credential (base64 of user:password): the password, or the user
+ * when the password is empty (Grafana's clients put a token in either). Into out (cap
+ * bytes); NULL when the header is no Basic credential. */
+static const char *basic_token(const char *auth, char *out, size_t cap)
+{
+    if (!auth || strncasecmp(auth, "Basic ", 6)) return NULL;
+    const char *b = auth + 6;
+    while (*b == ' ')
+        b++;
+    size_t n = strcspn(b, " \t\r\n");
+    cp_buf d = {0};
+    if (cp_pyro_base64(b, n, &d) || !d.len || d.len >= cap || memchr(d.data, 0, d.len)) {
+        cp_buf_close(&d);
+        return NULL;
+    }
+    memcpy(out, d.data, d.len);
+    out[d.len] = 0;
+    cp_buf_close(&d);
+    char *colon = strchr(out, ':');
+    if (!colon) return out;
+    if (colon[1]) return colon + 1;
+    *colon = 0;
+    return out;
+}
+
+#define QUERIER_PREFIX "/querier.v1.QuerierService/"
+
+static int is_pyro_path(const char *path)
+{
+    return !strcmp(path, "/ingest") || !strcmp(path, "/pyroscope/ingest") ||
+           !strcmp(path, "/push.v1.PusherService/Push") ||
+           !strncmp(path, QUERIER_PREFIX, strlen(QUERIER_PREFIX));
+}
+
+/* The tenant of a Pyroscope client: with tokens, a Bearer or Basic credential's; then
+ * X-Scope-OrgID, when given, must name that tenant. NULL with the status in *st (401, 403)
+ * and why set. */
+static const char *pyro_tenant(cp_api *a, const cp_http_request *req, int *st, char *why,
+                               size_t cap)
+{
+    const char *tenant = CP_DEFAULT_TENANT;
+    if (a->ntokens) {
+        char buf[512];
+        size_t n = 0;
+        const char *tok = cp_http_bearer(req, &n);
+        if (!tok && (tok = basic_token(req->authorization, buf, sizeof buf))) n = strlen(tok);
+        tenant = NULL;
+        for (size_t i = 0; tok && i < a->ntokens; i++)
+            if (cp_http_token_eq(tok, n, a->tokens[i].token) && !tenant)
+                tenant = a->tokens[i].tenant;
+        if (!tenant) {
+            *st = 401;
+            snprintf(why, cap, "%s",
+                     tok                  ? "invalid token"
+                     : req->authorization ? "Authorization is neither a Bearer token nor Basic "
+                                            "credentials"
+                                          : "missing Authorization (Bearer token or Basic "
+                                            "credentials with the token as password)");
+            return NULL;
+        }
+        if (req->org_id && req->org_id[0] && strcmp(req->org_id, tenant)) {
+            *st = 403;
+            snprintf(why, cap, "X-Scope-OrgID '%.64s' is not this token's tenant '%s'", req->org_id,
+                     tenant);
+            return NULL;
+        }
+    }
+    return tenant;
+}
+
+static void pyro_call(cp_api *a, const cp_http_request *head, cp_http_response *r)
+{
+    /* the headers pyro.c and querier.c read, "" when a caller left them out */
+    cp_http_request rq = *head;
+    const cp_http_request *req = &rq;
+    if (!rq.content_type) rq.content_type = "";
+    if (!rq.content_encoding) rq.content_encoding = "";
+    if (!rq.org_id) rq.org_id = "";
+    int st = 0, push = !strcmp(req->path, "/push.v1.PusherService/Push");
+    char why[200];
+    const char *tenant = pyro_tenant(a, req, &st, why, sizeof why);
+    int querier = !strncmp(req->path, QUERIER_PREFIX, strlen(QUERIER_PREFIX));
+    if (!tenant) {
+        if (!querier) cp_pyro_count(&a->pyro, st);
+        if (push || querier) {
+            cp_pyro_connect_error(r, st, st == 401 ? "unauthenticated" : "permission_denied", why);
+        } else {
+            cp_http_error(r, st, "%s", why);
+        }
+        return;
+    }
+    if (querier) {
+        /* Grafana's read side: the store's readers across the cluster */
+        cp_fanout_req fr;
+        cp_querier_call qc = {tenant,
+                              cp_fanout_req_init(&fr, a->o.fanout, cp_store_reader(a->o.store)),
+                              a->o.max_range_ns,
+                              a->o.max_blocks,
+                              a->o.max_nodes_default,
+                              a->o.max_nodes_limit};
+        cp_querier_handle(&qc, req->path + strlen(QUERIER_PREFIX), req, r);
+        cp_fanout_end(&fr, r);
+        return;
+    }
+    cp_pyro_call c = {tenant, tenant_token(a, tenant), a->o.pyro_produce, a->o.pyro_arg, &a->pyro};
+    if (push)
+        cp_pyro_push(&c, req, r);
+    else
+        cp_pyro_ingest(&c, req, r);
+}
+
 static const char *const g_none[] = {NULL};
 static const char *const g_profile_params[] = {
     "type", "select", "from", "to", "format", "focus", "ignore", "max_nodes", "sample_type", NULL};
@@ -1032,6 +1152,12 @@ static const endpoint g_endpoints[] = {
     {"/metrics", EP_OTHER, "GET", CP_HTTP_LANE_LOOP, loop_metrics, NULL, {0}},
     {"/api/v1/ingest/offsets", EP_OTHER, "GET", CP_HTTP_LANE_LOOP, loop_offsets, NULL, {0}},
     {"/api/v1/brokers", EP_OTHER, "GET", CP_HTTP_LANE_LOOP, loop_brokers, NULL, {0}},
+    /* Pyroscope's ingest: parsed, then produced to Kafka and acknowledged, on a worker */
+    {"/ingest", EP_OTHER, "POST", CP_HTTP_LANE_HEAVY, pyro_call, NULL, {0}},
+    {"/pyroscope/ingest", EP_OTHER, "POST", CP_HTTP_LANE_HEAVY, pyro_call, NULL, {0}},
+    {"/push.v1.PusherService/Push", EP_OTHER, "POST", CP_HTTP_LANE_HEAVY, pyro_call, NULL, {0}},
+    /* Grafana's data source: querier.v1 in JSON (querier.c), on a worker like any query */
+    {QUERIER_PREFIX, EP_OTHER, "POST", CP_HTTP_LANE_HEAVY, pyro_call, NULL, {0}},
 };
 /* Anything else: the web UI's files, or 404. */
 static const endpoint g_ui = {"", EP_OTHER, "GET", CP_HTTP_LANE_LOOP, loop_ui, NULL, {0}};
@@ -1082,6 +1208,16 @@ int cp_api_admit(void *api, const cp_http_request *head, char *why, size_t cap)
         return 403;
     }
     if (!a->ntokens) return 0;
+    if (is_pyro_path(head->path)) {
+        int st = 0;
+        if (!pyro_tenant(a, head, &st, why, cap)) {
+            if (strncmp(head->path, QUERIER_PREFIX, strlen(QUERIER_PREFIX)))
+                cp_pyro_count(&a->pyro, st);
+            snprintf(why + strlen(why), cap - strlen(why), " (the body was not read)");
+            return st;
+        }
+        return 0;
+    }
     size_t n = 0;
     const char *h = cp_http_bearer(head, &n);
     for (size_t i = 0; h && i < a->ntokens; i++)
@@ -1180,7 +1316,7 @@ void cp_api_handle(void *api, const cp_http_request *req, cp_http_response *r)
         return;
     }
     if (e->on_loop)
-        e->on_loop(a, req, r);
+        e->on_loop(a, req, r); /* on the loop, or a worker for a heavy one (Pyroscope's) */
     else
         run_query(a, e, req, r);
 }

@@ -9,6 +9,7 @@
 #include "capture.h"
 #include "http.h"
 #include "metrics.h"
+#include "pyro.h"
 #include "store.h"
 #include "symbols.h"
 
@@ -67,6 +68,9 @@ typedef struct cp_api_options {
     cp_api_stats_fn ingest_stats; /* may be NULL */
     void *ingest_arg;
     cp_capture_options captures; /* limits and the control topic's writer (capture.h) */
+    /* Pyroscope's ingest (pyro.h): the profiles topic's writer; NULL: those endpoints 503 */
+    cp_pyro_produce_fn pyro_produce;
+    void *pyro_arg;
 } cp_api_options;
 
 typedef struct cp_api cp_api;

@@ -604,7 +604,7 @@ static int fo_profile(cp_reader *rd, const cp_query *q, cp_profile **out, cp_err
 {
     cp_fanout_req *fr = (cp_fanout_req *)rd;
     if (!fans(fr, q)) return fr->local->profile(fr->local, q, out, err);
-    int by_series = q->kind == CP_KIND_INUSE;
+    int by_series = cp_kind_is_gauge(q->kind);
     cp_query own = *q; /* this node's part: per series too, for inuse */
     own.by_series = by_series;
     cp_buf pq = {0};

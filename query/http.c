@@ -61,6 +61,7 @@ struct cp_http_server {
     size_t rendering;     /* budget reserved by heavy requests running (their estimates) */
     size_t estimate;      /* what a heavy answer may take: recent sizes, decaying */
     uint32_t uploads;     /* requests holding an upload-sized body (receiving or answering) */
+    uint32_t ingests;     /* requests holding an ingest-sized body (opt.ingest_paths) */
     int shutting_down, listener_closed;
     void (*shutdown_cb)(void *);
     void *shutdown_arg;
@@ -73,9 +74,10 @@ struct job {
     cp_http_request req;
     cp_http_response resp;
     int heavy;
-    int upload_slot; /* holds one of s->uploads */
-    int lane;        /* index into lanes */
-    size_t reserved; /* of the budget, while running */
+    int upload_slot; /* SLOT_UPLOAD: one of s->uploads; SLOT_INGEST: one of s->ingests */
+    char hdr[CP_HTTP_NHDR][CP_HTTP_HDR_MAX]; /* req's content_type, content_encoding, org_id */
+    int lane;                                /* index into lanes */
+    size_t reserved;                         /* of the budget, while running */
 };
 
 struct conn {
@@ -94,6 +96,9 @@ struct conn {
     int accepts_gzip; /* Accept-Encoding names gzip */
     char ae[64];      /* the start of the Accept-Encoding header */
     size_t ae_len;
+    int is_hdr;                              /* the value being read is hdr[is_hdr - 1]'s */
+    char hdr[CP_HTTP_NHDR][CP_HTTP_HDR_MAX]; /* Content-Type, Content-Encoding, X-Scope-OrgID */
+    size_t hdr_len[CP_HTTP_NHDR];
     size_t header_bytes;
     int err_status;
     char err_msg[160];
@@ -110,8 +115,13 @@ struct conn {
     struct sockaddr_storage peer;
     char method[16];
     size_t body_max; /* this request's body limit (set when its headers are complete) */
-    int upload_slot; /* holds one of srv->uploads until its job takes it */
+    int upload_slot; /* SLOT_*: holds one of srv->uploads or ingests until its job takes it */
 };
+
+enum { SLOT_NONE, SLOT_UPLOAD, SLOT_INGEST };
+/* The headers kept (their values, truncated to CP_HTTP_HDR_MAX - 1 bytes), in hdr order. */
+static const char *const g_hdr_names[CP_HTTP_NHDR] = {"content-type", "content-encoding",
+                                                      "x-scope-orgid"};
 
 typedef struct write_req {
     uv_write_t w;
@@ -178,8 +188,9 @@ static void server_maybe_finished(cp_http_server *s);
 
 static void release_upload(cp_http_server *s, int *slot)
 {
-    if (*slot) s->uploads--;
-    *slot = 0;
+    if (*slot == SLOT_UPLOAD) s->uploads--;
+    if (*slot == SLOT_INGEST) s->ingests--;
+    *slot = SLOT_NONE;
 }
 
 static void conn_reset_request(conn *c)
@@ -189,6 +200,10 @@ static void conn_reset_request(conn *c)
     c->field_len = 0;
     c->field_overflow = c->in_value = c->is_auth = c->is_ae = 0;
     c->ae_len = 0;
+    c->is_hdr = 0;
+    memset(c->hdr_len, 0, sizeof c->hdr_len);
+    for (int i = 0; i < CP_HTTP_NHDR; i++)
+        c->hdr[i][0] = 0;
     c->accepts_gzip = 0;
     c->header_bytes = 0;
     c->err_status = 0;
@@ -464,6 +479,20 @@ static int on_header_value(http_parser *p, const char *at, size_t n)
         c->is_ae = !c->field_overflow && c->field_len == 15 &&
                    strncasecmp(c->field, "accept-encoding", 15) == 0;
         if (c->is_ae) c->ae_len = 0;
+        c->is_hdr = 0;
+        for (int i = 0; i < CP_HTTP_NHDR && !c->field_overflow; i++)
+            if (c->field_len == strlen(g_hdr_names[i]) &&
+                strncasecmp(c->field, g_hdr_names[i], c->field_len) == 0) {
+                c->is_hdr = i + 1;
+                c->hdr_len[i] = 0;
+            }
+    }
+    if (c->is_hdr) {
+        int i = c->is_hdr - 1;
+        size_t room = CP_HTTP_HDR_MAX - 1 - c->hdr_len[i], k = n < room ? n : room;
+        memcpy(c->hdr[i] + c->hdr_len[i], at, k);
+        c->hdr_len[i] += k;
+        c->hdr[i][c->hdr_len[i]] = 0;
     }
     if (c->is_auth && cp_buf_append(&c->auth, at, n)) return fail(c, 503, "out of memory");
     if (c->is_ae) {
@@ -477,14 +506,23 @@ static int on_header_value(http_parser *p, const char *at, size_t n)
     return 0;
 }
 
-/* 1 if the request being parsed is a POST to the upload path. */
-static int is_upload(const conn *c, const http_parser *p)
+/* 1 if the request being parsed is a POST to path (its query string aside). */
+static int is_post_to(const conn *c, const http_parser *p, const char *path)
 {
-    const char *up = c->srv->opt.upload_path;
-    size_t ul = up ? strlen(up) : 0;
-    if (!ul || p->method != HTTP_POST || c->url.len < ul || memcmp(c->url.data, up, ul) != 0)
+    size_t ul = path ? strlen(path) : 0;
+    if (!ul || p->method != HTTP_POST || c->url.len < ul || memcmp(c->url.data, path, ul) != 0)
         return 0;
     return c->url.len == ul || c->url.data[ul] == '?';
+}
+
+/* SLOT_UPLOAD for a POST to the upload path, SLOT_INGEST to one of the ingest paths, else
+ * SLOT_NONE. */
+static int body_kind(const conn *c, const http_parser *p)
+{
+    if (is_post_to(c, p, c->srv->opt.upload_path)) return SLOT_UPLOAD;
+    for (const char *const *ip = c->srv->opt.ingest_paths; ip && *ip; ip++)
+        if (is_post_to(c, p, *ip)) return SLOT_INGEST;
+    return SLOT_NONE;
 }
 
 /* The request's admission before its body: its target and token as the handler will see
@@ -514,6 +552,9 @@ static int admit(conn *c, const http_parser *p)
                                 .path = path,
                                 .query = query,
                                 .authorization = auth,
+                                .content_type = c->hdr[0],
+                                .content_encoding = c->hdr[1],
+                                .org_id = c->hdr[2],
                                 .body_len = chunked ? 0 : (size_t)p->content_length};
         char why[200] = "";
         int st = o->admit(o->ctx, &head, why, sizeof why);
@@ -528,21 +569,36 @@ static int admit(conn *c, const http_parser *p)
 static int on_headers_complete(http_parser *p)
 {
     conn *c = p->data;
-    int up = is_upload(c, p);
-    c->body_max = up ? c->srv->opt.max_upload_bytes : c->srv->opt.max_body_bytes;
+    int kind = body_kind(c, p);
+    const cp_http_options *o = &c->srv->opt;
+    c->body_max = kind == SLOT_UPLOAD   ? o->max_upload_bytes
+                  : kind == SLOT_INGEST ? o->max_ingest_bytes
+                                        : o->max_body_bytes;
     /* who asks and how much, before a byte of the body is read (issue 36: a 500 MB upload
      * without a token was read whole, then answered 401) */
     if (admit(c, p)) return 1;
     if (p->content_length != ULLONG_MAX && p->content_length > c->body_max)
         return fail(c, 413, "request body of %llu bytes exceeds %zu bytes%s",
                     (unsigned long long)p->content_length, c->body_max,
-                    up ? " (symbols.max_upload_bytes)" : "");
-    if (up && !c->upload_slot) {
+                    kind == SLOT_UPLOAD   ? " (symbols.max_upload_bytes)"
+                    : kind == SLOT_INGEST ? " (ingest.max_body_bytes)"
+                                          : "");
+    if (kind == SLOT_UPLOAD && !c->upload_slot) {
         /* each upload may hold max_upload_bytes: only a few at once */
-        if (c->srv->uploads >= c->srv->opt.max_uploads)
+        if (c->srv->uploads >= o->max_uploads)
             return fail(c, 503, "%u uploads in progress already; retry later", c->srv->uploads);
         c->srv->uploads++;
-        c->upload_slot = 1;
+        c->upload_slot = SLOT_UPLOAD;
+    }
+    if (kind == SLOT_INGEST && !c->upload_slot) {
+        /* each may hold max_ingest_bytes; a client over the limit retries (Pyroscope's 429) */
+        if (c->srv->ingests >= o->max_ingests)
+            return fail(c, 429,
+                        "%u ingest requests in progress already (ingest.max_concurrent); "
+                        "retry later",
+                        c->srv->ingests);
+        c->srv->ingests++;
+        c->upload_slot = SLOT_INGEST;
     }
     return 0;
 }
@@ -802,8 +858,8 @@ static void conn_dispatch(conn *c)
     if (c->upload_slot) {
         /* an upload's body is handed over, not copied (it may be hundreds of MB) */
         body = cp_buf_steal(&c->body, &body_len);
-        j->upload_slot = 1;
-        c->upload_slot = 0;
+        j->upload_slot = c->upload_slot;
+        c->upload_slot = SLOT_NONE;
     } else if (c->body.len) {
         body = malloc(c->body.len);
         if (body) memcpy(body, c->body.data, c->body.len);
@@ -812,6 +868,10 @@ static void conn_dispatch(conn *c)
     j->req.path = path;
     j->req.query = query;
     j->req.authorization = auth;
+    memcpy(j->hdr, c->hdr, sizeof j->hdr);
+    j->req.content_type = j->hdr[0];
+    j->req.content_encoding = j->hdr[1];
+    j->req.org_id = j->hdr[2];
     j->req.accepts_gzip = c->accepts_gzip;
     j->req.body = body;
     j->req.body_len = body ? body_len : 0;
@@ -1035,6 +1095,8 @@ void cp_http_options_default(cp_http_options *o)
     o->max_header_bytes = 16384;
     o->max_body_bytes = 65536;
     o->max_uploads = 2;
+    o->max_ingest_bytes = 16u << 20;
+    o->max_ingests = 16;
     o->max_response_bytes = 256u << 20;
     o->gzip_min_bytes = 8192;
     o->max_connections = 1024;

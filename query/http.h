@@ -12,13 +12,19 @@
 #include "times.h"
 #include "vec.h"
 
+#define CP_HTTP_NHDR 3
+#define CP_HTTP_HDR_MAX 200
+
 /* A parsed request, valid for the duration of the handler call. */
 typedef struct cp_http_request {
     const char *method;        /* "GET", "POST", ... */
     const char *path;          /* the URL's path, not decoded ("/api/v1/profile") */
     const char *query;         /* the raw query string after '?', "" if none */
     const char *authorization; /* the Authorization header or NULL */
-    int accepts_gzip;          /* Accept-Encoding lists gzip */
+    /* Content-Type, Content-Encoding and X-Scope-OrgID: "" when absent, values truncated to
+     * CP_HTTP_HDR_MAX - 1 bytes */
+    const char *content_type, *content_encoding, *org_id;
+    int accepts_gzip; /* Accept-Encoding lists gzip */
     const uint8_t *body;
     size_t body_len;
     int64_t received_ns; /* CLOCK_MONOTONIC when the request was complete */
@@ -70,6 +76,10 @@ typedef struct cp_http_options {
     const char *upload_path; /* POSTs to this path (e.g. "/api/v1/symbols") may carry up to
                                 max_upload_bytes instead; NULL = none */
     size_t max_upload_bytes;
+    const char *const *ingest_paths; /* POSTs to these (NULL-terminated) may carry up to
+                                        max_ingest_bytes (default 16 MiB); NULL = none */
+    size_t max_ingest_bytes;
+    uint32_t max_ingests;          /* ingest-sized requests at once; 429 beyond; default 16 */
     uint32_t max_uploads;          /* upload-sized requests at once (receiving or answered); 503
                                       beyond; default 2 */
     size_t max_response_bytes;     /* a larger handler answer becomes an error; default 256 MiB */

@@ -197,7 +197,10 @@ static int parse_kind(const char *s, cp_kind *out, cp_http_response *r)
     if (!s || !*s) s = "cpu";
     int k = cp_kind_parse(s);
     if (!k) {
-        cp_http_error(r, 400, "unknown type '%.64s' (expected cpu, alloc or inuse)", s);
+        cp_http_error(r, 400,
+                      "unknown type '%.64s' (expected cpu, alloc, inuse, wall, mutex, block or "
+                      "goroutines)",
+                      s);
         return -1;
     }
     *out = (cp_kind)k;

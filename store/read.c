@@ -43,6 +43,27 @@ int cp_store_kind_types(cp_kind kind, cp_profile *p)
             return rc;
         break;
     }
+    case CP_KIND_WALL:
+        if ((rc = cp_profile_add_sample_type(p, "samples", "count")) ||
+            (rc = cp_profile_add_sample_type(p, "wall", "nanoseconds")) ||
+            (rc = cp_profile_intern_cstr(p, "wall", &a)) ||
+            (rc = cp_profile_intern_cstr(p, "nanoseconds", &b)))
+            return rc;
+        break;
+    case CP_KIND_MUTEX:
+    case CP_KIND_BLOCK:
+        if ((rc = cp_profile_add_sample_type(p, "contentions", "count")) ||
+            (rc = cp_profile_add_sample_type(p, "delay", "nanoseconds")) ||
+            (rc = cp_profile_intern_cstr(p, "contentions", &a)) ||
+            (rc = cp_profile_intern_cstr(p, "count", &b)))
+            return rc;
+        break;
+    case CP_KIND_GOROUTINES:
+        if ((rc = cp_profile_add_sample_type(p, "goroutine", "count")) ||
+            (rc = cp_profile_intern_cstr(p, "goroutine", &a)) ||
+            (rc = cp_profile_intern_cstr(p, "count", &b)))
+            return rc;
+        break;
     default:
         return CP_EINVAL;
     }
@@ -210,7 +231,7 @@ static int visit(qctx *q, const cp_ser *ser, int64_t from, int64_t to, block_fn 
     int n = 0;
     decompose(CP_NLEVELS - 1, from, to, rs, &n);
     past_raw(q, rs, &n);
-    if (ser->kind != CP_KIND_INUSE) {
+    if (!cp_kind_is_gauge(ser->kind)) {
         for (int i = 0; i < n; i++) {
             int rc = scan_range(q, ser, &rs[i], fn, arg);
             if (rc) return rc < 0 ? rc : 0;
@@ -656,7 +677,7 @@ int cp_store_query(cp_store *s, const cp_query *qr, cp_profile **out, cp_err *er
         cp_err_set(err, rc, "query: %s", cp_strerror(rc));
         goto done;
     }
-    if (qr->by_series && kind == CP_KIND_INUSE && t) {
+    if (qr->by_series && cp_kind_is_gauge(kind) && t) {
         rc = query_per_series(&q, qr, t, &ss, &qt, p);
         goto window;
     }

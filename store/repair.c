@@ -464,7 +464,7 @@ static int level0(rep *r, leveldb_iterator_t *it, const rser *x, int64_t a, int6
         if (remap_acc(r, &r->c, &r->a, &dropped)) return CP_ENOMEM;
         *count += r->c.windows;
         if (r->c.time_ns < first) first = r->c.time_ns;
-        if (x->kind == CP_KIND_INUSE) {
+        if (cp_kind_is_gauge((int)x->kind)) {
             if (cp_acc_copy(&r->b, &r->a)) return CP_ENOMEM;
         } else if (cp_acc_add(&r->b, &r->a, 1)) {
             return CP_ENOMEM;
@@ -472,7 +472,7 @@ static int level0(rep *r, leveldb_iterator_t *it, const rser *x, int64_t a, int6
     }
     if (rebuild) {
         r->b.windows = *count;
-        if (x->kind != CP_KIND_INUSE) r->b.time_ns = first;
+        if (!cp_kind_is_gauge((int)x->kind)) r->b.time_ns = first;
     }
     return 0;
 }

@@ -927,7 +927,7 @@ static int apply_window(cp_store_batch *B, cp_ser *ser, int64_t start, cp_err *e
     w->time_ns = start;
     w->windows = 1;
     int top = CP_NLEVELS - 1;
-    if (ser->kind != CP_KIND_INUSE) {
+    if (!cp_kind_is_gauge(ser->kind)) {
         int64_t minute = bucket_of(1, start);
         int rc;
         if ((ser->staged & CP_STAGED_MIN) && ser->stage_start != minute &&
@@ -953,7 +953,7 @@ static int apply_window(cp_store_batch *B, cp_ser *ser, int64_t start, cp_err *e
         size_t before = b->acc.ids.n, bytes = bucket_bytes(b);
         if (l == 0 && b->acc.windows == 0 && b->acc.ids.n == 0) {
             cp_acc_take(&b->acc, w);
-        } else if (ser->kind == CP_KIND_INUSE) {
+        } else if (cp_kind_is_gauge(ser->kind)) {
             if (b->acc.windows == 0 || start >= b->acc.time_ns) {
                 uint64_t nw = b->acc.windows + 1;
                 if (cp_acc_copy(&b->acc, w)) return cp_err_set(err, CP_ENOMEM, "store");
@@ -1094,8 +1094,9 @@ int cp_store_batch_add_lazy(cp_store_batch *B, const cp_envelope *e, cp_profile 
         if (!cp_name_valid(e->labels.p.v[i].name, CP_LABEL_NAME_MAX) ||
             strlen(e->labels.p.v[i].value) > CP_LABEL_VALUE_MAX)
             return cp_err_set(err, CP_EINVAL, "envelope: label %u has a bad name or value", i);
-    if (e->cumulative && e->kind != CP_KIND_ALLOC)
-        return cp_err_set(err, CP_EINVAL, "envelope: cumulative is only meaningful for alloc");
+    if (e->cumulative && cp_kind_is_gauge(e->kind))
+        return cp_err_set(err, CP_EINVAL, "envelope: cumulative is meaningless for %s, a gauge",
+                          cp_kind_name(e->kind));
 
     size_t tl = strlen(e->tenant);
     tenant *t = cp_tenant_find(s, e->tenant, tl);

@@ -51,6 +51,8 @@ int cp_config_init(cp_config *c)
     c->symbols_max_upload_bytes = so.max_upload_bytes;
     c->symbols_max_table_bytes = so.max_table_bytes;
     c->symbols_cache_bytes = so.cache_bytes;
+    c->ingest_max_body_bytes = ho.max_ingest_bytes;
+    c->ingest_max_concurrent = ho.max_ingests;
     c->request_timeout_ns = ho.request_timeout_ns;
     c->write_timeout_ns = ho.write_timeout_ns;
     c->output_budget = ho.max_inflight_bytes;
@@ -245,6 +247,8 @@ int cp_config_set(cp_config *c, const char *key, const char *value, cp_err *err)
         {"symbols.max_upload_bytes", SET_SIZE, &c->symbols_max_upload_bytes},
         {"symbols.max_table_bytes", SET_SIZE, &c->symbols_max_table_bytes},
         {"symbols.cache_bytes", SET_SIZE, &c->symbols_cache_bytes},
+        {"ingest.max_body_bytes", SET_SIZE, &c->ingest_max_body_bytes},
+        {"ingest.max_concurrent", SET_U32, &c->ingest_max_concurrent},
         {"cluster.peers", SET_STR, &c->cluster_peers},
         {"cluster.partitions", SET_STR, &c->cluster_partitions},
         {"cluster.peer_timeout", SET_DURATION, &c->cluster_peer_timeout_ns},

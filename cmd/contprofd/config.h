@@ -44,6 +44,9 @@ typedef struct cp_config {
     /* server-side symbolization (query/symbols.c) */
     char *symbols_dirs; /* symbols.dirs = DIR[:DIR...] (default /usr/lib/debug/.build-id) */
     size_t symbols_max_upload_bytes, symbols_max_table_bytes, symbols_cache_bytes;
+    /* Pyroscope's ingest (query/pyro.h): a request's body; requests at once (429 beyond) */
+    size_t ingest_max_body_bytes;
+    uint32_t ingest_max_concurrent;
     /* a node of a cluster (query/fanout.c, ingest/assign.c); NULL = alone */
     char *cluster_peers;             /* cluster.peers = http://h:p,... (own URL may be listed) */
     char *cluster_partitions;        /* cluster.partitions = 0-3: the partitions this node owns */

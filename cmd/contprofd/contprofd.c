@@ -41,6 +41,7 @@ typedef struct daemon {
     const char **tenant_tokens; /* tenant, token pairs ingest checks envelopes against */
     cp_metrics *metrics;        /* the statistics registry every stage registers in */
     cp_publisher *publisher;    /* captures to the control topic (ingest/publisher.h) */
+    cp_publisher *profiles;     /* Pyroscope's ingest to the profiles topic (query/pyro.h) */
     cp_relay *relay;            /* the host's relay (collector/relay/relayd.h); NULL = none */
 } daemon_t;
 
@@ -127,6 +128,23 @@ static int publish_capture(void *arg, const cp_capture *c, const char *token, cp
     daemon_t *d = arg;
     if (!d->publisher) return cp_err_set(err, CP_EKAFKA, "the control topic is not open yet");
     return cp_publisher_publish(d->publisher, c, token, 5000000000LL, err);
+}
+
+/* The API's writer for Pyroscope's ingest (query/pyro.h): the profiles topic's producer,
+ * open before the loop runs; within the embedded broker's message limit. */
+static int produce_profiles(void *arg, const cp_pyro_message *msgs, size_t n, cp_err *err)
+{
+    daemon_t *d = arg;
+    if (!d->profiles) return cp_err_set(err, CP_EKAFKA, "the profiles topic is not open yet");
+    cp_publisher_message *m = calloc(n ? n : 1, sizeof *m);
+    if (!m) return cp_err_set(err, CP_ENOMEM, "producing profiles");
+    for (size_t i = 0; i < n; i++)
+        m[i] =
+            (cp_publisher_message){msgs[i].key, msgs[i].value, msgs[i].key_len, msgs[i].value_len};
+    int rc = cp_publisher_produce(d->profiles, m, n, d->broker ? CP_BROKER_MAX_MESSAGE_BYTES : 0,
+                                  10000000000LL, err);
+    free(m);
+    return rc;
 }
 
 static const char *token_of(const cp_config *cfg, const char *tenant)
@@ -602,6 +620,8 @@ int main(int argc, char **argv)
     ao.captures.min_alloc_rate = (int64_t)d.cfg.capture_min_alloc_rate;
     ao.captures.publish = publish_capture;
     ao.captures.publish_arg = &d;
+    ao.pyro_produce = produce_profiles;
+    ao.pyro_arg = &d;
     if (ao.captures.max_hz > CP_CAPTURE_HZ_CEIL ||
         ao.captures.max_duration_ns > CP_CAPTURE_DURATION_CEIL_NS ||
         ao.captures.max_overhead_permille > 1000 ||
@@ -642,6 +662,11 @@ int main(int argc, char **argv)
     ho.idle_timeout_ns = d.cfg.idle_timeout_ns;
     ho.upload_path = "/api/v1/symbols";
     ho.max_upload_bytes = d.cfg.symbols_max_upload_bytes;
+    static const char *const pyro_paths[] = {"/ingest", "/pyroscope/ingest",
+                                             "/push.v1.PusherService/Push", NULL};
+    ho.ingest_paths = pyro_paths;
+    ho.max_ingest_bytes = d.cfg.ingest_max_body_bytes;
+    ho.max_ingests = d.cfg.ingest_max_concurrent;
     ho.request_timeout_ns = d.cfg.request_timeout_ns;
     ho.write_timeout_ns = d.cfg.write_timeout_ns;
     ho.max_inflight_bytes = d.cfg.output_budget;
@@ -727,6 +752,10 @@ int main(int argc, char **argv)
     if (cp_publisher_create(bootstrap, (const char *const *)props_kept, d.cfg.control_topic,
                             &d.publisher, &err))
         goto fail_msg;
+    if (cp_publisher_create(bootstrap, (const char *const *)props_kept,
+                            d.cfg.topic && *d.cfg.topic ? d.cfg.topic : CP_TOPIC_PROFILES,
+                            &d.profiles, &err))
+        goto fail_msg;
     resume_captures(&d);
     pull_peer_captures(&d);
 
@@ -753,6 +782,7 @@ out:
     cp_relay_destroy(d.relay, 2 * (int64_t)1000000000);
     cp_http_server_destroy(d.http);
     cp_publisher_destroy(d.publisher);
+    cp_publisher_destroy(d.profiles);
     free(props_kept);
     cp_ingest_destroy(d.ingest);
     free(d.tenant_tokens);

@@ -1,0 +1,750 @@
+/* querier.v1 over Connect JSON (querier.h): requests read with the JSON reader, answered from
+ * the readers; SelectMergeStacktraces as Pyroscope's FlameGraph (levels of 4-int groups). */
+#include "querier.h"
+#include "json.h"
+#include "pyro.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* Every profile type ID served: a kind and one of its sample types. */
+static const struct ptype {
+    cp_kind kind;
+    const char *id, *sample_type;
+} g_types[] = {
+    {CP_KIND_CPU, "process_cpu:cpu:nanoseconds:cpu:nanoseconds", "cpu"},
+    {CP_KIND_CPU, "process_cpu:samples:count:cpu:nanoseconds", "samples"},
+    {CP_KIND_WALL, "wall:wall:nanoseconds:wall:nanoseconds", "wall"},
+    {CP_KIND_WALL, "wall:samples:count:wall:nanoseconds", "samples"},
+    {CP_KIND_ALLOC, "memory:alloc_objects:count:space:bytes", "alloc_objects"},
+    {CP_KIND_ALLOC, "memory:alloc_space:bytes:space:bytes", "alloc_space"},
+    {CP_KIND_INUSE, "memory:inuse_objects:count:space:bytes", "inuse_objects"},
+    {CP_KIND_INUSE, "memory:inuse_space:bytes:space:bytes", "inuse_space"},
+    {CP_KIND_MUTEX, "mutex:contentions:count:contentions:count", "contentions"},
+    {CP_KIND_MUTEX, "mutex:delay:nanoseconds:contentions:count", "delay"},
+    {CP_KIND_BLOCK, "block:contentions:count:contentions:count", "contentions"},
+    {CP_KIND_BLOCK, "block:delay:nanoseconds:contentions:count", "delay"},
+    {CP_KIND_GOROUTINES, "goroutines:goroutine:count:goroutine:count", "goroutine"},
+};
+#define NTYPES (sizeof g_types / sizeof g_types[0])
+
+int cp_querier_profile_type(const char *id, cp_kind *kind, const char **sample_type)
+{
+    for (size_t i = 0; id && i < NTYPES; i++)
+        if (!strcmp(g_types[i].id, id)) {
+            *kind = g_types[i].kind;
+            *sample_type = g_types[i].sample_type;
+            return 0;
+        }
+    return CP_EINVAL;
+}
+
+#define connect_error cp_pyro_connect_error
+
+static void store_failed(cp_http_response *r, int rc, const cp_err *err)
+{
+    const char *m = err->msg[0] ? err->msg : cp_strerror(rc);
+    if (rc == CP_EINVAL || rc == CP_EPARSE)
+        connect_error(r, 400, "invalid_argument", m);
+    else if (rc == CP_ELIMIT)
+        connect_error(r, 429, "resource_exhausted", m);
+    else
+        connect_error(r, 503, "unavailable", m);
+}
+
+/* A member by its camelCase or original name. */
+static const cp_json *member(const cp_json *o, const char *camel, const char *orig)
+{
+    const cp_json *v = cp_json_get(o, camel);
+    return v ? v : cp_json_get(o, orig);
+}
+
+/* int64 in proto3 JSON: a number or a string of digits. 0 with *out, or -1. */
+static int json_i64(const cp_json *v, int64_t dflt, int64_t *out)
+{
+    *out = dflt;
+    if (!v || v->type == CP_JSON_NULL) return 0;
+    if (v->type == CP_JSON_NUMBER && v->is_int) {
+        *out = v->i64;
+        return 0;
+    }
+    if (v->type == CP_JSON_STRING && v->str[0]) {
+        char *end;
+        long long x = strtoll(v->str, &end, 10);
+        if (*end) return -1;
+        *out = x;
+        return 0;
+    }
+    return -1;
+}
+
+/* Pyroscope's label names in a selector as contprof's: service_name is service. */
+static int translate_selector(const char *in, cp_buf *out)
+{
+    out->len = 0;
+    for (const char *p = in; *p;) {
+        const char *s = strstr(p, "service_name");
+        if (!s) return cp_buf_append(out, p, strlen(p) + 1);
+        const char *after = s + 12;
+        while (*after == ' ')
+            after++;
+        int name = (s == in || strchr("{, ", s[-1])) && strchr("=!~", *after) && *after;
+        if (cp_buf_append(out, p, (size_t)(s - p)) ||
+            cp_buf_append(out, name ? "service" : "service_name", name ? 7 : 12))
+            return CP_ENOMEM;
+        p = s + 12;
+    }
+    return cp_buf_append(out, "", 1);
+}
+
+/* The query of a call: the window (start/end in ms, default the last hour), the selector
+ * (translated), the limits. 0, or -1 with the error answer set. */
+static int make_query(const cp_querier_call *c, const cp_http_request *req, const cp_json *body,
+                      const char *sel, cp_query *q, cp_buf *seltext, cp_http_response *r)
+{
+    memset(q, 0, sizeof *q);
+    int64_t now_ms = cp_now_ns() / 1000000, start, end;
+    if (json_i64(member(body, "start", "start"), now_ms - 3600000, &start) ||
+        json_i64(member(body, "end", "end"), now_ms, &end)) {
+        connect_error(r, 400, "invalid_argument", "start/end: expected int64 milliseconds");
+        return -1;
+    }
+    if (end <= start) {
+        connect_error(r, 400, "invalid_argument", "end is not after start");
+        return -1;
+    }
+    if (start < -9223372036854LL || end > 9223372036854LL) {
+        connect_error(r, 400, "invalid_argument", "start/end out of range");
+        return -1;
+    }
+    q->tenant = c->tenant;
+    q->from_ns = start * 1000000;
+    q->to_ns = end * 1000000;
+    q->lim.max_range_ns = c->max_range_ns;
+    q->lim.max_blocks = c->max_blocks;
+    q->lim.deadline_ns = req->deadline_ns;
+    if (c->max_range_ns && q->to_ns - q->from_ns > c->max_range_ns) {
+        char m[160];
+        snprintf(m, sizeof m, "the window exceeds the longest allowed window of %lld s",
+                 (long long)(c->max_range_ns / 1000000000));
+        connect_error(r, 400, "invalid_argument", m);
+        return -1;
+    }
+    if (translate_selector(sel ? sel : "", seltext)) {
+        connect_error(r, 503, "unavailable", "out of memory");
+        return -1;
+    }
+    q->select = (const char *)seltext->data;
+    cp_err err = {0};
+    if (*q->select && cp_selector_parse(q->select, &q->sel, &err)) {
+        char m[300];
+        snprintf(m, sizeof m, "label_selector: %s", err.msg);
+        connect_error(r, 400, "invalid_argument", m);
+        return -1;
+    }
+    return 0;
+}
+
+/* The first of a matchers array, or NULL. */
+static const char *first_matcher(const cp_json *body)
+{
+    const cp_json *m = member(body, "matchers", "matchers");
+    if (m && m->type == CP_JSON_ARRAY && m->n && m->items[0]->type == CP_JSON_STRING)
+        return m->items[0]->str;
+    return NULL;
+}
+
+static int json_str_out(cp_buf *b, const char *s)
+{
+    return cp_buf_append(b, "\"", 1) || cp_json_escape(b, s, strlen(s)) ||
+           cp_buf_append(b, "\"", 1);
+}
+
+/* ---- ProfileTypes, LabelNames, LabelValues ------------------------------------------- */
+
+/* The kinds with a series in q's window (bit per kind). */
+static int kinds_present(const cp_querier_call *c, cp_query *q, unsigned *mask, cp_err *err)
+{
+    cp_series_list l = {0};
+    q->kind = 0;
+    int rc = c->rd->series(c->rd, q, &l, err);
+    *mask = 0;
+    for (uint32_t i = 0; !rc && i < l.n; i++)
+        *mask |= 1u << l.v[i].kind;
+    cp_series_list_close(&l);
+    return rc;
+}
+
+static int type_json(cp_buf *b, const struct ptype *t)
+{
+    char f[5][48] = {{0}};
+    const char *p = t->id;
+    for (int i = 0; i < 5; i++) {
+        size_t n = strcspn(p, ":");
+        snprintf(f[i], sizeof f[i], "%.*s", (int)n, p);
+        p += n + (p[n] == ':');
+    }
+    return cp_buf_printf(
+        b,
+        "{\"ID\":\"%s\",\"name\":\"%s\",\"sampleType\":\"%s\",\"sampleUnit\":\"%s\","
+        "\"periodType\":\"%s\",\"periodUnit\":\"%s\"}",
+        t->id, f[0], f[1], f[2], f[3], f[4]);
+}
+
+static void profile_types(const cp_querier_call *c, cp_query *q, int ids_only, cp_http_response *r)
+{
+    cp_err err = {0};
+    unsigned mask;
+    int rc = kinds_present(c, q, &mask, &err);
+    if (rc) {
+        store_failed(r, rc, &err);
+        return;
+    }
+    cp_buf *b = &r->body;
+    rc = cp_buf_printf(b, ids_only ? "{\"names\":[" : "{\"profileTypes\":[");
+    int n = 0;
+    for (size_t i = 0; !rc && i < NTYPES; i++) {
+        if (!(mask & (1u << g_types[i].kind))) continue;
+        if (n++) rc = cp_buf_append(b, ",", 1);
+        if (!rc) rc = ids_only ? json_str_out(b, g_types[i].id) : type_json(b, &g_types[i]);
+    }
+    if (!rc) rc = cp_buf_printf(b, "]}\n");
+    if (rc) connect_error(r, 503, "unavailable", "out of memory");
+}
+
+static void label_names(const cp_querier_call *c, cp_query *q, cp_http_response *r)
+{
+    cp_err err = {0};
+    cp_string_list l = {0};
+    int rc = c->rd->labels(c->rd, q, &l, &err);
+    if (rc) {
+        store_failed(r, rc, &err);
+        return;
+    }
+    cp_buf *b = &r->body;
+    rc = cp_buf_printf(b, "{\"names\":[\"__profile_type__\"");
+    for (uint32_t i = 0; !rc && i < l.n; i++) {
+        rc = cp_buf_append(b, ",", 1);
+        if (!rc) rc = json_str_out(b, strcmp(l.v[i], "service") ? l.v[i] : "service_name");
+    }
+    if (!rc) rc = cp_buf_printf(b, "]}\n");
+    cp_string_list_close(&l);
+    if (rc) connect_error(r, 503, "unavailable", "out of memory");
+}
+
+static void label_values(const cp_querier_call *c, cp_query *q, const cp_json *body,
+                         cp_http_response *r)
+{
+    const char *name = cp_json_str(member(body, "name", "name"), NULL);
+    if (!name || !*name) {
+        connect_error(r, 400, "invalid_argument", "name: missing");
+        return;
+    }
+    if (!strcmp(name, "__profile_type__")) {
+        profile_types(c, q, 1, r);
+        return;
+    }
+    if (!strcmp(name, "service_name")) name = "service";
+    if (!cp_label_name_valid(name)) {
+        connect_error(r, 400, "invalid_argument", "name: not a label name");
+        return;
+    }
+    q->label = name;
+    cp_err err = {0};
+    cp_string_list l = {0};
+    int rc = c->rd->values(c->rd, q, &l, &err);
+    if (rc) {
+        store_failed(r, rc, &err);
+        return;
+    }
+    cp_buf *b = &r->body;
+    rc = cp_buf_printf(b, "{\"names\":[");
+    for (uint32_t i = 0; !rc && i < l.n; i++) {
+        if (i) rc = cp_buf_append(b, ",", 1);
+        if (!rc) rc = json_str_out(b, l.v[i]);
+    }
+    if (!rc) rc = cp_buf_printf(b, "]}\n");
+    cp_string_list_close(&l);
+    if (rc) connect_error(r, 503, "unavailable", "out of memory");
+}
+
+/* ---- SelectMergeStacktraces: the flame graph ------------------------------------------ */
+
+typedef struct fnode {
+    uint32_t name;                /* index into names */
+    uint32_t parent, child, next; /* node indexes; 0 = none (node 0 is the root) */
+    int64_t total, self;
+} fnode;
+
+typedef struct fgraph {
+    CP_VEC(fnode) n;
+    uint64_t *slots; /* (parent << 32 | name) + 1 -> node index, open addressing */
+    uint32_t nslots;
+    CP_VEC(uint32_t) name_of_str; /* profile string id -> names index + 1 */
+    CP_VEC(const char *) names;   /* borrowed from the profile */
+    uint32_t *slot_node;
+} fgraph;
+
+static uint64_t mix(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return k;
+}
+
+static int fg_grow(fgraph *g)
+{
+    uint32_t ns = g->nslots ? g->nslots * 2 : 1024;
+    uint64_t *s = calloc(ns, sizeof *s);
+    uint32_t *v = calloc(ns, sizeof *v);
+    if (!s || !v) {
+        free(s);
+        free(v);
+        return CP_ENOMEM;
+    }
+    for (uint32_t i = 0; i < g->nslots; i++)
+        if (g->slots[i]) {
+            uint32_t j = (uint32_t)mix(g->slots[i]) & (ns - 1);
+            while (s[j])
+                j = (j + 1) & (ns - 1);
+            s[j] = g->slots[i];
+            v[j] = g->slot_node[i];
+        }
+    free(g->slots);
+    free(g->slot_node);
+    g->slots = s;
+    g->slot_node = v;
+    g->nslots = ns;
+    return 0;
+}
+
+/* The child of parent named name, made if new. 0 with *out, or CP_ENOMEM. */
+static int fg_child(fgraph *g, uint32_t parent, uint32_t name, uint32_t *out)
+{
+    if ((g->n.n + 1) * 2 >= g->nslots && fg_grow(g)) return CP_ENOMEM;
+    uint64_t key = ((uint64_t)parent << 32 | name) + 1;
+    uint32_t j = (uint32_t)mix(key) & (g->nslots - 1);
+    for (; g->slots[j]; j = (j + 1) & (g->nslots - 1))
+        if (g->slots[j] == key) {
+            *out = g->slot_node[j];
+            return 0;
+        }
+    fnode f = {name, parent, 0, g->n.v[parent].child, 0, 0};
+    if (cp_vec_push(&g->n, f)) return CP_ENOMEM;
+    *out = g->n.n - 1;
+    g->n.v[parent].child = *out;
+    g->slots[j] = key;
+    g->slot_node[j] = *out;
+    return 0;
+}
+
+/* The names index of a function's name (string id s of p). */
+static int fg_name(fgraph *g, const cp_profile *p, uint32_t s, uint32_t *out)
+{
+    while (g->name_of_str.n <= s)
+        if (cp_vec_push(&g->name_of_str, 0)) return CP_ENOMEM;
+    if (!g->name_of_str.v[s]) {
+        const char *nm = cp_profile_str(p, s);
+        if (cp_vec_push(&g->names, *nm ? nm : "unknown")) return CP_ENOMEM;
+        g->name_of_str.v[s] = g->names.n;
+    }
+    *out = g->name_of_str.v[s] - 1;
+    return 0;
+}
+
+static void fg_close(fgraph *g)
+{
+    free(g->n.v);
+    free(g->slots);
+    free(g->slot_node);
+    free(g->name_of_str.v);
+    free(g->names.v);
+}
+
+/* Builds the tree of p's column col: root "total", then each sample's frames root first
+ * (inlined lines innermost last). */
+static int fg_build(fgraph *g, const cp_profile *p, int col)
+{
+    fnode root = {0};
+    if (cp_vec_push(&g->names, "total") || cp_vec_push(&g->n, root) || fg_grow(g)) return CP_ENOMEM;
+    for (uint32_t i = 0; i < p->samples.n; i++) {
+        const cp_sample *s = &p->samples.v[i];
+        int64_t v = cp_profile_sample_values(p, i)[col];
+        if (!v) continue;
+        uint32_t at = 0;
+        g->n.v[0].total += v;
+        for (uint32_t k = s->nlocs; k-- > 0;) {
+            const cp_location *l = &p->locations.v[p->stack.v[s->loc_off + k] - 1];
+            for (uint32_t ln = l->nlines; ln-- > 0;) {
+                const cp_line *line = &p->lines.v[l->line_off + ln];
+                uint32_t sid = line->function_id ? p->functions.v[line->function_id - 1].name : 0;
+                uint32_t nm;
+                if (fg_name(g, p, sid, &nm) || fg_child(g, at, nm, &at)) return CP_ENOMEM;
+                g->n.v[at].total += v;
+            }
+            if (!l->nlines) {
+                uint32_t nm;
+                if (fg_name(g, p, 0, &nm) || fg_child(g, at, nm, &at)) return CP_ENOMEM;
+                g->n.v[at].total += v;
+            }
+        }
+        g->n.v[at].self += v;
+    }
+    return 0;
+}
+
+static int cmp_i64_desc(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The flame graph of g as Pyroscope's FlameGraph: levels of [offset from the previous bar's
+ * end, total, self, name] in the order a depth-first walk lays the bars left to right. At
+ * most max_nodes bars: smaller ones folded into their parent's self (totals exact). */
+static int fg_write(fgraph *g, uint32_t max_nodes, cp_buf *b)
+{
+    int64_t threshold = INT64_MIN;
+    if (max_nodes && g->n.n > max_nodes) {
+        int64_t *t = malloc(g->n.n * sizeof *t);
+        if (!t) return CP_ENOMEM;
+        for (uint32_t i = 0; i < g->n.n; i++)
+            t[i] = g->n.v[i].total;
+        qsort(t, g->n.n, sizeof *t, cmp_i64_desc);
+        threshold = t[max_nodes - 1];
+        free(t);
+    }
+    /* depth-first, children in the order met (most recent first: reversed for stability) */
+    typedef struct item {
+        uint32_t node, depth;
+        int64_t x;
+    } item;
+    CP_VEC(item) stack = {0};
+    CP_VEC(cp_buf) levels = {0};
+    CP_VEC(int64_t) ends = {0};
+    int64_t max_self = 0;
+    int rc = cp_vec_push(&stack, ((item){0, 0, 0}));
+    while (!rc && stack.n) {
+        item it = stack.v[--stack.n];
+        fnode *f = &g->n.v[it.node];
+        int64_t self = f->self;
+        /* children kept, left to right; folded ones add to self */
+        uint32_t kids[64], nk = 0;
+        CP_VEC(uint32_t) more = {0};
+        for (uint32_t c = f->child; c; c = g->n.v[c].next) {
+            if (g->n.v[c].total < threshold) {
+                self += g->n.v[c].total;
+                continue;
+            }
+            if (nk < 64)
+                kids[nk++] = c;
+            else if (cp_vec_push(&more, c))
+                rc = CP_ENOMEM;
+        }
+        while (!rc && levels.n <= it.depth) {
+            cp_buf z = {0};
+            rc = cp_vec_push(&levels, z) || cp_vec_push(&ends, 0);
+        }
+        if (rc) {
+            free(more.v);
+            break;
+        }
+        cp_buf *lv = &levels.v[it.depth];
+        rc = cp_buf_printf(lv, "%s\"%lld\",\"%lld\",\"%lld\",\"%u\"", lv->len ? "," : "",
+                           (long long)(it.x - ends.v[it.depth]), (long long)f->total,
+                           (long long)self, f->name);
+        ends.v[it.depth] = it.x + f->total;
+        if (self > max_self) max_self = self;
+        /* the first child lies leftmost: pushed last; children were linked newest first */
+        int64_t x = it.x;
+        uint32_t total_kids = nk + more.n;
+        item *tmp = malloc((total_kids ? total_kids : 1) * sizeof *tmp);
+        if (!tmp) rc = CP_ENOMEM;
+        for (uint32_t k = 0; !rc && k < total_kids; k++) {
+            /* oldest first: reverse of the link order */
+            uint32_t idx = total_kids - 1 - k;
+            uint32_t c = idx < nk ? kids[idx] : more.v[idx - nk];
+            tmp[k] = (item){c, it.depth + 1, x};
+            x += g->n.v[c].total;
+        }
+        for (uint32_t k = total_kids; !rc && k-- > 0;)
+            rc = cp_vec_push(&stack, tmp[k]);
+        free(tmp);
+        free(more.v);
+    }
+    if (!rc) rc = cp_buf_printf(b, "{\"flamegraph\":{\"names\":[");
+    for (uint32_t i = 0; !rc && i < g->names.n; i++) {
+        if (i) rc = cp_buf_append(b, ",", 1);
+        if (!rc) rc = json_str_out(b, g->names.v[i]);
+    }
+    if (!rc) rc = cp_buf_printf(b, "],\"levels\":[");
+    for (uint32_t i = 0; !rc && i < levels.n; i++)
+        rc = cp_buf_printf(b, "%s{\"values\":[%.*s]}", i ? "," : "", (int)levels.v[i].len,
+                           levels.v[i].data ? (const char *)levels.v[i].data : "");
+    if (!rc)
+        rc = cp_buf_printf(b, "],\"total\":\"%lld\",\"maxSelf\":\"%lld\"}}\n",
+                           (long long)g->n.v[0].total, (long long)max_self);
+    for (uint32_t i = 0; i < levels.n; i++)
+        cp_buf_close(&levels.v[i]);
+    free(levels.v);
+    free(ends.v);
+    free(stack.v);
+    return rc ? CP_ENOMEM : 0;
+}
+
+/* ---- SelectSeries: points per step, by the group_by labels -------------------------- */
+
+/* The column of sample type st in kind's timeline (its types in cp_store_kind_types' order). */
+static int timeline_col(cp_kind kind, const char *st)
+{
+    if (kind == CP_KIND_GOROUTINES) return 0;
+    static const char *const first[] = {"samples", "alloc_objects", "inuse_objects",
+                                        "samples", "contentions",   "contentions"};
+    return strcmp(first[kind - 1], st) ? 1 : 0;
+}
+
+/* Appends one series {"labels":[...],"points":[...]} of q's timeline to b. */
+static int series_json(const cp_querier_call *c, const cp_query *q, int col, const cp_labels *group,
+                       int first, cp_buf *b, cp_err *err)
+{
+    cp_timeline tl = {0};
+    int rc = c->rd->timeline(c->rd, q, &tl, err);
+    if (rc) return rc;
+    rc = cp_buf_printf(b, "%s{\"labels\":[", first ? "" : ",");
+    for (uint32_t i = 0; !rc && group && i < group->p.n; i++) {
+        const char *nm = group->p.v[i].name;
+        rc = cp_buf_printf(b, "%s{\"name\":", i ? "," : "") ||
+             json_str_out(b, strcmp(nm, "service") ? nm : "service_name") ||
+             cp_buf_printf(b, ",\"value\":") || json_str_out(b, group->p.v[i].value) ||
+             cp_buf_append(b, "}", 1);
+    }
+    if (!rc) rc = cp_buf_printf(b, "],\"points\":[");
+    int n = 0;
+    for (uint32_t s = 0; !rc && s < tl.nsteps; s++) {
+        int64_t v = tl.v[(size_t)s * tl.ntypes + (uint32_t)col];
+        if (!v) continue; /* Pyroscope leaves empty steps out */
+        rc = cp_buf_printf(b, "%s{\"value\":%lld,\"timestamp\":\"%lld\"}", n++ ? "," : "",
+                           (long long)v,
+                           (long long)((q->from_ns + (int64_t)s * q->step_ns) / 1000000));
+    }
+    if (!rc) rc = cp_buf_printf(b, "]}");
+    free(tl.v);
+    return rc ? CP_ENOMEM : 0;
+}
+
+/* sel (translated selector text) with name="value" for each label of g, into out. */
+static int group_selector(const char *sel, const cp_labels *g, cp_buf *out)
+{
+    out->len = 0;
+    size_t n = strlen(sel);
+    while (n && (sel[n - 1] == ' ' || sel[n - 1] == '}'))
+        n--;
+    int rc = n ? cp_buf_append(out, sel, n) : cp_buf_append(out, "{", 1);
+    int any = n > 1;
+    for (uint32_t i = 0; !rc && i < g->p.n; i++) {
+        rc = cp_buf_printf(out, "%s%s=\"", any++ ? "," : "", g->p.v[i].name);
+        for (const char *v = g->p.v[i].value; !rc && *v; v++)
+            rc = (*v == '"' || *v == '\\') ? cp_buf_printf(out, "\\%c", *v)
+                                           : cp_buf_append(out, v, 1);
+        if (!rc) rc = cp_buf_append(out, "\"", 1);
+    }
+    if (!rc) rc = cp_buf_append(out, "}", 2);
+    return rc ? CP_ENOMEM : 0;
+}
+
+typedef CP_VEC(cp_labels) label_sets;
+
+/* The distinct values of the group_by labels among q's series of q->kind, into groups. */
+static int find_groups(const cp_querier_call *c, cp_query *q, const cp_json *gb, label_sets *groups,
+                       cp_err *err)
+{
+    cp_series_list l = {0};
+    cp_kind kind = q->kind;
+    q->kind = 0;
+    int rc = c->rd->series(c->rd, q, &l, err);
+    q->kind = kind;
+    for (uint32_t i = 0; !rc && i < l.n; i++) {
+        if (l.v[i].kind != kind) continue;
+        cp_labels g = {0};
+        for (uint32_t k = 0; !rc && k < gb->n; k++) {
+            const char *nm = cp_json_str(gb->items[k], "");
+            if (!strcmp(nm, "service_name")) nm = "service";
+            const char *v = cp_labels_get(&l.v[i].labels, nm);
+            if (cp_label_name_valid(nm) && cp_labels_set(&g, nm, v ? v : "")) rc = CP_ENOMEM;
+        }
+        int seen = 0;
+        cp_buf f1 = {0}, f2 = {0};
+        if (!rc && cp_labels_format(&g, &f1)) rc = CP_ENOMEM;
+        for (uint32_t k = 0; !rc && !seen && k < groups->n; k++) {
+            f2.len = 0;
+            if (cp_labels_format(&groups->v[k], &f2)) rc = CP_ENOMEM;
+            seen = f1.len == f2.len && !memcmp(f1.data, f2.data, f1.len);
+        }
+        cp_buf_close(&f1);
+        cp_buf_close(&f2);
+        if (!rc && !seen && cp_vec_push(groups, g))
+            rc = CP_ENOMEM;
+        else if (rc || seen)
+            cp_labels_close(&g);
+    }
+    cp_series_list_close(&l);
+    return rc;
+}
+
+static void select_series(const cp_querier_call *c, cp_query *q, const cp_json *body,
+                          cp_http_response *r)
+{
+    const char *id = cp_json_str(member(body, "profileTypeID", "profile_typeID"), NULL);
+    const char *st;
+    if (cp_querier_profile_type(id, &q->kind, &st)) {
+        connect_error(r, 400, "invalid_argument", "profile_typeID: not a profile type served");
+        return;
+    }
+    const cp_json *sj = member(body, "step", "step");
+    double step = sj && sj->type == CP_JSON_NUMBER ? sj->num : 15;
+    const cp_json *agg = member(body, "aggregation", "aggregation");
+    if (agg && agg->type != CP_JSON_NULL && !(agg->type == CP_JSON_NUMBER && agg->num == 0) &&
+        !(agg->type == CP_JSON_STRING && !strcmp(agg->str, "TIME_SERIES_AGGREGATION_TYPE_SUM"))) {
+        connect_error(r, 400, "invalid_argument", "aggregation: only the sum is served");
+        return;
+    }
+    if (!(step > 0) || step > 86400 * 400.0) {
+        connect_error(r, 400, "invalid_argument", "step: expected seconds, > 0");
+        return;
+    }
+    q->step_ns = (int64_t)(step * 1e9);
+    if (q->step_ns < 10000000000LL) q->step_ns = 10000000000LL; /* a window is 10 s */
+    if ((q->to_ns - q->from_ns) / q->step_ns > 11000) {
+        connect_error(r, 400, "invalid_argument", "step: more than 11,000 points");
+        return;
+    }
+    int col = timeline_col(q->kind, st);
+    const cp_json *gb = member(body, "groupBy", "group_by");
+    cp_buf *b = &r->body;
+    cp_err err = {0};
+    int rc = cp_buf_printf(b, "{\"series\":[") ? CP_ENOMEM : 0;
+    if (!rc && (!gb || gb->type != CP_JSON_ARRAY || !gb->n)) {
+        rc = series_json(c, q, col, NULL, 1, b, &err);
+    } else if (!rc) {
+        label_sets groups = {0};
+        rc = find_groups(c, q, gb, &groups, &err);
+        cp_buf gs = {0};
+        for (uint32_t k = 0; !rc && k < groups.n; k++) {
+            cp_query gq = *q;
+            memset(&gq.sel, 0, sizeof gq.sel);
+            rc = group_selector(q->select, &groups.v[k], &gs);
+            if (!rc) rc = cp_selector_parse((const char *)gs.data, &gq.sel, &err);
+            gq.select = (const char *)gs.data;
+            if (!rc) rc = series_json(c, &gq, col, &groups.v[k], k == 0, b, &err);
+            cp_selector_close(&gq.sel);
+        }
+        cp_buf_close(&gs);
+        for (uint32_t k = 0; k < groups.n; k++)
+            cp_labels_close(&groups.v[k]);
+        free(groups.v);
+    }
+    if (!rc && cp_buf_printf(b, "]}\n")) rc = CP_ENOMEM;
+    if (rc == CP_ENOMEM)
+        connect_error(r, 503, "unavailable", "out of memory");
+    else if (rc)
+        store_failed(r, rc, &err);
+}
+
+static void merge_stacktraces(const cp_querier_call *c, cp_query *q, const cp_json *body,
+                              cp_http_response *r)
+{
+    const char *id = cp_json_str(member(body, "profileTypeID", "profile_typeID"), NULL);
+    const char *st;
+    if (cp_querier_profile_type(id, &q->kind, &st)) {
+        char m[200];
+        snprintf(m, sizeof m,
+                 "profile_typeID '%.100s' is not a profile type served (ProfileTypes "
+                 "lists them)",
+                 id ? id : "");
+        connect_error(r, 400, "invalid_argument", m);
+        return;
+    }
+    int64_t mn;
+    if (json_i64(member(body, "maxNodes", "max_nodes"), c->max_nodes_default, &mn) || mn < 0 ||
+        (c->max_nodes_limit && mn > c->max_nodes_limit)) {
+        connect_error(r, 400, "invalid_argument", "max_nodes: out of range");
+        return;
+    }
+    cp_err err = {0};
+    cp_profile *p = NULL;
+    int rc = c->rd->profile(c->rd, q, &p, &err);
+    if (rc) {
+        store_failed(r, rc, &err);
+        cp_profile_destroy(p);
+        return;
+    }
+    int col = cp_profile_find_type(p, st);
+    fgraph g = {0};
+    rc = col < 0 ? 0 : fg_build(&g, p, col);
+    if (col < 0) { /* no series: an empty graph */
+        fnode root = {0};
+        rc = cp_vec_push(&g.names, "total") || cp_vec_push(&g.n, root);
+    }
+    if (!rc) rc = fg_write(&g, (uint32_t)mn, &r->body);
+    if (rc) connect_error(r, 503, "unavailable", "out of memory");
+    fg_close(&g);
+    cp_profile_destroy(p);
+}
+
+void cp_querier_handle(const cp_querier_call *c, const char *method, const cp_http_request *req,
+                       cp_http_response *r)
+{
+    if (strncasecmp(req->content_type, "application/json", 16)) {
+        connect_error(r, 415, "unimplemented",
+                      "this server speaks querier.v1 in application/json only");
+        return;
+    }
+    enum {
+        PT,
+        LN,
+        LV,
+        SMS,
+        SS,
+        NONE
+    } m = !strcmp(method, "ProfileTypes")             ? PT
+          : !strcmp(method, "LabelNames")             ? LN
+          : !strcmp(method, "LabelValues")            ? LV
+          : !strcmp(method, "SelectMergeStacktraces") ? SMS
+          : !strcmp(method, "SelectSeries")           ? SS
+                                                      : NONE;
+    if (m == NONE) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "querier.v1.QuerierService/%.64s is not served", method);
+        connect_error(r, 404, "unimplemented", msg);
+        return;
+    }
+    cp_json *body = NULL;
+    cp_err err = {0};
+    if (cp_json_parse(req->body_len ? (const char *)req->body : "{}",
+                      req->body_len ? req->body_len : 2, &body, &err) ||
+        body->type != CP_JSON_OBJECT) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "the request is not a JSON object: %s", err.msg);
+        connect_error(r, 400, "invalid_argument", msg);
+        cp_json_free(body);
+        return;
+    }
+    const char *sel = m == SMS || m == SS
+                          ? cp_json_str(member(body, "labelSelector", "label_selector"), NULL)
+                          : first_matcher(body);
+    cp_query q;
+    cp_buf seltext = {0};
+    if (!make_query(c, req, body, sel, &q, &seltext, r)) {
+        if (m == PT) profile_types(c, &q, 0, r);
+        if (m == LN) label_names(c, &q, r);
+        if (m == LV) label_values(c, &q, body, r);
+        if (m == SMS) merge_stacktraces(c, &q, body, r);
+        if (m == SS) select_series(c, &q, body, r);
+    }
+    cp_query_close(&q);
+    cp_buf_close(&seltext);
+    cp_json_free(body);
+}

@@ -1,0 +1,33 @@
+/* Grafana Pyroscope's read side, querier.v1.QuerierService over Connect unary in JSON
+ * (ProfileTypes, LabelNames, LabelValues, SelectMergeStacktraces), answered from the store's
+ * readers (across the cluster): what Grafana's "Grafana Pyroscope" data source asks. Written
+ * from the protocol's public field names (query/README.md "Pyroscope"). */
+#ifndef CP_QUERY_QUERIER_H
+#define CP_QUERY_QUERIER_H
+
+#include <stdint.h>
+
+#include "http.h"
+#include "store.h"
+
+/* What a call needs: the tenant (from its token), the readers, the API's limits. */
+typedef struct cp_querier_call {
+    const char *tenant;
+    cp_reader *rd;
+    int64_t max_range_ns;
+    uint64_t max_blocks;
+    uint32_t max_nodes_default, max_nodes_limit;
+} cp_querier_call;
+
+/* The path's method (after "/querier.v1.QuerierService/") with req's JSON body. Answers 200
+ * with the method's response as proto3 JSON (int64 as strings); Connect errors
+ * {"code","message"}: invalid_argument (400) naming the field, unimplemented (404) for other
+ * methods or application/proto, unavailable (503) for store failures and deadlines. */
+void cp_querier_handle(const cp_querier_call *c, const char *method, const cp_http_request *req,
+                       cp_http_response *r);
+
+/* The kind and sample type a profile type ID names ("process_cpu:cpu:nanoseconds:cpu:
+ * nanoseconds"): 0 with *kind and *sample_type (static), or CP_EINVAL. */
+int cp_querier_profile_type(const char *id, cp_kind *kind, const char **sample_type);
+
+#endif

@@ -1,0 +1,721 @@
+/* Pyroscope's wire protocol against the real contprofd, its embedded Kafka and its store
+ * (issue 37): Grafana Pyroscope's own Node SDK pointed at contprofd, and hand-made requests
+ * over TCP built from the protocol's public description: folded text in each time unit,
+ * multipart with sample_type_config, Push in protobuf (gzip'd) and JSON, tenants, and bad
+ * input, each answered with its code and nothing of it stored. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "http_client.h"
+#include "pprof.h"
+#include "times.h"
+#include "proc.h"
+
+/* ---- a raw HTTP client: any header, any declared length ------------------------------ */
+
+typedef struct answer {
+    int status;
+    char body[16384];
+} answer;
+
+/* POSTs body (len bytes, Content-Length declared unless declared is nonzero) to pq on port
+ * with the extra header lines hdrs ("Name: value\r\n"...), and reads the answer until the
+ * server closes. */
+static answer post(int port, const char *pq, const char *hdrs, const void *body, size_t len,
+                   size_t declared)
+{
+    answer a = {0};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    struct timeval tv = {30, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char head[4096];
+    int hn = snprintf(head, sizeof head,
+                      "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                      "Content-Length: %zu\r\n%s\r\n",
+                      pq, declared ? declared : len, hdrs ? hdrs : "");
+    CHECK(hn > 0 && (size_t)hn < sizeof head);
+    signal(SIGPIPE, SIG_IGN);
+    CHECK(send(fd, head, (size_t)hn, 0) == hn);
+    for (size_t off = 0; off < len;) {
+        ssize_t w = send(fd, (const char *)body + off, len - off, 0);
+        if (w <= 0) break; /* the server refused and closed: its answer is read below */
+        off += (size_t)w;
+    }
+    static char buf[1 << 20];
+    size_t n = 0;
+    for (ssize_t r; n < sizeof buf - 1 && (r = recv(fd, buf + n, sizeof buf - 1 - n, 0)) > 0;)
+        n += (size_t)r;
+    buf[n] = 0;
+    close(fd);
+    CHECK(n > 12);
+    a.status = atoi(buf + 9);
+    const char *b = strstr(buf, "\r\n\r\n");
+    snprintf(a.body, sizeof a.body, "%s", b ? b + 4 : "");
+    return a;
+}
+
+static void expect(const answer *a, int status, const char *needle)
+{
+    if (a->status != status || (needle && !strstr(a->body, needle)))
+        fprintf(stderr, "expected %d with '%s', got %d %s\n", status, needle ? needle : "",
+                a->status, a->body);
+    CHECK_EQ(a->status, status);
+    if (needle) CHECK_CONTAINS(a->body, needle);
+}
+
+/* GET pq (with token) until its body contains needle, at most 30 s; returns the body
+ * (malloc'd). Fails the test, printing the last body, if it never does. */
+static char *wait_for(int port, const char *pq, const char *token, const char *needle)
+{
+    cp_buf b = {0};
+    for (int64_t end = mono_ns() + 30 * SEC; mono_ns() < end; usleep(50000)) {
+        cp_buf_close(&b);
+        b = http_get_ok(port, pq, token);
+        if (strstr((char *)b.data, needle)) return (char *)b.data;
+    }
+    fprintf(stderr, "GET %s never showed '%s'; last: %s\n", pq, needle, (char *)b.data);
+    CHECK(0);
+    return NULL;
+}
+
+static int count_of(const char *series_json)
+{
+    const char *c = strstr(series_json, "\"count\":");
+    CHECK(c);
+    return atoi(c + 8);
+}
+
+/* ---- profiles made here --------------------------------------------------------------- */
+
+static int64_t g_time_ns; /* make_pprof's time_nanos (0: none), with 10 s duration */
+
+/* A pprof of two sample types (t0/u0, t1/u1): stack main;work;fn with values v0, v1. */
+static void make_pprof(cp_buf *out, const char *t0, const char *u0, const char *t1, const char *u1,
+                       const char *fn, int64_t v0, int64_t v1)
+{
+    cp_profile *p = cp_profile_create();
+    CHECK(p);
+    CHECK(cp_profile_add_sample_type(p, t0, u0) == 0);
+    CHECK(cp_profile_add_sample_type(p, t1, u1) == 0);
+    cp_profile_intern_cstr(p, t0, &p->period_type.type);
+    cp_profile_intern_cstr(p, u0, &p->period_type.unit);
+    p->period = 1;
+    p->time_nanos = g_time_ns;
+    p->duration_nanos = g_time_ns ? 10 * SEC : 0;
+    const char *names[3] = {fn, "work", "main"}; /* leaf first */
+    uint32_t locs[3];
+    for (int i = 0; i < 3; i++) {
+        cp_function f = {0};
+        uint32_t fid;
+        cp_profile_intern_cstr(p, names[i], &f.name);
+        CHECK(cp_profile_add_function(p, &f, &fid) == 0);
+        cp_line ln = {fid, 1};
+        CHECK(cp_profile_add_location(p, 0, 0, &ln, 1, &locs[i]) == 0);
+    }
+    int64_t v[2] = {v0, v1};
+    CHECK(cp_profile_add_sample(p, locs, 3, v, NULL, 0) == 0);
+    CHECK(cp_pprof_encode(p, 1, out) == 0);
+    cp_profile_destroy(p);
+}
+
+/* A whole minute 10 minutes ago (unix seconds): the tests' windows start there, inside
+ * retention.raw. */
+static int64_t base_s(void)
+{
+    return (int64_t)time(NULL) / 60 * 60 - 600;
+}
+
+/* ?from=..&to=.. around the base minute, for queries */
+static const char *window_q(void)
+{
+    static char q[96];
+    snprintf(q, sizeof q, "from=%lld&to=%lld", (long long)base_s() - 60, (long long)base_s() + 180);
+    return q;
+}
+
+static const char *g_folded = "main;work;hot 30\nmain;work;cold 10\nmain;idle 5\n";
+
+/* ---- tests ---------------------------------------------------------------------------- */
+
+/* Grafana Pyroscope's Node SDK, unchanged, pointed at contprofd: its wall and heap profiles
+ * are stored as wall and inuse under the app's name, and its functions show in `contprof
+ * top` and the query API. */
+TEST(node_sdk_functions_show_in_top_and_the_api)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "sh %s/tests/pyro/install.sh %s", getenv("CP_SOURCE_DIR"), bindir());
+    proc_sh(cmd);
+    char *dir = proc_tmpdir("pyro", "sdk");
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, NULL);
+    snprintf(cmd, sizeof cmd,
+             "cd %s/tests/pyro && node sdk_app.js http://127.0.0.1:%d nodeapp 4 > %s/node.log "
+             "2>&1",
+             bindir(), d.port, dir);
+    proc_sh(cmd);
+    char *s = wait_for(d.port, "/api/v1/series?type=inuse", NULL, "\"service\":\"nodeapp\"");
+    CHECK_CONTAINS(s, "\"pyroscope_spy\":\"nodespy\"");
+    CHECK_CONTAINS(s, "\"region\":\"test\"");
+    CHECK_CONTAINS(s, "\"otel_scope_name\":\"com.grafana.pyroscope/nodejs\"");
+    free(s);
+    s = wait_for(d.port, "/api/v1/series?type=wall", NULL, "\"service\":\"nodeapp\"");
+    free(s);
+    /* the SDK's last flush (at stop) is stored before the folded answer is taken */
+    s = wait_for(
+        d.port,
+        "/api/v1/profile?type=wall&from=-10m&format=folded&select=%7Bservice%3D%22nodeapp%22%7D",
+        NULL, "pyroHotLoop");
+    CHECK_CONTAINS(s, "pyroColdLoop");
+    free(s);
+    /* the CLI, as a user reads it: the hot loop first (30 ms of every 40 burnt) */
+    char out[65536];
+    snprintf(cmd, sizeof cmd, "%s/query/contprof", bindir());
+    char server[64];
+    snprintf(server, sizeof server, "http://127.0.0.1:%d", d.port);
+    const char *args[] = {"top", "--server", server, "--type", "wall", "--from", "-10m", NULL};
+    CHECK_EQ(run_capture(cmd, args, NULL, NULL, out, sizeof out), 0);
+    const char *hot = strstr(out, "pyroHotLoop"), *cold = strstr(out, "pyroColdLoop");
+    if (!hot || !cold || hot > cold) fprintf(stderr, "contprof top:\n%s\n", out);
+    CHECK(hot && cold && hot < cold);
+    CHECK(http_metric(d.port, "contprof_pyroscope_profiles_total", NULL) >= 2);
+    CHECK_EQ(http_metric(d.port, "contprof_pyroscope_refused_total{reason=\"bad_metadata\"}", NULL),
+             0);
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
+/* Folded text with from/until in seconds, ms, us and ns: each window where it was said. */
+TEST(folded_text_in_each_time_unit)
+{
+    char *dir = proc_tmpdir("pyro", "units");
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, NULL);
+    const int64_t t = base_s();
+    /* the same instants written in seconds, ms, us and ns: 20 s apart */
+    const char *app[4] = {"unit_s", "unit_ms", "unit_us", "unit_ns"};
+    const char *zeros[4] = {"", "000", "000000", "000000000"};
+    char when[4][64];
+    for (int i = 0; i < 4; i++) {
+        char pq[512];
+        snprintf(pq, sizeof pq,
+                 "/ingest?name=%s%%7Benv%%3Dprod%%7D&from=%lld%s&until=%lld%s&sampleRate=100&"
+                 "spyName=ebpfspy",
+                 app[i], (long long)t + 20 * i, zeros[i], (long long)t + 20 * i + 10, zeros[i]);
+        cp_format_time((t + 20 * i) * SEC, when[i], sizeof when[i]);
+        answer a = post(d.port, pq, NULL, g_folded, strlen(g_folded), 0);
+        expect(&a, 200, "\"profiles\":1");
+    }
+    char *s = wait_for(d.port, "/api/v1/series", NULL, "\"count\":4");
+    for (int i = 0; i < 4; i++) {
+        char want[200];
+        snprintf(want, sizeof want, "\"service\":\"%s\"},\"first\":\"%s\"", app[i], when[i]);
+        CHECK_CONTAINS(s, want);
+    }
+    CHECK_CONTAINS(s, "\"pyroscope_spy\":\"ebpfspy\"");
+    free(s);
+    /* the counts as sent: cpu = samples at 100 Hz (10 ms each) */
+    char q[512];
+    snprintf(q, sizeof q,
+             "/api/v1/profile?type=cpu&%s&format=folded&sample_type=samples&"
+             "select=%%7Bservice%%3D%%22unit_ms%%22%%7D",
+             window_q());
+    s = wait_for(d.port, q, NULL, "hot");
+    CHECK_CONTAINS(s, "main;work;hot 30\n");
+    CHECK_CONTAINS(s, "main;idle 5\n");
+    free(s);
+    snprintf(q, sizeof q, "/api/v1/profile?type=cpu&%s&format=folded&sample_type=cpu", window_q());
+    s = wait_for(d.port, q, NULL, "hot");
+    CHECK_CONTAINS(s, "main;work;hot 1200000000\n"); /* 4 x 30 x 10 ms */
+    free(s);
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
+/* A multipart pprof whose sample_type_config names its types, as pyroscope-go sends Go's
+ * block profile (contentions, delay shown as block_count, block_duration): stored as block,
+ * not mutex nor cpu; a profile whose types no kind takes (lock_count, lock_time) is 422. */
+TEST(multipart_with_sample_type_config)
+{
+    char *dir = proc_tmpdir("pyro", "multipart");
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, NULL);
+    cp_buf pp = {0}, body = {0};
+    cp_buf odd = {0};
+    make_pprof(&pp, "contentions", "count", "delay", "nanoseconds", "waitOnChannel", 7, 7000);
+    make_pprof(&odd, "lock_count", "count", "lock_time", "nanoseconds", "waitOnChannel", 7, 7000);
+    const char *stc =
+        "{\"contentions\":{\"units\":\"lock_samples\",\"display-name\":\"block_count\","
+        "\"aggregation\":\"sum\",\"cumulative\":true,\"sampled\":true},"
+        "\"delay\":{\"units\":\"lock_nanoseconds\",\"display-name\":\"block_duration\","
+        "\"aggregation\":\"sum\",\"cumulative\":true,\"sampled\":true}}";
+    CHECK(cp_buf_printf(
+              &body,
+              "--XyZ\r\nContent-Disposition: form-data; name=\"profile\"; "
+              "filename=\"profile.pprof\"\r\nContent-Type: application/octet-stream\r\n\r\n") == 0);
+    CHECK(cp_buf_append(&body, pp.data, pp.len) == 0);
+    CHECK(cp_buf_printf(&body,
+                        "\r\n--XyZ\r\nContent-Disposition: form-data; name=\"sample_type_config\"; "
+                        "filename=\"sample_type_config.json\"\r\n\r\n%s\r\n--XyZ--\r\n",
+                        stc) == 0);
+    const char *ct = "Content-Type: multipart/form-data; boundary=XyZ\r\n";
+    /* without the config no kind takes lock_count/lock_time: 422 naming them */
+    cp_buf bare = {0};
+    CHECK(cp_buf_printf(&bare,
+                        "--XyZ\r\nContent-Disposition: form-data; name=\"profile\"\r\n\r\n") == 0);
+    CHECK(cp_buf_append(&bare, odd.data, odd.len) == 0);
+    CHECK(cp_buf_printf(&bare, "\r\n--XyZ--\r\n") == 0);
+    char pq[256], q[256];
+    snprintf(pq, sizeof pq, "/pyroscope/ingest?name=goapp&format=pprof&from=%lld",
+             (long long)base_s());
+    answer a = post(d.port, pq, ct, bare.data, bare.len, 0);
+    expect(&a, 422, "lock_count/count");
+    snprintf(pq, sizeof pq,
+             "/pyroscope/ingest?name=goapp%%7Bpod%%3Da%%7D&format=pprof&from=%lld&until=%lld",
+             (long long)base_s(), (long long)base_s() + 10);
+    a = post(d.port, pq, ct, body.data, body.len, 0);
+    expect(&a, 200, "\"profiles\":1");
+    char *s = wait_for(d.port, "/api/v1/series", NULL, "\"type\":\"block\"");
+    CHECK_CONTAINS(s, "\"pod\":\"a\"");
+    CHECK_EQ(count_of(s), 1);
+    free(s);
+    snprintf(q, sizeof q, "/api/v1/profile?type=block&%s&format=folded&sample_type=delay",
+             window_q());
+    s = wait_for(d.port, q, NULL, "waitOnChannel");
+    CHECK_CONTAINS(s, "main;work;waitOnChannel 7000\n");
+    free(s);
+    cp_buf_close(&pp);
+    cp_buf_close(&body);
+    cp_buf_close(&bare);
+    cp_buf_close(&odd);
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
+/* Bad input: each refused with its code and a JSON error naming the problem, nothing of it
+ * stored, and a good request after them all stored whole. */
+TEST(bad_input_gets_its_code_and_nothing_is_stored)
+{
+    char *dir = proc_tmpdir("pyro", "bad");
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, NULL);
+    const char *f = g_folded;
+    size_t fl = strlen(f);
+    answer a;
+    a = post(d.port, "/ingest?name=%7Bk%3Dv%7D&from=1764000000", NULL, f, fl, 0);
+    expect(&a, 400, "application name is empty");
+    a = post(d.port, "/ingest?name=app%7Bk%3Dv&from=1764000000", NULL, f, fl, 0);
+    expect(&a, 400, "expected '}'");
+    a = post(d.port, "/ingest?name=app%7B1k%3Dv%7D&from=1764000000", NULL, f, fl, 0);
+    expect(&a, 400, "label name '1k'");
+    a = post(d.port, "/ingest?from=1764000000", NULL, f, fl, 0);
+    expect(&a, 400, "name: missing");
+    a = post(d.port, "/ingest?name=app&from=17640000x0", NULL, f, fl, 0);
+    expect(&a, 400, "'17640000x0' is not a time");
+    a = post(d.port, "/ingest?name=app&from=1764000010&until=1764000000", NULL, f, fl, 0);
+    expect(&a, 400, "is before from");
+    a = post(d.port, "/ingest?name=app&from=1764000000&color=red", NULL, f, fl, 0);
+    expect(&a, 400, "color");
+    a = post(d.port, "/ingest?name=app&from=1764000000&units=furlongs", NULL, f, fl, 0);
+    expect(&a, 400, "units 'furlongs'");
+    a = post(d.port, "/ingest?name=app&from=1764000000", NULL, "main;work\n", 10, 0);
+    expect(&a, 422, "folded line 1");
+    a = post(d.port, "/ingest?name=app&from=1764000000&format=jfr", NULL, f, fl, 0);
+    expect(&a, 422, "format 'jfr'");
+    a = post(d.port, "/ingest?name=app&from=1764000000&format=pprof", NULL, "not a pprof", 11, 0);
+    expect(&a, 422, NULL);
+    /* a truncated multipart body: the profile part never ends */
+    cp_buf pp = {0}, mp = {0};
+    make_pprof(&pp, "samples", "count", "cpu", "nanoseconds", "spin", 3, 30000000);
+    CHECK(cp_buf_printf(&mp, "--B0\r\nContent-Disposition: form-data; name=\"profile\"\r\n\r\n") ==
+          0);
+    CHECK(cp_buf_append(&mp, pp.data, pp.len / 2) == 0);
+    a = post(d.port, "/ingest?name=app&from=1764000000&format=pprof",
+             "Content-Type: multipart/form-data; boundary=B0\r\n", mp.data, mp.len, 0);
+    expect(&a, 422, "no closing boundary");
+    /* 100 MB: refused from its declared length, before the body is read */
+    static char chunk[1 << 20];
+    a = post(d.port, "/ingest?name=app&from=1764000000", NULL, chunk, sizeof chunk, 100u << 20);
+    expect(&a, 413, "exceeds");
+    CHECK_EQ(http_metric(d.port, "contprof_pyroscope_profiles_total", NULL), 0);
+    CHECK_EQ(http_metric(d.port, "contprof_pyroscope_refused_total{reason=\"bad_metadata\"}", NULL),
+             8);
+    CHECK_EQ(
+        http_metric(d.port, "contprof_pyroscope_refused_total{reason=\"unprocessable\"}", NULL), 4);
+    /* nothing else lost: a good one after them is stored, alone */
+    char good[128];
+    snprintf(good, sizeof good, "/ingest?name=good&from=%lld&format=pprof", (long long)base_s());
+    a = post(d.port, good, NULL, pp.data, pp.len, 0);
+    expect(&a, 200, "\"profiles\":1");
+    char *s = wait_for(d.port, "/api/v1/series", NULL, "\"service\":\"good\"");
+    CHECK_EQ(count_of(s), 1);
+    free(s);
+    char q[256];
+    snprintf(q, sizeof q, "/api/v1/profile?type=cpu&%s&format=folded&sample_type=samples",
+             window_q());
+    s = wait_for(d.port, q, NULL, "spin");
+    CHECK_STREQ(s, "main;work;spin 3\n");
+    free(s);
+    cp_buf_close(&pp);
+    cp_buf_close(&mp);
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
+/* Tenants: Bearer and Basic credentials map to contprof's tokens, X-Scope-OrgID must name
+ * the token's tenant; a wrong one is 403, a missing or bad credential 401, nothing stored. */
+TEST(tenants_from_bearer_basic_and_org_id)
+{
+    char *dir = proc_tmpdir("pyro", "tenants");
+    char conf[600];
+    snprintf(conf, sizeof conf, "%s/contprofd.conf", dir);
+    FILE *cf = fopen(conf, "w");
+    CHECK(cf);
+    fprintf(cf, "token.team-a = secret-aaaa-1234\ntoken.team-b = secret-bbbb-5678\n");
+    fclose(cf);
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, conf);
+    const char *f = g_folded;
+    size_t fl = strlen(f);
+    const char *pq = "/ingest?name=tenanted&from=1764000000";
+    answer a = post(d.port, pq, NULL, f, fl, 0);
+    expect(&a, 401, "missing Authorization");
+    a = post(d.port, pq, "Authorization: Bearer nope-nope-nope\r\n", f, fl, 0);
+    expect(&a, 401, "invalid token");
+    a = post(d.port, pq, "Authorization: Bearer secret-aaaa-1234\r\nX-Scope-OrgID: team-b\r\n", f,
+             fl, 0);
+    expect(&a, 403, "X-Scope-OrgID 'team-b' is not this token's tenant 'team-a'");
+    /* the body is not read for a refused credential: a 100 MB one is refused at once */
+    static char chunk[1 << 16];
+    a = post(d.port, pq, "Authorization: Bearer nope-nope-nope\r\n", chunk, sizeof chunk,
+             100u << 20);
+    expect(&a, 401, "the body was not read");
+    /* Bearer for team-a, with its own org id */
+    a = post(d.port, "/ingest?name=app_a",
+             "Authorization: Bearer secret-aaaa-1234\r\nX-Scope-OrgID: team-a\r\n", f, fl, 0);
+    expect(&a, 200, "\"profiles\":1");
+    /* Basic for team-b: user:token ("anyone:secret-bbbb-5678") */
+    a = post(d.port, "/ingest?name=app_b",
+             "Authorization: Basic YW55b25lOnNlY3JldC1iYmJiLTU2Nzg=\r\n", f, fl, 0);
+    expect(&a, 200, "\"profiles\":1");
+    char *s = wait_for(d.port, "/api/v1/series", "secret-aaaa-1234", "\"service\":\"app_a\"");
+    CHECK_EQ(count_of(s), 1);
+    free(s);
+    s = wait_for(d.port, "/api/v1/series", "secret-bbbb-5678", "\"service\":\"app_b\"");
+    CHECK_EQ(count_of(s), 1);
+    free(s);
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
+/* ---- Push, from push.v1's field numbers ----------------------------------------------- */
+
+static void pb_varint(cp_buf *b, uint64_t v)
+{
+    do {
+        uint8_t c = (uint8_t)(v & 0x7f);
+        v >>= 7;
+        if (v) c |= 0x80;
+        CHECK(cp_buf_append(b, &c, 1) == 0);
+    } while (v);
+}
+
+/* field (wire type 2) with n bytes of p */
+static void pb_bytes(cp_buf *b, uint32_t field, const void *p, size_t n)
+{
+    pb_varint(b, (uint64_t)field << 3 | 2);
+    pb_varint(b, n);
+    CHECK(cp_buf_append(b, p, n) == 0);
+}
+
+/* LabelPair{1 name, 2 value} as field 1 of a RawProfileSeries */
+static void pb_label(cp_buf *series, const char *k, const char *v)
+{
+    cp_buf l = {0};
+    pb_bytes(&l, 1, k, strlen(k));
+    pb_bytes(&l, 2, v, strlen(v));
+    pb_bytes(series, 1, l.data, l.len);
+    cp_buf_close(&l);
+}
+
+static void b64(cp_buf *out, const uint8_t *p, size_t n)
+{
+    static const char *a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) |
+                     (i + 2 < n ? p[i + 2] : 0);
+        char q[4] = {a[v >> 18], a[v >> 12 & 63], i + 1 < n ? a[v >> 6 & 63] : '=',
+                     i + 2 < n ? a[v & 63] : '='};
+        CHECK(cp_buf_append(out, q, 4) == 0);
+    }
+}
+
+/* push.v1.PusherService/Push over Connect: a gzip'd protobuf PushRequest and a JSON one, each
+ * stored exactly under its service_name; a series without service_name is invalid_argument,
+ * another Content-Type 415, nothing of them stored. */
+TEST(push_in_gzipd_protobuf_and_json)
+{
+    char *dir = proc_tmpdir("pyro", "push");
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, NULL);
+    const char *path = "/push.v1.PusherService/Push";
+    /* protobuf: PushRequest{1: RawProfileSeries{1: labels, 2: RawSample{1 raw, 2 ID}}} */
+    cp_buf pp = {0}, sample = {0}, series = {0}, req = {0}, gz = {0};
+    make_pprof(&pp, "samples", "count", "cpu", "nanoseconds", "pushFn", 4, 40000000);
+    pb_label(&series, "service_name", "pushsvc");
+    pb_label(&series, "__name__", "process_cpu");
+    pb_label(&series, "pod", "p1");
+    pb_bytes(&sample, 1, pp.data, pp.len);
+    pb_bytes(&sample, 2, "id-1", 4);
+    pb_bytes(&series, 2, sample.data, sample.len);
+    pb_bytes(&req, 1, series.data, series.len);
+    CHECK(cp_gzip(req.data, req.len, 6, &gz) == 0);
+    answer a = post(d.port, path, "Content-Type: application/proto\r\nContent-Encoding: gzip\r\n",
+                    gz.data, gz.len, 0);
+    expect(&a, 200, NULL);
+    CHECK_STREQ(a.body, ""); /* an empty PushResponse */
+    /* JSON: rawProfile in base64, camelCase */
+    cp_buf pj = {0}, js = {0};
+    make_pprof(&pj, "samples", "count", "cpu", "nanoseconds", "jsonFn", 2, 20000000);
+    CHECK(cp_buf_printf(&js, "{\"series\":[{\"labels\":[{\"name\":\"service_name\",\"value\":"
+                             "\"pushjson\"}],\"samples\":[{\"rawProfile\":\"") == 0);
+    b64(&js, pj.data, pj.len);
+    CHECK(cp_buf_printf(&js, "\",\"ID\":\"x\"}]}]}") == 0);
+    a = post(d.port, path, "Content-Type: application/json\r\n", js.data, js.len, 0);
+    expect(&a, 200, "{}");
+    /* bad: no service_name; a form body */
+    const char *nosvc = "{\"series\":[{\"labels\":[{\"name\":\"pod\",\"value\":\"x\"}],"
+                        "\"samples\":[]}]}";
+    a = post(d.port, path, "Content-Type: application/json\r\n", nosvc, strlen(nosvc), 0);
+    expect(&a, 400, "\"code\":\"invalid_argument\"");
+    CHECK_CONTAINS(a.body, "service_name is missing");
+    a = post(d.port, path, "Content-Type: text/plain\r\n", "x", 1, 0);
+    expect(&a, 415, "application/proto or application/json");
+    char *s = wait_for(d.port,
+                       "/api/v1/profile?type=cpu&from=-1h&format=folded&sample_type=samples&"
+                       "select=%7Bservice%3D%22pushsvc%22%7D",
+                       NULL, "pushFn");
+    CHECK_STREQ(s, "main;work;pushFn 4\n");
+    free(s);
+    s = wait_for(d.port,
+                 "/api/v1/profile?type=cpu&from=-1h&format=folded&sample_type=samples&"
+                 "select=%7Bservice%3D%22pushjson%22%7D",
+                 NULL, "jsonFn");
+    CHECK_STREQ(s, "main;work;jsonFn 2\n");
+    free(s);
+    s = wait_for(d.port, "/api/v1/series", NULL, "\"service\":\"pushjson\"");
+    CHECK_EQ(count_of(s), 2);
+    CHECK_CONTAINS(s, "\"pod\":\"p1\"");
+    free(s);
+    CHECK_EQ(http_metric(d.port, "contprof_pyroscope_profiles_total", NULL), 2);
+    cp_buf_close(&pp);
+    cp_buf_close(&sample);
+    cp_buf_close(&series);
+    cp_buf_close(&req);
+    cp_buf_close(&gz);
+    cp_buf_close(&pj);
+    cp_buf_close(&js);
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
+/* ingest.max_concurrent: while one request holds the only slot (its body still arriving),
+ * another is 429 naming the setting; once the first is answered, the retry is stored. */
+TEST(over_the_concurrent_limit_is_429)
+{
+    char *dir = proc_tmpdir("pyro", "limit");
+    char conf[600];
+    snprintf(conf, sizeof conf, "%s/contprofd.conf", dir);
+    FILE *cf = fopen(conf, "w");
+    CHECK(cf);
+    fprintf(cf, "ingest.max_concurrent = 1\n");
+    fclose(cf);
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, conf);
+    size_t fl = strlen(g_folded);
+    /* the first: headers and half its body, the rest held back */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)d.port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK(connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    char head[512];
+    int hn = snprintf(head, sizeof head,
+                      "POST /ingest?name=first HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                      "Content-Length: %zu\r\n\r\n%.10s",
+                      fl, g_folded);
+    CHECK(send(fd, head, (size_t)hn, 0) == hn);
+    /* the second waits for nothing: refused while the first holds the slot. The first's
+     * headers are read before the second connects only once the server has seen them:
+     * retried until it answers 429 (an answer before is the first still unread: 200) */
+    answer a = {0};
+    for (int i = 0; i < 200; i++) {
+        a = post(d.port, "/ingest?name=second", NULL, g_folded, fl, 0);
+        if (a.status == 429) break;
+        CHECK_EQ(a.status, 200);
+        usleep(10000);
+    }
+    expect(&a, 429, "ingest.max_concurrent");
+    CHECK(send(fd, g_folded + 10, fl - 10, 0) == (ssize_t)(fl - 10));
+    char buf[4096];
+    ssize_t n = 0, r;
+    struct timeval tv = {30, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    while ((r = recv(fd, buf + n, sizeof buf - 1 - (size_t)n, 0)) > 0)
+        n += r;
+    buf[n > 0 ? n : 0] = 0;
+    close(fd);
+    CHECK_CONTAINS(buf, "HTTP/1.1 200");
+    a = post(d.port, "/ingest?name=second", NULL, g_folded, fl, 0);
+    expect(&a, 200, "\"profiles\":1");
+    free(wait_for(d.port, "/api/v1/series", NULL, "\"service\":\"first\""));
+    free(wait_for(d.port, "/api/v1/series", NULL, "\"service\":\"second\""));
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
+/* __delta__="false" (Push): a process's allocations since it started, sent twice; the store
+ * keeps the second's difference, so the window sum is the last value, not both added. */
+TEST(push_cumulative_profiles_are_subtracted)
+{
+    char *dir = proc_tmpdir("pyro", "cumul");
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, NULL);
+    const int64_t vals[2][2] = {{10, 1000}, {25, 2500}};
+    for (int k = 0; k < 2; k++) {
+        cp_buf pp = {0}, sample = {0}, series = {0}, req = {0};
+        g_time_ns = (base_s() + 10 * k) * SEC;
+        make_pprof(&pp, "alloc_objects", "count", "alloc_space", "bytes", "allocFn", vals[k][0],
+                   vals[k][1]);
+        g_time_ns = 0;
+        pb_label(&series, "service_name", "heapy");
+        pb_label(&series, "__delta__", "false");
+        pb_bytes(&sample, 1, pp.data, pp.len);
+        pb_bytes(&series, 2, sample.data, sample.len);
+        pb_bytes(&req, 1, series.data, series.len);
+        answer a = post(d.port, "/push.v1.PusherService/Push",
+                        "Content-Type: application/proto\r\n", req.data, req.len, 0);
+        expect(&a, 200, NULL);
+        cp_buf_close(&pp);
+        cp_buf_close(&sample);
+        cp_buf_close(&series);
+        cp_buf_close(&req);
+        /* in order: the second is the difference from the first */
+        char q[256];
+        snprintf(q, sizeof q, "/api/v1/profile?type=alloc&%s&format=folded&sample_type=alloc_space",
+                 window_q());
+        char want[64];
+        snprintf(want, sizeof want, "main;work;allocFn %lld\n", (long long)vals[k][1]);
+        char *s = wait_for(d.port, q, NULL, want);
+        CHECK_STREQ(s, want); /* 2500, not 3500 */
+        free(s);
+    }
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
+/* querier.v1 in JSON, as Grafana's data source asks: ProfileTypes, LabelNames, LabelValues,
+ * SelectMergeStacktraces of a folded profile stored over /ingest, the flame graph exact;
+ * a bad profile type invalid_argument, another method unimplemented. */
+TEST(querier_json_as_grafana_asks)
+{
+    char *dir = proc_tmpdir("pyro", "querier");
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, NULL);
+    char pq[256];
+    snprintf(pq, sizeof pq, "/ingest?name=qapp%%7Benv%%3Dprod%%7D&from=%lld&until=%lld",
+             (long long)base_s(), (long long)base_s() + 10);
+    answer a = post(d.port, pq, NULL, g_folded, strlen(g_folded), 0);
+    expect(&a, 200, "\"profiles\":1");
+    free(wait_for(d.port, "/api/v1/profile?type=cpu&from=-1h&format=folded", NULL, "hot"));
+    const char *H = "Content-Type: application/json\r\n";
+    const char *Q = "/querier.v1.QuerierService/";
+    char path[128], body[512];
+    long long start = (long long)(base_s() - 60) * 1000, end = (long long)(base_s() + 120) * 1000;
+    snprintf(path, sizeof path, "%sProfileTypes", Q);
+    snprintf(body, sizeof body, "{\"start\":\"%lld\",\"end\":%lld}", start, end);
+    a = post(d.port, path, H, body, strlen(body), 0);
+    expect(&a, 200,
+           "{\"profileTypes\":[{\"ID\":\"process_cpu:cpu:nanoseconds:cpu:nanoseconds\",\"name\":"
+           "\"process_cpu\",\"sampleType\":\"cpu\",\"sampleUnit\":\"nanoseconds\",\"periodType\":"
+           "\"cpu\",\"periodUnit\":\"nanoseconds\"},{\"ID\":\"process_cpu:samples:count:cpu:"
+           "nanoseconds\"");
+    snprintf(path, sizeof path, "%sLabelNames", Q);
+    snprintf(body, sizeof body,
+             "{\"matchers\":[\"{service_name=\\\"qapp\\\"}\"],\"start\":%lld,\"end\":%lld}", start,
+             end);
+    a = post(d.port, path, H, body, strlen(body), 0);
+    expect(&a, 200, "{\"names\":[\"__profile_type__\",\"env\",\"service_name\"]}");
+    snprintf(path, sizeof path, "%sLabelValues", Q);
+    snprintf(body, sizeof body, "{\"name\":\"service_name\",\"start\":%lld,\"end\":%lld}", start,
+             end);
+    a = post(d.port, path, H, body, strlen(body), 0);
+    expect(&a, 200, "{\"names\":[\"qapp\"]}");
+    snprintf(path, sizeof path, "%sSelectMergeStacktraces", Q);
+    snprintf(body, sizeof body,
+             "{\"profile_typeID\":\"process_cpu:cpu:nanoseconds:cpu:nanoseconds\","
+             "\"labelSelector\":\"{service_name=\\\"qapp\\\"}\",\"start\":%lld,\"end\":\"%lld\"}",
+             start, end);
+    a = post(d.port, path, H, body, strlen(body), 0);
+    /* total 45 samples at 10 ms; levels: total; main; work, idle; hot, cold */
+    expect(&a, 200,
+           "{\"flamegraph\":{\"names\":[\"total\",\"main\",\"work\",\"hot\",\"cold\",\"idle\"],"
+           "\"levels\":[{\"values\":[\"0\",\"450000000\",\"0\",\"0\"]},{\"values\":[\"0\","
+           "\"450000000\",\"0\",\"1\"]},{\"values\":[\"0\",\"400000000\",\"0\",\"2\",\"0\","
+           "\"50000000\",\"50000000\",\"5\"]},{\"values\":[\"0\",\"300000000\",\"300000000\","
+           "\"3\",\"0\",\"100000000\",\"100000000\",\"4\"]}],\"total\":\"450000000\","
+           "\"maxSelf\":\"300000000\"}}");
+    /* SelectSeries: the window's step holds the profile's total, per service when grouped */
+    snprintf(path, sizeof path, "%sSelectSeries", Q);
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\",\"labelSelector\":"
+             "\"{}\",\"start\":%lld,\"end\":%lld,\"step\":30}",
+             start, end);
+    a = post(d.port, path, H, body, strlen(body), 0);
+    char want[512];
+    snprintf(want, sizeof want,
+             "{\"series\":[{\"labels\":[],\"points\":[{\"value\":45,\"timestamp\":\"%lld\"}]}]}",
+             (long long)base_s() * 1000);
+    expect(&a, 200, want);
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"process_cpu:cpu:nanoseconds:cpu:nanoseconds\",\"labelSelector\":"
+             "\"{}\",\"start\":%lld,\"end\":%lld,\"step\":30,\"groupBy\":[\"service_name\"]}",
+             start, end);
+    a = post(d.port, path, H, body, strlen(body), 0);
+    snprintf(want, sizeof want,
+             "{\"series\":[{\"labels\":[{\"name\":\"service_name\",\"value\":\"qapp\"}],"
+             "\"points\":[{\"value\":450000000,\"timestamp\":\"%lld\"}]}]}",
+             (long long)base_s() * 1000);
+    expect(&a, 200, want);
+    snprintf(path, sizeof path, "%sSelectMergeStacktraces", Q);
+    /* another service: an empty graph */
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\","
+             "\"labelSelector\":\"{service_name=\\\"other\\\"}\",\"start\":%lld,\"end\":%lld}",
+             start, end);
+    a = post(d.port, path, H, body, strlen(body), 0);
+    expect(&a, 200, "\"total\":\"0\"");
+    snprintf(body, sizeof body, "{\"profileTypeID\":\"cpu\"}");
+    a = post(d.port, path, H, body, strlen(body), 0);
+    expect(&a, 400, "\"code\":\"invalid_argument\"");
+    snprintf(path, sizeof path, "%sGetProfileStats", Q);
+    a = post(d.port, path, H, "{}", 2, 0);
+    expect(&a, 404, "\"code\":\"unimplemented\"");
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
+TEST_MAIN(T(node_sdk_functions_show_in_top_and_the_api), T(folded_text_in_each_time_unit),
+          T(multipart_with_sample_type_config), T(bad_input_gets_its_code_and_nothing_is_stored),
+          T(tenants_from_bearer_basic_and_org_id), T(push_in_gzipd_protobuf_and_json),
+          T(querier_json_as_grafana_asks), T(push_cumulative_profiles_are_subtracted),
+          T(over_the_concurrent_limit_is_429))
