@@ -244,7 +244,7 @@ static void drain(void)
 {
     const cp_modules *mods = cp_modules_current();
     /* a libpython dlopen'ed by an embedder: found at the next tick */
-    if (mods) cp_py_probe(mods->gen);
+    if (mods && cp_cfg.python) cp_py_probe(mods->gen);
     unsigned n = atomic_load(&cp_threads_hwm);
     for (unsigned i = 0; i < n && i < CP_MAX_THREADS; i++) {
         cp_thread *t = atomic_load(&cp_threads[i]);
@@ -685,7 +685,7 @@ CONTPROF_EXTERN int contprof_start(const contprof_options *opts)
     cp_threads_set_create_hook(child_thread_needed);
     cp_threads_set_fill_hook(child_ring_filling);
     if (cp_cpu_start() != 0) snprintf(cp_engine, sizeof(cp_engine), "off");
-    cp_py_probe(0); /* the program's own CPython: walked from the first sample */
+    if (cp_cfg.python) cp_py_probe(0); /* the program's own CPython: from the first sample */
     if (cp_cfg.alloc_rate > 0 && cp_alloc_host_owns_malloc()) {
         /* said once per program (not again in its exec'd children of the same name) and in
          * every envelope: no alloc or inuse window will come, and why */

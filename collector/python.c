@@ -27,19 +27,19 @@
 typedef struct py_layout {
     uint32_t hex_min, hex_max; /* PY_VERSION_HEX range */
     const char *name;
-    uint16_t rt_tss;          /* _PyRuntime.gilstate.autoTSSkey (Py_tss_t: int set, key) */
-    uint16_t ts_cframe;       /* PyThreadState.cframe */
-    uint16_t ts_chunk;        /* PyThreadState.datastack_chunk */
-    uint16_t ts_size;         /* sizeof(PyThreadState) (root_cframe is inside) */
-    uint16_t cf_current;      /* _PyCFrame.current_frame */
+    uint16_t rt_tss;     /* _PyRuntime.gilstate.autoTSSkey (Py_tss_t: int set, key) */
+    uint16_t ts_cframe;  /* PyThreadState.cframe */
+    uint16_t ts_chunk;   /* PyThreadState.datastack_chunk */
+    uint16_t ts_size;    /* sizeof(PyThreadState) (root_cframe is inside) */
+    uint16_t cf_current; /* _PyCFrame.current_frame */
     uint16_t fr_code, fr_previous, fr_prev_instr, fr_is_entry, fr_owner, fr_size;
-    uint16_t co_size;         /* ob_size: code units */
+    uint16_t co_size; /* ob_size: code units */
     uint16_t co_firstlineno, co_filename, co_qualname, co_linetable, co_code, co_hdr;
 } py_layout;
 
 static const py_layout LAYOUTS[] = {
-    {0x030b0000, 0x030bffff, "3.11", 592, 56, 296, 360, 8, 32, 48, 56, 68, 69, 72, 16, 72, 112,
-     128, 136, 184, 184},
+    {0x030b0000, 0x030bffff, "3.11", 592, 56, 296, 360, 8,   32,  48, 56,
+     68,         69,         72,     16,  72, 112, 128, 136, 184, 184},
 };
 
 #define RAW_CODE_BITS 45
@@ -51,11 +51,11 @@ static const py_layout LAYOUTS[] = {
 static struct {
     atomic_int on;
     const py_layout *L;
-    uintptr_t runtime;            /* &_PyRuntime */
-    uintptr_t eval_lo, eval_hi;   /* _PyEval_EvalFrameDefault */
+    uintptr_t runtime;          /* &_PyRuntime */
+    uintptr_t eval_lo, eval_hi; /* _PyEval_EvalFrameDefault */
     uintptr_t code_type, str_type, bytes_type;
-    uint64_t gen;                 /* the module snapshot last probed */
-    int said;                     /* an unsupported version was named */
+    uint64_t gen; /* the module snapshot last probed */
+    int said;     /* an unsupported version was named */
     char note[48];
 } P;
 
@@ -108,8 +108,8 @@ int cp_py_probe(uint64_t modules_gen)
         if (hex >= LAYOUTS[i].hex_min && hex <= LAYOUTS[i].hex_max) L = &LAYOUTS[i];
     Dl_info di;
     const ElfW(Sym) *sym = NULL;
-    int eval_ok = eval && dladdr1(eval, &di, (void **)&sym, RTLD_DL_SYMENT) && sym &&
-                  sym->st_size > 0;
+    int eval_ok =
+        eval && dladdr1(eval, &di, (void **)&sym, RTLD_DL_SYMENT) && sym && sym->st_size > 0;
     if (h) dlclose(h); /* RTLD_NOLOAD: only the reference taken above */
     if (!L || !eval_ok || !code_type || !str_type || !bytes_type) {
         if (!P.said) {
@@ -281,8 +281,10 @@ uint32_t cp_py_merge(uint64_t *pcs, uint32_t n, uint32_t max, pid_t tid, uintptr
     for (uint32_t i = 0; i < n; i++) {
         if (in_eval(pcs[i]) && j < m) {
             do {
-                if (o < max) out[o++] = raw[j];
-                else lost = 1;
+                if (o < max)
+                    out[o++] = raw[j];
+                else
+                    lost = 1;
             } while (!entry[j++] && j < m);
         } else if (o < max) {
             out[o++] = pcs[i];
@@ -293,8 +295,10 @@ uint32_t cp_py_merge(uint64_t *pcs, uint32_t n, uint32_t max, pid_t tid, uintptr
     /* The native unwind stopped short of the eval frames (no CFI somewhere): the rest of
      * the Python frames go on top of what it found, outermost last. */
     for (; j < m; j++) {
-        if (o < max) out[o++] = raw[j];
-        else lost = 1;
+        if (o < max)
+            out[o++] = raw[j];
+        else
+            lost = 1;
     }
     if (cut == 1 || lost) atomic_fetch_add_explicit(&st_truncated, 1, memory_order_relaxed);
     memcpy(pcs, out, o * sizeof(uint64_t));
@@ -373,8 +377,7 @@ static size_t utf8_put(char *o, uint32_t cp)
 
 #define STR_MAX 1024
 
-int cp_py_str_311(const uint8_t hdr[72], uintptr_t addr, cp_py_readfn readfn, char *out,
-                  size_t cap)
+int cp_py_str_311(const uint8_t hdr[72], uintptr_t addr, cp_py_readfn readfn, char *out, size_t cap)
 {
     if (cap < 5) return -1;
     int64_t len;

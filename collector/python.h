@@ -40,11 +40,11 @@ uint32_t cp_py_merge(uint64_t *pcs, uint32_t n, uint32_t max, pid_t tid, uintptr
 void cp_py_resolve(uint64_t *pcs, uint32_t n);
 
 typedef struct cp_py_stats {
-    int on;               /* the walk is on */
-    uint64_t samples;     /* samples with at least one Python frame */
-    uint64_t truncated;   /* ... whose chain was cut: deeper than the sample holds */
-    uint64_t torn;        /* ... whose chain read an invalid frame (mid-call, torn) */
-    uint64_t unresolved;  /* raw frames whose code object could not be read */
+    int on;              /* the walk is on */
+    uint64_t samples;    /* samples with at least one Python frame */
+    uint64_t truncated;  /* ... whose chain was cut: deeper than the sample holds */
+    uint64_t torn;       /* ... whose chain read an invalid frame (mid-call, torn) */
+    uint64_t unresolved; /* raw frames whose code object could not be read */
 } cp_py_stats;
 void cp_py_get_stats(cp_py_stats *s);
 

@@ -292,11 +292,13 @@ TEST(python_suite_frames)
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     CHECK_CONTAINS(out, "\n0 test cases differ");
     pset s;
-    pset_load(g_dir, &s);
+    char windows[320];
+    snprintf(windows, sizeof windows, "%s/windows", g_dir);
+    pset_load(windows, &s);
     /* the suite's own functions named: unittest's runner and test methods */
     int64_t all = cpu_all(&s), run = cpu_with(&s, "TestCase.run");
-    printf("all %lld under TestCase.run %lld python_samples %lld\n", (long long)all,
-           (long long)run, (long long)comment_value(&s, "python_samples"));
+    printf("all %lld under TestCase.run %lld python_samples %lld\n", (long long)all, (long long)run,
+           (long long)comment_value(&s, "python_samples"));
     CHECK(run * 2 > all);
     pset_free(&s);
     pset_dir_remove(g_dir);
@@ -311,9 +313,19 @@ TEST(linetable_parser)
      * (ONE_LINE1: code 11, two column bytes), 1 unit with no location (code 15), 2 units
      * 5 lines down (NO_COLUMNS, code 13, svarint 10), 1 unit 2 lines up (LONG, code 14,
      * svarint -2 = 5, then end line, columns) */
-    const uint8_t lt[] = {0x80 | (0 << 3) | 1, 0x05,           0x80 | (11 << 3) | 2, 4, 9,
-                          0x80 | (15 << 3) | 0, 0x80 | (13 << 3) | 1, 10,
-                          0x80 | (14 << 3) | 0, 5, 0, 1, 2};
+    const uint8_t lt[] = {0x80 | (0 << 3) | 1,
+                          0x05,
+                          0x80 | (11 << 3) | 2,
+                          4,
+                          9,
+                          0x80 | (15 << 3) | 0,
+                          0x80 | (13 << 3) | 1,
+                          10,
+                          0x80 | (14 << 3) | 0,
+                          5,
+                          0,
+                          1,
+                          2};
     CHECK_EQ(cp_py_line_311(lt, sizeof lt, 10, 0), 10);
     CHECK_EQ(cp_py_line_311(lt, sizeof lt, 10, 1), 10);
     CHECK_EQ(cp_py_line_311(lt, sizeof lt, 10, 2), 11);
@@ -370,6 +382,6 @@ TEST(str_parser)
     CHECK_EQ(cp_py_str_311(obj, 0x10000, fake_read, out, sizeof out), -1);
 }
 
-TEST_MAIN(T(ratio_debian), T(ratio_libpython), T(calls_debian), T(calls_libpython),
-          T(pool_debian), T(hostile_debian), T(hostile_libpython), T(python_suite_frames),
-          T(linetable_parser), T(str_parser))
+TEST_MAIN(T(ratio_debian), T(ratio_libpython), T(calls_debian), T(calls_libpython), T(pool_debian),
+          T(hostile_debian), T(hostile_libpython), T(python_suite_frames), T(linetable_parser),
+          T(str_parser))
