@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -91,6 +92,12 @@ int cp_py_probe(uint64_t modules_gen)
     P.gen = modules_gen;
     char lib[CP_MODULE_PATH_MAX] = "";
     dl_iterate_phdr(find_libpython, lib);
+    /* dlsym only where a CPython can be: a dlsym that fails mallocs its error string, and a
+     * program that never allocates gets no heap from the agent */
+    const char *exe = (const char *)getauxval(AT_EXECFN);
+    const char *base = exe ? strrchr(exe, '/') : NULL;
+    base = base ? base + 1 : exe;
+    if (!lib[0] && !(base && strncmp(base, "python", 6) == 0)) return 0;
     void *h = lib[0] ? dlopen(lib, RTLD_LAZY | RTLD_NOLOAD) : NULL;
     void *rt = find_sym(h, "_PyRuntime");
     if (!rt) {
@@ -215,8 +222,7 @@ static uint32_t walk(walk_ctx *c, uint64_t *raw, uint8_t *entry, uint32_t max, i
     uintptr_t ts = (uintptr_t)pthread_getspecific((pthread_key_t)key);
     if (!ts || (ts & 7)) return 0;
     c->ts = ts;
-    uint8_t tsb[512];
-    memcpy(tsb, (const void *)ts, L->ts_size);
+    const uint8_t *tsb = (const uint8_t *)ts; /* live: this thread's own */
     /* the live data-stack chunks (each on the list is mapped; removed before freed) */
     uintptr_t ch = word_at(tsb, L->ts_chunk);
     c->nchunks = 0;
