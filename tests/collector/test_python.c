@@ -237,6 +237,29 @@ TEST(pool_debian)
 }
 
 /* ------------------------------------------------------------------------------------
+ * Allocation stacks: the allocation path walks the same frames */
+
+TEST(alloc_debian)
+{
+    pset s;
+    run_py(DEBIAN_PY, "alloc.py", "2", "100", &s);
+    int64_t all = sum_kind(&s, "alloc", NULL, NULL, 1),
+            bufs = sum_kind(&s, "alloc", NULL, "make_buffers", 1),
+            small = sum_kind(&s, "alloc", NULL, "small_objects", 1),
+            mod = sum_kind(&s, "alloc", NULL, "<module>", 1);
+    printf("alloc bytes %lld: make_buffers %lld small_objects %lld <module> %lld\n", (long long)all,
+           (long long)bufs, (long long)small, (long long)mod);
+    /* the 64 KiB buffers reach malloc, under the function that made them; small_objects'
+     * tuples do not (pymalloc), its list's growing array does */
+    CHECK(all > 0);
+    CHECK(bufs * 10 >= all * 6);
+    CHECK(bufs > small * 2);
+    CHECK(mod * 10 >= all * 6); /* the rest: the interpreter starting, imports */
+    pset_free(&s);
+    pset_dir_remove(g_dir);
+}
+
+/* ------------------------------------------------------------------------------------
  * Frames rewritten under a 1 kHz sampler: no crash, no hang */
 
 static void hostile_case(const char *py)
@@ -383,5 +406,5 @@ TEST(str_parser)
 }
 
 TEST_MAIN(T(ratio_debian), T(ratio_libpython), T(calls_debian), T(calls_libpython), T(pool_debian),
-          T(hostile_debian), T(hostile_libpython), T(python_suite_frames), T(linetable_parser),
-          T(str_parser))
+          T(alloc_debian), T(hostile_debian), T(hostile_libpython), T(python_suite_frames),
+          T(linetable_parser), T(str_parser))
