@@ -1435,7 +1435,11 @@ int cp_window_finish_capture(unsigned slot, const cp_capture_window *w, cp_emit_
                 memcpy(bk.thread, ab->thread, sizeof(bk.thread));
                 if (!key_eq(&bk, k) || ab->alloc_objects < 0.5) continue;
                 int64_t v[2] = {rnd64(ab->alloc_objects), rnd64(ab->alloc_bytes)};
-                cp_stream_add_sample(s, ab->pcs, ab->nframes, v);
+                uint64_t pcs[CP_MAX_FRAMES];
+                uint32_t nf = ab->nframes < CP_MAX_FRAMES ? ab->nframes : CP_MAX_FRAMES;
+                memcpy(pcs, ab->pcs, nf * sizeof(uint64_t));
+                cp_py_resolve(pcs, nf); /* Python frames named, as in the always-on window */
+                cp_stream_add_sample(s, pcs, nf, v);
             }
         }
         int sealed = cp_stream_seal(s);
