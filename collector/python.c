@@ -127,9 +127,9 @@ int cp_py_probe(uint64_t modules_gen)
             else
                 snprintf(P.note, sizeof(P.note), "; python=unknown unsupported");
             fprintf(stderr,
-                    "contprof: CPython %s found: only 3.11's frames are read; its samples keep "
+                    "contprof: CPython %s: only 3.11's frames are read; its samples keep "
                     "native frames only\n",
-                    P.note + 9);
+                    P.note + 9); /* "3.12 unsupported" */
         }
         return 0;
     }

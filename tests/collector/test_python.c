@@ -328,6 +328,29 @@ TEST(python_suite_frames)
 }
 
 /* ------------------------------------------------------------------------------------
+ * A CPython of another version: named once, native frames go on */
+
+TEST(unsupported_version)
+{
+    pset s;
+    pset_dir_make("pyfake", g_dir, g_env_dir);
+    static char out[8192];
+    const char *env[] = {"LD_PRELOAD=" CP_LIB, g_env_dir, "CONTPROF_WINDOW=1s",
+                         "PATH=/usr/bin:/bin", NULL};
+    const char *args[] = {"-c", "exec " CP_PYFAKE " 2>&1", NULL};
+    int st = run_capture("/bin/sh", args, NULL, env, out, sizeof(out));
+    printf("%s", out);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK_CONTAINS(out, "contprof: CPython 3.12 unsupported: only 3.11's frames are read");
+    pset_load(g_dir, &s);
+    CHECK(has_engine(&s, "; python=3.12 unsupported"));
+    CHECK(cpu_with(&s, "main") > 0); /* native frames, as before */
+    CHECK(comment_value(&s, "python_samples") == -1);
+    pset_free(&s);
+    pset_dir_remove(g_dir);
+}
+
+/* ------------------------------------------------------------------------------------
  * The parsers, on bytes made by hand */
 
 TEST(linetable_parser)
@@ -407,4 +430,4 @@ TEST(str_parser)
 
 TEST_MAIN(T(ratio_debian), T(ratio_libpython), T(calls_debian), T(calls_libpython), T(pool_debian),
           T(alloc_debian), T(hostile_debian), T(hostile_libpython), T(python_suite_frames),
-          T(linetable_parser), T(str_parser))
+          T(unsupported_version), T(linetable_parser), T(str_parser))
