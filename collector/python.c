@@ -28,19 +28,26 @@
 typedef struct py_layout {
     uint32_t hex_min, hex_max; /* PY_VERSION_HEX range */
     const char *name;
-    uint16_t rt_tss;     /* _PyRuntime.gilstate.autoTSSkey (Py_tss_t: int set, key) */
-    uint16_t ts_cframe;  /* PyThreadState.cframe */
-    uint16_t ts_chunk;   /* PyThreadState.datastack_chunk */
-    uint16_t ts_size;    /* sizeof(PyThreadState) (root_cframe is inside) */
-    uint16_t cf_current; /* _PyCFrame.current_frame */
+    uint16_t rt_tss;        /* _PyRuntime.gilstate.autoTSSkey (Py_tss_t: int set, key) */
+    uint16_t rt_finalizing; /* _PyRuntime._finalizing: the thread finalizing, or 0 */
+    uint16_t ts_thread_id;  /* PyThreadState.thread_id: its pthread_t */
+    uint16_t ts_cframe;     /* PyThreadState.cframe */
+    uint16_t ts_chunk;      /* PyThreadState.datastack_chunk */
+    uint16_t ts_size;       /* sizeof(PyThreadState) (root_cframe is inside) */
+    uint16_t cf_current;    /* _PyCFrame.current_frame */
     uint16_t fr_code, fr_previous, fr_prev_instr, fr_is_entry, fr_owner, fr_size;
     uint16_t co_size; /* ob_size: code units */
     uint16_t co_firstlineno, co_filename, co_qualname, co_linetable, co_code, co_hdr;
 } py_layout;
 
 static const py_layout LAYOUTS[] = {
-    {0x030b0000, 0x030bffff, "3.11", 592, 56, 296, 360, 8,   32,  48, 56,
-     68,         69,         72,     16,  72, 112, 128, 136, 184, 184},
+    /* clang-format off */
+    {0x030b0000, 0x030bffff, "3.11",
+     592, 24, 152,                  /* runtime: TSS key, _finalizing; thread_id */
+     56, 296, 360, 8,               /* thread state, cframe */
+     32, 48, 56, 68, 69, 72,        /* _PyInterpreterFrame */
+     16, 72, 112, 128, 136, 184, 184}, /* PyCodeObject */
+    /* clang-format on */
 };
 
 #define RAW_CODE_BITS 45
@@ -214,6 +221,11 @@ static uint32_t walk(walk_ctx *c, uint64_t *raw, uint8_t *entry, uint32_t max, i
     memcpy(&set, tss, sizeof(set));
     memcpy(&key, tss + 4, sizeof(key));
     if (!set) return 0;
+    /* Finalizing: the interpreter frees other threads' states (daemon threads running C
+     * without the GIL) while their TSS slots still point at them: no walk from then on */
+    uintptr_t fin;
+    memcpy(&fin, (const void *)(P.runtime + L->rt_finalizing), sizeof(fin));
+    if (fin) return 0;
     /* The thread's own state, from its TSS slot: glibc's pthread_getspecific reads the
      * calling thread's key array (no lock, no allocation); a thread's state is removed
      * from the slot before it is freed, both on this thread, so it cannot vanish under the
@@ -223,6 +235,10 @@ static uint32_t walk(walk_ctx *c, uint64_t *raw, uint8_t *entry, uint32_t max, i
     if (!ts || (ts & 7)) return 0;
     c->ts = ts;
     const uint8_t *tsb = (const uint8_t *)ts; /* live: this thread's own */
+    if (word_at(tsb, L->ts_thread_id) != (uintptr_t)pthread_self()) {
+        *cut = 2; /* not this thread's: a state freed and reused (an extension's doing) */
+        return 0;
+    }
     /* the live data-stack chunks (each on the list is mapped; removed before freed) */
     uintptr_t ch = word_at(tsb, L->ts_chunk);
     c->nchunks = 0;
