@@ -23,6 +23,7 @@
 #include "isolate.h"
 #include "outdir.h"
 #include "pprof.h"
+#include "python.h"
 #include "sink.h"
 #include "thread.h"
 #include "times.h"
@@ -232,8 +233,18 @@ static void transport_tick(void)
 /* ------------------------------------------------------------------------------------
  * The agent thread */
 
+static int py_raw(const cp_sample_rec *r)
+{
+    for (uint32_t k = 0; k < r->nframes && k < CP_MAX_FRAMES; k++)
+        if (CP_PY_IS_RAW(r->pcs[k])) return 1;
+    return 0;
+}
+
 static void drain(void)
 {
+    const cp_modules *mods = cp_modules_current();
+    /* a libpython dlopen'ed by an embedder: found at the next tick */
+    if (mods && cp_cfg.python) cp_py_probe(mods->gen);
     unsigned n = atomic_load(&cp_threads_hwm);
     for (unsigned i = 0; i < n && i < CP_MAX_THREADS; i++) {
         cp_thread *t = atomic_load(&cp_threads[i]);
@@ -245,6 +256,13 @@ static void drain(void)
         A.window_cpu += h - tl;
         for (; tl != h; tl++) {
             const cp_sample_rec *r = &t->ring[tl & (CP_RING - 1)];
+            cp_sample_rec named;
+            if (py_raw(r)) {
+                /* Python frames named while their code objects are most likely alive */
+                memcpy(&named, r, offsetof(cp_sample_rec, pcs) + r->nframes * sizeof(uint64_t));
+                cp_py_resolve(named.pcs, named.nframes);
+                r = &named;
+            }
             if (cp_capture_routes(t, r))
                 cp_capture_add_cpu(t, r);
             else
@@ -667,6 +685,7 @@ CONTPROF_EXTERN int contprof_start(const contprof_options *opts)
     cp_threads_set_create_hook(child_thread_needed);
     cp_threads_set_fill_hook(child_ring_filling);
     if (cp_cpu_start() != 0) snprintf(cp_engine, sizeof(cp_engine), "off");
+    if (cp_cfg.python) cp_py_probe(0); /* the program's own CPython: from the first sample */
     if (cp_cfg.alloc_rate > 0 && cp_alloc_host_owns_malloc()) {
         /* said once per program (not again in its exec'd children of the same name) and in
          * every envelope: no alloc or inuse window will come, and why */

@@ -19,6 +19,7 @@
 #include "guard.h"
 #include "isolate.h"
 #include "nextmalloc.h"
+#include "python.h"
 #include "thread.h"
 #include "times.h"
 #include "unwind.h"
@@ -306,6 +307,8 @@ __attribute__((noinline)) static void sample_record(void *p, uintptr_t base, siz
     uint32_t iso = 0;
     char thread[16] = "";
     sample_owner(t, &iso, thread);
+    if (t)
+        nf = (int)cp_py_merge(pcs, (uint32_t)nf, CP_MAX_FRAMES, t->tid, t->stack_lo, t->stack_hi);
     if (m) nf = (int)cp_lang_join(iso, pcs, (uint32_t)nf, ids, m);
     double w = 1.0 / (1.0 - cp_math_exp(-(double)n / (double)rate));
     int64_t base_rate = atomic_load_explicit(&g_rate, memory_order_relaxed);

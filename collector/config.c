@@ -146,6 +146,7 @@ int cp_config_load(cp_config *c, const contprof_options *o, cp_err *err)
     if (!ch) ch = env_int("CONTPROF_CHILDREN", 1) ? 1 : -1;
     c->children = ch > 0;
     c->captures = env_int("CONTPROF_CAPTURES", 1) != 0;
+    c->python = env_int("CONTPROF_PYTHON", 1) != 0;
 
     if (getenv("CONTPROF_FLUSH_MS"))
         return cp_err_set(err, CP_EPARSE,

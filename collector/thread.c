@@ -32,6 +32,7 @@
 #include "fd.h"
 #include "isolate.h"
 #include "nextmalloc.h"
+#include "python.h"
 #include "times.h"
 
 cp_thread *_Atomic cp_threads[CP_MAX_THREADS];
@@ -298,6 +299,8 @@ static void handler(int sig, siginfo_t *si, void *ucv)
         t->pend.period_ns = period;
         t->pend.nframes = (uint32_t)cp_unwind(&r, t->stack_lo, t->stack_hi, t->pend.pcs,
                                               CP_MAX_FRAMES, &t->ucache_sig);
+        t->pend.nframes = cp_py_merge(t->pend.pcs, t->pend.nframes, CP_MAX_FRAMES, t->tid,
+                                      t->stack_lo, t->stack_hi);
         atomic_store_explicit(&t->pending, 1, memory_order_release);
     request:;
         contprof_safepoint_request rq =
@@ -318,6 +321,8 @@ static void handler(int sig, siginfo_t *si, void *ucv)
     slot->period_ns = period;
     slot->nframes =
         (uint32_t)cp_unwind(&r, t->stack_lo, t->stack_hi, slot->pcs, CP_MAX_FRAMES, &t->ucache_sig);
+    slot->nframes =
+        cp_py_merge(slot->pcs, slot->nframes, CP_MAX_FRAMES, t->tid, t->stack_lo, t->stack_hi);
     atomic_store_explicit(&t->head, h + 1, memory_order_release);
     if (h + 1 - tl >= CP_RING / 4 && g_fill_hook) g_fill_hook();
 out:

@@ -26,6 +26,7 @@
 #include "elfnames.h"
 #include "fmath.h"
 #include "isolate.h"
+#include "python.h"
 #include "labels.h"
 #include "nodeworker.h"
 #include "nextmalloc.h"
@@ -797,8 +798,10 @@ static void jit_frames(const cp_modules *mods, bucket_copy *bc)
     for (uint32_t i = 0; i < cpu.cap; i++)
         if (cpu.e[i].hash && jit_stack(mods, cpu.e[i].pcs, cpu.e[i].nframes, &refreshed))
             jit.unnamed_samples += cpu.e[i].count;
-    for (uint32_t i = 0; i < bc->n; i++)
+    for (uint32_t i = 0; i < bc->n; i++) {
+        cp_py_resolve(bc->b[i].pcs, bc->b[i].nframes); /* allocation stacks: named here */
         jit_stack(mods, bc->b[i].pcs, bc->b[i].nframes, &refreshed);
+    }
     if (!jit.hint_said && jit.unnamed_samples >= JIT_HINT_SAMPLES) {
         jit.hint_said = 1;
         cp_perfmap_stats st;
@@ -998,7 +1001,12 @@ int cp_window_isolate_labels(uint32_t iso, const char *thread, const char *insta
 static int emit_profile(cp_profile *p, int kind, const iso_key *k, const cp_window_meta *m,
                         const char *capture_id, const char *engine, cp_emit_fn emit, void *arg)
 {
-    if (!engine) engine = cp_engine;
+    char eng[160];
+    if (!engine) {
+        /* the CPython found (or named unsupported) since the engine string was made */
+        snprintf(eng, sizeof(eng), "%s%s", cp_engine, cp_py_engine_note());
+        engine = eng;
+    }
     p->time_nanos = m->start_ns;
     p->duration_nanos = m->end_ns - m->start_ns;
     const char *ilabels;
@@ -1017,6 +1025,19 @@ static int emit_profile(cp_profile *p, int kind, const iso_key *k, const cp_wind
              atomic_load(&cp_agent_oom) ? " agent_out_of_memory=1" : "");
     if (cp_profile_intern_cstr(p, comment, &cid) || cp_vec_push(&p->comments, cid))
         return CP_ENOMEM;
+    cp_py_stats py;
+    cp_py_get_stats(&py);
+    if (py.on && kind == CP_KIND_CPU) {
+        /* Python stacks so far: with a frame, cut at the sample's depth, cut at a frame
+         * that did not read as one (torn mid-call), frames whose code was unreadable */
+        snprintf(comment, sizeof(comment),
+                 "python_samples=%llu python_truncated=%llu python_torn=%llu "
+                 "python_unresolved=%llu",
+                 (unsigned long long)py.samples, (unsigned long long)py.truncated,
+                 (unsigned long long)py.torn, (unsigned long long)py.unresolved);
+        if (cp_profile_intern_cstr(p, comment, &cid) || cp_vec_push(&p->comments, cid))
+            return CP_ENOMEM;
+    }
     cp_perfmap_stats pst;
     cp_perfmap_get_stats(&pst);
     if (pst.found) {
@@ -1416,7 +1437,11 @@ int cp_window_finish_capture(unsigned slot, const cp_capture_window *w, cp_emit_
                 memcpy(bk.thread, ab->thread, sizeof(bk.thread));
                 if (!key_eq(&bk, k) || ab->alloc_objects < 0.5) continue;
                 int64_t v[2] = {rnd64(ab->alloc_objects), rnd64(ab->alloc_bytes)};
-                cp_stream_add_sample(s, ab->pcs, ab->nframes, v);
+                uint64_t pcs[CP_MAX_FRAMES];
+                uint32_t nf = ab->nframes < CP_MAX_FRAMES ? ab->nframes : CP_MAX_FRAMES;
+                memcpy(pcs, ab->pcs, nf * sizeof(uint64_t));
+                cp_py_resolve(pcs, nf); /* Python frames named, as in the always-on window */
+                cp_stream_add_sample(s, pcs, nf, v);
             }
         }
         int sealed = cp_stream_seal(s);
