@@ -152,7 +152,7 @@ typedef struct v8cap {
     cp_selector sel;
     int64_t interval_us; /* cpu: the interval run (0: cannot run) */
     int64_t ran;         /* hz (cpu) or bytes (alloc) */
-    char reason[160];
+    char reason[224];
 } v8cap;
 
 static struct {
@@ -924,21 +924,25 @@ static void cap_plan(v8cap *k)
         k->ran = S.o->heap_interval;
         if (k->ran != k->c.alloc_rate)
             snprintf(k->reason, sizeof(k->reason), "%s",
-                     S.o->heap_interval > 0 ? "v8 heap sampler not restarted (inuse kept)"
-                                            : "v8 heap sampler off (--heap-interval 0)");
+                     S.o->heap_interval > 0
+                         ? "v8 heap sampler kept at contprof v8 --heap-interval (inuse kept)"
+                         : "v8 heap sampler off (contprof v8 --heap-interval 0)");
         return;
     }
     if (base <= 0) {
         k->interval_us = 0;
         k->ran = 0;
-        snprintf(k->reason, sizeof(k->reason), "v8 CPU profiler off (--cpu-interval 0)");
+        snprintf(k->reason, sizeof(k->reason),
+                 "v8 CPU profiler off (contprof v8 --cpu-interval 0)");
         return;
     }
     int64_t hz = cp_capture_plan_hz(&k->c, CAP_MAX_HZ, CAP_SAMPLE_COST_US * 1000, "the v8 source",
                                     k->reason, sizeof(k->reason));
     int64_t iv = 1000000 / hz;
     if (iv >= base) { /* at or below the always-on rate: the always-on run serves it */
-        if (iv > base) snprintf(k->reason, sizeof(k->reason), "the always-on rate is higher");
+        if (iv > base)
+            snprintf(k->reason, sizeof(k->reason),
+                     "the always-on rate (contprof v8 --cpu-interval) is higher");
         iv = base;
     }
     k->interval_us = iv;
