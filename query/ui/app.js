@@ -344,7 +344,7 @@
 
   // ---- capture (issue 29): a high-resolution capture of the selection's isolates --------
 
-  // Starts a capture of the selector for the duration given, follows it (isolates reached,
+  // Starts a capture of the selector for the duration and rate given, follows it (isolates reached,
   // samples, time left), and then shows its flamegraph ({capture="ID"} over its range) with
   // a download link. The verdict (every isolate whole at the rate asked, or who was not)
   // stays in the box.
@@ -355,7 +355,10 @@
     const type = state.type === 'alloc' ? 'alloc' : 'cpu';
     let cap;
     try {
-      cap = await cp.get('api/v1/captures', { select: state.select, type, duration: $('capdur').value.trim() }, false, 'POST');
+      const params = { select: state.select, type, duration: $('capdur').value.trim() };
+      const rate = $('caprate').value.trim(); // Hz for cpu, mean bytes between samples for alloc
+      if (rate) params[type === 'cpu' ? 'hz' : 'alloc_rate'] = rate;
+      cap = await cp.get('api/v1/captures', params, false, 'POST');
     } catch (e) {
       text.textContent = 'Capture refused: ' + e.message;
       box.className = 'error';

@@ -360,6 +360,7 @@ async function main() {
       await page.goto(d.url + `/?select=${encodeURIComponent('{service="shop",version="1.0"}')}&from=${now - 3600}&to=${now}`);
       await page.waitForFunction(() => document.body.dataset.ready === '1');
       await page.fill('#capdur', '3s');
+      await page.fill('#caprate', '1000');
       const [res] = await Promise.all([
         page.waitForResponse(r => r.url().includes('/api/v1/captures') && r.request().method() === 'POST'),
         page.click('#capture'),
@@ -369,6 +370,8 @@ async function main() {
       assert.equal(cap.select, '{service="shop",version="1.0"}');
       assert.equal(cap.type, 'cpu');
       assert.equal(cap.end_ns - cap.start_ns, 3e9);
+      assert.equal(cap.hz, 1000); // the rate field (issue 35)
+      assert.equal(cap.max_overhead_permille, 1000); // 3 s of the default budget (20 over 5 min)
       // the agent's side: one boosted window of the captured isolate, labelled capture=ID
       const CAP = { 'main;http.serve;shop.handleOrder;json.Marshal': 0.75 * G, 'main;runtime.gcBgMarkWorker': 0.25 * G };
       h.importCpu(bindir, dir, d.url, CAP, { service: 'shop', version: '1.0', capture: cap.id }, Math.ceil(cap.start_ns / 1e9));
@@ -393,12 +396,17 @@ async function main() {
       // a capture over a limit: the refusal is shown
       const nerr = errors.length;
       await page.evaluate(() => { cp.app.state.select = '{service="shop"}'; });
+      await page.fill('#capdur', '3s');
+      await page.fill('#caprate', '5000');
+      await page.click('#capture');
+      await page.waitForFunction(() => /Capture refused: .*captures\.max_hz/.test(document.getElementById('capturetext').textContent));
+      await page.fill('#caprate', '');
       await page.fill('#capdur', '1h');
       await page.click('#capture');
       await page.waitForFunction(() => /Capture refused: .*captures\.max_duration/.test(document.getElementById('capturetext').textContent));
-      // the browser logs the refused request itself (asynchronously): that one, nothing else
-      for (let i = 0; i < 50 && errors.length === nerr; i++) await new Promise(r => setTimeout(r, 50));
-      assert.deepEqual(errors.splice(nerr), ['Failed to load resource: the server responded with a status of 400 (Bad Request)']);
+      // the browser logs the refused requests itself (asynchronously): those two, nothing else
+      for (let i = 0; i < 50 && errors.length < nerr + 2; i++) await new Promise(r => setTimeout(r, 50));
+      assert.deepEqual(errors.splice(nerr), Array(2).fill('Failed to load resource: the server responded with a status of 400 (Bad Request)'));
     });
 
     await step('a server with tokens: the page asks for one and uses it', async () => {
