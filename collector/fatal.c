@@ -141,43 +141,86 @@ static int repeats(int sig, const siginfo_t *si)
            (sig == SIGBUS && si->si_code != BUS_MCEERR_AO);
 }
 
-/* Runs with every signal blocked (install). The default action goes back first, so that the
- * same signal again (a second Ctrl-C, another thread faulting alike) ends the process at once;
- * then, unless the agent is not running or this thread is the agent's own or inside its
- * code, the window is written, bounded twice (the flush's wait, the watchdog). Then the
- * process dies of sig: a repeating fault by returning, anything else by sending sig to this
- * thread again with it unblocked. If that does not end the process (the init of a PID
- * namespace ignores a default-action signal; a debugger swallowed it), the handler is put
- * back and the program goes on as it would have. */
+/* The thread writing the window for a fatal signal, which signal, and since when. The same
+ * signal again within DUPLICATE_NS is the same event, not a second Ctrl-C: timeout(1) and
+ * supervisors send it to the process and then to its group, and the copy is pending by the
+ * time the handler unblocks it for the watchdog. */
+#define DUPLICATE_NS (100 * (int64_t)1000000)
+static atomic_int g_dying_tid, g_dying_sig;
+static _Atomic int64_t g_dying_since;
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The default action back, sig unblocked on this thread, and sig sent to it: returns only if
+ * that did not end the process (the init of a PID namespace ignores a default-action signal;
+ * a debugger swallowed it). */
+static void die_of(int sig, pid_t pid, pid_t tid)
+{
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    set_default(sig);
+    pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+    syscall(SYS_tgkill, pid, tid, sig);
+}
+
+/* Runs with every signal blocked (install). Unless the agent is not running or this thread
+ * is the agent's own or inside its code, the window is written first, bounded twice (the
+ * flush's wait, the watchdog), with sig unblocked on this thread: the watchdog, a second
+ * Ctrl-C (the same signal after DUPLICATE_NS) or another thread's fault ends the process at
+ * once; a copy of the same signal within DUPLICATE_NS is dropped. Then the process dies of
+ * sig: a repeating fault by returning with the default action back, anything else by sending
+ * sig to this thread again. If that does not end the process, the handler is put back and
+ * the program goes on as it would have. */
 static void on_fatal(int sig, siginfo_t *si, void *uc)
 {
     (void)uc;
     int saved_errno = errno;
-    set_default(sig);
     pid_t pid = (pid_t)syscall(SYS_getpid), tid = (pid_t)syscall(SYS_gettid);
+    int dying = atomic_load(&g_dying_tid);
+    if (dying != 0 && atomic_load(&g_dying_sig) == sig) {
+        if (si->si_code != SI_TIMER && !repeats(sig, si) &&
+            mono_ns() - atomic_load(&g_dying_since) < DUPLICATE_NS) {
+            errno = saved_errno; /* the copy: the flush goes on */
+            return;
+        }
+        die_of(sig, pid, tid);
+        errno = saved_errno;
+        return;
+    }
     cp_fatal_flush_fn flush = atomic_load(&g_flush);
-    int watchdog = -1;
-    sigset_t one;
-    sigemptyset(&one);
-    sigaddset(&one, sig);
-    if (flush && contprof_running() && !cp_agent_thread && !cp_in_agent) {
+    int watchdog = -1, expect = 0;
+    if (flush && contprof_running() && !cp_agent_thread && !cp_in_agent &&
+        atomic_compare_exchange_strong(&g_dying_tid, &expect, (int)tid)) {
+        atomic_store(&g_dying_sig, sig);
+        atomic_store(&g_dying_since, mono_ns());
         int64_t ns = FLUSH_BOUND_NS + WATCHDOG_SLACK_NS;
         if (cp_cfg.brokers[0] || cp_cfg.server[0]) ns += cp_cfg.flush_ns;
         watchdog = arm_watchdog(sig, tid, ns);
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, sig);
         pthread_sigmask(SIG_UNBLOCK, &one, NULL);
         flush();
+        pthread_sigmask(SIG_BLOCK, &one, NULL);
     }
     if (repeats(sig, si)) {
+        set_default(sig);
         /* the watchdog stays: it delivers sig should the fault not come again (a positive
          * si_code the program sent itself) */
         if (watchdog < 0) arm_watchdog(sig, tid, REPEAT_WAIT_NS);
         errno = saved_errno;
         return;
     }
-    pthread_sigmask(SIG_UNBLOCK, &one, NULL);
-    syscall(SYS_tgkill, pid, tid, sig);
+    die_of(sig, pid, tid);
     /* still alive: the signal was ignored or swallowed */
     if (watchdog >= 0) syscall(SYS_timer_delete, watchdog);
+    if (atomic_load(&g_dying_tid) == (int)tid) atomic_store(&g_dying_tid, 0);
     if (managed(sig)) install(sig);
     errno = saved_errno;
 }
@@ -194,6 +237,7 @@ int cp_fatal_signal(int s)
 static void after_fork_child(void)
 {
     atomic_flag_clear(&g_lock);
+    atomic_store(&g_dying_tid, 0);
 }
 
 void cp_fatal_set_flush(cp_fatal_flush_fn fn)

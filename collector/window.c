@@ -83,7 +83,9 @@ static uint64_t stack_hash(const iso_key *k, const uint64_t *pcs, uint32_t n)
 
 static int cpu_grow(cpu_table *t)
 {
-    uint32_t ncap = t->cap ? t->cap * 2 : 1024;
+    /* small at first: a short process has a few stacks, and each page calloc touches is
+     * a fault it pays for */
+    uint32_t ncap = t->cap ? t->cap * 2 : 64;
     cpu_entry *ne = calloc(ncap, sizeof(*ne));
     if (!ne) return CP_ENOMEM;
     for (uint32_t i = 0; i < t->cap; i++) {

@@ -1,21 +1,28 @@
-/* `contprof merge`: merges pprof files offline with the streaming merger. */
+/* `contprof merge`: merges pprof files offline with the streaming merger; V8 heap snapshots
+ * among them are read as retainer profiles (model/heapsnap.h). */
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "heapsnap.h"
 #include "merge.h"
 #include "pload.h"
 #include "pprof.h"
 #include "render.h"
+
+#include <unistd.h>
 
 static void merge_usage(FILE *f)
 {
     fprintf(
         f,
         "usage: contprof merge [-o OUT] [--format pprof|top|folded] [--sample-index TYPE] FILE...\n"
-        "  Merges pprof profiles (raw or gzip'd) following pprof's rules.\n"
+        "  Merges pprof profiles (raw or gzip'd) following pprof's rules. V8 heap snapshots\n"
+        "  (.heapsnapshot: DevTools, v8.writeHeapSnapshot) are read as retainer profiles:\n"
+        "  each object's bytes under the path of what keeps it alive (retained_space).\n"
         "  -o OUT             write here instead of stdout\n"
         "  --format pprof     gzip'd pprof, like `pprof -proto` (default)\n"
         "  --format top       flat/cum table, like `pprof -top`\n"
@@ -23,7 +30,62 @@ static void merge_usage(FILE *f)
         "  --sample-index T   sample type for top/folded (default: the profile's default)\n"
         "\nexamples:\n"
         "  contprof merge -o merged.pb.gz a.pb.gz b.pb.gz\n"
-        "  contprof merge --format top a.pb.gz b.pb.gz\n");
+        "  contprof merge --format top a.pb.gz b.pb.gz\n"
+        "  contprof merge --format top app.heapsnapshot\n");
+}
+
+/* Whether the file starts like a V8 heap snapshot: {"snapshot" after any whitespace. */
+static int is_heap_snapshot(int fd)
+{
+    char head[64];
+    ssize_t n = pread(fd, head, sizeof(head) - 1, 0);
+    if (n <= 0) return 0;
+    head[n] = 0;
+    const char *p = head;
+    while (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')
+        p++;
+    return !strncmp(p, "{\"snapshot\"", 11);
+}
+
+/* A snapshot streamed through the parser (never whole in memory), as raw pprof in out. */
+static int read_heap_snapshot(int fd, const char *path, cp_buf *out, cp_err *err)
+{
+    cp_heapsnap_limits lim;
+    cp_heapsnap_limits_default(&lim);
+    lim.limit_name = "contprof merge's heap snapshot limit";
+    cp_heapsnap *h = NULL;
+    cp_profile *p = cp_profile_create();
+    char *buf = malloc(1 << 20);
+    int rc = CP_ENOMEM;
+    if (!p || !buf || cp_heapsnap_create(&lim, &h)) goto done;
+    ssize_t n;
+    while ((n = read(fd, buf, 1 << 20)) > 0)
+        if ((rc = cp_heapsnap_feed(h, buf, (size_t)n, err))) goto done;
+    if (n < 0) {
+        rc = cp_err_set(err, CP_EIO, "cannot read %s", path);
+        goto done;
+    }
+    if (!(rc = cp_heapsnap_finish(h, p, NULL, err))) rc = cp_pprof_encode(p, 0, out);
+done:
+    if (rc == CP_ENOMEM && err && !err->msg[0]) cp_err_set(err, rc, "out of memory");
+    cp_heapsnap_destroy(h);
+    cp_profile_destroy(p);
+    free(buf);
+    return rc;
+}
+
+/* Input i: a heap snapshot converted, anything else as pprof bytes. */
+static int read_input(void *ctx, size_t i, cp_buf *out, cp_err *err)
+{
+    const char *path = ((char **)ctx)[i];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 && is_heap_snapshot(fd)) {
+        int rc = read_heap_snapshot(fd, path, out, err);
+        close(fd);
+        return rc;
+    }
+    if (fd >= 0) close(fd);
+    return cp_pload_read_file(ctx, i, out, err);
 }
 
 int cp_cmd_merge(int argc, char **argv)
@@ -70,7 +132,7 @@ int cp_cmd_merge(int argc, char **argv)
     int status = 1;
     if (!m) goto done;
     size_t bad = 0;
-    if (cp_pload_merge((size_t)(argc - optind), cp_pload_read_file, argv + optind, NULL, 0, m, &bad,
+    if (cp_pload_merge((size_t)(argc - optind), read_input, argv + optind, NULL, 0, m, &bad,
                        &err)) {
         fprintf(stderr, "contprof merge: %s: %s\n", argv[optind + (int)bad], err.msg);
         goto done;

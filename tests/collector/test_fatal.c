@@ -36,6 +36,7 @@ static char g_out[1 << 16];
 static const char *g_extra_env; /* one more variable for the program, if set */
 static const char *g_extra_lib; /* preloaded after the agent, if set */
 static double g_kill_to_death;  /* seconds from run()'s signal to the child's reaping */
+static int g_twice;             /* run() sends its signal 4 times more, at once and 0.5 ms apart */
 
 enum { AGENT = 1, IGNORE_TERM = 2 };
 
@@ -93,6 +94,10 @@ static int run(const char *prog, const char *const *args, int flags, int sig)
         g_out[len] = 0;
         if (sig && !sent && strstr(g_out, "ready\n")) {
             kill(pid, sig);
+            for (int i = 0; g_twice && i < 4; i++) {
+                kill(pid, sig);
+                nanosleep(&(struct timespec){0, 500000}, NULL);
+            }
             sent = 1;
             g_kill_to_death = (double)mono_ns();
         }
@@ -170,6 +175,23 @@ TEST(python_sigterm_keeps_window)
 
 /* Ctrl-C: Python's own handler raises KeyboardInterrupt; at exit Python sets SIGINT back to
  * SIG_DFL and kills itself with it (so that its parent sees a death by SIGINT). */
+/* The same signal again within 2 ms, as timeout(1) sends it (to the process, then to its
+ * group) and supervisors do: the copy arrives while the window is written and must not cut
+ * it short. The program started through `bash -c 'exec ...'`, where this was first seen. */
+TEST(sigterm_twice_keeps_window)
+{
+    g_twice = 1;
+    const char *args[] = {"spin", "1.0", NULL};
+    check_dies(CPF, args, SIGTERM, SIGTERM, NULL, "burn_fatal", 0.6);
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "exec %s spin 1.0", CPF);
+    const char *sh[] = {"-c", cmd, NULL};
+    check_dies("/bin/bash", sh, SIGTERM, SIGTERM, NULL, "burn_fatal", 0.6);
+    const char *py[] = {"-c", PY_BUSY, NULL};
+    check_dies(PYTHON, py, SIGTERM, SIGTERM, "python3", NULL, 0.5);
+    g_twice = 0;
+}
+
 TEST(python_sigint_keeps_window)
 {
     const char *args[] = {"-c", PY_BUSY, NULL};
@@ -374,10 +396,10 @@ TEST(exec_sees_host_dispositions)
     pset_dir_remove(g_dir);
 }
 
-TEST_MAIN(T(python_sigterm_keeps_window), T(python_sigint_keeps_window), T(abort_keeps_window),
-          T(null_dereference_keeps_window), T(crash_on_thread_keeps_window),
-          T(stack_overflow_on_altstack_keeps_window), T(kill_keeps_window), T(sigpipe_keeps_window),
-          T(sigterm_in_malloc_never_hangs), T(hung_flush_ends_by_watchdog),
-          T(stopped_agent_just_dies), T(vfork_child_crash), T(host_handler_keeps_behavior),
-          T(host_sees_what_it_set), T(ignored_or_blocked_sigterm_stays_so),
-          T(exec_sees_host_dispositions))
+TEST_MAIN(T(python_sigterm_keeps_window), T(sigterm_twice_keeps_window),
+          T(python_sigint_keeps_window), T(abort_keeps_window), T(null_dereference_keeps_window),
+          T(crash_on_thread_keeps_window), T(stack_overflow_on_altstack_keeps_window),
+          T(kill_keeps_window), T(sigpipe_keeps_window), T(sigterm_in_malloc_never_hangs),
+          T(hung_flush_ends_by_watchdog), T(stopped_agent_just_dies), T(vfork_child_crash),
+          T(host_handler_keeps_behavior), T(host_sees_what_it_set),
+          T(ignored_or_blocked_sigterm_stays_so), T(exec_sees_host_dispositions))
