@@ -3,10 +3,14 @@
  * computes it), and the paths of that tree folded by name into a profile. */
 #include "heapsnap.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "vec.h"
 
@@ -162,8 +166,7 @@ static int fail(cp_heapsnap *h, int code, cp_err *err, const char *fmt, ...)
 static int over_limit(cp_heapsnap *h, cp_err *err, uint64_t more, const char *what)
 {
     return fail(h, CP_ELIMIT, err, "%s would hold %.0f MiB, over %s (%.0f MiB)", what,
-                (double)(h->held + more) / MIB, h->lim.limit_name,
-                (double)h->lim.max_bytes / MIB);
+                (double)(h->held + more) / MIB, h->lim.limit_name, (double)h->lim.max_bytes / MIB);
 }
 
 /* Counts more bytes as held; CP_ELIMIT past the limit. */
@@ -417,23 +420,29 @@ static int child_ctx(const cp_heapsnap *h)
         if (!strcmp(h->key, "edges")) return C_EDGES;
         if (!strcmp(h->key, "strings")) return C_STRINGS;
         return C_SKIP;
-    case C_SNAPSHOT: return !strcmp(h->key, "meta") ? C_META : C_SKIP;
+    case C_SNAPSHOT:
+        return !strcmp(h->key, "meta") ? C_META : C_SKIP;
     case C_META:
         if (!strcmp(h->key, "node_fields")) return C_NODE_FIELDS;
         if (!strcmp(h->key, "edge_fields")) return C_EDGE_FIELDS;
         if (!strcmp(h->key, "node_types")) return C_NODE_TYPES;
         if (!strcmp(h->key, "edge_types")) return C_EDGE_TYPES;
         return C_SKIP;
-    case C_NODE_TYPES: return f->index == 0 ? C_NODE_TYPE_NAMES : C_SKIP;
-    case C_EDGE_TYPES: return f->index == 0 ? C_EDGE_TYPE_NAMES : C_SKIP;
+    case C_NODE_TYPES:
+        return f->index == 0 ? C_NODE_TYPE_NAMES : C_SKIP;
+    case C_EDGE_TYPES:
+        return f->index == 0 ? C_EDGE_TYPE_NAMES : C_SKIP;
     case C_NODE_FIELDS:
     case C_EDGE_FIELDS:
     case C_NODE_TYPE_NAMES:
     case C_EDGE_TYPE_NAMES:
-    case C_STRINGS: return f->ctx; /* their strings */
+    case C_STRINGS:
+        return f->ctx; /* their strings */
     case C_NODES:
-    case C_EDGES: return f->ctx;
-    default: return C_SKIP;
+    case C_EDGES:
+        return f->ctx;
+    default:
+        return C_SKIP;
     }
 }
 
@@ -747,9 +756,9 @@ static int type_is(const name_list *l, uint8_t t, const char *name)
 /* The arrays of the dominator pass, all counted against the limit. */
 typedef struct graph {
     uint32_t n, m;
-    uint32_t *first;  /* node i's edges are [first[i], first[i + 1]) */
-    uint32_t *post;   /* postorder number; UINT32_MAX: not reached */
-    uint32_t *order;  /* nodes in postorder */
+    uint32_t *first; /* node i's edges are [first[i], first[i + 1]) */
+    uint32_t *post;  /* postorder number; UINT32_MAX: not reached */
+    uint32_t *order; /* nodes in postorder */
     uint32_t reached;
     uint32_t *pfirst; /* predecessors of node i: preds[pfirst[i] .. pfirst[i + 1]) */
     uint32_t *preds;
@@ -800,9 +809,10 @@ static int build(cp_heapsnap *h, graph *g, cp_err *err)
         return fail(h, CP_EPARSE, err, "nodes or edges end in the middle of a record");
     uint64_t n = h->nvals / (uint64_t)h->nf, m = h->evals / (uint64_t)h->ef;
     if ((h->node_count && h->node_count != n) || (h->edge_count && h->edge_count != m))
-        return fail(h, CP_EPARSE, err, "%llu nodes and %llu edges where the meta says %llu and %llu",
-                    (unsigned long long)n, (unsigned long long)m,
-                    (unsigned long long)h->node_count, (unsigned long long)h->edge_count);
+        return fail(h, CP_EPARSE, err,
+                    "%llu nodes and %llu edges where the meta says %llu and %llu",
+                    (unsigned long long)n, (unsigned long long)m, (unsigned long long)h->node_count,
+                    (unsigned long long)h->edge_count);
     if (n == 0) return fail(h, CP_EPARSE, err, "no nodes");
     g->n = (uint32_t)n;
     g->m = (uint32_t)m;
@@ -1222,5 +1232,48 @@ int cp_heapsnap_finish(cp_heapsnap *h, cp_profile *out, cp_heapsnap_stats *st, c
         st->frames = frames;
     }
     graph_free(h, &g);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------
+ * Files */
+
+int cp_heapsnap_looks_like(const void *head, size_t n)
+{
+    const char *p = head, *end = p + n;
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+        p++;
+    return (size_t)(end - p) >= 11 && !memcmp(p, "{\"snapshot\"", 11);
+}
+
+int cp_heapsnap_read_file(const char *path, const cp_heapsnap_limits *lim, cp_profile *out,
+                          cp_heapsnap_stats *st, cp_err *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return cp_err_set(err, CP_EIO, "cannot open: %s", strerror(errno));
+    cp_heapsnap *h = NULL;
+    char *buf = malloc(1 << 20);
+    cp_err e = {0};
+    struct stat sb;
+    int rc = CP_ENOMEM;
+    if (!buf || cp_heapsnap_create(lim, &h)) {
+        cp_err_set(&e, rc, "out of memory");
+        goto done;
+    }
+    ssize_t n;
+    while ((n = read(fd, buf, 1 << 20)) > 0)
+        if ((rc = cp_heapsnap_feed(h, buf, (size_t)n, &e))) goto done;
+    if (n < 0) {
+        rc = cp_err_set(&e, CP_EIO, "read: %s", strerror(errno));
+        goto done;
+    }
+    if ((rc = cp_heapsnap_finish(h, out, st, &e))) goto done;
+    if (fstat(fd, &sb) == 0)
+        out->time_nanos = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+done:
+    if (rc && err) *err = e;
+    cp_heapsnap_destroy(h);
+    free(buf);
+    close(fd);
     return rc;
 }

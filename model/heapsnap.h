@@ -26,11 +26,11 @@ void cp_heapsnap_limits_default(cp_heapsnap_limits *lim);
 
 typedef struct cp_heapsnap_stats {
     uint64_t nodes, edges, strings;
-    uint64_t reachable;    /* nodes the root reaches (itself not counted): the objects */
-    uint64_t total_bytes;  /* their self sizes: the profile's total */
-    uint64_t held_bytes;   /* the parser's peak memory, counted against max_bytes */
-    uint32_t passes;       /* of the dominator computation */
-    uint32_t frames;       /* paths in the profile */
+    uint64_t reachable;   /* nodes the root reaches (itself not counted): the objects */
+    uint64_t total_bytes; /* their self sizes: the profile's total */
+    uint64_t held_bytes;  /* the parser's peak memory, counted against max_bytes */
+    uint32_t passes;      /* of the dominator computation */
+    uint32_t frames;      /* paths in the profile */
 } cp_heapsnap_stats;
 
 typedef struct cp_heapsnap cp_heapsnap;
@@ -48,5 +48,14 @@ int cp_heapsnap_feed(cp_heapsnap *h, const char *buf, size_t len, cp_err *err);
 int cp_heapsnap_finish(cp_heapsnap *h, cp_profile *out, cp_heapsnap_stats *st, cp_err *err);
 /* Frees h; NULL is fine. */
 void cp_heapsnap_destroy(cp_heapsnap *h);
+
+/* Whether head (a file's first n bytes) starts like a snapshot: {"snapshot" after any
+ * whitespace. */
+int cp_heapsnap_looks_like(const void *head, size_t n);
+/* The snapshot in file path as a retainer profile into out (empty), streamed in 1 MiB
+ * reads; time_nanos is the file's modification time. Errors as above, and CP_EIO (the
+ * caller names the file). */
+int cp_heapsnap_read_file(const char *path, const cp_heapsnap_limits *lim, cp_profile *out,
+                          cp_heapsnap_stats *st, cp_err *err);
 
 #endif
