@@ -4,6 +4,7 @@
  * once, its last byte made a NUL, so every name ends inside it). Names are only looked at
  * when a pc is named: copying them all cost more than the rest of the build. */
 #include "elfnames.h"
+#include "guard.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -797,6 +798,7 @@ static int run_job(const char *path, const uint8_t *build_id, uint32_t build_id_
 int cp_elfnames_create(const char *path, const uint8_t *build_id, uint32_t build_id_len,
                        const char *debug_dir, cp_elfnames **out)
 {
+    CP_ASSERT_AGENT_THREAD();
     *out = NULL;
     cp_elfnames *t = calloc(1, sizeof(*t));
     if (!t) return CP_ENOMEM;
@@ -814,6 +816,7 @@ int cp_elfnames_create(const char *path, const uint8_t *build_id, uint32_t build
 int cp_elfnames_scan(const char *path, const uint8_t *build_id, uint32_t build_id_len,
                      const char *debug_dir, const uint64_t *vaddrs, uint32_t n, char **names)
 {
+    CP_ASSERT_AGENT_THREAD();
     for (uint32_t i = 0; i < n; i++)
         names[i] = NULL;
     for (uint32_t i = 1; i < n; i++)

@@ -31,4 +31,14 @@ void cp_guard_agent_thread_begin(int main);
 /* In a fork child: the parent's agent thread does not exist here (cp_agent_tid = 0). */
 void cp_guard_after_fork_child(void);
 
+/* "Agent thread only", asserted where a header says it (Debug and sanitizer builds,
+ * model/check.h): while an agent thread exists only it may call; with none (a fork child
+ * before its agent starts, unit tests) any thread may. A failure names func and where. */
+#ifdef CONTPROF_ASSERTS
+void cp_guard_check_agent_thread(const char *file, int line, const char *func);
+#define CP_ASSERT_AGENT_THREAD() cp_guard_check_agent_thread(__FILE__, __LINE__, __func__)
+#else
+#define CP_ASSERT_AGENT_THREAD() ((void)0)
+#endif
+
 #endif

@@ -2,6 +2,7 @@
  * and reading the worker's name and thread id from the node::worker::Worker object,
  * defensively (README.md "Isolates"). */
 #include "nodeworker.h"
+#include "guard.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -111,6 +112,7 @@ static int read_self(uintptr_t addr, void *buf, uint32_t n)
 
 int cp_nodeworker_label(uintptr_t addr, char label[16])
 {
+    CP_ASSERT_AGENT_THREAD();
     uint8_t obj[OBJ_MAX];
     if (!addr) return CP_ENOTFOUND;
     /* The object may end just before an unmapped page: the read is split at the page

@@ -3,6 +3,7 @@
  * lines only), bounded, never mmap'd; looked up by address, a later line winning over an
  * earlier one for an overlapping range. */
 #include "perfmap.h"
+#include "guard.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -240,6 +241,7 @@ static int merge_new(uint32_t old)
 
 int cp_perfmap_refresh(const char *path)
 {
+    CP_ASSERT_AGENT_THREAD();
     char def[64];
     if (!path) {
         snprintf(def, sizeof(def), "/tmp/perf-%d.map", (int)getpid());
@@ -304,6 +306,7 @@ out:
 
 int cp_perfmap_lookup(uint64_t addr, const char **name, size_t *len, uint32_t *slot)
 {
+    CP_ASSERT_AGENT_THREAD();
     /* the last entry starting at or below addr */
     uint32_t lo = 0, hi = pm.n;
     while (lo < hi) {
@@ -336,6 +339,7 @@ uint64_t cp_perfmap_get_tag(uint32_t slot)
 
 void cp_perfmap_set_tag(uint32_t slot, uint64_t tag)
 {
+    CP_ASSERT_AGENT_THREAD();
     if (slot < pm.n) pm.e[slot].tag = tag;
 }
 
@@ -346,6 +350,7 @@ void cp_perfmap_get_stats(cp_perfmap_stats *st)
 
 void cp_perfmap_reset(void)
 {
+    CP_ASSERT_AGENT_THREAD();
     reset_all();
     pm.found = 0;
 }

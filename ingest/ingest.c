@@ -42,6 +42,8 @@ typedef struct part {
     int64_t durable;    /* next offset written to the store; -1 = none */
     int64_t known_from; /* the ring below lists every unstored offset from here on */
     uint64_t lost;
+    uint64_t resets; /* times its log was found behind its stored offset (offset_reset) */
+    int64_t start;   /* the offset it was assigned at (offset_reset restarts others there) */
     int64_t lost_to; /* offsets below were counted as lost already (a batch read again after
                         a store failure must not count its gap twice) */
     uint32_t r0, nr; /* ring of unstored ranges, oldest at r0 */
@@ -386,13 +388,25 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             /* A new log (contprofd's embedded broker starts empty): offsets stored by an
              * earlier process point into a log that is gone; skipping up to them would drop
              * new messages as if they were stored. */
-            if (rc == 0 && in->o.new_log && !(p && p->ours)) rc = CP_ENOTFOUND;
+            if (rc == 0 && in->o.new_log && !(p && p->ours)) {
+                rc = CP_ENOTFOUND;
+                if (next > 0 && p) {
+                    cp_log_warn("ingest: %s [%d]: offsets up to %lld were stored from an earlier "
+                                "log of the embedded broker, which started empty: the new log is "
+                                "read from its start (offset reset)",
+                                tp->topic, tp->partition, (long long)next);
+                    pthread_mutex_lock(&in->mu);
+                    p->resets++;
+                    in->st.offset_resets++;
+                    pthread_mutex_unlock(&in->mu);
+                }
+            }
             if (rc == 0) {
                 tp->offset = next;
             } else {
                 if (rc != CP_ENOTFOUND) cp_log_error("ingest: %s", e.msg);
                 /* Offset 0 rather than BEGINNING: the same start (a log that begins later
-                 * is out of range, and auto.offset.reset=earliest moves to its start), but
+                 * is out of range, and offset_reset moves to its start), but
                  * without librdkafka's offset query, which a partition assigned before its
                  * leader is known retries only after 500 ms: a sender waiting for its first
                  * windows to be stored would wait that long. */
@@ -403,6 +417,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             }
             if (p) {
                 pthread_mutex_lock(&in->mu);
+                p->start = tp->offset;
                 p->assigned = 1;
                 p->next = next;
                 p->seen = 1;
@@ -899,6 +914,92 @@ static int apply(cp_ingest *in, slot *sl)
     return 0;
 }
 
+/* The consumer could not fetch partition pn at offset `at`: out of the log's range
+ * (auto.offset.reset=error hands the decision here). Below the log's start, the broker
+ * removed offsets before they were read: read from the start, apply() counts them lost.
+ * At or past its end, the log is not the one the stored offset counts in (a broker that
+ * restarted empty, a topic deleted and created again): read the new log from its start,
+ * its offsets stored from there on, counted in contprof_ingest_offset_resets_total and
+ * logged. The open batch is written first, so the reset offset goes in a batch of its own
+ * messages, as every offset does. */
+static void offset_reset(cp_ingest *in, const char *topic, int32_t pn, int64_t at)
+{
+    part *p = part_get(in, pn);
+    if (!p || !p->assigned) return;
+    if (commit(in)) return; /* paused; the resume seeks to the stored offsets */
+    int64_t lo = -1, hi = -1;
+    rd_kafka_resp_err_t ke = rd_kafka_query_watermark_offsets(in->rk, topic, pn, &lo, &hi, 5000);
+    if (ke) {
+        /* the broker did not answer: try the start of a log that begins at 0; if it does
+         * not, the fetch fails again and this runs again */
+        cp_log_warn("ingest: %s [%d]: offset %lld is out of the log's range and its range is "
+                    "unknown (%s): reading from offset 0",
+                    topic, pn, (long long)at, rd_kafka_err2str(ke));
+        lo = 0;
+        hi = 0;
+    }
+    if (at < lo) {
+        cp_log_warn("ingest: %s [%d]: offset %lld was removed from the broker before it was "
+                    "read; the log starts at %lld",
+                    topic, pn, (long long)at, (long long)lo);
+    } else {
+        char msg[300];
+        snprintf(msg, sizeof msg,
+                 "%s [%d]: the log holds offsets %lld..%lld, before the stored offset %lld (the "
+                 "broker restarted empty, or the topic was recreated): read from %lld (offset "
+                 "reset)",
+                 topic, pn, (long long)lo, (long long)hi - 1, (long long)at, (long long)lo);
+        cp_log_warn("ingest: %s", msg);
+        note_error(in, msg);
+        pthread_mutex_lock(&in->mu);
+        p->resets++;
+        in->st.offset_resets++;
+        /* the offsets senders ask about are the new log's from here on */
+        p->next = lo;
+        p->durable = lo;
+        p->known_from = lo;
+        p->lost_to = lo;
+        p->nr = p->r0 = 0;
+        pthread_mutex_unlock(&in->mu);
+        p->ours = 1;
+        cp_store_batch_set_offset(in->batch, topic, pn, lo);
+        if (!in->pending++) in->batch_start = mono_ns();
+        if (commit(in)) return;
+    }
+    /* The fetcher stopped at the error and a seek cannot start it again: the partition is
+     * assigned anew at lo. Eager (and static) assignment replaces the whole list, so every
+     * other partition restarts where it stands: the batch is written, so at its stored
+     * offset, or where it was assigned if it has read nothing. */
+    p->start = lo;
+    rd_kafka_topic_partition_list_t *l = NULL;
+    rd_kafka_error_t *e = NULL;
+    if (in->cooperative) {
+        l = rd_kafka_topic_partition_list_new(1);
+        if (!l) return;
+        rd_kafka_topic_partition_list_add(l, topic, pn)->offset = lo;
+        e = rd_kafka_incremental_unassign(in->rk, l);
+        if (!e) e = rd_kafka_incremental_assign(in->rk, l);
+    } else if (!rd_kafka_assignment(in->rk, &l) && l) {
+        for (int i = 0; i < l->cnt; i++) {
+            part *q = part_get(in, l->elems[i].partition);
+            if (l->elems[i].partition == pn && !strcmp(l->elems[i].topic, topic))
+                l->elems[i].offset = lo;
+            else if (q)
+                l->elems[i].offset = q->next >= 0 ? q->next : q->start;
+        }
+        rd_kafka_resp_err_t ae = rd_kafka_assign(in->rk, l);
+        if (ae)
+            cp_log_error("ingest: %s [%d]: assigning again at %lld: %s", topic, pn, (long long)lo,
+                         rd_kafka_err2str(ae));
+    }
+    if (e) {
+        cp_log_error("ingest: %s [%d]: assigning again at %lld: %s", topic, pn, (long long)lo,
+                     rd_kafka_error_string(e));
+        rd_kafka_error_destroy(e);
+    }
+    if (l) rd_kafka_topic_partition_list_destroy(l);
+}
+
 /* Admits, decodes (in parallel) and stores the polled chunk, in order. */
 static void process_chunk(cp_ingest *in)
 {
@@ -1019,6 +1120,11 @@ static void *run(void *arg)
         while (m) {
             if (!m->err) {
                 in->slots[in->nslots++].m = m;
+            } else if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET && m->rkt) {
+                /* what was read before it is stored first, in order */
+                if (in->nslots) process_chunk(in);
+                offset_reset(in, rd_kafka_topic_name(m->rkt), m->partition, m->offset);
+                rd_kafka_message_destroy(m);
             } else {
                 if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
                     char msg[300];
@@ -1180,7 +1286,7 @@ int cp_ingest_create(const cp_ingest_options *opt, cp_store *store, cp_ingest **
         (rc = conf_set(c, "group.id", opt->group_id ? opt->group_id : "contprofd", err)) ||
         (rc = conf_set(c, "enable.auto.commit", "false", err)) ||
         (rc = conf_set(c, "enable.auto.offset.store", "false", err)) ||
-        (rc = conf_set(c, "auto.offset.reset", "earliest", err)) ||
+        (rc = conf_set(c, "auto.offset.reset", "error", err)) || /* offset_reset */
         (rc = conf_set(c, "fetch.wait.max.ms", "20", err)) ||
         /* large fetches: a burst into one partition is read in few round trips */
         (rc = conf_set(c, "max.partition.fetch.bytes", "16777216", err)) ||
@@ -1417,6 +1523,19 @@ static int ingest_labelled(cp_ingest *in, cp_metrics_out *o, const char *last_er
         snprintf(p, sizeof p, "%u", i);
         rc = cp_metrics_out_u64(o, NULL, (cp_metric_label[]){{"partition", p}}, 1,
                                 in->parts.v[i].lost);
+    }
+    if (!rc)
+        rc = cp_metrics_out_family(o, "contprof_ingest_offset_resets_total",
+                                   "Times a partition's log was found behind its stored offset "
+                                   "(a broker restarted empty, a topic recreated) and read "
+                                   "from its start.",
+                                   CP_METRIC_COUNTER);
+    for (uint32_t i = 0; i < in->parts.n && !rc; i++) {
+        if (!in->parts.v[i].seen) continue;
+        char p[16];
+        snprintf(p, sizeof p, "%u", i);
+        rc = cp_metrics_out_u64(o, NULL, (cp_metric_label[]){{"partition", p}}, 1,
+                                in->parts.v[i].resets);
     }
     for (int k = 0; k < 2 && !rc; k++) {
         rc = cp_metrics_out_scalar(o, k ? "contprof_ingest_ready" : "contprof_ingest_running",

@@ -89,6 +89,8 @@ typedef struct cp_ingest_stats {
     int ready;              /* partitions have been assigned once: the consumer reads */
     uint64_t dlq_truncated; /* bad messages too large for the DLQ, sent as a truncated copy */
     char last_error[256];   /* the latest error of any kind (DLQ, consumer), "" if none */
+    uint64_t offset_resets; /* a partition's log found behind its stored offset (a broker
+                               restarted empty, a topic recreated): read from its start */
 } cp_ingest_stats;
 
 /* What became of the offsets of one partition, for senders that wait until what they sent

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "json.h"
 #include "vec.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -343,27 +344,7 @@ static int str_bytes(cp_heapsnap *h, const char *s, size_t n, cp_err *err)
 static int put_codepoint(cp_heapsnap *h, uint32_t cp, cp_err *err)
 {
     char u[4];
-    size_t n;
-    if (cp < 0x80) {
-        u[0] = (char)cp;
-        n = 1;
-    } else if (cp < 0x800) {
-        u[0] = (char)(0xc0 | cp >> 6);
-        u[1] = (char)(0x80 | (cp & 0x3f));
-        n = 2;
-    } else if (cp < 0x10000) {
-        u[0] = (char)(0xe0 | cp >> 12);
-        u[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-        u[2] = (char)(0x80 | (cp & 0x3f));
-        n = 3;
-    } else {
-        u[0] = (char)(0xf0 | cp >> 18);
-        u[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-        u[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
-        u[3] = (char)(0x80 | (cp & 0x3f));
-        n = 4;
-    }
-    return str_bytes(h, u, n, err);
+    return str_bytes(h, u, cp_utf8_put(cp, u), err);
 }
 
 static int name_to(name_list *l, const char *s, size_t n)

@@ -51,6 +51,30 @@ int cp_json_escape(cp_buf *b, const char *s, size_t n)
     return 0;
 }
 
+size_t cp_utf8_put(uint32_t cp, char out[4])
+{
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char)(0xc0 | cp >> 6);
+        out[1] = (char)(0x80 | (cp & 0x3f));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xe0 | cp >> 12);
+        out[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+        out[2] = (char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    out[0] = (char)(0xf0 | cp >> 18);
+    out[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+    out[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+    out[3] = (char)(0x80 | (cp & 0x3f));
+    return 4;
+}
+
 /* ===== reading ======================================================================= */
 
 /* Objects and arrays open at once. The API's trees nest two per frame (a node, its children):
@@ -143,21 +167,7 @@ static char *string(rd *r)
             r->i += 6;
             u = 0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00);
         }
-        if (u < 0x80) {
-            d[j++] = (char)u;
-        } else if (u < 0x800) {
-            d[j++] = (char)(0xc0 | (u >> 6));
-            d[j++] = (char)(0x80 | (u & 0x3f));
-        } else if (u < 0x10000) {
-            d[j++] = (char)(0xe0 | (u >> 12));
-            d[j++] = (char)(0x80 | ((u >> 6) & 0x3f));
-            d[j++] = (char)(0x80 | (u & 0x3f));
-        } else {
-            d[j++] = (char)(0xf0 | (u >> 18));
-            d[j++] = (char)(0x80 | ((u >> 12) & 0x3f));
-            d[j++] = (char)(0x80 | ((u >> 6) & 0x3f));
-            d[j++] = (char)(0x80 | (u & 0x3f));
-        }
+        j += cp_utf8_put(u, d + j);
     }
     free(d);
     return NULL;

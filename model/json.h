@@ -37,6 +37,10 @@ struct cp_json {
  * may then hold part of the text). */
 int cp_json_escape(cp_buf *b, const char *s, size_t n);
 
+/* Writes code point cp (at most 0x10FFFF) as UTF-8 into out; returns its length, 1 to 4. The
+ * one encoder behind every reader's \u escapes (this one, sourcemap.c, heapsnap.c). */
+size_t cp_utf8_put(uint32_t cp, char out[4]);
+
 /* Parses text[0..len) (one value, whitespace around it allowed). On success *out is the
  * caller's (cp_json_free). CP_EPARSE with err naming the byte offset, or CP_ENOMEM. */
 int cp_json_parse(const char *text, size_t len, cp_json **out, cp_err *err);

@@ -15,9 +15,16 @@
 #include "error.h"
 #include "vec.h"
 
-/* The largest map read (esbuild's map of a 10 MB bundle is ~30 MB) and the most segments. */
+/* The largest map read (esbuild's map of a 10 MB bundle is ~30 MB), the most segments,
+ * sources and names. A decoded map holds at most CP_V8_SMAP_MAX_RATIO times its text plus
+ * CP_V8_SMAP_MIN_BUDGET bytes (a segment, 20 bytes, is 2-8 characters of mappings; a
+ * string its own length plus a NUL and a 4-byte offset), checked before each allocation. */
 #define CP_V8_SMAP_MAX_BYTES ((size_t)64 << 20)
 #define CP_V8_SMAP_MAX_SEGMENTS (1u << 24)
+#define CP_V8_SMAP_MAX_SOURCES (1u << 20)
+#define CP_V8_SMAP_MAX_NAMES (1u << 22)
+#define CP_V8_SMAP_MAX_RATIO 8
+#define CP_V8_SMAP_MIN_BUDGET ((size_t)64 << 10)
 
 typedef struct cp_v8_smap cp_v8_smap;
 
@@ -31,11 +38,29 @@ typedef struct cp_v8_smap_pos {
     uint32_t source_index; /* of source in the map's sources */
 } cp_v8_smap_pos;
 
-/* Parses a source map's JSON text (len bytes, need not end in NUL). On success *out is a
- * new map the caller frees with cp_v8_smap_destroy. Returns 0, CP_EPARSE (err naming the
- * problem: not JSON, version, a bad VLQ digit at mappings offset N, an index out of
- * range), CP_ELIMIT or CP_ENOMEM. Index maps ("sections") are refused with CP_EPARSE. */
+/* Parses a source map's JSON text (len bytes, need not end in NUL; not retained). On
+ * success *out is a new map the caller frees with cp_v8_smap_destroy. Returns 0, CP_EPARSE
+ * (err naming the problem: not JSON at byte N, version, a bad VLQ digit at mappings offset
+ * N, an index out of range), CP_ELIMIT (err naming the limit: bytes, segments, sources,
+ * names, the decoded size) or CP_ENOMEM. Index maps ("sections") are refused with
+ * CP_EPARSE. No JSON tree is built: what it allocates is what the map holds. */
 int cp_v8_smap_create(const char *text, size_t len, cp_v8_smap **out, cp_err *err);
+
+/* What one parse may take: max_bytes held once decoded (0 = only the built-in ratio), and
+ * a CLOCK_MONOTONIC deadline (cp_mono_ns; 0 = none), read as it goes: past it, CP_ELIMIT
+ * "past the deadline". */
+typedef struct cp_v8_smap_limits {
+    size_t max_bytes;
+    const char *max_bytes_name; /* what errors call max_bytes (a config key); may be NULL */
+    int64_t deadline_ns;
+} cp_v8_smap_limits;
+
+/* cp_v8_smap_create within lim (may be NULL). */
+int cp_v8_smap_create_within(const char *text, size_t len, const cp_v8_smap_limits *lim,
+                             cp_v8_smap **out, cp_err *err);
+
+/* The bytes m holds (every allocation of it, exactly as counted against max_bytes). */
+size_t cp_v8_smap_bytes(const cp_v8_smap *m);
 
 /* Frees m; NULL is fine. */
 void cp_v8_smap_destroy(cp_v8_smap *m);

@@ -267,12 +267,16 @@ static int json_str(cp_buf *b, const char *s)
 }
 
 /* Names the frames agents left unsymbolized (CONTPROF_SYMBOLIZE=server, stripped objects)
- * from the tenant's uploaded symbols and the configured directories. */
-static int name_frames(cp_api *a, const char *tenant, cp_profile *p, cp_err *err)
+ * from the tenant's uploaded symbols and the configured directories, until the query's
+ * deadline (CP_ELIMIT past it: store_error answers 503 naming query.timeout). */
+static int name_frames(cp_api *a, const char *tenant, cp_profile *p, int64_t deadline_ns,
+                       cp_err *err)
 {
     if (!a->o.symbols || !p) return 0;
-    if (cp_symbols_name(a->o.symbols, tenant, p, NULL))
-        return cp_err_set(err, CP_ENOMEM, "out of memory while naming frames");
+    int rc = cp_symbols_name_until(a->o.symbols, tenant, p, deadline_ns, NULL);
+    if (rc == CP_ELIMIT)
+        return cp_err_set(err, CP_ELIMIT, "naming frames through symbols and source maps");
+    if (rc) return cp_err_set(err, CP_ENOMEM, "out of memory while naming frames");
     return 0;
 }
 
@@ -319,8 +323,8 @@ static void symbols_map(const api_call *c, cp_http_response *r)
         return;
     }
     cp_log_info("symbols: tenant %s uploaded the source map of %s (%u sources, %u segments, "
-                "%zu bytes)",
-                tenant, res.script, res.sources, res.segments, res.map_bytes);
+                "%zu bytes, %zu decoded)",
+                tenant, res.script, res.sources, res.segments, res.map_bytes, res.held_bytes);
     /* every node names its part: every node keeps the map, under the same script */
     cp_buf pq = {0};
     if (cp_buf_printf(&pq, "/api/v1/symbols?name=") || cp_url_encode(&pq, res.script) ||
@@ -333,8 +337,9 @@ static void symbols_map(const api_call *c, cp_http_response *r)
     cp_buf_close(&pq);
     if (cp_buf_printf(&r->body, "{\"tenant\":") || json_str(&r->body, tenant) ||
         cp_buf_printf(&r->body, ",\"script\":") || json_str(&r->body, res.script) ||
-        cp_buf_printf(&r->body, ",\"sources\":%u,\"segments\":%u,\"map_bytes\":%zu}\n", res.sources,
-                      res.segments, res.map_bytes))
+        cp_buf_printf(&r->body,
+                      ",\"sources\":%u,\"segments\":%u,\"map_bytes\":%zu,\"held_bytes\":%zu}\n",
+                      res.sources, res.segments, res.map_bytes, res.held_bytes))
         oom(r);
 }
 
@@ -457,7 +462,7 @@ static void ep_profile(const api_call *c, cp_http_response *r)
     cp_err err = {0};
     cp_profile *p = NULL;
     int rc = c->rd->profile(c->rd, q, &p, &err);
-    if (!rc) rc = name_frames(c->a, q->tenant, p, &err);
+    if (!rc) rc = name_frames(c->a, q->tenant, p, c->req->deadline_ns, &err);
     if (rc) {
         store_error(c->req, rc, &err, r);
         cp_profile_destroy(p);
@@ -546,8 +551,8 @@ static void ep_diff(const api_call *c, cp_http_response *r)
     cp_profile *p = NULL, *b = NULL;
     int rc = c->rd->profile(c->rd, q, &p, &err);
     if (!rc) rc = c->rd->profile(c->rd, bq, &b, &err);
-    if (!rc) rc = name_frames(c->a, q->tenant, p, &err);
-    if (!rc) rc = name_frames(c->a, q->tenant, b, &err);
+    if (!rc) rc = name_frames(c->a, q->tenant, p, c->req->deadline_ns, &err);
+    if (!rc) rc = name_frames(c->a, q->tenant, b, c->req->deadline_ns, &err);
     if (rc) {
         store_error(req, rc, &err, r);
         goto out;

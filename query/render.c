@@ -20,6 +20,9 @@ typedef struct names {
     uint32_t *slots; /* index + 1 */
     uint32_t nslots;
     CP_VEC(char *) owned; /* synthesized names ("libc.so.6+0x29d8f") */
+    CP_VEC(const char *)
+    mod; /* per name: its object's base name, from the first mapped
+            location seen with it; NULL: none (language frames) */
 } names;
 
 static void names_close(names *n)
@@ -29,6 +32,7 @@ static void names_close(names *n)
     for (uint32_t i = 0; i < n->owned.n; i++)
         free(n->owned.v[i]);
     free(n->owned.v);
+    free(n->mod.v);
     memset(n, 0, sizeof *n);
 }
 
@@ -63,7 +67,7 @@ static int names_intern(names *n, const char *s, uint32_t *id)
         }
         j = (j + 1) & (n->nslots - 1);
     }
-    if (cp_vec_push(&n->s, s)) return CP_ENOMEM;
+    if (cp_vec_push(&n->s, s) || cp_vec_push(&n->mod, (const char *)NULL)) return CP_ENOMEM;
     n->slots[j] = n->s.n;
     *id = n->s.n - 1;
     return 0;
@@ -81,13 +85,28 @@ static void frames_close(frames *f)
     free(f->ids.v);
 }
 
+/* The base name of the object a location's code is in ("workerd", "libc.so.6"), pointing
+ * into p's strings; NULL when it has no mapping naming an object (language frames: perf-map
+ * JIT code, the V8 source's and Python's frames). */
+static const char *location_module(const cp_profile *p, const cp_location *loc)
+{
+    if (!loc->mapping_id || loc->mapping_id > p->mappings.n) return NULL;
+    const cp_mapping *m = &p->mappings.v[loc->mapping_id - 1];
+    const char *file = cp_profile_str(p, m->filename), *bid = cp_profile_str(p, m->build_id);
+    if (!cp_mapping_names_object(file, strlen(file), strlen(bid))) return NULL;
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    return *base ? base : *bid ? bid : NULL;
+}
+
 static int frames_build(const cp_profile *p, names *nm, frames *f)
 {
     if (cp_vec_reserve(&f->off, (size_t)p->locations.n + 1)) return CP_ENOMEM;
     for (uint32_t i = 0; i < p->locations.n; i++) {
         const cp_location *loc = &p->locations.v[i];
         f->off.v[f->off.n++] = f->ids.n;
-        uint32_t id;
+        const char *mod = location_module(p, loc);
+        uint32_t id, first = f->ids.n;
         int any = 0;
         for (uint32_t k = 0; k < loc->nlines; k++) {
             if (loc->line_off + k >= p->lines.n) break;
@@ -112,6 +131,8 @@ static int frames_build(const cp_profile *p, names *nm, frames *f)
             }
             if (names_intern(nm, d, &id) || cp_vec_push(&f->ids, id)) return CP_ENOMEM;
         }
+        for (uint32_t k = first; mod && k < f->ids.n; k++)
+            if (!nm->mod.v[f->ids.v[k]]) nm->mod.v[f->ids.v[k]] = mod;
     }
     f->off.v[f->off.n] = f->ids.n;
     return 0;
@@ -780,6 +801,11 @@ int cp_render_tree_json(const cp_profile *p, int vi, const cp_profile *base, int
                                    esc_off[tn->name + 1] - esc_off[tn->name]);
             else if (!rc)
                 rc = cp_buf_append(out, "total", 5);
+            if (!rc && node && nm.mod.v[tn->name]) {
+                const char *m = nm.mod.v[tn->name];
+                rc = cp_buf_append(out, "\",\"module\":\"", 12);
+                if (!rc) rc = cp_json_escape(out, m, strlen(m));
+            }
             if (!rc) rc = cp_buf_append(out, "\",\"self\":", 9);
             if (!rc) rc = put_i64(out, tn->self[0]);
             if (!rc) rc = cp_buf_append(out, ",\"total\":", 9);

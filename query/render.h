@@ -50,7 +50,10 @@ typedef struct cp_render_tree_opts {
 
 /* Appends a JSON object {<extra_json>"sample_type":{...},"total":N,"nodes":K,
  * "total_nodes":M,"root":{"name":"total","self":..,"total":..,"children":[...]}}.
- * Children are sorted by name; a node without children has no "children" member.
+ * Children are sorted by name; a node without children has no "children" member. A frame
+ * of native code carries "module" after its name: the base name of the object its
+ * location is mapped to ("workerd", "libc.so.6"; the first seen for a name); language
+ * frames (locations without such a mapping) carry none.
  * max_nodes > 0 keeps the max_nodes nodes with the largest totals and folds each pruned
  * subtree into its parent's self, so totals stay exact. If base is not NULL (a diff),
  * every node also carries "base_self" and "base_total" from base (value column base_vi),

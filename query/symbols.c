@@ -5,6 +5,7 @@
  * unsymbolized locations, and rewrite its V8 frames, just before it is rendered. */
 #include "symbols.h"
 
+#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "demangle.h"
 #include "log.h"
 #include "sourcemap.h"
+#include "times.h"
 
 #define NEGATIVE_TTL_NS (30LL * 1000000000LL) /* how long "no table" is believed */
 
@@ -23,10 +25,11 @@ typedef struct entry {
     struct entry *next;
     char tenant[CP_TENANT_MAX + 1];
     char id[CP_BUILD_ID_HEX_MAX + 1];
-    uint8_t *blob; /* NULL: known to be absent (until expires_ns) */
-    size_t len;
+    int present;      /* 0: known to be absent (until expires_ns) */
+    uint8_t *blob;    /* an ELF table's bytes (cp_symtab reads them in place) */
+    size_t len;       /* the bytes held: the table's, or the decoded map's (cp_v8_smap_bytes) */
     cp_symtab t;      /* an ELF table's (id a build ID) */
-    cp_v8_smap *smap; /* a source map's (id "js:" SCRIPT): blob is its JSON */
+    cp_v8_smap *smap; /* a source map's (id "js:" SCRIPT); its JSON is not kept */
     int64_t expires_ns;
     uint64_t used; /* LRU tick */
     uint32_t refs;
@@ -75,12 +78,24 @@ cp_symbols *cp_symbols_create(const cp_symbols_options *o)
     return sy;
 }
 
+/* Gives freed memory back to the system: a map's strings and tables are many mid-sized
+ * blocks that glibc keeps in its arenas otherwise (a 28 MB map's transient copies once
+ * stayed resident for good). */
+static void trim(void)
+{
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+}
+
 static void entry_free(entry *e)
 {
     if (!e) return;
+    int big = e->smap && e->len >= ((size_t)1 << 20);
     cp_v8_smap_destroy(e->smap);
     free(e->blob);
     free(e);
+    if (big) trim();
 }
 
 void cp_symbols_destroy(cp_symbols *sy)
@@ -115,7 +130,7 @@ static void evict(cp_symbols *sy, int64_t now)
 {
     for (entry **pp = &sy->head; *pp;) {
         entry *e = *pp;
-        if (!e->blob && !e->refs && now >= e->expires_ns) {
+        if (!e->present && !e->refs && now >= e->expires_ns) {
             *pp = e->next;
             entry_free(e);
         } else {
@@ -125,7 +140,7 @@ static void evict(cp_symbols *sy, int64_t now)
     while (sy->bytes > sy->o.cache_bytes) {
         entry *victim = NULL;
         for (entry *e = sy->head; e; e = e->next)
-            if (!e->refs && e->blob && (!victim || e->used < victim->used)) victim = e;
+            if (!e->refs && e->present && (!victim || e->used < victim->used)) victim = e;
         if (!victim) return;
         unlink_entry(sy, victim);
         entry_free(victim);
@@ -136,7 +151,7 @@ static entry *find_locked(cp_symbols *sy, const char *tenant, const char *id, in
 {
     for (entry *e = sy->head; e; e = e->next) {
         if (e->stale || strcmp(e->id, id) != 0 || strcmp(e->tenant, tenant) != 0) continue;
-        if (!e->blob && now >= e->expires_ns) continue; /* an expired "absent" */
+        if (!e->present && now >= e->expires_ns) continue; /* an expired "absent" */
         return e;
     }
     return NULL;
@@ -192,8 +207,11 @@ static void load_from_dirs(cp_symbols *sy, const char *id, uint8_t **blob, size_
     }
 }
 
-/* The table of (tenant, id), acquired (release it), or NULL. tenant "" = directories. */
-static entry *acquire(cp_symbols *sy, const char *tenant, const char *id)
+/* The table of (tenant, id), acquired (release it), or NULL. tenant "" = directories. A
+ * source map is decoded within symbols.max_table_bytes and until deadline_ns (0 = none);
+ * *late (may be NULL) is set when the deadline stopped it (nothing is remembered then). */
+static entry *acquire(cp_symbols *sy, const char *tenant, const char *id, int64_t deadline_ns,
+                      int *late)
 {
     if (strlen(tenant) > CP_TENANT_MAX || strlen(id) > CP_BUILD_ID_HEX_MAX) return NULL;
     int64_t now = mono_ns();
@@ -201,9 +219,9 @@ static entry *acquire(cp_symbols *sy, const char *tenant, const char *id)
     entry *e = find_locked(sy, tenant, id, now);
     if (e) {
         e->used = ++sy->tick;
-        if (e->blob) e->refs++;
+        if (e->present) e->refs++;
         pthread_mutex_unlock(&sy->mu);
-        return e->blob ? e : NULL;
+        return e->present ? e : NULL;
     }
     pthread_mutex_unlock(&sy->mu);
 
@@ -227,17 +245,38 @@ static entry *acquire(cp_symbols *sy, const char *tenant, const char *id)
     snprintf(ne->tenant, sizeof ne->tenant, "%s", tenant);
     snprintf(ne->id, sizeof ne->id, "%s", id);
     int bad = 0;
-    if (blob && !strncmp(id, "js:", 3))
-        bad = cp_v8_smap_create((const char *)blob, len, &ne->smap, &err) != 0;
-    else if (blob)
+    if (blob && !strncmp(id, "js:", 3)) {
+        /* the map is held decoded, counted as it is held; its JSON goes */
+        cp_v8_smap_limits lim = {.max_bytes = sy->o.max_table_bytes,
+                                 .max_bytes_name = "symbols.max_table_bytes",
+                                 .deadline_ns = deadline_ns};
+        bad = cp_v8_smap_create_within((const char *)blob, len, &lim, &ne->smap, &err);
+        free(blob);
+        blob = NULL;
+        if (bad == CP_ELIMIT && deadline_ns && cp_mono_ns() >= deadline_ns) {
+            cp_log_warn("symbols of %s (tenant %s): the query's deadline passed while its map "
+                        "was read (%s)",
+                        id, tenant, err.msg);
+            if (late) *late = 1;
+            entry_free(ne);
+            trim();
+            return NULL;
+        }
+        len = cp_v8_smap_bytes(ne->smap);
+        if (bad) trim();
+    } else if (blob) {
         bad = cp_symtab_open(&ne->t, blob, len, &err) != 0;
+    }
     if (bad) {
         cp_log_warn("symbols of %s (tenant %s): %s", id, *tenant ? tenant : "(dirs)", err.msg);
         free(blob);
         blob = NULL;
+        cp_v8_smap_destroy(ne->smap);
+        ne->smap = NULL;
     }
+    ne->present = blob || ne->smap;
     ne->blob = blob;
-    ne->len = blob ? len : 0;
+    ne->len = ne->present ? len : 0;
     ne->expires_ns = now + NEGATIVE_TTL_NS;
 
     pthread_mutex_lock(&sy->mu);
@@ -251,10 +290,10 @@ static entry *acquire(cp_symbols *sy, const char *tenant, const char *id)
         sy->bytes += e->len;
     }
     e->used = ++sy->tick;
-    if (e->blob) e->refs++;
+    if (e->present) e->refs++;
     evict(sy, now);
     pthread_mutex_unlock(&sy->mu);
-    return e->blob ? e : NULL;
+    return e->present ? e : NULL;
 }
 
 /* ---- upload --------------------------------------------------------------------------- */
@@ -349,7 +388,9 @@ int cp_symbols_upload_map(cp_symbols *sy, const cp_symbols_map_upload *up,
     }
     if (!sy->o.store) return cp_err_set(err, CP_EINVAL, "this server keeps no uploads");
     cp_v8_smap *m = NULL;
-    rc = cp_v8_smap_create(text, len, &m, err);
+    cp_v8_smap_limits lim = {.max_bytes = sy->o.max_table_bytes,
+                             .max_bytes_name = "symbols.max_table_bytes"};
+    rc = cp_v8_smap_create_within(text, len, &lim, &m, err);
     if (!rc) {
         /* the script it maps: its "file", else the uploaded file's name less ".map" */
         size_t n = 0;
@@ -374,15 +415,18 @@ int cp_symbols_upload_map(cp_symbols *sy, const cp_symbols_map_upload *up,
     }
     char id[CP_SYMBOLS_SCRIPT_MAX + 4];
     snprintf(id, sizeof id, "js:%s", out->script);
-    if (!rc) rc = cp_store_put_symbols(sy->o.store, tenant, id, text, len, err);
-    cp_counter_add(&sy->uploads, rc == 0);
-    cp_counter_add(&sy->refused, rc == CP_EPARSE || rc == CP_ELIMIT);
     if (!rc) {
         cp_v8_smap_counts(m, &out->sources, &out->segments);
         out->map_bytes = len;
-        forget(sy, tenant, id);
+        out->held_bytes = cp_v8_smap_bytes(m);
     }
+    /* the decoded map goes before the store copies the text: never both at once */
     cp_v8_smap_destroy(m);
+    trim();
+    if (!rc) rc = cp_store_put_symbols(sy->o.store, tenant, id, text, len, err);
+    cp_counter_add(&sy->uploads, rc == 0);
+    cp_counter_add(&sy->refused, rc == CP_EPARSE || rc == CP_ELIMIT);
+    if (!rc) forget(sy, tenant, id);
     return rc;
 }
 
@@ -467,8 +511,8 @@ static int name_native(cp_symbols *sy, const char *tenant, cp_profile *p, uint32
             state[mi] = 1;
             const char *id = cp_profile_str(p, m->build_id);
             if (cp_symtab_build_id_valid(id)) {
-                tabs[2 * mi] = acquire(sy, tenant, id);
-                if (*sy->dirs) tabs[2 * mi + 1] = acquire(sy, "", id);
+                tabs[2 * mi] = acquire(sy, tenant, id, 0, NULL);
+                if (*sy->dirs) tabs[2 * mi + 1] = acquire(sy, "", id, 0, NULL);
             }
         }
         if (!tabs[2 * mi] && !tabs[2 * mi + 1]) continue;
@@ -551,7 +595,8 @@ typedef struct script_map {
 
 /* Rewrites the V8 frames of p through the tenant's source maps (cp_symbols_name); *named
  * gets the number of locations rewritten. */
-static int name_js(cp_symbols *sy, const char *tenant, cp_profile *p, uint32_t *named)
+static int name_js(cp_symbols *sy, const char *tenant, cp_profile *p, int64_t deadline_ns,
+                   uint32_t *named)
 {
     *named = 0;
     uint32_t nf = p->functions.n;
@@ -601,7 +646,9 @@ static int name_js(cp_symbols *sy, const char *tenant, cp_profile *p, uint32_t *
                     sm[nsm].e = NULL;
                     if (bl && bl <= CP_SYMBOLS_SCRIPT_MAX) {
                         snprintf(id, sizeof id, "js:%.*s", (int)bl, b);
-                        sm[nsm].e = acquire(sy, tenant, id);
+                        int late = 0;
+                        sm[nsm].e = acquire(sy, tenant, id, deadline_ns, &late);
+                        if (late) rc = CP_ELIMIT;
                     }
                     nsm++;
                 }
@@ -645,9 +692,16 @@ out:
 
 int cp_symbols_name(cp_symbols *sy, const char *tenant, cp_profile *p, uint32_t *named)
 {
+    return cp_symbols_name_until(sy, tenant, p, 0, named);
+}
+
+int cp_symbols_name_until(cp_symbols *sy, const char *tenant, cp_profile *p, int64_t deadline_ns,
+                          uint32_t *named)
+{
     uint32_t a = 0, b = 0;
     int rc = name_native(sy, tenant, p, &a);
-    if (!rc) rc = name_js(sy, tenant, p, &b);
+    if (!rc && deadline_ns && cp_mono_ns() >= deadline_ns) rc = CP_ELIMIT;
+    if (!rc) rc = name_js(sy, tenant, p, deadline_ns, &b);
     if (named) *named = a + b;
     if (a + b) cp_counter_add(&sy->named, a + b);
     return rc;
@@ -661,7 +715,7 @@ void cp_symbols_get_stats(cp_symbols *sy, cp_symbols_stats *out)
     out->uploads_refused = cp_counter_get(&sy->refused);
     out->locations_named = cp_counter_get(&sy->named);
     for (entry *e = sy->head; e; e = e->next)
-        if (e->blob) out->tables_cached++;
+        if (e->present) out->tables_cached++;
     out->cache_bytes = sy->bytes;
     pthread_mutex_unlock(&sy->mu);
 }

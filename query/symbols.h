@@ -53,7 +53,8 @@ int cp_symbols_upload(cp_symbols *sy, const char *tenant, const uint8_t *elf, si
 typedef struct cp_symbols_map_result {
     char script[CP_SYMBOLS_SCRIPT_MAX + 1]; /* the basename of the generated script it maps */
     uint32_t sources, segments;
-    size_t map_bytes;
+    size_t map_bytes;  /* its JSON's */
+    size_t held_bytes; /* decoded, as the cache holds and counts it (cp_v8_smap_bytes) */
 } cp_symbols_map_result;
 
 /* An uploaded source map: text[0..len) (not retained), for tenant; name is the uploaded
@@ -87,6 +88,12 @@ int cp_symbols_is_map(const uint8_t *body, size_t len);
  * Tables and maps that cannot be read are skipped (logged). Returns 0 or CP_ENOMEM; *named (may be
  * NULL) gets the number of locations named. */
 int cp_symbols_name(cp_symbols *sy, const char *tenant, cp_profile *p, uint32_t *named);
+
+/* cp_symbols_name until deadline_ns (CLOCK_MONOTONIC, cp_mono_ns; 0 = none): a source map
+ * read for it stops there, and past it the pass returns CP_ELIMIT (the frames named so far
+ * stay named). */
+int cp_symbols_name_until(cp_symbols *sy, const char *tenant, cp_profile *p, int64_t deadline_ns,
+                          uint32_t *named);
 
 /* Counters for /metrics (since create). */
 typedef struct cp_symbols_stats {

@@ -1,4 +1,4 @@
-// Draw times of a 20,000-node flamegraph in chromium: contprofd serves a store holding the
+// Draw times of a 20,000-node flamegraph (and its sandwich and drawing toggles) in chromium: contprofd serves a store holding the
 // profile (imported through the embedded broker), the page loads it, and performance.now()
 // is taken around the flamegraph's draw calls. Prints "name | value | floor | ok" rows.
 // usage: node bench.js BUILD_DIR
@@ -53,8 +53,30 @@ async function main() {
         requestAnimationFrame(tick);
       });
       for (const i of deep) { await zoom(i); await zoom(0); }
+      // Sandwich of main (its callees: the whole tree merged again) and of a deep frame;
+      // computed from the arrays and both flamegraphs set and drawn, as on a click.
+      const app = cp.app, sw = [], swDeep = [], tr = [];
+      f.setData(json);
+      let deepest = 1;
+      for (let i = 1; i < f.n; i++) if (f.depth[i] > f.depth[deepest]) deepest = i;
+      const sandwichOf = name => {
+        const t0 = performance.now();
+        const s = cp.views.sandwich(f, name);
+        app.swCallers.setData(s.callers);
+        app.swCallees.setData(s.callees);
+        return performance.now() - t0;
+      };
+      document.getElementById('sandwichbox').hidden = false;
+      for (let k = 0; k < 10; k++) { sw.push(sandwichOf('main')); swDeep.push(sandwichOf(f.name[f.parent[deepest]])); }
+      document.getElementById('sandwichbox').hidden = true;
+      // The drawing toggles: the tree rebuilt (language only + collapse), set and drawn.
+      for (let k = 0; k < 10; k++) {
+        const t0 = performance.now();
+        f.setData(cp.views.transform(json, { lang: true, collapse: true }));
+        tr.push(performance.now() - t0);
+      }
       const q = (a, p) => { const s = [...a].sort((x, y) => x - y); return s[Math.min(s.length - 1, Math.floor(p * s.length))]; };
-      return { nodes: f.n - 1, drawMed: q(draws, 0.5), drawMax: q(draws, 1), loadMed: q(loads, 0.5), zoomP50: q(frames, 0.5), zoomMax: q(frames, 1), zoomFrames: frames.length };
+      return { swMed: q(sw, 0.5), swMax: q(sw, 1), swDeepMed: q(swDeep, 0.5), trMed: q(tr, 0.5), trMax: q(tr, 1), nodes: f.n - 1, drawMed: q(draws, 0.5), drawMax: q(draws, 1), loadMed: q(loads, 0.5), zoomP50: q(frames, 0.5), zoomMax: q(frames, 1), zoomFrames: frames.length };
     });
     if (m.nodes < 20000) throw new Error(`only ${m.nodes} nodes drawn`);
     good = row(`flamegraph draw, ${m.nodes} nodes, median`, m.drawMed, 100) && good;
@@ -62,6 +84,11 @@ async function main() {
     good = row(`flamegraph setData + first draw, median`, m.loadMed, 100) && good;
     good = row(`zoom animation frame draw, p50 (${m.zoomFrames} frames)`, m.zoomP50, 16) && good;
     good = row(`zoom animation frame draw, max`, m.zoomMax, 100) && good;
+    good = row(`sandwich of main (20k callees), median`, m.swMed, 100) && good;
+    good = row(`sandwich of main, max of 10`, m.swMax, 200) && good;
+    good = row(`sandwich of a deep frame, median`, m.swDeepMed, 100) && good;
+    good = row(`lang-only + collapse rebuild + draw, median`, m.trMed, 100) && good;
+    good = row(`lang-only + collapse rebuild + draw, max`, m.trMax, 200) && good;
   } finally {
     if (ctx) await ctx.close();
     await d.stop();

@@ -694,6 +694,13 @@ int main(int argc, char **argv)
         cp_log_info("Kafka bootstrap servers: %s (the embedded broker: in memory, about 5 MiB "
                     "per partition; served at /api/v1/brokers)",
                     bootstrap);
+        if (d.fanout)
+            cp_log_warn("cluster with the embedded broker: its log lives in this process and "
+                        "starts empty at each start, so what it holds unread dies with it and "
+                        "the other nodes read its new log from the start (counted in "
+                        "contprof_ingest_offset_resets_total). The embedded broker is for a "
+                        "single node; run a cluster on a real, replicated Kafka (--brokers, "
+                        "README.md \"The embedded broker and a real Kafka\")");
     } else {
         cp_log_info("Kafka bootstrap servers: %s", bootstrap);
     }

@@ -8,6 +8,7 @@
   const DEFAULTS = {
     type: 'cpu', sample_type: '', select: '', from: '-1h', to: 'now', span: '6h', diff: '',
     base_select: '', base_from: '', base_to: '', zoom: '', search: '', sort: 'self', dir: 'desc',
+    sandwich: '', lines: '', lang: '', collapse: '', group: '',
   };
   const SPANS = { '1h': 3600, '6h': 21600, '24h': 86400, '7d': 604800 };
   const TARGET = '#ea580c', BASE = '#2563eb';
@@ -16,6 +17,7 @@
   let labelNames = [];
   let loaded = null;   // {from, to, base_from, base_to} of the profile on screen, unix seconds
   let loadSeq = 0;
+  let lastJson = null; // the API's answer on screen, before the drawing toggles
 
   // ---- state <-> URL ------------------------------------------------------------------
 
@@ -52,6 +54,9 @@
       try { values[n] = (await cp.get('api/v1/labels/' + encodeURIComponent(n) + '/values')).values || []; }
       catch (e) { values[n] = []; }
     }));
+    const gb = $('groupby');
+    gb.length = 1;
+    for (const n of labelNames) gb.add(new Option(n, n));
     buildPickers($('pickers'), values, 'select');
     buildPickers($('basepickers'), values, 'base_select');
   }
@@ -85,12 +90,17 @@
   // Puts the state into the form controls.
   function syncInputs() {
     $('type').value = state.type;
+    captureRateField();
     $('span').value = state.span;
     $('select').value = state.select;
     $('baseselect').value = state.base_select;
     $('baseselect').placeholder = state.select || 'same as target';
     $('search').value = state.search;
     $('diff').checked = !!state.diff;
+    $('lang').checked = !!state.lang;
+    if (state.group && ![...$('groupby').options].some(o => o.value === state.group)) $('groupby').add(new Option(state.group, state.group));
+    $('groupby').value = state.group;
+    $('collapse').checked = !!state.collapse;
     $('diffcontrols').hidden = !state.diff;
     for (const [box, key] of [['pickers', 'select'], ['basepickers', 'base_select']]) {
       const eq = cp.parseEq(currentSelect(key));
@@ -164,6 +174,30 @@
     timeline.active = state.diff ? $('brush').value : 'target';
   }
 
+  // ---- group-by a label ------------------------------------------------------------------
+
+  const groups = new cp.Groups($('groupcanvas'), $('grouptable'), {
+    focus(value) {
+      state.select = cp.setEq(state.select, state.group, value);
+      state.zoom = '';
+      reload();
+    },
+  });
+
+  async function loadGroups(nowSec, from, to, seq) {
+    const box = $('groupbox');
+    box.hidden = !state.group;
+    if (!state.group) return;
+    const span = spanOf(nowSec, from, to);
+    try {
+      await groups.load({ label: state.group, type: state.type, select: state.select, sample_type: state.sample_type,
+        from: Math.floor(span[0]), to: Math.ceil(span[1]), step: stepOf(span) + 's' }, () => seq === loadSeq);
+    } catch (e) {
+      if (seq === loadSeq) status('group by ' + state.group + ': ' + e.message, true);
+    }
+    if (seq === loadSeq) box.dataset.loaded = String(seq);
+  }
+
   // ---- flamegraph, table, search --------------------------------------------------------
 
   const flame = new cp.Flame($('flame'), $('tip'), {
@@ -172,6 +206,91 @@
       crumbs();
       writeURL();
     },
+    sandwich(i) { openSandwich(flame.name[i]); },
+  });
+
+  // ---- sandwich: a function's callers above, its callees below ---------------------------
+
+  const swCallers = new cp.Flame($('swcallers'), $('swtip1'), { sandwich(i) { openSandwich(swCallers.name[i]); } }, true);
+  const swCallees = new cp.Flame($('swcallees'), $('swtip2'), { sandwich(i) { openSandwich(swCallees.name[i]); } });
+
+  function openSandwich(name) {
+    if (!name || name === flame.name[0]) return;
+    state.sandwich = name;
+    writeURL();
+    drawSandwich(true);
+  }
+
+  // Draws the sandwich of state.sandwich from the flamegraph's arrays (hidden when unset).
+  function drawSandwich(scroll) {
+    const box = $('sandwichbox');
+    box.hidden = !state.sandwich || !flame.n;
+    if (box.hidden) return;
+    const t0 = performance.now();
+    const s = cp.views.sandwich(flame, state.sandwich);
+    swCallers.setData(s.callers);
+    swCallees.setData(s.callees);
+    box.dataset.ms = (performance.now() - t0).toFixed(2);
+    $('swname').textContent = state.sandwich;
+    $('swtotal').textContent = s.total
+      ? `total ${cp.fmt(s.total, flame.unit)} (${cp.pct(s.total, flame.total[0])}) · self ${cp.fmt(s.self, flame.unit)} (${cp.pct(s.self, flame.total[0])})`
+      : 'not in this profile';
+    box.dataset.total = String(s.total);
+    if (scroll) box.scrollIntoView({ block: 'nearest' });
+    drawLines();
+  }
+
+  // ---- line view of the sandwich's function ----------------------------------------------
+
+  let pprofCache = null; // {key, p}: the window's decoded pprof
+  async function drawLines() {
+    const box = $('linebox');
+    box.hidden = !state.lines || !state.sandwich || !loaded;
+    if (box.hidden) return;
+    const name = state.sandwich;
+    const q = { type: state.type, select: state.select, from: loaded.from, to: loaded.to, format: 'pprof' };
+    const key = JSON.stringify(q);
+    try {
+      if (!pprofCache || pprofCache.key !== key) pprofCache = { key, p: await cp.lines.decode(await cp.get('api/v1/profile', q, true)) };
+    } catch (e) {
+      $('linetitle').textContent = 'Lines: ' + e.message;
+      return;
+    }
+    if (name !== state.sandwich) return;
+    const p = pprofCache.p;
+    let vi = p.types.findIndex(t => t[0] === state.sample_type);
+    if (vi < 0) vi = p.types.length - 1;
+    const r = cp.lines.byLine(p, name, vi);
+    const unit = p.types[vi] ? p.types[vi][1] : '';
+    const hot = [...r.rows].sort((a, b) => b.self - a.self || b.total - a.total).slice(0, 3).filter(x => x.self > 0).map(x => x.line);
+    $('linetitle').textContent = r.rows.length
+      ? `Lines of ${name}${r.file ? ' in ' + r.file : ''} (${r.rows.length} line${r.rows.length === 1 ? '' : 's'} known; the hottest marked)`
+      : `No line of ${name} in this window's profile.`;
+    $('linetable').tBodies[0].innerHTML = r.rows.map(x => {
+      const h = hot.indexOf(x.line);
+      return `<tr data-line="${x.line}"${h >= 0 ? ' class="hot"' : ''}><td class="num">${x.line || '?'}</td>` +
+        `<td class="num">${cp.fmt(x.self, unit)} <span class="pct">${cp.pct(x.self, r.total)}</span></td>` +
+        `<td class="num">${cp.fmt(x.total, unit)} <span class="pct">${cp.pct(x.total, r.total)}</span></td>` +
+        `<td class="mark">${h >= 0 ? 'hottest #' + (h + 1) : ''}</td></tr>`;
+    }).join('');
+    box.dataset.name = name;
+  }
+  $('swlines').addEventListener('click', () => {
+    state.lines = state.lines ? '' : '1';
+    writeURL();
+    drawLines();
+  });
+
+  $('swclose').addEventListener('click', () => {
+    state.sandwich = '';
+    state.lines = '';
+    writeURL();
+    drawSandwich();
+  });
+  $('sandwichbtn').addEventListener('click', () => {
+    const i = flame.sel > 0 ? flame.sel : flame.zoom;
+    if (i > 0) openSandwich(flame.name[i]);
+    else status('Select a frame first (click, or arrow keys in the flamegraph), then Sandwich.', true);
   });
 
   const table = new cp.Table($('table'), {
@@ -185,6 +304,7 @@
       flame.zoomTo(i);
       $('flame').scrollIntoView({ block: 'nearest' });
     },
+    sandwich(name) { openSandwich(name); },
     sort(key, dir) {
       state.sort = key;
       state.dir = dir > 0 ? 'asc' : 'desc';
@@ -228,10 +348,13 @@
   }
 
   let searchTimer = 0;
-  $('search').addEventListener('input', () => {
-    clearTimeout(searchTimer);
-    searchTimer = setTimeout(() => { state.search = $('search').value; applySearch(); writeURL(); }, 120);
-  });
+  // 'search': chromium's Escape empties a search field without an 'input' event.
+  for (const ev of ['input', 'search']) {
+    $('search').addEventListener(ev, () => {
+      clearTimeout(searchTimer);
+      searchTimer = setTimeout(() => { state.search = $('search').value; applySearch(); writeURL(); }, 120);
+    });
+  }
 
   // ---- loading --------------------------------------------------------------------------
 
@@ -278,6 +401,7 @@
       (state.base_select && state.base_select !== state.select ? ' ' + state.base_select : '');
     $('window').textContent = text;
     loadTimeline(nowSec, from, to, seq);
+    loadGroups(nowSec, from, to, seq);
     status('Loading…');
     document.body.classList.add('loading');
     try {
@@ -286,13 +410,8 @@
       const json = await cp.get(path, q);
       if (seq !== loadSeq) return;
       const fetched = performance.now() - t0;
-      flame.setData(json);
-      const z = state.zoom ? flame.findPath(state.zoom.split(';')) : 0;
-      if (z) flame.zoomTo(z, true);
-      crumbs();
-      applySearch();
-      table.setSort(state.sort, state.dir === 'asc' ? 1 : -1);
-      table.setData(flame);
+      lastJson = json;
+      show();
       const u = flame.unit;
       let msg = `Total ${cp.fmt(json.total, u)}`;
       if (flame.diff) msg += ` (base ${cp.fmt(json.base_total, u)})`;
@@ -308,7 +427,33 @@
     }
   }
 
+  // Draws lastJson through the drawing toggles: flamegraph (zoom path kept), search, table,
+  // sandwich.
+  function show() {
+    if (!lastJson) return;
+    flame.setData(cp.views.transform(lastJson, { lang: !!state.lang, collapse: !!state.collapse }));
+    // What the toggles leave out of sight: native stacks with no language frame at all.
+    const note = $('viewnote');
+    note.textContent = state.lang || state.collapse ? `drawn: ${flame.n - 1} of ${lastJson.nodes} frames` +
+      (state.lang && flame.self[0] ? ` · ${cp.fmt(flame.self[0], flame.unit)} (${cp.pct(flame.self[0], flame.total[0])}) in stacks without a language frame` : '') : '';
+    const z = state.zoom ? flame.findPath(state.zoom.split(';')) : 0;
+    if (z) flame.zoomTo(z, true);
+    crumbs();
+    applySearch();
+    table.setSort(state.sort, state.dir === 'asc' ? 1 : -1);
+    table.setData(flame);
+    drawSandwich();
+  }
+
   // ---- controls -------------------------------------------------------------------------
+
+  for (const key of ['lang', 'collapse']) {
+    $(key).addEventListener('change', () => {
+      state[key] = $(key).checked ? '1' : '';
+      writeURL();
+      show();
+    });
+  }
 
   $('type').addEventListener('change', () => {
     state.type = $('type').value;
@@ -318,6 +463,7 @@
   });
   $('sampletype').addEventListener('change', () => { state.sample_type = $('sampletype').value; reload(); });
   $('span').addEventListener('change', () => { state.span = $('span').value; reload(); });
+  $('groupby').addEventListener('change', () => { state.group = $('groupby').value; reload(); });
   $('select').addEventListener('change', () => { state.select = $('select').value.trim(); reload(); });
   $('baseselect').addEventListener('change', () => { state.base_select = $('baseselect').value.trim(); reload(); });
   $('diff').addEventListener('change', () => { state.diff = $('diff').checked ? '1' : ''; reload(); });
@@ -352,10 +498,13 @@
     const box = $('capturebox'), text = $('capturetext');
     box.hidden = false;
     $('capturedownload').hidden = true;
+    $('capturecompare').hidden = true;
     const type = state.type === 'alloc' ? 'alloc' : 'cpu';
+    const q = { select: state.select, type, duration: $('capdur').value.trim() };
+    q[type === 'alloc' ? 'alloc_rate' : 'hz'] = $('caprate').value.trim(); // '': the server's default
     let cap;
     try {
-      cap = await cp.get('api/v1/captures', { select: state.select, type, duration: $('capdur').value.trim() }, false, 'POST');
+      cap = await cp.get('api/v1/captures', q, false, 'POST');
     } catch (e) {
       text.textContent = 'Capture refused: ' + e.message;
       box.className = 'error';
@@ -381,7 +530,8 @@
     $('capture').disabled = false;
     const bad = (c.isolates || []).filter(i => !i.ok)
       .map(i => '{' + Object.entries(i.labels).map(([k, v]) => `${k}="${v}"`).join(',') + '}: ' + (i.reason || 'not reached'));
-    text.textContent = `Capture ${cap.id} ${c.state}: ${(c.isolates || []).length} isolate(s) matched` +
+    const rate = type === 'alloc' ? `one sample per ${cp.fmt(cap.alloc_rate, 'bytes')}` : `${cap.hz} Hz`;
+    text.textContent = `Capture ${cap.id} ${c.state} (${rate}): ${(c.isolates || []).length} isolate(s) matched` +
       (!(c.isolates || []).length ? ' (the selector matched nothing)' : c.complete ? ', every one whole at the rate asked.' : '; ' + bad.join('; '));
     box.dataset.id = cap.id;
     box.dataset.complete = c.complete ? '1' : '0';
@@ -392,19 +542,51 @@
     state.diff = '';
     state.zoom = '';
     $('capturedownload').hidden = false;
+    // The diff of the capture against the always-on series its selector names, same minutes.
+    const cmp = new URLSearchParams({ type, select: state.select, from: state.from, to: state.to, diff: '1',
+      base_select: cap.select, base_from: state.from, base_to: state.to });
+    $('capturecompare').href = location.pathname + '?' + cmp;
+    $('capturecompare').hidden = false;
     await reload();
   }
   $('capture').addEventListener('click', () => capture());
+  // The rate field: Hz for CPU, bytes between samples for allocations.
+  function captureRateField() {
+    const alloc = state.type === 'alloc';
+    $('caprateword').textContent = alloc ? 'every' : 'at';
+    $('caprateunit').textContent = alloc ? 'bytes' : 'Hz';
+    $('caprate').placeholder = alloc ? '4096' : '1000';
+  }
   $('capturedownload').addEventListener('click', e => { e.preventDefault(); $('download').click(); });
+
+  // Page keys (not while typing): / search, Escape zoom out one level, r reset the zoom.
+  // Escape in the search field leaves it; canvases handle their own Escape.
+  document.addEventListener('keydown', e => {
+    if (e.ctrlKey || e.metaKey || e.altKey || e.defaultPrevented) return;
+    const t = e.target;
+    if (t.closest && t.closest('input, select, textarea, dialog')) {
+      if (e.key === 'Escape' && t.id === 'search') t.blur();
+      return;
+    }
+    if (e.key === '/') {
+      e.preventDefault();
+      $('search').focus();
+      $('search').select();
+    } else if (e.key === 'Escape' && t.tagName !== 'CANVAS') {
+      if (flame.zoom > 0) flame.zoomTo(Math.max(0, flame.parent[flame.zoom]));
+    } else if (e.key === 'r' || e.key === 'R') {
+      if (flame.n) flame.zoomTo(0);
+    }
+  });
 
   let resizeTimer = 0;
   window.addEventListener('resize', () => {
     clearTimeout(resizeTimer);
-    resizeTimer = setTimeout(() => { timeline.resize(); if (flame.n) flame.resize(); }, 100);
+    resizeTimer = setTimeout(() => { timeline.resize(); if (state.group) groups.resize(); if (flame.n) flame.resize(); if (swCallers.n) { swCallers.resize(); swCallees.resize(); } }, 100);
   });
 
   // Tests and benchmarks reach the parts through here.
-  cp.app = { state, flame, table, timeline, reload };
+  cp.app = { state, flame, table, timeline, reload, swCallers, swCallees, openSandwich, groups };
 
   readURL();
   syncInputs();

@@ -1,7 +1,7 @@
 # Embeds the web UI's files into C: included from query/CMakeLists.txt, it defines
 # CP_UI_ASSETS_C (the generated source); run with -P, it writes that source. Needs nothing
 # but CMake itself (file(READ ... HEX)).
-set(CP_UI_FILES index.html style.css util.js timeline.js flame.js table.js app.js)
+set(CP_UI_FILES index.html style.css util.js timeline.js flame.js table.js views.js groups.js lines.js app.js)
 
 if(CMAKE_SCRIPT_MODE_FILE)
   # cmake -DUI_DIR=... -DOUT=... -P embed.cmake

@@ -9,9 +9,13 @@
   const FONT = '12px ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace';
 
   class Flame {
-    // canvas: the <canvas>; tip: the tooltip element; on: {zoom(i), select(i)} callbacks.
-    constructor(canvas, tip, on) {
+    // canvas: the <canvas>; tip: the tooltip element; on: {zoom(i), select(i), sandwich(i)}
+    // callbacks (sandwich: shift+click, the context menu or S on a frame); inverted draws the
+    // root at the bottom (a sandwich's callers).
+    constructor(canvas, tip, on, inverted) {
       this.canvas = canvas;
+      this.inverted = !!inverted;
+      this.maxd = 0;
       this.tip = tip;
       this.on = on || {};
       this.n = 0;
@@ -26,7 +30,12 @@
       canvas.addEventListener('mouseleave', () => { this.hover = -1; this.hideTip(); });
       canvas.addEventListener('click', e => {
         const i = this.hit(e.offsetX, e.offsetY);
-        if (i >= 0) { this.sel = i; this.zoomTo(i); }
+        if (i >= 0 && e.shiftKey && this.on.sandwich) { this.sel = i; this.draw(); this.on.sandwich(i); }
+        else if (i >= 0) { this.sel = i; this.zoomTo(i); }
+      });
+      canvas.addEventListener('contextmenu', e => {
+        const i = this.hit(e.offsetX, e.offsetY);
+        if (i > 0 && this.on.sandwich) { e.preventDefault(); this.sel = i; this.draw(); this.on.sandwich(i); }
       });
       canvas.addEventListener('keydown', e => this.onKey(e));
       canvas.addEventListener('focus', () => { if (this.sel < 0 && this.n) this.sel = this.zoom; this.draw(); });
@@ -47,6 +56,7 @@
       }
       const n = this.n = objs.length;
       this.name = new Array(n);
+      this.module = new Array(n);
       this.self = new Float64Array(n);
       this.total = new Float64Array(n);
       this.bself = new Float64Array(n);
@@ -59,6 +69,7 @@
       for (let i = 0; i < n; i++) {
         const node = objs[i], p = par[i];
         this.name[i] = node.name;
+        this.module[i] = node.module || '';
         this.self[i] = node.self;
         this.total[i] = node.total;
         this.bself[i] = node.base_self || 0;
@@ -80,7 +91,8 @@
           this.colors[i] = cp.nameColor(this.name[i]);
         }
       }
-      this.colors[0] = this.diff ? this.colors[0] : 'hsl(30,10%,80%)';
+      // The root is the whole profile (grey), or a sandwich's function (json.function).
+      if (!this.diff && !json.function) this.colors[0] = 'hsl(30,10%,80%)';
       this.zoom = 0;
       this.sel = -1;
       this.match = null;
@@ -95,6 +107,7 @@
       let maxd = 0;
       const z = this.zoom;
       for (let i = z, e = z + this.size[z]; i < e; i++) if (this.depth[i] > maxd) maxd = this.depth[i];
+      this.maxd = maxd;
       const h = Math.max(1, maxd + 1) * ROW + 2;
       const dpr = window.devicePixelRatio || 1;
       this.cssW = w;
@@ -122,7 +135,7 @@
       const scale = W / w;
       const box = (i, px, pw) => {
         const d = this.depth[i];
-        const y = d * ROW;
+        const y = this.rowY(d);
         const m = this.match;
         ctx.fillStyle = m && !m[i] ? '#e4e4e7' : m ? 'hsl(290,60%,74%)' : this.colors[i];
         ctx.fillRect(px, y, Math.max(pw - 1, 0.5), ROW - 1);
@@ -162,16 +175,20 @@
       return this.lastDrawMs;
     }
 
+    // The top of depth d's row on the canvas.
+    rowY(d) { return (this.inverted ? this.maxd - d : d) * ROW; }
+
     // Where frame i was drawn, or null.
     rect(i) {
       const row = this.rows[this.depth[i]];
       for (let k = 0; row && k < row.length; k += 3)
-        if (row[k] === i) return { x: row[k + 1], y: this.depth[i] * ROW, w: row[k + 2] };
+        if (row[k] === i) return { x: row[k + 1], y: this.rowY(this.depth[i]), w: row[k + 2] };
       return null;
     }
 
     hit(x, y) {
-      const row = this.rows[Math.floor(y / ROW)];
+      const r = Math.floor(y / ROW);
+      const row = this.rows[this.inverted ? this.maxd - r : r];
       for (let k = 0; row && k < row.length; k += 3)
         if (x >= row[k + 1] && x < row[k + 1] + row[k + 2]) return row[k];
       return -1;
@@ -261,6 +278,7 @@
         ['total', cp.fmt(this.total[i], u) + ' (' + cp.pct(this.total[i], all) + ')'],
       ];
       if (this.zoom > 0) rows.push(['of zoomed', cp.pct(this.total[i], this.total[this.zoom])]);
+      if (this.module[i]) rows.push(['module', cp.esc(this.module[i])]);
       if (this.diff) {
         const p = all ? this.total[i] / all : 0, q = this.baseRoot ? this.btotal[i] / this.baseRoot : 0;
         rows.push(['base total', cp.fmt(this.btotal[i], u) + ' (' + cp.pct(this.btotal[i], this.baseRoot) + ')']);
@@ -292,7 +310,9 @@
       let i = this.sel < 0 ? this.zoom : this.sel;
       const row = this.rows[this.depth[i]] || [];
       const k = row.indexOf(i);
-      switch (e.key) {
+      let key = e.key;
+      if (this.inverted && (key === 'ArrowUp' || key === 'ArrowDown')) key = key === 'ArrowUp' ? 'ArrowDown' : 'ArrowUp';
+      switch (key) {
         case 'ArrowUp': if (this.parent[i] >= 0) i = this.parent[i]; break;
         case 'ArrowDown': {
           // The widest visible child.
@@ -306,6 +326,7 @@
         case 'ArrowRight': if (k >= 0 && k + 3 < row.length) i = row[k + 3]; break;
         case 'Enter': case ' ': this.zoomTo(i); break;
         case 'Escape': this.zoomTo(Math.max(0, this.parent[this.zoom])); break;
+        case 's': case 'S': if (this.on.sandwich && i > 0) this.on.sandwich(i); break;
         default: return;
       }
       e.preventDefault();

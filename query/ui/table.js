@@ -7,7 +7,8 @@
   const MAX_ROWS = 400;
 
   class Table {
-    // table: the <table>; on.pick(name) when a row is chosen; on.sort(key, dir) on sorting.
+    // table: the <table>; on.pick(name) when a row is chosen; on.sort(key, dir) on sorting;
+    // on.sandwich(name) from a row's ⇅ button or S.
     constructor(table, on) {
       this.table = table;
       this.body = table.tBodies[0];
@@ -16,6 +17,7 @@
       this.dir = -1;
       this.rows = [];
       for (const th of table.tHead.rows[0].cells) {
+        if (!th.dataset.key) continue;
         th.querySelector('button').addEventListener('click', () => {
           const k = th.dataset.key;
           if (this.key === k) this.dir = -this.dir;
@@ -25,10 +27,16 @@
         });
       }
       const pick = tr => tr && tr.dataset.name !== undefined && this.on.pick(tr.dataset.name);
-      this.body.addEventListener('click', e => pick(e.target.closest('tr')));
+      this.body.addEventListener('click', e => {
+        const sw = e.target.closest('button.sw'), tr = e.target.closest('tr');
+        if (sw && tr && this.on.sandwich) this.on.sandwich(tr.dataset.name);
+        else pick(tr);
+      });
       this.body.addEventListener('keydown', e => {
         const tr = e.target.closest('tr');
+        if (e.target.closest('button')) return;
         if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); pick(tr); }
+        else if ((e.key === 's' || e.key === 'S') && tr && tr.dataset.name !== undefined && this.on.sandwich) { e.preventDefault(); this.on.sandwich(tr.dataset.name); }
         else if (e.key === 'ArrowDown' && tr && tr.nextElementSibling) { e.preventDefault(); tr.nextElementSibling.focus(); }
         else if (e.key === 'ArrowUp' && tr && tr.previousElementSibling) { e.preventDefault(); tr.previousElementSibling.focus(); }
       });
@@ -76,6 +84,7 @@
         a.name.localeCompare(b.name));
       if (!this.diff && k === 'delta') { this.key = 'self'; return this.render(); }
       for (const th of this.table.tHead.rows[0].cells) {
+        if (!th.dataset.key) continue;
         if (th.dataset.key === 'delta') th.hidden = !this.diff;
         th.setAttribute('aria-sort', th.dataset.key === k ? (d > 0 ? 'ascending' : 'descending') : 'none');
       }
@@ -89,9 +98,9 @@
       };
       const html = [];
       for (const r of this.rows.slice(0, MAX_ROWS))
-        html.push(`<tr tabindex="0" data-name="${cp.esc(r.name)}"><td class="fn" title="${cp.esc(r.name)}">${cp.esc(r.name)}</td>${cell(r.self)}${cell(r.total)}${change(r)}</tr>`);
+        html.push(`<tr tabindex="0" data-name="${cp.esc(r.name)}"><td class="fn" title="${cp.esc(r.name)}">${cp.esc(r.name)}</td>${cell(r.self)}${cell(r.total)}${change(r)}<td class="swcol"><button type="button" class="sw" tabindex="-1" title="Sandwich: callers and callees of ${cp.esc(r.name)} (S)">⇅</button></td></tr>`);
       if (this.rows.length > MAX_ROWS)
-        html.push(`<tr class="more"><td colspan="4">${this.rows.length - MAX_ROWS} more functions; search to find them</td></tr>`);
+        html.push(`<tr class="more"><td colspan="5">${this.rows.length - MAX_ROWS} more functions; search to find them</td></tr>`);
       this.body.innerHTML = html.join('');
     }
   }

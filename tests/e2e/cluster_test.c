@@ -867,6 +867,105 @@ TEST(a_partition_handed_to_a_new_node_is_read_once)
     proc_sh(cmd);
 }
 
+/* ---- the node hosting the embedded broker restarts (issue 36) ------------------------- */
+
+/* The sum of contprof_ingest_offset_resets_total{partition=...} of the node on port. */
+static long long resets_total(int port)
+{
+    cp_buf b = http_get_ok(port, "/metrics", NULL);
+    long long sum = 0;
+    const char *key = "\ncontprof_ingest_offset_resets_total{partition=\"";
+    for (const char *m = strstr((char *)b.data, key); m; m = strstr(m + 1, key)) {
+        const char *v = strchr(m + strlen(key), ' ');
+        CHECK(v);
+        sum += atoll(v + 1);
+    }
+    cp_buf_close(&b);
+    return sum;
+}
+
+/* A imports into the embedded broker it hosts (partitions 0-1), B reads 2-3 from it. A is
+ * SIGKILLed and restarted: its broker starts empty, so the offsets both nodes stored count
+ * in a log that is gone. B restarted on A's new broker finds its partitions' logs behind
+ * its stored offsets: it reads them from their start (it had skipped everything below its
+ * old offsets as stored: 10.05 s of 20.10 s stored), counts and logs the reset. Every new
+ * window is stored, once; A says at start that a cluster wants a real Kafka. */
+TEST(a_restarted_embedded_broker_is_read_from_its_start_and_counted)
+{
+    static cluster c;
+    static const char *const parts[2] = {"0-1", "2-3"};
+    cluster_start_some(&c, "embedded.partitions = 4\n", 2, 2, parts);
+    char *dir = c.dir, cmd[2400], log[65536];
+    node *n = c.n;
+    slurp(n[0].log, log, sizeof log);
+    CHECK_CONTAINS(log, "cluster with the embedded broker");
+    CHECK_CONTAINS(log, "run a cluster on a real, replicated Kafka");
+    /* round 1: 12 services of 8 windows, each import waiting until stored */
+    for (int s = 0; s < 12; s++) {
+        snprintf(cmd, sizeof cmd,
+                 "mkdir -p '%s/r1s%d' && '%s/bench/genwindows' '%s/r1s%d' 8 %d 100 && "
+                 "'%s/query/contprof' import --server %s --service s%d '%s/r1s%d'/*.pb.gz "
+                 "2>>'%s/import.log'",
+                 dir, s, bindir(), dir, s, 40 + 10 * s, bindir(), n[0].url, s, dir, s, dir);
+        proc_sh(cmd);
+    }
+    long long b1 = http_metric(n[1].port, "contprof_ingest_windows_total", NULL);
+    fprintf(stderr, "B stored %lld windows in round 1\n", b1);
+    CHECK(b1 > 0); /* B's partitions hold data: its stored offsets are past 0 */
+    CHECK_EQ(resets_total(n[1].port), 0);
+    /* A dies and comes back with an empty broker at a new address; B follows it */
+    CHECK_EQ(stop_daemon_within(&n[0].p, SIGKILL, 10), 128 + SIGKILL);
+    snprintf(n[0].log, sizeof n[0].log, "%s/node1-again.log", dir);
+    node_start(&n[0]);
+    wait_healthy(&n[0]);
+    cp_buf bb = http_get_ok(n[0].port, "/api/v1/brokers", NULL);
+    const char *q = strstr((char *)bb.data, "\"brokers\":\"");
+    CHECK(q);
+    snprintf(c.brokers, sizeof c.brokers, "%.*s", (int)strcspn(q + 11, "\""), q + 11);
+    cp_buf_close(&bb);
+    CHECK_EQ(stop_daemon_within(&n[1].p, SIGTERM, 60), 0);
+    const char *ab[] = {"--config",     c.peer_conf, "--data",  c.data[1], "--http",
+                        c.listen[1],    "--brokers", c.brokers, "--peers", c.peers,
+                        "--partitions", "2-3",       NULL};
+    memcpy(n[1].args, ab, sizeof ab);
+    snprintf(n[1].log, sizeof n[1].log, "%s/node2-again.log", dir);
+    node_start(&n[1]);
+    wait_healthy(&n[1]);
+    /* round 2: new services, fewer windows than round 1 left in B's partitions */
+    for (int s = 0; s < 12; s++) {
+        snprintf(cmd, sizeof cmd,
+                 "mkdir -p '%s/r2s%d' && '%s/bench/genwindows' '%s/r2s%d' 3 %d 150 && "
+                 "'%s/query/contprof' import --server %s --service t%d '%s/r2s%d'/*.pb.gz "
+                 "2>>'%s/import.log'",
+                 dir, s, bindir(), dir, s, 45 + 10 * s, bindir(), n[0].url, s, dir, s, dir);
+        proc_sh(cmd);
+    }
+    /* every window of both rounds, once, through either node */
+    int64_t want[4];
+    snprintf(cmd, sizeof cmd, "'%s'/r[12]s*/*.pb.gz", dir);
+    CHECK_EQ(pprof_raw_totals(cmd, want, 4), 2);
+    for (int i = 0; i < 2; i++) {
+        cp_profile *p = query_cpu(n[i].port, "", NULL);
+        fprintf(stderr, "node %d answers %lld of %lld samples\n", i + 1,
+                (long long)cp_profile_total(p, 0), (long long)want[0]);
+        CHECK_EQ(cp_profile_total(p, 0), want[0]);
+        CHECK_EQ(cp_profile_total(p, 1), want[1]);
+        cp_profile_destroy(p);
+    }
+    /* B's reset counted per partition, and logged */
+    long long rb = resets_total(n[1].port), ra = resets_total(n[0].port);
+    fprintf(stderr, "offset resets: A %lld, B %lld\n", ra, rb);
+    CHECK(rb >= 1);
+    CHECK(ra >= 1); /* A's own partitions: offsets stored from the earlier broker's log */
+    slurp(n[1].log, log, sizeof log);
+    CHECK_CONTAINS(log, "the broker restarted empty, or the topic was recreated");
+    CHECK_CONTAINS(log, "(offset reset)");
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ(stop_daemon_within(&n[i].p, SIGTERM, 60), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    proc_sh(cmd);
+}
+
 /* ---- fan-outs on every node at once do not wait on each other ----------------------- */
 
 typedef struct qthread {
@@ -1257,6 +1356,7 @@ TEST(bad_cluster_settings_are_named)
 TEST_MAIN(T(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down),
           T(a_symbol_upload_to_one_node_names_frames_stored_on_another),
           T(tokens_tenants_and_the_cluster_token), T(a_partition_handed_to_a_new_node_is_read_once),
+          T(a_restarted_embedded_broker_is_read_from_its_start_and_counted),
           T(concurrent_fanouts_on_every_node_do_not_deadlock),
           T(a_peer_answering_200_with_no_part_makes_the_answer_partial),
           T(a_partition_given_to_two_nodes_is_named), T(bad_cluster_settings_are_named))

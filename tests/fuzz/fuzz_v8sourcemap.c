@@ -1,6 +1,7 @@
 /* libFuzzer target: the V8 source's source map reader (model/sourcemap.c): a map's
  * JSON and its base64 VLQ mappings, looked up and applied to a call frame, and the data:
- * URL that carries an inline map. Any bytes must be refused with an error or give lookups
+ * URL that carries an inline map. The reader is the map's own JSON reader (no tree), within
+ * a byte budget. Any bytes must be refused with an error or give lookups
  * inside the map, without crashing, leaking or reading out of bounds. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -12,7 +13,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     cp_err e = {0};
     cp_v8_smap *m = NULL;
+    /* a small byte budget as well (the server's symbols.max_table_bytes): refused with
+     * CP_ELIMIT naming it, or held within it, exactly as counted */
+    cp_v8_smap_limits lim = {.max_bytes = 4096, .max_bytes_name = "fuzz.budget"};
+    int rc = cp_v8_smap_create_within((const char *)data, size, &lim, &m, &e);
+    if (rc == 0) {
+        if (cp_v8_smap_bytes(m) > 4096) abort();
+        cp_v8_smap_destroy(m);
+        m = NULL;
+    } else if (m || !e.msg[0] || (rc == CP_ELIMIT && !strstr(e.msg, "limit"))) {
+        abort();
+    }
+    memset(&e, 0, sizeof e);
     if (cp_v8_smap_create((const char *)data, size, &m, &e) == 0) {
+        if (cp_v8_smap_bytes(m) > CP_V8_SMAP_MAX_RATIO * size + CP_V8_SMAP_MIN_BUDGET) abort();
         for (uint32_t line = 0; line < 64; line++)
             for (uint32_t col = 0; col < 4096; col += 1 + col / 2) {
                 cp_v8_smap_pos pos;

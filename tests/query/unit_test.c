@@ -237,10 +237,52 @@ TEST(render_unsymbolized_frames)
     CHECK_CONTAINS(cstr(&b), "rg+0x1234\n");
     cp_buf_close(&b);
     CHECK(cp_render_tree_json(p, 0, NULL, 0, NULL, &b) == 0);
-    CHECK_CONTAINS(cstr(&b), "\"name\":\"rg+0x2000\"");
+    CHECK_CONTAINS(cstr(&b), "\"name\":\"rg+0x2000\",\"module\":\"rg\",\"self\"");
+    /* anonymous memory names no object: no module */
+    CHECK_CONTAINS(cstr(&b), "\"name\":\"0x7e0000000040\",\"self\"");
+    cp_buf_close(&b);
+    cp_profile_destroy(p);
+}
+
+/* The JSON tree tells native frames (their object's base name as "module") from language
+ * frames (no mapping: none), which the web UI's "language frames only" and "collapse
+ * module" drawings rely on. */
+TEST(render_json_modules)
+{
+    cp_profile *p = cp_profile_create();
+    CHECK(p);
+    CHECK(cp_profile_add_sample_type(p, "cpu", "nanoseconds") == 0);
+    cp_mapping m = {0x400000, 0x800000, 0, 0, 0, 0};
+    CHECK(cp_profile_intern_cstr(p, "/opt/bin/workerd", &m.filename) == 0);
+    uint32_t mid, loc[3];
+    CHECK(cp_profile_add_mapping(p, &m, &mid) == 0);
+    const char *fn[3] = {"kj::run", "handler", "v8::Call"};
+    for (int k = 0; k < 3; k++) {
+        cp_function f = {0};
+        CHECK(cp_profile_intern_cstr(p, fn[k], &f.name) == 0);
+        f.system_name = f.name;
+        CHECK(cp_profile_intern_cstr(p, k == 1 ? "worker.js" : "", &f.filename) == 0);
+        uint32_t fid;
+        CHECK(cp_profile_add_function(p, &f, &fid) == 0);
+        cp_line line = {.function_id = fid, .line = 4};
+        CHECK(cp_profile_add_location(p, k == 1 ? 0 : 0x401000 + 16 * (uint64_t)k, k == 1 ? 0 : mid,
+                                      &line, 1, &loc[k]) == 0);
+    }
+    /* kj::run -> handler -> v8::Call (leaf first in pprof) */
+    uint32_t st[3] = {loc[2], loc[1], loc[0]};
+    int64_t v = 5;
+    CHECK(cp_profile_add_sample(p, st, 3, &v, NULL, 0) == 0);
+    cp_buf b = {0};
+    CHECK(cp_render_tree_json(p, 0, NULL, 0, NULL, &b) == 0);
+    const char *s = cstr(&b);
+    CHECK_CONTAINS(s, "{\"name\":\"total\",\"self\":0,");
+    CHECK_CONTAINS(s, "{\"name\":\"kj::run\",\"module\":\"workerd\",\"self\":0,\"total\":5,");
+    CHECK_CONTAINS(s, "{\"name\":\"handler\",\"self\":0,\"total\":5,");
+    CHECK_CONTAINS(s, "{\"name\":\"v8::Call\",\"module\":\"workerd\",\"self\":5,\"total\":5}");
     cp_buf_close(&b);
     cp_profile_destroy(p);
 }
 
 TEST_MAIN(T(query_strings), T(render_folded), T(render_top), T(render_json_tree_and_pruning),
-          T(render_filter), T(views_name_what_is_missing), T(render_unsymbolized_frames))
+          T(render_filter), T(views_name_what_is_missing), T(render_unsymbolized_frames),
+          T(render_json_modules))

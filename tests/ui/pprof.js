@@ -21,11 +21,14 @@ function packed(out, field, vals) { const b = []; for (const v of vals) varint(b
 // Encodes {types: [[type, unit]...], period: [type, unit, value], samples: [{stack: [leaf..root
 // names], values: [...]}], timeNanos, durationNanos, mappings: [{file, start, limit, offset}]}
 // and returns the gzip'd bytes. A stack name "@M+0xADDR" is an unsymbolized location at
-// run-time address ADDR of mapping M (1-based), with no function.
+// run-time address ADDR of mapping M (1-based), with no function; "NAME@M" is function NAME
+// (no source file) at an address of mapping M: a symbolized native frame; "NAME:LINE" is
+// function NAME (main.go) at line LINE, one location per line (else line 1).
 function encode(p) {
   const strings = [''], sidx = new Map([['', 0]]);
   const s = x => { if (!sidx.has(x)) { sidx.set(x, strings.length); strings.push(x); } return sidx.get(x); };
-  const funcs = new Map();    // name -> id (location id == function id)
+  const funcs = new Map();    // stack name -> location id
+  const fnIds = new Map();    // function name -> [id, native]
   const out = [];
   for (const [t, u] of p.types) { const b = []; intField(b, 1, s(t)); intField(b, 2, s(u)); bytesField(out, 1, b); }
   (p.mappings || []).forEach((m, i) => {
@@ -40,18 +43,22 @@ function encode(p) {
     bytesField(out, 2, b);
   }
   const unsym = name => /^@(\d+)\+0x([0-9a-f]+)$/.exec(name);
+  const native = name => /^(.+)@(\d+)$/.exec(name);
+  const atLine = name => /^(.+):(\d+)$/.exec(name);
+  const fnId = (fname, nat) => { if (!fnIds.has(fname)) fnIds.set(fname, [fnIds.size + 1, nat]); return fnIds.get(fname)[0]; };
   for (const [name, id] of funcs) {
-    const u = unsym(name), loc = []; intField(loc, 1, id);
+    const u = unsym(name), nat = native(name), at = !nat && atLine(name), loc = []; intField(loc, 1, id);
     if (u) { intField(loc, 2, Number(u[1])); intField(loc, 3, BigInt('0x' + u[2])); }
     else {
-      const line = []; intField(line, 1, id); intField(line, 2, 1);
-      intField(loc, 3, 0x1000 + id * 16); bytesField(loc, 4, line);
+      const line = []; intField(line, 1, fnId(nat ? nat[1] : at ? at[1] : name, !!nat)); intField(line, 2, at ? Number(at[2]) : 1);
+      if (nat) { intField(loc, 2, Number(nat[2])); intField(loc, 3, p.mappings[Number(nat[2]) - 1].start + id * 16); }
+      else intField(loc, 3, 0x1000 + id * 16);
+      bytesField(loc, 4, line);
     }
     bytesField(out, 4, loc);
   }
-  for (const [name, id] of funcs) {
-    if (unsym(name)) continue;
-    const f = []; intField(f, 1, id); intField(f, 2, s(name)); intField(f, 3, s(name)); intField(f, 4, s('main.go'));
+  for (const [fname, [id, nat]] of fnIds) {
+    const f = []; intField(f, 1, id); intField(f, 2, s(fname)); intField(f, 3, s(fname)); intField(f, 4, s(nat ? '' : 'main.go'));
     bytesField(out, 5, f);
   }
   const pt = p.period ? (() => { const b = []; intField(b, 1, s(p.period[0])); intField(b, 2, s(p.period[1])); return b; })() : null;

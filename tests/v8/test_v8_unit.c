@@ -270,6 +270,11 @@ TEST(source_map)
         {"{\"version\":3,\"sources\":[\"a\"],\"mappings\":\"AAAg\"}", "end inside a VLQ"},
         {"{\"version\":3,\"sources\":[\"a\"],\"mappings\":\"gggggggB\"}", "over 31 bits"},
         {"{\"version\":3,\"sources\":[7],\"mappings\":\"\"}", "sources[0] is not a string"},
+        {"{\"version\":3,\"sources\":[],\"sources\":[],\"mappings\":\"\"}",
+         "member \"sources\" twice"},
+        {"{\"version\":3,\"mappings\":\"\"} x", "not JSON: bytes after the value at byte 28"},
+        {"{\"version\":3,\"names\":[\"\\u0000\"],\"mappings\":\"\"}", "\\u0000 in a string"},
+        {"{\"version\":3.0,\"mappings\":\"\"}", "version is not 3"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         memset(&err, 0, sizeof(err));
@@ -282,4 +287,48 @@ TEST(source_map)
     }
 }
 
-TEST_MAIN(T(cpu_profile), T(cpu_malformed), T(heap_profile), T(heap_malformed), T(source_map))
+/* A map is held as counted (cp_v8_smap_bytes), refused over its byte budget naming it,
+ * and read no further than its deadline; escapes decode as JSON says. */
+TEST(source_map_budget_and_deadline)
+{
+    cp_buf b = {0};
+    CHECK(cp_buf_printf(&b,
+                        "{\"version\":3,\"sourceRoot\":\"r\",\"sources\":[\"a\\u00e9\\n\",null],"
+                        "\"names\":[\"n\"],\"mappings\":\"AAAAA") == 0);
+    for (int i = 0; i < 200000; i++)
+        CHECK(cp_buf_append(&b, ",CAAA", 5) == 0);
+    CHECK(cp_buf_append(&b, "\"}", 2) == 0);
+    cp_v8_smap *m = NULL;
+    cp_err err = {0};
+    CHECK_EQ(cp_v8_smap_create((const char *)b.data, b.len, &m, &err), 0);
+    size_t held = cp_v8_smap_bytes(m);
+    fprintf(stderr, "%zu bytes of text held as %zu\n", b.len, held);
+    CHECK(held >= 200001 * 20 && held < 200001 * 20 + 4096);
+    cp_v8_smap_pos pos;
+    CHECK_EQ(cp_v8_smap_lookup(m, 0, 0, &pos), 0);
+    CHECK(!strcmp(pos.source, "r/a\xc3\xa9\n"));
+    CHECK(!strcmp(pos.name, "n"));
+    CHECK_EQ(cp_v8_smap_lookup(m, 0, 150000, &pos), 0);
+    CHECK_EQ(pos.gen_column, 150000);
+    cp_v8_smap_destroy(m);
+    /* one byte under what it holds: refused, naming the limit */
+    cp_v8_smap_limits lim = {.max_bytes = held - 1, .max_bytes_name = "symbols.max_table_bytes"};
+    m = NULL;
+    CHECK_EQ(cp_v8_smap_create_within((const char *)b.data, b.len, &lim, &m, &err), CP_ELIMIT);
+    CHECK(!m);
+    CHECK_CONTAINS(err.msg, "(symbols.max_table_bytes)");
+    lim.max_bytes = held;
+    CHECK_EQ(cp_v8_smap_create_within((const char *)b.data, b.len, &lim, &m, &err), 0);
+    CHECK_EQ(cp_v8_smap_bytes(m), held);
+    cp_v8_smap_destroy(m);
+    /* a deadline already past: stopped, saying so */
+    lim = (cp_v8_smap_limits){.deadline_ns = 1};
+    m = NULL;
+    CHECK_EQ(cp_v8_smap_create_within((const char *)b.data, b.len, &lim, &m, &err), CP_ELIMIT);
+    CHECK(!m);
+    CHECK_CONTAINS(err.msg, "past the deadline");
+    cp_buf_close(&b);
+}
+
+TEST_MAIN(T(cpu_profile), T(cpu_malformed), T(heap_profile), T(heap_malformed), T(source_map),
+          T(source_map_budget_and_deadline))
