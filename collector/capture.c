@@ -26,7 +26,7 @@ typedef struct cap {
     int64_t period_ns;  /* cpu: the period run */
     int64_t alloc_rate; /* alloc: the mean bytes run */
     int64_t ran;        /* what the envelopes say was run (Hz or bytes) */
-    char reason[128];
+    char reason[160];
     int64_t win_start; /* realtime ns */
     uint64_t over_threads;
 } cap;
@@ -383,7 +383,7 @@ static void engine_text(const cap *k, char *out, size_t cap_)
     int n = snprintf(out, cap_, "%s capture asked=%lld ran=%lld", cp_engine,
                      k->c.kind == CP_KIND_CPU ? (long long)k->c.cpu_hz : (long long)k->c.alloc_rate,
                      (long long)k->ran);
-    char reason[192] = ""; /* k->reason (128), "; " and the bound's sentence */
+    char reason[224] = ""; /* k->reason (160), "; " and the bound's sentence */
     if (k->over_threads)
         snprintf(reason, sizeof(reason),
                  "%s%sthreads over the agent's bound of %d were not boosted", k->reason,

@@ -359,3 +359,45 @@ void cp_perfmap_abandon(void)
 {
     memset(&pm, 0, sizeof(pm));
 }
+
+/* ------------------------------------------------------------------------------------
+ * The flags behind the map. */
+
+/* Notes flag a[0..n) in *perf or *native ("--" then the name, '_' read as '-'). */
+static void v8_flag(const char *a, size_t n, int *perf, int *native)
+{
+    static const char *const perf_flags[] = {"perf-basic-prof", "perf-basic-prof-only-functions",
+                                             "perf-prof"};
+    static const char nat[] = "interpreted-frames-native-stack";
+    char f[64];
+    if (n < 3 || a[0] != '-' || a[1] != '-' || n - 2 >= sizeof(f)) return;
+    for (size_t i = 2; i < n; i++)
+        f[i - 2] = a[i] == '_' ? '-' : a[i];
+    f[n - 2] = 0;
+    for (size_t i = 0; i < sizeof(perf_flags) / sizeof(perf_flags[0]); i++)
+        if (!strcmp(f, perf_flags[i])) *perf = 1;
+    if (!strcmp(f, nat)) *native = 1;
+    if (!strcmp(f, "no-interpreted-frames-native-stack")) *native = 0;
+}
+
+int cp_perfmap_needs_native_stack(const char *args, size_t len, const char *node_options)
+{
+    int perf = 0, native = 0;
+    for (size_t i = 0; args && i < len;) {
+        size_t n = 0;
+        while (i + n < len && args[i + n])
+            n++;
+        v8_flag(args + i, n, &perf, &native);
+        i += n + 1;
+    }
+    for (const char *p = node_options; p && *p;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        size_t n = 0;
+        while (p[n] && p[n] != ' ' && p[n] != '\t')
+            n++;
+        v8_flag(p, n, &perf, &native);
+        p += n;
+    }
+    return perf && !native;
+}

@@ -47,6 +47,13 @@ typedef struct cp_perfmap_stats {
 } cp_perfmap_stats;
 void cp_perfmap_get_stats(cp_perfmap_stats *st);
 
+/* The V8 flags behind a perf map, read from a command line (args: len bytes of
+ * NUL-separated arguments, as /proc/self/cmdline) and from NODE_OPTIONS (space-separated,
+ * may be NULL): 1 when the map is asked for (--perf-basic-prof, -only-functions,
+ * --perf-prof) without --interpreted-frames-native-stack (V8 takes '_' for '-' too), when
+ * interpreted functions have no frame of their own; else 0. */
+int cp_perfmap_needs_native_stack(const char *args, size_t len, const char *node_options);
+
 /* Frees everything (stop). */
 void cp_perfmap_reset(void);
 /* Fork child: forgets the parent's map without touching it (the child's pid has its own). */

@@ -726,6 +726,7 @@ static struct {
     uint32_t unnamed_id;      /* "[jit]"'s language id + 1 */
     uint64_t unnamed_samples; /* CPU samples with a [jit] frame, over the process's life */
     int hint_said;            /* the perf-map hint was said (or cannot help: a map exists) */
+    int native_said;          /* the --interpreted-frames-native-stack hint was weighed */
 } jit;
 
 /* Whether a module of mods looks like a V8 host: node, libnode, workerd, libv8. */
@@ -739,6 +740,29 @@ static int v8_host(const cp_modules *mods)
             return 1;
     }
     return 0;
+}
+
+/* node with a perf map but without --interpreted-frames-native-stack (its command line,
+ * NODE_OPTIONS): every interpreted function runs in V8's one InterpreterEntryTrampoline,
+ * which is all its samples show. Said once per process, once the map is read. */
+static void native_stack_hint(const cp_modules *mods)
+{
+    cp_perfmap_stats st;
+    cp_perfmap_get_stats(&st);
+    if (!st.found) return;
+    jit.native_said = 1;
+    char args[8192];
+    ssize_t n = 0;
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        n = read(fd, args, sizeof(args));
+        close(fd);
+    }
+    if (v8_host(mods) &&
+        cp_perfmap_needs_native_stack(args, n > 0 ? (size_t)n : 0, getenv("NODE_OPTIONS")))
+        fprintf(stderr, "contprof: V8 writes a perf map without --interpreted-frames-native-stack: "
+                        "interpreted JavaScript reads Builtins_InterpreterEntryTrampoline without "
+                        "its function; add --interpreted-frames-native-stack\n");
 }
 
 static uint64_t jit_unnamed(uint64_t pc)
@@ -799,6 +823,7 @@ static void jit_frames(const cp_modules *mods, bucket_copy *bc)
             jit.unnamed_samples += cpu.e[i].count;
     for (uint32_t i = 0; i < bc->n; i++)
         jit_stack(mods, bc->b[i].pcs, bc->b[i].nframes, &refreshed);
+    if (refreshed && !jit.native_said) native_stack_hint(mods);
     if (!jit.hint_said && jit.unnamed_samples >= JIT_HINT_SAMPLES) {
         jit.hint_said = 1;
         cp_perfmap_stats st;

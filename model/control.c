@@ -182,8 +182,8 @@ int64_t cp_capture_plan_hz(const cp_capture *c, int64_t max_hz, int64_t sample_c
         if (hz > max) {
             hz = max;
             snprintf(reason, cap,
-                     "captures.max_overhead_permille = %u in contprofd's config allows %lld Hz "
-                     "at ~%lld us a sample (%s)",
+                     "captures.max_overhead_permille (contprofd --config) gives this capture "
+                     "%u permille: %lld Hz at ~%lld us a sample (%s)",
                      c->max_overhead_permille, (long long)hz, (long long)(sample_cost_ns / 1000),
                      source);
         }

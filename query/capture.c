@@ -25,6 +25,21 @@ void cp_capture_options_default(cp_capture_options *o)
     o->max_overhead_permille = 20;
 }
 
+uint32_t cp_capture_budget_permille(const cp_capture_options *o, int64_t duration_ns)
+{
+    if (duration_ns <= 0) duration_ns = 1;
+    double b = (double)o->max_overhead_permille * (double)o->max_duration_ns / (double)duration_ns;
+    if (b < o->max_overhead_permille) b = o->max_overhead_permille;
+    return b > 1000 ? 1000 : (uint32_t)b;
+}
+
+/* Where a limit is changed: contprofd's config file. */
+static const char *conf_of(const cp_capture_options *o)
+{
+    return o->config_file && o->config_file[0] ? o->config_file
+                                               : "contprofd's --config file (none given)";
+}
+
 /* Counting a tenant's running captures and storing a new one is one step: two requests
  * at once cannot both take the last slot. One lock per process (one store per process). */
 static pthread_mutex_t g_start_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -168,11 +183,15 @@ static int peer_record_in_limits(const cp_capture_options *o, const cp_capture *
                       " is under the limit captures.min_alloc_rate (%" PRId64 ")",
                       id, cap->alloc_rate, o->min_alloc_rate);
     else if (cap->max_overhead_permille == 0 ||
-             cap->max_overhead_permille > o->max_overhead_permille)
+             cap->max_overhead_permille >
+                 cp_capture_budget_permille(o, cap->end_ns - cap->start_ns))
         cp_http_error(r, 400,
                       "capture record %s from a peer: max_overhead_permille %u is outside "
-                      "1..captures.max_overhead_permille (%u)",
-                      id, cap->max_overhead_permille, o->max_overhead_permille);
+                      "1..%u, the budget captures.max_overhead_permille (%u in %s) gives its "
+                      "duration",
+                      id, cap->max_overhead_permille,
+                      cp_capture_budget_permille(o, cap->end_ns - cap->start_ns),
+                      o->max_overhead_permille, conf_of(o));
     else
         return 0;
     return -1;
@@ -310,8 +329,9 @@ void cp_capture_ep_post(const cp_capture_call *c, cp_http_response *r)
         return;
     }
     if (dur > o->max_duration_ns) {
-        cp_http_error(r, 400, "duration %.0f s is over the limit captures.max_duration (%.0f s)",
-                      (double)dur / 1e9, (double)o->max_duration_ns / 1e9);
+        cp_http_error(r, 400,
+                      "duration %.0f s is over the limit captures.max_duration (%.0f s in %s)",
+                      (double)dur / 1e9, (double)o->max_duration_ns / 1e9, conf_of(o));
         return;
     }
     if (hz && *hz && cap.kind != CP_KIND_CPU) {
@@ -333,7 +353,8 @@ void cp_capture_ep_post(const cp_capture_call *c, cp_http_response *r)
             return;
         }
         if (v > o->max_hz) {
-            cp_http_error(r, 400, "hz %llu is over the limit captures.max_hz (%u)", v, o->max_hz);
+            cp_http_error(r, 400, "hz %llu is over the limit captures.max_hz (%u in %s)", v,
+                          o->max_hz, conf_of(o));
             return;
         }
         cap.cpu_hz = (uint32_t)v;
@@ -347,8 +368,8 @@ void cp_capture_ep_post(const cp_capture_call *c, cp_http_response *r)
         if (v < o->min_alloc_rate) {
             cp_http_error(r, 400,
                           "alloc_rate %lld is under the limit captures.min_alloc_rate (%" PRId64
-                          " bytes between samples)",
-                          v, o->min_alloc_rate);
+                          " bytes between samples in %s)",
+                          v, o->min_alloc_rate, conf_of(o));
             return;
         }
         cap.alloc_rate = v;
@@ -357,7 +378,7 @@ void cp_capture_ep_post(const cp_capture_call *c, cp_http_response *r)
     snprintf(cap.tenant, sizeof cap.tenant, "%s", c->q->tenant);
     cap.start_ns = now;
     cap.end_ns = now + dur;
-    cap.max_overhead_permille = o->max_overhead_permille;
+    cap.max_overhead_permille = cp_capture_budget_permille(o, dur);
     if (!(cap.selector = strdup(sel))) {
         oom(r);
         return;
@@ -376,8 +397,8 @@ void cp_capture_ep_post(const cp_capture_call *c, cp_http_response *r)
     else if (running >= o->max_concurrent)
         cp_http_error(r, 429,
                       "tenant %s has %u captures running: the limit captures.max_concurrent is "
-                      "%u (wait for one to end, or DELETE /api/v1/captures/ID)",
-                      cap.tenant, running, o->max_concurrent);
+                      "%u in %s (wait for one to end, or DELETE /api/v1/captures/ID)",
+                      cap.tenant, running, o->max_concurrent, conf_of(o));
     else if (!store_and_publish(c, &cap, r)) {
         r->status = 201;
         cp_log_info("capture %s of tenant %s started: %s %s for %.1f s", cap.id, cap.tenant,

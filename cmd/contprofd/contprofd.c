@@ -615,6 +615,7 @@ int main(int argc, char **argv)
     ao.captures.max_concurrent = d.cfg.capture_max_concurrent;
     ao.captures.max_hz = d.cfg.capture_max_hz;
     ao.captures.max_overhead_permille = d.cfg.capture_max_overhead_permille;
+    ao.captures.config_file = config;
     ao.captures.max_duration_ns =
         d.cfg.capture_max_duration_ns ? d.cfg.capture_max_duration_ns : CP_CAPTURE_DURATION_CEIL_NS;
     ao.captures.min_alloc_rate = (int64_t)d.cfg.capture_min_alloc_rate;

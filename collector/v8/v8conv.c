@@ -525,3 +525,107 @@ int cp_v8_worker_message(const json_t *params, const char **sid, json_t **inner,
     *inner = m;
     return 0;
 }
+
+/* ------------------------------------------------------------------------------------
+ * /proc texts: the host's threads and their CPU. */
+
+/* A decimal in [0, max] at *s; advances *s past it. 0 or -1. */
+static int read_dec(const char **s, int64_t max, int64_t *out)
+{
+    const char *p = *s;
+    int64_t v = 0;
+    if (*p < '0' || *p > '9') return -1;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (v > (max - (*p - '0')) / 10) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    *s = p;
+    *out = v;
+    return 0;
+}
+
+int cp_v8_thread_self_parse(const char *text, int *pid, int *tid, cp_err *err)
+{
+    const char *p = text ? text : "";
+    int64_t a, b;
+    if (read_dec(&p, INT32_MAX, &a) || strncmp(p, "/task/", 6) ||
+        (p += 6, read_dec(&p, INT32_MAX, &b)) || *p || !a || !b)
+        return cp_err_set(err, CP_EPARSE, "thread-self %.60s: not PID/task/TID",
+                          text ? text : "(none)");
+    *pid = (int)a;
+    *tid = (int)b;
+    return 0;
+}
+
+int cp_v8_tcp_listener(const char *line, unsigned port, uint64_t *inode)
+{
+    /* "  0: 0100007F:2405 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000  0 INODE
+     * ..." */
+    const char *p = line;
+    while (*p == ' ')
+        p++;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    if (*p++ != ':') return 0;
+    while (*p == ' ')
+        p++;
+    const char *colon = p;
+    while (*colon && *colon != ':' && *colon != ' ')
+        colon++;
+    if (*colon != ':') return 0;
+    char *end;
+    unsigned long lp = strtoul(colon + 1, &end, 16);
+    if (end == colon + 1 || *end != ' ' || lp != port) return 0;
+    /* remote address, then the state */
+    p = end;
+    while (*p == ' ')
+        p++;
+    while (*p && *p != ' ')
+        p++;
+    while (*p == ' ')
+        p++;
+    if (strncmp(p, "0A ", 3)) return 0;
+    /* tx:rx, tr:when, retrnsmt, uid, timeout, inode: the 6th field after the state */
+    p += 3;
+    for (int f = 0; f < 5; f++) {
+        while (*p == ' ')
+            p++;
+        if (!*p) return 0;
+        while (*p && *p != ' ')
+            p++;
+    }
+    while (*p == ' ')
+        p++;
+    int64_t ino;
+    if (read_dec(&p, INT64_MAX, &ino) || (*p && *p != ' ' && *p != '\n') || !ino) return 0;
+    *inode = (uint64_t)ino;
+    return 1;
+}
+
+int cp_v8_schedstat_ns(const char *text, int64_t *ns)
+{
+    const char *p = text ? text : "";
+    return read_dec(&p, INT64_MAX, ns) || (*p != ' ' && *p != '\n' && *p) ? CP_EPARSE : 0;
+}
+
+int cp_v8_stat_ticks(const char *text, int64_t *ticks)
+{
+    const char *p = text ? strrchr(text, ')') : NULL;
+    if (!p) return CP_EPARSE;
+    p++;
+    /* after ')': state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt
+     * utime stime: utime is the 12th field */
+    int64_t v[2];
+    for (int f = 1; f <= 13; f++) {
+        if (*p++ != ' ') return CP_EPARSE;
+        if (f < 12) {
+            if (!*p) return CP_EPARSE;
+            while (*p && *p != ' ')
+                p++;
+        } else if (read_dec(&p, INT64_MAX / 4, &v[f - 12])) {
+            return CP_EPARSE;
+        }
+    }
+    *ticks = v[0] + v[1];
+    return 0;
+}

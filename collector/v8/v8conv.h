@@ -68,4 +68,23 @@ int cp_v8_message_parse(const char *data, size_t len, json_t **out, cp_err *err)
  * "malformed worker message (WHY)". */
 int cp_v8_worker_message(const json_t *params, const char **sid, json_t **inner, cp_err *err);
 
+/* ------------------------------------------------------------------------------------
+ * The host's /proc, read to weigh a window by its thread's CPU (v8cpu.c does the I/O). */
+
+/* Parses "PID/task/TID" (readlink of /proc/thread-self, as an isolate evaluates it).
+ * Returns 0 with *pid and *tid (both > 0), or CP_EPARSE with err naming the text. */
+int cp_v8_thread_self_parse(const char *text, int *pid, int *tid, cp_err *err);
+
+/* One line of /proc/net/tcp or tcp6: 1 with *inode when it is a listening socket
+ * (state 0A) on local port, else 0 (other sockets, the header, malformed lines). */
+int cp_v8_tcp_listener(const char *line, unsigned port, uint64_t *inode);
+
+/* The first field of /proc/PID/task/TID/schedstat (ns the thread ran on a CPU). Returns
+ * 0 or CP_EPARSE. */
+int cp_v8_schedstat_ns(const char *text, int64_t *ns);
+
+/* utime + stime (clock ticks) of a /proc/PID/stat text (fields after the command's last
+ * ')'). Returns 0 or CP_EPARSE. */
+int cp_v8_stat_ticks(const char *text, int64_t *ticks);
+
 #endif

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <libwebsockets.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@
 #include "sourcemap.h"
 #include "times.h"
 #include "v8conv.h"
+#include "v8cpu.h"
 #include "watch.h"
 
 #define MAX_MESSAGE ((size_t)256 << 20) /* one inspector message (a CPU profile) at most */
@@ -88,6 +90,16 @@ typedef struct session {
     uint64_t alloc_caps; /* the alloc captures served, from alloc_start_ns */
     int64_t alloc_start_ns;
     uint64_t cap_mark; /* the heap sample ordinal the alloc capture windows start after */
+    /* the CPU its thread used (README "CPU seconds"): pid 0 when the host is not seen on
+     * this machine (its windows say wall time); tid 0 when only the process is known */
+    int pid, tid;
+    int64_t cpu_mark_ns; /* that CPU time at the window's start; -1: unknown */
+    int64_t cpu_read;    /* that CPU time now (weigh_pending's reading), -1: unreadable */
+    /* the cpu window just ended, waiting for its share of the thread's CPU */
+    cp_profile *pend;
+    int64_t pend_start, pend_end;
+    uint64_t pend_dropped;
+    char pend_engine[64];
 } session;
 
 typedef struct out_msg {
@@ -110,6 +122,7 @@ struct conn {
     int finishing; /* node ran its last line and waits for us to disconnect */
     int closing;   /* asked libwebsockets to close */
     int64_t retry_at, backoff_ns, outer_id;
+    int host_pid; /* the process listening on the inspector's port (0: not seen), per open */
     cp_buf rx;
     int rx_over;
     CP_VEC(out_msg) tx;
@@ -139,7 +152,7 @@ typedef struct v8cap {
     cp_selector sel;
     int64_t interval_us; /* cpu: the interval run (0: cannot run) */
     int64_t ran;         /* hz (cpu) or bytes (alloc) */
-    char reason[160];
+    char reason[224];
 } v8cap;
 
 static struct {
@@ -257,7 +270,7 @@ static void emit_as(session *s, cp_profile *p, cp_kind kind, int64_t start_ns, i
     }
     e.tenant = strdup(S.o->tenant && S.o->tenant[0] ? S.o->tenant : CP_DEFAULT_TENANT);
     e.producer_id = strdup(capture ? s->cap_producer : s->producer);
-    e.engine = strdup(capture ? engine : "v8-inspector");
+    e.engine = strdup(engine ? engine : "v8-inspector");
     if (!e.tenant || !e.producer_id || !e.engine) goto fail;
     if ((rc = session_labels(s, &e.labels)) ||
         (capture && (rc = cp_labels_set(&e.labels, CP_CAPTURE_LABEL, capture))))
@@ -294,6 +307,102 @@ static void emit(session *s, cp_profile *p, cp_kind kind, int64_t start_ns, int6
                  uint64_t dropped_samples)
 {
     emit_as(s, p, kind, start_ns, end_ns, dropped_samples, NULL, NULL);
+}
+
+/* ------------------------------------------------------------------------------------
+ * CPU seconds: a V8 sample stands for its thread's wall time (waiting for a CPU too), so
+ * each cpu window is weighed by the CPU the isolate's thread used in it, split among the
+ * isolates sharing that thread by their samples. */
+
+static int loopback(const char *addr)
+{
+    return !strncmp(addr, "127.", 4) || !strcmp(addr, "localhost") || !strcmp(addr, "::1") ||
+           !strcmp(addr, "[::1]");
+}
+
+/* The sum of column col of p's samples. */
+static int64_t column_sum(const cp_profile *p, int col)
+{
+    int64_t sum = 0;
+    for (uint32_t i = 0; col >= 0 && i < p->samples.n; i++)
+        sum += cp_profile_sample_values(p, i)[col];
+    return sum;
+}
+
+/* Labels p's time as wall time (its second sample type and the default: wall). */
+static void label_wall(cp_profile *p, const char *why)
+{
+    uint32_t w, c;
+    int col = cp_profile_find_type(p, "cpu");
+    if (col < 0 || cp_profile_intern_cstr(p, "wall", &w) || cp_profile_intern_cstr(p, why, &c) ||
+        cp_vec_push(&p->comments, c))
+        return;
+    p->sample_types.v[col].type = w;
+    p->default_sample_type = w;
+}
+
+/* Weighs the pending cpu windows of v[0..n) (ended together): each window's cpu column is
+ * scaled to its share of the CPU its thread used since that session's last mark. */
+static void weigh_pending(session **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        session *s = v[i];
+        int64_t now = -1;
+        if (s->pid > 0) {
+            /* one reading per thread, shared by the isolates on it */
+            for (size_t j = 0; j < i && now < 0; j++)
+                if (v[j]->pid == s->pid && v[j]->tid == s->tid) now = v[j]->cpu_read;
+            if (now < 0 && cp_v8_cpu_ns(s->pid, s->tid, &now) != 0) now = -1;
+        }
+        s->cpu_read = now;
+    }
+    for (size_t i = 0; i < n; i++) {
+        session *s = v[i];
+        int64_t now = s->cpu_read;
+        if (!s->pend) { /* a window lost: its CPU is not carried into the next */
+            s->cpu_mark_ns = now;
+            continue;
+        }
+        int col = cp_profile_find_type(s->pend, "cpu");
+        char note[320];
+        if (now < 0 || s->cpu_mark_ns < 0 || col < 0) {
+            snprintf(s->pend_engine, sizeof(s->pend_engine), "v8-inspector wall");
+            snprintf(note, sizeof(note),
+                     "wall: each sample weighs one sampling interval of its thread's time, "
+                     "waiting for a CPU included (%s)",
+                     s->pid > 0 ? "the thread's CPU could not be read"
+                                : "the host is not a process of this machine");
+            label_wall(s->pend, note);
+            if (now >= 0) s->cpu_mark_ns = now;
+            continue;
+        }
+        int64_t used = now > s->cpu_mark_ns ? now - s->cpu_mark_ns : 0;
+        s->cpu_mark_ns = now;
+        int64_t mine = column_sum(s->pend, 0), all = 0;
+        for (size_t j = 0; j < n; j++)
+            if (v[j]->pend && v[j]->pid == s->pid && v[j]->tid == s->tid)
+                all += column_sum(v[j]->pend, 0);
+        int64_t share = all > 0 ? (int64_t)((double)used * (double)mine / (double)all) : 0;
+        int64_t said = column_sum(s->pend, col);
+        if (said > 0) {
+            double f = (double)share / (double)said;
+            for (uint32_t k = 0; k < s->pend->samples.n; k++) {
+                int64_t *val = s->pend->values.v + (size_t)k * s->pend->sample_types.n + col;
+                *val = llround((double)*val * f);
+            }
+        }
+        snprintf(s->pend_engine, sizeof(s->pend_engine), "v8-inspector cpu=%s",
+                 s->tid > 0 ? "thread" : "process");
+        snprintf(note, sizeof(note),
+                 "cpu: %s %d used %lld us in this window (%s), this isolate's share %lld of %lld "
+                 "samples; V8's intervals said %lld us",
+                 s->tid > 0 ? "thread" : "process", s->tid > 0 ? s->tid : s->pid,
+                 (long long)(used / 1000), s->tid > 0 ? "schedstat" : "stat utime+stime",
+                 (long long)mine, (long long)all, (long long)(said / 1000));
+        uint32_t c;
+        if (cp_profile_intern_cstr(s->pend, note, &c) == 0)
+            (void)cp_vec_push(&s->pend->comments, c);
+    }
 }
 
 /* ------------------------------------------------------------------------------------
@@ -663,9 +772,74 @@ static void session_free(session *s)
     }
     free(s->maps.v);
     cp_merger_destroy(s->acc);
+    cp_profile_destroy(s->pend);
     json_decref(s->reply);
     free(s->sid);
     free(s);
+}
+
+/* Which thread's CPU s's windows are weighed by: node's isolates tell theirs (evaluated
+ * on the isolate's thread: the readlink of /proc/thread-self), when the process they name
+ * is the one listening on the inspector's port here (the same pid namespace); a host that
+ * cannot tell (workerd) is the listening process, its Workers on its main thread (one
+ * thread serves them all, observed); a Node worker that cannot tell, its process. A host
+ * not seen here (remote, another namespace or user): wall time. */
+static void session_thread_guess(session *s)
+{
+    conn *c = s->c;
+    s->pid = s->tid = 0;
+    s->cpu_mark_ns = -1;
+    if (!loopback(c->h->addr)) return;
+    if (!s->sid || !c->host_pid) c->host_pid = cp_v8_listener_pid((unsigned)c->h->port);
+    int pid = c->host_pid, tid = s->sid ? 0 : pid;
+    int64_t ns;
+    if (pid && tid && cp_v8_cpu_ns(pid, tid, &ns) != 0) tid = 0;
+    if (!pid || cp_v8_cpu_ns(pid, tid, &ns) != 0) return;
+    s->pid = pid;
+    s->tid = tid;
+    s->cpu_mark_ns = ns;
+}
+
+/* Asks the isolate for its thread once it runs (node's `require` is not ready while it is
+ * held at its start): a thread told replaces the guess, its CPU counted from now. */
+static void session_thread_ask(session *s)
+{
+    conn *c = s->c;
+    if (!s->pid) {
+        cp_log_info("v8: isolate %s: no process of this machine seen listening on %s: its cpu "
+                    "windows are wall time",
+                    s->isolate, c->h->hostport);
+        return;
+    }
+    json_t *r = NULL;
+    int pid = 0, tid = 0;
+    json_t *q = json_pack("{s:s, s:b, s:b}", "expression",
+                          "require('fs').readlinkSync('/proc/thread-self')",
+                          "includeCommandLineAPI", 1, "silent", 1);
+    cp_err e = {0};
+    char how[300] = "told by the isolate";
+    if (call(s, "Runtime.evaluate", q, &r, &e) == 0) {
+        const json_t *res = json_object_get(r, "result");
+        const char *v = jstr(res, "value"), *d = jstr(res, "description");
+        if (!v || cp_v8_thread_self_parse(v, &pid, &tid, NULL) != 0 || pid != s->pid) {
+            snprintf(how, sizeof(how), "not told (%.120s)", v ? v : d ? d : "no value");
+            pid = tid = 0;
+        }
+    } else {
+        snprintf(how, sizeof(how), "not told (%.200s)", e.msg);
+    }
+    json_decref(r);
+    int64_t ns;
+    if (tid && tid != s->tid && cp_v8_cpu_ns(pid, tid, &ns) == 0) {
+        s->tid = tid;
+        s->cpu_mark_ns = ns;
+    } else if (!tid) {
+        size_t l = strlen(how);
+        snprintf(how + l, sizeof(how) - l, ": %s",
+                 s->tid ? "the host's main thread" : "the process's CPU");
+    }
+    cp_log_info("v8: isolate %s: cpu windows weighed by the CPU of %s %d of process %d (%s)",
+                s->isolate, s->tid ? "thread" : "process", s->tid ? s->tid : s->pid, s->pid, how);
 }
 
 /* Starts both profilers on s, then lets a waiting isolate run (node --inspect-brk, or a
@@ -703,6 +877,7 @@ static int session_start(session *s)
         (call(s, "Debugger.enable", NULL, NULL, &e) != 0 ||
          call(s, "Debugger.setSkipAllPauses", json_pack("{s:b}", "skip", 1), NULL, &e) != 0))
         cp_log_warn("v8: isolate %s: no source maps: %s", s->isolate, e.msg);
+    session_thread_guess(s);
     s->window_start_ns = s->run_start_ns = cp_now_ns();
     s->started = 1;
     if (!s->sid) { /* node: follow its workers, each held until its profilers run */
@@ -713,6 +888,7 @@ static int session_start(session *s)
                    json_pack("{s:b}", "enabled", 1), NULL, NULL);
     }
     (void)call(s, "Runtime.runIfWaitingForDebugger", NULL, NULL, NULL);
+    session_thread_ask(s);
     cp_log_info("v8: %s: attached to isolate %s", s->c->h->hostport, s->isolate);
     return 0;
 }
@@ -748,21 +924,25 @@ static void cap_plan(v8cap *k)
         k->ran = S.o->heap_interval;
         if (k->ran != k->c.alloc_rate)
             snprintf(k->reason, sizeof(k->reason), "%s",
-                     S.o->heap_interval > 0 ? "v8 heap sampler not restarted (inuse kept)"
-                                            : "v8 heap sampler off (--heap-interval 0)");
+                     S.o->heap_interval > 0
+                         ? "v8 heap sampler kept at contprof v8 --heap-interval (inuse kept)"
+                         : "v8 heap sampler off (contprof v8 --heap-interval 0)");
         return;
     }
     if (base <= 0) {
         k->interval_us = 0;
         k->ran = 0;
-        snprintf(k->reason, sizeof(k->reason), "v8 CPU profiler off (--cpu-interval 0)");
+        snprintf(k->reason, sizeof(k->reason),
+                 "v8 CPU profiler off (contprof v8 --cpu-interval 0)");
         return;
     }
     int64_t hz = cp_capture_plan_hz(&k->c, CAP_MAX_HZ, CAP_SAMPLE_COST_US * 1000, "the v8 source",
                                     k->reason, sizeof(k->reason));
     int64_t iv = 1000000 / hz;
     if (iv >= base) { /* at or below the always-on rate: the always-on run serves it */
-        if (iv > base) snprintf(k->reason, sizeof(k->reason), "the always-on rate is higher");
+        if (iv > base)
+            snprintf(k->reason, sizeof(k->reason),
+                     "the always-on rate (contprof v8 --cpu-interval) is higher");
         iv = base;
     }
     k->interval_us = iv;
@@ -1126,20 +1306,19 @@ static void captures_tick(void)
     }
 }
 
-/* Ends s's window: the CPU profile (restarted at once unless last), the heap profiles. */
-static void session_window(session *s, int last)
+/* Ends s's cpu window (the profiler restarted at once unless last): kept in s->pend until
+ * weigh_pending gives it its CPU; a window lost is logged and counted. */
+static void session_window_cpu(session *s, int last)
 {
     int64_t end = cp_now_ns(), start = s->window_start_ns;
-    cp_err e = {0};
-    json_t *r = NULL;
-    int lost = 0;
+    s->pend_end = end;
     if (last && s->alloc_caps && !s->gone) alloc_cycle(s, 0); /* alloc captures' last windows */
     if (S.o->cpu_interval_us > 0) {
         cpu_cycle(s, !last);
         cp_profile *p = s->acc && !s->cpu_failed ? cp_merger_finish(s->acc) : NULL;
         if (!p) {
             log_lost(s, "cpu", start, end, s->cpu_failed ? s->cpu_why : "out of memory");
-            lost++;
+            s->dropped_windows++;
         } else {
             int64_t base = S.o->cpu_interval_us;
             s->windows++;
@@ -1151,12 +1330,29 @@ static void session_window(session *s, int last)
             if (cp_profile_intern_cstr(p, note, &sid) == 0) (void)cp_vec_push(&p->comments, sid);
             p->period = base * 1000;
             /* the samples the gaps held, at the interval: reported as dropped, not hidden */
-            emit(s, p, CP_KIND_CPU, start, end, (uint64_t)(s->win_gap_us / base));
+            s->pend = p;
+            s->pend_start = start;
+            s->pend_dropped = (uint64_t)(s->win_gap_us / base);
         }
         cp_merger_destroy(s->acc);
         s->acc = NULL;
         s->cpu_failed = 0;
         s->win_gap_us = 0;
+    }
+}
+
+/* Ends the rest of s's window: the weighed cpu window emitted, the heap profiles. */
+static void session_window_rest(session *s, int last)
+{
+    int64_t end = s->pend_end, start = s->window_start_ns;
+    cp_err e = {0};
+    json_t *r = NULL;
+    int lost = 0;
+    if (s->pend) {
+        emit_as(s, s->pend, CP_KIND_CPU, s->pend_start, end, s->pend_dropped, NULL,
+                s->pend_engine[0] ? s->pend_engine : NULL);
+        s->pend = NULL;
+        s->pend_engine[0] = 0;
     }
     if (s->heap_on) {
         if (call(s, "HeapProfiler.getSamplingProfile", NULL, &r, &e) == 0) {
@@ -1189,6 +1385,22 @@ static void session_window(session *s, int last)
         if (S.o->cpu_interval_us > 0) (void)call(s, "Profiler.disable", NULL, NULL, NULL);
     }
     s->window_start_ns = end;
+}
+
+/* Ends the windows of every started session (of conn c only, if not NULL) together: the
+ * cpu windows first, so that isolates sharing a thread split the CPU read at one time. */
+static void windows_end(conn *only, int last)
+{
+    CP_VEC(session *) v = {0};
+    for (int i = 0; i < S.nhosts; i++)
+        for (conn *c = S.hosts[i].conns; c; c = c->next)
+            for (session *s = c->sessions; s; s = s->next)
+                if ((!only || c == only) && s->started && !s->gone && cp_vec_push(&v, s) == 0)
+                    session_window_cpu(s, last);
+    weigh_pending(v.v, v.n);
+    for (uint32_t i = 0; i < v.n; i++)
+        session_window_rest(v.v[i], last);
+    free(v.v);
 }
 
 static void session_report(const session *s)
@@ -1368,8 +1580,8 @@ static void maintain(host *h)
         if (c->state == C_OPEN && c->finishing && !c->closing) {
             /* the isolates still exist: their last windows are taken, then we leave */
             flush_lost(h);
+            windows_end(c, 1);
             for (session *s = c->sessions; s; s = s->next) {
-                if (s->started && !s->gone) session_window(s, 1);
                 if (s->started) session_report(s);
                 s->started = 0;
             }
@@ -1497,10 +1709,7 @@ int cp_v8_run(const cp_v8_options *o, cp_err *err)
             if (!h->seen || h->answering || h->conns) gone = 0;
         }
         if (cp_now_ns() >= next_window) {
-            for (int i = 0; i < S.nhosts; i++)
-                for (conn *c = S.hosts[i].conns; c; c = c->next)
-                    for (session *s = c->sessions; s; s = s->next)
-                        if (s->started && !s->gone) session_window(s, 0);
+            windows_end(NULL, 0);
             next_window += o->window_ns;
             if (next_window < cp_now_ns()) next_window = cp_now_ns() + o->window_ns;
         }
@@ -1523,13 +1732,11 @@ int cp_v8_run(const cp_v8_options *o, cp_err *err)
     /* the last window of every isolate still attached */
     for (int i = 0; i < S.nhosts; i++)
         flush_lost(&S.hosts[i]);
-    for (int i = 0; i < S.nhosts; i++) {
+    windows_end(NULL, 1);
+    for (int i = 0; i < S.nhosts; i++)
         for (conn *c = S.hosts[i].conns; c; c = c->next)
-            for (session *s = c->sessions; s; s = s->next) {
-                if (s->started && !s->gone) session_window(s, 1);
+            for (session *s = c->sessions; s; s = s->next)
                 if (s->started) session_report(s);
-            }
-    }
     for (int i = 0; i < S.nhosts; i++)
         flush_lost(&S.hosts[i]);
     cp_watch_destroy(S.watch);

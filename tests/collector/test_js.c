@@ -158,7 +158,8 @@ static void check_hot_json_named(const pset *s)
 TEST(node_js_frames_named_from_perf_map)
 {
     pset s;
-    run_node("--perf-basic-prof --interpreted-frames-native-stack", NULL, &s);
+    const char *out = run_node("--perf-basic-prof --interpreted-frames-native-stack", NULL, &s);
+    CHECK(!strstr(out, "contprof: V8 writes a perf map")); /* the flag is there */
     check_hot_json_named(&s);
     /* V8's serializer, demangled, under the JS function that called JSON.stringify */
     CHECK(called_under(&s, "v8::internal::JsonStringifier::", "hotJson"));
@@ -248,6 +249,44 @@ TEST(node_without_perf_map_reads_jit_and_says_which_flags)
     CHECK(!strstr(first + 1, "contprof: a V8 host")); /* one line */
     pset_free(&s);
     remove_dir();
+}
+
+/* node with the perf map but without --interpreted-frames-native-stack, running cold code
+ * (js/cold.js): interpreted functions run in V8's one InterpreterEntryTrampoline, which
+ * the agent says once, naming the flag; with the flag (node_js_frames_named_from_perf_map)
+ * it says nothing. */
+TEST(node_perf_map_without_native_stack_names_the_flag)
+{
+    pset s;
+    const char *out = run_node_script(CP_COLD_JS, "2.5", "--perf-basic-prof", NULL, &s);
+    int64_t tramp = 0, all = cpu_with(&s, NULL);
+    for (int i = 0; i < s.n; i++)
+        for (uint32_t j = 0; is_prog_cpu(&s.f[i]) && j < s.f[i].p->functions.n; j++) {
+            const char *fn = cp_profile_str(s.f[i].p, s.f[i].p->functions.v[j].name);
+            if (strstr(fn, "InterpreterEntryTrampoline")) tramp += func_total(s.f[i].p, fn, 1);
+        }
+    printf("under the trampoline %lld of %lld ns\n", (long long)tramp, (long long)all);
+    CHECK(tramp * 10 > all); /* what the line is about */
+    const char *line = strstr(out, "contprof: V8 writes a perf map");
+    CHECK(line && strstr(line, "--interpreted-frames-native-stack"));
+    CHECK(!strstr(line + 1, "contprof: V8 writes a perf map")); /* once */
+    pset_free(&s);
+    remove_dir();
+}
+
+/* The flags behind a perf map, from a command line and NODE_OPTIONS. */
+TEST(perfmap_native_stack_flags)
+{
+    static const char a[] = "node\0--perf-basic-prof\0app.js";
+    static const char b[] = "node\0--perf-basic-prof\0--interpreted-frames-native-stack\0x.js";
+    static const char c[] = "node\0--perf_basic_prof_only_functions\0x.js";
+    CHECK_EQ(cp_perfmap_needs_native_stack(a, sizeof(a), NULL), 1);
+    CHECK_EQ(cp_perfmap_needs_native_stack(b, sizeof(b), NULL), 0);
+    CHECK_EQ(cp_perfmap_needs_native_stack(c, sizeof(c), NULL), 1);
+    CHECK_EQ(cp_perfmap_needs_native_stack(a, sizeof(a), " --interpreted_frames_native_stack"), 0);
+    CHECK_EQ(cp_perfmap_needs_native_stack("node\0x.js", 10, "--perf-prof"), 1);
+    CHECK_EQ(cp_perfmap_needs_native_stack("node\0x.js", 10, NULL), 0);
+    CHECK_EQ(cp_perfmap_needs_native_stack(NULL, 0, ""), 0);
 }
 
 /* The perf-map hint only where it can help: `node -e 0` (a few samples, none or almost none
@@ -430,8 +469,8 @@ TEST(perfmap_incremental_defensive)
     cp_perfmap_reset();
 }
 
-TEST_MAIN(T(node_e_0_says_nothing), T(node_js_frames_named_from_perf_map),
-          T(node_js_frames_named_with_server_symbolize),
+TEST_MAIN(T(node_e_0_says_nothing), T(node_perf_map_without_native_stack_names_the_flag),
+          T(node_js_frames_named_from_perf_map), T(node_js_frames_named_with_server_symbolize),
           T(node_without_perf_map_reads_jit_and_says_which_flags),
           T(node_workers_are_isolates_by_name), T(workerd_worker_js_frames_named), T(perfmap_names),
-          T(perfmap_incremental_defensive))
+          T(perfmap_incremental_defensive), T(perfmap_native_stack_flags))

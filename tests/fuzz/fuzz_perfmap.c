@@ -1,7 +1,8 @@
 /* libFuzzer target: the agent's perf map reader (collector/perfmap.c) reads a file the host
  * writes: any bytes, appended in two parts (a line may be cut between them), must be read
  * without crashing, leaking or reading out of bounds; every lookup answers a name inside
- * what was read, and every name splits. */
+ * what was read, and every name splits; the same bytes as a command line and NODE_OPTIONS
+ * are read for the flags behind the map. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     snprintf(path, sizeof(path), "/tmp/cp-fuzz-perfmap-%d", (int)getpid());
     unlink(path);
     cp_perfmap_reset();
+    /* the same bytes as a command line and as NODE_OPTIONS (the flags behind the map) */
+    char *opts = malloc(size + 1);
+    if (!opts) return 0;
+    memcpy(opts, data, size);
+    opts[size] = 0;
+    if (cp_perfmap_needs_native_stack((const char *)data, size, opts) > 1) abort();
+    free(opts);
     size_t half = size / 2;
     append(path, data, half);
     (void)cp_perfmap_refresh(path);

@@ -1,6 +1,7 @@
 /* libFuzzer target: everything the V8 source reads from an inspector (collector/v8/
  * v8conv.c): the /json/list answer, each message, a Node worker's wrapped message, and
- * the CPU and sampling heap profiles converted to pprof. Any bytes must be refused with an
+ * the CPU and sampling heap profiles converted to pprof; and the /proc texts read to weigh
+ * CPU windows (thread-self, net/tcp lines, schedstat, stat). Any bytes must be refused with an
  * error or converted into a profile that encodes, without crashing, leaking or reading out
  * of bounds. */
 #include <stdint.h>
@@ -51,6 +52,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         free(tv);
     }
+    /* the /proc texts (v8cpu.c reads them; a NUL-terminated copy, as read there) */
+    char *text = malloc(size + 1);
+    if (!text) return 0;
+    memcpy(text, data, size);
+    text[size] = 0;
+    int pid, tid;
+    uint64_t ino;
+    int64_t ns;
+    memset(&e, 0, sizeof(e));
+    if (cp_v8_thread_self_parse(text, &pid, &tid, &e) == 0 ? pid <= 0 || tid <= 0 : !e.msg[0])
+        abort();
+    if (cp_v8_tcp_listener(text, 0x2405, &ino) && !ino) abort();
+    if (cp_v8_schedstat_ns(text, &ns) == 0 && ns < 0) abort();
+    if (cp_v8_stat_ticks(text, &ns) == 0 && ns < 0) abort();
+    free(text);
     json_t *m = NULL;
     memset(&e, 0, sizeof(e));
     if (cp_v8_message_parse((const char *)data, size, &m, &e) != 0) {

@@ -844,9 +844,10 @@ static void rates(const cwin *w, int n, const char *iso, int64_t from, int64_t t
         wall += w[i].t1 - w[i].t0;
         c += w[i].cpu_ns;
         sm += w[i].samples;
-        /* the always-on rate whatever runs: each sample one 10 ms interval */
+        /* the always-on rate whatever runs; the CPU its thread's (one thread: at most the
+         * window's wall time) */
         CHECK_EQ(w[i].period, 10000000);
-        CHECK_EQ(w[i].cpu_ns, w[i].samples * 10000000);
+        CHECK(w[i].cpu_ns <= (w[i].t1 - w[i].t0) * 21 / 20);
     }
     CHECK(wall > 0);
     *cpu = (double)c / (double)wall;
@@ -858,22 +859,19 @@ static void rates(const cwin *w, int n, const char *iso, int64_t from, int64_t t
 TEST(node_capture)
 {
     make_dir();
-    char store[300], url[64], cfg[300], out[300], clog[300], nlog[300], capfile[300];
+    char store[300], url[64], out[300], clog[300], nlog[300], capfile[300];
     snprintf(store, sizeof(store), "%s/store", g_dir);
-    snprintf(cfg, sizeof(cfg), "%s/contprofd.conf", g_dir);
     snprintf(out, sizeof(out), "%s/out", g_dir);
     snprintf(clog, sizeof(clog), "%s/contprof.log", g_dir);
     snprintf(nlog, sizeof(nlog), "%s/node.log", g_dir);
     snprintf(capfile, sizeof(capfile), "%s/capture.pb.gz", g_dir);
     char allocfile[300];
     snprintf(allocfile, sizeof(allocfile), "%s/capture-alloc.pb.gz", g_dir);
-    /* the V8 source counts ~100 us of the host's CPU a sample: 1 kHz needs a 10% bound */
-    FILE *f = fopen(cfg, "w");
-    CHECK(f);
-    fprintf(f, "captures.max_overhead_permille = 100\n");
-    fclose(f);
+    /* contprofd's defaults: a 3 s capture of one isolate gets its budget for 3 s (20 permille
+     * over 5 min: 1000 permille), enough for V8's ~100 us a sample at 1 kHz (before: 200 Hz,
+     * exit 1, unless captures.max_overhead_permille = 100) */
     proc d;
-    const char *dargs[] = {"--config", cfg, "--data", store, "--http", "127.0.0.1:0", NULL};
+    const char *dargs[] = {"--data", store, "--http", "127.0.0.1:0", NULL};
     start_daemon(&d, g_dir, dargs);
     snprintf(url, sizeof(url), "http://127.0.0.1:%d", d.port);
 
@@ -1103,6 +1101,74 @@ TEST(node_through_a_contprofd_restart_loses_nothing)
     remove_dir();
 }
 
+/* ------------------------------------------------------------------------------------
+ * CPU seconds under contention: two shell loops compete with node for the 2 CPUs */
+
+/* utime + stime of pid from /proc/PID/stat, in ns. */
+static int64_t proc_cpu_ns(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    slurp(path, buf, sizeof(buf));
+    const char *rp = strrchr(buf, ')');
+    CHECK(rp);
+    unsigned long long ut = 0, st = 0;
+    CHECK(sscanf(rp + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) == 2);
+    return (int64_t)(ut + st) * (1000000000 / sysconf(_SC_CLK_TCK));
+}
+
+/* node's main thread burns for 6 s beside two CPU-bound shell loops; once it idles, its
+ * CPU in /proc is final: the cpu windows of its isolate add up to what it used after its
+ * start-up within 10% (a V8 sample's interval counted as CPU read 2.5-2.7x it here: time
+ * waiting for a CPU). */
+TEST(node_cpu_under_competitors)
+{
+    make_dir();
+    char node[512], inspect[64], hostport[64], script[512], out[300], nlog[300], clog[300];
+    find_node(node, sizeof(node));
+    int port = free_port();
+    snprintf(inspect, sizeof(inspect), "--inspect-brk=127.0.0.1:%d", port);
+    snprintf(hostport, sizeof(hostport), "127.0.0.1:%d", port);
+    snprintf(script, sizeof(script), "%s/cpu_burn.js", CP_V8_TESTS);
+    snprintf(out, sizeof(out), "%s/out", g_dir);
+    snprintf(nlog, sizeof(nlog), "%s/node.log", g_dir);
+    snprintf(clog, sizeof(clog), "%s/contprof.log", g_dir);
+    const char *burner[] = {"/bin/sh", "-c", "while :; do :; done", NULL};
+    pid_t b1 = spawn(burner, "/dev/null"), b2 = spawn(burner, "/dev/null");
+    const char *nargv[] = {node, inspect, script, "6", "3", NULL};
+    pid_t np = spawn(nargv, nlog);
+    (void)wait_for_log(np, nlog, "Debugger listening", 10);
+    usleep(200000);
+    int64_t boot = proc_cpu_ns(np); /* node's start-up, before the script (held at -brk) */
+    const char *cargv[] = {CP_CONTPROF,        "v8",           "--inspector", hostport,
+                           "--window",         "1s",           "--service",   "cputest",
+                           "--exit-when-gone", "--output-dir", out,           NULL};
+    pid_t cp = spawn(cargv, clog);
+    (void)wait_for_log(np, nlog, "burned", 30);
+    usleep(300000);
+    int64_t used = proc_cpu_ns(np) - boot;
+    kill(b1, SIGKILL);
+    kill(b2, SIGKILL);
+    (void)wait_exit(b1, 5);
+    (void)wait_exit(b2, 5);
+    int cst = wait_exit(cp, 30), nst = wait_exit(np, 10);
+    print_log(clog);
+    CHECK_EQ(cst, 0);
+    CHECK_EQ(nst, 0);
+    pset s;
+    pset_load(out, &s);
+    int64_t stored = sum_kind(&s, "cpu", "main", NULL, 1);
+    printf("node's CPU from /proc: %lld ms after %lld ms of start-up; its isolate's cpu "
+           "windows: %lld ms (%.3fx)\n",
+           (long long)(used / 1000000), (long long)(boot / 1000000), (long long)(stored / 1000000),
+           used ? (double)stored / (double)used : 0.0);
+    CHECK(used > 500 * 1000000LL); /* it did burn */
+    CHECK(stored > used * 0.9 && stored < used * 1.1);
+    pset_free(&s);
+    remove_dir();
+}
+
 TEST_MAIN(T(node_two_workers), T(workerd_two_workers), T(malformed_inspector), T(node_to_contprofd),
           T(node_signed_for_its_tenant), T(node_through_a_contprofd_restart_loses_nothing),
-          T(workerd_typescript), T(node_source_map_uploaded_after_the_windows), T(node_capture))
+          T(workerd_typescript), T(node_source_map_uploaded_after_the_windows), T(node_capture),
+          T(node_cpu_under_competitors))

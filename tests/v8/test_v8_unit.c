@@ -330,5 +330,54 @@ TEST(source_map_budget_and_deadline)
     cp_buf_close(&b);
 }
 
+/* The /proc texts the CPU weighing reads: real lines of this kernel's formats, and
+ * malformed ones refused. */
+TEST(proc_texts)
+{
+    int pid = 0, tid = 0;
+    cp_err e = {0};
+    CHECK_EQ(cp_v8_thread_self_parse("26341/task/26348", &pid, &tid, &e), 0);
+    CHECK_EQ(pid, 26341);
+    CHECK_EQ(tid, 26348);
+    static const char *const bad[] = {"",          "26341",    "26341/task/",       "x/task/1",
+                                      "1/task/2x", "0/task/0", "99999999999/task/1"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        memset(&e, 0, sizeof(e));
+        CHECK_EQ(cp_v8_thread_self_parse(bad[i], &pid, &tid, &e), CP_EPARSE);
+        CHECK(strstr(e.msg, "not PID/task/TID"));
+    }
+    uint64_t ino = 0;
+    const char *l = "   3: 0100007F:2405 00000000:0000 0A 00000000:00000000 00:00000000 "
+                    "00000000  1000        0 4242 1 0000000000000000 100 0 0 10 0\n";
+    CHECK_EQ(cp_v8_tcp_listener(l, 0x2405, &ino), 1);
+    CHECK_EQ(ino, 4242);
+    CHECK_EQ(cp_v8_tcp_listener(l, 0x2406, &ino), 0);
+    /* an established connection on that port, the header, a cut line */
+    CHECK_EQ(cp_v8_tcp_listener("   4: 0100007F:2405 0100007F:D2F0 01 00000000:00000000 "
+                                "00:00000000 00000000  1000 0 4243 1\n",
+                                0x2405, &ino),
+             0);
+    CHECK_EQ(cp_v8_tcp_listener("  sl  local_address rem_address   st tx_queue rx_queue\n", 0x2405,
+                                &ino),
+             0);
+    CHECK_EQ(cp_v8_tcp_listener("   3: 0100007F:2405 00000000:0000 0A 00000000", 0x2405, &ino), 0);
+    int64_t ns = 0;
+    CHECK_EQ(cp_v8_schedstat_ns("911208083 36244274 4127\n", &ns), 0);
+    CHECK_EQ(ns, 911208083);
+    CHECK_EQ(cp_v8_schedstat_ns("x 1 2\n", &ns), CP_EPARSE);
+    CHECK_EQ(cp_v8_schedstat_ns("99999999999999999999999 1 2\n", &ns), CP_EPARSE);
+    int64_t ticks = 0;
+    CHECK_EQ(cp_v8_stat_ticks("947 (node) S 1 947 1 0 -1 4194304 5521 0 0 0 71 9 0 0 20 0 11 0 "
+                              "100 0\n",
+                              &ticks),
+             0);
+    CHECK_EQ(ticks, 80);
+    /* a command holding ") " is read after its last ')' */
+    CHECK_EQ(cp_v8_stat_ticks("5 (a) b) R 1 5 1 0 -1 0 0 0 0 0 3 4 0\n", &ticks), 0);
+    CHECK_EQ(ticks, 7);
+    CHECK_EQ(cp_v8_stat_ticks("5 (node) S 1 2 3\n", &ticks), CP_EPARSE);
+    CHECK_EQ(cp_v8_stat_ticks("no paren", &ticks), CP_EPARSE);
+}
+
 TEST_MAIN(T(cpu_profile), T(cpu_malformed), T(heap_profile), T(heap_malformed), T(source_map),
-          T(source_map_budget_and_deadline))
+          T(source_map_budget_and_deadline), T(proc_texts))
