@@ -974,6 +974,8 @@ static size_t label(const cp_heapsnap *h, const graph *g, uint32_t v, char *out,
     if (g->script[v]) {
         const char *s = str_at(h, g->script[v] - 1), *slash = strrchr(s, '/');
         what = slash && slash[1] ? slash + 1 : s;
+        while (*what == ' ')
+            what++;
     } else if (type_is(nt, t, "object") || type_is(nt, t, "native")) {
         what = !strncmp(name, "system / ", 9) ? "(system)" : *name ? name : "(object)";
     } else if (type_is(nt, t, "closure")) {

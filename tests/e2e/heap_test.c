@@ -11,8 +11,9 @@
 static void snapshot(const char *dir, const char *name, int n)
 {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "HOARD_N=%d '%s' --expose-gc '%s/tests/model/js/hoard.js' '%s/%s' > /dev/null",
-             n, CP_NODE, getenv("CP_SOURCE_DIR"), dir, name);
+    snprintf(cmd, sizeof cmd,
+             "HOARD_N=%d '%s' --expose-gc '%s/tests/model/js/hoard.js' '%s/%s' > /dev/null", n,
+             CP_NODE, getenv("CP_SOURCE_DIR"), dir, name);
     proc_sh(cmd);
 }
 
@@ -50,20 +51,22 @@ TEST(heap_snapshots_import_query_and_diff)
     static char out[1 << 20];
     char args[2048];
     /* the later one first: import orders snapshots by the time they were written */
-    snprintf(args, sizeof args, "import --service shop '%s/big.heapsnapshot' '%s/small.heapsnapshot'",
-             dir, dir);
+    snprintf(args, sizeof args,
+             "import --service shop '%s/big.heapsnapshot' '%s/small.heapsnapshot'", dir, dir);
     int st = contprof(d.port, dir, args, out, sizeof out);
     printf("%s", out);
     CHECK_EQ(st, 0);
     /* the latest snapshot of the series: the 100,000-object table under its variable */
-    st = contprof(d.port, dir, "query --type heap --select '{service=\"shop\"}' --from -1h --to now --format folded",
-                  out, sizeof out);
+    st = contprof(
+        d.port, dir,
+        "query --type heap --select '{service=\"shop\"}' --from -1h --to now --format folded", out,
+        sizeof out);
     CHECK_EQ(st, 0);
     long long names = folded_value(out, "hoard.js;HOARD: Array;Object;name: (string)");
     printf("name strings: %lld bytes\n", names);
     CHECK(names > 100000LL * 24);
-    st = contprof(d.port, dir, "top --type heap --select '{service=\"shop\"}' --from -1h --to now", out,
-                  sizeof out);
+    st = contprof(d.port, dir, "top --type heap --select '{service=\"shop\"}' --from -1h --to now",
+                  out, sizeof out);
     CHECK_EQ(st, 0);
     CHECK(strstr(out, "retained_space"));
     CHECK(strstr(out, "HOARD: Array"));
@@ -76,10 +79,11 @@ TEST(heap_snapshots_import_query_and_diff)
     CHECK(stat(f1, &a) == 0 && stat(f2, &b) == 0);
     long long ts = (long long)a.st_mtim.tv_sec, tb = (long long)b.st_mtim.tv_sec;
     CHECK(tb > ts);
-    snprintf(args, sizeof args,
-             "diff --type heap --select '{service=\"shop\"}' --from %lld --to %lld --base-from %lld "
-             "--base-to %lld",
-             tb, tb + 2, ts, ts + 1);
+    snprintf(
+        args, sizeof args,
+        "diff --type heap --select '{service=\"shop\"}' --from %lld --to %lld --base-from %lld "
+        "--base-to %lld",
+        tb, tb + 2, ts, ts + 1);
     st = contprof(d.port, dir, args, out, sizeof out);
     printf("%s", out);
     CHECK_EQ(st, 0);
@@ -88,7 +92,8 @@ TEST(heap_snapshots_import_query_and_diff)
     CHECK(ch && strstr(ch, "MB"));
     CHECK(strstr(out, "name: (string)") && strstr(out, "tags: Array"));
     /* a damaged snapshot: refused naming the byte, exit 1, nothing else stored */
-    snprintf(args, sizeof args, "head -c 50000 '%s/big.heapsnapshot' > '%s/cut.heapsnapshot'", dir, dir);
+    snprintf(args, sizeof args, "head -c 50000 '%s/big.heapsnapshot' > '%s/cut.heapsnapshot'", dir,
+             dir);
     proc_sh(args);
     snprintf(args, sizeof args, "import --service cut '%s/cut.heapsnapshot'", dir);
     st = contprof(d.port, dir, args, out, sizeof out);
