@@ -129,6 +129,8 @@ static void on_message(const uint8_t *v, size_t len, void *arg)
         C.badsig++;
         goto done;
     }
+    /* heap captures are V8 heap snapshots, `contprof v8`'s: a native program has none */
+    if (c.kind == CP_KIND_HEAP) goto done;
     int64_t now = cp_now_ns();
     cap *k = find(c.id);
     if (k) {

@@ -8,17 +8,20 @@
 #include "defaults.h"
 #include "envelope.h"
 #include "error.h"
+#include "heapsnap.h"
 #include "hmac.h"
 #include "http_client.h"
 #include "pprof.h"
 #include "times.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <librdkafka/rdkafka.h>
 #include <lz4.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -420,6 +423,17 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* Whether file starts like a V8 heap snapshot (0 when unreadable: the pprof path says why). */
+static int is_heap_snapshot(const char *file)
+{
+    char head[64];
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, head, sizeof(head));
+    close(fd);
+    return n > 0 && cp_heapsnap_looks_like(head, (size_t)n);
+}
+
 typedef struct timed_file {
     int64_t t; /* the profile's time_nanos; INT64_MAX when unreadable (refused later) */
     int i;     /* its place on the command line: the order among equal times */
@@ -450,7 +464,10 @@ static int order_by_time(char **files, int n)
         cp_buf b = {0};
         int64_t t;
         /* the time field alone (the tables are not decoded): cheap for thousands of files */
-        if (!cp_read_file(files[i], &b, NULL) && !cp_pprof_peek_time(b.data, b.len, &t))
+        struct stat sb;
+        if (is_heap_snapshot(files[i]) && stat(files[i], &sb) == 0) /* its time: written */
+            tf[i].t = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+        else if (!cp_read_file(files[i], &b, NULL) && !cp_pprof_peek_time(b.data, b.len, &t))
             tf[i].t = t;
         cp_buf_close(&b);
     }
@@ -648,9 +665,34 @@ done:
     return rc;
 }
 
+/* A V8 heap snapshot: one window of kind heap at the file's modification time. */
+static int import_heap_snapshot(imp *im, int fi)
+{
+    const char *file = im->files[fi];
+    cp_heapsnap_limits lim;
+    cp_heapsnap_limits_default(&lim);
+    lim.limit_name = "contprof import's heap snapshot limit";
+    cp_profile *p = cp_profile_create();
+    cp_heapsnap_stats st;
+    cp_err err = {0};
+    int rc = !p ? (cp_err_set(&err, CP_ENOMEM, "out of memory"), 1)
+                : cp_heapsnap_read_file(file, &lim, p, &st, &err) != 0;
+    if (rc) {
+        fprintf(stderr, "contprof import: %s: %s\n", file, err.msg);
+    } else {
+        im->file_bytes = 0;
+        im->file_gz = 0;
+        p->duration_nanos = 1000000000; /* an instant: its window is a second at its time */
+        rc = send_one(im, fi, CP_KIND_HEAP, 0, p);
+    }
+    cp_profile_destroy(p);
+    return rc;
+}
+
 static int import_file(imp *im, int fi)
 {
     const char *file = im->files[fi];
+    if (is_heap_snapshot(file)) return import_heap_snapshot(im, fi);
     cp_buf b = {0};
     cp_err rerr = {0};
     if (cp_read_file(file, &b, &rerr)) {

@@ -49,9 +49,9 @@ int cp_capture_validate(const cp_capture *c, cp_err *err)
         if (c->alloc_rate <= 0)
             return cp_err_set(err, CP_EINVAL, "capture %s: alloc_rate %lld must be positive", c->id,
                               (long long)c->alloc_rate);
-    } else {
-        return cp_err_set(err, CP_EINVAL, "capture %s: kind %d is neither cpu nor alloc", c->id,
-                          (int)c->kind);
+    } else if (c->kind != CP_KIND_HEAP) {
+        return cp_err_set(err, CP_EINVAL, "capture %s: kind %d is neither cpu, alloc nor heap",
+                          c->id, (int)c->kind);
     }
     if (c->start_ns <= 0 || c->end_ns <= c->start_ns ||
         c->end_ns - c->start_ns > CP_CAPTURE_DURATION_CEIL_NS)

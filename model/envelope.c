@@ -24,13 +24,15 @@ const char *cp_kind_name(int kind)
         return "block";
     case CP_KIND_GOROUTINES:
         return "goroutines";
+    case CP_KIND_HEAP:
+        return "heap";
     }
     return NULL;
 }
 
 int cp_kind_is_gauge(int kind)
 {
-    return kind == CP_KIND_INUSE || kind == CP_KIND_GOROUTINES;
+    return kind == CP_KIND_INUSE || kind == CP_KIND_GOROUTINES || kind == CP_KIND_HEAP;
 }
 
 int cp_kind_parse(const char *name)

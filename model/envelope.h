@@ -27,13 +27,17 @@ typedef enum cp_kind {
     CP_KIND_MUTEX = 5,      /* summed over time: contentions/count, delay/nanoseconds */
     CP_KIND_BLOCK = 6,      /* summed over time: contentions/count, delay/nanoseconds */
     CP_KIND_GOROUTINES = 7, /* a gauge: goroutine/count */
+    /* a V8 heap snapshot as a retainer profile (model/heapsnap.h), a gauge:
+     * retained_objects/count, retained_space/bytes */
+    CP_KIND_HEAP = 8,
 } cp_kind;
-#define CP_KIND_MAX CP_KIND_GOROUTINES
+#define CP_KIND_MAX CP_KIND_HEAP
 
-/* "cpu", "alloc", "inuse", "wall", "mutex", "block", "goroutines"; NULL for anything else. */
+/* "cpu", "alloc", "inuse", "wall", "mutex", "block", "goroutines", "heap"; NULL for anything
+ * else. */
 const char *cp_kind_name(int kind);
 /* 1 for a kind whose windows are snapshots (the latest per series counts: inuse,
- * goroutines), 0 for one whose windows add up. */
+ * goroutines, heap), 0 for one whose windows add up. */
 int cp_kind_is_gauge(int kind);
 /* Parses a kind name; returns the kind or 0. */
 int cp_kind_parse(const char *name);

@@ -3,10 +3,14 @@
  * computes it), and the paths of that tree folded by name into a profile. */
 #include "heapsnap.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "json.h"
 #include "vec.h"
@@ -970,6 +974,8 @@ static size_t label(const cp_heapsnap *h, const graph *g, uint32_t v, char *out,
     if (g->script[v]) {
         const char *s = str_at(h, g->script[v] - 1), *slash = strrchr(s, '/');
         what = slash && slash[1] ? slash + 1 : s;
+        while (*what == ' ')
+            what++;
     } else if (type_is(nt, t, "object") || type_is(nt, t, "native")) {
         what = !strncmp(name, "system / ", 9) ? "(system)" : *name ? name : "(object)";
     } else if (type_is(nt, t, "closure")) {
@@ -1209,5 +1215,48 @@ int cp_heapsnap_finish(cp_heapsnap *h, cp_profile *out, cp_heapsnap_stats *st, c
         st->frames = frames;
     }
     graph_free(h, &g);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------
+ * Files */
+
+int cp_heapsnap_looks_like(const void *head, size_t n)
+{
+    const char *p = head, *end = p + n;
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+        p++;
+    return (size_t)(end - p) >= 11 && !memcmp(p, "{\"snapshot\"", 11);
+}
+
+int cp_heapsnap_read_file(const char *path, const cp_heapsnap_limits *lim, cp_profile *out,
+                          cp_heapsnap_stats *st, cp_err *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return cp_err_set(err, CP_EIO, "cannot open: %s", strerror(errno));
+    cp_heapsnap *h = NULL;
+    char *buf = malloc(1 << 20);
+    cp_err e = {0};
+    struct stat sb;
+    int rc = CP_ENOMEM;
+    if (!buf || cp_heapsnap_create(lim, &h)) {
+        cp_err_set(&e, rc, "out of memory");
+        goto done;
+    }
+    ssize_t n;
+    while ((n = read(fd, buf, 1 << 20)) > 0)
+        if ((rc = cp_heapsnap_feed(h, buf, (size_t)n, &e))) goto done;
+    if (n < 0) {
+        rc = cp_err_set(&e, CP_EIO, "read: %s", strerror(errno));
+        goto done;
+    }
+    if ((rc = cp_heapsnap_finish(h, out, st, &e))) goto done;
+    if (fstat(fd, &sb) == 0)
+        out->time_nanos = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+done:
+    if (rc && err) *err = e;
+    cp_heapsnap_destroy(h);
+    free(buf);
+    close(fd);
     return rc;
 }

@@ -49,4 +49,13 @@ int cp_heapsnap_finish(cp_heapsnap *h, cp_profile *out, cp_heapsnap_stats *st, c
 /* Frees h; NULL is fine. */
 void cp_heapsnap_destroy(cp_heapsnap *h);
 
+/* Whether head (a file's first n bytes) starts like a snapshot: {"snapshot" after any
+ * whitespace. */
+int cp_heapsnap_looks_like(const void *head, size_t n);
+/* The snapshot in file path as a retainer profile into out (empty), streamed in 1 MiB
+ * reads; time_nanos is the file's modification time. Errors as above, and CP_EIO (the
+ * caller names the file). */
+int cp_heapsnap_read_file(const char *path, const cp_heapsnap_limits *lim, cp_profile *out,
+                          cp_heapsnap_stats *st, cp_err *err);
+
 #endif

@@ -77,13 +77,16 @@ size_t cp_utf8_put(uint32_t cp, char out[4])
 
 /* ===== reading ======================================================================= */
 
-#define MAX_DEPTH 64
+/* Objects and arrays open at once. The API's trees nest two per frame (a node, its children):
+ * 64 was 31 frames, and a 64-frame agent stack's diff could not be read. Recursion: ~200
+ * bytes of stack a level (the agent's thread, reading /api/v1/brokers, has 1 MiB). */
+#define MAX_DEPTH 1024
 
 typedef struct rd {
     const char *s;
     size_t len, i;
     int depth;
-    int nomem;
+    int nomem, deep;
 } rd;
 
 static void ws(rd *r)
@@ -194,7 +197,10 @@ static int push(rd *r, cp_json *j, char *key, cp_json *item)
 
 static cp_json *container(rd *r, cp_json *j, char close)
 {
-    if (++r->depth > MAX_DEPTH) return NULL;
+    if (++r->depth > MAX_DEPTH) {
+        r->deep = 1;
+        return NULL;
+    }
     r->i++;
     ws(r);
     if (r->i < r->len && r->s[r->i] == close) {
@@ -306,6 +312,9 @@ int cp_json_parse(const char *text, size_t len, cp_json **out, cp_err *err)
     }
     if (!j) {
         if (r.nomem) return cp_err_set(err, CP_ENOMEM, "out of memory reading JSON");
+        if (r.deep)
+            return cp_err_set(err, CP_EPARSE, "JSON nested deeper than %d at byte %zu", MAX_DEPTH,
+                              r.i);
         return cp_err_set(err, CP_EPARSE, "malformed JSON at byte %zu", r.i);
     }
     *out = j;

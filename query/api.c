@@ -585,6 +585,7 @@ static void kind_types(cp_kind k, uint32_t i, const char **type, const char **un
         {{"contentions", "count"}, {"delay", "nanoseconds"}},
         {{"contentions", "count"}, {"delay", "nanoseconds"}},
         {{"goroutine", "count"}, {"value", "count"}},
+        {{"retained_objects", "count"}, {"retained_space", "bytes"}},
     };
     if (k >= CP_KIND_CPU && k <= CP_KIND_MAX && i < (k == CP_KIND_GOROUTINES ? 1u : 2u)) {
         *type = names[k - 1][i][0];

@@ -319,8 +319,8 @@ void cp_capture_ep_post(const cp_capture_call *c, cp_http_response *r)
         }
     }
     cap.kind = !ty || !*ty ? CP_KIND_CPU : (cp_kind)cp_kind_parse(ty);
-    if (cap.kind != CP_KIND_CPU && cap.kind != CP_KIND_ALLOC) {
-        cp_http_error(r, 400, "bad type '%.32s' (a capture is cpu or alloc)", ty);
+    if (cap.kind != CP_KIND_CPU && cap.kind != CP_KIND_ALLOC && cap.kind != CP_KIND_HEAP) {
+        cp_http_error(r, 400, "bad type '%.32s' (a capture is cpu, alloc or heap)", ty);
         return;
     }
     int64_t dur = 30LL * 1000000000;
@@ -342,7 +342,9 @@ void cp_capture_ep_post(const cp_capture_call *c, cp_http_response *r)
         cp_http_error(r, 400, "alloc_rate= is for type=alloc; type=cpu takes hz=");
         return;
     }
-    if (cap.kind == CP_KIND_CPU) {
+    if (cap.kind == CP_KIND_HEAP) {
+        /* one heap snapshot of each matched V8 isolate, taken by `contprof v8` */
+    } else if (cap.kind == CP_KIND_CPU) {
         unsigned long long v = o->max_hz < 1000 ? o->max_hz : 1000;
         char *end = NULL;
         if (hz && *hz && ((v = strtoull(hz, &end, 10)), *end || hz[0] == '-' || v == 0)) {
@@ -567,8 +569,9 @@ static int isolate_json(cp_buf *b, const cp_capture *cap, const cp_series_info *
     char reason[512];
     int said = cp_capture_engine_parse(got->cap_engine, &asked, &ran, reason, sizeof reason);
     int64_t until = now - CP_CAPTURE_HEAR_NS < cap->end_ns ? now - CP_CAPTURE_HEAR_NS : cap->end_ns;
-    int whole = got->first_ns <= cap->start_ns + CP_CAPTURE_HEAR_NS &&
-                got->cap_end_ns >= until - CP_CAPTURE_END_NS;
+    /* a heap capture is one snapshot: its window is the whole of it */
+    int whole = cap->kind == CP_KIND_HEAP || (got->first_ns <= cap->start_ns + CP_CAPTURE_HEAR_NS &&
+                                              got->cap_end_ns >= until - CP_CAPTURE_END_NS);
     int rate_ok = said && asked == ran;
     if (!whole || !rate_ok) *complete = 0;
     if (!said)

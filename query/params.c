@@ -198,8 +198,8 @@ static int parse_kind(const char *s, cp_kind *out, cp_http_response *r)
     int k = cp_kind_parse(s);
     if (!k) {
         cp_http_error(r, 400,
-                      "unknown type '%.64s' (expected cpu, alloc, inuse, wall, mutex, block or "
-                      "goroutines)",
+                      "unknown type '%.64s' (expected cpu, alloc, inuse, wall, mutex, block, "
+                      "goroutines or heap)",
                       s);
         return -1;
     }

@@ -58,6 +58,13 @@ int cp_store_kind_types(cp_kind kind, cp_profile *p)
             (rc = cp_profile_intern_cstr(p, "count", &b)))
             return rc;
         break;
+    case CP_KIND_HEAP:
+        if ((rc = cp_profile_add_sample_type(p, "retained_objects", "count")) ||
+            (rc = cp_profile_add_sample_type(p, "retained_space", "bytes")) ||
+            (rc = cp_profile_intern_cstr(p, "space", &a)) ||
+            (rc = cp_profile_intern_cstr(p, "bytes", &b)))
+            return rc;
+        break;
     case CP_KIND_GOROUTINES:
         if ((rc = cp_profile_add_sample_type(p, "goroutine", "count")) ||
             (rc = cp_profile_intern_cstr(p, "goroutine", &a)) ||

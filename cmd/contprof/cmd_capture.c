@@ -23,10 +23,11 @@ static void usage(FILE *f)
 {
     fprintf(
         f,
-        "usage: contprof capture --select SEL [--type cpu|alloc] [--duration D] [--hz N]\n"
+        "usage: contprof capture --select SEL [--type cpu|alloc|heap] [--duration D] [--hz N]\n"
         "                        [--alloc-rate BYTES] [-o FILE] [--server URL] [--token T]\n"
         "  --select SEL      the isolates, e.g. '{service=\"edge\",isolate=\"counter\"}'\n"
-        "  --type T          cpu (default) or alloc\n"
+        "  --type T          cpu (default), alloc, or heap (one V8 heap snapshot of each\n"
+        "                    matched isolate, through contprof v8: what holds the memory)\n"
         "  --duration D      how long (default 30s; at most the server's captures.max_duration)\n"
         "  --hz N            cpu samples per CPU-second (default 1000)\n"
         "  --alloc-rate B    alloc: mean bytes between samples\n"
@@ -150,8 +151,8 @@ int cp_cmd_capture(int argc, char **argv)
         fprintf(stderr, "contprof capture: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (strcmp(type, "cpu") && strcmp(type, "alloc")) {
-        fprintf(stderr, "contprof capture: --type %s: a capture is cpu or alloc\n", type);
+    if (strcmp(type, "cpu") && strcmp(type, "alloc") && strcmp(type, "heap")) {
+        fprintf(stderr, "contprof capture: --type %s: a capture is cpu, alloc or heap\n", type);
         return 2;
     }
     if (cp_parse_duration(duration, 0, &dur_ns, &err)) {

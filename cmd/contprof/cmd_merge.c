@@ -34,58 +34,25 @@ static void merge_usage(FILE *f)
         "  contprof merge --format top app.heapsnapshot\n");
 }
 
-/* Whether the file starts like a V8 heap snapshot: {"snapshot" after any whitespace. */
-static int is_heap_snapshot(int fd)
-{
-    char head[64];
-    ssize_t n = pread(fd, head, sizeof(head) - 1, 0);
-    if (n <= 0) return 0;
-    head[n] = 0;
-    const char *p = head;
-    while (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')
-        p++;
-    return !strncmp(p, "{\"snapshot\"", 11);
-}
-
-/* A snapshot streamed through the parser (never whole in memory), as raw pprof in out. */
-static int read_heap_snapshot(int fd, const char *path, cp_buf *out, cp_err *err)
-{
-    cp_heapsnap_limits lim;
-    cp_heapsnap_limits_default(&lim);
-    lim.limit_name = "contprof merge's heap snapshot limit";
-    cp_heapsnap *h = NULL;
-    cp_profile *p = cp_profile_create();
-    char *buf = malloc(1 << 20);
-    int rc = CP_ENOMEM;
-    if (!p || !buf || cp_heapsnap_create(&lim, &h)) goto done;
-    ssize_t n;
-    while ((n = read(fd, buf, 1 << 20)) > 0)
-        if ((rc = cp_heapsnap_feed(h, buf, (size_t)n, err))) goto done;
-    if (n < 0) {
-        rc = cp_err_set(err, CP_EIO, "cannot read %s", path);
-        goto done;
-    }
-    if (!(rc = cp_heapsnap_finish(h, p, NULL, err))) rc = cp_pprof_encode(p, 0, out);
-done:
-    if (rc == CP_ENOMEM && err && !err->msg[0]) cp_err_set(err, rc, "out of memory");
-    cp_heapsnap_destroy(h);
-    cp_profile_destroy(p);
-    free(buf);
-    return rc;
-}
-
 /* Input i: a heap snapshot converted, anything else as pprof bytes. */
 static int read_input(void *ctx, size_t i, cp_buf *out, cp_err *err)
 {
     const char *path = ((char **)ctx)[i];
+    char head[64];
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0 && is_heap_snapshot(fd)) {
-        int rc = read_heap_snapshot(fd, path, out, err);
-        close(fd);
-        return rc;
-    }
+    ssize_t n = fd >= 0 ? pread(fd, head, sizeof(head), 0) : -1;
     if (fd >= 0) close(fd);
-    return cp_pload_read_file(ctx, i, out, err);
+    if (n <= 0 || !cp_heapsnap_looks_like(head, (size_t)n))
+        return cp_pload_read_file(ctx, i, out, err);
+    cp_heapsnap_limits lim;
+    cp_heapsnap_limits_default(&lim);
+    lim.limit_name = "contprof merge's heap snapshot limit";
+    cp_profile *p = cp_profile_create();
+    if (!p) return cp_err_set(err, CP_ENOMEM, "out of memory");
+    int rc = cp_heapsnap_read_file(path, &lim, p, NULL, err);
+    if (!rc && (rc = cp_pprof_encode(p, 0, out))) cp_err_set(err, rc, "out of memory");
+    cp_profile_destroy(p);
+    return rc;
 }
 
 int cp_cmd_merge(int argc, char **argv)

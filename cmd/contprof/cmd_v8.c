@@ -26,6 +26,7 @@ static int usage_to(FILE *f, int rc)
         "[--topic T]\n"
         "                  [--service S] [--instance I] [--tenant T] [--label k=v ...]\n"
         "                  [--window D] [--cpu-interval D] [--heap-interval BYTES]\n"
+        "                  [--heap-snapshot-max-mb N]\n"
         "                  [--source-map-dir DIR] [--no-source-maps]\n"
         "                  [--exit-when-gone] [--allow-remote] [--token T] [--no-captures]\n"
         "Attaches to every isolate of V8 hosts (workerd --inspector-addr, node --inspect)\n"
@@ -117,6 +118,14 @@ int cp_cmd_v8(int argc, char **argv)
                 o.window_ns = d;
             else
                 o.cpu_interval_us = d == 0 ? 0 : d / 1000 > 0 ? d / 1000 : 1; /* 0: off */
+        } else if (!strcmp(a, "--heap-snapshot-max-mb")) {
+            char *end;
+            long long m = strtoll(v, &end, 10);
+            if (*end || m <= 0 || end == v || m > (1LL << 20)) {
+                fprintf(stderr, "contprof v8: --heap-snapshot-max-mb %s: not a size in MiB\n", v);
+                return 2;
+            }
+            o.heap_snapshot_max_mb = m;
         } else if (!strcmp(a, "--heap-interval")) {
             char *end;
             long long b = strtoll(v, &end, 10);

@@ -17,6 +17,7 @@
 
 #include "control.h"
 #include "envelope.h"
+#include "heapsnap.h"
 #include "http_client.h"
 #include "relay.h"
 #include "sink.h"
@@ -33,6 +34,8 @@
 
 #define MAX_MESSAGE ((size_t)256 << 20) /* one inspector message (a CPU profile) at most */
 #define CALL_TIMEOUT_MS 10000
+/* a heap snapshot: V8 writes ~150 ms per MB of heap under load (bench/v8/heapsnap.sh) */
+#define SNAPSHOT_TIMEOUT_MS 120000
 #define BACKOFF_MIN_NS (250 * 1000000LL)
 #define BACKOFF_MAX_NS (10 * 1000000000LL)
 #define POLL_NS (1000 * 1000000LL)       /* /json/list of a host that answers */
@@ -89,7 +92,11 @@ typedef struct session {
     uint64_t cap_sequence;
     uint64_t alloc_caps; /* the alloc captures served, from alloc_start_ns */
     int64_t alloc_start_ns;
-    uint64_t cap_mark; /* the heap sample ordinal the alloc capture windows start after */
+    uint64_t cap_mark;  /* the heap sample ordinal the alloc capture windows start after */
+    uint64_t heap_done; /* the heap captures (slots) whose snapshot this isolate took */
+    cp_heapsnap *snap;  /* the snapshot streaming in (HeapProfiler.addHeapSnapshotChunk) */
+    int snap_rc;        /* its parser's first error, 0 while fine */
+    cp_err snap_err;
     /* the CPU its thread used (README "CPU seconds"): pid 0 when the host is not seen on
      * this machine (its windows say wall time); tid 0 when only the process is known */
     int pid, tid;
@@ -554,6 +561,11 @@ static void deliver(conn *c, const char *sid, json_t *m)
             free(a.sid);
             free(a.title);
         }
+    } else if (method && !strcmp(method, "HeapProfiler.addHeapSnapshotChunk")) {
+        session *s = find_session(c, sid);
+        const char *chunk = jstr(params, "chunk");
+        if (s && s->snap && !s->snap_rc && chunk)
+            s->snap_rc = cp_heapsnap_feed(s->snap, chunk, strlen(chunk), &s->snap_err);
     } else if (method && !strcmp(method, "Debugger.scriptParsed")) {
         session *s = find_session(c, sid);
         if (s) script_parsed(s, params);
@@ -675,7 +687,8 @@ static int queue_text(conn *c, const char *text)
 /* Sends method(params) to s (params taken; NULL = {}) and serves every connection until
  * the reply comes. Returns 0 with *result (may be NULL: dropped) the reply's result, or
  * CP_EIO (closed, time-out, an error reply) with err saying which. */
-static int call(session *s, const char *method, json_t *params, json_t **result, cp_err *err)
+static int call_within(session *s, const char *method, json_t *params, json_t **result,
+                       int64_t timeout_ms, cp_err *err)
 {
     conn *c = s->c;
     if (result) *result = NULL;
@@ -704,7 +717,7 @@ static int call(session *s, const char *method, json_t *params, json_t **result,
     s->want_id = id;
     json_decref(s->reply);
     s->reply = NULL;
-    int64_t deadline = cp_mono_ns() + CALL_TIMEOUT_MS * 1000000LL;
+    int64_t deadline = cp_mono_ns() + timeout_ms * 1000000LL;
     while (!s->reply && c->state == C_OPEN && !s->gone && cp_mono_ns() < deadline) {
         /* once stopping, every call (the last windows among them) ends within STOP_NS */
         if (*S.o->stop && !S.stop_at) S.stop_at = cp_mono_ns();
@@ -712,11 +725,14 @@ static int call(session *s, const char *method, json_t *params, json_t **result,
         lws_service(S.ctx, 0);
     }
     s->want_id = 0;
-    if (!s->reply)
+    if (!s->reply) {
+        char why[64];
+        snprintf(why, sizeof(why), "no reply in %lld s", (long long)timeout_ms / 1000);
         return cp_err_set(err, CP_EIO, "%s on isolate %s: %s", method, s->isolate,
                           c->state != C_OPEN || s->gone ? "disconnected"
                           : S.stop_at                   ? "no reply before the stop"
-                                                        : "no reply in 10 s");
+                                                        : why);
+    }
     const json_t *e = json_object_get(s->reply, "error");
     int rc = 0;
     if (e) {
@@ -730,6 +746,11 @@ static int call(session *s, const char *method, json_t *params, json_t **result,
     json_decref(s->reply);
     s->reply = NULL;
     return rc;
+}
+
+static int call(session *s, const char *method, json_t *params, json_t **result, cp_err *err)
+{
+    return call_within(s, method, params, result, CALL_TIMEOUT_MS, err);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -766,6 +787,7 @@ static session *session_new(conn *c, const char *sid, const char *isolate)
 
 static void session_free(session *s)
 {
+    cp_heapsnap_destroy(s->snap);
     for (uint32_t i = 0; i < s->maps.n; i++) {
         free(s->maps.v[i].script_id);
         cp_v8_smap_destroy(s->maps.v[i].map);
@@ -918,6 +940,11 @@ static void cap_plan(v8cap *k)
 {
     k->reason[0] = 0;
     int64_t base = S.o->cpu_interval_us;
+    if (k->c.kind == CP_KIND_HEAP) { /* one snapshot per isolate */
+        k->interval_us = 0;
+        k->ran = 1;
+        return;
+    }
     if (k->c.kind == CP_KIND_ALLOC) {
         /* the heap sampler is not restarted: its in-use samples would be lost */
         k->interval_us = 0;
@@ -1010,7 +1037,9 @@ static void on_control(const uint8_t *v, size_t len, void *arg)
             cap_plan(k);
             cp_log_info("v8: capture %s heard: %s %s, asked %lld, runs at %lld%s%s", k->c.id,
                         cp_kind_name(k->c.kind), k->c.selector,
-                        (long long)(k->c.kind == CP_KIND_CPU ? k->c.cpu_hz : k->c.alloc_rate),
+                        (long long)(k->c.kind == CP_KIND_CPU     ? k->c.cpu_hz
+                                    : k->c.kind == CP_KIND_ALLOC ? k->c.alloc_rate
+                                                                 : 1),
                         (long long)k->ran, k->reason[0] ? ": " : "", k->reason);
         }
     }
@@ -1244,6 +1273,59 @@ static void alloc_cycle(session *s, uint64_t want)
     s->alloc_start_ns = now;
 }
 
+/* Capture slot's heap snapshot of s, read as V8 streams it (model/heapsnap.h) into one
+ * window of kind heap. V8 pauses the isolate while it writes the snapshot: the pause goes
+ * in the window's engine text and the log. A snapshot over the parser's limit, or one that
+ * fails, is logged naming the isolate, the capture and the cause; the isolate is then not
+ * reached in the capture's answer. */
+static void heap_snapshot(session *s, int slot)
+{
+    const v8cap *k = &S.caps[slot];
+    cp_heapsnap_limits lim;
+    cp_heapsnap_limits_default(&lim);
+    if (S.o->heap_snapshot_max_mb > 0) lim.max_bytes = (uint64_t)S.o->heap_snapshot_max_mb << 20;
+    lim.limit_name = "contprof v8 --heap-snapshot-max-mb";
+    cp_err e = {0};
+    cp_profile *p = cp_profile_create();
+    if (!p || cp_heapsnap_create(&lim, &s->snap)) {
+        cp_log_warn("v8: isolate %s: heap snapshot for capture %s: out of memory", s->isolate,
+                    k->c.id);
+        cp_profile_destroy(p);
+        return;
+    }
+    s->snap_rc = 0;
+    memset(&s->snap_err, 0, sizeof(s->snap_err));
+    (void)call(s, "HeapProfiler.enable", NULL, NULL, NULL);
+    int64_t start = cp_now_ns(), m0 = cp_mono_ns();
+    json_t *params = json_pack("{s:b, s:b}", "reportProgress", 0, "captureNumericValue", 0);
+    int rc = call_within(s, "HeapProfiler.takeHeapSnapshot", params, NULL, SNAPSHOT_TIMEOUT_MS, &e);
+    int64_t pause_ms = (cp_mono_ns() - m0) / 1000000, end = cp_now_ns();
+    cp_heapsnap_stats st = {0};
+    if (!rc && s->snap_rc) {
+        rc = s->snap_rc;
+        e = s->snap_err;
+    }
+    if (!rc) rc = cp_heapsnap_finish(s->snap, p, &st, &e);
+    cp_heapsnap_destroy(s->snap);
+    s->snap = NULL;
+    if (rc) {
+        cp_log_warn("v8: isolate %s: heap snapshot for capture %s not taken: %s", s->isolate,
+                    k->c.id, e.msg);
+        cp_profile_destroy(p);
+        return;
+    }
+    char engine[256];
+    snprintf(engine, sizeof(engine),
+             "v8-heap-snapshot pause_ms=%lld objects=%llu bytes=%llu capture asked=1 ran=1",
+             (long long)pause_ms, (unsigned long long)st.reachable,
+             (unsigned long long)st.total_bytes);
+    cp_log_info("v8: isolate %s: heap snapshot for capture %s: %llu objects, %.1f MB, the "
+                "isolate paused %lld ms, read with %.0f MiB",
+                s->isolate, k->c.id, (unsigned long long)st.reachable, (double)st.total_bytes / 1e6,
+                (long long)pause_ms, (double)st.held_bytes / (1 << 20));
+    emit_as(s, p, CP_KIND_HEAP, start, end > start ? end : start + 1, 0, k->c.id, engine);
+}
+
 /* Every loop: hears control messages, cuts capture windows (at most 1 s, the last at the
  * capture's end), switches isolates' runs as captures start and end. */
 static void captures_tick(void)
@@ -1287,6 +1369,13 @@ static void captures_tick(void)
                     (want != s->alloc_caps ||
                      (s->alloc_caps && cp_now_ns() - s->alloc_start_ns >= CAP_WINDOW_NS)))
                     alloc_cycle(s, want);
+                /* heap captures: one snapshot each, the first time the isolate matches */
+                want = caps_kind(s, cp_now_ns(), CP_KIND_HEAP) & ~s->heap_done;
+                for (int b = 0; want && b < CAP_SLOTS && !s->gone; b++)
+                    if (want & (1ULL << b)) {
+                        s->heap_done |= 1ULL << b;
+                        heap_snapshot(s, b);
+                    }
             }
     /* ended captures whose last windows every isolate has sent are forgotten */
     for (int i = 0; i < CAP_SLOTS; i++) {
@@ -1303,6 +1392,10 @@ static void captures_tick(void)
         cp_selector_close(&k->sel);
         cp_capture_close(&k->c);
         memset(k, 0, sizeof(*k));
+        for (int h = 0; h < S.nhosts; h++) /* the slot may serve another heap capture */
+            for (conn *c = S.hosts[h].conns; c; c = c->next)
+                for (session *s = c->sessions; s; s = s->next)
+                    s->heap_done &= ~(1ULL << i);
     }
 }
 

@@ -499,9 +499,10 @@
     box.hidden = false;
     $('capturedownload').hidden = true;
     $('capturecompare').hidden = true;
-    const type = state.type === 'alloc' ? 'alloc' : 'cpu';
+    // heap: one V8 heap snapshot of each matched isolate (no rate)
+    const type = state.type === 'alloc' || state.type === 'heap' ? state.type : 'cpu';
     const q = { select: state.select, type, duration: $('capdur').value.trim() };
-    q[type === 'alloc' ? 'alloc_rate' : 'hz'] = $('caprate').value.trim(); // '': the server's default
+    if (type !== 'heap') q[type === 'alloc' ? 'alloc_rate' : 'hz'] = $('caprate').value.trim(); // '': the server's default
     let cap;
     try {
       cap = await cp.get('api/v1/captures', q, false, 'POST');

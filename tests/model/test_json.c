@@ -62,10 +62,16 @@ TEST(json_reader)
         CHECK_CONTAINS(err.msg, "malformed JSON at byte");
         CHECK(j == NULL);
     }
-    char deep[200];
-    memset(deep, '[', 100);
-    memset(deep + 100, ']', 100);
-    CHECK_EQ(cp_json_parse(deep, 200, &j, &err), CP_EPARSE); /* deeper than 64 */
+    /* a tree 500 levels deep (the API's answer for a 250-frame stack) reads; 1025 does not */
+    static char deep[2 * 1025];
+    memset(deep, '[', 500);
+    memset(deep + 500, ']', 500);
+    CHECK_EQ(cp_json_parse(deep, 1000, &j, &err), 0);
+    cp_json_free(j);
+    memset(deep, '[', 1025);
+    memset(deep + 1025, ']', 1025);
+    CHECK_EQ(cp_json_parse(deep, 2050, &j, &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "JSON nested deeper than 1024 at byte");
 }
 
 TEST_MAIN(T(json_escape), T(json_reader))
