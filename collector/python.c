@@ -19,6 +19,7 @@
 
 #include "error.h"
 #include "isolate.h"
+#include "json.h"
 #include "unwind.h"
 
 /* ------------------------------------------------------------------------------------
@@ -369,34 +370,6 @@ int cp_py_line_311(const uint8_t *lt, size_t n, int firstlineno, uint32_t unit)
     return firstlineno;
 }
 
-static size_t utf8_put(char *o, uint32_t cp)
-{
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (char)(0xc0 | (cp >> 6));
-        o[1] = (char)(0x80 | (cp & 63));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xe0 | (cp >> 12));
-        o[1] = (char)(0x80 | ((cp >> 6) & 63));
-        o[2] = (char)(0x80 | (cp & 63));
-        return 3;
-    }
-    if (cp > 0x10ffff) cp = 0xfffd;
-    if (cp >= 0x10000) {
-        o[0] = (char)(0xf0 | (cp >> 18));
-        o[1] = (char)(0x80 | ((cp >> 12) & 63));
-        o[2] = (char)(0x80 | ((cp >> 6) & 63));
-        o[3] = (char)(0x80 | (cp & 63));
-        return 4;
-    }
-    return 0;
-}
-
 #define STR_MAX 1024
 
 int cp_py_str_311(const uint8_t hdr[72], uintptr_t addr, cp_py_readfn readfn, char *out, size_t cap)
@@ -428,7 +401,7 @@ int cp_py_str_311(const uint8_t hdr[72], uintptr_t addr, cp_py_readfn readfn, ch
         if (ascii && cp >= 0x80) return -1;
         if (cp == 0) cp = '?';
         char tmp[4];
-        size_t k = utf8_put(tmp, cp);
+        size_t k = cp_utf8_put(cp, tmp);
         if (o + k + 1 > cap) break;
         memcpy(out + o, tmp, k);
         o += k;

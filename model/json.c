@@ -53,6 +53,7 @@ int cp_json_escape(cp_buf *b, const char *s, size_t n)
 
 size_t cp_utf8_put(uint32_t cp, char out[4])
 {
+    if (cp > 0x10ffff || (cp >= 0xd800 && cp < 0xe000)) cp = 0xfffd; /* not a character */
     if (cp < 0x80) {
         out[0] = (char)cp;
         return 1;

@@ -37,8 +37,9 @@ struct cp_json {
  * may then hold part of the text). */
 int cp_json_escape(cp_buf *b, const char *s, size_t n);
 
-/* Writes code point cp (at most 0x10FFFF) as UTF-8 into out; returns its length, 1 to 4. The
- * one encoder behind every reader's \u escapes (this one, sourcemap.c, heapsnap.c). */
+/* Writes code point cp as UTF-8 into out (U+FFFD for a surrogate or anything past
+ * U+10FFFF); returns its length, 1 to 4. The one encoder behind every reader's \u escapes
+ * and strings (this one, sourcemap.c, heapsnap.c, collector/python.c). */
 size_t cp_utf8_put(uint32_t cp, char out[4]);
 
 /* Parses text[0..len) (one value, whitespace around it allowed). On success *out is the
