@@ -174,12 +174,45 @@ static int node_loc(cp_profile *p, tree *t, uint32_t i, uint32_t *out, cp_err *e
     return 0;
 }
 
-/* Adds one sample for node i (its stack walked to the root) with values vals. */
-static int add_stack(cp_profile *p, tree *t, uint32_t i, const int64_t *vals, u32vec *stk,
-                     cp_err *err)
+/* The location of node i's function at source line `line` (1-based, from positionTicks):
+ * the node's function, its own line (made once per function and line). */
+static int line_loc(cp_profile *p, tree *t, uint32_t i, int64_t line, uint32_t *out, cp_err *err)
+{
+    uint32_t loc;
+    int rc = node_loc(p, t, i, &loc, err);
+    if (rc || loc == NONE) {
+        *out = loc;
+        return rc;
+    }
+    uint32_t fid = p->lines.v[p->locations.v[loc - 1].line_off].function_id, sid, lid;
+    char key[48];
+    int kl = snprintf(key, sizeof(key), "\x01%u:%lld", fid, (long long)line);
+    if (cp_profile_intern(p, key, (size_t)kl, &sid)) return CP_ENOMEM;
+    if (sid < t->loc_of_str.n && t->loc_of_str.v[sid]) {
+        *out = t->loc_of_str.v[sid];
+        return 0;
+    }
+    cp_line ln = {.function_id = fid, .line = line};
+    if (cp_profile_add_location(p, 0, 0, &ln, 1, &lid)) return CP_ENOMEM;
+    if (cp_vec_reserve(&t->loc_of_str, (size_t)sid + 1)) return CP_ENOMEM;
+    while (t->loc_of_str.n <= sid)
+        t->loc_of_str.v[t->loc_of_str.n++] = 0;
+    t->loc_of_str.v[sid] = lid;
+    *out = lid;
+    return 0;
+}
+
+/* Adds one sample for node i (its stack walked to the root; leaf: the location of its
+ * leaf frame instead of node i's own, 0 for that) with values vals. */
+static int add_stack_at(cp_profile *p, tree *t, uint32_t i, uint32_t leaf, const int64_t *vals,
+                        u32vec *stk, cp_err *err)
 {
     stk->n = 0;
     uint32_t steps = 0;
+    if (leaf && leaf != NONE) {
+        if (cp_vec_push(stk, leaf)) return CP_ENOMEM;
+        i = t->n[i].parent;
+    }
     for (uint32_t at = i; at != NONE; at = t->n[at].parent) {
         if (++steps > t->len)
             return cp_err_set(err, CP_EPARSE, "the parents of node %lld form a cycle",
@@ -191,6 +224,62 @@ static int add_stack(cp_profile *p, tree *t, uint32_t i, const int64_t *vals, u3
     }
     if (!stk->n) return 0;
     return cp_profile_add_sample(p, stk->v, stk->n, vals, NULL, 0);
+}
+
+static int add_stack(cp_profile *p, tree *t, uint32_t i, const int64_t *vals, u32vec *stk,
+                     cp_err *err)
+{
+    return add_stack_at(p, t, i, 0, vals, stk, err);
+}
+
+/* Node i's cnt samples, split over the source lines V8 counted in it (positionTicks:
+ * [{line, ticks}], line 1-based) in proportion to their ticks, by cumulative rounding (the
+ * parts add up to cnt), each under a leaf location at its line; without positionTicks, one
+ * sample at the function's line. */
+static int add_node_samples(cp_profile *p, tree *t, uint32_t i, const json_t *nd, int64_t cnt,
+                            int64_t ns_per_sample, u32vec *stk, cp_err *err)
+{
+    const json_t *pt = json_object_get(nd, "positionTicks");
+    size_t n = json_array_size(pt);
+    if (pt && !json_is_array(pt))
+        return cp_err_set(err, CP_EPARSE, "node %lld: positionTicks is not an array",
+                          (long long)t->n[i].id);
+    if (n > 100000)
+        return cp_err_set(err, CP_ELIMIT, "node %lld: %zu positionTicks: too many",
+                          (long long)t->n[i].id, n);
+    int64_t *lt = malloc((n ? n : 1) * 2 * sizeof(int64_t)), sum = 0;
+    if (!lt) return CP_ENOMEM;
+    int rc = 0;
+    for (size_t k = 0; k < n && !rc; k++) {
+        const json_t *e = json_array_get(pt, k);
+        if (!json_is_object(e))
+            rc = cp_err_set(err, CP_EPARSE, "node %lld: positionTicks[%zu] is not an object",
+                            (long long)t->n[i].id, k);
+        else if (!(rc = get_int(e, "line", -1, 1, INT32_MAX, &lt[2 * k], "positionTicks", err)) &&
+                 !(rc = get_int(e, "ticks", -1, 0, INT32_MAX, &lt[2 * k + 1], "positionTicks",
+                                err)) &&
+                 lt[2 * k] < 1)
+            rc = cp_err_set(err, CP_EPARSE, "node %lld: positionTicks[%zu] has no line",
+                            (long long)t->n[i].id, k);
+        if (!rc) sum += lt[2 * k + 1] > 0 ? lt[2 * k + 1] : 0;
+    }
+    if (!rc && !sum) {
+        int64_t vals[2] = {cnt, cnt * ns_per_sample};
+        rc = add_stack(p, t, i, vals, stk, err);
+    }
+    int64_t cum = 0, before = 0;
+    for (size_t k = 0; !rc && sum && k < n; k++) {
+        cum += lt[2 * k + 1] > 0 ? lt[2 * k + 1] : 0;
+        int64_t upto = (int64_t)((__int128)cnt * cum / sum), c = upto - before;
+        before = upto;
+        if (!c) continue;
+        uint32_t leaf;
+        if ((rc = line_loc(p, t, i, lt[2 * k], &leaf, err))) break;
+        int64_t vals[2] = {c, c * ns_per_sample};
+        rc = add_stack_at(p, t, i, leaf, vals, stk, err);
+    }
+    free(lt);
+    return rc;
 }
 
 static int start_profile(cp_profile **out, const char *t0, const char *u0, const char *t1,
@@ -304,8 +393,9 @@ int cp_v8_cpu_profile(const json_t *profile, int64_t interval_us, cp_profile **o
     for (uint32_t i = 0; i < nn; i++) {
         if (!cnt[i]) continue;
         if (!strcmp(get_str(t.n[i].frame, "functionName"), "(idle)")) continue;
-        int64_t vals[2] = {cnt[i], cnt[i] * interval_us * 1000};
-        if ((rc = add_stack(p, &t, i, vals, &stk, err))) goto fail;
+        if ((rc = add_node_samples(p, &t, i, json_array_get(nodes, i), cnt[i], interval_us * 1000,
+                                   &stk, err)))
+            goto fail;
     }
     p->duration_nanos = (end > start ? end - start : 0) * 1000;
     *out = p;

@@ -507,9 +507,13 @@ static void map_frames(const session *s, json_t *node, int depth)
     json_t *nodes = json_object_get(node, "nodes");
     if (json_is_array(nodes)) { /* a CPU profile: a flat list */
         for (size_t i = 0; i < json_array_size(nodes); i++) {
-            json_t *cf = json_object_get(json_array_get(nodes, i), "callFrame");
+            json_t *nd = json_array_get(nodes, i), *cf = json_object_get(nd, "callFrame");
             const cp_v8_smap *m = json_is_object(cf) ? map_of(s, cf) : NULL;
-            if (m) (void)cp_v8_smap_apply(m, cf);
+            if (!m) continue;
+            (void)cp_v8_smap_apply(m, cf);
+            /* its line ticks count lines of the generated script, not of the source the
+             * frame now names: the frame keeps its own line alone */
+            json_object_del(nd, "positionTicks");
         }
         return;
     }

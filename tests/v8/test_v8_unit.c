@@ -78,6 +78,61 @@ TEST(cpu_profile)
     json_decref(j);
 }
 
+/* positionTicks: a function's samples split over the lines V8 counted (3:1 of 10 samples:
+ * 7 and 3, by cumulative rounding), each a leaf at its line under the same function;
+ * its callers keep their own line. Malformed ticks are refused by name. */
+TEST(cpu_position_ticks)
+{
+    const char *text =
+        "{\"nodes\":[{\"id\":1,\"callFrame\":{\"functionName\":\"(root)\",\"url\":\"\","
+        "\"lineNumber\":-1,\"columnNumber\":-1},\"children\":[2]},"
+        "{\"id\":2,\"callFrame\":{\"functionName\":\"outer\",\"url\":\"file:///a.js\","
+        "\"lineNumber\":0,\"columnNumber\":0},\"children\":[3]},"
+        "{\"id\":3,\"callFrame\":{\"functionName\":\"hot\",\"url\":\"file:///a.js\","
+        "\"lineNumber\":3,\"columnNumber\":0},\"positionTicks\":[{\"line\":5,\"ticks\":3},"
+        "{\"line\":7,\"ticks\":1}]}],"
+        "\"startTime\":0,\"endTime\":10000,\"samples\":[3,3,3,3,3,3,3,3,3,3],"
+        "\"timeDeltas\":[0,1000,1000,1000,1000,1000,1000,1000,1000,1000]}";
+    json_t *j = parse(text);
+    cp_profile *p = NULL;
+    cp_err err = {0};
+    CHECK_EQ(cp_v8_cpu_profile(j, 1000, &p, NULL, &err), 0);
+    CHECK_EQ(total_with(p, "hot", 0), 10);
+    CHECK_EQ(total_with(p, "outer", 0), 10);
+    int64_t at[10] = {0};
+    for (uint32_t i = 0; i < p->samples.n; i++) {
+        const cp_sample *sm = &p->samples.v[i];
+        const cp_location *leaf = &p->locations.v[p->stack.v[sm->loc_off] - 1];
+        const cp_line *ln = &p->lines.v[leaf->line_off];
+        CHECK_STREQ(cp_profile_str(p, p->functions.v[ln->function_id - 1].name), "hot");
+        CHECK(ln->line >= 0 && ln->line < 10);
+        at[ln->line] += cp_profile_sample_values(p, i)[0];
+        const cp_location *up = &p->locations.v[p->stack.v[sm->loc_off + 1] - 1];
+        CHECK_EQ(p->lines.v[up->line_off].line, 1); /* outer at its own line */
+    }
+    CHECK_EQ(at[5], 7);
+    CHECK_EQ(at[7], 3);
+    cp_profile_destroy(p);
+    json_decref(j);
+    static const char *bad[] = {"\"positionTicks\":3", "\"positionTicks\":[7]",
+                                "\"positionTicks\":[{\"line\":0,\"ticks\":1}]",
+                                "\"positionTicks\":[{\"line\":2,\"ticks\":-1}]"};
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        char t[2048];
+        snprintf(t, sizeof(t),
+                 "{\"nodes\":[{\"id\":1,\"callFrame\":{\"functionName\":\"f\",\"url\":\"u\"},%s}],"
+                 "\"startTime\":0,\"endTime\":1,\"samples\":[1],\"timeDeltas\":[0]}",
+                 bad[k]);
+        j = parse(t);
+        p = NULL;
+        CHECK(cp_v8_cpu_profile(j, 1000, &p, NULL, &err) != 0);
+        printf("%s -> %s\n", bad[k], err.msg);
+        CHECK_CONTAINS(err.msg, "positionTicks");
+        CHECK(!p);
+        json_decref(j);
+    }
+}
+
 /* Each malformed profile fails with a message naming the problem. */
 TEST(cpu_malformed)
 {
@@ -379,5 +434,5 @@ TEST(proc_texts)
     CHECK_EQ(cp_v8_stat_ticks("no paren", &ticks), CP_EPARSE);
 }
 
-TEST_MAIN(T(cpu_profile), T(cpu_malformed), T(heap_profile), T(heap_malformed), T(source_map),
-          T(source_map_budget_and_deadline), T(proc_texts))
+TEST_MAIN(T(cpu_profile), T(cpu_position_ticks), T(cpu_malformed), T(heap_profile),
+          T(heap_malformed), T(source_map), T(source_map_budget_and_deadline), T(proc_texts))
