@@ -18,6 +18,8 @@
 /* After the end: how long the last windows may take to be stored (agents flush at the
  * end, windows are at most 1 s, ingest batches within ~1 s). */
 #define GRACE_NS (4 * 1000000000LL)
+#define HEAP_SETTLE_NS (3 * 1000000000LL)
+#define HEAP_GRACE_NS (120 * 1000000000LL)
 
 static void usage(FILE *f)
 {
@@ -195,7 +197,11 @@ int cp_cmd_capture(int argc, char **argv)
     cp_json *j = NULL;
     int64_t now;
     /* until the end plus the grace, or earlier once every reached isolate's last window
-     * is in after the end */
+     * is in after the end. A heap capture is one snapshot per isolate, which V8 may take
+     * long to write (~150 ms per MB of heap, seconds more under load): from the end on, it
+     * waits until no new isolate came in for HEAP_SETTLE_NS, at most HEAP_GRACE_NS. */
+    int heap = !strcmp(type, "heap");
+    int64_t last_new_ns = cp_now_ns();
     for (;;) {
         cp_json_free(j);
         if (!(j = get_capture(server, token, id))) return 1;
@@ -215,6 +221,7 @@ int cp_cmd_capture(int argc, char **argv)
                 known = strcmp(seen[k], lt) == 0;
             if (known || nseen >= 64) continue;
             snprintf(seen[nseen++], sizeof seen[0], "%s", lt);
+            last_new_ns = now;
             if (tty) fprintf(stderr, "\r\033[K");
             printf("matched %s (asked %" PRId64 ", running at %" PRId64 ")\n", lt,
                    cp_json_int(cp_json_get(x, "asked"), 0), cp_json_int(cp_json_get(x, "ran"), 0));
@@ -229,7 +236,10 @@ int cp_cmd_capture(int argc, char **argv)
                     samples, now >= end_ns ? "  waiting for the last windows" : "");
             fflush(stderr);
         }
-        if ((all_in && nseen) || now >= end_ns + GRACE_NS) break;
+        if (heap ? (nseen && now >= end_ns && now >= last_new_ns + HEAP_SETTLE_NS) ||
+                       now >= end_ns + HEAP_GRACE_NS
+                 : (all_in && nseen) || now >= end_ns + GRACE_NS)
+            break;
         usleep(500000);
     }
     if (tty) fprintf(stderr, "\r\033[K");

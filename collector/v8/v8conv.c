@@ -29,13 +29,17 @@ typedef struct tree {
     node *n;
     idx_pair *by_id; /* sorted by id */
     uint32_t len;
-    u32vec loc_of_str; /* system_name string id -> location id */
+    u32vec loc_of_str;  /* system_name string id -> location id */
+    uint64_t *line_key; /* (function id << 32 | line) + 1 of line_loc's locations, 0 = free */
+    uint32_t *line_lid, line_cap, line_n;
     char *key;
     size_t key_cap;
 } tree;
 
 static void tree_close(tree *t)
 {
+    free(t->line_key);
+    free(t->line_lid);
     free(t->n);
     free(t->by_id);
     free(t->loc_of_str.v);
@@ -174,6 +178,39 @@ static int node_loc(cp_profile *p, tree *t, uint32_t i, uint32_t *out, cp_err *e
     return 0;
 }
 
+/* The slot of key in the line table (open addressing, grown at half full): its location id
+ * is t->line_lid[slot] when t->line_key[slot] == key. -1 out of memory. */
+static int64_t line_slot(tree *t, uint64_t key)
+{
+    if ((t->line_n + 1) * 2 > t->line_cap) {
+        uint32_t cap = t->line_cap ? t->line_cap * 2 : 256;
+        uint64_t *k = calloc(cap, sizeof(*k));
+        uint32_t *v = calloc(cap, sizeof(*v));
+        if (!k || !v) {
+            free(k);
+            free(v);
+            return -1;
+        }
+        for (uint32_t i = 0; i < t->line_cap; i++) {
+            if (!t->line_key[i]) continue;
+            uint32_t j = (uint32_t)(t->line_key[i] * 0x9e3779b97f4a7c15ULL >> 40) & (cap - 1);
+            while (k[j])
+                j = (j + 1) & (cap - 1);
+            k[j] = t->line_key[i];
+            v[j] = t->line_lid[i];
+        }
+        free(t->line_key);
+        free(t->line_lid);
+        t->line_key = k;
+        t->line_lid = v;
+        t->line_cap = cap;
+    }
+    uint32_t j = (uint32_t)(key * 0x9e3779b97f4a7c15ULL >> 40) & (t->line_cap - 1);
+    while (t->line_key[j] && t->line_key[j] != key)
+        j = (j + 1) & (t->line_cap - 1);
+    return j;
+}
+
 /* The location of node i's function at source line `line` (1-based, from positionTicks):
  * the node's function, its own line (made once per function and line). */
 static int line_loc(cp_profile *p, tree *t, uint32_t i, int64_t line, uint32_t *out, cp_err *err)
@@ -184,20 +221,19 @@ static int line_loc(cp_profile *p, tree *t, uint32_t i, int64_t line, uint32_t *
         *out = loc;
         return rc;
     }
-    uint32_t fid = p->lines.v[p->locations.v[loc - 1].line_off].function_id, sid, lid;
-    char key[48];
-    int kl = snprintf(key, sizeof(key), "\x01%u:%lld", fid, (long long)line);
-    if (cp_profile_intern(p, key, (size_t)kl, &sid)) return CP_ENOMEM;
-    if (sid < t->loc_of_str.n && t->loc_of_str.v[sid]) {
-        *out = t->loc_of_str.v[sid];
+    uint32_t fid = p->lines.v[p->locations.v[loc - 1].line_off].function_id, lid;
+    uint64_t key = ((uint64_t)fid << 32 | (uint32_t)line) + 1;
+    int64_t slot = line_slot(t, key);
+    if (slot < 0) return CP_ENOMEM;
+    if (t->line_key[slot] == key) {
+        *out = t->line_lid[slot];
         return 0;
     }
     cp_line ln = {.function_id = fid, .line = line};
     if (cp_profile_add_location(p, 0, 0, &ln, 1, &lid)) return CP_ENOMEM;
-    if (cp_vec_reserve(&t->loc_of_str, (size_t)sid + 1)) return CP_ENOMEM;
-    while (t->loc_of_str.n <= sid)
-        t->loc_of_str.v[t->loc_of_str.n++] = 0;
-    t->loc_of_str.v[sid] = lid;
+    t->line_key[slot] = key;
+    t->line_lid[slot] = lid;
+    t->line_n++;
     *out = lid;
     return 0;
 }

@@ -1168,6 +1168,35 @@ TEST(node_cpu_under_competitors)
     remove_dir();
 }
 
+/* `contprof capture --type heap` of isolate iso on the contprofd at url, written to file:
+ * its exit status, its output printed. */
+static int heap_capture(const char *url, const char *iso, const char *file)
+{
+    static char txt[1 << 16];
+    char sel[128];
+    snprintf(sel, sizeof(sel), "{runtime=\"v8\",isolate=\"%s\"}", iso);
+    const char *args[] = {"capture", "--server",   url,  "--select", sel,  "--type",
+                          "heap",    "--duration", "6s", "-o",       file, NULL};
+    int rc = cli(txt, sizeof(txt), args);
+    printf("contprof capture --type heap %s: exit %d\n%s\n", iso, rc, txt);
+    return rc;
+}
+
+/* The retained bytes of the heap capture in file: in all (*total) and under frame. */
+static long long retained_under(const char *file, const char *frame, long long *total)
+{
+    cp_buf b = {0};
+    cp_profile *p = NULL;
+    CHECK_EQ(cp_read_file(file, &b, NULL), 0);
+    CHECK_EQ(cp_pprof_decode(b.data, b.len, NULL, &p, NULL), 0);
+    cp_buf_close(&b);
+    long long under = func_total(p, frame, 1);
+    *total = cp_profile_total(p, 1);
+    printf("%s: %lld bytes retained, %lld under %s\n", file, *total, under, frame);
+    cp_profile_destroy(p);
+    return under;
+}
+
 /* A heap capture of one isolate (issue 39): node with two workers; alpha's start-up table,
  * built before any inspector call reached it, is in alpha's snapshot under its variable
  * (within 10% of the heap V8 says it grew by); beta's snapshot does not hold it. */
@@ -1201,19 +1230,7 @@ TEST(node_heap_capture)
     pid_t cp = spawn(cargv, clog);
     (void)wait_for_log(cp, clog, "attached to isolate alpha", 20);
     (void)wait_for_log(cp, clog, "attached to isolate beta", 20);
-    static char txt[1 << 16], txt2[1 << 16];
-    const char *acap[] = {
-        "capture", "--server", url,          "--select", "{runtime=\"v8\",isolate=\"alpha\"}",
-        "--type",  "heap",     "--duration", "6s",       "-o",
-        afile,     NULL};
-    int arc = cli(txt, sizeof(txt), acap);
-    printf("contprof capture --type heap alpha: exit %d\n%s\n", arc, txt);
-    const char *bcap[] = {
-        "capture", "--server", url,          "--select", "{runtime=\"v8\",isolate=\"beta\"}",
-        "--type",  "heap",     "--duration", "6s",       "-o",
-        bfile,     NULL};
-    int brc = cli(txt2, sizeof(txt2), bcap);
-    printf("contprof capture --type heap beta: exit %d\n%s\n", brc, txt2);
+    int arc = heap_capture(url, "alpha", afile), brc = heap_capture(url, "beta", bfile);
     kill(np, SIGTERM);
     (void)wait_exit(np, 20);
     int cst = wait_exit(cp, 60);
@@ -1226,26 +1243,13 @@ TEST(node_heap_capture)
     CHECK_CONTAINS(logtext, "heap snapshot for capture ");
     CHECK_CONTAINS(logtext, "the isolate paused ");
     /* alpha: the table, the 100,000 objects with their names and tags, under its variable */
-    cp_buf b = {0};
-    cp_profile *p = NULL;
-    CHECK_EQ(cp_read_file(afile, &b, NULL), 0);
-    CHECK_EQ(cp_pprof_decode(b.data, b.len, NULL, &p, NULL), 0);
-    cp_buf_close(&b);
-    long long hoard = func_total(p, "HOARD: Array", 1), total = cp_profile_total(p, 1);
-    printf("alpha: %lld bytes retained, %lld under HOARD: Array; V8 says it grew %lld\n", total,
-           hoard, growth);
+    long long total, hoard = retained_under(afile, "HOARD: Array", &total);
+    printf("V8 says alpha grew %lld\n", growth);
     CHECK(hoard >= growth * 0.9 && hoard <= growth * 1.1);
-    CHECK(func_total(p, "heap_workers.js", 1) >= hoard);
-    cp_profile_destroy(p);
-    /* beta: no such table */
-    CHECK_EQ(cp_read_file(bfile, &b, NULL), 0);
-    CHECK_EQ(cp_pprof_decode(b.data, b.len, NULL, &p, NULL), 0);
-    cp_buf_close(&b);
-    printf("beta: %lld bytes retained, %lld under HOARD: Array\n",
-           (long long)cp_profile_total(p, 1), (long long)func_total(p, "HOARD: Array", 1));
-    CHECK(cp_profile_total(p, 1) > 0);
-    CHECK(func_total(p, "HOARD: Array", 1) < growth / 100);
-    cp_profile_destroy(p);
+    CHECK(retained_under(afile, "heap_workers.js", &total) >= hoard);
+    /* beta: no such table (its own HOARD is empty) */
+    CHECK(retained_under(bfile, "HOARD: Array", &total) < growth / 100);
+    CHECK(total > 0);
     CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
 }
 
@@ -1279,19 +1283,7 @@ TEST(workerd_heap_capture)
     pid_t cp = spawn(cargv, clog);
     (void)wait_for_log(cp, clog, "attached to isolate beta", 10);
     (void)wait_for_log(cp, clog, "attached to isolate alpha", 10);
-    static char txt[1 << 16], txt2[1 << 16];
-    const char *acap[] = {
-        "capture", "--server", url,          "--select", "{runtime=\"v8\",isolate=\"alpha\"}",
-        "--type",  "heap",     "--duration", "6s",       "-o",
-        afile,     NULL};
-    int arc = cli(txt, sizeof(txt), acap);
-    printf("contprof capture --type heap alpha: exit %d\n%s\n", arc, txt);
-    const char *bcap[] = {
-        "capture", "--server", url,          "--select", "{runtime=\"v8\",isolate=\"beta\"}",
-        "--type",  "heap",     "--duration", "6s",       "-o",
-        bfile,     NULL};
-    int brc = cli(txt2, sizeof(txt2), bcap);
-    printf("contprof capture --type heap beta: exit %d\n%s\n", brc, txt2);
+    int arc = heap_capture(url, "alpha", afile), brc = heap_capture(url, "beta", bfile);
     kill(cp, SIGTERM);
     int cst = wait_exit(cp, 30);
     kill(w, SIGTERM);
@@ -1300,25 +1292,12 @@ TEST(workerd_heap_capture)
     CHECK_EQ(arc, 0);
     CHECK_EQ(brc, 0);
     CHECK_EQ(cst, 0);
-    cp_buf b = {0};
-    cp_profile *p = NULL;
-    CHECK_EQ(cp_read_file(afile, &b, NULL), 0);
-    CHECK_EQ(cp_pprof_decode(b.data, b.len, NULL, &p, NULL), 0);
-    cp_buf_close(&b);
-    long long kept = func_total(p, "kept: Array", 1), total = cp_profile_total(p, 1);
-    printf("alpha: %lld bytes retained, %lld under kept: Array\n", total, kept);
     /* 300,000 objects with a name each: ~40 bytes a row at the least */
+    long long total, kept = retained_under(afile, "kept: Array", &total);
     CHECK(kept >= 300000LL * 40);
     CHECK(kept <= total);
-    cp_profile_destroy(p);
-    CHECK_EQ(cp_read_file(bfile, &b, NULL), 0);
-    CHECK_EQ(cp_pprof_decode(b.data, b.len, NULL, &p, NULL), 0);
-    cp_buf_close(&b);
-    printf("beta: %lld bytes retained, %lld under kept: Array\n", (long long)cp_profile_total(p, 1),
-           (long long)func_total(p, "kept: Array", 1));
-    CHECK(cp_profile_total(p, 1) > 0);
-    CHECK_EQ(func_total(p, "kept: Array", 1), 0);
-    cp_profile_destroy(p);
+    CHECK_EQ(retained_under(bfile, "kept: Array", &total), 0);
+    CHECK(total > 0);
     CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
 }
 
