@@ -26,7 +26,7 @@ static int usage_to(FILE *f, int rc)
         "[--topic T]\n"
         "                  [--service S] [--instance I] [--tenant T] [--label k=v ...]\n"
         "                  [--window D] [--cpu-interval D] [--heap-interval BYTES]\n"
-        "                  [--heap-snapshot-max-mb N]\n"
+        "                  [--heap-snapshot-max-mb N] [--heap-snapshot-every D]\n"
         "                  [--source-map-dir DIR] [--no-source-maps]\n"
         "                  [--exit-when-gone] [--allow-remote] [--token T] [--no-captures]\n"
         "Attaches to every isolate of V8 hosts (workerd --inspector-addr, node --inspect)\n"
@@ -118,6 +118,13 @@ int cp_cmd_v8(int argc, char **argv)
                 o.window_ns = d;
             else
                 o.cpu_interval_us = d == 0 ? 0 : d / 1000 > 0 ? d / 1000 : 1; /* 0: off */
+        } else if (!strcmp(a, "--heap-snapshot-every")) {
+            if (cp_parse_duration(v, 0, &d, &err) || d < 1000000000LL) {
+                fprintf(stderr, "contprof v8: --heap-snapshot-every %s: %s\n", v,
+                        err.msg[0] ? err.msg : "at least 1s");
+                return 2;
+            }
+            o.heap_snapshot_every_ns = d;
         } else if (!strcmp(a, "--heap-snapshot-max-mb")) {
             char *end;
             long long m = strtoll(v, &end, 10);

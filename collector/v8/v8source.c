@@ -92,10 +92,11 @@ typedef struct session {
     uint64_t cap_sequence;
     uint64_t alloc_caps; /* the alloc captures served, from alloc_start_ns */
     int64_t alloc_start_ns;
-    uint64_t cap_mark;  /* the heap sample ordinal the alloc capture windows start after */
-    uint64_t heap_done; /* the heap captures (slots) whose snapshot this isolate took */
-    cp_heapsnap *snap;  /* the snapshot streaming in (HeapProfiler.addHeapSnapshotChunk) */
-    int snap_rc;        /* its parser's first error, 0 while fine */
+    uint64_t cap_mark;    /* the heap sample ordinal the alloc capture windows start after */
+    uint64_t heap_done;   /* the heap captures (slots) whose snapshot this isolate took */
+    cp_heapsnap *snap;    /* the snapshot streaming in (HeapProfiler.addHeapSnapshotChunk) */
+    int snap_rc;          /* its parser's first error, 0 while fine */
+    int64_t snap_next_ns; /* --heap-snapshot-every: the next one (monotonic; 0: not planned) */
     cp_err snap_err;
     /* the CPU its thread used (README "CPU seconds"): pid 0 when the host is not seen on
      * this machine (its windows say wall time); tid 0 when only the process is known */
@@ -1277,14 +1278,15 @@ static void alloc_cycle(session *s, uint64_t want)
     s->alloc_start_ns = now;
 }
 
-/* Capture slot's heap snapshot of s, read as V8 streams it (model/heapsnap.h) into one
- * window of kind heap. V8 pauses the isolate while it writes the snapshot: the pause goes
- * in the window's engine text and the log. A snapshot over the parser's limit, or one that
- * fails, is logged naming the isolate, the capture and the cause; the isolate is then not
- * reached in the capture's answer. */
-static void heap_snapshot(session *s, int slot)
+/* A heap snapshot of s, read as V8 streams it (model/heapsnap.h) into one window of kind
+ * heap: for capture `capture` (NULL: the schedule's, --heap-snapshot-every). V8 pauses the
+ * isolate while it writes the snapshot: the pause goes in the window's engine text and the
+ * log, and is returned (-1 when no snapshot was taken). A snapshot over the parser's limit,
+ * or one that fails, is logged naming the isolate, the capture and the cause. */
+static int64_t heap_snapshot(session *s, const char *capture)
 {
-    const v8cap *k = &S.caps[slot];
+    char what[CP_CAPTURE_ID_MAX + 16];
+    snprintf(what, sizeof(what), capture ? "for capture %s" : "(scheduled)", capture);
     cp_heapsnap_limits lim;
     cp_heapsnap_limits_default(&lim);
     if (S.o->heap_snapshot_max_mb > 0) lim.max_bytes = (uint64_t)S.o->heap_snapshot_max_mb << 20;
@@ -1292,10 +1294,9 @@ static void heap_snapshot(session *s, int slot)
     cp_err e = {0};
     cp_profile *p = cp_profile_create();
     if (!p || cp_heapsnap_create(&lim, &s->snap)) {
-        cp_log_warn("v8: isolate %s: heap snapshot for capture %s: out of memory", s->isolate,
-                    k->c.id);
+        cp_log_warn("v8: isolate %s: heap snapshot %s: out of memory", s->isolate, what);
         cp_profile_destroy(p);
-        return;
+        return -1;
     }
     s->snap_rc = 0;
     memset(&s->snap_err, 0, sizeof(s->snap_err));
@@ -1313,21 +1314,41 @@ static void heap_snapshot(session *s, int slot)
     cp_heapsnap_destroy(s->snap);
     s->snap = NULL;
     if (rc) {
-        cp_log_warn("v8: isolate %s: heap snapshot for capture %s not taken: %s", s->isolate,
-                    k->c.id, e.msg);
+        cp_log_warn("v8: isolate %s: heap snapshot for capture %s not taken: %s", s->isolate, what,
+                    e.msg);
         cp_profile_destroy(p);
-        return;
+        return -1;
     }
     char engine[256];
-    snprintf(engine, sizeof(engine),
-             "v8-heap-snapshot pause_ms=%lld objects=%llu bytes=%llu capture asked=1 ran=1",
+    snprintf(engine, sizeof(engine), "v8-heap-snapshot pause_ms=%lld objects=%llu bytes=%llu%s",
              (long long)pause_ms, (unsigned long long)st.reachable,
-             (unsigned long long)st.total_bytes);
-    cp_log_info("v8: isolate %s: heap snapshot for capture %s: %llu objects, %.1f MB, the "
+             (unsigned long long)st.total_bytes, capture ? " capture asked=1 ran=1" : "");
+    cp_log_info("v8: isolate %s: heap snapshot %s: %llu objects, %.1f MB, the "
                 "isolate paused %lld ms, read with %.0f MiB",
-                s->isolate, k->c.id, (unsigned long long)st.reachable, (double)st.total_bytes / 1e6,
+                s->isolate, what, (unsigned long long)st.reachable, (double)st.total_bytes / 1e6,
                 (long long)pause_ms, (double)st.held_bytes / (1 << 20));
-    emit_as(s, p, CP_KIND_HEAP, start, end > start ? end : start + 1, 0, k->c.id, engine);
+    emit_as(s, p, CP_KIND_HEAP, start, end > start ? end : start + 1, 0, capture, engine);
+    return pause_ms;
+}
+
+/* --heap-snapshot-every D: each isolate's snapshot every D, the first D after it attached,
+ * and never more often than its last pause allows: a pause of P waits 100 P (the isolate
+ * paused at most 1% of the time, the schedule's CPU budget). */
+static void heap_schedule_tick(void)
+{
+    int64_t every = S.o->heap_snapshot_every_ns;
+    if (every <= 0) return;
+    for (int i = 0; i < S.nhosts; i++)
+        for (conn *c = S.hosts[i].conns; c; c = c->next)
+            for (session *s = c->sessions; s; s = s->next) {
+                if (!s->started || s->gone) continue;
+                int64_t now = cp_mono_ns();
+                if (!s->snap_next_ns) s->snap_next_ns = now + every;
+                if (now < s->snap_next_ns) continue;
+                int64_t pause_ms = heap_snapshot(s, NULL);
+                int64_t wait = pause_ms > 0 ? pause_ms * 100 * 1000000 : 0;
+                s->snap_next_ns = cp_mono_ns() + (wait > every ? wait : every);
+            }
 }
 
 /* Every loop: hears control messages, cuts capture windows (at most 1 s, the last at the
@@ -1378,7 +1399,7 @@ static void captures_tick(void)
                 for (int b = 0; want && b < CAP_SLOTS && !s->gone; b++)
                     if (want & (1ULL << b)) {
                         s->heap_done |= 1ULL << b;
-                        heap_snapshot(s, b);
+                        (void)heap_snapshot(s, S.caps[b].c.id);
                     }
             }
     /* ended captures whose last windows every isolate has sent are forgotten */
@@ -1820,6 +1841,7 @@ int cp_v8_run(const cp_v8_options *o, cp_err *err)
             S.dropped_windows += kd;
         }
         captures_tick();
+        heap_schedule_tick();
         if (o->exit_when_gone && gone) {
             cp_log_info("v8: every inspector is gone: stopping");
             break;

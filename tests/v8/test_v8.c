@@ -1301,7 +1301,57 @@ TEST(workerd_heap_capture)
     CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
 }
 
-TEST_MAIN(T(node_heap_capture), T(workerd_heap_capture), T(node_two_workers),
+/* --heap-snapshot-every: each isolate's snapshot on a schedule, as always-on windows of kind
+ * heap (no capture), and no more often than its pause allows (1%: a pause of P waits 100 P). */
+TEST(node_heap_schedule)
+{
+    make_dir();
+    char out[300], clog[300], nlog[300];
+    snprintf(out, sizeof(out), "%s/out", g_dir);
+    snprintf(clog, sizeof(clog), "%s/contprof.log", g_dir);
+    snprintf(nlog, sizeof(nlog), "%s/node.log", g_dir);
+    char node[512], inspect[64], hostport[64], script[512];
+    find_node(node, sizeof(node));
+    int port = free_port();
+    snprintf(inspect, sizeof(inspect), "--inspect=127.0.0.1:%d", port);
+    snprintf(hostport, sizeof(hostport), "127.0.0.1:%d", port);
+    snprintf(script, sizeof(script), "%s/heap_workers.js", CP_V8_TESTS);
+    const char *nargv[] = {node, "--expose-gc", inspect, script, "12", NULL};
+    pid_t np = spawn(nargv, nlog);
+    (void)wait_for_log(np, nlog, "alpha grew ", 20);
+    const char *cargv[] = {
+        CP_CONTPROF, "v8",        "--inspector",           hostport, "--output-dir",     out,
+        "--service", "nodesched", "--heap-snapshot-every", "2s",     "--exit-when-gone", NULL};
+    pid_t cp = spawn(cargv, clog);
+    int cst = wait_exit(cp, 90);
+    (void)wait_exit(np, 20);
+    print_log(clog);
+    CHECK_EQ(cst, 0);
+    DIR *d = opendir(out);
+    CHECK(d);
+    struct dirent *e;
+    int alpha = 0, beta = 0;
+    char afile[600] = "";
+    while ((e = readdir(d)) != NULL) {
+        if (!strstr(e->d_name, ".pb.gz") || strstr(e->d_name, ".tmp") ||
+            strstr(e->d_name, "capture"))
+            continue;
+        if (strstr(e->d_name, ".heap.alpha.")) {
+            alpha++;
+            snprintf(afile, sizeof(afile), "%s/%s", out, e->d_name);
+        }
+        beta += strstr(e->d_name, ".heap.beta.") != NULL;
+    }
+    closedir(d);
+    printf("scheduled heap windows: alpha %d, beta %d\n", alpha, beta);
+    CHECK(alpha >= 1 && beta >= 1);
+    /* alpha pauses for seconds (a 19 MB heap): 100x that is past the run */
+    CHECK(alpha <= 2);
+    long long total;
+    CHECK(retained_under(afile, "HOARD: Array", &total) > 100000LL * 100);
+}
+
+TEST_MAIN(T(node_heap_capture), T(node_heap_schedule), T(workerd_heap_capture), T(node_two_workers),
           T(workerd_two_workers), T(malformed_inspector), T(node_to_contprofd),
           T(node_signed_for_its_tenant), T(node_through_a_contprofd_restart_loses_nothing),
           T(workerd_typescript), T(node_source_map_uploaded_after_the_windows), T(node_capture),
