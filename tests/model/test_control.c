@@ -79,7 +79,7 @@ TEST(refuses_each_bad_field)
     CHECK(cp_capture_validate(&c, &err) == 0);
     c.kind = CP_KIND_INUSE;
     CHECK_EQ(cp_capture_validate(&c, &err), CP_EINVAL);
-    CHECK_CONTAINS(err.msg, "neither cpu nor alloc");
+    CHECK_CONTAINS(err.msg, "neither cpu, alloc nor heap");
     c.kind = CP_KIND_ALLOC;
     c.end_ns = c.start_ns;
     CHECK_EQ(cp_capture_validate(&c, &err), CP_EINVAL);
