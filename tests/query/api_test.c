@@ -247,9 +247,9 @@ TEST(bad_requests_are_4xx_json)
     expect_error(&f, 400, "exceeds the longest allowed window of 691200 s",
                  "/api/v1/profile?from=-30d");
     expect_error(&f, 400,
-                 "unknown type 'heap' (expected cpu, alloc, inuse, wall, mutex, block or "
-                 "goroutines)",
-                 "/api/v1/profile?type=heap");
+                 "unknown type 'leak' (expected cpu, alloc, inuse, wall, mutex, block, "
+                 "goroutines or heap)",
+                 "/api/v1/profile?type=leak");
     expect_error(&f, 400, "unknown format 'svg' (expected one of pprof, json, folded, top)",
                  "/api/v1/profile?format=svg");
     expect_error(&f, 400, "unknown parameter 'frm'", "/api/v1/profile?frm=now");
