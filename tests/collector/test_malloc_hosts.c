@@ -555,7 +555,9 @@ TEST(python_suite_rate_1)
     const char *src = getenv("CP_SOURCE_DIR");
     char script[512];
     snprintf(script, sizeof script, "%s/tests/collector/pysuite.py", src ? src : ".");
-    const char *args[] = {script, CP_LIB, g_dir, "CONTPROF_ALLOC_RATE=1", NULL};
+    /* every allocation sampled (and its Python stack walked), CPU at 1 kHz */
+    const char *args[] = {script, CP_LIB, g_dir, "CONTPROF_ALLOC_RATE=1", "CONTPROF_CPU_HZ=1000",
+                          NULL};
     static char out[1 << 16];
     int st = run_capture("/usr/bin/python3", args, NULL, NULL, out, sizeof out);
     printf("%s", out);
