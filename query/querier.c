@@ -1,7 +1,10 @@
-/* querier.v1 over Connect JSON (querier.h): requests read with the JSON reader, answered from
- * the readers; SelectMergeStacktraces as Pyroscope's FlameGraph (levels of 4-int groups). */
+/* querier.v1 over Connect (querier.h): requests read with the JSON reader (application/json)
+ * or decoded by the schemas below into the same tree (application/proto), answered from the
+ * readers; SelectMergeStacktraces as Pyroscope's FlameGraph (levels of 4-int groups). */
 #include "querier.h"
 #include "json.h"
+#include "pbjson.h"
+#include "pprof.h"
 #include "pyro.h"
 
 #include <stdio.h>
@@ -42,6 +45,77 @@ int cp_querier_profile_type(const char *id, cp_kind *kind, const char **sample_t
 }
 
 #define connect_error cp_pyro_connect_error
+
+/* ---- querier.v1 and types.v1 on the wire ---------------------------------------------- */
+
+/* The field numbers served, from the public protocol description (query/README.md
+ * "Pyroscope"); names are proto3 JSON's, what the JSON handlers read and write:
+ *
+ * | message                                   | fields                                       |
+ * | types.v1.LabelPair                        | 1 name, 2 value                              |
+ * | types.v1.ProfileType                      | 1 ID, 2 name, 3 sample_type, 4 sample_unit,  |
+ * |                                           | 5 period_type, 6 period_unit                 |
+ * | types.v1.Point                            | 1 value (double), 2 timestamp (int64 ms)     |
+ * | types.v1.Series                           | 1 labels (LabelPair), 2 points (Point)       |
+ * | types.v1.LabelNamesRequest                | 1 matchers, 2 start, 3 end                   |
+ * | types.v1.LabelNamesResponse, LabelValuesResponse | 1 names                               |
+ * | types.v1.LabelValuesRequest               | 1 name, 2 matchers, 3 start, 4 end           |
+ * | querier.v1.ProfileTypesRequest            | 1 start, 2 end                               |
+ * | querier.v1.ProfileTypesResponse           | 1 profile_types (ProfileType)                |
+ * | querier.v1.SelectMergeStacktracesRequest  | 1 profile_typeID, 2 label_selector, 3 start, |
+ * |                                           | 4 end, 5 max_nodes, 6 format (enum)          |
+ * | querier.v1.SelectMergeStacktracesResponse | 1 flamegraph (FlameGraph)                    |
+ * | querier.v1.FlameGraph                     | 1 names, 2 levels (Level), 3 total,          |
+ * |                                           | 4 max_self                                   |
+ * | querier.v1.Level                          | 1 values (packed int64)                      |
+ * | querier.v1.SelectSeriesRequest            | 1 profile_typeID, 2 label_selector, 3 start, |
+ * |                                           | 4 end, 5 group_by, 6 step (double s),        |
+ * |                                           | 7 aggregation (enum, SUM 0), 9 limit         |
+ * | querier.v1.SelectSeriesResponse           | 1 series (Series)                            |
+ *
+ * start and end are int64 milliseconds. Fields not listed are skipped when read. */
+#define F(n, name, t, rep, m)                                                                      \
+    {                                                                                              \
+        n, name, CP_PBJ_##t, rep, m                                                                \
+    }
+#define MSG(var, pname, ...)                                                                       \
+    static const cp_pbj_field var##_f[] = {__VA_ARGS__};                                           \
+    static const cp_pbj_msg var = {pname, var##_f, sizeof var##_f / sizeof var##_f[0]}
+
+MSG(pb_label_pair, "types.v1.LabelPair", F(1, "name", STRING, 0, NULL),
+    F(2, "value", STRING, 0, NULL));
+MSG(pb_profile_type, "types.v1.ProfileType", F(1, "ID", STRING, 0, NULL),
+    F(2, "name", STRING, 0, NULL), F(3, "sampleType", STRING, 0, NULL),
+    F(4, "sampleUnit", STRING, 0, NULL), F(5, "periodType", STRING, 0, NULL),
+    F(6, "periodUnit", STRING, 0, NULL));
+MSG(pb_point, "types.v1.Point", F(1, "value", DOUBLE, 0, NULL), F(2, "timestamp", INT64, 0, NULL));
+MSG(pb_series, "types.v1.Series", F(1, "labels", MSG, 1, &pb_label_pair),
+    F(2, "points", MSG, 1, &pb_point));
+MSG(pb_names_req, "types.v1.LabelNamesRequest", F(1, "matchers", STRING, 1, NULL),
+    F(2, "start", INT64, 0, NULL), F(3, "end", INT64, 0, NULL));
+MSG(pb_names_resp, "types.v1.LabelNamesResponse", F(1, "names", STRING, 1, NULL));
+MSG(pb_values_req, "types.v1.LabelValuesRequest", F(1, "name", STRING, 0, NULL),
+    F(2, "matchers", STRING, 1, NULL), F(3, "start", INT64, 0, NULL), F(4, "end", INT64, 0, NULL));
+MSG(pb_types_req, "querier.v1.ProfileTypesRequest", F(1, "start", INT64, 0, NULL),
+    F(2, "end", INT64, 0, NULL));
+MSG(pb_types_resp, "querier.v1.ProfileTypesResponse",
+    F(1, "profileTypes", MSG, 1, &pb_profile_type));
+MSG(pb_sms_req, "querier.v1.SelectMergeStacktracesRequest", F(1, "profileTypeID", STRING, 0, NULL),
+    F(2, "labelSelector", STRING, 0, NULL), F(3, "start", INT64, 0, NULL),
+    F(4, "end", INT64, 0, NULL), F(5, "maxNodes", INT64, 0, NULL), F(6, "format", ENUM, 0, NULL));
+MSG(pb_level, "querier.v1.Level", F(1, "values", INT64, 1, NULL));
+MSG(pb_flamegraph, "querier.v1.FlameGraph", F(1, "names", STRING, 1, NULL),
+    F(2, "levels", MSG, 1, &pb_level), F(3, "total", INT64, 0, NULL),
+    F(4, "maxSelf", INT64, 0, NULL));
+MSG(pb_sms_resp, "querier.v1.SelectMergeStacktracesResponse",
+    F(1, "flamegraph", MSG, 0, &pb_flamegraph));
+MSG(pb_ss_req, "querier.v1.SelectSeriesRequest", F(1, "profileTypeID", STRING, 0, NULL),
+    F(2, "labelSelector", STRING, 0, NULL), F(3, "start", INT64, 0, NULL),
+    F(4, "end", INT64, 0, NULL), F(5, "groupBy", STRING, 1, NULL), F(6, "step", DOUBLE, 0, NULL),
+    F(7, "aggregation", ENUM, 0, NULL), F(9, "limit", INT64, 0, NULL));
+MSG(pb_ss_resp, "querier.v1.SelectSeriesResponse", F(1, "series", MSG, 1, &pb_series));
+#undef F
+#undef MSG
 
 static void store_failed(cp_http_response *r, int rc, const cp_err *err)
 {
@@ -694,44 +768,106 @@ static void merge_stacktraces(const cp_querier_call *c, cp_query *q, const cp_js
     cp_profile_destroy(p);
 }
 
+/* The methods served, each with its messages in application/proto. */
+enum { PT, LN, LV, SMS, SS, NMETHODS };
+static const struct method {
+    const char *name;
+    const cp_pbj_msg *req, *resp;
+} g_methods[NMETHODS] = {
+    [PT] = {"ProfileTypes", &pb_types_req, &pb_types_resp},
+    [LN] = {"LabelNames", &pb_names_req, &pb_names_resp},
+    [LV] = {"LabelValues", &pb_values_req, &pb_names_resp},
+    [SMS] = {"SelectMergeStacktraces", &pb_sms_req, &pb_sms_resp},
+    [SS] = {"SelectSeries", &pb_ss_req, &pb_ss_resp},
+};
+
+/* req's body as the tree its JSON would parse to: JSON read, or proto decoded (gunzip'd by
+ * Content-Encoding). 0 with *out, or -1 with the error answer set. */
+static int read_body(const cp_http_request *req, int proto, const cp_pbj_msg *m, cp_json **out,
+                     cp_http_response *r)
+{
+    cp_err err = {0};
+    char msg[300];
+    *out = NULL;
+    if (!proto) {
+        if (cp_json_parse(req->body_len ? (const char *)req->body : "{}",
+                          req->body_len ? req->body_len : 2, out, &err) ||
+            (*out)->type != CP_JSON_OBJECT) {
+            snprintf(msg, sizeof msg, "the request is not a JSON object: %s", err.msg);
+            connect_error(r, 400, "invalid_argument", msg);
+            return -1;
+        }
+        return 0;
+    }
+    const uint8_t *body = req->body;
+    size_t len = req->body_len;
+    cp_buf gz = {0};
+    int rc = 0;
+    if (!strcasecmp(req->content_encoding, "gzip")) {
+        rc = cp_gunzip(body, len, 1 << 20, &gz, &err);
+        body = gz.data;
+        len = gz.len;
+    } else if (req->content_encoding[0] && strcasecmp(req->content_encoding, "identity")) {
+        rc = cp_err_set(&err, CP_EINVAL, "Content-Encoding '%.32s': expected gzip or identity",
+                        req->content_encoding);
+    }
+    if (!rc) rc = cp_pbj_decode(m, body, len, out, &err);
+    cp_buf_close(&gz);
+    if (rc == CP_ENOMEM) {
+        connect_error(r, 503, "unavailable", "out of memory");
+    } else if (rc) {
+        snprintf(msg, sizeof msg, "the request body: %s", err.msg);
+        connect_error(r, 400, "invalid_argument", msg);
+    }
+    return rc ? -1 : 0;
+}
+
+/* Replaces r's JSON answer by its encoding as m (errors stay JSON, as Connect's are). */
+static void answer_proto(const cp_pbj_msg *m, cp_http_response *r)
+{
+    if (r->status && r->status != 200) return; /* 0: 200, unset */
+    cp_json *j = NULL;
+    cp_err err = {0};
+    cp_buf out = {0};
+    int rc = cp_json_parse((const char *)r->body.data, r->body.len, &j, &err);
+    if (!rc) rc = cp_pbj_encode(m, j, &out, &err);
+    cp_json_free(j);
+    if (rc) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "encoding the answer as %s: %s", m->name, err.msg);
+        cp_buf_close(&out);
+        connect_error(r, rc == CP_ENOMEM ? 503 : 500, rc == CP_ENOMEM ? "unavailable" : "internal",
+                      msg);
+        return;
+    }
+    cp_buf_close(&r->body);
+    r->body = out;
+    snprintf(r->content_type, sizeof r->content_type, "application/proto");
+}
+
 void cp_querier_handle(const cp_querier_call *c, const char *method, const cp_http_request *req,
                        cp_http_response *r)
 {
-    if (strncasecmp(req->content_type, "application/json", 16)) {
-        connect_error(r, 415, "unimplemented",
-                      "this server speaks querier.v1 in application/json only");
+    int proto = !strncasecmp(req->content_type, "application/proto", 17);
+    if (!proto && strncasecmp(req->content_type, "application/json", 16)) {
+        char msg[200];
+        snprintf(msg, sizeof msg,
+                 "Content-Type '%.64s': expected application/proto or application/json",
+                 req->content_type);
+        connect_error(r, 415, "unimplemented", msg);
         return;
     }
-    enum {
-        PT,
-        LN,
-        LV,
-        SMS,
-        SS,
-        NONE
-    } m = !strcmp(method, "ProfileTypes")             ? PT
-          : !strcmp(method, "LabelNames")             ? LN
-          : !strcmp(method, "LabelValues")            ? LV
-          : !strcmp(method, "SelectMergeStacktraces") ? SMS
-          : !strcmp(method, "SelectSeries")           ? SS
-                                                      : NONE;
-    if (m == NONE) {
+    int m = 0;
+    while (m < NMETHODS && strcmp(method, g_methods[m].name))
+        m++;
+    if (m == NMETHODS) {
         char msg[200];
         snprintf(msg, sizeof msg, "querier.v1.QuerierService/%.64s is not served", method);
         connect_error(r, 404, "unimplemented", msg);
         return;
     }
     cp_json *body = NULL;
-    cp_err err = {0};
-    if (cp_json_parse(req->body_len ? (const char *)req->body : "{}",
-                      req->body_len ? req->body_len : 2, &body, &err) ||
-        body->type != CP_JSON_OBJECT) {
-        char msg[300];
-        snprintf(msg, sizeof msg, "the request is not a JSON object: %s", err.msg);
-        connect_error(r, 400, "invalid_argument", msg);
-        cp_json_free(body);
-        return;
-    }
+    if (read_body(req, proto, g_methods[m].req, &body, r)) return;
     const char *sel = m == SMS || m == SS
                           ? cp_json_str(member(body, "labelSelector", "label_selector"), NULL)
                           : first_matcher(body);
@@ -743,6 +879,7 @@ void cp_querier_handle(const cp_querier_call *c, const char *method, const cp_ht
         if (m == LV) label_values(c, &q, body, r);
         if (m == SMS) merge_stacktraces(c, &q, body, r);
         if (m == SS) select_series(c, &q, body, r);
+        if (proto) answer_proto(g_methods[m].resp, r);
     }
     cp_query_close(&q);
     cp_buf_close(&seltext);

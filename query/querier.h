@@ -1,7 +1,7 @@
-/* Grafana Pyroscope's read side, querier.v1.QuerierService over Connect unary in JSON
- * (ProfileTypes, LabelNames, LabelValues, SelectMergeStacktraces), answered from the store's
- * readers (across the cluster): what Grafana's "Grafana Pyroscope" data source asks. Written
- * from the protocol's public field names (query/README.md "Pyroscope"). */
+/* Grafana Pyroscope's read side, querier.v1.QuerierService over Connect unary in JSON and
+ * protobuf (ProfileTypes, LabelNames, LabelValues, SelectMergeStacktraces), answered from the
+ * store's readers (across the cluster): what Grafana's "Grafana Pyroscope" data source asks.
+ * Written from the protocol's public field names (query/README.md "Pyroscope"). */
 #ifndef CP_QUERY_QUERIER_H
 #define CP_QUERY_QUERIER_H
 
@@ -19,10 +19,12 @@ typedef struct cp_querier_call {
     uint32_t max_nodes_default, max_nodes_limit;
 } cp_querier_call;
 
-/* The path's method (after "/querier.v1.QuerierService/") with req's JSON body. Answers 200
- * with the method's response as proto3 JSON (int64 as strings); Connect errors
- * {"code","message"}: invalid_argument (400) naming the field, unimplemented (404) for other
- * methods or application/proto, unavailable (503) for store failures and deadlines. */
+/* The path's method (after "/querier.v1.QuerierService/") with req's body, application/json
+ * or application/proto (gzip'd by Content-Encoding). Answers 200 with the method's response
+ * in the request's encoding (JSON: proto3 JSON, int64 as strings); Connect errors
+ * {"code","message"} in JSON: invalid_argument (400) naming the field or the byte, unimplemented
+ * (404) for other methods, 415 for other Content-Types, unavailable (503) for store failures
+ * and deadlines. */
 void cp_querier_handle(const cp_querier_call *c, const char *method, const cp_http_request *req,
                        cp_http_response *r);
 

@@ -21,6 +21,7 @@
 
 typedef struct answer {
     int status;
+    size_t len; /* of body, which may hold NULs (application/proto) */
     char body[16384];
 } answer;
 
@@ -60,7 +61,11 @@ static answer post(int port, const char *pq, const char *hdrs, const void *body,
     CHECK(n > 12);
     a.status = atoi(buf + 9);
     const char *b = strstr(buf, "\r\n\r\n");
-    snprintf(a.body, sizeof a.body, "%s", b ? b + 4 : "");
+    if (b) {
+        a.len = n - (size_t)(b + 4 - buf);
+        if (a.len > sizeof a.body - 1) a.len = sizeof a.body - 1;
+        memcpy(a.body, b + 4, a.len);
+    }
     return a;
 }
 
@@ -714,8 +719,224 @@ TEST(querier_json_as_grafana_asks)
     free(dir);
 }
 
+/* ---- querier.v1 in application/proto, from the field numbers --------------------------- */
+
+static void pb_key_varint(cp_buf *b, uint32_t field, uint64_t v)
+{
+    pb_varint(b, (uint64_t)field << 3);
+    pb_varint(b, v);
+}
+
+static void pb_str(cp_buf *b, uint32_t field, const char *s)
+{
+    pb_bytes(b, field, s, strlen(s));
+}
+
+/* The varint of field f in message [p, p+n) (fields of other wire types skipped); -1 if none. */
+static int64_t pb_find_varint(const uint8_t *p, size_t n, uint32_t f)
+{
+    const uint8_t *end = p + n;
+    while (p < end) {
+        uint64_t key = 0, v = 0;
+        for (int s = 0; p < end; s += 7) {
+            key |= (uint64_t)(*p & 0x7f) << s;
+            if (!(*p++ & 0x80)) break;
+        }
+        if ((key & 7) == 0 || (key & 7) == 2)
+            for (int s = 0; p < end; s += 7) {
+                v |= (uint64_t)(*p & 0x7f) << s;
+                if (!(*p++ & 0x80)) break;
+            }
+        if ((key & 7) == 0 && (key >> 3) == f) return (int64_t)v;
+        if ((key & 7) == 2) p += v;
+        if ((key & 7) == 1) p += 8;
+        if ((key & 7) == 5) p += 4;
+    }
+    return -1;
+}
+
+/* The first length-delimited field f of [p, p+n) as (*out, *len); 0, or -1 if none. */
+static int pb_find_bytes(const uint8_t *p, size_t n, uint32_t f, const uint8_t **out, size_t *len)
+{
+    const uint8_t *end = p + n;
+    while (p < end) {
+        uint64_t key = 0, v = 0;
+        for (int s = 0; p < end; s += 7) {
+            key |= (uint64_t)(*p & 0x7f) << s;
+            if (!(*p++ & 0x80)) break;
+        }
+        if ((key & 7) == 0 || (key & 7) == 2)
+            for (int s = 0; p < end; s += 7) {
+                v |= (uint64_t)(*p & 0x7f) << s;
+                if (!(*p++ & 0x80)) break;
+            }
+        if ((key & 7) == 2 && (key >> 3) == f) {
+            *out = p;
+            *len = (size_t)v;
+            return 0;
+        }
+        if ((key & 7) == 2) p += v;
+        if ((key & 7) == 1) p += 8;
+        if ((key & 7) == 5) p += 4;
+    }
+    return -1;
+}
+
+static void expect_bytes(const answer *a, const cp_buf *want)
+{
+    if (a->status != 200 || a->len != want->len || memcmp(a->body, want->data, want->len)) {
+        fprintf(stderr, "expected %zu bytes, got %d with %zu:", want->len, a->status, a->len);
+        for (size_t i = 0; i < a->len && i < 400; i++)
+            fprintf(stderr, " %02x", (uint8_t)a->body[i]);
+        fprintf(stderr, "\n");
+    }
+    CHECK_EQ(a->status, 200);
+    CHECK_EQ(a->len, want->len);
+    CHECK(memcmp(a->body, want->data, want->len) == 0);
+}
+
+/* querier.v1 in application/proto, as Grafana's server side sends it: requests and golden
+ * answers built here from the field numbers; ProfileTypes and SelectMergeStacktraces byte for
+ * byte, the flame graph's total the JSON answer's; LabelNames, SelectSeries (the step's
+ * double, a double value back), a gzip'd request; a truncated body invalid_argument in JSON. */
+TEST(querier_proto_same_answers_as_json)
+{
+    char *dir = proc_tmpdir("pyro", "querier_proto");
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, NULL);
+    char pq[256];
+    snprintf(pq, sizeof pq, "/ingest?name=papp%%7Benv%%3Dprod%%7D&from=%lld&until=%lld",
+             (long long)base_s(), (long long)base_s() + 10);
+    answer a = post(d.port, pq, NULL, g_folded, strlen(g_folded), 0);
+    expect(&a, 200, "\"profiles\":1");
+    free(wait_for(d.port, "/api/v1/profile?type=cpu&from=-1h&format=folded", NULL, "hot"));
+    const char *P = "Content-Type: application/proto\r\n";
+    long long start = (long long)(base_s() - 60) * 1000, end = (long long)(base_s() + 120) * 1000;
+
+    /* ProfileTypesRequest{1 start, 2 end} -> ProfileTypesResponse{1 ProfileType{1..6}} */
+    cp_buf req = {0}, want = {0}, m = {0};
+    pb_key_varint(&req, 1, (uint64_t)start);
+    pb_key_varint(&req, 2, (uint64_t)end);
+    a = post(d.port, "/querier.v1.QuerierService/ProfileTypes", P, req.data, req.len, 0);
+    static const char *types[2][6] = {{"process_cpu:cpu:nanoseconds:cpu:nanoseconds", "process_cpu",
+                                       "cpu", "nanoseconds", "cpu", "nanoseconds"},
+                                      {"process_cpu:samples:count:cpu:nanoseconds", "process_cpu",
+                                       "samples", "count", "cpu", "nanoseconds"}};
+    for (int t = 0; t < 2; t++) {
+        m.len = 0;
+        for (int f = 0; f < 6; f++)
+            pb_str(&m, (uint32_t)f + 1, types[t][f]);
+        pb_bytes(&want, 1, m.data, m.len);
+    }
+    expect_bytes(&a, &want);
+
+    /* SelectMergeStacktracesRequest{1 profile_typeID, 2 label_selector, 3 start, 4 end}
+     * -> SelectMergeStacktracesResponse{1 FlameGraph{1 names, 2 Level{1 packed values},
+     * 3 total, 4 max_self}}: the JSON test's graph */
+    req.len = 0;
+    pb_str(&req, 1, "process_cpu:cpu:nanoseconds:cpu:nanoseconds");
+    pb_str(&req, 2, "{service_name=\"papp\"}");
+    pb_key_varint(&req, 3, (uint64_t)start);
+    pb_key_varint(&req, 4, (uint64_t)end);
+    a = post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces", P, req.data, req.len, 0);
+    static const char *names[] = {"total", "main", "work", "hot", "cold", "idle"};
+    static const int64_t levels[4][9] = {
+        {4, 0, 450000000, 0, 0},
+        {4, 0, 450000000, 0, 1},
+        {8, 0, 400000000, 0, 2, 0, 50000000, 50000000, 5},
+        {8, 0, 300000000, 300000000, 3, 0, 100000000, 100000000, 4}};
+    m.len = 0;
+    for (int i = 0; i < 6; i++)
+        pb_str(&m, 1, names[i]);
+    for (int l = 0; l < 4; l++) {
+        cp_buf packed = {0}, level = {0};
+        for (int k = 1; k <= levels[l][0]; k++)
+            pb_varint(&packed, (uint64_t)levels[l][k]);
+        pb_bytes(&level, 1, packed.data, packed.len);
+        pb_bytes(&m, 2, level.data, level.len);
+        cp_buf_close(&packed);
+        cp_buf_close(&level);
+    }
+    pb_key_varint(&m, 3, 450000000);
+    pb_key_varint(&m, 4, 300000000);
+    want.len = 0;
+    pb_bytes(&want, 1, m.data, m.len);
+    expect_bytes(&a, &want);
+    /* the same request in JSON: the same total */
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"process_cpu:cpu:nanoseconds:cpu:nanoseconds\","
+             "\"labelSelector\":\"{service_name=\\\"papp\\\"}\",\"start\":%lld,\"end\":%lld}",
+             start, end);
+    answer j = post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces",
+                    "Content-Type: application/json\r\n", body, strlen(body), 0);
+    expect(&j, 200, "\"total\":\"");
+    const uint8_t *fg;
+    size_t fgn;
+    CHECK(pb_find_bytes((const uint8_t *)a.body, a.len, 1, &fg, &fgn) == 0);
+    CHECK_EQ(pb_find_varint(fg, fgn, 3), atoll(strstr(j.body, "\"total\":\"") + 9));
+
+    /* gzip'd, by Content-Encoding: the same answer */
+    cp_buf gz = {0};
+    CHECK(cp_gzip(req.data, req.len, 6, &gz) == 0);
+    a = post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces",
+             "Content-Type: application/proto\r\nContent-Encoding: gzip\r\n", gz.data, gz.len, 0);
+    expect_bytes(&a, &want);
+    cp_buf_close(&gz);
+
+    /* LabelNamesRequest{1 matchers, 2 start, 3 end} -> LabelNamesResponse{1 names} */
+    req.len = 0;
+    pb_str(&req, 1, "{service_name=\"papp\"}");
+    pb_key_varint(&req, 2, (uint64_t)start);
+    pb_key_varint(&req, 3, (uint64_t)end);
+    a = post(d.port, "/querier.v1.QuerierService/LabelNames", P, req.data, req.len, 0);
+    want.len = 0;
+    pb_str(&want, 1, "__profile_type__");
+    pb_str(&want, 1, "env");
+    pb_str(&want, 1, "service_name");
+    expect_bytes(&a, &want);
+
+    /* SelectSeriesRequest{1, 2, 3, 4, 6 step 30.0 (fixed64)} -> SelectSeriesResponse{1 Series{
+     * 2 Point{1 value 45.0 (fixed64), 2 timestamp}}} */
+    req.len = 0;
+    pb_str(&req, 1, "process_cpu:samples:count:cpu:nanoseconds");
+    pb_str(&req, 2, "{}");
+    pb_key_varint(&req, 3, (uint64_t)start);
+    pb_key_varint(&req, 4, (uint64_t)end);
+    double step = 30, v45 = 45;
+    uint8_t dbl[8];
+    memcpy(dbl, &step, 8); /* little-endian, as the wire */
+    pb_varint(&req, 6 << 3 | 1);
+    CHECK(cp_buf_append(&req, dbl, 8) == 0);
+    a = post(d.port, "/querier.v1.QuerierService/SelectSeries", P, req.data, req.len, 0);
+    cp_buf point = {0}, series = {0};
+    memcpy(dbl, &v45, 8);
+    pb_varint(&point, 1 << 3 | 1);
+    CHECK(cp_buf_append(&point, dbl, 8) == 0);
+    pb_key_varint(&point, 2, (uint64_t)base_s() * 1000);
+    pb_bytes(&series, 2, point.data, point.len);
+    want.len = 0;
+    pb_bytes(&want, 1, series.data, series.len);
+    expect_bytes(&a, &want);
+    cp_buf_close(&point);
+    cp_buf_close(&series);
+
+    /* a truncated request: invalid_argument, in JSON as Connect's errors are */
+    a = post(d.port, "/querier.v1.QuerierService/ProfileTypes", P, "\x08\xff", 2, 0);
+    expect(&a, 400, "\"code\":\"invalid_argument\"");
+    CHECK_CONTAINS(a.body, "querier.v1.ProfileTypesRequest");
+    a = post(d.port, "/querier.v1.QuerierService/ProfileTypes", "Content-Type: text/plain\r\n", "",
+             0, 0);
+    expect(&a, 415, "\"code\":\"unimplemented\"");
+    cp_buf_close(&req);
+    cp_buf_close(&want);
+    cp_buf_close(&m);
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
 TEST_MAIN(T(node_sdk_functions_show_in_top_and_the_api), T(folded_text_in_each_time_unit),
           T(multipart_with_sample_type_config), T(bad_input_gets_its_code_and_nothing_is_stored),
           T(tenants_from_bearer_basic_and_org_id), T(push_in_gzipd_protobuf_and_json),
           T(querier_json_as_grafana_asks), T(push_cumulative_profiles_are_subtracted),
-          T(over_the_concurrent_limit_is_429))
+          T(over_the_concurrent_limit_is_429), T(querier_proto_same_answers_as_json))
