@@ -72,6 +72,13 @@ int cp_querier_profile_type(const char *id, cp_kind *kind, const char **sample_t
  * |                                           | 4 end, 5 group_by, 6 step (double s),        |
  * |                                           | 7 aggregation (enum, SUM 0), 9 limit         |
  * | querier.v1.SelectSeriesResponse           | 1 series (Series)                            |
+ * | querier.v1.SeriesRequest                  | 1 matchers, 2 label_names, 3 start, 4 end    |
+ * | querier.v1.SeriesResponse                 | 1 labels_set (types.v1.Labels{1 labels})     |
+ * | querier.v1.SelectMergeProfileRequest      | 1 profile_typeID, 2 label_selector, 3 start, |
+ * |                                           | 4 end (its answer: google.v1.Profile, pprof) |
+ * | types.v1.GetProfileStatsRequest           | (none)                                       |
+ * | types.v1.GetProfileStatsResponse          | 1 data_ingested (bool), 2 oldest_profile_time|
+ * |                                           | 3 newest_profile_time (int64 ms)             |
  *
  * start and end are int64 milliseconds. Fields not listed are skipped when read. */
 #define F(n, name, t, rep, m)                                                                      \
@@ -114,6 +121,17 @@ MSG(pb_ss_req, "querier.v1.SelectSeriesRequest", F(1, "profileTypeID", STRING, 0
     F(4, "end", INT64, 0, NULL), F(5, "groupBy", STRING, 1, NULL), F(6, "step", DOUBLE, 0, NULL),
     F(7, "aggregation", ENUM, 0, NULL), F(9, "limit", INT64, 0, NULL));
 MSG(pb_ss_resp, "querier.v1.SelectSeriesResponse", F(1, "series", MSG, 1, &pb_series));
+MSG(pb_series_req, "querier.v1.SeriesRequest", F(1, "matchers", STRING, 1, NULL),
+    F(2, "labelNames", STRING, 1, NULL), F(3, "start", INT64, 0, NULL),
+    F(4, "end", INT64, 0, NULL));
+MSG(pb_labels, "types.v1.Labels", F(1, "labels", MSG, 1, &pb_label_pair));
+MSG(pb_series_resp, "querier.v1.SeriesResponse", F(1, "labelsSet", MSG, 1, &pb_labels));
+MSG(pb_smp_req, "querier.v1.SelectMergeProfileRequest", F(1, "profileTypeID", STRING, 0, NULL),
+    F(2, "labelSelector", STRING, 0, NULL), F(3, "start", INT64, 0, NULL),
+    F(4, "end", INT64, 0, NULL));
+static const cp_pbj_msg pb_stats_req = {"types.v1.GetProfileStatsRequest", NULL, 0};
+MSG(pb_stats_resp, "types.v1.GetProfileStatsResponse", F(1, "dataIngested", BOOL, 0, NULL),
+    F(2, "oldestProfileTime", INT64, 0, NULL), F(3, "newestProfileTime", INT64, 0, NULL));
 #undef F
 #undef MSG
 
@@ -582,8 +600,9 @@ static int timeline_col(cp_kind kind, const char *st)
 
 /* Appends one series {"labels":[...],"points":[...]} of q's timeline to b. */
 static int series_json(const cp_querier_call *c, const cp_query *q, int col, const cp_labels *group,
-                       int first, cp_buf *b, cp_err *err)
+                       int first, cp_buf *b, int64_t *sum, cp_err *err)
 {
+    *sum = 0;
     cp_timeline tl = {0};
     int rc = c->rd->timeline(c->rd, q, &tl, err);
     if (rc) return rc;
@@ -600,6 +619,7 @@ static int series_json(const cp_querier_call *c, const cp_query *q, int col, con
     for (uint32_t s = 0; !rc && s < tl.nsteps; s++) {
         int64_t v = tl.v[(size_t)s * tl.ntypes + (uint32_t)col];
         if (!v) continue; /* Pyroscope leaves empty steps out */
+        *sum += v;
         rc = cp_buf_printf(b, "%s{\"value\":%lld,\"timestamp\":\"%lld\"}", n++ ? "," : "",
                            (long long)v,
                            (long long)((q->from_ns + (int64_t)s * q->step_ns) / 1000000));
@@ -668,6 +688,28 @@ static int find_groups(const cp_querier_call *c, cp_query *q, const cp_json *gb,
     return rc;
 }
 
+/* One series of an answer, its JSON text, its values' sum and where it was found. */
+typedef struct ranked {
+    cp_buf text;
+    int64_t sum;
+    uint32_t order;
+} ranked;
+typedef CP_VEC(ranked) ranked_series;
+
+static int cmp_ranked_sum(const void *a, const void *b)
+{
+    const ranked *x = a, *y = b;
+    return x->sum < y->sum   ? 1
+           : x->sum > y->sum ? -1
+                             : (x->order > y->order) - (x->order < y->order);
+}
+
+static int cmp_ranked_order(const void *a, const void *b)
+{
+    const ranked *x = a, *y = b;
+    return (x->order > y->order) - (x->order < y->order);
+}
+
 static void select_series(const cp_querier_call *c, cp_query *q, const cp_json *body,
                           cp_http_response *r)
 {
@@ -695,14 +737,22 @@ static void select_series(const cp_querier_call *c, cp_query *q, const cp_json *
         connect_error(r, 400, "invalid_argument", "step: more than 11,000 points");
         return;
     }
+    int64_t limit;
+    if (json_i64(member(body, "limit", "limit"), 0, &limit) || limit < 0) {
+        connect_error(r, 400, "invalid_argument", "limit: expected an int64 >= 0");
+        return;
+    }
     int col = timeline_col(q->kind, st);
     const cp_json *gb = member(body, "groupBy", "group_by");
-    cp_buf *b = &r->body;
     cp_err err = {0};
-    int rc = cp_buf_printf(b, "{\"series\":[") ? CP_ENOMEM : 0;
-    if (!rc && (!gb || gb->type != CP_JSON_ARRAY || !gb->n)) {
-        rc = series_json(c, q, col, NULL, 1, b, &err);
-    } else if (!rc) {
+    ranked_series rs = {0};
+    int rc = 0;
+    if (!gb || gb->type != CP_JSON_ARRAY || !gb->n) {
+        ranked one = {0};
+        rc = series_json(c, q, col, NULL, 1, &one.text, &one.sum, &err);
+        if (!rc && cp_vec_push(&rs, one)) rc = CP_ENOMEM;
+        if (rc) cp_buf_close(&one.text);
+    } else {
         label_sets groups = {0};
         rc = find_groups(c, q, gb, &groups, &err);
         cp_buf gs = {0};
@@ -712,7 +762,11 @@ static void select_series(const cp_querier_call *c, cp_query *q, const cp_json *
             rc = group_selector(q->select, &groups.v[k], &gs);
             if (!rc) rc = cp_selector_parse((const char *)gs.data, &gq.sel, &err);
             gq.select = (const char *)gs.data;
-            if (!rc) rc = series_json(c, &gq, col, &groups.v[k], k == 0, b, &err);
+            ranked one = {0};
+            one.order = k;
+            if (!rc) rc = series_json(c, &gq, col, &groups.v[k], 1, &one.text, &one.sum, &err);
+            if (!rc && cp_vec_push(&rs, one)) rc = CP_ENOMEM;
+            if (rc) cp_buf_close(&one.text);
             cp_selector_close(&gq.sel);
         }
         cp_buf_close(&gs);
@@ -720,7 +774,24 @@ static void select_series(const cp_querier_call *c, cp_query *q, const cp_json *
             cp_labels_close(&groups.v[k]);
         free(groups.v);
     }
+    /* limit: the heaviest series, in the order found */
+    if (!rc && limit && rs.n > (uint64_t)limit) {
+        qsort(rs.v, rs.n, sizeof *rs.v, cmp_ranked_sum);
+        for (uint32_t k = (uint32_t)limit; k < rs.n; k++)
+            cp_buf_close(&rs.v[k].text);
+        rs.n = (uint32_t)limit;
+        qsort(rs.v, rs.n, sizeof *rs.v, cmp_ranked_order);
+    }
+    cp_buf *b = &r->body;
+    if (!rc && cp_buf_printf(b, "{\"series\":[")) rc = CP_ENOMEM;
+    for (uint32_t k = 0; !rc && k < rs.n; k++)
+        if ((k && cp_buf_append(b, ",", 1)) ||
+            cp_buf_append(b, rs.v[k].text.data, rs.v[k].text.len))
+            rc = CP_ENOMEM;
     if (!rc && cp_buf_printf(b, "]}\n")) rc = CP_ENOMEM;
+    for (uint32_t k = 0; k < rs.n; k++)
+        cp_buf_close(&rs.v[k].text);
+    free(rs.v);
     if (rc == CP_ENOMEM)
         connect_error(r, 503, "unavailable", "out of memory");
     else if (rc)
@@ -768,8 +839,151 @@ static void merge_stacktraces(const cp_querier_call *c, cp_query *q, const cp_js
     cp_profile_destroy(p);
 }
 
-/* The methods served, each with its messages in application/proto. */
-enum { PT, LN, LV, SMS, SS, NMETHODS };
+/* ---- Series, SelectMergeProfile, GetProfileStats ------------------------------------- */
+
+static int pair_json(cp_buf *b, int first, const char *name, const char *value)
+{
+    return cp_buf_printf(b, "%s{\"name\":", first ? "" : ",") || json_str_out(b, name) ||
+           cp_buf_printf(b, ",\"value\":") || json_str_out(b, value) || cp_buf_append(b, "}", 1);
+}
+
+/* 1 if name is wanted: names empty (all), or among them. */
+static int wanted(const cp_json *names, const char *name)
+{
+    if (!names || names->type != CP_JSON_ARRAY || !names->n) return 1;
+    for (uint32_t i = 0; i < names->n; i++)
+        if (!strcmp(cp_json_str(names->items[i], ""), name)) return 1;
+    return 0;
+}
+
+/* Series: one label set per series and profile type of its kind, with __profile_type__,
+ * __name__ and service_name, in name order; only label_names when given; each set once. */
+static void series(const cp_querier_call *c, cp_query *q, const cp_json *body, cp_http_response *r)
+{
+    const cp_json *names = member(body, "labelNames", "label_names");
+    cp_err err = {0};
+    cp_series_list l = {0};
+    q->kind = 0;
+    int rc = c->rd->series(c->rd, q, &l, &err);
+    if (rc) {
+        store_failed(r, rc, &err);
+        return;
+    }
+    CP_VEC(cp_buf) sets = {0};
+    cp_buf one = {0};
+    for (uint32_t i = 0; !rc && i < l.n; i++) {
+        for (size_t t = 0; !rc && t < NTYPES; t++) {
+            if (g_types[t].kind != l.v[i].kind) continue;
+            cp_labels ls = {0};
+            char name[32];
+            snprintf(name, sizeof name, "%.*s", (int)strcspn(g_types[t].id, ":"), g_types[t].id);
+            const cp_labels *sl = &l.v[i].labels;
+            if (wanted(names, "__profile_type__"))
+                rc = cp_labels_set(&ls, "__profile_type__", g_types[t].id);
+            if (!rc && wanted(names, "__name__")) rc = cp_labels_set(&ls, "__name__", name);
+            for (uint32_t k = 0; !rc && k < sl->p.n; k++) {
+                const char *nm =
+                    strcmp(sl->p.v[k].name, "service") ? sl->p.v[k].name : "service_name";
+                if (wanted(names, nm)) rc = cp_labels_set(&ls, nm, sl->p.v[k].value);
+            }
+            one.len = 0;
+            if (!rc) rc = cp_buf_printf(&one, "{\"labels\":[");
+            for (uint32_t k = 0; !rc && k < ls.p.n; k++)
+                rc = pair_json(&one, k == 0, ls.p.v[k].name, ls.p.v[k].value);
+            if (!rc) rc = cp_buf_append(&one, "]}", 2);
+            cp_labels_close(&ls);
+            int seen = 0;
+            for (uint32_t k = 0; !rc && !seen && k < sets.n; k++)
+                seen = sets.v[k].len == one.len && !memcmp(sets.v[k].data, one.data, one.len);
+            if (!rc && !seen) {
+                if (cp_vec_push(&sets, one))
+                    rc = CP_ENOMEM;
+                else
+                    memset(&one, 0, sizeof one);
+            }
+        }
+    }
+    cp_buf_close(&one);
+    cp_series_list_close(&l);
+    cp_buf *b = &r->body;
+    if (!rc) rc = cp_buf_printf(b, "{\"labelsSet\":[");
+    for (uint32_t k = 0; !rc && k < sets.n; k++)
+        rc = (k && cp_buf_append(b, ",", 1)) || cp_buf_append(b, sets.v[k].data, sets.v[k].len);
+    if (!rc) rc = cp_buf_printf(b, "]}\n");
+    for (uint32_t k = 0; k < sets.n; k++)
+        cp_buf_close(&sets.v[k]);
+    free(sets.v);
+    if (rc) connect_error(r, 503, "unavailable", "out of memory");
+}
+
+/* SelectMergeProfile: the merged profile of the one sample type, as pprof (raw). */
+static void merge_profile(const cp_querier_call *c, cp_query *q, const cp_json *body,
+                          cp_http_response *r)
+{
+    const char *id = cp_json_str(member(body, "profileTypeID", "profile_typeID"), NULL);
+    const char *st;
+    if (cp_querier_profile_type(id, &q->kind, &st)) {
+        connect_error(r, 400, "invalid_argument", "profile_typeID: not a profile type served");
+        return;
+    }
+    cp_err err = {0};
+    cp_profile *p = NULL;
+    int rc = c->rd->profile(c->rd, q, &p, &err);
+    if (rc) {
+        store_failed(r, rc, &err);
+        cp_profile_destroy(p);
+        return;
+    }
+    if (cp_profile_find_type(p, st) >= 0) rc = cp_profile_select_types(p, &st, 1, &err);
+    if (!rc) rc = cp_pprof_encode(p, 0, &r->body);
+    cp_profile_destroy(p);
+    if (rc) {
+        store_failed(r, rc, &err);
+        return;
+    }
+    snprintf(r->content_type, sizeof r->content_type, "application/proto");
+}
+
+/* GetProfileStats: whether the tenant has any series, and its oldest and newest times. */
+static void profile_stats(const cp_querier_call *c, const cp_http_request *req, cp_http_response *r)
+{
+    cp_query q;
+    memset(&q, 0, sizeof q);
+    q.tenant = c->tenant;
+    q.from_ns = 0;
+    q.to_ns = cp_now_ns() + 86400 * 1000000000LL;
+    q.lim.max_blocks = c->max_blocks;
+    q.lim.deadline_ns = req->deadline_ns;
+    q.select = "";
+    cp_err err = {0};
+    cp_series_list l = {0};
+    int rc = c->rd->series(c->rd, &q, &l, &err);
+    if (rc) {
+        store_failed(r, rc, &err);
+        cp_query_close(&q);
+        return;
+    }
+    int64_t oldest = INT64_MAX, newest = INT64_MIN;
+    for (uint32_t i = 0; i < l.n; i++) {
+        if (l.v[i].first_ns < oldest) oldest = l.v[i].first_ns;
+        if (l.v[i].last_ns > newest) newest = l.v[i].last_ns;
+    }
+    if (l.n)
+        rc = cp_buf_printf(&r->body,
+                           "{\"dataIngested\":true,\"oldestProfileTime\":\"%lld\","
+                           "\"newestProfileTime\":\"%lld\"}\n",
+                           (long long)(oldest / 1000000), (long long)(newest / 1000000));
+    else
+        rc = cp_buf_printf(&r->body, "{\"dataIngested\":false,\"oldestProfileTime\":\"0\","
+                                     "\"newestProfileTime\":\"0\"}\n");
+    cp_series_list_close(&l);
+    cp_query_close(&q);
+    if (rc) connect_error(r, 503, "unavailable", "out of memory");
+}
+
+/* The methods served, each with its messages in application/proto (SelectMergeProfile's
+ * answer is pprof itself: no response table, and proto only). */
+enum { PT, LN, LV, SMS, SS, SER, SMP, GPS, NMETHODS };
 static const struct method {
     const char *name;
     const cp_pbj_msg *req, *resp;
@@ -779,6 +993,9 @@ static const struct method {
     [LV] = {"LabelValues", &pb_values_req, &pb_names_resp},
     [SMS] = {"SelectMergeStacktraces", &pb_sms_req, &pb_sms_resp},
     [SS] = {"SelectSeries", &pb_ss_req, &pb_ss_resp},
+    [SER] = {"Series", &pb_series_req, &pb_series_resp},
+    [SMP] = {"SelectMergeProfile", &pb_smp_req, NULL},
+    [GPS] = {"GetProfileStats", &pb_stats_req, &pb_stats_resp},
 };
 
 /* req's body as the tree its JSON would parse to: JSON read, or proto decoded (gunzip'd by
@@ -866,9 +1083,20 @@ void cp_querier_handle(const cp_querier_call *c, const char *method, const cp_ht
         connect_error(r, 404, "unimplemented", msg);
         return;
     }
+    if (m == SMP && !proto) {
+        connect_error(r, 415, "unimplemented",
+                      "SelectMergeProfile answers pprof: send it as application/proto");
+        return;
+    }
     cp_json *body = NULL;
     if (read_body(req, proto, g_methods[m].req, &body, r)) return;
-    const char *sel = m == SMS || m == SS
+    if (m == GPS) {
+        profile_stats(c, req, r);
+        if (proto) answer_proto(g_methods[m].resp, r);
+        cp_json_free(body);
+        return;
+    }
+    const char *sel = m == SMS || m == SS || m == SMP
                           ? cp_json_str(member(body, "labelSelector", "label_selector"), NULL)
                           : first_matcher(body);
     cp_query q;
@@ -879,7 +1107,9 @@ void cp_querier_handle(const cp_querier_call *c, const char *method, const cp_ht
         if (m == LV) label_values(c, &q, body, r);
         if (m == SMS) merge_stacktraces(c, &q, body, r);
         if (m == SS) select_series(c, &q, body, r);
-        if (proto) answer_proto(g_methods[m].resp, r);
+        if (m == SER) series(c, &q, body, r);
+        if (m == SMP) merge_profile(c, &q, body, r);
+        if (proto && g_methods[m].resp) answer_proto(g_methods[m].resp, r);
     }
     cp_query_close(&q);
     cp_buf_close(&seltext);

@@ -1,6 +1,7 @@
 /* Grafana Pyroscope's read side, querier.v1.QuerierService over Connect unary in JSON and
- * protobuf (ProfileTypes, LabelNames, LabelValues, SelectMergeStacktraces), answered from the
- * store's readers (across the cluster): what Grafana's "Grafana Pyroscope" data source asks.
+ * protobuf (ProfileTypes, LabelNames, LabelValues, Series, SelectMergeStacktraces,
+ * SelectSeries, SelectMergeProfile, GetProfileStats), answered from the store's readers
+ * (across the cluster): what Grafana's data source and Profiles Drilldown ask.
  * Written from the protocol's public field names (query/README.md "Pyroscope"). */
 #ifndef CP_QUERY_QUERIER_H
 #define CP_QUERY_QUERIER_H

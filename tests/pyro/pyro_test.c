@@ -642,6 +642,9 @@ TEST(querier_json_as_grafana_asks)
     answer a = post(d.port, pq, NULL, g_folded, strlen(g_folded), 0);
     expect(&a, 200, "\"profiles\":1");
     free(wait_for(d.port, "/api/v1/profile?type=cpu&from=-1h&format=folded", NULL, "hot"));
+    /* the label index may answer after the profile: the selectors below need it */
+    free(wait_for(d.port, "/api/v1/series?from=-1h&select=%7Bservice%3D%22qapp%22%7D", NULL,
+                  "qapp"));
     const char *H = "Content-Type: application/json\r\n";
     const char *Q = "/querier.v1.QuerierService/";
     char path[128], body[512];
@@ -712,7 +715,7 @@ TEST(querier_json_as_grafana_asks)
     snprintf(body, sizeof body, "{\"profileTypeID\":\"cpu\"}");
     a = post(d.port, path, H, body, strlen(body), 0);
     expect(&a, 400, "\"code\":\"invalid_argument\"");
-    snprintf(path, sizeof path, "%sGetProfileStats", Q);
+    snprintf(path, sizeof path, "%sNoSuchMethod", Q);
     a = post(d.port, path, H, "{}", 2, 0);
     expect(&a, 404, "\"code\":\"unimplemented\"");
     CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
@@ -810,6 +813,8 @@ TEST(querier_proto_same_answers_as_json)
     answer a = post(d.port, pq, NULL, g_folded, strlen(g_folded), 0);
     expect(&a, 200, "\"profiles\":1");
     free(wait_for(d.port, "/api/v1/profile?type=cpu&from=-1h&format=folded", NULL, "hot"));
+    free(wait_for(d.port, "/api/v1/series?from=-1h&select=%7Bservice%3D%22papp%22%7D", NULL,
+                  "papp"));
     const char *P = "Content-Type: application/proto\r\n";
     long long start = (long long)(base_s() - 60) * 1000, end = (long long)(base_s() + 120) * 1000;
 
@@ -935,8 +940,133 @@ TEST(querier_proto_same_answers_as_json)
     free(dir);
 }
 
+/* The rest of querier.v1 as Grafana's Profiles Drilldown calls it, over two services stored
+ * over /ingest: Series (label sets per profile type, label_names honoured; JSON and proto),
+ * SelectSeries' limit (the heavier service kept), SelectMergeProfile (pprof of the one
+ * sample type, the flame graph's total), GetProfileStats (the stored window, in ms); an
+ * unknown method unimplemented. */
+TEST(querier_series_profile_stats_limit)
+{
+    char *dir = proc_tmpdir("pyro", "querier_rest");
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, NULL);
+    char pq[256];
+    snprintf(pq, sizeof pq, "/ingest?name=sapp%%7Benv%%3Dprod%%7D&from=%lld&until=%lld",
+             (long long)base_s(), (long long)base_s() + 10);
+    answer a = post(d.port, pq, NULL, g_folded, strlen(g_folded), 0);
+    expect(&a, 200, "\"profiles\":1");
+    const char *small = "main;x 5\n";
+    snprintf(pq, sizeof pq, "/ingest?name=tapp&from=%lld&until=%lld", (long long)base_s(),
+             (long long)base_s() + 10);
+    a = post(d.port, pq, NULL, small, strlen(small), 0);
+    expect(&a, 200, "\"profiles\":1");
+    free(wait_for(
+        d.port, "/api/v1/profile?type=cpu&from=-1h&format=folded&select=%7Bservice%3D%22tapp%22%7D",
+        NULL, "main;x"));
+    free(wait_for(
+        d.port, "/api/v1/profile?type=cpu&from=-1h&format=folded&select=%7Bservice%3D%22sapp%22%7D",
+        NULL, "hot"));
+    free(wait_for(d.port, "/api/v1/series?from=-1h&select=%7Bservice%3D%22sapp%22%7D", NULL,
+                  "sapp"));
+    const char *H = "Content-Type: application/json\r\n",
+               *P = "Content-Type: application/proto\r\n";
+    char body[512], want[1024];
+    long long start = (long long)(base_s() - 60) * 1000, end = (long long)(base_s() + 120) * 1000;
+
+    /* Series */
+    snprintf(body, sizeof body,
+             "{\"matchers\":[\"{service_name=\\\"sapp\\\"}\"],\"labelNames\":[\"service_name\","
+             "\"__profile_type__\",\"env\"],\"start\":%lld,\"end\":%lld}",
+             start, end);
+    a = post(d.port, "/querier.v1.QuerierService/Series", H, body, strlen(body), 0);
+    expect(&a, 200,
+           "{\"labelsSet\":[{\"labels\":[{\"name\":\"__profile_type__\",\"value\":\"process_cpu:"
+           "cpu:nanoseconds:cpu:nanoseconds\"},{\"name\":\"env\",\"value\":\"prod\"},{\"name\":"
+           "\"service_name\",\"value\":\"sapp\"}]},{\"labels\":[{\"name\":\"__profile_type__\","
+           "\"value\":\"process_cpu:samples:count:cpu:nanoseconds\"},{\"name\":\"env\",\"value\":"
+           "\"prod\"},{\"name\":\"service_name\",\"value\":\"sapp\"}]}]}");
+    /* in proto, label_names service_name only: one set of one pair */
+    cp_buf req = {0}, exp = {0}, m = {0}, l = {0};
+    pb_str(&req, 1, "{service_name=\"tapp\"}");
+    pb_str(&req, 2, "service_name");
+    pb_key_varint(&req, 3, (uint64_t)start);
+    pb_key_varint(&req, 4, (uint64_t)end);
+    a = post(d.port, "/querier.v1.QuerierService/Series", P, req.data, req.len, 0);
+    pb_str(&l, 1, "service_name");
+    pb_str(&l, 2, "tapp");
+    pb_bytes(&m, 1, l.data, l.len);
+    pb_bytes(&exp, 1, m.data, m.len);
+    expect_bytes(&a, &exp);
+
+    /* SelectSeries grouped by service, limit 1: the heavier, sapp (45 samples to tapp's 5) */
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\",\"labelSelector\":"
+             "\"{}\",\"start\":%lld,\"end\":%lld,\"step\":30,\"groupBy\":[\"service_name\"]%s}",
+             start, end, "");
+    a = post(d.port, "/querier.v1.QuerierService/SelectSeries", H, body, strlen(body), 0);
+    expect(&a, 200, "\"value\":\"tapp\"}],\"points\":[{\"value\":5,");
+    CHECK_CONTAINS(a.body, "\"value\":\"sapp\"}],\"points\":[{\"value\":45,");
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\",\"labelSelector\":"
+             "\"{}\",\"start\":%lld,\"end\":%lld,\"step\":30,\"groupBy\":[\"service_name\"],"
+             "\"limit\":\"1\"}",
+             start, end);
+    a = post(d.port, "/querier.v1.QuerierService/SelectSeries", H, body, strlen(body), 0);
+    snprintf(want, sizeof want,
+             "{\"series\":[{\"labels\":[{\"name\":\"service_name\",\"value\":\"sapp\"}],"
+             "\"points\":[{\"value\":45,\"timestamp\":\"%lld\"}]}]}",
+             (long long)base_s() * 1000);
+    expect(&a, 200, want);
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\",\"limit\":-1}");
+    a = post(d.port, "/querier.v1.QuerierService/SelectSeries", H, body, strlen(body), 0);
+    expect(&a, 400, "limit");
+
+    /* SelectMergeProfile: pprof of cpu alone, sapp's 450 ms */
+    req.len = 0;
+    pb_str(&req, 1, "process_cpu:cpu:nanoseconds:cpu:nanoseconds");
+    pb_str(&req, 2, "{service_name=\"sapp\"}");
+    pb_key_varint(&req, 3, (uint64_t)start);
+    pb_key_varint(&req, 4, (uint64_t)end);
+    a = post(d.port, "/querier.v1.QuerierService/SelectMergeProfile", P, req.data, req.len, 0);
+    CHECK_EQ(a.status, 200);
+    cp_profile *p = NULL;
+    cp_err err = {0};
+    CHECK(cp_pprof_decode((const uint8_t *)a.body, a.len, NULL, &p, &err) == 0);
+    CHECK_EQ(p->sample_types.n, 1u);
+    CHECK_STREQ(cp_profile_str(p, p->sample_types.v[0].type), "cpu");
+    CHECK_EQ(cp_profile_total(p, 0), 450000000);
+    cp_profile_destroy(p);
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"process_cpu:cpu:nanoseconds:cpu:nanoseconds\"}");
+    a = post(d.port, "/querier.v1.QuerierService/SelectMergeProfile", H, body, strlen(body), 0);
+    expect(&a, 415, "application/proto");
+
+    /* GetProfileStats: the stored windows, in ms */
+    a = post(d.port, "/querier.v1.QuerierService/GetProfileStats", H, "{}", 2, 0);
+    snprintf(want, sizeof want, "{\"dataIngested\":true,\"oldestProfileTime\":\"%lld\",",
+             (long long)base_s() * 1000);
+    expect(&a, 200, want);
+    a = post(d.port, "/querier.v1.QuerierService/GetProfileStats", P, "", 0, 0);
+    exp.len = 0;
+    pb_key_varint(&exp, 1, 1);
+    CHECK_EQ(a.status, 200);
+    CHECK(a.len > 3 && memcmp(a.body, exp.data, exp.len) == 0);
+    CHECK_EQ(pb_find_varint((const uint8_t *)a.body, a.len, 2), (int64_t)base_s() * 1000);
+
+    a = post(d.port, "/querier.v1.QuerierService/NoSuchMethod", P, "", 0, 0);
+    expect(&a, 404, "\"code\":\"unimplemented\"");
+    cp_buf_close(&req);
+    cp_buf_close(&exp);
+    cp_buf_close(&m);
+    cp_buf_close(&l);
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
 TEST_MAIN(T(node_sdk_functions_show_in_top_and_the_api), T(folded_text_in_each_time_unit),
           T(multipart_with_sample_type_config), T(bad_input_gets_its_code_and_nothing_is_stored),
           T(tenants_from_bearer_basic_and_org_id), T(push_in_gzipd_protobuf_and_json),
           T(querier_json_as_grafana_asks), T(push_cumulative_profiles_are_subtracted),
-          T(over_the_concurrent_limit_is_429), T(querier_proto_same_answers_as_json))
+          T(over_the_concurrent_limit_is_429), T(querier_proto_same_answers_as_json),
+          T(querier_series_profile_stats_limit))
