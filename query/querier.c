@@ -76,6 +76,11 @@ int cp_querier_profile_type(const char *id, cp_kind *kind, const char **sample_t
  * | querier.v1.SeriesResponse                 | 1 labels_set (types.v1.Labels{1 labels})     |
  * | querier.v1.SelectMergeProfileRequest      | 1 profile_typeID, 2 label_selector, 3 start, |
  * |                                           | 4 end (its answer: google.v1.Profile, pprof) |
+ * | querier.v1.DiffRequest                    | 1 left, 2 right (SelectMergeStacktracesReq.) |
+ * | querier.v1.DiffResponse                   | 1 flamegraph (FlameGraphDiff)                |
+ * | querier.v1.FlameGraphDiff                 | 1 names, 2 levels (Level: 7-int groups),     |
+ * |                                           | 3 total, 4 max_self, 5 leftTicks,            |
+ * |                                           | 6 rightTicks                                 |
  * | types.v1.GetProfileStatsRequest           | (none)                                       |
  * | types.v1.GetProfileStatsResponse          | 1 data_ingested (bool), 2 oldest_profile_time|
  * |                                           | 3 newest_profile_time (int64 ms)             |
@@ -129,6 +134,13 @@ MSG(pb_series_resp, "querier.v1.SeriesResponse", F(1, "labelsSet", MSG, 1, &pb_l
 MSG(pb_smp_req, "querier.v1.SelectMergeProfileRequest", F(1, "profileTypeID", STRING, 0, NULL),
     F(2, "labelSelector", STRING, 0, NULL), F(3, "start", INT64, 0, NULL),
     F(4, "end", INT64, 0, NULL));
+MSG(pb_diff_req, "querier.v1.DiffRequest", F(1, "left", MSG, 0, &pb_sms_req),
+    F(2, "right", MSG, 0, &pb_sms_req));
+MSG(pb_fgdiff, "querier.v1.FlameGraphDiff", F(1, "names", STRING, 1, NULL),
+    F(2, "levels", MSG, 1, &pb_level), F(3, "total", INT64, 0, NULL),
+    F(4, "maxSelf", INT64, 0, NULL), F(5, "leftTicks", INT64, 0, NULL),
+    F(6, "rightTicks", INT64, 0, NULL));
+MSG(pb_diff_resp, "querier.v1.DiffResponse", F(1, "flamegraph", MSG, 0, &pb_fgdiff));
 static const cp_pbj_msg pb_stats_req = {"types.v1.GetProfileStatsRequest", NULL, 0};
 MSG(pb_stats_resp, "types.v1.GetProfileStatsResponse", F(1, "dataIngested", BOOL, 0, NULL),
     F(2, "oldestProfileTime", INT64, 0, NULL), F(3, "newestProfileTime", INT64, 0, NULL));
@@ -368,6 +380,7 @@ typedef struct fnode {
     uint32_t name;                /* index into names */
     uint32_t parent, child, next; /* node indexes; 0 = none (node 0 is the root) */
     int64_t total, self;
+    int64_t total2, self2; /* Diff's right side */
 } fnode;
 
 typedef struct fgraph {
@@ -377,6 +390,7 @@ typedef struct fgraph {
     CP_VEC(uint32_t) name_of_str; /* profile string id -> names index + 1 */
     CP_VEC(const char *) names;   /* borrowed from the profile */
     uint32_t *slot_node;
+    int by_content; /* names matched by their text (a second profile's strings) */
 } fgraph;
 
 static uint64_t mix(uint64_t k)
@@ -424,7 +438,7 @@ static int fg_child(fgraph *g, uint32_t parent, uint32_t name, uint32_t *out)
             *out = g->slot_node[j];
             return 0;
         }
-    fnode f = {name, parent, 0, g->n.v[parent].child, 0, 0};
+    fnode f = {name, parent, 0, g->n.v[parent].child, 0, 0, 0, 0};
     if (cp_vec_push(&g->n, f)) return CP_ENOMEM;
     *out = g->n.n - 1;
     g->n.v[parent].child = *out;
@@ -440,8 +454,13 @@ static int fg_name(fgraph *g, const cp_profile *p, uint32_t s, uint32_t *out)
         if (cp_vec_push(&g->name_of_str, 0)) return CP_ENOMEM;
     if (!g->name_of_str.v[s]) {
         const char *nm = cp_profile_str(p, s);
-        if (cp_vec_push(&g->names, *nm ? nm : "unknown")) return CP_ENOMEM;
-        g->name_of_str.v[s] = g->names.n;
+        nm = *nm ? nm : "unknown";
+        for (uint32_t i = 1; g->by_content && i < g->names.n && !g->name_of_str.v[s]; i++)
+            if (!strcmp(g->names.v[i], nm)) g->name_of_str.v[s] = i + 1;
+        if (!g->name_of_str.v[s]) {
+            if (cp_vec_push(&g->names, nm)) return CP_ENOMEM;
+            g->name_of_str.v[s] = g->names.n;
+        }
     }
     *out = g->name_of_str.v[s] - 1;
     return 0;
@@ -456,18 +475,27 @@ static void fg_close(fgraph *g)
     free(g->names.v);
 }
 
-/* Builds the tree of p's column col: root "total", then each sample's frames root first
- * (inlined lines innermost last). */
-static int fg_build(fgraph *g, const cp_profile *p, int col)
+/* The root "total" of an empty graph. */
+static int fg_init(fgraph *g)
 {
     fnode root = {0};
-    if (cp_vec_push(&g->names, "total") || cp_vec_push(&g->n, root) || fg_grow(g)) return CP_ENOMEM;
+    return cp_vec_push(&g->names, "total") || cp_vec_push(&g->n, root) || fg_grow(g) ? CP_ENOMEM
+                                                                                     : 0;
+}
+
+/* Adds p's column col to the tree (side 1: the right side of a Diff, whose names are p's
+ * strings matched by text): each sample's frames root first (inlined lines innermost last).
+ * p must outlive g (names are borrowed). */
+static int fg_add(fgraph *g, const cp_profile *p, int col, int side)
+{
+    g->name_of_str.n = 0;
+    g->by_content = side;
     for (uint32_t i = 0; i < p->samples.n; i++) {
         const cp_sample *s = &p->samples.v[i];
         int64_t v = cp_profile_sample_values(p, i)[col];
         if (!v) continue;
         uint32_t at = 0;
-        g->n.v[0].total += v;
+        *(side ? &g->n.v[0].total2 : &g->n.v[0].total) += v;
         for (uint32_t k = s->nlocs; k-- > 0;) {
             const cp_location *l = &p->locations.v[p->stack.v[s->loc_off + k] - 1];
             for (uint32_t ln = l->nlines; ln-- > 0;) {
@@ -475,15 +503,15 @@ static int fg_build(fgraph *g, const cp_profile *p, int col)
                 uint32_t sid = line->function_id ? p->functions.v[line->function_id - 1].name : 0;
                 uint32_t nm;
                 if (fg_name(g, p, sid, &nm) || fg_child(g, at, nm, &at)) return CP_ENOMEM;
-                g->n.v[at].total += v;
+                *(side ? &g->n.v[at].total2 : &g->n.v[at].total) += v;
             }
             if (!l->nlines) {
                 uint32_t nm;
                 if (fg_name(g, p, 0, &nm) || fg_child(g, at, nm, &at)) return CP_ENOMEM;
-                g->n.v[at].total += v;
+                *(side ? &g->n.v[at].total2 : &g->n.v[at].total) += v;
             }
         }
-        g->n.v[at].self += v;
+        *(side ? &g->n.v[at].self2 : &g->n.v[at].self) += v;
     }
     return 0;
 }
@@ -497,14 +525,14 @@ static int cmp_i64_desc(const void *a, const void *b)
 /* The flame graph of g as Pyroscope's FlameGraph: levels of [offset from the previous bar's
  * end, total, self, name] in the order a depth-first walk lays the bars left to right. At
  * most max_nodes bars: smaller ones folded into their parent's self (totals exact). */
-static int fg_write(fgraph *g, uint32_t max_nodes, cp_buf *b)
+static int fg_write(fgraph *g, uint32_t max_nodes, int diff, cp_buf *b)
 {
     int64_t threshold = INT64_MIN;
     if (max_nodes && g->n.n > max_nodes) {
         int64_t *t = malloc(g->n.n * sizeof *t);
         if (!t) return CP_ENOMEM;
         for (uint32_t i = 0; i < g->n.n; i++)
-            t[i] = g->n.v[i].total;
+            t[i] = g->n.v[i].total + g->n.v[i].total2;
         qsort(t, g->n.n, sizeof *t, cmp_i64_desc);
         threshold = t[max_nodes - 1];
         free(t);
@@ -512,23 +540,25 @@ static int fg_write(fgraph *g, uint32_t max_nodes, cp_buf *b)
     /* depth-first, children in the order met (most recent first: reversed for stability) */
     typedef struct item {
         uint32_t node, depth;
-        int64_t x;
+        int64_t x, x2; /* left edges, of each side */
     } item;
     CP_VEC(item) stack = {0};
     CP_VEC(cp_buf) levels = {0};
     CP_VEC(int64_t) ends = {0};
+    CP_VEC(int64_t) ends2 = {0};
     int64_t max_self = 0;
-    int rc = cp_vec_push(&stack, ((item){0, 0, 0}));
+    int rc = cp_vec_push(&stack, ((item){0, 0, 0, 0}));
     while (!rc && stack.n) {
         item it = stack.v[--stack.n];
         fnode *f = &g->n.v[it.node];
-        int64_t self = f->self;
+        int64_t self = f->self, self2 = f->self2;
         /* children kept, left to right; folded ones add to self */
         uint32_t kids[64], nk = 0;
         CP_VEC(uint32_t) more = {0};
         for (uint32_t c = f->child; c; c = g->n.v[c].next) {
-            if (g->n.v[c].total < threshold) {
+            if (g->n.v[c].total + g->n.v[c].total2 < threshold) {
                 self += g->n.v[c].total;
+                self2 += g->n.v[c].total2;
                 continue;
             }
             if (nk < 64)
@@ -538,20 +568,27 @@ static int fg_write(fgraph *g, uint32_t max_nodes, cp_buf *b)
         }
         while (!rc && levels.n <= it.depth) {
             cp_buf z = {0};
-            rc = cp_vec_push(&levels, z) || cp_vec_push(&ends, 0);
+            rc = cp_vec_push(&levels, z) || cp_vec_push(&ends, 0) || cp_vec_push(&ends2, 0);
         }
         if (rc) {
             free(more.v);
             break;
         }
         cp_buf *lv = &levels.v[it.depth];
-        rc = cp_buf_printf(lv, "%s\"%lld\",\"%lld\",\"%lld\",\"%u\"", lv->len ? "," : "",
+        rc = cp_buf_printf(lv, "%s\"%lld\",\"%lld\",\"%lld\",", lv->len ? "," : "",
                            (long long)(it.x - ends.v[it.depth]), (long long)f->total,
-                           (long long)self, f->name);
+                           (long long)self);
+        if (!rc && diff)
+            rc = cp_buf_printf(lv, "\"%lld\",\"%lld\",\"%lld\",",
+                               (long long)(it.x2 - ends2.v[it.depth]), (long long)f->total2,
+                               (long long)self2);
+        if (!rc) rc = cp_buf_printf(lv, "\"%u\"", f->name);
         ends.v[it.depth] = it.x + f->total;
+        ends2.v[it.depth] = it.x2 + f->total2;
         if (self > max_self) max_self = self;
+        if (self2 > max_self) max_self = self2;
         /* the first child lies leftmost: pushed last; children were linked newest first */
-        int64_t x = it.x;
+        int64_t x = it.x, x2 = it.x2;
         uint32_t total_kids = nk + more.n;
         item *tmp = malloc((total_kids ? total_kids : 1) * sizeof *tmp);
         if (!tmp) rc = CP_ENOMEM;
@@ -559,8 +596,9 @@ static int fg_write(fgraph *g, uint32_t max_nodes, cp_buf *b)
             /* oldest first: reverse of the link order */
             uint32_t idx = total_kids - 1 - k;
             uint32_t c = idx < nk ? kids[idx] : more.v[idx - nk];
-            tmp[k] = (item){c, it.depth + 1, x};
+            tmp[k] = (item){c, it.depth + 1, x, x2};
             x += g->n.v[c].total;
+            x2 += g->n.v[c].total2;
         }
         for (uint32_t k = total_kids; !rc && k-- > 0;)
             rc = cp_vec_push(&stack, tmp[k]);
@@ -576,13 +614,20 @@ static int fg_write(fgraph *g, uint32_t max_nodes, cp_buf *b)
     for (uint32_t i = 0; !rc && i < levels.n; i++)
         rc = cp_buf_printf(b, "%s{\"values\":[%.*s]}", i ? "," : "", (int)levels.v[i].len,
                            levels.v[i].data ? (const char *)levels.v[i].data : "");
-    if (!rc)
+    if (!rc && !diff)
         rc = cp_buf_printf(b, "],\"total\":\"%lld\",\"maxSelf\":\"%lld\"}}\n",
                            (long long)g->n.v[0].total, (long long)max_self);
+    if (!rc && diff)
+        rc = cp_buf_printf(b,
+                           "],\"total\":\"%lld\",\"maxSelf\":\"%lld\",\"leftTicks\":\"%lld\","
+                           "\"rightTicks\":\"%lld\"}}\n",
+                           (long long)(g->n.v[0].total + g->n.v[0].total2), (long long)max_self,
+                           (long long)g->n.v[0].total, (long long)g->n.v[0].total2);
     for (uint32_t i = 0; i < levels.n; i++)
         cp_buf_close(&levels.v[i]);
     free(levels.v);
     free(ends.v);
+    free(ends2.v);
     free(stack.v);
     return rc ? CP_ENOMEM : 0;
 }
@@ -828,15 +873,77 @@ static void merge_stacktraces(const cp_querier_call *c, cp_query *q, const cp_js
     }
     int col = cp_profile_find_type(p, st);
     fgraph g = {0};
-    rc = col < 0 ? 0 : fg_build(&g, p, col);
-    if (col < 0) { /* no series: an empty graph */
-        fnode root = {0};
-        rc = cp_vec_push(&g.names, "total") || cp_vec_push(&g.n, root);
-    }
-    if (!rc) rc = fg_write(&g, (uint32_t)mn, &r->body);
+    rc = fg_init(&g);
+    if (!rc && col >= 0) rc = fg_add(&g, p, col, 0); /* else no series: an empty graph */
+    if (!rc) rc = fg_write(&g, (uint32_t)mn, 0, &r->body);
     if (rc) connect_error(r, 503, "unavailable", "out of memory");
     fg_close(&g);
     cp_profile_destroy(p);
+}
+
+/* ---- Diff: two flame graphs in one ------------------------------------------------------ */
+
+/* One side of a Diff: its SelectMergeStacktracesRequest's profile, column col (-1: none).
+ * 0, or -1 with the error answer set (name: "left" or "right"). */
+static int diff_side(const cp_querier_call *c, const cp_http_request *req, const cp_json *side,
+                     const char *name, cp_profile **p, int *col, cp_http_response *r)
+{
+    char m[300];
+    if (!side || side->type != CP_JSON_OBJECT) {
+        snprintf(m, sizeof m, "%s: missing (a SelectMergeStacktracesRequest)", name);
+        connect_error(r, 400, "invalid_argument", m);
+        return -1;
+    }
+    const char *id = cp_json_str(member(side, "profileTypeID", "profile_typeID"), NULL);
+    const char *st;
+    cp_query q;
+    cp_buf seltext = {0};
+    if (make_query(c, req, side, cp_json_str(member(side, "labelSelector", "label_selector"), NULL),
+                   &q, &seltext, r)) {
+        cp_query_close(&q);
+        cp_buf_close(&seltext);
+        return -1;
+    }
+    int rc = 0;
+    if (cp_querier_profile_type(id, &q.kind, &st)) {
+        snprintf(m, sizeof m, "%s.profile_typeID '%.100s' is not a profile type served", name,
+                 id ? id : "");
+        connect_error(r, 400, "invalid_argument", m);
+        rc = -1;
+    } else {
+        cp_err err = {0};
+        int src = c->rd->profile(c->rd, &q, p, &err);
+        if (src) {
+            store_failed(r, src, &err);
+            rc = -1;
+        } else {
+            *col = cp_profile_find_type(*p, st);
+        }
+    }
+    cp_query_close(&q);
+    cp_buf_close(&seltext);
+    return rc;
+}
+
+/* Diff: left and right merged into one tree, each bar [left offset, left total, left self,
+ * right offset, right total, right self, name]; total the two sides' sum. */
+static void diff(const cp_querier_call *c, const cp_http_request *req, const cp_json *body,
+                 cp_http_response *r)
+{
+    cp_profile *lp = NULL, *rp = NULL;
+    int lc = -1, rcol = -1;
+    if (!diff_side(c, req, member(body, "left", "left"), "left", &lp, &lc, r) &&
+        !diff_side(c, req, member(body, "right", "right"), "right", &rp, &rcol, r)) {
+        fgraph g = {0};
+        int rc = fg_init(&g);
+        if (!rc && lc >= 0) rc = fg_add(&g, lp, lc, 0);
+        if (!rc && rcol >= 0) rc = fg_add(&g, rp, rcol, 1);
+        if (!rc) rc = fg_write(&g, c->max_nodes_default, 1, &r->body);
+        if (rc) connect_error(r, 503, "unavailable", "out of memory");
+        fg_close(&g);
+    }
+    cp_profile_destroy(lp);
+    cp_profile_destroy(rp);
 }
 
 /* ---- Series, SelectMergeProfile, GetProfileStats ------------------------------------- */
@@ -983,7 +1090,7 @@ static void profile_stats(const cp_querier_call *c, const cp_http_request *req, 
 
 /* The methods served, each with its messages in application/proto (SelectMergeProfile's
  * answer is pprof itself: no response table, and proto only). */
-enum { PT, LN, LV, SMS, SS, SER, SMP, GPS, NMETHODS };
+enum { PT, LN, LV, SMS, SS, SER, SMP, GPS, DIFF, NMETHODS };
 static const struct method {
     const char *name;
     const cp_pbj_msg *req, *resp;
@@ -996,6 +1103,7 @@ static const struct method {
     [SER] = {"Series", &pb_series_req, &pb_series_resp},
     [SMP] = {"SelectMergeProfile", &pb_smp_req, NULL},
     [GPS] = {"GetProfileStats", &pb_stats_req, &pb_stats_resp},
+    [DIFF] = {"Diff", &pb_diff_req, &pb_diff_resp},
 };
 
 /* req's body as the tree its JSON would parse to: JSON read, or proto decoded (gunzip'd by
@@ -1090,8 +1198,9 @@ void cp_querier_handle(const cp_querier_call *c, const char *method, const cp_ht
     }
     cp_json *body = NULL;
     if (read_body(req, proto, g_methods[m].req, &body, r)) return;
-    if (m == GPS) {
-        profile_stats(c, req, r);
+    if (m == GPS || m == DIFF) {
+        if (m == GPS) profile_stats(c, req, r);
+        if (m == DIFF) diff(c, req, body, r);
         if (proto) answer_proto(g_methods[m].resp, r);
         cp_json_free(body);
         return;

@@ -1,6 +1,6 @@
 /* Grafana Pyroscope's read side, querier.v1.QuerierService over Connect unary in JSON and
  * protobuf (ProfileTypes, LabelNames, LabelValues, Series, SelectMergeStacktraces,
- * SelectSeries, SelectMergeProfile, GetProfileStats), answered from the store's readers
+ * SelectSeries, SelectMergeProfile, Diff, GetProfileStats), answered from the store's readers
  * (across the cluster): what Grafana's data source and Profiles Drilldown ask.
  * Written from the protocol's public field names (query/README.md "Pyroscope"). */
 #ifndef CP_QUERY_QUERIER_H

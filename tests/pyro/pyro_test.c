@@ -633,12 +633,13 @@ TEST(push_cumulative_profiles_are_subtracted)
  * a bad profile type invalid_argument, another method unimplemented. */
 TEST(querier_json_as_grafana_asks)
 {
+    const int64_t b0 = base_s(); /* once: base_s() moves at each minute */
     char *dir = proc_tmpdir("pyro", "querier");
     proc d;
     start_daemon_data(&d, dir, 0, 0, NULL);
     char pq[256];
     snprintf(pq, sizeof pq, "/ingest?name=qapp%%7Benv%%3Dprod%%7D&from=%lld&until=%lld",
-             (long long)base_s(), (long long)base_s() + 10);
+             (long long)b0, (long long)b0 + 10);
     answer a = post(d.port, pq, NULL, g_folded, strlen(g_folded), 0);
     expect(&a, 200, "\"profiles\":1");
     free(wait_for(d.port, "/api/v1/profile?type=cpu&from=-1h&format=folded", NULL, "hot"));
@@ -648,7 +649,7 @@ TEST(querier_json_as_grafana_asks)
     const char *H = "Content-Type: application/json\r\n";
     const char *Q = "/querier.v1.QuerierService/";
     char path[128], body[512];
-    long long start = (long long)(base_s() - 60) * 1000, end = (long long)(base_s() + 120) * 1000;
+    long long start = (long long)(b0 - 60) * 1000, end = (long long)(b0 + 120) * 1000;
     snprintf(path, sizeof path, "%sProfileTypes", Q);
     snprintf(body, sizeof body, "{\"start\":\"%lld\",\"end\":%lld}", start, end);
     a = post(d.port, path, H, body, strlen(body), 0);
@@ -692,7 +693,7 @@ TEST(querier_json_as_grafana_asks)
     char want[512];
     snprintf(want, sizeof want,
              "{\"series\":[{\"labels\":[],\"points\":[{\"value\":45,\"timestamp\":\"%lld\"}]}]}",
-             (long long)base_s() * 1000);
+             (long long)b0 * 1000);
     expect(&a, 200, want);
     snprintf(body, sizeof body,
              "{\"profileTypeID\":\"process_cpu:cpu:nanoseconds:cpu:nanoseconds\",\"labelSelector\":"
@@ -702,7 +703,7 @@ TEST(querier_json_as_grafana_asks)
     snprintf(want, sizeof want,
              "{\"series\":[{\"labels\":[{\"name\":\"service_name\",\"value\":\"qapp\"}],"
              "\"points\":[{\"value\":450000000,\"timestamp\":\"%lld\"}]}]}",
-             (long long)base_s() * 1000);
+             (long long)b0 * 1000);
     expect(&a, 200, want);
     snprintf(path, sizeof path, "%sSelectMergeStacktraces", Q);
     /* another service: an empty graph */
@@ -804,19 +805,20 @@ static void expect_bytes(const answer *a, const cp_buf *want)
  * double, a double value back), a gzip'd request; a truncated body invalid_argument in JSON. */
 TEST(querier_proto_same_answers_as_json)
 {
+    const int64_t b0 = base_s(); /* once: base_s() moves at each minute */
     char *dir = proc_tmpdir("pyro", "querier_proto");
     proc d;
     start_daemon_data(&d, dir, 0, 0, NULL);
     char pq[256];
     snprintf(pq, sizeof pq, "/ingest?name=papp%%7Benv%%3Dprod%%7D&from=%lld&until=%lld",
-             (long long)base_s(), (long long)base_s() + 10);
+             (long long)b0, (long long)b0 + 10);
     answer a = post(d.port, pq, NULL, g_folded, strlen(g_folded), 0);
     expect(&a, 200, "\"profiles\":1");
     free(wait_for(d.port, "/api/v1/profile?type=cpu&from=-1h&format=folded", NULL, "hot"));
     free(wait_for(d.port, "/api/v1/series?from=-1h&select=%7Bservice%3D%22papp%22%7D", NULL,
                   "papp"));
     const char *P = "Content-Type: application/proto\r\n";
-    long long start = (long long)(base_s() - 60) * 1000, end = (long long)(base_s() + 120) * 1000;
+    long long start = (long long)(b0 - 60) * 1000, end = (long long)(b0 + 120) * 1000;
 
     /* ProfileTypesRequest{1 start, 2 end} -> ProfileTypesResponse{1 ProfileType{1..6}} */
     cp_buf req = {0}, want = {0}, m = {0};
@@ -918,7 +920,7 @@ TEST(querier_proto_same_answers_as_json)
     memcpy(dbl, &v45, 8);
     pb_varint(&point, 1 << 3 | 1);
     CHECK(cp_buf_append(&point, dbl, 8) == 0);
-    pb_key_varint(&point, 2, (uint64_t)base_s() * 1000);
+    pb_key_varint(&point, 2, (uint64_t)b0 * 1000);
     pb_bytes(&series, 2, point.data, point.len);
     want.len = 0;
     pb_bytes(&want, 1, series.data, series.len);
@@ -943,21 +945,23 @@ TEST(querier_proto_same_answers_as_json)
 /* The rest of querier.v1 as Grafana's Profiles Drilldown calls it, over two services stored
  * over /ingest: Series (label sets per profile type, label_names honoured; JSON and proto),
  * SelectSeries' limit (the heavier service kept), SelectMergeProfile (pprof of the one
- * sample type, the flame graph's total), GetProfileStats (the stored window, in ms); an
+ * sample type, the flame graph's total), Diff (the two services' graphs in one, JSON golden,
+ * proto totals), GetProfileStats (the stored window, in ms); an
  * unknown method unimplemented. */
 TEST(querier_series_profile_stats_limit)
 {
+    const int64_t b0 = base_s(); /* once: base_s() moves at each minute */
     char *dir = proc_tmpdir("pyro", "querier_rest");
     proc d;
     start_daemon_data(&d, dir, 0, 0, NULL);
     char pq[256];
     snprintf(pq, sizeof pq, "/ingest?name=sapp%%7Benv%%3Dprod%%7D&from=%lld&until=%lld",
-             (long long)base_s(), (long long)base_s() + 10);
+             (long long)b0, (long long)b0 + 10);
     answer a = post(d.port, pq, NULL, g_folded, strlen(g_folded), 0);
     expect(&a, 200, "\"profiles\":1");
     const char *small = "main;x 5\n";
-    snprintf(pq, sizeof pq, "/ingest?name=tapp&from=%lld&until=%lld", (long long)base_s(),
-             (long long)base_s() + 10);
+    snprintf(pq, sizeof pq, "/ingest?name=tapp&from=%lld&until=%lld", (long long)b0,
+             (long long)b0 + 10);
     a = post(d.port, pq, NULL, small, strlen(small), 0);
     expect(&a, 200, "\"profiles\":1");
     free(wait_for(
@@ -971,7 +975,7 @@ TEST(querier_series_profile_stats_limit)
     const char *H = "Content-Type: application/json\r\n",
                *P = "Content-Type: application/proto\r\n";
     char body[512], want[1024];
-    long long start = (long long)(base_s() - 60) * 1000, end = (long long)(base_s() + 120) * 1000;
+    long long start = (long long)(b0 - 60) * 1000, end = (long long)(b0 + 120) * 1000;
 
     /* Series */
     snprintf(body, sizeof body,
@@ -1015,7 +1019,7 @@ TEST(querier_series_profile_stats_limit)
     snprintf(want, sizeof want,
              "{\"series\":[{\"labels\":[{\"name\":\"service_name\",\"value\":\"sapp\"}],"
              "\"points\":[{\"value\":45,\"timestamp\":\"%lld\"}]}]}",
-             (long long)base_s() * 1000);
+             (long long)b0 * 1000);
     expect(&a, 200, want);
     snprintf(body, sizeof body,
              "{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\",\"limit\":-1}");
@@ -1042,17 +1046,61 @@ TEST(querier_series_profile_stats_limit)
     a = post(d.port, "/querier.v1.QuerierService/SelectMergeProfile", H, body, strlen(body), 0);
     expect(&a, 415, "application/proto");
 
+    /* Diff: sapp (left) against tapp (right) in samples; names from the left first, then
+     * the right's new ones; each bar [left offset, total, self, right offset, total, self,
+     * name] */
+    snprintf(body, sizeof body,
+             "{\"left\":{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\","
+             "\"labelSelector\":\"{service_name=\\\"sapp\\\"}\",\"start\":%lld,\"end\":%lld},"
+             "\"right\":{\"profile_typeID\":\"process_cpu:samples:count:cpu:nanoseconds\","
+             "\"label_selector\":\"{service_name=\\\"tapp\\\"}\",\"start\":%lld,\"end\":%lld}}",
+             start, end, start, end);
+    a = post(d.port, "/querier.v1.QuerierService/Diff", H, body, strlen(body), 0);
+    expect(&a, 200,
+           "{\"flamegraph\":{\"names\":[\"total\",\"main\",\"work\",\"hot\",\"cold\",\"idle\","
+           "\"x\"],\"levels\":[{\"values\":[\"0\",\"45\",\"0\",\"0\",\"5\",\"0\",\"0\"]},"
+           "{\"values\":[\"0\",\"45\",\"0\",\"0\",\"5\",\"0\",\"1\"]},{\"values\":[\"0\",\"40\","
+           "\"0\",\"0\",\"0\",\"0\",\"2\",\"0\",\"5\",\"5\",\"0\",\"0\",\"0\",\"5\",\"0\",\"0\","
+           "\"0\",\"0\",\"5\",\"5\",\"6\"]},{\"values\":[\"0\",\"30\",\"30\",\"0\",\"0\",\"0\","
+           "\"3\",\"0\",\"10\",\"10\",\"0\",\"0\",\"0\",\"4\"]}],\"total\":\"50\",\"maxSelf\":"
+           "\"30\",\"leftTicks\":\"45\",\"rightTicks\":\"5\"}}");
+    /* in proto: DiffRequest{1 left, 2 right} -> DiffResponse{1 FlameGraphDiff{3 total,
+     * 5 leftTicks, 6 rightTicks}} */
+    cp_buf side = {0};
+    req.len = 0;
+    for (int k = 0; k < 2; k++) {
+        side.len = 0;
+        pb_str(&side, 1, "process_cpu:samples:count:cpu:nanoseconds");
+        pb_str(&side, 2, k ? "{service_name=\"tapp\"}" : "{service_name=\"sapp\"}");
+        pb_key_varint(&side, 3, (uint64_t)start);
+        pb_key_varint(&side, 4, (uint64_t)end);
+        pb_bytes(&req, (uint32_t)k + 1, side.data, side.len);
+    }
+    cp_buf_close(&side);
+    a = post(d.port, "/querier.v1.QuerierService/Diff", P, req.data, req.len, 0);
+    CHECK_EQ(a.status, 200);
+    const uint8_t *fg;
+    size_t fgn;
+    CHECK(pb_find_bytes((const uint8_t *)a.body, a.len, 1, &fg, &fgn) == 0);
+    CHECK_EQ(pb_find_varint(fg, fgn, 3), 50);
+    CHECK_EQ(pb_find_varint(fg, fgn, 5), 45);
+    CHECK_EQ(pb_find_varint(fg, fgn, 6), 5);
+    a = post(d.port, "/querier.v1.QuerierService/Diff", H, "{\"left\":{}}", 11, 0);
+    expect(&a, 400, "left.profile_typeID");
+    a = post(d.port, "/querier.v1.QuerierService/Diff", H, "{}", 2, 0);
+    expect(&a, 400, "left: missing");
+
     /* GetProfileStats: the stored windows, in ms */
     a = post(d.port, "/querier.v1.QuerierService/GetProfileStats", H, "{}", 2, 0);
     snprintf(want, sizeof want, "{\"dataIngested\":true,\"oldestProfileTime\":\"%lld\",",
-             (long long)base_s() * 1000);
+             (long long)b0 * 1000);
     expect(&a, 200, want);
     a = post(d.port, "/querier.v1.QuerierService/GetProfileStats", P, "", 0, 0);
     exp.len = 0;
     pb_key_varint(&exp, 1, 1);
     CHECK_EQ(a.status, 200);
     CHECK(a.len > 3 && memcmp(a.body, exp.data, exp.len) == 0);
-    CHECK_EQ(pb_find_varint((const uint8_t *)a.body, a.len, 2), (int64_t)base_s() * 1000);
+    CHECK_EQ(pb_find_varint((const uint8_t *)a.body, a.len, 2), (int64_t)b0 * 1000);
 
     a = post(d.port, "/querier.v1.QuerierService/NoSuchMethod", P, "", 0, 0);
     expect(&a, 404, "\"code\":\"unimplemented\"");
