@@ -4,8 +4,10 @@
 #include "querier.h"
 #include "json.h"
 #include "pbjson.h"
+#include "params.h"
 #include "pprof.h"
 #include "pyro.h"
+#include "times.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,6 +207,10 @@ static int translate_selector(const char *in, cp_buf *out)
 
 /* The query of a call: the window (start/end in ms, default the last hour), the selector
  * (translated), the limits. 0, or -1 with the error answer set. */
+static int window_query(const cp_querier_call *c, const cp_http_request *req, int64_t start,
+                        int64_t end, const char *sel, cp_query *q, cp_buf *seltext,
+                        cp_http_response *r);
+
 static int make_query(const cp_querier_call *c, const cp_http_request *req, const cp_json *body,
                       const char *sel, cp_query *q, cp_buf *seltext, cp_http_response *r)
 {
@@ -215,6 +221,15 @@ static int make_query(const cp_querier_call *c, const cp_http_request *req, cons
         connect_error(r, 400, "invalid_argument", "start/end: expected int64 milliseconds");
         return -1;
     }
+    return window_query(c, req, start, end, sel, q, seltext, r);
+}
+
+/* The query of [start, end) in ms with selector sel, as make_query's. */
+static int window_query(const cp_querier_call *c, const cp_http_request *req, int64_t start,
+                        int64_t end, const char *sel, cp_query *q, cp_buf *seltext,
+                        cp_http_response *r)
+{
+    memset(q, 0, sizeof *q);
     if (end <= start) {
         connect_error(r, 400, "invalid_argument", "end is not after start");
         return -1;
@@ -525,8 +540,13 @@ static int cmp_i64_desc(const void *a, const void *b)
 /* The flame graph of g as Pyroscope's FlameGraph: levels of [offset from the previous bar's
  * end, total, self, name] in the order a depth-first walk lays the bars left to right. At
  * most max_nodes bars: smaller ones folded into their parent's self (totals exact). */
-static int fg_write(fgraph *g, uint32_t max_nodes, int diff, cp_buf *b)
+enum { FG_GRAPH, FG_DIFF, FG_BEARER };
+
+/* style FG_GRAPH: FlameGraph; FG_DIFF: FlameGraphDiff; FG_BEARER: the legacy flamebearer's
+ * names, levels (plain ints), numTicks and maxSelf, its object left open. */
+static int fg_write(fgraph *g, uint32_t max_nodes, int style, cp_buf *b)
 {
+    int diff = style == FG_DIFF, q = style == FG_BEARER ? 0 : '"';
     int64_t threshold = INT64_MIN;
     if (max_nodes && g->n.n > max_nodes) {
         int64_t *t = malloc(g->n.n * sizeof *t);
@@ -575,14 +595,17 @@ static int fg_write(fgraph *g, uint32_t max_nodes, int diff, cp_buf *b)
             break;
         }
         cp_buf *lv = &levels.v[it.depth];
-        rc = cp_buf_printf(lv, "%s\"%lld\",\"%lld\",\"%lld\",", lv->len ? "," : "",
-                           (long long)(it.x - ends.v[it.depth]), (long long)f->total,
-                           (long long)self);
+        rc = q ? cp_buf_printf(lv, "%s\"%lld\",\"%lld\",\"%lld\",", lv->len ? "," : "",
+                               (long long)(it.x - ends.v[it.depth]), (long long)f->total,
+                               (long long)self)
+               : cp_buf_printf(lv, "%s%lld,%lld,%lld,", lv->len ? "," : "",
+                               (long long)(it.x - ends.v[it.depth]), (long long)f->total,
+                               (long long)self);
         if (!rc && diff)
             rc = cp_buf_printf(lv, "\"%lld\",\"%lld\",\"%lld\",",
                                (long long)(it.x2 - ends2.v[it.depth]), (long long)f->total2,
                                (long long)self2);
-        if (!rc) rc = cp_buf_printf(lv, "\"%u\"", f->name);
+        if (!rc) rc = cp_buf_printf(lv, q ? "\"%u\"" : "%u", f->name);
         ends.v[it.depth] = it.x + f->total;
         ends2.v[it.depth] = it.x2 + f->total2;
         if (self > max_self) max_self = self;
@@ -605,16 +628,22 @@ static int fg_write(fgraph *g, uint32_t max_nodes, int diff, cp_buf *b)
         free(tmp);
         free(more.v);
     }
-    if (!rc) rc = cp_buf_printf(b, "{\"flamegraph\":{\"names\":[");
+    if (!rc)
+        rc = cp_buf_printf(b, q ? "{\"flamegraph\":{\"names\":["
+                                : "{\"version\":1,\"flamebearer\":{\"names\":[");
     for (uint32_t i = 0; !rc && i < g->names.n; i++) {
         if (i) rc = cp_buf_append(b, ",", 1);
         if (!rc) rc = json_str_out(b, g->names.v[i]);
     }
     if (!rc) rc = cp_buf_printf(b, "],\"levels\":[");
     for (uint32_t i = 0; !rc && i < levels.n; i++)
-        rc = cp_buf_printf(b, "%s{\"values\":[%.*s]}", i ? "," : "", (int)levels.v[i].len,
+        rc = cp_buf_printf(b, q ? "%s{\"values\":[%.*s]}" : "%s[%.*s]", i ? "," : "",
+                           (int)levels.v[i].len,
                            levels.v[i].data ? (const char *)levels.v[i].data : "");
-    if (!rc && !diff)
+    if (!rc && style == FG_BEARER)
+        rc = cp_buf_printf(b, "],\"numTicks\":%lld,\"maxSelf\":%lld}", (long long)g->n.v[0].total,
+                           (long long)max_self);
+    if (!rc && style == FG_GRAPH)
         rc = cp_buf_printf(b, "],\"total\":\"%lld\",\"maxSelf\":\"%lld\"}}\n",
                            (long long)g->n.v[0].total, (long long)max_self);
     if (!rc && diff)
@@ -875,7 +904,7 @@ static void merge_stacktraces(const cp_querier_call *c, cp_query *q, const cp_js
     fgraph g = {0};
     rc = fg_init(&g);
     if (!rc && col >= 0) rc = fg_add(&g, p, col, 0); /* else no series: an empty graph */
-    if (!rc) rc = fg_write(&g, (uint32_t)mn, 0, &r->body);
+    if (!rc) rc = fg_write(&g, (uint32_t)mn, FG_GRAPH, &r->body);
     if (rc) connect_error(r, 503, "unavailable", "out of memory");
     fg_close(&g);
     cp_profile_destroy(p);
@@ -938,7 +967,7 @@ static void diff(const cp_querier_call *c, const cp_http_request *req, const cp_
         int rc = fg_init(&g);
         if (!rc && lc >= 0) rc = fg_add(&g, lp, lc, 0);
         if (!rc && rcol >= 0) rc = fg_add(&g, rp, rcol, 1);
-        if (!rc) rc = fg_write(&g, c->max_nodes_default, 1, &r->body);
+        if (!rc) rc = fg_write(&g, c->max_nodes_default, FG_DIFF, &r->body);
         if (rc) connect_error(r, 503, "unavailable", "out of memory");
         fg_close(&g);
     }
@@ -1086,6 +1115,140 @@ static void profile_stats(const cp_querier_call *c, const cp_http_request *req, 
     cp_series_list_close(&l);
     cp_query_close(&q);
     if (rc) connect_error(r, 503, "unavailable", "out of memory");
+}
+
+/* ---- the legacy HTTP API: /pyroscope/render, /pyroscope/label-values ------------------ */
+
+/* A legacy time: digits as cp_pyro_parse_time (seconds, 13 ms, 16 us, 19 ns), else
+ * contprof's grammar ("now", "now-1h", RFC 3339). Into ms. 0, or -1 with the answer set. */
+static int legacy_time(const char *name, const char *v, int64_t dflt_ms, int64_t *ms,
+                       cp_http_response *r)
+{
+    if (!v || !*v) {
+        *ms = dflt_ms;
+        return 0;
+    }
+    cp_err err = {0};
+    int64_t ns;
+    int rc = strspn(v, "0123456789") == strlen(v) ? cp_pyro_parse_time(v, 0, &ns, &err)
+                                                  : cp_parse_time(v, cp_now_ns(), &ns, &err);
+    if (rc) {
+        char m[300];
+        snprintf(m, sizeof m, "%s: %s", name, err.msg);
+        connect_error(r, 400, "invalid_argument", m);
+        return -1;
+    }
+    *ms = ns / 1000000;
+    return 0;
+}
+
+/* The unit the flamebearer's metadata names for a profile type's sample type and unit. */
+static const char *legacy_units(const char *id)
+{
+    const char *st = strchr(id, ':') + 1;
+    if (!strncmp(st, "alloc_objects", 13) || !strncmp(st, "inuse_objects", 13)) return "objects";
+    if (!strncmp(st, "alloc_space", 11) || !strncmp(st, "inuse_space", 11)) return "bytes";
+    if (!strncmp(st, "goroutine", 9)) return "goroutines";
+    if (!strncmp(st, "contentions", 11)) return "lock_samples";
+    if (!strncmp(st, "delay", 5)) return "lock_nanoseconds";
+    if (!strncmp(st, "samples", 7)) return "samples";
+    return "nanoseconds";
+}
+
+/* /pyroscope/render (query=TYPE{selector}, from, until, format=json, max-nodes): the
+ * flamebearer; /pyroscope/label-values (label, query=[TYPE]{selector}, from, until): a JSON
+ * array of values. */
+void cp_querier_legacy(const cp_querier_call *c, const cp_http_request *req, cp_http_response *r)
+{
+    int render = !strcmp(req->path, "/pyroscope/render");
+    static const char *const render_params[] = {"query",     "from",     "until",       "format",
+                                                "max-nodes", "maxNodes", "aggregation", NULL};
+    static const char *const values_params[] = {"label", "query", "from", "until", NULL};
+    cp_params pa = {0};
+    cp_err err = {0};
+    char m[400];
+    if (cp_params_parse(req->query, &pa, &err) ||
+        cp_params_check(&pa, render ? render_params : values_params, &err)) {
+        connect_error(r, 400, "invalid_argument", err.msg);
+        cp_params_close(&pa);
+        return;
+    }
+    const char *query = cp_params_get(&pa, "query"), *fmt = cp_params_get(&pa, "format");
+    const char *agg = cp_params_get(&pa, "aggregation");
+    const char *mns = cp_params_get(&pa, "max-nodes");
+    if (!mns) mns = cp_params_get(&pa, "maxNodes");
+    if (!query) query = "";
+    size_t idn = strcspn(query, "{");
+    char id[128];
+    snprintf(id, sizeof id, "%.*s", (int)(idn < sizeof id ? idn : sizeof id - 1), query);
+    const char *sel = query + idn;
+    int64_t now_ms = cp_now_ns() / 1000000, from, until, mn = c->max_nodes_default;
+    const char *st = NULL;
+    cp_query q;
+    memset(&q, 0, sizeof q);
+    cp_buf seltext = {0};
+    if (render && (idn >= sizeof id || cp_querier_profile_type(id, &q.kind, &st))) {
+        snprintf(m, sizeof m,
+                 "query: '%.100s' does not start with a profile type served (TYPE{selector}, "
+                 "e.g. process_cpu:cpu:nanoseconds:cpu:nanoseconds{service_name=\"app\"})",
+                 query);
+        connect_error(r, 400, "invalid_argument", m);
+    } else if (render && fmt && strcmp(fmt, "json")) {
+        connect_error(r, 400, "invalid_argument", "format: only json is served");
+    } else if (render && agg && strcmp(agg, "sum")) {
+        connect_error(r, 400, "invalid_argument", "aggregation: only sum is served");
+    } else if (render && mns &&
+               (strspn(mns, "0123456789") != strlen(mns) || !*mns || strlen(mns) > 9 ||
+                (mn = atoll(mns), c->max_nodes_limit && mn > c->max_nodes_limit))) {
+        connect_error(r, 400, "invalid_argument", "max-nodes: out of range");
+    } else if (!render && (!cp_params_get(&pa, "label") || !*cp_params_get(&pa, "label"))) {
+        connect_error(r, 400, "invalid_argument", "label: missing");
+    } else if (!legacy_time("from", cp_params_get(&pa, "from"), now_ms - 3600000, &from, r) &&
+               !legacy_time("until", cp_params_get(&pa, "until"), now_ms, &until, r) &&
+               !window_query(c, req, from, until, sel, &q, &seltext, r)) {
+        if (render) {
+            if (cp_querier_profile_type(id, &q.kind, &st)) st = NULL; /* window_query reset */
+            cp_profile *p = NULL;
+            int rc = c->rd->profile(c->rd, &q, &p, &err);
+            fgraph g = {0};
+            int col = rc ? -1 : cp_profile_find_type(p, st);
+            if (!rc) rc = fg_init(&g);
+            if (!rc && col >= 0) rc = fg_add(&g, p, col, 0);
+            if (!rc) rc = fg_write(&g, (uint32_t)mn, FG_BEARER, &r->body);
+            if (!rc)
+                rc = cp_buf_printf(&r->body,
+                                   ",\"metadata\":{\"format\":\"single\",\"spyName\":\"\","
+                                   "\"sampleRate\":100,\"units\":\"%s\",\"name\":\"%s\"},"
+                                   "\"timeline\":null}\n",
+                                   legacy_units(id), id)
+                         ? CP_ENOMEM
+                         : 0;
+            fg_close(&g);
+            cp_profile_destroy(p);
+            if (rc) store_failed(r, rc, &err);
+        } else {
+            const char *name = cp_params_get(&pa, "label");
+            if (!strcmp(name, "service_name")) name = "service";
+            if (!cp_label_name_valid(name)) {
+                connect_error(r, 400, "invalid_argument", "label: not a label name");
+            } else {
+                q.label = name;
+                cp_string_list l = {0};
+                int rc = c->rd->values(c->rd, &q, &l, &err);
+                if (!rc) rc = cp_buf_append(&r->body, "[", 1);
+                for (uint32_t i = 0; !rc && i < l.n; i++)
+                    rc = (i && cp_buf_append(&r->body, ",", 1)) || json_str_out(&r->body, l.v[i])
+                             ? CP_ENOMEM
+                             : 0;
+                if (!rc) rc = cp_buf_append(&r->body, "]\n", 2);
+                cp_string_list_close(&l);
+                if (rc) store_failed(r, rc, &err);
+            }
+        }
+    }
+    cp_query_close(&q);
+    cp_buf_close(&seltext);
+    cp_params_close(&pa);
 }
 
 /* The methods served, each with its messages in application/proto (SelectMergeProfile's

@@ -29,6 +29,14 @@ typedef struct cp_querier_call {
 void cp_querier_handle(const cp_querier_call *c, const char *method, const cp_http_request *req,
                        cp_http_response *r);
 
+/* Pyroscope's legacy read API, by req's path: GET /pyroscope/render (query=TYPE{selector},
+ * from, until: digits as /ingest's or "now-1h"; format=json; max-nodes) answers the
+ * flamebearer JSON ({"version":1,"flamebearer":{"names","levels":[[offset, total, self,
+ * name],...],"numTicks","maxSelf"},"metadata":{...},"timeline":null}); GET
+ * /pyroscope/label-values (label, query, from, until) a JSON array of values. Errors as
+ * cp_querier_handle's (400 naming the parameter; unknown parameters refused). */
+void cp_querier_legacy(const cp_querier_call *c, const cp_http_request *req, cp_http_response *r);
+
 /* The kind and sample type a profile type ID names ("process_cpu:cpu:nanoseconds:cpu:
  * nanoseconds"): 0 with *kind and *sample_type (static), or CP_EINVAL. */
 int cp_querier_profile_type(const char *id, cp_kind *kind, const char **sample_type);

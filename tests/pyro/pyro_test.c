@@ -28,8 +28,8 @@ typedef struct answer {
 /* POSTs body (len bytes, Content-Length declared unless declared is nonzero) to pq on port
  * with the extra header lines hdrs ("Name: value\r\n"...), and reads the answer until the
  * server closes. */
-static answer post(int port, const char *pq, const char *hdrs, const void *body, size_t len,
-                   size_t declared)
+static answer request(const char *method, int port, const char *pq, const char *hdrs,
+                      const void *body, size_t len, size_t declared)
 {
     answer a = {0};
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -41,9 +41,9 @@ static answer post(int port, const char *pq, const char *hdrs, const void *body,
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     char head[4096];
     int hn = snprintf(head, sizeof head,
-                      "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
                       "Content-Length: %zu\r\n%s\r\n",
-                      pq, declared ? declared : len, hdrs ? hdrs : "");
+                      method, pq, declared ? declared : len, hdrs ? hdrs : "");
     CHECK(hn > 0 && (size_t)hn < sizeof head);
     signal(SIGPIPE, SIG_IGN);
     CHECK(send(fd, head, (size_t)hn, 0) == hn);
@@ -67,6 +67,12 @@ static answer post(int port, const char *pq, const char *hdrs, const void *body,
         memcpy(a.body, b + 4, a.len);
     }
     return a;
+}
+
+static answer post(int port, const char *pq, const char *hdrs, const void *body, size_t len,
+                   size_t declared)
+{
+    return request("POST", port, pq, hdrs, body, len, declared);
 }
 
 static void expect(const answer *a, int status, const char *needle)
@@ -630,7 +636,9 @@ TEST(push_cumulative_profiles_are_subtracted)
 
 /* querier.v1 in JSON, as Grafana's data source asks: ProfileTypes, LabelNames, LabelValues,
  * SelectMergeStacktraces of a folded profile stored over /ingest, the flame graph exact;
- * a bad profile type invalid_argument, another method unimplemented. */
+ * a bad profile type invalid_argument, another method unimplemented; the legacy
+ * /pyroscope/render (flamebearer golden) and /pyroscope/label-values, their bad parameters
+ * named. */
 TEST(querier_json_as_grafana_asks)
 {
     const int64_t b0 = base_s(); /* once: base_s() moves at each minute */
@@ -716,6 +724,41 @@ TEST(querier_json_as_grafana_asks)
     snprintf(body, sizeof body, "{\"profileTypeID\":\"cpu\"}");
     a = post(d.port, path, H, body, strlen(body), 0);
     expect(&a, 400, "\"code\":\"invalid_argument\"");
+    /* the legacy API: /pyroscope/render's flamebearer, /pyroscope/label-values */
+    char lq[512];
+    snprintf(lq, sizeof lq,
+             "/pyroscope/render?query=process_cpu:samples:count:cpu:nanoseconds%%7Bservice_name"
+             "%%3D%%22qapp%%22%%7D&from=%lld&until=%lld&format=json",
+             (long long)b0 - 60, (long long)(b0 + 120) * 1000);
+    a = request("GET", d.port, lq, NULL, "", 0, 0);
+    expect(&a, 200,
+           "{\"version\":1,\"flamebearer\":{\"names\":[\"total\",\"main\",\"work\",\"hot\","
+           "\"cold\",\"idle\"],\"levels\":[[0,45,0,0],[0,45,0,1],[0,40,0,2,0,5,5,5],[0,30,30,3,"
+           "0,10,10,4]],\"numTicks\":45,\"maxSelf\":30},\"metadata\":{\"format\":\"single\","
+           "\"spyName\":\"\",\"sampleRate\":100,\"units\":\"samples\",\"name\":\"process_cpu:"
+           "samples:count:cpu:nanoseconds\"},\"timeline\":null}");
+    a = request("GET", d.port, "/pyroscope/render?query=cpu%7B%7D&from=now-1h", NULL, "", 0, 0);
+    expect(&a, 400, "does not start with a profile type");
+    a = request(
+        "GET", d.port,
+        "/pyroscope/render?query=process_cpu:cpu:nanoseconds:cpu:nanoseconds&from=yesterday", NULL,
+        "", 0, 0);
+    expect(&a, 400, "from: bad time 'yesterday'");
+    a = request("GET", d.port,
+                "/pyroscope/render?query=process_cpu:cpu:nanoseconds:cpu:nanoseconds&color=red",
+                NULL, "", 0, 0);
+    expect(&a, 400, "color");
+    snprintf(lq, sizeof lq,
+             "/pyroscope/label-values?label=env&query=%%7Bservice_name%%3D%%22qapp%%22%%7D"
+             "&from=%lld&until=%lld",
+             (long long)b0 - 60, (long long)b0 + 120);
+    a = request("GET", d.port, lq, NULL, "", 0, 0);
+    expect(&a, 200, "[\"prod\"]");
+    a = request("GET", d.port, "/pyroscope/label-values?label=service_name&from=now-1h", NULL, "",
+                0, 0);
+    expect(&a, 200, "[\"qapp\"]");
+    a = request("GET", d.port, "/pyroscope/label-values?from=now-1h", NULL, "", 0, 0);
+    expect(&a, 400, "label: missing");
     snprintf(path, sizeof path, "%sNoSuchMethod", Q);
     a = post(d.port, path, H, "{}", 2, 0);
     expect(&a, 404, "\"code\":\"unimplemented\"");
