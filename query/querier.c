@@ -537,12 +537,21 @@ static int cmp_i64_desc(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* The flame graph of g as Pyroscope's FlameGraph: levels of [offset from the previous bar's
- * end, total, self, name] in the order a depth-first walk lays the bars left to right. At
- * most max_nodes bars: smaller ones folded into their parent's self (totals exact). */
 enum { FG_GRAPH, FG_DIFF, FG_BEARER };
 
-/* style FG_GRAPH: FlameGraph; FG_DIFF: FlameGraphDiff; FG_BEARER: the legacy flamebearer's
+/* The k-th child left to right of nk kids plus more (linked newest first). */
+static uint32_t idx_kid(const uint32_t *kids, uint32_t nk, const uint32_t *more, uint32_t n,
+                        uint32_t k)
+{
+    uint32_t idx = n - 1 - k;
+    return idx < nk ? kids[idx] : more[idx - nk];
+}
+
+/* The flame graph of g as Pyroscope's FlameGraph: levels of [offset from the previous bar's
+ * end, total, self, name] in the order a depth-first walk lays the bars left to right. At
+ * most max_nodes bars kept; the others under a parent summed into one "other" bar after its
+ * kept children (totals exact).
+ * style FG_GRAPH: FlameGraph; FG_DIFF: FlameGraphDiff; FG_BEARER: the legacy flamebearer's
  * names, levels (plain ints), numTicks and maxSelf, its object left open. */
 static int fg_write(fgraph *g, uint32_t max_nodes, int style, cp_buf *b)
 {
@@ -557,28 +566,36 @@ static int fg_write(fgraph *g, uint32_t max_nodes, int style, cp_buf *b)
         threshold = t[max_nodes - 1];
         free(t);
     }
+    /* bars under the threshold are summed into one "other" bar after their kept siblings */
+    uint32_t other_name = 0;
+    if (threshold != INT64_MIN) {
+        if (cp_vec_push(&g->names, "other")) return CP_ENOMEM;
+        other_name = g->names.n - 1;
+    }
     /* depth-first, children in the order met (most recent first: reversed for stability) */
     typedef struct item {
-        uint32_t node, depth;
-        int64_t x, x2; /* left edges, of each side */
+        uint32_t node, depth; /* node UINT32_MAX: an "other" bar of totals ot, ot2 */
+        int64_t x, x2;        /* left edges, of each side */
+        int64_t ot, ot2;
     } item;
     CP_VEC(item) stack = {0};
     CP_VEC(cp_buf) levels = {0};
     CP_VEC(int64_t) ends = {0};
     CP_VEC(int64_t) ends2 = {0};
     int64_t max_self = 0;
-    int rc = cp_vec_push(&stack, ((item){0, 0, 0, 0}));
+    int rc = cp_vec_push(&stack, ((item){0, 0, 0, 0, 0, 0}));
     while (!rc && stack.n) {
         item it = stack.v[--stack.n];
-        fnode *f = &g->n.v[it.node];
-        int64_t self = f->self, self2 = f->self2;
-        /* children kept, left to right; folded ones add to self */
+        fnode other = {other_name, 0, 0, 0, it.ot, it.ot, it.ot2, it.ot2};
+        fnode *f = it.node == UINT32_MAX ? &other : &g->n.v[it.node];
+        int64_t self = f->self, self2 = f->self2, fold = 0, fold2 = 0;
+        /* children kept, left to right; the others summed */
         uint32_t kids[64], nk = 0;
         CP_VEC(uint32_t) more = {0};
         for (uint32_t c = f->child; c; c = g->n.v[c].next) {
             if (g->n.v[c].total + g->n.v[c].total2 < threshold) {
-                self += g->n.v[c].total;
-                self2 += g->n.v[c].total2;
+                fold += g->n.v[c].total;
+                fold2 += g->n.v[c].total2;
                 continue;
             }
             if (nk < 64)
@@ -615,11 +632,18 @@ static int fg_write(fgraph *g, uint32_t max_nodes, int style, cp_buf *b)
         uint32_t total_kids = nk + more.n;
         item *tmp = malloc((total_kids ? total_kids : 1) * sizeof *tmp);
         if (!tmp) rc = CP_ENOMEM;
+        for (uint32_t k = 0; !rc && k < total_kids; k++)
+            x += g->n.v[idx_kid(kids, nk, more.v, total_kids, k)].total,
+                x2 += g->n.v[idx_kid(kids, nk, more.v, total_kids, k)].total2;
+        if (!rc && (fold || fold2)) /* after the kept children: pushed first */
+            rc = cp_vec_push(&stack, ((item){UINT32_MAX, it.depth + 1, x, x2, fold, fold2}));
+        x = it.x;
+        x2 = it.x2;
         for (uint32_t k = 0; !rc && k < total_kids; k++) {
             /* oldest first: reverse of the link order */
             uint32_t idx = total_kids - 1 - k;
             uint32_t c = idx < nk ? kids[idx] : more.v[idx - nk];
-            tmp[k] = (item){c, it.depth + 1, x, x2};
+            tmp[k] = (item){c, it.depth + 1, x, x2, 0, 0};
             x += g->n.v[c].total;
             x2 += g->n.v[c].total2;
         }

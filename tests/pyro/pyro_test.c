@@ -691,6 +691,19 @@ TEST(querier_json_as_grafana_asks)
            "\"50000000\",\"50000000\",\"5\"]},{\"values\":[\"0\",\"300000000\",\"300000000\","
            "\"3\",\"0\",\"100000000\",\"100000000\",\"4\"]}],\"total\":\"450000000\","
            "\"maxSelf\":\"300000000\"}}");
+    /* max_nodes 4: total, main, work, hot kept; idle and cold summed into an "other" bar
+     * after their kept siblings (totals exact) */
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\",\"labelSelector\":"
+             "\"{service_name=\\\"qapp\\\"}\",\"start\":%lld,\"end\":%lld,\"maxNodes\":\"4\"}",
+             start, end);
+    a = post(d.port, path, H, body, strlen(body), 0);
+    expect(&a, 200,
+           "{\"flamegraph\":{\"names\":[\"total\",\"main\",\"work\",\"hot\",\"cold\",\"idle\","
+           "\"other\"],\"levels\":[{\"values\":[\"0\",\"45\",\"0\",\"0\"]},{\"values\":[\"0\","
+           "\"45\",\"0\",\"1\"]},{\"values\":[\"0\",\"40\",\"0\",\"2\",\"0\",\"5\",\"5\",\"6\"]},"
+           "{\"values\":[\"0\",\"30\",\"30\",\"3\",\"0\",\"10\",\"10\",\"6\"]}],\"total\":\"45\","
+           "\"maxSelf\":\"30\"}}");
     /* SelectSeries: the window's step holds the profile's total, per service when grouped */
     snprintf(path, sizeof path, "%sSelectSeries", Q);
     snprintf(body, sizeof body,
