@@ -963,7 +963,8 @@ static const char *basic_token(const char *auth, char *out, size_t cap)
 static int is_pyro_read(const char *path)
 {
     return !strncmp(path, QUERIER_PREFIX, strlen(QUERIER_PREFIX)) ||
-           !strcmp(path, "/pyroscope/render") || !strcmp(path, "/pyroscope/label-values");
+           !strcmp(path, "/pyroscope/render") || !strcmp(path, "/pyroscope/render-diff") ||
+           !strcmp(path, "/pyroscope/label-values");
 }
 
 static int is_pyro_path(const char *path)
@@ -1170,6 +1171,7 @@ static const endpoint g_endpoints[] = {
     {QUERIER_PREFIX, EP_OTHER, "POST", CP_HTTP_LANE_HEAVY, pyro_call, NULL, {0}},
     /* and its legacy read API (querier.c) */
     {"/pyroscope/render", EP_OTHER, "GET", CP_HTTP_LANE_HEAVY, pyro_call, NULL, {0}},
+    {"/pyroscope/render-diff", EP_OTHER, "GET", CP_HTTP_LANE_HEAVY, pyro_call, NULL, {0}},
     {"/pyroscope/label-values", EP_OTHER, "GET", CP_HTTP_LANE_HEAVY, pyro_call, NULL, {0}},
 };
 /* Anything else: the web UI's files, or 404. */

@@ -537,7 +537,7 @@ static int cmp_i64_desc(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-enum { FG_GRAPH, FG_DIFF, FG_BEARER };
+enum { FG_GRAPH, FG_DIFF, FG_BEARER, FG_BEARER_DIFF };
 
 /* The k-th child left to right of nk kids plus more (linked newest first). */
 static uint32_t idx_kid(const uint32_t *kids, uint32_t nk, const uint32_t *more, uint32_t n,
@@ -552,10 +552,12 @@ static uint32_t idx_kid(const uint32_t *kids, uint32_t nk, const uint32_t *more,
  * most max_nodes bars kept; the others under a parent summed into one "other" bar after its
  * kept children (totals exact).
  * style FG_GRAPH: FlameGraph; FG_DIFF: FlameGraphDiff; FG_BEARER: the legacy flamebearer's
- * names, levels (plain ints), numTicks and maxSelf, its object left open. */
+ * names, levels (plain ints), numTicks and maxSelf, its object left open; FG_BEARER_DIFF: the
+ * same with 7-int bars, leftTicks and rightTicks. */
 static int fg_write(fgraph *g, uint32_t max_nodes, int style, cp_buf *b)
 {
-    int diff = style == FG_DIFF, q = style == FG_BEARER ? 0 : '"';
+    int diff = style == FG_DIFF || style == FG_BEARER_DIFF;
+    int q = style == FG_BEARER || style == FG_BEARER_DIFF ? 0 : '"';
     int64_t threshold = INT64_MIN;
     if (max_nodes && g->n.n > max_nodes) {
         int64_t *t = malloc(g->n.n * sizeof *t);
@@ -619,7 +621,7 @@ static int fg_write(fgraph *g, uint32_t max_nodes, int style, cp_buf *b)
                                (long long)(it.x - ends.v[it.depth]), (long long)f->total,
                                (long long)self);
         if (!rc && diff)
-            rc = cp_buf_printf(lv, "\"%lld\",\"%lld\",\"%lld\",",
+            rc = cp_buf_printf(lv, q ? "\"%lld\",\"%lld\",\"%lld\"," : "%lld,%lld,%lld,",
                                (long long)(it.x2 - ends2.v[it.depth]), (long long)f->total2,
                                (long long)self2);
         if (!rc) rc = cp_buf_printf(lv, q ? "\"%u\"" : "%u", f->name);
@@ -670,7 +672,13 @@ static int fg_write(fgraph *g, uint32_t max_nodes, int style, cp_buf *b)
     if (!rc && style == FG_GRAPH)
         rc = cp_buf_printf(b, "],\"total\":\"%lld\",\"maxSelf\":\"%lld\"}}\n",
                            (long long)g->n.v[0].total, (long long)max_self);
-    if (!rc && diff)
+    if (!rc && style == FG_BEARER_DIFF)
+        rc = cp_buf_printf(b,
+                           "],\"numTicks\":%lld,\"maxSelf\":%lld,\"leftTicks\":%lld,"
+                           "\"rightTicks\":%lld}",
+                           (long long)(g->n.v[0].total + g->n.v[0].total2), (long long)max_self,
+                           (long long)g->n.v[0].total, (long long)g->n.v[0].total2);
+    if (!rc && style == FG_DIFF)
         rc = cp_buf_printf(b,
                            "],\"total\":\"%lld\",\"maxSelf\":\"%lld\",\"leftTicks\":\"%lld\","
                            "\"rightTicks\":\"%lld\"}}\n",
@@ -1179,11 +1187,102 @@ static const char *legacy_units(const char *id)
     return "nanoseconds";
 }
 
+/* One side of /pyroscope/render-diff: PREFIXQuery, PREFIXFrom, PREFIXUntil of pa. 0 with *p
+ * (the caller's) and *col, or -1 with the answer set. */
+static int legacy_side(const cp_querier_call *c, const cp_http_request *req, const cp_params *pa,
+                       const char *prefix, cp_profile **p, int *col, char id[128],
+                       cp_http_response *r)
+{
+    char k[3][24], m[300];
+    snprintf(k[0], sizeof k[0], "%sQuery", prefix);
+    snprintf(k[1], sizeof k[1], "%sFrom", prefix);
+    snprintf(k[2], sizeof k[2], "%sUntil", prefix);
+    const char *query = cp_params_get(pa, k[0]);
+    if (!query) query = "";
+    size_t idn = strcspn(query, "{");
+    snprintf(id, 128, "%.*s", (int)(idn < 128 ? idn : 127), query);
+    cp_kind kind;
+    const char *st;
+    if (idn >= 128 || cp_querier_profile_type(id, &kind, &st)) {
+        snprintf(m, sizeof m, "%s: '%.100s' does not start with a profile type served", k[0],
+                 query);
+        connect_error(r, 400, "invalid_argument", m);
+        return -1;
+    }
+    int64_t now_ms = cp_now_ns() / 1000000, from, until;
+    cp_query q;
+    memset(&q, 0, sizeof q);
+    cp_buf seltext = {0};
+    int rc = -1;
+    if (!legacy_time(k[1], cp_params_get(pa, k[1]), now_ms - 3600000, &from, r) &&
+        !legacy_time(k[2], cp_params_get(pa, k[2]), now_ms, &until, r) &&
+        !window_query(c, req, from, until, query + idn, &q, &seltext, r)) {
+        q.kind = kind;
+        cp_err err = {0};
+        int src = c->rd->profile(c->rd, &q, p, &err);
+        if (src)
+            store_failed(r, src, &err);
+        else
+            *col = cp_profile_find_type(*p, st), rc = 0;
+    }
+    cp_query_close(&q);
+    cp_buf_close(&seltext);
+    return rc;
+}
+
+/* /pyroscope/render-diff: leftQuery/leftFrom/leftUntil against the right's, the flamebearer
+ * of format "double". */
+static void render_diff(const cp_querier_call *c, const cp_http_request *req, cp_http_response *r)
+{
+    static const char *const allowed[] = {"leftQuery", "leftFrom",   "leftUntil", "rightQuery",
+                                          "rightFrom", "rightUntil", "format",    "max-nodes",
+                                          "maxNodes",  NULL};
+    cp_params pa = {0};
+    cp_err err = {0};
+    cp_profile *lp = NULL, *rp = NULL;
+    int lc = -1, rcol = -1;
+    char lid[128], rid[128];
+    const char *fmt, *mns;
+    int64_t mn = c->max_nodes_default;
+    if (cp_params_parse(req->query, &pa, &err) || cp_params_check(&pa, allowed, &err)) {
+        connect_error(r, 400, "invalid_argument", err.msg);
+    } else if ((fmt = cp_params_get(&pa, "format")) && strcmp(fmt, "json")) {
+        connect_error(r, 400, "invalid_argument", "format: only json is served");
+    } else if (((mns = cp_params_get(&pa, "max-nodes")) ||
+                (mns = cp_params_get(&pa, "maxNodes"))) &&
+               (!*mns || strspn(mns, "0123456789") != strlen(mns) || strlen(mns) > 9 ||
+                (mn = atoll(mns), c->max_nodes_limit && mn > c->max_nodes_limit))) {
+        connect_error(r, 400, "invalid_argument", "max-nodes: out of range");
+    } else if (!legacy_side(c, req, &pa, "left", &lp, &lc, lid, r) &&
+               !legacy_side(c, req, &pa, "right", &rp, &rcol, rid, r)) {
+        fgraph g = {0};
+        int rc = fg_init(&g);
+        if (!rc && lc >= 0) rc = fg_add(&g, lp, lc, 0);
+        if (!rc && rcol >= 0) rc = fg_add(&g, rp, rcol, 1);
+        if (!rc) rc = fg_write(&g, (uint32_t)mn, FG_BEARER_DIFF, &r->body);
+        if (!rc && cp_buf_printf(&r->body,
+                                 ",\"metadata\":{\"format\":\"double\",\"spyName\":\"\","
+                                 "\"sampleRate\":100,\"units\":\"%s\",\"name\":\"%s\"},"
+                                 "\"timeline\":null}\n",
+                                 legacy_units(lid), lid))
+            rc = CP_ENOMEM;
+        if (rc) connect_error(r, 503, "unavailable", "out of memory");
+        fg_close(&g);
+    }
+    cp_profile_destroy(lp);
+    cp_profile_destroy(rp);
+    cp_params_close(&pa);
+}
+
 /* /pyroscope/render (query=TYPE{selector}, from, until, format=json, max-nodes): the
  * flamebearer; /pyroscope/label-values (label, query=[TYPE]{selector}, from, until): a JSON
  * array of values. */
 void cp_querier_legacy(const cp_querier_call *c, const cp_http_request *req, cp_http_response *r)
 {
+    if (!strcmp(req->path, "/pyroscope/render-diff")) {
+        render_diff(c, req, r);
+        return;
+    }
     int render = !strcmp(req->path, "/pyroscope/render");
     static const char *const render_params[] = {"query",     "from",     "until",       "format",
                                                 "max-nodes", "maxNodes", "aggregation", NULL};

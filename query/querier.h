@@ -33,6 +33,8 @@ void cp_querier_handle(const cp_querier_call *c, const char *method, const cp_ht
  * from, until: digits as /ingest's or "now-1h"; format=json; max-nodes) answers the
  * flamebearer JSON ({"version":1,"flamebearer":{"names","levels":[[offset, total, self,
  * name],...],"numTicks","maxSelf"},"metadata":{...},"timeline":null}); GET
+ * /pyroscope/render-diff (leftQuery, leftFrom, leftUntil, rightQuery, rightFrom, rightUntil)
+ * the same with 7-int bars, leftTicks, rightTicks, format "double"; GET
  * /pyroscope/label-values (label, query, from, until) a JSON array of values. Errors as
  * cp_querier_handle's (400 naming the parameter; unknown parameters refused). */
 void cp_querier_legacy(const cp_querier_call *c, const cp_http_request *req, cp_http_response *r);

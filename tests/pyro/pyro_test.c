@@ -1002,8 +1002,8 @@ TEST(querier_proto_same_answers_as_json)
  * over /ingest: Series (label sets per profile type, label_names honoured; JSON and proto),
  * SelectSeries' limit (the heavier service kept), SelectMergeProfile (pprof of the one
  * sample type, the flame graph's total), Diff (the two services' graphs in one, JSON golden,
- * proto totals), GetProfileStats (the stored window, in ms); an
- * unknown method unimplemented. */
+ * proto totals; the legacy render-diff's flamebearer), GetProfileStats (the stored window, in ms);
+ * an unknown method unimplemented. */
 TEST(querier_series_profile_stats_limit)
 {
     const int64_t b0 = base_s(); /* once: base_s() moves at each minute */
@@ -1145,6 +1145,27 @@ TEST(querier_series_profile_stats_limit)
     expect(&a, 400, "left.profile_typeID");
     a = post(d.port, "/querier.v1.QuerierService/Diff", H, "{}", 2, 0);
     expect(&a, 400, "left: missing");
+
+    /* the legacy /pyroscope/render-diff: the same graph as a "double" flamebearer */
+    char lq[768];
+    snprintf(lq, sizeof lq,
+             "/pyroscope/render-diff?leftQuery=process_cpu:samples:count:cpu:nanoseconds%%7B"
+             "service_name%%3D%%22sapp%%22%%7D&leftFrom=%lld&leftUntil=%lld&rightQuery=process_"
+             "cpu:samples:count:cpu:nanoseconds%%7Bservice_name%%3D%%22tapp%%22%%7D&rightFrom=%lld"
+             "&rightUntil=%lld&format=json",
+             (long long)b0 - 60, (long long)b0 + 120, (long long)b0 - 60, (long long)b0 + 120);
+    a = request("GET", d.port, lq, NULL, "", 0, 0);
+    expect(&a, 200,
+           "{\"version\":1,\"flamebearer\":{\"names\":[\"total\",\"main\",\"work\",\"hot\","
+           "\"cold\",\"idle\",\"x\"],\"levels\":[[0,45,0,0,5,0,0],[0,45,0,0,5,0,1],[0,40,0,0,0,0,"
+           "2,0,5,5,0,0,0,5,0,0,0,0,5,5,6],[0,30,30,0,0,0,3,0,10,10,0,0,0,4]],\"numTicks\":50,"
+           "\"maxSelf\":30,\"leftTicks\":45,\"rightTicks\":5},\"metadata\":{\"format\":"
+           "\"double\",\"spyName\":\"\",\"sampleRate\":100,\"units\":\"samples\",\"name\":"
+           "\"process_cpu:samples:count:cpu:nanoseconds\"},\"timeline\":null}");
+    a = request("GET", d.port,
+                "/pyroscope/render-diff?leftQuery=process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+                NULL, "", 0, 0);
+    expect(&a, 400, "rightQuery");
 
     /* GetProfileStats: the stored windows, in ms */
     a = post(d.port, "/querier.v1.QuerierService/GetProfileStats", H, "{}", 2, 0);
