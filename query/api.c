@@ -959,11 +959,18 @@ static const char *basic_token(const char *auth, char *out, size_t cap)
 
 #define QUERIER_PREFIX "/querier.v1.QuerierService/"
 
+/* Pyroscope's read side: querier.v1, or the legacy /pyroscope/render and label-values. */
+static int is_pyro_read(const char *path)
+{
+    return !strncmp(path, QUERIER_PREFIX, strlen(QUERIER_PREFIX)) ||
+           !strcmp(path, "/pyroscope/render") || !strcmp(path, "/pyroscope/render-diff") ||
+           !strcmp(path, "/pyroscope/label-values");
+}
+
 static int is_pyro_path(const char *path)
 {
     return !strcmp(path, "/ingest") || !strcmp(path, "/pyroscope/ingest") ||
-           !strcmp(path, "/push.v1.PusherService/Push") ||
-           !strncmp(path, QUERIER_PREFIX, strlen(QUERIER_PREFIX));
+           !strcmp(path, "/push.v1.PusherService/Push") || is_pyro_read(path);
 }
 
 /* The tenant of a Pyroscope client: with tokens, a Bearer or Basic credential's; then
@@ -1013,7 +1020,7 @@ static void pyro_call(cp_api *a, const cp_http_request *head, cp_http_response *
     int st = 0, push = !strcmp(req->path, "/push.v1.PusherService/Push");
     char why[200];
     const char *tenant = pyro_tenant(a, req, &st, why, sizeof why);
-    int querier = !strncmp(req->path, QUERIER_PREFIX, strlen(QUERIER_PREFIX));
+    int querier = is_pyro_read(req->path);
     if (!tenant) {
         if (!querier) cp_pyro_count(&a->pyro, st);
         if (push || querier) {
@@ -1032,7 +1039,10 @@ static void pyro_call(cp_api *a, const cp_http_request *head, cp_http_response *
                               a->o.max_blocks,
                               a->o.max_nodes_default,
                               a->o.max_nodes_limit};
-        cp_querier_handle(&qc, req->path + strlen(QUERIER_PREFIX), req, r);
+        if (!strncmp(req->path, QUERIER_PREFIX, strlen(QUERIER_PREFIX)))
+            cp_querier_handle(&qc, req->path + strlen(QUERIER_PREFIX), req, r);
+        else
+            cp_querier_legacy(&qc, req, r);
         cp_fanout_end(&fr, r);
         return;
     }
@@ -1159,6 +1169,10 @@ static const endpoint g_endpoints[] = {
     {"/push.v1.PusherService/Push", EP_OTHER, "POST", CP_HTTP_LANE_HEAVY, pyro_call, NULL, {0}},
     /* Grafana's data source: querier.v1 in JSON (querier.c), on a worker like any query */
     {QUERIER_PREFIX, EP_OTHER, "POST", CP_HTTP_LANE_HEAVY, pyro_call, NULL, {0}},
+    /* and its legacy read API (querier.c) */
+    {"/pyroscope/render", EP_OTHER, "GET", CP_HTTP_LANE_HEAVY, pyro_call, NULL, {0}},
+    {"/pyroscope/render-diff", EP_OTHER, "GET", CP_HTTP_LANE_HEAVY, pyro_call, NULL, {0}},
+    {"/pyroscope/label-values", EP_OTHER, "GET", CP_HTTP_LANE_HEAVY, pyro_call, NULL, {0}},
 };
 /* Anything else: the web UI's files, or 404. */
 static const endpoint g_ui = {"", EP_OTHER, "GET", CP_HTTP_LANE_LOOP, loop_ui, NULL, {0}};
@@ -1212,8 +1226,7 @@ int cp_api_admit(void *api, const cp_http_request *head, char *why, size_t cap)
     if (is_pyro_path(head->path)) {
         int st = 0;
         if (!pyro_tenant(a, head, &st, why, cap)) {
-            if (strncmp(head->path, QUERIER_PREFIX, strlen(QUERIER_PREFIX)))
-                cp_pyro_count(&a->pyro, st);
+            if (!is_pyro_read(head->path)) cp_pyro_count(&a->pyro, st);
             snprintf(why + strlen(why), cap - strlen(why), " (the body was not read)");
             return st;
         }

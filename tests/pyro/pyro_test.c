@@ -21,14 +21,15 @@
 
 typedef struct answer {
     int status;
+    size_t len; /* of body, which may hold NULs (application/proto) */
     char body[16384];
 } answer;
 
 /* POSTs body (len bytes, Content-Length declared unless declared is nonzero) to pq on port
  * with the extra header lines hdrs ("Name: value\r\n"...), and reads the answer until the
  * server closes. */
-static answer post(int port, const char *pq, const char *hdrs, const void *body, size_t len,
-                   size_t declared)
+static answer request(const char *method, int port, const char *pq, const char *hdrs,
+                      const void *body, size_t len, size_t declared)
 {
     answer a = {0};
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -40,9 +41,9 @@ static answer post(int port, const char *pq, const char *hdrs, const void *body,
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     char head[4096];
     int hn = snprintf(head, sizeof head,
-                      "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
                       "Content-Length: %zu\r\n%s\r\n",
-                      pq, declared ? declared : len, hdrs ? hdrs : "");
+                      method, pq, declared ? declared : len, hdrs ? hdrs : "");
     CHECK(hn > 0 && (size_t)hn < sizeof head);
     signal(SIGPIPE, SIG_IGN);
     CHECK(send(fd, head, (size_t)hn, 0) == hn);
@@ -60,8 +61,18 @@ static answer post(int port, const char *pq, const char *hdrs, const void *body,
     CHECK(n > 12);
     a.status = atoi(buf + 9);
     const char *b = strstr(buf, "\r\n\r\n");
-    snprintf(a.body, sizeof a.body, "%s", b ? b + 4 : "");
+    if (b) {
+        a.len = n - (size_t)(b + 4 - buf);
+        if (a.len > sizeof a.body - 1) a.len = sizeof a.body - 1;
+        memcpy(a.body, b + 4, a.len);
+    }
     return a;
+}
+
+static answer post(int port, const char *pq, const char *hdrs, const void *body, size_t len,
+                   size_t declared)
+{
+    return request("POST", port, pq, hdrs, body, len, declared);
 }
 
 static void expect(const answer *a, int status, const char *needle)
@@ -625,22 +636,28 @@ TEST(push_cumulative_profiles_are_subtracted)
 
 /* querier.v1 in JSON, as Grafana's data source asks: ProfileTypes, LabelNames, LabelValues,
  * SelectMergeStacktraces of a folded profile stored over /ingest, the flame graph exact;
- * a bad profile type invalid_argument, another method unimplemented. */
+ * a bad profile type invalid_argument, another method unimplemented; the legacy
+ * /pyroscope/render (flamebearer golden) and /pyroscope/label-values, their bad parameters
+ * named. */
 TEST(querier_json_as_grafana_asks)
 {
+    const int64_t b0 = base_s(); /* once: base_s() moves at each minute */
     char *dir = proc_tmpdir("pyro", "querier");
     proc d;
     start_daemon_data(&d, dir, 0, 0, NULL);
     char pq[256];
     snprintf(pq, sizeof pq, "/ingest?name=qapp%%7Benv%%3Dprod%%7D&from=%lld&until=%lld",
-             (long long)base_s(), (long long)base_s() + 10);
+             (long long)b0, (long long)b0 + 10);
     answer a = post(d.port, pq, NULL, g_folded, strlen(g_folded), 0);
     expect(&a, 200, "\"profiles\":1");
     free(wait_for(d.port, "/api/v1/profile?type=cpu&from=-1h&format=folded", NULL, "hot"));
+    /* the label index may answer after the profile: the selectors below need it */
+    free(wait_for(d.port, "/api/v1/series?from=-1h&select=%7Bservice%3D%22qapp%22%7D", NULL,
+                  "qapp"));
     const char *H = "Content-Type: application/json\r\n";
     const char *Q = "/querier.v1.QuerierService/";
     char path[128], body[512];
-    long long start = (long long)(base_s() - 60) * 1000, end = (long long)(base_s() + 120) * 1000;
+    long long start = (long long)(b0 - 60) * 1000, end = (long long)(b0 + 120) * 1000;
     snprintf(path, sizeof path, "%sProfileTypes", Q);
     snprintf(body, sizeof body, "{\"start\":\"%lld\",\"end\":%lld}", start, end);
     a = post(d.port, path, H, body, strlen(body), 0);
@@ -674,6 +691,19 @@ TEST(querier_json_as_grafana_asks)
            "\"50000000\",\"50000000\",\"5\"]},{\"values\":[\"0\",\"300000000\",\"300000000\","
            "\"3\",\"0\",\"100000000\",\"100000000\",\"4\"]}],\"total\":\"450000000\","
            "\"maxSelf\":\"300000000\"}}");
+    /* max_nodes 4: total, main, work, hot kept; idle and cold summed into an "other" bar
+     * after their kept siblings (totals exact) */
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\",\"labelSelector\":"
+             "\"{service_name=\\\"qapp\\\"}\",\"start\":%lld,\"end\":%lld,\"maxNodes\":\"4\"}",
+             start, end);
+    a = post(d.port, path, H, body, strlen(body), 0);
+    expect(&a, 200,
+           "{\"flamegraph\":{\"names\":[\"total\",\"main\",\"work\",\"hot\",\"cold\",\"idle\","
+           "\"other\"],\"levels\":[{\"values\":[\"0\",\"45\",\"0\",\"0\"]},{\"values\":[\"0\","
+           "\"45\",\"0\",\"1\"]},{\"values\":[\"0\",\"40\",\"0\",\"2\",\"0\",\"5\",\"5\",\"6\"]},"
+           "{\"values\":[\"0\",\"30\",\"30\",\"3\",\"0\",\"10\",\"10\",\"6\"]}],\"total\":\"45\","
+           "\"maxSelf\":\"30\"}}");
     /* SelectSeries: the window's step holds the profile's total, per service when grouped */
     snprintf(path, sizeof path, "%sSelectSeries", Q);
     snprintf(body, sizeof body,
@@ -684,7 +714,7 @@ TEST(querier_json_as_grafana_asks)
     char want[512];
     snprintf(want, sizeof want,
              "{\"series\":[{\"labels\":[],\"points\":[{\"value\":45,\"timestamp\":\"%lld\"}]}]}",
-             (long long)base_s() * 1000);
+             (long long)b0 * 1000);
     expect(&a, 200, want);
     snprintf(body, sizeof body,
              "{\"profileTypeID\":\"process_cpu:cpu:nanoseconds:cpu:nanoseconds\",\"labelSelector\":"
@@ -694,7 +724,7 @@ TEST(querier_json_as_grafana_asks)
     snprintf(want, sizeof want,
              "{\"series\":[{\"labels\":[{\"name\":\"service_name\",\"value\":\"qapp\"}],"
              "\"points\":[{\"value\":450000000,\"timestamp\":\"%lld\"}]}]}",
-             (long long)base_s() * 1000);
+             (long long)b0 * 1000);
     expect(&a, 200, want);
     snprintf(path, sizeof path, "%sSelectMergeStacktraces", Q);
     /* another service: an empty graph */
@@ -707,9 +737,454 @@ TEST(querier_json_as_grafana_asks)
     snprintf(body, sizeof body, "{\"profileTypeID\":\"cpu\"}");
     a = post(d.port, path, H, body, strlen(body), 0);
     expect(&a, 400, "\"code\":\"invalid_argument\"");
-    snprintf(path, sizeof path, "%sGetProfileStats", Q);
+    /* the legacy API: /pyroscope/render's flamebearer, /pyroscope/label-values */
+    char lq[512];
+    snprintf(lq, sizeof lq,
+             "/pyroscope/render?query=process_cpu:samples:count:cpu:nanoseconds%%7Bservice_name"
+             "%%3D%%22qapp%%22%%7D&from=%lld&until=%lld&format=json",
+             (long long)b0 - 60, (long long)(b0 + 120) * 1000);
+    a = request("GET", d.port, lq, NULL, "", 0, 0);
+    expect(&a, 200,
+           "{\"version\":1,\"flamebearer\":{\"names\":[\"total\",\"main\",\"work\",\"hot\","
+           "\"cold\",\"idle\"],\"levels\":[[0,45,0,0],[0,45,0,1],[0,40,0,2,0,5,5,5],[0,30,30,3,"
+           "0,10,10,4]],\"numTicks\":45,\"maxSelf\":30},\"metadata\":{\"format\":\"single\","
+           "\"spyName\":\"\",\"sampleRate\":100,\"units\":\"samples\",\"name\":\"process_cpu:"
+           "samples:count:cpu:nanoseconds\"},\"timeline\":null}");
+    a = request("GET", d.port, "/pyroscope/render?query=cpu%7B%7D&from=now-1h", NULL, "", 0, 0);
+    expect(&a, 400, "does not start with a profile type");
+    a = request(
+        "GET", d.port,
+        "/pyroscope/render?query=process_cpu:cpu:nanoseconds:cpu:nanoseconds&from=yesterday", NULL,
+        "", 0, 0);
+    expect(&a, 400, "from: bad time 'yesterday'");
+    a = request("GET", d.port,
+                "/pyroscope/render?query=process_cpu:cpu:nanoseconds:cpu:nanoseconds&color=red",
+                NULL, "", 0, 0);
+    expect(&a, 400, "color");
+    snprintf(lq, sizeof lq,
+             "/pyroscope/label-values?label=env&query=%%7Bservice_name%%3D%%22qapp%%22%%7D"
+             "&from=%lld&until=%lld",
+             (long long)b0 - 60, (long long)b0 + 120);
+    a = request("GET", d.port, lq, NULL, "", 0, 0);
+    expect(&a, 200, "[\"prod\"]");
+    a = request("GET", d.port, "/pyroscope/label-values?label=service_name&from=now-1h", NULL, "",
+                0, 0);
+    expect(&a, 200, "[\"qapp\"]");
+    a = request("GET", d.port, "/pyroscope/label-values?from=now-1h", NULL, "", 0, 0);
+    expect(&a, 400, "label: missing");
+    snprintf(path, sizeof path, "%sNoSuchMethod", Q);
     a = post(d.port, path, H, "{}", 2, 0);
     expect(&a, 404, "\"code\":\"unimplemented\"");
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
+/* ---- querier.v1 in application/proto, from the field numbers --------------------------- */
+
+static void pb_key_varint(cp_buf *b, uint32_t field, uint64_t v)
+{
+    pb_varint(b, (uint64_t)field << 3);
+    pb_varint(b, v);
+}
+
+static void pb_str(cp_buf *b, uint32_t field, const char *s)
+{
+    pb_bytes(b, field, s, strlen(s));
+}
+
+/* The varint of field f in message [p, p+n) (fields of other wire types skipped); -1 if none. */
+static int64_t pb_find_varint(const uint8_t *p, size_t n, uint32_t f)
+{
+    const uint8_t *end = p + n;
+    while (p < end) {
+        uint64_t key = 0, v = 0;
+        for (int s = 0; p < end; s += 7) {
+            key |= (uint64_t)(*p & 0x7f) << s;
+            if (!(*p++ & 0x80)) break;
+        }
+        if ((key & 7) == 0 || (key & 7) == 2)
+            for (int s = 0; p < end; s += 7) {
+                v |= (uint64_t)(*p & 0x7f) << s;
+                if (!(*p++ & 0x80)) break;
+            }
+        if ((key & 7) == 0 && (key >> 3) == f) return (int64_t)v;
+        if ((key & 7) == 2) p += v;
+        if ((key & 7) == 1) p += 8;
+        if ((key & 7) == 5) p += 4;
+    }
+    return -1;
+}
+
+/* The first length-delimited field f of [p, p+n) as (*out, *len); 0, or -1 if none. */
+static int pb_find_bytes(const uint8_t *p, size_t n, uint32_t f, const uint8_t **out, size_t *len)
+{
+    const uint8_t *end = p + n;
+    while (p < end) {
+        uint64_t key = 0, v = 0;
+        for (int s = 0; p < end; s += 7) {
+            key |= (uint64_t)(*p & 0x7f) << s;
+            if (!(*p++ & 0x80)) break;
+        }
+        if ((key & 7) == 0 || (key & 7) == 2)
+            for (int s = 0; p < end; s += 7) {
+                v |= (uint64_t)(*p & 0x7f) << s;
+                if (!(*p++ & 0x80)) break;
+            }
+        if ((key & 7) == 2 && (key >> 3) == f) {
+            *out = p;
+            *len = (size_t)v;
+            return 0;
+        }
+        if ((key & 7) == 2) p += v;
+        if ((key & 7) == 1) p += 8;
+        if ((key & 7) == 5) p += 4;
+    }
+    return -1;
+}
+
+static void expect_bytes(const answer *a, const cp_buf *want)
+{
+    if (a->status != 200 || a->len != want->len || memcmp(a->body, want->data, want->len)) {
+        fprintf(stderr, "expected %zu bytes, got %d with %zu:", want->len, a->status, a->len);
+        for (size_t i = 0; i < a->len && i < 400; i++)
+            fprintf(stderr, " %02x", (uint8_t)a->body[i]);
+        fprintf(stderr, "\n");
+    }
+    CHECK_EQ(a->status, 200);
+    CHECK_EQ(a->len, want->len);
+    CHECK(memcmp(a->body, want->data, want->len) == 0);
+}
+
+/* querier.v1 in application/proto, as Grafana's server side sends it: requests and golden
+ * answers built here from the field numbers; ProfileTypes and SelectMergeStacktraces byte for
+ * byte, the flame graph's total the JSON answer's; LabelNames, SelectSeries (the step's
+ * double, a double value back), a gzip'd request; a truncated body invalid_argument in JSON. */
+TEST(querier_proto_same_answers_as_json)
+{
+    const int64_t b0 = base_s(); /* once: base_s() moves at each minute */
+    char *dir = proc_tmpdir("pyro", "querier_proto");
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, NULL);
+    char pq[256];
+    snprintf(pq, sizeof pq, "/ingest?name=papp%%7Benv%%3Dprod%%7D&from=%lld&until=%lld",
+             (long long)b0, (long long)b0 + 10);
+    answer a = post(d.port, pq, NULL, g_folded, strlen(g_folded), 0);
+    expect(&a, 200, "\"profiles\":1");
+    free(wait_for(d.port, "/api/v1/profile?type=cpu&from=-1h&format=folded", NULL, "hot"));
+    free(wait_for(d.port, "/api/v1/series?from=-1h&select=%7Bservice%3D%22papp%22%7D", NULL,
+                  "papp"));
+    const char *P = "Content-Type: application/proto\r\n";
+    long long start = (long long)(b0 - 60) * 1000, end = (long long)(b0 + 120) * 1000;
+
+    /* ProfileTypesRequest{1 start, 2 end} -> ProfileTypesResponse{1 ProfileType{1..6}} */
+    cp_buf req = {0}, want = {0}, m = {0};
+    pb_key_varint(&req, 1, (uint64_t)start);
+    pb_key_varint(&req, 2, (uint64_t)end);
+    a = post(d.port, "/querier.v1.QuerierService/ProfileTypes", P, req.data, req.len, 0);
+    static const char *types[2][6] = {{"process_cpu:cpu:nanoseconds:cpu:nanoseconds", "process_cpu",
+                                       "cpu", "nanoseconds", "cpu", "nanoseconds"},
+                                      {"process_cpu:samples:count:cpu:nanoseconds", "process_cpu",
+                                       "samples", "count", "cpu", "nanoseconds"}};
+    for (int t = 0; t < 2; t++) {
+        m.len = 0;
+        for (int f = 0; f < 6; f++)
+            pb_str(&m, (uint32_t)f + 1, types[t][f]);
+        pb_bytes(&want, 1, m.data, m.len);
+    }
+    expect_bytes(&a, &want);
+
+    /* SelectMergeStacktracesRequest{1 profile_typeID, 2 label_selector, 3 start, 4 end}
+     * -> SelectMergeStacktracesResponse{1 FlameGraph{1 names, 2 Level{1 packed values},
+     * 3 total, 4 max_self}}: the JSON test's graph */
+    req.len = 0;
+    pb_str(&req, 1, "process_cpu:cpu:nanoseconds:cpu:nanoseconds");
+    pb_str(&req, 2, "{service_name=\"papp\"}");
+    pb_key_varint(&req, 3, (uint64_t)start);
+    pb_key_varint(&req, 4, (uint64_t)end);
+    a = post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces", P, req.data, req.len, 0);
+    static const char *names[] = {"total", "main", "work", "hot", "cold", "idle"};
+    static const int64_t levels[4][9] = {
+        {4, 0, 450000000, 0, 0},
+        {4, 0, 450000000, 0, 1},
+        {8, 0, 400000000, 0, 2, 0, 50000000, 50000000, 5},
+        {8, 0, 300000000, 300000000, 3, 0, 100000000, 100000000, 4}};
+    m.len = 0;
+    for (int i = 0; i < 6; i++)
+        pb_str(&m, 1, names[i]);
+    for (int l = 0; l < 4; l++) {
+        cp_buf packed = {0}, level = {0};
+        for (int k = 1; k <= levels[l][0]; k++)
+            pb_varint(&packed, (uint64_t)levels[l][k]);
+        pb_bytes(&level, 1, packed.data, packed.len);
+        pb_bytes(&m, 2, level.data, level.len);
+        cp_buf_close(&packed);
+        cp_buf_close(&level);
+    }
+    pb_key_varint(&m, 3, 450000000);
+    pb_key_varint(&m, 4, 300000000);
+    want.len = 0;
+    pb_bytes(&want, 1, m.data, m.len);
+    expect_bytes(&a, &want);
+    /* the same request in JSON: the same total */
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"process_cpu:cpu:nanoseconds:cpu:nanoseconds\","
+             "\"labelSelector\":\"{service_name=\\\"papp\\\"}\",\"start\":%lld,\"end\":%lld}",
+             start, end);
+    answer j = post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces",
+                    "Content-Type: application/json\r\n", body, strlen(body), 0);
+    expect(&j, 200, "\"total\":\"");
+    const uint8_t *fg;
+    size_t fgn;
+    CHECK(pb_find_bytes((const uint8_t *)a.body, a.len, 1, &fg, &fgn) == 0);
+    CHECK_EQ(pb_find_varint(fg, fgn, 3), atoll(strstr(j.body, "\"total\":\"") + 9));
+
+    /* gzip'd, by Content-Encoding: the same answer */
+    cp_buf gz = {0};
+    CHECK(cp_gzip(req.data, req.len, 6, &gz) == 0);
+    a = post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces",
+             "Content-Type: application/proto\r\nContent-Encoding: gzip\r\n", gz.data, gz.len, 0);
+    expect_bytes(&a, &want);
+    cp_buf_close(&gz);
+
+    /* LabelNamesRequest{1 matchers, 2 start, 3 end} -> LabelNamesResponse{1 names} */
+    req.len = 0;
+    pb_str(&req, 1, "{service_name=\"papp\"}");
+    pb_key_varint(&req, 2, (uint64_t)start);
+    pb_key_varint(&req, 3, (uint64_t)end);
+    a = post(d.port, "/querier.v1.QuerierService/LabelNames", P, req.data, req.len, 0);
+    want.len = 0;
+    pb_str(&want, 1, "__profile_type__");
+    pb_str(&want, 1, "env");
+    pb_str(&want, 1, "service_name");
+    expect_bytes(&a, &want);
+
+    /* SelectSeriesRequest{1, 2, 3, 4, 6 step 30.0 (fixed64)} -> SelectSeriesResponse{1 Series{
+     * 2 Point{1 value 45.0 (fixed64), 2 timestamp}}} */
+    req.len = 0;
+    pb_str(&req, 1, "process_cpu:samples:count:cpu:nanoseconds");
+    pb_str(&req, 2, "{}");
+    pb_key_varint(&req, 3, (uint64_t)start);
+    pb_key_varint(&req, 4, (uint64_t)end);
+    double step = 30, v45 = 45;
+    uint8_t dbl[8];
+    memcpy(dbl, &step, 8); /* little-endian, as the wire */
+    pb_varint(&req, 6 << 3 | 1);
+    CHECK(cp_buf_append(&req, dbl, 8) == 0);
+    a = post(d.port, "/querier.v1.QuerierService/SelectSeries", P, req.data, req.len, 0);
+    cp_buf point = {0}, series = {0};
+    memcpy(dbl, &v45, 8);
+    pb_varint(&point, 1 << 3 | 1);
+    CHECK(cp_buf_append(&point, dbl, 8) == 0);
+    pb_key_varint(&point, 2, (uint64_t)b0 * 1000);
+    pb_bytes(&series, 2, point.data, point.len);
+    want.len = 0;
+    pb_bytes(&want, 1, series.data, series.len);
+    expect_bytes(&a, &want);
+    cp_buf_close(&point);
+    cp_buf_close(&series);
+
+    /* a truncated request: invalid_argument, in JSON as Connect's errors are */
+    a = post(d.port, "/querier.v1.QuerierService/ProfileTypes", P, "\x08\xff", 2, 0);
+    expect(&a, 400, "\"code\":\"invalid_argument\"");
+    CHECK_CONTAINS(a.body, "querier.v1.ProfileTypesRequest");
+    a = post(d.port, "/querier.v1.QuerierService/ProfileTypes", "Content-Type: text/plain\r\n", "",
+             0, 0);
+    expect(&a, 415, "\"code\":\"unimplemented\"");
+    cp_buf_close(&req);
+    cp_buf_close(&want);
+    cp_buf_close(&m);
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
+/* The rest of querier.v1 as Grafana's Profiles Drilldown calls it, over two services stored
+ * over /ingest: Series (label sets per profile type, label_names honoured; JSON and proto),
+ * SelectSeries' limit (the heavier service kept), SelectMergeProfile (pprof of the one
+ * sample type, the flame graph's total), Diff (the two services' graphs in one, JSON golden,
+ * proto totals; the legacy render-diff's flamebearer), GetProfileStats (the stored window, in ms);
+ * an unknown method unimplemented. */
+TEST(querier_series_profile_stats_limit)
+{
+    const int64_t b0 = base_s(); /* once: base_s() moves at each minute */
+    char *dir = proc_tmpdir("pyro", "querier_rest");
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, NULL);
+    char pq[256];
+    snprintf(pq, sizeof pq, "/ingest?name=sapp%%7Benv%%3Dprod%%7D&from=%lld&until=%lld",
+             (long long)b0, (long long)b0 + 10);
+    answer a = post(d.port, pq, NULL, g_folded, strlen(g_folded), 0);
+    expect(&a, 200, "\"profiles\":1");
+    const char *small = "main;x 5\n";
+    snprintf(pq, sizeof pq, "/ingest?name=tapp&from=%lld&until=%lld", (long long)b0,
+             (long long)b0 + 10);
+    a = post(d.port, pq, NULL, small, strlen(small), 0);
+    expect(&a, 200, "\"profiles\":1");
+    free(wait_for(
+        d.port, "/api/v1/profile?type=cpu&from=-1h&format=folded&select=%7Bservice%3D%22tapp%22%7D",
+        NULL, "main;x"));
+    free(wait_for(
+        d.port, "/api/v1/profile?type=cpu&from=-1h&format=folded&select=%7Bservice%3D%22sapp%22%7D",
+        NULL, "hot"));
+    free(wait_for(d.port, "/api/v1/series?from=-1h&select=%7Bservice%3D%22sapp%22%7D", NULL,
+                  "sapp"));
+    const char *H = "Content-Type: application/json\r\n",
+               *P = "Content-Type: application/proto\r\n";
+    char body[512], want[1024];
+    long long start = (long long)(b0 - 60) * 1000, end = (long long)(b0 + 120) * 1000;
+
+    /* Series */
+    snprintf(body, sizeof body,
+             "{\"matchers\":[\"{service_name=\\\"sapp\\\"}\"],\"labelNames\":[\"service_name\","
+             "\"__profile_type__\",\"env\"],\"start\":%lld,\"end\":%lld}",
+             start, end);
+    a = post(d.port, "/querier.v1.QuerierService/Series", H, body, strlen(body), 0);
+    expect(&a, 200,
+           "{\"labelsSet\":[{\"labels\":[{\"name\":\"__profile_type__\",\"value\":\"process_cpu:"
+           "cpu:nanoseconds:cpu:nanoseconds\"},{\"name\":\"env\",\"value\":\"prod\"},{\"name\":"
+           "\"service_name\",\"value\":\"sapp\"}]},{\"labels\":[{\"name\":\"__profile_type__\","
+           "\"value\":\"process_cpu:samples:count:cpu:nanoseconds\"},{\"name\":\"env\",\"value\":"
+           "\"prod\"},{\"name\":\"service_name\",\"value\":\"sapp\"}]}]}");
+    /* in proto, label_names service_name only: one set of one pair */
+    cp_buf req = {0}, exp = {0}, m = {0}, l = {0};
+    pb_str(&req, 1, "{service_name=\"tapp\"}");
+    pb_str(&req, 2, "service_name");
+    pb_key_varint(&req, 3, (uint64_t)start);
+    pb_key_varint(&req, 4, (uint64_t)end);
+    a = post(d.port, "/querier.v1.QuerierService/Series", P, req.data, req.len, 0);
+    pb_str(&l, 1, "service_name");
+    pb_str(&l, 2, "tapp");
+    pb_bytes(&m, 1, l.data, l.len);
+    pb_bytes(&exp, 1, m.data, m.len);
+    expect_bytes(&a, &exp);
+
+    /* SelectSeries grouped by service, limit 1: the heavier, sapp (45 samples to tapp's 5) */
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\",\"labelSelector\":"
+             "\"{}\",\"start\":%lld,\"end\":%lld,\"step\":30,\"groupBy\":[\"service_name\"]%s}",
+             start, end, "");
+    a = post(d.port, "/querier.v1.QuerierService/SelectSeries", H, body, strlen(body), 0);
+    expect(&a, 200, "\"value\":\"tapp\"}],\"points\":[{\"value\":5,");
+    CHECK_CONTAINS(a.body, "\"value\":\"sapp\"}],\"points\":[{\"value\":45,");
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\",\"labelSelector\":"
+             "\"{}\",\"start\":%lld,\"end\":%lld,\"step\":30,\"groupBy\":[\"service_name\"],"
+             "\"limit\":\"1\"}",
+             start, end);
+    a = post(d.port, "/querier.v1.QuerierService/SelectSeries", H, body, strlen(body), 0);
+    snprintf(want, sizeof want,
+             "{\"series\":[{\"labels\":[{\"name\":\"service_name\",\"value\":\"sapp\"}],"
+             "\"points\":[{\"value\":45,\"timestamp\":\"%lld\"}]}]}",
+             (long long)b0 * 1000);
+    expect(&a, 200, want);
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\",\"limit\":-1}");
+    a = post(d.port, "/querier.v1.QuerierService/SelectSeries", H, body, strlen(body), 0);
+    expect(&a, 400, "limit");
+
+    /* SelectMergeProfile: pprof of cpu alone, sapp's 450 ms */
+    req.len = 0;
+    pb_str(&req, 1, "process_cpu:cpu:nanoseconds:cpu:nanoseconds");
+    pb_str(&req, 2, "{service_name=\"sapp\"}");
+    pb_key_varint(&req, 3, (uint64_t)start);
+    pb_key_varint(&req, 4, (uint64_t)end);
+    a = post(d.port, "/querier.v1.QuerierService/SelectMergeProfile", P, req.data, req.len, 0);
+    CHECK_EQ(a.status, 200);
+    cp_profile *p = NULL;
+    cp_err err = {0};
+    CHECK(cp_pprof_decode((const uint8_t *)a.body, a.len, NULL, &p, &err) == 0);
+    CHECK_EQ(p->sample_types.n, 1u);
+    CHECK_STREQ(cp_profile_str(p, p->sample_types.v[0].type), "cpu");
+    CHECK_EQ(cp_profile_total(p, 0), 450000000);
+    cp_profile_destroy(p);
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"process_cpu:cpu:nanoseconds:cpu:nanoseconds\"}");
+    a = post(d.port, "/querier.v1.QuerierService/SelectMergeProfile", H, body, strlen(body), 0);
+    expect(&a, 415, "application/proto");
+
+    /* Diff: sapp (left) against tapp (right) in samples; names from the left first, then
+     * the right's new ones; each bar [left offset, total, self, right offset, total, self,
+     * name] */
+    snprintf(body, sizeof body,
+             "{\"left\":{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\","
+             "\"labelSelector\":\"{service_name=\\\"sapp\\\"}\",\"start\":%lld,\"end\":%lld},"
+             "\"right\":{\"profile_typeID\":\"process_cpu:samples:count:cpu:nanoseconds\","
+             "\"label_selector\":\"{service_name=\\\"tapp\\\"}\",\"start\":%lld,\"end\":%lld}}",
+             start, end, start, end);
+    a = post(d.port, "/querier.v1.QuerierService/Diff", H, body, strlen(body), 0);
+    expect(&a, 200,
+           "{\"flamegraph\":{\"names\":[\"total\",\"main\",\"work\",\"hot\",\"cold\",\"idle\","
+           "\"x\"],\"levels\":[{\"values\":[\"0\",\"45\",\"0\",\"0\",\"5\",\"0\",\"0\"]},"
+           "{\"values\":[\"0\",\"45\",\"0\",\"0\",\"5\",\"0\",\"1\"]},{\"values\":[\"0\",\"40\","
+           "\"0\",\"0\",\"0\",\"0\",\"2\",\"0\",\"5\",\"5\",\"0\",\"0\",\"0\",\"5\",\"0\",\"0\","
+           "\"0\",\"0\",\"5\",\"5\",\"6\"]},{\"values\":[\"0\",\"30\",\"30\",\"0\",\"0\",\"0\","
+           "\"3\",\"0\",\"10\",\"10\",\"0\",\"0\",\"0\",\"4\"]}],\"total\":\"50\",\"maxSelf\":"
+           "\"30\",\"leftTicks\":\"45\",\"rightTicks\":\"5\"}}");
+    /* in proto: DiffRequest{1 left, 2 right} -> DiffResponse{1 FlameGraphDiff{3 total,
+     * 5 leftTicks, 6 rightTicks}} */
+    cp_buf side = {0};
+    req.len = 0;
+    for (int k = 0; k < 2; k++) {
+        side.len = 0;
+        pb_str(&side, 1, "process_cpu:samples:count:cpu:nanoseconds");
+        pb_str(&side, 2, k ? "{service_name=\"tapp\"}" : "{service_name=\"sapp\"}");
+        pb_key_varint(&side, 3, (uint64_t)start);
+        pb_key_varint(&side, 4, (uint64_t)end);
+        pb_bytes(&req, (uint32_t)k + 1, side.data, side.len);
+    }
+    cp_buf_close(&side);
+    a = post(d.port, "/querier.v1.QuerierService/Diff", P, req.data, req.len, 0);
+    CHECK_EQ(a.status, 200);
+    const uint8_t *fg;
+    size_t fgn;
+    CHECK(pb_find_bytes((const uint8_t *)a.body, a.len, 1, &fg, &fgn) == 0);
+    CHECK_EQ(pb_find_varint(fg, fgn, 3), 50);
+    CHECK_EQ(pb_find_varint(fg, fgn, 5), 45);
+    CHECK_EQ(pb_find_varint(fg, fgn, 6), 5);
+    a = post(d.port, "/querier.v1.QuerierService/Diff", H, "{\"left\":{}}", 11, 0);
+    expect(&a, 400, "left.profile_typeID");
+    a = post(d.port, "/querier.v1.QuerierService/Diff", H, "{}", 2, 0);
+    expect(&a, 400, "left: missing");
+
+    /* the legacy /pyroscope/render-diff: the same graph as a "double" flamebearer */
+    char lq[768];
+    snprintf(lq, sizeof lq,
+             "/pyroscope/render-diff?leftQuery=process_cpu:samples:count:cpu:nanoseconds%%7B"
+             "service_name%%3D%%22sapp%%22%%7D&leftFrom=%lld&leftUntil=%lld&rightQuery=process_"
+             "cpu:samples:count:cpu:nanoseconds%%7Bservice_name%%3D%%22tapp%%22%%7D&rightFrom=%lld"
+             "&rightUntil=%lld&format=json",
+             (long long)b0 - 60, (long long)b0 + 120, (long long)b0 - 60, (long long)b0 + 120);
+    a = request("GET", d.port, lq, NULL, "", 0, 0);
+    expect(&a, 200,
+           "{\"version\":1,\"flamebearer\":{\"names\":[\"total\",\"main\",\"work\",\"hot\","
+           "\"cold\",\"idle\",\"x\"],\"levels\":[[0,45,0,0,5,0,0],[0,45,0,0,5,0,1],[0,40,0,0,0,0,"
+           "2,0,5,5,0,0,0,5,0,0,0,0,5,5,6],[0,30,30,0,0,0,3,0,10,10,0,0,0,4]],\"numTicks\":50,"
+           "\"maxSelf\":30,\"leftTicks\":45,\"rightTicks\":5},\"metadata\":{\"format\":"
+           "\"double\",\"spyName\":\"\",\"sampleRate\":100,\"units\":\"samples\",\"name\":"
+           "\"process_cpu:samples:count:cpu:nanoseconds\"},\"timeline\":null}");
+    a = request("GET", d.port,
+                "/pyroscope/render-diff?leftQuery=process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+                NULL, "", 0, 0);
+    expect(&a, 400, "rightQuery");
+
+    /* GetProfileStats: the stored windows, in ms */
+    a = post(d.port, "/querier.v1.QuerierService/GetProfileStats", H, "{}", 2, 0);
+    snprintf(want, sizeof want, "{\"dataIngested\":true,\"oldestProfileTime\":\"%lld\",",
+             (long long)b0 * 1000);
+    expect(&a, 200, want);
+    a = post(d.port, "/querier.v1.QuerierService/GetProfileStats", P, "", 0, 0);
+    exp.len = 0;
+    pb_key_varint(&exp, 1, 1);
+    CHECK_EQ(a.status, 200);
+    CHECK(a.len > 3 && memcmp(a.body, exp.data, exp.len) == 0);
+    CHECK_EQ(pb_find_varint((const uint8_t *)a.body, a.len, 2), (int64_t)b0 * 1000);
+
+    a = post(d.port, "/querier.v1.QuerierService/NoSuchMethod", P, "", 0, 0);
+    expect(&a, 404, "\"code\":\"unimplemented\"");
+    cp_buf_close(&req);
+    cp_buf_close(&exp);
+    cp_buf_close(&m);
+    cp_buf_close(&l);
     CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
     free(dir);
 }
@@ -718,4 +1193,5 @@ TEST_MAIN(T(node_sdk_functions_show_in_top_and_the_api), T(folded_text_in_each_t
           T(multipart_with_sample_type_config), T(bad_input_gets_its_code_and_nothing_is_stored),
           T(tenants_from_bearer_basic_and_org_id), T(push_in_gzipd_protobuf_and_json),
           T(querier_json_as_grafana_asks), T(push_cumulative_profiles_are_subtracted),
-          T(over_the_concurrent_limit_is_429))
+          T(over_the_concurrent_limit_is_429), T(querier_proto_same_answers_as_json),
+          T(querier_series_profile_stats_limit))
