@@ -11,6 +11,8 @@
 #include "heapsnap.h"
 #include "hmac.h"
 #include "http_client.h"
+#include "json.h"
+#include "offsets.h"
 #include "pprof.h"
 #include "times.h"
 
@@ -227,19 +229,43 @@ static size_t wire_bytes(imp *im, const cp_buf *msg, int pprof_gz)
     return est < worst ? est : worst;
 }
 
-/* Reads one "name":number of the object starting at p (up to its end), or dflt. */
-static int64_t json_num(const char *p, const char *end, const char *name, int64_t dflt)
+/* Settles each delivered window of partition po that lies below its stored offset: stored,
+ * not stored (in one of its not_stored ranges: refused to the DLQ or dropped by the
+ * broker), or unknown (below known_from: contprofd no longer knows). */
+static void settle_partition(imp *im, const cp_partition_offsets *po)
 {
-    char k[48];
-    snprintf(k, sizeof k, "\"%s\":", name);
-    const char *f = strstr(p, k);
-    if (!f || (end && f > end)) return dflt;
-    return strtoll(f + strlen(k), NULL, 10);
+    int32_t part = po->partition;
+    for (uint32_t i = 0; i < im->sent.n; i++) {
+        sent *r = &im->sent.v[i];
+        if (r->state != S_DELIVERED || r->partition != part || r->offset >= po->stored) continue;
+        char w[160] = "";
+        int unknown = r->offset < po->known_from;
+        if (unknown)
+            snprintf(w, sizeof w,
+                     "unknown: contprofd no longer knows whether offset %lld of "
+                     "partition %d was stored",
+                     (long long)r->offset, part);
+        for (uint32_t k = 0; k < po->nranges && !w[0]; k++) {
+            const cp_offsets_range *q = &po->not_stored[k];
+            if (r->offset < q->from || r->offset >= q->to) continue;
+            if (!strncmp(q->why, "dlq:", 4))
+                snprintf(w, sizeof w,
+                         "refused by contprofd (%s; the message is in the "
+                         "dead-letter topic, its log says why)",
+                         q->why + 4);
+            else
+                snprintf(w, sizeof w,
+                         "dropped by the broker before contprofd read it "
+                         "(partition %d offset %lld)",
+                         part, (long long)r->offset);
+        }
+        settle(im, r, unknown ? S_UNKNOWN : w[0] ? S_NOT : S_STORED, w);
+    }
 }
 
 /* Asks contprofd which offsets are stored and settles what it can. 0; -1 with why when it
- * cannot be asked (down, restarting, an error answer); -2 with why when its ingest says it
- * is not running. */
+ * cannot be asked (down, restarting, an error answer, an answer that does not read); -2
+ * with why when its ingest says it is not running. */
 static int poll_offsets(imp *im, char *why, size_t whylen)
 {
     cp_http_result res;
@@ -247,60 +273,40 @@ static int poll_offsets(imp *im, char *why, size_t whylen)
         http_get(im->server, "/api/v1/ingest/offsets", im->token, 1 << 20, &res, why, whylen);
     if (!body) return -1;
     im->last_poll_ns = cp_mono_ns();
-    if (strstr(body, "\"running\":false")) {
+    cp_json *j = NULL;
+    cp_err err = {0};
+    int rc = cp_json_parse(body, res.body.len, &j, &err);
+    cp_buf_close(&res.body);
+    if (rc) {
+        snprintf(why, whylen, "contprofd's /api/v1/ingest/offsets: %s", err.msg);
+        return -1;
+    }
+    const cp_json *running = cp_json_get(j, "running");
+    if (running && running->type == CP_JSON_BOOL && !running->num) {
         snprintf(why, whylen,
                  "contprofd's ingest is not running (its log and /metrics say why); what is "
                  "sent cannot be stored");
-        cp_buf_close(&res.body);
+        cp_json_free(j);
         return -2;
     }
     if (!im->budget) {
-        im->max_message = (uint64_t)json_num(body, NULL, "max_message_bytes", 0);
-        im->budget = (uint64_t)json_num(body, NULL, "max_in_flight_bytes", 0);
-        im->retention_raw_s = json_num(body, NULL, "retention_raw_s", 0);
-        im->retention_rollup_s = json_num(body, NULL, "retention_rollup_s", 0);
+        im->max_message = (uint64_t)cp_json_int(cp_json_get(j, "max_message_bytes"), 0);
+        im->budget = (uint64_t)cp_json_int(cp_json_get(j, "max_in_flight_bytes"), 0);
+        im->retention_raw_s = cp_json_int(cp_json_get(j, "retention_raw_s"), 0);
+        im->retention_rollup_s = cp_json_int(cp_json_get(j, "retention_rollup_s"), 0);
         if (!im->budget) im->budget = 3u << 20;
     }
-    const char *p = strstr(body, "\"partitions\":[");
-    while (p && (p = strstr(p, "{\"partition\":"))) {
-        const char *next = strstr(p + 1, "{\"partition\":");
-        int32_t part = (int32_t)json_num(p, next, "partition", -1);
-        int64_t stored = json_num(p, next, "stored", -1);
-        int64_t known = json_num(p, next, "known_from", 0);
-        for (uint32_t i = 0; i < im->sent.n; i++) {
-            sent *r = &im->sent.v[i];
-            if (r->state != S_DELIVERED || r->partition != part || r->offset >= stored) continue;
-            char w[160] = "";
-            int unknown = r->offset < known;
-            if (unknown)
-                snprintf(w, sizeof w,
-                         "unknown: contprofd no longer knows whether offset %lld of "
-                         "partition %d was stored",
-                         (long long)r->offset, part);
-            /* the unstored ranges of this partition: {"from":A,"to":B,"why":"..."} */
-            for (const char *q = strstr(p, "{\"from\":"); q && (!next || q < next) && !w[0];
-                 q = strstr(q + 1, "{\"from\":")) {
-                int64_t from = json_num(q, NULL, "from", 0), to = json_num(q, NULL, "to", 0);
-                if (r->offset < from || r->offset >= to) continue;
-                const char *y = strstr(q, "\"why\":\"");
-                char reason[32] = "";
-                if (y) snprintf(reason, sizeof reason, "%.*s", (int)strcspn(y + 7, "\""), y + 7);
-                if (!strncmp(reason, "dlq:", 4))
-                    snprintf(w, sizeof w,
-                             "refused by contprofd (%s; the message is in the "
-                             "dead-letter topic, its log says why)",
-                             reason + 4);
-                else
-                    snprintf(w, sizeof w,
-                             "dropped by the broker before contprofd read it "
-                             "(partition %d offset %lld)",
-                             part, (long long)r->offset);
-            }
-            settle(im, r, unknown ? S_UNKNOWN : w[0] ? S_NOT : S_STORED, w);
+    const cp_json *parts = cp_json_get(j, "partitions");
+    for (uint32_t i = 0; parts && parts->type == CP_JSON_ARRAY && i < parts->n; i++) {
+        cp_partition_offsets po;
+        if (cp_offsets_read(parts->items[i], &po, &err)) {
+            snprintf(why, whylen, "contprofd's /api/v1/ingest/offsets: %s", err.msg);
+            cp_json_free(j);
+            return -1;
         }
-        p = next;
+        settle_partition(im, &po);
     }
-    cp_buf_close(&res.body);
+    cp_json_free(j);
     draw_bar(im, 0);
     return 0;
 }

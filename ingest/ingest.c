@@ -30,7 +30,7 @@
 
 typedef struct range {
     int64_t from, to; /* [from, to) */
-    char why[24];
+    char why[CP_OFFSETS_WHY];
 } range;
 
 typedef struct part {
@@ -1472,7 +1472,7 @@ void cp_ingest_get_stats(cp_ingest *in, cp_ingest_stats *out)
     out->lag = cp_gauge_get(&in->lag);
 }
 
-uint32_t cp_ingest_get_partitions(cp_ingest *in, cp_ingest_partition *out, uint32_t max)
+uint32_t cp_ingest_get_partitions(cp_ingest *in, cp_partition_offsets *out, uint32_t max)
 {
     uint32_t n = 0;
     atomic_store(&in->asked_ns, mono_ns());
@@ -1481,7 +1481,7 @@ uint32_t cp_ingest_get_partitions(cp_ingest *in, cp_ingest_partition *out, uint3
         const part *p = &in->parts.v[i];
         if (!p->seen) continue;
         if (n < max) {
-            cp_ingest_partition *o = &out[n];
+            cp_partition_offsets *o = &out[n];
             o->partition = (int32_t)i;
             o->stored = p->durable;
             o->known_from = p->known_from;

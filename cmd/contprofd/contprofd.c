@@ -76,8 +76,7 @@ static void usage(FILE *f)
 static void ingest_stats_cb(void *arg, cp_api_ingest_stats *out)
 {
     enum { MAXP = 256 };
-    static cp_ingest_partition ip[MAXP];
-    static cp_api_partition ap[MAXP];
+    static cp_partition_offsets parts[MAXP];
     static cp_thread_owner loop_thread;
     CP_ASSERT_THREAD(&loop_thread, "loop thread only");
     daemon_t *d = arg;
@@ -93,21 +92,9 @@ static void ingest_stats_cb(void *arg, cp_api_ingest_stats *out)
     out->topic = d->cfg.topic && *d->cfg.topic ? d->cfg.topic : CP_TOPIC_PROFILES;
     out->max_message_bytes = d->broker ? CP_BROKER_MAX_MESSAGE_BYTES : 0;
     out->max_in_flight_bytes = d->broker ? CP_BROKER_MAX_IN_FLIGHT_BYTES : 64u << 20;
-    uint32_t n = cp_ingest_get_partitions(d->ingest, ip, MAXP);
+    uint32_t n = cp_ingest_get_partitions(d->ingest, parts, MAXP);
     out->nparts = n < MAXP ? n : MAXP;
-    for (uint32_t i = 0; i < out->nparts; i++) {
-        ap[i].partition = ip[i].partition;
-        ap[i].stored = ip[i].stored;
-        ap[i].known_from = ip[i].known_from;
-        ap[i].lost = ip[i].lost;
-        ap[i].nranges = ip[i].nranges < CP_API_RANGES ? ip[i].nranges : CP_API_RANGES;
-        for (uint32_t k = 0; k < ap[i].nranges; k++) {
-            ap[i].not_stored[k].from = ip[i].not_stored[k].from;
-            ap[i].not_stored[k].to = ip[i].not_stored[k].to;
-            ap[i].not_stored[k].why = ip[i].not_stored[k].why;
-        }
-    }
-    out->parts = ap;
+    out->parts = parts;
 }
 
 /* Every 5 s: logs it if ingest has stopped for good. */
