@@ -67,14 +67,16 @@ typedef enum cp_dlq_reason {
 const char *cp_dlq_reason_name(int reason);
 
 typedef struct cp_ingest_stats {
-    uint64_t messages;   /* consumed (all outcomes) */
-    uint64_t bytes;      /* payload bytes consumed */
-    uint64_t windows;    /* stored */
-    uint64_t duplicates; /* dropped by (producer, sequence) */
-    uint64_t skipped;    /* below the stored offset (already stored) */
+    uint64_t messages;      /* consumed (all outcomes) */
+    uint64_t bytes;         /* payload bytes consumed */
+    uint64_t windows;       /* stored */
+    uint64_t duplicates;    /* dropped by (producer, sequence) */
+    uint64_t skipped;       /* below the stored offset (already stored) */
+    uint64_t sequence_gaps; /* envelopes agents numbered that ingest never read */
     uint64_t dlq[CP_DLQ_NREASONS];
     uint64_t dlq_failed; /* bad messages whose DLQ produce failed (still skipped) */
-    uint64_t gap;        /* messages lost because the broker dropped them before we read */
+    uint64_t gap;        /* messages lost because the broker dropped them before we read: the sum
+                            of the partitions' lost (contprof_ingest_lost_total) */
     uint64_t batches;    /* LevelDB writes */
     int64_t lag;         /* messages behind the high watermarks of the assigned
                             partitions; -1 while unknown */
