@@ -71,7 +71,7 @@ static int running_and_prune(cp_store *store, const char *tenant, int64_t now, u
     uint32_t nold = 0;
     if (!rc && !old) rc = cp_err_set(err, CP_ENOMEM, "capture records");
     for (uint32_t i = 0; !rc && i < l.n; i++) {
-        if (!l.v[i].cancelled && l.v[i].end_ns > now)
+        if (cp_capture_live(&l.v[i], now))
             (*running)++;
         else
             old[nold++] = &l.v[i];
@@ -229,14 +229,14 @@ static void keep_peer_record(const cp_capture_call *c, cp_http_response *r)
     int known = rc == 0, was_cancelled = known && old.cancelled;
     if (known) cp_capture_close(&old);
     uint32_t running = 0;
-    if ((rc == 0 || rc == CP_ENOTFOUND) && !known && !cap.cancelled && cap.end_ns > now)
+    if ((rc == 0 || rc == CP_ENOTFOUND) && !known && cp_capture_live(&cap, now))
         rc = running_and_prune(c->store, cap.tenant, now, &running, &err);
     if (rc && rc != CP_ENOTFOUND)
         cp_http_error(r, 500, "%s", err.msg);
     else if (was_cancelled && !cap.cancelled)
         cp_http_error(
             r, 409, "capture %s is cancelled here: a cancelled capture does not run again", cap.id);
-    else if (!known && !cap.cancelled && cap.end_ns > now && running >= c->o->max_concurrent)
+    else if (!known && cp_capture_live(&cap, now) && running >= c->o->max_concurrent)
         cp_http_error(r, 429,
                       "capture record %s from a peer: tenant %s has %u captures running here, "
                       "the limit captures.max_concurrent is %u",
@@ -450,7 +450,7 @@ static int live_refresh(cp_store *store, int64_t now, cp_err *err)
     g_live.gen = gen;
     g_live.first_end_ns = INT64_MAX;
     for (uint32_t i = 0; i < all.n; i++) {
-        int live = !all.v[i].cancelled && all.v[i].end_ns > now;
+        int live = cp_capture_live(&all.v[i], now);
         if (live && !cp_vec_push(&g_live.l, all.v[i])) {
             if (all.v[i].end_ns < g_live.first_end_ns) g_live.first_end_ns = all.v[i].end_ns;
             memset(&all.v[i], 0, sizeof all.v[i]); /* g_live's now */
@@ -474,7 +474,7 @@ void cp_capture_ep_control(const cp_capture_call *c, cp_http_response *r)
         return;
     }
     for (uint32_t i = 0; !rc && i < g_live.l.n; i++)
-        if (g_live.l.v[i].end_ns > now && strcmp(g_live.l.v[i].tenant, c->q->tenant) == 0)
+        if (cp_capture_live(&g_live.l.v[i], now) && strcmp(g_live.l.v[i].tenant, c->q->tenant) == 0)
             rc = cp_control_list_append(&r->body, &g_live.l.v[i], c->token);
     pthread_mutex_unlock(&g_live.mu);
     if (rc) {
@@ -688,7 +688,7 @@ void cp_capture_ep_delete(const cp_capture_call *c, cp_http_response *r)
     int64_t now = cp_now_ns();
     if (!c->o->publish) {
         cp_http_error(r, 503, "this server does not run captures (no control topic)");
-    } else if (!cap.cancelled && cap.end_ns > now) {
+    } else if (cp_capture_live(&cap, now)) {
         cap.cancelled = 1;
         if (!store_and_publish(c, &cap, r)) cp_log_info("capture %s cancelled", cap.id);
     }

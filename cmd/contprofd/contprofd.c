@@ -157,7 +157,7 @@ static void resume_captures(daemon_t *d)
     uint32_t resumed = 0;
     for (uint32_t i = 0; i < l.n; i++) {
         const cp_capture *c = &l.v[i];
-        if (c->cancelled || c->end_ns <= now) {
+        if (!cp_capture_live(c, now)) {
             /* ended: reported once, at the first start after its end */
             if (c->end_ns > now - 24LL * 3600 * 1000000000)
                 cp_log_info("capture %s of tenant %s %s at %.3f (its answer stays at GET "
