@@ -135,113 +135,6 @@ static int produce_profiles(void *arg, const cp_pyro_message *msgs, size_t n, cp
     return rc;
 }
 
-static const char *token_of(const cp_config *cfg, const char *tenant)
-{
-    for (uint32_t i = 0; i < cfg->tokens.n; i++)
-        if (strcmp(cfg->tokens.v[i].key, tenant) == 0) return cfg->tokens.v[i].value;
-    return NULL;
-}
-
-/* At start-up: every capture still running is published again (the embedded broker's
- * control topic began empty; on a Kafka cluster this repeats its latest state), and every
- * other one that ended since is reported in the log. Nothing is dropped silently. */
-static void resume_captures(daemon_t *d)
-{
-    cp_capture_list l = {0};
-    cp_err err = {0};
-    if (cp_store_captures(d->store, NULL, &l, &err)) {
-        cp_log_error("captures: cannot read the stored captures: %s", err.msg);
-        return;
-    }
-    int64_t now = cp_now_ns();
-    uint32_t resumed = 0;
-    for (uint32_t i = 0; i < l.n; i++) {
-        const cp_capture *c = &l.v[i];
-        if (!cp_capture_live(c, now)) {
-            /* ended: reported once, at the first start after its end */
-            if (c->end_ns > now - 24LL * 3600 * 1000000000)
-                cp_log_info("capture %s of tenant %s %s at %.3f (its answer stays at GET "
-                            "/api/v1/captures/%s)",
-                            c->id, c->tenant, c->cancelled ? "was cancelled" : "ended",
-                            (double)c->end_ns / 1e9, c->id);
-            continue;
-        }
-        if (publish_capture(d, c, token_of(&d->cfg, c->tenant), &err))
-            cp_log_error("capture %s of tenant %s still runs until %.3f but could not be "
-                         "published again: %s",
-                         c->id, c->tenant, (double)c->end_ns / 1e9, err.msg);
-        else {
-            cp_log_info("capture %s of tenant %s resumed after the restart (%.1f s left)", c->id,
-                        c->tenant, (double)(c->end_ns - now) / 1e9);
-            resumed++;
-        }
-    }
-    if (l.n) cp_log_info("captures: %u stored, %u resumed", l.n, resumed);
-    cp_capture_list_close(&l);
-}
-
-/* A running capture a peer holds: kept here if this node does not hold it. */
-typedef struct pulled {
-    daemon_t *d;
-    const char *tenant, *token;
-    uint32_t kept;
-} pulled;
-
-static void keep_pulled(const uint8_t *v, size_t len, void *arg)
-{
-    pulled *p = arg;
-    cp_capture c, have;
-    cp_err err = {0};
-    if (cp_capture_decode(v, len, &c, &err)) {
-        cp_log_warn("captures: a peer's capture does not decode (skipped): %s", err.msg);
-        return;
-    }
-    if (strcmp(c.tenant, p->tenant) != 0 || (p->token && !cp_envelope_verify(v, len, p->token))) {
-        cp_log_warn("captures: a peer sent capture %s of tenant %s unsigned or for another "
-                    "tenant (skipped)",
-                    c.id, c.tenant);
-    } else if (cp_store_get_capture(p->d->store, c.tenant, c.id, &have, &err) == CP_ENOTFOUND) {
-        if (cp_store_put_capture(p->d->store, &c, &err))
-            cp_log_error("captures: keeping peer capture %s: %s", c.id, err.msg);
-        else
-            p->kept++;
-    } else {
-        cp_capture_close(&have);
-    }
-    cp_capture_close(&c);
-}
-
-/* At start-up, in a cluster: the captures running on the peers that this node does not hold
- * (accepted while it was down), kept here, so that the agents polling it hear them. A peer
- * that does not answer within 1 s is logged and skipped. */
-static void pull_peer_captures(daemon_t *d)
-{
-    uint32_t ntenants = d->cfg.tokens.n ? d->cfg.tokens.n : 1;
-    for (uint32_t i = 0; i < cp_fanout_npeers(d->fanout); i++) {
-        const char *peer = cp_fanout_peer(d->fanout, i);
-        pulled p = {d, CP_DEFAULT_TENANT, NULL, 0};
-        for (uint32_t t = 0; t < ntenants; t++) {
-            if (d->cfg.tokens.n) {
-                p.tenant = d->cfg.tokens.v[t].key;
-                p.token = d->cfg.tokens.v[t].value;
-            }
-            cp_http_result r;
-            cp_err err = {0};
-            if (cp_http_get(peer, "/api/v1/control/captures", p.token, 1000, 1u << 20, &r, &err)) {
-                cp_log_warn("captures: peer %s not asked for its running captures: %s", peer,
-                            err.msg);
-                break;
-            }
-            if (r.status != 200 ||
-                cp_control_list_split(r.body.data, r.body.len, keep_pulled, &p) < 0)
-                cp_log_warn("captures: peer %s answered %d, not a capture list, for tenant %s",
-                            peer, r.status, p.tenant);
-            cp_buf_close(&r.body);
-        }
-        if (p.kept) cp_log_info("captures: %u running on peer %s kept here", p.kept, peer);
-    }
-}
-
 /* ---- the relay ---------------------------------------------------------------------- */
 
 /* This host's relay (collector/relay/README.md): processes here hand their windows to it
@@ -780,8 +673,9 @@ static int kafka_start(daemon_t *d, cp_err *err)
                             d->cfg.topic && *d->cfg.topic ? d->cfg.topic : CP_TOPIC_PROFILES,
                             &d->profiles, err))
         return err->code;
-    resume_captures(d);
-    pull_peer_captures(d);
+    const char *const *tt = (const char *const *)d->tenant_tokens;
+    cp_capture_resume(d->store, publish_capture, d, tt);
+    cp_capture_pull_peers(d->store, d->fanout, tt);
     return 0;
 }
 
