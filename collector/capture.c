@@ -136,7 +136,7 @@ static void on_message(const uint8_t *v, size_t len, void *arg)
     if (k) {
         k->heard = C.poll_no;
         if (k->ending) goto done; /* ended here: a later message does not restart it */
-        if (c.cancelled || c.end_ns <= now) {
+        if (!cp_capture_live(&c, now)) {
             end_capture(k);
             goto done;
         }
@@ -153,7 +153,7 @@ static void on_message(const uint8_t *v, size_t len, void *arg)
         }
         goto done;
     }
-    if (c.cancelled || c.end_ns <= now) {
+    if (!cp_capture_live(&c, now)) {
         C.expired++;
         goto done;
     }

@@ -11,6 +11,8 @@
 #include "heapsnap.h"
 #include "hmac.h"
 #include "http_client.h"
+#include "json.h"
+#include "offsets.h"
 #include "pprof.h"
 #include "times.h"
 
@@ -227,19 +229,43 @@ static size_t wire_bytes(imp *im, const cp_buf *msg, int pprof_gz)
     return est < worst ? est : worst;
 }
 
-/* Reads one "name":number of the object starting at p (up to its end), or dflt. */
-static int64_t json_num(const char *p, const char *end, const char *name, int64_t dflt)
+/* Settles each delivered window of partition po that lies below its stored offset: stored,
+ * not stored (in one of its not_stored ranges: refused to the DLQ or dropped by the
+ * broker), or unknown (below known_from: contprofd no longer knows). */
+static void settle_partition(imp *im, const cp_partition_offsets *po)
 {
-    char k[48];
-    snprintf(k, sizeof k, "\"%s\":", name);
-    const char *f = strstr(p, k);
-    if (!f || (end && f > end)) return dflt;
-    return strtoll(f + strlen(k), NULL, 10);
+    int32_t part = po->partition;
+    for (uint32_t i = 0; i < im->sent.n; i++) {
+        sent *r = &im->sent.v[i];
+        if (r->state != S_DELIVERED || r->partition != part || r->offset >= po->stored) continue;
+        char w[160] = "";
+        int unknown = r->offset < po->known_from;
+        if (unknown)
+            snprintf(w, sizeof w,
+                     "unknown: contprofd no longer knows whether offset %lld of "
+                     "partition %d was stored",
+                     (long long)r->offset, part);
+        for (uint32_t k = 0; k < po->nranges && !w[0]; k++) {
+            const cp_offsets_range *q = &po->not_stored[k];
+            if (r->offset < q->from || r->offset >= q->to) continue;
+            if (!strncmp(q->why, "dlq:", 4))
+                snprintf(w, sizeof w,
+                         "refused by contprofd (%s; the message is in the "
+                         "dead-letter topic, its log says why)",
+                         q->why + 4);
+            else
+                snprintf(w, sizeof w,
+                         "dropped by the broker before contprofd read it "
+                         "(partition %d offset %lld)",
+                         part, (long long)r->offset);
+        }
+        settle(im, r, unknown ? S_UNKNOWN : w[0] ? S_NOT : S_STORED, w);
+    }
 }
 
 /* Asks contprofd which offsets are stored and settles what it can. 0; -1 with why when it
- * cannot be asked (down, restarting, an error answer); -2 with why when its ingest says it
- * is not running. */
+ * cannot be asked (down, restarting, an error answer, an answer that does not read); -2
+ * with why when its ingest says it is not running. */
 static int poll_offsets(imp *im, char *why, size_t whylen)
 {
     cp_http_result res;
@@ -247,60 +273,40 @@ static int poll_offsets(imp *im, char *why, size_t whylen)
         http_get(im->server, "/api/v1/ingest/offsets", im->token, 1 << 20, &res, why, whylen);
     if (!body) return -1;
     im->last_poll_ns = cp_mono_ns();
-    if (strstr(body, "\"running\":false")) {
+    cp_json *j = NULL;
+    cp_err err = {0};
+    int rc = cp_json_parse(body, res.body.len, &j, &err);
+    cp_buf_close(&res.body);
+    if (rc) {
+        snprintf(why, whylen, "contprofd's /api/v1/ingest/offsets: %s", err.msg);
+        return -1;
+    }
+    const cp_json *running = cp_json_get(j, "running");
+    if (running && running->type == CP_JSON_BOOL && !running->num) {
         snprintf(why, whylen,
                  "contprofd's ingest is not running (its log and /metrics say why); what is "
                  "sent cannot be stored");
-        cp_buf_close(&res.body);
+        cp_json_free(j);
         return -2;
     }
     if (!im->budget) {
-        im->max_message = (uint64_t)json_num(body, NULL, "max_message_bytes", 0);
-        im->budget = (uint64_t)json_num(body, NULL, "max_in_flight_bytes", 0);
-        im->retention_raw_s = json_num(body, NULL, "retention_raw_s", 0);
-        im->retention_rollup_s = json_num(body, NULL, "retention_rollup_s", 0);
+        im->max_message = (uint64_t)cp_json_int(cp_json_get(j, "max_message_bytes"), 0);
+        im->budget = (uint64_t)cp_json_int(cp_json_get(j, "max_in_flight_bytes"), 0);
+        im->retention_raw_s = cp_json_int(cp_json_get(j, "retention_raw_s"), 0);
+        im->retention_rollup_s = cp_json_int(cp_json_get(j, "retention_rollup_s"), 0);
         if (!im->budget) im->budget = 3u << 20;
     }
-    const char *p = strstr(body, "\"partitions\":[");
-    while (p && (p = strstr(p, "{\"partition\":"))) {
-        const char *next = strstr(p + 1, "{\"partition\":");
-        int32_t part = (int32_t)json_num(p, next, "partition", -1);
-        int64_t stored = json_num(p, next, "stored", -1);
-        int64_t known = json_num(p, next, "known_from", 0);
-        for (uint32_t i = 0; i < im->sent.n; i++) {
-            sent *r = &im->sent.v[i];
-            if (r->state != S_DELIVERED || r->partition != part || r->offset >= stored) continue;
-            char w[160] = "";
-            int unknown = r->offset < known;
-            if (unknown)
-                snprintf(w, sizeof w,
-                         "unknown: contprofd no longer knows whether offset %lld of "
-                         "partition %d was stored",
-                         (long long)r->offset, part);
-            /* the unstored ranges of this partition: {"from":A,"to":B,"why":"..."} */
-            for (const char *q = strstr(p, "{\"from\":"); q && (!next || q < next) && !w[0];
-                 q = strstr(q + 1, "{\"from\":")) {
-                int64_t from = json_num(q, NULL, "from", 0), to = json_num(q, NULL, "to", 0);
-                if (r->offset < from || r->offset >= to) continue;
-                const char *y = strstr(q, "\"why\":\"");
-                char reason[32] = "";
-                if (y) snprintf(reason, sizeof reason, "%.*s", (int)strcspn(y + 7, "\""), y + 7);
-                if (!strncmp(reason, "dlq:", 4))
-                    snprintf(w, sizeof w,
-                             "refused by contprofd (%s; the message is in the "
-                             "dead-letter topic, its log says why)",
-                             reason + 4);
-                else
-                    snprintf(w, sizeof w,
-                             "dropped by the broker before contprofd read it "
-                             "(partition %d offset %lld)",
-                             part, (long long)r->offset);
-            }
-            settle(im, r, unknown ? S_UNKNOWN : w[0] ? S_NOT : S_STORED, w);
+    const cp_json *parts = cp_json_get(j, "partitions");
+    for (uint32_t i = 0; parts && parts->type == CP_JSON_ARRAY && i < parts->n; i++) {
+        cp_partition_offsets po;
+        if (cp_offsets_read(parts->items[i], &po, &err)) {
+            snprintf(why, whylen, "contprofd's /api/v1/ingest/offsets: %s", err.msg);
+            cp_json_free(j);
+            return -1;
         }
-        p = next;
+        settle_partition(im, &po);
     }
-    cp_buf_close(&res.body);
+    cp_json_free(j);
     draw_bar(im, 0);
     return 0;
 }
@@ -786,139 +792,145 @@ static int check_labels(const imp *im)
     return 0;
 }
 
-int cp_cmd_import(int argc, char **argv)
+/* What the command line asks beyond the importer's own state. */
+typedef struct import_args {
+    const char *server, *brokers, *token;
+    int no_wait;
+} import_args;
+
+/* A --label's NAME=VALUE checked (the name's form, not service, the value's length and
+ * bytes): 0, or 2 with the cause printed. */
+static int check_label_arg(const char *v)
 {
-    imp im = {0};
-    const char *server = NULL, *brokers = NULL, *token = getenv("CONTPROF_TOKEN");
-    im.tenant = CP_DEFAULT_TENANT;
-    im.service = "import";
-    char **files = calloc((size_t)argc + 1, sizeof *files);
-    im.labels = calloc((size_t)argc + 1, sizeof *im.labels);
-    int nfiles = 0, rc = 0, no_wait = 0;
-    char *fetched = NULL;
-    im.timeout_s = (double)CP_DEFAULT_CLIENT_TIMEOUT_NS / 1e9;
-    if (!files || !im.labels) return 1;
+    const char *eq = strchr(v, '=');
+    char name[CP_LABEL_NAME_MAX + 2] = {0};
+    if (eq && (size_t)(eq - v) <= CP_LABEL_NAME_MAX) memcpy(name, v, (size_t)(eq - v));
+    if (!eq || !cp_label_name_valid(name)) {
+        fprintf(stderr,
+                "contprof import: --label %s: expected name=value with a name "
+                "like [A-Za-z_][A-Za-z0-9_]*\n",
+                v);
+        return 2;
+    }
+    if (!strcmp(name, "service")) {
+        fprintf(stderr, "contprof import: --label service=...: give --service instead "
+                        "(one would silently override the other)\n");
+        return 2;
+    }
+    int bad = cp_label_value_check(eq + 1);
+    if (bad < 0) {
+        fprintf(stderr,
+                "contprof import: --label %s: the value is %zu bytes, over the limit of "
+                "%d bytes per label value\n",
+                name, strlen(eq + 1), CP_LABEL_VALUE_MAX);
+        return 2;
+    }
+    if (bad) {
+        fprintf(stderr,
+                "contprof import: --label %s: control character 0x%02x at byte %d of "
+                "the value\n",
+                name, (unsigned char)eq[bad], bad - 1);
+        return 2;
+    }
+    return 0;
+}
+
+/* Reads argv into *im (its files and labels arrays allocated by the caller, argc + 1
+ * long) and *a; returns -1 to go on, else the status to exit with (the cause printed). */
+static int parse_args(int argc, char **argv, imp *im, import_args *a)
+{
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *o = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
             usage(stdout);
-            goto out;
-        } else if (!strcmp(a, "--no-wait")) {
-            no_wait = 1;
-        } else if (a[0] == '-' && a[1] == '-' && !v) {
-            fprintf(stderr, "contprof import: %s needs a value\n", a);
-            rc = 2;
-            goto out;
-        } else if (!strcmp(a, "--server"))
-            server = argv[++i];
-        else if (!strcmp(a, "--brokers"))
-            brokers = argv[++i];
-        else if (!strcmp(a, "--tenant"))
-            im.tenant = argv[++i];
-        else if (!strcmp(a, "--token"))
-            token = argv[++i];
-        else if (!strcmp(a, "--timeout")) {
+            return 0;
+        } else if (!strcmp(o, "--no-wait")) {
+            a->no_wait = 1;
+        } else if (o[0] == '-' && o[1] == '-' && !v) {
+            fprintf(stderr, "contprof import: %s needs a value\n", o);
+            return 2;
+        } else if (!strcmp(o, "--server"))
+            a->server = argv[++i];
+        else if (!strcmp(o, "--brokers"))
+            a->brokers = argv[++i];
+        else if (!strcmp(o, "--tenant"))
+            im->tenant = argv[++i];
+        else if (!strcmp(o, "--token"))
+            a->token = argv[++i];
+        else if (!strcmp(o, "--timeout")) {
             cp_err err = {0};
             int64_t ns = 0;
             if (cp_parse_duration(argv[++i], 0, &ns, &err)) {
                 fprintf(stderr, "contprof import: --timeout: %s\n", err.msg);
-                rc = 2;
-                goto out;
+                return 2;
             }
-            im.timeout_s = (double)ns / 1e9;
-        } else if (!strcmp(a, "--service"))
-            im.service = argv[++i];
-        else if (!strcmp(a, "--label")) {
-            const char *eq = strchr(v, '=');
-            char name[CP_LABEL_NAME_MAX + 2] = {0};
-            if (eq && (size_t)(eq - v) <= CP_LABEL_NAME_MAX) memcpy(name, v, (size_t)(eq - v));
-            if (!eq || !cp_label_name_valid(name)) {
-                fprintf(stderr,
-                        "contprof import: --label %s: expected name=value with a name "
-                        "like [A-Za-z_][A-Za-z0-9_]*\n",
-                        v);
-                rc = 2;
-                goto out;
-            }
-            if (!strcmp(name, "service")) {
-                fprintf(stderr, "contprof import: --label service=...: give --service instead "
-                                "(one would silently override the other)\n");
-                rc = 2;
-                goto out;
-            }
-            int bad = cp_label_value_check(eq + 1);
-            if (bad < 0) {
-                fprintf(stderr,
-                        "contprof import: --label %s: the value is %zu bytes, over the limit of "
-                        "%d bytes per label value\n",
-                        name, strlen(eq + 1), CP_LABEL_VALUE_MAX);
-                rc = 2;
-                goto out;
-            }
-            if (bad) {
-                fprintf(stderr,
-                        "contprof import: --label %s: control character 0x%02x at byte %d of "
-                        "the value\n",
-                        name, (unsigned char)eq[bad], bad - 1);
-                rc = 2;
-                goto out;
-            }
-            im.labels[im.nlabels++] = argv[++i];
-        } else if (!strcmp(a, "--at") || !strcmp(a, "--duration")) {
+            im->timeout_s = (double)ns / 1e9;
+        } else if (!strcmp(o, "--service"))
+            im->service = argv[++i];
+        else if (!strcmp(o, "--label")) {
+            if (check_label_arg(v)) return 2;
+            im->labels[im->nlabels++] = argv[++i];
+        } else if (!strcmp(o, "--at") || !strcmp(o, "--duration")) {
             cp_err err = {0};
-            if (a[2] == 'a' ? cp_parse_time(argv[++i], cp_now_ns(), &im.at, &err)
-                            : cp_parse_duration(argv[++i], 0, &im.dur, &err)) {
-                fprintf(stderr, "contprof import: %s: %s\n", a, err.msg);
-                rc = 2;
-                goto out;
+            if (o[2] == 'a' ? cp_parse_time(argv[++i], cp_now_ns(), &im->at, &err)
+                            : cp_parse_duration(argv[++i], 0, &im->dur, &err)) {
+                fprintf(stderr, "contprof import: %s: %s\n", o, err.msg);
+                return 2;
             }
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "contprof import: unknown option %s\n", a);
+        } else if (o[0] == '-' && o[1]) {
+            fprintf(stderr, "contprof import: unknown option %s\n", o);
             usage(stderr);
-            rc = 2;
-            goto out;
+            return 2;
         } else {
-            files[nfiles++] = argv[i];
+            im->files[im->nfiles++] = argv[i];
         }
     }
-    if (!nfiles) {
+    if (!im->nfiles) {
         usage(stderr);
-        rc = 2;
-        goto out;
+        return 2;
     }
-    if ((rc = check_labels(&im)) != 0) goto out;
-    if (server && brokers) {
+    int rc = check_labels(im);
+    if (rc) return rc;
+    if (a->server && a->brokers) {
         fprintf(stderr, "contprof import: give --server or --brokers, not both\n");
-        rc = 2;
-        goto out;
+        return 2;
     }
-    if (!brokers) {
-        const char *srv = server ? server : CP_DEFAULT_SERVER;
-        char list[4096];
-        cp_err err = {0};
-        int brc = cp_http_get_brokers(srv, token && *token ? token : NULL, list, sizeof list, 30000,
-                                      &err);
-        /* a contprofd that is starting answers before its broker is up: "" for a while */
-        for (int t = 0; brc == CP_ENOTFOUND && t < 100; t++) {
-            usleep(100000);
-            brc = cp_http_get_brokers(srv, token && *token ? token : NULL, list, sizeof list, 30000,
-                                      &err);
-        }
-        if (brc || !(fetched = strdup(list))) {
-            fprintf(stderr, "contprof import: %s\n", brc ? err.msg : "out of memory");
-            rc = 1;
-            goto out;
-        }
-        brokers = fetched;
-        im.server = server ? server : CP_DEFAULT_SERVER;
-        im.wait = !no_wait;
+    return -1;
+}
+
+/* Without --brokers: contprofd's brokers, asked of it (*fetched, freed by the caller),
+ * and the import waits for the store unless --no-wait. 0 or 1 (reported). */
+static int resolve_brokers(imp *im, const import_args *a, char **fetched)
+{
+    im->token = a->token && *a->token ? a->token : NULL;
+    im->brokers = a->brokers;
+    if (a->brokers) return 0;
+    const char *srv = a->server ? a->server : CP_DEFAULT_SERVER;
+    char list[4096];
+    cp_err err = {0};
+    int brc = cp_http_get_brokers(srv, im->token, list, sizeof list, 30000, &err);
+    /* a contprofd that is starting answers before its broker is up: "" for a while */
+    for (int t = 0; brc == CP_ENOTFOUND && t < 100; t++) {
+        usleep(100000);
+        brc = cp_http_get_brokers(srv, im->token, list, sizeof list, 30000, &err);
     }
-    im.token = token && *token ? token : NULL;
-    im.brokers = brokers;
+    if (brc || !(*fetched = strdup(list))) {
+        fprintf(stderr, "contprof import: %s\n", brc ? err.msg : "out of memory");
+        return 1;
+    }
+    im->brokers = *fetched;
+    im->server = srv;
+    im->wait = !a->no_wait;
+    return 0;
+}
+
+/* The idempotent producer to im->brokers, its delivery reports to dr_cb. 0 or 1. */
+static int producer_create(imp *im)
+{
     char es[512];
     rd_kafka_conf_t *c = rd_kafka_conf_new();
-    if (rd_kafka_conf_set(c, "bootstrap.servers", brokers, es, sizeof es) ||
+    if (rd_kafka_conf_set(c, "bootstrap.servers", im->brokers, es, sizeof es) ||
         rd_kafka_conf_set(c, "enable.idempotence", "true", es, sizeof es) ||
         rd_kafka_conf_set(c, "compression.type", "lz4", es, sizeof es) ||
         rd_kafka_conf_set(c, "message.max.bytes", "16777216", es, sizeof es) ||
@@ -926,102 +938,126 @@ int cp_cmd_import(int argc, char **argv)
         rd_kafka_conf_set(c, "message.timeout.ms", "60000", es, sizeof es)) {
         fprintf(stderr, "contprof import: kafka: %s\n", es);
         rd_kafka_conf_destroy(c);
-        rc = 1;
-        goto out;
+        return 1;
     }
     rd_kafka_conf_set_dr_msg_cb(c, dr_cb);
-    rd_kafka_conf_set_opaque(c, &im);
-    im.rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, es, sizeof es);
-    if (!im.rk) {
+    rd_kafka_conf_set_opaque(c, im);
+    im->rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, es, sizeof es);
+    if (!im->rk) {
         fprintf(stderr, "contprof import: kafka: %s\n", es);
         rd_kafka_conf_destroy(c);
-        rc = 1;
-        goto out;
+        return 1;
     }
-    im.files = files;
-    im.nfiles = nfiles;
-    if (order_by_time(files, nfiles) || run_id(files, nfiles, im.run)) {
-        rc = 1;
-        goto out;
-    }
-    im.bar = isatty(2);
-    im.last_progress_ns = cp_mono_ns();
+    return 0;
+}
+
+/* Sends every file in time order, then waits until everything produced is stored,
+ * refused or given up. *bad = files refused; *stopped = the first file not sent, or -1. */
+static void send_files(imp *im, int *bad, int *stopped)
+{
     char why[400];
-    if (im.wait) {
-        /* the limits of the broker path, and whether this contprofd can say what is stored */
-        if (poll_offsets(&im, why, sizeof why)) {
-            fprintf(stderr,
-                    "contprof import: cannot ask contprofd what is stored: %s (give --no-wait "
-                    "to send without waiting)\n",
-                    why);
-            rc = 1;
-            goto out;
-        }
+    *bad = 0;
+    *stopped = -1;
+    for (int i = 0; i < im->nfiles && *stopped < 0; i++) {
+        int r = import_file(im, i);
+        *bad += r == 1; /* 2: sending stopped, reported below */
+        if (r == 2) *stopped = i;
+        rd_kafka_poll(im->rk, 0);
+        poll_ahead(im);
+        draw_bar(im, 0);
     }
-    int bad = 0, stopped = -1;
-    for (int i = 0; i < nfiles && stopped < 0; i++) {
-        int r = import_file(&im, i);
-        bad += r == 1; /* 2: sending stopped, reported below */
-        if (r == 2) stopped = i;
-        rd_kafka_poll(im.rk, 0);
-        poll_ahead(&im);
-        draw_bar(&im, 0);
-    }
-    /* until everything produced is stored, refused or given up */
-    while (stopped < 0 && im.nstored + im.nnot + im.nunknown < (int)im.sent.n)
-        if (wait_some(&im, why, sizeof why)) {
+    while (*stopped < 0 && im->nstored + im->nnot + im->nunknown < (int)im->sent.n)
+        if (wait_some(im, why, sizeof why)) {
             fprintf(stderr, "contprof import: waiting for the store: %s\n", why);
             break;
         }
-    if (!im.restarted) rd_kafka_flush(im.rk, 10000);
+    if (!im->restarted) rd_kafka_flush(im->rk, 10000);
     /* what is still queued never left: surely not stored; in flight: unknown (dr_cb) */
-    rd_kafka_purge(im.rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-    rd_kafka_poll(im.rk, 100);
-    draw_bar(&im, 1);
-    if (im.bar) fputc('\n', stderr);
+    rd_kafka_purge(im->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    rd_kafka_poll(im->rk, 100);
+    draw_bar(im, 1);
+    if (im->bar) fputc('\n', stderr);
+}
+
+/* What was stored, not stored and unknown, per window and in sum; the exit status. */
+static int report(imp *im, int bad, int stopped)
+{
     /* "not stored" only of windows known not to be; the rest that is not confirmed stored is
      * "unknown" (contprofd died, restarted, forgot, or did not answer in time) */
     int listed = 0;
-    for (uint32_t k = 0; k < im.sent.n; k++) {
-        sent *r = &im.sent.v[k];
+    for (uint32_t k = 0; k < im->sent.n; k++) {
+        sent *r = &im->sent.v[k];
         if (r->state == S_STORED) continue;
         if (r->state == S_DELIVERED) {
-            settle(&im, r, S_UNKNOWN, "unknown: delivered, but contprofd did not confirm it");
+            settle(im, r, S_UNKNOWN, "unknown: delivered, but contprofd did not confirm it");
         } else if (r->state == S_QUEUED) {
-            settle(&im, r, S_UNKNOWN, "unknown: never confirmed delivered to Kafka");
+            settle(im, r, S_UNKNOWN, "unknown: never confirmed delivered to Kafka");
         }
         if (listed++ < 20)
-            fprintf(stderr, "contprof import: %s (%s): %s%s\n", files[r->file],
+            fprintf(stderr, "contprof import: %s (%s): %s%s\n", im->files[r->file],
                     cp_kind_name(r->kind), r->state == S_NOT ? "not stored: " : "", r->why);
     }
     if (listed > 20)
         fprintf(stderr, "contprof import: ... and %d more not stored or unknown\n", listed - 20);
     if (stopped >= 0)
         fprintf(stderr, "contprof import: stopped: %d file(s) from %s on were not sent\n",
-                nfiles - stopped, files[stopped]);
-    if (im.wait)
+                im->nfiles - stopped, im->files[stopped]);
+    if (im->wait)
         fprintf(stderr, "contprof import: %d of %u window(s) from %d file(s) stored%s\n",
-                im.nstored, im.sent.n, nfiles, bad ? "; some files were refused (see above)" : "");
+                im->nstored, im->sent.n, im->nfiles,
+                bad ? "; some files were refused (see above)" : "");
     else
         fprintf(stderr,
                 "contprof import: %d of %u window(s) from %d file(s) delivered to Kafka at %s "
                 "(not waiting for the store)%s\n",
-                im.nstored, im.sent.n, nfiles, brokers,
+                im->nstored, im->sent.n, im->nfiles, im->brokers,
                 bad ? "; some files were refused (see above)" : "");
-    if (im.wait && (im.nnot || im.nunknown))
-        fprintf(stderr, "contprof import: %d window(s) not stored, %d unknown\n", im.nnot,
-                im.nunknown);
-    if (im.wait && (im.nunknown || im.nnot || stopped >= 0))
+    if (im->wait && (im->nnot || im->nunknown))
+        fprintf(stderr, "contprof import: %d window(s) not stored, %d unknown\n", im->nnot,
+                im->nunknown);
+    if (im->wait && (im->nunknown || im->nnot || stopped >= 0))
         fprintf(stderr, "contprof import: to store what is missing, run the same command again: a "
                         "window already stored is dropped by contprofd as a duplicate (import is "
                         "idempotent per file content, labels and --at/--duration)\n");
-    rc = bad || stopped >= 0 || im.nstored < (int)im.sent.n ? 1 : 0;
+    return bad || stopped >= 0 || im->nstored < (int)im->sent.n ? 1 : 0;
+}
+
+int cp_cmd_import(int argc, char **argv)
+{
+    imp im = {0};
+    import_args a = {.token = getenv("CONTPROF_TOKEN")};
+    im.tenant = CP_DEFAULT_TENANT;
+    im.service = "import";
+    im.files = calloc((size_t)argc + 1, sizeof *im.files);
+    im.labels = calloc((size_t)argc + 1, sizeof *im.labels);
+    im.timeout_s = (double)CP_DEFAULT_CLIENT_TIMEOUT_NS / 1e9;
+    char *fetched = NULL;
+    int rc = 1, bad, stopped;
+    if (!im.files || !im.labels) goto out;
+    if ((rc = parse_args(argc, argv, &im, &a)) >= 0) goto out;
+    rc = 1;
+    if (resolve_brokers(&im, &a, &fetched) || producer_create(&im) ||
+        order_by_time(im.files, im.nfiles) || run_id(im.files, im.nfiles, im.run))
+        goto out;
+    im.bar = isatty(2);
+    im.last_progress_ns = cp_mono_ns();
+    char why[400];
+    /* the limits of the broker path, and whether this contprofd can say what is stored */
+    if (im.wait && poll_offsets(&im, why, sizeof why)) {
+        fprintf(stderr,
+                "contprof import: cannot ask contprofd what is stored: %s (give --no-wait "
+                "to send without waiting)\n",
+                why);
+        goto out;
+    }
+    send_files(&im, &bad, &stopped);
+    rc = report(&im, bad, stopped);
 out:
     if (im.rk) rd_kafka_destroy(im.rk);
     free(im.sent.v);
     cp_buf_close(&im.lz4);
     free(fetched);
-    free(files);
+    free(im.files);
     free(im.labels);
     return rc;
 }

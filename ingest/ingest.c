@@ -30,7 +30,7 @@
 
 typedef struct range {
     int64_t from, to; /* [from, to) */
-    char why[24];
+    char why[CP_OFFSETS_WHY];
 } range;
 
 typedef struct part {
@@ -121,9 +121,10 @@ struct cp_ingest {
     pthread_mutex_t mu;
     cp_ingest_stats st;
     atomic_uint_fast64_t dlq_failed;
-    /* Counted without mu and registered in the statistics registry (cp_ingest_register_metrics);
+    /* Counted without mu and registered in the statistics registry (counters[] below);
      * cp_ingest_get_stats reads them into st's fields of the same names. */
-    cp_counter messages, bytes, windows, duplicates, dlq_reason[CP_DLQ_NREASONS];
+    cp_counter messages, bytes, windows, duplicates, skipped, batches;
+    cp_counter dlq_reason[CP_DLQ_NREASONS];
     cp_gauge lag;
     cp_gauge_f rate;              /* windows per second, smoothed (rate_tick) */
     int64_t rate_ns;              /* when rate_tick last sampled; ingest thread only */
@@ -234,8 +235,7 @@ static void lost(cp_ingest *in, const char *topic, int32_t pn, part *p, int64_t 
     note_error(in, msg);
     not_stored(in, p, from, to, "lost");
     pthread_mutex_lock(&in->mu);
-    in->st.gap += (uint64_t)(to - from);
-    p->lost += (uint64_t)(to - from);
+    p->lost += (uint64_t)(to - from); /* their sum is cp_ingest_stats.gap */
     pthread_mutex_unlock(&in->mu);
 }
 
@@ -354,8 +354,8 @@ static int commit(cp_ingest *in)
         return rc;
     }
     cp_counter_add(&in->windows, w);
+    cp_counter_add(&in->batches, 1);
     pthread_mutex_lock(&in->mu);
-    in->st.batches++;
     for (uint32_t i = 0; i < in->parts.n; i++)
         if (in->parts.v[i].next >= 0) in->parts.v[i].durable = in->parts.v[i].next;
     pthread_mutex_unlock(&in->mu);
@@ -644,8 +644,8 @@ static int admit(cp_ingest *in, rd_kafka_message_t *m)
     cp_counter_add(&in->bytes, m->len);
     pthread_mutex_lock(&in->mu);
     int skip = !p || !p->assigned || (p->next >= 0 && m->offset < p->next);
-    if (skip) in->st.skipped++;
     pthread_mutex_unlock(&in->mu);
+    if (skip) cp_counter_add(&in->skipped, 1);
     return !skip;
 }
 
@@ -1457,22 +1457,51 @@ int cp_ingest_drain(cp_ingest *in, int64_t timeout_ns)
     return zeros >= 3 || cp_gauge_get(&in->lag) < 0 ? 0 : CP_ELIMIT;
 }
 
+/* Ingest's counters: each registered once in the statistics registry under its name and
+ * read into cp_ingest_stats's field of the same meaning; adding one is adding a row. */
+static const struct {
+    const char *name, *help;
+    size_t counter; /* offsetof(cp_ingest, ...) */
+    size_t stat;    /* offsetof(cp_ingest_stats, ...) */
+} counters[] = {
+    {"contprof_ingest_messages_total", "Kafka messages consumed.", offsetof(cp_ingest, messages),
+     offsetof(cp_ingest_stats, messages)},
+    {"contprof_ingest_windows_total", "Windows written to the store by ingest.",
+     offsetof(cp_ingest, windows), offsetof(cp_ingest_stats, windows)},
+    {"contprof_ingest_bytes_total", "Payload bytes consumed.", offsetof(cp_ingest, bytes),
+     offsetof(cp_ingest_stats, bytes)},
+    {"contprof_ingest_duplicates_total", "Envelopes dropped as duplicates.",
+     offsetof(cp_ingest, duplicates), offsetof(cp_ingest_stats, duplicates)},
+    {"contprof_ingest_sequence_gaps_total",
+     "Envelopes agents numbered that ingest never read, seen across a restart as a gap in a "
+     "producer's sequence (what died with the embedded broker; logged with the range).",
+     offsetof(cp_ingest, seq_lost), offsetof(cp_ingest_stats, sequence_gaps)},
+    {"contprof_ingest_skipped_total",
+     "Messages read below the stored offset (already stored: read again after a rebalance or "
+     "a restart) and not written again.",
+     offsetof(cp_ingest, skipped), offsetof(cp_ingest_stats, skipped)},
+    {"contprof_ingest_batches_total", "Batches written to the store (one LevelDB write each).",
+     offsetof(cp_ingest, batches), offsetof(cp_ingest_stats, batches)},
+};
+
 void cp_ingest_get_stats(cp_ingest *in, cp_ingest_stats *out)
 {
     pthread_mutex_lock(&in->mu);
     *out = in->st;
+    out->gap = 0;
+    for (uint32_t i = 0; i < in->parts.n; i++)
+        out->gap += in->parts.v[i].lost;
     pthread_mutex_unlock(&in->mu);
     out->dlq_failed = atomic_load(&in->dlq_failed);
-    out->messages = cp_counter_get(&in->messages);
-    out->bytes = cp_counter_get(&in->bytes);
-    out->windows = cp_counter_get(&in->windows);
-    out->duplicates = cp_counter_get(&in->duplicates);
+    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
+        *(uint64_t *)((char *)out + counters[i].stat) =
+            cp_counter_get((cp_counter *)((char *)in + counters[i].counter));
     for (int r = 0; r < CP_DLQ_NREASONS; r++)
         out->dlq[r] = cp_counter_get(&in->dlq_reason[r]);
     out->lag = cp_gauge_get(&in->lag);
 }
 
-uint32_t cp_ingest_get_partitions(cp_ingest *in, cp_ingest_partition *out, uint32_t max)
+uint32_t cp_ingest_get_partitions(cp_ingest *in, cp_partition_offsets *out, uint32_t max)
 {
     uint32_t n = 0;
     atomic_store(&in->asked_ns, mono_ns());
@@ -1481,7 +1510,7 @@ uint32_t cp_ingest_get_partitions(cp_ingest *in, cp_ingest_partition *out, uint3
         const part *p = &in->parts.v[i];
         if (!p->seen) continue;
         if (n < max) {
-            cp_ingest_partition *o = &out[n];
+            cp_partition_offsets *o = &out[n];
             o->partition = (int32_t)i;
             o->stored = p->durable;
             o->known_from = p->known_from;
@@ -1590,6 +1619,11 @@ static int ingest_collect(void *arg, cp_metrics_out *o)
         {"contprof_ingest_dlq_truncated_total",
          "Messages too large for the DLQ, sent there truncated.", CP_METRIC_COUNTER,
          st->dlq_truncated},
+        {"contprof_ingest_partitions", "Partitions assigned to this consumer.", CP_METRIC_GAUGE,
+         st->partitions},
+        {"contprof_ingest_failed",
+         "1 once ingest stopped for good (contprof_ingest_last_error and the log say why).",
+         CP_METRIC_GAUGE, (uint64_t)st->failed},
     };
     int rc = 0;
     for (size_t i = 0; i < sizeof scalars / sizeof scalars[0] && !rc; i++)
@@ -1607,22 +1641,10 @@ static int ingest_collect(void *arg, cp_metrics_out *o)
 int cp_ingest_register_metrics(cp_ingest *in, cp_metrics *r)
 {
     if (in->metrics) return CP_EINVAL;
-    const struct {
-        const char *name, *help;
-        cp_counter *c;
-    } counters[] = {
-        {"contprof_ingest_messages_total", "Kafka messages consumed.", &in->messages},
-        {"contprof_ingest_windows_total", "Windows written to the store by ingest.", &in->windows},
-        {"contprof_ingest_bytes_total", "Payload bytes consumed.", &in->bytes},
-        {"contprof_ingest_duplicates_total", "Envelopes dropped as duplicates.", &in->duplicates},
-        {"contprof_ingest_sequence_gaps_total",
-         "Envelopes agents numbered that ingest never read, seen across a restart as a gap in a "
-         "producer's sequence (what died with the embedded broker; logged with the range).",
-         &in->seq_lost},
-    };
     int rc = 0;
     for (size_t i = 0; i < sizeof counters / sizeof counters[0] && !rc; i++)
-        rc = cp_metrics_counter(r, in, counters[i].name, counters[i].help, NULL, 0, counters[i].c);
+        rc = cp_metrics_counter(r, in, counters[i].name, counters[i].help, NULL, 0,
+                                (cp_counter *)((char *)in + counters[i].counter));
     if (!rc)
         rc = cp_metrics_gauge_f(r, in, "contprof_ingest_windows_per_second", "Recent ingest rate.",
                                 NULL, 0, 3, &in->rate);

@@ -10,6 +10,7 @@
 
 #include "error.h"
 #include "metrics.h"
+#include "offsets.h"
 #include "pprof.h"
 #include "store.h"
 
@@ -66,14 +67,16 @@ typedef enum cp_dlq_reason {
 const char *cp_dlq_reason_name(int reason);
 
 typedef struct cp_ingest_stats {
-    uint64_t messages;   /* consumed (all outcomes) */
-    uint64_t bytes;      /* payload bytes consumed */
-    uint64_t windows;    /* stored */
-    uint64_t duplicates; /* dropped by (producer, sequence) */
-    uint64_t skipped;    /* below the stored offset (already stored) */
+    uint64_t messages;      /* consumed (all outcomes) */
+    uint64_t bytes;         /* payload bytes consumed */
+    uint64_t windows;       /* stored */
+    uint64_t duplicates;    /* dropped by (producer, sequence) */
+    uint64_t skipped;       /* below the stored offset (already stored) */
+    uint64_t sequence_gaps; /* envelopes agents numbered that ingest never read */
     uint64_t dlq[CP_DLQ_NREASONS];
     uint64_t dlq_failed; /* bad messages whose DLQ produce failed (still skipped) */
-    uint64_t gap;        /* messages lost because the broker dropped them before we read */
+    uint64_t gap;        /* messages lost because the broker dropped them before we read: the sum
+                            of the partitions' lost (contprof_ingest_lost_total) */
     uint64_t batches;    /* LevelDB writes */
     int64_t lag;         /* messages behind the high watermarks of the assigned
                             partitions; -1 while unknown */
@@ -93,27 +96,13 @@ typedef struct cp_ingest_stats {
                                restarted empty, a topic recreated): read from its start */
 } cp_ingest_stats;
 
-/* What became of the offsets of one partition, for senders that wait until what they sent
- * is stored (GET /api/v1/ingest/offsets). Every offset below `stored` was read by this
- * process or an earlier one, and is in the store unless it lies in one of `not_stored`
- * (the DLQ, or dropped by the broker before it was read). The list is complete from
- * `known_from` on: an older offset may have been forgotten (ring of CP_INGEST_RANGES). */
-#define CP_INGEST_RANGES 32
-typedef struct cp_ingest_partition {
-    int32_t partition;
-    int64_t stored;     /* next offset durably written with the data; -1 = none yet */
-    int64_t known_from; /* not_stored lists every such offset at or above this one */
-    uint64_t lost;      /* offsets the broker dropped before they were read */
-    uint32_t nranges;
-    struct {
-        int64_t from, to; /* [from, to) */
-        char why[24];     /* "lost", or "dlq:" and the DLQ reason */
-    } not_stored[CP_INGEST_RANGES];
-} cp_ingest_partition;
+/* What became of the offsets of one partition (model/offsets.h), for senders that wait
+ * until what they sent is stored (GET /api/v1/ingest/offsets). */
+#define CP_INGEST_RANGES CP_OFFSETS_RANGES
 
 /* Copies up to max partitions this process has been assigned (in partition order) into
  * out; returns how many there are (may exceed max). Any thread. */
-uint32_t cp_ingest_get_partitions(cp_ingest *in, cp_ingest_partition *out, uint32_t max);
+uint32_t cp_ingest_get_partitions(cp_ingest *in, cp_partition_offsets *out, uint32_t max);
 
 /* What agents reported losing themselves (the envelope's dropped_windows and
  * dropped_samples), summed per service once per producer and window. */

@@ -54,6 +54,13 @@ void cp_capture_close(cp_capture *c);
  * ceiling). Returns 0 or CP_EINVAL with err naming the field and value. */
 int cp_capture_validate(const cp_capture *c, cp_err *err);
 
+/* 1 while capture c runs at now_ns: neither cancelled nor past its end. The one test of a
+ * capture's liveness: agents, the V8 source, contprofd's API and start-up. */
+static inline int cp_capture_live(const cp_capture *c, int64_t now_ns)
+{
+    return !c->cancelled && c->end_ns > now_ns;
+}
+
 /* Serialises and validates c and appends it to out, then signs with token (if not NULL or
  * "") all of out (cp_envelope_sign): to sign one message, give an empty out. Returns 0, CP_EINVAL
  * or CP_ENOMEM. */

@@ -847,19 +847,8 @@ static void ep_offsets(cp_api *a, const cp_http_request *req, cp_http_response *
                            ",\"partitions\":[",
                            raw / 1000000000, rollup / 1000000000);
     for (uint32_t i = 0; i < in.nparts && !rc; i++) {
-        const cp_api_partition *p = &in.parts[i];
-        rc = cp_buf_printf(b,
-                           "%s{\"partition\":%d,\"stored\":%" PRId64 ",\"known_from\":%" PRId64
-                           ",\"lost\":%" PRIu64 ",\"not_stored\":[",
-                           i ? "," : "", p->partition, p->stored, p->known_from, p->lost);
-        for (uint32_t k = 0; k < p->nranges && k < CP_API_RANGES && !rc; k++) {
-            rc = cp_buf_printf(b,
-                               "%s{\"from\":%" PRId64 ",\"to\":%" PRId64 ",\"why\":", k ? "," : "",
-                               p->not_stored[k].from, p->not_stored[k].to);
-            if (!rc) rc = json_str(b, p->not_stored[k].why ? p->not_stored[k].why : "");
-            if (!rc) rc = cp_buf_printf(b, "}");
-        }
-        if (!rc) rc = cp_buf_printf(b, "]}");
+        rc = cp_buf_printf(b, "%s", i ? "," : "");
+        if (!rc) rc = cp_offsets_write(b, &in.parts[i]);
     }
     if (!rc) rc = cp_fanout_offsets(a->o.fanout, req, r, in.nparts > 0); /* a cluster's */
     if (!rc) rc = cp_buf_printf(b, "]}\n");

@@ -9,6 +9,7 @@
 #include "capture.h"
 #include "http.h"
 #include "metrics.h"
+#include "offsets.h"
 #include "pyro.h"
 #include "store.h"
 #include "symbols.h"
@@ -26,21 +27,8 @@ typedef struct cp_api_ingest_stats {
     uint64_t max_message_bytes;   /* largest message the broker takes; 0 = not known */
     uint64_t max_in_flight_bytes; /* unstored bytes a sender may have in flight */
     uint32_t nparts;
-    const struct cp_api_partition *parts;
+    const cp_partition_offsets *parts; /* model/offsets.h */
 } cp_api_ingest_stats;
-
-/* One partition as ingest reports it (see cp_ingest_partition). */
-#define CP_API_RANGES 32
-typedef struct cp_api_partition {
-    int32_t partition;
-    int64_t stored, known_from;
-    uint64_t lost;
-    uint32_t nranges;
-    struct {
-        int64_t from, to;
-        const char *why;
-    } not_stored[CP_API_RANGES];
-} cp_api_partition;
 
 typedef void (*cp_api_stats_fn)(void *arg, cp_api_ingest_stats *out);
 

@@ -10,7 +10,9 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "envelope.h"
 #include "fanout.h"
+#include "http_client.h"
 #include "json.h"
 #include "log.h"
 #include "selector.h"
@@ -71,7 +73,7 @@ static int running_and_prune(cp_store *store, const char *tenant, int64_t now, u
     uint32_t nold = 0;
     if (!rc && !old) rc = cp_err_set(err, CP_ENOMEM, "capture records");
     for (uint32_t i = 0; !rc && i < l.n; i++) {
-        if (!l.v[i].cancelled && l.v[i].end_ns > now)
+        if (cp_capture_live(&l.v[i], now))
             (*running)++;
         else
             old[nold++] = &l.v[i];
@@ -229,14 +231,14 @@ static void keep_peer_record(const cp_capture_call *c, cp_http_response *r)
     int known = rc == 0, was_cancelled = known && old.cancelled;
     if (known) cp_capture_close(&old);
     uint32_t running = 0;
-    if ((rc == 0 || rc == CP_ENOTFOUND) && !known && !cap.cancelled && cap.end_ns > now)
+    if ((rc == 0 || rc == CP_ENOTFOUND) && !known && cp_capture_live(&cap, now))
         rc = running_and_prune(c->store, cap.tenant, now, &running, &err);
     if (rc && rc != CP_ENOTFOUND)
         cp_http_error(r, 500, "%s", err.msg);
     else if (was_cancelled && !cap.cancelled)
         cp_http_error(
             r, 409, "capture %s is cancelled here: a cancelled capture does not run again", cap.id);
-    else if (!known && !cap.cancelled && cap.end_ns > now && running >= c->o->max_concurrent)
+    else if (!known && cp_capture_live(&cap, now) && running >= c->o->max_concurrent)
         cp_http_error(r, 429,
                       "capture record %s from a peer: tenant %s has %u captures running here, "
                       "the limit captures.max_concurrent is %u",
@@ -450,7 +452,7 @@ static int live_refresh(cp_store *store, int64_t now, cp_err *err)
     g_live.gen = gen;
     g_live.first_end_ns = INT64_MAX;
     for (uint32_t i = 0; i < all.n; i++) {
-        int live = !all.v[i].cancelled && all.v[i].end_ns > now;
+        int live = cp_capture_live(&all.v[i], now);
         if (live && !cp_vec_push(&g_live.l, all.v[i])) {
             if (all.v[i].end_ns < g_live.first_end_ns) g_live.first_end_ns = all.v[i].end_ns;
             memset(&all.v[i], 0, sizeof all.v[i]); /* g_live's now */
@@ -474,7 +476,7 @@ void cp_capture_ep_control(const cp_capture_call *c, cp_http_response *r)
         return;
     }
     for (uint32_t i = 0; !rc && i < g_live.l.n; i++)
-        if (g_live.l.v[i].end_ns > now && strcmp(g_live.l.v[i].tenant, c->q->tenant) == 0)
+        if (cp_capture_live(&g_live.l.v[i], now) && strcmp(g_live.l.v[i].tenant, c->q->tenant) == 0)
             rc = cp_control_list_append(&r->body, &g_live.l.v[i], c->token);
     pthread_mutex_unlock(&g_live.mu);
     if (rc) {
@@ -688,7 +690,7 @@ void cp_capture_ep_delete(const cp_capture_call *c, cp_http_response *r)
     int64_t now = cp_now_ns();
     if (!c->o->publish) {
         cp_http_error(r, 503, "this server does not run captures (no control topic)");
-    } else if (!cap.cancelled && cap.end_ns > now) {
+    } else if (cp_capture_live(&cap, now)) {
         cap.cancelled = 1;
         if (!store_and_publish(c, &cap, r)) cp_log_info("capture %s cancelled", cap.id);
     }
@@ -696,4 +698,112 @@ void cp_capture_ep_delete(const cp_capture_call *c, cp_http_response *r)
                             cp_buf_printf(&r->body, "}\n")))
         oom(r);
     cp_capture_close(&cap);
+}
+
+/* ---- start-up ----------------------------------------------------------------------- */
+
+/* The token of tenant in the NULL-terminated tenant, token pairs; NULL if none. */
+static const char *token_of(const char *const *tenant_tokens, const char *tenant)
+{
+    for (const char *const *t = tenant_tokens; t && t[0]; t += 2)
+        if (strcmp(t[0], tenant) == 0) return t[1];
+    return NULL;
+}
+
+void cp_capture_resume(cp_store *store, cp_capture_publish_fn publish, void *publish_arg,
+                       const char *const *tenant_tokens)
+{
+    cp_capture_list l = {0};
+    cp_err err = {0};
+    if (cp_store_captures(store, NULL, &l, &err)) {
+        cp_log_error("captures: cannot read the stored captures: %s", err.msg);
+        return;
+    }
+    int64_t now = cp_now_ns();
+    uint32_t resumed = 0;
+    for (uint32_t i = 0; i < l.n; i++) {
+        const cp_capture *c = &l.v[i];
+        if (!cp_capture_live(c, now)) {
+            /* ended: reported once, at the first start after its end */
+            if (c->end_ns > now - 24LL * 3600 * 1000000000)
+                cp_log_info("capture %s of tenant %s %s at %.3f (its answer stays at GET "
+                            "/api/v1/captures/%s)",
+                            c->id, c->tenant, c->cancelled ? "was cancelled" : "ended",
+                            (double)c->end_ns / 1e9, c->id);
+            continue;
+        }
+        if (publish(publish_arg, c, token_of(tenant_tokens, c->tenant), &err))
+            cp_log_error("capture %s of tenant %s still runs until %.3f but could not be "
+                         "published again: %s",
+                         c->id, c->tenant, (double)c->end_ns / 1e9, err.msg);
+        else {
+            cp_log_info("capture %s of tenant %s resumed after the restart (%.1f s left)", c->id,
+                        c->tenant, (double)(c->end_ns - now) / 1e9);
+            resumed++;
+        }
+    }
+    if (l.n) cp_log_info("captures: %u stored, %u resumed", l.n, resumed);
+    cp_capture_list_close(&l);
+}
+
+/* A running capture a peer holds: kept here if this node does not hold it. */
+typedef struct pulled {
+    cp_store *store;
+    const char *tenant, *token;
+    uint32_t kept;
+} pulled;
+
+static void keep_pulled(const uint8_t *v, size_t len, void *arg)
+{
+    pulled *p = arg;
+    cp_capture c, have;
+    cp_err err = {0};
+    if (cp_capture_decode(v, len, &c, &err)) {
+        cp_log_warn("captures: a peer's capture does not decode (skipped): %s", err.msg);
+        return;
+    }
+    if (strcmp(c.tenant, p->tenant) != 0 || (p->token && !cp_envelope_verify(v, len, p->token))) {
+        cp_log_warn("captures: a peer sent capture %s of tenant %s unsigned or for another "
+                    "tenant (skipped)",
+                    c.id, c.tenant);
+    } else if (cp_store_get_capture(p->store, c.tenant, c.id, &have, &err) == CP_ENOTFOUND) {
+        if (cp_store_put_capture(p->store, &c, &err))
+            cp_log_error("captures: keeping peer capture %s: %s", c.id, err.msg);
+        else
+            p->kept++;
+    } else {
+        cp_capture_close(&have);
+    }
+    cp_capture_close(&c);
+}
+
+void cp_capture_pull_peers(cp_store *store, const cp_fanout *f, const char *const *tenant_tokens)
+{
+    uint32_t ntokens = 0;
+    while (tenant_tokens && tenant_tokens[2 * ntokens])
+        ntokens++;
+    uint32_t ntenants = ntokens ? ntokens : 1;
+    for (uint32_t i = 0; i < cp_fanout_npeers(f); i++) {
+        const char *peer = cp_fanout_peer(f, i);
+        pulled p = {store, CP_DEFAULT_TENANT, NULL, 0};
+        for (uint32_t t = 0; t < ntenants; t++) {
+            if (ntokens) {
+                p.tenant = tenant_tokens[2 * t];
+                p.token = tenant_tokens[2 * t + 1];
+            }
+            cp_http_result r;
+            cp_err err = {0};
+            if (cp_http_get(peer, "/api/v1/control/captures", p.token, 1000, 1u << 20, &r, &err)) {
+                cp_log_warn("captures: peer %s not asked for its running captures: %s", peer,
+                            err.msg);
+                break;
+            }
+            if (r.status != 200 ||
+                cp_control_list_split(r.body.data, r.body.len, keep_pulled, &p) < 0)
+                cp_log_warn("captures: peer %s answered %d, not a capture list, for tenant %s",
+                            peer, r.status, p.tenant);
+            cp_buf_close(&r.body);
+        }
+        if (p.kept) cp_log_info("captures: %u running on peer %s kept here", p.kept, peer);
+    }
 }

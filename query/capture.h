@@ -80,6 +80,26 @@ void cp_capture_ep_delete(const cp_capture_call *c, cp_http_response *r);
 
 /* What an agent's engine text says of a capture (" capture asked=A ran=R[ reason=...]"):
  * 1 with asked, ran and reason (reason[0..cap), "" if none) filled, 0 if it says nothing. */
+/* ---- start-up --------------------------------------------------------------------- */
+
+/* At start-up: every stored capture still live (cp_capture_live) is published again through
+ * publish (the embedded broker's control topic began empty; on a Kafka cluster this repeats
+ * its latest state), signed with its tenant's token from tenant_tokens (NULL-terminated
+ * tenant, token pairs; empty = no tokens); every other one that ended in the last 24 h is
+ * reported in the log. Nothing is dropped silently: what cannot be read or published is
+ * logged. */
+void cp_capture_resume(cp_store *store, cp_capture_publish_fn publish, void *publish_arg,
+                       const char *const *tenant_tokens);
+
+struct cp_fanout;
+/* At start-up, in a cluster (f not NULL): the captures running on the peers that this node
+ * does not hold (accepted while it was down), asked for each tenant of tenant_tokens (or
+ * the default tenant without tokens) and kept in store, so that the agents polling this node
+ * hear them; a record unsigned by its tenant's token or for another tenant is logged and
+ * skipped. A peer that does not answer within 1 s is logged and skipped. */
+void cp_capture_pull_peers(cp_store *store, const struct cp_fanout *f,
+                           const char *const *tenant_tokens);
+
 int cp_capture_engine_parse(const char *engine, int64_t *asked, int64_t *ran, char *reason,
                             size_t cap);
 

@@ -18,6 +18,7 @@
 #include "envelope.h"
 #include "json.h"
 #include "log.h"
+#include "offsets.h"
 #include "merge.h"
 #include "params.h"
 #include "pprof.h"
@@ -30,7 +31,7 @@
 typedef struct offsets_slot {
     pthread_t th;
     int started;
-    char *parts; /* the members of its "partitions" array; NULL while unknown or down */
+    struct peer_offsets *parts; /* its "partitions" array, read; NULL while unknown or down */
 } offsets_slot;
 
 struct cp_fanout {
@@ -944,43 +945,40 @@ typedef struct offsets_arg {
     uint32_t peer;
 } offsets_arg;
 
-/* The members of the "partitions" array of a peer's answer, malloc'd; NULL if the answer
- * is not such an object. */
-static char *partitions_of(const cp_buf *body)
+/* A peer's partitions, as its answer listed them (model/offsets.h). */
+typedef struct peer_offsets {
+    uint32_t n;
+    cp_partition_offsets v[];
+} peer_offsets;
+
+/* The "partitions" array of a peer's answer, read (malloc'd); NULL if the answer is not
+ * such an object or a member does not read as a partition's offsets. */
+static peer_offsets *partitions_of(const cp_buf *body)
 {
     cp_json *j = NULL;
     if (cp_json_parse((const char *)body->data, body->len, &j, NULL)) return NULL;
     const cp_json *arr = cp_json_get(j, "partitions");
-    int ok = arr && arr->type == CP_JSON_ARRAY;
+    peer_offsets *po = NULL;
+    if (arr && arr->type == CP_JSON_ARRAY)
+        po = malloc(sizeof *po + (size_t)arr->n * sizeof po->v[0]);
+    for (uint32_t i = 0; po && i < arr->n; i++)
+        if (cp_offsets_read(arr->items[i], &po->v[i], NULL)) {
+            free(po);
+            po = NULL;
+        }
+    if (po) po->n = arr->n;
     cp_json_free(j);
-    if (!ok) return NULL;
-    /* the array is the object's last member: from its '[' to the last ']' */
-    const char *t = (const char *)body->data, *end = t + body->len;
-    const char *a = strstr(t, "\"partitions\":[");
-    while (end > t && end[-1] != ']')
-        end--;
-    if (!a || end <= a) return NULL;
-    a += strlen("\"partitions\":[");
-    if (end - 1 < a) return NULL;
-    size_t n = (size_t)(end - 1 - a);
-    char *out = malloc(n + 1);
-    if (out) {
-        memcpy(out, a, n);
-        out[n] = 0;
-    }
-    return out;
+    return po;
 }
 
-/* Logs (once) and marks peer i if its partitions (the members of its "partitions" array)
- * name one this node owns. */
-static void overlap_check(cp_fanout *f, uint32_t i, const char *parts)
+/* Logs (once) and marks peer i if its partitions name one this node owns. */
+static void overlap_check(cp_fanout *f, uint32_t i, const peer_offsets *po)
 {
-    static const char key[] = "\"partition\":";
-    for (const char *q = parts; (q = strstr(q, key)); q++) {
-        long p = strtol(q + sizeof key - 1, NULL, 10);
-        if (p >= 0 && p < CP_MAX_PARTITIONS && f->own[p]) {
+    for (uint32_t k = 0; k < po->n; k++) {
+        int32_t p = po->v[k].partition;
+        if (p < CP_MAX_PARTITIONS && f->own[p]) {
             if (cp_gauge_swap(&f->overlap[i], 1) == 0)
-                cp_log_error("cluster: peer %s owns partition %ld too: both nodes store it and "
+                cp_log_error("cluster: peer %s owns partition %d too: both nodes store it and "
                              "every query counts it twice; give each partition to one node "
                              "(cluster.partitions)",
                              f->peers[i], p);
@@ -1011,7 +1009,7 @@ static void *offsets_run(void *arg)
         pthread_mutex_unlock(&f->mu);
         cp_http_result res = {0};
         cp_err err = {0};
-        char *parts = NULL;
+        peer_offsets *parts = NULL;
         char pq[96];
         snprintf(pq, sizeof pq, "/api/v1/ingest/offsets?local=1&node=%s", f->id);
         int rc = atomic_load(&f->self[i])
@@ -1075,11 +1073,14 @@ int cp_fanout_offsets(cp_fanout *f, const cp_http_request *req, cp_http_response
             else
                 free(oa);
         }
-        const char *p = f->slots[i].parts;
+        const peer_offsets *p = f->slots[i].parts;
         if (atomic_load(&f->self[i])) continue; /* this node: its partitions are listed */
-        if (p && *p) {
-            if (!rc) rc = cp_buf_printf(&r->body, "%s%s", comma ? "," : "", p);
-            comma = 1;
+        if (p) {
+            for (uint32_t k = 0; k < p->n && !rc; k++) {
+                rc = cp_buf_printf(&r->body, "%s", comma ? "," : "");
+                if (!rc) rc = cp_offsets_write(&r->body, &p->v[k]);
+                comma = 1;
+            }
         } else if (!p && !first && ml + strlen(f->peers[i]) + 2 < sizeof missing) {
             ml += (size_t)snprintf(missing + ml, sizeof missing - ml, "%s%s", ml ? "," : "",
                                    f->peers[i]);

@@ -90,12 +90,19 @@ static cp_json *get_capture(const char *server, const char *token, const char *i
     return j;
 }
 
-int cp_cmd_capture(int argc, char **argv)
+/* What the command line asks for. */
+typedef struct capture_args {
+    const char *server, *token, *sel, *type, *duration, *hz, *alloc_rate, *out;
+} capture_args;
+
+/* Reads argv into *a, checked; returns -1 to go on, else the status to exit with. */
+static int parse_args(int argc, char **argv, capture_args *a)
 {
-    const char *server = getenv("CONTPROF_SERVER"), *token = getenv("CONTPROF_TOKEN");
-    const char *sel = NULL, *type = "cpu", *duration = "30s", *hz = NULL, *alloc_rate = NULL,
-               *out = NULL;
-    if (!server || !*server) server = CP_DEFAULT_SERVER;
+    *a = (capture_args){.server = getenv("CONTPROF_SERVER"),
+                        .token = getenv("CONTPROF_TOKEN"),
+                        .type = "cpu",
+                        .duration = "30s"};
+    if (!a->server || !*a->server) a->server = CP_DEFAULT_SERVER;
     static const struct option opts[] = {{"select", required_argument, 0, 'S'},
                                          {"type", required_argument, 0, 'y'},
                                          {"duration", required_argument, 0, 'd'},
@@ -111,28 +118,28 @@ int cp_cmd_capture(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
         switch (c) {
         case 'S':
-            sel = optarg;
+            a->sel = optarg;
             break;
         case 'y':
-            type = optarg;
+            a->type = optarg;
             break;
         case 'd':
-            duration = optarg;
+            a->duration = optarg;
             break;
         case 'z':
-            hz = optarg;
+            a->hz = optarg;
             break;
         case 'a':
-            alloc_rate = optarg;
+            a->alloc_rate = optarg;
             break;
         case 'o':
-            out = optarg;
+            a->out = optarg;
             break;
         case 's':
-            server = optarg;
+            a->server = optarg;
             break;
         case 't':
-            token = optarg;
+            a->token = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -144,7 +151,7 @@ int cp_cmd_capture(int argc, char **argv)
     }
     int64_t dur_ns;
     cp_err err = {0};
-    if (!sel || !*sel) {
+    if (!a->sel || !*a->sel) {
         fprintf(stderr, "contprof capture: --select is required\n");
         usage(stderr);
         return 2;
@@ -153,24 +160,39 @@ int cp_cmd_capture(int argc, char **argv)
         fprintf(stderr, "contprof capture: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (strcmp(type, "cpu") && strcmp(type, "alloc") && strcmp(type, "heap")) {
-        fprintf(stderr, "contprof capture: --type %s: a capture is cpu, alloc or heap\n", type);
+    if (strcmp(a->type, "cpu") && strcmp(a->type, "alloc") && strcmp(a->type, "heap")) {
+        fprintf(stderr, "contprof capture: --type %s: a capture is cpu, alloc or heap\n", a->type);
         return 2;
     }
-    if (cp_parse_duration(duration, 0, &dur_ns, &err)) {
+    if (cp_parse_duration(a->duration, 0, &dur_ns, &err)) {
         fprintf(stderr, "contprof capture: --duration: %s\n", err.msg);
         return 2;
     }
+    return -1;
+}
+
+/* A capture as the server accepted it. */
+typedef struct started {
+    char id[80];
+    int64_t start_ns, end_ns;
+} started;
+
+/* POST /api/v1/captures: the capture asked for, into *s; 0 or 1 (reported). */
+static int start_capture(const capture_args *a, started *s)
+{
+    cp_err err = {0};
     cp_buf pq = {0};
-    if (cp_buf_printf(&pq, "/api/v1/captures?type=%s", type) || enc_param(&pq, "select", sel) ||
-        enc_param(&pq, "duration", duration) || enc_param(&pq, "hz", hz) ||
-        enc_param(&pq, "alloc_rate", alloc_rate) || cp_buf_append(&pq, "", 1)) {
+    if (cp_buf_printf(&pq, "/api/v1/captures?type=%s", a->type) ||
+        enc_param(&pq, "select", a->sel) || enc_param(&pq, "duration", a->duration) ||
+        enc_param(&pq, "hz", a->hz) || enc_param(&pq, "alloc_rate", a->alloc_rate) ||
+        cp_buf_append(&pq, "", 1)) {
         fprintf(stderr, "contprof capture: out of memory\n");
         cp_buf_close(&pq);
         return 1;
     }
     cp_http_result r;
-    int rc = cp_http_post(server, (const char *)pq.data, token, NULL, 0, 30000, 1 << 20, &r, &err);
+    int rc =
+        cp_http_post(a->server, (const char *)pq.data, a->token, NULL, 0, 30000, 1 << 20, &r, &err);
     cp_buf_close(&pq);
     if (rc) {
         fprintf(stderr, "contprof capture: %s\n", err.msg);
@@ -184,38 +206,42 @@ int cp_cmd_capture(int argc, char **argv)
         return 1;
     }
     cp_buf_close(&r.body);
-    char id[80];
-    snprintf(id, sizeof id, "%s", cp_json_str(cp_json_get(cap, "id"), ""));
-    int64_t start_ns = cp_json_int(cp_json_get(cap, "start_ns"), 0),
-            end_ns = cp_json_int(cp_json_get(cap, "end_ns"), 0);
+    snprintf(s->id, sizeof s->id, "%s", cp_json_str(cp_json_get(cap, "id"), ""));
+    s->start_ns = cp_json_int(cp_json_get(cap, "start_ns"), 0);
+    s->end_ns = cp_json_int(cp_json_get(cap, "end_ns"), 0);
     cp_json_free(cap);
-    printf("capture %s: %s %s for %s\n", id, type, sel, duration);
-    fflush(stdout);
+    return 0;
+}
+
+/* Follows the capture until its end plus the grace, or earlier once every reached
+ * isolate's last window is in after the end: prints each isolate matched, and a progress
+ * bar on a terminal. Returns the capture's last state (the caller frees it), or NULL
+ * (reported). */
+static cp_json *follow_capture(const capture_args *a, const started *s)
+{
     int tty = isatty(2);
     char seen[64][512];
     uint32_t nseen = 0;
     cp_json *j = NULL;
-    int64_t now;
-    /* until the end plus the grace, or earlier once every reached isolate's last window
-     * is in after the end. A heap capture is one snapshot per isolate, which V8 may take
-     * long to write (~150 ms per MB of heap, seconds more under load): from the end on, it
-     * waits until no new isolate came in for HEAP_SETTLE_NS, at most HEAP_GRACE_NS. */
-    int heap = !strcmp(type, "heap");
+    /* A heap capture is one snapshot per isolate, which V8 may take long to write (~150 ms
+     * per MB of heap, seconds more under load): from the end on, it waits until no new
+     * isolate came in for HEAP_SETTLE_NS, at most HEAP_GRACE_NS. */
+    int heap = !strcmp(a->type, "heap");
     int64_t last_new_ns = cp_now_ns();
     for (;;) {
         cp_json_free(j);
-        if (!(j = get_capture(server, token, id))) return 1;
-        now = cp_now_ns();
+        if (!(j = get_capture(a->server, a->token, s->id))) return NULL;
+        int64_t now = cp_now_ns();
         const cp_json *iso = cp_json_get(j, "isolates");
         uint64_t samples = 0;
-        int all_in = now >= end_ns;
+        int all_in = now >= s->end_ns;
         for (uint32_t i = 0; iso && i < iso->n; i++) {
             const cp_json *x = iso->items[i];
             if (!is_true(cp_json_get(x, "reached"))) continue;
             char lt[512];
             labels_text(cp_json_get(x, "labels"), lt, sizeof lt);
             samples += (uint64_t)cp_json_int(cp_json_get(x, "samples"), 0);
-            if (cp_json_int(cp_json_get(x, "last_end_ns"), 0) < end_ns - 250000000LL) all_in = 0;
+            if (cp_json_int(cp_json_get(x, "last_end_ns"), 0) < s->end_ns - 250000000LL) all_in = 0;
             int known = 0;
             for (uint32_t k = 0; k < nseen && !known; k++)
                 known = strcmp(seen[k], lt) == 0;
@@ -228,36 +254,46 @@ int cp_cmd_capture(int argc, char **argv)
             fflush(stdout);
         }
         if (tty) {
-            double el = (double)(now - start_ns) / 1e9, total = (double)(end_ns - start_ns) / 1e9;
+            double el = (double)(now - s->start_ns) / 1e9,
+                   total = (double)(s->end_ns - s->start_ns) / 1e9;
             if (el > total) el = total;
             int w = 30, filled = (int)(w * el / (total > 0 ? total : 1));
             fprintf(stderr, "\r\033[K[%.*s%*s] %.0f/%.0f s  %u isolate(s)  %" PRIu64 " samples%s",
                     filled, "==============================", w - filled, "", el, total, nseen,
-                    samples, now >= end_ns ? "  waiting for the last windows" : "");
+                    samples, now >= s->end_ns ? "  waiting for the last windows" : "");
             fflush(stderr);
         }
-        if (heap ? (nseen && now >= end_ns && now >= last_new_ns + HEAP_SETTLE_NS) ||
-                       now >= end_ns + HEAP_GRACE_NS
-                 : (all_in && nseen) || now >= end_ns + GRACE_NS)
+        if (heap ? (nseen && now >= s->end_ns && now >= last_new_ns + HEAP_SETTLE_NS) ||
+                       now >= s->end_ns + HEAP_GRACE_NS
+                 : (all_in && nseen) || now >= s->end_ns + GRACE_NS)
             break;
         usleep(500000);
     }
     if (tty) fprintf(stderr, "\r\033[K");
-    /* the merged profile of the capture's series over its range */
+    return j;
+}
+
+/* The merged profile of the capture's series over its range, written to --output (or
+ * capture-ID.pb.gz); 0 or 1 (reported). */
+static int write_profile(const capture_args *a, const started *s)
+{
     char selc[128];
-    snprintf(selc, sizeof selc, "{capture=\"%s\"}", id);
+    snprintf(selc, sizeof selc, "{capture=\"%s\"}", s->id);
     /* a minute each side: agents stamp windows with their own clocks, contprofd the capture
      * with its own (the profile's duration is this range, its samples the capture's) */
-    int64_t from_s = start_ns / 1000000000LL - 60, to_s = end_ns / 1000000000LL + 60;
+    int64_t from_s = s->start_ns / 1000000000LL - 60, to_s = s->end_ns / 1000000000LL + 60;
     cp_buf q = {0};
-    cp_buf_printf(&q, "/api/v1/profile?type=%s&format=pprof&from=%" PRId64 "&to=%" PRId64, type,
+    cp_buf_printf(&q, "/api/v1/profile?type=%s&format=pprof&from=%" PRId64 "&to=%" PRId64, a->type,
                   from_s, to_s);
     enc_param(&q, "select", selc);
     cp_buf_append(&q, "", 1);
-    rc = cp_http_get(server, (const char *)q.data, token, 60000, 0, &r, &err);
+    cp_http_result r;
+    cp_err err = {0};
+    int rc = cp_http_get(a->server, (const char *)q.data, a->token, 60000, 0, &r, &err);
     cp_buf_close(&q);
     char path[200];
-    if (!out) snprintf(path, sizeof path, "capture-%s.pb.gz", id), out = path;
+    const char *out = a->out;
+    if (!out) snprintf(path, sizeof path, "capture-%s.pb.gz", s->id), out = path;
     int status = 0;
     if (rc || r.status != 200) {
         fprintf(stderr, "contprof capture: the profile: %s\n",
@@ -268,7 +304,7 @@ int cp_cmd_capture(int argc, char **argv)
         status = 1;
     } else {
         cp_buf link = {0};
-        cp_buf_printf(&link, "%s/?type=%s&from=%" PRId64 "&to=%" PRId64, server, type, from_s,
+        cp_buf_printf(&link, "%s/?type=%s&from=%" PRId64 "&to=%" PRId64, a->server, a->type, from_s,
                       to_s);
         enc_param(&link, "select", selc);
         cp_buf_append(&link, "", 1);
@@ -276,13 +312,20 @@ int cp_cmd_capture(int argc, char **argv)
         cp_buf_close(&link);
     }
     if (!rc) cp_buf_close(&r.body);
-    /* the verdict */
+    return status;
+}
+
+/* The verdict on the capture's last state j: 0 only when every matched isolate ran for
+ * the whole duration at the rate asked and every node answered; each shortfall reported. */
+static int verdict(const capture_args *a, const cp_json *j)
+{
+    int status = 0;
     const cp_json *iso = cp_json_get(j, "isolates");
     if (!iso || iso->n == 0) {
         fprintf(stderr,
                 "contprof capture: the selector %s matched no isolate (no process sent "
                 "a window of it, and none answered the capture)\n",
-                sel);
+                a->sel);
         status = 1;
     }
     for (uint32_t i = 0; iso && i < iso->n; i++) {
@@ -310,6 +353,22 @@ int cp_cmd_capture(int argc, char **argv)
                     cp_json_str(m->items[i], "?"));
         status = 1;
     }
+    return status;
+}
+
+int cp_cmd_capture(int argc, char **argv)
+{
+    capture_args a;
+    started s;
+    int status = parse_args(argc, argv, &a);
+    if (status >= 0) return status;
+    if (start_capture(&a, &s)) return 1;
+    printf("capture %s: %s %s for %s\n", s.id, a.type, a.sel, a.duration);
+    fflush(stdout);
+    cp_json *j = follow_capture(&a, &s);
+    if (!j) return 1;
+    status = write_profile(&a, &s);
+    status |= verdict(&a, j);
     cp_json_free(j);
     return status;
 }

@@ -39,6 +39,7 @@ typedef struct daemon {
     cp_broker *broker;
     cp_ingest *ingest;
     const char **tenant_tokens; /* tenant, token pairs ingest checks envelopes against */
+    const char **kafka_props;   /* kafka.* key, value pairs: ingest's and the producers' */
     cp_metrics *metrics;        /* the statistics registry every stage registers in */
     cp_publisher *publisher;    /* captures to the control topic (ingest/publisher.h) */
     cp_publisher *profiles;     /* Pyroscope's ingest to the profiles topic (query/pyro.h) */
@@ -75,8 +76,7 @@ static void usage(FILE *f)
 static void ingest_stats_cb(void *arg, cp_api_ingest_stats *out)
 {
     enum { MAXP = 256 };
-    static cp_ingest_partition ip[MAXP];
-    static cp_api_partition ap[MAXP];
+    static cp_partition_offsets parts[MAXP];
     static cp_thread_owner loop_thread;
     CP_ASSERT_THREAD(&loop_thread, "loop thread only");
     daemon_t *d = arg;
@@ -92,21 +92,9 @@ static void ingest_stats_cb(void *arg, cp_api_ingest_stats *out)
     out->topic = d->cfg.topic && *d->cfg.topic ? d->cfg.topic : CP_TOPIC_PROFILES;
     out->max_message_bytes = d->broker ? CP_BROKER_MAX_MESSAGE_BYTES : 0;
     out->max_in_flight_bytes = d->broker ? CP_BROKER_MAX_IN_FLIGHT_BYTES : 64u << 20;
-    uint32_t n = cp_ingest_get_partitions(d->ingest, ip, MAXP);
+    uint32_t n = cp_ingest_get_partitions(d->ingest, parts, MAXP);
     out->nparts = n < MAXP ? n : MAXP;
-    for (uint32_t i = 0; i < out->nparts; i++) {
-        ap[i].partition = ip[i].partition;
-        ap[i].stored = ip[i].stored;
-        ap[i].known_from = ip[i].known_from;
-        ap[i].lost = ip[i].lost;
-        ap[i].nranges = ip[i].nranges < CP_API_RANGES ? ip[i].nranges : CP_API_RANGES;
-        for (uint32_t k = 0; k < ap[i].nranges; k++) {
-            ap[i].not_stored[k].from = ip[i].not_stored[k].from;
-            ap[i].not_stored[k].to = ip[i].not_stored[k].to;
-            ap[i].not_stored[k].why = ip[i].not_stored[k].why;
-        }
-    }
-    out->parts = ap;
+    out->parts = parts;
 }
 
 /* Every 5 s: logs it if ingest has stopped for good. */
@@ -145,113 +133,6 @@ static int produce_profiles(void *arg, const cp_pyro_message *msgs, size_t n, cp
                                   10000000000LL, err);
     free(m);
     return rc;
-}
-
-static const char *token_of(const cp_config *cfg, const char *tenant)
-{
-    for (uint32_t i = 0; i < cfg->tokens.n; i++)
-        if (strcmp(cfg->tokens.v[i].key, tenant) == 0) return cfg->tokens.v[i].value;
-    return NULL;
-}
-
-/* At start-up: every capture still running is published again (the embedded broker's
- * control topic began empty; on a Kafka cluster this repeats its latest state), and every
- * other one that ended since is reported in the log. Nothing is dropped silently. */
-static void resume_captures(daemon_t *d)
-{
-    cp_capture_list l = {0};
-    cp_err err = {0};
-    if (cp_store_captures(d->store, NULL, &l, &err)) {
-        cp_log_error("captures: cannot read the stored captures: %s", err.msg);
-        return;
-    }
-    int64_t now = cp_now_ns();
-    uint32_t resumed = 0;
-    for (uint32_t i = 0; i < l.n; i++) {
-        const cp_capture *c = &l.v[i];
-        if (c->cancelled || c->end_ns <= now) {
-            /* ended: reported once, at the first start after its end */
-            if (c->end_ns > now - 24LL * 3600 * 1000000000)
-                cp_log_info("capture %s of tenant %s %s at %.3f (its answer stays at GET "
-                            "/api/v1/captures/%s)",
-                            c->id, c->tenant, c->cancelled ? "was cancelled" : "ended",
-                            (double)c->end_ns / 1e9, c->id);
-            continue;
-        }
-        if (publish_capture(d, c, token_of(&d->cfg, c->tenant), &err))
-            cp_log_error("capture %s of tenant %s still runs until %.3f but could not be "
-                         "published again: %s",
-                         c->id, c->tenant, (double)c->end_ns / 1e9, err.msg);
-        else {
-            cp_log_info("capture %s of tenant %s resumed after the restart (%.1f s left)", c->id,
-                        c->tenant, (double)(c->end_ns - now) / 1e9);
-            resumed++;
-        }
-    }
-    if (l.n) cp_log_info("captures: %u stored, %u resumed", l.n, resumed);
-    cp_capture_list_close(&l);
-}
-
-/* A running capture a peer holds: kept here if this node does not hold it. */
-typedef struct pulled {
-    daemon_t *d;
-    const char *tenant, *token;
-    uint32_t kept;
-} pulled;
-
-static void keep_pulled(const uint8_t *v, size_t len, void *arg)
-{
-    pulled *p = arg;
-    cp_capture c, have;
-    cp_err err = {0};
-    if (cp_capture_decode(v, len, &c, &err)) {
-        cp_log_warn("captures: a peer's capture does not decode (skipped): %s", err.msg);
-        return;
-    }
-    if (strcmp(c.tenant, p->tenant) != 0 || (p->token && !cp_envelope_verify(v, len, p->token))) {
-        cp_log_warn("captures: a peer sent capture %s of tenant %s unsigned or for another "
-                    "tenant (skipped)",
-                    c.id, c.tenant);
-    } else if (cp_store_get_capture(p->d->store, c.tenant, c.id, &have, &err) == CP_ENOTFOUND) {
-        if (cp_store_put_capture(p->d->store, &c, &err))
-            cp_log_error("captures: keeping peer capture %s: %s", c.id, err.msg);
-        else
-            p->kept++;
-    } else {
-        cp_capture_close(&have);
-    }
-    cp_capture_close(&c);
-}
-
-/* At start-up, in a cluster: the captures running on the peers that this node does not hold
- * (accepted while it was down), kept here, so that the agents polling it hear them. A peer
- * that does not answer within 1 s is logged and skipped. */
-static void pull_peer_captures(daemon_t *d)
-{
-    uint32_t ntenants = d->cfg.tokens.n ? d->cfg.tokens.n : 1;
-    for (uint32_t i = 0; i < cp_fanout_npeers(d->fanout); i++) {
-        const char *peer = cp_fanout_peer(d->fanout, i);
-        pulled p = {d, CP_DEFAULT_TENANT, NULL, 0};
-        for (uint32_t t = 0; t < ntenants; t++) {
-            if (d->cfg.tokens.n) {
-                p.tenant = d->cfg.tokens.v[t].key;
-                p.token = d->cfg.tokens.v[t].value;
-            }
-            cp_http_result r;
-            cp_err err = {0};
-            if (cp_http_get(peer, "/api/v1/control/captures", p.token, 1000, 1u << 20, &r, &err)) {
-                cp_log_warn("captures: peer %s not asked for its running captures: %s", peer,
-                            err.msg);
-                break;
-            }
-            if (r.status != 200 ||
-                cp_control_list_split(r.body.data, r.body.len, keep_pulled, &p) < 0)
-                cp_log_warn("captures: peer %s answered %d, not a capture list, for tenant %s",
-                            peer, r.status, p.tenant);
-            cp_buf_close(&r.body);
-        }
-        if (p.kept) cp_log_info("captures: %u running on peer %s kept here", p.kept, peer);
-    }
 }
 
 /* ---- the relay ---------------------------------------------------------------------- */
@@ -463,7 +344,17 @@ static int apply_log_level(const char *lvl)
     return -1;
 }
 
-int main(int argc, char **argv)
+/* ---- the command line --------------------------------------------------------------- */
+
+/* What the command line asks: settings that override the configuration file's, and the
+ * store maintenance modes that run instead of the daemon. */
+typedef struct args {
+    const char *config, *data, *http, *brokers, *peers, *partitions;
+    int mode; /* 0 = the daemon, 1 = --repair, 2 = --offsets */
+} args_t;
+
+/* Reads argv into *a; returns -1 to go on, else the status to exit with. */
+static int parse_args(int argc, char **argv, args_t *a)
 {
     static const struct option opts[] = {{"config", required_argument, 0, 'c'},
                                          {"data", required_argument, 0, 'd'},
@@ -475,37 +366,36 @@ int main(int argc, char **argv)
                                          {"offsets", no_argument, 0, 'O'},
                                          {"partitions", required_argument, 0, 'A'},
                                          {0, 0, 0, 0}};
-    const char *config = NULL, *data = NULL, *http = NULL, *brokers = NULL, *peers = NULL,
-               *partitions = NULL;
-    int c, do_repair = 0;
+    int c;
+    memset(a, 0, sizeof *a);
     while ((c = getopt_long(argc, argv, "c:d:H:b:h", opts, NULL)) != -1) {
         switch (c) {
         case 'c':
-            config = optarg;
+            a->config = optarg;
             break;
         case 'd':
-            data = optarg;
+            a->data = optarg;
             break;
         case 'H':
-            http = optarg;
+            a->http = optarg;
             break;
         case 'b':
-            brokers = optarg;
+            a->brokers = optarg;
             break;
         case 'h':
             usage(stdout);
             return 0;
         case 'R':
-            do_repair = 1;
+            a->mode = 1;
             break;
         case 'P':
-            peers = optarg;
+            a->peers = optarg;
             break;
         case 'O':
-            do_repair = 2;
+            a->mode = 2;
             break;
         case 'A':
-            partitions = optarg;
+            a->partitions = optarg;
             break;
         default:
             usage(stderr);
@@ -517,283 +407,351 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    daemon_t d;
-    memset(&d, 0, sizeof d);
-    const char **props_kept = NULL;
-    cp_err err = {0};
-    int status = 1;
-    if (cp_config_init(&d.cfg)) return 1;
-    if (config && cp_config_load(&d.cfg, config, &err)) goto fail_msg;
-    if (data && cp_config_set(&d.cfg, "data", data, &err)) goto fail_msg;
-    if (http && cp_config_set_listen(&d.cfg, http, &err)) goto fail_msg;
-    if (brokers && cp_config_set(&d.cfg, "brokers", brokers, &err)) goto fail_msg;
-    if (peers && cp_config_set(&d.cfg, "cluster.peers", peers, &err)) goto fail_msg;
-    if (partitions && cp_config_set(&d.cfg, "cluster.partitions", partitions, &err)) goto fail_msg;
-    if (apply_log_level(d.cfg.log_level)) {
-        cp_err_set(&err, CP_EINVAL, "log.level '%s': expected error, warn, info or debug",
-                   d.cfg.log_level);
-        goto fail_msg;
-    }
-    if (d.cfg.tokens.n == 0 && !cp_config_is_loopback(d.cfg.http_host)) {
-        cp_err_set(&err, CP_EINVAL,
-                   "refusing to listen on %s without tokens: configure token.<tenant> = SECRET "
-                   "lines, or listen on a loopback address",
-                   d.cfg.http_host);
-        goto fail_msg;
-    }
-    if (do_repair) {
-        status = do_repair == 2 ? print_offsets(&d.cfg) : repair(&d.cfg);
-        cp_config_close(&d.cfg);
-        return status;
-    }
+    return -1;
+}
+
+/* The configuration file, then the command line's overrides over it, checked. */
+static int load_config(cp_config *cfg, const args_t *a, cp_err *err)
+{
+    if (a->config && cp_config_load(cfg, a->config, err)) return err->code;
+    if (a->data && cp_config_set(cfg, "data", a->data, err)) return err->code;
+    if (a->http && cp_config_set_listen(cfg, a->http, err)) return err->code;
+    if (a->brokers && cp_config_set(cfg, "brokers", a->brokers, err)) return err->code;
+    if (a->peers && cp_config_set(cfg, "cluster.peers", a->peers, err)) return err->code;
+    if (a->partitions && cp_config_set(cfg, "cluster.partitions", a->partitions, err))
+        return err->code;
+    if (apply_log_level(cfg->log_level))
+        return cp_err_set(err, CP_EINVAL, "log.level '%s': expected error, warn, info or debug",
+                          cfg->log_level);
+    if (cfg->tokens.n == 0 && !cp_config_is_loopback(cfg->http_host))
+        return cp_err_set(err, CP_EINVAL,
+                          "refusing to listen on %s without tokens: configure token.<tenant> = "
+                          "SECRET lines, or listen on a loopback address",
+                          cfg->http_host);
+    return 0;
+}
+
+/* ---- creating the objects ----------------------------------------------------------- */
+
+/* The process's limits, before anything opens a file or starts a thread. */
+static void set_process_limits(const cp_config *cfg)
+{
     cp_ingest_malloc_policy();
     /* Every allowed connection needs a descriptor; the usual soft limit (1,024) is below
      * the default cap plus the store's and Kafka's own files. */
     struct rlimit nof;
-    rlim_t want = (rlim_t)d.cfg.max_connections + d.cfg.healthz_connections + 512;
+    rlim_t want = (rlim_t)cfg->max_connections + cfg->healthz_connections + 512;
     if (getrlimit(RLIMIT_NOFILE, &nof) == 0 && nof.rlim_cur < want) {
         nof.rlim_cur = nof.rlim_max < want ? nof.rlim_max : want;
         if (setrlimit(RLIMIT_NOFILE, &nof) == 0 && nof.rlim_cur < want)
             cp_log_warn("open files limited to %llu: fewer than http.max_connections (%u) may be "
                         "served",
-                        (unsigned long long)nof.rlim_cur, d.cfg.max_connections);
+                        (unsigned long long)nof.rlim_cur, cfg->max_connections);
     }
     /* libuv sizes its threadpool once, at first use: give every query slot a thread. */
     char tp[16];
-    snprintf(tp, sizeof tp, "%u", d.cfg.concurrency < 128 ? d.cfg.concurrency : 128);
+    snprintf(tp, sizeof tp, "%u", cfg->concurrency < 128 ? cfg->concurrency : 128);
     setenv("UV_THREADPOOL_SIZE", tp, 0);
+}
 
-    cp_store_options so = {.path = d.cfg.data_dir,
-                           .retention_raw_ns = d.cfg.retention_raw_ns,
-                           .retention_rollup_ns = d.cfg.retention_rollup_ns,
-                           .cache_bytes = d.cfg.cache_bytes,
-                           .stack_cache_bytes = d.cfg.stack_cache_bytes,
-                           .memory_budget = d.cfg.memory_budget};
-    if (cp_store_open(&so, &d.store, &err)) goto fail_msg;
-    if (cp_metrics_create(&d.metrics)) goto fail_msg;
-    cp_log_info("store %s open", d.cfg.data_dir);
+/* The store and the statistics registry. */
+static int store_create(daemon_t *d, cp_err *err)
+{
+    cp_store_options so = {.path = d->cfg.data_dir,
+                           .retention_raw_ns = d->cfg.retention_raw_ns,
+                           .retention_rollup_ns = d->cfg.retention_rollup_ns,
+                           .cache_bytes = d->cfg.cache_bytes,
+                           .stack_cache_bytes = d->cfg.stack_cache_bytes,
+                           .memory_budget = d->cfg.memory_budget};
+    if (cp_store_open(&so, &d->store, err)) return err->code;
+    if (cp_metrics_create(&d->metrics)) return cp_err_set(err, CP_ENOMEM, "out of memory");
+    cp_log_info("store %s open", d->cfg.data_dir);
+    return 0;
+}
 
+/* The capture settings the API enforces, checked against their ceilings. */
+static int capture_options(daemon_t *d, const char *config, cp_api_options *ao, cp_err *err)
+{
+    ao->captures.max_concurrent = d->cfg.capture_max_concurrent;
+    ao->captures.max_hz = d->cfg.capture_max_hz;
+    ao->captures.max_overhead_permille = d->cfg.capture_max_overhead_permille;
+    ao->captures.config_file = config;
+    ao->captures.max_duration_ns = d->cfg.capture_max_duration_ns ? d->cfg.capture_max_duration_ns
+                                                                  : CP_CAPTURE_DURATION_CEIL_NS;
+    ao->captures.min_alloc_rate = (int64_t)d->cfg.capture_min_alloc_rate;
+    ao->captures.publish = publish_capture;
+    ao->captures.publish_arg = d;
+    if (ao->captures.max_hz > CP_CAPTURE_HZ_CEIL ||
+        ao->captures.max_duration_ns > CP_CAPTURE_DURATION_CEIL_NS ||
+        ao->captures.max_overhead_permille > 1000 ||
+        ao->captures.max_concurrent > CP_CAPTURE_CONCURRENT_CEIL)
+        return cp_err_set(err, CP_EINVAL,
+                          "captures.max_hz is at most %d, captures.max_duration at most 24h, "
+                          "captures.max_overhead_permille at most 1000, captures.max_concurrent "
+                          "at most %d",
+                          CP_CAPTURE_HZ_CEIL, CP_CAPTURE_CONCURRENT_CEIL);
+    return 0;
+}
+
+/* The symbol service, the cluster's fan-out and the query API over the open store. */
+static int api_create(daemon_t *d, const char *config, cp_err *err)
+{
     CP_VEC(cp_api_token) toks = {0};
-    for (uint32_t i = 0; i < d.cfg.tokens.n; i++) {
-        cp_api_token t = {d.cfg.tokens.v[i].value, d.cfg.tokens.v[i].key};
-        if (cp_vec_push(&toks, t)) {
-            free(toks.v);
-            goto fail_msg;
-        }
+    for (uint32_t i = 0; i < d->cfg.tokens.n; i++) {
+        cp_api_token t = {d->cfg.tokens.v[i].value, d->cfg.tokens.v[i].key};
+        if (cp_vec_push(&toks, t)) goto nomem;
     }
     cp_symbols_options syo;
     cp_symbols_options_default(&syo);
-    syo.store = d.store;
-    syo.dirs = d.cfg.symbols_dirs;
-    syo.max_upload_bytes = d.cfg.symbols_max_upload_bytes;
-    syo.max_table_bytes = d.cfg.symbols_max_table_bytes;
-    syo.cache_bytes = d.cfg.symbols_cache_bytes;
-    if (!(d.symbols = cp_symbols_create(&syo))) {
-        free(toks.v);
-        goto fail_msg;
-    }
+    syo.store = d->store;
+    syo.dirs = d->cfg.symbols_dirs;
+    syo.max_upload_bytes = d->cfg.symbols_max_upload_bytes;
+    syo.max_table_bytes = d->cfg.symbols_max_table_bytes;
+    syo.cache_bytes = d->cfg.symbols_cache_bytes;
+    if (!(d->symbols = cp_symbols_create(&syo))) goto nomem;
     cp_api_options ao;
     cp_api_options_default(&ao);
-    ao.symbols = d.symbols;
-    ao.store = d.store;
+    ao.symbols = d->symbols;
+    ao.store = d->store;
     ao.tokens = toks.v;
     ao.ntokens = toks.n;
-    ao.max_range_ns = d.cfg.max_range_ns;
-    ao.max_blocks = d.cfg.max_blocks;
-    ao.max_nodes_default = d.cfg.max_nodes_default;
-    ao.max_nodes_limit = d.cfg.max_nodes_limit;
-    ao.brokers = d.cfg.brokers;
-    ao.metrics_token = d.cfg.metrics_token;
-    if (cluster_create(&d, &err)) {
-        free(toks.v); /* the settings it refused are named in err */
-        goto fail_msg;
-    }
-    ao.fanout = d.fanout;
-    ao.metrics = d.metrics;
+    ao.max_range_ns = d->cfg.max_range_ns;
+    ao.max_blocks = d->cfg.max_blocks;
+    ao.max_nodes_default = d->cfg.max_nodes_default;
+    ao.max_nodes_limit = d->cfg.max_nodes_limit;
+    ao.brokers = d->cfg.brokers;
+    ao.metrics_token = d->cfg.metrics_token;
+    if (cluster_create(d, err)) goto fail; /* the settings it refused are named in err */
+    ao.fanout = d->fanout;
+    ao.metrics = d->metrics;
     ao.ingest_stats = ingest_stats_cb;
-    ao.ingest_arg = &d;
-    ao.captures.max_concurrent = d.cfg.capture_max_concurrent;
-    ao.captures.max_hz = d.cfg.capture_max_hz;
-    ao.captures.max_overhead_permille = d.cfg.capture_max_overhead_permille;
-    ao.captures.config_file = config;
-    ao.captures.max_duration_ns =
-        d.cfg.capture_max_duration_ns ? d.cfg.capture_max_duration_ns : CP_CAPTURE_DURATION_CEIL_NS;
-    ao.captures.min_alloc_rate = (int64_t)d.cfg.capture_min_alloc_rate;
-    ao.captures.publish = publish_capture;
-    ao.captures.publish_arg = &d;
+    ao.ingest_arg = d;
     ao.pyro_produce = produce_profiles;
-    ao.pyro_arg = &d;
-    if (ao.captures.max_hz > CP_CAPTURE_HZ_CEIL ||
-        ao.captures.max_duration_ns > CP_CAPTURE_DURATION_CEIL_NS ||
-        ao.captures.max_overhead_permille > 1000 ||
-        ao.captures.max_concurrent > CP_CAPTURE_CONCURRENT_CEIL) {
-        free(toks.v);
-        cp_err_set(&err, CP_EINVAL,
-                   "captures.max_hz is at most %d, captures.max_duration at most 24h, "
-                   "captures.max_overhead_permille at most 1000, captures.max_concurrent at "
-                   "most %d",
-                   CP_CAPTURE_HZ_CEIL, CP_CAPTURE_CONCURRENT_CEIL);
-        goto fail_msg;
-    }
-    d.api = cp_api_create(&ao); /* registers the API's families first */
+    ao.pyro_arg = d;
+    if (capture_options(d, config, &ao, err)) goto fail;
+    d->api = cp_api_create(&ao); /* registers the API's families first */
     free(toks.v);
-    if (!d.api || cp_store_register_metrics(d.store, d.metrics)) goto fail_msg;
+    if (!d->api || cp_store_register_metrics(d->store, d->metrics))
+        return cp_err_set(err, CP_ENOMEM, "out of memory");
+    return 0;
+nomem:
+    cp_err_set(err, CP_ENOMEM, "out of memory");
+fail:
+    free(toks.v);
+    return err->code;
+}
 
-    d.loop = uv_default_loop();
-    /* Signals before the port is announced: a SIGTERM that arrives while HTTP binds or
-     * Kafka connects is held by libuv and handled once the loop runs: a clean stop. */
-    uv_signal_init(d.loop, &d.sigint);
-    uv_signal_init(d.loop, &d.sigterm);
-    d.sigint.data = d.sigterm.data = &d;
-    uv_signal_start(&d.sigint, on_signal, SIGINT);
-    uv_signal_start(&d.sigterm, on_signal, SIGTERM);
+/* SIGINT and SIGTERM, before the port is announced: one that arrives while HTTP binds or
+ * Kafka connects is held by libuv and handled once the loop runs: a clean stop. */
+static void signals_start(daemon_t *d)
+{
+    uv_signal_init(d->loop, &d->sigint);
+    uv_signal_init(d->loop, &d->sigterm);
+    d->sigint.data = d->sigterm.data = d;
+    uv_signal_start(&d->sigint, on_signal, SIGINT);
+    uv_signal_start(&d->sigterm, on_signal, SIGTERM);
     signal(SIGPIPE, SIG_IGN);
+}
+
+/* The HTTP server of the query API, bound and listening. */
+static int http_create(daemon_t *d, cp_err *err)
+{
+    const cp_config *c = &d->cfg;
     cp_http_options ho;
     cp_http_options_default(&ho);
-    ho.host = d.cfg.http_host;
-    ho.port = d.cfg.http_port;
-    ho.concurrency = d.cfg.concurrency;
-    ho.max_queued = d.cfg.max_queued;
-    ho.max_connections = d.cfg.max_connections;
-    ho.max_response_bytes = d.cfg.max_response_bytes;
-    ho.max_header_bytes = d.cfg.max_header_bytes;
-    ho.max_url_bytes = d.cfg.max_url_bytes;
-    ho.gzip_min_bytes = d.cfg.gzip_min_bytes;
-    ho.query_timeout_ns = d.cfg.query_timeout_ns;
-    ho.idle_timeout_ns = d.cfg.idle_timeout_ns;
+    ho.host = c->http_host;
+    ho.port = c->http_port;
+    ho.concurrency = c->concurrency;
+    ho.max_queued = c->max_queued;
+    ho.max_connections = c->max_connections;
+    ho.max_response_bytes = c->max_response_bytes;
+    ho.max_header_bytes = c->max_header_bytes;
+    ho.max_url_bytes = c->max_url_bytes;
+    ho.gzip_min_bytes = c->gzip_min_bytes;
+    ho.query_timeout_ns = c->query_timeout_ns;
+    ho.idle_timeout_ns = c->idle_timeout_ns;
     ho.upload_path = "/api/v1/symbols";
-    ho.max_upload_bytes = d.cfg.symbols_max_upload_bytes;
+    ho.max_upload_bytes = c->symbols_max_upload_bytes;
     static const char *const pyro_paths[] = {"/ingest", "/pyroscope/ingest",
                                              "/push.v1.PusherService/Push", NULL};
     ho.ingest_paths = pyro_paths;
-    ho.max_ingest_bytes = d.cfg.ingest_max_body_bytes;
-    ho.max_ingests = d.cfg.ingest_max_concurrent;
-    ho.request_timeout_ns = d.cfg.request_timeout_ns;
-    ho.write_timeout_ns = d.cfg.write_timeout_ns;
-    ho.max_inflight_bytes = d.cfg.output_budget;
-    ho.cheap_concurrency = d.cfg.cheap_concurrency;
-    ho.peer_concurrency = d.fanout ? d.cfg.concurrency : 0; /* peers' parts: own slots */
-    ho.max_conns_per_client = d.cfg.max_conns_per_client;
-    ho.reserved_connections = d.cfg.healthz_connections;
+    ho.max_ingest_bytes = c->ingest_max_body_bytes;
+    ho.max_ingests = c->ingest_max_concurrent;
+    ho.request_timeout_ns = c->request_timeout_ns;
+    ho.write_timeout_ns = c->write_timeout_ns;
+    ho.max_inflight_bytes = c->output_budget;
+    ho.cheap_concurrency = c->cheap_concurrency;
+    ho.peer_concurrency = d->fanout ? c->concurrency : 0; /* peers' parts: own slots */
+    ho.max_conns_per_client = c->max_conns_per_client;
+    ho.reserved_connections = c->healthz_connections;
     ho.handle = cp_api_handle;
     ho.is_light = cp_api_is_light;
     ho.admit = cp_api_admit;
     ho.observe = cp_api_observe;
-    ho.ctx = d.api;
-    if (cp_http_server_create(d.loop, &ho, &d.http, &err)) goto fail_msg;
-    cp_log_info("query API on http://%s%s%s:%d/ (%s)", strchr(d.cfg.http_host, ':') ? "[" : "",
-                d.cfg.http_host, strchr(d.cfg.http_host, ':') ? "]" : "",
-                cp_http_server_port(d.http),
-                d.cfg.tokens.n ? "tokens required" : "single tenant \"default\", no tokens");
+    ho.ctx = d->api;
+    if (cp_http_server_create(d->loop, &ho, &d->http, err)) return err->code;
+    cp_log_info("query API on http://%s%s%s:%d/ (%s)", strchr(c->http_host, ':') ? "[" : "",
+                c->http_host, strchr(c->http_host, ':') ? "]" : "", cp_http_server_port(d->http),
+                c->tokens.n ? "tokens required" : "single tenant \"default\", no tokens");
+    return 0;
+}
 
-    /* Kafka after the HTTP port is bound: a port conflict fails before anything is consumed. */
-    const char *bootstrap = d.cfg.brokers;
-    if (!*bootstrap) {
-        cp_broker_options bo = {.partitions = (int)d.cfg.embedded_partitions};
-        if (cp_broker_create(&bo, &d.broker, &err)) goto fail_msg;
-        bootstrap = cp_broker_bootstraps(d.broker);
-        cp_log_info("Kafka bootstrap servers: %s (the embedded broker: in memory, about 5 MiB "
-                    "per partition; served at /api/v1/brokers)",
-                    bootstrap);
-        if (d.fanout)
-            cp_log_warn("cluster with the embedded broker: its log lives in this process and "
-                        "starts empty at each start, so what it holds unread dies with it and "
-                        "the other nodes read its new log from the start (counted in "
-                        "contprof_ingest_offset_resets_total). The embedded broker is for a "
-                        "single node; run a cluster on a real, replicated Kafka (--brokers, "
-                        "README.md \"The embedded broker and a real Kafka\")");
-    } else {
-        cp_log_info("Kafka bootstrap servers: %s", bootstrap);
+/* The embedded broker when no brokers are configured; *bootstrap = the servers to use. */
+static int broker_create(daemon_t *d, const char **bootstrap, cp_err *err)
+{
+    *bootstrap = d->cfg.brokers;
+    if (**bootstrap) {
+        cp_log_info("Kafka bootstrap servers: %s", *bootstrap);
+        return 0;
     }
-    CP_VEC(const char *) props = {0};
-    for (uint32_t i = 0; i < d.cfg.kafka.n; i++)
-        if (cp_vec_push(&props, d.cfg.kafka.v[i].key) ||
-            cp_vec_push(&props, d.cfg.kafka.v[i].value)) {
-            cp_err_set(&err, CP_ENOMEM, "out of memory");
-            free(props.v);
-            goto fail_msg;
-        }
-    if (cp_vec_push(&props, NULL)) {
-        free(props.v);
-        goto fail_msg;
-    }
+    cp_broker_options bo = {.partitions = (int)d->cfg.embedded_partitions};
+    if (cp_broker_create(&bo, &d->broker, err)) return err->code;
+    *bootstrap = cp_broker_bootstraps(d->broker);
+    cp_log_info("Kafka bootstrap servers: %s (the embedded broker: in memory, about 5 MiB "
+                "per partition; served at /api/v1/brokers)",
+                *bootstrap);
+    if (d->fanout)
+        cp_log_warn("cluster with the embedded broker: its log lives in this process and "
+                    "starts empty at each start, so what it holds unread dies with it and "
+                    "the other nodes read its new log from the start (counted in "
+                    "contprof_ingest_offset_resets_total). The embedded broker is for a "
+                    "single node; run a cluster on a real, replicated Kafka (--brokers, "
+                    "README.md \"The embedded broker and a real Kafka\")");
+    return 0;
+}
+
+/* The key, value pairs of a config section, NULL-terminated, into *out (freed by the
+ * caller; the strings stay the configuration's). */
+static int pairs_of(const cp_kv *kv, uint32_t n, const char ***out, cp_err *err)
+{
+    CP_VEC(const char *) v = {0};
+    for (uint32_t i = 0; i < n; i++)
+        if (cp_vec_push(&v, kv[i].key) || cp_vec_push(&v, kv[i].value)) goto nomem;
+    if (cp_vec_push(&v, NULL)) goto nomem;
+    *out = v.v;
+    return 0;
+nomem:
+    free(v.v);
+    return cp_err_set(err, CP_ENOMEM, "out of memory");
+}
+
+/* The ingest consumer into the store, its statistics registered, started. */
+static int ingest_create(daemon_t *d, const char *bootstrap, cp_err *err)
+{
+    if (pairs_of(d->cfg.kafka.v, d->cfg.kafka.n, &d->kafka_props, err)) return err->code;
     /* With tokens, ingest stores only envelopes signed with a token of their tenant. */
-    CP_VEC(const char *) ttoks = {0};
-    for (uint32_t i = 0; i < d.cfg.tokens.n; i++)
-        if (cp_vec_push(&ttoks, d.cfg.tokens.v[i].key) ||
-            cp_vec_push(&ttoks, d.cfg.tokens.v[i].value)) {
-            free(ttoks.v);
-            cp_err_set(&err, CP_ENOMEM, "out of memory");
-            goto fail_msg;
-        }
-    if (cp_vec_push(&ttoks, NULL)) {
-        free(ttoks.v);
-        goto fail_msg;
-    }
-    d.tenant_tokens = ttoks.v; /* freed after the ingest */
+    if (pairs_of(d->cfg.tokens.v, d->cfg.tokens.n, &d->tenant_tokens, err)) return err->code;
     cp_ingest_options io = {.brokers = bootstrap,
-                            .group_id = d.cfg.group_id,
-                            .topic = d.cfg.topic,
-                            .dlq_topic = d.cfg.dlq_topic,
-                            .kafka_props = props.v,
-                            .new_log = d.broker != NULL,
-                            .tenant_tokens = d.cfg.tokens.n ? ttoks.v : NULL,
-                            .partitions = d.cfg.cluster_partitions};
-    int irc = cp_ingest_create(&io, d.store, &d.ingest, &err);
-    props_kept = props.v; /* the control publisher's too; freed at the end */
-    if (irc) goto fail_msg;
+                            .group_id = d->cfg.group_id,
+                            .topic = d->cfg.topic,
+                            .dlq_topic = d->cfg.dlq_topic,
+                            .kafka_props = d->kafka_props,
+                            .new_log = d->broker != NULL,
+                            .tenant_tokens = d->cfg.tokens.n ? d->tenant_tokens : NULL,
+                            .partitions = d->cfg.cluster_partitions};
+    if (cp_ingest_create(&io, d->store, &d->ingest, err)) return err->code;
     /* /metrics: the API's, store, ingest, symbols, cluster, in registration order */
-    if (cp_ingest_register_metrics(d.ingest, d.metrics) ||
-        cp_symbols_register_metrics(d.symbols, d.metrics) ||
-        cp_fanout_register_metrics(d.fanout, d.metrics))
-        goto fail_msg;
-    if (cp_ingest_start(d.ingest, &err)) goto fail_msg;
+    if (cp_ingest_register_metrics(d->ingest, d->metrics) ||
+        cp_symbols_register_metrics(d->symbols, d->metrics) ||
+        cp_fanout_register_metrics(d->fanout, d->metrics))
+        return cp_err_set(err, CP_ENOMEM, "out of memory");
+    return cp_ingest_start(d->ingest, err);
+}
 
-    if (cp_api_set_brokers(d.api, bootstrap) || start_relay(&d, bootstrap, &err)) goto fail_msg;
-    if (cp_publisher_create(bootstrap, (const char *const *)props_kept, d.cfg.control_topic,
-                            &d.publisher, &err))
-        goto fail_msg;
-    if (cp_publisher_create(bootstrap, (const char *const *)props_kept,
-                            d.cfg.topic && *d.cfg.topic ? d.cfg.topic : CP_TOPIC_PROFILES,
-                            &d.profiles, &err))
-        goto fail_msg;
-    resume_captures(&d);
-    pull_peer_captures(&d);
+/* Kafka after the HTTP port is bound (a port conflict fails before anything is consumed):
+ * the broker, ingest, the relay, the control and profiles topics' producers, and the
+ * captures that run on. */
+static int kafka_start(daemon_t *d, cp_err *err)
+{
+    const char *bootstrap;
+    if (broker_create(d, &bootstrap, err) || ingest_create(d, bootstrap, err)) return err->code;
+    if (cp_api_set_brokers(d->api, bootstrap)) return cp_err_set(err, CP_ENOMEM, "out of memory");
+    if (start_relay(d, bootstrap, err)) return err->code;
+    const char *const *props = (const char *const *)d->kafka_props;
+    if (cp_publisher_create(bootstrap, props, d->cfg.control_topic, &d->publisher, err) ||
+        cp_publisher_create(bootstrap, props,
+                            d->cfg.topic && *d->cfg.topic ? d->cfg.topic : CP_TOPIC_PROFILES,
+                            &d->profiles, err))
+        return err->code;
+    const char *const *tt = (const char *const *)d->tenant_tokens;
+    cp_capture_resume(d->store, publish_capture, d, tt);
+    cp_capture_pull_peers(d->store, d->fanout, tt);
+    return 0;
+}
 
-    uv_timer_init(d.loop, &d.watch_timer);
-    d.watch_timer.data = &d;
-    uv_timer_start(&d.watch_timer, on_watch_timer, 5000, 5000);
+/* ---- running and destroying --------------------------------------------------------- */
 
-    uv_run(d.loop, UV_RUN_DEFAULT);
-    status = 0;
+/* The loop, until a signal's clean stop has closed every handle. */
+static void daemon_run(daemon_t *d)
+{
+    uv_timer_init(d->loop, &d->watch_timer);
+    d->watch_timer.data = d;
+    uv_timer_start(&d->watch_timer, on_watch_timer, 5000, 5000);
+    uv_run(d->loop, UV_RUN_DEFAULT);
     cp_log_info("stopped cleanly");
-    goto out;
-fail_msg:
-    cp_log_error("contprofd: %s", err.msg[0] ? err.msg : "out of memory");
-    if (d.http && d.loop) {
-        /* A server that failed to listen still holds a handle: close it. The signal handles
-         * too, or the loop waits for a signal (a bad kafka.* property hung here). */
-        uv_close((uv_handle_t *)&d.sigint, NULL);
-        uv_close((uv_handle_t *)&d.sigterm, NULL);
-        cp_http_server_shutdown(d.http, NULL, NULL);
-        uv_run(d.loop, UV_RUN_DEFAULT);
+}
+
+/* After a failed start: a server that failed to listen still holds a handle, and so do
+ * the signal handles (or the loop waits for a signal: a bad kafka.* property hung here). */
+static void daemon_abort(daemon_t *d, const cp_err *err)
+{
+    cp_log_error("contprofd: %s", err->msg[0] ? err->msg : "out of memory");
+    if (d->http && d->loop) {
+        uv_close((uv_handle_t *)&d->sigint, NULL);
+        uv_close((uv_handle_t *)&d->sigterm, NULL);
+        cp_http_server_shutdown(d->http, NULL, NULL);
+        uv_run(d->loop, UV_RUN_DEFAULT);
     }
-out:
+}
+
+/* Destroys what exists of *d, in dependency order; accepts a half-built daemon. */
+static void daemon_destroy(daemon_t *d)
+{
     /* first: what it holds goes to Kafka (the embedded broker is still up) or its spool */
-    cp_relay_destroy(d.relay, 2 * (int64_t)1000000000);
-    cp_http_server_destroy(d.http);
-    cp_publisher_destroy(d.publisher);
-    cp_publisher_destroy(d.profiles);
-    free(props_kept);
-    cp_ingest_destroy(d.ingest);
-    free(d.tenant_tokens);
-    cp_broker_destroy(d.broker);
-    cp_api_destroy(d.api);
-    cp_fanout_destroy(d.fanout);
-    cp_symbols_destroy(d.symbols);
-    cp_store_close(d.store);
-    cp_metrics_destroy(d.metrics);
-    if (d.loop) uv_loop_close(d.loop);
-    cp_config_close(&d.cfg);
+    cp_relay_destroy(d->relay, 2 * (int64_t)1000000000);
+    cp_http_server_destroy(d->http);
+    cp_publisher_destroy(d->publisher);
+    cp_publisher_destroy(d->profiles);
+    free(d->kafka_props);
+    cp_ingest_destroy(d->ingest);
+    free(d->tenant_tokens);
+    cp_broker_destroy(d->broker);
+    cp_api_destroy(d->api);
+    cp_fanout_destroy(d->fanout);
+    cp_symbols_destroy(d->symbols);
+    cp_store_close(d->store);
+    cp_metrics_destroy(d->metrics);
+    if (d->loop) uv_loop_close(d->loop);
+    cp_config_close(&d->cfg);
+}
+
+int main(int argc, char **argv)
+{
+    args_t a;
+    int status = parse_args(argc, argv, &a);
+    if (status >= 0) return status;
+    status = 1;
+    daemon_t d;
+    memset(&d, 0, sizeof d);
+    cp_err err = {0};
+    if (cp_config_init(&d.cfg)) return 1;
+    if (load_config(&d.cfg, &a, &err)) goto fail;
+    if (a.mode) {
+        status = a.mode == 2 ? print_offsets(&d.cfg) : repair(&d.cfg);
+        cp_config_close(&d.cfg);
+        return status;
+    }
+    set_process_limits(&d.cfg);
+    if (store_create(&d, &err) || api_create(&d, a.config, &err)) goto fail;
+    d.loop = uv_default_loop();
+    signals_start(&d);
+    if (http_create(&d, &err) || kafka_start(&d, &err)) goto fail;
+    daemon_run(&d);
+    status = 0;
+    goto out;
+fail:
+    daemon_abort(&d, &err);
+out:
+    daemon_destroy(&d);
     return status;
 }

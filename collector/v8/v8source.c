@@ -1009,7 +1009,7 @@ static void on_control(const uint8_t *v, size_t len, void *arg)
     } else if ((k = cap_find(c.id)) != NULL) {
         if (k->ended) {
             /* ended here: a later message does not restart it */
-        } else if (c.cancelled || c.end_ns <= now) {
+        } else if (!cp_capture_live(&c, now)) {
             k->ended = 1;
             cp_log_info("v8: capture %s ended (%s)", c.id, c.cancelled ? "cancelled" : "past");
         } else if (c.kind == k->c.kind) {
@@ -1019,7 +1019,7 @@ static void on_control(const uint8_t *v, size_t len, void *arg)
             k->c.max_overhead_permille = c.max_overhead_permille;
             cap_plan(k);
         }
-    } else if (c.cancelled || c.end_ns <= now) {
+    } else if (!cp_capture_live(&c, now)) {
         S.ctl_expired++;
     } else {
         k = NULL;

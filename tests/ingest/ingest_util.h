@@ -123,6 +123,29 @@ static inline cp_ingest *ingest_start(const char *brokers, cp_store *s, uint32_t
     return in;
 }
 
+/* The value of the sample line "name value" (name with its labels, if any) that registry r
+ * prints on /metrics; fails the test when there is none. */
+static inline int64_t metric_value(cp_metrics *r, const char *name)
+{
+    cp_buf b = {0};
+    CHECK_EQ(cp_metrics_write(r, &b), 0);
+    CHECK_EQ(cp_buf_append(&b, "", 1), 0);
+    const char *text = (const char *)b.data, *p = text;
+    size_t n = strlen(name);
+    int64_t v = -1;
+    int found = 0;
+    for (; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (!strncmp(p, name, n) && p[n] == ' ') {
+            v = strtoll(p + n + 1, NULL, 10);
+            found = 1;
+            break;
+        }
+    if (!found) fprintf(stderr, "no %s in /metrics:\n%s", name, text);
+    CHECK(found);
+    cp_buf_close(&b);
+    return v;
+}
+
 /* Waits until the ingest has consumed n messages (all outcomes); fails after secs. */
 static inline void wait_messages(cp_ingest *in, uint64_t n, double secs)
 {

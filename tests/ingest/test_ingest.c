@@ -85,13 +85,26 @@ TEST(pipeline_exact_totals_restart_duplicates)
     cp_synth_destroy(sy2);
     flush(rk);
     in = ingest_start(bs, s, 64);
+    cp_metrics *reg = NULL;
+    CHECK_EQ(cp_metrics_create(&reg), 0);
+    CHECK_EQ(cp_ingest_register_metrics(in, reg), 0);
     wait_messages(in, 140, 60);
     cp_ingest_stop(in);
     cp_ingest_get_stats(in, &st);
     CHECK_EQ(st.windows, 100);
     CHECK_EQ(st.duplicates, 40);
     CHECK_EQ(st.skipped, 0); /* seeked to the stored offsets: nothing old was even fetched */
+    /* every number ingest counts is on /metrics, the same as in its stats */
+    CHECK(st.batches >= 1);
+    CHECK_EQ(metric_value(reg, "contprof_ingest_batches_total"), (int64_t)st.batches);
+    CHECK_EQ(metric_value(reg, "contprof_ingest_skipped_total"), 0);
+    CHECK_EQ(metric_value(reg, "contprof_ingest_duplicates_total"), 40);
+    CHECK_EQ(st.partitions, 4);
+    CHECK_EQ(metric_value(reg, "contprof_ingest_partitions"), 4);
+    CHECK_EQ(metric_value(reg, "contprof_ingest_failed"), 0);
+    CHECK_EQ(metric_value(reg, "contprof_ingest_sequence_gaps_total"), (int64_t)st.sequence_gaps);
     cp_ingest_destroy(in);
+    cp_metrics_destroy(reg);
     CHECK_EQ(total(s, "acme", CP_KIND_CPU, 1), want);
     cp_synth_destroy(sy);
     rd_kafka_destroy(rk);

@@ -19,9 +19,9 @@ static void produce_window(rd_kafka_t *rk, int i)
 }
 
 /* The one partition this ingest has stored something in. */
-static cp_ingest_partition only_partition(cp_ingest *in)
+static cp_partition_offsets only_partition(cp_ingest *in)
 {
-    cp_ingest_partition ps[8], found = {.partition = -1};
+    cp_partition_offsets ps[8], found = {.partition = -1};
     uint32_t n = cp_ingest_get_partitions(in, ps, 8);
     CHECK(n <= 8);
     for (uint32_t i = 0; i < n; i++)
@@ -46,7 +46,7 @@ TEST(offsets_dropped_while_stopped_are_counted_by_partition)
         produce_window(rk, i);
     flush(rk);
     wait_messages(in, 5, 60);
-    cp_ingest_partition p0 = only_partition(in);
+    cp_partition_offsets p0 = only_partition(in);
     CHECK_EQ(p0.stored, 5);
     CHECK_EQ(p0.lost, 0);
     cp_ingest_destroy(in);
@@ -77,7 +77,7 @@ TEST(offsets_dropped_while_stopped_are_counted_by_partition)
         if (st.windows == 1) break;
         CHECK(now_s() < end);
     }
-    cp_ingest_partition p1 = only_partition(in);
+    cp_partition_offsets p1 = only_partition(in);
     CHECK_EQ(p1.partition, p0.partition);
     CHECK_EQ(p1.stored, 46); /* 5 windows, 40 junk, 1 window */
     uint64_t dlq = 0;
@@ -147,7 +147,7 @@ TEST(unreachable_dlq_holds_the_offsets_back)
     }
     CHECK_EQ(cp_store_get_offset(s, CP_TOPIC_PROFILES, 0, &next, NULL), 0);
     CHECK_EQ(next, 3);
-    cp_ingest_partition p = only_partition(in);
+    cp_partition_offsets p = only_partition(in);
     CHECK_EQ(p.nranges, 1);
     CHECK_EQ(p.not_stored[0].from, 1);
     CHECK_STREQ(p.not_stored[0].why, "dlq:envelope");
