@@ -195,10 +195,13 @@ static void on_fatal(int sig, siginfo_t *si, void *uc)
     }
     cp_fatal_flush_fn flush = atomic_load(&g_flush);
     int watchdog = -1, expect = 0;
-    if (flush && contprof_running() && !cp_agent_thread && !cp_in_agent &&
-        atomic_compare_exchange_strong(&g_dying_tid, &expect, (int)tid)) {
-        atomic_store(&g_dying_sig, sig);
-        atomic_store(&g_dying_since, mono_ns());
+    if (flush && contprof_running() && !cp_agent_thread && !cp_in_agent) {
+        /* the first fatal signal is the one whose copies are dropped; another one on
+         * another thread meanwhile writes the window too (agent_flush takes turns) */
+        if (atomic_compare_exchange_strong(&g_dying_tid, &expect, (int)tid)) {
+            atomic_store(&g_dying_since, mono_ns());
+            atomic_store(&g_dying_sig, sig);
+        }
         int64_t ns = FLUSH_BOUND_NS + WATCHDOG_SLACK_NS;
         if (cp_cfg.brokers[0] || cp_cfg.server[0]) ns += cp_cfg.flush_ns;
         watchdog = arm_watchdog(sig, tid, ns);
