@@ -204,6 +204,7 @@ int cp_pbj_decode(const cp_pbj_msg *m, const uint8_t *p, size_t len, cp_json **o
 {
     *out = jnew(CP_JSON_OBJECT);
     if (!*out) return CP_ENOMEM;
+    if (!p) p = (const uint8_t *)""; /* an empty message, as an empty buffer may come */
     int rc = decode_msg(m, p, len, p, 0, *out, err);
     if (rc) {
         cp_json_free(*out);
