@@ -131,7 +131,6 @@ struct cp_ingest {
     uint64_t rate_windows;        /* the windows count then */
     cp_metrics *metrics;          /* where this ingest is registered; NULL = nowhere */
     atomic_int_fast64_t asked_ns; /* monotonic ns of the last cp_ingest_get_partitions */
-    atomic_int draining;          /* cp_ingest_drain waits: the lag is measured every turn */
     /* store failure: paused until cp_store_reopen succeeds (ingest thread only) */
     int paused;
     int64_t retry_at, backoff;
@@ -1156,7 +1155,7 @@ static void *run(void *arg)
         }
         rd_kafka_poll(in->dlq, 0);
         gap_settle(in, now);
-        if (now - last_lag >= 1000000000LL || atomic_load(&in->draining)) {
+        if (now - last_lag >= 1000000000LL) {
             update_lag(in);
             last_lag = now;
         }
@@ -1440,21 +1439,61 @@ void cp_ingest_destroy(cp_ingest *in)
 
 int cp_ingest_drain(cp_ingest *in, int64_t timeout_ns)
 {
-    atomic_store(&in->draining, 1);
     int64_t end = mono_ns() + timeout_ns;
-    int zeros = 0;
-    /* three readings of no lag 50 ms apart: each spans fetch answers (fetch.wait.max.ms 20),
-     * so a message produced just before the call has shown in a high watermark */
-    while (zeros < 3 && mono_ns() < end) {
-        atomic_store(&in->asked_ns, mono_ns()); /* batches written at once meanwhile */
-        struct timespec ts = {0, 50000000};
-        nanosleep(&ts, NULL);
-        int64_t lag = cp_gauge_get(&in->lag);
-        if (lag < 0) break; /* nothing assigned or fetched yet: nothing it could read */
-        zeros = lag == 0 ? zeros + 1 : 0;
+    /* The broker's own end offsets (a ListOffsets round trip each), not the ones the last
+     * fetch answer left in the consumer: a message produced just before this call and not
+     * fetched yet counts. The partitions assigned now (with the embedded broker, all). */
+    pthread_mutex_lock(&in->mu);
+    uint32_t np = in->parts.n;
+    int64_t *want = calloc(np + 1, sizeof *want);
+    for (uint32_t i = 0; want && i < np; i++)
+        want[i] = in->parts.v[i].assigned ? 0 : -1;
+    pthread_mutex_unlock(&in->mu);
+    if (!want) return CP_ENOMEM;
+    /* offsets for the time "latest" (-1) are the ends; rd_kafka_offsets_for_times keeps to
+     * its timeout with a broker away, where rd_kafka_query_watermark_offsets (2.0) waits for
+     * the request's own timeout after the leader lookup */
+    rd_kafka_topic_partition_list_t *tl = rd_kafka_topic_partition_list_new((int)np + 1);
+    for (uint32_t i = 0; i < np; i++)
+        if (want[i] >= 0) rd_kafka_topic_partition_list_add(tl, in->topic, (int32_t)i)->offset = -1;
+    int rc = 0;
+    int left = (int)((end - mono_ns()) / 1000000);
+    rd_kafka_resp_err_t e = RD_KAFKA_RESP_ERR__TIMED_OUT;
+    if (tl->cnt && left > 0) e = rd_kafka_offsets_for_times(in->rk, tl, left);
+    if (e && tl->cnt) {
+        cp_log_warn("ingest: %s: the broker did not tell its partitions' ends: %s", in->topic,
+                    rd_kafka_err2str(e));
+        rc = CP_ELIMIT;
     }
-    atomic_store(&in->draining, 0);
-    return zeros >= 3 || cp_gauge_get(&in->lag) < 0 ? 0 : CP_ELIMIT;
+    for (int j = 0; !rc && j < tl->cnt; j++) {
+        const rd_kafka_topic_partition_t *tp = &tl->elems[j];
+        if (tp->err) {
+            cp_log_warn("ingest: %s [%d]: the broker did not tell the partition's end: %s",
+                        in->topic, tp->partition, rd_kafka_err2str(tp->err));
+            rc = CP_ELIMIT;
+        }
+        want[tp->partition] = tp->offset;
+    }
+    rd_kafka_topic_partition_list_destroy(tl);
+    /* then until each partition's stored offset reaches that end; batches are written at
+     * once meanwhile (asked_ns) */
+    while (!rc) {
+        uint32_t behind = 0;
+        pthread_mutex_lock(&in->mu);
+        for (uint32_t i = 0; i < np; i++)
+            behind += want[i] > 0 && in->parts.v[i].durable < want[i];
+        pthread_mutex_unlock(&in->mu);
+        if (!behind) break;
+        if (mono_ns() >= end) {
+            rc = CP_ELIMIT;
+            break;
+        }
+        atomic_store(&in->asked_ns, mono_ns());
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    free(want);
+    return rc;
 }
 
 /* Ingest's counters: each registered once in the statistics registry under its name and

@@ -127,10 +127,10 @@ int cp_ingest_create(const cp_ingest_options *opt, cp_store *store, cp_ingest **
 int cp_ingest_start(cp_ingest *in, cp_err *err);
 
 /* Waits, at most timeout_ns, until ingest has stored everything the assigned partitions
- * hold (no lag, seen three times 50 ms apart), writing batches at once meanwhile. For a
- * stop with the embedded broker, whose messages die with the process. Returns 0 (also at
- * once when the lag is unknown: nothing assigned or fetched yet), or CP_ELIMIT if the lag
- * was not seen at 0 in time. Any thread but ingest's. */
+ * hold now: their end offsets asked of the broker, then the stored offsets watched until
+ * they reach them, batches written at once meanwhile. For a stop with the embedded broker,
+ * whose messages die with the process. Returns 0, or CP_ELIMIT (the broker did not answer,
+ * or ingest did not catch up in time; logged), or CP_ENOMEM. Any thread but ingest's. */
 int cp_ingest_drain(cp_ingest *in, int64_t timeout_ns);
 
 /* Stops the thread: the in-flight batch is written (with its offsets), the DLQ producer

@@ -284,6 +284,47 @@ TEST(bad_inputs_to_dlq_and_ingest_goes_on)
     rmtree(dir);
 }
 
+/* cp_ingest_drain, as contprofd's stop uses it with the embedded broker: once it returns 0,
+ * everything the broker held when it was called is in the store, though batches are only
+ * written when old (a minute here) and the consumer may not have fetched the last messages
+ * yet. With the broker away it gives up within its time, saying so. */
+TEST(drain_stores_what_the_broker_holds)
+{
+    const char *bs = start_broker();
+    char *dir = tmpdir("ingest");
+    cp_store *s = open_store(dir);
+    rd_kafka_t *rk = producer(bs);
+    cp_ingest_options o = {.brokers = bs,
+                           .kafka_props = test_props,
+                           .batch_max_messages = 100000,
+                           .batch_max_ms = 60000};
+    cp_ingest *in = NULL;
+    cp_err err = {0};
+    CHECK_EQ(cp_ingest_create(&o, s, &in, &err), 0);
+    CHECK_EQ(cp_ingest_start(in, &err), 0);
+    CHECK_EQ(cp_ingest_drain(in, 30 * SEC), 0); /* nothing yet: at once */
+    int64_t want = produce_windows(rk, NULL, 0, 20, 4, 30);
+    flush(rk);
+    wait_messages(in, 20, 60); /* assigned, fetching */
+    for (int round = 0; round < 3; round++) {
+        want += produce_windows(rk, NULL, 20 + round * 300, 300, 4, 30);
+        flush(rk); /* acknowledged by the broker, maybe not fetched */
+        CHECK_EQ(cp_ingest_drain(in, 30 * SEC), 0);
+        CHECK_EQ(total(s, "acme", CP_KIND_CPU, 1), want); /* before any stop */
+    }
+    CHECK_EQ(cp_broker_set_up(broker, 1, 0, NULL), 0);
+    double t0 = now_s();
+    CHECK_EQ(cp_ingest_drain(in, 2 * SEC), CP_ELIMIT);
+    CHECK(now_s() - t0 < 10);
+    CHECK_EQ(cp_broker_set_up(broker, 1, 1, NULL), 0);
+    cp_ingest_stop(in);
+    cp_ingest_destroy(in);
+    rd_kafka_destroy(rk);
+    cp_store_close(s);
+    cp_broker_destroy(broker);
+    rmtree(dir);
+}
+
 /* The broker goes down for a while during an ingest: nothing is lost or doubled. */
 TEST(broker_outage)
 {
@@ -384,4 +425,4 @@ TEST(sigkill_exactly_once)
 }
 
 TEST_MAIN(T(pipeline_exact_totals_restart_duplicates), T(bad_inputs_to_dlq_and_ingest_goes_on),
-          T(broker_outage), T(sigkill_exactly_once))
+          T(drain_stores_what_the_broker_holds), T(broker_outage), T(sigkill_exactly_once))

@@ -1046,12 +1046,13 @@ TEST(node_signed_for_its_tenant)
 TEST(node_through_a_contprofd_restart_loses_nothing)
 {
     make_dir();
-    char store[300], url[64], log2[300], http[64], out[300];
+    char store[300], url[64], log1[600], log2[300], http[64], out[300];
     snprintf(store, sizeof(store), "%s/store", g_dir);
     proc d;
     const char *dargs[] = {"--data", store, "--http", "127.0.0.1:0", NULL};
     start_daemon(&d, g_dir, dargs);
     (void)wait_for_log(d.pid, d.log, "relay for this host", 30);
+    snprintf(log1, sizeof(log1), "%s", d.log);
     snprintf(url, sizeof(url), "http://127.0.0.1:%d", d.port);
     g_files = 1;
     pid_t np, cp;
@@ -1096,7 +1097,11 @@ TEST(node_through_a_contprofd_restart_loses_nothing)
     }
     printf("alpha: %d cpu windows written, %lld ns in the files, %lld ns stored\n", nwin,
            (long long)want, (long long)got);
-    CHECK(nwin >= 3); /* windows before, during and after the restart */
+    CHECK(nwin >= 3);  /* windows before, during and after the restart */
+    if (got != want) { /* where it went: both daemons' logs */
+        print_log(log1);
+        print_log(log2);
+    }
     CHECK_EQ(got, want);
     CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
     pset_free(&s);
