@@ -347,7 +347,7 @@ static int scan_names(int fd, uint64_t fsize, const sec *s, const sec *strs, con
     if (s->size > CP_ELFNAMES_MAX_SECTION) return CP_ELIMIT;
     uint64_t nsym = s->size / SYM_BYTES;
     if (nsym == 0 || strs->size == 0 || j->n == 0) return CP_ENOTFOUND;
-    enum { CHUNK = 2048 };
+    enum { CHUNK = 512 }; /* 12 KiB: each page of a bigger buffer was a fault in a short process */
     uint8_t *syms = malloc((size_t)CHUNK * SYM_BYTES);
     fsym *best = calloc(j->n, sizeof(fsym)); /* hi == 0: none */
     int rc = CP_ENOMEM;
