@@ -212,8 +212,11 @@ static int type_index(const char *id)
     return -1;
 }
 
+/* v quoted for a selector: raw in backticks (exactly as long) unless it holds one, else in
+ * double quotes with its quotes, backslashes and control characters escaped. */
 static int quoted_out(cp_buf *b, const char *v)
 {
+    if (!strchr(v, '`')) return cp_buf_printf(b, "`%s`", v) ? CP_ENOMEM : 0;
     int rc = cp_buf_append(b, "\"", 1);
     for (; !rc && *v; v++)
         rc = *v == '"' || *v == '\\' ? cp_buf_printf(b, "\\%c", *v)
@@ -224,12 +227,8 @@ static int quoted_out(cp_buf *b, const char *v)
     return rc || cp_buf_append(b, "\"", 1) ? CP_ENOMEM : 0;
 }
 
-/* A selector in Pyroscope's label names made contprof's, into out (text): service_name is
- * service; the matchers on __profile_type__ (a profile type ID) and __name__ (its first
- * part, process_cpu, memory...) are taken out and applied to the IDs served instead, *types
- * getting a bit per g_types entry they all allow (TYPES_ALL without them). 0, CP_EPARSE with
- * err (the selector's own message), or CP_ENOMEM. */
-static int pyro_selector(const char *in, cp_buf *out, uint32_t *types, cp_err *err)
+/* The selector text of cp_querier_selector (querier.h). */
+int cp_querier_selector(const char *in, cp_buf *out, uint32_t *types, cp_err *err)
 {
     cp_selector sel = {0};
     *types = TYPES_ALL;
@@ -261,7 +260,7 @@ static int pyro_selector(const char *in, cp_buf *out, uint32_t *types, cp_err *e
 }
 
 /* The query of a call: the window (start/end in ms, default the last hour), the selector
- * (pyro_selector's: the profile types it allows into *types), the limits. 0, or -1 with the
+ * (cp_querier_selector's: the profile types it allows into *types), the limits. 0, or -1 with the
  * error answer set. */
 static int window_query(const cp_querier_call *c, const cp_http_request *req, int64_t start,
                         int64_t end, const char *sel, cp_query *q, cp_buf *seltext, uint32_t *types,
@@ -311,7 +310,7 @@ static int window_query(const cp_querier_call *c, const cp_http_request *req, in
         return -1;
     }
     cp_err err = {0};
-    int rc = pyro_selector(sel ? sel : "", seltext, types, &err);
+    int rc = cp_querier_selector(sel ? sel : "", seltext, types, &err);
     if (rc == CP_ENOMEM) {
         connect_error(r, 503, "unavailable", "out of memory");
         return -1;
