@@ -857,14 +857,14 @@ static int read_call_site(const cp_json *body, call_site *cs, cp_http_response *
         return -1;
     }
     for (uint32_t i = 0; i < site->n; i++) {
-        const cp_json *loc = site->items[i];
-        const char *nm = loc && loc->type == CP_JSON_OBJECT
-                             ? cp_json_str(member(loc, "name", "name"), NULL)
-                             : NULL;
+        /* proto3 leaves an empty name out: {} is the name "" */
+        const cp_json *loc = site->items[i], *nj = member(loc, "name", "name");
+        const char *nm = loc->type == CP_JSON_OBJECT ? cp_json_str(nj, nj ? NULL : "") : NULL;
         if (!nm) {
             char m[160];
             snprintf(m, sizeof m,
-                     "stack_trace_selector.call_site[%u]: expected a Location with a name", i);
+                     "stack_trace_selector.call_site[%u]: expected a Location {\"name\": string}",
+                     i);
             connect_error(r, 400, "invalid_argument", m);
             return -1;
         }
