@@ -55,8 +55,8 @@ int cp_querier_profile_type(const char *id, cp_kind *kind, const char **sample_t
  *
  * | message                                   | fields                                       |
  * | types.v1.LabelPair                        | 1 name, 2 value                              |
- * | types.v1.ProfileType                      | 1 ID, 2 name, 3 sample_type, 4 sample_unit,  |
- * |                                           | 5 period_type, 6 period_unit                 |
+ * | types.v1.ProfileType                      | 1 ID, 2 name, 4 sample_type, 5 sample_unit,  |
+ * |                                           | 6 period_type, 7 period_unit (3 unused)      |
  * | types.v1.Point                            | 1 value (double), 2 timestamp (int64 ms)     |
  * | types.v1.Series                           | 1 labels (LabelPair), 2 points (Point)       |
  * | types.v1.LabelNamesRequest                | 1 matchers, 2 start, 3 end                   |
@@ -65,19 +65,26 @@ int cp_querier_profile_type(const char *id, cp_kind *kind, const char **sample_t
  * | querier.v1.ProfileTypesRequest            | 1 start, 2 end                               |
  * | querier.v1.ProfileTypesResponse           | 1 profile_types (ProfileType)                |
  * | querier.v1.SelectMergeStacktracesRequest  | 1 profile_typeID, 2 label_selector, 3 start, |
- * |                                           | 4 end, 5 max_nodes, 6 format (enum)          |
+ * |                                           | 4 end, 5 max_nodes, 6 format (enum),         |
+ * |                                           | 7 stack_trace_selector                       |
+ * | types.v1.StackTraceSelector               | 1 call_site (Location), 2 go_pgo (GoPGO)     |
+ * | types.v1.Location                         | 1 name                                       |
+ * | types.v1.GoPGO                            | 1 keep_locations, 2 aggregate_callees        |
  * | querier.v1.SelectMergeStacktracesResponse | 1 flamegraph (FlameGraph)                    |
  * | querier.v1.FlameGraph                     | 1 names, 2 levels (Level), 3 total,          |
  * |                                           | 4 max_self                                   |
  * | querier.v1.Level                          | 1 values (packed int64)                      |
  * | querier.v1.SelectSeriesRequest            | 1 profile_typeID, 2 label_selector, 3 start, |
  * |                                           | 4 end, 5 group_by, 6 step (double s),        |
- * |                                           | 7 aggregation (enum, SUM 0), 9 limit         |
+ * |                                           | 7 aggregation (enum, SUM 0),                 |
+ * |                                           | 8 stack_trace_selector, 9 limit              |
  * | querier.v1.SelectSeriesResponse           | 1 series (Series)                            |
  * | querier.v1.SeriesRequest                  | 1 matchers, 2 label_names, 3 start, 4 end    |
- * | querier.v1.SeriesResponse                 | 1 labels_set (types.v1.Labels{1 labels})     |
+ * | querier.v1.SeriesResponse                 | 2 labels_set (types.v1.Labels{1 labels})     |
  * | querier.v1.SelectMergeProfileRequest      | 1 profile_typeID, 2 label_selector, 3 start, |
- * |                                           | 4 end (its answer: google.v1.Profile, pprof) |
+ * |                                           | 4 end, 5 max_nodes (read, not applied),      |
+ * |                                           | 6 stack_trace_selector (its answer:          |
+ * |                                           | google.v1.Profile, pprof)                    |
  * | querier.v1.DiffRequest                    | 1 left, 2 right (SelectMergeStacktracesReq.) |
  * | querier.v1.DiffResponse                   | 1 flamegraph (FlameGraphDiff)                |
  * | querier.v1.FlameGraphDiff                 | 1 names, 2 levels (Level: 7-int groups),     |
@@ -99,9 +106,9 @@ int cp_querier_profile_type(const char *id, cp_kind *kind, const char **sample_t
 MSG(pb_label_pair, "types.v1.LabelPair", F(1, "name", STRING, 0, NULL),
     F(2, "value", STRING, 0, NULL));
 MSG(pb_profile_type, "types.v1.ProfileType", F(1, "ID", STRING, 0, NULL),
-    F(2, "name", STRING, 0, NULL), F(3, "sampleType", STRING, 0, NULL),
-    F(4, "sampleUnit", STRING, 0, NULL), F(5, "periodType", STRING, 0, NULL),
-    F(6, "periodUnit", STRING, 0, NULL));
+    F(2, "name", STRING, 0, NULL), F(4, "sampleType", STRING, 0, NULL),
+    F(5, "sampleUnit", STRING, 0, NULL), F(6, "periodType", STRING, 0, NULL),
+    F(7, "periodUnit", STRING, 0, NULL));
 MSG(pb_point, "types.v1.Point", F(1, "value", DOUBLE, 0, NULL), F(2, "timestamp", INT64, 0, NULL));
 MSG(pb_series, "types.v1.Series", F(1, "labels", MSG, 1, &pb_label_pair),
     F(2, "points", MSG, 1, &pb_point));
@@ -114,9 +121,15 @@ MSG(pb_types_req, "querier.v1.ProfileTypesRequest", F(1, "start", INT64, 0, NULL
     F(2, "end", INT64, 0, NULL));
 MSG(pb_types_resp, "querier.v1.ProfileTypesResponse",
     F(1, "profileTypes", MSG, 1, &pb_profile_type));
+MSG(pb_location, "types.v1.Location", F(1, "name", STRING, 0, NULL));
+MSG(pb_go_pgo, "types.v1.GoPGO", F(1, "keepLocations", INT64, 0, NULL),
+    F(2, "aggregateCallees", BOOL, 0, NULL));
+MSG(pb_sts, "types.v1.StackTraceSelector", F(1, "callSite", MSG, 1, &pb_location),
+    F(2, "goPgo", MSG, 0, &pb_go_pgo));
 MSG(pb_sms_req, "querier.v1.SelectMergeStacktracesRequest", F(1, "profileTypeID", STRING, 0, NULL),
     F(2, "labelSelector", STRING, 0, NULL), F(3, "start", INT64, 0, NULL),
-    F(4, "end", INT64, 0, NULL), F(5, "maxNodes", INT64, 0, NULL), F(6, "format", ENUM, 0, NULL));
+    F(4, "end", INT64, 0, NULL), F(5, "maxNodes", INT64, 0, NULL), F(6, "format", ENUM, 0, NULL),
+    F(7, "stackTraceSelector", MSG, 0, &pb_sts));
 MSG(pb_level, "querier.v1.Level", F(1, "values", INT64, 1, NULL));
 MSG(pb_flamegraph, "querier.v1.FlameGraph", F(1, "names", STRING, 1, NULL),
     F(2, "levels", MSG, 1, &pb_level), F(3, "total", INT64, 0, NULL),
@@ -126,16 +139,18 @@ MSG(pb_sms_resp, "querier.v1.SelectMergeStacktracesResponse",
 MSG(pb_ss_req, "querier.v1.SelectSeriesRequest", F(1, "profileTypeID", STRING, 0, NULL),
     F(2, "labelSelector", STRING, 0, NULL), F(3, "start", INT64, 0, NULL),
     F(4, "end", INT64, 0, NULL), F(5, "groupBy", STRING, 1, NULL), F(6, "step", DOUBLE, 0, NULL),
-    F(7, "aggregation", ENUM, 0, NULL), F(9, "limit", INT64, 0, NULL));
+    F(7, "aggregation", ENUM, 0, NULL), F(8, "stackTraceSelector", MSG, 0, &pb_sts),
+    F(9, "limit", INT64, 0, NULL));
 MSG(pb_ss_resp, "querier.v1.SelectSeriesResponse", F(1, "series", MSG, 1, &pb_series));
 MSG(pb_series_req, "querier.v1.SeriesRequest", F(1, "matchers", STRING, 1, NULL),
     F(2, "labelNames", STRING, 1, NULL), F(3, "start", INT64, 0, NULL),
     F(4, "end", INT64, 0, NULL));
 MSG(pb_labels, "types.v1.Labels", F(1, "labels", MSG, 1, &pb_label_pair));
-MSG(pb_series_resp, "querier.v1.SeriesResponse", F(1, "labelsSet", MSG, 1, &pb_labels));
+MSG(pb_series_resp, "querier.v1.SeriesResponse", F(2, "labelsSet", MSG, 1, &pb_labels));
 MSG(pb_smp_req, "querier.v1.SelectMergeProfileRequest", F(1, "profileTypeID", STRING, 0, NULL),
     F(2, "labelSelector", STRING, 0, NULL), F(3, "start", INT64, 0, NULL),
-    F(4, "end", INT64, 0, NULL));
+    F(4, "end", INT64, 0, NULL), F(5, "maxNodes", INT64, 0, NULL),
+    F(6, "stackTraceSelector", MSG, 0, &pb_sts));
 MSG(pb_diff_req, "querier.v1.DiffRequest", F(1, "left", MSG, 0, &pb_sms_req),
     F(2, "right", MSG, 0, &pb_sms_req));
 MSG(pb_fgdiff, "querier.v1.FlameGraphDiff", F(1, "names", STRING, 1, NULL),
@@ -186,34 +201,76 @@ static int json_i64(const cp_json *v, int64_t dflt, int64_t *out)
     return -1;
 }
 
-/* Pyroscope's label names in a selector as contprof's: service_name is service. */
-static int translate_selector(const char *in, cp_buf *out)
+#define TYPES_ALL ((1u << NTYPES) - 1)
+#define CP_MAX_CALL_SITE 256 /* locations in a stack_trace_selector's call_site */
+
+/* The index in g_types of a profile type ID, or -1. */
+static int type_index(const char *id)
 {
+    for (size_t i = 0; id && i < NTYPES; i++)
+        if (!strcmp(g_types[i].id, id)) return (int)i;
+    return -1;
+}
+
+/* v quoted for a selector: raw in backticks (exactly as long) unless it holds one, else in
+ * double quotes with its quotes, backslashes and control characters escaped. */
+static int quoted_out(cp_buf *b, const char *v)
+{
+    if (!strchr(v, '`')) return cp_buf_printf(b, "`%s`", v) ? CP_ENOMEM : 0;
+    int rc = cp_buf_append(b, "\"", 1);
+    for (; !rc && *v; v++)
+        rc = *v == '"' || *v == '\\' ? cp_buf_printf(b, "\\%c", *v)
+             : *v == '\n'            ? cp_buf_append(b, "\\n", 2)
+             : *v == '\r'            ? cp_buf_append(b, "\\r", 2)
+             : *v == '\t'            ? cp_buf_append(b, "\\t", 2)
+                                     : cp_buf_append(b, v, 1);
+    return rc || cp_buf_append(b, "\"", 1) ? CP_ENOMEM : 0;
+}
+
+/* The selector text of cp_querier_selector (querier.h). */
+int cp_querier_selector(const char *in, cp_buf *out, uint32_t *types, cp_err *err)
+{
+    cp_selector sel = {0};
+    *types = TYPES_ALL;
     out->len = 0;
-    for (const char *p = in; *p;) {
-        const char *s = strstr(p, "service_name");
-        if (!s) return cp_buf_append(out, p, strlen(p) + 1);
-        const char *after = s + 12;
-        while (*after == ' ')
-            after++;
-        int name = (s == in || strchr("{, ", s[-1])) && strchr("=!~", *after) && *after;
-        if (cp_buf_append(out, p, (size_t)(s - p)) ||
-            cp_buf_append(out, name ? "service" : "service_name", name ? 7 : 12))
-            return CP_ENOMEM;
-        p = s + 12;
+    int rc = cp_selector_parse(in, &sel, err);
+    static const char *const ops[] = {"=", "!=", "=~", "!~"};
+    if (!rc) rc = cp_buf_append(out, "{", 1);
+    int n = 0;
+    for (uint32_t i = 0; !rc && i < sel.n; i++) {
+        const cp_matcher *m = &sel.m[i];
+        if (!strcmp(m->name, "__profile_type__") || !strcmp(m->name, "__name__")) {
+            int whole = m->name[2] == 'p';
+            for (size_t t = 0; t < NTYPES; t++) {
+                char name[32];
+                snprintf(name, sizeof name, "%.*s", (int)strcspn(g_types[t].id, ":"),
+                         g_types[t].id);
+                if (!cp_matcher_match(m, whole ? g_types[t].id : name)) *types &= ~(1u << t);
+            }
+            continue;
+        }
+        const char *nm = strcmp(m->name, "service_name") ? m->name : "service";
+        rc = cp_buf_printf(out, "%s%s%s", n++ ? "," : "", nm, ops[m->op]) ||
+             quoted_out(out, m->value);
     }
-    return cp_buf_append(out, "", 1);
+    if (!rc) rc = cp_buf_append(out, "}", 2) ? CP_ENOMEM : 0;
+    cp_selector_close(&sel);
+    if (rc == CP_ENOMEM) cp_err_set(err, CP_ENOMEM, "selector: out of memory");
+    return rc;
 }
 
 /* The query of a call: the window (start/end in ms, default the last hour), the selector
- * (translated), the limits. 0, or -1 with the error answer set. */
+ * (cp_querier_selector's: the profile types it allows into *types), the limits. 0, or -1 with the
+ * error answer set. */
 static int window_query(const cp_querier_call *c, const cp_http_request *req, int64_t start,
-                        int64_t end, const char *sel, cp_query *q, cp_buf *seltext,
+                        int64_t end, const char *sel, cp_query *q, cp_buf *seltext, uint32_t *types,
                         cp_http_response *r);
 
 static int make_query(const cp_querier_call *c, const cp_http_request *req, const cp_json *body,
-                      const char *sel, cp_query *q, cp_buf *seltext, cp_http_response *r)
+                      const char *sel, cp_query *q, cp_buf *seltext, uint32_t *types,
+                      cp_http_response *r)
 {
+    *types = TYPES_ALL;
     memset(q, 0, sizeof *q);
     int64_t now_ms = cp_now_ns() / 1000000, start, end;
     if (json_i64(member(body, "start", "start"), now_ms - 3600000, &start) ||
@@ -221,15 +278,16 @@ static int make_query(const cp_querier_call *c, const cp_http_request *req, cons
         connect_error(r, 400, "invalid_argument", "start/end: expected int64 milliseconds");
         return -1;
     }
-    return window_query(c, req, start, end, sel, q, seltext, r);
+    return window_query(c, req, start, end, sel, q, seltext, types, r);
 }
 
 /* The query of [start, end) in ms with selector sel, as make_query's. */
 static int window_query(const cp_querier_call *c, const cp_http_request *req, int64_t start,
-                        int64_t end, const char *sel, cp_query *q, cp_buf *seltext,
+                        int64_t end, const char *sel, cp_query *q, cp_buf *seltext, uint32_t *types,
                         cp_http_response *r)
 {
     memset(q, 0, sizeof *q);
+    *types = TYPES_ALL;
     if (end <= start) {
         connect_error(r, 400, "invalid_argument", "end is not after start");
         return -1;
@@ -251,13 +309,17 @@ static int window_query(const cp_querier_call *c, const cp_http_request *req, in
         connect_error(r, 400, "invalid_argument", m);
         return -1;
     }
-    if (translate_selector(sel ? sel : "", seltext)) {
+    cp_err err = {0};
+    int rc = cp_querier_selector(sel ? sel : "", seltext, types, &err);
+    if (rc == CP_ENOMEM) {
         connect_error(r, 503, "unavailable", "out of memory");
         return -1;
     }
-    q->select = (const char *)seltext->data;
-    cp_err err = {0};
-    if (*q->select && cp_selector_parse(q->select, &q->sel, &err)) {
+    if (!rc) {
+        q->select = (const char *)seltext->data;
+        rc = cp_selector_parse(q->select, &q->sel, &err);
+    }
+    if (rc) {
         char m[300];
         snprintf(m, sizeof m, "label_selector: %s", err.msg);
         connect_error(r, 400, "invalid_argument", m);
@@ -312,7 +374,8 @@ static int type_json(cp_buf *b, const struct ptype *t)
         t->id, f[0], f[1], f[2], f[3], f[4]);
 }
 
-static void profile_types(const cp_querier_call *c, cp_query *q, int ids_only, cp_http_response *r)
+static void profile_types(const cp_querier_call *c, cp_query *q, uint32_t types, int ids_only,
+                          cp_http_response *r)
 {
     cp_err err = {0};
     unsigned mask;
@@ -325,7 +388,7 @@ static void profile_types(const cp_querier_call *c, cp_query *q, int ids_only, c
     rc = cp_buf_printf(b, ids_only ? "{\"names\":[" : "{\"profileTypes\":[");
     int n = 0;
     for (size_t i = 0; !rc && i < NTYPES; i++) {
-        if (!(mask & (1u << g_types[i].kind))) continue;
+        if (!(mask & (1u << g_types[i].kind)) || !(types & (1u << i))) continue;
         if (n++) rc = cp_buf_append(b, ",", 1);
         if (!rc) rc = ids_only ? json_str_out(b, g_types[i].id) : type_json(b, &g_types[i]);
     }
@@ -333,12 +396,65 @@ static void profile_types(const cp_querier_call *c, cp_query *q, int ids_only, c
     if (rc) connect_error(r, 503, "unavailable", "out of memory");
 }
 
-static void label_names(const cp_querier_call *c, cp_query *q, cp_http_response *r)
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The label names (label NULL) or the values of label among q's series in its window, of
+ * the kinds the profile types in types belong to: sorted, each once, into out (the
+ * caller's). What LabelNames and LabelValues answer when the request selects (the store's
+ * own lists are of every series of the tenant, whatever the selector and window). */
+static int names_of_series(const cp_querier_call *c, const cp_query *q, uint32_t types,
+                           const char *label, cp_string_list *out, cp_err *err)
+{
+    unsigned kinds = 0;
+    for (size_t i = 0; i < NTYPES; i++)
+        if (types & (1u << i)) kinds |= 1u << g_types[i].kind;
+    cp_series_list l = {0};
+    cp_query sq = *q;
+    sq.kind = 0;
+    int rc = c->rd->series(c->rd, &sq, &l, err);
+    for (uint32_t i = 0; !rc && i < l.n; i++) {
+        if (!(kinds & (1u << l.v[i].kind))) continue;
+        const cp_labels *ls = &l.v[i].labels;
+        for (uint32_t k = 0; !rc && k < ls->p.n; k++) {
+            if (label && strcmp(ls->p.v[k].name, label)) continue;
+            char *s = strdup(label ? ls->p.v[k].value : ls->p.v[k].name);
+            if (!s || cp_vec_push(out, s)) {
+                free(s);
+                rc = cp_err_set(err, CP_ENOMEM, "out of memory");
+            }
+        }
+    }
+    cp_series_list_close(&l);
+    if (rc) return rc;
+    if (out->n) qsort(out->v, out->n, sizeof *out->v, cmp_str);
+    uint32_t w = 0;
+    for (uint32_t i = 0; i < out->n; i++) {
+        if (w && !strcmp(out->v[w - 1], out->v[i]))
+            free(out->v[i]);
+        else
+            out->v[w++] = out->v[i];
+    }
+    out->n = w;
+    return 0;
+}
+
+/* Whether a request narrows its series (a matcher, or a profile type). */
+static int selects(const cp_query *q, uint32_t types)
+{
+    return q->sel.n || types != TYPES_ALL;
+}
+
+static void label_names(const cp_querier_call *c, cp_query *q, uint32_t types, cp_http_response *r)
 {
     cp_err err = {0};
     cp_string_list l = {0};
-    int rc = c->rd->labels(c->rd, q, &l, &err);
+    int rc = selects(q, types) ? names_of_series(c, q, types, NULL, &l, &err)
+                               : c->rd->labels(c->rd, q, &l, &err);
     if (rc) {
+        cp_string_list_close(&l);
         store_failed(r, rc, &err);
         return;
     }
@@ -353,7 +469,7 @@ static void label_names(const cp_querier_call *c, cp_query *q, cp_http_response 
     if (rc) connect_error(r, 503, "unavailable", "out of memory");
 }
 
-static void label_values(const cp_querier_call *c, cp_query *q, const cp_json *body,
+static void label_values(const cp_querier_call *c, cp_query *q, uint32_t types, const cp_json *body,
                          cp_http_response *r)
 {
     const char *name = cp_json_str(member(body, "name", "name"), NULL);
@@ -362,7 +478,7 @@ static void label_values(const cp_querier_call *c, cp_query *q, const cp_json *b
         return;
     }
     if (!strcmp(name, "__profile_type__")) {
-        profile_types(c, q, 1, r);
+        profile_types(c, q, types, 1, r);
         return;
     }
     if (!strcmp(name, "service_name")) name = "service";
@@ -373,8 +489,10 @@ static void label_values(const cp_querier_call *c, cp_query *q, const cp_json *b
     q->label = name;
     cp_err err = {0};
     cp_string_list l = {0};
-    int rc = c->rd->values(c->rd, q, &l, &err);
+    int rc = selects(q, types) ? names_of_series(c, q, types, name, &l, &err)
+                               : c->rd->values(c->rd, q, &l, &err);
     if (rc) {
+        cp_string_list_close(&l);
         store_failed(r, rc, &err);
         return;
     }
@@ -693,6 +811,113 @@ static int fg_write(fgraph *g, uint32_t max_nodes, int style, cp_buf *b)
     return rc ? CP_ENOMEM : 0;
 }
 
+/* ---- stack_trace_selector: the samples under a call site ------------------------------ */
+
+/* A StackTraceSelector's call_site: function names from the root (borrowed from the
+ * request's tree). */
+typedef struct call_site {
+    const char *name[CP_MAX_CALL_SITE];
+    uint32_t n;
+} call_site;
+
+/* The stack_trace_selector of body (camelCase or original names) into *cs (n 0: none).
+ * go_pgo is refused unless empty. 0, or -1 with the error answer set. */
+static int read_call_site(const cp_json *body, call_site *cs, cp_http_response *r)
+{
+    cs->n = 0;
+    const cp_json *sts = member(body, "stackTraceSelector", "stack_trace_selector");
+    if (!sts || sts->type == CP_JSON_NULL) return 0;
+    if (sts->type != CP_JSON_OBJECT) {
+        connect_error(r, 400, "invalid_argument", "stack_trace_selector: expected an object");
+        return -1;
+    }
+    const cp_json *pgo = member(sts, "goPgo", "go_pgo");
+    if (pgo && pgo->type == CP_JSON_OBJECT) {
+        const cp_json *k = member(pgo, "keepLocations", "keep_locations");
+        const cp_json *a = member(pgo, "aggregateCallees", "aggregate_callees");
+        int64_t keep = 0;
+        if (json_i64(k, 0, &keep) || keep || (a && a->type == CP_JSON_BOOL && a->num)) {
+            connect_error(r, 400, "invalid_argument",
+                          "stack_trace_selector.go_pgo: not served (call_site is)");
+            return -1;
+        }
+    }
+    const cp_json *site = member(sts, "callSite", "call_site");
+    if (!site || site->type == CP_JSON_NULL) return 0;
+    if (site->type != CP_JSON_ARRAY) {
+        connect_error(r, 400, "invalid_argument",
+                      "stack_trace_selector.call_site: expected an array of locations");
+        return -1;
+    }
+    if (site->n > CP_MAX_CALL_SITE) {
+        char m[160];
+        snprintf(m, sizeof m, "stack_trace_selector.call_site: %u locations (at most %d)", site->n,
+                 CP_MAX_CALL_SITE);
+        connect_error(r, 400, "invalid_argument", m);
+        return -1;
+    }
+    for (uint32_t i = 0; i < site->n; i++) {
+        /* proto3 leaves an empty name out: {} is the name "" */
+        const cp_json *loc = site->items[i], *nj = member(loc, "name", "name");
+        const char *nm = loc->type == CP_JSON_OBJECT ? cp_json_str(nj, nj ? NULL : "") : NULL;
+        if (!nm) {
+            char m[160];
+            snprintf(m, sizeof m,
+                     "stack_trace_selector.call_site[%u]: expected a Location {\"name\": string}",
+                     i);
+            connect_error(r, 400, "invalid_argument", m);
+            return -1;
+        }
+        cs->name[cs->n++] = nm;
+    }
+    return 0;
+}
+
+/* Whether sample i of p's stack, root first (a location's inlined lines outermost first,
+ * each frame its function's name, "unknown" without one: the flame graph's frames), begins
+ * with cs's names. */
+static int under_call_site(const cp_profile *p, uint32_t i, const call_site *cs)
+{
+    const cp_sample *s = &p->samples.v[i];
+    uint32_t d = 0;
+    for (uint32_t k = s->nlocs; k-- > 0 && d < cs->n;) {
+        const cp_location *l = &p->locations.v[p->stack.v[s->loc_off + k] - 1];
+        for (uint32_t ln = l->nlines; ln-- > 0 && d < cs->n;) {
+            const cp_line *line = &p->lines.v[l->line_off + ln];
+            uint32_t sid = line->function_id ? p->functions.v[line->function_id - 1].name : 0;
+            const char *nm = cp_profile_str(p, sid);
+            if (strcmp(*nm ? nm : "unknown", cs->name[d++])) return 0;
+        }
+        if (!l->nlines && strcmp("unknown", cs->name[d++])) return 0;
+    }
+    return d == cs->n;
+}
+
+/* Keeps only p's samples under cs (all when cs is empty), their stacks, labels and values
+ * moved down in place. */
+static void keep_call_site(cp_profile *p, const call_site *cs)
+{
+    if (!cs || !cs->n) return;
+    uint32_t ns = 0, nst = 0, nl = 0, nt = p->sample_types.n;
+    for (uint32_t i = 0; i < p->samples.n; i++) {
+        if (!under_call_site(p, i, cs)) continue;
+        cp_sample s = p->samples.v[i];
+        memmove(p->stack.v + nst, p->stack.v + s.loc_off, s.nlocs * sizeof *p->stack.v);
+        if (s.nlabels)
+            memmove(p->labels.v + nl, p->labels.v + s.label_off, s.nlabels * sizeof *p->labels.v);
+        if (nt) memmove(p->values.v + (size_t)ns * nt, p->values.v + (size_t)i * nt, nt * 8);
+        s.loc_off = nst;
+        s.label_off = nl;
+        nst += s.nlocs;
+        nl += s.nlabels;
+        p->samples.v[ns++] = s;
+    }
+    p->samples.n = ns;
+    p->stack.n = nst;
+    p->labels.n = nl;
+    p->values.n = ns * nt;
+}
+
 /* ---- SelectSeries: points per step, by the group_by labels -------------------------- */
 
 /* The column of sample type st in kind's timeline (its types in cp_store_kind_types' order). */
@@ -704,13 +929,66 @@ static int timeline_col(cp_kind kind, const char *st)
     return strcmp(first[kind - 1], st) ? 1 : 0;
 }
 
-/* Appends one series {"labels":[...],"points":[...]} of q's timeline to b. */
-static int series_json(const cp_querier_call *c, const cp_query *q, int col, const cp_labels *group,
-                       int first, cp_buf *b, int64_t *sum, cp_err *err)
+/* Steps of a SelectSeries with a stack_trace_selector: each is a profile read. */
+#define CP_MAX_CALL_SITE_STEPS 1500
+
+/* q's timeline in column col, or (cs given) each step's merged profile of sample type st
+ * filtered by cs and summed: the step values into *out (nsteps of them, malloc'd). */
+static int step_values(const cp_querier_call *c, const cp_query *q, int col, const char *st,
+                       const call_site *cs, int64_t **out, uint32_t *nsteps, cp_err *err)
+{
+    *out = NULL;
+    *nsteps = 0;
+    if (!cs || !cs->n) {
+        cp_timeline tl = {0};
+        int rc = c->rd->timeline(c->rd, q, &tl, err);
+        if (rc) return rc;
+        for (uint32_t s = 0; s < tl.nsteps; s++) /* in place: column col of each step */
+            tl.v[s] = tl.v[(size_t)s * tl.ntypes + (uint32_t)col];
+        *out = tl.v;
+        *nsteps = tl.nsteps;
+        return 0;
+    }
+    uint64_t n = (uint64_t)((q->to_ns - q->from_ns + q->step_ns - 1) / q->step_ns);
+    if (n > CP_MAX_CALL_SITE_STEPS)
+        return cp_err_set(err, CP_EINVAL,
+                          "step: %llu points with a stack_trace_selector (at most %d: each is "
+                          "a profile read)",
+                          (unsigned long long)n, CP_MAX_CALL_SITE_STEPS);
+    int64_t *v = calloc(n ? n : 1, sizeof *v);
+    if (!v) return cp_err_set(err, CP_ENOMEM, "out of memory");
+    int rc = 0;
+    for (uint64_t k = 0; !rc && k < n; k++) {
+        cp_query sq = *q;
+        sq.from_ns = q->from_ns + (int64_t)k * q->step_ns;
+        sq.to_ns = sq.from_ns + q->step_ns < q->to_ns ? sq.from_ns + q->step_ns : q->to_ns;
+        cp_profile *p = NULL;
+        rc = c->rd->profile(c->rd, &sq, &p, err);
+        int t = rc ? -1 : cp_profile_find_type(p, st);
+        if (t >= 0) {
+            keep_call_site(p, cs);
+            v[k] = cp_profile_total(p, (uint32_t)t);
+        }
+        cp_profile_destroy(p);
+    }
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    *out = v;
+    *nsteps = (uint32_t)n;
+    return 0;
+}
+
+/* Appends one series {"labels":[...],"points":[...]} of q's timeline (step_values') to b. */
+static int series_json(const cp_querier_call *c, const cp_query *q, int col, const char *st,
+                       const call_site *cs, const cp_labels *group, int first, cp_buf *b,
+                       int64_t *sum, cp_err *err)
 {
     *sum = 0;
-    cp_timeline tl = {0};
-    int rc = c->rd->timeline(c->rd, q, &tl, err);
+    int64_t *v = NULL;
+    uint32_t nsteps = 0;
+    int rc = step_values(c, q, col, st, cs, &v, &nsteps, err);
     if (rc) return rc;
     rc = cp_buf_printf(b, "%s{\"labels\":[", first ? "" : ",");
     for (uint32_t i = 0; !rc && group && i < group->p.n; i++) {
@@ -722,16 +1000,15 @@ static int series_json(const cp_querier_call *c, const cp_query *q, int col, con
     }
     if (!rc) rc = cp_buf_printf(b, "],\"points\":[");
     int n = 0;
-    for (uint32_t s = 0; !rc && s < tl.nsteps; s++) {
-        int64_t v = tl.v[(size_t)s * tl.ntypes + (uint32_t)col];
-        if (!v) continue; /* Pyroscope leaves empty steps out */
-        *sum += v;
+    for (uint32_t s = 0; !rc && s < nsteps; s++) {
+        if (!v[s]) continue; /* Pyroscope leaves empty steps out */
+        *sum += v[s];
         rc = cp_buf_printf(b, "%s{\"value\":%lld,\"timestamp\":\"%lld\"}", n++ ? "," : "",
-                           (long long)v,
+                           (long long)v[s],
                            (long long)((q->from_ns + (int64_t)s * q->step_ns) / 1000000));
     }
     if (!rc) rc = cp_buf_printf(b, "]}");
-    free(tl.v);
+    free(v);
     return rc ? CP_ENOMEM : 0;
 }
 
@@ -816,15 +1093,17 @@ static int cmp_ranked_order(const void *a, const void *b)
     return (x->order > y->order) - (x->order < y->order);
 }
 
-static void select_series(const cp_querier_call *c, cp_query *q, const cp_json *body,
-                          cp_http_response *r)
+static void select_series(const cp_querier_call *c, cp_query *q, uint32_t types,
+                          const cp_json *body, cp_http_response *r)
 {
     const char *id = cp_json_str(member(body, "profileTypeID", "profile_typeID"), NULL);
     const char *st;
+    call_site cs;
     if (cp_querier_profile_type(id, &q->kind, &st)) {
         connect_error(r, 400, "invalid_argument", "profile_typeID: not a profile type served");
         return;
     }
+    if (read_call_site(body, &cs, r)) return;
     const cp_json *sj = member(body, "step", "step");
     double step = sj && sj->type == CP_JSON_NUMBER ? sj->num : 15;
     const cp_json *agg = member(body, "aggregation", "aggregation");
@@ -848,6 +1127,11 @@ static void select_series(const cp_querier_call *c, cp_query *q, const cp_json *
         connect_error(r, 400, "invalid_argument", "limit: expected an int64 >= 0");
         return;
     }
+    if (!(types & (1u << type_index(id)))) { /* the selector's __profile_type__ is another */
+        if (cp_buf_printf(&r->body, "{\"series\":[]}\n"))
+            connect_error(r, 503, "unavailable", "out of memory");
+        return;
+    }
     int col = timeline_col(q->kind, st);
     const cp_json *gb = member(body, "groupBy", "group_by");
     cp_err err = {0};
@@ -855,7 +1139,7 @@ static void select_series(const cp_querier_call *c, cp_query *q, const cp_json *
     int rc = 0;
     if (!gb || gb->type != CP_JSON_ARRAY || !gb->n) {
         ranked one = {0};
-        rc = series_json(c, q, col, NULL, 1, &one.text, &one.sum, &err);
+        rc = series_json(c, q, col, st, &cs, NULL, 1, &one.text, &one.sum, &err);
         if (!rc && cp_vec_push(&rs, one)) rc = CP_ENOMEM;
         if (rc) cp_buf_close(&one.text);
     } else {
@@ -870,7 +1154,8 @@ static void select_series(const cp_querier_call *c, cp_query *q, const cp_json *
             gq.select = (const char *)gs.data;
             ranked one = {0};
             one.order = k;
-            if (!rc) rc = series_json(c, &gq, col, &groups.v[k], 1, &one.text, &one.sum, &err);
+            if (!rc)
+                rc = series_json(c, &gq, col, st, &cs, &groups.v[k], 1, &one.text, &one.sum, &err);
             if (!rc && cp_vec_push(&rs, one)) rc = CP_ENOMEM;
             if (rc) cp_buf_close(&one.text);
             cp_selector_close(&gq.sel);
@@ -904,8 +1189,8 @@ static void select_series(const cp_querier_call *c, cp_query *q, const cp_json *
         store_failed(r, rc, &err);
 }
 
-static void merge_stacktraces(const cp_querier_call *c, cp_query *q, const cp_json *body,
-                              cp_http_response *r)
+static void merge_stacktraces(const cp_querier_call *c, cp_query *q, uint32_t types,
+                              const cp_json *body, cp_http_response *r)
 {
     const char *id = cp_json_str(member(body, "profileTypeID", "profile_typeID"), NULL);
     const char *st;
@@ -924,15 +1209,19 @@ static void merge_stacktraces(const cp_querier_call *c, cp_query *q, const cp_js
         connect_error(r, 400, "invalid_argument", "max_nodes: out of range");
         return;
     }
+    call_site cs;
+    if (read_call_site(body, &cs, r)) return;
     cp_err err = {0};
     cp_profile *p = NULL;
-    int rc = c->rd->profile(c->rd, q, &p, &err);
+    /* the selector's __profile_type__ another type: an empty graph */
+    int rc = types & (1u << type_index(id)) ? c->rd->profile(c->rd, q, &p, &err) : 0;
     if (rc) {
         store_failed(r, rc, &err);
         cp_profile_destroy(p);
         return;
     }
-    int col = cp_profile_find_type(p, st);
+    int col = p ? cp_profile_find_type(p, st) : -1;
+    if (col >= 0) keep_call_site(p, &cs);
     fgraph g = {0};
     rc = fg_init(&g);
     if (!rc && col >= 0) rc = fg_add(&g, p, col, 0); /* else no series: an empty graph */
@@ -959,8 +1248,11 @@ static int diff_side(const cp_querier_call *c, const cp_http_request *req, const
     const char *st;
     cp_query q;
     cp_buf seltext = {0};
+    uint32_t types;
+    call_site cs;
     if (make_query(c, req, side, cp_json_str(member(side, "labelSelector", "label_selector"), NULL),
-                   &q, &seltext, r)) {
+                   &q, &seltext, &types, r) ||
+        read_call_site(side, &cs, r)) {
         cp_query_close(&q);
         cp_buf_close(&seltext);
         return -1;
@@ -971,7 +1263,7 @@ static int diff_side(const cp_querier_call *c, const cp_http_request *req, const
                  id ? id : "");
         connect_error(r, 400, "invalid_argument", m);
         rc = -1;
-    } else {
+    } else if (types & (1u << type_index(id))) { /* else another __profile_type__: empty */
         cp_err err = {0};
         int src = c->rd->profile(c->rd, &q, p, &err);
         if (src) {
@@ -979,6 +1271,7 @@ static int diff_side(const cp_querier_call *c, const cp_http_request *req, const
             rc = -1;
         } else {
             *col = cp_profile_find_type(*p, st);
+            if (*col >= 0) keep_call_site(*p, &cs);
         }
     }
     cp_query_close(&q);
@@ -1026,7 +1319,8 @@ static int wanted(const cp_json *names, const char *name)
 
 /* Series: one label set per series and profile type of its kind, with __profile_type__,
  * __name__ and service_name, in name order; only label_names when given; each set once. */
-static void series(const cp_querier_call *c, cp_query *q, const cp_json *body, cp_http_response *r)
+static void series(const cp_querier_call *c, cp_query *q, uint32_t types, const cp_json *body,
+                   cp_http_response *r)
 {
     const cp_json *names = member(body, "labelNames", "label_names");
     cp_err err = {0};
@@ -1041,7 +1335,7 @@ static void series(const cp_querier_call *c, cp_query *q, const cp_json *body, c
     cp_buf one = {0};
     for (uint32_t i = 0; !rc && i < l.n; i++) {
         for (size_t t = 0; !rc && t < NTYPES; t++) {
-            if (g_types[t].kind != l.v[i].kind) continue;
+            if (g_types[t].kind != l.v[i].kind || !(types & (1u << t))) continue;
             cp_labels ls = {0};
             char name[32];
             snprintf(name, sizeof name, "%.*s", (int)strcspn(g_types[t].id, ":"), g_types[t].id);
@@ -1084,32 +1378,171 @@ static void series(const cp_querier_call *c, cp_query *q, const cp_json *body, c
     if (rc) connect_error(r, 503, "unavailable", "out of memory");
 }
 
-/* SelectMergeProfile: the merged profile of the one sample type, as pprof (raw). */
-static void merge_profile(const cp_querier_call *c, cp_query *q, const cp_json *body,
-                          cp_http_response *r)
+/* p as google.v1.Profile in proto3 JSON (camelCase, int64 and uint64 as strings, zero and
+ * empty fields left out as proto3's JSON writers do) into b. */
+static int pprof_json(const cp_profile *p, cp_buf *b)
+{
+#define I(v) ((long long)(v))
+#define U(v) ((unsigned long long)(v))
+    int rc = cp_buf_append(b, "{", 1);
+    const char *sep = "";
+    if (!rc && p->sample_types.n) {
+        rc = cp_buf_printf(b, "\"sampleType\":[");
+        for (uint32_t i = 0; !rc && i < p->sample_types.n; i++)
+            rc = cp_buf_printf(b, "%s{\"type\":\"%u\",\"unit\":\"%u\"}", i ? "," : "",
+                               p->sample_types.v[i].type, p->sample_types.v[i].unit);
+        if (!rc) rc = cp_buf_append(b, "]", 1);
+        sep = ",";
+    }
+    if (!rc && p->samples.n) {
+        rc = cp_buf_printf(b, "%s\"sample\":[", sep);
+        for (uint32_t i = 0; !rc && i < p->samples.n; i++) {
+            const cp_sample *s = &p->samples.v[i];
+            const int64_t *v = cp_profile_sample_values(p, i);
+            rc = cp_buf_printf(b, "%s{\"locationId\":[", i ? "," : "");
+            for (uint32_t k = 0; !rc && k < s->nlocs; k++)
+                rc = cp_buf_printf(b, "%s\"%u\"", k ? "," : "", p->stack.v[s->loc_off + k]);
+            if (!rc) rc = cp_buf_printf(b, "],\"value\":[");
+            for (uint32_t k = 0; !rc && k < p->sample_types.n; k++)
+                rc = cp_buf_printf(b, "%s\"%lld\"", k ? "," : "", I(v[k]));
+            if (!rc) rc = cp_buf_append(b, "]", 1);
+            if (!rc && s->nlabels) {
+                rc = cp_buf_printf(b, ",\"label\":[");
+                for (uint32_t k = 0; !rc && k < s->nlabels; k++) {
+                    const cp_label *l = &p->labels.v[s->label_off + k];
+                    rc = cp_buf_printf(b, "%s{\"key\":\"%u\"", k ? "," : "", l->key);
+                    if (!rc && l->str) rc = cp_buf_printf(b, ",\"str\":\"%u\"", l->str);
+                    if (!rc && l->num) rc = cp_buf_printf(b, ",\"num\":\"%lld\"", I(l->num));
+                    if (!rc && l->num_unit)
+                        rc = cp_buf_printf(b, ",\"numUnit\":\"%u\"", l->num_unit);
+                    if (!rc) rc = cp_buf_append(b, "}", 1);
+                }
+                if (!rc) rc = cp_buf_append(b, "]", 1);
+            }
+            if (!rc) rc = cp_buf_append(b, "}", 1);
+        }
+        if (!rc) rc = cp_buf_append(b, "]", 1);
+        sep = ",";
+    }
+    if (!rc && p->mappings.n) {
+        rc = cp_buf_printf(b, "%s\"mapping\":[", sep);
+        for (uint32_t i = 0; !rc && i < p->mappings.n; i++) {
+            const cp_mapping *m = &p->mappings.v[i];
+            rc = cp_buf_printf(b,
+                               "%s{\"id\":\"%u\",\"memoryStart\":\"%llu\",\"memoryLimit\":"
+                               "\"%llu\",\"fileOffset\":\"%llu\",\"filename\":\"%u\","
+                               "\"buildId\":\"%u\"",
+                               i ? "," : "", i + 1, U(m->start), U(m->limit), U(m->offset),
+                               m->filename, m->build_id);
+            static const char *const has[] = {"hasFunctions", "hasFilenames", "hasLineNumbers",
+                                              "hasInlineFrames"};
+            for (int f = 0; !rc && f < 4; f++)
+                if (m->flags & (1u << f)) rc = cp_buf_printf(b, ",\"%s\":true", has[f]);
+            if (!rc) rc = cp_buf_append(b, "}", 1);
+        }
+        if (!rc) rc = cp_buf_append(b, "]", 1);
+        sep = ",";
+    }
+    if (!rc && p->locations.n) {
+        rc = cp_buf_printf(b, "%s\"location\":[", sep);
+        for (uint32_t i = 0; !rc && i < p->locations.n; i++) {
+            const cp_location *l = &p->locations.v[i];
+            rc = cp_buf_printf(b, "%s{\"id\":\"%u\"", i ? "," : "", i + 1);
+            if (!rc && l->mapping_id) rc = cp_buf_printf(b, ",\"mappingId\":\"%u\"", l->mapping_id);
+            if (!rc && l->address) rc = cp_buf_printf(b, ",\"address\":\"%llu\"", U(l->address));
+            if (!rc && l->nlines) {
+                rc = cp_buf_printf(b, ",\"line\":[");
+                for (uint32_t k = 0; !rc && k < l->nlines; k++) {
+                    const cp_line *ln = &p->lines.v[l->line_off + k];
+                    rc = cp_buf_printf(b, "%s{\"functionId\":\"%u\",\"line\":\"%lld\"}",
+                                       k ? "," : "", ln->function_id, I(ln->line));
+                }
+                if (!rc) rc = cp_buf_append(b, "]", 1);
+            }
+            if (!rc && l->is_folded) rc = cp_buf_printf(b, ",\"isFolded\":true");
+            if (!rc) rc = cp_buf_append(b, "}", 1);
+        }
+        if (!rc) rc = cp_buf_append(b, "]", 1);
+        sep = ",";
+    }
+    if (!rc && p->functions.n) {
+        rc = cp_buf_printf(b, "%s\"function\":[", sep);
+        for (uint32_t i = 0; !rc && i < p->functions.n; i++) {
+            const cp_function *f = &p->functions.v[i];
+            rc = cp_buf_printf(b,
+                               "%s{\"id\":\"%u\",\"name\":\"%u\",\"systemName\":\"%u\","
+                               "\"filename\":\"%u\",\"startLine\":\"%lld\"}",
+                               i ? "," : "", i + 1, f->name, f->system_name, f->filename,
+                               I(f->start_line));
+        }
+        if (!rc) rc = cp_buf_append(b, "]", 1);
+        sep = ",";
+    }
+    if (!rc) rc = cp_buf_printf(b, "%s\"stringTable\":[", sep);
+    for (uint32_t i = 0; !rc && i < p->strs.off.n; i++)
+        rc = (i && cp_buf_append(b, ",", 1)) || json_str_out(b, cp_profile_str(p, i));
+    if (!rc) rc = cp_buf_append(b, "]", 1);
+    if (!rc && p->drop_frames) rc = cp_buf_printf(b, ",\"dropFrames\":\"%u\"", p->drop_frames);
+    if (!rc && p->keep_frames) rc = cp_buf_printf(b, ",\"keepFrames\":\"%u\"", p->keep_frames);
+    if (!rc && p->time_nanos) rc = cp_buf_printf(b, ",\"timeNanos\":\"%lld\"", I(p->time_nanos));
+    if (!rc && p->duration_nanos)
+        rc = cp_buf_printf(b, ",\"durationNanos\":\"%lld\"", I(p->duration_nanos));
+    if (!rc && (p->period_type.type || p->period_type.unit))
+        rc = cp_buf_printf(b, ",\"periodType\":{\"type\":\"%u\",\"unit\":\"%u\"}",
+                           p->period_type.type, p->period_type.unit);
+    if (!rc && p->period) rc = cp_buf_printf(b, ",\"period\":\"%lld\"", I(p->period));
+    if (!rc && p->comments.n) {
+        rc = cp_buf_printf(b, ",\"comment\":[");
+        for (uint32_t i = 0; !rc && i < p->comments.n; i++)
+            rc = cp_buf_printf(b, "%s\"%u\"", i ? "," : "", p->comments.v[i]);
+        if (!rc) rc = cp_buf_append(b, "]", 1);
+    }
+    if (!rc && p->default_sample_type)
+        rc = cp_buf_printf(b, ",\"defaultSampleType\":\"%u\"", p->default_sample_type);
+    if (!rc) rc = cp_buf_append(b, "}\n", 2);
+    return rc ? CP_ENOMEM : 0;
+#undef I
+#undef U
+}
+
+/* SelectMergeProfile: the merged profile of the one sample type, under the call site, as
+ * pprof (raw: application/proto) or its proto3 JSON (application/json). */
+static void merge_profile(const cp_querier_call *c, cp_query *q, uint32_t types,
+                          const cp_json *body, int proto, cp_http_response *r)
 {
     const char *id = cp_json_str(member(body, "profileTypeID", "profile_typeID"), NULL);
     const char *st;
+    call_site cs;
     if (cp_querier_profile_type(id, &q->kind, &st)) {
         connect_error(r, 400, "invalid_argument", "profile_typeID: not a profile type served");
         return;
     }
+    if (read_call_site(body, &cs, r)) return;
     cp_err err = {0};
     cp_profile *p = NULL;
-    int rc = c->rd->profile(c->rd, q, &p, &err);
+    int rc = 0;
+    if (types & (1u << type_index(id))) {
+        rc = c->rd->profile(c->rd, q, &p, &err);
+    } else if (!(p = cp_profile_create())) { /* another __profile_type__: an empty profile */
+        rc = cp_err_set(&err, CP_ENOMEM, "out of memory");
+    }
     if (rc) {
         store_failed(r, rc, &err);
         cp_profile_destroy(p);
         return;
     }
-    if (cp_profile_find_type(p, st) >= 0) rc = cp_profile_select_types(p, &st, 1, &err);
-    if (!rc) rc = cp_pprof_encode(p, 0, &r->body);
+    if (cp_profile_find_type(p, st) >= 0) {
+        rc = cp_profile_select_types(p, &st, 1, &err);
+        keep_call_site(p, &cs);
+    }
+    if (!rc) rc = proto ? cp_pprof_encode(p, 0, &r->body) : pprof_json(p, &r->body);
     cp_profile_destroy(p);
     if (rc) {
         store_failed(r, rc, &err);
         return;
     }
-    snprintf(r->content_type, sizeof r->content_type, "application/proto");
+    snprintf(r->content_type, sizeof r->content_type,
+             proto ? "application/proto" : "application/json");
 }
 
 /* GetProfileStats: whether the tenant has any series, and its oldest and newest times. */
@@ -1214,16 +1647,18 @@ static int legacy_side(const cp_querier_call *c, const cp_http_request *req, con
     memset(&q, 0, sizeof q);
     cp_buf seltext = {0};
     int rc = -1;
+    uint32_t types;
     if (!legacy_time(k[1], cp_params_get(pa, k[1]), now_ms - 3600000, &from, r) &&
         !legacy_time(k[2], cp_params_get(pa, k[2]), now_ms, &until, r) &&
-        !window_query(c, req, from, until, query + idn, &q, &seltext, r)) {
+        !window_query(c, req, from, until, query + idn, &q, &seltext, &types, r)) {
         q.kind = kind;
         cp_err err = {0};
-        int src = c->rd->profile(c->rd, &q, p, &err);
+        /* the selector's __profile_type__ another type: an empty side */
+        int src = types & (1u << type_index(id)) ? c->rd->profile(c->rd, &q, p, &err) : 0;
         if (src)
             store_failed(r, src, &err);
         else
-            *col = cp_profile_find_type(*p, st), rc = 0;
+            *col = *p ? cp_profile_find_type(*p, st) : -1, rc = 0;
     }
     cp_query_close(&q);
     cp_buf_close(&seltext);
@@ -1310,6 +1745,7 @@ void cp_querier_legacy(const cp_querier_call *c, const cp_http_request *req, cp_
     cp_query q;
     memset(&q, 0, sizeof q);
     cp_buf seltext = {0};
+    uint32_t types;
     if (render && (idn >= sizeof id || cp_querier_profile_type(id, &q.kind, &st))) {
         snprintf(m, sizeof m,
                  "query: '%.100s' does not start with a profile type served (TYPE{selector}, "
@@ -1328,27 +1764,53 @@ void cp_querier_legacy(const cp_querier_call *c, const cp_http_request *req, cp_
         connect_error(r, 400, "invalid_argument", "label: missing");
     } else if (!legacy_time("from", cp_params_get(&pa, "from"), now_ms - 3600000, &from, r) &&
                !legacy_time("until", cp_params_get(&pa, "until"), now_ms, &until, r) &&
-               !window_query(c, req, from, until, sel, &q, &seltext, r)) {
+               !window_query(c, req, from, until, sel, &q, &seltext, &types, r)) {
         if (render) {
             if (cp_querier_profile_type(id, &q.kind, &st)) st = NULL; /* window_query reset */
             cp_profile *p = NULL;
-            int rc = c->rd->profile(c->rd, &q, &p, &err);
+            int mine = (types >> type_index(id)) & 1; /* else another __profile_type__: empty */
+            int rc = mine ? c->rd->profile(c->rd, &q, &p, &err) : 0;
             fgraph g = {0};
-            int col = rc ? -1 : cp_profile_find_type(p, st);
-            if (!rc) rc = fg_init(&g);
-            if (!rc && col >= 0) rc = fg_add(&g, p, col, 0);
-            if (!rc) rc = fg_write(&g, (uint32_t)mn, FG_BEARER, &r->body);
+            int col = rc || !p ? -1 : cp_profile_find_type(p, st);
+            if (!rc) rc = fg_init(&g) ? cp_err_set(&err, CP_ENOMEM, "out of memory") : 0;
+            if (!rc && col >= 0 && fg_add(&g, p, col, 0))
+                rc = cp_err_set(&err, CP_ENOMEM, "out of memory");
+            cp_buf fb = {0};
+            if (!rc && fg_write(&g, (uint32_t)mn, FG_BEARER, &fb))
+                rc = cp_err_set(&err, CP_ENOMEM, "out of memory");
+            /* the timeline: about 300 steps in whole 10 s windows, from the window's start */
+            cp_timeline tl = {0};
+            int64_t span = q.to_ns - q.from_ns, w = 10000000000LL;
+            q.step_ns = span / 300 <= w ? w : (span / 300 + w - 1) / w * w;
+            if (!rc && mine) rc = c->rd->timeline(c->rd, &q, &tl, &err);
+            uint32_t nsteps = (uint32_t)((span + q.step_ns - 1) / q.step_ns);
+            int tcol = timeline_col(q.kind, st);
             if (!rc)
-                rc = cp_buf_printf(&r->body,
-                                   ",\"metadata\":{\"format\":\"single\",\"spyName\":\"\","
-                                   "\"sampleRate\":100,\"units\":\"%s\",\"name\":\"%s\"},"
-                                   "\"timeline\":null}\n",
-                                   legacy_units(id), id)
-                         ? CP_ENOMEM
-                         : 0;
+                rc =
+                    cp_buf_append(&r->body, fb.data, fb.len) ||
+                            cp_buf_printf(&r->body,
+                                          ",\"metadata\":{\"format\":\"single\",\"spyName\":"
+                                          "\"\",\"sampleRate\":100,\"units\":\"%s\",\"name\":"
+                                          "\"%s\"},\"timeline\":{\"startTime\":%lld,\"samples\":[",
+                                          legacy_units(id), id, (long long)(q.from_ns / 1000000000))
+                        ? cp_err_set(&err, CP_ENOMEM, "out of memory")
+                        : 0;
+            for (uint32_t k = 0; !rc && k < nsteps; k++) {
+                int64_t v = k < tl.nsteps ? tl.v[(size_t)k * tl.ntypes + (uint32_t)tcol] : 0;
+                if (cp_buf_printf(&r->body, "%s%lld", k ? "," : "", (long long)v))
+                    rc = cp_err_set(&err, CP_ENOMEM, "out of memory");
+            }
+            if (!rc && cp_buf_printf(&r->body, "],\"durationDelta\":%lld}}\n",
+                                     (long long)(q.step_ns / 1000000000)))
+                rc = cp_err_set(&err, CP_ENOMEM, "out of memory");
+            free(tl.v);
+            cp_buf_close(&fb);
             fg_close(&g);
             cp_profile_destroy(p);
-            if (rc) store_failed(r, rc, &err);
+            if (rc) {
+                r->body.len = 0;
+                store_failed(r, rc, &err);
+            }
         } else {
             const char *name = cp_params_get(&pa, "label");
             if (!strcmp(name, "service_name")) name = "service";
@@ -1357,7 +1819,8 @@ void cp_querier_legacy(const cp_querier_call *c, const cp_http_request *req, cp_
             } else {
                 q.label = name;
                 cp_string_list l = {0};
-                int rc = c->rd->values(c->rd, &q, &l, &err);
+                int rc = selects(&q, types) ? names_of_series(c, &q, types, name, &l, &err)
+                                            : c->rd->values(c->rd, &q, &l, &err);
                 if (!rc) rc = cp_buf_append(&r->body, "[", 1);
                 for (uint32_t i = 0; !rc && i < l.n; i++)
                     rc = (i && cp_buf_append(&r->body, ",", 1)) || json_str_out(&r->body, l.v[i])
@@ -1477,11 +1940,6 @@ void cp_querier_handle(const cp_querier_call *c, const char *method, const cp_ht
         connect_error(r, 404, "unimplemented", msg);
         return;
     }
-    if (m == SMP && !proto) {
-        connect_error(r, 415, "unimplemented",
-                      "SelectMergeProfile answers pprof: send it as application/proto");
-        return;
-    }
     cp_json *body = NULL;
     if (read_body(req, proto, g_methods[m].req, &body, r)) return;
     if (m == GPS || m == DIFF) {
@@ -1496,14 +1954,15 @@ void cp_querier_handle(const cp_querier_call *c, const char *method, const cp_ht
                           : first_matcher(body);
     cp_query q;
     cp_buf seltext = {0};
-    if (!make_query(c, req, body, sel, &q, &seltext, r)) {
-        if (m == PT) profile_types(c, &q, 0, r);
-        if (m == LN) label_names(c, &q, r);
-        if (m == LV) label_values(c, &q, body, r);
-        if (m == SMS) merge_stacktraces(c, &q, body, r);
-        if (m == SS) select_series(c, &q, body, r);
-        if (m == SER) series(c, &q, body, r);
-        if (m == SMP) merge_profile(c, &q, body, r);
+    uint32_t types;
+    if (!make_query(c, req, body, sel, &q, &seltext, &types, r)) {
+        if (m == PT) profile_types(c, &q, types, 0, r);
+        if (m == LN) label_names(c, &q, types, r);
+        if (m == LV) label_values(c, &q, types, body, r);
+        if (m == SMS) merge_stacktraces(c, &q, types, body, r);
+        if (m == SS) select_series(c, &q, types, body, r);
+        if (m == SER) series(c, &q, types, body, r);
+        if (m == SMP) merge_profile(c, &q, types, body, proto, r);
         if (proto && g_methods[m].resp) answer_proto(g_methods[m].resp, r);
     }
     cp_query_close(&q);

@@ -32,7 +32,8 @@ void cp_querier_handle(const cp_querier_call *c, const char *method, const cp_ht
 /* Pyroscope's legacy read API, by req's path: GET /pyroscope/render (query=TYPE{selector},
  * from, until: digits as /ingest's or "now-1h"; format=json; max-nodes) answers the
  * flamebearer JSON ({"version":1,"flamebearer":{"names","levels":[[offset, total, self,
- * name],...],"numTicks","maxSelf"},"metadata":{...},"timeline":null}); GET
+ * name],...],"numTicks","maxSelf"},"metadata":{...},"timeline":{"startTime","samples",
+ * "durationDelta"}}); GET
  * /pyroscope/render-diff (leftQuery, leftFrom, leftUntil, rightQuery, rightFrom, rightUntil)
  * the same with 7-int bars, leftTicks, rightTicks, format "double"; GET
  * /pyroscope/label-values (label, query, from, until) a JSON array of values. Errors as
@@ -42,5 +43,14 @@ void cp_querier_legacy(const cp_querier_call *c, const cp_http_request *req, cp_
 /* The kind and sample type a profile type ID names ("process_cpu:cpu:nanoseconds:cpu:
  * nanoseconds"): 0 with *kind and *sample_type (static), or CP_EINVAL. */
 int cp_querier_profile_type(const char *id, cp_kind *kind, const char **sample_type);
+
+/* A selector in Pyroscope's label names made contprof's, into out (NUL-terminated text):
+ * service_name is service; the matchers on __profile_type__ (a profile type ID) and __name__
+ * (its first part: process_cpu, memory, ...) are taken out and applied to the profile type
+ * IDs served instead, *types getting bit i for the i-th ID cp_querier_profile_type knows
+ * (the order of ProfileTypes' answer) when they all allow it (every bit without them). The
+ * other matchers keep their order, operators and values. 0, CP_EPARSE with err (the
+ * selector's own message, offsets into in), or CP_ENOMEM. */
+int cp_querier_selector(const char *in, cp_buf *out, uint32_t *types, cp_err *err);
 
 #endif

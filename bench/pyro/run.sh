@@ -1,11 +1,13 @@
 #!/bin/sh
 # Pyroscope ingest benchmark: N realistic 10 s CPU windows (bench/genwindows: 2,000 stacks,
-# about 60 KB gzip'd each), sent to a fresh contprofd (embedded broker) three ways:
-# POST /ingest?format=pprof, Push (protobuf, one profile per request), and `contprof import`
-# (the agent's path: envelopes straight to Kafka). Each way waits until the store holds all
+# about 60 KB gzip'd each), sent to a fresh contprofd (embedded broker) four ways:
+# POST /ingest?format=pprof, Push (protobuf, one profile per request, the gzip'd pprof as
+# raw_profile), Push gzip'd (the request body gzip'd, Content-Encoding: gzip, around the
+# plain pprof, as clients that compress the request send it), and `contprof import` (the
+# agent's path: envelopes straight to Kafka). Each way waits until the store holds all
 # N (/metrics contprof_ingest_windows_total), then reads contprofd's CPU time
 # (/proc/PID/stat utime+stime): profiles per contprofd CPU-second, HTTP parsing, decoding,
-# re-encoding and producing included for the first two; ingest and store for all three.
+# re-encoding and producing included for the first three; ingest and store for all four.
 # One client, sequential, keep-alive.
 # usage: bench/pyro/run.sh BUILD_DIR [N]
 set -eu
@@ -30,7 +32,7 @@ mkdir "$work/w"
 "$build/bench/genwindows" "$work/w" "$n" >/dev/null
 base=$(( $(date +%s) - 3 * 3600 ))
 stored=0
-for way in ingest push import; do
+for way in ingest push pushgz import; do
     c0=$(cpu)
     t0=$(date +%s.%N)
     if [ "$way" = import ]; then
@@ -38,7 +40,7 @@ for way in ingest push import; do
             >/dev/null 2>&1
     else
         python3 - "$port" "$work/w" "$n" "$way" "$base" <<'PY'
-import http.client, sys, os
+import gzip, http.client, sys, os
 port, d, n, way, base = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 files = sorted(os.listdir(d))[:n]
 c = http.client.HTTPConnection('127.0.0.1', port)
@@ -54,9 +56,16 @@ for i in range(n):
     if way == 'ingest':
         c.request('POST', '/ingest?format=pprof&name=bench-ingest%%7Bi%%3D%d%%7D&from=%d&until=%d' % (i % 50, base + 10 * i, base + 10 * i + 10), raw, {'Content-Type': 'application/octet-stream'})
     else:
-        lab = field(1, field(1, b'service_name') + field(2, b'bench-push')) + field(1, field(1, b'i') + field(2, str(i).encode()))
+        svc = b'bench-' + way.encode()
+        lab = field(1, field(1, b'service_name') + field(2, svc)) + field(1, field(1, b'i') + field(2, str(i).encode()))
+        hdrs = {'Content-Type': 'application/proto'}
+        if way == 'pushgz':
+            raw = gzip.decompress(raw)
+            hdrs['Content-Encoding'] = 'gzip'
         body = field(1, lab + field(2, field(1, raw)))
-        c.request('POST', '/push.v1.PusherService/Push', body, {'Content-Type': 'application/proto'})
+        if way == 'pushgz':
+            body = gzip.compress(body, 6)
+        c.request('POST', '/push.v1.PusherService/Push', body, hdrs)
     r = c.getresponse(); r.read()
     if r.status != 200: sys.exit('%s %d: %d' % (way, i, r.status))
 PY

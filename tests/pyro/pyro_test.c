@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "http_client.h"
+#include "json.h"
 #include "pprof.h"
 #include "times.h"
 #include "proc.h"
@@ -158,6 +159,8 @@ static const char *g_folded = "main;work;hot 30\nmain;work;cold 10\nmain;idle 5\
 
 /* ---- tests ---------------------------------------------------------------------------- */
 
+static void sdk_flame_graph_totals(int port);
+
 /* Grafana Pyroscope's Node SDK, unchanged, pointed at contprofd: its wall and heap profiles
  * are stored as wall and inuse under the app's name, and its functions show in `contprof
  * top` and the query API. */
@@ -198,6 +201,7 @@ TEST(node_sdk_functions_show_in_top_and_the_api)
     const char *hot = strstr(out, "pyroHotLoop"), *cold = strstr(out, "pyroColdLoop");
     if (!hot || !cold || hot > cold) fprintf(stderr, "contprof top:\n%s\n", out);
     CHECK(hot && cold && hot < cold);
+    sdk_flame_graph_totals(d.port);
     CHECK(http_metric(d.port, "contprof_pyroscope_profiles_total", NULL) >= 2);
     CHECK_EQ(http_metric(d.port, "contprof_pyroscope_refused_total{reason=\"bad_metadata\"}", NULL),
              0);
@@ -711,7 +715,7 @@ TEST(querier_json_as_grafana_asks)
              "\"{}\",\"start\":%lld,\"end\":%lld,\"step\":30}",
              start, end);
     a = post(d.port, path, H, body, strlen(body), 0);
-    char want[512];
+    char want[1024];
     snprintf(want, sizeof want,
              "{\"series\":[{\"labels\":[],\"points\":[{\"value\":45,\"timestamp\":\"%lld\"}]}]}",
              (long long)b0 * 1000);
@@ -744,12 +748,16 @@ TEST(querier_json_as_grafana_asks)
              "%%3D%%22qapp%%22%%7D&from=%lld&until=%lld&format=json",
              (long long)b0 - 60, (long long)(b0 + 120) * 1000);
     a = request("GET", d.port, lq, NULL, "", 0, 0);
-    expect(&a, 200,
-           "{\"version\":1,\"flamebearer\":{\"names\":[\"total\",\"main\",\"work\",\"hot\","
-           "\"cold\",\"idle\"],\"levels\":[[0,45,0,0],[0,45,0,1],[0,40,0,2,0,5,5,5],[0,30,30,3,"
-           "0,10,10,4]],\"numTicks\":45,\"maxSelf\":30},\"metadata\":{\"format\":\"single\","
-           "\"spyName\":\"\",\"sampleRate\":100,\"units\":\"samples\",\"name\":\"process_cpu:"
-           "samples:count:cpu:nanoseconds\"},\"timeline\":null}");
+    /* the timeline: 18 steps of 10 s from the window's start, the profile's 45 at b0 */
+    snprintf(want, sizeof want,
+             "{\"version\":1,\"flamebearer\":{\"names\":[\"total\",\"main\",\"work\",\"hot\","
+             "\"cold\",\"idle\"],\"levels\":[[0,45,0,0],[0,45,0,1],[0,40,0,2,0,5,5,5],[0,30,30,"
+             "3,0,10,10,4]],\"numTicks\":45,\"maxSelf\":30},\"metadata\":{\"format\":"
+             "\"single\",\"spyName\":\"\",\"sampleRate\":100,\"units\":\"samples\",\"name\":"
+             "\"process_cpu:samples:count:cpu:nanoseconds\"},\"timeline\":{\"startTime\":%lld,"
+             "\"samples\":[0,0,0,0,0,0,45,0,0,0,0,0,0,0,0,0,0,0],\"durationDelta\":10}}\n",
+             (long long)b0 - 60);
+    expect(&a, 200, want);
     a = request("GET", d.port, "/pyroscope/render?query=cpu%7B%7D&from=now-1h", NULL, "", 0, 0);
     expect(&a, 400, "does not start with a profile type");
     a = request(
@@ -855,6 +863,56 @@ static void expect_bytes(const answer *a, const cp_buf *want)
     CHECK(memcmp(a->body, want->data, want->len) == 0);
 }
 
+/* The SDK's wall profile through SelectMergeStacktraces as Grafana asks it: JSON with
+ * service_name, JSON with the Drilldown app's __profile_type__, and proto, the same total
+ * (asked until two JSON answers agree: the SDK's last flush may still be arriving), its
+ * functions among the names. */
+static void sdk_flame_graph_totals(int port)
+{
+    const char *W = "wall:wall:nanoseconds:wall:nanoseconds";
+    long long end = (long long)time(NULL) * 1000 + 60000, start = end - 20 * 60000;
+    char body[512];
+    long long t[3] = {-1, -2, -3};
+    answer a;
+    for (int tries = 0; tries < 50 && !(t[0] == t[1] && t[1] == t[2]); tries++, usleep(200000)) {
+        for (int k = 0; k < 3; k++) {
+            if (k < 2) {
+                snprintf(body, sizeof body,
+                         "{\"profileTypeID\":\"%s\",\"labelSelector\":\"{%s%s%sservice_name="
+                         "\\\"nodeapp\\\"}\",\"start\":\"%lld\",\"end\":\"%lld\"}",
+                         W, k ? "__profile_type__=\\\"" : "", k ? W : "", k ? "\\\"," : "", start,
+                         end);
+                a = post(port, "/querier.v1.QuerierService/SelectMergeStacktraces",
+                         "Content-Type: application/json\r\n", body, strlen(body), 0);
+                expect(&a, 200, "\"total\":\"");
+                if (!k)
+                    CHECK_CONTAINS(a.body,
+                                   "sdk_app.js:pyroHotLoop:"); /* the SDK names file:fn:line */
+                t[k] = atoll(strstr(a.body, "\"total\":\"") + 9);
+            } else {
+                cp_buf req = {0};
+                pb_str(&req, 1, W);
+                pb_str(&req, 2, "{service_name=\"nodeapp\"}");
+                pb_key_varint(&req, 3, (uint64_t)start);
+                pb_key_varint(&req, 4, (uint64_t)end);
+                a = post(port, "/querier.v1.QuerierService/SelectMergeStacktraces",
+                         "Content-Type: application/proto\r\n", req.data, req.len, 0);
+                cp_buf_close(&req);
+                CHECK_EQ(a.status, 200);
+                const uint8_t *fg;
+                size_t fgn;
+                CHECK(pb_find_bytes((const uint8_t *)a.body, a.len, 1, &fg, &fgn) == 0);
+                t[k] = pb_find_varint(fg, fgn, 3);
+            }
+        }
+    }
+    if (!(t[0] == t[1] && t[1] == t[2]))
+        fprintf(stderr, "totals: json %lld, drilldown %lld, proto %lld\n", t[0], t[1], t[2]);
+    CHECK(t[0] > 0);
+    CHECK_EQ(t[0], t[1]);
+    CHECK_EQ(t[0], t[2]);
+}
+
 /* querier.v1 in application/proto, as Grafana's server side sends it: requests and golden
  * answers built here from the field numbers; ProfileTypes and SelectMergeStacktraces byte for
  * byte, the flame graph's total the JSON answer's; LabelNames, SelectSeries (the step's
@@ -876,7 +934,7 @@ TEST(querier_proto_same_answers_as_json)
     const char *P = "Content-Type: application/proto\r\n";
     long long start = (long long)(b0 - 60) * 1000, end = (long long)(b0 + 120) * 1000;
 
-    /* ProfileTypesRequest{1 start, 2 end} -> ProfileTypesResponse{1 ProfileType{1..6}} */
+    /* ProfileTypesRequest{1 start, 2 end} -> ProfileTypesResponse{1 ProfileType{1, 2, 4..7}} */
     cp_buf req = {0}, want = {0}, m = {0};
     pb_key_varint(&req, 1, (uint64_t)start);
     pb_key_varint(&req, 2, (uint64_t)end);
@@ -887,8 +945,8 @@ TEST(querier_proto_same_answers_as_json)
                                        "samples", "count", "cpu", "nanoseconds"}};
     for (int t = 0; t < 2; t++) {
         m.len = 0;
-        for (int f = 0; f < 6; f++)
-            pb_str(&m, (uint32_t)f + 1, types[t][f]);
+        for (int f = 0; f < 6; f++) /* ID 1, name 2, sample_type 4 ... period_unit 7 */
+            pb_str(&m, (uint32_t)f + (f < 2 ? 1 : 2), types[t][f]);
         pb_bytes(&want, 1, m.data, m.len);
     }
     expect_bytes(&a, &want);
@@ -1055,7 +1113,7 @@ TEST(querier_series_profile_stats_limit)
     pb_str(&l, 1, "service_name");
     pb_str(&l, 2, "tapp");
     pb_bytes(&m, 1, l.data, l.len);
-    pb_bytes(&exp, 1, m.data, m.len);
+    pb_bytes(&exp, 2, m.data, m.len); /* SeriesResponse's labels_set is field 2 */
     expect_bytes(&a, &exp);
 
     /* SelectSeries grouped by service, limit 1: the heavier, sapp (45 samples to tapp's 5) */
@@ -1099,8 +1157,6 @@ TEST(querier_series_profile_stats_limit)
     cp_profile_destroy(p);
     snprintf(body, sizeof body,
              "{\"profileTypeID\":\"process_cpu:cpu:nanoseconds:cpu:nanoseconds\"}");
-    a = post(d.port, "/querier.v1.QuerierService/SelectMergeProfile", H, body, strlen(body), 0);
-    expect(&a, 415, "application/proto");
 
     /* Diff: sapp (left) against tapp (right) in samples; names from the left first, then
      * the right's new ones; each bar [left offset, total, self, right offset, total, self,
@@ -1189,9 +1245,411 @@ TEST(querier_series_profile_stats_limit)
     free(dir);
 }
 
+/* Two profile types of one service, fapp: cpu (g_folded, label env) and alloc objects
+ * ("main;alloc 7", label pool), stored over /ingest at b0. */
+static void store_two_types(proc *d, int64_t b0)
+{
+    char pq[256];
+    snprintf(pq, sizeof pq, "/ingest?name=fapp%%7Benv%%3Dprod%%7D&from=%lld&until=%lld",
+             (long long)b0, (long long)b0 + 10);
+    answer a = post(d->port, pq, NULL, g_folded, strlen(g_folded), 0);
+    expect(&a, 200, "\"profiles\":1");
+    snprintf(pq, sizeof pq, "/ingest?name=fapp%%7Bpool%%3Da%%7D&from=%lld&until=%lld&units=objects",
+             (long long)b0, (long long)b0 + 10);
+    a = post(d->port, pq, NULL, "main;alloc 7\n", 13, 0);
+    expect(&a, 200, "\"profiles\":1");
+    free(wait_for(d->port, "/api/v1/profile?type=cpu&from=-1h&format=folded", NULL, "hot"));
+    free(wait_for(d->port,
+                  "/api/v1/profile?type=alloc&from=-1h&format=folded&sample_type=alloc_objects",
+                  NULL, "alloc"));
+    free(wait_for(d->port, "/api/v1/series?from=-1h&select=%7Bpool%3D%22a%22%7D", NULL, "fapp"));
+    free(wait_for(d->port, "/api/v1/series?from=-1h&select=%7Benv%3D%22prod%22%7D", NULL, "fapp"));
+}
+
+/* What Grafana's Profiles Drilldown app puts in its selectors: __profile_type__ (and
+ * __name__) select the profile type, another type than the request's is an empty answer
+ * (not an error), service_name is contprof's service; in every querier method, JSON and
+ * proto, and the legacy render and label-values. */
+TEST(querier_profile_type_in_selectors)
+{
+    const int64_t b0 = base_s();
+    char *dir = proc_tmpdir("pyro", "ptype");
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, NULL);
+    store_two_types(&d, b0);
+    const char *H = "Content-Type: application/json\r\n",
+               *P = "Content-Type: application/proto\r\n";
+    const char *CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+               *AO = "memory:alloc_objects:count:space:bytes";
+    long long start = (long long)(b0 - 60) * 1000, end = (long long)(b0 + 120) * 1000;
+    char body[1024], want[1024];
+
+    /* SelectMergeStacktraces: the request's type in the selector, equal or by regex */
+    const char *sels[] = {"{__profile_type__=\\\"%s\\\", service_name=\\\"fapp\\\"}",
+                          "{__profile_type__=~\\\"process_cpu:.*\\\",service_name=\\\"fapp\\\"}",
+                          "{__name__=\\\"process_cpu\\\",service_name=\\\"fapp\\\"}"};
+    for (int i = 0; i < 3; i++) {
+        char sel[256];
+        snprintf(sel, sizeof sel, sels[i], CPU);
+        snprintf(body, sizeof body,
+                 "{\"profileTypeID\":\"%s\",\"labelSelector\":\"%s\",\"start\":%lld,\"end\":%lld}",
+                 CPU, sel, start, end);
+        answer a = post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces", H, body,
+                        strlen(body), 0);
+        expect(&a, 200, "\"total\":\"450000000\"");
+    }
+    /* another type than the request's: an empty graph */
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"%s\",\"labelSelector\":\"{__profile_type__=\\\"%s\\\","
+             "service_name=\\\"fapp\\\"}\",\"start\":%lld,\"end\":%lld}",
+             CPU, AO, start, end);
+    answer a =
+        post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces", H, body, strlen(body), 0);
+    expect(&a, 200,
+           "{\"flamegraph\":{\"names\":[\"total\"],\"levels\":[{\"values\":[\"0\",\"0\","
+           "\"0\",\"0\"]}],\"total\":\"0\",\"maxSelf\":\"0\"}}");
+    /* the same two in proto: total 450000000, then none (proto3 leaves 0 out) */
+    for (int k = 0; k < 2; k++) {
+        cp_buf req = {0};
+        char sel[256];
+        snprintf(sel, sizeof sel, "{__profile_type__=\"%s\",service_name=\"fapp\"}", k ? AO : CPU);
+        pb_str(&req, 1, CPU);
+        pb_str(&req, 2, sel);
+        pb_key_varint(&req, 3, (uint64_t)start);
+        pb_key_varint(&req, 4, (uint64_t)end);
+        a = post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces", P, req.data, req.len,
+                 0);
+        CHECK_EQ(a.status, 200);
+        const uint8_t *fg;
+        size_t fgn;
+        CHECK(pb_find_bytes((const uint8_t *)a.body, a.len, 1, &fg, &fgn) == 0);
+        CHECK_EQ(pb_find_varint(fg, fgn, 3), k ? -1 : 450000000);
+        cp_buf_close(&req);
+    }
+
+    /* LabelNames: the labels of the selected type's series only */
+    snprintf(body, sizeof body,
+             "{\"matchers\":[\"{__profile_type__=\\\"%s\\\",service_name=\\\"fapp\\\"}\"],"
+             "\"start\":%lld,\"end\":%lld}",
+             CPU, start, end);
+    a = post(d.port, "/querier.v1.QuerierService/LabelNames", H, body, strlen(body), 0);
+    expect(&a, 200, "{\"names\":[\"__profile_type__\",\"env\",\"service_name\"]}");
+    cp_buf req = {0}, exp = {0};
+    char sel[256];
+    snprintf(sel, sizeof sel, "{__profile_type__=\"%s\",service_name=\"fapp\"}", AO);
+    pb_str(&req, 1, sel);
+    pb_key_varint(&req, 2, (uint64_t)start);
+    pb_key_varint(&req, 3, (uint64_t)end);
+    a = post(d.port, "/querier.v1.QuerierService/LabelNames", P, req.data, req.len, 0);
+    pb_str(&exp, 1, "__profile_type__");
+    pb_str(&exp, 1, "pool");
+    pb_str(&exp, 1, "service_name");
+    expect_bytes(&a, &exp);
+    /* without a selector: every name of the tenant */
+    a = post(d.port, "/querier.v1.QuerierService/LabelNames", H, "{}", 2, 0);
+    expect(&a, 200, "{\"names\":[\"__profile_type__\",\"env\",\"pool\",\"service_name\"]}");
+
+    /* LabelValues: of __profile_type__ narrowed by __name__; of env for the memory type: none */
+    snprintf(body, sizeof body,
+             "{\"name\":\"__profile_type__\",\"matchers\":[\"{__name__=\\\"memory\\\","
+             "service_name=\\\"fapp\\\"}\"],\"start\":%lld,\"end\":%lld}",
+             start, end);
+    a = post(d.port, "/querier.v1.QuerierService/LabelValues", H, body, strlen(body), 0);
+    expect(&a, 200,
+           "{\"names\":[\"memory:alloc_objects:count:space:bytes\","
+           "\"memory:alloc_space:bytes:space:bytes\"]}");
+    snprintf(body, sizeof body,
+             "{\"name\":\"env\",\"matchers\":[\"{__profile_type__=\\\"%s\\\"}\"],\"start\":%lld,"
+             "\"end\":%lld}",
+             AO, start, end);
+    a = post(d.port, "/querier.v1.QuerierService/LabelValues", H, body, strlen(body), 0);
+    expect(&a, 200, "{\"names\":[]}");
+    snprintf(body, sizeof body,
+             "{\"name\":\"service_name\",\"matchers\":[\"{__profile_type__=\\\"%s\\\"}\"],"
+             "\"start\":%lld,\"end\":%lld}",
+             AO, start, end);
+    a = post(d.port, "/querier.v1.QuerierService/LabelValues", H, body, strlen(body), 0);
+    expect(&a, 200, "{\"names\":[\"fapp\"]}");
+
+    /* Series: only the selected type's label sets */
+    snprintf(body, sizeof body,
+             "{\"matchers\":[\"{__profile_type__=\\\"memory:alloc_space:bytes:space:bytes\\\"}\"],"
+             "\"labelNames\":[\"__profile_type__\",\"service_name\"],\"start\":%lld,\"end\":%lld}",
+             start, end);
+    a = post(d.port, "/querier.v1.QuerierService/Series", H, body, strlen(body), 0);
+    expect(&a, 200,
+           "{\"labelsSet\":[{\"labels\":[{\"name\":\"__profile_type__\",\"value\":\"memory:"
+           "alloc_space:bytes:space:bytes\"},{\"name\":\"service_name\",\"value\":\"fapp\"}]}]}");
+
+    /* SelectSeries: the type's points, or none for another type */
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"%s\",\"labelSelector\":\"{__profile_type__=\\\"%s\\\"}\","
+             "\"start\":%lld,\"end\":%lld,\"step\":30}",
+             AO, AO, start, end);
+    a = post(d.port, "/querier.v1.QuerierService/SelectSeries", H, body, strlen(body), 0);
+    snprintf(want, sizeof want,
+             "{\"series\":[{\"labels\":[],\"points\":[{\"value\":7,\"timestamp\":\"%lld\"}]}]}",
+             (long long)b0 * 1000);
+    expect(&a, 200, want);
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"%s\",\"labelSelector\":\"{__profile_type__=\\\"%s\\\"}\","
+             "\"start\":%lld,\"end\":%lld,\"step\":30}",
+             AO, CPU, start, end);
+    a = post(d.port, "/querier.v1.QuerierService/SelectSeries", H, body, strlen(body), 0);
+    expect(&a, 200, "{\"series\":[]}");
+
+    /* SelectMergeProfile of another type: an empty pprof */
+    req.len = 0;
+    pb_str(&req, 1, CPU);
+    pb_str(&req, 2, sel); /* AO's */
+    pb_key_varint(&req, 3, (uint64_t)start);
+    pb_key_varint(&req, 4, (uint64_t)end);
+    a = post(d.port, "/querier.v1.QuerierService/SelectMergeProfile", P, req.data, req.len, 0);
+    CHECK_EQ(a.status, 200);
+    cp_profile *p = NULL;
+    cp_err err = {0};
+    CHECK(cp_pprof_decode((const uint8_t *)a.body, a.len, NULL, &p, &err) == 0);
+    CHECK_EQ(p->samples.n, 0u);
+    cp_profile_destroy(p);
+
+    /* Diff: a right side of another type is empty */
+    snprintf(
+        body, sizeof body,
+        "{\"left\":{\"profileTypeID\":\"%s\",\"labelSelector\":\"{service_name=\\\"fapp\\\"}\","
+        "\"start\":%lld,\"end\":%lld},\"right\":{\"profileTypeID\":\"%s\",\"labelSelector\":"
+        "\"{__profile_type__=\\\"%s\\\"}\",\"start\":%lld,\"end\":%lld}}",
+        CPU, start, end, CPU, AO, start, end);
+    a = post(d.port, "/querier.v1.QuerierService/Diff", H, body, strlen(body), 0);
+    expect(&a, 200, "\"leftTicks\":\"450000000\",\"rightTicks\":\"0\"");
+
+    /* the legacy API: render and label-values */
+    char lq[512];
+    snprintf(
+        lq, sizeof lq,
+        "/pyroscope/render?query=%s%%7B__profile_type__%%3D%%22%s%%22%%7D&from=%lld&until=%lld", AO,
+        AO, (long long)b0 - 60, (long long)b0 + 120);
+    a = request("GET", d.port, lq, NULL, "", 0, 0);
+    expect(&a, 200, "\"numTicks\":7,");
+    snprintf(
+        lq, sizeof lq,
+        "/pyroscope/render?query=%s%%7B__profile_type__%%3D%%22%s%%22%%7D&from=%lld&until=%lld", AO,
+        CPU, (long long)b0 - 60, (long long)b0 + 120);
+    a = request("GET", d.port, lq, NULL, "", 0, 0);
+    expect(&a, 200, "\"numTicks\":0,");
+    CHECK_CONTAINS(a.body, "\"samples\":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]");
+    snprintf(lq, sizeof lq,
+             "/pyroscope/label-values?label=pool&query=%%7B__profile_type__%%3D%%22%s%%22%%7D"
+             "&from=%lld&until=%lld",
+             CPU, (long long)b0 - 60, (long long)b0 + 120);
+    a = request("GET", d.port, lq, NULL, "", 0, 0);
+    expect(&a, 200, "[]");
+    snprintf(lq, sizeof lq,
+             "/pyroscope/label-values?label=pool&query=%%7B__profile_type__%%3D%%22%s%%22%%7D"
+             "&from=%lld&until=%lld",
+             AO, (long long)b0 - 60, (long long)b0 + 120);
+    a = request("GET", d.port, lq, NULL, "", 0, 0);
+    expect(&a, 200, "[\"a\"]");
+
+    /* a bad regex on __profile_type__: invalid_argument naming the selector */
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"%s\",\"labelSelector\":\"{__profile_type__=~\\\"a++*\\\"}\"}",
+             CPU);
+    a = post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces", H, body, strlen(body), 0);
+    expect(&a, 400, "label_selector: ");
+    cp_buf_close(&req);
+    cp_buf_close(&exp);
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
+/* The sum of column col of the samples' "value" arrays (proto3 JSON: int64 strings). */
+static int64_t sum_json_values(const cp_json *samples, uint32_t col)
+{
+    int64_t sum = 0;
+    for (uint32_t i = 0; i < samples->n; i++) {
+        const cp_json *v = cp_json_get(samples->items[i], "value");
+        CHECK(v && v->type == CP_JSON_ARRAY && v->n > col);
+        CHECK(v->items[col]->type == CP_JSON_STRING); /* int64 as a string */
+        sum += atoll(v->items[col]->str);
+    }
+    return sum;
+}
+
+/* stack_trace_selector's call_site: only the samples whose stack begins at the root with
+ * the names, in SelectMergeStacktraces, SelectMergeProfile (pprof and its JSON) and
+ * SelectSeries, JSON and proto; a call site not at the root selects nothing; go_pgo
+ * refused by name. */
+TEST(querier_stack_trace_selector_and_pprof_json)
+{
+    const int64_t b0 = base_s();
+    char *dir = proc_tmpdir("pyro", "callsite");
+    proc d;
+    start_daemon_data(&d, dir, 0, 0, NULL);
+    store_two_types(&d, b0);
+    const char *H = "Content-Type: application/json\r\n",
+               *P = "Content-Type: application/proto\r\n";
+    const char *CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+               *SMP = "process_cpu:samples:count:cpu:nanoseconds";
+    long long start = (long long)(b0 - 60) * 1000, end = (long long)(b0 + 120) * 1000;
+    char body[1024], want[1024];
+    /* g_folded: main;work;hot 30, main;work;cold 10, main;idle 5 (10 ms each) */
+    static const struct {
+        const char *sites;
+        int64_t total;
+    } cases[] = {{"{\"name\":\"main\"},{\"name\":\"work\"}", 400000000},
+                 {"{\"name\":\"main\"},{\"name\":\"work\"},{\"name\":\"hot\"}", 300000000},
+                 {"{\"name\":\"main\"}", 450000000},
+                 {"{\"name\":\"work\"}", 0},
+                 {"", 450000000}};
+    for (int i = 0; i < 5; i++) {
+        snprintf(body, sizeof body,
+                 "{\"profileTypeID\":\"%s\",\"labelSelector\":\"{service_name=\\\"fapp\\\"}\","
+                 "\"start\":%lld,\"end\":%lld,\"stackTraceSelector\":{\"callSite\":[%s]}}",
+                 CPU, start, end, cases[i].sites);
+        answer a = post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces", H, body,
+                        strlen(body), 0);
+        snprintf(want, sizeof want, "\"total\":\"%lld\"", (long long)cases[i].total);
+        expect(&a, 200, want);
+    }
+    /* the graph under main;work keeps hot and cold, not idle */
+    snprintf(body, sizeof body,
+             "{\"profile_typeID\":\"%s\",\"label_selector\":\"{}\",\"start\":%lld,\"end\":%lld,"
+             "\"stack_trace_selector\":{\"call_site\":[{\"name\":\"main\"},{\"name\":\"work\"}]}}",
+             SMP, start, end);
+    answer a =
+        post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces", H, body, strlen(body), 0);
+    expect(&a, 200,
+           "{\"flamegraph\":{\"names\":[\"total\",\"main\",\"work\",\"hot\",\"cold\"],\"levels\":"
+           "[{\"values\":[\"0\",\"40\",\"0\",\"0\"]},{\"values\":[\"0\",\"40\",\"0\",\"1\"]},"
+           "{\"values\":[\"0\",\"40\",\"0\",\"2\"]},{\"values\":[\"0\",\"30\",\"30\",\"3\",\"0\","
+           "\"10\",\"10\",\"4\"]}],\"total\":\"40\",\"maxSelf\":\"30\"}}");
+
+    /* proto: SelectMergeStacktracesRequest{7 StackTraceSelector{1 Location{1 name}...}} */
+    cp_buf req = {0}, sts = {0}, loc = {0};
+    const char *site[] = {"main", "idle"};
+    for (int i = 0; i < 2; i++) {
+        loc.len = 0;
+        pb_str(&loc, 1, site[i]);
+        pb_bytes(&sts, 1, loc.data, loc.len);
+    }
+    pb_str(&req, 1, CPU);
+    pb_str(&req, 2, "{service_name=\"fapp\"}");
+    pb_key_varint(&req, 3, (uint64_t)start);
+    pb_key_varint(&req, 4, (uint64_t)end);
+    pb_bytes(&req, 7, sts.data, sts.len);
+    a = post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces", P, req.data, req.len, 0);
+    CHECK_EQ(a.status, 200);
+    const uint8_t *fg;
+    size_t fgn;
+    CHECK(pb_find_bytes((const uint8_t *)a.body, a.len, 1, &fg, &fgn) == 0);
+    CHECK_EQ(pb_find_varint(fg, fgn, 3), 50000000);
+
+    /* SelectMergeProfileRequest{6 stack_trace_selector}: pprof of main;idle's 50 ms */
+    req.len = 0;
+    pb_str(&req, 1, CPU);
+    pb_str(&req, 2, "{service_name=\"fapp\"}");
+    pb_key_varint(&req, 3, (uint64_t)start);
+    pb_key_varint(&req, 4, (uint64_t)end);
+    pb_bytes(&req, 6, sts.data, sts.len);
+    a = post(d.port, "/querier.v1.QuerierService/SelectMergeProfile", P, req.data, req.len, 0);
+    CHECK_EQ(a.status, 200);
+    cp_profile *p = NULL;
+    cp_err err = {0};
+    CHECK(cp_pprof_decode((const uint8_t *)a.body, a.len, NULL, &p, &err) == 0);
+    CHECK_EQ(p->samples.n, 1u);
+    CHECK_EQ(cp_profile_total(p, 0), 50000000);
+    cp_profile_destroy(p);
+
+    /* SelectMergeProfile in JSON: google.v1.Profile's proto3 JSON, int64s as strings; the
+     * stack under main;work: 400 ms over two samples whose frames name hot and cold */
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"%s\",\"labelSelector\":\"{service_name=\\\"fapp\\\"}\","
+             "\"start\":\"%lld\",\"end\":\"%lld\",\"stackTraceSelector\":{\"callSite\":["
+             "{\"name\":\"main\"},{\"name\":\"work\"}]}}",
+             CPU, start, end);
+    a = post(d.port, "/querier.v1.QuerierService/SelectMergeProfile", H, body, strlen(body), 0);
+    CHECK_EQ(a.status, 200);
+    cp_json *j = NULL;
+    CHECK(cp_json_parse(a.body, a.len, &j, &err) == 0);
+    const cp_json *types = cp_json_get(j, "sampleType"), *strs = cp_json_get(j, "stringTable"),
+                  *samples = cp_json_get(j, "sample"), *locs = cp_json_get(j, "location"),
+                  *fns = cp_json_get(j, "function");
+    CHECK(types && types->n == 1 && strs && samples && locs && fns);
+    CHECK_STREQ(strs->items[atoi(cp_json_str(cp_json_get(types->items[0], "type"), "0"))]->str,
+                "cpu");
+    CHECK_EQ(samples->n, 2u);
+    CHECK_EQ(sum_json_values(samples, 0), 400000000);
+    /* each sample's leaf (its first location) names hot or cold through the tables */
+    int seen = 0;
+    for (uint32_t i = 0; i < samples->n; i++) {
+        const cp_json *ids = cp_json_get(samples->items[i], "locationId");
+        CHECK(ids && ids->n == 3 && ids->items[0]->type == CP_JSON_STRING);
+        const cp_json *l = locs->items[atoi(ids->items[0]->str) - 1];
+        CHECK_STREQ(cp_json_str(cp_json_get(l, "id"), ""), ids->items[0]->str);
+        const cp_json *line = cp_json_get(l, "line")->items[0];
+        const cp_json *f = fns->items[atoi(cp_json_str(cp_json_get(line, "functionId"), "0")) - 1];
+        const char *nm = strs->items[atoi(cp_json_str(cp_json_get(f, "name"), "0"))]->str;
+        seen |= !strcmp(nm, "hot") ? 1 : !strcmp(nm, "cold") ? 2 : 4;
+    }
+    CHECK_EQ(seen, 3);
+    cp_json_free(j);
+
+    /* SelectSeries: the step's value under the call site, JSON and proto (field 8) */
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"%s\",\"labelSelector\":\"{}\",\"start\":%lld,\"end\":%lld,"
+             "\"step\":30,\"groupBy\":[\"service_name\"],\"stackTraceSelector\":{\"callSite\":["
+             "{\"name\":\"main\"},{\"name\":\"work\"},{\"name\":\"cold\"}]}}",
+             SMP, start, end);
+    a = post(d.port, "/querier.v1.QuerierService/SelectSeries", H, body, strlen(body), 0);
+    snprintf(want, sizeof want,
+             "{\"series\":[{\"labels\":[{\"name\":\"service_name\",\"value\":\"fapp\"}],"
+             "\"points\":[{\"value\":10,\"timestamp\":\"%lld\"}]}]}",
+             (long long)b0 * 1000);
+    expect(&a, 200, want);
+    req.len = 0;
+    pb_str(&req, 1, SMP);
+    pb_str(&req, 2, "{}");
+    pb_key_varint(&req, 3, (uint64_t)start);
+    pb_key_varint(&req, 4, (uint64_t)end);
+    pb_bytes(&req, 8, sts.data, sts.len); /* main;idle: 5 */
+    a = post(d.port, "/querier.v1.QuerierService/SelectSeries", P, req.data, req.len, 0);
+    CHECK_EQ(a.status, 200);
+    const uint8_t *ser, *pt;
+    size_t sern, ptn;
+    CHECK(pb_find_bytes((const uint8_t *)a.body, a.len, 1, &ser, &sern) == 0);
+    CHECK(pb_find_bytes(ser, sern, 2, &pt, &ptn) == 0);
+    double v;
+    CHECK(ptn > 9 && pt[0] == (1 << 3 | 1));
+    memcpy(&v, pt + 1, 8);
+    CHECK(v == 5);
+    /* too many steps for per-step profile reads; go_pgo */
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"%s\",\"start\":%lld,\"end\":%lld,\"step\":10,"
+             "\"stackTraceSelector\":{\"callSite\":[{\"name\":\"main\"}]}}",
+             SMP, start - 86400000LL, end);
+    a = post(d.port, "/querier.v1.QuerierService/SelectSeries", H, body, strlen(body), 0);
+    expect(&a, 400, "with a stack_trace_selector");
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"%s\",\"stackTraceSelector\":{\"goPgo\":{\"keepLocations\":5}}}",
+             CPU);
+    a = post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces", H, body, strlen(body), 0);
+    expect(&a, 400, "go_pgo");
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"%s\",\"stackTraceSelector\":{\"callSite\":[{\"name\":1}]}}",
+             CPU);
+    a = post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces", H, body, strlen(body), 0);
+    expect(&a, 400, "call_site[0]");
+    cp_buf_close(&req);
+    cp_buf_close(&sts);
+    cp_buf_close(&loc);
+    CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
+    free(dir);
+}
+
 TEST_MAIN(T(node_sdk_functions_show_in_top_and_the_api), T(folded_text_in_each_time_unit),
           T(multipart_with_sample_type_config), T(bad_input_gets_its_code_and_nothing_is_stored),
           T(tenants_from_bearer_basic_and_org_id), T(push_in_gzipd_protobuf_and_json),
           T(querier_json_as_grafana_asks), T(push_cumulative_profiles_are_subtracted),
           T(over_the_concurrent_limit_is_429), T(querier_proto_same_answers_as_json),
-          T(querier_series_profile_stats_limit))
+          T(querier_series_profile_stats_limit), T(querier_profile_type_in_selectors),
+          T(querier_stack_trace_selector_and_pprof_json))

@@ -1,8 +1,8 @@
 /* libFuzzer target: whole HTTP requests (request line, headers, body; several pipelined in
  * one input) sent over a real loopback connection to the real server and query API over a
  * small real store, with tokens configured. Every answer must be a well-formed HTTP/1.1
- * response whose errors are JSON, and the server must close the connection once the input
- * ends. */
+ * response whose errors (and 200 application/json answers) are JSON, and the server must close the
+ * connection once the input ends. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -16,6 +16,7 @@
 
 #include "api.h"
 #include "http.h"
+#include "json.h"
 #include "store.h"
 
 static struct {
@@ -106,8 +107,8 @@ static void setup(void)
 }
 
 /* Checks that out holds only complete responses "HTTP/1.1 NNN ..." and that 4xx/5xx bodies
- * are JSON errors. After a reset (the server closed with input unread) the last one may be
- * cut short. */
+ * are JSON errors and 200 application/json bodies JSON. After a reset (the server closed with input
+ * unread) the last one may be cut short. */
 static void check_responses(const char *out, size_t n, int reset)
 {
     size_t at = 0;
@@ -129,6 +130,14 @@ static void check_responses(const char *out, size_t n, int reset)
         int gz = memmem(out + at, (size_t)(end - (out + at)), "Content-Encoding: gzip", 22) != NULL;
         if (status >= 400 && !gz && (len < 10 || memcmp(out + body, "{\"error\":\"", 10) != 0))
             abort();
+        /* a JSON answer is JSON (the flamebearer, pprof's proto3 JSON, ...) */
+        if (status == 200 && !gz &&
+            memmem(out + at, (size_t)(end - (out + at)), "Content-Type: application/json", 30)) {
+            cp_json *j = NULL;
+            cp_err err = {0};
+            if (cp_json_parse(out + body, len, &j, &err) && err.code != CP_ENOMEM) abort();
+            cp_json_free(j);
+        }
         at = body + len;
     }
 }
