@@ -257,10 +257,12 @@ static void drain(void)
         for (; tl != h; tl++) {
             const cp_sample_rec *r = &t->ring[tl & (CP_RING - 1)];
             cp_sample_rec named;
-            if (py_raw(r)) {
+            if (py_raw(r) || (r->isolate & CP_PY_ISO_INTERP)) {
                 /* Python frames named while their code objects are most likely alive */
                 memcpy(&named, r, offsetof(cp_sample_rec, pcs) + r->nframes * sizeof(uint64_t));
                 cp_py_resolve(named.pcs, named.nframes);
+                if (named.isolate & CP_PY_ISO_INTERP) /* a sub-interpreter's first samples */
+                    named.isolate = cp_py_interp_isolate(named.isolate & ~CP_PY_ISO_INTERP, 1);
                 r = &named;
             }
             if (cp_capture_routes(t, r))

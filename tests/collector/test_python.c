@@ -237,6 +237,55 @@ TEST(pool_debian)
 }
 
 /* ------------------------------------------------------------------------------------
+ * A sub-interpreter: its own isolate, labelled by its id */
+
+/* CPU of the program's samples with function fn in isolates whose name starts with iso
+ * (NULL: any). */
+static int64_t cpu_in(const pset *s, const char *fn, const char *iso)
+{
+    int64_t sum = 0;
+    for (int i = 0; i < s->n; i++)
+        if (is_prog_cpu(&s->f[i]) && (!iso || !strncmp(s->f[i].iso, iso, strlen(iso))))
+            sum += func_total(s->f[i].p, fn, 1);
+    return sum;
+}
+
+TEST(subinterpreter_debian)
+{
+    pset s;
+    const char *out = run_py(DEBIAN_PY, "subinterp.py", "2", "200", &s);
+    CHECK_CONTAINS(out, "done");
+    int64_t all = cpu_all(&s), main_ = cpu_with(&s, "fnMain"), sub = cpu_with(&s, "fnSub"),
+            sub_iso = cpu_in(&s, "fnSub", "python-interp-"),
+            main_iso = cpu_in(&s, "fnMain", "python-interp-"),
+            sub_spin = cpu_under(&s, "spin", "fnSub", 0),
+            sub_caller = cpu_under(&s, "fnSub", "in_sub", 1),
+            sub_deflate = cpu_under(&s, "deflate", "fnSub", 1);
+    printf("all %lld fnMain %lld (in a sub-interpreter's isolate %lld) fnSub %lld (in one %lld; "
+           "spin under it %lld, deflate %lld; under in_sub %lld)\n",
+           (long long)all, (long long)main_, (long long)main_iso, (long long)sub,
+           (long long)sub_iso, (long long)sub_spin, (long long)sub_deflate, (long long)sub_caller);
+    for (int i = 0; i < s.n; i++)
+        if (is_prog_cpu(&s.f[i]))
+            printf("  isolate %s: fnMain %lld fnSub %lld\n", s.f[i].iso,
+                   (long long)func_total(s.f[i].p, "fnMain", 1),
+                   (long long)func_total(s.f[i].p, "fnSub", 1));
+    /* both functions, each a good part of the CPU (the GIL is shared: ~2 s between them) */
+    CHECK(main_ * 10 > all && sub * 10 > all);
+    /* fnSub only in the sub-interpreter's isolate, fnMain never there */
+    CHECK(sub_iso == sub);
+    CHECK(main_iso == 0);
+    /* the sub-interpreter's own Python frames (its module's spin under fnSub; libz's
+     * deflate, run without the GIL, under it too), and under them the main interpreter's
+     * frames that called run_string, C in between */
+    CHECK(sub_spin > 0 && sub_deflate > 0);
+    CHECK((sub_spin + sub_deflate) * 10 >= sub * 9);
+    CHECK(sub_caller * 10 >= sub * 9);
+    pset_free(&s);
+    pset_dir_remove(g_dir);
+}
+
+/* ------------------------------------------------------------------------------------
  * Allocation stacks: the allocation path walks the same frames */
 
 TEST(alloc_debian)
@@ -435,5 +484,5 @@ TEST(str_parser)
 }
 
 TEST_MAIN(T(ratio_debian), T(ratio_libpython), T(calls_debian), T(calls_libpython), T(pool_debian),
-          T(alloc_debian), T(hostile_debian), T(hostile_libpython), T(python_suite_frames),
-          T(unsupported_version), T(linetable_parser), T(str_parser))
+          T(subinterpreter_debian), T(alloc_debian), T(hostile_debian), T(hostile_libpython),
+          T(python_suite_frames), T(unsupported_version), T(linetable_parser), T(str_parser))
