@@ -226,16 +226,20 @@ static int kread(pid_t tid, uintptr_t addr, void *buf, size_t len)
 #define MAX_INTERPS_SEEN 64 /* interpreters looked at in one search */
 #define MAX_STATES_SEEN 256 /* thread states looked at in one search */
 
-/* The _PyCFrame of thread state st when it lies on this thread's stack (a state this
- * thread is running: _PyEval_EvalFrameDefault's cframe is its local), else 0. Read
- * through the kernel: st may be another thread's, freed meanwhile. */
-static uintptr_t cframe_here(const walk_ctx *c, uintptr_t st)
+/* Thread state st's cframe when the state names this thread and its cframe lies on this
+ * thread's stack (a state this thread is running: _PyEval_EvalFrameDefault's cframe is
+ * its local), else 0; *next: the state after it in its interpreter's list. One read
+ * through the kernel (next to thread_id): st may be another thread's, freed meanwhile. */
+static uintptr_t cframe_here(const walk_ctx *c, uintptr_t st, uintptr_t *next)
 {
     const py_layout *L = P.L;
-    uintptr_t tid, cf;
-    if (!st || (st & 7) || kread(c->tid, st + L->ts_thread_id, &tid, sizeof(tid)) != 0 ||
-        tid != (uintptr_t)pthread_self() || kread(c->tid, st + L->ts_cframe, &cf, sizeof(cf)) != 0)
-        return 0;
+    uint8_t b[256];
+    size_t lo = L->ts_next, len = (size_t)L->ts_thread_id + 8 - lo;
+    *next = 0;
+    if (!st || (st & 7) || len > sizeof(b) || kread(c->tid, st + lo, b, len) != 0) return 0;
+    *next = word_at(b, (uint16_t)(L->ts_next - lo));
+    uintptr_t cf = word_at(b, (uint16_t)(L->ts_cframe - lo));
+    if (word_at(b, (uint16_t)(L->ts_thread_id - lo)) != (uintptr_t)pthread_self()) return 0;
     return cf >= c->stack_lo && cf < c->stack_hi ? cf : 0;
 }
 
@@ -250,44 +254,46 @@ static uintptr_t cframe_here(const walk_ctx *c, uintptr_t st)
 static uintptr_t active_state(const walk_ctx *c, uintptr_t ts)
 {
     const py_layout *L = P.L;
-    uintptr_t head, main_in;
+    uintptr_t head, main_in, next;
     memcpy(&head, (const void *)(P.runtime + L->rt_head), sizeof(head));
     memcpy(&main_in, (const void *)(P.runtime + L->rt_main), sizeof(main_in));
     if (head == main_in) return ts;
     uintptr_t cur = atomic_load_explicit((_Atomic uintptr_t *)(P.runtime + L->rt_current),
                                          memory_order_relaxed);
     if (cur == ts) return ts;
-    if (cframe_here(c, cur)) return cur;
-    uintptr_t best = ts, best_cf = cframe_here(c, ts);
+    if (cframe_here(c, cur, &next)) return cur;
+    uintptr_t best = ts, best_cf = word_at((const uint8_t *)ts, L->ts_cframe); /* live, own */
+    if (best_cf < c->stack_lo || best_cf >= c->stack_hi) best_cf = 0;
     uint32_t seen = 0;
     uintptr_t in = head;
     for (uint32_t i = 0; in && !(in & 7) && i < MAX_INTERPS_SEEN; i++) {
-        uintptr_t st, next;
-        if (kread(c->tid, in + L->in_threads, &st, sizeof(st)) != 0) break;
-        for (; st && !(st & 7) && seen < MAX_STATES_SEEN; seen++) {
-            uintptr_t cf = cframe_here(c, st);
+        uint8_t ib[64]; /* from the start to next and threads.head */
+        size_t n = (size_t)(L->in_next > L->in_threads ? L->in_next : L->in_threads) + 8;
+        if (n > sizeof(ib) || kread(c->tid, in, ib, n) != 0) break;
+        for (uintptr_t st = word_at(ib, L->in_threads); st && seen < MAX_STATES_SEEN;
+             st = next, seen++) {
+            uintptr_t cf = cframe_here(c, st, &next);
             if (cf && (!best_cf || cf < best_cf)) { /* the stack grows down: innermost */
                 best = st;
                 best_cf = cf;
             }
-            if (kread(c->tid, st + L->ts_next, &st, sizeof(st)) != 0) break;
         }
-        if (kread(c->tid, in + L->in_next, &next, sizeof(next)) != 0) break;
-        in = next;
+        in = word_at(ib, L->in_next);
     }
     return best;
 }
 
-/* The id of the interpreter that thread state tsb (this thread's, live) belongs to: 0 for
- * the main one, else its id (1..2^30; larger or unreadable: 0). */
-static uint32_t interp_of(const walk_ctx *c, const uint8_t *tsb)
+/* The id of the interpreter that thread state tsb (this thread's, running) belongs to: 0
+ * for the main one, else its id (1..2^30; larger: 0). Read directly: an interpreter
+ * outlives its thread states, and this one is running. */
+static uint32_t interp_of(const uint8_t *tsb)
 {
     const py_layout *L = P.L;
     uintptr_t in = word_at(tsb, L->ts_interp), main_in;
     memcpy(&main_in, (const void *)(P.runtime + L->rt_main), sizeof(main_in));
-    int64_t id = 0;
-    if (!in || in == main_in || (in & 7) || kread(c->tid, in + L->in_id, &id, sizeof(id)) != 0)
-        return 0;
+    if (!in || in == main_in || (in & 7)) return 0;
+    int64_t id;
+    memcpy(&id, (const void *)(in + L->in_id), sizeof(id));
     return id > 0 && id <= (1 << 30) ? (uint32_t)id : 0;
 }
 
@@ -328,7 +334,7 @@ static uint32_t walk(walk_ctx *c, uint64_t *raw, uint8_t *entry, uint32_t max, i
      * another (PyThreadState_Swap leaves the slot alone in 3.11): the running one first,
      * then the slot's, whose frames called into it (run_string's caller) */
     uintptr_t act = active_state(c, ts);
-    c->interp = interp_of(c, (const uint8_t *)act); /* proven this thread's running state */
+    c->interp = interp_of((const uint8_t *)act); /* proven this thread's running state */
     uint32_t m = walk_state(c, act, raw, entry, max, cut);
     if (act != ts && !*cut) m += walk_state(c, ts, raw + m, entry + m, max - m, cut);
     return m;
