@@ -56,6 +56,17 @@ static int64_t cpu_with(const pset *s, const char *fn)
     return sum;
 }
 
+/* CPU of the program's samples with function fn in isolates whose name starts with iso
+ * (NULL: any). */
+static int64_t cpu_in(const pset *s, const char *fn, const char *iso)
+{
+    int64_t sum = 0;
+    for (int i = 0; i < s->n; i++)
+        if (is_prog_cpu(&s->f[i]) && (!iso || !strncmp(s->f[i].iso, iso, strlen(iso))))
+            sum += func_total(s->f[i].p, fn, 1);
+    return sum;
+}
+
 static int64_t cpu_all(const pset *s)
 {
     return cpu_with(s, NULL);
@@ -239,17 +250,6 @@ TEST(pool_debian)
 /* ------------------------------------------------------------------------------------
  * A sub-interpreter: its own isolate, labelled by its id */
 
-/* CPU of the program's samples with function fn in isolates whose name starts with iso
- * (NULL: any). */
-static int64_t cpu_in(const pset *s, const char *fn, const char *iso)
-{
-    int64_t sum = 0;
-    for (int i = 0; i < s->n; i++)
-        if (is_prog_cpu(&s->f[i]) && (!iso || !strncmp(s->f[i].iso, iso, strlen(iso))))
-            sum += func_total(s->f[i].p, fn, 1);
-    return sum;
-}
-
 TEST(subinterpreter_debian)
 {
     pset s;
@@ -327,6 +327,13 @@ static void hostile_case(const char *py)
            (long long)comment_value(&s, "python_unresolved"));
     CHECK(cpu_with(&s, "gens") > 0 && cpu_with(&s, "recurse") > 0);
     CHECK(cpu_with(&s, "genexpr") > 0 || cpu_with(&s, "gen") > 0);
+    /* the sub-interpreters made and destroyed meanwhile were sampled in their own
+     * isolates (the first 64 of them; their frames mostly "[python]": their code died with
+     * them before the agent's tick) */
+    int64_t sub = cpu_in(&s, NULL, "python-interp-");
+    printf("in sub-interpreters' isolates %lld (subwork named in them %lld)\n", (long long)sub,
+           (long long)cpu_in(&s, "subwork", "python-interp-"));
+    CHECK(sub > 0);
     CHECK(comment_value(&s, "python_samples") > 0);
     /* recursion to the limit is deeper than a sample holds: counted */
     CHECK(comment_value(&s, "python_truncated") > 0);

@@ -74,8 +74,8 @@ static PyObject *py_sample(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {{"sample", py_sample, METH_NOARGS, "walk this thread"},
                                 {NULL, NULL, 0, NULL}};
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "pywalk", NULL, -1, methods,
-                                    NULL,                  NULL,     NULL, NULL};
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "pywalk", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 static PyObject *init_pywalk(void)
 {
@@ -173,7 +173,8 @@ TEST(thread_in_sub_interpreter)
         "t.join()\n"
         "r = out[0]\n"
         "assert r[0] > 0 and r[0] == r[2], r\n"
-        "assert r[1] == r[3] == 'fnThread;Thread.run;Thread._bootstrap_inner;Thread._bootstrap', r\n"
+        "assert r[1] == r[3] == 'fnThread;Thread.run;Thread._bootstrap_inner;Thread._bootstrap', "
+        "r\n"
         "'''\n"
         "sid = interpreters.create(isolated=False)  # threads allowed\n"
         "interpreters.run_string(sid, SUB)\n"
