@@ -245,6 +245,7 @@ static void drain(void)
     const cp_modules *mods = cp_modules_current();
     /* a libpython dlopen'ed by an embedder: found at the next tick */
     if (mods && cp_cfg.python) cp_py_probe(mods->gen);
+    cp_py_interp_reap(); /* sub-interpreters gone since: their isolates end */
     unsigned n = atomic_load(&cp_threads_hwm);
     for (unsigned i = 0; i < n && i < CP_MAX_THREADS; i++) {
         cp_thread *t = atomic_load(&cp_threads[i]);

@@ -466,7 +466,51 @@ uint32_t cp_py_interp_isolate(uint32_t interp, int create)
         if (iso) atomic_store(&interps[i].iso, iso->id);
         return iso ? iso->id : 0;
     }
-    return 0; /* more than INTERP_ISOLATES sub-interpreters: the thread's own */
+    return 0; /* more than INTERP_ISOLATES sub-interpreters alive: the thread's own */
+}
+
+#define LIVE_MAX 1024 /* interpreters listed at most */
+
+static int read_self(uintptr_t addr, void *buf, size_t len);
+
+void cp_py_interp_reap(void)
+{
+    static uint64_t last_s;
+    if (!P.L) return;
+    int used = 0;
+    for (uint32_t i = 0; i < INTERP_ISOLATES && !used; i++)
+        used = atomic_load(&interps[i].iso) != 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    if (!used || (uint64_t)ts.tv_sec == last_s) return;
+    last_s = (uint64_t)ts.tv_sec;
+    /* the ids alive now, from the runtime's list (read through the kernel: it changes
+     * under us; an incomplete walk frees nothing) */
+    static int64_t live[LIVE_MAX];
+    uint32_t nlive = 0;
+    uintptr_t in;
+    if (read_self(P.runtime + P.L->rt_head, &in, sizeof(in)) != 0) return;
+    while (in) {
+        int64_t id;
+        if (nlive == LIVE_MAX || (in & 7) || read_self(in + P.L->in_id, &id, sizeof(id)) != 0 ||
+            read_self(in + P.L->in_next, &in, sizeof(in)) != 0)
+            return;
+        live[nlive++] = id;
+    }
+    for (uint32_t i = 0; i < INTERP_ISOLATES; i++) {
+        uint64_t v = atomic_load(&interps[i].interp);
+        unsigned iso = atomic_load(&interps[i].iso);
+        if (!v || !iso) continue; /* free, being made, or never made */
+        int alive = 0;
+        for (uint32_t k = 0; k < nlive && !alive; k++)
+            alive = live[k] == (int64_t)(v - 1);
+        if (alive) continue;
+        /* gone: no thread runs it, so no handler looks its id up; its samples already taken
+         * are in this window, whose end reaps the isolate */
+        atomic_store(&interps[i].iso, 0);
+        atomic_store_explicit(&interps[i].interp, 0, memory_order_release);
+        contprof_isolate_destroy(&cp_isolates[iso - 1]);
+    }
 }
 
 /* ------------------------------------------------------------------------------------

@@ -41,9 +41,14 @@ uint32_t cp_py_merge(uint64_t *pcs, uint32_t n, uint32_t max, pid_t tid, uintptr
 /* The isolate (its id) of sub-interpreter interp (> 0): "python-interp-N", label
  * interp=N, made on first use when create (allocates: the agent thread or the allocation
  * path under cp_in_agent) and kept for the process's life; 0 when not made yet (create 0:
- * async-signal-safe, atomic loads only) or past the table's 64 interpreters (their
- * samples keep the thread's isolate). */
+ * async-signal-safe, atomic loads only) or past the table's 64 interpreters alive at once
+ * (their samples keep the thread's isolate). */
 uint32_t cp_py_interp_isolate(uint32_t interp, int create);
+
+/* Agent thread, before its rings are drained, at most once a second: the isolates of
+ * sub-interpreters no longer in the runtime's list are destroyed (reaped after the window
+ * that holds their samples) and their places in the table of 64 freed for new ones. */
+void cp_py_interp_reap(void);
 
 /* Agent thread: rewrites raw Python frames of pcs[0..n) as language frames (CP_LANG_TAG
  * ids: qualified name, file, line), reading the code objects fault-proof and caching them

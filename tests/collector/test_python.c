@@ -334,6 +334,16 @@ static void hostile_case(const char *py)
     printf("in sub-interpreters' isolates %lld (subwork named in them %lld)\n", (long long)sub,
            (long long)cpu_in(&s, "subwork", "python-interp-"));
     CHECK(sub > 0);
+    /* more than the table's 64 made one after the other: the isolates of those gone are
+     * ended and their places taken by new ones */
+    const char *m = strstr(out, "last id ");
+    CHECK(m != NULL);
+    long last = strtol(m + 8, NULL, 10), top = 0;
+    for (int i = 0; i < s.n; i++)
+        if (!strncmp(s.f[i].iso, "python-interp-", 14) && atol(s.f[i].iso + 14) > top)
+            top = atol(s.f[i].iso + 14);
+    printf("last sub-interpreter %ld, highest labelled %ld\n", last, top);
+    CHECK(last <= 70 || top > 64);
     CHECK(comment_value(&s, "python_samples") > 0);
     /* recursion to the limit is deeper than a sample holds: counted */
     CHECK(comment_value(&s, "python_truncated") > 0);

@@ -88,10 +88,14 @@ t.join()
 """
 
 
+made = []
+
+
 def sub_interpreter():
     sid = interpreters.create(isolated=False)  # threads allowed
     interpreters.run_string(sid, SUB)
     interpreters.destroy(sid)
+    made.append(int(sid))
 
 
 def sub_churn(stop):
@@ -112,4 +116,5 @@ while time.monotonic() < end:
     sub_interpreter()
 stop.set()
 churn.join()
+print("sub-interpreters %d, last id %d" % (len(made), max(made)))
 print("done")
