@@ -245,6 +245,7 @@ static void drain(void)
     const cp_modules *mods = cp_modules_current();
     /* a libpython dlopen'ed by an embedder: found at the next tick */
     if (mods && cp_cfg.python) cp_py_probe(mods->gen);
+    cp_py_interp_reap(); /* sub-interpreters gone since: their isolates end */
     unsigned n = atomic_load(&cp_threads_hwm);
     for (unsigned i = 0; i < n && i < CP_MAX_THREADS; i++) {
         cp_thread *t = atomic_load(&cp_threads[i]);
@@ -257,10 +258,12 @@ static void drain(void)
         for (; tl != h; tl++) {
             const cp_sample_rec *r = &t->ring[tl & (CP_RING - 1)];
             cp_sample_rec named;
-            if (py_raw(r)) {
+            if (py_raw(r) || (r->isolate & CP_PY_ISO_INTERP)) {
                 /* Python frames named while their code objects are most likely alive */
                 memcpy(&named, r, offsetof(cp_sample_rec, pcs) + r->nframes * sizeof(uint64_t));
                 cp_py_resolve(named.pcs, named.nframes);
+                if (named.isolate & CP_PY_ISO_INTERP) /* a sub-interpreter's first samples */
+                    named.isolate = cp_py_interp_isolate(named.isolate & ~CP_PY_ISO_INTERP, 1);
                 r = &named;
             }
             if (cp_capture_routes(t, r))

@@ -307,8 +307,13 @@ __attribute__((noinline)) static void sample_record(void *p, uintptr_t base, siz
     uint32_t iso = 0;
     char thread[16] = "";
     sample_owner(t, &iso, thread);
-    if (t)
-        nf = (int)cp_py_merge(pcs, (uint32_t)nf, CP_MAX_FRAMES, t->tid, t->stack_lo, t->stack_hi);
+    if (t) {
+        uint32_t interp;
+        nf = (int)cp_py_merge(pcs, (uint32_t)nf, CP_MAX_FRAMES, t->tid, t->stack_lo, t->stack_hi,
+                              &interp);
+        uint32_t pi = !iso && interp ? cp_py_interp_isolate(interp, 1) : 0;
+        if (pi) iso = pi; /* a sub-interpreter's allocation: its isolate */
+    }
     if (m) nf = (int)cp_lang_join(iso, pcs, (uint32_t)nf, ids, m);
     double w = 1.0 / (1.0 - cp_math_exp(-(double)n / (double)rate));
     int64_t base_rate = atomic_load_explicit(&g_rate, memory_order_relaxed);

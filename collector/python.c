@@ -29,13 +29,17 @@
 typedef struct py_layout {
     uint32_t hex_min, hex_max; /* PY_VERSION_HEX range */
     const char *name;
-    uint16_t rt_tss;        /* _PyRuntime.gilstate.autoTSSkey (Py_tss_t: int set, key) */
-    uint16_t rt_finalizing; /* _PyRuntime._finalizing: the thread finalizing, or 0 */
-    uint16_t ts_thread_id;  /* PyThreadState.thread_id: its pthread_t */
-    uint16_t ts_cframe;     /* PyThreadState.cframe */
-    uint16_t ts_chunk;      /* PyThreadState.datastack_chunk */
-    uint16_t ts_size;       /* sizeof(PyThreadState) (root_cframe is inside) */
-    uint16_t cf_current;    /* _PyCFrame.current_frame */
+    uint16_t rt_tss;           /* _PyRuntime.gilstate.autoTSSkey (Py_tss_t: int set, key) */
+    uint16_t rt_finalizing;    /* _PyRuntime._finalizing: the thread finalizing, or 0 */
+    uint16_t rt_head, rt_main; /* _PyRuntime.interpreters.head, .main */
+    uint16_t rt_current;       /* _PyRuntime.gilstate.tstate_current: the GIL holder's */
+    uint16_t in_next, in_threads, in_id; /* PyInterpreterState: next, threads.head, id */
+    uint16_t ts_next, ts_interp;         /* PyThreadState: next, interp */
+    uint16_t ts_thread_id;               /* PyThreadState.thread_id: its pthread_t */
+    uint16_t ts_cframe;                  /* PyThreadState.cframe */
+    uint16_t ts_chunk;                   /* PyThreadState.datastack_chunk */
+    uint16_t ts_size;                    /* sizeof(PyThreadState) (root_cframe is inside) */
+    uint16_t cf_current;                 /* _PyCFrame.current_frame */
     uint16_t fr_code, fr_previous, fr_prev_instr, fr_is_entry, fr_owner, fr_size;
     uint16_t co_size; /* ob_size: code units */
     uint16_t co_firstlineno, co_filename, co_qualname, co_linetable, co_code, co_hdr;
@@ -44,7 +48,9 @@ typedef struct py_layout {
 static const py_layout LAYOUTS[] = {
     /* clang-format off */
     {0x030b0000, 0x030bffff, "3.11",
-     592, 24, 152,                  /* runtime: TSS key, _finalizing; thread_id */
+     592, 24, 40, 48, 576,          /* runtime: TSS key, _finalizing, interpreters, current */
+     0, 16, 48, 8, 16,              /* interpreter: next, threads, id; state: next, interp */
+     152,                           /* thread_id */
      56, 296, 360, 8,               /* thread state, cframe */
      32, 48, 56, 68, 69, 72,        /* _PyInterpreterFrame */
      16, 72, 112, 128, 136, 184, 184}, /* PyCodeObject */
@@ -175,6 +181,7 @@ void cp_py_get_stats(cp_py_stats *s)
 typedef struct walk_ctx {
     pid_t tid;
     uintptr_t stack_lo, stack_hi, ts;
+    uint32_t interp; /* the sub-interpreter's id, 0: the main one */
     uint32_t nchunks;
     uintptr_t chunk_lo[MAX_CHUNKS], chunk_hi[MAX_CHUNKS];
 } walk_ctx;
@@ -209,9 +216,93 @@ static int in_eval(uint64_t pc)
     return pc >= P.eval_lo && pc < P.eval_hi;
 }
 
+/* Reads len bytes at addr through the kernel (EFAULT, never a fault). */
+static int kread(pid_t tid, uintptr_t addr, void *buf, size_t len)
+{
+    struct iovec local = {buf, len}, remote = {(void *)addr, len};
+    return process_vm_readv(tid, &local, 1, &remote, 1, 0) == (ssize_t)len ? 0 : -1;
+}
+
+#define MAX_INTERPS_SEEN 64 /* interpreters looked at in one search */
+#define MAX_STATES_SEEN 256 /* thread states looked at in one search */
+
+/* Thread state st's cframe when the state names this thread and its cframe lies on this
+ * thread's stack (a state this thread is running: _PyEval_EvalFrameDefault's cframe is
+ * its local), else 0; *next: the state after it in its interpreter's list. One read
+ * through the kernel (next to thread_id): st may be another thread's, freed meanwhile. */
+static uintptr_t cframe_here(const walk_ctx *c, uintptr_t st, uintptr_t *next)
+{
+    const py_layout *L = P.L;
+    uint8_t b[256];
+    size_t lo = L->ts_next, len = (size_t)L->ts_thread_id + 8 - lo;
+    *next = 0;
+    if (!st || (st & 7) || len > sizeof(b) || kread(c->tid, st + lo, b, len) != 0) return 0;
+    *next = word_at(b, (uint16_t)(L->ts_next - lo));
+    uintptr_t cf = word_at(b, (uint16_t)(L->ts_cframe - lo));
+    if (word_at(b, (uint16_t)(L->ts_thread_id - lo)) != (uintptr_t)pthread_self()) return 0;
+    return cf >= c->stack_lo && cf < c->stack_hi ? cf : 0;
+}
+
+/* The thread state this thread is running now, given ts, its TSS slot's (always its
+ * first). One interpreter (interpreters.head is the main one): ts, with no read. Else the
+ * GIL holder's state when it is this thread's and its cframe is on this stack; else the
+ * state of any interpreter naming this thread whose cframe is innermost on this stack (a
+ * thread running a sub-interpreter's code without the GIL: zlib, I/O); else ts. A state
+ * chosen is this thread's own: only this thread's eval loop put its cframe on this stack,
+ * and only this thread takes it off. The lists are read through the kernel, bounded: a
+ * list changed under the search misses a state (ts is kept), never faults. */
+static uintptr_t active_state(const walk_ctx *c, uintptr_t ts)
+{
+    const py_layout *L = P.L;
+    uintptr_t head, main_in, next;
+    memcpy(&head, (const void *)(P.runtime + L->rt_head), sizeof(head));
+    memcpy(&main_in, (const void *)(P.runtime + L->rt_main), sizeof(main_in));
+    if (head == main_in) return ts;
+    uintptr_t cur = atomic_load_explicit((_Atomic uintptr_t *)(P.runtime + L->rt_current),
+                                         memory_order_relaxed);
+    if (cur == ts) return ts;
+    if (cframe_here(c, cur, &next)) return cur;
+    uintptr_t best = ts, best_cf = word_at((const uint8_t *)ts, L->ts_cframe); /* live, own */
+    if (best_cf < c->stack_lo || best_cf >= c->stack_hi) best_cf = 0;
+    uint32_t seen = 0;
+    uintptr_t in = head;
+    for (uint32_t i = 0; in && !(in & 7) && i < MAX_INTERPS_SEEN; i++) {
+        uint8_t ib[64]; /* from the start to next and threads.head */
+        size_t n = (size_t)(L->in_next > L->in_threads ? L->in_next : L->in_threads) + 8;
+        if (n > sizeof(ib) || kread(c->tid, in, ib, n) != 0) break;
+        for (uintptr_t st = word_at(ib, L->in_threads); st && seen < MAX_STATES_SEEN;
+             st = next, seen++) {
+            uintptr_t cf = cframe_here(c, st, &next);
+            if (cf && (!best_cf || cf < best_cf)) { /* the stack grows down: innermost */
+                best = st;
+                best_cf = cf;
+            }
+        }
+        in = word_at(ib, L->in_next);
+    }
+    return best;
+}
+
+/* The id of the interpreter that thread state tsb (this thread's, running) belongs to: 0
+ * for the main one, else its id (1..2^30; larger: 0). Read directly: an interpreter
+ * outlives its thread states, and this one is running. */
+static uint32_t interp_of(const uint8_t *tsb)
+{
+    const py_layout *L = P.L;
+    uintptr_t in = word_at(tsb, L->ts_interp), main_in;
+    memcpy(&main_in, (const void *)(P.runtime + L->rt_main), sizeof(main_in));
+    if (!in || in == main_in || (in & 7)) return 0;
+    int64_t id;
+    memcpy(&id, (const void *)(in + L->in_id), sizeof(id));
+    return id > 0 && id <= (1 << 30) ? (uint32_t)id : 0;
+}
+
 /* Walks the thread's frames, innermost first, into raw[] with entry[] marking each frame
  * that began a _PyEval_EvalFrameDefault call. Returns how many; *cut: 1 deeper than max,
  * 2 an invalid frame. */
+static uint32_t walk_state(walk_ctx *c, uintptr_t ts, uint64_t *raw, uint8_t *entry, uint32_t max,
+                           int *cut);
+
 static uint32_t walk(walk_ctx *c, uint64_t *raw, uint8_t *entry, uint32_t max, int *cut)
 {
     const py_layout *L = P.L;
@@ -234,12 +325,29 @@ static uint32_t walk(walk_ctx *c, uint64_t *raw, uint8_t *entry, uint32_t max, i
      * the interrupted thread's (zlib releases the GIL while it compresses). */
     uintptr_t ts = (uintptr_t)pthread_getspecific((pthread_key_t)key);
     if (!ts || (ts & 7)) return 0;
-    c->ts = ts;
     const uint8_t *tsb = (const uint8_t *)ts; /* live: this thread's own */
     if (word_at(tsb, L->ts_thread_id) != (uintptr_t)pthread_self()) {
         *cut = 2; /* not this thread's: a state freed and reused (an extension's doing) */
         return 0;
     }
+    /* With sub-interpreters, the slot keeps the thread's first state while it runs
+     * another (PyThreadState_Swap leaves the slot alone in 3.11): the running one first,
+     * then the slot's, whose frames called into it (run_string's caller) */
+    uintptr_t act = active_state(c, ts);
+    c->interp = interp_of((const uint8_t *)act); /* proven this thread's running state */
+    uint32_t m = walk_state(c, act, raw, entry, max, cut);
+    if (act != ts && !*cut) m += walk_state(c, ts, raw + m, entry + m, max - m, cut);
+    return m;
+}
+
+/* Walks the frames of thread state ts (this thread's own, live) into raw[0..max) and
+ * entry[] as walk says. */
+static uint32_t walk_state(walk_ctx *c, uintptr_t ts, uint64_t *raw, uint8_t *entry, uint32_t max,
+                           int *cut)
+{
+    const py_layout *L = P.L;
+    const uint8_t *tsb = (const uint8_t *)ts;
+    c->ts = ts;
     /* the live data-stack chunks (each on the list is mapped; removed before freed) */
     uintptr_t ch = word_at(tsb, L->ts_chunk);
     c->nchunks = 0;
@@ -286,8 +394,9 @@ static uint32_t walk(walk_ctx *c, uint64_t *raw, uint8_t *entry, uint32_t max, i
 }
 
 uint32_t cp_py_merge(uint64_t *pcs, uint32_t n, uint32_t max, pid_t tid, uintptr_t stack_lo,
-                     uintptr_t stack_hi)
+                     uintptr_t stack_hi, uint32_t *interp)
 {
+    *interp = 0;
     if (!atomic_load_explicit(&P.on, memory_order_acquire)) return n;
     walk_ctx c = {.tid = tid, .stack_lo = stack_lo, .stack_hi = stack_hi};
     uint64_t raw[CP_MAX_FRAMES];
@@ -296,6 +405,7 @@ uint32_t cp_py_merge(uint64_t *pcs, uint32_t n, uint32_t max, pid_t tid, uintptr
     uint32_t m = walk(&c, raw, entry, max < CP_MAX_FRAMES ? max : CP_MAX_FRAMES, &cut);
     if (cut == 2) atomic_fetch_add_explicit(&st_torn, 1, memory_order_relaxed);
     if (!m) return n;
+    *interp = c.interp;
     atomic_fetch_add_explicit(&st_samples, 1, memory_order_relaxed);
     /* Each native eval frame, innermost first, ran the Python frames from the cursor to
      * the next entry frame, inclusive. */
@@ -326,6 +436,81 @@ uint32_t cp_py_merge(uint64_t *pcs, uint32_t n, uint32_t max, pid_t tid, uintptr
     if (cut == 1 || lost) atomic_fetch_add_explicit(&st_truncated, 1, memory_order_relaxed);
     memcpy(pcs, out, o * sizeof(uint64_t));
     return o;
+}
+
+/* ------------------------------------------------------------------------------------
+ * Sub-interpreters as isolates: a fixed table, claimed by compare-and-swap, never freed */
+
+#define INTERP_ISOLATES 64
+static struct {
+    _Atomic uint64_t interp; /* the interpreter's id + 1; 0: free */
+    atomic_uint iso;         /* its isolate's id; 0 while made or when it could not be */
+} interps[INTERP_ISOLATES];
+
+uint32_t cp_py_interp_isolate(uint32_t interp, int create)
+{
+    if (!interp) return 0;
+    for (uint32_t i = 0; i < INTERP_ISOLATES; i++) {
+        uint64_t v = atomic_load_explicit(&interps[i].interp, memory_order_acquire);
+        if (v == (uint64_t)interp + 1) return atomic_load(&interps[i].iso);
+        if (v) continue;
+        if (!create) return 0;
+        if (!atomic_compare_exchange_strong(&interps[i].interp, &v, (uint64_t)interp + 1)) {
+            i--; /* taken meanwhile: look at it again */
+            continue;
+        }
+        char name[40], labels[32];
+        snprintf(name, sizeof(name), "python-interp-%u", interp);
+        snprintf(labels, sizeof(labels), "interp=%u", interp);
+        contprof_isolate *iso = contprof_isolate_create(name, labels);
+        if (iso) atomic_store(&interps[i].iso, iso->id);
+        return iso ? iso->id : 0;
+    }
+    return 0; /* more than INTERP_ISOLATES sub-interpreters alive: the thread's own */
+}
+
+#define LIVE_MAX 1024 /* interpreters listed at most */
+
+static int read_self(uintptr_t addr, void *buf, size_t len);
+
+void cp_py_interp_reap(void)
+{
+    static uint64_t last_s;
+    if (!P.L) return;
+    int used = 0;
+    for (uint32_t i = 0; i < INTERP_ISOLATES && !used; i++)
+        used = atomic_load(&interps[i].iso) != 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    if (!used || (uint64_t)ts.tv_sec == last_s) return;
+    last_s = (uint64_t)ts.tv_sec;
+    /* the ids alive now, from the runtime's list (read through the kernel: it changes
+     * under us; an incomplete walk frees nothing) */
+    static int64_t live[LIVE_MAX];
+    uint32_t nlive = 0;
+    uintptr_t in;
+    if (read_self(P.runtime + P.L->rt_head, &in, sizeof(in)) != 0) return;
+    while (in) {
+        int64_t id;
+        if (nlive == LIVE_MAX || (in & 7) || read_self(in + P.L->in_id, &id, sizeof(id)) != 0 ||
+            read_self(in + P.L->in_next, &in, sizeof(in)) != 0)
+            return;
+        live[nlive++] = id;
+    }
+    for (uint32_t i = 0; i < INTERP_ISOLATES; i++) {
+        uint64_t v = atomic_load(&interps[i].interp);
+        unsigned iso = atomic_load(&interps[i].iso);
+        if (!v || !iso) continue; /* free, being made, or never made */
+        int alive = 0;
+        for (uint32_t k = 0; k < nlive && !alive; k++)
+            alive = live[k] == (int64_t)(v - 1);
+        if (alive) continue;
+        /* gone: no thread runs it, so no handler looks its id up; its samples already taken
+         * are in this window, whose end reaps the isolate */
+        atomic_store(&interps[i].iso, 0);
+        atomic_store_explicit(&interps[i].interp, 0, memory_order_release);
+        contprof_isolate_destroy(&cp_isolates[iso - 1]);
+    }
 }
 
 /* ------------------------------------------------------------------------------------

@@ -27,11 +27,28 @@ const char *cp_py_engine_note(void);
 /* The signal handler's part: walks the calling thread's Python frames (none: returns n at
  * once) and puts them in pcs[0..n) (native, leaf first, capacity max) in place of the
  * _PyEval_EvalFrameDefault frames that run them. tid: the calling thread's (fault-proof
- * reads of memory that is not provably mapped); [stack_lo, stack_hi): its stack. Returns
- * the new number of frames. Async-signal-safe: no lock, no allocation, no call into
- * Python. */
+ * reads of memory that is not provably mapped); [stack_lo, stack_hi): its stack. The
+ * frames are those of the thread state the thread runs now, a sub-interpreter's too;
+ * *interp: that sub-interpreter's id, 0 for the main one or no Python frame. Returns the
+ * new number of frames. Async-signal-safe: no lock, no allocation, no call into Python. */
 uint32_t cp_py_merge(uint64_t *pcs, uint32_t n, uint32_t max, pid_t tid, uintptr_t stack_lo,
-                     uintptr_t stack_hi);
+                     uintptr_t stack_hi, uint32_t *interp);
+
+/* A sample's isolate field holding a sub-interpreter's id whose isolate the handler could
+ * not find (not made yet): the agent thread makes it (cp_py_interp_isolate) as it drains. */
+#define CP_PY_ISO_INTERP (1u << 31)
+
+/* The isolate (its id) of sub-interpreter interp (> 0): "python-interp-N", label
+ * interp=N, made on first use when create (allocates: the agent thread or the allocation
+ * path under cp_in_agent) and kept for the process's life; 0 when not made yet (create 0:
+ * async-signal-safe, atomic loads only) or past the table's 64 interpreters alive at once
+ * (their samples keep the thread's isolate). */
+uint32_t cp_py_interp_isolate(uint32_t interp, int create);
+
+/* Agent thread, before its rings are drained, at most once a second: the isolates of
+ * sub-interpreters no longer in the runtime's list are destroyed (reaped after the window
+ * that holds their samples) and their places in the table of 64 freed for new ones. */
+void cp_py_interp_reap(void);
 
 /* Agent thread: rewrites raw Python frames of pcs[0..n) as language frames (CP_LANG_TAG
  * ids: qualified name, file, line), reading the code objects fault-proof and caching them

@@ -299,8 +299,9 @@ static void handler(int sig, siginfo_t *si, void *ucv)
         t->pend.period_ns = period;
         t->pend.nframes = (uint32_t)cp_unwind(&r, t->stack_lo, t->stack_hi, t->pend.pcs,
                                               CP_MAX_FRAMES, &t->ucache_sig);
+        uint32_t interp; /* an isolate entered explicitly keeps its samples */
         t->pend.nframes = cp_py_merge(t->pend.pcs, t->pend.nframes, CP_MAX_FRAMES, t->tid,
-                                      t->stack_lo, t->stack_hi);
+                                      t->stack_lo, t->stack_hi, &interp);
         atomic_store_explicit(&t->pending, 1, memory_order_release);
     request:;
         contprof_safepoint_request rq =
@@ -321,8 +322,14 @@ static void handler(int sig, siginfo_t *si, void *ucv)
     slot->period_ns = period;
     slot->nframes =
         (uint32_t)cp_unwind(&r, t->stack_lo, t->stack_hi, slot->pcs, CP_MAX_FRAMES, &t->ucache_sig);
-    slot->nframes =
-        cp_py_merge(slot->pcs, slot->nframes, CP_MAX_FRAMES, t->tid, t->stack_lo, t->stack_hi);
+    uint32_t interp;
+    slot->nframes = cp_py_merge(slot->pcs, slot->nframes, CP_MAX_FRAMES, t->tid, t->stack_lo,
+                                t->stack_hi, &interp);
+    if (!iso && interp) {
+        /* a sub-interpreter's frames: its isolate, or its id for the agent to make one */
+        uint32_t pi = cp_py_interp_isolate(interp, 0);
+        slot->isolate = pi ? pi : CP_PY_ISO_INTERP | interp;
+    }
     atomic_store_explicit(&t->head, h + 1, memory_order_release);
     if (h + 1 - tl >= CP_RING / 4 && g_fill_hook) g_fill_hook();
 out:

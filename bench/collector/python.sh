@@ -1,7 +1,8 @@
 #!/bin/sh
 # What Python frames cost (collector/python.c): the agent's handler timed inside it
 # (libcontprof_timing.so) on a CPU-bound Python program with a ~12-frame Python stack, with
-# the walk and without it (CONTPROF_PYTHON=0), and that program's CPU ratio under the agent
+# the walk and without it (CONTPROF_PYTHON=0), in a program with a sub-interpreter
+# (py/subburn.py: the state a thread runs is looked for), and that program's CPU ratio under the agent
 # at 100 Hz (the default) and 1 kHz against the program alone. Prints rows
 # "name | value | floor | ok", like run.sh.
 #   bench/collector/python.sh [BUILD_DIR]   (default: build; Release numbers: build-release)
@@ -17,6 +18,7 @@ LIB=$BUILD/collector/libcontprof.so
 TLIB=$BUILD/collector/libcontprof_timing.so
 PY=${PY:-/usr/bin/python3}
 BURN=$(dirname "$0")/py/burn.py
+SUBBURN=$(dirname "$0")/py/subburn.py
 REPS=${REPS:-5}
 ROUNDS=${ROUNDS:-6000}
 for f in "$LIB" "$TLIB" "$PY"; do [ -e "$f" ] || { echo "python bench: no $f (build first)" >&2; exit 1; }; done
@@ -53,11 +55,14 @@ pair() {
     done
 }
 
-# timed WALK: the timing build at 1 kHz, alone; its handler calls' ns into $TMP/WALK.ns
+# timed WALK [PROGRAM]: the timing build at 1 kHz, alone; its handler calls' ns into
+# $TMP/WALK.ns (PROGRAM subburn: into $TMP/sub.ns)
 timed() {
+    prog=$BURN out=walk$1
+    [ "${2:-}" = subburn ] && prog=$SUBBURN out=sub
     env CONTPROF_CPU_HZ=1000 CONTPROF_ALLOC_RATE=-1 CONTPROF_PYTHON="$1" CONTPROF_OUTPUT_DIR="$TMP/out.t" \
-        CP_HANDLER_TIMING_OUT="$TMP/tm" LD_PRELOAD="$TLIB" "$PY" "$BURN" "$ROUNDS"
-    tail -n +2 "$TMP/tm" | awk -v g="$(head -1 "$TMP/tm")" '{ printf "%.0f\n", $1 / g }' >> "$TMP/walk$1.ns"
+        CP_HANDLER_TIMING_OUT="$TMP/tm" LD_PRELOAD="$TLIB" "$PY" "$prog" "$ROUNDS"
+    tail -n +2 "$TMP/tm" | awk -v g="$(head -1 "$TMP/tm")" '{ printf "%.0f\n", $1 / g }' >> "$TMP/$out.ns"
     rm -rf "$TMP/out.t" "$TMP/tm"
 }
 
@@ -65,6 +70,7 @@ i=0
 while [ $i -lt "$REPS" ]; do
     timed 1
     timed 0
+    timed 1 subburn
     pair hz100
     pair hz1000
     i=$((i + 1))
@@ -83,6 +89,8 @@ ref handler_ns_median "$(pct 0.5 < "$TMP/walk1.ns")"
 ref handler_ns_p99 "$(pct 0.99 < "$TMP/walk1.ns")"
 ref handler_no_walk_ns_median "$(pct 0.5 < "$TMP/walk0.ns")"
 ref handler_no_walk_ns_p99 "$(pct 0.99 < "$TMP/walk0.ns")"
+ref handler_subinterp_ns_median "$(pct 0.5 < "$TMP/sub.ns")"
+ref handler_subinterp_ns_p99 "$(pct 0.99 < "$TMP/sub.ns")"
 row cpu_100hz_cpu_ratio "$(median < "$TMP/hz100.r")" 1.02
 ref cpu_100hz_cpu_ratio_spread "$(spread < "$TMP/hz100.r")"
 ref cpu_1000hz_cpu_ratio "$(median < "$TMP/hz1000.r")"

@@ -56,6 +56,17 @@ static int64_t cpu_with(const pset *s, const char *fn)
     return sum;
 }
 
+/* CPU of the program's samples with function fn in isolates whose name starts with iso
+ * (NULL: any). */
+static int64_t cpu_in(const pset *s, const char *fn, const char *iso)
+{
+    int64_t sum = 0;
+    for (int i = 0; i < s->n; i++)
+        if (is_prog_cpu(&s->f[i]) && (!iso || !strncmp(s->f[i].iso, iso, strlen(iso))))
+            sum += func_total(s->f[i].p, fn, 1);
+    return sum;
+}
+
 static int64_t cpu_all(const pset *s)
 {
     return cpu_with(s, NULL);
@@ -237,6 +248,44 @@ TEST(pool_debian)
 }
 
 /* ------------------------------------------------------------------------------------
+ * A sub-interpreter: its own isolate, labelled by its id */
+
+TEST(subinterpreter_debian)
+{
+    pset s;
+    const char *out = run_py(DEBIAN_PY, "subinterp.py", "2", "200", &s);
+    CHECK_CONTAINS(out, "done");
+    int64_t all = cpu_all(&s), main_ = cpu_with(&s, "fnMain"), sub = cpu_with(&s, "fnSub"),
+            sub_iso = cpu_in(&s, "fnSub", "python-interp-"),
+            main_iso = cpu_in(&s, "fnMain", "python-interp-"),
+            sub_spin = cpu_under(&s, "spin", "fnSub", 0),
+            sub_caller = cpu_under(&s, "fnSub", "in_sub", 1),
+            sub_deflate = cpu_under(&s, "deflate", "fnSub", 1);
+    printf("all %lld fnMain %lld (in a sub-interpreter's isolate %lld) fnSub %lld (in one %lld; "
+           "spin under it %lld, deflate %lld; under in_sub %lld)\n",
+           (long long)all, (long long)main_, (long long)main_iso, (long long)sub,
+           (long long)sub_iso, (long long)sub_spin, (long long)sub_deflate, (long long)sub_caller);
+    for (int i = 0; i < s.n; i++)
+        if (is_prog_cpu(&s.f[i]))
+            printf("  isolate %s: fnMain %lld fnSub %lld\n", s.f[i].iso,
+                   (long long)func_total(s.f[i].p, "fnMain", 1),
+                   (long long)func_total(s.f[i].p, "fnSub", 1));
+    /* both functions, each a good part of the CPU (the GIL is shared: ~2 s between them) */
+    CHECK(main_ * 10 > all && sub * 10 > all);
+    /* fnSub only in the sub-interpreter's isolate, fnMain never there */
+    CHECK(sub_iso == sub);
+    CHECK(main_iso == 0);
+    /* the sub-interpreter's own Python frames (its module's spin under fnSub; libz's
+     * deflate, run without the GIL, under it too), and under them the main interpreter's
+     * frames that called run_string, C in between */
+    CHECK(sub_spin > 0 && sub_deflate > 0);
+    CHECK((sub_spin + sub_deflate) * 10 >= sub * 9);
+    CHECK(sub_caller * 10 >= sub * 9);
+    pset_free(&s);
+    pset_dir_remove(g_dir);
+}
+
+/* ------------------------------------------------------------------------------------
  * Allocation stacks: the allocation path walks the same frames */
 
 TEST(alloc_debian)
@@ -278,6 +327,23 @@ static void hostile_case(const char *py)
            (long long)comment_value(&s, "python_unresolved"));
     CHECK(cpu_with(&s, "gens") > 0 && cpu_with(&s, "recurse") > 0);
     CHECK(cpu_with(&s, "genexpr") > 0 || cpu_with(&s, "gen") > 0);
+    /* the sub-interpreters made and destroyed meanwhile were sampled in their own
+     * isolates (the first 64 of them; their frames mostly "[python]": their code died with
+     * them before the agent's tick) */
+    int64_t sub = cpu_in(&s, NULL, "python-interp-");
+    printf("in sub-interpreters' isolates %lld (subwork named in them %lld)\n", (long long)sub,
+           (long long)cpu_in(&s, "subwork", "python-interp-"));
+    CHECK(sub > 0);
+    /* more than the table's 64 made one after the other: the isolates of those gone are
+     * ended and their places taken by new ones */
+    const char *m = strstr(out, "last id ");
+    CHECK(m != NULL);
+    long last = strtol(m + 8, NULL, 10), top = 0;
+    for (int i = 0; i < s.n; i++)
+        if (!strncmp(s.f[i].iso, "python-interp-", 14) && atol(s.f[i].iso + 14) > top)
+            top = atol(s.f[i].iso + 14);
+    printf("last sub-interpreter %ld, highest labelled %ld\n", last, top);
+    CHECK(last <= 70 || top > 64);
     CHECK(comment_value(&s, "python_samples") > 0);
     /* recursion to the limit is deeper than a sample holds: counted */
     CHECK(comment_value(&s, "python_truncated") > 0);
@@ -435,5 +501,5 @@ TEST(str_parser)
 }
 
 TEST_MAIN(T(ratio_debian), T(ratio_libpython), T(calls_debian), T(calls_libpython), T(pool_debian),
-          T(alloc_debian), T(hostile_debian), T(hostile_libpython), T(python_suite_frames),
-          T(unsupported_version), T(linetable_parser), T(str_parser))
+          T(subinterpreter_debian), T(alloc_debian), T(hostile_debian), T(hostile_libpython),
+          T(python_suite_frames), T(unsupported_version), T(linetable_parser), T(str_parser))
