@@ -235,7 +235,7 @@ void cp_v8_heap_schedule_tick(void)
     for (int i = 0; i < cp_v8src.nhosts; i++)
         for (conn *c = cp_v8src.hosts[i].conns; c; c = c->next)
             for (session *s = c->sessions; s; s = s->next) {
-                if (!s->started || s->gone) continue;
+                if (!cp_v8_session_running(s)) continue;
                 int64_t now = cp_mono_ns();
                 if (!s->snap_next_ns) s->snap_next_ns = now + every;
                 if (now < s->snap_next_ns) continue;
@@ -279,19 +279,19 @@ void cp_v8_captures_tick(void)
     for (int i = 0; i < cp_v8src.nhosts; i++)
         for (conn *c = cp_v8src.hosts[i].conns; c; c = c->next)
             for (session *s = c->sessions; s; s = s->next) {
-                if (!s->started || s->gone) continue;
+                if (!cp_v8_session_running(s)) continue;
                 uint64_t want = cp_v8_caps_of(s, cp_now_ns());
                 if (want != s->run_caps ||
                     (s->run_caps && cp_now_ns() - s->run_start_ns >= CAP_WINDOW_NS))
                     cp_v8_cpu_cycle(s, 1);
                 want = s->heap_on ? cp_v8_caps_kind(s, cp_now_ns(), CP_KIND_ALLOC) : 0;
-                if (!s->gone &&
+                if (cp_v8_session_alive(s) &&
                     (want != s->alloc_caps ||
                      (s->alloc_caps && cp_now_ns() - s->alloc_start_ns >= CAP_WINDOW_NS)))
                     cp_v8_alloc_cycle(s, want);
                 /* heap captures: one snapshot each, the first time the isolate matches */
                 want = cp_v8_caps_kind(s, cp_now_ns(), CP_KIND_HEAP) & ~s->heap_done;
-                for (int b = 0; want && b < CAP_SLOTS && !s->gone; b++)
+                for (int b = 0; want && b < CAP_SLOTS && cp_v8_session_alive(s); b++)
                     if (want & (1ULL << b)) {
                         s->heap_done |= 1ULL << b;
                         (void)cp_v8_heap_snapshot(s, cp_v8src.caps[b].c.id);
@@ -305,7 +305,8 @@ void cp_v8_captures_tick(void)
         for (int h = 0; h < cp_v8src.nhosts; h++)
             for (conn *c = cp_v8src.hosts[h].conns; c; c = c->next)
                 for (session *s = c->sessions; s; s = s->next)
-                    held |= !s->gone && ((s->run_caps | s->alloc_caps) & (1ULL << i)) != 0;
+                    held |= cp_v8_session_alive(s) &&
+                            ((s->run_caps | s->alloc_caps) & (1ULL << i)) != 0;
         if (held) continue;
         /* a cancelled one is kept until its end: a repeated message does not restart it */
         if (k->c.end_ns > now) continue;

@@ -96,7 +96,7 @@ static void deliver(conn *c, const char *sid, json_t *m)
     } else if (!sid && method && !strcmp(method, "NodeWorker.detachedFromWorker")) {
         const char *ws = cp_v8_jstr(params, "sessionId");
         session *s = ws ? find_session(c, ws) : NULL;
-        if (s) s->gone = 1;
+        if (s) cp_v8_session_gone(s, "the worker detached");
     }
     json_decref(m);
 }
@@ -111,7 +111,7 @@ static void conn_closed(conn *c, const char *why)
     if (c->backoff_ns > BACKOFF_MAX_NS) c->backoff_ns = BACKOFF_MAX_NS;
     c->retry_at = cp_mono_ns() + c->backoff_ns;
     for (session *s = c->sessions; s; s = s->next)
-        s->gone = 1;
+        cp_v8_session_gone(s, why);
     for (uint32_t i = 0; i < c->tx.n; i++)
         free(c->tx.v[i].buf);
     c->tx.n = 0;
@@ -214,7 +214,7 @@ int cp_v8_call_within(session *s, const char *method, json_t *params, json_t **r
 {
     conn *c = s->c;
     if (result) *result = NULL;
-    if (c->state != C_OPEN || s->gone) {
+    if (c->state != C_OPEN || !cp_v8_session_alive(s)) {
         json_decref(params);
         return cp_err_set(err, CP_EIO, "%s: isolate %s is not connected", method, s->isolate);
     }
@@ -240,7 +240,7 @@ int cp_v8_call_within(session *s, const char *method, json_t *params, json_t **r
     json_decref(s->reply);
     s->reply = NULL;
     int64_t deadline = cp_mono_ns() + timeout_ms * 1000000LL;
-    while (!s->reply && c->state == C_OPEN && !s->gone && cp_mono_ns() < deadline) {
+    while (!s->reply && c->state == C_OPEN && cp_v8_session_alive(s) && cp_mono_ns() < deadline) {
         /* once stopping, every call (the last windows among them) ends within STOP_NS */
         if (*cp_v8src.o->stop && !cp_v8src.stop_at) cp_v8src.stop_at = cp_mono_ns();
         if (cp_v8src.stop_at && cp_mono_ns() > cp_v8src.stop_at + STOP_NS) break;
@@ -251,9 +251,9 @@ int cp_v8_call_within(session *s, const char *method, json_t *params, json_t **r
         char why[64];
         snprintf(why, sizeof(why), "no reply in %lld s", (long long)timeout_ms / 1000);
         return cp_err_set(err, CP_EIO, "%s on isolate %s: %s", method, s->isolate,
-                          c->state != C_OPEN || s->gone ? "disconnected"
-                          : cp_v8src.stop_at            ? "no reply before the stop"
-                                                        : why);
+                          c->state != C_OPEN || !cp_v8_session_alive(s) ? "disconnected"
+                          : cp_v8src.stop_at                            ? "no reply before the stop"
+                                                                        : why);
     }
     const json_t *e = json_object_get(s->reply, "error");
     int rc = 0;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "check.h"
 #include "log.h"
 #include "times.h"
 #include "v8conv.h"
@@ -19,7 +20,35 @@
 #define MAX_MAP_BYTES ((size_t)64 << 20) /* their maps' JSON, per isolate */
 
 /* ------------------------------------------------------------------------------------
- * Sessions: starting the profilers. */
+ * Sessions: their state, starting the profilers. */
+
+static const char *const state_names[] = {"starting", "running", "done", "lost", "gone"};
+
+/* The diagram's edges (v8source_int.h), a bit per state reached from each state. */
+#define EDGE(to) (1u << (to))
+static const unsigned legal_edges[] = {
+    [SESSION_STARTING] = EDGE(SESSION_RUNNING) | EDGE(SESSION_GONE),
+    [SESSION_RUNNING] = EDGE(SESSION_DONE) | EDGE(SESSION_LOST),
+    [SESSION_DONE] = EDGE(SESSION_GONE),
+    [SESSION_LOST] = 0,
+    [SESSION_GONE] = 0,
+};
+
+void cp_v8_session_set(session *s, session_state to, const char *why)
+{
+    CP_ASSERT(legal_edges[s->state] & EDGE(to));
+    cp_log_debug("v8: isolate %s: session %s -> %s (%s)", s->isolate, state_names[s->state],
+                 state_names[to], why);
+    s->state = to;
+}
+
+void cp_v8_session_gone(session *s, const char *why)
+{
+    if (s->state == SESSION_RUNNING)
+        cp_v8_session_set(s, SESSION_LOST, why);
+    else if (s->state == SESSION_STARTING || s->state == SESSION_DONE)
+        cp_v8_session_set(s, SESSION_GONE, why);
+}
 
 static session *session_new(conn *c, const char *sid, const char *isolate)
 {
@@ -30,6 +59,7 @@ static session *session_new(conn *c, const char *sid, const char *isolate)
         return NULL;
     }
     s->c = c;
+    s->state = SESSION_STARTING;
     snprintf(s->isolate, sizeof(s->isolate), "%s", isolate);
     s->token = ++cp_v8src.next_token;
     snprintf(s->producer, sizeof(s->producer), "%s:%llx", cp_v8src.producer,
@@ -168,7 +198,8 @@ static int session_start(session *s)
         cp_log_warn("v8: isolate %s: no source maps: %s", s->isolate, e.msg);
     session_thread_guess(s);
     s->window_start_ns = s->run_start_ns = cp_now_ns();
-    s->started = 1;
+    /* (a session gone during the calls above is GONE: it never ran a window) */
+    if (s->state == SESSION_STARTING) cp_v8_session_set(s, SESSION_RUNNING, "profilers on");
     if (!s->sid) { /* node: follow its workers, each held until its profilers run */
         (void)cp_v8_call(s, "NodeWorker.enable", json_pack("{s:b}", "waitForDebuggerOnStart", 1),
                          NULL, NULL);
@@ -368,7 +399,7 @@ void cp_v8_cpu_cycle(session *s, int restart)
     }
     cp_profile_destroy(p);
     json_decref(r);
-    if (!restart || s->gone) return;
+    if (!restart || !cp_v8_session_alive(s)) return;
     uint64_t want = cp_v8_caps_of(s, cp_now_ns());
     int64_t iv = cp_v8_interval_of(want);
     if (iv != s->run_interval_us &&
@@ -499,7 +530,7 @@ static void session_window_cpu(session *s, int last)
 {
     int64_t end = cp_now_ns(), start = s->window_start_ns;
     s->pend_end = end;
-    if (last && s->alloc_caps && !s->gone)
+    if (last && s->alloc_caps && cp_v8_session_alive(s))
         cp_v8_alloc_cycle(s, 0); /* alloc captures' last windows */
     if (cp_v8src.o->cpu_interval_us > 0) {
         cp_v8_cpu_cycle(s, !last);
@@ -565,7 +596,7 @@ static void session_window_rest(session *s, int last)
         }
     }
     s->dropped_windows += (uint64_t)lost;
-    if (last && !s->gone) {
+    if (last && cp_v8_session_alive(s)) {
         /* leave the isolate as we found it, whatever the host does when the socket closes
          * (V8 would disable them with the session) */
         if (s->heap_on) (void)cp_v8_call(s, "HeapProfiler.stopSampling", NULL, NULL, NULL);
@@ -584,7 +615,7 @@ void cp_v8_windows_end(conn *only, int last)
     for (int i = 0; i < cp_v8src.nhosts; i++)
         for (conn *c = cp_v8src.hosts[i].conns; c; c = c->next)
             for (session *s = c->sessions; s; s = s->next)
-                if ((!only || c == only) && s->started && !s->gone && cp_vec_push(&v, s) == 0)
+                if ((!only || c == only) && cp_v8_session_running(s) && cp_vec_push(&v, s) == 0)
                     session_window_cpu(s, last);
     cp_v8_weigh_pending(v.v, v.n);
     for (uint32_t i = 0; i < v.n; i++)
@@ -641,8 +672,8 @@ void cp_v8_maintain(host *h)
         conn *c = *cp;
         for (session **sp = &c->sessions; *sp;) {
             session *s = *sp;
-            if (s->gone) {
-                if (s->started) {
+            if (!cp_v8_session_alive(s)) {
+                if (s->state == SESSION_LOST) {
                     log_lost(s, "every", s->window_start_ns, cp_now_ns(),
                              "the isolate is gone (counted in the dropped_windows of the "
                              "next envelope)");
@@ -674,10 +705,11 @@ void cp_v8_maintain(host *h)
             /* the isolates still exist: their last windows are taken, then we leave */
             cp_v8_flush_lost(h);
             cp_v8_windows_end(c, 1);
-            for (session *s = c->sessions; s; s = s->next) {
-                if (s->started) cp_v8_session_report(s);
-                s->started = 0;
-            }
+            for (session *s = c->sessions; s; s = s->next)
+                if (cp_v8_session_running(s)) {
+                    cp_v8_session_report(s);
+                    cp_v8_session_set(s, SESSION_DONE, "the host finished");
+                }
             cp_log_info("v8: %s target %s finished: last windows taken, disconnecting", h->hostport,
                         c->target);
             c->closing = 1;
@@ -687,12 +719,12 @@ void cp_v8_maintain(host *h)
             char iso[128];
             cp_v8_isolate_of(c->title, iso, sizeof(iso));
             session *s = session_new(c, NULL, iso);
-            if (s && session_start(s) != 0) s->gone = 1;
+            if (s && session_start(s) != 0) cp_v8_session_gone(s, "its profilers did not start");
         }
         while (c->state == C_OPEN && c->attaches.n) {
             attach a = c->attaches.v[--c->attaches.n];
             session *s = session_new(c, a.sid, a.title);
-            if (s && session_start(s) != 0) s->gone = 1;
+            if (s && session_start(s) != 0) cp_v8_session_gone(s, "its profilers did not start");
             free(a.sid);
             free(a.title);
         }

@@ -142,7 +142,11 @@ int cp_v8_run(const cp_v8_options *o, cp_err *err)
     for (int i = 0; i < cp_v8src.nhosts; i++)
         for (conn *c = cp_v8src.hosts[i].conns; c; c = c->next)
             for (session *s = c->sessions; s; s = s->next)
-                if (s->started) cp_v8_session_report(s);
+                if (cp_v8_session_running(s) || s->state == SESSION_LOST) {
+                    cp_v8_session_report(s);
+                    if (cp_v8_session_running(s))
+                        cp_v8_session_set(s, SESSION_DONE, "the source stops");
+                }
     for (int i = 0; i < cp_v8src.nhosts; i++)
         cp_v8_flush_lost(&cp_v8src.hosts[i]);
     cp_v8_captures_close();

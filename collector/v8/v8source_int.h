@@ -30,6 +30,31 @@ typedef struct mapped {
     cp_v8_smap *map;
 } mapped;
 
+/* An isolate session's life: one state, changed only by cp_v8_session_set (which asserts
+ * the edge in Debug/ASan builds and logs it at debug level).
+ *
+ *                  profilers on                 last windows taken
+ *    STARTING ------------------> RUNNING ---------------------------> DONE
+ *       |                            |      (node waits to disconnect,     |
+ *       | start failed,              | isolate       or the source stops)   |
+ *       | detached, closed           | detached,                           | detached,
+ *       v                            v closed                              v closed
+ *     GONE                         LOST                                  GONE
+ *
+ * STARTING: session_start's calls (Profiler, HeapProfiler, Debugger, the release).
+ * RUNNING: windows cut every --window, captures served, heap snapshots taken.
+ * DONE: nothing more is asked; the session waits for its connection to close.
+ * LOST: gone while running: its window in progress is counted lost when reaped.
+ * GONE: gone with nothing in progress. LOST and GONE are reaped (freed) by
+ * cp_v8_maintain; any state is freed with its connection at the end. */
+typedef enum session_state {
+    SESSION_STARTING,
+    SESSION_RUNNING,
+    SESSION_DONE,
+    SESSION_LOST,
+    SESSION_GONE,
+} session_state;
+
 /* One isolate: the target of a connection, or a Node worker reached through it. */
 typedef struct session {
     struct session *next;
@@ -37,8 +62,9 @@ typedef struct session {
     char *sid; /* NodeWorker session id; NULL for the connection's own target */
     char isolate[128];
     int64_t next_id, want_id;
-    json_t *reply; /* the awaited reply once it came */
-    int gone, started, heap_on;
+    json_t *reply;       /* the awaited reply once it came */
+    session_state state; /* cp_v8_session_set only */
+    int heap_on;
     uint64_t watermark, token, dropped_windows;
     int64_t window_start_ns;
     int64_t last_end_us; /* V8's time of the last stopped profile's end; -1: none yet */
@@ -186,6 +212,21 @@ void cp_v8_conn_free(conn *c);
  * v8session.c: an isolate's session, its profilers' runs and windows. */
 
 void cp_v8_session_free(session *s);
+/* Moves s to state to (an edge of the diagram above; asserted), logged with why. */
+void cp_v8_session_set(session *s, session_state to, const char *why);
+/* The isolate went (detached, its connection closed, its start failed): RUNNING becomes
+ * LOST, STARTING and DONE GONE; LOST and GONE stay. */
+void cp_v8_session_gone(session *s, const char *why);
+/* Not gone: its isolate may be asked (STARTING, RUNNING, DONE). */
+static inline int cp_v8_session_alive(const session *s)
+{
+    return s->state <= SESSION_DONE;
+}
+/* Profiling: its windows are cut and captures served (RUNNING). */
+static inline int cp_v8_session_running(const session *s)
+{
+    return s->state == SESSION_RUNNING;
+}
 /* Debugger.scriptParsed: reads the script's source map, if it names one. */
 void cp_v8_script_parsed(session *s, const json_t *params);
 /* Maps every callFrame of a CPU profile's nodes or a heap profile's tree (from node). */
