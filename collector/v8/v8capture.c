@@ -230,6 +230,7 @@ void cp_v8_cap_engine(const v8cap *k, int64_t ran_us, char *out, size_t cap)
  * paused at most 1% of the time, the schedule's CPU budget). */
 void cp_v8_heap_schedule_tick(void)
 {
+    CP_V8_ASSERT_OUTSIDE_CALLS();
     int64_t every = cp_v8src.o->heap_snapshot_every_ns;
     if (every <= 0) return;
     for (int i = 0; i < cp_v8src.nhosts; i++)
@@ -249,6 +250,7 @@ void cp_v8_heap_schedule_tick(void)
  * capture's end), switches isolates' runs as captures start and end. */
 void cp_v8_captures_tick(void)
 {
+    CP_V8_ASSERT_OUTSIDE_CALLS();
     if (!cp_v8src.brokers[0]) return;
     int64_t mono = cp_mono_ns();
     if (!cp_v8src.watch && mono >= cp_v8src.watch_retry_at) {

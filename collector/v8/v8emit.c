@@ -99,6 +99,7 @@ int cp_v8_session_labels(const session *s, cp_labels *l)
 void cp_v8_emit_as(session *s, cp_profile *p, cp_kind kind, int64_t start_ns, int64_t end_ns,
                    uint64_t dropped_samples, const char *capture, const char *engine)
 {
+    CP_V8_ASSERT_OUTSIDE_CALLS();
     cp_envelope e = {0};
     cp_buf buf = {0};
     int rc = CP_ENOMEM;

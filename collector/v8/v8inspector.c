@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "http_client.h"
 #include "log.h"
 #include "times.h"
@@ -23,6 +24,29 @@
 
 static struct lws_context *ctx;
 static lws_sorted_usec_list_t tick;
+static int in_callback; /* ws_cb's depth (v8source_int.h "The callback rule") */
+static int in_call;     /* a call is waiting for its reply */
+
+int cp_v8_in_callback(void)
+{
+    return in_callback;
+}
+
+int cp_v8_in_call(void)
+{
+    return in_call;
+}
+
+void cp_v8_callback_enter(void)
+{
+    in_callback++;
+}
+
+void cp_v8_callback_leave(void)
+{
+    CP_ASSERT(in_callback > 0);
+    in_callback--;
+}
 
 /* ------------------------------------------------------------------------------------
  * The WebSocket side: libwebsockets calls back here for every connection. */
@@ -118,8 +142,8 @@ static void conn_closed(conn *c, const char *why)
     cp_buf_close(&c->rx);
 }
 
-static int ws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
-                 size_t len)
+static int ws_event(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                    size_t len)
 {
     conn *c = user;
     switch (reason) {
@@ -181,6 +205,16 @@ static int ws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, 
     return 0;
 }
 
+/* Every libwebsockets callback: the callback rule holds inside (v8source_int.h). */
+static int ws_cb(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                 size_t len)
+{
+    cp_v8_callback_enter();
+    int rc = ws_event(wsi, reason, user, in, len);
+    cp_v8_callback_leave();
+    return rc;
+}
+
 static const struct lws_protocols protocols[] = {
     {"cdp", ws_cb, 0, 1 << 16, 0, NULL, 0},
     {NULL, NULL, 0, 0, 0, NULL, 0},
@@ -212,6 +246,8 @@ static int queue_text(conn *c, const char *text)
 int cp_v8_call_within(session *s, const char *method, json_t *params, json_t **result,
                       int64_t timeout_ms, cp_err *err)
 {
+    CP_V8_ASSERT_NOT_IN_CALLBACK();
+    CP_ASSERT(!in_call); /* one call at a time: s->want_id is the only one awaited */
     conn *c = s->c;
     if (result) *result = NULL;
     if (c->state != C_OPEN || !cp_v8_session_alive(s)) {
@@ -240,12 +276,14 @@ int cp_v8_call_within(session *s, const char *method, json_t *params, json_t **r
     json_decref(s->reply);
     s->reply = NULL;
     int64_t deadline = cp_mono_ns() + timeout_ms * 1000000LL;
+    in_call = 1;
     while (!s->reply && c->state == C_OPEN && cp_v8_session_alive(s) && cp_mono_ns() < deadline) {
         /* once stopping, every call (the last windows among them) ends within STOP_NS */
         if (*cp_v8src.o->stop && !cp_v8src.stop_at) cp_v8src.stop_at = cp_mono_ns();
         if (cp_v8src.stop_at && cp_mono_ns() > cp_v8src.stop_at + STOP_NS) break;
         lws_service(ctx, 0);
     }
+    in_call = 0;
     s->want_id = 0;
     if (!s->reply) {
         char why[64];
@@ -280,6 +318,7 @@ int cp_v8_call(session *s, const char *method, json_t *params, json_t **result, 
 
 void cp_v8_conn_free(conn *c)
 {
+    CP_V8_ASSERT_OUTSIDE_CALLS();
     while (c->sessions) {
         session *s = c->sessions;
         c->sessions = s->next;
@@ -299,6 +338,7 @@ void cp_v8_conn_free(conn *c)
 
 void cp_v8_discover(host *h)
 {
+    CP_V8_ASSERT_OUTSIDE_CALLS();
     cp_http_result res;
     cp_err e = {0};
     char base[200];
@@ -357,6 +397,7 @@ void cp_v8_discover(host *h)
 
 void cp_v8_connect(conn *c)
 {
+    CP_V8_ASSERT_OUTSIDE_CALLS();
     struct lws_client_connect_info i;
     memset(&i, 0, sizeof(i));
     i.context = ctx;
@@ -392,6 +433,7 @@ int cp_v8_inspector_open(cp_err *err)
 
 void cp_v8_inspector_service(void)
 {
+    CP_V8_ASSERT_OUTSIDE_CALLS();
     lws_service(ctx, 0);
 }
 

@@ -37,6 +37,8 @@ static const unsigned legal_edges[] = {
 void cp_v8_session_set(session *s, session_state to, const char *why)
 {
     CP_ASSERT(legal_edges[s->state] & EDGE(to));
+    /* a callback only marks sessions gone (the callback rule) */
+    CP_ASSERT(!cp_v8_in_callback() || to == SESSION_LOST || to == SESSION_GONE);
     cp_log_debug("v8: isolate %s: session %s -> %s (%s)", s->isolate, state_names[s->state],
                  state_names[to], why);
     s->state = to;
@@ -83,6 +85,7 @@ static session *session_new(conn *c, const char *sid, const char *isolate)
 
 void cp_v8_session_free(session *s)
 {
+    CP_V8_ASSERT_OUTSIDE_CALLS();
     cp_heapsnap_destroy(s->snap);
     for (uint32_t i = 0; i < s->maps.n; i++) {
         free(s->maps.v[i].script_id);
@@ -340,6 +343,7 @@ void cp_v8_map_frames(const session *s, json_t *node, int depth)
  * that cannot be read marks the always-on window lost. */
 void cp_v8_cpu_cycle(session *s, int restart)
 {
+    CP_V8_ASSERT_OUTSIDE_CALLS();
     if (cp_v8src.o->cpu_interval_us <= 0) return;
     int64_t now = cp_now_ns(), base = cp_v8src.o->cpu_interval_us, ran = s->run_interval_us;
     uint64_t caps = s->run_caps;
@@ -426,6 +430,7 @@ void cp_v8_cpu_cycle(session *s, int restart)
  * cut of a capture only sets where its samples start. */
 void cp_v8_alloc_cycle(session *s, uint64_t want)
 {
+    CP_V8_ASSERT_OUTSIDE_CALLS();
     int64_t now = cp_now_ns();
     cp_err e = {0};
     json_t *r = NULL;
@@ -473,6 +478,7 @@ void cp_v8_alloc_cycle(session *s, uint64_t want)
  * or one that fails, is logged naming the isolate, the capture and the cause. */
 int64_t cp_v8_heap_snapshot(session *s, const char *capture)
 {
+    CP_V8_ASSERT_OUTSIDE_CALLS();
     char what[CP_CAPTURE_ID_MAX + 16];
     snprintf(what, sizeof(what), capture ? "for capture %s" : "(scheduled)", capture);
     cp_heapsnap_limits lim;
@@ -611,6 +617,7 @@ static void session_window_rest(session *s, int last)
  * cpu windows first, so that isolates sharing a thread split the CPU read at one time. */
 void cp_v8_windows_end(conn *only, int last)
 {
+    CP_V8_ASSERT_OUTSIDE_CALLS();
     CP_VEC(session *) v = {0};
     for (int i = 0; i < cp_v8src.nhosts; i++)
         for (conn *c = cp_v8src.hosts[i].conns; c; c = c->next)
@@ -667,6 +674,7 @@ void cp_v8_flush_lost(host *h)
 /* Reaps sessions that are gone, starts new ones, connects and drops targets. */
 void cp_v8_maintain(host *h)
 {
+    CP_V8_ASSERT_OUTSIDE_CALLS();
     int64_t now = cp_mono_ns();
     for (conn **cp = &h->conns; *cp;) {
         conn *c = *cp;

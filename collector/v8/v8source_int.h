@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "check.h"
 #include "control.h"
 #include "error.h"
 #include "heapsnap.h"
@@ -178,6 +179,29 @@ typedef struct cp_v8src_state {
 } cp_v8src_state;
 
 extern cp_v8src_state cp_v8src;
+
+/* ------------------------------------------------------------------------------------
+ * The callback rule. Messages arrive only in libwebsockets' callbacks (v8inspector.c's
+ * ws_cb), and those run only inside lws_service: in the loop's turn, or in a call's wait
+ * for its reply (cp_v8_call_within), so most run nested in a call further up the stack.
+ * A callback (ws_cb and what it calls: the delivery of a message, a connection closed,
+ * cp_v8_script_parsed) may only store the awaited reply, note a worker's attach or the
+ * host's finishing, feed a heap snapshot's chunk, read a source map, and mark sessions
+ * gone (cp_v8_session_gone: to LOST or GONE). It must not call an isolate (that would
+ * nest lws_service in itself and replace the reply awaited below), free a session or a
+ * connection (the call below holds them), start, end or emit a window, or serve the loop.
+ * Calls do not nest either: one at a time. Asserted in Debug/ASan builds (model/check.h):
+ * CP_V8_ASSERT_NOT_IN_CALLBACK where only the first holds, CP_V8_ASSERT_OUTSIDE_CALLS
+ * where neither a callback nor a call may be under way. */
+
+/* ws_cb's depth, and whether a call waits for its reply (v8inspector.c). */
+int cp_v8_in_callback(void);
+int cp_v8_in_call(void);
+/* Brackets a callback (ws_cb; tests that check the rule). */
+void cp_v8_callback_enter(void);
+void cp_v8_callback_leave(void);
+#define CP_V8_ASSERT_NOT_IN_CALLBACK() CP_ASSERT(!cp_v8_in_callback())
+#define CP_V8_ASSERT_OUTSIDE_CALLS() CP_ASSERT(!cp_v8_in_callback() && !cp_v8_in_call())
 
 /* ------------------------------------------------------------------------------------
  * v8inspector.c: the inspector's HTTP listing, one WebSocket per target, calls. */
