@@ -105,13 +105,7 @@ void cp_v8_emit_as(session *s, cp_profile *p, cp_kind kind, int64_t start_ns, in
     int rc = CP_ENOMEM;
     p->time_nanos = start_ns;
     p->duration_nanos = end_ns - start_ns;
-    if (cp_pprof_encode(p, 0, &buf) != 0) goto fail;
-    if (buf.len > CP_RAW_PPROF_MAX) {
-        cp_buf gz = {0};
-        if (cp_gzip(buf.data, buf.len, 1, &gz) != 0) goto fail;
-        cp_buf_close(&buf);
-        buf = gz;
-    }
+    if (cp_envelope_pprof(p, &buf) != 0) goto fail; /* raw, gzip'd when large */
     e.tenant = strdup(cp_v8src.o->tenant && cp_v8src.o->tenant[0] ? cp_v8src.o->tenant
                                                                   : CP_DEFAULT_TENANT);
     e.producer_id = strdup(capture ? s->cap_producer : s->producer);
