@@ -2,6 +2,7 @@
 #include "envelope.h"
 #include "envelope.pb-c.h"
 #include "hmac.h"
+#include "pprof.h"
 #include "wire.h"
 
 #include <stdlib.h>
@@ -352,4 +353,22 @@ int cp_envelope_series_key(const cp_envelope *e, cp_buf *out)
                       cp_kind_name((int)e->kind) ? cp_kind_name((int)e->kind) : "?"))
         return CP_ENOMEM;
     return cp_labels_format(&e->labels, out);
+}
+
+int cp_envelope_pprof(const cp_profile *p, cp_buf *out)
+{
+    cp_buf raw = {0}, gz = {0};
+    if (cp_pprof_encode(p, 0, &raw) != 0) goto fail;
+    if (raw.len <= CP_RAW_PPROF_MAX) {
+        *out = raw;
+        return 0;
+    }
+    if (cp_gzip(raw.data, raw.len, 1, &gz) != 0) goto fail;
+    cp_buf_close(&raw);
+    *out = gz;
+    return 0;
+fail:
+    cp_buf_close(&raw);
+    cp_buf_close(&gz);
+    return CP_ENOMEM;
 }

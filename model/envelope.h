@@ -47,6 +47,12 @@ int cp_kind_parse(const char *name);
  * accept both. */
 #define CP_RAW_PPROF_MAX (512u << 10)
 
+struct cp_profile;
+/* p as an envelope carries it (into out, which the caller closes): raw up to
+ * CP_RAW_PPROF_MAX, gzip'd at level 1 beyond (on a 6 KB profile 39 us against 123 us at
+ * level 6, for 16% more bytes). Returns 0 or CP_ENOMEM (out then empty). */
+int cp_envelope_pprof(const struct cp_profile *p, cp_buf *out);
+
 /* The largest pprof payload ingest accepts by default (cp_ingest_options.max_message_bytes);
  * `contprof import` checks its envelopes against it before sending. */
 #define CP_INGEST_MAX_PPROF ((size_t)64 << 20)

@@ -2,6 +2,7 @@
 #include "test.h"
 #include "envelope.h"
 #include "envelope.pb-c.h"
+#include "pprof.h"
 
 static void fill(cp_envelope *e)
 {
@@ -256,5 +257,37 @@ TEST(labels_sorted_and_formatted)
     cp_labels_close(&l);
 }
 
+/* An envelope's pprof: raw up to CP_RAW_PPROF_MAX, gzip'd beyond; either decodes back to
+ * the profile's comment. */
+TEST(pprof_raw_or_gzipped_by_size)
+{
+    for (int big = 0; big < 2; big++) {
+        cp_profile *p = cp_profile_create();
+        CHECK(p);
+        size_t n = big ? CP_RAW_PPROF_MAX + 1000 : 100;
+        char *text = malloc(n + 1);
+        CHECK(text);
+        for (size_t i = 0; i < n; i++)
+            text[i] = (char)('a' + (i * 7919 % 26));
+        text[n] = 0;
+        uint32_t id;
+        CHECK_EQ(cp_profile_intern_cstr(p, text, &id), 0);
+        CHECK_EQ(cp_vec_push(&p->comments, id), 0);
+        cp_buf b = {0};
+        CHECK_EQ(cp_envelope_pprof(p, &b), 0);
+        CHECK_EQ(cp_is_gzip(b.data, b.len), big);
+        CHECK(big ? b.len < CP_RAW_PPROF_MAX : b.len > n);
+        cp_profile *d = NULL;
+        CHECK_EQ(cp_pprof_decode(b.data, b.len, NULL, &d, NULL), 0);
+        CHECK_EQ(d->comments.n, 1);
+        CHECK_STREQ(cp_profile_str(d, d->comments.v[0]), text);
+        cp_profile_destroy(d);
+        cp_profile_destroy(p);
+        cp_buf_close(&b);
+        free(text);
+    }
+}
+
 TEST_MAIN(T(roundtrip), T(version_checks), T(unknown_fields_ignored), T(validation_names_the_field),
-          T(labels_sorted_and_formatted), T(view_and_strict_strings))
+          T(labels_sorted_and_formatted), T(view_and_strict_strings),
+          T(pprof_raw_or_gzipped_by_size))

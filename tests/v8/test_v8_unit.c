@@ -8,6 +8,7 @@
 #include "sourcemap.h"
 #include "test.h"
 #include "v8conv.h"
+#include "v8source_int.h"
 
 static json_t *parse(const char *text)
 {
@@ -434,5 +435,39 @@ TEST(proc_texts)
     CHECK_EQ(cp_v8_stat_ticks("no paren", &ticks), CP_EPARSE);
 }
 
+/* A session's state (v8source_int.h): the diagram's path from start to the host's end,
+ * and what "gone" makes of each state: a running isolate's window is lost, any other
+ * session just gone; a second "gone" (a connection reports its close twice) changes
+ * nothing. */
+TEST(session_states)
+{
+    session s = {0};
+    snprintf(s.isolate, sizeof(s.isolate), "alpha");
+    CHECK(s.state == SESSION_STARTING && cp_v8_session_alive(&s) && !cp_v8_session_running(&s));
+    cp_v8_session_set(&s, SESSION_RUNNING, "test");
+    CHECK(cp_v8_session_running(&s));
+    cp_v8_session_set(&s, SESSION_DONE, "test");
+    CHECK(cp_v8_session_alive(&s) && !cp_v8_session_running(&s));
+    cp_v8_session_gone(&s, "test");
+    CHECK(s.state == SESSION_GONE && !cp_v8_session_alive(&s));
+
+    static const struct {
+        session_state from, to;
+    } gone[] = {
+        {SESSION_STARTING, SESSION_GONE}, {SESSION_RUNNING, SESSION_LOST},
+        {SESSION_DONE, SESSION_GONE},     {SESSION_LOST, SESSION_LOST},
+        {SESSION_GONE, SESSION_GONE},
+    };
+    for (size_t i = 0; i < sizeof(gone) / sizeof(gone[0]); i++) {
+        s.state = gone[i].from;
+        cp_v8_session_gone(&s, "test");
+        CHECK_EQ((int)s.state, (int)gone[i].to);
+        cp_v8_session_gone(&s, "again");
+        CHECK_EQ((int)s.state, (int)gone[i].to);
+        CHECK(!cp_v8_session_alive(&s));
+    }
+}
+
 TEST_MAIN(T(cpu_profile), T(cpu_position_ticks), T(cpu_malformed), T(heap_profile),
-          T(heap_malformed), T(source_map), T(source_map_budget_and_deadline), T(proc_texts))
+          T(heap_malformed), T(source_map), T(source_map_budget_and_deadline), T(proc_texts),
+          T(session_states))

@@ -1,0 +1,341 @@
+/* Captures in the V8 source (README "Captures"; contract model/control.h): the control
+ * topic heard, each capture's rate planned, the windows cut for the isolates it matches;
+ * and the scheduled heap snapshots (--heap-snapshot-every). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "envelope.h"
+#include "log.h"
+#include "times.h"
+#include "v8source_int.h"
+
+#define CAP_WINDOW_NS (900 * 1000000LL)   /* a capture window is cut at this age (<= 1 s) */
+#define CAP_MAX_HZ 1000                   /* V8's profiler: 1 ms at most */
+#define CAP_SAMPLE_COST_US 100            /* V8's cost per sample, measured (README) */
+#define WATCH_RETRY_NS (5 * 1000000000LL) /* a control consumer that failed */
+
+/* The rate capture k runs at on an isolate: the asked one unless a bound or the
+ * always-on interval says otherwise (k->reason). */
+static void cap_plan(v8cap *k)
+{
+    k->reason[0] = 0;
+    int64_t base = cp_v8src.o->cpu_interval_us;
+    if (k->c.kind == CP_KIND_HEAP) { /* one snapshot per isolate */
+        k->interval_us = 0;
+        k->ran = 1;
+        return;
+    }
+    if (k->c.kind == CP_KIND_ALLOC) {
+        /* the heap sampler is not restarted: its in-use samples would be lost */
+        k->interval_us = 0;
+        k->ran = cp_v8src.o->heap_interval;
+        if (k->ran != k->c.alloc_rate)
+            snprintf(k->reason, sizeof(k->reason), "%s",
+                     cp_v8src.o->heap_interval > 0
+                         ? "v8 heap sampler kept at contprof v8 --heap-interval (inuse kept)"
+                         : "v8 heap sampler off (contprof v8 --heap-interval 0)");
+        return;
+    }
+    if (base <= 0) {
+        k->interval_us = 0;
+        k->ran = 0;
+        snprintf(k->reason, sizeof(k->reason),
+                 "v8 CPU profiler off (contprof v8 --cpu-interval 0)");
+        return;
+    }
+    int64_t hz = cp_capture_plan_hz(&k->c, CAP_MAX_HZ, CAP_SAMPLE_COST_US * 1000, "the v8 source",
+                                    k->reason, sizeof(k->reason));
+    int64_t iv = 1000000 / hz;
+    if (iv >= base) { /* at or below the always-on rate: the always-on run serves it */
+        if (iv > base)
+            snprintf(k->reason, sizeof(k->reason),
+                     "the always-on rate (contprof v8 --cpu-interval) is higher");
+        iv = base;
+    }
+    k->interval_us = iv;
+    k->ran = 1000000 / iv;
+}
+
+static v8cap *cap_find(const char *id)
+{
+    for (int i = 0; i < CAP_SLOTS; i++)
+        if (cp_v8src.caps[i].used && !strcmp(cp_v8src.caps[i].c.id, id)) return &cp_v8src.caps[i];
+    return NULL;
+}
+
+static void on_control(const uint8_t *v, size_t len, void *arg)
+{
+    (void)arg;
+    cp_capture c;
+    cp_err err = {0};
+    if (cp_capture_decode(v, len, &c, &err) != 0) {
+        cp_v8src.ctl_bad++;
+        cp_log_debug("v8: control message ignored: %s", err.msg);
+        return;
+    }
+    const char *tenant =
+        cp_v8src.o->tenant && cp_v8src.o->tenant[0] ? cp_v8src.o->tenant : CP_DEFAULT_TENANT;
+    int64_t now = cp_now_ns();
+    v8cap *k;
+    if (strcmp(c.tenant, tenant) != 0) {
+        cp_v8src.ctl_foreign++;
+    } else if (cp_v8src.o->token && cp_v8src.o->token[0] &&
+               !cp_envelope_verify(v, len, cp_v8src.o->token)) {
+        cp_v8src.ctl_badsig++;
+        cp_log_warn("v8: capture %s ignored: its signature does not verify with our token", c.id);
+    } else if ((k = cap_find(c.id)) != NULL) {
+        if (k->ended) {
+            /* ended here: a later message does not restart it */
+        } else if (!cp_capture_live(&c, now)) {
+            k->ended = 1;
+            cp_log_info("v8: capture %s ended (%s)", c.id, c.cancelled ? "cancelled" : "past");
+        } else if (c.kind == k->c.kind) {
+            k->c.end_ns = c.end_ns;
+            k->c.cpu_hz = c.cpu_hz;
+            k->c.alloc_rate = c.alloc_rate;
+            k->c.max_overhead_permille = c.max_overhead_permille;
+            cap_plan(k);
+        }
+    } else if (!cp_capture_live(&c, now)) {
+        cp_v8src.ctl_expired++;
+    } else {
+        k = NULL;
+        for (int i = 0; i < CAP_SLOTS && !k; i++)
+            if (!cp_v8src.caps[i].used) k = &cp_v8src.caps[i];
+        cp_err se = {0};
+        if (!k) {
+            if (!cp_v8src.ctl_full++)
+                cp_log_warn("v8: more than %d captures at once: capture %s and later ones are "
+                            "not run by this source",
+                            CAP_SLOTS, c.id);
+        } else if (cp_selector_parse(c.selector, &k->sel, &se) != 0) {
+            cp_v8src.ctl_bad++;
+            cp_log_warn("v8: capture %s ignored: selector: %s", c.id, se.msg);
+        } else {
+            k->c = c;
+            memset(&c, 0, sizeof(c)); /* its selector is k's now */
+            k->used = 1;
+            k->ended = 0;
+            cap_plan(k);
+            cp_log_info("v8: capture %s heard: %s %s, asked %lld, runs at %lld%s%s", k->c.id,
+                        cp_kind_name(k->c.kind), k->c.selector,
+                        (long long)(k->c.kind == CP_KIND_CPU     ? k->c.cpu_hz
+                                    : k->c.kind == CP_KIND_ALLOC ? k->c.alloc_rate
+                                                                 : 1),
+                        (long long)k->ran, k->reason[0] ? ": " : "", k->reason);
+        }
+    }
+    cp_capture_close(&c);
+}
+
+/* The running captures of kind (slot bits) whose selector matches s's labels. */
+uint64_t cp_v8_caps_kind(const session *s, int64_t now, cp_kind kind)
+{
+    uint64_t m = 0;
+    cp_labels l = {0};
+    int have = 0;
+    for (int i = 0; i < CAP_SLOTS; i++) {
+        const v8cap *k = &cp_v8src.caps[i];
+        if (!k->used || k->ended || k->c.end_ns <= now || k->c.kind != kind ||
+            (kind == CP_KIND_CPU && !k->interval_us))
+            continue;
+        if (!have && cp_v8_session_labels(s, &l) != 0) break;
+        have = 1;
+        if (cp_selector_match(&k->sel, &l)) m |= 1ULL << i;
+    }
+    cp_labels_close(&l);
+    return m;
+}
+
+uint64_t cp_v8_caps_of(const session *s, int64_t now)
+{
+    return cp_v8_caps_kind(s, now, CP_KIND_CPU);
+}
+
+/* The interval a run serving caps uses: the finest of theirs, else the always-on one. */
+int64_t cp_v8_interval_of(uint64_t caps)
+{
+    int64_t iv = cp_v8src.o->cpu_interval_us;
+    for (int i = 0; i < CAP_SLOTS; i++)
+        if ((caps & (1ULL << i)) && cp_v8src.caps[i].interval_us < iv)
+            iv = cp_v8src.caps[i].interval_us;
+    return iv;
+}
+
+/* A copy of profile (a run at a finer interval) holding one sample each time the time its
+ * samples stand for reaches base_us (*acc carries the rest to the next run), converted at
+ * base_us: the always-on window keeps its rate and its CPU seconds. A sample stands for
+ * V8's time since the one before (timeDeltas), at most base_us, as V8's sampler at base_us
+ * would count it: V8 falls short of a fine interval under load (README), so counting the
+ * interval per sample would shrink the always-on CPU. "(idle)" samples pass nothing. NULL
+ * on out of memory. */
+json_t *cp_v8_thin_profile(const json_t *profile, int64_t base_us, int64_t *acc)
+{
+    const json_t *nodes = json_object_get(profile, "nodes");
+    const json_t *samples = json_object_get(profile, "samples");
+    const json_t *deltas = json_object_get(profile, "timeDeltas");
+    json_t *out = json_copy((json_t *)profile);
+    json_t *ns = json_array(), *nd = json_array();
+    if (!out || !ns || !nd) goto fail;
+    json_int_t idle[8];
+    size_t nidle = 0;
+    for (size_t i = 0; i < json_array_size(nodes) && nidle < 8; i++) {
+        const json_t *n = json_array_get(nodes, i);
+        const char *fn = cp_v8_jstr(json_object_get(n, "callFrame"), "functionName");
+        const json_t *id = json_object_get(n, "id");
+        if (fn && !strcmp(fn, "(idle)") && json_is_integer(id))
+            idle[nidle++] = json_integer_value(id);
+    }
+    json_int_t t = 0;
+    for (size_t i = 0; i < json_array_size(samples) && i < json_array_size(deltas); i++) {
+        const json_t *sm = json_array_get(samples, i), *d = json_array_get(deltas, i);
+        json_int_t dt = json_is_integer(d) ? json_integer_value(d) : 0;
+        t += dt;
+        int is_idle = 0;
+        for (size_t j = 0; j < nidle && json_is_integer(sm); j++)
+            is_idle |= json_integer_value(sm) == idle[j];
+        if (is_idle) continue;
+        *acc += dt < 0 ? 0 : dt > base_us ? base_us : dt;
+        if (*acc < base_us) continue;
+        *acc -= base_us;
+        if (json_array_append(ns, (json_t *)sm) || json_array_append_new(nd, json_integer(t)))
+            goto fail;
+        t = 0;
+    }
+    if (json_object_set_new(out, "samples", ns) || json_object_set_new(out, "timeDeltas", nd)) {
+        ns = nd = NULL;
+        goto fail;
+    }
+    return out;
+fail:
+    json_decref(ns);
+    json_decref(nd);
+    json_decref(out);
+    return NULL;
+}
+
+/* The engine text of capture k's windows. */
+void cp_v8_cap_engine(const v8cap *k, int64_t ran_us, char *out, size_t cap)
+{
+    int64_t ran = ran_us > 0 ? 1000000 / ran_us : 0;
+    const char *why = k->reason;
+    if (!why[0] && ran != k->ran) why = "another capture of this isolate runs faster";
+    snprintf(out, cap, "v8-inspector capture asked=%lld ran=%lld%s%s", (long long)k->c.cpu_hz,
+             (long long)ran, why[0] ? " reason=" : "", why);
+}
+
+/* --heap-snapshot-every D: each isolate's snapshot every D, the first D after it attached,
+ * and never more often than its last pause allows: a pause of P waits 100 P (the isolate
+ * paused at most 1% of the time, the schedule's CPU budget). */
+void cp_v8_heap_schedule_tick(void)
+{
+    CP_V8_ASSERT_OUTSIDE_CALLS();
+    int64_t every = cp_v8src.o->heap_snapshot_every_ns;
+    if (every <= 0) return;
+    for (int i = 0; i < cp_v8src.nhosts; i++)
+        for (conn *c = cp_v8src.hosts[i].conns; c; c = c->next)
+            for (session *s = c->sessions; s; s = s->next) {
+                if (!cp_v8_session_running(s)) continue;
+                int64_t now = cp_mono_ns();
+                if (!s->snap_next_ns) s->snap_next_ns = now + every;
+                if (now < s->snap_next_ns) continue;
+                int64_t pause_ms = cp_v8_heap_snapshot(s, NULL);
+                int64_t wait = pause_ms > 0 ? pause_ms * 100 * 1000000 : 0;
+                s->snap_next_ns = cp_mono_ns() + (wait > every ? wait : every);
+            }
+}
+
+/* Every loop: hears control messages, cuts capture windows (at most 1 s, the last at the
+ * capture's end), switches isolates' runs as captures start and end. */
+void cp_v8_captures_tick(void)
+{
+    CP_V8_ASSERT_OUTSIDE_CALLS();
+    if (!cp_v8src.brokers[0]) return;
+    int64_t mono = cp_mono_ns();
+    if (!cp_v8src.watch && mono >= cp_v8src.watch_retry_at) {
+        cp_err e = {0};
+        /* the control topic: this process is not a host, a consumer costs no host CPU */
+        if (cp_watch_create(NULL, NULL, cp_v8src.brokers, NULL, NULL, NULL, &cp_v8src.watch, &e) !=
+            0) {
+            cp_log_warn("v8: no control consumer (captures not heard), retried in 5 s: %s", e.msg);
+            cp_v8src.watch_retry_at = mono + WATCH_RETRY_NS;
+        }
+    }
+    if (cp_v8src.watch) {
+        (void)cp_watch_poll(cp_v8src.watch, on_control, NULL);
+        const char *last = NULL;
+        uint64_t errs = cp_watch_take_errors(cp_v8src.watch, &last);
+        if (errs)
+            cp_log_debug("v8: control consumer: %llu errors, last %s", (unsigned long long)errs,
+                         last);
+    }
+    int64_t now = cp_now_ns();
+    uint64_t live = 0;
+    for (int i = 0; i < CAP_SLOTS; i++) {
+        v8cap *k = &cp_v8src.caps[i];
+        if (k->used && !k->ended && k->c.end_ns <= now) k->ended = 1;
+        if (k->used) live |= 1ULL << i;
+    }
+    if (!live) return;
+    for (int i = 0; i < cp_v8src.nhosts; i++)
+        for (conn *c = cp_v8src.hosts[i].conns; c; c = c->next)
+            for (session *s = c->sessions; s; s = s->next) {
+                if (!cp_v8_session_running(s)) continue;
+                uint64_t want = cp_v8_caps_of(s, cp_now_ns());
+                if (want != s->run_caps ||
+                    (s->run_caps && cp_now_ns() - s->run_start_ns >= CAP_WINDOW_NS))
+                    cp_v8_cpu_cycle(s, 1);
+                want = s->heap_on ? cp_v8_caps_kind(s, cp_now_ns(), CP_KIND_ALLOC) : 0;
+                if (cp_v8_session_alive(s) &&
+                    (want != s->alloc_caps ||
+                     (s->alloc_caps && cp_now_ns() - s->alloc_start_ns >= CAP_WINDOW_NS)))
+                    cp_v8_alloc_cycle(s, want);
+                /* heap captures: one snapshot each, the first time the isolate matches */
+                want = cp_v8_caps_kind(s, cp_now_ns(), CP_KIND_HEAP) & ~s->heap_done;
+                for (int b = 0; want && b < CAP_SLOTS && cp_v8_session_alive(s); b++)
+                    if (want & (1ULL << b)) {
+                        s->heap_done |= 1ULL << b;
+                        (void)cp_v8_heap_snapshot(s, cp_v8src.caps[b].c.id);
+                    }
+            }
+    /* ended captures whose last windows every isolate has sent are forgotten */
+    for (int i = 0; i < CAP_SLOTS; i++) {
+        v8cap *k = &cp_v8src.caps[i];
+        if (!k->used || !k->ended) continue;
+        int held = 0;
+        for (int h = 0; h < cp_v8src.nhosts; h++)
+            for (conn *c = cp_v8src.hosts[h].conns; c; c = c->next)
+                for (session *s = c->sessions; s; s = s->next)
+                    held |= cp_v8_session_alive(s) &&
+                            ((s->run_caps | s->alloc_caps) & (1ULL << i)) != 0;
+        if (held) continue;
+        /* a cancelled one is kept until its end: a repeated message does not restart it */
+        if (k->c.end_ns > now) continue;
+        cp_selector_close(&k->sel);
+        cp_capture_close(&k->c);
+        memset(k, 0, sizeof(*k));
+        for (int h = 0; h < cp_v8src.nhosts; h++) /* the slot may serve another heap capture */
+            for (conn *c = cp_v8src.hosts[h].conns; c; c = c->next)
+                for (session *s = c->sessions; s; s = s->next)
+                    s->heap_done &= ~(1ULL << i);
+    }
+}
+
+void cp_v8_captures_close(void)
+{
+    cp_watch_destroy(cp_v8src.watch);
+    cp_v8src.watch = NULL;
+    if (cp_v8src.ctl_bad + cp_v8src.ctl_foreign + cp_v8src.ctl_badsig + cp_v8src.ctl_expired +
+        cp_v8src.ctl_full)
+        cp_log_info("v8: control messages ignored: %llu undecodable, %llu other tenants, %llu "
+                    "badly signed, %llu ended or cancelled, %llu over %d captures",
+                    (unsigned long long)cp_v8src.ctl_bad, (unsigned long long)cp_v8src.ctl_foreign,
+                    (unsigned long long)cp_v8src.ctl_badsig,
+                    (unsigned long long)cp_v8src.ctl_expired, (unsigned long long)cp_v8src.ctl_full,
+                    CAP_SLOTS);
+    for (int i = 0; i < CAP_SLOTS; i++) {
+        cp_selector_close(&cp_v8src.caps[i].sel);
+        cp_capture_close(&cp_v8src.caps[i].c);
+    }
+}
