@@ -200,13 +200,27 @@ void cp_v8_weigh_pending(session **v, size_t n)
         }
         int col = cp_profile_find_type(s->pend, "cpu");
         char note[320];
+        if (s->pid > 0 && col >= 0 && (now < 0 || s->cpu_mark_ns < 0)) {
+            /* A thread read before and gone now (a worker's last window): its series is
+             * cpu, so the window stays cpu, unscaled. Labelled wall, the store would refuse
+             * it for its series' types (DLQ). */
+            snprintf(s->pend_engine, sizeof(s->pend_engine), "v8-inspector cpu=intervals");
+            snprintf(note, sizeof(note),
+                     "cpu: thread %d's CPU could not be read (it ended): V8's sampling intervals "
+                     "as they are, waiting for a CPU included",
+                     s->tid > 0 ? s->tid : s->pid);
+            uint32_t c;
+            if (cp_profile_intern_cstr(s->pend, note, &c) == 0)
+                (void)cp_vec_push(&s->pend->comments, c);
+            if (now >= 0) s->cpu_mark_ns = now;
+            continue;
+        }
         if (now < 0 || s->cpu_mark_ns < 0 || col < 0) {
             snprintf(s->pend_engine, sizeof(s->pend_engine), "v8-inspector wall");
             snprintf(note, sizeof(note),
                      "wall: each sample weighs one sampling interval of its thread's time, "
                      "waiting for a CPU included (%s)",
-                     s->pid > 0 ? "the thread's CPU could not be read"
-                                : "the host is not a process of this machine");
+                     s->pid > 0 ? "no cpu column" : "the host is not a process of this machine");
             label_wall(s->pend, note);
             if (now >= 0) s->cpu_mark_ns = now;
             continue;

@@ -2,12 +2,16 @@
  * profile and a sampling heap profile as V8's inspector sends them become the expected
  * pprof samples; esbuild's source map maps minified frames back to TypeScript; malformed
  * messages and maps are errors naming the problem, never a crash. */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "sourcemap.h"
 #include "test.h"
 #include "v8conv.h"
+#include "v8cpu.h"
 #include "v8source_int.h"
 
 static json_t *parse(const char *text)
@@ -468,6 +472,64 @@ TEST(session_states)
     }
 }
 
+static void *ended_thread(void *arg)
+{
+    *(pid_t *)arg = (pid_t)syscall(SYS_gettid);
+    return NULL;
+}
+
+/* The type name of p's column col. */
+static const char *type_of(const cp_profile *p, int col)
+{
+    return cp_profile_str(p, p->sample_types.v[col].type);
+}
+
+/* CPU weighing (README "CPU seconds"): a live thread's window is scaled to the thread's
+ * CPU; a thread read before and ended since (a worker's last window) keeps its window cpu
+ * and unscaled, so its series' sample types do not change (the store would refuse it); a
+ * host not of this machine has wall windows throughout. */
+TEST(cpu_weighing_keeps_a_series_types)
+{
+    json_t *j = parse(CPU_OK);
+    int64_t span = 0;
+    cp_err err = {0};
+    pid_t gone = 0;
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, ended_thread, &gone), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    int64_t ns;
+    CHECK(gone > 0 && cp_v8_cpu_ns((int)getpid(), (int)gone, &ns) != 0); /* unreadable now */
+    struct {
+        int pid, tid;
+        const char *type, *engine;
+        int scaled;
+    } cases[] = {
+        {(int)getpid(), (int)syscall(SYS_gettid), "cpu", "v8-inspector cpu=thread", 1},
+        {(int)getpid(), (int)gone, "cpu", "v8-inspector cpu=intervals", 0},
+        {0, 0, "wall", "v8-inspector wall", 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        session s = {0}, *v[1] = {&s};
+        snprintf(s.isolate, sizeof(s.isolate), "alpha");
+        s.pid = cases[i].pid;
+        s.tid = cases[i].tid;
+        s.cpu_mark_ns = s.pid ? 0 : -1; /* all this thread's CPU so far in the window */
+        CHECK_EQ(cp_v8_cpu_profile(j, 1000, &s.pend, &span, &err), 0);
+        int64_t said = total_with(s.pend, "outer", 1);
+        CHECK_EQ(said, 3000000);
+        cp_v8_weigh_pending(v, 1);
+        CHECK_STREQ(type_of(s.pend, 1), cases[i].type);
+        CHECK_STREQ(cp_profile_str(s.pend, s.pend->default_sample_type), cases[i].type);
+        CHECK_STREQ(s.pend_engine, cases[i].engine);
+        if (cases[i].scaled)
+            CHECK(total_with(s.pend, "outer", 1) != said); /* this thread's CPU, not 3 ms */
+        else
+            CHECK_EQ(total_with(s.pend, "outer", 1), said);
+        cp_profile_destroy(s.pend);
+    }
+    json_decref(j);
+}
+
 TEST_MAIN(T(cpu_profile), T(cpu_position_ticks), T(cpu_malformed), T(heap_profile),
           T(heap_malformed), T(source_map), T(source_map_budget_and_deadline), T(proc_texts),
-          T(session_states))
+          T(session_states), T(cpu_weighing_keeps_a_series_types))
