@@ -2,6 +2,7 @@
  * interpreter runs in signal handlers and allocation hooks and only reads memory that is
  * mapped for sure: the loaded objects' own .eh_frame_hdr/.eh_frame and the interrupted
  * thread's stack between its stack pointer and the stack's top. x86-64 only. */
+#include "guard.h"
 #include "unwind.h"
 
 #include <elf.h>
@@ -294,6 +295,7 @@ int cp_modules_refresh_host(void)
 
 const cp_modules *cp_modules_current(void)
 {
+    CP_ASSERT_AGENT_THREAD();
     pub_lock();
     cp_modules *m = atomic_load(&g_mods);
     g_held = m;
