@@ -243,6 +243,112 @@ static char *get_text(qfx *f, const char *pq, const char *token)
     return (char *)r.body.data;
 }
 
+/* Uploads the server refuses (4xx naming the problem, nothing stored): not an ELF file,
+ * truncated, empty, stripped, without a build ID, without a token, for another tenant, over
+ * the upload limit (from the headers), and a GET. */
+static void expect_bad_uploads(qfx *fp, const cp_buf *elfp, const char *stripped)
+{
+    cp_err err = {0};
+    static const char text[] = "hello, not an ELF";
+    expect_post(fp, "token-of-a", text, sizeof text - 1, 400, "not an ELF file");
+    expect_post(fp, "token-of-a", elfp->data, elfp->len / 3, 400, "truncated ELF");
+    expect_post(fp, "token-of-a", "", 0, 400, "empty body");
+    cp_buf s = read_all(stripped);
+    expect_post(fp, "token-of-a", s.data, s.len, 400, "no function symbols");
+    cp_buf_close(&s);
+    cp_buf nobid = {0};
+    CHECK(cp_buf_append(&nobid, elfp->data, elfp->len) == 0);
+    drop_build_id(&nobid);
+    expect_post(fp, "token-of-a", nobid.data, nobid.len, 400, "no GNU build ID");
+    cp_buf_close(&nobid);
+    expect_post(fp, NULL, elfp->data, elfp->len, 401, "Bearer");
+    cp_http_result r = post(fp, "/api/v1/symbols?tenant=b", "token-of-a", elfp->data, elfp->len);
+    CHECK_EQ(r.status, 403);
+    cp_buf_close(&r.body);
+    /* over the upload limit: refused from the headers, before the body is read */
+    char raw[256];
+    int rl = snprintf(raw, sizeof raw,
+                      "POST /api/v1/symbols HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                      "token-of-a\r\nContent-Length: %llu\r\n\r\n",
+                      (unsigned long long)(65u << 20));
+    CHECK(cp_http_raw("127.0.0.1", fp->port, raw, (size_t)rl, 30000, &r, &err) == 0);
+    cp_buf_append(&r.body, "", 1);
+    CHECK_EQ(r.status, 413);
+    CHECK_CONTAINS((char *)r.body.data, "symbols.max_upload_bytes");
+    cp_buf_close(&r.body);
+    r = qfx_get(fp, "/api/v1/symbols", "token-of-a");
+    CHECK_EQ(r.status, 405);
+    cp_buf_close(&r.body);
+}
+
+/* A's window, stored before the upload (from t0 on), named in every format: top, folded,
+ * the JSON tree and diff, pprof (the location carries the function and its line) and go
+ * tool pprof reading that. */
+static void expect_named_in_every_format(qfx *fp, int64_t t0)
+{
+    cp_err err = {0};
+    cp_http_result r;
+    char pq[256];
+    snprintf(pq, sizeof pq, "/api/v1/profile?format=top&from=%lld&to=now",
+             (long long)(t0 / SEC - 1));
+    char *top = get_text(fp, pq, "token-of-a");
+    CHECK_CONTAINS(top, "symprog_hash_spin");
+    CHECK_CONTAINS(top, "main");
+    free(top);
+    snprintf(pq, sizeof pq, "/api/v1/profile?format=folded&from=%lld&to=now",
+             (long long)(t0 / SEC - 1));
+    char *folded = get_text(fp, pq, "token-of-a");
+    CHECK_CONTAINS(folded, "main;symprog_hash_spin 70000000");
+    free(folded);
+    snprintf(pq, sizeof pq, "/api/v1/profile?format=json&from=%lld&to=now",
+             (long long)(t0 / SEC - 1));
+    char *json = get_text(fp, pq, "token-of-a");
+    CHECK_CONTAINS(json, "\"name\":\"symprog_hash_spin\"");
+    free(json);
+    snprintf(pq, sizeof pq, "/api/v1/diff?format=json&from=%lld&to=now", (long long)(t0 / SEC - 1));
+    json = get_text(fp, pq, "token-of-a");
+    CHECK_CONTAINS(json, "\"name\":\"symprog_hash_spin\"");
+    free(json);
+    /* pprof: the location carries the function and its line */
+    snprintf(pq, sizeof pq, "/api/v1/profile?format=pprof&from=%lld&to=now",
+             (long long)(t0 / SEC - 1));
+    r = qfx_get(fp, pq, "token-of-a");
+    CHECK_EQ(r.status, 200);
+    cp_profile *p = NULL;
+    CHECK(cp_pprof_decode(r.body.data, r.body.len, NULL, &p, &err) == 0);
+    int found = 0;
+    for (uint32_t i = 0; i < p->locations.n; i++) {
+        const cp_location *l = &p->locations.v[i];
+        for (uint32_t k = 0; k < l->nlines; k++) {
+            const cp_line *ln = &p->lines.v[l->line_off + k];
+            const cp_function *fn = &p->functions.v[ln->function_id - 1];
+            if (strcmp(cp_profile_str(p, fn->name), "symprog_hash_spin") == 0 && ln->line > 0 &&
+                strstr(cp_profile_str(p, fn->filename), "symprog.c"))
+                found = 1;
+        }
+    }
+    CHECK(found);
+    cp_profile_destroy(p);
+    /* and go tool pprof reads it */
+    char tmp[] = "/tmp/cpsym-XXXXXX";
+    int fd = mkstemp(tmp);
+    CHECK(fd >= 0);
+    CHECK(write(fd, r.body.data, r.body.len) == (ssize_t)r.body.len);
+    close(fd);
+    cp_buf_close(&r.body);
+    char cmd[300], out[8192];
+    snprintf(cmd, sizeof cmd, "go tool pprof -top %s 2>&1", tmp);
+    FILE *pp = popen(cmd, "r");
+    CHECK(pp);
+    size_t n = fread(out, 1, sizeof out - 1, pp);
+    out[n] = 0;
+    int prc = pclose(pp);
+    fprintf(stderr, "%s\n", out);
+    CHECK_EQ(prc, 0);
+    CHECK_CONTAINS(out, "symprog_hash_spin");
+    unlink(tmp);
+}
+
 TEST(uploaded_symbols_name_stored_profiles_of_their_tenant_only)
 {
     char prog[600], stripped[600];
@@ -294,104 +400,18 @@ TEST(uploaded_symbols_name_stored_profiles_of_their_tenant_only)
     CHECK(!strstr(top, "symprog_hash_spin"));
     free(top);
 
-    /* bad uploads: 4xx naming the problem, nothing stored */
-    static const char text[] = "hello, not an ELF";
-    expect_post(&f, "token-of-a", text, sizeof text - 1, 400, "not an ELF file");
-    expect_post(&f, "token-of-a", elf.data, elf.len / 3, 400, "truncated ELF");
-    expect_post(&f, "token-of-a", "", 0, 400, "empty body");
-    cp_buf s = read_all(stripped);
-    expect_post(&f, "token-of-a", s.data, s.len, 400, "no function symbols");
-    cp_buf_close(&s);
-    cp_buf nobid = {0};
-    CHECK(cp_buf_append(&nobid, elf.data, elf.len) == 0);
-    drop_build_id(&nobid);
-    expect_post(&f, "token-of-a", nobid.data, nobid.len, 400, "no GNU build ID");
-    cp_buf_close(&nobid);
-    expect_post(&f, NULL, elf.data, elf.len, 401, "Bearer");
-    cp_http_result r = post(&f, "/api/v1/symbols?tenant=b", "token-of-a", elf.data, elf.len);
-    CHECK_EQ(r.status, 403);
-    cp_buf_close(&r.body);
-    /* over the upload limit: refused from the headers, before the body is read */
-    char raw[256];
-    int rl = snprintf(raw, sizeof raw,
-                      "POST /api/v1/symbols HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
-                      "token-of-a\r\nContent-Length: %llu\r\n\r\n",
-                      (unsigned long long)(65u << 20));
-    CHECK(cp_http_raw("127.0.0.1", f.port, raw, (size_t)rl, 30000, &r, &err) == 0);
-    cp_buf_append(&r.body, "", 1);
-    CHECK_EQ(r.status, 413);
-    CHECK_CONTAINS((char *)r.body.data, "symbols.max_upload_bytes");
-    cp_buf_close(&r.body);
-    r = qfx_get(&f, "/api/v1/symbols", "token-of-a");
-    CHECK_EQ(r.status, 405);
-    cp_buf_close(&r.body);
+    expect_bad_uploads(&f, &elf, stripped);
     top = get_text(&f, pq, "token-of-a");
     CHECK(!strstr(top, "symprog_hash_spin"));
     free(top);
 
     /* the upload, as tenant a (the optional tenant check passes) */
-    r = post(&f, "/api/v1/symbols?tenant=a", "token-of-a", elf.data, elf.len);
+    cp_http_result r = post(&f, "/api/v1/symbols?tenant=a", "token-of-a", elf.data, elf.len);
     CHECK_EQ(r.status, 200);
     CHECK_CONTAINS((char *)r.body.data, id);
     cp_buf_close(&r.body);
 
-    /* a's window, stored before the upload, is named in every text format */
-    top = get_text(&f, pq, "token-of-a");
-    CHECK_CONTAINS(top, "symprog_hash_spin");
-    CHECK_CONTAINS(top, "main");
-    free(top);
-    snprintf(pq, sizeof pq, "/api/v1/profile?format=folded&from=%lld&to=now",
-             (long long)(t0 / SEC - 1));
-    char *folded = get_text(&f, pq, "token-of-a");
-    CHECK_CONTAINS(folded, "main;symprog_hash_spin 70000000");
-    free(folded);
-    snprintf(pq, sizeof pq, "/api/v1/profile?format=json&from=%lld&to=now",
-             (long long)(t0 / SEC - 1));
-    char *json = get_text(&f, pq, "token-of-a");
-    CHECK_CONTAINS(json, "\"name\":\"symprog_hash_spin\"");
-    free(json);
-    snprintf(pq, sizeof pq, "/api/v1/diff?format=json&from=%lld&to=now", (long long)(t0 / SEC - 1));
-    json = get_text(&f, pq, "token-of-a");
-    CHECK_CONTAINS(json, "\"name\":\"symprog_hash_spin\"");
-    free(json);
-    /* pprof: the location carries the function and its line */
-    snprintf(pq, sizeof pq, "/api/v1/profile?format=pprof&from=%lld&to=now",
-             (long long)(t0 / SEC - 1));
-    r = qfx_get(&f, pq, "token-of-a");
-    CHECK_EQ(r.status, 200);
-    cp_profile *p = NULL;
-    CHECK(cp_pprof_decode(r.body.data, r.body.len, NULL, &p, &err) == 0);
-    int found = 0;
-    for (uint32_t i = 0; i < p->locations.n; i++) {
-        const cp_location *l = &p->locations.v[i];
-        for (uint32_t k = 0; k < l->nlines; k++) {
-            const cp_line *ln = &p->lines.v[l->line_off + k];
-            const cp_function *fn = &p->functions.v[ln->function_id - 1];
-            if (strcmp(cp_profile_str(p, fn->name), "symprog_hash_spin") == 0 && ln->line > 0 &&
-                strstr(cp_profile_str(p, fn->filename), "symprog.c"))
-                found = 1;
-        }
-    }
-    CHECK(found);
-    cp_profile_destroy(p);
-    /* and go tool pprof reads it */
-    char tmp[] = "/tmp/cpsym-XXXXXX";
-    int fd = mkstemp(tmp);
-    CHECK(fd >= 0);
-    CHECK(write(fd, r.body.data, r.body.len) == (ssize_t)r.body.len);
-    close(fd);
-    cp_buf_close(&r.body);
-    char cmd[300], out[8192];
-    snprintf(cmd, sizeof cmd, "go tool pprof -top %s 2>&1", tmp);
-    FILE *pp = popen(cmd, "r");
-    CHECK(pp);
-    size_t n = fread(out, 1, sizeof out - 1, pp);
-    out[n] = 0;
-    int prc = pclose(pp);
-    fprintf(stderr, "%s\n", out);
-    CHECK_EQ(prc, 0);
-    CHECK_CONTAINS(out, "symprog_hash_spin");
-    unlink(tmp);
+    expect_named_in_every_format(&f, t0);
 
     /* the counters */
     char *metrics = get_text(&f, "/metrics", "token-of-a");
