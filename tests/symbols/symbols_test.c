@@ -100,6 +100,20 @@ static void prog_locations(const char *url, const char *token, long from, long t
         cp_buf_close(&r.body);
 }
 
+/* Starts contprofd with config conf (its log dlog) and waits for its API: url gets its
+ * address. Returns its pid. */
+static pid_t start_contprofd(const char *conf, const char *dlog, char url[64])
+{
+    char dbin[512];
+    snprintf(dbin, sizeof dbin, "%s/query/contprofd", bindir());
+    const char *dargv[] = {dbin, "--config", conf, NULL};
+    pid_t d = spawn(dargv, dlog);
+    int port = atoi(wait_for_log(d, dlog, PROC_QUERY_API, 30));
+    CHECK(port);
+    snprintf(url, 64, "http://127.0.0.1:%d", port);
+    return d;
+}
+
 /* One program run under the agent for a tenant: mode is its --symbolize (agent or server),
  * or "lines" (CONTPROF_SYMBOLIZE=lines, the libdw control). */
 typedef struct tenant_run {
@@ -194,17 +208,12 @@ TEST(stripped_program_named_after_upload_per_tenant)
             "symbols.dirs = %s/no-debug-dir\n",
             data, dir);
     fclose(f);
-    char dbin[512], cbin[512], prog[512], stripped[512];
-    snprintf(dbin, sizeof dbin, "%s/query/contprofd", bindir());
+    char cbin[512], prog[512], stripped[512];
     snprintf(cbin, sizeof cbin, "%s/query/contprof", bindir());
     snprintf(prog, sizeof prog, "%s/tests/symbols/symprog", bindir());
     snprintf(stripped, sizeof stripped, "%s/tests/symbols/symprog-stripped", bindir());
-    const char *dargv[] = {dbin, "--config", conf, NULL};
-    pid_t d = spawn(dargv, dlog);
-    int port = atoi(wait_for_log(d, dlog, PROC_QUERY_API, 30));
-    CHECK(port);
     char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    pid_t d = start_contprofd(conf, dlog, url);
 
     /* two processes of tenant a and one of tenant b, addresses only; a control that loads
      * libdw (tenant c, CONTPROF_SYMBOLIZE=lines: the agent's default names frames without
@@ -336,14 +345,8 @@ TEST(a_build_id_that_is_a_path_opens_nothing)
     CHECK(cp_write_file(file, pp.data, pp.len, NULL) == 0);
     cp_buf_close(&pp);
 
-    char dbin[512];
-    snprintf(dbin, sizeof dbin, "%s/query/contprofd", bindir());
-    const char *dargv[] = {dbin, "--config", conf, NULL};
-    pid_t d = spawn(dargv, dlog);
-    int port = atoi(wait_for_log(d, dlog, PROC_QUERY_API, 30));
-    CHECK(port);
     char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    pid_t d = start_contprofd(conf, dlog, url);
     snprintf(cmd, sizeof cmd, "%s/query/contprof import --server %s --service victim %s", bindir(),
              url, file);
     CHECK_EQ(run(cmd, out, sizeof out), 0);

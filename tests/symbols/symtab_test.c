@@ -243,6 +243,31 @@ static char *get_text(qfx *f, const char *pq, const char *token)
     return (char *)r.body.data;
 }
 
+/* Stores wa as tenant a's window and wb as b's (labels, start t0) and destroys both. */
+static void store_for_a_and_b(qfx *f, const char *labels, int64_t t0, cp_profile *wa,
+                              cp_profile *wb)
+{
+    qfx_add(f, "a", CP_KIND_CPU, labels, t0, wa);
+    qfx_add(f, "b", CP_KIND_CPU, labels, t0, wb);
+    qfx_commit(f);
+    cp_profile_destroy(wa);
+    cp_profile_destroy(wb);
+}
+
+/* Serves f's store with symbols sy for tenants a and b (tokens token-of-a, token-of-b);
+ * reg: the registry /metrics prints (NULL: the fixture's own). */
+static void serve_tenants_a_b(qfx *f, cp_symbols *sy, cp_metrics *reg)
+{
+    static const cp_api_token toks[2] = {{"token-of-a", "a"}, {"token-of-b", "b"}};
+    cp_api_options ao;
+    cp_api_options_default(&ao);
+    ao.tokens = toks;
+    ao.ntokens = 2;
+    ao.symbols = sy;
+    ao.metrics = reg;
+    qfx_serve(f, &ao, 2);
+}
+
 /* Uploads the server refuses (4xx naming the problem, nothing stored): not an ELF file,
  * truncated, empty, stripped, without a build ID, without a token, for another tenant, over
  * the upload limit (from the headers), and a GET. */
@@ -369,11 +394,7 @@ TEST(uploaded_symbols_name_stored_profiles_of_their_tenant_only)
     int64_t t0 = (time(NULL) - 600) * SEC;
     cp_profile *wa = server_window(id, 0x555500000000, off, moff);
     cp_profile *wb = server_window(id, 0x7f0000000000, off, moff);
-    qfx_add(&f, "a", CP_KIND_CPU, "service=sp", t0, wa);
-    qfx_add(&f, "b", CP_KIND_CPU, "service=sp", t0, wb);
-    qfx_commit(&f);
-    cp_profile_destroy(wa);
-    cp_profile_destroy(wb);
+    store_for_a_and_b(&f, "service=sp", t0, wa, wb);
 
     cp_symbols_options so;
     cp_symbols_options_default(&so);
@@ -384,14 +405,7 @@ TEST(uploaded_symbols_name_stored_profiles_of_their_tenant_only)
     cp_metrics *reg; /* as contprofd: the symbols' counters registered, /metrics prints them */
     CHECK_EQ(cp_metrics_create(&reg), 0);
     CHECK_EQ(cp_symbols_register_metrics(sy, reg), 0);
-    cp_api_token toks[2] = {{"token-of-a", "a"}, {"token-of-b", "b"}};
-    cp_api_options ao;
-    cp_api_options_default(&ao);
-    ao.tokens = toks;
-    ao.ntokens = 2;
-    ao.symbols = sy;
-    ao.metrics = reg;
-    qfx_serve(&f, &ao, 2);
+    serve_tenants_a_b(&f, sy, reg);
 
     char pq[256];
     snprintf(pq, sizeof pq, "/api/v1/profile?format=top&from=%lld&to=now",
@@ -443,9 +457,7 @@ TEST(uploaded_symbols_name_stored_profiles_of_their_tenant_only)
     so.store = g.store;
     sy = cp_symbols_create(&so);
     CHECK(sy);
-    ao.symbols = sy;
-    ao.metrics = NULL; /* reg is gone: the fixture's own registry (the API registers in it) */
-    qfx_serve(&g, &ao, 2);
+    serve_tenants_a_b(&g, sy, NULL); /* reg is gone: the fixture's own registry */
     top = get_text(&g, pq, "token-of-a");
     CHECK_CONTAINS(top, "symprog_hash_spin");
     free(top);
@@ -492,11 +504,7 @@ TEST(source_maps_name_stored_v8_frames_of_their_tenant_only)
     int64_t t0 = (time(NULL) - 600) * SEC;
     cp_profile *wa = v8_window("file:///srv/app/worker.js?v=3");
     cp_profile *wb = v8_window("file:///srv/app/worker.js?v=3");
-    qfx_add(&f, "a", CP_KIND_CPU, "service=js", t0, wa);
-    qfx_add(&f, "b", CP_KIND_CPU, "service=js", t0, wb);
-    qfx_commit(&f);
-    cp_profile_destroy(wa);
-    cp_profile_destroy(wb);
+    store_for_a_and_b(&f, "service=js", t0, wa, wb);
     cp_symbols_options so;
     cp_symbols_options_default(&so);
     so.store = f.store;
@@ -504,13 +512,7 @@ TEST(source_maps_name_stored_v8_frames_of_their_tenant_only)
     so.max_table_bytes = 1 << 20;
     cp_symbols *sy = cp_symbols_create(&so);
     CHECK(sy);
-    cp_api_token toks[2] = {{"token-of-a", "a"}, {"token-of-b", "b"}};
-    cp_api_options ao;
-    cp_api_options_default(&ao);
-    ao.tokens = toks;
-    ao.ntokens = 2;
-    ao.symbols = sy;
-    qfx_serve(&f, &ao, 2);
+    serve_tenants_a_b(&f, sy, NULL);
     char pq[256];
     snprintf(pq, sizeof pq, "/api/v1/profile?format=folded&from=%lld&to=now",
              (long long)(t0 / SEC - 1));
