@@ -13,6 +13,7 @@
 #include "config.h"
 #include "control.h"
 #include "fd.h"
+#include "guard.h"
 #include "isolate.h"
 #include "selector.h"
 #include "times.h"
@@ -341,6 +342,7 @@ static void watch_tick(const char *brokers)
 
 void cp_capture_update(const char *brokers)
 {
+    CP_ASSERT_AGENT_THREAD();
     if (!cp_cfg.captures) return;
     watch_tick(brokers);
     if (!C.used && !C.boosted) return;
@@ -356,6 +358,7 @@ void cp_capture_update(const char *brokers)
 
 void cp_capture_add_cpu(cp_thread *t, const cp_sample_rec *r)
 {
+    CP_ASSERT_AGENT_THREAD();
     int64_t period = r->period_ns > 0 ? r->period_ns : cp_period_ns;
     int64_t ns = (int64_t)r->weight * period;
     uint64_t m = r->isolate ? iso_captures(r->isolate) : thread_captures(t);
@@ -410,6 +413,7 @@ static void free_slot(cap *k)
 void cp_capture_flush(const char *instance, const char *producer, int all, int end, cp_emit_fn emit,
                       void *arg)
 {
+    CP_ASSERT_AGENT_THREAD();
     g_instance = instance;
     if (!C.used) return;
     snprintf(C.producer, sizeof(C.producer), "%s/capture", producer);
@@ -474,6 +478,7 @@ void cp_capture_flush(const char *instance, const char *producer, int all, int e
 
 const char *cp_capture_stats(void)
 {
+    CP_ASSERT_AGENT_THREAD();
     static char buf[200];
     buf[0] = 0;
     if (C.errors || C.bad || C.foreign || C.badsig || C.expired || C.over_table)
@@ -498,6 +503,7 @@ int cp_capture_active(void)
 
 void cp_capture_stop(void)
 {
+    CP_ASSERT_AGENT_THREAD();
     unsigned n = atomic_load(&cp_threads_hwm);
     for (unsigned i = 0; i < n && i < CP_MAX_THREADS; i++) {
         cp_thread *t = atomic_load(&cp_threads[i]);

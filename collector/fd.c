@@ -317,8 +317,8 @@ void cp_fd_gate_leave(void)
 /* The kernel grows a process's fd table (64 entries at first) to the next power of two above
  * the highest number in use, and never shrinks it; in a process with more than one thread
  * (files_struct shared) expand_fdtable waits for an RCU grace period (synchronize_rcu: 3-15
- * ms measured here), which made the agent thread's first move above the floor cost a
- * preloaded /bin/true 14 ms of wall time at exit. Growing it once while the process has one
+ * ms on this machine), which would make the agent thread's first move above the floor cost
+ * a preloaded /bin/true that much wall time at exit. Growing it once while the process has one
  * thread costs a few microseconds: a dup to the top of the agent's range, closed at once. */
 void cp_fd_reserve(void)
 {

@@ -1,5 +1,6 @@
 /* The envelope sink (sink.h): the relay client with its spool fallback, or a Kafka producer
  * of the process's own. */
+#include "guard.h"
 #include "sink.h"
 
 #include <errno.h>
@@ -66,6 +67,7 @@ struct cp_sink {
 
 int cp_sink_create(const cp_sink_options *o, cp_sink **out, cp_err *err)
 {
+    CP_ASSERT_AGENT_THREAD();
     *out = NULL;
     cp_sink *s = calloc(1, sizeof(*s));
     if (!s) return cp_err_set(err, CP_ENOMEM, "out of memory creating the envelope sink");
@@ -330,6 +332,7 @@ static void kafka_tick(cp_sink *s)
 
 void cp_sink_send(cp_sink *s, const cp_envelope *e)
 {
+    CP_ASSERT_AGENT_THREAD();
     cp_buf val = {0}, key = {0};
     /* With a token, the envelope is signed with it: contprofd with tokens stores only
      * envelopes signed by a token of the tenant they name. */
@@ -357,6 +360,7 @@ out:
 
 void cp_sink_send_encoded(cp_sink *s, uint8_t *value, size_t len, uint8_t *key, size_t klen)
 {
+    CP_ASSERT_AGENT_THREAD();
     if (!s->kafka) kafka_tick(s);
     if (!s->kafka) {
         if (!s->keep || s->keep(s->keep_arg, value, len) != 0) s->dropped++;
@@ -382,6 +386,7 @@ int64_t cp_sink_pending(const cp_sink *s)
 
 void cp_sink_tick(cp_sink *s)
 {
+    CP_ASSERT_AGENT_THREAD();
     if (!s->relay_dir[0]) {
         kafka_tick(s);
         return;
@@ -392,11 +397,13 @@ void cp_sink_tick(cp_sink *s)
 
 uint64_t cp_sink_take_delivered(cp_sink *s)
 {
+    CP_ASSERT_AGENT_THREAD();
     return s->kafka ? cp_kafka_take_delivered(s->kafka) : 0;
 }
 
 uint64_t cp_sink_take_dropped(cp_sink *s)
 {
+    CP_ASSERT_AGENT_THREAD();
     if (s->kafka) s->dropped += cp_kafka_take_dropped(s->kafka);
     uint64_t d = s->dropped;
     s->dropped = 0;
@@ -415,6 +422,7 @@ const char *cp_sink_brokers(const cp_sink *s)
 
 void cp_sink_flush(cp_sink *s, int64_t timeout_ns)
 {
+    CP_ASSERT_AGENT_THREAD();
     if (s && s->relay_dir[0]) relay_settle(s);
     if (!s || !s->kafka) return;
     s->dropped += cp_kafka_take_dropped(s->kafka);
@@ -424,6 +432,7 @@ void cp_sink_flush(cp_sink *s, int64_t timeout_ns)
 
 uint64_t cp_sink_destroy(cp_sink *s, int64_t timeout_ns)
 {
+    CP_ASSERT_AGENT_THREAD();
     if (!s) return 0;
     cp_sink_flush(s, timeout_ns);
     if (s->in_n) relay_fail(s); /* no answer within the bound: spooled */

@@ -2,6 +2,7 @@
  * profile is the stream's epoch (mappings, locations, functions, their strings) with this
  * window's samples, so a stack already seen in the epoch costs no new table entry and no
  * symbolization, and ingest can skip what a window shares with the previous one. */
+#include "guard.h"
 #include "stream.h"
 
 #include <stdlib.h>
@@ -355,11 +356,13 @@ cp_stream *cp_streams_begin(const cp_stream_key *k, const cp_modules *mods,
 
 cp_profile *cp_stream_profile(cp_stream *s)
 {
+    CP_ASSERT_AGENT_THREAD();
     return s->p;
 }
 
 void cp_stream_add_sample(cp_stream *s, const uint64_t *pcs, uint32_t n, const int64_t *vals)
 {
+    CP_ASSERT_AGENT_THREAD();
     uint32_t locs[CP_MAX_FRAMES];
     uint32_t k = 0;
     for (uint32_t i = 0; i < n && i < CP_MAX_FRAMES && !s->err; i++) {
@@ -372,6 +375,7 @@ void cp_stream_add_sample(cp_stream *s, const uint64_t *pcs, uint32_t n, const i
 
 int cp_stream_seal(cp_stream *s)
 {
+    CP_ASSERT_AGENT_THREAD();
     s->nstrings = s->p->strs.off.n;
     return s->err;
 }

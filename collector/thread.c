@@ -2,6 +2,7 @@
  * POSIX thread CPU timer as fallback), the signal handler that unwinds into the thread's
  * own lock-free ring, the host's view of signals, the pthread_create/pthread_setname_np
  * hooks that bring new threads in, and the isolate a thread is in. */
+#include "guard.h"
 #include "thread.h"
 
 #include <dirent.h>
@@ -1373,6 +1374,7 @@ static void x_engine_text(void)
 
 void cp_threads_poll_blocked(void)
 {
+    CP_ASSERT_AGENT_THREAD();
     static int64_t next_check;
     int on = atomic_load(&g_cpu_on);
     int64_t now = cp_mono_ns();

@@ -2,6 +2,7 @@
  * interpreter runs in signal handlers and allocation hooks and only reads memory that is
  * mapped for sure: the loaded objects' own .eh_frame_hdr/.eh_frame and the interrupted
  * thread's stack between its stack pointer and the stack's top. x86-64 only. */
+#include "guard.h"
 #include "unwind.h"
 
 #include <elf.h>
@@ -294,6 +295,7 @@ int cp_modules_refresh_host(void)
 
 const cp_modules *cp_modules_current(void)
 {
+    CP_ASSERT_AGENT_THREAD();
     pub_lock();
     cp_modules *m = atomic_load(&g_mods);
     g_held = m;
@@ -521,8 +523,177 @@ done:
 
 #define CFI_STACK 8
 
+/* The rules of a register CFI says was saved at CFA + off (only rbp's and the return
+ * address's are kept). */
+static inline void rule_offset(cfi_row *row, uint64_t reg, int64_t off)
+{
+    if (reg == REG_RBP) {
+        row->rbp_rule = RULE_OFFSET;
+        row->rbp_off = off;
+    } else if (reg == REG_RA) {
+        row->ra_rule = RULE_OFFSET;
+        row->ra_off = off;
+    }
+}
+
+/* A register set by a rule the unwinder does not follow (a register, an expression). */
+static inline void rule_other(cfi_row *row, uint64_t reg)
+{
+    if (reg == REG_RBP) row->rbp_rule = RULE_OTHER;
+    if (reg == REG_RA) row->ra_rule = RULE_OTHER;
+}
+
+/* A register's rule back to the CIE's (initial); 0 while running the CIE itself. */
+static inline int rule_restore(cfi_row *row, const cfi_row *initial, uint64_t reg)
+{
+    if (!initial) return 0;
+    if (reg == REG_RBP) {
+        row->rbp_rule = initial->rbp_rule;
+        row->rbp_off = initial->rbp_off;
+    } else if (reg == REG_RA) {
+        row->ra_rule = initial->ra_rule;
+        row->ra_off = initial->ra_off;
+    }
+    return 1;
+}
+
+/* set_loc and advance_loc1/2/4 (op 0x01-0x04): moves *loc. Returns 0 if the address
+ * cannot be read. */
+static inline int cfi_advance(uint8_t op, const uint8_t **pp, const uint8_t *end,
+                              const cie_info *ci, uintptr_t *loc)
+{
+    const uint8_t *p = *pp;
+    switch (op) {
+    case 0x01: { /* set_loc */
+        uintptr_t v;
+        if (!read_enc(&p, end, ci->fde_enc, 0, &v)) return 0;
+        *loc = v;
+        break;
+    }
+    case 0x02:
+        *loc += *p++ * ci->code_align;
+        break;
+    case 0x03: {
+        uint16_t d;
+        memcpy(&d, p, 2);
+        p += 2;
+        *loc += d * ci->code_align;
+        break;
+    }
+    default: { /* 0x04 */
+        uint32_t d;
+        memcpy(&d, p, 4);
+        p += 4;
+        *loc += d * ci->code_align;
+        break;
+    }
+    }
+    *pp = p;
+    return 1;
+}
+
+/* The CFA rules (def_cfa, def_cfa_sf, def_cfa_register, def_cfa_offset,
+ * def_cfa_offset_sf, def_cfa_expression). */
+static inline void cfi_def_cfa(uint8_t op, const uint8_t **pp, const uint8_t *end,
+                               const cie_info *ci, cfi_row *row)
+{
+    const uint8_t *p = *pp;
+    switch (op) {
+    case 0x0c: /* def_cfa */
+        row->cfa_reg = (uint8_t)uleb(&p, end);
+        row->cfa_off = (int64_t)uleb(&p, end);
+        row->cfa_kind = CFA_REG;
+        break;
+    case 0x12: /* def_cfa_sf */
+        row->cfa_reg = (uint8_t)uleb(&p, end);
+        row->cfa_off = sleb(&p, end) * ci->data_align;
+        row->cfa_kind = CFA_REG;
+        break;
+    case 0x0d: /* def_cfa_register */
+        row->cfa_reg = (uint8_t)uleb(&p, end);
+        if (row->cfa_kind != CFA_REG) row->cfa_kind = CFA_BAD;
+        break;
+    case 0x0e: /* def_cfa_offset */
+        row->cfa_off = (int64_t)uleb(&p, end);
+        break;
+    case 0x13: /* def_cfa_offset_sf */
+        row->cfa_off = sleb(&p, end) * ci->data_align;
+        break;
+    default: { /* 0x0f def_cfa_expression */
+        uint64_t n = uleb(&p, end);
+        /* The PLT's expression (rsp + 8 + ...) is the one worth recognising. */
+        if (n == 11 && p[0] == 0x77 && p[2] == 0x80) {
+            row->cfa_kind = CFA_PLT;
+            row->cfa_reg = REG_RSP;
+            row->cfa_off = 8;
+        } else {
+            row->cfa_kind = CFA_BAD;
+        }
+        p += n;
+        break;
+    }
+    }
+    *pp = p;
+}
+
+/* The register rules in their extended forms (offset_extended(_sf), restore_extended,
+ * undefined, same_value, register, (val_)expression, val_offset(_sf),
+ * GNU_negative_offset_extended). Returns 0 for an op it cannot follow. */
+static inline int cfi_reg_rule(uint8_t op, const uint8_t **pp, const uint8_t *end,
+                               const cie_info *ci, cfi_row *row, const cfi_row *initial)
+{
+    const uint8_t *p = *pp;
+    uint64_t reg = uleb(&p, end);
+    int ok = 1;
+    switch (op) {
+    case 0x05: /* offset_extended */
+        rule_offset(row, reg, (int64_t)uleb(&p, end) * ci->data_align);
+        break;
+    case 0x11: /* offset_extended_sf */
+        rule_offset(row, reg, sleb(&p, end) * ci->data_align);
+        break;
+    case 0x2f: /* GNU_negative_offset_extended */
+        rule_offset(row, reg, -(int64_t)uleb(&p, end) * ci->data_align);
+        break;
+    case 0x06: /* restore_extended */
+        ok = rule_restore(row, initial, reg);
+        break;
+    case 0x07: /* undefined */
+        if (reg == REG_RBP) row->rbp_rule = RULE_UNDEF;
+        if (reg == REG_RA) row->ra_rule = RULE_UNDEF;
+        break;
+    case 0x08: /* same_value */
+        if (reg == REG_RBP) row->rbp_rule = RULE_SAME;
+        break;
+    case 0x09: /* register */
+        (void)uleb(&p, end);
+        rule_other(row, reg);
+        break;
+    case 0x10:   /* expression */
+    case 0x16: { /* val_expression */
+        uint64_t n = uleb(&p, end);
+        p += n;
+        rule_other(row, reg);
+        break;
+    }
+    case 0x14: /* val_offset */
+        (void)uleb(&p, end);
+        rule_other(row, reg);
+        break;
+    case 0x15: /* val_offset_sf */
+        (void)sleb(&p, end);
+        rule_other(row, reg);
+        break;
+    default:
+        return 0;
+    }
+    *pp = p;
+    return ok;
+}
+
 /* Executes CFA instructions until the location passes target. Returns 0 if it met
- * something it cannot follow. */
+ * something it cannot follow. Runs in the signal handler: no allocation, the helpers
+ * above inlined. */
 static int run_cfi(const uint8_t *p, const uint8_t *end, const cie_info *ci, uintptr_t loc,
                    uintptr_t target, cfi_row *row, const cfi_row *initial)
 {
@@ -531,77 +702,28 @@ static int run_cfi(const uint8_t *p, const uint8_t *end, const cie_info *ci, uin
     while (p < end) {
         uint8_t op = *p++;
         uint8_t hi = op & 0xc0, lo = op & 0x3f;
-        uint64_t reg;
-        int64_t off;
         if (hi == 0x40) { /* advance_loc */
             loc += lo * ci->code_align;
             if (loc > target) return 1;
             continue;
         }
         if (hi == 0x80) { /* offset */
-            off = (int64_t)uleb(&p, end) * ci->data_align;
-            reg = lo;
-            goto set_offset;
+            rule_offset(row, lo, (int64_t)uleb(&p, end) * ci->data_align);
+            continue;
         }
         if (hi == 0xc0) { /* restore */
-            reg = lo;
-            goto restore;
+            if (!rule_restore(row, initial, lo)) return 0;
+            continue;
         }
         switch (op) {
-        case 0x00:
-            break;   /* nop */
-        case 0x01: { /* set_loc */
-            uintptr_t v;
-            if (!read_enc(&p, end, ci->fde_enc, 0, &v)) return 0;
-            loc = v;
-            if (loc > target) return 1;
+        case 0x00: /* nop */
             break;
-        }
+        case 0x01: /* set_loc, advance_loc1/2/4 */
         case 0x02:
-            loc += *p++ * ci->code_align;
+        case 0x03:
+        case 0x04:
+            if (!cfi_advance(op, &p, end, ci, &loc)) return 0;
             if (loc > target) return 1;
-            break;
-        case 0x03: {
-            uint16_t d;
-            memcpy(&d, p, 2);
-            p += 2;
-            loc += d * ci->code_align;
-            if (loc > target) return 1;
-            break;
-        }
-        case 0x04: {
-            uint32_t d;
-            memcpy(&d, p, 4);
-            p += 4;
-            loc += d * ci->code_align;
-            if (loc > target) return 1;
-            break;
-        }
-        case 0x05: /* offset_extended */
-            reg = uleb(&p, end);
-            off = (int64_t)uleb(&p, end) * ci->data_align;
-            goto set_offset;
-        case 0x11: /* offset_extended_sf */
-            reg = uleb(&p, end);
-            off = sleb(&p, end) * ci->data_align;
-            goto set_offset;
-        case 0x06: /* restore_extended */
-            reg = uleb(&p, end);
-            goto restore;
-        case 0x07: /* undefined */
-            reg = uleb(&p, end);
-            if (reg == REG_RBP) row->rbp_rule = RULE_UNDEF;
-            if (reg == REG_RA) row->ra_rule = RULE_UNDEF;
-            break;
-        case 0x08: /* same_value */
-            reg = uleb(&p, end);
-            if (reg == REG_RBP) row->rbp_rule = RULE_SAME;
-            break;
-        case 0x09: /* register */
-            reg = uleb(&p, end);
-            (void)uleb(&p, end);
-            if (reg == REG_RBP) row->rbp_rule = RULE_OTHER;
-            if (reg == REG_RA) row->ra_rule = RULE_OTHER;
             break;
         case 0x0a: /* remember_state */
             if (sp == CFI_STACK) return 0;
@@ -620,86 +742,20 @@ static int run_cfi(const uint8_t *p, const uint8_t *end, const cie_info *ci, uin
                 row->cfa_off = saved.cfa_off;
             }
             break;
-        case 0x0c: /* def_cfa */
-            row->cfa_reg = (uint8_t)uleb(&p, end);
-            row->cfa_off = (int64_t)uleb(&p, end);
-            row->cfa_kind = CFA_REG;
-            break;
-        case 0x12: /* def_cfa_sf */
-            row->cfa_reg = (uint8_t)uleb(&p, end);
-            row->cfa_off = sleb(&p, end) * ci->data_align;
-            row->cfa_kind = CFA_REG;
-            break;
-        case 0x0d: /* def_cfa_register */
-            row->cfa_reg = (uint8_t)uleb(&p, end);
-            if (row->cfa_kind != CFA_REG) row->cfa_kind = CFA_BAD;
-            break;
-        case 0x0e: /* def_cfa_offset */
-            row->cfa_off = (int64_t)uleb(&p, end);
-            break;
-        case 0x13: /* def_cfa_offset_sf */
-            row->cfa_off = sleb(&p, end) * ci->data_align;
-            break;
-        case 0x0f: { /* def_cfa_expression */
-            uint64_t n = uleb(&p, end);
-            /* The PLT's expression (rsp + 8 + ...) is the one worth recognising. */
-            if (n == 11 && p[0] == 0x77 && p[2] == 0x80) {
-                row->cfa_kind = CFA_PLT;
-                row->cfa_reg = REG_RSP;
-                row->cfa_off = 8;
-            } else {
-                row->cfa_kind = CFA_BAD;
-            }
-            p += n;
-            break;
-        }
-        case 0x10:   /* expression */
-        case 0x16: { /* val_expression */
-            reg = uleb(&p, end);
-            uint64_t n = uleb(&p, end);
-            p += n;
-            if (reg == REG_RBP) row->rbp_rule = RULE_OTHER;
-            if (reg == REG_RA) row->ra_rule = RULE_OTHER;
-            break;
-        }
-        case 0x14: /* val_offset */
-        case 0x15: /* val_offset_sf */
-            reg = uleb(&p, end);
-            if (op == 0x14)
-                (void)uleb(&p, end);
-            else
-                (void)sleb(&p, end);
-            if (reg == REG_RBP) row->rbp_rule = RULE_OTHER;
-            if (reg == REG_RA) row->ra_rule = RULE_OTHER;
+        case 0x0c: /* def_cfa and its kin */
+        case 0x0d:
+        case 0x0e:
+        case 0x0f:
+        case 0x12:
+        case 0x13:
+            cfi_def_cfa(op, &p, end, ci, row);
             break;
         case 0x2e: /* GNU_args_size */
             (void)uleb(&p, end);
             break;
-        case 0x2f: /* GNU_negative_offset_extended */
-            reg = uleb(&p, end);
-            off = -(int64_t)uleb(&p, end) * ci->data_align;
-            goto set_offset;
         default:
-            return 0;
-        }
-        continue;
-    set_offset:
-        if (reg == REG_RBP) {
-            row->rbp_rule = RULE_OFFSET;
-            row->rbp_off = off;
-        } else if (reg == REG_RA) {
-            row->ra_rule = RULE_OFFSET;
-            row->ra_off = off;
-        }
-        continue;
-    restore:
-        if (!initial) return 0;
-        if (reg == REG_RBP) {
-            row->rbp_rule = initial->rbp_rule;
-            row->rbp_off = initial->rbp_off;
-        } else if (reg == REG_RA) {
-            row->ra_rule = initial->ra_rule;
-            row->ra_off = initial->ra_off;
+            if (!cfi_reg_rule(op, &p, end, ci, row, initial)) return 0;
+            break;
         }
     }
     return 1;

@@ -293,6 +293,7 @@ static int poller_start(cp_watch *w, const char *server, const char *token, cp_e
 int cp_watch_create(const char *server, const char *token, const char *brokers, const char *props,
                     cp_watch_wake_fn wake, void *wake_arg, cp_watch **out, cp_err *err)
 {
+    CP_ASSERT_AGENT_THREAD();
     *out = NULL;
     cp_watch *w = calloc(1, sizeof(*w));
     if (!w || !(w->brokers = strdup(brokers ? brokers : "")) ||
@@ -358,6 +359,7 @@ static int poller_take(cp_watch *w, cp_watch_fn fn, void *arg)
 
 int cp_watch_poll(cp_watch *w, cp_watch_fn fn, void *arg)
 {
+    CP_ASSERT_AGENT_THREAD();
     w->whole = 0;
     if (w->p) return poller_take(w, fn, arg);
     cp_rk.rd_kafka_poll(w->rk, 0); /* error callbacks */
@@ -399,6 +401,7 @@ int cp_watch_was_whole(const cp_watch *w)
 
 uint64_t cp_watch_take_errors(cp_watch *w, const char **last)
 {
+    CP_ASSERT_AGENT_THREAD();
     uint64_t e = w->errors;
     w->errors = 0;
     if (last) *last = w->last;
@@ -407,6 +410,7 @@ uint64_t cp_watch_take_errors(cp_watch *w, const char **last)
 
 void cp_watch_destroy(cp_watch *w)
 {
+    CP_ASSERT_AGENT_THREAD();
     if (!w) return;
     if (w->p) { /* never waits for a request in flight: the thread lets go when it ends */
         pthread_mutex_lock(&w->p->mu);

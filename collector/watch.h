@@ -3,8 +3,9 @@
  *   agent's: not sampled, signals blocked) asks GET /api/v1/control/captures every
  *   CP_WATCH_POLL_MS, at most CP_WATCH_HTTP_TIMEOUT_MS each, and leaves a changed answer for
  *   the agent thread, which never waits for the server. Why not the topic: a second
- *   librdkafka handle costs ~0.8 ms of CPU a second even idle (librdkafka 2.0.2's main
- *   thread spins through the last millisecond before each of its timers), polling ~0.3 ms.
+ *   librdkafka handle costs CPU even idle (librdkafka 2.0.2's main thread spins through the
+ *   last millisecond before each of its timers); both costs are collector/README.md's
+ *   `watch_*` rows.
  *   A server that does not serve the path (404: an older contprofd) turns the watcher into
  *   the consumer below.
  * - without: the control topic's consumer (CP_TOPIC_CONTROL), a second librdkafka handle,
@@ -32,8 +33,8 @@
 /* The polling interval and each poll's bound (a loaded contprofd can take a few hundred
  * ms); after n failures in a row the next poll is CP_WATCH_POLL_MS << (n - 1) later, at
  * most CP_WATCH_RETRY_MS. Why 750 ms: the gap between two polls stays under 1 s, so a poll
- * falls inside any capture of 1 s or more; a poll after 750 ms asleep costs ~230 us of CPU
- * here (cold caches; 23 us back to back): ~0.03% of a core. */
+ * falls inside any capture of 1 s or more, for ~0.03% of a core (collector/README.md,
+ * `watch_poll_spaced_cpu_percent_of_a_core_at_interval`). */
 #define CP_WATCH_POLL_MS 750
 #define CP_WATCH_HTTP_TIMEOUT_MS 1000
 #define CP_WATCH_RETRY_MS 6000

@@ -3,6 +3,7 @@
  * CONTPROF_SYMBOLIZE=lines; a CPU budget per window), the per-isolate cpu/alloc/inuse
  * profiles wrapped in envelopes, and the contprof-agent isolate's profile of the agent's
  * own CPU. */
+#include "guard.h"
 #include "window.h"
 
 #include <sys/auxv.h>
@@ -150,12 +151,14 @@ static void cpu_add(cpu_table *t, const cp_sample_rec *r, const char *thread, ui
 
 void cp_window_add_cpu(const cp_sample_rec *r, const char *thread)
 {
+    CP_ASSERT_AGENT_THREAD();
     cpu_add(&cpu, r, thread, 1, r->weight, CPU_MAX_ENTRIES);
 }
 
 void cp_window_add_capture_cpu(unsigned slot, const cp_sample_rec *r, const char *thread,
                                int64_t ns)
 {
+    CP_ASSERT_AGENT_THREAD();
     if (slot >= CP_CAPTURE_SLOTS) return;
     /* bounded: CAPTURE_MAX_ENTRIES stacks a capture window, all captures' tables together
      * CAPTURE_MAX_TOTAL (past them samples are dropped, counted in the envelopes) */
@@ -898,6 +901,7 @@ static int is_worker_start(const cp_modules *mods, uintptr_t fn)
 
 void cp_window_label_threads(void)
 {
+    CP_ASSERT_AGENT_THREAD();
     const cp_modules *mods = cp_modules_current();
     if (!mods) return;
     if (mods != starts.mods) {
@@ -1018,6 +1022,7 @@ static int isolate_labels(cp_labels *l, const iso_key *k, const char *instance)
 
 int cp_window_isolate_labels(uint32_t iso, const char *thread, const char *instance, cp_labels *out)
 {
+    CP_ASSERT_AGENT_THREAD();
     iso_key k = {.iso = iso};
     if (!iso) memcpy(k.thread, thread, strnlen(thread, 15));
     return isolate_labels(out, &k, instance);
@@ -1279,6 +1284,7 @@ static cp_stream *begin_stream(const iso_key *k, int kind, const cp_modules *mod
 
 int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
 {
+    CP_ASSERT_AGENT_THREAD();
     int64_t finish_start = thread_cpu_ns();
     syms.spent_ns = 0;
     syms.over_budget = 0;
@@ -1391,6 +1397,7 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
 
 int cp_window_finish_capture(unsigned slot, const cp_capture_window *w, cp_emit_fn emit, void *arg)
 {
+    CP_ASSERT_AGENT_THREAD();
     if (slot >= CP_CAPTURE_SLOTS) return CP_EINVAL;
     cpu_table *t = &capcpu[slot];
     iso_set isos = {0};
@@ -1479,16 +1486,19 @@ int cp_window_finish_capture(unsigned slot, const cp_capture_window *w, cp_emit_
 
 int cp_window_capture_empty(unsigned slot)
 {
+    CP_ASSERT_AGENT_THREAD();
     return slot >= CP_CAPTURE_SLOTS || capcpu[slot].n == 0;
 }
 
 void cp_window_drop_capture(unsigned slot)
 {
+    CP_ASSERT_AGENT_THREAD();
     if (slot < CP_CAPTURE_SLOTS) cpu_table_clear(&capcpu[slot]);
 }
 
 void cp_window_reset(void)
 {
+    CP_ASSERT_AGENT_THREAD();
     cpu_clear();
     for (unsigned i = 0; i < CP_CAPTURE_SLOTS; i++)
         cpu_table_clear(&capcpu[i]);
@@ -1515,6 +1525,7 @@ void cp_window_abandon(void)
 
 uint64_t cp_window_take_dropped(void)
 {
+    CP_ASSERT_AGENT_THREAD();
     uint64_t d = cpu.dropped;
     cpu.dropped = 0;
     return d;

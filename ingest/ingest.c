@@ -6,6 +6,7 @@
 #include "ingest.h"
 #include "assign.h"
 #include "broker.h"
+#include "check.h"
 #include "envelope.h"
 #include "log.h"
 #include "metrics.h"
@@ -126,7 +127,10 @@ struct cp_ingest {
     cp_counter messages, bytes, windows, duplicates, skipped, batches;
     cp_counter dlq_reason[CP_DLQ_NREASONS];
     cp_gauge lag;
-    cp_gauge_f rate;              /* windows per second, smoothed (rate_tick) */
+    cp_gauge_f rate; /* windows per second, smoothed (rate_tick) */
+    /* "ingest thread only" (rate_ns, paused, the gaps): run()'s thread, released when it
+     * ends; the caller's while it leaves the group in cp_ingest_stop */
+    cp_thread_owner owner;
     int64_t rate_ns;              /* when rate_tick last sampled; ingest thread only */
     uint64_t rate_windows;        /* the windows count then */
     cp_metrics *metrics;          /* where this ingest is registered; NULL = nowhere */
@@ -265,6 +269,7 @@ static void set_paused(cp_ingest *in, int paused, const char *why)
  * reopening the store with backoff (try_resume). */
 static void store_failed(cp_ingest *in, const char *msg)
 {
+    CP_ASSERT_THREAD(&in->owner, "ingest thread only");
     cp_store_batch_reset(in->batch);
     in->pending = 0;
     /* an offset of the failed batch is not this process's until it is stored */
@@ -289,6 +294,7 @@ static void store_failed(cp_ingest *in, const char *msg)
  * with the data (what the failed batch had read is read again) and resumes them. */
 static void try_resume(cp_ingest *in)
 {
+    CP_ASSERT_THREAD(&in->owner, "ingest thread only");
     cp_err err = {0};
     if (cp_store_reopen(in->store, &err)) {
         in->backoff = in->backoff * 2 > BACKOFF_MAX_NS ? BACKOFF_MAX_NS : in->backoff * 2;
@@ -801,6 +807,7 @@ static void gap_compact(cp_ingest *in, int64_t now)
  * partition is not seen. */
 static void seq_note(cp_ingest *in, const cp_envelope *e)
 {
+    CP_ASSERT_THREAD(&in->owner, "ingest thread only");
     const char *id = e->producer_id;
     if (!id || !*id || !e->tenant || !in->gaps) return;
     int64_t now = mono_ns();
@@ -842,6 +849,7 @@ static void seq_note(cp_ingest *in, const cp_envelope *e)
 /* Counts and logs the gaps of the producers first seen at least GAP_SETTLE_NS ago. */
 static void gap_settle(cp_ingest *in, int64_t now)
 {
+    CP_ASSERT_THREAD(&in->owner, "ingest thread only");
     if (!in->ntracked || now - in->gaps_checked_ns < 1000000000LL) return;
     in->gaps_checked_ns = now;
     for (uint32_t i = 0; i < GAP_PRODUCERS; i++) {
@@ -1072,6 +1080,7 @@ static int64_t wait_now(cp_ingest *in, int64_t idle_wait)
  * 0.3 for the newest), for contprof_ingest_windows_per_second. */
 static void rate_tick(cp_ingest *in, int64_t now)
 {
+    CP_ASSERT_THREAD(&in->owner, "ingest thread only");
     if (in->rate_ns && now - in->rate_ns < 5000000000LL) return;
     uint64_t w = cp_counter_get(&in->windows);
     if (in->rate_ns) {
@@ -1173,6 +1182,7 @@ static void *run(void *arg)
     if (!in->st.failed) commit(in);
     rd_kafka_flush(in->dlq, 10000);
     cp_store_writer_release(in->store); /* a later start, or the caller, may write next */
+    CP_THREAD_RELEASE(&in->owner);
     pthread_mutex_lock(&in->mu);
     in->st.running = 0;
     pthread_mutex_unlock(&in->mu);
@@ -1384,6 +1394,7 @@ void cp_ingest_stop(cp_ingest *in)
     in->started = 0;
     /* leaving the group runs the revoke callback on this thread: it commits (nothing) */
     rd_kafka_consumer_close(in->rk);
+    CP_THREAD_RELEASE(&in->owner);
 }
 
 void cp_ingest_destroy(cp_ingest *in)
@@ -1439,6 +1450,7 @@ void cp_ingest_destroy(cp_ingest *in)
 
 int cp_ingest_drain(cp_ingest *in, int64_t timeout_ns)
 {
+    CP_ASSERT(!in->started || !pthread_equal(pthread_self(), in->th)); /* not ingest's */
     int64_t end = mono_ns() + timeout_ns;
     /* The broker's own end offsets (a ListOffsets round trip each), not the ones the last
      * fetch answer left in the consumer: a message produced just before this call and not

@@ -547,6 +547,119 @@ static void next_index(cp_heapsnap *h)
         h->stack[h->depth - 1].index++;
 }
 
+/* S_AFTER: c (not white space) after a value: a comma, a container's end, or (inside a
+ * skipped value) the ':' after a key read as a string. */
+static int feed_after(cp_heapsnap *h, char c, cp_err *err)
+{
+    int in_obj = h->skip_depth ? -1 : h->stack[h->depth - 1].is_obj;
+    if (c == ',') {
+        next_index(h);
+        /* inside a skipped value objects and arrays are not told apart: a key and its ':'
+         * read as a string value followed by one */
+        h->st = in_obj == 1 ? S_KEY : S_VALUE;
+        return 0;
+    }
+    if (c == ':' && in_obj == -1) {
+        h->st = S_VALUE;
+        return 0;
+    }
+    if (c == '}' || c == ']') {
+        if (in_obj != -1 && in_obj != (c == '}'))
+            return fail(h, CP_EPARSE, err, "byte %llu: '%c' closes nothing open",
+                        (unsigned long long)h->offset, c);
+        return close_container(h, c == '}', err) ? h->failed : 0;
+    }
+    return fail(h, CP_EPARSE, err, "byte %llu: '%c' where ',' or an end belongs",
+                (unsigned long long)h->offset, c);
+}
+
+/* S_STR at buf[*ip]: the run up to the next quote or backslash in one piece, then what
+ * ends it. Leaves *ip (and h->offset) at the last byte consumed. */
+static int feed_str(cp_heapsnap *h, const char *buf, size_t len, size_t *ip, cp_err *err)
+{
+    size_t i = *ip, j = i;
+    while (j < len && buf[j] != '"' && buf[j] != '\\' && (unsigned char)buf[j] >= 0x20)
+        j++;
+    if (j > i) {
+        if (h->high && put_codepoint(h, 0xfffd, err)) return h->failed;
+        h->high = 0;
+        if (str_bytes(h, buf + i, j - i, err)) return h->failed;
+        h->offset += j - i;
+        i = j;
+        if (i == len) {
+            h->offset--; /* the caller's increment */
+            *ip = i - 1;
+            return 0;
+        }
+    }
+    *ip = i;
+    char c = buf[i];
+    if (c == '"') {
+        if (end_string(h, err)) return h->failed;
+        if (h->str_is_key)
+            h->st = S_COLON;
+        else
+            value_done(h);
+        return 0;
+    }
+    if (c == '\\') {
+        h->st = S_ESC;
+        return 0;
+    }
+    return fail(h, CP_EPARSE, err, "byte %llu: a control character in a string",
+                (unsigned long long)h->offset);
+}
+
+/* S_ESC: the character after a backslash. */
+static int feed_esc(cp_heapsnap *h, char c, cp_err *err)
+{
+    if (c == 'u') {
+        h->hex = 0;
+        h->nhex = 0;
+        h->st = S_HEX;
+        return 0;
+    }
+    const char *from = "\"\\/bfnrt", *to = "\"\\/\b\f\n\r\t";
+    const char *p = strchr(from, c);
+    if (!p || !c)
+        return fail(h, CP_EPARSE, err, "byte %llu: bad escape '\\%c'",
+                    (unsigned long long)h->offset, c);
+    if (h->high && put_codepoint(h, 0xfffd, err)) return h->failed;
+    h->high = 0;
+    if (str_bytes(h, to + (p - from), 1, err)) return h->failed;
+    h->st = S_STR;
+    return 0;
+}
+
+/* S_HEX: one hex digit of a \u escape; the fourth puts the code point (pairing
+ * surrogates, U+FFFD for a lone one). */
+static int feed_hex(cp_heapsnap *h, char c, cp_err *err)
+{
+    int d = c >= '0' && c <= '9'   ? c - '0'
+            : c >= 'a' && c <= 'f' ? c - 'a' + 10
+            : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                   : -1;
+    if (d < 0)
+        return fail(h, CP_EPARSE, err, "byte %llu: bad \\u escape", (unsigned long long)h->offset);
+    h->hex = h->hex << 4 | (uint32_t)d;
+    if (++h->nhex < 4) return 0;
+    h->st = S_STR;
+    uint32_t cp = h->hex;
+    if (cp >= 0xd800 && cp < 0xdc00) {
+        if (h->high && put_codepoint(h, 0xfffd, err)) return h->failed;
+        h->high = cp;
+        return 0;
+    }
+    if (cp >= 0xdc00 && cp < 0xe000) {
+        cp = h->high ? 0x10000 + ((h->high - 0xd800) << 10) + (cp - 0xdc00) : 0xfffd;
+        h->high = 0;
+    } else if (h->high) {
+        if (put_codepoint(h, 0xfffd, err)) return h->failed;
+        h->high = 0;
+    }
+    return put_codepoint(h, cp, err) ? h->failed : 0;
+}
+
 int cp_heapsnap_feed(cp_heapsnap *h, const char *buf, size_t len, cp_err *err)
 {
     if (h->failed) {
@@ -586,108 +699,19 @@ int cp_heapsnap_feed(cp_heapsnap *h, const char *buf, size_t len, cp_err *err)
                             (unsigned long long)h->offset, c);
             h->st = S_VALUE;
             break;
-        case S_AFTER: {
+        case S_AFTER:
             if (is_ws(c)) break;
-            int in_obj = h->skip_depth ? -1 : h->stack[h->depth - 1].is_obj;
-            if (c == ',') {
-                next_index(h);
-                /* inside a skipped value objects and arrays are not told apart: a key and
-                 * its ':' read as a string value followed by one */
-                h->st = in_obj == 1 ? S_KEY : S_VALUE;
-                break;
-            }
-            if (c == ':' && in_obj == -1) {
-                h->st = S_VALUE;
-                break;
-            }
-            if (c == '}' || c == ']') {
-                if (in_obj != -1 && in_obj != (c == '}'))
-                    return fail(h, CP_EPARSE, err, "byte %llu: '%c' closes nothing open",
-                                (unsigned long long)h->offset, c);
-                if (close_container(h, c == '}', err)) return h->failed;
-                break;
-            }
-            return fail(h, CP_EPARSE, err, "byte %llu: '%c' where ',' or an end belongs",
-                        (unsigned long long)h->offset, c);
-        }
-        case S_STR: {
-            /* the run up to the next quote or backslash in one piece */
-            size_t j = i;
-            while (j < len && buf[j] != '"' && buf[j] != '\\' && (unsigned char)buf[j] >= 0x20)
-                j++;
-            if (j > i) {
-                if (h->high && put_codepoint(h, 0xfffd, err)) return h->failed;
-                h->high = 0;
-                if (str_bytes(h, buf + i, j - i, err)) return h->failed;
-                h->offset += j - i;
-                i = j;
-                if (i == len) {
-                    h->offset--; /* the loop's increment */
-                    i--;
-                    break;
-                }
-            }
-            c = buf[i];
-            if (c == '"') {
-                if (end_string(h, err)) return h->failed;
-                if (h->str_is_key) {
-                    h->st = S_COLON;
-                } else {
-                    value_done(h);
-                }
-            } else if (c == '\\') {
-                h->st = S_ESC;
-            } else {
-                return fail(h, CP_EPARSE, err, "byte %llu: a control character in a string",
-                            (unsigned long long)h->offset);
-            }
+            if (feed_after(h, c, err)) return h->failed;
             break;
-        }
-        case S_ESC: {
-            if (c == 'u') {
-                h->hex = 0;
-                h->nhex = 0;
-                h->st = S_HEX;
-                break;
-            }
-            const char *from = "\"\\/bfnrt", *to = "\"\\/\b\f\n\r\t";
-            const char *p = strchr(from, c);
-            if (!p || !c)
-                return fail(h, CP_EPARSE, err, "byte %llu: bad escape '\\%c'",
-                            (unsigned long long)h->offset, c);
-            if (h->high && put_codepoint(h, 0xfffd, err)) return h->failed;
-            h->high = 0;
-            if (str_bytes(h, to + (p - from), 1, err)) return h->failed;
-            h->st = S_STR;
+        case S_STR:
+            if (feed_str(h, buf, len, &i, err)) return h->failed;
             break;
-        }
-        case S_HEX: {
-            int d = c >= '0' && c <= '9'   ? c - '0'
-                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                    : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                           : -1;
-            if (d < 0)
-                return fail(h, CP_EPARSE, err, "byte %llu: bad \\u escape",
-                            (unsigned long long)h->offset);
-            h->hex = h->hex << 4 | (uint32_t)d;
-            if (++h->nhex < 4) break;
-            h->st = S_STR;
-            uint32_t cp = h->hex;
-            if (cp >= 0xd800 && cp < 0xdc00) {
-                if (h->high && put_codepoint(h, 0xfffd, err)) return h->failed;
-                h->high = cp;
-                break;
-            }
-            if (cp >= 0xdc00 && cp < 0xe000) {
-                cp = h->high ? 0x10000 + ((h->high - 0xd800) << 10) + (cp - 0xdc00) : 0xfffd;
-                h->high = 0;
-            } else if (h->high) {
-                if (put_codepoint(h, 0xfffd, err)) return h->failed;
-                h->high = 0;
-            }
-            if (put_codepoint(h, cp, err)) return h->failed;
+        case S_ESC:
+            if (feed_esc(h, c, err)) return h->failed;
             break;
-        }
+        case S_HEX:
+            if (feed_hex(h, c, err)) return h->failed;
+            break;
         case S_NUM:
             if (c >= '0' && c <= '9') {
                 if (h->num_ok) {

@@ -713,255 +713,315 @@ static int resolve_locations(cp_profile *p, const scratch *sc, uint32_t from, co
     return 0;
 }
 
-/* One pass over the top-level fields: strings, functions and locations are parsed where
- * they stand; sample types, samples and mappings are remembered for after, since they
- * are checked against (or refer to) what may come later. */
-static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_pprof_limits *lim,
-                       cp_profile *p, cp_pprof_lazy *lz, cp_err *err)
-{
-    int rc = 0;
-    int lazy = lz != NULL;
-    rd top = {buf, buf + len}, f;
-    rd_vec *types = &sc->types, *samples = &sc->samples, *maps = &sc->maps;
-    u64_vec *ids = &sc->ids, *tmp = &sc->tmp;
-    i64_vec *comments = &sc->comments;
-    types->n = samples->n = maps->n = ids->n = tmp->n = comments->n = sc->locs.n = 0;
+/* The state of one decode_wire call, shared by its steps: the pass over the top-level
+ * fields, then one step per field group (header, mappings, functions, locations,
+ * samples). */
+typedef struct wire {
+    scratch *sc;
+    const uint8_t *buf;
+    size_t len;
+    const cp_pprof_limits *lim;
+    cp_profile *p;
+    cp_pprof_lazy *lz; /* NULL: not lazy */
+    cp_err *err;
     /* Lazy: while the location messages are one run of bytes, each starting with its id
      * (1..n in order), only the run's bounds and count are kept (loc_run); once they are
      * not, they are listed in sc->locs, to be parsed after the pass. */
-    const uint8_t *loc_start = NULL, *loc_end = NULL;
-    int loc_run = 1;
-    uint32_t nloc = 0; /* lazy: location messages seen */
-    sc->fn_ids.n = sc->loc_ids.n = sc->loc_maps.n = sc->line_fns.n = 0;
-    rd period_type = {NULL, NULL};
-    int64_t scal[15] = {0};
-    idmap mm = {0}, lm = {0}, fm = {0};
-    uint32_t field, wt;
-    size_t nstr = 0, sbytes = 0;
-    int first_str_empty = 1;
-    p->strs.len = 0;
-    p->strs.off.n = 0;
-    if (p->strs.slots) { /* the intern index is rebuilt by the next intern, if any */
-        free(p->strs.slots);
-        p->strs.slots = NULL;
-        p->strs.nslots = 0;
-    }
+    const uint8_t *loc_start, *loc_end;
+    int loc_run;
+    uint32_t nloc; /* lazy: location messages seen */
+    rd period_type;
+    int64_t scal[15];
+    size_t nstr;   /* strings seen by the pass; from check_limits on, the table's size */
+    size_t sbytes; /* bytes the strings take, each with its terminator */
+    int first_str_empty;
+    idmap mm, lm, fm;
+    uint32_t nlocs_total; /* locations the samples may refer to (lazy ones included) */
+} wire;
 
-    /* --- the one pass over the top-level fields --- */
-    while (top.p < top.end) {
-        /* A run of samples (and, lazy, of locations), as encoders write them: a one-byte
-         * key and a length each, kept as byte ranges in one tight loop. Anything unusual
-         * (a bad length) is left to the general path below, which names it. */
-        if (*top.p == 0x12) {
-            int bad = 0;
-            rd *sv = samples->v;
-            uint32_t ns = samples->n, scap = samples->cap;
-            while (top.p < top.end && *top.p == 0x12) {
-                rd t = {top.p + 1, top.end};
-                if ((bad = rd_len(&t, &f) != 0)) break;
-                if (ns == scap) {
-                    samples->n = ns;
-                    if (cp_vec_push(samples, f)) goto nomem;
-                    sv = samples->v;
-                    ns = samples->n;
-                    scap = samples->cap;
-                } else {
-                    sv[ns++] = f;
-                }
-                top.p = t.p;
-            }
+static int too_many(const wire *w)
+{
+    return cp_err_set(w->err, CP_ELIMIT,
+                      "profile has over %u locations, functions or mappings (limit %u each)",
+                      w->lim->max_locations, w->lim->max_locations);
+}
+
+/* --- the pass over the top-level fields --- */
+
+/* A run of samples, as encoders write them: a one-byte key and a length each, kept as
+ * byte ranges in one tight loop. Anything unusual (a bad length) sets *bad and is left at
+ * top for the general path, which names it. Returns 0 or CP_ENOMEM. */
+static inline int pass_samples(wire *w, rd *top, int *bad)
+{
+    rd_vec *samples = &w->sc->samples;
+    rd *sv = samples->v, f;
+    uint32_t ns = samples->n, scap = samples->cap;
+    *bad = 0;
+    while (top->p < top->end && *top->p == 0x12) {
+        rd t = {top->p + 1, top->end};
+        if ((*bad = rd_len(&t, &f) != 0)) break;
+        if (ns == scap) {
             samples->n = ns;
+            if (cp_vec_push(samples, f))
+                return cp_err_set(w->err, CP_ENOMEM, "out of memory decoding profile");
+            sv = samples->v;
+            ns = samples->n;
+            scap = samples->cap;
+        } else {
+            sv[ns++] = f;
+        }
+        top->p = t.p;
+    }
+    samples->n = ns;
+    return 0;
+}
+
+/* Lazy: a run of location messages. While the run stays lazy, each message's framing and
+ * first field is all there is to check (the store may never parse it); a message that
+ * breaks the run is left at top for the general path. Returns 0 or an error. */
+static inline int pass_lazy_locations(wire *w, rd *top)
+{
+    rd f;
+    if (w->nloc && w->loc_end != top->p) { /* not one run: listed, parsed after */
+        if (locs_collect(&w->sc->locs, w->loc_start, w->loc_end)) goto nomem;
+        w->loc_run = 0;
+        return 0;
+    }
+    const uint8_t *run = top->p;
+    uint32_t nloc = w->nloc, n0 = nloc, maxl = w->lim->max_locations;
+    while (top->p < top->end && *top->p == 0x22) {
+        const uint8_t *q = top->p + 1;
+        if (q < top->end && q[0] < 0x80) { /* a length under 128, in one byte */
+            f.p = q + 1;
+            if (q[0] > top->end - f.p) break;
+            f.end = f.p + q[0];
+        } else {
+            rd t = {q, top->end};
+            if (rd_len(&t, &f)) break;
+        }
+        if (nloc >= maxl) return too_many(w);
+        /* the id in its shortest form, compared as bytes (ids under 16384); any other
+         * form still counts, through first_id_is */
+        uint32_t id = nloc + 1;
+        size_t ml = (size_t)(f.end - f.p);
+        int same = id < 128     ? ml >= 2 && f.p[0] == 0x08 && f.p[1] == id
+                   : id < 16384 ? ml >= 3 && f.p[0] == 0x08 && f.p[1] == (uint8_t)(id | 0x80) &&
+                                      f.p[2] == id >> 7
+                                : 0;
+        if (!same && !first_id_is(f, id)) break;
+        nloc++;
+        top->p = f.end;
+    }
+    w->nloc = nloc;
+    if (nloc > n0) {
+        if (!n0) w->loc_start = run;
+        w->loc_end = top->p;
+    }
+    if (top->p < top->end && *top->p == 0x22) { /* bad framing or id: listed, then */
+        if (nloc && locs_collect(&w->sc->locs, w->loc_start, w->loc_end)) goto nomem;
+        w->loc_run = 0; /* the general path takes (or names) this message */
+    }
+    return 0;
+nomem:
+    return cp_err_set(w->err, CP_ENOMEM, "out of memory decoding profile");
+}
+
+/* A Location field f at byte `at`: parsed where it stands, or (lazy) kept as bytes to be
+ * parsed after the pass, if at all (see decode_locations). */
+static int pass_location(wire *w, rd f, size_t at)
+{
+    cp_profile *p = w->p;
+    scratch *sc = w->sc;
+    if (p->locations.n + w->nloc >= w->lim->max_locations) return too_many(w);
+    if (!w->lz) return parse_location(f, p->locations.n, p, sc, w->err);
+    if (w->loc_run && ((w->nloc && w->loc_end != w->buf + at) || !first_id_is(f, w->nloc + 1))) {
+        if (w->nloc && locs_collect(&sc->locs, w->loc_start, w->loc_end)) goto nomem;
+        w->loc_run = 0;
+    }
+    if (w->loc_run) {
+        if (!w->nloc) w->loc_start = w->buf + at;
+        w->loc_end = f.end;
+    } else if (cp_vec_push(&sc->locs, f)) {
+        goto nomem;
+    }
+    w->nloc++;
+    return 0;
+nomem:
+    return cp_err_set(w->err, CP_ENOMEM, "out of memory decoding profile");
+}
+
+/* A string_table entry, within the limits. */
+static int pass_string(wire *w, rd f)
+{
+    const cp_pprof_limits *lim = w->lim;
+    if (w->nstr == 0) w->first_str_empty = f.p == f.end;
+    if (++w->nstr > lim->max_strings)
+        return cp_err_set(w->err, CP_ELIMIT, "string_table has more than %u strings (limit %u)",
+                          lim->max_strings, lim->max_strings);
+    w->sbytes += (size_t)(f.end - f.p) + 1;
+    if (w->sbytes > lim->max_string_bytes)
+        return cp_err_set(w->err, CP_ELIMIT, "strings take more than %zu bytes (limit %zu)",
+                          lim->max_string_bytes, lim->max_string_bytes);
+    if (cp_profile_append_str(w->p, (const char *)f.p, (size_t)(f.end - f.p)))
+        return cp_err_set(w->err, CP_ENOMEM, "out of memory decoding profile");
+    return 0;
+}
+
+/* One top-level field by its key, the general path: strings, functions and locations are
+ * parsed where they stand; sample types, samples and mappings are remembered for after. */
+static int pass_field(wire *w, rd *top)
+{
+    int rc = 0;
+    cp_err *err = w->err;
+    scratch *sc = w->sc;
+    uint32_t field, wt;
+    rd f;
+    size_t at = (size_t)(top->p - w->buf);
+    if (rd_key(top, &field, &wt)) MALFORMED("field key at byte %zu", at);
+    if ((field >= 1 && field <= 6) || field == 11) {
+        if (wt != WT_LEN)
+            return cp_err_set(err, CP_EPPROF,
+                              "field %u at byte %zu: wire type %u, expected length-delimited",
+                              field, at, wt);
+        if (rd_len(top, &f)) MALFORMED("field %u at byte %zu", field, at);
+        switch (field) {
+        case 1:
+            if (cp_vec_push(&sc->types, f)) goto nomem;
+            return 0;
+        case 2:
+            if (cp_vec_push(&sc->samples, f)) goto nomem;
+            return 0;
+        case 3:
+            if (cp_vec_push(&sc->maps, f)) goto nomem;
+            return 0;
+        case 4:
+            return pass_location(w, f, at);
+        case 5:
+            if (w->p->functions.n >= w->lim->max_locations) return too_many(w);
+            return parse_function(f, w->p->functions.n, w->p, &sc->fn_ids, err);
+        case 6:
+            return pass_string(w, f);
+        default:
+            w->period_type = f;
+            return 0;
+        }
+    } else if (field == 13) {
+        READ_REPEATED(top, wt, &sc->comments, int64_t, "comment at byte %zu", at);
+    } else if (field >= 7 && field <= 14) {
+        uint64_t v;
+        if (wt != WT_VARINT)
+            return cp_err_set(err, CP_EPPROF, "field %u at byte %zu: wire type %u, expected varint",
+                              field, at, wt);
+        if (rd_varint(top, &v)) MALFORMED("field %u at byte %zu", field, at);
+        w->scal[field] = (int64_t)v;
+    } else if (rd_skip(top, wt)) {
+        MALFORMED("unknown field %u at byte %zu", field, at);
+    }
+    return 0;
+nomem:
+    rc = cp_err_set(err, CP_ENOMEM, "out of memory decoding profile");
+out:
+    return rc;
+}
+
+/* The one pass over the top-level fields. */
+static int wire_pass(wire *w)
+{
+    int rc;
+    rd top = {w->buf, w->buf + w->len};
+    while (top.p < top.end) {
+        if (*top.p == 0x12) {
+            int bad;
+            if ((rc = pass_samples(w, &top, &bad))) return rc;
             if (!bad) continue;
         }
-        if (lazy && loc_run && *top.p == 0x22) {
-            /* while the run stays lazy, each message's framing and first field is all
-             * there is to check (the store may never parse it) */
-            if (nloc && loc_end != top.p) { /* not one run: listed, parsed after */
-                if (locs_collect(&sc->locs, loc_start, loc_end)) goto nomem;
-                loc_run = 0;
-                continue;
-            }
-            const uint8_t *run = top.p;
-            uint32_t n0 = nloc, maxl = lim->max_locations;
-            while (top.p < top.end && *top.p == 0x22) {
-                const uint8_t *q = top.p + 1;
-                if (q < top.end && q[0] < 0x80) { /* a length under 128, in one byte */
-                    f.p = q + 1;
-                    if (q[0] > top.end - f.p) break;
-                    f.end = f.p + q[0];
-                } else {
-                    rd t = {q, top.end};
-                    if (rd_len(&t, &f)) break;
-                }
-                if (nloc >= maxl) goto too_many;
-                /* the id in its shortest form, compared as bytes (ids under 16384); any
-                 * other form still counts, through first_id_is */
-                uint32_t id = nloc + 1;
-                size_t ml = (size_t)(f.end - f.p);
-                int same = id < 128     ? ml >= 2 && f.p[0] == 0x08 && f.p[1] == id
-                           : id < 16384 ? ml >= 3 && f.p[0] == 0x08 &&
-                                              f.p[1] == (uint8_t)(id | 0x80) && f.p[2] == id >> 7
-                                        : 0;
-                if (!same && !first_id_is(f, id)) break;
-                nloc++;
-                top.p = f.end;
-            }
-            if (nloc > n0) {
-                if (!n0) loc_start = run;
-                loc_end = top.p;
-            }
-            if (top.p < top.end && *top.p == 0x22) { /* bad framing or id: listed, then */
-                if (nloc && locs_collect(&sc->locs, loc_start, loc_end)) goto nomem;
-                loc_run = 0; /* the general path below takes (or names) this message */
-            }
+        if (w->lz && w->loc_run && *top.p == 0x22) {
+            if ((rc = pass_lazy_locations(w, &top))) return rc;
             continue;
         }
-        size_t at = (size_t)(top.p - buf);
-        if (rd_key(&top, &field, &wt)) MALFORMED("field key at byte %zu", at);
-        if ((field >= 1 && field <= 6) || field == 11) {
-            if (wt != WT_LEN) {
-                rc = cp_err_set(err, CP_EPPROF,
-                                "field %u at byte %zu: wire type %u, expected length-delimited",
-                                field, at, wt);
-                goto out;
-            }
-            if (rd_len(&top, &f)) MALFORMED("field %u at byte %zu", field, at);
-            switch (field) {
-            case 1:
-                if (cp_vec_push(types, f)) goto nomem;
-                break;
-            case 2:
-                if (cp_vec_push(samples, f)) goto nomem;
-                break;
-            case 3:
-                if (cp_vec_push(maps, f)) goto nomem;
-                break;
-            case 4:
-                if (p->locations.n + nloc >= lim->max_locations) goto too_many;
-                if (lazy) { /* parsed after the pass, if at all (see "locations" below) */
-                    if (loc_run && ((nloc && loc_end != buf + at) || !first_id_is(f, nloc + 1))) {
-                        if (nloc && locs_collect(&sc->locs, loc_start, loc_end)) goto nomem;
-                        loc_run = 0;
-                    }
-                    if (loc_run) {
-                        if (!nloc) loc_start = buf + at;
-                        loc_end = f.end;
-                    } else if (cp_vec_push(&sc->locs, f)) {
-                        goto nomem;
-                    }
-                    nloc++;
-                    break;
-                }
-                if ((rc = parse_location(f, p->locations.n, p, sc, err))) goto out;
-                break;
-            case 5:
-                if (p->functions.n >= lim->max_locations) goto too_many;
-                if ((rc = parse_function(f, p->functions.n, p, &sc->fn_ids, err))) goto out;
-                break;
-            case 6:
-                if (nstr == 0) first_str_empty = f.p == f.end;
-                if (++nstr > lim->max_strings) {
-                    rc = cp_err_set(err, CP_ELIMIT,
-                                    "string_table has more than %u strings (limit %u)",
-                                    lim->max_strings, lim->max_strings);
-                    goto out;
-                }
-                sbytes += (size_t)(f.end - f.p) + 1;
-                if (sbytes > lim->max_string_bytes) {
-                    rc = cp_err_set(err, CP_ELIMIT, "strings take more than %zu bytes (limit %zu)",
-                                    lim->max_string_bytes, lim->max_string_bytes);
-                    goto out;
-                }
-                if (cp_profile_append_str(p, (const char *)f.p, (size_t)(f.end - f.p))) goto nomem;
-                break;
-            default:
-                period_type = f;
-                break;
-            }
-        } else if (field == 13) {
-            READ_REPEATED(&top, wt, comments, int64_t, "comment at byte %zu", at);
-        } else if (field >= 7 && field <= 14) {
-            uint64_t v;
-            if (wt != WT_VARINT) {
-                rc = cp_err_set(err, CP_EPPROF,
-                                "field %u at byte %zu: wire type %u, expected varint", field, at,
-                                wt);
-                goto out;
-            }
-            if (rd_varint(&top, &v)) MALFORMED("field %u at byte %zu", field, at);
-            scal[field] = (int64_t)v;
-        } else if (rd_skip(&top, wt)) {
-            MALFORMED("unknown field %u at byte %zu", field, at);
-        }
+        if ((rc = pass_field(w, &top))) return rc;
     }
+    return 0;
+}
 
-    /* --- limits and the string table --- */
-    if (nstr == 0) {
-        rc = cp_err_set(err, CP_EPPROF, "string_table is empty (string_table[0] must be \"\")");
-        goto out;
-    }
-    if (!first_str_empty) {
-        rc = cp_err_set(err, CP_EPPROF, "string_table[0] is not the empty string");
-        goto out;
-    }
-    if (samples->n > lim->max_samples) {
-        rc = cp_err_set(err, CP_ELIMIT, "profile has %u samples (limit %u)", samples->n,
-                        lim->max_samples);
-        goto out;
-    }
-    if (maps->n > lim->max_locations) {
-    too_many:
-        rc = cp_err_set(err, CP_ELIMIT,
-                        "profile has over %u locations, functions or mappings (limit %u each)",
-                        lim->max_locations, lim->max_locations);
-        goto out;
-    }
-    if (types->n > 64) {
-        rc = cp_err_set(err, CP_ELIMIT, "profile has %u sample types (limit 64)", types->n);
-        goto out;
-    }
+/* --- limits and the string table --- */
+static int check_limits(wire *w)
+{
+    const cp_pprof_limits *lim = w->lim;
+    const scratch *sc = w->sc;
+    if (w->nstr == 0)
+        return cp_err_set(w->err, CP_EPPROF,
+                          "string_table is empty (string_table[0] must be \"\")");
+    if (!w->first_str_empty)
+        return cp_err_set(w->err, CP_EPPROF, "string_table[0] is not the empty string");
+    if (sc->samples.n > lim->max_samples)
+        return cp_err_set(w->err, CP_ELIMIT, "profile has %u samples (limit %u)", sc->samples.n,
+                          lim->max_samples);
+    if (sc->maps.n > lim->max_locations) return too_many(w);
+    if (sc->types.n > 64)
+        return cp_err_set(w->err, CP_ELIMIT, "profile has %u sample types (limit 64)", sc->types.n);
+    w->nstr = w->p->strs.off.n;
+    return 0;
+}
 
-    nstr = p->strs.off.n;
-    /* --- header --- */
-    for (uint32_t i = 0; i < types->n; i++) {
-        rd r = types->v[i];
-        uint64_t v, t = 0, u = 0;
-        while (r.p < r.end) {
-            if (rd_key(&r, &field, &wt)) MALFORMED("sample_type[%u]", i);
-            if (field == 1 || field == 2) {
-                WANT_VARINT(wt, "sample_type");
-                if (rd_varint(&r, &v)) MALFORMED("sample_type[%u]", i);
-                if (field == 1)
-                    t = v;
-                else
-                    u = v;
-            } else if (rd_skip(&r, wt))
-                MALFORMED("sample_type[%u]", i);
-        }
-        CHECK_STR(t, "sample_type[%u].type", i);
-        CHECK_STR(u, "sample_type[%u].unit", i);
-        if (cp_vec_push(&p->sample_types, ((cp_value_type){(uint32_t)t, (uint32_t)u}))) goto nomem;
+/* --- header --- */
+
+/* A ValueType message (a sample type or the period type; `what`, with index i unless i is
+ * negative, names it in errors): its type and unit, as string indices checked. */
+static int parse_value_type(rd r, size_t nstr, const char *what, long i, uint64_t *t, uint64_t *u,
+                            cp_err *err)
+{
+    int rc = 0;
+    uint32_t field, wt;
+    uint64_t v;
+    *t = *u = 0;
+    while (r.p < r.end) {
+        if (rd_key(&r, &field, &wt)) goto bad;
+        if (field == 1 || field == 2) {
+            WANT_VARINT(wt, what);
+            if (rd_varint(&r, &v)) goto bad;
+            if (field == 1)
+                *t = v;
+            else
+                *u = v;
+        } else if (rd_skip(&r, wt))
+            goto bad;
     }
-    if (period_type.p) {
-        rd r = period_type;
-        uint64_t v, t = 0, u = 0;
-        while (r.p < r.end) {
-            if (rd_key(&r, &field, &wt)) MALFORMED("period_type");
-            if (field == 1 || field == 2) {
-                WANT_VARINT(wt, "period_type");
-                if (rd_varint(&r, &v)) MALFORMED("period_type");
-                if (field == 1)
-                    t = v;
-                else
-                    u = v;
-            } else if (rd_skip(&r, wt))
-                MALFORMED("period_type");
-        }
-        CHECK_STR(t, "period_type.type");
-        CHECK_STR(u, "period_type.unit");
+    if (i < 0) {
+        CHECK_STR(*t, "%s.type", what);
+        CHECK_STR(*u, "%s.unit", what);
+    } else {
+        CHECK_STR(*t, "%s[%ld].type", what, i);
+        CHECK_STR(*u, "%s[%ld].unit", what, i);
+    }
+    return 0;
+bad:
+    if (i < 0) MALFORMED("%s", what);
+    MALFORMED("%s[%ld]", what, i);
+out:
+    return rc;
+}
+
+static int decode_header(wire *w)
+{
+    int rc = 0;
+    cp_err *err = w->err;
+    cp_profile *p = w->p;
+    const scratch *sc = w->sc;
+    size_t nstr = w->nstr;
+    uint64_t t, u;
+    for (uint32_t i = 0; i < sc->types.n; i++) {
+        if ((rc = parse_value_type(sc->types.v[i], nstr, "sample_type", i, &t, &u, err))) return rc;
+        if (cp_vec_push(&p->sample_types, ((cp_value_type){(uint32_t)t, (uint32_t)u})))
+            return cp_err_set(err, CP_ENOMEM, "out of memory decoding profile");
+    }
+    if (w->period_type.p) {
+        if ((rc = parse_value_type(w->period_type, nstr, "period_type", -1, &t, &u, err)))
+            return rc;
         p->period_type.type = (uint32_t)t;
         p->period_type.unit = (uint32_t)u;
     }
+    const int64_t *scal = w->scal;
     CHECK_STR(scal[7], "drop_frames");
     CHECK_STR(scal[8], "keep_frames");
     CHECK_STR(scal[14], "default_sample_type");
@@ -971,13 +1031,27 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
     p->time_nanos = scal[9];
     p->duration_nanos = scal[10];
     p->period = scal[12];
-    for (uint32_t i = 0; i < comments->n; i++) {
-        CHECK_STR(comments->v[i], "comment[%u]", i);
-        if (cp_vec_push(&p->comments, (uint32_t)comments->v[i])) goto nomem;
+    for (uint32_t i = 0; i < sc->comments.n; i++) {
+        CHECK_STR(sc->comments.v[i], "comment[%u]", i);
+        if (cp_vec_push(&p->comments, (uint32_t)sc->comments.v[i]))
+            return cp_err_set(err, CP_ENOMEM, "out of memory decoding profile");
     }
+out:
+    return rc;
+}
 
-    /* --- mappings --- */
-    if (cp_vec_reserve(&p->mappings, maps->n) || cp_vec_reserve(ids, maps->n)) goto nomem;
+/* --- mappings, then their id map --- */
+static int decode_mappings(wire *w)
+{
+    int rc = 0;
+    cp_err *err = w->err;
+    cp_profile *p = w->p;
+    rd_vec *maps = &w->sc->maps;
+    u64_vec *ids = &w->sc->ids;
+    size_t nstr = w->nstr;
+    uint32_t field, wt;
+    if (cp_vec_reserve(&p->mappings, maps->n) || cp_vec_reserve(ids, maps->n))
+        return cp_err_set(err, CP_ENOMEM, "out of memory decoding profile");
     ids->n = 0;
     for (uint32_t i = 0; i < maps->n; i++) {
         rd r = maps->v[i];
@@ -1002,9 +1076,19 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
             .flags = (v[7] ? CP_MAP_HAS_FUNCTIONS : 0) | (v[8] ? CP_MAP_HAS_FILENAMES : 0) |
                      (v[9] ? CP_MAP_HAS_LINE_NUMBERS : 0) | (v[10] ? CP_MAP_HAS_INLINE_FRAMES : 0)};
     }
-    if ((rc = idmap_build(&mm, "mapping", ids->v, ids->n, err))) goto out;
+    rc = idmap_build(&w->mm, "mapping", ids->v, ids->n, err);
+out:
+    return rc;
+}
 
-    /* --- functions: string indices, then the id map --- */
+/* --- functions: string indices, then the id map --- */
+static int decode_functions(wire *w)
+{
+    int rc = 0;
+    cp_err *err = w->err;
+    const cp_profile *p = w->p;
+    const scratch *sc = w->sc;
+    size_t nstr = w->nstr;
     for (uint32_t i = 0; i < p->functions.n; i++) {
         const cp_function *fn = &p->functions.v[i];
         unsigned long long id = (unsigned long long)sc->fn_ids.v[i];
@@ -1012,174 +1096,258 @@ static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_ppr
         CHECK_STR(fn->system_name, "function[%u] (id %llu).system_name", i, id);
         CHECK_STR(fn->filename, "function[%u] (id %llu).filename", i, id);
     }
-    if ((rc = idmap_build(&fm, "function", sc->fn_ids.v, sc->fn_ids.n, err))) goto out;
+    rc = idmap_build(&w->fm, "function", sc->fn_ids.v, sc->fn_ids.n, err);
+out:
+    return rc;
+}
 
-    /* --- locations: parsed now when lazy (unless they can stay lazy), then their mappings
-     * and functions resolved, then the id map --- */
+/* --- locations: parsed now when lazy (unless they can stay lazy), then their mappings
+ * and functions resolved, then the id map --- */
+static int decode_locations(wire *w)
+{
+    int rc;
+    cp_profile *p = w->p;
+    scratch *sc = w->sc;
+    int lazy = w->lz != NULL;
     /* (ids not 1..n in order, or not first in their messages: parsed as usual) */
-    int lazy_locs = lazy && loc_run && mm.dense && fm.dense && nloc > 0;
-    if (lazy && !lazy_locs && loc_run && nloc && locs_collect(&sc->locs, loc_start, loc_end))
-        goto nomem;
+    int lazy_locs = lazy && w->loc_run && w->mm.dense && w->fm.dense && w->nloc > 0;
+    if (lazy && !lazy_locs && w->loc_run && w->nloc &&
+        locs_collect(&sc->locs, w->loc_start, w->loc_end))
+        return cp_err_set(w->err, CP_ENOMEM, "out of memory decoding profile");
     if (lazy && !lazy_locs)
         for (uint32_t i = 0; i < sc->locs.n; i++)
-            if ((rc = parse_location(sc->locs.v[i], p->locations.n, p, sc, err))) goto out;
-    if ((rc = resolve_locations(p, sc, 0, &mm, &fm, err))) goto out;
+            if ((rc = parse_location(sc->locs.v[i], p->locations.n, p, sc, w->err))) return rc;
+    if ((rc = resolve_locations(p, sc, 0, &w->mm, &w->fm, w->err))) return rc;
     if (lazy_locs) { /* checked above: dense */
-        lm.dense = 1;
-        lm.n = nloc;
-        lz->locs = loc_start;
-        lz->locs_len = (size_t)(loc_end - loc_start);
-        lz->nloc = nloc;
-    } else if ((rc = idmap_build(&lm, "location", sc->loc_ids.v, sc->loc_ids.n, err))) {
-        goto out;
+        w->lm.dense = 1;
+        w->lm.n = w->nloc;
+        w->lz->locs = w->loc_start;
+        w->lz->locs_len = (size_t)(w->loc_end - w->loc_start);
+        w->lz->nloc = w->nloc;
+    } else if ((rc = idmap_build(&w->lm, "location", sc->loc_ids.v, sc->loc_ids.n, w->err))) {
+        return rc;
     }
-    uint32_t nlocs_total = lazy_locs ? nloc : p->locations.n;
+    w->nlocs_total = lazy_locs ? w->nloc : p->locations.n;
+    return 0;
+}
 
-    /* --- samples --- */
-    size_t nv = types->n;
-    if (cp_vec_reserve(&p->samples, samples->n) ||
-        cp_vec_reserve(&p->values, (size_t)samples->n * nv))
-        goto nomem;
-    if (lazy && samples->n) {
-        if (cp_vec_reserve(&lz->ids, samples->n)) goto nomem;
-        lz->ids.n = samples->n; /* each one set below */
+/* --- samples --- */
+
+/* The agent's shape, read at once from sample i on: packed ids (kept lazy), then two
+ * packed values, nothing else. What decode_sample would make of it, in a fraction of its
+ * steps, for a run of such samples (counts kept in locals, as nothing else is written
+ * meanwhile). Returns the first sample of another shape (or the count). */
+static inline uint32_t samples_agent_run(wire *w, uint32_t i)
+{
+    cp_profile *p = w->p;
+    const rd_vec *samples = &w->sc->samples;
+    const uint8_t *buf_end = w->buf + w->len; /* a value's varint may be loaded up to here */
+    const cp_sample cs = {.loc_off = p->stack.n, .label_off = p->labels.n};
+    cp_sample *sv = p->samples.v;
+    int64_t *vv = p->values.v;
+    cp_pprof_ids *iv = w->lz->ids.v;
+    uint32_t ns = p->samples.n, nvals = p->values.n, i0 = i;
+    size_t max_depth = w->lim->max_depth;
+    for (; i < samples->n; i++) {
+        rd r = samples->v[i], t = {r.p + 1, r.end}, ids, vals;
+        uint64_t v0, v1;
+        if (r.p >= r.end || r.p[0] != 0x0a || rd_len(&t, &ids) || ids.p == ids.end ||
+            (size_t)(ids.end - ids.p) > max_depth || t.p >= t.end || t.p[0] != 0x12)
+            break;
+        t.p++;
+        if (rd_len(&t, &vals) || t.p != r.end || rd_varint_in(&vals, buf_end, &v0) ||
+            rd_varint_in(&vals, buf_end, &v1) || vals.p != vals.end)
+            break;
+        vv[nvals++] = (int64_t)v0;
+        vv[nvals++] = (int64_t)v1;
+        iv[i] = (cp_pprof_ids){ids.p, (uint32_t)(ids.end - ids.p)};
+        sv[ns++] = cs;
     }
-    int agent = lazy && lm.dense && nv == 2;
-    const uint8_t *buf_end = buf + len; /* a value's varint may be loaded up to here */
-    for (uint32_t i = 0; i < samples->n; i++) {
-        if (agent) {
-            /* The agent's shape, read at once: packed ids (kept lazy), then two packed
-             * values, nothing else. What the general loop below would make of it, in a
-             * fraction of its steps, for a run of such samples (counts kept in locals,
-             * as nothing else is written meanwhile); any other shape goes there. */
-            const cp_sample cs = {.loc_off = p->stack.n, .label_off = p->labels.n};
-            cp_sample *sv = p->samples.v;
-            int64_t *vv = p->values.v;
-            cp_pprof_ids *iv = lz->ids.v;
-            uint32_t ns = p->samples.n, nvals = p->values.n, i0 = i;
-            size_t max_depth = lim->max_depth;
-            for (; i < samples->n; i++) {
-                rd r = samples->v[i], t = {r.p + 1, r.end}, ids, vals;
-                uint64_t v0, v1;
-                if (r.p >= r.end || r.p[0] != 0x0a || rd_len(&t, &ids) || ids.p == ids.end ||
-                    (size_t)(ids.end - ids.p) > max_depth || t.p >= t.end || t.p[0] != 0x12)
-                    break;
-                t.p++;
-                if (rd_len(&t, &vals) || t.p != r.end || rd_varint_in(&vals, buf_end, &v0) ||
-                    rd_varint_in(&vals, buf_end, &v1) || vals.p != vals.end)
-                    break;
-                vv[nvals++] = (int64_t)v0;
-                vv[nvals++] = (int64_t)v1;
-                iv[i] = (cp_pprof_ids){ids.p, (uint32_t)(ids.end - ids.p)};
-                sv[ns++] = cs;
-            }
-            p->samples.n = ns;
-            p->values.n = nvals;
-            lz->nlazy += i - i0;
-            if (i == samples->n) break;
-        }
-        rd r = samples->v[i];
-        cp_sample cs = {.loc_off = p->stack.n, .label_off = p->labels.n};
-        if (lazy) lz->ids.v[i] = (cp_pprof_ids){NULL, 0};
-        uint32_t values_at = p->values.n;
-        rd span = {NULL, NULL}; /* lazy: the sample's packed ids, not decoded yet */
-        tmp->n = 0;
-        while (r.p < r.end) {
-            if (rd_key(&r, &field, &wt)) MALFORMED("sample[%u]", i);
-            if (field == 1 && wt == WT_LEN && lm.dense && tmp->n == 0) {
-                /* the common case: a packed run of dense ids, checked and stored at once
-                 * (once an id went to tmp, the rest follow it there, keeping the order);
-                 * with lazy ids, a sample's first run is kept as bytes instead */
-                rd pk;
-                if (rd_len(&r, &pk)) MALFORMED("sample[%u].location_id", i);
-                if (pk.p == pk.end) continue;
-                if (lazy && !span.p && p->stack.n == cs.loc_off) {
-                    span = pk;
-                    continue;
-                }
-                if (span.p && (rc = stack_run(p, &span, i, cs.loc_off, nlocs_total, err))) goto out;
-                if ((rc = stack_run(p, &pk, i, cs.loc_off, nlocs_total, err))) goto out;
-            } else if (field == 1) {
-                if (span.p && (rc = stack_run(p, &span, i, cs.loc_off, nlocs_total, err))) goto out;
-                READ_REPEATED64(&r, wt, tmp, "sample[%u].location_id", i);
-            } else if (field == 2) {
-                READ_REPEATED64(&r, wt, &p->values, "sample[%u].value", i);
-            } else if (field == 3) {
-                rd lb;
-                uint64_t v[5] = {0};
-                if (wt != WT_LEN || rd_len(&r, &lb))
-                    MALFORMED("sample[%u].label[%u]", i, cs.nlabels);
-                while (lb.p < lb.end) {
-                    uint32_t lf, lw;
-                    if (rd_key(&lb, &lf, &lw)) MALFORMED("sample[%u].label[%u]", i, cs.nlabels);
-                    if (lf >= 1 && lf <= 4) {
-                        WANT_VARINT(lw, "label");
-                        if (rd_varint(&lb, &v[lf]))
-                            MALFORMED("sample[%u].label[%u]", i, cs.nlabels);
-                    } else if (rd_skip(&lb, lw))
-                        MALFORMED("sample[%u].label[%u]", i, cs.nlabels);
-                }
-                CHECK_STR(v[1], "sample[%u].label[%u].key", i, cs.nlabels);
-                CHECK_STR(v[2], "sample[%u].label[%u].str", i, cs.nlabels);
-                CHECK_STR(v[4], "sample[%u].label[%u].num_unit", i, cs.nlabels);
-                if (v[1] == 0) {
-                    rc = cp_err_set(err, CP_EPPROF, "sample[%u].label[%u]: key is the empty string",
-                                    i, cs.nlabels);
-                    goto out;
-                }
-                if (cp_vec_push(&p->labels, ((cp_label){(uint32_t)v[1], (uint32_t)v[2],
-                                                        (uint32_t)v[4], (int64_t)v[3]})))
-                    goto nomem;
-                cs.nlabels++;
-            } else if (rd_skip(&r, wt)) {
-                MALFORMED("sample[%u]", i);
-            }
-        }
-        if (p->values.n - values_at != nv) {
-            rc = cp_err_set(err, CP_EPPROF,
-                            "sample[%u] has %u values (profile has %zu sample types)", i,
-                            p->values.n - values_at, nv);
-            goto out;
-        }
-        if (span.p) { /* kept as bytes when one byte an id cannot pass the depth limit */
-            if ((size_t)(span.end - span.p) > lim->max_depth) {
-                if ((rc = stack_run(p, &span, i, cs.loc_off, nlocs_total, err))) goto out;
-            } else {
-                lz->ids.v[i] = (cp_pprof_ids){span.p, (uint32_t)(span.end - span.p)};
-                lz->nlazy++;
-            }
-        }
-        /* ids that came one by one (unpacked) or need the id map were collected in tmp */
-        uint32_t depth = p->stack.n - cs.loc_off + tmp->n;
-        if (depth > lim->max_depth) {
-            rc = cp_err_set(err, CP_ELIMIT, "sample[%u] has %u locations (stack depth limit %u)", i,
-                            depth, lim->max_depth);
-            goto out;
-        }
-        if (cp_vec_reserve(&p->stack, (size_t)p->stack.n + tmp->n)) goto nomem;
-        for (uint32_t k = 0; k < tmp->n; k++) {
-            uint32_t lid = lm.dense ? (tmp->v[k] - 1 < nlocs_total ? (uint32_t)tmp->v[k] : 0)
-                                    : idmap_get(&lm, tmp->v[k]);
-            if (!lid) {
-                rc = cp_err_set(err, CP_EPPROF,
-                                "sample[%u].location_id[%u]: location %llu not found (profile has "
-                                "%u locations)",
-                                i, p->stack.n - cs.loc_off, (unsigned long long)tmp->v[k],
-                                nlocs_total);
-                goto out;
-            }
-            p->stack.v[p->stack.n++] = lid;
-        }
-        cs.nlocs = p->stack.n - cs.loc_off;
-        p->samples.v[p->samples.n++] = cs;
+    p->samples.n = ns;
+    p->values.n = nvals;
+    w->lz->nlazy += i - i0;
+    return i;
+}
+
+/* Label message r of sample i, appended to the profile's labels (cs counts it). */
+static int parse_label(wire *w, rd lb, uint32_t i, cp_sample *cs)
+{
+    int rc = 0;
+    cp_err *err = w->err;
+    size_t nstr = w->nstr;
+    uint64_t v[5] = {0};
+    while (lb.p < lb.end) {
+        uint32_t lf, lw;
+        if (rd_key(&lb, &lf, &lw)) MALFORMED("sample[%u].label[%u]", i, cs->nlabels);
+        if (lf >= 1 && lf <= 4) {
+            WANT_VARINT(lw, "label");
+            if (rd_varint(&lb, &v[lf])) MALFORMED("sample[%u].label[%u]", i, cs->nlabels);
+        } else if (rd_skip(&lb, lw))
+            MALFORMED("sample[%u].label[%u]", i, cs->nlabels);
     }
-    goto out;
+    CHECK_STR(v[1], "sample[%u].label[%u].key", i, cs->nlabels);
+    CHECK_STR(v[2], "sample[%u].label[%u].str", i, cs->nlabels);
+    CHECK_STR(v[4], "sample[%u].label[%u].num_unit", i, cs->nlabels);
+    if (v[1] == 0)
+        return cp_err_set(err, CP_EPPROF, "sample[%u].label[%u]: key is the empty string", i,
+                          cs->nlabels);
+    if (cp_vec_push(&w->p->labels,
+                    ((cp_label){(uint32_t)v[1], (uint32_t)v[2], (uint32_t)v[4], (int64_t)v[3]})))
+        return cp_err_set(err, CP_ENOMEM, "out of memory decoding profile");
+    cs->nlabels++;
+out:
+    return rc;
+}
+
+/* Ids of sample i that came one by one (unpacked) or need the id map, collected in tmp:
+ * resolved onto the stack, within the depth limit. */
+static int sample_stack_tmp(wire *w, uint32_t i, const cp_sample *cs)
+{
+    cp_profile *p = w->p;
+    const u64_vec *tmp = &w->sc->tmp;
+    uint32_t nlocs_total = w->nlocs_total;
+    uint32_t depth = p->stack.n - cs->loc_off + tmp->n;
+    if (depth > w->lim->max_depth)
+        return cp_err_set(w->err, CP_ELIMIT, "sample[%u] has %u locations (stack depth limit %u)",
+                          i, depth, w->lim->max_depth);
+    if (cp_vec_reserve(&p->stack, (size_t)p->stack.n + tmp->n))
+        return cp_err_set(w->err, CP_ENOMEM, "out of memory decoding profile");
+    for (uint32_t k = 0; k < tmp->n; k++) {
+        uint32_t lid = w->lm.dense ? (tmp->v[k] - 1 < nlocs_total ? (uint32_t)tmp->v[k] : 0)
+                                   : idmap_get(&w->lm, tmp->v[k]);
+        if (!lid)
+            return cp_err_set(w->err, CP_EPPROF,
+                              "sample[%u].location_id[%u]: location %llu not found (profile "
+                              "has %u locations)",
+                              i, p->stack.n - cs->loc_off, (unsigned long long)tmp->v[k],
+                              nlocs_total);
+        p->stack.v[p->stack.n++] = lid;
+    }
+    return 0;
+}
+
+/* Sample i in any shape (the general path). */
+static int decode_sample(wire *w, uint32_t i)
+{
+    int rc = 0;
+    cp_err *err = w->err;
+    cp_profile *p = w->p;
+    cp_pprof_lazy *lz = w->lz;
+    u64_vec *tmp = &w->sc->tmp;
+    uint32_t field, wt, nlocs_total = w->nlocs_total;
+    size_t nv = w->sc->types.n;
+    rd r = w->sc->samples.v[i];
+    cp_sample cs = {.loc_off = p->stack.n, .label_off = p->labels.n};
+    if (lz) lz->ids.v[i] = (cp_pprof_ids){NULL, 0};
+    uint32_t values_at = p->values.n;
+    rd span = {NULL, NULL}; /* lazy: the sample's packed ids, not decoded yet */
+    tmp->n = 0;
+    while (r.p < r.end) {
+        if (rd_key(&r, &field, &wt)) MALFORMED("sample[%u]", i);
+        if (field == 1 && wt == WT_LEN && w->lm.dense && tmp->n == 0) {
+            /* the common case: a packed run of dense ids, checked and stored at once
+             * (once an id went to tmp, the rest follow it there, keeping the order);
+             * with lazy ids, a sample's first run is kept as bytes instead */
+            rd pk;
+            if (rd_len(&r, &pk)) MALFORMED("sample[%u].location_id", i);
+            if (pk.p == pk.end) continue;
+            if (lz && !span.p && p->stack.n == cs.loc_off) {
+                span = pk;
+                continue;
+            }
+            if (span.p && (rc = stack_run(p, &span, i, cs.loc_off, nlocs_total, err))) goto out;
+            if ((rc = stack_run(p, &pk, i, cs.loc_off, nlocs_total, err))) goto out;
+        } else if (field == 1) {
+            if (span.p && (rc = stack_run(p, &span, i, cs.loc_off, nlocs_total, err))) goto out;
+            READ_REPEATED64(&r, wt, tmp, "sample[%u].location_id", i);
+        } else if (field == 2) {
+            READ_REPEATED64(&r, wt, &p->values, "sample[%u].value", i);
+        } else if (field == 3) {
+            rd lb;
+            if (wt != WT_LEN || rd_len(&r, &lb)) MALFORMED("sample[%u].label[%u]", i, cs.nlabels);
+            if ((rc = parse_label(w, lb, i, &cs))) goto out;
+        } else if (rd_skip(&r, wt)) {
+            MALFORMED("sample[%u]", i);
+        }
+    }
+    if (p->values.n - values_at != nv)
+        return cp_err_set(err, CP_EPPROF, "sample[%u] has %u values (profile has %zu sample types)",
+                          i, p->values.n - values_at, nv);
+    if (span.p) { /* kept as bytes when one byte an id cannot pass the depth limit */
+        if ((size_t)(span.end - span.p) > w->lim->max_depth) {
+            if ((rc = stack_run(p, &span, i, cs.loc_off, nlocs_total, err))) goto out;
+        } else {
+            lz->ids.v[i] = (cp_pprof_ids){span.p, (uint32_t)(span.end - span.p)};
+            lz->nlazy++;
+        }
+    }
+    if ((rc = sample_stack_tmp(w, i, &cs))) goto out;
+    cs.nlocs = p->stack.n - cs.loc_off;
+    p->samples.v[p->samples.n++] = cs;
+    return 0;
 nomem:
     rc = cp_err_set(err, CP_ENOMEM, "out of memory decoding profile");
 out:
-    idmap_close(&mm);
-    idmap_close(&lm);
-    idmap_close(&fm);
+    return rc;
+}
+
+static int decode_samples(wire *w)
+{
+    int rc;
+    cp_profile *p = w->p;
+    const rd_vec *samples = &w->sc->samples;
+    size_t nv = w->sc->types.n;
+    if (cp_vec_reserve(&p->samples, samples->n) ||
+        cp_vec_reserve(&p->values, (size_t)samples->n * nv))
+        goto nomem;
+    if (w->lz && samples->n) {
+        if (cp_vec_reserve(&w->lz->ids, samples->n)) goto nomem;
+        w->lz->ids.n = samples->n; /* each one set below */
+    }
+    int agent = w->lz && w->lm.dense && nv == 2;
+    for (uint32_t i = 0; i < samples->n; i++) {
+        if (agent && (i = samples_agent_run(w, i)) == samples->n) break;
+        if ((rc = decode_sample(w, i))) return rc;
+    }
+    return 0;
+nomem:
+    return cp_err_set(w->err, CP_ENOMEM, "out of memory decoding profile");
+}
+
+/* Decodes buf into p (lazy: lz keeps what may stay undecoded), one field group at a time:
+ * one pass over the top-level fields (strings, functions and locations parsed where they
+ * stand; sample types, samples and mappings remembered for after, since they are checked
+ * against, or refer to, what may come later), then the limits, the header, mappings,
+ * functions, locations and samples. */
+static int decode_wire(scratch *sc, const uint8_t *buf, size_t len, const cp_pprof_limits *lim,
+                       cp_profile *p, cp_pprof_lazy *lz, cp_err *err)
+{
+    wire w = {.sc = sc,
+              .buf = buf,
+              .len = len,
+              .lim = lim,
+              .p = p,
+              .lz = lz,
+              .err = err,
+              .loc_run = 1,
+              .first_str_empty = 1};
+    sc->types.n = sc->samples.n = sc->maps.n = sc->ids.n = sc->tmp.n = sc->comments.n = sc->locs.n =
+        0;
+    sc->fn_ids.n = sc->loc_ids.n = sc->loc_maps.n = sc->line_fns.n = 0;
+    p->strs.len = 0;
+    p->strs.off.n = 0;
+    if (p->strs.slots) { /* the intern index is rebuilt by the next intern, if any */
+        free(p->strs.slots);
+        p->strs.slots = NULL;
+        p->strs.nslots = 0;
+    }
+    int rc;
+    (void)((rc = wire_pass(&w)) || (rc = check_limits(&w)) || (rc = decode_header(&w)) ||
+           (rc = decode_mappings(&w)) || (rc = decode_functions(&w)) ||
+           (rc = decode_locations(&w)) || (rc = decode_samples(&w)));
+    idmap_close(&w.mm);
+    idmap_close(&w.lm);
+    idmap_close(&w.fm);
     return rc;
 }
 

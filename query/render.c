@@ -691,6 +691,108 @@ static int put_i64(cp_buf *b, int64_t v)
     return 0;
 }
 
+/* Keeps (keep[i] = 1) the root plus the max_nodes heaviest nodes of t whose parents are
+ * kept, folding each pruned subtree's total into its kept parent's self; *kept counts
+ * them. Returns 0 or CP_ENOMEM. */
+static int tree_prune(tree *t, uint32_t max_nodes, uint8_t *keep, uint32_t *kept)
+{
+    uint32_t n = t->n.n;
+    rank *order = malloc((size_t)n * sizeof *order);
+    if (!order) return CP_ENOMEM;
+    for (uint32_t i = 0; i < n; i++) {
+        const tnode *x = &t->n.v[i];
+        int64_t a0 = llabs(x->total[0]), a1 = llabs(x->total[1]);
+        order[i] = (rank){a0 > a1 ? a0 : a1, x->depth, i};
+    }
+    qsort(order, n, sizeof *order, cmp_rank);
+    memset(keep, 0, n);
+    keep[0] = 1;
+    *kept = 1;
+    for (uint32_t i = 0; i < n && *kept <= max_nodes; i++) {
+        uint32_t id = order[i].id;
+        if (id == 0 || !keep[t->n.v[id].parent]) continue;
+        keep[id] = 1;
+        (*kept)++;
+    }
+    for (uint32_t i = 1; i < n; i++) {
+        if (keep[i] || !keep[t->n.v[i].parent]) continue;
+        tnode *par = &t->n.v[t->n.v[i].parent];
+        par->self[0] += t->n.v[i].total[0];
+        par->self[1] += t->n.v[i].total[1];
+    }
+    free(order);
+    return 0;
+}
+
+/* Every distinct name of nm JSON-escaped once into esc; name i is at
+ * [(*off)[i], (*off)[i + 1]). *off is the caller's to free. Returns 0 or CP_ENOMEM. */
+static int names_escape(const names *nm, cp_buf *esc, uint32_t **off)
+{
+    int rc = 0;
+    uint32_t *o = *off = malloc(((size_t)nm->s.n + 1) * sizeof *o);
+    if (!o) return CP_ENOMEM;
+    for (uint32_t i = 0; i < nm->s.n && !rc; i++) {
+        o[i] = (uint32_t)esc->len;
+        rc = cp_json_escape(esc, nm->s.v[i], strlen(nm->s.v[i]));
+    }
+    o[nm->s.n] = (uint32_t)esc->len;
+    return rc || esc->len > UINT32_MAX / 2 ? CP_ENOMEM : 0;
+}
+
+/* The answer's fields before the root: extra_json, the sample type (of p, or of base when
+ * p has none), totals and node counts. */
+static int put_tree_header(cp_buf *out, const cp_profile *p, int vi, const cp_profile *base,
+                           int base_vi, const char *extra_json, const tree *t, uint32_t kept)
+{
+    const cp_profile *tp = p->sample_types.n ? p : base;
+    int tvi = p->sample_types.n ? vi : base_vi;
+    int rc = cp_buf_printf(out, "{%s\"sample_type\":{\"type\":\"", extra_json ? extra_json : "");
+    if (!rc && tp && tp->sample_types.n) {
+        const char *ty = cp_profile_str(tp, tp->sample_types.v[tvi].type);
+        const char *un = cp_profile_str(tp, tp->sample_types.v[tvi].unit);
+        rc = cp_json_escape(out, ty, strlen(ty));
+        if (!rc) rc = cp_buf_printf(out, "\",\"unit\":\"");
+        if (!rc) rc = cp_json_escape(out, un, strlen(un));
+    } else if (!rc) {
+        rc = cp_buf_printf(out, "\",\"unit\":\"");
+    }
+    if (!rc) rc = cp_buf_printf(out, "\"},\"total\":%" PRId64 ",", t->n.v[0].total[0]);
+    if (!rc && base) rc = cp_buf_printf(out, "\"base_total\":%" PRId64 ",", t->n.v[0].total[1]);
+    if (!rc)
+        rc = cp_buf_printf(out, "\"nodes\":%u,\"total_nodes\":%u,\"root\":", kept - 1, t->n.n - 1);
+    return rc;
+}
+
+/* Node `node` of the tree opened: its name (escaped names in esc at esc_off), module,
+ * values and, when it has children, the start of their list. */
+static int put_node_open(cp_buf *out, const tnode *tn, uint32_t node, const names *nm,
+                         const cp_buf *esc, const uint32_t *esc_off, int base, int has_kids)
+{
+    int rc = cp_buf_append(out, "{\"name\":\"", 9);
+    if (!rc && node)
+        rc = cp_buf_append(out, esc->data + esc_off[tn->name],
+                           esc_off[tn->name + 1] - esc_off[tn->name]);
+    else if (!rc)
+        rc = cp_buf_append(out, "total", 5);
+    if (!rc && node && nm->mod.v[tn->name]) {
+        const char *m = nm->mod.v[tn->name];
+        rc = cp_buf_append(out, "\",\"module\":\"", 12);
+        if (!rc) rc = cp_json_escape(out, m, strlen(m));
+    }
+    if (!rc) rc = cp_buf_append(out, "\",\"self\":", 9);
+    if (!rc) rc = put_i64(out, tn->self[0]);
+    if (!rc) rc = cp_buf_append(out, ",\"total\":", 9);
+    if (!rc) rc = put_i64(out, tn->total[0]);
+    if (!rc && base) {
+        rc = cp_buf_append(out, ",\"base_self\":", 13);
+        if (!rc) rc = put_i64(out, tn->self[1]);
+        if (!rc) rc = cp_buf_append(out, ",\"base_total\":", 14);
+        if (!rc) rc = put_i64(out, tn->total[1]);
+    }
+    if (!rc && has_kids) rc = cp_buf_append(out, ",\"children\":[", 13);
+    return rc;
+}
+
 int cp_render_tree_json(const cp_profile *p, int vi, const cp_profile *base, int base_vi,
                         const cp_render_tree_opts *o, cp_buf *out)
 {
@@ -700,7 +802,6 @@ int cp_render_tree_json(const cp_profile *p, int vi, const cp_profile *base, int
     frames fr = {0}, fb = {0};
     tree t = {0};
     kids k = {0};
-    rank *order = NULL;
     uint32_t *stack = NULL, *pos = NULL, *esc_off = NULL;
     cp_buf esc = {0}; /* every distinct name JSON-escaped once */
     uint8_t *keep = NULL;
@@ -717,107 +818,27 @@ int cp_render_tree_json(const cp_profile *p, int vi, const cp_profile *base, int
         goto out;
     }
     memset(keep, 1, n);
-    if (max_nodes && n - 1 > max_nodes) {
-        /* Keep the root plus the max_nodes heaviest nodes whose parents are kept. */
-        order = malloc((size_t)n * sizeof *order);
-        if (!order) {
-            rc = CP_ENOMEM;
-            goto out;
-        }
-        for (uint32_t i = 0; i < n; i++) {
-            const tnode *x = &t.n.v[i];
-            int64_t a0 = llabs(x->total[0]), a1 = llabs(x->total[1]);
-            order[i] = (rank){a0 > a1 ? a0 : a1, x->depth, i};
-        }
-        qsort(order, n, sizeof *order, cmp_rank);
-        memset(keep, 0, n);
-        keep[0] = 1;
-        kept = 1;
-        for (uint32_t i = 0; i < n && kept <= max_nodes; i++) {
-            uint32_t id = order[i].id;
-            if (id == 0 || !keep[t.n.v[id].parent]) continue;
-            keep[id] = 1;
-            kept++;
-        }
-        /* Fold each pruned subtree's total into its kept parent's self. */
-        for (uint32_t i = 1; i < n; i++) {
-            if (keep[i] || !keep[t.n.v[i].parent]) continue;
-            tnode *par = &t.n.v[t.n.v[i].parent];
-            par->self[0] += t.n.v[i].total[0];
-            par->self[1] += t.n.v[i].total[1];
-        }
-    }
-    if ((rc = kids_build(&t, &nm, keep, &k))) goto out;
-    esc_off = malloc(((size_t)nm.s.n + 1) * sizeof *esc_off);
-    if (!esc_off) {
-        rc = CP_ENOMEM;
+    if (max_nodes && n - 1 > max_nodes && (rc = tree_prune(&t, max_nodes, keep, &kept))) goto out;
+    if ((rc = kids_build(&t, &nm, keep, &k)) || (rc = names_escape(&nm, &esc, &esc_off)) ||
+        (rc = put_tree_header(out, p, vi, base, base_vi, extra_json, &t, kept)))
         goto out;
-    }
-    for (uint32_t i = 0; i < nm.s.n && !rc; i++) {
-        esc_off[i] = (uint32_t)esc.len;
-        rc = cp_json_escape(&esc, nm.s.v[i], strlen(nm.s.v[i]));
-    }
-    esc_off[nm.s.n] = (uint32_t)esc.len;
-    if (rc || esc.len > UINT32_MAX / 2) {
-        rc = CP_ENOMEM;
-        goto out;
-    }
-    const cp_profile *tp = p->sample_types.n ? p : base;
-    int tvi = p->sample_types.n ? vi : base_vi;
-    rc = cp_buf_printf(out, "{%s\"sample_type\":{\"type\":\"", extra_json ? extra_json : "");
-    if (!rc && tp && tp->sample_types.n) {
-        const char *ty = cp_profile_str(tp, tp->sample_types.v[tvi].type);
-        const char *un = cp_profile_str(tp, tp->sample_types.v[tvi].unit);
-        rc = cp_json_escape(out, ty, strlen(ty));
-        if (!rc) rc = cp_buf_printf(out, "\",\"unit\":\"");
-        if (!rc) rc = cp_json_escape(out, un, strlen(un));
-    } else if (!rc) {
-        rc = cp_buf_printf(out, "\",\"unit\":\"");
-    }
-    if (!rc) {
-        rc = cp_buf_printf(out, "\"},\"total\":%" PRId64 ",", t.n.v[0].total[0]);
-        if (!rc && base) rc = cp_buf_printf(out, "\"base_total\":%" PRId64 ",", t.n.v[0].total[1]);
-        if (!rc)
-            rc = cp_buf_printf(out, "\"nodes\":%u,\"total_nodes\":%u,\"root\":", kept - 1, n - 1);
-    }
-    if (rc) goto out;
     stack = malloc(((size_t)n + 1) * sizeof *stack);
     pos = malloc(((size_t)n + 1) * sizeof *pos);
     if (!stack || !pos) {
         rc = CP_ENOMEM;
         goto out;
     }
+    /* depth first, without recursion: stack holds the open nodes, pos each one's next
+     * child */
     uint32_t sp = 1;
     stack[0] = 0;
     pos[0] = k.off[0];
     int opened = 0; /* whether stack top's object has been opened */
     while (sp && !rc) {
         uint32_t node = stack[sp - 1];
-        const tnode *tn = &t.n.v[node];
+        int has_kids = k.off[node + 1] > k.off[node];
         if (!opened) {
-            rc = cp_buf_append(out, "{\"name\":\"", 9);
-            if (!rc && node)
-                rc = cp_buf_append(out, esc.data + esc_off[tn->name],
-                                   esc_off[tn->name + 1] - esc_off[tn->name]);
-            else if (!rc)
-                rc = cp_buf_append(out, "total", 5);
-            if (!rc && node && nm.mod.v[tn->name]) {
-                const char *m = nm.mod.v[tn->name];
-                rc = cp_buf_append(out, "\",\"module\":\"", 12);
-                if (!rc) rc = cp_json_escape(out, m, strlen(m));
-            }
-            if (!rc) rc = cp_buf_append(out, "\",\"self\":", 9);
-            if (!rc) rc = put_i64(out, tn->self[0]);
-            if (!rc) rc = cp_buf_append(out, ",\"total\":", 9);
-            if (!rc) rc = put_i64(out, tn->total[0]);
-            if (!rc && base) {
-                rc = cp_buf_append(out, ",\"base_self\":", 13);
-                if (!rc) rc = put_i64(out, tn->self[1]);
-                if (!rc) rc = cp_buf_append(out, ",\"base_total\":", 14);
-                if (!rc) rc = put_i64(out, tn->total[1]);
-            }
-            if (!rc && k.off[node + 1] > k.off[node])
-                rc = cp_buf_append(out, ",\"children\":[", 13);
+            rc = put_node_open(out, &t.n.v[node], node, &nm, &esc, esc_off, base != NULL, has_kids);
             opened = 1;
         }
         if (rc) break;
@@ -829,14 +850,12 @@ int cp_render_tree_json(const cp_profile *p, int vi, const cp_profile *base, int
             sp++;
             opened = 0;
         } else {
-            rc = k.off[node + 1] > k.off[node] ? cp_buf_append(out, "]}", 2)
-                                               : cp_buf_append(out, "}", 1);
+            rc = has_kids ? cp_buf_append(out, "]}", 2) : cp_buf_append(out, "}", 1);
             sp--;
         }
     }
     if (!rc) rc = cp_buf_append(out, "}", 1);
 out:
-    free(order);
     free(esc_off);
     cp_buf_close(&esc);
     free(stack);

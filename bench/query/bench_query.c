@@ -267,6 +267,143 @@ static void run_wrk(const char *dir, const qfx *v, int seconds)
     }
 }
 
+/* The whole range (7 d at the default --windows) in one store call, 7 times: checks the
+ * total against what build_store wrote. */
+static void bench_store_call(cp_store *s, const cp_query *week, int nwin)
+{
+    cp_err err = {0};
+    double ts[7];
+    int64_t total7 = 0;
+    for (int i = 0; i < 7; i++) {
+        cp_profile *p = NULL;
+        double t0 = now_s();
+        if (cp_store_query(s, week, &p, &err)) die("store query", &err);
+        ts[i] = now_s() - t0;
+        total7 = cp_profile_total(p, 0);
+        cp_profile_destroy(p);
+    }
+    double first = ts[0];
+    row("7 d merged, store call: first", first * 1000, "ms", NULL, 0);
+    row("7 d merged, store call: median of 7", median(ts, 7) * 1000, "ms", "<=", 50);
+    if (total7 != (int64_t)nwin * 1000) {
+        fprintf(stderr, "bench_query: 7 d total %lld, want %lld\n", (long long)total7,
+                (long long)nwin * 1000);
+        g_fail = 1;
+    }
+}
+
+/* The renderers alone, on the 7 d profile. */
+static void bench_renderers(cp_store *s, const cp_query *week)
+{
+    cp_err err = {0};
+    double ts[7];
+    cp_profile *p = NULL;
+    if (cp_store_query(s, week, &p, &err)) die("store query", &err);
+    const char *names[] = {"render json tree, 20,000 nodes", "render folded", "render top",
+                           "encode pprof (gzip level 1)"};
+    for (int r = 0; r < 4; r++) {
+        size_t len = 0;
+        for (int i = 0; i < 7; i++) {
+            cp_buf b = {0};
+            double t0 = now_s();
+            int rc =
+                r == 0 ? cp_render_tree_json(p, 1, NULL, 0, &(cp_render_tree_opts){20000, NULL}, &b)
+                : r == 1 ? cp_render_folded(p, 1, &b)
+                : r == 2 ? cp_render_top(p, 1, 0, &b)
+                         : cp_pprof_encode(p, 1, &b);
+            ts[i] = now_s() - t0;
+            if (rc) die(names[r], NULL);
+            len = b.len;
+            cp_buf_close(&b);
+        }
+        char name[96];
+        snprintf(name, sizeof name, "7 d: %s (%zu kB): median", names[r], len / 1024);
+        row(name, median(ts, 7) * 1000, "ms", NULL, 0);
+    }
+    cp_profile_destroy(p);
+}
+
+/* Queries over HTTP (the server v answers from the store): 7 d merged as pprof and as the
+ * JSON tree, unaligned 24 h and 1 h windows. Returns the 7 d pprof median (s). */
+static double bench_http(qfx *v, int64_t span)
+{
+    double ts[7];
+    char pq[512];
+    size_t bytes = 0;
+    snprintf(pq, sizeof pq, "/api/v1/profile?type=cpu&from=%lld&to=%lld&format=pprof",
+             (long long)T0, (long long)(T0 + span));
+    for (int i = 0; i < 7; i++)
+        ts[i] = timed_get(v, pq, &bytes, NULL);
+    double ours7 = median(ts, 7);
+    row("7 d merged, HTTP gzip'd pprof: median of 7", ours7 * 1000, "ms", "<=", 50);
+    row("7 d merged, HTTP gzip'd pprof: bytes", (double)bytes, "B", NULL, 0);
+    snprintf(pq, sizeof pq, "/api/v1/profile?type=cpu&from=%lld&to=%lld&format=json", (long long)T0,
+             (long long)(T0 + span));
+    for (int i = 0; i < 7; i++)
+        ts[i] = timed_get(v, pq, &bytes, NULL);
+    row("7 d merged, HTTP json tree: median of 7", median(ts, 7) * 1000, "ms", NULL, 0);
+
+    /* Unaligned 24 h windows. */
+    double t24[10], worst = 0;
+    int n24 = 0;
+    for (int i = 0; i < 10 && span > 86400 + 1000; i++) {
+        int64_t a = T0 + 1237 + (int64_t)i * ((span - 86400 - 2000) / 10) + i * 37;
+        snprintf(pq, sizeof pq, "/api/v1/profile?type=cpu&from=%lld&to=%lld&format=pprof",
+                 (long long)a, (long long)(a + 86400));
+        t24[n24] = timed_get(v, pq, NULL, NULL);
+        if (t24[n24] > worst) worst = t24[n24];
+        n24++;
+    }
+    if (n24) {
+        row("unaligned 24 h, HTTP gzip'd pprof: median of 10", median(t24, n24) * 1000, "ms", NULL,
+            0);
+        row("unaligned 24 h, HTTP gzip'd pprof: worst of 10", worst * 1000, "ms", "<=", 100);
+    }
+
+    /* Unaligned 1 h windows (the UI's default range), pprof and the UI's JSON tree. */
+    for (int f = 0; f < 2 && span > 3600 + 2000; f++) {
+        double t1[20];
+        for (int i = 0; i < 20; i++) {
+            int64_t a = T0 + 1237 + (int64_t)i * ((span - 3600 - 2000) / 20) + i * 37;
+            snprintf(pq, sizeof pq, "/api/v1/profile?type=cpu&from=%lld&to=%lld&format=%s",
+                     (long long)a, (long long)(a + 3600), f ? "json" : "pprof");
+            t1[i] = timed_get(v, pq, NULL, NULL);
+        }
+        row(f ? "unaligned 1 h, HTTP json tree: median of 20"
+              : "unaligned 1 h, HTTP gzip'd pprof: median of 20",
+            median(t1, 20) * 1000, "ms", NULL, 0);
+    }
+
+    return ours7;
+}
+
+/* go tool pprof -proto merging the first go_n windows, against ours over the whole range
+ * (ours7, s); the totals must agree. */
+static void bench_go(const char *dir, int go_n, cp_store *s, const cp_query *week, int nwin,
+                     double ours7)
+{
+    cp_err err = {0};
+    int64_t gt = 0;
+    double g = go_merge(dir, go_n, &gt);
+    /* Same windows through us, for a like-for-like check of the totals. */
+    cp_profile *p = NULL;
+    cp_query head = *week; /* the windows go merges */
+    head.to_ns = S(T0 + 10LL * go_n);
+    if (cp_store_query(s, &head, &p, &err)) die("store query", &err);
+    if (cp_profile_total(p, 0) != gt) {
+        fprintf(stderr, "bench_query: go's merge of %d windows has %lld samples, ours %lld\n", go_n,
+                (long long)gt, (long long)cp_profile_total(p, 0));
+        g_fail = 1;
+    }
+    cp_profile_destroy(p);
+    char name[96];
+    snprintf(name, sizeof name, "go tool pprof -proto, %d windows (measured)", go_n);
+    row(name, g, "s", NULL, 0);
+    double g7 = g * (double)nwin / go_n;
+    row("go tool pprof -proto, 7 d (extrapolated)", g7, "s", NULL, 0);
+    row("speed-up vs go tool pprof over 7 d", g7 / ours7, "x", ">=", 1000);
+}
+
 /* ---- main --------------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -317,126 +454,16 @@ int main(int argc, char **argv)
     row("store: bytes on disk per window", (double)st.disk_bytes / nwin, "B", NULL, 0);
 
     int64_t span = 10LL * nwin;
-    /* The whole range in the store call. */
-    double ts[7];
     cp_query week = {.tenant = "default", .kind = CP_KIND_CPU}; /* every series */
     week.from_ns = S(T0);
     week.to_ns = S(T0 + span);
-    int64_t total7 = 0;
-    for (int i = 0; i < 7; i++) {
-        cp_profile *p = NULL;
-        double t0 = now_s();
-        if (cp_store_query(s, &week, &p, &err)) die("store query", &err);
-        ts[i] = now_s() - t0;
-        total7 = cp_profile_total(p, 0);
-        cp_profile_destroy(p);
-    }
-    double first = ts[0];
-    row("7 d merged, store call: first", first * 1000, "ms", NULL, 0);
-    row("7 d merged, store call: median of 7", median(ts, 7) * 1000, "ms", "<=", 50);
-    if (total7 != (int64_t)nwin * 1000) {
-        fprintf(stderr, "bench_query: 7 d total %lld, want %lld\n", (long long)total7,
-                (long long)nwin * 1000);
-        g_fail = 1;
-    }
-
-    /* The renderers alone, on the 7 d profile. */
-    {
-        cp_profile *p = NULL;
-        if (cp_store_query(s, &week, &p, &err)) die("store query", &err);
-        const char *names[] = {"render json tree, 20,000 nodes", "render folded", "render top",
-                               "encode pprof (gzip level 1)"};
-        for (int r = 0; r < 4; r++) {
-            size_t len = 0;
-            for (int i = 0; i < 7; i++) {
-                cp_buf b = {0};
-                double t0 = now_s();
-                int rc = r == 0   ? cp_render_tree_json(p, 1, NULL, 0,
-                                                        &(cp_render_tree_opts){20000, NULL}, &b)
-                         : r == 1 ? cp_render_folded(p, 1, &b)
-                         : r == 2 ? cp_render_top(p, 1, 0, &b)
-                                  : cp_pprof_encode(p, 1, &b);
-                ts[i] = now_s() - t0;
-                if (rc) die(names[r], NULL);
-                len = b.len;
-                cp_buf_close(&b);
-            }
-            char name[96];
-            snprintf(name, sizeof name, "7 d: %s (%zu kB): median", names[r], len / 1024);
-            row(name, median(ts, 7) * 1000, "ms", NULL, 0);
-        }
-        cp_profile_destroy(p);
-    }
+    bench_store_call(s, &week, nwin);
+    bench_renderers(s, &week);
 
     qfx v = {0};
     serve(&v, s, 4);
-    char pq[512];
-    size_t bytes = 0;
-    snprintf(pq, sizeof pq, "/api/v1/profile?type=cpu&from=%lld&to=%lld&format=pprof",
-             (long long)T0, (long long)(T0 + span));
-    for (int i = 0; i < 7; i++)
-        ts[i] = timed_get(&v, pq, &bytes, NULL);
-    double ours7 = median(ts, 7);
-    row("7 d merged, HTTP gzip'd pprof: median of 7", ours7 * 1000, "ms", "<=", 50);
-    row("7 d merged, HTTP gzip'd pprof: bytes", (double)bytes, "B", NULL, 0);
-    snprintf(pq, sizeof pq, "/api/v1/profile?type=cpu&from=%lld&to=%lld&format=json", (long long)T0,
-             (long long)(T0 + span));
-    for (int i = 0; i < 7; i++)
-        ts[i] = timed_get(&v, pq, &bytes, NULL);
-    row("7 d merged, HTTP json tree: median of 7", median(ts, 7) * 1000, "ms", NULL, 0);
-
-    /* Unaligned 24 h windows. */
-    double t24[10], worst = 0;
-    int n24 = 0;
-    for (int i = 0; i < 10 && span > 86400 + 1000; i++) {
-        int64_t a = T0 + 1237 + (int64_t)i * ((span - 86400 - 2000) / 10) + i * 37;
-        snprintf(pq, sizeof pq, "/api/v1/profile?type=cpu&from=%lld&to=%lld&format=pprof",
-                 (long long)a, (long long)(a + 86400));
-        t24[n24] = timed_get(&v, pq, NULL, NULL);
-        if (t24[n24] > worst) worst = t24[n24];
-        n24++;
-    }
-    if (n24) {
-        row("unaligned 24 h, HTTP gzip'd pprof: median of 10", median(t24, n24) * 1000, "ms", NULL,
-            0);
-        row("unaligned 24 h, HTTP gzip'd pprof: worst of 10", worst * 1000, "ms", "<=", 100);
-    }
-
-    /* Unaligned 1 h windows (the UI's default range), pprof and the UI's JSON tree. */
-    for (int f = 0; f < 2 && span > 3600 + 2000; f++) {
-        double t1[20];
-        for (int i = 0; i < 20; i++) {
-            int64_t a = T0 + 1237 + (int64_t)i * ((span - 3600 - 2000) / 20) + i * 37;
-            snprintf(pq, sizeof pq, "/api/v1/profile?type=cpu&from=%lld&to=%lld&format=%s",
-                     (long long)a, (long long)(a + 3600), f ? "json" : "pprof");
-            t1[i] = timed_get(&v, pq, NULL, NULL);
-        }
-        row(f ? "unaligned 1 h, HTTP json tree: median of 20"
-              : "unaligned 1 h, HTTP gzip'd pprof: median of 20",
-            median(t1, 20) * 1000, "ms", NULL, 0);
-    }
-
-    if (go_n > 0) {
-        int64_t gt = 0;
-        double g = go_merge(dir, go_n, &gt);
-        /* Same windows through us, for a like-for-like check of the totals. */
-        cp_profile *p = NULL;
-        cp_query head = week; /* the windows go merges */
-        head.to_ns = S(T0 + 10LL * go_n);
-        if (cp_store_query(s, &head, &p, &err)) die("store query", &err);
-        if (cp_profile_total(p, 0) != gt) {
-            fprintf(stderr, "bench_query: go's merge of %d windows has %lld samples, ours %lld\n",
-                    go_n, (long long)gt, (long long)cp_profile_total(p, 0));
-            g_fail = 1;
-        }
-        cp_profile_destroy(p);
-        char name[96];
-        snprintf(name, sizeof name, "go tool pprof -proto, %d windows (measured)", go_n);
-        row(name, g, "s", NULL, 0);
-        double g7 = g * (double)nwin / go_n;
-        row("go tool pprof -proto, 7 d (extrapolated)", g7, "s", NULL, 0);
-        row("speed-up vs go tool pprof over 7 d", g7 / ours7, "x", ">=", 1000);
-    }
+    double ours7 = bench_http(&v, span);
+    if (go_n > 0) bench_go(dir, go_n, s, &week, nwin, ours7);
     if (wrk_s > 0) run_wrk(dir, &v, wrk_s);
     qfx_unserve(&v);
     cp_store_close(s);

@@ -198,11 +198,137 @@ static void cluster_start(cluster *c, const char *node1_conf)
 
 /* ---- three nodes, a SIGKILL, exact totals, a node stopped ----------------------------- */
 
+/* Series, label values, the timeline, the pruned JSON tree and a diff of two services, asked
+ * of node 3: each covers every node (want: the files' totals, dir: the services' files). */
+static void check_views_cover_every_node(const node *n, const char *dir, const int64_t *want)
+{
+    char cmd[2400];
+    /* series, label values and the timeline cover every node */
+    cp_buf b = http_get_ok(n[2].port, "/api/v1/series?type=cpu", NULL);
+    CHECK_CONTAINS((char *)b.data, "\"count\":8}");
+    CHECK(!strstr((char *)b.data, "partial"));
+    cp_buf_close(&b);
+    b = http_get_ok(n[2].port, "/api/v1/labels/service/values", NULL);
+    for (int s = 0; s < NSVC; s++) {
+        char v[32];
+        snprintf(v, sizeof v, "\"svc%d\"", s);
+        CHECK_CONTAINS((char *)b.data, v);
+    }
+    cp_buf_close(&b);
+    b = http_get_ok(n[2].port, "/api/v1/labels", NULL);
+    CHECK_CONTAINS((char *)b.data, "\"instance\"");
+    cp_buf_close(&b);
+    {
+        int64_t now = (int64_t)time(NULL);
+        char pq[256];
+        snprintf(pq, sizeof pq, "/api/v1/timeline?type=cpu&from=%lld&to=%lld&step=1h",
+                 (long long)(now - 86400), (long long)(now + 3540));
+        b = http_get_ok(n[2].port, pq, NULL);
+        /* the points' last column (cpu nanoseconds) sums to the total */
+        long long sum = 0;
+        for (const char *pt = strstr((char *)b.data, "\"points\":[") + 10;
+             (pt = strchr(pt, '['));) {
+            const char *close = strchr(pt, ']'), *last = close;
+            while (last > pt && last[-1] != ',')
+                last--;
+            sum += strtoll(last, NULL, 10);
+            pt = close;
+        }
+        CHECK_EQ(sum, want[1]);
+        cp_buf_close(&b);
+    }
+    /* the JSON tree is merged before max_nodes prunes it: totals stay whole */
+    b = http_get_ok(n[2].port, "/api/v1/profile?format=json&from=-1d&to=now&max_nodes=5", NULL);
+    {
+        char tot[64];
+        snprintf(tot, sizeof tot, "\"total\":%lld", (long long)want[1]);
+        CHECK_CONTAINS((char *)b.data, tot);
+    }
+    cp_buf_close(&b);
+
+    /* a diff of two services on (likely) different nodes: each side is that service's own */
+    {
+        int64_t w0[4], w1[4];
+        snprintf(cmd, sizeof cmd, "'%s'/svc0/*.pb.gz", dir);
+        CHECK_EQ(pprof_raw_totals(cmd, w0, 4), 2);
+        snprintf(cmd, sizeof cmd, "'%s'/svc7/*.pb.gz", dir);
+        CHECK_EQ(pprof_raw_totals(cmd, w1, 4), 2);
+        b = http_get_ok(n[2].port,
+                        "/api/v1/diff?format=json&from=-1d&to=now&select=%7Bservice%3D%22svc0%22%7D"
+                        "&base_select=%7Bservice%3D%22svc7%22%7D",
+                        NULL);
+        char want_t[96];
+        snprintf(want_t, sizeof want_t, "\"total\":%lld,\"base_total\":%lld,", (long long)w0[1],
+                 (long long)w1[1]);
+        CHECK_CONTAINS((char *)b.data, want_t);
+        cp_buf_close(&b);
+    }
+}
+
+/* Node 2 stopped (cmd: its peer-failures metric): node 3's answers are partial in every
+ * format and say which peer is missing; the CLI says so and exits 3 unless --allow-partial;
+ * a peer's own part (local=1) is never partial. */
+static void check_partial_with_node_2_stopped(node *n, const char *dir, const int64_t *want,
+                                              char *cmd, size_t cmdsz)
+{
+    char path[700];
+    cp_buf b;
+    /* node 2 stopped: answers are partial, and say which peer is missing */
+    CHECK_EQ(stop_daemon_within(&n[1].p, SIGTERM, 60), 0);
+    b = http_get_ok(n[2].port, "/api/v1/profile?format=json&from=-1d&to=now", NULL);
+    char missing[128];
+    snprintf(missing, sizeof missing, "{\"partial\":true,\"missing_peers\":[\"%s\"],", n[1].url);
+    if (strncmp((char *)b.data, missing, strlen(missing)) != 0)
+        fprintf(stderr, "want %s in: %.300s\n", missing, (char *)b.data);
+    CHECK(strncmp((char *)b.data, missing, strlen(missing)) == 0);
+    cp_buf_close(&b);
+    b = http_get_ok(n[2].port, "/api/v1/series?type=cpu", NULL);
+    CHECK(strncmp((char *)b.data, missing, strlen(missing)) == 0);
+    cp_buf_close(&b);
+    char *raw = raw_get(n[2].port, "/api/v1/profile?format=pprof&from=-1d&to=now");
+    char hdr[128];
+    snprintf(hdr, sizeof hdr, "\r\nContprof-Partial: %s\r\n", n[1].url);
+    CHECK_CONTAINS(raw, "HTTP/1.1 200");
+    CHECK_CONTAINS(raw, hdr);
+    free(raw);
+    raw = raw_get(n[2].port, "/api/v1/profile?format=folded&from=-1d&to=now");
+    CHECK_CONTAINS(raw, hdr);
+    free(raw);
+    CHECK(http_metric(n[2].port, cmd, NULL) >= 4); /* the four questions above */
+    /* the CLI says so too, on stderr, and still prints what it got; it exits 3 unless
+     * --allow-partial (issue 36) */
+    snprintf(cmd, cmdsz,
+             "'%s/query/contprof' top --server %s --from -1d --to now >'%s/top.out' 2>'%s/top.err'",
+             bindir(), n[2].url, dir, dir);
+    int tst = system(cmd);
+    CHECK(WIFEXITED(tst) && WEXITSTATUS(tst) == 3);
+    snprintf(cmd, cmdsz,
+             "'%s/query/contprof' top --allow-partial --server %s --from -1d --to now "
+             ">'%s/top.out' 2>'%s/top.err'",
+             bindir(), n[2].url, dir, dir);
+    proc_sh(cmd);
+    {
+        char errs[4096], want_w[160];
+        snprintf(path, sizeof path, "%s/top.err", dir);
+        slurp(path, errs, sizeof errs);
+        snprintf(want_w, sizeof want_w, "partial answer: no part from %s", n[1].url);
+        CHECK_CONTAINS(errs, want_w);
+    }
+    /* what node 3 still has is the other nodes' part: less than the whole */
+    cp_profile *part = query_cpu(n[2].port, "", NULL);
+    CHECK(cp_profile_total(part, 1) < want[1]);
+    cp_profile_destroy(part);
+    /* a peer's own part (local=1) is never marked partial: it asked nobody */
+    raw = raw_get(n[2].port, "/api/v1/profile?format=json&from=-1d&to=now" AS_PEER);
+    CHECK(!strstr(raw, "partial"));
+    free(raw);
+}
+
 TEST(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down)
 {
     static cluster cl;
     cluster_start(&cl, "embedded.partitions = 6\ncluster.peer_timeout = 5s\n");
-    char path[700], cmd[2400];
+    char cmd[2400];
     char *dir = cl.dir;
     node *n = cl.n;
     /* 8 services, each with windows of its own shape, so one service's totals are its own */
@@ -293,119 +419,12 @@ TEST(three_nodes_exact_through_a_sigkill_and_partial_when_one_is_down)
         CHECK_EQ(cp_profile_total(p, 1), w1[1]);
         cp_profile_destroy(p);
     }
-    /* series, label values and the timeline cover every node */
-    cp_buf b = http_get_ok(n[2].port, "/api/v1/series?type=cpu", NULL);
-    CHECK_CONTAINS((char *)b.data, "\"count\":8}");
-    CHECK(!strstr((char *)b.data, "partial"));
-    cp_buf_close(&b);
-    b = http_get_ok(n[2].port, "/api/v1/labels/service/values", NULL);
-    for (int s = 0; s < NSVC; s++) {
-        char v[32];
-        snprintf(v, sizeof v, "\"svc%d\"", s);
-        CHECK_CONTAINS((char *)b.data, v);
-    }
-    cp_buf_close(&b);
-    b = http_get_ok(n[2].port, "/api/v1/labels", NULL);
-    CHECK_CONTAINS((char *)b.data, "\"instance\"");
-    cp_buf_close(&b);
-    {
-        int64_t now = (int64_t)time(NULL);
-        char pq[256];
-        snprintf(pq, sizeof pq, "/api/v1/timeline?type=cpu&from=%lld&to=%lld&step=1h",
-                 (long long)(now - 86400), (long long)(now + 3540));
-        b = http_get_ok(n[2].port, pq, NULL);
-        /* the points' last column (cpu nanoseconds) sums to the total */
-        long long sum = 0;
-        for (const char *pt = strstr((char *)b.data, "\"points\":[") + 10;
-             (pt = strchr(pt, '['));) {
-            const char *close = strchr(pt, ']'), *last = close;
-            while (last > pt && last[-1] != ',')
-                last--;
-            sum += strtoll(last, NULL, 10);
-            pt = close;
-        }
-        CHECK_EQ(sum, want[1]);
-        cp_buf_close(&b);
-    }
-    /* the JSON tree is merged before max_nodes prunes it: totals stay whole */
-    b = http_get_ok(n[2].port, "/api/v1/profile?format=json&from=-1d&to=now&max_nodes=5", NULL);
-    {
-        char tot[64];
-        snprintf(tot, sizeof tot, "\"total\":%lld", (long long)want[1]);
-        CHECK_CONTAINS((char *)b.data, tot);
-    }
-    cp_buf_close(&b);
-
-    /* a diff of two services on (likely) different nodes: each side is that service's own */
-    {
-        int64_t w0[4], w1[4];
-        snprintf(cmd, sizeof cmd, "'%s'/svc0/*.pb.gz", dir);
-        CHECK_EQ(pprof_raw_totals(cmd, w0, 4), 2);
-        snprintf(cmd, sizeof cmd, "'%s'/svc7/*.pb.gz", dir);
-        CHECK_EQ(pprof_raw_totals(cmd, w1, 4), 2);
-        b = http_get_ok(n[2].port,
-                        "/api/v1/diff?format=json&from=-1d&to=now&select=%7Bservice%3D%22svc0%22%7D"
-                        "&base_select=%7Bservice%3D%22svc7%22%7D",
-                        NULL);
-        char want_t[96];
-        snprintf(want_t, sizeof want_t, "\"total\":%lld,\"base_total\":%lld,", (long long)w0[1],
-                 (long long)w1[1]);
-        CHECK_CONTAINS((char *)b.data, want_t);
-        cp_buf_close(&b);
-    }
+    check_views_cover_every_node(n, dir, want);
     /* the peers' failures are counted (none yet) */
     snprintf(cmd, sizeof cmd, "contprof_cluster_peer_failures_total{peer=\"%s\"}", n[1].url);
     CHECK_EQ(http_metric(n[2].port, cmd, NULL), 0);
 
-    /* node 2 stopped: answers are partial, and say which peer is missing */
-    CHECK_EQ(stop_daemon_within(&n[1].p, SIGTERM, 60), 0);
-    b = http_get_ok(n[2].port, "/api/v1/profile?format=json&from=-1d&to=now", NULL);
-    char missing[128];
-    snprintf(missing, sizeof missing, "{\"partial\":true,\"missing_peers\":[\"%s\"],", n[1].url);
-    if (strncmp((char *)b.data, missing, strlen(missing)) != 0)
-        fprintf(stderr, "want %s in: %.300s\n", missing, (char *)b.data);
-    CHECK(strncmp((char *)b.data, missing, strlen(missing)) == 0);
-    cp_buf_close(&b);
-    b = http_get_ok(n[2].port, "/api/v1/series?type=cpu", NULL);
-    CHECK(strncmp((char *)b.data, missing, strlen(missing)) == 0);
-    cp_buf_close(&b);
-    char *raw = raw_get(n[2].port, "/api/v1/profile?format=pprof&from=-1d&to=now");
-    char hdr[128];
-    snprintf(hdr, sizeof hdr, "\r\nContprof-Partial: %s\r\n", n[1].url);
-    CHECK_CONTAINS(raw, "HTTP/1.1 200");
-    CHECK_CONTAINS(raw, hdr);
-    free(raw);
-    raw = raw_get(n[2].port, "/api/v1/profile?format=folded&from=-1d&to=now");
-    CHECK_CONTAINS(raw, hdr);
-    free(raw);
-    CHECK(http_metric(n[2].port, cmd, NULL) >= 4); /* the four questions above */
-    /* the CLI says so too, on stderr, and still prints what it got; it exits 3 unless
-     * --allow-partial (issue 36) */
-    snprintf(cmd, sizeof cmd,
-             "'%s/query/contprof' top --server %s --from -1d --to now >'%s/top.out' 2>'%s/top.err'",
-             bindir(), n[2].url, dir, dir);
-    int tst = system(cmd);
-    CHECK(WIFEXITED(tst) && WEXITSTATUS(tst) == 3);
-    snprintf(cmd, sizeof cmd,
-             "'%s/query/contprof' top --allow-partial --server %s --from -1d --to now "
-             ">'%s/top.out' 2>'%s/top.err'",
-             bindir(), n[2].url, dir, dir);
-    proc_sh(cmd);
-    {
-        char errs[4096], want_w[160];
-        snprintf(path, sizeof path, "%s/top.err", dir);
-        slurp(path, errs, sizeof errs);
-        snprintf(want_w, sizeof want_w, "partial answer: no part from %s", n[1].url);
-        CHECK_CONTAINS(errs, want_w);
-    }
-    /* what node 3 still has is the other nodes' part: less than the whole */
-    cp_profile *part = query_cpu(n[2].port, "", NULL);
-    CHECK(cp_profile_total(part, 1) < want[1]);
-    cp_profile_destroy(part);
-    /* a peer's own part (local=1) is never marked partial: it asked nobody */
-    raw = raw_get(n[2].port, "/api/v1/profile?format=json&from=-1d&to=now" AS_PEER);
-    CHECK(!strstr(raw, "partial"));
-    free(raw);
+    check_partial_with_node_2_stopped(n, dir, want, cmd, sizeof cmd);
 
     CHECK_EQ(stop_daemon_within(&n[2].p, SIGTERM, 60), 0);
     CHECK_EQ(stop_daemon_within(&n[0].p, SIGTERM, 60), 0);

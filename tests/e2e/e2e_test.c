@@ -263,6 +263,118 @@ static long long go_pprof_total(const char *file, const char *si)
 
 /* ---- the test ------------------------------------------------------------------------ */
 
+/* The three kinds of profile the demo's windows hold: kind, type, its two value types. */
+static const struct {
+    int kind;
+    const char *name, *t0, *t1;
+} kinds[] = {{CP_KIND_CPU, "cpu", "samples", "cpu"},
+             {CP_KIND_ALLOC, "alloc", "alloc_objects", "alloc_space"},
+             {CP_KIND_INUSE, "inuse", "inuse_objects", "inuse_space"}};
+
+/* Window by window (starts[0..nu), each kind, the store on port against the agent's files t)
+ * and then the export of [from, to) in our decoder and in go tool pprof (written to dir):
+ * equal. */
+static void check_windows_equal_the_files(int port, const char *dir, const truth *tp,
+                                          const char *svc, const int64_t *starts, size_t nu,
+                                          int64_t from, int64_t to)
+{
+    int64_t sum_windows[3][2] = {{0}};
+    for (size_t i = 0; i < nu; i++)
+        for (int k = 0; k < 3; k++) {
+            cp_profile *p = query(port, kinds[k].name, svc, starts[i] - SEC / 2000,
+                                  starts[i] + SEC / 2000, NULL);
+            int64_t w0, w1;
+            truth_sum(tp, kinds[k].kind, starts[i] - SEC / 2000, starts[i] + SEC / 2000, &w0, &w1);
+            int64_t s0 = total_of(p, kinds[k].t0), s1 = total_of(p, kinds[k].t1);
+            if (s0 != w0 || s1 != w1)
+                fprintf(stderr, "window %zu (start %lld) %s: store %lld/%lld, agent %lld/%lld\n", i,
+                        (long long)starts[i], kinds[k].name, (long long)s0, (long long)s1,
+                        (long long)w0, (long long)w1);
+            CHECK_EQ(s0, w0);
+            CHECK_EQ(s1, w1);
+            sum_windows[k][0] += s0;
+            sum_windows[k][1] += s1;
+            cp_profile_destroy(p);
+        }
+    fprintf(stderr, "e2e: %zu windows, each equal to the agent's files\n", nu);
+
+    /* The exported pprof of the whole run: its totals are the sum of the windows, in our
+     * decoder and in `go tool pprof`. */
+    for (int k = 0; k < 2; k++) {
+        cp_buf raw;
+        cp_profile *p = query(port, kinds[k].name, svc, from, to, &raw);
+        CHECK_EQ(total_of(p, kinds[k].t0), sum_windows[k][0]);
+        CHECK_EQ(total_of(p, kinds[k].t1), sum_windows[k][1]);
+        char path[700];
+        snprintf(path, sizeof path, "%s/%s.pb.gz", dir, kinds[k].name);
+        FILE *f = fopen(path, "wb");
+        CHECK(f && fwrite(raw.data, 1, raw.len, f) == raw.len);
+        fclose(f);
+        cp_buf_close(&raw);
+        CHECK_EQ(go_pprof_total(path, kinds[k].t0), sum_windows[k][0]);
+        cp_profile_destroy(p);
+    }
+    fprintf(stderr, "e2e: go tool pprof totals equal the sum of the windows\n");
+}
+
+/* The demo's planted problems in the store on port: the hot function, the allocating one,
+ * the start-up allocation still in use 20 s later (starts[0..nu): the windows' starts,
+ * first: the run's first start), one isolate selected alone, the late isolate. */
+static void check_planted_problems(int port, const char *svc, const int64_t *starts, size_t nu,
+                                   int64_t first, int64_t from, int64_t to)
+{
+    /* The planted problems. */
+    cp_profile *cpu = query(port, "cpu", svc, from, to, NULL);
+    int64_t self;
+    const char *top = top_self(cpu, "cpu", &self);
+    fprintf(stderr, "e2e: top self-CPU %s (%.0f%%)\n", top, 100.0 * self / total_of(cpu, "cpu"));
+    CHECK_STREQ(top, "json_replacer");
+    CHECK(value_under(cpu, "cpu", "metrics_report") > 0);
+    cp_profile_destroy(cpu);
+
+    cp_profile *alloc = query(port, "alloc", svc, from, to, NULL);
+    int64_t span = value_under(alloc, "alloc_space", "trace_span_record");
+    int64_t all = total_of(alloc, "alloc_space");
+    fprintf(stderr, "e2e: trace_span_record allocated %.0f%% of alloc_space\n", 100.0 * span / all);
+    CHECK(span * 2 > all);
+    cp_profile_destroy(alloc);
+
+    /* The start-up allocation, in the inuse answer of a window at least 20 s after start. */
+    size_t late_w = 0;
+    while (late_w < nu && starts[late_w] < first + 20 * SEC)
+        late_w++;
+    CHECK(late_w < nu);
+    cp_profile *inuse =
+        query(port, "inuse", svc, starts[late_w] - SEC / 2000, starts[late_w] + SEC / 2000, NULL);
+    int64_t geo = value_under(inuse, "inuse_space", "geo_table_load");
+    fprintf(stderr, "e2e: %.1f s after start, geo_table_load holds %.1f MiB in use\n",
+            (double)(starts[late_w] - first) / SEC, geo / 1048576.0);
+    CHECK(llabs(geo - (64LL << 20)) < (64LL << 20) / 10);
+    cp_profile_destroy(inuse);
+
+    /* One isolate selected: only its frames. */
+    cp_profile *m = query(port, "cpu", "{service=\"e2e\",isolate=\"metrics\"}", from, to, NULL);
+    CHECK(value_under(m, "cpu", "metrics_snapshot") > 0);
+    static const char *const others[] = {"json_replacer",     "http_worker_main",
+                                         "trace_span_record", "export_compress_batch",
+                                         "batch_export_main", "main"};
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        if (value_under(m, "cpu", others[i]) != 0) fprintf(stderr, "metrics has %s\n", others[i]);
+        CHECK_EQ(value_under(m, "cpu", others[i]), 0);
+    }
+    cp_profile_destroy(m);
+
+    /* The late isolate: nothing before it was created, its own work after. */
+    const char *late_sel = "{service=\"e2e\",isolate=\"batch-export\"}";
+    cp_profile *early = query(port, "cpu", late_sel, from, from + (LATE_AFTER - 2) * SEC, NULL);
+    CHECK_EQ(total_of(early, "cpu"), 0);
+    cp_profile_destroy(early);
+    cp_profile *lp = query(port, "cpu", late_sel, from, to, NULL);
+    CHECK(value_under(lp, "cpu", "export_compress_batch") > 0);
+    CHECK_EQ(value_under(lp, "cpu", "json_replacer"), 0);
+    cp_profile_destroy(lp);
+}
+
 TEST(demo_through_the_whole_pipeline)
 {
     char dir[] = "/tmp/contprof-e2e-XXXXXX";
@@ -354,100 +466,9 @@ TEST(demo_through_the_whole_pipeline)
     size_t nu = 0;
     for (size_t i = 0; i < ns; i++)
         if (!nu || starts[i] != starts[nu - 1]) starts[nu++] = starts[i];
-    static const struct {
-        int kind;
-        const char *name, *t0, *t1;
-    } kinds[] = {{CP_KIND_CPU, "cpu", "samples", "cpu"},
-                 {CP_KIND_ALLOC, "alloc", "alloc_objects", "alloc_space"},
-                 {CP_KIND_INUSE, "inuse", "inuse_objects", "inuse_space"}};
-    int64_t sum_windows[3][2] = {{0}};
-    for (size_t i = 0; i < nu; i++)
-        for (int k = 0; k < 3; k++) {
-            cp_profile *p = query(d.port, kinds[k].name, svc, starts[i] - SEC / 2000,
-                                  starts[i] + SEC / 2000, NULL);
-            int64_t w0, w1;
-            truth_sum(&t, kinds[k].kind, starts[i] - SEC / 2000, starts[i] + SEC / 2000, &w0, &w1);
-            int64_t s0 = total_of(p, kinds[k].t0), s1 = total_of(p, kinds[k].t1);
-            if (s0 != w0 || s1 != w1)
-                fprintf(stderr, "window %zu (start %lld) %s: store %lld/%lld, agent %lld/%lld\n", i,
-                        (long long)starts[i], kinds[k].name, (long long)s0, (long long)s1,
-                        (long long)w0, (long long)w1);
-            CHECK_EQ(s0, w0);
-            CHECK_EQ(s1, w1);
-            sum_windows[k][0] += s0;
-            sum_windows[k][1] += s1;
-            cp_profile_destroy(p);
-        }
-    fprintf(stderr, "e2e: %zu windows, each equal to the agent's files\n", nu);
+    check_windows_equal_the_files(d.port, dir, &t, svc, starts, nu, from, to);
 
-    /* The exported pprof of the whole run: its totals are the sum of the windows, in our
-     * decoder and in `go tool pprof`. */
-    for (int k = 0; k < 2; k++) {
-        cp_buf raw;
-        cp_profile *p = query(d.port, kinds[k].name, svc, from, to, &raw);
-        CHECK_EQ(total_of(p, kinds[k].t0), sum_windows[k][0]);
-        CHECK_EQ(total_of(p, kinds[k].t1), sum_windows[k][1]);
-        char path[700];
-        snprintf(path, sizeof path, "%s/%s.pb.gz", dir, kinds[k].name);
-        FILE *f = fopen(path, "wb");
-        CHECK(f && fwrite(raw.data, 1, raw.len, f) == raw.len);
-        fclose(f);
-        cp_buf_close(&raw);
-        CHECK_EQ(go_pprof_total(path, kinds[k].t0), sum_windows[k][0]);
-        cp_profile_destroy(p);
-    }
-    fprintf(stderr, "e2e: go tool pprof totals equal the sum of the windows\n");
-
-    /* The planted problems. */
-    cp_profile *cpu = query(d.port, "cpu", svc, from, to, NULL);
-    int64_t self;
-    const char *top = top_self(cpu, "cpu", &self);
-    fprintf(stderr, "e2e: top self-CPU %s (%.0f%%)\n", top, 100.0 * self / total_of(cpu, "cpu"));
-    CHECK_STREQ(top, "json_replacer");
-    CHECK(value_under(cpu, "cpu", "metrics_report") > 0);
-    cp_profile_destroy(cpu);
-
-    cp_profile *alloc = query(d.port, "alloc", svc, from, to, NULL);
-    int64_t span = value_under(alloc, "alloc_space", "trace_span_record");
-    int64_t all = total_of(alloc, "alloc_space");
-    fprintf(stderr, "e2e: trace_span_record allocated %.0f%% of alloc_space\n", 100.0 * span / all);
-    CHECK(span * 2 > all);
-    cp_profile_destroy(alloc);
-
-    /* The start-up allocation, in the inuse answer of a window at least 20 s after start. */
-    size_t late_w = 0;
-    while (late_w < nu && starts[late_w] < t.first_start + 20 * SEC)
-        late_w++;
-    CHECK(late_w < nu);
-    cp_profile *inuse =
-        query(d.port, "inuse", svc, starts[late_w] - SEC / 2000, starts[late_w] + SEC / 2000, NULL);
-    int64_t geo = value_under(inuse, "inuse_space", "geo_table_load");
-    fprintf(stderr, "e2e: %.1f s after start, geo_table_load holds %.1f MiB in use\n",
-            (double)(starts[late_w] - t.first_start) / SEC, geo / 1048576.0);
-    CHECK(llabs(geo - (64LL << 20)) < (64LL << 20) / 10);
-    cp_profile_destroy(inuse);
-
-    /* One isolate selected: only its frames. */
-    cp_profile *m = query(d.port, "cpu", "{service=\"e2e\",isolate=\"metrics\"}", from, to, NULL);
-    CHECK(value_under(m, "cpu", "metrics_snapshot") > 0);
-    static const char *const others[] = {"json_replacer",     "http_worker_main",
-                                         "trace_span_record", "export_compress_batch",
-                                         "batch_export_main", "main"};
-    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
-        if (value_under(m, "cpu", others[i]) != 0) fprintf(stderr, "metrics has %s\n", others[i]);
-        CHECK_EQ(value_under(m, "cpu", others[i]), 0);
-    }
-    cp_profile_destroy(m);
-
-    /* The late isolate: nothing before it was created, its own work after. */
-    const char *late_sel = "{service=\"e2e\",isolate=\"batch-export\"}";
-    cp_profile *early = query(d.port, "cpu", late_sel, from, from + (LATE_AFTER - 2) * SEC, NULL);
-    CHECK_EQ(total_of(early, "cpu"), 0);
-    cp_profile_destroy(early);
-    cp_profile *lp = query(d.port, "cpu", late_sel, from, to, NULL);
-    CHECK(value_under(lp, "cpu", "export_compress_batch") > 0);
-    CHECK_EQ(value_under(lp, "cpu", "json_replacer"), 0);
-    cp_profile_destroy(lp);
+    check_planted_problems(d.port, svc, starts, nu, t.first_start, from, to);
 
     /* The agent keeps each stream's tables between windows, so the restarted daemon's
      * writer found stacks of later windows in its per-series caches; the window-by-window
@@ -733,6 +754,88 @@ static void start_in_tmp(char *dir, const char *what, daemon_t *d, char url[64],
     snprintf(cbin, 512, "%s/query/contprof", bindir());
 }
 
+/* Every export of the fleet (each process, sel[0..2), and all): pprof's identity holds and
+ * go tool pprof reads it (files in dir); the diff of sel[0] against sel[1] as pprof too. */
+static void check_fleet_exports(int port, const char *dir, char sel[2][128], const char *all,
+                                int64_t from, int64_t to)
+{
+    /* every export: pprof's identity holds and go tool pprof reads it */
+    const char *exports[4] = {sel[0], sel[1], all, NULL};
+    for (int i = 0; exports[i]; i++) {
+        cp_buf raw;
+        cp_profile *p = query(port, "cpu", exports[i], from, to, &raw);
+        check_export_identity(p);
+        cp_profile_destroy(p);
+        char path[700];
+        snprintf(path, sizeof path, "%s/export-%d.pb.gz", dir, i);
+        FILE *f = fopen(path, "wb");
+        CHECK(f && fwrite(raw.data, 1, raw.len, f) == raw.len);
+        fclose(f);
+        cp_buf_close(&raw);
+        go_pprof_reads(path);
+    }
+    /* the diff as pprof (target minus base) */
+    {
+        cp_buf pq = {0};
+        CHECK(cp_buf_append(&pq, "diff?format=pprof&type=cpu&base_select=", 39) == 0);
+        CHECK(cp_url_encode(&pq, sel[1]) == 0);
+        CHECK(cp_buf_append(&pq, "", 1) == 0);
+        char f0[40], t0[40], head[200];
+        fmt_time(from, f0, sizeof f0);
+        fmt_time(to, t0, sizeof t0);
+        cp_buf full = {0};
+        snprintf(head, sizeof head, "/api/v1/%s&from=%s&to=%s&select=", (char *)pq.data, f0, t0);
+        CHECK(cp_buf_append(&full, head, strlen(head)) == 0);
+        CHECK(cp_url_encode(&full, sel[0]) == 0);
+        CHECK(cp_buf_append(&full, "", 1) == 0);
+        cp_buf raw = http_get_ok(port, (char *)full.data, NULL);
+        char path[700];
+        snprintf(path, sizeof path, "%s/diff.pb.gz", dir);
+        FILE *f = fopen(path, "wb");
+        CHECK(f && fwrite(raw.data, 1, raw.len, f) == raw.len);
+        fclose(f);
+        cp_buf_close(&raw);
+        cp_buf_close(&full);
+        cp_buf_close(&pq);
+        go_pprof_reads(path);
+    }
+}
+
+/* The agent's own windows of both processes (files[0..2)), merged by `contprof merge` (cbin):
+ * pprof's identity, the total want, go tool pprof reads it; as folded text, names (leaf among
+ * them), never bare addresses. */
+static void check_contprof_merge(const char *cbin, const char *dir, char files[2][600],
+                                 int64_t want, const char *leaf)
+{
+    char cmd[4096];
+    char merged[700];
+    snprintf(merged, sizeof merged, "%s/merged.pb.gz", dir);
+    snprintf(cmd, sizeof cmd, "%s merge -o %s %s/*.cpu.*.pb.gz %s/*.cpu.*.pb.gz", cbin, merged,
+             files[0], files[1]);
+    CHECK_EQ(system(cmd), 0);
+    cp_buf mb = {0};
+    CHECK(cp_read_file(merged, &mb, NULL) == 0);
+    cp_profile *mp = NULL;
+    cp_err err = {0};
+    CHECK_EQ(cp_pprof_decode(mb.data, mb.len, NULL, &mp, &err), 0);
+    check_export_identity(mp);
+    CHECK_EQ(total_of(mp, "cpu"), want);
+    cp_profile_destroy(mp);
+    cp_buf_close(&mb);
+    go_pprof_reads(merged);
+    snprintf(cmd, sizeof cmd,
+             "%s merge --format folded %s/*.cpu.*.pb.gz %s/*.cpu.*.pb.gz > %s/m.txt", cbin,
+             files[0], files[1], dir);
+    CHECK_EQ(system(cmd), 0);
+    char mt[700];
+    snprintf(mt, sizeof mt, "%s/m.txt", dir);
+    CHECK(cp_read_file(mt, &mb, NULL) == 0);
+    CHECK(cp_buf_append(&mb, "", 1) == 0);
+    check_no_bare_address("contprof merge --format folded", (char *)mb.data);
+    CHECK(strstr((char *)mb.data, leaf));
+    cp_buf_close(&mb);
+}
+
 /* Stops the daemon (SIGTERM, exit 0 within 60 s) and removes dir. */
 static void finish_in_tmp(daemon_t *d, const char *dir)
 {
@@ -834,73 +937,8 @@ TEST(fleet_of_one_stripped_binary_merges)
         cp_buf_close(&pq);
     }
 
-    /* every export: pprof's identity holds and go tool pprof reads it */
-    const char *exports[4] = {sel[0], sel[1], all, NULL};
-    for (int i = 0; exports[i]; i++) {
-        cp_buf raw;
-        cp_profile *p = query(d.port, "cpu", exports[i], from, to, &raw);
-        check_export_identity(p);
-        cp_profile_destroy(p);
-        char path[700];
-        snprintf(path, sizeof path, "%s/export-%d.pb.gz", dir, i);
-        FILE *f = fopen(path, "wb");
-        CHECK(f && fwrite(raw.data, 1, raw.len, f) == raw.len);
-        fclose(f);
-        cp_buf_close(&raw);
-        go_pprof_reads(path);
-    }
-    /* the diff as pprof (target minus base) */
-    {
-        cp_buf pq = {0};
-        CHECK(cp_buf_append(&pq, "diff?format=pprof&type=cpu&base_select=", 39) == 0);
-        CHECK(cp_url_encode(&pq, sel[1]) == 0);
-        CHECK(cp_buf_append(&pq, "", 1) == 0);
-        char f0[40], t0[40], head[200];
-        fmt_time(from, f0, sizeof f0);
-        fmt_time(to, t0, sizeof t0);
-        cp_buf full = {0};
-        snprintf(head, sizeof head, "/api/v1/%s&from=%s&to=%s&select=", (char *)pq.data, f0, t0);
-        CHECK(cp_buf_append(&full, head, strlen(head)) == 0);
-        CHECK(cp_url_encode(&full, sel[0]) == 0);
-        CHECK(cp_buf_append(&full, "", 1) == 0);
-        cp_buf raw = http_get_ok(d.port, (char *)full.data, NULL);
-        char path[700];
-        snprintf(path, sizeof path, "%s/diff.pb.gz", dir);
-        FILE *f = fopen(path, "wb");
-        CHECK(f && fwrite(raw.data, 1, raw.len, f) == raw.len);
-        fclose(f);
-        cp_buf_close(&raw);
-        cp_buf_close(&full);
-        cp_buf_close(&pq);
-        go_pprof_reads(path);
-    }
-    /* the agent's own windows of both processes, merged by `contprof merge` */
-    char merged[700];
-    snprintf(merged, sizeof merged, "%s/merged.pb.gz", dir);
-    snprintf(cmd, sizeof cmd, "%s merge -o %s %s/*.cpu.*.pb.gz %s/*.cpu.*.pb.gz", cbin, merged,
-             files[0], files[1]);
-    CHECK_EQ(system(cmd), 0);
-    cp_buf mb = {0};
-    CHECK(cp_read_file(merged, &mb, NULL) == 0);
-    cp_profile *mp = NULL;
-    cp_err err = {0};
-    CHECK_EQ(cp_pprof_decode(mb.data, mb.len, NULL, &mp, &err), 0);
-    check_export_identity(mp);
-    CHECK_EQ(total_of(mp, "cpu"), want);
-    cp_profile_destroy(mp);
-    cp_buf_close(&mb);
-    go_pprof_reads(merged);
-    snprintf(cmd, sizeof cmd,
-             "%s merge --format folded %s/*.cpu.*.pb.gz %s/*.cpu.*.pb.gz > %s/m.txt", cbin,
-             files[0], files[1], dir);
-    CHECK_EQ(system(cmd), 0);
-    char mt[700];
-    snprintf(mt, sizeof mt, "%s/m.txt", dir);
-    CHECK(cp_read_file(mt, &mb, NULL) == 0);
-    CHECK(cp_buf_append(&mb, "", 1) == 0);
-    check_no_bare_address("contprof merge --format folded", (char *)mb.data);
-    CHECK(strstr((char *)mb.data, l0->name));
-    cp_buf_close(&mb);
+    check_fleet_exports(d.port, dir, sel, all, from, to);
+    check_contprof_merge(cbin, dir, files, want, l0->name);
 
     kill(d.pid, SIGTERM);
     CHECK_EQ(wait_exit(d.pid, 30), 0);

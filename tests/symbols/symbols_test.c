@@ -100,46 +100,33 @@ static void prog_locations(const char *url, const char *token, long from, long t
         cp_buf_close(&r.body);
 }
 
-TEST(stripped_program_named_after_upload_per_tenant)
+/* Starts contprofd with config conf (its log dlog) and waits for its API: url gets its
+ * address. Returns its pid. */
+static pid_t start_contprofd(const char *conf, const char *dlog, char url[64])
 {
-    char dir[] = "/tmp/contprof-symbols-XXXXXX";
-    CHECK(mkdtemp(dir));
-    fprintf(stderr, "symbols: working in %s\n", dir);
-    char conf[600], dlog[600], data[600];
-    snprintf(conf, sizeof conf, "%s/contprofd.conf", dir);
-    snprintf(dlog, sizeof dlog, "%s/contprofd.log", dir);
-    snprintf(data, sizeof data, "%s/data", dir);
-    FILE *f = fopen(conf, "w");
-    CHECK(f);
-    fprintf(f,
-            "data = %s\nlisten = 127.0.0.1:0\ntoken.a = token-of-a\ntoken.b = token-of-b\n"
-            "symbols.dirs = %s/no-debug-dir\n",
-            data, dir);
-    fclose(f);
-    char dbin[512], cbin[512], prog[512], stripped[512];
+    char dbin[512];
     snprintf(dbin, sizeof dbin, "%s/query/contprofd", bindir());
-    snprintf(cbin, sizeof cbin, "%s/query/contprof", bindir());
-    snprintf(prog, sizeof prog, "%s/tests/symbols/symprog", bindir());
-    snprintf(stripped, sizeof stripped, "%s/tests/symbols/symprog-stripped", bindir());
     const char *dargv[] = {dbin, "--config", conf, NULL};
     pid_t d = spawn(dargv, dlog);
     int port = atoi(wait_for_log(d, dlog, PROC_QUERY_API, 30));
     CHECK(port);
-    char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    snprintf(url, 64, "http://127.0.0.1:%d", port);
+    return d;
+}
 
-    /* two processes of tenant a and one of tenant b, addresses only; a control that loads
-     * libdw (tenant c, CONTPROF_SYMBOLIZE=lines: the agent's default names frames without
-     * libdw) shows that the libdw check can see libdw */
-    long t_from = (long)time(NULL) - 2;
-    struct {
-        const char *tenant, *mode;
-        pid_t pid;
-        char log[600];
-    } runs[4] = {{"a", "server", 0, ""},
-                 {"a", "server", 0, ""},
-                 {"b", "server", 0, ""},
-                 {"c", "lines", 0, ""}};
+/* One program run under the agent for a tenant: mode is its --symbolize (agent or server),
+ * or "lines" (CONTPROF_SYMBOLIZE=lines, the libdw control). */
+typedef struct tenant_run {
+    const char *tenant, *mode;
+    pid_t pid;
+    char log[600];
+} tenant_run;
+
+/* Runs stripped 8 under `contprof run` for each of runs[4] at once, checks that only the
+ * "lines" run maps libdw, and waits for all to exit 0. */
+static void run_tenants(tenant_run *runs, const char *dir, const char *cbin, const char *url,
+                        const char *stripped)
+{
     for (int i = 0; i < 4; i++) {
         snprintf(runs[i].log, sizeof runs[i].log, "%s/run-%d.log", dir, i);
         /* each agent signs for its tenant (contprofd has tokens); c borrows a's token to
@@ -180,9 +167,12 @@ TEST(stripped_program_named_after_upload_per_tenant)
     }
     for (int i = 0; i < 4; i++)
         CHECK_EQ(wait_exit(runs[i].pid, 90), 0);
-    long t_to = (long)time(NULL) + 2;
+}
 
-    /* every instance's windows are stored (the agent flushes at exit) */
+/* Every instance's windows of runs[0..3) are stored (the agent flushes at exit): waits until
+ * each one's CPU total stays the same for 1.5 s, then wants at least 10 samples. */
+static void wait_stored(const tenant_run *runs, const char *url, long t_from, long t_to)
+{
     for (int i = 0; i < 3; i++) {
         char sel[128];
         snprintf(sel, sizeof sel, "{service=\"symprog\",instance=~\".*:%d\"}", (int)runs[i].pid);
@@ -200,6 +190,43 @@ TEST(stripped_program_named_after_upload_per_tenant)
         /* up to 8 s of CPU each; a loaded machine gives it much less: at least 10 samples */
         CHECK(v >= 100000000LL);
     }
+}
+
+TEST(stripped_program_named_after_upload_per_tenant)
+{
+    char dir[] = "/tmp/contprof-symbols-XXXXXX";
+    CHECK(mkdtemp(dir));
+    fprintf(stderr, "symbols: working in %s\n", dir);
+    char conf[600], dlog[600], data[600];
+    snprintf(conf, sizeof conf, "%s/contprofd.conf", dir);
+    snprintf(dlog, sizeof dlog, "%s/contprofd.log", dir);
+    snprintf(data, sizeof data, "%s/data", dir);
+    FILE *f = fopen(conf, "w");
+    CHECK(f);
+    fprintf(f,
+            "data = %s\nlisten = 127.0.0.1:0\ntoken.a = token-of-a\ntoken.b = token-of-b\n"
+            "symbols.dirs = %s/no-debug-dir\n",
+            data, dir);
+    fclose(f);
+    char cbin[512], prog[512], stripped[512];
+    snprintf(cbin, sizeof cbin, "%s/query/contprof", bindir());
+    snprintf(prog, sizeof prog, "%s/tests/symbols/symprog", bindir());
+    snprintf(stripped, sizeof stripped, "%s/tests/symbols/symprog-stripped", bindir());
+    char url[64];
+    pid_t d = start_contprofd(conf, dlog, url);
+
+    /* two processes of tenant a and one of tenant b, addresses only; a control that loads
+     * libdw (tenant c, CONTPROF_SYMBOLIZE=lines: the agent's default names frames without
+     * libdw) shows that the libdw check can see libdw */
+    long t_from = (long)time(NULL) - 2;
+    tenant_run runs[4] = {{"a", "server", 0, ""},
+                          {"a", "server", 0, ""},
+                          {"b", "server", 0, ""},
+                          {"c", "lines", 0, ""}};
+    run_tenants(runs, dir, cbin, url, stripped);
+    long t_to = (long)time(NULL) + 2;
+
+    wait_stored(runs, url, t_from, t_to);
 
     /* before the upload: the program's frames carry no names */
     char pq[200];
@@ -318,14 +345,8 @@ TEST(a_build_id_that_is_a_path_opens_nothing)
     CHECK(cp_write_file(file, pp.data, pp.len, NULL) == 0);
     cp_buf_close(&pp);
 
-    char dbin[512];
-    snprintf(dbin, sizeof dbin, "%s/query/contprofd", bindir());
-    const char *dargv[] = {dbin, "--config", conf, NULL};
-    pid_t d = spawn(dargv, dlog);
-    int port = atoi(wait_for_log(d, dlog, PROC_QUERY_API, 30));
-    CHECK(port);
     char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    pid_t d = start_contprofd(conf, dlog, url);
     snprintf(cmd, sizeof cmd, "%s/query/contprof import --server %s --service victim %s", bindir(),
              url, file);
     CHECK_EQ(run(cmd, out, sizeof out), 0);

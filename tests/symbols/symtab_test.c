@@ -243,72 +243,51 @@ static char *get_text(qfx *f, const char *pq, const char *token)
     return (char *)r.body.data;
 }
 
-TEST(uploaded_symbols_name_stored_profiles_of_their_tenant_only)
+/* Stores wa as tenant a's window and wb as b's (labels, start t0) and destroys both. */
+static void store_for_a_and_b(qfx *f, const char *labels, int64_t t0, cp_profile *wa,
+                              cp_profile *wb)
 {
-    char prog[600], stripped[600];
-    snprintf(prog, sizeof prog, "%s/tests/symbols/symprog", bindir());
-    snprintf(stripped, sizeof stripped, "%s/tests/symbols/symprog-stripped", bindir());
-    cp_buf elf = read_all(prog);
-    cp_buf tab = {0};
-    char id[CP_BUILD_ID_HEX_MAX + 1];
-    cp_err err = {0};
-    CHECK_EQ(cp_symtab_build(elf.data, elf.len, 1 << 20, &tab, id, &err), 0);
-    cp_buf_close(&tab);
-    uint64_t off = elf_symbol_offset(prog, "symprog_hash_spin");
-    uint64_t moff = elf_symbol_offset(prog, "main");
-
-    qfx f = {0};
-    qfx_open_store(&f, NULL);
-    /* windows of both tenants, stored before any upload, at two different load addresses */
-    int64_t t0 = (time(NULL) - 600) * SEC;
-    cp_profile *wa = server_window(id, 0x555500000000, off, moff);
-    cp_profile *wb = server_window(id, 0x7f0000000000, off, moff);
-    qfx_add(&f, "a", CP_KIND_CPU, "service=sp", t0, wa);
-    qfx_add(&f, "b", CP_KIND_CPU, "service=sp", t0, wb);
-    qfx_commit(&f);
+    qfx_add(f, "a", CP_KIND_CPU, labels, t0, wa);
+    qfx_add(f, "b", CP_KIND_CPU, labels, t0, wb);
+    qfx_commit(f);
     cp_profile_destroy(wa);
     cp_profile_destroy(wb);
+}
 
-    cp_symbols_options so;
-    cp_symbols_options_default(&so);
-    so.store = f.store;
-    so.dirs = ""; /* only uploads here */
-    cp_symbols *sy = cp_symbols_create(&so);
-    CHECK(sy);
-    cp_metrics *reg; /* as contprofd: the symbols' counters registered, /metrics prints them */
-    CHECK_EQ(cp_metrics_create(&reg), 0);
-    CHECK_EQ(cp_symbols_register_metrics(sy, reg), 0);
-    cp_api_token toks[2] = {{"token-of-a", "a"}, {"token-of-b", "b"}};
+/* Serves f's store with symbols sy for tenants a and b (tokens token-of-a, token-of-b);
+ * reg: the registry /metrics prints (NULL: the fixture's own). */
+static void serve_tenants_a_b(qfx *f, cp_symbols *sy, cp_metrics *reg)
+{
+    static const cp_api_token toks[2] = {{"token-of-a", "a"}, {"token-of-b", "b"}};
     cp_api_options ao;
     cp_api_options_default(&ao);
     ao.tokens = toks;
     ao.ntokens = 2;
     ao.symbols = sy;
     ao.metrics = reg;
-    qfx_serve(&f, &ao, 2);
+    qfx_serve(f, &ao, 2);
+}
 
-    char pq[256];
-    snprintf(pq, sizeof pq, "/api/v1/profile?format=top&from=%lld&to=now",
-             (long long)(t0 / SEC - 1));
-    char *top = get_text(&f, pq, "token-of-a");
-    CHECK(!strstr(top, "symprog_hash_spin"));
-    free(top);
-
-    /* bad uploads: 4xx naming the problem, nothing stored */
+/* Uploads the server refuses (4xx naming the problem, nothing stored): not an ELF file,
+ * truncated, empty, stripped, without a build ID, without a token, for another tenant, over
+ * the upload limit (from the headers), and a GET. */
+static void expect_bad_uploads(qfx *fp, const cp_buf *elfp, const char *stripped)
+{
+    cp_err err = {0};
     static const char text[] = "hello, not an ELF";
-    expect_post(&f, "token-of-a", text, sizeof text - 1, 400, "not an ELF file");
-    expect_post(&f, "token-of-a", elf.data, elf.len / 3, 400, "truncated ELF");
-    expect_post(&f, "token-of-a", "", 0, 400, "empty body");
+    expect_post(fp, "token-of-a", text, sizeof text - 1, 400, "not an ELF file");
+    expect_post(fp, "token-of-a", elfp->data, elfp->len / 3, 400, "truncated ELF");
+    expect_post(fp, "token-of-a", "", 0, 400, "empty body");
     cp_buf s = read_all(stripped);
-    expect_post(&f, "token-of-a", s.data, s.len, 400, "no function symbols");
+    expect_post(fp, "token-of-a", s.data, s.len, 400, "no function symbols");
     cp_buf_close(&s);
     cp_buf nobid = {0};
-    CHECK(cp_buf_append(&nobid, elf.data, elf.len) == 0);
+    CHECK(cp_buf_append(&nobid, elfp->data, elfp->len) == 0);
     drop_build_id(&nobid);
-    expect_post(&f, "token-of-a", nobid.data, nobid.len, 400, "no GNU build ID");
+    expect_post(fp, "token-of-a", nobid.data, nobid.len, 400, "no GNU build ID");
     cp_buf_close(&nobid);
-    expect_post(&f, NULL, elf.data, elf.len, 401, "Bearer");
-    cp_http_result r = post(&f, "/api/v1/symbols?tenant=b", "token-of-a", elf.data, elf.len);
+    expect_post(fp, NULL, elfp->data, elfp->len, 401, "Bearer");
+    cp_http_result r = post(fp, "/api/v1/symbols?tenant=b", "token-of-a", elfp->data, elfp->len);
     CHECK_EQ(r.status, 403);
     cp_buf_close(&r.body);
     /* over the upload limit: refused from the headers, before the body is read */
@@ -317,47 +296,48 @@ TEST(uploaded_symbols_name_stored_profiles_of_their_tenant_only)
                       "POST /api/v1/symbols HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
                       "token-of-a\r\nContent-Length: %llu\r\n\r\n",
                       (unsigned long long)(65u << 20));
-    CHECK(cp_http_raw("127.0.0.1", f.port, raw, (size_t)rl, 30000, &r, &err) == 0);
+    CHECK(cp_http_raw("127.0.0.1", fp->port, raw, (size_t)rl, 30000, &r, &err) == 0);
     cp_buf_append(&r.body, "", 1);
     CHECK_EQ(r.status, 413);
     CHECK_CONTAINS((char *)r.body.data, "symbols.max_upload_bytes");
     cp_buf_close(&r.body);
-    r = qfx_get(&f, "/api/v1/symbols", "token-of-a");
+    r = qfx_get(fp, "/api/v1/symbols", "token-of-a");
     CHECK_EQ(r.status, 405);
     cp_buf_close(&r.body);
-    top = get_text(&f, pq, "token-of-a");
-    CHECK(!strstr(top, "symprog_hash_spin"));
-    free(top);
+}
 
-    /* the upload, as tenant a (the optional tenant check passes) */
-    r = post(&f, "/api/v1/symbols?tenant=a", "token-of-a", elf.data, elf.len);
-    CHECK_EQ(r.status, 200);
-    CHECK_CONTAINS((char *)r.body.data, id);
-    cp_buf_close(&r.body);
-
-    /* a's window, stored before the upload, is named in every text format */
-    top = get_text(&f, pq, "token-of-a");
+/* A's window, stored before the upload (from t0 on), named in every format: top, folded,
+ * the JSON tree and diff, pprof (the location carries the function and its line) and go
+ * tool pprof reading that. */
+static void expect_named_in_every_format(qfx *fp, int64_t t0)
+{
+    cp_err err = {0};
+    cp_http_result r;
+    char pq[256];
+    snprintf(pq, sizeof pq, "/api/v1/profile?format=top&from=%lld&to=now",
+             (long long)(t0 / SEC - 1));
+    char *top = get_text(fp, pq, "token-of-a");
     CHECK_CONTAINS(top, "symprog_hash_spin");
     CHECK_CONTAINS(top, "main");
     free(top);
     snprintf(pq, sizeof pq, "/api/v1/profile?format=folded&from=%lld&to=now",
              (long long)(t0 / SEC - 1));
-    char *folded = get_text(&f, pq, "token-of-a");
+    char *folded = get_text(fp, pq, "token-of-a");
     CHECK_CONTAINS(folded, "main;symprog_hash_spin 70000000");
     free(folded);
     snprintf(pq, sizeof pq, "/api/v1/profile?format=json&from=%lld&to=now",
              (long long)(t0 / SEC - 1));
-    char *json = get_text(&f, pq, "token-of-a");
+    char *json = get_text(fp, pq, "token-of-a");
     CHECK_CONTAINS(json, "\"name\":\"symprog_hash_spin\"");
     free(json);
     snprintf(pq, sizeof pq, "/api/v1/diff?format=json&from=%lld&to=now", (long long)(t0 / SEC - 1));
-    json = get_text(&f, pq, "token-of-a");
+    json = get_text(fp, pq, "token-of-a");
     CHECK_CONTAINS(json, "\"name\":\"symprog_hash_spin\"");
     free(json);
     /* pprof: the location carries the function and its line */
     snprintf(pq, sizeof pq, "/api/v1/profile?format=pprof&from=%lld&to=now",
              (long long)(t0 / SEC - 1));
-    r = qfx_get(&f, pq, "token-of-a");
+    r = qfx_get(fp, pq, "token-of-a");
     CHECK_EQ(r.status, 200);
     cp_profile *p = NULL;
     CHECK(cp_pprof_decode(r.body.data, r.body.len, NULL, &p, &err) == 0);
@@ -392,6 +372,60 @@ TEST(uploaded_symbols_name_stored_profiles_of_their_tenant_only)
     CHECK_EQ(prc, 0);
     CHECK_CONTAINS(out, "symprog_hash_spin");
     unlink(tmp);
+}
+
+TEST(uploaded_symbols_name_stored_profiles_of_their_tenant_only)
+{
+    char prog[600], stripped[600];
+    snprintf(prog, sizeof prog, "%s/tests/symbols/symprog", bindir());
+    snprintf(stripped, sizeof stripped, "%s/tests/symbols/symprog-stripped", bindir());
+    cp_buf elf = read_all(prog);
+    cp_buf tab = {0};
+    char id[CP_BUILD_ID_HEX_MAX + 1];
+    cp_err err = {0};
+    CHECK_EQ(cp_symtab_build(elf.data, elf.len, 1 << 20, &tab, id, &err), 0);
+    cp_buf_close(&tab);
+    uint64_t off = elf_symbol_offset(prog, "symprog_hash_spin");
+    uint64_t moff = elf_symbol_offset(prog, "main");
+
+    qfx f = {0};
+    qfx_open_store(&f, NULL);
+    /* windows of both tenants, stored before any upload, at two different load addresses */
+    int64_t t0 = (time(NULL) - 600) * SEC;
+    cp_profile *wa = server_window(id, 0x555500000000, off, moff);
+    cp_profile *wb = server_window(id, 0x7f0000000000, off, moff);
+    store_for_a_and_b(&f, "service=sp", t0, wa, wb);
+
+    cp_symbols_options so;
+    cp_symbols_options_default(&so);
+    so.store = f.store;
+    so.dirs = ""; /* only uploads here */
+    cp_symbols *sy = cp_symbols_create(&so);
+    CHECK(sy);
+    cp_metrics *reg; /* as contprofd: the symbols' counters registered, /metrics prints them */
+    CHECK_EQ(cp_metrics_create(&reg), 0);
+    CHECK_EQ(cp_symbols_register_metrics(sy, reg), 0);
+    serve_tenants_a_b(&f, sy, reg);
+
+    char pq[256];
+    snprintf(pq, sizeof pq, "/api/v1/profile?format=top&from=%lld&to=now",
+             (long long)(t0 / SEC - 1));
+    char *top = get_text(&f, pq, "token-of-a");
+    CHECK(!strstr(top, "symprog_hash_spin"));
+    free(top);
+
+    expect_bad_uploads(&f, &elf, stripped);
+    top = get_text(&f, pq, "token-of-a");
+    CHECK(!strstr(top, "symprog_hash_spin"));
+    free(top);
+
+    /* the upload, as tenant a (the optional tenant check passes) */
+    cp_http_result r = post(&f, "/api/v1/symbols?tenant=a", "token-of-a", elf.data, elf.len);
+    CHECK_EQ(r.status, 200);
+    CHECK_CONTAINS((char *)r.body.data, id);
+    cp_buf_close(&r.body);
+
+    expect_named_in_every_format(&f, t0);
 
     /* the counters */
     char *metrics = get_text(&f, "/metrics", "token-of-a");
@@ -423,9 +457,7 @@ TEST(uploaded_symbols_name_stored_profiles_of_their_tenant_only)
     so.store = g.store;
     sy = cp_symbols_create(&so);
     CHECK(sy);
-    ao.symbols = sy;
-    ao.metrics = NULL; /* reg is gone: the fixture's own registry (the API registers in it) */
-    qfx_serve(&g, &ao, 2);
+    serve_tenants_a_b(&g, sy, NULL); /* reg is gone: the fixture's own registry */
     top = get_text(&g, pq, "token-of-a");
     CHECK_CONTAINS(top, "symprog_hash_spin");
     free(top);
@@ -472,11 +504,7 @@ TEST(source_maps_name_stored_v8_frames_of_their_tenant_only)
     int64_t t0 = (time(NULL) - 600) * SEC;
     cp_profile *wa = v8_window("file:///srv/app/worker.js?v=3");
     cp_profile *wb = v8_window("file:///srv/app/worker.js?v=3");
-    qfx_add(&f, "a", CP_KIND_CPU, "service=js", t0, wa);
-    qfx_add(&f, "b", CP_KIND_CPU, "service=js", t0, wb);
-    qfx_commit(&f);
-    cp_profile_destroy(wa);
-    cp_profile_destroy(wb);
+    store_for_a_and_b(&f, "service=js", t0, wa, wb);
     cp_symbols_options so;
     cp_symbols_options_default(&so);
     so.store = f.store;
@@ -484,13 +512,7 @@ TEST(source_maps_name_stored_v8_frames_of_their_tenant_only)
     so.max_table_bytes = 1 << 20;
     cp_symbols *sy = cp_symbols_create(&so);
     CHECK(sy);
-    cp_api_token toks[2] = {{"token-of-a", "a"}, {"token-of-b", "b"}};
-    cp_api_options ao;
-    cp_api_options_default(&ao);
-    ao.tokens = toks;
-    ao.ntokens = 2;
-    ao.symbols = sy;
-    qfx_serve(&f, &ao, 2);
+    serve_tenants_a_b(&f, sy, NULL);
     char pq[256];
     snprintf(pq, sizeof pq, "/api/v1/profile?format=folded&from=%lld&to=now",
              (long long)(t0 / SEC - 1));
