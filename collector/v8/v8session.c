@@ -83,6 +83,8 @@ static session *session_new(conn *c, const char *sid, const char *isolate)
     return s;
 }
 
+static int scripts_read(session *s, cp_err *e);
+
 void cp_v8_session_free(session *s)
 {
     CP_V8_ASSERT_OUTSIDE_CALLS();
@@ -92,6 +94,7 @@ void cp_v8_session_free(session *s)
         cp_v8_smap_destroy(s->maps.v[i].map);
     }
     free(s->maps.v);
+    free(s->scripts_seen.v);
     cp_merger_destroy(s->acc);
     cp_profile_destroy(s->pend);
     json_decref(s->reply);
@@ -195,9 +198,7 @@ static int session_start(session *s)
     /* source maps: Debugger.scriptParsed names each script's map (the scripts already
      * there come before enable's reply); pauses are skipped so that a `debugger`
      * statement or node's --inspect-brk never stops the host for us */
-    if (!cp_v8src.o->no_source_maps &&
-        (cp_v8_call(s, "Debugger.enable", NULL, NULL, &e) != 0 ||
-         cp_v8_call(s, "Debugger.setSkipAllPauses", json_pack("{s:b}", "skip", 1), NULL, &e) != 0))
+    if (!cp_v8src.o->no_source_maps && scripts_read(s, &e) != 0)
         cp_log_warn("v8: isolate %s: no source maps: %s", s->isolate, e.msg);
     session_thread_guess(s);
     s->window_start_ns = s->run_start_ns = cp_now_ns();
@@ -265,12 +266,126 @@ static int load_map_text(const char *script_url, const char *map_url, cp_buf *ou
     return cp_read_file(path, out, e);
 }
 
+/* ---- scripts, read on demand ------------------------------------------------------
+ * Source maps are named by Debugger.scriptParsed. An enabled Debugger domain costs the
+ * host (workerd per request at 10 ms: ~1.3%, bench/v8/run.sh), so it is on only while
+ * scripts are read: at the start, and when a profile has a frame of a script not reported
+ * yet (V8 replays scriptParsed for every script at each enable). */
+
+#define SCRIPTS_SEEN_MAX (1u << 20) /* script ids kept in the bitset; past it: always on */
+
+/* The script id as a bitset index, or -1 (not a decimal number within the bound). */
+static int64_t script_index(const char *id)
+{
+    uint64_t v = 0;
+    if (!id[0]) return -1;
+    for (const char *p = id; *p; p++) {
+        if (*p < '0' || *p > '9' || v >= SCRIPTS_SEEN_MAX) return -1;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    return v < SCRIPTS_SEEN_MAX ? (int64_t)v : -1;
+}
+
+/* Marks id reported; returns 1 if it was already. An id that cannot be kept sets
+ * dbg_always (the domain stays on from the next read) and counts as new. */
+static int script_mark(session *s, const char *id)
+{
+    int64_t i = script_index(id);
+    size_t w = (size_t)i / 64;
+    if (i < 0 || (w >= s->scripts_seen.n && cp_vec_reserve(&s->scripts_seen, w + 1) != 0)) {
+        s->dbg_always = 1;
+        return 0;
+    }
+    while (s->scripts_seen.n <= w)
+        s->scripts_seen.v[s->scripts_seen.n++] = 0;
+    uint64_t bit = (uint64_t)1 << (i % 64);
+    int had = (s->scripts_seen.v[w] & bit) != 0;
+    s->scripts_seen.v[w] |= bit;
+    return had;
+}
+
+static int script_seen(const session *s, const char *id)
+{
+    int64_t i = script_index(id);
+    if (i < 0) return 0;
+    size_t w = (size_t)i / 64;
+    return w < s->scripts_seen.n && (s->scripts_seen.v[w] >> (i % 64) & 1);
+}
+
+/* Debugger on (its scriptParsed for each script arrive before the reply), pauses skipped
+ * so that a `debugger` statement never stops the host for us, then off again unless
+ * dbg_always. */
+static int scripts_read(session *s, cp_err *e)
+{
+    if (!s->dbg_on) {
+        if (cp_v8_call(s, "Debugger.enable", NULL, NULL, e) != 0) return -1;
+        s->dbg_on = 1;
+        if (cp_v8_call(s, "Debugger.setSkipAllPauses", json_pack("{s:b}", "skip", 1), NULL, e) != 0)
+            return -1;
+    }
+    if (s->dbg_always) return 0;
+    if (cp_v8_call(s, "Debugger.disable", NULL, NULL, e) != 0) return -1;
+    s->dbg_on = 0;
+    return 0;
+}
+
+/* The script id of node's callFrame if it names a script (V8's own entries say "0"). */
+static const char *frame_script(const json_t *node)
+{
+    const char *id = cp_v8_jstr(json_object_get(node, "callFrame"), "scriptId");
+    return id && strcmp(id, "0") ? id : NULL;
+}
+
+/* Over the frames under node (a CPU profile's nodes, or a heap profile's tree): with mark,
+ * marks each script id reported and returns 0; else returns 1 at the first id not
+ * reported yet. */
+static int scan_scripts(session *s, const json_t *node, int depth, int mark)
+{
+    if (depth > 100000) return 0;
+    const json_t *nodes = json_object_get(node, "nodes");
+    if (json_is_array(nodes)) {
+        for (size_t i = 0; i < json_array_size(nodes); i++) {
+            const char *id = frame_script(json_array_get(nodes, i));
+            if (id && mark) (void)script_mark(s, id);
+            if (id && !mark && !script_seen(s, id)) return 1;
+        }
+        return 0;
+    }
+    const json_t *head = json_object_get(node, "head");
+    if (head && !depth) node = head;
+    const char *id = frame_script(node);
+    if (id && mark) (void)script_mark(s, id);
+    if (id && !mark && !script_seen(s, id)) return 1;
+    const json_t *ch = json_object_get(node, "children");
+    for (size_t i = 0; json_is_array(ch) && i < json_array_size(ch); i++)
+        if (scan_scripts(s, json_array_get(ch, i), depth + 1, mark)) return 1;
+    return 0;
+}
+
+static void map_frames(const session *s, json_t *node, int depth);
+
+void cp_v8_map_profile(session *s, json_t *prof)
+{
+    CP_V8_ASSERT_OUTSIDE_CALLS();
+    if (!prof || cp_v8src.o->no_source_maps) return;
+    if (!(s->dbg_on && s->dbg_always) && scan_scripts(s, prof, 0, 0)) {
+        cp_err e = {0};
+        if (scripts_read(s, &e) != 0)
+            cp_log_warn("v8: isolate %s: scripts not read (source maps of new scripts not "
+                        "used): %s",
+                        s->isolate, e.msg);
+        (void)scan_scripts(s, prof, 0, 1); /* one V8 never reports is not asked again */
+    }
+    map_frames(s, prof, 0);
+}
+
 /* Debugger.scriptParsed: reads the script's source map, if it names one. */
 void cp_v8_script_parsed(session *s, const json_t *params)
 {
     const char *id = cp_v8_jstr(params, "scriptId"), *url = cp_v8_jstr(params, "url");
     const char *map_url = cp_v8_jstr(params, "sourceMapURL");
-    if (!id || !map_url || !map_url[0]) return;
+    if (!id || script_mark(s, id)) return; /* known: replayed by a later enable */
+    if (!map_url || !map_url[0]) return;
     cp_err e = {0};
     cp_buf text = {0};
     cp_v8_smap *m = NULL;
@@ -306,7 +421,7 @@ static const cp_v8_smap *map_of(const session *s, const json_t *frame)
 }
 
 /* Maps every callFrame of a CPU profile's nodes or a heap profile's tree (from node). */
-void cp_v8_map_frames(const session *s, json_t *node, int depth)
+static void map_frames(const session *s, json_t *node, int depth)
 {
     if (!s->maps.n || depth > 100000) return;
     json_t *nodes = json_object_get(node, "nodes");
@@ -330,7 +445,7 @@ void cp_v8_map_frames(const session *s, json_t *node, int depth)
     if (m) (void)cp_v8_smap_apply(m, cf);
     json_t *ch = json_object_get(node, "children");
     for (size_t i = 0; i < json_array_size(ch); i++)
-        cp_v8_map_frames(s, json_array_get(ch, i), depth + 1);
+        map_frames(s, json_array_get(ch, i), depth + 1);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -355,7 +470,7 @@ void cp_v8_cpu_cycle(session *s, int restart)
         snprintf(s->cpu_why, sizeof(s->cpu_why), "%s", e.msg);
     } else {
         json_t *prof = json_object_get(r, "profile");
-        cp_v8_map_frames(s, prof, 0);
+        cp_v8_map_profile(s, prof);
         if (cp_v8_cpu_profile(prof, ran, &p, NULL, &e) != 0) {
             s->cpu_failed = 1;
             snprintf(s->cpu_why, sizeof(s->cpu_why), "%s", e.msg);
@@ -438,7 +553,7 @@ void cp_v8_alloc_cycle(session *s, uint64_t want)
         cp_log_warn("v8: isolate %s: alloc capture window lost: %s", s->isolate, e.msg);
     } else {
         json_t *prof = json_object_get(r, "profile");
-        cp_v8_map_frames(s, prof, 0);
+        cp_v8_map_profile(s, prof);
         cp_profile *p = NULL;
         uint64_t mark = s->cap_mark;
         if (cp_v8_heap_profile(prof, cp_v8src.o->heap_interval, 1, &mark, &p, &e) != 0) {
@@ -583,7 +698,7 @@ static void session_window_rest(session *s, int last)
         if (cp_v8_call(s, "HeapProfiler.getSamplingProfile", NULL, &r, &e) == 0) {
             json_t *prof = json_object_get(r, "profile");
             cp_profile *inuse = NULL, *alloc = NULL;
-            cp_v8_map_frames(s, prof, 0);
+            cp_v8_map_profile(s, prof);
             uint64_t mark = s->watermark;
             if (cp_v8_heap_profile(prof, cp_v8src.o->heap_interval, 0, NULL, &inuse, &e) == 0 &&
                 cp_v8_heap_profile(prof, cp_v8src.o->heap_interval, 1, &mark, &alloc, &e) == 0) {
@@ -606,7 +721,7 @@ static void session_window_rest(session *s, int last)
         /* leave the isolate as we found it, whatever the host does when the socket closes
          * (V8 would disable them with the session) */
         if (s->heap_on) (void)cp_v8_call(s, "HeapProfiler.stopSampling", NULL, NULL, NULL);
-        if (!cp_v8src.o->no_source_maps) (void)cp_v8_call(s, "Debugger.disable", NULL, NULL, NULL);
+        if (s->dbg_on) (void)cp_v8_call(s, "Debugger.disable", NULL, NULL, NULL);
         if (cp_v8src.o->cpu_interval_us > 0)
             (void)cp_v8_call(s, "Profiler.disable", NULL, NULL, NULL);
     }

@@ -73,6 +73,11 @@ typedef struct session {
     CP_VEC(mapped) maps;
     size_t map_bytes;
     uint64_t maps_failed;
+    /* the Debugger domain is on only while scripts are read (README "Source maps"): the
+     * ids V8 reported (a bitset), and whether it is on now or stays on (ids it cannot
+     * keep: not numbers, or past the bitset's bound) */
+    CP_VEC(uint64_t) scripts_seen;
+    int dbg_on, dbg_always;
     /* each isolate session is its own producer (HOST:PID:v8:TOKEN): contprofd counts a
      * producer's reported losses once per window start, and isolates' windows start apart */
     char producer[224];
@@ -253,8 +258,10 @@ static inline int cp_v8_session_running(const session *s)
 }
 /* Debugger.scriptParsed: reads the script's source map, if it names one. */
 void cp_v8_script_parsed(session *s, const json_t *params);
-/* Maps every callFrame of a CPU profile's nodes or a heap profile's tree (from node). */
-void cp_v8_map_frames(const session *s, json_t *node, int depth);
+/* Reads the isolate's scripts (Debugger on, its scriptParsed replayed for each, then off)
+ * when prof, a CPU profile or a heap profile's tree, has a frame of a script not reported
+ * yet; then maps every callFrame through the source maps. Outside calls only. */
+void cp_v8_map_profile(session *s, json_t *prof);
 /* Ends the CPU profiler's run in progress; with restart, starts the next one. */
 void cp_v8_cpu_cycle(session *s, int restart);
 /* Cuts the alloc captures' windows of s; want: the alloc captures it serves from now. */

@@ -3,7 +3,8 @@
 # lock file, into BUILD_DIR/tests/v8/node_modules unless they are there already, then
 # bundles and minifies the TypeScript Worker ts/worker.ts into BUILD_DIR/tests/v8/typed.js
 # with an inline source map (its sources read "ts/worker.ts"), next to a copy of
-# typed.capnp; and smap/worker.js with its map in smap/worker.js.map. Used by test_v8.
+# typed.capnp; smap/worker.js with its map in smap/worker.js.map; late/ (a module node
+# loads after attach). Used by test_v8.
 # usage: tests/v8/install.sh BUILD_DIR
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,6 +21,13 @@ cp "$here/ts/worker.ts" "$work/ts/worker.ts"
 cp "$here/typed.capnp" "$work/typed.capnp"
 (cd "$work" && node_modules/.bin/esbuild ts/worker.ts --bundle --minify --format=esm \
   --sourcemap=inline --log-level=warning --outfile=typed.js)
+# A module loaded late by node (late/main.js requires late/late.js a second in): CommonJS,
+# minified, its map inline.
+mkdir -p "$work/late"
+cp "$here/ts/late.ts" "$work/ts/late.ts"
+cp "$here/late_main.js" "$work/late/main.js"
+(cd "$work" && node_modules/.bin/esbuild ts/late.ts --bundle --minify --format=cjs \
+  --sourcemap=inline --log-level=warning --outfile=late/late.js)
 # The same Worker with its map in a file beside it (smap/worker.js, smap/worker.js.map), for
 # the query-time source maps (`contprof symbols upload`), run by node through ts_driver.mjs.
 mkdir -p "$work/smap"

@@ -79,6 +79,9 @@ static int g_files;
 
 /* Starts node on two_workers.js for seconds and `contprof v8 --window window` on it: the
  * windows end up in g_dir/out, or go to the contprofd at server (if not NULL). */
+/* The script node_start runs (NULL: two_workers.js), given the seconds to run. */
+static const char *g_script;
+
 static void node_start(int seconds, const char *window, const char *server, pid_t *np, pid_t *cp)
 {
     static char node[512], inspect[64], hostport[64], script[512], secs[16], out[300], nlog[300],
@@ -87,7 +90,10 @@ static void node_start(int seconds, const char *window, const char *server, pid_
     int port = free_port();
     snprintf(inspect, sizeof(inspect), "--inspect-brk=127.0.0.1:%d", port);
     snprintf(hostport, sizeof(hostport), "127.0.0.1:%d", port);
-    snprintf(script, sizeof(script), "%s/two_workers.js", CP_V8_TESTS);
+    if (g_script)
+        snprintf(script, sizeof(script), "%s", g_script);
+    else
+        snprintf(script, sizeof(script), "%s/two_workers.js", CP_V8_TESTS);
     snprintf(secs, sizeof(secs), "%d", seconds);
     snprintf(out, sizeof(out), "%s/out", g_dir);
     snprintf(nlog, sizeof(nlog), "%s/node.log", g_dir);
@@ -1118,6 +1124,52 @@ TEST(node_through_a_contprofd_restart_loses_nothing)
     remove_dir();
 }
 
+/* A script node loads after contprof v8 attached (its Debugger domain is off between
+ * reads): the window that first has its frames reads the scripts again, so its minified
+ * functions are named from its inline source map, in that window already. */
+TEST(node_script_loaded_later_is_source_mapped)
+{
+    make_dir();
+    char cmd[1024], script[600], out[300], clog[300];
+    snprintf(cmd, sizeof(cmd), "sh %s/install.sh %s", CP_V8_TESTS, bindir());
+    CHECK(system(cmd) == 0);
+    snprintf(script, sizeof(script), "%s/tests/v8/late/main.js", bindir());
+    g_script = script;
+    g_files = 1;
+    pid_t np, cp;
+    node_start(4, "1s", NULL, &np, &cp);
+    node_finish(4, np, cp);
+    g_script = NULL;
+    g_files = 0;
+    snprintf(clog, sizeof(clog), "%s/contprof.log", g_dir);
+    static char log[1 << 16];
+    slurp(clog, log, sizeof(log));
+    const char *att = strstr(log, "attached to isolate"),
+               *read = strstr(log, "late.js: source map read");
+    CHECK(att && read && read > att); /* read after the attach: on demand */
+    pset s;
+    snprintf(out, sizeof(out), "%s/out", g_dir);
+    pset_load(out, &s);
+    int64_t hot = 0;
+    int named = 0;
+    for (int i = 0; i < s.n; i++) {
+        if (strcmp(s.f[i].kind, "cpu")) continue;
+        const char *file;
+        int64_t line;
+        if (func_where(s.f[i].p, "lateHotLoop", &file, &line)) {
+            CHECK(strstr(file, "ts/late.ts"));
+            named++;
+        }
+        for (uint32_t k = 0; k < s.f[i].p->functions.n; k++) /* no frame left unmapped */
+            CHECK(!strstr(cp_profile_str(s.f[i].p, s.f[i].p->functions.v[k].filename), "late.js"));
+        hot += func_total(s.f[i].p, "lateHotLoop", 1);
+    }
+    printf("lateHotLoop: in %d cpu windows, %lld ns\n", named, (long long)hot);
+    CHECK(named >= 1 && hot > 0);
+    pset_free(&s);
+    remove_dir();
+}
+
 /* ------------------------------------------------------------------------------------
  * CPU seconds under contention: two shell loops compete with node for the 2 CPUs */
 
@@ -1393,5 +1445,6 @@ TEST(node_heap_schedule)
 TEST_MAIN(T(node_heap_capture), T(node_heap_schedule), T(workerd_heap_capture), T(node_two_workers),
           T(workerd_two_workers), T(malformed_inspector), T(node_to_contprofd),
           T(node_signed_for_its_tenant), T(node_through_a_contprofd_restart_loses_nothing),
-          T(workerd_typescript), T(node_source_map_uploaded_after_the_windows), T(node_capture),
+          T(workerd_typescript), T(node_source_map_uploaded_after_the_windows),
+          T(node_script_loaded_later_is_source_mapped), T(node_capture),
           T(node_cpu_under_competitors))
