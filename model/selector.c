@@ -235,7 +235,12 @@ int cp_regex_check_cost(const char *re, uint64_t max_cost, cp_err *err)
             memset(&st[sp], 0, sizeof st[sp]);
             st[sp].seq_nullable = 1;
             continue;
-        } else if (c == ')' && sp > 0) {
+        } else if (c == ')' && sp == 0) {
+            /* it would close the group the selector wraps the expression in (^(...)$):
+             * another match than written, and a repetition after it over all before */
+            return cp_err_set(err, CP_EPARSE, "regular expression has an unmatched ')' at byte %zu",
+                              i);
+        } else if (c == ')') {
             atom = st[sp].total ? st[sp].total : 1;
             nullable = st[sp].any_nullable || st[sp].seq_nullable;
             sp--;

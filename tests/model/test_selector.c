@@ -73,9 +73,9 @@ TEST(selector_errors_name_the_byte)
 TEST(regex_guard)
 {
     cp_err err = {0};
-    const char *ok[] = {"worker.*", "(a|b)+", "[a-z]{2,5}",     "x{3}",      "a{2,}",
-                        "[]a]*",    "\\++",   "[[:alpha:]]+x?", "((ab)*c)+", "a{",
-                        "{",        ")",      "v1\\.[0-9]+",    NULL};
+    const char *ok[] = {"worker.*", "(a|b)+",         "[a-z]{2,5}", "x{3}", "a{2,}", "[]a]*",
+                        "\\++",     "[[:alpha:]]+x?", "((ab)*c)+",  "a{",   "{",     "v1\\.[0-9]+",
+                        NULL};
     for (const char **r = ok; *r; r++) {
         if (cp_regex_check(*r, &err)) fprintf(stderr, "%s: %s\n", *r, err.msg);
         CHECK(cp_regex_check(*r, &err) == 0);
@@ -96,6 +96,12 @@ TEST(regex_guard)
     CHECK_EQ(cp_regex_check("($)+){42}", &err), CP_EPARSE); /* anchors match nothing */
     CHECK_EQ(cp_regex_check("(\\b)*", &err), CP_EPARSE);
     CHECK_EQ(cp_regex_check("((a*)b?)*", &err), CP_EPARSE);
+    /* a ')' with no '(' would close the selector's own ^(...)$ group: the repetition after
+     * it then copies every alternative before it (fuzz_selector: 2 GiB in regcomp) */
+    CHECK_EQ(cp_regex_check(")", &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "unmatched ')' at byte 0");
+    CHECK_EQ(cp_regex_check("a|b|c|d|e){43}x))+){43}", &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "unmatched ')' at byte 9");
     CHECK_EQ(cp_regex_check("(a|b)*", &err), 0);
     CHECK_EQ(cp_regex_check("(ab?)+x{0,3}", &err), 0);
     CHECK_EQ(cp_regex_check("((a{100}){100}){100}", &err), CP_EPARSE);
