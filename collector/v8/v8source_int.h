@@ -106,6 +106,15 @@ typedef struct session {
     int pid, tid;
     int64_t cpu_mark_ns; /* that CPU time at the window's start; -1: unknown */
     int64_t cpu_read;    /* that CPU time now (weigh_pending's reading), -1: unreadable */
+    /* the CPU profiler's own cost (README "Captures", "Cost"): the sampler thread of the
+     * run in progress (0: not seen) and its isolate's CPU at the run's start; that thread's
+     * CPU and wall time over the always-on runs, and over the runs of the capture(s) in
+     * progress (with the isolate's CPU meanwhile) */
+    int sampler_tid;
+    int64_t run_cpu0_ns;
+    int64_t base_prof_ns, base_wall_ns;
+    int64_t cap_prof_ns, cap_wall_ns, cap_cpu_ns, cap_run_us;
+    int cap_counting;
     /* the cpu window just ended, waiting for its share of the thread's CPU */
     cp_profile *pend;
     int64_t pend_start, pend_end;
@@ -288,8 +297,14 @@ int64_t cp_v8_interval_of(uint64_t caps);
 /* A copy of a finer run's profile thinned to base_us (*acc carries the rest); NULL: no
  * memory. */
 json_t *cp_v8_thin_profile(const json_t *profile, int64_t base_us, int64_t *acc);
-/* The engine text of capture k's cpu windows of a run at ran_us. */
-void cp_v8_cap_engine(const v8cap *k, int64_t ran_us, char *out, size_t cap);
+/* The engine text of capture k's cpu windows of s's run at ran_us, with what the capture
+ * cost s so far (cost_us_per_s, cost_permille) once measured. */
+void cp_v8_cap_engine(const v8cap *k, const session *s, int64_t ran_us, char *out, size_t cap);
+/* Profiler.start on s, noting the sampler thread V8 starts for the run (its cost). */
+int cp_v8_profiler_start(session *s, cp_err *err);
+/* Before Profiler.stop: the run's sampler thread's CPU, counted to the always-on runs or
+ * to the capture's (s->run_caps). */
+void cp_v8_profiler_cost(session *s);
 /* Every loop: hears control messages, cuts capture windows, switches isolates' runs. */
 void cp_v8_captures_tick(void);
 /* --heap-snapshot-every: takes the snapshots that are due. */

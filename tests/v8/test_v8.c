@@ -925,6 +925,19 @@ TEST(node_capture)
     CHECK_EQ(cst, 0);
     CHECK_EQ(nst, 0);
     CHECK_CONTAINS(txt, "alpha");
+    /* the answer states the capture's measured cost on alpha (collector/v8/README.md
+     * "Cost"): V8's sampler at 1 ms against 10 ms, > 0, below the rate plan's 100 us a
+     * sample (100 ms/s) and below the capture's budget (1000 permille for 3 s at the
+     * default captures.max_overhead_permille) */
+    const char *cost = strstr(txt, "cost on ");
+    CHECK(cost != NULL);
+    double ms = 0, permille = 0;
+    const char *colon = strstr(cost, "}: ");
+    CHECK(colon != NULL);
+    CHECK_EQ(sscanf(colon, "}: %lf ms of CPU per second, %lf permille", &ms, &permille), 2);
+    printf("capture's cost on alpha: %.1f ms/s, %.1f permille\n", ms, permille);
+    CHECK(ms > 0 && ms < 100);
+    CHECK(permille > 0 && permille < 1000);
     CHECK(WIFEXITED(arc) && WEXITSTATUS(arc) == 1); /* the reason goes to its stderr */
     CHECK_CONTAINS(txt2, "(asked 65536, running at 524288)");
 
