@@ -180,13 +180,14 @@ TEST(node_two_workers)
     printf("cpu windows: alpha %d, beta %d, main %d\n", n_alpha, n_beta, n_main);
     CHECK(n_alpha >= 2 && n_beta >= 2 && n_main >= 2);
     CHECK(comment >= n_alpha + n_beta + n_main);
-    /* 3:1 either way. V8's sampler charges a call's entry and exit unevenly (alpha reads
-     * 2.4-2.7, beta 3.5-3.9 in ten runs at load 5), so the band is wide; it still tells
-     * each worker's own mix from the other's (1:3) and from a merge of both (1:1). */
+    /* 3:1 by work either way (3.00 timed). Beside two CPU burners (load 5) 2.87-3.13 and
+     * 2.95-3.88: a worker gets ~1 s of CPU here, ~100 samples at 10 ms, and the 1:3 side's
+     * ~25 samples spread ±20% (collector/v8/README.md "Ratios"). It still tells each
+     * worker's own mix from the other's (1:3) and from a merge of both (1:1). */
     double ra = ratio(&s, "alpha", "hotAlpha", "hotBeta");
     double rb = ratio(&s, "beta", "hotBeta", "hotAlpha");
-    CHECK(ra > 2.0 && ra < 4.5);
-    CHECK(rb > 2.0 && rb < 4.5);
+    CHECK(ra > 2.3 && ra < 4.0);
+    CHECK(rb > 2.3 && rb < 4.0);
     /* the main isolate runs neither */
     CHECK_EQ(sum_kind(&s, "cpu", "main", "hotAlpha", 0), 0);
     /* inuse: the table main built before the workers, by its builder, in its last window */
@@ -293,10 +294,12 @@ TEST(workerd_two_workers)
     }
     printf("sessions: alpha %d, beta %d\n", nimg[0], nimg[1]);
     CHECK(nimg[0] >= 2 && nimg[1] >= 2); /* attached again after the restart */
+    /* 3:1 by work (3.00 timed in node): 2.80-3.37 in six runs beside two CPU burners
+     * (load 4-7; ~200 samples per Worker, ±7% of sampling noise; README "Ratios") */
     double ra = ratio(&s, "alpha", "alphaMain", "alphaSide");
     double rb = ratio(&s, "beta", "betaMain", "betaSide");
-    CHECK(ra > 2.3 && ra < 4.0);
-    CHECK(rb > 2.3 && rb < 4.0);
+    CHECK(ra > 2.5 && ra < 3.6);
+    CHECK(rb > 2.5 && rb < 3.6);
     /* one thread runs both isolates: neither profile holds the other's functions */
     CHECK_EQ(sum_kind(&s, "cpu", "alpha", "betaMain", 0), 0);
     CHECK_EQ(sum_kind(&s, "cpu", "beta", "alphaMain", 0), 0);
@@ -586,7 +589,7 @@ TEST(workerd_typescript)
     CHECK(!strcmp(file, "ts/worker.ts"));
     CHECK_EQ(line, 15);
     double r = ratio(&s, "typed", "tsMain", "tsSide");
-    CHECK(r > 2.3 && r < 4.0);
+    CHECK(r > 2.5 && r < 3.6); /* 2.72-2.96 in three runs beside two CPU burners */
     /* the Durable Object: its work under Counter's fetch (line 30), none of the Worker's */
     int64_t dobj = under_entry(&s, 30, "counterWork"), mixed = under_entry(&s, 30, "tsMain");
     int64_t worker = under_entry(&s, 37, "tsMain"), wrong = under_entry(&s, 37, "counterWork");
