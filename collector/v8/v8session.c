@@ -816,16 +816,15 @@ void cp_v8_maintain(host *h)
                 sp = &s->next;
             }
         }
-        if ((c->state == C_CLOSED || c->state == C_IDLE) && !c->listed &&
-            c->state != C_CONNECTING) {
+        if ((c->state == CONN_CLOSED || c->state == CONN_IDLE || c->state == CONN_ENDED) &&
+            !c->listed) {
             *cp = c->next;
             cp_v8_conn_free(c);
             continue;
         }
-        if ((c->state == C_IDLE || c->state == C_CLOSED) && c->listed && !c->closing &&
-            now >= c->retry_at)
+        if ((c->state == CONN_IDLE || c->state == CONN_CLOSED) && c->listed && now >= c->retry_at)
             cp_v8_connect(c);
-        if (c->state == C_OPEN && c->finishing && !c->closing) {
+        if (c->state == CONN_FINISHING) {
             /* the isolates still exist: their last windows are taken, then we leave */
             cp_v8_flush_lost(h);
             cp_v8_windows_end(c, 1);
@@ -836,16 +835,16 @@ void cp_v8_maintain(host *h)
                 }
             cp_log_info("v8: %s target %s finished: last windows taken, disconnecting", h->hostport,
                         c->target);
-            c->closing = 1;
+            cp_v8_conn_set(c, CONN_CLOSING, "last windows taken");
             cp_v8_conn_close(c);
         }
-        if (c->state == C_OPEN && !c->sessions && !c->closing) {
+        if (c->state == CONN_OPEN && !c->sessions) {
             char iso[128];
             cp_v8_isolate_of(c->title, iso, sizeof(iso));
             session *s = session_new(c, NULL, iso);
             if (s && session_start(s) != 0) cp_v8_session_gone(s, "its profilers did not start");
         }
-        while (c->state == C_OPEN && c->attaches.n) {
+        while (cp_v8_conn_open(c) && c->attaches.n) {
             attach a = c->attaches.v[--c->attaches.n];
             session *s = session_new(c, a.sid, a.title);
             if (s && session_start(s) != 0) cp_v8_session_gone(s, "its profilers did not start");

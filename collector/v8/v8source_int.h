@@ -21,7 +21,29 @@
 #include "watch.h"
 
 #define CAP_SLOTS 16 /* running captures at once (README "Captures") */
-enum { C_IDLE, C_CONNECTING, C_OPEN, C_CLOSED };
+
+/* An inspector connection's life (a target's WebSocket): one state, changed only by
+ * cp_v8_conn_set (which asserts the edge in Debug/ASan builds and logs it at debug level).
+ *
+ *   IDLE -> CONNECTING            CONNECTING -> OPEN | CLOSED
+ *   OPEN -> FINISHING | CLOSING | CLOSED
+ *   FINISHING -> CLOSING | CLOSED  CLOSING -> ENDED      CLOSED -> CONNECTING
+ *
+ * IDLE: listed, never connected. CONNECTING: libwebsockets connects. OPEN: calls flow.
+ * FINISHING: node ran its last line and waits for us to disconnect
+ * (NodeRuntime.waitingForDisconnect). CLOSING: its last windows taken, we asked
+ * libwebsockets to close it. CLOSED: failed or closed by the host: connected again after
+ * its back-off while listed. ENDED: closed after CLOSING: never again. OPEN, FINISHING and
+ * CLOSING are open (calls may be made); an unlisted IDLE, CLOSED or ENDED one is freed. */
+typedef enum conn_state {
+    CONN_IDLE,
+    CONN_CONNECTING,
+    CONN_OPEN,
+    CONN_FINISHING,
+    CONN_CLOSING,
+    CONN_CLOSED,
+    CONN_ENDED,
+} conn_state;
 
 typedef struct conn conn;
 
@@ -138,9 +160,8 @@ struct conn {
     host *h;
     char target[128], title[256], path[512];
     struct lws *wsi;
-    int state, listed;
-    int finishing; /* node ran its last line and waits for us to disconnect */
-    int closing;   /* asked libwebsockets to close */
+    conn_state state; /* cp_v8_conn_set only */
+    int listed;
     int64_t retry_at, backoff_ns, outer_id;
     int host_pid; /* the process listening on the inspector's port (0: not seen), per open */
     cp_buf rx;
@@ -241,7 +262,14 @@ int cp_v8_call(session *s, const char *method, json_t *params, json_t **result, 
 void cp_v8_discover(host *h);
 /* Opens c's WebSocket (its callbacks say when it is open or failed). */
 void cp_v8_connect(conn *c);
-/* Asks libwebsockets to close c (c->closing is set by the caller). */
+/* Moves c to state to (an edge of the diagram above; asserted), logged with why. */
+void cp_v8_conn_set(conn *c, conn_state to, const char *why);
+/* Whether c's WebSocket is open (OPEN, FINISHING, CLOSING): calls may be made. */
+static inline int cp_v8_conn_open(const conn *c)
+{
+    return c->state == CONN_OPEN || c->state == CONN_FINISHING || c->state == CONN_CLOSING;
+}
+/* Asks libwebsockets to close c (moved to CLOSING by the caller). */
 void cp_v8_conn_close(conn *c);
 /* Frees c, its sessions and what it queued. */
 void cp_v8_conn_free(conn *c);

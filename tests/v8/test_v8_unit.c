@@ -476,6 +476,24 @@ TEST(session_states)
     }
 }
 
+/* A connection's life along its diagram (v8source_int.h): open while OPEN, FINISHING or
+ * CLOSING; closed by the host it is retried, closed after we asked it ends. */
+TEST(conn_states)
+{
+    host h = {0};
+    conn c = {0};
+    c.h = &h;
+    CHECK(c.state == CONN_IDLE && !cp_v8_conn_open(&c));
+    static const conn_state path[] = {CONN_CONNECTING, CONN_CLOSED,  CONN_CONNECTING, CONN_OPEN,
+                                      CONN_FINISHING,  CONN_CLOSING, CONN_ENDED};
+    static const int open[] = {0, 0, 0, 1, 1, 1, 0};
+    for (size_t i = 0; i < sizeof(path) / sizeof(path[0]); i++) {
+        cp_v8_conn_set(&c, path[i], "test");
+        CHECK_EQ((int)c.state, (int)path[i]);
+        CHECK_EQ(cp_v8_conn_open(&c), open[i]);
+    }
+}
+
 static void *ended_thread(void *arg)
 {
     *(pid_t *)arg = (pid_t)syscall(SYS_gettid);
@@ -534,6 +552,6 @@ TEST(cpu_weighing_keeps_a_series_types)
     json_decref(j);
 }
 
-TEST_MAIN(T(cpu_profile), T(cpu_position_ticks), T(cpu_malformed), T(heap_profile),
+TEST_MAIN(T(cpu_profile), T(cpu_position_ticks), T(cpu_malformed), T(heap_profile), T(conn_states),
           T(heap_malformed), T(source_map), T(source_map_budget_and_deadline), T(proc_texts),
           T(session_states), T(cpu_weighing_keeps_a_series_types))
