@@ -594,6 +594,16 @@ static int isolate_json(cp_buf *b, const cp_capture *cap, const cp_series_info *
             f, t, got->first_ns, got->cap_end_ns, got->cap_windows, got->cap_samples, asked, ran,
             whole ? "true" : "false", whole && rate_ok ? "true" : "false");
     if (!rc) rc = json_str(b, reason);
+    /* what the capture cost the isolate, when its agent measured it (engine text: the V8
+     * source's cost_us_per_s, cost_permille of its CPU; collector/v8/README.md "Cost") */
+    const char *cu = got->cap_engine ? strstr(got->cap_engine, " cost_us_per_s=") : NULL;
+    const char *cm = got->cap_engine ? strstr(got->cap_engine, " cost_permille=") : NULL;
+    if (!rc)
+        rc = cu ? cp_buf_printf(b, ",\"cost_us_per_s\":%.0f", atof(cu + 15))
+                : cp_buf_printf(b, ",\"cost_us_per_s\":null");
+    if (!rc)
+        rc = cm ? cp_buf_printf(b, ",\"cost_permille\":%.1f", atof(cm + 15))
+                : cp_buf_printf(b, ",\"cost_permille\":null");
     if (!rc) rc = cp_buf_printf(b, ",\"engine\":");
     if (!rc) rc = json_str(b, got->cap_engine ? got->cap_engine : "");
     return rc ? rc : cp_buf_append(b, "}", 1);

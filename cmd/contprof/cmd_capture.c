@@ -333,6 +333,13 @@ static int verdict(const capture_args *a, const cp_json *j)
         char lt[512];
         labels_text(cp_json_get(x, "labels"), lt, sizeof lt);
         const char *why = cp_json_str(cp_json_get(x, "reason"), "");
+        /* the measured cost, when the agent says it (the V8 source) */
+        const cp_json *us = cp_json_get(x, "cost_us_per_s"), *pm = cp_json_get(x, "cost_permille");
+        if (us && us->type == CP_JSON_NUMBER && pm && pm->type == CP_JSON_NUMBER)
+            printf("cost on %s: %.1f ms of CPU per second, %.1f permille of its CPU\n", lt,
+                   us->num / 1000.0, pm->num);
+        else if (us && us->type == CP_JSON_NUMBER)
+            printf("cost on %s: %.1f ms of CPU per second\n", lt, us->num / 1000.0);
         if (!is_true(cp_json_get(x, "reached"))) {
             fprintf(stderr, "contprof capture: not reached: %s: %s\n", lt, why);
             status = 1;

@@ -8,6 +8,7 @@
 #include "envelope.h"
 #include "log.h"
 #include "times.h"
+#include "v8cpu.h"
 #include "v8source_int.h"
 
 #define CAP_WINDOW_NS (900 * 1000000LL)   /* a capture window is cut at this age (<= 1 s) */
@@ -215,14 +216,73 @@ fail:
     return NULL;
 }
 
-/* The engine text of capture k's windows. */
-void cp_v8_cap_engine(const v8cap *k, int64_t ran_us, char *out, size_t cap)
+/* The engine text of capture k's windows: the rate, what the capture cost the isolate so
+ * far (README "Captures", "Cost"), the reason last (it runs to the end of the text). */
+void cp_v8_cap_engine(const v8cap *k, const session *s, int64_t ran_us, char *out, size_t cap)
 {
     int64_t ran = ran_us > 0 ? 1000000 / ran_us : 0;
     const char *why = k->reason;
     if (!why[0] && ran != k->ran) why = "another capture of this isolate runs faster";
-    snprintf(out, cap, "v8-inspector capture asked=%lld ran=%lld%s%s", (long long)k->c.cpu_hz,
-             (long long)ran, why[0] ? " reason=" : "", why);
+    char cost[96] = "";
+    if (s->cap_counting && s->cap_wall_ns > 0) {
+        /* the sampler's CPU per wall second in the capture's runs, less the always-on
+         * runs' (measured over >= 1 s, else V8's cost per tick taken as the same) */
+        double rate = (double)s->cap_prof_ns / (double)s->cap_wall_ns;
+        double base = s->base_wall_ns >= 1000000000LL
+                          ? (double)s->base_prof_ns / (double)s->base_wall_ns
+                          : rate * (double)s->cap_run_us / (double)cp_v8src.o->cpu_interval_us;
+        int n = snprintf(cost, sizeof(cost), " cost_us_per_s=%.0f", (rate - base) * 1e6);
+        if (s->cap_cpu_ns > 0)
+            snprintf(cost + n, sizeof(cost) - (size_t)n, " cost_permille=%.1f",
+                     (rate - base) * (double)s->cap_wall_ns * 1000.0 / (double)s->cap_cpu_ns);
+    }
+    snprintf(out, cap, "v8-inspector capture asked=%lld ran=%lld%s%s%s", (long long)k->c.cpu_hz,
+             (long long)ran, cost, why[0] ? " reason=" : "", why);
+}
+
+int cp_v8_profiler_start(session *s, cp_err *err)
+{
+    int before[64], after[64];
+    size_t nb = s->pid > 0 ? cp_v8_sampler_threads(s->pid, before, 64) : 0;
+    int64_t cpu0;
+    s->sampler_tid = 0;
+    s->run_cpu0_ns = s->pid > 0 && cp_v8_cpu_ns(s->pid, s->tid, &cpu0) == 0 ? cpu0 : -1;
+    int rc = cp_v8_call(s, "Profiler.start", NULL, NULL, err);
+    if (rc != 0 || s->pid <= 0) return rc;
+    /* V8 starts the run's sampler thread before it answers; calls are one at a time, so
+     * the one thread new since is this run's (two new: not told apart, not measured) */
+    size_t na = cp_v8_sampler_threads(s->pid, after, 64), fresh = 0;
+    for (size_t i = 0; i < na; i++) {
+        int old = 0;
+        for (size_t j = 0; j < nb && !old; j++)
+            old = after[i] == before[j];
+        if (!old && fresh++ == 0) s->sampler_tid = after[i];
+    }
+    if (fresh != 1) s->sampler_tid = 0;
+    return 0;
+}
+
+void cp_v8_profiler_cost(session *s)
+{
+    int64_t prof, cpu1, wall = cp_now_ns() - s->run_start_ns;
+    int tid = s->sampler_tid;
+    s->sampler_tid = 0;
+    if (!s->run_caps) s->cap_counting = 0;
+    if (tid <= 0 || wall <= 0 || cp_v8_cpu_ns(s->pid, tid, &prof) != 0) return;
+    if (!s->run_caps) {
+        s->base_prof_ns += prof;
+        s->base_wall_ns += wall;
+        return;
+    }
+    if (!s->cap_counting) { /* a capture (or several) begins on this isolate */
+        s->cap_prof_ns = s->cap_wall_ns = s->cap_cpu_ns = 0;
+        s->cap_counting = 1;
+    }
+    s->cap_prof_ns += prof;
+    s->cap_wall_ns += wall;
+    s->cap_run_us = s->run_interval_us;
+    if (s->run_cpu0_ns >= 0 && cp_v8_cpu_ns(s->pid, s->tid, &cpu1) == 0)
+        s->cap_cpu_ns += cpu1 - s->run_cpu0_ns;
 }
 
 /* --heap-snapshot-every D: each isolate's snapshot every D, the first D after it attached,

@@ -445,6 +445,34 @@ fail:
     return rc;
 }
 
+/* V8's count for one sampled object of size bytes at interval (sampling-heap-profiler.cc,
+ * ScaleSample): the objects of that size its sample stands for, 1 / (1 - e^(-size/interval)),
+ * rounded. */
+static uint64_t v8_count(uint64_t size, int64_t interval)
+{
+    return (uint64_t)(1.0 / (1.0 - exp(-(double)size / (double)interval)) + 0.5);
+}
+
+/* The objects a sample of the protocol stands for. Its `size` S is not the object's size
+ * but V8's estimate of the bytes it stands for, the object's size s times v8_count(s) (the
+ * inspector multiplies them, v8-heap-profiler-agent-impl.cc): the bytes are taken as they
+ * are, and the count is recovered as the largest c with s = S / c a whole multiple of 4
+ * (V8's smallest object alignment) and v8_count(s) == c, that is the smallest object size
+ * consistent with S (sizes sharing one S, such as 32 and 40 bytes at 512 KiB, read as the
+ * smaller). Since c = round(1/x + 1/2 + x/12 ...) with x = s / interval, S - interval < s
+ * (1 + x/12): c is searched from S / (S - interval), plus slack, down. 1 when none fits. */
+static uint64_t sample_objects(uint64_t S, int64_t interval)
+{
+    uint64_t r = (uint64_t)interval;
+    if (S <= r) return 1; /* V8's S is never below the interval */
+    uint64_t cmax = (uint64_t)((double)S / (double)(S - r) * 1.01) + 10;
+    if (cmax > S / 4) cmax = S / 4;
+    if (cmax > r / 8 + 2) cmax = r / 8 + 2; /* no object is below 8 bytes */
+    for (uint64_t c = cmax; c > 1; c--)
+        if (S % c == 0 && (S / c) % 4 == 0 && v8_count(S / c, interval) == c) return c;
+    return 1;
+}
+
 int cp_v8_heap_profile(const json_t *profile, int64_t interval_bytes, int alloc,
                        uint64_t *watermark, cp_profile **out, cp_err *err)
 {
@@ -523,9 +551,8 @@ int cp_v8_heap_profile(const json_t *profile, int64_t interval_bytes, int alloc,
         }
         if ((uint64_t)ord > high) high = (uint64_t)ord;
         if (alloc && (uint64_t)ord <= low) continue;
-        double scale = size > 0 ? 1.0 / (1.0 - exp(-(double)size / (double)interval_bytes)) : 1;
-        objs[ni] += scale;
-        bytes[ni] += scale * (double)size;
+        objs[ni] += (double)sample_objects((uint64_t)size, interval_bytes);
+        bytes[ni] += (double)size; /* V8's estimate already (sample_objects) */
     }
     if (watermark) *watermark = high;
     if ((rc = start_profile(&p, alloc ? "alloc_objects" : "inuse_objects", "count",

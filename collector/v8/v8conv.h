@@ -31,9 +31,10 @@ int cp_v8_cpu_profile(const json_t *profile, int64_t interval_us, cp_profile **o
 /* Converts a HeapProfiler.SamplingHeapProfile (`profile` of getSamplingProfile's result)
  * sampled at interval_bytes into an inuse profile (inuse_objects/count,
  * inuse_space/bytes) of every sample, or, with alloc set, an alloc profile
- * (alloc_objects, alloc_space) of the samples whose ordinal is above *watermark. Each
- * sample of size S counts as 1 / (1 - exp(-S / interval)) objects of S bytes, V8's own
- * unbiasing. *watermark (may be NULL) is raised to the highest ordinal seen. Returns as
+ * (alloc_objects, alloc_space) of the samples whose ordinal is above *watermark. A
+ * sample's size is V8's unbiased estimate already (the object's size times the objects of
+ * that size it stands for): its bytes are taken as they are, its objects recovered from
+ * them (README "Heap"). *watermark (may be NULL) is raised to the highest ordinal seen. Returns as
  * cp_v8_cpu_profile. */
 int cp_v8_heap_profile(const json_t *profile, int64_t interval_bytes, int alloc,
                        uint64_t *watermark, cp_profile **out, cp_err *err);

@@ -86,3 +86,23 @@ int cp_v8_cpu_ns(int pid, int tid, int64_t *ns)
     *ns = ticks * (1000000000 / (hz > 0 ? hz : 100));
     return 0;
 }
+
+size_t cp_v8_sampler_threads(int pid, int *tids, size_t cap)
+{
+    char path[96], comm[64];
+    snprintf(path, sizeof(path), "/proc/%d/task", pid);
+    DIR *d = pid > 0 ? opendir(path) : NULL;
+    if (!d) return 0;
+    size_t n = 0;
+    struct dirent *de;
+    while (n < cap && (de = readdir(d)) != NULL) {
+        char *end;
+        long tid = strtol(de->d_name, &end, 10);
+        if (*end || tid <= 0) continue;
+        snprintf(path, sizeof(path), "/proc/%d/task/%ld/comm", pid, tid);
+        if (read_small(path, comm, sizeof(comm)) == 0 && !strcmp(comm, "v8:ProfEvntProc\n"))
+            tids[n++] = (int)tid;
+    }
+    closedir(d);
+    return n;
+}

@@ -116,7 +116,7 @@ static void deliver(conn *c, const char *sid, json_t *m)
         session *s = find_session(c, sid);
         if (s) cp_v8_script_parsed(s, params);
     } else if (!sid && method && !strcmp(method, "NodeRuntime.waitingForDisconnect")) {
-        c->finishing = 1;
+        if (c->state == CONN_OPEN) cp_v8_conn_set(c, CONN_FINISHING, "node waits to disconnect");
     } else if (!sid && method && !strcmp(method, "NodeWorker.detachedFromWorker")) {
         const char *ws = cp_v8_jstr(params, "sessionId");
         session *s = ws ? find_session(c, ws) : NULL;
@@ -125,11 +125,36 @@ static void deliver(conn *c, const char *sid, json_t *m)
     json_decref(m);
 }
 
+static const char *const conn_names[] = {"idle",    "connecting", "open", "finishing",
+                                         "closing", "closed",     "ended"};
+
+/* The diagram's edges (v8source_int.h), a bit per state reached from each state. */
+#define CONN_EDGE(to) (1u << (to))
+static const unsigned conn_edges[] = {
+    [CONN_IDLE] = CONN_EDGE(CONN_CONNECTING),
+    [CONN_CONNECTING] = CONN_EDGE(CONN_OPEN) | CONN_EDGE(CONN_CLOSED),
+    [CONN_OPEN] = CONN_EDGE(CONN_FINISHING) | CONN_EDGE(CONN_CLOSING) | CONN_EDGE(CONN_CLOSED),
+    [CONN_FINISHING] = CONN_EDGE(CONN_CLOSING) | CONN_EDGE(CONN_CLOSED),
+    [CONN_CLOSING] = CONN_EDGE(CONN_ENDED),
+    [CONN_CLOSED] = CONN_EDGE(CONN_CONNECTING),
+    [CONN_ENDED] = 0,
+};
+
+void cp_v8_conn_set(conn *c, conn_state to, const char *why)
+{
+    CP_ASSERT(conn_edges[c->state] & CONN_EDGE(to));
+    cp_log_debug("v8: %s target %s: connection %s -> %s (%s)", c->h->hostport, c->target,
+                 conn_names[c->state], conn_names[to], why);
+    c->state = to;
+}
+
 static void conn_closed(conn *c, const char *why)
 {
-    if (c->state == C_OPEN || c->state == C_CONNECTING)
+    if (cp_v8_conn_open(c) || c->state == CONN_CONNECTING)
         cp_log_info("v8: %s target %s (%s): %s", c->h->hostport, c->target, c->title, why);
-    c->state = C_CLOSED;
+    /* closed after we asked: ended; else retried (a second report of one close: no edge) */
+    conn_state to = c->state == CONN_CLOSING || c->state == CONN_ENDED ? CONN_ENDED : CONN_CLOSED;
+    if (c->state != to) cp_v8_conn_set(c, to, why);
     c->wsi = NULL;
     c->backoff_ns = c->backoff_ns ? c->backoff_ns * 2 : BACKOFF_MIN_NS;
     if (c->backoff_ns > BACKOFF_MAX_NS) c->backoff_ns = BACKOFF_MAX_NS;
@@ -149,7 +174,7 @@ static int ws_event(struct lws *wsi, enum lws_callback_reasons reason, void *use
     switch (reason) {
     case LWS_CALLBACK_CLIENT_ESTABLISHED:
         if (c) {
-            c->state = C_OPEN;
+            cp_v8_conn_set(c, CONN_OPEN, "connected");
             c->backoff_ns = 0;
         }
         break;
@@ -187,7 +212,7 @@ static int ws_event(struct lws *wsi, enum lws_callback_reasons reason, void *use
         }
         break;
     case LWS_CALLBACK_CLIENT_WRITEABLE:
-        if (c && c->closing) return -1;
+        if (c && c->state == CONN_CLOSING) return -1;
         if (!c || !c->tx.n) break;
         {
             out_msg m = c->tx.v[0];
@@ -250,7 +275,7 @@ int cp_v8_call_within(session *s, const char *method, json_t *params, json_t **r
     CP_ASSERT(!in_call); /* one call at a time: s->want_id is the only one awaited */
     conn *c = s->c;
     if (result) *result = NULL;
-    if (c->state != C_OPEN || !cp_v8_session_alive(s)) {
+    if (!cp_v8_conn_open(c) || !cp_v8_session_alive(s)) {
         json_decref(params);
         return cp_err_set(err, CP_EIO, "%s: isolate %s is not connected", method, s->isolate);
     }
@@ -277,7 +302,7 @@ int cp_v8_call_within(session *s, const char *method, json_t *params, json_t **r
     s->reply = NULL;
     int64_t deadline = cp_mono_ns() + timeout_ms * 1000000LL;
     in_call = 1;
-    while (!s->reply && c->state == C_OPEN && cp_v8_session_alive(s) && cp_mono_ns() < deadline) {
+    while (!s->reply && cp_v8_conn_open(c) && cp_v8_session_alive(s) && cp_mono_ns() < deadline) {
         /* once stopping, every call (the last windows among them) ends within STOP_NS */
         if (*cp_v8src.o->stop && !cp_v8src.stop_at) cp_v8src.stop_at = cp_mono_ns();
         if (cp_v8src.stop_at && cp_mono_ns() > cp_v8src.stop_at + STOP_NS) break;
@@ -289,9 +314,9 @@ int cp_v8_call_within(session *s, const char *method, json_t *params, json_t **r
         char why[64];
         snprintf(why, sizeof(why), "no reply in %lld s", (long long)timeout_ms / 1000);
         return cp_err_set(err, CP_EIO, "%s on isolate %s: %s", method, s->isolate,
-                          c->state != C_OPEN || !cp_v8_session_alive(s) ? "disconnected"
-                          : cp_v8src.stop_at                            ? "no reply before the stop"
-                                                                        : why);
+                          !cp_v8_conn_open(c) || !cp_v8_session_alive(s) ? "disconnected"
+                          : cp_v8src.stop_at ? "no reply before the stop"
+                                             : why);
     }
     const json_t *e = json_object_get(s->reply, "error");
     int rc = 0;
@@ -408,7 +433,7 @@ void cp_v8_connect(conn *c)
     i.local_protocol_name = "cdp";
     i.userdata = c;
     i.pwsi = &c->wsi;
-    c->state = C_CONNECTING;
+    cp_v8_conn_set(c, CONN_CONNECTING, "connecting");
     if (!lws_client_connect_via_info(&i)) {
         c->wsi = NULL;
         conn_closed(c, "connection refused by libwebsockets");

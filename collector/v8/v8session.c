@@ -177,7 +177,7 @@ static int session_start(session *s)
          (rc = cp_v8_call(s, "Profiler.setSamplingInterval",
                           json_pack("{s:I}", "interval", (json_int_t)cp_v8src.o->cpu_interval_us),
                           NULL, &e)) ||
-         (rc = cp_v8_call(s, "Profiler.start", NULL, NULL, &e)))) {
+         (rc = cp_v8_profiler_start(s, &e)))) {
         cp_log_warn("v8: %s", e.msg);
         return rc;
     }
@@ -465,6 +465,7 @@ void cp_v8_cpu_cycle(session *s, int restart)
     cp_err e = {0};
     json_t *r = NULL;
     cp_profile *p = NULL;
+    cp_v8_profiler_cost(s);
     if (cp_v8_call(s, "Profiler.stop", NULL, &r, &e) != 0) {
         s->cpu_failed = 1;
         snprintf(s->cpu_why, sizeof(s->cpu_why), "%s", e.msg);
@@ -507,7 +508,7 @@ void cp_v8_cpu_cycle(session *s, int restart)
                 if (!(caps & (1ULL << i)) || !cp_v8src.caps[i].used) continue;
                 caps &= ~(1ULL << i);
                 char engine[320];
-                cp_v8_cap_engine(&cp_v8src.caps[i], ran, engine, sizeof(engine));
+                cp_v8_cap_engine(&cp_v8src.caps[i], s, ran, engine, sizeof(engine));
                 cp_profile *one = caps ? cp_profile_clone(p) : p;
                 if (!one) continue;
                 if (one == p) p = NULL;
@@ -533,7 +534,7 @@ void cp_v8_cpu_cycle(session *s, int restart)
     if (!want && s->run_caps)
         cp_log_info("v8: isolate %s: capture over, CPU profiler at %lld us", s->isolate,
                     (long long)iv);
-    if (cp_v8_call(s, "Profiler.start", NULL, NULL, &e) != 0) cp_log_warn("v8: %s", e.msg);
+    if (cp_v8_profiler_start(s, &e) != 0) cp_log_warn("v8: %s", e.msg);
     s->run_interval_us = iv;
     s->run_caps = want;
     s->run_start_ns = cp_now_ns();
@@ -815,16 +816,15 @@ void cp_v8_maintain(host *h)
                 sp = &s->next;
             }
         }
-        if ((c->state == C_CLOSED || c->state == C_IDLE) && !c->listed &&
-            c->state != C_CONNECTING) {
+        if ((c->state == CONN_CLOSED || c->state == CONN_IDLE || c->state == CONN_ENDED) &&
+            !c->listed) {
             *cp = c->next;
             cp_v8_conn_free(c);
             continue;
         }
-        if ((c->state == C_IDLE || c->state == C_CLOSED) && c->listed && !c->closing &&
-            now >= c->retry_at)
+        if ((c->state == CONN_IDLE || c->state == CONN_CLOSED) && c->listed && now >= c->retry_at)
             cp_v8_connect(c);
-        if (c->state == C_OPEN && c->finishing && !c->closing) {
+        if (c->state == CONN_FINISHING) {
             /* the isolates still exist: their last windows are taken, then we leave */
             cp_v8_flush_lost(h);
             cp_v8_windows_end(c, 1);
@@ -835,16 +835,16 @@ void cp_v8_maintain(host *h)
                 }
             cp_log_info("v8: %s target %s finished: last windows taken, disconnecting", h->hostport,
                         c->target);
-            c->closing = 1;
+            cp_v8_conn_set(c, CONN_CLOSING, "last windows taken");
             cp_v8_conn_close(c);
         }
-        if (c->state == C_OPEN && !c->sessions && !c->closing) {
+        if (c->state == CONN_OPEN && !c->sessions) {
             char iso[128];
             cp_v8_isolate_of(c->title, iso, sizeof(iso));
             session *s = session_new(c, NULL, iso);
             if (s && session_start(s) != 0) cp_v8_session_gone(s, "its profilers did not start");
         }
-        while (c->state == C_OPEN && c->attaches.n) {
+        while (cp_v8_conn_open(c) && c->attaches.n) {
             attach a = c->attaches.v[--c->attaches.n];
             session *s = session_new(c, a.sid, a.title);
             if (s && session_start(s) != 0) cp_v8_session_gone(s, "its profilers did not start");

@@ -21,7 +21,29 @@
 #include "watch.h"
 
 #define CAP_SLOTS 16 /* running captures at once (README "Captures") */
-enum { C_IDLE, C_CONNECTING, C_OPEN, C_CLOSED };
+
+/* An inspector connection's life (a target's WebSocket): one state, changed only by
+ * cp_v8_conn_set (which asserts the edge in Debug/ASan builds and logs it at debug level).
+ *
+ *   IDLE -> CONNECTING            CONNECTING -> OPEN | CLOSED
+ *   OPEN -> FINISHING | CLOSING | CLOSED
+ *   FINISHING -> CLOSING | CLOSED  CLOSING -> ENDED      CLOSED -> CONNECTING
+ *
+ * IDLE: listed, never connected. CONNECTING: libwebsockets connects. OPEN: calls flow.
+ * FINISHING: node ran its last line and waits for us to disconnect
+ * (NodeRuntime.waitingForDisconnect). CLOSING: its last windows taken, we asked
+ * libwebsockets to close it. CLOSED: failed or closed by the host: connected again after
+ * its back-off while listed. ENDED: closed after CLOSING: never again. OPEN, FINISHING and
+ * CLOSING are open (calls may be made); an unlisted IDLE, CLOSED or ENDED one is freed. */
+typedef enum conn_state {
+    CONN_IDLE,
+    CONN_CONNECTING,
+    CONN_OPEN,
+    CONN_FINISHING,
+    CONN_CLOSING,
+    CONN_CLOSED,
+    CONN_ENDED,
+} conn_state;
 
 typedef struct conn conn;
 
@@ -106,6 +128,15 @@ typedef struct session {
     int pid, tid;
     int64_t cpu_mark_ns; /* that CPU time at the window's start; -1: unknown */
     int64_t cpu_read;    /* that CPU time now (weigh_pending's reading), -1: unreadable */
+    /* the CPU profiler's own cost (README "Captures", "Cost"): the sampler thread of the
+     * run in progress (0: not seen) and its isolate's CPU at the run's start; that thread's
+     * CPU and wall time over the always-on runs, and over the runs of the capture(s) in
+     * progress (with the isolate's CPU meanwhile) */
+    int sampler_tid;
+    int64_t run_cpu0_ns;
+    int64_t base_prof_ns, base_wall_ns;
+    int64_t cap_prof_ns, cap_wall_ns, cap_cpu_ns, cap_run_us;
+    int cap_counting;
     /* the cpu window just ended, waiting for its share of the thread's CPU */
     cp_profile *pend;
     int64_t pend_start, pend_end;
@@ -129,9 +160,8 @@ struct conn {
     host *h;
     char target[128], title[256], path[512];
     struct lws *wsi;
-    int state, listed;
-    int finishing; /* node ran its last line and waits for us to disconnect */
-    int closing;   /* asked libwebsockets to close */
+    conn_state state; /* cp_v8_conn_set only */
+    int listed;
     int64_t retry_at, backoff_ns, outer_id;
     int host_pid; /* the process listening on the inspector's port (0: not seen), per open */
     cp_buf rx;
@@ -232,7 +262,14 @@ int cp_v8_call(session *s, const char *method, json_t *params, json_t **result, 
 void cp_v8_discover(host *h);
 /* Opens c's WebSocket (its callbacks say when it is open or failed). */
 void cp_v8_connect(conn *c);
-/* Asks libwebsockets to close c (c->closing is set by the caller). */
+/* Moves c to state to (an edge of the diagram above; asserted), logged with why. */
+void cp_v8_conn_set(conn *c, conn_state to, const char *why);
+/* Whether c's WebSocket is open (OPEN, FINISHING, CLOSING): calls may be made. */
+static inline int cp_v8_conn_open(const conn *c)
+{
+    return c->state == CONN_OPEN || c->state == CONN_FINISHING || c->state == CONN_CLOSING;
+}
+/* Asks libwebsockets to close c (moved to CLOSING by the caller). */
 void cp_v8_conn_close(conn *c);
 /* Frees c, its sessions and what it queued. */
 void cp_v8_conn_free(conn *c);
@@ -288,8 +325,14 @@ int64_t cp_v8_interval_of(uint64_t caps);
 /* A copy of a finer run's profile thinned to base_us (*acc carries the rest); NULL: no
  * memory. */
 json_t *cp_v8_thin_profile(const json_t *profile, int64_t base_us, int64_t *acc);
-/* The engine text of capture k's cpu windows of a run at ran_us. */
-void cp_v8_cap_engine(const v8cap *k, int64_t ran_us, char *out, size_t cap);
+/* The engine text of capture k's cpu windows of s's run at ran_us, with what the capture
+ * cost s so far (cost_us_per_s, cost_permille) once measured. */
+void cp_v8_cap_engine(const v8cap *k, const session *s, int64_t ran_us, char *out, size_t cap);
+/* Profiler.start on s, noting the sampler thread V8 starts for the run (its cost). */
+int cp_v8_profiler_start(session *s, cp_err *err);
+/* Before Profiler.stop: the run's sampler thread's CPU, counted to the always-on runs or
+ * to the capture's (s->run_caps). */
+void cp_v8_profiler_cost(session *s);
 /* Every loop: hears control messages, cuts capture windows, switches isolates' runs. */
 void cp_v8_captures_tick(void);
 /* --heap-snapshot-every: takes the snapshots that are due. */

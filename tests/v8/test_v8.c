@@ -81,6 +81,8 @@ static int g_files;
  * windows end up in g_dir/out, or go to the contprofd at server (if not NULL). */
 /* The script node_start runs (NULL: two_workers.js), given the seconds to run. */
 static const char *g_script;
+/* --heap-interval for contprof v8 (NULL: its default). */
+static const char *g_heap_interval;
 
 static void node_start(int seconds, const char *window, const char *server, pid_t *np, pid_t *cp)
 {
@@ -111,6 +113,10 @@ static void node_start(int seconds, const char *window, const char *server, pid_
     if (!server || g_files) {
         cargv[n++] = "--output-dir";
         cargv[n++] = out;
+    }
+    if (g_heap_interval) {
+        cargv[n++] = "--heap-interval";
+        cargv[n++] = g_heap_interval;
     }
     if (g_tenant) {
         cargv[n++] = "--tenant";
@@ -174,13 +180,14 @@ TEST(node_two_workers)
     printf("cpu windows: alpha %d, beta %d, main %d\n", n_alpha, n_beta, n_main);
     CHECK(n_alpha >= 2 && n_beta >= 2 && n_main >= 2);
     CHECK(comment >= n_alpha + n_beta + n_main);
-    /* 3:1 either way. V8's sampler charges a call's entry and exit unevenly (alpha reads
-     * 2.4-2.7, beta 3.5-3.9 in ten runs at load 5), so the band is wide; it still tells
-     * each worker's own mix from the other's (1:3) and from a merge of both (1:1). */
+    /* 3:1 by work either way (3.00 timed). Beside two CPU burners (load 5) 2.87-3.13 and
+     * 2.95-3.88: a worker gets ~1 s of CPU here, ~100 samples at 10 ms, and the 1:3 side's
+     * ~25 samples spread ±20% (collector/v8/README.md "Ratios"). It still tells each
+     * worker's own mix from the other's (1:3) and from a merge of both (1:1). */
     double ra = ratio(&s, "alpha", "hotAlpha", "hotBeta");
     double rb = ratio(&s, "beta", "hotBeta", "hotAlpha");
-    CHECK(ra > 2.0 && ra < 4.5);
-    CHECK(rb > 2.0 && rb < 4.5);
+    CHECK(ra > 2.3 && ra < 4.0);
+    CHECK(rb > 2.3 && rb < 4.0);
     /* the main isolate runs neither */
     CHECK_EQ(sum_kind(&s, "cpu", "main", "hotAlpha", 0), 0);
     /* inuse: the table main built before the workers, by its builder, in its last window */
@@ -287,10 +294,12 @@ TEST(workerd_two_workers)
     }
     printf("sessions: alpha %d, beta %d\n", nimg[0], nimg[1]);
     CHECK(nimg[0] >= 2 && nimg[1] >= 2); /* attached again after the restart */
+    /* 3:1 by work (3.00 timed in node): 2.80-3.37 in six runs beside two CPU burners
+     * (load 4-7; ~200 samples per Worker, ±7% of sampling noise; README "Ratios") */
     double ra = ratio(&s, "alpha", "alphaMain", "alphaSide");
     double rb = ratio(&s, "beta", "betaMain", "betaSide");
-    CHECK(ra > 2.3 && ra < 4.0);
-    CHECK(rb > 2.3 && rb < 4.0);
+    CHECK(ra > 2.5 && ra < 3.6);
+    CHECK(rb > 2.5 && rb < 3.6);
     /* one thread runs both isolates: neither profile holds the other's functions */
     CHECK_EQ(sum_kind(&s, "cpu", "alpha", "betaMain", 0), 0);
     CHECK_EQ(sum_kind(&s, "cpu", "beta", "alphaMain", 0), 0);
@@ -580,7 +589,7 @@ TEST(workerd_typescript)
     CHECK(!strcmp(file, "ts/worker.ts"));
     CHECK_EQ(line, 15);
     double r = ratio(&s, "typed", "tsMain", "tsSide");
-    CHECK(r > 2.3 && r < 4.0);
+    CHECK(r > 2.5 && r < 3.6); /* 2.72-2.96 in three runs beside two CPU burners */
     /* the Durable Object: its work under Counter's fetch (line 30), none of the Worker's */
     int64_t dobj = under_entry(&s, 30, "counterWork"), mixed = under_entry(&s, 30, "tsMain");
     int64_t worker = under_entry(&s, 37, "tsMain"), wrong = under_entry(&s, 37, "counterWork");
@@ -919,6 +928,19 @@ TEST(node_capture)
     CHECK_EQ(cst, 0);
     CHECK_EQ(nst, 0);
     CHECK_CONTAINS(txt, "alpha");
+    /* the answer states the capture's measured cost on alpha (collector/v8/README.md
+     * "Cost"): V8's sampler at 1 ms against 10 ms, > 0, below the rate plan's 100 us a
+     * sample (100 ms/s) and below the capture's budget (1000 permille for 3 s at the
+     * default captures.max_overhead_permille) */
+    const char *cost = strstr(txt, "cost on ");
+    CHECK(cost != NULL);
+    double ms = 0, permille = 0;
+    const char *colon = strstr(cost, "}: ");
+    CHECK(colon != NULL);
+    CHECK_EQ(sscanf(colon, "}: %lf ms of CPU per second, %lf permille", &ms, &permille), 2);
+    printf("capture's cost on alpha: %.1f ms/s, %.1f permille\n", ms, permille);
+    CHECK(ms > 0 && ms < 100);
+    CHECK(permille > 0 && permille < 1000);
     CHECK(WIFEXITED(arc) && WEXITSTATUS(arc) == 1); /* the reason goes to its stderr */
     CHECK_CONTAINS(txt2, "(asked 65536, running at 524288)");
 
@@ -1237,6 +1259,54 @@ TEST(node_cpu_under_competitors)
     remove_dir();
 }
 
+/* The inuse estimate (README "Heap"): node's main thread keeps ~50 MB of records at
+ * start-up (tests/v8/keep.js), throwing as much away, and prints heapUsed's growth between
+ * two full GCs around it. The last inuse window's bytes under keepAtStartup are within 15%
+ * of that growth. Sampled at 64 KiB: ~800 samples, a relative error of ~3.5% (1 /
+ * sqrt(samples)); at the default 512 KiB one run's ~100 samples spread ±10%. Failed while
+ * V8's already unbiased sizes were unbiased again (1.58x). */
+TEST(node_inuse_matches_retained_growth)
+{
+    make_dir();
+    char script[512], nlog[300], out[300];
+    snprintf(script, sizeof(script), "%s/keep.js", CP_V8_TESTS);
+    snprintf(nlog, sizeof(nlog), "%s/node.log", g_dir);
+    snprintf(out, sizeof(out), "%s/out", g_dir);
+    g_script = script;
+    g_heap_interval = "65536";
+    run_node(4, "1s", NULL);
+    g_script = NULL;
+    g_heap_interval = NULL;
+    static char log[4096];
+    slurp(nlog, log, sizeof(log));
+    const char *k = strstr(log, "kept ");
+    CHECK(k != NULL);
+    long long growth = atoll(k + 5);
+    pset s;
+    pset_load(out, &s);
+    /* the window before the last: node's last one is taken as it exits, its module
+     * scope already let go */
+    int64_t inuse = -1, objects = 0, last = -1, last_objects = 0;
+    for (int i = 0; i < s.n; i++)
+        if (!strcmp(s.f[i].kind, "inuse") && !strcmp(s.f[i].iso, "main")) {
+            inuse = last;
+            objects = last_objects;
+            last = func_total(s.f[i].p, "keepAtStartup", 1);
+            last_objects = func_total(s.f[i].p, "keepAtStartup", 0);
+        }
+    printf(
+        "heapUsed grew %lld bytes; the inuse window before the last holds %lld bytes (%.3fx), %lld "
+        "objects under keepAtStartup\n",
+        growth, (long long)inuse, growth ? (double)inuse / (double)growth : 0.0,
+        (long long)objects);
+    CHECK(growth > 40 << 20);
+    CHECK(inuse > growth * 0.85 && inuse < growth * 1.15);
+    /* 150,000 records of 8 objects and a share of the Map and arrays: ~1.2M objects */
+    CHECK(objects > 600000 && objects < 3000000);
+    pset_free(&s);
+    remove_dir();
+}
+
 /* `contprof capture --type heap` of isolate iso on the contprofd at url, written to file:
  * its exit status, its output printed. */
 static int heap_capture(const char *url, const char *iso, const char *file)
@@ -1442,9 +1512,10 @@ TEST(node_heap_schedule)
     CHECK(retained_under(afile, "HOARD: Array", &total) > 100000LL * 100);
 }
 
-TEST_MAIN(T(node_heap_capture), T(node_heap_schedule), T(workerd_heap_capture), T(node_two_workers),
-          T(workerd_two_workers), T(malformed_inspector), T(node_to_contprofd),
-          T(node_signed_for_its_tenant), T(node_through_a_contprofd_restart_loses_nothing),
-          T(workerd_typescript), T(node_source_map_uploaded_after_the_windows),
+TEST_MAIN(T(node_inuse_matches_retained_growth), T(node_heap_capture), T(node_heap_schedule),
+          T(workerd_heap_capture), T(node_two_workers), T(workerd_two_workers),
+          T(malformed_inspector), T(node_to_contprofd), T(node_signed_for_its_tenant),
+          T(node_through_a_contprofd_restart_loses_nothing), T(workerd_typescript),
+          T(node_source_map_uploaded_after_the_windows),
           T(node_script_loaded_later_is_source_mapped), T(node_capture),
           T(node_cpu_under_competitors))

@@ -1,5 +1,6 @@
 /* The V8 source's debug-build checks (collector/v8/v8source_int.h) fire where a rule is
- * broken on purpose: a session moved along no edge of its state diagram, and the callback
+ * broken on purpose: a session or a connection moved along no edge of its state diagram,
+ * and the callback
  * rule (no call, no emission, no state but gone from inside a libwebsockets callback).
  * Each case runs in a forked child, which must die of SIGABRT naming the function and the
  * condition. Registered only when CONTPROF_ASSERTS is on (tests/v8/CMakeLists.txt). */
@@ -48,6 +49,29 @@ TEST(a_move_off_the_diagram_dies)
     check_died_of_assert(st, out, "cp_v8_session_set");
 }
 
+/* A connection moved along no edge of its diagram: ENDED back to OPEN, CLOSED to OPEN
+ * without connecting. */
+static void make_conn_move(void *arg)
+{
+    const conn_state *m = arg;
+    static host h;
+    static conn c;
+    c.h = &h;
+    c.state = m[0];
+    cp_v8_conn_set(&c, m[1], "test");
+}
+
+TEST(a_connection_move_off_the_diagram_dies)
+{
+    char out[4096];
+    conn_state revive[2] = {CONN_ENDED, CONN_OPEN}, skip[2] = {CONN_CLOSED, CONN_OPEN};
+    int st = run_in_child(make_conn_move, revive, out, sizeof out);
+    check_died_of_assert(st, out, "cp_v8_conn_set");
+    CHECK_CONTAINS(out, "conn_edges[c->state] & CONN_EDGE(to)");
+    st = run_in_child(make_conn_move, skip, out, sizeof out);
+    check_died_of_assert(st, out, "cp_v8_conn_set");
+}
+
 /* Inside a callback: a call to the isolate (never reaching the socket: the check comes
  * first), or an emission. */
 static void in_a_callback(void *arg)
@@ -90,4 +114,5 @@ TEST(the_callback_rule_holds)
     CHECK_EQ(cp_v8_in_callback(), 0);
 }
 
-TEST_MAIN(T(a_move_off_the_diagram_dies), T(the_callback_rule_holds))
+TEST_MAIN(T(a_move_off_the_diagram_dies), T(a_connection_move_off_the_diagram_dies),
+          T(the_callback_rule_holds))

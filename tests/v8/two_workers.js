@@ -2,16 +2,15 @@
 // main thread that builds and keeps a large structure at start-up (inuse by its builder).
 const { Worker, isMainThread, workerData } = require('node:worker_threads');
 
-function burnFor(ms) {
+function burn(n) {
   let x = 0;
-  const end = Date.now() + ms;
-  while (Date.now() < end) for (let i = 0; i < 1000; i++) x += Math.sqrt(i * x + 1);
+  for (let i = 0; i < n; i++) x += Math.sqrt(i * x + 1);
   return x;
 }
-// Slices of tens of ms: a scheduler's preemption (a few ms, charged by V8's wall-clock
-// sampler to the function it interrupts) is small beside each, so the 3:1 holds under load.
-function hotAlpha() { return burnFor(30); } // 3 parts
-function hotBeta() { return burnFor(10); }  // 1 part
+// 3:1 by work, not by clock (a wall-clock slice gets less CPU the more its thread waits for
+// one): ~28 and ~9 ms of CPU here, 3.00 timed with process.cpuUsage.
+function hotAlpha() { return burn(3000000); } // 3 parts
+function hotBeta() { return burn(1000000); }  // 1 part
 
 if (isMainThread) {
   function buildBigTable() {
@@ -27,8 +26,8 @@ if (isMainThread) {
 } else {
   const { name, seconds } = workerData;
   const end = Date.now() + seconds * 1000;
-  // both workers run both functions, each its own mix: alpha hotAlpha:hotBeta 3:1 (30 ms,
-  // 10 ms), beta hotBeta:hotAlpha 3:1 (9 x 10 ms, 30 ms)
+  // both workers run both functions, each its own mix: alpha hotAlpha:hotBeta 3:1, beta
+  // hotBeta:hotAlpha 3:1 (9 calls of hotBeta, 3 parts of hotAlpha)
   while (Date.now() < end) {
     if (name === 'alpha') {
       hotAlpha(); hotBeta();
