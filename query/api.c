@@ -90,7 +90,7 @@ void cp_api_options_default(cp_api_options *o)
     o->max_nodes_limit = 200000;
     o->max_steps = 11000;
     o->brokers = "";
-    cp_capture_options_default(&o->captures);
+    cp_captures_options_default(&o->captures);
 }
 
 cp_api *cp_api_create(const cp_api_options *o)
@@ -740,7 +740,7 @@ static void ep_values(const api_call *c, cp_http_response *r)
         string_list_json("values", name, &l, r);
     cp_string_list_close(&l);
 }
-/* ---- /api/v1/captures (capture.c) ---------------------------------------------------- */
+/* ---- /api/v1/captures (captures.c) ---------------------------------------------------- */
 
 /* The first token of tenant (signs its control messages), or NULL. */
 static const char *tenant_token(const cp_api *a, const char *tenant)
@@ -750,26 +750,26 @@ static const char *tenant_token(const cp_api *a, const char *tenant)
     return NULL;
 }
 
-static void capture_call(const api_call *c, cp_capture_call *x)
+static void capture_call(const api_call *c, cp_captures_call *x)
 {
-    *x = (cp_capture_call){&c->a->o.captures, c->a->o.store, c->rd, c->fr, &c->qr->q, c->pa, c->req,
-                           tenant_token(c->a, c->qr->q.tenant),
-                           /* a peer passing a record on: by the cluster token only */
-                           cp_fanout_is_peer(c->a->o.fanout, c->req)};
+    *x = (cp_captures_call){&c->a->o.captures, c->a->o.store, c->rd, c->fr, &c->qr->q, c->pa,
+                            c->req, tenant_token(c->a, c->qr->q.tenant),
+                            /* a peer passing a record on: by the cluster token only */
+                            cp_fanout_is_peer(c->a->o.fanout, c->req)};
 }
 
 #define CAPTURE_EP(name, fn)                                                                       \
     static void name(const api_call *c, cp_http_response *r)                                       \
     {                                                                                              \
-        cp_capture_call x;                                                                         \
+        cp_captures_call x;                                                                        \
         capture_call(c, &x);                                                                       \
         fn(&x, r);                                                                                 \
     }
-CAPTURE_EP(ep_capture_post, cp_capture_ep_post)
-CAPTURE_EP(ep_capture_list, cp_capture_ep_list)
-CAPTURE_EP(ep_capture_get, cp_capture_ep_get)
-CAPTURE_EP(ep_capture_delete, cp_capture_ep_delete)
-CAPTURE_EP(ep_capture_control, cp_capture_ep_control)
+CAPTURE_EP(ep_capture_post, cp_captures_ep_post)
+CAPTURE_EP(ep_capture_list, cp_captures_ep_list)
+CAPTURE_EP(ep_capture_get, cp_captures_ep_get)
+CAPTURE_EP(ep_capture_delete, cp_captures_ep_delete)
+CAPTURE_EP(ep_capture_control, cp_captures_ep_control)
 
 /* ---- light endpoints ---------------------------------------------------------------- */
 

@@ -34,7 +34,7 @@ typedef struct daemon {
     cp_http_server *http;
     cp_fanout *fanout; /* the cluster's peers; NULL = alone */
     uv_signal_t sigint, sigterm;
-    uv_timer_t watch_timer;
+    uv_timer_t health_timer;
     int stopping;
     cp_broker *broker;
     cp_ingest *ingest;
@@ -98,7 +98,7 @@ static void ingest_stats_cb(void *arg, cp_api_ingest_stats *out)
 }
 
 /* Every 5 s: logs it if ingest has stopped for good. */
-static void on_watch_timer(uv_timer_t *t)
+static void on_health_timer(uv_timer_t *t)
 {
     daemon_t *d = t->data;
     if (!d->ingest) return;
@@ -109,7 +109,7 @@ static void on_watch_timer(uv_timer_t *t)
 
 /* ---- captures ----------------------------------------------------------------------- */
 
-/* The API's writer of capture states (query/capture.h): the control topic's producer,
+/* The API's writer of capture states (query/captures.h): the control topic's producer,
  * which exists once Kafka is up (before the loop runs, so before any request). */
 static int publish_capture(void *arg, const cp_capture *c, const char *token, cp_err *err)
 {
@@ -191,7 +191,7 @@ static void on_http_closed(void *arg)
     daemon_t *d = arg;
     uv_close((uv_handle_t *)&d->sigint, NULL);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
-    uv_close((uv_handle_t *)&d->watch_timer, NULL);
+    uv_close((uv_handle_t *)&d->health_timer, NULL);
 }
 
 static void on_signal(uv_signal_t *s, int signum)
@@ -675,8 +675,8 @@ static int kafka_start(daemon_t *d, cp_err *err)
                             &d->profiles, err))
         return err->code;
     const char *const *tt = (const char *const *)d->tenant_tokens;
-    cp_capture_resume(d->store, publish_capture, d, tt);
-    cp_capture_pull_peers(d->store, d->fanout, tt);
+    cp_captures_resume(d->store, publish_capture, d, tt);
+    cp_captures_pull_peers(d->store, d->fanout, tt);
     return 0;
 }
 
@@ -685,9 +685,9 @@ static int kafka_start(daemon_t *d, cp_err *err)
 /* The loop, until a signal's clean stop has closed every handle. */
 static void daemon_run(daemon_t *d)
 {
-    uv_timer_init(d->loop, &d->watch_timer);
-    d->watch_timer.data = d;
-    uv_timer_start(&d->watch_timer, on_watch_timer, 5000, 5000);
+    uv_timer_init(d->loop, &d->health_timer);
+    d->health_timer.data = d;
+    uv_timer_start(&d->health_timer, on_health_timer, 5000, 5000);
     uv_run(d->loop, UV_RUN_DEFAULT);
     cp_log_info("stopped cleanly");
 }

@@ -1,7 +1,7 @@
-/* On-demand captures: the API's endpoints (capture.h). The record is the store's, the
+/* On-demand captures: the API's endpoints (captures.h). The record is the store's, the
  * agents hear of it on the control topic, and the answer is read back through the
  * request's readers, so a cluster's captures are answered from every node. */
-#include "capture.h"
+#include "captures.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -17,7 +17,7 @@
 #include "log.h"
 #include "selector.h"
 
-void cp_capture_options_default(cp_capture_options *o)
+void cp_captures_options_default(cp_captures_options *o)
 {
     memset(o, 0, sizeof *o);
     o->max_concurrent = 4;
@@ -27,7 +27,7 @@ void cp_capture_options_default(cp_capture_options *o)
     o->max_overhead_permille = 20;
 }
 
-uint32_t cp_capture_budget_permille(const cp_capture_options *o, int64_t duration_ns)
+uint32_t cp_captures_budget_permille(const cp_captures_options *o, int64_t duration_ns)
 {
     if (duration_ns <= 0) duration_ns = 1;
     double b = (double)o->max_overhead_permille * (double)o->max_duration_ns / (double)duration_ns;
@@ -36,7 +36,7 @@ uint32_t cp_capture_budget_permille(const cp_capture_options *o, int64_t duratio
 }
 
 /* Where a limit is changed: contprofd's config file. */
-static const char *conf_of(const cp_capture_options *o)
+static const char *conf_of(const cp_captures_options *o)
 {
     return o->config_file && o->config_file[0] ? o->config_file
                                                : "contprofd's --config file (none given)";
@@ -47,12 +47,12 @@ static const char *conf_of(const cp_capture_options *o)
 static pthread_mutex_t g_start_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* How far ahead of this node's clock a peer's record may start (the nodes' clocks differ). */
-#define CP_CAPTURE_PEER_SKEW_NS (60LL * 1000000000)
+#define CP_CAPTURES_PEER_SKEW_NS (60LL * 1000000000)
 
 /* Ended and cancelled records kept per tenant, for GET /api/v1/captures/ID after the end;
  * older ones are removed as new captures start, so history never grows the work of a start
  * or the list (issue 36). */
-#define CP_CAPTURE_KEEP_ENDED 100
+#define CP_CAPTURES_KEEP_ENDED 100
 
 static int by_end(const void *a, const void *b)
 {
@@ -61,12 +61,12 @@ static int by_end(const void *a, const void *b)
 }
 
 /* Under g_start_mu: the tenant's running captures into *running, and its ended and
- * cancelled records beyond CP_CAPTURE_KEEP_ENDED removed, oldest end first. 0, or an error
+ * cancelled records beyond CP_CAPTURES_KEEP_ENDED removed, oldest end first. 0, or an error
  * in err. */
 static int running_and_prune(cp_store *store, const char *tenant, int64_t now, uint32_t *running,
                              cp_err *err)
 {
-    cp_capture_list l = {0};
+    cp_store_capture_list l = {0};
     int rc = cp_store_captures(store, tenant, &l, err);
     *running = 0;
     const cp_capture **old = rc ? NULL : calloc(l.n + 1, sizeof *old);
@@ -78,13 +78,13 @@ static int running_and_prune(cp_store *store, const char *tenant, int64_t now, u
         else
             old[nold++] = &l.v[i];
     }
-    if (!rc && nold > CP_CAPTURE_KEEP_ENDED) {
+    if (!rc && nold > CP_CAPTURES_KEEP_ENDED) {
         qsort(old, nold, sizeof *old, by_end);
-        for (uint32_t i = 0; !rc && i < nold - CP_CAPTURE_KEEP_ENDED; i++)
+        for (uint32_t i = 0; !rc && i < nold - CP_CAPTURES_KEEP_ENDED; i++)
             rc = cp_store_delete_capture(store, tenant, old[i]->id, err);
     }
     free(old);
-    cp_capture_list_close(&l);
+    cp_store_capture_list_close(&l);
     return rc;
 }
 
@@ -132,8 +132,8 @@ static int capture_json(cp_buf *b, const cp_capture *c, int64_t now)
     return rc;
 }
 
-int cp_capture_engine_parse(const char *engine, int64_t *asked, int64_t *ran, char *reason,
-                            size_t cap)
+int cp_captures_engine_parse(const char *engine, int64_t *asked, int64_t *ran, char *reason,
+                             size_t cap)
 {
     *asked = *ran = 0;
     if (cap) reason[0] = 0;
@@ -161,7 +161,7 @@ static void new_id(char *out, size_t cap)
 /* A peer's record within this node's limits, as a new capture here would be: 0, or -1
  * with a 400 naming the key. What a node keeps it serves its polling agents, so a record
  * is never trusted further than a request (issue 36). */
-static int peer_record_in_limits(const cp_capture_options *o, const cp_capture *cap, int64_t now,
+static int peer_record_in_limits(const cp_captures_options *o, const cp_capture *cap, int64_t now,
                                  cp_http_response *r)
 {
     const char *id = cap->id;
@@ -171,7 +171,7 @@ static int peer_record_in_limits(const cp_capture_options *o, const cp_capture *
                       "captures.max_duration (%.0f s)",
                       id, (double)(cap->end_ns - cap->start_ns) / 1e9,
                       (double)o->max_duration_ns / 1e9);
-    else if (cap->start_ns > now + CP_CAPTURE_PEER_SKEW_NS)
+    else if (cap->start_ns > now + CP_CAPTURES_PEER_SKEW_NS)
         cp_http_error(r, 400, "capture record %s from a peer starts %.0f s from now", id,
                       (double)(cap->start_ns - now) / 1e9);
     else if (cap->kind == CP_KIND_CPU && (cap->cpu_hz == 0 || cap->cpu_hz > o->max_hz))
@@ -186,13 +186,13 @@ static int peer_record_in_limits(const cp_capture_options *o, const cp_capture *
                       id, cap->alloc_rate, o->min_alloc_rate);
     else if (cap->max_overhead_permille == 0 ||
              cap->max_overhead_permille >
-                 cp_capture_budget_permille(o, cap->end_ns - cap->start_ns))
+                 cp_captures_budget_permille(o, cap->end_ns - cap->start_ns))
         cp_http_error(r, 400,
                       "capture record %s from a peer: max_overhead_permille %u is outside "
                       "1..%u, the budget captures.max_overhead_permille (%u in %s) gives its "
                       "duration",
                       id, cap->max_overhead_permille,
-                      cp_capture_budget_permille(o, cap->end_ns - cap->start_ns),
+                      cp_captures_budget_permille(o, cap->end_ns - cap->start_ns),
                       o->max_overhead_permille, conf_of(o));
     else
         return 0;
@@ -202,7 +202,7 @@ static int peer_record_in_limits(const cp_capture_options *o, const cp_capture *
 /* A peer passes a record on (its node published it): kept if it is within this node's
  * limits, counted against captures.max_concurrent under the same lock as a new capture; a
  * cancelled record stays cancelled. */
-static void keep_peer_record(const cp_capture_call *c, cp_http_response *r)
+static void keep_peer_record(const cp_captures_call *c, cp_http_response *r)
 {
     cp_capture cap, old;
     cp_err err = {0};
@@ -252,7 +252,7 @@ static void keep_peer_record(const cp_capture_call *c, cp_http_response *r)
 }
 
 /* Stores cap, passes it on to the peers and publishes it. 0, or an error answer set. */
-static int store_and_publish(const cp_capture_call *c, const cp_capture *cap, cp_http_response *r)
+static int store_and_publish(const cp_captures_call *c, const cp_capture *cap, cp_http_response *r)
 {
     cp_err err = {0};
     if (cp_store_put_capture(c->store, cap, &err)) {
@@ -282,13 +282,13 @@ static int store_and_publish(const cp_capture_call *c, const cp_capture *cap, cp
     return 0;
 }
 
-void cp_capture_ep_post(const cp_capture_call *c, cp_http_response *r)
+void cp_captures_ep_post(const cp_captures_call *c, cp_http_response *r)
 {
     if (c->from_peer) {
         keep_peer_record(c, r);
         return;
     }
-    const cp_capture_options *o = c->o;
+    const cp_captures_options *o = c->o;
     if (!o->publish) {
         cp_http_error(r, 503, "this server does not run captures (no control topic)");
         return;
@@ -382,7 +382,7 @@ void cp_capture_ep_post(const cp_capture_call *c, cp_http_response *r)
     snprintf(cap.tenant, sizeof cap.tenant, "%s", c->q->tenant);
     cap.start_ns = now;
     cap.end_ns = now + dur;
-    cap.max_overhead_permille = cp_capture_budget_permille(o, dur);
+    cap.max_overhead_permille = cp_captures_budget_permille(o, dur);
     if (!(cap.selector = strdup(sel))) {
         oom(r);
         return;
@@ -418,7 +418,7 @@ void cp_capture_ep_post(const cp_capture_call *c, cp_http_response *r)
 /* ---- GET, DELETE -------------------------------------------------------------------- */
 
 /* The tenant's capture records into *l: 0, or -1 with a 500 set. */
-static int tenant_captures(const cp_capture_call *c, cp_capture_list *l, cp_http_response *r)
+static int tenant_captures(const cp_captures_call *c, cp_store_capture_list *l, cp_http_response *r)
 {
     cp_err err = {0};
     if (!cp_store_captures(c->store, c->q->tenant, l, &err)) return 0;
@@ -436,7 +436,7 @@ static struct {
     cp_store *store;
     uint64_t gen;
     int64_t first_end_ns; /* past it, one has ended */
-    cp_capture_list l;
+    cp_store_capture_list l;
 } g_live = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* Under g_live.mu. 0, or an error in err. */
@@ -444,10 +444,10 @@ static int live_refresh(cp_store *store, int64_t now, cp_err *err)
 {
     uint64_t gen = cp_store_captures_gen(store); /* before the read: a write during it shows */
     if (store == g_live.store && gen == g_live.gen && now < g_live.first_end_ns) return 0;
-    cp_capture_list all = {0};
+    cp_store_capture_list all = {0};
     int rc = cp_store_captures(store, NULL, &all, err);
     if (rc) return rc;
-    cp_capture_list_close(&g_live.l);
+    cp_store_capture_list_close(&g_live.l);
     g_live.store = store;
     g_live.gen = gen;
     g_live.first_end_ns = INT64_MAX;
@@ -460,11 +460,11 @@ static int live_refresh(cp_store *store, int64_t now, cp_err *err)
             g_live.store = NULL; /* out of memory: read again next time */
         }
     }
-    cp_capture_list_close(&all);
+    cp_store_capture_list_close(&all);
     return g_live.store ? 0 : cp_err_set(err, CP_ENOMEM, "capture records");
 }
 
-void cp_capture_ep_control(const cp_capture_call *c, cp_http_response *r)
+void cp_captures_ep_control(const cp_captures_call *c, cp_http_response *r)
 {
     int64_t now = cp_now_ns();
     cp_err err = {0};
@@ -477,7 +477,7 @@ void cp_capture_ep_control(const cp_capture_call *c, cp_http_response *r)
     }
     for (uint32_t i = 0; !rc && i < g_live.l.n; i++)
         if (cp_capture_live(&g_live.l.v[i], now) && strcmp(g_live.l.v[i].tenant, c->q->tenant) == 0)
-            rc = cp_control_list_append(&r->body, &g_live.l.v[i], c->token);
+            rc = cp_capture_feed_append(&r->body, &g_live.l.v[i], c->token);
     pthread_mutex_unlock(&g_live.mu);
     if (rc) {
         oom(r);
@@ -486,9 +486,9 @@ void cp_capture_ep_control(const cp_capture_call *c, cp_http_response *r)
     snprintf(r->content_type, sizeof r->content_type, "application/octet-stream");
 }
 
-void cp_capture_ep_list(const cp_capture_call *c, cp_http_response *r)
+void cp_captures_ep_list(const cp_captures_call *c, cp_http_response *r)
 {
-    cp_capture_list l = {0};
+    cp_store_capture_list l = {0};
     if (tenant_captures(c, &l, r)) return;
     int64_t now = cp_now_ns();
     int rc = cp_buf_printf(&r->body, "{\"captures\":[");
@@ -498,12 +498,12 @@ void cp_capture_ep_list(const cp_capture_call *c, cp_http_response *r)
         if (!rc) rc = cp_buf_append(&r->body, "}", 1);
     }
     if (!rc) rc = cp_buf_printf(&r->body, "],\"count\":%u}\n", l.n);
-    cp_capture_list_close(&l);
+    cp_store_capture_list_close(&l);
     if (rc) oom(r);
 }
 
 /* The capture named by the path (/api/v1/captures/ID) into *cap; 0, or -1 with a 404. */
-static int load(const cp_capture_call *c, cp_capture *cap, cp_http_response *r)
+static int load(const cp_captures_call *c, cp_capture *cap, cp_http_response *r)
 {
     const char *id = c->req->path + strlen("/api/v1/captures/");
     cp_err err = {0};
@@ -569,11 +569,13 @@ static int isolate_json(cp_buf *b, const cp_capture *cap, const cp_series_info *
     }
     int64_t asked = 0, ran = 0;
     char reason[512];
-    int said = cp_capture_engine_parse(got->cap_engine, &asked, &ran, reason, sizeof reason);
-    int64_t until = now - CP_CAPTURE_HEAR_NS < cap->end_ns ? now - CP_CAPTURE_HEAR_NS : cap->end_ns;
+    int said = cp_captures_engine_parse(got->cap_engine, &asked, &ran, reason, sizeof reason);
+    int64_t until =
+        now - CP_CAPTURES_HEAR_NS < cap->end_ns ? now - CP_CAPTURES_HEAR_NS : cap->end_ns;
     /* a heap capture is one snapshot: its window is the whole of it */
-    int whole = cap->kind == CP_KIND_HEAP || (got->first_ns <= cap->start_ns + CP_CAPTURE_HEAR_NS &&
-                                              got->cap_end_ns >= until - CP_CAPTURE_END_NS);
+    int whole =
+        cap->kind == CP_KIND_HEAP || (got->first_ns <= cap->start_ns + CP_CAPTURES_HEAR_NS &&
+                                      got->cap_end_ns >= until - CP_CAPTURES_END_NS);
     int rate_ok = said && asked == ran;
     if (!whole || !rate_ok) *complete = 0;
     if (!said)
@@ -600,7 +602,7 @@ static int isolate_json(cp_buf *b, const cp_capture *cap, const cp_series_info *
 }
 
 /* Series of sel (text) in [from, to) through the request's readers. */
-static int series_of(const cp_capture_call *c, const char *sel, int64_t from, int64_t to,
+static int series_of(const cp_captures_call *c, const char *sel, int64_t from, int64_t to,
                      cp_series_list *out, cp_http_response *r)
 {
     cp_query q = *c->q;
@@ -620,7 +622,7 @@ static int series_of(const cp_capture_call *c, const char *sel, int64_t from, in
     return rc ? -1 : 0;
 }
 
-void cp_capture_ep_get(const cp_capture_call *c, cp_http_response *r)
+void cp_captures_ep_get(const cp_captures_call *c, cp_http_response *r)
 {
     cp_capture cap;
     if (load(c, &cap, r)) return;
@@ -683,7 +685,7 @@ out:
     cp_capture_close(&cap);
 }
 
-void cp_capture_ep_delete(const cp_capture_call *c, cp_http_response *r)
+void cp_captures_ep_delete(const cp_captures_call *c, cp_http_response *r)
 {
     cp_capture cap;
     if (load(c, &cap, r)) return;
@@ -710,10 +712,10 @@ static const char *token_of(const char *const *tenant_tokens, const char *tenant
     return NULL;
 }
 
-void cp_capture_resume(cp_store *store, cp_capture_publish_fn publish, void *publish_arg,
-                       const char *const *tenant_tokens)
+void cp_captures_resume(cp_store *store, cp_captures_publish_fn publish, void *publish_arg,
+                        const char *const *tenant_tokens)
 {
-    cp_capture_list l = {0};
+    cp_store_capture_list l = {0};
     cp_err err = {0};
     if (cp_store_captures(store, NULL, &l, &err)) {
         cp_log_error("captures: cannot read the stored captures: %s", err.msg);
@@ -743,7 +745,7 @@ void cp_capture_resume(cp_store *store, cp_capture_publish_fn publish, void *pub
         }
     }
     if (l.n) cp_log_info("captures: %u stored, %u resumed", l.n, resumed);
-    cp_capture_list_close(&l);
+    cp_store_capture_list_close(&l);
 }
 
 /* A running capture a peer holds: kept here if this node does not hold it. */
@@ -777,7 +779,7 @@ static void keep_pulled(const uint8_t *v, size_t len, void *arg)
     cp_capture_close(&c);
 }
 
-void cp_capture_pull_peers(cp_store *store, const cp_fanout *f, const char *const *tenant_tokens)
+void cp_captures_pull_peers(cp_store *store, const cp_fanout *f, const char *const *tenant_tokens)
 {
     uint32_t ntokens = 0;
     while (tenant_tokens && tenant_tokens[2 * ntokens])
@@ -799,7 +801,7 @@ void cp_capture_pull_peers(cp_store *store, const cp_fanout *f, const char *cons
                 break;
             }
             if (r.status != 200 ||
-                cp_control_list_split(r.body.data, r.body.len, keep_pulled, &p) < 0)
+                cp_capture_feed_split(r.body.data, r.body.len, keep_pulled, &p) < 0)
                 cp_log_warn("captures: peer %s answered %d, not a capture list, for tenant %s",
                             peer, r.status, p.tenant);
             cp_buf_close(&r.body);
