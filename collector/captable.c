@@ -348,7 +348,7 @@ void cp_captable_update(const char *brokers)
     if (!C.used && !C.boosted) return;
     int64_t now = cp_now_ns(), mono = cp_mono_ns();
     for (int i = 0; i < CP_WINDOW_CAPTURE_SLOTS; i++)
-        if ((C.live & (1ULL << i)) && C.c[i].c.end_ns <= now) end_capture(&C.c[i]);
+        if ((C.live & (1ULL << i)) && !cp_capture_live(&C.c[i].c, now)) end_capture(&C.c[i]);
     if (mono >= C.next_gen) { /* isolates and thread names come and go */
         C.gen++;
         C.next_gen = mono + 1000000000;
