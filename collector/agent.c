@@ -13,9 +13,9 @@
 #include <unistd.h>
 
 #include "alloc.h"
-#include "capture.h"
+#include "captable.h"
 #include "config.h"
-#include "control.h"
+#include "capture.h"
 #include "exec.h"
 #include "fatal.h"
 #include "fd.h"
@@ -266,8 +266,8 @@ static void drain(void)
                     named.isolate = cp_py_interp_isolate(named.isolate & ~CP_PY_ISO_INTERP, 1);
                 r = &named;
             }
-            if (cp_capture_routes(t, r))
-                cp_capture_add_cpu(t, r);
+            if (cp_captable_routes(t, r))
+                cp_captable_add_cpu(t, r);
             else
                 cp_window_add_cpu(r, t->name);
         }
@@ -302,7 +302,7 @@ static void finish_window(int64_t end)
         .sequence = &A.sequence,
         .dropped_samples = take_dropped_samples(),
         .dropped_windows = A.dropped_windows,
-        .agent_comment = cp_capture_stats(),
+        .agent_comment = cp_captable_stats(),
     };
     A.dropped_windows = 0;
     if (cp_window_finish(&m, emit, NULL) != 0) A.dropped_windows++;
@@ -356,7 +356,8 @@ static void *agent_main(void *arg)
             int64_t wait_ns = window_end_mono - cp_mono_ns(); /* a window ends on time */
             if (wait_ns > tick_ns) wait_ns = tick_ns;
             /* a capture's threads fill their rings faster; its windows are short */
-            if (cp_capture_active() && wait_ns > CP_CAPTURE_TICK_NS) wait_ns = CP_CAPTURE_TICK_NS;
+            if (cp_captable_active() && wait_ns > CP_CAPTABLE_TICK_NS)
+                wait_ns = CP_CAPTABLE_TICK_NS;
             if (cp_threads_blocked_waiting() && wait_ns > CP_BLOCKED_TICK_NS)
                 wait_ns = CP_BLOCKED_TICK_NS;
             if (wait_ns < 1000000) wait_ns = 1000000;
@@ -385,7 +386,7 @@ static void *agent_main(void *arg)
             next_names = now + 1000000000;
         }
         if (!empty) cp_window_label_threads();
-        if (!stopping && !flushing) cp_capture_update(cp_sink_brokers(A.sink));
+        if (!stopping && !flushing) cp_captable_update(cp_sink_brokers(A.sink));
         cp_threads_poll_blocked(); /* threads that block the sample signal: into their rings */
         drain();
         cp_threads_reap();
@@ -402,7 +403,7 @@ static void *agent_main(void *arg)
             transport_tick();
         }
         /* capture windows: every second, at a capture's end, and all of them at stop */
-        cp_capture_flush(A.instance, A.producer, stopping || flushing, stopping, emit, NULL);
+        cp_captable_flush(A.instance, A.producer, stopping || flushing, stopping, emit, NULL);
         if (flushing && !stopping) {
             /* the image ends (exec, _exit): what Kafka holds goes now, within the bound; if
              * an exec fails, transport_tick builds a new client */
@@ -416,7 +417,7 @@ static void *agent_main(void *arg)
             pthread_mutex_unlock(&A.mu);
         }
     }
-    cp_capture_stop();
+    cp_captable_stop();
     (void)cp_sink_destroy(A.sink, cp_cfg.flush_ns); /* exit: nowhere to report */
     A.sink = NULL;
     for (int i = 0; i < 2; i++) {
@@ -448,7 +449,7 @@ static void new_instance(void)
     A.pid = (int)getpid();
 }
 
-/* A control message arrived (capture.c, on a librdkafka thread of the agent's): the agent
+/* A control message arrived (captable.c, on a librdkafka thread of the agent's): the agent
  * thread wakes now rather than at its tick. */
 static void agent_wake(void *arg)
 {
@@ -555,7 +556,7 @@ static void atfork_child(void)
     cp_threads_after_fork_child();
     new_instance();
     cp_window_abandon();
-    cp_capture_after_fork_child();
+    cp_captable_after_fork_child();
     A.idle = 1;
     atomic_store(&g_child_pending, 1); /* the agent thread when needed (child_thread_needed) */
 }
@@ -680,7 +681,7 @@ CONTPROF_EXTERN int contprof_start(const contprof_options *opts)
     if (cp_cfg.alloc_rate > 0 && cp_alloc_init() == 0) cp_alloc_set_rate(cp_cfg.alloc_rate);
     cp_exec_resolve();
     cp_exec_set_flush(agent_flush);
-    cp_capture_set_wake(agent_wake);
+    cp_captable_set_wake(agent_wake);
     cp_fd_set_exit_hook(agent_flush);
     cp_fatal_set_flush(agent_flush);
     cp_threads_set_blocked_hook(agent_wake_now);

@@ -269,7 +269,7 @@ __attribute__((noinline)) static int64_t sample_decide(size_t n)
         t_until = (int64_t)draw(rate) - (int64_t)n;
         if (t_until >= 0) return 0;
     }
-    /* a captured isolate's thread samples at the capture's rate (capture.c) */
+    /* a captured isolate's thread samples at the capture's rate (captable.c) */
     cp_thread *t = cp_self;
     if (t) {
         int64_t b = atomic_load_explicit(&t->alloc_boost, memory_order_relaxed);

@@ -42,7 +42,7 @@ uint32_t cp_alloc_nbuckets(void);
 /* Agent: copies at most cap buckets to out and zeroes their window counters, under the
  * sampler's lock (nothing allocates while it is held). Returns how many were copied. */
 uint32_t cp_alloc_snapshot(cp_alloc_bucket *out, uint32_t cap);
-/* The same for the boosted buckets only (a capture's allocations, capture.c); the plain
+/* The same for the boosted buckets only (a capture's allocations, captable.c); the plain
  * snapshot skips them. */
 uint32_t cp_alloc_snapshot_boosted(cp_alloc_bucket *out, uint32_t cap);
 /* Samples lost to full tables since start (the agent reports the difference). */

@@ -43,7 +43,7 @@ typedef struct cp_config {
     int output_dir_default;
     char token[256]; /* CONTPROF_TOKEN: contprofd's bearer token (asking for the brokers) */
     int children;
-    int captures;         /* CONTPROF_CAPTURES (default 1): watch the control topic (capture.c) */
+    int captures;         /* CONTPROF_CAPTURES (default 1): watch the control topic (captable.c) */
     int python;           /* CONTPROF_PYTHON (default 1): walk CPython's frames (python.c) */
     int64_t flush_ns;     /* CONTPROF_FLUSH: bound on the Kafka flush at exit */
     int kafka_queue;      /* envelopes waiting in the agent plus librdkafka */

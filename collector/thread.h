@@ -53,7 +53,7 @@ typedef struct cp_thread {
     uint64_t cap_mask;
     uint64_t api_mask; /* captures of the API isolate it was last found running */
     int64_t api_until; /* ... boosted until then (mono ns) */
-    uint32_t cap_gen;  /* capture.c's generation cap_mask was computed in */
+    uint32_t cap_gen;  /* captable.c's generation cap_mask was computed in */
     char cap_name[16]; /* and the thread name it was computed for */
     /* A capture's allocation rate for this thread's allocations (0: the agent's own),
      * read by the allocation hooks; set by the agent thread. */

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "control.h"
+#include "capture.h"
 #include "guard.h"
 #include "http_client.h"
 #include "relay.h"
@@ -333,7 +333,7 @@ static int poller_take(cp_watch *w, cp_watch_fn fn, void *arg)
     pthread_mutex_unlock(&p->mu);
     int handed = 0;
     if (has) {
-        handed = cp_control_list_split(body.data, body.len, fn, arg);
+        handed = cp_capture_feed_split(body.data, body.len, fn, arg);
         w->whole = handed >= 0;
         if (handed < 0) {
             handed = 0;

@@ -1,4 +1,4 @@
-/* How the agent hears of captures (model/control.h), in one of two ways:
+/* How the agent hears of captures (model/capture.h), in one of two ways:
  * - with a contprofd URL (CONTPROF_SERVER): a thread of its own ("contprof-watch", the
  *   agent's: not sampled, signals blocked) asks GET /api/v1/control/captures every
  *   CP_WATCH_POLL_MS, at most CP_WATCH_HTTP_TIMEOUT_MS each, and leaves a changed answer for

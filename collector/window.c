@@ -22,7 +22,7 @@
 
 #include "alloc.h"
 #include "config.h"
-#include "control.h"
+#include "capture.h"
 #include "demangle.h"
 #include "elfnames.h"
 #include "fmath.h"
@@ -69,10 +69,10 @@ typedef struct cpu_table {
     uint64_t dropped;
 } cpu_table;
 
-/* The window's table, and one per capture slot (capture.h): a capture's samples, with
+/* The window's table, and one per capture slot (captable.h): a capture's samples, with
  * count = samples and periods = nanoseconds, flushed every capture window. */
 static cpu_table cpu;
-static cpu_table capcpu[CP_CAPTURE_SLOTS];
+static cpu_table capcpu[CP_WINDOW_CAPTURE_SLOTS];
 #define CAPTURE_MAX_ENTRIES 8192u
 #define CAPTURE_MAX_TOTAL 32768u /* slots, over every capture's table */
 
@@ -159,11 +159,11 @@ void cp_window_add_capture_cpu(unsigned slot, const cp_sample_rec *r, const char
                                int64_t ns)
 {
     CP_ASSERT_AGENT_THREAD();
-    if (slot >= CP_CAPTURE_SLOTS) return;
+    if (slot >= CP_WINDOW_CAPTURE_SLOTS) return;
     /* bounded: CAPTURE_MAX_ENTRIES stacks a capture window, all captures' tables together
      * CAPTURE_MAX_TOTAL (past them samples are dropped, counted in the envelopes) */
     uint32_t total = 0;
-    for (unsigned i = 0; i < CP_CAPTURE_SLOTS; i++)
+    for (unsigned i = 0; i < CP_WINDOW_CAPTURE_SLOTS; i++)
         total += capcpu[i].cap;
     uint32_t max = total >= CAPTURE_MAX_TOTAL ? capcpu[slot].n : CAPTURE_MAX_ENTRIES;
     cpu_add(&capcpu[slot], r, thread, r->weight ? r->weight : 1, (uint64_t)ns, max);
@@ -1395,10 +1395,10 @@ int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg)
  * time (a capture's streams never take a kept epoch's place, so the always-on windows'
  * bytes do not change), symbolized from the same cache. */
 
-int cp_window_finish_capture(unsigned slot, const cp_capture_window *w, cp_emit_fn emit, void *arg)
+int cp_window_finish_capture(unsigned slot, const cp_window_capture *w, cp_emit_fn emit, void *arg)
 {
     CP_ASSERT_AGENT_THREAD();
-    if (slot >= CP_CAPTURE_SLOTS) return CP_EINVAL;
+    if (slot >= CP_WINDOW_CAPTURE_SLOTS) return CP_EINVAL;
     cpu_table *t = &capcpu[slot];
     iso_set isos = {0};
     if (w->kind == CP_KIND_CPU) {
@@ -1487,20 +1487,20 @@ int cp_window_finish_capture(unsigned slot, const cp_capture_window *w, cp_emit_
 int cp_window_capture_empty(unsigned slot)
 {
     CP_ASSERT_AGENT_THREAD();
-    return slot >= CP_CAPTURE_SLOTS || capcpu[slot].n == 0;
+    return slot >= CP_WINDOW_CAPTURE_SLOTS || capcpu[slot].n == 0;
 }
 
 void cp_window_drop_capture(unsigned slot)
 {
     CP_ASSERT_AGENT_THREAD();
-    if (slot < CP_CAPTURE_SLOTS) cpu_table_clear(&capcpu[slot]);
+    if (slot < CP_WINDOW_CAPTURE_SLOTS) cpu_table_clear(&capcpu[slot]);
 }
 
 void cp_window_reset(void)
 {
     CP_ASSERT_AGENT_THREAD();
     cpu_clear();
-    for (unsigned i = 0; i < CP_CAPTURE_SLOTS; i++)
+    for (unsigned i = 0; i < CP_WINDOW_CAPTURE_SLOTS; i++)
         cpu_table_clear(&capcpu[i]);
     syms_clear();
     cp_perfmap_reset();

@@ -19,8 +19,8 @@ void cp_window_add_cpu(const cp_sample_rec *r, const char *thread);
  * routine) and the Worker objects of new threads. */
 void cp_window_label_threads(void);
 
-/* Capture slots (capture.c): at most this many captures run at once in a process. */
-#define CP_CAPTURE_SLOTS 64
+/* Capture slots (captable.c): at most this many captures run at once in a process. */
+#define CP_WINDOW_CAPTURE_SLOTS 64
 
 /* Adds one drained CPU sample of a boosted thread to capture slot's table: count the
  * sample's weight, value ns. */
@@ -48,8 +48,8 @@ typedef struct cp_window_meta {
  * Returns 0 or CP_ENOMEM (the window is then lost and counted by the caller). */
 int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg);
 
-/* One capture window (capture.c): the envelopes of a capture slot's isolates. */
-typedef struct cp_capture_window {
+/* One capture window (captable.c): the envelopes of a capture slot's isolates. */
+typedef struct cp_window_capture {
     int64_t start_ns, end_ns;
     const char *instance, *producer_id;
     uint64_t *sequence; /* the captures' own sequence (their own producer id) */
@@ -59,11 +59,11 @@ typedef struct cp_capture_window {
     const char *engine; /* the envelopes' engine string */
     const cp_alloc_bucket *buckets; /* alloc: this capture's boosted buckets */
     uint32_t nbuckets;
-} cp_capture_window;
+} cp_window_capture;
 
 /* Builds and emits one envelope per isolate of the capture window and empties the slot's
  * CPU table. Nothing is emitted for a window without samples. Returns 0 or CP_ENOMEM. */
-int cp_window_finish_capture(unsigned slot, const cp_capture_window *w, cp_emit_fn emit, void *arg);
+int cp_window_finish_capture(unsigned slot, const cp_window_capture *w, cp_emit_fn emit, void *arg);
 /* 1 if capture slot has no CPU sample waiting. */
 int cp_window_capture_empty(unsigned slot);
 /* Empties capture slot's CPU table without building anything. */

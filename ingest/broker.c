@@ -1,6 +1,6 @@
 /* The embedded broker: a librdkafka mock cluster in this process (see broker.h). */
 #include "broker.h"
-#include "control.h"
+#include "capture.h"
 #include "log.h"
 
 #include <librdkafka/rdkafka.h>
@@ -39,7 +39,7 @@ int cp_broker_create(const cp_broker_options *opt, cp_broker **out, cp_err *err)
     }
     rd_kafka_resp_err_t ke = rd_kafka_mock_topic_create(b->mc, CP_TOPIC_PROFILES, np, 1);
     if (!ke) ke = rd_kafka_mock_topic_create(b->mc, CP_TOPIC_DLQ, 1, 1);
-    /* captures (model/control.h): one partition, every agent reads all of it */
+    /* captures (model/capture.h): one partition, every agent reads all of it */
     if (!ke) ke = rd_kafka_mock_topic_create(b->mc, CP_TOPIC_CONTROL, 1, 1);
     if (ke) {
         rc = cp_err_set(err, CP_EKAFKA, "embedded broker: creating topics: %s",

@@ -4,6 +4,7 @@
  * assignment it seeks each partition to the offset stored with the data, so a SIGKILL at
  * any moment loses nothing and stores nothing twice. */
 #include "ingest.h"
+#include "ingest_int.h"
 #include "assign.h"
 #include "broker.h"
 #include "check.h"
@@ -127,11 +128,11 @@ struct cp_ingest {
     cp_counter messages, bytes, windows, duplicates, skipped, batches;
     cp_counter dlq_reason[CP_DLQ_NREASONS];
     cp_gauge lag;
-    cp_gauge_f rate; /* windows per second, smoothed (rate_tick) */
+    cp_gauge_f rate; /* windows per second, smoothed (cp_ingest_rate_tick) */
     /* "ingest thread only" (rate_ns, paused, the gaps): run()'s thread, released when it
      * ends; the caller's while it leaves the group in cp_ingest_stop */
     cp_thread_owner owner;
-    int64_t rate_ns;              /* when rate_tick last sampled; ingest thread only */
+    int64_t rate_ns;              /* when cp_ingest_rate_tick last sampled; ingest thread only */
     uint64_t rate_windows;        /* the windows count then */
     cp_metrics *metrics;          /* where this ingest is registered; NULL = nowhere */
     atomic_int_fast64_t asked_ns; /* monotonic ns of the last cp_ingest_get_partitions */
@@ -1076,9 +1077,8 @@ static int64_t wait_now(cp_ingest *in, int64_t idle_wait)
     return idle_wait;
 }
 
-/* Every 5 s: the windows stored per second since the last sample, smoothed (a weight of
- * 0.3 for the newest), for contprof_ingest_windows_per_second. */
-static void rate_tick(cp_ingest *in, int64_t now)
+/* (ingest_int.h) A weight of 0.3 for the newest sample. */
+void cp_ingest_rate_tick(cp_ingest *in, int64_t now)
 {
     CP_ASSERT_THREAD(&in->owner, "ingest thread only");
     if (in->rate_ns && now - in->rate_ns < 5000000000LL) return;
@@ -1106,7 +1106,7 @@ static void *run(void *arg)
     in->st.running = 1;
     pthread_mutex_unlock(&in->mu);
     while (!atomic_load(&in->stop)) {
-        rate_tick(in, mono_ns());
+        cp_ingest_rate_tick(in, mono_ns());
         if (in->paused) {
             /* polling serves rebalances and keeps the group membership; a message fetched
              * before the pause took hold is read again after the seek back */

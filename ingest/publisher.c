@@ -1,4 +1,4 @@
-/* The control producer (control.h): one idempotent librdkafka producer; each publish waits
+/* The control producer (model/capture.h): one idempotent librdkafka producer; each publish waits
  * for its own delivery report. */
 #include "publisher.h"
 #include "log.h"

@@ -1,13 +1,13 @@
 /* The control publisher: contprofd's writer of capture states to the control topic
- * (CP_TOPIC_CONTROL, model/control.h), which every agent reads. Lives in ingest/ because
+ * (CP_TOPIC_CONTROL, model/capture.h), which every agent reads. Lives in ingest/ because
  * ingest owns contprofd's Kafka clients; the API reaches it through a callback
- * (query/capture.h), so query/ links no Kafka. */
+ * (query/captures.h), so query/ links no Kafka. */
 #ifndef CP_INGEST_PUBLISHER_H
 #define CP_INGEST_PUBLISHER_H
 
 #include <stdint.h>
 
-#include "control.h"
+#include "capture.h"
 #include "error.h"
 
 typedef struct cp_publisher cp_publisher;

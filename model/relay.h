@@ -9,7 +9,7 @@
  *   'E' (process -> relay): one encoded envelope, signed or not (model/envelope.h).
  *   'A' (relay -> process): the answer to each 'E', in order; payload one status byte.
  *   'C' (process -> relay): asks for the running captures; no payload.
- *   'L' (relay -> process): the answer to 'C': model/control.h's list (may be empty). */
+ *   'L' (relay -> process): the answer to 'C': model/capture.h's list (may be empty). */
 #ifndef CP_RELAY_H
 #define CP_RELAY_H
 
@@ -55,7 +55,7 @@ int cp_relay_parse_header(const uint8_t hdr[CP_RELAY_HEADER], uint32_t max, uint
 int cp_relay_listening(const char *dir);
 
 /* Asks the relay in dir for the running captures (a 'C' frame) and appends its answer,
- * model/control.h's list, to out. Waits at most timeout_ms in all. Returns 0, or CP_EIO
+ * model/capture.h's list, to out. Waits at most timeout_ms in all. Returns 0, or CP_EIO
  * (no relay, time-out, a malformed answer) or CP_ENOMEM with err naming the problem. */
 int cp_relay_get_captures(const char *dir, int timeout_ms, cp_buf *out, cp_err *err);
 

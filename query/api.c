@@ -57,8 +57,9 @@ struct cp_api {
     uint64_t hist_count[EP_COUNT];
     cp_counter by_class[6]; /* 1xx..5xx */
     int64_t started_ns;
-    cp_metrics *own_metrics; /* when the options gave none: /metrics still has the API's */
-    cp_pyro_stats pyro;      /* Pyroscope's endpoints (any thread adds) */
+    cp_metrics *own_metrics;   /* when the options gave none: /metrics still has the API's */
+    cp_captures *own_captures; /* when the options gave none */
+    cp_pyro_stats pyro;        /* Pyroscope's endpoints (any thread adds) */
 };
 
 static int collect_latency(void *arg, cp_metrics_out *o);
@@ -90,7 +91,28 @@ void cp_api_options_default(cp_api_options *o)
     o->max_nodes_limit = 200000;
     o->max_steps = 11000;
     o->brokers = "";
-    cp_capture_options_default(&o->captures);
+}
+
+/* Without a captures object in the options: one of the API's own, over its store, peers and
+ * tokens, with the default limits and no writer. 0 or CP_ENOMEM. */
+static int own_captures(cp_api *a)
+{
+    if (a->o.captures) return 0;
+    cp_captures_options co;
+    cp_captures_options_default(&co);
+    co.store = a->o.store;
+    co.fanout = a->o.fanout;
+    const char **pairs = calloc(2 * a->ntokens + 1, sizeof *pairs);
+    if (!pairs) return CP_ENOMEM;
+    for (size_t i = 0; i < a->ntokens; i++) {
+        pairs[2 * i] = a->tokens[i].tenant;
+        pairs[2 * i + 1] = a->tokens[i].token;
+    }
+    co.tenant_tokens = pairs;
+    int rc = cp_captures_create(&co, &a->own_captures);
+    free(pairs);
+    a->o.captures = a->own_captures;
+    return rc;
 }
 
 cp_api *cp_api_create(const cp_api_options *o)
@@ -116,7 +138,7 @@ cp_api *cp_api_create(const cp_api_options *o)
     a->o.brokers = NULL;
     a->o.metrics_token = NULL;
     a->started_ns = cp_now_ns();
-    if (register_metrics(a)) goto fail;
+    if (register_metrics(a) || own_captures(a)) goto fail;
     return a;
 fail:
     cp_api_destroy(a);
@@ -126,6 +148,7 @@ fail:
 void cp_api_destroy(cp_api *a)
 {
     if (!a) return;
+    cp_captures_destroy(a->own_captures);
     cp_metrics_remove(a->o.metrics, a);
     cp_metrics_destroy(a->own_metrics);
     for (size_t i = 0; i < a->ntokens; i++) {
@@ -740,7 +763,7 @@ static void ep_values(const api_call *c, cp_http_response *r)
         string_list_json("values", name, &l, r);
     cp_string_list_close(&l);
 }
-/* ---- /api/v1/captures (capture.c) ---------------------------------------------------- */
+/* ---- /api/v1/captures (captures.c) ---------------------------------------------------- */
 
 /* The first token of tenant (signs its control messages), or NULL. */
 static const char *tenant_token(const cp_api *a, const char *tenant)
@@ -750,26 +773,30 @@ static const char *tenant_token(const cp_api *a, const char *tenant)
     return NULL;
 }
 
-static void capture_call(const api_call *c, cp_capture_call *x)
+static void ep_capture_post(const api_call *c, cp_http_response *r)
 {
-    *x = (cp_capture_call){&c->a->o.captures, c->a->o.store, c->rd, c->fr, &c->qr->q, c->pa, c->req,
-                           tenant_token(c->a, c->qr->q.tenant),
-                           /* a peer passing a record on: by the cluster token only */
-                           cp_fanout_is_peer(c->a->o.fanout, c->req)};
+    cp_captures_post(c->a->o.captures, c->req, &c->qr->q, c->pa, c->fr, r);
 }
 
-#define CAPTURE_EP(name, fn)                                                                       \
-    static void name(const api_call *c, cp_http_response *r)                                       \
-    {                                                                                              \
-        cp_capture_call x;                                                                         \
-        capture_call(c, &x);                                                                       \
-        fn(&x, r);                                                                                 \
-    }
-CAPTURE_EP(ep_capture_post, cp_capture_ep_post)
-CAPTURE_EP(ep_capture_list, cp_capture_ep_list)
-CAPTURE_EP(ep_capture_get, cp_capture_ep_get)
-CAPTURE_EP(ep_capture_delete, cp_capture_ep_delete)
-CAPTURE_EP(ep_capture_control, cp_capture_ep_control)
+static void ep_capture_list(const api_call *c, cp_http_response *r)
+{
+    cp_captures_list(c->a->o.captures, &c->qr->q, r);
+}
+
+static void ep_capture_get(const api_call *c, cp_http_response *r)
+{
+    cp_captures_get(c->a->o.captures, c->req, &c->qr->q, c->fr, r);
+}
+
+static void ep_capture_delete(const api_call *c, cp_http_response *r)
+{
+    cp_captures_delete(c->a->o.captures, c->req, &c->qr->q, c->fr, r);
+}
+
+static void ep_capture_control(const api_call *c, cp_http_response *r)
+{
+    cp_captures_control(c->a->o.captures, &c->qr->q, r);
+}
 
 /* ---- light endpoints ---------------------------------------------------------------- */
 

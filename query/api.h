@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "capture.h"
+#include "captures.h"
 #include "http.h"
 #include "metrics.h"
 #include "offsets.h"
@@ -55,7 +55,9 @@ typedef struct cp_api_options {
                                      not owned; NULL: the API keeps one of its own */
     cp_api_stats_fn ingest_stats; /* may be NULL */
     void *ingest_arg;
-    cp_capture_options captures; /* limits and the control topic's writer (capture.h) */
+    cp_captures *captures; /* the server's captures (captures.h); not owned; NULL: the
+                              API keeps one of its own over store, fanout and tokens,
+                              with the default limits and no writer (POST answers 503) */
     /* Pyroscope's ingest (pyro.h): the profiles topic's writer; NULL: those endpoints 503 */
     cp_pyro_produce_fn pyro_produce;
     void *pyro_arg;

@@ -106,7 +106,7 @@ int cp_store_get_capture(cp_store *s, const char *tenant, const char *id, cp_cap
     return 0;
 }
 
-void cp_capture_list_close(cp_capture_list *l)
+void cp_store_capture_list_close(cp_store_capture_list *l)
 {
     if (!l) return;
     for (uint32_t i = 0; i < l->n; i++)
@@ -115,7 +115,7 @@ void cp_capture_list_close(cp_capture_list *l)
     memset(l, 0, sizeof *l);
 }
 
-int cp_store_captures(cp_store *s, const char *tenant, cp_capture_list *out, cp_err *err)
+int cp_store_captures(cp_store *s, const char *tenant, cp_store_capture_list *out, cp_err *err)
 {
     memset(out, 0, sizeof *out);
     uint8_t pre[CP_TENANT_KEY_MAX + 4];
@@ -155,6 +155,6 @@ int cp_store_captures(cp_store *s, const char *tenant, cp_capture_list *out, cp_
     }
     leveldb_iter_destroy(it);
     pthread_rwlock_unlock(&s->dblock);
-    if (rc) cp_capture_list_close(out);
+    if (rc) cp_store_capture_list_close(out);
     return rc;
 }

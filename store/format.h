@@ -59,7 +59,7 @@
 #define CP_K_CAPWIN 'W'
 
 /* Capture record ('K', global so that a restart finds every tenant's): the Capture message
- * of model/control.h as cp_capture_encode writes it, unsigned; its latest state (a cancel
+ * of model/capture.h as cp_capture_encode writes it, unsigned; its latest state (a cancel
  * rewrites it). Written by the API (POST/DELETE /api/v1/captures) as one synced put.
  * Capture window ('W'): one per stored window of a series carrying the `capture` label,
  * written by the writer in the batch of the window itself (so exactly once):

@@ -11,7 +11,7 @@
 
 #include <string.h>
 
-#include "control.h"
+#include "capture.h"
 
 /* ---------------------------------------------------------------------------------
  * Retention

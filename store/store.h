@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
-#include "control.h"
+#include "capture.h"
 #include "envelope.h"
 #include "metrics.h"
 #include "pprof.h"
@@ -64,7 +64,7 @@ typedef struct cp_series_info {
     cp_labels labels;
     cp_kind kind;
     int64_t first_ns, last_ns;
-    /* A series carrying the `capture` label (model/control.h): its windows' records
+    /* A series carrying the `capture` label (model/capture.h): its windows' records
      * (format.h 'W'), 0/NULL for any other series. */
     uint32_t cap_windows;
     uint64_t cap_samples; /* the first sample type summed (cpu: samples) */
@@ -239,7 +239,7 @@ int cp_store_put_symbols(cp_store *s, const char *tenant, const char *build_id, 
  * CP_ENOTFOUND, CP_ESTORE or CP_ENOMEM. */
 int cp_store_get_symbols(cp_store *s, const char *tenant, const char *build_id, uint8_t **out,
                          size_t *len, cp_err *err);
-/* --- captures (the API's side input, model/control.h; format.h 'K') ---------------
+/* --- captures (the API's side input, model/capture.h; format.h 'K') ---------------
  * Stores (replacing) c's record as one synced put, independent of the writer's batches.
  * Returns 0, CP_EINVAL (c does not validate) or CP_ESTORE. */
 int cp_store_put_capture(cp_store *s, const cp_capture *c, cp_err *err);
@@ -250,11 +250,11 @@ int cp_store_get_capture(cp_store *s, const char *tenant, const char *id, cp_cap
 /* Removes the record of capture id of tenant (none is fine): 0, or CP_ESTORE with err.
  * The API prunes ended and cancelled records with it (query/README.md "Captures"). */
 int cp_store_delete_capture(cp_store *s, const char *tenant, const char *id, cp_err *err);
-typedef CP_VEC(cp_capture) cp_capture_list;
-void cp_capture_list_close(cp_capture_list *l);
+typedef CP_VEC(cp_capture) cp_store_capture_list;
+void cp_store_capture_list_close(cp_store_capture_list *l);
 /* Every capture record of tenant (NULL: of every tenant), by tenant then id. A record that
  * no longer decodes is logged and skipped. 0, CP_ESTORE or CP_ENOMEM. */
-int cp_store_captures(cp_store *s, const char *tenant, cp_capture_list *out, cp_err *err);
+int cp_store_captures(cp_store *s, const char *tenant, cp_store_capture_list *out, cp_err *err);
 /* Changes whenever a capture record is written or removed, and differs between stores of
  * one process: a copy of the records read after it returned a value is current while it
  * returns the same. Any thread. */

@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "control.h"
+#include "capture.h"
 #include "envelope.h"
 #include "http_client.h"
 #include "watch.h"

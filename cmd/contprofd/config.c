@@ -29,7 +29,9 @@ int cp_config_init(cp_config *c)
     cp_http_options ho;
     cp_api_options ao;
     cp_symbols_options so;
+    cp_captures_options co;
     cp_http_options_default(&ho);
+    cp_captures_options_default(&co);
     cp_api_options_default(&ao);
     cp_symbols_options_default(&so);
     c->http_port = ho.port;
@@ -60,11 +62,11 @@ int cp_config_init(cp_config *c)
     c->max_conns_per_client = ho.max_conns_per_client;
     c->healthz_connections = ho.reserved_connections;
     c->cluster_peer_timeout_ns = CP_FANOUT_DEFAULT_PEER_TIMEOUT_NS;
-    c->capture_max_concurrent = ao.captures.max_concurrent;
-    c->capture_max_hz = ao.captures.max_hz;
-    c->capture_max_overhead_permille = ao.captures.max_overhead_permille;
-    c->capture_max_duration_ns = ao.captures.max_duration_ns;
-    c->capture_min_alloc_rate = (size_t)ao.captures.min_alloc_rate;
+    c->capture_max_concurrent = co.max_concurrent;
+    c->capture_max_hz = co.max_hz;
+    c->capture_max_overhead_permille = co.max_overhead_permille;
+    c->capture_max_duration_ns = co.max_duration_ns;
+    c->capture_min_alloc_rate = (size_t)co.min_alloc_rate;
     if (set_str(&c->data_dir, CP_CONFIG_DEFAULT_DATA_DIR) || set_str(&c->http_host, ho.host) ||
         set_str(&c->brokers, "") || set_str(&c->log_level, "info") ||
         set_str(&c->symbols_dirs, so.dirs)) {

@@ -52,7 +52,7 @@ typedef struct cp_config {
     char *cluster_partitions;        /* cluster.partitions = 0-3: the partitions this node owns */
     char *cluster_token;             /* cluster.token: what peers present to each other */
     int64_t cluster_peer_timeout_ns; /* cluster.peer_timeout: longest wait for a peer's part */
-    /* on-demand captures (query/capture.h): captures.* limits; control_topic (Kafka name) */
+    /* on-demand captures (query/captures.h): captures.* limits; control_topic (Kafka name) */
     uint32_t capture_max_concurrent, capture_max_hz, capture_max_overhead_permille;
     int64_t capture_max_duration_ns;
     size_t capture_min_alloc_rate;

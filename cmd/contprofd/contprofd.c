@@ -30,15 +30,16 @@ typedef struct daemon {
     uv_loop_t *loop;
     cp_store *store;
     cp_api *api;
+    cp_captures *captures; /* the server's captures (query/captures.h) */
     cp_symbols *symbols;
     cp_http_server *http;
     cp_fanout *fanout; /* the cluster's peers; NULL = alone */
     uv_signal_t sigint, sigterm;
-    uv_timer_t watch_timer;
+    uv_timer_t health_timer;
     int stopping;
     cp_broker *broker;
     cp_ingest *ingest;
-    const char **tenant_tokens; /* tenant, token pairs ingest checks envelopes against */
+    const char **tenant_tokens; /* tenant, token pairs: ingest's checks, captures' signers */
     const char **kafka_props;   /* kafka.* key, value pairs: ingest's and the producers' */
     cp_metrics *metrics;        /* the statistics registry every stage registers in */
     cp_publisher *publisher;    /* captures to the control topic (ingest/publisher.h) */
@@ -98,7 +99,7 @@ static void ingest_stats_cb(void *arg, cp_api_ingest_stats *out)
 }
 
 /* Every 5 s: logs it if ingest has stopped for good. */
-static void on_watch_timer(uv_timer_t *t)
+static void on_health_timer(uv_timer_t *t)
 {
     daemon_t *d = t->data;
     if (!d->ingest) return;
@@ -109,7 +110,7 @@ static void on_watch_timer(uv_timer_t *t)
 
 /* ---- captures ----------------------------------------------------------------------- */
 
-/* The API's writer of capture states (query/capture.h): the control topic's producer,
+/* The API's writer of capture states (query/captures.h): the control topic's producer,
  * which exists once Kafka is up (before the loop runs, so before any request). */
 static int publish_capture(void *arg, const cp_capture *c, const char *token, cp_err *err)
 {
@@ -191,7 +192,7 @@ static void on_http_closed(void *arg)
     daemon_t *d = arg;
     uv_close((uv_handle_t *)&d->sigint, NULL);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
-    uv_close((uv_handle_t *)&d->watch_timer, NULL);
+    uv_close((uv_handle_t *)&d->health_timer, NULL);
 }
 
 static void on_signal(uv_signal_t *s, int signum)
@@ -470,27 +471,37 @@ static int store_create(daemon_t *d, cp_err *err)
     return 0;
 }
 
-/* The capture settings the API enforces, checked against their ceilings. */
-static int capture_options(daemon_t *d, const char *config, cp_api_options *ao, cp_err *err)
+static int pairs_of(const cp_kv *kv, uint32_t n, const char ***out, cp_err *err);
+
+/* The server's captures over the open store and the cluster's peers, with the limits of
+ * the captures.* settings, checked against their ceilings; tenants' tokens sign their
+ * control messages. */
+static int captures_create(daemon_t *d, const char *config, cp_err *err)
 {
-    ao->captures.max_concurrent = d->cfg.capture_max_concurrent;
-    ao->captures.max_hz = d->cfg.capture_max_hz;
-    ao->captures.max_overhead_permille = d->cfg.capture_max_overhead_permille;
-    ao->captures.config_file = config;
-    ao->captures.max_duration_ns = d->cfg.capture_max_duration_ns ? d->cfg.capture_max_duration_ns
-                                                                  : CP_CAPTURE_DURATION_CEIL_NS;
-    ao->captures.min_alloc_rate = (int64_t)d->cfg.capture_min_alloc_rate;
-    ao->captures.publish = publish_capture;
-    ao->captures.publish_arg = d;
-    if (ao->captures.max_hz > CP_CAPTURE_HZ_CEIL ||
-        ao->captures.max_duration_ns > CP_CAPTURE_DURATION_CEIL_NS ||
-        ao->captures.max_overhead_permille > 1000 ||
-        ao->captures.max_concurrent > CP_CAPTURE_CONCURRENT_CEIL)
+    cp_captures_options co;
+    cp_captures_options_default(&co);
+    co.max_concurrent = d->cfg.capture_max_concurrent;
+    co.max_hz = d->cfg.capture_max_hz;
+    co.max_overhead_permille = d->cfg.capture_max_overhead_permille;
+    co.config_file = config;
+    co.max_duration_ns = d->cfg.capture_max_duration_ns ? d->cfg.capture_max_duration_ns
+                                                        : CP_CAPTURE_DURATION_CEIL_NS;
+    co.min_alloc_rate = (int64_t)d->cfg.capture_min_alloc_rate;
+    co.publish = publish_capture;
+    co.publish_arg = d;
+    if (co.max_hz > CP_CAPTURE_HZ_CEIL || co.max_duration_ns > CP_CAPTURE_DURATION_CEIL_NS ||
+        co.max_overhead_permille > 1000 || co.max_concurrent > CP_CAPTURE_CONCURRENT_CEIL)
         return cp_err_set(err, CP_EINVAL,
                           "captures.max_hz is at most %d, captures.max_duration at most 24h, "
                           "captures.max_overhead_permille at most 1000, captures.max_concurrent "
                           "at most %d",
                           CP_CAPTURE_HZ_CEIL, CP_CAPTURE_CONCURRENT_CEIL);
+    /* tenant, token pairs: the captures sign with them, ingest checks envelopes against them */
+    if (pairs_of(d->cfg.tokens.v, d->cfg.tokens.n, &d->tenant_tokens, err)) return err->code;
+    co.store = d->store;
+    co.fanout = d->fanout;
+    co.tenant_tokens = (const char *const *)d->tenant_tokens;
+    if (cp_captures_create(&co, &d->captures)) return cp_err_set(err, CP_ENOMEM, "out of memory");
     return 0;
 }
 
@@ -529,7 +540,8 @@ static int api_create(daemon_t *d, const char *config, cp_err *err)
     ao.ingest_arg = d;
     ao.pyro_produce = produce_profiles;
     ao.pyro_arg = d;
-    if (capture_options(d, config, &ao, err)) goto fail;
+    if (captures_create(d, config, err)) goto fail;
+    ao.captures = d->captures;
     d->api = cp_api_create(&ao); /* registers the API's families first */
     free(toks.v);
     if (!d->api || cp_store_register_metrics(d->store, d->metrics))
@@ -640,8 +652,6 @@ nomem:
 static int ingest_create(daemon_t *d, const char *bootstrap, cp_err *err)
 {
     if (pairs_of(d->cfg.kafka.v, d->cfg.kafka.n, &d->kafka_props, err)) return err->code;
-    /* With tokens, ingest stores only envelopes signed with a token of their tenant. */
-    if (pairs_of(d->cfg.tokens.v, d->cfg.tokens.n, &d->tenant_tokens, err)) return err->code;
     cp_ingest_options io = {.brokers = bootstrap,
                             .group_id = d->cfg.group_id,
                             .topic = d->cfg.topic,
@@ -674,9 +684,7 @@ static int kafka_start(daemon_t *d, cp_err *err)
                             d->cfg.topic && *d->cfg.topic ? d->cfg.topic : CP_TOPIC_PROFILES,
                             &d->profiles, err))
         return err->code;
-    const char *const *tt = (const char *const *)d->tenant_tokens;
-    cp_capture_resume(d->store, publish_capture, d, tt);
-    cp_capture_pull_peers(d->store, d->fanout, tt);
+    cp_captures_resume(d->captures);
     return 0;
 }
 
@@ -685,9 +693,9 @@ static int kafka_start(daemon_t *d, cp_err *err)
 /* The loop, until a signal's clean stop has closed every handle. */
 static void daemon_run(daemon_t *d)
 {
-    uv_timer_init(d->loop, &d->watch_timer);
-    d->watch_timer.data = d;
-    uv_timer_start(&d->watch_timer, on_watch_timer, 5000, 5000);
+    uv_timer_init(d->loop, &d->health_timer);
+    d->health_timer.data = d;
+    uv_timer_start(&d->health_timer, on_health_timer, 5000, 5000);
     uv_run(d->loop, UV_RUN_DEFAULT);
     cp_log_info("stopped cleanly");
 }
@@ -718,6 +726,7 @@ static void daemon_destroy(daemon_t *d)
     free(d->tenant_tokens);
     cp_broker_destroy(d->broker);
     cp_api_destroy(d->api);
+    cp_captures_destroy(d->captures);
     cp_fanout_destroy(d->fanout);
     cp_symbols_destroy(d->symbols);
     cp_store_close(d->store);

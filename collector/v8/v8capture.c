@@ -1,4 +1,4 @@
-/* Captures in the V8 source (README "Captures"; contract model/control.h): the control
+/* Captures in the V8 source (README "Captures"; contract model/capture.h): the control
  * topic heard, each capture's rate planned, the windows cut for the isolates it matches;
  * and the scheduled heap snapshots (--heap-snapshot-every). */
 #include <stdio.h>

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "check.h"
-#include "control.h"
+#include "capture.h"
 #include "error.h"
 #include "heapsnap.h"
 #include "labels.h"
@@ -186,7 +186,7 @@ struct host {
     conn *conns;
 };
 
-/* A running capture this source heard of (model/control.h). */
+/* A running capture this source heard of (model/capture.h). */
 typedef struct v8cap {
     int used, ended;
     cp_capture c;

@@ -1,7 +1,7 @@
 /* "Agent thread only", asserted (collector/guard.h, Debug and sanitizer builds): with an
- * agent thread alive, a host thread calling the perf map's reader or the ELF name tables
- * dies naming the function and both threads; the agent thread itself, and any thread while
- * there is no agent, runs them. */
+ * agent thread alive, a host thread calling the perf map's reader, the ELF name tables or
+ * the capture listener (watch.h) dies naming the function and both threads; the agent
+ * thread itself, and any thread while there is no agent, runs them. */
 #include <pthread.h>
 #include <semaphore.h>
 
@@ -10,6 +10,7 @@
 #include "perfmap.h"
 #include "proc.h"
 #include "test.h"
+#include "watch.h"
 
 static sem_t g_ready, g_done;
 
@@ -35,6 +36,16 @@ static void names(void *arg)
     cp_elfnames *t = NULL;
     (void)cp_elfnames_create("/proc/self/exe", NULL, 0, NULL, &t);
     cp_elfnames_destroy(t);
+}
+
+/* A real poller of a server nobody answers at (its requests fail at once and are retried),
+ * made and destroyed. */
+static void listen_for_captures(void *arg)
+{
+    (void)arg;
+    cp_watch *w = NULL;
+    (void)cp_watch_create("http://127.0.0.1:1", NULL, "", NULL, NULL, NULL, &w, NULL);
+    cp_watch_destroy(w);
 }
 
 /* In the child: an agent thread starts, then this (host) thread calls fn. */
@@ -68,12 +79,18 @@ TEST(elfnames_on_a_host_thread_dies)
     dies_on_a_host_thread(names, "cp_elfnames_create");
 }
 
+TEST(capture_listener_on_a_host_thread_dies)
+{
+    dies_on_a_host_thread(listen_for_captures, "cp_watch_create");
+}
+
 /* In the child: the agent thread runs both itself; with no agent, this thread does too. */
 static void agent_calls(void *arg)
 {
     (void)arg;
     refresh(NULL);
     names(NULL);
+    listen_for_captures(NULL);
     sem_init(&g_ready, 0, 0);
     sem_init(&g_done, 0, 0);
     pthread_t th;
@@ -82,6 +99,10 @@ static void agent_calls(void *arg)
     sem_post(&g_done);
     pthread_join(th, NULL);
     CHECK(pthread_create(&th, NULL, agent, (void *)names) == 0);
+    sem_wait(&g_ready);
+    sem_post(&g_done);
+    pthread_join(th, NULL);
+    CHECK(pthread_create(&th, NULL, agent, (void *)listen_for_captures) == 0);
     sem_wait(&g_ready);
     sem_post(&g_done);
     pthread_join(th, NULL);
@@ -99,4 +120,4 @@ TEST(agent_thread_and_no_agent_run_them)
 }
 
 TEST_MAIN(T(perfmap_refresh_on_a_host_thread_dies), T(elfnames_on_a_host_thread_dies),
-          T(agent_thread_and_no_agent_run_them))
+          T(capture_listener_on_a_host_thread_dies), T(agent_thread_and_no_agent_run_them))

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "control.h"
+#include "capture.h"
 #include "fake_contprofd.h"
 #include "envelope.h"
 #include "pprof.h"
@@ -667,7 +667,7 @@ TEST(polled_capture_that_leaves_the_list_ends)
     fake_contprofd_start(&f, "unused:1");
     cp_capture c = cpu_capture("listed", "{isolate=\"alpha\"}", 1000, 120);
     cp_buf list = {0};
-    CHECK(cp_control_list_append(&list, &c, NULL) == 0);
+    CHECK(cp_capture_feed_append(&list, &c, NULL) == 0);
     fake_contprofd_control(&f, 200, list.data, list.len, 0);
     rd_kafka_t *host = mock_host();
     rd_kafka_mock_cluster_t *mc = mock_cluster(host, 1);

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "control.h"
+#include "capture.h"
 #include "fake_contprofd.h"
 #include "isolate.h"
 #include "kafka.h"
@@ -898,7 +898,7 @@ TEST(watch_poller_hands_each_answer_once)
     c.start_ns = (int64_t)now.tv_sec * 1000000000;
     c.end_ns = c.start_ns + 120 * (int64_t)1000000000;
     cp_buf list = {0};
-    CHECK(cp_control_list_append(&list, &c, NULL) == 0);
+    CHECK(cp_capture_feed_append(&list, &c, NULL) == 0);
     fake_contprofd_control(&f, 200, list.data, list.len, 0);
     cp_watch *w = NULL;
     cp_err err = {0};
@@ -907,7 +907,7 @@ TEST(watch_poller_hands_each_answer_once)
     CHECK_EQ(g_handed, 1);
     CHECK(atomic_load(&g_woken) >= 1);
     snprintf(c.id, sizeof c.id, "two");
-    CHECK(cp_control_list_append(&list, &c, NULL) == 0);
+    CHECK(cp_capture_feed_append(&list, &c, NULL) == 0);
     fake_contprofd_control(&f, 200, list.data, list.len, 0);
     poll_until(w, &f, 3, 0); /* the changed answer, whole: one and two */
     CHECK_EQ(g_handed, 3);

@@ -17,7 +17,7 @@
 #include <sys/socket.h>
 
 #include "http_client.h"
-#include "control.h"
+#include "capture.h"
 #include "envelope.h"
 #include "json.h"
 #include "pprof.h"
@@ -296,7 +296,7 @@ TEST(capture_answer_rule_and_limits)
     CHECK_EQ(c.kind, CP_KIND_CPU);
     CHECK_EQ(c.cpu_hz, 1000);
     CHECK_EQ(c.end_ns - c.start_ns, 3 * SEC);
-    /* the default 20 over captures.max_duration (1 min here), for 3 s (query/capture.h) */
+    /* the default 20 over captures.max_duration (1 min here), for 3 s (query/captures.h) */
     CHECK_EQ(c.max_overhead_permille, 400);
     CHECK(!c.cancelled);
     CHECK_STREQ(c.tenant, "default");
@@ -472,7 +472,7 @@ TEST(capture_tokens_and_restart)
     CHECK_EQ(r.status, 200);
     CHECK_STREQ(r.content_type, "application/octet-stream");
     g_polled = 0;
-    CHECK_EQ(cp_control_list_split(r.body.data, r.body.len, polled, "secret-of-team-a"), 2);
+    CHECK_EQ(cp_capture_feed_split(r.body.data, r.body.len, polled, "secret-of-team-a"), 2);
     CHECK_EQ(g_polled, 2);
     CHECK_EQ(g_polled_cancelled, 0);
     cp_buf_close(&r.body);
@@ -484,7 +484,7 @@ TEST(capture_tokens_and_restart)
     free(third);
     r = request(&d, "GET", "/api/v1/control/captures");
     g_polled = 0;
-    CHECK_EQ(cp_control_list_split(r.body.data, r.body.len, polled, "secret-of-team-a"), 2);
+    CHECK_EQ(cp_capture_feed_split(r.body.data, r.body.len, polled, "secret-of-team-a"), 2);
     CHECK_EQ(g_polled_cancelled, 0);
     cp_buf_close(&r.body);
     /* another tenant neither sees nor cancels it */
@@ -708,7 +708,7 @@ TEST(capture_in_a_cluster)
     cp_http_result r = request(&n2, "GET", "/api/v1/control/captures");
     CHECK_EQ(r.status, 200);
     g_polled = 0;
-    CHECK_EQ(cp_control_list_split(r.body.data, r.body.len, count_polled, later), 1);
+    CHECK_EQ(cp_capture_feed_split(r.body.data, r.body.len, count_polled, later), 1);
     CHECK_EQ(g_polled, 1);
     cp_buf_close(&r.body);
     char log[1 << 16];
@@ -851,11 +851,11 @@ TEST(cancelled_captures_leave_the_agents_feed)
     refused(&d, "POST", "/api/v1/captures?select=" SEL_COUNTER, 429, "captures.max_concurrent");
     r = request(&d, "GET", "/api/v1/control/captures");
     g_polled = 0;
-    CHECK_EQ(cp_control_list_split(r.body.data, r.body.len, count_any, NULL), 2);
+    CHECK_EQ(cp_capture_feed_split(r.body.data, r.body.len, count_any, NULL), 2);
     cp_buf_close(&r.body);
     sleep(2); /* run2 ends */
     r = request(&d, "GET", "/api/v1/control/captures");
-    CHECK_EQ(cp_control_list_split(r.body.data, r.body.len, count_polled, run1), 1);
+    CHECK_EQ(cp_capture_feed_split(r.body.data, r.body.len, count_polled, run1), 1);
     cp_buf_close(&r.body);
     free(run1);
     free(run2);

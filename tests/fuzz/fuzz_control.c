@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "control.h"
+#include "capture.h"
 
 static const uint8_t *g_lo, *g_hi;
 
@@ -24,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cp_err err;
     g_lo = data;
     g_hi = data + size;
-    int n = cp_control_list_split(data, size, one, NULL);
+    int n = cp_capture_feed_split(data, size, one, NULL);
     if (n < -1 || (n > 0 && (size_t)n * 4 > size)) abort();
     if (cp_capture_decode(data, size, &c, &err) != 0) return 0;
     cp_buf b = {0};

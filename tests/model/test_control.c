@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "control.h"
+#include "capture.h"
 #include "test.h"
 
 static cp_capture sample(void)
@@ -131,30 +131,30 @@ TEST(list_split_whole_or_not_at_all)
 {
     cp_capture c = sample();
     cp_buf b = {0};
-    CHECK_EQ(cp_control_list_split(b.data, 0, seen, "tok-a"), 0); /* none running: empty */
+    CHECK_EQ(cp_capture_feed_split(b.data, 0, seen, "tok-a"), 0); /* none running: empty */
     for (int i = 0; i < 3; i++) {
         snprintf(c.id, sizeof c.id, "cap-%d", i);
-        CHECK(cp_control_list_append(&b, &c, "tok-a") == 0);
+        CHECK(cp_capture_feed_append(&b, &c, "tok-a") == 0);
     }
     size_t whole = b.len;
     c.end_ns = c.start_ns; /* invalid: refused, the list unchanged */
-    CHECK_EQ(cp_control_list_append(&b, &c, "tok-a"), CP_EINVAL);
+    CHECK_EQ(cp_capture_feed_append(&b, &c, "tok-a"), CP_EINVAL);
     CHECK_EQ(b.len, whole);
     g_seen = 0;
-    CHECK_EQ(cp_control_list_split(b.data, b.len, seen, "tok-a"), 3);
+    CHECK_EQ(cp_capture_feed_split(b.data, b.len, seen, "tok-a"), 3);
     CHECK_EQ(g_seen, 3);
     CHECK_STREQ(g_ids[0], "cap-0");
     CHECK_STREQ(g_ids[2], "cap-2");
     for (size_t cut = 1; cut < b.len; cut++) {
         g_seen = 0;
-        int n = cp_control_list_split(b.data, cut, seen, "tok-a");
+        int n = cp_capture_feed_split(b.data, cut, seen, "tok-a");
         /* a cut at a message's end is a shorter list; anywhere else it is malformed */
         CHECK(n == -1 || (n >= 1 && n < 3));
         CHECK_EQ(g_seen, n < 0 ? 0 : n);
     }
     b.data[0] = 0xff; /* a length past the end */
     g_seen = 0;
-    CHECK_EQ(cp_control_list_split(b.data, b.len, seen, "tok-a"), -1);
+    CHECK_EQ(cp_capture_feed_split(b.data, b.len, seen, "tok-a"), -1);
     CHECK_EQ(g_seen, 0);
     cp_buf_close(&b);
     cp_capture_close(&c);

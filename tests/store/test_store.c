@@ -1470,16 +1470,16 @@ TEST(capture_series_apart_and_records_kept)
     cp_store_batch_destroy(b);
     cp_store_close(s);
     s = open_store(dir, 0, 0);
-    cp_capture_list cl = {0};
+    cp_store_capture_list cl = {0};
     CHECK_EQ(cp_store_captures(s, NULL, &cl, &err), 0);
     CHECK_EQ(cl.n, 2);
     CHECK_STREQ(cl.v[0].tenant, "acme");
     CHECK_STREQ(cl.v[1].id, "c2");
     CHECK(cl.v[1].cancelled);
-    cp_capture_list_close(&cl);
+    cp_store_capture_list_close(&cl);
     CHECK_EQ(cp_store_captures(s, "acme", &cl, &err), 0);
     CHECK_EQ(cl.n, 1);
-    cp_capture_list_close(&cl);
+    cp_store_capture_list_close(&cl);
     CHECK_EQ(cp_store_get_capture(s, "acme", "c1", &c, &err), 0);
     CHECK_STREQ(c.selector, "{service=\"api\"}");
     CHECK_EQ(c.cpu_hz, 1000);
@@ -1548,10 +1548,10 @@ TEST(capture_records_leave_with_retention)
     uint32_t del = 0;
     /* within retention: nothing of either capture goes */
     CHECK_EQ(cp_store_maintain(s, starts[29] + 2 * WIN, 1000, &del, &err), 0);
-    cp_capture_list cl = {0};
+    cp_store_capture_list cl = {0};
     CHECK_EQ(cp_store_captures(s, "acme", &cl, &err), 0);
     CHECK_EQ(cl.n, 2);
-    cp_capture_list_close(&cl);
+    cp_store_capture_list_close(&cl);
     /* a day and a bit after the old capture, a little after the new one */
     do {
         CHECK_EQ(cp_store_maintain(s, later + 2 * WIN, 1000, &del, &err), 0);

@@ -11,8 +11,8 @@
  * - A captured isolate's samples go, besides its always-on windows at their usual rate,
  *   into envelopes labelled CP_CAPTURE_LABEL=<id>. Queries leave series with that label out
  *   unless their selector names it, so a capture never adds CPU to the always-on view. */
-#ifndef CP_CONTROL_H
-#define CP_CONTROL_H
+#ifndef CP_MODEL_CAPTURE_H
+#define CP_MODEL_CAPTURE_H
 
 #include <stdint.h>
 #include <stddef.h>
@@ -21,17 +21,17 @@
 
 #define CP_TOPIC_CONTROL "contprof.control"
 #define CP_CAPTURE_LABEL "capture"
-#define CP_CONTROL_MAJOR 1
+#define CP_CAPTURE_MAJOR 1
 #define CP_CAPTURE_ID_MAX 64
 /* Hard ceilings a decoded message must respect; contprofd's configured limits are lower. */
 #define CP_CAPTURE_HZ_CEIL 10000
 #define CP_CAPTURE_DURATION_CEIL_NS (24LL * 3600 * 1000000000)
 /* captures.max_concurrent at most: the agents' feed (GET /api/v1/control/captures) holds a
- * tenant's running captures only, each under CP_CONTROL_RECORD_MAX bytes, so it stays
+ * tenant's running captures only, each under CP_CAPTURE_RECORD_MAX bytes, so it stays
  * under the agents' 1 MiB poll limit by construction (issue 36); an agent runs 64 at once. */
 #define CP_CAPTURE_CONCURRENT_CEIL 64
-#define CP_CONTROL_RECORD_MAX 8192 /* a selector of 4096 bytes, ids, fields, signature */
-_Static_assert(CP_CAPTURE_CONCURRENT_CEIL *CP_CONTROL_RECORD_MAX < (1 << 20),
+#define CP_CAPTURE_RECORD_MAX 8192 /* a selector of 4096 bytes, ids, fields, signature */
+_Static_assert(CP_CAPTURE_CONCURRENT_CEIL *CP_CAPTURE_RECORD_MAX < (1 << 20),
                "the agents' feed must fit their 1 MiB poll limit");
 
 typedef struct cp_capture {
@@ -71,20 +71,20 @@ int cp_capture_encode(const cp_capture *c, const char *token, cp_buf *out);
  * The signature is not checked here: cp_envelope_verify(buf, len, token) does. */
 int cp_capture_decode(const uint8_t *buf, size_t len, cp_capture *out, cp_err *err);
 
-/* The list GET /api/v1/control/captures answers (query/capture.c, read by collector/watch.c):
+/* The list GET /api/v1/control/captures answers (query/captures.c, read by collector/watch.c):
  * messages as above, each after its length (4 bytes, big-endian). Appends c signed with
  * token (as cp_capture_encode). 0, CP_EINVAL or CP_ENOMEM (out as it was). */
-int cp_control_list_append(cp_buf *out, const cp_capture *c, const char *token);
+int cp_capture_feed_append(cp_buf *out, const cp_capture *c, const char *token);
 /* Hands each message of the list body[0..len) to fn (borrowed for the call). The whole
  * list is checked first: -1, nothing handed, when a length runs past the end; else how
  * many were handed. */
-int cp_control_list_split(const uint8_t *body, size_t len,
+int cp_capture_feed_split(const uint8_t *body, size_t len,
                           void (*fn)(const uint8_t *value, size_t len, void *arg), void *arg);
 
 /* The CPU rate a source can give capture c: the asked cpu_hz, at most max_hz (the source's
  * bound), at most what c's max_overhead_permille allows at sample_cost_ns a sample. Returns
  * the rate; when it is lower than asked, reason (cap bytes) says which bound held, naming
- * the setting and where it is changed. Shared by the agent (collector/capture.c) and the V8
+ * the setting and where it is changed. Shared by the agent (collector/captable.c) and the V8
  * source, so both reduce a rate alike and say so in the same words. */
 int64_t cp_capture_plan_hz(const cp_capture *c, int64_t max_hz, int64_t sample_cost_ns,
                            const char *source, char *reason, size_t cap);

@@ -1,9 +1,9 @@
 /* On-demand captures: control messages read from the control consumer (watch.c), decoded
- * and checked (tenant, signature, end); a fixed table of CP_CAPTURE_SLOTS running captures;
+ * and checked (tenant, signature, end); a fixed table of CP_WINDOW_CAPTURE_SLOTS running captures;
  * per tick, the live threads whose isolate matches one run their CPU event at the
  * capture's period (cp_thread_boost) or sample allocations at its rate; their samples
  * are split between the capture's windows and the always-on window. */
-#include "capture.h"
+#include "captable.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +11,7 @@
 
 #include "alloc.h"
 #include "config.h"
-#include "control.h"
+#include "capture.h"
 #include "fd.h"
 #include "guard.h"
 #include "isolate.h"
@@ -33,7 +33,7 @@ typedef struct cap {
 } cap;
 
 static struct {
-    cap c[CP_CAPTURE_SLOTS];
+    cap c[CP_WINDOW_CAPTURE_SLOTS];
     uint64_t live;    /* slots used and not ending */
     uint64_t used;    /* slots used */
     uint32_t gen;     /* bumped when the set of captures changes, and every second */
@@ -58,7 +58,7 @@ static uint32_t iso_gen[CP_MAX_ISOLATES];
 
 static cap *find(const char *id)
 {
-    for (int i = 0; i < CP_CAPTURE_SLOTS; i++)
+    for (int i = 0; i < CP_WINDOW_CAPTURE_SLOTS; i++)
         if (C.c[i].used && !strcmp(C.c[i].c.id, id)) return &C.c[i];
     return NULL;
 }
@@ -100,7 +100,7 @@ static void plan(cap *k)
         snprintf(k->reason, sizeof(k->reason), "cpu sampling is off in this agent");
         return;
     }
-    hz = cp_capture_plan_hz(&k->c, CP_CAPTURE_MAX_HZ, CP_CAPTURE_SAMPLE_COST_NS, "the agent",
+    hz = cp_capture_plan_hz(&k->c, CP_CAPTABLE_MAX_HZ, CP_CAPTABLE_SAMPLE_COST_NS, "the agent",
                             k->reason, sizeof(k->reason));
     if (1000000000 / hz > cp_period_ns) {
         /* slower than the always-on rate: the isolate keeps that rate, its samples go to
@@ -158,7 +158,7 @@ static void on_message(const uint8_t *v, size_t len, void *arg)
         C.expired++;
         goto done;
     }
-    for (int i = 0; i < CP_CAPTURE_SLOTS; i++) {
+    for (int i = 0; i < CP_WINDOW_CAPTURE_SLOTS; i++) {
         if (C.c[i].used) continue;
         k = &C.c[i];
         memset(k, 0, sizeof(*k));
@@ -184,7 +184,7 @@ static void on_message(const uint8_t *v, size_t len, void *arg)
         fprintf(stderr,
                 "contprof: more than %d captures at once; capture %s and later ones are not "
                 "run by this process (counted)\n",
-                CP_CAPTURE_SLOTS, c.id);
+                CP_WINDOW_CAPTURE_SLOTS, c.id);
 done:
     cp_capture_close(&c);
 }
@@ -195,7 +195,7 @@ done:
 static uint64_t match_labels(const cp_labels *l)
 {
     uint64_t m = 0;
-    for (int i = 0; i < CP_CAPTURE_SLOTS; i++)
+    for (int i = 0; i < CP_WINDOW_CAPTURE_SLOTS; i++)
         if ((C.live & (1ULL << i)) && cp_selector_match(&C.c[i].sel, l)) m |= 1ULL << i;
     return m;
 }
@@ -240,7 +240,7 @@ static uint64_t thread_captures(cp_thread *t)
 
 /* Every live thread at the rate of the captures its isolate matches now: its own (thread
  * name) and, decision for API isolates (contprof_isolate_enter), one it was found running
- * at a tick in the last CP_CAPTURE_API_STICKY_NS (a runtime switches isolates faster than
+ * at a tick in the last CP_CAPTABLE_API_STICKY_NS (a runtime switches isolates faster than
  * the agent ticks); the shortest period and the smallest allocation rate of them win. */
 static void boost_threads(void)
 {
@@ -255,14 +255,14 @@ static void boost_threads(void)
         uint64_t am = d ? iso_captures(t->iso_stack[(d > 16 ? 16 : d) - 1]) : 0;
         if (am) {
             t->api_mask = am;
-            t->api_until = mono + CP_CAPTURE_API_STICKY_NS;
+            t->api_until = mono + CP_CAPTABLE_API_STICKY_NS;
         }
         if (mono < t->api_until)
             m |= t->api_mask & C.live;
         else
             t->api_mask = 0;
         int64_t period = 0, rate = 0;
-        for (int s = 0; s < CP_CAPTURE_SLOTS; s++) {
+        for (int s = 0; s < CP_WINDOW_CAPTURE_SLOTS; s++) {
             if (!(m & (1ULL << s))) continue;
             cap *k = &C.c[s];
             if (k->c.kind == CP_KIND_CPU && k->period_ns && (!period || k->period_ns < period))
@@ -270,8 +270,8 @@ static void boost_threads(void)
             if (k->c.kind == CP_KIND_ALLOC && k->alloc_rate > 0 && (!rate || k->alloc_rate < rate))
                 rate = k->alloc_rate;
         }
-        if ((period || rate) && boosted >= CP_CAPTURE_MAX_THREADS) {
-            for (int s = 0; s < CP_CAPTURE_SLOTS; s++)
+        if ((period || rate) && boosted >= CP_CAPTABLE_MAX_THREADS) {
+            for (int s = 0; s < CP_WINDOW_CAPTURE_SLOTS; s++)
                 if (m & (1ULL << s)) C.c[s].over_threads++;
             period = rate = 0;
         }
@@ -281,7 +281,7 @@ static void boost_threads(void)
             int64_t eff = cp_thread_boost(t, period, &perf);
             if (period && eff && !perf && period < 4000000) {
                 /* the timer engine expires on the 4 ms scheduler tick */
-                for (int s = 0; s < CP_CAPTURE_SLOTS; s++) {
+                for (int s = 0; s < CP_WINDOW_CAPTURE_SLOTS; s++) {
                     cap *k = &C.c[s];
                     if (!(m & (1ULL << s)) || k->c.kind != CP_KIND_CPU || k->ran <= 250) continue;
                     k->ran = 250;
@@ -335,20 +335,20 @@ static void watch_tick(const char *brokers)
     /* a server lists the running captures only: one it no longer lists has ended or been
      * cancelled (its record left the list) */
     if (cp_watch_was_whole(C.w))
-        for (int i = 0; i < CP_CAPTURE_SLOTS; i++)
+        for (int i = 0; i < CP_WINDOW_CAPTURE_SLOTS; i++)
             if (C.c[i].used && !C.c[i].ending && C.c[i].heard != C.poll_no) end_capture(&C.c[i]);
     C.errors += cp_watch_take_errors(C.w, NULL);
 }
 
-void cp_capture_update(const char *brokers)
+void cp_captable_update(const char *brokers)
 {
     CP_ASSERT_AGENT_THREAD();
     if (!cp_cfg.captures) return;
     watch_tick(brokers);
     if (!C.used && !C.boosted) return;
     int64_t now = cp_now_ns(), mono = cp_mono_ns();
-    for (int i = 0; i < CP_CAPTURE_SLOTS; i++)
-        if ((C.live & (1ULL << i)) && C.c[i].c.end_ns <= now) end_capture(&C.c[i]);
+    for (int i = 0; i < CP_WINDOW_CAPTURE_SLOTS; i++)
+        if ((C.live & (1ULL << i)) && !cp_capture_live(&C.c[i].c, now)) end_capture(&C.c[i]);
     if (mono >= C.next_gen) { /* isolates and thread names come and go */
         C.gen++;
         C.next_gen = mono + 1000000000;
@@ -356,13 +356,13 @@ void cp_capture_update(const char *brokers)
     boost_threads();
 }
 
-void cp_capture_add_cpu(cp_thread *t, const cp_sample_rec *r)
+void cp_captable_add_cpu(cp_thread *t, const cp_sample_rec *r)
 {
     CP_ASSERT_AGENT_THREAD();
     int64_t period = r->period_ns > 0 ? r->period_ns : cp_period_ns;
     int64_t ns = (int64_t)r->weight * period;
     uint64_t m = r->isolate ? iso_captures(r->isolate) : thread_captures(t);
-    for (int s = 0; m && s < CP_CAPTURE_SLOTS; s++)
+    for (int s = 0; m && s < CP_WINDOW_CAPTURE_SLOTS; s++)
         if ((m & (1ULL << s)) && C.c[s].c.kind == CP_KIND_CPU)
             cp_window_add_capture_cpu((unsigned)s, r, t->name, ns);
     if (period == cp_period_ns) {
@@ -392,7 +392,7 @@ static void engine_text(const cap *k, char *out, size_t cap_)
     if (k->over_threads)
         snprintf(reason, sizeof(reason),
                  "%s%sthreads over the agent's bound of %d were not boosted", k->reason,
-                 k->reason[0] ? "; " : "", CP_CAPTURE_MAX_THREADS);
+                 k->reason[0] ? "; " : "", CP_CAPTABLE_MAX_THREADS);
     else
         snprintf(reason, sizeof(reason), "%s", k->reason);
     if (n > 0 && (size_t)n < cap_ && reason[0])
@@ -410,8 +410,8 @@ static void free_slot(cap *k)
     C.live &= ~(1ULL << s);
 }
 
-void cp_capture_flush(const char *instance, const char *producer, int all, int end, cp_emit_fn emit,
-                      void *arg)
+void cp_captable_flush(const char *instance, const char *producer, int all, int end,
+                       cp_emit_fn emit, void *arg)
 {
     CP_ASSERT_AGENT_THREAD();
     g_instance = instance;
@@ -419,14 +419,14 @@ void cp_capture_flush(const char *instance, const char *producer, int all, int e
     snprintf(C.producer, sizeof(C.producer), "%s/capture", producer);
     int64_t now = cp_now_ns();
     if (end)
-        for (int i = 0; i < CP_CAPTURE_SLOTS; i++)
+        for (int i = 0; i < CP_WINDOW_CAPTURE_SLOTS; i++)
             if (C.c[i].used) end_capture(&C.c[i]);
     /* allocation captures: the boosted buckets are taken once for all of them */
     int alloc_due = 0;
-    for (int i = 0; i < CP_CAPTURE_SLOTS; i++) {
+    for (int i = 0; i < CP_WINDOW_CAPTURE_SLOTS; i++) {
         cap *k = &C.c[i];
         if (k->used && k->c.kind == CP_KIND_ALLOC &&
-            (all || k->ending || now - k->win_start >= CP_CAPTURE_WINDOW_NS))
+            (all || k->ending || now - k->win_start >= CP_CAPTABLE_WINDOW_NS))
             alloc_due = 1;
     }
     cp_alloc_bucket *b = NULL, *mine = NULL;
@@ -441,15 +441,15 @@ void cp_capture_flush(const char *instance, const char *producer, int all, int e
         for (uint32_t j = 0; j < nb; j++)
             bm[j] = b[j].isolate ? iso_captures(b[j].isolate) : match(0, b[j].thread);
     }
-    for (int i = 0; i < CP_CAPTURE_SLOTS; i++) {
+    for (int i = 0; i < CP_WINDOW_CAPTURE_SLOTS; i++) {
         cap *k = &C.c[i];
         if (!k->used) continue;
-        int due = all || k->ending || now - k->win_start >= CP_CAPTURE_WINDOW_NS;
+        int due = all || k->ending || now - k->win_start >= CP_CAPTABLE_WINDOW_NS;
         if (k->c.kind == CP_KIND_ALLOC) due = alloc_due;
         if (!due) continue;
         char engine[256];
         engine_text(k, engine, sizeof(engine));
-        cp_capture_window w = {
+        cp_window_capture w = {
             .start_ns = k->win_start,
             .end_ns = now,
             .instance = instance,
@@ -476,7 +476,7 @@ void cp_capture_flush(const char *instance, const char *producer, int all, int e
     free(bm);
 }
 
-const char *cp_capture_stats(void)
+const char *cp_captable_stats(void)
 {
     CP_ASSERT_AGENT_THREAD();
     static char buf[200];
@@ -491,17 +491,17 @@ const char *cp_capture_stats(void)
     return buf;
 }
 
-void cp_capture_set_wake(void (*wake)(void *))
+void cp_captable_set_wake(void (*wake)(void *))
 {
     C.wake = wake;
 }
 
-int cp_capture_active(void)
+int cp_captable_active(void)
 {
     return C.used != 0 || C.boosted;
 }
 
-void cp_capture_stop(void)
+void cp_captable_stop(void)
 {
     CP_ASSERT_AGENT_THREAD();
     unsigned n = atomic_load(&cp_threads_hwm);
@@ -521,7 +521,7 @@ void cp_capture_stop(void)
     C.next_try = 0;
 }
 
-void cp_capture_after_fork_child(void)
+void cp_captable_after_fork_child(void)
 {
     /* the parent's agent thread may have been changing the table: forget it (lost once) */
     cp_watch_abandon(C.w);

@@ -1,5 +1,5 @@
-/* Control messages: encode, decode, validate (see control.h). */
-#include "control.h"
+/* Control messages: encode, decode, validate (see capture.h). */
+#include "capture.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,7 +66,7 @@ int cp_capture_encode(const cp_capture *c, const char *token, cp_buf *out)
     int rc = cp_capture_validate(c, NULL);
     if (rc) return rc;
     Contprof__Capture pb = CONTPROF__CAPTURE__INIT;
-    pb.format_major = CP_CONTROL_MAJOR;
+    pb.format_major = CP_CAPTURE_MAJOR;
     pb.id = (char *)c->id;
     pb.tenant = (char *)c->tenant;
     pb.selector = c->selector;
@@ -103,10 +103,10 @@ int cp_capture_decode(const uint8_t *buf, size_t len, cp_capture *out, cp_err *e
                           "not a valid capture protobuf (%zu bytes): truncated or bad wire format",
                           len);
     int rc;
-    if (pb->format_major != CP_CONTROL_MAJOR) {
+    if (pb->format_major != CP_CAPTURE_MAJOR) {
         rc = cp_err_set(err, CP_EVERSION,
                         "control format %u is not supported (this reader knows %d)",
-                        pb->format_major, CP_CONTROL_MAJOR);
+                        pb->format_major, CP_CAPTURE_MAJOR);
         goto done;
     }
     if ((rc = copy_str(pb->id, out->id, sizeof out->id, "id", err)) ||
@@ -130,7 +130,7 @@ done:
     return rc;
 }
 
-int cp_control_list_append(cp_buf *out, const cp_capture *c, const char *token)
+int cp_capture_feed_append(cp_buf *out, const cp_capture *c, const char *token)
 {
     cp_buf m = {0}; /* on its own: a signature covers its whole buffer */
     int rc = cp_capture_encode(c, token, &m);
@@ -145,7 +145,7 @@ int cp_control_list_append(cp_buf *out, const cp_capture *c, const char *token)
     return rc;
 }
 
-int cp_control_list_split(const uint8_t *body, size_t len,
+int cp_capture_feed_split(const uint8_t *body, size_t len,
                           void (*fn)(const uint8_t *value, size_t len, void *arg), void *arg)
 {
     size_t at = 0;

@@ -1,7 +1,8 @@
-/* On-demand captures: the API's endpoints (capture.h). The record is the store's, the
- * agents hear of it on the control topic, and the answer is read back through the
- * request's readers, so a cluster's captures are answered from every node. */
-#include "capture.h"
+/* On-demand captures: the server's captures object and its endpoints (captures.h). The
+ * record is the store's, the agents hear of it on the control topic, and the answer is
+ * read back through the request's readers, so a cluster's captures are answered from
+ * every node. */
+#include "captures.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -17,7 +18,7 @@
 #include "log.h"
 #include "selector.h"
 
-void cp_capture_options_default(cp_capture_options *o)
+void cp_captures_options_default(cp_captures_options *o)
 {
     memset(o, 0, sizeof *o);
     o->max_concurrent = 4;
@@ -27,7 +28,7 @@ void cp_capture_options_default(cp_capture_options *o)
     o->max_overhead_permille = 20;
 }
 
-uint32_t cp_capture_budget_permille(const cp_capture_options *o, int64_t duration_ns)
+uint32_t cp_captures_budget_permille(const cp_captures_options *o, int64_t duration_ns)
 {
     if (duration_ns <= 0) duration_ns = 1;
     double b = (double)o->max_overhead_permille * (double)o->max_duration_ns / (double)duration_ns;
@@ -36,23 +37,85 @@ uint32_t cp_capture_budget_permille(const cp_capture_options *o, int64_t duratio
 }
 
 /* Where a limit is changed: contprofd's config file. */
-static const char *conf_of(const cp_capture_options *o)
+static const char *conf_of(const cp_captures_options *o)
 {
     return o->config_file && o->config_file[0] ? o->config_file
                                                : "contprofd's --config file (none given)";
 }
 
-/* Counting a tenant's running captures and storing a new one is one step: two requests
- * at once cannot both take the last slot. One lock per process (one store per process). */
-static pthread_mutex_t g_start_mu = PTHREAD_MUTEX_INITIALIZER;
+struct cp_captures {
+    cp_captures_options o; /* config_file and tenant_tokens: the object's copies */
+    /* Counting a tenant's running captures and storing a new one is one step: two requests
+     * at once cannot both take the last slot. */
+    pthread_mutex_t start_mu;
+    /* The records polling agents read (GET /api/v1/control/captures): every tenant's
+     * running ones (an agent ends a capture its poll no longer lists), at most
+     * captures.max_concurrent a tenant whatever the history; read again from the store only
+     * when its records changed (cp_store_captures_gen) or one of them ended, so that a poll
+     * costs no LevelDB scan. */
+    pthread_mutex_t live_mu;
+    int live_valid;
+    uint64_t live_gen;
+    int64_t live_first_end_ns; /* past it, one has ended */
+    cp_store_capture_list live;
+};
+
+/* The first token of tenant (signs its control messages), or NULL. */
+static const char *token_of(const cp_captures *cs, const char *tenant)
+{
+    for (const char *const *t = cs->o.tenant_tokens; t && t[0]; t += 2)
+        if (strcmp(t[0], tenant) == 0) return t[1];
+    return NULL;
+}
+
+int cp_captures_create(const cp_captures_options *o, cp_captures **out)
+{
+    *out = NULL;
+    cp_captures *cs = calloc(1, sizeof *cs);
+    if (!cs) return CP_ENOMEM;
+    cs->o = *o;
+    cs->o.config_file = NULL;
+    cs->o.tenant_tokens = NULL;
+    pthread_mutex_init(&cs->start_mu, NULL);
+    pthread_mutex_init(&cs->live_mu, NULL);
+    if (o->config_file && !(cs->o.config_file = strdup(o->config_file))) goto fail;
+    size_t n = 0;
+    while (o->tenant_tokens && o->tenant_tokens[n])
+        n++;
+    if (n) {
+        char **t = calloc(n + 1, sizeof *t);
+        if (!t) goto fail;
+        cs->o.tenant_tokens = (const char *const *)t;
+        for (size_t i = 0; i < n; i++)
+            if (!(t[i] = strdup(o->tenant_tokens[i]))) goto fail;
+    }
+    *out = cs;
+    return 0;
+fail:
+    cp_captures_destroy(cs);
+    return CP_ENOMEM;
+}
+
+void cp_captures_destroy(cp_captures *cs)
+{
+    if (!cs) return;
+    for (char *const *t = (char *const *)cs->o.tenant_tokens; t && *t; t++)
+        free(*t);
+    free((void *)cs->o.tenant_tokens);
+    free((char *)cs->o.config_file);
+    cp_store_capture_list_close(&cs->live);
+    pthread_mutex_destroy(&cs->start_mu);
+    pthread_mutex_destroy(&cs->live_mu);
+    free(cs);
+}
 
 /* How far ahead of this node's clock a peer's record may start (the nodes' clocks differ). */
-#define CP_CAPTURE_PEER_SKEW_NS (60LL * 1000000000)
+#define CP_CAPTURES_PEER_SKEW_NS (60LL * 1000000000)
 
 /* Ended and cancelled records kept per tenant, for GET /api/v1/captures/ID after the end;
  * older ones are removed as new captures start, so history never grows the work of a start
  * or the list (issue 36). */
-#define CP_CAPTURE_KEEP_ENDED 100
+#define CP_CAPTURES_KEEP_ENDED 100
 
 static int by_end(const void *a, const void *b)
 {
@@ -60,13 +123,13 @@ static int by_end(const void *a, const void *b)
     return x->end_ns < y->end_ns ? -1 : x->end_ns > y->end_ns;
 }
 
-/* Under g_start_mu: the tenant's running captures into *running, and its ended and
- * cancelled records beyond CP_CAPTURE_KEEP_ENDED removed, oldest end first. 0, or an error
+/* Under start_mu: the tenant's running captures into *running, and its ended and
+ * cancelled records beyond CP_CAPTURES_KEEP_ENDED removed, oldest end first. 0, or an error
  * in err. */
 static int running_and_prune(cp_store *store, const char *tenant, int64_t now, uint32_t *running,
                              cp_err *err)
 {
-    cp_capture_list l = {0};
+    cp_store_capture_list l = {0};
     int rc = cp_store_captures(store, tenant, &l, err);
     *running = 0;
     const cp_capture **old = rc ? NULL : calloc(l.n + 1, sizeof *old);
@@ -78,13 +141,13 @@ static int running_and_prune(cp_store *store, const char *tenant, int64_t now, u
         else
             old[nold++] = &l.v[i];
     }
-    if (!rc && nold > CP_CAPTURE_KEEP_ENDED) {
+    if (!rc && nold > CP_CAPTURES_KEEP_ENDED) {
         qsort(old, nold, sizeof *old, by_end);
-        for (uint32_t i = 0; !rc && i < nold - CP_CAPTURE_KEEP_ENDED; i++)
+        for (uint32_t i = 0; !rc && i < nold - CP_CAPTURES_KEEP_ENDED; i++)
             rc = cp_store_delete_capture(store, tenant, old[i]->id, err);
     }
     free(old);
-    cp_capture_list_close(&l);
+    cp_store_capture_list_close(&l);
     return rc;
 }
 
@@ -103,8 +166,8 @@ static void oom(cp_http_response *r)
 
 static const char *state_of(const cp_capture *c, int64_t now)
 {
-    if (c->cancelled) return "cancelled";
-    return now < c->end_ns ? "running" : "done";
+    if (cp_capture_live(c, now)) return "running";
+    return c->cancelled ? "cancelled" : "done";
 }
 
 /* The capture's own members (no braces). */
@@ -132,8 +195,8 @@ static int capture_json(cp_buf *b, const cp_capture *c, int64_t now)
     return rc;
 }
 
-int cp_capture_engine_parse(const char *engine, int64_t *asked, int64_t *ran, char *reason,
-                            size_t cap)
+int cp_captures_engine_parse(const char *engine, int64_t *asked, int64_t *ran, char *reason,
+                             size_t cap)
 {
     *asked = *ran = 0;
     if (cap) reason[0] = 0;
@@ -161,7 +224,7 @@ static void new_id(char *out, size_t cap)
 /* A peer's record within this node's limits, as a new capture here would be: 0, or -1
  * with a 400 naming the key. What a node keeps it serves its polling agents, so a record
  * is never trusted further than a request (issue 36). */
-static int peer_record_in_limits(const cp_capture_options *o, const cp_capture *cap, int64_t now,
+static int peer_record_in_limits(const cp_captures_options *o, const cp_capture *cap, int64_t now,
                                  cp_http_response *r)
 {
     const char *id = cap->id;
@@ -171,7 +234,7 @@ static int peer_record_in_limits(const cp_capture_options *o, const cp_capture *
                       "captures.max_duration (%.0f s)",
                       id, (double)(cap->end_ns - cap->start_ns) / 1e9,
                       (double)o->max_duration_ns / 1e9);
-    else if (cap->start_ns > now + CP_CAPTURE_PEER_SKEW_NS)
+    else if (cap->start_ns > now + CP_CAPTURES_PEER_SKEW_NS)
         cp_http_error(r, 400, "capture record %s from a peer starts %.0f s from now", id,
                       (double)(cap->start_ns - now) / 1e9);
     else if (cap->kind == CP_KIND_CPU && (cap->cpu_hz == 0 || cap->cpu_hz > o->max_hz))
@@ -186,13 +249,13 @@ static int peer_record_in_limits(const cp_capture_options *o, const cp_capture *
                       id, cap->alloc_rate, o->min_alloc_rate);
     else if (cap->max_overhead_permille == 0 ||
              cap->max_overhead_permille >
-                 cp_capture_budget_permille(o, cap->end_ns - cap->start_ns))
+                 cp_captures_budget_permille(o, cap->end_ns - cap->start_ns))
         cp_http_error(r, 400,
                       "capture record %s from a peer: max_overhead_permille %u is outside "
                       "1..%u, the budget captures.max_overhead_permille (%u in %s) gives its "
                       "duration",
                       id, cap->max_overhead_permille,
-                      cp_capture_budget_permille(o, cap->end_ns - cap->start_ns),
+                      cp_captures_budget_permille(o, cap->end_ns - cap->start_ns),
                       o->max_overhead_permille, conf_of(o));
     else
         return 0;
@@ -202,18 +265,19 @@ static int peer_record_in_limits(const cp_capture_options *o, const cp_capture *
 /* A peer passes a record on (its node published it): kept if it is within this node's
  * limits, counted against captures.max_concurrent under the same lock as a new capture; a
  * cancelled record stays cancelled. */
-static void keep_peer_record(const cp_capture_call *c, cp_http_response *r)
+static void keep_peer_record(cp_captures *cs, const cp_http_request *req, const cp_query *q,
+                             cp_http_response *r)
 {
     cp_capture cap, old;
     cp_err err = {0};
     int64_t now = cp_now_ns();
-    if (cp_capture_decode(c->req->body, c->req->body_len, &cap, &err)) {
+    if (cp_capture_decode(req->body, req->body_len, &cap, &err)) {
         cp_http_error(r, 400, "capture record from a peer: %s", err.msg);
         return;
     }
-    if (strcmp(cap.tenant, c->q->tenant) != 0) {
+    if (strcmp(cap.tenant, q->tenant) != 0) {
         cp_http_error(r, 403, "capture record of tenant '%s' sent as tenant '%s'", cap.tenant,
-                      c->q->tenant);
+                      q->tenant);
         cp_capture_close(&cap);
         return;
     }
@@ -222,58 +286,59 @@ static void keep_peer_record(const cp_capture_call *c, cp_http_response *r)
         cp_capture_close(&cap);
         return;
     }
-    if (!cap.cancelled && peer_record_in_limits(c->o, &cap, now, r)) {
+    if (!cap.cancelled && peer_record_in_limits(&cs->o, &cap, now, r)) {
         cp_capture_close(&cap);
         return;
     }
-    pthread_mutex_lock(&g_start_mu);
-    int rc = cp_store_get_capture(c->store, cap.tenant, cap.id, &old, &err);
+    pthread_mutex_lock(&cs->start_mu);
+    int rc = cp_store_get_capture(cs->o.store, cap.tenant, cap.id, &old, &err);
     int known = rc == 0, was_cancelled = known && old.cancelled;
     if (known) cp_capture_close(&old);
     uint32_t running = 0;
     if ((rc == 0 || rc == CP_ENOTFOUND) && !known && cp_capture_live(&cap, now))
-        rc = running_and_prune(c->store, cap.tenant, now, &running, &err);
+        rc = running_and_prune(cs->o.store, cap.tenant, now, &running, &err);
     if (rc && rc != CP_ENOTFOUND)
         cp_http_error(r, 500, "%s", err.msg);
     else if (was_cancelled && !cap.cancelled)
         cp_http_error(
             r, 409, "capture %s is cancelled here: a cancelled capture does not run again", cap.id);
-    else if (!known && cp_capture_live(&cap, now) && running >= c->o->max_concurrent)
+    else if (!known && cp_capture_live(&cap, now) && running >= cs->o.max_concurrent)
         cp_http_error(r, 429,
                       "capture record %s from a peer: tenant %s has %u captures running here, "
                       "the limit captures.max_concurrent is %u",
-                      cap.id, cap.tenant, running, c->o->max_concurrent);
-    else if (cp_store_put_capture(c->store, &cap, &err))
+                      cap.id, cap.tenant, running, cs->o.max_concurrent);
+    else if (cp_store_put_capture(cs->o.store, &cap, &err))
         cp_http_error(r, 500, "%s", err.msg);
     else if (cp_buf_printf(&r->body, "{\"kept\":true}\n"))
         oom(r);
-    pthread_mutex_unlock(&g_start_mu);
+    pthread_mutex_unlock(&cs->start_mu);
     cp_capture_close(&cap);
 }
 
 /* Stores cap, passes it on to the peers and publishes it. 0, or an error answer set. */
-static int store_and_publish(const cp_capture_call *c, const cp_capture *cap, cp_http_response *r)
+static int store_and_publish(cp_captures *cs, const cp_query *q, cp_fanout_req *fr,
+                             const cp_capture *cap, cp_http_response *r)
 {
     cp_err err = {0};
-    if (cp_store_put_capture(c->store, cap, &err)) {
+    if (cp_store_put_capture(cs->o.store, cap, &err)) {
         cp_http_error(r, err.code == CP_EINVAL ? 400 : 500, "%s", err.msg);
         return -1;
     }
     cp_buf rec = {0};
     if (cp_capture_encode(cap, NULL, &rec) ||
-        cp_fanout_upload(c->fr, c->q, "/api/v1/captures", rec.data, rec.len, &err)) {
+        cp_fanout_upload(fr, q, "/api/v1/captures", rec.data, rec.len, &err)) {
         cp_buf_close(&rec);
         oom(r);
         return -1;
     }
     cp_buf_close(&rec);
-    if (c->o->publish(c->o->publish_arg, cap, c->token, &err)) {
+    if (cs->o.publish(cs->o.publish_arg, cap, token_of(cs, cap->tenant), &err)) {
         cp_log_error("capture %s of tenant %s: %s", cap->id, cap->tenant, err.msg);
         if (!cap->cancelled) { /* never heard of: not running, not resumed at a restart */
             cp_capture dead = *cap;
             dead.cancelled = 1;
             cp_err e2 = {0};
-            if (cp_store_put_capture(c->store, &dead, &e2))
+            if (cp_store_put_capture(cs->o.store, &dead, &e2))
                 cp_log_error("capture %s: %s", cap->id, e2.msg);
         }
         cp_http_error(r, 503, "the capture could not be written to the control topic: %s", err.msg);
@@ -282,20 +347,22 @@ static int store_and_publish(const cp_capture_call *c, const cp_capture *cap, cp
     return 0;
 }
 
-void cp_capture_ep_post(const cp_capture_call *c, cp_http_response *r)
+void cp_captures_post(cp_captures *cs, const cp_http_request *req, const cp_query *q,
+                      const cp_params *pa, cp_fanout_req *fr, cp_http_response *r)
 {
-    if (c->from_peer) {
-        keep_peer_record(c, r);
+    /* a peer passing a record on: by the cluster token only */
+    if (cp_fanout_is_peer(cs->o.fanout, req)) {
+        keep_peer_record(cs, req, q, r);
         return;
     }
-    const cp_capture_options *o = c->o;
+    const cp_captures_options *o = &cs->o;
     if (!o->publish) {
         cp_http_error(r, 503, "this server does not run captures (no control topic)");
         return;
     }
-    const char *sel = cp_params_get(c->pa, "select"), *ty = cp_params_get(c->pa, "type"),
-               *du = cp_params_get(c->pa, "duration"), *hz = cp_params_get(c->pa, "hz"),
-               *ar = cp_params_get(c->pa, "alloc_rate");
+    const char *sel = cp_params_get(pa, "select"), *ty = cp_params_get(pa, "type"),
+               *du = cp_params_get(pa, "duration"), *hz = cp_params_get(pa, "hz"),
+               *ar = cp_params_get(pa, "alloc_rate");
     cp_err err = {0};
     cp_capture cap = {0};
     int64_t now = cp_now_ns();
@@ -379,10 +446,10 @@ void cp_capture_ep_post(const cp_capture_call *c, cp_http_response *r)
         cap.alloc_rate = v;
     }
     new_id(cap.id, sizeof cap.id);
-    snprintf(cap.tenant, sizeof cap.tenant, "%s", c->q->tenant);
+    snprintf(cap.tenant, sizeof cap.tenant, "%s", q->tenant);
     cap.start_ns = now;
     cap.end_ns = now + dur;
-    cap.max_overhead_permille = cp_capture_budget_permille(o, dur);
+    cap.max_overhead_permille = cp_captures_budget_permille(o, dur);
     if (!(cap.selector = strdup(sel))) {
         oom(r);
         return;
@@ -393,9 +460,9 @@ void cp_capture_ep_post(const cp_capture_call *c, cp_http_response *r)
         return;
     }
     /* the limit on running captures: counted and taken under one lock */
-    pthread_mutex_lock(&g_start_mu);
+    pthread_mutex_lock(&cs->start_mu);
     uint32_t running = 0;
-    int rc = running_and_prune(c->store, cap.tenant, now, &running, &err);
+    int rc = running_and_prune(cs->o.store, cap.tenant, now, &running, &err);
     if (rc)
         cp_http_error(r, 500, "%s", err.msg);
     else if (running >= o->max_concurrent)
@@ -403,7 +470,7 @@ void cp_capture_ep_post(const cp_capture_call *c, cp_http_response *r)
                       "tenant %s has %u captures running: the limit captures.max_concurrent is "
                       "%u in %s (wait for one to end, or DELETE /api/v1/captures/ID)",
                       cap.tenant, running, o->max_concurrent, conf_of(o));
-    else if (!store_and_publish(c, &cap, r)) {
+    else if (!store_and_publish(cs, q, fr, &cap, r)) {
         r->status = 201;
         cp_log_info("capture %s of tenant %s started: %s %s for %.1f s", cap.id, cap.tenant,
                     cp_kind_name(cap.kind), cap.selector, (double)dur / 1e9);
@@ -411,74 +478,65 @@ void cp_capture_ep_post(const cp_capture_call *c, cp_http_response *r)
             cp_buf_printf(&r->body, "}\n"))
             oom(r);
     }
-    pthread_mutex_unlock(&g_start_mu);
+    pthread_mutex_unlock(&cs->start_mu);
     cp_capture_close(&cap);
 }
 
 /* ---- GET, DELETE -------------------------------------------------------------------- */
 
 /* The tenant's capture records into *l: 0, or -1 with a 500 set. */
-static int tenant_captures(const cp_capture_call *c, cp_capture_list *l, cp_http_response *r)
+static int tenant_captures(cp_captures *cs, const cp_query *q, cp_store_capture_list *l,
+                           cp_http_response *r)
 {
     cp_err err = {0};
-    if (!cp_store_captures(c->store, c->q->tenant, l, &err)) return 0;
+    if (!cp_store_captures(cs->o.store, q->tenant, l, &err)) return 0;
     cp_http_error(r, 500, "%s", err.msg);
     return -1;
 }
 
-/* The records polling agents read (GET /api/v1/control/captures): every tenant's running
- * ones (neither ended nor cancelled: an agent ends a capture its poll no longer lists), at
- * most captures.max_concurrent a tenant whatever the history; read again from the store only when
- * its records changed (cp_store_captures_gen, which also tells stores apart) or one of them ended,
- * so that a poll costs no LevelDB scan. */
-static struct {
-    pthread_mutex_t mu;
-    cp_store *store;
-    uint64_t gen;
-    int64_t first_end_ns; /* past it, one has ended */
-    cp_capture_list l;
-} g_live = {.mu = PTHREAD_MUTEX_INITIALIZER};
-
-/* Under g_live.mu. 0, or an error in err. */
-static int live_refresh(cp_store *store, int64_t now, cp_err *err)
+/* Under cs->live_mu: cs->live holds every tenant's running records. 0, or an error in
+ * err. */
+static int live_refresh(cp_captures *cs, int64_t now, cp_err *err)
 {
-    uint64_t gen = cp_store_captures_gen(store); /* before the read: a write during it shows */
-    if (store == g_live.store && gen == g_live.gen && now < g_live.first_end_ns) return 0;
-    cp_capture_list all = {0};
-    int rc = cp_store_captures(store, NULL, &all, err);
+    uint64_t gen =
+        cp_store_captures_gen(cs->o.store); /* before the read: a write during it shows */
+    if (cs->live_valid && gen == cs->live_gen && now < cs->live_first_end_ns) return 0;
+    cp_store_capture_list all = {0};
+    int rc = cp_store_captures(cs->o.store, NULL, &all, err);
     if (rc) return rc;
-    cp_capture_list_close(&g_live.l);
-    g_live.store = store;
-    g_live.gen = gen;
-    g_live.first_end_ns = INT64_MAX;
+    cp_store_capture_list_close(&cs->live);
+    cs->live_valid = 1;
+    cs->live_gen = gen;
+    cs->live_first_end_ns = INT64_MAX;
     for (uint32_t i = 0; i < all.n; i++) {
         int live = cp_capture_live(&all.v[i], now);
-        if (live && !cp_vec_push(&g_live.l, all.v[i])) {
-            if (all.v[i].end_ns < g_live.first_end_ns) g_live.first_end_ns = all.v[i].end_ns;
-            memset(&all.v[i], 0, sizeof all.v[i]); /* g_live's now */
+        if (live && !cp_vec_push(&cs->live, all.v[i])) {
+            if (all.v[i].end_ns < cs->live_first_end_ns) cs->live_first_end_ns = all.v[i].end_ns;
+            memset(&all.v[i], 0, sizeof all.v[i]); /* cs->live's now */
         } else if (live) {
-            g_live.store = NULL; /* out of memory: read again next time */
+            cs->live_valid = 0; /* out of memory: read again next time */
         }
     }
-    cp_capture_list_close(&all);
-    return g_live.store ? 0 : cp_err_set(err, CP_ENOMEM, "capture records");
+    cp_store_capture_list_close(&all);
+    return cs->live_valid ? 0 : cp_err_set(err, CP_ENOMEM, "capture records");
 }
 
-void cp_capture_ep_control(const cp_capture_call *c, cp_http_response *r)
+void cp_captures_control(cp_captures *cs, const cp_query *q, cp_http_response *r)
 {
     int64_t now = cp_now_ns();
     cp_err err = {0};
-    pthread_mutex_lock(&g_live.mu);
-    int rc = live_refresh(c->store, now, &err);
+    const char *token = token_of(cs, q->tenant);
+    pthread_mutex_lock(&cs->live_mu);
+    int rc = live_refresh(cs, now, &err);
     if (rc) {
-        pthread_mutex_unlock(&g_live.mu);
+        pthread_mutex_unlock(&cs->live_mu);
         cp_http_error(r, rc == CP_ENOMEM ? 503 : 500, "%s", err.msg);
         return;
     }
-    for (uint32_t i = 0; !rc && i < g_live.l.n; i++)
-        if (cp_capture_live(&g_live.l.v[i], now) && strcmp(g_live.l.v[i].tenant, c->q->tenant) == 0)
-            rc = cp_control_list_append(&r->body, &g_live.l.v[i], c->token);
-    pthread_mutex_unlock(&g_live.mu);
+    for (uint32_t i = 0; !rc && i < cs->live.n; i++)
+        if (cp_capture_live(&cs->live.v[i], now) && strcmp(cs->live.v[i].tenant, q->tenant) == 0)
+            rc = cp_capture_feed_append(&r->body, &cs->live.v[i], token);
+    pthread_mutex_unlock(&cs->live_mu);
     if (rc) {
         oom(r);
         return;
@@ -486,10 +544,10 @@ void cp_capture_ep_control(const cp_capture_call *c, cp_http_response *r)
     snprintf(r->content_type, sizeof r->content_type, "application/octet-stream");
 }
 
-void cp_capture_ep_list(const cp_capture_call *c, cp_http_response *r)
+void cp_captures_list(cp_captures *cs, const cp_query *q, cp_http_response *r)
 {
-    cp_capture_list l = {0};
-    if (tenant_captures(c, &l, r)) return;
+    cp_store_capture_list l = {0};
+    if (tenant_captures(cs, q, &l, r)) return;
     int64_t now = cp_now_ns();
     int rc = cp_buf_printf(&r->body, "{\"captures\":[");
     for (uint32_t i = 0; !rc && i < l.n; i++) {
@@ -498,16 +556,17 @@ void cp_capture_ep_list(const cp_capture_call *c, cp_http_response *r)
         if (!rc) rc = cp_buf_append(&r->body, "}", 1);
     }
     if (!rc) rc = cp_buf_printf(&r->body, "],\"count\":%u}\n", l.n);
-    cp_capture_list_close(&l);
+    cp_store_capture_list_close(&l);
     if (rc) oom(r);
 }
 
 /* The capture named by the path (/api/v1/captures/ID) into *cap; 0, or -1 with a 404. */
-static int load(const cp_capture_call *c, cp_capture *cap, cp_http_response *r)
+static int load(cp_captures *cs, const cp_http_request *req, const cp_query *q, cp_capture *cap,
+                cp_http_response *r)
 {
-    const char *id = c->req->path + strlen("/api/v1/captures/");
+    const char *id = req->path + strlen("/api/v1/captures/");
     cp_err err = {0};
-    int rc = cp_store_get_capture(c->store, c->q->tenant, id, cap, &err);
+    int rc = cp_store_get_capture(cs->o.store, q->tenant, id, cap, &err);
     if (rc == CP_ENOTFOUND) {
         cp_http_error(r, 404, "no capture '%.64s'", id);
         return -1;
@@ -569,11 +628,13 @@ static int isolate_json(cp_buf *b, const cp_capture *cap, const cp_series_info *
     }
     int64_t asked = 0, ran = 0;
     char reason[512];
-    int said = cp_capture_engine_parse(got->cap_engine, &asked, &ran, reason, sizeof reason);
-    int64_t until = now - CP_CAPTURE_HEAR_NS < cap->end_ns ? now - CP_CAPTURE_HEAR_NS : cap->end_ns;
+    int said = cp_captures_engine_parse(got->cap_engine, &asked, &ran, reason, sizeof reason);
+    int64_t until =
+        now - CP_CAPTURES_HEAR_NS < cap->end_ns ? now - CP_CAPTURES_HEAR_NS : cap->end_ns;
     /* a heap capture is one snapshot: its window is the whole of it */
-    int whole = cap->kind == CP_KIND_HEAP || (got->first_ns <= cap->start_ns + CP_CAPTURE_HEAR_NS &&
-                                              got->cap_end_ns >= until - CP_CAPTURE_END_NS);
+    int whole =
+        cap->kind == CP_KIND_HEAP || (got->first_ns <= cap->start_ns + CP_CAPTURES_HEAR_NS &&
+                                      got->cap_end_ns >= until - CP_CAPTURES_END_NS);
     int rate_ok = said && asked == ran;
     if (!whole || !rate_ok) *complete = 0;
     if (!said)
@@ -610,10 +671,10 @@ static int isolate_json(cp_buf *b, const cp_capture *cap, const cp_series_info *
 }
 
 /* Series of sel (text) in [from, to) through the request's readers. */
-static int series_of(const cp_capture_call *c, const char *sel, int64_t from, int64_t to,
+static int series_of(const cp_query *rq, cp_reader *rd, const char *sel, int64_t from, int64_t to,
                      cp_series_list *out, cp_http_response *r)
 {
-    cp_query q = *c->q;
+    cp_query q = *rq;
     memset(&q.sel, 0, sizeof q.sel);
     q.select = sel;
     q.from_ns = from;
@@ -624,16 +685,17 @@ static int series_of(const cp_capture_call *c, const char *sel, int64_t from, in
         cp_http_error(r, 400, "capture selector %s: %s", sel, err.msg);
         return -1;
     }
-    int rc = c->rd->series(c->rd, &q, out, &err);
+    int rc = rd->series(rd, &q, out, &err);
     cp_query_close(&q);
     if (rc) cp_http_error(r, rc == CP_ELIMIT ? 503 : 500, "%s", err.msg);
     return rc ? -1 : 0;
 }
 
-void cp_capture_ep_get(const cp_capture_call *c, cp_http_response *r)
+void cp_captures_get(cp_captures *cs, const cp_http_request *req, const cp_query *q,
+                     cp_fanout_req *fr, cp_http_response *r)
 {
     cp_capture cap;
-    if (load(c, &cap, r)) return;
+    if (load(cs, req, q, &cap, r)) return;
     int64_t now = cp_now_ns();
     char sel[CP_CAPTURE_ID_MAX + 32];
     snprintf(sel, sizeof sel, "{%s=\"%s\"}", CP_CAPTURE_LABEL, cap.id);
@@ -642,9 +704,9 @@ void cp_capture_ep_get(const cp_capture_call *c, cp_http_response *r)
     int complete = 1, rc = 0;
     /* the capture's windows; and the always-on series its selector names around it (their
      * windows are 10 s long: one that started before the capture was alive in it) */
-    if (series_of(c, sel, cap.start_ns - 60 * 1000000000LL, cap.end_ns + 60 * 1000000000LL, &got,
-                  r) ||
-        series_of(c, cap.selector, cap.start_ns - 10 * 1000000000LL,
+    if (series_of(q, &fr->reader, sel, cap.start_ns - 60 * 1000000000LL,
+                  cap.end_ns + 60 * 1000000000LL, &got, r) ||
+        series_of(q, &fr->reader, cap.selector, cap.start_ns - 10 * 1000000000LL,
                   (now < cap.end_ns ? now : cap.end_ns) + 1, &want, r))
         goto out;
     gk = calloc(got.n + 1, sizeof *gk);
@@ -693,16 +755,17 @@ out:
     cp_capture_close(&cap);
 }
 
-void cp_capture_ep_delete(const cp_capture_call *c, cp_http_response *r)
+void cp_captures_delete(cp_captures *cs, const cp_http_request *req, const cp_query *q,
+                        cp_fanout_req *fr, cp_http_response *r)
 {
     cp_capture cap;
-    if (load(c, &cap, r)) return;
+    if (load(cs, req, q, &cap, r)) return;
     int64_t now = cp_now_ns();
-    if (!c->o->publish) {
+    if (!cs->o.publish) {
         cp_http_error(r, 503, "this server does not run captures (no control topic)");
     } else if (cp_capture_live(&cap, now)) {
         cap.cancelled = 1;
-        if (!store_and_publish(c, &cap, r)) cp_log_info("capture %s cancelled", cap.id);
+        if (!store_and_publish(cs, q, fr, &cap, r)) cp_log_info("capture %s cancelled", cap.id);
     }
     if (r->status < 400 && (cp_buf_printf(&r->body, "{") || capture_json(&r->body, &cap, now) ||
                             cp_buf_printf(&r->body, "}\n")))
@@ -712,20 +775,13 @@ void cp_capture_ep_delete(const cp_capture_call *c, cp_http_response *r)
 
 /* ---- start-up ----------------------------------------------------------------------- */
 
-/* The token of tenant in the NULL-terminated tenant, token pairs; NULL if none. */
-static const char *token_of(const char *const *tenant_tokens, const char *tenant)
+/* Every stored capture still live published again; the others that ended lately logged. */
+static void republish(cp_captures *cs)
 {
-    for (const char *const *t = tenant_tokens; t && t[0]; t += 2)
-        if (strcmp(t[0], tenant) == 0) return t[1];
-    return NULL;
-}
-
-void cp_capture_resume(cp_store *store, cp_capture_publish_fn publish, void *publish_arg,
-                       const char *const *tenant_tokens)
-{
-    cp_capture_list l = {0};
+    cp_store_capture_list l = {0};
     cp_err err = {0};
-    if (cp_store_captures(store, NULL, &l, &err)) {
+    if (!cs->o.publish) return; /* no control topic: nothing runs */
+    if (cp_store_captures(cs->o.store, NULL, &l, &err)) {
         cp_log_error("captures: cannot read the stored captures: %s", err.msg);
         return;
     }
@@ -742,7 +798,7 @@ void cp_capture_resume(cp_store *store, cp_capture_publish_fn publish, void *pub
                             (double)c->end_ns / 1e9, c->id);
             continue;
         }
-        if (publish(publish_arg, c, token_of(tenant_tokens, c->tenant), &err))
+        if (cs->o.publish(cs->o.publish_arg, c, token_of(cs, c->tenant), &err))
             cp_log_error("capture %s of tenant %s still runs until %.3f but could not be "
                          "published again: %s",
                          c->id, c->tenant, (double)c->end_ns / 1e9, err.msg);
@@ -753,7 +809,7 @@ void cp_capture_resume(cp_store *store, cp_capture_publish_fn publish, void *pub
         }
     }
     if (l.n) cp_log_info("captures: %u stored, %u resumed", l.n, resumed);
-    cp_capture_list_close(&l);
+    cp_store_capture_list_close(&l);
 }
 
 /* A running capture a peer holds: kept here if this node does not hold it. */
@@ -787,8 +843,12 @@ static void keep_pulled(const uint8_t *v, size_t len, void *arg)
     cp_capture_close(&c);
 }
 
-void cp_capture_pull_peers(cp_store *store, const cp_fanout *f, const char *const *tenant_tokens)
+/* The captures running on the peers that this node does not hold, kept. */
+static void pull_peers(cp_captures *cs)
 {
+    cp_store *store = cs->o.store;
+    const cp_fanout *f = cs->o.fanout;
+    const char *const *tenant_tokens = cs->o.tenant_tokens;
     uint32_t ntokens = 0;
     while (tenant_tokens && tenant_tokens[2 * ntokens])
         ntokens++;
@@ -809,11 +869,17 @@ void cp_capture_pull_peers(cp_store *store, const cp_fanout *f, const char *cons
                 break;
             }
             if (r.status != 200 ||
-                cp_control_list_split(r.body.data, r.body.len, keep_pulled, &p) < 0)
+                cp_capture_feed_split(r.body.data, r.body.len, keep_pulled, &p) < 0)
                 cp_log_warn("captures: peer %s answered %d, not a capture list, for tenant %s",
                             peer, r.status, p.tenant);
             cp_buf_close(&r.body);
         }
         if (p.kept) cp_log_info("captures: %u running on peer %s kept here", p.kept, peer);
     }
+}
+
+void cp_captures_resume(cp_captures *cs)
+{
+    republish(cs);
+    pull_peers(cs);
 }
