@@ -63,8 +63,7 @@ int cp_namecache_parse(const uint8_t *p, size_t n, const uint8_t *build_id, uint
     for (uint64_t i = 0; i < nfunc + nplt; i++, e += CP_NAMECACHE_ENTRY) {
         uint32_t name = cp_ld32(e + 12);
         if (name >= strs || names[name] == 0) return CP_EPARSE;
-        if (i != 0 && i != nfunc && cp_ld64(e) <= cp_ld64(e - CP_NAMECACHE_ENTRY))
-            return CP_EPARSE;
+        if (i != 0 && i != nfunc && cp_ld64(e) <= cp_ld64(e - CP_NAMECACHE_ENTRY)) return CP_EPARSE;
     }
     *out = (cp_namecache){.base = p,
                           .size = n,
@@ -96,8 +95,8 @@ static const char *run_lookup(const cp_namecache *c, uint32_t first, uint32_t n,
     uint32_t lo = 0, hi = n; /* the last entry with start <= va */
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        uint64_t s = cp_ld64(c->base + CP_NAMECACHE_HEADER +
-                             (size_t)(first + mid) * CP_NAMECACHE_ENTRY);
+        uint64_t s =
+            cp_ld64(c->base + CP_NAMECACHE_HEADER + (size_t)(first + mid) * CP_NAMECACHE_ENTRY);
         if (s <= va)
             lo = mid + 1;
         else
@@ -136,8 +135,7 @@ int cp_namecache_dir_open(const char *relay_dir, int *dfd, cp_err *err)
 {
     *dfd = -1;
     char path[1100];
-    if ((size_t)snprintf(path, sizeof(path), "%s/%s", relay_dir, CP_NAMECACHE_DIR) >=
-        sizeof(path))
+    if ((size_t)snprintf(path, sizeof(path), "%s/%s", relay_dir, CP_NAMECACHE_DIR) >= sizeof(path))
         return cp_err_set(err, CP_EIO, "names directory under %s: path too long", relay_dir);
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
@@ -222,8 +220,8 @@ static int encode_run(const cp_elfnames *t, int plt, cp_buf *out, cp_buf *strs)
     return 0;
 }
 
-int cp_namecache_encode(const cp_elfnames *t, const uint8_t *build_id, uint32_t len,
-                        unsigned flags, cp_buf *out)
+int cp_namecache_encode(const cp_elfnames *t, const uint8_t *build_id, uint32_t len, unsigned flags,
+                        cp_buf *out)
 {
     if (!build_id || len < 2 || len > CP_NAMECACHE_ID_MAX) return CP_EINVAL;
     uint8_t h[CP_NAMECACHE_HEADER] = {0};

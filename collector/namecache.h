@@ -92,8 +92,8 @@ void cp_namecache_close(cp_namecache *c);
 /* Appends to out the file for table t (cp_elfnames_create of the object with build_id and
  * flags). Returns 0, CP_EINVAL (a build id not cacheable), CP_ELIMIT (a function over 4 GiB
  * that does not reach the next one, or a file over CP_NAMECACHE_FILE_MAX) or CP_ENOMEM. */
-int cp_namecache_encode(const cp_elfnames *t, const uint8_t *build_id, uint32_t len,
-                        unsigned flags, cp_buf *out);
+int cp_namecache_encode(const cp_elfnames *t, const uint8_t *build_id, uint32_t len, unsigned flags,
+                        cp_buf *out);
 
 /* Writes data (len bytes) as the file name in the names directory dfd: a `.tmp-*` file
  * (0644) renamed into place, so a reader maps the old file or the whole new one. Returns 0 or

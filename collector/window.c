@@ -292,6 +292,7 @@ typedef struct modsym {
     uint8_t built;       /* t was read (or failed) */
     uint8_t scanned;     /* a window named its pcs with one pass (cp_elfnames_scan) */
     uint8_t cache_tried; /* the host's name cache was looked in (nc) */
+    uint8_t read;        /* named from its own symbols (counted in tables.read) */
     cp_elfnames *t;      /* NULL: not built, or the object has no names we can read */
     cp_namecache nc;     /* the host's names of the object, mapped (base NULL: none) */
 } modsym;
@@ -301,6 +302,7 @@ static struct {
     uint32_t n, last;
     size_t bytes;
     uint64_t from_cache; /* objects named from the host's name cache, for the process */
+    uint64_t read;       /* objects named from their own symbol tables, for the process */
     int dir_refused;     /* the names directory was refused (said once) */
 } tables;
 
@@ -311,10 +313,11 @@ static void tables_clear(void)
         cp_namecache_close(&tables.v[i].nc);
     }
     free(tables.v);
-    uint64_t from_cache = tables.from_cache;
+    uint64_t from_cache = tables.from_cache, read = tables.read;
     int refused = tables.dir_refused;
     memset(&tables, 0, sizeof(tables));
     tables.from_cache = from_cache;
+    tables.read = read;
     tables.dir_refused = refused;
 }
 
@@ -431,6 +434,8 @@ static const cp_elfnames *table_for(const cp_module *m)
          * file is not read again for each of its pcs */
         if (cp_elfnames_create(m->path, m->build_id, m->build_id_len, debug_dir(), &e->t) != 0)
             e->t = NULL;
+        else if (!e->read && (e->read = 1))
+            tables.read++;
         e->built = 1;
         tables.bytes += cp_elfnames_bytes(e->t);
     }
@@ -749,6 +754,7 @@ static void name_new_pcs(const cp_modules *mods, const bucket_copy *bc)
                     free(names[k - i]);
                 }
                 want_names(m, source);
+                if (!ms->read && (ms->read = 1)) tables.read++;
             }
         }
         i = e;
@@ -1198,10 +1204,11 @@ static int emit_profile(cp_profile *p, int kind, const iso_key *k, const cp_wind
         if (cp_profile_intern_cstr(p, comment, &cid) || cp_vec_push(&p->comments, cid))
             return CP_ENOMEM;
     }
-    if (tables.from_cache) {
-        /* objects named from the host's name cache (the relay's names/) so far */
-        snprintf(comment, sizeof(comment), "names_from_cache=%llu",
-                 (unsigned long long)tables.from_cache);
+    if (cp_cfg.relay_dir[0] && (tables.from_cache || tables.read)) {
+        /* objects named so far from the host's name cache (the relay's names/), and from
+         * their own symbol tables */
+        snprintf(comment, sizeof(comment), "names_from_cache=%llu names_read=%llu",
+                 (unsigned long long)tables.from_cache, (unsigned long long)tables.read);
         if (cp_profile_intern_cstr(p, comment, &cid) || cp_vec_push(&p->comments, cid))
             return CP_ENOMEM;
     }

@@ -226,7 +226,8 @@ TEST(untrusted_files_and_directories_are_refused)
     CHECK_EQ(cp_namecache_open(dfd, id, idl, 0, &c), CP_EPARSE);
     CHECK(chmod(path, 0644) == 0);
     /* a link in its place (to a good copy) */
-    snprintf(cmd, sizeof cmd, "mv '%s' '%s/copy' && ln -s '%s/copy' '%s'", path, g_dir, g_dir, path);
+    snprintf(cmd, sizeof cmd, "mv '%s' '%s/copy' && ln -s '%s/copy' '%s'", path, g_dir, g_dir,
+             path);
     CHECK(system(cmd) == 0);
     CHECK_EQ(cp_namecache_open(dfd, id, idl, 0, &c), CP_EPARSE);
     close(dfd);
@@ -294,7 +295,8 @@ static int connect_relay(const char *rdir)
 
 static void send_names(int fd, const char *path, const uint8_t *id, uint32_t idl, int source)
 {
-    cp_relay_names n = {.flags = CP_NAMECACHE_DEBUG, .source = (uint8_t)source, .id_len = (uint8_t)idl};
+    cp_relay_names n = {
+        .flags = CP_NAMECACHE_DEBUG, .source = (uint8_t)source, .id_len = (uint8_t)idl};
     memcpy(n.id, id, idl);
     snprintf(n.path, sizeof n.path, "%s", path);
     uint8_t p[CP_RELAY_NAMES_MAX], hdr[CP_RELAY_HEADER];
