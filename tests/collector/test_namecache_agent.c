@@ -106,7 +106,7 @@ static void run(const char *extra, named *out)
     if (pid == 0) {
         int fd = open(errf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd < 0 || dup2(fd, 2) < 0 || dup2(fd, 1) < 0) _exit(126);
-        char *env[] = {"LD_PRELOAD=" CP_LIB, env_out, env_relay, "CONTPROF_CPU_HZ=1000",
+        char *env[] = {"LD_PRELOAD=" CP_LIB,     env_out,       env_relay, "CONTPROF_CPU_HZ=1000",
                        "CONTPROF_SERVICE=names", (char *)extra, NULL};
         char *argv[] = {CPSYM, "qsort", "0.6", NULL};
         execve(CPSYM, argv, env);
