@@ -152,6 +152,39 @@ int cp_namecache_dir_open(const char *relay_dir, int *dfd, cp_err *err)
     return 0;
 }
 
+int cp_namecache_dir_check(const char *relay_dir, cp_err *err)
+{
+    char path[1100];
+    if ((size_t)snprintf(path, sizeof(path), "%s/%s", relay_dir, CP_NAMECACHE_DIR) >= sizeof(path))
+        return cp_err_set(err, CP_EIO, "names directory under %s: path too long", relay_dir);
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT
+                   ? CP_ENOTFOUND
+                   : cp_err_set(err, CP_EIO, "names directory %s: %s", path, strerror(errno));
+    const char *why = !S_ISDIR(st.st_mode) ? "a link or not a directory" : untrusted(&st);
+    if (why) return cp_err_set(err, CP_EIO, "names directory %s: %s: not used", path, why);
+    return 0;
+}
+
+/* Maps the file open on fd (closed here) and checks it. */
+static int map_file(int fd, const uint8_t *build_id, uint32_t len, unsigned flags,
+                    cp_namecache *out);
+
+int cp_namecache_open_path(const char *relay_dir, const uint8_t *build_id, uint32_t len,
+                           unsigned flags, cp_namecache *out)
+{
+    memset(out, 0, sizeof(*out));
+    char name[CP_NAMECACHE_KEY_MAX], path[1100 + CP_NAMECACHE_KEY_MAX];
+    if (cp_namecache_key(build_id, len, flags, name) != 0) return CP_ENOTFOUND;
+    if ((size_t)snprintf(path, sizeof(path), "%s/%s/%s", relay_dir, CP_NAMECACHE_DIR, name) >=
+        sizeof(path))
+        return CP_ENOTFOUND;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return errno == ENOENT ? CP_ENOTFOUND : errno == ELOOP ? CP_EPARSE : CP_EIO;
+    return map_file(fd, build_id, len, flags, out);
+}
+
 int cp_namecache_open(int dfd, const uint8_t *build_id, uint32_t len, unsigned flags,
                       cp_namecache *out)
 {
@@ -160,6 +193,12 @@ int cp_namecache_open(int dfd, const uint8_t *build_id, uint32_t len, unsigned f
     if (cp_namecache_key(build_id, len, flags, name) != 0) return CP_ENOTFOUND;
     int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return errno == ENOENT ? CP_ENOTFOUND : errno == ELOOP ? CP_EPARSE : CP_EIO;
+    return map_file(fd, build_id, len, flags, out);
+}
+
+static int map_file(int fd, const uint8_t *build_id, uint32_t len, unsigned flags,
+                    cp_namecache *out)
+{
     struct stat st;
     int rc = CP_EPARSE;
     void *m = MAP_FAILED;

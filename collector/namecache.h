@@ -76,6 +76,16 @@ const char *cp_namecache_lookup(const cp_namecache *c, uint64_t vaddr, size_t *l
  * (close-on-exec; the caller closes it). */
 int cp_namecache_dir_open(const char *relay_dir, int *dfd, cp_err *err);
 
+/* Checks DIR/names (relay_dir: the relay's directory) as cp_namecache_dir_open does, with
+ * one lstat and no fd. Returns 0, CP_ENOTFOUND (no such path) or CP_EIO (refused, err naming
+ * why). */
+int cp_namecache_dir_check(const char *relay_dir, cp_err *err);
+
+/* cp_namecache_open of the file in DIR/names (a directory cp_namecache_dir_check took) by
+ * its path: one open instead of two (only root or the relay may change DIR/names). */
+int cp_namecache_open_path(const char *relay_dir, const uint8_t *build_id, uint32_t len,
+                           unsigned flags, cp_namecache *out);
+
 /* Maps the file of build_id/flags in the names directory dfd read-only and checks it as
  * cp_namecache_parse does; the file must be regular, not a link, owned by root or the
  * effective user, writable by neither group nor others. Returns 0 with *out

@@ -18,7 +18,6 @@
 #include <time.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "alloc.h"
@@ -299,11 +298,12 @@ typedef struct modsym {
 
 static struct {
     modsym *v;
-    uint32_t n, last;
+    uint32_t n, cap, last;
     size_t bytes;
     uint64_t from_cache; /* objects named from the host's name cache, for the process */
     uint64_t read;       /* objects named from their own symbol tables, for the process */
-    int dir_refused;     /* the names directory was refused (said once) */
+    int dir_checked;     /* the names directory was looked at (once a process) */
+    int dir_refused;     /* ... and is missing, or was refused (said once) */
 } tables;
 
 static void tables_clear(void)
@@ -314,10 +314,11 @@ static void tables_clear(void)
     }
     free(tables.v);
     uint64_t from_cache = tables.from_cache, read = tables.read;
-    int refused = tables.dir_refused;
+    int checked = tables.dir_checked, refused = tables.dir_refused;
     memset(&tables, 0, sizeof(tables));
     tables.from_cache = from_cache;
     tables.read = read;
+    tables.dir_checked = checked;
     tables.dir_refused = refused;
 }
 
@@ -340,7 +341,15 @@ static modsym *modsym_get(const cp_module *m)
         }
     if (atomic_load(&cp_agent_oom)) return NULL; /* out of memory once: no new tables */
     if (tables.n == MODSYM_MAX || tables.bytes > MODSYM_MAX_BYTES) tables_clear(); /* bounded */
-    if (!tables.v && !(tables.v = calloc(MODSYM_MAX, sizeof(modsym)))) return NULL;
+    if (tables.n == tables.cap) {
+        /* grown as objects come (a short process names 2-3: 176 KiB at once was an mmap
+         * and its faults); entries move, so no caller keeps one across a modsym_get */
+        uint32_t cap = tables.cap ? tables.cap * 2 : 8;
+        modsym *v = realloc(tables.v, (size_t)cap * sizeof(modsym));
+        if (!v) return NULL;
+        tables.v = v;
+        tables.cap = cap;
+    }
     modsym *e = &tables.v[tables.n];
     memset(e, 0, sizeof(*e));
     e->build_id_len = m->build_id_len;
@@ -381,22 +390,19 @@ static const cp_namecache *cache_for(modsym *e, const cp_module *m)
     e->cache_tried = 1;
     if (!cp_cfg.relay_dir[0] || !cp_cfg.names_cache || m->build_id_len < 2 || tables.dir_refused)
         return NULL;
-    int dfd;
-    cp_err err = {0};
-    if (cp_namecache_dir_open(cp_cfg.relay_dir, &dfd, &err) != 0) {
-        struct stat st;
-        char path[1100];
-        snprintf(path, sizeof(path), "%s/%s", cp_cfg.relay_dir, CP_NAMECACHE_DIR);
-        if (lstat(path, &st) == 0) {
-            /* there, and not trusted: said once, names read from the objects */
+    if (!tables.dir_checked) {
+        /* once a process (the directory is the relay's: only root or the relay changes it) */
+        cp_err err = {0};
+        int rc = cp_namecache_dir_check(cp_cfg.relay_dir, &err);
+        if (rc == CP_EIO) /* there, and not trusted: said once, names read from the objects */
             fprintf(stderr, "contprof: %s\n", err.msg);
-            tables.dir_refused = 1;
-        }
-        return NULL;
+        tables.dir_refused = rc != 0;
+        tables.dir_checked = 1;
+        if (rc != 0) return NULL;
     }
-    int rc = cp_namecache_open(dfd, m->build_id, m->build_id_len, cache_flags(), &e->nc);
-    close(dfd);
-    if (rc != 0) return NULL;
+    if (cp_namecache_open_path(cp_cfg.relay_dir, m->build_id, m->build_id_len, cache_flags(),
+                               &e->nc) != 0)
+        return NULL;
     tables.from_cache++;
     return &e->nc;
 }

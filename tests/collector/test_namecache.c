@@ -220,26 +220,36 @@ TEST(untrusted_files_and_directories_are_refused)
     CHECK_EQ(cp_namecache_open(dfd, id, idl, 0, &c), 0);
     CHECK(c.mapped && c.nfunc > 100);
     cp_namecache_close(&c);
+    CHECK_EQ(cp_namecache_open_path(g_dir, id, idl, 0, &c), 0); /* the agent's way */
+    CHECK(c.mapped && c.nfunc > 100);
+    cp_namecache_close(&c);
     CHECK_EQ(cp_namecache_open(dfd, id, idl, CP_NAMECACHE_DEBUG, &c), CP_ENOTFOUND);
     /* others may write it */
     CHECK(chmod(path, 0666) == 0);
     CHECK_EQ(cp_namecache_open(dfd, id, idl, 0, &c), CP_EPARSE);
+    CHECK_EQ(cp_namecache_open_path(g_dir, id, idl, 0, &c), CP_EPARSE);
     CHECK(chmod(path, 0644) == 0);
     /* a link in its place (to a good copy) */
     snprintf(cmd, sizeof cmd, "mv '%s' '%s/copy' && ln -s '%s/copy' '%s'", path, g_dir, g_dir,
              path);
     CHECK(system(cmd) == 0);
     CHECK_EQ(cp_namecache_open(dfd, id, idl, 0, &c), CP_EPARSE);
+    CHECK_EQ(cp_namecache_open_path(g_dir, id, idl, 0, &c), CP_EPARSE);
     close(dfd);
     /* the directory writable by others; a link for the directory */
     CHECK(chmod(names, 0777) == 0);
     CHECK(cp_namecache_dir_open(g_dir, &dfd, &err) != 0);
     CHECK_CONTAINS(err.msg, "writable by its group or others");
+    CHECK_EQ(cp_namecache_dir_check(g_dir, &err), CP_EIO); /* the agent's check, no fd */
+    CHECK_CONTAINS(err.msg, "writable by its group or others");
     CHECK(chmod(names, 0755) == 0);
+    CHECK_EQ(cp_namecache_dir_check(g_dir, &err), 0);
     snprintf(cmd, sizeof cmd, "mv '%s' '%s/real' && ln -s '%s/real' '%s'", names, g_dir, g_dir,
              names);
     CHECK(system(cmd) == 0);
     CHECK(cp_namecache_dir_open(g_dir, &dfd, &err) != 0);
+    CHECK_CONTAINS(err.msg, "a link or not a directory");
+    CHECK_EQ(cp_namecache_dir_check(g_dir, &err), CP_EIO);
     CHECK_CONTAINS(err.msg, "a link or not a directory");
     cp_buf_close(&f);
     remove_dir();
