@@ -25,6 +25,7 @@
 #include "control.h"
 #include "demangle.h"
 #include "elfnames.h"
+#include "elfplt.h"
 #include "namecache.h"
 #include "relay.h"
 #include "fmath.h"
@@ -754,12 +755,18 @@ static void name_new_pcs(const cp_modules *mods, const bucket_copy *bc)
             int source = 0;
             if (cp_elfnames_scan(m->path, m->build_id, m->build_id_len, debug_dir(), va, e - i,
                                  names, &source) == 0) {
+                int named = 0;
                 for (uint32_t k = i; k < e; k++) {
                     sym *s = sym_add(pcs[k]);
+                    size_t nl = names[k - i] ? strlen(names[k - i]) : 0;
+                    named |= nl && strcmp(names[k - i], CP_PLT_UNNAMED) != 0 &&
+                             !(nl > 4 && !strcmp(names[k - i] + nl - 4, "@plt"));
                     if (names[k - i]) set_name(names[k - i], &s->name, &s->mangled);
                     free(names[k - i]);
                 }
-                want_names(m, source);
+                /* an object with no function symbol (dash: a .dynsym of imports; names of
+                 * its PLT stubs only) has no table to cache: not asked for */
+                if (named) want_names(m, source);
                 if (!ms->read && (ms->read = 1)) tables.read++;
             }
         }

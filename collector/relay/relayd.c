@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -368,15 +369,20 @@ static int names_build(cp_relay *r, const cp_relay_names *n, const char *who)
         unlinkat(r->names, key, 0);
         cp_log_warn("relay: names file %s was damaged: removed, built again", key);
     }
-    /* the path is stat'ed before it is opened (no device is opened), the fd checked again */
-    const char *why = stat(n->path, &st) != 0 ? strerror(errno) : names_unpublishable(&st);
+    /* the path as the process loaded it may hold links (LD_PRELOAD=libx.so -> libx.so.1.2):
+     * resolved, then stat'ed before it is opened (no device is opened), the fd checked
+     * again; the build id read from that fd is what decides */
+    char real[PATH_MAX];
+    const char *why = !realpath(n->path, real) ? strerror(errno)
+                      : stat(real, &st) != 0   ? strerror(errno)
+                                               : names_unpublishable(&st);
     int fd = -1;
     cp_elfnames *t = NULL;
     cp_buf out = {0};
     uint8_t id[CP_NAMECACHE_ID_MAX];
     uint32_t id_len = 0;
     if (!why) {
-        fd = open(n->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+        fd = open(real, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
         if (fd < 0)
             why = strerror(errno);
         else if (fstat(fd, &fst) != 0 || fst.st_ino != st.st_ino || fst.st_dev != st.st_dev)
