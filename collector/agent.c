@@ -24,6 +24,7 @@
 #include "outdir.h"
 #include "pprof.h"
 #include "python.h"
+#include "relay.h"
 #include "sink.h"
 #include "thread.h"
 #include "times.h"
@@ -185,11 +186,20 @@ static void write_file(const cp_envelope *e)
     A.dropped_windows++;
 }
 
+static void send_hint(const uint8_t *p, size_t len, void *arg)
+{
+    cp_sink_hint(arg, CP_RELAY_NAMES, p, len);
+}
+
 static void emit(cp_envelope *e, void *arg)
 {
     (void)arg;
     if (A.files) write_file(e);
-    if (A.sink) cp_sink_send(A.sink, e);
+    if (A.sink) {
+        /* the relay's name cache: what this window had to name itself, ahead of it */
+        cp_window_take_names_wants(send_hint, A.sink);
+        cp_sink_send(A.sink, e);
+    }
     cp_envelope_close(e);
 }
 

@@ -176,6 +176,13 @@ int cp_config_load(cp_config *c, const contprof_options *o, cp_err *err)
     c->debuginfo = !di || !*di            ? CP_DEBUGINFO_NAMES
                    : strcmp(di, "1") == 0 ? CP_DEBUGINFO_ALL
                                           : CP_DEBUGINFO_NONE;
+    const char *nc = getenv("CONTPROF_NAMES_CACHE");
+    if (nc && *nc && strcmp(nc, "0") != 0 && strcmp(nc, "1") != 0)
+        return cp_err_set(err, CP_EPARSE,
+                          "CONTPROF_NAMES_CACHE='%s': 0 (names read from each object) or 1 "
+                          "(the relay's name cache, the default)",
+                          nc);
+    c->names_cache = !nc || strcmp(nc, "0") != 0;
     c->symbolize_budget_ns = CP_SYMBOLIZE_BUDGET_NS;
     const char *bu = getenv("CONTPROF_SYMBOLIZE_BUDGET");
     if (bu && *bu && strcmp(bu, "0") != 0 &&

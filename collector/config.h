@@ -51,6 +51,7 @@ typedef struct cp_config {
     int symbolize_server; /* CONTPROF_SYMBOLIZE=server: no names, no libdw (window.c) */
     int symbolize_lines;  /* CONTPROF_SYMBOLIZE=lines: libdw, file:line and inline frames */
     int debuginfo;        /* CONTPROF_DEBUGINFO: CP_DEBUGINFO_* */
+    int names_cache;      /* CONTPROF_NAMES_CACHE (default 1): the relay's names/ (namecache.h) */
     /* CONTPROF_SYMBOLIZE_BUDGET: the agent thread's CPU for naming pcs per window (0: no
      * bound); the pcs over it stay addresses for that window (window.c) */
     int64_t symbolize_budget_ns;

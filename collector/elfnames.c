@@ -98,6 +98,29 @@ uint32_t cp_elfnames_count(const cp_elfnames *t)
     return t ? t->n : 0;
 }
 
+uint32_t cp_elfnames_plt_count(const cp_elfnames *t)
+{
+    return t ? t->nplt : 0;
+}
+
+int cp_elfnames_entry(const cp_elfnames *t, int plt, uint32_t i, uint64_t *lo, uint64_t *hi,
+                      const char **name, size_t *len)
+{
+    if (!t || i >= (plt ? t->nplt : t->n)) return CP_EINVAL;
+    if (plt) {
+        *lo = t->plt[i].lo;
+        *hi = t->plt[i].hi;
+        *name = t->plt_strs + t->plt[i].name;
+        *len = strlen(*name); /* "@plt" is part of the name, as in cp_elfnames_lookup */
+    } else {
+        *lo = t->f[i].lo;
+        *hi = t->f[i].hi;
+        *name = t->strs + t->f[i].name;
+        *len = name_len(*name);
+    }
+    return 0;
+}
+
 size_t cp_elfnames_bytes(const cp_elfnames *t)
 {
     return t ? sizeof(*t) + (size_t)t->n * sizeof(fsym) + t->strs_len +
@@ -814,7 +837,8 @@ int cp_elfnames_create(const char *path, const uint8_t *build_id, uint32_t build
 }
 
 int cp_elfnames_scan(const char *path, const uint8_t *build_id, uint32_t build_id_len,
-                     const char *debug_dir, const uint64_t *vaddrs, uint32_t n, char **names)
+                     const char *debug_dir, const uint64_t *vaddrs, uint32_t n, char **names,
+                     int *source_out)
 {
     CP_ASSERT_AGENT_THREAD();
     for (uint32_t i = 0; i < n; i++)
@@ -825,6 +849,7 @@ int cp_elfnames_scan(const char *path, const uint8_t *build_id, uint32_t build_i
     int source = 0;
     int rc = run_job(path, build_id, build_id_len, debug_dir, &j, &source);
     if (rc == 0) plt_scan(path, vaddrs, n, names);
+    if (source_out) *source_out = rc == 0 ? source : 0;
     if (rc != 0)
         for (uint32_t i = 0; i < n; i++) {
             free(names[i]);

@@ -36,10 +36,22 @@ const char *cp_elfnames_lookup(const cp_elfnames *t, uint64_t vaddr, size_t *len
  * same source as cp_elfnames_create would use, with one pass over its symbols and no table
  * kept: cheaper than a table for a few addresses of a process that names them once.
  * Writes names[i], malloc'd (the caller frees) or NULL where no function holds the
- * address; the same names a table gives. Returns 0, CP_EINVAL (not ascending), or as
- * cp_elfnames_create (then every names[i] is NULL). */
+ * address; the same names a table gives; *source (may be NULL) the CP_ELFNAMES_* they came
+ * from. Returns 0, CP_EINVAL (not ascending), or as cp_elfnames_create (then every
+ * names[i] is NULL). */
 int cp_elfnames_scan(const char *path, const uint8_t *build_id, uint32_t build_id_len,
-                     const char *debug_dir, const uint64_t *vaddrs, uint32_t n, char **names);
+                     const char *debug_dir, const uint64_t *vaddrs, uint32_t n, char **names,
+                     int *source);
+
+/* The number of PLT stub entries of t (an unnamed run counts once). */
+uint32_t cp_elfnames_plt_count(const cp_elfnames *t);
+
+/* Entry i of t's functions (plt 0: i < cp_elfnames_count, by start) or PLT stubs (plt 1):
+ * [*lo, *hi) and the name cp_elfnames_lookup gives for an address in it (the first *len
+ * bytes of *name). Returns 0, or CP_EINVAL for i past the end. Valid until
+ * cp_elfnames_destroy. */
+int cp_elfnames_entry(const cp_elfnames *t, int plt, uint32_t i, uint64_t *lo, uint64_t *hi,
+                      const char **name, size_t *len);
 
 /* Which source the names came from (CP_ELFNAMES_*), the number of functions, and the bytes
  * the table holds. */

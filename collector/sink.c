@@ -261,6 +261,20 @@ static void relay_put(cp_sink *s, cp_buf *val)
     cp_buf_close(val);
 }
 
+void cp_sink_hint(cp_sink *s, uint8_t type, const uint8_t *p, size_t len)
+{
+    CP_ASSERT_AGENT_THREAD();
+    if (!s->relay_dir[0] || len > CP_RELAY_FRAME_MAX) return;
+    if (s->fd < 0 && relay_connect(s) != 0) return;
+    int64_t now = cp_mono_ns(), deadline = now + s->timeout_ns;
+    uint8_t hdr[CP_RELAY_HEADER];
+    cp_relay_header(hdr, type, (uint32_t)len);
+    if (send_all(s->fd, hdr, sizeof(hdr), deadline) != 0 || send_all(s->fd, p, len, deadline) != 0)
+        relay_fail(s); /* what was in flight is spooled, as for a failed envelope */
+    else
+        s->used_ns = now;
+}
+
 /* Waits (within the bound) for the answers of every envelope in flight. */
 static void relay_settle(cp_sink *s)
 {

@@ -47,6 +47,11 @@ int cp_sink_create(const cp_sink_options *o, cp_sink **out, cp_err *err);
  * transport is up yet. */
 void cp_sink_send(cp_sink *s, const cp_envelope *e);
 
+/* With the relay: sends it one frame of type that needs no answer ('N', model/relay.h),
+ * ahead of the next envelope on the same connection; dropped (nothing else happens) when
+ * the relay cannot be reached at once. Without a relay: nothing. */
+void cp_sink_hint(cp_sink *s, uint8_t type, const uint8_t *p, size_t len);
+
 /* Kafka only (the relay's own sink): hands on an encoded envelope as it is (value and key
  * malloc'd, ownership taken). Counts a loss when no client is up. */
 void cp_sink_send_encoded(cp_sink *s, uint8_t *value, size_t len, uint8_t *key, size_t klen);

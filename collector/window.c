@@ -25,6 +25,9 @@
 #include "capture.h"
 #include "demangle.h"
 #include "elfnames.h"
+#include "elfplt.h"
+#include "namecache.h"
+#include "relay.h"
 #include "fmath.h"
 #include "isolate.h"
 #include "python.h"
@@ -286,23 +289,38 @@ typedef struct modsym {
     uint32_t build_id_len;
     uint8_t build_id[CP_BUILD_ID_MAX];
     char path[CP_MODULE_PATH_MAX];
-    uint8_t built;   /* t was read (or failed) */
-    uint8_t scanned; /* a window named its pcs with one pass (cp_elfnames_scan) */
-    cp_elfnames *t;  /* NULL: not built, or the object has no names we can read */
+    uint8_t built;       /* t was read (or failed) */
+    uint8_t scanned;     /* a window named its pcs with one pass (cp_elfnames_scan) */
+    uint8_t cache_tried; /* the host's name cache was looked in (nc) */
+    uint8_t read;        /* named from its own symbols (counted in tables.read) */
+    cp_elfnames *t;      /* NULL: not built, or the object has no names we can read */
+    cp_namecache nc;     /* the host's names of the object, mapped (base NULL: none) */
 } modsym;
 
 static struct {
     modsym *v;
-    uint32_t n, last;
+    uint32_t n, cap, last;
     size_t bytes;
+    uint64_t from_cache; /* objects named from the host's name cache, for the process */
+    uint64_t read;       /* objects named from their own symbol tables, for the process */
+    int dir_checked;     /* the names directory was looked at (once a process) */
+    int dir_refused;     /* ... and is missing, or was refused (said once) */
 } tables;
 
 static void tables_clear(void)
 {
-    for (uint32_t i = 0; i < tables.n; i++)
+    for (uint32_t i = 0; i < tables.n; i++) {
         cp_elfnames_destroy(tables.v[i].t);
+        cp_namecache_close(&tables.v[i].nc);
+    }
     free(tables.v);
+    uint64_t from_cache = tables.from_cache, read = tables.read;
+    int checked = tables.dir_checked, refused = tables.dir_refused;
     memset(&tables, 0, sizeof(tables));
+    tables.from_cache = from_cache;
+    tables.read = read;
+    tables.dir_checked = checked;
+    tables.dir_refused = refused;
 }
 
 static int modsym_is(const modsym *e, const cp_module *m)
@@ -324,7 +342,15 @@ static modsym *modsym_get(const cp_module *m)
         }
     if (atomic_load(&cp_agent_oom)) return NULL; /* out of memory once: no new tables */
     if (tables.n == MODSYM_MAX || tables.bytes > MODSYM_MAX_BYTES) tables_clear(); /* bounded */
-    if (!tables.v && !(tables.v = calloc(MODSYM_MAX, sizeof(modsym)))) return NULL;
+    if (tables.n == tables.cap) {
+        /* grown as objects come (a short process names 2-3: 176 KiB at once was an mmap
+         * and its faults); entries move, so no caller keeps one across a modsym_get */
+        uint32_t cap = tables.cap ? tables.cap * 2 : 8;
+        modsym *v = realloc(tables.v, (size_t)cap * sizeof(modsym));
+        if (!v) return NULL;
+        tables.v = v;
+        tables.cap = cap;
+    }
     modsym *e = &tables.v[tables.n];
     memset(e, 0, sizeof(*e));
     e->build_id_len = m->build_id_len;
@@ -339,6 +365,72 @@ static const char *debug_dir(void)
     return cp_cfg.debuginfo == CP_DEBUGINFO_NONE ? NULL : DEBUG_DIR;
 }
 
+/* ------------------------------------------------------------------------------------
+ * The host's name cache (namecache.h): with a relay, an object with a build id is named
+ * from the relay's names file when there is one; one the process had to read is asked of
+ * the relay ('N' frames, handed to the sink by cp_window_take_names_wants). */
+
+#define WANTS_MAX 8
+
+static struct {
+    uint8_t p[WANTS_MAX][CP_RELAY_NAMES_MAX];
+    size_t len[WANTS_MAX];
+    uint32_t n;
+} wants;
+
+static unsigned cache_flags(void)
+{
+    return debug_dir() ? CP_NAMECACHE_DEBUG : 0;
+}
+
+/* e's names from the host's cache, mapped on first use; NULL: none (no relay, no build id,
+ * no file or a file refused: the object is named from its own symbols). */
+static const cp_namecache *cache_for(modsym *e, const cp_module *m)
+{
+    if (e->cache_tried) return e->nc.base ? &e->nc : NULL;
+    e->cache_tried = 1;
+    if (!cp_cfg.relay_dir[0] || !cp_cfg.names_cache || m->build_id_len < 2 || tables.dir_refused)
+        return NULL;
+    if (!tables.dir_checked) {
+        /* once a process (the directory is the relay's: only root or the relay changes it) */
+        cp_err err = {0};
+        int rc = cp_namecache_dir_check(cp_cfg.relay_dir, &err);
+        if (rc == CP_EIO) /* there, and not trusted: said once, names read from the objects */
+            fprintf(stderr, "contprof: %s\n", err.msg);
+        tables.dir_refused = rc != 0;
+        tables.dir_checked = 1;
+        if (rc != 0) return NULL;
+    }
+    if (cp_namecache_open_path(cp_cfg.relay_dir, m->build_id, m->build_id_len, cache_flags(),
+                               &e->nc) != 0)
+        return NULL;
+    tables.from_cache++;
+    return &e->nc;
+}
+
+/* m was named from its own symbols (source: CP_ELFNAMES_*): asks the relay for its file. */
+static void want_names(const cp_module *m, int source)
+{
+    if (!cp_cfg.relay_dir[0] || !cp_cfg.names_cache || m->build_id_len < 2 || wants.n == WANTS_MAX)
+        return;
+    cp_relay_names n = {.flags = (uint8_t)cache_flags(),
+                        .source = (uint8_t)source,
+                        .id_len = (uint8_t)m->build_id_len};
+    memcpy(n.id, m->build_id, m->build_id_len);
+    snprintf(n.path, sizeof(n.path), "%s", m->path);
+    size_t len = cp_relay_names_encode(&n, wants.p[wants.n]);
+    if (len) wants.len[wants.n++] = len;
+}
+
+uint32_t cp_window_take_names_wants(void (*fn)(const uint8_t *p, size_t len, void *arg), void *arg)
+{
+    uint32_t n = wants.n;
+    for (uint32_t i = 0; i < n; i++)
+        fn(wants.p[i], wants.len[i], arg);
+    wants.n = 0;
+    return n;
+}
+
 /* m's table, read now if it never was; NULL when it has none (or out of memory). */
 static const cp_elfnames *table_for(const cp_module *m)
 {
@@ -349,6 +441,8 @@ static const cp_elfnames *table_for(const cp_module *m)
          * file is not read again for each of its pcs */
         if (cp_elfnames_create(m->path, m->build_id, m->build_id_len, debug_dir(), &e->t) != 0)
             e->t = NULL;
+        else if (!e->read && (e->read = 1))
+            tables.read++;
         e->built = 1;
         tables.bytes += cp_elfnames_bytes(e->t);
     }
@@ -642,19 +736,39 @@ static void name_new_pcs(const cp_modules *mods, const bucket_copy *bc)
         while (e < u && m && pcs[e] < m->hi)
             e++;
         modsym *ms = m ? modsym_get(m) : NULL;
-        if (ms && !ms->built && !ms->scanned &&
-            !(cp_cfg.symbolize_budget_ns > 0 &&
-              syms.spent_ns + (thread_cpu_ns() - t0) >= cp_cfg.symbolize_budget_ns)) {
+        const cp_namecache *nc = ms && !ms->built ? cache_for(ms, m) : NULL;
+        if (nc) {
+            for (uint32_t k = i; k < e; k++) {
+                size_t len = 0;
+                const char *nm = cp_namecache_lookup(nc, pcs[k] - m->bias, &len);
+                char *raw = nm ? strndup(nm, len) : NULL;
+                sym *s = sym_add(pcs[k]);
+                if (raw) set_name(raw, &s->name, &s->mangled);
+                free(raw);
+            }
+        } else if (ms && !ms->built && !ms->scanned &&
+                   !(cp_cfg.symbolize_budget_ns > 0 &&
+                     syms.spent_ns + (thread_cpu_ns() - t0) >= cp_cfg.symbolize_budget_ns)) {
             ms->scanned = 1;
             for (uint32_t k = i; k < e; k++)
                 va[k - i] = pcs[k] - m->bias;
+            int source = 0;
             if (cp_elfnames_scan(m->path, m->build_id, m->build_id_len, debug_dir(), va, e - i,
-                                 names) == 0)
+                                 names, &source) == 0) {
+                int named = 0;
                 for (uint32_t k = i; k < e; k++) {
                     sym *s = sym_add(pcs[k]);
+                    size_t nl = names[k - i] ? strlen(names[k - i]) : 0;
+                    named |= nl && strcmp(names[k - i], CP_PLT_UNNAMED) != 0 &&
+                             !(nl > 4 && !strcmp(names[k - i] + nl - 4, "@plt"));
                     if (names[k - i]) set_name(names[k - i], &s->name, &s->mangled);
                     free(names[k - i]);
                 }
+                /* an object with no function symbol (dash: a .dynsym of imports; names of
+                 * its PLT stubs only) has no table to cache: not asked for */
+                if (named) want_names(m, source);
+                if (!ms->read && (ms->read = 1)) tables.read++;
+            }
         }
         i = e;
     }
@@ -685,9 +799,13 @@ static const sym *symbolize(uint64_t pc, const cp_modules *mods)
     int64_t t0 = thread_cpu_ns();
     s = sym_add(pc);
     if (!cp_cfg.symbolize_lines) {
-        const cp_elfnames *t = table_for(m);
+        modsym *e = modsym_get(m);
+        const cp_namecache *nc = e && !e->built ? cache_for(e, m) : NULL;
+        const cp_elfnames *t = nc ? NULL : table_for(m);
         size_t len = 0;
-        const char *name = t ? cp_elfnames_lookup(t, pc - m->bias, &len) : NULL;
+        const char *name = nc  ? cp_namecache_lookup(nc, pc - m->bias, &len)
+                           : t ? cp_elfnames_lookup(t, pc - m->bias, &len)
+                               : NULL;
         char *raw = name ? strndup(name, len) : NULL;
         if (raw) set_name(raw, &s->name, &s->mangled);
         free(raw);
@@ -868,7 +986,13 @@ static int start_symbol(const cp_modules *mods, uintptr_t pc, char *buf, size_t 
     const cp_module *m = cp_modules_find(mods, pc);
     if (!m) return CP_ENOTFOUND;
     for (uint32_t i = 0; i < tables.n; i++)
-        if (modsym_is(&tables.v[i], m) && tables.v[i].built) {
+        if (modsym_is(&tables.v[i], m) && tables.v[i].nc.base) {
+            size_t len = 0;
+            const char *nm = cp_namecache_lookup(&tables.v[i].nc, pc - m->bias, &len);
+            if (!nm) return CP_ENOTFOUND;
+            snprintf(buf, cap, "%.*s", (int)len, nm);
+            return 0;
+        } else if (modsym_is(&tables.v[i], m) && tables.v[i].built) {
             size_t len = 0;
             const char *nm =
                 tables.v[i].t ? cp_elfnames_lookup(tables.v[i].t, pc - m->bias, &len) : NULL;
@@ -878,7 +1002,8 @@ static int start_symbol(const cp_modules *mods, uintptr_t pc, char *buf, size_t 
         }
     uint64_t va = pc - m->bias;
     char *name = NULL;
-    if (cp_elfnames_scan(m->path, m->build_id, m->build_id_len, debug_dir(), &va, 1, &name) != 0 ||
+    if (cp_elfnames_scan(m->path, m->build_id, m->build_id_len, debug_dir(), &va, 1, &name, NULL) !=
+            0 ||
         !name)
         return CP_ENOTFOUND;
     snprintf(buf, cap, "%s", name);
@@ -1089,6 +1214,14 @@ static int emit_profile(cp_profile *p, int kind, const iso_key *k, const cp_wind
          * (left mangled) so far (model/demangle.h) */
         snprintf(comment, sizeof(comment), "demangled_without_requires=%llu mangled_left=%llu",
                  (unsigned long long)dm_cut, (unsigned long long)dm_failed);
+        if (cp_profile_intern_cstr(p, comment, &cid) || cp_vec_push(&p->comments, cid))
+            return CP_ENOMEM;
+    }
+    if (cp_cfg.relay_dir[0] && (tables.from_cache || tables.read)) {
+        /* objects named so far from the host's name cache (the relay's names/), and from
+         * their own symbol tables */
+        snprintf(comment, sizeof(comment), "names_from_cache=%llu names_read=%llu",
+                 (unsigned long long)tables.from_cache, (unsigned long long)tables.read);
         if (cp_profile_intern_cstr(p, comment, &cid) || cp_vec_push(&p->comments, cid))
             return CP_ENOMEM;
     }

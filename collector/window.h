@@ -48,6 +48,11 @@ typedef struct cp_window_meta {
  * Returns 0 or CP_ENOMEM (the window is then lost and counted by the caller). */
 int cp_window_finish(const cp_window_meta *m, cp_emit_fn emit, void *arg);
 
+/* Calls fn with each 'N' payload (model/relay.h) the windows built since the last call ask
+ * the relay for (objects named from their own symbols that the host's name cache lacks; at
+ * most 8 a window), and forgets them. Returns how many. Agent thread. */
+uint32_t cp_window_take_names_wants(void (*fn)(const uint8_t *p, size_t len, void *arg), void *arg);
+
 /* One capture window (captable.c): the envelopes of a capture slot's isolates. */
 typedef struct cp_window_capture {
     int64_t start_ns, end_ns;

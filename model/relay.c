@@ -34,10 +34,50 @@ int cp_relay_parse_header(const uint8_t hdr[CP_RELAY_HEADER], uint32_t max, uint
         return cp_err_set(err, CP_EINVAL, "relay frame: payload of %u bytes, over the %u allowed",
                           n - 1, max);
     uint8_t t = hdr[4];
-    if (t != CP_RELAY_ENVELOPE && t != CP_RELAY_ACK && t != CP_RELAY_CAPTURES && t != CP_RELAY_LIST)
+    if (t != CP_RELAY_ENVELOPE && t != CP_RELAY_ACK && t != CP_RELAY_CAPTURES &&
+        t != CP_RELAY_LIST && t != CP_RELAY_NAMES)
         return cp_err_set(err, CP_EINVAL, "relay frame: unknown type 0x%02x", t);
     *type = t;
     *payload_len = n - 1;
+    return 0;
+}
+
+size_t cp_relay_names_encode(const cp_relay_names *n, uint8_t *out)
+{
+    size_t pl = strnlen(n->path, sizeof(n->path));
+    if (n->id_len < 2 || n->id_len > CP_RELAY_NAMES_ID_MAX || pl < 2 ||
+        pl > CP_RELAY_NAMES_PATH_MAX || n->path[0] != '/' || n->flags > 1)
+        return 0;
+    out[0] = n->flags;
+    out[1] = n->source;
+    out[2] = n->id_len;
+    memcpy(out + 3, n->id, n->id_len);
+    memcpy(out + 3 + n->id_len, n->path, pl);
+    return 3 + n->id_len + pl;
+}
+
+int cp_relay_names_parse(const uint8_t *p, size_t len, cp_relay_names *n, cp_err *err)
+{
+    memset(n, 0, sizeof(*n));
+    if (len < 3) return cp_err_set(err, CP_EINVAL, "names frame: %zu bytes, under its header", len);
+    if (p[0] > 1) return cp_err_set(err, CP_EINVAL, "names frame: unknown flags 0x%02x", p[0]);
+    if (p[2] < 2 || p[2] > CP_RELAY_NAMES_ID_MAX || (size_t)3 + p[2] > len)
+        return cp_err_set(err, CP_EINVAL,
+                          "names frame: build id of %u bytes (2..%u, inside the frame)", p[2],
+                          CP_RELAY_NAMES_ID_MAX);
+    size_t pl = len - 3 - p[2];
+    const uint8_t *path = p + 3 + p[2];
+    if (pl < 2 || pl > CP_RELAY_NAMES_PATH_MAX)
+        return cp_err_set(err, CP_EINVAL, "names frame: path of %zu bytes (2..%u)", pl,
+                          CP_RELAY_NAMES_PATH_MAX);
+    if (path[0] != '/') return cp_err_set(err, CP_EINVAL, "names frame: path not absolute");
+    if (memchr(path, 0, pl)) return cp_err_set(err, CP_EINVAL, "names frame: path holds a NUL");
+    n->flags = p[0];
+    n->source = p[1];
+    n->id_len = p[2];
+    memcpy(n->id, p + 3, p[2]);
+    memcpy(n->path, path, pl);
+    n->path[pl] = 0;
     return 0;
 }
 

@@ -9,7 +9,11 @@
  *   'E' (process -> relay): one encoded envelope, signed or not (model/envelope.h).
  *   'A' (relay -> process): the answer to each 'E', in order; payload one status byte.
  *   'C' (process -> relay): asks for the running captures; no payload.
- *   'L' (relay -> process): the answer to 'C': model/capture.h's list (may be empty). */
+ *   'L' (relay -> process): the answer to 'C': model/capture.h's list (may be empty).
+ *   'N' (process -> relay): "name this object for the host" (collector/namecache.h): an
+ *       object the process had to name by reading its symbol tables; the relay writes its
+ *       names file for the next process. Payload (cp_relay_names_encode); no answer.
+ * A relay directory also holds `names/` (collector/namecache.h): the relay's name cache. */
 #ifndef CP_RELAY_H
 #define CP_RELAY_H
 
@@ -33,7 +37,30 @@ enum {
     CP_RELAY_ACK = 'A',
     CP_RELAY_CAPTURES = 'C',
     CP_RELAY_LIST = 'L',
+    CP_RELAY_NAMES = 'N',
 };
+
+/* An 'N' frame's payload: u8 flags (CP_NAMECACHE_DEBUG), u8 the CP_ELFNAMES_* source the
+ * process named it from, u8 build id length (2..CP_RELAY_NAMES_ID_MAX), the build id, the
+ * object's absolute path (the rest: 2..CP_RELAY_NAMES_PATH_MAX bytes, no NUL). */
+#define CP_RELAY_NAMES_ID_MAX 64u
+#define CP_RELAY_NAMES_PATH_MAX 4095u
+#define CP_RELAY_NAMES_MAX (3u + CP_RELAY_NAMES_ID_MAX + CP_RELAY_NAMES_PATH_MAX)
+
+typedef struct cp_relay_names {
+    uint8_t flags, source, id_len;
+    uint8_t id[CP_RELAY_NAMES_ID_MAX];
+    char path[CP_RELAY_NAMES_PATH_MAX + 1]; /* NUL-terminated */
+} cp_relay_names;
+
+/* Writes n's payload into out (CP_RELAY_NAMES_MAX bytes); returns its length, or 0 when n
+ * does not fit the rules above. */
+size_t cp_relay_names_encode(const cp_relay_names *n, uint8_t *out);
+
+/* Reads an 'N' payload (len bytes) into *n. Returns 0, or CP_EINVAL with err naming the
+ * problem (a build id length out of range, a path not absolute, empty, too long or holding
+ * a NUL, flags unknown). */
+int cp_relay_names_parse(const uint8_t *p, size_t len, cp_relay_names *n, cp_err *err);
 
 /* The status byte of an 'A' frame. */
 enum {

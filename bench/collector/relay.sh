@@ -14,7 +14,10 @@
 # Reference variants: plain2 (the program alone again: how far this machine moves a ratio by
 # itself); for tiny, to split its cost: loaded (CONTPROF_DISABLE=1: the library and its
 # dependencies loaded and relocated, no agent), relay_names_server (relay with
-# CONTPROF_SYMBOLIZE=server: no symbol tables read in the process), relay_captures (relay
+# CONTPROF_SYMBOLIZE=server: no symbol tables read in the process), relay_no_cache (relay
+# with CONTPROF_NAMES_CACHE=0: names read from the objects' symbol tables in the process, as
+# before the relay's name cache; relay itself names from the cache, filled by the warm-up
+# rounds), relay_captures (relay
 # with CONTPROF_SERVER, as `contprof run --server` sets it: a poller thread asks contprofd
 # for captures over HTTP), kafka_down (brokers unreachable: the exit waits for
 # CONTPROF_FLUSH, 1 s; KAFKA_DOWN runs).
@@ -176,6 +179,8 @@ def env_of(work, mode):
         return dict(agent, CONTPROF_DISABLE="1")
     if mode == "relay_names_server":  # relay, no names in the agent
         return dict(modes["relay"], CONTPROF_SYMBOLIZE="server")
+    if mode == "relay_no_cache":  # relay, names read in the process (no names/ cache)
+        return dict(modes["relay"], CONTPROF_NAMES_CACHE="0")
     if mode == "relay_captures":  # relay, captures asked of contprofd (contprof run --server)
         return dict(modes["relay"], CONTPROF_SERVER=aurl)
     return modes[mode]
@@ -311,10 +316,12 @@ def report(work, res, warm, names, floors, plain_row=True):
 
 t0 = time.monotonic()
 names = ["plain", "plain2", "relay", "relay_down", "kafka", "files", "loaded", "relay_names_server",
-         "relay_captures"]
+         "relay_no_cache", "relay_captures"]
 res, warm = measure("tiny", names, runs, 2)
 row("tiny_loop_rounds", "%d (about 20 ms of CPU alone)" % n)
 report("tiny", res, warm, names, {(m, "cpu"): 1.05 for m in ("relay", "relay_down", "files")})
+row("tiny_names_files", "%d in %s/names (the relay's name cache)" % (
+    len([f for f in os.listdir(arelay + "/names") if not f.startswith(".")]), arelay))
 if kafka_down > 0:
     kd, _ = measure("tiny", ["plain", "kafka_down"], kafka_down, 0)
     report("tiny", kd, 0, ["plain", "kafka_down"], {}, plain_row=False)
@@ -345,6 +352,7 @@ metric() { curl -s "$1/metrics" | awk -v m="$2" '$1 == m { v = $2 } END { print 
 lost=$(metric "$aurl" contprof_relay_lost_total)
 echo "relay.running_relay_envelopes_spooled | $(metric "$aurl" contprof_relay_envelopes_total) / $(metric "$aurl" contprof_relay_spooled_total) (contprof_relay_envelopes_total / _spooled_total) | (reference) | -"
 printf 'relay.running_relay_lost | %s | = 0 | %s\n' "$lost" "$([ "$lost" = 0 ] && echo ok || echo FAIL)"
+echo "relay.running_relay_names_built_refused | $(metric "$aurl" contprof_relay_names_built_total) / $(metric "$aurl" contprof_relay_names_refused_total) (contprof_relay_names_built_total / _refused_total) | (reference) | -"
 
 # the relay that was down comes back: does it take what was spooled?
 before=$(ls "$brelay/spool" | grep -c '\.env$')

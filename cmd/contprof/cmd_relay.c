@@ -116,11 +116,14 @@ int cp_cmd_relay(int argc, char **argv)
         if (!memcmp(&st, &last, sizeof(st))) continue;
         last = st;
         cp_log_info("relay: %llu connections, %llu envelopes taken, %llu delivered, %llu spooled, "
-                    "%llu drained, %llu refused, %llu lost, %lld pending",
+                    "%llu drained, %llu refused, %llu lost, %lld pending; names files %llu built, "
+                    "%llu refused, %llu evicted",
                     (unsigned long long)st.connections, (unsigned long long)st.accepted,
                     (unsigned long long)st.delivered, (unsigned long long)st.spooled,
                     (unsigned long long)st.drained, (unsigned long long)st.refused,
-                    (unsigned long long)st.lost, (long long)st.pending);
+                    (unsigned long long)st.lost, (long long)st.pending,
+                    (unsigned long long)st.names_built, (unsigned long long)st.names_refused,
+                    (unsigned long long)st.names_evicted);
     }
     cp_relay_stats st;
     cp_relay_get_stats(r, &st);

@@ -5,12 +5,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -20,6 +22,7 @@
 #include "envelope.h"
 #include "http_client.h"
 #include "log.h"
+#include "namecache.h"
 #include "relay.h"
 #include "sink.h"
 #include "times.h"
@@ -40,6 +43,13 @@
 #define CAPTURES_MAX_BYTES ((size_t)4 << 20)
 /* Answers a client has not read, past which it is dropped (it sends without reading). */
 #define OUT_MAX ((size_t)8 << 20)
+/* The name cache (README.md "Names"): 'N' frames taken per connection, names files built
+ * per second (each reads an object's symbol tables on the relay's thread: ~1-30 ms), and
+ * the directory's bounds (past them the oldest files go, down to 90%). */
+#define NAMES_PER_CONN 16
+#define NAMES_PER_SEC 8
+#define NAMES_MAX_FILES 4096
+#define NAMES_MAX_BYTES ((uint64_t)256 << 20)
 
 typedef struct client {
     int fd, pid;
@@ -52,6 +62,7 @@ typedef struct client {
     int64_t active_ns;  /* when it last sent anything */
     cp_buf out;         /* answers not yet written */
     size_t out_off;
+    uint32_t names; /* 'N' frames it sent */
 } client;
 
 struct cp_relay {
@@ -74,6 +85,14 @@ struct cp_relay {
     int64_t captures_asked_ns;
     cp_counter connections, accepted, refused, spooled, drained, delivered, lost, capture_errors;
     cp_gauge pending;
+    /* the name cache: DIR/names (-1: off), what it holds, this second's builds */
+    int names;
+    uint32_t names_files, names_max_files;
+    uint64_t names_bytes, names_max_bytes;
+    int64_t names_sec;
+    int names_in_sec;
+    uint64_t names_no[256]; /* hashes of requests refused lately: not read nor logged again */
+    cp_counter names_built, names_refused, names_evicted;
 };
 
 /* ------------------------------------------------------------------------------------
@@ -208,6 +227,238 @@ static void drain(cp_relay *r, int64_t now)
 }
 
 /* ------------------------------------------------------------------------------------
+ * The name cache (collector/namecache.h) */
+
+/* A file the relay may publish the names of: regular, owned by root or the relay's user,
+ * writable by no one else (a local user cannot plant one with another object's build id),
+ * readable by everyone (the names directory is: nothing secret is published). NULL: yes. */
+static const char *names_unpublishable(const struct stat *st)
+{
+    if (!S_ISREG(st->st_mode)) return "not a regular file";
+    if (st->st_uid != 0 && st->st_uid != geteuid())
+        return "owned by neither root nor the relay's user";
+    if (st->st_mode & (S_IWGRP | S_IWOTH)) return "writable by its group or others";
+    if (!(st->st_mode & S_IROTH)) return "not readable by every user";
+    return NULL;
+}
+
+typedef struct names_file {
+    int64_t mtime_ns;
+    uint64_t size;
+    char name[CP_NAMECACHE_KEY_MAX];
+} names_file;
+
+static int names_file_cmp(const void *a, const void *b)
+{
+    const names_file *x = a, *y = b;
+    return x->mtime_ns < y->mtime_ns ? -1 : x->mtime_ns > y->mtime_ns;
+}
+
+/* Counts the directory's files (and bytes), removes `.tmp-*` files older than a minute and,
+ * past the bounds, the oldest files down to 90% of them. */
+static void names_account(cp_relay *r, int evict)
+{
+    int fd = openat(r->names, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0) close(fd);
+        return;
+    }
+    names_file *v = NULL;
+    size_t n = 0, cap = 0;
+    uint64_t bytes = 0;
+    int64_t now = (int64_t)time(NULL) * 1000000000;
+    for (struct dirent *e; (e = readdir(d));) {
+        struct stat st;
+        if (e->d_name[0] == '.' && (!e->d_name[1] || !strcmp(e->d_name, ".."))) continue;
+        if (fstatat(r->names, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        int64_t mt = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+        if (!strncmp(e->d_name, ".tmp-", 5)) {
+            if (now - mt > 60 * (int64_t)1000000000) unlinkat(r->names, e->d_name, 0);
+            continue;
+        }
+        if (strlen(e->d_name) >= CP_NAMECACHE_KEY_MAX) continue;
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 256;
+            names_file *nv = realloc(v, nc * sizeof(*v));
+            if (!nv) break;
+            v = nv;
+            cap = nc;
+        }
+        v[n].mtime_ns = mt;
+        v[n].size = (uint64_t)st.st_size;
+        memcpy(v[n].name, e->d_name, strlen(e->d_name) + 1); /* shorter: checked above */
+        bytes += v[n++].size;
+    }
+    closedir(d);
+    if (evict && (n > r->names_max_files || bytes > r->names_max_bytes)) {
+        qsort(v, n, sizeof(*v), names_file_cmp);
+        uint64_t keep_files = (uint64_t)r->names_max_files * 9 / 10,
+                 keep_bytes = r->names_max_bytes / 10 * 9;
+        for (size_t i = 0; i < n && (n - i > keep_files || bytes > keep_bytes); i++)
+            if (unlinkat(r->names, v[i].name, 0) == 0) {
+                bytes -= v[i].size;
+                v[i].size = UINT64_MAX; /* gone */
+                cp_counter_add(&r->names_evicted, 1);
+            }
+        size_t left = 0;
+        for (size_t i = 0; i < n; i++)
+            left += v[i].size != UINT64_MAX;
+        n = left;
+    }
+    free(v);
+    r->names_files = (uint32_t)n;
+    r->names_bytes = bytes;
+}
+
+/* Makes DIR/names (0755, the relay's) and opens it; off (-1, logged) if what is there is not
+ * the relay's own directory. */
+static void names_open(cp_relay *r)
+{
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/%s", r->dir, CP_NAMECACHE_DIR);
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+        cp_log_warn("relay: names directory %s: %s: no name cache", path, strerror(errno));
+        return;
+    }
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    const char *why = fd < 0                               ? strerror(errno)
+                      : fstat(fd, &st) != 0                ? strerror(errno)
+                      : st.st_uid != geteuid()             ? "not owned by the relay's user"
+                      : (st.st_mode & (S_IWGRP | S_IWOTH)) ? "writable by its group or others"
+                                                           : NULL;
+    if (why) {
+        cp_log_warn("relay: names directory %s: %s: no name cache", path, why);
+        if (fd >= 0) close(fd);
+        return;
+    }
+    if ((st.st_mode & 07777) != 0755) fchmod(fd, 0755); /* readable by every user's processes */
+    r->names = fd;
+    names_account(r, 1);
+}
+
+/* Builds the names file n asks for, if it may. 0 built (or there already), or -1 refused
+ * (counted; logged when say). */
+static int names_build(cp_relay *r, const cp_relay_names *n, const char *who)
+{
+    char key[CP_NAMECACHE_KEY_MAX];
+    struct stat st, fst;
+    if (cp_namecache_key(n->id, n->id_len, n->flags, key) != 0) return -1;
+    uint64_t h = cp_hash_bytes(n->path, strlen(n->path), cp_hash_bytes(key, strlen(key), 1)) | 1;
+    uint64_t *no = &r->names_no[h % (sizeof(r->names_no) / sizeof(r->names_no[0]))];
+    int64_t now = cp_mono_ns();
+    if (now - r->names_sec >= 1000000000) {
+        r->names_sec = now;
+        r->names_in_sec = 0;
+    }
+    if (*no == h || r->names_in_sec >= NAMES_PER_SEC) {
+        /* refused lately (said then), or a flood: counted, not logged line by line */
+        cp_counter_add(&r->names_refused, 1);
+        return -1;
+    }
+    r->names_in_sec++;
+    if (fstatat(r->names, key, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        /* there: another process asked first, or the file is damaged (the process could not
+         * use it, so it asks): a file that does not check out is removed and built again */
+        cp_namecache c;
+        if (cp_namecache_open(r->names, n->id, n->id_len, n->flags, &c) == 0) {
+            cp_namecache_close(&c);
+            return 0;
+        }
+        unlinkat(r->names, key, 0);
+        cp_log_warn("relay: names file %s was damaged: removed, built again", key);
+    }
+    /* the path as the process loaded it may hold links (LD_PRELOAD=libx.so -> libx.so.1.2):
+     * resolved, then stat'ed before it is opened (no device is opened), the fd checked
+     * again; the build id read from that fd is what decides */
+    char real[PATH_MAX];
+    const char *why = !realpath(n->path, real) ? strerror(errno)
+                      : stat(real, &st) != 0   ? strerror(errno)
+                                               : names_unpublishable(&st);
+    int fd = -1;
+    cp_elfnames *t = NULL;
+    cp_buf out = {0};
+    uint8_t id[CP_NAMECACHE_ID_MAX];
+    uint32_t id_len = 0;
+    if (!why) {
+        fd = open(real, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+        if (fd < 0)
+            why = strerror(errno);
+        else if (fstat(fd, &fst) != 0 || fst.st_ino != st.st_ino || fst.st_dev != st.st_dev)
+            why = "replaced while read";
+        else if (cp_namecache_file_build_id(fd, (uint64_t)fst.st_size, id, &id_len) != 0)
+            why = "no build id";
+        else if (id_len != n->id_len || memcmp(id, n->id, id_len) != 0)
+            why = "its build id differs from the one asked for";
+    }
+    char dbg[256];
+    if (!why && (n->flags & CP_NAMECACHE_DEBUG)) {
+        /* a separate debug file elfnames.c will read must be publishable too */
+        char hex[CP_NAMECACHE_KEY_MAX];
+        cp_namecache_key(n->id, n->id_len, CP_NAMECACHE_DEBUG, hex);
+        snprintf(dbg, sizeof(dbg), "%s/.build-id/%.2s/%s.debug", CP_NAMECACHE_DEBUG_DIR, hex,
+                 hex + 2);
+        if (stat(dbg, &st) == 0 && names_unpublishable(&st))
+            why = "its debug file is not publishable";
+    }
+    if (!why) {
+        char self[64]; /* the very file checked above, whatever happens to the path */
+        snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+        int rc =
+            cp_elfnames_create(self, n->id, n->id_len,
+                               (n->flags & CP_NAMECACHE_DEBUG) ? CP_NAMECACHE_DEBUG_DIR : NULL, &t);
+        if (rc != 0)
+            why = rc == CP_ENOMEM ? "out of memory" : "no function symbols read";
+        else if (cp_elfnames_source(t) != n->source)
+            why = "the relay reads other symbols than the process did (another debug directory "
+                  "or mount namespace)";
+        else if (cp_namecache_encode(t, n->id, n->id_len, n->flags, &out) != 0)
+            why = "its table does not fit a names file";
+    }
+    if (fd >= 0) close(fd);
+    cp_elfnames_destroy(t);
+    cp_err err = {0};
+    if (!why && cp_namecache_write(r->names, key, out.data, out.len, &err) != 0) why = err.msg;
+    if (why) {
+        cp_buf_close(&out);
+        *no = h;
+        cp_counter_add(&r->names_refused, 1);
+        cp_log_warn("relay: names of %s asked by %s: %s: not cached", n->path, who, why);
+        return -1;
+    }
+    cp_counter_add(&r->names_built, 1);
+    r->names_files++;
+    r->names_bytes += out.len;
+    cp_buf_close(&out);
+    if (r->names_files > r->names_max_files || r->names_bytes > r->names_max_bytes)
+        names_account(r, 1);
+    return 0;
+}
+
+/* An 'N' frame from c (untrusted: bounded per connection and per second). */
+static void names_frame(cp_relay *r, client *c, const uint8_t *p, uint32_t len, const char *who)
+{
+    if (r->names < 0) return;
+    if (++c->names > NAMES_PER_CONN) {
+        cp_counter_add(&r->names_refused, 1);
+        if (c->names == NAMES_PER_CONN + 1)
+            cp_log_warn("relay: %s sent more than %d names frames on one connection: the rest "
+                        "refused",
+                        who, NAMES_PER_CONN);
+        return;
+    }
+    cp_relay_names n;
+    cp_err err = {0};
+    if (cp_relay_names_parse(p, len, &n, &err) != 0) {
+        cp_counter_add(&r->names_refused, 1);
+        cp_log_warn("relay: %s: %s: refused", who, err.msg);
+        return;
+    }
+    names_build(r, &n, who);
+}
+
+/* ------------------------------------------------------------------------------------
  * Clients */
 
 static void client_drop(cp_relay *r, int i)
@@ -260,6 +511,11 @@ static int frame_done(cp_relay *r, client *c)
     if (c->type == CP_RELAY_ENVELOPE) {
         uint8_t st = (uint8_t)take(r, p, len, who);
         return queue_answer(c, CP_RELAY_ACK, &st, 1);
+    }
+    if (c->type == CP_RELAY_NAMES) {
+        names_frame(r, c, p, len, who); /* no answer */
+        free(p);
+        return 0;
     }
     free(p);
     if (c->type == CP_RELAY_CAPTURES) {
@@ -446,7 +702,7 @@ int cp_relay_create(const cp_relay_options *o, cp_relay **out, cp_err *err)
     *out = NULL;
     cp_relay *r = calloc(1, sizeof(*r));
     if (!r) return cp_err_set(err, CP_ENOMEM, "out of memory creating the relay");
-    r->lfd = r->wake = r->spool = -1;
+    r->lfd = r->wake = r->spool = r->names = -1;
     pthread_mutex_init(&r->cap_mu, NULL);
     pthread_cond_init(&r->cap_cv, NULL);
     r->captures_asked_ns = INT64_MIN / 2;
@@ -457,6 +713,8 @@ int cp_relay_create(const cp_relay_options *o, cp_relay **out, cp_err *err)
     r->queue = o->queue > 0 ? o->queue : 10000;
     r->max_clients = o->max_clients > 0 ? o->max_clients : 1024;
     r->max_buffered = o->max_buffered ? o->max_buffered : (size_t)64 << 20;
+    r->names_max_files = o->names_max_files ? o->names_max_files : NAMES_MAX_FILES;
+    r->names_max_bytes = o->names_max_bytes ? o->names_max_bytes : NAMES_MAX_BYTES;
     int rc;
     if (!r->dir[0]) {
         rc = cp_err_set(err, CP_EINVAL, "relay: no directory given");
@@ -471,6 +729,7 @@ int cp_relay_create(const cp_relay_options *o, cp_relay **out, cp_err *err)
         goto fail;
     }
     if ((rc = cp_spool_open(r->dir, 1, &r->spool, err)) != 0) goto fail;
+    names_open(r);
     if ((rc = bind_socket(r, err)) != 0) goto fail;
     r->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     r->c = calloc((size_t)r->max_clients, sizeof(client));
@@ -530,6 +789,15 @@ int cp_relay_register_metrics(cp_relay *r, cp_metrics *m)
          &r->lost},
         {"contprof_relay_capture_errors_total", "Failed requests for the capture list.",
          &r->capture_errors},
+        {"contprof_relay_names_built_total",
+         "Names files the relay built for the host's name cache ('N' frames).", &r->names_built},
+        {"contprof_relay_names_refused_total",
+         "'N' frames refused: malformed, over the bounds, or an object that may not be cached "
+         "(logged).",
+         &r->names_refused},
+        {"contprof_relay_names_evicted_total",
+         "Names files removed, oldest first, to keep the name cache within its bounds.",
+         &r->names_evicted},
     };
     int rc = 0;
     for (size_t i = 0; i < sizeof counters / sizeof counters[0] && !rc; i++)
@@ -552,6 +820,9 @@ void cp_relay_get_stats(cp_relay *r, cp_relay_stats *st)
     st->delivered = cp_counter_get(&r->delivered);
     st->lost = cp_counter_get(&r->lost);
     st->pending = cp_gauge_get(&r->pending);
+    st->names_built = cp_counter_get(&r->names_built);
+    st->names_refused = cp_counter_get(&r->names_refused);
+    st->names_evicted = cp_counter_get(&r->names_evicted);
 }
 
 void cp_relay_destroy(cp_relay *r, int64_t flush_ns)
@@ -583,6 +854,7 @@ void cp_relay_destroy(cp_relay *r, int64_t flush_ns)
         cp_log_warn("relay: %llu envelopes lost at stop (no spool room)", (unsigned long long)lost);
     }
     if (r->spool >= 0) close(r->spool);
+    if (r->names >= 0) close(r->names);
     if (r->wake >= 0) close(r->wake);
     cp_buf_close(&r->captures);
     pthread_mutex_destroy(&r->cap_mu);

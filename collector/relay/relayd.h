@@ -24,6 +24,8 @@ typedef struct cp_relay_options {
     int queue;                       /* envelopes held for Kafka (default 10000) */
     int max_clients;                 /* connections at once (default 1024) */
     size_t max_buffered;             /* bytes of partial frames held (default 64 MiB) */
+    uint32_t names_max_files;        /* files of the name cache DIR/names (default 4096) */
+    uint64_t names_max_bytes;        /* and their bytes (default 256 MiB) */
 } cp_relay_options;
 
 typedef struct cp_relay cp_relay;
@@ -45,6 +47,7 @@ int cp_relay_register_metrics(cp_relay *r, cp_metrics *m);
 typedef struct cp_relay_stats {
     uint64_t connections, accepted, refused, spooled, drained, delivered, lost;
     int64_t pending; /* held for Kafka, -1 when it is not reachable */
+    uint64_t names_built, names_refused, names_evicted; /* the name cache */
 } cp_relay_stats;
 void cp_relay_get_stats(cp_relay *r, cp_relay_stats *st);
 

@@ -367,7 +367,7 @@ static void check_plt(const char *path)
     cp_elfnames_destroy(t);
     printf("  %d of %d as objdump names them\n", same, n);
     CHECK_EQ(same, n);
-    CHECK_EQ(cp_elfnames_scan(path, NULL, 0, NULL, pcs, (uint32_t)n, scanned), 0);
+    CHECK_EQ(cp_elfnames_scan(path, NULL, 0, NULL, pcs, (uint32_t)n, scanned, NULL), 0);
     for (int i = 0; i < n; i++) {
         CHECK(scanned[i] != NULL);
         CHECK_STREQ(scanned[i], names[i]);
@@ -428,7 +428,7 @@ TEST(plt_hostile_size)
             cp_elfnames_destroy(t);
             char *names[1] = {NULL};
             uint64_t va[1] = {0x1033};
-            CHECK_EQ(cp_elfnames_scan(tmp, NULL, 0, NULL, va, 1, names), 0);
+            CHECK_EQ(cp_elfnames_scan(tmp, NULL, 0, NULL, va, 1, names, NULL), 0);
             free(names[0]);
             unlink(tmp);
             patched++;

@@ -99,6 +99,26 @@ TEST(short_processes_through_contprofds_relay_are_stored)
     CHECK(conns >= 5);    /* one per process (and its capture polls, if it lived for one) */
     CHECK_EQ(http_metric(d.port, "contprof_relay_lost_total", NULL), 0);
     CHECK_EQ(spool_files(rdir), 0);
+    /* the host's name cache (README "Names"): contprofd's relay made names/ (0755) and builds
+     * libc's file when a process asks (sort's CPU is mostly in libc: it asks) */
+    char names[700];
+    snprintf(names, sizeof names, "%s/names", rdir);
+    struct stat st;
+    CHECK(lstat(names, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 07777) == 0755);
+    CHECK_EQ(http_metric(d.port, "contprof_relay_names_refused_total", NULL), 0);
+    CHECK_EQ(http_metric(d.port, "contprof_relay_names_evicted_total", NULL), 0);
+    char cmd0[1600];
+    snprintf(cmd0, sizeof cmd0,
+             "seq 300000 | CONTPROF_RELAY='%s' CONTPROF_SERVICE=names CONTPROF_CPU_HZ=1000 "
+             "LD_PRELOAD='%s/collector/libcontprof.so' sort -g > /dev/null",
+             rdir, bindir());
+    proc_sh(cmd0);
+    long long built = 0;
+    for (int i = 0;
+         i < 100 && (built = http_metric(d.port, "contprof_relay_names_built_total", NULL)) < 1;
+         i++)
+        usleep(100000);
+    CHECK(built >= 1);
     CHECK_EQ(stop_daemon_within(&d, SIGTERM, 60), 0);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
