@@ -77,6 +77,38 @@ size_t cp_utf8_put(uint32_t cp, char out[4])
     return 4;
 }
 
+int cp_utf8_valid(const void *p, size_t n)
+{
+    const uint8_t *s = p;
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t k = c >= 0xc2 && c <= 0xdf   ? 1
+                   : c >= 0xe0 && c <= 0xef ? 2
+                   : c >= 0xf0 && c <= 0xf4 ? 3
+                                            : 0;
+        if (!k || n - i <= k) return 0;
+        uint8_t lo = 0x80, hi = 0xbf; /* the second byte's range, narrower after some leads */
+        if (c == 0xe0)
+            lo = 0xa0;
+        else if (c == 0xed)
+            hi = 0x9f;
+        else if (c == 0xf0)
+            lo = 0x90;
+        else if (c == 0xf4)
+            hi = 0x8f;
+        if (s[i + 1] < lo || s[i + 1] > hi) return 0;
+        for (size_t j = 2; j <= k; j++)
+            if ((s[i + j] & 0xc0) != 0x80) return 0;
+        i += k + 1;
+    }
+    return 1;
+}
+
 /* ===== reading ======================================================================= */
 
 typedef struct rd {
@@ -126,35 +158,6 @@ static int hex4(const char *s, unsigned *out)
     return 0;
 }
 
-/* The length of the valid UTF-8 prefix of s[0..n) (n when all of it is). */
-static size_t utf8_valid(const unsigned char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t k = c >= 0xc2 && c <= 0xdf   ? 1
-                   : c >= 0xe0 && c <= 0xef ? 2
-                   : c >= 0xf0 && c <= 0xf4 ? 3
-                                            : 0; /* continuation bytes */
-        if (!k || n - i <= k) return i;
-        /* the second byte's range rules out overlong forms, surrogates, past U+10FFFF */
-        unsigned lo = 0x80, hi = 0xbf;
-        if (c == 0xe0) lo = 0xa0;
-        if (c == 0xed) hi = 0x9f;
-        if (c == 0xf0) lo = 0x90;
-        if (c == 0xf4) hi = 0x8f;
-        if (s[i + 1] < lo || s[i + 1] > hi) return i;
-        for (size_t m = 2; m <= k; m++)
-            if ((s[i + m] & 0xc0) != 0x80) return i;
-        i += k + 1;
-    }
-    return n;
-}
-
 /* Reads a string at r->i (the opening quote) into a new NUL-terminated buffer. */
 static char *string(rd *r)
 {
@@ -198,7 +201,7 @@ static char *string(rd *r)
         }
         j += cp_utf8_put(u, d + j);
     }
-    if ((r->flags & CP_JSON_UTF8) && utf8_valid((const unsigned char *)d, j) != j) {
+    if ((r->flags & CP_JSON_UTF8) && !cp_utf8_valid(d, j)) {
         r->bad_utf8 = 1;
         r->i = start - 1; /* the offset names the string (its opening quote) */
         free(d);

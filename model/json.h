@@ -49,6 +49,9 @@ int cp_json_escape(cp_buf *b, const char *s, size_t n);
  * U+10FFFF); returns its length, 1 to 4. The one encoder behind every reader's \u escapes
  * and strings (this one, sourcemap.c, heapsnap.c, collector/python.c). */
 size_t cp_utf8_put(uint32_t cp, char out[4]);
+/* 1 when p[0..n) is UTF-8 as RFC 3629 defines it (shortest forms only, no surrogates, at
+ * most U+10FFFF), else 0. The one check behind CP_JSON_UTF8 and the envelope's strings. */
+int cp_utf8_valid(const void *p, size_t n);
 
 /* Parses text[0..len) (one value, whitespace around it allowed). On success *out is the
  * caller's (cp_json_free). CP_EPARSE with err naming the byte offset, or CP_ENOMEM. */

@@ -1535,18 +1535,25 @@ static void ptype_legacy(const qwin *q)
     expect(&a, 400, "label_selector: ");
 }
 
+/* A daemon in a new directory (name) holding store_two_types' windows at base_s(). */
+static qwin start_with_two_types(proc *d, const char *name, char **dir)
+{
+    const int64_t b0 = base_s();
+    *dir = proc_tmpdir("pyro", name);
+    start_daemon_data(d, *dir, 0, 0, NULL);
+    store_two_types(d, b0);
+    return qwin_at(d->port, b0);
+}
+
 /* What Grafana's Profiles Drilldown app puts in its selectors: __profile_type__ (and
  * __name__) select the profile type, another type than the request's is an empty answer
  * (not an error), service_name is contprof's service; in every querier method, JSON and
  * proto, and the legacy render and label-values. */
 TEST(querier_profile_type_in_selectors)
 {
-    const int64_t b0 = base_s();
-    char *dir = proc_tmpdir("pyro", "ptype");
     proc d;
-    start_daemon_data(&d, dir, 0, 0, NULL);
-    store_two_types(&d, b0);
-    const qwin q = qwin_at(d.port, b0);
+    char *dir;
+    const qwin q = start_with_two_types(&d, "ptype", &dir);
     ptype_stacktraces(&q);
     ptype_labels(&q);
     ptype_series(&q);
@@ -1770,12 +1777,9 @@ static void callsite_series(const qwin *q)
  * refused by name. */
 TEST(querier_stack_trace_selector_and_pprof_json)
 {
-    const int64_t b0 = base_s();
-    char *dir = proc_tmpdir("pyro", "callsite");
     proc d;
-    start_daemon_data(&d, dir, 0, 0, NULL);
-    store_two_types(&d, b0);
-    const qwin q = qwin_at(d.port, b0);
+    char *dir;
+    const qwin q = start_with_two_types(&d, "callsite", &dir);
     callsite_stacktraces(&q);
     callsite_proto(&q);
     callsite_pprof_json(&q);

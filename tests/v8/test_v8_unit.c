@@ -531,7 +531,7 @@ TEST(cpu_weighing_keeps_a_series_types)
 }
 
 /* What the inspector sends is refused by name when it is not JSON, not an object, not
- * UTF-8 or nested past the reader's bound; a heap profile of V8's deepest stack (128
+ * UTF-8 or nested past the reader's bound; a heap profile deeper than V8 records (129
  * frames) inside a message reads and converts. */
 TEST(messages_malformed)
 {
