@@ -65,7 +65,7 @@ int cp_json_parse(const char *text, size_t len, cp_json **out, cp_err *err);
 #define CP_JSON_UTF8 1u
 /* cp_json_parse with flags (0 or CP_JSON_UTF8). */
 int cp_json_parse_flags(const char *text, size_t len, unsigned flags, cp_json **out, cp_err *err);
-/* Frees a tree from cp_json_parse, strings and members included. NULL is fine. */
+/* Frees a tree (parsed or built), strings and members included. NULL is fine. */
 void cp_json_free(cp_json *j);
 
 /* The member key of object o, or NULL (also when o is NULL or not an object). */
