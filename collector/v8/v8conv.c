@@ -87,10 +87,8 @@ static int get_int(const cp_json *o, const char *name, int64_t def, int64_t lo, 
                    int64_t *out, const char *what, cp_err *err)
 {
     const cp_json *v = cp_json_get(o, name);
-    if (!v) {
-        *out = def;
-        return 0;
-    }
+    *out = def; /* also on an error: -O3 cannot tell cp_err_set's result is not 0 */
+    if (!v) return 0;
     if (!cp_json_is(v, CP_JSON_NUMBER))
         return cp_err_set(err, CP_EPARSE, "%s: %s is not a number", what, name);
     double d = cp_json_num(v, 0);
@@ -103,8 +101,7 @@ static int get_int(const cp_json *o, const char *name, int64_t def, int64_t lo, 
 
 static const char *get_str(const cp_json *o, const char *name)
 {
-    const cp_json *v = cp_json_get(o, name);
-    return cp_json_is(v, CP_JSON_STRING) ? cp_json_str(v, NULL) : NULL;
+    return cp_json_str(cp_json_get(o, name), NULL);
 }
 
 /* Checks a node's fields and records them at t->n[i]. */
