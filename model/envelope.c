@@ -2,6 +2,7 @@
 #include "envelope.h"
 #include "envelope.pb-c.h"
 #include "hmac.h"
+#include "json.h"
 #include "pprof.h"
 #include "wire.h"
 
@@ -145,44 +146,13 @@ int cp_envelope_encode(const cp_envelope *e, cp_buf *out)
     return 0;
 }
 
-/* Proto3 strings are UTF-8: shortest forms only, no surrogates, at most U+10FFFF. */
-static int utf8_valid(const uint8_t *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t k = c >= 0xc2 && c <= 0xdf   ? 1
-                   : c >= 0xe0 && c <= 0xef ? 2
-                   : c >= 0xf0 && c <= 0xf4 ? 3
-                                            : 0;
-        if (!k || n - i <= k) return 0;
-        uint8_t lo = 0x80, hi = 0xbf; /* the second byte's range, narrower after some leads */
-        if (c == 0xe0)
-            lo = 0xa0;
-        else if (c == 0xed)
-            hi = 0x9f;
-        else if (c == 0xf0)
-            lo = 0x90;
-        else if (c == 0xf4)
-            hi = 0x8f;
-        if (s[i + 1] < lo || s[i + 1] > hi) return 0;
-        for (size_t j = 2; j <= k; j++)
-            if ((s[i + j] & 0xc0) != 0x80) return 0;
-        i += k + 1;
-    }
-    return 1;
-}
-
 /* A string field as a NUL-terminated copy; a NUL inside would silently cut it short. */
 static int dup_str(rd f, const char *what, char **out, cp_err *err)
 {
     size_t n = (size_t)(f.end - f.p);
     if (memchr(f.p, 0, n)) return cp_err_set(err, CP_EENVELOPE, "%s contains a NUL byte", what);
-    if (!utf8_valid(f.p, n)) return cp_err_set(err, CP_EENVELOPE, "%s is not valid UTF-8", what);
+    /* proto3 strings are UTF-8 */
+    if (!cp_utf8_valid(f.p, n)) return cp_err_set(err, CP_EENVELOPE, "%s is not valid UTF-8", what);
     char *s = malloc(n + 1);
     if (!s) return cp_err_set(err, CP_ENOMEM, "out of memory decoding envelope");
     memcpy(s, f.p, n);

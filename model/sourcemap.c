@@ -786,10 +786,10 @@ int cp_v8_smap_lookup(const cp_v8_smap *m, uint32_t line, uint32_t column, cp_v8
     return 0;
 }
 
-static int64_t int_member(const json_t *o, const char *k)
+static int64_t int_member(const cp_json *o, const char *k)
 {
-    const json_t *v = json_object_get(o, k);
-    return json_is_integer(v) ? (int64_t)json_integer_value(v) : -1;
+    const cp_json *v = cp_json_get(o, k);
+    return cp_json_is_int(v) ? v->i64 : -1;
 }
 
 const char *cp_v8_smap_file(const cp_v8_smap *m)
@@ -837,27 +837,19 @@ int cp_v8_smap_resolve(const cp_v8_smap *m, const char *fn, uint32_t line, uint3
     return 1;
 }
 
-int cp_v8_smap_apply(const cp_v8_smap *m, json_t *frame)
+int cp_v8_smap_apply(const cp_v8_smap *m, cp_json *frame)
 {
     int64_t line = int_member(frame, "lineNumber"), col = int_member(frame, "columnNumber");
-    const json_t *fnv = json_object_get(frame, "functionName");
-    const char *fn = json_is_string(fnv) ? json_string_value(fnv) : "";
+    const char *fn = cp_json_str(cp_json_get(frame, "functionName"), "");
     if (line < 0 || col < 0 || line > UINT32_MAX || col > UINT32_MAX) return 0;
     cp_v8_smap_frame o;
     if (!cp_v8_smap_resolve(m, fn, (uint32_t)line, (uint32_t)col, &o)) return 0;
-    const char *keys[4] = {"url", "lineNumber", "columnNumber", "functionName"};
-    json_t *v[4] = {json_string(o.source), json_integer(o.line), json_integer(o.column),
-                    o.name[0] ? json_string(o.name) : NULL};
-    int nv = o.name[0] ? 4 : 3, rc = 0;
-    for (int i = 0; i < nv; i++)
-        if (!v[i]) rc = CP_ENOMEM;
-    for (int i = 0; i < nv; i++) {
-        if (rc)
-            json_decref(v[i]);
-        else if (json_object_set_new(frame, keys[i], v[i])) /* takes v[i] even on failure */
-            rc = CP_ENOMEM;
-    }
-    if (rc) return rc;
+    /* each set takes its value, even NULL (out of memory) */
+    if (cp_json_set(frame, "url", cp_json_new_str(o.source)) ||
+        cp_json_set(frame, "lineNumber", cp_json_new_int(o.line)) ||
+        cp_json_set(frame, "columnNumber", cp_json_new_int(o.column)) ||
+        (o.name[0] && cp_json_set(frame, "functionName", cp_json_new_str(o.name))))
+        return CP_ENOMEM;
     return 1;
 }
 

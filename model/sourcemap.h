@@ -4,15 +4,15 @@
  * files, lines and function names. Pure: no I/O, no global state; every index is checked,
  * so a malformed map is an error naming the problem. Used by the V8 source as it converts
  * (collector/v8) and by the query side on stored windows (query/symbols.c); its own
- * library (cpsourcemap, jansson), never linked into the agent. */
+ * library (cpsourcemap), never linked into the agent. */
 #ifndef CP_V8_SOURCEMAP_H
 #define CP_V8_SOURCEMAP_H
 
-#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "error.h"
+#include "json.h"
 #include "vec.h"
 
 /* The largest map read (esbuild's map of a 10 MB bundle is ~30 MB), the most segments,
@@ -98,8 +98,8 @@ void cp_v8_smap_counts(const cp_v8_smap *m, uint32_t *sources, uint32_t *segment
  * a source whose content the map holds (sourcesContent) reads as Class.name: the class is
  * found by the source's layout, the nearest line above indented less when it is a class
  * header. Returns 1 when the frame was rewritten, 0 when m maps nothing there (frame
- * untouched), CP_ENOMEM. */
-int cp_v8_smap_apply(const cp_v8_smap *m, json_t *frame);
+ * untouched), CP_ENOMEM (the frame may then be partly rewritten). */
+int cp_v8_smap_apply(const cp_v8_smap *m, cp_json *frame);
 
 /* Decodes a data: URL (`data:[MEDIA][;base64],DATA`, percent-encoding in DATA when not
  * base64) into out (appended). Returns 0, CP_EPARSE (err naming the problem), CP_ELIMIT

@@ -26,48 +26,6 @@ static int rd_varint(rd *r, uint64_t *v)
     return -1;
 }
 
-static cp_json *jnew(cp_json_type t)
-{
-    cp_json *j = calloc(1, sizeof *j);
-    if (j) j->type = t;
-    return j;
-}
-
-/* Appends v to the array or object a (key k for objects, copied). Frees v on failure. */
-static int jadd(cp_json *a, const char *k, cp_json *v)
-{
-    if (!v) return CP_ENOMEM;
-    cp_json **it = realloc(a->items, (a->n + 1) * sizeof *it);
-    if (!it) {
-        cp_json_free(v);
-        return CP_ENOMEM;
-    }
-    a->items = it;
-    if (a->type == CP_JSON_OBJECT) {
-        char **ks = realloc(a->keys, (a->n + 1) * sizeof *ks);
-        char *kc = ks ? strdup(k) : NULL;
-        if (ks) a->keys = ks;
-        if (!kc) {
-            cp_json_free(v);
-            return CP_ENOMEM;
-        }
-        a->keys[a->n] = kc;
-    }
-    a->items[a->n++] = v;
-    return 0;
-}
-
-static cp_json *jint(int64_t x)
-{
-    cp_json *j = jnew(CP_JSON_NUMBER);
-    if (j) {
-        j->i64 = x;
-        j->num = (double)x;
-        j->is_int = 1;
-    }
-    return j;
-}
-
 static int decode_msg(const cp_pbj_msg *m, const uint8_t *p, size_t len, const uint8_t *base,
                       int depth, cp_json *obj, cp_err *err);
 
@@ -84,7 +42,7 @@ static int decode_field(rd *r, const cp_pbj_field *f, unsigned wt, int depth, cp
         for (uint32_t i = 0; i < obj->n; i++)
             if (!strcmp(obj->keys[i], f->name)) slot = obj->items[i];
         if (!slot) {
-            if (jadd(obj, f->name, jnew(CP_JSON_ARRAY))) return CP_ENOMEM;
+            if (cp_json_add(obj, f->name, cp_json_new(CP_JSON_ARRAY))) return CP_ENOMEM;
             slot = obj->items[obj->n - 1];
         }
     } else {
@@ -111,7 +69,7 @@ static int decode_field(rd *r, const cp_pbj_field *f, unsigned wt, int depth, cp
                 r = &sub;
                 return BAD("truncated packed varint");
             }
-            if (jadd(slot, f->name, jint((int64_t)x))) return CP_ENOMEM;
+            if (cp_json_add(slot, f->name, cp_json_new_int((int64_t)x))) return CP_ENOMEM;
         }
         return 0;
     }
@@ -120,10 +78,10 @@ static int decode_field(rd *r, const cp_pbj_field *f, unsigned wt, int depth, cp
         if (wt != 0) return BAD("expected a varint");
         if (rd_varint(r, &v)) return BAD("truncated varint");
         if (f->type == CP_PBJ_BOOL) {
-            val = jnew(CP_JSON_BOOL);
+            val = cp_json_new(CP_JSON_BOOL);
             if (val) val->num = v != 0;
         } else {
-            val = jint(f->type == CP_PBJ_ENUM ? (int64_t)(int32_t)v : (int64_t)v);
+            val = cp_json_new_int(f->type == CP_PBJ_ENUM ? (int64_t)(int32_t)v : (int64_t)v);
         }
     } else if (f->type == CP_PBJ_DOUBLE) {
         if (wt != 1) return BAD("expected a fixed64 double");
@@ -132,7 +90,7 @@ static int decode_field(rd *r, const cp_pbj_field *f, unsigned wt, int depth, cp
         for (int i = 7; i >= 0; i--)
             bits = bits << 8 | r->p[i];
         r->p += 8;
-        val = jnew(CP_JSON_NUMBER);
+        val = cp_json_new(CP_JSON_NUMBER);
         if (val) memcpy(&val->num, &bits, sizeof val->num);
     } else {
         if (wt != 2) return BAD("expected length-delimited bytes");
@@ -141,7 +99,7 @@ static int decode_field(rd *r, const cp_pbj_field *f, unsigned wt, int depth, cp
         r->p += v;
         if (f->type == CP_PBJ_STRING) {
             if (memchr(d, 0, (size_t)v)) return BAD("a NUL byte in a string");
-            val = jnew(CP_JSON_STRING);
+            val = cp_json_new(CP_JSON_STRING);
             if (val && !(val->str = malloc((size_t)v + 1))) {
                 free(val);
                 val = NULL;
@@ -152,7 +110,7 @@ static int decode_field(rd *r, const cp_pbj_field *f, unsigned wt, int depth, cp
             }
         } else {
             if (depth >= MAX_DEPTH) return BAD("nested too deep");
-            val = jnew(CP_JSON_OBJECT);
+            val = cp_json_new(CP_JSON_OBJECT);
             if (!val) return CP_ENOMEM;
             int rc = decode_msg(f->msg, d, (size_t)v, r->base, depth + 1, val, err);
             if (rc) {
@@ -161,7 +119,7 @@ static int decode_field(rd *r, const cp_pbj_field *f, unsigned wt, int depth, cp
             }
         }
     }
-    return jadd(slot, f->name, val);
+    return cp_json_add(slot, f->name, val);
 }
 
 static int decode_msg(const cp_pbj_msg *m, const uint8_t *p, size_t len, const uint8_t *base,
@@ -202,7 +160,7 @@ static int decode_msg(const cp_pbj_msg *m, const uint8_t *p, size_t len, const u
 
 int cp_pbj_decode(const cp_pbj_msg *m, const uint8_t *p, size_t len, cp_json **out, cp_err *err)
 {
-    *out = jnew(CP_JSON_OBJECT);
+    *out = cp_json_new(CP_JSON_OBJECT);
     if (!*out) return CP_ENOMEM;
     if (!p) p = (const uint8_t *)""; /* an empty message, as an empty buffer may come */
     int rc = decode_msg(m, p, len, p, 0, *out, err);

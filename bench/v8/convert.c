@@ -1,14 +1,14 @@
 /* How many CPU windows the V8 source converts per second on one core: a synthetic
  * Profiler.stop reply of a busy isolate (10 s at 1 ms: 10,000 samples over 3,000 nodes,
- * 400 functions in 40 scripts, stacks 12-30 deep) parsed by jansson, converted
+ * 400 functions in 40 scripts, stacks 12-30 deep) parsed as a message (model/json), converted
  * (cp_v8_cpu_profile) and encoded as pprof, as each window is. Prints one row
  * "name | value | floor | ok". usage: v8-convert-bench [SECONDS] */
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "json.h"
 #include "pprof.h"
 #include "v8conv.h"
 
@@ -23,51 +23,58 @@ int main(int argc, char **argv)
 {
     double secs = argc > 1 ? atof(argv[1]) : 3;
     enum { NODES = 3000, SAMPLES = 10000 };
-    json_t *nodes = json_array(), *samples = json_array(), *deltas = json_array();
     unsigned seed = 1;
-    int parent[NODES];
+    static int parent[NODES];
+    static cp_buf children[NODES];
+    static char fn[NODES][32], url[NODES][64];
+    static int f[NODES];
     for (int i = 0; i < NODES; i++) {
         parent[i] = i == 0 ? -1 : (int)(rand_r(&seed) % (unsigned)i);
-        char fn[32], url[64];
-        int f = i == 0 ? 0 : (int)(rand_r(&seed) % 400);
-        snprintf(fn, sizeof(fn), i ? "fn%d" : "(root)", f);
-        snprintf(url, sizeof(url), i ? "file:///srv/app/module%d.js" : "", f % 40);
-        json_array_append_new(nodes, json_pack("{s:i, s:{s:s, s:s, s:s, s:i, s:i}, s:i, s:[]}",
-                                               "id", i + 1, "callFrame", "functionName", fn,
-                                               "scriptId", "1", "url", url, "lineNumber", f * 7,
-                                               "columnNumber", f % 30, "hitCount", 0, "children"));
+        f[i] = i == 0 ? 0 : (int)(rand_r(&seed) % 400);
+        snprintf(fn[i], sizeof(fn[i]), i ? "fn%d" : "(root)", f[i]);
+        snprintf(url[i], sizeof(url[i]), i ? "file:///srv/app/module%d.js" : "", f[i] % 40);
     }
     for (int i = 1; i < NODES; i++)
-        json_array_append_new(json_object_get(json_array_get(nodes, (size_t)parent[i]), "children"),
-                              json_integer(i + 1));
-    for (int i = 0; i < SAMPLES; i++) {
-        json_array_append_new(samples, json_integer(1 + (int)(rand_r(&seed) % NODES)));
-        json_array_append_new(deltas, json_integer(1000));
+        if (cp_buf_printf(&children[parent[i]], "%s%d", children[parent[i]].len ? "," : "", i + 1))
+            return 1;
+    cp_buf b = {0};
+    int rc = cp_buf_printf(&b, "{\"id\":7,\"result\":{\"profile\":{\"nodes\":[");
+    for (int i = 0; i < NODES && !rc; i++) {
+        rc = cp_buf_printf(&b,
+                           "%s{\"id\":%d,\"callFrame\":{\"functionName\":\"%s\",\"scriptId\":\"1\","
+                           "\"url\":\"%s\",\"lineNumber\":%d,\"columnNumber\":%d},\"hitCount\":0,"
+                           "\"children\":[%.*s]}",
+                           i ? "," : "", i + 1, fn[i], url[i], f[i] * 7, f[i] % 30,
+                           (int)children[i].len, children[i].len ? (char *)children[i].data : "");
+        cp_buf_close(&children[i]);
     }
-    json_t *reply = json_pack("{s:i, s:{s:{s:o, s:i, s:i, s:o, s:o}}}", "id", 7, "result",
-                              "profile", "nodes", nodes, "startTime", 0, "endTime", 10000000,
-                              "samples", samples, "timeDeltas", deltas);
-    char *text = json_dumps(reply, JSON_COMPACT);
-    size_t len = strlen(text);
-    json_decref(reply);
+    rc = rc || cp_buf_printf(&b, "],\"startTime\":0,\"endTime\":10000000,\"samples\":[");
+    for (int i = 0; i < SAMPLES && !rc; i++)
+        rc = cp_buf_printf(&b, "%s%d", i ? "," : "", 1 + (int)(rand_r(&seed) % NODES));
+    rc = rc || cp_buf_printf(&b, "],\"timeDeltas\":[");
+    for (int i = 0; i < SAMPLES && !rc; i++)
+        rc = cp_buf_printf(&b, "%s1000", i ? "," : "");
+    rc = rc || cp_buf_printf(&b, "]}}}");
+    if (rc) return 1;
+    const char *text = (const char *)b.data;
+    size_t len = b.len;
     int n = 0;
     double t0 = now_s(), t;
     do {
-        json_error_t je;
-        json_t *m = json_loadb(text, len, 0, &je);
+        cp_json *m = NULL;
         cp_profile *p = NULL;
         cp_err err = {0};
         cp_buf out = {0};
-        if (!m ||
-            cp_v8_cpu_profile(json_object_get(json_object_get(m, "result"), "profile"), 1000, &p,
-                              NULL, &err) != 0 ||
+        if (cp_v8_message_parse(text, len, &m, &err) != 0 ||
+            cp_v8_cpu_profile(cp_json_get(cp_json_get(m, "result"), "profile"), 1000, &p, NULL,
+                              &err) != 0 ||
             cp_pprof_encode(p, 0, &out) != 0) {
             fprintf(stderr, "convert bench: %s\n", err.msg);
             return 1;
         }
         cp_buf_close(&out);
         cp_profile_destroy(p);
-        json_decref(m);
+        cp_json_free(m);
         n++;
         t = now_s();
     } while (t - t0 < secs);
@@ -77,6 +84,6 @@ int main(int argc, char **argv)
     printf("v8 CPU windows converted per s (10k samples, 3k nodes, %zu KB JSON) | %.1f | >= 10 | "
            "%s\n",
            len >> 10, rate, rate >= 10 ? "yes" : "no");
-    free(text);
+    cp_buf_close(&b);
     return rate >= 10 ? 0 : 1;
 }

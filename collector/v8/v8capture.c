@@ -170,49 +170,54 @@ int64_t cp_v8_interval_of(uint64_t caps)
  * V8's time since the one before (timeDeltas), at most base_us, as V8's sampler at base_us
  * would count it: V8 falls short of a fine interval under load (README), so counting the
  * interval per sample would shrink the always-on CPU. "(idle)" samples pass nothing. NULL
- * on out of memory. */
-json_t *cp_v8_thin_profile(const json_t *profile, int64_t base_us, int64_t *acc)
+ * on out of memory (or when profile is not an object). */
+cp_json *cp_v8_thin_profile(const cp_json *profile, int64_t base_us, int64_t *acc)
 {
-    const json_t *nodes = json_object_get(profile, "nodes");
-    const json_t *samples = json_object_get(profile, "samples");
-    const json_t *deltas = json_object_get(profile, "timeDeltas");
-    json_t *out = json_copy((json_t *)profile);
-    json_t *ns = json_array(), *nd = json_array();
+    if (!cp_json_is(profile, CP_JSON_OBJECT)) return NULL;
+    const cp_json *nodes = cp_json_get(profile, "nodes");
+    const cp_json *samples = cp_json_get(profile, "samples");
+    const cp_json *deltas = cp_json_get(profile, "timeDeltas");
+    cp_json *out = cp_json_new(CP_JSON_OBJECT);
+    cp_json *ns = cp_json_new(CP_JSON_ARRAY), *nd = cp_json_new(CP_JSON_ARRAY);
     if (!out || !ns || !nd) goto fail;
-    json_int_t idle[8];
+    for (uint32_t k = 0; k < profile->n; k++) /* the rest as it is: nodes, times */
+        if (strcmp(profile->keys[k], "samples") && strcmp(profile->keys[k], "timeDeltas") &&
+            cp_json_add(out, profile->keys[k], cp_json_copy(profile->items[k])))
+            goto fail;
+    int64_t idle[8];
     size_t nidle = 0;
-    for (size_t i = 0; i < json_array_size(nodes) && nidle < 8; i++) {
-        const json_t *n = json_array_get(nodes, i);
-        const char *fn = cp_v8_jstr(json_object_get(n, "callFrame"), "functionName");
-        const json_t *id = json_object_get(n, "id");
-        if (fn && !strcmp(fn, "(idle)") && json_is_integer(id))
-            idle[nidle++] = json_integer_value(id);
+    for (size_t i = 0; i < cp_json_len(nodes) && nidle < 8; i++) {
+        const cp_json *n = cp_json_at(nodes, i);
+        const char *fn = cp_v8_jstr(cp_json_get(n, "callFrame"), "functionName");
+        const cp_json *id = cp_json_get(n, "id");
+        if (fn && !strcmp(fn, "(idle)") && cp_json_is_int(id)) idle[nidle++] = id->i64;
     }
-    json_int_t t = 0;
-    for (size_t i = 0; i < json_array_size(samples) && i < json_array_size(deltas); i++) {
-        const json_t *sm = json_array_get(samples, i), *d = json_array_get(deltas, i);
-        json_int_t dt = json_is_integer(d) ? json_integer_value(d) : 0;
+    int64_t t = 0;
+    for (size_t i = 0; i < cp_json_len(samples) && i < cp_json_len(deltas); i++) {
+        const cp_json *sm = cp_json_at(samples, i), *d = cp_json_at(deltas, i);
+        int64_t dt = cp_json_is_int(d) ? d->i64 : 0;
         t += dt;
         int is_idle = 0;
-        for (size_t j = 0; j < nidle && json_is_integer(sm); j++)
-            is_idle |= json_integer_value(sm) == idle[j];
+        for (size_t j = 0; j < nidle && cp_json_is_int(sm); j++)
+            is_idle |= sm->i64 == idle[j];
         if (is_idle) continue;
         *acc += dt < 0 ? 0 : dt > base_us ? base_us : dt;
         if (*acc < base_us) continue;
         *acc -= base_us;
-        if (json_array_append(ns, (json_t *)sm) || json_array_append_new(nd, json_integer(t)))
+        if (cp_json_add(ns, NULL, cp_json_copy(sm)) || cp_json_add(nd, NULL, cp_json_new_int(t)))
             goto fail;
         t = 0;
     }
-    if (json_object_set_new(out, "samples", ns) || json_object_set_new(out, "timeDeltas", nd)) {
-        ns = nd = NULL;
-        goto fail;
-    }
+    int rc = cp_json_add(out, "samples", ns); /* takes ns, even on failure */
+    ns = NULL;
+    if (!rc) rc = cp_json_add(out, "timeDeltas", nd);
+    nd = NULL;
+    if (rc) goto fail;
     return out;
 fail:
-    json_decref(ns);
-    json_decref(nd);
-    json_decref(out);
+    cp_json_free(ns);
+    cp_json_free(nd);
+    cp_json_free(out);
     return NULL;
 }
 

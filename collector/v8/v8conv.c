@@ -15,7 +15,7 @@ typedef CP_VEC(uint32_t) u32vec;
 /* One node of a V8 tree, flattened: its id, its call frame, its parent's index. */
 typedef struct node {
     int64_t id;
-    const json_t *frame;
+    const cp_json *frame;
     uint32_t parent;
     uint32_t loc; /* location id, 0 until needed; NONE for a frame left out of stacks */
 } node;
@@ -83,44 +83,38 @@ static int index_ids(tree *t, cp_err *err)
 }
 
 /* An integer member; missing gives def. Returns 0 or CP_EPARSE naming what. */
-static int get_int(const json_t *o, const char *name, int64_t def, int64_t lo, int64_t hi,
+static int get_int(const cp_json *o, const char *name, int64_t def, int64_t lo, int64_t hi,
                    int64_t *out, const char *what, cp_err *err)
 {
-    const json_t *v = json_object_get(o, name);
-    if (!v) {
-        *out = def;
-        return 0;
-    }
-    double d;
-    if (json_is_integer(v))
-        d = (double)json_integer_value(v);
-    else if (json_is_real(v))
-        d = json_real_value(v);
-    else
+    const cp_json *v = cp_json_get(o, name);
+    *out = def; /* also on an error: -O3 cannot tell cp_err_set's result is not 0 */
+    if (!v) return 0;
+    if (!cp_json_is(v, CP_JSON_NUMBER))
         return cp_err_set(err, CP_EPARSE, "%s: %s is not a number", what, name);
+    double d = cp_json_num(v, 0);
     if (!(d >= (double)lo && d <= (double)hi))
         return cp_err_set(err, CP_EPARSE, "%s: %s %g out of range [%lld, %lld]", what, name, d,
                           (long long)lo, (long long)hi);
-    *out = json_is_integer(v) ? (int64_t)json_integer_value(v) : (int64_t)d;
+    *out = cp_json_is_int(v) ? (int64_t)cp_json_int(v, 0) : (int64_t)d;
     return 0;
 }
 
-static const char *get_str(const json_t *o, const char *name)
+static const char *get_str(const cp_json *o, const char *name)
 {
-    const json_t *v = json_object_get(o, name);
-    return json_is_string(v) ? json_string_value(v) : NULL;
+    return cp_json_str(cp_json_get(o, name), NULL);
 }
 
 /* Checks a node's fields and records them at t->n[i]. */
-static int read_node(tree *t, uint32_t i, const json_t *nd, uint32_t parent, cp_err *err)
+static int read_node(tree *t, uint32_t i, const cp_json *nd, uint32_t parent, cp_err *err)
 {
-    if (!json_is_object(nd)) return cp_err_set(err, CP_EPARSE, "node %u is not an object", i);
+    if (!cp_json_is(nd, CP_JSON_OBJECT))
+        return cp_err_set(err, CP_EPARSE, "node %u is not an object", i);
     int64_t id;
     int rc = get_int(nd, "id", -1, 0, INT64_MAX / 2, &id, "node", err);
     if (rc) return rc;
-    if (!json_object_get(nd, "id")) return cp_err_set(err, CP_EPARSE, "node %u has no id", i);
-    const json_t *cf = json_object_get(nd, "callFrame");
-    if (!json_is_object(cf))
+    if (!cp_json_get(nd, "id")) return cp_err_set(err, CP_EPARSE, "node %u has no id", i);
+    const cp_json *cf = cp_json_get(nd, "callFrame");
+    if (!cp_json_is(cf, CP_JSON_OBJECT))
         return cp_err_set(err, CP_EPARSE, "node %lld has no callFrame object", (long long)id);
     if (!get_str(cf, "functionName") || !get_str(cf, "url"))
         return cp_err_set(err, CP_EPARSE,
@@ -272,12 +266,12 @@ static int add_stack(cp_profile *p, tree *t, uint32_t i, const int64_t *vals, u3
  * [{line, ticks}], line 1-based) in proportion to their ticks, by cumulative rounding (the
  * parts add up to cnt), each under a leaf location at its line; without positionTicks, one
  * sample at the function's line. */
-static int add_node_samples(cp_profile *p, tree *t, uint32_t i, const json_t *nd, int64_t cnt,
+static int add_node_samples(cp_profile *p, tree *t, uint32_t i, const cp_json *nd, int64_t cnt,
                             int64_t ns_per_sample, u32vec *stk, cp_err *err)
 {
-    const json_t *pt = json_object_get(nd, "positionTicks");
-    size_t n = json_array_size(pt);
-    if (pt && !json_is_array(pt))
+    const cp_json *pt = cp_json_get(nd, "positionTicks");
+    size_t n = cp_json_len(pt);
+    if (pt && !cp_json_is(pt, CP_JSON_ARRAY))
         return cp_err_set(err, CP_EPARSE, "node %lld: positionTicks is not an array",
                           (long long)t->n[i].id);
     if (n > 100000)
@@ -287,8 +281,8 @@ static int add_node_samples(cp_profile *p, tree *t, uint32_t i, const json_t *nd
     if (!lt) return CP_ENOMEM;
     int rc = 0;
     for (size_t k = 0; k < n && !rc; k++) {
-        const json_t *e = json_array_get(pt, k);
-        if (!json_is_object(e))
+        const cp_json *e = cp_json_at(pt, k);
+        if (!cp_json_is(e, CP_JSON_OBJECT))
             rc = cp_err_set(err, CP_EPARSE, "node %lld: positionTicks[%zu] is not an object",
                             (long long)t->n[i].id, k);
         else if (!(rc = get_int(e, "line", -1, 1, INT32_MAX, &lt[2 * k], "positionTicks", err)) &&
@@ -335,7 +329,7 @@ static int start_profile(cp_profile **out, const char *t0, const char *u0, const
     return 0;
 }
 
-int cp_v8_cpu_profile(const json_t *profile, int64_t interval_us, cp_profile **out,
+int cp_v8_cpu_profile(const cp_json *profile, int64_t interval_us, cp_profile **out,
                       int64_t *span_us, cp_err *err)
 {
     *out = NULL;
@@ -344,21 +338,23 @@ int cp_v8_cpu_profile(const json_t *profile, int64_t interval_us, cp_profile **o
     int64_t *cnt = NULL;
     u32vec stk = {0};
     int rc;
-    if (!json_is_object(profile)) return cp_err_set(err, CP_EPARSE, "CPU profile: not an object");
-    const json_t *nodes = json_object_get(profile, "nodes");
-    const json_t *samples = json_object_get(profile, "samples");
-    const json_t *deltas = json_object_get(profile, "timeDeltas");
-    if (!json_is_array(nodes)) return cp_err_set(err, CP_EPARSE, "CPU profile: no nodes array");
-    if (samples && !json_is_array(samples))
+    if (!cp_json_is(profile, CP_JSON_OBJECT))
+        return cp_err_set(err, CP_EPARSE, "CPU profile: not an object");
+    const cp_json *nodes = cp_json_get(profile, "nodes");
+    const cp_json *samples = cp_json_get(profile, "samples");
+    const cp_json *deltas = cp_json_get(profile, "timeDeltas");
+    if (!cp_json_is(nodes, CP_JSON_ARRAY))
+        return cp_err_set(err, CP_EPARSE, "CPU profile: no nodes array");
+    if (samples && !cp_json_is(samples, CP_JSON_ARRAY))
         return cp_err_set(err, CP_EPARSE, "CPU profile: samples is not an array");
-    if (deltas && !json_is_array(deltas))
+    if (deltas && !cp_json_is(deltas, CP_JSON_ARRAY))
         return cp_err_set(err, CP_EPARSE, "CPU profile: timeDeltas is not an array");
-    size_t nn = json_array_size(nodes), ns_ = json_array_size(samples);
+    size_t nn = cp_json_len(nodes), ns_ = cp_json_len(samples);
     if (nn > CP_V8_MAX_NODES || ns_ > (1u << 28))
         return cp_err_set(err, CP_ELIMIT, "CPU profile: %zu nodes, %zu samples: too many", nn, ns_);
-    if (json_array_size(deltas) != ns_)
+    if (cp_json_len(deltas) != ns_)
         return cp_err_set(err, CP_EPARSE, "CPU profile: %zu samples but %zu timeDeltas", ns_,
-                          json_array_size(deltas));
+                          cp_json_len(deltas));
     int64_t start, end;
     if ((rc = get_int(profile, "startTime", 0, 0, INT64_MAX / 4, &start, "CPU profile", err)) ||
         (rc = get_int(profile, "endTime", start, 0, INT64_MAX / 4, &end, "CPU profile", err)))
@@ -371,19 +367,19 @@ int cp_v8_cpu_profile(const json_t *profile, int64_t interval_us, cp_profile **o
     cnt = calloc(nn ? nn : 1, sizeof(int64_t));
     if (!t.n || !cnt) goto fail;
     for (uint32_t i = 0; i < nn; i++)
-        if ((rc = read_node(&t, i, json_array_get(nodes, i), NONE, err))) goto fail;
+        if ((rc = read_node(&t, i, cp_json_at(nodes, i), NONE, err))) goto fail;
     if ((rc = index_ids(&t, err))) goto fail;
     for (uint32_t i = 0; i < nn; i++) {
-        const json_t *ch = json_object_get(json_array_get(nodes, i), "children");
+        const cp_json *ch = cp_json_get(cp_json_at(nodes, i), "children");
         if (!ch) continue;
-        if (!json_is_array(ch)) {
+        if (!cp_json_is(ch, CP_JSON_ARRAY)) {
             rc = cp_err_set(err, CP_EPARSE, "node %lld: children is not an array",
                             (long long)t.n[i].id);
             goto fail;
         }
-        for (size_t k = 0; k < json_array_size(ch); k++) {
-            const json_t *c = json_array_get(ch, k);
-            uint32_t ci = json_is_integer(c) ? find_node(&t, json_integer_value(c)) : NONE;
+        for (size_t k = 0; k < cp_json_len(ch); k++) {
+            const cp_json *c = cp_json_at(ch, k);
+            uint32_t ci = cp_json_is_int(c) ? find_node(&t, cp_json_int(c, 0)) : NONE;
             if (ci == NONE) {
                 rc = cp_err_set(err, CP_EPARSE, "node %lld: child %zu is not a node id",
                                 (long long)t.n[i].id, k);
@@ -402,20 +398,20 @@ int cp_v8_cpu_profile(const json_t *profile, int64_t interval_us, cp_profile **o
     for (size_t i = 0; i <= ns_; i++) {
         int64_t next = end;
         if (i < ns_) {
-            const json_t *d = json_array_get(deltas, i);
-            if (!json_is_integer(d) || json_integer_value(d) < -(INT64_C(1) << 40) ||
-                json_integer_value(d) > (INT64_C(1) << 40)) {
+            const cp_json *d = cp_json_at(deltas, i);
+            if (!cp_json_is_int(d) || cp_json_int(d, 0) < -(INT64_C(1) << 40) ||
+                cp_json_int(d, 0) > (INT64_C(1) << 40)) {
                 rc = cp_err_set(err, CP_EPARSE,
                                 "CPU profile: timeDeltas[%zu] is not a sane "
                                 "integer",
                                 i);
                 goto fail;
             }
-            next = ts + json_integer_value(d);
+            next = ts + cp_json_int(d, 0);
         }
         if (i == ns_) break;
-        const json_t *s = json_array_get(samples, i);
-        uint32_t si = json_is_integer(s) ? find_node(&t, json_integer_value(s)) : NONE;
+        const cp_json *s = cp_json_at(samples, i);
+        uint32_t si = cp_json_is_int(s) ? find_node(&t, cp_json_int(s, 0)) : NONE;
         if (si == NONE) {
             rc = cp_err_set(err, CP_EPARSE, "CPU profile: samples[%zu] is not a node id", i);
             goto fail;
@@ -429,8 +425,8 @@ int cp_v8_cpu_profile(const json_t *profile, int64_t interval_us, cp_profile **o
     for (uint32_t i = 0; i < nn; i++) {
         if (!cnt[i]) continue;
         if (!strcmp(get_str(t.n[i].frame, "functionName"), "(idle)")) continue;
-        if ((rc = add_node_samples(p, &t, i, json_array_get(nodes, i), cnt[i], interval_us * 1000,
-                                   &stk, err)))
+        if ((rc = add_node_samples(p, &t, i, cp_json_at(nodes, i), cnt[i], interval_us * 1000, &stk,
+                                   err)))
             goto fail;
     }
     p->duration_nanos = (end > start ? end - start : 0) * 1000;
@@ -473,22 +469,24 @@ static uint64_t sample_objects(uint64_t S, int64_t interval)
     return 1;
 }
 
-int cp_v8_heap_profile(const json_t *profile, int64_t interval_bytes, int alloc,
+int cp_v8_heap_profile(const cp_json *profile, int64_t interval_bytes, int alloc,
                        uint64_t *watermark, cp_profile **out, cp_err *err)
 {
     *out = NULL;
     tree t = {0};
     cp_profile *p = NULL;
     double *objs = NULL, *bytes = NULL;
-    const json_t **js = NULL;
+    const cp_json **js = NULL;
     u32vec stk = {0};
     int rc;
     if (interval_bytes <= 0) interval_bytes = 1;
-    if (!json_is_object(profile)) return cp_err_set(err, CP_EPARSE, "heap profile: not an object");
-    const json_t *head = json_object_get(profile, "head");
-    const json_t *samples = json_object_get(profile, "samples");
-    if (!json_is_object(head)) return cp_err_set(err, CP_EPARSE, "heap profile: no head node");
-    if (samples && !json_is_array(samples))
+    if (!cp_json_is(profile, CP_JSON_OBJECT))
+        return cp_err_set(err, CP_EPARSE, "heap profile: not an object");
+    const cp_json *head = cp_json_get(profile, "head");
+    const cp_json *samples = cp_json_get(profile, "samples");
+    if (!cp_json_is(head, CP_JSON_OBJECT))
+        return cp_err_set(err, CP_EPARSE, "heap profile: no head node");
+    if (samples && !cp_json_is(samples, CP_JSON_ARRAY))
         return cp_err_set(err, CP_EPARSE, "heap profile: samples is not an array");
     /* flatten the tree breadth first: js[i] the node, t.n[i] its fields */
     uint32_t cap = 256;
@@ -501,13 +499,13 @@ int cp_v8_heap_profile(const json_t *profile, int64_t interval_bytes, int alloc,
     t.len = 1;
     for (uint32_t i = 0; i < t.len; i++) {
         if ((rc = read_node(&t, i, js[i], t.n[i].parent, err))) goto fail;
-        const json_t *ch = json_object_get(js[i], "children");
-        if (ch && !json_is_array(ch)) {
+        const cp_json *ch = cp_json_get(js[i], "children");
+        if (ch && !cp_json_is(ch, CP_JSON_ARRAY)) {
             rc = cp_err_set(err, CP_EPARSE, "heap node %lld: children is not an array",
                             (long long)t.n[i].id);
             goto fail;
         }
-        size_t nc = json_array_size(ch);
+        size_t nc = cp_json_len(ch);
         if ((size_t)t.len + nc > CP_V8_MAX_NODES) {
             rc = cp_err_set(err, CP_ELIMIT, "heap profile: more than %u nodes", CP_V8_MAX_NODES);
             goto fail;
@@ -517,12 +515,12 @@ int cp_v8_heap_profile(const json_t *profile, int64_t interval_bytes, int alloc,
             node *nn = realloc(t.n, cap * sizeof(node));
             if (!nn) goto fail_nomem;
             t.n = nn;
-            const json_t **nj = realloc(js, cap * sizeof(*js));
+            const cp_json **nj = realloc(js, cap * sizeof(*js));
             if (!nj) goto fail_nomem;
             js = nj;
         }
         for (size_t k = 0; k < nc; k++) {
-            js[t.len] = json_array_get(ch, k);
+            js[t.len] = cp_json_at(ch, k);
             t.n[t.len].parent = i;
             t.len++;
         }
@@ -532,10 +530,10 @@ int cp_v8_heap_profile(const json_t *profile, int64_t interval_bytes, int alloc,
     bytes = calloc(t.len, sizeof(double));
     if (!objs || !bytes) goto fail_nomem;
     uint64_t high = watermark ? *watermark : 0, low = high;
-    for (size_t i = 0; i < json_array_size(samples); i++) {
-        const json_t *s = json_array_get(samples, i);
+    for (size_t i = 0; i < cp_json_len(samples); i++) {
+        const cp_json *s = cp_json_at(samples, i);
         int64_t size, nid, ord;
-        if (!json_is_object(s)) {
+        if (!cp_json_is(s, CP_JSON_OBJECT)) {
             rc = cp_err_set(err, CP_EPARSE, "heap profile: samples[%zu] is not an object", i);
             goto fail;
         }
@@ -590,26 +588,27 @@ int cp_v8_targets_parse(const char *body, size_t len, cp_v8_target **out, size_t
 {
     *out = NULL;
     *n = 0;
-    json_error_t je;
-    json_t *list = json_loadb(body, len, 0, &je);
-    if (!json_is_array(list)) {
+    cp_json *list = NULL;
+    cp_err je = {0};
+    if (cp_json_parse_flags(body, len, CP_JSON_UTF8, &list, &je) == CP_ENOMEM) return CP_ENOMEM;
+    if (!cp_json_is(list, CP_JSON_ARRAY)) {
         int rc = cp_err_set(err, CP_EPARSE, "/json/list is not a JSON array: %s",
-                            list ? "another value" : je.text);
-        json_decref(list);
+                            list ? "another value" : je.msg);
+        cp_json_free(list);
         return rc;
     }
-    size_t k = json_array_size(list);
+    size_t k = cp_json_len(list);
     if (k > MAX_TARGETS) {
-        json_decref(list);
+        cp_json_free(list);
         return cp_err_set(err, CP_ELIMIT, "/json/list: %zu targets: over %d", k, MAX_TARGETS);
     }
     cp_v8_target *v = calloc(k ? k : 1, sizeof(*v));
     if (!v) {
-        json_decref(list);
+        cp_json_free(list);
         return CP_ENOMEM;
     }
     for (size_t i = 0; i < k; i++) {
-        const json_t *t = json_array_get(list, i);
+        const cp_json *t = cp_json_at(list, i);
         const char *id = get_str(t, "id"), *title = get_str(t, "title");
         const char *ws = get_str(t, "webSocketDebuggerUrl");
         /* ws://HOST:PORT/PATH: only the path is used; the host is the one we were given */
@@ -621,7 +620,7 @@ int cp_v8_targets_parse(const char *body, size_t len, cp_v8_target **out, size_t
         snprintf(o->title, sizeof(o->title), "%s", title ? title : "");
         snprintf(o->path, sizeof(o->path), "%s", p);
     }
-    json_decref(list);
+    cp_json_free(list);
     *out = v;
     return 0;
 }
@@ -644,34 +643,36 @@ void cp_v8_worker_isolate(const char *title, char *out, size_t cap)
     snprintf(out, cap, "%.100s", title && title[0] ? title : "worker");
 }
 
-int cp_v8_message_parse(const char *data, size_t len, json_t **out, cp_err *err)
+int cp_v8_message_parse(const char *data, size_t len, cp_json **out, cp_err *err)
 {
-    json_error_t je;
-    json_t *m = json_loadb(data, len, 0, &je);
+    cp_json *m = NULL;
+    cp_err je = {0};
     *out = NULL;
-    if (!m)
-        return cp_err_set(err, CP_EPARSE, "malformed JSON message: %s (line %d column %d)", je.text,
-                          je.line, je.column);
-    if (!json_is_object(m)) {
-        json_decref(m);
+    int rc = cp_json_parse_flags(data, len, CP_JSON_UTF8, &m, &je);
+    if (rc == CP_ENOMEM) return rc;
+    if (rc) return cp_err_set(err, CP_EPARSE, "malformed JSON message: %s", je.msg);
+    if (!cp_json_is(m, CP_JSON_OBJECT)) {
+        cp_json_free(m);
         return cp_err_set(err, CP_EPARSE, "malformed message: not a JSON object");
     }
     *out = m;
     return 0;
 }
 
-int cp_v8_worker_message(const json_t *params, const char **sid, json_t **inner, cp_err *err)
+int cp_v8_worker_message(const cp_json *params, const char **sid, cp_json **inner, cp_err *err)
 {
     const char *ws = get_str(params, "sessionId"), *text = get_str(params, "message");
     *sid = NULL;
     *inner = NULL;
     if (!ws || !text)
         return cp_err_set(err, CP_EPARSE, "malformed worker message (no sessionId/message)");
-    json_error_t je;
-    json_t *m = json_loads(text, 0, &je);
-    if (!m) return cp_err_set(err, CP_EPARSE, "malformed worker message (%s)", je.text);
-    if (!json_is_object(m)) {
-        json_decref(m);
+    cp_json *m = NULL;
+    cp_err je = {0};
+    int rc = cp_json_parse_flags(text, strlen(text), CP_JSON_UTF8, &m, &je);
+    if (rc == CP_ENOMEM) return rc;
+    if (rc) return cp_err_set(err, CP_EPARSE, "malformed worker message (%s)", je.msg);
+    if (!cp_json_is(m, CP_JSON_OBJECT)) {
+        cp_json_free(m);
         return cp_err_set(err, CP_EPARSE, "malformed worker message (not an object)");
     }
     *sid = ws;

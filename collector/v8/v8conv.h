@@ -1,14 +1,14 @@
 /* Converting what V8's inspector returns (Profiler.stop's Profile, HeapProfiler's
- * SamplingHeapProfile, as jansson values) into pprof profiles of the shared model. Pure
+ * SamplingHeapProfile, as model/json trees) into pprof profiles of the shared model. Pure
  * functions: no I/O, no global state; every id, index and number is checked, so a
  * malformed message is an error naming the field, never a crash. */
 #ifndef CP_V8CONV_H
 #define CP_V8CONV_H
 
-#include <jansson.h>
 #include <stdint.h>
 
 #include "error.h"
+#include "json.h"
 #include "profile.h"
 
 /* The most nodes a profile may hold (a sane V8 tree holds thousands). */
@@ -25,7 +25,7 @@
  * URL:LINE:COLUMN" (1-based), which tells apart the anonymous functions of one file. On
  * success *out is a new profile the caller destroys and *span_us (may be NULL) is endTime
  * - startTime. Returns 0, CP_EPARSE (err naming the field), CP_ELIMIT or CP_ENOMEM. */
-int cp_v8_cpu_profile(const json_t *profile, int64_t interval_us, cp_profile **out,
+int cp_v8_cpu_profile(const cp_json *profile, int64_t interval_us, cp_profile **out,
                       int64_t *span_us, cp_err *err);
 
 /* Converts a HeapProfiler.SamplingHeapProfile (`profile` of getSamplingProfile's result)
@@ -36,7 +36,7 @@ int cp_v8_cpu_profile(const json_t *profile, int64_t interval_us, cp_profile **o
  * that size it stands for): its bytes are taken as they are, its objects recovered from
  * them (README "Heap"). *watermark (may be NULL) is raised to the highest ordinal seen. Returns as
  * cp_v8_cpu_profile. */
-int cp_v8_heap_profile(const json_t *profile, int64_t interval_bytes, int alloc,
+int cp_v8_heap_profile(const cp_json *profile, int64_t interval_bytes, int alloc,
                        uint64_t *watermark, cp_profile **out, cp_err *err);
 
 /* One inspector target of a /json/list answer. */
@@ -59,15 +59,16 @@ void cp_v8_isolate_of(const char *title, char *out, size_t cap);
  * are; NULL "worker". */
 void cp_v8_worker_isolate(const char *title, char *out, size_t cap);
 
-/* Parses one inspector message (len bytes) into a JSON object (*out, caller's reference).
- * Returns 0 or CP_EPARSE with err "malformed JSON message: TEXT (line L column C)" or
+/* Parses one inspector message (len bytes) into a JSON object (*out, the caller's:
+ * cp_json_free). Strings must be valid UTF-8, nesting at most CP_JSON_MAX_DEPTH deep.
+ * Returns 0, CP_ENOMEM, or CP_EPARSE with err "malformed JSON message: WHY at byte N" or
  * "malformed message: not a JSON object". */
-int cp_v8_message_parse(const char *data, size_t len, json_t **out, cp_err *err);
+int cp_v8_message_parse(const char *data, size_t len, cp_json **out, cp_err *err);
 
 /* Unwraps NodeWorker.receivedMessageFromWorker's params: *sid points into params, *inner
- * is the worker's message (caller's reference). Returns 0 or CP_EPARSE with err
- * "malformed worker message (WHY)". */
-int cp_v8_worker_message(const json_t *params, const char **sid, json_t **inner, cp_err *err);
+ * is the worker's message (the caller's: cp_json_free). Returns 0, CP_ENOMEM or CP_EPARSE
+ * with err "malformed worker message (WHY)". */
+int cp_v8_worker_message(const cp_json *params, const char **sid, cp_json **inner, cp_err *err);
 
 /* ------------------------------------------------------------------------------------
  * The host's /proc, read to weigh a window by its thread's CPU (v8cpu.c does the I/O). */

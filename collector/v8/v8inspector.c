@@ -2,7 +2,6 @@
  * (libwebsockets: one context, one thread), Node's worker sessions multiplexed over their
  * parent's socket (NodeWorker domain), and synchronous calls: a call serves every
  * connection until its reply, and every message arrives in a callback nested in it. */
-#include <jansson.h>
 #include <libwebsockets.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,33 +63,34 @@ static session *find_session(conn *c, const char *sid)
     return NULL;
 }
 
-const char *cp_v8_jstr(const json_t *o, const char *name)
+const char *cp_v8_jstr(const cp_json *o, const char *name)
 {
-    const json_t *v = json_object_get(o, name);
-    return json_is_string(v) ? json_string_value(v) : NULL;
+    return cp_json_str(cp_json_get(o, name), NULL);
 }
 
 /* Takes m: a reply goes to the session waiting for it, a worker's message is unwrapped,
  * worker attach/detach events are noted for the main loop, the rest is dropped. */
-static void deliver(conn *c, const char *sid, json_t *m)
+static void deliver(conn *c, const char *sid, cp_json *m)
 {
     if (cp_log_level >= CP_LOG_DEBUG) {
-        char *t = json_dumps(m, JSON_COMPACT);
-        cp_log_debug("v8: %s session %s: %.300s", c->target, sid ? sid : "-", t ? t : "?");
-        free(t);
+        cp_buf t = {0};
+        int rc = cp_json_write(&t, m) || cp_buf_append(&t, "", 1);
+        cp_log_debug("v8: %s session %s: %.300s", c->target, sid ? sid : "-",
+                     rc ? "?" : (const char *)t.data);
+        cp_buf_close(&t);
     }
-    const json_t *id = json_object_get(m, "id");
+    const cp_json *id = cp_json_get(m, "id");
     const char *method = cp_v8_jstr(m, "method");
-    const json_t *params = json_object_get(m, "params");
-    if (json_is_integer(id)) {
+    const cp_json *params = cp_json_get(m, "params");
+    if (cp_json_is_int(id)) {
         session *s = find_session(c, sid);
-        if (s && !s->reply && s->want_id == json_integer_value(id)) {
+        if (s && !s->reply && s->want_id == id->i64) {
             s->reply = m;
             return;
         }
     } else if (!sid && method && !strcmp(method, "NodeWorker.receivedMessageFromWorker")) {
         const char *ws;
-        json_t *inner;
+        cp_json *inner;
         cp_err e = {0};
         if (cp_v8_worker_message(params, &ws, &inner, &e) != 0)
             cp_log_warn("v8: %s target %s: %s", c->h->hostport, c->target, e.msg);
@@ -100,7 +100,7 @@ static void deliver(conn *c, const char *sid, json_t *m)
         const char *ws = cp_v8_jstr(params, "sessionId");
         char iso[128];
         /* node titles a worker "[worker N] NAME": the isolate is NAME */
-        cp_v8_worker_isolate(cp_v8_jstr(json_object_get(params, "workerInfo"), "title"), iso,
+        cp_v8_worker_isolate(cp_v8_jstr(cp_json_get(params, "workerInfo"), "title"), iso,
                              sizeof(iso));
         attach a = {ws ? strdup(ws) : NULL, strdup(iso)};
         if (!a.sid || !a.title || cp_vec_push(&c->attaches, a)) {
@@ -122,7 +122,7 @@ static void deliver(conn *c, const char *sid, json_t *m)
         session *s = ws ? find_session(c, ws) : NULL;
         if (s) cp_v8_session_gone(s, "the worker detached");
     }
-    json_decref(m);
+    cp_json_free(m);
 }
 
 static const char *const conn_names[] = {"idle",    "connecting", "open", "finishing",
@@ -200,7 +200,7 @@ static int ws_event(struct lws *wsi, enum lws_callback_reasons reason, void *use
                 cp_log_warn("v8: %s target %s: message over %zu MiB (or no memory): dropped",
                             c->h->hostport, c->target, MAX_MESSAGE >> 20);
             } else {
-                json_t *m;
+                cp_json *m;
                 cp_err e = {0};
                 if (cp_v8_message_parse((const char *)c->rx.data, c->rx.len, &m, &e) != 0)
                     cp_log_warn("v8: %s target %s: %s", c->h->hostport, c->target, e.msg);
@@ -265,40 +265,51 @@ static int queue_text(conn *c, const char *text)
     return 0;
 }
 
-/* Sends method(params) to s (params taken; NULL = {}) and serves every connection until
- * the reply comes. Returns 0 with *result (may be NULL: dropped) the reply's result, or
- * CP_EIO (closed, time-out, an error reply) with err saying which. */
-int cp_v8_call_within(session *s, const char *method, json_t *params, json_t **result,
+/* The text of call id: {"id":ID,"method":METHOD,"params":PARAMS}, wrapped for a Node
+ * worker's session in NodeWorker.sendMessageToWorker (as its message, a string) on c's
+ * own id. 0 or CP_ENOMEM. */
+static int call_text(session *s, int64_t id, const char *method, const char *params, cp_buf *out)
+{
+    cp_buf in = {0};
+    int rc = cp_buf_printf(&in, "{\"id\":%lld,\"method\":\"", (long long)id) ||
+             cp_json_escape(&in, method, strlen(method)) ||
+             cp_buf_printf(&in, "\",\"params\":%s}", params ? params : "{}");
+    if (!rc && s->sid)
+        rc = cp_buf_printf(out,
+                           "{\"id\":%lld,\"method\":\"NodeWorker.sendMessageToWorker\","
+                           "\"params\":{\"message\":\"",
+                           (long long)++s->c->outer_id) ||
+             cp_json_escape(out, (const char *)in.data, in.len) ||
+             cp_buf_append(out, "\",\"sessionId\":\"", 15) ||
+             cp_json_escape(out, s->sid, strlen(s->sid)) || cp_buf_append(out, "\"}}", 3);
+    else if (!rc)
+        rc = cp_buf_append(out, in.data, in.len);
+    cp_buf_close(&in);
+    return rc || cp_buf_append(out, "", 1) ? CP_ENOMEM : 0; /* NUL-terminated */
+}
+
+/* Sends method(params) to s (params: a JSON object's text, NULL = {}) and serves every
+ * connection until the reply comes. Returns 0 with *result (may be NULL: dropped; the
+ * caller's, cp_json_free) the reply's result, or CP_EIO (closed, time-out, an error reply)
+ * with err saying which. */
+int cp_v8_call_within(session *s, const char *method, const char *params, cp_json **result,
                       int64_t timeout_ms, cp_err *err)
 {
     CP_V8_ASSERT_NOT_IN_CALLBACK();
     CP_ASSERT(!in_call); /* one call at a time: s->want_id is the only one awaited */
     conn *c = s->c;
     if (result) *result = NULL;
-    if (!cp_v8_conn_open(c) || !cp_v8_session_alive(s)) {
-        json_decref(params);
+    if (!cp_v8_conn_open(c) || !cp_v8_session_alive(s))
         return cp_err_set(err, CP_EIO, "%s: isolate %s is not connected", method, s->isolate);
-    }
     int64_t id = ++s->next_id;
-    json_t *msg = json_pack("{s:I, s:s, s:o}", "id", (json_int_t)id, "method", method, "params",
-                            params ? params : json_object());
-    char *text = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
-    json_decref(msg);
-    if (text && s->sid) {
-        json_t *w = json_pack("{s:I, s:s, s:{s:s, s:s}}", "id", (json_int_t)++c->outer_id, "method",
-                              "NodeWorker.sendMessageToWorker", "params", "message", text,
-                              "sessionId", s->sid);
-        free(text);
-        text = w ? json_dumps(w, JSON_COMPACT) : NULL;
-        json_decref(w);
-    }
-    if (!text || queue_text(c, text) != 0) {
-        free(text);
+    cp_buf text = {0};
+    if (call_text(s, id, method, params, &text) || queue_text(c, (const char *)text.data) != 0) {
+        cp_buf_close(&text);
         return CP_ENOMEM;
     }
-    free(text);
+    cp_buf_close(&text);
     s->want_id = id;
-    json_decref(s->reply);
+    cp_json_free(s->reply);
     s->reply = NULL;
     int64_t deadline = cp_mono_ns() + timeout_ms * 1000000LL;
     in_call = 1;
@@ -318,22 +329,23 @@ int cp_v8_call_within(session *s, const char *method, json_t *params, json_t **r
                           : cp_v8src.stop_at ? "no reply before the stop"
                                              : why);
     }
-    const json_t *e = json_object_get(s->reply, "error");
+    const cp_json *e = cp_json_get(s->reply, "error");
     int rc = 0;
     if (e) {
         const char *em = cp_v8_jstr(e, "message");
         rc = cp_err_set(err, CP_EIO, "%s on isolate %s: %s", method, s->isolate,
                         em ? em : "error reply");
     } else if (result) {
-        json_t *r = json_object_get(s->reply, "result");
-        *result = r ? json_incref(r) : json_object();
+        cp_json *r = cp_json_take(s->reply, "result");
+        *result = r ? r : cp_json_new(CP_JSON_OBJECT);
+        if (!*result) rc = CP_ENOMEM;
     }
-    json_decref(s->reply);
+    cp_json_free(s->reply);
     s->reply = NULL;
     return rc;
 }
 
-int cp_v8_call(session *s, const char *method, json_t *params, json_t **result, cp_err *err)
+int cp_v8_call(session *s, const char *method, const char *params, cp_json **result, cp_err *err)
 {
     return cp_v8_call_within(s, method, params, result, CALL_TIMEOUT_MS, err);
 }

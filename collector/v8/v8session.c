@@ -97,7 +97,7 @@ void cp_v8_session_free(session *s)
     free(s->scripts_seen.v);
     cp_merger_destroy(s->acc);
     cp_profile_destroy(s->pend);
-    json_decref(s->reply);
+    cp_json_free(s->reply);
     free(s->sid);
     free(s);
 }
@@ -135,15 +135,14 @@ static void session_thread_ask(session *s)
                     s->isolate, c->h->hostport);
         return;
     }
-    json_t *r = NULL;
+    cp_json *r = NULL;
     int pid = 0, tid = 0;
-    json_t *q = json_pack("{s:s, s:b, s:b}", "expression",
-                          "require('fs').readlinkSync('/proc/thread-self')",
-                          "includeCommandLineAPI", 1, "silent", 1);
+    const char *q = "{\"expression\":\"require('fs').readlinkSync('/proc/thread-self')\","
+                    "\"includeCommandLineAPI\":true,\"silent\":true}";
     cp_err e = {0};
     char how[300] = "told by the isolate";
     if (cp_v8_call(s, "Runtime.evaluate", q, &r, &e) == 0) {
-        const json_t *res = json_object_get(r, "result");
+        const cp_json *res = cp_json_get(r, "result");
         const char *v = cp_v8_jstr(res, "value"), *d = cp_v8_jstr(res, "description");
         if (!v || cp_v8_thread_self_parse(v, &pid, &tid, NULL) != 0 || pid != s->pid) {
             snprintf(how, sizeof(how), "not told (%.120s)", v ? v : d ? d : "no value");
@@ -152,7 +151,7 @@ static void session_thread_ask(session *s)
     } else {
         snprintf(how, sizeof(how), "not told (%.200s)", e.msg);
     }
-    json_decref(r);
+    cp_json_free(r);
     int64_t ns;
     if (tid && tid != s->tid && cp_v8_cpu_ns(pid, tid, &ns) == 0) {
         s->tid = tid;
@@ -172,29 +171,28 @@ static int session_start(session *s)
 {
     cp_err e = {0};
     int rc;
+    char iv[64], hp[64];
+    snprintf(iv, sizeof(iv), "{\"interval\":%lld}", (long long)cp_v8src.o->cpu_interval_us);
+    snprintf(hp, sizeof(hp), "{\"samplingInterval\":%lld}", (long long)cp_v8src.o->heap_interval);
     if (cp_v8src.o->cpu_interval_us > 0 &&
         ((rc = cp_v8_call(s, "Profiler.enable", NULL, NULL, &e)) ||
-         (rc = cp_v8_call(s, "Profiler.setSamplingInterval",
-                          json_pack("{s:I}", "interval", (json_int_t)cp_v8src.o->cpu_interval_us),
-                          NULL, &e)) ||
+         (rc = cp_v8_call(s, "Profiler.setSamplingInterval", iv, NULL, &e)) ||
          (rc = cp_v8_profiler_start(s, &e)))) {
         cp_log_warn("v8: %s", e.msg);
         return rc;
     }
-    json_t *hp = json_pack("{s:I}", "samplingInterval", (json_int_t)cp_v8src.o->heap_interval);
     if (cp_v8src.o->heap_interval <= 0) {
         /* heap profiles off */
-    } else if (cp_v8_call(s, "HeapProfiler.startSampling", json_incref(hp), NULL, &e) != 0) {
+    } else if (cp_v8_call(s, "HeapProfiler.startSampling", hp, NULL, &e) != 0) {
         /* a sampler left running by an earlier session of ours: restart it */
         (void)cp_v8_call(s, "HeapProfiler.stopSampling", NULL, NULL, NULL);
-        if (cp_v8_call(s, "HeapProfiler.startSampling", json_incref(hp), NULL, &e) != 0)
+        if (cp_v8_call(s, "HeapProfiler.startSampling", hp, NULL, &e) != 0)
             cp_log_warn("v8: isolate %s: no heap profile: %s", s->isolate, e.msg);
         else
             s->heap_on = 1;
     } else {
         s->heap_on = 1;
     }
-    json_decref(hp);
     /* source maps: Debugger.scriptParsed names each script's map (the scripts already
      * there come before enable's reply); pauses are skipped so that a `debugger`
      * statement or node's --inspect-brk never stops the host for us */
@@ -205,11 +203,10 @@ static int session_start(session *s)
     /* (a session gone during the calls above is GONE: it never ran a window) */
     if (s->state == SESSION_STARTING) cp_v8_session_set(s, SESSION_RUNNING, "profilers on");
     if (!s->sid) { /* node: follow its workers, each held until its profilers run */
-        (void)cp_v8_call(s, "NodeWorker.enable", json_pack("{s:b}", "waitForDebuggerOnStart", 1),
-                         NULL, NULL);
+        (void)cp_v8_call(s, "NodeWorker.enable", "{\"waitForDebuggerOnStart\":true}", NULL, NULL);
         /* and be told when it has run its last line: it then waits for us to go */
-        (void)cp_v8_call(s, "NodeRuntime.notifyWhenWaitingForDisconnect",
-                         json_pack("{s:b}", "enabled", 1), NULL, NULL);
+        (void)cp_v8_call(s, "NodeRuntime.notifyWhenWaitingForDisconnect", "{\"enabled\":true}",
+                         NULL, NULL);
     }
     (void)cp_v8_call(s, "Runtime.runIfWaitingForDebugger", NULL, NULL, NULL);
     session_thread_ask(s);
@@ -320,8 +317,7 @@ static int scripts_read(session *s, cp_err *e)
     if (!s->dbg_on) {
         if (cp_v8_call(s, "Debugger.enable", NULL, NULL, e) != 0) return -1;
         s->dbg_on = 1;
-        if (cp_v8_call(s, "Debugger.setSkipAllPauses", json_pack("{s:b}", "skip", 1), NULL, e) != 0)
-            return -1;
+        if (cp_v8_call(s, "Debugger.setSkipAllPauses", "{\"skip\":true}", NULL, e) != 0) return -1;
     }
     if (s->dbg_always) return 0;
     if (cp_v8_call(s, "Debugger.disable", NULL, NULL, e) != 0) return -1;
@@ -330,41 +326,47 @@ static int scripts_read(session *s, cp_err *e)
 }
 
 /* The script id of node's callFrame if it names a script (V8's own entries say "0"). */
-static const char *frame_script(const json_t *node)
+static const char *frame_script(const cp_json *node)
 {
-    const char *id = cp_v8_jstr(json_object_get(node, "callFrame"), "scriptId");
+    const char *id = cp_v8_jstr(cp_json_get(node, "callFrame"), "scriptId");
     return id && strcmp(id, "0") ? id : NULL;
 }
 
 /* Over the frames under node (a CPU profile's nodes, or a heap profile's tree): with mark,
  * marks each script id reported and returns 0; else returns 1 at the first id not
  * reported yet. */
-static int scan_scripts(session *s, const json_t *node, int depth, int mark)
+static int scan_scripts(session *s, const cp_json *node, int depth, int mark)
 {
     if (depth > 100000) return 0;
-    const json_t *nodes = json_object_get(node, "nodes");
-    if (json_is_array(nodes)) {
-        for (size_t i = 0; i < json_array_size(nodes); i++) {
-            const char *id = frame_script(json_array_get(nodes, i));
+    const cp_json *nodes = cp_json_get(node, "nodes");
+    if (cp_json_is(nodes, CP_JSON_ARRAY)) {
+        for (size_t i = 0; i < cp_json_len(nodes); i++) {
+            const char *id = frame_script(cp_json_at(nodes, i));
             if (id && mark) (void)script_mark(s, id);
             if (id && !mark && !script_seen(s, id)) return 1;
         }
         return 0;
     }
-    const json_t *head = json_object_get(node, "head");
+    const cp_json *head = cp_json_get(node, "head");
     if (head && !depth) node = head;
     const char *id = frame_script(node);
     if (id && mark) (void)script_mark(s, id);
     if (id && !mark && !script_seen(s, id)) return 1;
-    const json_t *ch = json_object_get(node, "children");
-    for (size_t i = 0; json_is_array(ch) && i < json_array_size(ch); i++)
-        if (scan_scripts(s, json_array_get(ch, i), depth + 1, mark)) return 1;
+    const cp_json *ch = cp_json_get(node, "children");
+    for (size_t i = 0; cp_json_is(ch, CP_JSON_ARRAY) && i < cp_json_len(ch); i++)
+        if (scan_scripts(s, cp_json_at(ch, i), depth + 1, mark)) return 1;
     return 0;
 }
 
-static void map_frames(const session *s, json_t *node, int depth);
+static void map_frames(const session *s, cp_json *node, int depth);
 
-void cp_v8_map_profile(session *s, json_t *prof)
+/* o's member key, to edit in place (o is the caller's tree). */
+static cp_json *member(cp_json *o, const char *key)
+{
+    return (cp_json *)cp_json_get(o, key);
+}
+
+void cp_v8_map_profile(session *s, cp_json *prof)
 {
     CP_V8_ASSERT_OUTSIDE_CALLS();
     if (!prof || cp_v8src.o->no_source_maps) return;
@@ -380,7 +382,7 @@ void cp_v8_map_profile(session *s, json_t *prof)
 }
 
 /* Debugger.scriptParsed: reads the script's source map, if it names one. */
-void cp_v8_script_parsed(session *s, const json_t *params)
+void cp_v8_script_parsed(session *s, const cp_json *params)
 {
     const char *id = cp_v8_jstr(params, "scriptId"), *url = cp_v8_jstr(params, "url");
     const char *map_url = cp_v8_jstr(params, "sourceMapURL");
@@ -411,7 +413,7 @@ void cp_v8_script_parsed(session *s, const json_t *params)
     cp_buf_close(&text);
 }
 
-static const cp_v8_smap *map_of(const session *s, const json_t *frame)
+static const cp_v8_smap *map_of(const session *s, const cp_json *frame)
 {
     const char *id = cp_v8_jstr(frame, "scriptId");
     if (!id) return NULL;
@@ -421,31 +423,31 @@ static const cp_v8_smap *map_of(const session *s, const json_t *frame)
 }
 
 /* Maps every callFrame of a CPU profile's nodes or a heap profile's tree (from node). */
-static void map_frames(const session *s, json_t *node, int depth)
+static void map_frames(const session *s, cp_json *node, int depth)
 {
     if (!s->maps.n || depth > 100000) return;
-    json_t *nodes = json_object_get(node, "nodes");
-    if (json_is_array(nodes)) { /* a CPU profile: a flat list */
-        for (size_t i = 0; i < json_array_size(nodes); i++) {
-            json_t *nd = json_array_get(nodes, i), *cf = json_object_get(nd, "callFrame");
-            const cp_v8_smap *m = json_is_object(cf) ? map_of(s, cf) : NULL;
+    cp_json *nodes = member(node, "nodes");
+    if (cp_json_is(nodes, CP_JSON_ARRAY)) { /* a CPU profile: a flat list */
+        for (size_t i = 0; i < cp_json_len(nodes); i++) {
+            cp_json *nd = nodes->items[i], *cf = member(nd, "callFrame");
+            const cp_v8_smap *m = cp_json_is(cf, CP_JSON_OBJECT) ? map_of(s, cf) : NULL;
             if (!m) continue;
             (void)cp_v8_smap_apply(m, cf);
             /* its line ticks count lines of the generated script, not of the source the
              * frame now names: the frame keeps its own line alone */
-            json_object_del(nd, "positionTicks");
+            cp_json_free(cp_json_take(nd, "positionTicks"));
         }
         return;
     }
-    /* a heap profile: head, then children (jansson's parser bounds the depth) */
-    json_t *head = json_object_get(node, "head");
+    /* a heap profile: head, then children (the parser bounds the depth) */
+    cp_json *head = member(node, "head");
     if (head && !depth) node = head;
-    json_t *cf = json_object_get(node, "callFrame");
-    const cp_v8_smap *m = json_is_object(cf) ? map_of(s, cf) : NULL;
+    cp_json *cf = member(node, "callFrame");
+    const cp_v8_smap *m = cp_json_is(cf, CP_JSON_OBJECT) ? map_of(s, cf) : NULL;
     if (m) (void)cp_v8_smap_apply(m, cf);
-    json_t *ch = json_object_get(node, "children");
-    for (size_t i = 0; i < json_array_size(ch); i++)
-        map_frames(s, json_array_get(ch, i), depth + 1);
+    cp_json *ch = member(node, "children");
+    for (size_t i = 0; i < cp_json_len(ch); i++)
+        map_frames(s, ch->items[i], depth + 1);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -463,22 +465,22 @@ void cp_v8_cpu_cycle(session *s, int restart)
     int64_t now = cp_now_ns(), base = cp_v8src.o->cpu_interval_us, ran = s->run_interval_us;
     uint64_t caps = s->run_caps;
     cp_err e = {0};
-    json_t *r = NULL;
+    cp_json *r = NULL;
     cp_profile *p = NULL;
     cp_v8_profiler_cost(s);
     if (cp_v8_call(s, "Profiler.stop", NULL, &r, &e) != 0) {
         s->cpu_failed = 1;
         snprintf(s->cpu_why, sizeof(s->cpu_why), "%s", e.msg);
     } else {
-        json_t *prof = json_object_get(r, "profile");
+        cp_json *prof = member(r, "profile");
         cp_v8_map_profile(s, prof);
         if (cp_v8_cpu_profile(prof, ran, &p, NULL, &e) != 0) {
             s->cpu_failed = 1;
             snprintf(s->cpu_why, sizeof(s->cpu_why), "%s", e.msg);
         } else {
-            json_t *st = json_object_get(prof, "startTime"), *et = json_object_get(prof, "endTime");
-            int64_t t0 = json_is_integer(st) ? json_integer_value(st) : 0;
-            int64_t t1 = json_is_integer(et) ? json_integer_value(et) : 0, gap = 0;
+            const cp_json *st = cp_json_get(prof, "startTime"), *et = cp_json_get(prof, "endTime");
+            int64_t t0 = cp_json_is_int(st) ? st->i64 : 0;
+            int64_t t1 = cp_json_is_int(et) ? et->i64 : 0, gap = 0;
             if (s->last_end_us >= 0 && t0 > s->last_end_us) gap = t0 - s->last_end_us;
             s->last_end_us = t1;
             s->gap_total_us += gap;
@@ -490,13 +492,13 @@ void cp_v8_cpu_cycle(session *s, int restart)
             if (ran == base) {
                 base_p = caps ? cp_profile_clone(p) : p;
             } else {
-                json_t *thin = cp_v8_thin_profile(prof, base, &s->thin_us);
+                cp_json *thin = cp_v8_thin_profile(prof, base, &s->thin_us);
                 if (!thin || cp_v8_cpu_profile(thin, base, &base_p, NULL, &e) != 0) {
                     s->cpu_failed = 1;
                     snprintf(s->cpu_why, sizeof(s->cpu_why), "thinning a capture's run: %.200s",
                              thin ? e.msg : "out of memory");
                 }
-                json_decref(thin);
+                cp_json_free(thin);
             }
             if (!s->acc) s->acc = cp_merger_create();
             if (base_p && (!s->acc || cp_merger_add(s->acc, base_p, &e) != 0)) {
@@ -518,13 +520,14 @@ void cp_v8_cpu_cycle(session *s, int restart)
         }
     }
     cp_profile_destroy(p);
-    json_decref(r);
+    cp_json_free(r);
     if (!restart || !cp_v8_session_alive(s)) return;
     uint64_t want = cp_v8_caps_of(s, cp_now_ns());
     int64_t iv = cp_v8_interval_of(want);
+    char ivt[64];
+    snprintf(ivt, sizeof(ivt), "{\"interval\":%lld}", (long long)iv);
     if (iv != s->run_interval_us &&
-        cp_v8_call(s, "Profiler.setSamplingInterval",
-                   json_pack("{s:I}", "interval", (json_int_t)iv), NULL, &e) != 0) {
+        cp_v8_call(s, "Profiler.setSamplingInterval", ivt, NULL, &e) != 0) {
         cp_log_warn("v8: %s", e.msg);
         iv = s->run_interval_us; /* V8 keeps the last one */
         want = 0;
@@ -549,11 +552,11 @@ void cp_v8_alloc_cycle(session *s, uint64_t want)
     CP_V8_ASSERT_OUTSIDE_CALLS();
     int64_t now = cp_now_ns();
     cp_err e = {0};
-    json_t *r = NULL;
+    cp_json *r = NULL;
     if (cp_v8_call(s, "HeapProfiler.getSamplingProfile", NULL, &r, &e) != 0) {
         cp_log_warn("v8: isolate %s: alloc capture window lost: %s", s->isolate, e.msg);
     } else {
-        json_t *prof = json_object_get(r, "profile");
+        cp_json *prof = member(r, "profile");
         cp_v8_map_profile(s, prof);
         cp_profile *p = NULL;
         uint64_t mark = s->cap_mark;
@@ -579,7 +582,7 @@ void cp_v8_alloc_cycle(session *s, uint64_t want)
             cp_profile_destroy(p);
         }
     }
-    json_decref(r);
+    cp_json_free(r);
     if (want && !s->alloc_caps)
         cp_log_info("v8: isolate %s: alloc capture, heap sampler kept at %lld bytes", s->isolate,
                     (long long)cp_v8src.o->heap_interval);
@@ -613,7 +616,7 @@ int64_t cp_v8_heap_snapshot(session *s, const char *capture)
     memset(&s->snap_err, 0, sizeof(s->snap_err));
     (void)cp_v8_call(s, "HeapProfiler.enable", NULL, NULL, NULL);
     int64_t start = cp_now_ns(), m0 = cp_mono_ns();
-    json_t *params = json_pack("{s:b, s:b}", "reportProgress", 0, "captureNumericValue", 0);
+    const char *params = "{\"reportProgress\":false,\"captureNumericValue\":false}";
     int rc = cp_v8_call_within(s, "HeapProfiler.takeHeapSnapshot", params, NULL,
                                SNAPSHOT_TIMEOUT_MS, &e);
     int64_t pause_ms = (cp_mono_ns() - m0) / 1000000, end = cp_now_ns();
@@ -687,7 +690,7 @@ static void session_window_rest(session *s, int last)
 {
     int64_t end = s->pend_end, start = s->window_start_ns;
     cp_err e = {0};
-    json_t *r = NULL;
+    cp_json *r = NULL;
     int lost = 0;
     if (s->pend) {
         cp_v8_emit_as(s, s->pend, CP_KIND_CPU, s->pend_start, end, s->pend_dropped, NULL,
@@ -697,7 +700,7 @@ static void session_window_rest(session *s, int last)
     }
     if (s->heap_on) {
         if (cp_v8_call(s, "HeapProfiler.getSamplingProfile", NULL, &r, &e) == 0) {
-            json_t *prof = json_object_get(r, "profile");
+            cp_json *prof = member(r, "profile");
             cp_profile *inuse = NULL, *alloc = NULL;
             cp_v8_map_profile(s, prof);
             uint64_t mark = s->watermark;
@@ -711,7 +714,7 @@ static void session_window_rest(session *s, int last)
                 log_lost(s, "alloc and inuse", start, end, e.msg);
                 lost += 2;
             }
-            json_decref(r);
+            cp_json_free(r);
         } else {
             log_lost(s, "alloc and inuse", start, end, e.msg);
             lost += 2;

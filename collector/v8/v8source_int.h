@@ -4,13 +4,13 @@
 #ifndef CP_V8SOURCE_INT_H
 #define CP_V8SOURCE_INT_H
 
-#include <jansson.h>
 #include <stdint.h>
 
 #include "check.h"
 #include "capture.h"
 #include "error.h"
 #include "heapsnap.h"
+#include "json.h"
 #include "labels.h"
 #include "merge.h"
 #include "pprof.h"
@@ -85,7 +85,7 @@ typedef struct session {
     char *sid; /* NodeWorker session id; NULL for the connection's own target */
     char isolate[128];
     int64_t next_id, want_id;
-    json_t *reply;       /* the awaited reply once it came */
+    cp_json *reply;      /* the awaited reply once it came */
     session_state state; /* cp_v8_session_set only */
     int heap_on;
     uint64_t watermark, token, dropped_windows;
@@ -244,20 +244,21 @@ void cp_v8_callback_leave(void);
 /* Whether addr is a loopback address. */
 int cp_v8_loopback(const char *addr);
 /* o's member name if it is a string, else NULL. */
-const char *cp_v8_jstr(const json_t *o, const char *name);
+const char *cp_v8_jstr(const cp_json *o, const char *name);
 /* Creates the libwebsockets context (the source's one); CP_ENOMEM when it cannot. */
 int cp_v8_inspector_open(cp_err *err);
 /* Serves every connection once (returns at least every 20 ms). */
 void cp_v8_inspector_service(void);
 /* Destroys the context: its callbacks still see the connections (each one closed). */
 void cp_v8_inspector_close(void);
-/* Sends method(params) to s (params taken; NULL = {}) and serves every connection until
- * the reply comes. Returns 0 with *result (may be NULL: dropped) the reply's result, or
- * CP_EIO (closed, time-out, an error reply) with err saying which. */
-int cp_v8_call_within(session *s, const char *method, json_t *params, json_t **result,
+/* Sends method(params) to s (params: a JSON object's text, NULL = {}) and serves every
+ * connection until the reply comes. Returns 0 with *result (may be NULL: dropped; the
+ * caller's, cp_json_free) the reply's result, CP_ENOMEM, or CP_EIO (closed, time-out, an
+ * error reply) with err saying which. */
+int cp_v8_call_within(session *s, const char *method, const char *params, cp_json **result,
                       int64_t timeout_ms, cp_err *err);
 /* cp_v8_call_within with the usual time-out (10 s). */
-int cp_v8_call(session *s, const char *method, json_t *params, json_t **result, cp_err *err);
+int cp_v8_call(session *s, const char *method, const char *params, cp_json **result, cp_err *err);
 /* Polls h's /json/list: a connection for each new target, listed marks the rest. */
 void cp_v8_discover(host *h);
 /* Opens c's WebSocket (its callbacks say when it is open or failed). */
@@ -294,11 +295,11 @@ static inline int cp_v8_session_running(const session *s)
     return s->state == SESSION_RUNNING;
 }
 /* Debugger.scriptParsed: reads the script's source map, if it names one. */
-void cp_v8_script_parsed(session *s, const json_t *params);
+void cp_v8_script_parsed(session *s, const cp_json *params);
 /* Reads the isolate's scripts (Debugger on, its scriptParsed replayed for each, then off)
  * when prof, a CPU profile or a heap profile's tree, has a frame of a script not reported
  * yet; then maps every callFrame through the source maps. Outside calls only. */
-void cp_v8_map_profile(session *s, json_t *prof);
+void cp_v8_map_profile(session *s, cp_json *prof);
 /* Ends the CPU profiler's run in progress; with restart, starts the next one. */
 void cp_v8_cpu_cycle(session *s, int restart);
 /* Cuts the alloc captures' windows of s; want: the alloc captures it serves from now. */
@@ -324,7 +325,7 @@ uint64_t cp_v8_caps_of(const session *s, int64_t now);
 int64_t cp_v8_interval_of(uint64_t caps);
 /* A copy of a finer run's profile thinned to base_us (*acc carries the rest); NULL: no
  * memory. */
-json_t *cp_v8_thin_profile(const json_t *profile, int64_t base_us, int64_t *acc);
+cp_json *cp_v8_thin_profile(const cp_json *profile, int64_t base_us, int64_t *acc);
 /* The engine text of capture k's cpu windows of s's run at ran_us, with what the capture
  * cost s so far (cost_us_per_s, cost_permille) once measured. */
 void cp_v8_cap_engine(const v8cap *k, const session *s, int64_t ran_us, char *out, size_t cap);

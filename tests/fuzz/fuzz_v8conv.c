@@ -11,7 +11,7 @@
 #include "pprof.h"
 #include "v8conv.h"
 
-static void convert(const json_t *prof)
+static void convert(const cp_json *prof)
 {
     cp_err e = {0};
     cp_profile *p = NULL;
@@ -67,7 +67,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (cp_v8_schedstat_ns(text, &ns) == 0 && ns < 0) abort();
     if (cp_v8_stat_ticks(text, &ns) == 0 && ns < 0) abort();
     free(text);
-    json_t *m = NULL;
+    cp_json *m = NULL;
     memset(&e, 0, sizeof(e));
     if (cp_v8_message_parse((const char *)data, size, &m, &e) != 0) {
         if (m || !e.msg[0]) abort();
@@ -75,20 +75,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     /* as the source reads a message: a wrapped worker message, an attached worker's title,
      * a reply holding a profile */
-    const json_t *params = json_object_get(m, "params");
+    const cp_json *params = cp_json_get(m, "params");
     const char *sid;
-    json_t *inner = NULL;
+    cp_json *inner = NULL;
     if (cp_v8_worker_message(params, &sid, &inner, &e) == 0) {
-        if (!sid || !json_is_object(inner)) abort();
-        convert(json_object_get(json_object_get(inner, "result"), "profile"));
-        json_decref(inner);
+        if (!sid || !cp_json_is(inner, CP_JSON_OBJECT)) abort();
+        convert(cp_json_get(cp_json_get(inner, "result"), "profile"));
+        cp_json_free(inner);
     }
-    const json_t *title = json_object_get(json_object_get(params, "workerInfo"), "title");
+    const cp_json *title = cp_json_get(cp_json_get(params, "workerInfo"), "title");
     char iso[128];
-    cp_v8_worker_isolate(json_is_string(title) ? json_string_value(title) : NULL, iso, sizeof(iso));
+    cp_v8_worker_isolate(cp_json_str(title, NULL), iso, sizeof(iso));
     if (!iso[0]) abort();
-    convert(json_object_get(json_object_get(m, "result"), "profile"));
+    convert(cp_json_get(cp_json_get(m, "result"), "profile"));
     convert(m);
-    json_decref(m);
+    cp_json_free(m);
     return 0;
 }

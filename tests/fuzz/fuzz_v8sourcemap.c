@@ -4,6 +4,7 @@
  * a byte budget. Any bytes must be refused with an error or give lookups
  * inside the map, without crashing, leaking or reading out of bounds. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,15 +39,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         /* frames at many positions: names, and classes read from sourcesContent */
         for (int line = 0; line < 8; line++)
             for (int col = 0; col < 96; col += 3) {
-                json_t *f = json_pack("{s:s, s:s, s:i, s:i}", "functionName", col % 2 ? "u" : "",
-                                      "url", "w.js", "lineNumber", line, "columnNumber", col);
-                if (!f) abort();
+                char text[128];
+                snprintf(text, sizeof text,
+                         "{\"functionName\":\"%s\",\"url\":\"w.js\",\"lineNumber\":%d,"
+                         "\"columnNumber\":%d}",
+                         col % 2 ? "u" : "", line, col);
+                cp_json *f = NULL;
+                if (cp_json_parse(text, strlen(text), &f, NULL)) abort();
                 int rc = cp_v8_smap_apply(m, f);
                 if (rc < 0 && rc != CP_ENOMEM) abort();
-                if (!json_is_string(json_object_get(f, "url")) ||
-                    !json_is_string(json_object_get(f, "functionName")))
+                if (!cp_json_str(cp_json_get(f, "url"), NULL) ||
+                    !cp_json_str(cp_json_get(f, "functionName"), NULL))
                     abort();
-                json_decref(f);
+                cp_json_free(f);
             }
         cp_v8_smap_destroy(m);
     } else if (m || !e.msg[0]) {

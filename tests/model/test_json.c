@@ -54,9 +54,10 @@ TEST(json_reader)
     CHECK(j->n == 1000 && cp_json_int(j->items[999], 0) == 999);
     cp_json_free(j);
     cp_buf_close(&b);
-    const char *bad[] = {"",      "{",           "[1,]",        "{\"a\"}", "{\"a\":1,}",
-                         "\"abc", "\"\\u0000\"", "\"\\ud800\"", "tru",     "[1] x",
-                         "{1:2}", "\"a\nb\"",    "-",           "01x",     NULL};
+    const char *bad[] = {
+        "",    "{",     "[1,]",  "{\"a\"}",  "{\"a\":1,}", "\"abc", "\"\\u0000\"", "\"\\ud800\"",
+        "tru", "[1] x", "{1:2}", "\"a\nb\"", "-",          "01x",   "01",          "1.",
+        "+1",  ".5",    "1e",    "1e+",      "0x10",       "[1 2]", NULL};
     for (const char **x = bad; *x; x++) {
         CHECK_EQ(cp_json_parse(*x, strlen(*x), &j, &err), CP_EPARSE);
         CHECK_CONTAINS(err.msg, "malformed JSON at byte");
@@ -74,4 +75,80 @@ TEST(json_reader)
     CHECK_CONTAINS(err.msg, "JSON nested deeper than 1024 at byte");
 }
 
-TEST_MAIN(T(json_escape), T(json_reader))
+/* CP_JSON_UTF8 refuses strings that are not UTF-8 by their offset; without it the bytes
+ * pass as they are. Long numbers and numbers at the text's very end read. */
+TEST(json_reader_utf8_and_numbers)
+{
+    cp_json *j = NULL;
+    cp_err err = {0};
+    const char *ok = "[\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"]";
+    CHECK_EQ(cp_json_parse_flags(ok, strlen(ok), CP_JSON_UTF8, &j, &err), 0);
+    cp_json_free(j);
+    const char *bad[] = {"[1,\"\xff\"]",
+                         "[1,\"\xc3\"]",
+                         "[1,\"\xc0\xaf\"]",
+                         "[1,\"\xed\xa0\x80\"]",
+                         "[1,\"\xf4\x90\x80\x80\"]",
+                         NULL};
+    for (const char **x = bad; *x; x++) {
+        CHECK_EQ(cp_json_parse_flags(*x, strlen(*x), CP_JSON_UTF8, &j, &err), CP_EPARSE);
+        CHECK_CONTAINS(err.msg, "JSON string at byte 3 is not valid UTF-8");
+        CHECK(j == NULL);
+        CHECK_EQ(cp_json_parse(*x, strlen(*x), &j, &err), 0);
+        cp_json_free(j);
+    }
+    char num[200];
+    memset(num, '9', 100);
+    memcpy(num + 100, ".5e-98", 7);
+    CHECK_EQ(cp_json_parse(num, strlen(num), &j, &err), 0);
+    CHECK(j->type == CP_JSON_NUMBER && !j->is_int && j->num > 99.9 && j->num < 100.1);
+    cp_json_free(j);
+    CHECK_EQ(cp_json_parse("-9223372036854775807", 20, &j, &err), 0);
+    CHECK(cp_json_is_int(j) && j->i64 == -9223372036854775807LL);
+    cp_json_free(j);
+    CHECK_EQ(cp_json_parse("12345678901234567890", 20, &j, &err), 0);
+    CHECK(!cp_json_is_int(j) && j->num > 1.2e19);
+    cp_json_free(j);
+}
+
+/* Trees edited and built: set replaces or adds, take removes, add appends, copy is deep,
+ * write gives the compact text back. */
+TEST(json_build_edit_write)
+{
+    cp_json *j = NULL;
+    cp_err err = {0};
+    const char *t = "{\"a\":1,\"b\":[true,null,\"x\\\"y\"],\"c\":-2.5,\"d\":{}}";
+    CHECK_EQ(cp_json_parse(t, strlen(t), &j, &err), 0);
+    cp_buf b = {0};
+    CHECK_EQ(cp_json_write(&b, j), 0);
+    CHECK_EQ(b.len, strlen(t));
+    CHECK(!memcmp(b.data, t, b.len));
+    b.len = 0;
+    cp_json *c = cp_json_copy(j);
+    CHECK(c);
+    CHECK_EQ(cp_json_set(c, "a", cp_json_new_str("one")), 0);
+    CHECK_EQ(cp_json_set(c, "e", cp_json_new_int(7)), 0);
+    cp_json *taken = cp_json_take(c, "b");
+    CHECK(cp_json_len(taken) == 3 && cp_json_is(cp_json_at(taken, 0), CP_JSON_BOOL));
+    CHECK(!cp_json_at(taken, 3) && !cp_json_take(c, "b"));
+    CHECK_EQ(cp_json_set(taken, "x", cp_json_new_int(1)), CP_EINVAL); /* not an object */
+    cp_json_free(taken);
+    for (int i = 0; i < 20; i++) /* grows past the arrays' capacity after the take */
+        CHECK_EQ(cp_json_add(c, "k", cp_json_new_int(i)), 0);
+    CHECK_EQ(cp_json_add(c, "z", NULL), CP_ENOMEM);
+    CHECK_EQ(cp_json_write(&b, c), 0);
+    CHECK_EQ(cp_buf_append(&b, "", 1), 0);
+    CHECK_STREQ((const char *)b.data,
+                "{\"a\":\"one\",\"c\":-2.5,\"d\":{},\"e\":7,\"k\":0,\"k\":1,\"k\":2,\"k\":3,"
+                "\"k\":4,\"k\":5,\"k\":6,\"k\":7,\"k\":8,\"k\":9,\"k\":10,\"k\":11,\"k\":12,"
+                "\"k\":13,\"k\":14,\"k\":15,\"k\":16,\"k\":17,\"k\":18,\"k\":19}");
+    /* the original is untouched by edits of its copy */
+    CHECK_EQ(cp_json_int(cp_json_get(j, "a"), 0), 1);
+    CHECK_EQ(cp_json_len(cp_json_get(j, "b")), 3);
+    CHECK_EQ(cp_json_num(cp_json_get(j, "c"), 0), -2.5);
+    cp_buf_close(&b);
+    cp_json_free(c);
+    cp_json_free(j);
+}
+
+TEST_MAIN(T(json_escape), T(json_reader), T(json_reader_utf8_and_numbers), T(json_build_edit_write))

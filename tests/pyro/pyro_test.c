@@ -1056,6 +1056,214 @@ TEST(querier_proto_same_answers_as_json)
     free(dir);
 }
 
+/* A querier test's daemon and the range its requests ask (ms) around the windows stored at
+ * b0 (s). */
+typedef struct qwin {
+    int port;
+    int64_t b0;
+    long long start, end;
+} qwin;
+
+static qwin qwin_at(int port, int64_t b0)
+{
+    return (qwin){port, b0, (long long)(b0 - 60) * 1000, (long long)(b0 + 120) * 1000};
+}
+
+static const char *const H_JSON = "Content-Type: application/json\r\n",
+                         *const H_PROTO = "Content-Type: application/proto\r\n";
+static const char *const PT_CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+                         *const PT_SMP = "process_cpu:samples:count:cpu:nanoseconds",
+                         *const PT_AO = "memory:alloc_objects:count:space:bytes";
+
+/* Series: label sets per profile type, label_names honoured; in proto, one set of one pair. */
+static void rest_series(const qwin *q)
+{
+    long long start = q->start, end = q->end;
+    char body[512];
+    answer a;
+    snprintf(body, sizeof body,
+             "{\"matchers\":[\"{service_name=\\\"sapp\\\"}\"],\"labelNames\":[\"service_name\","
+             "\"__profile_type__\",\"env\"],\"start\":%lld,\"end\":%lld}",
+             start, end);
+    a = post(q->port, "/querier.v1.QuerierService/Series", H_JSON, body, strlen(body), 0);
+    expect(&a, 200,
+           "{\"labelsSet\":[{\"labels\":[{\"name\":\"__profile_type__\",\"value\":\"process_cpu:"
+           "cpu:nanoseconds:cpu:nanoseconds\"},{\"name\":\"env\",\"value\":\"prod\"},{\"name\":"
+           "\"service_name\",\"value\":\"sapp\"}]},{\"labels\":[{\"name\":\"__profile_type__\","
+           "\"value\":\"process_cpu:samples:count:cpu:nanoseconds\"},{\"name\":\"env\",\"value\":"
+           "\"prod\"},{\"name\":\"service_name\",\"value\":\"sapp\"}]}]}");
+    /* in proto, label_names service_name only: one set of one pair */
+    cp_buf req = {0}, exp = {0}, m = {0}, l = {0};
+    pb_str(&req, 1, "{service_name=\"tapp\"}");
+    pb_str(&req, 2, "service_name");
+    pb_key_varint(&req, 3, (uint64_t)start);
+    pb_key_varint(&req, 4, (uint64_t)end);
+    a = post(q->port, "/querier.v1.QuerierService/Series", H_PROTO, req.data, req.len, 0);
+    pb_str(&l, 1, "service_name");
+    pb_str(&l, 2, "tapp");
+    pb_bytes(&m, 1, l.data, l.len);
+    pb_bytes(&exp, 2, m.data, m.len); /* SeriesResponse's labels_set is field 2 */
+    expect_bytes(&a, &exp);
+
+    cp_buf_close(&req);
+    cp_buf_close(&exp);
+    cp_buf_close(&m);
+    cp_buf_close(&l);
+}
+
+/* SelectSeries and its limit (the heavier service kept); SelectMergeProfile: pprof of the
+ * one sample type. */
+static void rest_select(const qwin *q)
+{
+    long long start = q->start, end = q->end;
+    char body[512], want[1024];
+    answer a;
+    cp_buf req = {0};
+    /* SelectSeries grouped by service, limit 1: the heavier, sapp (45 samples to tapp's 5) */
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\",\"labelSelector\":"
+             "\"{}\",\"start\":%lld,\"end\":%lld,\"step\":30,\"groupBy\":[\"service_name\"]%s}",
+             start, end, "");
+    a = post(q->port, "/querier.v1.QuerierService/SelectSeries", H_JSON, body, strlen(body), 0);
+    expect(&a, 200, "\"value\":\"tapp\"}],\"points\":[{\"value\":5,");
+    CHECK_CONTAINS(a.body, "\"value\":\"sapp\"}],\"points\":[{\"value\":45,");
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\",\"labelSelector\":"
+             "\"{}\",\"start\":%lld,\"end\":%lld,\"step\":30,\"groupBy\":[\"service_name\"],"
+             "\"limit\":\"1\"}",
+             start, end);
+    a = post(q->port, "/querier.v1.QuerierService/SelectSeries", H_JSON, body, strlen(body), 0);
+    snprintf(want, sizeof want,
+             "{\"series\":[{\"labels\":[{\"name\":\"service_name\",\"value\":\"sapp\"}],"
+             "\"points\":[{\"value\":45,\"timestamp\":\"%lld\"}]}]}",
+             (long long)q->b0 * 1000);
+    expect(&a, 200, want);
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\",\"limit\":-1}");
+    a = post(q->port, "/querier.v1.QuerierService/SelectSeries", H_JSON, body, strlen(body), 0);
+    expect(&a, 400, "limit");
+
+    /* SelectMergeProfile: pprof of cpu alone, sapp's 450 ms */
+    req.len = 0;
+    pb_str(&req, 1, "process_cpu:cpu:nanoseconds:cpu:nanoseconds");
+    pb_str(&req, 2, "{service_name=\"sapp\"}");
+    pb_key_varint(&req, 3, (uint64_t)start);
+    pb_key_varint(&req, 4, (uint64_t)end);
+    a = post(q->port, "/querier.v1.QuerierService/SelectMergeProfile", H_PROTO, req.data, req.len,
+             0);
+    CHECK_EQ(a.status, 200);
+    cp_profile *p = NULL;
+    cp_err err = {0};
+    CHECK(cp_pprof_decode((const uint8_t *)a.body, a.len, NULL, &p, &err) == 0);
+    CHECK_EQ(p->sample_types.n, 1u);
+    CHECK_STREQ(cp_profile_str(p, p->sample_types.v[0].type), "cpu");
+    CHECK_EQ(cp_profile_total(p, 0), 450000000);
+    cp_profile_destroy(p);
+    snprintf(body, sizeof body,
+             "{\"profileTypeID\":\"process_cpu:cpu:nanoseconds:cpu:nanoseconds\"}");
+
+    cp_buf_close(&req);
+}
+
+/* Diff in JSON (golden) and proto (totals), its bad requests, and the legacy render-diff. */
+static void rest_diff(const qwin *q)
+{
+    long long start = q->start, end = q->end;
+    char body[512];
+    answer a;
+    cp_buf req = {0};
+    /* Diff: sapp (left) against tapp (right) in samples; names from the left first, then
+     * the right's new ones; each bar [left offset, total, self, right offset, total, self,
+     * name] */
+    snprintf(body, sizeof body,
+             "{\"left\":{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\","
+             "\"labelSelector\":\"{service_name=\\\"sapp\\\"}\",\"start\":%lld,\"end\":%lld},"
+             "\"right\":{\"profile_typeID\":\"process_cpu:samples:count:cpu:nanoseconds\","
+             "\"label_selector\":\"{service_name=\\\"tapp\\\"}\",\"start\":%lld,\"end\":%lld}}",
+             start, end, start, end);
+    a = post(q->port, "/querier.v1.QuerierService/Diff", H_JSON, body, strlen(body), 0);
+    expect(&a, 200,
+           "{\"flamegraph\":{\"names\":[\"total\",\"main\",\"work\",\"hot\",\"cold\",\"idle\","
+           "\"x\"],\"levels\":[{\"values\":[\"0\",\"45\",\"0\",\"0\",\"5\",\"0\",\"0\"]},"
+           "{\"values\":[\"0\",\"45\",\"0\",\"0\",\"5\",\"0\",\"1\"]},{\"values\":[\"0\",\"40\","
+           "\"0\",\"0\",\"0\",\"0\",\"2\",\"0\",\"5\",\"5\",\"0\",\"0\",\"0\",\"5\",\"0\",\"0\","
+           "\"0\",\"0\",\"5\",\"5\",\"6\"]},{\"values\":[\"0\",\"30\",\"30\",\"0\",\"0\",\"0\","
+           "\"3\",\"0\",\"10\",\"10\",\"0\",\"0\",\"0\",\"4\"]}],\"total\":\"50\",\"maxSelf\":"
+           "\"30\",\"leftTicks\":\"45\",\"rightTicks\":\"5\"}}");
+    /* in proto: DiffRequest{1 left, 2 right} -> DiffResponse{1 FlameGraphDiff{3 total,
+     * 5 leftTicks, 6 rightTicks}} */
+    cp_buf side = {0};
+    req.len = 0;
+    for (int k = 0; k < 2; k++) {
+        side.len = 0;
+        pb_str(&side, 1, "process_cpu:samples:count:cpu:nanoseconds");
+        pb_str(&side, 2, k ? "{service_name=\"tapp\"}" : "{service_name=\"sapp\"}");
+        pb_key_varint(&side, 3, (uint64_t)start);
+        pb_key_varint(&side, 4, (uint64_t)end);
+        pb_bytes(&req, (uint32_t)k + 1, side.data, side.len);
+    }
+    cp_buf_close(&side);
+    a = post(q->port, "/querier.v1.QuerierService/Diff", H_PROTO, req.data, req.len, 0);
+    CHECK_EQ(a.status, 200);
+    const uint8_t *fg;
+    size_t fgn;
+    CHECK(pb_find_bytes((const uint8_t *)a.body, a.len, 1, &fg, &fgn) == 0);
+    CHECK_EQ(pb_find_varint(fg, fgn, 3), 50);
+    CHECK_EQ(pb_find_varint(fg, fgn, 5), 45);
+    CHECK_EQ(pb_find_varint(fg, fgn, 6), 5);
+    a = post(q->port, "/querier.v1.QuerierService/Diff", H_JSON, "{\"left\":{}}", 11, 0);
+    expect(&a, 400, "left.profile_typeID");
+    a = post(q->port, "/querier.v1.QuerierService/Diff", H_JSON, "{}", 2, 0);
+    expect(&a, 400, "left: missing");
+
+    /* the legacy /pyroscope/render-diff: the same graph as a "double" flamebearer */
+    char lq[768];
+    snprintf(lq, sizeof lq,
+             "/pyroscope/render-diff?leftQuery=process_cpu:samples:count:cpu:nanoseconds%%7B"
+             "service_name%%3D%%22sapp%%22%%7D&leftFrom=%lld&leftUntil=%lld&rightQuery=process_"
+             "cpu:samples:count:cpu:nanoseconds%%7Bservice_name%%3D%%22tapp%%22%%7D&rightFrom=%lld"
+             "&rightUntil=%lld&format=json",
+             (long long)q->b0 - 60, (long long)q->b0 + 120, (long long)q->b0 - 60,
+             (long long)q->b0 + 120);
+    a = request("GET", q->port, lq, NULL, "", 0, 0);
+    expect(&a, 200,
+           "{\"version\":1,\"flamebearer\":{\"names\":[\"total\",\"main\",\"work\",\"hot\","
+           "\"cold\",\"idle\",\"x\"],\"levels\":[[0,45,0,0,5,0,0],[0,45,0,0,5,0,1],[0,40,0,0,0,0,"
+           "2,0,5,5,0,0,0,5,0,0,0,0,5,5,6],[0,30,30,0,0,0,3,0,10,10,0,0,0,4]],\"numTicks\":50,"
+           "\"maxSelf\":30,\"leftTicks\":45,\"rightTicks\":5},\"metadata\":{\"format\":"
+           "\"double\",\"spyName\":\"\",\"sampleRate\":100,\"units\":\"samples\",\"name\":"
+           "\"process_cpu:samples:count:cpu:nanoseconds\"},\"timeline\":null}");
+    a = request("GET", q->port,
+                "/pyroscope/render-diff?leftQuery=process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+                NULL, "", 0, 0);
+    expect(&a, 400, "rightQuery");
+
+    cp_buf_close(&req);
+}
+
+/* GetProfileStats (the stored window, in ms), JSON and proto; an unknown method. */
+static void rest_stats(const qwin *q)
+{
+    char want[1024];
+    answer a;
+    cp_buf exp = {0};
+    /* GetProfileStats: the stored windows, in ms */
+    a = post(q->port, "/querier.v1.QuerierService/GetProfileStats", H_JSON, "{}", 2, 0);
+    snprintf(want, sizeof want, "{\"dataIngested\":true,\"oldestProfileTime\":\"%lld\",",
+             (long long)q->b0 * 1000);
+    expect(&a, 200, want);
+    a = post(q->port, "/querier.v1.QuerierService/GetProfileStats", H_PROTO, "", 0, 0);
+    exp.len = 0;
+    pb_key_varint(&exp, 1, 1);
+    CHECK_EQ(a.status, 200);
+    CHECK(a.len > 3 && memcmp(a.body, exp.data, exp.len) == 0);
+    CHECK_EQ(pb_find_varint((const uint8_t *)a.body, a.len, 2), (int64_t)q->b0 * 1000);
+
+    a = post(q->port, "/querier.v1.QuerierService/NoSuchMethod", H_PROTO, "", 0, 0);
+    expect(&a, 404, "\"code\":\"unimplemented\"");
+    cp_buf_close(&exp);
+}
+
 /* The rest of querier.v1 as Grafana's Profiles Drilldown calls it, over two services stored
  * over /ingest: Series (label sets per profile type, label_names honoured; JSON and proto),
  * SelectSeries' limit (the heavier service kept), SelectMergeProfile (pprof of the one
@@ -1086,161 +1294,11 @@ TEST(querier_series_profile_stats_limit)
         NULL, "hot"));
     free(wait_for(d.port, "/api/v1/series?from=-1h&select=%7Bservice%3D%22sapp%22%7D", NULL,
                   "sapp"));
-    const char *H = "Content-Type: application/json\r\n",
-               *P = "Content-Type: application/proto\r\n";
-    char body[512], want[1024];
-    long long start = (long long)(b0 - 60) * 1000, end = (long long)(b0 + 120) * 1000;
-
-    /* Series */
-    snprintf(body, sizeof body,
-             "{\"matchers\":[\"{service_name=\\\"sapp\\\"}\"],\"labelNames\":[\"service_name\","
-             "\"__profile_type__\",\"env\"],\"start\":%lld,\"end\":%lld}",
-             start, end);
-    a = post(d.port, "/querier.v1.QuerierService/Series", H, body, strlen(body), 0);
-    expect(&a, 200,
-           "{\"labelsSet\":[{\"labels\":[{\"name\":\"__profile_type__\",\"value\":\"process_cpu:"
-           "cpu:nanoseconds:cpu:nanoseconds\"},{\"name\":\"env\",\"value\":\"prod\"},{\"name\":"
-           "\"service_name\",\"value\":\"sapp\"}]},{\"labels\":[{\"name\":\"__profile_type__\","
-           "\"value\":\"process_cpu:samples:count:cpu:nanoseconds\"},{\"name\":\"env\",\"value\":"
-           "\"prod\"},{\"name\":\"service_name\",\"value\":\"sapp\"}]}]}");
-    /* in proto, label_names service_name only: one set of one pair */
-    cp_buf req = {0}, exp = {0}, m = {0}, l = {0};
-    pb_str(&req, 1, "{service_name=\"tapp\"}");
-    pb_str(&req, 2, "service_name");
-    pb_key_varint(&req, 3, (uint64_t)start);
-    pb_key_varint(&req, 4, (uint64_t)end);
-    a = post(d.port, "/querier.v1.QuerierService/Series", P, req.data, req.len, 0);
-    pb_str(&l, 1, "service_name");
-    pb_str(&l, 2, "tapp");
-    pb_bytes(&m, 1, l.data, l.len);
-    pb_bytes(&exp, 2, m.data, m.len); /* SeriesResponse's labels_set is field 2 */
-    expect_bytes(&a, &exp);
-
-    /* SelectSeries grouped by service, limit 1: the heavier, sapp (45 samples to tapp's 5) */
-    snprintf(body, sizeof body,
-             "{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\",\"labelSelector\":"
-             "\"{}\",\"start\":%lld,\"end\":%lld,\"step\":30,\"groupBy\":[\"service_name\"]%s}",
-             start, end, "");
-    a = post(d.port, "/querier.v1.QuerierService/SelectSeries", H, body, strlen(body), 0);
-    expect(&a, 200, "\"value\":\"tapp\"}],\"points\":[{\"value\":5,");
-    CHECK_CONTAINS(a.body, "\"value\":\"sapp\"}],\"points\":[{\"value\":45,");
-    snprintf(body, sizeof body,
-             "{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\",\"labelSelector\":"
-             "\"{}\",\"start\":%lld,\"end\":%lld,\"step\":30,\"groupBy\":[\"service_name\"],"
-             "\"limit\":\"1\"}",
-             start, end);
-    a = post(d.port, "/querier.v1.QuerierService/SelectSeries", H, body, strlen(body), 0);
-    snprintf(want, sizeof want,
-             "{\"series\":[{\"labels\":[{\"name\":\"service_name\",\"value\":\"sapp\"}],"
-             "\"points\":[{\"value\":45,\"timestamp\":\"%lld\"}]}]}",
-             (long long)b0 * 1000);
-    expect(&a, 200, want);
-    snprintf(body, sizeof body,
-             "{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\",\"limit\":-1}");
-    a = post(d.port, "/querier.v1.QuerierService/SelectSeries", H, body, strlen(body), 0);
-    expect(&a, 400, "limit");
-
-    /* SelectMergeProfile: pprof of cpu alone, sapp's 450 ms */
-    req.len = 0;
-    pb_str(&req, 1, "process_cpu:cpu:nanoseconds:cpu:nanoseconds");
-    pb_str(&req, 2, "{service_name=\"sapp\"}");
-    pb_key_varint(&req, 3, (uint64_t)start);
-    pb_key_varint(&req, 4, (uint64_t)end);
-    a = post(d.port, "/querier.v1.QuerierService/SelectMergeProfile", P, req.data, req.len, 0);
-    CHECK_EQ(a.status, 200);
-    cp_profile *p = NULL;
-    cp_err err = {0};
-    CHECK(cp_pprof_decode((const uint8_t *)a.body, a.len, NULL, &p, &err) == 0);
-    CHECK_EQ(p->sample_types.n, 1u);
-    CHECK_STREQ(cp_profile_str(p, p->sample_types.v[0].type), "cpu");
-    CHECK_EQ(cp_profile_total(p, 0), 450000000);
-    cp_profile_destroy(p);
-    snprintf(body, sizeof body,
-             "{\"profileTypeID\":\"process_cpu:cpu:nanoseconds:cpu:nanoseconds\"}");
-
-    /* Diff: sapp (left) against tapp (right) in samples; names from the left first, then
-     * the right's new ones; each bar [left offset, total, self, right offset, total, self,
-     * name] */
-    snprintf(body, sizeof body,
-             "{\"left\":{\"profileTypeID\":\"process_cpu:samples:count:cpu:nanoseconds\","
-             "\"labelSelector\":\"{service_name=\\\"sapp\\\"}\",\"start\":%lld,\"end\":%lld},"
-             "\"right\":{\"profile_typeID\":\"process_cpu:samples:count:cpu:nanoseconds\","
-             "\"label_selector\":\"{service_name=\\\"tapp\\\"}\",\"start\":%lld,\"end\":%lld}}",
-             start, end, start, end);
-    a = post(d.port, "/querier.v1.QuerierService/Diff", H, body, strlen(body), 0);
-    expect(&a, 200,
-           "{\"flamegraph\":{\"names\":[\"total\",\"main\",\"work\",\"hot\",\"cold\",\"idle\","
-           "\"x\"],\"levels\":[{\"values\":[\"0\",\"45\",\"0\",\"0\",\"5\",\"0\",\"0\"]},"
-           "{\"values\":[\"0\",\"45\",\"0\",\"0\",\"5\",\"0\",\"1\"]},{\"values\":[\"0\",\"40\","
-           "\"0\",\"0\",\"0\",\"0\",\"2\",\"0\",\"5\",\"5\",\"0\",\"0\",\"0\",\"5\",\"0\",\"0\","
-           "\"0\",\"0\",\"5\",\"5\",\"6\"]},{\"values\":[\"0\",\"30\",\"30\",\"0\",\"0\",\"0\","
-           "\"3\",\"0\",\"10\",\"10\",\"0\",\"0\",\"0\",\"4\"]}],\"total\":\"50\",\"maxSelf\":"
-           "\"30\",\"leftTicks\":\"45\",\"rightTicks\":\"5\"}}");
-    /* in proto: DiffRequest{1 left, 2 right} -> DiffResponse{1 FlameGraphDiff{3 total,
-     * 5 leftTicks, 6 rightTicks}} */
-    cp_buf side = {0};
-    req.len = 0;
-    for (int k = 0; k < 2; k++) {
-        side.len = 0;
-        pb_str(&side, 1, "process_cpu:samples:count:cpu:nanoseconds");
-        pb_str(&side, 2, k ? "{service_name=\"tapp\"}" : "{service_name=\"sapp\"}");
-        pb_key_varint(&side, 3, (uint64_t)start);
-        pb_key_varint(&side, 4, (uint64_t)end);
-        pb_bytes(&req, (uint32_t)k + 1, side.data, side.len);
-    }
-    cp_buf_close(&side);
-    a = post(d.port, "/querier.v1.QuerierService/Diff", P, req.data, req.len, 0);
-    CHECK_EQ(a.status, 200);
-    const uint8_t *fg;
-    size_t fgn;
-    CHECK(pb_find_bytes((const uint8_t *)a.body, a.len, 1, &fg, &fgn) == 0);
-    CHECK_EQ(pb_find_varint(fg, fgn, 3), 50);
-    CHECK_EQ(pb_find_varint(fg, fgn, 5), 45);
-    CHECK_EQ(pb_find_varint(fg, fgn, 6), 5);
-    a = post(d.port, "/querier.v1.QuerierService/Diff", H, "{\"left\":{}}", 11, 0);
-    expect(&a, 400, "left.profile_typeID");
-    a = post(d.port, "/querier.v1.QuerierService/Diff", H, "{}", 2, 0);
-    expect(&a, 400, "left: missing");
-
-    /* the legacy /pyroscope/render-diff: the same graph as a "double" flamebearer */
-    char lq[768];
-    snprintf(lq, sizeof lq,
-             "/pyroscope/render-diff?leftQuery=process_cpu:samples:count:cpu:nanoseconds%%7B"
-             "service_name%%3D%%22sapp%%22%%7D&leftFrom=%lld&leftUntil=%lld&rightQuery=process_"
-             "cpu:samples:count:cpu:nanoseconds%%7Bservice_name%%3D%%22tapp%%22%%7D&rightFrom=%lld"
-             "&rightUntil=%lld&format=json",
-             (long long)b0 - 60, (long long)b0 + 120, (long long)b0 - 60, (long long)b0 + 120);
-    a = request("GET", d.port, lq, NULL, "", 0, 0);
-    expect(&a, 200,
-           "{\"version\":1,\"flamebearer\":{\"names\":[\"total\",\"main\",\"work\",\"hot\","
-           "\"cold\",\"idle\",\"x\"],\"levels\":[[0,45,0,0,5,0,0],[0,45,0,0,5,0,1],[0,40,0,0,0,0,"
-           "2,0,5,5,0,0,0,5,0,0,0,0,5,5,6],[0,30,30,0,0,0,3,0,10,10,0,0,0,4]],\"numTicks\":50,"
-           "\"maxSelf\":30,\"leftTicks\":45,\"rightTicks\":5},\"metadata\":{\"format\":"
-           "\"double\",\"spyName\":\"\",\"sampleRate\":100,\"units\":\"samples\",\"name\":"
-           "\"process_cpu:samples:count:cpu:nanoseconds\"},\"timeline\":null}");
-    a = request("GET", d.port,
-                "/pyroscope/render-diff?leftQuery=process_cpu:cpu:nanoseconds:cpu:nanoseconds",
-                NULL, "", 0, 0);
-    expect(&a, 400, "rightQuery");
-
-    /* GetProfileStats: the stored windows, in ms */
-    a = post(d.port, "/querier.v1.QuerierService/GetProfileStats", H, "{}", 2, 0);
-    snprintf(want, sizeof want, "{\"dataIngested\":true,\"oldestProfileTime\":\"%lld\",",
-             (long long)b0 * 1000);
-    expect(&a, 200, want);
-    a = post(d.port, "/querier.v1.QuerierService/GetProfileStats", P, "", 0, 0);
-    exp.len = 0;
-    pb_key_varint(&exp, 1, 1);
-    CHECK_EQ(a.status, 200);
-    CHECK(a.len > 3 && memcmp(a.body, exp.data, exp.len) == 0);
-    CHECK_EQ(pb_find_varint((const uint8_t *)a.body, a.len, 2), (int64_t)b0 * 1000);
-
-    a = post(d.port, "/querier.v1.QuerierService/NoSuchMethod", P, "", 0, 0);
-    expect(&a, 404, "\"code\":\"unimplemented\"");
-    cp_buf_close(&req);
-    cp_buf_close(&exp);
-    cp_buf_close(&m);
-    cp_buf_close(&l);
+    const qwin q = qwin_at(d.port, b0);
+    rest_series(&q);
+    rest_select(&q);
+    rest_diff(&q);
+    rest_stats(&q);
     CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
     free(dir);
 }
@@ -1266,35 +1324,23 @@ static void store_two_types(proc *d, int64_t b0)
     free(wait_for(d->port, "/api/v1/series?from=-1h&select=%7Benv%3D%22prod%22%7D", NULL, "fapp"));
 }
 
-/* What Grafana's Profiles Drilldown app puts in its selectors: __profile_type__ (and
- * __name__) select the profile type, another type than the request's is an empty answer
- * (not an error), service_name is contprof's service; in every querier method, JSON and
- * proto, and the legacy render and label-values. */
-TEST(querier_profile_type_in_selectors)
+/* SelectMergeStacktraces, JSON and proto: the request's type in the selector (equal, by
+ * regex, by __name__) selects; another type is an empty graph. */
+static void ptype_stacktraces(const qwin *q)
 {
-    const int64_t b0 = base_s();
-    char *dir = proc_tmpdir("pyro", "ptype");
-    proc d;
-    start_daemon_data(&d, dir, 0, 0, NULL);
-    store_two_types(&d, b0);
-    const char *H = "Content-Type: application/json\r\n",
-               *P = "Content-Type: application/proto\r\n";
-    const char *CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
-               *AO = "memory:alloc_objects:count:space:bytes";
-    long long start = (long long)(b0 - 60) * 1000, end = (long long)(b0 + 120) * 1000;
-    char body[1024], want[1024];
-
+    long long start = q->start, end = q->end;
+    char body[1024];
     /* SelectMergeStacktraces: the request's type in the selector, equal or by regex */
     const char *sels[] = {"{__profile_type__=\\\"%s\\\", service_name=\\\"fapp\\\"}",
                           "{__profile_type__=~\\\"process_cpu:.*\\\",service_name=\\\"fapp\\\"}",
                           "{__name__=\\\"process_cpu\\\",service_name=\\\"fapp\\\"}"};
     for (int i = 0; i < 3; i++) {
         char sel[256];
-        snprintf(sel, sizeof sel, sels[i], CPU);
+        snprintf(sel, sizeof sel, sels[i], PT_CPU);
         snprintf(body, sizeof body,
                  "{\"profileTypeID\":\"%s\",\"labelSelector\":\"%s\",\"start\":%lld,\"end\":%lld}",
-                 CPU, sel, start, end);
-        answer a = post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces", H, body,
+                 PT_CPU, sel, start, end);
+        answer a = post(q->port, "/querier.v1.QuerierService/SelectMergeStacktraces", H_JSON, body,
                         strlen(body), 0);
         expect(&a, 200, "\"total\":\"450000000\"");
     }
@@ -1302,9 +1348,9 @@ TEST(querier_profile_type_in_selectors)
     snprintf(body, sizeof body,
              "{\"profileTypeID\":\"%s\",\"labelSelector\":\"{__profile_type__=\\\"%s\\\","
              "service_name=\\\"fapp\\\"}\",\"start\":%lld,\"end\":%lld}",
-             CPU, AO, start, end);
-    answer a =
-        post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces", H, body, strlen(body), 0);
+             PT_CPU, PT_AO, start, end);
+    answer a = post(q->port, "/querier.v1.QuerierService/SelectMergeStacktraces", H_JSON, body,
+                    strlen(body), 0);
     expect(&a, 200,
            "{\"flamegraph\":{\"names\":[\"total\"],\"levels\":[{\"values\":[\"0\",\"0\","
            "\"0\",\"0\"]}],\"total\":\"0\",\"maxSelf\":\"0\"}}");
@@ -1312,13 +1358,14 @@ TEST(querier_profile_type_in_selectors)
     for (int k = 0; k < 2; k++) {
         cp_buf req = {0};
         char sel[256];
-        snprintf(sel, sizeof sel, "{__profile_type__=\"%s\",service_name=\"fapp\"}", k ? AO : CPU);
-        pb_str(&req, 1, CPU);
+        snprintf(sel, sizeof sel, "{__profile_type__=\"%s\",service_name=\"fapp\"}",
+                 k ? PT_AO : PT_CPU);
+        pb_str(&req, 1, PT_CPU);
         pb_str(&req, 2, sel);
         pb_key_varint(&req, 3, (uint64_t)start);
         pb_key_varint(&req, 4, (uint64_t)end);
-        a = post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces", P, req.data, req.len,
-                 0);
+        a = post(q->port, "/querier.v1.QuerierService/SelectMergeStacktraces", H_PROTO, req.data,
+                 req.len, 0);
         CHECK_EQ(a.status, 200);
         const uint8_t *fg;
         size_t fgn;
@@ -1326,27 +1373,34 @@ TEST(querier_profile_type_in_selectors)
         CHECK_EQ(pb_find_varint(fg, fgn, 3), k ? -1 : 450000000);
         cp_buf_close(&req);
     }
+}
 
+/* LabelNames and LabelValues: the names and values of the selected type's series only. */
+static void ptype_labels(const qwin *q)
+{
+    long long start = q->start, end = q->end;
+    char body[1024];
+    answer a;
     /* LabelNames: the labels of the selected type's series only */
     snprintf(body, sizeof body,
              "{\"matchers\":[\"{__profile_type__=\\\"%s\\\",service_name=\\\"fapp\\\"}\"],"
              "\"start\":%lld,\"end\":%lld}",
-             CPU, start, end);
-    a = post(d.port, "/querier.v1.QuerierService/LabelNames", H, body, strlen(body), 0);
+             PT_CPU, start, end);
+    a = post(q->port, "/querier.v1.QuerierService/LabelNames", H_JSON, body, strlen(body), 0);
     expect(&a, 200, "{\"names\":[\"__profile_type__\",\"env\",\"service_name\"]}");
     cp_buf req = {0}, exp = {0};
     char sel[256];
-    snprintf(sel, sizeof sel, "{__profile_type__=\"%s\",service_name=\"fapp\"}", AO);
+    snprintf(sel, sizeof sel, "{__profile_type__=\"%s\",service_name=\"fapp\"}", PT_AO);
     pb_str(&req, 1, sel);
     pb_key_varint(&req, 2, (uint64_t)start);
     pb_key_varint(&req, 3, (uint64_t)end);
-    a = post(d.port, "/querier.v1.QuerierService/LabelNames", P, req.data, req.len, 0);
+    a = post(q->port, "/querier.v1.QuerierService/LabelNames", H_PROTO, req.data, req.len, 0);
     pb_str(&exp, 1, "__profile_type__");
     pb_str(&exp, 1, "pool");
     pb_str(&exp, 1, "service_name");
     expect_bytes(&a, &exp);
     /* without a selector: every name of the tenant */
-    a = post(d.port, "/querier.v1.QuerierService/LabelNames", H, "{}", 2, 0);
+    a = post(q->port, "/querier.v1.QuerierService/LabelNames", H_JSON, "{}", 2, 0);
     expect(&a, 200, "{\"names\":[\"__profile_type__\",\"env\",\"pool\",\"service_name\"]}");
 
     /* LabelValues: of __profile_type__ narrowed by __name__; of env for the memory type: none */
@@ -1354,29 +1408,42 @@ TEST(querier_profile_type_in_selectors)
              "{\"name\":\"__profile_type__\",\"matchers\":[\"{__name__=\\\"memory\\\","
              "service_name=\\\"fapp\\\"}\"],\"start\":%lld,\"end\":%lld}",
              start, end);
-    a = post(d.port, "/querier.v1.QuerierService/LabelValues", H, body, strlen(body), 0);
+    a = post(q->port, "/querier.v1.QuerierService/LabelValues", H_JSON, body, strlen(body), 0);
     expect(&a, 200,
            "{\"names\":[\"memory:alloc_objects:count:space:bytes\","
            "\"memory:alloc_space:bytes:space:bytes\"]}");
     snprintf(body, sizeof body,
              "{\"name\":\"env\",\"matchers\":[\"{__profile_type__=\\\"%s\\\"}\"],\"start\":%lld,"
              "\"end\":%lld}",
-             AO, start, end);
-    a = post(d.port, "/querier.v1.QuerierService/LabelValues", H, body, strlen(body), 0);
+             PT_AO, start, end);
+    a = post(q->port, "/querier.v1.QuerierService/LabelValues", H_JSON, body, strlen(body), 0);
     expect(&a, 200, "{\"names\":[]}");
     snprintf(body, sizeof body,
              "{\"name\":\"service_name\",\"matchers\":[\"{__profile_type__=\\\"%s\\\"}\"],"
              "\"start\":%lld,\"end\":%lld}",
-             AO, start, end);
-    a = post(d.port, "/querier.v1.QuerierService/LabelValues", H, body, strlen(body), 0);
+             PT_AO, start, end);
+    a = post(q->port, "/querier.v1.QuerierService/LabelValues", H_JSON, body, strlen(body), 0);
     expect(&a, 200, "{\"names\":[\"fapp\"]}");
 
+    cp_buf_close(&req);
+    cp_buf_close(&exp);
+}
+
+/* Series, SelectSeries, SelectMergeProfile and Diff: the selected type's, empty for
+ * another type. */
+static void ptype_series(const qwin *q)
+{
+    long long start = q->start, end = q->end;
+    char body[1024], want[1024], sel[256];
+    answer a;
+    cp_buf req = {0};
+    snprintf(sel, sizeof sel, "{__profile_type__=\"%s\",service_name=\"fapp\"}", PT_AO);
     /* Series: only the selected type's label sets */
     snprintf(body, sizeof body,
              "{\"matchers\":[\"{__profile_type__=\\\"memory:alloc_space:bytes:space:bytes\\\"}\"],"
              "\"labelNames\":[\"__profile_type__\",\"service_name\"],\"start\":%lld,\"end\":%lld}",
              start, end);
-    a = post(d.port, "/querier.v1.QuerierService/Series", H, body, strlen(body), 0);
+    a = post(q->port, "/querier.v1.QuerierService/Series", H_JSON, body, strlen(body), 0);
     expect(&a, 200,
            "{\"labelsSet\":[{\"labels\":[{\"name\":\"__profile_type__\",\"value\":\"memory:"
            "alloc_space:bytes:space:bytes\"},{\"name\":\"service_name\",\"value\":\"fapp\"}]}]}");
@@ -1385,26 +1452,27 @@ TEST(querier_profile_type_in_selectors)
     snprintf(body, sizeof body,
              "{\"profileTypeID\":\"%s\",\"labelSelector\":\"{__profile_type__=\\\"%s\\\"}\","
              "\"start\":%lld,\"end\":%lld,\"step\":30}",
-             AO, AO, start, end);
-    a = post(d.port, "/querier.v1.QuerierService/SelectSeries", H, body, strlen(body), 0);
+             PT_AO, PT_AO, start, end);
+    a = post(q->port, "/querier.v1.QuerierService/SelectSeries", H_JSON, body, strlen(body), 0);
     snprintf(want, sizeof want,
              "{\"series\":[{\"labels\":[],\"points\":[{\"value\":7,\"timestamp\":\"%lld\"}]}]}",
-             (long long)b0 * 1000);
+             (long long)q->b0 * 1000);
     expect(&a, 200, want);
     snprintf(body, sizeof body,
              "{\"profileTypeID\":\"%s\",\"labelSelector\":\"{__profile_type__=\\\"%s\\\"}\","
              "\"start\":%lld,\"end\":%lld,\"step\":30}",
-             AO, CPU, start, end);
-    a = post(d.port, "/querier.v1.QuerierService/SelectSeries", H, body, strlen(body), 0);
+             PT_AO, PT_CPU, start, end);
+    a = post(q->port, "/querier.v1.QuerierService/SelectSeries", H_JSON, body, strlen(body), 0);
     expect(&a, 200, "{\"series\":[]}");
 
     /* SelectMergeProfile of another type: an empty pprof */
     req.len = 0;
-    pb_str(&req, 1, CPU);
-    pb_str(&req, 2, sel); /* AO's */
+    pb_str(&req, 1, PT_CPU);
+    pb_str(&req, 2, sel); /* PT_AO's */
     pb_key_varint(&req, 3, (uint64_t)start);
     pb_key_varint(&req, 4, (uint64_t)end);
-    a = post(d.port, "/querier.v1.QuerierService/SelectMergeProfile", P, req.data, req.len, 0);
+    a = post(q->port, "/querier.v1.QuerierService/SelectMergeProfile", H_PROTO, req.data, req.len,
+             0);
     CHECK_EQ(a.status, 200);
     cp_profile *p = NULL;
     cp_err err = {0};
@@ -1418,46 +1486,78 @@ TEST(querier_profile_type_in_selectors)
         "{\"left\":{\"profileTypeID\":\"%s\",\"labelSelector\":\"{service_name=\\\"fapp\\\"}\","
         "\"start\":%lld,\"end\":%lld},\"right\":{\"profileTypeID\":\"%s\",\"labelSelector\":"
         "\"{__profile_type__=\\\"%s\\\"}\",\"start\":%lld,\"end\":%lld}}",
-        CPU, start, end, CPU, AO, start, end);
-    a = post(d.port, "/querier.v1.QuerierService/Diff", H, body, strlen(body), 0);
+        PT_CPU, start, end, PT_CPU, PT_AO, start, end);
+    a = post(q->port, "/querier.v1.QuerierService/Diff", H_JSON, body, strlen(body), 0);
     expect(&a, 200, "\"leftTicks\":\"450000000\",\"rightTicks\":\"0\"");
 
+    cp_buf_close(&req);
+}
+
+/* The legacy render and label-values; a bad regex on __profile_type__ named. */
+static void ptype_legacy(const qwin *q)
+{
+    char body[1024];
+    answer a;
     /* the legacy API: render and label-values */
     char lq[512];
     snprintf(
         lq, sizeof lq,
-        "/pyroscope/render?query=%s%%7B__profile_type__%%3D%%22%s%%22%%7D&from=%lld&until=%lld", AO,
-        AO, (long long)b0 - 60, (long long)b0 + 120);
-    a = request("GET", d.port, lq, NULL, "", 0, 0);
+        "/pyroscope/render?query=%s%%7B__profile_type__%%3D%%22%s%%22%%7D&from=%lld&until=%lld",
+        PT_AO, PT_AO, (long long)q->b0 - 60, (long long)q->b0 + 120);
+    a = request("GET", q->port, lq, NULL, "", 0, 0);
     expect(&a, 200, "\"numTicks\":7,");
     snprintf(
         lq, sizeof lq,
-        "/pyroscope/render?query=%s%%7B__profile_type__%%3D%%22%s%%22%%7D&from=%lld&until=%lld", AO,
-        CPU, (long long)b0 - 60, (long long)b0 + 120);
-    a = request("GET", d.port, lq, NULL, "", 0, 0);
+        "/pyroscope/render?query=%s%%7B__profile_type__%%3D%%22%s%%22%%7D&from=%lld&until=%lld",
+        PT_AO, PT_CPU, (long long)q->b0 - 60, (long long)q->b0 + 120);
+    a = request("GET", q->port, lq, NULL, "", 0, 0);
     expect(&a, 200, "\"numTicks\":0,");
     CHECK_CONTAINS(a.body, "\"samples\":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]");
     snprintf(lq, sizeof lq,
              "/pyroscope/label-values?label=pool&query=%%7B__profile_type__%%3D%%22%s%%22%%7D"
              "&from=%lld&until=%lld",
-             CPU, (long long)b0 - 60, (long long)b0 + 120);
-    a = request("GET", d.port, lq, NULL, "", 0, 0);
+             PT_CPU, (long long)q->b0 - 60, (long long)q->b0 + 120);
+    a = request("GET", q->port, lq, NULL, "", 0, 0);
     expect(&a, 200, "[]");
     snprintf(lq, sizeof lq,
              "/pyroscope/label-values?label=pool&query=%%7B__profile_type__%%3D%%22%s%%22%%7D"
              "&from=%lld&until=%lld",
-             AO, (long long)b0 - 60, (long long)b0 + 120);
-    a = request("GET", d.port, lq, NULL, "", 0, 0);
+             PT_AO, (long long)q->b0 - 60, (long long)q->b0 + 120);
+    a = request("GET", q->port, lq, NULL, "", 0, 0);
     expect(&a, 200, "[\"a\"]");
 
     /* a bad regex on __profile_type__: invalid_argument naming the selector */
     snprintf(body, sizeof body,
              "{\"profileTypeID\":\"%s\",\"labelSelector\":\"{__profile_type__=~\\\"a++*\\\"}\"}",
-             CPU);
-    a = post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces", H, body, strlen(body), 0);
+             PT_CPU);
+    a = post(q->port, "/querier.v1.QuerierService/SelectMergeStacktraces", H_JSON, body,
+             strlen(body), 0);
     expect(&a, 400, "label_selector: ");
-    cp_buf_close(&req);
-    cp_buf_close(&exp);
+}
+
+/* A daemon in a new directory (name) holding store_two_types' windows at base_s(). */
+static qwin start_with_two_types(proc *d, const char *name, char **dir)
+{
+    const int64_t b0 = base_s();
+    *dir = proc_tmpdir("pyro", name);
+    start_daemon_data(d, *dir, 0, 0, NULL);
+    store_two_types(d, b0);
+    return qwin_at(d->port, b0);
+}
+
+/* What Grafana's Profiles Drilldown app puts in its selectors: __profile_type__ (and
+ * __name__) select the profile type, another type than the request's is an empty answer
+ * (not an error), service_name is contprof's service; in every querier method, JSON and
+ * proto, and the legacy render and label-values. */
+TEST(querier_profile_type_in_selectors)
+{
+    proc d;
+    char *dir;
+    const qwin q = start_with_two_types(&d, "ptype", &dir);
+    ptype_stacktraces(&q);
+    ptype_labels(&q);
+    ptype_series(&q);
+    ptype_legacy(&q);
     CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
     free(dir);
 }
@@ -1475,22 +1575,23 @@ static int64_t sum_json_values(const cp_json *samples, uint32_t col)
     return sum;
 }
 
-/* stack_trace_selector's call_site: only the samples whose stack begins at the root with
- * the names, in SelectMergeStacktraces, SelectMergeProfile (pprof and its JSON) and
- * SelectSeries, JSON and proto; a call site not at the root selects nothing; go_pgo
- * refused by name. */
-TEST(querier_stack_trace_selector_and_pprof_json)
+/* A StackTraceSelector of the call site main;idle: its Location{1 name} messages (field 1). */
+static void callsite_main_idle(cp_buf *sts)
 {
-    const int64_t b0 = base_s();
-    char *dir = proc_tmpdir("pyro", "callsite");
-    proc d;
-    start_daemon_data(&d, dir, 0, 0, NULL);
-    store_two_types(&d, b0);
-    const char *H = "Content-Type: application/json\r\n",
-               *P = "Content-Type: application/proto\r\n";
-    const char *CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
-               *SMP = "process_cpu:samples:count:cpu:nanoseconds";
-    long long start = (long long)(b0 - 60) * 1000, end = (long long)(b0 + 120) * 1000;
+    cp_buf loc = {0};
+    const char *site[] = {"main", "idle"};
+    for (int i = 0; i < 2; i++) {
+        loc.len = 0;
+        pb_str(&loc, 1, site[i]);
+        pb_bytes(sts, 1, loc.data, loc.len);
+    }
+    cp_buf_close(&loc);
+}
+
+/* SelectMergeStacktraces in JSON: each call site's total, and the graph under main;work. */
+static void callsite_stacktraces(const qwin *q)
+{
+    long long start = q->start, end = q->end;
     char body[1024], want[1024];
     /* g_folded: main;work;hot 30, main;work;cold 10, main;idle 5 (10 ms each) */
     static const struct {
@@ -1505,8 +1606,8 @@ TEST(querier_stack_trace_selector_and_pprof_json)
         snprintf(body, sizeof body,
                  "{\"profileTypeID\":\"%s\",\"labelSelector\":\"{service_name=\\\"fapp\\\"}\","
                  "\"start\":%lld,\"end\":%lld,\"stackTraceSelector\":{\"callSite\":[%s]}}",
-                 CPU, start, end, cases[i].sites);
-        answer a = post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces", H, body,
+                 PT_CPU, start, end, cases[i].sites);
+        answer a = post(q->port, "/querier.v1.QuerierService/SelectMergeStacktraces", H_JSON, body,
                         strlen(body), 0);
         snprintf(want, sizeof want, "\"total\":\"%lld\"", (long long)cases[i].total);
         expect(&a, 200, want);
@@ -1515,29 +1616,31 @@ TEST(querier_stack_trace_selector_and_pprof_json)
     snprintf(body, sizeof body,
              "{\"profile_typeID\":\"%s\",\"label_selector\":\"{}\",\"start\":%lld,\"end\":%lld,"
              "\"stack_trace_selector\":{\"call_site\":[{\"name\":\"main\"},{\"name\":\"work\"}]}}",
-             SMP, start, end);
-    answer a =
-        post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces", H, body, strlen(body), 0);
+             PT_SMP, start, end);
+    answer a = post(q->port, "/querier.v1.QuerierService/SelectMergeStacktraces", H_JSON, body,
+                    strlen(body), 0);
     expect(&a, 200,
            "{\"flamegraph\":{\"names\":[\"total\",\"main\",\"work\",\"hot\",\"cold\"],\"levels\":"
            "[{\"values\":[\"0\",\"40\",\"0\",\"0\"]},{\"values\":[\"0\",\"40\",\"0\",\"1\"]},"
            "{\"values\":[\"0\",\"40\",\"0\",\"2\"]},{\"values\":[\"0\",\"30\",\"30\",\"3\",\"0\","
            "\"10\",\"10\",\"4\"]}],\"total\":\"40\",\"maxSelf\":\"30\"}}");
+}
 
+/* In proto: SelectMergeStacktraces and SelectMergeProfile (pprof) under main;idle. */
+static void callsite_proto(const qwin *q)
+{
+    long long start = q->start, end = q->end;
+    answer a;
+    cp_buf req = {0}, sts = {0};
+    callsite_main_idle(&sts);
     /* proto: SelectMergeStacktracesRequest{7 StackTraceSelector{1 Location{1 name}...}} */
-    cp_buf req = {0}, sts = {0}, loc = {0};
-    const char *site[] = {"main", "idle"};
-    for (int i = 0; i < 2; i++) {
-        loc.len = 0;
-        pb_str(&loc, 1, site[i]);
-        pb_bytes(&sts, 1, loc.data, loc.len);
-    }
-    pb_str(&req, 1, CPU);
+    pb_str(&req, 1, PT_CPU);
     pb_str(&req, 2, "{service_name=\"fapp\"}");
     pb_key_varint(&req, 3, (uint64_t)start);
     pb_key_varint(&req, 4, (uint64_t)end);
     pb_bytes(&req, 7, sts.data, sts.len);
-    a = post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces", P, req.data, req.len, 0);
+    a = post(q->port, "/querier.v1.QuerierService/SelectMergeStacktraces", H_PROTO, req.data,
+             req.len, 0);
     CHECK_EQ(a.status, 200);
     const uint8_t *fg;
     size_t fgn;
@@ -1546,12 +1649,13 @@ TEST(querier_stack_trace_selector_and_pprof_json)
 
     /* SelectMergeProfileRequest{6 stack_trace_selector}: pprof of main;idle's 50 ms */
     req.len = 0;
-    pb_str(&req, 1, CPU);
+    pb_str(&req, 1, PT_CPU);
     pb_str(&req, 2, "{service_name=\"fapp\"}");
     pb_key_varint(&req, 3, (uint64_t)start);
     pb_key_varint(&req, 4, (uint64_t)end);
     pb_bytes(&req, 6, sts.data, sts.len);
-    a = post(d.port, "/querier.v1.QuerierService/SelectMergeProfile", P, req.data, req.len, 0);
+    a = post(q->port, "/querier.v1.QuerierService/SelectMergeProfile", H_PROTO, req.data, req.len,
+             0);
     CHECK_EQ(a.status, 200);
     cp_profile *p = NULL;
     cp_err err = {0};
@@ -1560,14 +1664,26 @@ TEST(querier_stack_trace_selector_and_pprof_json)
     CHECK_EQ(cp_profile_total(p, 0), 50000000);
     cp_profile_destroy(p);
 
+    cp_buf_close(&req);
+    cp_buf_close(&sts);
+}
+
+/* SelectMergeProfile in JSON: the stack under main;work. */
+static void callsite_pprof_json(const qwin *q)
+{
+    long long start = q->start, end = q->end;
+    char body[1024];
+    answer a;
+    cp_err err = {0};
     /* SelectMergeProfile in JSON: google.v1.Profile's proto3 JSON, int64s as strings; the
      * stack under main;work: 400 ms over two samples whose frames name hot and cold */
     snprintf(body, sizeof body,
              "{\"profileTypeID\":\"%s\",\"labelSelector\":\"{service_name=\\\"fapp\\\"}\","
              "\"start\":\"%lld\",\"end\":\"%lld\",\"stackTraceSelector\":{\"callSite\":["
              "{\"name\":\"main\"},{\"name\":\"work\"}]}}",
-             CPU, start, end);
-    a = post(d.port, "/querier.v1.QuerierService/SelectMergeProfile", H, body, strlen(body), 0);
+             PT_CPU, start, end);
+    a = post(q->port, "/querier.v1.QuerierService/SelectMergeProfile", H_JSON, body, strlen(body),
+             0);
     CHECK_EQ(a.status, 200);
     cp_json *j = NULL;
     CHECK(cp_json_parse(a.body, a.len, &j, &err) == 0);
@@ -1593,26 +1709,36 @@ TEST(querier_stack_trace_selector_and_pprof_json)
     }
     CHECK_EQ(seen, 3);
     cp_json_free(j);
+}
 
+/* SelectSeries under a call site, JSON and proto; too many steps; go_pgo and a bad call
+ * site refused by name. */
+static void callsite_series(const qwin *q)
+{
+    long long start = q->start, end = q->end;
+    char body[1024], want[1024];
+    answer a;
+    cp_buf req = {0}, sts = {0};
+    callsite_main_idle(&sts);
     /* SelectSeries: the step's value under the call site, JSON and proto (field 8) */
     snprintf(body, sizeof body,
              "{\"profileTypeID\":\"%s\",\"labelSelector\":\"{}\",\"start\":%lld,\"end\":%lld,"
              "\"step\":30,\"groupBy\":[\"service_name\"],\"stackTraceSelector\":{\"callSite\":["
              "{\"name\":\"main\"},{\"name\":\"work\"},{\"name\":\"cold\"}]}}",
-             SMP, start, end);
-    a = post(d.port, "/querier.v1.QuerierService/SelectSeries", H, body, strlen(body), 0);
+             PT_SMP, start, end);
+    a = post(q->port, "/querier.v1.QuerierService/SelectSeries", H_JSON, body, strlen(body), 0);
     snprintf(want, sizeof want,
              "{\"series\":[{\"labels\":[{\"name\":\"service_name\",\"value\":\"fapp\"}],"
              "\"points\":[{\"value\":10,\"timestamp\":\"%lld\"}]}]}",
-             (long long)b0 * 1000);
+             (long long)q->b0 * 1000);
     expect(&a, 200, want);
     req.len = 0;
-    pb_str(&req, 1, SMP);
+    pb_str(&req, 1, PT_SMP);
     pb_str(&req, 2, "{}");
     pb_key_varint(&req, 3, (uint64_t)start);
     pb_key_varint(&req, 4, (uint64_t)end);
     pb_bytes(&req, 8, sts.data, sts.len); /* main;idle: 5 */
-    a = post(d.port, "/querier.v1.QuerierService/SelectSeries", P, req.data, req.len, 0);
+    a = post(q->port, "/querier.v1.QuerierService/SelectSeries", H_PROTO, req.data, req.len, 0);
     CHECK_EQ(a.status, 200);
     const uint8_t *ser, *pt;
     size_t sern, ptn;
@@ -1626,22 +1752,38 @@ TEST(querier_stack_trace_selector_and_pprof_json)
     snprintf(body, sizeof body,
              "{\"profileTypeID\":\"%s\",\"start\":%lld,\"end\":%lld,\"step\":10,"
              "\"stackTraceSelector\":{\"callSite\":[{\"name\":\"main\"}]}}",
-             SMP, start - 86400000LL, end);
-    a = post(d.port, "/querier.v1.QuerierService/SelectSeries", H, body, strlen(body), 0);
+             PT_SMP, start - 86400000LL, end);
+    a = post(q->port, "/querier.v1.QuerierService/SelectSeries", H_JSON, body, strlen(body), 0);
     expect(&a, 400, "with a stack_trace_selector");
     snprintf(body, sizeof body,
              "{\"profileTypeID\":\"%s\",\"stackTraceSelector\":{\"goPgo\":{\"keepLocations\":5}}}",
-             CPU);
-    a = post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces", H, body, strlen(body), 0);
+             PT_CPU);
+    a = post(q->port, "/querier.v1.QuerierService/SelectMergeStacktraces", H_JSON, body,
+             strlen(body), 0);
     expect(&a, 400, "go_pgo");
     snprintf(body, sizeof body,
              "{\"profileTypeID\":\"%s\",\"stackTraceSelector\":{\"callSite\":[{\"name\":1}]}}",
-             CPU);
-    a = post(d.port, "/querier.v1.QuerierService/SelectMergeStacktraces", H, body, strlen(body), 0);
+             PT_CPU);
+    a = post(q->port, "/querier.v1.QuerierService/SelectMergeStacktraces", H_JSON, body,
+             strlen(body), 0);
     expect(&a, 400, "call_site[0]");
     cp_buf_close(&req);
     cp_buf_close(&sts);
-    cp_buf_close(&loc);
+}
+
+/* stack_trace_selector's call_site: only the samples whose stack begins at the root with
+ * the names, in SelectMergeStacktraces, SelectMergeProfile (pprof and its JSON) and
+ * SelectSeries, JSON and proto; a call site not at the root selects nothing; go_pgo
+ * refused by name. */
+TEST(querier_stack_trace_selector_and_pprof_json)
+{
+    proc d;
+    char *dir;
+    const qwin q = start_with_two_types(&d, "callsite", &dir);
+    callsite_stacktraces(&q);
+    callsite_proto(&q);
+    callsite_pprof_json(&q);
+    callsite_series(&q);
     CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
     free(dir);
 }

@@ -349,7 +349,7 @@ TEST(malformed_inspector)
     slurp(clog, buf, sizeof(buf));
     CHECK_CONTAINS(buf, "/json/list is not a JSON array");
     CHECK_CONTAINS(buf, "malformed message: not a JSON object");
-    CHECK_CONTAINS(buf, "malformed JSON message: '[' or '{' expected near 'this'");
+    CHECK_CONTAINS(buf, "malformed JSON message: malformed JSON at byte 0");
     CHECK_CONTAINS(buf, "malformed worker message");
     CHECK_CONTAINS(buf, "attached to isolate fake");
     kill(f1, SIGTERM);

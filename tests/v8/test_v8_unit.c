@@ -14,11 +14,11 @@
 #include "v8cpu.h"
 #include "v8source_int.h"
 
-static json_t *parse(const char *text)
+static cp_json *parse(const char *text)
 {
-    json_error_t je;
-    json_t *j = json_loads(text, 0, &je);
-    CHECK(j);
+    cp_json *j = NULL;
+    cp_err err = {0};
+    CHECK_EQ(cp_json_parse(text, strlen(text), &j, &err), 0);
     return j;
 }
 
@@ -54,7 +54,7 @@ static int64_t total_with(const cp_profile *p, const char *fn, int t)
 
 TEST(cpu_profile)
 {
-    json_t *j = parse(CPU_OK);
+    cp_json *j = parse(CPU_OK);
     cp_profile *p = NULL;
     int64_t span = 0;
     cp_err err = {0};
@@ -80,7 +80,7 @@ TEST(cpu_profile)
         }
     CHECK(found);
     cp_profile_destroy(p);
-    json_decref(j);
+    cp_json_free(j);
 }
 
 /* positionTicks: a function's samples split over the lines V8 counted (3:1 of 10 samples:
@@ -98,7 +98,7 @@ TEST(cpu_position_ticks)
         "{\"line\":7,\"ticks\":1}]}],"
         "\"startTime\":0,\"endTime\":10000,\"samples\":[3,3,3,3,3,3,3,3,3,3],"
         "\"timeDeltas\":[0,1000,1000,1000,1000,1000,1000,1000,1000,1000]}";
-    json_t *j = parse(text);
+    cp_json *j = parse(text);
     cp_profile *p = NULL;
     cp_err err = {0};
     CHECK_EQ(cp_v8_cpu_profile(j, 1000, &p, NULL, &err), 0);
@@ -118,7 +118,7 @@ TEST(cpu_position_ticks)
     CHECK_EQ(at[5], 7);
     CHECK_EQ(at[7], 3);
     cp_profile_destroy(p);
-    json_decref(j);
+    cp_json_free(j);
     static const char *bad[] = {"\"positionTicks\":3", "\"positionTicks\":[7]",
                                 "\"positionTicks\":[{\"line\":0,\"ticks\":1}]",
                                 "\"positionTicks\":[{\"line\":2,\"ticks\":-1}]"};
@@ -134,7 +134,7 @@ TEST(cpu_position_ticks)
         printf("%s -> %s\n", bad[k], err.msg);
         CHECK_CONTAINS(err.msg, "positionTicks");
         CHECK(!p);
-        json_decref(j);
+        cp_json_free(j);
     }
 }
 
@@ -172,7 +172,7 @@ TEST(cpu_malformed)
          "lineNumber"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        json_t *j = parse(cases[i].json);
+        cp_json *j = parse(cases[i].json);
         cp_profile *p = (cp_profile *)1;
         cp_err err = {0};
         int rc = cp_v8_cpu_profile(j, 1000, &p, NULL, &err);
@@ -181,7 +181,7 @@ TEST(cpu_malformed)
         CHECK(rc != 0);
         CHECK(p == NULL);
         CHECK_CONTAINS(err.msg, cases[i].says);
-        json_decref(j);
+        cp_json_free(j);
     }
 }
 
@@ -197,7 +197,7 @@ TEST(cpu_malformed)
 
 TEST(heap_profile)
 {
-    json_t *j = parse(HEAP);
+    cp_json *j = parse(HEAP);
     cp_profile *in = NULL, *al = NULL, *al2 = NULL;
     cp_err err = {0};
     uint64_t mark = 1;
@@ -222,7 +222,7 @@ TEST(heap_profile)
     cp_profile_destroy(in);
     cp_profile_destroy(al);
     cp_profile_destroy(al2);
-    json_decref(j);
+    cp_json_free(j);
 }
 
 TEST(heap_malformed)
@@ -245,7 +245,7 @@ TEST(heap_malformed)
          "samples[0]"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        json_t *j = parse(cases[i].json);
+        cp_json *j = parse(cases[i].json);
         cp_profile *p = NULL;
         cp_err err = {0};
         int rc = cp_v8_heap_profile(j, 1024, 0, NULL, &p, &err);
@@ -254,7 +254,7 @@ TEST(heap_malformed)
         CHECK(rc != 0);
         CHECK(p == NULL);
         CHECK_CONTAINS(err.msg, cases[i].says);
-        json_decref(j);
+        cp_json_free(j);
     }
 }
 
@@ -276,19 +276,19 @@ TEST(source_map)
     CHECK(pos.name && !strcmp(pos.name, "hotTyped"));
     CHECK_EQ(pos.line, 2);
     CHECK_EQ(cp_v8_smap_lookup(m, 5, 0, &pos), -1); /* no such generated line */
-    json_t *f = parse("{\"functionName\":\"u\",\"scriptId\":\"3\",\"url\":\"w.js\","
-                      "\"lineNumber\":0,\"columnNumber\":10}");
+    cp_json *f = parse("{\"functionName\":\"u\",\"scriptId\":\"3\",\"url\":\"w.js\","
+                       "\"lineNumber\":0,\"columnNumber\":10}");
     CHECK_EQ(cp_v8_smap_apply(m, f), 1);
-    CHECK(!strcmp(json_string_value(json_object_get(f, "functionName")), "hotTyped"));
-    CHECK(!strcmp(json_string_value(json_object_get(f, "url")), "worker.ts"));
-    CHECK_EQ(json_integer_value(json_object_get(f, "lineNumber")), 2);
-    json_decref(f);
+    CHECK(!strcmp(cp_json_str(cp_json_get(f, "functionName"), NULL), "hotTyped"));
+    CHECK(!strcmp(cp_json_str(cp_json_get(f, "url"), NULL), "worker.ts"));
+    CHECK_EQ(cp_json_int(cp_json_get(f, "lineNumber"), 0), 2);
+    cp_json_free(f);
     /* a name the minifier kept (no name in the map): V8's stays */
     f = parse("{\"functionName\":\"fetch\",\"url\":\"w.js\",\"lineNumber\":0,\"columnNumber\":"
               "5}");
     CHECK_EQ(cp_v8_smap_apply(m, f), 1);
-    CHECK(!strcmp(json_string_value(json_object_get(f, "functionName")), "fetch"));
-    json_decref(f);
+    CHECK(!strcmp(cp_json_str(cp_json_get(f, "functionName"), NULL), "fetch"));
+    cp_json_free(f);
     cp_v8_smap_destroy(m);
 
     /* a class's method reads as Class.method when the map holds the source: esbuild's
@@ -303,13 +303,13 @@ TEST(source_map)
     CHECK_EQ(cp_v8_smap_create(cls_map, strlen(cls_map), &m, &err), 0);
     f = parse("{\"functionName\":\"hit\",\"url\":\"c.js\",\"lineNumber\":0,\"columnNumber\":15}");
     CHECK_EQ(cp_v8_smap_apply(m, f), 1);
-    CHECK(!strcmp(json_string_value(json_object_get(f, "functionName")), "Room.hit"));
-    CHECK_EQ(json_integer_value(json_object_get(f, "lineNumber")), 2);
-    json_decref(f);
+    CHECK(!strcmp(cp_json_str(cp_json_get(f, "functionName"), NULL), "Room.hit"));
+    CHECK_EQ(cp_json_int(cp_json_get(f, "lineNumber"), 0), 2);
+    cp_json_free(f);
     f = parse("{\"functionName\":\"e\",\"url\":\"c.js\",\"lineNumber\":0,\"columnNumber\":47}");
     CHECK_EQ(cp_v8_smap_apply(m, f), 1);
-    CHECK(!strcmp(json_string_value(json_object_get(f, "functionName")), "top"));
-    json_decref(f);
+    CHECK(!strcmp(cp_json_str(cp_json_get(f, "functionName"), NULL), "top"));
+    cp_json_free(f);
     cp_v8_smap_destroy(m);
 
     /* an inline map as esbuild writes it */
@@ -512,7 +512,7 @@ static const char *type_of(const cp_profile *p, int col)
  * host not of this machine has wall windows throughout. */
 TEST(cpu_weighing_keeps_a_series_types)
 {
-    json_t *j = parse(CPU_OK);
+    cp_json *j = parse(CPU_OK);
     int64_t span = 0;
     cp_err err = {0};
     pid_t gone = 0;
@@ -549,9 +549,136 @@ TEST(cpu_weighing_keeps_a_series_types)
             CHECK_EQ(total_with(s.pend, "outer", 1), said);
         cp_profile_destroy(s.pend);
     }
-    json_decref(j);
+    cp_json_free(j);
+}
+
+/* What the inspector sends is refused by name when it is not JSON, not an object, not
+ * UTF-8 or nested past the reader's bound; a heap profile deeper than V8 records (129
+ * frames) inside a message reads and converts. */
+TEST(messages_malformed)
+{
+    static const struct {
+        const char *text, *says;
+    } cases[] = {
+        {"", "malformed JSON message: malformed JSON at byte 0"},
+        {"{\"id\":1} x", "malformed JSON message: malformed JSON at byte 9"},
+        {"[1]", "not a JSON object"},
+        {"{\"method\":\"a\xff\"}", "malformed JSON message: JSON string at byte 10 is not valid "
+                                   "UTF-8"},
+        {"{\"id\":01}", "malformed JSON at byte 6"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        cp_json *m = (cp_json *)1;
+        cp_err err = {0};
+        CHECK_EQ(cp_v8_message_parse(cases[i].text, strlen(cases[i].text), &m, &err), CP_EPARSE);
+        CHECK(m == NULL);
+        CHECK_CONTAINS(err.msg, cases[i].says);
+    }
+    /* nesting: 1024 levels read (the object and 1023 arrays), 1025 do not */
+    cp_buf b = {0};
+    for (int deep = 1023; deep <= 1024; deep++) {
+        b.len = 0;
+        CHECK_EQ(cp_buf_printf(&b, "{\"a\":"), 0);
+        for (int k = 0; k < deep; k++)
+            CHECK_EQ(cp_buf_append(&b, "[", 1), 0);
+        for (int k = 0; k < deep; k++)
+            CHECK_EQ(cp_buf_append(&b, "]", 1), 0);
+        CHECK_EQ(cp_buf_append(&b, "}", 1), 0);
+        cp_json *m = NULL;
+        cp_err err = {0};
+        int rc = cp_v8_message_parse((const char *)b.data, b.len, &m, &err);
+        if (deep == 1023) {
+            CHECK_EQ(rc, 0);
+        } else {
+            CHECK_EQ(rc, CP_EPARSE);
+            CHECK_CONTAINS(err.msg, "JSON nested deeper than 1024 at byte 1028");
+        }
+        cp_json_free(m);
+    }
+    /* a heap profile 129 frames deep (V8 records at most 128 under its root), as a reply */
+    b.len = 0;
+    CHECK_EQ(cp_buf_printf(&b, "{\"id\":3,\"result\":{\"profile\":{\"head\":"), 0);
+    for (int k = 1; k <= 129; k++)
+        CHECK_EQ(cp_buf_printf(&b,
+                               "{\"callFrame\":{\"functionName\":\"%s%d\",\"url\":\"d.js\","
+                               "\"lineNumber\":%d,\"columnNumber\":0},\"selfSize\":0,\"id\":%d,"
+                               "\"children\":[",
+                               "f", k, k, k),
+                 0);
+    for (int k = 1; k <= 129; k++)
+        CHECK_EQ(cp_buf_printf(&b, "]}"), 0);
+    CHECK_EQ(cp_buf_printf(&b, ",\"samples\":[{\"size\":100,\"nodeId\":129,\"ordinal\":1}]}}}"), 0);
+    cp_json *m = NULL;
+    cp_err err = {0};
+    CHECK_EQ(cp_v8_message_parse((const char *)b.data, b.len, &m, &err), 0);
+    cp_profile *p = NULL;
+    CHECK_EQ(cp_v8_heap_profile(cp_json_get(cp_json_get(m, "result"), "profile"), 1024, 0, NULL, &p,
+                                &err),
+             0);
+    CHECK_EQ(p->samples.n, 1);
+    CHECK_EQ(p->samples.v[0].nlocs, 129); /* every frame (none is V8's "(root)" here) */
+    cp_profile_destroy(p);
+    cp_json_free(m);
+    cp_buf_close(&b);
+    /* a worker's wrapped message and /json/list */
+    const char *sid;
+    cp_json *inner = NULL;
+    cp_json *params = parse("{\"sessionId\":\"7\",\"message\":\"{\\\"id\\\":1,\"}");
+    CHECK_EQ(cp_v8_worker_message(params, &sid, &inner, &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "malformed worker message (malformed JSON at byte 8)");
+    CHECK(!inner);
+    cp_json_free(params);
+    params = parse("{\"sessionId\":\"7\",\"message\":\"{\\\"id\\\":1}\"}");
+    CHECK_EQ(cp_v8_worker_message(params, &sid, &inner, &err), 0);
+    CHECK_STREQ(sid, "7");
+    CHECK_EQ(cp_json_int(cp_json_get(inner, "id"), 0), 1);
+    cp_json_free(inner);
+    cp_json_free(params);
+    cp_v8_target *tv = NULL;
+    size_t nt = 0;
+    CHECK_EQ(cp_v8_targets_parse("{}", 2, &tv, &nt, &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "/json/list is not a JSON array: another value");
+    CHECK_EQ(cp_v8_targets_parse("[{", 2, &tv, &nt, &err), CP_EPARSE);
+    CHECK_CONTAINS(err.msg, "/json/list is not a JSON array: malformed JSON at byte 2");
+    const char *list = "[{\"id\":\"A\",\"title\":\"workerd: worker w\","
+                       "\"webSocketDebuggerUrl\":\"ws://127.0.0.1:9229/A\"},{\"id\":\"\"}]";
+    CHECK_EQ(cp_v8_targets_parse(list, strlen(list), &tv, &nt, &err), 0);
+    CHECK_EQ(nt, 1);
+    CHECK_STREQ(tv[0].path, "/A");
+    free(tv);
+}
+
+/* A capture's finer run thinned to the always-on interval: one sample each time the time
+ * the samples stand for reaches it, "(idle)" passing nothing; the nodes as they were. */
+TEST(thin_profile)
+{
+    cp_json *j = parse(CPU_OK);
+    int64_t acc = 0;
+    cp_json *thin = cp_v8_thin_profile(j, 2000, &acc);
+    CHECK(thin);
+    cp_buf b = {0};
+    CHECK_EQ(cp_json_write(&b, cp_json_get(thin, "samples")), 0);
+    CHECK_EQ(cp_json_write(&b, cp_json_get(thin, "timeDeltas")), 0);
+    CHECK_EQ(cp_buf_append(&b, "", 1), 0);
+    CHECK_STREQ((const char *)b.data, "[2][2500]");
+    CHECK_EQ(acc, 500);
+    CHECK_EQ(cp_json_len(cp_json_get(thin, "nodes")), 4);
+    CHECK_EQ(cp_json_int(cp_json_get(thin, "endTime"), 0), 5000);
+    cp_profile *p = NULL;
+    cp_err err = {0};
+    CHECK_EQ(cp_v8_cpu_profile(thin, 2000, &p, NULL, &err), 0);
+    CHECK_EQ(total_with(p, "outer", 0), 1);
+    CHECK_EQ(total_with(p, "outer", 1), 2000000);
+    cp_profile_destroy(p);
+    /* the original keeps its samples */
+    CHECK_EQ(cp_json_len(cp_json_get(j, "samples")), 4);
+    cp_json_free(thin);
+    cp_json_free(j);
+    cp_buf_close(&b);
+    CHECK(!cp_v8_thin_profile(NULL, 2000, &acc));
 }
 
 TEST_MAIN(T(cpu_profile), T(cpu_position_ticks), T(cpu_malformed), T(heap_profile), T(conn_states),
           T(heap_malformed), T(source_map), T(source_map_budget_and_deadline), T(proc_texts),
-          T(session_states), T(cpu_weighing_keeps_a_series_types))
+          T(session_states), T(cpu_weighing_keeps_a_series_types), T(messages_malformed),
+          T(thin_profile))
