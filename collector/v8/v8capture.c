@@ -138,7 +138,7 @@ uint64_t cp_v8_caps_kind(const session *s, int64_t now, cp_kind kind)
     int have = 0;
     for (int i = 0; i < CAP_SLOTS; i++) {
         const v8cap *k = &cp_v8src.caps[i];
-        if (!k->used || k->ended || k->c.end_ns <= now || k->c.kind != kind ||
+        if (!k->used || k->ended || !cp_capture_live(&k->c, now) || k->c.kind != kind ||
             (kind == CP_KIND_CPU && !k->interval_us))
             continue;
         if (!have && cp_v8_session_labels(s, &l) != 0) break;
@@ -339,7 +339,7 @@ void cp_v8_captures_tick(void)
     uint64_t live = 0;
     for (int i = 0; i < CAP_SLOTS; i++) {
         v8cap *k = &cp_v8src.caps[i];
-        if (k->used && !k->ended && k->c.end_ns <= now) k->ended = 1;
+        if (k->used && !k->ended && !cp_capture_live(&k->c, now)) k->ended = 1;
         if (k->used) live |= 1ULL << i;
     }
     if (!live) return;
