@@ -5,12 +5,15 @@
 #ifndef CP_TEST_PROC_H
 #define CP_TEST_PROC_H
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,6 +39,20 @@ static inline int64_t mono_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * SEC + ts.tv_nsec;
+}
+
+/* A loopback port nobody has bound now (the kernel's choice, released before returning: a
+ * fixed or computed port may be any other socket's, e.g. an outgoing connection's). */
+static inline int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    socklen_t len = sizeof(a);
+    CHECK(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    close(fd);
+    return ntohs(a.sin_port);
 }
 
 /* Reads at most len-1 bytes of path into out, NUL-terminated; "" if it cannot be opened. */

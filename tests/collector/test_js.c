@@ -331,7 +331,7 @@ TEST(workerd_worker_js_frames_named)
     bin[strcspn(bin, "\n")] = 0;
     make_dir();
     char port[16];
-    snprintf(port, sizeof(port), "%d", 20000 + (int)(getpid() % 20000));
+    snprintf(port, sizeof(port), "%d", free_port());
     const char *env[] = {"LD_PRELOAD=" CP_LIB, g_env_dir, "CONTPROF_WINDOW=1s",
                          "PATH=/usr/bin:/bin", NULL};
     char script[700];

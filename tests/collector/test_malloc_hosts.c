@@ -91,19 +91,6 @@ typedef struct conn {
     size_t nout, capout;
 } conn;
 
-/* A free loopback port (the kernel's choice; free again when this returns). */
-static int free_port(void)
-{
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    CHECK(s >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    CHECK(bind(s, (struct sockaddr *)&a, sizeof a) == 0);
-    socklen_t len = sizeof a;
-    CHECK(getsockname(s, (struct sockaddr *)&a, &len) == 0);
-    close(s);
-    return ntohs(a.sin_port);
-}
-
 static int try_connect(int port)
 {
     int s = socket(AF_INET, SOCK_STREAM, 0);

@@ -1104,7 +1104,7 @@ TEST(workerd_fleet_js_frames_through_contprofd)
     for (int i = 0; i < 2; i++) {
         snprintf(files[i], sizeof files[i], "%s/windows-%d", dir, i);
         snprintf(logs[i], sizeof logs[i], "%s/workerd-%d.log", dir, i);
-        snprintf(port[i], sizeof port[i], "%d", 20000 + (int)((getpid() * 2 + i) % 20000));
+        snprintf(port[i], sizeof port[i], "%d", free_port());
         const char *argv[] = {cbin,   "run",          "--server", url,   "--window",
                               "1s",   "--output-dir", files[i],   "--",  "/bin/sh",
                               script, wbin,           port[i],    "120", NULL};

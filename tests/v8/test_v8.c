@@ -21,19 +21,6 @@
 
 static char g_dir[256];
 
-/* A loopback port nobody listens on now. */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    CHECK(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
-    socklen_t len = sizeof(a);
-    CHECK(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 /* node's path, found as the shell finds it. */
 static void find_node(char *out, size_t cap)
 {
