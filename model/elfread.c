@@ -24,7 +24,7 @@ enum {
     EM_X86_64_ = 62,
 };
 
-#define NAMES_MAX ((uint64_t)1 << 20)        /* section name table read at most */
+#define NAMES_MAX ((uint64_t)1 << 20)         /* section name table read at most */
 #define PLT_DYN_WHOLE_MAX ((uint64_t)4 << 20) /* .dynsym/.dynstr read whole up to this */
 #define RELA_MAX ((uint64_t)64 << 20)         /* relocation sections read at most */
 
@@ -90,7 +90,8 @@ static int open_common(cp_elf *e, cp_err *err)
         return cp_err_set(err, CP_EPARSE,
                           "not an ELF file (it does not start with the ELF magic 7f 45 4c 46)");
     if (e->size < EHDR_BYTES)
-        return cp_err_set(err, CP_EPARSE, "truncated ELF: %llu bytes, the ELF header alone needs 64",
+        return cp_err_set(err, CP_EPARSE,
+                          "truncated ELF: %llu bytes, the ELF header alone needs 64",
                           (unsigned long long)e->size);
     int rc = cp_elf_read(e, 0, EHDR_BYTES, eh);
     if (rc) return cp_err_set(err, rc, "cannot read the ELF header");
@@ -399,8 +400,8 @@ static int collect_one(void *arg, const cp_elf_func *f)
     return 0;
 }
 
-int cp_elf_funcs_read(const cp_elf *e, const cp_elf_symsec *s, const char *strs,
-                      cp_elf_func **out, uint32_t *nout)
+int cp_elf_funcs_read(const cp_elf *e, const cp_elf_symsec *s, const char *strs, cp_elf_func **out,
+                      uint32_t *nout)
 {
     *out = NULL;
     *nout = 0;

@@ -38,8 +38,8 @@ typedef struct cp_elf {
     uint64_t size;      /* the file's bytes */
     uint16_t machine, shnum, shstrndx, phnum;
     uint64_t phoff;
-    cp_elf_sec *sec;  /* shnum headers, malloc'd */
-    char *names;      /* the section name table, NUL-terminated, malloc'd; NULL: unreadable */
+    cp_elf_sec *sec; /* shnum headers, malloc'd */
+    char *names;     /* the section name table, NUL-terminated, malloc'd; NULL: unreadable */
     uint64_t names_len;
 } cp_elf;
 
@@ -118,8 +118,8 @@ int cp_elf_func_better(const cp_elf_func *a, const cp_elf_func *b);
  * per start (the best), with their final extents; strs is s's string table
  * (cp_elf_strtab), used to drop empty names. 0, CP_ENOTFOUND (no function), or as
  * cp_elf_funcs_each. */
-int cp_elf_funcs_read(const cp_elf *e, const cp_elf_symsec *s, const char *strs,
-                      cp_elf_func **out, uint32_t *n);
+int cp_elf_funcs_read(const cp_elf *e, const cp_elf_symsec *s, const char *strs, cp_elf_func **out,
+                      uint32_t *n);
 
 /* The length of a terminated name without its version ("memcpy@@GLIBC_2.14" -> 6; a
  * leading '@' is part of the name). */
@@ -168,8 +168,8 @@ int cp_elf_plt_open(cp_elf_plt *p, const cp_elf *e);
 #define CP_ELF_PLT_NAME_MAX 4096
 
 /* The name of the stub whose bytes are stub[0..n) at addr: writes "func@plt" into out
- * (cap bytes, at most CP_ELF_PLT_NAME_MAX; a longer name is cut) and returns 1; 0 when unknown (CP_PLT_UNNAMED);
- * CP_ENOMEM. Relocations are read at the first call. */
+ * (cap bytes, at most CP_ELF_PLT_NAME_MAX; a longer name is cut) and returns 1; 0 when unknown
+ * (CP_PLT_UNNAMED); CP_ENOMEM. Relocations are read at the first call. */
 int cp_elf_plt_name(cp_elf_plt *p, const uint8_t *stub, size_t n, uint64_t addr, char *out,
                     size_t cap);
 
