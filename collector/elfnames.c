@@ -281,7 +281,7 @@ static int plt_table(const cp_elf *e, cp_elfnames *t)
             /* no bytes (or a hostile size): one "[plt]" over the section, not a loop */
             ent = size;
         }
-        for (uint64_t off = 0; off + ent <= size && rc == 0; off += ent) {
+        for (uint64_t off = 0; ent <= size - off && rc == 0; off += ent) {
             uint64_t a = p.sec[k].addr + off;
             int named = bytes && cp_elf_plt_name(&p, bytes + off, ent, a, nm, sizeof(nm)) == 1;
             const char *use = named ? nm : CP_PLT_UNNAMED;

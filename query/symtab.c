@@ -238,7 +238,7 @@ static void read_plt(const cp_elf *e, builder *b, func_vec *plt)
             if (cp_vec_push(plt, f)) b->nomem = 1;
             continue;
         }
-        for (uint64_t off = 0; off + ent <= size && !b_full(b); off += ent) {
+        for (uint64_t off = 0; ent <= size - off && !b_full(b); off += ent) {
             int r = cp_elf_plt_name(&p, bytes + off, ent, addr + off, nm, sizeof nm);
             if (r < 0) b->nomem = 1;
             func f = {addr + off, addr + off + ent, b_str(b, r == 1 ? nm : CP_PLT_UNNAMED), 3};
