@@ -206,7 +206,6 @@ static uint32_t lower_bound(const uint64_t *va, uint32_t n, uint64_t x)
 static int scan_one(void *arg, const cp_elf_func *f)
 {
     const job *j = arg;
-    if (f->lo > j->va[j->n - 1]) return 0; /* above every address: most symbols */
     uint32_t k = lower_bound(j->va, j->n, f->lo);
     if (k == j->n) return 0;
     fsym c = *f;
@@ -226,7 +225,7 @@ static int scan_names(const cp_elf *e, const cp_elf_symsec *s, job *j)
     if (!(j->best = calloc(j->n, sizeof(fsym)))) return CP_ENOMEM;
     /* 512 symbols (12 KiB) a read: each page of a bigger buffer was a fault in a short
      * process */
-    int rc = cp_elf_funcs_each(e, s, 512, scan_one, j);
+    int rc = cp_elf_funcs_each(e, s, 512, j->va[j->n - 1], scan_one, j);
     if (rc == 0) {
         /* best[k] so far: the greatest start in (va[k-1], va[k]]; carried forward, the
          * greatest at or below va[k] */

@@ -311,40 +311,42 @@ int cp_elf_symsec_find(const cp_elf *e, uint32_t type, uint64_t max, cp_elf_syms
     return CP_ENOTFOUND;
 }
 
-int cp_elf_funcs_each(const cp_elf *e, const cp_elf_symsec *s, uint32_t chunk,
+int cp_elf_funcs_each(const cp_elf *e, const cp_elf_symsec *s, uint32_t chunk, uint64_t max_lo,
                       int (*fn)(void *arg, const cp_elf_func *f), void *arg)
 {
     uint64_t nsym = s->sym.size / SYM_BYTES;
     if (chunk == 0) chunk = 512;
+    if (e->mem) chunk = nsym > UINT32_MAX ? UINT32_MAX : (uint32_t)nsym; /* one view */
     uint8_t *buf = e->mem ? NULL : malloc((size_t)chunk * SYM_BYTES);
     if (!e->mem && !buf) return CP_ENOMEM;
-    const uint8_t *syms = NULL;
     int rc = 0;
-    for (uint64_t i = 0; i < nsym && rc == 0; i++) {
-        if (i % chunk == 0) {
-            uint64_t c = nsym - i < chunk ? nsym - i : chunk;
-            syms = cp_elf_view(e, s->sym.off + i * SYM_BYTES, c * SYM_BYTES, buf);
-            if (!syms) {
-                rc = CP_EIO;
-                break;
-            }
+    for (uint64_t first = 0; first < nsym && rc == 0; first += chunk) {
+        uint64_t c = nsym - first < chunk ? nsym - first : chunk;
+        const uint8_t *syms = cp_elf_view(e, s->sym.off + first * SYM_BYTES, c * SYM_BYTES, buf);
+        if (!syms) {
+            rc = CP_EIO;
+            break;
         }
-        const uint8_t *p = syms + (i % chunk) * SYM_BYTES;
-        uint32_t name = cp_ld32(p);
-        uint8_t info = p[4];
-        int type = info & 0xf, bind = info >> 4;
-        if (type != STT_FUNC_ && type != STT_GNU_IFUNC_) continue;
-        uint64_t value = cp_ld64(p + 8), size = cp_ld64(p + 16);
-        if (cp_ld16(p + 6) == 0 || value == 0 || name == 0 || name >= s->str.size) continue;
-        if (value + size < value) continue;
-        cp_elf_func f = {.lo = value,
-                         .hi = value + size,
-                         .name = name,
-                         .rank = bind == STB_GLOBAL_ ? 2
-                                 : bind == STB_WEAK_ ? 1
-                                                     : 0,
-                         .sized = size > 0};
-        rc = fn(arg, &f);
+        for (const uint8_t *p = syms, *end = syms + c * SYM_BYTES; p < end && rc == 0;
+             p += SYM_BYTES) {
+            uint8_t info = p[4];
+            int type = info & 0xf, bind = info >> 4;
+            if (type != STT_FUNC_ && type != STT_GNU_IFUNC_) continue;
+            uint64_t value = cp_ld64(p + 8);
+            if (value > max_lo) continue; /* a scan's addresses are all below: most symbols */
+            uint32_t name = cp_ld32(p);
+            uint64_t size = cp_ld64(p + 16);
+            if (cp_ld16(p + 6) == 0 || value == 0 || name == 0 || name >= s->str.size) continue;
+            if (value + size < value) continue;
+            cp_elf_func f = {.lo = value,
+                             .hi = value + size,
+                             .name = name,
+                             .rank = bind == STB_GLOBAL_ ? 2
+                                     : bind == STB_WEAK_ ? 1
+                                                         : 0,
+                             .sized = size > 0};
+            rc = fn(arg, &f);
+        }
     }
     free(buf);
     return rc;
@@ -411,7 +413,7 @@ int cp_elf_funcs_read(const cp_elf *e, const cp_elf_symsec *s, const char *strs,
     if (!c.f) return CP_ENOMEM;
     /* the symbols are read in chunks into one small buffer (fewer fresh pages to fault in
      * than the whole section) */
-    int rc = cp_elf_funcs_each(e, s, 2048, collect_one, &c);
+    int rc = cp_elf_funcs_each(e, s, 2048, UINT64_MAX, collect_one, &c);
     if (rc == 0 && c.n == 0) rc = CP_ENOTFOUND;
     if (rc == 0) rc = sort_by_lo(c.f, c.n);
     if (rc != 0) {

@@ -106,9 +106,9 @@ typedef struct cp_elf_func {
 
 /* Reads the function symbols of s in chunks of chunk symbols (a buffer of chunk * 24
  * bytes: the fd back end never holds the section whole) and calls fn(arg, &f) for each
- * eligible one, in table order; fn returning non-zero stops with that code. 0, or as
- * cp_elf_read, CP_ENOMEM. */
-int cp_elf_funcs_each(const cp_elf *e, const cp_elf_symsec *s, uint32_t chunk,
+ * eligible one starting at or below max_lo, in table order; fn returning non-zero stops
+ * with that code. 0, or as cp_elf_read, CP_ENOMEM. */
+int cp_elf_funcs_each(const cp_elf *e, const cp_elf_symsec *s, uint32_t chunk, uint64_t max_lo,
                       int (*fn)(void *arg, const cp_elf_func *f), void *arg);
 
 /* 1 if a names an address better than b (same start), by the rules above. */
