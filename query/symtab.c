@@ -444,7 +444,9 @@ int cp_symtab_build(const uint8_t *e, size_t len, size_t max_table, cp_buf *out,
     cp_elf_close(&ef);
     if (rc) goto done;
     elf_version(EV_CURRENT);
-    /* ELF_C_READ_MMAP semantics: libelf reads the caller's bytes in place, never writes */
+    /* libelf reads the caller's bytes in place; libdw may rewrite a compressed section's
+     * header there (a second build of the same bytes then fails: libc's debug file did),
+     * so each upload is built once */
     Elf *elf = elf_memory((char *)(uintptr_t)e, len);
     if (!elf) {
         rc = cp_err_set(err, CP_EPARSE, "libelf cannot read the file: %s", elf_errmsg(-1));
