@@ -228,30 +228,68 @@ int cp_elf_check(const cp_elf *e, cp_err *err)
     return 0;
 }
 
+/* The GNU build ID among the notes p[0..size): 0 (copied into out), CP_ELIMIT (longer than
+ * max; *len says how long), CP_ENOTFOUND. */
+static int note_build_id(const uint8_t *p, uint64_t size, uint8_t *out, uint32_t max, uint32_t *len)
+{
+    const uint8_t *end = p + size;
+    /* notes: namesz, descsz, type, name (padded to 4), desc (padded to 4) */
+    while (end - p >= 12) {
+        uint32_t nsz = cp_ld32(p), dsz = cp_ld32(p + 4), ty = cp_ld32(p + 8);
+        uint64_t na = ((uint64_t)nsz + 3) & ~3ULL, da = ((uint64_t)dsz + 3) & ~3ULL;
+        if (na > (uint64_t)(end - p - 12) || dsz > (uint64_t)(end - p - 12) - na) break;
+        if (ty == NT_GNU_BUILD_ID_ && nsz == 4 && memcmp(p + 12, "GNU", 4) == 0) {
+            if (dsz == 0) break;
+            *len = dsz;
+            if (dsz > max) return CP_ELIMIT;
+            memcpy(out, p + 12 + na, dsz);
+            return 0;
+        }
+        if (da > (uint64_t)(end - p - 12) - na) break;
+        p += 12 + na + da;
+    }
+    return CP_ENOTFOUND;
+}
+
+enum { NOTE_MAX = 4096 }; /* the fd back end reads a note section's first 4 KiB */
+
 int cp_elf_build_id(const cp_elf *e, uint8_t *out, uint32_t max, uint32_t *len)
 {
-    uint8_t scratch[4096];
+    uint8_t scratch[NOTE_MAX];
     for (uint32_t i = 0; i < e->shnum; i++) {
         const cp_elf_sec *s = &e->sec[i];
-        if (s->type != CP_SHT_NOTE || s->size > sizeof(scratch)) continue;
-        const uint8_t *p = cp_elf_view(e, s->off, s->size, scratch);
+        if (s->type != CP_SHT_NOTE) continue;
+        uint64_t size = !e->mem && s->size > NOTE_MAX ? NOTE_MAX : s->size;
+        const uint8_t *p = cp_elf_view(e, s->off, size, scratch);
         if (!p) continue;
-        const uint8_t *end = p + s->size;
-        /* notes: namesz, descsz, type, name (padded to 4), desc (padded to 4) */
-        while (end - p >= 12) {
-            uint32_t nsz = cp_ld32(p), dsz = cp_ld32(p + 4), ty = cp_ld32(p + 8);
-            uint64_t na = ((uint64_t)nsz + 3) & ~3ULL, da = ((uint64_t)dsz + 3) & ~3ULL;
-            if (na > (uint64_t)(end - p - 12) || dsz > (uint64_t)(end - p - 12) - na) break;
-            if (ty == NT_GNU_BUILD_ID_ && nsz == 4 && memcmp(p + 12, "GNU", 4) == 0) {
-                if (dsz == 0) break;
-                *len = dsz;
-                if (dsz > max) return CP_ELIMIT;
-                memcpy(out, p + 12 + na, dsz);
-                return 0;
-            }
-            if (da > (uint64_t)(end - p - 12) - na) break;
-            p += 12 + na + da;
-        }
+        int rc = note_build_id(p, size, out, max, len);
+        if (rc != CP_ENOTFOUND) return rc;
+    }
+    return CP_ENOTFOUND;
+}
+
+int cp_elf_build_id_fd(int fd, uint64_t size, uint8_t *out, uint32_t max, uint32_t *len)
+{
+    enum { PT_NOTE_ = 4 };
+    const cp_elf e = {.fd = fd, .size = size};
+    uint8_t eh[EHDR_BYTES];
+    if (cp_elf_read(&e, 0, EHDR_BYTES, eh) != 0 || memcmp(eh, "\177ELF", 4) != 0 || eh[4] != 2 ||
+        eh[5] != 1)
+        return CP_EPARSE;
+    uint64_t phoff = cp_ld64(eh + 0x20);
+    uint16_t phentsize = cp_ld16(eh + 0x36), phnum = cp_ld16(eh + 0x38);
+    if (phentsize != PHDR_BYTES || phnum == 0 || phnum > 256) return CP_EPARSE;
+    uint8_t note[NOTE_MAX];
+    for (uint32_t i = 0; i < phnum; i++) {
+        uint8_t ph[PHDR_BYTES];
+        if (cp_elf_read(&e, phoff + (uint64_t)i * PHDR_BYTES, PHDR_BYTES, ph) != 0)
+            return CP_EPARSE;
+        if (cp_ld32(ph) != PT_NOTE_) continue;
+        uint64_t off = cp_ld64(ph + 8), n = cp_ld64(ph + 0x20);
+        if (n > sizeof(note)) n = sizeof(note);
+        if (cp_elf_read(&e, off, n, note) != 0) continue;
+        int rc = note_build_id(note, n, out, max, len);
+        if (rc != CP_ENOTFOUND) return rc;
     }
     return CP_ENOTFOUND;
 }

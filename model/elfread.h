@@ -73,9 +73,15 @@ const char *cp_elf_sec_name(const cp_elf *e, uint32_t i);
  * file, at least one program header. err names the first defect. 0 or CP_EPARSE. */
 int cp_elf_check(const cp_elf *e, cp_err *err);
 
-/* The GNU build ID (the first NT_GNU_BUILD_ID note of a SHT_NOTE section), at most max
- * bytes into out; *len its length. 0, CP_ENOTFOUND, CP_ELIMIT (longer than max), CP_EIO. */
+/* The GNU build ID (the first NT_GNU_BUILD_ID note of a SHT_NOTE section; the fd back end
+ * reads a section's first 4 KiB), at most max bytes into out; *len its length. 0,
+ * CP_ENOTFOUND, CP_ELIMIT (longer than max). */
 int cp_elf_build_id(const cp_elf *e, uint8_t *out, uint32_t max, uint32_t *len);
+
+/* The same from the PT_NOTE segments of the ELF file fd of size bytes, without reading its
+ * section headers (the relay keys a running object's names by it): 0, CP_ENOTFOUND,
+ * CP_ELIMIT, CP_EPARSE (not a 64-bit little-endian ELF, bad program headers). */
+int cp_elf_build_id_fd(int fd, uint64_t size, uint8_t *out, uint32_t max, uint32_t *len);
 
 /* ------------------------------------------------------------------------------------
  * Function symbols. Rules shared by the agent and the server (model/README.md "ELF
