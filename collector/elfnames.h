@@ -1,6 +1,7 @@
 /* Function names from an object's ELF symbol table, without libdw: the function symbols of
  * the separate debug file's .symtab (/usr/lib/debug/.build-id/xx/yyyy.debug), else the
- * object's .symtab, else its .dynsym, kept as one sorted array searched per address. Files
+ * object's .symtab, else its .dynsym, kept as one sorted array searched per address, by the
+ * rules the server's tables share (model/elfread.h, model/README.md "ELF symbols"). Files
  * are read with pread into memory and every read is bounds-checked: a truncated, shrinking
  * or hostile file gives no table, never a fault. Agent thread only. */
 #ifndef CP_ELFNAMES_H

@@ -3,6 +3,7 @@
  * checked against the file's size before it is used: a damaged or truncated file names
  * nothing, it never faults. */
 #include "namecache.h"
+#include "elfread.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -321,53 +322,11 @@ int cp_namecache_write(int dfd, const char *name, const uint8_t *data, size_t le
     return 0;
 }
 
-/* Reads exactly len bytes at off of a file of fsize bytes. */
-static int pread_all(int fd, uint64_t fsize, uint64_t off, uint64_t len, void *out)
-{
-    if (off > fsize || len > fsize - off) return CP_EPARSE;
-    uint8_t *p = out;
-    while (len) {
-        ssize_t r = pread(fd, p, len, (off_t)off);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return CP_EPARSE;
-        p += r;
-        off += (uint64_t)r;
-        len -= (uint64_t)r;
-    }
-    return 0;
-}
-
 int cp_namecache_file_build_id(int fd, uint64_t fsize, uint8_t *out, uint32_t *len)
 {
-    enum { PT_NOTE_ = 4, PHDR = 56, NT_GNU_BUILD_ID_ = 3, NOTE_MAX = 4096 };
-    uint8_t eh[64];
-    if (pread_all(fd, fsize, 0, sizeof(eh), eh) != 0) return CP_EPARSE;
-    if (memcmp(eh, "\177ELF", 4) != 0 || eh[4] != 2 || eh[5] != 1) return CP_EPARSE;
-    uint64_t phoff = cp_ld64(eh + 0x20);
-    uint16_t phentsize = cp_ld16(eh + 0x36), phnum = cp_ld16(eh + 0x38);
-    if (phentsize != PHDR || phnum == 0 || phnum > 256) return CP_EPARSE;
-    for (uint32_t i = 0; i < phnum; i++) {
-        uint8_t ph[PHDR];
-        if (pread_all(fd, fsize, phoff + (uint64_t)i * PHDR, PHDR, ph) != 0) return CP_EPARSE;
-        if (cp_ld32(ph) != PT_NOTE_) continue;
-        uint64_t off = cp_ld64(ph + 8), size = cp_ld64(ph + 0x20);
-        uint8_t note[NOTE_MAX];
-        if (size > sizeof(note)) size = sizeof(note);
-        if (pread_all(fd, fsize, off, size, note) != 0) continue;
-        for (uint64_t at = 0; at + 12 <= size;) {
-            uint32_t nsz = cp_ld32(note + at), dsz = cp_ld32(note + at + 4),
-                     type = cp_ld32(note + at + 8);
-            uint64_t name_at = at + 12, desc_at = name_at + (((uint64_t)nsz + 3) & ~3ull);
-            uint64_t next = desc_at + (((uint64_t)dsz + 3) & ~3ull);
-            if (next > size) break;
-            if (type == NT_GNU_BUILD_ID_ && nsz == 4 && !memcmp(note + name_at, "GNU", 4) &&
-                dsz >= 2 && dsz <= CP_NAMECACHE_ID_MAX) {
-                memcpy(out, note + desc_at, dsz);
-                *len = dsz;
-                return 0;
-            }
-            at = next;
-        }
-    }
-    return CP_ENOTFOUND;
+    uint32_t n = 0;
+    int rc = cp_elf_build_id_fd(fd, fsize, out, CP_NAMECACHE_ID_MAX, &n);
+    if (rc == CP_ELIMIT || (rc == 0 && n < 2)) return CP_ENOTFOUND;
+    if (rc == 0) *len = n;
+    return rc;
 }

@@ -1,7 +1,7 @@
 /* x86-64 PLT stubs: which sections hold them and which GOT slot each jumps through, the way
- * binutils names them `func@plt` (elf_x86_64_get_synthetic_symtab). Shared by the agent's
- * symbol tables (collector/elfnames.c) and the server's (query/symtab.c): without it a pc in
- * a stub takes the name of the nearest symbol before it, usually `_init`. Pure functions. */
+ * binutils names them `func@plt` (elf_x86_64_get_synthetic_symtab). Used by elfread.c for
+ * the agent's and the server's tables: without it a pc in a stub takes the name of the
+ * nearest symbol before it, usually `_init`. Pure functions. */
 #ifndef CP_ELFPLT_H
 #define CP_ELFPLT_H
 

@@ -1,7 +1,8 @@
-/* The ELF reader and the compact symbol table of server-side symbolization. Untrusted
- * uploads are walked by our own bounds-checked code first (header, program and section
- * headers, notes) so that every defect gets a precise message; only a file that passed is
- * handed to libelf (symbols) and libdw (lines, inlined calls).
+/* The compact symbol table of server-side symbolization. Untrusted uploads are walked by
+ * model/elfread.h's memory back end (header, section headers, notes, function symbols, PLT
+ * stubs: the agent's rules, so both name an address alike) with our own check of every
+ * section and program header, so that every defect gets a precise message; only a file
+ * that passed is handed to libdw (lines, inlined calls).
  *
  * Table layout (little-endian, fixed width, all arrays sorted by address):
  *   "CPSYMT01" magic, u32 nseg, nfunc, ninl, nline, strbytes
@@ -13,6 +14,7 @@
 #include "symtab.h"
 
 #include "elfplt.h"
+#include "elfread.h"
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
@@ -133,102 +135,33 @@ static void b_close(builder *b)
     free(b->lines.v);
 }
 
-/* --- our own walk of the headers ---------------------------------------------------- */
+/* --- the headers (model/elfread.h) ---------------------------------------------------- */
 
 /* Checks the headers and finds the build ID and the loadable segments. */
-static int check_elf(const uint8_t *e, size_t len, builder *b, char *build_id, cp_err *err)
+static int check_elf(const cp_elf *e, builder *b, char *build_id, cp_err *err)
 {
-    if (len < 4 || memcmp(e, "\177ELF", 4) != 0)
-        return cp_err_set(err, CP_EPARSE,
-                          "not an ELF file (it does not start with the ELF magic 7f 45 4c 46)");
-    if (len < 64)
-        return cp_err_set(err, CP_EPARSE, "truncated ELF: %zu bytes, the ELF header alone needs 64",
-                          len);
-    if (e[4] != ELFCLASS64 || e[5] != ELFDATA2LSB)
-        return cp_err_set(err, CP_EPARSE,
-                          "unsupported ELF: only 64-bit little-endian objects are read "
-                          "(class %u, data %u)",
-                          e[4], e[5]);
-    uint64_t phoff = cp_ld64(e + 32), shoff = cp_ld64(e + 40);
-    uint16_t phentsize = cp_ld16(e + 54), phnum = cp_ld16(e + 56), shentsize = cp_ld16(e + 58),
-             shnum = cp_ld16(e + 60), shstrndx = cp_ld16(e + 62);
-    if (phnum && phentsize != sizeof(Elf64_Phdr))
-        return cp_err_set(err, CP_EPARSE, "malformed ELF: program header size %u (expected %zu)",
-                          phentsize, sizeof(Elf64_Phdr));
-    if (shnum && shentsize != sizeof(Elf64_Shdr))
-        return cp_err_set(err, CP_EPARSE, "malformed ELF: section header size %u (expected %zu)",
-                          shentsize, sizeof(Elf64_Shdr));
-    if (phnum && (phoff > len || (uint64_t)phnum * phentsize > len - phoff))
-        return cp_err_set(err, CP_EPARSE,
-                          "truncated ELF: the program headers end at byte %llu, past the "
-                          "file's %zu bytes",
-                          (unsigned long long)(phoff + (uint64_t)phnum * phentsize), len);
-    if (shnum && (shoff > len || (uint64_t)shnum * shentsize > len - shoff))
-        return cp_err_set(err, CP_EPARSE,
-                          "truncated ELF: the section headers end at byte %llu, past the "
-                          "file's %zu bytes",
-                          (unsigned long long)(shoff + (uint64_t)shnum * shentsize), len);
-    if (!shnum) return cp_err_set(err, CP_EPARSE, "malformed ELF: no section headers");
-    if (shstrndx >= shnum)
-        return cp_err_set(err, CP_EPARSE, "malformed ELF: section name table index %u of %u",
-                          shstrndx, shnum);
-    Elf64_Shdr shs;
-    memcpy(&shs, e + shoff + (size_t)shstrndx * sizeof shs, sizeof shs);
-    if (shs.sh_type == SHT_NOBITS || shs.sh_offset > len || shs.sh_size > len - shs.sh_offset)
-        return cp_err_set(err, CP_EPARSE,
-                          "truncated ELF: the section name table lies past the "
-                          "file's end");
-    const char *names = (const char *)e + shs.sh_offset;
-    size_t names_len = (size_t)shs.sh_size;
-    int text_nobits = 0;
-    const uint8_t *bid = NULL;
+    int rc = cp_elf_check(e, err);
+    if (rc) return rc;
+    uint8_t bid[CP_BUILD_ID_HEX_MAX / 2];
     uint32_t bid_len = 0;
-    for (uint16_t i = 0; i < shnum; i++) {
-        Elf64_Shdr sh;
-        memcpy(&sh, e + shoff + (size_t)i * sizeof sh, sizeof sh);
-        const char *nm =
-            sh.sh_name < names_len && memchr(names + sh.sh_name, 0, names_len - sh.sh_name)
-                ? names + sh.sh_name
-                : "?";
-        if (sh.sh_type == SHT_NOBITS) {
-            if (strcmp(nm, ".text") == 0) text_nobits = 1;
-            continue;
-        }
-        if (sh.sh_type == SHT_NULL) continue;
-        if (sh.sh_offset > len || sh.sh_size > len - sh.sh_offset)
-            return cp_err_set(err, CP_EPARSE,
-                              "truncated ELF: section %u (%.64s) ends at byte %llu, past the "
-                              "file's %zu bytes",
-                              i, nm, (unsigned long long)(sh.sh_offset + sh.sh_size), len);
-        if (sh.sh_type != SHT_NOTE || bid) continue;
-        /* notes: namesz, descsz, type, name (padded to 4), desc (padded to 4) */
-        const uint8_t *p = e + sh.sh_offset, *end = p + sh.sh_size;
-        while (end - p >= 12) {
-            uint32_t nsz = cp_ld32(p), dsz = cp_ld32(p + 4), ty = cp_ld32(p + 8);
-            uint64_t na = ((uint64_t)nsz + 3) & ~3ULL, da = ((uint64_t)dsz + 3) & ~3ULL;
-            if (na > (uint64_t)(end - p - 12) || dsz > (uint64_t)(end - p - 12) - na) break;
-            if (ty == NT_GNU_BUILD_ID && nsz == 4 && memcmp(p + 12, "GNU", 4) == 0) {
-                bid = p + 12 + na;
-                bid_len = dsz;
-                break;
-            }
-            if (da > (uint64_t)(end - p - 12) - na) break;
-            p += 12 + na + da;
-        }
-    }
-    if (!bid || bid_len == 0)
+    rc = cp_elf_build_id(e, bid, sizeof bid, &bid_len);
+    if (rc == CP_ELIMIT)
+        return cp_err_set(err, CP_EPARSE, "build ID of %u bytes (at most %d accepted)", bid_len,
+                          CP_BUILD_ID_HEX_MAX / 2);
+    if (rc)
         return cp_err_set(err, CP_EPARSE,
                           "no GNU build ID note (.note.gnu.build-id): link with -Wl,--build-id "
                           "so that profiles can be matched to this file");
-    if (bid_len * 2 > CP_BUILD_ID_HEX_MAX)
-        return cp_err_set(err, CP_EPARSE, "build ID of %u bytes (at most %d accepted)", bid_len,
-                          CP_BUILD_ID_HEX_MAX / 2);
     static const char hex[] = "0123456789abcdef";
     for (uint32_t i = 0; i < bid_len; i++) {
         build_id[2 * i] = hex[bid[i] >> 4];
         build_id[2 * i + 1] = hex[bid[i] & 15];
     }
     build_id[2 * bid_len] = 0;
+    int text_nobits = 0;
+    for (uint32_t i = 0; i < e->shnum; i++)
+        if (e->sec[i].type == CP_SHT_NOBITS && strcmp(cp_elf_sec_name(e, i), ".text") == 0)
+            text_nobits = 1;
 
     /* Loadable segments: file offset -> virtual address. A separate debug file keeps the
      * program headers' addresses and sizes but not their file offsets (its sections are
@@ -236,9 +169,9 @@ static int check_elf(const uint8_t *e, size_t len, builder *b, char *build_id, c
      * at 0, each next one at the first offset past the previous segment's end that is
      * congruent to its address modulo its alignment. Uploading the binary itself is exact. */
     uint64_t prev_end = 0;
-    for (uint16_t i = 0; i < phnum; i++) {
+    for (uint16_t i = 0; i < e->phnum; i++) {
         Elf64_Phdr ph;
-        memcpy(&ph, e + phoff + (size_t)i * sizeof ph, sizeof ph);
+        memcpy(&ph, e->mem + e->phoff + (size_t)i * sizeof ph, sizeof ph);
         if (ph.p_type != PT_LOAD || ph.p_memsz == 0) continue;
         seg s = {ph.p_offset, ph.p_vaddr, ph.p_filesz};
         if (text_nobits) {
@@ -262,153 +195,112 @@ static int check_elf(const uint8_t *e, size_t len, builder *b, char *build_id, c
     return 0;
 }
 
-/* --- symbols (libelf) ----------------------------------------------------------------- */
+/* --- symbols and PLT stubs (model/elfread.h) ------------------------------------------- */
 
-static int func_cmp(const void *a, const void *b, void *strs)
+static int func_cmp(const void *a, const void *b)
 {
     const func *x = a, *y = b;
     if (x->lo != y->lo) return x->lo < y->lo ? -1 : 1;
-    /* of several names at one address, the public one: global, then weak, then local;
-     * then one without a leading underscore (qsort, not __GI_qsort); then by name */
-    if (x->global != y->global) return x->global > y->global ? -1 : 1;
-    const char *xn = (const char *)strs + x->name, *yn = (const char *)strs + y->name;
-    int xu = xn[0] == '_', yu = yn[0] == '_';
-    if (xu != yu) return xu ? 1 : -1;
-    return strcmp(xn, yn);
+    return x->global > y->global ? -1 : x->global < y->global; /* a PLT stub first */
 }
 
-/* The GOT slots named by relocations (.rela.plt, .rela.dyn) and their symbols' names. */
-typedef struct plt_slot {
-    uint64_t got;
-    const char *name;
-} plt_slot;
-
-static int slot_cmp(const void *a, const void *b)
+/* Interns the name nm without its symbol version ("memcpy@@GLIBC_2.14"). */
+static uint32_t b_name(builder *b, const char *nm)
 {
-    const plt_slot *x = a, *y = b;
-    return x->got < y->got ? -1 : x->got > y->got;
+    size_t n = cp_elf_name_len(nm);
+    if (nm[n] == 0) return b_str(b, nm);
+    char stack[512], *s = n < sizeof stack ? stack : malloc(n + 1);
+    if (!s) {
+        b->nomem = 1;
+        return 0;
+    }
+    memcpy(s, nm, n);
+    s[n] = 0;
+    uint32_t off = b_str(b, s);
+    if (s != stack) free(s);
+    return off;
 }
 
-/* Adds one function per PLT stub (model/elfplt.h): `func@plt` as binutils names it, else
- * "[plt]" (a debug file's stub sections are NOBITS: one "[plt]" over each). Ranked above
- * every symbol, so a sizeless one before .plt (_init) no longer reaches over the stubs. */
-static void read_plt(Elf *elf, builder *b)
+/* The stubs of e (one function each, ranked 3): `func@plt`, else "[plt]" (a debug file's
+ * stub sections are NOBITS: one "[plt]" over each). */
+typedef CP_VEC(func) func_vec;
+
+static void read_plt(const cp_elf *e, builder *b, func_vec *plt)
 {
-    size_t shstrndx;
-    if (elf_getshdrstrndx(elf, &shstrndx) != 0) return;
-    CP_VEC(plt_slot) slots = {0};
-    for (Elf_Scn *scn = elf_nextscn(elf, NULL); scn; scn = elf_nextscn(elf, scn)) {
-        GElf_Shdr sh;
-        if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_RELA) continue;
-        const char *nm = elf_strptr(elf, shstrndx, sh.sh_name);
-        if (!nm || (strcmp(nm, ".rela.plt") && strcmp(nm, ".rela.dyn"))) continue;
-        Elf_Scn *symscn = elf_getscn(elf, sh.sh_link);
-        GElf_Shdr ssh;
-        Elf_Data *d = elf_getdata(scn, NULL), *sd = symscn ? elf_getdata(symscn, NULL) : NULL;
-        if (!d || !sd || !gelf_getshdr(symscn, &ssh) || ssh.sh_type != SHT_DYNSYM) continue;
-        size_t n = sh.sh_entsize ? d->d_size / sh.sh_entsize : 0;
-        for (size_t i = 0; i < n; i++) {
-            GElf_Rela r;
-            GElf_Sym sym;
-            if (!gelf_getrela(d, (int)i, &r) ||
-                !cp_plt_reloc_names_slot((uint32_t)GELF_R_TYPE(r.r_info)) ||
-                !GELF_R_SYM(r.r_info) || !gelf_getsym(sd, (int)GELF_R_SYM(r.r_info), &sym))
-                continue;
-            const char *sn = elf_strptr(elf, ssh.sh_link, sym.st_name);
-            if (!sn || !*sn) continue;
-            plt_slot ps = {r.r_offset, sn};
-            if (cp_vec_push(&slots, ps)) b->nomem = 1;
+    cp_elf_plt p;
+    if (cp_elf_plt_open(&p, e) != 0) return;
+    char nm[CP_ELF_PLT_NAME_MAX];
+    for (uint32_t k = 0; k < p.nsec && !b_full(b); k++) {
+        uint64_t addr = p.sec[k].addr, size = p.sec[k].size, ent = p.sec[k].ent;
+        const uint8_t *bytes = p.sec[k].nobits ? NULL : cp_elf_view(e, p.sec[k].off, size, NULL);
+        if (!bytes) {
+            func f = {addr, addr + size, b_str(b, CP_PLT_UNNAMED), 3};
+            if (cp_vec_push(plt, f)) b->nomem = 1;
+            continue;
+        }
+        for (uint64_t off = 0; ent <= size - off && !b_full(b); off += ent) {
+            int r = cp_elf_plt_name(&p, bytes + off, ent, addr + off, nm, sizeof nm);
+            if (r < 0) b->nomem = 1;
+            func f = {addr + off, addr + off + ent, b_str(b, r == 1 ? nm : CP_PLT_UNNAMED), 3};
+            if (cp_vec_push(plt, f)) b->nomem = 1;
         }
     }
-    if (slots.n) qsort(slots.v, slots.n, sizeof(plt_slot), slot_cmp);
-    for (Elf_Scn *scn = elf_nextscn(elf, NULL); scn && !b_full(b); scn = elf_nextscn(elf, scn)) {
-        GElf_Shdr sh;
-        if (!gelf_getshdr(scn, &sh) || (sh.sh_type != SHT_PROGBITS && sh.sh_type != SHT_NOBITS))
-            continue;
-        const char *nm = elf_strptr(elf, shstrndx, sh.sh_name);
-        uint32_t ent = nm ? cp_plt_entry_size(nm, sh.sh_entsize) : 0;
-        if (!ent || sh.sh_size < ent) continue;
-        Elf_Data *d = sh.sh_type == SHT_PROGBITS ? elf_getdata(scn, NULL) : NULL;
-        if (!d || !d->d_buf || d->d_size < sh.sh_size) {
-            func f = {sh.sh_addr, sh.sh_addr + sh.sh_size, b_str(b, CP_PLT_UNNAMED), 3};
-            if (cp_vec_push(&b->funcs, f)) b->nomem = 1;
-            continue;
-        }
-        for (uint64_t off = 0; off + ent <= sh.sh_size && !b_full(b); off += ent) {
-            uint64_t a = sh.sh_addr + off, got;
-            const char *name = NULL;
-            if (cp_plt_entry_got((const uint8_t *)d->d_buf + off, ent, a, &got) == 0 && slots.n) {
-                plt_slot key = {got, NULL};
-                const plt_slot *hit = bsearch(&key, slots.v, slots.n, sizeof(plt_slot), slot_cmp);
-                if (hit) name = hit->name;
+    cp_elf_plt_close(&p);
+}
+
+/* The function symbols of e (its .symtab, else its .dynsym), then its PLT stubs over them:
+ * an address in a stub is the stub's, as the agent's lookup answers (collector/elfnames.c),
+ * so a function reaching over stubs is cut into the pieces around them. */
+static int read_symbols(const cp_elf *e, builder *b)
+{
+    cp_elf_symsec s;
+    int rc = cp_elf_symsec_find(e, CP_SHT_SYMTAB, UINT64_MAX, &s);
+    if (rc != 0 && rc != CP_ENOMEM && rc != CP_EPARSE)
+        rc = cp_elf_symsec_find(e, CP_SHT_DYNSYM, UINT64_MAX, &s);
+    if (rc) return rc == CP_ENOMEM ? rc : 0;
+    char *owned = NULL;
+    const char *strs = cp_elf_strtab(e, &s.str, &owned, &rc);
+    cp_elf_func *f = NULL;
+    uint32_t n = 0;
+    if (strs) rc = cp_elf_funcs_read(e, &s, strs, &f, &n);
+    func_vec plt = {0};
+    if (rc == 0) read_plt(e, b, &plt);
+    /* funcs (non-overlapping, by start) minus the stubs (by start), then the stubs */
+    uint32_t j = 0;
+    for (uint32_t i = 0; i < n && !b_full(b); i++) {
+        uint64_t cur = f[i].lo, hi = f[i].hi;
+        uint32_t name = b_name(b, strs + f[i].name);
+        while (j < plt.n && plt.v[j].hi <= cur)
+            j++;
+        for (uint32_t k = j; cur < hi;) {
+            while (k < plt.n && plt.v[k].hi <= cur)
+                k++;
+            uint64_t end = k < plt.n && plt.v[k].lo < hi ? plt.v[k].lo : hi;
+            if (end > cur) {
+                func x = {cur, end, name, f[i].rank};
+                if (cp_vec_push(&b->funcs, x)) b->nomem = 1;
             }
-            char full[512];
-            if (name) {
-                size_t len = strcspn(name, "@");
-                snprintf(full, sizeof full, "%.*s@plt", (int)(len < 400 ? len : 400), name);
-            }
-            func f = {a, a + ent, b_str(b, name ? full : CP_PLT_UNNAMED), 3};
-            if (cp_vec_push(&b->funcs, f)) b->nomem = 1;
+            if (end == hi) break;
+            cur = plt.v[k].hi > cur ? plt.v[k].hi : cur;
+            k++;
         }
     }
-    free(slots.v);
-}
-
-static void read_symbols(Elf *elf, builder *b)
-{
-    Elf_Scn *best = NULL;
-    GElf_Shdr bsh = {0};
-    for (Elf_Scn *scn = elf_nextscn(elf, NULL); scn; scn = elf_nextscn(elf, scn)) {
-        GElf_Shdr sh;
-        if (!gelf_getshdr(scn, &sh)) continue;
-        if (sh.sh_type == SHT_SYMTAB || (sh.sh_type == SHT_DYNSYM && !best)) {
-            best = scn;
-            bsh = sh;
-        }
-    }
-    if (!best || bsh.sh_entsize != sizeof(Elf64_Sym)) return;
-    Elf_Data *d = elf_getdata(best, NULL);
-    if (!d || !d->d_buf) return;
-    size_t n = d->d_size / sizeof(Elf64_Sym);
-    for (size_t i = 0; i < n && !b_full(b); i++) {
-        GElf_Sym sym;
-        if (!gelf_getsym(d, (int)i, &sym)) continue;
-        int ty = GELF_ST_TYPE(sym.st_info);
-        if ((ty != STT_FUNC && ty != STT_GNU_IFUNC) || sym.st_shndx == SHN_UNDEF ||
-            sym.st_value == 0)
-            continue;
-        const char *nm = elf_strptr(elf, bsh.sh_link, sym.st_name);
-        if (!nm || !*nm) continue;
-        /* "memcpy@@GLIBC_2.14": the symbol version is not part of the function's name */
-        const char *at = strchr(nm + 1, '@');
-        char plain[512];
-        if (at && (size_t)(at - nm) < sizeof plain) {
-            memcpy(plain, nm, (size_t)(at - nm));
-            plain[at - nm] = 0;
-            nm = plain;
-        }
-        int bind = GELF_ST_BIND(sym.st_info);
-        func f = {sym.st_value, sym.st_value + sym.st_size, b_str(b, nm),
-                  bind == STB_GLOBAL ? 2u
-                  : bind == STB_WEAK ? 1u
-                                     : 0u};
-        if (f.hi < f.lo) f.hi = f.lo;
-        if (cp_vec_push(&b->funcs, f)) b->nomem = 1;
-    }
-    if (b->funcs.n) read_plt(elf, b);
-    if (!b->funcs.n) return;
-    if (b->strs.len == 0) return; /* every name was "" (out of memory: b->nomem is set) */
-    qsort_r(b->funcs.v, b->funcs.n, sizeof(func), func_cmp, b->strs.data);
-    /* one symbol per address (the global one); sizeless symbols reach the next one */
+    for (uint32_t i = 0; i < plt.n; i++)
+        if (cp_vec_push(&b->funcs, plt.v[i])) b->nomem = 1;
+    free(plt.v);
+    free(f);
+    free(owned);
+    if (rc == CP_ENOMEM) return rc;
+    if (!b->funcs.n) return 0;
+    qsort(b->funcs.v, b->funcs.n, sizeof(func), func_cmp);
+    /* one entry per address (a hostile file's stubs may overlap: the stub wins) */
     uint32_t k = 0;
     for (uint32_t i = 0; i < b->funcs.n; i++) {
         if (k && b->funcs.v[k - 1].lo == b->funcs.v[i].lo) continue;
         b->funcs.v[k++] = b->funcs.v[i];
     }
     b->funcs.n = k;
-    for (uint32_t i = 0; i < k; i++)
-        if (b->funcs.v[i].hi == b->funcs.v[i].lo)
-            b->funcs.v[i].hi = i + 1 < k ? b->funcs.v[i + 1].lo : b->funcs.v[i].lo + 1;
+    return 0;
 }
 
 /* --- lines and inlined calls (libdw) ----------------------------------------------------- */
@@ -544,16 +436,22 @@ int cp_symtab_build(const uint8_t *e, size_t len, size_t max_table, cp_buf *out,
                     char build_id[CP_BUILD_ID_HEX_MAX + 1], cp_err *err)
 {
     builder b = {.max_table = max_table};
-    int rc = check_elf(e, len, &b, build_id, err);
+    cp_elf ef;
+    int rc = cp_elf_open_mem(&ef, e, len, err);
+    if (rc) goto done;
+    rc = check_elf(&ef, &b, build_id, err);
+    if (rc == 0 && read_symbols(&ef, &b) != 0) b.nomem = 1;
+    cp_elf_close(&ef);
     if (rc) goto done;
     elf_version(EV_CURRENT);
-    /* ELF_C_READ_MMAP semantics: libelf reads the caller's bytes in place, never writes */
+    /* libelf reads the caller's bytes in place; libdw may rewrite a compressed section's
+     * header there (a second build of the same bytes then fails: libc's debug file did),
+     * so each upload is built once */
     Elf *elf = elf_memory((char *)(uintptr_t)e, len);
     if (!elf) {
         rc = cp_err_set(err, CP_EPARSE, "libelf cannot read the file: %s", elf_errmsg(-1));
         goto done;
     }
-    read_symbols(elf, &b);
     if (!b_full(&b)) read_dwarf(elf, &b);
     elf_end(elf);
     if (b.nomem) {

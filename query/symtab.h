@@ -1,6 +1,6 @@
 /* Symbol tables for server-side symbolization: an ELF binary or separate debug file (read
- * with our own bounds-checked header walk, then libelf and libdw) becomes one compact,
- * self-contained table keyed by the file's GNU build ID, which names any file offset of
+ * with model/elfread.h, the agent's symbol layer, then libdw for lines and inlines) becomes one
+ * compact, self-contained table keyed by the file's GNU build ID, which names any file offset of
  * that object: function, source line and inlined calls. The table is a flat byte string,
  * so the store keeps it as one value and a reader answers lookups from it in place. */
 #ifndef CP_QUERY_SYMTAB_H
@@ -15,7 +15,8 @@
 #define CP_BUILD_ID_HEX_MAX 128 /* hex digits of the longest build ID accepted (64 bytes) */
 #define CP_SYMTAB_MAX_FRAMES 16 /* frames of one address: the function and its inlines */
 
-/* Reads the ELF image elf[0..len) (the caller's bytes, not modified, not retained) and
+/* Reads the ELF image elf[0..len) (the caller's bytes, not retained; libdw may rewrite a
+ * compressed section's header in them, so build once per copy) and
  * appends its table to out; build_id gets the lowercase hex build ID. Returns 0;
  * CP_EPARSE when the input is not usable, err naming the problem ("not an ELF file",
  * "truncated ELF: ...", "no GNU build ID note", "no function symbols"); CP_ELIMIT when the
