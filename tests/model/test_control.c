@@ -291,5 +291,50 @@ TEST(intake_each_branch)
     cp_capture_close(&d);
 }
 
-TEST_MAIN(T(intake_each_branch), T(round_trip_signed), T(refuses_each_bad_field),
-          T(refuses_garbage_and_versions), T(list_split_whole_or_not_at_all))
+/* The engine text of capture windows: what a source writes, contprofd reads back. */
+TEST(engine_text_written_and_read_back)
+{
+    char t[256];
+    cp_capture_engine e = {.asked = 1000, .ran = 250, .reason = "perf events refused: x"}, r;
+    CHECK(cp_capture_engine_write(t, sizeof t, "perf-event", &e) > 0);
+    CHECK_STREQ(t, "perf-event capture asked=1000 ran=250 reason=perf events refused: x");
+    CHECK_EQ(cp_capture_engine_parse(t, &r), 1);
+    CHECK_EQ(r.asked, 1000);
+    CHECK_EQ(r.ran, 250);
+    CHECK(!r.has_cost && !r.has_permille);
+    CHECK_STREQ(r.reason, "perf events refused: x");
+    /* the V8 source's cost, without a reason */
+    cp_capture_engine v = {.asked = 1000,
+                           .ran = 1000,
+                           .has_cost = 1,
+                           .cost_us_per_s = 4321.4,
+                           .has_permille = 1,
+                           .cost_permille = 12.34};
+    cp_capture_engine_write(t, sizeof t, "v8-inspector", &v);
+    CHECK_STREQ(t, "v8-inspector capture asked=1000 ran=1000 cost_us_per_s=4321 "
+                   "cost_permille=12.3");
+    CHECK_EQ(cp_capture_engine_parse(t, &r), 1);
+    CHECK(r.has_cost && r.has_permille);
+    CHECK(r.cost_us_per_s == 4321.0);
+    CHECK(r.cost_permille > 12.29 && r.cost_permille < 12.31);
+    CHECK_STREQ(r.reason, "");
+    /* a prefix that has words of its own (a heap snapshot's) */
+    cp_capture_engine h = {.asked = 1, .ran = 1};
+    cp_capture_engine_write(t, sizeof t, "v8-heap-snapshot pause_ms=3 objects=9 bytes=80", &h);
+    CHECK_EQ(cp_capture_engine_parse(t, &r), 1);
+    CHECK_EQ(r.asked, 1);
+    CHECK_EQ(r.ran, 1);
+    /* texts that say nothing of a capture */
+    CHECK_EQ(cp_capture_engine_parse(NULL, &r), 0);
+    CHECK_STREQ(r.reason, "");
+    CHECK_EQ(cp_capture_engine_parse("perf-event", &r), 0);
+    CHECK_EQ(cp_capture_engine_parse("x capture asked=abc ran=1", &r), 0);
+    /* cut at the buffer, as snprintf */
+    char small[20];
+    CHECK(cp_capture_engine_write(small, sizeof small, "perf-event", &e) >= (int)sizeof small);
+    CHECK_EQ(strlen(small), sizeof small - 1);
+}
+
+TEST_MAIN(T(intake_each_branch), T(engine_text_written_and_read_back), T(round_trip_signed),
+          T(refuses_each_bad_field), T(refuses_garbage_and_versions),
+          T(list_split_whole_or_not_at_all))
