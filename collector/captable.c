@@ -121,8 +121,14 @@ static void on_message(const uint8_t *v, size_t len, void *arg)
 {
     (void)arg;
     /* heap captures are V8 heap snapshots, `contprof v8`'s: a native program has none */
-    cp_capture_table t = {slot_of,      NULL, CP_WINDOW_CAPTURE_SLOTS, &C.n, cp_cfg.tenant,
-                          cp_cfg.token, 0};
+    cp_capture_table t = {
+        .slot = slot_of,
+        .n = CP_WINDOW_CAPTURE_SLOTS,
+        .counts = &C.n,
+        .tenant = cp_cfg.tenant,
+        .token = cp_cfg.token,
+        .heap = 0,
+    };
     int64_t now = cp_now_ns();
     cp_capture_heard h;
     cp_capture_intake(&t, v, len, now, &h);

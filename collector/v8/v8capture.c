@@ -69,7 +69,14 @@ static void on_control(const uint8_t *v, size_t len, void *arg)
     (void)arg;
     const char *tenant =
         cp_v8src.o->tenant && cp_v8src.o->tenant[0] ? cp_v8src.o->tenant : CP_DEFAULT_TENANT;
-    cp_capture_table t = {slot_of, NULL, CAP_SLOTS, &cp_v8src.ctl, tenant, cp_v8src.o->token, 1};
+    cp_capture_table t = {
+        .slot = slot_of,
+        .n = CAP_SLOTS,
+        .counts = &cp_v8src.ctl,
+        .tenant = tenant,
+        .token = cp_v8src.o->token,
+        .heap = 1, /* heap snapshots are this source's */
+    };
     cp_capture_heard h;
     cp_capture_intake(&t, v, len, cp_now_ns(), &h);
     v8cap *k = h.slot >= 0 ? &cp_v8src.caps[h.slot] : NULL;
