@@ -20,10 +20,8 @@
 #include "watch.h"
 
 typedef struct cap {
-    int used, ending;
-    uint32_t heard; /* C.poll_no of the poll that last handed it on */
-    cp_capture c;
-    cp_selector sel;
+    cp_capture_slot s;  /* the intake's part (model/capture.h) */
+    uint32_t heard;     /* C.poll_no of the poll that last handed it on */
     int64_t period_ns;  /* cpu: the period run */
     int64_t alloc_rate; /* alloc: the mean bytes run */
     int64_t ran;        /* what the envelopes say was run (Hz or bytes) */
@@ -34,7 +32,7 @@ typedef struct cap {
 
 static struct {
     cap c[CP_WINDOW_CAPTURE_SLOTS];
-    uint64_t live;    /* slots used and not ending */
+    uint64_t live;    /* slots used and not ended */
     uint64_t used;    /* slots used */
     uint32_t gen;     /* bumped when the set of captures changes, and every second */
     uint32_t poll_no; /* bumped before each cp_watch_poll */
@@ -46,7 +44,8 @@ static struct {
     unsigned fd_revocations;
     uint64_t seq;
     char producer[200];
-    uint64_t errors, bad, foreign, badsig, expired, over_table;
+    uint64_t errors;
+    cp_capture_counts n; /* the intake's: bad, other tenant, signature, expired, over table */
     int said_full, said_err;
 } C;
 
@@ -56,19 +55,18 @@ static uint32_t iso_gen[CP_MAX_ISOLATES];
 /* ------------------------------------------------------------------------------------
  * Control messages */
 
-static cap *find(const char *id)
+/* Off the live set (ended: by the intake, its end, a server's list or the agent's stop). */
+static void unlive(cap *k)
 {
-    for (int i = 0; i < CP_WINDOW_CAPTURE_SLOTS; i++)
-        if (C.c[i].used && !strcmp(C.c[i].c.id, id)) return &C.c[i];
-    return NULL;
+    C.live &= ~(1ULL << (k - C.c));
+    C.gen++;
 }
 
 static void end_capture(cap *k)
 {
-    if (!k->ending) {
-        k->ending = 1;
-        C.live &= ~(1ULL << (k - C.c));
-        C.gen++;
+    if (!k->s.ended) {
+        k->s.ended = 1;
+        unlive(k);
     }
 }
 
@@ -77,8 +75,8 @@ static void end_capture(cap *k)
 static void plan(cap *k)
 {
     k->reason[0] = 0;
-    if (k->c.kind == CP_KIND_ALLOC) {
-        k->alloc_rate = k->c.alloc_rate;
+    if (k->s.c.kind == CP_KIND_ALLOC) {
+        k->alloc_rate = k->s.c.alloc_rate;
         k->ran = k->alloc_rate;
         if (cp_cfg.alloc_rate <= 0) {
             k->ran = 0;
@@ -93,14 +91,14 @@ static void plan(cap *k)
         }
         return;
     }
-    int64_t hz = k->c.cpu_hz;
+    int64_t hz = k->s.c.cpu_hz;
     if (cp_cfg.cpu_hz <= 0 || cp_period_ns <= 0) {
         k->period_ns = 0;
         k->ran = 0;
         snprintf(k->reason, sizeof(k->reason), "cpu sampling is off in this agent");
         return;
     }
-    hz = cp_capture_plan_hz(&k->c, CP_CAPTABLE_MAX_HZ, CP_CAPTABLE_SAMPLE_COST_NS, "the agent",
+    hz = cp_capture_plan_hz(&k->s.c, CP_CAPTABLE_MAX_HZ, CP_CAPTABLE_SAMPLE_COST_NS, "the agent",
                             k->reason, sizeof(k->reason));
     if (1000000000 / hz > cp_period_ns) {
         /* slower than the always-on rate: the isolate keeps that rate, its samples go to
@@ -113,80 +111,55 @@ static void plan(cap *k)
     k->ran = hz;
 }
 
+static cp_capture_slot *slot_of(void *arg, int i)
+{
+    (void)arg;
+    return &C.c[i].s;
+}
+
 static void on_message(const uint8_t *v, size_t len, void *arg)
 {
     (void)arg;
-    cp_capture c;
-    cp_err err;
-    if (cp_capture_decode(v, len, &c, &err) != 0) {
-        C.bad++;
-        return;
-    }
-    if (strcmp(c.tenant, cp_cfg.tenant) != 0) {
-        C.foreign++;
-        goto done;
-    }
-    if (cp_cfg.token[0] && !cp_envelope_verify(v, len, cp_cfg.token)) {
-        C.badsig++;
-        goto done;
-    }
     /* heap captures are V8 heap snapshots, `contprof v8`'s: a native program has none */
-    if (c.kind == CP_KIND_HEAP) goto done;
+    cp_capture_table t = {
+        .slot = slot_of,
+        .n = CP_WINDOW_CAPTURE_SLOTS,
+        .counts = &C.n,
+        .tenant = cp_cfg.tenant,
+        .token = cp_cfg.token,
+        .heap = 0,
+    };
     int64_t now = cp_now_ns();
-    cap *k = find(c.id);
-    if (k) {
-        k->heard = C.poll_no;
-        if (k->ending) goto done; /* ended here: a later message does not restart it */
-        if (!cp_capture_live(&c, now)) {
-            end_capture(k);
-            goto done;
-        }
-        /* a changed state: new end, new rate (a poller hands on unchanged ones too) */
-        if (c.kind == k->c.kind && (k->c.end_ns != c.end_ns || k->c.cpu_hz != c.cpu_hz ||
-                                    k->c.alloc_rate != c.alloc_rate ||
-                                    k->c.max_overhead_permille != c.max_overhead_permille)) {
-            k->c.end_ns = c.end_ns;
-            k->c.cpu_hz = c.cpu_hz;
-            k->c.alloc_rate = c.alloc_rate;
-            k->c.max_overhead_permille = c.max_overhead_permille;
-            plan(k);
-            C.gen++;
-        }
-        goto done;
-    }
-    if (!cp_capture_live(&c, now)) {
-        C.expired++;
-        goto done;
-    }
-    for (int i = 0; i < CP_WINDOW_CAPTURE_SLOTS; i++) {
-        if (C.c[i].used) continue;
-        k = &C.c[i];
-        memset(k, 0, sizeof(*k));
-        cp_err se;
-        if (cp_selector_parse(c.selector, &k->sel, &se) != 0) {
-            C.bad++;
-            goto done;
-        }
-        k->c = c;
-        memset(&c, 0, sizeof(c)); /* its selector is k's now */
-        k->used = 1;
-        k->heard = C.poll_no;
+    cp_capture_heard h;
+    cp_capture_intake(&t, v, len, now, &h);
+    cap *k = h.slot >= 0 ? &C.c[h.slot] : NULL;
+    if (k) k->heard = C.poll_no;
+    switch (h.act) {
+    case CP_CAPTURE_ENDED:
+        unlive(k);
+        break;
+    case CP_CAPTURE_UPDATED:
+        plan(k);
+        C.gen++;
+        break;
+    case CP_CAPTURE_NEW:
         k->win_start = now;
         plan(k);
-        C.live |= 1ULL << i;
-        C.used |= 1ULL << i;
+        C.live |= 1ULL << h.slot;
+        C.used |= 1ULL << h.slot;
         C.gen++;
         C.boosted = 1;
-        goto done;
+        break;
+    case CP_CAPTURE_FULL:
+        if (!C.said_full++)
+            fprintf(stderr,
+                    "contprof: more than %d captures at once; capture %s and later ones are not "
+                    "run by this process (counted)\n",
+                    CP_WINDOW_CAPTURE_SLOTS, h.id);
+        break;
+    default:
+        break;
     }
-    C.over_table++;
-    if (!C.said_full++)
-        fprintf(stderr,
-                "contprof: more than %d captures at once; capture %s and later ones are not "
-                "run by this process (counted)\n",
-                CP_WINDOW_CAPTURE_SLOTS, c.id);
-done:
-    cp_capture_close(&c);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -196,7 +169,7 @@ static uint64_t match_labels(const cp_labels *l)
 {
     uint64_t m = 0;
     for (int i = 0; i < CP_WINDOW_CAPTURE_SLOTS; i++)
-        if ((C.live & (1ULL << i)) && cp_selector_match(&C.c[i].sel, l)) m |= 1ULL << i;
+        if ((C.live & (1ULL << i)) && cp_selector_match(&C.c[i].s.sel, l)) m |= 1ULL << i;
     return m;
 }
 
@@ -265,9 +238,10 @@ static void boost_threads(void)
         for (int s = 0; s < CP_WINDOW_CAPTURE_SLOTS; s++) {
             if (!(m & (1ULL << s))) continue;
             cap *k = &C.c[s];
-            if (k->c.kind == CP_KIND_CPU && k->period_ns && (!period || k->period_ns < period))
+            if (k->s.c.kind == CP_KIND_CPU && k->period_ns && (!period || k->period_ns < period))
                 period = k->period_ns;
-            if (k->c.kind == CP_KIND_ALLOC && k->alloc_rate > 0 && (!rate || k->alloc_rate < rate))
+            if (k->s.c.kind == CP_KIND_ALLOC && k->alloc_rate > 0 &&
+                (!rate || k->alloc_rate < rate))
                 rate = k->alloc_rate;
         }
         if ((period || rate) && boosted >= CP_CAPTABLE_MAX_THREADS) {
@@ -283,7 +257,7 @@ static void boost_threads(void)
                 /* the timer engine expires on the 4 ms scheduler tick */
                 for (int s = 0; s < CP_WINDOW_CAPTURE_SLOTS; s++) {
                     cap *k = &C.c[s];
-                    if (!(m & (1ULL << s)) || k->c.kind != CP_KIND_CPU || k->ran <= 250) continue;
+                    if (!(m & (1ULL << s)) || k->s.c.kind != CP_KIND_CPU || k->ran <= 250) continue;
                     k->ran = 250;
                     snprintf(k->reason, sizeof(k->reason),
                              "perf events refused: posix-cpu-timer runs on the 4 ms tick");
@@ -336,7 +310,7 @@ static void watch_tick(const char *brokers)
      * cancelled (its record left the list) */
     if (cp_watch_was_whole(C.w))
         for (int i = 0; i < CP_WINDOW_CAPTURE_SLOTS; i++)
-            if (C.c[i].used && !C.c[i].ending && C.c[i].heard != C.poll_no) end_capture(&C.c[i]);
+            if (C.c[i].s.used && !C.c[i].s.ended && C.c[i].heard != C.poll_no) end_capture(&C.c[i]);
     C.errors += cp_watch_take_errors(C.w, NULL);
 }
 
@@ -348,7 +322,7 @@ void cp_captable_update(const char *brokers)
     if (!C.used && !C.boosted) return;
     int64_t now = cp_now_ns(), mono = cp_mono_ns();
     for (int i = 0; i < CP_WINDOW_CAPTURE_SLOTS; i++)
-        if ((C.live & (1ULL << i)) && !cp_capture_live(&C.c[i].c, now)) end_capture(&C.c[i]);
+        if ((C.live & (1ULL << i)) && !cp_capture_live(&C.c[i].s.c, now)) end_capture(&C.c[i]);
     if (mono >= C.next_gen) { /* isolates and thread names come and go */
         C.gen++;
         C.next_gen = mono + 1000000000;
@@ -363,7 +337,7 @@ void cp_captable_add_cpu(cp_thread *t, const cp_sample_rec *r)
     int64_t ns = (int64_t)r->weight * period;
     uint64_t m = r->isolate ? iso_captures(r->isolate) : thread_captures(t);
     for (int s = 0; m && s < CP_WINDOW_CAPTURE_SLOTS; s++)
-        if ((m & (1ULL << s)) && C.c[s].c.kind == CP_KIND_CPU)
+        if ((m & (1ULL << s)) && C.c[s].s.c.kind == CP_KIND_CPU)
             cp_window_add_capture_cpu((unsigned)s, r, t->name, ns);
     if (period == cp_period_ns) {
         cp_window_add_cpu(r, t->name);
@@ -385,9 +359,6 @@ void cp_captable_add_cpu(cp_thread *t, const cp_sample_rec *r)
 
 static void engine_text(const cap *k, char *out, size_t cap_)
 {
-    int n = snprintf(out, cap_, "%s capture asked=%lld ran=%lld", cp_engine,
-                     k->c.kind == CP_KIND_CPU ? (long long)k->c.cpu_hz : (long long)k->c.alloc_rate,
-                     (long long)k->ran);
     char reason[224] = ""; /* k->reason (160), "; " and the bound's sentence */
     if (k->over_threads)
         snprintf(reason, sizeof(reason),
@@ -395,16 +366,19 @@ static void engine_text(const cap *k, char *out, size_t cap_)
                  k->reason[0] ? "; " : "", CP_CAPTABLE_MAX_THREADS);
     else
         snprintf(reason, sizeof(reason), "%s", k->reason);
-    if (n > 0 && (size_t)n < cap_ && reason[0])
-        snprintf(out + n, cap_ - (size_t)n, " reason=%s", reason);
+    cp_capture_engine e = {
+        .asked = k->s.c.kind == CP_KIND_CPU ? (int64_t)k->s.c.cpu_hz : k->s.c.alloc_rate,
+        .ran = k->ran,
+        .reason = reason,
+    };
+    (void)cp_capture_engine_write(out, cap_, cp_engine, &e);
 }
 
 static void free_slot(cap *k)
 {
     int s = (int)(k - C.c);
     cp_window_drop_capture((unsigned)s);
-    cp_selector_close(&k->sel);
-    cp_capture_close(&k->c);
+    cp_capture_slot_close(&k->s);
     memset(k, 0, sizeof(*k));
     C.used &= ~(1ULL << s);
     C.live &= ~(1ULL << s);
@@ -420,13 +394,13 @@ void cp_captable_flush(const char *instance, const char *producer, int all, int 
     int64_t now = cp_now_ns();
     if (end)
         for (int i = 0; i < CP_WINDOW_CAPTURE_SLOTS; i++)
-            if (C.c[i].used) end_capture(&C.c[i]);
+            if (C.c[i].s.used) end_capture(&C.c[i]);
     /* allocation captures: the boosted buckets are taken once for all of them */
     int alloc_due = 0;
     for (int i = 0; i < CP_WINDOW_CAPTURE_SLOTS; i++) {
         cap *k = &C.c[i];
-        if (k->used && k->c.kind == CP_KIND_ALLOC &&
-            (all || k->ending || now - k->win_start >= CP_CAPTABLE_WINDOW_NS))
+        if (k->s.used && k->s.c.kind == CP_KIND_ALLOC &&
+            (all || k->s.ended || now - k->win_start >= CP_CAPTABLE_WINDOW_NS))
             alloc_due = 1;
     }
     cp_alloc_bucket *b = NULL, *mine = NULL;
@@ -443,9 +417,9 @@ void cp_captable_flush(const char *instance, const char *producer, int all, int 
     }
     for (int i = 0; i < CP_WINDOW_CAPTURE_SLOTS; i++) {
         cap *k = &C.c[i];
-        if (!k->used) continue;
-        int due = all || k->ending || now - k->win_start >= CP_CAPTABLE_WINDOW_NS;
-        if (k->c.kind == CP_KIND_ALLOC) due = alloc_due;
+        if (!k->s.used) continue;
+        int due = all || k->s.ended || now - k->win_start >= CP_CAPTABLE_WINDOW_NS;
+        if (k->s.c.kind == CP_KIND_ALLOC) due = alloc_due;
         if (!due) continue;
         char engine[256];
         engine_text(k, engine, sizeof(engine));
@@ -455,12 +429,12 @@ void cp_captable_flush(const char *instance, const char *producer, int all, int 
             .instance = instance,
             .producer_id = C.producer,
             .sequence = &C.seq,
-            .id = k->c.id,
-            .kind = k->c.kind,
-            .period = k->c.kind == CP_KIND_CPU ? k->period_ns : k->alloc_rate,
+            .id = k->s.c.id,
+            .kind = k->s.c.kind,
+            .period = k->s.c.kind == CP_KIND_CPU ? k->period_ns : k->alloc_rate,
             .engine = engine,
         };
-        if (k->c.kind == CP_KIND_ALLOC) {
+        if (k->s.c.kind == CP_KIND_ALLOC) {
             uint32_t nm = 0;
             for (uint32_t j = 0; j < nb; j++)
                 if (bm[j] & (1ULL << i)) mine[nm++] = b[j];
@@ -469,7 +443,7 @@ void cp_captable_flush(const char *instance, const char *producer, int all, int 
         }
         (void)cp_window_finish_capture((unsigned)i, &w, emit, arg);
         k->win_start = now;
-        if (k->ending) free_slot(k);
+        if (k->s.ended) free_slot(k);
     }
     free(b);
     free(mine);
@@ -481,13 +455,13 @@ const char *cp_captable_stats(void)
     CP_ASSERT_AGENT_THREAD();
     static char buf[200];
     buf[0] = 0;
-    if (C.errors || C.bad || C.foreign || C.badsig || C.expired || C.over_table)
+    if (C.errors || C.n.bad || C.n.foreign || C.n.badsig || C.n.expired || C.n.full)
         snprintf(buf, sizeof(buf),
                  "control_errors=%llu control_bad=%llu control_other_tenant=%llu "
                  "control_bad_signature=%llu control_expired=%llu captures_over_table=%llu",
-                 (unsigned long long)C.errors, (unsigned long long)C.bad,
-                 (unsigned long long)C.foreign, (unsigned long long)C.badsig,
-                 (unsigned long long)C.expired, (unsigned long long)C.over_table);
+                 (unsigned long long)C.errors, (unsigned long long)C.n.bad,
+                 (unsigned long long)C.n.foreign, (unsigned long long)C.n.badsig,
+                 (unsigned long long)C.n.expired, (unsigned long long)C.n.full);
     return buf;
 }
 

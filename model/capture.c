@@ -190,3 +190,148 @@ int64_t cp_capture_plan_hz(const cp_capture *c, int64_t max_hz, int64_t sample_c
     }
     return hz;
 }
+
+/* ------------------------------------------------------------------------------------
+ * The intake (capture.h) */
+
+void cp_capture_slot_close(cp_capture_slot *s)
+{
+    cp_selector_close(&s->sel);
+    cp_capture_close(&s->c);
+    memset(s, 0, sizeof *s);
+}
+
+static int changed(const cp_capture *was, const cp_capture *now)
+{
+    return was->end_ns != now->end_ns || was->cpu_hz != now->cpu_hz ||
+           was->alloc_rate != now->alloc_rate ||
+           was->max_overhead_permille != now->max_overhead_permille;
+}
+
+void cp_capture_intake(const cp_capture_table *t, const uint8_t *v, size_t len, int64_t now_ns,
+                       cp_capture_heard *out)
+{
+    memset(out, 0, sizeof *out);
+    out->slot = -1;
+    cp_capture c;
+    if (cp_capture_decode(v, len, &c, &out->err) != 0) {
+        t->counts->bad++;
+        out->act = CP_CAPTURE_BAD;
+        return;
+    }
+    memcpy(out->id, c.id, sizeof out->id);
+    out->cancelled = c.cancelled;
+    cp_capture_slot *k = NULL;
+    int at = -1;
+    if (strcmp(c.tenant, t->tenant) != 0) {
+        t->counts->foreign++;
+        out->act = CP_CAPTURE_FOREIGN;
+        goto done;
+    }
+    if (t->token && t->token[0] && !cp_envelope_verify(v, len, t->token)) {
+        t->counts->badsig++;
+        out->act = CP_CAPTURE_BADSIG;
+        goto done;
+    }
+    if (c.kind == CP_KIND_HEAP && !t->heap) {
+        out->act = CP_CAPTURE_SKIPPED;
+        goto done;
+    }
+    for (int i = 0; i < t->n && !k; i++) {
+        cp_capture_slot *s = t->slot(t->arg, i);
+        if (s->used && !strcmp(s->c.id, c.id)) k = s, at = i;
+    }
+    if (k) {
+        out->slot = at;
+        out->act = CP_CAPTURE_SAME;
+        if (k->ended) goto done;
+        if (!cp_capture_live(&c, now_ns)) {
+            k->ended = 1;
+            out->act = CP_CAPTURE_ENDED;
+        } else if (c.kind == k->c.kind && changed(&k->c, &c)) {
+            /* a poller hands on unchanged states too: only a change re-plans */
+            k->c.end_ns = c.end_ns;
+            k->c.cpu_hz = c.cpu_hz;
+            k->c.alloc_rate = c.alloc_rate;
+            k->c.max_overhead_permille = c.max_overhead_permille;
+            out->act = CP_CAPTURE_UPDATED;
+        }
+        goto done;
+    }
+    if (!cp_capture_live(&c, now_ns)) {
+        t->counts->expired++;
+        out->act = CP_CAPTURE_EXPIRED;
+        goto done;
+    }
+    for (int i = 0; i < t->n && !k; i++) {
+        cp_capture_slot *s = t->slot(t->arg, i);
+        if (!s->used) k = s, at = i;
+    }
+    if (!k) {
+        t->counts->full++;
+        out->act = CP_CAPTURE_FULL;
+        goto done;
+    }
+    cp_err se;
+    if (cp_selector_parse(c.selector, &k->sel, &se) != 0) {
+        t->counts->bad++;
+        out->act = CP_CAPTURE_BAD;
+        out->err = se; /* the selector's own sentence (decode checked it: rare) */
+        goto done;
+    }
+    k->c = c;
+    memset(&c, 0, sizeof c); /* its selector is the slot's now */
+    k->used = 1;
+    k->ended = 0;
+    out->slot = at;
+    out->act = CP_CAPTURE_NEW;
+done:
+    cp_capture_close(&c);
+}
+
+/* ------------------------------------------------------------------------------------
+ * The engine text of capture windows (capture.h) */
+
+#define ENGINE_CAPTURE " capture asked="
+#define ENGINE_COST " cost_us_per_s="
+#define ENGINE_PERMILLE " cost_permille="
+#define ENGINE_REASON " reason="
+
+int cp_capture_engine_write(char *out, size_t cap, const char *engine, const cp_capture_engine *e)
+{
+    char cost[96] = "", permille[48] = "";
+    if (e->has_cost) snprintf(cost, sizeof cost, ENGINE_COST "%.0f", e->cost_us_per_s);
+    if (e->has_permille)
+        snprintf(permille, sizeof permille, ENGINE_PERMILLE "%.1f", e->cost_permille);
+    int why = e->reason && e->reason[0];
+    return snprintf(out, cap, "%s" ENGINE_CAPTURE "%lld ran=%lld%s%s%s%s", engine,
+                    (long long)e->asked, (long long)e->ran, cost, permille,
+                    why ? ENGINE_REASON : "", why ? e->reason : "");
+}
+
+int cp_capture_engine_parse(const char *text, cp_capture_engine *e)
+{
+    memset(e, 0, sizeof *e);
+    e->reason = "";
+    const char *s = text ? strstr(text, ENGINE_CAPTURE) : NULL;
+    if (!s) return 0;
+    long long a = 0, r = 0;
+    int used = 0;
+    if (sscanf(s, ENGINE_CAPTURE "%lld ran=%lld%n", &a, &r, &used) != 2 || !used) return 0;
+    e->asked = a;
+    e->ran = r;
+    s += used;
+    int n = 0;
+    if (sscanf(s, ENGINE_COST "%lf%n", &e->cost_us_per_s, &n) == 1 && n) {
+        e->has_cost = 1;
+        s += n;
+    }
+    n = 0;
+    if (sscanf(s, ENGINE_PERMILLE "%lf%n", &e->cost_permille, &n) == 1 && n) {
+        e->has_permille = 1;
+        s += n;
+    }
+    if (!strncmp(s, ENGINE_REASON, sizeof ENGINE_REASON - 1))
+        e->reason = s + sizeof ENGINE_REASON - 1;
+    return 1;
+}

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include "envelope.h"
 #include "error.h"
+#include "selector.h"
 
 #define CP_TOPIC_CONTROL "contprof.control"
 #define CP_CAPTURE_LABEL "capture"
@@ -88,5 +89,97 @@ int cp_capture_feed_split(const uint8_t *body, size_t len,
  * source, so both reduce a rate alike and say so in the same words. */
 int64_t cp_capture_plan_hz(const cp_capture *c, int64_t max_hz, int64_t sample_cost_ns,
                            const char *source, char *reason, size_t cap);
+
+/* ------------------------------------------------------------------------------------
+ * The intake: what a table of running captures does with each control message. One
+ * decision for the agent (collector/captable.c) and the V8 source (collector/v8/), each
+ * keeping only its own bookkeeping (boost, generation, poll; per-isolate runs). */
+
+/* The part of a table's slot the intake reads and writes. A slot not used is all zero
+ * (the caller zeroes a slot when it forgets a capture). */
+typedef struct cp_capture_slot {
+    int used;        /* holds a capture */
+    int ended;       /* ended here: a later message does not restart it */
+    cp_capture c;    /* owned */
+    cp_selector sel; /* c.selector, parsed; owned */
+} cp_capture_slot;
+
+/* Control messages not run, since start: the agent prints them as control_bad,
+ * control_other_tenant, control_bad_signature, control_expired, captures_over_table. */
+typedef struct cp_capture_counts {
+    uint64_t bad;     /* undecodable, or a selector that does not parse */
+    uint64_t foreign; /* another tenant's */
+    uint64_t badsig;  /* a signature that does not verify with our token */
+    uint64_t expired; /* cancelled or past their end when first heard */
+    uint64_t full;    /* no free slot when first heard */
+} cp_capture_counts;
+
+/* A table as the intake sees it: slot(arg, i) for i in 0..n (n <= 64), its counts. */
+typedef struct cp_capture_table {
+    cp_capture_slot *(*slot)(void *arg, int i);
+    void *arg;
+    int n;
+    cp_capture_counts *counts;
+    const char *tenant; /* ours: other tenants' captures are counted and left */
+    const char *token;  /* ours, or NULL/"": when set, a message must verify with it */
+    int heap;           /* 1: heap captures run here (V8); 0: skipped (a native program) */
+} cp_capture_table;
+
+typedef enum cp_capture_act {
+    CP_CAPTURE_BAD,     /* undecodable or its selector does not parse (counts.bad; err) */
+    CP_CAPTURE_FOREIGN, /* another tenant's (counts.foreign) */
+    CP_CAPTURE_BADSIG,  /* its signature does not verify (counts.badsig) */
+    CP_CAPTURE_SKIPPED, /* a heap capture and the table has no heap */
+    CP_CAPTURE_SAME,    /* slot's capture, nothing to do (unchanged, or ended here before) */
+    CP_CAPTURE_ENDED,   /* slot's capture is cancelled or past: slot->ended set now */
+    CP_CAPTURE_UPDATED, /* slot's end, rate or budget changed (slot->c updated): re-plan */
+    CP_CAPTURE_EXPIRED, /* not in the table, and not live (counts.expired) */
+    CP_CAPTURE_NEW,     /* taken into slot: used, c and sel set; plan it */
+    CP_CAPTURE_FULL,    /* no free slot (counts.full; the first: counts.full == 1) */
+} cp_capture_act;
+
+/* What the intake did with one message, for the caller's own bookkeeping and log lines. */
+typedef struct cp_capture_heard {
+    cp_capture_act act;
+    int slot;                       /* SAME, ENDED, UPDATED, NEW: the slot; else -1 */
+    char id[CP_CAPTURE_ID_MAX + 1]; /* the capture's id ("" when undecodable) */
+    int cancelled;                  /* the message says cancelled */
+    cp_err err;                     /* BAD: why (id "": undecodable; else the selector's) */
+} cp_capture_heard;
+
+/* Takes control message v[0..len) into table t at now_ns (realtime): decodes it, leaves
+ * other tenants', badly signed and (t->heap 0) heap captures, and for a capture in the
+ * table ends it (not live), updates it (a changed end, cpu_hz, alloc_rate or
+ * max_overhead_permille of the same kind) or does nothing (ended here: a later message
+ * does not restart it); a new live one takes the first free slot. Counts what it leaves
+ * in t->counts, fills *out; v is borrowed for the call. Never allocates beyond the
+ * decoded record and selector, which a taken slot owns. */
+void cp_capture_intake(const cp_capture_table *t, const uint8_t *v, size_t len, int64_t now_ns,
+                       cp_capture_heard *out);
+
+/* Forgets slot s's capture: frees what it owns and zeroes it. */
+void cp_capture_slot_close(cp_capture_slot *s);
+
+/* ------------------------------------------------------------------------------------
+ * The engine text of a capture window (the envelope's engine string): written by the agent
+ * and the V8 source, read by contprofd's capture answers (query/captures.c):
+ *   "<engine> capture asked=A ran=R[ cost_us_per_s=C][ cost_permille=P][ reason=WHY]"
+ * the reason last: it runs to the end of the text. */
+typedef struct cp_capture_engine {
+    int64_t asked, ran; /* the rate asked and the rate run (Hz or bytes; heap: 1) */
+    int has_cost;       /* cost_us_per_s: the sampler's CPU per wall second it added */
+    double cost_us_per_s;
+    int has_permille; /* cost_permille: that cost in 1/1000 of the isolate's CPU */
+    double cost_permille;
+    const char *reason; /* why ran differs from asked; NULL or "": none */
+} cp_capture_engine;
+
+/* Writes engine (the source's engine text, e.g. "v8-inspector") and e's fields as above into
+ * out[0..cap) (cut at cap, as snprintf). Returns the length snprintf would. */
+int cp_capture_engine_write(char *out, size_t cap, const char *engine, const cp_capture_engine *e);
+
+/* Reads what text (NULL allowed) says of a capture: 1 with *e filled (e->reason points into
+ * text, "" when it gives none), 0 (e zeroed, reason "") when it says nothing of one. */
+int cp_capture_engine_parse(const char *text, cp_capture_engine *e);
 
 #endif

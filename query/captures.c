@@ -195,23 +195,6 @@ static int capture_json(cp_buf *b, const cp_capture *c, int64_t now)
     return rc;
 }
 
-int cp_captures_engine_parse(const char *engine, int64_t *asked, int64_t *ran, char *reason,
-                             size_t cap)
-{
-    *asked = *ran = 0;
-    if (cap) reason[0] = 0;
-    const char *s = engine ? strstr(engine, " capture asked=") : NULL;
-    if (!s) return 0;
-    long long a = 0, r = 0;
-    int used = 0;
-    if (sscanf(s, " capture asked=%lld ran=%lld%n", &a, &r, &used) != 2) return 0;
-    *asked = a;
-    *ran = r;
-    const char *why = strstr(s + used, " reason=");
-    if (why && cap) snprintf(reason, cap, "%s", why + 8);
-    return 1;
-}
-
 /* ---- POST --------------------------------------------------------------------------- */
 
 static void new_id(char *out, size_t cap)
@@ -626,9 +609,11 @@ static int isolate_json(cp_buf *b, const cp_capture *cap, const cp_series_info *
                                   "capture window from this isolate: its agent did not "
                                   "hear the capture or cannot capture\"}");
     }
-    int64_t asked = 0, ran = 0;
+    cp_capture_engine said_e;
+    int said = cp_capture_engine_parse(got->cap_engine, &said_e);
+    int64_t asked = said_e.asked, ran = said_e.ran;
     char reason[512];
-    int said = cp_captures_engine_parse(got->cap_engine, &asked, &ran, reason, sizeof reason);
+    snprintf(reason, sizeof reason, "%s", said_e.reason);
     int64_t until =
         now - CP_CAPTURES_HEAR_NS < cap->end_ns ? now - CP_CAPTURES_HEAR_NS : cap->end_ns;
     /* a heap capture is one snapshot: its window is the whole of it */
@@ -657,14 +642,12 @@ static int isolate_json(cp_buf *b, const cp_capture *cap, const cp_series_info *
     if (!rc) rc = json_str(b, reason);
     /* what the capture cost the isolate, when its agent measured it (engine text: the V8
      * source's cost_us_per_s, cost_permille of its CPU; collector/v8/README.md "Cost") */
-    const char *cu = got->cap_engine ? strstr(got->cap_engine, " cost_us_per_s=") : NULL;
-    const char *cm = got->cap_engine ? strstr(got->cap_engine, " cost_permille=") : NULL;
     if (!rc)
-        rc = cu ? cp_buf_printf(b, ",\"cost_us_per_s\":%.0f", atof(cu + 15))
-                : cp_buf_printf(b, ",\"cost_us_per_s\":null");
+        rc = said_e.has_cost ? cp_buf_printf(b, ",\"cost_us_per_s\":%.0f", said_e.cost_us_per_s)
+                             : cp_buf_printf(b, ",\"cost_us_per_s\":null");
     if (!rc)
-        rc = cm ? cp_buf_printf(b, ",\"cost_permille\":%.1f", atof(cm + 15))
-                : cp_buf_printf(b, ",\"cost_permille\":null");
+        rc = said_e.has_permille ? cp_buf_printf(b, ",\"cost_permille\":%.1f", said_e.cost_permille)
+                                 : cp_buf_printf(b, ",\"cost_permille\":null");
     if (!rc) rc = cp_buf_printf(b, ",\"engine\":");
     if (!rc) rc = json_str(b, got->cap_engine ? got->cap_engine : "");
     return rc ? rc : cp_buf_append(b, "}", 1);

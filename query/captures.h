@@ -107,9 +107,4 @@ void cp_captures_control(cp_captures *cs, const cp_query *q, cp_http_response *r
 void cp_captures_delete(cp_captures *cs, const cp_http_request *req, const cp_query *q,
                         struct cp_fanout_req *fr, cp_http_response *r);
 
-/* What an agent's engine text says of a capture (" capture asked=A ran=R[ reason=...]"):
- * 1 with asked, ran and reason (reason[0..cap), "" if none) filled, 0 if it says nothing. */
-int cp_captures_engine_parse(const char *engine, int64_t *asked, int64_t *ran, char *reason,
-                             size_t cap);
-
 #endif

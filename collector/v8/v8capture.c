@@ -22,16 +22,16 @@ static void cap_plan(v8cap *k)
 {
     k->reason[0] = 0;
     int64_t base = cp_v8src.o->cpu_interval_us;
-    if (k->c.kind == CP_KIND_HEAP) { /* one snapshot per isolate */
+    if (k->s.c.kind == CP_KIND_HEAP) { /* one snapshot per isolate */
         k->interval_us = 0;
         k->ran = 1;
         return;
     }
-    if (k->c.kind == CP_KIND_ALLOC) {
+    if (k->s.c.kind == CP_KIND_ALLOC) {
         /* the heap sampler is not restarted: its in-use samples would be lost */
         k->interval_us = 0;
         k->ran = cp_v8src.o->heap_interval;
-        if (k->ran != k->c.alloc_rate)
+        if (k->ran != k->s.c.alloc_rate)
             snprintf(k->reason, sizeof(k->reason), "%s",
                      cp_v8src.o->heap_interval > 0
                          ? "v8 heap sampler kept at contprof v8 --heap-interval (inuse kept)"
@@ -45,7 +45,7 @@ static void cap_plan(v8cap *k)
                  "v8 CPU profiler off (contprof v8 --cpu-interval 0)");
         return;
     }
-    int64_t hz = cp_capture_plan_hz(&k->c, CAP_MAX_HZ, CAP_SAMPLE_COST_US * 1000, "the v8 source",
+    int64_t hz = cp_capture_plan_hz(&k->s.c, CAP_MAX_HZ, CAP_SAMPLE_COST_US * 1000, "the v8 source",
                                     k->reason, sizeof(k->reason));
     int64_t iv = 1000000 / hz;
     if (iv >= base) { /* at or below the always-on rate: the always-on run serves it */
@@ -58,76 +58,62 @@ static void cap_plan(v8cap *k)
     k->ran = 1000000 / iv;
 }
 
-static v8cap *cap_find(const char *id)
+static cp_capture_slot *slot_of(void *arg, int i)
 {
-    for (int i = 0; i < CAP_SLOTS; i++)
-        if (cp_v8src.caps[i].used && !strcmp(cp_v8src.caps[i].c.id, id)) return &cp_v8src.caps[i];
-    return NULL;
+    (void)arg;
+    return &cp_v8src.caps[i].s;
 }
 
 static void on_control(const uint8_t *v, size_t len, void *arg)
 {
     (void)arg;
-    cp_capture c;
-    cp_err err = {0};
-    if (cp_capture_decode(v, len, &c, &err) != 0) {
-        cp_v8src.ctl_bad++;
-        cp_log_debug("v8: control message ignored: %s", err.msg);
-        return;
-    }
     const char *tenant =
         cp_v8src.o->tenant && cp_v8src.o->tenant[0] ? cp_v8src.o->tenant : CP_DEFAULT_TENANT;
-    int64_t now = cp_now_ns();
-    v8cap *k;
-    if (strcmp(c.tenant, tenant) != 0) {
-        cp_v8src.ctl_foreign++;
-    } else if (cp_v8src.o->token && cp_v8src.o->token[0] &&
-               !cp_envelope_verify(v, len, cp_v8src.o->token)) {
-        cp_v8src.ctl_badsig++;
-        cp_log_warn("v8: capture %s ignored: its signature does not verify with our token", c.id);
-    } else if ((k = cap_find(c.id)) != NULL) {
-        if (k->ended) {
-            /* ended here: a later message does not restart it */
-        } else if (!cp_capture_live(&c, now)) {
-            k->ended = 1;
-            cp_log_info("v8: capture %s ended (%s)", c.id, c.cancelled ? "cancelled" : "past");
-        } else if (c.kind == k->c.kind) {
-            k->c.end_ns = c.end_ns;
-            k->c.cpu_hz = c.cpu_hz;
-            k->c.alloc_rate = c.alloc_rate;
-            k->c.max_overhead_permille = c.max_overhead_permille;
-            cap_plan(k);
-        }
-    } else if (!cp_capture_live(&c, now)) {
-        cp_v8src.ctl_expired++;
-    } else {
-        k = NULL;
-        for (int i = 0; i < CAP_SLOTS && !k; i++)
-            if (!cp_v8src.caps[i].used) k = &cp_v8src.caps[i];
-        cp_err se = {0};
-        if (!k) {
-            if (!cp_v8src.ctl_full++)
-                cp_log_warn("v8: more than %d captures at once: capture %s and later ones are "
-                            "not run by this source",
-                            CAP_SLOTS, c.id);
-        } else if (cp_selector_parse(c.selector, &k->sel, &se) != 0) {
-            cp_v8src.ctl_bad++;
-            cp_log_warn("v8: capture %s ignored: selector: %s", c.id, se.msg);
-        } else {
-            k->c = c;
-            memset(&c, 0, sizeof(c)); /* its selector is k's now */
-            k->used = 1;
-            k->ended = 0;
-            cap_plan(k);
-            cp_log_info("v8: capture %s heard: %s %s, asked %lld, runs at %lld%s%s", k->c.id,
-                        cp_kind_name(k->c.kind), k->c.selector,
-                        (long long)(k->c.kind == CP_KIND_CPU     ? k->c.cpu_hz
-                                    : k->c.kind == CP_KIND_ALLOC ? k->c.alloc_rate
-                                                                 : 1),
-                        (long long)k->ran, k->reason[0] ? ": " : "", k->reason);
-        }
+    cp_capture_table t = {
+        .slot = slot_of,
+        .n = CAP_SLOTS,
+        .counts = &cp_v8src.ctl,
+        .tenant = tenant,
+        .token = cp_v8src.o->token,
+        .heap = 1, /* heap snapshots are this source's */
+    };
+    cp_capture_heard h;
+    cp_capture_intake(&t, v, len, cp_now_ns(), &h);
+    v8cap *k = h.slot >= 0 ? &cp_v8src.caps[h.slot] : NULL;
+    switch (h.act) {
+    case CP_CAPTURE_BAD:
+        if (!h.id[0])
+            cp_log_debug("v8: control message ignored: %s", h.err.msg);
+        else
+            cp_log_warn("v8: capture %s ignored: selector: %s", h.id, h.err.msg);
+        break;
+    case CP_CAPTURE_BADSIG:
+        cp_log_warn("v8: capture %s ignored: its signature does not verify with our token", h.id);
+        break;
+    case CP_CAPTURE_ENDED:
+        cp_log_info("v8: capture %s ended (%s)", h.id, h.cancelled ? "cancelled" : "past");
+        break;
+    case CP_CAPTURE_UPDATED:
+        cap_plan(k);
+        break;
+    case CP_CAPTURE_NEW:
+        cap_plan(k);
+        cp_log_info("v8: capture %s heard: %s %s, asked %lld, runs at %lld%s%s", k->s.c.id,
+                    cp_kind_name(k->s.c.kind), k->s.c.selector,
+                    (long long)(k->s.c.kind == CP_KIND_CPU     ? k->s.c.cpu_hz
+                                : k->s.c.kind == CP_KIND_ALLOC ? k->s.c.alloc_rate
+                                                               : 1),
+                    (long long)k->ran, k->reason[0] ? ": " : "", k->reason);
+        break;
+    case CP_CAPTURE_FULL:
+        if (cp_v8src.ctl.full == 1)
+            cp_log_warn("v8: more than %d captures at once: capture %s and later ones are "
+                        "not run by this source",
+                        CAP_SLOTS, h.id);
+        break;
+    default:
+        break;
     }
-    cp_capture_close(&c);
 }
 
 /* The running captures of kind (slot bits) whose selector matches s's labels. */
@@ -138,12 +124,12 @@ uint64_t cp_v8_caps_kind(const session *s, int64_t now, cp_kind kind)
     int have = 0;
     for (int i = 0; i < CAP_SLOTS; i++) {
         const v8cap *k = &cp_v8src.caps[i];
-        if (!k->used || k->ended || !cp_capture_live(&k->c, now) || k->c.kind != kind ||
+        if (!k->s.used || k->s.ended || !cp_capture_live(&k->s.c, now) || k->s.c.kind != kind ||
             (kind == CP_KIND_CPU && !k->interval_us))
             continue;
         if (!have && cp_v8_session_labels(s, &l) != 0) break;
         have = 1;
-        if (cp_selector_match(&k->sel, &l)) m |= 1ULL << i;
+        if (cp_selector_match(&k->s.sel, &l)) m |= 1ULL << i;
     }
     cp_labels_close(&l);
     return m;
@@ -228,7 +214,7 @@ void cp_v8_cap_engine(const v8cap *k, const session *s, int64_t ran_us, char *ou
     int64_t ran = ran_us > 0 ? 1000000 / ran_us : 0;
     const char *why = k->reason;
     if (!why[0] && ran != k->ran) why = "another capture of this isolate runs faster";
-    char cost[96] = "";
+    cp_capture_engine e = {.asked = k->s.c.cpu_hz, .ran = ran, .reason = why};
     if (s->cap_counting && s->cap_wall_ns > 0) {
         /* the sampler's CPU per wall second in the capture's runs, less the always-on
          * runs' (measured over >= 1 s, else V8's cost per tick taken as the same) */
@@ -236,13 +222,15 @@ void cp_v8_cap_engine(const v8cap *k, const session *s, int64_t ran_us, char *ou
         double base = s->base_wall_ns >= 1000000000LL
                           ? (double)s->base_prof_ns / (double)s->base_wall_ns
                           : rate * (double)s->cap_run_us / (double)cp_v8src.o->cpu_interval_us;
-        int n = snprintf(cost, sizeof(cost), " cost_us_per_s=%.0f", (rate - base) * 1e6);
-        if (s->cap_cpu_ns > 0)
-            snprintf(cost + n, sizeof(cost) - (size_t)n, " cost_permille=%.1f",
-                     (rate - base) * (double)s->cap_wall_ns * 1000.0 / (double)s->cap_cpu_ns);
+        e.has_cost = 1;
+        e.cost_us_per_s = (rate - base) * 1e6;
+        if (s->cap_cpu_ns > 0) {
+            e.has_permille = 1;
+            e.cost_permille =
+                (rate - base) * (double)s->cap_wall_ns * 1000.0 / (double)s->cap_cpu_ns;
+        }
     }
-    snprintf(out, cap, "v8-inspector capture asked=%lld ran=%lld%s%s%s", (long long)k->c.cpu_hz,
-             (long long)ran, cost, why[0] ? " reason=" : "", why);
+    (void)cp_capture_engine_write(out, cap, "v8-inspector", &e);
 }
 
 int cp_v8_profiler_start(session *s, cp_err *err)
@@ -339,8 +327,8 @@ void cp_v8_captures_tick(void)
     uint64_t live = 0;
     for (int i = 0; i < CAP_SLOTS; i++) {
         v8cap *k = &cp_v8src.caps[i];
-        if (k->used && !k->ended && !cp_capture_live(&k->c, now)) k->ended = 1;
-        if (k->used) live |= 1ULL << i;
+        if (k->s.used && !k->s.ended && !cp_capture_live(&k->s.c, now)) k->s.ended = 1;
+        if (k->s.used) live |= 1ULL << i;
     }
     if (!live) return;
     for (int i = 0; i < cp_v8src.nhosts; i++)
@@ -361,13 +349,13 @@ void cp_v8_captures_tick(void)
                 for (int b = 0; want && b < CAP_SLOTS && cp_v8_session_alive(s); b++)
                     if (want & (1ULL << b)) {
                         s->heap_done |= 1ULL << b;
-                        (void)cp_v8_heap_snapshot(s, cp_v8src.caps[b].c.id);
+                        (void)cp_v8_heap_snapshot(s, cp_v8src.caps[b].s.c.id);
                     }
             }
     /* ended captures whose last windows every isolate has sent are forgotten */
     for (int i = 0; i < CAP_SLOTS; i++) {
         v8cap *k = &cp_v8src.caps[i];
-        if (!k->used || !k->ended) continue;
+        if (!k->s.used || !k->s.ended) continue;
         int held = 0;
         for (int h = 0; h < cp_v8src.nhosts; h++)
             for (conn *c = cp_v8src.hosts[h].conns; c; c = c->next)
@@ -376,9 +364,8 @@ void cp_v8_captures_tick(void)
                             ((s->run_caps | s->alloc_caps) & (1ULL << i)) != 0;
         if (held) continue;
         /* a cancelled one is kept until its end: a repeated message does not restart it */
-        if (k->c.end_ns > now) continue;
-        cp_selector_close(&k->sel);
-        cp_capture_close(&k->c);
+        if (k->s.c.end_ns > now) continue;
+        cp_capture_slot_close(&k->s);
         memset(k, 0, sizeof(*k));
         for (int h = 0; h < cp_v8src.nhosts; h++) /* the slot may serve another heap capture */
             for (conn *c = cp_v8src.hosts[h].conns; c; c = c->next)
@@ -391,16 +378,13 @@ void cp_v8_captures_close(void)
 {
     cp_watch_destroy(cp_v8src.watch);
     cp_v8src.watch = NULL;
-    if (cp_v8src.ctl_bad + cp_v8src.ctl_foreign + cp_v8src.ctl_badsig + cp_v8src.ctl_expired +
-        cp_v8src.ctl_full)
+    const cp_capture_counts *n = &cp_v8src.ctl;
+    if (n->bad + n->foreign + n->badsig + n->expired + n->full)
         cp_log_info("v8: control messages ignored: %llu undecodable, %llu other tenants, %llu "
                     "badly signed, %llu ended or cancelled, %llu over %d captures",
-                    (unsigned long long)cp_v8src.ctl_bad, (unsigned long long)cp_v8src.ctl_foreign,
-                    (unsigned long long)cp_v8src.ctl_badsig,
-                    (unsigned long long)cp_v8src.ctl_expired, (unsigned long long)cp_v8src.ctl_full,
-                    CAP_SLOTS);
-    for (int i = 0; i < CAP_SLOTS; i++) {
-        cp_selector_close(&cp_v8src.caps[i].sel);
-        cp_capture_close(&cp_v8src.caps[i].c);
-    }
+                    (unsigned long long)n->bad, (unsigned long long)n->foreign,
+                    (unsigned long long)n->badsig, (unsigned long long)n->expired,
+                    (unsigned long long)n->full, CAP_SLOTS);
+    for (int i = 0; i < CAP_SLOTS; i++)
+        cp_capture_slot_close(&cp_v8src.caps[i].s);
 }

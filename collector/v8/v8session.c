@@ -507,7 +507,7 @@ void cp_v8_cpu_cycle(session *s, int restart)
             }
             if (base_p != p) cp_profile_destroy(base_p); /* the merger copies what it adds */
             for (int i = 0; i < CAP_SLOTS && p; i++) {
-                if (!(caps & (1ULL << i)) || !cp_v8src.caps[i].used) continue;
+                if (!(caps & (1ULL << i)) || !cp_v8src.caps[i].s.used) continue;
                 caps &= ~(1ULL << i);
                 char engine[320];
                 cp_v8_cap_engine(&cp_v8src.caps[i], s, ran, engine, sizeof(engine));
@@ -515,7 +515,7 @@ void cp_v8_cpu_cycle(session *s, int restart)
                 if (!one) continue;
                 if (one == p) p = NULL;
                 cp_v8_emit_as(s, one, CP_KIND_CPU, s->run_start_ns, now, (uint64_t)(gap / ran),
-                              cp_v8src.caps[i].c.id, engine);
+                              cp_v8src.caps[i].s.c.id, engine);
             }
         }
     }
@@ -567,17 +567,17 @@ void cp_v8_alloc_cycle(session *s, uint64_t want)
             uint64_t caps = s->alloc_caps;
             p->period = cp_v8src.o->heap_interval;
             for (int i = 0; i < CAP_SLOTS && p; i++) {
-                if (!(caps & (1ULL << i)) || !cp_v8src.caps[i].used) continue;
+                if (!(caps & (1ULL << i)) || !cp_v8src.caps[i].s.used) continue;
                 caps &= ~(1ULL << i);
                 const v8cap *k = &cp_v8src.caps[i];
                 char engine[320];
-                snprintf(engine, sizeof(engine), "v8-inspector capture asked=%lld ran=%lld%s%s",
-                         (long long)k->c.alloc_rate, (long long)k->ran,
-                         k->reason[0] ? " reason=" : "", k->reason);
+                cp_capture_engine ce = {
+                    .asked = k->s.c.alloc_rate, .ran = k->ran, .reason = k->reason};
+                (void)cp_capture_engine_write(engine, sizeof(engine), "v8-inspector", &ce);
                 cp_profile *one = caps ? cp_profile_clone(p) : p;
                 if (!one) continue;
                 if (one == p) p = NULL;
-                cp_v8_emit_as(s, one, CP_KIND_ALLOC, s->alloc_start_ns, now, 0, k->c.id, engine);
+                cp_v8_emit_as(s, one, CP_KIND_ALLOC, s->alloc_start_ns, now, 0, k->s.c.id, engine);
             }
             cp_profile_destroy(p);
         }
@@ -634,10 +634,15 @@ int64_t cp_v8_heap_snapshot(session *s, const char *capture)
         cp_profile_destroy(p);
         return -1;
     }
-    char engine[256];
-    snprintf(engine, sizeof(engine), "v8-heap-snapshot pause_ms=%lld objects=%llu bytes=%llu%s",
+    char engine[256], snap[200];
+    snprintf(snap, sizeof(snap), "v8-heap-snapshot pause_ms=%lld objects=%llu bytes=%llu",
              (long long)pause_ms, (unsigned long long)st.reachable,
-             (unsigned long long)st.total_bytes, capture ? " capture asked=1 ran=1" : "");
+             (unsigned long long)st.total_bytes);
+    cp_capture_engine ce = {.asked = 1, .ran = 1}; /* a heap capture: one snapshot */
+    if (capture)
+        (void)cp_capture_engine_write(engine, sizeof(engine), snap, &ce);
+    else
+        snprintf(engine, sizeof(engine), "%s", snap);
     cp_log_info("v8: isolate %s: heap snapshot %s: %llu objects, %.1f MB, the "
                 "isolate paused %lld ms, read with %.0f MiB",
                 s->isolate, what, (unsigned long long)st.reachable, (double)st.total_bytes / 1e6,

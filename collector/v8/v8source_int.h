@@ -188,9 +188,7 @@ struct host {
 
 /* A running capture this source heard of (model/capture.h). */
 typedef struct v8cap {
-    int used, ended;
-    cp_capture c;
-    cp_selector sel;
+    cp_capture_slot s;   /* the intake's part (model/capture.h) */
     int64_t interval_us; /* cpu: the interval run (0: cannot run) */
     int64_t ran;         /* hz (cpu) or bytes (alloc) */
     char reason[224];
@@ -210,7 +208,7 @@ typedef struct cp_v8src_state {
     cp_watch *watch;
     int64_t watch_retry_at;
     v8cap caps[CAP_SLOTS];
-    uint64_t ctl_bad, ctl_foreign, ctl_badsig, ctl_expired, ctl_full;
+    cp_capture_counts ctl; /* control messages not run (the intake's counts) */
 } cp_v8src_state;
 
 extern cp_v8src_state cp_v8src;
