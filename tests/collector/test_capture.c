@@ -386,7 +386,18 @@ TEST(captures_not_for_this_agent_do_not_boost)
            ta.alpha_cpu / 1e9);
     CHECK(cn >= 1);
     CHECK(cs / (cv / 1e9) > 300 && cs / (cv / 1e9) < 560); /* boosted, from 100/s */
-    CHECK_EQ(count_captures(), cn);                        /* no other capture ran */
+    /* no other capture ran, but "cancelled": its message and its cancel may reach the
+     * consumer in two fetches, and then it runs from one agent tick to the next (its one
+     * window is short); the others never run */
+    int xn = 0;
+    int64_t xdur = 0;
+    for (int i = 0; i < NR; i++)
+        if (!strcmp(R[i].capture, "cancelled")) {
+            xn++;
+            xdur += R[i].dur;
+        }
+    CHECK_EQ(count_captures(), cn + xn);
+    CHECK(xn <= 1 && xdur < 500 * (int64_t)1000000);
     CHECK(ra > 40 && ra < 130);
     rd_kafka_mock_cluster_destroy(mc);
     rd_kafka_destroy(host);
