@@ -4,7 +4,8 @@
 # at a time) with `contprof v8` attached: CPU profiler at 10 ms and at 1 ms (heap
 # sampling off), at 10 ms without source maps (no Debugger domain: what source maps
 # cost), heap sampler at 512 KiB (CPU profiler off), against no source; the
-# variants alternated REPS times in rotating order on one workerd. The source's own process is not counted: the cost to the host is
+# variants alternated REPS times in rotating order on one workerd; the machine's load
+# printed before and after. The source's own process is not counted: the cost to the host is
 # V8's sampler thread and profilers inside workerd. Prints rows "name | value | floor | ok".
 #   bench/v8/run.sh [BUILD_DIR]   (default: build)
 # Environment: REPS (default 5), REQUESTS (default 60 per run).
@@ -22,6 +23,7 @@ trap '[ -n "$WPID" ] && kill $WPID 2>/dev/null; rm -rf "$TMP"' EXIT
 [ -x "$CP" ] && [ -x "$BUILD/bench/v8/v8-convert-bench" ] || { echo "v8 bench: build first" >&2; exit 1; }
 "$BUILD/bench/v8/v8-convert-bench" 3 || exit 1
 start_workerd "$BUILD" "$TESTS" "$TMP"
+echo "v8 machine load before (1, 5, 15 min) | $(cut -d' ' -f1-3 /proc/loadavg) | - | -"
 ticks() { awk '{ print $14 + $15 }' "/proc/$WPID/stat"; }
 requests() {
     n=0
@@ -59,6 +61,7 @@ while [ $i -lt "$REPS" ]; do
     done
     i=$((i + 1))
 done
+echo "v8 machine load after (1, 5, 15 min) | $(cut -d' ' -f1-3 /proc/loadavg) | - | -"
 med() { sort -n "$1" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 NONE=$(med "$TMP/none"); I10=$(med "$TMP/i10"); I1=$(med "$TMP/i1"); HEAP=$(med "$TMP/heap")
 I10N=$(med "$TMP/i10nomaps")
