@@ -76,9 +76,10 @@ static double profiled_cpu(void)
     return v;
 }
 
-/* cpe MODE SECS under the agent: at least 90% of the CPU time it printed is in the
- * profiles (the burn is all but a few ms of it), and not more than it burnt. */
-static void check_mode(const char *mode, const char *secs)
+/* cpe MODE SECS under the agent: at least min_share (check_mode: 90%) of the CPU time it
+ * printed is in the profiles (the burn is all but a few ms of it), and not more than it
+ * burnt. */
+static void check_mode_share(const char *mode, const char *secs, double min_share)
 {
     make_dir();
     const char *args[] = {mode, secs, NULL};
@@ -87,9 +88,14 @@ static void check_mode(const char *mode, const char *secs)
     printf("%s %s: burnt %.3f s, profiled %.3f s (%.0f%%), %.2f s wall\n", mode, secs, burnt, seen,
            100 * seen / burnt, wall);
     CHECK(burnt > 0);
-    CHECK(seen >= 0.9 * burnt);
+    CHECK(seen >= min_share * burnt);
     CHECK(seen <= 1.1 * burnt);
     remove_dir();
+}
+
+static void check_mode(const char *mode, const char *secs)
+{
+    check_mode_share(mode, secs, 0.9);
 }
 
 /* ~1.5 s of CPU, then execv(/bin/true), well inside the first 10 s window: that window must
@@ -181,8 +187,11 @@ static void check_windows(const char *mode, const char *secs, int n)
  * exit (a flush asked by the child would have cut it in two). */
 TEST(vfork_child_does_not_flush)
 {
-    check_mode("vfork", "0.3");
-    check_mode("vforkexit", "0.3");
+    /* 0.6 s in two halves: ~60 samples, so a few delivered late under load are a tenth
+     * (85% beside two burners); a child that flushed or lost the parent's window would show
+     * one half (50%) or twice over */
+    check_mode_share("vfork", "0.3", 0.8);
+    check_mode_share("vforkexit", "0.3", 0.8);
     check_windows("vfork", "0.2", 1);
     check_windows("vforkexit", "0.2", 1);
 }
