@@ -155,17 +155,7 @@ static void write_file(const cp_envelope *e)
         snprintf(tmp, sizeof(tmp), "%s.tmp", path);
         int fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
         if (fd < 0 && errno == EEXIST) continue;
-        size_t off = 0;
-        int werr = fd < 0 ? errno : 0;
-        while (fd >= 0 && off < len) {
-            ssize_t w = write(fd, data + off, len - off);
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) {
-                werr = w < 0 ? errno : ENOSPC;
-                break;
-            }
-            off += (size_t)w;
-        }
+        int werr = fd < 0 ? errno : cp_write_all(fd, data, len);
         if (fd >= 0) close(fd);
         if (!werr && publish(dir, tmp, path) == 0) {
             cp_fd_close(dir);
@@ -599,6 +589,7 @@ static void agent_flush(void)
     if (!atomic_load(&A.running) || cp_agent_thread || cp_in_agent || A.pid != (int)getpid())
         return;
     int e = errno;
+    cp_thread_say_name();
     int64_t bound = FLUSH_WAIT_NS;
     if (cp_cfg.relay_dir[0])
         bound += 2 * CP_SINK_RELAY_TIMEOUT_NS; /* one time-out, then the spool */
@@ -738,6 +729,7 @@ static void stop(int at_exit)
 {
     if (!atomic_load(&A.running)) return;
     cp_cpu_stop();
+    cp_thread_say_name();
     pthread_mutex_lock(&A.mu);
     int pending = atomic_exchange(&g_child_pending, 0);
     int nothing = (at_exit || pending) && A.idle && cp_sink_idle(A.sink) && last_window_empty(1);

@@ -31,7 +31,7 @@
 #define FILTER_BITS 16 /* 64 KiB of counters */
 /* Counting filter over sampled live pointers, consulted only for page-aligned frees and
  * runtime blocks (contprof_alloc_through). In .bss: pages never written cost nothing. */
-static atomic_uchar filter[1u << FILTER_BITS];
+static atomic_uchar filter[1u << FILTER_BITS] CP_BIG;
 
 /* The free filter's slot. Chunks are 16-aligned; bits 16-31 are folded in so that
  * page-aligned blocks (whose bits 4-11 are 0) do not share a few slots. */

@@ -47,10 +47,10 @@ static struct {
     uint64_t errors;
     cp_capture_counts n; /* the intake's: bad, other tenant, signature, expired, over table */
     int said_full, said_err;
-} C;
+} C CP_BIG;
 
-static uint64_t iso_mask[CP_MAX_ISOLATES];
-static uint32_t iso_gen[CP_MAX_ISOLATES];
+static uint64_t iso_mask[CP_MAX_ISOLATES] CP_BIG;
+static uint32_t iso_gen[CP_MAX_ISOLATES] CP_BIG;
 
 /* ------------------------------------------------------------------------------------
  * Control messages */

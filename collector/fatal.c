@@ -42,7 +42,8 @@ static sigaction_fn real_sigaction_p;
 static _Atomic(cp_fatal_flush_fn) g_flush;
 /* The kernel calls our handler for these; the host's disposition is SIG_DFL, as in g_view. */
 static atomic_uint_fast64_t g_managed;
-static struct sigaction g_view[65]; /* what the host set (or found) for each managed signal */
+static struct sigaction
+    g_view[65] CP_BIG; /* what the host set (or found) for each managed signal */
 static atomic_flag g_lock = ATOMIC_FLAG_INIT;
 
 static int real_sigaction(int s, const struct sigaction *act, struct sigaction *old)

@@ -37,7 +37,7 @@
 #include "guard.h"
 #include "unwind.h"
 
-_Atomic unsigned char cp_fd_state[CP_FD_MAX];
+_Atomic unsigned char cp_fd_state[CP_FD_MAX] CP_BIG;
 atomic_uint cp_fd_revocations;
 static atomic_int g_hwm;   /* 1 + the highest fd ever marked */
 static atomic_int g_floor; /* 0 until computed */

@@ -9,6 +9,12 @@
 
 #define CP_TLS __attribute__((tls_model("initial-exec"))) __thread
 
+/* A large zero-initialised global (4 KiB and more): placed in .lbss, which the linker puts
+ * after .bss, so the small globals lie together in a few pages instead of between the
+ * arrays. Why: a short process touches a few bytes of each module's globals, and each page
+ * touched is a page fault (~2.5 us on the 2-vCPU guest; 23 pages of .bss before, 9 after). */
+#define CP_BIG __attribute__((section(".lbss")))
+
 /* Set while the agent's own code runs on a thread (any thread): its allocations are not
  * sampled, a thread it creates is the agent's. Saved and restored around each such stretch
  * by whoever sets it. */

@@ -11,7 +11,7 @@
 #include "unwind.h"
 #include "vec.h"
 
-struct contprof_isolate cp_isolates[CP_MAX_ISOLATES];
+struct contprof_isolate cp_isolates[CP_MAX_ISOLATES] CP_BIG;
 /* Slots ever claimed (they are taken lowest first): cp_isolates_reap reads no further, so a
  * window's end touches no page of the table past them (288 KiB: 72 page faults a window). */
 static atomic_uint g_iso_hwm;

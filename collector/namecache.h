@@ -57,7 +57,8 @@ int cp_namecache_key(const uint8_t *build_id, uint32_t len, unsigned flags, char
 
 /* Checks n bytes at p as a cache file for build_id (len bytes) and flags: the header, the
  * sizes adding up to n, the build id and flags equal, the last byte a NUL, every entry's
- * name inside the names and not empty, the starts of each run ascending. Returns 0 with
+ * name offset inside the names, the starts of each run ascending (an entry with an empty
+ * name names nothing: cp_namecache_lookup). Returns 0 with
  * *out (pointing into p, not owning it), or CP_EPARSE (the file is not used at all). */
 int cp_namecache_parse(const uint8_t *p, size_t n, const uint8_t *build_id, uint32_t len,
                        unsigned flags, cp_namecache *out);

@@ -1,6 +1,7 @@
 /* The next allocator (found with dlsym(RTLD_NEXT)) and the static pool that serves dlsym's
  * own requests before it is known, and later the agent's threads when it fails them. */
 #include "nextmalloc.h"
+#include "guard.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -22,7 +23,7 @@ static int next_is_glibc;
  * they are served from here, because libdw and librdkafka do not survive a NULL from
  * malloc (measured: libdw crashes in dwarf_getsrclines). The agent then degrades
  * (cp_agent_oom). In .bss: untouched pages cost nothing. */
-_Alignas(4096) char cp_next_pool[CP_NEXT_POOL_SIZE];
+_Alignas(4096) char cp_next_pool[CP_NEXT_POOL_SIZE] CP_BIG;
 atomic_int cp_agent_oom;
 static atomic_size_t pool_used;
 /* A pool block that is not page-aligned was handed out (the agent's reserve): from then

@@ -36,7 +36,7 @@
 #include "python.h"
 #include "times.h"
 
-cp_thread *_Atomic cp_threads[CP_MAX_THREADS];
+cp_thread *_Atomic cp_threads[CP_MAX_THREADS] CP_BIG;
 atomic_uint cp_threads_hwm;
 CP_TLS cp_thread *cp_self;
 char cp_engine[64];
@@ -186,7 +186,7 @@ static void forward(int sig, siginfo_t *si, void *uc);
 #define CP_TIMER_COOKIE ((void *)(uintptr_t)0x636f6e7470726f66ULL)
 /* Numbers that have held a perf fd of ours: a signal of a perf event can still be pending
  * when its fd was closed (the thread unblocks it after disarming), and is ours all the same. */
-static _Atomic unsigned char g_was_perf[CP_FD_MAX / 8];
+static _Atomic unsigned char g_was_perf[CP_FD_MAX / 8] CP_BIG;
 
 static int was_perf(int fd)
 {
@@ -929,6 +929,11 @@ void cp_threads_refresh_names(void)
     for (unsigned i = 0; i < n && i < CP_MAX_THREADS; i++) {
         cp_thread *t = atomic_load(&cp_threads[i]);
         if (!t || atomic_load(&t->state) != CP_T_LIVE || atomic_load(&t->labelled)) continue;
+        if (atomic_load(&t->own_named)) { /* the thread writes own_name only while 0 */
+            set_name(t->name, t->own_name);
+            atomic_store(&t->own_named, 0);
+            continue;
+        }
         snprintf(path, sizeof(path), "/proc/self/task/%d/comm", (int)t->tid);
         int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0) {
@@ -946,6 +951,17 @@ void cp_threads_refresh_names(void)
         buf[strcspn(buf, "\n")] = 0;
         if (strncmp(buf, t->name, 16) != 0) set_name(t->name, buf);
     }
+}
+
+void cp_thread_say_name(void)
+{
+    cp_thread *t = cp_self;
+    /* one said and not yet taken is recent enough: the agent may be copying it */
+    if (!t || atomic_load(&t->own_named)) return;
+    char buf[16] = "";
+    if (prctl(PR_GET_NAME, buf, 0, 0, 0) != 0) return;
+    memcpy(t->own_name, buf, sizeof(buf));
+    atomic_store(&t->own_named, 1);
 }
 
 void cp_thread_set_label(cp_thread *t, const char *label)
@@ -1032,7 +1048,7 @@ void cp_threads_after_fork_child(void)
 static int g_x_refuse;                    /* CONTPROF_TEST_NO_PERF: tests stand for a container */
 static unsigned g_x_sampled, g_x_refused; /* threads so far (agent thread) */
 static unsigned g_x_shown_sampled, g_x_shown_refused;
-static cp_ucache g_x_ucache; /* the agent's unwind cache for these samples */
+static cp_ucache g_x_ucache CP_BIG; /* the agent's unwind cache for these samples */
 
 /* The pthread_create/thrd_create thunk, on the new thread: it starts with the signal
  * blocked (its creator's mask), so the agent need not wait for its CPU clock to tell. */
@@ -1184,7 +1200,7 @@ static void x_sample(cp_thread *t, const uint8_t *rec, size_t len, uint64_t weig
 /* Reads t's perf ring to its head: samples into t's ring, lost records counted. */
 static void x_read(cp_thread *t)
 {
-    static uint8_t rec[65536]; /* a record is at most 64 KiB (header.size is 16 bits) */
+    static uint8_t rec[65536] CP_BIG; /* a record is at most 64 KiB (header.size is 16 bits) */
     struct perf_event_mmap_page *pg = t->x_ring;
     if (!pg) return;
     uint64_t head = __atomic_load_n(&pg->data_head, __ATOMIC_ACQUIRE);
@@ -1409,9 +1425,9 @@ void cp_threads_poll_blocked(void)
  * signal still pending from before the move is swallowed, never handed to the host. */
 
 #define SIGBIT(s) (1ULL << (s))
-static atomic_uint_fast64_t g_managed; /* the kernel calls our handler for these */
-static atomic_uint_fast64_t g_taken;   /* the host has used these: never the agent's again */
-static struct sigaction g_host[65];    /* the host's view of each managed signal */
+static atomic_uint_fast64_t g_managed;     /* the kernel calls our handler for these */
+static atomic_uint_fast64_t g_taken;       /* the host has used these: never the agent's again */
+static struct sigaction g_host[65] CP_BIG; /* the host's view of each managed signal */
 
 static int managed(int s)
 {

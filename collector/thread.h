@@ -66,6 +66,10 @@ typedef struct cp_thread {
     uintptr_t start_arg;
     atomic_int labelled;
     atomic_int start_checked;
+    /* The thread's own name as it read it (PR_GET_NAME) when its image ended; own_named set
+     * after: the agent's last names refresh takes it instead of reading /proc. */
+    char own_name[16];
+    atomic_int own_named;
     uint32_t iso_stack[16]; /* explicit isolates entered, innermost last */
     atomic_uint iso_depth;
     atomic_uint head; /* written by the thread (handler or safepoint) */
@@ -159,8 +163,14 @@ void cp_threads_poll_blocked(void);
 #define CP_BLOCKED_TICK_NS ((int64_t)20 * 1000000)
 unsigned cp_threads_blocked_waiting(void);
 void cp_threads_set_blocked_hook(void (*fn)(void));
-/* Agent: refreshes thread names from /proc/self/task/TID/comm (not of labelled threads). */
+/* Agent: refreshes thread names from /proc/self/task/TID/comm (not of labelled threads),
+ * or from what a thread said itself (cp_thread_say_name). */
 void cp_threads_refresh_names(void);
+/* On a host thread whose image ends (exit, exec, _exit, a fatal signal), before it wakes
+ * the agent for the last window: the thread reads its own name, a system call, where the
+ * agent's /proc read of it costs 25-75 us in a short process (each /proc/self/task/TID
+ * lookup builds its inodes anew). Async-signal-safe. */
+void cp_thread_say_name(void);
 /* Agent: names t's isolate label (≤ 15 bytes), kept over the thread's own name from now on
  * (nodeworker.h). */
 void cp_thread_set_label(cp_thread *t, const char *label);

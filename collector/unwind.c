@@ -828,11 +828,14 @@ static inline uintptr_t load(uintptr_t a)
 static int rule_for(const cp_modules *mods, uintptr_t lookup, cfi_row *row, cp_ucache *cache)
 {
     cp_ucache_ent *ent = NULL;
-    if (cache) {
-        if (cache->mods != (const void *)mods || (mods && cache->gen != mods->gen)) {
-            memset(cache->e, 0, sizeof(cache->e));
+    /* Entries are kept only under a snapshot, so a cache that never had one is all zero (a
+     * fresh thread slot's, mmap'd): not cleared, its 12 KiB are not faulted in at once by
+     * the thread's first sample, only the entries it uses. */
+    if (cache && mods) {
+        if (cache->mods != (const void *)mods || cache->gen != mods->gen) {
+            if (cache->mods) memset(cache->e, 0, sizeof(cache->e));
             cache->mods = mods;
-            cache->gen = mods ? mods->gen : 0;
+            cache->gen = mods->gen;
         }
         ent = &cache->e[(lookup ^ (lookup >> 9)) & (CP_UCACHE_SIZE - 1)];
         if (ent->pc == lookup && ent->kind) {

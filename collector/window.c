@@ -376,7 +376,7 @@ static struct {
     uint8_t p[WANTS_MAX][CP_RELAY_NAMES_MAX];
     size_t len[WANTS_MAX];
     uint32_t n;
-} wants;
+} wants CP_BIG;
 
 static unsigned cache_flags(void)
 {

@@ -246,16 +246,9 @@ int cp_spool_write(int dfd, const uint8_t *data, size_t len, cp_err *err)
     snprintf(tmp, sizeof(tmp), ".tmp-%d-%016llx", (int)getpid(), (unsigned long long)rnd64());
     int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return cp_err_set(err, CP_EIO, "spool: %s: %s", tmp, strerror(errno));
-    size_t off = 0;
-    while (off < len) {
-        ssize_t w = write(fd, data + off, len - off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;
-        off += (size_t)w;
-    }
-    int e = errno;
+    int e = cp_write_all(fd, data, len);
     close(fd);
-    if (off < len) {
+    if (e) {
         unlinkat(dfd, tmp, 0);
         return cp_err_set(err, CP_EIO, "spool: writing %s: %s", tmp, strerror(e));
     }

@@ -99,22 +99,29 @@ int cp_read_file(const char *path, cp_buf *out, cp_err *err)
     return rc;
 }
 
+int cp_write_all(int fd, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return errno ? errno : EIO;
+        if (n == 0) return ENOSPC;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
 int cp_write_file(const char *path, const void *data, size_t len, cp_err *err)
 {
     int fd =
         strcmp(path, "-") == 0 ? 1 : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return cp_err_set(err, CP_EIO, "cannot write %s: %s", path, strerror(errno));
-    const uint8_t *p = data;
-    while (len) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-            int e = errno;
-            if (fd != 1) close(fd);
-            return cp_err_set(err, CP_EIO, "cannot write %s: %s", path, strerror(e));
-        }
-        p += n;
-        len -= (size_t)n;
+    int e = cp_write_all(fd, data, len);
+    if (e) {
+        if (fd != 1) close(fd);
+        return cp_err_set(err, CP_EIO, "cannot write %s: %s", path, strerror(e));
     }
     if (fd != 1 && close(fd) != 0)
         return cp_err_set(err, CP_EIO, "cannot write %s: %s", path, strerror(errno));

@@ -52,6 +52,9 @@ uint8_t *cp_buf_steal(cp_buf *b, size_t *len);
 /* Appends the whole file at path ("-" is stdin) to out. Returns 0, or CP_EIO / CP_ENOMEM
  * with err (may be NULL) naming the path and the cause; out may then hold part of it. */
 int cp_read_file(const char *path, cp_buf *out, cp_err *err);
+/* Writes len bytes to fd, again after EINTR and short writes. Returns 0 or the errno value
+ * of the failure (ENOSPC for a write that wrote nothing). */
+int cp_write_all(int fd, const void *data, size_t len);
 /* Writes len bytes to path ("-" is stdout), replacing it (not atomically). Returns 0, or
  * CP_EIO with err (may be NULL) naming the path and the cause. */
 int cp_write_file(const char *path, const void *data, size_t len, cp_err *err);

@@ -194,6 +194,28 @@ TEST(cpu_ratio)
     remove_dir();
 }
 
+/* A short process's one window is drained at its exit, where the exiting thread says its
+ * own name (cp_thread_say_name) instead of the agent reading /proc: a main thread that
+ * renames itself just before it returns has its samples under the new name, none under
+ * the old. */
+TEST(renamed_at_exit)
+{
+    make_dir();
+    const char *env[] = {PRELOAD, outdir_env(), "CONTPROF_CPU_HZ=250", NULL};
+    const char *args[] = {"renamed", "0.2", NULL};
+    run_res r;
+    run(args, env, &r);
+    CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0);
+    pset s;
+    pset_load(g_dir, &s);
+    int64_t n = sum_kind(&s, "cpu", "renamed-main", "burn_solo", 0);
+    printf("%lld samples in burn_solo under renamed-main\n", (long long)n);
+    CHECK(n > 10);
+    CHECK_EQ(sum_kind(&s, "cpu", "cpw", "burn_solo", 0), 0);
+    pset_free(&s);
+    remove_dir();
+}
+
 /* ------------------------------------------------------------------------------------
  * 2. 64 MiB allocated at start and kept: inuse of the last window shows it */
 
@@ -897,10 +919,10 @@ TEST(windows_share_tables_lines)
     windows_share_tables("lines");
 }
 
-TEST_MAIN(T(isolates_api), T(cpu_ratio), T(inuse_startup), T(alloc_volume), T(churn_inuse_zero),
-          T(same_output_threads), T(same_output_realloc_memalign), T(same_output_cxx),
-          T(cxx_names_demangled), T(same_output_fork_exec), T(exec_chain_survives),
-          T(agent_out_of_memory), T(unreachable_broker), T(perf_1000hz), T(timer_fallback_1000hz),
-          T(engine_by_rate), T(output_files_gzip), T(bare_window_refused),
+TEST_MAIN(T(isolates_api), T(cpu_ratio), T(renamed_at_exit), T(inuse_startup), T(alloc_volume),
+          T(churn_inuse_zero), T(same_output_threads), T(same_output_realloc_memalign),
+          T(same_output_cxx), T(cxx_names_demangled), T(same_output_fork_exec),
+          T(exec_chain_survives), T(agent_out_of_memory), T(unreachable_broker), T(perf_1000hz),
+          T(timer_fallback_1000hz), T(engine_by_rate), T(output_files_gzip), T(bare_window_refused),
           T(windows_share_tables_server), T(windows_share_tables_agent),
           T(windows_share_tables_lines))

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -356,6 +357,11 @@ int main(int argc, char **argv)
     if (!strcmp(m, "forkexec")) return mode_forkexec(argv[0]);
     if (!strcmp(m, "cxx")) return cpw_cxx();
     if (!strcmp(m, "execchain")) return mode_execchain(argv[0], (int)x);
+    if (!strcmp(m, "renamed")) { /* a short process renaming its main thread as it ends */
+        burn_solo(x);
+        prctl(PR_SET_NAME, "renamed-main", 0, 0, 0);
+        return 0;
+    }
     if (!strcmp(m, "echo")) {
         burn_solo(0.3); /* enough CPU to leave a profile behind */
         printf("echo %s\n", argc > 2 ? argv[2] : "");
