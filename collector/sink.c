@@ -49,6 +49,10 @@ struct cp_sink {
     uint8_t ack[CP_RELAY_HEADER + 1];
     uint32_t ack_got;
     int spool; /* the spool directory, or -1 */
+    /* envelopes for the spool, written as one file (cp_spool_write_batch) at the next
+     * tick, flush or destroy: a window's envelopes become one file, not one each */
+    cp_buf batch;
+    uint32_t batch_n;
     int64_t next_connect, next_spool, timeout_ns, used_ns;
     /* Kafka */
     cp_kafka *kafka;
@@ -154,23 +158,39 @@ static int send_all(int fd, const uint8_t *p, size_t len, int64_t deadline)
     return 0;
 }
 
-/* The relay did not take it: into the spool (the relay reads it when it can). A duplicate
- * of an envelope the relay did take (its answer lost in a time-out) is dropped by the store
- * (same producer and sequence). Returns 0 or -1 (lost). */
-static int spool_put(cp_sink *s, const uint8_t *val, size_t len)
+/* The batch to the spool as one file; what cannot be written is lost, counted. */
+static void spool_flush(cp_sink *s)
 {
+    if (!s->batch_n) return;
     int64_t now = cp_mono_ns();
     if (s->spool < 0 && now >= s->next_spool) {
         s->next_spool = now + SPOOL_RETRY_NS;
         if (cp_spool_open(s->relay_dir, 0, &s->spool, NULL) != 0) s->spool = -1;
     }
-    if (s->spool < 0) return -1;
-    int rc = cp_spool_write(s->spool, val, len, NULL);
-    if (rc == CP_EIO) { /* the directory may have gone: open it again later */
+    int rc = s->spool < 0 ? CP_EIO : cp_spool_write_batch(s->spool, &s->batch, NULL);
+    if (rc) s->dropped += s->batch_n;
+    if (rc == CP_EIO && s->spool >= 0) { /* the directory may have gone: open it again later */
         close(s->spool);
         s->spool = -1;
     }
-    return rc ? -1 : 0;
+    s->batch.len = 0;
+    s->batch_n = 0;
+}
+
+/* The relay did not take it: into the spool (the relay reads it when it can), with the
+ * rest of the window's (spool_flush). A duplicate of an envelope the relay did take (its
+ * answer lost in a time-out) is dropped by the store (same producer and sequence). */
+static void spool_put(cp_sink *s, const uint8_t *val, size_t len)
+{
+    int rc = cp_spool_batch_add(&s->batch, val, len);
+    if (rc == CP_ELIMIT && s->batch_n) { /* full: this one starts the next file */
+        spool_flush(s);
+        rc = cp_spool_batch_add(&s->batch, val, len);
+    }
+    if (rc)
+        s->dropped++; /* over a spool file's size by itself, or no memory */
+    else
+        s->batch_n++;
 }
 
 /* The oldest envelope in flight got its answer. */
@@ -178,7 +198,7 @@ static void settle_one(cp_sink *s, uint8_t status)
 {
     cp_buf *b = &s->inflight[s->in_head];
     if (status == CP_RELAY_BUSY) {
-        if (spool_put(s, b->data, b->len) != 0) s->dropped++;
+        spool_put(s, b->data, b->len);
     } else if (status != CP_RELAY_OK) {
         s->dropped++; /* refused: not an envelope, never to be sent again */
     }
@@ -197,7 +217,7 @@ static void relay_fail(cp_sink *s)
     s->ack_got = 0;
     while (s->in_n) {
         cp_buf *b = &s->inflight[s->in_head];
-        if (spool_put(s, b->data, b->len) != 0) s->dropped++;
+        spool_put(s, b->data, b->len);
         cp_buf_close(b);
         s->in_head = (s->in_head + 1) % INFLIGHT_MAX;
         s->in_n--;
@@ -257,7 +277,7 @@ static void relay_put(cp_sink *s, cp_buf *val)
         }
         relay_fail(s);
     }
-    if (spool_put(s, val->data, val->len) != 0) s->dropped++;
+    spool_put(s, val->data, val->len);
     cp_buf_close(val);
 }
 
@@ -406,6 +426,7 @@ void cp_sink_tick(cp_sink *s)
         return;
     }
     relay_settle(s);
+    spool_flush(s);
     if (s->fd >= 0 && !s->in_n && cp_mono_ns() - s->used_ns > RELAY_IDLE_NS) relay_close(s);
 }
 
@@ -426,7 +447,7 @@ uint64_t cp_sink_take_dropped(cp_sink *s)
 
 int cp_sink_idle(const cp_sink *s)
 {
-    return !s || (!s->kafka && !s->in_n);
+    return !s || (!s->kafka && !s->in_n && !s->batch_n);
 }
 
 const char *cp_sink_brokers(const cp_sink *s)
@@ -437,7 +458,10 @@ const char *cp_sink_brokers(const cp_sink *s)
 void cp_sink_flush(cp_sink *s, int64_t timeout_ns)
 {
     CP_ASSERT_AGENT_THREAD();
-    if (s && s->relay_dir[0]) relay_settle(s);
+    if (s && s->relay_dir[0]) {
+        relay_settle(s);
+        spool_flush(s);
+    }
     if (!s || !s->kafka) return;
     s->dropped += cp_kafka_take_dropped(s->kafka);
     s->dropped += cp_kafka_destroy(s->kafka, (int)(timeout_ns / 1000000));
@@ -450,8 +474,10 @@ uint64_t cp_sink_destroy(cp_sink *s, int64_t timeout_ns)
     if (!s) return 0;
     cp_sink_flush(s, timeout_ns);
     if (s->in_n) relay_fail(s); /* no answer within the bound: spooled */
+    spool_flush(s);
     relay_close(s);
     if (s->spool >= 0) close(s->spool);
+    cp_buf_close(&s->batch);
     uint64_t d = s->dropped;
     free(s);
     return d;
@@ -469,6 +495,8 @@ void cp_sink_after_fork_child(cp_sink *s, int (*close_fd)(int))
     for (uint32_t i = 0; i < s->in_n; i++)
         s->inflight[(s->in_head + i) % INFLIGHT_MAX] = (cp_buf){0};
     s->in_n = s->in_head = s->ack_got = 0;
+    s->batch.len = 0; /* the parent's to write */
+    s->batch_n = 0;
     s->dropped = 0;
     s->next_connect = s->next_spool = 0;
 }

@@ -234,11 +234,11 @@ static int room_left(int dfd)
     return avail >= ((uint64_t)64 << 20) && avail >= total / 100;
 }
 
-int cp_spool_write(int dfd, const uint8_t *data, size_t len, cp_err *err)
+/* Writes data as a new spool file SLOT.suffix. */
+static int spool_file(int dfd, const uint8_t *data, size_t len, const char *suffix, cp_err *err)
 {
     if (len > CP_SPOOL_FILE_MAX)
-        return cp_err_set(err, CP_ELIMIT,
-                          "spool: an envelope of %zu bytes, over the %zu a file holds", len,
+        return cp_err_set(err, CP_ELIMIT, "spool: %zu bytes, over the %zu a file holds", len,
                           CP_SPOOL_FILE_MAX);
     if (!room_left(dfd))
         return cp_err_set(err, CP_ELIMIT, "spool: its file system has under 1%% or 64 MiB free");
@@ -255,7 +255,7 @@ int cp_spool_write(int dfd, const uint8_t *data, size_t len, cp_err *err)
     /* A few random slots: a full spool (or nearly) refuses rather than scanning it. */
     for (int attempt = 0; attempt < 8; attempt++) {
         char name[16];
-        snprintf(name, sizeof(name), "%04x.env", (unsigned)(rnd64() % CP_SPOOL_SLOTS));
+        snprintf(name, sizeof(name), "%04x.%s", (unsigned)(rnd64() % CP_SPOOL_SLOTS), suffix);
         if (renameat2(dfd, tmp, dfd, name, RENAME_NOREPLACE) == 0) return 0;
         if (errno == EEXIST) continue;
         if (errno != EINVAL && errno != ENOSYS) break;
@@ -273,6 +273,40 @@ int cp_spool_write(int dfd, const uint8_t *data, size_t len, cp_err *err)
     return cp_err_set(err, CP_EIO, "spool: %s", strerror(e));
 }
 
+int cp_spool_write(int dfd, const uint8_t *data, size_t len, cp_err *err)
+{
+    return spool_file(dfd, data, len, "env", err);
+}
+
+int cp_spool_write_batch(int dfd, const cp_buf *batch, cp_err *err)
+{
+    return spool_file(dfd, batch->data, batch->len, "envs", err);
+}
+
+int cp_spool_batch_add(cp_buf *batch, const uint8_t *env, size_t len)
+{
+    if (len == 0 || len > CP_SPOOL_FILE_MAX - 4 || batch->len > CP_SPOOL_FILE_MAX - 4 - len)
+        return CP_ELIMIT;
+    uint8_t n[4] = {(uint8_t)len, (uint8_t)(len >> 8), (uint8_t)(len >> 16), (uint8_t)(len >> 24)};
+    if (cp_buf_reserve(batch, 4 + len) != 0) return CP_ENOMEM;
+    cp_buf_append(batch, n, 4);
+    cp_buf_append(batch, env, len);
+    return 0;
+}
+
+int cp_spool_batch_next(const uint8_t *p, size_t n, size_t *off, const uint8_t **env, size_t *len)
+{
+    if (*off == n) return 0;
+    if (*off > n || n - *off < 4) return CP_EPARSE;
+    const uint8_t *h = p + *off;
+    size_t l = (size_t)h[0] | (size_t)h[1] << 8 | (size_t)h[2] << 16 | (size_t)h[3] << 24;
+    if (l == 0 || l > n - *off - 4) return CP_EPARSE;
+    *env = h + 4;
+    *len = l;
+    *off += 4 + l;
+    return 1;
+}
+
 static int entry_cmp(const void *a, const void *b)
 {
     const cp_spool_entry *x = a, *y = b;
@@ -280,12 +314,14 @@ static int entry_cmp(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
+/* 1: SLOT.env, 2: SLOT.envs (a batch), 0: not a spool file's name. */
 static int slot_name(const char *n)
 {
-    if (strlen(n) != 8 || strcmp(n + 4, ".env") != 0) return 0;
+    size_t l = strlen(n);
+    if ((l != 8 || strcmp(n + 4, ".env") != 0) && (l != 9 || strcmp(n + 4, ".envs") != 0)) return 0;
     for (int i = 0; i < 4; i++)
         if (!strchr("0123456789abcdef", n[i])) return 0;
-    return 1;
+    return l == 8 ? 1 : 2;
 }
 
 int cp_spool_list(int dfd, cp_spool_entry *out, size_t cap, size_t *n, cp_err *err)
@@ -302,18 +338,19 @@ int cp_spool_list(int dfd, cp_spool_entry *out, size_t cap, size_t *n, cp_err *e
     clock_gettime(CLOCK_REALTIME, &now);
     for (struct dirent *de; (de = readdir(d)) != NULL;) {
         struct stat st;
-        int tmp = !strncmp(de->d_name, ".tmp-", 5);
-        if (!tmp && !slot_name(de->d_name)) continue;
+        int tmp = !strncmp(de->d_name, ".tmp-", 5), kind = tmp ? 0 : slot_name(de->d_name);
+        if (!tmp && !kind) continue;
         if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
         int64_t mt = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
         if (tmp) {
             if (now.tv_sec - st.st_mtim.tv_sec > 60) unlinkat(dfd, de->d_name, 0);
             continue;
         }
-        /* a slot name is 8 bytes (slot_name), the entry's name holds 16 */
+        /* a slot name is 8 or 9 bytes (slot_name), the entry's name holds 16 */
         if (*n < cap) {
-            memcpy(out[*n].name, de->d_name, 9);
+            memcpy(out[*n].name, de->d_name, 10);
             out[*n].mtime_ns = mt;
+            out[*n].batch = kind == 2;
             (*n)++;
         } else {
             /* keep the cap oldest: replace the newest kept if this one is older */
@@ -321,8 +358,9 @@ int cp_spool_list(int dfd, cp_spool_entry *out, size_t cap, size_t *n, cp_err *e
             for (size_t i = 1; i < cap; i++)
                 if (out[i].mtime_ns > out[newest].mtime_ns) newest = i;
             if (cap && mt < out[newest].mtime_ns) {
-                memcpy(out[newest].name, de->d_name, 9);
+                memcpy(out[newest].name, de->d_name, 10);
                 out[newest].mtime_ns = mt;
+                out[newest].batch = kind == 2;
             }
         }
     }

@@ -87,11 +87,14 @@ int cp_relay_listening(const char *dir);
 int cp_relay_get_captures(const char *dir, int timeout_ms, cp_buf *out, cp_err *err);
 
 /* ------------------------------------------------------------------------------------
- * The spool: DIR/spool, one envelope a file, written by senders that could not reach
- * the relay and by the relay for what Kafka did not take; read and removed by the relay.
- * A file is written as `.tmp-*` and renamed to `SLOT.env` (SLOT: 4 hex digits below
- * CP_SPOOL_SLOTS, never replacing one), so the number of waiting files is bounded and the
- * relay never reads half a file. */
+ * The spool: DIR/spool, written by senders that could not reach the relay and by the
+ * relay for what Kafka did not take; read and removed by the relay. A file is written as
+ * `.tmp-*` and renamed to `SLOT.env` (one envelope) or `SLOT.envs` (a batch: a sender's
+ * envelopes of one window, each as a u32 little-endian length and its bytes; one file
+ * where there were four, each file's creation and rename being most of what a short
+ * process paid with the relay away), SLOT 4 hex digits below CP_SPOOL_SLOTS, never
+ * replacing one: the number of waiting files is bounded and the relay never reads half a
+ * file. A relay from before batches lists no `.envs`: they wait for one that reads them. */
 
 #define CP_SPOOL_SLOTS 4096u
 /* A spool file's payload is at most this large (a bigger envelope is not spooled). */
@@ -108,11 +111,20 @@ int cp_spool_open(const char *dir, int create, int *dfd, cp_err *err);
  * CP_SPOOL_FILE_MAX, or no free slot found in a few tries: the spool is full, or the file
  * system has less than 1% or 64 MiB free) or CP_EIO, with err naming the reason. */
 int cp_spool_write(int dfd, const uint8_t *data, size_t len, cp_err *err);
+/* Appends one envelope to batch (framed). Returns 0, CP_ELIMIT (the batch would be over
+ * CP_SPOOL_FILE_MAX: write it first; or an empty envelope) or CP_ENOMEM (batch unchanged). */
+int cp_spool_batch_add(cp_buf *batch, const uint8_t *env, size_t len);
+/* Writes batch (cp_spool_batch_add's) as one SLOT.envs file; as cp_spool_write. */
+int cp_spool_write_batch(int dfd, const cp_buf *batch, cp_err *err);
+/* The envelope at *off of a batch file's n bytes at p: 1 with *env, *len and *off moved past
+ * it, 0 at the end, CP_EPARSE for a frame that is empty or runs past the end. */
+int cp_spool_batch_next(const uint8_t *p, size_t n, size_t *off, const uint8_t **env, size_t *len);
 
 /* One spool file found by cp_spool_list. */
 typedef struct cp_spool_entry {
     char name[16];
     int64_t mtime_ns;
+    int batch; /* SLOT.envs: cp_spool_batch_next */
 } cp_spool_entry;
 
 /* Lists up to cap waiting files of dfd, oldest first, into out; *n says how many.

@@ -174,6 +174,67 @@ static int take(cp_relay *r, uint8_t *value, size_t len, const char *who)
     return rc;
 }
 
+/* One spooled envelope (v: len bytes, taken) to Kafka. Returns 0, or -1 when out of memory
+ * (v is spooled again: the drain stops for this turn). */
+static int drain_one(cp_relay *r, uint8_t *v, size_t len, const char *who)
+{
+    cp_err err = {0};
+    /* a spooled envelope taken back is counted as drained, not accepted again */
+    cp_envelope e;
+    if (cp_envelope_decode_view(v, len, CP_INGEST_MAX_PPROF, &e, &err) != 0) {
+        cp_counter_add(&r->refused, 1);
+        cp_log_warn("relay: refused %s: %s", who, err.msg);
+        free(v);
+        return 0;
+    }
+    cp_buf key = {0};
+    if (cp_envelope_series_key(&e, &key) != 0) {
+        cp_envelope_close(&e);
+        keep(r, v, len);
+        free(v);
+        return -1;
+    }
+    cp_envelope_close(&e);
+    size_t kl;
+    uint8_t *k = cp_buf_steal(&key, &kl);
+    cp_sink_send_encoded(r->sink, v, len, k, kl);
+    cp_counter_add(&r->drained, 1);
+    return 0;
+}
+
+/* A batch file's envelopes (spool file name, n bytes at p), each to drain_one. A frame that
+ * does not fit refuses the rest of the file (counted, logged); what is left when memory
+ * runs out is spooled again, one envelope a file. Returns 0 or -1 (stop this turn). */
+static int drain_batch(cp_relay *r, const char *name, const uint8_t *p, size_t n)
+{
+    size_t off = 0, len;
+    const uint8_t *env;
+    int rc, stop = 0;
+    for (unsigned i = 1; (rc = cp_spool_batch_next(p, n, &off, &env, &len)) == 1; i++) {
+        if (stop) {
+            keep(r, env, len);
+            continue;
+        }
+        char who[64];
+        snprintf(who, sizeof(who), "spool file %.16s, envelope %u", name, i);
+        uint8_t *v = malloc(len);
+        if (!v) {
+            keep(r, env, len);
+            stop = 1;
+            continue;
+        }
+        memcpy(v, env, len);
+        if (drain_one(r, v, len, who) != 0) stop = 1;
+    }
+    if (rc != 0) {
+        cp_counter_add(&r->refused, 1);
+        cp_log_warn("relay: refused the rest of spool file %s from byte %zu: a frame that runs "
+                    "past its end",
+                    name, off);
+    }
+    return stop ? -1 : 0;
+}
+
 /* While Kafka has room, the oldest spooled envelopes go to it. */
 static void drain(cp_relay *r, int64_t now)
 {
@@ -198,30 +259,17 @@ static void drain(cp_relay *r, int64_t now)
             cp_buf_close(&b);
             continue;
         }
+        if (ents[i].batch) {
+            int stop = drain_batch(r, ents[i].name, b.data, b.len);
+            cp_buf_close(&b);
+            if (stop) break;
+            continue;
+        }
         size_t len;
         uint8_t *v = cp_buf_steal(&b, &len);
         char who[64];
-        snprintf(who, sizeof(who), "spool file %s", ents[i].name);
-        /* a spooled envelope taken back is counted as drained, not accepted again */
-        cp_envelope e;
-        if (cp_envelope_decode_view(v, len, CP_INGEST_MAX_PPROF, &e, &err) != 0) {
-            cp_counter_add(&r->refused, 1);
-            cp_log_warn("relay: refused %s: %s", who, err.msg);
-            free(v);
-            continue;
-        }
-        cp_buf key = {0};
-        if (cp_envelope_series_key(&e, &key) != 0) {
-            cp_envelope_close(&e);
-            keep(r, v, len);
-            free(v);
-            break;
-        }
-        cp_envelope_close(&e);
-        size_t kl;
-        uint8_t *k = cp_buf_steal(&key, &kl);
-        cp_sink_send_encoded(r->sink, v, len, k, kl);
-        cp_counter_add(&r->drained, 1);
+        snprintf(who, sizeof(who), "spool file %.16s", ents[i].name);
+        if (drain_one(r, v, len, who) != 0) break;
     }
     if (n == DRAIN_BATCH) r->next_drain = now; /* more waiting: again at the next turn */
 }

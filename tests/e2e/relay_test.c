@@ -27,17 +27,37 @@ static void daemon_start(proc *p, const char *dir, int port, int n, const char *
     CHECK(wait_for_log(p->pid, p->log, conf ? "Kafka bootstrap" : "relay for this host", 30));
 }
 
-/* Files waiting in the spool of relay directory rdir. */
-static int spool_files(const char *rdir)
+/* Envelopes waiting in the spool of relay directory rdir: one per SLOT.env file, a batch
+ * file's (SLOT.envs) counted by its frames; *files (may be NULL): the files. */
+static int spool_envelopes(const char *rdir, int *files)
 {
     char path[700];
     snprintf(path, sizeof path, "%s/spool", rdir);
     DIR *d = opendir(path);
     if (!d) return -1;
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));)
-        n += strlen(e->d_name) == 8 && !strcmp(e->d_name + 4, ".env");
+    int n = 0, nf = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t l = strlen(e->d_name);
+        if (l == 8 && !strcmp(e->d_name + 4, ".env")) {
+            n++;
+            nf++;
+        } else if (l == 9 && !strcmp(e->d_name + 4, ".envs")) {
+            char f[1000];
+            snprintf(f, sizeof f, "%s/%s", path, e->d_name);
+            cp_buf b = {0};
+            CHECK_EQ(cp_read_file(f, &b, NULL), 0);
+            size_t off = 0, len;
+            const uint8_t *env;
+            int rc;
+            while ((rc = cp_spool_batch_next(b.data, b.len, &off, &env, &len)) == 1)
+                n++;
+            CHECK_EQ(rc, 0);
+            cp_buf_close(&b);
+            nf++;
+        }
+    }
     closedir(d);
+    if (files) *files = nf;
     return n;
 }
 
@@ -98,7 +118,7 @@ TEST(short_processes_through_contprofds_relay_are_stored)
     CHECK(took >= 5 * 2); /* a cpu window of dash and the agent's own, at least */
     CHECK(conns >= 5);    /* one per process (and its capture polls, if it lived for one) */
     CHECK_EQ(http_metric(d.port, "contprof_relay_lost_total", NULL), 0);
-    CHECK_EQ(spool_files(rdir), 0);
+    CHECK_EQ(spool_envelopes(rdir, NULL), 0);
     /* the host's name cache (README "Names"): contprofd's relay made names/ (0755) and builds
      * libc's file when a process asks (sort's CPU is mostly in libc: it asks) */
     char names[700];
@@ -140,12 +160,13 @@ TEST(relay_down_spools_and_the_next_relay_drains_it)
     snprintf(sock, sizeof sock, "%s/relay.sock", rdir);
     CHECK(access(sock, F_OK) != 0); /* removed at stop: senders spool at once */
     run_short(rdir, "relaydown", 6);
-    int spooled = spool_files(rdir);
-    fprintf(stderr, "spooled: %d files\n", spooled);
+    int files = 0, spooled = spool_envelopes(rdir, &files);
+    fprintf(stderr, "spooled: %d envelopes in %d files\n", spooled, files);
     CHECK(spooled >= 6 * 2);
+    CHECK(files <= 6); /* each process's window: one batch file (model/relay.h) */
     daemon_start(&d, dir, port, 2, NULL);
     wait_instances(d.port, "relaydown", 6);
-    CHECK_EQ(spool_files(rdir), 0);
+    CHECK_EQ(spool_envelopes(rdir, NULL), 0);
     CHECK_EQ(http_metric(d.port, "contprof_relay_drained_total", NULL), spooled);
     CHECK_EQ(stop_daemon_within(&d, SIGTERM, 60), 0);
     char cmd[700];
@@ -342,14 +363,14 @@ TEST(a_stopped_relay_bounds_the_exit_and_nothing_is_stored_twice)
     snprintf(rdir, sizeof rdir, "%s/data/relay", dir);
     CHECK_EQ(kill(d.pid, SIGSTOP), 0);
     run_short(rdir, "stopped", 2);
-    int spooled = spool_files(rdir);
+    int spooled = spool_envelopes(rdir, NULL);
     fprintf(stderr, "spooled while the relay was stopped: %d\n", spooled);
     CHECK(spooled >= 2);
     CHECK_EQ(kill(d.pid, SIGCONT), 0);
     wait_instances(d.port, "stopped", 2);
-    for (int64_t end = mono_ns() + 30 * SEC; spool_files(rdir) > 0 && mono_ns() < end;)
+    for (int64_t end = mono_ns() + 30 * SEC; spool_envelopes(rdir, NULL) > 0 && mono_ns() < end;)
         usleep(100000);
-    CHECK_EQ(spool_files(rdir), 0);
+    CHECK_EQ(spool_envelopes(rdir, NULL), 0);
     /* every window once: the cpu profile of the two processes equals the sum of their
      * windows, whichever copy arrived first (duplicates dropped, counted) */
     long long dups = -1;

@@ -1,7 +1,9 @@
 /* libFuzzer target: a local client's byte stream as the relay reads it (collector/relay/
  * relayd.c): frames one after another until the input ends or a header is refused; each
- * envelope payload decoded in place, validated and keyed for Kafka as the relay does. No
- * input may crash, read outside its frame, or leak. */
+ * envelope payload decoded in place, validated and keyed for Kafka as the relay does. The
+ * same bytes as a spool batch file (cp_spool_batch_next): every envelope it gives lies
+ * inside the input, the walk moves forward and ends. No input may crash, read outside its
+ * frame, or leak. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,8 +11,21 @@
 #include "envelope.h"
 #include "relay.h"
 
+static void batch_walk(const uint8_t *data, size_t size)
+{
+    size_t off = 0, len, prev = 0;
+    const uint8_t *env;
+    int rc;
+    while ((rc = cp_spool_batch_next(data, size, &off, &env, &len)) == 1) {
+        if (env < data || len == 0 || env + len > data + size || off <= prev) abort();
+        prev = off;
+    }
+    if (rc != 0 && rc != CP_EPARSE) abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    batch_walk(data, size);
     size_t off = 0;
     while (size - off >= CP_RELAY_HEADER) {
         uint8_t type;
