@@ -112,6 +112,21 @@ static int spool_count(void)
     return n;
 }
 
+/* librdkafka's mock cluster (one broker, the profiles topic in 4 partitions) on a producer
+ * handle of its own, *host: the test destroys both. */
+static rd_kafka_mock_cluster_t *mock_start(rd_kafka_t **host)
+{
+    char err[256];
+    rd_kafka_conf_t *hc = rd_kafka_conf_new();
+    rd_kafka_conf_set(hc, "log_level", "0", err, sizeof err);
+    *host = rd_kafka_new(RD_KAFKA_PRODUCER, hc, err, sizeof err);
+    CHECK(*host);
+    rd_kafka_mock_cluster_t *mc = rd_kafka_mock_cluster_new(*host, 1);
+    CHECK(mc);
+    CHECK(rd_kafka_mock_topic_create(mc, CP_TOPIC_PROFILES, 4, 1) == 0);
+    return mc;
+}
+
 static cp_relay *relay_start(const char *boot)
 {
     cp_relay_options o = {.dir = g_dir, .brokers = boot, .topic = CP_TOPIC_PROFILES, .queue = 100};
@@ -129,14 +144,8 @@ static cp_relay *relay_start(const char *boot)
 TEST(sink_to_relay_to_kafka_and_through_the_spool)
 {
     make_dir();
-    char err[256];
-    rd_kafka_conf_t *hc = rd_kafka_conf_new();
-    rd_kafka_conf_set(hc, "log_level", "0", err, sizeof err);
-    rd_kafka_t *host = rd_kafka_new(RD_KAFKA_PRODUCER, hc, err, sizeof err);
-    CHECK(host);
-    rd_kafka_mock_cluster_t *mc = rd_kafka_mock_cluster_new(host, 1);
-    CHECK(mc);
-    CHECK(rd_kafka_mock_topic_create(mc, CP_TOPIC_PROFILES, 4, 1) == 0);
+    rd_kafka_t *host;
+    rd_kafka_mock_cluster_t *mc = mock_start(&host);
     const char *boot = rd_kafka_mock_cluster_bootstraps(mc);
 
     cp_relay *r = relay_start(boot);
@@ -195,14 +204,8 @@ TEST(sink_to_relay_to_kafka_and_through_the_spool)
 TEST(a_damaged_batch_drains_what_precedes_the_damage)
 {
     make_dir();
-    char err[256];
-    rd_kafka_conf_t *hc = rd_kafka_conf_new();
-    rd_kafka_conf_set(hc, "log_level", "0", err, sizeof err);
-    rd_kafka_t *host = rd_kafka_new(RD_KAFKA_PRODUCER, hc, err, sizeof err);
-    CHECK(host);
-    rd_kafka_mock_cluster_t *mc = rd_kafka_mock_cluster_new(host, 1);
-    CHECK(mc);
-    CHECK(rd_kafka_mock_topic_create(mc, CP_TOPIC_PROFILES, 4, 1) == 0);
+    rd_kafka_t *host;
+    rd_kafka_mock_cluster_t *mc = mock_start(&host);
     const char *boot = rd_kafka_mock_cluster_bootstraps(mc);
     int dfd = -1;
     cp_err e = {0};
