@@ -7,6 +7,13 @@
 #   kafka       to a Kafka producer of the process's own (CONTPROF_BROKERS from the running
 #               contprofd's /api/v1/brokers)
 #   files       to files (CONTPROF_OUTPUT_DIR)
+#   relay_down_tmpfs, files_tmpfs (tiny only; reference): the same two with the spool and the
+#               files on tmpfs (/dev/shm): what they cost without the file system of TMPDIR.
+#               An ext4 without a journal (this VM's root) checks, for each inode it hands
+#               out, that none deleted in the last minute is reused, scanning the inode bitmap
+#               past them (ext4's recently_deleted): after a churn of files on that disk, each
+#               file created costs from 0.1 to over 1 ms of system time. The first row says
+#               what TMPDIR's file system is.
 # for two workloads:
 #   tiny   a C program that burns ~20 ms of CPU (a fixed loop, calibrated here) and exits
 #   make   `make -j2 -B` of contprof's own model/*.c (20 real files, gcc -O2 -c: ~60 short
@@ -60,7 +67,9 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 for t in make gcc taskset curl; do command -v $t > /dev/null 2>&1 || { echo "relay bench: needs $t" >&2; exit 1; }; done
 TMP=$(mktemp -d)
 pids=
-trap 'for p in $pids; do kill -TERM $p 2> /dev/null; wait $p 2> /dev/null; done; rm -rf "$TMP"' EXIT
+SHM=
+[ "$(stat -f -c %T /dev/shm 2> /dev/null)" = tmpfs ] && SHM=$(mktemp -d -p /dev/shm)
+trap 'for p in $pids; do kill -TERM $p 2> /dev/null; wait $p 2> /dev/null; done; rm -rf "$TMP" ${SHM:+"$SHM"}' EXIT
 . "$SRC/bench/contprofd.sh"
 
 # the 20 ms program: N rounds of a loop whose result the compiler must keep
@@ -96,6 +105,14 @@ burl=$url
 kill -TERM "$bpid"
 wait "$bpid"
 pids=
+crelay=
+if [ -n "$SHM" ]; then # C: a relay directory on tmpfs whose contprofd was stopped
+    mkdir -p "$SHM/c"
+    start_contprofd "$BUILD" "$SHM/c"
+    kill -TERM "$dpid"
+    wait "$dpid"
+    crelay=$SHM/c/data/relay
+fi
 start_contprofd "$BUILD" "$TMP/a"
 apid=$dpid
 pids=$apid
@@ -110,10 +127,17 @@ picked=$(env CONTPROF_LIB="$LIB" "$CLI" run --server "$aurl" -- sh -c 'echo "$CO
 [ "$picked" = "$arelay" ] || { echo "relay bench: contprof run --server gave CONTPROF_RELAY='$picked', not $arelay" >&2; exit 1; }
 
 echo "relay.load_before | $(cut -d' ' -f1-3 /proc/loadavg) | (reference) | -"
-python3 - "$LIB" "$CLI" "$aurl" "$arelay" "$brelay" "$brokers" "$apid" "$TMP" "$RUNS" "$REPS" "$KAFKA_DOWN" << 'EOF'
+fs=$(findmnt -no FSTYPE --target "$TMP" 2> /dev/null | head -1)
+dev=$(findmnt -no SOURCE --target "$TMP" 2> /dev/null | head -1)
+[ "$fs" = ext4 ] && [ "$(cat "/sys/fs/ext4/${dev##*/}/journal_task" 2> /dev/null)" = "<none>" ] && fs="$fs without a journal"
+fs="$fs on ${dev:-?}"
+echo "relay.tmp_filesystem | ${fs:-unknown} ($TMP: the spool of relay_down, the files of files) | (reference) | -"
+[ -n "$SHM" ] || echo "relay.tmpfs_rows | none: /dev/shm is not a tmpfs here | (reference) | -"
+python3 - "$LIB" "$CLI" "$aurl" "$arelay" "$brelay" "$brokers" "$apid" "$TMP" "$RUNS" "$REPS" "$KAFKA_DOWN" "$crelay" "$SHM" << 'EOF'
 import glob, os, shutil, sys, time
 lib, cli, aurl, arelay, brelay, brokers, apid, tmp = sys.argv[1:9]
 runs, reps, kafka_down = int(sys.argv[9]), int(sys.argv[10]), int(sys.argv[11])
+crelay, shm = sys.argv[12:14]
 base = {k: v for k, v in os.environ.items() if not k.startswith("CONTPROF_") and k != "LD_PRELOAD"}
 base["TMPDIR"] = tmp
 agent = dict(base, LD_PRELOAD=lib)
@@ -183,6 +207,10 @@ def env_of(work, mode):
         return dict(modes["relay"], CONTPROF_NAMES_CACHE="0")
     if mode == "relay_captures":  # relay, captures asked of contprofd (contprof run --server)
         return dict(modes["relay"], CONTPROF_SERVER=aurl)
+    if mode == "relay_down_tmpfs":
+        return dict(agent, CONTPROF_RELAY=crelay)
+    if mode == "files_tmpfs":
+        return dict(agent, CONTPROF_OUTPUT_DIR=shm + "/files")
     return modes[mode]
 
 # rounds: every mode once per round, order rotated; per round and mode (wall, cpu, host ms)
@@ -316,7 +344,7 @@ def report(work, res, warm, names, floors, plain_row=True):
 
 t0 = time.monotonic()
 names = ["plain", "plain2", "relay", "relay_down", "kafka", "files", "loaded", "relay_names_server",
-         "relay_no_cache", "relay_captures"]
+         "relay_no_cache", "relay_captures"] + (["relay_down_tmpfs", "files_tmpfs"] if shm else [])
 res, warm = measure("tiny", names, runs, 2)
 row("tiny_loop_rounds", "%d (about 20 ms of CPU alone)" % n)
 report("tiny", res, warm, names, {(m, "cpu"): 1.05 for m in ("relay", "relay_down", "files")})
