@@ -589,6 +589,23 @@ static int64_t last_le(const uint8_t *arr, uint32_t n, size_t stride, uint64_t k
     return best;
 }
 
+/* The function entry whose range holds va (an address as the object's symbols give it), or
+ * NULL. */
+static const uint8_t *func_at(const cp_symtab *t, uint64_t va)
+{
+    int64_t fi = last_le(t->funcs, t->nfunc, FUNC_BYTES, va);
+    if (fi < 0) return NULL;
+    const uint8_t *f = t->funcs + (size_t)fi * FUNC_BYTES;
+    return va < cp_ld64(f + 8) ? f : NULL;
+}
+
+const char *cp_symtab_function_at(const cp_symtab *t, uint64_t va)
+{
+    const uint8_t *f = func_at(t, va);
+    uint32_t nm = f ? cp_ld32(f + 16) : 0;
+    return f && nm < t->strbytes ? t->strs + nm : NULL;
+}
+
 uint32_t cp_symtab_lookup(const cp_symtab *t, uint64_t file_offset, cp_symframe *out, uint32_t max)
 {
     if (!max) return 0;
@@ -603,11 +620,9 @@ uint32_t cp_symtab_lookup(const cp_symtab *t, uint64_t file_offset, cp_symframe 
         }
     }
     if (!found) return 0;
-    int64_t fi = last_le(t->funcs, t->nfunc, FUNC_BYTES, va);
-    if (fi < 0) return 0;
-    const uint8_t *f = t->funcs + (size_t)fi * FUNC_BYTES;
-    uint64_t flo = cp_ld64(f), fhi = cp_ld64(f + 8);
-    if (va >= fhi) return 0;
+    const uint8_t *f = func_at(t, va);
+    if (!f) return 0;
+    uint64_t flo = cp_ld64(f);
     /* the source line of the address */
     const char *file = "";
     int64_t ln = 0;

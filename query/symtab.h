@@ -58,4 +58,8 @@ typedef struct cp_symframe {
  * 0 when the offset lies in no loadable segment or no function. */
 uint32_t cp_symtab_lookup(const cp_symtab *t, uint64_t file_offset, cp_symframe *out, uint32_t max);
 
+/* The name of the function whose range holds va, an address as the object's symbols give
+ * it (no segment applied: what the agent's tables are searched by), or NULL. */
+const char *cp_symtab_function_at(const cp_symtab *t, uint64_t va);
+
 #endif

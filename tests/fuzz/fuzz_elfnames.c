@@ -15,22 +15,6 @@
 
 enum { FUNC_BYTES = 24, NPROBE = 64 };
 
-static const char *server_name(const cp_symtab *t, uint64_t va)
-{
-    uint32_t lo = 0, hi = t->nfunc;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (cp_ld64(t->funcs + (size_t)mid * FUNC_BYTES) <= va)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (lo == 0) return NULL;
-    const uint8_t *f = t->funcs + (size_t)(lo - 1) * FUNC_BYTES;
-    if (va >= cp_ld64(f + 8)) return NULL;
-    return t->strs + cp_ld32(f + 16);
-}
-
 /* Whether both back ends name va alike, told on stderr (the first 8 differences) and not
  * fatal: on damaged files they still differ (a stub the agent decodes and the server
  * calls "[plt]"; a function one of them drops), found by CI's fuzzing and left
@@ -41,7 +25,7 @@ static void same(const cp_elfnames *a, const cp_symtab *s, uint64_t va)
     static int told;
     size_t len = 0;
     const char *an = cp_elfnames_lookup(a, va, &len);
-    const char *sn = s ? server_name(s, va) : NULL;
+    const char *sn = s ? cp_symtab_function_at(s, va) : NULL;
     if (s && told < 8 && (!an != !sn || (an && (strlen(sn) != len || memcmp(an, sn, len) != 0)))) {
         told++;
         fprintf(stderr, "0x%llx: agent '%.*s', server '%s'\n", (unsigned long long)va,

@@ -16,30 +16,12 @@
 
 enum { FUNC_BYTES = 24 };
 
-/* The server's name for vaddr (the last function starting at or below it), or NULL. */
-static const char *server_name(const cp_symtab *t, uint64_t va)
-{
-    uint32_t lo = 0, hi = t->nfunc;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (cp_ld64(t->funcs + (size_t)mid * FUNC_BYTES) <= va)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (lo == 0) return NULL;
-    const uint8_t *f = t->funcs + (size_t)(lo - 1) * FUNC_BYTES;
-    if (va >= cp_ld64(f + 8)) return NULL;
-    uint32_t nm = cp_ld32(f + 16);
-    return nm < t->strbytes ? t->strs + nm : NULL;
-}
-
 /* Checks one address both ways; returns 1 if it has a name. */
 static int same_at(const cp_elfnames *a, const cp_symtab *s, uint64_t va, const char *path)
 {
     size_t len = 0;
     const char *an = cp_elfnames_lookup(a, va, &len);
-    const char *sn = server_name(s, va);
+    const char *sn = cp_symtab_function_at(s, va);
     if (!an != !sn || (an && (strlen(sn) != len || memcmp(an, sn, len) != 0))) {
         fprintf(stderr, "%s: 0x%llx: agent '%.*s', server '%s'\n", path, (unsigned long long)va,
                 an ? (int)len : 6, an ? an : "(none)", sn ? sn : "(none)");
