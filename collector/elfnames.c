@@ -24,11 +24,9 @@
 
 typedef cp_elf_func fsym; /* [lo, hi), name: an offset in strs */
 
-/* A PLT stub: [lo, hi), its name at name of plt_strs ("memcpy@plt" or "[plt]"). */
-typedef struct pltsym {
-    uint64_t lo, hi;
-    uint32_t name;
-} pltsym;
+/* A PLT stub: [lo, hi), its name at name of plt_strs ("memcpy@plt" or "[plt]"); rank unused
+ * once the table is built. */
+typedef cp_elf_plt_range pltsym;
 
 struct cp_elfnames {
     fsym *f;
@@ -36,7 +34,7 @@ struct cp_elfnames {
     int source;
     char *strs; /* the string section, NUL-terminated */
     size_t strs_len;
-    pltsym *plt; /* sorted, apart from f: they win over a sizeless symbol before them */
+    pltsym *plt; /* a partition, apart from f: they win over a sizeless symbol before them */
     uint32_t nplt;
     char *plt_strs;
     size_t plt_strs_len;
@@ -129,8 +127,6 @@ void cp_elfnames_destroy(cp_elfnames *t)
 /* ------------------------------------------------------------------------------------
  * Reading a file */
 
-#define PLT_BYTES_MAX ((uint64_t)4 << 20) /* a stub section larger than this: all "[plt]" */
-
 /* An object open for reading: its descriptor and its headers. */
 typedef struct obj {
     int fd;
@@ -170,7 +166,6 @@ typedef struct job {
     const uint64_t *va;
     uint32_t n;
     char **names;
-    fsym *best; /* scan: per address, the best symbol so far (hi == 0: none) */
 } job;
 
 /* Builds t from symbol section s: its function symbols, names from its strings. */
@@ -203,46 +198,111 @@ static uint32_t lower_bound(const uint64_t *va, uint32_t n, uint64_t x)
     return lo;
 }
 
+/* One pass of a scan: va[0..n), per address the best symbol so far (hi == 0: none). With
+ * skip_empty, a symbol whose name is empty is passed over (a byte of its name read for
+ * each symbol that would win a place), as a table leaves it out (cp_elf_funcs_read).
+ * named: a symbol with a name was seen (a table of none is no table: CP_ENOTFOUND). */
+typedef struct pass {
+    const uint64_t *va;
+    uint32_t n;
+    fsym *best;
+    const cp_elf *e;
+    const cp_elf_sec *str;
+    int skip_empty, named;
+} pass;
+
+/* Whether the name at off of j's string section is empty; the section's last byte ends
+ * every name (cp_elf_strtab), so one there is. */
+static int name_empty(const pass *j, uint32_t off)
+{
+    char ch = 0;
+    return off + 1 >= j->str->size || cp_elf_read(j->e, j->str->off + off, 1, &ch) != 0 || !ch;
+}
+
 static int scan_one(void *arg, const cp_elf_func *f)
 {
-    const job *j = arg;
+    pass *j = arg;
+    if (!j->named) j->named = !name_empty(j, f->name); /* most often at the first symbol */
+    if (f->lo > j->va[j->n - 1]) return 0;
     uint32_t k = lower_bound(j->va, j->n, f->lo);
-    if (k == j->n) return 0;
     fsym c = *f;
     if (!c.sized) c.hi = UINT64_MAX;
     fsym *b = &j->best[k];
-    if (!b->hi || c.lo > b->lo || (c.lo == b->lo && cp_elf_func_better(&c, b))) *b = c;
+    if (b->hi && c.lo <= b->lo && (c.lo != b->lo || !cp_elf_func_better(&c, b))) return 0;
+    if (!j->skip_empty || !name_empty(j, c.name)) *b = c;
     return 0;
+}
+
+/* Names va[0..n) into names[0..n) from symbol section s (see scan_names); redo[k] (when
+ * redo is not NULL) set where a symbol holds va[k] but gave no name. */
+static int scan_pass(const cp_elf *e, const cp_elf_symsec *s, const uint64_t *va, uint32_t n,
+                     char **names, int skip_empty, uint8_t *redo)
+{
+    pass j = {va, n, calloc(n, sizeof(fsym)), e, &s->str, skip_empty, 0};
+    if (!j.best) return CP_ENOMEM;
+    /* 512 symbols (12 KiB) a read: each page of a bigger buffer was a fault in a short
+     * process */
+    int rc = cp_elf_funcs_each(e, s, 512, UINT64_MAX, scan_one, &j);
+    if (rc == 0 && !j.named) rc = CP_ENOTFOUND;
+    if (rc == 0) {
+        /* best[k] so far: the greatest start in (va[k-1], va[k]]; carried forward, the
+         * greatest at or below va[k] */
+        fsym *best = j.best;
+        for (uint32_t k = 1; k < n; k++)
+            if (!best[k].hi) best[k] = best[k - 1];
+        for (uint32_t k = 0; k < n; k++) {
+            if (!best[k].hi || va[k] >= best[k].hi) continue;
+            if (k && best[k - 1].hi && best[k - 1].lo == best[k].lo && va[k - 1] < best[k - 1].hi)
+                names[k] = names[k - 1] ? strdup(names[k - 1]) : NULL;
+            else
+                names[k] = cp_elf_str_dup(e, &s->str, best[k].name);
+            if (redo) redo[k] = !names[k];
+        }
+    }
+    free(j.best);
+    return rc;
 }
 
 /* One pass over symbol section s: for each address of j->va, the function symbol with the
  * greatest start at or below it (the best one at that start, as in a table), if it holds
  * the address (sizeless: up to the next symbol). No sort, no copy of the strings: the
- * names of the winners only are read. */
+ * names of the winners only are read. A winner whose name is empty (a damaged file's) is
+ * no symbol to a table: its addresses take a second pass that passes over such symbols. */
 static int scan_names(const cp_elf *e, const cp_elf_symsec *s, job *j)
 {
     if (j->n == 0) return CP_ENOTFOUND;
-    if (!(j->best = calloc(j->n, sizeof(fsym)))) return CP_ENOMEM;
-    /* 512 symbols (12 KiB) a read: each page of a bigger buffer was a fault in a short
-     * process */
-    int rc = cp_elf_funcs_each(e, s, 512, j->va[j->n - 1], scan_one, j);
-    if (rc == 0) {
-        /* best[k] so far: the greatest start in (va[k-1], va[k]]; carried forward, the
-         * greatest at or below va[k] */
-        fsym *best = j->best;
-        for (uint32_t k = 1; k < j->n; k++)
-            if (!best[k].hi) best[k] = best[k - 1];
-        for (uint32_t k = 0; k < j->n; k++) {
-            if (!best[k].hi || j->va[k] >= best[k].hi) continue;
-            if (k && best[k - 1].hi && best[k - 1].lo == best[k].lo &&
-                j->va[k - 1] < best[k - 1].hi)
-                j->names[k] = j->names[k - 1] ? strdup(j->names[k - 1]) : NULL;
-            else
-                j->names[k] = cp_elf_str_dup(e, &s->str, best[k].name);
-        }
+    if (s->str.size == 0 || s->str.off > e->size || s->str.size > e->size - s->str.off)
+        return CP_EPARSE; /* as a table's cp_elf_strtab */
+    uint8_t *redo = calloc(j->n, 1);
+    if (!redo) return CP_ENOMEM;
+    int rc = scan_pass(e, s, j->va, j->n, j->names, 0, redo);
+    uint32_t m = 0;
+    for (uint32_t k = 0; k < j->n && rc == 0; k++)
+        m += redo[k];
+    if (rc != 0 || m == 0) {
+        free(redo);
+        return rc;
     }
-    free(j->best);
-    j->best = NULL;
+    uint64_t *va = malloc(m * sizeof(uint64_t));
+    char **names = calloc(m, sizeof(char *));
+    uint32_t *at = malloc(m * sizeof(uint32_t));
+    if (!va || !names || !at) {
+        rc = CP_ENOMEM;
+    } else {
+        m = 0;
+        for (uint32_t k = 0; k < j->n; k++)
+            if (redo[k]) {
+                at[m] = k;
+                va[m++] = j->va[k];
+            }
+        rc = scan_pass(e, s, va, m, names, 1, NULL);
+        for (uint32_t i = 0; i < m; i++)
+            j->names[at[i]] = names[i];
+    }
+    free(redo);
+    free(va);
+    free(names);
+    free(at);
     return rc;
 }
 
@@ -260,89 +320,111 @@ static int run_on(const cp_elf *e, uint32_t want, job *j)
  * relocations and .dynsym are allocated, so present in stripped files; a debug file has
  * them as NOBITS). */
 
-/* Adds the stubs of e to t (one entry per stub, an unnamed run as one "[plt]"). */
+/* Appends the stub [lo, hi) named nm (NULL: unnamed, name 0) of section k to *v. */
+static int plt_add(pltsym **v, uint32_t *n, uint32_t *cap, cp_buf *strs, uint64_t lo, uint64_t hi,
+                   const char *nm, uint32_t k)
+{
+    if (*n == *cap) {
+        uint32_t nc = *cap ? *cap * 2 : 64;
+        pltsym *nv = realloc(*v, nc * sizeof(pltsym));
+        if (!nv) return CP_ENOMEM;
+        *v = nv;
+        *cap = nc;
+    }
+    uint32_t name = nm ? (uint32_t)strs->len : 0;
+    if (nm && cp_buf_append(strs, nm, strlen(nm) + 1) != 0) return CP_ENOMEM;
+    (*v)[(*n)++] = (pltsym){lo, hi, name, CP_ELF_PLT_RANK(nm != NULL, k)};
+    return 0;
+}
+
+/* Adds the stubs of e to t: every section's (model/elfread.h), made one partition
+ * (cp_elf_plt_partition, as the server's table is), contiguous pieces of one name joined
+ * (a run of "[plt]"). A section whose bytes cannot be read is one unnamed stub, as one past
+ * the end of the file is. */
 static int plt_table(const cp_elf *e, cp_elfnames *t)
 {
     cp_elf_plt p;
     if (cp_elf_plt_open(&p, e) != 0) return 0;
     cp_buf strs = {0};
-    pltsym *v = NULL;
-    uint32_t n = 0, cap = 0;
-    int rc = 0;
+    pltsym *v = NULL, *part = NULL;
+    uint32_t n = 0, cap = 0, np = 0;
+    int rc = cp_buf_append(&strs, CP_PLT_UNNAMED, sizeof(CP_PLT_UNNAMED)) ? CP_ENOMEM : 0;
     uint8_t *bytes = NULL;
     char nm[CP_ELF_PLT_NAME_MAX];
     for (uint32_t k = 0; k < p.nsec && rc == 0; k++) {
         uint64_t size = p.sec[k].size, ent = p.sec[k].ent;
-        if (p.sec[k].nobits || size > PLT_BYTES_MAX || !(bytes = malloc(size)) ||
-            cp_elf_read(e, p.sec[k].off, size, bytes) != 0) {
+        if (!cp_elf_plt_sec_whole(&p, k) &&
+            (!(bytes = malloc(size)) || cp_elf_read(e, p.sec[k].off, size, bytes) != 0)) {
             free(bytes);
             bytes = NULL;
-            /* no bytes (or a hostile size): one "[plt]" over the section, not a loop */
-            ent = size;
         }
+        if (!bytes) ent = size;
         for (uint64_t off = 0; ent <= size - off && rc == 0; off += ent) {
             uint64_t a = p.sec[k].addr + off;
-            int named = bytes && cp_elf_plt_name(&p, bytes + off, ent, a, nm, sizeof(nm)) == 1;
-            const char *use = named ? nm : CP_PLT_UNNAMED;
-            if (!named && n && v[n - 1].hi == a &&
-                !strcmp((const char *)strs.data + v[n - 1].name, use)) {
-                v[n - 1].hi = a + ent; /* a run of unnamed stubs */
-                continue;
-            }
-            if (n == cap) {
-                cap = cap ? cap * 2 : 64;
-                pltsym *nv = realloc(v, cap * sizeof(pltsym));
-                if (!nv)
-                    rc = CP_ENOMEM;
-                else
-                    v = nv;
-            }
-            if (rc == 0) {
-                v[n++] = (pltsym){.lo = a, .hi = a + ent, .name = (uint32_t)strs.len};
-                if (cp_buf_append(&strs, use, strlen(use) + 1) != 0) rc = CP_ENOMEM;
-            }
+            int r = bytes ? cp_elf_plt_name(&p, bytes + off, ent, a, nm, sizeof(nm)) : 0;
+            rc = r < 0 ? r : plt_add(&v, &n, &cap, &strs, a, a + ent, r == 1 ? nm : NULL, k);
         }
         free(bytes);
         bytes = NULL;
     }
     cp_elf_plt_close(&p);
-    if (rc != 0 || n == 0) {
-        free(v);
+    if (rc == 0) rc = cp_elf_plt_partition(v, n, &part, &np);
+    free(v);
+    const char *sd = (const char *)strs.data;
+    uint32_t w = 0;
+    for (uint32_t i = 0; i < np; i++) {
+        if (w && part[w - 1].hi == part[i].lo && !strcmp(sd + part[w - 1].name, sd + part[i].name))
+            part[w - 1].hi = part[i].hi;
+        else
+            part[w++] = part[i];
+    }
+    if (rc != 0 || w == 0) {
+        free(part);
         cp_buf_close(&strs);
         return rc;
     }
-    /* sections in address order (a table is searched as one sorted array) */
-    for (uint32_t i = 1; i < n; i++)
-        for (uint32_t j = i; j && v[j - 1].lo > v[j].lo; j--) {
-            pltsym x = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = x;
-        }
-    t->plt = v;
-    t->nplt = n;
+    t->plt = part;
+    t->nplt = w;
     size_t len;
     t->plt_strs = (char *)cp_buf_steal(&strs, &len);
     t->plt_strs_len = len;
     return 0;
 }
 
-/* Names the addresses of vaddrs[0..n) that fall in stubs of e, replacing names[i]. */
+/* Names the addresses of vaddrs[0..n) that fall in stubs of e, replacing names[i]: of the
+ * stubs covering an address (at most one a section), the one plt_table's partition gives it
+ * (model/elfread.h). A stub whose bytes cannot be read here is unnamed. */
 static void plt_scan(const cp_elf *e, const uint64_t *vaddrs, uint32_t n, char **names)
 {
     cp_elf_plt p;
     if (cp_elf_plt_open(&p, e) != 0) return;
-    char nm[CP_ELF_PLT_NAME_MAX];
+    char nm[CP_ELF_PLT_NAME_MAX], best[CP_ELF_PLT_NAME_MAX];
     for (uint32_t i = 0; i < n; i++) {
-        int k = -1;
-        for (uint32_t s = 0; s < p.nsec && k < 0; s++)
-            if (vaddrs[i] >= p.sec[s].addr && vaddrs[i] - p.sec[s].addr < p.sec[s].size) k = (int)s;
-        if (k < 0) continue;
-        uint64_t ent = p.sec[k].ent, idx = (vaddrs[i] - p.sec[k].addr) / ent;
-        uint8_t stub[16];
-        int named = !p.sec[k].nobits && (idx + 1) * ent <= p.sec[k].size &&
-                    cp_elf_read(e, p.sec[k].off + idx * ent, ent, stub) == 0 &&
-                    cp_elf_plt_name(&p, stub, ent, p.sec[k].addr + idx * ent, nm, sizeof(nm)) == 1;
-        char *d = strdup(named ? nm : CP_PLT_UNNAMED);
+        uint64_t va = vaddrs[i], blo = 0;
+        uint32_t brank = UINT32_MAX;
+        for (uint32_t k = 0; k < p.nsec; k++) {
+            uint64_t addr = p.sec[k].addr, size = p.sec[k].size, ent = p.sec[k].ent;
+            if (va < addr || va - addr >= size) continue;
+            uint64_t lo = addr;
+            int named = 0;
+            if (!cp_elf_plt_sec_whole(&p, k)) {
+                uint64_t idx = (va - addr) / ent;
+                if ((idx + 1) * ent > size) continue; /* past the last whole stub */
+                lo = addr + idx * ent;
+                uint8_t stub[16];
+                named = ent <= sizeof(stub) &&
+                        cp_elf_read(e, p.sec[k].off + idx * ent, ent, stub) == 0 &&
+                        cp_elf_plt_name(&p, stub, ent, lo, nm, sizeof(nm)) == 1;
+            }
+            uint32_t rank = CP_ELF_PLT_RANK(named, k);
+            if (brank != UINT32_MAX && (lo < blo || (lo == blo && rank > brank))) continue;
+            blo = lo;
+            brank = rank;
+            const char *use = named ? nm : CP_PLT_UNNAMED;
+            memcpy(best, use, strlen(use) + 1);
+        }
+        if (brank == UINT32_MAX) continue;
+        char *d = strdup(best);
         if (!d) continue;
         free(names[i]);
         names[i] = d;

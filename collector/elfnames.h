@@ -44,7 +44,8 @@ int cp_elfnames_scan(const char *path, const uint8_t *build_id, uint32_t build_i
                      const char *debug_dir, const uint64_t *vaddrs, uint32_t n, char **names,
                      int *source);
 
-/* The number of PLT stub entries of t (an unnamed run counts once). */
+/* The number of PLT stub entries of t (contiguous stubs of one name, a run of "[plt]",
+ * count once). */
 uint32_t cp_elfnames_plt_count(const cp_elfnames *t);
 
 /* Entry i of t's functions (plt 0: i < cp_elfnames_count, by start) or PLT stubs (plt 1):

@@ -314,6 +314,10 @@ char *cp_elf_str_dup(const cp_elf *e, const cp_elf_sec *strs, uint64_t off)
         uint64_t len = want < max ? want : max;
         if (cp_elf_read(e, strs->off + off, len, buf) != 0) break;
         const char *end = memchr(buf, 0, len);
+        if (!end && len == max) { /* the section's last byte ends it, as cp_elf_strtab's */
+            buf[len - 1] = 0;
+            end = buf + len - 1;
+        }
         if (end) {
             char *r = end > buf ? strndup(buf, cp_elf_name_len(buf)) : NULL;
             if (buf != stack) free(buf);
@@ -524,6 +528,76 @@ int cp_elf_plt_open(cp_elf_plt *p, const cp_elf *e)
         }
     }
     return p->nsec ? 0 : CP_ENOTFOUND;
+}
+
+int cp_elf_plt_sec_whole(const cp_elf_plt *p, uint32_t k)
+{
+    uint64_t stubs = 0; /* of the sections before k that are cut into stubs */
+    for (uint32_t i = 0; i <= k && i < p->nsec; i++) {
+        uint64_t size = p->sec[i].size, off = p->sec[i].off, n = size / p->sec[i].ent;
+        int whole = p->sec[i].nobits || size > CP_ELF_PLT_BYTES_MAX || off > p->e->size ||
+                    size > p->e->size - off || stubs + n > CP_ELF_PLT_STUBS_MAX;
+        if (i == k) return whole;
+        if (!whole) stubs += n;
+    }
+    return 1;
+}
+
+static int range_cmp(const void *a, const void *b)
+{
+    const cp_elf_plt_range *x = a, *y = b;
+    if (x->lo != y->lo) return x->lo < y->lo ? -1 : 1;
+    return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+/* A sweep over the starts: the stubs covering the current address are on a stack, the one
+ * starting last on top (at one start the lowest rank is pushed last); a stub whose end is
+ * passed is popped when it surfaces. A piece ends at the top's end or at the next start. */
+int cp_elf_plt_partition(cp_elf_plt_range *v, uint32_t n, cp_elf_plt_range **out, uint32_t *nout)
+{
+    *out = NULL;
+    *nout = 0;
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < n; i++) /* an empty range covers nothing */
+        if (v[i].hi > v[i].lo) v[m++] = v[i];
+    if (!m) return 0;
+    qsort(v, m, sizeof(*v), range_cmp);
+    cp_elf_plt_range *o = malloc((size_t)2 * m * sizeof(*o));
+    uint32_t *st = malloc((size_t)m * sizeof(*st));
+    if (!o || !st) {
+        free(o);
+        free(st);
+        return CP_ENOMEM;
+    }
+    /* each piece ends at a start (at most m) or at the end of the stub then popped (m) */
+    uint32_t no = 0, ns = 0, i = 0;
+    uint64_t cur = v[0].lo;
+    for (;;) {
+        while (ns && v[st[ns - 1]].hi <= cur)
+            ns--;
+        if (i < m && v[i].lo == cur) {
+            uint32_t j = i;
+            while (j < m && v[j].lo == cur)
+                j++;
+            for (uint32_t k = j; k-- > i;)
+                st[ns++] = k;
+            i = j;
+            continue;
+        }
+        if (!ns) {
+            if (i == m) break;
+            cur = v[i].lo;
+            continue;
+        }
+        const cp_elf_plt_range *t = &v[st[ns - 1]];
+        uint64_t end = i < m && v[i].lo < t->hi ? v[i].lo : t->hi;
+        o[no++] = (cp_elf_plt_range){cur, end, t->name, t->rank};
+        cur = end;
+    }
+    free(st);
+    *out = o;
+    *nout = no;
+    return 0;
 }
 
 static int slot_cmp(const void *a, const void *b)

@@ -131,9 +131,9 @@ int cp_elf_funcs_read(const cp_elf *e, const cp_elf_symsec *s, const char *strs,
  * leading '@' is part of the name). */
 size_t cp_elf_name_len(const char *nm);
 
-/* The name at off of string section strs, read on its own (its end found within 64 KiB
- * and the section), without its version: malloc'd (the caller frees), or NULL (empty,
- * unterminated, unreadable, out of memory). */
+/* The name at off of string section strs, read on its own (its end found within 64 KiB;
+ * the section's last byte ends it, as in cp_elf_strtab), without its version: malloc'd
+ * (the caller frees), or NULL (empty, unterminated, unreadable, out of memory). */
 char *cp_elf_str_dup(const cp_elf *e, const cp_elf_sec *strs, uint64_t off);
 
 /* ------------------------------------------------------------------------------------
@@ -181,5 +181,33 @@ int cp_elf_plt_name(cp_elf_plt *p, const uint8_t *stub, size_t n, uint64_t addr,
 
 /* Frees what p holds (p may be half-open). */
 void cp_elf_plt_close(cp_elf_plt *p);
+
+/* The stubs of an object, alike in both readers: a section is cut into stubs of its entry
+ * size (a partial stub at its end is none); a section is instead one unnamed stub over its
+ * whole range when it is NOBITS, larger than CP_ELF_PLT_BYTES_MAX, has bytes past the end
+ * of the file, or would bring the object past CP_ELF_PLT_STUBS_MAX stubs (sections in
+ * table order). The last two bound what a hostile file costs (a stub is 24 bytes of
+ * table, three times that while cp_elf_plt_partition runs). */
+#define CP_ELF_PLT_BYTES_MAX ((uint64_t)4 << 20)
+#define CP_ELF_PLT_STUBS_MAX (1u << 17)
+
+/* 1 when stub section k of p is one unnamed stub over its range (see above). */
+int cp_elf_plt_sec_whole(const cp_elf_plt *p, uint32_t k);
+
+/* One stub for cp_elf_plt_partition: [lo, hi), a name of the caller's (any tag), and its
+ * rank at one start (CP_ELF_PLT_RANK: lower wins). */
+typedef struct cp_elf_plt_range {
+    uint64_t lo, hi;
+    uint32_t name, rank;
+} cp_elf_plt_range;
+#define CP_ELF_PLT_RANK(named, sec) ((named) ? 0u : 1u << 31 | (uint32_t)(sec))
+
+/* Stub sections overlap only in a damaged or hostile file; then an address is the stub's
+ * that starts last at or below it among the stubs covering it, and at one start the lower
+ * rank's (a named stub before "[plt]", then the earlier section). Sorts v[0..n) and writes
+ * to *out (malloc'd, *nout entries, at most 2n) the partition that rule makes of what the
+ * stubs cover: sorted, no two overlapping, each piece one stub's name and rank. Returns 0
+ * or CP_ENOMEM. */
+int cp_elf_plt_partition(cp_elf_plt_range *v, uint32_t n, cp_elf_plt_range **out, uint32_t *nout);
 
 #endif

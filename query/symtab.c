@@ -221,31 +221,34 @@ static uint32_t b_name(builder *b, const char *nm)
     return off;
 }
 
-/* The stubs of e (one function each, ranked 3): `func@plt`, else "[plt]" (a debug file's
- * stub sections are NOBITS: one "[plt]" over each). */
-typedef CP_VEC(func) func_vec;
-
-static void read_plt(const cp_elf *e, builder *b, func_vec *plt)
+/* The stubs of e (one function each, ranked 3): `func@plt`, else "[plt]", every section's
+ * (model/elfread.h) made one partition, as the agent's table is (collector/elfnames.c).
+ * *out is malloc'd. */
+static void read_plt(const cp_elf *e, builder *b, cp_elf_plt_range **out, uint32_t *nout)
 {
+    *out = NULL;
+    *nout = 0;
     cp_elf_plt p;
     if (cp_elf_plt_open(&p, e) != 0) return;
+    CP_VEC(cp_elf_plt_range) v = {0};
     char nm[CP_ELF_PLT_NAME_MAX];
     for (uint32_t k = 0; k < p.nsec && !b_full(b); k++) {
         uint64_t addr = p.sec[k].addr, size = p.sec[k].size, ent = p.sec[k].ent;
-        const uint8_t *bytes = p.sec[k].nobits ? NULL : cp_elf_view(e, p.sec[k].off, size, NULL);
-        if (!bytes) {
-            func f = {addr, addr + size, b_str(b, CP_PLT_UNNAMED), 3};
-            if (cp_vec_push(plt, f)) b->nomem = 1;
-            continue;
-        }
+        const uint8_t *bytes =
+            cp_elf_plt_sec_whole(&p, k) ? NULL : cp_elf_view(e, p.sec[k].off, size, NULL);
+        if (!bytes) ent = size;
         for (uint64_t off = 0; ent <= size - off && !b_full(b); off += ent) {
-            int r = cp_elf_plt_name(&p, bytes + off, ent, addr + off, nm, sizeof nm);
+            int r = bytes ? cp_elf_plt_name(&p, bytes + off, ent, addr + off, nm, sizeof nm) : 0;
             if (r < 0) b->nomem = 1;
-            func f = {addr + off, addr + off + ent, b_str(b, r == 1 ? nm : CP_PLT_UNNAMED), 3};
-            if (cp_vec_push(plt, f)) b->nomem = 1;
+            cp_elf_plt_range x = {addr + off, addr + off + ent,
+                                  b_str(b, r == 1 ? nm : CP_PLT_UNNAMED),
+                                  CP_ELF_PLT_RANK(r == 1, k)};
+            if (cp_vec_push(&v, x)) b->nomem = 1;
         }
     }
     cp_elf_plt_close(&p);
+    if (cp_elf_plt_partition(v.v, v.n, out, nout) != 0) b->nomem = 1;
+    free(v.v);
 }
 
 /* The function symbols of e (its .symtab, else its .dynsym), then its PLT stubs over them:
@@ -263,31 +266,34 @@ static int read_symbols(const cp_elf *e, builder *b)
     cp_elf_func *f = NULL;
     uint32_t n = 0;
     if (strs) rc = cp_elf_funcs_read(e, &s, strs, &f, &n);
-    func_vec plt = {0};
-    if (rc == 0) read_plt(e, b, &plt);
+    cp_elf_plt_range *plt = NULL;
+    uint32_t nplt = 0;
+    if (rc == 0) read_plt(e, b, &plt, &nplt);
     /* funcs (non-overlapping, by start) minus the stubs (by start), then the stubs */
     uint32_t j = 0;
     for (uint32_t i = 0; i < n && !b_full(b); i++) {
         uint64_t cur = f[i].lo, hi = f[i].hi;
         uint32_t name = b_name(b, strs + f[i].name);
-        while (j < plt.n && plt.v[j].hi <= cur)
+        while (j < nplt && plt[j].hi <= cur)
             j++;
         for (uint32_t k = j; cur < hi;) {
-            while (k < plt.n && plt.v[k].hi <= cur)
+            while (k < nplt && plt[k].hi <= cur)
                 k++;
-            uint64_t end = k < plt.n && plt.v[k].lo < hi ? plt.v[k].lo : hi;
+            uint64_t end = k < nplt && plt[k].lo < hi ? plt[k].lo : hi;
             if (end > cur) {
                 func x = {cur, end, name, f[i].rank};
                 if (cp_vec_push(&b->funcs, x)) b->nomem = 1;
             }
             if (end == hi) break;
-            cur = plt.v[k].hi > cur ? plt.v[k].hi : cur;
+            cur = plt[k].hi > cur ? plt[k].hi : cur;
             k++;
         }
     }
-    for (uint32_t i = 0; i < plt.n; i++)
-        if (cp_vec_push(&b->funcs, plt.v[i])) b->nomem = 1;
-    free(plt.v);
+    for (uint32_t i = 0; i < nplt; i++) {
+        func x = {plt[i].lo, plt[i].hi, plt[i].name, 3};
+        if (cp_vec_push(&b->funcs, x)) b->nomem = 1;
+    }
+    free(plt);
     free(f);
     free(owned);
     if (rc == CP_ENOMEM) return rc;

@@ -1,7 +1,8 @@
 /* libFuzzer target: one input through both back ends of model/elfread.h, the agent's
  * (collector/elfnames.c: pread on a memfd, a table and a one-pass scan) and the server's
  * (query/symtab.c: the bytes in memory). Neither may crash, leak or read out of bounds;
- * when both accept the input, they must give every address the same name. */
+ * when both accept the input, they must give every address the same name, and the agent's
+ * scan the names its table gives. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,22 +16,27 @@
 
 enum { FUNC_BYTES = 24, NPROBE = 64 };
 
-/* Whether both back ends name va alike, told on stderr (the first 8 differences) and not
- * fatal: on damaged files they still differ (a stub the agent decodes and the server
- * calls "[plt]"; a function one of them drops), found by CI's fuzzing and left
- * (model/README.md "ELF symbols"). Fatal here is what ASan and UBSan find in either back
- * end; agreement on real objects is test_same_names'. */
+/* The two names of va, agent (an, len bytes) and other, differ: says so and aborts. */
+static void differ(const char *what, uint64_t va, const char *an, size_t len, const char *other)
+{
+    fprintf(stderr, "0x%llx: agent '%.*s', %s '%s'\n", (unsigned long long)va, an ? (int)len : 6,
+            an ? an : "(none)", what, other ? other : "(none)");
+    abort();
+}
+
+static int same_name(const char *an, size_t len, const char *other)
+{
+    return !an == !other && (!an || (strlen(other) == len && memcmp(an, other, len) == 0));
+}
+
+/* Both back ends name va alike (model/README.md "ELF symbols"): fatal, as what ASan and
+ * UBSan find in either. */
 static void same(const cp_elfnames *a, const cp_symtab *s, uint64_t va)
 {
-    static int told;
     size_t len = 0;
     const char *an = cp_elfnames_lookup(a, va, &len);
     const char *sn = s ? cp_symtab_function_at(s, va) : NULL;
-    if (s && told < 8 && (!an != !sn || (an && (strlen(sn) != len || memcmp(an, sn, len) != 0)))) {
-        told++;
-        fprintf(stderr, "0x%llx: agent '%.*s', server '%s'\n", (unsigned long long)va,
-                an ? (int)len : 6, an ? an : "(none)", sn ? sn : "(none)");
-    }
+    if (s && !same_name(an, len, sn)) differ("server", va, an, len, sn);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -74,10 +80,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             same(a, s, cp_ld64(f));
             same(a, s, cp_ld64(f + 8) - 1);
         }
+        /* the agent's one-pass scan gives the names its table gives (elfnames.h) */
         char *names[NPROBE];
         if (np && cp_elfnames_scan(path, NULL, 0, NULL, probe, np, names, NULL) == 0)
-            for (uint32_t i = 0; i < np; i++)
+            for (uint32_t i = 0; i < np; i++) {
+                size_t len = 0;
+                const char *tn = cp_elfnames_lookup(a, probe[i], &len);
+                if (!same_name(tn, len, names[i])) differ("scan", probe[i], tn, len, names[i]);
                 free(names[i]);
+            }
         cp_buf_close(&tab);
         free(copy);
         cp_elfnames_destroy(a);
