@@ -219,11 +219,17 @@ static int name_empty(const pass *j, uint32_t off)
     return off + 1 >= j->str->size || cp_elf_read(j->e, j->str->off + off, 1, &ch) != 0 || !ch;
 }
 
+/* Stops cp_elf_funcs_each at the first symbol with a name. */
+static int first_named(void *arg, const cp_elf_func *f)
+{
+    pass *j = arg;
+    return (j->named = !name_empty(j, f->name));
+}
+
 static int scan_one(void *arg, const cp_elf_func *f)
 {
     pass *j = arg;
     if (!j->named) j->named = !name_empty(j, f->name); /* most often at the first symbol */
-    if (f->lo > j->va[j->n - 1]) return 0;
     uint32_t k = lower_bound(j->va, j->n, f->lo);
     fsym c = *f;
     if (!c.sized) c.hi = UINT64_MAX;
@@ -242,8 +248,11 @@ static int scan_pass(const cp_elf *e, const cp_elf_symsec *s, const uint64_t *va
     if (!j.best) return CP_ENOMEM;
     /* 512 symbols (12 KiB) a read: each page of a bigger buffer was a fault in a short
      * process */
-    int rc = cp_elf_funcs_each(e, s, 512, UINT64_MAX, scan_one, &j);
-    if (rc == 0 && !j.named) rc = CP_ENOTFOUND;
+    int rc = cp_elf_funcs_each(e, s, 512, va[n - 1], scan_one, &j);
+    if (rc == 0 && !j.named) { /* none at or below the addresses: any above? */
+        rc = cp_elf_funcs_each(e, s, 512, UINT64_MAX, first_named, &j);
+        rc = rc == 1 ? 0 : rc == 0 ? CP_ENOTFOUND : rc;
+    }
     if (rc == 0) {
         /* best[k] so far: the greatest start in (va[k-1], va[k]]; carried forward, the
          * greatest at or below va[k] */
