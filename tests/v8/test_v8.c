@@ -988,9 +988,14 @@ TEST(node_capture)
            per_cpu_s, a_cpu0);
     CHECK(a_cpu0 > 0.05);
     CHECK(per_cpu_s > 300 && per_cpu_s < 2000); /* V8 falls short of 1 ms under load */
-    /* beta's windows keep their rate; alpha's always-on CPU is not inflated by the capture */
+    /* beta's windows keep their rate; alpha's always-on CPU is not inflated by the capture:
+     * it moves as beta's does (the machine moves both: in CI another test ending doubled
+     * both isolates' CPU a second, 0.42 -> 0.94 and 0.42 -> 0.80) */
     CHECK(b_sm1 > 0.5 * b_sm0 && b_sm1 < 2.0 * b_sm0);
-    CHECK(a_cpu1 > 0.5 * a_cpu0 && a_cpu1 < 2.0 * a_cpu0);
+    CHECK(b_cpu0 > 0.05 && b_cpu1 > 0.05);
+    double a_rel = (a_cpu1 / a_cpu0) / (b_cpu1 / b_cpu0);
+    printf("alpha's always-on CPU during the capture against before, over beta's: %.3f\n", a_rel);
+    CHECK(a_rel > 0.5 && a_rel < 2.0);
     CHECK(a_sm1 < 150); /* ~100 samples a CPU-second at most: not the capture's 1000 */
     CHECK_EQ(stop_daemon(&d, SIGTERM), 0);
     remove_dir();
