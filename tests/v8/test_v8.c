@@ -983,10 +983,13 @@ TEST(node_capture)
     rates(w, n, "alpha", c0, c1 + 1100000000LL, &a_cpu1, &a_sm1);
     rates(w, n, "beta", first + 1000000000LL, c0, &b_cpu0, &b_sm0);
     rates(w, n, "beta", c0, c1 + 1100000000LL, &b_cpu1, &b_sm1);
-    double per_cpu_s = (double)csamples / (a_cpu0 * capdur);
-    printf("capture: %.0f samples per CPU-second of alpha (alpha %.3f CPU s/s before it)\n",
-           per_cpu_s, a_cpu0);
-    CHECK(a_cpu0 > 0.05);
+    /* over alpha's CPU during the capture (its always-on windows then): the machine may give
+     * it more or less CPU a second than before */
+    CHECK(a_cpu0 > 0.05 && a_cpu1 > 0.05);
+    double per_cpu_s = (double)csamples / (a_cpu1 * capdur);
+    printf("capture: %.0f samples per CPU-second of alpha (alpha %.3f CPU s/s during it, %.3f "
+           "before)\n",
+           per_cpu_s, a_cpu1, a_cpu0);
     CHECK(per_cpu_s > 300 && per_cpu_s < 2000); /* V8 falls short of 1 ms under load */
     /* beta's windows keep their rate; alpha's always-on CPU is not inflated by the capture:
      * it moves as beta's does (the machine moves both: in CI another test ending doubled
