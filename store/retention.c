@@ -150,17 +150,26 @@ int cp_store_maintain(cp_store *s, int64_t now_ns, uint32_t max_keys, uint32_t *
         /* a bucket goes once all of it is older than the cut */
         int64_t cut = now_ns - s->retention[l] - cp_level_ns[l];
         if (l == 0 && cut > atomic_load(&s->raw_cut)) atomic_store(&s->raw_cut, cut);
+        /* Deleted: l ? start < cut : start <= cut. A level whose oldest block starts past
+         * the cut has nothing to give: no seek (a host's short processes make a series
+         * each, and a seek per series and level every pass grew with them). */
+        if (ser->mt_floor[l] > cut) continue;
         size_t n0 = key_block(k0, ser, l, INT64_MIN);
         key_block(k1, ser, l, cut + (l ? 0 : 1));
         leveldb_iterator_t *it = leveldb_create_iterator(s->db, s->ropts);
         uint32_t here = 0;
         size_t lastlen = 0;
         uint8_t last[CP_TENANT_KEY_MAX + 16];
-        for (leveldb_iter_seek(it, (const char *)k0, n0); leveldb_iter_valid(it) && done < max_keys;
+        int64_t floor = INT64_MAX; /* the oldest block left; INT64_MAX: none */
+        for (leveldb_iter_seek(it, (const char *)k0, n0); leveldb_iter_valid(it);
              leveldb_iter_next(it)) {
             size_t kl;
             const char *key = leveldb_iter_key(it, &kl);
-            if (kl != n0 || memcmp(key, k1, n0) >= 0) break;
+            if (kl != n0 || memcmp(key, k0, n0 - 8)) break; /* past the level's blocks */
+            if (memcmp(key, k1, n0) >= 0 || done >= max_keys) {
+                floor = cp_time_unkey(cp_get_be64((const uint8_t *)key + n0 - 8));
+                break;
+            }
             leveldb_writebatch_delete(wb, key, kl);
             memcpy(last, key, kl);
             lastlen = kl;
@@ -168,8 +177,9 @@ int cp_store_maintain(cp_store *s, int64_t now_ns, uint32_t max_keys, uint32_t *
             done++;
         }
         leveldb_iter_destroy(it);
+        if (here && (rc = write_deletes(s, wb, err))) break;
+        ser->mt_floor[l] = floor;
         if (!here) continue;
-        if ((rc = write_deletes(s, wb, err))) break;
         /* give the space back: rewrite the files holding the deleted range */
         leveldb_compact_range(s->db, (const char *)k0, n0, (const char *)last, lastlen);
         if (l == keeps_longest(s)) {

@@ -189,6 +189,8 @@ static int ser_decode(tenant *t, uint32_t id, const uint8_t *v, size_t len, cp_s
     s->first_ns = cp_get_sv(&r);
     s->last_ns = cp_get_sv(&r);
     s->windows = cp_get_uv(&r);
+    for (int l = 0; l < CP_NLEVELS; l++)
+        s->mt_floor[l] = INT64_MIN; /* retention looks once */
     if (r.bad || !s->period_type || !s->period_unit || !cp_kind_name((int)s->kind)) {
         cp_ser_free(s);
         return cp_err_set(err, CP_ESTORE, "series %u of tenant %s: corrupt record", id, t->name);
@@ -558,6 +560,7 @@ void cp_store_close(cp_store *s)
     cp_metrics_remove(s->metrics, s);
     cp_buckets_drop(s, 0);
     free(s->buckets.v);
+    free(s->dirty.v);
     free(s->bslots);
     for (uint32_t i = 0; i < s->tenants.n; i++)
         tenant_free(s->tenants.v[i]);

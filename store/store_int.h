@@ -297,6 +297,11 @@ struct cp_ser {
     int staged;
     /* writer: what this series' windows share (wcache.c); NULL when none */
     cp_wcache *wc;
+    /* writer: per level, no block of the series starts before this (retention.c skips a
+     * level whose floor is past its cut without a seek): INT64_MIN when not known (a series
+     * read at open), INT64_MAX when it has none; lowered by every bucket the writer opens,
+     * raised by retention to the oldest block it leaves */
+    int64_t mt_floor[CP_NLEVELS];
 };
 
 enum { CP_STAGED_MIN = 1, CP_STAGED_10MIN = 2 };
@@ -356,6 +361,7 @@ struct cp_store {
     uint32_t format; /* the store's format version (CP_STORE_FORMAT_OLDEST..VERSION) */
     /* writer state */
     CP_VEC(bucket *) buckets; /* open buckets (hash below) */
+    CP_VEC(bucket *) dirty;   /* the open buckets with dirty set: what a commit writes */
     uint32_t *bslots, nbslots;
     size_t bucket_rows, bucket_rows_max;
     size_t bucket_bytes, bucket_bytes_max;   /* the open buckets' heap bytes (bucket_bytes()) */
@@ -465,6 +471,9 @@ int cp_name_valid(const char *s, size_t max);
 /* Drops the writer's open buckets (all, or only the clean ones: keep_dirty). Called by the
  * writer's thread only (ingest: batches, maintenance, reopen, close). */
 void cp_buckets_drop(cp_store *s, int keep_dirty);
+/* The open-bucket cache's invariant (tests): every bucket found by its key in the table, the
+ * table holding no other. 0 when it holds, else the index of the first bucket lost + 1. */
+uint32_t cp_buckets_check(const cp_store *s);
 
 /* --- write-ahead logs (wal.c) --------------------------------------------------------- */
 

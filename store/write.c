@@ -124,6 +124,7 @@ static size_t bucket_bytes(const bucket *b)
 /* Drops open buckets (all, or only the clean ones). */
 void cp_buckets_drop(cp_store *s, int keep_dirty)
 {
+    if (!keep_dirty) s->dirty.n = 0;
     uint32_t w = 0;
     for (uint32_t i = 0; i < s->buckets.n; i++) {
         bucket *b = s->buckets.v[i];
@@ -141,7 +142,52 @@ void cp_buckets_drop(cp_store *s, int keep_dirty)
     if (s->nbslots) bslots_rebuild(s);
 }
 
-static bucket *bucket_find(cp_store *s, const cp_ser *ser, int level, int64_t start)
+/* Takes b (a level-0 bucket, committed) out of the cache: its slot by backward shift (the
+ * probe runs of the others stay whole), its place in s->buckets by the last bucket. A
+ * commit's cost is its own buckets', not the cache's. */
+static void bucket_remove(cp_store *s, bucket *b)
+{
+    uint32_t mask = s->nbslots - 1;
+    uint32_t i = (uint32_t)bkt_hash(b->ser, b->level, b->start) & mask;
+    while (s->buckets.v[s->bslots[i] - 1] != b)
+        i = (i + 1) & mask;
+    uint32_t at = s->bslots[i] - 1;
+    for (uint32_t j = i;;) {
+        s->bslots[i] = 0;
+        for (;;) {
+            j = (j + 1) & mask;
+            if (!s->bslots[j]) goto shifted;
+            bucket *c = s->buckets.v[s->bslots[j] - 1];
+            uint32_t home = (uint32_t)bkt_hash(c->ser, c->level, c->start) & mask;
+            /* c may fill the hole at i unless its home lies cyclically in (i, j] */
+            if (i <= j ? home <= i || home > j : home <= i && home > j) break;
+        }
+        s->bslots[i] = s->bslots[j];
+        i = j;
+    }
+shifted:;
+    uint32_t last = s->buckets.n - 1;
+    if (at != last) {
+        bucket *m = s->buckets.v[last];
+        uint32_t h = (uint32_t)bkt_hash(m->ser, m->level, m->start) & mask;
+        while (s->bslots[h] != last + 1)
+            h = (h + 1) & mask;
+        s->bslots[h] = at + 1;
+        s->buckets.v[at] = m;
+    }
+    s->buckets.n = last;
+}
+
+/* Marks b changed by this batch: 0, or CP_ENOMEM with err set. */
+static int bucket_dirty(cp_store *s, bucket *b, cp_err *err)
+{
+    if (b->dirty) return 0;
+    if (cp_vec_push(&s->dirty, b)) return cp_err_set(err, CP_ENOMEM, "store");
+    b->dirty = 1;
+    return 0;
+}
+
+static bucket *bucket_find(const cp_store *s, const cp_ser *ser, int level, int64_t start)
 {
     if (!s->nbslots) return NULL;
     uint32_t h = (uint32_t)bkt_hash(ser, level, start) & (s->nbslots - 1);
@@ -153,12 +199,25 @@ static bucket *bucket_find(cp_store *s, const cp_ser *ser, int level, int64_t st
     return NULL;
 }
 
+uint32_t cp_buckets_check(const cp_store *s)
+{
+    uint32_t used = 0;
+    for (uint32_t h = 0; h < s->nbslots; h++)
+        used += s->bslots[h] != 0;
+    for (uint32_t i = 0; i < s->buckets.n; i++) {
+        const bucket *b = s->buckets.v[i];
+        if (bucket_find(s, b->ser, b->level, b->start) != b) return i + 1;
+    }
+    return used == s->buckets.n ? 0 : s->buckets.n + 1;
+}
+
 /* The open bucket (ser, level, start): cached, else read from disk when it may exist,
  * else new and empty. */
 static int bucket_get(cp_store_batch *B, cp_ser *ser, int level, int64_t start, bucket **out,
                       cp_err *err)
 {
     cp_store *s = B->s;
+    if (start < ser->mt_floor[level]) ser->mt_floor[level] = start;
     bucket *b = bucket_find(s, ser, level, start);
     if (b) {
         *out = b;
@@ -797,6 +856,8 @@ static int ser_create(cp_store_batch *B, tenant *t, const cp_envelope *e, const 
     s->id = t->series.n + 1;
     s->first_ns = INT64_MAX;
     s->last_ns = INT64_MIN;
+    for (int l = 0; l < CP_NLEVELS; l++)
+        s->mt_floor[l] = INT64_MAX; /* new: no block anywhere */
     s->ntypes = p->sample_types.n;
     int bad = cp_labels_copy(&s->labels, &e->labels) != 0;
     for (uint32_t i = 0; i < s->ntypes && !bad; i++) {
@@ -885,7 +946,7 @@ static int stage10_flush(cp_store_batch *B, cp_ser *ser, cp_err *err)
             return cp_err_set(err, CP_ENOMEM, "store");
         B->s->bucket_rows += b->acc.ids.n - before;
         B->s->bucket_bytes += bucket_bytes(b) - bytes;
-        b->dirty = 1;
+        if ((rc = bucket_dirty(B->s, b, err))) return rc;
     }
     ser->staged &= ~CP_STAGED_10MIN;
     return 0;
@@ -913,7 +974,7 @@ static int stage_flush(cp_store_batch *B, cp_ser *ser, cp_err *err)
     if (stage_into(&b->acc, &ser->stage, 1, 1)) return cp_err_set(err, CP_ENOMEM, "store");
     B->s->bucket_rows += b->acc.ids.n - before;
     B->s->bucket_bytes += bucket_bytes(b) - bytes;
-    b->dirty = 1;
+    if ((rc = bucket_dirty(B->s, b, err))) return rc;
     ser->staged &= ~CP_STAGED_MIN;
     return 0;
 }
@@ -968,7 +1029,7 @@ static int apply_window(cp_store_batch *B, cp_ser *ser, int64_t start, cp_err *e
         }
         B->s->bucket_rows += b->acc.ids.n - before;
         B->s->bucket_bytes += bucket_bytes(b) - bytes;
-        b->dirty = 1;
+        if ((rc = bucket_dirty(B->s, b, err))) return rc;
     }
     return 0;
 }
@@ -1229,9 +1290,8 @@ int cp_store_batch_commit(cp_store_batch *B, cp_err *err)
         cp_acc_close(&ser->stage10);
     }
     /* buckets */
-    for (uint32_t i = 0; i < s->buckets.n; i++) {
-        bucket *b = s->buckets.v[i];
-        if (!b->dirty) continue;
+    for (uint32_t i = 0; i < s->dirty.n; i++) {
+        bucket *b = s->dirty.v[i];
         B->vbuf.len = 0;
         if ((rc = cp_block_encode_with(&enc, &b->acc, &B->vbuf))) goto fail;
         size_t kl = key_block(k, b->ser, b->level, b->start);
@@ -1288,8 +1348,8 @@ int cp_store_batch_commit(cp_store_batch *B, cp_err *err)
         goto fail;
     }
     atomic_fetch_add(&s->windows, B->windows);
-    for (uint32_t i = 0; i < s->buckets.n; i++)
-        s->buckets.v[i]->dirty = 0;
+    for (uint32_t i = 0; i < s->dirty.n; i++)
+        s->dirty.v[i]->dirty = 0;
     for (uint32_t i = 0; i < B->dirty_series.n; i++)
         B->dirty_series.v[i]->meta_dirty = B->dirty_series.v[i]->cum_dirty = 0;
     for (uint32_t i = 0; i < B->dirty_prods.n; i++)
@@ -1305,21 +1365,19 @@ int cp_store_batch_commit(cp_store_batch *B, cp_err *err)
         malloc_trim(0); /* give the freed buckets back: the budget is about resident bytes */
 #endif
     } else {
-        uint32_t w = 0;
-        for (uint32_t i = 0; i < s->buckets.n; i++) {
-            bucket *b = s->buckets.v[i];
-            if (b->level == 0) {
-                s->bucket_rows -= b->acc.ids.n;
-                s->bucket_bytes -= bucket_bytes(b);
-                cp_acc_close(&b->acc);
-                free(b);
-            } else {
-                s->buckets.v[w++] = b;
-            }
+        /* level 0 (a window's own bucket) is never written twice: every one is in this
+         * commit's dirty list */
+        for (uint32_t i = 0; i < s->dirty.n; i++) {
+            bucket *b = s->dirty.v[i];
+            if (b->level) continue;
+            bucket_remove(s, b);
+            s->bucket_rows -= b->acc.ids.n;
+            s->bucket_bytes -= bucket_bytes(b);
+            cp_acc_close(&b->acc);
+            free(b);
         }
-        s->buckets.n = w;
-        if (s->nbslots) bslots_rebuild(s);
     }
+    s->dirty.n = 0;
     goto out;
 fail:
     s->broken = 1;

@@ -7,6 +7,7 @@
 #include "format.h"
 #include "merge.h"
 #include "store.h"
+#include "store_int.h"
 #include "store_util.h"
 #include "synth.h"
 #include "times.h"
@@ -1250,6 +1251,104 @@ TEST(rollups_of_one_batch_equal_window_by_window)
     rmtree(dir);
 }
 
+/* Many series in one writer cache (a host's short processes make a series each), written in
+ * interleaved batches: each commit takes its level-0 buckets out of the cache one by one
+ * (write.c: bucket_remove); a bucket lost from the cache's table would be opened again from
+ * disk and its uncommitted rows lost, which the rollup-only ranges below would show. */
+TEST(rollups_of_many_series_in_one_cache)
+{
+    enum { NSER = 160, PER = 90 };
+    char *dir = tmpdir("store");
+    make_windows(23);
+    cp_store *s = open_store(dir, 0, 0);
+    cp_store_batch *b = cp_store_batch_create(s);
+    uint64_t x = 0x2545f4914f6cdd1dULL;
+    for (int i = 0, n = 0; i < PER; i++)
+        for (int r = 0; r < NSER; r++) {
+            char lab[64], prod[16];
+            snprintf(lab, sizeof lab, "service=s%d", r);
+            snprintf(prod, sizeof prod, "p%d", r);
+            add(b, "acme", CP_KIND_CPU, lab, starts[i], prod, (uint64_t)i, wins[i], 0);
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            if (++n >= 7 + (int)(x % 150)) { /* batches of 7-156 windows */
+                commit(b);
+                CHECK_EQ(cp_buckets_check(s), 0);
+                n = 0;
+            }
+        }
+    commit(b);
+    cp_store_batch_destroy(b);
+    /* the first 60 windows are 10 minutes: whole minutes and the 10 minutes from rollups */
+    static const int64_t range[][2] = {{0, 600}, {0, 60}, {120, 180}, {540, 600}, {0, 900}};
+    for (int k = 0; k < 5; k++) {
+        int64_t a = T0 + range[k][0] * SEC, z = T0 + range[k][1] * SEC, e0, e1;
+        char *want = expected(a, z, &e0, &e1);
+        for (int r = 0; r < NSER; r += k + 1) {
+            char v[16];
+            snprintf(v, sizeof v, "s%d", r);
+            cp_selector sel = {0};
+            sel_add(&sel, "service", "=", v);
+            cp_profile *p = query(s, "acme", CP_KIND_CPU, &sel, a, z);
+            sel_free(&sel);
+            CHECK_EQ(cp_profile_total(p, 0), e0);
+            CHECK_EQ(cp_profile_total(p, 1), e1);
+            if (r % 40 == 0) {
+                char *got = canonical(p);
+                CHECK_STREQ(got, want);
+                free(got);
+            }
+            cp_profile_destroy(p);
+        }
+        free(want);
+    }
+    cp_store_close(s);
+    check_repair_finds_nothing(dir);
+    rmtree(dir);
+}
+
+/* Retention passes over a level whose blocks are all newer than its cut without a seek
+ * (retention.c: mt_floor); a window arriving late, older than the cut, into a series a pass
+ * already found clean still goes at the next pass, at every level. */
+TEST(retention_takes_late_windows_of_clean_series)
+{
+    char *dir = tmpdir("store");
+    make_windows(29);
+    cp_store *s = open_store(dir, 3600 * SEC, 86400 * SEC);
+    int64_t now = starts[NWIN - 1] + WIN, old = now - 3 * 86400 * SEC;
+    cp_store_batch *b = cp_store_batch_create(s);
+    for (int i = NWIN - 20; i < NWIN; i++) /* the last hour's */
+        add(b, "acme", CP_KIND_CPU, "service=late", starts[i], "p", (uint64_t)i, wins[i], 0);
+    commit(b);
+    uint32_t del = 1;
+    CHECK_EQ(cp_store_maintain(s, now, 1000, &del, NULL), 0);
+    CHECK_EQ(del, 0);
+    /* three days old: past the raw and the rollup retention */
+    for (int i = 0; i < 3; i++)
+        add(b, "acme", CP_KIND_CPU, "service=late", old + i * WIN, "p2", (uint64_t)i, wins[i], 0);
+    commit(b);
+    cp_store_batch_destroy(b);
+    cp_profile *p = query(s, "acme", CP_KIND_CPU, NULL, old - 86400 * SEC, old + 3600 * SEC);
+    CHECK(cp_profile_total(p, 1) > 0);
+    cp_profile_destroy(p);
+    uint32_t total = 0;
+    do {
+        CHECK_EQ(cp_store_maintain(s, now, 2, &del, NULL), 0); /* 2 a pass: resumes mid-level */
+        total += del;
+    } while (del);
+    CHECK(total >= 3 + 4); /* 3 raw windows; their minute, 10 minutes, hour and day */
+    p = query(s, "acme", CP_KIND_CPU, NULL, old - 86400 * SEC, old + 3600 * SEC);
+    CHECK_EQ(p->samples.n, 0);
+    cp_profile_destroy(p);
+    /* the recent windows stay */
+    int64_t e0, e1;
+    free(expected(starts[NWIN - 20], now, &e0, &e1));
+    p = query(s, "acme", CP_KIND_CPU, NULL, starts[NWIN - 20], now);
+    CHECK_EQ(cp_profile_total(p, 1), e1);
+    cp_profile_destroy(p);
+    cp_store_close(s);
+    rmtree(dir);
+}
+
 /* Staged windows belong to their batch: a batch dropped after its adds (cp_store_batch_reset,
  * then cp_store_reopen, as ingest does after a failed write) leaves nothing of them for the
  * next batch to write into the rollups. */
@@ -1572,6 +1671,7 @@ TEST_MAIN(T(exact_totals_and_rollups), T(timeline_matches_queries),
           T(bad_inputs_refused_batch_usable), T(same_address_other_function), T(concurrent_readers),
           T(same_start_summed), T(one_binary_at_two_bases_is_one_frame_set),
           T(format_1_store_read_canonical), T(reopen_under_readers),
-          T(rollups_of_one_batch_equal_window_by_window), T(dropped_batch_leaves_no_staged_windows),
-          T(rollups_through_ten_minute_stages), T(symbols_under_reopen),
-          T(capture_series_apart_and_records_kept))
+          T(rollups_of_one_batch_equal_window_by_window), T(rollups_of_many_series_in_one_cache),
+          T(retention_takes_late_windows_of_clean_series),
+          T(dropped_batch_leaves_no_staged_windows), T(rollups_through_ten_minute_stages),
+          T(symbols_under_reopen), T(capture_series_apart_and_records_kept))
