@@ -149,7 +149,7 @@ static void bucket_remove(cp_store *s, bucket *b)
 {
     uint32_t mask = s->nbslots - 1;
     uint32_t i = (uint32_t)bkt_hash(b->ser, b->level, b->start) & mask;
-    while (s->buckets.v[s->bslots[i] - 1] != b)
+    while (CP_ASSERT(s->bslots[i]), s->buckets.v[s->bslots[i] - 1] != b)
         i = (i + 1) & mask;
     uint32_t at = s->bslots[i] - 1;
     for (uint32_t j = i;;) {
