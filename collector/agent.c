@@ -38,6 +38,7 @@ static struct {
     atomic_int running;
     int stop;     /* under mu */
     int finished; /* under mu: the agent thread has flushed */
+    int exiting;  /* under mu: stopped by the destructor, the process ends next */
     int64_t window_start;
     char instance[128], producer[160];
     uint64_t sequence;
@@ -427,6 +428,10 @@ static void *agent_main(void *arg)
     pthread_mutex_lock(&A.mu);
     A.finished = 1;
     pthread_cond_broadcast(&A.cv);
+    /* The process ends next: the thread waits here for exit_group rather than ending (its
+     * stack given back, its TLS torn down) while the exiting thread would wait to join it. */
+    while (A.exiting)
+        pthread_cond_wait(&A.cv, &A.mu);
     pthread_mutex_unlock(&A.mu);
     return NULL;
 }
@@ -470,6 +475,7 @@ static int start_agent_thread(void)
 {
     A.stop = 0;
     A.finished = 0;
+    A.exiting = 0;
     A.idle = 1; /* until its first wake-up it does no window's work */
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -735,6 +741,7 @@ static void stop(int at_exit)
     int nothing = (at_exit || pending) && A.idle && cp_sink_idle(A.sink) && last_window_empty(1);
     if (!nothing && pending && child_start() != 0) nothing = 1;
     A.stop = 1;
+    A.exiting = at_exit;
     pthread_cond_broadcast(&A.cv);
     if (nothing) {
         pthread_mutex_unlock(&A.mu);
@@ -757,10 +764,10 @@ static void stop(int at_exit)
         rc = pthread_cond_timedwait(&A.cv, &A.mu, &ts);
     int done = A.finished;
     pthread_mutex_unlock(&A.mu);
-    if (done)
+    if (done && !at_exit)
         pthread_join(A.th, NULL);
     else
-        pthread_detach(A.th);
+        pthread_detach(A.th); /* at exit: it waits for exit_group (agent_main) */
     cp_alloc_set_rate(0);
     atomic_store(&A.running, 0);
 }
