@@ -311,7 +311,14 @@ TEST(damaged_or_untrusted_cache_gives_todays_names)
     run(NULL, &warm);
     for (int i = 0; i < 1000 && (access(cpsym_key, F_OK) || access(libc_key, F_OK)); i++)
         usleep(10000);
+    /* every object from the cache; an object only this run sampled (ld.so, at load) is read
+     * and its file built for the next run: at most three runs */
     run(NULL, &good);
+    for (int i = 0; i < 2 && good.read != 0; i++) {
+        named_free(&good);
+        usleep(500000);
+        run(NULL, &good);
+    }
     CHECK(good.from_cache >= 2);
     CHECK_EQ(good.read, 0);
     run("CONTPROF_NAMES_CACHE=0", &off);
