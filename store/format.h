@@ -95,7 +95,11 @@
 #define CP_D_LOCATION 'l'
 #define CP_D_STACK 'k'
 
-/* Series record ('S'): uv kind, uv nlabels, nlabels x (str name, str value),
+/* Series ids start at 1 and grow; retention deletes every key of a series whose windows are
+ * all past retention (record, label index, 'C', 'W') in one write, so ids have gaps. Added
+ * without a version bump: code before it (which wanted ids without gaps) refuses such a
+ * store at open, naming the series ("series N where M expected").
+ * Series record ('S'): uv kind, uv nlabels, nlabels x (str name, str value),
  * uv ntypes, ntypes x (str type, str unit), str period_type, str period_unit, sv period,
  * sv first_ns, sv last_ns (window starts), uv windows (count ingested). */
 

@@ -2,7 +2,8 @@
  * lists, label names and values, and the statistics; each query runs on a LevelDB snapshot.
  *
  * Locking: a query holds s->dblock for reading from its snapshot to its last read (so a
- * reopen waits for it, and series pointers stay valid meanwhile), and takes s->lock for
+ * reopen waits for it, and series pointers stay valid meanwhile: retention frees a series
+ * it forgot only when no query holds dblock), and takes s->lock for
  * reading only to match series and to resolve dictionary ids while building its output,
  * never while reading blocks. Nothing here changes the tables. */
 #include "store.h"
@@ -330,8 +331,8 @@ static int match_series(qctx *q, tenant *t, int kind, const cp_selector *sel, se
         const char *key = leveldb_iter_key(q->it, &kl);
         if (kl != k.len + 4 || memcmp(key, k.data, k.len)) break;
         uint32_t id = cp_get_be32((const uint8_t *)key + k.len);
-        if (id == 0 || id > t->series.n) continue; /* created after this query's snapshot */
-        cp_ser *s = t->series.v[id - 1];
+        cp_ser *s = cp_ser_by_id(t, id);
+        if (!s) continue; /* forgotten since this query's snapshot */
         if ((kind && (int)s->kind != kind) || !sel_match(sel, &s->labels)) continue;
         if (cp_vec_push(out, s)) {
             rc = cp_err_set(q->err, CP_ENOMEM, "query");
@@ -925,8 +926,8 @@ static int label_walk(cp_store *s, const char *tenant_name, const char *name, cp
         if (!nul) break;
         size_t pl = (size_t)(nul - part);
         uint32_t id = cp_get_be32((const uint8_t *)key + kl - 4);
-        if (!all &&
-            (id == 0 || id > t->series.n || !sel_match(NULL, &t->series.v[id - 1]->labels))) {
+        const cp_ser *ser = all ? NULL : cp_ser_by_id(t, id);
+        if (!all && (!ser || !sel_match(NULL, &ser->labels))) {
             leveldb_iter_next(it); /* this key's series is left out: the next key */
             continue;
         }
@@ -1013,6 +1014,7 @@ void cp_store_get_stats(cp_store *s, cp_store_stats *out)
     out->stack_cache_hits = atomic_load(&s->wcache_hits);
     out->stack_cache_misses = atomic_load(&s->wcache_misses);
     out->stack_cache_flushes = atomic_load(&s->wcache_flushes);
+    out->series_forgotten = atomic_load(&s->series_forgotten);
     pthread_rwlock_rdlock(&s->lock);
     out->stack_cache_bytes = s->wcache_bytes;
     out->bucket_bytes = s->bucket_bytes;

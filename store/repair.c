@@ -316,11 +316,31 @@ static int ser_parse(rser *x, const uint8_t *v, size_t len)
     return rd.bad ? -1 : 0;
 }
 
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Series ids with no usable record: the damaged records' and those the label index names
+ * (written with every series) that no record has. A series retention forgot left no key
+ * at all: its id is a gap, not a loss. */
+static uint64_t series_lost(rep *r, uint32_t *ids, uint32_t n, uint32_t unnamed)
+{
+    if (n) qsort(ids, n, sizeof *ids, cmp_u32);
+    uint64_t lost = unnamed;
+    for (uint32_t i = 0; i < n; i++)
+        lost += (i == 0 || ids[i] != ids[i - 1]) && !ser_of(r, ids[i]);
+    return lost;
+}
+
 static int repair_series(rep *r, leveldb_iterator_t *it)
 {
     uint8_t k[CP_TENANT_KEY_MAX + 16];
     size_t n = tkey(r, k, CP_K_SERIES);
-    uint32_t next = 1, damaged = 0;
+    uint32_t next = 1, unnamed = 0;
+    CP_VEC(uint32_t) gone = {0}; /* ids of damaged records, then of index keys unrecorded */
+    int rc = 0;
     for (leveldb_iter_seek(it, (const char *)k, n); leveldb_iter_valid(it); leveldb_iter_next(it)) {
         size_t kl, vl;
         const char *key = leveldb_iter_key(it, &kl);
@@ -330,32 +350,39 @@ static int repair_series(rep *r, leveldb_iterator_t *it)
         rser x = {0};
         x.old = kl == n + 4 ? cp_get_be32((const uint8_t *)key + n) : 0;
         if (x.old == 0 || ser_parse(&x, (const uint8_t *)v, vl)) {
+            if (x.old == 0)
+                unnamed++;
+            else if (cp_vec_push(&gone, x.old))
+                rc = CP_ENOMEM;
             rser_close(&x);
-            damaged++;
             continue;
         }
         x.neu = next++;
         if (cp_vec_push(&r->ser, x)) {
             rser_close(&x);
-            return cp_err_set(r->err, CP_ENOMEM, "repair");
+            rc = CP_ENOMEM;
+            break;
         }
     }
-    uint32_t maxold = r->ser.n ? r->ser.v[r->ser.n - 1].old : 0;
-    uint64_t seen = (uint64_t)r->ser.n + damaged;
-    uint64_t missing = (maxold > seen ? maxold - seen : 0) + damaged;
+    /* the label index is rebuilt from the records kept */
+    n = tkey(r, k, CP_K_LABEL);
+    for (leveldb_iter_seek(it, (const char *)k, n); leveldb_iter_valid(it) && !rc;
+         leveldb_iter_next(it)) {
+        size_t kl;
+        const char *key = leveldb_iter_key(it, &kl);
+        if (kl < n || memcmp(key, k, n)) break;
+        leveldb_writebatch_delete(r->del, key, kl);
+        uint32_t id = kl >= n + 4 ? cp_get_be32((const uint8_t *)key + kl - 4) : 0;
+        if (id && !ser_of(r, id) && cp_vec_push(&gone, id)) rc = CP_ENOMEM;
+    }
+    uint64_t missing = rc ? 0 : series_lost(r, gone.v, gone.n, unnamed);
+    free(gone.v);
+    if (rc) return cp_err_set(r->err, CP_ENOMEM, "repair");
     r->st.series_missing += missing;
     r->st.series_kept += r->ser.n;
     if (missing)
         say(r, "series: %llu without a usable record (their blocks are dropped), %u kept",
             (unsigned long long)missing, r->ser.n);
-    /* the label index is rebuilt from the records kept */
-    n = tkey(r, k, CP_K_LABEL);
-    for (leveldb_iter_seek(it, (const char *)k, n); leveldb_iter_valid(it); leveldb_iter_next(it)) {
-        size_t kl;
-        const char *key = leveldb_iter_key(it, &kl);
-        if (kl < n || memcmp(key, k, n)) break;
-        leveldb_writebatch_delete(r->del, key, kl);
-    }
     for (uint32_t i = 0; i < r->ser.n; i++) {
         const rser *x = &r->ser.v[i];
         for (uint32_t j = 0; j < x->labels.p.n; j++) {

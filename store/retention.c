@@ -1,9 +1,11 @@
 /* The store's retention: deletes the blocks of each level older than its retention, a
- * bounded number per call, and compacts the range so the disk space is given back.
+ * bounded number per call, and compacts the range so the disk space is given back; forgets
+ * the series left with nothing.
  *
  * Locking: cp_store_maintain runs on the writer's thread between batches (it drops the
  * writer's clean buckets); it reads the tables without a lock like the writer, and takes
- * s->lock for writing only to narrow a series' span once its level-0 blocks are gone. */
+ * s->lock for writing to narrow a series' span once its level-0 blocks are gone and to take
+ * a forgotten series out of the tables; s->dblock only by trywrlock, to free those. */
 #include "store.h"
 #include "store_int.h"
 #include "check.h"
@@ -114,11 +116,147 @@ static int write_deletes(cp_store *s, leveldb_writebatch_t *wb, cp_err *err)
     return CP_ESTORE;
 }
 
+/* ---------------------------------------------------------------------------------
+ * Forgetting series
+ *
+ * A host's short processes make a series each (`instance` is host:pid): kept forever, the
+ * series table grew with every process ever profiled (~1.3 KB each). A series whose
+ * windows are all past every level's retention answers nothing any more; it is forgotten:
+ * its keys go in one write, then it leaves the tables. A later window with its labels
+ * makes a new series under a new id (ids only grow while the store is open; one freed at
+ * the top may be taken again after a restart, its keys all gone). Queries may hold the
+ * series (they read blocks without s->lock, under s->dblock): it is freed once none runs.
+ * --------------------------------------------------------------------------------- */
+
+/* Every level keeps windows for a while, ser has none left in its span, and no level holds
+ * a block of it: nothing of it answers a query any more. */
+static int forgettable(const cp_store *s, const cp_ser *ser)
+{
+    if (ser->first_ns <= ser->last_ns || keeps_longest(s) < 0) return 0;
+    for (int l = 0; l < CP_NLEVELS; l++)
+        if (ser->mt_floor[l] != INT64_MAX) return 0;
+    return 1;
+}
+
+/* Deletes, into wb, the keys of type whose next bytes are ser's id. */
+static void drop_series_keys(const cp_store *s, const cp_ser *ser, uint8_t type,
+                             leveldb_writebatch_t *wb)
+{
+    uint8_t k[CP_TENANT_KEY_MAX + 16];
+    size_t n = key_tenant(k, ser->t, type);
+    memcpy(k + n, ser->idkey, 4);
+    n += 4;
+    leveldb_iterator_t *it = leveldb_create_iterator(s->db, s->ropts);
+    for (leveldb_iter_seek(it, (const char *)k, n); leveldb_iter_valid(it); leveldb_iter_next(it)) {
+        size_t kl;
+        const char *key = leveldb_iter_key(it, &kl);
+        if (kl < n || memcmp(key, k, n)) break;
+        leveldb_writebatch_delete(wb, key, kl);
+    }
+    leveldb_iter_destroy(it);
+}
+
+/* Removes ser (forgettable, of t) from the disk and then from the tables; the retention
+ * cursor goes on with the series that takes its place. Between batches only (every open
+ * bucket is clean). 0, CP_ENOMEM or CP_ESTORE. */
+static int forget_series(cp_store *s, tenant *t, cp_ser *ser, leveldb_writebatch_t *wb, cp_err *err)
+{
+    uint8_t k[CP_TENANT_KEY_MAX + 16];
+    cp_buf lk = {0};
+    int rc = cp_vec_reserve(&s->forgotten, (size_t)s->forgotten.n + 1) ? CP_ENOMEM : 0;
+    size_t n = key_tenant(k, t, CP_K_LABEL);
+    for (uint32_t i = 0; i < ser->labels.p.n && !rc; i++) {
+        const cp_label_pair *lp = &ser->labels.p.v[i];
+        lk.len = 0;
+        if (cp_buf_append(&lk, k, n) || cp_buf_append(&lk, lp->name, strlen(lp->name) + 1) ||
+            cp_buf_append(&lk, lp->value, strlen(lp->value) + 1) ||
+            cp_buf_append(&lk, ser->idkey, 4))
+            rc = CP_ENOMEM;
+        else
+            leveldb_writebatch_delete(wb, (const char *)lk.data, lk.len);
+    }
+    cp_buf_close(&lk);
+    if (rc) {
+        leveldb_writebatch_clear(wb);
+        return cp_err_set(err, rc, "store: forgetting a series");
+    }
+    leveldb_writebatch_delete(wb, (const char *)k, key_series(k, ser));
+    drop_series_keys(s, ser, CP_K_CUMUL, wb);
+    drop_series_keys(s, ser, CP_K_CAPWIN, wb);
+    drop_series_keys(s, ser, CP_K_BLOCK, wb); /* none, by the floors; a seek to be sure */
+    if ((rc = write_deletes(s, wb, err))) return rc;
+    cp_buckets_drop(s, 1); /* no open bucket points at ser any more */
+    pthread_rwlock_wrlock(&s->lock);
+    cp_strmap_del(&t->by_key, ser->key, ser->keylen);
+    cp_strmap_del(&t->by_id, (const char *)ser->idkey, 4);
+    cp_ser *last = t->series.v[--t->series.n];
+    t->series.v[ser->pos] = last;
+    last->pos = ser->pos;
+    size_t wc = cp_wcache_bytes(ser->wc);
+    s->wcache_bytes -= wc < s->wcache_bytes ? wc : s->wcache_bytes;
+    pthread_rwlock_unlock(&s->lock);
+    cp_wcache_free(ser->wc);
+    ser->wc = NULL;
+    s->forgotten.v[s->forgotten.n++] = ser;
+    s->mt_series = ser->pos;
+    s->mt_level = 0;
+    atomic_fetch_add(&s->series_forgotten, 1);
+    return 0;
+}
+
+/* Deletes, into wb and then the store, the blocks of ser's level l older than cut, at most
+ * max_keys - *done of them (added to *done), and records the oldest block left. */
+static int cut_level(cp_store *s, cp_ser *ser, int l, int64_t cut, uint32_t max_keys,
+                     uint32_t *done, leveldb_writebatch_t *wb, cp_err *err)
+{
+    uint8_t k0[CP_TENANT_KEY_MAX + 16], k1[CP_TENANT_KEY_MAX + 16];
+    size_t n0 = key_block(k0, ser, l, INT64_MIN);
+    key_block(k1, ser, l, cut + (l ? 0 : 1));
+    leveldb_iterator_t *it = leveldb_create_iterator(s->db, s->ropts);
+    uint32_t here = 0;
+    size_t lastlen = 0;
+    uint8_t last[CP_TENANT_KEY_MAX + 16];
+    int64_t floor = INT64_MAX; /* the oldest block left; INT64_MAX: none */
+    for (leveldb_iter_seek(it, (const char *)k0, n0); leveldb_iter_valid(it);
+         leveldb_iter_next(it)) {
+        size_t kl;
+        const char *key = leveldb_iter_key(it, &kl);
+        if (kl != n0 || memcmp(key, k0, n0 - 8)) break; /* past the level's blocks */
+        if (memcmp(key, k1, n0) >= 0 || *done >= max_keys) {
+            floor = cp_time_unkey(cp_get_be64((const uint8_t *)key + n0 - 8));
+            break;
+        }
+        leveldb_writebatch_delete(wb, key, kl);
+        memcpy(last, key, kl);
+        lastlen = kl;
+        here++;
+        (*done)++;
+    }
+    leveldb_iter_destroy(it);
+    int rc = here ? write_deletes(s, wb, err) : 0;
+    if (rc) return rc;
+    ser->mt_floor[l] = floor;
+    if (!here) return 0;
+    /* give the space back: rewrite the files holding the deleted range */
+    leveldb_compact_range(s->db, (const char *)k0, n0, (const char *)last, lastlen);
+    if (l == keeps_longest(s)) {
+        /* no level holds a window starting before this any more */
+        int64_t gone = l ? cut : cut + 1;
+        if (drop_capture_windows(s, ser, gone, wb) && (rc = write_deletes(s, wb, err))) return rc;
+        pthread_rwlock_wrlock(&s->lock);
+        if (ser->first_ns < gone) ser->first_ns = gone;
+        if (ser->first_ns > ser->last_ns) ser->first_ns = INT64_MAX, ser->last_ns = INT64_MIN;
+        pthread_rwlock_unlock(&s->lock);
+    }
+    cp_buckets_drop(s, 1);
+    return 0;
+}
+
 int cp_store_maintain(cp_store *s, int64_t now_ns, uint32_t max_keys, uint32_t *deleted,
                       cp_err *err)
 {
     CP_ASSERT_THREAD(&s->writer, "writer thread only");
-    uint32_t done = 0, visits = 0, total = 0;
+    uint32_t done = 0, visits = 0, total = 0, forgot = 0;
     if (deleted) *deleted = 0;
     if (s->broken || !s->db)
         return cp_err_set(err, CP_ESTORE, "store %s: an earlier write failed; reopen the store",
@@ -127,7 +265,6 @@ int cp_store_maintain(cp_store *s, int64_t now_ns, uint32_t max_keys, uint32_t *
         total += s->tenants.v[i]->series.n;
     int rc = 0;
     leveldb_writebatch_t *wb = leveldb_writebatch_create();
-    uint8_t k0[CP_TENANT_KEY_MAX + 16], k1[CP_TENANT_KEY_MAX + 16];
     while (done < max_keys && visits < total * CP_NLEVELS && rc == 0) {
         if (s->mt_tenant >= s->tenants.n) {
             s->mt_tenant = s->mt_series = s->mt_level = 0;
@@ -153,48 +290,20 @@ int cp_store_maintain(cp_store *s, int64_t now_ns, uint32_t max_keys, uint32_t *
         /* Deleted: l ? start < cut : start <= cut. A level whose oldest block starts past
          * the cut has nothing to give: no seek (a host's short processes make a series
          * each, and a seek per series and level every pass grew with them). */
-        if (ser->mt_floor[l] > cut) continue;
-        size_t n0 = key_block(k0, ser, l, INT64_MIN);
-        key_block(k1, ser, l, cut + (l ? 0 : 1));
-        leveldb_iterator_t *it = leveldb_create_iterator(s->db, s->ropts);
-        uint32_t here = 0;
-        size_t lastlen = 0;
-        uint8_t last[CP_TENANT_KEY_MAX + 16];
-        int64_t floor = INT64_MAX; /* the oldest block left; INT64_MAX: none */
-        for (leveldb_iter_seek(it, (const char *)k0, n0); leveldb_iter_valid(it);
-             leveldb_iter_next(it)) {
-            size_t kl;
-            const char *key = leveldb_iter_key(it, &kl);
-            if (kl != n0 || memcmp(key, k0, n0 - 8)) break; /* past the level's blocks */
-            if (memcmp(key, k1, n0) >= 0 || done >= max_keys) {
-                floor = cp_time_unkey(cp_get_be64((const uint8_t *)key + n0 - 8));
-                break;
-            }
-            leveldb_writebatch_delete(wb, key, kl);
-            memcpy(last, key, kl);
-            lastlen = kl;
-            here++;
-            done++;
-        }
-        leveldb_iter_destroy(it);
-        if (here && (rc = write_deletes(s, wb, err))) break;
-        ser->mt_floor[l] = floor;
-        if (!here) continue;
-        /* give the space back: rewrite the files holding the deleted range */
-        leveldb_compact_range(s->db, (const char *)k0, n0, (const char *)last, lastlen);
-        if (l == keeps_longest(s)) {
-            /* no level holds a window starting before this any more */
-            int64_t gone = l ? cut : cut + 1;
-            if (drop_capture_windows(s, ser, gone, wb) && (rc = write_deletes(s, wb, err))) break;
-            pthread_rwlock_wrlock(&s->lock);
-            if (ser->first_ns < gone) ser->first_ns = gone;
-            if (ser->first_ns > ser->last_ns) ser->first_ns = INT64_MAX, ser->last_ns = INT64_MIN;
-            pthread_rwlock_unlock(&s->lock);
-        }
-        cp_buckets_drop(s, 1);
+        if (ser->mt_floor[l] <= cut) rc = cut_level(s, ser, l, cut, max_keys, &done, wb, err);
+        if (!rc && forgettable(s, ser) && !(rc = forget_series(s, t, ser, wb, err))) forgot++;
     }
     leveldb_writebatch_destroy(wb);
     if (!rc && drop_capture_records(s, now_ns, oldest_kept(s, now_ns), err) < 0) rc = CP_ESTORE;
+    if (forgot)
+        cp_log_info("store %s: retention forgot %u series (their windows all past retention)",
+                    s->path, forgot);
+    /* the series forgotten are freed once no query holds one (a query holds s->dblock for
+     * reading throughout); while queries keep coming they wait for a later pass */
+    if (s->forgotten.n && pthread_rwlock_trywrlock(&s->dblock) == 0) {
+        cp_forgotten_free(s);
+        pthread_rwlock_unlock(&s->dblock);
+    }
     if (deleted) *deleted = done;
     return rc;
 }

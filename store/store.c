@@ -68,9 +68,48 @@ int cp_strmap_put(strmap *m, const char *k, size_t len, void *v)
     return 0;
 }
 
+void cp_strmap_del(strmap *m, const char *k, size_t len)
+{
+    if (!m->cap) return;
+    uint32_t mask = m->cap - 1, i = (uint32_t)sm_hash(k, len) & mask;
+    while (m->s[i].k && !(m->s[i].len == len && !memcmp(m->s[i].k, k, len)))
+        i = (i + 1) & mask;
+    if (!m->s[i].k) return;
+    m->n--;
+    /* close the hole: a later key of the run moves into it unless its home lies cyclically
+     * in (hole, j], where a probe from home never passes the hole */
+    for (uint32_t j = i;;) {
+        m->s[i].k = NULL;
+        for (;;) {
+            j = (j + 1) & mask;
+            if (!m->s[j].k) return;
+            uint32_t home = (uint32_t)sm_hash(m->s[j].k, m->s[j].len) & mask;
+            if (i <= j ? home <= i || home > j : home <= i && home > j) break;
+        }
+        m->s[i] = m->s[j];
+        i = j;
+    }
+}
+
 /* ---------------------------------------------------------------------------------
  * Series and tenants
  * --------------------------------------------------------------------------------- */
+
+int cp_ser_add(tenant *t, cp_ser *ser)
+{
+    cp_put_be32(ser->idkey, ser->id);
+    if (cp_vec_reserve(&t->series, (size_t)t->series.n + 1) ||
+        cp_strmap_put(&t->by_key, ser->key, ser->keylen, ser))
+        return CP_ENOMEM;
+    if (cp_strmap_put(&t->by_id, (const char *)ser->idkey, 4, ser)) {
+        cp_strmap_del(&t->by_key, ser->key, ser->keylen);
+        return CP_ENOMEM;
+    }
+    ser->pos = t->series.n;
+    t->series.v[t->series.n++] = ser;
+    if (ser->id >= t->next_id) t->next_id = ser->id + 1;
+    return 0;
+}
 
 void cp_ser_free(cp_ser *s)
 {
@@ -91,6 +130,13 @@ void cp_ser_free(cp_ser *s)
     free(s);
 }
 
+void cp_forgotten_free(cp_store *s)
+{
+    for (uint32_t i = 0; i < s->forgotten.n; i++)
+        cp_ser_free(s->forgotten.v[i]);
+    s->forgotten.n = 0;
+}
+
 static void tenant_free(tenant *t)
 {
     if (!t) return;
@@ -98,6 +144,7 @@ static void tenant_free(tenant *t)
         cp_ser_free(t->series.v[i]);
     free(t->series.v);
     free(t->by_key.s);
+    free(t->by_id.s);
     for (uint32_t i = 0; i < t->prods.cap; i++) {
         prod *p = t->prods.s[i].v;
         if (p) {
@@ -128,6 +175,7 @@ tenant *cp_tenant_add(cp_store *s, const char *name, size_t len)
         tenant_free(t);
         return NULL;
     }
+    t->next_id = 1;
     t->len = len;
     t->dict.tenant = t->name;
     t->dict.tenant_len = len;
@@ -367,19 +415,16 @@ static int load_tenants(cp_store *s, cp_err *err)
             key = leveldb_iter_key(it, &kl);
             if (kl != n + 4 || memcmp(key, k, n)) break;
             uint32_t id = cp_get_be32((const uint8_t *)key + n);
-            if (id != t->series.n + 1) {
-                rc = cp_err_set(err, CP_ESTORE, "tenant %s: series %u where %u expected", t->name,
-                                id, t->series.n + 1);
+            if (id == 0) { /* ids start at 1, in key order; forgotten ones leave gaps */
+                rc = cp_err_set(err, CP_ESTORE, "tenant %s: a series record with id 0", t->name);
                 break;
             }
             size_t vl;
             const char *v = leveldb_iter_value(it, &vl);
             cp_ser *ser = NULL;
             if ((rc = ser_decode(t, id, (const uint8_t *)v, vl, &ser, err))) break;
-            if (cp_strmap_put(&t->by_key, ser->key, ser->keylen, ser)) {
+            if (cp_ser_add(t, ser)) {
                 cp_ser_free(ser);
-                rc = cp_err_set(err, CP_ENOMEM, "store: loading series");
-            } else if (cp_vec_push(&t->series, ser)) {
                 rc = cp_err_set(err, CP_ENOMEM, "store: loading series");
             }
         }
@@ -562,6 +607,8 @@ void cp_store_close(cp_store *s)
     free(s->buckets.v);
     free(s->dirty.v);
     free(s->bslots);
+    cp_forgotten_free(s);
+    free(s->forgotten.v);
     for (uint32_t i = 0; i < s->tenants.n; i++)
         tenant_free(s->tenants.v[i]);
     free(s->tenants.v);
@@ -589,6 +636,7 @@ int cp_store_reopen(cp_store *s, cp_err *err)
     /* readers never hold table pointers without dblock; cp_store_get_stats reads the
      * tenant list under lock only */
     pthread_rwlock_wrlock(&s->lock);
+    cp_forgotten_free(s);
     for (uint32_t i = 0; i < s->tenants.n; i++)
         tenant_free(s->tenants.v[i]);
     s->tenants.n = 0;
@@ -707,6 +755,10 @@ static int store_collect(void *arg, cp_metrics_out *o)
          offsetof(cp_store_stats, disk_bytes)},
         {"contprof_store_series", "Distinct series in the store.", CP_METRIC_GAUGE,
          offsetof(cp_store_stats, series)},
+        {"contprof_store_series_forgotten_total",
+         "Series forgotten by retention: every window of theirs was past every level's "
+         "retention (a later window of the same labels makes a new series).",
+         CP_METRIC_COUNTER, offsetof(cp_store_stats, series_forgotten)},
         {"contprof_store_windows_written_total", "Windows stored by this process.",
          CP_METRIC_COUNTER, offsetof(cp_store_stats, windows)},
         {"contprof_store_stack_cache_hits_total",

@@ -129,6 +129,9 @@ typedef struct cp_store_stats {
     uint64_t disk_bytes; /* approximate size of the LevelDB files */
     uint64_t windows;    /* windows stored since open (this process) */
     uint64_t series;     /* distinct series known */
+    /* series forgotten by retention since open: every window of theirs past every level's
+     * retention (store/README.md, "Retention") */
+    uint64_t series_forgotten;
     /* the writer's stack caches: samples found / not found (lazy ids only), times all
      * were dropped for the budget, bytes held */
     uint64_t stack_cache_hits, stack_cache_misses, stack_cache_flushes, stack_cache_bytes;

@@ -270,6 +270,8 @@ typedef struct bucket {
 
 struct cp_ser {
     uint32_t id;
+    uint8_t idkey[4]; /* id, be32: the series' key in tenant.by_id */
+    uint32_t pos;     /* index in tenant.series */
     cp_kind kind;
     tenant *t;
     cp_labels labels;
@@ -328,8 +330,12 @@ struct tenant {
     char *name;
     size_t len;
     cp_dict dict;
-    CP_VEC(cp_ser *) series; /* by id - 1 */
+    /* Series ids only grow; retention forgets a series whose windows are all gone
+     * (retention.c), so ids have gaps: find one by id in by_id, never by position. */
+    CP_VEC(cp_ser *) series; /* every series, in no order (cp_ser.pos) */
     strmap by_key;           /* series key -> cp_ser */
+    strmap by_id;            /* cp_ser.idkey -> cp_ser */
+    uint32_t next_id;        /* the id of the next series (1 + the highest ever loaded or made) */
     strmap prods;            /* writer: producer records */
 };
 
@@ -367,6 +373,10 @@ struct cp_store {
     size_t bucket_bytes, bucket_bytes_max;   /* the open buckets' heap bytes (bucket_bytes()) */
     atomic_uint_fast64_t bucket_drops;       /* all dropped past a budget after a commit */
     uint32_t mt_tenant, mt_series, mt_level; /* maintenance cursor */
+    /* series retention forgot (out of every table) that a query may still hold: freed once
+     * no query runs (retention.c) */
+    CP_VEC(cp_ser *) forgotten;
+    atomic_uint_fast64_t series_forgotten;
     int64_t mt_capture_ns; /* when retention last read the capture records (retention.c) */
     atomic_uint_fast64_t capture_gen; /* cp_store_captures_gen */
     /* the series' stack caches: bytes held, the budget, and counters (read by stats) */
@@ -452,8 +462,24 @@ void *cp_strmap_get(const strmap *m, const char *k, size_t len);
  * value). CP_ENOMEM. */
 int cp_strmap_put(strmap *m, const char *k, size_t len, void *v);
 
+/* Removes k (present or not); the other keys stay found (backward-shift deletion). */
+void cp_strmap_del(strmap *m, const char *k, size_t len);
+
 /* Frees a series and what it owns; NULL is fine. */
 void cp_ser_free(cp_ser *s);
+/* Adds ser to t's tables under its id (the writer, under s->lock for writing, or at open).
+ * CP_ENOMEM. */
+int cp_ser_add(tenant *t, cp_ser *ser);
+/* Frees the series retention forgot (s->forgotten): the caller holds s->dblock for writing
+ * (no query holds one), or closes the store. */
+void cp_forgotten_free(cp_store *s);
+/* t's series with id, or NULL (none, or forgotten). Caller holds s->lock or is the writer. */
+static inline cp_ser *cp_ser_by_id(const tenant *t, uint32_t id)
+{
+    uint8_t k[4];
+    cp_put_be32(k, id);
+    return cp_strmap_get(&t->by_id, (const char *)k, 4);
+}
 /* The tenant named name[0..len), or NULL. Caller holds s->lock (either way) or is the writer. */
 tenant *cp_tenant_find(cp_store *s, const char *name, size_t len);
 /* Adds an empty tenant (the writer, under s->lock for writing); NULL on out of memory. */

@@ -853,7 +853,7 @@ static int ser_create(cp_store_batch *B, tenant *t, const cp_envelope *e, const 
     if (!s) return cp_err_set(err, CP_ENOMEM, "store: series");
     s->t = t;
     s->kind = e->kind;
-    s->id = t->series.n + 1;
+    s->id = t->next_id;
     s->first_ns = INT64_MAX;
     s->last_ns = INT64_MIN;
     for (int l = 0; l < CP_NLEVELS; l++)
@@ -874,13 +874,10 @@ static int ser_create(cp_store_batch *B, tenant *t, const cp_envelope *e, const 
     s->period = p->period;
     s->keylen = ident->len;
     s->key = xstrndup((const char *)ident->data, ident->len);
-    if (bad || !s->period_type || !s->period_unit || !s->key ||
-        cp_vec_reserve(&t->series, (size_t)t->series.n + 1) ||
-        cp_strmap_put(&t->by_key, s->key, s->keylen, s)) {
+    if (bad || !s->period_type || !s->period_unit || !s->key || cp_ser_add(t, s)) {
         cp_ser_free(s);
         return cp_err_set(err, CP_ENOMEM, "store: series");
     }
-    t->series.v[t->series.n++] = s;
     /* label index */
     cp_buf *k = &B->kbuf;
     for (uint32_t i = 0; i < s->labels.p.n; i++) {

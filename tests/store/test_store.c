@@ -1591,7 +1591,8 @@ TEST(capture_series_apart_and_records_kept)
 /* Retention takes a capture's records with its windows: a capture series' window records
  * ('W') once no level holds its windows, a capture record ('K') once its end is older than
  * the longest-kept level; a capture that ended since stays. */
-static uint32_t capture_window_keys(const char *dir)
+/* Keys of tenant acme of type (format.h), read from the store's LevelDB itself (closed). */
+static uint32_t tenant_keys(const char *dir, char type)
 {
     char *lerr = NULL;
     leveldb_options_t *o = leveldb_options_create();
@@ -1599,11 +1600,12 @@ static uint32_t capture_window_keys(const char *dir)
     CHECK(db != NULL);
     leveldb_readoptions_t *ro = leveldb_readoptions_create();
     leveldb_iterator_t *it = leveldb_create_iterator(db, ro);
+    char pre[6] = {'a', 'c', 'm', 'e', 0, type};
     uint32_t n = 0;
-    for (leveldb_iter_seek(it, "acme\0W", 6); leveldb_iter_valid(it); leveldb_iter_next(it)) {
+    for (leveldb_iter_seek(it, pre, 6); leveldb_iter_valid(it); leveldb_iter_next(it)) {
         size_t kl;
         const char *k = leveldb_iter_key(it, &kl);
-        if (kl < 6 || memcmp(k, "acme\0W", 6)) break;
+        if (kl < 6 || memcmp(k, pre, 6)) break;
         n++;
     }
     leveldb_iter_destroy(it);
@@ -1659,7 +1661,228 @@ TEST(capture_records_leave_with_retention)
     CHECK_EQ(cp_store_get_capture(s, "acme", "new", &c, &err), 0);
     cp_capture_close(&c);
     cp_store_close(s);
-    CHECK_EQ(capture_window_keys(dir), 1); /* the new capture's one window */
+    CHECK_EQ(tenant_keys(dir, CP_K_CAPWIN), 1); /* the new capture's one window */
+    rmtree(dir);
+}
+
+/* A host's short processes are a series each (instance = host:pid). Once every window of
+ * one is past every level's retention, retention forgets it: its record, label index
+ * entries, cumulative inputs and capture windows leave the disk and the series the tables
+ * (and contprof_store_series); the live series stay whole; a window that comes later with a
+ * forgotten series' labels makes a new series; a restart reads ids with gaps, and the
+ * repair finds nothing lost in them. */
+static void add_cumulative(cp_store_batch *b, const char *labels, int64_t start,
+                           const char *producer, uint64_t seq, int64_t total)
+{
+    const char *names[1] = {"alloc_a"};
+    cp_profile *p = mem_profile(1, names, &total, 1);
+    cp_envelope e;
+    make_env(&e, "acme", CP_KIND_ALLOC, labels, start, WIN, producer, seq);
+    e.cumulative = 1;
+    CHECK_EQ(cp_store_batch_add(b, &e, p, 0, NULL), 0);
+    cp_envelope_close(&e);
+    cp_profile_destroy(p);
+}
+
+static uint32_t instance_values(cp_store *s, const char *prefix)
+{
+    cp_string_list l = {0};
+    CHECK_EQ(cp_store_label_values(s, &(cp_query){.tenant = "acme", .label = "instance"}, &l, NULL),
+             0);
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < l.n; i++)
+        n += !strncmp(l.v[i], prefix, strlen(prefix));
+    cp_string_list_close(&l);
+    return n;
+}
+
+/* The cpu total of sel over every window the test writes (level 0 is past the raw
+ * retention by the clock: whole minutes answer). */
+static int64_t cpu_total(cp_store *s, const char *sel)
+{
+    int64_t from = T0 - 4 * 86400 * SEC, to = T0 + 2 * 86400 * SEC;
+    cp_selector q = {0};
+    CHECK_EQ(cp_selector_parse(sel, &q, NULL), 0);
+    cp_profile *p = query(s, "acme", CP_KIND_CPU, &q, from, to);
+    int64_t v = cp_profile_total(p, 1);
+    cp_profile_destroy(p);
+    cp_selector_close(&q);
+    return v;
+}
+
+TEST(series_past_every_retention_are_forgotten)
+{
+    char *dir = tmpdir("store");
+    make_windows(31);
+    cp_store *s = open_store(dir, 3600 * SEC, 86400 * SEC);
+    int64_t now = starts[NWIN - 1] + WIN, old = now - 3 * 86400 * SEC;
+    cp_store_batch *b = cp_store_batch_create(s);
+    char lab[96], prod[16];
+    /* 40 processes three days ago (cpu, and a cumulative alloc series for every fourth; one
+     * under a capture), each followed by one that runs now (their ids interleave) */
+    for (int p = 0; p < 40; p++) {
+        snprintf(lab, sizeof lab, "service=job,instance=old:%d%s", p, p == 7 ? ",capture=c7" : "");
+        snprintf(prod, sizeof prod, "p%d", p);
+        for (int i = 0; i < 3; i++) {
+            int64_t at = old + (int64_t)(p * 3 + i) * WIN;
+            add(b, "acme", CP_KIND_CPU, lab, at, prod, (uint64_t)i, wins[p * 3 + i], 0);
+            if (p % 4 == 0)
+                add_cumulative(b, lab, at, "allocs", (uint64_t)(p * 3 + i), 10 * (i + 1));
+        }
+        snprintf(lab, sizeof lab, "service=job,instance=live:%d", p);
+        snprintf(prod, sizeof prod, "live%d", p);
+        add(b, "acme", CP_KIND_CPU, lab, starts[NWIN - 40 + p], prod, 0, wins[NWIN - 40 + p], 0);
+    }
+    commit(b);
+    cp_store_stats st;
+    cp_store_get_stats(s, &st);
+    CHECK_EQ(st.series, 40 + 10 + 40);
+    CHECK_EQ(instance_values(s, "old:"), 39); /* a capture's series is listed apart */
+    int64_t live = cpu_total(s, "{instance=\"live:1\"}");
+    CHECK(live > 0);
+    /* retention in passes of 5 keys, as long as any finds something to delete */
+    uint32_t del, passes = 0;
+    do {
+        CHECK_EQ(cp_store_maintain(s, now, 5, &del, NULL), 0);
+        CHECK(++passes < 1000);
+    } while (del);
+    cp_store_get_stats(s, &st);
+    CHECK_EQ(st.series_forgotten, 50);
+    CHECK_EQ(st.series, 40);
+    CHECK_EQ(instance_values(s, "old:"), 0);
+    CHECK_EQ(instance_values(s, "live:"), 40);
+    cp_series_list sl;
+    CHECK_EQ(cp_store_series(
+                 s, &(cp_query){.tenant = "acme", .from_ns = old - 86400 * SEC, .to_ns = now + WIN},
+                 &sl, NULL),
+             0);
+    CHECK_EQ(sl.n, 40);
+    cp_series_list_close(&sl);
+    CHECK_EQ(cpu_total(s, "{instance=\"live:1\"}"), live);
+    /* every live series is still found by its labels (its id by the index, its record by
+     * its labels: a second window joins it, no new series) */
+    for (int p = 0; p < 40; p++) {
+        snprintf(lab, sizeof lab, "{instance=\"live:%d\"}", p);
+        int64_t e0, e1;
+        free(expected(starts[NWIN - 40 + p], starts[NWIN - 40 + p] + 1, &e0, &e1));
+        CHECK_EQ(cpu_total(s, lab), e1);
+        snprintf(lab, sizeof lab, "service=job,instance=live:%d", p);
+        snprintf(prod, sizeof prod, "live%d", p);
+        add(b, "acme", CP_KIND_CPU, lab, now, prod, 1, wins[0], 0);
+    }
+    commit(b);
+    cp_store_get_stats(s, &st);
+    CHECK_EQ(st.series, 40);
+    live = cpu_total(s, "{instance=\"live:1\"}");
+    /* a window of a forgotten series' labels, now: a new series holding only it */
+    add(b, "acme", CP_KIND_CPU, "service=job,instance=old:3", now, "p3", 100, wins[0], 0);
+    commit(b);
+    int64_t e0, e1;
+    free(expected(starts[0], starts[0] + 1, &e0, &e1));
+    CHECK_EQ(cpu_total(s, "{instance=\"old:3\"}"), e1);
+    cp_store_batch_destroy(b);
+    cp_store_close(s);
+    /* every key of the forgotten series is gone: records, index, cumulative, captures */
+    CHECK_EQ(tenant_keys(dir, CP_K_SERIES), 41);
+    CHECK_EQ(tenant_keys(dir, CP_K_LABEL), 82); /* service and instance of each */
+    CHECK_EQ(tenant_keys(dir, CP_K_CUMUL), 0);
+    CHECK_EQ(tenant_keys(dir, CP_K_CAPWIN), 0);
+    /* a restart reads the ids with their gaps; the new series gets its own */
+    s = open_store(dir, 3600 * SEC, 86400 * SEC);
+    cp_store_get_stats(s, &st);
+    CHECK_EQ(st.series, 41);
+    b = cp_store_batch_create(s);
+    add(b, "acme", CP_KIND_CPU, "service=job,instance=old:9", now, "p9", 100, wins[1], 0);
+    commit(b);
+    cp_store_batch_destroy(b);
+    CHECK_EQ(cpu_total(s, "{instance=\"old:3\"}"), e1);
+    CHECK_EQ(cpu_total(s, "{instance=\"live:1\"}"), live);
+    free(expected(starts[1], starts[1] + 1, &e0, &e1));
+    CHECK_EQ(cpu_total(s, "{instance=\"old:9\"}"), e1);
+    CHECK_EQ(instance_values(s, "old:"), 2);
+    cp_store_close(s);
+    cp_store_repair_stats rst;
+    cp_err err = {0};
+    cp_store_options ro = {
+        .path = dir, .retention_raw_ns = 3600 * SEC, .retention_rollup_ns = 86400 * SEC};
+    CHECK_EQ(cp_store_repair(&ro, NULL, &rst, &err), 0);
+    CHECK_EQ(rst.series_missing, 0);
+    CHECK_EQ(rst.series_kept, 42);
+    CHECK_EQ(rst.blocks_dropped, 0);
+    rmtree(dir);
+}
+
+/* Queries read a series' blocks outside the tables' lock: one that runs while retention
+ * forgets the series keeps it (freed once no query runs). Readers query and list without
+ * pause while series are made three days old and forgotten, round after round (under
+ * ASan, a series freed under a query is a use after free). */
+static void *forget_reader(void *arg)
+{
+    int64_t from = *(const int64_t *)arg;
+    while (!stop_readers) {
+        cp_profile *p = NULL;
+        CHECK_EQ(cp_store_query(cs,
+                                &(cp_query){.tenant = "acme",
+                                            .kind = CP_KIND_CPU,
+                                            .from_ns = from,
+                                            .to_ns = from + 5 * 86400 * SEC},
+                                &p, NULL),
+                 0);
+        cp_profile_destroy(p);
+        cp_series_list sl;
+        CHECK_EQ(
+            cp_store_series(
+                cs, &(cp_query){.tenant = "acme", .from_ns = from, .to_ns = from + 5 * 86400 * SEC},
+                &sl, NULL),
+            0);
+        cp_series_list_close(&sl);
+        CHECK(instance_values(cs, "") >= 1);
+    }
+    return NULL;
+}
+
+TEST(series_forgotten_under_queries)
+{
+    char *dir = tmpdir("store");
+    make_windows(37);
+    cs = open_store(dir, 3600 * SEC, 86400 * SEC);
+    int64_t now = starts[NWIN - 1] + WIN, old = now - 3 * 86400 * SEC;
+    cp_store_batch *b = cp_store_batch_create(cs);
+    add(b, "acme", CP_KIND_CPU, "instance=live", now - WIN, "live", 0, wins[0], 0);
+    commit(b);
+    stop_readers = 0;
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, forget_reader, &old);
+    char lab[64], prod[16];
+    uint64_t forgotten = 0;
+    for (int round = 0; round < 30; round++) {
+        for (int p = 0; p < 8; p++) {
+            snprintf(lab, sizeof lab, "instance=r%d-%d", round, p);
+            snprintf(prod, sizeof prod, "r%d-%d", round, p);
+            add(b, "acme", CP_KIND_CPU, lab, old + (int64_t)(round * 8 + p) * WIN, prod, 0,
+                wins[(round * 8 + p) % NWIN], 0);
+        }
+        commit(b);
+        uint32_t del;
+        do
+            CHECK_EQ(cp_store_maintain(cs, now, 7, &del, NULL), 0);
+        while (del);
+        cp_store_stats st;
+        cp_store_get_stats(cs, &st);
+        CHECK_EQ(st.series, 1);
+        forgotten = st.series_forgotten;
+    }
+    stop_readers = 1;
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    CHECK_EQ(forgotten, 30 * 8);
+    /* with no query running, the next pass frees every series kept for one */
+    uint32_t del;
+    CHECK_EQ(cp_store_maintain(cs, now, 7, &del, NULL), 0);
+    CHECK_EQ(cs->forgotten.n, 0);
+    cp_store_batch_destroy(b);
+    cp_store_close(cs);
     rmtree(dir);
 }
 
@@ -1674,4 +1897,5 @@ TEST_MAIN(T(exact_totals_and_rollups), T(timeline_matches_queries),
           T(rollups_of_one_batch_equal_window_by_window), T(rollups_of_many_series_in_one_cache),
           T(retention_takes_late_windows_of_clean_series),
           T(dropped_batch_leaves_no_staged_windows), T(rollups_through_ten_minute_stages),
-          T(symbols_under_reopen), T(capture_series_apart_and_records_kept))
+          T(symbols_under_reopen), T(capture_series_apart_and_records_kept),
+          T(series_past_every_retention_are_forgotten), T(series_forgotten_under_queries))
