@@ -122,6 +122,9 @@ static void check_metrics_families(const char *text)
         "contprof_uptime_seconds gauge Seconds since the query API started.",
         "contprof_store_disk_bytes gauge Approximate size of the store on disk.",
         "contprof_store_series gauge Distinct series in the store.",
+        "contprof_store_series_forgotten_total counter Series forgotten by retention: every "
+        "window of theirs was past every level's retention (a later window of the same labels "
+        "makes a new series).",
         "contprof_store_windows_written_total counter Windows stored by this process.",
         "contprof_store_stack_cache_hits_total counter Samples whose stack the writer's per-series "
         "cache knew (store/README.md).",
