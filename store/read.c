@@ -300,8 +300,15 @@ static int sel_match(const cp_selector *sel, const cp_labels *l)
     return 1;
 }
 
-/* Series of t of kind (0 = any) matched by sel. Uses the label index for the first
- * non-empty equality matcher, then checks every matcher. Caller holds the read lock. */
+static int ser_id_cmp(const void *a, const void *b)
+{
+    uint32_t x = (*(cp_ser *const *)a)->id, y = (*(cp_ser *const *)b)->id;
+    return (x > y) - (x < y);
+}
+
+/* Series of t of kind (0 = any) matched by sel, in id order (the order they were made).
+ * Uses the label index for the first non-empty equality matcher, then checks every
+ * matcher. Caller holds the read lock. */
 static int match_series(qctx *q, tenant *t, int kind, const cp_selector *sel, servec *out)
 {
     out->n = 0;
@@ -314,6 +321,8 @@ static int match_series(qctx *q, tenant *t, int kind, const cp_selector *sel, se
             if ((kind && (int)s->kind != kind) || !sel_match(sel, &s->labels)) continue;
             if (cp_vec_push(out, s)) return cp_err_set(q->err, CP_ENOMEM, "query");
         }
+        /* t->series is in no order once a series was forgotten (retention.c) */
+        if (out->n > 1) qsort(out->v, out->n, sizeof *out->v, ser_id_cmp);
         return 0;
     }
     cp_buf k = {0};

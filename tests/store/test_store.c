@@ -1757,6 +1757,10 @@ TEST(series_past_every_retention_are_forgotten)
                  &sl, NULL),
              0);
     CHECK_EQ(sl.n, 40);
+    for (uint32_t i = 0; i < sl.n; i++) { /* in the order they were made, as before */
+        snprintf(lab, sizeof lab, "live:%u", i);
+        CHECK_STREQ(cp_labels_get(&sl.v[i].labels, "instance"), lab);
+    }
     cp_series_list_close(&sl);
     CHECK_EQ(cpu_total(s, "{instance=\"live:1\"}"), live);
     /* every live series is still found by its labels (its id by the index, its record by
