@@ -120,7 +120,7 @@ static int write_deletes(cp_store *s, leveldb_writebatch_t *wb, cp_err *err)
  * Forgetting series
  *
  * A host's short processes make a series each (`instance` is host:pid): kept forever, the
- * series table grew with every process ever profiled (~1.3 KB each). A series whose
+ * series table grew with every process ever profiled (~840 bytes each). A series whose
  * windows are all past every level's retention answers nothing any more; it is forgotten:
  * its keys go in one write, then it leaves the tables. A later window with its labels
  * makes a new series under a new id (ids only grow while the store is open; one freed at

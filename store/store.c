@@ -95,6 +95,28 @@ void cp_strmap_del(strmap *m, const char *k, size_t len)
  * Series and tenants
  * --------------------------------------------------------------------------------- */
 
+const char *cp_tenant_word(tenant *t, const char *s, size_t n)
+{
+    char *w = cp_strmap_get(&t->words, s, n);
+    if (w) return w;
+    if (!(w = xstrndup(s, n))) return NULL;
+    if (cp_strmap_put(&t->words, w, n, w)) {
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+/* Room for ser's ntypes names (ser->type, ser->unit); CP_ENOMEM. */
+int cp_ser_types_alloc(cp_ser *ser, uint32_t ntypes)
+{
+    ser->ntypes = ntypes;
+    ser->type = calloc(2 * (size_t)ntypes + 1, sizeof *ser->type);
+    if (!ser->type) return CP_ENOMEM;
+    ser->unit = ser->type + ntypes;
+    return 0;
+}
+
 int cp_ser_add(tenant *t, cp_ser *ser)
 {
     cp_put_be32(ser->idkey, ser->id);
@@ -116,12 +138,7 @@ void cp_ser_free(cp_ser *s)
     if (!s) return;
     cp_labels_close(&s->labels);
     free(s->key);
-    for (uint32_t i = 0; i < CP_MAX_TYPES; i++) {
-        free(s->type[i]);
-        free(s->unit[i]);
-    }
-    free(s->period_type);
-    free(s->period_unit);
+    free(s->type);
     free(s->cum_producer);
     cp_acc_close(&s->cum);
     cp_acc_close(&s->stage);
@@ -145,6 +162,9 @@ static void tenant_free(tenant *t)
     free(t->series.v);
     free(t->by_key.s);
     free(t->by_id.s);
+    for (uint32_t i = 0; i < t->words.cap; i++)
+        free(t->words.s[i].v);
+    free(t->words.s);
     for (uint32_t i = 0; i < t->prods.cap; i++) {
         prod *p = t->prods.s[i].v;
         if (p) {
@@ -203,6 +223,14 @@ static char *rd_strdup(cp_rd *r)
     return xstrndup((const char *)p, n);
 }
 
+/* The next string of r as t's word (NULL: bad or out of memory). */
+static const char *rd_word(tenant *t, cp_rd *r)
+{
+    size_t n;
+    const uint8_t *p = cp_get_str(r, &n);
+    return p ? cp_tenant_word(t, (const char *)p, n) : NULL;
+}
+
 static int ser_decode(tenant *t, uint32_t id, const uint8_t *v, size_t len, cp_ser **out,
                       cp_err *err)
 {
@@ -222,16 +250,15 @@ static int ser_decode(tenant *t, uint32_t id, const uint8_t *v, size_t len, cp_s
         free(val);
     }
     uint64_t nt = cp_get_uv(&r);
-    if (nt > CP_MAX_TYPES) r.bad = 1;
+    if (nt > CP_MAX_TYPES || (!r.bad && cp_ser_types_alloc(s, (uint32_t)nt))) r.bad = 1;
     for (uint64_t i = 0; i < nt && !r.bad; i++) {
-        s->type[i] = rd_strdup(&r);
-        s->unit[i] = rd_strdup(&r);
+        s->type[i] = rd_word(t, &r);
+        s->unit[i] = rd_word(t, &r);
         if (!s->type[i] || !s->unit[i]) r.bad = 1;
     }
-    s->ntypes = (uint32_t)nt;
     if (!r.bad) {
-        s->period_type = rd_strdup(&r);
-        s->period_unit = rd_strdup(&r);
+        s->period_type = rd_word(t, &r);
+        s->period_unit = rd_word(t, &r);
     }
     s->period = cp_get_sv(&r);
     s->first_ns = cp_get_sv(&r);

@@ -278,8 +278,10 @@ struct cp_ser {
     char *key; /* identity: kind, then name \0 value \0 ... */
     size_t keylen;
     uint32_t ntypes;
-    char *type[CP_MAX_TYPES], *unit[CP_MAX_TYPES];
-    char *period_type, *period_unit;
+    /* the sample types' names: ntypes each, one allocation (unit = type + ntypes); the
+     * strings, like the period's, are the tenant's words (cp_tenant_word), shared */
+    const char **type, **unit;
+    const char *period_type, *period_unit;
     int64_t period;
     int64_t first_ns, last_ns; /* window starts; first > last while empty */
     uint64_t windows;
@@ -337,6 +339,7 @@ struct tenant {
     strmap by_id;            /* cp_ser.idkey -> cp_ser */
     uint32_t next_id;        /* the id of the next series (1 + the highest ever loaded or made) */
     strmap prods;            /* writer: producer records */
+    strmap words;            /* sample type, unit and period names: each string once */
 };
 
 /* The readers as a cp_reader (read.c), copied into every store at open. */
@@ -467,6 +470,11 @@ void cp_strmap_del(strmap *m, const char *k, size_t len);
 
 /* Frees a series and what it owns; NULL is fine. */
 void cp_ser_free(cp_ser *s);
+/* t's copy of s[0..n) (kept until t is freed), or NULL on out of memory. The writer, or
+ * open. */
+const char *cp_tenant_word(tenant *t, const char *s, size_t n);
+/* Room for ser's ntypes sample type names (ser->type, ser->unit, NULL each); CP_ENOMEM. */
+int cp_ser_types_alloc(cp_ser *ser, uint32_t ntypes);
 /* Adds ser to t's tables under its id (the writer, under s->lock for writing, or at open).
  * CP_ENOMEM. */
 int cp_ser_add(tenant *t, cp_ser *ser);

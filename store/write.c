@@ -858,19 +858,18 @@ static int ser_create(cp_store_batch *B, tenant *t, const cp_envelope *e, const 
     s->last_ns = INT64_MIN;
     for (int l = 0; l < CP_NLEVELS; l++)
         s->mt_floor[l] = INT64_MAX; /* new: no block anywhere */
-    s->ntypes = p->sample_types.n;
-    int bad = cp_labels_copy(&s->labels, &e->labels) != 0;
+    int bad = cp_labels_copy(&s->labels, &e->labels) || cp_ser_types_alloc(s, p->sample_types.n);
     for (uint32_t i = 0; i < s->ntypes && !bad; i++) {
         const char *ty = cp_profile_str(p, p->sample_types.v[i].type);
         const char *un = cp_profile_str(p, p->sample_types.v[i].unit);
-        s->type[i] = xstrndup(ty, strlen(ty));
-        s->unit[i] = xstrndup(un, strlen(un));
+        s->type[i] = cp_tenant_word(t, ty, strlen(ty));
+        s->unit[i] = cp_tenant_word(t, un, strlen(un));
         bad |= !s->type[i] || !s->unit[i];
     }
     const char *pt = cp_profile_str(p, p->period_type.type);
     const char *pu = cp_profile_str(p, p->period_type.unit);
-    s->period_type = xstrndup(pt, strlen(pt));
-    s->period_unit = xstrndup(pu, strlen(pu));
+    s->period_type = cp_tenant_word(t, pt, strlen(pt));
+    s->period_unit = cp_tenant_word(t, pu, strlen(pu));
     s->period = p->period;
     s->keylen = ident->len;
     s->key = xstrndup((const char *)ident->data, ident->len);
