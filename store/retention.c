@@ -298,11 +298,18 @@ int cp_store_maintain(cp_store *s, int64_t now_ns, uint32_t max_keys, uint32_t *
     if (forgot)
         cp_log_info("store %s: retention forgot %u series (their windows all past retention)",
                     s->path, forgot);
-    /* the series forgotten are freed once no query holds one (a query holds s->dblock for
-     * reading throughout); while queries keep coming they wait for a later pass */
-    if (s->forgotten.n && pthread_rwlock_trywrlock(&s->dblock) == 0) {
-        cp_forgotten_free(s);
-        pthread_rwlock_unlock(&s->dblock);
+    /* The series forgotten are freed once no query holds one (a query holds s->dblock for
+     * reading throughout): by the first pass that finds none running; past
+     * s->forgotten_wait kept, a pass waits for the running ones (as a reopen does; new
+     * queries wait behind it), so queries that never pause cannot keep them for ever. */
+    if (s->forgotten.n) {
+        int held = pthread_rwlock_trywrlock(&s->dblock) == 0;
+        if (!held && s->forgotten.n >= s->forgotten_wait)
+            held = pthread_rwlock_wrlock(&s->dblock) == 0;
+        if (held) {
+            cp_forgotten_free(s);
+            pthread_rwlock_unlock(&s->dblock);
+        }
     }
     if (deleted) *deleted = done;
     return rc;

@@ -602,6 +602,7 @@ int cp_store_open(const cp_store_options *opt, cp_store **out, cp_err *err)
     s->bucket_rows_max = opt->bucket_cache_entries ? opt->bucket_cache_entries : (2u << 20);
     s->bucket_bytes_max = opt->memory_budget ? opt->memory_budget : ((size_t)256 << 20);
     s->wcache_budget = opt->stack_cache_bytes ? opt->stack_cache_bytes : (64u << 20);
+    s->forgotten_wait = 1024; /* ~0.9 MB of series (store/README.md, Retention) */
     s->opts = leveldb_options_create();
     s->cache = leveldb_cache_create_lru(opt->cache_bytes ? opt->cache_bytes : (64u << 20));
     s->filter = leveldb_filterpolicy_create_bloom(10);

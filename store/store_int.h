@@ -377,8 +377,9 @@ struct cp_store {
     atomic_uint_fast64_t bucket_drops;       /* all dropped past a budget after a commit */
     uint32_t mt_tenant, mt_series, mt_level; /* maintenance cursor */
     /* series retention forgot (out of every table) that a query may still hold: freed once
-     * no query runs (retention.c) */
+     * no query runs, waited for past forgotten_wait of them (1,024; retention.c) */
     CP_VEC(cp_ser *) forgotten;
+    uint32_t forgotten_wait;
     atomic_uint_fast64_t series_forgotten;
     int64_t mt_capture_ns; /* when retention last read the capture records (retention.c) */
     atomic_uint_fast64_t capture_gen; /* cp_store_captures_gen */

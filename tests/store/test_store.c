@@ -1890,6 +1890,65 @@ TEST(series_forgotten_under_queries)
     rmtree(dir);
 }
 
+/* A query that does not end (here: the store's dblock held for reading, as a query holds it
+ * throughout) keeps the series retention forgot without holding retention up, until
+ * forgotten_wait of them are kept: then a pass waits for the query to end and frees them. */
+static atomic_int long_armed, long_done;
+static void *long_query(void *arg)
+{
+    cp_store *s = arg;
+    pthread_rwlock_rdlock(&s->dblock);
+    atomic_store(&long_done, 1); /* holding */
+    while (!atomic_load(&long_armed))
+        usleep(1000);
+    usleep(2000 * 1000); /* what retention must wait for */
+    atomic_store(&long_done, 2);
+    pthread_rwlock_unlock(&s->dblock);
+    return NULL;
+}
+
+static void forget_old_series(cp_store *s, int from, int n, int64_t old, int64_t now)
+{
+    cp_store_batch *b = cp_store_batch_create(s);
+    char lab[64];
+    for (int p = from; p < from + n; p++) {
+        snprintf(lab, sizeof lab, "instance=h:%d", p);
+        add(b, "acme", CP_KIND_CPU, lab, old + (int64_t)p * WIN, lab, 0, wins[p], 0);
+    }
+    commit(b);
+    cp_store_batch_destroy(b);
+    uint32_t del;
+    do
+        CHECK_EQ(cp_store_maintain(s, now, 1000, &del, NULL), 0);
+    while (del);
+}
+
+TEST(forgotten_series_wait_for_a_query_only_so_long)
+{
+    char *dir = tmpdir("store");
+    make_windows(41);
+    cp_store *s = open_store(dir, 3600 * SEC, 86400 * SEC);
+    s->forgotten_wait = 8;
+    int64_t now = starts[NWIN - 1] + WIN, old = now - 3 * 86400 * SEC;
+    pthread_t th;
+    pthread_create(&th, NULL, long_query, s);
+    while (atomic_load(&long_done) != 1)
+        usleep(1000);
+    forget_old_series(s, 0, 5, old, now); /* returns at once: the query holds them */
+    CHECK_EQ(s->forgotten.n, 5);
+    CHECK_EQ(atomic_load(&long_done), 1);
+    atomic_store(&long_armed, 1);
+    forget_old_series(s, 5, 5, old, now); /* the eighth: this pass waits for the query */
+    CHECK_EQ(atomic_load(&long_done), 2);
+    CHECK_EQ(s->forgotten.n, 0);
+    cp_store_stats st;
+    cp_store_get_stats(s, &st);
+    CHECK_EQ(st.series_forgotten, 10);
+    pthread_join(th, NULL);
+    cp_store_close(s);
+    rmtree(dir);
+}
+
 TEST_MAIN(T(exact_totals_and_rollups), T(timeline_matches_queries),
           T(timeline_and_series_past_raw_retention), T(inuse_is_a_gauge),
           T(cumulative_alloc_not_double_counted), T(duplicates_dropped),
@@ -1902,4 +1961,5 @@ TEST_MAIN(T(exact_totals_and_rollups), T(timeline_matches_queries),
           T(retention_takes_late_windows_of_clean_series),
           T(dropped_batch_leaves_no_staged_windows), T(rollups_through_ten_minute_stages),
           T(symbols_under_reopen), T(capture_series_apart_and_records_kept),
-          T(series_past_every_retention_are_forgotten), T(series_forgotten_under_queries))
+          T(series_past_every_retention_are_forgotten), T(series_forgotten_under_queries),
+          T(forgotten_series_wait_for_a_query_only_so_long))
