@@ -104,7 +104,8 @@
  * sv first_ns, sv last_ns (window starts), uv windows (count ingested). */
 
 /* Producer record ('P'): uv high-water sequence, 4 x u64le bitmap of the 256 sequences
- * below it (bit i set = hwm-1-i seen), sv last_seen_ns. Absent = nothing seen yet. */
+ * below it (bit i set = hwm-1-i seen), sv last_seen_ns (the latest window start). Absent =
+ * nothing seen yet, or retention deleted it (last_seen_ns before every level's cut). */
 
 /* Block value ('B', 'C'): u8 codec (CP_BLOCK_RAW or CP_BLOCK_LZ4), uv raw length, then the
  * (compressed) payload:

@@ -204,6 +204,88 @@ static int forget_series(cp_store *s, tenant *t, cp_ser *ser, leveldb_writebatch
     return 0;
 }
 
+/* ---------------------------------------------------------------------------------
+ * Producer records
+ *
+ * A producer record ('P') is one producer's duplicate check, and every process is a
+ * producer: kept for ever, they grew on disk with every process ever profiled. A record
+ * whose last window started before every level's cut goes: a copy of anything that
+ * producer sent would start no later, so past retention too. A pass reads at most
+ * s->prod_scan records, from a cursor that goes round every tenant's.
+ * --------------------------------------------------------------------------------- */
+
+/* The last window start a producer record holds; INT64_MAX when it cannot be read (kept). */
+static int64_t prod_last_seen(const char *v, size_t vl)
+{
+    cp_rd r = {(const uint8_t *)v, (const uint8_t *)v + vl, 0};
+    cp_get_uv(&r); /* high-water sequence */
+    if (r.bad || r.end - r.p < 32) return INT64_MAX;
+    r.p += 32; /* the bitmap */
+    int64_t last = cp_get_sv(&r);
+    return r.bad ? INT64_MAX : last;
+}
+
+/* Takes the record of key (in t, of type 'P', n bytes of prefix) out of the writer's cache. */
+static void prod_forget(tenant *t, const char *key, size_t kl, size_t n)
+{
+    prod *p = cp_strmap_get(&t->prods, key + n, kl - n);
+    if (!p || p->dirty) return; /* none between batches; a dirty one is written again */
+    cp_strmap_del(&t->prods, key + n, kl - n);
+    free(p->key);
+    free(p);
+}
+
+/* Deletes up to s->prod_scan records' worth of stale producer records; the count in *gone. */
+static int drop_producers(cp_store *s, int64_t cut, uint32_t *gone, cp_err *err)
+{
+    *gone = 0;
+    if (cut == INT64_MIN) return 0;
+    uint32_t read = 0, tenants = 0;
+    leveldb_writebatch_t *wb = leveldb_writebatch_create();
+    leveldb_iterator_t *it = leveldb_create_iterator(s->db, s->ropts);
+    while (read < s->prod_scan && tenants++ <= s->tenants.n) {
+        if (s->mt_prod_tenant >= s->tenants.n) s->mt_prod_tenant = 0, s->mt_prod.len = 0;
+        if (!s->tenants.n) break;
+        tenant *t = s->tenants.v[s->mt_prod_tenant];
+        uint8_t pre[CP_TENANT_KEY_MAX + 2];
+        size_t n = key_tenant(pre, t, CP_K_PRODUCER);
+        if (s->mt_prod.len)
+            leveldb_iter_seek(it, (const char *)s->mt_prod.data, s->mt_prod.len);
+        else
+            leveldb_iter_seek(it, (const char *)pre, n);
+        int more = 0;
+        for (; leveldb_iter_valid(it); leveldb_iter_next(it)) {
+            size_t kl, vl;
+            const char *key = leveldb_iter_key(it, &kl);
+            if (kl <= n || memcmp(key, pre, n)) break;
+            if (s->mt_prod.len == kl && !memcmp(key, s->mt_prod.data, kl)) continue; /* read */
+            if (read == s->prod_scan) {
+                more = 1;
+                break;
+            }
+            read++;
+            s->mt_prod.len = 0;
+            if (cp_buf_append(&s->mt_prod, key, kl)) {
+                s->mt_prod.len = 0;
+                more = 1;
+                break;
+            }
+            const char *v = leveldb_iter_value(it, &vl);
+            if (prod_last_seen(v, vl) >= cut) continue;
+            leveldb_writebatch_delete(wb, key, kl);
+            prod_forget(t, key, kl, n);
+            (*gone)++;
+        }
+        if (more) break;
+        s->mt_prod_tenant++; /* every record of t read: the next tenant */
+        s->mt_prod.len = 0;
+    }
+    leveldb_iter_destroy(it);
+    int rc = *gone ? write_deletes(s, wb, err) : 0;
+    leveldb_writebatch_destroy(wb);
+    return rc;
+}
+
 /* Deletes, into wb and then the store, the blocks of ser's level l older than cut, at most
  * max_keys - *done of them (added to *done), and records the oldest block left. */
 static int cut_level(cp_store *s, cp_ser *ser, int l, int64_t cut, uint32_t max_keys,
@@ -295,6 +377,12 @@ int cp_store_maintain(cp_store *s, int64_t now_ns, uint32_t max_keys, uint32_t *
     }
     leveldb_writebatch_destroy(wb);
     if (!rc && drop_capture_records(s, now_ns, oldest_kept(s, now_ns), err) < 0) rc = CP_ESTORE;
+    uint32_t prods = 0;
+    if (!rc) rc = drop_producers(s, oldest_kept(s, now_ns), &prods, err);
+    if (prods)
+        cp_log_info("store %s: retention removed %u producer records (their last windows past "
+                    "retention)",
+                    s->path, prods);
     if (forgot)
         cp_log_info("store %s: retention forgot %u series (their windows all past retention)",
                     s->path, forgot);

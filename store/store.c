@@ -79,7 +79,7 @@ void cp_strmap_del(strmap *m, const char *k, size_t len)
     /* close the hole: a later key of the run moves into it unless its home lies cyclically
      * in (hole, j], where a probe from home never passes the hole */
     for (uint32_t j = i;;) {
-        m->s[i].k = NULL;
+        m->s[i] = (struct sm_slot){0}; /* an empty slot holds no value either */
         for (;;) {
             j = (j + 1) & mask;
             if (!m->s[j].k) return;
@@ -603,6 +603,7 @@ int cp_store_open(const cp_store_options *opt, cp_store **out, cp_err *err)
     s->bucket_bytes_max = opt->memory_budget ? opt->memory_budget : ((size_t)256 << 20);
     s->wcache_budget = opt->stack_cache_bytes ? opt->stack_cache_bytes : (64u << 20);
     s->forgotten_wait = 1024; /* ~0.9 MB of series (store/README.md, Retention) */
+    s->prod_scan = 4096;
     s->opts = leveldb_options_create();
     s->cache = leveldb_cache_create_lru(opt->cache_bytes ? opt->cache_bytes : (64u << 20));
     s->filter = leveldb_filterpolicy_create_bloom(10);
@@ -637,6 +638,7 @@ void cp_store_close(cp_store *s)
     free(s->bslots);
     cp_forgotten_free(s);
     free(s->forgotten.v);
+    cp_buf_close(&s->mt_prod);
     for (uint32_t i = 0; i < s->tenants.n; i++)
         tenant_free(s->tenants.v[i]);
     free(s->tenants.v);
@@ -670,6 +672,8 @@ int cp_store_reopen(cp_store *s, cp_err *err)
     s->tenants.n = 0;
     s->wcache_bytes = 0; /* the series and their stack caches are gone */
     s->mt_tenant = s->mt_series = s->mt_level = 0;
+    s->mt_prod_tenant = 0;
+    s->mt_prod.len = 0;
     s->broken = 1;
     int rc = db_open(s, err);
     if (rc) {

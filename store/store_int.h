@@ -382,6 +382,10 @@ struct cp_store {
     uint32_t forgotten_wait;
     atomic_uint_fast64_t series_forgotten;
     int64_t mt_capture_ns; /* when retention last read the capture records (retention.c) */
+    /* retention's producer-record cursor: a tenant, and the last key read in it (empty: its
+     * first); prod_scan records read a pass (4,096) */
+    uint32_t mt_prod_tenant, prod_scan;
+    cp_buf mt_prod;
     atomic_uint_fast64_t capture_gen; /* cp_store_captures_gen */
     /* the series' stack caches: bytes held, the budget, and counters (read by stats) */
     size_t wcache_bytes, wcache_budget;

@@ -1591,8 +1591,8 @@ TEST(capture_series_apart_and_records_kept)
 /* Retention takes a capture's records with its windows: a capture series' window records
  * ('W') once no level holds its windows, a capture record ('K') once its end is older than
  * the longest-kept level; a capture that ended since stays. */
-/* Keys of tenant acme of type (format.h), read from the store's LevelDB itself (closed). */
-static uint32_t tenant_keys(const char *dir, char type)
+/* Keys of tenant of type (format.h), read from the store's LevelDB itself (closed). */
+static uint32_t tenant_keys_of(const char *dir, const char *tenant, char type)
 {
     char *lerr = NULL;
     leveldb_options_t *o = leveldb_options_create();
@@ -1600,12 +1600,16 @@ static uint32_t tenant_keys(const char *dir, char type)
     CHECK(db != NULL);
     leveldb_readoptions_t *ro = leveldb_readoptions_create();
     leveldb_iterator_t *it = leveldb_create_iterator(db, ro);
-    char pre[6] = {'a', 'c', 'm', 'e', 0, type};
+    char pre[CP_TENANT_KEY_MAX + 2];
+    size_t tl = strlen(tenant);
+    memcpy(pre, tenant, tl);
+    pre[tl] = 0;
+    pre[tl + 1] = type;
     uint32_t n = 0;
-    for (leveldb_iter_seek(it, pre, 6); leveldb_iter_valid(it); leveldb_iter_next(it)) {
+    for (leveldb_iter_seek(it, pre, tl + 2); leveldb_iter_valid(it); leveldb_iter_next(it)) {
         size_t kl;
         const char *k = leveldb_iter_key(it, &kl);
-        if (kl < 6 || memcmp(k, pre, 6)) break;
+        if (kl < tl + 2 || memcmp(k, pre, tl + 2)) break;
         n++;
     }
     leveldb_iter_destroy(it);
@@ -1613,6 +1617,11 @@ static uint32_t tenant_keys(const char *dir, char type)
     leveldb_close(db);
     leveldb_options_destroy(o);
     return n;
+}
+
+static uint32_t tenant_keys(const char *dir, char type)
+{
+    return tenant_keys_of(dir, "acme", type);
 }
 
 TEST(capture_records_leave_with_retention)
@@ -1949,6 +1958,47 @@ TEST(forgotten_series_wait_for_a_query_only_so_long)
     rmtree(dir);
 }
 
+/* Every process is a producer with a record of its own ('P', the duplicate check). A record
+ * whose producer's last window is past every level's retention goes, read a few a pass
+ * from a cursor that resumes (here 7: ten live producers sort first, in two tenants); the
+ * live ones stay and still drop a repeat. */
+TEST(producer_records_leave_with_retention)
+{
+    char *dir = tmpdir("store");
+    make_windows(43);
+    cp_store *s = open_store(dir, 3600 * SEC, 86400 * SEC);
+    s->prod_scan = 7;
+    int64_t now = starts[NWIN - 1] + WIN, old = now - 3 * 86400 * SEC;
+    cp_store_batch *b = cp_store_batch_create(s);
+    char prod[32];
+    for (int k = 0; k < 2; k++) {
+        const char *tn = k ? "beta" : "acme";
+        for (int p = 0; p < 10; p++) {
+            snprintf(prod, sizeof prod, "a-live-%d", p);
+            add(b, tn, CP_KIND_CPU, "service=api", starts[NWIN - 30 + p], prod, 5, wins[p], 0);
+        }
+        for (int p = 0; p < 30; p++) {
+            snprintf(prod, sizeof prod, "b-old-%02d", p);
+            add(b, tn, CP_KIND_CPU, "service=job", old + (int64_t)p * WIN, prod, 1, wins[p], 0);
+        }
+    }
+    commit(b);
+    for (int pass = 0; pass < 20; pass++) {
+        uint32_t del;
+        CHECK_EQ(cp_store_maintain(s, now, 1000, &del, NULL), 0);
+    }
+    for (int p = 0; p < 10; p++) { /* the live ones still know what they sent */
+        snprintf(prod, sizeof prod, "a-live-%d", p);
+        add(b, "beta", CP_KIND_CPU, "service=api", starts[NWIN - 30 + p], prod, 5, wins[p],
+            CP_STORE_DUPLICATE);
+    }
+    cp_store_batch_destroy(b);
+    cp_store_close(s);
+    CHECK_EQ(tenant_keys_of(dir, "acme", CP_K_PRODUCER), 10);
+    CHECK_EQ(tenant_keys_of(dir, "beta", CP_K_PRODUCER), 10);
+    rmtree(dir);
+}
+
 TEST_MAIN(T(exact_totals_and_rollups), T(timeline_matches_queries),
           T(timeline_and_series_past_raw_retention), T(inuse_is_a_gauge),
           T(cumulative_alloc_not_double_counted), T(duplicates_dropped),
@@ -1962,4 +2012,5 @@ TEST_MAIN(T(exact_totals_and_rollups), T(timeline_matches_queries),
           T(dropped_batch_leaves_no_staged_windows), T(rollups_through_ten_minute_stages),
           T(symbols_under_reopen), T(capture_series_apart_and_records_kept),
           T(series_past_every_retention_are_forgotten), T(series_forgotten_under_queries),
-          T(forgotten_series_wait_for_a_query_only_so_long))
+          T(forgotten_series_wait_for_a_query_only_so_long),
+          T(producer_records_leave_with_retention))
