@@ -300,12 +300,6 @@ static int sel_match(const cp_selector *sel, const cp_labels *l)
     return 1;
 }
 
-static int ser_id_cmp(const void *a, const void *b)
-{
-    uint32_t x = (*(cp_ser *const *)a)->id, y = (*(cp_ser *const *)b)->id;
-    return (x > y) - (x < y);
-}
-
 /* Series of t of kind (0 = any) matched by sel, in id order (the order they were made).
  * Uses the label index for the first non-empty equality matcher, then checks every
  * matcher. Caller holds the read lock. */
@@ -318,11 +312,9 @@ static int match_series(qctx *q, tenant *t, int kind, const cp_selector *sel, se
     if (!eq) {
         for (uint32_t i = 0; i < t->series.n; i++) {
             cp_ser *s = t->series.v[i];
-            if ((kind && (int)s->kind != kind) || !sel_match(sel, &s->labels)) continue;
+            if (!s || (kind && (int)s->kind != kind) || !sel_match(sel, &s->labels)) continue;
             if (cp_vec_push(out, s)) return cp_err_set(q->err, CP_ENOMEM, "query");
         }
-        /* t->series is in no order once a series was forgotten (retention.c) */
-        if (out->n > 1) qsort(out->v, out->n, sizeof *out->v, ser_id_cmp);
         return 0;
     }
     cp_buf k = {0};
@@ -1029,7 +1021,7 @@ void cp_store_get_stats(cp_store *s, cp_store_stats *out)
     out->bucket_bytes = s->bucket_bytes;
     out->bucket_drops = atomic_load(&s->bucket_drops);
     for (uint32_t i = 0; i < s->tenants.n; i++)
-        out->series += s->tenants.v[i]->series.n;
+        out->series += s->tenants.v[i]->series.n - s->tenants.v[i]->holes;
     pthread_rwlock_unlock(&s->lock);
     DIR *d = opendir(s->path);
     if (!d) return;

@@ -189,19 +189,42 @@ static int forget_series(cp_store *s, tenant *t, cp_ser *ser, leveldb_writebatch
     pthread_rwlock_wrlock(&s->lock);
     cp_strmap_del(&t->by_key, ser->key, ser->keylen);
     cp_strmap_del(&t->by_id, (const char *)ser->idkey, 4);
-    cp_ser *last = t->series.v[--t->series.n];
-    t->series.v[ser->pos] = last;
-    last->pos = ser->pos;
+    t->series.v[ser->pos] = NULL; /* closed up at the end of the pass (series_close_up) */
+    t->holes++;
     size_t wc = cp_wcache_bytes(ser->wc);
     s->wcache_bytes -= wc < s->wcache_bytes ? wc : s->wcache_bytes;
     pthread_rwlock_unlock(&s->lock);
     cp_wcache_free(ser->wc);
     ser->wc = NULL;
     s->forgotten.v[s->forgotten.n++] = ser;
-    s->mt_series = ser->pos;
-    s->mt_level = 0;
+    if (s->mt_series == ser->pos) s->mt_series++, s->mt_level = 0; /* on with the next */
     atomic_fetch_add(&s->series_forgotten, 1);
     return 0;
+}
+
+/* Takes the places of the series forgotten this pass out of every tenant's table, keeping
+ * the order: the cursor walks series in id order, so the tombstones of those it cut lie
+ * behind it, never in the way of a seek or a scan past a series' last key (LevelDB steps
+ * over each; walked from the end, a cut crossed every tombstone of the ones before). */
+static void series_close_up(cp_store *s)
+{
+    for (uint32_t k = 0; k < s->tenants.n; k++) {
+        tenant *t = s->tenants.v[k];
+        if (!t->holes) continue;
+        pthread_rwlock_wrlock(&s->lock);
+        uint32_t w = 0, cursor = s->mt_series;
+        for (uint32_t i = 0; i < t->series.n; i++) {
+            if (k == s->mt_tenant && i == s->mt_series) cursor = w;
+            if (!t->series.v[i]) continue;
+            t->series.v[i]->pos = w;
+            t->series.v[w++] = t->series.v[i];
+        }
+        if (k == s->mt_tenant && s->mt_series >= t->series.n) cursor = w;
+        if (k == s->mt_tenant) s->mt_series = cursor;
+        t->series.n = w;
+        t->holes = 0;
+        pthread_rwlock_unlock(&s->lock);
+    }
 }
 
 /* ---------------------------------------------------------------------------------
@@ -286,6 +309,10 @@ static int drop_producers(cp_store *s, int64_t cut, uint32_t *gone, cp_err *err)
     return rc;
 }
 
+/* Bytes of one series and level deleted at once that are worth a CompactRange (a day of a
+ * long-lived series' windows is megabytes; a short process's few blocks, kilobytes). */
+#define COMPACT_MIN_BYTES (64 << 10)
+
 /* Deletes, into wb and then the store, the blocks of ser's level l older than cut, at most
  * max_keys - *done of them (added to *done), and records the oldest block left. */
 static int cut_level(cp_store *s, cp_ser *ser, int l, int64_t cut, uint32_t max_keys,
@@ -296,7 +323,7 @@ static int cut_level(cp_store *s, cp_ser *ser, int l, int64_t cut, uint32_t max_
     key_block(k1, ser, l, cut + (l ? 0 : 1));
     leveldb_iterator_t *it = leveldb_create_iterator(s->db, s->ropts);
     uint32_t here = 0;
-    size_t lastlen = 0;
+    size_t lastlen = 0, bytes = 0;
     uint8_t last[CP_TENANT_KEY_MAX + 16];
     int64_t floor = INT64_MAX; /* the oldest block left; INT64_MAX: none */
     for (leveldb_iter_seek(it, (const char *)k0, n0); leveldb_iter_valid(it);
@@ -309,6 +336,9 @@ static int cut_level(cp_store *s, cp_ser *ser, int l, int64_t cut, uint32_t max_
             break;
         }
         leveldb_writebatch_delete(wb, key, kl);
+        size_t vl;
+        leveldb_iter_value(it, &vl);
+        bytes += kl + vl;
         memcpy(last, key, kl);
         lastlen = kl;
         here++;
@@ -319,8 +349,13 @@ static int cut_level(cp_store *s, cp_ser *ser, int l, int64_t cut, uint32_t max_
     if (rc) return rc;
     ser->mt_floor[l] = floor;
     if (!here) return 0;
-    /* give the space back: rewrite the files holding the deleted range */
-    leveldb_compact_range(s->db, (const char *)k0, n0, (const char *)last, lastlen);
+    /* Give the space back at once where it is much (a long-lived series' windows): rewrite
+     * the files holding the range. A short process's few blocks are left to LevelDB's own
+     * compactions (its tombstones go down with the next ones): a CompactRange flushes the
+     * memtable and rewrites a file per level, and one per series and level made a host's
+     * processes cost a compaction each (bench/store: forget). */
+    if (bytes >= COMPACT_MIN_BYTES)
+        leveldb_compact_range(s->db, (const char *)k0, n0, (const char *)last, lastlen);
     if (l == keeps_longest(s)) {
         /* no level holds a window starting before this any more */
         int64_t gone = l ? cut : cut + 1;
@@ -359,6 +394,12 @@ int cp_store_maintain(cp_store *s, int64_t now_ns, uint32_t max_keys, uint32_t *
             continue;
         }
         cp_ser *ser = t->series.v[s->mt_series];
+        if (!ser) { /* forgotten in this pass: a visit, so a pass that forgot all ends */
+            s->mt_series++;
+            s->mt_level = 0;
+            visits += CP_NLEVELS;
+            continue;
+        }
         int l = (int)s->mt_level;
         if (++s->mt_level >= CP_NLEVELS) {
             s->mt_level = 0;
@@ -376,6 +417,7 @@ int cp_store_maintain(cp_store *s, int64_t now_ns, uint32_t max_keys, uint32_t *
         if (!rc && forgettable(s, ser) && !(rc = forget_series(s, t, ser, wb, err))) forgot++;
     }
     leveldb_writebatch_destroy(wb);
+    series_close_up(s);
     if (!rc && drop_capture_records(s, now_ns, oldest_kept(s, now_ns), err) < 0) rc = CP_ESTORE;
     uint32_t prods = 0;
     if (!rc) rc = drop_producers(s, oldest_kept(s, now_ns), &prods, err);

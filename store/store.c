@@ -42,24 +42,28 @@ void *cp_strmap_get(const strmap *m, const char *k, size_t len)
     return NULL;
 }
 
+/* Rehashes m into nc slots (a power of two, > 2 n); CP_ENOMEM leaves m as it was. */
+static int sm_resize(strmap *m, uint32_t nc)
+{
+    struct sm_slot *ns = calloc(nc, sizeof *ns);
+    if (!ns) return CP_ENOMEM;
+    for (uint32_t i = 0; i < m->cap; i++) {
+        if (!m->s[i].k) continue;
+        uint32_t j = (uint32_t)sm_hash(m->s[i].k, m->s[i].len) & (nc - 1);
+        while (ns[j].k)
+            j = (j + 1) & (nc - 1);
+        ns[j] = m->s[i];
+    }
+    free(m->s);
+    m->s = ns;
+    m->cap = nc;
+    return 0;
+}
+
 /* k must stay valid as long as the entry (it is owned by the value). */
 int cp_strmap_put(strmap *m, const char *k, size_t len, void *v)
 {
-    if ((m->n + 1) * 2 > m->cap) {
-        uint32_t nc = m->cap ? m->cap * 2 : 64;
-        struct sm_slot *ns = calloc(nc, sizeof *ns);
-        if (!ns) return CP_ENOMEM;
-        for (uint32_t i = 0; i < m->cap; i++) {
-            if (!m->s[i].k) continue;
-            uint32_t j = (uint32_t)sm_hash(m->s[i].k, m->s[i].len) & (nc - 1);
-            while (ns[j].k)
-                j = (j + 1) & (nc - 1);
-            ns[j] = m->s[i];
-        }
-        free(m->s);
-        m->s = ns;
-        m->cap = nc;
-    }
+    if ((m->n + 1) * 2 > m->cap && sm_resize(m, m->cap ? m->cap * 2 : 64)) return CP_ENOMEM;
     uint32_t i = (uint32_t)sm_hash(k, len) & (m->cap - 1);
     while (m->s[i].k)
         i = (i + 1) & (m->cap - 1);
@@ -68,16 +72,11 @@ int cp_strmap_put(strmap *m, const char *k, size_t len, void *v)
     return 0;
 }
 
-void cp_strmap_del(strmap *m, const char *k, size_t len)
+/* Empties slot i and closes the hole: a later key of the run moves into it unless its home
+ * lies cyclically in (hole, j], where a probe from home never passes the hole. */
+static void sm_erase(strmap *m, uint32_t i)
 {
-    if (!m->cap) return;
-    uint32_t mask = m->cap - 1, i = (uint32_t)sm_hash(k, len) & mask;
-    while (m->s[i].k && !(m->s[i].len == len && !memcmp(m->s[i].k, k, len)))
-        i = (i + 1) & mask;
-    if (!m->s[i].k) return;
-    m->n--;
-    /* close the hole: a later key of the run moves into it unless its home lies cyclically
-     * in (hole, j], where a probe from home never passes the hole */
+    uint32_t mask = m->cap - 1;
     for (uint32_t j = i;;) {
         m->s[i] = (struct sm_slot){0}; /* an empty slot holds no value either */
         for (;;) {
@@ -89,6 +88,20 @@ void cp_strmap_del(strmap *m, const char *k, size_t len)
         m->s[i] = m->s[j];
         i = j;
     }
+}
+
+void cp_strmap_del(strmap *m, const char *k, size_t len)
+{
+    if (!m->cap) return;
+    uint32_t mask = m->cap - 1, i = (uint32_t)sm_hash(k, len) & mask;
+    while (m->s[i].k && !(m->s[i].len == len && !memcmp(m->s[i].k, k, len)))
+        i = (i + 1) & mask;
+    if (!m->s[i].k) return;
+    sm_erase(m, i);
+    m->n--;
+    /* an eighth full: half the slots, so the table follows what it holds, not its peak
+     * (out of memory it stays as it is) */
+    if (m->cap > 64 && m->n * 8 < m->cap) (void)sm_resize(m, m->cap / 2);
 }
 
 /* ---------------------------------------------------------------------------------

@@ -334,7 +334,8 @@ struct tenant {
     cp_dict dict;
     /* Series ids only grow; retention forgets a series whose windows are all gone
      * (retention.c), so ids have gaps: find one by id in by_id, never by position. */
-    CP_VEC(cp_ser *) series; /* every series, in no order (cp_ser.pos) */
+    CP_VEC(cp_ser *) series; /* every series in id order (cp_ser.pos); NULL: forgotten */
+    uint32_t holes;          /* the NULLs in series (gone at the end of a retention pass) */
     strmap by_key;           /* series key -> cp_ser */
     strmap by_id;            /* cp_ser.idkey -> cp_ser */
     uint32_t next_id;        /* the id of the next series (1 + the highest ever loaded or made) */

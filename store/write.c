@@ -693,6 +693,7 @@ static void wcache_flush(cp_store *s)
     for (uint32_t i = 0; i < s->tenants.n; i++) {
         tenant *t = s->tenants.v[i];
         for (uint32_t j = 0; j < t->series.n; j++) {
+            if (!t->series.v[j]) continue; /* forgotten (none between retention passes) */
             cp_wcache_free(t->series.v[j]->wc);
             t->series.v[j]->wc = NULL;
         }

@@ -5,9 +5,12 @@
  *       window (all levels, after a full compaction) against the windows' gzip'd pprof size.
  *   bench_store query DIR [REPS]  the merged profile of the whole store and of random
  *       unaligned 24 h windows; prints milliseconds.
+ *   bench_store forget DIR [N]  N per-process series past retention: the heap a series
+ *       holds, what retention's forgetting leaves of it, and its CPU (forget, below).
  * The store is written for tenant "default", labels service=bench,instance=i<k>, starting at
  * BENCH_T0 (2024-01-01T00:00:00Z), so other benchmarks can reuse it. */
 #include <leveldb/c.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,8 +279,86 @@ static int series(const char *dir, int n, int reps, size_t budget)
     return 0;
 }
 
+static size_t heap_bytes(void)
+{
+    return mallinfo2().uordblks;
+}
+
+/* bench_store forget DIR N: N series as a host's short processes make them (service,
+ * host, instance = host:pid, one cpu window each), all past retention. Prints the heap a
+ * series holds once the store is opened (the series table: LevelDB's block cache held to
+ * 1 MiB), what retention's forgetting leaves of it, its CPU per series, and what a reopen
+ * then holds. */
+static int forget(const char *dir, int n)
+{
+    int64_t now = BENCH_T0 + 3 * 86400 * SEC;
+    cp_store_options o = {.path = dir,
+                          .retention_raw_ns = 3600 * SEC,
+                          .retention_rollup_ns = 86400 * SEC,
+                          .cache_bytes = 1u << 20};
+    cp_store *s = NULL;
+    cp_err err = {0};
+    if (cp_store_open(&o, &s, &err)) die("open", &err);
+    cp_store_batch *b = cp_store_batch_create(s);
+    cp_profile *p = cp_synth_one_stack(CP_KIND_CPU, BENCH_T0, 3);
+    for (int i = 0; i < n; i++) {
+        cp_envelope e = {0};
+        char inst[64];
+        snprintf(inst, sizeof inst, "build-7.example.net:%d", 100000 + i);
+        e.tenant = "default";
+        cp_labels_set(&e.labels, "service", "cc1");
+        cp_labels_set(&e.labels, "host", "build-7.example.net");
+        cp_labels_set(&e.labels, "instance", inst);
+        e.kind = CP_KIND_CPU;
+        e.window_start_ns = BENCH_T0 + (int64_t)i * SEC / 10;
+        e.window_duration_ns = 10 * SEC;
+        e.producer_id = inst;
+        e.sequence = 1;
+        if (cp_store_batch_add(b, &e, p, 0, &err)) die("add", &err);
+        cp_labels_close(&e.labels);
+        if (i % 512 == 511 && cp_store_batch_commit(b, &err)) die("commit", &err);
+    }
+    if (cp_store_batch_commit(b, &err)) die("commit", &err);
+    cp_profile_destroy(p);
+    cp_store_batch_destroy(b);
+    cp_store_close(s);
+    malloc_trim(0);
+    size_t h0 = heap_bytes();
+    if (cp_store_open(&o, &s, &err)) die("reopen", &err);
+    size_t h1 = heap_bytes();
+    double c0 = thread_cpu_s();
+    uint32_t del;
+    do
+        if (cp_store_maintain(s, now, 20000, &del, &err)) die("maintain", &err);
+    while (del);
+    cp_store_maintain(s, now, 20000, &del, &err); /* frees what the last pass forgot */
+    double c1 = thread_cpu_s();
+    cp_store_stats st;
+    cp_store_get_stats(s, &st);
+    malloc_trim(0);
+    size_t h2 = heap_bytes();
+    cp_store_close(s);
+    malloc_trim(0);
+    size_t h3 = heap_bytes();
+    if (cp_store_open(&o, &s, &err)) die("reopen", &err);
+    size_t h4 = heap_bytes();
+    cp_store_stats st2;
+    cp_store_get_stats(s, &st2);
+    cp_store_close(s);
+    printf("series %d\n", n);
+    printf("forgotten %llu\n", (unsigned long long)st.series_forgotten);
+    printf("heap_bytes_per_series %.0f\n", ((double)h1 - (double)h0) / n);
+    printf("heap_left_per_forgotten_series %.1f\n", ((double)h2 - (double)h0) / n);
+    printf("forget_cpu_us_per_series %.1f\n", (c1 - c0) * 1e6 / n);
+    printf("reopened_series %llu\n", (unsigned long long)st2.series);
+    printf("reopened_heap_bytes %.0f\n", (double)h4 - (double)h3);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc >= 3 && !strcmp(argv[1], "forget"))
+        return forget(argv[2], argc > 3 ? atoi(argv[3]) : 100000);
     if (argc >= 3 && !strcmp(argv[1], "series"))
         return series(argv[2], argc > 3 ? atoi(argv[3]) : 100000, argc > 4 ? atoi(argv[4]) : 3,
                       argc > 5 ? (size_t)atol(argv[5]) << 20 : 0);
@@ -285,6 +366,6 @@ int main(int argc, char **argv)
         return build(argv[2], argc > 3 ? atol(argv[3]) : 60480, argc > 4 ? atoi(argv[4]) : 1);
     if (argc >= 3 && !strcmp(argv[1], "query")) return query(argv[2], argc > 3 ? atoi(argv[3]) : 9);
     fprintf(stderr, "usage: bench_store build DIR [WINDOWS [SERIES]] | query DIR [REPS] | series "
-                    "DIR [N [REPS [BUDGET_MB]]]\n");
+                    "DIR [N [REPS [BUDGET_MB]]] | forget DIR [N]\n");
     return 2;
 }
