@@ -5,7 +5,8 @@
  * Locking: cp_store_maintain runs on the writer's thread between batches (it drops the
  * writer's clean buckets); it reads the tables without a lock like the writer, and takes
  * s->lock for writing to narrow a series' span once its level-0 blocks are gone and to take
- * a forgotten series out of the tables; s->dblock only by trywrlock, to free those. */
+ * a forgotten series out of the tables; s->dblock for writing only to free those (tried,
+ * and waited for past s->forgotten_wait of them). */
 #include "store.h"
 #include "store_int.h"
 #include "check.h"
@@ -156,9 +157,9 @@ static void drop_series_keys(const cp_store *s, const cp_ser *ser, uint8_t type,
     leveldb_iter_destroy(it);
 }
 
-/* Removes ser (forgettable, of t) from the disk and then from the tables; the retention
- * cursor goes on with the series that takes its place. Between batches only (every open
- * bucket is clean). 0, CP_ENOMEM or CP_ESTORE. */
+/* Removes ser (forgettable, of t) from the disk and then from the tables (its place left
+ * NULL until series_close_up); the retention cursor goes on with the next series. Between
+ * batches only (every open bucket is clean). 0, CP_ENOMEM or CP_ESTORE. */
 static int forget_series(cp_store *s, tenant *t, cp_ser *ser, leveldb_writebatch_t *wb, cp_err *err)
 {
     uint8_t k[CP_TENANT_KEY_MAX + 16];
