@@ -137,9 +137,12 @@ void cp_buckets_drop(cp_store *s, int keep_dirty)
         cp_acc_close(&b->acc);
         free(b);
     }
+    uint32_t dropped = s->buckets.n - w;
     s->buckets.n = w;
     CP_ASSERT(w || (s->bucket_bytes == 0 && s->bucket_rows == 0));
-    if (s->nbslots) bslots_rebuild(s);
+    /* nothing dropped, nothing to rebuild: retention calls this after every cut and every
+     * series it forgets, mostly with the cache already empty */
+    if (dropped && s->nbslots) bslots_rebuild(s);
 }
 
 /* Takes b (a level-0 bucket, committed) out of the cache: its slot by backward shift (the
